@@ -1,0 +1,80 @@
+"""Wire error codes and the exception hierarchy that carries them.
+
+Every error the broker can put on the wire is an :class:`ErrorCode`
+(protocol.md, "Error codes"). Code that detects a problem raises a
+:class:`HostbrokerError` subclass with the code attached; whoever answers the
+request turns it into the code. Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class ErrorCode(enum.IntEnum):
+    UNKNOWN = -1
+    NONE = 0
+    OFFSET_OUT_OF_RANGE = 1
+    INVALID_MESSAGE = 2
+    UNKNOWN_TOPIC_OR_PARTITION = 3
+    INVALID_FETCH_SIZE = 4
+    MESSAGE_TOO_LARGE = 5
+    REQUEST_TIMED_OUT = 6
+    INVALID_REQUEST = 7
+    UNSUPPORTED_VERSION = 8
+    TOPIC_ALREADY_EXISTS = 9
+    INVALID_TOPIC = 10
+    NOT_AUTHORIZED = 11
+    STORAGE_ERROR = 12
+    BROKER_NOT_AVAILABLE = 13
+    REQUEST_TOO_LARGE = 14
+    INVALID_CONFIG = 15
+
+
+class HostbrokerError(Exception):
+    """Base of every error we raise on purpose; ``code`` is its wire code."""
+
+    code: ErrorCode = ErrorCode.UNKNOWN
+
+    def __init__(self, message: str = "", code: ErrorCode | None = None):
+        super().__init__(message or self.__class__.__name__)
+        if code is not None:
+            self.code = ErrorCode(code)
+
+
+class ProtocolError(HostbrokerError):
+    """Bytes that do not decode as our protocol. The connection must close."""
+
+    code = ErrorCode.INVALID_REQUEST
+
+
+class InvalidMessageError(HostbrokerError):
+    """An entry breaks a rule of log-format.md (length, magic, attributes, CRC)."""
+
+    code = ErrorCode.INVALID_MESSAGE
+
+
+class MessageTooLargeError(HostbrokerError):
+    """An entry is longer than the partition's max.message.bytes."""
+
+    code = ErrorCode.MESSAGE_TOO_LARGE
+
+
+class OffsetOutOfRangeError(HostbrokerError):
+    code = ErrorCode.OFFSET_OUT_OF_RANGE
+
+
+class InvalidTopicError(HostbrokerError):
+    code = ErrorCode.INVALID_TOPIC
+
+
+class ConfigError(HostbrokerError):
+    """A configuration key or value that cannot be used."""
+
+    code = ErrorCode.INVALID_CONFIG
+
+
+class StorageError(HostbrokerError):
+    """A log dir (disk) failed; its partitions are offline."""
+
+    code = ErrorCode.STORAGE_ERROR
