@@ -1,0 +1,288 @@
+"""The protocol in one namespace: whole frames to bytes and back (protocol.md, "Framing").
+
+Callers write ``api.decode_request(frame)``, ``api.ProduceRequest(...)``,
+``api.HeaderTooShortError``: the frame functions are defined here, the bodies
+(:mod:`~hostbroker.protocol.bodies`) and protocol errors are re-exported.
+
+Encoders return the complete frame, size prefix included. Decoders take a
+frame *without* its size prefix (as :class:`~hostbroker.protocol.framing.FrameReader`
+hands it out) and either return the decoded body or raise
+:class:`ProtocolError`; never anything else, whatever the input. The code on a
+raised error is the one the broker puts in its error frame:
+
+- ``UNSUPPORTED_VERSION``: an unknown ``api_key`` (the reserved 8-11 included)
+  or an ``api_version`` other than 0;
+- ``INVALID_REQUEST``: a body that runs past its frame, bytes left over, a
+  count that cannot fit, a null where a value is required, invalid UTF-8;
+- :class:`HeaderTooShortError` (also ``INVALID_REQUEST``): no room for a
+  correlation id, so there is nobody to answer: close without one.
+
+Error frames are ``size:int32 = 6, correlation_id:int32, error_code:int16``.
+No normal response is that short (the smallest, an empty PRODUCE/FETCH/
+OFFSET_COMMIT/OFFSET_FETCH answer or an admin answer, is 8 bytes), so a reader
+of responses recognises an error frame by its size alone: see
+:func:`is_error_frame`.
+
+The broker's fetch path never copies message data into a frame:
+:func:`encode_fetch_response_parts` gives the header chunks that go around
+data sent with ``sendfile``.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from hostbroker.errors import ErrorCode, ProtocolError
+from hostbroker.protocol import bodies
+from hostbroker.protocol.bodies import *  # noqa: F403 (re-exported: one namespace)
+from hostbroker.protocol.bodies import (
+    API_VERSION,
+    REQUEST_TYPES,
+    RESPONSE_TYPES,
+    ApiKey,
+    Request,
+    Response,
+)
+from hostbroker.protocol.errors import FrameTooLargeError, HeaderTooShortError
+from hostbroker.protocol.primitives import Buffer, Reader, Writer
+from hostbroker.protocol.schema import error_code
+
+__all__ = [
+    *bodies.__all__,
+    "ERROR_FRAME_SIZE",
+    "SIZE_PREFIX_BYTES",
+    "FetchPartitionHeader",
+    "FrameTooLargeError",
+    "HeaderTooShortError",
+    "ProtocolError",
+    "RequestHeader",
+    "decode_error_frame",
+    "decode_request",
+    "decode_request_header",
+    "decode_response",
+    "encode_error_frame",
+    "encode_fetch_response_parts",
+    "encode_request",
+    "encode_response",
+    "is_error_frame",
+    "peek_correlation_id",
+    "peek_produce_acks",
+]
+
+SIZE_PREFIX_BYTES = 4
+ERROR_FRAME_SIZE = 6
+
+_SIZE = struct.Struct(">i")
+_HEADER_FIXED = struct.Struct(">hhi")  # api_key, api_version, correlation_id
+_ERROR_FRAME = struct.Struct(">iih")  # size, correlation_id, error_code
+_ERROR_BODY = struct.Struct(">ih")  # correlation_id, error_code
+_INT16 = struct.Struct(">h")
+
+# Bytes of a request header before client_id's characters: api_key,
+# api_version, correlation_id and client_id's length.
+_HEADER_MIN = _HEADER_FIXED.size + 2
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHeader:
+    """The request header; the body starts at ``body_offset`` of the frame."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    body_offset: int
+
+
+class FetchPartitionHeader(NamedTuple):
+    """One partition of a fetch answer whose ``data_length`` bytes are sent apart."""
+
+    topic: str
+    partition: int
+    error_code: int
+    log_end_offset: int
+    data_length: int
+
+
+def _finish(writer: Writer) -> bytes:
+    writer.patch_int32(0, len(writer) - SIZE_PREFIX_BYTES)
+    return writer.getvalue()
+
+
+def _encode(fill: Callable[[Writer], None]) -> bytes:
+    """Run ``fill(writer)`` after a size placeholder and return the whole frame.
+
+    A value that does not fit its wire type (an int out of range, a string over
+    32767 bytes) is a ValueError of the caller, not a protocol error.
+    """
+    writer = Writer()
+    writer.int32(0)
+    try:
+        fill(writer)
+    except struct.error as exc:
+        raise ValueError(f"value does not fit its wire type: {exc}") from None
+    return _finish(writer)
+
+
+def encode_request(request: Request, correlation_id: int, client_id: str | None = "") -> bytes:
+    """The frame of ``request``, size prefix included."""
+
+    def fill(writer: Writer) -> None:
+        writer.int16(request.API_KEY)
+        writer.int16(API_VERSION)
+        writer.int32(correlation_id)
+        writer.string(client_id)
+        type(request).__wire__.write(writer, request)
+
+    return _encode(fill)
+
+
+def encode_response(correlation_id: int, response: Response) -> bytes:
+    """The frame of ``response``, size prefix included."""
+
+    def fill(writer: Writer) -> None:
+        writer.int32(correlation_id)
+        type(response).__wire__.write(writer, response)
+
+    return _encode(fill)
+
+
+def encode_error_frame(correlation_id: int, code: ErrorCode | int) -> bytes:
+    """The 6-byte error frame (plus its size prefix) for a request that cannot be decoded."""
+    return _ERROR_FRAME.pack(ERROR_FRAME_SIZE, correlation_id, code)
+
+
+def is_error_frame(frame: Buffer) -> bool:
+    """Whether a response frame (without size prefix) is an error frame."""
+    return len(frame) == ERROR_FRAME_SIZE
+
+
+def decode_error_frame(frame: Buffer) -> tuple[int, ErrorCode | int]:
+    """``(correlation_id, error_code)`` of an error frame (without size prefix)."""
+    if not is_error_frame(frame):
+        raise ProtocolError(f"an error frame has {ERROR_FRAME_SIZE} bytes, not {len(frame)}")
+    correlation_id, code = _ERROR_BODY.unpack(frame)
+    return correlation_id, error_code(code)
+
+
+def peek_correlation_id(frame: Buffer) -> int | None:
+    """The correlation id of a request frame, or None when it is too short to hold one."""
+    if len(frame) < _HEADER_FIXED.size:
+        return None
+    return _HEADER_FIXED.unpack_from(frame)[2]
+
+
+def peek_produce_acks(frame: Buffer) -> int | None:
+    """``acks`` of a PRODUCE v0 request frame; None for any other frame or one too short.
+
+    Lets the network code know, without decoding the body, that a request
+    (acks = 0) will have no answer and holds no place in the answer order.
+    """
+    if len(frame) < _HEADER_MIN:
+        return None
+    api_key, api_version, _ = _HEADER_FIXED.unpack_from(frame)
+    if api_key != ApiKey.PRODUCE or api_version != API_VERSION:
+        return None
+    (client_id_length,) = _INT16.unpack_from(frame, _HEADER_FIXED.size)
+    acks_at = _HEADER_MIN + max(client_id_length, 0)
+    if client_id_length < -1 or len(frame) < acks_at + 2:
+        return None
+    return _INT16.unpack_from(frame, acks_at)[0]
+
+
+def decode_request_header(frame: Buffer) -> RequestHeader:
+    """The header of a request frame (without size prefix).
+
+    Raises HeaderTooShortError when the frame cannot hold a correlation id,
+    ProtocolError when the client id is truncated or malformed. Does not check
+    that the api is supported (:func:`decode_request` does).
+    """
+    if len(frame) < _HEADER_FIXED.size:
+        raise HeaderTooShortError(f"request header of {len(frame)} bytes has no correlation id")
+    reader = Reader(frame)
+    api_key = reader.int16()
+    api_version = reader.int16()
+    correlation_id = reader.int32()
+    client_id = reader.string()
+    return RequestHeader(api_key, api_version, correlation_id, client_id, reader.position)
+
+
+def decode_request(frame: Buffer) -> tuple[RequestHeader, Request]:
+    """Header and body of a request frame (without size prefix).
+
+    Message sets in the body are zero-copy slices of ``frame``.
+    """
+    header = decode_request_header(frame)
+    request_type = REQUEST_TYPES.get(header.api_key)
+    if request_type is None or header.api_version != API_VERSION:
+        raise ProtocolError(
+            f"unsupported api_key {header.api_key} version {header.api_version}",
+            code=ErrorCode.UNSUPPORTED_VERSION,
+        )
+    reader = Reader(frame, header.body_offset)
+    request = request_type.__wire__.read(reader)
+    reader.expect_end()
+    return header, request
+
+
+def decode_response(api_key: int, frame: Buffer) -> tuple[int, Response]:
+    """``(correlation_id, body)`` of a response to an ``api_key`` request (frame without size prefix).
+
+    An error frame is not a response: check :func:`is_error_frame` first (it
+    fails here as a truncated body).
+    """
+    response_type = RESPONSE_TYPES.get(api_key)
+    if response_type is None:
+        raise ProtocolError(f"unknown api_key {api_key}", code=ErrorCode.UNSUPPORTED_VERSION)
+    reader = Reader(frame)
+    correlation_id = reader.int32()
+    response = response_type.__wire__.read(reader)
+    reader.expect_end()
+    return correlation_id, response
+
+
+def encode_fetch_response_parts(
+    correlation_id: int,
+    partitions: Sequence[
+        FetchPartitionHeader | tuple[str, int, ErrorCode | int, int, int]
+    ],
+) -> list[bytes]:
+    """Header chunks ``h0 .. hk`` of a FETCH answer whose message sets are sent apart.
+
+    For k partitions the frame on the wire is ``h0 + data0 + h1 + data1 + ...
+    + h(k-1) + data(k-1) + hk``, where ``data_i`` is the ``data_length`` bytes
+    of partition i's message set. ``h0`` starts with the size prefix, which
+    counts those data bytes; ``hk`` is ``b""`` (nothing follows the last
+    message set) and is there so that headers and data always alternate.
+    """
+    chunks: list[bytes] = []
+    total = 0
+    writer = Writer()
+    writer.int32(0)  # the size, patched below
+    try:
+        writer.int32(correlation_id)
+        writer.int32(len(partitions))
+        for topic, partition, code, log_end_offset, data_length in partitions:
+            if data_length < 0:
+                raise ValueError(f"negative data length {data_length}")
+            writer.string(topic)
+            writer.int32(partition)
+            writer.int16(code)
+            writer.int64(log_end_offset)
+            writer.int32(data_length)
+            chunk = writer.getvalue()
+            chunks.append(chunk)
+            total += len(chunk) + data_length
+            writer = Writer()
+    except struct.error as exc:
+        raise ValueError(f"value does not fit its wire type: {exc}") from None
+    last = writer.getvalue()
+    chunks.append(last)
+    total += len(last)
+    first = bytearray(chunks[0])
+    _SIZE.pack_into(first, 0, total - SIZE_PREFIX_BYTES)
+    chunks[0] = bytes(first)
+    return chunks

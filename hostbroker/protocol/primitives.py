@@ -1,0 +1,197 @@
+"""The wire types of protocol.md ("Types"), read from and written to memory.
+
+:class:`Reader` walks a buffer and hands out ints, strings, byte strings and
+arrays; :class:`Writer` builds a frame. Both are pure: no sockets, no files.
+Every way the input can be short or wrong raises :class:`ProtocolError` (code
+``INVALID_REQUEST``), so a caller that decodes untrusted bytes has exactly one
+exception to handle.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Iterable
+from typing import TypeVar
+
+from hostbroker.errors import ProtocolError
+
+T = TypeVar("T")
+
+Buffer = bytes | bytearray | memoryview
+
+_INT8 = struct.Struct(">b")
+_INT16 = struct.Struct(">h")
+_INT32 = struct.Struct(">i")
+_INT64 = struct.Struct(">q")
+
+NULL_LENGTH = -1
+
+
+class Reader:
+    """Reads wire types from ``data`` starting at ``offset``.
+
+    ``bytes`` returns zero-copy slices of ``data``: they stay valid as long as
+    the caller keeps ``data`` unchanged.
+    """
+
+    __slots__ = ("_view", "_pos")
+
+    def __init__(self, data: Buffer, offset: int = 0):
+        view = memoryview(data)
+        if view.ndim != 1 or view.itemsize != 1:
+            view = view.cast("B")
+        if not 0 <= offset <= len(view):
+            raise ProtocolError(f"offset {offset} outside a buffer of {len(view)} bytes")
+        self._view = view
+        self._pos = offset
+
+    @property
+    def position(self) -> int:
+        return self._pos
+
+    @property
+    def remaining(self) -> int:
+        return len(self._view) - self._pos
+
+    def _need(self, n: int, what: str) -> int:
+        """Claim the next ``n`` bytes and return where they start."""
+        start = self._pos
+        if n > len(self._view) - start:
+            raise ProtocolError(
+                f"truncated {what}: needs {n} bytes at {start}, {len(self._view) - start} left"
+            )
+        self._pos = start + n
+        return start
+
+    def int8(self) -> int:
+        return _INT8.unpack_from(self._view, self._need(1, "int8"))[0]
+
+    def int16(self) -> int:
+        return _INT16.unpack_from(self._view, self._need(2, "int16"))[0]
+
+    def int32(self) -> int:
+        return _INT32.unpack_from(self._view, self._need(4, "int32"))[0]
+
+    def int64(self) -> int:
+        return _INT64.unpack_from(self._view, self._need(8, "int64"))[0]
+
+    def _claim_sized(self, length: int, what: str) -> int | None:
+        """Claim a length-prefixed value's bytes; None for the null length -1."""
+        if length == NULL_LENGTH:
+            return None
+        if length < 0:
+            raise ProtocolError(f"negative {what} length {length}")
+        return self._need(length, what)
+
+    def string(self) -> str | None:
+        """An int16-length UTF-8 string; length -1 is ``None``."""
+        length = self.int16()
+        start = self._claim_sized(length, "string")
+        if start is None:
+            return None
+        try:
+            return str(self._view[start : start + length], "utf-8")
+        except UnicodeDecodeError as exc:
+            raise ProtocolError(f"string at {start} is not UTF-8: {exc.reason}") from None
+
+    def bytes(self) -> memoryview | None:
+        """An int32-length byte string as a slice of the input; length -1 is ``None``."""
+        length = self.int32()
+        start = self._claim_sized(length, "bytes")
+        if start is None:
+            return None
+        return self._view[start : start + length]
+
+    def array(self, read_item: Callable[[Reader], T], min_item_size: int) -> tuple[T, ...]:
+        """An int32 count then that many items, each read by ``read_item(self)``.
+
+        The count is checked against the bytes left (each item takes at least
+        ``min_item_size``) before anything is allocated, so a hostile count
+        costs nothing.
+        """
+        count = self.int32()
+        if count < 0:
+            raise ProtocolError(f"negative array count {count}")
+        if count * max(min_item_size, 1) > self.remaining:
+            raise ProtocolError(
+                f"array of {count} items cannot fit in the {self.remaining} bytes left"
+            )
+        return tuple(read_item(self) for _ in range(count))
+
+    def expect_end(self) -> None:
+        if self.remaining:
+            raise ProtocolError(f"{self.remaining} bytes left over after the body")
+
+
+class Writer:
+    """Builds a frame in memory.
+
+    Small fields go into a bytearray. A large byte string (a message set) is
+    kept by reference and copied once, when :meth:`getvalue` joins the chunks,
+    so encoding a multi-megabyte produce request copies its data once.
+    """
+
+    __slots__ = ("_chunks", "_buf")
+
+    # Byte strings at least this long are kept by reference, not copied in.
+    _BY_REFERENCE = 16 * 1024
+
+    def __init__(self) -> None:
+        self._chunks: list[Buffer] = []
+        self._buf = bytearray()
+
+    def __len__(self) -> int:
+        return sum(map(len, self._chunks)) + len(self._buf)
+
+    def int8(self, value: int) -> None:
+        self._buf += _INT8.pack(value)
+
+    def int16(self, value: int) -> None:
+        self._buf += _INT16.pack(value)
+
+    def int32(self, value: int) -> None:
+        self._buf += _INT32.pack(value)
+
+    def int64(self, value: int) -> None:
+        self._buf += _INT64.pack(value)
+
+    def string(self, value: str | None) -> None:
+        if value is None:
+            self.int16(NULL_LENGTH)
+            return
+        encoded = value.encode("utf-8")
+        self.int16(len(encoded))
+        self._buf += encoded
+
+    def bytes(self, value: Buffer | None) -> None:
+        if value is None:
+            self.int32(NULL_LENGTH)
+            return
+        length = memoryview(value).nbytes
+        self.int32(length)
+        if length >= self._BY_REFERENCE:
+            self._chunks.append(self._buf)
+            self._chunks.append(value)
+            self._buf = bytearray()
+        else:
+            self._buf += value
+
+    def array(self, items: Iterable[T], write_item: Callable[[Writer, T], None]) -> None:
+        items = tuple(items)
+        self.int32(len(items))
+        for item in items:
+            write_item(self, item)
+
+    def getvalue(self) -> bytes:
+        if not self._chunks:
+            return bytes(self._buf)
+        return b"".join([*self._chunks, self._buf])
+
+    def patch_int32(self, position: int, value: int) -> None:
+        """Overwrite the int32 at ``position`` (a size written before it is known).
+
+        Only positions inside the first chunk can be patched; a size prefix is
+        always there.
+        """
+        first = self._chunks[0] if self._chunks else self._buf
+        _INT32.pack_into(first, position, value)

@@ -1,0 +1,125 @@
+"""Declaring a protocol structure once and getting its codec from it.
+
+A request or response body is a frozen dataclass whose fields are annotated
+with their wire type (``topic: String``, ``offset: Int64``), in wire order, and
+decorated with :func:`wire_struct` (see :mod:`~hostbroker.protocol.bodies`).
+:func:`wire_struct` reads those annotations and attaches a :class:`WireType`
+(``cls.__wire__``) that reads and writes the structure; ``Array[X]`` is an
+int32 count followed by that many ``X``. The declaration is the only place a
+layout is written down, so encoder and decoder cannot drift apart.
+
+Strings: ``String`` rejects the null string (length -1) as an invalid request,
+because a name such as a topic or group has no null value; ``NullableString``
+allows it where "absent" means something (client id, error message, commit
+metadata, a broker's host or unix path, a log dir). ``MessageSet`` is the
+``bytes`` type and likewise refuses null.
+
+Error codes decode to :class:`ErrorCode` members; a code this version does not
+know stays a plain ``int`` rather than failing the whole response.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from collections.abc import Callable
+from typing import Annotated, Any
+
+from hostbroker.errors import ErrorCode, ProtocolError
+from hostbroker.protocol.primitives import Buffer, Reader, Writer
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class WireType:
+    """How one wire type is read and written, and its smallest encoded size."""
+
+    name: str
+    read: Callable[[Reader], Any]
+    write: Callable[[Writer, Any], None]
+    min_size: int
+
+
+def _read_string(reader: Reader) -> str:
+    value = reader.string()
+    if value is None:
+        raise ProtocolError("null string where a value is required")
+    return value
+
+
+def _read_message_set(reader: Reader) -> memoryview:
+    value = reader.bytes()
+    if value is None:
+        raise ProtocolError("null message set")
+    return value
+
+
+_KNOWN_CODES = frozenset(code.value for code in ErrorCode)
+
+
+def error_code(value: int) -> ErrorCode | int:
+    """``value`` as an :class:`ErrorCode` when it is one we know, else as is."""
+    return ErrorCode(value) if value in _KNOWN_CODES else value
+
+
+INT8 = WireType("int8", Reader.int8, Writer.int8, 1)
+INT16 = WireType("int16", Reader.int16, Writer.int16, 2)
+INT32 = WireType("int32", Reader.int32, Writer.int32, 4)
+INT64 = WireType("int64", Reader.int64, Writer.int64, 8)
+STRING = WireType("string", _read_string, Writer.string, 2)
+NULLABLE_STRING = WireType("nullable string", Reader.string, Writer.string, 2)
+BYTES = WireType("bytes", _read_message_set, Writer.bytes, 4)
+ERROR_CODE = WireType("error code", lambda r: error_code(r.int16()), Writer.int16, 2)
+
+Int8 = Annotated[int, INT8]
+Int16 = Annotated[int, INT16]
+Int32 = Annotated[int, INT32]
+Int64 = Annotated[int, INT64]
+String = Annotated[str, STRING]
+NullableString = Annotated[str | None, NULLABLE_STRING]
+MessageSet = Annotated[Buffer, BYTES]
+ErrorCodeField = Annotated[ErrorCode | int, ERROR_CODE]
+
+
+def array_of(item: WireType) -> WireType:
+    return WireType(
+        f"[{item.name}]",
+        lambda reader: reader.array(item.read, item.min_size),
+        lambda writer, values: writer.array(values, item.write),
+        4,
+    )
+
+
+def wire_type_of(annotation: Any) -> WireType:
+    """The wire type behind an annotation: ``Int32``, ``Array[X]`` or a struct."""
+    for meta in getattr(annotation, "__metadata__", ()):
+        if isinstance(meta, WireType):
+            return meta
+    wire = getattr(annotation, "__wire__", None)
+    if isinstance(wire, WireType):
+        return wire
+    raise TypeError(f"{annotation!r} has no wire type")
+
+
+class Array:
+    """``Array[X]``: a tuple of ``X`` on the Python side, ``[X]`` on the wire."""
+
+    def __class_getitem__(cls, item: Any) -> Any:
+        return Annotated[tuple[item, ...], array_of(wire_type_of(item))]
+
+
+def wire_struct(cls: type) -> type:
+    """Attach ``cls.__wire__``, the codec built from the field annotations."""
+    hints = typing.get_type_hints(cls, include_extras=True)
+    fields = [(f.name, wire_type_of(hints[f.name])) for f in dataclasses.fields(cls)]
+    field_types = tuple(wire for _, wire in fields)
+    names = tuple(name for name, _ in fields)
+
+    def read(reader: Reader) -> Any:
+        return cls(*[wire.read(reader) for wire in field_types])
+
+    def write(writer: Writer, value: Any) -> None:
+        for name, wire in zip(names, field_types):
+            wire.write(writer, getattr(value, name))
+
+    cls.__wire__ = WireType(cls.__name__, read, write, sum(w.min_size for w in field_types))
+    return cls
