@@ -1,0 +1,115 @@
+"""Per-topic log configuration: how a partition rolls, flushes and expires.
+
+A :class:`LogConfig` is an immutable value. The broker builds one from its
+``log.*`` defaults; a topic may override any field with the topic keys of
+protocol.md ("CREATE_TOPIC"), whose string values are persisted with each
+partition (``partition.json``) and parsed here. Pure: no I/O.
+
+Bounds (inclusive), checked on every construction:
+
+=====================  ==============================  =========================
+key                    field                           allowed
+=====================  ==============================  =========================
+``segment.bytes``      ``segment_bytes``               64 .. 2**31-1
+``retention.ms``       ``retention_ms``                -1 (unlimited) or 0 .. 2**63-1
+``retention.bytes``    ``retention_bytes``             -1 (unlimited) or 0 .. 2**63-1
+``flush.messages``     ``flush_messages``              1 .. 2**63-1
+``flush.ms``           ``flush_ms``                    1 .. 2**63-1
+``max.message.bytes``  ``max_message_bytes``           6 .. 2**31-1
+=====================  ==============================  =========================
+
+``segment.bytes`` may be tiny so tests can roll segments quickly; its upper
+bound keeps every position inside a segment within a signed 32-bit range.
+``max.message.bytes`` bounds an entry's ``length`` field, which is an int32 and
+at least 6 for a v1 entry.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+
+from hostbroker.errors import ConfigError
+from hostbroker.log.message import DEFAULT_MAX_MESSAGE_BYTES, MIN_LENGTH_V1
+
+_INT32_MAX = 2**31 - 1
+_INT64_MAX = 2**63 - 1
+_UNLIMITED = -1
+
+TOPIC_CONFIG_KEYS: dict[str, str] = {
+    "segment.bytes": "segment_bytes",
+    "retention.ms": "retention_ms",
+    "retention.bytes": "retention_bytes",
+    "flush.messages": "flush_messages",
+    "flush.ms": "flush_ms",
+    "max.message.bytes": "max_message_bytes",
+}
+_KEY_OF_FIELD = {field: key for key, field in TOPIC_CONFIG_KEYS.items()}
+
+# field -> (lowest, highest, whether -1 means unlimited)
+_BOUNDS: dict[str, tuple[int, int, bool]] = {
+    "segment_bytes": (64, _INT32_MAX, False),
+    "retention_ms": (0, _INT64_MAX, True),
+    "retention_bytes": (0, _INT64_MAX, True),
+    "flush_messages": (1, _INT64_MAX, False),
+    "flush_ms": (1, _INT64_MAX, False),
+    "max_message_bytes": (MIN_LENGTH_V1, _INT32_MAX, False),
+}
+
+_INTEGER = re.compile(r"-?[0-9]+")
+
+
+@dataclasses.dataclass(frozen=True)
+class LogConfig:
+    """Settings of one partition's log; see the module docstring for bounds."""
+
+    segment_bytes: int = 1024 * 1024 * 1024
+    retention_ms: int = 168 * 60 * 60 * 1000
+    retention_bytes: int = _UNLIMITED
+    flush_messages: int = 10_000
+    flush_ms: int = 1000
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+
+    def __post_init__(self) -> None:
+        for field, (lowest, highest, unlimited) in _BOUNDS.items():
+            value = getattr(self, field)
+            key = _KEY_OF_FIELD[field]
+            if type(value) is not int:
+                raise ConfigError(f"{key}: expected an integer, got {value!r}")
+            if unlimited and value == _UNLIMITED:
+                continue
+            if not lowest <= value <= highest:
+                extra = " or -1 for unlimited" if unlimited else ""
+                raise ConfigError(f"{key}: {value} is outside {lowest}..{highest}{extra}")
+
+    def with_overrides(self, overrides: Mapping[str, str]) -> LogConfig:
+        """Return a copy with topic keys (``"segment.bytes"``...) set from strings.
+
+        Raises ConfigError naming the key for an unknown key, a value that is
+        not a decimal integer, or a value out of bounds.
+        """
+        changes: dict[str, int] = {}
+        for key, raw in overrides.items():
+            field = TOPIC_CONFIG_KEYS.get(key)
+            if field is None:
+                raise ConfigError(f"{key}: unknown topic config key")
+            if isinstance(raw, int) and not isinstance(raw, bool):
+                raw = str(raw)
+            if not isinstance(raw, str) or not _INTEGER.fullmatch(raw.strip()):
+                raise ConfigError(f"{key}: expected an integer, got {raw!r}")
+            changes[field] = int(raw)
+        return dataclasses.replace(self, **changes)
+
+    def to_overrides(self, base: LogConfig | None = None) -> dict[str, str]:
+        """Return the topic keys whose values differ from ``base`` (default: LogConfig())."""
+        base = base if base is not None else LogConfig()
+        return {
+            key: str(getattr(self, field))
+            for key, field in TOPIC_CONFIG_KEYS.items()
+            if getattr(self, field) != getattr(base, field)
+        }
+
+    def overrides_of(self, keys) -> dict[str, str]:
+        """Return the given topic keys with this config's values, as strings."""
+        return {key: str(getattr(self, TOPIC_CONFIG_KEYS[key])) for key in keys}
