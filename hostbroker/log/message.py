@@ -15,7 +15,9 @@ entry with a codec is a *wrapper* whose payload, decompressed, is a message set
 of uncompressed entries.
 
 :func:`validate_message_set` runs on every produce request in the broker's
-handlers and is written for speed; everything else favours clarity.
+handlers and :func:`iter_messages` on every message a consumer reads, so both
+take the common case (a whole uncompressed v1 entry) in a tight loop and leave
+everything else to one careful entry parser.
 """
 
 from __future__ import annotations
@@ -56,8 +58,8 @@ _MAX_ATTRIBUTES = CODEC_SNAPPY
 # The hot loop reads magic and attributes as one uint16: a v1 entry with an
 # allowed codec lies in [0x0100, 0x0102], so one chained comparison checks both.
 _FAST_HEADER = struct.Struct(">iHI")
-_FAST_LOW = 0x0100
-_FAST_HIGH = 0x0100 | _MAX_ATTRIBUTES
+_V1_PLAIN = 0x0100
+_V1_HIGHEST = 0x0100 | _MAX_ATTRIBUTES
 
 _GZIP_LEVEL = 6  # zlib's default trade-off; 9 costs much more CPU for little gain
 
@@ -76,6 +78,11 @@ class Message(NamedTuple):
     payload: bytes
     codec: int
     magic: int
+
+
+# Building the tuple directly skips the generated __new__, which costs more
+# than the rest of reading a small message.
+_new_message = tuple.__new__
 
 
 def _check_codec(codec: int) -> None:
@@ -120,7 +127,8 @@ def encode_message_set(payloads: Iterable[bytes], *, codec: int = CODEC_NONE) ->
     With ``CODEC_NONE`` the set is the plain concatenation of the entries. With
     gzip or snappy it is ONE wrapper entry whose payload is the compressed set
     of uncompressed entries. No payloads give the empty set. Encoding 1000
-    payloads of 100 B uncompressed takes about 0.29 ms (~290 ns a message).
+    payloads of 100 B uncompressed takes about 0.37 ms (~370 ns a message, half
+    of it zlib.crc32).
     """
     _check_codec(codec)
     inner = _encode_plain(payloads)
@@ -140,7 +148,7 @@ def _byte_view(buf) -> memoryview:
     return view
 
 
-def _parse_entry(view: memoryview, pos: int, end_of_buf: int, max_message_bytes: int,
+def _parse_entry(view, pos: int, end_of_buf: int, max_message_bytes: int,
                  check_crc: bool, origin: int = 0) -> tuple[int, int, int, int] | None:
     """Check the entry at ``pos``; return (entry end, magic, codec, payload start).
 
@@ -206,7 +214,7 @@ def _walk(buf, max_message_bytes: int, strict: bool) -> tuple[int, int]:
             length, magic_attributes, crc = unpack(view, pos)
             start = pos + _V1_HEADER_SIZE
             pos += 4 + length
-            if (_FAST_LOW <= magic_attributes <= _FAST_HIGH and length <= max_message_bytes
+            if (_V1_PLAIN <= magic_attributes <= _V1_HIGHEST and length <= max_message_bytes
                     and start <= pos <= size and crc32(view[start:pos]) == crc):
                 count += 1
             else:
@@ -241,8 +249,11 @@ def validate_message_set(buf, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     Raises MessageTooLargeError for an entry longer than ``max_message_bytes``
     and InvalidMessageError for any other problem, naming the byte position.
 
-    Cost: about 300 ns per 100-byte v1 entry (1000 entries: ~0.3 ms) on the
-    2-vCPU reference machine, most of it the CRC and the memoryview slice.
+    Cost, measured with timeit on the 2-vCPU reference machine: about 515 ns
+    per 100-byte v1 entry (0.52 ms for 1000). Three C calls per entry that
+    cannot be avoided take ~440 ns of it: zlib.crc32 of 100 B (~185 ns; zlib
+    is byte-wise for short inputs), the header unpack (~110 ns) and the
+    memoryview slice handed to crc32 (~80 ns).
     """
     return _walk(buf, max_message_bytes, True)[1]
 
@@ -261,7 +272,7 @@ def count_entries(buf) -> tuple[int, int]:
 
     No CRC or header check: for a reader that wants to know how much of a
     fetched set is whole. Stops at a partial entry or a length below the
-    minimum. About 100 ns per entry.
+    minimum. About 150 ns per entry.
     """
     view = _byte_view(buf)
     size = len(view)
@@ -278,11 +289,11 @@ def count_entries(buf) -> tuple[int, int]:
     return count, pos
 
 
-def _decompress(codec: int, data: memoryview, where: int) -> bytes:
+def _decompress(codec: int, data: bytes, where: int) -> bytes:
     try:
         if codec == CODEC_GZIP:
             return gzip.decompress(data)
-        return snappy.decompress(bytes(data))
+        return snappy.decompress(data)
     except (OSError, EOFError, zlib.error, snappy.UncompressError) as exc:
         raise InvalidMessageError(
             f"entry at byte {where}: {CODEC_NAMES[codec]} payload does not decompress: {exc}") from None
@@ -290,12 +301,11 @@ def _decompress(codec: int, data: memoryview, where: int) -> bytes:
 
 def _inner_messages(inner: bytes, wrapper_offset: int, wrapper_end: int, codec: int,
                     check_crc: bool) -> list[Message]:
-    view = memoryview(inner)
-    size = len(view)
+    size = len(inner)
     found: list[tuple[int, int, int]] = []  # (payload start, end, magic)
     pos = 0
     while pos < size:
-        parsed = _parse_entry(view, pos, size, _UNLIMITED, check_crc)
+        parsed = _parse_entry(inner, pos, size, _UNLIMITED, check_crc)
         if parsed is None:
             raise InvalidMessageError(
                 f"entry at byte {wrapper_offset}: partial entry at byte {pos} of the decompressed set")
@@ -310,8 +320,8 @@ def _inner_messages(inner: bytes, wrapper_offset: int, wrapper_end: int, codec: 
         raise InvalidMessageError(f"entry at byte {wrapper_offset}: compressed wrapper holds no messages")
     last = len(found) - 1
     return [
-        Message(wrapper_offset, wrapper_end if i == last else wrapper_offset,
-                bytes(view[start:end]), codec, magic)
+        _new_message(Message, (wrapper_offset, wrapper_end if i == last else wrapper_offset,
+                               inner[start:end], codec, magic))
         for i, (start, end, magic) in enumerate(found)
     ]
 
@@ -326,20 +336,38 @@ def iter_messages(buf, base_offset: int, *, check_crc: bool = True,
     the wrapper's offset for all but the last, the wrapper's end for the last.
     Raises InvalidMessageError (MessageTooLargeError for an over-long entry) at
     the first whole entry that breaks a rule; the CRC is checked only when
-    ``check_crc``.
+    ``check_crc``. A ``buf`` that is not ``bytes`` is copied once, which is
+    cheaper than copying each payload out of a memoryview. About 0.8 us per
+    100-byte message.
     """
-    view = _byte_view(buf)
-    size = len(view)
+    data = buf if type(buf) is bytes else bytes(_byte_view(buf))
+    size = len(data)
+    last_header = size - _V1_HEADER_SIZE
+    unpack = _FAST_HEADER.unpack_from
+    crc32 = zlib.crc32
+    new = _new_message
     pos = 0
     while True:
-        parsed = _parse_entry(view, pos, size, max_message_bytes, check_crc, base_offset)
+        # Common case first: a whole, uncompressed v1 entry. Its payload slice
+        # serves both the CRC and the message.
+        if pos <= last_header:
+            length, magic_attributes, crc = unpack(data, pos)
+            start = pos + _V1_HEADER_SIZE
+            end = pos + 4 + length
+            if magic_attributes == _V1_PLAIN and length <= max_message_bytes and start <= end <= size:
+                payload = data[start:end]
+                if not check_crc or crc32(payload) == crc:
+                    yield new(Message, (base_offset + pos, base_offset + end, payload, CODEC_NONE, 1))
+                    pos = end
+                    continue
+        parsed = _parse_entry(data, pos, size, max_message_bytes, check_crc, base_offset)
         if parsed is None:
             return
         end, magic, codec, start = parsed
         offset = base_offset + pos
         if codec == CODEC_NONE:
-            yield Message(offset, base_offset + end, bytes(view[start:end]), codec, magic)
+            yield Message(offset, base_offset + end, data[start:end], codec, magic)
         else:
-            inner = _decompress(codec, view[start:end], offset)
+            inner = _decompress(codec, data[start:end], offset)
             yield from _inner_messages(inner, offset, base_offset + end, codec, check_crc)
         pos = end
