@@ -1,0 +1,492 @@
+"""One partition's log on disk: append, roll, flush, retention, recovery.
+
+A :class:`PartitionLog` is owned by the writer process of its log dir; it is
+not thread safe, and no other process writes its files. Request handlers in
+other processes never hold one: they read what the writer publishes (log end
+offset, segment bases) and read segment files directly, so every byte below the
+log end offset stays in place until retention deletes its whole segment.
+
+Files, under ``<log dir>/<topic>_<partition>/``:
+
+- ``partition.json``: topic, partition, partition count and the topic config
+  overrides as strings, written atomically at creation before any segment.
+- ``<20-digit base offset>.kafka``: segments. Only the last (active) one is
+  appended to; a segment with base ``b`` holds the entry at offset ``o`` at file
+  position ``o - b`` (log-format.md).
+
+Appends go to the page cache with ``os.write``; durability comes from the flush
+policy (``flush.messages`` / ``flush.ms``), which the writer drives with
+:meth:`PartitionLog.flush_due` and :meth:`PartitionLog.flush`. After a crash,
+:meth:`PartitionLog.open` with ``recover=True`` scans the segments and cuts the
+log at the first invalid entry.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterator, Mapping
+
+from hostbroker.errors import (ErrorCode, HostbrokerError, OffsetOutOfRangeError,
+                               StorageError)
+from hostbroker.log.config import LogConfig
+from hostbroker.log.message import LENGTH_SIZE, scan_valid_prefix
+from hostbroker.log.segments import (locate, parse_segment_filename, partition_dirname,
+                                     segment_filename)
+
+log = logging.getLogger(__name__)
+
+PARTITION_FILE = "partition.json"
+DELETED_MARKER = ".deleted-"
+# Recovery reads segments in chunks this large (or one entry's worth when the
+# max message size is larger), so a 1 GiB segment never sits in memory.
+RECOVERY_CHUNK_BYTES = 4 * 1024 * 1024
+
+_APPEND_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC
+
+Clock = Callable[[], int]
+
+
+def wall_clock_ms() -> int:
+    """Milliseconds since the epoch; the default clock."""
+    return time.time_ns() // 1_000_000
+
+
+@contextlib.contextmanager
+def storage_errors(what: str) -> Iterator[None]:
+    """Turn an OSError in the block into a one-line StorageError about ``what``."""
+    try:
+        yield
+    except OSError as exc:
+        raise StorageError(f"{what}: {exc.strerror or exc}") from exc
+
+
+def fsync_dir(path: str) -> None:
+    """Make the directory entries of ``path`` (creations, renames, unlinks) durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_file_atomically(path: str, data: bytes) -> None:
+    """Replace ``path`` with ``data`` so that a crash leaves the old or the new file."""
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.rename(tmp, path)
+    fsync_dir(os.path.dirname(path) or ".")
+
+
+def valid_segment_length(path: str, max_message_bytes: int) -> int:
+    """Return how many bytes at the start of a segment file are whole valid entries.
+
+    Reads in chunks, carrying an entry cut by a chunk boundary over to the next
+    read. A leftover that already holds a whole entry's worth of bytes without
+    validating is invalid, so the scan stops there.
+    """
+    chunk = max(RECOVERY_CHUNK_BYTES, max_message_bytes + LENGTH_SIZE)
+    valid = 0
+    carry = b""
+    with open(path, "rb", buffering=0) as segment:
+        while True:
+            data = segment.read(chunk)
+            if not data:
+                return valid
+            buf = carry + data if carry else data
+            length, _ = scan_valid_prefix(buf, max_message_bytes)
+            valid += length
+            carry = buf[length:]
+            if len(carry) >= max_message_bytes + LENGTH_SIZE:
+                return valid
+
+
+class PartitionLog:
+    """The segments of one partition, appended to by the writer that owns it.
+
+    Build with :meth:`create` or :meth:`open`; the constructor does no I/O.
+    """
+
+    def __init__(self, path: str, topic: str, partition: int, num_partitions: int,
+                 overrides: Mapping[str, str], config: LogConfig, clock: Clock,
+                 bases: list[int], log_end_offset: int, active_fd: int):
+        self._path = path
+        self._topic = topic
+        self._partition = partition
+        self._num_partitions = num_partitions
+        self._overrides = dict(overrides)
+        self._config = config
+        self._clock = clock
+        self._bases = bases
+        self._log_end = log_end_offset
+        self._fd: int | None = active_fd
+        # A clean open or a recovery leaves nothing unflushed.
+        self._flushed_offset = log_end_offset
+        self._unflushed_messages = 0
+        self._first_unflushed_ms: int | None = None
+
+    # ----------------------------------------------------------- construction
+
+    @classmethod
+    def create(cls, log_dir: str, topic: str, partition: int, num_partitions: int,
+               config_overrides: Mapping[str, str], defaults: LogConfig,
+               clock: Clock = wall_clock_ms) -> PartitionLog:
+        """Create ``<log_dir>/<topic>_<partition>/`` with partition.json and an empty segment.
+
+        Raises InvalidTopicError, ConfigError (bad overrides; nothing is written),
+        a HostbrokerError with TOPIC_ALREADY_EXISTS if the directory exists, and
+        StorageError when the disk fails.
+        """
+        name = partition_dirname(topic, partition)
+        if not 0 <= partition < num_partitions:
+            raise ValueError(f"partition {partition} is outside 0..{num_partitions - 1}")
+        config = defaults.with_overrides(config_overrides)
+        overrides = config.overrides_of(config_overrides)
+        path = os.path.join(log_dir, name)
+        with storage_errors(f"cannot create partition dir {path}"):
+            try:
+                os.mkdir(path)
+            except FileExistsError:
+                raise HostbrokerError(f"partition dir {path} already exists",
+                                      ErrorCode.TOPIC_ALREADY_EXISTS) from None
+            meta = {"topic": topic, "partition": partition, "partitions": num_partitions,
+                    "config": overrides}
+            write_file_atomically(os.path.join(path, PARTITION_FILE),
+                                  json.dumps(meta, sort_keys=True).encode())
+            fd = os.open(os.path.join(path, segment_filename(0)), _APPEND_FLAGS | os.O_CREAT, 0o644)
+            fsync_dir(path)
+            fsync_dir(log_dir)
+        return cls(path, topic, partition, num_partitions, overrides, config, clock, [0], 0, fd)
+
+    @classmethod
+    def open(cls, path: str, defaults: LogConfig, clock: Clock = wall_clock_ms,
+             recover: bool = True) -> PartitionLog:
+        """Open an existing partition dir for appending.
+
+        With ``recover`` every segment is scanned and the log is cut at the
+        first invalid entry (the file truncated there, later segments removed).
+        Without it the segments are trusted, unless their sizes do not line up
+        with their base offsets, in which case they are recovered anyway.
+        Raises StorageError for a missing or unreadable partition.json or a
+        failing disk.
+        """
+        meta_path = os.path.join(path, PARTITION_FILE)
+        with storage_errors(f"cannot read {meta_path}"):
+            with open(meta_path, "rb") as meta_file:
+                raw = meta_file.read()
+        try:
+            meta = json.loads(raw)
+            topic, partition = meta["topic"], meta["partition"]
+            num_partitions, overrides = meta["partitions"], meta["config"]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise StorageError(f"{meta_path} is not a valid partition file: {exc}") from None
+        config = defaults.with_overrides(overrides)
+        with storage_errors(f"cannot open partition {path}"):
+            bases, sizes = cls._list_segments(path)
+            contiguous = all(bases[i] + sizes[i] == bases[i + 1] for i in range(len(bases) - 1))
+            if not recover and not contiguous:
+                log.warning("%s: segment sizes do not match their base offsets; recovering", path)
+            if recover or not contiguous:
+                bases, sizes = cls._recover(path, bases, sizes, config.max_message_bytes)
+            fd = os.open(os.path.join(path, segment_filename(bases[-1])), _APPEND_FLAGS)
+        return cls(path, topic, partition, num_partitions, overrides, config, clock,
+                   bases, bases[-1] + sizes[-1], fd)
+
+    @staticmethod
+    def _list_segments(path: str) -> tuple[list[int], list[int]]:
+        bases = sorted(base for base in map(parse_segment_filename, os.listdir(path))
+                       if base is not None)
+        if not bases:
+            # Creation stopped between partition.json and the first segment.
+            os.close(os.open(os.path.join(path, segment_filename(0)),
+                             os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
+            fsync_dir(path)
+            bases = [0]
+        sizes = [os.stat(os.path.join(path, segment_filename(base))).st_size for base in bases]
+        return bases, sizes
+
+    @staticmethod
+    def _recover(path: str, bases: list[int], sizes: list[int],
+                 max_message_bytes: int) -> tuple[list[int], list[int]]:
+        for index, base in enumerate(bases):
+            segment = os.path.join(path, segment_filename(base))
+            valid = valid_segment_length(segment, max_message_bytes)
+            is_last = index == len(bases) - 1
+            if valid == sizes[index] and (is_last or base + valid == bases[index + 1]):
+                continue
+            log.warning("%s: valid data ends at offset %d; truncating %d bytes and removing %d "
+                        "later segments", path, base + valid, sizes[index] - valid,
+                        len(bases) - index - 1)
+            with open(segment, "r+b", buffering=0) as damaged:
+                damaged.truncate(valid)
+                os.fsync(damaged.fileno())
+            for later in bases[index + 1:]:
+                os.unlink(os.path.join(path, segment_filename(later)))
+            fsync_dir(path)
+            return bases[:index + 1], sizes[:index] + [valid]
+        return bases, sizes
+
+    # ------------------------------------------------------------- properties
+
+    @property
+    def topic(self) -> str:
+        return self._topic
+
+    @property
+    def partition(self) -> int:
+        return self._partition
+
+    @property
+    def num_partitions(self) -> int:
+        """How many partitions the topic had when this one was created."""
+        return self._num_partitions
+
+    @property
+    def path(self) -> str:
+        return self._path
+
+    @property
+    def config(self) -> LogConfig:
+        """The effective config: the broker defaults with this topic's overrides."""
+        return self._config
+
+    @property
+    def overrides(self) -> dict[str, str]:
+        """The topic config keys set for this topic, as persisted."""
+        return dict(self._overrides)
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._bases[0]
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._log_end
+
+    @property
+    def flushed_offset(self) -> int:
+        """Every byte below this offset is on disk (fdatasync'ed)."""
+        return self._flushed_offset
+
+    @property
+    def segment_bases(self) -> list[int]:
+        return list(self._bases)
+
+    def segment_path(self, base_offset: int) -> str:
+        return os.path.join(self._path, segment_filename(base_offset))
+
+    def segment_mtimes(self) -> list[tuple[int, int]]:
+        """Return (base offset, file mtime in ms) of every segment, oldest first."""
+        with storage_errors(f"cannot stat segments of {self._path}"):
+            return [(base, os.stat(self.segment_path(base)).st_mtime_ns // 1_000_000)
+                    for base in self._bases]
+
+    # ----------------------------------------------------------------- append
+
+    def _active_fd(self) -> int:
+        if self._fd is None:
+            raise StorageError(f"partition {self._path} is closed")
+        return self._fd
+
+    def append(self, message_set, message_count: int) -> tuple[int, int]:
+        """Append a validated message set whole; return (its base offset, new log end).
+
+        Rolls to a new segment first when the active one holds data and the set
+        would take it past ``segment.bytes``; a set larger than that goes whole
+        into a fresh segment. Raises StorageError if the disk fails, after
+        cutting off whatever part of the set reached the file.
+        """
+        view = memoryview(message_set).cast("B")
+        size = len(view)
+        base = self._log_end
+        if size == 0:
+            return base, base
+        fd = self._active_fd()
+        active_size = base - self._bases[-1]
+        if active_size > 0 and active_size + size > self._config.segment_bytes:
+            self._roll()
+            fd = self._fd
+        try:
+            written = 0
+            while written < size:
+                written += os.write(fd, view[written:])
+        except OSError as exc:
+            self._cut_failed_append(fd, base - self._bases[-1])
+            raise StorageError(f"cannot append to {self._path}: {exc.strerror or exc}") from exc
+        self._log_end = base + size
+        self._unflushed_messages += message_count
+        if self._first_unflushed_ms is None:
+            self._first_unflushed_ms = self._clock()
+        return base, self._log_end
+
+    def _cut_failed_append(self, fd: int, length: int) -> None:
+        try:
+            os.ftruncate(fd, length)
+        except OSError as exc:
+            # The log dir is failing anyway; a restart's recovery and truncate_to
+            # remove the unacknowledged bytes.
+            log.error("%s: cannot cut a failed append: %s", self._path, exc)
+
+    def _roll(self) -> None:
+        """Start a new active segment at the log end, after syncing the old one."""
+        old_fd = self._active_fd()
+        new_base = self._log_end
+        with storage_errors(f"cannot roll a segment in {self._path}"):
+            # Later flushes sync only the active segment, so the old one is made
+            # durable now, and the directory with it so that both entries exist.
+            os.fdatasync(old_fd)
+            new_fd = os.open(self.segment_path(new_base),
+                             _APPEND_FLAGS | os.O_CREAT | os.O_TRUNC, 0o644)
+            self._fd = new_fd
+            os.close(old_fd)
+            fsync_dir(self._path)
+        self._bases.append(new_base)
+        self._mark_flushed(new_base)
+
+    # ------------------------------------------------------------------ flush
+
+    def _mark_flushed(self, offset: int) -> None:
+        self._flushed_offset = offset
+        if offset >= self._log_end:
+            self._unflushed_messages = 0
+            self._first_unflushed_ms = None
+
+    @property
+    def unflushed_messages(self) -> int:
+        return self._unflushed_messages
+
+    def next_flush_deadline_ms(self) -> int | None:
+        """When unflushed data becomes due by ``flush.ms``; None if all is flushed."""
+        if self._first_unflushed_ms is None:
+            return None
+        return self._first_unflushed_ms + self._config.flush_ms
+
+    def flush_due(self, now_ms: int) -> bool:
+        """True when ``flush.messages`` messages or ``flush.ms`` of data are unflushed."""
+        if self._unflushed_messages >= self._config.flush_messages:
+            return True
+        deadline = self.next_flush_deadline_ms()
+        return deadline is not None and now_ms >= deadline
+
+    def flush(self) -> int:
+        """fdatasync what was appended since the last flush; return the flushed offset."""
+        if self._flushed_offset < self._log_end:
+            with storage_errors(f"cannot flush {self._path}"):
+                os.fdatasync(self._active_fd())
+        self._mark_flushed(self._log_end)
+        return self._flushed_offset
+
+    # -------------------------------------------------------------- retention
+
+    def enforce_retention(self, now_ms: int) -> list[int]:
+        """Delete whole old segments per log-format.md "Retention"; return their bases.
+
+        By time: the oldest segments whose mtime is more than ``retention.ms``
+        before ``now_ms``. If all of them qualify, a new empty segment is rolled
+        at the log end first, so the log end never moves backwards. By size:
+        the oldest segments while the partition is larger than
+        ``retention.bytes``. The active segment is never deleted.
+        """
+        deleted: list[int] = []
+        if self._config.retention_ms >= 0:
+            oldest_kept = now_ms - self._config.retention_ms
+            expired = 0
+            for _, mtime in self.segment_mtimes():
+                if mtime >= oldest_kept:
+                    break
+                expired += 1
+            if expired == len(self._bases):
+                if self._log_end > self._bases[-1]:
+                    self._roll()
+                expired = len(self._bases) - 1
+            deleted += self._delete_oldest(expired)
+        if self._config.retention_bytes >= 0:
+            excess = self._log_end - self._bases[0] - self._config.retention_bytes
+            count = 0
+            while count < len(self._bases) - 1 and excess > 0:
+                excess -= self._bases[count + 1] - self._bases[count]
+                count += 1
+            deleted += self._delete_oldest(count)
+        return deleted
+
+    def _delete_oldest(self, count: int) -> list[int]:
+        doomed, self._bases = self._bases[:count], self._bases[count:]
+        if doomed:
+            with storage_errors(f"cannot delete segments of {self._path}"):
+                for base in doomed:
+                    os.unlink(self.segment_path(base))
+                fsync_dir(self._path)
+        return doomed
+
+    # -------------------------------------------------------- truncate, close
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop every byte at and after ``offset``, durably.
+
+        For a writer restarting after a crash, to cut bytes it never
+        acknowledged. Raises OffsetOutOfRangeError outside [log start, log end].
+        """
+        if not self.log_start_offset <= offset <= self._log_end:
+            raise OffsetOutOfRangeError(
+                f"cannot truncate {self._path} to {offset}: outside "
+                f"[{self.log_start_offset}, {self._log_end}]")
+        if offset == self._log_end:
+            return
+        index = locate(self._bases, offset)
+        with storage_errors(f"cannot truncate {self._path}"):
+            os.close(self._active_fd())
+            self._fd = None
+            for base in self._bases[index + 1:]:
+                os.unlink(self.segment_path(base))
+            self._bases = self._bases[:index + 1]
+            self._fd = os.open(self.segment_path(self._bases[-1]), _APPEND_FLAGS)
+            os.ftruncate(self._fd, offset - self._bases[-1])
+            os.fsync(self._fd)
+            fsync_dir(self._path)
+        self._log_end = offset
+        self._mark_flushed(offset)
+
+    @property
+    def closed(self) -> bool:
+        return self._fd is None
+
+    def close(self, flush: bool = True) -> None:
+        """Flush (unless told not to) and close the active segment.
+
+        Closing twice does nothing.
+        """
+        if self._fd is None:
+            return
+        try:
+            if flush:
+                self.flush()
+        finally:
+            fd, self._fd = self._fd, None
+            with storage_errors(f"cannot close {self._path}"):
+                os.close(fd)
+
+    def delete(self) -> None:
+        """Remove the partition dir and everything in it.
+
+        The dir is first renamed to ``<name>.deleted-<ms>`` so that a crash
+        midway leaves a name LogDir.open recognises and finishes removing.
+        """
+        with storage_errors(f"cannot delete {self._path}"):
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+            doomed = f"{self._path}{DELETED_MARKER}{self._clock()}"
+            os.rename(self._path, doomed)
+            fsync_dir(os.path.dirname(self._path) or ".")
+            shutil.rmtree(doomed)
