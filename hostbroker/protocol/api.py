@@ -202,10 +202,8 @@ def decode_request_header(frame: Buffer) -> RequestHeader:
     """
     if len(frame) < _HEADER_FIXED.size:
         raise HeaderTooShortError(f"request header of {len(frame)} bytes has no correlation id")
-    reader = Reader(frame)
-    api_key = reader.int16()
-    api_version = reader.int16()
-    correlation_id = reader.int32()
+    api_key, api_version, correlation_id = _HEADER_FIXED.unpack_from(frame)
+    reader = Reader(frame, _HEADER_FIXED.size)
     client_id = reader.string()
     return RequestHeader(api_key, api_version, correlation_id, client_id, reader.position)
 

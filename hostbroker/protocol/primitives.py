@@ -27,6 +27,27 @@ _INT64 = struct.Struct(">q")
 NULL_LENGTH = -1
 
 
+def _int_reader(codec: struct.Struct, name: str) -> Callable[[Reader], int]:
+    """A Reader method for one int type, with the bounds check inline.
+
+    The int readers are most of the calls when decoding, so they skip the
+    extra call through ``Reader._need``.
+    """
+    size = codec.size
+    unpack_from = codec.unpack_from
+
+    def read(self: Reader) -> int:
+        position = self._pos
+        if position + size > self._end:
+            raise self._truncated(size, name)
+        self._pos = position + size
+        return unpack_from(self._view, position)[0]
+
+    read.__name__ = read.__qualname__ = name
+    read.__doc__ = f"A big-endian {name}."
+    return read
+
+
 class Reader:
     """Reads wire types from ``data`` starting at ``offset``.
 
@@ -34,7 +55,7 @@ class Reader:
     the caller keeps ``data`` unchanged.
     """
 
-    __slots__ = ("_view", "_pos")
+    __slots__ = ("_view", "_pos", "_end")
 
     def __init__(self, data: Buffer, offset: int = 0):
         view = memoryview(data)
@@ -44,6 +65,7 @@ class Reader:
             raise ProtocolError(f"offset {offset} outside a buffer of {len(view)} bytes")
         self._view = view
         self._pos = offset
+        self._end = len(view)
 
     @property
     def position(self) -> int:
@@ -51,29 +73,25 @@ class Reader:
 
     @property
     def remaining(self) -> int:
-        return len(self._view) - self._pos
+        return self._end - self._pos
+
+    def _truncated(self, n: int, what: str) -> ProtocolError:
+        return ProtocolError(
+            f"truncated {what}: needs {n} bytes at {self._pos}, {self._end - self._pos} left"
+        )
 
     def _need(self, n: int, what: str) -> int:
         """Claim the next ``n`` bytes and return where they start."""
         start = self._pos
-        if n > len(self._view) - start:
-            raise ProtocolError(
-                f"truncated {what}: needs {n} bytes at {start}, {len(self._view) - start} left"
-            )
+        if n > self._end - start:
+            raise self._truncated(n, what)
         self._pos = start + n
         return start
 
-    def int8(self) -> int:
-        return _INT8.unpack_from(self._view, self._need(1, "int8"))[0]
-
-    def int16(self) -> int:
-        return _INT16.unpack_from(self._view, self._need(2, "int16"))[0]
-
-    def int32(self) -> int:
-        return _INT32.unpack_from(self._view, self._need(4, "int32"))[0]
-
-    def int64(self) -> int:
-        return _INT64.unpack_from(self._view, self._need(8, "int64"))[0]
+    int8 = _int_reader(_INT8, "int8")
+    int16 = _int_reader(_INT16, "int16")
+    int32 = _int_reader(_INT32, "int32")
+    int64 = _int_reader(_INT64, "int64")
 
     def _claim_sized(self, length: int, what: str) -> int | None:
         """Claim a length-prefixed value's bytes; None for the null length -1."""
