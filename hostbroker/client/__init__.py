@@ -1,0 +1,24 @@
+"""The Python client of hostbroker, on top of the sans-IO ``hostbroker.protocol``.
+
+- ``connection``  BrokerConnection: one blocking socket (TCP or Unix), pipelined
+                  requests answered in order; parse_uri
+- ``simple``      SimpleClient: one method per API, one request at a time
+- ``errors``      BrokerError (an error code from the broker),
+                  ConnectionClosedError
+
+Producers and consumers with batching, partitioners and groups build on
+``BrokerConnection`` (DESIGN.md, "Clients").
+"""
+
+from hostbroker.client.connection import BrokerConnection, connect, parse_uri
+from hostbroker.client.errors import BrokerError, ConnectionClosedError
+from hostbroker.client.simple import SimpleClient
+
+__all__ = [
+    "BrokerConnection",
+    "BrokerError",
+    "ConnectionClosedError",
+    "SimpleClient",
+    "connect",
+    "parse_uri",
+]

@@ -1,0 +1,293 @@
+"""One blocking connection to a broker, over TCP or a Unix socket.
+
+:class:`BrokerConnection` owns a socket and the order of its answers. Requests
+may be pipelined: ``send`` as many as wanted, then ``receive`` their answers
+in the order sent (the broker answers a connection in the order it received
+its requests; a PRODUCE with ``acks = 0`` has no answer and holds no place).
+A FIFO of pending ``(correlation_id, api_key)`` tells ``receive`` how to
+decode the next frame and which correlation id it must carry. Bound the
+number in flight: a broker whose answers fill the socket buffers stops
+reading until the client reads, and a client that only sends then waits too.
+
+An answer of exactly 6 bytes is an error frame (no normal answer is that
+short, see :mod:`hostbroker.protocol.api`): the broker could not decode the
+request and closes the connection, so ``receive`` closes it too and raises
+:class:`BrokerError` with the code.
+
+After any failure mid-stream (an error frame, a timeout, bytes that do not
+decode, a correlation id out of order) the connection is closed rather than
+resynchronised: nothing after a broken frame can be trusted. ``connect()``
+opens a fresh one.
+
+The connection is not thread safe; give each thread its own.
+"""
+
+from __future__ import annotations
+
+import collections
+import socket
+import struct
+from typing import Any, NamedTuple
+
+from hostbroker.client.errors import BrokerError, ConnectionClosedError
+from hostbroker.errors import ProtocolError
+from hostbroker.protocol import api
+
+DEFAULT_TIMEOUT = 30.0
+DEFAULT_CLIENT_ID = "hostbroker-python"
+# Larger than any fetch answer a sane max_bytes gives; guards the allocation
+# against a corrupt size.
+DEFAULT_MAX_RESPONSE_BYTES = 1 << 30
+
+_SIZE = struct.Struct(">i")
+# Small answers are read many at a time into this buffer; a large one goes
+# straight into its own frame buffer.
+_INPUT_BUFFER_BYTES = 64 * 1024
+
+_URI_FORMS = "tcp://HOST:PORT, unix:///ABS/PATH or unix://./REL/PATH"
+
+
+def parse_uri(uri: str) -> tuple[socket.AddressFamily, str | tuple[str, int]]:
+    """``(family, address)`` for a broker URI, ready for ``socket.connect``.
+
+    ``tcp://HOST:PORT`` (an IPv6 literal in brackets: ``tcp://[::1]:9092``),
+    ``unix:///ABS/PATH``, or ``unix://./REL/PATH`` (relative to the current
+    directory). Raises ValueError for anything else.
+    """
+    scheme, separator, rest = uri.partition("://")
+    if separator and scheme == "tcp":
+        host, colon, port = rest.rpartition(":")
+        family = socket.AF_INET
+        if host.startswith("[") and host.endswith("]"):
+            host, family = host[1:-1], socket.AF_INET6
+        if colon and host and "/" not in rest and port.isdigit() and 0 < int(port) < 65536:
+            return family, (host, int(port))
+    elif separator and scheme == "unix":
+        if rest.startswith(("/", "./")) and rest not in ("/", "./"):
+            return socket.AF_UNIX, rest
+    raise ValueError(f"bad broker URI {uri!r}: expected {_URI_FORMS}")
+
+
+class _Pending(NamedTuple):
+    correlation_id: int
+    api_key: api.ApiKey
+    # How long the broker may rightly hold the answer (long-poll fetch,
+    # acks=-1 produce), on top of the connection's timeout.
+    broker_wait: float
+
+
+def _broker_wait(request: api.Request) -> float:
+    if isinstance(request, api.FetchRequest):
+        return max(request.max_wait_ms, 0) / 1000
+    if isinstance(request, api.ProduceRequest):
+        return max(request.timeout_ms, 0) / 1000
+    return 0.0
+
+
+class BrokerConnection:
+    """A blocking connection; no I/O until :meth:`connect`.
+
+    ``timeout`` bounds each connect, send and wait for an answer (plus the
+    time a request lets the broker hold its answer). Usable as a context
+    manager, which connects if needed and closes on exit.
+    """
+
+    def __init__(
+        self,
+        uri: str,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        client_id: str | None = DEFAULT_CLIENT_ID,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+    ):
+        self.uri = uri
+        self.family, self.address = parse_uri(uri)
+        self.timeout = timeout
+        self.client_id = client_id
+        self.max_response_bytes = max_response_bytes
+        self._sock: socket.socket | None = None
+        self._pending: collections.deque[_Pending] = collections.deque()
+        self._next_correlation_id = 0
+        self._input = bytearray(_INPUT_BUFFER_BYTES)
+        self._input_view = memoryview(self._input)
+        self._start = 0  # unread input is self._input[self._start:self._end]
+        self._end = 0
+
+    def __repr__(self) -> str:
+        state = "connected" if self.connected else "closed"
+        return f"<BrokerConnection {self.uri} {state}, {len(self._pending)} pending>"
+
+    @property
+    def connected(self) -> bool:
+        return self._sock is not None
+
+    @property
+    def pending(self) -> int:
+        """Requests sent whose answers have not been received."""
+        return len(self._pending)
+
+    def connect(self) -> BrokerConnection:
+        """Open the socket (closing any earlier one and forgetting its pending requests)."""
+        self.close()
+        if self.family == socket.AF_UNIX:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                sock.settimeout(self.timeout)
+                sock.connect(self.address)
+            except BaseException:
+                sock.close()
+                raise
+        else:
+            # Resolves the host name and tries each address it has.
+            sock = socket.create_connection(self.address, timeout=self.timeout)
+            # Requests are whole frames written at once; Nagle would only
+            # hold back the next small one.
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._sock = sock
+        return self
+
+    def close(self) -> None:
+        """Close the socket; pending answers are lost. Safe to call twice."""
+        sock, self._sock = self._sock, None
+        self._pending.clear()
+        self._start = self._end = 0
+        if sock is not None:
+            sock.close()
+
+    def __enter__(self) -> BrokerConnection:
+        if not self.connected:
+            self.connect()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _set_timeout(self, sock: socket.socket, timeout: float) -> None:
+        # Each settimeout() is a system call; most requests keep the last one.
+        if sock.gettimeout() != timeout:
+            sock.settimeout(timeout)
+
+    def _socket(self) -> socket.socket:
+        if self._sock is None:
+            raise ConnectionClosedError(f"connection to {self.uri} is closed")
+        return self._sock
+
+    def send(self, request: api.Request) -> int:
+        """Send ``request`` and return its correlation id, without waiting for the answer."""
+        sock = self._socket()
+        correlation_id = self._next_correlation_id
+        self._next_correlation_id = (correlation_id + 1) & 0x7FFFFFFF
+        frame = api.encode_request(request, correlation_id, self.client_id)
+        try:
+            self._set_timeout(sock, self.timeout)
+            sock.sendall(frame)
+        except ConnectionError as exc:
+            self.close()
+            raise ConnectionClosedError(f"connection to {self.uri} lost: {exc}") from exc
+        except OSError:
+            # Part of the frame may be out: the stream is unusable.
+            self.close()
+            raise
+        if not (isinstance(request, api.ProduceRequest) and request.acks == 0):
+            self._pending.append(_Pending(correlation_id, request.API_KEY, _broker_wait(request)))
+        return correlation_id
+
+    def receive(self, api_key: int | None = None) -> api.Response:
+        """The answer to the oldest pending request.
+
+        ``api_key``, if given, must be that request's (a check on the caller's
+        bookkeeping). Raises BrokerError for an error frame,
+        ConnectionClosedError when the connection is or gets closed,
+        ProtocolError for an answer that does not decode or is out of order,
+        TimeoutError; after any of these the connection is closed.
+        """
+        self._socket()
+        if not self._pending:
+            raise RuntimeError("receive() without a pending request")
+        expected = self._pending[0]
+        if api_key is not None and api_key != expected.api_key:
+            raise ValueError(
+                f"the next answer is to {expected.api_key.name}, not {api.ApiKey(api_key).name}"
+            )
+        self._pending.popleft()
+        try:
+            frame = self._read_frame(self.timeout + expected.broker_wait)
+            if api.is_error_frame(frame):
+                correlation_id, code = api.decode_error_frame(frame)
+                raise BrokerError(
+                    code, f"request {correlation_id} refused, connection closed by the broker"
+                )
+            correlation_id, response = api.decode_response(expected.api_key, frame)
+            if correlation_id != expected.correlation_id:
+                raise ProtocolError(
+                    f"answer carries correlation id {correlation_id},"
+                    f" expected {expected.correlation_id}"
+                )
+        except BaseException:
+            self.close()
+            raise
+        return response
+
+    def request(self, request: api.Request) -> api.Response | None:
+        """Send ``request`` and wait for its answer (None for a PRODUCE with acks=0).
+
+        Raises RuntimeError while earlier answers are pending: their order
+        belongs to whoever pipelined them.
+        """
+        if self._pending:
+            raise RuntimeError(f"request() with {len(self._pending)} answers pending")
+        self.send(request)
+        if isinstance(request, api.ProduceRequest) and request.acks == 0:
+            return None
+        return self.receive()
+
+    # Reading frames.
+
+    def _read_frame(self, timeout: float) -> bytearray:
+        """The next frame without its size prefix, in a buffer of its own.
+
+        Its own buffer, because decoded message sets are views into it and
+        must stay valid after the next answer is read.
+        """
+        sock = self._socket()
+        self._set_timeout(sock, timeout)
+        self._fill(_SIZE.size)
+        (size,) = _SIZE.unpack_from(self._input, self._start)
+        self._start += _SIZE.size
+        if not 0 <= size <= self.max_response_bytes:
+            raise ProtocolError(f"answer of {size} bytes (limit {self.max_response_bytes})")
+        frame = bytearray(size)
+        buffered = min(size, self._end - self._start)
+        frame[:buffered] = self._input_view[self._start : self._start + buffered]
+        self._start += buffered
+        view = memoryview(frame)[buffered:]
+        while view:
+            view = view[self._recv_into(sock, view) :]
+        return frame
+
+    def _fill(self, n: int) -> None:
+        """Have at least ``n`` bytes (n is small) in the input buffer."""
+        if self._end - self._start >= n:
+            return
+        if self._start:
+            unread = self._end - self._start
+            # Fewer than n bytes: a copy through bytes() costs nothing and
+            # keeps the overlapping move well defined.
+            self._input[:unread] = bytes(self._input_view[self._start : self._end])
+            self._start, self._end = 0, unread
+        while self._end - self._start < n:
+            self._end += self._recv_into(self._socket(), self._input_view[self._end :])
+
+    def _recv_into(self, sock: socket.socket, view: memoryview) -> int:
+        try:
+            received = sock.recv_into(view)
+        except ConnectionError as exc:
+            raise ConnectionClosedError(f"connection to {self.uri} lost: {exc}") from exc
+        if not received:
+            raise ConnectionClosedError(f"connection to {self.uri} closed by the broker")
+        return received
+
+
+def connect(uri: str, **options: Any) -> BrokerConnection:
+    """A connected :class:`BrokerConnection` (options as for its constructor)."""
+    return BrokerConnection(uri, **options).connect()
