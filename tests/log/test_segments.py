@@ -1,5 +1,5 @@
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hostbroker.errors import ErrorCode, HostbrokerError, InvalidTopicError, OffsetOutOfRangeError
@@ -16,6 +16,7 @@ def test_segment_filename():
 
 
 @given(st.integers(0, 10**20 - 1))
+@settings(deadline=None)
 def test_segment_filename_round_trip(base):
     assert parse_segment_filename(segment_filename(base)) == base
 
