@@ -6,6 +6,7 @@ declarations, so that a mistake in those declarations shows up as a failure.
 
 from __future__ import annotations
 
+from hypothesis import settings
 from hypothesis import strategies as st
 
 from hostbroker.errors import ErrorCode
@@ -38,6 +39,10 @@ from hostbroker.protocol import (
     TopicConfigEntry,
     MetadataTopic,
 )
+
+# Timing belongs to the benchmarks; a loaded test machine must not fail a
+# property test for being slow.
+NO_DEADLINE = settings(deadline=None)
 
 int16s = st.integers(-(2**15), 2**15 - 1)
 int32s = st.integers(-(2**31), 2**31 - 1)

@@ -47,7 +47,7 @@ from hostbroker.protocol import (
     peek_produce_acks,
 )
 
-from tests.protocol.strategies import requests, responses_by_api
+from tests.protocol.strategies import NO_DEADLINE, requests, responses_by_api
 from tests.protocol.wire import array, data, i16, i32, i64, request_frame, sized, string
 
 # (request, expected body bytes written from protocol.md)
@@ -150,6 +150,7 @@ def test_response_bytes_match_the_spec(api_key, response, body):
     assert decode_response(api_key, frame) == (-7, response)
 
 
+@NO_DEADLINE
 @given(requests)
 def test_every_request_round_trips(request_):
     frame = encode_request(request_, 1234, "c")
@@ -158,6 +159,7 @@ def test_every_request_round_trips(request_):
     assert header.correlation_id == 1234
 
 
+@NO_DEADLINE
 @given(responses_by_api)
 def test_every_response_round_trips(api_and_response):
     api_key, response = api_and_response

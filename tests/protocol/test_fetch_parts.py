@@ -13,7 +13,7 @@ from hostbroker.protocol import (
     encode_response,
 )
 
-from tests.protocol.strategies import error_codes, int32s, int64s, message_sets, names
+from tests.protocol.strategies import NO_DEADLINE, error_codes, int32s, int64s, message_sets, names
 
 
 def interleave(headers, message_sets):
@@ -23,6 +23,7 @@ def interleave(headers, message_sets):
     return bytes(out)
 
 
+@NO_DEADLINE
 @given(
     int32s,
     st.lists(st.tuples(names, int32s, error_codes, int64s, message_sets), max_size=5),

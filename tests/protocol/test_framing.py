@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from hostbroker.errors import ErrorCode, ProtocolError
 from hostbroker.protocol import FrameReader, FrameTooLargeError
 
+from tests.protocol.strategies import NO_DEADLINE
 from tests.protocol.wire import i16, i32, sized
 
 
@@ -31,6 +32,7 @@ def test_empty_frame_and_several_frames_in_one_feed():
     assert reader.next_frame() is None
 
 
+@NO_DEADLINE
 @given(st.lists(st.binary(max_size=40), max_size=8), st.integers(1, 30))
 def test_any_chunking_gives_the_same_frames(frames, chunk):
     stream = b"".join(map(sized, frames))

@@ -7,9 +7,10 @@ from hypothesis import strategies as st
 from hostbroker.errors import ErrorCode, ProtocolError
 from hostbroker.protocol.primitives import Reader, Writer
 
-from tests.protocol.strategies import int16s, int32s, int64s
+from tests.protocol.strategies import NO_DEADLINE, int16s, int32s, int64s
 
 
+@NO_DEADLINE
 @given(st.integers(-128, 127), int16s, int32s, int64s, st.none() | st.text(), st.none() | st.binary())
 def test_writer_and_reader_agree(i8, i16, i32, i64, text, data):
     writer = Writer()
