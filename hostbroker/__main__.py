@@ -1,0 +1,5 @@
+import sys
+
+from hostbroker.cli import main
+
+sys.exit(main())

@@ -1,0 +1,53 @@
+"""The ``hostbroker`` command: one entry point, one subcommand per job.
+
+``serve`` runs the broker; the client-side commands (topics, produce, consume,
+perf, top, dump-log) live in their own modules and are registered here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from hostbroker import __version__
+from hostbroker.config import Config, help_text
+from hostbroker.errors import ConfigError
+
+
+def _serve(args: argparse.Namespace) -> int:
+    try:
+        config = Config.load(args.config, args.set or ())
+    except ConfigError as e:
+        print(f"hostbroker: {e}", file=sys.stderr)
+        return 2
+    from hostbroker.workers.supervisor import serve
+
+    return serve(config)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="hostbroker", description="A persistent, partitioned, replayable log broker.")
+    parser.add_argument("--version", action="version", version=f"hostbroker {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser(
+        "serve", help="run the broker in the foreground",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Run the broker until SIGTERM/SIGINT (graceful: answers in-flight "
+                    "requests, flushes, writes the clean-shutdown marker, exits 0).",
+        epilog="configuration keys (TOML file or --set KEY=VALUE, later wins):\n" + help_text())
+    serve.add_argument("--config", metavar="FILE", help="TOML configuration file")
+    serve.add_argument("--set", metavar="KEY=VALUE", action="append",
+                       help="set one configuration key (repeatable)")
+    serve.set_defaults(func=_serve)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

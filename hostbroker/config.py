@@ -1,0 +1,254 @@
+"""Broker settings: every key declared once, with type, default and meaning.
+
+``SETTINGS`` is the single declaration. ``hostbroker serve --help``, the table
+in ``docs/configuration.md`` (``python -m hostbroker.config``) and validation
+all come from it. A :class:`Config` is built from a TOML file plus
+``--set key=value`` overrides (later wins) and refuses, with one line naming
+the key, an unknown key or a value of the wrong type or range.
+
+Checks that need the machine (log dirs usable, listeners bindable) are done by
+the supervisor at start; this module does no I/O beyond reading the TOML file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from hostbroker.errors import ConfigError
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    key: str
+    type: type
+    default: Any
+    doc: str
+    check: Callable[[Any], str | None] | None = None  # returns a problem or None
+    kind: str = "scalar"  # "scalar" or "list" (comma-separated string or TOML array)
+
+
+def _at_least(n: int) -> Callable[[Any], str | None]:
+    return lambda v: None if v >= n else f"must be at least {n}"
+
+
+def _between(lo: int, hi: int) -> Callable[[Any], str | None]:
+    return lambda v: None if lo <= v <= hi else f"must be between {lo} and {hi}"
+
+
+def _minus_one_or_at_least(n: int) -> Callable[[Any], str | None]:
+    return lambda v: None if v == -1 or v >= n else f"must be -1 or at least {n}"
+
+
+def _power_of_two_at_least(n: int) -> Callable[[Any], str | None]:
+    return lambda v: (None if v >= n and v & (v - 1) == 0
+                      else f"must be a power of two, at least {n}")
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("broker.id", int, 0, "This broker's id, unique in a cluster.", _between(0, 2**31 - 1)),
+    Setting("listeners", str, "tcp://127.0.0.1:9092,unix://./data/hostbroker.sock",
+            "TCP and/or Unix sockets to serve: tcp://HOST:PORT, unix://PATH.", kind="list"),
+    Setting("log.dirs", str, "./data/logs",
+            "Log dirs, normally one per disk; one writer process each.", kind="list"),
+    Setting("num.processors", int, 2, "Network processor processes.", _between(1, 256)),
+    Setting("num.handlers", int, 2, "Request handler processes.", _between(1, 256)),
+    Setting("num.partitions", int, 1, "Partitions of an auto-created topic.", _between(1, 100000)),
+    Setting("auto.create.topics.enable", bool, True,
+            "Create an unknown topic on its first produce."),
+    Setting("log.segment.bytes", int, 1073741824, "Roll a new segment past this size.",
+            _between(64, 2**31 - 1)),
+    Setting("log.retention.hours", int, 168, "Delete segments older than this.",
+            _minus_one_or_at_least(0)),
+    Setting("log.retention.bytes", int, -1,
+            "Delete the oldest segments while a partition is larger (-1: unlimited).",
+            _minus_one_or_at_least(0)),
+    Setting("log.retention.check.interval.ms", int, 300000, "How often retention runs.",
+            _at_least(1)),
+    Setting("log.flush.interval.messages", int, 10000,
+            "fdatasync a partition after this many messages.", _at_least(1)),
+    Setting("log.flush.interval.ms", int, 1000,
+            "fdatasync a partition's unflushed data at least this often.", _at_least(1)),
+    Setting("message.max.bytes", int, 1000000, "Largest entry (length field) accepted.",
+            _between(6, 2**31 - 1)),
+    Setting("socket.request.max.bytes", int, 104857600, "Largest request frame accepted.",
+            _between(64, 2**31 - 1)),
+    Setting("max.connections", int, 10000,
+            "Connections beyond this are closed at once.", _at_least(1)),
+    Setting("zookeeper.connect", str, "", "host:port[,host:port...][/chroot]; empty = standalone."),
+    # Limits and sizes of this implementation (all enforced).
+    Setting("max.in.flight.requests.per.connection", int, 1000,
+            "A processor stops reading a connection with this many unanswered requests.",
+            _at_least(1)),
+    Setting("max.partitions", int, 65536,
+            "Slots in the shared partition table: the most partitions this broker holds.",
+            _between(1, 1 << 24)),
+    Setting("max.partitions.per.topic", int, 10000, "Most partitions one topic may have.",
+            _at_least(1)),
+    Setting("ring.bytes", int, 16 * 1024 * 1024,
+            "Capacity of each shared-memory ring between two workers.",
+            _power_of_two_at_least(65536)),
+    Setting("fetch.max.wait.ms", int, 300000,
+            "Longest long-poll a FETCH may ask for (max_wait_ms is capped to it).", _at_least(0)),
+    Setting("fetch.max.parked", int, 10000,
+            "Most long-poll fetches one handler holds; beyond it they are answered at once.",
+            _at_least(0)),
+    Setting("segment.fd.cache.size", int, 256,
+            "Open segment files each processor keeps for sendfile.", _at_least(1)),
+    Setting("worker.heartbeat.timeout.ms", int, 30000,
+            "A worker silent this long is killed and replaced.", _at_least(100)),
+    Setting("worker.boot.timeout.ms", int, 600000,
+            "How long a worker may take to start (writers recover their logs first).",
+            _at_least(100)),
+    Setting("shutdown.timeout.ms", int, 30000,
+            "How long a graceful shutdown waits for in-flight work.", _at_least(0)),
+)
+
+SETTINGS_BY_KEY: dict[str, Setting] = {s.key: s for s in SETTINGS}
+
+
+def _coerce(setting: Setting, value: Any) -> Any:
+    """Turn a TOML value or a ``--set`` string into the setting's type."""
+    key = setting.key
+    if setting.kind == "list":
+        if isinstance(value, list):
+            if not all(isinstance(v, str) for v in value):
+                raise ConfigError(f"{key}: expected a list of strings")
+            return ",".join(value)
+        if not isinstance(value, str):
+            raise ConfigError(f"{key}: expected a string, got {value!r}")
+        return value
+    if setting.type is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"
+        raise ConfigError(f"{key}: expected true or false, got {value!r}")
+    if setting.type is int:
+        if isinstance(value, bool):
+            raise ConfigError(f"{key}: expected an integer, got {value!r}")
+        if isinstance(value, int):
+            return value
+        if isinstance(value, str):
+            try:
+                return int(value.strip(), 10)
+            except ValueError:
+                pass
+        raise ConfigError(f"{key}: expected an integer, got {value!r}")
+    if not isinstance(value, str):
+        raise ConfigError(f"{key}: expected a string, got {value!r}")
+    return value
+
+
+def _flatten(table: Mapping[str, Any], prefix: str = "") -> Iterable[tuple[str, Any]]:
+    """TOML ``[log] dirs = ...`` and ``"log.dirs" = ...`` both name ``log.dirs``."""
+    for k, v in table.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and key not in SETTINGS_BY_KEY:
+            yield from _flatten(v, key + ".")
+        else:
+            yield key, v
+
+
+class Config:
+    """Validated settings. ``config["log.dirs"]`` and typed accessors."""
+
+    def __init__(self, values: Mapping[str, Any]):
+        self._values = dict(values)
+
+    @classmethod
+    def build(cls, file_values: Mapping[str, Any] | None = None,
+              overrides: Iterable[str] = ()) -> "Config":
+        values = {s.key: s.default for s in SETTINGS}
+        for key, raw in _flatten(file_values or {}):
+            values[key] = cls._checked(key, raw)
+        for item in overrides:
+            key, sep, raw = item.partition("=")
+            key = key.strip()
+            if not sep:
+                raise ConfigError(f"--set {item!r}: expected KEY=VALUE")
+            values[key] = cls._checked(key, raw)
+        return cls(values)
+
+    @classmethod
+    def load(cls, path: str | None, overrides: Iterable[str] = ()) -> "Config":
+        file_values: dict[str, Any] = {}
+        if path:
+            try:
+                with open(path, "rb") as f:
+                    file_values = tomllib.load(f)
+            except OSError as e:
+                raise ConfigError(f"config file {path}: {e.strerror}") from None
+            except tomllib.TOMLDecodeError as e:
+                raise ConfigError(f"config file {path}: {e}") from None
+        return cls.build(file_values, overrides)
+
+    @staticmethod
+    def _checked(key: str, raw: Any) -> Any:
+        setting = SETTINGS_BY_KEY.get(key)
+        if setting is None:
+            raise ConfigError(f"{key}: unknown configuration key")
+        value = _coerce(setting, raw)
+        if setting.check is not None:
+            problem = setting.check(value)
+            if problem:
+                raise ConfigError(f"{key}: {problem} (got {value!r})")
+        if setting.kind == "list" and not split_list(value):
+            raise ConfigError(f"{key}: must name at least one entry")
+        return value
+
+    def __getitem__(self, key: str) -> Any:
+        return self._values[key]
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self._values)
+
+    @property
+    def log_dirs(self) -> list[str]:
+        return split_list(self["log.dirs"])
+
+    @property
+    def listeners(self) -> list[str]:
+        return split_list(self["listeners"])
+
+    def log_defaults(self):
+        """The broker-wide defaults of every topic's log config."""
+        from hostbroker.log.config import LogConfig
+
+        hours = self["log.retention.hours"]
+        return LogConfig(
+            segment_bytes=self["log.segment.bytes"],
+            retention_ms=-1 if hours == -1 else hours * 3600 * 1000,
+            retention_bytes=self["log.retention.bytes"],
+            flush_messages=self["log.flush.interval.messages"],
+            flush_ms=self["log.flush.interval.ms"],
+            max_message_bytes=self["message.max.bytes"],
+        )
+
+
+def split_list(value: str) -> list[str]:
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+def help_text() -> str:
+    """The settings as a plain-text list, for ``--help``."""
+    lines = []
+    for s in SETTINGS:
+        lines.append(f"  {s.key} (default {s.default!r})\n      {s.doc}")
+    return "\n".join(lines)
+
+
+def markdown_table() -> str:
+    """The settings as the Markdown table of docs/configuration.md."""
+    rows = ["| key | type | default | meaning |", "|---|---|---|---|"]
+    for s in SETTINGS:
+        typename = "list" if s.kind == "list" else s.type.__name__
+        default = str(s.default).lower() if s.type is bool else s.default
+        rows.append(f"| `{s.key}` | {typename} | `{default}` | {s.doc} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    print(markdown_table())

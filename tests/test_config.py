@@ -1,0 +1,58 @@
+import pytest
+
+from hostbroker.config import SETTINGS, Config, markdown_table
+from hostbroker.errors import ConfigError
+
+
+def test_defaults_match_operations_md():
+    c = Config.build()
+    assert c.listeners == ["tcp://127.0.0.1:9092", "unix://./data/hostbroker.sock"]
+    assert c.log_dirs == ["./data/logs"]
+    assert c["num.processors"] == 2 and c["num.handlers"] == 2
+    assert c["log.segment.bytes"] == 1073741824
+    assert c["auto.create.topics.enable"] is True
+    assert c["zookeeper.connect"] == ""
+
+
+def test_file_then_set_later_wins(tmp_path):
+    p = tmp_path / "b.toml"
+    p.write_text('"broker.id" = 3\n[log]\ndirs = ["/a", "/b"]\n[num]\nhandlers = 4\n')
+    c = Config.load(str(p), ["num.handlers=5", "auto.create.topics.enable=false"])
+    assert c["broker.id"] == 3
+    assert c.log_dirs == ["/a", "/b"]
+    assert c["num.handlers"] == 5
+    assert c["auto.create.topics.enable"] is False
+
+
+@pytest.mark.parametrize("item, words", [
+    ("no.such.key=1", "no.such.key: unknown configuration key"),
+    ("num.handlers=two", "num.handlers: expected an integer"),
+    ("num.handlers=0", "num.handlers: must be between 1 and 256"),
+    ("auto.create.topics.enable=yes", "auto.create.topics.enable: expected true or false"),
+    ("ring.bytes=100000", "ring.bytes: must be a power of two"),
+    ("log.dirs=,", "log.dirs: must name at least one entry"),
+    ("broker.id", "expected KEY=VALUE"),
+])
+def test_bad_values_name_the_key(item, words):
+    with pytest.raises(ConfigError) as e:
+        Config.build(overrides=[item])
+    assert words in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_bad_toml_type_names_the_key(tmp_path):
+    p = tmp_path / "b.toml"
+    p.write_text('"num.partitions" = "many"\n')
+    with pytest.raises(ConfigError, match="num.partitions: expected an integer"):
+        Config.load(str(p))
+
+
+def test_missing_file_is_one_line():
+    with pytest.raises(ConfigError, match="config file /nonexistent.toml"):
+        Config.load("/nonexistent.toml")
+
+
+def test_docs_table_lists_every_setting():
+    table = markdown_table()
+    for s in SETTINGS:
+        assert f"`{s.key}`" in table
