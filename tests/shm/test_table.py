@@ -1,0 +1,180 @@
+import os
+import time
+from collections import namedtuple
+
+import pytest
+
+from hostbroker.shm.region import LayoutError
+from hostbroker.shm.table import (
+    AdminLock,
+    PartitionSlot,
+    PartitionState,
+    PartitionTable,
+    SlotLayout,
+    SlotTable,
+    TornSlotError,
+)
+from tests.shm.procutil import fork, kill, wait_ok
+
+
+@pytest.fixture
+def table(created):
+    return created(PartitionTable, "partitions", 16)
+
+
+def test_write_then_read(table):
+    assert table.read(0) == PartitionSlot(0, 0, 0, 0, 0, 0, 0, "")
+    table.write(5, state=PartitionState.ONLINE, partition=3, owner=2, name="töpic", start_offset=-1)
+    table.write(5, end_offset=2**62, flushed_offset=10, segment_generation=2**64 - 1)
+    assert table.read(5) == PartitionSlot(2, 3, 2, -1, 2**62, 10, 2**64 - 1, "töpic")
+    table.write(5, name="t")
+    assert table.read(5).name == "t"
+    assert table.state(5) == PartitionState.ONLINE
+
+
+def test_bad_writes(table):
+    with pytest.raises(ValueError):
+        table.write(0, name="x" * 257)
+    with pytest.raises(ValueError):
+        table.write(0, colour=1)
+    with pytest.raises(IndexError):
+        table.read(16)
+    table.write(0, name="é" * 128)  # 256 bytes of UTF-8 fit
+    assert table.read(0).name == "é" * 128
+
+
+def test_find_free_scan_and_generation(table):
+    assert table.find_free() == 0 and table.scan() == [] and table.generation == 0
+    for i in range(16):
+        table.write(i, state=PartitionState.CREATING, partition=i)
+    assert table.find_free() is None
+    table.write(7, state=PartitionState.FREE)
+    assert table.find_free() == 7
+    assert [i for i, _ in table.scan()] == [i for i in range(16) if i != 7]
+    assert table.bump_generation() == 1
+    assert PartitionTable.attach(table.name, readonly=True).generation == 1
+
+
+Pair = namedtuple("Pair", "state left right")
+PAIR_LAYOUT = SlotLayout(b"PAIR", Pair, [("state", "I"), ("_pad", "I"), ("left", "q"), ("right", "q")], slot_size=64)
+
+
+def test_a_generic_layout(names):
+    pairs = SlotTable.create(names("pairs"), 3, PAIR_LAYOUT)
+    pairs.write(2, state=1, left=-5, right=6)
+    assert SlotTable.attach(pairs.name, PAIR_LAYOUT).read(2) == Pair(1, -5, 6)
+    assert pairs.scan() == [(2, Pair(1, -5, 6))]
+    with pytest.raises(ValueError):
+        SlotLayout(b"BAD!", Pair, [("state", "I"), ("left", "q"), ("right", "q")], slot_size=64)  # left unaligned
+    with pytest.raises(ValueError):
+        SlotLayout(b"BAD!", Pair, [("state", "I"), ("_pad", "I"), ("left", "q")], slot_size=64)  # right missing
+    pairs.close()
+
+
+def test_attach_checks_the_layout(table):
+    with pytest.raises(LayoutError):
+        SlotTable.attach(table.name, PAIR_LAYOUT)
+    other = PartitionTable.attach(table.name)
+    table.write(1, partition=9)
+    assert other.read(1).partition == 9
+    other.close()
+
+
+def _write_pairs(name, seconds):
+    table = PartitionTable.attach(name)
+    deadline = time.monotonic() + seconds
+    value = 0
+    while time.monotonic() < deadline:
+        value += 1
+        table.write(1, start_offset=value, end_offset=value, flushed_offset=value, name=str(value))
+        for _ in range(value % 8):  # a writer does some work between writes
+            pass
+
+
+def test_readers_never_see_a_torn_slot_under_a_concurrent_writer(table):
+    pid = fork(_write_pairs, table.name, 0.5)
+    reads = changes = last = 0
+    while (status := os.waitpid(pid, os.WNOHANG)) == (0, 0):
+        slot = table.read(1)
+        assert slot.start_offset == slot.end_offset == slot.flushed_offset
+        assert slot.name == (str(slot.start_offset) if slot.start_offset else "")
+        assert slot.start_offset >= last
+        changes += slot.start_offset != last
+        last = slot.start_offset
+        reads += 1
+    assert os.waitstatus_to_exitcode(status[1]) == 0
+    assert changes > 100, f"the writer and the reader did not overlap: {reads} reads, last value {last}"
+
+
+def test_a_writer_that_died_mid_write_leaves_a_slot_to_repair(table):
+    table.write(2, state=PartitionState.ONLINE, end_offset=5)
+
+    def die_mid_write():
+        seq_at = (64 + 2 * table.slot_size) >> 3
+        table._u64[seq_at] += 1  # write started
+        table.write.__self__.layout.pack_field(table._buf, 64 + 2 * table.slot_size, "end_offset", 999)
+        os.kill(os.getpid(), 9)
+
+    pid = fork(die_mid_write)
+    os.waitpid(pid, 0)
+    with pytest.raises(TornSlotError):
+        table.read(2)
+    with pytest.raises(TornSlotError):
+        table.write(2, end_offset=6)
+    assert table.repair(2, end_offset=6)
+    assert table.read(2).end_offset == 6
+    assert not table.repair(2, end_offset=7)
+    assert table.read(2).end_offset == 7
+
+
+def test_read_is_fast(table):
+    table.write(3, state=PartitionState.ONLINE, name="a-topic-name", end_offset=10)
+    read = table.read
+    best = float("inf")
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(10_000):
+            read(3)
+        best = min(best, (time.perf_counter() - start) / 10_000)
+    print(f"PartitionTable.read: {best * 1e6:.2f} µs")
+    assert best < 10e-6  # target 2 µs; slack for a loaded test host
+
+
+@pytest.fixture
+def lock():
+    lock = AdminLock.create(timeout=2.0)
+    yield lock
+    lock.remove()
+
+
+def test_admin_lock_excludes_other_processes(lock):
+    def try_to_take(key):
+        other = AdminLock.attach(key, timeout=0.05)
+        with pytest.raises(TimeoutError):
+            other.acquire()
+
+    with lock:
+        wait_ok(fork(try_to_take, lock.key))
+    with AdminLock.attach(lock.key):
+        pass
+    with pytest.raises(RuntimeError):
+        lock.release()
+
+
+def test_admin_lock_is_freed_when_its_holder_is_killed(lock):
+    read_end, write_end = os.pipe()
+
+    def hold(key):
+        AdminLock.attach(key).acquire()
+        os.write(write_end, b"x")
+        time.sleep(60)
+
+    pid = fork(hold, lock.key)
+    assert os.read(read_end, 1) == b"x"
+    with pytest.raises(TimeoutError):
+        lock.acquire(timeout=0.05)
+    kill(pid)
+    lock.acquire(timeout=2)
+    lock.release()
+    os.close(read_end)
+    os.close(write_end)
