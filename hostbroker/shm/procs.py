@@ -1,0 +1,209 @@
+"""The process board: which worker runs in each slot, its liveness and counters.
+
+Owns: one shared table with a slot per worker process, plus broker-wide
+facts in the table header. The supervisor creates it; each worker writes its
+own slot's heartbeat, state and counters; a monitor (``hostbroker top``,
+started at any time) attaches read-only and takes :meth:`ProcessBoard.snapshot`.
+
+It is a :class:`~hostbroker.shm.table.SlotTable` of ``PROCESS_LAYOUT``. The
+table header's user words hold::
+
+    offset  size  field
+    32      8     start_time_ns    wall clock (time.time_ns) when the board was created
+    40      4     broker_state     BrokerState
+    44      4     supervisor_pid
+
+Worker slot (192 bytes)::
+
+    offset  size  field
+    0       8     seq              seqlock, used by set_worker only
+    8       4     state            WorkerState
+    12      4     kind             which kind of worker (numbers chosen by the caller)
+    16      4     index            which one of its kind
+    20      4     pid
+    24      8     epoch            bumped by the supervisor at each (re)start of the slot
+    32      8     heartbeat_ns     time.monotonic_ns() of the worker's last heartbeat
+    40      8     reserved
+    48      128   counters         16 x u64, indexes below
+
+Writers: the supervisor fills a slot with :meth:`~ProcessBoard.set_worker`
+(under the seqlock, so kind, index, pid and epoch are read together) only
+while no worker runs in it; from then on the worker alone stores its state,
+heartbeat and counters, each one aligned 8- or 4-byte store. Readers get each
+value whole, but counters read together may be from slightly different
+moments, which is fine for rates and gauges.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import time
+from collections import namedtuple
+
+from hostbroker.shm.region import SharedRegion
+from hostbroker.shm.table import SlotLayout, SlotTable, TornSlotError
+
+# Counter indexes. Totals only grow; RING_OCCUPANCY and CONNECTIONS are gauges.
+REQUESTS = 0
+BYTES_IN = 1
+BYTES_OUT = 2
+ERRORS = 3
+RING_OCCUPANCY = 4  # bytes waiting in the worker's input rings
+CONNECTIONS = 5
+MESSAGES_IN = 6
+FETCH_PARKED = 7  # fetch requests waiting for data
+RING_FULL = 8  # times a producer found a ring full
+FLUSHES = 9
+COUNTER_COUNT = 16  # 10..15 are spare
+COUNTER_NAMES = (
+    "requests",
+    "bytes_in",
+    "bytes_out",
+    "errors",
+    "ring_occupancy",
+    "connections",
+    "messages_in",
+    "fetch_parked",
+    "ring_full",
+    "flushes",
+) + tuple(f"spare_{i}" for i in range(10, COUNTER_COUNT))
+
+
+class BrokerState(enum.IntEnum):
+    STARTING = 1
+    RUNNING = 2
+    DRAINING = 3
+    STOPPED = 4
+
+
+class WorkerState(enum.IntEnum):
+    EMPTY = 0
+    STARTING = 1
+    RUNNING = 2
+    STOPPING = 3
+    EXITED = 4
+
+
+WorkerSlot = namedtuple("WorkerSlot", "state kind index pid epoch heartbeat_ns counters")
+
+PROCESS_LAYOUT = SlotLayout(
+    b"PROC",
+    WorkerSlot,
+    [
+        ("state", "I"),
+        ("kind", "I"),
+        ("index", "I"),
+        ("pid", "I"),
+        ("epoch", "Q"),
+        ("heartbeat_ns", "Q"),
+        ("_reserved", "8x"),
+        ("counters", f"{COUNTER_COUNT}Q"),
+    ],
+    slot_size=192,
+)
+
+_START_TIME = 32 // 8  # index into the table viewed as u64
+_BROKER_STATE = 40 // 4  # index into the table viewed as u32
+_SUPERVISOR_PID = 44 // 4
+_STATE = 8  # byte offsets within a slot
+_HEARTBEAT = 32
+_COUNTERS = 48
+
+
+class ProcessBoard(SlotTable):
+    """Liveness and counters of every worker process, one slot each."""
+
+    LAYOUT = PROCESS_LAYOUT
+
+    @classmethod
+    def create(cls, region_or_name: SharedRegion | str, slots: int) -> ProcessBoard:
+        """A board of empty slots, stamped with this (the supervisor's) pid and the time."""
+        board = super().create(region_or_name, slots)
+        board._u64[_START_TIME] = time.time_ns()
+        board._u32[_SUPERVISOR_PID] = os.getpid()
+        board._u32[_BROKER_STATE] = BrokerState.STARTING
+        return board
+
+    # -- broker-wide ------------------------------------------------------
+
+    @property
+    def start_time_ns(self) -> int:
+        return self._u64[_START_TIME]
+
+    @property
+    def supervisor_pid(self) -> int:
+        return self._u32[_SUPERVISOR_PID]
+
+    @property
+    def broker_state(self) -> BrokerState:
+        return BrokerState(self._u32[_BROKER_STATE])
+
+    @broker_state.setter
+    def broker_state(self, state: BrokerState) -> None:
+        self._u32[_BROKER_STATE] = BrokerState(state)
+
+    # -- the supervisor, while slot i has no running worker ----------------
+
+    def set_worker(self, i: int, kind: int, index: int, pid: int, epoch: int) -> None:
+        """Record a (re)started worker in slot ``i``: state STARTING, counters zeroed."""
+        self.write(
+            i,
+            state=WorkerState.STARTING,
+            kind=kind,
+            index=index,
+            pid=pid,
+            epoch=epoch,
+            heartbeat_ns=time.monotonic_ns(),
+            counters=(0,) * COUNTER_COUNT,
+        )
+
+    # -- the worker of slot i ---------------------------------------------
+
+    def set_state(self, i: int, state: WorkerState) -> None:
+        self._u32[(self._offset(i) + _STATE) >> 2] = WorkerState(state)
+
+    def heartbeat(self, i: int, now_ns: int | None = None) -> None:
+        """Say the worker is alive (``now_ns`` defaults to time.monotonic_ns())."""
+        self._u64[(self._offset(i) + _HEARTBEAT) >> 3] = time.monotonic_ns() if now_ns is None else now_ns
+
+    def add(self, i: int, counter: int, n: int = 1) -> None:
+        self._u64[self._counter_at(i, counter)] += n
+
+    def set(self, i: int, counter: int, value: int) -> None:
+        self._u64[self._counter_at(i, counter)] = value
+
+    # -- anyone -----------------------------------------------------------
+
+    def counter(self, i: int, counter: int) -> int:
+        return self._u64[self._counter_at(i, counter)]
+
+    def heartbeat_ns(self, i: int) -> int:
+        return self._u64[(self._offset(i) + _HEARTBEAT) >> 3]
+
+    def snapshot(self) -> list[dict]:
+        """One dict per slot in use: slot, state, kind, index, pid, epoch,
+        heartbeat_ns and counters (name -> value).
+
+        A slot whose set_worker was cut short by the supervisor's death shows
+        as ``{"slot": i, "torn": True}``.
+        """
+        rows = []
+        for i in range(self.slot_count):
+            if self.state(i) == WorkerState.EMPTY:
+                continue
+            try:
+                slot = self.read(i)
+            except TornSlotError:
+                rows.append({"slot": i, "torn": True})
+                continue
+            row = slot._asdict()
+            row["state"] = WorkerState(slot.state)
+            row["counters"] = dict(zip(COUNTER_NAMES, slot.counters))
+            rows.append({"slot": i, **row})
+        return rows
+
+    def _counter_at(self, i: int, counter: int) -> int:
+        if not 0 <= counter < COUNTER_COUNT:
+            raise IndexError(f"counter {counter} not in 0..{COUNTER_COUNT - 1}")
+        return ((self._offset(i) + _COUNTERS) >> 3) + counter
