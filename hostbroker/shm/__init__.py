@@ -1,0 +1,46 @@
+"""Shared memory between the broker's processes.
+
+Rings carry requests, appends and answers between processes; doorbells wake
+the processes that wait on them; slot tables hold the partition table and the
+process board; the admin lock serializes the rare changes to them. Nothing
+here knows about logs, messages or the wire protocol: the broker's packages
+decide what the bytes mean.
+
+Linux x86-64 only: the lock-free structures rely on x86-64 total store order
+and 8-byte atomic aligned stores (see ``ring.py``), and doorbells on eventfd.
+
+Modules: ``region`` (named segments, stale clean-up), ``ring`` (SPSC byte
+ring), ``channel`` (messages of any size over a ring), ``doorbell``
+(eventfd wake-ups), ``table`` (seqlock slot tables, the partition table, the
+admin lock), ``procs`` (the process board).
+"""
+
+from hostbroker.shm.channel import Receiver, Sender
+from hostbroker.shm.doorbell import Doorbell
+from hostbroker.shm.procs import BrokerState, ProcessBoard, WorkerState
+from hostbroker.shm.region import LayoutError, SharedRegion, broker_prefix, new_token, region_name, remove_stale
+from hostbroker.shm.ring import Ring
+from hostbroker.shm.table import AdminLock, PartitionSlot, PartitionState, PartitionTable, SlotLayout, SlotTable, TornSlotError
+
+__all__ = [
+    "AdminLock",
+    "BrokerState",
+    "Doorbell",
+    "LayoutError",
+    "PartitionSlot",
+    "PartitionState",
+    "PartitionTable",
+    "ProcessBoard",
+    "Receiver",
+    "Ring",
+    "Sender",
+    "SharedRegion",
+    "SlotLayout",
+    "SlotTable",
+    "TornSlotError",
+    "WorkerState",
+    "broker_prefix",
+    "new_token",
+    "region_name",
+    "remove_stale",
+]
