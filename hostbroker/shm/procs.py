@@ -29,7 +29,8 @@ Worker slot (192 bytes)::
 Writers: the supervisor fills a slot with :meth:`~ProcessBoard.set_worker`
 (under the seqlock, so kind, index, pid and epoch are read together) only
 while no worker runs in it; from then on the worker alone stores its state,
-heartbeat and counters, each one aligned 8- or 4-byte store. Readers get each
+heartbeat and counters, each one aligned 8- or 4-byte store through a
+``memoryview.cast`` (one instruction). Readers get each
 value whole, but counters read together may be from slightly different
 moments, which is fine for rates and gauges.
 """
@@ -79,10 +80,21 @@ class BrokerState(enum.IntEnum):
 
 class WorkerState(enum.IntEnum):
     EMPTY = 0
-    STARTING = 1
-    RUNNING = 2
+    STARTING = 1  # set by set_worker
+    READY = 2  # set by the worker once it serves
     STOPPING = 3
     EXITED = 4
+
+
+BROKER_STARTING = BrokerState.STARTING
+BROKER_RUNNING = BrokerState.RUNNING
+BROKER_DRAINING = BrokerState.DRAINING
+BROKER_STOPPED = BrokerState.STOPPED
+WORKER_EMPTY = WorkerState.EMPTY
+WORKER_STARTING = WorkerState.STARTING
+WORKER_READY = WorkerState.READY
+WORKER_STOPPING = WorkerState.STOPPING
+WORKER_EXITED = WorkerState.EXITED
 
 
 WorkerSlot = namedtuple("WorkerSlot", "state kind index pid epoch heartbeat_ns counters")
@@ -107,6 +119,7 @@ _START_TIME = 32 // 8  # index into the table viewed as u64
 _BROKER_STATE = 40 // 4  # index into the table viewed as u32
 _SUPERVISOR_PID = 44 // 4
 _STATE = 8  # byte offsets within a slot
+_EPOCH = 24
 _HEARTBEAT = 32
 _COUNTERS = 48
 
@@ -135,12 +148,14 @@ class ProcessBoard(SlotTable):
     def supervisor_pid(self) -> int:
         return self._u32[_SUPERVISOR_PID]
 
+    def set_supervisor(self, pid: int) -> None:
+        self._u32[_SUPERVISOR_PID] = pid
+
     @property
     def broker_state(self) -> BrokerState:
         return BrokerState(self._u32[_BROKER_STATE])
 
-    @broker_state.setter
-    def broker_state(self, state: BrokerState) -> None:
+    def set_broker_state(self, state: BrokerState) -> None:
         self._u32[_BROKER_STATE] = BrokerState(state)
 
     # -- the supervisor, while slot i has no running worker ----------------
@@ -175,11 +190,15 @@ class ProcessBoard(SlotTable):
 
     # -- anyone -----------------------------------------------------------
 
-    def counter(self, i: int, counter: int) -> int:
+    def get(self, i: int, counter: int) -> int:
         return self._u64[self._counter_at(i, counter)]
 
     def heartbeat_ns(self, i: int) -> int:
         return self._u64[(self._offset(i) + _HEARTBEAT) >> 3]
+
+    def epoch(self, i: int) -> int:
+        """Slot ``i``'s epoch alone (one aligned load): a peer's restart shows as a change."""
+        return self._u64[(self._offset(i) + _EPOCH) >> 3]
 
     def snapshot(self) -> list[dict]:
         """One dict per slot in use: slot, state, kind, index, pid, epoch,

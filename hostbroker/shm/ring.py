@@ -141,11 +141,16 @@ class Ring(Structure):
         """
         if capacity < MIN_CAPACITY or capacity & (capacity - 1):
             raise ValueError(f"ring capacity must be a power of two >= {MIN_CAPACITY}")
-        region, opened = cls._open(region_or_name, HEADER_SIZE + capacity)
+        region, opened = cls._open(region_or_name, cls.region_size(capacity))
         region.buf[:HEADER_SIZE] = bytes(HEADER_SIZE)
         _CAPACITY.pack_into(region.buf, 8, capacity)
         cls._stamp(region.buf)
         return cls(region, opened)
+
+    @staticmethod
+    def region_size(capacity: int) -> int:
+        """Bytes of region a ring of ``capacity`` data bytes needs."""
+        return HEADER_SIZE + capacity
 
     @classmethod
     def attach(cls, region_or_name: SharedRegion | str) -> Ring:

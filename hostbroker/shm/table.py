@@ -62,6 +62,7 @@ import operator
 import os
 import struct
 import time
+import zlib
 from collections import namedtuple
 from collections.abc import Sequence
 
@@ -201,11 +202,16 @@ class SlotTable(Structure):
         layout = layout or cls.LAYOUT
         if slot_count <= 0:
             raise ValueError("a table has at least one slot")
-        size = TABLE_HEADER_SIZE + slot_count * layout.slot_size
+        size = cls.region_size(slot_count, layout)
         region, opened = cls._open(region_or_name, size)
         region.buf[:size] = bytes(size)
         _TABLE_HEADER.pack_into(region.buf, 0, cls.MAGIC, cls.VERSION, layout.layout_id, layout.slot_size, slot_count, 0)
         return cls(region, opened, layout)
+
+    @classmethod
+    def region_size(cls, slot_count: int, layout: SlotLayout | None = None) -> int:
+        """Bytes of region a table of ``slot_count`` slots needs."""
+        return TABLE_HEADER_SIZE + slot_count * (layout or cls.LAYOUT).slot_size
 
     @classmethod
     def attach(cls, region_or_name: SharedRegion | str, layout: SlotLayout | None = None, readonly: bool = False):
@@ -343,6 +349,11 @@ class PartitionState(enum.IntEnum):
     DELETING = 4
 
 
+CREATING = PartitionState.CREATING
+ONLINE = PartitionState.ONLINE
+OFFLINE = PartitionState.OFFLINE
+DELETING = PartitionState.DELETING
+
 PartitionSlot = namedtuple(
     "PartitionSlot",
     "state partition owner start_offset end_offset flushed_offset segment_generation name",
@@ -402,14 +413,51 @@ class AdminLock:
         self.timeout = timeout
         self._held = False
 
-    @classmethod
-    def create(cls, key: int | None = None, timeout: float | None = 10.0) -> AdminLock:
-        """A new free lock (owner side). ``key`` None picks an unused one: read :attr:`key`."""
-        return cls(sysv_ipc.Semaphore(key, sysv_ipc.IPC_CREX, mode=0o600, initial_value=1), timeout)
+    @staticmethod
+    def token_key(token: str) -> int:
+        """The System V key of a broker's lock, derived from its shm token.
+
+        A key that a restart can compute again is what lets it remove the
+        semaphore of a crashed run (:meth:`remove_stale`).
+        """
+        return zlib.crc32(f"hostbroker-admin-lock:{token}".encode()) & 0x7FFF_FFFF or 1
 
     @classmethod
-    def attach(cls, key: int, timeout: float | None = 10.0) -> AdminLock:
-        return cls(sysv_ipc.Semaphore(key), timeout)
+    def create(cls, key: int | str | None = None, timeout: float | None = 10.0) -> AdminLock:
+        """A new free lock (owner side); raises FileExistsError if the key is taken.
+
+        ``key`` is a System V key, a broker token (see :meth:`token_key`), or
+        None to pick an unused key: read :attr:`key` and pass it to the
+        processes that :meth:`attach`.
+        """
+        if isinstance(key, str):
+            key = cls.token_key(key)
+        try:
+            semaphore = sysv_ipc.Semaphore(key, sysv_ipc.IPC_CREX, mode=0o600, initial_value=1)
+        except sysv_ipc.ExistentialError:
+            raise FileExistsError(f"a semaphore with key {key} exists") from None
+        return cls(semaphore, timeout)
+
+    @classmethod
+    def attach(cls, key: int | str, timeout: float | None = 10.0) -> AdminLock:
+        if isinstance(key, str):
+            key = cls.token_key(key)
+        try:
+            return cls(sysv_ipc.Semaphore(key), timeout)
+        except sysv_ipc.ExistentialError:
+            raise FileNotFoundError(f"no semaphore with key {key}") from None
+
+    @classmethod
+    def remove_stale(cls, key: int | str) -> bool:
+        """Remove the lock left by a crashed run, if any; True if there was one.
+
+        System V semaphores outlive their processes, like /dev/shm regions.
+        """
+        try:
+            cls.attach(key).remove()
+        except FileNotFoundError:
+            return False
+        return True
 
     @property
     def key(self) -> int:

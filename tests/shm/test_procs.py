@@ -21,8 +21,10 @@ def test_a_new_board(board):
     assert board.supervisor_pid == os.getpid()
     assert abs(board.start_time_ns - time.time_ns()) < 60e9
     assert board.snapshot() == []
-    board.broker_state = BrokerState.RUNNING
+    board.set_broker_state(procs.BROKER_RUNNING)
     assert board.broker_state == BrokerState.RUNNING
+    board.set_supervisor(1)
+    assert board.supervisor_pid == 1
     assert len(procs.COUNTER_NAMES) == procs.COUNTER_COUNT == 16
 
 
@@ -31,15 +33,16 @@ def test_worker_writes_its_slot(board):
     board.add(2, procs.REQUESTS)
     board.add(2, procs.BYTES_IN, 1000)
     board.set(2, procs.RING_OCCUPANCY, 64)
-    board.set_state(2, WorkerState.RUNNING)
+    board.set_state(2, WorkerState.READY)
     board.heartbeat(2, now_ns=123)
     [row] = board.snapshot()
-    assert row["slot"] == 2 and row["state"] == WorkerState.RUNNING
+    assert row["slot"] == 2 and row["state"] == WorkerState.READY
     assert (row["kind"], row["index"], row["pid"], row["epoch"], row["heartbeat_ns"]) == (3, 1, 4242, 7, 123)
+    assert board.epoch(2) == 7 and board.state(2) == procs.WORKER_READY
     assert row["counters"]["requests"] == 1 and row["counters"]["bytes_in"] == 1000
-    assert row["counters"]["ring_occupancy"] == 64 and board.counter(2, procs.BYTES_OUT) == 0
+    assert row["counters"]["ring_occupancy"] == 64 and board.get(2, procs.BYTES_OUT) == 0
     board.set_worker(2, kind=3, index=1, pid=4243, epoch=8)  # restarted: counters start over
-    assert board.counter(2, procs.REQUESTS) == 0 and board.heartbeat_ns(2) > 123
+    assert board.get(2, procs.REQUESTS) == 0 and board.heartbeat_ns(2) > 123
     with pytest.raises(IndexError):
         board.add(2, 16)
     with pytest.raises(IndexError):
@@ -48,7 +51,7 @@ def test_worker_writes_its_slot(board):
 
 def _work(name, slot):
     board = ProcessBoard.attach(name)
-    board.set_state(slot, WorkerState.RUNNING)
+    board.set_state(slot, WorkerState.READY)
     for _ in range(10_000):
         board.add(slot, procs.MESSAGES_IN, 3)
     board.heartbeat(slot)
@@ -82,7 +85,7 @@ print(json.dumps({"state": int(board.broker_state), "pid": board.supervisor_pid,
 
 
 def test_a_monitor_started_later_attaches_read_only(board):
-    board.broker_state = BrokerState.DRAINING
+    board.set_broker_state(BrokerState.DRAINING)
     board.set_worker(1, kind=2, index=0, pid=os.getpid(), epoch=3)
     board.add(1, procs.ERRORS, 5)
     out = subprocess.run([sys.executable, "-c", _MONITOR, board.name], capture_output=True, text=True, timeout=30)

@@ -112,7 +112,8 @@ def test_reset_consumer_discards_unread_records(ring):
 
 
 def test_attach_checks_the_layout(names, created):
-    created(Ring, "ring", 1 << 17)
+    region = created(SharedRegion, "ring", Ring.region_size(1 << 17))
+    Ring.create(region, 1 << 17)
     assert Ring.attach(names("ring")).capacity == 1 << 17
     junk = created(SharedRegion, "junk", HEADER_SIZE + MIN_CAPACITY)
     with pytest.raises(LayoutError):

@@ -4,8 +4,9 @@ from collections import namedtuple
 
 import pytest
 
-from hostbroker.shm.region import LayoutError
+from hostbroker.shm.region import LayoutError, SharedRegion
 from hostbroker.shm.table import (
+    ONLINE,
     AdminLock,
     PartitionSlot,
     PartitionState,
@@ -41,6 +42,14 @@ def test_bad_writes(table):
         table.read(16)
     table.write(0, name="é" * 128)  # 256 bytes of UTF-8 fit
     assert table.read(0).name == "é" * 128
+
+
+def test_create_in_a_region_of_region_size(created):
+    region = created(SharedRegion, "partitions", PartitionTable.region_size(10))
+    table = PartitionTable.create(region, 10)
+    assert table.slot_count == 10 and region.size == 64 + 10 * 320
+    table.write(9, state=ONLINE)
+    assert PartitionTable.attach(region.name).state(9) == PartitionState.ONLINE
 
 
 def test_find_free_scan_and_generation(table):
@@ -159,6 +168,24 @@ def test_admin_lock_excludes_other_processes(lock):
         pass
     with pytest.raises(RuntimeError):
         lock.release()
+
+
+def test_admin_lock_keyed_by_a_broker_token():
+    token = f"hb-test{os.getpid()}"
+    assert not AdminLock.remove_stale(token)
+    lock = AdminLock.create(token)
+    try:
+        assert lock.key == AdminLock.token_key(token)
+        with pytest.raises(FileExistsError):
+            AdminLock.create(token)
+        with AdminLock.attach(token):
+            pass
+    except BaseException:
+        lock.remove()
+        raise
+    assert AdminLock.remove_stale(token)  # as after a crash
+    with pytest.raises(FileNotFoundError):
+        AdminLock.attach(token)
 
 
 def test_admin_lock_is_freed_when_its_holder_is_killed(lock):
