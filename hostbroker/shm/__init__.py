@@ -15,12 +15,18 @@ ring), ``channel`` (messages of any size over a ring), ``doorbell``
 admin lock), ``procs`` (the process board).
 """
 
-from hostbroker.shm.channel import Receiver, Sender
-from hostbroker.shm.doorbell import Doorbell
-from hostbroker.shm.procs import BrokerState, ProcessBoard, WorkerState
-from hostbroker.shm.region import LayoutError, SharedRegion, broker_prefix, new_token, region_name, remove_stale
-from hostbroker.shm.ring import Ring
-from hostbroker.shm.table import AdminLock, PartitionSlot, PartitionState, PartitionTable, SlotLayout, SlotTable, TornSlotError
+import platform
+import sys
+
+if sys.platform != "linux" or platform.machine() != "x86_64":
+    raise ImportError("hostbroker.shm runs on Linux x86-64 only: its rings and tables rely on x86-64 store ordering")
+
+from hostbroker.shm.channel import Receiver, Sender  # noqa: E402
+from hostbroker.shm.doorbell import Doorbell  # noqa: E402
+from hostbroker.shm.procs import BrokerState, ProcessBoard, WorkerState  # noqa: E402
+from hostbroker.shm.region import LayoutError, SharedRegion, broker_prefix, new_token, region_name, remove_stale  # noqa: E402
+from hostbroker.shm.ring import Ring  # noqa: E402
+from hostbroker.shm.table import AdminLock, PartitionSlot, PartitionState, PartitionTable, SlotLayout, SlotTable, TornSlotError  # noqa: E402
 
 __all__ = [
     "AdminLock",

@@ -1,4 +1,5 @@
 import os
+import signal
 import time
 from collections import namedtuple
 
@@ -119,10 +120,10 @@ def test_a_writer_that_died_mid_write_leaves_a_slot_to_repair(table):
     table.write(2, state=PartitionState.ONLINE, end_offset=5)
 
     def die_mid_write():
-        seq_at = (64 + 2 * table.slot_size) >> 3
-        table._u64[seq_at] += 1  # write started
-        table.write.__self__.layout.pack_field(table._buf, 64 + 2 * table.slot_size, "end_offset", 999)
-        os.kill(os.getpid(), 9)
+        offset = 64 + 2 * table.slot_size
+        table._u64[offset >> 3] += 1  # the write starts...
+        table.layout.pack_field(table.region.buf, offset, "end_offset", 999)
+        os.kill(os.getpid(), signal.SIGKILL)  # ...and never ends
 
     pid = fork(die_mid_write)
     os.waitpid(pid, 0)
