@@ -74,6 +74,7 @@ one process consumes.
 
 from __future__ import annotations
 
+import os
 import struct
 import threading
 
@@ -94,9 +95,19 @@ _fence_lock = threading.Lock()
 def _full_fence() -> None:
     # Every atomic read-modify-write on x86 is lock-prefixed and drains the
     # store buffer, i.e. is a full fence. Acquiring a lock is one, and the
-    # cheapest way to run one from Python (about 60 ns).
+    # cheapest way to run one from Python (well under a microsecond).
     _fence_lock.acquire()
     _fence_lock.release()
+
+
+def _new_fence_lock() -> None:
+    # A fork while another thread was inside _full_fence would leave the
+    # child's copy of the lock held forever.
+    global _fence_lock
+    _fence_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_fence_lock)
 
 
 class Ring(Structure):
