@@ -105,6 +105,17 @@ class Sender:
         ring.publish()
         return not queue
 
+    def own(self) -> None:
+        """Copy the parts of every queued message the ring has not taken yet.
+
+        Call it before reusing or releasing buffers that queued parts refer
+        to (a socket read buffer, a view into another ring). A message already
+        partly written as fragments keeps its parts: copying them is the same
+        bytes, so its progress through them stays valid.
+        """
+        self._queue = deque((tuple(bytes(p) for p in parts), size)
+                            for parts, size in self._queue)
+
     def pending(self) -> int:
         """Messages queued and not completely written to the ring."""
         return len(self._queue)

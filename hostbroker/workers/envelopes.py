@@ -1,0 +1,124 @@
+"""Byte layouts of the messages that workers pass each other through rings.
+
+Pure: no I/O. Every message starts with a fixed little-endian header; bulk
+data (request frames, message sets) follows as-is so it is never re-encoded.
+
+Processor -> handler (request ring)::
+
+    conn_id:u64  seq:u32  flags:u32  frame...        (REQ_*)
+
+``frame`` is the request as read off the socket without its size prefix.
+``REQ_NO_RESPONSE`` marks a PRODUCE with acks=0 (no seq consumed);
+``REQ_CLOSED`` (no frame) tells the handler a connection is gone.
+
+Handler -> processor (response ring)::
+
+    conn_id:u64  seq:u32  flags:u32  npieces:u32  pieces...
+
+each piece ``kind:u8`` then ``len:u32 bytes`` (``PIECE_BYTES``) or
+``path_len:u16 path pos:u64 len:u64`` (``PIECE_FILE``, sent with sendfile).
+``RESP_CLOSE_AFTER`` closes the connection once this answer is written;
+``RESP_CLOSE_NOW`` closes it without writing anything.
+
+Handler -> writer (append ring)::
+
+    op:u8  token:u64  ...   APPEND: slot:u32 index:u32 acks:i16 count:u32 deadline_ms:i64 message_set
+                            DELETE / OFFSETS: json
+
+Writer -> handler (result ring)::
+
+    op:u8  token:u64  ...   APPEND: index:u32 error:i16 base:i64 end:i64
+                            DELETE / OFFSETS: json
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+REQ_HEADER = struct.Struct("<QII")
+REQ_NO_RESPONSE = 1
+REQ_CLOSED = 2
+
+RESP_HEADER = struct.Struct("<QIII")
+RESP_CLOSE_AFTER = 1
+RESP_CLOSE_NOW = 2
+
+PIECE_BYTES = 0
+PIECE_FILE = 1
+_PIECE_BYTES_HEAD = struct.Struct("<BI")
+_PIECE_FILE_HEAD = struct.Struct("<BH")
+_PIECE_FILE_TAIL = struct.Struct("<QQ")
+
+OP_APPEND = 1
+OP_DELETE = 2
+OP_OFFSETS = 3
+_OP = struct.Struct("<BQ")
+APPEND_HEAD = struct.Struct("<BQIIhIq")
+APPEND_RESULT = struct.Struct("<BQIhqq")
+
+
+class FilePiece(NamedTuple):
+    path: str
+    position: int
+    length: int
+
+
+Piece = bytes | FilePiece
+
+
+def encode_response(conn_id: int, seq: int, flags: int, pieces: Sequence[Piece]) -> list[bytes]:
+    """Parts of a response message (give them to ``Sender.send(*parts)``)."""
+    parts = [RESP_HEADER.pack(conn_id, seq, flags, len(pieces))]
+    for piece in pieces:
+        if isinstance(piece, FilePiece):
+            path = piece.path.encode()
+            parts.append(_PIECE_FILE_HEAD.pack(PIECE_FILE, len(path)))
+            parts.append(path)
+            parts.append(_PIECE_FILE_TAIL.pack(piece.position, piece.length))
+        else:
+            parts.append(_PIECE_BYTES_HEAD.pack(PIECE_BYTES, len(piece)))
+            parts.append(piece)
+    return parts
+
+
+def decode_response(buf) -> tuple[int, int, int, list[Piece]]:
+    """(conn_id, seq, flags, pieces) of a response message; bytes pieces are copies."""
+    conn_id, seq, flags, n = RESP_HEADER.unpack_from(buf, 0)
+    pos = RESP_HEADER.size
+    pieces: list[Piece] = []
+    for _ in range(n):
+        kind = buf[pos]
+        if kind == PIECE_BYTES:
+            _, length = _PIECE_BYTES_HEAD.unpack_from(buf, pos)
+            pos += _PIECE_BYTES_HEAD.size
+            pieces.append(bytes(buf[pos:pos + length]))
+            pos += length
+        else:
+            _, plen = _PIECE_FILE_HEAD.unpack_from(buf, pos)
+            pos += _PIECE_FILE_HEAD.size
+            path = bytes(buf[pos:pos + plen]).decode()
+            pos += plen
+            position, length = _PIECE_FILE_TAIL.unpack_from(buf, pos)
+            pos += _PIECE_FILE_TAIL.size
+            pieces.append(FilePiece(path, position, length))
+    return conn_id, seq, flags, pieces
+
+
+def encode_append(token: int, slot: int, index: int, acks: int, count: int,
+                  deadline_ms: int, message_set) -> tuple[bytes, Any]:
+    return APPEND_HEAD.pack(OP_APPEND, token, slot, index, acks, count, deadline_ms), message_set
+
+
+def encode_json(op: int, token: int, payload: Any) -> tuple[bytes, bytes]:
+    return _OP.pack(op, token), json.dumps(payload, separators=(",", ":")).encode()
+
+
+def decode_op(buf) -> tuple[int, int]:
+    return _OP.unpack_from(buf, 0)
+
+
+def decode_json(buf) -> Any:
+    return json.loads(bytes(buf[_OP.size:]))

@@ -1,0 +1,127 @@
+"""What the supervisor sets up before it forks, and every worker inherits.
+
+A :class:`BrokerPlan` names all shared memory (rings, the partition table, the
+process board, the admin lock) and holds the file descriptors that children
+inherit across ``fork``: bound listening sockets, the acceptor-to-processor
+hand-off socket pairs and one doorbell (eventfd) per worker. It is built in the
+supervisor and read by workers; no worker changes it.
+
+Rings are single-producer single-consumer, one per ordered pair of workers
+that talk:
+
+=========  ======================  ===================================
+kind       producer -> consumer    carries
+=========  ======================  ===================================
+``req``    processor -> handler    request frames
+``resp``   handler -> processor    answers (bytes and file ranges)
+``app``    handler -> writer       appends, deletes, offset commits
+``res``    writer -> handler       their results
+=========  ======================  ===================================
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import socket
+
+from hostbroker.config import Config
+
+KINDS = ("writer", "handler", "processor", "acceptor")
+RING_KINDS = ("req", "resp", "app", "res")
+
+
+def shm_token(config: Config) -> str:
+    """A name prefix stable across restarts of the same broker, so a start after
+    a crash finds and removes what the crashed run left in /dev/shm."""
+    seed = f"{config['broker.id']}:{os.path.abspath(config.log_dirs[0])}"
+    return "hb-" + hashlib.sha1(seed.encode()).hexdigest()[:10]
+
+
+@dataclasses.dataclass
+class BrokerPlan:
+    config: Config
+    token: str
+    num_writers: int
+    num_handlers: int
+    num_processors: int
+    log_dirs: list[str]
+    listeners: list[tuple[str, socket.socket]] = dataclasses.field(default_factory=list)
+    # handoff[p] = (acceptor's end, processor p's end), SOCK_SEQPACKET
+    handoff: list[tuple[socket.socket, socket.socket]] = dataclasses.field(default_factory=list)
+    doorbells: dict[tuple[str, int], object] = dataclasses.field(default_factory=dict)
+    admin_lock_key: int = 0
+
+    @classmethod
+    def from_config(cls, config: Config) -> "BrokerPlan":
+        log_dirs = [os.path.abspath(d) for d in config.log_dirs]
+        return cls(config=config, token=shm_token(config), num_writers=len(log_dirs),
+                   num_handlers=config["num.handlers"],
+                   num_processors=config["num.processors"], log_dirs=log_dirs)
+
+    # -- names -------------------------------------------------------------
+    @property
+    def shm_prefix(self) -> str:
+        return "/" + self.token + "-"
+
+    def ring_name(self, kind: str, producer: int, consumer: int) -> str:
+        return f"{self.shm_prefix}{kind}-{producer}-{consumer}"
+
+    @property
+    def table_name(self) -> str:
+        return self.shm_prefix + "partitions"
+
+    @property
+    def board_name(self) -> str:
+        return self.shm_prefix + "board"
+
+    def ring_pairs(self):
+        """Every (kind, producer, consumer) ring of this broker."""
+        for p in range(self.num_processors):
+            for h in range(self.num_handlers):
+                yield "req", p, h
+                yield "resp", h, p
+        for h in range(self.num_handlers):
+            for w in range(self.num_writers):
+                yield "app", h, w
+                yield "res", w, h
+
+    def rings_consumed_by(self, kind: str, index: int):
+        """The rings a worker reads (reset when that worker is replaced)."""
+        for rkind, producer, consumer in self.ring_pairs():
+            consumer_kind = {"req": "handler", "resp": "processor",
+                             "app": "writer", "res": "handler"}[rkind]
+            if consumer_kind == kind and consumer == index:
+                yield rkind, producer, consumer
+
+    # -- process board slots ----------------------------------------------
+    @property
+    def worker_count(self) -> int:
+        return self.num_writers + self.num_handlers + self.num_processors + 1
+
+    def board_slot(self, kind: str, index: int) -> int:
+        if kind == "writer":
+            return index
+        if kind == "handler":
+            return self.num_writers + index
+        if kind == "processor":
+            return self.num_writers + self.num_handlers + index
+        return self.num_writers + self.num_handlers + self.num_processors
+
+    def workers(self):
+        """(kind, index) of every worker, in start order."""
+        for w in range(self.num_writers):
+            yield "writer", w
+        for h in range(self.num_handlers):
+            yield "handler", h
+        for p in range(self.num_processors):
+            yield "processor", p
+        yield "acceptor", 0
+
+    def doorbell(self, kind: str, index: int):
+        return self.doorbells[(kind, index)]
+
+    def handler_for(self, conn_id: int) -> int:
+        """All requests of one connection go to one handler (keeps their order)."""
+        return (conn_id * 0x9E3779B1 >> 7) % self.num_handlers

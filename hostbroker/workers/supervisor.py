@@ -1,0 +1,415 @@
+"""The supervisor process, ``hb-supervisor``: the only process that spawns.
+
+Owns: the configuration; all shared memory (it creates every ring, the
+partition table, the process board and the admin lock, and is the only one to
+unlink them, at shutdown and again at the next start after a crash); the
+listening sockets (bound here so a bind failure stops the start with one
+line); the doorbells and hand-off socket pairs the workers inherit; and the
+workers themselves.
+
+Start: check log dirs and listeners, create shared memory, fork the writers
+(each recovers its log dir) and wait until they are ready, then the handlers,
+the processors and the acceptor; then tell systemd ``READY=1``.
+
+Loop: signal handlers only queue the signal (``signal.set_wakeup_fd``); the
+loop reaps children with ``waitpid(WNOHANG)`` and replaces any that died
+(after resetting the rings it consumed and bumping its epoch on the board, so
+its peers fail what was in flight with it), kills workers whose heartbeat
+stopped (SIGABRT, then SIGKILL), and pings the systemd watchdog. A worker that
+exits with ``EXIT_BOOT_FAILED`` halts the broker instead of being respawned
+forever.
+
+Stop (SIGTERM/SIGINT): stop in data-flow order, each group finishing its
+in-flight work first: acceptor, processors (answer what they have), handlers,
+writers (flush, clean-shutdown marker); then remove shared memory and Unix
+socket files, and exit 0.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import select
+import signal
+import socket
+import stat
+import sys
+import time
+
+from hostbroker import systemd
+from hostbroker.config import Config
+from hostbroker.errors import ConfigError
+from hostbroker.shm import procs
+from hostbroker.shm.doorbell import Doorbell
+from hostbroker.shm.procs import ProcessBoard
+from hostbroker.shm.region import SharedRegion, remove_stale
+from hostbroker.shm.ring import Ring
+from hostbroker.shm.table import AdminLock, PartitionTable
+from hostbroker.workers.acceptor import AcceptorWorker
+from hostbroker.workers.base import EXIT_BOOT_FAILED, child_main, set_process_name
+from hostbroker.workers.handler import HandlerWorker
+from hostbroker.workers.plan import BrokerPlan
+from hostbroker.workers.processor import ProcessorWorker
+from hostbroker.workers.writer import WriterWorker
+
+WORKER_CLASSES = {"writer": WriterWorker, "handler": HandlerWorker,
+                  "processor": ProcessorWorker, "acceptor": AcceptorWorker}
+KIND_CODES = {"writer": 1, "handler": 2, "processor": 3, "acceptor": 4}
+STOP_ORDER = ("acceptor", "processor", "handler", "writer")
+_TICK_S = 0.5
+
+
+class StartError(Exception):
+    """The broker cannot start; the message is the one line to print."""
+
+
+def bind_listener(uri: str) -> socket.socket:
+    """Bind and listen on ``tcp://HOST:PORT`` or ``unix://PATH`` (mode 0660)."""
+    if uri.startswith("tcp://"):
+        hostport = uri[len("tcp://"):]
+        host, sep, port = hostport.rpartition(":")
+        if not sep or not port.isdigit():
+            raise StartError(f"listeners: {uri}: expected tcp://HOST:PORT")
+        host = host.strip("[]") or "0.0.0.0"
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, int(port)))
+        except OSError as e:
+            sock.close()
+            raise StartError(f"listeners: cannot bind {uri}: {e.strerror}") from None
+    elif uri.startswith("unix://"):
+        path = os.path.abspath(uri[len("unix://"):])
+        parent = os.path.dirname(path)
+        try:
+            os.makedirs(parent, exist_ok=True)
+        except OSError as e:
+            raise StartError(f"listeners: cannot create {parent} for {uri}: {e.strerror}") from None
+        _remove_stale_socket(path, uri)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o117)
+        try:
+            sock.bind(path)
+        except OSError as e:
+            sock.close()
+            raise StartError(f"listeners: cannot bind {uri}: {e.strerror}") from None
+        finally:
+            os.umask(old)
+        os.chmod(path, 0o660)
+    else:
+        raise StartError(f"listeners: {uri}: expected tcp://HOST:PORT or unix://PATH")
+    sock.listen(1024)
+    sock.set_inheritable(True)
+    return sock
+
+
+def _remove_stale_socket(path: str, uri: str) -> None:
+    """A socket file left by a crashed broker is removed; one in use is an error."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(mode):
+        raise StartError(f"listeners: {uri}: {path} exists and is not a socket")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(path)
+    except OSError:
+        os.unlink(path)
+        return
+    finally:
+        probe.close()
+    raise StartError(f"listeners: {uri}: another broker is listening on {path}")
+
+
+def check_log_dir(path: str) -> None:
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        raise StartError(f"log.dirs: cannot use {path}: {e.strerror}") from None
+    if not os.path.isdir(path):
+        raise StartError(f"log.dirs: cannot use {path}: not a directory")
+    if not os.access(path, os.R_OK | os.W_OK | os.X_OK):
+        raise StartError(f"log.dirs: cannot use {path}: not writable")
+
+
+class Supervisor:
+    def __init__(self, config: Config):
+        self.config = config
+        self.plan = BrokerPlan.from_config(config)
+        self.children: dict[int, tuple[str, int]] = {}  # pid -> (kind, index)
+        self.pids: dict[tuple[str, int], int] = {}
+        self.started_at: dict[tuple[str, int], float] = {}
+        self.epochs: dict[tuple[str, int], int] = {}
+        self.kill_sent: dict[int, tuple[int, float]] = {}
+        self.regions: list[SharedRegion] = []
+        self.stopping = False
+        self.exit_code = 0
+        self.signals: list[int] = []
+
+    # -- start ---------------------------------------------------------------
+    def prepare(self) -> None:
+        """Everything that can fail with a one-line reason, before any fork."""
+        plan = self.plan
+        config = self.config
+        if config["zookeeper.connect"]:
+            raise StartError("zookeeper.connect: cluster mode is not available in this "
+                             "version; leave it empty to run standalone")
+        if len(set(plan.log_dirs)) != len(plan.log_dirs):
+            raise StartError("log.dirs: a log dir is listed twice")
+        for path in plan.log_dirs:
+            check_log_dir(path)
+        for uri in config.listeners:
+            plan.listeners.append((uri, bind_listener(uri)))
+        remove_stale(plan.shm_prefix)
+        AdminLock.remove_stale(plan.token)
+        capacity = config["ring.bytes"]
+        for kind, producer, consumer in plan.ring_pairs():
+            region = SharedRegion.create(plan.ring_name(kind, producer, consumer),
+                                         Ring.region_size(capacity))
+            self.regions.append(region)
+            Ring.create(region, capacity)
+        region = SharedRegion.create(plan.table_name,
+                                     PartitionTable.region_size(config["max.partitions"]))
+        self.regions.append(region)
+        self.table = PartitionTable.create(region, config["max.partitions"])
+        region = SharedRegion.create(plan.board_name, ProcessBoard.region_size(plan.worker_count))
+        self.regions.append(region)
+        self.board = ProcessBoard.create(region, plan.worker_count)
+        self.board.set_supervisor(os.getpid())
+        self.admin_lock = AdminLock.create(plan.token)
+        plan.admin_lock_key = self.admin_lock.key
+        for kind, index in plan.workers():
+            plan.doorbells[(kind, index)] = Doorbell()
+        for _ in range(plan.num_processors):
+            a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            a.set_inheritable(True)
+            b.set_inheritable(True)
+            plan.handoff.append((a, b))
+
+    def start(self) -> None:
+        set_process_name("hb-supervisor")
+        self._install_signals()
+        self.board.set_broker_state(procs.BROKER_STARTING)
+        systemd.notify("STATUS=recovering logs")
+        for group in (("writer",), ("handler", "processor", "acceptor")):
+            for kind, index in self.plan.workers():
+                if kind in group:
+                    self.spawn(kind, index)
+            self._wait_ready(group)
+        self.board.set_broker_state(procs.BROKER_RUNNING)
+        systemd.notify("READY=1\nSTATUS=serving")
+        print(f"hostbroker: serving {', '.join(self.config.listeners)}; "
+              f"log dirs {', '.join(self.plan.log_dirs)}", file=sys.stderr, flush=True)
+
+    def _wait_ready(self, kinds) -> None:
+        deadline = time.monotonic() + self.config["worker.boot.timeout.ms"] / 1000
+        while True:
+            self._reap()
+            if self.stopping:
+                raise StartError(self.halt_reason or "stopped while starting")
+            waiting = [(k, i) for (k, i) in self.pids if k in kinds and
+                       self.board.state(self.plan.board_slot(k, i)) != procs.WORKER_READY]
+            if not waiting:
+                return
+            if time.monotonic() > deadline:
+                raise StartError(f"{waiting[0][0]} {waiting[0][1]} did not start within "
+                                 "worker.boot.timeout.ms")
+            self._handle_signals()
+            time.sleep(0.01)
+
+    halt_reason: str | None = None
+
+    def spawn(self, kind: str, index: int) -> int:
+        key = (kind, index)
+        epoch = self.epochs.get(key, 0) + 1
+        self.epochs[key] = epoch
+        slot = self.plan.board_slot(kind, index)
+        self.board.set_worker(slot, KIND_CODES[kind], index, 0, epoch)
+        worker = WORKER_CLASSES[kind](self.plan, index, epoch)
+        pid = os.fork()
+        if pid == 0:
+            signal.set_wakeup_fd(-1)
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGHUP):
+                signal.signal(sig, signal.SIG_DFL)
+            child_main(worker)
+        self.board.set_worker(slot, KIND_CODES[kind], index, pid, epoch)
+        self.children[pid] = key
+        self.pids[key] = pid
+        self.started_at[key] = time.monotonic()
+        return pid
+
+    # -- signals ---------------------------------------------------------------
+    def _install_signals(self) -> None:
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.set_wakeup_fd(self._wake_w)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGHUP):
+            signal.signal(sig, self._queue_signal)
+
+    def _queue_signal(self, signum, frame) -> None:
+        self.signals.append(signum)
+
+    def _handle_signals(self) -> None:
+        while self.signals:
+            sig = self.signals.pop(0)
+            if sig in (signal.SIGTERM, signal.SIGINT):
+                self.stopping = True
+
+    # -- loop ------------------------------------------------------------------
+    def run(self) -> int:
+        watchdog = systemd.watchdog_interval_s()
+        next_ping = time.monotonic()
+        while not self.stopping:
+            try:
+                select.select([self._wake_r], [], [], _TICK_S)
+            except InterruptedError:
+                pass
+            try:
+                while os.read(self._wake_r, 4096):
+                    pass
+            except BlockingIOError:
+                pass
+            self._handle_signals()
+            self._reap()
+            if self.stopping:
+                break
+            self._check_heartbeats()
+            if watchdog and time.monotonic() >= next_ping:
+                systemd.notify("WATCHDOG=1")
+                next_ping = time.monotonic() + watchdog
+        return self.shutdown()
+
+    def _reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            key = self.children.pop(pid, None)
+            self.kill_sent.pop(pid, None)
+            if key is None:
+                continue
+            if self.pids.get(key) == pid:
+                del self.pids[key]
+            code = os.waitstatus_to_exitcode(status)
+            if self.stopping:
+                continue
+            kind, index = key
+            if code == EXIT_BOOT_FAILED:
+                self.halt_reason = f"{kind} {index} failed to start (see above)"
+                self.exit_code = 1
+                self.stopping = True
+                continue
+            how = f"signal {-code}" if code < 0 else f"exit code {code}"
+            print(f"hostbroker: {kind} {index} (pid {pid}) died with {how}; replacing it",
+                  file=sys.stderr, flush=True)
+            self._replace(kind, index)
+
+    def _replace(self, kind: str, index: int) -> None:
+        # The dead worker's unread input died with it; its replacement starts clean.
+        for rkind, producer, consumer in self.plan.rings_consumed_by(kind, index):
+            Ring.attach(self.plan.ring_name(rkind, producer, consumer)).reset_consumer()
+        if time.monotonic() - self.started_at.get((kind, index), 0) < 1.0:
+            time.sleep(0.5)  # do not spin on a worker that dies at once
+        self.spawn(kind, index)
+        for bell in self.plan.doorbells.values():
+            bell.ring()  # peers notice the new epoch now, not at their next tick
+
+    def _check_heartbeats(self) -> None:
+        timeout_ns = self.config["worker.heartbeat.timeout.ms"] * 1_000_000
+        now_ns = time.monotonic_ns()
+        for (kind, index), pid in list(self.pids.items()):
+            slot = self.plan.board_slot(kind, index)
+            if self.board.state(slot) != procs.WORKER_READY:
+                continue
+            if now_ns - self.board.heartbeat_ns(slot) <= timeout_ns:
+                continue
+            sent = self.kill_sent.get(pid)
+            if sent is None:
+                print(f"hostbroker: {kind} {index} (pid {pid}) stopped answering; aborting it",
+                      file=sys.stderr, flush=True)
+                self._signal(pid, signal.SIGABRT)
+                self.kill_sent[pid] = (signal.SIGABRT, time.monotonic())
+            elif sent[0] == signal.SIGABRT and time.monotonic() - sent[1] > 5:
+                self._signal(pid, signal.SIGKILL)
+                self.kill_sent[pid] = (signal.SIGKILL, time.monotonic())
+
+    @staticmethod
+    def _signal(pid: int, sig: int) -> None:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+    # -- stop ------------------------------------------------------------------
+    def shutdown(self) -> int:
+        self.stopping = True
+        systemd.notify("STOPPING=1\nSTATUS=draining")
+        try:
+            self.board.set_broker_state(procs.BROKER_DRAINING)
+        except (AttributeError, ValueError):
+            pass
+        grace = self.config["shutdown.timeout.ms"] / 1000 + 5
+        for kind in STOP_ORDER:
+            group = [(k, i) for (k, i) in list(self.pids) if k == kind]
+            for key in group:
+                self._signal(self.pids[key], signal.SIGTERM)
+            deadline = time.monotonic() + grace
+            while any(key in self.pids for key in group):
+                self._reap()
+                if time.monotonic() > deadline:
+                    for key in group:
+                        if key in self.pids:
+                            print(f"hostbroker: {key[0]} {key[1]} did not stop; killing it",
+                                  file=sys.stderr, flush=True)
+                            self._signal(self.pids[key], signal.SIGKILL)
+                    deadline = time.monotonic() + 5
+                time.sleep(0.01)
+        self.cleanup()
+        if self.halt_reason:
+            print(f"hostbroker: {self.halt_reason}", file=sys.stderr, flush=True)
+        return self.exit_code
+
+    def cleanup(self) -> None:
+        """Remove what this broker made outside its log dirs."""
+        for uri, sock in self.plan.listeners:
+            if uri.startswith("unix://"):
+                try:
+                    os.unlink(sock.getsockname())
+                except OSError:
+                    pass
+            sock.close()
+        self.plan.listeners.clear()
+        for region in self.regions:
+            try:
+                region.unlink()
+            except Exception:  # noqa: BLE001 - best effort; the next start removes leftovers
+                pass
+        self.regions.clear()
+        lock = getattr(self, "admin_lock", None)
+        if lock is not None:
+            lock.remove()
+            self.admin_lock = None
+
+
+def serve(config: Config) -> int:
+    """Run the broker in the foreground until SIGTERM/SIGINT; return the exit code."""
+    supervisor = Supervisor(config)
+    try:
+        supervisor.prepare()
+        supervisor.start()
+    except (StartError, ConfigError) as e:
+        print(f"hostbroker: {e}", file=sys.stderr, flush=True)
+        supervisor.stopping = True
+        supervisor.shutdown()
+        return 1
+    except OSError as e:
+        if e.errno != errno.EEXIST:
+            raise
+        print(f"hostbroker: shared memory already exists: {e}", file=sys.stderr, flush=True)
+        supervisor.cleanup()
+        return 1
+    return supervisor.run()

@@ -1,0 +1,347 @@
+"""The writer process: one per log dir (disk), ``hb-writer-N``.
+
+Owns: every partition log of its log dir, the only process that writes their
+segment files (and, for the first log dir, the consumer offsets store).
+Reads: append rings from every handler (appends, topic deletions, offset
+commits and fetches). Writes: result rings back to every handler, and the
+partition table slots it owns (log start/end offsets, flushed offset, segment
+generation, state), which handlers read lock-free to answer fetches.
+
+Loop: drain every append ring, append each message set with one ``write()``,
+publish the new log end offsets, then answer acks=1 at once and acks=-1 after
+the flush that follows (group commit: one ``fdatasync`` per touched partition
+per batch, never per message). The flush policy (``flush.messages``,
+``flush.ms``) and retention run from the same loop. After the batch every
+handler's doorbell is rung so parked fetches see the new data.
+
+At start the writer opens its log dir (recovering segments unless the clean
+shutdown marker is there) and registers its partitions in the table. When it
+replaces a writer that died, the table still holds the offsets that writer had
+published; bytes past them were never acknowledged and are cut off.
+
+A write or flush that fails with an OSError takes this log dir offline: its
+partitions turn OFFLINE and answer STORAGE_ERROR; other disks keep serving.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import selectors
+import sys
+import time
+
+from hostbroker.errors import ErrorCode, HostbrokerError, StorageError
+from hostbroker.log.logdir import LogDir
+from hostbroker.log.offsetstore import OffsetStore
+from hostbroker.log.partition import PartitionLog
+from hostbroker.log.segments import partition_dirname
+from hostbroker.shm import procs
+from hostbroker.shm import table as ptable
+from hostbroker.shm.table import AdminLock, PartitionTable
+from hostbroker.workers import envelopes as env
+from hostbroker.workers.base import Worker, now_ms
+
+
+class _Waiter:
+    """An acks=-1 append waiting for its data to be flushed."""
+
+    __slots__ = ("handler", "token", "index", "slot", "base", "end", "deadline_ms")
+
+    def __init__(self, handler, token, index, slot, base, end, deadline_ms):
+        self.handler = handler
+        self.token = token
+        self.index = index
+        self.slot = slot
+        self.base = base
+        self.end = end
+        self.deadline_ms = deadline_ms
+
+
+class WriterWorker(Worker):
+    kind = "writer"
+    process_name = "hb-writer"
+
+    def init_process(self) -> None:
+        super().init_process()
+        self.path = self.plan.log_dirs[self.index]
+        self.defaults = self.config.log_defaults()
+        self.table = PartitionTable.attach(self.plan.table_name)
+        self.lock = AdminLock.attach(self.plan.admin_lock_key)
+        self.receivers = [self.receiver("app", h, self.index) for h in range(self.plan.num_handlers)]
+        self.senders = [self.sender("res", self.index, h) for h in range(self.plan.num_handlers)]
+        self.handler_doorbells = [self.plan.doorbell("handler", h)
+                                  for h in range(self.plan.num_handlers)]
+        self.offline = False
+        self.slots: dict[int, PartitionLog] = {}
+        self.published: dict[int, tuple] = {}  # slot -> what the table last got
+        self.dirty: set[int] = set()  # slots with unflushed data
+        self.waiters: list[_Waiter] = []
+        self.logdir = LogDir.open(self.path, self.defaults, now_ms)
+        self.offsets = OffsetStore.open(self.path) if self.index == 0 else None
+        self._register_partitions()
+        self.next_retention_ms = now_ms() + self.config["log.retention.check.interval.ms"]
+        self.board.set_state(self.slot, procs.WORKER_READY)
+
+    # -- start-up ----------------------------------------------------------
+    def _register_partitions(self) -> None:
+        with self.lock:
+            mine = {}
+            for i, s in self.table.scan():
+                if s.owner == self.index:
+                    self.table.repair(i)
+                    s = self.table.read(i)
+                    mine[(s.name, s.partition)] = (i, s)
+            for (topic, partition), plog in list(self.logdir.partitions.items()):
+                i, s = mine.pop((topic, partition), (None, None))
+                if s is not None and s.state == ptable.DELETING:
+                    plog.delete()
+                    self.table.write(i, state=ptable.FREE)
+                    continue
+                if i is None:
+                    i = self.table.find_free()
+                    if i is None:
+                        raise StorageError(f"partition table full ({self.table.slot_count} slots): "
+                                           "raise max.partitions")
+                elif plog.log_start_offset <= s.end_offset < plog.log_end_offset:
+                    # written by a predecessor that died before publishing: never acknowledged
+                    plog.truncate_to(s.end_offset)
+                self.slots[i] = plog
+                self._publish(i, plog, state=ptable.ONLINE, name=topic, partition=partition,
+                              owner=self.index)
+            for (topic, partition), (i, s) in mine.items():
+                # slots of ours with no log opened yet: created by a handler while we were down
+                if s.state == ptable.DELETING:
+                    self._remove_dir(topic, partition)
+                    self.table.write(i, state=ptable.FREE)
+                elif self._adopt(i) is None:
+                    self.table.write(i, state=ptable.FREE)
+            self.table.bump_generation()
+
+    def _adopt(self, slot: int) -> PartitionLog | None:
+        """Open a partition a handler created in our log dir since we started."""
+        s = self.table.read(slot)
+        if s.owner != self.index or s.state not in (ptable.ONLINE, ptable.CREATING):
+            return None
+        path = os.path.join(self.path, partition_dirname(s.name, s.partition))
+        try:
+            plog = PartitionLog.open(path, self.defaults, now_ms, recover=False)
+        except (OSError, HostbrokerError):
+            return None
+        self.slots[slot] = plog
+        self.logdir.partitions[(s.name, s.partition)] = plog
+        self._publish(slot, plog, state=ptable.ONLINE)
+        return plog
+
+    def _remove_dir(self, topic: str, partition: int) -> None:
+        path = os.path.join(self.path, partition_dirname(topic, partition))
+        if os.path.isdir(path):
+            PartitionLog.open(path, self.defaults, now_ms, recover=False).delete()
+
+    # -- table -------------------------------------------------------------
+    def _publish(self, slot: int, plog: PartitionLog, **extra) -> None:
+        bases = plog.segment_bases
+        shape = (plog.log_start_offset, bases[-1], len(bases))
+        old = self.published.get(slot)
+        gen = (old[1] + 1) if old is not None and old[0] != shape else (old[1] if old else 1)
+        self.table.write(slot, start_offset=plog.log_start_offset, end_offset=plog.log_end_offset,
+                         flushed_offset=plog.flushed_offset, segment_generation=gen, **extra)
+        self.published[slot] = (shape, gen)
+
+    def _go_offline(self, error: BaseException) -> None:
+        print(f"hostbroker: log dir {self.path} failed ({error}); its partitions are offline",
+              file=sys.stderr, flush=True)
+        self.offline = True
+        for slot in self.slots:
+            self.table.write(slot, state=ptable.OFFLINE)
+        self.count(procs.ERRORS)
+
+    # -- the loop ----------------------------------------------------------
+    def run(self) -> None:
+        sel = selectors.DefaultSelector()
+        sel.register(self.doorbell.fileno(), selectors.EVENT_READ)
+        while not self.stopping:
+            sel.select(self._timeout())
+            self.doorbell.drain()
+            self.heartbeat()
+            self._cycle()
+        self._cycle()
+        self._flush(list(self.dirty))
+        self._answer_waiters(force=True)
+        self._pump()
+        self._shutdown()
+
+    def _timeout(self) -> float:
+        deadline = now_ms() + 1000
+        for slot in self.dirty:
+            plog = self.slots.get(slot)
+            if plog is not None:
+                deadline = min(deadline, plog.next_flush_deadline_ms() or deadline)
+        deadline = min(deadline, self.next_retention_ms)
+        if any(s.pending() for s in self.senders):
+            deadline = min(deadline, now_ms() + 10)
+        return max(0.0, (deadline - now_ms()) / 1000)
+
+    def _cycle(self) -> None:
+        results: list[list] = [[] for _ in self.senders]
+        touched: set[int] = set()
+        for h, receiver in enumerate(self.receivers):
+            messages = receiver.poll()
+            for m in messages:
+                op, token = env.decode_op(m)
+                if op == env.OP_APPEND:
+                    self._append(h, m, results[h], touched)
+                elif op == env.OP_DELETE:
+                    results[h].append(env.encode_json(env.OP_DELETE, token,
+                                                      self._delete(env.decode_json(m))))
+                elif op == env.OP_OFFSETS:
+                    results[h].append(env.encode_json(env.OP_OFFSETS, token,
+                                                      self._offsets(env.decode_json(m))))
+            if receiver.done():
+                self.handler_doorbells[h].ring()
+        for slot in touched:
+            plog = self.slots[slot]
+            self._publish(slot, plog)
+            self.dirty.add(slot)
+        now = now_ms()
+        due = [s for s in self.dirty if s in self.slots and
+               (self.slots[s].flush_due(now) or any(w.slot == s for w in self.waiters))]
+        if due:
+            self._flush(due)
+        if now >= self.next_retention_ms:
+            self._retention(now)
+        for h, out in enumerate(results):
+            for parts in out:
+                self.senders[h].send(*parts)
+        self._answer_waiters()
+        self._pump()
+        if touched:
+            for bell in self.handler_doorbells:
+                bell.ring()
+
+    def _append(self, h: int, m, out: list, touched: set[int]) -> None:
+        _, token, slot, index, acks, count, deadline = env.APPEND_HEAD.unpack_from(m, 0)
+        if self.offline:
+            out.append((env.APPEND_RESULT.pack(env.OP_APPEND, token, index,
+                                               ErrorCode.STORAGE_ERROR, -1, -1),))
+            return
+        plog = self.slots.get(slot) or self._adopt(slot)
+        if plog is None:
+            out.append((env.APPEND_RESULT.pack(env.OP_APPEND, token, index,
+                                               ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1),))
+            return
+        data = m[env.APPEND_HEAD.size:]
+        try:
+            base, end = plog.append(data, count)
+        except OSError as e:
+            self._go_offline(e)
+            out.append((env.APPEND_RESULT.pack(env.OP_APPEND, token, index,
+                                               ErrorCode.STORAGE_ERROR, -1, -1),))
+            return
+        touched.add(slot)
+        self.count(procs.MESSAGES_IN, count)
+        self.count(procs.BYTES_IN, len(data))
+        if acks == -1:
+            self.waiters.append(_Waiter(h, token, index, slot, base, end, deadline))
+        elif acks != 0:
+            out.append((env.APPEND_RESULT.pack(env.OP_APPEND, token, index, 0, base, end),))
+
+    def _flush(self, slots) -> None:
+        for slot in slots:
+            plog = self.slots.get(slot)
+            if plog is None:
+                self.dirty.discard(slot)
+                continue
+            try:
+                plog.flush()
+            except OSError as e:
+                self._go_offline(e)
+                return
+            self.dirty.discard(slot)
+            self._publish(slot, plog)
+
+    def _answer_waiters(self, force: bool = False) -> None:
+        if not self.waiters:
+            return
+        now = now_ms()
+        keep = []
+        for w in self.waiters:
+            plog = self.slots.get(w.slot)
+            flushed = plog is not None and plog.flushed_offset >= w.end
+            if flushed or self.offline or force or now >= w.deadline_ms:
+                if flushed:
+                    code, base, end = 0, w.base, w.end
+                elif self.offline:
+                    code, base, end = ErrorCode.STORAGE_ERROR, -1, -1
+                else:
+                    code, base, end = ErrorCode.REQUEST_TIMED_OUT, -1, -1
+                self.senders[w.handler].send(
+                    env.APPEND_RESULT.pack(env.OP_APPEND, w.token, w.index, code, base, end))
+            else:
+                keep.append(w)
+        self.waiters = keep
+
+    def _retention(self, now: int) -> None:
+        self.next_retention_ms = now + self.config["log.retention.check.interval.ms"]
+        if self.offline:
+            return
+        for slot, plog in list(self.slots.items()):
+            try:
+                deleted = plog.enforce_retention(now)
+            except OSError as e:
+                self._go_offline(e)
+                return
+            if deleted:
+                self._publish(slot, plog)
+
+    def _delete(self, request: dict) -> dict:
+        slot = request["slot"]
+        plog = self.slots.pop(slot, None)
+        try:
+            if plog is not None:
+                self.logdir.partitions.pop((plog.topic, plog.partition), None)
+                plog.delete()
+            else:
+                self._remove_dir(request["topic"], request["partition"])
+        except OSError as e:
+            return {"error": int(ErrorCode.STORAGE_ERROR), "message": str(e)}
+        finally:
+            self.dirty.discard(slot)
+            self.published.pop(slot, None)
+            self.waiters = [w for w in self.waiters if w.slot != slot]
+        with self.lock:
+            self.table.write(slot, state=ptable.FREE)
+            self.table.bump_generation()
+        return {"error": 0}
+
+    def _offsets(self, request: dict) -> dict:
+        if self.offsets is None:
+            return {"error": int(ErrorCode.UNKNOWN), "message": "offsets live on log dir 0"}
+        try:
+            if request["op"] == "commit":
+                self.offsets.commit(request["entries"])
+                return {"error": 0}
+            return {"error": 0, "offsets": [list(self.offsets.fetch(g, t, p))
+                                            for g, t, p in request["keys"]]}
+        except OSError as e:
+            return {"error": int(ErrorCode.STORAGE_ERROR), "message": str(e)}
+
+    def _pump(self) -> None:
+        for h, sender in enumerate(self.senders):
+            if sender.pending():
+                sender.pump()
+                self.handler_doorbells[h].ring()
+
+    def _shutdown(self) -> None:
+        try:
+            self.logdir.close()
+        except OSError as e:
+            if e.errno != errno.EIO:
+                raise
+        if self.offsets is not None:
+            self.offsets.close()
+        # leave a moment for handlers to read the last answers
+        deadline = time.monotonic() + 1
+        while any(s.pending() for s in self.senders) and time.monotonic() < deadline:
+            self._pump()
+            time.sleep(0.01)

@@ -1,0 +1,134 @@
+"""Start ``hostbroker serve`` as a user would, as a subprocess, and talk to it.
+
+Only test code: ports come from the kernel (bind to port 0), data lives in a
+pytest tmp dir, and every process started is ended by PID.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import psutil
+
+from hostbroker.client.simple import SimpleClient
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Broker:
+    def __init__(self, root, **settings):
+        self.root = str(root)
+        self.port = free_port()
+        self.unix_path = os.path.join(self.root, "hb.sock")
+        self.settings = {
+            "listeners": f"tcp://127.0.0.1:{self.port},unix://{self.unix_path}",
+            "log.dirs": os.path.join(self.root, "logs"),
+            "num.processors": 2,
+            "num.handlers": 2,
+            "ring.bytes": 4 * 1024 * 1024,
+            "max.partitions": 4096,
+            "shutdown.timeout.ms": 5000,
+        }
+        self.settings.update({k.replace("_", "."): v for k, v in settings.items()})
+        self.proc: subprocess.Popen | None = None
+        self.log_path = os.path.join(self.root, "broker.log")
+
+    @property
+    def tcp(self) -> str:
+        return f"tcp://127.0.0.1:{self.port}"
+
+    @property
+    def unix(self) -> str:
+        return f"unix://{self.unix_path}"
+
+    def args(self) -> list[str]:
+        args = [sys.executable, "-m", "hostbroker", "serve"]
+        for k, v in self.settings.items():
+            args += ["--set", f"{k}={v}"]
+        return args
+
+    def start(self, timeout: float = 30.0) -> "Broker":
+        self._log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(self.args(), cwd=self.root, stdout=self._log,
+                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                with SimpleClient(self.unix) as c:
+                    c.metadata()
+                with SimpleClient(self.tcp) as c:
+                    c.metadata()
+                return self
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError(f"broker did not come up in {timeout}s:\n{self.log()}")
+
+    def log(self) -> str:
+        with open(self.log_path, "rb") as f:
+            return f.read().decode(errors="replace")
+
+    def client(self, uri: str | None = None, **kw) -> SimpleClient:
+        return SimpleClient(uri or self.unix, **kw)
+
+    def workers(self) -> dict[str, int]:
+        """Process name (hb-writer-0, ...) -> pid of every worker."""
+        out = {}
+        for child in psutil.Process(self.proc.pid).children(recursive=True):
+            try:
+                out[child.name()] = child.pid
+            except psutil.NoSuchProcess:
+                pass
+        return out
+
+    def wait_worker_replaced(self, name: str, old_pid: int, timeout: float = 15.0) -> int:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            pid = self.workers().get(name)
+            if pid and pid != old_pid:
+                return pid
+            time.sleep(0.05)
+        raise AssertionError(f"{name} was not replaced within {timeout}s:\n{self.log()}")
+
+    def stop(self, timeout: float = 30.0) -> int:
+        if self.proc is None:
+            return 0
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill_tree()
+            raise
+        self._log.close()
+        self.proc = None
+        return code
+
+    def kill_tree(self) -> None:
+        """SIGKILL the supervisor and every worker at once (a host-level crash of the broker)."""
+        if self.proc is None:
+            return
+        try:
+            procs = [psutil.Process(self.proc.pid)]
+            procs += procs[0].children(recursive=True)
+        except psutil.NoSuchProcess:
+            procs = []
+        for p in procs:
+            try:
+                p.send_signal(signal.SIGKILL)
+            except psutil.NoSuchProcess:
+                pass
+        self.proc.wait(10)
+        psutil.wait_procs(procs, timeout=10)
+        self._log.close()
+        self.proc = None
