@@ -181,6 +181,7 @@ class HandlerWorker(Worker):
         self.auto_create = self.config["auto.create.topics.enable"]
         self.dirty_processors: set[int] = set()
         self.dirty_writers: set[int] = set()
+        self.draining = False
         self.board.set_state(self.slot, procs.WORKER_READY)
 
     def _epoch(self, kind: str, index: int) -> int:
@@ -221,6 +222,9 @@ class HandlerWorker(Worker):
 
     def _cycle(self) -> None:
         self._check_writer_epochs()
+        if not self.draining and self.board.broker_state == procs.BROKER_DRAINING:
+            # the broker is stopping: no more waiting, answer long polls with what is there
+            self.draining = True
         for w, receiver in enumerate(self.results):
             for m in receiver.poll():
                 self._on_result(m)
@@ -525,7 +529,7 @@ class HandlerWorker(Worker):
 
     # -- fetch ---------------------------------------------------------------
     def _fetch(self, p, conn_id, seq, corr, request) -> None:
-        if not self._answer_fetch(p, conn_id, seq, corr, request, force=False):
+        if not self._answer_fetch(p, conn_id, seq, corr, request, force=self.draining):
             return
         max_wait = min(max(0, request.max_wait_ms), self.config["fetch.max.wait.ms"])
         if len(self.parked) >= self.config["fetch.max.parked"]:
@@ -597,7 +601,7 @@ class HandlerWorker(Worker):
         still = []
         for x in self.parked:
             if self._answer_fetch(x.processor, x.conn_id, x.seq, x.correlation_id, x.request,
-                                  force=now >= x.deadline_ms):
+                                  force=self.draining or now >= x.deadline_ms):
                 still.append(x)
         self.parked = still
 

@@ -234,7 +234,8 @@ class Supervisor:
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGHUP):
                 signal.signal(sig, signal.SIG_DFL)
             child_main(worker)
-        self.board.set_worker(slot, KIND_CODES[kind], index, pid, epoch)
+        # only the pid: the child may already have said READY, which must stand
+        self.board.write(slot, pid=pid)
         self.children[pid] = key
         self.pids[key] = pid
         self.started_at[key] = time.monotonic()
@@ -348,10 +349,10 @@ class Supervisor:
     def shutdown(self) -> int:
         self.stopping = True
         systemd.notify("STOPPING=1\nSTATUS=draining")
-        try:
+        if getattr(self, "board", None) is not None:
             self.board.set_broker_state(procs.BROKER_DRAINING)
-        except (AttributeError, ValueError):
-            pass
+            for bell in self.plan.doorbells.values():
+                bell.ring()
         grace = self.config["shutdown.timeout.ms"] / 1000 + 5
         for kind in STOP_ORDER:
             group = [(k, i) for (k, i) in list(self.pids) if k == kind]

@@ -233,7 +233,7 @@ class WriterWorker(Worker):
         data = m[env.APPEND_HEAD.size:]
         try:
             base, end = plog.append(data, count)
-        except OSError as e:
+        except (OSError, StorageError) as e:
             self._go_offline(e)
             out.append((env.APPEND_RESULT.pack(env.OP_APPEND, token, index,
                                                ErrorCode.STORAGE_ERROR, -1, -1),))
@@ -254,7 +254,7 @@ class WriterWorker(Worker):
                 continue
             try:
                 plog.flush()
-            except OSError as e:
+            except (OSError, StorageError) as e:
                 self._go_offline(e)
                 return
             self.dirty.discard(slot)
@@ -288,7 +288,7 @@ class WriterWorker(Worker):
         for slot, plog in list(self.slots.items()):
             try:
                 deleted = plog.enforce_retention(now)
-            except OSError as e:
+            except (OSError, StorageError) as e:
                 self._go_offline(e)
                 return
             if deleted:
