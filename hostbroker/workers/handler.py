@@ -128,7 +128,7 @@ class _Pending:
     """A request waiting for writers' answers."""
 
     __slots__ = ("processor", "conn_id", "seq", "correlation_id", "api_key", "results",
-                 "remaining", "writers", "respond", "extra")
+                 "remaining", "writers", "respond", "token")
 
     def __init__(self, processor, conn_id, seq, correlation_id, api_key, results, respond):
         self.processor = processor
@@ -139,8 +139,8 @@ class _Pending:
         self.results = results
         self.remaining = 0
         self.writers: set[int] = set()
-        self.respond = respond
-        self.extra = None
+        self.respond = respond  # respond(pending, failed=False) answers the client
+        self.token = 0
 
 
 class _ParkedFetch:
@@ -411,13 +411,20 @@ class HandlerWorker(Worker):
                 self.table.write(i, state=ptable.DELETING)
             self.table.bump_generation()
         self.view.refresh()
-        self.parked = [x for x in self.parked
-                       if all(part.topic != topic for part in x.request.partitions)
-                       or self._answer_fetch(x.processor, x.conn_id, x.seq, x.correlation_id,
-                                             x.request, force=True)]
+        # long polls on the deleted topic are answered now (with UNKNOWN_TOPIC_OR_PARTITION)
+        waiting = []
+        for x in self.parked:
+            if any(part.topic == topic for part in x.request.partitions):
+                self._answer_fetch(x.processor, x.conn_id, x.seq, x.correlation_id, x.request,
+                                   force=True)
+            else:
+                waiting.append(x)
+        self.parked = waiting
 
         def respond(pending: _Pending, failed: bool = False) -> None:
-            errors = [r for r in pending.results if r] + (["writer restarted"] if failed else [])
+            errors = [r.get("message", "delete failed") for r in pending.results if r["error"]]
+            if failed:
+                errors.append("a writer restarted while deleting")
             code = ErrorCode.NONE if not errors else ErrorCode.STORAGE_ERROR
             self._reply(pending.processor, pending.conn_id, pending.seq,
                         pending.correlation_id,
@@ -426,14 +433,14 @@ class HandlerWorker(Worker):
         pending = self._new_pending(p, conn_id, seq, corr, ApiKey.DELETE_TOPIC, [], respond)
         for i, s in slots:
             self._to_writer(pending, s.owner, *env.encode_json(
-                env.OP_DELETE, pending_token(pending, self),
+                env.OP_DELETE, pending.token,
                 {"slot": i, "topic": s.name, "partition": s.partition}))
 
     # -- produce -------------------------------------------------------------
     def _new_pending(self, p, conn_id, seq, corr, key, results, respond) -> _Pending:
         pending = _Pending(p, conn_id, seq, corr, key, results, respond)
         token = next(self.tokens)
-        pending.extra = token
+        pending.token = token
         self.pending[token] = pending
         return pending
 
@@ -449,7 +456,7 @@ class HandlerWorker(Worker):
 
         def respond(pending: _Pending, failed: bool = False) -> None:
             if pending.seq is None:
-                return
+                return  # acks=0
             for r in pending.results:
                 if failed and r[2] == ErrorCode.NONE and r[3] == -1:
                     r[2] = ErrorCode.UNKNOWN
@@ -470,15 +477,12 @@ class HandlerWorker(Worker):
                 code = self._route_append(pending, index, part, acks, deadline)
                 if code:
                     results[index][2] = code
-        if pending.remaining == 0 or acks == 0:
-            del self.pending[pending.extra]
-            if acks == 0:
-                self.pending_acks0_cleanup(pending)
+        if acks == 0:
+            # fire and forget: the writer sends no result and the client expects no answer
+            del self.pending[pending.token]
+        elif pending.remaining == 0:
+            del self.pending[pending.token]
             respond(pending)
-
-    def pending_acks0_cleanup(self, pending: _Pending) -> None:
-        """acks=0 appends are fire-and-forget: the writer sends no result."""
-        pending.seq = None
 
     def _route_append(self, pending: _Pending, index: int, part, acks: int, deadline: int):
         topic = part.topic
@@ -508,7 +512,7 @@ class HandlerWorker(Worker):
             pending.results[index][3] = pending.results[index][4] = s.end_offset
             return ErrorCode.NONE
         self._to_writer(pending, s.owner, *env.encode_append(
-            pending.extra, slot, index, acks, count, deadline, data))
+            pending.token, slot, index, acks, count, deadline, data))
         return ErrorCode.NONE
 
     def _on_result(self, m) -> None:
@@ -666,7 +670,7 @@ class HandlerWorker(Worker):
 
         pending = self._new_pending(p, conn_id, seq, corr, ApiKey.OFFSET_COMMIT, [], respond)
         self._to_writer(pending, 0, *env.encode_json(
-            env.OP_OFFSETS, pending.extra, {"op": "commit", "entries": entries}))
+            env.OP_OFFSETS, pending.token, {"op": "commit", "entries": entries}))
 
     def _offset_fetch(self, p, conn_id, seq, corr, request) -> None:
         keys = [[request.group, part.topic, part.partition] for part in request.partitions]
@@ -682,8 +686,5 @@ class HandlerWorker(Worker):
 
         pending = self._new_pending(p, conn_id, seq, corr, ApiKey.OFFSET_FETCH, [], respond)
         self._to_writer(pending, 0, *env.encode_json(
-            env.OP_OFFSETS, pending.extra, {"op": "fetch", "keys": keys}))
+            env.OP_OFFSETS, pending.token, {"op": "fetch", "keys": keys}))
 
-
-def pending_token(pending: _Pending, handler: HandlerWorker) -> int:
-    return pending.extra
