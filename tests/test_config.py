@@ -56,3 +56,10 @@ def test_docs_table_lists_every_setting():
     table = markdown_table()
     for s in SETTINGS:
         assert f"`{s.key}`" in table
+
+
+def test_docs_configuration_page_is_generated_from_the_declaration():
+    import pathlib
+
+    page = (pathlib.Path(__file__).parent.parent / "docs" / "configuration.md").read_text()
+    assert markdown_table() in page, "regenerate with: python -m hostbroker.config"

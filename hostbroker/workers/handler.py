@@ -27,7 +27,7 @@ Per request:
 
 from __future__ import annotations
 
-import heapq
+import contextlib
 import itertools
 import json
 import os
@@ -318,6 +318,18 @@ class HandlerWorker(Worker):
         self._respond(p, conn_id, seq, [api.encode_response(corr, response)])
 
     # -- topics ------------------------------------------------------------
+    @contextlib.contextmanager
+    def _admin(self):
+        """The admin lock, or BROKER_NOT_AVAILABLE when another process holds it too long."""
+        try:
+            self.lock.acquire()
+        except TimeoutError as e:
+            raise HostbrokerError(f"topic admin busy: {e}", ErrorCode.BROKER_NOT_AVAILABLE) from e
+        try:
+            yield
+        finally:
+            self.lock.release()
+
     def _create_topic_locked(self, topic: str, partitions: int, overrides: dict[str, str]) -> None:
         """Create a topic's partitions, each on the log dir holding the fewest.
         Caller holds the admin lock and has checked the topic does not exist."""
@@ -374,14 +386,14 @@ class HandlerWorker(Worker):
             self.defaults.with_overrides(overrides)
         except ConfigError as e:
             return api.AdminResponse(ErrorCode.INVALID_CONFIG, str(e))
-        with self.lock:
-            if self._topic_exists_locked(topic):
-                return api.AdminResponse(ErrorCode.TOPIC_ALREADY_EXISTS,
-                                         f"topic {topic} already exists")
-            try:
+        try:
+            with self._admin():
+                if self._topic_exists_locked(topic):
+                    return api.AdminResponse(ErrorCode.TOPIC_ALREADY_EXISTS,
+                                             f"topic {topic} already exists")
                 self._create_topic_locked(topic, request.partitions, overrides)
-            except HostbrokerError as e:
-                return api.AdminResponse(e.code, str(e))
+        except HostbrokerError as e:
+            return api.AdminResponse(e.code, str(e))
         return api.AdminResponse(ErrorCode.NONE, None)
 
     def _auto_create(self, topic: str) -> ErrorCode:
@@ -389,27 +401,31 @@ class HandlerWorker(Worker):
             validate_topic_name(topic)
         except InvalidTopicError:
             return ErrorCode.INVALID_TOPIC
-        with self.lock:
-            if not self._topic_exists_locked(topic):
-                try:
+        try:
+            with self._admin():
+                if not self._topic_exists_locked(topic):
                     self._create_topic_locked(topic, self.config["num.partitions"], {})
-                except HostbrokerError as e:
-                    return e.code
+        except HostbrokerError as e:
+            return e.code
         self.view.refresh()
         return ErrorCode.NONE
 
     def _delete_topic(self, p, conn_id, seq, corr, request) -> None:
         topic = request.topic
-        with self.lock:
-            slots = [(i, s) for i, s in self.table.scan()
-                     if s.name == topic and s.state != ptable.FREE]
-            if not slots:
-                self._reply(p, conn_id, seq, corr, api.AdminResponse(
-                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {topic}"))
-                return
-            for i, _ in slots:
-                self.table.write(i, state=ptable.DELETING)
-            self.table.bump_generation()
+        try:
+            with self._admin():
+                slots = [(i, s) for i, s in self.table.scan()
+                         if s.name == topic and s.state != ptable.FREE]
+                for i, _ in slots:
+                    self.table.write(i, state=ptable.DELETING)
+                self.table.bump_generation()
+        except HostbrokerError as e:
+            self._reply(p, conn_id, seq, corr, api.AdminResponse(e.code, str(e)))
+            return
+        if not slots:
+            self._reply(p, conn_id, seq, corr, api.AdminResponse(
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {topic}"))
+            return
         self.view.refresh()
         # long polls on the deleted topic are answered now (with UNKNOWN_TOPIC_OR_PARTITION)
         waiting = []
