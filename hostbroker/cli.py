@@ -1,7 +1,7 @@
 """The ``hostbroker`` command: one entry point, one subcommand per job.
 
-``serve`` runs the broker; the client-side commands (topics, produce, consume,
-perf, top, dump-log) live in their own modules and are registered here.
+``serve`` runs the broker; ``top`` watches one. Each command's work lives in
+its own module; this one only parses arguments and dispatches.
 """
 
 from __future__ import annotations
@@ -25,6 +25,21 @@ def _serve(args: argparse.Namespace) -> int:
     return serve(config)
 
 
+def _top(args: argparse.Namespace) -> int:
+    try:
+        config = Config.load(args.config, args.set or ())
+    except ConfigError as e:
+        print(f"hostbroker: {e}", file=sys.stderr)
+        return 2
+    from hostbroker import top
+
+    try:
+        return top.run(config, as_json=args.json, interval=args.interval,
+                       iterations=args.iterations)
+    except KeyboardInterrupt:
+        return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hostbroker", description="A persistent, partitioned, replayable log broker.")
@@ -40,6 +55,17 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--set", metavar="KEY=VALUE", action="append",
                        help="set one configuration key (repeatable)")
     serve.set_defaults(func=_serve)
+
+    top = sub.add_parser("top", help="live view of a running broker's processes and counters",
+                         description="Find the broker by the same configuration serve takes.")
+    top.add_argument("--config", metavar="FILE", help="TOML configuration file")
+    top.add_argument("--set", metavar="KEY=VALUE", action="append",
+                     help="set one configuration key (repeatable)")
+    top.add_argument("--json", action="store_true", help="one JSON document per reading")
+    top.add_argument("--interval", type=float, default=1.0, help="seconds between readings")
+    top.add_argument("--iterations", type=int, default=None,
+                     help="stop after this many readings (default: run until interrupted)")
+    top.set_defaults(func=_top)
     return parser
 
 

@@ -16,6 +16,7 @@ import sys
 import time
 
 from hostbroker.shm.channel import Receiver, Sender
+from hostbroker.shm import procs
 from hostbroker.shm.procs import ProcessBoard
 from hostbroker.shm.ring import Ring
 from hostbroker.workers.plan import BrokerPlan
@@ -52,6 +53,7 @@ class Worker:
         self.board: ProcessBoard | None = None
         self.slot = plan.board_slot(self.kind, index)
         self._rings: list[Ring] = []
+        self._inputs: list[Ring] = []  # the rings this worker consumes
 
     @property
     def name(self) -> str:
@@ -71,7 +73,10 @@ class Worker:
         self.doorbell.ring()
 
     def heartbeat(self) -> None:
+        """Say we are alive, and how much waits in our input rings (once per loop)."""
         self.board.heartbeat(self.slot)
+        self.board.set(self.slot, procs.RING_OCCUPANCY,
+                       sum(ring.pending_bytes() for ring in self._inputs))
 
     def count(self, counter: int, n: int = 1) -> None:
         self.board.add(self.slot, counter, n)
@@ -86,7 +91,9 @@ class Worker:
         return Sender(self._attach(kind, producer, consumer))
 
     def receiver(self, kind: str, producer: int, consumer: int) -> Receiver:
-        return Receiver(self._attach(kind, producer, consumer))
+        ring = self._attach(kind, producer, consumer)
+        self._inputs.append(ring)
+        return Receiver(ring)
 
     def run(self) -> None:  # pragma: no cover - each kind has its own loop
         raise NotImplementedError

@@ -243,6 +243,7 @@ class HandlerWorker(Worker):
         if self.parked:
             self._recheck_parked()
         self._flush_senders()
+        self.board.set(self.slot, procs.FETCH_PARKED, len(self.parked))
 
     def _flush_senders(self) -> None:
         for w in list(self.dirty_writers):
@@ -556,7 +557,6 @@ class HandlerWorker(Worker):
             self._answer_fetch(p, conn_id, seq, corr, request, force=True)
             return
         self.parked.append(_ParkedFetch(p, conn_id, seq, corr, request, now_ms() + max_wait))
-        self.count(procs.FETCH_PARKED)
 
     def _fetch_parts(self, request):
         """Per partition (topic, partition, error, log_end_offset, FilePiece | None)."""

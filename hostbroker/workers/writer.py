@@ -257,6 +257,7 @@ class WriterWorker(Worker):
             except (OSError, StorageError) as e:
                 self._go_offline(e)
                 return
+            self.count(procs.FLUSHES)
             self.dirty.discard(slot)
             self._publish(slot, plog)
 

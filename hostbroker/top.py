@@ -1,0 +1,106 @@
+"""``hostbroker top``: a live view of a running broker's processes and counters.
+
+Attaches read-only to the broker's process board (found from the same
+configuration ``serve`` takes: the board's name derives from the broker id and
+first log dir) and joins it with psutil's view of each worker process (CPU,
+memory, threads). Prints a table every interval, or one JSON document with
+``--json``. Never writes to the broker's shared memory.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import psutil
+
+from hostbroker.config import Config
+from hostbroker.shm.procs import COUNTER_NAMES, ProcessBoard
+from hostbroker.workers.plan import BrokerPlan
+
+KIND_NAMES = {1: "writer", 2: "handler", 3: "processor", 4: "acceptor"}
+_COLUMNS = ("requests", "bytes_in", "bytes_out", "messages_in", "errors", "connections",
+            "fetch_parked")
+
+
+def attach(config: Config) -> ProcessBoard:
+    plan = BrokerPlan.from_config(config)
+    try:
+        return ProcessBoard.attach(plan.board_name, readonly=True)
+    except FileNotFoundError:
+        raise SystemExit(f"hostbroker top: no broker running with log.dirs "
+                         f"{','.join(plan.log_dirs)} and broker.id {config['broker.id']}")
+
+
+def sample(board: ProcessBoard, procs: dict[int, psutil.Process]) -> dict:
+    """One reading: broker state plus a row per worker (counters and psutil figures)."""
+    rows = []
+    for row in board.snapshot():
+        if row.get("torn"):
+            continue
+        pid = row["pid"]
+        info = {"name": None, "cpu_percent": None, "rss_bytes": None, "threads": None}
+        if pid:
+            try:
+                p = procs.get(pid)
+                if p is None:
+                    p = procs[pid] = psutil.Process(pid)
+                    p.cpu_percent(None)  # first call primes the measurement
+                with p.oneshot():
+                    info = {"name": p.name(), "cpu_percent": p.cpu_percent(None),
+                            "rss_bytes": p.memory_info().rss, "threads": p.num_threads()}
+            except psutil.Error:
+                procs.pop(pid, None)
+        rows.append({"kind": KIND_NAMES.get(row["kind"], str(row["kind"])),
+                     "index": row["index"], "pid": pid, "epoch": row["epoch"],
+                     "state": row["state"].name.lower(), **info,
+                     "counters": dict(row["counters"])})
+    return {"broker_state": board.broker_state.name.lower(),
+            "supervisor_pid": board.supervisor_pid, "workers": rows}
+
+
+def render(reading: dict, previous: dict | None, seconds: float) -> str:
+    """The table ``top`` prints; rates are per second since the previous reading."""
+    before = {(r["kind"], r["index"]): r["counters"] for r in (previous or {}).get("workers", [])}
+    lines = [f"hostbroker {reading['broker_state']}  supervisor pid {reading['supervisor_pid']}",
+             f"{'process':<14}{'pid':>8}{'cpu%':>7}{'rss MiB':>9}  "
+             + "".join(f"{c + '/s' if c not in ('connections', 'fetch_parked') else c:>15}"
+                       for c in _COLUMNS)]
+    for r in reading["workers"]:
+        name = r["name"] or f"{r['kind']}-{r['index']}"
+        old = before.get((r["kind"], r["index"]))
+        cells = []
+        for c in _COLUMNS:
+            value = r["counters"].get(c, 0)
+            if c not in ("connections", "fetch_parked"):
+                value = (value - old.get(c, 0)) / seconds if old and seconds > 0 else 0
+            cells.append(f"{value:>15,.0f}")
+        cpu = "" if r["cpu_percent"] is None else f"{r['cpu_percent']:.0f}"
+        rss = "" if r["rss_bytes"] is None else f"{r['rss_bytes'] / 2**20:.0f}"
+        lines.append(f"{name:<14}{r['pid']:>8}{cpu:>7}{rss:>9}  " + "".join(cells))
+    return "\n".join(lines)
+
+
+def run(config: Config, *, as_json: bool, interval: float, iterations: int | None) -> int:
+    board = attach(config)
+    procs: dict[int, psutil.Process] = {}
+    previous = sample(board, procs)
+    last = time.monotonic()
+    count = 0
+    while iterations is None or count < iterations:
+        time.sleep(interval)
+        reading = sample(board, procs)
+        now = time.monotonic()
+        if as_json:
+            print(json.dumps(reading), flush=True)
+        else:
+            if sys.stdout.isatty():
+                print("\x1b[H\x1b[2J", end="")
+            print(render(reading, previous, now - last), flush=True)
+        previous, last = reading, now
+        count += 1
+    return 0
+
+
+assert set(_COLUMNS) <= set(COUNTER_NAMES)
