@@ -1,0 +1,241 @@
+"""Framing on the real sockets: error frames, closes, limits (protocol.md, "Framing").
+
+Frames the client would never build go out on raw sockets. The shared broker
+takes requests of at most 4096 bytes (``socket.request.max.bytes``).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import struct
+
+import pytest
+
+from hostbroker.client.connection import BrokerConnection
+from hostbroker.client.simple import SimpleClient
+from hostbroker.errors import ErrorCode
+from hostbroker.log.message import encode_message_set
+from hostbroker.protocol import api
+from tests.integration.wire_helpers import (  # noqa: F401 (uri is a fixture)
+    RawSocket,
+    created_topic,
+    log_end,
+    module_broker,
+    produce_request,
+    raw_frame,
+    uri,
+    wait_for,
+)
+
+REQUEST_MAX_BYTES = 4096
+
+served = module_broker(socket_request_max_bytes=REQUEST_MAX_BYTES)
+
+
+def _produce_frame(topic: str, correlation_id: int, frame_size: int) -> bytes:
+    """A valid PRODUCE (acks 1) frame whose size field is exactly ``frame_size``."""
+
+    def frame(payload_bytes: int) -> bytes:
+        request = produce_request(topic, 0, encode_message_set([b"p" * payload_bytes]))
+        return api.encode_request(request, correlation_id, "wire")
+
+    overhead = len(frame(0)) - 4
+    return frame(frame_size - overhead)
+
+
+def _with_body(request: api.Request, correlation_id: int, edit) -> bytes:
+    """``request``'s frame with its body bytes changed by ``edit`` and the size fixed."""
+    body = api.encode_request(request, correlation_id, "raw")[4:]
+    body = edit(body)
+    return struct.pack(">i", len(body)) + body
+
+
+# REQUEST_TOO_LARGE
+
+
+def test_a_request_at_the_limit_is_served(uri):
+    topic = created_topic(uri)
+    frame = _produce_frame(topic, 5, REQUEST_MAX_BYTES)
+    assert struct.unpack(">i", frame[:4]) == (REQUEST_MAX_BYTES,)
+    with RawSocket(uri) as raw:
+        raw.send(frame)
+        correlation_id, response = raw.read_response(api.ApiKey.PRODUCE)
+    assert correlation_id == 5
+    assert response.partitions[0].error_code == ErrorCode.NONE
+
+
+@pytest.mark.parametrize("size", [REQUEST_MAX_BYTES + 1, 10 * REQUEST_MAX_BYTES, 2**31 - 1])
+def test_a_request_over_the_limit_gets_request_too_large(uri, size):
+    topic = created_topic(uri)
+    with SimpleClient(uri) as c:
+        before = log_end(c, topic, 0)
+        frame = _produce_frame(topic, 31337, REQUEST_MAX_BYTES + 1)
+        # The size says it all: send it with the header and a bit of the body only.
+        head = struct.pack(">i", size) + frame[4:64]
+        with RawSocket(uri) as raw:
+            raw.send(head)
+            raw.assert_error_frame(31337, ErrorCode.REQUEST_TOO_LARGE)
+        assert log_end(c, topic, 0) == before
+
+
+def test_request_too_large_after_pipelined_requests(uri):
+    with RawSocket(uri) as raw:
+        raw.send(api.encode_request(api.MetadataRequest(()), 1)
+                 + api.encode_request(api.MetadataRequest(()), 2)
+                 + struct.pack(">ihhi", REQUEST_MAX_BYTES + 100, 3, 0, 3) + b"\0\0")
+        assert [raw.read_response(api.ApiKey.METADATA)[0] for _ in range(2)] == [1, 2]
+        raw.assert_error_frame(3, ErrorCode.REQUEST_TOO_LARGE)
+
+
+# UNSUPPORTED_VERSION
+
+
+@pytest.mark.parametrize("api_key,api_version", [
+    (99, 0), (8, 0), (9, 0), (10, 0), (11, 0), (12, 0), (-1, 0), (32767, 0),
+    (api.ApiKey.PRODUCE, 1), (api.ApiKey.METADATA, 1), (api.ApiKey.FETCH, -1),
+    (api.ApiKey.OFFSET_FETCH, 7),
+])
+def test_unknown_api_or_version_gets_unsupported_version(uri, api_key, api_version):
+    body = struct.pack(">i", 0)  # an empty list: a valid METADATA body
+    with RawSocket(uri) as raw:
+        raw.send(raw_frame(api_key, 4242, body, api_version=api_version))
+        raw.assert_error_frame(4242, ErrorCode.UNSUPPORTED_VERSION)
+
+
+# INVALID_REQUEST
+
+
+def _metadata(*topics: str) -> api.MetadataRequest:
+    return api.MetadataRequest(tuple(topics))
+
+
+MALFORMED = {
+    "a byte left over": (_metadata("a"), lambda b: b + b"\0"),
+    "many bytes left over": (_metadata(), lambda b: b + b"trailing garbage"),
+    "count past the frame": (_metadata("a"), lambda b: b[:-7] + struct.pack(">i", 3) + b[-3:]),
+    "count that cannot fit": (_metadata(), lambda b: b[:-4] + struct.pack(">i", 2**31 - 1)),
+    "string past the frame": (
+        _metadata("abc"), lambda b: b[:-5] + struct.pack(">h", 200) + b[-3:]),
+    "body cut short": (api.OffsetsRequest("t", 0, -1, 1), lambda b: b[:-3]),
+    "no body": (api.FetchRequest(0, 0, ()), lambda b: b[:-12]),
+    "client id past the frame": (_metadata(), lambda b: b[:8] + struct.pack(">h", 30) + b"ab"),
+    "produce set past the frame": (
+        produce_request("t", 0, b"x" * 20),
+        lambda b: b[:-10]),
+}
+
+
+@pytest.mark.parametrize("name", MALFORMED)
+def test_malformed_body_gets_invalid_request(uri, name):
+    request, edit = MALFORMED[name]
+    with RawSocket(uri) as raw:
+        raw.send(_with_body(request, 777, edit))
+        raw.assert_error_frame(777, ErrorCode.INVALID_REQUEST)
+
+
+@pytest.mark.parametrize("size", [0, 1, 4, 6, 7])
+def test_frame_too_short_for_a_correlation_id_is_closed_without_answer(uri, size):
+    frame = struct.pack(">i", size) + struct.pack(">hhi", 3, 0, 99)[:size]
+    with RawSocket(uri) as raw:
+        raw.send(frame + api.encode_request(api.MetadataRequest(()), 100))
+        raw.assert_closed()
+
+
+def test_answers_before_an_error_frame_still_arrive(uri):
+    topic = created_topic(uri)
+    data = encode_message_set([b"before the bad frame"])
+    with RawSocket(uri) as raw:
+        raw.send(api.encode_request(api.MetadataRequest((topic,)), 10)
+                 + api.encode_request(produce_request(topic, 0, data), 11)
+                 + api.encode_request(api.OffsetsRequest(topic, 0, api.EARLIEST_TIME, 1), 12)
+                 + raw_frame(99, 13)
+                 + api.encode_request(api.MetadataRequest(()), 14))
+        assert raw.read_response(api.ApiKey.METADATA)[0] == 10
+        correlation_id, produced = raw.read_response(api.ApiKey.PRODUCE)
+        assert (correlation_id, produced.partitions[0].log_end_offset) == (11, len(data))
+        assert raw.read_response(api.ApiKey.OFFSETS) == (12, api.OffsetsResponse(0, (0,)))
+        raw.assert_error_frame(13, ErrorCode.UNSUPPORTED_VERSION)
+
+
+@pytest.mark.parametrize("bad_frame,code", [
+    (raw_frame(99, 13), ErrorCode.UNSUPPORTED_VERSION),
+    (raw_frame(api.ApiKey.METADATA, 13, struct.pack(">i", 0) + b"left over"),
+     ErrorCode.INVALID_REQUEST),
+], ids=["unknown api_key", "bytes left over"])
+def test_nothing_after_an_error_frame_runs(uri, bad_frame, code):
+    # The broker closes the connection after the error frame, so a request
+    # behind the bad one can never be answered: it must not be carried out either.
+    topic = created_topic(uri)
+    late = produce_request(topic, 0, encode_message_set([b"late"]))
+    with RawSocket(uri) as raw:
+        raw.send(bad_frame + api.encode_request(late, 14))
+        raw.assert_error_frame(13, code)
+    with SimpleClient(uri) as c:
+        assert log_end(c, topic, 0) == 0
+        assert c.metadata([topic]).topics[0].partitions[0].log_end_offset == 0
+
+
+def test_a_malformed_request_closes_only_its_own_connection(uri):
+    with BrokerConnection(uri) as bystander, RawSocket(uri) as raw:
+        bystander.request(api.MetadataRequest(()))
+        raw.send(raw_frame(99, 1))
+        raw.assert_error_frame(1, ErrorCode.UNSUPPORTED_VERSION)
+        assert isinstance(bystander.request(api.MetadataRequest(())), api.MetadataResponse)
+
+
+def test_a_frame_sent_a_byte_at_a_time(uri):
+    frame = api.encode_request(api.MetadataRequest(()), 606)
+    with RawSocket(uri) as raw:
+        for i in range(len(frame)):
+            raw.send(frame[i:i + 1])
+        assert raw.read_response(api.ApiKey.METADATA)[0] == 606
+
+
+# Sockets and connections
+
+
+def test_unix_socket_file_mode_is_0660(served):
+    mode = os.stat(served.unix_path).st_mode
+    assert stat.S_ISSOCK(mode)
+    assert stat.S_IMODE(mode) == 0o660
+
+
+def _working_connection(uri_: str) -> BrokerConnection:
+    """A connection that got an answer, retried while the broker forgets closed ones."""
+
+    def attempt():
+        conn = BrokerConnection(uri_, timeout=2)
+        try:
+            conn.connect()
+            conn.request(api.MetadataRequest(()))
+            return conn
+        except OSError:
+            conn.close()
+            return None
+
+    conn = wait_for(attempt, timeout=10)
+    assert conn is not None, f"no connection to {uri_} was served"
+    return conn
+
+
+def test_max_connections(make_broker):
+    broker = make_broker(max_connections=2)
+    first = _working_connection(broker.tcp)
+    second = _working_connection(broker.unix)
+    try:
+        for extra in (broker.tcp, broker.unix):
+            with RawSocket(extra, timeout=5) as raw:
+                try:
+                    raw.send(api.encode_request(api.MetadataRequest(()), 1))
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+                raw.assert_closed()
+        for conn in (first, second):
+            assert isinstance(conn.request(api.MetadataRequest(())), api.MetadataResponse)
+        first.close()
+        # A place is free again once the broker sees the close.
+        _working_connection(broker.tcp).close()
+    finally:
+        first.close()
+        second.close()
