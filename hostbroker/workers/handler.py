@@ -50,6 +50,7 @@ from hostbroker.workers import envelopes as env
 from hostbroker.workers.base import Worker, now_ms
 
 _IDLE_TIMEOUT_S = 1.0
+_MAX_BROKEN = 100_000
 
 
 class TopicView:
@@ -182,6 +183,7 @@ class HandlerWorker(Worker):
         self.dirty_processors: set[int] = set()
         self.dirty_writers: set[int] = set()
         self.draining = False
+        self.broken: dict[int, None] = {}  # connections closing after a protocol error
         self.board.set_state(self.slot, procs.WORKER_READY)
 
     def _epoch(self, kind: str, index: int) -> int:
@@ -274,17 +276,20 @@ class HandlerWorker(Worker):
         conn_id, seq, flags = env.REQ_HEADER.unpack_from(m, 0)
         if flags & env.REQ_CLOSED:
             self.parked = [x for x in self.parked if x.conn_id != conn_id]
+            self.broken.pop(conn_id, None)
             return
+        if conn_id in self.broken:
+            return  # pipelined behind a protocol error: the connection is closing, run nothing
         self.count(procs.REQUESTS)
         frame = m[env.REQ_HEADER.size:]
         try:
             header, request = api.decode_request(frame)
         except api.HeaderTooShortError:
-            self.count(procs.ERRORS)
+            self._break(conn_id)
             self._respond(p, conn_id, seq, [], env.RESP_CLOSE_NOW)
             return
         except HostbrokerError as e:
-            self.count(procs.ERRORS)
+            self._break(conn_id)
             corr = api.peek_correlation_id(frame)
             self._respond(p, conn_id, seq, [api.encode_error_frame(corr or 0, e.code)],
                           env.RESP_CLOSE_AFTER)
@@ -311,9 +316,17 @@ class HandlerWorker(Worker):
                 self._offset_fetch(p, conn_id, seq, corr, request)
         except HostbrokerError as e:
             # a request we decoded but cannot serve at all: say so and close
-            self.count(procs.ERRORS)
+            self._break(conn_id)
             self._respond(p, conn_id, seq, [api.encode_error_frame(corr, e.code)],
                           env.RESP_CLOSE_AFTER)
+
+    def _break(self, conn_id: int) -> None:
+        """Remember a connection that sent something undecodable (until the
+        processor says it closed; bounded in case that notice is lost)."""
+        self.count(procs.ERRORS)
+        self.broken[conn_id] = None
+        if len(self.broken) > _MAX_BROKEN:
+            del self.broken[next(iter(self.broken))]
 
     def _reply(self, p, conn_id, seq, corr, response) -> None:
         self._respond(p, conn_id, seq, [api.encode_response(corr, response)])
@@ -674,7 +687,7 @@ class HandlerWorker(Worker):
 
     # -- consumer offsets ----------------------------------------------------
     def _offset_commit(self, p, conn_id, seq, corr, request) -> None:
-        entries = [[request.group, part.topic, part.partition, part.offset, part.metadata or ""]
+        entries = [[request.group, part.topic, part.partition, part.offset, part.metadata]
                    for part in request.partitions]
 
         def respond(pending: _Pending, failed: bool = False) -> None:
