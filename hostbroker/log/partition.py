@@ -16,9 +16,24 @@ Files, under ``<log dir>/<topic>_<partition>/``:
 
 Appends go to the page cache with ``os.write``; durability comes from the flush
 policy (``flush.messages`` / ``flush.ms``), which the writer drives with
-:meth:`PartitionLog.flush_due` and :meth:`PartitionLog.flush`. After a crash,
-:meth:`PartitionLog.open` with ``recover=True`` scans the segments and cuts the
-log at the first invalid entry.
+:meth:`PartitionLog.flush_due` and :meth:`PartitionLog.flush`.
+:attr:`PartitionLog.flushed_offset` is the offset below which every byte has
+been fdatasync'ed: a flush syncs the active segment, and a roll syncs the old
+segment before the new one is created, so a segment stops being the last one
+only once it is durable.
+
+After a crash, :meth:`PartitionLog.open` with ``recover=True`` scans segments
+and cuts the log at the first invalid entry. Given a *recovery point* (an
+offset the log dir's checkpoint recorded as flushed, see ``logdir.py``) it
+scans only from the last segment whose base is at or below it; the earlier
+segments are trusted unread. That is safe twice over: they were durable when
+the point was recorded, and they are not the last segment on disk, which
+rolling made durable whatever happened since (a truncation or a re-created
+partition can leave a checkpointed offset stale, never the segments below it
+unsynced). A point past the log end found on disk, or segment sizes that do
+not line up with their bases, mean files were lost: every segment is scanned.
+Recovery fdatasyncs what it scanned and kept, so afterwards the whole log is
+flushed and :attr:`PartitionLog.flushed_offset` starts at the log end.
 """
 
 from __future__ import annotations
@@ -30,6 +45,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import astuple, dataclass
 
 from hostbroker.errors import (ErrorCode, HostbrokerError, OffsetOutOfRangeError,
                                StorageError)
@@ -112,6 +128,40 @@ def valid_segment_length(path: str, max_message_bytes: int) -> int:
                 return valid
 
 
+def sync_file(path: str) -> None:
+    """fdatasync the file at ``path`` (its pages may have been written by a dead process)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
+
+
+@dataclass(frozen=True)
+class RecoveryStats:
+    """What a recovery read and what it trusted unread, summed over partitions.
+
+    ``segments_skipped`` / ``bytes_skipped`` are the segments below a recovery
+    point; ``full_scans`` counts partitions scanned from their first segment.
+    """
+
+    partitions: int = 0
+    full_scans: int = 0
+    segments_scanned: int = 0
+    bytes_scanned: int = 0
+    segments_skipped: int = 0
+    bytes_skipped: int = 0
+
+    def __add__(self, other: RecoveryStats) -> RecoveryStats:
+        return RecoveryStats(*(a + b for a, b in zip(astuple(self), astuple(other))))
+
+    def __str__(self) -> str:
+        return (f"{self.partitions} partitions recovered ({self.full_scans} from their first "
+                f"segment): scanned {self.segments_scanned} segments ({self.bytes_scanned} "
+                f"bytes), trusted {self.segments_skipped} segments ({self.bytes_skipped} bytes) "
+                "below recovery points")
+
+
 class PartitionLog:
     """The segments of one partition, appended to by the writer that owns it.
 
@@ -120,7 +170,8 @@ class PartitionLog:
 
     def __init__(self, path: str, topic: str, partition: int, num_partitions: int,
                  overrides: Mapping[str, str], config: LogConfig, clock: Clock,
-                 bases: list[int], log_end_offset: int, active_fd: int):
+                 bases: list[int], log_end_offset: int, active_fd: int,
+                 recovery_stats: RecoveryStats = RecoveryStats()):
         self._path = path
         self._topic = topic
         self._partition = partition
@@ -131,8 +182,9 @@ class PartitionLog:
         self._bases = bases
         self._log_end = log_end_offset
         self._fd: int | None = active_fd
-        # A clean open or a recovery leaves nothing unflushed.
+        # A clean open or a recovery (which syncs what it scanned) leaves nothing unflushed.
         self._flushed_offset = log_end_offset
+        self._recovery_stats = recovery_stats
         self._unflushed_messages = 0
         self._first_unflushed_ms: int | None = None
 
@@ -171,20 +223,28 @@ class PartitionLog:
 
     @classmethod
     def open(cls, path: str, defaults: LogConfig, clock: Clock = wall_clock_ms,
-             recover: bool = True) -> PartitionLog:
+             recover: bool = True, recovery_point: int = 0) -> PartitionLog:
         """Open an existing partition dir for appending.
 
-        With ``recover`` every segment is scanned and the log is cut at the
-        first invalid entry (the file truncated there, later segments removed).
-        An entry longer than the topic's ``max.message.bytes`` counts as
-        invalid (log-format.md), so lowering that setting below the size of
-        entries already stored cuts them at the next recovery. The scan runs
-        at roughly 100 MB/s for 100-byte entries, bound by the CRC.
-        Without it the segments are trusted, unless their sizes do not line up
-        with their base offsets, in which case they are recovered anyway.
+        With ``recover`` the segments from the last one whose base is at or
+        below ``recovery_point`` through the end are scanned, and the log is
+        cut at the first invalid entry (the file truncated there, later
+        segments removed); the segments before are trusted, as everything below
+        ``recovery_point`` must have been flushed. The default 0 scans them all,
+        and so does a point past the log end on disk. An entry longer than the
+        topic's ``max.message.bytes`` counts as invalid (log-format.md), so
+        lowering that setting below the size of entries already stored cuts
+        them at the next recovery, if they are scanned. The scan runs at
+        roughly 100 MB/s for 100-byte entries, bound by the CRC; what it
+        scanned and kept is fdatasync'ed. :attr:`recovery_stats` says what was
+        scanned. Without ``recover`` the segments are trusted, unless their
+        sizes do not line up with their base offsets, in which case all are
+        recovered anyway (and so they are with ``recover`` whatever the point).
         Raises StorageError for a missing or unreadable partition.json or a
-        failing disk.
+        failing disk, ValueError for a negative ``recovery_point``.
         """
+        if recovery_point < 0:
+            raise ValueError(f"negative recovery point {recovery_point}")
         meta_path = os.path.join(path, PARTITION_FILE)
         with storage_errors(f"cannot read {meta_path}"):
             with open(meta_path, "rb") as meta_file:
@@ -196,16 +256,21 @@ class PartitionLog:
         except (ValueError, KeyError, TypeError) as exc:
             raise StorageError(f"{meta_path} is not a valid partition file: {exc}") from None
         config = defaults.with_overrides(overrides)
+        stats = RecoveryStats()
         with storage_errors(f"cannot open partition {path}"):
             bases, sizes = cls._list_segments(path)
             contiguous = all(bases[i] + sizes[i] == bases[i + 1] for i in range(len(bases) - 1))
-            if not recover and not contiguous:
-                log.warning("%s: segment sizes do not match their base offsets; recovering", path)
+            if not contiguous:
+                log.warning("%s: segment sizes do not match their base offsets; recovering "
+                            "every segment", path)
             if recover or not contiguous:
-                bases, sizes = cls._recover(path, bases, sizes, config.max_message_bytes)
+                first = cls._first_to_scan(path, bases, sizes,
+                                           recovery_point if contiguous else 0)
+                bases, sizes, stats = cls._recover(path, bases, sizes, config.max_message_bytes,
+                                                   first)
             fd = os.open(os.path.join(path, segment_filename(bases[-1])), _APPEND_FLAGS)
         return cls(path, topic, partition, num_partitions, overrides, config, clock,
-                   bases, bases[-1] + sizes[-1], fd)
+                   bases, bases[-1] + sizes[-1], fd, stats)
 
     @staticmethod
     def _list_segments(path: str) -> tuple[list[int], list[int]]:
@@ -221,13 +286,32 @@ class PartitionLog:
         return bases, sizes
 
     @staticmethod
-    def _recover(path: str, bases: list[int], sizes: list[int],
-                 max_message_bytes: int) -> tuple[list[int], list[int]]:
-        for index, base in enumerate(bases):
+    def _first_to_scan(path: str, bases: list[int], sizes: list[int],
+                       recovery_point: int) -> int:
+        """Index of the segment a recovery starts at: the one ``recovery_point`` falls in."""
+        end_on_disk = bases[-1] + sizes[-1]
+        if recovery_point > end_on_disk:
+            log.warning("%s: recovery point %d is past the log end %d on disk; recovering "
+                        "every segment", path, recovery_point, end_on_disk)
+            return 0
+        # A point below the first segment (retention deleted its own) trusts nothing.
+        return max(locate(bases, recovery_point), 0)
+
+    @staticmethod
+    def _recover(path: str, bases: list[int], sizes: list[int], max_message_bytes: int,
+                 first: int) -> tuple[list[int], list[int], RecoveryStats]:
+        """Scan ``bases[first:]`` and cut at the first invalid entry; return what is left."""
+        kept_bases, kept_sizes = bases, sizes
+        scanned = 0
+        for index in range(first, len(bases)):
+            base = bases[index]
             segment = os.path.join(path, segment_filename(base))
             valid = valid_segment_length(segment, max_message_bytes)
+            scanned += 1
             is_last = index == len(bases) - 1
             if valid == sizes[index] and (is_last or base + valid == bases[index + 1]):
+                # Its pages may still be only in the page cache of a process that died.
+                sync_file(segment)
                 continue
             log.warning("%s: valid data ends at offset %d; truncating %d bytes and removing %d "
                         "later segments", path, base + valid, sizes[index] - valid,
@@ -238,8 +322,12 @@ class PartitionLog:
             for later in bases[index + 1:]:
                 os.unlink(os.path.join(path, segment_filename(later)))
             fsync_dir(path)
-            return bases[:index + 1], sizes[:index] + [valid]
-        return bases, sizes
+            kept_bases, kept_sizes = bases[:index + 1], sizes[:index] + [valid]
+            break
+        stats = RecoveryStats(partitions=1, full_scans=int(first == 0), segments_scanned=scanned,
+                              bytes_scanned=sum(sizes[first:first + scanned]),
+                              segments_skipped=first, bytes_skipped=sum(sizes[:first]))
+        return kept_bases, kept_sizes, stats
 
     # ------------------------------------------------------------- properties
 
@@ -282,6 +370,11 @@ class PartitionLog:
     def flushed_offset(self) -> int:
         """Every byte below this offset is on disk (fdatasync'ed)."""
         return self._flushed_offset
+
+    @property
+    def recovery_stats(self) -> RecoveryStats:
+        """What :meth:`open` scanned and trusted; all zero when it ran no recovery."""
+        return self._recovery_stats
 
     @property
     def segment_bases(self) -> list[int]:

@@ -2,7 +2,7 @@ import os
 
 import pytest
 
-from hostbroker.log.message import Message, iter_messages
+from hostbroker.log.message import Message, encode_message_set, iter_messages
 from hostbroker.log.segments import fetch_range
 
 
@@ -48,3 +48,8 @@ def read_all(log, max_bytes: int = 4096) -> list[Message]:
 
 def segment_files(path) -> list[str]:
     return sorted(name for name in os.listdir(path) if name.endswith(".kafka"))
+
+
+def entries(count: int, tag: bytes = b"x") -> bytes:
+    """``count`` entries of 100 bytes each (magic 1, 90-byte payloads)."""
+    return encode_message_set([tag * 90] * count)

@@ -5,10 +5,12 @@ import pytest
 
 from hostbroker.errors import ErrorCode, HostbrokerError, StorageError
 from hostbroker.log.config import LogConfig
-from hostbroker.log.logdir import CLEAN_SHUTDOWN_FILE, LogDir
+from hostbroker.log.logdir import (CHECKPOINT_FILE, CLEAN_SHUTDOWN_FILE, LogDir,
+                                   format_recovery_points, parse_recovery_points)
+from hostbroker.log.partition import RecoveryStats
 from hostbroker.log.message import encode_message_set
 
-from .conftest import read_all
+from .conftest import entries, read_all
 
 DEFAULTS = LogConfig(segment_bytes=300)
 
@@ -75,7 +77,7 @@ def test_delete_partition(path, clock):
     logdir.create_partition("a", 0, 1).append(encode_message_set([b"x"]), 1)
     logdir.delete_partition("a", 0)
     assert logdir.partitions == {}
-    assert sorted(os.listdir(path)) == [".lock"]
+    assert sorted(os.listdir(path)) == [".lock", CHECKPOINT_FILE]
     logdir.close()
     assert LogDir.open(path, DEFAULTS, clock).partitions == {}
 
@@ -94,7 +96,8 @@ def test_open_finishes_interrupted_deletes_and_creates(path, clock):
     os.makedirs(os.path.join(path, "not-a-partition"))
 
     logdir = LogDir.open(path, DEFAULTS, clock)
-    assert sorted(os.listdir(path)) == [".lock", "keep_me.deleted-5_0", "not-a-partition"]
+    assert sorted(os.listdir(path)) == [".lock", "keep_me.deleted-5_0", "not-a-partition",
+                                        CHECKPOINT_FILE]
     assert list(logdir.partitions) == [("keep_me.deleted-5", 0)]
     logdir.close()
 
@@ -146,3 +149,85 @@ def test_partition_file_is_the_topic_config(path, clock):
     config = logdir.partitions[("t", 3)].config
     assert config == LogConfig(flush_ms=9, retention_ms=-1, segment_bytes=100)
     logdir.close()
+
+
+# ------------------------------------------------------- recovery checkpoint
+
+def read_checkpoint(path) -> bytes:
+    with open(os.path.join(path, CHECKPOINT_FILE), "rb") as checkpoint:
+        return checkpoint.read()
+
+
+def test_checkpoint_records_flushed_offsets(path, clock):
+    logdir = LogDir.open(path, DEFAULTS, clock)
+    a = logdir.create_partition("a", 0, 2)
+    rolled = logdir.create_partition("a", 1, 2)
+    logdir.create_partition("b.x-y_z", 7, 8)
+    a.append(entries(2), 2)
+    a.flush()
+    a.append(entries(1), 1)                # appended, not flushed
+    rolled.append(entries(3), 3)
+    rolled.append(entries(1), 1)           # the roll at 300 synced the first segment
+    assert (a.flushed_offset, rolled.flushed_offset) == (200, 300)
+
+    assert logdir.checkpoint_recovery_points()
+    data = read_checkpoint(path)
+    assert data == b"0\n3\na 0 200\na 1 300\nb.x-y_z 7 0\n"
+    assert parse_recovery_points(data) == {("a", 0): 200, ("a", 1): 300, ("b.x-y_z", 7): 0}
+    assert parse_recovery_points(format_recovery_points({})) == {}
+
+    # Nothing flushed since: no write at all.
+    inode = os.stat(os.path.join(path, CHECKPOINT_FILE)).st_ino
+    assert not logdir.checkpoint_recovery_points()
+    assert os.stat(os.path.join(path, CHECKPOINT_FILE)).st_ino == inode
+
+    a.flush()
+    logdir.delete_partition("b.x-y_z", 7)
+    assert logdir.checkpoint_recovery_points()
+    assert read_checkpoint(path) == b"0\n2\na 0 300\na 1 300\n"
+    assert CHECKPOINT_FILE + ".tmp" not in os.listdir(path)
+
+    logdir.close()                          # flushes, then checkpoints
+    assert read_checkpoint(path) == b"0\n2\na 0 300\na 1 400\n"
+    with pytest.raises(StorageError, match="closed"):
+        logdir.checkpoint_recovery_points()
+
+    logdir = LogDir.open(path, DEFAULTS, clock)
+    assert not logdir.recovered and logdir.recovery_stats == RecoveryStats()
+    logdir.close()
+
+
+def test_checkpoint_after_a_recovery(path, clock):
+    logdir = LogDir.open(path, DEFAULTS, clock)
+    log = logdir.create_partition("t", 0, 1)
+    log.append(entries(4), 4)
+    logdir.close(clean=False)
+    assert read_checkpoint(path) == b"0\n0\n"   # written by the first open, an empty dir
+
+    logdir = LogDir.open(path, DEFAULTS, clock)
+    # The recovered log is synced and recorded, so a crash while starting up
+    # does not scan it again.
+    assert logdir.partitions[("t", 0)].flushed_offset == 400
+    assert read_checkpoint(path) == b"0\n1\nt 0 400\n"
+    assert not logdir.checkpoint_recovery_points()
+    logdir.close(clean=False)
+
+
+@pytest.mark.parametrize("data", [
+    b"",
+    b"0\n",
+    b"1\n1\nt 0 300\n",                 # another version
+    b"0\n2\nt 0 300\n",                 # count does not match
+    b"0\n1\nt 0 300",                   # last line cut off
+    b"0\n1\nt 0 -300\n",
+    b"0\n1\nt 0 3e2\n",
+    b"0\n1\nt  0 300\n",
+    b"0\n1\nt 0 300 7\n",
+    b"0\n1\nno/such/topic 0 300\n",
+    b"0\n2\nt 0 300\nt 0 300\n",        # a partition twice
+    b"\x00" * 4096,                     # a block the file size got before its data
+    b"\xff\xfe0\n1\nt 0 300\n",
+])
+def test_parse_rejects_garbled_checkpoints(data):
+    with pytest.raises(ValueError):
+        parse_recovery_points(data)

@@ -245,6 +245,69 @@ def test_close_flushes(log, syncs):
     log.close()
 
 
+# ------------------------------------------------------------ recovery point
+
+def four_segments(log, clock):
+    """Fill 0, 200, 400 and 600 up to 700 and close without a flush, as a crash would."""
+    fill(log, 3)
+    log.append(message_set(1), 1)
+    log.close(flush=False)
+    return log.path
+
+
+@pytest.mark.parametrize("point, skipped", [(0, 0), (199, 0), (200, 1), (599, 2), (600, 3),
+                                            (700, 3), (701, 0)])
+def test_recovery_starts_at_the_segment_holding_the_point(log, clock, point, skipped):
+    path = four_segments(log, clock)
+    log = PartitionLog.open(path, SMALL, clock, recover=True, recovery_point=point)
+    assert log.recovery_stats.segments_skipped == skipped
+    assert log.recovery_stats.segments_scanned == 4 - skipped
+    assert log.recovery_stats.bytes_skipped == 200 * skipped
+    assert log.recovery_stats.full_scans == (skipped == 0)
+    assert (log.log_end_offset, log.flushed_offset) == (700, 700)
+    log.close()
+
+
+def test_recovery_point_is_ignored_without_recover(log, clock):
+    path = four_segments(log, clock)
+    log = PartitionLog.open(path, SMALL, clock, recover=False, recovery_point=400)
+    assert log.recovery_stats == partition_module.RecoveryStats()
+    log.close()
+    with pytest.raises(ValueError, match="negative"):
+        PartitionLog.open(path, SMALL, clock, recovery_point=-1)
+
+
+def test_recovery_point_below_the_log_start(tmp_path, clock):
+    log = PartitionLog.create(str(tmp_path), "t", 0, 1, {"retention.bytes": "250"}, SMALL, clock)
+    fill(log, 3)
+    assert log.enforce_retention(clock()) == [0, 200]
+    log.close(flush=False)
+    log = PartitionLog.open(log.path, SMALL, clock, recover=True, recovery_point=100)
+    assert log.recovery_stats.segments_scanned == 1 and log.segment_bases == [400]
+    log.close()
+
+
+def test_lost_files_mean_a_scan_of_everything(log, clock):
+    path = four_segments(log, clock)
+    os.truncate(os.path.join(path, segment_filename(200)), 150)  # sizes no longer line up
+    log = PartitionLog.open(path, SMALL, clock, recover=True, recovery_point=600)
+    assert log.recovery_stats.full_scans == 1
+    assert (log.segment_bases, log.log_end_offset) == ([0, 200], 300)
+    log.close()
+
+
+def test_recovery_syncs_what_it_scanned(log, clock, syncs):
+    path = four_segments(log, clock)
+    with open(os.path.join(path, segment_filename(600)), "ab") as segment:
+        segment.write(b"\x00" * 30)
+    del syncs[:]
+    log = PartitionLog.open(path, SMALL, clock, recover=True, recovery_point=450)
+    # 400 is synced; 600 was cut, and truncation syncs on its own.
+    assert syncs == [(segment_filename(400), 200)]
+    assert log.flushed_offset == log.log_end_offset == 700
+    log.close()
+
+
 # ----------------------------------------------------------------- retention
 
 def set_mtime(log, base, ms):

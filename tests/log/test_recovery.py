@@ -2,22 +2,24 @@
 
 import os
 import random
+import signal
 import struct
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hostbroker.log import logdir as logdir_module
 from hostbroker.log import partition as partition_module
 from hostbroker.log.config import LogConfig
-from hostbroker.log.logdir import LogDir
+from hostbroker.log.logdir import CHECKPOINT_FILE, LogDir, parse_recovery_points
 from hostbroker.log.message import (CODEC_GZIP, CODEC_NONE, CODEC_SNAPPY, encode_message,
                                     encode_message_set, iter_messages, scan_valid_prefix,
                                     validate_message_set)
-from hostbroker.log.partition import PartitionLog, valid_segment_length
-from hostbroker.log.segments import segment_filename
+from hostbroker.log.partition import PartitionLog, RecoveryStats, valid_segment_length
+from hostbroker.log.segments import locate, segment_filename
 
-from .conftest import read_all, segment_files
+from .conftest import entries, read_all, segment_files
 
 DEFAULTS = LogConfig(segment_bytes=3000, max_message_bytes=2000)
 
@@ -60,6 +62,15 @@ def crash_with_garbage(log, rng: random.Random, kind: str) -> None:
             segment.write(random_set(rng))
 
 
+def checkpointed_point(path: str, key=("t", 0)) -> int:
+    """The recovery point the log dir's checkpoint holds for ``key``; 0 without one."""
+    try:
+        with open(os.path.join(path, CHECKPOINT_FILE), "rb") as checkpoint:
+            return parse_recovery_points(checkpoint.read()).get(key, 0)
+    except (FileNotFoundError, ValueError):
+        return 0
+
+
 def test_corruption_loop(tmp_path, clock):
     rng = random.Random(0x5EED)
     path = str(tmp_path / "logs")
@@ -67,15 +78,25 @@ def test_corruption_loop(tmp_path, clock):
     log = logdir.create_partition("t", 0, 1)
     acknowledged = []
     kinds = sorted(GARBAGE)
+    recoveries = {"from a recovery point": 0, "of every segment": 0}
     for iteration in range(50):
         for _ in range(rng.randint(1, 6)):
             data = random_set(rng)
             base, end = log.append(data, validate_message_set(data, DEFAULTS.max_message_bytes))
             acknowledged += iter_messages(data, base)
+            if rng.random() < 0.3:
+                log.flush()
+            if rng.random() < 0.3:
+                logdir.checkpoint_recovery_points()
         valid_end = log.log_end_offset
         valid_bases = log.segment_bases
         logdir.close(clean=False)
         crash_with_garbage(log, rng, kinds[iteration % len(kinds)])
+        if rng.random() < 0.2:
+            with open(os.path.join(path, CHECKPOINT_FILE), "wb") as checkpoint:
+                checkpoint.write(rng.choice([b"", b"0\n1\nt 0 12", rng.randbytes(40)]))
+        point = checkpointed_point(path)
+        assert point <= valid_end
 
         logdir = LogDir.open(path, DEFAULTS, clock)
         assert logdir.recovered
@@ -85,7 +106,13 @@ def test_corruption_loop(tmp_path, clock):
         assert segment_files(log.path) == [segment_filename(b) for b in valid_bases]
         assert os.path.getsize(log.segment_path(valid_bases[-1])) == valid_end - valid_bases[-1]
         assert read_all(log) == acknowledged
+        skipped = max(locate(valid_bases, point), 0)
+        assert logdir.recovery_stats.segments_skipped == skipped, iteration
+        assert logdir.recovery_stats.bytes_skipped == valid_bases[skipped] - valid_bases[0]
+        if len(valid_bases) > 1:
+            recoveries["from a recovery point" if skipped else "of every segment"] += 1
     assert len(log.segment_bases) > 10
+    assert min(recoveries.values()) >= 5, recoveries
     logdir.close()
 
 
@@ -137,3 +164,152 @@ def test_chunked_scan_matches_a_whole_scan(tmp_path_factory, payloads, tail, chu
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(partition_module, "RECOVERY_CHUNK_BYTES", chunk)
         assert valid_segment_length(str(path), max_bytes) == scan_valid_prefix(data, max_bytes)[0]
+
+
+# ------------------------------------------------------------ recovery points
+
+SEGMENTS_300 = LogConfig(segment_bytes=300)
+
+
+def checkpointed_log(path: str, clock):
+    """A log checkpointed at 1000, then appended to up to 1700: six segments, three trusted."""
+    logdir = LogDir.open(path, SEGMENTS_300, clock)
+    log = logdir.create_partition("t", 0, 1)
+    for i in range(10):
+        log.append(entries(1, bytes([65 + i])), 1)
+    log.flush()
+    assert logdir.checkpoint_recovery_points()
+    for i in range(7):
+        log.append(entries(1, bytes([97 + i])), 1)
+    assert log.segment_bases == [0, 300, 600, 900, 1200, 1500]
+    assert (log.flushed_offset, log.log_end_offset) == (1500, 1700)   # rolled at 1500
+    return logdir, log
+
+
+def test_recovery_scans_from_the_recovery_point(tmp_path, clock):
+    path = str(tmp_path / "logs")
+    logdir, log = checkpointed_log(path, clock)
+    idle = logdir.create_partition("idle", 0, 1)
+    expected = read_all(log)
+    logdir.close(clean=False)
+    with open(log.segment_path(1500), "ab") as segment:
+        segment.write(torn_entry(random.Random(1)))
+    torn_size = os.path.getsize(log.segment_path(1500)) - 200
+
+    logdir = LogDir.open(path, SEGMENTS_300, clock)
+    log = logdir.partitions[("t", 0)]
+    assert (log.segment_bases, log.log_end_offset) == ([0, 300, 600, 900, 1200, 1500], 1700)
+    assert read_all(log) == expected
+    assert log.recovery_stats == RecoveryStats(partitions=1, full_scans=0, segments_scanned=3,
+                                               bytes_scanned=300 + 300 + 200 + torn_size,
+                                               segments_skipped=3, bytes_skipped=900)
+    # The idle partition had no line (created after the checkpoint): scanned whole.
+    assert logdir.partitions[("idle", 0)].recovery_stats.full_scans == 1
+    assert logdir.recovery_stats.partitions == 2
+    assert logdir.recovery_stats.segments_skipped == 3
+    assert checkpointed_point(path) == 1700 and checkpointed_point(path, ("idle", 0)) == 0
+    logdir.close()
+
+
+def test_checkpointed_segments_are_not_read(tmp_path, clock):
+    path = str(tmp_path / "logs")
+    logdir, log = checkpointed_log(path, clock)
+    logdir.close(clean=False)
+    # Damage no recovery could miss if it read segment 300; and a torn tail.
+    with open(log.segment_path(300), "r+b") as segment:
+        segment.seek(100 + 7)
+        segment.write(b"\xff")
+    with open(log.segment_path(1500), "ab") as segment:
+        segment.write(b"\x00" * 512)
+
+    logdir = LogDir.open(path, SEGMENTS_300, clock)
+    log = logdir.partitions[("t", 0)]
+    assert (log.segment_bases, log.log_end_offset) == ([0, 300, 600, 900, 1200, 1500], 1700)
+    assert os.path.getsize(log.segment_path(1500)) == 200
+    assert logdir.recovery_stats.segments_skipped == 3
+    logdir.close(clean=False)
+
+    # Without the checkpoint the same damage is found, and the log cut there.
+    os.unlink(os.path.join(path, CHECKPOINT_FILE))
+    logdir = LogDir.open(path, SEGMENTS_300, clock)
+    log = logdir.partitions[("t", 0)]
+    assert (log.segment_bases, log.log_end_offset) == ([0, 300], 400)
+    assert logdir.recovery_stats.full_scans == 1
+    logdir.close()
+
+
+@pytest.mark.parametrize("damage", ["missing", "garbled", "unreadable"])
+def test_a_bad_checkpoint_recovers_everything(tmp_path, clock, monkeypatch, damage):
+    path = str(tmp_path / "logs")
+    logdir, log = checkpointed_log(path, clock)
+    expected = read_all(log)
+    logdir.close(clean=False)
+    checkpoint = os.path.join(path, CHECKPOINT_FILE)
+    if damage == "missing":
+        os.unlink(checkpoint)
+    elif damage == "garbled":
+        with open(checkpoint, "r+b") as garbled:
+            garbled.write(b"\x00" * 3)
+    else:
+        # A read error the disk would give: a fake, as there is no real way to cause one.
+        real_open = open
+
+        def failing_open(file, *args, **kwargs):
+            if file == checkpoint:
+                raise OSError(5, "Input/output error")
+            return real_open(file, *args, **kwargs)
+
+        monkeypatch.setattr(logdir_module, "open", failing_open, raising=False)
+    with open(log.segment_path(1500), "ab") as segment:
+        segment.write(b"\x00" * 512)
+
+    logdir = LogDir.open(path, SEGMENTS_300, clock)
+    monkeypatch.undo()
+    log = logdir.partitions[("t", 0)]
+    assert read_all(log) == expected
+    assert logdir.recovery_stats == RecoveryStats(partitions=1, full_scans=1, segments_scanned=6,
+                                                  bytes_scanned=1700 + 512)
+    assert checkpointed_point(path) == 1700
+    logdir.close()
+
+
+def test_a_stale_checkpoint_after_truncation(tmp_path, clock):
+    """A truncation below the checkpointed point, then a crash before the next checkpoint."""
+    path = str(tmp_path / "logs")
+    logdir, log = checkpointed_log(path, clock)
+    log.truncate_to(400)
+    assert log.flushed_offset == 400 and log.segment_bases == [0, 300]
+    for i in range(17):
+        log.append(encode_message_set([bytes([48 + i]) * 50]), 1)   # 60 bytes each
+    assert log.segment_bases == [0, 300, 580, 880, 1180]
+    expected = read_all(log)
+    logdir.close(clean=False)
+    with open(log.segment_path(1180), "ab") as segment:
+        segment.write(b"\x00" * 512)
+
+    logdir = LogDir.open(path, SEGMENTS_300, clock)
+    log = logdir.partitions[("t", 0)]
+    # Still 1000 on record: the scan starts at 880. Segments 300 and 580 hold
+    # data that was not flushed at 1000, but rolling synced them.
+    assert logdir.recovery_stats.segments_skipped == 3
+    assert (log.log_end_offset, read_all(log)) == (1420, expected)
+    logdir.close()
+
+
+def test_a_killed_writer(tmp_path, clock):
+    path = str(tmp_path / "logs")
+    pid = os.fork()
+    if pid == 0:
+        try:
+            checkpointed_log(path, clock)
+        finally:
+            os.kill(os.getpid(), signal.SIGKILL)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+
+    logdir = LogDir.open(path, SEGMENTS_300, clock)
+    log = logdir.partitions[("t", 0)]
+    assert logdir.recovered and logdir.recovery_stats.segments_skipped == 3
+    assert log.log_end_offset == 1700 == log.flushed_offset
+    assert [m.payload[:1] for m in read_all(log)] == [bytes([c]) for c in b"ABCDEFGHIJabcdefg"]
+    logdir.close()
