@@ -71,6 +71,9 @@ SETTINGS: tuple[Setting, ...] = (
             "fdatasync a partition after this many messages.", _at_least(1)),
     Setting("log.flush.interval.ms", int, 1000,
             "fdatasync a partition's unflushed data at least this often.", _at_least(1)),
+    Setting("log.flush.offset.checkpoint.interval.ms", int, 60000,
+            "How often each writer records flushed offsets, so crash recovery scans only "
+            "what came after.", _at_least(1)),
     Setting("message.max.bytes", int, 1000000, "Largest entry (length field) accepted.",
             _between(6, 2**31 - 1)),
     Setting("socket.request.max.bytes", int, 104857600, "Largest request frame accepted.",

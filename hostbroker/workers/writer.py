@@ -81,6 +81,10 @@ class WriterWorker(Worker):
         self.offsets = OffsetStore.open(self.path) if self.index == 0 else None
         self._register_partitions()
         self.next_retention_ms = now_ms() + self.config["log.retention.check.interval.ms"]
+        self.next_checkpoint_ms = now_ms() + self.config["log.flush.offset.checkpoint.interval.ms"]
+        if self.logdir.recovery_stats.partitions:
+            print(f"hostbroker: {self.name} recovered {self.path}: {self.logdir.recovery_stats}",
+                  file=sys.stderr, flush=True)
         self.board.set_state(self.slot, procs.WORKER_READY)
 
     # -- start-up ----------------------------------------------------------
@@ -177,7 +181,7 @@ class WriterWorker(Worker):
             plog = self.slots.get(slot)
             if plog is not None:
                 deadline = min(deadline, plog.next_flush_deadline_ms() or deadline)
-        deadline = min(deadline, self.next_retention_ms)
+        deadline = min(deadline, self.next_retention_ms, self.next_checkpoint_ms)
         if any(s.pending() for s in self.senders):
             deadline = min(deadline, now_ms() + 10)
         return max(0.0, (deadline - now_ms()) / 1000)
@@ -210,6 +214,8 @@ class WriterWorker(Worker):
             self._flush(due)
         if now >= self.next_retention_ms:
             self._retention(now)
+        if now >= self.next_checkpoint_ms:
+            self._checkpoint(now)
         for h, out in enumerate(results):
             for parts in out:
                 self.senders[h].send(*parts)
@@ -294,6 +300,16 @@ class WriterWorker(Worker):
                 return
             if deleted:
                 self._publish(slot, plog)
+
+    def _checkpoint(self, now: int) -> None:
+        """Record every partition's flushed offset: recovery after a crash starts there."""
+        self.next_checkpoint_ms = now + self.config["log.flush.offset.checkpoint.interval.ms"]
+        if self.offline:
+            return
+        try:
+            self.logdir.checkpoint_recovery_points()
+        except (OSError, StorageError) as e:
+            self._go_offline(e)
 
     def _delete(self, request: dict) -> dict:
         slot = request["slot"]

@@ -219,3 +219,30 @@ def test_retention_by_size_moves_the_log_start(make_broker):
             c.fetch("ret", 0, 0, 1024)
         assert e.value.code == ErrorCode.OFFSET_OUT_OF_RANGE
         assert len(read_all(c, "ret")) == (end - start) // (4 + 6 + 200)
+
+
+def test_crash_recovery_starts_at_the_checkpointed_recovery_point(make_broker):
+    broker = make_broker(**{"log.flush.offset.checkpoint.interval.ms": 100,
+                            "log.flush.interval.ms": 50})
+    with broker.client() as c:
+        c.create_topic("ckpt", 1, {"segment.bytes": "2048"})
+        acked = []
+        for i in range(120):  # ~10 segments of 2 KiB, all flushed and checkpointed
+            batch = [f"early-{i}".encode() * 20]
+            c.produce("ckpt", 0, encode_message_set(batch))
+            acked += batch
+        time.sleep(0.5)
+        late = [b"late"] * 3
+        c.produce("ckpt", 0, encode_message_set(late))
+        acked += late
+    broker.kill_tree()
+    active = sorted(glob.glob(os.path.join(broker.root, "logs", "ckpt_0", "*.kafka")))[-1]
+    with open(active, "ab") as f:
+        f.write(os.urandom(64))
+    broker.start()
+    with broker.client() as c:
+        assert read_all(c, "ckpt") == acked
+    line = [ln for ln in broker.log().splitlines() if "recovered" in ln][-1]
+    skipped = int(line.split("trusted ")[1].split(" segments")[0])
+    scanned = int(line.split("scanned ")[1].split(" segments")[0])
+    assert skipped >= 8 and scanned <= 2, line
