@@ -1,0 +1,26 @@
+from hostbroker.workers import envelopes as env
+
+
+def test_response_round_trip_with_bytes_and_file_pieces():
+    pieces = [b"head", env.FilePiece("/d/t_0/00000000000000000000.kafka", 12, 3456), b"", b"tail"]
+    parts = env.encode_response(7 << 56 | 99, 41, env.RESP_CLOSE_AFTER, pieces)
+    conn_id, seq, flags, back = env.decode_response(b"".join(parts))
+    assert (conn_id, seq, flags) == (7 << 56 | 99, 41, env.RESP_CLOSE_AFTER)
+    assert back == pieces
+
+
+def test_append_header_and_payload():
+    head, data = env.encode_append(5, 3, 1, -1, 1000, 123456789, memoryview(b"xyz"))
+    message = head + bytes(data)
+    op, token = env.decode_op(message)
+    assert (op, token) == (env.OP_APPEND, 5)
+    _, _, slot, index, acks, count, deadline = env.APPEND_HEAD.unpack_from(message, 0)
+    assert (slot, index, acks, count, deadline) == (3, 1, -1, 1000, 123456789)
+    assert message[env.APPEND_HEAD.size:] == b"xyz"
+
+
+def test_json_commands():
+    head, body = env.encode_json(env.OP_OFFSETS, 9, {"op": "fetch", "keys": [["g", "t", 0]]})
+    message = head + body
+    assert env.decode_op(message) == (env.OP_OFFSETS, 9)
+    assert env.decode_json(message) == {"op": "fetch", "keys": [["g", "t", 0]]}

@@ -1,0 +1,42 @@
+import os
+
+from hostbroker.config import Config
+from hostbroker.workers.plan import BrokerPlan, shm_token
+
+
+def plan(**settings) -> BrokerPlan:
+    return BrokerPlan.from_config(Config.build(overrides=[f"{k}={v}" for k, v in settings.items()]))
+
+
+def test_one_ring_per_ordered_pair_of_workers_that_talk():
+    p = plan(**{"num.processors": 3, "num.handlers": 2, "log.dirs": "/a,/b"})
+    pairs = list(p.ring_pairs())
+    assert len(pairs) == len(set(pairs)) == 3 * 2 * 2 + 2 * 2 * 2
+    assert len({p.ring_name(*x) for x in pairs}) == len(pairs)
+    # a handler consumes request rings from every processor and result rings from every writer
+    assert sorted(p.rings_consumed_by("handler", 1)) == sorted(
+        [("req", proc, 1) for proc in range(3)] + [("res", w, 1) for w in range(2)])
+    assert sorted(p.rings_consumed_by("writer", 0)) == [("app", 0, 0), ("app", 1, 0)]
+    assert list(p.rings_consumed_by("acceptor", 0)) == []
+
+
+def test_board_slots_are_distinct_and_dense():
+    p = plan(**{"num.processors": 2, "num.handlers": 3, "log.dirs": "/a,/b"})
+    slots = [p.board_slot(k, i) for k, i in p.workers()]
+    assert sorted(slots) == list(range(p.worker_count))
+    assert [k for k, _ in p.workers()][:2] == ["writer", "writer"]  # writers start first
+
+
+def test_connections_spread_over_handlers_and_stick():
+    p = plan(**{"num.handlers": 4})
+    seen = {p.handler_for(conn) for conn in range(1000)}
+    assert seen == {0, 1, 2, 3}
+    assert all(p.handler_for(c) == p.handler_for(c) for c in range(100))
+
+
+def test_shm_token_is_stable_per_broker_and_differs_between_brokers():
+    a = shm_token(Config.build(overrides=["log.dirs=/x"]))
+    assert a == shm_token(Config.build(overrides=["log.dirs=/x"]))
+    assert a != shm_token(Config.build(overrides=["log.dirs=/y"]))
+    assert a != shm_token(Config.build(overrides=["log.dirs=/x", "broker.id=1"]))
+    assert plan(**{"log.dirs": "rel"}).log_dirs == [os.path.abspath("rel")]
