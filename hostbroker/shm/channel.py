@@ -88,8 +88,21 @@ class Sender:
 
         Returns True when the queue is empty afterwards. Wakes nobody: after
         a pump with something queued, the caller rings the consumer's
-        doorbell.
+        doorbell. When the ring is full it sets the ring's producer-waiting
+        flag, so the consumer's next ``done()`` returns True and the consumer
+        wakes the caller.
         """
+        ring = self._ring
+        self._put_queued()
+        if self._queue:
+            # Full: ask the consumer to ring our doorbell when it frees space, then
+            # try once more in case it freed some before it could see the flag.
+            ring.set_producer_waiting()
+            self._put_queued()
+        ring.publish()
+        return not self._queue
+
+    def _put_queued(self) -> None:
         ring = self._ring
         queue = self._queue
         max_whole = self._max_whole
@@ -97,13 +110,11 @@ class Sender:
             parts, size = queue[0]
             if size <= max_whole:
                 if not ring.try_put(_WHOLE, *parts):
-                    break
+                    return
             elif not self._put_fragments(parts, size):
-                break
+                return
             queue.popleft()
             self._queued_bytes -= size
-        ring.publish()
-        return not queue
 
     def own(self) -> None:
         """Copy the parts of every queued message the ring has not taken yet.

@@ -277,6 +277,7 @@ class ProcessorWorker(Worker):
         handler = conn.handler
         sender = self.requests[handler]
         sent = 0
+        need = 0  # room the next, incomplete frame needs in conn.buf
         while not conn.closing:
             avail = conn.end - conn.start
             if avail < 4:
@@ -293,9 +294,7 @@ class ProcessorWorker(Worker):
                 self.count(procs.ERRORS)
                 break
             if avail < 4 + size:
-                if conn.start + 4 + size > len(conn.buf):
-                    self._make_room(conn, 4 + size)
-                    view = conn.view
+                need = 4 + size
                 break
             frame = view[conn.start + 4:conn.start + 4 + size]
             conn.start += 4 + size
@@ -306,15 +305,19 @@ class ProcessorWorker(Worker):
                 conn.next_seq += 1
             sender.send(env.REQ_HEADER.pack(conn.conn_id, seq, flags), frame)
             sent += 1
-        if conn.start == conn.end:
-            conn.start = conn.end = 0
+        frame = view = None  # drop our views of conn.buf before it may move or grow
         if sent:
             self.count(procs.REQUESTS, sent)
             self.dirty_handlers.add(handler)
-            # frames are views into conn.buf: hand them to the ring before reading more
+            # the queued frames are views into conn.buf: into the ring, or copied, before
+            # the buffer's bytes move
             if not sender.pump():
                 sender.own()
                 self._pause(True)
+        if conn.start == conn.end:
+            conn.start = conn.end = 0
+        elif need and conn.start + need > len(conn.buf):
+            self._make_room(conn, need)
         if conn.closing or conn.outstanding >= self.max_in_flight:
             self._set_reading(conn, False)
 
