@@ -484,6 +484,29 @@ class PartitionLog:
         self._mark_flushed(self._log_end)
         return self._flushed_offset
 
+    def flush_begin(self) -> tuple[int, int] | None:
+        """Hand a flush of everything appended so far to another thread.
+
+        Returns ``(fd, offset)``: a duplicate of the active segment's descriptor
+        (the caller fdatasyncs and closes it; a later roll or close cannot pull
+        it away) and the offset that flush makes durable; or None when all is
+        flushed. Only the active segment can hold unflushed data: a roll syncs
+        the old one. The flush policy restarts counting now; the flushed
+        offset moves only at :meth:`flush_end`, once the fdatasync returned.
+        """
+        if self._flushed_offset >= self._log_end:
+            return None
+        with storage_errors(f"cannot flush {self._path}"):
+            fd = os.dup(self._active_fd())
+        self._unflushed_messages = 0
+        self._first_unflushed_ms = None
+        return fd, self._log_end
+
+    def flush_end(self, offset: int) -> None:
+        """Record that a flush begun with :meth:`flush_begin` made ``offset`` durable."""
+        if offset > self._flushed_offset:
+            self._flushed_offset = offset
+
     # -------------------------------------------------------------- retention
 
     def enforce_retention(self, now_ms: int) -> list[int]:

@@ -227,17 +227,15 @@ class HandlerWorker(Worker):
         if not self.draining and self.board.broker_state == procs.BROKER_DRAINING:
             # the broker is stopping: no more waiting, answer long polls with what is there
             self.draining = True
-        for w, receiver in enumerate(self.results):
-            for m in receiver.poll():
-                self._on_result(m)
-            if receiver.done():
-                self.writer_bells[w].ring()
+        self._take_results()
         for p, receiver in enumerate(self.requests):
-            messages = receiver.poll()
-            for m in messages:
+            for m in receiver.poll():
                 self._on_request(p, m)
-            # appends refer to ring memory: hand them over (or copy them) before releasing it
-            self._flush_senders()
+                # pass work on at once, so writers and processors run alongside us
+                # instead of waiting for the whole batch
+                self._flush_senders()
+                self._take_results()
+            # appends refer to ring memory: copy what the rings could not take yet
             for w in self.dirty_writers:
                 self.appends[w].own()
             if receiver.done():
@@ -246,6 +244,13 @@ class HandlerWorker(Worker):
             self._recheck_parked()
         self._flush_senders()
         self.board.set(self.slot, procs.FETCH_PARKED, len(self.parked))
+
+    def _take_results(self) -> None:
+        for w, receiver in enumerate(self.results):
+            for m in receiver.poll():
+                self._on_result(m)
+            if receiver.done():
+                self.writer_bells[w].ring()
 
     def _flush_senders(self) -> None:
         for w in list(self.dirty_writers):

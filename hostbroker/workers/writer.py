@@ -10,9 +10,12 @@ generation, state), which handlers read lock-free to answer fetches.
 Loop: drain every append ring, append each message set with one ``write()``,
 publish the new log end offsets, then answer acks=1 at once and acks=-1 after
 the flush that follows (group commit: one ``fdatasync`` per touched partition
-per batch, never per message). The flush policy (``flush.messages``,
-``flush.ms``) and retention run from the same loop. After the batch every
-handler's doorbell is rung so parked fetches see the new data.
+per batch, never per message). Flushes, whether due by the flush policy
+(``flush.messages``, ``flush.ms``) or asked for by acks=-1, run in the
+writer's flusher thread, so appends go on while the disk catches up; the
+flushed offset is published when the fdatasync returns. Retention runs from
+the same loop. After each batch every handler's doorbell is rung so parked
+fetches see the new data.
 
 At start the writer opens its log dir (recovering segments unless the clean
 shutdown marker is there) and registers its partitions in the table. When it
@@ -27,8 +30,10 @@ from __future__ import annotations
 
 import errno
 import os
+import queue
 import selectors
 import sys
+import threading
 import time
 
 from hostbroker.errors import ErrorCode, HostbrokerError, StorageError
@@ -41,6 +46,36 @@ from hostbroker.shm import table as ptable
 from hostbroker.shm.table import AdminLock, PartitionTable
 from hostbroker.workers import envelopes as env
 from hostbroker.workers.base import Worker, now_ms
+
+
+class Flusher(threading.Thread):
+    """The writer's one helper thread: runs fdatasync (which releases the GIL)
+    so appends and acks=1 answers go on while the disk catches up. It touches
+    no partition state: it gets ``(slot, fd, offset)``, syncs and closes the
+    fd, reports ``(slot, offset, error)`` and rings the writer's doorbell."""
+
+    def __init__(self, doorbell):
+        super().__init__(name="flusher", daemon=True)
+        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self.done: queue.SimpleQueue = queue.SimpleQueue()
+        self.doorbell = doorbell
+
+    def run(self) -> None:
+        while (job := self.jobs.get()) is not None:
+            slot, fd, offset = job
+            error = None
+            try:
+                os.fdatasync(fd)
+            except OSError as e:
+                error = e
+            finally:
+                os.close(fd)
+            self.done.put((slot, offset, error))
+            self.doorbell.ring()
+
+    def stop(self) -> None:
+        self.jobs.put(None)
+        self.join()
 
 
 class _Waiter:
@@ -77,6 +112,7 @@ class WriterWorker(Worker):
         self.published: dict[int, tuple] = {}  # slot -> what the table last got
         self.dirty: set[int] = set()  # slots with unflushed data
         self.waiters: list[_Waiter] = []
+        self.flushing: set[int] = set()  # slots with a flush in the flusher thread
         self.logdir = LogDir.open(self.path, self.defaults, now_ms)
         self.offsets = OffsetStore.open(self.path) if self.index == 0 else None
         self._register_partitions()
@@ -85,6 +121,8 @@ class WriterWorker(Worker):
         if self.logdir.recovery_stats.partitions:
             print(f"hostbroker: {self.name} recovered {self.path}: {self.logdir.recovery_stats}",
                   file=sys.stderr, flush=True)
+        self.flusher = Flusher(self.doorbell)
+        self.flusher.start()
         self.board.set_state(self.slot, procs.WORKER_READY)
 
     # -- start-up ----------------------------------------------------------
@@ -170,7 +208,17 @@ class WriterWorker(Worker):
             self.heartbeat()
             self._cycle()
         self._cycle()
-        self._flush(list(self.dirty))
+        self.flusher.stop()
+        self._flushed()
+        for slot in list(self.dirty):
+            plog = self.slots.get(slot)
+            if plog is not None and not self.offline:
+                try:
+                    plog.flush()
+                except (OSError, StorageError) as e:
+                    self._go_offline(e)
+                    break
+                self._publish(slot, plog)
         self._answer_waiters(force=True)
         self._pump()
         self._shutdown()
@@ -187,6 +235,7 @@ class WriterWorker(Worker):
         return max(0.0, (deadline - now_ms()) / 1000)
 
     def _cycle(self) -> None:
+        self._flushed()
         results: list[list] = [[] for _ in self.senders]
         touched: set[int] = set()
         for h, receiver in enumerate(self.receivers):
@@ -253,19 +302,49 @@ class WriterWorker(Worker):
             out.append((env.APPEND_RESULT.pack(env.OP_APPEND, token, index, 0, base, end),))
 
     def _flush(self, slots) -> None:
+        """Start flushes of ``slots`` in the flusher thread (one at a time per slot)."""
         for slot in slots:
             plog = self.slots.get(slot)
             if plog is None:
                 self.dirty.discard(slot)
                 continue
+            if slot in self.flushing:
+                continue  # the next one starts when this one is done
             try:
-                plog.flush()
+                job = plog.flush_begin()
             except (OSError, StorageError) as e:
                 self._go_offline(e)
                 return
+            if job is None:
+                self.dirty.discard(slot)
+                continue
+            self.flushing.add(slot)
+            self.flusher.jobs.put((slot, *job))
+
+    def _flushed(self) -> None:
+        """Take the flushes the flusher thread finished: publish, then answer acks=-1."""
+        done = False
+        while True:
+            try:
+                slot, offset, error = self.flusher.done.get_nowait()
+            except queue.Empty:
+                break
+            done = True
+            self.flushing.discard(slot)
+            if error is not None:
+                self._go_offline(error)
+                continue
+            plog = self.slots.get(slot)
+            if plog is None:
+                continue
+            plog.flush_end(offset)
+            if plog.flushed_offset >= plog.log_end_offset:
+                self.dirty.discard(slot)
             self.count(procs.FLUSHES)
-            self.dirty.discard(slot)
             self._publish(slot, plog)
+        if done:
+            self._answer_waiters()
+            self._pump()
 
     def _answer_waiters(self, force: bool = False) -> None:
         if not self.waiters:
