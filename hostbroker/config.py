@@ -100,6 +100,9 @@ SETTINGS: tuple[Setting, ...] = (
             _at_least(0)),
     Setting("segment.fd.cache.size", int, 256,
             "Open segment files each processor keeps for sendfile.", _at_least(1)),
+    Setting("admin.lock.timeout.ms", int, 10000,
+            "How long topic creation or deletion waits for the admin lock before "
+            "answering BROKER_NOT_AVAILABLE.", _at_least(1)),
     Setting("worker.heartbeat.timeout.ms", int, 30000,
             "A worker silent this long is killed and replaced.", _at_least(100)),
     Setting("worker.boot.timeout.ms", int, 600000,

@@ -165,7 +165,8 @@ class HandlerWorker(Worker):
         plan = self.plan
         self.defaults = self.config.log_defaults()
         self.table = PartitionTable.attach(plan.table_name)
-        self.lock = AdminLock.attach(plan.admin_lock_key)
+        self.lock = AdminLock.attach(plan.admin_lock_key,
+                                     self.config["admin.lock.timeout.ms"] / 1000)
         self.view = TopicView(self.table, plan.log_dirs, self.defaults)
         self.requests = [self.receiver("req", p, self.index) for p in range(plan.num_processors)]
         self.results = [self.receiver("res", w, self.index) for w in range(plan.num_writers)]

@@ -102,7 +102,8 @@ class WriterWorker(Worker):
         self.path = self.plan.log_dirs[self.index]
         self.defaults = self.config.log_defaults()
         self.table = PartitionTable.attach(self.plan.table_name)
-        self.lock = AdminLock.attach(self.plan.admin_lock_key)
+        self.lock = AdminLock.attach(self.plan.admin_lock_key,
+                                     self.config["admin.lock.timeout.ms"] / 1000)
         self.receivers = [self.receiver("app", h, self.index) for h in range(self.plan.num_handlers)]
         self.senders = [self.sender("res", self.index, h) for h in range(self.plan.num_handlers)]
         self.handler_doorbells = [self.plan.doorbell("handler", h)
