@@ -261,9 +261,10 @@ class Supervisor:
     def run(self) -> int:
         watchdog = systemd.watchdog_interval_s()
         next_ping = time.monotonic()
+        tick = min(_TICK_S, watchdog) if watchdog else _TICK_S
         while not self.stopping:
             try:
-                select.select([self._wake_r], [], [], _TICK_S)
+                select.select([self._wake_r], [], [], tick)
             except InterruptedError:
                 pass
             try:

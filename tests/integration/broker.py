@@ -39,6 +39,7 @@ class Broker:
             "shutdown.timeout.ms": 5000,
         }
         self.settings.update({k.replace("_", "."): v for k, v in settings.items()})
+        self.env: dict[str, str] | None = None  # extra environment for serve
         self.proc: subprocess.Popen | None = None
         self.log_path = os.path.join(self.root, "broker.log")
 
@@ -58,8 +59,10 @@ class Broker:
 
     def start(self, timeout: float = 30.0) -> "Broker":
         self._log = open(self.log_path, "ab")
+        env = {**os.environ, **self.env} if self.env else None
         self.proc = subprocess.Popen(self.args(), cwd=self.root, stdout=self._log,
-                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     env=env)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
