@@ -58,7 +58,7 @@ flag. The wake-up itself is a doorbell (an eventfd), whose counter persists,
 so a wake-up sent before the producer sleeps is not lost.
 
 Measured on the 2-vCPU development VM (Python 3.11, producer and consumer in
-two processes spinning, capacity 4 MiB, ``tests/shm/bench_ring.py``; best
+two processes spinning, capacity 4 MiB, ``tools/bench/ring_throughput.py``; best
 and median of 5 runs on a host shared with other work):
 
 - 64 KiB records, one per publish, consumer only taking views:

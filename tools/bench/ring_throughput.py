@@ -1,6 +1,6 @@
 """Ring throughput between two processes (not collected by pytest).
 
-Run ``.venv/bin/python tests/shm/bench_ring.py``. The producer is a forked
+Run ``.venv/bin/python tools/bench/ring_throughput.py``. The producer is a forked
 child, the consumer the parent; both spin instead of sleeping, so the figures
 are the ring's own cost. ``ring.py`` quotes them.
 """
