@@ -15,17 +15,22 @@ entry with a codec is a *wrapper* whose payload, decompressed, is a message set
 of uncompressed entries.
 
 :func:`validate_message_set` runs on every produce request in the broker's
-handlers and :func:`iter_messages` on every message a consumer reads, so both
-take the common case (a whole uncompressed v1 entry) in a tight loop and leave
-everything else to one careful entry parser.
+handlers and :func:`iter_messages` on every message a consumer reads. Both,
+and :func:`count_entries`, take the common case, a run of equal-length
+uncompressed v1 entries (what a producer sends), a few hundred entries at a
+time with one ``struct`` unpack and per-entry work done only in C; then one
+entry at a time in a tight loop; and leave everything else to one careful entry
+parser, which also words every error.
 """
 
 from __future__ import annotations
 
+import functools
 import gzip
 import struct
 import zlib
 from collections.abc import Iterable, Iterator
+from itertools import repeat
 from typing import NamedTuple
 
 import snappy
@@ -60,6 +65,27 @@ _MAX_ATTRIBUTES = CODEC_SNAPPY
 _FAST_HEADER = struct.Struct(">iHI")
 _V1_PLAIN = 0x0100
 _V1_HIGHEST = 0x0100 | _MAX_ATTRIBUTES
+_PEEK = struct.Struct(">iH")  # length and magic+attributes of the entry a run starts with
+
+# Runs: producers send sets of equal-sized plain v1 entries, so the hot paths
+# first try to take the next entries as one run of equal length, unpacked by one
+# struct call. A run is 2**k entries (at most _RUN_MAX, at least _RUN_MIN) so a
+# few Structs per length serve every set.
+_RUN_MAX = 256
+_RUN_MIN = 4
+_RUN_MAX_BYTES = 256 * 1024  # payloads copied by one unpack
+# Unpacking a run copies its payloads. A reader copies them anyway, but a check
+# only wants their CRCs: past a few KiB the copy costs more than the per-entry
+# loop's own work that a run saves (measured: 2 KiB entries checked ~15 %
+# faster in runs, 4 KiB ~5 %, 6 KiB and up slower). Bounds on `length`.
+_CHECK_RUN_MAX_LENGTH = 4096
+_READ_RUN_MAX_LENGTH = _RUN_MAX_BYTES // _RUN_MIN
+# Where no run starts (sets of mixed sizes, v0 entries, big entries), a try
+# costs a call and a few unpacks: after a failed try the next one waits this
+# many bytes, growing up to the maximum while tries keep failing.
+_RETRY_BYTES = 1024
+_RETRY_GROWTH = 4
+_RETRY_MAX_BYTES = 256 * 1024
 
 _GZIP_LEVEL = 6  # zlib's default trade-off; 9 costs much more CPU for little gain
 
@@ -193,24 +219,123 @@ def _parse_entry(view, pos: int, end_of_buf: int, max_message_bytes: int,
     return end, magic, codec, start
 
 
+@functools.lru_cache(maxsize=64)
+def _plain_run_struct(length: int, n: int) -> struct.Struct:
+    """``n`` v1 entries of ``length`` as one flat tuple of (length, magic+attributes, crc, payload) * n."""
+    return struct.Struct(">" + f"iHI{length - MIN_LENGTH_V1}s" * n)
+
+
+@functools.lru_cache(maxsize=64)
+def _length_run_struct(length: int, n: int) -> struct.Struct:
+    """The length fields of ``n`` entries of ``length``; the rest is skipped, not copied."""
+    return struct.Struct(">" + f"i{length}x" * n)
+
+
+def _run_size(fits: int) -> int:
+    """Entries to unpack as a run when ``fits`` more of that size are in the buffer; 0 for none."""
+    if fits < _RUN_MIN:
+        return 0
+    return 1 << (min(fits, _RUN_MAX).bit_length() - 1)
+
+
+_NO_RUN = (0, 0, ())
+
+
+def _plain_run(view, pos: int, size: int, max_length: int,
+               check_crc: bool) -> tuple[int, int, tuple]:
+    """Take the run of equal-length plain v1 entries at ``pos`` in one unpack.
+
+    Returns (good, entry size, flat): ``flat`` holds (length, magic+attributes,
+    crc, payload) for each entry unpacked, and the first ``good`` of them are
+    whole plain v1 entries of the first one's length (at most ``max_length``)
+    with correct CRCs (checked only when ``check_crc``). good is 0 when no run
+    starts at ``pos``. Whatever follows the good ones is left to the caller's
+    next try and per-entry loop, which accept it or say exactly what is wrong.
+    """
+    if size - pos < _PEEK.size:
+        return _NO_RUN
+    length, kind = _PEEK.unpack_from(view, pos)
+    if kind != _V1_PLAIN or not MIN_LENGTH_V1 <= length <= max_length:
+        return _NO_RUN
+    entry = LENGTH_SIZE + length
+    n = _run_size(min((size - pos) // entry, _RUN_MAX_BYTES // entry))
+    # Cheap peeks before copying n payloads: sets of mixed sizes stop at the
+    # second entry, and a run shorter than n is cut to the power of two it fills.
+    if not n or _LENGTH.unpack_from(view, pos + entry)[0] != length:
+        return _NO_RUN
+    while _LENGTH.unpack_from(view, pos + (n - 1) * entry)[0] != length:
+        n >>= 1
+        if n < _RUN_MIN:
+            return _NO_RUN
+    flat = _plain_run_struct(length, n).unpack_from(view, pos)
+    lengths = flat[0::4]
+    kinds = flat[1::4]
+    payloads = flat[3::4]
+    if lengths.count(length) == n and kinds.count(_V1_PLAIN) == n:
+        if not check_crc or list(map(zlib.crc32, payloads)) == list(flat[2::4]):
+            return n, entry, flat
+    crcs = flat[2::4]
+    good = 0
+    while (good < n and lengths[good] == length and kinds[good] == _V1_PLAIN
+           and (not check_crc or zlib.crc32(payloads[good]) == crcs[good])):
+        good += 1
+    return good, entry, flat
+
+
+def _length_run(view, pos: int, size: int) -> tuple[int, int]:
+    """Like :func:`_plain_run` for length fields only: (good, entry size)."""
+    if size - pos < LENGTH_SIZE:
+        return 0, 0
+    (length,) = _LENGTH.unpack_from(view, pos)
+    if length < MIN_LENGTH_V0:
+        return 0, 0
+    entry = LENGTH_SIZE + length
+    n = _run_size((size - pos) // entry)
+    if not n or _LENGTH.unpack_from(view, pos + entry)[0] != length:
+        return 0, 0
+    lengths = _length_run_struct(length, n).unpack_from(view, pos)
+    if lengths.count(length) == n:
+        return n, entry
+    good = 0
+    while lengths[good] == length:
+        good += 1
+    return good, entry
+
+
 def _walk(buf, max_message_bytes: int, strict: bool) -> tuple[int, int]:
     """Check entries from the start of ``buf``; return (bytes of whole valid entries, count).
 
     ``strict`` raises at the first invalid or partial entry; otherwise the walk
-    stops there. The inner loop takes the common case (a whole v1 entry with a
-    correct CRC) with every name a local and as few operations as we could
-    manage; anything else (v0 entries, the last few bytes, errors) goes through
-    :func:`_parse_entry`, which also says what is wrong.
+    stops there. Runs of equal-length plain entries go through
+    :func:`_plain_run`. Where a try finds no run (mixed sizes, v0 or big
+    entries, a bad entry), the per-entry loop goes on up to ``retry``, the
+    next try, which moves further away after each failed one. That loop takes
+    the common case (a whole v1 entry with a correct CRC) with every name a
+    local and as few operations as we could manage; anything else (v0 entries,
+    the last few bytes, errors) goes through :func:`_parse_entry`, which also
+    says what is wrong.
     """
     view = _byte_view(buf)
     size = len(view)
     last_header = size - _V1_HEADER_SIZE
     unpack = _FAST_HEADER.unpack_from
     crc32 = zlib.crc32
+    run_max_length = min(_CHECK_RUN_MAX_LENGTH, max_message_bytes)
     pos = 0
     count = 0
+    retry = 0  # where the next run may start
+    wait = _RETRY_BYTES
     while True:
-        while pos <= last_header:
+        if pos >= retry:
+            good, entry, _ = _plain_run(view, pos, size, run_max_length, True)
+            pos += good * entry
+            count += good
+            if good >= _RUN_MIN:
+                wait = _RETRY_BYTES
+                continue  # try the next run at once, or the entry that broke this one
+            retry, wait = pos + wait, min(_RETRY_GROWTH * wait, _RETRY_MAX_BYTES)
+            stop = retry if retry < last_header else last_header
+        while pos <= stop:
             length, magic_attributes, crc = unpack(view, pos)
             start = pos + _V1_HEADER_SIZE
             pos += 4 + length
@@ -220,6 +345,9 @@ def _walk(buf, max_message_bytes: int, strict: bool) -> tuple[int, int]:
             else:
                 pos = start - _V1_HEADER_SIZE
                 break
+        else:
+            if pos <= last_header:
+                continue
         if pos >= size:
             return pos, count
         try:
@@ -244,16 +372,20 @@ def validate_message_set(buf, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     or 1, reserved attribute bits zero, CRC of the payload, and no partial entry
     at the end. Wrappers are checked by their CRC only, never decompressed.
     ``buf`` may be bytes, bytearray or memoryview (e.g. a slice of shared
-    memory); payloads are not copied.
+    memory); it is not copied as a whole, only the payloads of runs of entries
+    up to 4 KiB, by at most 256 KiB at a time.
 
     Raises MessageTooLargeError for an entry longer than ``max_message_bytes``
     and InvalidMessageError for any other problem, naming the byte position.
 
-    Cost, measured with timeit on the 2-vCPU reference machine: about 515 ns
-    per 100-byte v1 entry (0.52 ms for 1000). Three C calls per entry that
-    cannot be avoided take ~440 ns of it: zlib.crc32 of 100 B (~185 ns; zlib
-    is byte-wise for short inputs), the header unpack (~110 ns) and the
-    memoryview slice handed to crc32 (~80 ns).
+    Cost, measured with timeit on the 2-vCPU reference machine (1000 x 100 B
+    entries, best of many runs): about 270 ns per 100-byte v1 entry in runs of
+    equal length (0.27 ms for 1000), most of it zlib.crc32 of the payload
+    (~185 ns; zlib is byte-wise for short inputs) and the run's unpack (~60-80 ns
+    an entry). Entries taken one at a time (mixed sizes, v0, wrappers) cost
+    ~520 ns: crc32, the header unpack (~110 ns) and the memoryview slice
+    handed to crc32 (~80 ns). 10 KiB entries are checked one at a time,
+    ~3.5 us each, nearly all of it crc32.
     """
     return _walk(buf, max_message_bytes, True)[1]
 
@@ -272,21 +404,38 @@ def count_entries(buf) -> tuple[int, int]:
 
     No CRC or header check: for a reader that wants to know how much of a
     fetched set is whole. Stops at a partial entry or a length below the
-    minimum. About 150 ns per entry.
+    minimum. Runs of equal-length entries (any magic or size) are walked by
+    one unpack of their length fields: about 20 ns per 100-byte entry, 75 ns
+    per 10 KiB entry (the lengths are no longer small cached ints); other
+    entries ~150 ns each.
     """
     view = _byte_view(buf)
     size = len(view)
+    last_length = size - LENGTH_SIZE
     unpack = _LENGTH.unpack_from
     pos = 0
     count = 0
-    while pos + 4 <= size:
-        (length,) = unpack(view, pos)
-        end = pos + 4 + length
-        if length < MIN_LENGTH_V0 or end > size:
-            break
-        pos = end
-        count += 1
-    return count, pos
+    retry = 0
+    wait = _RETRY_BYTES
+    while True:
+        if pos >= retry:
+            good, entry = _length_run(view, pos, size)
+            pos += good * entry
+            count += good
+            if good >= _RUN_MIN:
+                wait = _RETRY_BYTES
+                continue  # try the next run at once, or the entry that broke this one
+            retry, wait = pos + wait, min(_RETRY_GROWTH * wait, _RETRY_MAX_BYTES)
+            stop = retry if retry < last_length else last_length
+        while pos <= stop:
+            (length,) = unpack(view, pos)
+            end = pos + 4 + length
+            if length < MIN_LENGTH_V0 or end > size:
+                return count, pos
+            pos = end
+            count += 1
+        if pos > last_length:
+            return count, pos
 
 
 def _decompress(codec: int, data: bytes, where: int) -> bytes:
@@ -337,8 +486,15 @@ def iter_messages(buf, base_offset: int, *, check_crc: bool = True,
     Raises InvalidMessageError (MessageTooLargeError for an over-long entry) at
     the first whole entry that breaks a rule; the CRC is checked only when
     ``check_crc``. A ``buf`` that is not ``bytes`` is copied once, which is
-    cheaper than copying each payload out of a memoryview. About 0.8 us per
-    100-byte message.
+    cheaper than copying each payload out of a memoryview.
+
+    Runs of equal-length uncompressed v1 entries are unpacked, CRC-checked and
+    turned into messages a run at a time (at most 256 entries or 256 KiB of
+    payloads, all checked before the first of them is yielded; an error is
+    still raised only after every message before the bad entry). Measured as
+    ``list(iter_messages(...))`` on the reference machine: about 500 ns per
+    100-byte message with CRCs (~290 ns without), against ~770 ns (~560 ns)
+    one entry at a time; ~7 us per 10 KiB message, mostly crc32 and the copy.
     """
     data = buf if type(buf) is bytes else bytes(_byte_view(buf))
     size = len(data)
@@ -346,11 +502,28 @@ def iter_messages(buf, base_offset: int, *, check_crc: bool = True,
     unpack = _FAST_HEADER.unpack_from
     crc32 = zlib.crc32
     new = _new_message
+    run_max_length = min(_READ_RUN_MAX_LENGTH, max_message_bytes)
     pos = 0
+    retry = 0
+    wait = _RETRY_BYTES
     while True:
+        if pos >= retry:
+            good, entry, flat = _plain_run(data, pos, size, run_max_length, check_crc)
+            if good:
+                offset = base_offset + pos
+                end = offset + good * entry
+                yield from map(new, repeat(Message, good),
+                               zip(range(offset, end, entry), range(offset + entry, end + entry, entry),
+                                   flat[3::4], repeat(CODEC_NONE), repeat(1)))
+                pos += good * entry
+            if good >= _RUN_MIN:
+                wait = _RETRY_BYTES
+                continue  # try the next run at once, or the entry that broke this one
+            retry, wait = pos + wait, min(_RETRY_GROWTH * wait, _RETRY_MAX_BYTES)
+            stop = retry if retry < last_header else last_header
         # Common case first: a whole, uncompressed v1 entry. Its payload slice
         # serves both the CRC and the message.
-        if pos <= last_header:
+        while pos <= stop:
             length, magic_attributes, crc = unpack(data, pos)
             start = pos + _V1_HEADER_SIZE
             end = pos + 4 + length
@@ -360,6 +533,10 @@ def iter_messages(buf, base_offset: int, *, check_crc: bool = True,
                     yield new(Message, (base_offset + pos, base_offset + end, payload, CODEC_NONE, 1))
                     pos = end
                     continue
+            break
+        else:
+            if pos <= last_header:
+                continue
         parsed = _parse_entry(data, pos, size, max_message_bytes, check_crc, base_offset)
         if parsed is None:
             return
