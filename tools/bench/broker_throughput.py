@@ -35,15 +35,10 @@ Pipelined fetches: the consumer asks for contiguous 4 MiB byte ranges of the
 partition several at a time (the broker serves any byte range and does not
 check entry boundaries, protocol.md FETCH) and re-joins the one entry cut at
 each range boundary, so it needs no entry boundary before sending the next
-fetch. The "crc" walk is :func:`crc_walk` below (a run of equal-sized entries
-unpacked by one ``struct`` call, ``zlib.crc32`` mapped over their payloads),
-which checks the same rules as ``iter_messages`` for plain v1 entries and
-falls back to ``hostbroker.log.message`` for anything else;
+fetch. The "crc" walk is :func:`crc_check_walk` below: the library's
+``count_entries`` finds the whole entries of each range and its
+``validate_message_set`` checks all of them (a bad CRC stops the run);
 ``--iter-messages`` also times the library's ``iter_messages``.
-
-The producer's first request on its connection sizes the broker's read
-buffer (see :func:`_align_processor_buffer`): a work-around for a processor
-bug that corrupts pipelined produce requests, mostly over TCP.
 
 This machine is shared and noisy: before each phase the benchmark waits (up
 to ``--wait-quiet`` seconds) for a second in which the machine is mostly
@@ -67,7 +62,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import zlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -94,76 +88,34 @@ class BenchError(Exception):
 # (whole entries, bytes they span) and stops at a trailing partial entry.
 
 _LENGTH = struct.Struct(">i")
-_RUN_STRUCTS: dict[tuple[int, int], struct.Struct] = {}
-_RUN_MAX = 256  # entries per unpack: large enough to amortise, small enough for the cache
-_RUN_MIN = 4
-_SLOW_WINDOW = 64 * 1024
-_V1_PLAIN = 0x0100  # magic 1, attributes 0, read as one uint16
 
 
-def _run_struct(length: int, n: int) -> struct.Struct:
-    """``n`` entries of ``length`` as one flat tuple (length, kind, crc, payload) * n."""
-    run = _RUN_STRUCTS.get((length, n))
-    if run is None:
-        if len(_RUN_STRUCTS) > 256:
-            _RUN_STRUCTS.clear()
-        run = _RUN_STRUCTS[(length, n)] = struct.Struct(">" + f"iHI{length - 6}s" * n)
-    return run
+def crc_check_walk(buf, max_message_bytes: int = 1_000_000) -> tuple[int, int]:
+    """Check every whole entry of ``buf`` (length, magic, attributes, CRC) with the library.
 
-
-def crc_walk(buf, max_message_bytes: int = 1_000_000) -> tuple[int, int]:
-    """Check every whole entry of ``buf`` (length, magic, attributes, CRC).
-
-    Raises InvalidMessageError / MessageTooLargeError (from
-    ``hostbroker.log.message``) at the first whole entry that breaks a rule.
-    A run of up to 256 entries with the same length as the next one is
-    unpacked by one C call into one flat tuple of (length, magic+attributes,
-    crc, payload) per entry, and checked with tuple slices and counts and
-    ``map(zlib.crc32, payloads)``, so the only per-entry work is in C. The
-    first entry that breaks a run, and anything that is not a plain v1 entry
-    (v0, compressed wrappers, errors), goes through the library's own walk
-    over a small window. Measured: ~300-430 ns per 100-byte entry against
-    ~200-260 ns for zlib.crc32 alone on this machine, and ~1.2 us for
-    ``scan_valid_prefix``.
+    ``count_entries`` finds the whole entries (a fetched range ends with a cut
+    one); ``validate_message_set`` checks that prefix and raises
+    InvalidMessageError / MessageTooLargeError at the first entry that breaks
+    a rule, so a bad CRC stops the read. What follows the whole entries must
+    be the start of one entry with a plausible length: a bad length there
+    would otherwise look like a cut entry.
     """
-    from hostbroker.log import message as logmsg
+    from hostbroker.log.message import MIN_LENGTH_V0, count_entries, validate_message_set
 
     view = memoryview(buf)
     if view.format != "B" or view.ndim != 1:
         view = view.cast("B")
-    size = len(view)
-    unpack_length = _LENGTH.unpack_from
-    crc32 = zlib.crc32
-    pos = 0
-    count = 0
-    while size - pos >= 4:
-        (length,) = unpack_length(view, pos)
-        entry = 4 + length
-        if length < logmsg.MIN_LENGTH_V0 or length > max_message_bytes:
-            logmsg.validate_message_set(view[pos:pos + min(entry, size - pos)], max_message_bytes)
-            raise AssertionError("validate_message_set accepted a bad length")  # pragma: no cover
-        if entry > size - pos:
-            break  # partial entry: a fetch cut at max_bytes
-        fits = (size - pos) // entry
-        if fits >= _RUN_MIN and length >= logmsg.MIN_LENGTH_V1:
-            n = _RUN_MAX
-            while n > fits:
-                n >>= 1  # a few struct sizes per length, not one per remainder
-            flat = _run_struct(length, n).unpack_from(view, pos)
-            if (flat[0::4].count(length) == n and flat[1::4].count(_V1_PLAIN) == n
-                    and tuple(map(crc32, flat[3::4])) == flat[2::4]):
-                pos += n * entry
-                count += n
-                continue
-        window = view[pos:min(size, pos + max(entry, _SLOW_WINDOW))]
-        nbytes, k = logmsg.scan_valid_prefix(window, max_message_bytes)
-        if k == 0:
-            # a whole entry that is not valid: let the library say why
-            logmsg.validate_message_set(view[pos:pos + entry], max_message_bytes)
-            raise AssertionError("validate_message_set accepted what scan refused")  # pragma: no cover
-        pos += nbytes
-        count += k
-    return count, pos
+    count, nbytes = count_entries(view)
+    checked = validate_message_set(view[:nbytes], max_message_bytes)
+    if checked != count:
+        raise BenchError(f"validate_message_set checked {checked} entries, "
+                         f"count_entries found {count}")
+    if len(view) - nbytes >= 4:
+        (length,) = _LENGTH.unpack_from(view, nbytes)
+        if not MIN_LENGTH_V0 <= length <= max_message_bytes:
+            validate_message_set(view[nbytes:], max_message_bytes)  # says what is wrong
+            raise BenchError(f"entry at {nbytes} has length {length}")  # pragma: no cover
+    return count, nbytes
 
 
 def lengths_walk(buf) -> tuple[int, int]:
@@ -184,7 +136,7 @@ def iter_walk(buf) -> tuple[int, int]:
     return count, last
 
 
-WALKS = {"lengths": lengths_walk, "crc": crc_walk, "iter": iter_walk}
+WALKS = {"lengths": lengths_walk, "crc": crc_check_walk, "iter": iter_walk}
 
 
 # ---------------------------------------------------------------------------
@@ -222,8 +174,6 @@ def role_producer(p: dict) -> None:
                 for s in sets]
     set_bytes = len(sets[0])
     conn = BrokerConnection(p["uri"], client_id="hb-bench-producer").connect()
-    if p["align"]:
-        _align_processor_buffer(conn, requests[0], sets[0])
     window = p["in_flight"]
     _handshake()
     deadline = time.monotonic() + p["max_seconds"]
@@ -253,44 +203,6 @@ def role_producer(p: dict) -> None:
     _emit({"messages": received * batch, "requests": received, "bytes": received * set_bytes,
            "payload_bytes": received * batch * size, "seconds": seconds, "capped": capped,
            "first_base": first_base, "end_offset": last_end})
-
-
-# The broker's processor reads a connection into a 256 KiB buffer that grows
-# to the largest frame seen (hostbroker/workers/processor.py). Its _frames()
-# moves a partial frame to the front of that buffer (_make_room) while frames
-# of the same read are still queued as views into it, so those requests reach
-# the handler overwritten: answers with the wrong correlation id or
-# INVALID_MESSAGE. It happens when one read holds whole frames and then a frame
-# that runs past the end of the buffer (here: 110 KB produce frames, pipelined,
-# over TCP). Until that is fixed, the producer first sends one produce request
-# whose frame is exactly k times the measured frame size (k copies of a message
-# set, the client id padded): the buffer grows to that size, and frames of one
-# size that start at its offset 0 never run past its end.
-_PROCESSOR_READ_BUFFER = 256 * 1024
-
-
-def _align_processor_buffer(conn, request, message_set) -> int:
-    from hostbroker.protocol import api
-
-    frame = len(api.encode_request(request, 0, conn.client_id))
-    k = max(1, -(-(_PROCESSOR_READ_BUFFER + 1) // frame))
-    if k == 1:
-        return 0  # the frame is larger than the buffer: it grows to exactly one frame
-    part = request.partitions[0]
-    big = api.ProduceRequest(request.acks, request.timeout_ms,
-                             (api.ProducePartition(part.topic, part.partition, message_set * k),))
-    client_id = conn.client_id
-    pad = k * frame - len(api.encode_request(big, 0, client_id))
-    conn.client_id = client_id + "-" * pad
-    try:
-        if len(api.encode_request(big, 0, conn.client_id)) != k * frame:
-            raise BenchError("cannot size the alignment frame")
-        result = conn.request(big).partitions[0]
-    finally:
-        conn.client_id = client_id
-    if result.error_code != 0:
-        raise BenchError(f"alignment produce answered {result!r}")
-    return k
 
 
 def role_consumer(p: dict) -> None:
@@ -927,9 +839,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--fetch-in-flight", type=int, default=4, help="fetch requests in flight (default 4)")
     ap.add_argument("--fetch-max-bytes", type=int, default=4 * MIB,
                     help="max_bytes of each fetch, also the sendfile call size (default 4 MiB)")
-    ap.add_argument("--no-align", action="store_true",
-                    help="skip the producer's first, buffer-sizing request (see "
-                         "_align_processor_buffer: a work-around for a processor bug)")
     ap.add_argument("--iter-messages", action="store_true",
                     help="also time a fetch read with the library's iter_messages")
     ap.add_argument("--phases", metavar="LIST",
@@ -981,7 +890,8 @@ def main(argv=None) -> int:
                         "(the broker checks every CRC)",
             "consumer": f"one process, contiguous {args.fetch_max_bytes // MIB} MiB byte ranges, "
                         f"{args.fetch_in_flight} fetches in flight; 'lengths' = count_entries, "
-                        "'crc' = every entry's CRC checked (crc_walk), "
+                        "'crc' = every entry's CRC checked (count_entries, then "
+                        "validate_message_set on the whole entries), "
                         "'iter' = iter_messages with CRC",
             "mb": "MB = 10^6 log bytes (entries incl. 10-byte headers)",
         },
@@ -1060,7 +970,7 @@ def _run_kind(kind: str, broker: Broker, workdir: str, profiler: Profiler,
         phases[name] = run_phase(f"{kind}-{name}", "producer", {
             "uri": uri, "topic": topic, "message_bytes": size, "batch": batch,
             "messages": count, "in_flight": args.in_flight, "distinct_sets": 8,
-            "max_seconds": cap, "align": not args.no_align}, broker, workdir, profiler, cap,
+            "max_seconds": cap}, broker, workdir, profiler, cap,
             args.wait_quiet)
         produced = phases[name]
         walks = ["lengths", "crc"] + (["iter"] if args.iter_messages and label == "100B" else [])
