@@ -14,23 +14,33 @@ from hostbroker.config import Config, help_text
 from hostbroker.errors import ConfigError
 
 
-def _serve(args: argparse.Namespace) -> int:
+class _BadConfig(Exception):
+    pass
+
+
+def _config(args: argparse.Namespace) -> Config:
     try:
-        config = Config.load(args.config, args.set or ())
+        return Config.load(args.config, args.set or ())
     except ConfigError as e:
         print(f"hostbroker: {e}", file=sys.stderr)
-        return 2
+        raise _BadConfig from None
+
+
+def _add_config_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", metavar="FILE", help="TOML configuration file")
+    parser.add_argument("--set", metavar="KEY=VALUE", action="append",
+                        help="set one configuration key (repeatable)")
+
+
+def _serve(args: argparse.Namespace) -> int:
+    config = _config(args)
     from hostbroker.workers.supervisor import serve
 
     return serve(config)
 
 
 def _top(args: argparse.Namespace) -> int:
-    try:
-        config = Config.load(args.config, args.set or ())
-    except ConfigError as e:
-        print(f"hostbroker: {e}", file=sys.stderr)
-        return 2
+    config = _config(args)
     from hostbroker import top
 
     try:
@@ -51,16 +61,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run the broker until SIGTERM/SIGINT (graceful: answers in-flight "
                     "requests, flushes, writes the clean-shutdown marker, exits 0).",
         epilog="configuration keys (TOML file or --set KEY=VALUE, later wins):\n" + help_text())
-    serve.add_argument("--config", metavar="FILE", help="TOML configuration file")
-    serve.add_argument("--set", metavar="KEY=VALUE", action="append",
-                       help="set one configuration key (repeatable)")
+    _add_config_options(serve)
     serve.set_defaults(func=_serve)
 
     top = sub.add_parser("top", help="live view of a running broker's processes and counters",
                          description="Find the broker by the same configuration serve takes.")
-    top.add_argument("--config", metavar="FILE", help="TOML configuration file")
-    top.add_argument("--set", metavar="KEY=VALUE", action="append",
-                     help="set one configuration key (repeatable)")
+    _add_config_options(top)
     top.add_argument("--json", action="store_true", help="one JSON document per reading")
     top.add_argument("--interval", type=float, default=1.0, help="seconds between readings")
     top.add_argument("--iterations", type=int, default=None,
@@ -72,7 +78,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except _BadConfig:
+        return 2
 
 
 if __name__ == "__main__":

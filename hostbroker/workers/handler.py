@@ -28,12 +28,13 @@ Per request:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import json
 import os
 import selectors
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from hostbroker.errors import ConfigError, ErrorCode, HostbrokerError, InvalidTopicError
 from hostbroker.log import message as logmsg
@@ -125,35 +126,33 @@ class TopicView:
         return bases
 
 
+@dataclasses.dataclass(slots=True, eq=False)
 class _Pending:
-    """A request waiting for writers' answers."""
+    """A request waiting for writers' answers; ``respond(pending, failed=False)``
+    answers the client once ``remaining`` reaches zero or a writer is replaced."""
 
-    __slots__ = ("processor", "conn_id", "seq", "correlation_id", "api_key", "results",
-                 "remaining", "writers", "respond", "token")
-
-    def __init__(self, processor, conn_id, seq, correlation_id, api_key, results, respond):
-        self.processor = processor
-        self.conn_id = conn_id
-        self.seq = seq
-        self.correlation_id = correlation_id
-        self.api_key = api_key
-        self.results = results
-        self.remaining = 0
-        self.writers: set[int] = set()
-        self.respond = respond  # respond(pending, failed=False) answers the client
-        self.token = 0
+    processor: int
+    conn_id: int
+    seq: int | None  # None: acks=0, nobody to answer
+    correlation_id: int
+    api_key: int
+    results: list
+    respond: Callable
+    remaining: int = 0
+    writers: set[int] = dataclasses.field(default_factory=set)
+    token: int = 0
 
 
+@dataclasses.dataclass(slots=True, eq=False)
 class _ParkedFetch:
-    __slots__ = ("processor", "conn_id", "seq", "correlation_id", "request", "deadline_ms")
+    """A long-poll fetch waiting for ``min_bytes`` or its deadline."""
 
-    def __init__(self, processor, conn_id, seq, correlation_id, request, deadline_ms):
-        self.processor = processor
-        self.conn_id = conn_id
-        self.seq = seq
-        self.correlation_id = correlation_id
-        self.request = request
-        self.deadline_ms = deadline_ms
+    processor: int
+    conn_id: int
+    seq: int
+    correlation_id: int
+    request: object
+    deadline_ms: int
 
 
 class HandlerWorker(Worker):
