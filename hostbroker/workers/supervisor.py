@@ -28,6 +28,7 @@ socket files, and exit 0.
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import select
 import signal
@@ -134,6 +135,22 @@ def check_log_dir(path: str) -> None:
         raise StartError(f"log.dirs: cannot use {path}: not writable")
 
 
+def claim_broker_lock(log_dir: str) -> int:
+    """Hold ``<first log dir>/.broker.lock`` for the broker's life (flock, with
+    our pid in it), or fail with one line naming the broker that holds it."""
+    path = os.path.join(log_dir, ".broker.lock")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        raise StartError(f"log.dirs: {log_dir} is in use by another broker (pid {holder})") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
 class Supervisor:
     def __init__(self, config: Config):
         self.config = config
@@ -160,6 +177,9 @@ class Supervisor:
             raise StartError("log.dirs: a log dir is listed twice")
         for path in plan.log_dirs:
             check_log_dir(path)
+        # Before anything named after this broker is touched: the shared memory
+        # of a broker running on these log dirs has the very same names.
+        self.lock_fd = claim_broker_lock(plan.log_dirs[0])
         for uri in config.listeners:
             plan.listeners.append((uri, bind_listener(uri)))
         remove_stale(plan.shm_prefix)

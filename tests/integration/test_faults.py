@@ -246,3 +246,20 @@ def test_crash_recovery_starts_at_the_checkpointed_recovery_point(make_broker):
     skipped = int(line.split("trusted ")[1].split(" segments")[0])
     scanned = int(line.split("scanned ")[1].split(" segments")[0])
     assert skipped >= 8 and scanned <= 2, line
+
+
+def test_a_second_broker_on_the_same_log_dirs_is_refused_and_harms_nothing(make_broker, tmp_path):
+    first = make_broker()
+    second = make_broker(root=tmp_path / "other", start=False)
+    (tmp_path / "other").mkdir()
+    second.settings["log.dirs"] = first.settings["log.dirs"]
+    with pytest.raises(RuntimeError) as e:
+        second.start(timeout=20)
+    assert "is in use by another broker" in str(e.value)
+    assert f"(pid {first.proc.pid})" in str(e.value)
+    # the first broker still owns its shared memory: a replaced worker attaches fine
+    victim = first.workers()["hb-handler-0"]
+    os.kill(victim, signal.SIGKILL)
+    first.wait_worker_replaced("hb-handler-0", victim)
+    with first.client() as c:
+        assert c.produce("still", 0, encode_message_set([b"ok"])).error_code == ErrorCode.NONE
