@@ -52,7 +52,6 @@ class Worker:
         self.stopping = False
         self.board: ProcessBoard | None = None
         self.slot = plan.board_slot(self.kind, index)
-        self._rings: list[Ring] = []
         self._inputs: list[Ring] = []  # the rings this worker consumes
 
     @property
@@ -83,9 +82,7 @@ class Worker:
 
     # -- rings -----------------------------------------------------------
     def _attach(self, kind: str, producer: int, consumer: int) -> Ring:
-        ring = Ring.attach(self.plan.ring_name(kind, producer, consumer))
-        self._rings.append(ring)
-        return ring
+        return Ring.attach(self.plan.ring_name(kind, producer, consumer))
 
     def sender(self, kind: str, producer: int, consumer: int) -> Sender:
         return Sender(self._attach(kind, producer, consumer))

@@ -33,7 +33,6 @@ import itertools
 import json
 import os
 import selectors
-import time
 from collections.abc import Callable, Sequence
 
 from hostbroker.errors import ConfigError, ErrorCode, HostbrokerError, InvalidTopicError
