@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import selectors
 import signal
 import sys
 import time
@@ -91,6 +92,20 @@ class Worker:
         ring = self._attach(kind, producer, consumer)
         self._inputs.append(ring)
         return Receiver(ring)
+
+    def serve_rings(self) -> None:
+        """The loop of a worker whose only input is its rings (handlers, writers):
+        sleep until the doorbell rings or ``_timeout()`` passes, run ``_cycle()``;
+        after a stop signal, one last cycle for what already arrived."""
+        sel = selectors.DefaultSelector()
+        sel.register(self.doorbell.fileno(), selectors.EVENT_READ)
+        while not self.stopping:
+            sel.select(self._timeout())
+            self.doorbell.drain()
+            self.heartbeat()
+            self._cycle()
+        self._cycle()
+        sel.close()
 
     def run(self) -> None:  # pragma: no cover - each kind has its own loop
         raise NotImplementedError

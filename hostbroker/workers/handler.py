@@ -32,7 +32,6 @@ import dataclasses
 import itertools
 import json
 import os
-import selectors
 from collections.abc import Callable, Sequence
 
 from hostbroker.errors import ConfigError, ErrorCode, HostbrokerError, InvalidTopicError
@@ -199,14 +198,7 @@ class HandlerWorker(Worker):
 
     # -- loop --------------------------------------------------------------
     def run(self) -> None:
-        sel = selectors.DefaultSelector()
-        sel.register(self.doorbell.fileno(), selectors.EVENT_READ)
-        while not self.stopping:
-            sel.select(self._timeout())
-            self.doorbell.drain()
-            self.heartbeat()
-            self._cycle()
-        self._cycle()
+        self.serve_rings()
         for parked in self.parked:
             self._answer_fetch(parked.processor, parked.conn_id, parked.seq,
                                parked.correlation_id, parked.request, force=True)

@@ -31,7 +31,6 @@ from __future__ import annotations
 import errno
 import os
 import queue
-import selectors
 import sys
 import threading
 import time
@@ -201,14 +200,7 @@ class WriterWorker(Worker):
 
     # -- the loop ----------------------------------------------------------
     def run(self) -> None:
-        sel = selectors.DefaultSelector()
-        sel.register(self.doorbell.fileno(), selectors.EVENT_READ)
-        while not self.stopping:
-            sel.select(self._timeout())
-            self.doorbell.drain()
-            self.heartbeat()
-            self._cycle()
-        self._cycle()
+        self.serve_rings()
         self.flusher.stop()
         self._flushed()
         for slot in list(self.dirty):
