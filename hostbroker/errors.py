@@ -1,7 +1,7 @@
 """Wire error codes and the exception hierarchy that carries them.
 
 Every error the broker can put on the wire is an :class:`ErrorCode`
-(protocol.md, "Error codes"). Code that detects a problem raises a
+(docs/spec/protocol.md, "Error codes"). Code that detects a problem raises a
 :class:`HostbrokerError` subclass with the code attached; whoever answers the
 request turns it into the code. Nothing here does I/O.
 """
@@ -49,7 +49,7 @@ class ProtocolError(HostbrokerError):
 
 
 class InvalidMessageError(HostbrokerError):
-    """An entry breaks a rule of log-format.md (length, magic, attributes, CRC)."""
+    """An entry breaks a rule of docs/spec/log-format.md (length, magic, attributes, CRC)."""
 
     code = ErrorCode.INVALID_MESSAGE
 

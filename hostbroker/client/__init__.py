@@ -7,7 +7,7 @@
                   ConnectionClosedError
 
 Producers and consumers with batching, partitioners and groups build on
-``BrokerConnection`` (DESIGN.md, "Clients").
+``BrokerConnection`` (docs/architecture.md).
 """
 
 from hostbroker.client.connection import BrokerConnection, connect, parse_uri

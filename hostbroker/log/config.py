@@ -2,7 +2,7 @@
 
 A :class:`LogConfig` is an immutable value. The broker builds one from its
 ``log.*`` defaults; a topic may override any field with the topic keys of
-protocol.md ("CREATE_TOPIC"), whose string values are persisted with each
+docs/spec/protocol.md ("CREATE_TOPIC"), whose string values are persisted with each
 partition (``partition.json``) and parsed here. Pure: no I/O.
 
 Bounds (inclusive), checked on every construction:

@@ -12,7 +12,7 @@ two brokers never write the same dir. Its state on disk:
   recovery scan; the marker is removed before anything is written again.
 - ``recovery-point-offset-checkpoint``: each partition's *recovery point*,
   the offset below which its log is known to be on disk, so that recovery
-  after a crash scans only what was written since (log-format.md,
+  after a crash scans only what was written since (docs/spec/log-format.md,
   "Recovery")::
 
       0                      version

@@ -1,4 +1,4 @@
-"""Message entries and message sets: the byte format of log-format.md.
+"""Message entries and message sets: the byte format of docs/spec/log-format.md.
 
 One format serves producer, broker and consumer, so a message set moves from
 socket to page cache to socket without being re-encoded. This module only
@@ -94,7 +94,7 @@ class Message(NamedTuple):
     """One message as a reader sees it.
 
     ``offset`` is the byte position of the entry it came from; ``next_offset``
-    is where a consumer resumes after processing it (log-format.md, "Offsets").
+    is where a consumer resumes after processing it (docs/spec/log-format.md, "Offsets").
     ``codec`` is the codec of that entry (a wrapper's codec for the messages
     inside it); ``magic`` is the message's own magic byte.
     """
@@ -368,7 +368,7 @@ def _walk(buf, max_message_bytes: int, strict: bool) -> tuple[int, int]:
 def validate_message_set(buf, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> int:
     """Check every top-level entry of a produced message set; return how many there are.
 
-    Rules are those of log-format.md: length at least 5 (v0) / 6 (v1), magic 0
+    Rules are those of docs/spec/log-format.md: length at least 5 (v0) / 6 (v1), magic 0
     or 1, reserved attribute bits zero, CRC of the payload, and no partial entry
     at the end. Wrappers are checked by their CRC only, never decompressed.
     ``buf`` may be bytes, bytearray or memoryview (e.g. a slice of shared
@@ -481,7 +481,7 @@ def iter_messages(buf, base_offset: int, *, check_crc: bool = True,
 
     Stops silently at a trailing partial entry (a fetch cut at max_bytes).
     Compressed wrappers are opened and their messages yielded with the offset
-    rule of log-format.md: each has the wrapper's offset, and ``next_offset`` is
+    rule of docs/spec/log-format.md: each has the wrapper's offset, and ``next_offset`` is
     the wrapper's offset for all but the last, the wrapper's end for the last.
     Raises InvalidMessageError (MessageTooLargeError for an over-long entry) at
     the first whole entry that breaks a rule; the CRC is checked only when

@@ -12,7 +12,7 @@ Files, under ``<log dir>/<topic>_<partition>/``:
   overrides as strings, written atomically at creation before any segment.
 - ``<20-digit base offset>.kafka``: segments. Only the last (active) one is
   appended to; a segment with base ``b`` holds the entry at offset ``o`` at file
-  position ``o - b`` (log-format.md).
+  position ``o - b`` (docs/spec/log-format.md).
 
 Appends go to the page cache with ``os.write``; durability comes from the flush
 policy (``flush.messages`` / ``flush.ms``), which the writer drives with
@@ -232,7 +232,7 @@ class PartitionLog:
         segments removed); the segments before are trusted, as everything below
         ``recovery_point`` must have been flushed. The default 0 scans them all,
         and so does a point past the log end on disk. An entry longer than the
-        topic's ``max.message.bytes`` counts as invalid (log-format.md), so
+        topic's ``max.message.bytes`` counts as invalid (docs/spec/log-format.md), so
         lowering that setting below the size of entries already stored cuts
         them at the next recovery, if they are scanned. The scan runs at
         roughly 100 MB/s for 100-byte entries, bound by the CRC; what it
@@ -510,7 +510,7 @@ class PartitionLog:
     # -------------------------------------------------------------- retention
 
     def enforce_retention(self, now_ms: int) -> list[int]:
-        """Delete whole old segments per log-format.md "Retention"; return their bases.
+        """Delete whole old segments per docs/spec/log-format.md "Retention"; return their bases.
 
         By time: the oldest segments whose mtime is more than ``retention.ms``
         before ``now_ms``. If all of them qualify, a new empty segment is rolled

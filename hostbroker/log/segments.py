@@ -5,7 +5,7 @@ handlers use :func:`fetch_range` and :func:`offsets_before` on the segment list
 published by a writer without owning the log, so nothing here may touch files.
 
 Because an offset *is* a byte position in the partition's stream
-(log-format.md, "Offsets"), a segment with base ``b`` holds offset ``o`` at
+(docs/spec/log-format.md, "Offsets"), a segment with base ``b`` holds offset ``o`` at
 file position ``o - b``, and its size is the next segment's base minus ``b``
 (the log end offset minus ``b`` for the active one).
 """
@@ -102,7 +102,7 @@ def fetch_range(bases: Sequence[int], log_end_offset: int, offset: int,
 
 def offsets_before(segments: Sequence[tuple[int, int]], log_end_offset: int, now_ms: int,
                    time: int, max_offsets: int) -> list[int]:
-    """Answer an OFFSETS request (protocol.md, "OFFSETS (2)").
+    """Answer an OFFSETS request (docs/spec/protocol.md, "OFFSETS (2)").
 
     ``segments`` is (base offset, mtime in ms) of every segment, oldest first.
     Together with (log end offset, now) they form the candidate list.

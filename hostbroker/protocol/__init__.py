@@ -1,4 +1,4 @@
-"""Sans-IO codecs of the hostbroker wire protocol (spec/protocol.md), v0.
+"""Sans-IO codecs of the hostbroker wire protocol (docs/spec/protocol.md), v0.
 
 Shared by the broker and the clients. Nothing here touches a socket: bytes go
 in, frozen dataclasses come out, and back. Message sets stay opaque bytes

@@ -1,4 +1,4 @@
-"""The protocol in one namespace: whole frames to bytes and back (protocol.md, "Framing").
+"""The protocol in one namespace: whole frames to bytes and back (docs/spec/protocol.md, "Framing").
 
 Callers write ``api.decode_request(frame)``, ``api.ProduceRequest(...)``,
 ``api.HeaderTooShortError``: the frame functions are defined here, the bodies

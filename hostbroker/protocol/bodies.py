@@ -1,4 +1,4 @@
-"""The request and response bodies of every API in protocol.md ("APIs").
+"""The request and response bodies of every API in docs/spec/protocol.md ("APIs").
 
 Each body is a frozen dataclass whose fields are in wire order and annotated
 with their wire type (see :mod:`hostbroker.protocol.schema`). Requests carry

@@ -1,4 +1,4 @@
-"""Cutting a byte stream into size-prefixed frames (protocol.md, "Framing").
+"""Cutting a byte stream into size-prefixed frames (docs/spec/protocol.md, "Framing").
 
 :class:`FrameReader` is fed whatever the socket gave and hands out whole
 frames, without their size prefix, as soon as they are complete. It never
@@ -13,7 +13,7 @@ from hostbroker.errors import ProtocolError
 from hostbroker.protocol.errors import FrameTooLargeError
 from hostbroker.protocol.primitives import Buffer
 
-# socket.request.max.bytes default (protocol.md).
+# socket.request.max.bytes default (docs/spec/protocol.md).
 DEFAULT_MAX_FRAME_BYTES = 104_857_600
 
 _SIZE = struct.Struct(">i")

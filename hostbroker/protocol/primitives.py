@@ -1,4 +1,4 @@
-"""The wire types of protocol.md ("Types"), read from and written to memory.
+"""The wire types of docs/spec/protocol.md ("Types"), read from and written to memory.
 
 :class:`Reader` walks a buffer and hands out ints, strings, byte strings and
 arrays; :class:`Writer` builds a frame. Both are pure: no sockets, no files.

@@ -35,7 +35,7 @@ UNKNOWN = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
 class MiniBroker:
-    """Partitions as bytearrays (offset = byte position, as in log-format.md)."""
+    """Partitions as bytearrays (offset = byte position, as in docs/spec/log-format.md)."""
 
     def __init__(self):
         self.logs = {("t", 0): bytearray(), ("t", 1): bytearray()}

@@ -1,4 +1,4 @@
-"""PRODUCE, FETCH, OFFSETS and pipelining against a real broker (protocol.md, "APIs").
+"""PRODUCE, FETCH, OFFSETS and pipelining against a real broker (docs/spec/protocol.md, "APIs").
 
 One broker serves the whole module (``num.partitions=3`` for auto-created
 topics, retention checked every 100 ms for the log-start tests); every test

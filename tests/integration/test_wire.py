@@ -1,4 +1,4 @@
-"""Framing on the real sockets: error frames, closes, limits (protocol.md, "Framing").
+"""Framing on the real sockets: error frames, closes, limits (docs/spec/protocol.md, "Framing").
 
 Frames the client would never build go out on raw sockets. The shared broker
 takes requests of at most 4096 bytes (``socket.request.max.bytes``).

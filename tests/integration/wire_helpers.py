@@ -111,7 +111,7 @@ def read_log(client: SimpleClient, topic: str, partition: int, offset: int, end:
 
 def raw_entry(payload: bytes = b"payload", *, magic: int = 1, attributes: int = 0,
               crc: int | None = None, length: int | None = None) -> bytes:
-    """One entry with any field as given, right or wrong (log-format.md)."""
+    """One entry with any field as given, right or wrong (docs/spec/log-format.md)."""
     crc = zlib.crc32(payload) if crc is None else crc
     if magic == 0:
         header = struct.pack(">bI", magic, crc)

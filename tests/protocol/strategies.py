@@ -1,6 +1,6 @@
 """Hypothesis strategies for every request and response body.
 
-Written out by hand from protocol.md rather than derived from the codec's own
+Written out by hand from docs/spec/protocol.md rather than derived from the codec's own
 declarations, so that a mistake in those declarations shows up as a failure.
 """
 

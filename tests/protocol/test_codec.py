@@ -50,7 +50,7 @@ from hostbroker.protocol import (
 from tests.protocol.strategies import NO_DEADLINE, requests, responses_by_api
 from tests.protocol.wire import array, data, i16, i32, i64, request_frame, sized, string
 
-# (request, expected body bytes written from protocol.md)
+# (request, expected body bytes written from docs/spec/protocol.md)
 REQUEST_BODIES = [
     (
         ProduceRequest(-1, 1500, (ProducePartition("t", 3, b"abc"), ProducePartition("u", 0, b""))),

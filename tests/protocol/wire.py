@@ -1,4 +1,4 @@
-"""Hand packing of protocol.md's wire types, for writing expected frames in tests."""
+"""Hand packing of docs/spec/protocol.md's wire types, for writing expected frames in tests."""
 
 import struct
 

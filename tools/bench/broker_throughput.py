@@ -33,7 +33,7 @@ sets (8 distinct sets, each reused; the broker still checks every CRC).
 
 Pipelined fetches: the consumer asks for contiguous 4 MiB byte ranges of the
 partition several at a time (the broker serves any byte range and does not
-check entry boundaries, protocol.md FETCH) and re-joins the one entry cut at
+check entry boundaries, docs/spec/protocol.md FETCH) and re-joins the one entry cut at
 each range boundary, so it needs no entry boundary before sending the next
 fetch. The "crc" walk is :func:`crc_check_walk` below: the library's
 ``count_entries`` finds the whole entries of each range and its
