@@ -79,7 +79,9 @@ class TopicView:
         self.topics = {t: [parts.get(p) for p in range(max(parts) + 1)]
                        for t, parts in topics.items()}
         self.generation = gen
+        # a slot freed and taken by another topic must not keep the old one's data
         self._configs.clear()
+        self._segments.clear()
 
     def slot(self, topic: str, partition: int) -> int | None:
         slots = self.topics.get(topic)

@@ -182,10 +182,16 @@ class WriterWorker(Worker):
 
     # -- table -------------------------------------------------------------
     def _publish(self, slot: int, plog: PartitionLog, **extra) -> None:
+        """Write the slot's offsets; bump its segment generation when the segment
+        list changed. The generation only ever grows, across writer restarts too,
+        since handlers keep segment lists cached by it."""
         bases = plog.segment_bases
         shape = (plog.log_start_offset, bases[-1], len(bases))
         old = self.published.get(slot)
-        gen = (old[1] + 1) if old is not None and old[0] != shape else (old[1] if old else 1)
+        if old is None:  # first publish by this process: continue from the table
+            gen = self.table.read(slot).segment_generation + 1
+        else:
+            gen = old[1] + 1 if old[0] != shape else old[1]
         self.table.write(slot, start_offset=plog.log_start_offset, end_offset=plog.log_end_offset,
                          flushed_offset=plog.flushed_offset, segment_generation=gen, **extra)
         self.published[slot] = (shape, gen)

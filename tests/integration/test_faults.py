@@ -263,3 +263,36 @@ def test_a_second_broker_on_the_same_log_dirs_is_refused_and_harms_nothing(make_
     first.wait_worker_replaced("hb-handler-0", victim)
     with first.client() as c:
         assert c.produce("still", 0, encode_message_set([b"ok"])).error_code == ErrorCode.NONE
+
+
+def test_fetch_across_segments_after_the_writer_is_replaced(broker):
+    with broker.client() as c:
+        c.create_topic("gen", 1, {"segment.bytes": "1024"})
+        c.fetch("gen", 0, 0, 1024)  # the handlers cache the (one-segment) list now
+        c.fetch("gen", 0, 0, 1024)  # on both handlers' connections, whichever we got
+        acked = []
+        for i in range(20):  # ~10 segments
+            batch = [f"g{i}".encode() * 100]
+            c.produce("gen", 0, encode_message_set(batch))
+            acked += batch
+    victim = broker.workers()["hb-writer-0"]
+    os.kill(victim, signal.SIGKILL)
+    broker.wait_worker_replaced("hb-writer-0", victim)
+    for uri in (broker.unix, broker.tcp, broker.unix, broker.tcp):  # reach both handlers
+        with broker.client(uri) as c:
+            deadline = time.monotonic() + 10
+            while c.offsets("gen", 0, -1, 1)[0] == 0 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert read_all(c, "gen") == acked
+
+
+def test_a_recreated_topic_never_sees_the_old_segments(broker):
+    with broker.client() as c:
+        c.create_topic("again", 1, {"segment.bytes": "1024"})
+        for i in range(10):
+            c.produce("again", 0, encode_message_set([b"old" * 200]))
+        assert len(read_all(c, "again")) == 10
+        c.delete_topic("again")
+        c.create_topic("again", 1)
+        c.produce("again", 0, encode_message_set([b"new"]))
+        assert read_all(c, "again") == [b"new"]
