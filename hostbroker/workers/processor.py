@@ -51,8 +51,15 @@ class SegmentFiles:
         self.files: collections.OrderedDict[str, tuple[int, int]] = collections.OrderedDict()
 
     def open(self, path: str) -> int:
-        st = os.stat(path)
         cached = self.files.get(path)
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            if cached is None:
+                raise
+            # deleted (retention) after the answer was computed: a reader that holds
+            # the segment open finishes its read from it
+            return cached[0]
         if cached is not None:
             if cached[1] == st.st_ino:
                 self.files.move_to_end(path)

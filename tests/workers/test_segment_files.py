@@ -36,3 +36,15 @@ def test_bounded_and_sweeps_deleted_files(tmp_path):
     with pytest.raises(FileNotFoundError):
         files.open(paths[3])
     files.close()
+
+
+def test_a_segment_deleted_while_open_is_still_read_to_the_end(tmp_path):
+    path = str(tmp_path / "00000000000000000000.kafka")
+    with open(path, "wb") as f:
+        f.write(b"held open")
+    files = SegmentFiles(limit=4)
+    fd = files.open(path)
+    os.unlink(path)  # retention deletes it mid-send
+    assert files.open(path) == fd
+    assert os.pread(fd, 9, 0) == b"held open"
+    files.close()
