@@ -389,6 +389,15 @@ class PartitionTable(SlotTable):
 
     LAYOUT = PARTITION_LAYOUT
 
+    def owner(self, i: int) -> int:
+        """Slot ``i``'s owner alone: one aligned load (set once, when the slot is claimed)."""
+        return self._u32[(self._offset(i) + 16) >> 2]
+
+    def mid_write(self, i: int) -> int | None:
+        """Slot ``i``'s sequence if a write is under way (odd), else None."""
+        seq = self._u64[self._offset(i) >> 3]
+        return seq if seq & 1 else None
+
 
 # -- the admin lock ---------------------------------------------------------
 

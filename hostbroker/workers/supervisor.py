@@ -334,11 +334,38 @@ class Supervisor:
         # The dead worker's unread input died with it; its replacement starts clean.
         for rkind, producer, consumer in self.plan.rings_consumed_by(kind, index):
             Ring.attach(self.plan.ring_name(rkind, producer, consumer)).reset_consumer()
+        if kind in ("writer", "handler"):
+            self._repair_torn_slots(index if kind == "writer" else None)
         if time.monotonic() - self.started_at.get((kind, index), 0) < 1.0:
             time.sleep(0.5)  # do not spin on a worker that dies at once
         self.spawn(kind, index)
         for bell in self.plan.doorbells.values():
             bell.ring()  # peers notice the new epoch now, not at their next tick
+
+    def _repair_torn_slots(self, writer: int | None) -> None:
+        """Make readable again the partition slots a dead worker left mid-write.
+
+        A worker killed inside a seqlock write leaves the slot's sequence odd, and
+        every reader (handlers, the replacement writer's start-up scan) would fail
+        on it. Slots of a dead writer are safe to repair at once: nobody else
+        publishes them (its replacement rewrites their offsets from the log). A
+        dead handler wrote slots only under the admin lock; a slot still at the
+        same odd sequence a moment later is not a live writer's write.
+        """
+        table = self.table
+        torn = {}
+        for i in range(table.slot_count):
+            seq = table.mid_write(i)
+            if seq is not None and (writer is None or table.owner(i) == writer):
+                torn[i] = seq
+        if writer is None and torn:
+            time.sleep(0.05)  # a live write lasts microseconds
+            torn = {i: seq for i, seq in torn.items() if table.mid_write(i) == seq}
+        for i in torn:
+            table.repair(i)
+        if torn:
+            print(f"hostbroker: repaired {len(torn)} partition slot(s) left mid-write",
+                  file=sys.stderr, flush=True)
 
     def _check_heartbeats(self) -> None:
         timeout_ns = self.config["worker.heartbeat.timeout.ms"] * 1_000_000
