@@ -115,7 +115,11 @@ SETTINGS: tuple[Setting, ...] = (
 SETTINGS_BY_KEY: dict[str, Setting] = {s.key: s for s in SETTINGS}
 
 
-def _coerce(setting: Setting, value: Any) -> Any:
+def one_of(*choices: str) -> Callable[[Any], str | None]:
+    return lambda v: None if v in choices else "must be one of " + ", ".join(choices)
+
+
+def coerce(setting: Setting, value: Any) -> Any:
     """Turn a TOML value or a ``--set`` string into the setting's type."""
     key = setting.key
     if setting.kind == "list":
@@ -196,14 +200,7 @@ class Config:
         setting = SETTINGS_BY_KEY.get(key)
         if setting is None:
             raise ConfigError(f"{key}: unknown configuration key")
-        value = _coerce(setting, raw)
-        if setting.check is not None:
-            problem = setting.check(value)
-            if problem:
-                raise ConfigError(f"{key}: {problem} (got {value!r})")
-        if setting.kind == "list" and not split_list(value):
-            raise ConfigError(f"{key}: must name at least one entry")
-        return value
+        return checked(setting, raw)
 
     def __getitem__(self, key: str) -> Any:
         return self._values[key]
@@ -234,22 +231,36 @@ class Config:
         )
 
 
+def checked(setting: Setting, raw: Any) -> Any:
+    """``raw`` (a TOML value, a keyword argument or a ``KEY=VALUE`` string) as
+    the setting's type, or ConfigError naming the key and the problem."""
+    key = setting.key
+    value = coerce(setting, raw)
+    if setting.check is not None:
+        problem = setting.check(value)
+        if problem:
+            raise ConfigError(f"{key}: {problem} (got {value!r})")
+    if setting.kind == "list" and not split_list(value):
+        raise ConfigError(f"{key}: must name at least one entry")
+    return value
+
+
 def split_list(value: str) -> list[str]:
     return [part.strip() for part in value.split(",") if part.strip()]
 
 
-def help_text() -> str:
+def help_text(settings: Iterable[Setting] = SETTINGS) -> str:
     """The settings as a plain-text list, for ``--help``."""
     lines = []
-    for s in SETTINGS:
+    for s in settings:
         lines.append(f"  {s.key} (default {s.default!r})\n      {s.doc}")
     return "\n".join(lines)
 
 
-def markdown_table() -> str:
-    """The settings as the Markdown table of docs/configuration.md."""
+def markdown_table(settings: Iterable[Setting] = SETTINGS) -> str:
+    """The settings as a Markdown table (the broker's: docs/configuration.md)."""
     rows = ["| key | type | default | meaning |", "|---|---|---|---|"]
-    for s in SETTINGS:
+    for s in settings:
         typename = "list" if s.kind == "list" else s.type.__name__
         default = str(s.default).lower() if s.type is bool else s.default
         rows.append(f"| `{s.key}` | {typename} | `{default}` | {s.doc} |")

@@ -1,0 +1,90 @@
+"""Client settings: how producers and consumers take their configuration.
+
+Each client class declares its settings once, as a tuple of
+:class:`hostbroker.config.Setting` (Kafka's dotted names, a type, a default,
+a one-line meaning and a check). :func:`resolve` merges, in this order (later
+wins), the defaults, a mapping of dotted keys (``{"batch.size": 500}``, as
+from a properties file or ``--property KEY=VALUE`` strings), and keyword
+arguments whose names are the dotted keys with ``_`` for ``.``
+(``batch_size=500``). An unknown key or a bad value raises ConfigError with
+one line naming the key, before any connection is made.
+
+The tables in the client docs come from the same declarations
+(``python -m hostbroker.client.settings``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from hostbroker.config import Setting, checked, markdown_table
+from hostbroker.errors import ConfigError
+
+
+class Settings(Mapping[str, Any]):
+    """Validated client settings, read as ``settings["batch.size"]``."""
+
+    def __init__(self, values: Mapping[str, Any]):
+        self._values = dict(values)
+
+    def __getitem__(self, key: str) -> Any:
+        return self._values[key]
+
+    def __iter__(self):
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __repr__(self) -> str:
+        return f"Settings({self._values!r})"
+
+
+def parse_properties(items: Iterable[str]) -> dict[str, str]:
+    """``KEY=VALUE`` strings (a command line's ``--property``) as a mapping."""
+    result: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"property {item!r}: expected KEY=VALUE")
+        result[key.strip()] = value
+    return result
+
+
+def resolve(
+    declared: Iterable[Setting],
+    config: Mapping[str, Any] | None = None,
+    options: Mapping[str, Any] | None = None,
+) -> Settings:
+    """Defaults, then ``config`` (dotted keys), then ``options`` (``_`` for ``.``)."""
+    by_key = {s.key: s for s in declared}
+    by_name = {key.replace(".", "_"): key for key in by_key}
+    values = {key: s.default for key, s in by_key.items()}
+    for key, raw in (config or {}).items():
+        setting = by_key.get(key)
+        if setting is None:
+            raise ConfigError(f"{key}: unknown client configuration key")
+        values[key] = checked(setting, raw)
+    for name, raw in (options or {}).items():
+        key = by_name.get(name)
+        if key is None:
+            raise ConfigError(f"{name}: unknown client option")
+        values[key] = checked(by_key[key], raw)
+    return Settings(values)
+
+
+def _main(argv: list[str]) -> int:
+    """Print the table of ``MODULE:ATTRIBUTE`` (a tuple of Settings)."""
+    if len(argv) != 1 or ":" not in argv[0]:
+        print("usage: python -m hostbroker.client.settings MODULE:ATTRIBUTE", file=sys.stderr)
+        return 2
+    module, _, attribute = argv[0].partition(":")
+    print(markdown_table(getattr(importlib.import_module(module), attribute)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))
