@@ -4,7 +4,8 @@
                   requests answered in order; parse_uri
 - ``simple``      SimpleClient: one method per API, one request at a time
 - ``errors``      BrokerError (an error code from the broker),
-                  ConnectionClosedError
+                  ConnectionClosedError, and the producers' and consumers' errors
+- ``consumer``    SimpleConsumer: fetch partitions at offsets the caller keeps
 
 Producers and consumers with batching, partitioners and groups build on
 ``BrokerConnection`` (docs/architecture.md).
@@ -14,6 +15,11 @@ from hostbroker.client.connection import BrokerConnection, connect, parse_uri
 from hostbroker.client.errors import BrokerError, ConnectionClosedError
 from hostbroker.client.simple import SimpleClient
 
+from hostbroker.client.consumer import (CONSUMER_SETTINGS, EARLIEST, LATEST, FetchedSet,
+                                        SimpleConsumer)
+from hostbroker.client.errors import (ConsumerTimeoutError, MessageSizeTooLargeError,
+                                      OffsetOutOfRangeError)
+
 __all__ = [
     "BrokerConnection",
     "BrokerError",
@@ -21,4 +27,13 @@ __all__ = [
     "SimpleClient",
     "connect",
     "parse_uri",
+    # consumers
+    "CONSUMER_SETTINGS",
+    "EARLIEST",
+    "LATEST",
+    "ConsumerTimeoutError",
+    "FetchedSet",
+    "MessageSizeTooLargeError",
+    "OffsetOutOfRangeError",
+    "SimpleConsumer",
 ]

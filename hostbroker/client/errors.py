@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from hostbroker import errors
 from hostbroker.errors import ErrorCode, HostbrokerError
 from hostbroker.protocol.schema import error_code
 
@@ -33,3 +34,113 @@ class BrokerError(HostbrokerError):
 
 class ConnectionClosedError(ConnectionError):
     """The connection is closed: by the broker, by an earlier error, or by ``close()``."""
+
+
+# Consumers.
+
+
+class OffsetOutOfRangeError(BrokerError, errors.OffsetOutOfRangeError):
+    """A fetch asked for an offset outside the partition's log (OFFSET_OUT_OF_RANGE).
+
+    ``offset`` is the offset asked for; ``log_end_offset`` is the broker's at
+    the time (-1 when the answer did not say). Raised by a consumer whose
+    ``auto.offset.reset`` is ``none``.
+    """
+
+    def __init__(self, topic: str, partition: int, offset: int, log_end_offset: int = -1):
+        self.offset = offset
+        self.log_end_offset = log_end_offset
+        super().__init__(
+            ErrorCode.OFFSET_OUT_OF_RANGE,
+            f"offset {offset} (log end {log_end_offset})",
+            topic=topic,
+            partition=partition,
+        )
+
+
+class MessageSizeTooLargeError(errors.MessageTooLargeError):
+    """The entry at ``offset`` does not fit in ``fetch.message.max.bytes``.
+
+    The consumer doubled its fetch size up to that limit and still found no
+    whole entry: raise the limit (up to the topic's ``max.message.bytes`` + 4)
+    to read it.
+    """
+
+    def __init__(self, topic: str, partition: int, offset: int, limit: int, needed: int | None):
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.limit = limit
+        self.needed = needed
+        what = f"the entry takes {needed} bytes, over" if needed else "no whole entry within"
+        super().__init__(
+            f"{topic}/{partition} at offset {offset}: {what} fetch.message.max.bytes = {limit}"
+        )
+
+
+class ConsumerTimeoutError(HostbrokerError):
+    """No message reached a stream within ``consumer.timeout.ms``.
+
+    The stream stays usable: iterate it again to keep waiting.
+    """
+
+
+# Producer errors.
+
+
+class ProducerError(HostbrokerError):
+    """Base of what a :class:`~hostbroker.client.producer.Producer` raises on its own account."""
+
+
+class QueueFullError(ProducerError):
+    """The async producer's queue holds ``queue.size`` messages and the enqueue
+    timeout (``queue.enqueue.timeout.ms``) ran out before there was room."""
+
+
+class RecordTooLargeError(ProducerError):
+    """One message is longer than ``message.max.bytes``; refused before it is queued."""
+
+    code = ErrorCode.MESSAGE_TOO_LARGE
+
+
+class DeliveryFailure:
+    """Messages for one partition that ended without an acknowledgement.
+
+    ``partition`` is the logical partition (an index into the topic's
+    partitions) or None when none was chosen yet; ``values`` are the encoded
+    messages, in the order they were sent; ``error`` is what ended them (a
+    :class:`BrokerError` carrying the wire code, or the connection error).
+    """
+
+    __slots__ = ("topic", "partition", "values", "error")
+
+    def __init__(self, topic: str, partition: int | None, values, error: BaseException):
+        self.topic = topic
+        self.partition = partition
+        self.values = tuple(values)
+        self.error = error
+
+    def __repr__(self) -> str:
+        return (f"DeliveryFailure({self.topic!r}, {self.partition!r},"
+                f" {len(self.values)} messages, {self.error!r})")
+
+
+class DeliveryError(ProducerError):
+    """Messages were not delivered: retries ran out or the error was not retriable.
+
+    ``failures`` lists what failed, a :class:`DeliveryFailure` per partition
+    and attempt (at most ``max.failures.kept`` of them are kept; ``message_count``
+    counts every failed message). ``code`` is the wire code of the first
+    failure when it has one, else UNKNOWN.
+    """
+
+    def __init__(self, failures, message_count: int | None = None):
+        self.failures = list(failures)
+        self.message_count = (sum(len(f.values) for f in self.failures)
+                              if message_count is None else message_count)
+        first = self.failures[0].error if self.failures else None
+        code = getattr(first, "code", None)
+        where = (f"; first: {self.failures[0].topic}/{self.failures[0].partition}: {first}"
+                 if first is not None else "")
+        super().__init__(f"{self.message_count} messages not delivered{where}",
+                         code if isinstance(code, ErrorCode) else None)

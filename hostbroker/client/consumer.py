@@ -1,0 +1,431 @@
+"""SimpleConsumer: fetch message sets from given partitions at given offsets.
+
+The caller owns the offsets. :meth:`SimpleConsumer.fetch` asks one partition
+for up to ``max_bytes`` of its log and returns a :class:`FetchedSet`, whose
+messages unpack as ``(offset, next_offset, value)``: inner messages of a
+compressed wrapper included, a trailing partial entry (a fetch cut at
+``max_bytes``) left for the next fetch, which starts at the set's
+``next_offset``. :meth:`SimpleConsumer.multifetch` asks several partitions in
+one FETCH request, :meth:`SimpleConsumer.offsets_before` asks where a log
+starts, ends, or stood at a time, and :meth:`SimpleConsumer.messages` walks one
+partition with the next fetch already on the wire while the caller reads the
+current set.
+
+Offsets are byte positions (docs/spec/log-format.md, "Offsets"). A fetch
+whose answer holds no whole entry although the log goes on (the first entry
+is larger than ``max_bytes``) is repeated with a larger size, at least double
+and at least the entry's own size, up to ``fetch.message.max.bytes``; past it
+:class:`MessageSizeTooLargeError`. So a fetch never spins and never stalls:
+it returns at least one message, or none only at the log end, or raises.
+
+An offset outside the log raises :class:`OffsetOutOfRangeError` unless
+``auto.offset.reset`` says to move to the log's earliest or latest offset;
+the set then says where it moved from (``reset_from``).
+
+One connection, opened on first use and opened again on the next call after
+an error closed it; the brokers of ``broker.list`` are tried in order. Not
+thread safe: give each thread its own consumer.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+from hostbroker.client.connection import DEFAULT_CLIENT_ID, BrokerConnection, parse_uri
+from hostbroker.client.errors import BrokerError, MessageSizeTooLargeError, OffsetOutOfRangeError
+from hostbroker.client.settings import Settings, resolve
+from hostbroker.config import Setting, one_of, split_list
+from hostbroker.errors import ConfigError, ErrorCode, ProtocolError
+from hostbroker.log.message import DEFAULT_MAX_MESSAGE_BYTES, LENGTH_SIZE, count_entries, iter_messages
+from hostbroker.protocol import api
+
+LATEST = api.LATEST_TIME
+EARLIEST = api.EARLIEST_TIME
+
+DEFAULT_BROKER = "tcp://127.0.0.1:9092"
+# The largest entry a broker takes by default, with its length field.
+DEFAULT_FETCH_MESSAGE_MAX_BYTES = DEFAULT_MAX_MESSAGE_BYTES + LENGTH_SIZE
+_INT32_MAX = 2**31 - 1
+
+
+def _at_least(n: int):
+    return lambda v: None if v >= n else f"must be at least {n}"
+
+
+def _between(lo: int, hi: int):
+    return lambda v: None if lo <= v <= hi else f"must be between {lo} and {hi}"
+
+
+def _minus_one_or_at_least(n: int):
+    return lambda v: None if v == -1 or v >= n else f"must be -1 or at least {n}"
+
+
+def _uris(value: str) -> str | None:
+    for uri in split_list(value):
+        try:
+            parse_uri(uri)
+        except ValueError as exc:
+            return str(exc)
+    return None
+
+
+# Shared by SimpleConsumer and the high-level consumer (hostbroker.client.group).
+FETCH_SETTINGS: tuple[Setting, ...] = (
+    Setting("broker.list", str, DEFAULT_BROKER,
+            "Brokers to connect to, tried in order (the `bootstrap` argument overrides it).",
+            _uris, kind="list"),
+    Setting("client.id", str, DEFAULT_CLIENT_ID, "Client id sent with every request."),
+    Setting("socket.timeout.ms", int, 30000,
+            "Bound on connecting, sending and waiting for an answer (plus the long poll).",
+            _at_least(1)),
+    Setting("fetch.size", int, 1024 * 1024,
+            "Bytes asked of each partition per fetch (max_bytes).", _between(1, _INT32_MAX)),
+    Setting("fetch.message.max.bytes", int, DEFAULT_FETCH_MESSAGE_MAX_BYTES,
+            "Largest entry, length field included, the fetch size grows to; beyond it "
+            "MessageSizeTooLargeError. At least the topic's max.message.bytes + 4.",
+            _between(1, _INT32_MAX)),
+    Setting("fetch.wait.max.ms", int, 100,
+            "Long poll: how long the broker may hold a fetch that finds under fetch.min.bytes.",
+            _between(0, _INT32_MAX)),
+    Setting("fetch.min.bytes", int, 1,
+            "Bytes a fetch waits for (over all its partitions) before the broker answers.",
+            _between(0, _INT32_MAX)),
+    Setting("check.crcs", bool, True, "Check the CRC of every message read."),
+)
+
+CONSUMER_SETTINGS: tuple[Setting, ...] = FETCH_SETTINGS + (
+    Setting("auto.offset.reset", str, "none",
+            "On an offset outside the log: none (raise OffsetOutOfRangeError), earliest "
+            "or latest (move there).", one_of("none", "earliest", "latest")),
+)
+
+_RESET_TIMES = {"earliest": EARLIEST, "latest": LATEST}
+
+# One C call turns a Message (offset, next_offset, payload, codec, magic)
+# into the (offset, next_offset, value) a consumer hands out.
+_OFFSETS_AND_VALUE = operator.itemgetter(0, 1, 2)
+
+
+class FetchedSet:
+    """The messages one partition returned for one fetch.
+
+    Iterating yields ``(offset, next_offset, value)`` tuples, decoded (and
+    CRC-checked, with ``check.crcs``) as they are read; a bad entry raises
+    InvalidMessageError after every message before it. ``len()`` counts the
+    messages (opening compressed wrappers, once); ``bool()`` is whether there
+    is any, without decoding.
+
+    ``offset`` is where the set starts (the offset asked for, or where
+    ``auto.offset.reset`` moved it from ``reset_from``); ``next_offset`` is
+    where the next fetch starts, after the last whole entry;
+    ``log_end_offset`` is the partition's log end when the broker answered;
+    ``entries`` counts whole top-level entries (a compressed wrapper is one).
+    """
+
+    __slots__ = (
+        "topic", "partition", "offset", "next_offset", "log_end_offset", "entries",
+        "reset_from", "message_set", "_check_crcs", "_max_length", "_messages",
+    )
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        message_set: bytes,
+        log_end_offset: int,
+        *,
+        check_crcs: bool = True,
+        max_message_bytes: int = DEFAULT_FETCH_MESSAGE_MAX_BYTES,
+        reset_from: int | None = None,
+    ):
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.log_end_offset = log_end_offset
+        self.reset_from = reset_from
+        # bytes: the answer's buffer may be reused, and iter_messages copies
+        # anything else once anyway.
+        self.message_set = message_set if type(message_set) is bytes else bytes(message_set)
+        self.entries, whole = count_entries(self.message_set)
+        self.next_offset = offset + whole
+        self._check_crcs = check_crcs
+        self._max_length = max_message_bytes - LENGTH_SIZE
+        self._messages: list[tuple[int, int, bytes]] | None = None
+
+    def __iter__(self) -> Iterator[tuple[int, int, bytes]]:
+        if self._messages is not None:
+            return iter(self._messages)
+        return map(_OFFSETS_AND_VALUE, iter_messages(
+            self.message_set, self.offset, check_crc=self._check_crcs,
+            max_message_bytes=self._max_length))
+
+    def __len__(self) -> int:
+        if self._messages is None:
+            self._messages = list(iter(self))
+        return len(self._messages)
+
+    def __bool__(self) -> bool:
+        return self.entries > 0
+
+    @property
+    def at_end(self) -> bool:
+        """Whether ``next_offset`` is the log end the broker reported."""
+        return self.next_offset >= self.log_end_offset
+
+    def __repr__(self) -> str:
+        return (f"<FetchedSet {self.topic}/{self.partition} [{self.offset}, {self.next_offset})"
+                f" {self.entries} entries, log end {self.log_end_offset}>")
+
+
+def _broker_uris(bootstrap: str | Sequence[str] | None, settings: Settings) -> list[str]:
+    if bootstrap is None:
+        return split_list(settings["broker.list"])
+    uris = [bootstrap] if isinstance(bootstrap, str) else list(bootstrap)
+    if not uris:
+        raise ConfigError("bootstrap: names no broker")
+    for uri in uris:
+        try:
+            parse_uri(uri)
+        except ValueError as exc:
+            raise ConfigError(f"bootstrap: {exc}") from None
+    return uris
+
+
+class _Connector:
+    """One lazily opened connection to the first broker of a list that answers."""
+
+    def __init__(self, uris: list[str], settings: Settings):
+        self.uris = uris
+        self.timeout = settings["socket.timeout.ms"] / 1000
+        self.client_id = settings["client.id"]
+        self.connection: BrokerConnection | None = None
+
+    def get(self) -> BrokerConnection:
+        connection = self.connection
+        if connection is not None and connection.connected:
+            return connection
+        failure: OSError | None = None
+        for uri in self.uris:
+            connection = BrokerConnection(uri, timeout=self.timeout, client_id=self.client_id)
+            try:
+                connection.connect()
+            except OSError as exc:
+                failure = exc
+                continue
+            self.connection = connection
+            return connection
+        assert failure is not None
+        raise failure
+
+    def close(self) -> None:
+        if self.connection is not None:
+            self.connection.close()
+
+
+class SimpleConsumer:
+    """Fetches from partitions and offsets the caller chooses.
+
+    ``bootstrap`` (a broker URI, or a list of them) overrides ``broker.list``;
+    ``config`` holds dotted keys, ``options`` the same with ``_`` for ``.``
+    (CONSUMER_SETTINGS). Bad settings raise ConfigError before any I/O.
+    """
+
+    settings_declared = CONSUMER_SETTINGS
+
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str] | None = None,
+        config: Mapping[str, Any] | None = None,
+        **options: Any,
+    ):
+        self.settings = resolve(self.settings_declared, config, options)
+        self._connector = _Connector(_broker_uris(bootstrap, self.settings), self.settings)
+        self.fetch_size: int = self.settings["fetch.size"]
+        self.max_fetch_size: int = max(self.settings["fetch.message.max.bytes"], self.fetch_size)
+        self.max_wait_ms: int = self.settings["fetch.wait.max.ms"]
+        self.min_bytes: int = self.settings["fetch.min.bytes"]
+        self.check_crcs: bool = self.settings["check.crcs"]
+        self.reset: str = self.settings["auto.offset.reset"]
+
+    def __repr__(self) -> str:
+        return f"<SimpleConsumer {self._connector.uris}>"
+
+    def __enter__(self) -> SimpleConsumer:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connection; safe to call twice (a later call opens a new one)."""
+        self._connector.close()
+
+    @property
+    def connection(self) -> BrokerConnection:
+        """The open connection (opened if needed)."""
+        return self._connector.get()
+
+    def _request(self, request: api.Request) -> Any:
+        return self._connector.get().request(request)
+
+    # FETCH
+
+    def fetch(self, topic: str, partition: int, offset: int,
+              max_bytes: int | None = None) -> FetchedSet:
+        """Up to ``max_bytes`` (default ``fetch.size``) of ``topic/partition`` from ``offset``.
+
+        Long-polls up to ``fetch.wait.max.ms`` for ``fetch.min.bytes``. Raises
+        OffsetOutOfRangeError (``auto.offset.reset = none``),
+        MessageSizeTooLargeError, BrokerError for any other error code, and
+        the connection's errors.
+        """
+        return self.multifetch([(topic, partition, offset, max_bytes or self.fetch_size)])[0]
+
+    def multifetch(self, requests: Iterable[tuple]) -> list[FetchedSet]:
+        """Fetch ``(topic, partition, offset[, max_bytes])``s in one FETCH request.
+
+        Sets come back in the order asked. A partition whose answer holds no
+        whole entry although its log goes on, or that is out of range with a
+        reset policy, is fetched again on its own. Errors as for :meth:`fetch`.
+        """
+        parts = tuple(self._fetch_partition(r) for r in requests)
+        if not parts:
+            return []
+        self.send_fetch(parts)
+        return self.receive_fetch(parts)
+
+    def _fetch_partition(self, request: tuple) -> api.FetchPartition:
+        if len(request) == 3:
+            topic, partition, offset = request
+            max_bytes = self.fetch_size
+        else:
+            topic, partition, offset, max_bytes = request
+            max_bytes = max_bytes or self.fetch_size
+        if not 0 < max_bytes <= _INT32_MAX:
+            raise ValueError(f"max_bytes {max_bytes} for {topic}/{partition}: must be 1 to {_INT32_MAX}")
+        if offset < 0:
+            raise ValueError(f"offset {offset} for {topic}/{partition}: must not be negative")
+        return api.FetchPartition(topic, partition, offset, max_bytes)
+
+    def send_fetch(self, parts: Sequence[api.FetchPartition]) -> None:
+        """Send one FETCH for ``parts`` without waiting (pipelining; see :meth:`receive_fetch`)."""
+        self._connector.get().send(api.FetchRequest(self.max_wait_ms, self.min_bytes, tuple(parts)))
+
+    def receive_fetch(self, parts: Sequence[api.FetchPartition], *,
+                      raise_on_error: bool = True) -> list[Any]:
+        """The sets answering the FETCH of ``parts`` sent earlier, oldest pending first.
+
+        With ``raise_on_error=False`` a partition's error is returned in its
+        place (a BrokerError, OffsetOutOfRangeError or
+        MessageSizeTooLargeError) instead of raised.
+        """
+        response = self._connector.get().receive(api.ApiKey.FETCH)
+        results = response.partitions
+        if len(results) != len(parts):
+            raise ProtocolError(f"FETCH of {len(parts)} partitions answered with {len(results)}")
+        out: list[Any] = []
+        for part, result in zip(parts, results):
+            if (result.topic, result.partition) != (part.topic, part.partition):
+                raise ProtocolError(
+                    f"FETCH answer for {result.topic}/{result.partition},"
+                    f" expected {part.topic}/{part.partition}")
+            try:
+                out.append(self._settle(part, result))
+            except (BrokerError, MessageSizeTooLargeError) as exc:
+                if raise_on_error:
+                    raise
+                out.append(exc)
+        return out
+
+    def _settle(self, part: api.FetchPartition, result: api.FetchPartitionResult,
+                reset_from: int | None = None) -> FetchedSet:
+        """The set for one partition's answer, fetching it again alone when it must."""
+        while True:
+            code = result.error_code
+            if code == ErrorCode.OFFSET_OUT_OF_RANGE and self.reset != "none" and reset_from is None:
+                reset_from = part.offset
+                (offset,) = self.offsets_before(part.topic, part.partition, _RESET_TIMES[self.reset])
+                part = api.FetchPartition(part.topic, part.partition, offset, part.max_bytes)
+                result = self._fetch_one(part)
+                continue
+            if code == ErrorCode.OFFSET_OUT_OF_RANGE:
+                raise OffsetOutOfRangeError(part.topic, part.partition, part.offset,
+                                            result.log_end_offset)
+            if code != ErrorCode.NONE:
+                raise BrokerError(code, topic=part.topic, partition=part.partition)
+            fetched = FetchedSet(part.topic, part.partition, part.offset, result.message_set,
+                                 result.log_end_offset, check_crcs=self.check_crcs,
+                                 max_message_bytes=self.max_fetch_size, reset_from=reset_from)
+            if fetched.entries or part.offset >= result.log_end_offset:
+                return fetched
+            part = self._grown(part, fetched.message_set)
+            result = self._fetch_one(part)
+
+    def _grown(self, part: api.FetchPartition, head: bytes) -> api.FetchPartition:
+        """``part`` asking for enough to hold the entry that did not fit in ``head``."""
+        needed = None
+        if len(head) >= LENGTH_SIZE:
+            needed = LENGTH_SIZE + int.from_bytes(head[:LENGTH_SIZE], "big", signed=True)
+        size = max(2 * part.max_bytes, needed or 0)
+        if part.max_bytes >= self.max_fetch_size or (needed or 0) > self.max_fetch_size:
+            raise MessageSizeTooLargeError(part.topic, part.partition, part.offset,
+                                           self.max_fetch_size, needed)
+        return api.FetchPartition(part.topic, part.partition, part.offset,
+                                  min(size, self.max_fetch_size))
+
+    def _fetch_one(self, part: api.FetchPartition) -> api.FetchPartitionResult:
+        # No long poll: the log is known to hold data at this offset.
+        response = self._request(api.FetchRequest(0, 0, (part,)))
+        if len(response.partitions) != 1:
+            raise ProtocolError(f"FETCH of one partition answered with {len(response.partitions)}")
+        return response.partitions[0]
+
+    def messages(self, topic: str, partition: int, offset: int, *,
+                 max_bytes: int | None = None,
+                 stop_at_end: bool = False) -> Iterator[tuple[int, int, bytes]]:
+        """Every message of ``topic/partition`` from ``offset`` on, fetch after fetch.
+
+        The next fetch is sent before the current set is handed over, so the
+        broker works while the caller reads. With ``stop_at_end`` the walk
+        ends at the log end it last saw; otherwise it long-polls for more,
+        forever. Errors as for :meth:`fetch`. Leaves no answer pending when
+        the caller stops early (close() the generator, or let it be collected).
+        """
+        size = max_bytes or self.fetch_size
+        part = self._fetch_partition((topic, partition, offset, size))
+        self.send_fetch((part,))
+        pending = True
+        try:
+            while True:
+                pending = False
+                (fetched,) = self.receive_fetch((part,))
+                done = stop_at_end and fetched.at_end
+                if not done:
+                    part = api.FetchPartition(topic, partition, fetched.next_offset, size)
+                    self.send_fetch((part,))
+                    pending = True
+                yield from fetched
+                if done:
+                    return
+        finally:
+            if pending:
+                # The answer of a fetch nobody will read: drop the connection
+                # rather than wait for it.
+                self.close()
+
+    # OFFSETS and METADATA
+
+    def offsets_before(self, topic: str, partition: int, time: int,
+                       max_offsets: int = 1) -> list[int]:
+        """Offsets at or before ``time`` (ms since the epoch, LATEST or EARLIEST), newest first."""
+        response = self._request(api.OffsetsRequest(topic, partition, time, max_offsets))
+        if response.error_code != ErrorCode.NONE:
+            raise BrokerError(response.error_code, topic=topic, partition=partition)
+        return list(response.offsets)
+
+    def metadata(self, topics: Iterable[str] = ()) -> api.MetadataResponse:
+        """Brokers and topics (all topics when ``topics`` is empty); errors stay in the answer."""
+        return self._request(api.MetadataRequest(tuple(topics)))
