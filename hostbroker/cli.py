@@ -1,7 +1,9 @@
 """The ``hostbroker`` command: one entry point, one subcommand per job.
 
-``serve`` runs the broker; ``top`` watches one. Each command's work lives in
-its own module; this one only parses arguments and dispatches.
+``serve`` runs the broker; ``top`` watches one. The client commands
+(``topics``, ``produce``, ``consume``, ``dump-log``, ``mirror``, ``perf``) do
+their work in ``hostbroker.commands``, one module each, imported only when
+the command runs. This module only parses arguments and dispatches.
 """
 
 from __future__ import annotations
@@ -9,13 +11,21 @@ from __future__ import annotations
 import argparse
 import sys
 
-from hostbroker import __version__
+from hostbroker import __version__, commands
+from hostbroker.commands import DEFAULT_BOOTSTRAP
 from hostbroker.config import Config, help_text
 from hostbroker.errors import ConfigError
 
 
 class _BadConfig(Exception):
-    pass
+    """Already said on stderr; exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """Refuses a bad command line in one line on stderr (docs/spec/operations.md), status 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
 def _config(args: argparse.Namespace) -> Config:
@@ -50,8 +60,102 @@ def _top(args: argparse.Namespace) -> int:
         return 0
 
 
+# Client commands (docs/tools.md). Each hands plain values to hostbroker.commands.
+
+
+def _add_bootstrap(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--bootstrap", metavar="URI", default=DEFAULT_BOOTSTRAP,
+                        help=f"broker: tcp://HOST:PORT or unix:///PATH (default {DEFAULT_BOOTSTRAP})")
+
+
+def _topics_create(args: argparse.Namespace) -> int:
+    from hostbroker.commands import topics
+
+    return commands.run("topics create", topics.create, args.topic, args.partitions,
+                        args.config or (), bootstrap=args.bootstrap)
+
+
+def _topics_list(args: argparse.Namespace) -> int:
+    from hostbroker.commands import topics
+
+    return commands.run("topics list", topics.list_topics, bootstrap=args.bootstrap)
+
+
+def _topics_describe(args: argparse.Namespace) -> int:
+    from hostbroker.commands import topics
+
+    return commands.run("topics describe", topics.describe, args.topics, as_json=args.json,
+                        bootstrap=args.bootstrap)
+
+
+def _topics_delete(args: argparse.Namespace) -> int:
+    from hostbroker.commands import topics
+
+    return commands.run("topics delete", topics.delete, args.topic, bootstrap=args.bootstrap)
+
+
+def _add_topics(sub) -> None:
+    topics = sub.add_parser("topics", help="create, list, describe and delete topics")
+    actions = topics.add_subparsers(dest="action", required=True)
+    create = actions.add_parser(
+        "create", help="create a topic",
+        description="Create a topic. Topic configs override the broker's log.* defaults: "
+                    "segment.bytes, retention.ms, retention.bytes, flush.messages, flush.ms, "
+                    "max.message.bytes.")
+    _add_bootstrap(create)
+    create.add_argument("--topic", required=True)
+    create.add_argument("--partitions", type=int, default=1, help="(default 1)")
+    create.add_argument("--config", metavar="KEY=VALUE", action="append",
+                        help="a topic config (repeatable)")
+    create.set_defaults(func=_topics_create)
+    listing = actions.add_parser("list", help="print every topic name, one a line")
+    _add_bootstrap(listing)
+    listing.set_defaults(func=_topics_list)
+    describe = actions.add_parser(
+        "describe", help="partitions of topics: broker, log start/end offsets, log dir, error",
+        description="Describe the named topics, or every topic. Exit status 1 if a named "
+                    "topic does not exist.")
+    _add_bootstrap(describe)
+    describe.add_argument("topics", nargs="*", metavar="TOPIC")
+    describe.add_argument("--json", action="store_true", help="one JSON document")
+    describe.set_defaults(func=_topics_describe)
+    delete = actions.add_parser("delete", help="delete a topic and its data")
+    _add_bootstrap(delete)
+    delete.add_argument("--topic", required=True)
+    delete.set_defaults(func=_topics_delete)
+
+
+def _dump_log(args: argparse.Namespace) -> int:
+    from hostbroker.commands import dumplog
+
+    return commands.run("dump-log", dumplog.dump, args.paths, deep=args.deep,
+                        print_payloads=args.print_payloads, summary_only=args.summary,
+                        as_json=args.json, max_message_bytes=args.max_message_bytes)
+
+
+def _add_dump_log(sub) -> None:
+    dump = sub.add_parser(
+        "dump-log", help="print the entries of segment files and where they stop being valid",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Read segment files (or every segment of a partition dir) without a "
+                    "broker.\nEach entry: offset, position, length, magic, codec, CRC, valid; "
+                    "then a summary:\nthe byte where the file stops being valid and why.",
+        epilog="exit status: 0 every file valid to its end, 3 a file is not (or, with "
+               "--deep,\na compressed wrapper does not open), 2 a path cannot be read")
+    dump.add_argument("paths", nargs="+", metavar="PATH", help="segment file or partition dir")
+    dump.add_argument("--deep", action="store_true",
+                      help="open compressed wrappers and show the messages inside")
+    dump.add_argument("--print-payloads", action="store_true",
+                      help="show payloads (as Python bytes literals, without b'')")
+    dump.add_argument("--summary", action="store_true", help="only the summary of each file")
+    dump.add_argument("--json", action="store_true", help="one JSON object a line")
+    dump.add_argument("--max-message-bytes", type=int, default=1000000,
+                      help="longest valid entry (the topic's max.message.bytes; default 1000000)")
+    dump.set_defaults(func=_dump_log)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="hostbroker", description="A persistent, partitioned, replayable log broker.")
     parser.add_argument("--version", action="version", version=f"hostbroker {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -72,6 +176,9 @@ def build_parser() -> argparse.ArgumentParser:
     top.add_argument("--iterations", type=int, default=None,
                      help="stop after this many readings (default: run until interrupted)")
     top.set_defaults(func=_top)
+
+    _add_topics(sub)
+    _add_dump_log(sub)
     return parser
 
 

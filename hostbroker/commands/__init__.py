@@ -1,0 +1,121 @@
+"""The work of the ``hostbroker`` client commands, one module per command.
+
+- ``topics``   create, list, describe and delete topics
+- ``console``  ``produce`` (stdin lines to a topic) and ``consume`` (a topic to stdout)
+- ``dumplog``  read segment files entry by entry and say where they stop being valid
+- ``mirror``   copy topics from one broker to another
+- ``perf``     producer and consumer throughput and latency
+
+``hostbroker.cli`` parses the arguments and calls one function here with
+plain values; nothing in this package parses a command line. Importing a
+module here has no side effect and pulls in no client code: each command
+imports what it needs when it runs, so ``hostbroker --help`` stays fast.
+
+Every command ends through :func:`run`, which turns what went wrong into one
+line on stderr and an exit status (docs/spec/operations.md): 2 for a usage or
+configuration error, 1 for a broker that refused or could not be reached,
+3 for a log file that is not valid all the way (``dump-log``), 130 for
+Ctrl-C. A closed stdout (``| head``) ends a command quietly with status 0.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Iterable
+
+from hostbroker.errors import ConfigError, HostbrokerError
+
+DEFAULT_BOOTSTRAP = "tcp://127.0.0.1:9092"
+
+EXIT_OK = 0
+EXIT_BROKER = 1
+EXIT_USAGE = 2
+EXIT_INVALID_LOG = 3
+EXIT_INTERRUPTED = 130
+
+
+class CommandError(Exception):
+    """A command cannot go on: one line for stderr, and the exit status."""
+
+    def __init__(self, message: str, status: int = EXIT_BROKER):
+        super().__init__(message)
+        self.status = status
+
+
+def usage_error(message: str) -> CommandError:
+    return CommandError(message, EXIT_USAGE)
+
+
+def check_bootstrap(uri: str) -> str:
+    """``uri`` if it names a broker (see ``parse_uri``), else a usage error."""
+    from hostbroker.client.connection import parse_uri
+
+    try:
+        parse_uri(uri)
+    except ValueError as exc:
+        raise usage_error(f"--bootstrap: {exc}") from None
+    return uri
+
+
+def key_values(option: str, items: Iterable[str] | None) -> dict[str, str]:
+    """``KEY=VALUE`` strings given to ``option`` as a mapping; a usage error names a bad one."""
+    from hostbroker.client.settings import parse_properties
+
+    result: dict[str, str] = {}
+    for item in items or ():
+        try:
+            result.update(parse_properties([item]))
+        except ConfigError:
+            raise usage_error(f"{option} {item!r}: expected KEY=VALUE") from None
+    return result
+
+
+def _quiet_stdout() -> None:
+    # Whatever is still buffered for the closed pipe would fail again at exit.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+def _describe(exc: BaseException, bootstrap: str | None) -> tuple[str, int]:
+    """The one line and exit status for an error a command did not handle itself."""
+    from hostbroker.client.errors import BrokerError, ConnectionClosedError
+
+    if isinstance(exc, ConfigError):
+        return str(exc), EXIT_USAGE
+    if isinstance(exc, BrokerError):
+        return f"broker error: {exc}", EXIT_BROKER
+    if isinstance(exc, ConnectionClosedError):
+        return str(exc), EXIT_BROKER
+    if isinstance(exc, TimeoutError):
+        return "no answer from the broker in time", EXIT_BROKER
+    if isinstance(exc, OSError):
+        where = f" at {bootstrap}" if bootstrap else ""
+        return f"cannot reach the broker{where}: {exc.strerror or exc}", EXIT_BROKER
+    return str(exc), EXIT_BROKER
+
+
+def run(name: str, work: Callable[..., int], *args, bootstrap: str | None = None,
+        **kwargs) -> int:
+    """Call ``work`` and turn any failure into one line on stderr and a status.
+
+    ``bootstrap``, when given, is passed on to ``work`` as a keyword and named
+    in the line for a broker that cannot be reached. Only our own errors, the
+    client's and the socket's are translated; a bug still shows its traceback.
+    """
+    if bootstrap is not None:
+        kwargs["bootstrap"] = bootstrap
+    try:
+        return work(*args, **kwargs)
+    except CommandError as exc:
+        message, status = str(exc), exc.status
+    except BrokenPipeError:
+        _quiet_stdout()
+        return EXIT_OK
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except (HostbrokerError, OSError) as exc:
+        message, status = _describe(exc, bootstrap)
+    print(f"hostbroker {name}: {message}", file=sys.stderr)
+    return status

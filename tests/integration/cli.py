@@ -1,0 +1,30 @@
+"""Run ``python -m hostbroker ...`` as a user would, for the test_cli_* tests.
+
+Every run is bounded by a timeout; a run that outlives it is killed (by PID,
+through subprocess) and fails the test.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def hostbroker(*args: str, input: bytes | None = None, timeout: float = 60.0,
+               cwd: str | None = None) -> subprocess.CompletedProcess:
+    """The finished process; stdout and stderr are bytes."""
+    return subprocess.run([sys.executable, "-m", "hostbroker", *map(str, args)],
+                          input=input, capture_output=True, timeout=timeout, cwd=cwd,
+                          stdin=None if input is not None else subprocess.DEVNULL)
+
+
+def lines(result: subprocess.CompletedProcess) -> list[str]:
+    return result.stdout.decode().splitlines()
+
+
+def one_line_error(result: subprocess.CompletedProcess) -> str:
+    """The single stderr line of a failed run (no traceback)."""
+    text = result.stderr.decode()
+    assert result.returncode != 0, result
+    assert text.count("\n") == 1 and "Traceback" not in text, text
+    return text.strip()
