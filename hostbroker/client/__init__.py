@@ -6,6 +6,8 @@
 - ``errors``      BrokerError (an error code from the broker),
                   ConnectionClosedError, and the producers' and consumers' errors
 - ``consumer``    SimpleConsumer: fetch partitions at offsets the caller keeps
+- ``group``       ConsumerConnector: a group's partitions as streams, offsets
+                  committed to the broker
 
 Producers and consumers with batching, partitioners and groups build on
 ``BrokerConnection`` (docs/architecture.md).
@@ -19,6 +21,10 @@ from hostbroker.client.consumer import (CONSUMER_SETTINGS, EARLIEST, LATEST, Fet
                                         SimpleConsumer)
 from hostbroker.client.errors import (ConsumerTimeoutError, MessageSizeTooLargeError,
                                       OffsetOutOfRangeError)
+from hostbroker.client.group import (GROUP_SETTINGS, Blacklist, BrokerOffsetStorage,
+                                     ConsumerConnector, KafkaStream, MessageAndMetadata,
+                                     OffsetStorage, PartitionAssignor, RoundRobinAssignor,
+                                     TopicFilter, Whitelist)
 
 __all__ = [
     "BrokerConnection",
@@ -30,10 +36,21 @@ __all__ = [
     # consumers
     "CONSUMER_SETTINGS",
     "EARLIEST",
+    "GROUP_SETTINGS",
     "LATEST",
+    "Blacklist",
+    "BrokerOffsetStorage",
+    "ConsumerConnector",
     "ConsumerTimeoutError",
     "FetchedSet",
+    "KafkaStream",
+    "MessageAndMetadata",
     "MessageSizeTooLargeError",
     "OffsetOutOfRangeError",
+    "OffsetStorage",
+    "PartitionAssignor",
+    "RoundRobinAssignor",
     "SimpleConsumer",
+    "TopicFilter",
+    "Whitelist",
 ]

@@ -184,7 +184,7 @@ class FetchedSet:
 def _broker_uris(bootstrap: str | Sequence[str] | None, settings: Settings) -> list[str]:
     if bootstrap is None:
         return split_list(settings["broker.list"])
-    uris = [bootstrap] if isinstance(bootstrap, str) else list(bootstrap)
+    uris = split_list(bootstrap) if isinstance(bootstrap, str) else [u.strip() for u in bootstrap]
     if not uris:
         raise ConfigError("bootstrap: names no broker")
     for uri in uris:

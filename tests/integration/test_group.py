@@ -1,0 +1,154 @@
+"""ConsumerConnector against a real broker: streams, committed offsets, filters, shutdown."""
+
+import threading
+
+import pytest
+
+from hostbroker.client import (Blacklist, ConsumerConnector, ConsumerTimeoutError,
+                               MessageAndMetadata, SimpleClient, Whitelist)
+from hostbroker.log.message import CODEC_GZIP, encode_message_set
+
+FAST = {"topic.refresh.interval.ms": 100, "consumer.timeout.ms": 15000,
+        "fetch.wait.max.ms": 50, "auto.offset.reset": "earliest"}
+
+
+def values(prefix, n):
+    return [f"{prefix}-{i}".encode() for i in range(n)]
+
+
+def take(stream, n):
+    return [next(stream) for _ in range(n)]
+
+
+def test_streams_are_fed_by_their_own_partitions(broker):
+    with broker.client() as client:
+        client.create_topic("four", 4)
+        for p in range(4):
+            client.produce("four", p, encode_message_set(values(f"p{p}", 5)))
+    with ConsumerConnector(broker.unix, FAST, group_id="g") as connector:
+        streams = connector.create_message_streams({"four": 2})["four"]
+        assert len(streams) == 2
+        got = [take(stream, 10) for stream in streams]
+    for stream, messages in zip(streams, got):
+        assert all(isinstance(m, MessageAndMetadata) for m in messages)
+        assert {m.partition for m in messages} == {tp[1] for tp in stream.partitions}
+        assert len(stream.partitions) == 2
+        for p in {m.partition for m in messages}:
+            mine = [m for m in messages if m.partition == p]
+            assert [m.value for m in mine] == values(f"p{p}", 5)
+            assert all(a.next_offset == b.offset for a, b in zip(mine, mine[1:]))
+    assert {tp for s in streams for tp in s.partitions} == {("four", p) for p in range(4)}
+
+
+def test_resume_from_committed_offsets_across_a_broker_restart(broker):
+    with broker.client() as client:
+        client.produce("log", 0, encode_message_set(values("a", 6)))
+        client.produce("log", 0, encode_message_set(values("z", 4), codec=CODEC_GZIP))
+    config = {**FAST, "group.id": "resume", "auto.commit.enable": False}
+    connector = ConsumerConnector(broker.unix, config)
+    (stream,) = connector.create_message_streams({"log": 1})["log"]
+    first = take(stream, 4)
+    connector.commit_offsets()
+    take(stream, 2)  # handed out, never committed
+    connector.shutdown()
+    with pytest.raises(StopIteration):
+        next(stream)
+    assert [m.value for m in first] == values("a", 4)
+
+    broker.stop()
+    broker.start()
+    with ConsumerConnector(broker.tcp, config) as connector:
+        (stream,) = connector.create_message_streams({"log": 1})["log"]
+        rest = take(stream, 6)
+        assert [m.value for m in rest] == values("a", 6)[4:] + values("z", 4)
+        assert rest[0].offset == first[-1].next_offset
+        # The wrapper's messages share its offset; the last moves past it.
+        assert len({m.offset for m in rest[2:]}) == 1 and rest[-1].next_offset > rest[-1].offset
+        connector.commit_offsets()
+    with SimpleClient(broker.unix) as client:
+        (stored,) = client.offset_fetch("resume", [("log", 0)])
+    assert stored.offset == rest[-1].next_offset
+
+
+def test_auto_commit_on_shutdown_and_latest_for_a_new_group(broker):
+    with broker.client() as client:
+        client.produce("auto", 0, encode_message_set(values("old", 3)))
+    with ConsumerConnector(broker.unix, {**FAST, "auto.offset.reset": "latest"},
+                           group_id="late") as connector:
+        (stream,) = connector.create_message_streams({"auto": 1})["auto"]
+        with broker.client() as client:
+            client.produce("auto", 0, encode_message_set(values("new", 2)))
+        assert [m.value for m in take(stream, 2)] == values("new", 2)
+    # Shutdown committed what was handed out: nothing is read twice.
+    with ConsumerConnector(broker.unix, {**FAST, "consumer.timeout.ms": 300},
+                           group_id="late") as connector:
+        (stream,) = connector.create_message_streams({"auto": 1})["auto"]
+        with pytest.raises(ConsumerTimeoutError, match="consumer.timeout.ms = 300"):
+            next(stream)
+        with broker.client() as client:
+            client.produce("auto", 0, encode_message_set([b"after"]))
+        # A timeout leaves the stream usable.
+        assert next(stream).value == b"after"
+
+
+def test_filter_picks_up_a_topic_created_later(broker):
+    with broker.client() as client:
+        client.produce("feed.a", 0, encode_message_set([b"a0"]))
+        client.produce("other", 0, encode_message_set([b"x"]))
+        client.produce("__internal", 0, encode_message_set([b"i"]))
+    with ConsumerConnector(broker.unix, FAST, group_id="filter") as connector:
+        (stream,) = connector.create_message_streams_by_filter(Whitelist(r"feed\..*"), 1)
+        assert next(stream).value == b"a0"
+        with broker.client() as client:
+            client.create_topic("feed.b", 2)
+            client.produce("feed.b", 1, encode_message_set([b"b1"]))
+        m = next(stream)
+        assert (m.topic, m.partition, m.value) == ("feed.b", 1, b"b1")
+        assert sorted(stream.partitions) == [("feed.a", 0), ("feed.b", 0), ("feed.b", 1)]
+    with ConsumerConnector(broker.unix, FAST, group_id="black") as connector:
+        streams = connector.create_message_streams_by_filter(Blacklist(r"feed\..*"), 2)
+        assert sorted(tp for s in streams for tp in s.partitions) == [("other", 0)]
+
+
+def test_shutdown_ends_a_stream_waiting_forever(broker):
+    with broker.client() as client:
+        client.create_topic("quiet", 1)
+    connector = ConsumerConnector(broker.unix, {**FAST, "consumer.timeout.ms": -1},
+                                  group_id="quiet")
+    (stream,) = connector.create_message_streams({"quiet": 1})["quiet"]
+    seen = []
+    reader = threading.Thread(target=lambda: seen.extend(stream))
+    reader.start()
+    connector.shutdown()
+    reader.join(30)
+    assert not reader.is_alive() and seen == []
+    connector.shutdown()  # twice is fine
+    with pytest.raises(RuntimeError, match="shut down"):
+        connector.create_message_streams({"quiet": 1})
+
+
+def test_queues_stay_bounded_when_nobody_reads(broker):
+    with broker.client() as client:
+        for i in range(20):
+            client.produce("big", 0, encode_message_set(values(f"b{i}", 50)))
+    config = {**FAST, "queued.max.message.chunks": 2, "fetch.size": 512}
+    with ConsumerConnector(broker.unix, config, group_id="bounded") as connector:
+        (stream,) = connector.create_message_streams({"big": 1})["big"]
+        pause = threading.Event()
+        for _ in range(200):  # until the fetcher has filled the queue
+            if stream.room() == 0:
+                break
+            pause.wait(0.05)
+        pause.wait(0.3)  # and it stays full: the fetcher waits for room
+        assert stream.room() == 0 and stream._queue.qsize() == 2
+        got = take(stream, 1000)
+    assert [m.value for m in got] == [v for i in range(20) for v in values(f"b{i}", 50)]
+
+
+def test_group_id_is_required_and_settings_are_checked():
+    with pytest.raises(Exception, match="group.id: required"):
+        ConsumerConnector("tcp://127.0.0.1:1")
+    with pytest.raises(Exception, match="auto.offset.reset: must be one of earliest, latest"):
+        ConsumerConnector("tcp://127.0.0.1:1", group_id="g", auto_offset_reset="none")
+    with pytest.raises(Exception, match="topic filter"):
+        Whitelist("(")
