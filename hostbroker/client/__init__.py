@@ -8,6 +8,11 @@
 - ``consumer``    SimpleConsumer: fetch partitions at offsets the caller keeps
 - ``group``       ConsumerConnector: a group's partitions as streams, offsets
                   committed to the broker
+- ``producer``    Producer (sync or async with a bounded queue), RecordMetadata,
+                  ProducerCallbacks, SentRequest, PRODUCER_SETTINGS
+- ``partitioner`` Partitioner, DefaultPartitioner, stable_hash
+- ``encoder``     Encoder, DefaultEncoder
+- ``cluster``     Cluster: topic metadata from the brokers of a broker list
 
 Producers and consumers with batching, partitioners and groups build on
 ``BrokerConnection`` (docs/architecture.md).
@@ -25,6 +30,13 @@ from hostbroker.client.group import (GROUP_SETTINGS, Blacklist, BrokerOffsetStor
                                      ConsumerConnector, KafkaStream, MessageAndMetadata,
                                      OffsetStorage, PartitionAssignor, RoundRobinAssignor,
                                      TopicFilter, Whitelist)
+
+from hostbroker.client.encoder import DefaultEncoder, Encoder
+from hostbroker.client.errors import (DeliveryError, DeliveryFailure, ProducerError,
+                                      QueueFullError, RecordTooLargeError)
+from hostbroker.client.partitioner import DefaultPartitioner, Partitioner, stable_hash
+from hostbroker.client.producer import (PRODUCER_SETTINGS, Producer, ProducerCallbacks,
+                                        RecordMetadata, SentRequest)
 
 __all__ = [
     "BrokerConnection",
@@ -53,4 +65,20 @@ __all__ = [
     "SimpleConsumer",
     "TopicFilter",
     "Whitelist",
+    # producers
+    "PRODUCER_SETTINGS",
+    "DefaultEncoder",
+    "DefaultPartitioner",
+    "DeliveryError",
+    "DeliveryFailure",
+    "Encoder",
+    "Partitioner",
+    "Producer",
+    "ProducerCallbacks",
+    "ProducerError",
+    "QueueFullError",
+    "RecordMetadata",
+    "RecordTooLargeError",
+    "SentRequest",
+    "stable_hash",
 ]

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import importlib
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from hostbroker.config import Setting, checked, markdown_table
+from hostbroker.client.connection import parse_uri
+from hostbroker.config import Setting, checked, markdown_table, split_list
 from hostbroker.errors import ConfigError
 
 
@@ -74,6 +75,31 @@ def resolve(
             raise ConfigError(f"{name}: unknown client option")
         values[key] = checked(by_key[key], raw)
     return Settings(values)
+
+
+def broker_uris(
+    bootstrap: str | Sequence[str] | None,
+    settings: Mapping[str, Any],
+    key: str = "broker.list",
+) -> list[str]:
+    """The brokers a client talks to: ``bootstrap`` (comma-separated or a
+    sequence of URIs) when given, else the ``key`` setting; without repeats.
+    ConfigError names an empty list or a URI that does not parse."""
+    where = key if bootstrap is None else "bootstrap"
+    if bootstrap is None:
+        uris = split_list(settings[key])
+    elif isinstance(bootstrap, str):
+        uris = split_list(bootstrap)
+    else:
+        uris = [uri.strip() for uri in bootstrap]
+    if not uris:
+        raise ConfigError(f"{where}: names no broker")
+    for uri in uris:
+        try:
+            parse_uri(uri)
+        except ValueError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+    return list(dict.fromkeys(uris))
 
 
 def _main(argv: list[str]) -> int:
