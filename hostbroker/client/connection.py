@@ -14,6 +14,14 @@ short, see :mod:`hostbroker.protocol.api`): the broker could not decode the
 request and closes the connection, so ``receive`` closes it too and raises
 :class:`BrokerError` with the code.
 
+Each answer is read into a new buffer of its own, so what it decodes to
+(message sets are views into it) stays valid for as long as it is held. With
+``reuse_buffer=True`` answers are read into one buffer the connection keeps
+(grown to the largest answer so far) and stay valid only until the next
+``receive``: no allocation, zero-fill or page faults per answer, for a
+reader that is done with an answer (or has copied what it keeps) before it
+reads the next.
+
 After any failure mid-stream (an error frame, a timeout, bytes that do not
 decode, a correlation id out of order) the connection is closed rather than
 resynchronised: nothing after a broken frame can be trusted. ``connect()``
@@ -99,12 +107,15 @@ class BrokerConnection:
         timeout: float = DEFAULT_TIMEOUT,
         client_id: str | None = DEFAULT_CLIENT_ID,
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+        reuse_buffer: bool = False,
     ):
         self.uri = uri
         self.family, self.address = parse_uri(uri)
         self.timeout = timeout
         self.client_id = client_id
         self.max_response_bytes = max_response_bytes
+        self.reuse_buffer = reuse_buffer
+        self._frame_buffer = bytearray()
         self._sock: socket.socket | None = None
         self._pending: collections.deque[_Pending] = collections.deque()
         self._next_correlation_id = 0
@@ -196,7 +207,8 @@ class BrokerConnection:
         """The answer to the oldest pending request.
 
         ``api_key``, if given, must be that request's (a check on the caller's
-        bookkeeping). Raises BrokerError for an error frame,
+        bookkeeping). With ``reuse_buffer`` the answer's message sets are
+        valid only until the next ``receive``. Raises BrokerError for an error frame,
         ConnectionClosedError when the connection is or gets closed,
         ProtocolError for an answer that does not decode or is out of order,
         TimeoutError; after any of these the connection is closed.
@@ -243,11 +255,13 @@ class BrokerConnection:
 
     # Reading frames.
 
-    def _read_frame(self, timeout: float) -> bytearray:
-        """The next frame without its size prefix, in a buffer of its own.
+    def _read_frame(self, timeout: float) -> bytearray | memoryview:
+        """The next frame without its size prefix.
 
-        Its own buffer, because decoded message sets are views into it and
-        must stay valid after the next answer is read.
+        In a buffer of its own, because decoded message sets are views into
+        it and must stay valid after the next answer is read; or, with
+        ``reuse_buffer``, in the connection's buffer, replaced (never
+        resized, so older views keep their bytes) when an answer outgrows it.
         """
         sock = self._socket()
         self._set_timeout(sock, timeout)
@@ -256,7 +270,13 @@ class BrokerConnection:
         self._start += _SIZE.size
         if not 0 <= size <= self.max_response_bytes:
             raise ProtocolError(f"answer of {size} bytes (limit {self.max_response_bytes})")
-        frame = bytearray(size)
+        if self.reuse_buffer:
+            if len(self._frame_buffer) < size:
+                grown = min(max(size, 2 * len(self._frame_buffer)), self.max_response_bytes)
+                self._frame_buffer = bytearray(grown)
+            frame = memoryview(self._frame_buffer)[:size]
+        else:
+            frame = bytearray(size)
         buffered = min(size, self._end - self._start)
         frame[:buffered] = self._input_view[self._start : self._start + buffered]
         self._start += buffered

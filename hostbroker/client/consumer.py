@@ -29,6 +29,7 @@ thread safe: give each thread its own consumer.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import operator
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -210,7 +211,9 @@ class _Connector:
             return connection
         failure: OSError | None = None
         for uri in self.uris:
-            connection = BrokerConnection(uri, timeout=self.timeout, client_id=self.client_id)
+            # Sets are copied out of each answer before the next is read.
+            connection = BrokerConnection(uri, timeout=self.timeout, client_id=self.client_id,
+                                          reuse_buffer=True)
             try:
                 connection.connect()
             except OSError as exc:
@@ -327,12 +330,17 @@ class SimpleConsumer:
         results = response.partitions
         if len(results) != len(parts):
             raise ProtocolError(f"FETCH of {len(parts)} partitions answered with {len(results)}")
-        out: list[Any] = []
         for part, result in zip(parts, results):
             if (result.topic, result.partition) != (part.topic, part.partition):
                 raise ProtocolError(
                     f"FETCH answer for {result.topic}/{result.partition},"
                     f" expected {part.topic}/{part.partition}")
+        if len(results) > 1:
+            # Settling one partition may send a request, whose answer reuses
+            # the buffer the others' sets are still views into.
+            results = [dataclasses.replace(r, message_set=bytes(r.message_set)) for r in results]
+        out: list[Any] = []
+        for part, result in zip(parts, results):
             try:
                 out.append(self._settle(part, result))
             except (BrokerError, MessageSizeTooLargeError) as exc:

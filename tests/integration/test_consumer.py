@@ -4,11 +4,11 @@ import threading
 
 import pytest
 
-from hostbroker.client import (EARLIEST, LATEST, BrokerError, MessageSizeTooLargeError,
+from hostbroker.client import (EARLIEST, LATEST, BrokerConnection, BrokerError, MessageSizeTooLargeError,
                                OffsetOutOfRangeError, SimpleConsumer)
 from hostbroker.errors import ErrorCode
-from hostbroker.protocol.api import FetchPartition
-from hostbroker.log.message import CODEC_GZIP, CODEC_SNAPPY, encode_message_set
+from hostbroker.log.message import CODEC_GZIP, CODEC_SNAPPY, encode_message_set, iter_messages
+from hostbroker.protocol.api import FetchPartition, FetchRequest
 
 
 def payloads(prefix: str, n: int, size: int = 0) -> list[bytes]:
@@ -161,3 +161,42 @@ def test_bad_settings_are_refused_before_any_io():
         SimpleConsumer("127.0.0.1:9092")
     with pytest.raises(Exception, match="fetch.size: must be between"):
         SimpleConsumer(config={"fetch.size": "0"})
+
+
+def test_a_reused_receive_buffer_serves_answers_of_any_size(broker):
+    with broker.client() as client:
+        produce(client, "t", payloads("a", 50, 100))
+        produce(client, "t", payloads("b", 20, 3000))
+    with BrokerConnection(broker.tcp, reuse_buffer=True) as connection:
+        def fetch(offset, max_bytes):
+            answer = connection.request(FetchRequest(0, 0, (FetchPartition("t", 0, offset, max_bytes),)))
+            return answer.partitions[0].message_set
+
+        small = fetch(0, 1000)
+        buffer = connection._frame_buffer
+        held = bytes(small)
+        again = fetch(0, 500)
+        # Same buffer, and the earlier view now shows the later answer's bytes.
+        assert connection._frame_buffer is buffer and bytes(small[:500]) == bytes(again)
+        assert held[:500] == bytes(again)
+        big = fetch(0, 80_000)
+        # An answer larger than the buffer gets a new one; older views keep theirs.
+        assert connection._frame_buffer is not buffer and bytes(small[:500]) == held[:500]
+        values = [m.payload for m in iter_messages(big, 0)]
+        assert values == payloads("a", 50, 100) + payloads("b", 20, 3000)[:len(values) - 50]
+        assert len(values) > 60
+
+
+def test_multifetch_growing_one_partition_keeps_the_others_sets(broker):
+    with broker.client() as client:
+        client.create_topic("mixed", 3)
+        produce(client, "mixed", [b"L" * 3000], partition=0)
+        produce(client, "mixed", payloads("one", 200, 20), partition=1)
+        produce(client, "mixed", payloads("two", 200, 20), partition=2)
+    with SimpleConsumer(broker.unix, fetch_wait_max_ms=0) as consumer:
+        # The first answer is larger than the second fetch of partition 0's entry.
+        sets = consumer.multifetch([("mixed", 0, 0, 600), ("mixed", 1, 0, 5000),
+                                    ("mixed", 2, 0, 5000)])
+    assert [v for _, _, v in sets[0]] == [b"L" * 3000]
+    assert [v for _, _, v in sets[1]] == payloads("one", 200, 20)[:166]
+    assert [v for _, _, v in sets[2]] == payloads("two", 200, 20)[:166]
