@@ -125,6 +125,149 @@ def _add_topics(sub) -> None:
     delete.set_defaults(func=_topics_delete)
 
 
+def _add_properties(parser: argparse.ArgumentParser, what: str = "client") -> None:
+    parser.add_argument("--property", metavar="KEY=VALUE", action="append", default=[],
+                        help=f"any {what} setting, dotted name (repeatable; the options "
+                             "above win over it)")
+
+
+def _add_producer_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--compression", choices=("none", "gzip", "snappy"),
+                        help="compression.codec: one compressed wrapper per batch and "
+                             "partition (default none)")
+    parser.add_argument("--acks", type=int, choices=(-1, 0, 1),
+                        help="request.required.acks: 0 no answer, 1 written, -1 flushed "
+                             "(default 1)")
+    parser.add_argument("--batch-size", type=int, metavar="N",
+                        help="batch.size: messages per batch in async mode (default 200)")
+
+
+def _produce(args: argparse.Namespace) -> int:
+    from hostbroker.commands import console
+
+    return commands.run("produce", console.produce, args.topic,
+                        key_separator=args.key_separator, compression=args.compression,
+                        acks=args.acks, batch_size=args.batch_size, sync=args.sync,
+                        properties=args.property, bootstrap=args.bootstrap)
+
+
+def _add_produce(sub) -> None:
+    produce = sub.add_parser(
+        "produce", help="console producer: one message per stdin line",
+        description="Send each stdin line (without its newline) as one message. With "
+                    "--key-separator the text before the first separator is the key: the log "
+                    "format has no key field, so the key only chooses the partition (same key, "
+                    "same partition) and is not stored; the message is the rest of the line. "
+                    "Exit status 1 if any message was not acknowledged.")
+    _add_bootstrap(produce)
+    produce.add_argument("--topic", required=True)
+    produce.add_argument("--key-separator", metavar="S",
+                         help="split each line into key S value (a line without S is not sent)")
+    _add_producer_options(produce)
+    produce.add_argument("--sync", action="store_true",
+                         help="producer.type=sync: wait for each message's acknowledgement")
+    _add_properties(produce, "producer")
+    produce.set_defaults(func=_produce)
+
+
+def _consume(args: argparse.Namespace) -> int:
+    from hostbroker.commands import console
+
+    return commands.run("consume", console.consume, args.topic,
+                        from_beginning=args.from_beginning, group=args.group,
+                        max_messages=args.max_messages, timeout_ms=args.timeout_ms,
+                        partition=args.partition, offset=args.offset,
+                        properties=args.property, bootstrap=args.bootstrap)
+
+
+def _add_consume(sub) -> None:
+    consume = sub.add_parser(
+        "consume", help="console consumer: one payload per stdout line",
+        description="Write each message's payload to stdout followed by a newline. Without "
+                    "--group: every partition (or --partition P), from the log end unless "
+                    "--from-beginning or --offset; no offsets are kept. With --group: from "
+                    "the group's committed offsets (--from-beginning where it has none), and "
+                    "what was printed is committed on exit. Stops after --max-messages, after "
+                    "--timeout-ms without a message, or on Ctrl-C/SIGTERM (status 0).")
+    _add_bootstrap(consume)
+    consume.add_argument("--topic", required=True)
+    consume.add_argument("--from-beginning", action="store_true",
+                         help="start at the log start (with --group: where the group has "
+                              "no offset)")
+    consume.add_argument("--group", metavar="G", help="consumer group (group.id)")
+    consume.add_argument("--max-messages", type=int, metavar="N", help="stop after N messages")
+    consume.add_argument("--timeout-ms", type=int, metavar="MS",
+                         help="stop after MS milliseconds without a message")
+    consume.add_argument("--partition", type=int, metavar="P", help="only this partition")
+    consume.add_argument("--offset", type=int, metavar="O",
+                         help="with --partition: start at this offset (an entry boundary)")
+    _add_properties(consume, "consumer")
+    consume.set_defaults(func=_consume)
+
+
+def _perf_produce(args: argparse.Namespace) -> int:
+    from hostbroker.commands import perf
+
+    return commands.run("perf produce", perf.produce, args.topic, messages=args.messages,
+                        size=args.size, batch_size=args.batch_size, acks=args.acks,
+                        compression=args.compression, processes=args.processes,
+                        producer_type=args.producer_type, properties=args.property,
+                        as_json=args.json, bootstrap=args.bootstrap)
+
+
+def _perf_consume(args: argparse.Namespace) -> int:
+    from hostbroker.commands import perf
+
+    return commands.run("perf consume", perf.consume, args.topic, messages=args.messages,
+                        fetch_size=args.fetch_size, processes=args.processes,
+                        timeout_ms=args.timeout_ms, properties=args.property,
+                        as_json=args.json, bootstrap=args.bootstrap)
+
+
+def _add_perf(sub) -> None:
+    perf = sub.add_parser("perf", help="producer and consumer throughput and latency tests")
+    tests = perf.add_subparsers(dest="test", required=True)
+    produce = tests.add_parser(
+        "produce", help="send N messages of SIZE bytes; print records/s, MB/s, latency",
+        description="Send --messages messages of --size bytes (random letters) from "
+                    "--processes processes, each with its own producer. Prints records/s, "
+                    "MB/s (MB = 10^6 bytes of payload), elapsed time and the p50/p99/p99.9/max "
+                    "latency of PRODUCE requests (send to acknowledgement). Exit status 1 if "
+                    "any message failed.")
+    _add_bootstrap(produce)
+    produce.add_argument("--topic", required=True)
+    produce.add_argument("--messages", type=int, required=True, metavar="N")
+    produce.add_argument("--size", type=int, required=True, metavar="BYTES",
+                         help="payload bytes per message")
+    _add_producer_options(produce)
+    produce.add_argument("--processes", type=int, default=1, metavar="P",
+                         help="producer processes (default 1)")
+    produce.add_argument("--producer-type", choices=("async", "sync"), default="async",
+                         help="(default async)")
+    produce.add_argument("--json", action="store_true", help="one JSON document")
+    _add_properties(produce, "producer")
+    produce.set_defaults(func=_perf_produce)
+
+    consume = tests.add_parser(
+        "consume", help="read N messages from the log start; print records/s, MB/s, latency",
+        description="Read --messages messages from the log start of the topic's partitions, "
+                    "dealt out over --processes processes. Prints records/s, MB/s (MB = 10^6 "
+                    "bytes of payload), elapsed time and FETCH round-trip percentiles. Exit "
+                    "status 1 if the topic ran out of messages first.")
+    _add_bootstrap(consume)
+    consume.add_argument("--topic", required=True)
+    consume.add_argument("--messages", type=int, required=True, metavar="N")
+    consume.add_argument("--fetch-size", type=int, metavar="BYTES",
+                         help="fetch.size: bytes asked of a partition per fetch (default 1 MiB)")
+    consume.add_argument("--processes", type=int, default=1, metavar="P",
+                         help="consumer processes, at most one per partition (default 1)")
+    consume.add_argument("--timeout-ms", type=int, default=10000, metavar="MS",
+                         help="give up after MS ms without new messages (default 10000)")
+    consume.add_argument("--json", action="store_true", help="one JSON document")
+    _add_properties(consume, "consumer")
+    consume.set_defaults(func=_perf_consume)
+
+
 def _dump_log(args: argparse.Namespace) -> int:
     from hostbroker.commands import dumplog
 
@@ -178,7 +321,10 @@ def build_parser() -> argparse.ArgumentParser:
     top.set_defaults(func=_top)
 
     _add_topics(sub)
+    _add_produce(sub)
+    _add_consume(sub)
     _add_dump_log(sub)
+    _add_perf(sub)
     return parser
 
 

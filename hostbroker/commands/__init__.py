@@ -58,6 +58,23 @@ def check_bootstrap(uri: str) -> str:
     return uri
 
 
+def check_topic(topic: str) -> str:
+    """``topic`` if it is a legal topic name, else a usage error naming the rule."""
+    from hostbroker.errors import InvalidTopicError
+    from hostbroker.log.segments import validate_topic_name
+
+    try:
+        validate_topic_name(topic)
+    except InvalidTopicError as exc:
+        raise usage_error(str(exc)) from None
+    return topic
+
+
+def plural(count: int, noun: str) -> str:
+    """``"1 message"``, ``"2 messages"``."""
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
+
+
 def key_values(option: str, items: Iterable[str] | None) -> dict[str, str]:
     """``KEY=VALUE`` strings given to ``option`` as a mapping; a usage error names a bad one."""
     from hostbroker.client.settings import parse_properties
@@ -78,7 +95,7 @@ def _quiet_stdout() -> None:
     os.close(devnull)
 
 
-def _describe(exc: BaseException, bootstrap: str | None) -> tuple[str, int]:
+def describe_error(exc: BaseException, bootstrap: str | None) -> tuple[str, int]:
     """The one line and exit status for an error a command did not handle itself."""
     from hostbroker.client.errors import BrokerError, ConnectionClosedError
 
@@ -116,6 +133,6 @@ def run(name: str, work: Callable[..., int], *args, bootstrap: str | None = None
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except (HostbrokerError, OSError) as exc:
-        message, status = _describe(exc, bootstrap)
+        message, status = describe_error(exc, bootstrap)
     print(f"hostbroker {name}: {message}", file=sys.stderr)
     return status

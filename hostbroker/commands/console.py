@@ -1,0 +1,288 @@
+"""``hostbroker produce`` and ``hostbroker consume``: a topic from stdin, a topic to stdout.
+
+``produce`` sends each stdin line (without its ``\\n``) as one message
+through a :class:`~hostbroker.client.Producer`, async by default. With a key
+separator the part of the line before the first separator is the message's
+key: the log format has no key field, so the key only chooses the partition
+(the same key, the same partition) and is not stored; the message is the
+rest of the line. At the end the producer is flushed; any message not
+acknowledged is counted and the command exits 1 with one line saying how
+many and why.
+
+``consume`` writes each message's payload to stdout, raw, followed by
+``\\n``. Without a group it reads every partition of the topic (or one, with
+``--partition``) through a :class:`~hostbroker.client.SimpleConsumer`, from
+the log end (the default), the log start (``--from-beginning``) or a given
+offset, and keeps no offsets. With ``--group`` it reads through a
+:class:`~hostbroker.client.ConsumerConnector`: it starts where the group
+committed (``--from-beginning`` applies only where the group has no offset
+yet) and commits what it printed when it stops. It stops after
+``--max-messages``, after ``--timeout-ms`` without a message, or on Ctrl-C
+or SIGTERM, which are normal stops (status 0). A closed stdout (``| head``)
+stops it quietly.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from collections.abc import Iterable, Iterator
+from typing import BinaryIO, TextIO
+
+from hostbroker.commands import (
+    DEFAULT_BOOTSTRAP,
+    EXIT_BROKER,
+    EXIT_OK,
+    CommandError,
+    check_bootstrap,
+    check_topic,
+    key_values,
+    plural,
+    usage_error,
+)
+
+CODECS = ("none", "gzip", "snappy")
+
+
+class _Stop(Exception):
+    """SIGTERM asked the command to stop as Ctrl-C would."""
+
+
+def stop_on_sigterm() -> None:
+    """Make SIGTERM end the command like Ctrl-C: offsets committed, producer flushed."""
+    def handler(signum, frame):
+        raise _Stop
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+# -- produce ---------------------------------------------------------------
+
+
+def _messages(lines: Iterable[bytes], separator: bytes | None,
+              rejected: list[str]) -> Iterator[tuple[bytes | None, bytes]]:
+    """(key, value) for each line; a line without the separator is rejected, not sent."""
+    for number, line in enumerate(lines, 1):
+        if line.endswith(b"\n"):
+            line = line[:-1]
+        if separator is None:
+            yield None, line
+            continue
+        key, found, value = line.partition(separator)
+        if not found:
+            rejected.append(f"line {number} has no key separator {separator!r}")
+            continue
+        yield key, value
+
+
+def producer_config(properties: Iterable[str], **chosen) -> dict:
+    """The producer's settings: ``--property`` strings, then the command's own options.
+
+    ``chosen`` holds the dotted keys the options set (None: not given).
+    """
+    config = key_values("--property", properties)
+    config.update({key: value for key, value in chosen.items() if value is not None})
+    return config
+
+
+def produce(topic: str, *, key_separator: str | None = None, compression: str | None = None,
+            acks: int | None = None, batch_size: int | None = None, sync: bool = False,
+            properties: Iterable[str] = (), bootstrap: str = DEFAULT_BOOTSTRAP,
+            stdin: BinaryIO | None = None, err: TextIO = sys.stderr) -> int:
+    """Send stdin's lines to ``topic``; 0 when every one was acknowledged, else 1."""
+    from hostbroker.client import DeliveryError, Producer
+
+    check_topic(topic)
+    if key_separator == "":
+        raise usage_error("--key-separator must not be empty")
+    config = producer_config(properties, **{
+        "producer.type": "sync" if sync else None,
+        "request.required.acks": acks,
+        "compression.codec": compression,
+        "batch.size": batch_size,
+    })
+    config.setdefault("producer.type", "async")
+    config.setdefault("client.id", "hostbroker-console-producer")
+    producer = Producer(check_bootstrap(bootstrap), config)
+    separator = key_separator.encode() if key_separator is not None else None
+    rejected: list[str] = []
+    failed: list[DeliveryError] = []
+    sent = 0
+    stop_on_sigterm()
+    try:
+        lines = stdin if stdin is not None else sys.stdin.buffer
+        for key, value in _messages(lines, separator, rejected):
+            try:
+                producer.send(topic, value, key=key)
+            except DeliveryError as exc:  # sync mode: this message
+                failed.append(exc)
+            sent += 1
+    except (KeyboardInterrupt, _Stop):
+        pass
+    finally:
+        try:
+            producer.close()
+        except DeliveryError as exc:  # async mode: whatever the queue could not deliver
+            failed.append(exc)
+    return _produce_status(sent, rejected, failed, err)
+
+
+def first_failure(error) -> str:
+    """What a DeliveryError's first failure says: where, and the error that ended it."""
+    if not error.failures:
+        return str(error)
+    first = error.failures[0]
+    where = first.topic if first.partition is None else f"{first.topic}/{first.partition}"
+    return f"{where}: {first.error}"
+
+
+def _produce_status(sent: int, rejected: list[str], failed: list, err: TextIO) -> int:
+    lost = sum(exc.message_count for exc in failed)
+    if not rejected and not lost:
+        return EXIT_OK
+    problems = []
+    if lost:
+        problems.append(f"{lost:,} of {plural(sent, 'message')} not acknowledged "
+                        f"(first: {first_failure(failed[0])})")
+    if rejected:
+        problems.append(f"{plural(len(rejected), 'line')} not sent ({rejected[0]})")
+    print("hostbroker produce: " + "; ".join(problems), file=err)
+    return EXIT_BROKER
+
+
+# -- consume ---------------------------------------------------------------
+
+
+class _Output:
+    """Payloads to a binary stream, one a line, counted against ``limit``."""
+
+    def __init__(self, out: BinaryIO, limit: int | None):
+        self.out = out
+        self.limit = limit
+        self.count = 0
+
+    @property
+    def done(self) -> bool:
+        return self.limit is not None and self.count >= self.limit
+
+    def write(self, value: bytes) -> None:
+        self.out.write(value)
+        self.out.write(b"\n")
+        self.count += 1
+
+
+def _check_consume_options(max_messages, timeout_ms, partition, offset, group,
+                           from_beginning) -> None:
+    if max_messages is not None and max_messages < 1:
+        raise usage_error("--max-messages must be at least 1")
+    if timeout_ms is not None and timeout_ms < 1:
+        raise usage_error("--timeout-ms must be at least 1")
+    if offset is not None and partition is None:
+        raise usage_error("--offset needs --partition")
+    if offset is not None and offset < 0:
+        raise usage_error("--offset must not be negative")
+    if offset is not None and from_beginning:
+        raise usage_error("--offset and --from-beginning exclude each other")
+    if group is not None and (partition is not None or offset is not None):
+        raise usage_error("--partition and --offset read without a group; drop --group")
+
+
+def consume(topic: str, *, from_beginning: bool = False, group: str | None = None,
+            max_messages: int | None = None, timeout_ms: int | None = None,
+            partition: int | None = None, offset: int | None = None,
+            properties: Iterable[str] = (), bootstrap: str = DEFAULT_BOOTSTRAP,
+            stdout: BinaryIO | None = None) -> int:
+    """Print ``topic``'s payloads until a stop condition (module docstring); 0 on a normal stop."""
+    check_topic(topic)
+    _check_consume_options(max_messages, timeout_ms, partition, offset, group, from_beginning)
+    config = key_values("--property", properties)
+    output = _Output(stdout if stdout is not None else sys.stdout.buffer, max_messages)
+    check_bootstrap(bootstrap)
+    stop_on_sigterm()
+    if group is not None:
+        return _consume_group(topic, group, from_beginning, timeout_ms, config, bootstrap, output)
+    return _consume_partitions(topic, from_beginning, timeout_ms, partition, offset, config,
+                               bootstrap, output)
+
+
+def topic_partitions(client, topic: str) -> list[int]:
+    """The partition numbers of ``topic`` from METADATA; a CommandError if it does not exist."""
+    from hostbroker.errors import ErrorCode
+
+    (found,) = client.metadata([topic]).topics
+    if found.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+        raise CommandError(f"no topic {topic}")
+    return sorted(p.partition for p in found.partitions)
+
+
+def _consume_partitions(topic, from_beginning, timeout_ms, partition, offset, config, bootstrap,
+                        output: _Output) -> int:
+    from hostbroker.client import EARLIEST, LATEST, SimpleConsumer
+
+    config.setdefault("client.id", "hostbroker-console-consumer")
+    if offset is None:
+        config.setdefault("auto.offset.reset", "earliest" if from_beginning else "latest")
+    start = EARLIEST if from_beginning else LATEST
+    with SimpleConsumer(bootstrap, config) as consumer:
+        partitions = topic_partitions(consumer, topic)
+        if partition is not None:
+            if partition not in partitions:
+                raise CommandError(f"topic {topic} has no partition {partition}")
+            partitions = [partition]
+        positions = {p: offset if offset is not None else consumer.offsets_before(topic, p, start)[0]
+                     for p in partitions}
+        last_message = time.monotonic()
+        try:
+            while not output.done:
+                got = False
+                for fetched in consumer.multifetch([(topic, p, o) for p, o in positions.items()]):
+                    for _, _, value in fetched:
+                        output.write(value)
+                        got = True
+                        if output.done:
+                            break
+                    positions[fetched.partition] = fetched.next_offset
+                    if output.done:
+                        break
+                output.out.flush()
+                now = time.monotonic()
+                if got:
+                    last_message = now
+                elif timeout_ms is not None and now - last_message >= timeout_ms / 1000:
+                    break
+        except (KeyboardInterrupt, _Stop):
+            pass
+        output.out.flush()
+    return EXIT_OK
+
+
+def _consume_group(topic, group, from_beginning, timeout_ms, config, bootstrap,
+                   output: _Output) -> int:
+    from hostbroker.client import ConsumerConnector, ConsumerTimeoutError
+
+    config.setdefault("client.id", "hostbroker-console-consumer")
+    config["group.id"] = group
+    config.setdefault("auto.offset.reset", "earliest" if from_beginning else "latest")
+    config.setdefault("auto.commit.enable", False)
+    if timeout_ms is not None:
+        config["consumer.timeout.ms"] = timeout_ms
+    connector = ConsumerConnector(bootstrap, config)
+    try:
+        (stream,) = connector.create_message_streams({topic: 1})[topic]
+        try:
+            for message in stream:
+                output.write(message.value)
+                # The stream may block next; what was printed must be seen now.
+                output.out.flush()
+                if output.done:
+                    break
+        except ConsumerTimeoutError:
+            pass
+        except (KeyboardInterrupt, _Stop):
+            pass
+        output.out.flush()
+        connector.commit_offsets()
+    finally:
+        connector.shutdown()
+    return EXIT_OK

@@ -1,0 +1,120 @@
+"""``hostbroker produce`` and ``hostbroker consume`` as subprocesses against a real broker."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+from hostbroker.client import EARLIEST, SimpleConsumer
+from hostbroker.log.message import CODEC_GZIP, encode_message_set
+from tests.integration.cli import hostbroker, lines, one_line_error
+
+
+def _fill(broker, topic: str, partitions: int, per_partition: int) -> None:
+    with broker.client() as client:
+        client.create_topic(topic, partitions)
+        for p in range(partitions):
+            client.produce(topic, p, encode_message_set(
+                [b"%s-%d-%d" % (topic.encode(), p, i) for i in range(per_partition)]))
+
+
+def _all_values(broker, topic: str) -> list[bytes]:
+    with SimpleConsumer(broker.unix) as consumer:
+        (found,) = consumer.metadata([topic]).topics
+        values = []
+        for p in sorted(part.partition for part in found.partitions):
+            start = consumer.offsets_before(topic, p, EARLIEST)[0]
+            values += [v for _, _, v in consumer.messages(topic, p, start, stop_at_end=True)]
+        return values
+
+
+def test_consume_from_beginning_every_partition_and_compressed(broker):
+    _fill(broker, "t", 3, 4)
+    with broker.client() as client:
+        client.produce("t", 1, encode_message_set([b"zip-a", b"zip-b"], codec=CODEC_GZIP))
+    result = hostbroker("consume", "--bootstrap", broker.tcp, "--topic", "t",
+                        "--from-beginning", "--timeout-ms", "500")
+    assert result.returncode == 0, result.stderr
+    expected = sorted([f"t-{p}-{i}" for p in range(3) for i in range(4)] + ["zip-a", "zip-b"])
+    assert sorted(lines(result)) == expected
+    per_partition = [line for line in lines(result) if line.startswith("t-1-") or "zip" in line]
+    assert per_partition == ["t-1-0", "t-1-1", "t-1-2", "t-1-3", "zip-a", "zip-b"]
+
+
+def test_consume_max_messages_partition_offset_and_raw_bytes(broker):
+    with broker.client() as client:
+        client.create_topic("raw", 2)
+        first = client.produce("raw", 1, encode_message_set([b"a", b"\x00\xff binary"]))
+        second = client.produce("raw", 1, encode_message_set([b"c", b"d"]))
+    limited = hostbroker("consume", "--bootstrap", broker.unix, "--topic", "raw",
+                         "--from-beginning", "--max-messages", "3")
+    assert limited.returncode == 0
+    assert limited.stdout == b"a\n\x00\xff binary\nc\n"
+    at_offset = hostbroker("consume", "--bootstrap", broker.unix, "--topic", "raw",
+                           "--partition", "1", "--offset", str(second.base_offset),
+                           "--timeout-ms", "300")
+    assert at_offset.stdout == b"c\nd\n"
+    assert first.base_offset == 0
+    nothing_new = hostbroker("consume", "--bootstrap", broker.unix, "--topic", "raw",
+                             "--timeout-ms", "300")
+    assert nothing_new.returncode == 0 and nothing_new.stdout == b""
+
+
+def test_consume_group_commits_what_it_printed(broker):
+    _fill(broker, "g", 1, 6)
+    b = ("--bootstrap", broker.tcp, "--topic", "g", "--group", "readers")
+    first = hostbroker("consume", *b, "--from-beginning", "--max-messages", "4")
+    assert lines(first) == ["g-0-0", "g-0-1", "g-0-2", "g-0-3"]
+    rest = hostbroker("consume", *b, "--timeout-ms", "500")
+    assert lines(rest) == ["g-0-4", "g-0-5"]
+    again = hostbroker("consume", *b, "--timeout-ms", "300")
+    assert again.returncode == 0 and lines(again) == []
+
+
+def test_consume_stops_on_sigterm_and_on_a_closed_pipe(broker):
+    _fill(broker, "s", 1, 50)
+    proc = subprocess.Popen([sys.executable, "-m", "hostbroker", "consume", "--bootstrap",
+                             broker.tcp, "--topic", "s", "--from-beginning", "--group", "stop"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout.readline() == b"s-0-0\n"
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert err == b""
+    with broker.client() as client:
+        (committed,) = client.offset_fetch("stop", [("s", 0)])
+    assert committed.offset > 0  # what was printed before the signal
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # like `| head` that already exited
+    closed = subprocess.run([sys.executable, "-m", "hostbroker", "consume", "--bootstrap",
+                             broker.tcp, "--topic", "s", "--from-beginning"],
+                            stdout=write_end, stderr=subprocess.PIPE, timeout=60)
+    os.close(write_end)
+    assert closed.returncode == 0 and closed.stderr == b""
+
+
+def test_consume_refusals(broker, tmp_path):
+    _fill(broker, "r", 1, 1)
+    b = ("--bootstrap", broker.tcp)
+    for args, status, needle in [
+        (("--topic", "nope", "--timeout-ms", "100"), 1, "no topic nope"),
+        (("--topic", "r", "--partition", "5"), 1, "topic r has no partition 5"),
+        (("--topic", "r", "--offset", "0"), 2, "--offset needs --partition"),
+        (("--topic", "r", "--partition", "0", "--offset", "999"), 1, "OFFSET_OUT_OF_RANGE"),
+        (("--topic", "r", "--max-messages", "0"), 2, "--max-messages must be at least 1"),
+        (("--topic", "r", "--property", "fetch.size=big"), 2, "fetch.size"),
+        (("--topic", "r", "--property", "colour=red"), 2, "colour: unknown"),
+    ]:
+        result = hostbroker("consume", *b, *args)
+        assert result.returncode == status, (args, result)
+        assert needle in one_line_error(result)
+    down = hostbroker("consume", "--bootstrap", f"unix://{tmp_path}/none.sock", "--topic", "r")
+    assert down.returncode == 1 and "cannot reach the broker" in one_line_error(down)
