@@ -300,6 +300,51 @@ def _flatten(pieces: list) -> list[bytes]:
     return [v for piece in pieces for v in (piece.values if type(piece) is _Encoded else piece)]
 
 
+def take_batch(keyless: dict[str, list], chunked: set[str], items: list[tuple],
+               limit: int) -> tuple[dict[str, list], list[tuple], set[str], int]:
+    """Take about ``limit`` messages out of an async queue, keyed items first.
+
+    The queue is ``keyless`` (topic -> values and _Encoded sets, in the order
+    sent; ``chunked`` names the topics whose list holds _Encoded sets) and
+    ``items``; what is taken is removed from them. Returns the taken
+    ``(keyless, items, chunked, message count)``. Item lists and _Encoded
+    sets are taken whole, so the count may pass ``limit`` by less than one of
+    them (a send_many piece is at most batch.size messages).
+    """
+    room = limit
+    taken = 0
+    for item in items:
+        if room <= 0:
+            break
+        room -= 1 if type(item[3]) is bytes else len(item[3])
+        taken += 1
+    taken_items = items[:taken]
+    del items[:taken]
+    taken_keyless: dict[str, list] = {}
+    taken_chunked: set[str] = set()
+    for topic, values in list(keyless.items()):
+        if room <= 0:
+            break
+        if topic in chunked:
+            taken_chunked.add(topic)
+            end = 0
+            for value in values:
+                if room <= 0:
+                    break
+                room -= 1 if type(value) is bytes else len(value)
+                end += 1
+        else:
+            end = min(room, len(values))
+            room -= end
+        if end == len(values):
+            taken_keyless[topic] = keyless.pop(topic)
+            chunked.discard(topic)
+        else:
+            taken_keyless[topic] = values[:end]
+            del values[:end]
+    return taken_keyless, taken_items, taken_chunked, limit - room
+
+
 class _Set:
     """Messages for one partition, encoded once, sent until acknowledged or failed.
 
@@ -397,6 +442,13 @@ class _Dispatcher:
         return (self.max_request_bytes - self.request_overhead - _PARTITION_OVERHEAD
                 - len(topic.encode()))
 
+    def _choose(self, topic: str, key: bytes | None, n: int) -> int:
+        slot = self.partitioner.partition(topic, key, n)
+        if type(slot) is not int or not 0 <= slot < n:
+            raise ProducerError(
+                f"the partitioner chose {slot!r} for a topic of {n} partitions ({topic})")
+        return slot
+
     def _count(self, topic: str, counts: dict, unresolved: dict) -> int:
         """``topic``'s number of partitions, once per batch; 0 when no broker told."""
         n = counts.get(topic)
@@ -432,7 +484,7 @@ class _Dispatcher:
             if not n:
                 unresolved[topic][0].extend((topic, None, None, piece) for piece in pieces)
                 continue
-            slot = keyless_slot[topic] = partitioner.partition(topic, None, n)
+            slot = keyless_slot[topic] = self._choose(topic, None, n)
             groups[(topic, slot)] = [pieces, False]
         for item in items:
             topic, key, partition, value = item
@@ -443,11 +495,11 @@ class _Dispatcher:
             if partition is not None:
                 slot = partition
             elif key is not None:
-                slot = partitioner.partition(topic, key, n)
+                slot = self._choose(topic, key, n)
             else:
                 slot = keyless_slot.get(topic)
                 if slot is None:
-                    slot = keyless_slot[topic] = partitioner.partition(topic, None, n)
+                    slot = keyless_slot[topic] = self._choose(topic, None, n)
             group = groups.get((topic, slot))
             if group is None:
                 group = groups[(topic, slot)] = [[], False]
@@ -672,7 +724,7 @@ class _Dispatcher:
                 self._attempt_failed(s, exc)
                 continue
             if not s.pinned:
-                s.slot = self.partitioner.partition(s.topic, None, len(info.partitions))
+                s.slot = self._choose(s.topic, None, len(info.partitions))
             again.append(s)
         self.dispatch(again)
 
@@ -1039,48 +1091,16 @@ class Producer:
                 self._wake.wait(min(waits) if waits else None)
 
     def _pop_batch(self) -> tuple[dict, list, set]:
-        """About batch.size messages off the queue (lock held), keyed items first.
-
-        An _Encoded set is taken whole, so a batch may pass batch.size by less
-        than one send_many piece.
-        """
+        """About batch.size messages off the queue (lock held)."""
         if self._queued <= self._batch_size:
             keyless, self._keyless = self._keyless, {}
             chunked, self._chunked = self._chunked, set()
             items, self._items = self._items, []
             self._queued = 0
         else:
-            room = self._batch_size
-            taken = 0
-            for item in self._items:
-                if room <= 0:
-                    break
-                room -= 1 if type(item[3]) is bytes else len(item[3])
-                taken += 1
-            items, self._items = self._items[:taken], self._items[taken:]
-            keyless = {}
-            chunked = set()
-            for topic, values in list(self._keyless.items()):
-                if room <= 0:
-                    break
-                if topic in self._chunked:
-                    chunked.add(topic)
-                    end = 0
-                    for value in values:
-                        if room <= 0:
-                            break
-                        room -= 1 if type(value) is bytes else len(value)
-                        end += 1
-                else:
-                    end = min(room, len(values))
-                    room -= end
-                if end == len(values):
-                    keyless[topic] = self._keyless.pop(topic)
-                    self._chunked.discard(topic)
-                else:
-                    keyless[topic] = values[:end]
-                    del values[:end]
-            self._queued -= self._batch_size - room
+            keyless, items, chunked, count = take_batch(
+                self._keyless, self._chunked, self._items, self._batch_size)
+            self._queued -= count
             self._first_at = time.monotonic()
         if self._room_waiters:
             self._room.notify_all()

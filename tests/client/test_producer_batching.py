@@ -1,0 +1,207 @@
+"""Batching and compression of the producer, without sockets.
+
+Message sets are read back with the log's own reader (iter_messages), so
+what the producer builds is checked against the format, not against itself.
+The dispatcher is driven with a cluster whose metadata is set here, and no
+request is sent.
+"""
+
+import os
+import time
+
+import pytest
+
+from hostbroker.client import (PRODUCER_SETTINGS, DefaultPartitioner, Partitioner,
+                               ProducerCallbacks, ProducerError)
+from hostbroker.client.cluster import Cluster, PartitionRef, TopicPartitions
+from hostbroker.client.producer import (
+    _Dispatcher,
+    _Encoded,
+    _split_by_size,
+    encode_batch,
+    take_batch,
+)
+from hostbroker.client.settings import resolve
+from hostbroker.errors import ErrorCode
+from hostbroker.log.message import (
+    CODEC_GZIP,
+    CODEC_NONE,
+    CODEC_SNAPPY,
+    encode_message_set,
+    iter_messages,
+    validate_message_set,
+)
+
+
+def read(data, base=0):
+    return [(m.offset, m.payload, m.codec) for m in iter_messages(data, base)]
+
+
+# -- compression ---------------------------------------------------------------
+
+
+def test_plain_batch_is_the_plain_message_set():
+    values = [b"a", b"bb", b""]
+    data, wrappers = encode_batch(values, CODEC_NONE, 1000)
+    assert data == encode_message_set(values) and wrappers is None
+
+
+@pytest.mark.parametrize("codec", [CODEC_GZIP, CODEC_SNAPPY])
+def test_compressed_batch_is_one_wrapper(codec):
+    values = [b"message %d " % i * 5 for i in range(100)]
+    data, wrappers = encode_batch(values, codec, 1_000_000)
+    assert validate_message_set(data) == 1
+    assert wrappers == ((100, len(data)),)
+    assert len(data) < sum(map(len, values))  # it did compress
+    assert [(p, c) for _, p, c in read(data)] == [(v, codec) for v in values]
+
+
+@pytest.mark.parametrize("codec", [CODEC_GZIP, CODEC_SNAPPY])
+def test_compressed_batch_split_below_message_max_bytes(codec):
+    values = [os.urandom(300) for _ in range(40)]  # does not compress
+    data, wrappers = encode_batch(values, codec, 2000)
+    assert len(wrappers) > 1
+    assert sum(n for n, _ in wrappers) == 40 and sum(size for _, size in wrappers) == len(data)
+    assert validate_message_set(data, max_message_bytes=2000) == len(wrappers)
+    assert [p for _, p, _ in read(data)] == values
+
+
+def test_single_message_too_big_to_wrap_goes_plain():
+    value = os.urandom(1990)  # its entry fits 2000, its gzip wrapper does not
+    data, wrappers = encode_batch([value], CODEC_GZIP, 2000)
+    assert read(data) == [(0, value, CODEC_NONE)]
+    assert wrappers == ((1, len(data)),)
+
+
+def test_split_by_size_keeps_order_and_budget():
+    values = [b"x" * n for n in (10, 50, 5, 80, 1, 200, 3)]
+    pieces = _split_by_size(values, 100)
+    assert [v for piece in pieces for v in piece] == values
+    for piece in pieces:
+        # a piece is within budget unless it is one value that alone is over it
+        assert len(encode_message_set(piece)) <= 100 or len(piece) == 1
+    assert _split_by_size(values, 10_000) == [values]
+
+
+# -- the queue ----------------------------------------------------------------
+
+
+def test_take_batch_keyed_items_first_then_keyless_in_order():
+    keyless = {"a": [b"1", b"2", b"3", b"4"], "b": [b"5"]}
+    chunked: set[str] = set()
+    items = [("k", b"key", None, b"x"), ("k", None, 0, [b"y", b"z"])]
+    taken_keyless, taken_items, taken_chunked, count = take_batch(keyless, chunked, items, 5)
+    assert taken_items == [("k", b"key", None, b"x"), ("k", None, 0, [b"y", b"z"])]
+    assert taken_keyless == {"a": [b"1", b"2"]} and count == 5
+    assert keyless == {"a": [b"3", b"4"], "b": [b"5"]} and items == []
+    _, _, _, count = take_batch(keyless, chunked, items, 5)
+    assert count == 3 and keyless == {}
+
+
+def test_take_batch_takes_encoded_sets_whole():
+    first, second = _Encoded([b"a", b"b", b"c"]), _Encoded([b"d", b"e", b"f"])
+    keyless = {"t": [b"0", first, second, b"g"]}
+    chunked = {"t"}
+    taken, _, taken_chunked, count = take_batch(keyless, chunked, [], 2)
+    assert taken == {"t": [b"0", first]} and count == 4  # passes the limit by part of a set
+    assert taken_chunked == {"t"} and keyless == {"t": [second, b"g"]} and chunked == {"t"}
+    taken, _, _, count = take_batch(keyless, chunked, [], 100)
+    assert taken == {"t": [second, b"g"]} and count == 4 and chunked == set()
+
+
+# -- partitioning and grouping ----------------------------------------------------
+
+
+class Recorder(Partitioner):
+    """Keys name their partition (b"2" -> 2); keyless: always 1. Records rotations."""
+
+    def __init__(self):
+        self.rotated = []
+        self.keyless_calls = 0
+
+    def partition(self, topic, key, num_partitions):
+        if key is None:
+            self.keyless_calls += 1
+            return 1
+        return int(key)
+
+    def rotate(self, topic):
+        self.rotated.append(topic)
+
+
+def dispatcher(partitions=3, partitioner=None, known=True, **options):
+    settings = resolve(PRODUCER_SETTINGS, None, options)
+    cluster = Cluster(["unix:///nonexistent/hb.sock"], client_id="test", timeout=1,
+                      refresh_interval_ms=600000)
+    refs = tuple(PartitionRef(0, "unix:///nonexistent/hb.sock", p) for p in range(partitions))
+    cluster._topics["t"] = TopicPartitions("t", refs, known, time.monotonic())
+    done = []
+    stats = dict.fromkeys(("enqueued", "sent", "acknowledged", "failed", "requests",
+                           "retries"), 0)
+    d = _Dispatcher(settings, cluster, partitioner or Recorder(), ProducerCallbacks(), stats,
+                    done.append)
+    return d, done
+
+
+def test_keyless_messages_share_one_partition_per_batch_in_order():
+    d, done = dispatcher()
+    keyless = {"t": [b"a", _Encoded([b"b", b"c"]), b"d"]}
+    items = [("t", None, None, b"e"), ("t", b"2", None, b"f")]
+    sets = d.make_sets(keyless, items, 0, {"t"})
+    assert d.partitioner.keyless_calls == 1 and d.partitioner.rotated == ["t"]
+    by_slot = {}
+    for s in sets:
+        by_slot.setdefault(s.slot, []).extend(p for _, p, _ in read(s.data))
+    assert by_slot == {1: [b"a", b"b", b"c", b"d", b"e"], 2: [b"f"]}
+    assert done == []
+
+
+def test_explicit_partition_out_of_range_fails_without_sending():
+    d, done = dispatcher(partitions=2)
+    sets = d.make_sets({}, [("t", None, 5, b"x"), ("t", None, 0, b"y")])
+    assert [s.slot for s in sets] == [0]
+    assert len(done) == 1 and done[0].slot == 5
+    assert done[0].error.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert d.stats["failed"] == 1 and d.retries == []
+
+
+def test_compressed_batch_one_wrapper_per_partition():
+    d, _ = dispatcher(compression_codec="snappy")
+    items = [("t", b"0", None, b"v%d" % i) for i in range(50)]
+    items += [("t", b"2", None, [b"w%d" % i for i in range(50)])]
+    sets = d.make_sets({}, items)
+    assert sorted(s.slot for s in sets) == [0, 2]
+    for s in sets:
+        assert validate_message_set(s.data) == 1
+        assert len(read(s.data)) == 50 and {c for _, _, c in read(s.data)} == {CODEC_SNAPPY}
+
+
+def test_sets_split_under_max_request_bytes():
+    d, _ = dispatcher(message_max_bytes=1000, max_request_bytes=2000)
+    values = [bytes([i]) * 100 for i in range(60)]  # 6600 bytes of entries
+    sets = d.make_sets({}, [("t", None, 0, values)])
+    assert len(sets) > 3
+    assert all(len(s.data) <= d.set_budget("t") for s in sets)
+    assert [p for s in sets for _, p, _ in read(s.data)] == values
+
+
+@pytest.mark.parametrize("codec", ["none", "gzip"])
+def test_offsets_of_a_set_are_those_a_reader_sees(codec):
+    d, _ = dispatcher(compression_codec=codec, message_max_bytes=600)
+    values = [os.urandom(n) for n in (10, 200, 0, 300, 50, 400)]
+    (s,) = d.make_sets({}, [("t", None, 0, values)])
+    s.base_offset = 12345
+    assert s.offsets() == [offset for offset, _, _ in read(s.data, 12345)]
+
+
+def test_unknown_topic_goes_to_partition_zero_of_the_first_broker():
+    d, _ = dispatcher(partitions=1, known=False, partitioner=DefaultPartitioner())
+    (s,) = d.make_sets({"t": [b"x"]}, [("t", b"any key", None, b"y")])
+    assert s.slot == 0
+    assert d._route(s) == PartitionRef(0, "unix:///nonexistent/hb.sock", 0)
+
+
+def test_partitioner_out_of_range_is_refused_by_name():
+    d, _ = dispatcher(partitions=2)
+    with pytest.raises(ProducerError, match="chose 7 for a topic of 2 partitions"):
+        d.make_sets({}, [("t", b"7", None, b"x")])
