@@ -40,7 +40,8 @@ from hostbroker.client.errors import BrokerError, MessageSizeTooLargeError, Offs
 from hostbroker.client.settings import Settings, resolve
 from hostbroker.config import Setting, one_of, split_list
 from hostbroker.errors import ConfigError, ErrorCode, ProtocolError
-from hostbroker.log.message import DEFAULT_MAX_MESSAGE_BYTES, LENGTH_SIZE, count_entries, iter_messages
+from hostbroker.log.message import (DEFAULT_MAX_MESSAGE_BYTES, LENGTH_SIZE, count_entries,
+                                    iter_messages)
 from hostbroker.protocol import api
 
 LATEST = api.LATEST_TIME
@@ -309,7 +310,8 @@ class SimpleConsumer:
             topic, partition, offset, max_bytes = request
             max_bytes = max_bytes or self.fetch_size
         if not 0 < max_bytes <= _INT32_MAX:
-            raise ValueError(f"max_bytes {max_bytes} for {topic}/{partition}: must be 1 to {_INT32_MAX}")
+            raise ValueError(
+                f"max_bytes {max_bytes} for {topic}/{partition}: must be 1 to {_INT32_MAX}")
         if offset < 0:
             raise ValueError(f"offset {offset} for {topic}/{partition}: must not be negative")
         return api.FetchPartition(topic, partition, offset, max_bytes)
@@ -354,13 +356,15 @@ class SimpleConsumer:
         """The set for one partition's answer, fetching it again alone when it must."""
         while True:
             code = result.error_code
-            if code == ErrorCode.OFFSET_OUT_OF_RANGE and self.reset != "none" and reset_from is None:
+            out_of_range = code == ErrorCode.OFFSET_OUT_OF_RANGE
+            if out_of_range and self.reset != "none" and reset_from is None:
                 reset_from = part.offset
-                (offset,) = self.offsets_before(part.topic, part.partition, _RESET_TIMES[self.reset])
+                when = _RESET_TIMES[self.reset]
+                (offset,) = self.offsets_before(part.topic, part.partition, when)
                 part = api.FetchPartition(part.topic, part.partition, offset, part.max_bytes)
                 result = self._fetch_one(part)
                 continue
-            if code == ErrorCode.OFFSET_OUT_OF_RANGE:
+            if out_of_range:
                 raise OffsetOutOfRangeError(part.topic, part.partition, part.offset,
                                             result.log_end_offset)
             if code != ErrorCode.NONE:

@@ -49,8 +49,7 @@ from typing import Any, NamedTuple
 from hostbroker.client.connection import ConnectionClosedError
 from hostbroker.client.consumer import (EARLIEST, FETCH_SETTINGS, LATEST, FetchedSet,
                                         SimpleConsumer, _broker_uris, _Connector)
-from hostbroker.client.errors import (BrokerError, ConsumerTimeoutError,
-                                      MessageSizeTooLargeError, OffsetOutOfRangeError)
+from hostbroker.client.errors import BrokerError, ConsumerTimeoutError, OffsetOutOfRangeError
 from hostbroker.client.settings import resolve
 from hostbroker.config import Setting, one_of
 from hostbroker.errors import ConfigError, ErrorCode, HostbrokerError, ProtocolError
@@ -412,7 +411,8 @@ class _Fetcher:
             self.connector._forget(tp)
         elif code in _TRANSIENT:
             log.warning("consumer: %s; retrying", error)
-            self.paused_until[tp] = time.monotonic() + self.connector.settings["retry.backoff.ms"] / 1000
+            backoff = self.connector.settings["retry.backoff.ms"] / 1000
+            self.paused_until[tp] = time.monotonic() + backoff
         else:
             # MessageSizeTooLargeError or a code no retry cures: the reader must know.
             self.streams[tp].put(error)
@@ -447,8 +447,12 @@ class ConsumerConnector:
         if not self.group:
             raise ConfigError("group.id: required by the high-level consumer")
         self._uris = _broker_uris(bootstrap, self.settings)
-        self.offset_storage = offset_storage or BrokerOffsetStorage(self._uris, self._fetch_config())
-        self._own_storage = offset_storage is None
+        if offset_storage is None:
+            offset_storage = BrokerOffsetStorage(self._uris, self._fetch_config())
+            self._own_storage = True
+        else:
+            self._own_storage = False
+        self.offset_storage = offset_storage
         self.assignor = assignor or RoundRobinAssignor()
         self.closed = False
         self._streams: list[KafkaStream] = []
@@ -481,7 +485,9 @@ class ConsumerConnector:
 
     # Subscriptions.
 
-    def create_message_streams(self, topic_count: Mapping[str, int]) -> dict[str, list[KafkaStream]]:
+    def create_message_streams(
+        self, topic_count: Mapping[str, int]
+    ) -> dict[str, list[KafkaStream]]:
         """``n`` streams for each ``topic: n``; partitions of a topic created later join it."""
         for topic, n in topic_count.items():
             if not isinstance(n, int) or n < 1:
@@ -579,7 +585,8 @@ class ConsumerConnector:
               streams: Sequence[KafkaStream]) -> dict[TopicPartition, KafkaStream]:
         assignment = self.assignor.assign(partitions, len(streams))
         if len(assignment) != len(streams):
-            raise ValueError(f"{self.assignor!r} assigned {len(assignment)} streams, not {len(streams)}")
+            raise ValueError(
+                f"{self.assignor!r} assigned {len(assignment)} streams, not {len(streams)}")
         plan: dict[TopicPartition, KafkaStream] = {}
         for stream, tps in zip(streams, assignment):
             for tp in tps:
@@ -590,7 +597,8 @@ class ConsumerConnector:
 
     def _reset_offset(self, consumer: SimpleConsumer, tp: TopicPartition) -> int:
         reset = self.settings["auto.offset.reset"]
-        (offset,) = consumer.offsets_before(tp[0], tp[1], EARLIEST if reset == "earliest" else LATEST)
+        when = EARLIEST if reset == "earliest" else LATEST
+        (offset,) = consumer.offsets_before(tp[0], tp[1], when)
         return offset
 
     def _forget(self, tp: TopicPartition) -> None:

@@ -4,8 +4,8 @@ import threading
 
 import pytest
 
-from hostbroker.client import (EARLIEST, LATEST, BrokerConnection, BrokerError, MessageSizeTooLargeError,
-                               OffsetOutOfRangeError, SimpleConsumer)
+from hostbroker.client import (EARLIEST, LATEST, BrokerConnection, BrokerError,
+                               MessageSizeTooLargeError, OffsetOutOfRangeError, SimpleConsumer)
 from hostbroker.errors import ErrorCode
 from hostbroker.log.message import CODEC_GZIP, CODEC_SNAPPY, encode_message_set, iter_messages
 from hostbroker.protocol.api import FetchPartition, FetchRequest
@@ -169,7 +169,8 @@ def test_a_reused_receive_buffer_serves_answers_of_any_size(broker):
         produce(client, "t", payloads("b", 20, 3000))
     with BrokerConnection(broker.tcp, reuse_buffer=True) as connection:
         def fetch(offset, max_bytes):
-            answer = connection.request(FetchRequest(0, 0, (FetchPartition("t", 0, offset, max_bytes),)))
+            part = FetchPartition("t", 0, offset, max_bytes)
+            answer = connection.request(FetchRequest(0, 0, (part,)))
             return answer.partitions[0].message_set
 
         small = fetch(0, 1000)

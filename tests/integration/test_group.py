@@ -4,7 +4,7 @@ import threading
 
 import pytest
 
-from hostbroker.client import (Blacklist, ConsumerConnector, ConsumerTimeoutError,
+from hostbroker.client import (Blacklist, ConsumerConnector, ConsumerTimeoutError, OffsetStorage,
                                MessageAndMetadata, SimpleClient, Whitelist)
 from hostbroker.log.message import CODEC_GZIP, encode_message_set
 
@@ -152,3 +152,38 @@ def test_group_id_is_required_and_settings_are_checked():
         ConsumerConnector("tcp://127.0.0.1:1", group_id="g", auto_offset_reset="none")
     with pytest.raises(Exception, match="topic filter"):
         Whitelist("(")
+
+
+class DictOffsetStorage(OffsetStorage):
+    """Offsets in a dict: the smallest storage the interface allows."""
+
+    def __init__(self, stored):
+        self.stored = dict(stored)
+        self.lock = threading.Lock()
+
+    def fetch(self, group, partitions):
+        with self.lock:
+            return {tp: self.stored.get((group, tp), -1) for tp in partitions}
+
+    def commit(self, group, offsets):
+        with self.lock:
+            self.stored.update({(group, tp): o for tp, o in offsets.items()})
+
+
+def test_stored_offsets_out_of_range_reset_and_storage_plugs_in(broker):
+    with broker.client() as client:
+        client.create_topic("pair", 2)
+        for p in range(2):
+            client.produce("pair", p, encode_message_set(values(f"p{p}", 3)))
+    storage = DictOffsetStorage({("g", ("pair", 0)): 10**9, ("g", ("pair", 1)): 0})
+    config = {**FAST, "num.consumer.fetchers": 2, "auto.offset.reset": "earliest"}
+    with ConsumerConnector(broker.unix, config, group_id="g", offset_storage=storage) as connector:
+        (stream,) = connector.create_message_streams({"pair": 1})["pair"]
+        got = take(stream, 6)
+        assert sorted(m.value for m in got) == sorted(values("p0", 3) + values("p1", 3))
+        assert [len(f.positions) for f in connector._fetchers] == [1, 1]
+    # shutdown committed through the storage given, not the broker.
+    ends = {m.partition: m.next_offset for m in got}
+    assert storage.stored == {("g", ("pair", p)): ends[p] for p in range(2)}
+    with SimpleClient(broker.unix) as client:
+        assert [r.offset for r in client.offset_fetch("g", [("pair", 0), ("pair", 1)])] == [-1, -1]
