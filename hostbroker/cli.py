@@ -268,6 +268,49 @@ def _add_perf(sub) -> None:
     consume.set_defaults(func=_perf_consume)
 
 
+def _mirror(args: argparse.Namespace) -> int:
+    from hostbroker.commands import mirror
+
+    return commands.run("mirror", mirror.mirror, source=args.source,
+                        destination=args.destination, topics_regex=args.topics,
+                        group=args.group, num_streams=args.num_streams,
+                        max_messages=args.max_messages, timeout_ms=args.timeout_ms,
+                        commit_interval_ms=args.commit_interval_ms,
+                        consumer_properties=args.consumer_property,
+                        producer_properties=args.producer_property)
+
+
+def _add_mirror(sub) -> None:
+    mirror = sub.add_parser(
+        "mirror", help="copy topics from one broker to another",
+        description="Consume every topic matching --topics on --from (a group's consumer) and "
+                    "produce it to --to, partition for partition, creating missing topics "
+                    "there with the source's partition count. Source offsets are committed "
+                    "only after the producer flushed what was consumed, so a restart loses "
+                    "nothing (some messages may be copied twice). Stops after --max-messages, "
+                    "after --timeout-ms without a message, or on Ctrl-C/SIGTERM (status 0).")
+    mirror.add_argument("--from", dest="source", metavar="URI", required=True,
+                        help="source broker: tcp://HOST:PORT or unix:///PATH")
+    mirror.add_argument("--to", dest="destination", metavar="URI", required=True,
+                        help="destination broker")
+    mirror.add_argument("--topics", metavar="REGEX", required=True,
+                        help="whitelist: a regular expression matching whole topic names")
+    mirror.add_argument("--group", default="hostbroker-mirror",
+                        help="the source consumer group (default hostbroker-mirror)")
+    mirror.add_argument("--num-streams", type=int, default=1, metavar="N",
+                        help="consumer streams, one thread each (default 1)")
+    mirror.add_argument("--max-messages", type=int, metavar="N", help="stop after N messages")
+    mirror.add_argument("--timeout-ms", type=int, metavar="MS",
+                        help="stop after MS milliseconds without a message")
+    mirror.add_argument("--commit-interval-ms", type=int, default=5000, metavar="MS",
+                        help="flush and commit this often (default 5000)")
+    mirror.add_argument("--consumer-property", metavar="KEY=VALUE", action="append", default=[],
+                        help="a source consumer setting (repeatable)")
+    mirror.add_argument("--producer-property", metavar="KEY=VALUE", action="append", default=[],
+                        help="a destination producer setting (repeatable)")
+    mirror.set_defaults(func=_mirror)
+
+
 def _dump_log(args: argparse.Namespace) -> int:
     from hostbroker.commands import dumplog
 
@@ -324,6 +367,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_produce(sub)
     _add_consume(sub)
     _add_dump_log(sub)
+    _add_mirror(sub)
     _add_perf(sub)
     return parser
 

@@ -21,6 +21,7 @@ Ctrl-C. A closed stdout (``| head``) ends a command quietly with status 0.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Callable, Iterable
 
@@ -41,6 +42,19 @@ class CommandError(Exception):
     def __init__(self, message: str, status: int = EXIT_BROKER):
         super().__init__(message)
         self.status = status
+
+
+class Stopped(Exception):
+    """SIGTERM asked a long-running command to stop, as Ctrl-C would."""
+
+
+def stop_on_sigterm() -> None:
+    """Make SIGTERM raise :class:`Stopped` in the main thread, so a command that catches
+    it (with KeyboardInterrupt) commits its offsets and flushes its producer first."""
+    def handler(signum, frame):
+        raise Stopped
+
+    signal.signal(signal.SIGTERM, handler)
 
 
 def usage_error(message: str) -> CommandError:
@@ -130,7 +144,7 @@ def run(name: str, work: Callable[..., int], *args, bootstrap: str | None = None
     except BrokenPipeError:
         _quiet_stdout()
         return EXIT_OK
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Stopped):
         return EXIT_INTERRUPTED
     except (HostbrokerError, OSError) as exc:
         message, status = describe_error(exc, bootstrap)

@@ -24,7 +24,6 @@ stops it quietly.
 
 from __future__ import annotations
 
-import signal
 import sys
 import time
 from collections.abc import Iterable, Iterator
@@ -37,24 +36,14 @@ from hostbroker.commands import (
     CommandError,
     check_bootstrap,
     check_topic,
+    Stopped,
     key_values,
     plural,
+    stop_on_sigterm,
     usage_error,
 )
 
 CODECS = ("none", "gzip", "snappy")
-
-
-class _Stop(Exception):
-    """SIGTERM asked the command to stop as Ctrl-C would."""
-
-
-def stop_on_sigterm() -> None:
-    """Make SIGTERM end the command like Ctrl-C: offsets committed, producer flushed."""
-    def handler(signum, frame):
-        raise _Stop
-
-    signal.signal(signal.SIGTERM, handler)
 
 
 # -- produce ---------------------------------------------------------------
@@ -118,7 +107,7 @@ def produce(topic: str, *, key_separator: str | None = None, compression: str | 
             except DeliveryError as exc:  # sync mode: this message
                 failed.append(exc)
             sent += 1
-    except (KeyboardInterrupt, _Stop):
+    except (KeyboardInterrupt, Stopped):
         pass
     finally:
         try:
@@ -251,7 +240,7 @@ def _consume_partitions(topic, from_beginning, timeout_ms, partition, offset, co
                     last_message = now
                 elif timeout_ms is not None and now - last_message >= timeout_ms / 1000:
                     break
-        except (KeyboardInterrupt, _Stop):
+        except (KeyboardInterrupt, Stopped):
             pass
         output.out.flush()
     return EXIT_OK
@@ -279,7 +268,7 @@ def _consume_group(topic, group, from_beginning, timeout_ms, config, bootstrap,
                     break
         except ConsumerTimeoutError:
             pass
-        except (KeyboardInterrupt, _Stop):
+        except (KeyboardInterrupt, Stopped):
             pass
         output.out.flush()
         connector.commit_offsets()

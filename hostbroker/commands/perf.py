@@ -292,11 +292,12 @@ def produce(topic: str, *, messages: int, size: int, batch_size: int | None = No
         if value is not None:
             config[key] = value
     config.setdefault("client.id", "hostbroker-perf")
-    if config.get("producer.type") == "async":
-        batch = int(config.get("batch.size", 200))
-        config.setdefault("queue.size", max(10000, 2 * batch))
-    from hostbroker.client import Producer
+    from hostbroker.client import PRODUCER_SETTINGS, Producer
+    from hostbroker.client.settings import resolve
 
+    # Room for two batches in the queue, so the sender always has the next one.
+    batch = resolve(PRODUCER_SETTINGS, config)["batch.size"]
+    config.setdefault("queue.size", max(10000, 2 * batch))
     Producer(check_bootstrap(bootstrap), config)  # refuse bad settings here, in one line
     jobs = [(bootstrap, topic, share, size, config) for share in shares(messages, processes)]
     results = _run_workers(produce_worker, jobs)

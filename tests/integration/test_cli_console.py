@@ -118,3 +118,64 @@ def test_consume_refusals(broker, tmp_path):
         assert needle in one_line_error(result)
     down = hostbroker("consume", "--bootstrap", f"unix://{tmp_path}/none.sock", "--topic", "r")
     assert down.returncode == 1 and "cannot reach the broker" in one_line_error(down)
+
+
+def test_produce_lines_then_consume_them(broker):
+    with broker.client() as client:
+        client.create_topic("lines", 1)
+    sent = hostbroker("produce", "--bootstrap", broker.tcp, "--topic", "lines",
+                      input=b"first\nsecond with spaces\n\n\xff\xfe raw\nno newline at end")
+    assert sent.returncode == 0, sent.stderr
+    assert sent.stdout == b"" and sent.stderr == b""
+    assert _all_values(broker, "lines") == [b"first", b"second with spaces", b"", b"\xff\xfe raw",
+                                           b"no newline at end"]
+    echoed = hostbroker("consume", "--bootstrap", broker.tcp, "--topic", "lines",
+                        "--from-beginning", "--max-messages", "5")
+    assert echoed.stdout == b"first\nsecond with spaces\n\n\xff\xfe raw\nno newline at end\n"
+
+
+def test_produce_keys_choose_partitions_and_are_not_stored(broker):
+    import zlib
+
+    with broker.client() as client:
+        client.create_topic("keyed", 4)
+    text = "".join(f"user{i % 5}|event {i}\n" for i in range(40)) + "no separator here\n"
+    result = hostbroker("produce", "--bootstrap", broker.unix, "--topic", "keyed",
+                        "--key-separator", "|", input=text.encode())
+    assert result.returncode == 1
+    assert one_line_error(result) == ("hostbroker produce: 1 line not sent (line 41 has no key "
+                                      "separator b'|')")
+    with SimpleConsumer(broker.unix) as consumer:
+        for p in range(4):
+            values = [v for _, _, v in consumer.messages("keyed", p, 0, stop_at_end=True)]
+            expected = [f"event {i}".encode() for i in range(40)
+                        if zlib.crc32(f"user{i % 5}".encode()) % 4 == p]
+            assert values == expected  # the key's partition, in order, without the key
+
+
+def test_produce_sync_gzip_acks_all_and_failures(broker, tmp_path):
+    from hostbroker.log.message import CODEC_GZIP, iter_messages
+
+    with broker.client() as client:
+        client.create_topic("zipped", 1)
+    result = hostbroker("produce", "--bootstrap", broker.tcp, "--topic", "zipped",
+                        "--compression", "gzip", "--acks", "-1", "--sync",
+                        input=b"".join(b"line %d\n" % i for i in range(10)))
+    assert result.returncode == 0, result.stderr
+    with broker.client() as client:
+        fetched = client.fetch("zipped", 0, 0, 1 << 20)
+    messages = list(iter_messages(fetched.message_set, 0))
+    assert [m.payload for m in messages] == [b"line %d" % i for i in range(10)]
+    assert {m.codec for m in messages} == {CODEC_GZIP}
+
+    down = hostbroker("produce", "--bootstrap", f"unix://{tmp_path}/none.sock", "--topic", "z",
+                      input=b"a\nb\n")
+    assert down.returncode == 1
+    assert one_line_error(down).startswith("hostbroker produce: 2 of 2 messages not acknowledged")
+    for args, needle in [(("--topic", "a b"), "invalid topic name"),
+                         (("--topic", "z", "--key-separator", ""), "--key-separator"),
+                         (("--topic", "z", "--property", "batch.size=0"), "batch.size"),
+                         (("--topic", "z", "--acks", "2"), "invalid choice")]:
+        refused = hostbroker("produce", "--bootstrap", broker.tcp, *args, input=b"x\n")
+        assert refused.returncode == 2, (args, refused)
+        assert needle in one_line_error(refused)

@@ -1,0 +1,83 @@
+"""``hostbroker mirror`` as a subprocess, copying topics between two real brokers."""
+
+from __future__ import annotations
+
+from hostbroker.client import EARLIEST, SimpleConsumer
+from hostbroker.log.message import CODEC_SNAPPY, encode_message_set
+from tests.integration.cli import hostbroker, lines, one_line_error
+
+
+def _partitions(uri: str, topic: str) -> dict[int, list[bytes]]:
+    """Every value of ``topic`` by partition, or {} when the broker has no such topic."""
+    with SimpleConsumer(uri) as consumer:
+        (found,) = consumer.metadata([topic]).topics
+        result = {}
+        for part in found.partitions:
+            start = consumer.offsets_before(topic, part.partition, EARLIEST)[0]
+            result[part.partition] = [v for _, _, v in consumer.messages(
+                topic, part.partition, start, stop_at_end=True)]
+        return result
+
+
+def _produce(uri: str, topic: str, partition: int, values: list[bytes], codec: int = 0) -> None:
+    from hostbroker.client import SimpleClient
+
+    with SimpleClient(uri) as client:
+        client.produce(topic, partition, encode_message_set(values, codec=codec))
+
+
+def _root(tmp_path, name: str):
+    root = tmp_path / name
+    root.mkdir()
+    return root
+
+
+def test_mirror_copies_matching_topics_partition_for_partition_and_resumes(make_broker, tmp_path):
+    source = make_broker(root=_root(tmp_path, "source"))
+    destination = make_broker(root=_root(tmp_path, "destination"))
+    with source.client() as client:
+        client.create_topic("orders", 3)
+        client.create_topic("orders.eu", 1)
+        client.create_topic("audit", 1)
+    for p in range(3):
+        _produce(source.tcp, "orders", p, [b"order-%d-%d" % (p, i) for i in range(20)])
+    _produce(source.tcp, "orders", 1, [b"packed-%d" % i for i in range(5)], CODEC_SNAPPY)
+    _produce(source.tcp, "orders.eu", 0, [b"eu-1", b"eu-2"])
+    _produce(source.tcp, "audit", 0, [b"secret"])
+
+    args = ("mirror", "--from", source.tcp, "--to", destination.unix, "--topics", "orders.*",
+            "--group", "copier", "--num-streams", "2")
+    first = hostbroker(*args, "--timeout-ms", "1500")
+    assert first.returncode == 0, first.stderr
+    assert lines(first) == [f"mirrored 67 messages of orders, orders.eu from {source.tcp} "
+                            f"to {destination.unix}"]
+    assert _partitions(destination.tcp, "orders") == _partitions(source.tcp, "orders")
+    assert _partitions(destination.tcp, "orders.eu") == {0: [b"eu-1", b"eu-2"]}
+    with destination.client() as client:
+        (audit,) = client.metadata(["audit"]).topics
+    assert audit.partitions == ()  # not matched, not copied
+
+    # More arrives; a run cut short by --max-messages, then one that finishes: each new
+    # message lands once, in order, because offsets were committed after each flush.
+    for p in range(3):
+        _produce(source.tcp, "orders", p, [b"late-%d-%d" % (p, i) for i in range(10)])
+    cut = hostbroker(*args, "--max-messages", "7", "--commit-interval-ms", "50")
+    assert cut.returncode == 0, cut.stderr
+    assert lines(cut)[0].startswith("mirrored 7 messages of orders")
+    rest = hostbroker(*args, "--timeout-ms", "1500")
+    assert lines(rest)[0].startswith("mirrored 23 messages of orders")
+    assert _partitions(destination.tcp, "orders") == _partitions(source.tcp, "orders")
+
+
+def test_mirror_refusals(make_broker):
+    source = make_broker()
+    for args, status, needle in [
+        (("--topics", "(", "--to", source.tcp), 2, "not a regular expression"),
+        (("--topics", "x", "--to", "ftp://x"), 2, "bad broker URI"),
+        (("--topics", "x", "--to", source.tcp, "--num-streams", "0"), 2, "--num-streams"),
+        (("--topics", "x", "--to", source.tcp, "--consumer-property", "fetch.size=-1"), 2,
+         "fetch.size"),
+    ]:
+        result = hostbroker("mirror", "--from", source.tcp, *args)
+        assert result.returncode == status, (args, result)
+        assert needle in one_line_error(result)
