@@ -347,3 +347,19 @@ def test_static_broker_list_unites_the_brokers_partitions(make_broker, tmp_path)
         with SimpleClient(broker.unix) as client:
             counts[(broker.root, partition)] = len(messages(client, topic, partition))
     assert sum(counts.values()) == 60 and all(counts.values())
+
+
+def test_close_with_a_timeout_fails_what_is_left(silent_uri):
+    trace = Trace()
+    producer = Producer(silent_uri, producer_type="async", batch_size=5, queue_size=50,
+                        queue_time=60000, request_timeout_ms=2000, callbacks=trace)
+    producer.send_many("t", [b"m%d" % i for i in range(12)])
+    with pytest.raises(TimeoutError, match="12 messages still outstanding"):
+        producer.close(timeout=0.2)
+    with pytest.raises(Exception, match="closed"):
+        producer.send("t", b"late")
+    # The sending thread gives up on its own and reports every message.
+    assert wait_for(lambda: sum(len(e.failures[0].values) for _, e in trace.failed) == 12,
+                    timeout=30)
+    assert producer.stats["failed"] == 12
+    producer.close()  # idempotent
