@@ -23,7 +23,9 @@ An offset outside the log raises :class:`OffsetOutOfRangeError` unless
 the set then says where it moved from (``reset_from``).
 
 One connection, opened on first use and opened again on the next call after
-an error closed it; the brokers of ``broker.list`` are tried in order. Not
+an error closed it; the brokers of ``broker.list`` are tried in order. A call
+whose kept connection turns out dead (the broker restarted) is repeated once
+on a new one: fetches and offset requests may be repeated. Not
 thread safe: give each thread its own consumer.
 """
 
@@ -206,6 +208,10 @@ class _Connector:
         self.client_id = settings["client.id"]
         self.connection: BrokerConnection | None = None
 
+    @property
+    def connected(self) -> bool:
+        return self.connection is not None and self.connection.connected
+
     def get(self) -> BrokerConnection:
         connection = self.connection
         if connection is not None and connection.connected:
@@ -224,6 +230,18 @@ class _Connector:
             return connection
         assert failure is not None
         raise failure
+
+    def request(self, request: api.Request) -> Any:
+        """Send ``request`` and wait for its answer; once more on a new connection when
+        one opened earlier turns out dead (a broker restarted since: its first use
+        fails). Only for requests that may be repeated."""
+        reused = self.connected
+        try:
+            return self.get().request(request)
+        except ConnectionError:  # ConnectionClosedError included; the connection is closed
+            if not reused:
+                raise
+        return self.get().request(request)
 
     def close(self) -> None:
         if self.connection is not None:
@@ -274,7 +292,7 @@ class SimpleConsumer:
         return self._connector.get()
 
     def _request(self, request: api.Request) -> Any:
-        return self._connector.get().request(request)
+        return self._connector.request(request)
 
     # FETCH
 
@@ -299,6 +317,14 @@ class SimpleConsumer:
         parts = tuple(self._fetch_partition(r) for r in requests)
         if not parts:
             return []
+        reused = self._connector.connected
+        try:
+            self.send_fetch(parts)
+            return self.receive_fetch(parts)
+        except ConnectionError:
+            if not reused:
+                raise
+        # As _Connector.request: a fetch may be repeated.
         self.send_fetch(parts)
         return self.receive_fetch(parts)
 

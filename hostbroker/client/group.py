@@ -199,7 +199,7 @@ class BrokerOffsetStorage(OffsetStorage):
 
     def _request(self, request: api.Request) -> Any:
         with self._lock:
-            return self._connector.get().request(request)
+            return self._connector.request(request)
 
     def fetch(self, group: str, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         asked = tuple(api.OffsetFetchPartition(t, p) for t, p in partitions)
@@ -255,6 +255,7 @@ class KafkaStream:
         self._partition = -1
         self._last: tuple[TopicPartition, int] | None = None  # handed out, not yet moved past
         self._ended = False
+        self._failure: BaseException | None = None  # a stopped fetcher's, raised after the queue
 
     def __repr__(self) -> str:
         return f"<KafkaStream {self.index} of {self.partitions}>"
@@ -283,6 +284,10 @@ class KafkaStream:
             self._take()
 
     def _take(self) -> None:
+        failure = self._failure
+        if failure is not None:
+            self._failure = None
+            raise failure
         try:
             item = self._queue.get(timeout=self._timeout)
         except queue.Empty:
@@ -307,6 +312,13 @@ class KafkaStream:
     def put(self, item: Any) -> None:
         """For fetchers: never blocks (they ask only for partitions of streams with room)."""
         self._queue.put_nowait(item)
+
+    def fail(self, error: BaseException) -> None:
+        """For a fetcher that stops: raise ``error`` in the reader after what is queued."""
+        if self.room() > 0:
+            self._queue.put_nowait(error)
+        else:
+            self._failure = error
 
     def end(self) -> None:
         """Drop what is queued and end the iteration (after the fetchers stopped)."""
@@ -359,6 +371,13 @@ class _Fetcher:
                 log.warning("consumer fetcher %d: %s; retrying", self.index, exc)
                 self.wake.wait(backoff)
                 self.wake.clear()
+            except Exception as exc:
+                # Nothing a retry cures: stop, and have the readers raise it
+                # rather than wait for ever.
+                log.exception("consumer fetcher %d stopped", self.index)
+                for stream in set(self.streams.values()):
+                    stream.fail(exc)
+                break
         self.consumer.close()
 
     def _take_incoming(self) -> None:

@@ -201,3 +201,16 @@ def test_multifetch_growing_one_partition_keeps_the_others_sets(broker):
     assert [v for _, _, v in sets[0]] == [b"L" * 3000]
     assert [v for _, _, v in sets[1]] == payloads("one", 200, 20)[:166]
     assert [v for _, _, v in sets[2]] == payloads("two", 200, 20)[:166]
+
+
+def test_a_connection_from_before_a_broker_restart_is_replaced(broker):
+    with broker.client() as client:
+        produce(client, "t", [b"kept"])
+    with SimpleConsumer(broker.unix, fetch_wait_max_ms=0) as consumer:
+        assert [v for _, _, v in consumer.fetch("t", 0, 0)] == [b"kept"]
+        broker.stop()
+        broker.start()
+        assert [v for _, _, v in consumer.fetch("t", 0, 0)] == [b"kept"]
+        broker.stop()
+        broker.start()
+        assert consumer.offsets_before("t", 0, EARLIEST) == [0]

@@ -187,3 +187,38 @@ def test_stored_offsets_out_of_range_reset_and_storage_plugs_in(broker):
     assert storage.stored == {("g", ("pair", p)): ends[p] for p in range(2)}
     with SimpleClient(broker.unix) as client:
         assert [r.offset for r in client.offset_fetch("g", [("pair", 0), ("pair", 1)])] == [-1, -1]
+
+
+class RefusingOffsetStorage(DictOffsetStorage):
+    def fetch(self, group, partitions):
+        partitions = list(partitions)
+        if any(topic == "w.refused" for topic, _ in partitions):
+            raise LookupError("no offsets for w.refused")
+        return super().fetch(group, partitions)
+
+
+def test_a_fetcher_that_cannot_go_on_makes_its_streams_raise(broker):
+    with broker.client() as client:
+        client.produce("w.ok", 0, encode_message_set([b"ok"]))
+    storage = RefusingOffsetStorage({})
+    with ConsumerConnector(broker.unix, FAST, group_id="g", offset_storage=storage) as connector:
+        (stream,) = connector.create_message_streams_by_filter(Whitelist(r"w\..*"))
+        assert next(stream).value == b"ok"
+        with broker.client() as client:
+            client.produce("w.refused", 0, encode_message_set([b"never"]))
+        with pytest.raises(LookupError, match="no offsets for w.refused"):
+            next(stream)
+
+
+def test_fetching_resumes_after_the_broker_restarts(broker):
+    with broker.client() as client:
+        client.produce("r", 0, encode_message_set([b"before"]))
+    config = {**FAST, "retry.backoff.ms": 50, "consumer.timeout.ms": 60000}
+    with ConsumerConnector(broker.unix, config, group_id="restart") as connector:
+        (stream,) = connector.create_message_streams({"r": 1})["r"]
+        assert next(stream).value == b"before"
+        broker.stop()
+        broker.start()
+        with broker.client() as client:
+            client.produce("r", 0, encode_message_set([b"after"]))
+        assert next(stream).value == b"after"
