@@ -239,8 +239,8 @@ class KafkaStream:
     Raises ConsumerTimeoutError after ``consumer.timeout.ms`` without a
     message (iterate again to keep waiting), an error a fetcher met for one of
     its partitions (OffsetOutOfRangeError with no reset possible,
-    MessageSizeTooLargeError, BrokerError), and InvalidMessageError for a
-    message that fails its check. Ends (StopIteration) after
+    MessageSizeTooLargeError, BrokerError), the error that stopped its
+    fetcher, and InvalidMessageError for a message that fails its check. Ends (StopIteration) after
     :meth:`ConsumerConnector.shutdown`. Read one stream from one thread.
     """
 
