@@ -389,6 +389,9 @@ class _Fetcher:
 
     def _round(self) -> None:
         """One FETCH for every partition whose stream has room, or a wait for room."""
+        # Cleared before looking at the queues: a chunk taken after this
+        # sets it again, so no wake-up is lost.
+        self.wake.clear()
         self._take_incoming()
         now = time.monotonic()
         room = {id(s): s.room() for s in set(self.streams.values())}
@@ -400,7 +403,6 @@ class _Fetcher:
                 parts.append(api.FetchPartition(tp[0], tp[1], offset, self.consumer.fetch_size))
         if not parts:
             self.wake.wait(self.connector._idle_wait())
-            self.wake.clear()
             return
         self.consumer.send_fetch(parts)
         results = self.consumer.receive_fetch(parts, raise_on_error=False)
@@ -417,7 +419,6 @@ class _Fetcher:
         if not fetched and self.consumer.max_wait_ms == 0:
             # No long poll to pace the rounds: do not spin on an idle log.
             self.wake.wait(self.connector.settings["retry.backoff.ms"] / 1000)
-            self.wake.clear()
 
     def _failed(self, tp: TopicPartition, error: HostbrokerError) -> None:
         code = getattr(error, "code", None)

@@ -222,3 +222,28 @@ def test_fetching_resumes_after_the_broker_restarts(broker):
         with broker.client() as client:
             client.produce("r", 0, encode_message_set([b"after"]))
         assert next(stream).value == b"after"
+
+
+def test_the_interval_commit_stores_only_what_a_stream_moved_past(broker):
+    with broker.client() as client:
+        client.produce("tick", 0, encode_message_set(values("t", 5)))
+    config = {**FAST, "auto.commit.interval.ms": 50}
+    connector = ConsumerConnector(broker.unix, config, group_id="tick")
+    try:
+        (stream,) = connector.create_message_streams({"tick": 1})["tick"]
+        got = take(stream, 3)  # the third is in our hands, not moved past
+        pause = threading.Event()
+        with broker.client() as client:
+            for _ in range(200):
+                (stored,) = client.offset_fetch("tick", [("tick", 0)])
+                if stored.offset != -1:
+                    break
+                pause.wait(0.05)
+            pause.wait(0.2)  # later interval commits store the same
+            (stored,) = client.offset_fetch("tick", [("tick", 0)])
+        assert stored.offset == got[1].next_offset
+        assert connector.positions() == {("tick", 0): got[2].next_offset}
+    finally:
+        connector.shutdown()
+    with SimpleClient(broker.unix) as client:
+        assert client.offset_fetch("tick", [("tick", 0)])[0].offset == got[2].next_offset
