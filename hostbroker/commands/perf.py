@@ -298,7 +298,7 @@ def produce(topic: str, *, messages: int, size: int, batch_size: int | None = No
     # Room for two batches in the queue, so the sender always has the next one.
     batch = resolve(PRODUCER_SETTINGS, config)["batch.size"]
     config.setdefault("queue.size", max(10000, 2 * batch))
-    Producer(check_bootstrap(bootstrap), config)  # refuse bad settings here, in one line
+    Producer(check_bootstrap(bootstrap), config).close()  # refuse bad settings here
     jobs = [(bootstrap, topic, share, size, config) for share in shares(messages, processes)]
     results = _run_workers(produce_worker, jobs)
     return _report("produce", results, as_json, out, err, processes=processes, size=size,
