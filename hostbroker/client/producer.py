@@ -509,7 +509,7 @@ class _Dispatcher:
         sets = []
         for (topic, slot), (pieces, pinned) in groups.items():
             known = self.cluster.cached(topic)
-            if not isinstance(slot, int) or slot < 0 or (known.known and slot >= counts[topic]):
+            if known.known and slot >= counts[topic]:
                 refused.append((topic, slot, _flatten(pieces), BrokerError(
                     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                     f"partition {slot!r} of {counts[topic]}", topic=topic, partition=slot)))
@@ -780,7 +780,8 @@ class Producer:
                           refresh_interval_ms=settings["topic.metadata.refresh.interval.ms"])
         self._dispatcher = _Dispatcher(settings, cluster, partitioner or DefaultPartitioner(),
                                        self._callbacks, self._stats, self._set_done)
-        self._topics: set[str] = set()
+        self._topics: set[str] = set()  # names checked
+        self._plain_topics: set[str] = set()  # ... and sent with the default encoder
         self._lock = threading.Lock()
         self._closed = False
         # Failures not yet raised by flush()/close(), and how many messages they hold.
@@ -829,16 +830,24 @@ class Producer:
         and ``queued``, the messages waiting in the async queue."""
         stats = dict(self._stats)
         if self.is_async:
-            stats["enqueued"] = self._enqueued
+            stats["enqueued"] = self._taken + self._queued
         stats["queued"] = self._queued if self.is_async else 0
         return stats
 
     # -- what every send checks in the caller's thread -----------------------------
 
-    def _encode(self, topic: str, value: Any, key: Any) -> tuple[bytes, bytes | None]:
+    def _check_target(self, topic: str, partition: Any) -> None:
         if topic not in self._topics:
             validate_topic_name(topic)
             self._topics.add(topic)
+            if self._default_encoder:
+                self._plain_topics.add(topic)
+        if partition is not None and (type(partition) is not int or partition < 0):
+            raise ValueError(f"partition must be None or an int >= 0, got {partition!r}")
+
+    def _encode(self, topic: str, value: Any, key: Any,
+                partition: Any = None) -> tuple[bytes, bytes | None]:
+        self._check_target(topic, partition)
         if type(value) is not bytes or not self._default_encoder:
             value = self._encoder.encode(value)
         if len(value) > self._max_value_bytes:
@@ -847,10 +856,9 @@ class Producer:
             key = self._encoder.encode(key)
         return value, key
 
-    def _encode_many(self, topic: str, values, key: Any) -> tuple[list[bytes], bytes | None]:
-        if topic not in self._topics:
-            validate_topic_name(topic)
-            self._topics.add(topic)
+    def _encode_many(self, topic: str, values, key: Any,
+                     partition: Any = None) -> tuple[list[bytes], bytes | None]:
+        self._check_target(topic, partition)
         encode = self._encoder.encode
         if self._default_encoder:
             values = [v if type(v) is bytes else encode(v) for v in values]
@@ -875,7 +883,7 @@ class Producer:
         with self._lock:
             self._record(s)
             self._ended += len(s.values)
-            if self._ended == self._enqueued:
+            if self._ended == self._taken + self._queued:
                 self._idle.notify_all()
 
     def _record(self, s: _Set) -> None:
@@ -919,7 +927,7 @@ class Producer:
 
     def _send_sync(self, topic: str, value: Any, key: Any = None,
                    partition: int | None = None) -> RecordMetadata | None:
-        value, key = self._encode(topic, value, key)
+        value, key = self._encode(topic, value, key, partition)
         if self._on_enqueued is not None:
             self._on_enqueued(topic, partition, value)
         metadata = self._metadata(self._run_sync([(topic, key, partition, value)], 1))
@@ -927,7 +935,7 @@ class Producer:
 
     def _send_many_sync(self, topic: str, values, key: Any = None,
                         partition: int | None = None) -> list[RecordMetadata] | None:
-        values, key = self._encode_many(topic, values, key)
+        values, key = self._encode_many(topic, values, key, partition)
         if not values:
             return None if self.settings["request.required.acks"] == 0 else []
         if self._on_enqueued is not None:
@@ -945,8 +953,12 @@ class Producer:
         self._items: list[tuple] = []
         self._codec = _CODECS[settings["compression.codec"]]
         self._queued = 0  # messages in the queue
-        self._enqueued = 0  # messages ever queued ...
-        self._ended = 0  # ... and ever acknowledged or failed: flush waits for equality
+        # Messages ever taken off the queue by the sending thread, and ever
+        # acknowledged or failed: flush() waits for ended == taken + queued.
+        self._taken = 0
+        self._ended = 0
+        # queue.size, or -1 once closing or stopped: send() compares one number.
+        self._limit = settings["queue.size"]
         self._first_at = 0.0  # when the queue last went from empty to not empty
         self._queue_size = settings["queue.size"]
         self._batch_size = settings["batch.size"]
@@ -971,13 +983,13 @@ class Producer:
         # The common case (bytes, a topic seen before, no key) costs a lock,
         # a list append and a few counters. acquire/release: measured at half
         # the cost of ``with`` on this path.
-        if topic not in self._topics or type(value) is not bytes or key is not None \
-                or not self._default_encoder or len(value) > self._max_value_bytes:
-            value, key = self._encode(topic, value, key)
+        if topic not in self._plain_topics or type(value) is not bytes or key is not None \
+                or partition is not None or len(value) > self._max_value_bytes:
+            value, key = self._encode(topic, value, key, partition)
         lock = self._lock
         lock.acquire()
         try:
-            if self._queued >= self._queue_size or self._refusing:
+            if self._queued >= self._limit:
                 self._wait_for_room(1)
             if key is None and partition is None:
                 values = self._keyless.get(topic)
@@ -988,7 +1000,6 @@ class Producer:
             else:
                 self._items.append((topic, key, partition, value))
             queued = self._queued = self._queued + 1
-            self._enqueued += 1
             if queued == 1:
                 self._first_at = time.monotonic()
                 self._wake.notify()
@@ -1001,7 +1012,7 @@ class Producer:
 
     def _send_many_async(self, topic: str, values, key: Any = None,
                          partition: int | None = None) -> None:
-        values, key = self._encode_many(topic, values, key)
+        values, key = self._encode_many(topic, values, key, partition)
         batch = self._batch_size
         keyless = key is None and partition is None
         pieces: list = [values[i:i + batch] for i in range(0, len(values), batch)]
@@ -1016,7 +1027,7 @@ class Producer:
             lock = self._lock
             lock.acquire()
             try:
-                if self._queued + n > self._queue_size or self._refusing:
+                if self._queued + n > self._limit:
                     self._wait_for_room(n)
                 if keyless:
                     queued = self._keyless.get(topic)
@@ -1034,7 +1045,6 @@ class Producer:
                     self._items.append((topic, key, partition, piece))
                 before = self._queued
                 self._queued = before + n
-                self._enqueued += n
                 if before == 0:
                     self._first_at = time.monotonic()
                 if before == 0 or before < batch <= before + n:
@@ -1096,10 +1106,12 @@ class Producer:
             keyless, self._keyless = self._keyless, {}
             chunked, self._chunked = self._chunked, set()
             items, self._items = self._items, []
+            self._taken += self._queued
             self._queued = 0
         else:
             keyless, items, chunked, count = take_batch(
                 self._keyless, self._chunked, self._items, self._batch_size)
+            self._taken += count
             self._queued -= count
             self._first_at = time.monotonic()
         if self._room_waiters:
@@ -1134,8 +1146,10 @@ class Producer:
             if not report:
                 self._fatal = exc
             self._refusing = True
+            self._limit = -1
             keyless, self._keyless = self._keyless, {}
             items, self._items = self._items, []
+            self._taken += self._queued
             self._queued = 0
             self._room.notify_all()
         keyless_items = [(topic, None, None, piece) for topic, values in keyless.items()
@@ -1161,10 +1175,10 @@ class Producer:
             self._set_done(s)
         with self._lock:
             # Messages the failure caught between two of the lists above.
-            missing = self._enqueued - self._ended
+            missing = self._taken - self._ended
             self._failed_messages += missing
             self._stats["failed"] += missing
-            self._ended = self._enqueued
+            self._ended = self._taken
             self._idle.notify_all()
 
     def flush(self, timeout: float | None = None) -> None:
@@ -1178,9 +1192,11 @@ class Producer:
             self._flushers += 1
             self._wake.notify()
             try:
-                if not self._idle.wait_for(lambda: self._ended == self._enqueued, timeout):
+                if not self._idle.wait_for(
+                        lambda: self._ended == self._taken + self._queued, timeout):
                     raise TimeoutError(
-                        f"flush: {self._enqueued - self._ended} messages still outstanding"
+                        f"flush: {self._taken + self._queued - self._ended} messages still"
+                        " outstanding"
                         f" after {timeout}s")
             finally:
                 self._flushers -= 1
@@ -1209,6 +1225,7 @@ class Producer:
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
             self._closing = self._refusing = True
+            self._limit = -1
             self._wake.notify()
             self._room.notify_all()
         try:

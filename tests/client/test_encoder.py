@@ -61,6 +61,10 @@ def test_producer_refuses_before_any_io(mode):
             producer.send_many("t", [b"x", b"x" * 95])
         with pytest.raises(InvalidTopicError):
             producer.send("bad/topic", b"v")
+        with pytest.raises(ValueError, match="partition must be None or an int >= 0"):
+            producer.send("t", b"v", partition=-1)
+        with pytest.raises(ValueError, match="got '1'"):
+            producer.send_many("t", [b"v"], partition="1")
         assert producer.stats["enqueued"] == 0
 
 
