@@ -43,7 +43,9 @@ from hostbroker.commands import (
     usage_error,
 )
 
-CODECS = ("none", "gzip", "snappy")
+# Typed lines should not wait the producer's default 5 s for a batch to fill.
+CONSOLE_PRODUCER_DEFAULTS = {"producer.type": "async", "queue.time": 1000,
+                             "client.id": "hostbroker-console-producer"}
 
 
 # -- produce ---------------------------------------------------------------
@@ -65,13 +67,23 @@ def _messages(lines: Iterable[bytes], separator: bytes | None,
         yield key, value
 
 
-def producer_config(properties: Iterable[str], **chosen) -> dict:
-    """The producer's settings: ``--property`` strings, then the command's own options.
+def producer_config(properties: Iterable[str], chosen: dict, defaults: dict,
+                    option: str = "--property") -> dict:
+    """A command's producer settings, later wins: ``defaults``, ``--property`` strings,
+    the command's own options (``chosen``, dotted keys; None for an option not given).
 
-    ``chosen`` holds the dotted keys the options set (None: not given).
+    The queue is made to hold two batches when ``batch.size`` asks for more
+    than its default, so a large batch size alone is not refused.
     """
-    config = key_values("--property", properties)
+    from hostbroker.client import PRODUCER_SETTINGS
+    from hostbroker.client.settings import resolve
+
+    config = dict(defaults)
+    config.update(key_values(option, properties))
     config.update({key: value for key, value in chosen.items() if value is not None})
+    if "queue.size" not in config:
+        settings = resolve(PRODUCER_SETTINGS, config)
+        config["queue.size"] = max(settings["queue.size"], 2 * settings["batch.size"])
     return config
 
 
@@ -85,14 +97,12 @@ def produce(topic: str, *, key_separator: str | None = None, compression: str | 
     check_topic(topic)
     if key_separator == "":
         raise usage_error("--key-separator must not be empty")
-    config = producer_config(properties, **{
+    config = producer_config(properties, {
         "producer.type": "sync" if sync else None,
         "request.required.acks": acks,
         "compression.codec": compression,
         "batch.size": batch_size,
-    })
-    config.setdefault("producer.type", "async")
-    config.setdefault("client.id", "hostbroker-console-producer")
+    }, CONSOLE_PRODUCER_DEFAULTS)
     producer = Producer(check_bootstrap(bootstrap), config)
     separator = key_separator.encode() if key_separator is not None else None
     rejected: list[str] = []

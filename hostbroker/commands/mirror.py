@@ -165,6 +165,7 @@ def mirror(*, source: str, destination: str, topics_regex: str, group: str = DEF
            err: TextIO = sys.stderr) -> int:
     """Copy the matching topics from ``source`` to ``destination`` (module docstring)."""
     from hostbroker.client import ConsumerConnector, Producer, SimpleClient, Whitelist
+    from hostbroker.commands.console import producer_config
 
     _check(topics_regex, num_streams, max_messages, timeout_ms, commit_interval_ms)
     check_bootstrap(source)
@@ -174,11 +175,11 @@ def mirror(*, source: str, destination: str, topics_regex: str, group: str = DEF
     consumer_config.setdefault("client.id", "hostbroker-mirror")
     consumer_config.update({"group.id": group, "auto.commit.enable": False,
                             "consumer.timeout.ms": min(_POLL_MS, timeout_ms or _POLL_MS)})
-    producer_config = key_values("--producer-property", producer_properties)
-    producer_config.setdefault("producer.type", "async")
-    producer_config.setdefault("client.id", "hostbroker-mirror")
+    producer_settings = producer_config(
+        producer_properties, {}, {"producer.type": "async", "client.id": "hostbroker-mirror"},
+        "--producer-property")
 
-    producer = Producer(destination, producer_config)
+    producer = Producer(destination, producer_settings)
     connector = ConsumerConnector(source, consumer_config)
     state = _Mirror(connector, producer, SimpleClient(source, "hostbroker-mirror"),
                     SimpleClient(destination, "hostbroker-mirror"), max_messages, timeout_ms)

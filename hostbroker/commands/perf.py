@@ -286,18 +286,15 @@ def produce(topic: str, *, messages: int, size: int, batch_size: int | None = No
     check_limits(messages=messages, size=size, processes=processes, batch_size=batch_size)
     if processes > messages:
         raise usage_error(f"--processes ({processes}) must not exceed --messages ({messages})")
-    config = key_values("--property", properties)
-    for key, value in (("producer.type", producer_type), ("request.required.acks", acks),
-                       ("compression.codec", compression), ("batch.size", batch_size)):
-        if value is not None:
-            config[key] = value
-    config.setdefault("client.id", "hostbroker-perf")
-    from hostbroker.client import PRODUCER_SETTINGS, Producer
-    from hostbroker.client.settings import resolve
+    from hostbroker.client import Producer
+    from hostbroker.commands.console import producer_config
 
-    # Room for two batches in the queue, so the sender always has the next one.
-    batch = resolve(PRODUCER_SETTINGS, config)["batch.size"]
-    config.setdefault("queue.size", max(10000, 2 * batch))
+    config = producer_config(properties, {
+        "producer.type": producer_type,
+        "request.required.acks": acks,
+        "compression.codec": compression,
+        "batch.size": batch_size,
+    }, {"client.id": "hostbroker-perf"})
     Producer(check_bootstrap(bootstrap), config).close()  # refuse bad settings here
     jobs = [(bootstrap, topic, share, size, config) for share in shares(messages, processes)]
     results = _run_workers(produce_worker, jobs)
