@@ -16,6 +16,9 @@ follows a torn write is often worth seeing, and stops at the first entry that
 cannot be framed (it runs past the end of the file, or its length is below
 the minimum).
 
+``--summary`` (without ``--deep``) takes the valid prefix from
+:func:`~hostbroker.log.message.scan_valid_prefix` and walks only the rest.
+
 Exit status: 0 when every file is valid to its end (and, with ``--deep``,
 every wrapper opens into valid messages), 3 otherwise, 2 for a path that
 cannot be read.
@@ -43,6 +46,7 @@ from hostbroker.log.message import (
     LENGTH_SIZE,
     MIN_LENGTH_V0,
     MIN_LENGTH_V1,
+    scan_valid_prefix,
 )
 from hostbroker.log.segments import SEGMENT_SUFFIX, parse_segment_filename
 
@@ -250,8 +254,24 @@ def _dump_file(path: str, base_offset: int, printer: _Printer, *, deep: bool,
     return totals.stop_reason is None and totals.bad_wrappers == 0
 
 
+def _summarize_entries(view, max_message_bytes: int) -> _Totals:
+    """Totals without a line per entry: the valid prefix by the library's fast scan (what
+    recovery runs), then a walk of the rest for the reason and the entries after it."""
+    valid_bytes, valid_entries = scan_valid_prefix(view, max_message_bytes)
+    totals = _Totals(entries=valid_entries, valid_entries=valid_entries, messages=valid_entries)
+    if valid_bytes == len(view):
+        return totals
+    totals.valid_bytes = valid_bytes
+    rest = list(walk(view[valid_bytes:], max_message_bytes))
+    totals.stop_reason = rest[0].problem
+    totals.entries += sum(entry.whole for entry in rest)
+    return totals
+
+
 def _dump_entries(view, base_offset: int, printer: _Printer, *, deep: bool,
                   summary_only: bool, max_message_bytes: int) -> _Totals:
+    if summary_only and not deep:
+        return _summarize_entries(view, max_message_bytes)
     totals = _Totals()
     for entry in walk(view, max_message_bytes):
         offset = base_offset + entry.position
