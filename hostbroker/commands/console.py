@@ -34,9 +34,9 @@ from hostbroker.commands import (
     EXIT_BROKER,
     EXIT_OK,
     CommandError,
+    Stopped,
     check_bootstrap,
     check_topic,
-    Stopped,
     key_values,
     plural,
     stop_on_sigterm,
@@ -52,19 +52,20 @@ CONSOLE_PRODUCER_DEFAULTS = {"producer.type": "async", "queue.time": 1000,
 
 
 def _messages(lines: Iterable[bytes], separator: bytes | None,
-              rejected: list[str]) -> Iterator[tuple[bytes | None, bytes]]:
-    """(key, value) for each line; a line without the separator is rejected, not sent."""
+              rejected: list[str]) -> Iterator[tuple[int, bytes | None, bytes]]:
+    """(line number, key, value) for each line; a line without the separator is
+    rejected, not sent."""
     for number, line in enumerate(lines, 1):
         if line.endswith(b"\n"):
             line = line[:-1]
         if separator is None:
-            yield None, line
+            yield number, None, line
             continue
         key, found, value = line.partition(separator)
         if not found:
             rejected.append(f"line {number} has no key separator {separator!r}")
             continue
-        yield key, value
+        yield number, key, value
 
 
 def producer_config(properties: Iterable[str], chosen: dict, defaults: dict,
@@ -92,7 +93,7 @@ def produce(topic: str, *, key_separator: str | None = None, compression: str | 
             properties: Iterable[str] = (), bootstrap: str = DEFAULT_BOOTSTRAP,
             stdin: BinaryIO | None = None, err: TextIO = sys.stderr) -> int:
     """Send stdin's lines to ``topic``; 0 when every one was acknowledged, else 1."""
-    from hostbroker.client import DeliveryError, Producer
+    from hostbroker.client import DeliveryError, Producer, RecordTooLargeError
 
     check_topic(topic)
     if key_separator == "":
@@ -111,9 +112,12 @@ def produce(topic: str, *, key_separator: str | None = None, compression: str | 
     stop_on_sigterm()
     try:
         lines = stdin if stdin is not None else sys.stdin.buffer
-        for key, value in _messages(lines, separator, rejected):
+        for number, key, value in _messages(lines, separator, rejected):
             try:
                 producer.send(topic, value, key=key)
+            except RecordTooLargeError as exc:
+                rejected.append(f"line {number}: {exc}")
+                continue
             except DeliveryError as exc:  # sync mode: this message
                 failed.append(exc)
             sent += 1

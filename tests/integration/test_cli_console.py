@@ -168,6 +168,13 @@ def test_produce_sync_gzip_acks_all_and_failures(broker, tmp_path):
     assert [m.payload for m in messages] == [b"line %d" % i for i in range(10)]
     assert {m.codec for m in messages} == {CODEC_GZIP}
 
+    too_long = hostbroker("produce", "--bootstrap", broker.tcp, "--topic", "zipped",
+                          "--property", "message.max.bytes=1000", input=b"x" * 2000 + b"\nfits\n")
+    assert too_long.returncode == 1
+    assert one_line_error(too_long).startswith(
+        "hostbroker produce: 1 line not sent (line 1: a message of 2000 bytes")
+    assert _all_values(broker, "zipped")[-1] == b"fits"
+
     down = hostbroker("produce", "--bootstrap", f"unix://{tmp_path}/none.sock", "--topic", "z",
                       input=b"a\nb\n")
     assert down.returncode == 1
