@@ -16,6 +16,9 @@ line on stderr and an exit status (docs/spec/operations.md): 2 for a usage or
 configuration error, 1 for a broker that refused or could not be reached,
 3 for a log file that is not valid all the way (``dump-log``), 130 for
 Ctrl-C. A closed stdout (``| head``) ends a command quietly with status 0.
+The long-running commands (``produce``, ``consume``, ``mirror``) take SIGTERM
+as Ctrl-C (:func:`stop_on_sigterm`) and stop the normal way: producer
+flushed, offsets committed, status 0.
 """
 
 from __future__ import annotations
