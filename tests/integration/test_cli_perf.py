@@ -17,7 +17,7 @@ def test_perf_produce_then_consume(broker):
     report = json.loads(produced.stdout)
     assert report["messages"] == 3001 and report["payload_bytes"] == 3001 * 50
     assert report["failed"] == 0 and report["processes"] == 2
-    assert report["requests"] >= 3001 // 100
+    assert 2 <= report["requests"] <= 3001  # at least one per process
     latency = report["latency_ms"]
     assert 0 < latency["p50"] <= latency["p99"] <= latency["p99.9"] <= latency["max"]
     assert report["records_per_s"] > 0 and report["mb_per_s"] > 0
