@@ -205,3 +205,23 @@ def test_partitioner_out_of_range_is_refused_by_name():
     d, _ = dispatcher(partitions=2)
     with pytest.raises(ProducerError, match="chose 7 for a topic of 2 partitions"):
         d.make_sets({}, [("t", b"7", None, b"x")])
+
+
+def test_keyless_batches_of_a_take_each_choose_a_partition():
+    class Cycle(Recorder):
+        def partition(self, topic, key, num_partitions):
+            self.keyless_calls += 1
+            return self.keyless_calls % num_partitions
+
+    d, _ = dispatcher(partitions=3, partitioner=Cycle(), compression_codec="gzip")
+    values = [b"%d" % i for i in range(25)]
+    keyless = {"t": [*values[:5], _Encoded(values[5:15]), *values[15:]]}
+    sets = d.make_sets(keyless, [], 0, {"t"}, batch_size=10)
+    # batches of 10: values 0-4 + the set 5-14 (never cut), then 15-24
+    assert d.partitioner.keyless_calls == 2 and d.partitioner.rotated == ["t", "t"]
+    by_slot = {}
+    for s in sets:
+        by_slot.setdefault(s.slot, []).extend(p for _, p, _ in read(s.data))
+    assert by_slot == {1: values[:15], 2: values[15:]}
+    # one wrapper per batch when compressing (the _Encoded set is already plain)
+    assert [validate_message_set(s.data) for s in sets if s.slot == 2] == [1]
