@@ -364,3 +364,36 @@ def test_close_with_a_timeout_fails_what_is_left(silent_uri):
                     timeout=30)
     assert producer.stats["failed"] == 12
     producer.close()  # idempotent
+
+
+def test_async_acks_zero_is_done_once_written(served):
+    topic = created_topic(served.unix, 1)
+    trace = Trace()
+    with Producer(served.unix, producer_type="async", request_required_acks=0,
+                  batch_size=50, callbacks=trace) as producer:
+        producer.send_many(topic, [b"%03d" % i for i in range(200)])
+        producer.flush()
+        stats = producer.stats
+    assert stats["sent"] == 200 and stats["acknowledged"] == 0 and stats["failed"] == 0
+    assert trace.acknowledged == [] and all(r.acks == 0 for r in trace.sent)
+    with SimpleClient(served.unix) as client:
+        assert wait_for(lambda: log_end(client, topic, 0) == 200 * 13)
+
+
+def test_unknown_topic_without_auto_create_fails_after_its_retries(make_broker):
+    broker = make_broker(auto_create_topics_enable="false")
+    with Producer(broker.unix, message_send_max_retries=2, retry_backoff_ms=10) as producer:
+        with pytest.raises(DeliveryError) as info:
+            producer.send("never-created", b"x", key="k")
+        assert info.value.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        assert producer.stats["retries"] == 2 and producer.stats["requests"] == 3
+
+
+def test_partition_the_topic_does_not_have_fails_without_a_request(served):
+    topic = created_topic(served.unix, 2)
+    with Producer(served.unix) as producer:
+        assert producer.send(topic, b"ok", partition=1).partition == 1
+        with pytest.raises(DeliveryError) as info:
+            producer.send(topic, b"nowhere", partition=2)
+        assert info.value.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        assert producer.stats["requests"] == 1 and producer.stats["retries"] == 0
