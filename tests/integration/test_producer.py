@@ -397,3 +397,14 @@ def test_partition_the_topic_does_not_have_fails_without_a_request(served):
             producer.send(topic, b"nowhere", partition=2)
         assert info.value.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         assert producer.stats["requests"] == 1 and producer.stats["retries"] == 0
+
+
+def test_error_frame_fails_its_request_and_the_connection_is_reopened(make_broker):
+    broker = make_broker(socket_request_max_bytes=65536)
+    topic = created_topic(broker.unix, 1)
+    with Producer(broker.unix, message_send_max_retries=5) as producer:
+        with pytest.raises(DeliveryError) as info:
+            producer.send_many(topic, [b"x" * 1000] * 100)  # one request of ~100 KB
+        assert info.value.code == ErrorCode.REQUEST_TOO_LARGE
+        assert producer.stats["retries"] == 0
+        assert producer.send(topic, b"after").offset == 0
