@@ -456,9 +456,16 @@ class _Dispatcher:
         return bool(self.retries) or self.awaiting_answers()
 
     def close(self) -> None:
+        self.abandon()
+        self.cluster.close()
+
+    def abandon(self) -> None:
+        """Forget every request in flight and every retry, and close the connections."""
         for connection in self.connections.values():
             connection.close()
-        self.cluster.close()
+        for queue in self.in_flight.values():
+            queue.clear()
+        self.retries = []
 
     # -- items to sets ----------------------------------------------------------
 
@@ -949,9 +956,15 @@ class Producer:
             dispatcher = self._dispatcher
             self._finished = []
             self._failures, self._failed_messages = [], 0
-            dispatcher.dispatch(dispatcher.make_sets({}, items))
-            while dispatcher.busy():
-                dispatcher.step(None)
+            try:
+                dispatcher.dispatch(dispatcher.make_sets({}, items))
+                while dispatcher.busy():
+                    dispatcher.step(None)
+            except BaseException:
+                # A partitioner or a callback raised mid-call: what this call
+                # left in flight must not be settled as part of the next one.
+                dispatcher.abandon()
+                raise
             finished = sorted(self._finished, key=lambda s: s.seq)
             self._finished = []
             error = self._take_failures()

@@ -408,3 +408,23 @@ def test_error_frame_fails_its_request_and_the_connection_is_reopened(make_broke
         assert info.value.code == ErrorCode.REQUEST_TOO_LARGE
         assert producer.stats["retries"] == 0
         assert producer.send(topic, b"after").offset == 0
+
+
+def test_sync_call_broken_by_a_callback_leaves_nothing_for_the_next(served):
+    topic = created_topic(served.unix, 1)
+
+    class Fails(ProducerCallbacks):
+        armed = True
+
+        def on_sent(self, request):
+            if self.armed:
+                self.armed = False
+                raise RuntimeError("tracing failed")
+
+    with Producer(served.unix, callbacks=Fails()) as producer:
+        with pytest.raises(RuntimeError, match="tracing failed"):
+            producer.send(topic, b"first")
+        second = producer.send_many(topic, [b"second", b"third"])
+    # "first" reached the broker before the callback raised; its answer is not
+    # taken for the next call's.
+    assert second == [RecordMetadata(topic, 0, 15), RecordMetadata(topic, 0, 31)]
