@@ -19,6 +19,7 @@ from hostbroker.client import (
     DeliveryError,
     Producer,
     ProducerCallbacks,
+    ProducerError,
     QueueFullError,
     RecordMetadata,
     SimpleClient,
@@ -428,3 +429,22 @@ def test_sync_call_broken_by_a_callback_leaves_nothing_for_the_next(served):
     # "first" reached the broker before the callback raised; its answer is not
     # taken for the next call's.
     assert second == [RecordMetadata(topic, 0, 15), RecordMetadata(topic, 0, 31)]
+
+
+def test_async_callback_that_raises_stops_the_producer(served):
+    topic = created_topic(served.unix, 1)
+
+    class Fails(ProducerCallbacks):
+        def on_acknowledged(self, request, results):
+            raise RuntimeError("monitoring failed")
+
+    producer = Producer(served.unix, producer_type="async", batch_size=10, callbacks=Fails())
+    producer.send_many(topic, [b"m"] * 30)
+    with pytest.raises(ProducerError, match="sending thread stopped") as info:
+        producer.flush(30)
+    assert isinstance(info.value.__cause__, RuntimeError)
+    with pytest.raises(ProducerError, match="sending thread stopped"):
+        producer.send(topic, b"later")
+    assert producer.stats["acknowledged"] + producer.stats["failed"] == 30
+    with pytest.raises(ProducerError):
+        producer.close()
