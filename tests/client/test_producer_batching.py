@@ -1,4 +1,4 @@
-"""Batching and compression of the producer, without sockets.
+"""Batching, compression and partition metadata of the producer, without sockets.
 
 Message sets are read back with the log's own reader (iter_messages), so
 what the producer builds is checked against the format, not against itself.
@@ -23,6 +23,7 @@ from hostbroker.client.producer import (
 )
 from hostbroker.client.settings import resolve
 from hostbroker.errors import ErrorCode
+from hostbroker.protocol import api
 from hostbroker.log.message import (
     CODEC_GZIP,
     CODEC_NONE,
@@ -225,3 +226,63 @@ def test_keyless_batches_of_a_take_each_choose_a_partition():
     assert by_slot == {1: values[:15], 2: values[15:]}
     # one wrapper per batch when compressing (the _Encoded set is already plain)
     assert [validate_message_set(s.data) for s in sets if s.slot == 2] == [1]
+
+
+# -- partitions from metadata answers -------------------------------------------------
+
+A, B = "tcp://a:9092", "unix:///run/b.sock"
+
+
+def answer(broker_id, topics, brokers=()):
+    """A METADATA answer: ``topics`` maps a name to [(partition, broker_id)] or None (unknown)."""
+    return api.MetadataResponse(broker_id, tuple(brokers), tuple(
+        api.MetadataTopic(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ()) if parts is None
+        else api.MetadataTopic(name, ErrorCode.NONE, tuple(
+            api.MetadataPartition(p, ErrorCode.NONE, owner, 0, 0, "/logs") for p, owner in parts))
+        for name, parts in topics.items()))
+
+
+def cluster(*uris):
+    return Cluster(uris, client_id="test", timeout=1, refresh_interval_ms=1000)
+
+
+def test_static_list_partitions_are_the_union_by_broker_then_partition():
+    c = cluster(B, A)
+    merged = c._merge("t", [(B, answer(2, {"t": [(0, 2)]})),
+                            (A, answer(1, {"t": [(1, 1), (0, 1)]}))], [], 0.0)
+    assert merged.known and merged.partitions == (
+        PartitionRef(1, A, 0), PartitionRef(1, A, 1), PartitionRef(2, B, 0))
+
+
+def test_one_broker_reached_twice_counts_once():
+    c = cluster(A, B)
+    merged = c._merge("t", [(A, answer(1, {"t": [(0, 1)]})), (B, answer(1, {"t": [(0, 1)]}))],
+                      [], 0.0)
+    assert merged.partitions == (PartitionRef(1, A, 0),)
+
+
+def test_partitions_of_other_brokers_use_their_listeners():
+    brokers = (api.MetadataBroker(1, "a", 9092, "/run/a.sock"),
+               api.MetadataBroker(7, "h7", 9093, "/run/h7.sock"))
+    c = cluster(B)
+    merged = c._merge("t", [(B, answer(1, {"t": [(0, 1), (1, 7)]}, brokers))], [], 0.0)
+    # reached over a Unix socket: the other broker's Unix listener is preferred
+    assert merged.partitions == (PartitionRef(1, B, 0), PartitionRef(7, "unix:///run/h7.sock", 1))
+    c = cluster(A)
+    merged = c._merge("t", [(A, answer(1, {"t": [(0, 1), (1, 7)]}, brokers))], [], 0.0)
+    assert merged.partitions[1] == PartitionRef(7, "tcp://h7:9093", 1)
+
+
+def test_a_silent_broker_keeps_its_partitions():
+    c = cluster(A, B)
+    c._topics["t"] = c._merge("t", [(A, answer(1, {"t": [(0, 1)]})),
+                                    (B, answer(2, {"t": [(0, 2), (1, 2)]}))], [], 0.0)
+    merged = c._merge("t", [(A, answer(1, {"t": [(0, 1)]}))], [B], 1.0)
+    assert merged.partitions == (PartitionRef(1, A, 0), PartitionRef(2, B, 0),
+                                 PartitionRef(2, B, 1))
+
+
+def test_unknown_topic_is_provisional_on_the_first_broker_that_answered():
+    c = cluster(A, B)
+    merged = c._merge("t", [(B, answer(2, {"t": None}))], [A], 0.0)
+    assert not merged.known and merged.partitions == (PartitionRef(2, B, 0),)
