@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 import zlib
 
 import pytest
@@ -217,10 +218,10 @@ def silent_uri():
         yield f"tcp://127.0.0.1:{listener.getsockname()[1]}"
 
 
-def silent_producer(uri_, **options):
+def silent_producer(uri_, request_timeout_ms=1500, **options):
     return Producer(uri_, producer_type="async", batch_size=10, queue_size=10,
-                    queue_time=60000, request_timeout_ms=1500, message_send_max_retries=0,
-                    **options)
+                    queue_time=60000, request_timeout_ms=request_timeout_ms,
+                    message_send_max_retries=0, **options)
 
 
 def fill(producer, limit=100):
@@ -250,9 +251,15 @@ def test_full_queue_raises_at_once(silent_uri):
 
 
 def test_full_queue_waits_then_raises(silent_uri):
-    producer = silent_producer(silent_uri, queue_enqueue_timeout_ms=300)
+    # The first batch's metadata request must not time out (and make room) meanwhile.
+    producer = silent_producer(silent_uri, request_timeout_ms=2500,
+                               queue_enqueue_timeout_ms=300)
     taken = fill(producer)
     assert 10 <= taken <= 20
+    started = time.monotonic()
+    with pytest.raises(QueueFullError, match="queue.enqueue.timeout.ms 300"):
+        producer.send("t", b"one more")
+    assert time.monotonic() - started >= 0.3  # it waited the configured time first
     with pytest.raises(DeliveryError):
         producer.close()
 
