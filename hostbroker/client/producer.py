@@ -764,14 +764,20 @@ class _Dispatcher:
             return
         self.retries = [s for s in self.retries if s.retry_at > now]
         again = []
+        topics: dict[str, TopicPartitions | Exception] = {}  # one refresh a topic
         for s in due:
             if s.items is not None:  # its topic's partitions were never learned
                 again += self.make_sets({}, s.items, s.attempts)
                 continue
-            try:
-                info = self._topic(s.topic)
-            except Exception as exc:  # noqa: BLE001 - no broker answered: counts as an attempt
-                self._attempt_failed(s, exc)
+            info = topics.get(s.topic)
+            if info is None:
+                try:
+                    info = self._topic(s.topic)
+                except Exception as exc:  # noqa: BLE001 - no broker answered: an attempt
+                    info = exc
+                topics[s.topic] = info
+            if isinstance(info, Exception):
+                self._attempt_failed(s, info)
                 continue
             if not s.pinned:
                 s.slot = self._choose(s.topic, None, len(info.partitions))
