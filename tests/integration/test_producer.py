@@ -91,7 +91,9 @@ def test_sync_offsets_are_where_the_log_has_the_messages(uri):
         assert producer.send(topic, b"unanswered") is None
         assert producer.send_many(topic, [b"x"]) is None
     with SimpleClient(uri) as client:
-        wait_for(lambda: log_end(client, topic, 0) > flushed.offset + 10)
+        # acks=0 has no answer: wait for its two entries (4 + 6 + 10 and
+        # 4 + 6 + 1 bytes) after the 17-byte "flushed" entry.
+        wait_for(lambda: log_end(client, topic, 0) == flushed.offset + 17 + 20 + 11)
         log = messages(client, topic, 0)
     assert [RecordMetadata(topic, 0, o) for o, _, _ in log[:5]] == [first, *many, flushed]
     assert [p for _, p, _ in log] == [b"first", b"a", "béta".encode(), b"", b"flushed",
