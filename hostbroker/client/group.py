@@ -11,8 +11,9 @@ Threads. ``num.consumer.fetchers`` fetcher threads, each with its own
 connection, fetch their partitions with one (long-poll) FETCH per round and
 put each non-empty :class:`FetchedSet` (a *chunk*) on the queue of the
 partition's stream. A queue holds at most ``queued.max.message.chunks``
-chunks, and a fetcher asks only for partitions whose stream has room, so
-memory stays bounded whatever the consumers' pace. The first fetcher also
+chunks, and a fetcher asks only for partitions whose stream has room,
+reserving it first (several fetchers may feed one stream), so memory stays
+bounded whatever the consumers' pace. The first fetcher also
 does the housekeeping: every ``topic.refresh.interval.ms`` it looks for new
 topics and partitions of the subscription (a filter never matches internal
 topics, whose names start with ``__``), and every
@@ -248,14 +249,19 @@ class KafkaStream:
         self.index = index
         self.partitions: list[TopicPartition] = []
         self._connector = connector
-        self._queue: queue.Queue = queue.Queue(chunks)
+        # Bounded by the fetchers' reservations (reserve()), not by the queue:
+        # several fetchers may feed one stream, and an error or the end must
+        # always find a place after the chunks.
+        self._queue: queue.Queue = queue.Queue()
+        self._chunks = chunks
+        self._reserved = 0
+        self._room_lock = threading.Lock()
         self._timeout = None if timeout_ms < 0 else timeout_ms / 1000
         self._current: Iterator[tuple[int, int, bytes]] | None = None
         self._topic = ""
         self._partition = -1
         self._last: tuple[TopicPartition, int] | None = None  # handed out, not yet moved past
         self._ended = False
-        self._failure: BaseException | None = None  # a stopped fetcher's, raised after the queue
 
     def __repr__(self) -> str:
         return f"<KafkaStream {self.index} of {self.partitions}>"
@@ -284,10 +290,6 @@ class KafkaStream:
             self._take()
 
     def _take(self) -> None:
-        failure = self._failure
-        if failure is not None:
-            self._failure = None
-            raise failure
         try:
             item = self._queue.get(timeout=self._timeout)
         except queue.Empty:
@@ -307,18 +309,29 @@ class KafkaStream:
         return self._last
 
     def room(self) -> int:
-        return self._queue.maxsize - self._queue.qsize()
+        """Chunks the queue may still take, less the places fetchers have reserved."""
+        return self._chunks - self._queue.qsize() - self._reserved
+
+    def reserve(self) -> bool:
+        """For fetchers: claim a place for one chunk (or error) to come, if there is room;
+        :meth:`release` it once that fetch is settled, put or not."""
+        with self._room_lock:
+            if self._chunks - self._queue.qsize() - self._reserved <= 0:
+                return False
+            self._reserved += 1
+            return True
+
+    def release(self) -> None:
+        with self._room_lock:
+            self._reserved -= 1
 
     def put(self, item: Any) -> None:
-        """For fetchers: never blocks (they ask only for partitions of streams with room)."""
+        """For fetchers: into a place reserved (so the chunks stay bounded); never blocks."""
         self._queue.put_nowait(item)
 
     def fail(self, error: BaseException) -> None:
         """For a fetcher that stops: raise ``error`` in the reader after what is queued."""
-        if self.room() > 0:
-            self._queue.put_nowait(error)
-        else:
-            self._failure = error
+        self._queue.put_nowait(error)
 
     def end(self) -> None:
         """Drop what is queued and end the iteration (after the fetchers stopped)."""
@@ -394,28 +407,33 @@ class _Fetcher:
         self.wake.clear()
         self._take_incoming()
         now = time.monotonic()
-        room = {id(s): s.room() for s in set(self.streams.values())}
         parts = []
-        for tp, offset in self.positions.items():
-            stream = self.streams[tp]
-            if room[id(stream)] > 0 and self.paused_until.get(tp, 0) <= now:
-                room[id(stream)] -= 1
-                parts.append(api.FetchPartition(tp[0], tp[1], offset, self.consumer.fetch_size))
-        if not parts:
-            self.wake.wait(self.connector._idle_wait())
-            return
-        self.consumer.send_fetch(parts)
-        results = self.consumer.receive_fetch(parts, raise_on_error=False)
-        fetched = False
-        for part, result in zip(parts, results):
-            tp = (part.topic, part.partition)
-            if isinstance(result, FetchedSet):
-                if result.entries:
-                    fetched = True
-                    self.positions[tp] = result.next_offset
-                    self.streams[tp].put(result)
-            else:
-                self._failed(tp, result)
+        reserved = []  # a place in its stream for each part's chunk
+        try:
+            for tp, offset in self.positions.items():
+                stream = self.streams[tp]
+                if self.paused_until.get(tp, 0) <= now and stream.reserve():
+                    reserved.append(stream)
+                    parts.append(
+                        api.FetchPartition(tp[0], tp[1], offset, self.consumer.fetch_size))
+            if not parts:
+                self.wake.wait(self.connector._idle_wait())
+                return
+            self.consumer.send_fetch(parts)
+            results = self.consumer.receive_fetch(parts, raise_on_error=False)
+            fetched = False
+            for part, result in zip(parts, results):
+                tp = (part.topic, part.partition)
+                if isinstance(result, FetchedSet):
+                    if result.entries:
+                        fetched = True
+                        self.positions[tp] = result.next_offset
+                        self.streams[tp].put(result)
+                else:
+                    self._failed(tp, result)
+        finally:
+            for stream in reserved:
+                stream.release()
         if not fetched and self.consumer.max_wait_ms == 0:
             # No long poll to pace the rounds: do not spin on an idle log.
             self.wake.wait(self.connector.settings["retry.backoff.ms"] / 1000)

@@ -247,3 +247,22 @@ def test_the_interval_commit_stores_only_what_a_stream_moved_past(broker):
         connector.shutdown()
     with SimpleClient(broker.unix) as client:
         assert client.offset_fetch("tick", [("tick", 0)])[0].offset == got[2].next_offset
+
+
+def test_two_fetchers_feeding_one_stream_never_overfill_it(broker):
+    # Both fetchers feed the one stream, and every chunk taken wakes both: each
+    # must find room that the other has not already claimed.
+    with broker.client() as client:
+        client.create_topic("shared", 2)
+        for p in range(2):
+            for i in range(30):
+                client.produce("shared", p, encode_message_set(values(f"p{p}-{i}", 2)))
+    config = {**FAST, "num.consumer.fetchers": 2, "queued.max.message.chunks": 1,
+              "fetch.size": 64}
+    with ConsumerConnector(broker.unix, config, group_id="shared") as connector:
+        (stream,) = connector.create_message_streams({"shared": 1})["shared"]
+        got = take(stream, 120)
+        assert stream._queue.qsize() <= 1
+    for p in range(2):
+        mine = [m.value for m in got if m.partition == p]
+        assert mine == [v for i in range(30) for v in values(f"p{p}-{i}", 2)]
