@@ -1192,7 +1192,12 @@ class Producer:
                 batch = self._take()
                 if batch is None:
                     if self._abort is not None:
-                        self._stop_with(self._abort, report=True)
+                        # close() ran out of time and no longer closes what
+                        # this thread still uses: it is closed here.
+                        try:
+                            self._stop_with(self._abort, report=True)
+                        finally:
+                            dispatcher.close()
                     return
                 keyless, items, chunked = batch
                 if keyless or items:

@@ -16,6 +16,7 @@ import zlib
 import pytest
 
 from hostbroker.client import (
+    DefaultPartitioner,
     DeliveryError,
     Producer,
     ProducerCallbacks,
@@ -456,3 +457,32 @@ def test_async_callback_that_raises_stops_the_producer(served):
     assert producer.stats["acknowledged"] + producer.stats["failed"] == 30
     with pytest.raises(ProducerError):
         producer.close()
+
+
+def test_close_that_times_out_still_closes_the_connections(served):
+    topic = created_topic(served.unix, 1)
+    gate = threading.Event()
+    gate.set()
+
+    class Gated(DefaultPartitioner):
+        def partition(self, topic_, key, num_partitions):
+            gate.wait()
+            return super().partition(topic_, key, num_partitions)
+
+    trace = Trace()
+    producer = Producer(served.unix, producer_type="async", batch_size=1,
+                        partitioner=Gated(), callbacks=trace)
+    producer.send(topic, b"first")
+    producer.flush(30)  # the connections are open now
+    gate.clear()
+    producer.send(topic, b"held")  # the sending thread waits in the partitioner
+    with pytest.raises(TimeoutError, match="1 messages still outstanding"):
+        producer.close(timeout=0.2)
+    gate.set()
+    producer._thread.join(30)
+    assert not producer._thread.is_alive()
+    assert [list(e.failures[0].values) for _, e in trace.failed] == [[b"held"]]
+    dispatcher = producer._dispatcher
+    assert dispatcher.connections and not any(
+        c.connected for c in dispatcher.connections.values())
+    assert not any(c.connection.connected for c in dispatcher.cluster._clients.values())
