@@ -566,7 +566,12 @@ class ConsumerConnector:
         self._fetchers = [_Fetcher(self, i) for i in range(self.settings["num.consumer.fetchers"])]
         # The first assignment runs here, so that a broker that cannot be
         # reached or a group whose offsets cannot be read fails the call.
-        self._refresh(self._fetchers[0].consumer)
+        try:
+            self._refresh(self._fetchers[0].consumer)
+        except BaseException:
+            for fetcher in self._fetchers:  # their threads never start
+                fetcher.consumer.close()
+            raise
         self._next_commit = time.monotonic() + self.settings["auto.commit.interval.ms"] / 1000
         for fetcher in self._fetchers:
             fetcher.thread.start()

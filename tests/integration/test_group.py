@@ -266,3 +266,14 @@ def test_two_fetchers_feeding_one_stream_never_overfill_it(broker):
     for p in range(2):
         mine = [m.value for m in got if m.partition == p]
         assert mine == [v for i in range(30) for v in values(f"p{p}-{i}", 2)]
+
+
+def test_a_subscription_refused_at_the_start_leaves_no_connection_open(broker):
+    with broker.client() as client:
+        client.produce("w.refused", 0, encode_message_set([b"never"]))
+    connector = ConsumerConnector(broker.unix, FAST, group_id="g",
+                                  offset_storage=RefusingOffsetStorage({}))
+    with pytest.raises(LookupError, match="no offsets for w.refused"):
+        connector.create_message_streams({"w.refused": 1})
+    connector.shutdown()
+    assert not any(f.consumer._connector.connected for f in connector._fetchers)
