@@ -64,14 +64,14 @@ def usage_error(message: str) -> CommandError:
     return CommandError(message, EXIT_USAGE)
 
 
-def check_bootstrap(uri: str) -> str:
-    """``uri`` if it names a broker (see ``parse_uri``), else a usage error."""
+def check_bootstrap(uri: str, option: str = "--bootstrap") -> str:
+    """``uri`` if it names a broker (see ``parse_uri``), else a usage error naming ``option``."""
     from hostbroker.client.connection import parse_uri
 
     try:
         parse_uri(uri)
     except ValueError as exc:
-        raise usage_error(f"--bootstrap: {exc}") from None
+        raise usage_error(f"{option}: {exc}") from None
     return uri
 
 

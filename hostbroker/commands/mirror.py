@@ -168,8 +168,8 @@ def mirror(*, source: str, destination: str, topics_regex: str, group: str = DEF
     from hostbroker.commands.console import producer_config
 
     _check(topics_regex, num_streams, max_messages, timeout_ms, commit_interval_ms)
-    check_bootstrap(source)
-    check_bootstrap(destination)
+    check_bootstrap(source, "--from")
+    check_bootstrap(destination, "--to")
     consumer_config = key_values("--consumer-property", consumer_properties)
     consumer_config.setdefault("auto.offset.reset", "earliest")
     consumer_config.setdefault("client.id", "hostbroker-mirror")

@@ -73,7 +73,7 @@ def test_mirror_refusals(make_broker):
     source = make_broker()
     for args, status, needle in [
         (("--topics", "(", "--to", source.tcp), 2, "not a regular expression"),
-        (("--topics", "x", "--to", "ftp://x"), 2, "bad broker URI"),
+        (("--topics", "x", "--to", "ftp://x"), 2, "--to: bad broker URI"),
         (("--topics", "x", "--to", source.tcp, "--num-streams", "0"), 2, "--num-streams"),
         (("--topics", "x", "--to", source.tcp, "--consumer-property", "fetch.size=-1"), 2,
          "fetch.size"),
