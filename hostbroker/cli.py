@@ -84,7 +84,8 @@ def _topics_list(args: argparse.Namespace) -> int:
 def _topics_describe(args: argparse.Namespace) -> int:
     from hostbroker.commands import topics
 
-    return commands.run("topics describe", topics.describe, args.topics, as_json=args.json,
+    return commands.run("topics describe", topics.describe,
+                        [*args.topics, *(args.topic or ())], as_json=args.json,
                         bootstrap=args.bootstrap)
 
 
@@ -117,6 +118,8 @@ def _add_topics(sub) -> None:
                     "topic does not exist.")
     _add_bootstrap(describe)
     describe.add_argument("topics", nargs="*", metavar="TOPIC")
+    describe.add_argument("--topic", action="append",
+                          help="a topic to describe (repeatable; the same as naming it)")
     describe.add_argument("--json", action="store_true", help="one JSON document")
     describe.set_defaults(func=_topics_describe)
     delete = actions.add_parser("delete", help="delete a topic and its data")

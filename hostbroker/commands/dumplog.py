@@ -239,7 +239,12 @@ def _dump_file(path: str, base_offset: int, printer: _Printer, *, deep: bool,
                                    summary_only=summary_only, max_message_bytes=max_message_bytes)
     finally:
         if mapped is not None:
-            mapped.close()
+            try:
+                mapped.close()
+            except BufferError:
+                # Views of it are still held by the frames of an exception on
+                # its way out (a closed stdout); the map goes with them.
+                pass
     valid_bytes = size if totals.valid_bytes is None else totals.valid_bytes
     summary = {"file": path, "base_offset": base_offset, "size": size,
                "entries": totals.entries, "valid_entries": totals.valid_entries,

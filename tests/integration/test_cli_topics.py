@@ -36,6 +36,10 @@ def test_create_list_describe_delete(broker):
                                     "--json").stdout)
     assert [t["topic"] for t in as_json] == ["clicks", "views"]
     assert as_json[1]["partitions"][1]["log_end_offset"] == 15
+    # --topic names a topic as the other topic commands do.
+    by_option = json.loads(hostbroker("topics", "describe", "--bootstrap", broker.tcp,
+                                      "--topic", "views", "--json").stdout)
+    assert by_option == as_json[1:]
 
     deleted = hostbroker("topics", "delete", "--bootstrap", broker.tcp, "--topic", "clicks")
     assert lines(deleted) == ["deleted topic clicks"]
