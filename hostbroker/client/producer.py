@@ -1117,8 +1117,15 @@ class Producer:
                 for value in (piece.values if type(piece) is _Encoded else piece):
                     self._on_enqueued(topic, partition, value)
 
+    def _not_in_sending_thread(self, what: str) -> None:
+        """A hook run by the sending thread must not wait for that thread: refuse."""
+        if threading.current_thread() is self._thread:
+            raise ProducerError(f"{what} from a callback in the sending thread would wait "
+                                "for that thread")
+
     def _wait_for_room(self, n: int) -> None:
         """Called with the lock held and the queue too full for ``n`` more messages."""
+        self._not_in_sending_thread("a send to a full queue")
         timeout = self._enqueue_timeout
         self._room_waiters += 1
         try:
@@ -1261,6 +1268,7 @@ class Producer:
         is ever outstanding between calls."""
         if not self.is_async:
             return
+        self._not_in_sending_thread("flush() or close()")
         with self._lock:
             self._flushers += 1
             self._wake.notify()

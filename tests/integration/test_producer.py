@@ -486,3 +486,19 @@ def test_close_that_times_out_still_closes_the_connections(served):
     assert dispatcher.connections and not any(
         c.connected for c in dispatcher.connections.values())
     assert not any(c.connection.connected for c in dispatcher.cluster._clients.values())
+
+
+def test_async_callback_that_flushes_stops_the_producer_instead_of_hanging(served):
+    topic = created_topic(served.unix, 1)
+
+    class Flushes(ProducerCallbacks):
+        def on_sent(self, request):
+            producer.flush()  # would wait for the very thread running it
+
+    producer = Producer(served.unix, producer_type="async", batch_size=1, callbacks=Flushes())
+    producer.send(topic, b"m")
+    with pytest.raises(DeliveryError, match="1 messages not delivered"):
+        producer.flush(20)
+    with pytest.raises(ProducerError, match="sending thread stopped") as info:
+        producer.close()
+    assert "would wait for that thread" in str(info.value.__cause__)
