@@ -119,6 +119,14 @@ def one_of(*choices: str) -> Callable[[Any], str | None]:
     return lambda v: None if v in choices else "must be one of " + ", ".join(choices)
 
 
+def at_least(n: int) -> Callable[[Any], str | None]:
+    return lambda v: None if v >= n else f"must be at least {n}"
+
+
+def between(lo: int, hi: int) -> Callable[[Any], str | None]:
+    return lambda v: None if lo <= v <= hi else f"must be between {lo} and {hi}"
+
+
 def coerce(setting: Setting, value: Any) -> Any:
     """Turn a TOML value or a ``--set`` string into the setting's type."""
     key = setting.key

@@ -39,9 +39,9 @@ from typing import Any
 
 from hostbroker.client.connection import DEFAULT_CLIENT_ID, BrokerConnection, parse_uri
 from hostbroker.client.errors import BrokerError, MessageSizeTooLargeError, OffsetOutOfRangeError
-from hostbroker.client.settings import Settings, resolve
-from hostbroker.config import Setting, one_of, split_list
-from hostbroker.errors import ConfigError, ErrorCode, ProtocolError
+from hostbroker.client.settings import Settings, broker_uris, resolve
+from hostbroker.config import Setting, at_least, between, one_of, split_list
+from hostbroker.errors import ErrorCode, ProtocolError
 from hostbroker.log.message import (DEFAULT_MAX_MESSAGE_BYTES, LENGTH_SIZE, count_entries,
                                     iter_messages)
 from hostbroker.protocol import api
@@ -53,18 +53,6 @@ DEFAULT_BROKER = "tcp://127.0.0.1:9092"
 # The largest entry a broker takes by default, with its length field.
 DEFAULT_FETCH_MESSAGE_MAX_BYTES = DEFAULT_MAX_MESSAGE_BYTES + LENGTH_SIZE
 _INT32_MAX = 2**31 - 1
-
-
-def _at_least(n: int):
-    return lambda v: None if v >= n else f"must be at least {n}"
-
-
-def _between(lo: int, hi: int):
-    return lambda v: None if lo <= v <= hi else f"must be between {lo} and {hi}"
-
-
-def _minus_one_or_at_least(n: int):
-    return lambda v: None if v == -1 or v >= n else f"must be -1 or at least {n}"
 
 
 def _uris(value: str) -> str | None:
@@ -84,19 +72,19 @@ FETCH_SETTINGS: tuple[Setting, ...] = (
     Setting("client.id", str, DEFAULT_CLIENT_ID, "Client id sent with every request."),
     Setting("socket.timeout.ms", int, 30000,
             "Bound on connecting, sending and waiting for an answer (plus the long poll).",
-            _at_least(1)),
+            at_least(1)),
     Setting("fetch.size", int, 1024 * 1024,
-            "Bytes asked of each partition per fetch (max_bytes).", _between(1, _INT32_MAX)),
+            "Bytes asked of each partition per fetch (max_bytes).", between(1, _INT32_MAX)),
     Setting("fetch.message.max.bytes", int, DEFAULT_FETCH_MESSAGE_MAX_BYTES,
             "Largest entry, length field included, the fetch size grows to; beyond it "
             "MessageSizeTooLargeError. At least the topic's max.message.bytes + 4.",
-            _between(1, _INT32_MAX)),
+            between(1, _INT32_MAX)),
     Setting("fetch.wait.max.ms", int, 100,
             "Long poll: how long the broker may hold a fetch that finds under fetch.min.bytes.",
-            _between(0, _INT32_MAX)),
+            between(0, _INT32_MAX)),
     Setting("fetch.min.bytes", int, 1,
             "Bytes a fetch waits for (over all its partitions) before the broker answers.",
-            _between(0, _INT32_MAX)),
+            between(0, _INT32_MAX)),
     Setting("check.crcs", bool, True, "Check the CRC of every message read."),
 )
 
@@ -185,20 +173,6 @@ class FetchedSet:
                 f" {self.entries} entries, log end {self.log_end_offset}>")
 
 
-def _broker_uris(bootstrap: str | Sequence[str] | None, settings: Settings) -> list[str]:
-    if bootstrap is None:
-        return split_list(settings["broker.list"])
-    uris = split_list(bootstrap) if isinstance(bootstrap, str) else [u.strip() for u in bootstrap]
-    if not uris:
-        raise ConfigError("bootstrap: names no broker")
-    for uri in uris:
-        try:
-            parse_uri(uri)
-        except ValueError as exc:
-            raise ConfigError(f"bootstrap: {exc}") from None
-    return uris
-
-
 class _Connector:
     """One lazily opened connection to the first broker of a list that answers."""
 
@@ -265,7 +239,7 @@ class SimpleConsumer:
         **options: Any,
     ):
         self.settings = resolve(self.settings_declared, config, options)
-        self._connector = _Connector(_broker_uris(bootstrap, self.settings), self.settings)
+        self._connector = _Connector(broker_uris(bootstrap, self.settings), self.settings)
         self.fetch_size: int = self.settings["fetch.size"]
         self.max_fetch_size: int = max(self.settings["fetch.message.max.bytes"], self.fetch_size)
         self.max_wait_ms: int = self.settings["fetch.wait.max.ms"]

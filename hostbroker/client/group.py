@@ -49,10 +49,10 @@ from typing import Any, NamedTuple
 
 from hostbroker.client.connection import ConnectionClosedError
 from hostbroker.client.consumer import (EARLIEST, FETCH_SETTINGS, LATEST, FetchedSet,
-                                        SimpleConsumer, _broker_uris, _Connector)
+                                        SimpleConsumer, _Connector)
 from hostbroker.client.errors import BrokerError, ConsumerTimeoutError, OffsetOutOfRangeError
-from hostbroker.client.settings import resolve
-from hostbroker.config import Setting, one_of
+from hostbroker.client.settings import broker_uris, resolve
+from hostbroker.config import Setting, between, one_of
 from hostbroker.errors import ConfigError, ErrorCode, HostbrokerError, ProtocolError
 from hostbroker.protocol import api
 
@@ -61,10 +61,6 @@ log = logging.getLogger(__name__)
 TopicPartition = tuple[str, int]
 
 INTERNAL_TOPIC_PREFIX = "__"
-
-
-def _between(lo: int, hi: int):
-    return lambda v: None if lo <= v <= hi else f"must be between {lo} and {hi}"
 
 
 GROUP_SETTINGS: tuple[Setting, ...] = FETCH_SETTINGS + (
@@ -77,22 +73,22 @@ GROUP_SETTINGS: tuple[Setting, ...] = FETCH_SETTINGS + (
     Setting("auto.commit.enable", bool, True,
             "Commit offsets every auto.commit.interval.ms, and on shutdown()."),
     Setting("auto.commit.interval.ms", int, 60000, "How often offsets are committed.",
-            _between(1, 2**31 - 1)),
+            between(1, 2**31 - 1)),
     Setting("auto.offset.reset", str, "latest",
             "Where to start when the group has no offset for a partition, or its offset is "
             "outside the log: earliest or latest.", one_of("earliest", "latest")),
     Setting("queued.max.message.chunks", int, 4,
             "Fetched sets each stream's queue holds; fetching for a stream pauses while "
-            "it is full.", _between(1, 100000)),
+            "it is full.", between(1, 100000)),
     Setting("topic.refresh.interval.ms", int, 30000,
             "How often the consumer looks for new topics and partitions of its subscription.",
-            _between(1, 2**31 - 1)),
+            between(1, 2**31 - 1)),
     Setting("num.consumer.fetchers", int, 1,
             "Fetcher threads, each with its own connection and share of the partitions.",
-            _between(1, 64)),
+            between(1, 64)),
     Setting("retry.backoff.ms", int, 200,
             "Pause before fetching again after a connection failure or a transient error.",
-            _between(0, 2**31 - 1)),
+            between(0, 2**31 - 1)),
 )
 
 # Errors of one partition that may pass: fetch it again after a pause.
@@ -195,7 +191,7 @@ class BrokerOffsetStorage(OffsetStorage):
     def __init__(self, bootstrap: str | Sequence[str] | None = None,
                  config: Mapping[str, Any] | None = None, **options: Any):
         settings = resolve(FETCH_SETTINGS, config, options)
-        self._connector = _Connector(_broker_uris(bootstrap, settings), settings)
+        self._connector = _Connector(broker_uris(bootstrap, settings), settings)
         self._lock = threading.Lock()
 
     def _request(self, request: api.Request) -> Any:
@@ -484,7 +480,7 @@ class ConsumerConnector:
         self.group: str = self.settings["group.id"]
         if not self.group:
             raise ConfigError("group.id: required by the high-level consumer")
-        self._uris = _broker_uris(bootstrap, self.settings)
+        self._uris = broker_uris(bootstrap, self.settings)
         if offset_storage is None:
             offset_storage = BrokerOffsetStorage(self._uris, self._fetch_config())
             self._own_storage = True

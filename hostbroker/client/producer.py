@@ -64,7 +64,7 @@ from hostbroker.client.errors import (
 )
 from hostbroker.client.partitioner import DefaultPartitioner, Partitioner
 from hostbroker.client.settings import broker_uris, resolve
-from hostbroker.config import Setting, one_of
+from hostbroker.config import Setting, at_least, one_of
 from hostbroker.errors import ConfigError, ErrorCode, ProtocolError
 from hostbroker.log.message import (
     CODEC_GZIP,
@@ -75,10 +75,6 @@ from hostbroker.log.message import (
 )
 from hostbroker.log.segments import validate_topic_name
 from hostbroker.protocol import api
-
-
-def _at_least(n: int):
-    return lambda v: None if v >= n else f"must be at least {n}"
 
 
 PRODUCER_SETTINGS: tuple[Setting, ...] = (
@@ -94,27 +90,27 @@ PRODUCER_SETTINGS: tuple[Setting, ...] = (
             lambda v: None if v in (0, 1, -1) else "must be 0, 1 or -1"),
     Setting("request.timeout.ms", int, 10000,
             "How long the broker may wait for an acks=-1 flush, and how long the client "
-            "waits on a socket (connect, send, answer).", _at_least(1)),
+            "waits on a socket (connect, send, answer).", at_least(1)),
     Setting("compression.codec", str, "none",
             "none, gzip or snappy: one compressed wrapper per batch and partition.",
             one_of("none", "gzip", "snappy")),
     Setting("batch.size", int, 200, "Async: messages sent together in one batch.",
-            _at_least(1)),
+            at_least(1)),
     Setting("queue.time", int, 5000,
             "Async: longest time (ms) a message waits in the queue for its batch to fill.",
-            _at_least(0)),
-    Setting("queue.size", int, 10000, "Async: messages the queue holds at most.", _at_least(1)),
+            at_least(0)),
+    Setting("queue.size", int, 10000, "Async: messages the queue holds at most.", at_least(1)),
     Setting("queue.enqueue.timeout.ms", int, -1,
             "Async, queue full: -1 blocks until there is room, 0 raises QueueFullError at "
             "once, N waits N ms then raises.",
             lambda v: None if v >= -1 else "must be -1, 0 or more"),
     Setting("message.send.max.retries", int, 3,
-            "Times a message set is sent again after a retriable error.", _at_least(0)),
+            "Times a message set is sent again after a retriable error.", at_least(0)),
     Setting("retry.backoff.ms", int, 100,
             "Wait before a retry (metadata is refreshed first when the error calls for it).",
-            _at_least(0)),
+            at_least(0)),
     Setting("max.in.flight.requests.per.connection", int, 5,
-            "Unanswered requests per broker connection (pipelining).", _at_least(1)),
+            "Unanswered requests per broker connection (pipelining).", at_least(1)),
     Setting("message.max.bytes", int, 1000000,
             "Largest entry (length field) sent; a bigger message is refused before it is "
             "queued, and compressed batches are split below it.",
@@ -123,9 +119,9 @@ PRODUCER_SETTINGS: tuple[Setting, ...] = (
             "Largest PRODUCE request; bigger batches are split into several requests.",
             lambda v: None if v < 2**31 else "must be below 2**31"),
     Setting("topic.metadata.refresh.interval.ms", int, 600000,
-            "Ask the brokers for a topic's partitions again after this long.", _at_least(0)),
+            "Ask the brokers for a topic's partitions again after this long.", at_least(0)),
     Setting("max.failures.kept", int, 1000,
-            "Failed message sets a DeliveryError lists (all are counted).", _at_least(1)),
+            "Failed message sets a DeliveryError lists (all are counted).", at_least(1)),
 )
 
 _CODECS = {"none": CODEC_NONE, "gzip": CODEC_GZIP, "snappy": CODEC_SNAPPY}
