@@ -47,7 +47,10 @@ def test_mirror_copies_matching_topics_partition_for_partition_and_resumes(make_
 
     args = ("mirror", "--from", source.tcp, "--to", destination.unix, "--topics", "orders.*",
             "--group", "copier", "--num-streams", "2")
-    first = hostbroker(*args, "--timeout-ms", "1500")
+    # Stopped by the count, not by a pause: startup and topic creation on a
+    # loaded machine may take longer than any short --timeout-ms. A run that
+    # found fewer would wait out the long timeout and report them.
+    first = hostbroker(*args, "--max-messages", "67", "--timeout-ms", "20000")
     assert first.returncode == 0, first.stderr
     assert lines(first) == [f"mirrored 67 messages of orders, orders.eu from {source.tcp} "
                             f"to {destination.unix}"]
@@ -64,7 +67,7 @@ def test_mirror_copies_matching_topics_partition_for_partition_and_resumes(make_
     cut = hostbroker(*args, "--max-messages", "7", "--commit-interval-ms", "50")
     assert cut.returncode == 0, cut.stderr
     assert lines(cut)[0].startswith("mirrored 7 messages of orders")
-    rest = hostbroker(*args, "--timeout-ms", "1500")
+    rest = hostbroker(*args, "--max-messages", "23", "--timeout-ms", "20000")
     assert lines(rest)[0].startswith("mirrored 23 messages of orders")
     assert _partitions(destination.tcp, "orders") == _partitions(source.tcp, "orders")
 
