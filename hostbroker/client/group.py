@@ -11,10 +11,10 @@ Threads. ``num.consumer.fetchers`` fetcher threads, each with its own
 connection, fetch their partitions with one (long-poll) FETCH per round and
 put each non-empty :class:`FetchedSet` (a *chunk*) on the queue of the
 partition's stream. A queue holds at most ``queued.max.message.chunks``
-chunks, and a fetcher asks only for partitions whose stream has room,
-reserving it first (several fetchers may feed one stream), so memory stays
-bounded whatever the consumers' pace. The first fetcher also
-does the housekeeping: every ``topic.refresh.interval.ms`` it looks for new
+chunks per fetcher feeding it (a fetcher asks only for partitions whose
+stream has room; fetchers that share a stream may each fill that room at
+once), so memory stays bounded whatever the consumers' pace. The first
+fetcher also does the housekeeping: every ``topic.refresh.interval.ms`` it looks for new
 topics and partitions of the subscription (a filter never matches internal
 topics, whose names start with ``__``), and every
 ``auto.commit.interval.ms`` it commits offsets. The streams are read in the
@@ -245,13 +245,11 @@ class KafkaStream:
         self.index = index
         self.partitions: list[TopicPartition] = []
         self._connector = connector
-        # Bounded by the fetchers' reservations (reserve()), not by the queue:
-        # several fetchers may feed one stream, and an error or the end must
-        # always find a place after the chunks.
+        # Bounded by the fetchers, which ask only when room() > 0, not by the
+        # queue: fetchers sharing a stream may fill the same room at once, and
+        # an error or the end must always find a place after the chunks.
         self._queue: queue.Queue = queue.Queue()
         self._chunks = chunks
-        self._reserved = 0
-        self._room_lock = threading.Lock()
         self._timeout = None if timeout_ms < 0 else timeout_ms / 1000
         self._current: Iterator[tuple[int, int, bytes]] | None = None
         self._topic = ""
@@ -305,24 +303,11 @@ class KafkaStream:
         return self._last
 
     def room(self) -> int:
-        """Chunks the queue may still take, less the places fetchers have reserved."""
-        return self._chunks - self._queue.qsize() - self._reserved
-
-    def reserve(self) -> bool:
-        """For fetchers: claim a place for one chunk (or error) to come, if there is room;
-        :meth:`release` it once that fetch is settled, put or not."""
-        with self._room_lock:
-            if self._chunks - self._queue.qsize() - self._reserved <= 0:
-                return False
-            self._reserved += 1
-            return True
-
-    def release(self) -> None:
-        with self._room_lock:
-            self._reserved -= 1
+        """Chunks the queue may still take (below 0 when fetchers filled it at once)."""
+        return self._chunks - self._queue.qsize()
 
     def put(self, item: Any) -> None:
-        """For fetchers: into a place reserved (so the chunks stay bounded); never blocks."""
+        """For fetchers, which ask only for partitions of streams with room; never blocks."""
         self._queue.put_nowait(item)
 
     def fail(self, error: BaseException) -> None:
@@ -403,33 +388,31 @@ class _Fetcher:
         self.wake.clear()
         self._take_incoming()
         now = time.monotonic()
+        # Room is not reserved for the time of a fetch (a long poll of an idle
+        # partition would keep it from the others): another fetcher feeding
+        # the same stream may fill it meanwhile, by at most as much.
+        room = {id(s): s.room() for s in set(self.streams.values())}
         parts = []
-        reserved = []  # a place in its stream for each part's chunk
-        try:
-            for tp, offset in self.positions.items():
-                stream = self.streams[tp]
-                if self.paused_until.get(tp, 0) <= now and stream.reserve():
-                    reserved.append(stream)
-                    parts.append(
-                        api.FetchPartition(tp[0], tp[1], offset, self.consumer.fetch_size))
-            if not parts:
-                self.wake.wait(self.connector._idle_wait())
-                return
-            self.consumer.send_fetch(parts)
-            results = self.consumer.receive_fetch(parts, raise_on_error=False)
-            fetched = False
-            for part, result in zip(parts, results):
-                tp = (part.topic, part.partition)
-                if isinstance(result, FetchedSet):
-                    if result.entries:
-                        fetched = True
-                        self.positions[tp] = result.next_offset
-                        self.streams[tp].put(result)
-                else:
-                    self._failed(tp, result)
-        finally:
-            for stream in reserved:
-                stream.release()
+        for tp, offset in self.positions.items():
+            stream = self.streams[tp]
+            if room[id(stream)] > 0 and self.paused_until.get(tp, 0) <= now:
+                room[id(stream)] -= 1
+                parts.append(api.FetchPartition(tp[0], tp[1], offset, self.consumer.fetch_size))
+        if not parts:
+            self.wake.wait(self.connector._idle_wait())
+            return
+        self.consumer.send_fetch(parts)
+        results = self.consumer.receive_fetch(parts, raise_on_error=False)
+        fetched = False
+        for part, result in zip(parts, results):
+            tp = (part.topic, part.partition)
+            if isinstance(result, FetchedSet):
+                if result.entries:
+                    fetched = True
+                    self.positions[tp] = result.next_offset
+                    self.streams[tp].put(result)
+            else:
+                self._failed(tp, result)
         if not fetched and self.consumer.max_wait_ms == 0:
             # No long poll to pace the rounds: do not spin on an idle log.
             self.wake.wait(self.connector.settings["retry.backoff.ms"] / 1000)
