@@ -139,13 +139,19 @@ def run(broker: bt.Broker, kind: str, mode: str, n: int, args: argparse.Namespac
     try:
         child.ready()
         busy = bt.wait_quiet(args.wait_quiet) if args.wait_quiet else None
+        cpu0 = bt.cpu_seconds(broker.worker_pids)
         child.go()
         result = child.result()
+        cpu1 = bt.cpu_seconds(broker.worker_pids)
     finally:
         child.end()
+    broker_cpu = sum(cpu1[n] - cpu0[n] for n in cpu1 if n in cpu0)
     result.update(mode=mode, socket=kind, machine_busy_before=busy,
                   msgs_per_s=result["messages"] / result["seconds"],
-                  client_cpu_percent=result["cpu_seconds"] / result["seconds"] * 100)
+                  client_cpu_percent=result["cpu_seconds"] / result["seconds"] * 100,
+                  broker_cpu_percent=broker_cpu / result["seconds"] * 100,
+                  cpu_us_per_message={"client": result["cpu_seconds"] / result["messages"] * 1e6,
+                                      "broker": broker_cpu / result["messages"] * 1e6})
     return result
 
 
@@ -171,13 +177,16 @@ def print_report(report: dict) -> None:
     print(f"{a['messages']} messages of {SIZE} B per run, acks=1, one partition; Producer: "
           f"producer.type=async, batch.size={a['batch_size']}, queue.size={a['queue_size']}")
     print()
-    print(f"{'socket':6} {'run':10} {'msgs/s':>10}  client CPU %")
+    print(f"{'socket':6} {'run':10} {'msgs/s':>10}  CPU % client, broker;"
+          f" CPU µs/message client, broker")
     for r in report["runs"]:
         busy = r["machine_busy_before"]
         notes = " NOISY" if busy is not None and busy >= 0.15 else ""
         notes += " CAPPED" if r["capped"] else ""
+        us = r["cpu_us_per_message"]
         print(f"{r['socket']:6} {r['mode']:10} {r['msgs_per_s']:>10.0f}  "
-              f"{r['client_cpu_percent']:.0f}{notes}")
+              f"{r['client_cpu_percent']:>3.0f}, {r['broker_cpu_percent']:>3.0f};  "
+              f"{us['client']:.2f}, {us['broker']:.2f}{notes}")
     print()
     print(f"{'socket':6} {'run':10} {'median msgs/s':>14} {'/ raw':>6}  target")
     for row in report["summary"]:
