@@ -741,11 +741,11 @@ def print_report(report: dict) -> None:
 
 # ---------------------------------------------------------------------------
 
-def _csv(value: str, allowed: tuple[str, ...], what: str) -> list[str]:
+def _csv(value: str, allowed: tuple[str, ...]) -> list[str]:
     items = [v.strip() for v in value.split(",") if v.strip()]
     bad = [v for v in items if v not in allowed]
     if bad or not items:
-        raise argparse.ArgumentTypeError(f"{what}: {', '.join(bad) or 'none given'} "
+        raise argparse.ArgumentTypeError(f"{', '.join(bad) or 'none given'} "
                                          f"(choose from {', '.join(allowed)})")
     return items
 
@@ -754,10 +754,9 @@ def _sizes(value: str) -> list[int]:
     try:
         sizes = [int(v) for v in value.split(",") if v.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--size wants byte counts like 100,10240, "
-                                         f"not {value!r}") from None
+        raise argparse.ArgumentTypeError(f"byte counts like 100,10240, not {value!r}") from None
     if not sizes or any(not 1 <= s <= 1_000_000 for s in sizes):
-        raise argparse.ArgumentTypeError("--size: each size must be 1 .. 1,000,000 bytes")
+        raise argparse.ArgumentTypeError("each size must be 1 .. 1,000,000 bytes")
     return sizes
 
 
@@ -807,9 +806,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="messages of larger sizes (default 100,000: ~1 GB of 10 KiB)")
     ap.add_argument("--size", type=_sizes, default=[100, 10 * KIB],
                     help="payload sizes in bytes, comma separated (default 100,10240)")
-    ap.add_argument("--systems", type=lambda v: _csv(v, SYSTEMS, "--systems"),
+    ap.add_argument("--systems", type=lambda v: _csv(v, SYSTEMS),
                     default=list(SYSTEMS), help=f"default {','.join(SYSTEMS)}")
-    ap.add_argument("--phases", type=lambda v: _csv(v, PHASES, "--phases"),
+    ap.add_argument("--phases", type=lambda v: _csv(v, PHASES),
                     default=list(PHASES), help=f"default {','.join(PHASES)} "
                     "(consume reads what produce wrote)")
     ap.add_argument("--quick", action="store_true",
@@ -835,8 +834,9 @@ def main(argv=None) -> int:
         return 0
     needs = [s for s in args.systems if s in PEERS]
     if needs:
+        modules = {"redis": ("redis", "hiredis"), "nats": ("nats",)}
         try:
-            for module in ("redis", "hiredis", "nats") if "redis" in needs else ("nats",):
+            for module in (m for peer in needs for m in modules[peer]):
                 __import__(module)
         except ImportError as exc:
             raise SystemExit(f"{exc.name} is missing: {INSTALL_CLIENTS}") from None
