@@ -249,7 +249,7 @@ def test_the_interval_commit_stores_only_what_a_stream_moved_past(broker):
         assert client.offset_fetch("tick", [("tick", 0)])[0].offset == got[2].next_offset
 
 
-def test_two_fetchers_feeding_one_stream_never_overfill_it(broker):
+def test_two_fetchers_feeding_one_stream_neither_fail_nor_starve(broker):
     # Both fetchers feed the one stream, and every chunk taken wakes both: both
     # may fill its one free place at once, which must not stop either of them;
     # one partition reaching its end (long polls) must not starve the other.
