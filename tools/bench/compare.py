@@ -812,7 +812,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                     default=list(PHASES), help=f"default {','.join(PHASES)} "
                     "(consume reads what produce wrote)")
     ap.add_argument("--quick", action="store_true",
-                    help="a smoke run: 20,000 small and 2,000 big messages, no quiet wait")
+                    help="a smoke run: 20,000 small and 2,000 big messages, no quiet wait "
+                         "(start-up dominates its figures: not for comparison)")
     ap.add_argument("--max-seconds", type=float, default=60, help="cap on each phase (default 60)")
     ap.add_argument("--workdir", help="where data goes (default: a new temporary directory)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
