@@ -413,8 +413,9 @@ class _Fetcher:
                     self.streams[tp].put(result)
             else:
                 self._failed(tp, result)
-        if not fetched and self.consumer.max_wait_ms == 0:
-            # No long poll to pace the rounds: do not spin on an idle log.
+        if not fetched and (self.consumer.max_wait_ms == 0 or self.consumer.min_bytes == 0):
+            # No long poll to pace the rounds (no wait, or an answer due at
+            # once with fetch.min.bytes 0): do not spin on an idle log.
             self.wake.wait(self.connector.settings["retry.backoff.ms"] / 1000)
 
     def _failed(self, tp: TopicPartition, error: HostbrokerError) -> None:

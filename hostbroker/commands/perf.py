@@ -36,6 +36,7 @@ import multiprocessing
 import random
 import string
 import sys
+import threading
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -158,13 +159,16 @@ def format_report(report: dict) -> str:
         lines.append(f"{what} latency ms over {report['requests']:,} requests: "
                      + "  ".join(f"{k} {v:.3f}" for k, v in latency.items()))
     else:
-        acks_zero = report.get("settings", {}).get("request.required.acks") == 0
+        # An int from --acks, a string from --property request.required.acks=0.
+        acks_zero = str(report.get("settings", {}).get("request.required.acks")) == "0"
         why = "acks=0: the broker does not answer" if acks_zero else "no request was answered"
         lines.append(f"{what} latency: none measured ({why})")
     if report["failed"]:
         lines.append(f"failed: {report['failed']:,} messages")
     return "\n".join(lines)
 
+
+_START_TIMEOUT = 60  # seconds for every worker process to reach the start line
 
 # A spawned worker gets the shared objects (a Barrier, a Value) once, at start:
 # they cannot travel with each task.
@@ -213,7 +217,12 @@ def _run_workers(target, jobs: list[tuple], with_count: bool = False) -> list[Wo
 
 def _start_together(barrier) -> None:
     if barrier is not None:
-        barrier.wait(timeout=60)
+        try:
+            barrier.wait(timeout=_START_TIMEOUT)
+        except threading.BrokenBarrierError:
+            # A TimeoutError (an OSError) ends the worker with its error line.
+            raise TimeoutError(
+                f"the perf processes did not all start within {_START_TIMEOUT} s") from None
 
 
 def _report(kind: str, results: list[WorkerResult], as_json: bool, out: TextIO,

@@ -84,3 +84,10 @@ def test_limits_refuse_with_the_option_named():
 def test_payload_is_letters_of_the_size_asked():
     assert len(payload_of(1000)) == 1000 and payload_of(1000).isalpha()
     assert payload_of(0) == b""
+
+
+@pytest.mark.parametrize("acks", [0, "0"])  # --acks 0, or --property request.required.acks=0
+def test_acks_zero_is_named_as_the_reason_for_no_latency(acks):
+    report = summarize("produce", [WorkerResult(messages=5, started=1.0, ended=2.0)],
+                       settings={"request.required.acks": acks})
+    assert "acks=0: the broker does not answer" in format_report(report)
