@@ -637,12 +637,10 @@ class _Dispatcher:
             while len(self.in_flight.get(uri, ())) >= self.max_in_flight:
                 self.receive(uri)
             connection = self._connection(uri)
-            request = api.ProduceRequest(self.acks, self.timeout_ms, tuple(
-                api.ProducePartition(topic, partition,
-                                     group[0].data if len(group) == 1
-                                     else b"".join(s.data for s in group))
-                for (topic, partition), group in parts.items()))
-            correlation_id = connection.send(request)
+            # The sets go to the socket as they are: no join, no copy into a frame.
+            correlation_id = connection.send_produce(self.acks, self.timeout_ms, [
+                (topic, partition, [s.data for s in group])
+                for (topic, partition), group in parts.items()])
         except (OSError, ProtocolError) as exc:
             self._lose_connection(uri, exc, [s for group in groups for s in group])
             return

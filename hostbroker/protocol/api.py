@@ -25,7 +25,9 @@ of responses recognises an error frame by its size alone: see
 
 The broker's fetch path never copies message data into a frame:
 :func:`encode_fetch_response_parts` gives the header chunks that go around
-data sent with ``sendfile``.
+data sent with ``sendfile``. A producer's message sets are not copied into
+its request either: :func:`encode_produce_request_parts` gives the frame as a
+list of buffers for one ``sendmsg``.
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ __all__ = [
     "decode_response",
     "encode_error_frame",
     "encode_fetch_response_parts",
+    "encode_produce_request_parts",
     "encode_request",
     "encode_response",
     "is_error_frame",
@@ -138,6 +141,56 @@ def encode_request(request: Request, correlation_id: int, client_id: str | None 
         type(request).__wire__.write(writer, request)
 
     return _encode(fill)
+
+
+def encode_produce_request_parts(
+    acks: int,
+    timeout_ms: int,
+    partitions: Sequence[tuple[str, int, Sequence[Buffer]]],
+    correlation_id: int,
+    client_id: str | None = "",
+) -> list[Buffer]:
+    """A PRODUCE request's frame as buffers whose concatenation is the frame.
+
+    Each partition is ``(topic, partition, message sets)``; its sets go on
+    the wire back to back as that partition's one message set, and appear in
+    the result as the very objects given (no copy). The other buffers are
+    the small headers between them, size prefix first. Joined, the result
+    equals ``encode_request`` of the ProduceRequest with each partition's
+    sets joined.
+    """
+    parts: list[Buffer] = []
+    total = 0
+    writer = Writer()
+    writer.int32(0)  # the size, patched below
+    try:
+        writer.int16(ApiKey.PRODUCE)
+        writer.int16(API_VERSION)
+        writer.int32(correlation_id)
+        writer.string(client_id)
+        writer.int16(acks)
+        writer.int32(timeout_ms)
+        writer.int32(len(partitions))
+        for topic, partition, sets in partitions:
+            writer.string(topic)
+            writer.int32(partition)
+            set_bytes = sum(map(len, sets))
+            writer.int32(set_bytes)
+            header = writer.getvalue()
+            parts.append(header)
+            parts.extend(sets)
+            total += len(header) + set_bytes
+            writer = Writer()
+    except struct.error as exc:
+        raise ValueError(f"value does not fit its wire type: {exc}") from None
+    if len(writer):  # no partitions: the header is still open
+        header = writer.getvalue()
+        parts.append(header)
+        total += len(header)
+    first = bytearray(parts[0])
+    _SIZE.pack_into(first, 0, total - SIZE_PREFIX_BYTES)
+    parts[0] = bytes(first)
+    return parts
 
 
 def encode_response(correlation_id: int, response: Response) -> bytes:
