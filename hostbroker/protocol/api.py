@@ -143,6 +143,14 @@ def encode_request(request: Request, correlation_id: int, client_id: str | None 
     return _encode(fill)
 
 
+def _with_size(chunks: list, total: int) -> list:
+    """``chunks`` with the size prefix at the start of the first one set for ``total`` bytes."""
+    first = bytearray(chunks[0])
+    _SIZE.pack_into(first, 0, total - SIZE_PREFIX_BYTES)
+    chunks[0] = bytes(first)
+    return chunks
+
+
 def encode_produce_request_parts(
     acks: int,
     timeout_ms: int,
@@ -187,10 +195,7 @@ def encode_produce_request_parts(
         header = writer.getvalue()
         parts.append(header)
         total += len(header)
-    first = bytearray(parts[0])
-    _SIZE.pack_into(first, 0, total - SIZE_PREFIX_BYTES)
-    parts[0] = bytes(first)
-    return parts
+    return _with_size(parts, total)
 
 
 def encode_response(correlation_id: int, response: Response) -> bytes:
@@ -333,7 +338,4 @@ def encode_fetch_response_parts(
     last = writer.getvalue()
     chunks.append(last)
     total += len(last)
-    first = bytearray(chunks[0])
-    _SIZE.pack_into(first, 0, total - SIZE_PREFIX_BYTES)
-    chunks[0] = bytes(first)
-    return chunks
+    return _with_size(chunks, total)
