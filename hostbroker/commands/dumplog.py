@@ -32,7 +32,6 @@ import mmap
 import os
 import struct
 import sys
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TextIO
@@ -46,6 +45,7 @@ from hostbroker.log.message import (
     LENGTH_SIZE,
     MIN_LENGTH_V0,
     MIN_LENGTH_V1,
+    crc32,
     scan_valid_prefix,
 )
 from hostbroker.log.segments import SEGMENT_SUFFIX, parse_segment_filename
@@ -124,7 +124,7 @@ def walk(buf, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> Iterator[En
         crc_at = pos + (6 if magic == 1 else 5)
         start = crc_at + 4
         (stored,) = _CRC.unpack_from(view, crc_at)
-        problem = _entry_problem(length, magic, attributes, stored, zlib.crc32(view[start:end]),
+        problem = _entry_problem(length, magic, attributes, stored, crc32(view[start:end]),
                                  max_message_bytes)
         yield Entry(pos, length, True, problem, magic, attributes & 0x03, stored, start, end)
         pos = end
