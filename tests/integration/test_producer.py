@@ -255,7 +255,7 @@ def test_full_queue_raises_at_once(silent_uri):
 
 def test_full_queue_waits_then_raises(silent_uri):
     # The first batch's metadata request must not time out (and make room) meanwhile.
-    producer = silent_producer(silent_uri, request_timeout_ms=2500,
+    producer = silent_producer(silent_uri, request_timeout_ms=3000,
                                queue_enqueue_timeout_ms=300)
     taken = fill(producer)
     assert 10 <= taken <= 20
@@ -269,7 +269,9 @@ def test_full_queue_waits_then_raises(silent_uri):
 
 def test_full_queue_blocks_until_there_is_room(silent_uri):
     trace = Trace()
-    producer = silent_producer(silent_uri, callbacks=trace)
+    # Room comes only when the first batch's metadata request times out: long
+    # enough that a loaded machine does not get there before the checks below.
+    producer = silent_producer(silent_uri, request_timeout_ms=3000, callbacks=trace)
     for i in range(10):
         producer.send("t", b"first batch %d" % i)
     wait_for(lambda: producer.stats["queued"] == 0)  # the thread took the batch
