@@ -115,8 +115,9 @@ PRODUCER_SETTINGS: tuple[Setting, ...] = (
             "Largest entry (length field) sent; a bigger message is refused before it is "
             "queued, and compressed batches are split below it.",
             lambda v: None if MIN_LENGTH_V1 <= v < 2**31 else "must be between 6 and 2**31-1"),
-    Setting("max.request.bytes", int, 10485760,
-            "Largest PRODUCE request; bigger batches are split into several requests.",
+    Setting("max.request.bytes", int, 1048576,
+            "Largest PRODUCE request; bigger batches are split into several requests "
+            "(smaller requests keep the broker's pipeline busier).",
             lambda v: None if v < 2**31 else "must be below 2**31"),
     Setting("topic.metadata.refresh.interval.ms", int, 600000,
             "Ask the brokers for a topic's partitions again after this long.", at_least(0)),
