@@ -13,6 +13,7 @@ the supervisor at start; this module does no I/O beyond reading the TOML file.
 from __future__ import annotations
 
 import dataclasses
+import sys
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -275,5 +276,21 @@ def markdown_table(settings: Iterable[Setting] = SETTINGS) -> str:
     return "\n".join(rows)
 
 
+def _main(argv: list[str]) -> int:
+    """Print the broker's table, or with ``MODULE:ATTRIBUTE`` that tuple of Settings's
+    (a client's: ``hostbroker.client.producer:PRODUCER_SETTINGS``)."""
+    if not argv:
+        print(markdown_table())
+        return 0
+    if len(argv) != 1 or ":" not in argv[0]:
+        print("usage: python -m hostbroker.config [MODULE:ATTRIBUTE]", file=sys.stderr)
+        return 2
+    import importlib
+
+    module, _, attribute = argv[0].partition(":")
+    print(markdown_table(getattr(importlib.import_module(module), attribute)))
+    return 0
+
+
 if __name__ == "__main__":
-    print(markdown_table())
+    sys.exit(_main(sys.argv[1:]))

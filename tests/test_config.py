@@ -63,3 +63,18 @@ def test_docs_configuration_page_is_generated_from_the_declaration():
 
     page = (pathlib.Path(__file__).parent.parent / "docs" / "configuration.md").read_text()
     assert markdown_table() in page, "regenerate with: python -m hostbroker.config"
+
+
+@pytest.mark.parametrize("page, attribute", [
+    ("producer.md", "hostbroker.client.producer:PRODUCER_SETTINGS"),
+    ("consumer.md", "hostbroker.client.consumer:CONSUMER_SETTINGS"),
+    ("consumer.md", "hostbroker.client.group:GROUP_SETTINGS"),
+])
+def test_docs_client_tables_are_generated_from_the_declarations(page, attribute):
+    import importlib
+    import pathlib
+
+    module, _, name = attribute.partition(":")
+    text = (pathlib.Path(__file__).parent.parent / "docs" / page).read_text()
+    table = markdown_table(getattr(importlib.import_module(module), name))
+    assert table in text, f"regenerate with: python -m hostbroker.config {attribute}"

@@ -10,18 +10,16 @@ arguments whose names are the dotted keys with ``_`` for ``.``
 one line naming the key, before any connection is made.
 
 The tables in the client docs come from the same declarations
-(``python -m hostbroker.client.settings``).
+(``python -m hostbroker.config MODULE:ATTRIBUTE``).
 """
 
 from __future__ import annotations
 
-import importlib
-import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from hostbroker.client.connection import parse_uri
-from hostbroker.config import Setting, checked, markdown_table, split_list
+from hostbroker.config import Setting, checked, split_list
 from hostbroker.errors import ConfigError
 
 
@@ -100,17 +98,3 @@ def broker_uris(
         except ValueError as exc:
             raise ConfigError(f"{where}: {exc}") from None
     return list(dict.fromkeys(uris))
-
-
-def _main(argv: list[str]) -> int:
-    """Print the table of ``MODULE:ATTRIBUTE`` (a tuple of Settings)."""
-    if len(argv) != 1 or ":" not in argv[0]:
-        print("usage: python -m hostbroker.client.settings MODULE:ATTRIBUTE", file=sys.stderr)
-        return 2
-    module, _, attribute = argv[0].partition(":")
-    print(markdown_table(getattr(importlib.import_module(module), attribute)))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_main(sys.argv[1:]))
