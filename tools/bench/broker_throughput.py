@@ -927,6 +927,12 @@ def main(argv=None) -> int:
         if not args.keep and not args.workdir:
             shutil.rmtree(workdir, ignore_errors=True)
     report["summary"] = summarize(report)
+    output(report, args, print_report)
+    return 0
+
+
+def output(report: dict, args: argparse.Namespace, print_report) -> None:
+    """Write the report where --json-out says, and print it as JSON or as tables."""
     if args.json_out:
         with open(args.json_out, "w") as f:
             json.dump(report, f, indent=2)
@@ -934,7 +940,6 @@ def main(argv=None) -> int:
         print(json.dumps(report, indent=2))
     else:
         print_report(report)
-    return 0
 
 
 def _warm_up(broker: Broker) -> None:

@@ -779,17 +779,6 @@ def new_report(args: argparse.Namespace) -> dict:
             "args": {k: v for k, v in vars(args).items() if k not in ("role", "params")}}
 
 
-def output(report: dict, args: argparse.Namespace, print_report) -> None:
-    """Write the report where --json-out says, and print it as JSON or as tables."""
-    if args.json_out:
-        with open(args.json_out, "w") as f:
-            json.dump(report, f, indent=2)
-    if args.json:
-        print(json.dumps(report, indent=2))
-    else:
-        print_report(report)
-
-
 def stop_on_sigterm() -> None:
     def on_term(signum, frame):
         raise SystemExit(f"benchmark stopped by signal {signum}")
@@ -859,7 +848,7 @@ def main(argv=None) -> int:
             shutil.rmtree(workdir, ignore_errors=True)
     ratios(report["rows"])
     report["targets"] = targets(report["rows"])
-    output(report, args, print_report)
+    bt.output(report, args, print_report)
     return 0
 
 

@@ -241,7 +241,7 @@ def main(argv=None) -> int:
         report["broker_exit_code"] = broker.stop()
         shutil.rmtree(workdir, ignore_errors=True)
     report["summary"] = summarize(report["runs"])
-    compare.output(report, args, print_report)
+    bt.output(report, args, print_report)
     return 0
 
 
