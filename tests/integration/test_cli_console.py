@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 
 from hostbroker.client import EARLIEST, SimpleConsumer
 from hostbroker.log.message import CODEC_GZIP, encode_message_set
-from tests.integration.cli import hostbroker, lines, one_line_error
+from tests.integration.cli import hostbroker, lines, one_line_error, running, terminate
 
 
 def _fill(broker, topic: str, partitions: int, per_partition: int) -> None:
@@ -76,17 +75,10 @@ def test_consume_group_commits_what_it_printed(broker):
 
 def test_consume_stops_on_sigterm_and_on_a_closed_pipe(broker):
     _fill(broker, "s", 1, 50)
-    proc = subprocess.Popen([sys.executable, "-m", "hostbroker", "consume", "--bootstrap",
-                             broker.tcp, "--topic", "s", "--from-beginning", "--group", "stop"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
+    with running("consume", "--bootstrap", broker.tcp, "--topic", "s", "--from-beginning",
+                 "--group", "stop") as proc:
         assert proc.stdout.readline() == b"s-0-0\n"
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        out, err = terminate(proc)
     assert proc.returncode == 0, err
     assert err == b""
     with broker.client() as client:

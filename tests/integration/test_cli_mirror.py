@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import time
+
 from hostbroker.client import EARLIEST, SimpleConsumer
 from hostbroker.log.message import CODEC_SNAPPY, encode_message_set
-from tests.integration.cli import hostbroker, lines, one_line_error
+from tests.integration.cli import hostbroker, lines, one_line_error, running, terminate
 
 
 def _partitions(uri: str, topic: str) -> dict[int, list[bytes]]:
@@ -88,32 +90,19 @@ def test_mirror_refusals(make_broker):
 
 def test_mirror_stopped_by_sigterm_commits_what_the_destination_acknowledged(make_broker,
                                                                            tmp_path):
-    import signal
-    import subprocess
-    import sys
-    import time
-
     source = make_broker(root=_root(tmp_path, "source"))
     destination = make_broker(root=_root(tmp_path, "destination"))
     with source.client() as client:
         client.create_topic("feed", 2)
     for p in range(2):
         _produce(source.tcp, "feed", p, [b"feed-%d-%d" % (p, i) for i in range(200)])
-    proc = subprocess.Popen([sys.executable, "-m", "hostbroker", "mirror", "--from", source.unix,
-                             "--to", destination.tcp, "--topics", "feed", "--group", "m",
-                             "--commit-interval-ms", "100000"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
+    with running("mirror", "--from", source.unix, "--to", destination.tcp, "--topics", "feed",
+                 "--group", "m", "--commit-interval-ms", "100000") as proc:
         deadline = time.monotonic() + 30
         while sum(map(len, _partitions(destination.tcp, "feed").values())) < 400:
             assert time.monotonic() < deadline and proc.poll() is None
             time.sleep(0.1)
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        out, err = terminate(proc)
     assert proc.returncode == 0, err
     assert out.decode().startswith("mirrored 400 messages of feed")
     with source.client() as client:
