@@ -111,6 +111,11 @@ SETTINGS: tuple[Setting, ...] = (
             _at_least(100)),
     Setting("shutdown.timeout.ms", int, 30000,
             "How long a graceful shutdown waits for in-flight work.", _at_least(0)),
+    # Connection limits (processor, acceptor).
+    # Request limits (handler).
+    # Offsets store limits (writer 0).
+    # Storage and start-up.
+    # Supervision and service.
 )
 
 SETTINGS_BY_KEY: dict[str, Setting] = {s.key: s for s in SETTINGS}
