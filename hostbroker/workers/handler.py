@@ -27,19 +27,14 @@ Per request:
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import itertools
-import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
-from hostbroker.errors import ConfigError, ErrorCode, HostbrokerError, InvalidTopicError
+from hostbroker.errors import ErrorCode, HostbrokerError
 from hostbroker.log import message as logmsg
-from hostbroker.log.config import LogConfig
-from hostbroker.log.partition import PartitionLog
-from hostbroker.log.segments import (fetch_range, offsets_before, parse_segment_filename,
-                                     partition_dirname, segment_filename, validate_topic_name)
+from hostbroker.log.segments import offsets_before, segment_filename
 from hostbroker.protocol import api
 from hostbroker.protocol.api import ApiKey
 from hostbroker.shm import procs
@@ -47,83 +42,13 @@ from hostbroker.shm import table as ptable
 from hostbroker.shm.table import AdminLock, PartitionTable
 from hostbroker.workers import envelopes as env
 from hostbroker.workers.base import Worker, now_ms
+from hostbroker.workers.handler_fetch import Fetching
+from hostbroker.workers.handler_offsets import ConsumerOffsets
+from hostbroker.workers.handler_topics import TopicAdmin
+from hostbroker.workers.topicview import TopicView
 
 _IDLE_TIMEOUT_S = 1.0
 _MAX_BROKEN = 100_000
-
-
-class TopicView:
-    """This handler's cached picture of the partition table: topic -> slots.
-
-    Rebuilt whenever the table's generation moves (a topic was created or
-    deleted); per-slot offsets are always read fresh from the table.
-    """
-
-    def __init__(self, table: PartitionTable, log_dirs: Sequence[str], defaults: LogConfig):
-        self.table = table
-        self.log_dirs = log_dirs
-        self.defaults = defaults
-        self.generation = -1
-        self.topics: dict[str, list[int | None]] = {}
-        self._configs: dict[tuple[int, str], LogConfig] = {}
-        self._segments: dict[int, tuple[int, list[int]]] = {}
-
-    def refresh(self) -> None:
-        gen = self.table.generation
-        if gen == self.generation:
-            return
-        topics: dict[str, dict[int, int]] = {}
-        for i, s in self.table.scan():
-            if s.state in (ptable.ONLINE, ptable.OFFLINE, ptable.CREATING):
-                topics.setdefault(s.name, {})[s.partition] = i
-        self.topics = {t: [parts.get(p) for p in range(max(parts) + 1)]
-                       for t, parts in topics.items()}
-        self.generation = gen
-        # a slot freed and taken by another topic must not keep the old one's data
-        self._configs.clear()
-        self._segments.clear()
-
-    def slot(self, topic: str, partition: int) -> int | None:
-        slots = self.topics.get(topic)
-        if slots is None or not 0 <= partition < len(slots):
-            return None
-        return slots[partition]
-
-    def partition_path(self, s) -> str:
-        return os.path.join(self.log_dirs[s.owner], partition_dirname(s.name, s.partition))
-
-    def config(self, slot: int, s) -> LogConfig:
-        key = (slot, s.name)
-        cfg = self._configs.get(key)
-        if cfg is None:
-            try:
-                with open(os.path.join(self.partition_path(s), "partition.json")) as f:
-                    overrides = json.load(f).get("config", {})
-                cfg = self.defaults.with_overrides(overrides)
-            except (OSError, ValueError, HostbrokerError):
-                cfg = self.defaults
-            self._configs[key] = cfg
-        return cfg
-
-    def segment_bases(self, slot: int, s) -> list[int]:
-        """Sorted base offsets of the slot's segments, listed again when the
-        writer bumps the segment generation (roll, retention, truncation)."""
-        cached = self._segments.get(slot)
-        if cached is not None and cached[0] == s.segment_generation:
-            return cached[1]
-        bases = []
-        for name in os.listdir(self.partition_path(s)):
-            base = parse_segment_filename(name)
-            if base is not None and base <= s.end_offset:
-                bases.append(base)
-        bases.sort()
-        # keep only the segments that hold the log as published (drop ones deleted
-        # meanwhile by retention, whose bases fall below the start offset)
-        bases = [b for b in bases if b >= s.start_offset] or [s.start_offset]
-        if bases[0] > s.start_offset:
-            bases.insert(0, s.start_offset)
-        self._segments[slot] = (s.segment_generation, bases)
-        return bases
 
 
 @dataclasses.dataclass(slots=True, eq=False)
@@ -143,19 +68,7 @@ class _Pending:
     token: int = 0
 
 
-@dataclasses.dataclass(slots=True, eq=False)
-class _ParkedFetch:
-    """A long-poll fetch waiting for ``min_bytes`` or its deadline."""
-
-    processor: int
-    conn_id: int
-    seq: int
-    correlation_id: int
-    request: object
-    deadline_ms: int
-
-
-class HandlerWorker(Worker):
+class HandlerWorker(TopicAdmin, Fetching, ConsumerOffsets, Worker):
     kind = "handler"
     process_name = "hb-handler"
 
@@ -175,7 +88,7 @@ class HandlerWorker(Worker):
         self.writer_bells = [plan.doorbell("writer", w) for w in range(plan.num_writers)]
         self.tokens = itertools.count(1)
         self.pending: dict[int, _Pending] = {}
-        self.parked: list[_ParkedFetch] = []
+        self.parked: list = []  # handler_fetch._ParkedFetch
         self.writer_epochs = [self._epoch("writer", w) for w in range(plan.num_writers)]
         self.brokers = self._broker_list()
         self.broker_id = self.config["broker.id"]
@@ -329,141 +242,6 @@ class HandlerWorker(Worker):
     def _reply(self, p, conn_id, seq, corr, response) -> None:
         self._respond(p, conn_id, seq, [api.encode_response(corr, response)])
 
-    # -- topics ------------------------------------------------------------
-    @contextlib.contextmanager
-    def _admin(self):
-        """The admin lock, or BROKER_NOT_AVAILABLE when another process holds it too long."""
-        try:
-            self.lock.acquire()
-        except TimeoutError as e:
-            raise HostbrokerError(f"topic admin busy: {e}", ErrorCode.BROKER_NOT_AVAILABLE) from e
-        try:
-            yield
-        finally:
-            self.lock.release()
-
-    def _create_topic_locked(self, topic: str, partitions: int, overrides: dict[str, str]) -> None:
-        """Create a topic's partitions, each on the log dir holding the fewest.
-        Caller holds the admin lock and has checked the topic does not exist."""
-        counts = [0] * self.plan.num_writers
-        offline = set()
-        for _, s in self.table.scan():
-            counts[s.owner] += 1
-            if s.state == ptable.OFFLINE:
-                offline.add(s.owner)
-        usable = [w for w in range(self.plan.num_writers) if w not in offline]
-        if not usable:
-            raise HostbrokerError("every log dir is offline", ErrorCode.STORAGE_ERROR)
-        created = []
-        try:
-            for partition in range(partitions):
-                w = min(usable, key=lambda i: (counts[i], i))
-                slot = self.table.find_free()
-                if slot is None:
-                    raise HostbrokerError("partition table full: raise max.partitions",
-                                          ErrorCode.INVALID_REQUEST)
-                plog = PartitionLog.create(self.plan.log_dirs[w], topic, partition, partitions,
-                                           overrides, self.defaults, now_ms)
-                plog.close()
-                self.table.write(slot, state=ptable.ONLINE, name=topic, partition=partition,
-                                 owner=w, start_offset=0, end_offset=0, flushed_offset=0,
-                                 segment_generation=1)
-                created.append(slot)
-                counts[w] += 1
-        except OSError as e:
-            for slot in created:
-                self.table.write(slot, state=ptable.DELETING)
-            raise HostbrokerError(f"cannot create partition: {e}", ErrorCode.STORAGE_ERROR) from e
-        finally:
-            self.table.bump_generation()
-            self.view.refresh()
-
-    def _topic_exists_locked(self, topic: str) -> bool:
-        return any(s.name == topic and s.state != ptable.FREE for _, s in self.table.scan())
-
-    def _create_topic(self, request) -> api.AdminResponse:
-        topic = request.topic
-        try:
-            validate_topic_name(topic)
-        except InvalidTopicError as e:
-            return api.AdminResponse(ErrorCode.INVALID_TOPIC, str(e))
-        limit = self.config["max.partitions.per.topic"]
-        if not 1 <= request.partitions <= limit:
-            return api.AdminResponse(ErrorCode.INVALID_REQUEST,
-                                     f"partitions must be between 1 and {limit}")
-        overrides = {entry.key: entry.value for entry in request.configs}
-        if len(overrides) != len(request.configs):
-            return api.AdminResponse(ErrorCode.INVALID_CONFIG, "a config key is given twice")
-        try:
-            self.defaults.with_overrides(overrides)
-        except ConfigError as e:
-            return api.AdminResponse(ErrorCode.INVALID_CONFIG, str(e))
-        try:
-            with self._admin():
-                if self._topic_exists_locked(topic):
-                    return api.AdminResponse(ErrorCode.TOPIC_ALREADY_EXISTS,
-                                             f"topic {topic} already exists")
-                self._create_topic_locked(topic, request.partitions, overrides)
-        except HostbrokerError as e:
-            return api.AdminResponse(e.code, str(e))
-        return api.AdminResponse(ErrorCode.NONE, None)
-
-    def _auto_create(self, topic: str) -> ErrorCode:
-        try:
-            validate_topic_name(topic)
-        except InvalidTopicError:
-            return ErrorCode.INVALID_TOPIC
-        try:
-            with self._admin():
-                if not self._topic_exists_locked(topic):
-                    self._create_topic_locked(topic, self.config["num.partitions"], {})
-        except HostbrokerError as e:
-            return e.code
-        self.view.refresh()
-        return ErrorCode.NONE
-
-    def _delete_topic(self, p, conn_id, seq, corr, request) -> None:
-        topic = request.topic
-        try:
-            with self._admin():
-                slots = [(i, s) for i, s in self.table.scan()
-                         if s.name == topic and s.state != ptable.FREE]
-                for i, _ in slots:
-                    self.table.write(i, state=ptable.DELETING)
-                self.table.bump_generation()
-        except HostbrokerError as e:
-            self._reply(p, conn_id, seq, corr, api.AdminResponse(e.code, str(e)))
-            return
-        if not slots:
-            self._reply(p, conn_id, seq, corr, api.AdminResponse(
-                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {topic}"))
-            return
-        self.view.refresh()
-        # long polls on the deleted topic are answered now (with UNKNOWN_TOPIC_OR_PARTITION)
-        waiting = []
-        for x in self.parked:
-            if any(part.topic == topic for part in x.request.partitions):
-                self._answer_fetch(x.processor, x.conn_id, x.seq, x.correlation_id, x.request,
-                                   force=True)
-            else:
-                waiting.append(x)
-        self.parked = waiting
-
-        def respond(pending: _Pending, failed: bool = False) -> None:
-            errors = [r.get("message", "delete failed") for r in pending.results if r["error"]]
-            if failed:
-                errors.append("a writer restarted while deleting")
-            code = ErrorCode.NONE if not errors else ErrorCode.STORAGE_ERROR
-            self._reply(pending.processor, pending.conn_id, pending.seq,
-                        pending.correlation_id,
-                        api.AdminResponse(code, "; ".join(errors) if errors else None))
-
-        pending = self._new_pending(p, conn_id, seq, corr, ApiKey.DELETE_TOPIC, [], respond)
-        for i, s in slots:
-            self._to_writer(pending, s.owner, *env.encode_json(
-                env.OP_DELETE, pending.token,
-                {"slot": i, "topic": s.name, "partition": s.partition}))
-
     # -- produce -------------------------------------------------------------
     def _new_pending(self, p, conn_id, seq, corr, key, results, respond) -> _Pending:
         pending = _Pending(p, conn_id, seq, corr, key, results, respond)
@@ -559,83 +337,6 @@ class HandlerWorker(Worker):
             del self.pending[token]
             pending.respond(pending)
 
-    # -- fetch ---------------------------------------------------------------
-    def _fetch(self, p, conn_id, seq, corr, request) -> None:
-        if not self._answer_fetch(p, conn_id, seq, corr, request, force=self.draining):
-            return
-        max_wait = min(max(0, request.max_wait_ms), self.config["fetch.max.wait.ms"])
-        if len(self.parked) >= self.config["fetch.max.parked"]:
-            self._answer_fetch(p, conn_id, seq, corr, request, force=True)
-            return
-        self.parked.append(_ParkedFetch(p, conn_id, seq, corr, request, now_ms() + max_wait))
-
-    def _fetch_parts(self, request):
-        """Per partition (topic, partition, error, log_end_offset, FilePiece | None)."""
-        self.view.refresh()
-        out = []
-        total = 0
-        for part in request.partitions:
-            piece = None
-            leo = -1
-            code = ErrorCode.NONE
-            slot = self.view.slot(part.topic, part.partition)
-            if part.max_bytes <= 0:
-                code = ErrorCode.INVALID_FETCH_SIZE
-            elif slot is None:
-                code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            else:
-                s = self.table.read(slot)
-                if s.state == ptable.OFFLINE:
-                    code = ErrorCode.STORAGE_ERROR
-                elif s.state not in (ptable.ONLINE, ptable.CREATING):
-                    code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                else:
-                    leo = s.end_offset
-                    try:
-                        bases = self.view.segment_bases(slot, s)
-                        found = fetch_range(bases, s.end_offset, part.offset, part.max_bytes)
-                    except HostbrokerError as e:
-                        code = e.code
-                    except OSError:
-                        code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                    else:
-                        if found is not None and found[2] > 0:
-                            index, position, length = found
-                            piece = env.FilePiece(
-                                os.path.join(self.view.partition_path(s),
-                                             segment_filename(bases[index])),
-                                position, length)
-                            total += length
-            out.append((part.topic, part.partition, code, leo, piece))
-        return total, out
-
-    def _answer_fetch(self, p, conn_id, seq, corr, request, force: bool) -> bool:
-        """Answer the fetch if it may be answered now; returns True if it must wait."""
-        total, parts = self._fetch_parts(request)
-        if not force and total < request.min_bytes and request.max_wait_ms > 0:
-            return True
-        headers = api.encode_fetch_response_parts(
-            corr, [(t, pt, code, leo, piece.length if piece else 0)
-                   for t, pt, code, leo, piece in parts])
-        pieces: list = [headers[0]]
-        for (_, _, _, _, piece), head in zip(parts, headers[1:]):
-            if piece is not None:
-                pieces.append(piece)
-            if head:
-                pieces.append(head)
-        self.count(procs.BYTES_OUT, total)
-        self._respond(p, conn_id, seq, pieces)
-        return False
-
-    def _recheck_parked(self) -> None:
-        now = now_ms()
-        still = []
-        for x in self.parked:
-            if self._answer_fetch(x.processor, x.conn_id, x.seq, x.correlation_id, x.request,
-                                  force=self.draining or now >= x.deadline_ms):
-                still.append(x)
-        self.parked = still
-
     # -- offsets and metadata -------------------------------------------------
     def _offsets(self, request) -> api.OffsetsResponse:
         self.view.refresh()
@@ -682,36 +383,3 @@ class HandlerWorker(Worker):
             topics.append(api.MetadataTopic(name, ErrorCode.NONE, tuple(parts)))
         brokers = tuple(api.MetadataBroker(*b) for b in self.brokers)
         return api.MetadataResponse(self.broker_id, brokers, tuple(topics))
-
-    # -- consumer offsets ----------------------------------------------------
-    def _offset_commit(self, p, conn_id, seq, corr, request) -> None:
-        entries = [[request.group, part.topic, part.partition, part.offset, part.metadata]
-                   for part in request.partitions]
-
-        def respond(pending: _Pending, failed: bool = False) -> None:
-            code = ErrorCode.UNKNOWN if failed else ErrorCode(pending.results[0]["error"])
-            self._reply(pending.processor, pending.conn_id, pending.seq, pending.correlation_id,
-                        api.OffsetCommitResponse(tuple(
-                            api.OffsetCommitPartitionResult(e[1], e[2], code)
-                            for e in entries)))
-
-        pending = self._new_pending(p, conn_id, seq, corr, ApiKey.OFFSET_COMMIT, [], respond)
-        self._to_writer(pending, 0, *env.encode_json(
-            env.OP_OFFSETS, pending.token, {"op": "commit", "entries": entries}))
-
-    def _offset_fetch(self, p, conn_id, seq, corr, request) -> None:
-        keys = [[request.group, part.topic, part.partition] for part in request.partitions]
-
-        def respond(pending: _Pending, failed: bool = False) -> None:
-            result = {} if failed else pending.results[0]
-            code = ErrorCode.UNKNOWN if failed else ErrorCode(result["error"])
-            offsets = result.get("offsets") or [[-1, ""]] * len(keys)
-            self._reply(pending.processor, pending.conn_id, pending.seq, pending.correlation_id,
-                        api.OffsetFetchResponse(tuple(
-                            api.OffsetFetchPartitionResult(k[1], k[2], o[0], o[1], code)
-                            for k, o in zip(keys, offsets))))
-
-        pending = self._new_pending(p, conn_id, seq, corr, ApiKey.OFFSET_FETCH, [], respond)
-        self._to_writer(pending, 0, *env.encode_json(
-            env.OP_OFFSETS, pending.token, {"op": "fetch", "keys": keys}))
-

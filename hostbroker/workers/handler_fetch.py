@@ -1,0 +1,114 @@
+"""FETCH and long polls of the request handler (part of ``hb-handler-N``).
+
+Mixed into :class:`~hostbroker.workers.handler.HandlerWorker`. A fetch is
+turned into ``(segment file, position, length)`` per partition from the
+partition table and the segment listings, and answered with those ranges
+(the processor sends them with sendfile). With fewer than ``min_bytes``
+there it is parked until a writer rings (new data) or ``max_wait_ms`` passes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from hostbroker.errors import ErrorCode, HostbrokerError
+from hostbroker.log.segments import fetch_range, segment_filename
+from hostbroker.protocol import api
+from hostbroker.shm import procs
+from hostbroker.shm import table as ptable
+from hostbroker.workers import envelopes as env
+from hostbroker.workers.base import now_ms
+
+
+@dataclasses.dataclass(slots=True, eq=False)
+class _ParkedFetch:
+    """A long-poll fetch waiting for ``min_bytes`` or its deadline."""
+
+    processor: int
+    conn_id: int
+    seq: int
+    correlation_id: int
+    request: object
+    deadline_ms: int
+
+
+class Fetching:
+    """Mixin of :class:`HandlerWorker`: FETCH, parked and answered."""
+
+    # -- fetch ---------------------------------------------------------------
+    def _fetch(self, p, conn_id, seq, corr, request) -> None:
+        if not self._answer_fetch(p, conn_id, seq, corr, request, force=self.draining):
+            return
+        max_wait = min(max(0, request.max_wait_ms), self.config["fetch.max.wait.ms"])
+        if len(self.parked) >= self.config["fetch.max.parked"]:
+            self._answer_fetch(p, conn_id, seq, corr, request, force=True)
+            return
+        self.parked.append(_ParkedFetch(p, conn_id, seq, corr, request, now_ms() + max_wait))
+
+    def _fetch_parts(self, request):
+        """Per partition (topic, partition, error, log_end_offset, FilePiece | None)."""
+        self.view.refresh()
+        out = []
+        total = 0
+        for part in request.partitions:
+            piece = None
+            leo = -1
+            code = ErrorCode.NONE
+            slot = self.view.slot(part.topic, part.partition)
+            if part.max_bytes <= 0:
+                code = ErrorCode.INVALID_FETCH_SIZE
+            elif slot is None:
+                code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                s = self.table.read(slot)
+                if s.state == ptable.OFFLINE:
+                    code = ErrorCode.STORAGE_ERROR
+                elif s.state not in (ptable.ONLINE, ptable.CREATING):
+                    code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                else:
+                    leo = s.end_offset
+                    try:
+                        bases = self.view.segment_bases(slot, s)
+                        found = fetch_range(bases, s.end_offset, part.offset, part.max_bytes)
+                    except HostbrokerError as e:
+                        code = e.code
+                    except OSError:
+                        code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    else:
+                        if found is not None and found[2] > 0:
+                            index, position, length = found
+                            piece = env.FilePiece(
+                                os.path.join(self.view.partition_path(s),
+                                             segment_filename(bases[index])),
+                                position, length)
+                            total += length
+            out.append((part.topic, part.partition, code, leo, piece))
+        return total, out
+
+    def _answer_fetch(self, p, conn_id, seq, corr, request, force: bool) -> bool:
+        """Answer the fetch if it may be answered now; returns True if it must wait."""
+        total, parts = self._fetch_parts(request)
+        if not force and total < request.min_bytes and request.max_wait_ms > 0:
+            return True
+        headers = api.encode_fetch_response_parts(
+            corr, [(t, pt, code, leo, piece.length if piece else 0)
+                   for t, pt, code, leo, piece in parts])
+        pieces: list = [headers[0]]
+        for (_, _, _, _, piece), head in zip(parts, headers[1:]):
+            if piece is not None:
+                pieces.append(piece)
+            if head:
+                pieces.append(head)
+        self.count(procs.BYTES_OUT, total)
+        self._respond(p, conn_id, seq, pieces)
+        return False
+
+    def _recheck_parked(self) -> None:
+        now = now_ms()
+        still = []
+        for x in self.parked:
+            if self._answer_fetch(x.processor, x.conn_id, x.seq, x.correlation_id, x.request,
+                                  force=self.draining or now >= x.deadline_ms):
+                still.append(x)
+        self.parked = still

@@ -1,0 +1,159 @@
+"""Topic administration of the request handler (part of ``hb-handler-N``).
+
+CREATE_TOPIC, DELETE_TOPIC and auto-creation on produce, mixed into
+:class:`~hostbroker.workers.handler.HandlerWorker`. Under the admin lock it
+creates partition directories (via the log package) and their table slots, or
+marks a topic's slots DELETING; the owning writers take it from there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from hostbroker.errors import ConfigError, ErrorCode, HostbrokerError, InvalidTopicError
+from hostbroker.log.partition import PartitionLog
+from hostbroker.log.segments import validate_topic_name
+from hostbroker.protocol import api
+from hostbroker.protocol.api import ApiKey
+from hostbroker.shm import table as ptable
+from hostbroker.workers import envelopes as env
+from hostbroker.workers.base import now_ms
+
+
+class TopicAdmin:
+    """Mixin of :class:`HandlerWorker`: topic creation and deletion."""
+
+    # -- topics ------------------------------------------------------------
+    @contextlib.contextmanager
+    def _admin(self):
+        """The admin lock, or BROKER_NOT_AVAILABLE when another process holds it too long."""
+        try:
+            self.lock.acquire()
+        except TimeoutError as e:
+            raise HostbrokerError(f"topic admin busy: {e}", ErrorCode.BROKER_NOT_AVAILABLE) from e
+        try:
+            yield
+        finally:
+            self.lock.release()
+
+    def _create_topic_locked(self, topic: str, partitions: int, overrides: dict[str, str]) -> None:
+        """Create a topic's partitions, each on the log dir holding the fewest.
+        Caller holds the admin lock and has checked the topic does not exist."""
+        counts = [0] * self.plan.num_writers
+        offline = set()
+        for _, s in self.table.scan():
+            counts[s.owner] += 1
+            if s.state == ptable.OFFLINE:
+                offline.add(s.owner)
+        usable = [w for w in range(self.plan.num_writers) if w not in offline]
+        if not usable:
+            raise HostbrokerError("every log dir is offline", ErrorCode.STORAGE_ERROR)
+        created = []
+        try:
+            for partition in range(partitions):
+                w = min(usable, key=lambda i: (counts[i], i))
+                slot = self.table.find_free()
+                if slot is None:
+                    raise HostbrokerError("partition table full: raise max.partitions",
+                                          ErrorCode.INVALID_REQUEST)
+                plog = PartitionLog.create(self.plan.log_dirs[w], topic, partition, partitions,
+                                           overrides, self.defaults, now_ms)
+                plog.close()
+                self.table.write(slot, state=ptable.ONLINE, name=topic, partition=partition,
+                                 owner=w, start_offset=0, end_offset=0, flushed_offset=0,
+                                 segment_generation=1)
+                created.append(slot)
+                counts[w] += 1
+        except OSError as e:
+            for slot in created:
+                self.table.write(slot, state=ptable.DELETING)
+            raise HostbrokerError(f"cannot create partition: {e}", ErrorCode.STORAGE_ERROR) from e
+        finally:
+            self.table.bump_generation()
+            self.view.refresh()
+
+    def _topic_exists_locked(self, topic: str) -> bool:
+        return any(s.name == topic and s.state != ptable.FREE for _, s in self.table.scan())
+
+    def _create_topic(self, request) -> api.AdminResponse:
+        topic = request.topic
+        try:
+            validate_topic_name(topic)
+        except InvalidTopicError as e:
+            return api.AdminResponse(ErrorCode.INVALID_TOPIC, str(e))
+        limit = self.config["max.partitions.per.topic"]
+        if not 1 <= request.partitions <= limit:
+            return api.AdminResponse(ErrorCode.INVALID_REQUEST,
+                                     f"partitions must be between 1 and {limit}")
+        overrides = {entry.key: entry.value for entry in request.configs}
+        if len(overrides) != len(request.configs):
+            return api.AdminResponse(ErrorCode.INVALID_CONFIG, "a config key is given twice")
+        try:
+            self.defaults.with_overrides(overrides)
+        except ConfigError as e:
+            return api.AdminResponse(ErrorCode.INVALID_CONFIG, str(e))
+        try:
+            with self._admin():
+                if self._topic_exists_locked(topic):
+                    return api.AdminResponse(ErrorCode.TOPIC_ALREADY_EXISTS,
+                                             f"topic {topic} already exists")
+                self._create_topic_locked(topic, request.partitions, overrides)
+        except HostbrokerError as e:
+            return api.AdminResponse(e.code, str(e))
+        return api.AdminResponse(ErrorCode.NONE, None)
+
+    def _auto_create(self, topic: str) -> ErrorCode:
+        try:
+            validate_topic_name(topic)
+        except InvalidTopicError:
+            return ErrorCode.INVALID_TOPIC
+        try:
+            with self._admin():
+                if not self._topic_exists_locked(topic):
+                    self._create_topic_locked(topic, self.config["num.partitions"], {})
+        except HostbrokerError as e:
+            return e.code
+        self.view.refresh()
+        return ErrorCode.NONE
+
+    def _delete_topic(self, p, conn_id, seq, corr, request) -> None:
+        topic = request.topic
+        try:
+            with self._admin():
+                slots = [(i, s) for i, s in self.table.scan()
+                         if s.name == topic and s.state != ptable.FREE]
+                for i, _ in slots:
+                    self.table.write(i, state=ptable.DELETING)
+                self.table.bump_generation()
+        except HostbrokerError as e:
+            self._reply(p, conn_id, seq, corr, api.AdminResponse(e.code, str(e)))
+            return
+        if not slots:
+            self._reply(p, conn_id, seq, corr, api.AdminResponse(
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {topic}"))
+            return
+        self.view.refresh()
+        # long polls on the deleted topic are answered now (with UNKNOWN_TOPIC_OR_PARTITION)
+        waiting = []
+        for x in self.parked:
+            if any(part.topic == topic for part in x.request.partitions):
+                self._answer_fetch(x.processor, x.conn_id, x.seq, x.correlation_id, x.request,
+                                   force=True)
+            else:
+                waiting.append(x)
+        self.parked = waiting
+
+        def respond(pending, failed: bool = False) -> None:
+            errors = [r.get("message", "delete failed") for r in pending.results if r["error"]]
+            if failed:
+                errors.append("a writer restarted while deleting")
+            code = ErrorCode.NONE if not errors else ErrorCode.STORAGE_ERROR
+            self._reply(pending.processor, pending.conn_id, pending.seq,
+                        pending.correlation_id,
+                        api.AdminResponse(code, "; ".join(errors) if errors else None))
+
+        pending = self._new_pending(p, conn_id, seq, corr, ApiKey.DELETE_TOPIC, [], respond)
+        for i, s in slots:
+            self._to_writer(pending, s.owner, *env.encode_json(
+                env.OP_DELETE, pending.token,
+                {"slot": i, "topic": s.name, "partition": s.partition}))
