@@ -5,11 +5,16 @@ safe. It holds an exclusive ``flock`` on ``<dir>/.lock`` for its lifetime, so
 two brokers never write the same dir. Its state on disk:
 
 - ``<topic>_<partition>/``: one partition each (see ``partition.py``).
-- ``<topic>_<partition>.deleted-<ms>/``: a partition whose deletion a crash
-  interrupted; removed on open.
+- ``.trash/<ms>-<pid>-<n>/``: a deleted partition dir, renamed there before
+  its files are removed, so that a crash midway leaves it where open finishes
+  removing it. The short name keeps every name derived for a deletion within
+  the file-name limit whatever the topic's length. (``<topic>_<partition>
+  .deleted-<ms>/`` dirs of older versions are removed on open too.)
 - ``.clean_shutdown``: written by :meth:`LogDir.close` after every partition is
-  flushed. When present on open, the partitions are trusted without a
-  recovery scan; the marker is removed before anything is written again.
+  flushed. When present on open, no recovery scan runs: only the tail of each
+  partition's last segment is checked against the log end the checkpoint
+  recorded at the shutdown (``recovery.py``); the marker is removed before
+  anything is written again.
 - ``recovery-point-offset-checkpoint``: each partition's *recovery point*,
   the offset below which its log is known to be on disk, so that recovery
   after a crash scans only what was written since (docs/spec/log-format.md,
@@ -39,7 +44,17 @@ a later one, and that is where recovery starts. A line gone stale (the
 partition truncated, or deleted and created again, since the write) is still
 safe, see ``partition.py``. A missing, unreadable or garbled checkpoint is
 not an error: every segment of every partition is scanned, as before
-checkpoints existed.
+checkpoints existed (after a clean shutdown: every last segment).
+
+Damage is isolated. A partition dir that cannot be opened (partition.json
+unreadable, invalid or naming another partition; a segment that is not a
+regular file or cannot be opened or cut; segments without a partition.json;
+a file where the dir should be) is left as it is and listed in
+:attr:`LogDir.offline` with one log line naming the file and the problem;
+every other partition opens. Only a log dir that cannot be listed, locked or
+written at all fails :meth:`LogDir.open`. A partition is always named by its
+dir name, so an offline one can be reported and deleted even when its
+partition.json is unreadable.
 """
 
 from __future__ import annotations
@@ -53,11 +68,12 @@ from collections.abc import Mapping
 
 from hostbroker.errors import ErrorCode, HostbrokerError, InvalidTopicError, StorageError
 from hostbroker.log.config import LogConfig
-from hostbroker.log.partition import (DELETED_MARKER, PARTITION_FILE, Clock, PartitionLog,
-                                      RecoveryStats, fsync_dir, storage_errors, wall_clock_ms,
-                                      write_file_atomically)
+from hostbroker.log.files import fsync_dir, storage_errors, write_file_atomically
+from hostbroker.log.partition import (PARTITION_FILE, Clock, PartitionLog, move_to_trash,
+                                      remove_tree, wall_clock_ms)
+from hostbroker.log.recovery import RecoveryStats
 from hostbroker.log.segments import (parse_partition_dirname, parse_segment_filename,
-                                     validate_topic_name)
+                                     partition_dirname, validate_topic_name)
 
 log = logging.getLogger(__name__)
 
@@ -65,13 +81,19 @@ LOCK_FILE = ".lock"
 CLEAN_SHUTDOWN_FILE = ".clean_shutdown"
 CHECKPOINT_FILE = "recovery-point-offset-checkpoint"
 CHECKPOINT_VERSION = 0
+TRASH_DIR = ".trash"
 
 PartitionKey = tuple[str, int]
 
 _CHECKPOINT_NUMBER = re.compile(r"[0-9]{1,19}")
 
-# A partition dir name always ends in "_<digits>", so no topic name can look like this.
-_DELETED_DIR = re.compile(r".+_[0-9]+" + re.escape(DELETED_MARKER) + r"[0-9]+")
+# Deleted partition dirs of older versions (a partition dir name always ends
+# in "_<digits>", so no topic name can look like this).
+_DELETED_DIR = re.compile(r".+_[0-9]+\.deleted-[0-9]+")
+
+
+class LogDirInUseError(StorageError):
+    """Another broker holds the log dir's lock: a configuration error, not damage."""
 
 
 def _take_lock(path: str) -> int:
@@ -82,7 +104,8 @@ def _take_lock(path: str) -> int:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         os.close(fd)
-        raise StorageError(f"log dir {path} is in use by another broker (lock {lock_path})") from None
+        raise LogDirInUseError(f"log dir {path} is in use by another broker "
+                               f"(lock {lock_path})") from None
     return fd
 
 
@@ -156,12 +179,39 @@ def _read_recovery_points(path: str) -> tuple[dict[PartitionKey, int], bytes | N
     return {}, None
 
 
+def _open_partition(full: str, defaults: LogConfig, clock: Clock, clean: bool,
+                    point: int | None) -> PartitionLog | None:
+    """Open one partition dir found at start; StorageError says why it cannot be.
+
+    None: the dir was an unfinished creation, now removed.
+    """
+    if not os.path.isdir(full):
+        raise StorageError(f"{full} is not a directory")
+    if not os.path.exists(os.path.join(full, PARTITION_FILE)):
+        with storage_errors(f"cannot remove the unfinished partition dir {full}"):
+            _remove_unfinished(full)
+        return None
+    return PartitionLog.open(full, defaults, clock, recover=not clean, recovery_point=point)
+
+
+def _empty_trash(trash: str) -> None:
+    """Finish removing deleted partition dirs; what cannot be removed stays (logged)."""
+    try:
+        names = os.listdir(trash)
+    except OSError as exc:
+        log.warning("%s: cannot list it (%s); left as it is", trash, exc.strerror or exc)
+        return
+    for name in names:
+        remove_tree(os.path.join(trash, name))
+
+
 class LogDir:
     """The partitions of one log dir. Build with :meth:`open`; the constructor does no I/O."""
 
     def __init__(self, path: str, defaults: LogConfig, clock: Clock, lock_fd: int,
                  partitions: dict[PartitionKey, PartitionLog], recovered: bool,
-                 checkpoint: bytes | None = None):
+                 checkpoint: bytes | None = None,
+                 offline: dict[PartitionKey, str] | None = None):
         self._path = path
         self._defaults = defaults
         self._clock = clock
@@ -172,6 +222,8 @@ class LogDir:
                                    RecoveryStats())
         # What the checkpoint file holds, as far as this object knows; None: unknown.
         self._checkpoint = checkpoint
+        # Partitions found damaged at open, with the one-line reason; never opened.
+        self.offline: dict[PartitionKey, str] = dict(offline or {})
 
     @classmethod
     def open(cls, path: str, defaults: LogConfig, clock: Clock = wall_clock_ms) -> LogDir:
@@ -179,46 +231,55 @@ class LogDir:
 
         Without a clean-shutdown marker every partition is recovered: scanned
         from the segment holding its checkpointed recovery point (all of it
-        without one) and cut at its first invalid entry; then the checkpoint
-        is written, recording the recovered logs as flushed. With the marker
-        nothing is scanned. Raises StorageError, with a one-line message, for a
-        dir that cannot be used or is locked.
+        without one) and cut at its first invalid entry. With the marker only
+        the tail of each last segment is checked against the log end the
+        checkpoint recorded. Then the checkpoint is written, recording the
+        logs as flushed. A partition that cannot be opened goes into
+        :attr:`offline` instead (one log line each). Raises LogDirInUseError
+        when another broker holds the dir, StorageError, with a one-line
+        message, for a dir that cannot be used at all.
         """
         with storage_errors(f"log dir {path} is unusable"):
             os.makedirs(path, exist_ok=True)
         lock_fd = _take_lock(path)
         partitions: dict[PartitionKey, PartitionLog] = {}
+        offline: dict[PartitionKey, str] = {}
         try:
             with storage_errors(f"log dir {path} is unusable"):
                 marker = os.path.join(path, CLEAN_SHUTDOWN_FILE)
                 clean = os.path.exists(marker)
-                points, checkpoint = ({}, None) if clean else _read_recovery_points(path)
+                points, checkpoint = _read_recovery_points(path)
                 for name in sorted(os.listdir(path)):
                     full = os.path.join(path, name)
+                    if name == TRASH_DIR:
+                        _empty_trash(full)
+                        continue
                     if _DELETED_DIR.fullmatch(name) and os.path.isdir(full):
-                        shutil.rmtree(full)
+                        remove_tree(full)
                         continue
                     key = parse_partition_dirname(name)
-                    if key is None or not os.path.isdir(full):
+                    if key is None:
                         continue
-                    if not os.path.exists(os.path.join(full, PARTITION_FILE)):
-                        _remove_unfinished(full)
+                    try:
+                        partition = _open_partition(full, defaults, clock, clean, points.get(key))
+                    except StorageError as exc:
+                        log.error("%s: partition %s-%d is offline: %s", path, key[0], key[1], exc)
+                        offline[key] = str(exc)
                         continue
-                    partition = PartitionLog.open(full, defaults, clock, recover=not clean,
-                                                  recovery_point=points.get(key, 0))
-                    partitions[(partition.topic, partition.partition)] = partition
+                    if partition is not None:
+                        partitions[key] = partition
                 if clean:
                     os.unlink(marker)
                 fsync_dir(path)
             logdir = cls(path, defaults, clock, lock_fd, partitions, recovered=not clean,
-                         checkpoint=checkpoint)
+                         checkpoint=checkpoint, offline=offline)
             if not clean:
                 log.info("%s: %s", path, logdir.recovery_stats)
-                # A crash while starting up need not scan the same segments again.
-                logdir.checkpoint_recovery_points()
+            # A crash while starting up need not scan the same segments again.
+            logdir.checkpoint_recovery_points()
         except BaseException:
             for partition in partitions.values():
-                partition.close()
+                partition.close(flush=False)
             os.close(lock_fd)
             raise
         return logdir
@@ -279,12 +340,26 @@ class LogDir:
         return log
 
     def delete_partition(self, topic: str, partition: int) -> None:
-        """Remove a partition and its data. Raises UNKNOWN_TOPIC_OR_PARTITION if absent."""
-        log = self.partitions.pop((topic, partition), None)
-        if log is None:
+        """Remove a partition and its data, whether it is open, offline or never opened here.
+
+        The partition dir moves into ``.trash/`` first (see the module
+        docstring). Raises UNKNOWN_TOPIC_OR_PARTITION if there is no such
+        partition dir, and StorageError naming the dir if it cannot be moved;
+        the partition is closed and forgotten either way, so a retry only
+        needs the dir to be movable.
+        """
+        key = (topic, partition)
+        log = self.partitions.pop(key, None)
+        self.offline.pop(key, None)
+        trash = os.path.join(self._path, TRASH_DIR)
+        if log is not None:
+            log.delete(trash)
+            return
+        path = os.path.join(self._path, partition_dirname(topic, partition))
+        if not os.path.lexists(path):
             raise HostbrokerError(f"no partition {topic}-{partition} in {self._path}",
                                   ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-        log.delete()
+        move_to_trash(path, trash, self._clock())
 
     def close(self, clean: bool = True) -> None:
         """Close every partition and release the lock.

@@ -1,4 +1,4 @@
-"""One partition's log on disk: append, roll, flush, retention, recovery.
+"""One partition's log on disk: append, roll, flush, retention, deletion.
 
 A :class:`PartitionLog` is owned by the writer process of its log dir; it is
 not thread safe, and no other process writes its files. Request handlers in
@@ -33,133 +33,52 @@ partition can leave a checkpointed offset stale, never the segments below it
 unsynced). A point past the log end found on disk, or segment sizes that do
 not line up with their bases, mean files were lost: every segment is scanned.
 Recovery fdatasyncs what it scanned and kept, so afterwards the whole log is
-flushed and :attr:`PartitionLog.flushed_offset` starts at the log end.
+flushed and :attr:`PartitionLog.flushed_offset` starts at the log end. After a
+clean shutdown only the tail of the last segment is checked (the scans and
+cuts live in ``recovery.py``).
+
+A partition dir that cannot be opened (partition.json unreadable or invalid, a
+segment that is not a regular file or cannot be opened) raises StorageError
+with one line naming the file and the problem; the log dir takes only that
+partition offline (``logdir.py``).
 """
 
 from __future__ import annotations
 
-import contextlib
+import itertools
 import json
 import logging
 import os
 import shutil
+import stat
 import time
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import astuple, dataclass
+from collections.abc import Callable, Mapping
 
-from hostbroker.errors import (ErrorCode, HostbrokerError, OffsetOutOfRangeError,
-                               StorageError)
+from hostbroker.errors import (ConfigError, ErrorCode, HostbrokerError, InvalidTopicError,
+                               OffsetOutOfRangeError, StorageError)
+from hostbroker.log import recovery
 from hostbroker.log.config import LogConfig
-from hostbroker.log.message import LENGTH_SIZE, scan_valid_prefix
+from hostbroker.log.files import fsync_dir, storage_errors, write_file_atomically
+from hostbroker.log.recovery import RecoveryStats
 from hostbroker.log.segments import (locate, parse_segment_filename, partition_dirname,
                                      segment_filename)
 
 log = logging.getLogger(__name__)
 
 PARTITION_FILE = "partition.json"
-DELETED_MARKER = ".deleted-"
-# Recovery reads segments in chunks this large (or one entry's worth when the
-# max message size is larger), so a 1 GiB segment never sits in memory.
-RECOVERY_CHUNK_BYTES = 4 * 1024 * 1024
+# partition.json holds a few short fields; anything larger is not one.
+_MAX_PARTITION_FILE_BYTES = 64 * 1024
 
 _APPEND_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC
 
 Clock = Callable[[], int]
 
+_trash_names = itertools.count()
+
 
 def wall_clock_ms() -> int:
     """Milliseconds since the epoch; the default clock."""
     return time.time_ns() // 1_000_000
-
-
-@contextlib.contextmanager
-def storage_errors(what: str) -> Iterator[None]:
-    """Turn an OSError in the block into a one-line StorageError about ``what``."""
-    try:
-        yield
-    except OSError as exc:
-        raise StorageError(f"{what}: {exc.strerror or exc}") from exc
-
-
-def fsync_dir(path: str) -> None:
-    """Make the directory entries of ``path`` (creations, renames, unlinks) durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_file_atomically(path: str, data: bytes) -> None:
-    """Replace ``path`` with ``data`` so that a crash leaves the old or the new file."""
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.rename(tmp, path)
-    fsync_dir(os.path.dirname(path) or ".")
-
-
-def valid_segment_length(path: str, max_message_bytes: int) -> int:
-    """Return how many bytes at the start of a segment file are whole valid entries.
-
-    Reads in chunks, carrying an entry cut by a chunk boundary over to the next
-    read. A leftover that already holds a whole entry's worth of bytes without
-    validating is invalid, so the scan stops there.
-    """
-    chunk = max(RECOVERY_CHUNK_BYTES, max_message_bytes + LENGTH_SIZE)
-    valid = 0
-    carry = b""
-    with open(path, "rb", buffering=0) as segment:
-        while True:
-            data = segment.read(chunk)
-            if not data:
-                return valid
-            buf = carry + data if carry else data
-            length, _ = scan_valid_prefix(buf, max_message_bytes)
-            valid += length
-            carry = buf[length:]
-            if len(carry) >= max_message_bytes + LENGTH_SIZE:
-                return valid
-
-
-def sync_file(path: str) -> None:
-    """fdatasync the file at ``path`` (its pages may have been written by a dead process)."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        os.fdatasync(fd)
-    finally:
-        os.close(fd)
-
-
-@dataclass(frozen=True)
-class RecoveryStats:
-    """What a recovery read and what it trusted unread, summed over partitions.
-
-    ``segments_skipped`` / ``bytes_skipped`` are the segments below a recovery
-    point; ``full_scans`` counts partitions scanned from their first segment.
-    """
-
-    partitions: int = 0
-    full_scans: int = 0
-    segments_scanned: int = 0
-    bytes_scanned: int = 0
-    segments_skipped: int = 0
-    bytes_skipped: int = 0
-
-    def __add__(self, other: RecoveryStats) -> RecoveryStats:
-        return RecoveryStats(*(a + b for a, b in zip(astuple(self), astuple(other))))
-
-    def __str__(self) -> str:
-        return (f"{self.partitions} partitions recovered ({self.full_scans} from their first "
-                f"segment): scanned {self.segments_scanned} segments ({self.bytes_scanned} "
-                f"bytes), trusted {self.segments_skipped} segments ({self.bytes_skipped} bytes) "
-                "below recovery points")
 
 
 class PartitionLog:
@@ -223,39 +142,41 @@ class PartitionLog:
 
     @classmethod
     def open(cls, path: str, defaults: LogConfig, clock: Clock = wall_clock_ms,
-             recover: bool = True, recovery_point: int = 0) -> PartitionLog:
+             recover: bool = True, recovery_point: int | None = None) -> PartitionLog:
         """Open an existing partition dir for appending.
 
-        With ``recover`` the segments from the last one whose base is at or
-        below ``recovery_point`` through the end are scanned, and the log is
-        cut at the first invalid entry (the file truncated there, later
-        segments removed); the segments before are trusted, as everything below
-        ``recovery_point`` must have been flushed. The default 0 scans them all,
-        and so does a point past the log end on disk. An entry longer than the
-        topic's ``max.message.bytes`` counts as invalid (docs/spec/log-format.md), so
-        lowering that setting below the size of entries already stored cuts
-        them at the next recovery, if they are scanned. The scan runs at
-        roughly 100 MB/s for 100-byte entries, bound by the CRC; what it
-        scanned and kept is fdatasync'ed. :attr:`recovery_stats` says what was
-        scanned. Without ``recover`` the segments are trusted, unless their
-        sizes do not line up with their base offsets, in which case all are
-        recovered anyway (and so they are with ``recover`` whatever the point).
-        Raises StorageError for a missing or unreadable partition.json or a
-        failing disk, ValueError for a negative ``recovery_point``.
+        With ``recover`` (after a crash) the segments from the last one whose
+        base is at or below ``recovery_point`` through the end are scanned,
+        and the log is cut at the first invalid entry (the file truncated
+        there, later segments removed); the segments before are trusted, as
+        everything below ``recovery_point`` must have been flushed. None or 0
+        scans them all, and so does a point past the log end on disk. An entry
+        longer than the topic's ``max.message.bytes`` counts as invalid
+        (docs/spec/log-format.md), so lowering that setting below the size of
+        entries already stored cuts them at the next recovery, if they are
+        scanned. The scan runs at roughly 100 MB/s for 100-byte entries, bound
+        by the CRC; what it scanned and kept is fdatasync'ed.
+        :attr:`recovery_stats` says what was scanned.
+
+        Without ``recover`` (after a clean shutdown) ``recovery_point`` is the
+        log end the shutdown recorded, and only the tail of the last segment
+        is checked against it (``recovery.verify_tail``). Either way, segment
+        sizes that do not line up with their base offsets mean files were
+        lost, and every segment is recovered.
+
+        Raises StorageError naming the file and the problem for a missing,
+        unreadable or invalid partition.json, a segment that is not a regular
+        file or cannot be opened for appending, or a failing disk;
+        ValueError for a negative ``recovery_point``.
         """
-        if recovery_point < 0:
+        if recovery_point is not None and recovery_point < 0:
             raise ValueError(f"negative recovery point {recovery_point}")
-        meta_path = os.path.join(path, PARTITION_FILE)
-        with storage_errors(f"cannot read {meta_path}"):
-            with open(meta_path, "rb") as meta_file:
-                raw = meta_file.read()
+        topic, partition, num_partitions, overrides = read_partition_file(path)
         try:
-            meta = json.loads(raw)
-            topic, partition = meta["topic"], meta["partition"]
-            num_partitions, overrides = meta["partitions"], meta["config"]
-        except (ValueError, KeyError, TypeError) as exc:
-            raise StorageError(f"{meta_path} is not a valid partition file: {exc}") from None
-        config = defaults.with_overrides(overrides)
+            config = defaults.with_overrides(overrides)
+        except ConfigError as exc:
+            raise StorageError(f"{os.path.join(path, PARTITION_FILE)} is not a valid partition "
+                               f"file: config {exc}") from None
         stats = RecoveryStats()
         with storage_errors(f"cannot open partition {path}"):
             bases, sizes = cls._list_segments(path)
@@ -264,11 +185,16 @@ class PartitionLog:
                 log.warning("%s: segment sizes do not match their base offsets; recovering "
                             "every segment", path)
             if recover or not contiguous:
-                first = cls._first_to_scan(path, bases, sizes,
-                                           recovery_point if contiguous else 0)
-                bases, sizes, stats = cls._recover(path, bases, sizes, config.max_message_bytes,
-                                                   first)
-            fd = os.open(os.path.join(path, segment_filename(bases[-1])), _APPEND_FLAGS)
+                first = recovery.first_to_scan(path, bases, sizes,
+                                               (recovery_point or 0) if contiguous else 0)
+                bases, sizes, stats = recovery.recover(path, bases, sizes,
+                                                       config.max_message_bytes, first)
+            else:
+                bases, sizes = recovery.verify_tail(path, bases, sizes,
+                                                    config.max_message_bytes, recovery_point)
+        active = os.path.join(path, segment_filename(bases[-1]))
+        with storage_errors(f"cannot open {active} for appending"):
+            fd = os.open(active, _APPEND_FLAGS)
         return cls(path, topic, partition, num_partitions, overrides, config, clock,
                    bases, bases[-1] + sizes[-1], fd, stats)
 
@@ -282,52 +208,14 @@ class PartitionLog:
                              os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
             fsync_dir(path)
             bases = [0]
-        sizes = [os.stat(os.path.join(path, segment_filename(base))).st_size for base in bases]
-        return bases, sizes
-
-    @staticmethod
-    def _first_to_scan(path: str, bases: list[int], sizes: list[int],
-                       recovery_point: int) -> int:
-        """Index of the segment a recovery starts at: the one ``recovery_point`` falls in."""
-        end_on_disk = bases[-1] + sizes[-1]
-        if recovery_point > end_on_disk:
-            log.warning("%s: recovery point %d is past the log end %d on disk; recovering "
-                        "every segment", path, recovery_point, end_on_disk)
-            return 0
-        # A point below the first segment (retention deleted its own) trusts nothing.
-        return max(locate(bases, recovery_point), 0)
-
-    @staticmethod
-    def _recover(path: str, bases: list[int], sizes: list[int], max_message_bytes: int,
-                 first: int) -> tuple[list[int], list[int], RecoveryStats]:
-        """Scan ``bases[first:]`` and cut at the first invalid entry; return what is left."""
-        kept_bases, kept_sizes = bases, sizes
-        scanned = 0
-        for index in range(first, len(bases)):
-            base = bases[index]
+        sizes = []
+        for base in bases:
             segment = os.path.join(path, segment_filename(base))
-            valid = valid_segment_length(segment, max_message_bytes)
-            scanned += 1
-            is_last = index == len(bases) - 1
-            if valid == sizes[index] and (is_last or base + valid == bases[index + 1]):
-                # Its pages may still be only in the page cache of a process that died.
-                sync_file(segment)
-                continue
-            log.warning("%s: valid data ends at offset %d; truncating %d bytes and removing %d "
-                        "later segments", path, base + valid, sizes[index] - valid,
-                        len(bases) - index - 1)
-            with open(segment, "r+b", buffering=0) as damaged:
-                damaged.truncate(valid)
-                os.fsync(damaged.fileno())
-            for later in bases[index + 1:]:
-                os.unlink(os.path.join(path, segment_filename(later)))
-            fsync_dir(path)
-            kept_bases, kept_sizes = bases[:index + 1], sizes[:index] + [valid]
-            break
-        stats = RecoveryStats(partitions=1, full_scans=int(first == 0), segments_scanned=scanned,
-                              bytes_scanned=sum(sizes[first:first + scanned]),
-                              segments_skipped=first, bytes_skipped=sum(sizes[:first]))
-        return kept_bases, kept_sizes, stats
+            info = os.stat(segment)
+            if not stat.S_ISREG(info.st_mode):
+                raise StorageError(f"segment {segment} is not a regular file")
+            sizes.append(info.st_size)
+        return bases, sizes
 
     # ------------------------------------------------------------- properties
 
@@ -596,17 +484,83 @@ class PartitionLog:
             with storage_errors(f"cannot close {self._path}"):
                 os.close(fd)
 
-    def delete(self) -> None:
-        """Remove the partition dir and everything in it.
+    def delete(self, trash: str) -> None:
+        """Remove the partition dir and everything in it, moving it into ``trash`` first.
 
-        The dir is first renamed to ``<name>.deleted-<ms>`` so that a crash
-        midway leaves a name LogDir.open recognises and finishes removing.
+        ``trash`` is a directory on the same file system (the log dir's
+        ``.trash/``, see ``logdir.py``); the dir is renamed into it under a
+        short name of its own, so that a crash midway leaves it where
+        LogDir.open finishes removing it, and no name derived for a deletion
+        is longer than the partition's. Raises StorageError naming the dir
+        when the rename or removal fails; the log is closed either way.
         """
         with storage_errors(f"cannot delete {self._path}"):
             if self._fd is not None:
-                os.close(self._fd)
-                self._fd = None
-            doomed = f"{self._path}{DELETED_MARKER}{self._clock()}"
-            os.rename(self._path, doomed)
-            fsync_dir(os.path.dirname(self._path) or ".")
-            shutil.rmtree(doomed)
+                fd, self._fd = self._fd, None
+                os.close(fd)
+        move_to_trash(self._path, trash, self._clock())
+
+
+def move_to_trash(path: str, trash: str, now_ms: int) -> None:
+    """Rename ``path`` into the directory ``trash`` (created if missing), then remove it.
+
+    Raises StorageError naming ``path`` if it cannot be moved; one that is
+    moved but cannot be removed stays in ``trash`` (removed at the next open
+    of the log dir) and is only logged.
+    """
+    with storage_errors(f"cannot delete {path}"):
+        os.makedirs(trash, exist_ok=True)
+        doomed = os.path.join(trash, f"{now_ms}-{os.getpid()}-{next(_trash_names)}")
+        os.rename(path, doomed)
+        fsync_dir(os.path.dirname(path) or ".")
+    remove_tree(doomed)
+
+
+def remove_tree(path: str) -> bool:
+    """Remove ``path`` and everything under it; log one line and return False if it cannot."""
+    try:
+        shutil.rmtree(path)
+    except OSError as exc:
+        log.warning("%s: cannot remove it yet (%s); it is left for the next start",
+                    path, exc.strerror or exc)
+        return False
+    return True
+
+
+def read_partition_file(path: str) -> tuple[str, int, int, dict[str, str]]:
+    """Return (topic, partition, partition count, config overrides) of a partition dir.
+
+    Raises StorageError naming the file and what is wrong with it: unreadable,
+    not JSON, not an object with ``topic`` (a valid name), ``partition`` and
+    ``partitions`` (integers, 0 <= partition < partitions) and ``config`` (an
+    object of strings), or naming another partition than the dir's name.
+    """
+    meta_path = os.path.join(path, PARTITION_FILE)
+    with storage_errors(f"cannot read {meta_path}"):
+        with open(meta_path, "rb") as meta_file:
+            raw = meta_file.read(_MAX_PARTITION_FILE_BYTES + 1)
+    try:
+        if len(raw) > _MAX_PARTITION_FILE_BYTES:
+            raise ValueError(f"longer than {_MAX_PARTITION_FILE_BYTES} bytes")
+        meta = json.loads(raw)
+        if not isinstance(meta, dict):
+            raise ValueError(f"expected a JSON object, found {type(meta).__name__}")
+        missing = {"topic", "partition", "partitions", "config"} - meta.keys()
+        if missing:
+            raise ValueError(f"no {', '.join(sorted(missing))}")
+        topic, partition = meta["topic"], meta["partition"]
+        num_partitions, overrides = meta["partitions"], meta["config"]
+        if not all(type(n) is int for n in (partition, num_partitions)) \
+                or not 0 <= partition < num_partitions:
+            raise ValueError(f"partition {partition!r} of {num_partitions!r} is not a "
+                             "partition number below the count")
+        if not isinstance(overrides, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in overrides.items()):
+            raise ValueError("config is not an object of strings")
+        name = partition_dirname(topic, partition)
+    except (ValueError, InvalidTopicError) as exc:
+        raise StorageError(f"{meta_path} is not a valid partition file: {exc}") from None
+    if name != os.path.basename(os.path.normpath(path)):
+        raise StorageError(f"{meta_path} names partition {topic}-{partition}, not the one its "
+                           "directory is named after")
+    return topic, partition, num_partitions, overrides

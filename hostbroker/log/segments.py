@@ -19,8 +19,16 @@ from collections.abc import Sequence
 from hostbroker.errors import ErrorCode, HostbrokerError, InvalidTopicError, OffsetOutOfRangeError
 
 SEGMENT_SUFFIX = ".kafka"
+# The longest file name Linux file systems take. Every name derived from a
+# topic is "<topic>_<partition>": 249 characters of topic, "_" and at most 5
+# digits (max.partitions.per.topic is at most 100000, so partitions are numbered
+# below 100000) make 255. Deleted partition dirs move into the log dir's
+# .trash/ under short names of their own, so no derived name is longer.
+MAX_FILE_NAME_BYTES = 255
+MAX_TOPIC_NAME_LENGTH = 249
+MAX_PARTITIONS_PER_TOPIC = 100_000
 _SEGMENT_NAME = re.compile(r"([0-9]{20})\.kafka")
-_TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
+_TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,%d}" % MAX_TOPIC_NAME_LENGTH)
 _PARTITION_NUMBER = re.compile(r"[0-9]+")
 
 LATEST_TIME = -1
@@ -48,11 +56,20 @@ def validate_topic_name(name: str) -> None:
 
 
 def partition_dirname(topic: str, partition: int) -> str:
-    """Return ``"<topic>_<partition>"``, the directory of one partition."""
+    """Return ``"<topic>_<partition>"``, the directory of one partition.
+
+    Raises InvalidTopicError for an invalid topic name or a name longer than
+    a file name may be (only with partition numbers of 100000 and above),
+    ValueError for a negative partition.
+    """
     validate_topic_name(topic)
     if partition < 0:
         raise ValueError(f"negative partition {partition}")
-    return f"{topic}_{partition}"
+    name = f"{topic}_{partition}"
+    if len(name) > MAX_FILE_NAME_BYTES:
+        raise InvalidTopicError(f"partition dir name {name[:40]}... is {len(name)} bytes, more "
+                                f"than a file name may have ({MAX_FILE_NAME_BYTES})")
+    return name
 
 
 def parse_partition_dirname(name: str) -> tuple[str, int] | None:

@@ -5,9 +5,9 @@ import pytest
 
 from hostbroker.errors import ErrorCode, HostbrokerError, StorageError
 from hostbroker.log.config import LogConfig
-from hostbroker.log.logdir import (CHECKPOINT_FILE, CLEAN_SHUTDOWN_FILE, LogDir,
+from hostbroker.log.logdir import (CHECKPOINT_FILE, CLEAN_SHUTDOWN_FILE, TRASH_DIR, LogDir,
                                    format_recovery_points, parse_recovery_points)
-from hostbroker.log.partition import RecoveryStats
+from hostbroker.log.recovery import RecoveryStats
 from hostbroker.log.message import encode_message_set
 
 from .conftest import entries, read_all
@@ -77,7 +77,8 @@ def test_delete_partition(path, clock):
     logdir.create_partition("a", 0, 1).append(encode_message_set([b"x"]), 1)
     logdir.delete_partition("a", 0)
     assert logdir.partitions == {}
-    assert sorted(os.listdir(path)) == [".lock", CHECKPOINT_FILE]
+    assert sorted(os.listdir(path)) == [".lock", TRASH_DIR, CHECKPOINT_FILE]
+    assert os.listdir(os.path.join(path, TRASH_DIR)) == []
     logdir.close()
     assert LogDir.open(path, DEFAULTS, clock).partitions == {}
 
@@ -94,23 +95,32 @@ def test_open_finishes_interrupted_deletes_and_creates(path, clock):
     os.makedirs(half_created)
     open(os.path.join(half_created, "partition.json.tmp"), "wb").close()
     os.makedirs(os.path.join(path, "not-a-partition"))
+    in_trash = os.path.join(path, TRASH_DIR, "1700000000000-1-0")
+    os.makedirs(in_trash)
+    with open(os.path.join(in_trash, "00000000000000000000.kafka"), "wb") as f:
+        f.write(b"old data")
 
     logdir = LogDir.open(path, DEFAULTS, clock)
-    assert sorted(os.listdir(path)) == [".lock", "keep_me.deleted-5_0", "not-a-partition",
-                                        CHECKPOINT_FILE]
+    assert sorted(os.listdir(path)) == [".lock", TRASH_DIR, "keep_me.deleted-5_0",
+                                        "not-a-partition", CHECKPOINT_FILE]
+    assert os.listdir(os.path.join(path, TRASH_DIR)) == []
     assert list(logdir.partitions) == [("keep_me.deleted-5", 0)]
     logdir.close()
 
 
-def test_segments_without_partition_file_refuse_to_open(path, clock):
+def test_segments_without_partition_file_take_only_that_partition_offline(path, clock):
+    logdir = LogDir.open(path, DEFAULTS, clock)
+    logdir.create_partition("fine", 0, 1).append(encode_message_set([b"ok"]), 1)
+    logdir.close()
     orphan = os.path.join(path, "orphan_0")
     os.makedirs(orphan)
     open(os.path.join(orphan, "00000000000000000000.kafka"), "wb").close()
-    with pytest.raises(StorageError, match="orphan_0"):
-        LogDir.open(path, DEFAULTS, clock)
-    # The lock was released on the way out.
-    os.unlink(os.path.join(orphan, "00000000000000000000.kafka"))
-    LogDir.open(path, DEFAULTS, clock).close()
+    logdir = LogDir.open(path, DEFAULTS, clock)
+    assert list(logdir.partitions) == [("fine", 0)]
+    assert list(logdir.offline) == [("orphan", 0)]
+    assert "orphan_0 holds segments but no partition.json" in logdir.offline[("orphan", 0)]
+    assert os.path.exists(os.path.join(orphan, "00000000000000000000.kafka"))
+    logdir.close()
 
 
 def append_garbage(log, data: bytes) -> None:
@@ -123,10 +133,11 @@ def test_clean_marker_skips_recovery(path, clock):
     log = logdir.create_partition("t", 0, 1)
     log.append(encode_message_set([b"kept"]), 1)
     logdir.close()
-    append_garbage(log, b"\x00" * 16)  # after the marker: a clean open does not look
+    append_garbage(log, b"\x00" * 16)  # after the marker: only the tail is checked
 
     logdir = LogDir.open(path, DEFAULTS, clock)
-    assert logdir.partitions[("t", 0)].log_end_offset == 14 + 16
+    assert not logdir.recovered and logdir.recovery_stats == RecoveryStats()
+    assert logdir.partitions[("t", 0)].log_end_offset == 14
     logdir.close(clean=False)
     assert not os.path.exists(os.path.join(path, CLEAN_SHUTDOWN_FILE))
 

@@ -9,6 +9,7 @@ from hostbroker.log import partition as partition_module
 from hostbroker.log.config import LogConfig
 from hostbroker.log.message import CODEC_GZIP, encode_message_set, iter_messages
 from hostbroker.log.partition import PartitionLog
+from hostbroker.log.recovery import RecoveryStats
 from hostbroker.log.segments import segment_filename
 
 from .conftest import read_all, read_range, segment_files
@@ -271,7 +272,7 @@ def test_recovery_starts_at_the_segment_holding_the_point(log, clock, point, ski
 def test_recovery_point_is_ignored_without_recover(log, clock):
     path = four_segments(log, clock)
     log = PartitionLog.open(path, SMALL, clock, recover=False, recovery_point=400)
-    assert log.recovery_stats == partition_module.RecoveryStats()
+    assert log.recovery_stats == RecoveryStats()
     log.close()
     with pytest.raises(ValueError, match="negative"):
         PartitionLog.open(path, SMALL, clock, recovery_point=-1)
@@ -429,5 +430,7 @@ def test_truncate_out_of_range(log):
 
 def test_delete(tmp_path, log):
     log.append(message_set(1), 1)
-    log.delete()
-    assert os.listdir(tmp_path) == []
+    log.delete(str(tmp_path / ".trash"))
+    assert os.listdir(tmp_path) == [".trash"]
+    assert os.listdir(tmp_path / ".trash") == []
+    assert log.closed

@@ -10,13 +10,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hostbroker.log import logdir as logdir_module
-from hostbroker.log import partition as partition_module
+from hostbroker.log import recovery as recovery_module
 from hostbroker.log.config import LogConfig
 from hostbroker.log.logdir import CHECKPOINT_FILE, LogDir, parse_recovery_points
 from hostbroker.log.message import (CODEC_GZIP, CODEC_NONE, CODEC_SNAPPY, encode_message,
                                     encode_message_set, iter_messages, scan_valid_prefix,
                                     validate_message_set)
-from hostbroker.log.partition import PartitionLog, RecoveryStats, valid_segment_length
+from hostbroker.log.partition import PartitionLog
+from hostbroker.log.recovery import RecoveryStats, valid_segment_length
 from hostbroker.log.segments import locate, segment_filename
 
 from .conftest import entries, read_all, segment_files
@@ -162,7 +163,7 @@ def test_chunked_scan_matches_a_whole_scan(tmp_path_factory, payloads, tail, chu
     path.write_bytes(data)
     max_bytes = 200
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(partition_module, "RECOVERY_CHUNK_BYTES", chunk)
+        patch.setattr(recovery_module, "RECOVERY_CHUNK_BYTES", chunk)
         assert valid_segment_length(str(path), max_bytes) == scan_valid_prefix(data, max_bytes)[0]
 
 
