@@ -53,6 +53,18 @@ Partition slot (``PARTITION_LAYOUT``, 320 bytes)::
     64      256   name                topic name, UTF-8
 
 A read is about 1.1 µs on the development VM (``test_read_is_fast``).
+
+The partition table's user words are a bitmap of offline log dirs: bit ``i``
+of byte ``32 + i // 8`` is set while log dir ``i`` cannot be used at all (its
+writer could not open it, or a write or flush failed), so handlers place no
+new partition there and ``hostbroker top`` shows it. Writers change it under
+the :class:`AdminLock` (a read-modify-write of a shared byte); readers load one
+byte. It holds ``MAX_FLAGGED_LOG_DIRS`` log dirs; the partitions of any later
+one are still marked OFFLINE one by one.
+
+Partition states: a partition whose files were found damaged at start
+(``logdir.py``) is OFFLINE like those of a failed log dir, and answers
+STORAGE_ERROR; its offsets are 0.
 """
 
 from __future__ import annotations
@@ -378,6 +390,10 @@ PARTITION_LAYOUT = SlotLayout(
 )
 
 
+_OFFLINE_DIRS_AT = 32
+MAX_FLAGGED_LOG_DIRS = 256  # the 32 user bytes of the header
+
+
 class PartitionTable(SlotTable):
     """One slot per partition: its log's offsets, segment generation and state.
 
@@ -397,6 +413,22 @@ class PartitionTable(SlotTable):
         """Slot ``i``'s sequence if a write is under way (odd), else None."""
         seq = self._u64[self._offset(i) >> 3]
         return seq if seq & 1 else None
+
+    def set_log_dir_offline(self, index: int, offline: bool = True) -> None:
+        """Flag log dir ``index`` offline (or usable again); hold the AdminLock.
+
+        Log dirs past ``MAX_FLAGGED_LOG_DIRS`` are not flagged.
+        """
+        if not 0 <= index < MAX_FLAGGED_LOG_DIRS:
+            return
+        at = _OFFLINE_DIRS_AT + index // 8
+        bit = 1 << (index % 8)
+        self._buf[at] = self._buf[at] | bit if offline else self._buf[at] & ~bit
+
+    def offline_log_dirs(self) -> set[int]:
+        """Indexes of the log dirs flagged offline."""
+        flags = bytes(self._buf[_OFFLINE_DIRS_AT:_OFFLINE_DIRS_AT + MAX_FLAGGED_LOG_DIRS // 8])
+        return {i for i in range(MAX_FLAGGED_LOG_DIRS) if flags[i // 8] >> (i % 8) & 1}
 
 
 # -- the admin lock ---------------------------------------------------------

@@ -20,6 +20,23 @@ from hostbroker.workers import envelopes as env
 from hostbroker.workers.base import now_ms
 
 
+RESERVED_PREFIX = "__"
+
+
+def check_topic_name(topic: str) -> None:
+    """InvalidTopicError unless ``topic`` is a name a client may create: valid
+    for the log (:func:`validate_topic_name`) and not reserved for the broker."""
+    validate_topic_name(topic)
+    if topic.startswith(RESERVED_PREFIX):
+        raise InvalidTopicError(
+            f"topic names starting with {RESERVED_PREFIX} are reserved for the broker")
+
+
+def _answer(code: ErrorCode, message: str | None = None) -> api.AdminResponse:
+    """An admin answer whose message (which may echo the request) always fits."""
+    return api.AdminResponse(code, api.clip_text(message))
+
+
 class TopicAdmin:
     """Mixin of :class:`HandlerWorker`: topic creation and deletion."""
 
@@ -40,11 +57,10 @@ class TopicAdmin:
         """Create a topic's partitions, each on the log dir holding the fewest.
         Caller holds the admin lock and has checked the topic does not exist."""
         counts = [0] * self.plan.num_writers
-        offline = set()
+        # a damaged partition is OFFLINE alone; its log dir takes new ones
+        offline = self.table.offline_log_dirs()
         for _, s in self.table.scan():
             counts[s.owner] += 1
-            if s.state == ptable.OFFLINE:
-                offline.add(s.owner)
         usable = [w for w in range(self.plan.num_writers) if w not in offline]
         if not usable:
             raise HostbrokerError("every log dir is offline", ErrorCode.STORAGE_ERROR)
@@ -78,33 +94,33 @@ class TopicAdmin:
     def _create_topic(self, request) -> api.AdminResponse:
         topic = request.topic
         try:
-            validate_topic_name(topic)
+            check_topic_name(topic)
         except InvalidTopicError as e:
-            return api.AdminResponse(ErrorCode.INVALID_TOPIC, str(e))
+            return _answer(ErrorCode.INVALID_TOPIC, str(e))
         limit = self.config["max.partitions.per.topic"]
         if not 1 <= request.partitions <= limit:
-            return api.AdminResponse(ErrorCode.INVALID_REQUEST,
+            return _answer(ErrorCode.INVALID_REQUEST,
                                      f"partitions must be between 1 and {limit}")
         overrides = {entry.key: entry.value for entry in request.configs}
         if len(overrides) != len(request.configs):
-            return api.AdminResponse(ErrorCode.INVALID_CONFIG, "a config key is given twice")
+            return _answer(ErrorCode.INVALID_CONFIG, "a config key is given twice")
         try:
             self.defaults.with_overrides(overrides)
         except ConfigError as e:
-            return api.AdminResponse(ErrorCode.INVALID_CONFIG, str(e))
+            return _answer(ErrorCode.INVALID_CONFIG, str(e))
         try:
             with self._admin():
                 if self._topic_exists_locked(topic):
-                    return api.AdminResponse(ErrorCode.TOPIC_ALREADY_EXISTS,
+                    return _answer(ErrorCode.TOPIC_ALREADY_EXISTS,
                                              f"topic {topic} already exists")
                 self._create_topic_locked(topic, request.partitions, overrides)
         except HostbrokerError as e:
-            return api.AdminResponse(e.code, str(e))
-        return api.AdminResponse(ErrorCode.NONE, None)
+            return _answer(e.code, str(e))
+        return _answer(ErrorCode.NONE, None)
 
     def _auto_create(self, topic: str) -> ErrorCode:
         try:
-            validate_topic_name(topic)
+            check_topic_name(topic)
         except InvalidTopicError:
             return ErrorCode.INVALID_TOPIC
         try:
@@ -126,10 +142,10 @@ class TopicAdmin:
                     self.table.write(i, state=ptable.DELETING)
                 self.table.bump_generation()
         except HostbrokerError as e:
-            self._reply(p, conn_id, seq, corr, api.AdminResponse(e.code, str(e)))
+            self._reply(p, conn_id, seq, corr, _answer(e.code, str(e)))
             return
         if not slots:
-            self._reply(p, conn_id, seq, corr, api.AdminResponse(
+            self._reply(p, conn_id, seq, corr, _answer(
                 ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {topic}"))
             return
         self.view.refresh()
@@ -150,7 +166,7 @@ class TopicAdmin:
             code = ErrorCode.NONE if not errors else ErrorCode.STORAGE_ERROR
             self._reply(pending.processor, pending.conn_id, pending.seq,
                         pending.correlation_id,
-                        api.AdminResponse(code, "; ".join(errors) if errors else None))
+                        _answer(code, "; ".join(errors) if errors else None))
 
         pending = self._new_pending(p, conn_id, seq, corr, ApiKey.DELETE_TOPIC, [], respond)
         for i, s in slots:

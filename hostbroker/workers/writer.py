@@ -36,10 +36,10 @@ import threading
 import time
 
 from hostbroker.errors import ErrorCode, HostbrokerError, StorageError
-from hostbroker.log.logdir import LogDir
-from hostbroker.log.offsetstore import OffsetStore
+from hostbroker.log.logdir import LogDir, LogDirInUseError
+from hostbroker.log.offsetstore import OffsetRecordTooLargeError, OffsetStore
 from hostbroker.log.partition import PartitionLog
-from hostbroker.log.segments import partition_dirname
+from hostbroker.log.segments import parse_partition_dirname, partition_dirname
 from hostbroker.shm import procs
 from hostbroker.shm import table as ptable
 from hostbroker.shm.table import AdminLock, PartitionTable
@@ -113,12 +113,16 @@ class WriterWorker(Worker):
         self.dirty: set[int] = set()  # slots with unflushed data
         self.waiters: list[_Waiter] = []
         self.flushing: set[int] = set()  # slots with a flush in the flusher thread
-        self.logdir = LogDir.open(self.path, self.defaults, now_ms)
-        self.offsets = OffsetStore.open(self.path) if self.index == 0 else None
+        self.undeletable: dict[int, tuple[str, int]] = {}  # slot -> partition, delete retried
+        self.logdir = self._open_log_dir()
+        self.offsets = OffsetStore.open(
+            self.path, record_max_bytes=self.config["offsets.record.max.bytes"],
+            compact_min_bytes=self.config["offsets.compact.min.bytes"],
+            compact_ratio=self.config["offsets.compact.ratio"]) if self.index == 0 else None
         self._register_partitions()
         self.next_retention_ms = now_ms() + self.config["log.retention.check.interval.ms"]
         self.next_checkpoint_ms = now_ms() + self.config["log.flush.offset.checkpoint.interval.ms"]
-        if self.logdir.recovery_stats.partitions:
+        if self.logdir is not None and self.logdir.recovery_stats.partitions:
             print(f"hostbroker: {self.name} recovered {self.path}: {self.logdir.recovery_stats}",
                   file=sys.stderr, flush=True)
         self.flusher = Flusher(self.doorbell)
@@ -126,7 +130,24 @@ class WriterWorker(Worker):
         self.board.set_state(self.slot, procs.WORKER_READY)
 
     # -- start-up ----------------------------------------------------------
+    def _open_log_dir(self) -> LogDir | None:
+        """Open (and recover) our log dir; None, and this writer offline, when it
+        cannot be used at all. Another broker holding it stops the start."""
+        try:
+            return LogDir.open(self.path, self.defaults, now_ms)
+        except LogDirInUseError:
+            raise
+        except StorageError as e:
+            print(f"hostbroker: {self.name}: log dir {self.path} is offline: {e}",
+                  file=sys.stderr, flush=True)
+            self.offline = True
+            self.count(procs.ERRORS)
+            return None
+
     def _register_partitions(self) -> None:
+        """Give every partition of our log dir its table slot: ONLINE when it
+        opened, OFFLINE when it is damaged (or the whole log dir is unusable),
+        and finish deletions that a previous writer could not."""
         with self.lock:
             mine = {}
             for i, s in self.table.scan():
@@ -134,11 +155,20 @@ class WriterWorker(Worker):
                     self.table.repair(i)
                     s = self.table.read(i)
                     mine[(s.name, s.partition)] = (i, s)
+            self.table.set_log_dir_offline(self.index, self.logdir is None)
+            if self.logdir is None:
+                for key in mine.keys() | self._names_on_disk():
+                    i, s = mine.get(key, (None, None))
+                    if s is not None and s.state == ptable.DELETING:
+                        self.undeletable[i] = key
+                    else:
+                        self._register_offline(i, *key)
+                self.table.bump_generation()
+                return
             for (topic, partition), plog in list(self.logdir.partitions.items()):
                 i, s = mine.pop((topic, partition), (None, None))
                 if s is not None and s.state == ptable.DELETING:
-                    plog.delete()
-                    self.table.write(i, state=ptable.FREE)
+                    self._delete_slot(i, topic, partition)
                     continue
                 if i is None:
                     i = self.table.find_free()
@@ -151,19 +181,45 @@ class WriterWorker(Worker):
                 self.slots[i] = plog
                 self._publish(i, plog, state=ptable.ONLINE, name=topic, partition=partition,
                               owner=self.index)
+            for (topic, partition) in list(self.logdir.offline):
+                i, s = mine.pop((topic, partition), (None, None))
+                if s is not None and s.state == ptable.DELETING:
+                    self._delete_slot(i, topic, partition)
+                else:
+                    self._register_offline(i, topic, partition)
             for (topic, partition), (i, s) in mine.items():
                 # slots of ours with no log opened yet: created by a handler while we were down
                 if s.state == ptable.DELETING:
-                    self._remove_dir(topic, partition)
-                    self.table.write(i, state=ptable.FREE)
+                    self._delete_slot(i, topic, partition)
                 elif self._adopt(i) is None:
                     self.table.write(i, state=ptable.FREE)
             self.table.bump_generation()
 
+    def _register_offline(self, slot: int | None, topic: str, partition: int) -> None:
+        """Show a partition we cannot serve as OFFLINE (it answers STORAGE_ERROR)."""
+        if slot is None:
+            slot = self.table.find_free()
+            if slot is None:
+                print(f"hostbroker: {self.name}: no partition table slot for the offline "
+                      f"partition {topic}-{partition}: raise max.partitions",
+                      file=sys.stderr, flush=True)
+                return
+        self.table.write(slot, state=ptable.OFFLINE, name=topic, partition=partition,
+                         owner=self.index, start_offset=0, end_offset=0, flushed_offset=0)
+
+    def _names_on_disk(self) -> set[tuple[str, int]]:
+        """The partitions an unusable log dir seems to hold, by their dir names."""
+        try:
+            names = os.listdir(self.path)
+        except OSError:
+            return set()
+        return {key for key in map(parse_partition_dirname, names) if key is not None}
+
     def _adopt(self, slot: int) -> PartitionLog | None:
         """Open a partition a handler created in our log dir since we started."""
         s = self.table.read(slot)
-        if s.owner != self.index or s.state not in (ptable.ONLINE, ptable.CREATING):
+        if self.logdir is None or s.owner != self.index or \
+                s.state not in (ptable.ONLINE, ptable.CREATING):
             return None
         path = os.path.join(self.path, partition_dirname(s.name, s.partition))
         try:
@@ -174,11 +230,6 @@ class WriterWorker(Worker):
         self.logdir.partitions[(s.name, s.partition)] = plog
         self._publish(slot, plog, state=ptable.ONLINE)
         return plog
-
-    def _remove_dir(self, topic: str, partition: int) -> None:
-        path = os.path.join(self.path, partition_dirname(topic, partition))
-        if os.path.isdir(path):
-            PartitionLog.open(path, self.defaults, now_ms, recover=False).delete()
 
     # -- table -------------------------------------------------------------
     def _publish(self, slot: int, plog: PartitionLog, **extra) -> None:
@@ -202,6 +253,11 @@ class WriterWorker(Worker):
         self.offline = True
         for slot in self.slots:
             self.table.write(slot, state=ptable.OFFLINE)
+        try:
+            with self.lock:
+                self.table.set_log_dir_offline(self.index)
+        except TimeoutError:
+            self.table.set_log_dir_offline(self.index)  # placement is only a hint
         self.count(procs.ERRORS)
 
     # -- the loop ----------------------------------------------------------
@@ -281,8 +337,9 @@ class WriterWorker(Worker):
             return
         plog = self.slots.get(slot) or self._adopt(slot)
         if plog is None:
-            out.append((env.APPEND_RESULT.pack(env.OP_APPEND, token, index,
-                                               ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1),))
+            code = (ErrorCode.STORAGE_ERROR if self.table.state(slot) == ptable.OFFLINE
+                    else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            out.append((env.APPEND_RESULT.pack(env.OP_APPEND, token, index, code, -1, -1),))
             return
         data = m[env.APPEND_HEAD.size:]
         try:
@@ -370,6 +427,11 @@ class WriterWorker(Worker):
         self.next_retention_ms = now + self.config["log.retention.check.interval.ms"]
         if self.offline:
             return
+        if self.undeletable:
+            with self.lock:
+                for slot, (topic, partition) in list(self.undeletable.items()):
+                    self._delete_slot(slot, topic, partition, retry=True)
+                self.table.bump_generation()
         for slot, plog in list(self.slots.items()):
             try:
                 deleted = plog.enforce_retention(now)
@@ -392,22 +454,47 @@ class WriterWorker(Worker):
     def _delete(self, request: dict) -> dict:
         slot = request["slot"]
         plog = self.slots.pop(slot, None)
-        try:
-            if plog is not None:
-                self.logdir.partitions.pop((plog.topic, plog.partition), None)
-                plog.delete()
-            else:
-                self._remove_dir(request["topic"], request["partition"])
-        except OSError as e:
-            return {"error": int(ErrorCode.STORAGE_ERROR), "message": str(e)}
-        finally:
-            self.dirty.discard(slot)
-            self.published.pop(slot, None)
-            self.waiters = [w for w in self.waiters if w.slot != slot]
+        self.dirty.discard(slot)
+        self.published.pop(slot, None)
+        self.waiters = [w for w in self.waiters if w.slot != slot]
+        key = (plog.topic, plog.partition) if plog else (request["topic"], request["partition"])
         with self.lock:
-            self.table.write(slot, state=ptable.FREE)
+            error = self._delete_slot(slot, *key)
             self.table.bump_generation()
+        if error is not None:
+            return {"error": int(ErrorCode.STORAGE_ERROR), "message": error}
         return {"error": 0}
+
+    def _delete_slot(self, slot: int, topic: str, partition: int, retry: bool = False) -> str | None:
+        """Remove a DELETING partition's dir and free its slot; caller holds the admin lock.
+
+        A dir that cannot be removed (any OSError: an immutable dir, a failing
+        disk) stops nothing: one line says so, the slot stays DELETING (the
+        topic cannot be created again meanwhile), and the delete is retried at
+        every retention check and by every DELETE_TOPIC of it. Returns the
+        error, or None when the slot was freed.
+        """
+        try:
+            if self.logdir is None:
+                raise StorageError(f"log dir {self.path} is offline")
+            try:
+                self.logdir.delete_partition(topic, partition)
+            except HostbrokerError as e:
+                if e.code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                    raise
+        except (OSError, HostbrokerError) as e:
+            if slot not in self.undeletable:
+                print(f"hostbroker: {self.name}: cannot delete partition {topic}-{partition} "
+                      f"({e}); retrying every log.retention.check.interval.ms",
+                      file=sys.stderr, flush=True)
+                self.count(procs.ERRORS)
+            self.undeletable[slot] = (topic, partition)
+            return str(e)
+        if self.undeletable.pop(slot, None) is not None and retry:
+            print(f"hostbroker: {self.name}: deleted partition {topic}-{partition} on retry",
+                  file=sys.stderr, flush=True)
+        self.table.write(slot, state=ptable.FREE)
+        return None
 
     def _offsets(self, request: dict) -> dict:
         if self.offsets is None:
@@ -418,6 +505,8 @@ class WriterWorker(Worker):
                 return {"error": 0}
             return {"error": 0, "offsets": [list(self.offsets.fetch(g, t, p))
                                             for g, t, p in request["keys"]]}
+        except OffsetRecordTooLargeError as e:
+            return {"error": int(e.code), "message": str(e)}
         except OSError as e:
             return {"error": int(ErrorCode.STORAGE_ERROR), "message": str(e)}
 
@@ -429,7 +518,8 @@ class WriterWorker(Worker):
 
     def _shutdown(self) -> None:
         try:
-            self.logdir.close()
+            if self.logdir is not None:
+                self.logdir.close()
         except OSError as e:
             if e.errno != errno.EIO:
                 raise
