@@ -89,8 +89,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("max.partitions", int, 65536,
             "Slots in the shared partition table: the most partitions this broker holds.",
             _between(1, 1 << 24)),
-    Setting("max.partitions.per.topic", int, 10000, "Most partitions one topic may have.",
-            _at_least(1)),
+    Setting("max.partitions.per.topic", int, 10000,
+            "Most partitions one topic may have (at most 100000: partition dir names of "
+            "249-character topics must fit 255 bytes).", _between(1, 100000)),
     Setting("ring.bytes", int, 16 * 1024 * 1024,
             "Capacity of each shared-memory ring between two workers.",
             _power_of_two_at_least(65536)),
