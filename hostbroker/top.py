@@ -3,8 +3,11 @@
 Attaches read-only to the broker's process board (found from the same
 configuration ``serve`` takes: the board's name derives from the broker id and
 first log dir) and joins it with psutil's view of each worker process (CPU,
-memory, threads). Prints a table every interval, or one JSON document with
-``--json``. Never writes to the broker's shared memory.
+memory, threads). Also attaches read-only to the partition table to list the
+log dirs and partitions that are offline (a failed disk, or files found
+damaged at start; the broker's log says why). Prints a table every interval,
+or one JSON document with ``--json``. Never writes to the broker's shared
+memory.
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ import time
 import psutil
 
 from hostbroker.config import Config
+from hostbroker.shm import table as ptable
 from hostbroker.shm.procs import COUNTER_NAMES, ProcessBoard
+from hostbroker.shm.table import PartitionTable
 from hostbroker.workers.plan import BrokerPlan
 
 KIND_NAMES = {1: "writer", 2: "handler", 3: "processor", 4: "acceptor"}
@@ -24,17 +29,31 @@ _COLUMNS = ("requests", "bytes_in", "bytes_out", "messages_in", "errors", "conne
             "fetch_parked")
 
 
-def attach(config: Config) -> ProcessBoard:
+def attach(config: Config) -> tuple[ProcessBoard, PartitionTable, list[str]]:
+    """The running broker's process board and partition table (read-only), and its log dirs."""
     plan = BrokerPlan.from_config(config)
     try:
-        return ProcessBoard.attach(plan.board_name, readonly=True)
+        board = ProcessBoard.attach(plan.board_name, readonly=True)
+        return board, PartitionTable.attach(plan.table_name, readonly=True), plan.log_dirs
     except FileNotFoundError:
         raise SystemExit(f"hostbroker top: no broker running with log.dirs "
                          f"{','.join(plan.log_dirs)} and broker.id {config['broker.id']}")
 
 
-def sample(board: ProcessBoard, procs: dict[int, psutil.Process]) -> dict:
-    """One reading: broker state plus a row per worker (counters and psutil figures)."""
+def offline(table: PartitionTable, log_dirs: list[str]) -> dict:
+    """The log dirs and partitions that are offline (they answer STORAGE_ERROR)."""
+    partitions = sorted((s.name, s.partition, s.owner) for _, s in table.scan()
+                        if s.state == ptable.OFFLINE)
+    return {"offline_log_dirs": [log_dirs[i] for i in sorted(table.offline_log_dirs())
+                                 if i < len(log_dirs)],
+            "offline_partitions": [{"topic": t, "partition": p, "log_dir": log_dirs[o]}
+                                   for t, p, o in partitions if o < len(log_dirs)]}
+
+
+def sample(board: ProcessBoard, procs: dict[int, psutil.Process],
+           table: PartitionTable | None = None, log_dirs: list[str] | None = None) -> dict:
+    """One reading: broker state, a row per worker (counters and psutil figures)
+    and, given the partition table, what is offline."""
     rows = []
     for row in board.snapshot():
         if row.get("torn"):
@@ -56,8 +75,11 @@ def sample(board: ProcessBoard, procs: dict[int, psutil.Process]) -> dict:
                      "index": row["index"], "pid": pid, "epoch": row["epoch"],
                      "state": row["state"].name.lower(), **info,
                      "counters": dict(row["counters"])})
-    return {"broker_state": board.broker_state.name.lower(),
-            "supervisor_pid": board.supervisor_pid, "workers": rows}
+    reading = {"broker_state": board.broker_state.name.lower(),
+               "supervisor_pid": board.supervisor_pid, "workers": rows}
+    if table is not None:
+        reading.update(offline(table, log_dirs or []))
+    return reading
 
 
 def render(reading: dict, previous: dict | None, seconds: float) -> str:
@@ -79,18 +101,22 @@ def render(reading: dict, previous: dict | None, seconds: float) -> str:
         cpu = "" if r["cpu_percent"] is None else f"{r['cpu_percent']:.0f}"
         rss = "" if r["rss_bytes"] is None else f"{r['rss_bytes'] / 2**20:.0f}"
         lines.append(f"{name:<14}{r['pid']:>8}{cpu:>7}{rss:>9}  " + "".join(cells))
+    for path in reading.get("offline_log_dirs", []):
+        lines.append(f"OFFLINE log dir {path}")
+    for p in reading.get("offline_partitions", []):
+        lines.append(f"OFFLINE partition {p['topic']}-{p['partition']} in {p['log_dir']}")
     return "\n".join(lines)
 
 
 def run(config: Config, *, as_json: bool, interval: float, iterations: int | None) -> int:
-    board = attach(config)
+    board, table, log_dirs = attach(config)
     procs: dict[int, psutil.Process] = {}
-    previous = sample(board, procs)
+    previous = sample(board, procs, table, log_dirs)
     last = time.monotonic()
     count = 0
     while iterations is None or count < iterations:
         time.sleep(interval)
-        reading = sample(board, procs)
+        reading = sample(board, procs, table, log_dirs)
         now = time.monotonic()
         if as_json:
             print(json.dumps(reading), flush=True)
