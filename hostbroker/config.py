@@ -114,7 +114,32 @@ SETTINGS: tuple[Setting, ...] = (
             "How long a graceful shutdown waits for in-flight work.", _at_least(0)),
     # Connection limits (processor, acceptor).
     # Request limits (handler).
+    Setting("request.max.entries", int, 10000,
+            "Most array entries (partitions, topics, topic configs) in one request, all arrays "
+            "together; more is answered with an INVALID_REQUEST error frame and the connection "
+            "closes, before the entries are decoded.", _between(1, 2**31 - 1)),
+    Setting("fetch.max.bytes", int, 52428800,
+            "Most message-set bytes in one FETCH answer, all partitions together: each "
+            "partition gets at most what is left of it, partitions past it get empty sets.",
+            _between(1024, 2**30)),
+    Setting("response.max.bytes", int, 104857600,
+            "Largest answer a handler builds in memory (FETCH data sent from files not "
+            "counted); a request whose answer would be larger is answered with an "
+            "INVALID_REQUEST error frame and the connection closes.", _between(1024, 2**30)),
+    Setting("offset.metadata.max.bytes", int, 4096,
+            "Longest metadata (UTF-8 bytes) of one OFFSET_COMMIT entry; a longer one is "
+            "refused with INVALID_REQUEST for that partition.", _between(0, 32767)),
     # Offsets store limits (writer 0).
+    Setting("offsets.record.max.bytes", int, 67108864,
+            "Largest record of the consumer offsets store (one OFFSET_COMMIT request); a "
+            "larger commit is refused with INVALID_REQUEST, never written.",
+            _between(1024, 2**30)),
+    Setting("offsets.compact.min.bytes", int, 16777216,
+            "The consumer offsets store is not compacted while smaller than this.",
+            _at_least(0)),
+    Setting("offsets.compact.ratio", int, 4,
+            "Compact the consumer offsets store when its file is this many times the size "
+            "of its live offsets (and over offsets.compact.min.bytes).", _at_least(2)),
     # Storage and start-up.
     # Supervision and service.
 )

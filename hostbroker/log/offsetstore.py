@@ -8,9 +8,20 @@ is one append-only file, ``__consumer_offsets.log``, of records::
 big-endian, CRC-32 of the payload, one record per commit request. Each commit
 is fdatasynced before it is acknowledged, so an answered commit survives a
 crash of the host. Loading replays the records (the last value of a key wins)
-and truncates at the first invalid record, as log recovery does. When the file
-holds far more records than live keys it is rewritten (write a new file,
-fsync, rename over, fsync the directory).
+and truncates at the first invalid record, as log recovery does.
+
+What is written can always be replayed: replay takes any record whose length
+the int32 field can hold and that lies inside the file, and :meth:`commit`
+refuses (:class:`OffsetRecordTooLargeError`, nothing written) a record over
+``record_max_bytes``, which is below that. Lowering the setting never makes
+records already written unreadable.
+
+Compaction keeps the file bounded by the live offsets: when it is over
+``compact_min_bytes`` and ``compact_ratio`` times the size of the live
+entries, the live key -> value map is written to ``<file>.compact`` (in
+records of at most ``record_max_bytes``), fsynced, renamed over the store and
+the directory fsynced. A crash before the rename leaves the old file whole
+and a stray ``.compact`` file, which :meth:`OffsetStore.open` removes.
 """
 
 from __future__ import annotations
@@ -21,25 +32,56 @@ import struct
 import zlib
 from collections.abc import Iterable
 
+from hostbroker.errors import ErrorCode, HostbrokerError
+
 FILENAME = "__consumer_offsets.log"
+COMPACT_SUFFIX = ".compact"
 _HEAD = struct.Struct(">iI")
-_MAX_RECORD = 64 * 1024 * 1024
+# What replay accepts: any length the int32 field can hold (the file bounds it).
+REPLAY_MAX_BYTES = 2**31 - 1
+DEFAULT_RECORD_MAX_BYTES = 64 * 1024 * 1024
 
 Key = tuple[str, str, int]
 
 
+class OffsetRecordTooLargeError(HostbrokerError):
+    """A commit whose record would be over ``offsets.record.max.bytes``: not written."""
+
+    code = ErrorCode.INVALID_REQUEST
+
+
+def _encode_entry(key: Key, offset: int, metadata: str | None) -> bytes:
+    return json.dumps([*key, offset, metadata], separators=(",", ":")).encode()
+
+
+def _record(entries: list[bytes]) -> bytes:
+    payload = b"[" + b",".join(entries) + b"]"
+    return _HEAD.pack(len(payload), zlib.crc32(payload)) + payload
+
+
 class OffsetStore:
-    def __init__(self, path: str, fd: int, offsets: dict[Key, tuple[int, str]], records: int):
+    def __init__(self, path: str, fd: int, offsets: dict[Key, tuple[int, str | None, int]],
+                 size: int, record_max_bytes: int, compact_min_bytes: int, compact_ratio: int):
         self.path = path
         self._fd = fd
-        self._offsets = offsets
-        self._records = records
+        self._offsets = offsets  # key -> (offset, metadata, bytes of its encoded entry)
+        self._live_bytes = sum(n + 1 for _, _, n in offsets.values())
+        self.size = size
+        self.record_max_bytes = min(record_max_bytes, REPLAY_MAX_BYTES)
+        self.compact_min_bytes = compact_min_bytes
+        self.compact_ratio = compact_ratio
+        self.compactions = 0
+        self._retry_size = 0
 
     @classmethod
-    def open(cls, log_dir: str) -> "OffsetStore":
+    def open(cls, log_dir: str, record_max_bytes: int = DEFAULT_RECORD_MAX_BYTES,
+             compact_min_bytes: int = 16 * 1024 * 1024, compact_ratio: int = 4) -> "OffsetStore":
         path = os.path.join(log_dir, FILENAME)
-        offsets: dict[Key, tuple[int, str]] = {}
-        records = 0
+        try:
+            os.unlink(path + COMPACT_SUFFIX)  # a compaction that never reached its rename
+        except FileNotFoundError:
+            pass
+        offsets: dict[Key, tuple[int, str | None, int]] = {}
         valid_end = 0
         data = b""
         if os.path.exists(path):
@@ -49,55 +91,99 @@ class OffsetStore:
         while pos + _HEAD.size <= len(data):
             length, crc = _HEAD.unpack_from(data, pos)
             end = pos + _HEAD.size + length
-            if length < 0 or length > _MAX_RECORD or end > len(data):
+            if length < 0 or length > REPLAY_MAX_BYTES or end > len(data):
                 break
             payload = data[pos + _HEAD.size:end]
             if zlib.crc32(payload) != crc:
                 break
             try:
-                entries = json.loads(payload)
-                for group, topic, partition, offset, metadata in entries:
-                    offsets[(group, topic, int(partition))] = (int(offset), metadata)
+                replayed = []
+                for group, topic, partition, offset, metadata in json.loads(payload):
+                    key = (str(group), str(topic), int(partition))
+                    replayed.append((key, int(offset), metadata))
             except (ValueError, TypeError):
                 break
-            records += 1
+            for key, offset, metadata in replayed:
+                offsets[key] = (offset, metadata, len(_encode_entry(key, offset, metadata)))
             pos = valid_end = end
+        del data
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        if valid_end < len(data):
+        if valid_end < os.fstat(fd).st_size:
             os.ftruncate(fd, valid_end)
             os.fsync(fd)
-        return cls(path, fd, offsets, records)
+        return cls(path, fd, offsets, valid_end, record_max_bytes, compact_min_bytes,
+                   compact_ratio)
 
-    def commit(self, entries: Iterable[tuple[str, str, int, int, str]]) -> None:
-        """Durably record offsets; returns once they are on disk."""
-        entries = [list(e) for e in entries]
-        if not entries:
+    def commit(self, entries: Iterable[tuple[str, str, int, int, str | None]]) -> None:
+        """Durably record offsets; returns once they are on disk.
+
+        Raises OffsetRecordTooLargeError (nothing written) when the record
+        would be over ``record_max_bytes``, OSError when the disk fails."""
+        parsed = [((str(g), str(t), int(p)), int(o), m) for g, t, p, o, m in entries]
+        if not parsed:
             return
-        payload = json.dumps(entries, separators=(",", ":")).encode()
-        record = _HEAD.pack(len(payload), zlib.crc32(payload)) + payload
+        encoded = [_encode_entry(*e) for e in parsed]
+        record = _record(encoded)
+        if len(record) - _HEAD.size > self.record_max_bytes:
+            raise OffsetRecordTooLargeError(
+                f"offset commit of {len(record) - _HEAD.size} bytes is over "
+                f"offsets.record.max.bytes ({self.record_max_bytes})")
+        view = memoryview(record)
         written = 0
         while written < len(record):
-            written += os.write(self._fd, record[written:])
+            written += os.write(self._fd, view[written:])
         os.fdatasync(self._fd)
-        for group, topic, partition, offset, metadata in entries:
-            self._offsets[(group, topic, int(partition))] = (int(offset), metadata)
-        self._records += 1
-        if self._records > 2 * len(self._offsets) + 10000:
-            self._rewrite()
+        self.size += len(record)
+        for (key, offset, metadata), raw in zip(parsed, encoded):
+            old = self._offsets.get(key)
+            if old is not None:
+                self._live_bytes -= old[2] + 1
+            self._offsets[key] = (offset, metadata, len(raw))
+            self._live_bytes += len(raw) + 1
+        if self.size > max(self.compact_min_bytes, self.compact_ratio * self.live_bytes,
+                           self._retry_size):
+            try:
+                self.compact()
+            except OSError:
+                # the commit is stored and the old file whole: try again when it has doubled
+                self._retry_size = 2 * self.size
 
-    def fetch(self, group: str, topic: str, partition: int) -> tuple[int, str]:
+    @property
+    def live_bytes(self) -> int:
+        """About the size of a file holding only the live offsets."""
+        return self._live_bytes + _HEAD.size + 2
+
+    def fetch(self, group: str, topic: str, partition: int) -> tuple[int, str | None]:
         """(offset, metadata); (-1, "") when never committed."""
-        return self._offsets.get((group, topic, partition), (-1, ""))
+        value = self._offsets.get((group, topic, partition))
+        return (-1, "") if value is None else (value[0], value[1])
 
-    def _rewrite(self) -> None:
-        tmp = self.path + ".tmp"
-        entries = [[g, t, p, o, m] for (g, t, p), (o, m) in self._offsets.items()]
-        payload = json.dumps(entries, separators=(",", ":")).encode()
-        with open(tmp, "wb") as f:
-            f.write(_HEAD.pack(len(payload), zlib.crc32(payload)) + payload)
-            f.flush()
-            os.fsync(f.fileno())
-        os.rename(tmp, self.path)
+    def compact(self) -> None:
+        """Rewrite the file with only the live offsets (see the module doc)."""
+        tmp = self.path + COMPACT_SUFFIX
+        try:
+            with open(tmp, "wb") as f:
+                batch: list[bytes] = []
+                batch_bytes = 2
+                for key, (offset, metadata, _) in self._offsets.items():
+                    raw = _encode_entry(key, offset, metadata)
+                    if batch and batch_bytes + len(raw) + 1 > self.record_max_bytes:
+                        f.write(_record(batch))
+                        batch, batch_bytes = [], 2
+                    batch.append(raw)
+                    batch_bytes += len(raw) + 1
+                if batch:
+                    f.write(_record(batch))
+                f.flush()
+                os.fsync(f.fileno())
+                size = f.tell()
+            os.rename(tmp, self.path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
         dirfd = os.open(os.path.dirname(self.path), os.O_RDONLY)
         try:
             os.fsync(dirfd)
@@ -105,7 +191,8 @@ class OffsetStore:
             os.close(dirfd)
         os.close(self._fd)
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
-        self._records = 1
+        self.size = size
+        self.compactions += 1
 
     def close(self) -> None:
         if self._fd >= 0:
