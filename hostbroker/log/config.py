@@ -57,7 +57,8 @@ _BOUNDS: dict[str, tuple[int, int, bool]] = {
     "max_message_bytes": (MIN_LENGTH_V1, _INT32_MAX, False),
 }
 
-_INTEGER = re.compile(r"-?[0-9]+")
+# more digits cannot be in range (and int() refuses over 4300 of them)
+_INTEGER = re.compile(r"-?[0-9]{1,19}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -55,6 +55,7 @@ from hostbroker.protocol.schema import error_code
 __all__ = [
     *bodies.__all__,
     "ERROR_FRAME_SIZE",
+    "MAX_ECHOED_TEXT",
     "SIZE_PREFIX_BYTES",
     "FetchPartitionHeader",
     "FrameTooLargeError",
@@ -65,6 +66,8 @@ __all__ = [
     "decode_request",
     "decode_request_header",
     "decode_response",
+    "clip_text",
+    "encode_answer",
     "encode_error_frame",
     "encode_fetch_response_parts",
     "encode_produce_request_parts",
@@ -77,6 +80,9 @@ __all__ = [
 
 SIZE_PREFIX_BYTES = 4
 ERROR_FRAME_SIZE = 6
+# Longest error message (UTF-8 bytes) the broker puts in an answer: see clip_text.
+MAX_ECHOED_TEXT = 1024
+MAX_FRAME_SIZE = 2**31 - 1
 
 _SIZE = struct.Struct(">i")
 _HEADER_FIXED = struct.Struct(">hhi")  # api_key, api_version, correlation_id
@@ -144,7 +150,11 @@ def encode_request(request: Request, correlation_id: int, client_id: str | None 
 
 
 def _with_size(chunks: list, total: int) -> list:
-    """``chunks`` with the size prefix at the start of the first one set for ``total`` bytes."""
+    """``chunks`` with the size prefix at the start of the first one set for ``total`` bytes.
+
+    ValueError when the frame would be larger than its int32 size can say."""
+    if total - SIZE_PREFIX_BYTES > MAX_FRAME_SIZE:
+        raise ValueError(f"a frame of {total} bytes does not fit its int32 size")
     first = bytearray(chunks[0])
     _SIZE.pack_into(first, 0, total - SIZE_PREFIX_BYTES)
     chunks[0] = bytes(first)
@@ -208,6 +218,32 @@ def encode_response(correlation_id: int, response: Response) -> bytes:
     return _encode(fill)
 
 
+def clip_text(text: str | None, max_bytes: int = MAX_ECHOED_TEXT) -> str | None:
+    """``text`` cut to at most ``max_bytes`` of UTF-8 (on a character boundary),
+    marked with "..." when cut: for error messages, which may echo what a
+    request held, so that they always fit a string field."""
+    if text is None:
+        return None
+    encoded = text.encode("utf-8", "replace")  # a lone surrogate becomes "?"
+    if len(encoded) <= max_bytes:
+        return encoded.decode("utf-8")
+    return encoded[:max_bytes - 3].decode("utf-8", "ignore") + "..."
+
+
+def encode_answer(correlation_id: int, response: Response, max_bytes: int) -> tuple[bytes, bool]:
+    """``(frame, is_error)``: the frame of ``response`` when it is encodable and at
+    most ``max_bytes`` long (size prefix included), else an error frame
+    (INVALID_REQUEST) after which the connection is to close. Never raises,
+    whatever the response holds."""
+    try:
+        frame = encode_response(correlation_id, response)
+    except (ValueError, TypeError, OverflowError, UnicodeError):
+        frame = None
+    if frame is None or len(frame) > max_bytes:
+        return encode_error_frame(correlation_id, ErrorCode.INVALID_REQUEST), True
+    return frame, False
+
+
 def encode_error_frame(correlation_id: int, code: ErrorCode | int) -> bytes:
     """The 6-byte error frame (plus its size prefix) for a request that cannot be decoded."""
     return _ERROR_FRAME.pack(ERROR_FRAME_SIZE, correlation_id, code)
@@ -266,10 +302,12 @@ def decode_request_header(frame: Buffer) -> RequestHeader:
     return RequestHeader(api_key, api_version, correlation_id, client_id, reader.position)
 
 
-def decode_request(frame: Buffer) -> tuple[RequestHeader, Request]:
+def decode_request(frame: Buffer, max_entries: int | None = None) -> tuple[RequestHeader, Request]:
     """Header and body of a request frame (without size prefix).
 
-    Message sets in the body are zero-copy slices of ``frame``.
+    Message sets in the body are zero-copy slices of ``frame``. With
+    ``max_entries``, a body whose arrays hold more items than that, all
+    together, is a ProtocolError (INVALID_REQUEST), raised at the count.
     """
     header = decode_request_header(frame)
     request_type = REQUEST_TYPES.get(header.api_key)
@@ -278,7 +316,7 @@ def decode_request(frame: Buffer) -> tuple[RequestHeader, Request]:
             f"unsupported api_key {header.api_key} version {header.api_version}",
             code=ErrorCode.UNSUPPORTED_VERSION,
         )
-    reader = Reader(frame, header.body_offset)
+    reader = Reader(frame, header.body_offset, max_entries)
     request = request_type.__wire__.read(reader)
     reader.expect_end()
     return header, request

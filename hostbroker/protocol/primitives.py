@@ -52,12 +52,14 @@ class Reader:
     """Reads wire types from ``data`` starting at ``offset``.
 
     ``bytes`` returns zero-copy slices of ``data``: they stay valid as long as
-    the caller keeps ``data`` unchanged.
+    the caller keeps ``data`` unchanged. ``max_items`` bounds the items of all
+    arrays read together (None: only by the bytes there are), so that a
+    request naming millions of small entries is refused before it is decoded.
     """
 
-    __slots__ = ("_view", "_pos", "_end")
+    __slots__ = ("_view", "_pos", "_end", "_items_left", "_max_items")
 
-    def __init__(self, data: Buffer, offset: int = 0):
+    def __init__(self, data: Buffer, offset: int = 0, max_items: int | None = None):
         view = memoryview(data)
         if view.ndim != 1 or view.itemsize != 1:
             view = view.cast("B")
@@ -66,6 +68,8 @@ class Reader:
         self._view = view
         self._pos = offset
         self._end = len(view)
+        self._max_items = max_items
+        self._items_left = max_items
 
     @property
     def position(self) -> int:
@@ -134,6 +138,13 @@ class Reader:
             raise ProtocolError(
                 f"array of {count} items cannot fit in the {self.remaining} bytes left"
             )
+        if self._items_left is not None:
+            if count > self._items_left:
+                raise ProtocolError(
+                    f"array of {count} items is over the limit of {self._max_items} "
+                    "entries per request"
+                )
+            self._items_left -= count
         return tuple(read_item(self) for _ in range(count))
 
     def expect_end(self) -> None:

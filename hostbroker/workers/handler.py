@@ -93,6 +93,8 @@ class HandlerWorker(TopicAdmin, Fetching, ConsumerOffsets, Worker):
         self.brokers = self._broker_list()
         self.broker_id = self.config["broker.id"]
         self.auto_create = self.config["auto.create.topics.enable"]
+        self.max_entries = self.config["request.max.entries"]
+        self.max_response_bytes = self.config["response.max.bytes"]
         self.dirty_processors: set[int] = set()
         self.dirty_writers: set[int] = set()
         self.draining = False
@@ -194,7 +196,7 @@ class HandlerWorker(TopicAdmin, Fetching, ConsumerOffsets, Worker):
         self.count(procs.REQUESTS)
         frame = m[env.REQ_HEADER.size:]
         try:
-            header, request = api.decode_request(frame)
+            header, request = api.decode_request(frame, self.max_entries)
         except api.HeaderTooShortError:
             self._break(conn_id)
             self._respond(p, conn_id, seq, [], env.RESP_CLOSE_NOW)
@@ -240,7 +242,18 @@ class HandlerWorker(TopicAdmin, Fetching, ConsumerOffsets, Worker):
             del self.broken[next(iter(self.broken))]
 
     def _reply(self, p, conn_id, seq, corr, response) -> None:
-        self._respond(p, conn_id, seq, [api.encode_response(corr, response)])
+        """Answer with ``response``; one that cannot be encoded or is over
+        ``response.max.bytes`` becomes an error frame and the connection closes."""
+        frame, failed = api.encode_answer(corr, response, self.max_response_bytes)
+        if failed:
+            self._fail(p, conn_id, seq, corr, ErrorCode.INVALID_REQUEST)
+            return
+        self._respond(p, conn_id, seq, [frame])
+
+    def _fail(self, p, conn_id, seq, corr, code: ErrorCode) -> None:
+        """Answer with an error frame, then close the connection (in order)."""
+        self._break(conn_id)
+        self._respond(p, conn_id, seq, [api.encode_error_frame(corr, code)], env.RESP_CLOSE_AFTER)
 
     # -- produce -------------------------------------------------------------
     def _new_pending(self, p, conn_id, seq, corr, key, results, respond) -> _Pending:

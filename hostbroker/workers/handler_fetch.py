@@ -47,10 +47,16 @@ class Fetching:
         self.parked.append(_ParkedFetch(p, conn_id, seq, corr, request, now_ms() + max_wait))
 
     def _fetch_parts(self, request):
-        """Per partition (topic, partition, error, log_end_offset, FilePiece | None)."""
+        """Per partition (topic, partition, error, log_end_offset, FilePiece | None).
+
+        The data of all partitions together is at most ``fetch.max.bytes``:
+        each partition gets at most what the ones before it left (in request
+        order), and once nothing is left the rest get empty sets (their errors
+        are still checked)."""
         self.view.refresh()
         out = []
         total = 0
+        budget = self.config["fetch.max.bytes"]
         for part in request.partitions:
             piece = None
             leo = -1
@@ -70,7 +76,11 @@ class Fetching:
                     leo = s.end_offset
                     try:
                         bases = self.view.segment_bases(slot, s)
-                        found = fetch_range(bases, s.end_offset, part.offset, part.max_bytes)
+                        left = budget - total
+                        found = fetch_range(bases, s.end_offset, part.offset,
+                                            min(part.max_bytes, max(left, 1)))
+                        if left <= 0:
+                            found = None
                     except HostbrokerError as e:
                         code = e.code
                     except OSError:
@@ -89,11 +99,19 @@ class Fetching:
     def _answer_fetch(self, p, conn_id, seq, corr, request, force: bool) -> bool:
         """Answer the fetch if it may be answered now; returns True if it must wait."""
         total, parts = self._fetch_parts(request)
-        if not force and total < request.min_bytes and request.max_wait_ms > 0:
+        # nothing to wait for when no partition can ever give data (every one has an error)
+        waitable = any(code == ErrorCode.NONE for _, _, code, _, _ in parts)
+        if not force and waitable and total < request.min_bytes and request.max_wait_ms > 0:
             return True
-        headers = api.encode_fetch_response_parts(
-            corr, [(t, pt, code, leo, piece.length if piece else 0)
-                   for t, pt, code, leo, piece in parts])
+        try:
+            headers = api.encode_fetch_response_parts(
+                corr, [(t, pt, code, leo, piece.length if piece else 0)
+                       for t, pt, code, leo, piece in parts])
+            if sum(map(len, headers)) > self.max_response_bytes:
+                raise ValueError("fetch answer headers over response.max.bytes")
+        except ValueError:
+            self._fail(p, conn_id, seq, corr, ErrorCode.INVALID_REQUEST)
+            return False
         pieces: list = [headers[0]]
         for (_, _, _, _, piece), head in zip(parts, headers[1:]):
             if piece is not None:
