@@ -3,6 +3,7 @@ import subprocess
 import sys
 
 from hostbroker.log.message import encode_message_set
+from hostbroker.top import render
 
 
 def test_top_json_shows_every_worker_with_counters(broker):
@@ -21,6 +22,7 @@ def test_top_json_shows_every_worker_with_counters(broker):
     assert sum(w["counters"]["requests"] for n, w in by_name.items()
                if n.startswith("hb-handler")) >= 5
     assert all(w["state"] == "ready" and w["rss_bytes"] > 0 for w in reading["workers"])
+    assert reading["offline_log_dirs"] == [] and reading["offline_partitions"] == []
 
 
 def test_top_table_and_missing_broker(broker, tmp_path):
@@ -32,3 +34,11 @@ def test_top_table_and_missing_broker(broker, tmp_path):
                              capture_output=True, text=True, timeout=30)
     assert missing.returncode != 0
     assert "no broker running" in missing.stderr
+
+
+def test_top_table_names_what_is_offline():
+    reading = {"broker_state": "running", "supervisor_pid": 1, "workers": [],
+               "offline_log_dirs": ["/disk1"],
+               "offline_partitions": [{"topic": "t", "partition": 3, "log_dir": "/disk1"}]}
+    lines = render(reading, None, 1.0).splitlines()
+    assert lines[-2:] == ["OFFLINE log dir /disk1", "OFFLINE partition t-3 in /disk1"]

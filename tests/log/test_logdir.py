@@ -1,5 +1,6 @@
 import json
 import os
+import subprocess
 
 import pytest
 
@@ -9,6 +10,7 @@ from hostbroker.log.logdir import (CHECKPOINT_FILE, CLEAN_SHUTDOWN_FILE, TRASH_D
                                    format_recovery_points, parse_recovery_points)
 from hostbroker.log.recovery import RecoveryStats
 from hostbroker.log.message import encode_message_set
+from hostbroker.log.segments import MAX_PARTITIONS_PER_TOPIC, MAX_TOPIC_NAME_LENGTH
 
 from .conftest import entries, read_all
 
@@ -242,3 +244,143 @@ def test_checkpoint_after_a_recovery(path, clock):
 def test_parse_rejects_garbled_checkpoints(data):
     with pytest.raises(ValueError):
         parse_recovery_points(data)
+
+
+# -- damage found at open: only the damaged partition goes offline ------------
+
+def _partition_file(content: bytes):
+    def damage(partition_path: str) -> None:
+        with open(os.path.join(partition_path, "partition.json"), "wb") as meta:
+            meta.write(content)
+    return damage
+
+
+def _meta(**fields) -> bytes:
+    meta = {"topic": "hurt", "partition": 0, "partitions": 1, "config": {}, **fields}
+    return json.dumps(meta).encode()
+
+
+def _segment_made_a_directory(partition_path: str) -> None:
+    segment = os.path.join(partition_path, "00000000000000000000.kafka")
+    os.unlink(segment)
+    os.mkdir(segment)
+
+
+def _dir_made_a_file(partition_path: str) -> None:
+    for name in os.listdir(partition_path):
+        os.unlink(os.path.join(partition_path, name))
+    os.rmdir(partition_path)
+    with open(partition_path, "wb") as f:
+        f.write(b"not a partition")
+
+
+DAMAGE = {
+    "invalid JSON": (_partition_file(b"{not json"), "not a valid partition file"),
+    "a JSON list": (_partition_file(b"[1,2,3]"), "expected a JSON object, found list"),
+    "empty": (_partition_file(b""), "not a valid partition file"),
+    "missing keys": (_partition_file(b'{"topic": "hurt"}'), "no config, partition, partitions"),
+    "partition as a string": (_partition_file(_meta(partition="0")), "partition '0' of 1"),
+    "partition past the count": (_partition_file(_meta(partition=0, partitions=0)), "of 0"),
+    "a boolean count": (_partition_file(_meta(partitions=True)), "partition 0 of True"),
+    "config of numbers": (_partition_file(_meta(config={"flush.ms": 5})), "object of strings"),
+    "an unknown config key": (_partition_file(_meta(config={"colour": "red"})),
+                              "unknown topic config key"),
+    "an out-of-bounds config": (_partition_file(_meta(config={"segment.bytes": "1"})),
+                                "segment.bytes: 1 is outside"),
+    "an invalid topic name": (_partition_file(_meta(topic="a/b")), "invalid topic name"),
+    "another partition": (_partition_file(_meta(topic="fine")), "names partition fine-0"),
+    "huge": (_partition_file(b" " * (65 * 1024)), "longer than 65536 bytes"),
+    "not UTF-8": (_partition_file(b"\xff\xfe"), "not a valid partition file"),
+    "a segment that is a directory": (_segment_made_a_directory, "is not a regular file"),
+    "a file for the dir": (_dir_made_a_file, "is not a directory"),
+}
+
+
+@pytest.mark.parametrize("kind", DAMAGE)
+@pytest.mark.parametrize("clean", [True, False], ids=["clean", "crashed"])
+def test_a_damaged_partition_goes_offline_alone(path, clock, caplog, kind, clean):
+    damage, reason = DAMAGE[kind]
+    logdir = LogDir.open(path, DEFAULTS, clock)
+    logdir.create_partition("fine", 0, 1).append(encode_message_set([b"ok"]), 1)
+    logdir.create_partition("hurt", 0, 1).append(encode_message_set([b"lost?"]), 1)
+    logdir.close(clean=clean)
+    hurt = os.path.join(path, "hurt_0")
+    damage(hurt)
+    before = {name: os.path.getsize(os.path.join(hurt, name)) for name in os.listdir(hurt)} \
+        if os.path.isdir(hurt) else None
+
+    logdir = LogDir.open(path, DEFAULTS, clock)
+    assert list(logdir.partitions) == [("fine", 0)]
+    assert [m.payload for m in read_all(logdir.partitions[("fine", 0)])] == [b"ok"]
+    assert list(logdir.offline) == [("hurt", 0)]
+    assert reason in logdir.offline[("hurt", 0)] and "\n" not in logdir.offline[("hurt", 0)]
+    lines = [r.getMessage() for r in caplog.records if "hurt" in r.getMessage()]
+    assert len(lines) == 1 and "partition hurt-0 is offline" in lines[0] and reason in lines[0]
+    # left as it is, for whoever repairs it
+    if before is not None:
+        assert {n: os.path.getsize(os.path.join(hurt, n)) for n in os.listdir(hurt)} == before
+    # and it can be deleted all the same
+    logdir.delete_partition("hurt", 0)
+    assert logdir.offline == {} and not os.path.lexists(hurt)
+    logdir.close()
+
+
+def test_a_partition_of_the_longest_name_and_number_is_created_and_deleted(path, clock):
+    topic = "t" * MAX_TOPIC_NAME_LENGTH
+    last = MAX_PARTITIONS_PER_TOPIC - 1
+    logdir = LogDir.open(path, DEFAULTS, clock)
+    logdir.create_partition(topic, last, MAX_PARTITIONS_PER_TOPIC)
+    assert len(f"{topic}_{last}") == 255 and os.path.isdir(os.path.join(path, f"{topic}_{last}"))
+    logdir.close()
+    logdir = LogDir.open(path, DEFAULTS, clock)
+    assert list(logdir.partitions) == [(topic, last)]
+    logdir.delete_partition(topic, last)
+    assert sorted(os.listdir(path)) == [".lock", TRASH_DIR, CHECKPOINT_FILE]
+    logdir.close()
+
+
+@pytest.fixture
+def immutable():
+    """``chattr +i`` on paths until the test ends (root may not rename or remove them)."""
+    flagged = []
+
+    def flag(p: str) -> None:
+        subprocess.run(["chattr", "+i", p], check=True)
+        flagged.append(p)
+
+    yield flag
+    for p in reversed(flagged):
+        subprocess.run(["chattr", "-i", p], check=True)
+
+
+def test_a_delete_the_file_system_refuses_can_be_retried(path, clock, immutable):
+    logdir = LogDir.open(path, DEFAULTS, clock)
+    logdir.create_partition("stuck", 0, 1).append(encode_message_set([b"x"]), 1)
+    logdir.create_partition("other", 0, 1)
+    immutable(path)
+    with pytest.raises(StorageError, match="cannot delete .*stuck_0: Operation not permitted"):
+        logdir.delete_partition("stuck", 0)
+    assert list(logdir.partitions) == [("other", 0)]  # closed and forgotten
+    subprocess.run(["chattr", "-i", path], check=True)
+    logdir.delete_partition("stuck", 0)
+    assert not os.path.exists(os.path.join(path, "stuck_0"))
+    with pytest.raises(HostbrokerError) as info:
+        logdir.delete_partition("stuck", 0)
+    assert info.value.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    logdir.close()
+
+
+def test_what_cannot_leave_the_trash_stays_there_and_open_goes_on(path, clock, immutable,
+                                                                  caplog):
+    logdir = LogDir.open(path, DEFAULTS, clock)
+    logdir.create_partition("t", 0, 1)
+    logdir.close()
+    stuck = os.path.join(path, TRASH_DIR, "1-1-1")
+    os.makedirs(stuck)
+    open(os.path.join(stuck, "00000000000000000000.kafka"), "wb").close()
+    immutable(stuck)
+    logdir = LogDir.open(path, DEFAULTS, clock)
+    assert list(logdir.partitions) == [("t", 0)]
+    assert os.path.isdir(stuck)
+    assert [r.getMessage() for r in caplog.records if "cannot remove it yet" in r.getMessage()]
+    logdir.close()

@@ -314,3 +314,88 @@ def test_a_killed_writer(tmp_path, clock):
     assert log.log_end_offset == 1700 == log.flushed_offset
     assert [m.payload[:1] for m in read_all(log)] == [bytes([c]) for c in b"ABCDEFGHIJabcdefg"]
     logdir.close()
+
+
+def split_entries(data: bytes, base: int) -> list[tuple[int, list]]:
+    """(end offset, its messages) of every entry of a message set appended at ``base``."""
+    out, position = [], 0
+    while position < len(data):
+        end = position + 4 + struct.unpack_from(">i", data, position)[0]
+        out.append((base + end, list(iter_messages(data[position:end], base + position))))
+        position = end
+    return out
+
+
+def test_clean_shutdown_tail_loop(tmp_path, clock, monkeypatch):
+    """After a clean shutdown the last segment's tail is checked, whatever was done to it."""
+    rng = random.Random(0xC1EA)
+    scans = []
+    real_scan = recovery_module.valid_segment_length
+    monkeypatch.setattr(recovery_module, "valid_segment_length",
+                        lambda *args: scans.append(args) or real_scan(*args))
+    path = str(tmp_path / "logs")
+    logdir = LogDir.open(path, DEFAULTS, clock)
+    log = logdir.create_partition("t", 0, 1)
+    entries_so_far: list[tuple[int, list]] = []
+    kinds = sorted(GARBAGE)
+    damages = ["cut mid-entry", "garbage appended", "cut and garbage appended", "untouched"]
+    for iteration in range(60):
+        for _ in range(rng.randint(1, 6)):
+            data = random_set(rng)
+            base, _ = log.append(data, validate_message_set(data, DEFAULTS.max_message_bytes))
+            entries_so_far += split_entries(data, base)
+        logdir.close()
+        active_base = log.segment_bases[-1]
+        active = log.segment_path(active_base)
+        damage = damages[iteration % len(damages)]
+        end = log.log_end_offset
+        if damage.startswith("cut"):
+            end = rng.randint(active_base + 1, log.log_end_offset - 1)
+            with open(active, "r+b") as segment:
+                segment.truncate(end - active_base)
+        if "garbage" in damage:
+            garbage = GARBAGE[kinds[iteration % len(kinds)]](rng)
+            if damage.startswith("cut"):
+                # Shorter than recorded: the whole last segment is read. (A file cut and
+                # grown past the recorded end again is read from that end only.)
+                garbage = garbage[:log.log_end_offset - end - 1]
+            with open(active, "ab") as segment:
+                segment.write(garbage)
+        lost_checkpoint = rng.random() < 0.2
+        if lost_checkpoint:
+            os.unlink(os.path.join(path, CHECKPOINT_FILE))
+        entries_so_far = [(e, messages) for e, messages in entries_so_far if e <= end]
+        valid_end = entries_so_far[-1][0] if entries_so_far else 0
+        scans.clear()
+
+        logdir = LogDir.open(path, DEFAULTS, clock)
+        assert not logdir.recovered and logdir.offline == {}
+        log = logdir.partitions[("t", 0)]
+        assert log.log_end_offset == max(valid_end, active_base), (iteration, damage)
+        assert os.path.getsize(active) == log.log_end_offset - active_base
+        assert read_all(log) == [m for _, messages in entries_so_far for m in messages]
+        if damage == "untouched" and not lost_checkpoint:
+            assert scans == []  # a last segment as long as recorded is not read
+        else:
+            assert [os.path.basename(args[0]) for args in scans] == [segment_filename(active_base)]
+    assert len(log.segment_bases) > 5
+    logdir.close()
+
+
+def test_a_clean_start_reads_only_what_follows_the_recorded_end(tmp_path, clock, monkeypatch):
+    path = str(tmp_path / "logs")
+    logdir = LogDir.open(path, DEFAULTS, clock)
+    log = logdir.create_partition("t", 0, 1)
+    log.append(entries(20), 20)
+    logdir.close()
+    with open(log.segment_path(0), "ab") as segment:
+        segment.write(torn_entry(random.Random(7)))
+    starts = []
+    real_scan = recovery_module.valid_segment_length
+    monkeypatch.setattr(recovery_module, "valid_segment_length",
+                        lambda path, size, start=0: starts.append(start) or real_scan(path, size,
+                                                                                         start))
+    logdir = LogDir.open(path, DEFAULTS, clock)
+    assert starts == [2000]
+    assert logdir.partitions[("t", 0)].log_end_offset == 2000
+    logdir.close()

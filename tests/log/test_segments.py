@@ -2,10 +2,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hostbroker.errors import ErrorCode, HostbrokerError, InvalidTopicError, OffsetOutOfRangeError
-from hostbroker.log.segments import (fetch_range, locate, offsets_before, parse_partition_dirname,
-                                     parse_segment_filename, partition_dirname, segment_filename,
-                                     validate_topic_name)
+from hostbroker.config import Config
+from hostbroker.errors import (ConfigError, ErrorCode, HostbrokerError, InvalidTopicError,
+                               OffsetOutOfRangeError)
+from hostbroker.log.segments import (MAX_FILE_NAME_BYTES, MAX_PARTITIONS_PER_TOPIC,
+                                     MAX_TOPIC_NAME_LENGTH, fetch_range, locate, offsets_before,
+                                     parse_partition_dirname, parse_segment_filename,
+                                     partition_dirname, segment_filename, validate_topic_name)
 
 
 def test_segment_filename():
@@ -36,6 +39,21 @@ def test_partition_dirname():
         assert parse_partition_dirname(name) is None, name
     with pytest.raises(InvalidTopicError):
         partition_dirname("bad/name", 0)
+
+
+def test_every_partition_dir_of_a_valid_topic_fits_a_file_name():
+    longest = "t" * MAX_TOPIC_NAME_LENGTH
+    validate_topic_name(longest)
+    with pytest.raises(InvalidTopicError):
+        validate_topic_name(longest + "t")
+    assert len(partition_dirname(longest, MAX_PARTITIONS_PER_TOPIC - 1)) == MAX_FILE_NAME_BYTES
+    with pytest.raises(InvalidTopicError, match="more than a file name may have"):
+        partition_dirname(longest, MAX_PARTITIONS_PER_TOPIC * 10)
+    # the broker allows no more partitions than that
+    assert Config.build(overrides=[f"max.partitions.per.topic={MAX_PARTITIONS_PER_TOPIC}"])
+    for key in ("max.partitions.per.topic", "num.partitions"):
+        with pytest.raises(ConfigError, match=key):
+            Config.build(overrides=[f"{key}={MAX_PARTITIONS_PER_TOPIC + 1}"])
 
 
 @pytest.mark.parametrize("name", ["a", "A-z_0.9", "x" * 249, "...", ".a", "_"])
