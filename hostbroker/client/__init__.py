@@ -24,7 +24,8 @@ from hostbroker.client.simple import SimpleClient
 
 from hostbroker.client.consumer import (CONSUMER_SETTINGS, EARLIEST, LATEST, FetchedSet,
                                         SimpleConsumer)
-from hostbroker.client.errors import (ConsumerTimeoutError, MessageSizeTooLargeError,
+from hostbroker.client.errors import (ConsumerTimeoutError, DecompressedTooLargeError,
+                                      InvalidEntryError, MessageSizeTooLargeError,
                                       OffsetOutOfRangeError)
 from hostbroker.client.group import (GROUP_SETTINGS, Blacklist, BrokerOffsetStorage,
                                      ConsumerConnector, KafkaStream, MessageAndMetadata,
@@ -54,7 +55,9 @@ __all__ = [
     "BrokerOffsetStorage",
     "ConsumerConnector",
     "ConsumerTimeoutError",
+    "DecompressedTooLargeError",
     "FetchedSet",
+    "InvalidEntryError",
     "KafkaStream",
     "MessageAndMetadata",
     "MessageSizeTooLargeError",

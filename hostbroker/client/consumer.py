@@ -33,18 +33,23 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import logging
 import operator
+import struct
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from hostbroker.client.connection import DEFAULT_CLIENT_ID, BrokerConnection, parse_uri
-from hostbroker.client.errors import BrokerError, MessageSizeTooLargeError, OffsetOutOfRangeError
+from hostbroker.client.errors import (BrokerError, DecompressedTooLargeError, InvalidEntryError,
+                                      MessageSizeTooLargeError, OffsetOutOfRangeError)
 from hostbroker.client.settings import Settings, broker_uris, resolve
 from hostbroker.config import Setting, at_least, between, one_of, split_list
-from hostbroker.errors import ErrorCode, ProtocolError
-from hostbroker.log.message import (DEFAULT_MAX_MESSAGE_BYTES, LENGTH_SIZE, count_entries,
-                                    iter_messages)
+from hostbroker.errors import ErrorCode, InvalidMessageError, MessageTooLargeError, ProtocolError
+from hostbroker.log.message import (DEFAULT_MAX_MESSAGE_BYTES, LENGTH_SIZE, MIN_LENGTH_V0,
+                                    count_entries, iter_messages)
 from hostbroker.protocol import api
+
+log = logging.getLogger(__name__)
 
 LATEST = api.LATEST_TIME
 EARLIEST = api.EARLIEST_TIME
@@ -77,7 +82,8 @@ FETCH_SETTINGS: tuple[Setting, ...] = (
             "Bytes asked of each partition per fetch (max_bytes).", between(1, _INT32_MAX)),
     Setting("fetch.message.max.bytes", int, DEFAULT_FETCH_MESSAGE_MAX_BYTES,
             "Largest entry, length field included, the fetch size grows to; beyond it "
-            "MessageSizeTooLargeError. At least the topic's max.message.bytes + 4.",
+            "MessageSizeTooLargeError. At least the topic's max.message.bytes + 4. Also the "
+            "most a compressed wrapper may inflate to (beyond it DecompressedTooLargeError).",
             between(1, _INT32_MAX)),
     Setting("fetch.wait.max.ms", int, 100,
             "Long poll: how long the broker may hold a fetch that finds under fetch.min.bytes.",
@@ -86,6 +92,10 @@ FETCH_SETTINGS: tuple[Setting, ...] = (
             "Bytes a fetch waits for (over all its partitions) before the broker answers.",
             between(0, _INT32_MAX)),
     Setting("check.crcs", bool, True, "Check the CRC of every message read."),
+    Setting("skip.bad.messages", bool, False,
+            "Skip an entry that cannot be read (CRC mismatch, a compressed wrapper that does "
+            "not decompress or inflates past fetch.message.max.bytes) with a warning in the "
+            "log, instead of raising InvalidEntryError."),
 )
 
 CONSUMER_SETTINGS: tuple[Setting, ...] = FETCH_SETTINGS + (
@@ -115,11 +125,18 @@ class FetchedSet:
     where the next fetch starts, after the last whole entry;
     ``log_end_offset`` is the partition's log end when the broker answered;
     ``entries`` counts whole top-level entries (a compressed wrapper is one).
+
+    An entry that cannot be read raises :class:`InvalidEntryError` (naming
+    topic, partition and offset) after every message before it; with
+    ``skip_bad`` it is logged as a warning and skipped. A compressed wrapper
+    is never inflated past ``max_message_bytes``
+    (:class:`DecompressedTooLargeError`).
     """
 
     __slots__ = (
         "topic", "partition", "offset", "next_offset", "log_end_offset", "entries",
-        "reset_from", "message_set", "_check_crcs", "_max_length", "_messages",
+        "reset_from", "message_set", "_check_crcs", "_max_length", "_max_inflated",
+        "_skip_bad", "_messages",
     )
 
     def __init__(
@@ -133,6 +150,7 @@ class FetchedSet:
         check_crcs: bool = True,
         max_message_bytes: int = DEFAULT_FETCH_MESSAGE_MAX_BYTES,
         reset_from: int | None = None,
+        skip_bad: bool = False,
     ):
         self.topic = topic
         self.partition = partition
@@ -146,14 +164,54 @@ class FetchedSet:
         self.next_offset = offset + whole
         self._check_crcs = check_crcs
         self._max_length = max_message_bytes - LENGTH_SIZE
+        self._max_inflated = max_message_bytes
+        self._skip_bad = skip_bad
         self._messages: list[tuple[int, int, bytes]] | None = None
 
     def __iter__(self) -> Iterator[tuple[int, int, bytes]]:
         if self._messages is not None:
             return iter(self._messages)
+        return self._read()
+
+    def _decode(self, data: bytes, offset: int) -> Iterator[tuple[int, int, bytes]]:
         return map(_OFFSETS_AND_VALUE, iter_messages(
-            self.message_set, self.offset, check_crc=self._check_crcs,
-            max_message_bytes=self._max_length))
+            data, offset, check_crc=self._check_crcs, max_message_bytes=self._max_length,
+            max_inflated_bytes=self._max_inflated))
+
+    def _read(self) -> Iterator[tuple[int, int, bytes]]:
+        pos = 0
+        while True:
+            data = self.message_set if pos == 0 else self.message_set[pos:]
+            try:
+                yield from self._decode(data, self.offset + pos)
+                return
+            except (InvalidMessageError, MessageTooLargeError) as exc:
+                bad = self._bad_entry(pos, exc)
+            if not self._skip_bad or bad.next_offset < 0:
+                raise bad
+            log.warning("%s; skipped (skip.bad.messages)", bad)
+            pos = bad.next_offset - self.offset
+
+    def _bad_entry(self, pos: int, error: Exception) -> InvalidEntryError:
+        """The error for the first entry from ``pos`` on that does not decode alone (every
+        entry before it decoded whole: iter_messages raises only after them)."""
+        data = self.message_set
+        whole = self.next_offset - self.offset
+        while pos < whole:
+            (length,) = _LENGTH.unpack_from(data, pos)
+            end = pos + LENGTH_SIZE + length
+            try:
+                for _ in self._decode(data[pos:end], self.offset + pos):
+                    pass
+            except (InvalidMessageError, MessageTooLargeError) as exc:
+                # An entry over the length limit is not inflated: only a wrapper that
+                # fits can inflate past it.
+                inflated = isinstance(exc, MessageTooLargeError) and length <= self._max_length
+                kind = DecompressedTooLargeError if inflated else InvalidEntryError
+                return kind(self.topic, self.partition, self.offset + pos, self.offset + end,
+                            _reason(exc))
+            pos = end
+        return InvalidEntryError(self.topic, self.partition, self.offset + pos, -1, _reason(error))
 
     def __len__(self) -> int:
         if self._messages is None:
@@ -171,6 +229,15 @@ class FetchedSet:
     def __repr__(self) -> str:
         return (f"<FetchedSet {self.topic}/{self.partition} [{self.offset}, {self.next_offset})"
                 f" {self.entries} entries, log end {self.log_end_offset}>")
+
+
+_LENGTH = struct.Struct(">i")
+
+
+def _reason(error: Exception) -> str:
+    """What a log-format error says, without its "entry at byte N: " (the caller names it)."""
+    text = str(error)
+    return text.split(": ", 1)[1] if text.startswith("entry at byte ") else text
 
 
 class _Connector:
@@ -245,6 +312,7 @@ class SimpleConsumer:
         self.max_wait_ms: int = self.settings["fetch.wait.max.ms"]
         self.min_bytes: int = self.settings["fetch.min.bytes"]
         self.check_crcs: bool = self.settings["check.crcs"]
+        self.skip_bad: bool = self.settings["skip.bad.messages"]
         self.reset: str = self.settings["auto.offset.reset"]
 
     def __repr__(self) -> str:
@@ -345,7 +413,7 @@ class SimpleConsumer:
         for part, result in zip(parts, results):
             try:
                 out.append(self._settle(part, result))
-            except (BrokerError, MessageSizeTooLargeError) as exc:
+            except (BrokerError, MessageSizeTooLargeError, InvalidEntryError) as exc:
                 if raise_on_error:
                     raise
                 out.append(exc)
@@ -371,7 +439,8 @@ class SimpleConsumer:
                 raise BrokerError(code, topic=part.topic, partition=part.partition)
             fetched = FetchedSet(part.topic, part.partition, part.offset, result.message_set,
                                  result.log_end_offset, check_crcs=self.check_crcs,
-                                 max_message_bytes=self.max_fetch_size, reset_from=reset_from)
+                                 max_message_bytes=self.max_fetch_size, reset_from=reset_from,
+                                 skip_bad=self.skip_bad)
             if fetched.entries or part.offset >= result.log_end_offset:
                 return fetched
             part = self._grown(part, fetched.message_set)
@@ -382,6 +451,10 @@ class SimpleConsumer:
         needed = None
         if len(head) >= LENGTH_SIZE:
             needed = LENGTH_SIZE + int.from_bytes(head[:LENGTH_SIZE], "big", signed=True)
+            if needed < LENGTH_SIZE + MIN_LENGTH_V0:
+                # Not an entry's length: growing the fetch would never make it one.
+                raise InvalidEntryError(part.topic, part.partition, part.offset, -1,
+                                        f"length {needed - LENGTH_SIZE} is below the minimum")
         size = max(2 * part.max_bytes, needed or 0)
         if part.max_bytes >= self.max_fetch_size or (needed or 0) > self.max_fetch_size:
             raise MessageSizeTooLargeError(part.topic, part.partition, part.offset,

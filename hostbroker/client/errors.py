@@ -78,6 +78,29 @@ class MessageSizeTooLargeError(errors.MessageTooLargeError):
         )
 
 
+class InvalidEntryError(errors.InvalidMessageError):
+    """The entry of ``topic/partition`` at ``offset`` cannot be read.
+
+    Its CRC does not match, its length or magic is wrong, or it is a
+    compressed wrapper that does not decompress or inflates past
+    ``fetch.message.max.bytes`` (:class:`DecompressedTooLargeError`).
+    ``next_offset`` is where the entry ends (-1 when its length cannot be
+    trusted): a consumer with ``skip.bad.messages`` resumes there.
+    """
+
+    def __init__(self, topic: str, partition: int, offset: int, next_offset: int, reason: str):
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.next_offset = next_offset
+        self.reason = reason
+        super().__init__(f"{topic}/{partition}: bad entry at offset {offset}: {reason}")
+
+
+class DecompressedTooLargeError(InvalidEntryError):
+    """A compressed wrapper inflates past ``fetch.message.max.bytes``; inflating stopped there."""
+
+
 class ConsumerTimeoutError(HostbrokerError):
     """No message reached a stream within ``consumer.timeout.ms``.
 

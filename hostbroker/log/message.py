@@ -441,14 +441,52 @@ def count_entries(buf) -> tuple[int, int]:
             return count, pos
 
 
-def _decompress(codec: int, data: bytes, where: int) -> bytes:
+def _snappy_length(data: bytes) -> int:
+    """The uncompressed length a raw snappy block declares (its leading varint)."""
+    length = shift = 0
+    for byte in data[:5]:
+        length |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return length
+        shift += 7
+    raise ValueError("no uncompressed length at the start")
+
+
+def _gunzip(data: bytes, limit: int) -> bytes:
+    """``gzip.decompress`` that stops once the output passes ``limit`` bytes."""
+    members = []
+    size = 0
+    while data:
+        inflater = zlib.decompressobj(31)
+        member = inflater.decompress(data, limit + 1 - size)
+        size += len(member)
+        if size > limit:
+            raise OverflowError
+        if not inflater.eof:
+            raise EOFError("compressed data ended before the end-of-stream marker")
+        members.append(member)
+        data = inflater.unused_data.lstrip(b"\x00")  # members may be padded with zeros
+    return members[0] if len(members) == 1 else b"".join(members)
+
+
+def _decompress(codec: int, data: bytes, where: int, limit: int = _UNLIMITED) -> bytes:
+    """The inflated payload of a wrapper; MessageTooLargeError past ``limit`` bytes, which
+    are never produced (gzip inflates incrementally, snappy's declared length is checked
+    first)."""
+    name = CODEC_NAMES[codec]
     try:
         if codec == CODEC_GZIP:
-            return gzip.decompress(data)
+            return _gunzip(data, limit)
+        if _snappy_length(data) > limit:
+            raise OverflowError
         return snappy.decompress(data)
-    except (OSError, EOFError, zlib.error, snappy.UncompressError) as exc:
+    except OverflowError:
+        raise MessageTooLargeError(
+            f"entry at byte {where}: {name} payload inflates past {limit} bytes") from None
+    except (ValueError, EOFError, zlib.error, snappy.UncompressError) as exc:
         raise InvalidMessageError(
-            f"entry at byte {where}: {CODEC_NAMES[codec]} payload does not decompress: {exc}") from None
+            f"entry at byte {where}: {name} payload does not decompress: "
+            f"{exc or type(exc).__name__}") from None
 
 
 def _inner_messages(inner: bytes, wrapper_offset: int, wrapper_end: int, codec: int,
@@ -479,7 +517,8 @@ def _inner_messages(inner: bytes, wrapper_offset: int, wrapper_end: int, codec: 
 
 
 def iter_messages(buf, base_offset: int, *, check_crc: bool = True,
-                  max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> Iterator[Message]:
+                  max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+                  max_inflated_bytes: int = _UNLIMITED) -> Iterator[Message]:
     """Yield the messages of a set read from the log at offset ``base_offset``.
 
     Stops silently at a trailing partial entry (a fetch cut at max_bytes).
@@ -488,7 +527,9 @@ def iter_messages(buf, base_offset: int, *, check_crc: bool = True,
     the wrapper's offset for all but the last, the wrapper's end for the last.
     Raises InvalidMessageError (MessageTooLargeError for an over-long entry) at
     the first whole entry that breaks a rule; the CRC is checked only when
-    ``check_crc``. A ``buf`` that is not ``bytes`` is copied once, which is
+    ``check_crc``. A compressed wrapper whose payload would inflate past
+    ``max_inflated_bytes`` raises MessageTooLargeError without inflating more
+    than that. A ``buf`` that is not ``bytes`` is copied once, which is
     cheaper than copying each payload out of a memoryview.
 
     Runs of equal-length uncompressed v1 entries are unpacked, CRC-checked and
@@ -547,6 +588,6 @@ def iter_messages(buf, base_offset: int, *, check_crc: bool = True,
         if codec == CODEC_NONE:
             yield Message(offset, base_offset + end, data[start:end], codec, magic)
         else:
-            inner = _decompress(codec, data[start:end], offset)
+            inner = _decompress(codec, data[start:end], offset, max_inflated_bytes)
             yield from _inner_messages(inner, offset, base_offset + end, codec, check_crc)
         pos = end
