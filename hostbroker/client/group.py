@@ -9,11 +9,10 @@ partition of its topics, dealt round-robin).
 
 Threads. ``num.consumer.fetchers`` fetcher threads, each with its own
 connection, fetch their partitions with one (long-poll) FETCH per round and
-put each non-empty :class:`FetchedSet` (a *chunk*) on the queue of the
-partition's stream. A queue holds at most ``queued.max.message.chunks``
-chunks per fetcher feeding it (a fetcher asks only for partitions whose
-stream has room; fetchers that share a stream may each fill that room at
-once), so memory stays bounded whatever the consumers' pace. The first
+put each non-empty fetched set (a *chunk*) on the queue of the partition's
+stream (:mod:`hostbroker.client.streams`: every partition of a stream is
+read, fairly; a queue's chunks are bounded by ``queued.max.message.chunks``
+plus the partitions feeding it, whatever the consumers' pace). The first
 fetcher also does the housekeeping: every ``topic.refresh.interval.ms`` it looks for new
 topics and partitions of the subscription (a filter never matches internal
 topics, whose names start with ``__``), and every
@@ -40,25 +39,25 @@ from __future__ import annotations
 
 import abc
 import logging
-import queue
 import re
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
-from hostbroker.client.connection import ConnectionClosedError
-from hostbroker.client.consumer import (EARLIEST, FETCH_SETTINGS, LATEST, FetchedSet,
-                                        SimpleConsumer, _Connector)
-from hostbroker.client.errors import BrokerError, ConsumerTimeoutError, OffsetOutOfRangeError
+from hostbroker.client.consumer import EARLIEST, FETCH_SETTINGS, LATEST, SimpleConsumer, _Connector
+from hostbroker.client.errors import BrokerError
 from hostbroker.client.settings import broker_uris, resolve
+from hostbroker.client.streams import Fetcher, KafkaStream, MessageAndMetadata, TopicPartition
 from hostbroker.config import Setting, between, one_of
-from hostbroker.errors import ConfigError, ErrorCode, HostbrokerError, ProtocolError
+from hostbroker.errors import ConfigError, ErrorCode, HostbrokerError
 from hostbroker.protocol import api
 
-log = logging.getLogger(__name__)
+__all__ = ["GROUP_SETTINGS", "Blacklist", "BrokerOffsetStorage", "ConsumerConnector",
+           "KafkaStream", "MessageAndMetadata", "OffsetStorage", "PartitionAssignor",
+           "RoundRobinAssignor", "TopicFilter", "Whitelist"]
 
-TopicPartition = tuple[str, int]
+log = logging.getLogger(__name__)
 
 INTERNAL_TOPIC_PREFIX = "__"
 
@@ -78,8 +77,8 @@ GROUP_SETTINGS: tuple[Setting, ...] = FETCH_SETTINGS + (
             "Where to start when the group has no offset for a partition, or its offset is "
             "outside the log: earliest or latest.", one_of("earliest", "latest")),
     Setting("queued.max.message.chunks", int, 4,
-            "Fetched sets each stream's queue holds; fetching for a stream pauses while "
-            "it is full.", between(1, 100000)),
+            "Fetched sets each stream's queue holds before fetching for it pauses (one "
+            "fetch may add a set per partition of the stream).", between(1, 100000)),
     Setting("topic.refresh.interval.ms", int, 30000,
             "How often the consumer looks for new topics and partitions of its subscription.",
             between(1, 2**31 - 1)),
@@ -87,27 +86,12 @@ GROUP_SETTINGS: tuple[Setting, ...] = FETCH_SETTINGS + (
             "Fetcher threads, each with its own connection and share of the partitions.",
             between(1, 64)),
     Setting("retry.backoff.ms", int, 200,
-            "Pause before fetching again after a connection failure or a transient error.",
+            "Pause before fetching again after a connection failure or a transient error; "
+            "doubles at each failure in a row.", between(0, 2**31 - 1)),
+    Setting("retry.backoff.max.ms", int, 10000,
+            "Longest pause retry.backoff.ms doubles to while the broker cannot be reached.",
             between(0, 2**31 - 1)),
 )
-
-# Errors of one partition that may pass: fetch it again after a pause.
-_TRANSIENT = frozenset({ErrorCode.STORAGE_ERROR, ErrorCode.BROKER_NOT_AVAILABLE,
-                        ErrorCode.REQUEST_TIMED_OUT, ErrorCode.UNKNOWN})
-
-
-class MessageAndMetadata(NamedTuple):
-    """One message handed out by a stream; commit ``next_offset`` once it is processed."""
-
-    topic: str
-    partition: int
-    offset: int
-    next_offset: int
-    value: bytes
-
-
-_new_message = tuple.__new__
-
 
 # Topic filters.
 
@@ -225,218 +209,6 @@ class BrokerOffsetStorage(OffsetStorage):
             self._connector.close()
 
 
-# Streams.
-
-_END = object()  # put on a stream's queue by shutdown()
-
-
-class KafkaStream:
-    """An iterator of :class:`MessageAndMetadata` fed by the partitions assigned to it.
-
-    Raises ConsumerTimeoutError after ``consumer.timeout.ms`` without a
-    message (iterate again to keep waiting), an error a fetcher met for one of
-    its partitions (OffsetOutOfRangeError with no reset possible,
-    MessageSizeTooLargeError, BrokerError), the error that stopped its
-    fetcher, and InvalidMessageError for a message that fails its check. Ends (StopIteration) after
-    :meth:`ConsumerConnector.shutdown`. Read one stream from one thread.
-    """
-
-    def __init__(self, connector: ConsumerConnector, index: int, chunks: int, timeout_ms: int):
-        self.index = index
-        self.partitions: list[TopicPartition] = []
-        self._connector = connector
-        # Bounded by the fetchers, which ask only when room() > 0, not by the
-        # queue: fetchers sharing a stream may fill the same room at once, and
-        # an error or the end must always find a place after the chunks.
-        self._queue: queue.Queue = queue.Queue()
-        self._chunks = chunks
-        self._timeout = None if timeout_ms < 0 else timeout_ms / 1000
-        self._current: Iterator[tuple[int, int, bytes]] | None = None
-        self._topic = ""
-        self._partition = -1
-        self._last: tuple[TopicPartition, int] | None = None  # handed out, not yet moved past
-        self._ended = False
-
-    def __repr__(self) -> str:
-        return f"<KafkaStream {self.index} of {self.partitions}>"
-
-    def __iter__(self) -> KafkaStream:
-        return self
-
-    def __next__(self) -> MessageAndMetadata:
-        last = self._last
-        if last is not None:
-            self._connector._done[last[0]] = last[1]
-            self._last = None
-        while True:
-            if self._ended or self._connector.closed:
-                self._ended = True
-                raise StopIteration
-            current = self._current
-            if current is not None:
-                message = next(current, None)
-                if message is not None:
-                    offset, next_offset, value = message
-                    self._last = ((self._topic, self._partition), next_offset)
-                    return _new_message(MessageAndMetadata, (
-                        self._topic, self._partition, offset, next_offset, value))
-                self._current = None
-            self._take()
-
-    def _take(self) -> None:
-        try:
-            item = self._queue.get(timeout=self._timeout)
-        except queue.Empty:
-            raise ConsumerTimeoutError(
-                f"no message within consumer.timeout.ms = {self._timeout * 1000:.0f}") from None
-        self._connector._room_made()
-        if item is _END:
-            self._ended = True
-        elif isinstance(item, BaseException):
-            raise item
-        else:
-            self._topic, self._partition = item.topic, item.partition
-            self._current = iter(item)
-
-    def handed(self) -> tuple[TopicPartition, int] | None:
-        """The partition and next_offset of the message last handed out and not moved past."""
-        return self._last
-
-    def room(self) -> int:
-        """Chunks the queue may still take (below 0 when fetchers filled it at once)."""
-        return self._chunks - self._queue.qsize()
-
-    def put(self, item: Any) -> None:
-        """For fetchers, which ask only for partitions of streams with room; never blocks."""
-        self._queue.put_nowait(item)
-
-    def fail(self, error: BaseException) -> None:
-        """For a fetcher that stops: raise ``error`` in the reader after what is queued."""
-        self._queue.put_nowait(error)
-
-    def end(self) -> None:
-        """Drop what is queued and end the iteration (after the fetchers stopped)."""
-        while True:
-            try:
-                self._queue.get_nowait()
-            except queue.Empty:
-                break
-        self._queue.put_nowait(_END)
-
-
-# Fetchers.
-
-
-class _Fetcher:
-    """One thread and connection fetching its partitions into their streams' queues."""
-
-    def __init__(self, connector: ConsumerConnector, index: int):
-        self.connector = connector
-        self.index = index
-        self.consumer = connector._new_consumer()
-        self.positions: dict[TopicPartition, int] = {}  # next offset to fetch
-        self.streams: dict[TopicPartition, KafkaStream] = {}
-        self.paused_until: dict[TopicPartition, float] = {}
-        self.incoming: list[tuple[TopicPartition, KafkaStream, int]] = []
-        self.lock = threading.Lock()
-        self.wake = threading.Event()
-        self.thread = threading.Thread(target=self.run, name=f"hb-consumer-fetcher-{index}",
-                                       daemon=True)
-
-    def add(self, tp: TopicPartition, stream: KafkaStream, offset: int) -> None:
-        with self.lock:
-            self.incoming.append((tp, stream, offset))
-        self.wake.set()
-
-    def run(self) -> None:
-        connector = self.connector
-        backoff = connector.settings["retry.backoff.ms"] / 1000
-        while not connector.closed:
-            try:
-                if self.index == 0:
-                    connector._housekeeping(self)
-                self._round()
-            except (OSError, ConnectionClosedError, ProtocolError) as exc:
-                log.warning("consumer fetcher %d: %s; retrying", self.index, exc)
-                self.consumer.close()
-                self.wake.wait(backoff)
-                self.wake.clear()
-            except BrokerError as exc:  # an error frame, or a reset that could not be done
-                log.warning("consumer fetcher %d: %s; retrying", self.index, exc)
-                self.wake.wait(backoff)
-                self.wake.clear()
-            except Exception as exc:
-                # Nothing a retry cures: stop, and have the readers raise it
-                # rather than wait for ever.
-                log.exception("consumer fetcher %d stopped", self.index)
-                for stream in set(self.streams.values()):
-                    stream.fail(exc)
-                break
-        self.consumer.close()
-
-    def _take_incoming(self) -> None:
-        with self.lock:
-            incoming, self.incoming = self.incoming, []
-        for tp, stream, offset in incoming:
-            self.streams[tp] = stream
-            self.positions[tp] = offset
-
-    def _round(self) -> None:
-        """One FETCH for every partition whose stream has room, or a wait for room."""
-        # Cleared before looking at the queues: a chunk taken after this
-        # sets it again, so no wake-up is lost.
-        self.wake.clear()
-        self._take_incoming()
-        now = time.monotonic()
-        # Room is not reserved for the time of a fetch (a long poll of an idle
-        # partition would keep it from the others): another fetcher feeding
-        # the same stream may fill it meanwhile, by at most as much.
-        room = {id(s): s.room() for s in set(self.streams.values())}
-        parts = []
-        for tp, offset in self.positions.items():
-            stream = self.streams[tp]
-            if room[id(stream)] > 0 and self.paused_until.get(tp, 0) <= now:
-                room[id(stream)] -= 1
-                parts.append(api.FetchPartition(tp[0], tp[1], offset, self.consumer.fetch_size))
-        if not parts:
-            self.wake.wait(self.connector._idle_wait())
-            return
-        self.consumer.send_fetch(parts)
-        results = self.consumer.receive_fetch(parts, raise_on_error=False)
-        fetched = False
-        for part, result in zip(parts, results):
-            tp = (part.topic, part.partition)
-            if isinstance(result, FetchedSet):
-                if result.entries:
-                    fetched = True
-                    self.positions[tp] = result.next_offset
-                    self.streams[tp].put(result)
-            else:
-                self._failed(tp, result)
-        if not fetched and (self.consumer.max_wait_ms == 0 or self.consumer.min_bytes == 0):
-            # No long poll to pace the rounds (no wait, or an answer due at
-            # once with fetch.min.bytes 0): do not spin on an idle log.
-            self.wake.wait(self.connector.settings["retry.backoff.ms"] / 1000)
-
-    def _failed(self, tp: TopicPartition, error: HostbrokerError) -> None:
-        code = getattr(error, "code", None)
-        if isinstance(error, OffsetOutOfRangeError):
-            self.positions[tp] = self.connector._reset_offset(self.consumer, tp)
-        elif code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
-            # Deleted: forget it; a refresh adds it again if it comes back.
-            del self.positions[tp]
-            del self.streams[tp]
-            self.connector._forget(tp)
-        elif code in _TRANSIENT:
-            log.warning("consumer: %s; retrying", error)
-            backoff = self.connector.settings["retry.backoff.ms"] / 1000
-            self.paused_until[tp] = time.monotonic() + backoff
-        else:
-            # MessageSizeTooLargeError or a code no retry cures: the reader must know.
-            self.streams[tp].put(error)
-            del self.positions[tp]
-
-
 # The connector.
 
 
@@ -477,7 +249,7 @@ class ConsumerConnector:
         # Subscription: per topic its streams, or one filter over all of them.
         self._topic_streams: dict[str, list[KafkaStream]] = {}
         self._filter: TopicFilter | None = None
-        self._fetchers: list[_Fetcher] = []
+        self._fetchers: list[Fetcher] = []
         self._owned: dict[TopicPartition, KafkaStream] = {}
         self._done: dict[TopicPartition, int] = {}  # moved past: safe for the interval commit
         self._committed: dict[TopicPartition, int] = {}
@@ -543,7 +315,7 @@ class ConsumerConnector:
         return streams
 
     def _start(self) -> None:
-        self._fetchers = [_Fetcher(self, i) for i in range(self.settings["num.consumer.fetchers"])]
+        self._fetchers = [Fetcher(self, i) for i in range(self.settings["num.consumer.fetchers"])]
         # The first assignment runs here, so that a broker that cannot be
         # reached or a group whose offsets cannot be read fails the call.
         try:
@@ -562,7 +334,7 @@ class ConsumerConnector:
         due = min(self._next_refresh, self._next_commit) - time.monotonic()
         return min(max(due, 0.0), 1.0)
 
-    def _housekeeping(self, fetcher: _Fetcher) -> None:
+    def _housekeeping(self, fetcher: Fetcher) -> None:
         now = time.monotonic()
         if now >= self._next_refresh:
             self._refresh(fetcher.consumer)

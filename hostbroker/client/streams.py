@@ -1,0 +1,332 @@
+"""The high-level consumer's streams and the fetcher threads that feed them.
+
+A :class:`KafkaStream` is an iterator of :class:`MessageAndMetadata` over
+the chunks (non-empty :class:`FetchedSet`\\ s) on its queue. A
+:class:`Fetcher` is one thread and one connection fetching its partitions
+into their streams' queues (the :class:`~hostbroker.client.group.ConsumerConnector`
+deals the partitions out and owns the offsets).
+
+Every partition is read, fairly. A round's FETCH asks for *every* partition
+of the fetcher whose stream has room (at least one free chunk) and is not
+paused, so an idle partition never keeps a busy one out of the request and
+a busy one never starves another: each answer puts at most one chunk per
+partition on a queue, in an order that turns by one partition every round.
+A queue therefore holds at most ``queued.max.message.chunks - 1`` chunks
+plus one per partition its fetcher reads for it (a stream of 40 partitions
+and one fetcher: at most ``queued.max.message.chunks + 39`` chunks, each at
+most ``fetch.size`` bytes, or up to ``fetch.message.max.bytes`` for a larger
+entry): the bound Kafka's consumer has too, which holds one whole answer
+while it waits for room.
+
+A fetcher that loses its broker retries with exponential back-off, from
+``retry.backoff.ms`` doubling up to ``retry.backoff.max.ms``, one log line
+per attempt; the first answer resets it.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from hostbroker.client.connection import ConnectionClosedError
+from hostbroker.client.consumer import FetchedSet
+from hostbroker.client.errors import (BrokerError, ConsumerTimeoutError, InvalidEntryError,
+                                      OffsetOutOfRangeError)
+from hostbroker.errors import ErrorCode, HostbrokerError, ProtocolError
+from hostbroker.protocol import api
+
+if TYPE_CHECKING:
+    from hostbroker.client.group import ConsumerConnector
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+
+# Errors of one partition that may pass: fetch it again after a pause.
+_TRANSIENT = frozenset({ErrorCode.STORAGE_ERROR, ErrorCode.BROKER_NOT_AVAILABLE,
+                        ErrorCode.REQUEST_TIMED_OUT, ErrorCode.UNKNOWN})
+
+
+class MessageAndMetadata(NamedTuple):
+    """One message handed out by a stream; commit ``next_offset`` once it is processed."""
+
+    topic: str
+    partition: int
+    offset: int
+    next_offset: int
+    value: bytes
+
+
+_new_message = tuple.__new__
+
+
+class Backoff:
+    """Delays that start at ``initial`` seconds and double up to ``cap``; reset() starts over."""
+
+    def __init__(self, initial: float, cap: float):
+        self.initial = initial
+        self.cap = max(cap, initial)
+        self._next = initial
+
+    def next(self) -> float:
+        """The delay before the next attempt (and double it for the one after)."""
+        delay = self._next
+        self._next = min(max(2 * delay, 0.001), self.cap)
+        return delay
+
+    def reset(self) -> None:
+        self._next = self.initial
+
+
+# Streams.
+
+_END = object()  # put on a stream's queue by shutdown()
+
+
+class KafkaStream:
+    """An iterator of :class:`MessageAndMetadata` fed by the partitions assigned to it.
+
+    Raises ConsumerTimeoutError after ``consumer.timeout.ms`` without a
+    message (iterate again to keep waiting), an error a fetcher met for one of
+    its partitions (OffsetOutOfRangeError with no reset possible,
+    MessageSizeTooLargeError, BrokerError), and the error that stopped its
+    fetcher. An entry that cannot be read (InvalidEntryError: CRC mismatch, a
+    compressed wrapper that does not decompress or inflates past
+    ``fetch.message.max.bytes``) is skipped with a warning under
+    ``skip.bad.messages``; otherwise it stops the stream: this and every later
+    ``next()`` raise it, and the offsets committed stay before it. Ends
+    (StopIteration) after :meth:`ConsumerConnector.shutdown`. Read one stream
+    from one thread.
+    """
+
+    def __init__(self, connector: ConsumerConnector, index: int, chunks: int, timeout_ms: int):
+        self.index = index
+        self.partitions: list[TopicPartition] = []
+        self._connector = connector
+        # Bounded by the fetchers (module docstring), not by the queue: an
+        # error or the end must always find a place after the chunks.
+        self._queue: queue.Queue = queue.Queue()
+        self._chunks = chunks
+        self._timeout = None if timeout_ms < 0 else timeout_ms / 1000
+        self._current: Iterator[tuple[int, int, bytes]] | None = None
+        self._topic = ""
+        self._partition = -1
+        self._last: tuple[TopicPartition, int] | None = None  # handed out, not yet moved past
+        self._ended = False
+        self._stopped_by: InvalidEntryError | None = None
+
+    def __repr__(self) -> str:
+        return f"<KafkaStream {self.index} of {self.partitions}>"
+
+    def __iter__(self) -> KafkaStream:
+        return self
+
+    def __next__(self) -> MessageAndMetadata:
+        last = self._last
+        if last is not None:
+            self._connector._done[last[0]] = last[1]
+            self._last = None
+        while True:
+            if self._ended or self._connector.closed:
+                self._ended = True
+                raise StopIteration
+            if self._stopped_by is not None:
+                raise self._stopped_by
+            current = self._current
+            if current is not None:
+                try:
+                    message = next(current, None)
+                except InvalidEntryError as exc:
+                    self._stopped_by = exc
+                    raise
+                if message is not None:
+                    offset, next_offset, value = message
+                    self._last = ((self._topic, self._partition), next_offset)
+                    return _new_message(MessageAndMetadata, (
+                        self._topic, self._partition, offset, next_offset, value))
+                self._current = None
+            self._take()
+
+    def _take(self) -> None:
+        try:
+            item = self._queue.get(timeout=self._timeout)
+        except queue.Empty:
+            raise ConsumerTimeoutError(
+                f"no message within consumer.timeout.ms = {self._timeout * 1000:.0f}") from None
+        self._connector._room_made()
+        if item is _END:
+            self._ended = True
+        elif isinstance(item, BaseException):
+            raise item
+        else:
+            self._topic, self._partition = item.topic, item.partition
+            self._current = iter(item)
+
+    def handed(self) -> tuple[TopicPartition, int] | None:
+        """The partition and next_offset of the message last handed out and not moved past."""
+        return self._last
+
+    def room(self) -> int:
+        """Chunks the queue may still take (0 or below: fetch nothing for this stream)."""
+        return self._chunks - self._queue.qsize()
+
+    def put(self, item: Any) -> None:
+        """For fetchers, which ask only for partitions of streams with room; never blocks."""
+        self._queue.put_nowait(item)
+
+    def fail(self, error: BaseException) -> None:
+        """For a fetcher that stops: raise ``error`` in the reader after what is queued."""
+        self._queue.put_nowait(error)
+
+    def end(self) -> None:
+        """Drop what is queued and end the iteration (after the fetchers stopped)."""
+        while True:
+            try:
+                self._queue.get_nowait()
+            except queue.Empty:
+                break
+        self._queue.put_nowait(_END)
+
+
+# Fetchers.
+
+
+class Fetcher:
+    """One thread and connection fetching its partitions into their streams' queues."""
+
+    def __init__(self, connector: ConsumerConnector, index: int):
+        self.connector = connector
+        self.index = index
+        self.consumer = connector._new_consumer()
+        self.positions: dict[TopicPartition, int] = {}  # next offset to fetch
+        self.streams: dict[TopicPartition, KafkaStream] = {}
+        self.paused_until: dict[TopicPartition, float] = {}
+        self.incoming: list[tuple[TopicPartition, KafkaStream, int]] = []
+        self.lock = threading.Lock()
+        self.wake = threading.Event()
+        self.turn = 0  # where the next round's request starts among the partitions
+        settings = connector.settings
+        self.backoff = Backoff(settings["retry.backoff.ms"] / 1000,
+                               settings["retry.backoff.max.ms"] / 1000)
+        self.thread = threading.Thread(target=self.run, name=f"hb-consumer-fetcher-{index}",
+                                       daemon=True)
+
+    def add(self, tp: TopicPartition, stream: KafkaStream, offset: int) -> None:
+        with self.lock:
+            self.incoming.append((tp, stream, offset))
+        self.wake.set()
+
+    def run(self) -> None:
+        connector = self.connector
+        while not connector.closed:
+            try:
+                if self.index == 0:
+                    connector._housekeeping(self)
+                self._round()
+                self.backoff.reset()
+            except (OSError, ConnectionClosedError, ProtocolError) as exc:
+                self.consumer.close()
+                self._retry_after(exc)
+            except BrokerError as exc:  # an error frame, or a reset that could not be done
+                self._retry_after(exc)
+            except Exception as exc:
+                # Nothing a retry cures: stop, and have the readers raise it
+                # rather than wait for ever.
+                log.exception("consumer fetcher %d stopped", self.index)
+                for stream in set(self.streams.values()):
+                    stream.fail(exc)
+                break
+        self.consumer.close()
+
+    def _retry_after(self, exc: BaseException) -> None:
+        """Log the failure and sleep the next back-off (cut short only by shutdown)."""
+        delay = self.backoff.next()
+        log.warning("consumer fetcher %d: %s; retrying in %.3g s", self.index, exc, delay)
+        deadline = time.monotonic() + delay
+        while not self.connector.closed:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            # wake is also set when a reader takes a chunk: wait out the rest.
+            self.wake.wait(left)
+            self.wake.clear()
+
+    def _take_incoming(self) -> None:
+        with self.lock:
+            incoming, self.incoming = self.incoming, []
+        for tp, stream, offset in incoming:
+            self.streams[tp] = stream
+            self.positions[tp] = offset
+
+    def _request_parts(self) -> list[api.FetchPartition]:
+        """Every partition whose stream has room and that is not paused, starting one
+        partition later than the round before."""
+        now = time.monotonic()
+        order = list(self.positions)
+        if order:
+            turn = self.turn % len(order)
+            self.turn = turn + 1
+            order = order[turn:] + order[:turn]
+        # Room is not reserved for the time of a fetch (a long poll of an idle
+        # partition would keep it from the others): another fetcher feeding
+        # the same stream may fill it meanwhile.
+        open_streams: dict[int, bool] = {}
+        size = self.consumer.fetch_size
+        parts = []
+        for tp in order:
+            stream = self.streams[tp]
+            has_room = open_streams.get(id(stream))
+            if has_room is None:
+                has_room = open_streams[id(stream)] = stream.room() > 0
+            if has_room and self.paused_until.get(tp, 0) <= now:
+                parts.append(api.FetchPartition(tp[0], tp[1], self.positions[tp], size))
+        return parts
+
+    def _round(self) -> None:
+        """One FETCH for every partition whose stream has room, or a wait for room."""
+        # Cleared before looking at the queues: a chunk taken after this
+        # sets it again, so no wake-up is lost.
+        self.wake.clear()
+        self._take_incoming()
+        parts = self._request_parts()
+        if not parts:
+            self.wake.wait(self.connector._idle_wait())
+            return
+        self.consumer.send_fetch(parts)
+        results = self.consumer.receive_fetch(parts, raise_on_error=False)
+        fetched = False
+        for part, result in zip(parts, results):
+            tp = (part.topic, part.partition)
+            if isinstance(result, FetchedSet):
+                if result.entries:
+                    fetched = True
+                    self.positions[tp] = result.next_offset
+                    self.streams[tp].put(result)
+            else:
+                self._failed(tp, result)
+        if not fetched and (self.consumer.max_wait_ms == 0 or self.consumer.min_bytes == 0):
+            # No long poll to pace the rounds (no wait, or an answer due at
+            # once with fetch.min.bytes 0): do not spin on an idle log.
+            self.wake.wait(self.connector.settings["retry.backoff.ms"] / 1000)
+
+    def _failed(self, tp: TopicPartition, error: HostbrokerError) -> None:
+        code = getattr(error, "code", None)
+        if isinstance(error, OffsetOutOfRangeError):
+            self.positions[tp] = self.connector._reset_offset(self.consumer, tp)
+        elif code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+            # Deleted: forget it; a refresh adds it again if it comes back.
+            del self.positions[tp]
+            del self.streams[tp]
+            self.connector._forget(tp)
+        elif code in _TRANSIENT:
+            log.warning("consumer: %s; retrying", error)
+            backoff = self.connector.settings["retry.backoff.ms"] / 1000
+            self.paused_until[tp] = time.monotonic() + backoff
+        else:
+            # MessageSizeTooLargeError or a code no retry cures: the reader must know.
+            self.streams[tp].put(error)
+            del self.positions[tp]

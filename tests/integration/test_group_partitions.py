@@ -1,0 +1,147 @@
+"""Every partition of a stream is read, fairly, whatever queued.max.message.chunks says:
+streams over many partitions, idle partitions first, filters over several topics,
+and the tools built on streams (``consume --group``, ``mirror``)."""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+
+from hostbroker.client import ConsumerConnector, SimpleClient, Whitelist
+from hostbroker.log.message import encode_message_set, iter_messages
+from tests.integration.cli import hostbroker, lines
+
+FAST = {"topic.refresh.interval.ms": 100, "consumer.timeout.ms": 15000,
+        "fetch.wait.max.ms": 50, "auto.offset.reset": "earliest", "auto.commit.enable": False}
+
+
+def fill(uri: str, topic: str, partitions, per_partition: int, *, create: int | None = None):
+    """``per_partition`` messages ``topic-p-i`` in each of ``partitions``; the values by partition."""
+    wanted = {}
+    with SimpleClient(uri) as client:
+        if create is not None:
+            client.create_topic(topic, create)
+        for p in partitions:
+            wanted[p] = [f"{topic}-{p}-{i}".encode() for i in range(per_partition)]
+            client.produce(topic, p, encode_message_set(wanted[p]))
+    return wanted
+
+
+def take_all(stream, n: int):
+    return [next(stream) for _ in range(n)]
+
+
+def by_partition(messages):
+    out = collections.defaultdict(list)
+    for m in messages:
+        out[(m.topic, m.partition)].append(m.value)
+    return out
+
+
+@pytest.mark.parametrize("partitions, chunks", [(16, 1), (16, 4), (40, 1), (40, 4)])
+def test_one_stream_reads_every_partition_exactly_once(broker, partitions, chunks):
+    wanted = fill(broker.unix, "wide", range(partitions), 5, create=partitions)
+    config = {**FAST, "queued.max.message.chunks": chunks, "consumer.timeout.ms": 3000}
+    with ConsumerConnector(broker.unix, config, group_id="wide") as connector:
+        (stream,) = connector.create_message_streams({"wide": 1})["wide"]
+        got = take_all(stream, 5 * partitions)
+        # Nothing more, nothing twice: the stream then times out.
+        with pytest.raises(Exception, match="consumer.timeout.ms"):
+            next(stream)
+    assert by_partition(got) == {("wide", p): v for p, v in wanted.items()}
+
+
+@pytest.mark.parametrize("chunks", [1, 4])
+def test_idle_partitions_first_do_not_hide_the_busy_ones(broker, chunks):
+    # 40 partitions, data only in the last three: the idle ones come first in
+    # every order the consumer could pick.
+    wanted = fill(broker.unix, "tail", [37, 38, 39], 20, create=40)
+    config = {**FAST, "queued.max.message.chunks": chunks, "fetch.size": 64}
+    with ConsumerConnector(broker.unix, config, group_id="tail") as connector:
+        (stream,) = connector.create_message_streams({"tail": 1})["tail"]
+        got = take_all(stream, 60)
+        # Data arriving later in one more idle partition is found too.
+        later = fill(broker.unix, "tail", [0], 3)
+        got += take_all(stream, 3)
+    assert by_partition(got) == {("tail", p): v for p, v in {**wanted, **later}.items()}
+
+
+def test_a_busy_partition_does_not_starve_another(broker):
+    # Partition 0 holds far more than the rest; one entry or so per chunk. The
+    # few messages of partition 7 must come within a bounded number of chunks,
+    # not after partition 0 is drained.
+    fill(broker.unix, "busy", [0], 300, create=8)
+    fill(broker.unix, "busy", [7], 3)
+    config = {**FAST, "queued.max.message.chunks": 1, "fetch.size": 40}
+    with ConsumerConnector(broker.unix, config, group_id="busy") as connector:
+        (stream,) = connector.create_message_streams({"busy": 1})["busy"]
+        got = take_all(stream, 303)
+    order = [m.partition for m in got]
+    last_of_7 = max(i for i, p in enumerate(order) if p == 7)
+    # Each round takes at most one chunk (here at most 2 entries) of each
+    # partition: 3 rounds cover partition 7.
+    assert order[:last_of_7].count(0) <= 3 * 2, order[:last_of_7 + 1]
+    assert [m.value for m in got if m.partition == 0] == [b"busy-0-%d" % i for i in range(300)]
+
+
+def test_two_busy_partitions_advance_together(broker):
+    fill(broker.unix, "pair", [0, 1], 200, create=2)
+    config = {**FAST, "queued.max.message.chunks": 1, "fetch.size": 40}
+    with ConsumerConnector(broker.unix, config, group_id="pair") as connector:
+        (stream,) = connector.create_message_streams({"pair": 1})["pair"]
+        got = take_all(stream, 400)
+    # Over any 20 messages in a row both partitions appear (chunks of at most
+    # two entries alternate).
+    order = [m.partition for m in got]
+    for start in range(0, 360, 10):
+        window = order[start:start + 20]
+        assert 0 in window and 1 in window, (start, window)
+    assert by_partition(got) == fill_values("pair", [0, 1], 200)
+
+
+def fill_values(topic, partitions, n):
+    return {(topic, p): [f"{topic}-{p}-{i}".encode() for i in range(n)] for p in partitions}
+
+
+@pytest.mark.parametrize("chunks", [1, 4])
+def test_a_filter_stream_reads_every_topic(broker, chunks):
+    wanted = {}
+    for t in range(6):
+        topic = f"f.{t}"
+        for p, values in fill(broker.unix, topic, range(3), 4, create=3).items():
+            wanted[(topic, p)] = values
+    config = {**FAST, "queued.max.message.chunks": chunks}
+    with ConsumerConnector(broker.unix, config, group_id="filter") as connector:
+        (stream,) = connector.create_message_streams_by_filter(Whitelist(r"f\..*"))
+        got = take_all(stream, 6 * 3 * 4)
+    assert by_partition(got) == wanted
+
+
+def test_consume_group_prints_every_partition(broker):
+    wanted = fill(broker.unix, "t8", range(8), 10, create=8)
+    args = ("consume", "--bootstrap", broker.tcp, "--topic", "t8", "--group", "live")
+    first = hostbroker(*args, "--from-beginning", "--max-messages", "80", "--timeout-ms", "20000")
+    assert first.returncode == 0, first.stderr
+    assert sorted(lines(first)) == sorted(v.decode() for vs in wanted.values() for v in vs)
+    again = hostbroker(*args, "--timeout-ms", "300")
+    assert again.returncode == 0 and lines(again) == []
+
+
+def test_mirror_copies_every_topic_of_one_stream(make_broker, tmp_path):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "dst").mkdir()
+    source = make_broker(root=tmp_path / "src")
+    destination = make_broker(root=tmp_path / "dst")
+    wanted = {}
+    for t in range(5):
+        wanted[f"m.{t}"] = fill(source.unix, f"m.{t}", range(2), 6, create=2)
+    result = hostbroker("mirror", "--from", source.unix, "--to", destination.unix,
+                        "--topics", r"m\..*", "--max-messages", "60", "--timeout-ms", "20000",
+                        "--consumer-property", "queued.max.message.chunks=1")
+    assert result.returncode == 0, result.stderr
+    with SimpleClient(destination.unix) as client:
+        for topic, partitions in wanted.items():
+            for p, values in partitions.items():
+                part = client.fetch(topic, p, 0, 1 << 20)
+                assert [m.payload for m in iter_messages(part.message_set, 0)] == values
