@@ -180,6 +180,7 @@ def _consume(args: argparse.Namespace) -> int:
                         from_beginning=args.from_beginning, group=args.group,
                         max_messages=args.max_messages, timeout_ms=args.timeout_ms,
                         partition=args.partition, offset=args.offset,
+                        skip_bad_messages=args.skip_bad_messages,
                         properties=args.property, bootstrap=args.bootstrap)
 
 
@@ -204,6 +205,10 @@ def _add_consume(sub) -> None:
     consume.add_argument("--partition", type=int, metavar="P", help="only this partition")
     consume.add_argument("--offset", type=int, metavar="O",
                          help="with --partition: start at this offset (an entry boundary)")
+    consume.add_argument("--skip-bad-messages", action="store_true",
+                         help="skip an entry that cannot be read (CRC, a compressed wrapper "
+                              "that does not decompress or inflates past "
+                              "fetch.message.max.bytes) with a warning, instead of stopping")
     _add_properties(consume, "consumer")
     consume.set_defaults(func=_consume)
 

@@ -20,6 +20,14 @@ yet) and commits what it printed when it stops. It stops after
 ``--max-messages``, after ``--timeout-ms`` without a message, or on Ctrl-C
 or SIGTERM, which are normal stops (status 0). A closed stdout (``| head``)
 stops it quietly.
+
+An entry that cannot be read (CRC mismatch, a compressed wrapper that does
+not decompress or inflates past ``fetch.message.max.bytes``) stops it with
+status 1 and one line naming topic, partition and offset, after printing
+(and, with a group, committing) every message before it;
+``--skip-bad-messages`` (``skip.bad.messages``) skips such an entry with a
+warning on stderr instead. An ``--offset`` that is not the start of an entry
+(the entry there fails its length or CRC check) is refused in one line.
 """
 
 from __future__ import annotations
@@ -194,19 +202,28 @@ def _check_consume_options(max_messages, timeout_ms, partition, offset, group,
 def consume(topic: str, *, from_beginning: bool = False, group: str | None = None,
             max_messages: int | None = None, timeout_ms: int | None = None,
             partition: int | None = None, offset: int | None = None,
+            skip_bad_messages: bool = False,
             properties: Iterable[str] = (), bootstrap: str = DEFAULT_BOOTSTRAP,
             stdout: BinaryIO | None = None) -> int:
     """Print ``topic``'s payloads until a stop condition (module docstring); 0 on a normal stop."""
     check_topic(topic)
     _check_consume_options(max_messages, timeout_ms, partition, offset, group, from_beginning)
     config = key_values("--property", properties)
+    if skip_bad_messages:
+        config["skip.bad.messages"] = True
     output = _Output(stdout if stdout is not None else sys.stdout.buffer, max_messages)
     check_bootstrap(bootstrap)
     stop_on_sigterm()
-    if group is not None:
-        return _consume_group(topic, group, from_beginning, timeout_ms, config, bootstrap, output)
-    return _consume_partitions(topic, from_beginning, timeout_ms, partition, offset, config,
-                               bootstrap, output)
+    from hostbroker.client import InvalidEntryError
+
+    try:
+        if group is not None:
+            return _consume_group(topic, group, from_beginning, timeout_ms, config, bootstrap,
+                                  output)
+        return _consume_partitions(topic, from_beginning, timeout_ms, partition, offset, config,
+                                   bootstrap, output)
+    except InvalidEntryError as exc:
+        raise CommandError(f"{exc} (--skip-bad-messages skips it)") from None
 
 
 def topic_partitions(client, topic: str) -> list[int]:
@@ -233,6 +250,8 @@ def _consume_partitions(topic, from_beginning, timeout_ms, partition, offset, co
             if partition not in partitions:
                 raise CommandError(f"topic {topic} has no partition {partition}")
             partitions = [partition]
+        if offset is not None:
+            _check_entry_start(consumer, topic, partitions[0], offset)
         positions = {p: offset if offset is not None else consumer.offsets_before(topic, p, start)[0]
                      for p in partitions}
         last_message = time.monotonic()
@@ -256,13 +275,41 @@ def _consume_partitions(topic, from_beginning, timeout_ms, partition, offset, co
                     break
         except (KeyboardInterrupt, Stopped):
             pass
-        output.out.flush()
+        finally:
+            output.out.flush()
     return EXIT_OK
+
+
+def _check_entry_start(consumer, topic: str, partition: int, offset: int) -> None:
+    """A CommandError unless ``offset`` is the log end or the start of an entry that passes
+    its length and CRC checks (a misplaced offset reads a length and a CRC from the middle
+    of another entry)."""
+    from hostbroker.client import InvalidEntryError, MessageSizeTooLargeError
+    from hostbroker.errors import InvalidMessageError, MessageTooLargeError
+    from hostbroker.log.message import LENGTH_SIZE, validate_message_set
+
+    not_start = f"offset {offset} is not the start of an entry in {topic}/{partition}"
+    try:
+        fetched = consumer.fetch(topic, partition, offset)
+    except InvalidEntryError as exc:
+        raise CommandError(f"{not_start} ({exc.reason})") from None
+    except MessageSizeTooLargeError as exc:
+        raise CommandError(f"{not_start} (or its entry, {exc.needed or 'of unknown size'} bytes, "
+                           f"is over fetch.message.max.bytes = {exc.limit})") from None
+    if not fetched.entries:
+        return  # the log end: nothing to check yet
+    data = fetched.message_set
+    first = LENGTH_SIZE + int.from_bytes(data[:LENGTH_SIZE], "big", signed=True)
+    try:
+        validate_message_set(data[:first], first)
+    except (InvalidMessageError, MessageTooLargeError) as exc:
+        reason = str(exc).split(": ", 1)[-1]
+        raise CommandError(f"{not_start} ({reason})") from None
 
 
 def _consume_group(topic, group, from_beginning, timeout_ms, config, bootstrap,
                    output: _Output) -> int:
-    from hostbroker.client import ConsumerConnector, ConsumerTimeoutError
+    from hostbroker.client import ConsumerConnector, ConsumerTimeoutError, InvalidEntryError
 
     config.setdefault("client.id", "hostbroker-console-consumer")
     config["group.id"] = group
@@ -284,6 +331,9 @@ def _consume_group(topic, group, from_beginning, timeout_ms, config, bootstrap,
             pass
         except (KeyboardInterrupt, Stopped):
             pass
+        except InvalidEntryError:
+            connector.commit_offsets()  # what was printed, up to the bad entry
+            raise
         output.out.flush()
         connector.commit_offsets()
     finally:

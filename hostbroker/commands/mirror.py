@@ -20,7 +20,12 @@ skips one (at-least-once). If the flush reports messages that could not be
 delivered, nothing more is committed and the mirror stops with status 1.
 
 Stops after ``--max-messages``, after ``--timeout-ms`` without a message on
-any stream, or on Ctrl-C / SIGTERM (status 0 after the final commit).
+any stream, or on Ctrl-C / SIGTERM (status 0 after the final commit). An
+entry of the source that cannot be read (CRC mismatch, a compressed wrapper
+that does not decompress or inflates past ``fetch.message.max.bytes``) stops
+it with status 1 and one line naming topic, partition and offset; with
+``--consumer-property skip.bad.messages=true`` it is skipped with a warning
+on stderr.
 """
 
 from __future__ import annotations
@@ -164,7 +169,8 @@ def mirror(*, source: str, destination: str, topics_regex: str, group: str = DEF
            producer_properties: Iterable[str] = (), out: TextIO = sys.stdout,
            err: TextIO = sys.stderr) -> int:
     """Copy the matching topics from ``source`` to ``destination`` (module docstring)."""
-    from hostbroker.client import ConsumerConnector, Producer, SimpleClient, Whitelist
+    from hostbroker.client import (ConsumerConnector, InvalidEntryError, Producer, SimpleClient,
+                                   Whitelist)
     from hostbroker.commands.console import producer_config
 
     _check(topics_regex, num_streams, max_messages, timeout_ms, commit_interval_ms)
@@ -201,13 +207,18 @@ def mirror(*, source: str, destination: str, topics_regex: str, group: str = DEF
         state.stop.set()
         for thread in threads:
             thread.join()
-        if not state.errors:
+        if all(isinstance(e, InvalidEntryError) for e in state.errors):
+            # A source entry that cannot be read stops the copy cleanly: what
+            # was handed over before it is flushed and committed.
             state.commit()
     finally:
         state.stop.set()
         _close_all(state, threads)
     if state.errors:
-        print(f"hostbroker mirror: {describe_error(state.errors[0], None)[0]}", file=err)
+        line = describe_error(state.errors[0], None)[0]
+        if isinstance(state.errors[0], InvalidEntryError):
+            line += " (--consumer-property skip.bad.messages=true skips it)"
+        print(f"hostbroker mirror: {line}", file=err)
         return EXIT_BROKER
     topics = sorted({topic for topic, _ in state.committed})
     print(f"mirrored {plural(state.count, 'message')} of {', '.join(topics) or 'no topic'} "
