@@ -28,6 +28,19 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
+def _positive(kind: type):
+    """An argparse type: a finite number above zero, or a one-line usage error."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not 0 < value < float("inf"):
+            raise argparse.ArgumentTypeError(f"must be above 0, got {text!r}")
+        return value
+    return parse
+
+
 def _config(args: argparse.Namespace) -> Config:
     try:
         return Config.load(args.config, args.set or ())
@@ -366,8 +379,9 @@ def build_parser() -> argparse.ArgumentParser:
                          description="Find the broker by the same configuration serve takes.")
     _add_config_options(top)
     top.add_argument("--json", action="store_true", help="one JSON document per reading")
-    top.add_argument("--interval", type=float, default=1.0, help="seconds between readings")
-    top.add_argument("--iterations", type=int, default=None,
+    top.add_argument("--interval", type=_positive(float), default=1.0,
+                     help="seconds between readings")
+    top.add_argument("--iterations", type=_positive(int), default=None,
                      help="stop after this many readings (default: run until interrupted)")
     top.set_defaults(func=_top)
 

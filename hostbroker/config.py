@@ -48,10 +48,51 @@ def _power_of_two_at_least(n: int) -> Callable[[Any], str | None]:
                       else f"must be a power of two, at least {n}")
 
 
+UNIX_PATH_MAX = 107  # sun_path holds 108 bytes, the last one a NUL
+
+
+def parse_listener(uri: str) -> tuple[str, str, int] | tuple[str, str]:
+    """``("tcp", host, port)`` or ``("unix", path)`` of a listener URI, or
+    ValueError saying what is wrong with it. Pure: nothing is looked up or bound."""
+    scheme, sep, rest = uri.partition("://")
+    if scheme == "tcp" and sep:
+        host, colon, port = rest.rpartition(":")
+        if not colon or not port.isascii() or not port.isdigit():
+            raise ValueError(f"{uri}: expected tcp://HOST:PORT")
+        if int(port) > 65535:
+            raise ValueError(f"{uri}: port {int(port)} is not between 0 and 65535")
+        if host.startswith("[") != host.endswith("]") or (":" in host and not host.startswith("[")):
+            raise ValueError(f"{uri}: an IPv6 host goes in brackets: tcp://[::1]:PORT")
+        host = host[1:-1] if host.startswith("[") else host
+        if any(c.isspace() or c in "/[]" for c in host):
+            raise ValueError(f"{uri}: {host!r} is not a host name or address")
+        return "tcp", host, int(port)
+    if scheme == "unix" and sep:
+        if not rest:
+            raise ValueError(f"{uri}: expected unix://PATH")
+        if "\0" in rest:
+            raise ValueError(f"{uri}: the path holds a NUL byte")
+        if len(rest.encode(errors="surrogateescape")) > UNIX_PATH_MAX:
+            raise ValueError(f"{uri}: the path is longer than {UNIX_PATH_MAX} bytes")
+        return "unix", rest
+    raise ValueError(f"{uri}: expected tcp://HOST:PORT or unix://PATH")
+
+
+def _listeners_problem(value: str) -> str | None:
+    for uri in split_list(value):
+        try:
+            parse_listener(uri)
+        except ValueError as e:
+            return str(e)
+    return None
+
+
 SETTINGS: tuple[Setting, ...] = (
     Setting("broker.id", int, 0, "This broker's id, unique in a cluster.", _between(0, 2**31 - 1)),
     Setting("listeners", str, "tcp://127.0.0.1:9092,unix://./data/hostbroker.sock",
-            "TCP and/or Unix sockets to serve: tcp://HOST:PORT, unix://PATH.", kind="list"),
+            "TCP and/or Unix sockets to serve: tcp://HOST:PORT (port 0-65535, IPv6 host in "
+            "brackets), unix://PATH (its directory must exist).",
+            _listeners_problem, kind="list"),
     Setting("log.dirs", str, "./data/logs",
             "Log dirs, normally one per disk; one writer process each.", kind="list"),
     Setting("num.processors", int, 2, "Network processor processes.", _between(1, 256)),
@@ -105,8 +146,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("admin.lock.timeout.ms", int, 10000,
             "How long topic creation or deletion waits for the admin lock before "
             "answering BROKER_NOT_AVAILABLE.", _at_least(1)),
-    Setting("worker.heartbeat.timeout.ms", int, 30000,
-            "A worker silent this long is killed and replaced.", _at_least(100)),
+    Setting("worker.heartbeat.timeout.ms", int, 3000,
+            "A worker whose heartbeat (a thread, beating 8 times per timeout) is silent "
+            "this long, stopped or frozen, is aborted and replaced.", _at_least(100)),
     Setting("worker.boot.timeout.ms", int, 600000,
             "How long a worker may take to start (writers recover their logs first).",
             _at_least(100)),
@@ -142,6 +184,10 @@ SETTINGS: tuple[Setting, ...] = (
             "of its live offsets (and over offsets.compact.min.bytes).", _at_least(2)),
     # Storage and start-up.
     # Supervision and service.
+    Setting("worker.stall.timeout.ms", int, 60000,
+            "A worker whose main loop has not come round this long (stuck in one piece of "
+            "work) stops beating and is replaced after worker.heartbeat.timeout.ms more.",
+            _at_least(100)),
 )
 
 SETTINGS_BY_KEY: dict[str, Setting] = {s.key: s for s in SETTINGS}

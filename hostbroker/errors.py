@@ -1,9 +1,11 @@
-"""Wire error codes and the exception hierarchy that carries them.
+"""Wire error codes, the exception hierarchy that carries them, and exit statuses.
 
 Every error the broker can put on the wire is an :class:`ErrorCode`
 (docs/spec/protocol.md, "Error codes"). Code that detects a problem raises a
 :class:`HostbrokerError` subclass with the code attached; whoever answers the
-request turns it into the code. Nothing here does I/O.
+request turns it into the code. :class:`ExitStatus` is what the ``hostbroker``
+command exits with; a service manager tells a refusal from a crash by it.
+Nothing here does I/O.
 """
 
 from __future__ import annotations
@@ -78,3 +80,13 @@ class StorageError(HostbrokerError):
     """A log dir (disk) failed; its partitions are offline."""
 
     code = ErrorCode.STORAGE_ERROR
+
+
+class ExitStatus(enum.IntEnum):
+    """Exit statuses of ``hostbroker`` (``serve`` uses all four)."""
+
+    OK = 0
+    CRASHED = 1  # an unexpected error: Python's own status for an uncaught exception
+    USAGE = 2  # a bad command line or configuration value: one line says which
+    REFUSED = 78  # EX_CONFIG: the machine refuses this configuration (log dir unusable,
+    #               listener busy, log dirs held by another broker, a worker cannot boot)

@@ -1,6 +1,8 @@
+import re
+
 import pytest
 
-from hostbroker.config import SETTINGS, Config, markdown_table
+from hostbroker.config import SETTINGS, Config, markdown_table, parse_listener
 from hostbroker.errors import ConfigError
 
 
@@ -78,3 +80,42 @@ def test_docs_client_tables_are_generated_from_the_declarations(page, attribute)
     text = (pathlib.Path(__file__).parent.parent / "docs" / page).read_text()
     table = markdown_table(getattr(importlib.import_module(module), name))
     assert table in text, f"regenerate with: python -m hostbroker.config {attribute}"
+
+
+@pytest.mark.parametrize("uri, parsed", [
+    ("tcp://127.0.0.1:9092", ("tcp", "127.0.0.1", 9092)),
+    ("tcp://:0", ("tcp", "", 0)),
+    ("tcp://[::1]:65535", ("tcp", "::1", 65535)),
+    ("tcp://localhost:9092", ("tcp", "localhost", 9092)),
+    ("unix://./data/hb.sock", ("unix", "./data/hb.sock")),
+    ("unix:///run/hostbroker/hostbroker.sock", ("unix", "/run/hostbroker/hostbroker.sock")),
+])
+def test_listeners_parse(uri, parsed):
+    assert parse_listener(uri) == parsed
+    assert Config.build(overrides=[f"listeners={uri}"]).listeners == [uri]
+
+
+@pytest.mark.parametrize("uri, words", [
+    ("tcp://127.0.0.1:99999", "port 99999 is not between 0 and 65535"),
+    ("tcp://127.0.0.1:", "expected tcp://HOST:PORT"),
+    ("tcp://127.0.0.1:９０", "expected tcp://HOST:PORT"),  # digits, but not ASCII ones
+    ("tcp://fe80::1:80", "an IPv6 host goes in brackets"),
+    ("tcp://h/x:80", "is not a host name or address"),
+    ("udp://127.0.0.1:9092", "expected tcp://HOST:PORT or unix://PATH"),
+    ("unix:/x.sock", "expected tcp://HOST:PORT or unix://PATH"),
+    ("unix://a\0b", "the path holds a NUL byte"),
+    ("unix:///" + "d/" * 54, "longer than 107 bytes"),
+])
+def test_bad_listeners_are_configuration_errors(uri, words):
+    with pytest.raises(ValueError, match=re.escape(words)):
+        parse_listener(uri)
+    with pytest.raises(ConfigError) as e:
+        Config.build(overrides=[f"listeners=tcp://127.0.0.1:9092,{uri}"])
+    assert str(e.value).startswith(f"listeners: {uri}: ") and words in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_heartbeat_defaults_detect_a_hang_in_seconds_and_a_stall_later():
+    c = Config.build()
+    assert c["worker.heartbeat.timeout.ms"] <= 5000
+    assert c["worker.stall.timeout.ms"] > c["admin.lock.timeout.ms"]

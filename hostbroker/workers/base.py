@@ -1,10 +1,21 @@
 """What every worker process shares: naming, signals, heartbeat, exit codes.
 
 A worker object is built in the supervisor before the fork and does nothing
-there; :meth:`Worker.init_process` runs in the child (names the process for
-``ps``/psutil, installs signal handlers, attaches shared memory), then
-:meth:`Worker.run` loops until asked to stop. Signal handlers only set a flag
-and ring the worker's own doorbell so the loop wakes up; the loop does the work.
+there; right after the fork the child asks the kernel for SIGTERM when the
+supervisor dies (:func:`die_with_parent`), then :meth:`Worker.init_process`
+names the process for ``ps``/psutil, installs signal handlers and attaches
+shared memory, and :meth:`Worker.run` loops until asked to stop. Signal
+handlers only set a flag and ring the worker's own doorbell so the loop wakes
+up; the loop does the work.
+
+Liveness: a ``heartbeat`` thread writes the worker's heartbeat on the process
+board every ``worker.heartbeat.timeout.ms / 8``, so a stopped or frozen process
+is seen within the (short) heartbeat timeout whatever its main thread is busy
+with; it beats only while the main loop has come round (:meth:`Worker.heartbeat`)
+within ``worker.stall.timeout.ms``, so a loop stuck for good is seen too.
+
+A worker whose supervisor is gone (SIGKILLed) stops as on SIGTERM, draining
+what it can, and ends itself ``shutdown.timeout.ms`` + 1 s later at the latest.
 """
 
 from __future__ import annotations
@@ -14,6 +25,7 @@ import os
 import selectors
 import signal
 import sys
+import threading
 import time
 
 from hostbroker.shm.channel import Receiver, Sender
@@ -24,17 +36,33 @@ from hostbroker.workers.plan import BrokerPlan
 
 EXIT_OK = 0
 EXIT_BOOT_FAILED = 3  # the supervisor halts the broker instead of respawning
+EXIT_ORPHANED = 4  # the supervisor died before the worker could start
 
+_PR_SET_PDEATHSIG = 1
 _PR_SET_NAME = 15
 _libc = None
 
 
-def set_process_name(name: str) -> None:
-    """Set the kernel's name of this process (``ps -o comm``, psutil ``name()``)."""
+def _prctl(option: int, arg) -> None:
     global _libc
     if _libc is None:
         _libc = ctypes.CDLL(None, use_errno=True)
-    _libc.prctl(_PR_SET_NAME, name.encode()[:15], 0, 0, 0)
+    if _libc.prctl(option, arg, 0, 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+def set_process_name(name: str) -> None:
+    """Set the kernel's name of this process (``ps -o comm``, psutil ``name()``)."""
+    _prctl(_PR_SET_NAME, name.encode()[:15])
+
+
+def die_with_parent(parent_pid: int, sig: int = signal.SIGTERM) -> None:
+    """In a child right after fork: have the kernel send ``sig`` when the parent
+    dies; if it died before we asked (the race), leave at once."""
+    _prctl(_PR_SET_PDEATHSIG, int(sig))
+    if os.getppid() != parent_pid:
+        os._exit(EXIT_ORPHANED)
 
 
 def now_ms() -> int:
@@ -54,6 +82,8 @@ class Worker:
         self.board: ProcessBoard | None = None
         self.slot = plan.board_slot(self.kind, index)
         self._inputs: list[Ring] = []  # the rings this worker consumes
+        self.supervisor_pid = os.getpid()  # built in the supervisor, before the fork
+        self._loop_ns = 0  # when the main loop last came round (for the heartbeat thread)
 
     @property
     def name(self) -> str:
@@ -67,16 +97,35 @@ class Worker:
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         self.board = ProcessBoard.attach(self.plan.board_name)
         self.doorbell = self.plan.doorbell(self.kind, self.index)
+        self._loop_ns = time.monotonic_ns()
+        threading.Thread(target=self._beat, name="heartbeat", daemon=True).start()
 
     def _on_stop_signal(self, signum, frame) -> None:
+        if not self.stopping and os.getppid() != self.supervisor_pid:
+            # the supervisor is gone: nobody will wait for us or SIGKILL us, so
+            # drain as on a normal stop but end for sure (SIGALRM terminates)
+            signal.setitimer(signal.ITIMER_REAL, self.config["shutdown.timeout.ms"] / 1000 + 1)
+            os.write(2, f"hostbroker: {self.name}: supervisor gone; stopping\n".encode())
         self.stopping = True
         self.doorbell.ring()
 
     def heartbeat(self) -> None:
-        """Say we are alive, and how much waits in our input rings (once per loop)."""
-        self.board.heartbeat(self.slot)
+        """The main loop came round: beat, and say how much waits in our input
+        rings (once per loop)."""
+        self._loop_ns = time.monotonic_ns()
+        self.board.heartbeat(self.slot, self._loop_ns)
         self.board.set(self.slot, procs.RING_OCCUPANCY,
                        sum(ring.pending_bytes() for ring in self._inputs))
+
+    def _beat(self) -> None:
+        """The heartbeat thread: beat while the main loop is alive (see the module doc)."""
+        interval = self.config["worker.heartbeat.timeout.ms"] / 8000
+        stall_ns = self.config["worker.stall.timeout.ms"] * 1_000_000
+        while True:
+            time.sleep(interval)
+            now = time.monotonic_ns()
+            if now - self._loop_ns <= stall_ns:
+                self.board.heartbeat(self.slot, now)
 
     def count(self, counter: int, n: int = 1) -> None:
         self.board.add(self.slot, counter, n)

@@ -38,8 +38,8 @@ import sys
 import time
 
 from hostbroker import systemd
-from hostbroker.config import Config
-from hostbroker.errors import ConfigError
+from hostbroker.config import Config, parse_listener
+from hostbroker.errors import ConfigError, ExitStatus
 from hostbroker.shm import procs
 from hostbroker.shm.doorbell import Doorbell
 from hostbroker.shm.procs import ProcessBoard
@@ -47,7 +47,8 @@ from hostbroker.shm.region import SharedRegion, remove_stale
 from hostbroker.shm.ring import Ring
 from hostbroker.shm.table import AdminLock, PartitionTable
 from hostbroker.workers.acceptor import AcceptorWorker
-from hostbroker.workers.base import EXIT_BOOT_FAILED, child_main, set_process_name
+from hostbroker.workers.base import (EXIT_BOOT_FAILED, child_main, die_with_parent,
+                                     set_process_name)
 from hostbroker.workers.handler import HandlerWorker
 from hostbroker.workers.plan import BrokerPlan
 from hostbroker.workers.processor import ProcessorWorker
@@ -57,7 +58,9 @@ WORKER_CLASSES = {"writer": WriterWorker, "handler": HandlerWorker,
                   "processor": ProcessorWorker, "acceptor": AcceptorWorker}
 KIND_CODES = {"writer": 1, "handler": 2, "processor": 3, "acceptor": 4}
 STOP_ORDER = ("acceptor", "processor", "handler", "writer")
-_TICK_S = 0.5
+_TICK_S = 0.25
+_ABORT_GRACE_S = 1.0  # SIGABRT (a core or a faulthandler dump) to SIGKILL
+_EXTEND_EVERY_S = 5.0  # while starting or stopping: tell systemd to wait 3 times that
 
 
 class StartError(Exception):
@@ -65,28 +68,22 @@ class StartError(Exception):
 
 
 def bind_listener(uri: str) -> socket.socket:
-    """Bind and listen on ``tcp://HOST:PORT`` or ``unix://PATH`` (mode 0660)."""
-    if uri.startswith("tcp://"):
-        hostport = uri[len("tcp://"):]
-        host, sep, port = hostport.rpartition(":")
-        if not sep or not port.isdigit():
-            raise StartError(f"listeners: {uri}: expected tcp://HOST:PORT")
-        host = host.strip("[]") or "0.0.0.0"
+    """Bind and listen on ``tcp://HOST:PORT`` or ``unix://PATH`` (mode 0660).
+    The URI was checked by the configuration; a unix path's directory must exist."""
+    parsed = parse_listener(uri)
+    if parsed[0] == "tcp":
+        _, host, port = parsed
+        host = host or "0.0.0.0"
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            sock.bind((host, int(port)))
+            sock.bind((host, port))
         except OSError as e:
             sock.close()
             raise StartError(f"listeners: cannot bind {uri}: {e.strerror}") from None
-    elif uri.startswith("unix://"):
-        path = os.path.abspath(uri[len("unix://"):])
-        parent = os.path.dirname(path)
-        try:
-            os.makedirs(parent, exist_ok=True)
-        except OSError as e:
-            raise StartError(f"listeners: cannot create {parent} for {uri}: {e.strerror}") from None
+    else:
+        path = os.path.abspath(parsed[1])
         _remove_stale_socket(path, uri)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old = os.umask(0o117)
@@ -94,15 +91,29 @@ def bind_listener(uri: str) -> socket.socket:
             sock.bind(path)
         except OSError as e:
             sock.close()
-            raise StartError(f"listeners: cannot bind {uri}: {e.strerror}") from None
+            raise StartError(f"listeners: cannot bind {uri}: {e.strerror or e}") from None
         finally:
             os.umask(old)
         os.chmod(path, 0o660)
-    else:
-        raise StartError(f"listeners: {uri}: expected tcp://HOST:PORT or unix://PATH")
     sock.listen(1024)
     sock.set_inheritable(True)
     return sock
+
+
+def check_unix_listener_dir(uri: str, log_dirs: list[str]) -> None:
+    """A unix socket's directory must exist (nothing is created for it), unless a
+    log dir about to be created makes it (the default ./data/hostbroker.sock)."""
+    parsed = parse_listener(uri)
+    if parsed[0] != "unix":
+        return
+    parent = os.path.dirname(os.path.abspath(parsed[1]))
+    if os.path.isdir(parent):
+        return
+    if any(os.path.abspath(d).startswith(parent + os.sep) for d in log_dirs):
+        return
+    if os.path.exists(parent):
+        raise StartError(f"listeners: {uri}: {parent} is not a directory")
+    raise StartError(f"listeners: {uri}: directory {parent} does not exist")
 
 
 def _remove_stale_socket(path: str, uri: str) -> None:
@@ -125,14 +136,22 @@ def _remove_stale_socket(path: str, uri: str) -> None:
 
 
 def check_log_dir(path: str) -> None:
+    """Refuse, with one line, a log dir that cannot be used; change nothing."""
+    probe = os.path.abspath(path)
+    while not os.path.lexists(probe):  # the nearest ancestor that exists
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        what = "is a file" if probe == os.path.abspath(path) else f"{probe} is a file"
+        raise StartError(f"log.dirs: cannot use {path}: {what}, not a directory")
+    if not os.access(probe, os.R_OK | os.W_OK | os.X_OK):
+        raise StartError(f"log.dirs: cannot use {path}: {probe} is not writable")
+
+
+def make_log_dir(path: str) -> None:
     try:
         os.makedirs(path, exist_ok=True)
     except OSError as e:
         raise StartError(f"log.dirs: cannot use {path}: {e.strerror}") from None
-    if not os.path.isdir(path):
-        raise StartError(f"log.dirs: cannot use {path}: not a directory")
-    if not os.access(path, os.R_OK | os.W_OK | os.X_OK):
-        raise StartError(f"log.dirs: cannot use {path}: not writable")
 
 
 def claim_broker_lock(log_dir: str) -> int:
@@ -164,6 +183,7 @@ class Supervisor:
         self.stopping = False
         self.exit_code = 0
         self.signals: list[int] = []
+        self._next_extend = 0.0  # monotonic time of the next EXTEND_TIMEOUT_USEC
 
     # -- start ---------------------------------------------------------------
     def prepare(self) -> None:
@@ -177,6 +197,10 @@ class Supervisor:
             raise StartError("log.dirs: a log dir is listed twice")
         for path in plan.log_dirs:
             check_log_dir(path)
+        for uri in config.listeners:
+            check_unix_listener_dir(uri, plan.log_dirs)
+        for path in plan.log_dirs:
+            make_log_dir(path)
         # Before anything named after this broker is touched: the shared memory
         # of a broker running on these log dirs has the very same names.
         self.lock_fd = claim_broker_lock(plan.log_dirs[0])
@@ -233,6 +257,9 @@ class Supervisor:
                        self.board.state(self.plan.board_slot(k, i)) != procs.WORKER_READY]
             if not waiting:
                 return
+            self._extend_timeout(f"starting: waiting for {waiting[0][0]} {waiting[0][1]}"
+                                 + (" (recovering its log dir)" if waiting[0][0] == "writer"
+                                    else ""))
             if time.monotonic() > deadline:
                 raise StartError(f"{waiting[0][0]} {waiting[0][1]} did not start within "
                                  "worker.boot.timeout.ms")
@@ -240,6 +267,18 @@ class Supervisor:
             time.sleep(0.01)
 
     halt_reason: str | None = None
+
+    def _extend_timeout(self, status: str) -> None:
+        """While starting or stopping (log recovery can outlast systemd's 90 s): ask
+        systemd for 3 x _EXTEND_EVERY_S more, every _EXTEND_EVERY_S; ping its
+        watchdog too. Bounded by worker.boot.timeout.ms and shutdown.timeout.ms."""
+        now = time.monotonic()
+        if now < self._next_extend:
+            return
+        self._next_extend = now + _EXTEND_EVERY_S
+        usec = int(3 * _EXTEND_EVERY_S * 1_000_000)
+        watchdog = "\nWATCHDOG=1" if systemd.watchdog_interval_s() else ""
+        systemd.notify(f"EXTEND_TIMEOUT_USEC={usec}\nSTATUS={status}{watchdog}")
 
     def spawn(self, kind: str, index: int) -> int:
         key = (kind, index)
@@ -250,6 +289,7 @@ class Supervisor:
         worker = WORKER_CLASSES[kind](self.plan, index, epoch)
         pid = os.fork()
         if pid == 0:
+            die_with_parent(worker.supervisor_pid)
             signal.set_wakeup_fd(-1)
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGHUP):
                 signal.signal(sig, signal.SIG_DFL)
@@ -322,7 +362,10 @@ class Supervisor:
             kind, index = key
             if code == EXIT_BOOT_FAILED:
                 self.halt_reason = f"{kind} {index} failed to start (see above)"
-                self.exit_code = 1
+                # at start this configuration cannot run here; a replacement that
+                # cannot boot later is a crash, which a service manager restarts
+                running = self.board.broker_state == procs.BROKER_RUNNING
+                self.exit_code = ExitStatus.CRASHED if running else ExitStatus.REFUSED
                 self.stopping = True
                 continue
             how = f"signal {-code}" if code < 0 else f"exit code {code}"
@@ -378,11 +421,14 @@ class Supervisor:
                 continue
             sent = self.kill_sent.get(pid)
             if sent is None:
-                print(f"hostbroker: {kind} {index} (pid {pid}) stopped answering; aborting it",
-                      file=sys.stderr, flush=True)
+                silent_ms = (now_ns - self.board.heartbeat_ns(slot)) // 1_000_000
+                print(f"hostbroker: {kind} {index} (pid {pid}) silent for {silent_ms} ms; "
+                      "aborting it", file=sys.stderr, flush=True)
+                # SIGCONT too: a stopped process takes its SIGABRT only once running
                 self._signal(pid, signal.SIGABRT)
+                self._signal(pid, signal.SIGCONT)
                 self.kill_sent[pid] = (signal.SIGABRT, time.monotonic())
-            elif sent[0] == signal.SIGABRT and time.monotonic() - sent[1] > 5:
+            elif sent[0] == signal.SIGABRT and time.monotonic() - sent[1] > _ABORT_GRACE_S:
                 self._signal(pid, signal.SIGKILL)
                 self.kill_sent[pid] = (signal.SIGKILL, time.monotonic())
 
@@ -408,6 +454,7 @@ class Supervisor:
                 self._signal(self.pids[key], signal.SIGTERM)
             deadline = time.monotonic() + grace
             while any(key in self.pids for key in group):
+                self._extend_timeout(f"stopping: waiting for the {kind}s")
                 self._reap()
                 if time.monotonic() > deadline:
                     for key in group:
@@ -454,11 +501,11 @@ def serve(config: Config) -> int:
         print(f"hostbroker: {e}", file=sys.stderr, flush=True)
         supervisor.stopping = True
         supervisor.shutdown()
-        return 1
+        return ExitStatus.USAGE if isinstance(e, ConfigError) else ExitStatus.REFUSED
     except OSError as e:
         if e.errno != errno.EEXIST:
             raise
         print(f"hostbroker: shared memory already exists: {e}", file=sys.stderr, flush=True)
         supervisor.cleanup()
-        return 1
+        return ExitStatus.REFUSED
     return supervisor.run()
