@@ -32,7 +32,7 @@ def check_topic_name(topic: str) -> None:
             f"topic names starting with {RESERVED_PREFIX} are reserved for the broker")
 
 
-def _answer(code: ErrorCode, message: str | None = None) -> api.AdminResponse:
+def admin_answer(code: ErrorCode, message: str | None = None) -> api.AdminResponse:
     """An admin answer whose message (which may echo the request) always fits."""
     return api.AdminResponse(code, api.clip_text(message))
 
@@ -96,27 +96,27 @@ class TopicAdmin:
         try:
             check_topic_name(topic)
         except InvalidTopicError as e:
-            return _answer(ErrorCode.INVALID_TOPIC, str(e))
+            return admin_answer(ErrorCode.INVALID_TOPIC, str(e))
         limit = self.config["max.partitions.per.topic"]
         if not 1 <= request.partitions <= limit:
-            return _answer(ErrorCode.INVALID_REQUEST,
-                                     f"partitions must be between 1 and {limit}")
+            return admin_answer(ErrorCode.INVALID_REQUEST,
+                                f"partitions must be between 1 and {limit}")
         overrides = {entry.key: entry.value for entry in request.configs}
         if len(overrides) != len(request.configs):
-            return _answer(ErrorCode.INVALID_CONFIG, "a config key is given twice")
+            return admin_answer(ErrorCode.INVALID_CONFIG, "a config key is given twice")
         try:
             self.defaults.with_overrides(overrides)
         except ConfigError as e:
-            return _answer(ErrorCode.INVALID_CONFIG, str(e))
+            return admin_answer(ErrorCode.INVALID_CONFIG, str(e))
         try:
             with self._admin():
                 if self._topic_exists_locked(topic):
-                    return _answer(ErrorCode.TOPIC_ALREADY_EXISTS,
-                                             f"topic {topic} already exists")
+                    return admin_answer(ErrorCode.TOPIC_ALREADY_EXISTS,
+                                        f"topic {topic} already exists")
                 self._create_topic_locked(topic, request.partitions, overrides)
         except HostbrokerError as e:
-            return _answer(e.code, str(e))
-        return _answer(ErrorCode.NONE, None)
+            return admin_answer(e.code, str(e))
+        return admin_answer(ErrorCode.NONE, None)
 
     def _auto_create(self, topic: str) -> ErrorCode:
         try:
@@ -142,10 +142,10 @@ class TopicAdmin:
                     self.table.write(i, state=ptable.DELETING)
                 self.table.bump_generation()
         except HostbrokerError as e:
-            self._reply(p, conn_id, seq, corr, _answer(e.code, str(e)))
+            self._reply(p, conn_id, seq, corr, admin_answer(e.code, str(e)))
             return
         if not slots:
-            self._reply(p, conn_id, seq, corr, _answer(
+            self._reply(p, conn_id, seq, corr, admin_answer(
                 ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {topic}"))
             return
         self.view.refresh()
@@ -166,7 +166,7 @@ class TopicAdmin:
             code = ErrorCode.NONE if not errors else ErrorCode.STORAGE_ERROR
             self._reply(pending.processor, pending.conn_id, pending.seq,
                         pending.correlation_id,
-                        _answer(code, "; ".join(errors) if errors else None))
+                        admin_answer(code, "; ".join(errors) if errors else None))
 
         pending = self._new_pending(p, conn_id, seq, corr, ApiKey.DELETE_TOPIC, [], respond)
         for i, s in slots:
