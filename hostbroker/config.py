@@ -167,7 +167,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("response.max.bytes", int, 104857600,
             "Largest answer a handler builds in memory (FETCH data sent from files not "
             "counted); a request whose answer would be larger is answered with an "
-            "INVALID_REQUEST error frame and the connection closes.", _between(1024, 2**30)),
+            "INVALID_REQUEST error frame and the connection closes.", _between(65536, 2**30)),
     Setting("offset.metadata.max.bytes", int, 4096,
             "Longest metadata (UTF-8 bytes) of one OFFSET_COMMIT entry; a longer one is "
             "refused with INVALID_REQUEST for that partition.", _between(0, 32767)),
