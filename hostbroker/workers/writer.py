@@ -24,6 +24,13 @@ published; bytes past them were never acknowledged and are cut off.
 
 A write or flush that fails with an OSError takes this log dir offline: its
 partitions turn OFFLINE and answer STORAGE_ERROR; other disks keep serving.
+Damage found at start does the same for less: a partition whose files cannot
+be opened is registered OFFLINE alone, and a log dir that cannot be used at
+all leaves this writer running with every partition it can name OFFLINE (the
+table's offline log dir flag keeps new partitions away); only another broker
+holding the log dir stops the start. A partition dir the file system refuses
+to delete is logged once, stays DELETING and is retried at every retention
+check, without stopping the writer.
 """
 
 from __future__ import annotations
