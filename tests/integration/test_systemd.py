@@ -1,7 +1,17 @@
-"""The broker under a service manager: sd_notify over a real NOTIFY_SOCKET."""
+"""The broker under a service manager: sd_notify over a real NOTIFY_SOCKET, and
+the shipped unit, sysusers.d and tmpfiles.d files checked with systemd's tools."""
 
+import ipaddress
+import pathlib
+import re
+import shutil
 import socket
+import subprocess
+import sys
 import time
+
+from hostbroker.config import Config, parse_listener
+from hostbroker.errors import ExitStatus
 
 
 def messages_until(sock: socket.socket, wanted: str, timeout: float = 20.0) -> list[str]:
@@ -37,3 +47,106 @@ def test_ready_watchdog_and_stopping_are_sent(make_broker, tmp_path):
     assert broker.stop() == 0
     assert any("STOPPING=1" in m for m in messages_until(listener, "STOPPING=1", 5))
     listener.close()
+
+
+def test_extend_timeout_is_sent_while_starting(make_broker, tmp_path):
+    """Log recovery can outlast TimeoutStartSec: the supervisor asks for more
+    time while it waits for its writers, before READY=1."""
+    path = str(tmp_path / "notify.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    listener.bind(path)
+    broker = make_broker(start=False)
+    broker.env = {"NOTIFY_SOCKET": path}
+    broker.start()
+    got = messages_until(listener, "READY=1")
+    ready = next(i for i, m in enumerate(got) if "READY=1" in m)
+    extends = [m for m in got[:ready] if "EXTEND_TIMEOUT_USEC=" in m]
+    assert extends, got
+    assert "EXTEND_TIMEOUT_USEC=15000000" in extends[0]
+    assert "STATUS=starting: waiting for writer 0" in extends[0]
+    assert broker.stop() == 0
+    listener.close()
+
+
+# The unit and its install files, checked with the tools systemd installs them with.
+
+SYSTEMD = pathlib.Path(__file__).parent.parent.parent / "systemd"
+
+
+def _systemd_tool(name: str) -> str:
+    path = shutil.which(name)
+    assert path, f"{name} is missing: tools/run.sh setup installs it (apt-get install systemd)"
+    return path
+
+
+def _unit(tmp_path) -> pathlib.Path:
+    """The shipped unit with ExecStart pointing at this checkout's hostbroker."""
+    text = (SYSTEMD / "hostbroker.service").read_text()
+    exe = pathlib.Path(sys.executable).parent / "hostbroker"
+    assert exe.exists(), exe
+    text = text.replace("/opt/hostbroker/.venv/bin/hostbroker", str(exe))
+    unit = tmp_path / "hostbroker.service"
+    unit.write_text(text)
+    return unit
+
+
+def _unit_values(key: str) -> list[str]:
+    values = []
+    for line in (SYSTEMD / "hostbroker.service").read_text().splitlines():
+        k, sep, v = line.partition("=")
+        if sep and k.strip() == key:
+            values += v.split()
+    return values
+
+
+def test_unit_verifies(tmp_path):
+    result = subprocess.run([_systemd_tool("systemd-analyze"), "verify", str(_unit(tmp_path))],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "hostbroker.service" not in result.stderr, result.stderr  # no warning about it
+
+
+def test_unit_exposure_is_at_most_2_5(tmp_path):
+    result = subprocess.run([_systemd_tool("systemd-analyze"), "security", "--offline=yes",
+                             str(_unit(tmp_path))], capture_output=True, text=True, timeout=60)
+    match = re.search(r"Overall exposure level for hostbroker.service: (\d+\.\d+)", result.stdout)
+    assert match, result.stdout + result.stderr
+    assert float(match.group(1)) <= 2.5, result.stdout
+
+
+def test_restarts_are_prevented_only_for_refusals():
+    assert sorted(map(int, _unit_values("RestartPreventExitStatus"))) == sorted(
+        [ExitStatus.USAGE, ExitStatus.REFUSED])
+    assert ExitStatus.CRASHED not in map(int, _unit_values("RestartPreventExitStatus"))
+    assert _unit_values("Restart") == ["on-failure"]
+
+
+def test_example_config_listens_on_loopback_in_the_units_paths():
+    config = Config.load(str(SYSTEMD / "hostbroker.toml"))
+    for uri in config.listeners:
+        parsed = parse_listener(uri)
+        if parsed[0] == "tcp":
+            assert ipaddress.ip_address(parsed[1]).is_loopback, uri
+        else:
+            runtime = "/run/" + _unit_values("RuntimeDirectory")[0] + "/"
+            assert parsed[1].startswith(runtime), uri
+    assert sorted(config.log_dirs) == sorted(_unit_values("ReadWritePaths"))
+
+
+def test_sysusers_and_tmpfiles_make_the_user_and_its_log_dirs(tmp_path):
+    root = tmp_path / "root"
+    (root / "etc").mkdir(parents=True)
+    for tool, name in (("systemd-sysusers", "hostbroker.sysusers"),
+                       ("systemd-tmpfiles", "hostbroker.tmpfiles")):
+        args = [_systemd_tool(tool), f"--root={root}"]
+        args += ["--create"] if tool == "systemd-tmpfiles" else []
+        result = subprocess.run(args + [str(SYSTEMD / name)], capture_output=True, text=True,
+                                timeout=60)
+        assert result.returncode == 0, result.stdout + result.stderr
+    user = next(line.split(":") for line in (root / "etc/passwd").read_text().splitlines()
+                if line.startswith("hostbroker:"))
+    assert user[5] == "/var/lib/" + _unit_values("StateDirectory")[0]
+    uid = int(user[2])
+    for log_dir in Config.load(str(SYSTEMD / "hostbroker.toml")).log_dirs:
+        st = (root / log_dir.lstrip("/")).stat()
+        assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (uid, int(user[3]), 0o750), log_dir
