@@ -517,9 +517,13 @@ def move_to_trash(path: str, trash: str, now_ms: int) -> None:
 
 
 def remove_tree(path: str) -> bool:
-    """Remove ``path`` and everything under it; log one line and return False if it cannot."""
+    """Remove ``path`` (a dir and everything under it, or a file); log one line and
+    return False if it cannot."""
     try:
-        shutil.rmtree(path)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            os.unlink(path)
     except OSError as exc:
         log.warning("%s: cannot remove it yet (%s); it is left for the next start",
                     path, exc.strerror or exc)
@@ -558,6 +562,8 @@ def read_partition_file(path: str) -> tuple[str, int, int, dict[str, str]]:
                 isinstance(k, str) and isinstance(v, str) for k, v in overrides.items()):
             raise ValueError("config is not an object of strings")
         name = partition_dirname(topic, partition)
+    except RecursionError:
+        raise StorageError(f"{meta_path} is not a valid partition file: nested too deeply") from None
     except (ValueError, InvalidTopicError) as exc:
         raise StorageError(f"{meta_path} is not a valid partition file: {exc}") from None
     if name != os.path.basename(os.path.normpath(path)):

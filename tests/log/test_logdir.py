@@ -291,6 +291,10 @@ DAMAGE = {
     "another partition": (_partition_file(_meta(topic="fine")), "names partition fine-0"),
     "huge": (_partition_file(b" " * (65 * 1024)), "longer than 65536 bytes"),
     "not UTF-8": (_partition_file(b"\xff\xfe"), "not a valid partition file"),
+    "nested too deeply": (_partition_file(b"[" * 60000), "nested too deeply"),
+    "a directory for the file": (lambda p: (os.unlink(os.path.join(p, "partition.json")),
+                                            os.mkdir(os.path.join(p, "partition.json"))),
+                                 "Is a directory"),
     "a segment that is a directory": (_segment_made_a_directory, "is not a regular file"),
     "a file for the dir": (_dir_made_a_file, "is not a directory"),
 }
@@ -375,12 +379,18 @@ def test_what_cannot_leave_the_trash_stays_there_and_open_goes_on(path, clock, i
     logdir = LogDir.open(path, DEFAULTS, clock)
     logdir.create_partition("t", 0, 1)
     logdir.close()
+    with open(os.path.join(path, TRASH_DIR + "-not"), "wb"):
+        pass  # not the trash: left alone
+    os.makedirs(os.path.join(path, TRASH_DIR))
+    with open(os.path.join(path, TRASH_DIR, "a-file"), "wb"):
+        pass  # not what a delete leaves, removed all the same
     stuck = os.path.join(path, TRASH_DIR, "1-1-1")
     os.makedirs(stuck)
     open(os.path.join(stuck, "00000000000000000000.kafka"), "wb").close()
     immutable(stuck)
     logdir = LogDir.open(path, DEFAULTS, clock)
     assert list(logdir.partitions) == [("t", 0)]
-    assert os.path.isdir(stuck)
+    assert os.listdir(os.path.join(path, TRASH_DIR)) == ["1-1-1"]
+    assert os.path.exists(os.path.join(path, TRASH_DIR + "-not"))
     assert [r.getMessage() for r in caplog.records if "cannot remove it yet" in r.getMessage()]
     logdir.close()
