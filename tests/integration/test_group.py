@@ -6,6 +6,7 @@ import pytest
 
 from hostbroker.client import (Blacklist, ConsumerConnector, ConsumerTimeoutError, OffsetStorage,
                                MessageAndMetadata, SimpleClient, Whitelist)
+from hostbroker.errors import ErrorCode
 from hostbroker.log.message import CODEC_GZIP, encode_message_set
 
 FAST = {"topic.refresh.interval.ms": 100, "consumer.timeout.ms": 15000,
@@ -95,7 +96,10 @@ def test_filter_picks_up_a_topic_created_later(broker):
     with broker.client() as client:
         client.produce("feed.a", 0, encode_message_set([b"a0"]))
         client.produce("other", 0, encode_message_set([b"x"]))
-        client.produce("__internal", 0, encode_message_set([b"i"]))
+        # "__" names are the broker's: refused, so no filter ever sees one (the
+        # filters' own exclusion of them is in tests/client/test_consumer_pure.py)
+        refused = client.produce("__internal", 0, encode_message_set([b"i"]), raise_on_error=False)
+        assert refused.error_code == ErrorCode.INVALID_TOPIC
     with ConsumerConnector(broker.unix, FAST, group_id="filter") as connector:
         (stream,) = connector.create_message_streams_by_filter(Whitelist(r"feed\..*"), 1)
         assert next(stream).value == b"a0"
@@ -222,6 +226,30 @@ def test_fetching_resumes_after_the_broker_restarts(broker):
         with broker.client() as client:
             client.produce("r", 0, encode_message_set([b"after"]))
         assert next(stream).value == b"after"
+
+
+def test_retries_while_the_broker_is_down_back_off_exponentially(broker, caplog):
+    import re
+    import time
+
+    with broker.client() as client:
+        client.produce("down", 0, encode_message_set([b"before"]))
+    config = {**FAST, "retry.backoff.ms": 50, "retry.backoff.max.ms": 400,
+              "consumer.timeout.ms": 60000}
+    with ConsumerConnector(broker.unix, config, group_id="down") as connector:
+        (stream,) = connector.create_message_streams({"down": 1})["down"]
+        assert next(stream).value == b"before"
+        with caplog.at_level("WARNING", logger="hostbroker.client.streams"):
+            broker.stop()
+            time.sleep(3)  # about 8 lines at a fixed 50 ms would be 60
+            delays = [float(m) for m in re.findall(r"retrying in ([0-9.]+) s", caplog.text)]
+            broker.start()
+            with broker.client() as client:
+                client.produce("down", 0, encode_message_set([b"after"]))
+            assert next(stream).value == b"after"
+    assert 3 <= len(delays) <= 12, delays
+    assert delays[:4] == [0.05, 0.1, 0.2, 0.4], delays
+    assert set(delays[4:]) <= {0.4}, delays
 
 
 def test_the_interval_commit_stores_only_what_a_stream_moved_past(broker):
