@@ -73,6 +73,12 @@ _APPEND_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC
 
 Clock = Callable[[], int]
 
+
+class SegmentDeleteError(StorageError):
+    """Retention could not delete a segment (an immutable file, say): the log is intact
+    and serves on; the segment is retried at the next retention check."""
+
+
 _trash_names = itertools.count()
 
 
@@ -404,7 +410,9 @@ class PartitionLog:
         before ``now_ms``. If all of them qualify, a new empty segment is rolled
         at the log end first, so the log end never moves backwards. By size:
         the oldest segments while the partition is larger than
-        ``retention.bytes``. The active segment is never deleted.
+        ``retention.bytes``. The active segment is never deleted. Raises
+        SegmentDeleteError when a segment cannot be deleted (those before it
+        are; the log starts at it), StorageError when the disk fails.
         """
         deleted: list[int] = []
         if self._config.retention_ms >= 0:
@@ -429,13 +437,24 @@ class PartitionLog:
         return deleted
 
     def _delete_oldest(self, count: int) -> list[int]:
-        doomed, self._bases = self._bases[:count], self._bases[count:]
-        if doomed:
-            with storage_errors(f"cannot delete segments of {self._path}"):
-                for base in doomed:
-                    os.unlink(self.segment_path(base))
-                fsync_dir(self._path)
-        return doomed
+        """Delete the ``count`` oldest segments, oldest first, stopping at the first that
+        cannot be: SegmentDeleteError then, with the log start at the oldest one left."""
+        deleted: list[int] = []
+        try:
+            for base in self._bases[:count]:
+                segment = self.segment_path(base)
+                try:
+                    os.unlink(segment)
+                except OSError as exc:
+                    raise SegmentDeleteError(f"cannot delete segment {segment}: "
+                                             f"{exc.strerror or exc}") from exc
+                deleted.append(base)
+                del self._bases[0]
+        finally:
+            if deleted:
+                with storage_errors(f"cannot delete segments of {self._path}"):
+                    fsync_dir(self._path)
+        return deleted
 
     # -------------------------------------------------------- truncate, close
 

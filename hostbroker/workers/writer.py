@@ -45,7 +45,7 @@ import time
 from hostbroker.errors import ErrorCode, HostbrokerError, StorageError
 from hostbroker.log.logdir import LogDir, LogDirInUseError
 from hostbroker.log.offsetstore import OffsetRecordTooLargeError, OffsetStore
-from hostbroker.log.partition import PartitionLog
+from hostbroker.log.partition import PartitionLog, SegmentDeleteError
 from hostbroker.log.segments import parse_partition_dirname, partition_dirname
 from hostbroker.shm import procs
 from hostbroker.shm import table as ptable
@@ -121,6 +121,7 @@ class WriterWorker(Worker):
         self.waiters: list[_Waiter] = []
         self.flushing: set[int] = set()  # slots with a flush in the flusher thread
         self.undeletable: dict[int, tuple[str, int]] = {}  # slot -> partition, delete retried
+        self.retention_stuck: set[int] = set()  # slots with a segment retention cannot delete
         self.logdir = self._open_log_dir()
         self.offsets = OffsetStore.open(
             self.path, record_max_bytes=self.config["offsets.record.max.bytes"],
@@ -442,9 +443,19 @@ class WriterWorker(Worker):
         for slot, plog in list(self.slots.items()):
             try:
                 deleted = plog.enforce_retention(now)
+            except SegmentDeleteError as e:
+                # one file that will not go takes nothing offline; said once per partition
+                if slot not in self.retention_stuck:
+                    print(f"hostbroker: {self.name}: retention: {e}; retrying at every "
+                          "check", file=sys.stderr, flush=True)
+                    self.retention_stuck.add(slot)
+                    self.count(procs.ERRORS)
+                self._publish(slot, plog)
+                continue
             except (OSError, StorageError) as e:
                 self._go_offline(e)
                 return
+            self.retention_stuck.discard(slot)
             if deleted:
                 self._publish(slot, plog)
 

@@ -275,3 +275,37 @@ def test_a_delete_the_file_system_refuses_stops_nothing_and_is_retried(make_brok
     assert len(lines) == 2 and all("Operation not permitted" in ln for ln in lines), lines
     assert broker.workers()["hb-writer-0"] == writer
     assert broker.stop() == 0
+
+
+def test_a_segment_retention_cannot_delete_takes_nothing_offline(make_broker):
+    broker = make_broker(log_retention_check_interval_ms=200)
+    writer = broker.workers()["hb-writer-0"]
+    with broker.client() as c:
+        c.create_topic("aged", 1, {"segment.bytes": "1024", "retention.ms": "3600000"})
+        for i in range(8):
+            c.produce("aged", 0, encode_message_set([f"{i}".encode() * 500]))
+        path = partition_dir(broker, "aged")
+        segments = sorted(n for n in os.listdir(path) if n.endswith(".kafka"))
+        assert len(segments) >= 4
+        old = time.time() - 7200
+        for name in segments[:2]:  # both expired; the second will not go
+            os.utime(os.path.join(path, name), (old, old))
+        stuck = os.path.join(path, segments[1])
+        with immutable(stuck):
+            deadline = time.monotonic() + 10
+            while c.offsets("aged", 0, -2, 1)[0] == 0:
+                assert time.monotonic() < deadline, broker.log()
+                time.sleep(0.05)
+            assert c.offsets("aged", 0, -2, 1)[0] == int(segments[1][:20])
+            time.sleep(1)  # five more retention checks
+            lines = [ln for ln in broker.log().splitlines() if "retention:" in ln]
+            assert len(lines) == 1 and segments[1] in lines[0], lines
+            assert "Operation not permitted" in lines[0]
+            assert metadata_codes(c, "aged") == {0: ErrorCode.NONE}
+            c.produce("aged", 0, encode_message_set([b"still"]))
+            assert read_all(c, "aged")[-1] == b"still"
+            assert broker.workers()["hb-writer-0"] == writer
+        deadline = time.monotonic() + 10
+        while c.offsets("aged", 0, -2, 1)[0] != int(segments[2][:20]):
+            assert time.monotonic() < deadline, broker.log()
+            time.sleep(0.05)

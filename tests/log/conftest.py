@@ -1,4 +1,5 @@
 import os
+import subprocess
 
 import pytest
 
@@ -22,6 +23,26 @@ class FakeClock:
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
+
+
+@pytest.fixture
+def immutable():
+    """``immutable(path)``: ``chattr +i`` on it until the test ends (root may then not
+    write, rename or remove it); ``immutable.clear(path)`` ends it sooner."""
+    flagged = []
+
+    def flag(path: str) -> None:
+        subprocess.run(["chattr", "+i", path], check=True)
+        flagged.append(path)
+
+    def clear(path: str) -> None:
+        subprocess.run(["chattr", "-i", path], check=True)
+        flagged.remove(path)
+
+    flag.clear = clear
+    yield flag
+    for path in reversed(flagged):
+        subprocess.run(["chattr", "-i", path], check=True)
 
 
 def read_range(log, offset: int, max_bytes: int) -> bytes:

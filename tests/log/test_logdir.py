@@ -1,6 +1,5 @@
 import json
 import os
-import subprocess
 
 import pytest
 
@@ -343,20 +342,6 @@ def test_a_partition_of_the_longest_name_and_number_is_created_and_deleted(path,
     logdir.close()
 
 
-@pytest.fixture
-def immutable():
-    """``chattr +i`` on paths until the test ends (root may not rename or remove them)."""
-    flagged = []
-
-    def flag(p: str) -> None:
-        subprocess.run(["chattr", "+i", p], check=True)
-        flagged.append(p)
-
-    yield flag
-    for p in reversed(flagged):
-        subprocess.run(["chattr", "-i", p], check=True)
-
-
 def test_a_delete_the_file_system_refuses_can_be_retried(path, clock, immutable):
     logdir = LogDir.open(path, DEFAULTS, clock)
     logdir.create_partition("stuck", 0, 1).append(encode_message_set([b"x"]), 1)
@@ -365,7 +350,7 @@ def test_a_delete_the_file_system_refuses_can_be_retried(path, clock, immutable)
     with pytest.raises(StorageError, match="cannot delete .*stuck_0: Operation not permitted"):
         logdir.delete_partition("stuck", 0)
     assert list(logdir.partitions) == [("other", 0)]  # closed and forgotten
-    subprocess.run(["chattr", "-i", path], check=True)
+    immutable.clear(path)
     logdir.delete_partition("stuck", 0)
     assert not os.path.exists(os.path.join(path, "stuck_0"))
     with pytest.raises(HostbrokerError) as info:

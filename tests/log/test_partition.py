@@ -8,7 +8,7 @@ from hostbroker.errors import (ConfigError, ErrorCode, HostbrokerError, InvalidT
 from hostbroker.log import partition as partition_module
 from hostbroker.log.config import LogConfig
 from hostbroker.log.message import CODEC_GZIP, encode_message_set, iter_messages
-from hostbroker.log.partition import PartitionLog
+from hostbroker.log.partition import PartitionLog, SegmentDeleteError
 from hostbroker.log.recovery import RecoveryStats
 from hostbroker.log.segments import segment_filename
 
@@ -363,6 +363,23 @@ def test_all_expired_rolls_first(tmp_path, clock):
     set_mtime(log, 600, clock() - 2000)
     assert log.enforce_retention(clock()) == []
     assert log.segment_bases == [600]
+    log.close()
+
+
+def test_a_segment_retention_cannot_delete_stops_it_there(tmp_path, clock, immutable):
+    log = PartitionLog.create(str(tmp_path), "t", 0, 1, {"retention.bytes": "0"}, SMALL, clock)
+    fill(log, 4)
+    assert log.segment_bases == [0, 200, 400, 600]
+    immutable(log.segment_path(400))
+    with pytest.raises(SegmentDeleteError, match=f"{segment_filename(400)}: Operation not"):
+        log.enforce_retention(clock())
+    assert log.segment_bases == [400, 600] and log.log_start_offset == 400
+    assert segment_files(log.path) == [segment_filename(400), segment_filename(600)]
+    assert [m.offset for m in read_all(log)] == [400, 500, 600, 700]
+    assert log.append(message_set(1), 1) == (800, 900)
+    immutable.clear(log.segment_path(400))
+    assert log.enforce_retention(clock()) == [400, 600]
+    assert log.segment_bases == [800]
     log.close()
 
 
