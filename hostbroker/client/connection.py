@@ -27,6 +27,18 @@ decode, a correlation id out of order) the connection is closed rather than
 resynchronised: nothing after a broken frame can be trusted. ``connect()``
 opens a fresh one.
 
+Something that is not a broker is told apart before anything large is read:
+an answer's size prefix must be at least 4 and at most what the request can
+bring (``max_response_bytes``, and for a FETCH the sum of its partitions'
+``max_bytes`` plus headers), and its first 4 bytes must be the pending
+correlation id, checked before its buffer is allocated. Either failure
+raises :class:`NotABrokerError` (a ProtocolError) in one line, so an HTTP
+server (whose ``HTTP`` reads as a size of 1.2 GB) or a peer sending garbage
+is refused at once. Until a connection's first answer arrives, the wait for
+it is bounded by ``setup_timeout`` (plus the time the request lets the
+broker hold it) instead of ``timeout``: a peer that accepts and never
+answers fails within seconds.
+
 The connection is not thread safe; give each thread its own.
 """
 
@@ -44,12 +56,24 @@ from hostbroker.protocol import api
 from hostbroker.protocol.primitives import Buffer
 
 DEFAULT_TIMEOUT = 30.0
+# Bound on the wait for a new connection's first answer (Kafka's
+# socket.connection.setup.timeout.ms default).
+DEFAULT_SETUP_TIMEOUT = 10.0
 DEFAULT_CLIENT_ID = "hostbroker-python"
 # Larger than any fetch answer a sane max_bytes gives; guards the allocation
 # against a corrupt size.
 DEFAULT_MAX_RESPONSE_BYTES = 1 << 30
 
 _SIZE = struct.Struct(">i")
+# A FETCH answer's bytes besides the message sets: header and array counts,
+# and per partition its topic name (at most 32 KiB) and fixed fields.
+_FETCH_ANSWER_OVERHEAD = 64
+_FETCH_PARTITION_OVERHEAD = 2 + 32767 + 4 + 2 + 8 + 4 + 8
+
+
+class NotABrokerError(ProtocolError):
+    """The peer's answer cannot be a broker's: a size prefix out of bounds, or a
+    correlation id that is not the pending request's."""
 # Small answers are read many at a time into this buffer; a large one goes
 # straight into its own frame buffer.
 _INPUT_BUFFER_BYTES = 64 * 1024
@@ -87,6 +111,15 @@ class _Pending(NamedTuple):
     # How long the broker may rightly hold the answer (long-poll fetch,
     # acks=-1 produce), on top of the connection's timeout.
     broker_wait: float
+    # The largest answer the request can bring (None: max_response_bytes).
+    max_size: int | None = None
+
+
+def _max_answer(request: api.Request) -> int | None:
+    if isinstance(request, api.FetchRequest):
+        return (_FETCH_ANSWER_OVERHEAD + sum(_FETCH_PARTITION_OVERHEAD + max(p.max_bytes, 0)
+                                             for p in request.partitions))
+    return None
 
 
 def _broker_wait(request: api.Request) -> float:
@@ -107,8 +140,10 @@ class BrokerConnection:
     """A blocking connection; no I/O until :meth:`connect`.
 
     ``timeout`` bounds each connect, send and wait for an answer (plus the
-    time a request lets the broker hold its answer). Usable as a context
-    manager, which connects if needed and closes on exit.
+    time a request lets the broker hold its answer); ``setup_timeout``, when
+    shorter, bounds the wait for the first answer of each connection.
+    ``max_response_bytes`` bounds any answer. Usable as a context manager,
+    which connects if needed and closes on exit.
     """
 
     def __init__(
@@ -119,10 +154,13 @@ class BrokerConnection:
         client_id: str | None = DEFAULT_CLIENT_ID,
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
         reuse_buffer: bool = False,
+        setup_timeout: float = DEFAULT_SETUP_TIMEOUT,
     ):
         self.uri = uri
         self.family, self.address = parse_uri(uri)
         self.timeout = timeout
+        self.setup_timeout = setup_timeout
+        self._answered = False  # whether this connection brought an answer yet
         self.client_id = client_id
         self.max_response_bytes = max_response_bytes
         self.reuse_buffer = reuse_buffer
@@ -151,6 +189,7 @@ class BrokerConnection:
     def connect(self) -> BrokerConnection:
         """Open the socket (closing any earlier one and forgetting its pending requests)."""
         self.close()
+        self._answered = False
         if self.family == socket.AF_UNIX:
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
@@ -199,7 +238,8 @@ class BrokerConnection:
         correlation_id = self._next_id()
         self._write([api.encode_request(request, correlation_id, self.client_id)])
         if not (isinstance(request, api.ProduceRequest) and request.acks == 0):
-            self._pending.append(_Pending(correlation_id, request.API_KEY, _broker_wait(request)))
+            self._pending.append(_Pending(correlation_id, request.API_KEY, _broker_wait(request),
+                                          _max_answer(request)))
         return correlation_id
 
     def _next_id(self) -> int:
@@ -265,8 +305,10 @@ class BrokerConnection:
                 f"the next answer is to {expected.api_key.name}, not {api.ApiKey(api_key).name}"
             )
         self._pending.popleft()
+        wait = self.timeout if self._answered else min(self.timeout, self.setup_timeout)
         try:
-            frame = self._read_frame(self.timeout + expected.broker_wait)
+            frame = self._read_frame(wait + expected.broker_wait, expected)
+            self._answered = True
             if api.is_error_frame(frame):
                 correlation_id, code = api.decode_error_frame(frame)
                 raise BrokerError(
@@ -298,8 +340,11 @@ class BrokerConnection:
 
     # Reading frames.
 
-    def _read_frame(self, timeout: float) -> bytearray | memoryview:
+    def _read_frame(self, timeout: float, expected: _Pending) -> bytearray | memoryview:
         """The next frame without its size prefix.
+
+        Its size and correlation id are checked against ``expected`` before
+        its buffer is allocated (NotABrokerError).
 
         In a buffer of its own, because decoded message sets are views into
         it and must stay valid after the next answer is read; or, with
@@ -308,11 +353,26 @@ class BrokerConnection:
         """
         sock = self._socket()
         self._set_timeout(sock, timeout)
-        self._fill(_SIZE.size)
+        try:
+            self._fill(_SIZE.size)
+        except TimeoutError:
+            raise TimeoutError(f"no answer from {self.uri} within {timeout:g} s") from None
         (size,) = _SIZE.unpack_from(self._input, self._start)
+        limit = self.max_response_bytes
+        if expected.max_size is not None:
+            limit = min(limit, expected.max_size)
+        if not _SIZE.size <= size <= limit:
+            raise NotABrokerError(
+                f"{self.uri} is not a hostbroker broker: its answer starts "
+                f"{bytes(self._input_view[self._start:self._end][:16])!r}, a size of {size} bytes "
+                f"(the limit for an answer to {expected.api_key.name} is 4 to {limit})")
         self._start += _SIZE.size
-        if not 0 <= size <= self.max_response_bytes:
-            raise ProtocolError(f"answer of {size} bytes (limit {self.max_response_bytes})")
+        self._fill(_SIZE.size)
+        (correlation_id,) = _SIZE.unpack_from(self._input, self._start)
+        if correlation_id != expected.correlation_id:
+            raise NotABrokerError(
+                f"{self.uri} is not a hostbroker broker, or is out of step: its answer carries "
+                f"correlation id {correlation_id}, expected {expected.correlation_id}")
         if self.reuse_buffer:
             if len(self._frame_buffer) < size:
                 grown = min(max(size, 2 * len(self._frame_buffer)), self.max_response_bytes)

@@ -78,6 +78,10 @@ FETCH_SETTINGS: tuple[Setting, ...] = (
     Setting("socket.timeout.ms", int, 30000,
             "Bound on connecting, sending and waiting for an answer (plus the long poll).",
             at_least(1)),
+    Setting("socket.connection.setup.timeout.ms", int, 10000,
+            "Bound on the wait for a new connection's first answer (plus the long poll), when "
+            "shorter than socket.timeout.ms: a peer that is not a broker fails this fast.",
+            at_least(1)),
     Setting("fetch.size", int, 1024 * 1024,
             "Bytes asked of each partition per fetch (max_bytes).", between(1, _INT32_MAX)),
     Setting("fetch.message.max.bytes", int, DEFAULT_FETCH_MESSAGE_MAX_BYTES,
@@ -246,6 +250,7 @@ class _Connector:
     def __init__(self, uris: list[str], settings: Settings):
         self.uris = uris
         self.timeout = settings["socket.timeout.ms"] / 1000
+        self.setup_timeout = settings["socket.connection.setup.timeout.ms"] / 1000
         self.client_id = settings["client.id"]
         self.connection: BrokerConnection | None = None
 
@@ -261,7 +266,7 @@ class _Connector:
         for uri in self.uris:
             # Sets are copied out of each answer before the next is read.
             connection = BrokerConnection(uri, timeout=self.timeout, client_id=self.client_id,
-                                          reuse_buffer=True)
+                                          reuse_buffer=True, setup_timeout=self.setup_timeout)
             try:
                 connection.connect()
             except OSError as exc:
