@@ -24,7 +24,11 @@ the smallest latency that at least p % of requests did not exceed). With
 ``--json`` the same as one JSON document.
 
 Arguments are bounded (see ``LIMITS``); anything outside is refused with one
-line before a process starts.
+line before a process starts. So is a ``perf produce --size`` whose message
+would be over ``message.max.bytes`` (the producer's setting, by default the
+broker's default of 1,000,000 bytes with the entry header; raise it with
+``--property message.max.bytes=N`` up to the broker's), which every message
+would otherwise fail.
 """
 
 from __future__ import annotations
@@ -304,11 +308,26 @@ def produce(topic: str, *, messages: int, size: int, batch_size: int | None = No
         "compression.codec": compression,
         "batch.size": batch_size,
     }, {"client.id": "hostbroker-perf"})
+    _check_message_size(size, config)
     Producer(check_bootstrap(bootstrap), config).close()  # refuse bad settings here
     jobs = [(bootstrap, topic, share, size, config) for share in shares(messages, processes)]
     results = _run_workers(produce_worker, jobs)
     return _report("produce", results, as_json, out, err, processes=processes, size=size,
                    settings=config)
+
+
+def _check_message_size(size: int, config: dict) -> None:
+    """Refuse a ``--size`` whose entries ``message.max.bytes`` would not take."""
+    from hostbroker.client import PRODUCER_SETTINGS
+    from hostbroker.client.settings import resolve
+    from hostbroker.log.message import MIN_LENGTH_V1
+
+    limit = resolve(PRODUCER_SETTINGS, config)["message.max.bytes"]
+    if size + MIN_LENGTH_V1 > limit:
+        raise usage_error(
+            f"--size {size:,} is over message.max.bytes = {limit:,} (at most "
+            f"{limit - MIN_LENGTH_V1:,} bytes of payload; raise it with --property "
+            f"message.max.bytes=N, up to the broker's)")
 
 
 # -- consume ---------------------------------------------------------------

@@ -91,3 +91,18 @@ def test_acks_zero_is_named_as_the_reason_for_no_latency(acks):
     report = summarize("produce", [WorkerResult(messages=5, started=1.0, ended=2.0)],
                        settings={"request.required.acks": acks})
     assert "acks=0: the broker does not answer" in format_report(report)
+
+
+def test_a_size_over_message_max_bytes_is_refused_before_any_work():
+    from hostbroker.commands import CommandError, EXIT_USAGE
+    from hostbroker.commands.perf import produce
+
+    # No broker listens there: the refusal must come before any connection.
+    nowhere = "tcp://127.0.0.1:1"
+    with pytest.raises(CommandError, match=r"--size 1,000,000 is over message.max.bytes = "
+                                           r"1,000,000 \(at most 999,994 bytes") as caught:
+        produce("t", messages=1, size=1_000_000, bootstrap=nowhere)
+    assert caught.value.status == EXIT_USAGE
+    with pytest.raises(CommandError, match="over message.max.bytes = 2,000"):
+        produce("t", messages=1, size=1995, bootstrap=nowhere,
+                properties=["message.max.bytes=2000"])
