@@ -69,3 +69,13 @@ def test_defaults_differ_where_the_consumers_do():
     assert (group["consumer.timeout.ms"], group["auto.commit.enable"]) == (-1, True)
     with pytest.raises(ConfigError, match="broker.list: bad broker URI"):
         resolve(CONSUMER_SETTINGS, {"broker.list": "tcp://ok:1,localhost:9092"})
+
+
+def test_backoff_doubles_up_to_its_cap_and_resets():
+    from hostbroker.client.streams import Backoff
+
+    backoff = Backoff(0.2, 10)
+    assert [backoff.next() for _ in range(9)] == [0.2, 0.4, 0.8, 1.6, 3.2, 6.4, 10, 10, 10]
+    backoff.reset()
+    assert backoff.next() == 0.2
+    assert [Backoff(0, 0).next() for _ in range(2)] == [0, 0]
