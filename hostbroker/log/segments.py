@@ -29,7 +29,9 @@ MAX_TOPIC_NAME_LENGTH = 249
 MAX_PARTITIONS_PER_TOPIC = 100_000
 _SEGMENT_NAME = re.compile(r"([0-9]{20})\.kafka")
 _TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,%d}" % MAX_TOPIC_NAME_LENGTH)
-_PARTITION_NUMBER = re.compile(r"[0-9]+")
+_INT32_MAX = 2**31 - 1
+# How partition_dirname writes a partition number: decimal, no leading zero.
+_PARTITION_NUMBER = re.compile(r"0|[1-9][0-9]*")
 
 LATEST_TIME = -1
 EARLIEST_TIME = -2
@@ -73,9 +75,14 @@ def partition_dirname(topic: str, partition: int) -> str:
 
 
 def parse_partition_dirname(name: str) -> tuple[str, int] | None:
-    """Return (topic, partition) of a partition directory name, or None if it is not one."""
+    """Return (topic, partition) of a partition directory name, or None if it is not one.
+
+    Only names :func:`partition_dirname` could write are: a valid topic name,
+    and a partition number without leading zeros (so no two names give the same
+    partition) that fits the wire's int32.
+    """
     topic, sep, number = name.rpartition("_")
-    if not sep or not _PARTITION_NUMBER.fullmatch(number):
+    if not sep or not _PARTITION_NUMBER.fullmatch(number) or int(number) > _INT32_MAX:
         return None
     try:
         validate_topic_name(topic)

@@ -185,7 +185,16 @@ class WriterWorker(Worker):
                                            "raise max.partitions")
                 elif plog.log_start_offset <= s.end_offset < plog.log_end_offset:
                     # written by a predecessor that died before publishing: never acknowledged
-                    plog.truncate_to(s.end_offset)
+                    try:
+                        plog.truncate_to(s.end_offset)
+                    except StorageError as e:
+                        print(f"hostbroker: {self.name}: partition {topic}-{partition} is "
+                              f"offline: {e}", file=sys.stderr, flush=True)
+                        plog.close(flush=False)
+                        del self.logdir.partitions[(topic, partition)]
+                        self.logdir.offline[(topic, partition)] = str(e)
+                        self._register_offline(i, topic, partition)
+                        continue
                 self.slots[i] = plog
                 self._publish(i, plog, state=ptable.ONLINE, name=topic, partition=partition,
                               owner=self.index)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -309,3 +310,24 @@ def test_a_segment_retention_cannot_delete_takes_nothing_offline(make_broker):
         while c.offsets("aged", 0, -2, 1)[0] != int(segments[2][:20]):
             assert time.monotonic() < deadline, broker.log()
             time.sleep(0.05)
+
+
+def test_a_replaced_writer_takes_a_partition_it_cannot_open_offline(broker):
+    with broker.client() as c:
+        c.create_topic("fine", 1)
+        c.create_topic("hurt", 1)
+        c.produce("fine", 0, encode_message_set([b"f"]))
+        c.produce("hurt", 0, encode_message_set([b"h"]))
+    segment = os.path.join(partition_dir(broker, "hurt"), FIRST_SEGMENT)
+    with immutable(segment):
+        victim = broker.workers()["hb-writer-0"]
+        os.kill(victim, signal.SIGKILL)
+        broker.wait_worker_replaced("hb-writer-0", victim)
+        with broker.client() as c:
+            deadline = time.monotonic() + 10
+            while metadata_codes(c, "hurt") != {0: ErrorCode.STORAGE_ERROR}:
+                assert time.monotonic() < deadline, broker.log()
+                time.sleep(0.05)
+            assert produce_code(c, "hurt") == ErrorCode.STORAGE_ERROR
+            assert_serves(c, "fine", [b"f"])
+    assert "partition hurt-0 is offline" in broker.log()

@@ -35,7 +35,9 @@ def test_partition_dirname():
     assert partition_dirname("page_views", 3) == "page_views_3"
     assert parse_partition_dirname("page_views_3") == ("page_views", 3)
     assert parse_partition_dirname("a_b_c_12") == ("a_b_c", 12)
-    for name in ["topic", "topic_", "_3", "topic_x", "topic_3.deleted-17", ".lock", "..._-1"]:
+    assert parse_partition_dirname("t_2147483647") == ("t", 2**31 - 1)
+    for name in ["topic", "topic_", "_3", "topic_x", "topic_3.deleted-17", ".lock", "..._-1",
+                 "t_007", "t_00", "t_2147483648", "t_99999999999999999999", "t_\u0663"]:
         assert parse_partition_dirname(name) is None, name
     with pytest.raises(InvalidTopicError):
         partition_dirname("bad/name", 0)
