@@ -482,6 +482,7 @@ class WriterWorker(Worker):
         slot = request["slot"]
         plog = self.slots.pop(slot, None)
         self.dirty.discard(slot)
+        self.retention_stuck.discard(slot)
         self.published.pop(slot, None)
         self.waiters = [w for w in self.waiters if w.slot != slot]
         key = (plog.topic, plog.partition) if plog else (request["topic"], request["partition"])
