@@ -162,20 +162,22 @@ def parse_recovery_points(data: bytes) -> dict[PartitionKey, int]:
     return points
 
 
-def _read_recovery_points(path: str) -> tuple[dict[PartitionKey, int], bytes | None]:
+def _read_recovery_points(path: str, clean: bool) -> tuple[dict[PartitionKey, int], bytes | None]:
     """Return the checkpointed recovery points of a log dir and the file's bytes.
 
-    Missing, unreadable or garbled is ({}, None): every segment gets scanned.
+    Missing, unreadable or garbled is ({}, None): every segment gets scanned
+    (after a clean shutdown: every last segment, whole).
     """
     checkpoint = os.path.join(path, CHECKPOINT_FILE)
+    fallback = "checking every last segment whole" if clean else "recovering every segment"
     try:
         with open(checkpoint, "rb") as checkpoint_file:
             data = checkpoint_file.read()
         return parse_recovery_points(data), data
     except FileNotFoundError:
-        log.info("%s: no %s; recovering every segment", path, CHECKPOINT_FILE)
+        log.info("%s: no %s; %s", path, CHECKPOINT_FILE, fallback)
     except (OSError, ValueError) as exc:
-        log.warning("%s: ignoring %s (%s); recovering every segment", path, CHECKPOINT_FILE, exc)
+        log.warning("%s: ignoring %s (%s); %s", path, CHECKPOINT_FILE, exc, fallback)
     return {}, None
 
 
@@ -248,7 +250,7 @@ class LogDir:
             with storage_errors(f"log dir {path} is unusable"):
                 marker = os.path.join(path, CLEAN_SHUTDOWN_FILE)
                 clean = os.path.exists(marker)
-                points, checkpoint = _read_recovery_points(path)
+                points, checkpoint = _read_recovery_points(path, clean)
                 for name in sorted(os.listdir(path)):
                     full = os.path.join(path, name)
                     if name == TRASH_DIR:
