@@ -233,6 +233,20 @@ def test_topics_with_the_longest_names_are_deleted(broker, length):
     assert os.listdir(os.path.join(broker.settings["log.dirs"], ".trash")) == []
 
 
+def test_a_longest_name_with_four_digit_partitions_is_deleted(broker):
+    topic = "d" * 249
+    writer = broker.workers()["hb-writer-0"]
+    with broker.client(timeout=120) as c:
+        c.create_topic(topic, 1001)  # "<topic>_1000" is 254 bytes
+        assert os.path.isdir(partition_dir(broker, topic, 1000))
+        c.produce(topic, 1000, encode_message_set([b"last"]))
+        assert read_all(c, topic, 1000) == [b"last"]
+        c.delete_topic(topic)
+        assert c.metadata([topic]).topics[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert broker.workers()["hb-writer-0"] == writer
+    assert not [n for n in os.listdir(broker.settings["log.dirs"]) if n.startswith("ddd")]
+
+
 def test_a_topic_name_past_249_characters_is_refused(broker):
     with broker.client() as c:
         with pytest.raises(BrokerError) as e:
