@@ -376,23 +376,41 @@ class HandlerWorker(TopicAdmin, Fetching, ConsumerOffsets, Worker):
         return api.OffsetsResponse(ErrorCode.NONE, tuple(offsets))
 
     def _metadata(self, request) -> api.MetadataResponse:
+        """Raises INVALID_REQUEST (an error frame) as soon as the answer grows
+        past ``response.max.bytes``, before building the rest: a topic of many
+        partitions named many times would otherwise amplify a small request."""
         self.view.refresh()
         names = list(request.topics) or sorted(self.view.topics)
+        dir_bytes = [len(d.encode()) for d in self.plan.log_dirs]
+        described: dict[str, tuple[api.MetadataTopic, int]] = {}  # each name built once
         topics = []
+        size = 0
         for name in names:
-            slots = self.view.topics.get(name)
-            if slots is None:
-                topics.append(api.MetadataTopic(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ()))
-                continue
-            parts = []
-            for partition, slot in enumerate(slots):
-                if slot is None:
-                    continue
-                s = self.table.read(slot)
-                code = ErrorCode.STORAGE_ERROR if s.state == ptable.OFFLINE else ErrorCode.NONE
-                parts.append(api.MetadataPartition(partition, code, self.broker_id,
-                                                   s.start_offset, s.end_offset,
-                                                   self.plan.log_dirs[s.owner]))
-            topics.append(api.MetadataTopic(name, ErrorCode.NONE, tuple(parts)))
+            if name not in described:
+                described[name] = self._describe_topic(name, dir_bytes)
+            topic, topic_size = described[name]
+            size += topic_size
+            if size > self.max_response_bytes:
+                raise HostbrokerError("METADATA answer over response.max.bytes",
+                                      ErrorCode.INVALID_REQUEST)
+            topics.append(topic)
         brokers = tuple(api.MetadataBroker(*b) for b in self.brokers)
         return api.MetadataResponse(self.broker_id, brokers, tuple(topics))
+
+    def _describe_topic(self, name: str, dir_bytes: list[int]) -> tuple[api.MetadataTopic, int]:
+        """A topic's METADATA entry and its encoded size."""
+        size = 2 + len(name.encode("utf-8", "replace")) + 2 + 4
+        slots = self.view.topics.get(name)
+        if slots is None:
+            return api.MetadataTopic(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ()), size
+        parts = []
+        for partition, slot in enumerate(slots):
+            if slot is None:
+                continue
+            s = self.table.read(slot)
+            code = ErrorCode.STORAGE_ERROR if s.state == ptable.OFFLINE else ErrorCode.NONE
+            parts.append(api.MetadataPartition(partition, code, self.broker_id,
+                                               s.start_offset, s.end_offset,
+                                               self.plan.log_dirs[s.owner]))
+            size += 4 + 2 + 4 + 8 + 8 + 2 + dir_bytes[s.owner]
+        return api.MetadataTopic(name, ErrorCode.NONE, tuple(parts)), size

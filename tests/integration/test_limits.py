@@ -243,3 +243,16 @@ def test_metadata_longer_than_offset_metadata_max_bytes_is_refused(client, uncha
     # Counted in UTF-8 bytes: 2,049 two-byte characters are 4,098 bytes.
     (result,) = client.offset_commit(group, [(topic, 1, 7, "é" * 2049)], raise_on_error=False)
     assert result.error_code == ErrorCode.INVALID_REQUEST
+
+
+def test_metadata_naming_a_wide_topic_many_times_is_refused_before_it_is_built(
+        served, unchanged_workers):
+    topic = new_topic()
+    with SimpleClient(served.unix) as client:
+        client.create_topic(topic, 500)
+        # Once: about 40 KB. 2,000 times: about 80 MB, from a request of 30 KB.
+        (described,) = client.metadata([topic]).topics
+        assert len(described.partitions) == 500
+        assert len(client.metadata([topic] * 40).topics) == 40
+    frame = api.encode_request(api.MetadataRequest((topic,) * MAX_ENTRIES), 8)
+    assert_error_frame_and_close(served.unix, frame, 8, ErrorCode.INVALID_REQUEST, within_s=3.0)
