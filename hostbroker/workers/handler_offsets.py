@@ -21,9 +21,8 @@ class ConsumerOffsets:
         """Why one OFFSET_COMMIT entry cannot be stored, or NONE."""
         if self.view.slot(part.topic, part.partition) is None:
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        metadata = part.metadata or ""
-        limit = self.config["offset.metadata.max.bytes"]
-        if len(metadata) > limit or len(metadata.encode("utf-8", "replace")) > limit:
+        metadata = (part.metadata or "").encode("utf-8", "replace")
+        if len(metadata) > self.config["offset.metadata.max.bytes"]:
             return ErrorCode.INVALID_REQUEST
         return ErrorCode.NONE
 
