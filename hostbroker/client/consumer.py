@@ -16,7 +16,11 @@ whose answer holds no whole entry although the log goes on (the first entry
 is larger than ``max_bytes``) is repeated with a larger size, at least double
 and at least the entry's own size, up to ``fetch.message.max.bytes``; past it
 :class:`MessageSizeTooLargeError`. So a fetch never spins and never stalls:
-it returns at least one message, or none only at the log end, or raises.
+it returns at least one message, or none only at the log end, or raises. In
+a fetch of several partitions, one that the broker left out because the
+whole answer reached its ``fetch.max.bytes`` (an empty set, or part of an
+entry that fits ``max_bytes``) comes back empty, without a fetch of its own:
+the next fetch reads it.
 
 An offset outside the log raises :class:`OffsetOutOfRangeError` unless
 ``auto.offset.reset`` says to move to the log's earliest or latest offset;
@@ -244,6 +248,18 @@ def _reason(error: Exception) -> str:
     return text.split(": ", 1)[1] if text.startswith("entry at byte ") else text
 
 
+def _cut_by_answer_limit(part: api.FetchPartition, head: bytes) -> bool:
+    """Whether a set without a whole entry was cut by the broker's limit on the whole
+    answer (``fetch.max.bytes``: nothing, or less than an entry that fits ``max_bytes``),
+    not by an entry larger than ``max_bytes``; the next fetch reads it."""
+    if not head:
+        return True
+    if len(head) < LENGTH_SIZE:
+        return False
+    needed = LENGTH_SIZE + int.from_bytes(head[:LENGTH_SIZE], "big", signed=True)
+    return LENGTH_SIZE + MIN_LENGTH_V0 <= needed <= part.max_bytes
+
+
 class _Connector:
     """One lazily opened connection to the first broker of a list that answers."""
 
@@ -446,7 +462,8 @@ class SimpleConsumer:
                                  result.log_end_offset, check_crcs=self.check_crcs,
                                  max_message_bytes=self.max_fetch_size, reset_from=reset_from,
                                  skip_bad=self.skip_bad)
-            if fetched.entries or part.offset >= result.log_end_offset:
+            if (fetched.entries or part.offset >= result.log_end_offset
+                    or _cut_by_answer_limit(part, fetched.message_set)):
                 return fetched
             part = self._grown(part, fetched.message_set)
             result = self._fetch_one(part)

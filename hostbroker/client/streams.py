@@ -6,12 +6,15 @@ the chunks (non-empty :class:`FetchedSet`\\ s) on its queue. A
 into their streams' queues (the :class:`~hostbroker.client.group.ConsumerConnector`
 deals the partitions out and owns the offsets).
 
-Every partition is read, fairly. A round's FETCH asks for *every* partition
+Every partition is read, fairly. A round's FETCH asks for every partition
 of the fetcher whose stream has room (at least one free chunk) and is not
-paused, so an idle partition never keeps a busy one out of the request and
-a busy one never starves another: each answer puts at most one chunk per
-partition on a queue, in an order that turns by one partition every round.
-A queue therefore holds at most ``queued.max.message.chunks - 1`` chunks
+paused, up to :data:`MAX_FETCH_PARTITIONS`, so an idle partition never keeps
+a busy one out of the request and a busy one never starves another: each
+answer puts at most one chunk per partition on a queue. After each round
+the partitions it asked for move to the back of the fetcher's order (those
+that brought data last), so the ones left out (past the cap, or given an
+empty set because the broker's ``fetch.max.bytes`` ran out) come first in
+the next request: Kafka's rotation. A queue therefore holds at most ``queued.max.message.chunks - 1`` chunks
 plus one per partition its fetcher reads for it (a stream of 40 partitions
 and one fetcher: at most ``queued.max.message.chunks + 39`` chunks, each at
 most ``fetch.size`` bytes, or up to ``fetch.message.max.bytes`` for a larger
@@ -45,6 +48,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
+
+# Partitions in one FETCH request (brokers refuse requests of more than their
+# request.max.entries, 10,000 by default); the rest wait for the next round.
+MAX_FETCH_PARTITIONS = 1000
 
 # Errors of one partition that may pass: fetch it again after a pause.
 _TRANSIENT = frozenset({ErrorCode.STORAGE_ERROR, ErrorCode.BROKER_NOT_AVAILABLE,
@@ -208,7 +215,6 @@ class Fetcher:
         self.incoming: list[tuple[TopicPartition, KafkaStream, int]] = []
         self.lock = threading.Lock()
         self.wake = threading.Event()
-        self.turn = 0  # where the next round's request starts among the partitions
         settings = connector.settings
         self.backoff = Backoff(settings["retry.backoff.ms"] / 1000,
                                settings["retry.backoff.max.ms"] / 1000)
@@ -263,21 +269,18 @@ class Fetcher:
             self.positions[tp] = offset
 
     def _request_parts(self) -> list[api.FetchPartition]:
-        """Every partition whose stream has room and that is not paused, starting one
-        partition later than the round before."""
+        """Every partition whose stream has room and that is not paused, in the
+        fetcher's order (``positions``' order), at most MAX_FETCH_PARTITIONS."""
         now = time.monotonic()
-        order = list(self.positions)
-        if order:
-            turn = self.turn % len(order)
-            self.turn = turn + 1
-            order = order[turn:] + order[:turn]
         # Room is not reserved for the time of a fetch (a long poll of an idle
         # partition would keep it from the others): another fetcher feeding
         # the same stream may fill it meanwhile.
         open_streams: dict[int, bool] = {}
         size = self.consumer.fetch_size
         parts = []
-        for tp in order:
+        for tp in self.positions:
+            if len(parts) == MAX_FETCH_PARTITIONS:
+                break
             stream = self.streams[tp]
             has_room = open_streams.get(id(stream))
             if has_room is None:
@@ -298,16 +301,20 @@ class Fetcher:
             return
         self.consumer.send_fetch(parts)
         results = self.consumer.receive_fetch(parts, raise_on_error=False)
-        fetched = False
+        fetched = []
         for part, result in zip(parts, results):
             tp = (part.topic, part.partition)
             if isinstance(result, FetchedSet):
                 if result.entries:
-                    fetched = True
-                    self.positions[tp] = result.next_offset
+                    fetched.append(tp)
                     self.streams[tp].put(result)
+                # To the back of the order: what this request left out goes first next.
+                del self.positions[tp]
+                self.positions[tp] = result.next_offset
             else:
                 self._failed(tp, result)
+        for tp in fetched:  # behind those that asked and got nothing
+            self.positions[tp] = self.positions.pop(tp)
         if not fetched and (self.consumer.max_wait_ms == 0 or self.consumer.min_bytes == 0):
             # No long poll to pace the rounds (no wait, or an answer due at
             # once with fetch.min.bytes 0): do not spin on an idle log.

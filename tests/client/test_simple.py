@@ -222,3 +222,28 @@ def test_no_connection_until_the_first_request(short_dir):
     with pytest.raises(FileNotFoundError):
         client.metadata()
     client.close()
+
+
+def test_partitions_cut_by_the_answer_limit_come_back_empty_without_a_fetch_of_their_own(
+        fake_broker):
+    # The broker's fetch.max.bytes ran out after the first partition: the second
+    # gets nothing, the third part of an entry that fits its max_bytes. Both have
+    # more log; neither is an entry too large for max_bytes.
+    from hostbroker.client import SimpleConsumer
+    from hostbroker.log.message import encode_message_set
+    from hostbroker.protocol.api import FetchPartitionResult, FetchResponse, encode_response
+
+    whole = encode_message_set([b"first"])
+
+    def answer(header, request):
+        sets = [whole, b"", whole[:7]]
+        return encode_response(header.correlation_id, FetchResponse(tuple(
+            FetchPartitionResult(p.topic, p.partition, 0, 1000, data)
+            for p, data in zip(request.partitions, sets))))
+
+    broker = fake_broker(answer)
+    with SimpleConsumer(broker.uri, fetch_wait_max_ms=0) as consumer:
+        first, second, third = consumer.multifetch([("t", 0, 0), ("t", 1, 0), ("t", 2, 0)])
+    assert [v for _, _, v in first] == [b"first"]
+    assert (second.entries, second.next_offset, third.entries, third.next_offset) == (0, 0, 0, 0)
+    assert len(broker.requests) == 1

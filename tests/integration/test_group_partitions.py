@@ -100,6 +100,24 @@ def test_two_busy_partitions_advance_together(broker):
     assert by_partition(got) == fill_values("pair", [0, 1], 200)
 
 
+def test_partitions_left_out_of_a_full_answer_come_first_next(make_broker):
+    # The broker's fetch.max.bytes holds about 4 of the 16 partitions' sets per
+    # answer; the others get empty sets. Each must still come within a few rounds.
+    broker = make_broker(fetch_max_bytes=4096)
+    wanted = fill(broker.unix, "cut", range(16), 100, create=16)
+    config = {**FAST, "queued.max.message.chunks": 1, "fetch.size": 1024}
+    with ConsumerConnector(broker.unix, config, group_id="cut") as connector:
+        (stream,) = connector.create_message_streams({"cut": 1})["cut"]
+        got = take_all(stream, 1600)
+    assert by_partition(got) == {("cut", p): v for p, v in wanted.items()}
+    # A chunk holds ~1 KiB (~70 messages): all 16 partitions start within the
+    # first 16 chunks' worth, each after at most 4 rounds of 4.
+    first_seen = {}
+    for i, m in enumerate(got):
+        first_seen.setdefault(m.partition, i)
+    assert max(first_seen.values()) < 16 * 80, sorted(first_seen.values())
+
+
 def fill_values(topic, partitions, n):
     return {(topic, p): [f"{topic}-{p}-{i}".encode() for i in range(n)] for p in partitions}
 
