@@ -1,33 +1,61 @@
 #!/usr/bin/env bash
-# Set up everything hostbroker needs on Debian 12 (Python 3.11), then run it.
+# Set up everything hostbroker needs on Debian 12, then run it.
 #   tools/run.sh serve [serve options]   the broker on its standalone default (data under ./data)
-#   tools/run.sh test [pytest options]   the whole test suite
+#   tools/run.sh test                    the whole suite on Python 3.11 (.venv), then a quick
+#                                        pass on each other supported Python found (.venv-3.X)
+#   tools/run.sh test [pytest options]   only those tests, only on 3.11
 #   tools/run.sh setup                   only the set-up
-# Idempotent: a second run reuses .venv unless pyproject.toml changed.
+# Python 3.11 is required; 3.12 and 3.13 are supported and tested when the machine has
+# them (python3.X on PATH, or a pyenv version); one that is missing is said in one line.
+# Idempotent: a second run reuses each venv unless pyproject.toml changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+EXTRA_VERSIONS=(3.12 3.13)
+QUICK_TESTS=(tests/protocol tests/log tests/shm tests/test_config.py
+             tests/integration/test_api.py tests/integration/test_refusals.py
+             tests/integration/test_systemd.py tests/integration/test_supervision.py)
+
+# A working interpreter of version $1 (pyenv shims exist for versions not selected: run it).
+find_python() {
+  local v=$1 cand root
+  for cand in "$(command -v "python$v" || true)" \
+              $(root=$(pyenv root 2>/dev/null || echo "${PYENV_ROOT:-$HOME/.pyenv}")
+                ls -d "$root"/versions/"$v".*/bin/python"$v" 2>/dev/null | sort -V -r); do
+    if [ -n "$cand" ] && "$cand" -c "import sys, venv, ensurepip; sys.exit(sys.version_info[:2] != tuple(map(int, '$v'.split('.'))))" 2>/dev/null; then
+      echo "$cand"; return 0
+    fi
+  done
+  return 1
+}
+
+# Make or refresh the venv $2 with interpreter $1.
+make_venv() {
+  local py=$1 venv=$2 stamp=$2/.hostbroker-installed want
+  want=$(sha1sum pyproject.toml | cut -d' ' -f1)
+  if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    "$py" -m venv "$venv"
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check -e '.[test]' 2>&1 \
+      | grep -v "^WARNING: Location" || true
+    "$venv/bin/python" -c 'import hostbroker, posix_ipc, sysv_ipc, psutil, snappy, pytest, hypothesis'
+    echo "$want" > "$stamp"
+  fi
+}
+
 need_apt=()
-PY=$(command -v python3.11 || command -v python3 || true)
+PY=$(find_python 3.11 || command -v python3 || true)
 if [ -z "$PY" ]; then need_apt+=(python3 python3-venv); fi
 if [ -n "$PY" ] && ! "$PY" -c 'import venv, ensurepip' 2>/dev/null; then need_apt+=(python3-venv); fi
+# the service tests check the unit with systemd-analyze, systemd-sysusers and systemd-tmpfiles
+if ! command -v systemd-analyze >/dev/null; then need_apt+=(systemd); fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq "${need_apt[@]}" >/dev/null
-  PY=$(command -v python3.11 || command -v python3)
+  PY=$(find_python 3.11 || command -v python3)
 fi
 "$PY" -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "hostbroker needs Python 3.11, found " + sys.version.split()[0])'
-
-stamp=.venv/.hostbroker-installed
-want=$(sha1sum pyproject.toml | cut -d' ' -f1)
-if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-  "$PY" -m venv .venv
-  .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]' 2>&1 \
-    | grep -v "^WARNING: Location" || true
-  .venv/bin/python -c 'import hostbroker, posix_ipc, sysv_ipc, psutil, snappy, pytest, hypothesis'
-  echo "$want" > "$stamp"
-fi
+make_venv "$PY" .venv
 
 cmd=${1:-serve}
 shift || true
@@ -39,6 +67,19 @@ case "$cmd" in
     .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
     rc=$?
     # pytest's 5 means it collected no test: that is a failure here, not a pass
+    if [ $# -gt 0 ]; then exit $rc; fi
+    for v in "${EXTRA_VERSIONS[@]}"; do
+      if ! py=$(find_python "$v"); then
+        echo "tools/run.sh: Python $v not found on this machine; its quick pass is skipped"
+        continue
+      fi
+      echo "tools/run.sh: quick pass on Python $v ($py)"
+      if ! (set -e; make_venv "$py" ".venv-$v"); then
+        echo "tools/run.sh: cannot install hostbroker on Python $v" >&2
+        rc=1; continue
+      fi
+      ".venv-$v/bin/python" -m pytest -q -p no:cacheprovider "${QUICK_TESTS[@]}" || rc=1
+    done
     exit $rc ;;
   *) echo "usage: tools/run.sh serve|test|setup [options]" >&2; exit 2 ;;
 esac
