@@ -120,12 +120,17 @@ class Worker:
     def _beat(self) -> None:
         """The heartbeat thread: beat while the main loop is alive (see the module doc)."""
         interval = self.config["worker.heartbeat.timeout.ms"] / 8000
-        stall_ns = self.config["worker.stall.timeout.ms"] * 1_000_000
         while True:
             time.sleep(interval)
-            now = time.monotonic_ns()
-            if now - self._loop_ns <= stall_ns:
-                self.board.heartbeat(self.slot, now)
+            self.beat_if_alive(time.monotonic_ns())
+
+    def beat_if_alive(self, now_ns: int) -> bool:
+        """Beat at ``now_ns`` unless the main loop last came round more than
+        ``worker.stall.timeout.ms`` before; return whether it beat."""
+        if now_ns - self._loop_ns > self.config["worker.stall.timeout.ms"] * 1_000_000:
+            return False
+        self.board.heartbeat(self.slot, now_ns)
+        return True
 
     def count(self, counter: int, n: int = 1) -> None:
         self.board.add(self.slot, counter, n)

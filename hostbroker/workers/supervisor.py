@@ -141,8 +141,9 @@ def check_log_dir(path: str) -> None:
     while not os.path.lexists(probe):  # the nearest ancestor that exists
         probe = os.path.dirname(probe)
     if not os.path.isdir(probe):
-        what = "is a file" if probe == os.path.abspath(path) else f"{probe} is a file"
-        raise StartError(f"log.dirs: cannot use {path}: {what}, not a directory")
+        where = "" if probe == os.path.abspath(path) else f"{probe} "
+        what = "is a file, not a directory" if os.path.isfile(probe) else "is not a directory"
+        raise StartError(f"log.dirs: cannot use {path}: {where}{what}")
     if not os.access(probe, os.R_OK | os.W_OK | os.X_OK):
         raise StartError(f"log.dirs: cannot use {path}: {probe} is not writable")
 

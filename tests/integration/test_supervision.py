@@ -14,9 +14,11 @@ import psutil
 import pytest
 
 from hostbroker.client.errors import BrokerError
-from hostbroker.config import SETTINGS_BY_KEY
+from hostbroker.config import SETTINGS_BY_KEY, Config
 from hostbroker.errors import ErrorCode
 from hostbroker.log.message import encode_message_set
+from hostbroker.shm.procs import ProcessBoard, WorkerState
+from hostbroker.workers.plan import BrokerPlan
 from tests.integration.test_faults import read_all
 
 HEARTBEAT_S = SETTINGS_BY_KEY["worker.heartbeat.timeout.ms"].default / 1000
@@ -115,6 +117,22 @@ def test_load_without_a_stop_replaces_no_worker(make_broker):
     message (acks=-1) and a CPU hog beside the broker on the same cores."""
     broker = make_broker(log_flush_interval_messages=1)
     before = broker.workers()
+    board = ProcessBoard.attach(BrokerPlan.from_config(
+        Config.build(overrides=[f"log.dirs={broker.settings['log.dirs']}"])).board_name,
+        readonly=True)
+    oldest_beat_ms = 0.0
+    sampling = threading.Event()
+
+    def sample() -> None:  # the largest heartbeat age the supervisor could have seen
+        nonlocal oldest_beat_ms
+        while not sampling.wait(0.02):
+            now = time.monotonic_ns()
+            for i in range(board.slot_count):
+                if board.state(i) == WorkerState.READY:
+                    oldest_beat_ms = max(oldest_beat_ms, (now - board.heartbeat_ns(i)) / 1e6)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
     clients = _start_clients(broker)
     hog_stop = threading.Event()
 
@@ -139,6 +157,11 @@ def test_load_without_a_stop_replaces_no_worker(make_broker):
     for h in hogs:
         h.join(20)
     _stop_clients(clients)
+    sampling.set()
+    sampler.join(10)
+    board.close()
+    print(f"under load, the oldest heartbeat seen was {oldest_beat_ms:.0f} ms old")
+    assert oldest_beat_ms < HEARTBEAT_S * 1000 / 2, "too close to a false replacement"
     assert n > 0 and all(t.answered for t in clients)
     assert broker.workers() == before, broker.log()
     assert "silent for" not in broker.log()
