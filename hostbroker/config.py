@@ -125,7 +125,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("zookeeper.connect", str, "", "host:port[,host:port...][/chroot]; empty = standalone."),
     # Limits and sizes of this implementation (all enforced).
     Setting("max.in.flight.requests.per.connection", int, 1000,
-            "A processor stops reading a connection with this many unanswered requests.",
+            "A processor stops reading a connection with this many requests not completely "
+            "answered (an answer counts until its last byte is written).",
             _at_least(1)),
     Setting("max.partitions", int, 65536,
             "Slots in the shared partition table: the most partitions this broker holds.",
@@ -155,6 +156,20 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("shutdown.timeout.ms", int, 30000,
             "How long a graceful shutdown waits for in-flight work.", _at_least(0)),
     # Connection limits (processor, acceptor).
+    Setting("connections.max.idle.ms", int, 600000,
+            "A connection that moves no byte this long, with no request at its handler, is "
+            "closed.", _at_least(1)),
+    Setting("socket.request.read.timeout.ms", int, 30000,
+            "A request frame whose first bytes came must be complete this long after "
+            "(counted while the broker reads the connection), or the connection is closed.",
+            _at_least(1)),
+    Setting("connection.max.queued.bytes", int, 4194304,
+            "A processor stops reading a connection while this many bytes of its answers "
+            "wait to be written (an answer counts until its last byte is out).", _at_least(1)),
+    Setting("connection.max.handler.requests", int, 32,
+            "Requests of one connection its handler holds at once (in the request ring or "
+            "being served); more wait unread, so one connection's burst cannot delay the "
+            "others.", _at_least(1)),
     # Request limits (handler).
     Setting("request.max.entries", int, 10000,
             "Most array entries (partitions, topics, topic configs) in one request, all arrays "

@@ -7,8 +7,8 @@ Processor -> handler (request ring)::
 
     conn_id:u64  seq:u32  flags:u32  frame...        (REQ_*)
 
-``frame`` is the request as read off the socket without its size prefix.
-``REQ_NO_RESPONSE`` marks a PRODUCE with acks=0 (no seq consumed);
+``frame`` is the request as read off the socket without its size prefix;
+``seq`` is its place in the connection's order (every request has one).
 ``REQ_CLOSED`` (no frame) tells the handler a connection is gone.
 
 Handler -> processor (response ring)::
@@ -17,8 +17,9 @@ Handler -> processor (response ring)::
 
 each piece ``kind:u8`` then ``len:u32 bytes`` (``PIECE_BYTES``) or
 ``path_len:u16 path pos:u64 len:u64`` (``PIECE_FILE``, sent with sendfile).
-``RESP_CLOSE_AFTER`` closes the connection once this answer is written;
-``RESP_CLOSE_NOW`` closes it without writing anything.
+An answer with no pieces gives its place back and sends nothing (a PRODUCE
+with acks=0). ``RESP_CLOSE_AFTER`` closes the connection once this answer is
+written; ``RESP_CLOSE_NOW`` closes it without writing anything.
 
 Handler -> writer (append ring)::
 
@@ -39,7 +40,6 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 REQ_HEADER = struct.Struct("<QII")
-REQ_NO_RESPONSE = 1
 REQ_CLOSED = 2
 
 RESP_HEADER = struct.Struct("<QIII")

@@ -58,7 +58,7 @@ class _Pending:
 
     processor: int
     conn_id: int
-    seq: int | None  # None: acks=0, nobody to answer
+    seq: int  # the request's place in its connection's order
     correlation_id: int
     api_key: int
     results: list
@@ -207,12 +207,11 @@ class HandlerWorker(TopicAdmin, Fetching, ConsumerOffsets, Worker):
             self._respond(p, conn_id, seq, [api.encode_error_frame(corr or 0, e.code)],
                           env.RESP_CLOSE_AFTER)
             return
-        no_response = bool(flags & env.REQ_NO_RESPONSE)
         corr = header.correlation_id
         try:
             key = header.api_key
             if key == ApiKey.PRODUCE:
-                self._produce(p, conn_id, seq, corr, request, no_response)
+                self._produce(p, conn_id, seq, corr, request)
             elif key == ApiKey.FETCH:
                 self._fetch(p, conn_id, seq, corr, request)
             elif key == ApiKey.OFFSETS:
@@ -269,13 +268,11 @@ class HandlerWorker(TopicAdmin, Fetching, ConsumerOffsets, Worker):
         self.appends[writer].send(*parts)
         self.dirty_writers.add(writer)
 
-    def _produce(self, p, conn_id, seq, corr, request, no_response: bool) -> None:
+    def _produce(self, p, conn_id, seq, corr, request) -> None:
         results = [[part.topic, part.partition, ErrorCode.NONE, -1, -1]
                    for part in request.partitions]
 
         def respond(pending: _Pending, failed: bool = False) -> None:
-            if pending.seq is None:
-                return  # acks=0
             for r in pending.results:
                 if failed and r[2] == ErrorCode.NONE and r[3] == -1:
                     r[2] = ErrorCode.UNKNOWN
@@ -284,8 +281,7 @@ class HandlerWorker(TopicAdmin, Fetching, ConsumerOffsets, Worker):
             self._reply(pending.processor, pending.conn_id, pending.seq,
                         pending.correlation_id, body)
 
-        pending = self._new_pending(p, conn_id, None if no_response else seq, corr,
-                                    ApiKey.PRODUCE, results, respond)
+        pending = self._new_pending(p, conn_id, seq, corr, ApiKey.PRODUCE, results, respond)
         acks = request.acks
         if acks not in (-1, 0, 1):
             for r in results:
@@ -297,8 +293,10 @@ class HandlerWorker(TopicAdmin, Fetching, ConsumerOffsets, Worker):
                 if code:
                     results[index][2] = code
         if acks == 0:
-            # fire and forget: the writer sends no result and the client expects no answer
+            # fire and forget: the writer sends no result and the client expects no
+            # answer; an empty one gives the request's place in the order back
             del self.pending[pending.token]
+            self._respond(p, conn_id, seq, [])
         elif pending.remaining == 0:
             del self.pending[pending.token]
             respond(pending)

@@ -1,28 +1,44 @@
 """The network processor process, ``hb-proc-N`` (``num.processors`` of them).
 
 Owns: the client connections the acceptor hands it (over a SOCK_SEQPACKET
-pair, one fd per message), each in one ``selectors`` loop; the open segment
-files it sends from. Reads: whole request frames off its sockets, and answers
-from every handler's response ring. Writes: frames into the request ring of
-the connection's handler, and answers back to the sockets in the order the
-requests came in (each request gets a sequence number; answers that arrive
-early wait for the ones before them). A PRODUCE with acks=0 gets no number
-and no answer. File parts of fetch answers go out with ``os.sendfile``.
+pair, one fd per message, each acknowledged back so the acceptor can count
+connections exactly), each in one ``selectors`` loop; the open segment files
+it sends from. Reads: whole request frames off its sockets, and answers from
+every handler's response ring. Writes: frames into the request ring of the
+connection's handler, and answers back to the sockets in the order the
+requests came in. Every request gets a sequence number, its place in that
+order; answers that arrive early wait for the ones before them. A PRODUCE
+with acks=0 gets an empty answer from its handler, which gives its place back
+without sending a byte, so an error frame for it still comes in order.
 
 Protocol rules enforced here, before anything is decoded: a size over
 ``socket.request.max.bytes`` is answered with a REQUEST_TOO_LARGE error frame
-and the connection closes; a size too small to hold a correlation id closes
-it with no answer. Both take their turn after earlier answers.
+and the connection closes; a size too small to hold a correlation id (or
+negative) closes it with no answer. Both take their turn after earlier
+answers.
 
-Backpressure: a connection with ``max.in.flight.requests.per.connection``
-unanswered requests is not read until answers go out, and while a request
-ring is full no socket is read at all. When a handler is replaced, the
-connections waiting on it are closed (their requests died with it).
+Memory: sockets are read into one receive buffer per processor; a connection
+keeps only the bytes of a frame not complete yet, in a buffer that grows as
+they arrive (never to the size a header claims) and is freed when the frame
+is done. A started frame must be complete within
+``socket.request.read.timeout.ms`` and a connection that moves no byte for
+``connections.max.idle.ms`` (with nothing at its handler) is closed.
+
+Backpressure and fairness: a connection is not read while it has
+``max.in.flight.requests.per.connection`` requests not completely answered
+(an answer counts until its last byte is written), while
+``connection.max.handler.requests`` of its requests are at the handler
+(in the ring or being served: one connection's burst cannot fill the ring
+ahead of the others), or while ``connection.max.queued.bytes`` of answers wait
+to be written. While a request ring is full no socket is read at all. When a
+handler is replaced, the connections waiting on it are closed (their requests
+died with it).
 """
 
 from __future__ import annotations
 
 import collections
+import ctypes
 import errno
 import os
 import selectors
@@ -30,6 +46,7 @@ import socket
 import struct
 import time
 
+from hostbroker.errors import ErrorCode
 from hostbroker.protocol import api
 from hostbroker.shm import procs
 from hostbroker.workers import envelopes as env
@@ -37,9 +54,14 @@ from hostbroker.workers.base import Worker
 
 _SIZE = struct.Struct(">i")
 _HEAD = struct.Struct(">ihhi")  # size, api_key, api_version, correlation_id
+_ACK = struct.Struct("<I")  # hand-offs taken, processor -> acceptor
 _RECV_CHUNK = 256 * 1024
 _IDLE_TIMEOUT_S = 1.0
 _FD_SWEEP_S = 5.0
+_SEQ_MASK = 0xFFFFFFFF
+_END = object()  # in Connection.out: the answer before it is completely written
+_CLOSE = None  # in Connection.out: close the connection here
+_TRIM_AFTER = 16 * 1024 * 1024  # bytes of connection buffers freed before malloc_trim
 
 
 class SegmentFiles:
@@ -90,33 +112,69 @@ class SegmentFiles:
         self.files.clear()
 
 
-class Connection:
-    __slots__ = ("sock", "fd", "conn_id", "handler", "buf", "view", "start", "end",
-                 "next_seq", "send_seq", "ready", "out", "out_pos", "closing", "reading",
-                 "writing", "skip")
+class _Malloc:
+    """glibc's allocator, told to give freed connection buffers back to the kernel.
 
-    def __init__(self, sock: socket.socket, conn_id: int, handler: int):
+    By default glibc raises its mmap threshold after a large buffer is freed,
+    so later large buffers come from the heap and stay resident after they are
+    freed. A fixed threshold keeps every buffer of a chunk or more in its own
+    mapping (unmapped when freed); ``malloc_trim`` returns what small ones
+    leave free in the heap. Elsewhere than glibc both are no-ops.
+    """
+
+    _M_MMAP_THRESHOLD = -3
+
+    def __init__(self):
+        try:
+            libc = ctypes.CDLL(None)
+            self._trim = libc.malloc_trim
+            libc.mallopt(self._M_MMAP_THRESHOLD, _RECV_CHUNK)
+        except (OSError, AttributeError):
+            self._trim = None
+        self.freed = 0
+
+    def freed_bytes(self, n: int) -> None:
+        self.freed += n
+
+    def trim(self) -> None:
+        if self.freed >= _TRIM_AFTER and self._trim is not None:
+            self._trim(0)
+        self.freed = 0
+
+
+class Connection:
+    __slots__ = ("sock", "fd", "conn_id", "handler", "buf", "next_seq", "send_seq",
+                 "written", "at_handler", "queued", "ready", "out", "out_pos", "closing",
+                 "reading", "writing", "active", "frame_started")
+
+    def __init__(self, sock: socket.socket, conn_id: int, handler: int, now: float):
         self.sock = sock
         self.fd = sock.fileno()
         self.conn_id = conn_id
         self.handler = handler
-        self.buf = bytearray(_RECV_CHUNK)
-        self.view = memoryview(self.buf)
-        self.start = 0
-        self.end = 0
-        self.next_seq = 0  # number given to the next request that expects an answer
-        self.send_seq = 0  # number of the next answer to write
+        self.buf: bytearray | None = None  # bytes of frames not sent to the handler yet
+        self.next_seq = 0  # place of the next request in the connection's order
+        self.send_seq = 0  # place of the next answer to queue for writing
+        self.written = 0  # answers completely written
+        self.at_handler = 0  # requests sent to the handler and not answered by it
+        self.queued = 0  # bytes of answers held here (early or not yet written)
         self.ready: dict[int, tuple[list, int]] = {}
         self.out: collections.deque = collections.deque()
         self.out_pos = 0
         self.closing = False  # stop reading; close once queued answers are out
         self.reading = True
         self.writing = False
-        self.skip = False
+        self.active = now  # last time a byte moved either way
+        self.frame_started = 0.0  # when conn.buf began to hold an incomplete frame
 
     @property
     def outstanding(self) -> int:
-        return self.next_seq - self.send_seq
+        """Requests read and not completely answered."""
+        return self.next_seq - self.written
+
+
+def _memory_bytes(pieces) -> int:
+    return sum(len(p) for p in pieces if not isinstance(p, env.FilePiece))
 
 
 class ProcessorWorker(Worker):
@@ -134,19 +192,31 @@ class ProcessorWorker(Worker):
             listener.close()
         self.handoff = plan.handoff[self.index][1]
         self.handoff.setblocking(False)
-        self.max_frame = self.config["socket.request.max.bytes"]
-        self.max_in_flight = self.config["max.in.flight.requests.per.connection"]
+        self.acks_owed = 0
+        config = self.config
+        self.max_frame = config["socket.request.max.bytes"]
+        self.max_in_flight = config["max.in.flight.requests.per.connection"]
+        self.max_at_handler = config["connection.max.handler.requests"]
+        self.max_queued = config["connection.max.queued.bytes"]
+        self.idle_timeout = config["connections.max.idle.ms"] / 1000
+        self.read_timeout = config["socket.request.read.timeout.ms"] / 1000
+        self.expire_every = min(_IDLE_TIMEOUT_S, max(0.01, min(self.idle_timeout,
+                                                               self.read_timeout) / 10))
+        self.recv_buf = bytearray(_RECV_CHUNK)
+        self.recv_view = memoryview(self.recv_buf)
+        self.malloc = _Malloc()
         self.requests = [self.sender("req", self.index, h) for h in range(plan.num_handlers)]
         self.responses = [self.receiver("resp", h, self.index) for h in range(plan.num_handlers)]
         self.handler_bells = [plan.doorbell("handler", h) for h in range(plan.num_handlers)]
         self.handler_epochs = [self.board.epoch(plan.board_slot("handler", h))
                                for h in range(plan.num_handlers)]
-        self.files = SegmentFiles(self.config["segment.fd.cache.size"])
+        self.files = SegmentFiles(config["segment.fd.cache.size"])
         self.conns: dict[int, Connection] = {}
         self.by_fd: dict[int, Connection] = {}
         self.counter = 0
         self.paused = False
         self.dirty_handlers: set[int] = set()
+        self.now = time.monotonic()
         self.sel = selectors.DefaultSelector()
         self.sel.register(self.doorbell.fileno(), selectors.EVENT_READ, None)
         self.sel.register(self.handoff.fileno(), selectors.EVENT_READ, "handoff")
@@ -155,6 +225,7 @@ class ProcessorWorker(Worker):
     # -- loop --------------------------------------------------------------
     def run(self) -> None:
         next_sweep = time.monotonic() + _FD_SWEEP_S
+        next_expiry = time.monotonic() + self.expire_every
         drain_deadline = None
         while True:
             if self.stopping and drain_deadline is None:
@@ -163,8 +234,10 @@ class ProcessorWorker(Worker):
                     not any(c.outstanding or c.out for c in self.conns.values())
                     or time.monotonic() > drain_deadline):
                 break
-            timeout = 0.005 if self.dirty_handlers else _IDLE_TIMEOUT_S
-            for key, events in self.sel.select(timeout):
+            timeout = 0.005 if self.dirty_handlers else self.expire_every
+            events = self.sel.select(timeout)
+            self.now = time.monotonic()
+            for key, mask in events:
                 data = key.data
                 if data is None:
                     self.doorbell.drain()
@@ -172,17 +245,22 @@ class ProcessorWorker(Worker):
                     self._accept_handoffs()
                 else:
                     conn = data
-                    if events & selectors.EVENT_WRITE:
+                    if mask & selectors.EVENT_WRITE:
                         self._write(conn)
-                    if events & selectors.EVENT_READ and conn.fd in self.by_fd:
+                    if mask & selectors.EVENT_READ and conn.fd in self.by_fd:
                         self._read(conn)
             self.heartbeat()
             self._check_handler_epochs()
             self._take_answers()
             self._pump_requests()
-            if time.monotonic() > next_sweep:
+            if self.acks_owed:
+                self._send_acks()
+            if self.now > next_expiry:
+                self._expire()
+                next_expiry = self.now + self.expire_every
+            if self.now > next_sweep:
                 self.files.sweep()
-                next_sweep = time.monotonic() + _FD_SWEEP_S
+                next_sweep = self.now + _FD_SWEEP_S
         for conn in list(self.conns.values()):
             self._close(conn)
         self._pump_requests()
@@ -208,15 +286,29 @@ class ProcessorWorker(Worker):
             try:
                 _, fds, flags, _ = socket.recv_fds(self.handoff, 1, 1)
             except (BlockingIOError, InterruptedError):
-                return
+                break
+            if not fds and not flags:
+                break
+            # one connection per message, whether or not its fd made it
+            self.acks_owed += 1
             if flags & getattr(socket, "MSG_CTRUNC", 8):
                 for fd in fds:
                     os.close(fd)
                 continue
-            if not fds:
-                return
             for fd in fds:
                 self._adopt(fd)
+        self._send_acks()
+
+    def _send_acks(self) -> None:
+        """Tell the acceptor how many hand-offs were taken (after CONNECTIONS
+        counts them, so it never sees a connection in neither place)."""
+        try:
+            self.handoff.send(_ACK.pack(self.acks_owed))
+            self.acks_owed = 0
+        except (BlockingIOError, InterruptedError):
+            pass  # the acceptor is behind: the next loop tries again
+        except OSError:
+            self.acks_owed = 0  # no acceptor to tell
 
     def _adopt(self, fd: int) -> None:
         sock = socket.socket(fileno=fd)
@@ -228,7 +320,7 @@ class ProcessorWorker(Worker):
             return
         self.counter = (self.counter + 1) & 0xFFFFFFFF
         conn_id = (self.index << 56) | ((self.epoch & 0xFFFFFF) << 32) | self.counter
-        conn = Connection(sock, conn_id, self.plan.handler_for(conn_id))
+        conn = Connection(sock, conn_id, self.plan.handler_for(conn_id), time.monotonic())
         self.conns[conn_id] = conn
         self.by_fd[conn.fd] = conn
         self.sel.register(conn.fd, selectors.EVENT_READ, conn)
@@ -243,19 +335,38 @@ class ProcessorWorker(Worker):
         except (KeyError, ValueError):
             pass
         conn.sock.close()
+        if conn.buf is not None:
+            self.malloc.freed_bytes(len(conn.buf))
+        self.malloc.freed_bytes(conn.queued)
+        conn.buf = None
+        conn.ready.clear()
+        conn.out.clear()
         self.requests[conn.handler].send(
             env.REQ_HEADER.pack(conn.conn_id, 0, env.REQ_CLOSED))
         self.dirty_handlers.add(conn.handler)
         self.board.set(self.slot, procs.CONNECTIONS, len(self.conns))
 
+    def _expire(self) -> None:
+        """Close connections stalled in the middle of a frame, and idle ones."""
+        now = self.now
+        for conn in list(self.conns.values()):
+            if conn.reading and conn.buf and now - conn.frame_started > self.read_timeout:
+                self.count(procs.ERRORS)
+                self._close(conn)
+            elif not conn.at_handler and now - conn.active > self.idle_timeout:
+                self._close(conn)
+        self.malloc.trim()
+
     # -- reading requests --------------------------------------------------
+    def _may_read(self, conn: Connection) -> bool:
+        return (not conn.closing and conn.outstanding < self.max_in_flight
+                and conn.at_handler < self.max_at_handler and conn.queued < self.max_queued)
+
     def _read(self, conn: Connection) -> None:
-        if conn.closing:
-            return
-        if conn.end == len(conn.buf):
-            self._make_room(conn, _RECV_CHUNK)
+        if not conn.reading:
+            return  # turned off earlier in this round
         try:
-            n = conn.sock.recv_into(conn.view[conn.end:])
+            n = conn.sock.recv_into(self.recv_buf)
         except (BlockingIOError, InterruptedError):
             return
         except OSError:
@@ -264,77 +375,91 @@ class ProcessorWorker(Worker):
         if n == 0:
             self._close(conn)
             return
-        conn.end += n
+        conn.active = self.now
         self.count(procs.BYTES_IN, n)
-        self._frames(conn)
+        chunk = self.recv_view[:n]
+        if conn.buf is None:
+            used = self._frames(conn, chunk)
+            if used < n:
+                conn.buf = bytearray(chunk[used:])
+                conn.frame_started = self.now
+        else:
+            conn.buf += chunk
+            self._frames_buffered(conn)
+        del chunk
+        self._update_reading(conn)
 
-    def _make_room(self, conn: Connection, need: int) -> None:
-        """Move unread bytes to the front, growing the buffer to hold ``need``."""
-        pending = conn.end - conn.start
-        if conn.start:
-            conn.buf[:pending] = conn.view[conn.start:conn.end]
-            conn.start, conn.end = 0, pending
-        if len(conn.buf) < need:
-            conn.view.release()
-            conn.buf.extend(bytes(need - len(conn.buf)))
-            conn.view = memoryview(conn.buf)
+    def _frames_buffered(self, conn: Connection) -> None:
+        """Send what ``conn.buf`` holds of whole frames; keep the rest in a fresh
+        buffer no larger than it, so a large frame's buffer goes with it."""
+        before = len(conn.buf)
+        used = self._frames(conn, conn.buf)
+        if not used or conn.fd not in self.by_fd:
+            return
+        self.malloc.freed_bytes(before)
+        conn.buf = bytearray(memoryview(conn.buf)[used:]) if used < before else None
+        conn.frame_started = self.now
 
-    def _frames(self, conn: Connection) -> None:
-        view = conn.view
+    def _frames(self, conn: Connection, data) -> int:
+        """Send the whole frames at the start of ``data`` to the handler, as far as
+        the connection may; returns the bytes used."""
+        view = memoryview(data)
+        end = len(view)
+        pos = 0
         handler = conn.handler
         sender = self.requests[handler]
         sent = 0
-        need = 0  # room the next, incomplete frame needs in conn.buf
-        while not conn.closing:
-            avail = conn.end - conn.start
+        while self._may_read(conn):
+            avail = end - pos
             if avail < 4:
                 break
-            size = _SIZE.unpack_from(view, conn.start)[0]
+            size = _SIZE.unpack_from(view, pos)[0]
             if size < 8 or size > self.max_frame:
-                if size < 8 or avail < 12:
-                    if size < 8:
-                        self._local_answer(conn, [], env.RESP_CLOSE_NOW)
-                    break
-                correlation_id = _HEAD.unpack_from(view, conn.start)[3]
-                self._local_answer(conn, [api.encode_error_frame(correlation_id, 14)],
-                                   env.RESP_CLOSE_AFTER)
-                self.count(procs.ERRORS)
+                if size < 8:
+                    self._local_answer(conn, [], env.RESP_CLOSE_NOW)
+                elif avail >= _HEAD.size:
+                    correlation_id = _HEAD.unpack_from(view, pos)[3]
+                    self._local_answer(conn, [api.encode_error_frame(
+                        correlation_id, ErrorCode.REQUEST_TOO_LARGE)], env.RESP_CLOSE_AFTER)
+                    self.count(procs.ERRORS)
                 break
             if avail < 4 + size:
-                need = 4 + size
                 break
-            frame = view[conn.start + 4:conn.start + 4 + size]
-            conn.start += 4 + size
-            if api.peek_produce_acks(frame) == 0:
-                seq, flags = 0, env.REQ_NO_RESPONSE
-            else:
-                seq, flags = conn.next_seq, 0
-                conn.next_seq += 1
-            sender.send(env.REQ_HEADER.pack(conn.conn_id, seq, flags), frame)
+            frame = view[pos + 4:pos + 4 + size]
+            pos += 4 + size
+            conn.at_handler += 1
+            sender.send(env.REQ_HEADER.pack(conn.conn_id, conn.next_seq & _SEQ_MASK, 0), frame)
+            conn.next_seq += 1
             sent += 1
-        frame = view = None  # drop our views of conn.buf before it may move or grow
+        frame = view = None  # the ring or the sender's copies hold the frames from here
         if sent:
             self.count(procs.REQUESTS, sent)
             self.dirty_handlers.add(handler)
-            # the queued frames are views into conn.buf: into the ring, or copied, before
-            # the buffer's bytes move
+            # queued frames are views of a buffer about to be reused or freed: into
+            # the ring, or copied, now
             if not sender.pump():
                 sender.own()
                 self._pause(True)
-        if conn.start == conn.end:
-            conn.start = conn.end = 0
-        elif need and conn.start + need > len(conn.buf):
-            self._make_room(conn, need)
-        if conn.closing or conn.outstanding >= self.max_in_flight:
-            self._set_reading(conn, False)
+        return pos
 
     def _local_answer(self, conn: Connection, pieces: list, flags: int) -> None:
         """Answer generated here (bad frame size); it waits its turn like any other."""
         seq = conn.next_seq
         conn.next_seq += 1
         conn.closing = True
-        conn.ready[seq] = (pieces, flags)
-        self._flush_ready(conn)
+        self._queue_answer(conn, seq, pieces, flags)
+
+    def _update_reading(self, conn: Connection) -> None:
+        """Read ``conn`` again if it may; frames it has buffered go first."""
+        if conn.fd not in self.by_fd:
+            return
+        may = not self.paused and self._may_read(conn)
+        if may and conn.buf is not None and not conn.reading:
+            self._frames_buffered(conn)
+            if conn.fd not in self.by_fd:
+                return
+            may = not self.paused and self._may_read(conn)
+        self._set_reading(conn, may)
 
     # -- writing answers ----------------------------------------------------
     def _take_answers(self) -> None:
@@ -345,25 +470,30 @@ class ProcessorWorker(Worker):
                 conn = self.conns.get(conn_id)
                 if conn is None:
                     continue
-                conn.ready[seq] = (pieces, flags)
-                self._flush_ready(conn)
+                conn.at_handler -= 1
+                # the ring carries 32 bits of the place; fewer than 2**32 are open
+                seq = conn.send_seq + ((seq - conn.send_seq) & _SEQ_MASK)
+                self._queue_answer(conn, seq, pieces, flags)
             if receiver.done():
                 self.handler_bells[h].ring()
 
-    def _flush_ready(self, conn: Connection) -> None:
+    def _queue_answer(self, conn: Connection, seq: int, pieces: list, flags: int) -> None:
+        conn.ready[seq] = (pieces, flags)
+        conn.queued += _memory_bytes(pieces)
+        out = conn.out
         while conn.send_seq in conn.ready:
             pieces, flags = conn.ready.pop(conn.send_seq)
             conn.send_seq += 1
             if flags & env.RESP_CLOSE_NOW:
-                conn.out.append(None)
+                out.append(_CLOSE)
                 break
-            conn.out.extend(pieces)
+            out.extend(pieces)
+            out.append(_END)
             if flags & env.RESP_CLOSE_AFTER:
-                conn.out.append(None)
+                out.append(_CLOSE)
                 break
         self._write(conn)
-        if conn.fd in self.by_fd and not conn.closing and conn.outstanding < self.max_in_flight:
-            self._set_reading(conn, not self.paused)
+        self._update_reading(conn)
 
     def _write(self, conn: Connection) -> None:
         sock = conn.sock
@@ -371,7 +501,11 @@ class ProcessorWorker(Worker):
         try:
             while out:
                 piece = out[0]
-                if piece is None:
+                if piece is _END:
+                    out.popleft()
+                    conn.written += 1
+                    continue
+                if piece is _CLOSE:
                     self._close(conn)
                     return
                 if isinstance(piece, env.FilePiece):
@@ -382,10 +516,13 @@ class ProcessorWorker(Worker):
                         raise OSError(errno.EIO, f"segment {piece.path} is shorter than expected")
                     done = n == left
                 else:
-                    flags = socket.MSG_MORE if len(out) > 1 else 0
+                    flags = socket.MSG_MORE if len(out) > 2 else 0
                     n = sock.send(memoryview(piece)[conn.out_pos:], flags)
                     done = conn.out_pos + n == len(piece)
+                    if done:
+                        conn.queued -= len(piece)
                 self.count(procs.BYTES_OUT, n)
+                conn.active = self.now
                 if done:
                     out.popleft()
                     conn.out_pos = 0
@@ -400,6 +537,8 @@ class ProcessorWorker(Worker):
         if want_write != conn.writing:
             conn.writing = want_write
             self._apply_interest(conn)
+            if not want_write:
+                self._update_reading(conn)
         if not out and conn.closing and not conn.outstanding:
             self._close(conn)
 
@@ -409,6 +548,8 @@ class ProcessorWorker(Worker):
             reading = False
         if reading != conn.reading:
             conn.reading = reading
+            if reading and conn.buf is not None:
+                conn.frame_started = self.now  # the deadline runs while we read
             self._apply_interest(conn)
 
     def _apply_interest(self, conn: Connection) -> None:
@@ -432,8 +573,8 @@ class ProcessorWorker(Worker):
         if paused == self.paused:
             return
         self.paused = paused
-        for conn in self.conns.values():
-            self._set_reading(conn, not paused and conn.outstanding < self.max_in_flight)
+        for conn in list(self.conns.values()):
+            self._update_reading(conn)
 
     def _pump_requests(self) -> None:
         for h in list(self.dirty_handlers):
@@ -449,5 +590,5 @@ class ProcessorWorker(Worker):
             if epoch != self.handler_epochs[h]:
                 self.handler_epochs[h] = epoch
                 for conn in list(self.conns.values()):
-                    if conn.handler == h and conn.outstanding:
+                    if conn.handler == h and conn.at_handler:
                         self._close(conn)
