@@ -2,20 +2,37 @@
 
 Owns: the listening sockets (bound by the supervisor before the fork, so a
 bind failure stops the start with one line and a replaced acceptor listens on
-the very same sockets). Reads: new connections; the process board's
-connection counters. Writes: each accepted socket to the processor with the
-fewest connections, one fd per SOCK_SEQPACKET message (``socket.send_fds``),
-then closes its own copy. Beyond ``max.connections`` a new connection is
-closed at once.
+the very same sockets), and the count of open connections that
+``max.connections`` bounds. Reads: new connections; each processor's
+CONNECTIONS gauge on the process board and its acknowledgements of
+hand-offs. Writes: each accepted socket to the processor with the fewest
+connections, one fd per SOCK_SEQPACKET message (``socket.send_fds``), then
+closes its own copy.
+
+Counting: a connection is open while a processor holds it (its gauge, which
+drops as soon as the processor closes it) or while it is on its way there
+(handed off, not yet acknowledged; the processor raises its gauge before it
+acknowledges). At the limit a new connection is closed at once; but while
+hand-offs are on their way the acceptor does not decide: it leaves new
+connections in the listen queue until the processors have acknowledged them,
+so the count it compares is exact, never an estimate. A hand-off not
+acknowledged within ``_ACK_PATIENCE_S`` (its processor died holding it) stops
+counting.
 """
 
 from __future__ import annotations
 
 import selectors
 import socket
+import struct
+import time
 
 from hostbroker.shm import procs
 from hostbroker.workers.base import Worker
+
+_ACK = struct.Struct("<I")  # hand-offs taken, processor -> acceptor
+_ACK_PATIENCE_S = 2.0
+_BURST = 64  # connections accepted per wake-up, then the loop breathes
 
 
 class AcceptorWorker(Worker):
@@ -32,8 +49,16 @@ class AcceptorWorker(Worker):
         self.max_connections = self.config["max.connections"]
         self.processor_slots = [self.plan.board_slot("processor", p)
                                 for p in range(self.plan.num_processors)]
+        self.in_transit = [0] * len(self.outs)
+        self.last_handoff = 0.0
+        self.listening = True
+        for p in range(len(self.outs)):
+            self._take_acks(p)  # meant for an acceptor before us
+        self.in_transit = [0] * len(self.outs)
         self.sel = selectors.DefaultSelector()
         self.sel.register(self.doorbell.fileno(), selectors.EVENT_READ, None)
+        for p, out in enumerate(self.outs):
+            self.sel.register(out.fileno(), selectors.EVENT_READ, p)
         for _, listener in self.plan.listeners:
             listener.setblocking(False)
             self.sel.register(listener.fileno(), selectors.EVENT_READ, listener)
@@ -41,22 +66,64 @@ class AcceptorWorker(Worker):
 
     def run(self) -> None:
         while not self.stopping:
-            for key, _ in self.sel.select(1.0):
-                if key.data is None:
+            for key, _ in self.sel.select(0.1 if not self.listening else 1.0):
+                data = key.data
+                if data is None:
                     self.doorbell.drain()
-                else:
-                    self._accept(key.data)
+                elif isinstance(data, int):
+                    self._take_acks(data)
+                elif self.listening:
+                    self._accept(data)
+            if not self.listening and (not any(self.in_transit) or self._ack_overdue()):
+                self._listen(True)
             self.heartbeat()
         for _, listener in self.plan.listeners:
             listener.close()
 
-    def _connections(self) -> list[int]:
-        return [self.board.get(slot, procs.CONNECTIONS) for slot in self.processor_slots]
+    # -- counting --------------------------------------------------------------
+    def _take_acks(self, p: int) -> None:
+        while True:
+            try:
+                data = self.outs[p].recv(64)
+            except (BlockingIOError, InterruptedError):
+                return
+            if len(data) != _ACK.size:
+                return
+            self.in_transit[p] = max(0, self.in_transit[p] - _ACK.unpack(data)[0])
 
+    def _ack_overdue(self) -> bool:
+        """Hand-offs unacknowledged for long went down with their processor."""
+        if time.monotonic() - self.last_handoff < _ACK_PATIENCE_S:
+            return False
+        self.in_transit = [0] * len(self.outs)
+        return True
+
+    def _connections(self) -> list[int]:
+        """Open connections per processor: acknowledgements first, then the gauges
+        (raised before the acknowledgement), so none is missed."""
+        for p in range(len(self.outs)):
+            self._take_acks(p)
+        return [self.board.get(slot, procs.CONNECTIONS) + self.in_transit[p]
+                for p, slot in enumerate(self.processor_slots)]
+
+    def _listen(self, on: bool) -> None:
+        if on == self.listening:
+            return
+        self.listening = on
+        for _, listener in self.plan.listeners:
+            if on:
+                self.sel.register(listener.fileno(), selectors.EVENT_READ, listener)
+            else:
+                self.sel.unregister(listener.fileno())
+
+    # -- accepting ---------------------------------------------------------------
     def _accept(self, listener: socket.socket) -> None:
-        # counters lag behind hand-offs: read them once per burst, count ours on top
-        counts = self._connections()
-        for _ in range(64):  # bounded burst, then let the loop breathe
+        for _ in range(_BURST):
+            counts = self._connections()
+            full = sum(counts) >= self.max_connections
+            if full and any(self.in_transit) and not self._ack_overdue():
+                self._listen(False)  # decide once the processors have counted them
+                return
             try:
                 sock, _ = listener.accept()
             except (BlockingIOError, InterruptedError):
@@ -64,13 +131,14 @@ class AcceptorWorker(Worker):
             except OSError:
                 self.count(procs.ERRORS)
                 return
-            if sum(counts) >= self.max_connections:
+            if full:
                 sock.close()
                 self.count(procs.ERRORS)
                 continue
             p = self._hand_off(sock, counts)
             if p is not None:
-                counts[p] += 1
+                self.in_transit[p] += 1
+                self.last_handoff = time.monotonic()
 
     def _hand_off(self, sock: socket.socket, counts: list[int]) -> int | None:
         """Pass ``sock`` to the least loaded processor that takes it; close our copy."""

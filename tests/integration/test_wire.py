@@ -17,6 +17,7 @@ from hostbroker.client.simple import SimpleClient
 from hostbroker.errors import ErrorCode
 from hostbroker.log.message import encode_message_set
 from hostbroker.protocol import api
+from tests.integration.connection_helpers import open_connections
 from tests.integration.wire_helpers import (  # noqa: F401 (uri is a fixture)
     RawSocket,
     created_topic,
@@ -134,7 +135,7 @@ def test_malformed_body_gets_invalid_request(uri, name):
         raw.assert_error_frame(777, ErrorCode.INVALID_REQUEST)
 
 
-@pytest.mark.parametrize("size", [0, 1, 4, 6, 7])
+@pytest.mark.parametrize("size", [0, 1, 4, 6, 7, -1, -8, -2**31])
 def test_frame_too_short_for_a_correlation_id_is_closed_without_answer(uri, size):
     frame = struct.pack(">i", size) + struct.pack(">hhi", 3, 0, 99)[:size]
     with RawSocket(uri) as raw:
@@ -174,6 +175,54 @@ def test_nothing_after_an_error_frame_runs(uri, bad_frame, code):
     with SimpleClient(uri) as c:
         assert log_end(c, topic, 0) == 0
         assert c.metadata([topic]).topics[0].partitions[0].log_end_offset == 0
+
+
+# A PRODUCE with acks=0 holds a place in the order like any request: it gives it
+# back without an answer, or takes it with its error frame.
+
+
+def _bad_acks_zero_produce(topic: str, correlation_id: int) -> bytes:
+    request = produce_request(topic, 0, encode_message_set([b"never appended"]), acks=0)
+    return _with_body(request, correlation_id, lambda b: b[:-10])
+
+
+def test_a_malformed_acks_zero_produce_gets_its_error_frame_in_order(uri):
+    topic = created_topic(uri)
+    with RawSocket(uri) as raw:
+        raw.send(api.encode_request(api.MetadataRequest(()), 1)
+                 + _bad_acks_zero_produce(topic, 2)
+                 + api.encode_request(api.MetadataRequest(()), 3))
+        assert raw.read_response(api.ApiKey.METADATA)[0] == 1
+        raw.assert_error_frame(2, ErrorCode.INVALID_REQUEST)
+
+
+def test_a_malformed_acks_zero_produce_waits_for_a_long_poll_before_it(uri):
+    topic = created_topic(uri)
+    fetch = api.FetchRequest(1500, 1, (api.FetchPartition(topic, 0, 0, 1024),))
+    with RawSocket(uri) as raw:
+        raw.send(api.encode_request(fetch, 1) + _bad_acks_zero_produce(topic, 2)
+                 + api.encode_request(api.MetadataRequest(()), 3))
+        correlation_id, fetched = raw.read_response(api.ApiKey.FETCH)
+        assert correlation_id == 1
+        assert fetched.partitions[0].error_code == ErrorCode.NONE
+        raw.assert_error_frame(2, ErrorCode.INVALID_REQUEST)
+    with SimpleClient(uri) as c:
+        assert log_end(c, topic, 0) == 0
+
+
+def test_acks_zero_produces_between_requests_keep_the_order(uri):
+    topic = created_topic(uri)
+    data = encode_message_set([b"fire and forget"])
+    frames = b""
+    for i in range(0, 60, 2):
+        frames += api.encode_request(api.MetadataRequest((topic,)), i)
+        frames += api.encode_request(produce_request(topic, 0, data, acks=0), i + 1)
+    with RawSocket(uri) as raw:
+        raw.send(frames + api.encode_request(api.MetadataRequest(()), 60))
+        got = [raw.read_response(api.ApiKey.METADATA)[0] for _ in range(31)]
+    assert got == list(range(0, 61, 2))
+    with SimpleClient(uri) as c:
+        assert wait_for(lambda: log_end(c, topic, 0) == 30 * len(data))
 
 
 def test_a_malformed_request_closes_only_its_own_connection(uri):
@@ -239,3 +288,36 @@ def test_max_connections(make_broker):
     finally:
         first.close()
         second.close()
+
+
+def _served(raw: RawSocket) -> bool:
+    """True if the broker answered a METADATA on ``raw``, False if it closed it."""
+    try:
+        raw.send(api.encode_request(api.MetadataRequest(()), 1))
+        raw.read_response(api.ApiKey.METADATA)
+        return True
+    except ConnectionError:
+        return False
+
+
+def test_max_connections_is_exact(make_broker):
+    limit = 20
+    broker = make_broker(max_connections=limit)
+    assert wait_for(lambda: open_connections(broker) == 0)
+    kinds = (broker.tcp, broker.unix)
+    raws = [RawSocket(kinds[i % 2], timeout=10) for i in range(limit + 50)]
+    try:
+        served = [raw for raw in raws if _served(raw)]
+        assert len(served) == limit
+        assert open_connections(broker) == limit
+        for raw in served[:5]:
+            raw.sock.close()
+        assert wait_for(lambda: open_connections(broker) == limit - 5)
+        again = [RawSocket(kinds[i % 2], timeout=10) for i in range(6)]
+        raws += again
+        assert [_served(raw) for raw in again] == [True] * 5 + [False]
+        for raw in served[5:]:  # the first ones are still served
+            assert _served(raw)
+    finally:
+        for raw in raws:
+            raw.sock.close()
