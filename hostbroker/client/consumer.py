@@ -248,16 +248,19 @@ def _reason(error: Exception) -> str:
     return text.split(": ", 1)[1] if text.startswith("entry at byte ") else text
 
 
-def _cut_by_answer_limit(part: api.FetchPartition, head: bytes) -> bool:
-    """Whether a set without a whole entry was cut by the broker's limit on the whole
-    answer (``fetch.max.bytes``: nothing, or less than an entry that fits ``max_bytes``),
-    not by an entry larger than ``max_bytes``; the next fetch reads it."""
+def _cut_by_answer_limit(part: api.FetchPartition, result: api.FetchPartitionResult,
+                         head: bytes) -> bool:
+    """Whether a set without a whole entry, after partitions that brought data, was cut
+    by the broker's limit on the whole answer (``fetch.max.bytes``: nothing, or less
+    than an entry that fits ``max_bytes`` and the log), not by an entry larger than
+    ``max_bytes`` or a length that is no entry's; the next fetch reads it."""
     if not head:
         return True
     if len(head) < LENGTH_SIZE:
         return False
     needed = LENGTH_SIZE + int.from_bytes(head[:LENGTH_SIZE], "big", signed=True)
-    return LENGTH_SIZE + MIN_LENGTH_V0 <= needed <= part.max_bytes
+    return (LENGTH_SIZE + MIN_LENGTH_V0 <= needed <= part.max_bytes
+            and part.offset + needed <= result.log_end_offset)
 
 
 class _Connector:
@@ -431,17 +434,19 @@ class SimpleConsumer:
             # the buffer the others' sets are still views into.
             results = [dataclasses.replace(r, message_set=bytes(r.message_set)) for r in results]
         out: list[Any] = []
+        answered = 0  # message-set bytes of the partitions before this one
         for part, result in zip(parts, results):
             try:
-                out.append(self._settle(part, result))
+                out.append(self._settle(part, result, cut_possible=answered > 0))
             except (BrokerError, MessageSizeTooLargeError, InvalidEntryError) as exc:
                 if raise_on_error:
                     raise
                 out.append(exc)
+            answered += len(result.message_set)
         return out
 
     def _settle(self, part: api.FetchPartition, result: api.FetchPartitionResult,
-                reset_from: int | None = None) -> FetchedSet:
+                reset_from: int | None = None, cut_possible: bool = False) -> FetchedSet:
         """The set for one partition's answer, fetching it again alone when it must."""
         while True:
             code = result.error_code
@@ -463,7 +468,7 @@ class SimpleConsumer:
                                  max_message_bytes=self.max_fetch_size, reset_from=reset_from,
                                  skip_bad=self.skip_bad)
             if (fetched.entries or part.offset >= result.log_end_offset
-                    or _cut_by_answer_limit(part, fetched.message_set)):
+                    or (cut_possible and _cut_by_answer_limit(part, result, fetched.message_set))):
                 return fetched
             part = self._grown(part, fetched.message_set)
             result = self._fetch_one(part)

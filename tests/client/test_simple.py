@@ -247,3 +247,24 @@ def test_partitions_cut_by_the_answer_limit_come_back_empty_without_a_fetch_of_t
     assert [v for _, _, v in first] == [b"first"]
     assert (second.entries, second.next_offset, third.entries, third.next_offset) == (0, 0, 0, 0)
     assert len(broker.requests) == 1
+
+
+def test_a_lone_partition_without_a_whole_entry_is_not_taken_for_a_cut_answer(fake_broker):
+    # Nothing came before it, so the broker's answer limit did not cut it: the
+    # consumer asks again for more, alone, as for an entry larger than max_bytes.
+    from hostbroker.client import SimpleConsumer
+    from hostbroker.log.message import encode_message_set
+    from hostbroker.protocol.api import FetchPartitionResult, FetchResponse, encode_response
+
+    whole = encode_message_set([b"x" * 100])
+
+    def answer(header, request):
+        (p,) = request.partitions
+        return encode_response(header.correlation_id, FetchResponse((
+            FetchPartitionResult(p.topic, p.partition, 0, len(whole), whole[:p.max_bytes]),)))
+
+    broker = fake_broker(answer)
+    with SimpleConsumer(broker.uri, fetch_wait_max_ms=0) as consumer:
+        fetched = consumer.fetch("t", 0, 0, max_bytes=50)
+    assert [v for _, _, v in fetched] == [b"x" * 100]
+    assert [r.partitions[0].max_bytes for _, r in broker.requests] == [50, 110]
