@@ -7,17 +7,23 @@ listening sockets (bound here so a bind failure stops the start with one
 line); the doorbells and hand-off socket pairs the workers inherit; and the
 workers themselves.
 
-Start: check log dirs and listeners, create shared memory, fork the writers
-(each recovers its log dir) and wait until they are ready, then the handlers,
-the processors and the acceptor; then tell systemd ``READY=1``.
+Start: check the log dirs and the unix listeners' directories (changing
+nothing), create the log dirs, take the broker lock, bind the listeners,
+create shared memory, fork the writers (each recovers its log dir) and wait
+until they are ready, then the handlers, the processors and the acceptor;
+then tell systemd ``READY=1``. While waiting, ``EXTEND_TIMEOUT_USEC`` every
+5 s keeps systemd's start timeout from ending a long log recovery. A start
+that cannot succeed here exits ``ExitStatus.REFUSED`` (78) with one line.
 
 Loop: signal handlers only queue the signal (``signal.set_wakeup_fd``); the
 loop reaps children with ``waitpid(WNOHANG)`` and replaces any that died
 (after resetting the rings it consumed and bumping its epoch on the board, so
-its peers fail what was in flight with it), kills workers whose heartbeat
-stopped (SIGABRT, then SIGKILL), and pings the systemd watchdog. A worker that
-exits with ``EXIT_BOOT_FAILED`` halts the broker instead of being respawned
-forever.
+its peers fail what was in flight with it), aborts workers whose heartbeat is
+older than ``worker.heartbeat.timeout.ms`` (SIGABRT with SIGCONT, so a stopped
+one takes it; SIGKILL a second later), and pings the systemd watchdog. A
+worker that exits with ``EXIT_BOOT_FAILED`` halts the broker instead of being
+respawned forever. Workers need no word from us if we die: each asked the
+kernel for SIGTERM on our death right after its fork (``die_with_parent``).
 
 Stop (SIGTERM/SIGINT): stop in data-flow order, each group finishing its
 in-flight work first: acceptor, processors (answer what they have), handlers,
