@@ -470,18 +470,24 @@ class SimpleConsumer:
             if (fetched.entries or part.offset >= result.log_end_offset
                     or (cut_possible and _cut_by_answer_limit(part, result, fetched.message_set))):
                 return fetched
-            part = self._grown(part, fetched.message_set)
+            part = self._grown(part, fetched.message_set, result.log_end_offset)
             result = self._fetch_one(part)
 
-    def _grown(self, part: api.FetchPartition, head: bytes) -> api.FetchPartition:
+    def _grown(self, part: api.FetchPartition, head: bytes,
+               log_end: int) -> api.FetchPartition:
         """``part`` asking for enough to hold the entry that did not fit in ``head``."""
         needed = None
         if len(head) >= LENGTH_SIZE:
             needed = LENGTH_SIZE + int.from_bytes(head[:LENGTH_SIZE], "big", signed=True)
+            # Not an entry's length (the broker holds whole entries only): growing
+            # the fetch would never make it one.
             if needed < LENGTH_SIZE + MIN_LENGTH_V0:
-                # Not an entry's length: growing the fetch would never make it one.
                 raise InvalidEntryError(part.topic, part.partition, part.offset, -1,
                                         f"length {needed - LENGTH_SIZE} is below the minimum")
+            if part.offset + needed > log_end:
+                raise InvalidEntryError(part.topic, part.partition, part.offset, -1,
+                                        f"length {needed - LENGTH_SIZE} runs past the log end "
+                                        f"{log_end}")
         size = max(2 * part.max_bytes, needed or 0)
         if part.max_bytes >= self.max_fetch_size or (needed or 0) > self.max_fetch_size:
             raise MessageSizeTooLargeError(part.topic, part.partition, part.offset,

@@ -144,6 +144,14 @@ def test_consume_offset_inside_an_entry_is_refused(broker):
     fine = hostbroker(*base, "--offset", str(second))
     assert fine.returncode == 0 and lines(fine) == ["second entry payload"]
 
+    # Inside a longer log the bytes at a misplaced offset may read as a length that
+    # fits the log (here 00 00 6b 01: 27,393 bytes): its CRC or magic gives it away.
+    (start,) = produce(broker.unix, "long", good(*[b"p" * 100] * 400))
+    refused = hostbroker(*base[:4], "long", *base[5:], "--offset", str(start + 1))
+    assert refused.returncode == 1
+    assert one_line_error(refused).startswith(
+        f"hostbroker consume: offset {start + 1} is not the start of an entry in long/0 (")
+
 
 def test_mirror_stops_at_a_bad_wrapper_or_skips_it(make_broker, tmp_path):
     (tmp_path / "src").mkdir()
