@@ -8,6 +8,8 @@
 - ``consumer``    SimpleConsumer: fetch partitions at offsets the caller keeps
 - ``group``       ConsumerConnector: a group's partitions as streams, offsets
                   committed to the broker
+- ``streams``     KafkaStream and the fetcher threads that feed streams (every
+                  partition read, fairly)
 - ``producer``    Producer (sync or async with a bounded queue), RecordMetadata,
                   ProducerCallbacks, SentRequest, PRODUCER_SETTINGS
 - ``partitioner`` Partitioner, DefaultPartitioner, stable_hash
