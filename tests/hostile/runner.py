@@ -1,0 +1,155 @@
+"""A fuzz session against one running broker: set-up, batches, periodic checks.
+
+:class:`Session` holds the broker (a :class:`tests.integration.broker.Broker`,
+already started with :data:`~tests.hostile.fuzzlib.FUZZ_BROKER_SETTINGS`), the
+names the generators aim at, the witness data and the process tree.
+:meth:`Session.run` sends batches ``first .. first+count`` of a seed,
+alternating TCP and the Unix socket, and checks every invariant each
+``check_every`` batches and at the end. The standing suite runs a few hundred
+batches; ``tools/fuzz_broker.py`` runs the same for as long as it is given.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from hostbroker.client.simple import SimpleClient
+from hostbroker.log.message import encode_message_set
+from tests.hostile import fuzzlib
+from tests.hostile.fuzzlib import FuzzContext, Violation, batch_rng
+from tests.hostile.invariants import Tree, Witness, prompt_client
+
+DATA_TOPICS = ("fz-data-0", "fz-data-1")
+DATA_PARTITIONS = 4
+
+
+@dataclass
+class Failure:
+    seed: int
+    batch: int  # -1: a periodic check, not one batch
+    message: str
+
+    def __str__(self) -> str:
+        where = f"batch {self.batch}" if self.batch >= 0 else "periodic check"
+        return f"seed {self.seed} {where}: {self.message}"
+
+
+@dataclass
+class Stats:
+    batches: int = 0
+    requests: int = 0
+    answered: int = 0
+    error_frames: int = 0
+    checks: int = 0
+    seconds: float = 0.0
+    by_api: Counter = field(default_factory=Counter)
+    failures: list[Failure] = field(default_factory=list)
+
+
+class Session:
+    def __init__(self, broker, seed: int):
+        self.broker = broker
+        self.seed = seed
+        self.uris = [broker.unix, broker.tcp]
+        self.witness = Witness(broker.unix, seed)
+        self.ctx = FuzzContext(list(DATA_TOPICS), DATA_PARTITIONS, self.witness.protected)
+        self.tree: Tree | None = None
+        self._probes = 0
+
+    def setup(self) -> None:
+        """Topics with data for the fuzz to hit, the witness data, the baselines."""
+        with SimpleClient(self.broker.unix) as client:
+            for topic in DATA_TOPICS:
+                client.create_topic(topic, DATA_PARTITIONS)
+                for p in range(DATA_PARTITIONS):
+                    client.produce(topic, p, encode_message_set(
+                        [f"{topic}-{p}-{i}".encode() * 20 for i in range(200)]))
+        self.witness.write()
+        self.tree = Tree(self.broker.proc.pid)
+
+    def check(self) -> None:
+        """Every invariant but the restart: workers, memory, a prompt normal client, the witness."""
+        self.tree.check(settle=2.0)
+        self._probes += 1
+        prompt_client(self.uris, self.witness, f"probe-{self.seed}-{self._probes}".encode())
+        self.witness.check()
+
+    def restart_and_check(self) -> None:
+        """Stop the broker (SIGTERM), start it again, and find every acknowledged message."""
+        self.broker.stop(timeout=30)
+        self.broker.start()
+        self.witness.check()
+        self.tree = Tree(self.broker.proc.pid)
+
+    def batch(self, index: int, api_key: int | None = None, size: int | None = None,
+              stats: Stats | None = None) -> None:
+        """Send batch ``index`` of this seed; raise Violation naming seed and batch."""
+        rng = batch_rng(self.seed, index)
+        frames = fuzzlib.batch_frames(rng, self.ctx, api_key, size)
+        uri = self.uris[index % 2]
+        try:
+            outcome = fuzzlib.exchange(uri, frames)
+        except Violation as exc:
+            raise Violation(f"seed {self.seed} batch {index} over {uri}: {exc}") from None
+        except OSError as exc:
+            raise Violation(f"seed {self.seed} batch {index}: cannot talk to the broker over "
+                            f"{uri}: {exc!r}") from None
+        if stats is not None:
+            stats.batches += 1
+            stats.requests += len(frames)
+            stats.answered += outcome.answered
+            stats.error_frames += outcome.error_frames
+            for frame in frames:
+                stats.by_api[int.from_bytes(frame[4:6], "big", signed=True)] += 1
+
+    def run(self, first: int, count: int, *, seconds: float | None = None,
+            check_every: int = 100, api_key: int | None = None, keep_going: bool = False,
+            size: int | None = None) -> Stats:
+        """Batches ``first`` .. ``first+count-1`` (or until ``seconds``), checked as they go.
+
+        Without ``keep_going`` the first violation is raised; with it, each is
+        recorded in the stats, the tree re-baselined, and the run goes on
+        (restarting the broker if it died).
+        """
+        stats = Stats()
+        start = time.monotonic()
+        index = first
+        while index < first + count and (seconds is None or time.monotonic() - start < seconds):
+            try:
+                self.batch(index, api_key, size, stats)
+                if (index - first + 1) % check_every == 0:
+                    stats.checks += 1
+                    self._checked(index)
+            except Violation as exc:
+                if not keep_going:
+                    raise
+                stats.failures.append(Failure(self.seed, index, str(exc)))
+                self._recover()
+            index += 1
+        try:
+            stats.checks += 1
+            self._checked(index - 1)
+        except Violation as exc:
+            if not keep_going:
+                raise
+            stats.failures.append(Failure(self.seed, -1, str(exc)))
+        stats.seconds = time.monotonic() - start
+        return stats
+
+    def _checked(self, index: int) -> None:
+        try:
+            self.check()
+        except Violation as exc:
+            raise Violation(f"after batch {index} of seed {self.seed}: {exc}") from None
+
+    def _recover(self) -> None:
+        """After a recorded violation: keep fuzzing what is left, or a restarted broker."""
+        if self.broker.proc is None or self.broker.proc.poll() is not None:
+            self.broker.proc = None
+            self.broker.start()
+            self.tree = Tree(self.broker.proc.pid)
+            return
+        time.sleep(1.0)  # let a replaced worker come up
+        self.tree.rebase()
