@@ -118,6 +118,29 @@ def test_partitions_left_out_of_a_full_answer_come_first_next(make_broker):
     assert max(first_seen.values()) < 16 * 80, sorted(first_seen.values())
 
 
+def test_an_unread_stream_over_many_partitions_stays_bounded(broker):
+    # Nobody reads: the fetcher stops once the queue is full; one answer may add a
+    # chunk per partition, so at most chunks - 1 + partitions, never more.
+    import threading
+
+    fill(broker.unix, "held", range(16), 200, create=16)
+    config = {**FAST, "queued.max.message.chunks": 2, "fetch.size": 256}
+    with ConsumerConnector(broker.unix, config, group_id="held") as connector:
+        (stream,) = connector.create_message_streams({"held": 1})["held"]
+        pause = threading.Event()
+        for _ in range(200):
+            if stream.room() <= 0:
+                break
+            pause.wait(0.05)
+        pause.wait(0.5)  # and it stays there: no fetch while the queue is full
+        held = stream._queue.qsize()
+        assert 2 <= held <= 2 - 1 + 16
+        pause.wait(0.3)
+        assert stream._queue.qsize() == held
+        got = take_all(stream, 16 * 200)
+    assert by_partition(got) == fill_values("held", range(16), 200)
+
+
 def fill_values(topic, partitions, n):
     return {(topic, p): [f"{topic}-{p}-{i}".encode() for i in range(n)] for p in partitions}
 
