@@ -20,7 +20,7 @@ Producers and consumers with batching, partitioners and groups build on
 ``BrokerConnection`` (docs/architecture.md).
 """
 
-from hostbroker.client.connection import BrokerConnection, connect, parse_uri
+from hostbroker.client.connection import BrokerConnection, NotABrokerError, connect, parse_uri
 from hostbroker.client.errors import BrokerError, ConnectionClosedError
 from hostbroker.client.simple import SimpleClient
 
@@ -45,6 +45,7 @@ __all__ = [
     "BrokerConnection",
     "BrokerError",
     "ConnectionClosedError",
+    "NotABrokerError",
     "SimpleClient",
     "connect",
     "parse_uri",
