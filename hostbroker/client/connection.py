@@ -34,10 +34,10 @@ bring (``max_response_bytes``, and for a FETCH the sum of its partitions'
 correlation id, checked before its buffer is allocated. Either failure
 raises :class:`NotABrokerError` (a ProtocolError) in one line, so an HTTP
 server (whose ``HTTP`` reads as a size of 1.2 GB) or a peer sending garbage
-is refused at once. Until a connection's first answer arrives, the wait for
-it is bounded by ``setup_timeout`` (plus the time the request lets the
-broker hold it) instead of ``timeout``: a peer that accepts and never
-answers fails within seconds.
+is refused at once. The connect, and until a connection's first answer
+arrives the wait for it (plus the time the request lets the broker hold
+it), are bounded by ``setup_timeout`` instead of ``timeout``: a peer that
+does not accept, or accepts and never answers, fails within seconds.
 
 The connection is not thread safe; give each thread its own.
 """
@@ -190,17 +190,22 @@ class BrokerConnection:
         """Open the socket (closing any earlier one and forgetting its pending requests)."""
         self.close()
         self._answered = False
+        timeout = min(self.timeout, self.setup_timeout)
         if self.family == socket.AF_UNIX:
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
-                sock.settimeout(self.timeout)
+                sock.settimeout(timeout)
                 sock.connect(self.address)
             except BaseException:
                 sock.close()
                 raise
         else:
             # Resolves the host name and tries each address it has.
-            sock = socket.create_connection(self.address, timeout=self.timeout)
+            try:
+                sock = socket.create_connection(self.address, timeout=timeout)
+            except TimeoutError:
+                raise TimeoutError(f"connecting to {self.uri}: no answer within "
+                                   f"{timeout:g} s") from None
             # Requests are whole frames written at once; Nagle would only
             # hold back the next small one.
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

@@ -120,6 +120,28 @@ def test_a_peer_that_never_answers_fails_within_the_setup_timeout(peer):
         assert time.monotonic() - started < 3
 
 
+def test_a_connect_nobody_accepts_fails_within_the_setup_timeout():
+    # A listener whose backlog is full: the kernel drops the handshake, the
+    # connect waits.
+    listener = socket.create_server(("127.0.0.1", 0), backlog=0)
+    uri = f"tcp://127.0.0.1:{listener.getsockname()[1]}"
+    held = []
+    try:
+        for _ in range(3):  # fill the backlog
+            try:
+                held.append(socket.create_connection(listener.getsockname(), timeout=0.3))
+            except TimeoutError:
+                break
+        started = time.monotonic()
+        with pytest.raises(TimeoutError, match=f"connecting to {uri}: no answer within 0.5 s"):
+            BrokerConnection(uri, timeout=30, setup_timeout=0.5).connect()
+        assert time.monotonic() - started < 3
+    finally:
+        for sock in held:
+            sock.close()
+        listener.close()
+
+
 def consume_from(uri: str, *extra: str) -> tuple[subprocess.CompletedProcess, float]:
     started = time.monotonic()
     result = subprocess.run([sys.executable, "-m", "hostbroker", "consume", "--bootstrap", uri,
