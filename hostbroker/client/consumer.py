@@ -83,8 +83,9 @@ FETCH_SETTINGS: tuple[Setting, ...] = (
             "Bound on connecting, sending and waiting for an answer (plus the long poll).",
             at_least(1)),
     Setting("socket.connection.setup.timeout.ms", int, 10000,
-            "Bound on the wait for a new connection's first answer (plus the long poll), when "
-            "shorter than socket.timeout.ms: a peer that is not a broker fails this fast.",
+            "Bound on connecting and on the wait for a new connection's first answer (plus "
+            "the long poll), when shorter than socket.timeout.ms: a peer that is not a "
+            "broker fails this fast.",
             at_least(1)),
     Setting("fetch.size", int, 1024 * 1024,
             "Bytes asked of each partition per fetch (max_bytes).", between(1, _INT32_MAX)),
