@@ -8,7 +8,8 @@ Pipeline of a message::
 
     send() ── encode (Encoder), size check ──► queue ──► partition (Partitioner,
     Cluster metadata) ──► message sets per partition (compressed: one wrapper
-    per batch and partition, split so no wrapper passes message.max.bytes) ──►
+    per batch and partition, split so that no wrapper passes message.max.bytes,
+    compressed or inflated) ──►
     PRODUCE requests per broker (at most max.request.bytes, at most
     max.in.flight.requests.per.connection unanswered per connection) ──►
     answer: acknowledged, or retried after retry.backoff.ms, or failed
@@ -113,7 +114,8 @@ PRODUCER_SETTINGS: tuple[Setting, ...] = (
             "Unanswered requests per broker connection (pipelining).", at_least(1)),
     Setting("message.max.bytes", int, 1000000,
             "Largest entry (length field) sent; a bigger message is refused before it is "
-            "queued, and compressed batches are split below it.",
+            "queued. Compressed batches are split so that each wrapper fits it, and so "
+            "does the message set it inflates to.",
             lambda v: None if MIN_LENGTH_V1 <= v < 2**31 else "must be between 6 and 2**31-1"),
     Setting("max.request.bytes", int, 1048576,
             "Largest PRODUCE request; bigger batches are split into several requests "
@@ -242,14 +244,38 @@ def encode_batch(values: list[bytes], codec: int,
                  max_message_bytes: int) -> tuple[bytes, tuple[tuple[int, int], ...] | None]:
     """One partition's message set for ``values``, and its wrappers.
 
-    Uncompressed: the plain set, wrappers None. Compressed: one wrapper if
-    its length field fits ``max_message_bytes``, else the values are halved
-    until each wrapper fits (a single message whose wrapper still does not
-    fit goes as a plain entry). Wrappers are ``(message_count, entry_bytes)``
-    in order, which gives each message its offset.
+    Uncompressed: the plain set, wrappers None. Compressed: the values are
+    first cut into runs whose plain message set (what a wrapper inflates to,
+    known exactly from the value lengths) takes at most ``max_message_bytes``,
+    so that a consumer whose fetch.message.max.bytes holds one entry of that
+    size accepts every wrapper; each run is compressed once. A run whose
+    wrapper's length field still passes ``max_message_bytes`` (data that does
+    not compress) is halved until each wrapper fits, and a single message
+    that cannot be wrapped within the bound goes as a plain entry. Wrappers
+    are ``(message_count, entry_bytes)`` in order, which gives each message
+    its offset.
     """
     if codec == CODEC_NONE:
         return encode_message_set(values), None
+    runs = _split_by_size(values, max_message_bytes)
+    if len(runs) == 1:
+        return _wrap(values, codec, max_message_bytes)
+    data = []
+    wrappers: tuple[tuple[int, int], ...] = ()
+    for run in runs:
+        run_data, run_wrappers = _wrap(run, codec, max_message_bytes)
+        data.append(run_data)
+        wrappers += run_wrappers
+    return b"".join(data), wrappers
+
+
+def _wrap(values: list[bytes], codec: int,
+          max_message_bytes: int) -> tuple[bytes, tuple[tuple[int, int], ...]]:
+    """``values`` (whose plain set fits ``max_message_bytes`` unless it is one
+    message) as wrappers whose length fields fit it; see encode_batch."""
+    if len(values) == 1 and len(values[0]) + _ENTRY_OVERHEAD > max_message_bytes:
+        data = encode_message_set(values)
+        return data, ((1, len(data)),)
     data = encode_message_set(values, codec=codec)
     if len(data) - 4 <= max_message_bytes:
         return data, ((len(values), len(data)),)
@@ -257,8 +283,8 @@ def encode_batch(values: list[bytes], codec: int,
         data = encode_message_set(values)
         return data, ((1, len(data)),)
     half = len(values) // 2
-    first, first_wrappers = encode_batch(values[:half], codec, max_message_bytes)
-    second, second_wrappers = encode_batch(values[half:], codec, max_message_bytes)
+    first, first_wrappers = _wrap(values[:half], codec, max_message_bytes)
+    second, second_wrappers = _wrap(values[half:], codec, max_message_bytes)
     return first + second, first_wrappers + second_wrappers
 
 
@@ -561,7 +587,11 @@ class _Dispatcher:
                     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                     f"partition {slot!r} of {counts[topic]}", topic=topic, partition=slot)))
                 continue
-            budget = self.set_budget(topic)
+            # A compressed set is cut where its wrappers would be (at most
+            # message.max.bytes inflated, below the request budget, which
+            # holds one such entry): cutting at the budget first could leave
+            # a wrapper of one message at the end of each set.
+            budget = self.set_budget(topic) if self.codec == CODEC_NONE else self.max_message_bytes
             for piece in pieces:
                 if type(piece) is _Encoded:
                     sets.append(_Set(topic, slot, pinned, piece.values, piece.data, None,

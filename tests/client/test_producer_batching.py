@@ -7,6 +7,7 @@ request is sent.
 """
 
 import os
+import sys
 import time
 
 import pytest
@@ -72,6 +73,71 @@ def test_single_message_too_big_to_wrap_goes_plain():
     data, wrappers = encode_batch([value], CODEC_GZIP, 2000)
     assert read(data) == [(0, value, CODEC_NONE)]
     assert wrappers == ((1, len(data)),)
+
+
+def inflated_sizes(data):
+    """What each top-level entry of ``data`` inflates to (a plain entry: its own size)."""
+    sizes = []
+    pos = 0
+    while pos < len(data):
+        length = int.from_bytes(data[pos:pos + 4], "big")
+        entry = data[pos:pos + 4 + length]
+        inner = list(iter_messages(entry, 0))
+        sizes.append(len(encode_message_set([m.payload for m in inner]))
+                     if inner[0].codec != CODEC_NONE else len(entry))
+        pos += 4 + length
+    return sizes
+
+
+@pytest.mark.parametrize("codec", [CODEC_GZIP, CODEC_SNAPPY])
+def test_compressed_wrappers_inflate_within_message_max_bytes(codec, monkeypatch):
+    # 20 MiB that compress to almost nothing: the compressed size alone would
+    # allow one wrapper, which a consumer with the default
+    # fetch.message.max.bytes would refuse to inflate.
+    values = [bytes(100 * 1024) for _ in range(199)] + [b"last"]
+    values[7] = b"\x01" * 1000  # content and order are checked, not only sizes
+    compressions = []
+    real = encode_message_set
+
+    def counting(vs, codec=CODEC_NONE):
+        if codec != CODEC_NONE:
+            compressions.append(len(vs))
+        return real(vs, codec=codec)
+
+    monkeypatch.setattr(sys.modules[encode_batch.__module__], "encode_message_set", counting)
+    data, wrappers = encode_batch(values, codec, 1_000_000)
+    assert len(wrappers) > 1
+    assert compressions == [n for n, _ in wrappers]  # each run compressed once
+    assert sum(n for n, _ in wrappers) == 200 and sum(size for _, size in wrappers) == len(data)
+    assert all(size <= 1_000_000 for size in inflated_sizes(data))
+    # runs are as long as the bound allows: the next value would not have fit
+    start = 0
+    for n, _ in wrappers[:-1]:
+        assert len(encode_message_set(values[start:start + n + 1])) > 1_000_000
+        start += n
+    messages = list(iter_messages(data, 0, max_inflated_bytes=1_000_000))
+    assert [(m.payload, m.codec) for m in messages] == [(v, codec) for v in values]
+
+
+def test_wrapper_bound_is_inclusive_and_counts_entry_headers():
+    # two values whose plain set is exactly the bound share a wrapper; one
+    # byte more and they are two
+    values = [bytes(495), bytes(485)]  # 505 + 495 = 1000 bytes of plain set
+    _, wrappers = encode_batch(values, CODEC_GZIP, 1000)
+    assert [n for n, _ in wrappers] == [2]
+    _, wrappers = encode_batch([bytes(496), bytes(485)], CODEC_GZIP, 1000)
+    assert [n for n, _ in wrappers] == [1, 1]
+
+
+def test_single_message_that_cannot_inflate_within_the_bound_goes_plain():
+    # its entry (length field 1000) is allowed, but a wrapper around it would
+    # inflate to 1004 bytes, past the bound
+    value = bytes(994)
+    data, wrappers = encode_batch([b"a", value, b"b"], CODEC_GZIP, 1000)
+    assert [(p, c) for _, p, c in read(data)] == [(b"a", CODEC_GZIP), (value, CODEC_NONE),
+                                                   (b"b", CODEC_GZIP)]
+    assert [n for n, _ in wrappers] == [1, 1, 1]
+    assert all(size <= 1004 for size in inflated_sizes(data))
 
 
 def test_split_by_size_keeps_order_and_budget():
@@ -186,13 +252,29 @@ def test_sets_split_under_max_request_bytes():
     assert [p for s in sets for _, p, _ in read(s.data)] == values
 
 
+def test_compressed_sets_are_cut_at_the_inflated_bound():
+    # not first at max.request.bytes, which would leave a one-message wrapper
+    # at the end of every request-sized set
+    d, _ = dispatcher(compression_codec="gzip")
+    values = [bytes(100 * 1024) for _ in range(200)]
+    sets = d.make_sets({}, [("t", None, 0, values)])
+    assert [[n for n, _ in s.wrappers] for s in sets] == [[9]] * 22 + [[2]]
+    assert [v for s in sets for v in s.values] == values
+
+
 @pytest.mark.parametrize("codec", ["none", "gzip"])
 def test_offsets_of_a_set_are_those_a_reader_sees(codec):
     d, _ = dispatcher(compression_codec=codec, message_max_bytes=600)
-    values = [os.urandom(n) for n in (10, 200, 0, 300, 50, 400)]
-    (s,) = d.make_sets({}, [("t", None, 0, values)])
-    s.base_offset = 12345
-    assert s.offsets() == [offset for offset, _, _ in read(s.data, 12345)]
+    # compressed: the first 600 bytes of plain set do not compress into one
+    # wrapper of 600, so that set holds two
+    values = [os.urandom(n) for n in (10, 200, 0, 350, 50, 400)]
+    sets = d.make_sets({}, [("t", None, 0, values)])
+    assert [v for s in sets for v in s.values] == values
+    if codec == "gzip":
+        assert len(sets) == 2 and len(sets[0].wrappers) == 2
+    for s in sets:
+        s.base_offset = 12345
+        assert s.offsets() == [offset for offset, _, _ in read(s.data, 12345)]
 
 
 def test_unknown_topic_goes_to_partition_zero_of_the_first_broker():

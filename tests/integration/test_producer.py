@@ -16,6 +16,7 @@ import zlib
 import pytest
 
 from hostbroker.client import (
+    ConsumerConnector,
     DefaultPartitioner,
     DeliveryError,
     Producer,
@@ -24,6 +25,7 @@ from hostbroker.client import (
     QueueFullError,
     RecordMetadata,
     SimpleClient,
+    SimpleConsumer,
 )
 from hostbroker.errors import ErrorCode
 from hostbroker.log.message import CODEC_GZIP, CODEC_NONE, CODEC_SNAPPY, iter_messages
@@ -509,3 +511,32 @@ def test_async_callback_that_flushes_stops_the_producer_instead_of_hanging(serve
     with pytest.raises(ProducerError, match="sending thread stopped") as info:
         producer.close()
     assert "would wait for that thread" in str(info.value.__cause__)
+
+
+@pytest.mark.parametrize("producer_type", ["sync", "async"])
+def test_compressed_batch_of_large_messages_reads_back_with_default_consumers(broker,
+                                                                               producer_type):
+    # 200 messages of 100 KiB that gzip to almost nothing: every wrapper must
+    # still inflate within what a consumer with default settings accepts.
+    topic = created_topic(broker.unix, 1)
+    values = [i.to_bytes(4, "big") + bytes(100 * 1024 - 4) for i in range(200)]
+    with Producer(broker.unix, producer_type=producer_type,
+                  compression_codec="gzip") as producer:
+        producer.send_many(topic, values)
+        producer.flush(60)
+        assert producer.stats["acknowledged"] == 200
+    with SimpleClient(broker.unix) as client:
+        end = log_end(client, topic, 0)
+        logged = read_log(client, topic, 0, 0, end, max_bytes=1 << 20)
+    assert end < len(values) * 1024  # it did compress
+    inflated = list(iter_messages(logged, 0, max_inflated_bytes=1_000_000))
+    assert [(m.payload, m.codec) for m in inflated] == [(v, CODEC_GZIP) for v in values]
+    assert len({m.offset for m in inflated}) == 23  # wrappers of 9 messages (and one of 2)
+    with SimpleConsumer(broker.unix) as consumer:
+        got = [v for _, _, v in consumer.messages(topic, 0, 0, stop_at_end=True)]
+    assert got == values
+    config = {"auto.offset.reset": "earliest", "consumer.timeout.ms": 15000,
+              "auto.commit.enable": False}
+    with ConsumerConnector(broker.unix, config, group_id="large") as connector:
+        (stream,) = connector.create_message_streams({topic: 1})[topic]
+        assert [next(stream).value for _ in range(200)] == values
