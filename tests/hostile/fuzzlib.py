@@ -52,6 +52,10 @@ CONFIG_KEYS = ("retention.ms", "retention.bytes", "segment.bytes", "flush.messag
                "flush.ms", "max.message.bytes", "cleanup.policy", "x", "")
 
 
+# A zlib stream of 1 MiB of zeros (1 KiB): a small bomb inside a wrapper.
+_INFLATES_TO_1_MIB = zlib.compress(bytes(1 << 20))
+
+
 def batch_rng(seed: int, batch: int) -> random.Random:
     """The generator of batch ``batch`` of the run seeded ``seed``."""
     return random.Random(f"hostile:{seed}:{batch}")
@@ -141,7 +145,7 @@ def message_set(rng: random.Random) -> bytes:
         return encode_message_set(payloads or [b"x"], codec=rng.choice([CODEC_GZIP, CODEC_SNAPPY]))
     if kind == 5:  # a wrapper whose payload does not inflate, or inflates to garbage
         inner = rng.choice([rng.randbytes(32), gzip.compress(rng.randbytes(64)),
-                            zlib.compress(b"\0" * (1 << 20))])
+                            _INFLATES_TO_1_MIB])
         return encode_message(inner, codec=rng.choice([CODEC_GZIP, CODEC_SNAPPY]))
     valid = bytearray(encode_message_set(payloads or [b"payload"]))
     if kind == 6:  # one byte changed (CRC, length, magic or attributes)

@@ -11,8 +11,10 @@ batches; ``tools/fuzz_broker.py`` runs the same for as long as it is given.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from hostbroker.client.simple import SimpleClient
@@ -46,6 +48,7 @@ class Stats:
     seconds: float = 0.0
     by_api: Counter = field(default_factory=Counter)
     failures: list[Failure] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
 
 class Session:
@@ -97,52 +100,76 @@ class Session:
             raise Violation(f"seed {self.seed} batch {index}: cannot talk to the broker over "
                             f"{uri}: {exc!r}") from None
         if stats is not None:
-            stats.batches += 1
-            stats.requests += len(frames)
-            stats.answered += outcome.answered
-            stats.error_frames += outcome.error_frames
-            for frame in frames:
-                stats.by_api[int.from_bytes(frame[4:6], "big", signed=True)] += 1
+            with stats.lock:
+                stats.batches += 1
+                stats.requests += len(frames)
+                stats.answered += outcome.answered
+                stats.error_frames += outcome.error_frames
+                for frame in frames:
+                    stats.by_api[int.from_bytes(frame[4:6], "big", signed=True)] += 1
 
     def run(self, first: int, count: int, *, seconds: float | None = None,
             check_every: int = 100, api_key: int | None = None, keep_going: bool = False,
-            size: int | None = None) -> Stats:
-        """Batches ``first`` .. ``first+count-1`` (or until ``seconds``), checked as they go.
+            size: int | None = None, max_requests: int | None = None, jobs: int = 1,
+            progress=None) -> Stats:
+        """Batches ``first`` .. ``first+count-1`` (or until ``seconds`` or
+        ``max_requests`` requests), ``jobs`` at a time on as many connections,
+        all invariants checked every ``check_every`` batches and at the end;
+        ``progress(stats)`` is called after each check.
 
         Without ``keep_going`` the first violation is raised; with it, each is
-        recorded in the stats, the tree re-baselined, and the run goes on
-        (restarting the broker if it died).
+        recorded in the stats (a batch's with its index, a check's with the
+        range of batches since the previous one), the tree re-baselined, and
+        the run goes on (restarting the broker if it died).
         """
         stats = Stats()
         start = time.monotonic()
-        index = first
-        while index < first + count and (seconds is None or time.monotonic() - start < seconds):
-            try:
-                self.batch(index, api_key, size, stats)
-                if (index - first + 1) % check_every == 0:
-                    stats.checks += 1
-                    self._checked(index)
-            except Violation as exc:
-                if not keep_going:
-                    raise
-                stats.failures.append(Failure(self.seed, index, str(exc)))
-                self._recover()
-            index += 1
+        index = checked = first
+        pool = ThreadPoolExecutor(jobs) if jobs > 1 else None
         try:
-            stats.checks += 1
-            self._checked(index - 1)
-        except Violation as exc:
-            if not keep_going:
-                raise
-            stats.failures.append(Failure(self.seed, -1, str(exc)))
+            while (index < first + count
+                   and (seconds is None or time.monotonic() - start < seconds)
+                   and (max_requests is None or stats.requests < max_requests)):
+                step = range(index, min(index + jobs, first + count))
+                send = lambda i: self._batch_or_violation(i, api_key, size, stats)  # noqa: E731
+                for i, exc in zip(step, pool.map(send, step) if pool else map(send, step)):
+                    if exc is not None:
+                        if not keep_going:
+                            raise exc
+                        stats.failures.append(Failure(self.seed, i, str(exc)))
+                if any(f.batch in step for f in stats.failures):
+                    self._recover()
+                index = step.stop
+                if index - checked >= check_every:
+                    self._check_batches(stats, checked, index, keep_going)
+                    checked = index
+                    if progress is not None:
+                        stats.seconds = time.monotonic() - start
+                        progress(stats)
+            self._check_batches(stats, checked, index, keep_going)
+        finally:
+            if pool is not None:
+                pool.shutdown()
         stats.seconds = time.monotonic() - start
         return stats
 
-    def _checked(self, index: int) -> None:
+    def _batch_or_violation(self, index, api_key, size, stats) -> Violation | None:
+        try:
+            self.batch(index, api_key, size, stats)
+        except Violation as exc:
+            return exc
+        return None
+
+    def _check_batches(self, stats: Stats, first: int, end: int, keep_going: bool) -> None:
+        stats.checks += 1
         try:
             self.check()
         except Violation as exc:
-            raise Violation(f"after batch {index} of seed {self.seed}: {exc}") from None
+            exc = Violation(f"after batches {first}..{end - 1} of seed {self.seed}: {exc}")
+            if not keep_going:
+                raise exc from None
+            stats.failures.append(Failure(self.seed, -1, str(exc)))
+            self._recover()
 
     def _recover(self) -> None:
         """After a recorded violation: keep fuzzing what is left, or a restarted broker."""
