@@ -11,7 +11,10 @@
 - ``streams``     KafkaStream and the fetcher threads that feed streams (every
                   partition read, fairly)
 - ``producer``    Producer (sync or async with a bounded queue), RecordMetadata,
-                  ProducerCallbacks, SentRequest, PRODUCER_SETTINGS
+                  ProducerCallbacks, SentRequest, PRODUCER_SETTINGS; its parts:
+                  ``producer_settings``, ``producer_batches`` (encoding and
+                  compression), ``producer_queue`` (the async queue and sending
+                  thread), ``producer_requests`` (requests, answers, retries)
 - ``partitioner`` Partitioner, DefaultPartitioner, stable_hash
 - ``encoder``     Encoder, DefaultEncoder
 - ``cluster``     Cluster: topic metadata from the brokers of a broker list

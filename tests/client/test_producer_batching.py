@@ -15,13 +15,9 @@ import pytest
 from hostbroker.client import (PRODUCER_SETTINGS, DefaultPartitioner, Partitioner,
                                ProducerCallbacks, ProducerError)
 from hostbroker.client.cluster import Cluster, PartitionRef, TopicPartitions
-from hostbroker.client.producer import (
-    _Dispatcher,
-    _Encoded,
-    _split_by_size,
-    encode_batch,
-    take_batch,
-)
+from hostbroker.client.producer import encode_batch, take_batch
+from hostbroker.client.producer_batches import Encoded, split_by_size
+from hostbroker.client.producer_requests import Dispatcher
 from hostbroker.client.settings import resolve
 from hostbroker.errors import ErrorCode
 from hostbroker.protocol import api
@@ -142,12 +138,12 @@ def test_single_message_that_cannot_inflate_within_the_bound_goes_plain():
 
 def test_split_by_size_keeps_order_and_budget():
     values = [b"x" * n for n in (10, 50, 5, 80, 1, 200, 3)]
-    pieces = _split_by_size(values, 100)
+    pieces = split_by_size(values, 100)
     assert [v for piece in pieces for v in piece] == values
     for piece in pieces:
         # a piece is within budget unless it is one value that alone is over it
         assert len(encode_message_set(piece)) <= 100 or len(piece) == 1
-    assert _split_by_size(values, 10_000) == [values]
+    assert split_by_size(values, 10_000) == [values]
 
 
 # -- the queue ----------------------------------------------------------------
@@ -166,7 +162,7 @@ def test_take_batch_keyed_items_first_then_keyless_in_order():
 
 
 def test_take_batch_takes_encoded_sets_whole():
-    first, second = _Encoded([b"a", b"b", b"c"]), _Encoded([b"d", b"e", b"f"])
+    first, second = Encoded([b"a", b"b", b"c"]), Encoded([b"d", b"e", b"f"])
     keyless = {"t": [b"0", first, second, b"g"]}
     chunked = {"t"}
     taken, _, taken_chunked, count = take_batch(keyless, chunked, [], 2)
@@ -205,14 +201,14 @@ def dispatcher(partitions=3, partitioner=None, known=True, **options):
     done = []
     stats = dict.fromkeys(("enqueued", "sent", "acknowledged", "failed", "requests",
                            "retries"), 0)
-    d = _Dispatcher(settings, cluster, partitioner or Recorder(), ProducerCallbacks(), stats,
+    d = Dispatcher(settings, cluster, partitioner or Recorder(), ProducerCallbacks(), stats,
                     done.append)
     return d, done
 
 
 def test_keyless_messages_share_one_partition_per_batch_in_order():
     d, done = dispatcher()
-    keyless = {"t": [b"a", _Encoded([b"b", b"c"]), b"d"]}
+    keyless = {"t": [b"a", Encoded([b"b", b"c"]), b"d"]}
     items = [("t", None, None, b"e"), ("t", b"2", None, b"f")]
     sets = d.make_sets(keyless, items, 0, {"t"})
     assert d.partitioner.keyless_calls == 1 and d.partitioner.rotated == ["t"]
@@ -298,7 +294,7 @@ def test_keyless_batches_of_a_take_each_choose_a_partition():
 
     d, _ = dispatcher(partitions=3, partitioner=Cycle(), compression_codec="gzip")
     values = [b"%d" % i for i in range(25)]
-    keyless = {"t": [*values[:5], _Encoded(values[5:15]), *values[15:]]}
+    keyless = {"t": [*values[:5], Encoded(values[5:15]), *values[15:]]}
     sets = d.make_sets(keyless, [], 0, {"t"}, batch_size=10)
     # batches of 10: values 0-4 + the set 5-14 (never cut), then 15-24
     assert d.partitioner.keyless_calls == 2 and d.partitioner.rotated == ["t", "t"]
@@ -306,7 +302,7 @@ def test_keyless_batches_of_a_take_each_choose_a_partition():
     for s in sets:
         by_slot.setdefault(s.slot, []).extend(p for _, p, _ in read(s.data))
     assert by_slot == {1: values[:15], 2: values[15:]}
-    # one wrapper per batch when compressing (the _Encoded set is already plain)
+    # one wrapper per batch when compressing (the Encoded set is already plain)
     assert [validate_message_set(s.data) for s in sets if s.slot == 2] == [1]
 
 
