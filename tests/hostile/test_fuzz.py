@@ -54,3 +54,9 @@ def test_strategies_of_the_protocol_tests(session, request, mutate, data):
         fuzzlib.exchange(uri, [frame])
     except fuzzlib.Violation as exc:
         raise fuzzlib.Violation(f"HB_FUZZ_SEED={SEED} request {request!r}: {exc}") from None
+
+
+def test_everything_acknowledged_survives_a_restart(session):
+    """After the fuzz: the witness data, the probes' messages and the commits, restarted."""
+    session.check()
+    session.restart_and_check()
