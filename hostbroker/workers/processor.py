@@ -56,6 +56,8 @@ _SIZE = struct.Struct(">i")
 _HEAD = struct.Struct(">ihhi")  # size, api_key, api_version, correlation_id
 _ACK = struct.Struct("<I")  # hand-offs taken, processor -> acceptor
 _RECV_CHUNK = 256 * 1024
+_DIRECT_AT = 64 * 1024  # a frame this far in is read straight into its own buffer
+_SPARE_MAX = 2 * 1024 * 1024  # largest connection buffer kept for the next large frame
 _IDLE_TIMEOUT_S = 1.0
 _FD_SWEEP_S = 5.0
 _SEQ_MASK = 0xFFFFFFFF
@@ -113,22 +115,18 @@ class SegmentFiles:
 
 
 class _Malloc:
-    """glibc's allocator, told to give freed connection buffers back to the kernel.
+    """glibc's allocator, asked to give freed connection buffers back to the kernel.
 
-    By default glibc raises its mmap threshold after a large buffer is freed,
-    so later large buffers come from the heap and stay resident after they are
-    freed. A fixed threshold keeps every buffer of a chunk or more in its own
-    mapping (unmapped when freed); ``malloc_trim`` returns what small ones
-    leave free in the heap. Elsewhere than glibc both are no-ops.
+    Freed buffers stay resident in glibc's heap (it raises its mmap threshold
+    after a large buffer is freed, so later ones come from the heap too);
+    ``malloc_trim`` returns the free pages of every arena. It runs at most once
+    per expiry round, and only after enough was freed. Elsewhere than glibc it
+    is a no-op.
     """
-
-    _M_MMAP_THRESHOLD = -3
 
     def __init__(self):
         try:
-            libc = ctypes.CDLL(None)
-            self._trim = libc.malloc_trim
-            libc.mallopt(self._M_MMAP_THRESHOLD, _RECV_CHUNK)
+            self._trim = ctypes.CDLL(None).malloc_trim
         except (OSError, AttributeError):
             self._trim = None
         self.freed = 0
@@ -139,11 +137,11 @@ class _Malloc:
     def trim(self) -> None:
         if self.freed >= _TRIM_AFTER and self._trim is not None:
             self._trim(0)
-        self.freed = 0
+            self.freed = 0
 
 
 class Connection:
-    __slots__ = ("sock", "fd", "conn_id", "handler", "buf", "next_seq", "send_seq",
+    __slots__ = ("sock", "fd", "conn_id", "handler", "buf", "end", "next_seq", "send_seq",
                  "written", "at_handler", "queued", "ready", "out", "out_pos", "closing",
                  "reading", "writing", "active", "frame_started")
 
@@ -152,7 +150,8 @@ class Connection:
         self.fd = sock.fileno()
         self.conn_id = conn_id
         self.handler = handler
-        self.buf: bytearray | None = None  # bytes of frames not sent to the handler yet
+        self.buf: bytearray | None = None  # holds frames not sent to the handler yet...
+        self.end = 0  # ...in its first ``end`` bytes
         self.next_seq = 0  # place of the next request in the connection's order
         self.send_seq = 0  # place of the next answer to queue for writing
         self.written = 0  # answers completely written
@@ -205,6 +204,7 @@ class ProcessorWorker(Worker):
         self.recv_buf = bytearray(_RECV_CHUNK)
         self.recv_view = memoryview(self.recv_buf)
         self.malloc = _Malloc()
+        self.spare: bytearray | None = None
         self.requests = [self.sender("req", self.index, h) for h in range(plan.num_handlers)]
         self.responses = [self.receiver("resp", h, self.index) for h in range(plan.num_handlers)]
         self.handler_bells = [plan.doorbell("handler", h) for h in range(plan.num_handlers)]
@@ -335,10 +335,10 @@ class ProcessorWorker(Worker):
         except (KeyError, ValueError):
             pass
         conn.sock.close()
-        if conn.buf is not None:
-            self.malloc.freed_bytes(len(conn.buf))
+        self._release(conn.buf)
         self.malloc.freed_bytes(conn.queued)
         conn.buf = None
+        conn.end = 0
         conn.ready.clear()
         conn.out.clear()
         self.requests[conn.handler].send(
@@ -350,7 +350,7 @@ class ProcessorWorker(Worker):
         """Close connections stalled in the middle of a frame, and idle ones."""
         now = self.now
         for conn in list(self.conns.values()):
-            if conn.reading and conn.buf and now - conn.frame_started > self.read_timeout:
+            if conn.reading and conn.end and now - conn.frame_started > self.read_timeout:
                 self.count(procs.ERRORS)
                 self._close(conn)
             elif not conn.at_handler and now - conn.active > self.idle_timeout:
@@ -365,39 +365,109 @@ class ProcessorWorker(Worker):
     def _read(self, conn: Connection) -> None:
         if not conn.reading:
             return  # turned off earlier in this round
+        # the rest of a large frame goes straight into its buffer; anything else
+        # through the processor's receive buffer
+        need = self._frame_need(conn)
+        direct = conn.end >= _DIRECT_AT and need > conn.end
+        if direct:
+            want = min(need - conn.end, max(conn.end, _RECV_CHUNK))
+            self._reserve(conn, want, need)
+            target = memoryview(conn.buf)[conn.end:conn.end + want]
+        else:
+            target = self.recv_view
         try:
-            n = conn.sock.recv_into(self.recv_buf)
+            n = conn.sock.recv_into(target)
         except (BlockingIOError, InterruptedError):
             return
         except OSError:
             self._close(conn)
             return
+        finally:
+            target = None
         if n == 0:
             self._close(conn)
             return
         conn.active = self.now
         self.count(procs.BYTES_IN, n)
-        chunk = self.recv_view[:n]
-        if conn.buf is None:
+        if direct:
+            conn.end += n
+            if conn.end == need:
+                self._frames_buffered(conn)
+        elif not conn.end:
+            chunk = self.recv_view[:n]
             used = self._frames(conn, chunk)
-            if used < n:
-                conn.buf = bytearray(chunk[used:])
+            if used < n and conn.fd in self.by_fd:
+                self._reserve(conn, n - used, 0)
+                conn.buf[:n - used] = chunk[used:]
+                conn.end = n - used
                 conn.frame_started = self.now
+            chunk = None
         else:
-            conn.buf += chunk
+            self._reserve(conn, n, need)
+            conn.buf[conn.end:conn.end + n] = self.recv_view[:n]
+            conn.end += n
             self._frames_buffered(conn)
-        del chunk
         self._update_reading(conn)
 
+    def _frame_need(self, conn: Connection) -> int:
+        """Bytes the frame at the start of ``conn.buf`` takes in all (0: not known)."""
+        if conn.end < _SIZE.size:
+            return 0
+        size = _SIZE.unpack_from(conn.buf, 0)[0]
+        return _SIZE.size + size if 8 <= size <= self.max_frame else 0
+
+    def _reserve(self, conn: Connection, n: int, need: int) -> None:
+        """Room for ``n`` more bytes in ``conn.buf``: it grows with what came (at
+        most twice that, and never past the ``need`` of its frame), never to the
+        size a header claims."""
+        buf, end = conn.buf, conn.end
+        if buf is not None and len(buf) >= end + n:
+            return
+        size = max(end + n, 2 * end)
+        if need:
+            size = max(end + n, min(size, need))
+        spare = self.spare
+        if spare is not None and size >= _RECV_CHUNK and len(spare) >= size:
+            grown, self.spare = spare, None
+        else:
+            grown = bytearray(size)
+        if end:
+            grown[:end] = memoryview(buf)[:end]
+        self._release(buf)
+        conn.buf = grown
+
+    def _release(self, buf: bytearray | None) -> None:
+        """Drop a connection buffer; the largest one of a useful size is kept for
+        the next large frame (page faults on a fresh buffer cost more than the copy)."""
+        if buf is None:
+            return
+        if _RECV_CHUNK <= len(buf) <= _SPARE_MAX and (
+                self.spare is None or len(self.spare) < len(buf)):
+            buf, self.spare = self.spare, buf
+            if buf is None:
+                return
+        self.malloc.freed_bytes(len(buf))
+
     def _frames_buffered(self, conn: Connection) -> None:
-        """Send what ``conn.buf`` holds of whole frames; keep the rest in a fresh
-        buffer no larger than it, so a large frame's buffer goes with it."""
-        before = len(conn.buf)
-        used = self._frames(conn, conn.buf)
+        """Send what ``conn.buf`` holds of whole frames; move the rest to its
+        front, or to a smaller buffer when the rest is much smaller than it."""
+        view = memoryview(conn.buf)[:conn.end]
+        used = self._frames(conn, view)
+        view = None
         if not used or conn.fd not in self.by_fd:
             return
-        self.malloc.freed_bytes(before)
-        conn.buf = bytearray(memoryview(conn.buf)[used:]) if used < before else None
+        left = conn.end - used
+        buf = conn.buf
+        if not left:
+            self._release(buf)
+            conn.buf = None
+        elif len(buf) <= max(2 * left, _RECV_CHUNK):
+            with memoryview(buf) as view:
+                view[:left] = view[used:conn.end]
+        else:
+            conn.buf = bytearray(memoryview(buf)[used:conn.end])
+            self._release(buf)
+        conn.end = left
         conn.frame_started = self.now
 
     def _frames(self, conn: Connection, data) -> int:
@@ -454,7 +524,7 @@ class ProcessorWorker(Worker):
         if conn.fd not in self.by_fd:
             return
         may = not self.paused and self._may_read(conn)
-        if may and conn.buf is not None and not conn.reading:
+        if may and conn.end and not conn.reading:
             self._frames_buffered(conn)
             if conn.fd not in self.by_fd:
                 return
@@ -548,7 +618,7 @@ class ProcessorWorker(Worker):
             reading = False
         if reading != conn.reading:
             conn.reading = reading
-            if reading and conn.buf is not None:
+            if reading and conn.end:
                 conn.frame_started = self.now  # the deadline runs while we read
             self._apply_interest(conn)
 
