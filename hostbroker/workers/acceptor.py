@@ -7,7 +7,9 @@ the very same sockets), and the count of open connections that
 CONNECTIONS gauge on the process board and its acknowledgements of
 hand-offs. Writes: each accepted socket to the processor with the fewest
 connections, one fd per SOCK_SEQPACKET message (``socket.send_fds``), then
-closes its own copy.
+closes its own copy. When every processor's hand-off queue is full it holds
+the one connection it has and accepts no more until a queue has room (the
+rest wait in the listen queue), rather than drop a connection it accepted.
 
 Counting: a connection is open while a processor holds it (its gauge, which
 drops as soon as the processor closes it) or while it is on its way there
@@ -52,6 +54,7 @@ class AcceptorWorker(Worker):
         self.in_transit = [0] * len(self.outs)
         self.last_handoff = 0.0
         self.listening = True
+        self.waiting: socket.socket | None = None  # accepted; every processor was full
         for p in range(len(self.outs)):
             self._take_acks(p)  # meant for an acceptor before us
         self.in_transit = [0] * len(self.outs)
@@ -66,15 +69,19 @@ class AcceptorWorker(Worker):
 
     def run(self) -> None:
         while not self.stopping:
-            for key, _ in self.sel.select(0.1 if not self.listening else 1.0):
+            for key, mask in self.sel.select(0.1 if not self.listening else 1.0):
                 data = key.data
                 if data is None:
                     self.doorbell.drain()
                 elif isinstance(data, int):
-                    self._take_acks(data)
+                    if mask & selectors.EVENT_READ:
+                        self._take_acks(data)
+                    if mask & selectors.EVENT_WRITE:
+                        self._hand_off_waiting()
                 elif self.listening:
                     self._accept(data)
-            if not self.listening and (not any(self.in_transit) or self._ack_overdue()):
+            if not self.listening and self.waiting is None and (
+                    not any(self.in_transit) or self._ack_overdue()):
                 self._listen(True)
             self.heartbeat()
         for _, listener in self.plan.listeners:
@@ -103,8 +110,11 @@ class AcceptorWorker(Worker):
         (raised before the acknowledgement), so none is missed."""
         for p in range(len(self.outs)):
             self._take_acks(p)
-        return [self.board.get(slot, procs.CONNECTIONS) + self.in_transit[p]
-                for p, slot in enumerate(self.processor_slots)]
+        counts = [self.board.get(slot, procs.CONNECTIONS) + self.in_transit[p]
+                  for p, slot in enumerate(self.processor_slots)]
+        if self.waiting is not None:
+            counts[0] += 1
+        return counts
 
     def _listen(self, on: bool) -> None:
         if on == self.listening:
@@ -135,23 +145,47 @@ class AcceptorWorker(Worker):
                 sock.close()
                 self.count(procs.ERRORS)
                 continue
+            self._place(sock, counts)
+            if self.waiting is not None:
+                return
+
+    def _place(self, sock: socket.socket, counts: list[int]) -> None:
+        try:
             p = self._hand_off(sock, counts)
-            if p is not None:
-                self.in_transit[p] += 1
-                self.last_handoff = time.monotonic()
+        except BlockingIOError:
+            # every processor is behind: hold it, take no more until one has room
+            self.waiting = sock
+            self._listen(False)
+            self._want_room(True)
+            return
+        if p is not None:
+            self.in_transit[p] += 1
+            self.last_handoff = time.monotonic()
+
+    def _hand_off_waiting(self) -> None:
+        sock, self.waiting = self.waiting, None
+        self._want_room(False)
+        if sock is not None:
+            self._place(sock, self._connections())
+
+    def _want_room(self, on: bool) -> None:
+        events = selectors.EVENT_READ | (selectors.EVENT_WRITE if on else 0)
+        for p, out in enumerate(self.outs):
+            self.sel.modify(out.fileno(), events, p)
 
     def _hand_off(self, sock: socket.socket, counts: list[int]) -> int | None:
-        """Pass ``sock`` to the least loaded processor that takes it; close our copy."""
+        """Pass ``sock`` to the least loaded processor that takes it and close our
+        copy; BlockingIOError (``sock`` kept) when none has room for it now."""
         try:
             for p in sorted(range(len(self.outs)), key=lambda i: (counts[i], i)):
                 try:
                     socket.send_fds(self.outs[p], [b"c"], [sock.fileno()])
                 except (BlockingIOError, InterruptedError):
                     continue  # that processor is not keeping up; try the next
+                sock.close()
                 return p
-            self.count(procs.ERRORS)
         except OSError:
             self.count(procs.ERRORS)
-        finally:
             sock.close()
-        return None
+            return None
+        raise BlockingIOError("every processor's hand-off queue is full")
