@@ -355,18 +355,19 @@ class _Scan:
             self.at += 4 + size
 
 
-def _read_all(sock: socket.socket, deadline: float) -> tuple[bytes, bool]:
+def _read_all(sock: socket.socket, timeout: float) -> tuple[bytes, bool]:
     """What the broker sends until it has answered the probe or closed the
     connection, and whether the close was a reset (TCP RST).
 
     After an error frame the close must follow (within the deadline too).
     """
+    deadline = time.monotonic() + timeout
     data = bytearray()
     scan = _Scan()
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
-            raise Violation(f"no answer to the probe and no close within {EXCHANGE_TIMEOUT}s "
+            raise Violation(f"no answer to the probe and no close within {timeout}s "
                             f"({len(data)} bytes received, error frame: {scan.error})")
         sock.settimeout(left)
         try:
@@ -453,7 +454,7 @@ def exchange(uri: str, frames: list[bytes], timeout: float = EXCHANGE_TIMEOUT) -
     with connect(uri) as sock:
         sender = threading.Thread(target=_send, args=(sock, b"".join(sent)), daemon=True)
         sender.start()
-        data, reset = _read_all(sock, start + timeout)
+        data, reset = _read_all(sock, timeout)
     sender.join(timeout)
     try:
         outcome = check_answers(sent, split_frames(data))
