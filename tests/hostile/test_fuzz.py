@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
+from hostbroker.log.message import encode_message_set
 from hostbroker.protocol import api
 from tests.hostile import fuzzlib
 from tests.hostile.conftest import SEED
@@ -60,3 +61,20 @@ def test_everything_acknowledged_survives_a_restart(session):
     """After the fuzz: the witness data, the probes' messages and the commits, restarted."""
     session.check()
     session.restart_and_check()
+
+
+def test_a_delete_right_behind_produces_waiting_for_their_flush(session):
+    """Found by the long run (seed 20261126, batch 1441): PRODUCEs with acks=-1
+    pipelined with a DELETE_TOPIC of their topic, over and over."""
+    with session.broker.client() as client:
+        for round_ in range(30):
+            topic = f"fz-race-{round_}"
+            client.create_topic(topic, 2)
+            frames = [api.encode_request(api.ProduceRequest(acks, 100, tuple(
+                api.ProducePartition(topic, p, encode_message_set([b"r" * 100] * 5))
+                for p in (0, 1))), 10 + i, "race") for i, acks in enumerate((-1, -2, 1))]
+            frames.append(api.encode_request(api.DeleteTopicRequest(topic), 20, "race"))
+            try:
+                fuzzlib.exchange(session.uris[round_ % 2], frames)
+            except fuzzlib.Violation as exc:
+                raise fuzzlib.Violation(f"round {round_}: {exc}") from None
