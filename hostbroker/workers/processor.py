@@ -20,7 +20,7 @@ answers.
 Memory: sockets are read into one receive buffer per processor; a connection
 keeps only the bytes of a frame not complete yet, in a buffer that grows as
 they arrive (never to the size a header claims) and is freed when the frame
-is done. A started frame must be complete within
+is done (the books of a connection and its buffers: ``connection.py``). A started frame must be complete within
 ``socket.request.read.timeout.ms`` and a connection that moves no byte for
 ``connections.max.idle.ms`` (with nothing at its handler) is closed.
 
@@ -38,7 +38,6 @@ died with it).
 from __future__ import annotations
 
 import collections
-import ctypes
 import errno
 import os
 import selectors
@@ -51,19 +50,14 @@ from hostbroker.protocol import api
 from hostbroker.shm import procs
 from hostbroker.workers import envelopes as env
 from hostbroker.workers.base import Worker
+from hostbroker.workers.connection import CLOSE, DIRECT_AT, END, RECV_CHUNK, Buffers, Connection
 
 _SIZE = struct.Struct(">i")
 _HEAD = struct.Struct(">ihhi")  # size, api_key, api_version, correlation_id
 _ACK = struct.Struct("<I")  # hand-offs taken, processor -> acceptor
-_RECV_CHUNK = 256 * 1024
-_DIRECT_AT = 64 * 1024  # a frame this far in is read straight into its own buffer
-_SPARE_MAX = 2 * 1024 * 1024  # largest connection buffer kept for the next large frame
 _IDLE_TIMEOUT_S = 1.0
 _FD_SWEEP_S = 5.0
 _SEQ_MASK = 0xFFFFFFFF
-_END = object()  # in Connection.out: the answer before it is completely written
-_CLOSE = None  # in Connection.out: close the connection here
-_TRIM_AFTER = 16 * 1024 * 1024  # bytes of connection buffers freed before malloc_trim
 
 
 class SegmentFiles:
@@ -114,68 +108,6 @@ class SegmentFiles:
         self.files.clear()
 
 
-class _Malloc:
-    """glibc's allocator, asked to give freed connection buffers back to the kernel.
-
-    Freed buffers stay resident in glibc's heap (it raises its mmap threshold
-    after a large buffer is freed, so later ones come from the heap too);
-    ``malloc_trim`` returns the free pages of every arena. It runs at most once
-    per expiry round, and only after enough was freed. Elsewhere than glibc it
-    is a no-op.
-    """
-
-    def __init__(self):
-        try:
-            self._trim = ctypes.CDLL(None).malloc_trim
-        except (OSError, AttributeError):
-            self._trim = None
-        self.freed = 0
-
-    def freed_bytes(self, n: int) -> None:
-        self.freed += n
-
-    def trim(self) -> None:
-        if self.freed >= _TRIM_AFTER and self._trim is not None:
-            self._trim(0)
-            self.freed = 0
-
-
-class Connection:
-    __slots__ = ("sock", "fd", "conn_id", "handler", "buf", "end", "next_seq", "send_seq",
-                 "written", "at_handler", "queued", "ready", "out", "out_pos", "closing",
-                 "reading", "writing", "active", "frame_started")
-
-    def __init__(self, sock: socket.socket, conn_id: int, handler: int, now: float):
-        self.sock = sock
-        self.fd = sock.fileno()
-        self.conn_id = conn_id
-        self.handler = handler
-        self.buf: bytearray | None = None  # holds frames not sent to the handler yet...
-        self.end = 0  # ...in its first ``end`` bytes
-        self.next_seq = 0  # place of the next request in the connection's order
-        self.send_seq = 0  # place of the next answer to queue for writing
-        self.written = 0  # answers completely written
-        self.at_handler = 0  # requests sent to the handler and not answered by it
-        self.queued = 0  # bytes of answers held here (early or not yet written)
-        self.ready: dict[int, tuple[list, int]] = {}
-        self.out: collections.deque = collections.deque()
-        self.out_pos = 0
-        self.closing = False  # stop reading; close once queued answers are out
-        self.reading = True
-        self.writing = False
-        self.active = now  # last time a byte moved either way
-        self.frame_started = 0.0  # when conn.buf began to hold an incomplete frame
-
-    @property
-    def outstanding(self) -> int:
-        """Requests read and not completely answered."""
-        return self.next_seq - self.written
-
-
-def _memory_bytes(pieces) -> int:
-    return sum(len(p) for p in pieces if not isinstance(p, env.FilePiece))
-
-
 class ProcessorWorker(Worker):
     kind = "processor"
     process_name = "hb-proc"
@@ -201,10 +133,9 @@ class ProcessorWorker(Worker):
         self.read_timeout = config["socket.request.read.timeout.ms"] / 1000
         self.expire_every = min(_IDLE_TIMEOUT_S, max(0.01, min(self.idle_timeout,
                                                                self.read_timeout) / 10))
-        self.recv_buf = bytearray(_RECV_CHUNK)
+        self.recv_buf = bytearray(RECV_CHUNK)
         self.recv_view = memoryview(self.recv_buf)
-        self.malloc = _Malloc()
-        self.spare: bytearray | None = None
+        self.buffers = Buffers()
         self.requests = [self.sender("req", self.index, h) for h in range(plan.num_handlers)]
         self.responses = [self.receiver("resp", h, self.index) for h in range(plan.num_handlers)]
         self.handler_bells = [plan.doorbell("handler", h) for h in range(plan.num_handlers)]
@@ -335,8 +266,8 @@ class ProcessorWorker(Worker):
         except (KeyError, ValueError):
             pass
         conn.sock.close()
-        self._release(conn.buf)
-        self.malloc.freed_bytes(conn.queued)
+        self.buffers.release(conn.buf)
+        self.buffers.freed_bytes(conn.queued)
         conn.buf = None
         conn.end = 0
         conn.ready.clear()
@@ -355,7 +286,7 @@ class ProcessorWorker(Worker):
                 self._close(conn)
             elif not conn.at_handler and now - conn.active > self.idle_timeout:
                 self._close(conn)
-        self.malloc.trim()
+        self.buffers.trim()
 
     # -- reading requests --------------------------------------------------
     def _may_read(self, conn: Connection) -> bool:
@@ -367,11 +298,11 @@ class ProcessorWorker(Worker):
             return  # turned off earlier in this round
         # the rest of a large frame goes straight into its buffer; anything else
         # through the processor's receive buffer
-        need = self._frame_need(conn)
-        direct = conn.end >= _DIRECT_AT and need > conn.end
+        need = conn.frame_need(self.max_frame)
+        direct = conn.end >= DIRECT_AT and need > conn.end
         if direct:
-            want = min(need - conn.end, max(conn.end, _RECV_CHUNK))
-            self._reserve(conn, want, need)
+            want = min(need - conn.end, max(conn.end, RECV_CHUNK))
+            conn.reserve(want, need, self.buffers)
             target = memoryview(conn.buf)[conn.end:conn.end + want]
         else:
             target = self.recv_view
@@ -397,56 +328,13 @@ class ProcessorWorker(Worker):
             chunk = self.recv_view[:n]
             used = self._frames(conn, chunk)
             if used < n and conn.fd in self.by_fd:
-                self._reserve(conn, n - used, 0)
-                conn.buf[:n - used] = chunk[used:]
-                conn.end = n - used
+                conn.append(chunk[used:], 0, self.buffers)
                 conn.frame_started = self.now
             chunk = None
         else:
-            self._reserve(conn, n, need)
-            conn.buf[conn.end:conn.end + n] = self.recv_view[:n]
-            conn.end += n
+            conn.append(self.recv_view[:n], need, self.buffers)
             self._frames_buffered(conn)
         self._update_reading(conn)
-
-    def _frame_need(self, conn: Connection) -> int:
-        """Bytes the frame at the start of ``conn.buf`` takes in all (0: not known)."""
-        if conn.end < _SIZE.size:
-            return 0
-        size = _SIZE.unpack_from(conn.buf, 0)[0]
-        return _SIZE.size + size if 8 <= size <= self.max_frame else 0
-
-    def _reserve(self, conn: Connection, n: int, need: int) -> None:
-        """Room for ``n`` more bytes in ``conn.buf``: it grows with what came (at
-        most twice that, and never past the ``need`` of its frame), never to the
-        size a header claims."""
-        buf, end = conn.buf, conn.end
-        if buf is not None and len(buf) >= end + n:
-            return
-        size = max(end + n, 2 * end)
-        if need:
-            size = max(end + n, min(size, need))
-        spare = self.spare
-        if spare is not None and size >= _RECV_CHUNK and len(spare) >= size:
-            grown, self.spare = spare, None
-        else:
-            grown = bytearray(size)
-        if end:
-            grown[:end] = memoryview(buf)[:end]
-        self._release(buf)
-        conn.buf = grown
-
-    def _release(self, buf: bytearray | None) -> None:
-        """Drop a connection buffer; the largest one of a useful size is kept for
-        the next large frame (page faults on a fresh buffer cost more than the copy)."""
-        if buf is None:
-            return
-        if _RECV_CHUNK <= len(buf) <= _SPARE_MAX and (
-                self.spare is None or len(self.spare) < len(buf)):
-            buf, self.spare = self.spare, buf
-            if buf is None:
-                return
-        self.malloc.freed_bytes(len(buf))
 
     def _frames_buffered(self, conn: Connection) -> None:
         """Send what ``conn.buf`` holds of whole frames; move the rest to its
@@ -456,18 +344,7 @@ class ProcessorWorker(Worker):
         view = None
         if not used or conn.fd not in self.by_fd:
             return
-        left = conn.end - used
-        buf = conn.buf
-        if not left:
-            self._release(buf)
-            conn.buf = None
-        elif len(buf) <= max(2 * left, _RECV_CHUNK):
-            with memoryview(buf) as view:
-                view[:left] = view[used:conn.end]
-        else:
-            conn.buf = bytearray(memoryview(buf)[used:conn.end])
-            self._release(buf)
-        conn.end = left
+        conn.consumed(used, self.buffers)
         conn.frame_started = self.now
 
     def _frames(self, conn: Connection, data) -> int:
@@ -548,20 +425,7 @@ class ProcessorWorker(Worker):
                 self.handler_bells[h].ring()
 
     def _queue_answer(self, conn: Connection, seq: int, pieces: list, flags: int) -> None:
-        conn.ready[seq] = (pieces, flags)
-        conn.queued += _memory_bytes(pieces)
-        out = conn.out
-        while conn.send_seq in conn.ready:
-            pieces, flags = conn.ready.pop(conn.send_seq)
-            conn.send_seq += 1
-            if flags & env.RESP_CLOSE_NOW:
-                out.append(_CLOSE)
-                break
-            out.extend(pieces)
-            out.append(_END)
-            if flags & env.RESP_CLOSE_AFTER:
-                out.append(_CLOSE)
-                break
+        conn.order(seq, pieces, flags)
         self._write(conn)
         self._update_reading(conn)
 
@@ -571,11 +435,11 @@ class ProcessorWorker(Worker):
         try:
             while out:
                 piece = out[0]
-                if piece is _END:
+                if piece is END:
                     out.popleft()
                     conn.written += 1
                     continue
-                if piece is _CLOSE:
+                if piece is CLOSE:
                     self._close(conn)
                     return
                 if isinstance(piece, env.FilePiece):
