@@ -7,6 +7,7 @@ takes requests of at most 4096 bytes (``socket.request.max.bytes``).
 from __future__ import annotations
 
 import os
+import signal
 import stat
 import struct
 
@@ -318,6 +319,27 @@ def test_max_connections_is_exact(make_broker):
         assert [_served(raw) for raw in again] == [True] * 5 + [False]
         for raw in served[5:]:  # the first ones are still served
             assert _served(raw)
+    finally:
+        for raw in raws:
+            raw.sock.close()
+
+
+def test_max_connections_stays_exact_after_a_processor_is_replaced(make_broker):
+    limit = 10
+    broker = make_broker(max_connections=limit)
+    assert wait_for(lambda: open_connections(broker) == 0)
+    raws = [RawSocket(broker.tcp, timeout=10) for _ in range(limit)]
+    try:
+        assert all(_served(raw) for raw in raws)
+        old = broker.workers()["hb-proc-0"]
+        os.kill(old, signal.SIGKILL)
+        broker.wait_worker_replaced("hb-proc-0", old)
+        alive = [raw for raw in raws if _served(raw)]  # those of hb-proc-0 went with it
+        assert 0 < len(alive) < limit
+        assert wait_for(lambda: open_connections(broker) == len(alive))
+        more = [RawSocket(broker.tcp, timeout=10) for _ in range(limit - len(alive) + 3)]
+        raws += more
+        assert sum(_served(raw) for raw in more) == limit - len(alive)
     finally:
         for raw in raws:
             raw.sock.close()
