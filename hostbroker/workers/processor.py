@@ -233,6 +233,8 @@ class ProcessorWorker(Worker):
     def _send_acks(self) -> None:
         """Tell the acceptor how many hand-offs were taken (after CONNECTIONS
         counts them, so it never sees a connection in neither place)."""
+        if not self.acks_owed:
+            return
         try:
             self.handoff.send(_ACK.pack(self.acks_owed))
             self.acks_owed = 0
