@@ -156,6 +156,14 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("shutdown.timeout.ms", int, 30000,
             "How long a graceful shutdown waits for in-flight work.", _at_least(0)),
     # Connection limits (processor, acceptor).
+    Setting("connection.linger.ms", int, 1000,
+            "After the error frame (or the close with no answer) that ends a connection, the "
+            "broker sends EOF and reads and drops what the client still sends, for at most "
+            "this long, before it closes (a close with unread bytes is a TCP reset, which can "
+            "destroy the error frame on its way); 0 closes at once.", _at_least(0)),
+    Setting("connection.linger.max.bytes", int, 16777216,
+            "Most bytes read and dropped from a connection ending after an error frame (see "
+            "connection.linger.ms); past them it closes at once.", _at_least(0)),
     Setting("connections.max.idle.ms", int, 600000,
             "A connection that moves no byte this long, with no request at its handler, is "
             "closed.", _at_least(1)),

@@ -14,6 +14,11 @@ Answer side: every request has a place (``seq``) in the connection's order.
 Answers may come early; :meth:`Connection.order` moves them to ``out`` in
 order, each followed by :data:`END`, and :data:`CLOSE` where the connection
 is to close. An answer counts as outstanding until its END is written.
+
+Ending: when the processor reaches CLOSE it does not close at once; the
+connection *lingers* (``linger_until``, ``linger_left``): EOF sent, nothing
+held, its further bytes read and dropped until the client closes or a bound
+is reached (``connection.linger.ms``, ``connection.linger.max.bytes``).
 """
 
 from __future__ import annotations
@@ -90,7 +95,8 @@ def memory_bytes(pieces) -> int:
 class Connection:
     __slots__ = ("sock", "fd", "conn_id", "handler", "buf", "end", "next_seq", "send_seq",
                  "written", "at_handler", "queued", "ready", "out", "out_pos", "closing",
-                 "reading", "writing", "active", "frame_started")
+                 "reading", "writing", "active", "frame_started", "lingering", "linger_until",
+                 "linger_left")
 
     def __init__(self, sock: socket.socket, conn_id: int, handler: int, now: float):
         self.sock = sock
@@ -112,11 +118,36 @@ class Connection:
         self.writing = False
         self.active = now  # last time a byte moved either way
         self.frame_started = 0.0  # when buf began to hold an incomplete frame
+        self.lingering = False  # EOF sent: only reading and dropping until the close...
+        self.linger_until = 0.0  # ...at this time at the latest...
+        self.linger_left = 0  # ...or after this many more bytes
 
     @property
     def outstanding(self) -> int:
         """Requests read and not completely answered."""
         return self.next_seq - self.written
+
+    def release(self, buffers: Buffers) -> None:
+        """Give up everything held: the frames not sent and the answers not written."""
+        buffers.release(self.buf)
+        buffers.freed_bytes(self.queued)
+        self.buf = None
+        self.end = 0
+        self.queued = 0
+        self.ready.clear()
+        self.out.clear()
+        self.out_pos = 0
+
+    def linger(self, until: float, max_bytes: int, buffers: Buffers) -> None:
+        """Its last answer is written and EOF sent: hold nothing more, read only
+        to drop what still comes, until ``until`` or ``max_bytes`` more bytes."""
+        self.release(buffers)
+        self.closing = True
+        self.lingering = True
+        self.linger_until = until
+        self.linger_left = max_bytes
+        self.reading = True
+        self.writing = False
 
     # -- receive buffer --------------------------------------------------------
     def frame_need(self, max_frame: int) -> int:

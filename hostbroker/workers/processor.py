@@ -17,6 +17,15 @@ and the connection closes; a size too small to hold a correlation id (or
 negative) closes it with no answer. Both take their turn after earlier
 answers.
 
+Ending after an error frame (or a close with no answer): no further frame
+goes to the handler once the processor knows; after the last byte is written
+the socket is shut for writing (the client reads the answers, then EOF) and
+*lingers*: read only to drop what the client still sends (into the receive
+buffer) until it closes, ``connection.linger.ms`` pass or
+``connection.linger.max.bytes`` came. Closing with unread bytes would send a
+TCP reset, which can destroy the error frame before the client reads it. A
+lingering connection still counts against ``max.connections``.
+
 Memory: sockets are read into one receive buffer per processor; a connection
 keeps only the bytes of a frame not complete yet, in a buffer that grows as
 they arrive (never to the size a header claims) and is freed when the frame
@@ -131,6 +140,9 @@ class ProcessorWorker(Worker):
         self.max_queued = config["connection.max.queued.bytes"]
         self.idle_timeout = config["connections.max.idle.ms"] / 1000
         self.read_timeout = config["socket.request.read.timeout.ms"] / 1000
+        self.linger_s = config["connection.linger.ms"] / 1000
+        self.linger_bytes = config["connection.linger.max.bytes"]
+        self.lingering: collections.deque[Connection] = collections.deque()  # by deadline
         self.expire_every = min(_IDLE_TIMEOUT_S, max(0.01, min(self.idle_timeout,
                                                                self.read_timeout) / 10))
         self.recv_buf = bytearray(RECV_CHUNK)
@@ -162,10 +174,13 @@ class ProcessorWorker(Worker):
             if self.stopping and drain_deadline is None:
                 drain_deadline = self._start_drain()
             if drain_deadline is not None and (
-                    not any(c.outstanding or c.out for c in self.conns.values())
+                    not any((c.outstanding or c.out) and not c.lingering
+                            for c in self.conns.values())
                     or time.monotonic() > drain_deadline):
                 break
             timeout = 0.005 if self.dirty_handlers else self.expire_every
+            if self.lingering:
+                timeout = max(0.0, min(timeout, self.lingering[0].linger_until - self.now))
             events = self.sel.select(timeout)
             self.now = time.monotonic()
             for key, mask in events:
@@ -180,6 +195,8 @@ class ProcessorWorker(Worker):
                         self._write(conn)
                     if mask & selectors.EVENT_READ and conn.fd in self.by_fd:
                         self._read(conn)
+            if self.lingering:
+                self._end_lingers()
             self.heartbeat()
             self._check_handler_epochs()
             self._take_answers()
@@ -204,6 +221,8 @@ class ProcessorWorker(Worker):
         except KeyError:
             pass
         for conn in list(self.conns.values()):
+            if conn.lingering:
+                continue  # closes when its linger ends, or with the rest at the end
             conn.closing = True
             if not conn.outstanding and not conn.out:
                 self._close(conn)
@@ -268,12 +287,7 @@ class ProcessorWorker(Worker):
         except (KeyError, ValueError):
             pass
         conn.sock.close()
-        self.buffers.release(conn.buf)
-        self.buffers.freed_bytes(conn.queued)
-        conn.buf = None
-        conn.end = 0
-        conn.ready.clear()
-        conn.out.clear()
+        conn.release(self.buffers)
         self.requests[conn.handler].send(
             env.REQ_HEADER.pack(conn.conn_id, 0, env.REQ_CLOSED))
         self.dirty_handlers.add(conn.handler)
@@ -283,6 +297,8 @@ class ProcessorWorker(Worker):
         """Close connections stalled in the middle of a frame, and idle ones."""
         now = self.now
         for conn in list(self.conns.values()):
+            if conn.lingering:
+                continue  # _end_lingers
             if conn.reading and conn.end and now - conn.frame_started > self.read_timeout:
                 self.count(procs.ERRORS)
                 self._close(conn)
@@ -296,6 +312,9 @@ class ProcessorWorker(Worker):
                 and conn.at_handler < self.max_at_handler and conn.queued < self.max_queued)
 
     def _read(self, conn: Connection) -> None:
+        if conn.lingering:
+            self._drop_input(conn)
+            return
         if not conn.reading:
             return  # turned off earlier in this round
         # the rest of a large frame goes straight into its buffer; anything else
@@ -329,7 +348,7 @@ class ProcessorWorker(Worker):
         elif not conn.end:
             chunk = self.recv_view[:n]
             used = self._frames(conn, chunk)
-            if used < n and conn.fd in self.by_fd:
+            if used < n and conn.fd in self.by_fd and not conn.lingering:
                 conn.append(chunk[used:], 0, self.buffers)
                 conn.frame_started = self.now
             chunk = None
@@ -344,7 +363,7 @@ class ProcessorWorker(Worker):
         view = memoryview(conn.buf)[:conn.end]
         used = self._frames(conn, view)
         view = None
-        if not used or conn.fd not in self.by_fd:
+        if not used or conn.fd not in self.by_fd or conn.lingering:
             return
         conn.consumed(used, self.buffers)
         conn.frame_started = self.now
@@ -400,7 +419,7 @@ class ProcessorWorker(Worker):
 
     def _update_reading(self, conn: Connection) -> None:
         """Read ``conn`` again if it may; frames it has buffered go first."""
-        if conn.fd not in self.by_fd:
+        if conn.fd not in self.by_fd or conn.lingering:
             return
         may = not self.paused and self._may_read(conn)
         if may and conn.end and not conn.reading:
@@ -420,6 +439,8 @@ class ProcessorWorker(Worker):
                 if conn is None:
                     continue
                 conn.at_handler -= 1
+                if conn.lingering:
+                    continue  # pipelined behind its error frame: dropped
                 # the ring carries 32 bits of the place; fewer than 2**32 are open
                 seq = conn.send_seq + ((seq - conn.send_seq) & _SEQ_MASK)
                 self._queue_answer(conn, seq, pieces, flags)
@@ -427,11 +448,15 @@ class ProcessorWorker(Worker):
                 self.handler_bells[h].ring()
 
     def _queue_answer(self, conn: Connection, seq: int, pieces: list, flags: int) -> None:
+        if flags & (env.RESP_CLOSE_AFTER | env.RESP_CLOSE_NOW):
+            conn.closing = True  # no further frame of it goes to the handler
         conn.order(seq, pieces, flags)
         self._write(conn)
         self._update_reading(conn)
 
     def _write(self, conn: Connection) -> None:
+        if conn.lingering:
+            return
         sock = conn.sock
         out = conn.out
         try:
@@ -442,7 +467,7 @@ class ProcessorWorker(Worker):
                     conn.written += 1
                     continue
                 if piece is CLOSE:
-                    self._close(conn)
+                    self._linger(conn)
                     return
                 if isinstance(piece, env.FilePiece):
                     fd = self.files.open(piece.path)
@@ -478,8 +503,50 @@ class ProcessorWorker(Worker):
         if not out and conn.closing and not conn.outstanding:
             self._close(conn)
 
+    # -- ending after an error frame --------------------------------------------
+    def _linger(self, conn: Connection) -> None:
+        """Everything before the close is written: EOF to the client, then read
+        and drop what it still sends (bounded) before closing (module docstring)."""
+        if self.linger_s <= 0 or self.linger_bytes <= 0:
+            self._close(conn)
+            return
+        try:
+            conn.sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            self._close(conn)
+            return
+        conn.linger(self.now + self.linger_s, self.linger_bytes, self.buffers)
+        self._apply_interest(conn)
+        self.lingering.append(conn)
+
+    def _drop_input(self, conn: Connection) -> None:
+        try:
+            n = conn.sock.recv_into(self.recv_view, min(RECV_CHUNK, conn.linger_left))
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            n = 0
+        self.count(procs.BYTES_IN, n)
+        conn.linger_left -= n
+        if n == 0 or conn.linger_left <= 0:
+            self._close(conn)
+
+    def _end_lingers(self) -> None:
+        """Close lingering connections whose time is up (deadlines come in order)."""
+        lingering = self.lingering
+        while lingering:
+            conn = lingering[0]
+            live = self.conns.get(conn.conn_id) is conn  # its fd may be another's by now
+            if live and conn.linger_until > self.now:
+                break
+            lingering.popleft()
+            if live:
+                self._close(conn)
+
     # -- interest bookkeeping --------------------------------------------------
     def _set_reading(self, conn: Connection, reading: bool) -> None:
+        if conn.lingering:
+            return
         if conn.closing:
             reading = False
         if reading != conn.reading:
@@ -526,5 +593,5 @@ class ProcessorWorker(Worker):
             if epoch != self.handler_epochs[h]:
                 self.handler_epochs[h] = epoch
                 for conn in list(self.conns.values()):
-                    if conn.handler == h and conn.at_handler:
+                    if conn.handler == h and conn.at_handler and not conn.lingering:
                         self._close(conn)

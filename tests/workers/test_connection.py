@@ -99,3 +99,15 @@ def test_one_spare_buffer_serves_the_next_large_frame(conn):
     assert buffers.take(100) is not big  # small frames get small buffers
     assert buffers.take(RECV_CHUNK) is big
     assert buffers.spare is None
+
+
+def test_a_lingering_connection_holds_nothing(conn):
+    buffers = Buffers()
+    conn.append(b"x" * 100, 0, buffers)
+    conn.order(1, [b"later"], 0)  # an answer waiting for place 0
+    conn.order(0, [b"error"], env.RESP_CLOSE_AFTER)
+    conn.linger(5.0, 1024, buffers)
+    assert (conn.buf, conn.end, conn.queued, conn.ready, list(conn.out)) == (None, 0, 0, {}, [])
+    assert buffers.freed == 100 + len(b"later") + len(b"error")
+    assert conn.lingering and conn.closing and conn.reading and not conn.writing
+    assert (conn.linger_until, conn.linger_left) == (5.0, 1024)
