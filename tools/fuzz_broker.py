@@ -2,25 +2,30 @@
 """The long run of the hostile-client fuzz (docs/fuzzing.md).
 
 Starts ``hostbroker serve`` in a scratch directory (as the standing suite
-does), then sends seeded batches of hostile requests over TCP and the Unix
-socket until ``--seconds`` or ``--cases`` requests, checking every invariant
-of tests/hostile each ``--check-every`` batches: no worker replaced, the
-broker tree's RSS within its bound, a normal client answered within 2 s, no
-acknowledged message or commit lost; and at the end again after a restart.
-The generators, the exchange and the checks are the suite's own
-(tests/hostile/fuzzlib.py, invariants.py, runner.py).
+does), then ``--jobs`` client processes send seeded batches of hostile
+requests over TCP and the Unix socket until ``--seconds`` or ``--cases``
+inputs (one input: one request frame sent in full): long-lived connections
+pipelining pool frames and their decodable mutations, and new connections
+for frames that end them (tests/hostile/stream.py). Every ``--check-every``
+inputs, with the clients idle, every invariant of tests/hostile is checked:
+no worker replaced, the broker tree's RSS within its bound, a normal client
+answered within 2 s, no acknowledged message or commit lost; and at the end
+again after a restart. The generators, the checks of each answer and the
+invariants are the suite's own (tests/hostile/).
 
-    .venv/bin/python tools/fuzz_broker.py --seconds 3600 --cases 5000000
+    .venv/bin/python tools/fuzz_broker.py --seconds 600 --cases 5000000 --jobs 2
     .venv/bin/python tools/fuzz_broker.py --seed 7 --replay 1234   # one batch again
 
-Prints a summary (requests, batches, rates, failures each with the seed and
-batch that reproduce it) and exits 1 on any violation, 0 otherwise.
+Prints a summary (inputs, batches, connections, rates, memory, violations
+each with the seed and batch that reproduce it) and exits 1 on any
+violation, 0 otherwise.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -29,7 +34,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from hostbroker.protocol import api  # noqa: E402
-from tests.hostile import fuzzlib  # noqa: E402
+from tests.hostile import fuzzlib, stream  # noqa: E402
 from tests.hostile.fuzzlib import FUZZ_BROKER_SETTINGS, Violation  # noqa: E402
 from tests.hostile.runner import Failure, Session, Stats  # noqa: E402
 from tests.integration.broker import Broker  # noqa: E402
@@ -41,17 +46,30 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seed", type=int,
                    default=int(os.environ.get("HB_FUZZ_SEED", fuzzlib.DEFAULT_SEED)))
     p.add_argument("--seconds", type=float, default=60.0, help="stop after this long")
-    p.add_argument("--cases", type=int, default=10_000_000, help="stop after this many requests")
+    p.add_argument("--cases", type=int, default=10_000_000, help="stop after this many inputs")
     p.add_argument("--first-batch", type=int, default=0, help="batch index to start at")
-    p.add_argument("--batch-size", type=int, default=None,
-                   help="requests per connection (default: 1-5, drawn per batch)")
-    p.add_argument("--check-every", type=int, default=500, help="batches between checks")
-    p.add_argument("--jobs", type=int, default=4, help="batches sent at once, each on its own "
-                   "connection")
+    p.add_argument("--check-every", type=int, default=100_000,
+                   help="inputs (all jobs together) between invariant checks")
+    p.add_argument("--jobs", type=int, default=2, help="client processes, each sending its "
+                   "own batches (first-batch + job + k * jobs)")
+    p.add_argument("--connections", type=int, default=4,
+                   help="connections each job keeps busy at once")
+    p.add_argument("--heavy", type=float, default=0.002,
+                   help="chance that a stream input is a heavy pool frame (thousands of "
+                   "entries or over 64 KiB)")
+    p.add_argument("--framing", type=float, default=0.3,
+                   help="chance that a batch is a framing batch (new connection, 1-5 mostly "
+                   "damaged frames) rather than a stream")
     p.add_argument("--replay", type=int, default=None, metavar="BATCH",
-                   help="send only this batch of --seed, show its frames and outcome")
+                   help="send only this batch of --seed, show its outcome")
     p.add_argument("--keep", action="store_true", help="keep the scratch directory")
     return p.parse_args(argv)
+
+
+def _kind(message: str) -> str:
+    """A violation's class: its message without the numbers that differ per batch."""
+    text = message.split(": ", 1)[-1]
+    return re.sub(r"-?\d+", "N", re.sub(r"b'.*?'|\(.*?\)", "(..)", text))[:160]
 
 
 def summary(args: argparse.Namespace, stats: Stats, session: Session) -> str:
@@ -60,9 +78,9 @@ def summary(args: argparse.Namespace, stats: Stats, session: Session) -> str:
     by_api = ", ".join(f"{names.get(k, f'key {k}')} {n:,}"
                        for k, n in sorted(stats.by_api.items(), key=lambda kv: -kv[1])[:12])
     lines = [
-        f"seed {args.seed}, batches {args.first_batch}..{args.first_batch + stats.batches - 1}",
-        f"requests {stats.requests:,} in {stats.batches:,} batches over {seconds:.0f} s: "
-        f"{stats.requests / seconds:,.0f} requests/s, {stats.batches / seconds:,.0f} batches/s",
+        f"seed {args.seed}, jobs {args.jobs}, connections {args.connections}, heavy {args.heavy}, framing {args.framing}",
+        f"inputs {stats.requests:,} in {stats.batches:,} batches on {stats.connections:,} "
+        f"connections over {seconds:.0f} s: {stats.requests / seconds:,.0f} inputs/s",
         f"answered {stats.answered:,}, refused with an error frame {stats.error_frames:,}, "
         f"invariant checks {stats.checks:,}",
         f"by api: {by_api}",
@@ -72,19 +90,28 @@ def summary(args: argparse.Namespace, stats: Stats, session: Session) -> str:
                      f"peak {session.tree.peak_rss / 2**20:.0f} MiB, "
                      f"bound {session.tree.bound / 2**20:.0f} MiB")
     lines.append(f"violations: {len(stats.failures)}")
+    kinds: dict[str, list[Failure]] = {}
     for failure in stats.failures:
-        again = (f"tools/fuzz_broker.py --seed {failure.seed} --replay {failure.batch}"
-                 if failure.batch >= 0 else "a periodic check")
-        lines.append(f"  [{again}] {failure.message}")
+        kinds.setdefault(_kind(failure.message), []).append(failure)
+    for kind, failures in sorted(kinds.items(), key=lambda kv: -len(kv[1])):
+        lines.append(f"  {len(failures):,} x {kind}")
+        for failure in failures[:5]:
+            again = (f"tools/fuzz_broker.py --seed {failure.seed} --replay {failure.batch}"
+                     if failure.batch >= 0 else "a periodic check")
+            lines.append(f"    [{again}] {failure.message[:400]}")
     return "\n".join(lines)
 
 
-def replay(session: Session, batch: int) -> int:
-    frames = fuzzlib.batch_frames(fuzzlib.batch_rng(session.seed, batch), session.ctx)
-    for frame in frames:
-        print(f"  {len(frame):>9} bytes  {fuzzlib.expectation(frame)}  {frame[:24].hex()}...")
+def replay(args: argparse.Namespace, session: Session, batch: int) -> int:
+    batches = stream.Batches(session.seed, session.ctx,
+                             stream.Pool.build(session.seed, session.ctx), session.uris,
+                             args.heavy, args.framing)
+    tally = stream.Tally()
     try:
-        session.batch(batch)
+        for _, message, _ in batches.run([batch], tally, concurrency=1):
+            raise Violation(message)
+        print(f"batch {batch}: {tally.requests} inputs on {tally.connections} connection(s), "
+              f"{tally.answered} answered, {tally.error_frames} error frames")
         session.check()
     except Violation as exc:
         print(f"VIOLATION: {exc}")
@@ -104,17 +131,19 @@ def main(argv: list[str] | None = None) -> int:
         session = Session(broker, args.seed)
         session.setup()
         if args.replay is not None:
-            return replay(session, args.replay)
+            return replay(args, session, args.replay)
 
         def progress(stats: Stats) -> None:
-            print(f"  {stats.seconds:7.0f} s  {stats.requests:>12,} requests  "
+            rss = session.tree.peak_rss / 2**20 if session.tree is not None else 0
+            print(f"  {stats.seconds:7.0f} s  {stats.requests:>12,} inputs  "
                   f"{stats.requests / max(stats.seconds, 1e-9):>8,.0f}/s  "
-                  f"violations {len(stats.failures)}", flush=True)
+                  f"peak RSS {rss:.0f} MiB  violations {len(stats.failures)}", flush=True)
 
-        stats = session.run(args.first_batch, 2**62, seconds=args.seconds,
-                            check_every=args.check_every, keep_going=True,
-                            size=args.batch_size, max_requests=args.cases, jobs=args.jobs,
-                            progress=progress)
+        stats = session.run_streams(seconds=args.seconds, max_requests=args.cases,
+                                    check_every=args.check_every, jobs=args.jobs,
+                                    connections=args.connections,
+                                    first=args.first_batch, heavy=args.heavy,
+                                    framing=args.framing, keep_going=True, progress=progress)
         started = time.monotonic()
         try:
             session.restart_and_check()

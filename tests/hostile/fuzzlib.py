@@ -306,8 +306,9 @@ class Violation(AssertionError):
     """An invariant broken; the message says which and how to reproduce it."""
 
 
-def expectation(frame: bytes) -> tuple[str, int | None, int | None]:
-    """What the broker must do with ``frame`` (size prefix included).
+def expectation(frame: bytes, max_entries: int | None = None) -> tuple[str, int | None, int | None]:
+    """What the broker must do with ``frame`` (size prefix included), its
+    arrays limited to ``max_entries`` items (the broker's ``request.max.entries``).
 
     ``("answer", cid, api_key)``: a response (or, over a limit, an error frame
     and the close); ``("none", cid, 0)``: an acks=0 PRODUCE, no answer unless
@@ -320,7 +321,7 @@ def expectation(frame: bytes) -> tuple[str, int | None, int | None]:
     if cid is None:
         return "silent", None, None
     try:
-        header, request = api.decode_request(body)
+        header, request = api.decode_request(body, max_entries)
     except ProtocolError:
         return "error", cid, None
     if header.api_key == api.ApiKey.PRODUCE and request.acks == 0:
@@ -397,6 +398,19 @@ def split_frames(data: bytes) -> list[bytes]:
     return frames
 
 
+def check_answer(expected: tuple[str, int | None, int | None], frame: bytes) -> None:
+    """Raise Violation unless ``frame`` is the answer owed to the request ``expected`` of."""
+    kind, cid, api_key = expected
+    if kind != "answer":
+        raise Violation(f"request cid {cid} ({kind}) was answered instead of refused")
+    try:
+        got_cid, _ = api.decode_response(api_key, frame)
+    except ProtocolError as exc:
+        raise Violation(f"the answer to api {api_key} (cid {cid}) does not decode: {exc}")
+    if got_cid != cid:
+        raise Violation(f"answer for cid {got_cid} where cid {cid} ({api_key}) was next")
+
+
 def check_answers(sent: list[bytes], received: list[bytes]) -> Outcome:
     """Match answers to requests in order (see the module docstring); raise Violation."""
     pending = [expectation(f) for f in sent]
@@ -416,15 +430,7 @@ def check_answers(sent: list[bytes], received: list[bytes]) -> Outcome:
             at += 1
         if at == len(pending):
             raise Violation(f"an answer with nothing left to answer: {frame[:16]!r}")
-        kind, cid, api_key = pending[at]
-        if kind != "answer":
-            raise Violation(f"request {at} ({kind}, cid {cid}) was answered instead of refused")
-        try:
-            got_cid, _ = api.decode_response(api_key, frame)
-        except ProtocolError as exc:
-            raise Violation(f"the answer to api {api_key} (cid {cid}) does not decode: {exc}")
-        if got_cid != cid:
-            raise Violation(f"answer for cid {got_cid} where cid {cid} ({api_key}) was next")
+        check_answer(pending[at], frame)
         answered += 1
         at += 1
     rest = [p for p in pending[at:] if p[0] != "none"]

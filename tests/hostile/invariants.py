@@ -62,6 +62,10 @@ class Tree:
                 pass
         return total
 
+    def sample(self) -> None:
+        """Note the tree's memory now in ``peak_rss`` (between checks)."""
+        self.peak_rss = max(self.peak_rss, self.rss())
+
     def check(self, settle: float = 0.0) -> None:
         """Raise Violation if a worker was replaced or memory is over the bound."""
         pids = self.pids()

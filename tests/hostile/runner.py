@@ -7,19 +7,28 @@ names the generators aim at, the witness data and the process tree.
 alternating TCP and the Unix socket, and checks every invariant each
 ``check_every`` batches and at the end. The standing suite runs a few hundred
 batches; ``tools/fuzz_broker.py`` runs the same for as long as it is given.
+
+:meth:`Session.run_streams` is the fast form (:mod:`tests.hostile.stream`):
+``jobs`` client processes, each sending the batches ``first + job + k * jobs``
+of the seed in rounds of ``check_every`` inputs all together; between rounds,
+with every process idle, the parent checks every invariant as above, and
+samples the tree's memory during them.
 """
 
 from __future__ import annotations
 
+import multiprocessing
+import multiprocessing.connection
 import threading
 import time
+import traceback
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from hostbroker.client.simple import SimpleClient
 from hostbroker.log.message import encode_message_set
-from tests.hostile import fuzzlib
+from tests.hostile import fuzzlib, stream
 from tests.hostile.fuzzlib import FuzzContext, Violation, batch_rng
 from tests.hostile.invariants import Tree, Witness, prompt_client
 
@@ -45,6 +54,7 @@ class Stats:
     answered: int = 0
     error_frames: int = 0
     checks: int = 0
+    connections: int = 0
     seconds: float = 0.0
     by_api: Counter = field(default_factory=Counter)
     failures: list[Failure] = field(default_factory=list)
@@ -180,3 +190,108 @@ class Session:
             return
         time.sleep(1.0)  # let a replaced worker come up
         self.tree.rebase()
+
+    def run_streams(self, *, seconds: float, max_requests: int, check_every: int = 50_000,
+                    jobs: int = 2, connections: int = 4, first: int = 0, heavy: float = 0.002,
+                    framing: float = 0.3, keep_going: bool = False, progress=None) -> Stats:
+        """Stream and framing batches (:class:`stream.Batches`) from ``jobs``
+        processes, ``connections`` at once each, until ``seconds`` or ``max_requests`` inputs; every invariant
+        checked after each ``check_every`` inputs and at the end. Without
+        ``keep_going`` the first violation is raised; with it, as :meth:`run`."""
+        stats = Stats()
+        start = time.monotonic()
+        batches = stream.Batches(self.seed, self.ctx, stream.Pool.build(self.seed, self.ctx),
+                                 self.uris, heavy, framing)
+        fork = multiprocessing.get_context("fork")
+        pipes, procs = [], []
+        for job in range(jobs):
+            parent_end, child_end = fork.Pipe()
+            proc = fork.Process(target=_stream_job, daemon=True, args=(
+                child_end, batches, first + job, jobs, connections))
+            proc.start()
+            pipes.append(parent_end)
+            procs.append(proc)
+        try:
+            while stats.requests < max_requests and time.monotonic() - start < seconds:
+                until = start + seconds
+                quota = max(1, min(check_every, max_requests - stats.requests) // jobs)
+                for pipe in pipes:
+                    pipe.send((quota, until))
+                reports = self._collect(pipes)
+                low, high = min(r[2] for r in reports), max(r[3] for r in reports)
+                broker_gone = False
+                for tally, failures, _, _ in reports:
+                    tally.add_to(stats)
+                    for batch, message, gone in failures:
+                        if not keep_going:
+                            raise Violation(message)
+                        stats.failures.append(Failure(self.seed, batch, message))
+                        broker_gone = broker_gone or gone
+                if broker_gone:
+                    self._recover()
+                self._check_batches(stats, low, high, keep_going)
+                if progress is not None:
+                    stats.seconds = time.monotonic() - start
+                    progress(stats)
+        finally:
+            for pipe in pipes:
+                try:
+                    pipe.send(None)
+                except OSError:
+                    pass
+            for proc in procs:
+                proc.join(5)
+                if proc.is_alive():
+                    proc.kill()
+        stats.seconds = time.monotonic() - start
+        return stats
+
+    def _collect(self, pipes) -> list:
+        """Every job's report of a round; the tree's memory sampled meanwhile."""
+        reports = {}
+        while len(reports) < len(pipes):
+            for pipe in multiprocessing.connection.wait(
+                    [p for p in pipes if p not in reports], timeout=0.5):
+                try:
+                    report = pipe.recv()
+                except EOFError:
+                    raise RuntimeError("a fuzz job process died") from None
+                if isinstance(report, str):
+                    raise RuntimeError(f"a fuzz job failed:\n{report}")
+                reports[pipe] = report
+            if self.tree is not None:
+                try:
+                    self.tree.sample()
+                except Violation:
+                    pass  # the supervisor gone: the check after the round says so
+        return [reports[p] for p in pipes]
+
+
+def _stream_job(pipe, batches: stream.Batches, index: int, jobs: int, connections: int) -> None:
+    """One client process: rounds of batches ``index, index + jobs, ...``, each
+    round until its input quota or the deadline; reports ``(tally, failures,
+    first batch, next batch)``."""
+    try:
+        while True:
+            order = pipe.recv()
+            if order is None:
+                return
+            quota, until = order
+            tally, low = stream.Tally(), index
+            taken = []
+
+            def indices():
+                nonlocal index
+                while True:
+                    taken.append(index)
+                    yield index
+                    index += jobs
+
+            failures = batches.run(indices(), tally, concurrency=connections, quota=quota,
+                                   until=until)
+            index = taken[-1] + jobs if taken else index
+            pipe.send((tally, failures, low, index))
+    except (EOFError, KeyboardInterrupt):
+        return
+    except Exception:  # noqa: BLE001 - the parent reports it
+        pipe.send(traceback.format_exc())
