@@ -23,8 +23,13 @@ written; ``RESP_CLOSE_NOW`` closes it without writing anything.
 
 Handler -> writer (append ring)::
 
-    op:u8  token:u64  ...   APPEND: slot:u32 index:u32 acks:i16 count:u32 deadline_ms:i64 message_set
+    op:u8  token:u64  ...   APPEND: slot:u32 index:u32 acks:i16 count:u32 deadline_ms:i64
+                                    partition:i32 name_len:u16 name message_set
                             DELETE / OFFSETS: json
+
+An APPEND names the partition (topic and number) besides its slot: the
+writer appends only if the slot still holds that partition, since a delete
+may free the slot, and a create re-use it, while the append is in the ring.
 
 Writer -> handler (result ring)::
 
@@ -56,7 +61,7 @@ OP_APPEND = 1
 OP_DELETE = 2
 OP_OFFSETS = 3
 _OP = struct.Struct("<BQ")
-APPEND_HEAD = struct.Struct("<BQIIhIq")
+APPEND_HEAD = struct.Struct("<BQIIhIqiH")
 APPEND_RESULT = struct.Struct("<BQIhqq")
 
 
@@ -107,9 +112,32 @@ def decode_response(buf) -> tuple[int, int, int, list[Piece]]:
     return conn_id, seq, flags, pieces
 
 
-def encode_append(token: int, slot: int, index: int, acks: int, count: int,
-                  deadline_ms: int, message_set) -> tuple[bytes, Any]:
-    return APPEND_HEAD.pack(OP_APPEND, token, slot, index, acks, count, deadline_ms), message_set
+class Append(NamedTuple):
+    token: int
+    slot: int
+    index: int
+    acks: int
+    count: int
+    deadline_ms: int
+    topic: str
+    partition: int
+    message_set: Any  # a view of the ring message
+
+
+def encode_append(token: int, slot: int, topic: str, partition: int, index: int, acks: int,
+                  count: int, deadline_ms: int, message_set) -> tuple[bytes, Any]:
+    name = topic.encode()
+    head = APPEND_HEAD.pack(OP_APPEND, token, slot, index, acks, count, deadline_ms,
+                            partition, len(name))
+    return head + name, message_set
+
+
+def decode_append(buf) -> Append:
+    _, token, slot, index, acks, count, deadline, partition, name_len = \
+        APPEND_HEAD.unpack_from(buf, 0)
+    end = APPEND_HEAD.size + name_len
+    topic = bytes(buf[APPEND_HEAD.size:end]).decode()
+    return Append(token, slot, index, acks, count, deadline, topic, partition, buf[end:])
 
 
 def encode_json(op: int, token: int, payload: Any) -> tuple[bytes, bytes]:

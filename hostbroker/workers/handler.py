@@ -329,7 +329,7 @@ class HandlerWorker(TopicAdmin, Fetching, ConsumerOffsets, Worker):
             pending.results[index][3] = pending.results[index][4] = s.end_offset
             return ErrorCode.NONE
         self._to_writer(pending, s.owner, *env.encode_append(
-            pending.token, slot, index, acks, count, deadline, data))
+            pending.token, slot, s.name, s.partition, index, acks, count, deadline, data))
         return ErrorCode.NONE
 
     def _on_result(self, m) -> None:

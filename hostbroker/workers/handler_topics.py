@@ -3,7 +3,9 @@
 CREATE_TOPIC, DELETE_TOPIC and auto-creation on produce, mixed into
 :class:`~hostbroker.workers.handler.HandlerWorker`. Under the admin lock it
 creates partition directories (via the log package) and their table slots, or
-marks a topic's slots DELETING; the owning writers take it from there.
+finds a topic's slots and asks their writers to delete them. A slot in use has
+one writer only (its owning writer process, see ``shm/table.py``): the handler
+never writes a slot a writer serves, so the writer marks it DELETING itself.
 """
 
 from __future__ import annotations
@@ -133,14 +135,14 @@ class TopicAdmin:
         return ErrorCode.NONE
 
     def _delete_topic(self, p, conn_id, seq, corr, request) -> None:
+        """Ask each partition's writer to delete it (the writer marks the slot
+        DELETING, removes the dir and frees the slot, answering whatever it
+        still had for it); answer once every writer has."""
         topic = request.topic
         try:
             with self._admin():
                 slots = [(i, s) for i, s in self.table.scan()
                          if s.name == topic and s.state != ptable.FREE]
-                for i, _ in slots:
-                    self.table.write(i, state=ptable.DELETING)
-                self.table.bump_generation()
         except HostbrokerError as e:
             self._reply(p, conn_id, seq, corr, admin_answer(e.code, str(e)))
             return
@@ -148,18 +150,18 @@ class TopicAdmin:
             self._reply(p, conn_id, seq, corr, admin_answer(
                 ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {topic}"))
             return
-        self.view.refresh()
-        # long polls on the deleted topic are answered now (with UNKNOWN_TOPIC_OR_PARTITION)
-        waiting = []
-        for x in self.parked:
-            if any(part.topic == topic for part in x.request.partitions):
-                self._answer_fetch(x.processor, x.conn_id, x.seq, x.correlation_id, x.request,
-                                   force=True)
-            else:
-                waiting.append(x)
-        self.parked = waiting
 
         def respond(pending, failed: bool = False) -> None:
+            self.view.refresh()
+            # long polls on the deleted topic are answered now (UNKNOWN_TOPIC_OR_PARTITION)
+            waiting = []
+            for x in self.parked:
+                if any(part.topic == topic for part in x.request.partitions):
+                    self._answer_fetch(x.processor, x.conn_id, x.seq, x.correlation_id,
+                                       x.request, force=True)
+                else:
+                    waiting.append(x)
+            self.parked = waiting
             errors = [r.get("message", "delete failed") for r in pending.results if r["error"]]
             if failed:
                 errors.append("a writer restarted while deleting")

@@ -17,6 +17,12 @@ flushed offset is published when the fdatasync returns. Retention runs from
 the same loop. After each batch every handler's doorbell is rung so parked
 fetches see the new data.
 
+Deletes come through the same rings. The writer is the only process that
+writes a slot it serves, so it marks the slot DELETING itself; it then drops
+all it holds for the slot (appends, flushes, acks=-1 waiters, which are
+answered then) before freeing it, and refuses an append whose slot no longer
+holds the partition it names (docs/storage.md).
+
 At start the writer opens its log dir (recovering segments unless the clean
 shutdown marker is there) and registers its partitions in the table. When it
 replaces a writer that died, the table still holds the offsets that writer had
@@ -57,8 +63,10 @@ from hostbroker.workers.base import Worker, now_ms
 class Flusher(threading.Thread):
     """The writer's one helper thread: runs fdatasync (which releases the GIL)
     so appends and acks=1 answers go on while the disk catches up. It touches
-    no partition state: it gets ``(slot, fd, offset)``, syncs and closes the
-    fd, reports ``(slot, offset, error)`` and rings the writer's doorbell."""
+    no partition state: it gets ``(slot, plog, fd, offset)``, syncs and closes
+    the fd, reports ``(slot, plog, offset, error)`` and rings the writer's
+    doorbell. ``plog`` only travels along, so the writer can tell a flush of a
+    partition deleted meanwhile (whose slot may hold a new one) from a live one."""
 
     def __init__(self, doorbell):
         super().__init__(name="flusher", daemon=True)
@@ -68,7 +76,7 @@ class Flusher(threading.Thread):
 
     def run(self) -> None:
         while (job := self.jobs.get()) is not None:
-            slot, fd, offset = job
+            slot, plog, fd, offset = job
             error = None
             try:
                 os.fdatasync(fd)
@@ -76,7 +84,7 @@ class Flusher(threading.Thread):
                 error = e
             finally:
                 os.close(fd)
-            self.done.put((slot, offset, error))
+            self.done.put((slot, plog, offset, error))
             self.doorbell.ring()
 
     def stop(self) -> None:
@@ -85,15 +93,17 @@ class Flusher(threading.Thread):
 
 
 class _Waiter:
-    """An acks=-1 append waiting for its data to be flushed."""
+    """An acks=-1 append waiting for its data to be flushed into ``plog``
+    (the partition it was appended to, whatever later takes its slot)."""
 
-    __slots__ = ("handler", "token", "index", "slot", "base", "end", "deadline_ms")
+    __slots__ = ("handler", "token", "index", "slot", "plog", "base", "end", "deadline_ms")
 
-    def __init__(self, handler, token, index, slot, base, end, deadline_ms):
+    def __init__(self, handler, token, index, slot, plog, base, end, deadline_ms):
         self.handler = handler
         self.token = token
         self.index = index
         self.slot = slot
+        self.plog = plog
         self.base = base
         self.end = end
         self.deadline_ms = deadline_ms
@@ -119,7 +129,7 @@ class WriterWorker(Worker):
         self.published: dict[int, tuple] = {}  # slot -> what the table last got
         self.dirty: set[int] = set()  # slots with unflushed data
         self.waiters: list[_Waiter] = []
-        self.flushing: set[int] = set()  # slots with a flush in the flusher thread
+        self.flushing: dict[int, PartitionLog] = {}  # slot -> its log being flushed
         self.undeletable: dict[int, tuple[str, int]] = {}  # slot -> partition, delete retried
         self.retention_stuck: set[int] = set()  # slots with a segment retention cannot delete
         self.logdir = self._open_log_dir()
@@ -325,7 +335,9 @@ class WriterWorker(Worker):
             if receiver.done():
                 self.handler_doorbells[h].ring()
         for slot in touched:
-            plog = self.slots[slot]
+            plog = self.slots.get(slot)
+            if plog is None:
+                continue  # deleted after its appends in this same batch
             self._publish(slot, plog)
             self.dirty.add(slot)
         now = now_ms()
@@ -347,31 +359,35 @@ class WriterWorker(Worker):
                 bell.ring()
 
     def _append(self, h: int, m, out: list, touched: set[int]) -> None:
-        _, token, slot, index, acks, count, deadline = env.APPEND_HEAD.unpack_from(m, 0)
+        a = env.decode_append(m)
+        token, slot, index = a.token, a.slot, a.index
         if self.offline:
             out.append((env.APPEND_RESULT.pack(env.OP_APPEND, token, index,
                                                ErrorCode.STORAGE_ERROR, -1, -1),))
             return
         plog = self.slots.get(slot) or self._adopt(slot)
-        if plog is None:
-            code = (ErrorCode.STORAGE_ERROR if self.table.state(slot) == ptable.OFFLINE
+        if plog is None or plog.partition != a.partition or plog.topic != a.topic:
+            # gone, or deleted since the handler routed it (its slot maybe re-used)
+            s = self.table.read(slot)
+            code = (ErrorCode.STORAGE_ERROR if s.state == ptable.OFFLINE and
+                    (s.name, s.partition) == (a.topic, a.partition)
                     else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
             out.append((env.APPEND_RESULT.pack(env.OP_APPEND, token, index, code, -1, -1),))
             return
-        data = m[env.APPEND_HEAD.size:]
+        data = a.message_set
         try:
-            base, end = plog.append(data, count)
+            base, end = plog.append(data, a.count)
         except (OSError, StorageError) as e:
             self._go_offline(e)
             out.append((env.APPEND_RESULT.pack(env.OP_APPEND, token, index,
                                                ErrorCode.STORAGE_ERROR, -1, -1),))
             return
         touched.add(slot)
-        self.count(procs.MESSAGES_IN, count)
+        self.count(procs.MESSAGES_IN, a.count)
         self.count(procs.BYTES_IN, len(data))
-        if acks == -1:
-            self.waiters.append(_Waiter(h, token, index, slot, base, end, deadline))
-        elif acks != 0:
+        if a.acks == -1:
+            self.waiters.append(_Waiter(h, token, index, slot, plog, base, end, a.deadline_ms))
+        elif a.acks != 0:
             out.append((env.APPEND_RESULT.pack(env.OP_APPEND, token, index, 0, base, end),))
 
     def _flush(self, slots) -> None:
@@ -391,24 +407,29 @@ class WriterWorker(Worker):
             if job is None:
                 self.dirty.discard(slot)
                 continue
-            self.flushing.add(slot)
-            self.flusher.jobs.put((slot, *job))
+            self.flushing[slot] = plog
+            self.flusher.jobs.put((slot, plog, *job))
 
     def _flushed(self) -> None:
-        """Take the flushes the flusher thread finished: publish, then answer acks=-1."""
+        """Take the flushes the flusher thread finished: publish, then answer acks=-1.
+
+        A flush of a partition deleted since it began is dropped, error and
+        all: its data and its waiters are gone, and its slot may already hold
+        a new partition (of the same topic, re-created), which it must not
+        touch."""
         done = False
         while True:
             try:
-                slot, offset, error = self.flusher.done.get_nowait()
+                slot, plog, offset, error = self.flusher.done.get_nowait()
             except queue.Empty:
                 break
             done = True
-            self.flushing.discard(slot)
+            if self.flushing.get(slot) is plog:
+                del self.flushing[slot]
+            if self.slots.get(slot) is not plog:
+                continue
             if error is not None:
                 self._go_offline(error)
-                continue
-            plog = self.slots.get(slot)
-            if plog is None:
                 continue
             plog.flush_end(offset)
             if plog.flushed_offset >= plog.log_end_offset:
@@ -425,20 +446,24 @@ class WriterWorker(Worker):
         now = now_ms()
         keep = []
         for w in self.waiters:
-            plog = self.slots.get(w.slot)
-            flushed = plog is not None and plog.flushed_offset >= w.end
-            if flushed or self.offline or force or now >= w.deadline_ms:
-                if flushed:
-                    code, base, end = 0, w.base, w.end
-                elif self.offline:
-                    code, base, end = ErrorCode.STORAGE_ERROR, -1, -1
-                else:
-                    code, base, end = ErrorCode.REQUEST_TIMED_OUT, -1, -1
-                self.senders[w.handler].send(
-                    env.APPEND_RESULT.pack(env.OP_APPEND, w.token, w.index, code, base, end))
+            flushed = w.plog.flushed_offset >= w.end
+            if flushed:
+                self._answer_waiter(w, ErrorCode.NONE)
+            elif self.slots.get(w.slot) is not w.plog:
+                self._answer_waiter(w, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            elif self.offline:
+                self._answer_waiter(w, ErrorCode.STORAGE_ERROR)
+            elif force or now >= w.deadline_ms:
+                self._answer_waiter(w, ErrorCode.REQUEST_TIMED_OUT)
             else:
                 keep.append(w)
         self.waiters = keep
+
+    def _answer_waiter(self, w: _Waiter, code: ErrorCode) -> None:
+        """Answer an acks=-1 append: its offsets on success, -1 with an error."""
+        base, end = (w.base, w.end) if code == ErrorCode.NONE else (-1, -1)
+        self.senders[w.handler].send(
+            env.APPEND_RESULT.pack(env.OP_APPEND, w.token, w.index, code, base, end))
 
     def _retention(self, now: int) -> None:
         self.next_retention_ms = now + self.config["log.retention.check.interval.ms"]
@@ -479,14 +504,29 @@ class WriterWorker(Worker):
             self._go_offline(e)
 
     def _delete(self, request: dict) -> dict:
-        slot = request["slot"]
-        plog = self.slots.pop(slot, None)
-        self.dirty.discard(slot)
-        self.retention_stuck.discard(slot)
-        self.published.pop(slot, None)
-        self.waiters = [w for w in self.waiters if w.slot != slot]
-        key = (plog.topic, plog.partition) if plog else (request["topic"], request["partition"])
+        """Delete one partition: mark its slot DELETING (the slot's writer is
+        the only process that writes a slot in use), forget everything held for
+        it, so nothing later indexes a freed (or re-used) slot, remove its dir
+        and free the slot. Every acks=-1 append still waiting on it is answered
+        now: success if its data was flushed before the delete,
+        UNKNOWN_TOPIC_OR_PARTITION if not. A flush in flight finishes in the
+        flusher thread and is then dropped. A slot that no longer holds the
+        partition named (a DELETE_TOPIC sent alongside freed it first) is left
+        alone: the partition is gone, which is what was asked."""
+        slot, key = request["slot"], (request["topic"], request["partition"])
         with self.lock:
+            s = self.table.read(slot)
+            if s.state == ptable.FREE or s.owner != self.index or (s.name, s.partition) != key:
+                return {"error": 0}
+            if s.state != ptable.DELETING:
+                self.table.write(slot, state=ptable.DELETING)
+            self.slots.pop(slot, None)
+            self.dirty.discard(slot)
+            self.flushing.pop(slot, None)
+            self.retention_stuck.discard(slot)
+            self.published.pop(slot, None)
+            if any(w.slot == slot for w in self.waiters):
+                self._answer_waiters()  # the slot has no log now: answers them all
             error = self._delete_slot(slot, *key)
             self.table.bump_generation()
         if error is not None:

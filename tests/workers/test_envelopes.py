@@ -10,13 +10,14 @@ def test_response_round_trip_with_bytes_and_file_pieces():
 
 
 def test_append_header_and_payload():
-    head, data = env.encode_append(5, 3, 1, -1, 1000, 123456789, memoryview(b"xyz"))
+    head, data = env.encode_append(5, 3, "t" * 249, 99_999, 1, -1, 1000, 123456789,
+                                   memoryview(b"xyz"))
     message = head + bytes(data)
     op, token = env.decode_op(message)
     assert (op, token) == (env.OP_APPEND, 5)
-    _, _, slot, index, acks, count, deadline = env.APPEND_HEAD.unpack_from(message, 0)
-    assert (slot, index, acks, count, deadline) == (3, 1, -1, 1000, 123456789)
-    assert message[env.APPEND_HEAD.size:] == b"xyz"
+    append = env.decode_append(memoryview(message))
+    assert append[:8] == (5, 3, 1, -1, 1000, 123456789, "t" * 249, 99_999)
+    assert append.message_set == b"xyz"
 
 
 def test_json_commands():
