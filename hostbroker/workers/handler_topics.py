@@ -162,10 +162,13 @@ class TopicAdmin:
                 else:
                     waiting.append(x)
             self.parked = waiting
-            errors = [r.get("message", "delete failed") for r in pending.results if r["error"]]
+            failures = [r for r in pending.results if r["error"]]
+            errors = [r.get("message", "delete failed") for r in failures]
             if failed:
                 errors.append("a writer restarted while deleting")
-            code = ErrorCode.NONE if not errors else ErrorCode.STORAGE_ERROR
+            # the first failure's code: STORAGE_ERROR, or BROKER_NOT_AVAILABLE (admin busy)
+            code = (ErrorCode(failures[0]["error"]) if failures
+                    else ErrorCode.STORAGE_ERROR if failed else ErrorCode.NONE)
             self._reply(pending.processor, pending.conn_id, pending.seq,
                         pending.correlation_id,
                         admin_answer(code, "; ".join(errors) if errors else None))

@@ -470,10 +470,13 @@ class WriterWorker(Worker):
         if self.offline:
             return
         if self.undeletable:
-            with self.lock:
-                for slot, (topic, partition) in list(self.undeletable.items()):
-                    self._delete_slot(slot, topic, partition, retry=True)
-                self.table.bump_generation()
+            try:
+                with self.lock:
+                    for slot, (topic, partition) in list(self.undeletable.items()):
+                        self._delete_slot(slot, topic, partition, retry=True)
+                    self.table.bump_generation()
+            except TimeoutError:
+                pass  # the admin lock is busy (a large create): retried at the next check
         for slot, plog in list(self.slots.items()):
             try:
                 deleted = plog.enforce_retention(now)
@@ -512,9 +515,16 @@ class WriterWorker(Worker):
         UNKNOWN_TOPIC_OR_PARTITION if not. A flush in flight finishes in the
         flusher thread and is then dropped. A slot that no longer holds the
         partition named (a DELETE_TOPIC sent alongside freed it first) is left
-        alone: the partition is gone, which is what was asked."""
+        alone: the partition is gone, which is what was asked. When the admin
+        lock stays busy past ``admin.lock.timeout.ms`` nothing changes and the
+        delete fails with BROKER_NOT_AVAILABLE (the client may retry)."""
         slot, key = request["slot"], (request["topic"], request["partition"])
-        with self.lock:
+        try:
+            self.lock.acquire()
+        except TimeoutError as e:
+            return {"error": int(ErrorCode.BROKER_NOT_AVAILABLE),
+                    "message": f"topic admin busy: {e}"}
+        try:
             s = self.table.read(slot)
             if s.state == ptable.FREE or s.owner != self.index or (s.name, s.partition) != key:
                 return {"error": 0}
@@ -529,6 +539,8 @@ class WriterWorker(Worker):
                 self._answer_waiters()  # the slot has no log now: answers them all
             error = self._delete_slot(slot, *key)
             self.table.bump_generation()
+        finally:
+            self.lock.release()
         if error is not None:
             return {"error": int(ErrorCode.STORAGE_ERROR), "message": error}
         return {"error": 0}
