@@ -45,7 +45,6 @@ import errno
 import os
 import queue
 import sys
-import threading
 import time
 
 from hostbroker.errors import ErrorCode, HostbrokerError, StorageError
@@ -58,55 +57,7 @@ from hostbroker.shm import table as ptable
 from hostbroker.shm.table import AdminLock, PartitionTable
 from hostbroker.workers import envelopes as env
 from hostbroker.workers.base import Worker, now_ms
-
-
-class Flusher(threading.Thread):
-    """The writer's one helper thread: runs fdatasync (which releases the GIL)
-    so appends and acks=1 answers go on while the disk catches up. It touches
-    no partition state: it gets ``(slot, plog, fd, offset)``, syncs and closes
-    the fd, reports ``(slot, plog, offset, error)`` and rings the writer's
-    doorbell. ``plog`` only travels along, so the writer can tell a flush of a
-    partition deleted meanwhile (whose slot may hold a new one) from a live one."""
-
-    def __init__(self, doorbell):
-        super().__init__(name="flusher", daemon=True)
-        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
-        self.done: queue.SimpleQueue = queue.SimpleQueue()
-        self.doorbell = doorbell
-
-    def run(self) -> None:
-        while (job := self.jobs.get()) is not None:
-            slot, plog, fd, offset = job
-            error = None
-            try:
-                os.fdatasync(fd)
-            except OSError as e:
-                error = e
-            finally:
-                os.close(fd)
-            self.done.put((slot, plog, offset, error))
-            self.doorbell.ring()
-
-    def stop(self) -> None:
-        self.jobs.put(None)
-        self.join()
-
-
-class _Waiter:
-    """An acks=-1 append waiting for its data to be flushed into ``plog``
-    (the partition it was appended to, whatever later takes its slot)."""
-
-    __slots__ = ("handler", "token", "index", "slot", "plog", "base", "end", "deadline_ms")
-
-    def __init__(self, handler, token, index, slot, plog, base, end, deadline_ms):
-        self.handler = handler
-        self.token = token
-        self.index = index
-        self.slot = slot
-        self.plog = plog
-        self.base = base
-        self.end = end
-        self.deadline_ms = deadline_ms
+from hostbroker.workers.flusher import Flusher, Waiter
 
 
 class WriterWorker(Worker):
@@ -128,7 +79,7 @@ class WriterWorker(Worker):
         self.slots: dict[int, PartitionLog] = {}
         self.published: dict[int, tuple] = {}  # slot -> what the table last got
         self.dirty: set[int] = set()  # slots with unflushed data
-        self.waiters: list[_Waiter] = []
+        self.waiters: list[Waiter] = []
         self.flushing: dict[int, PartitionLog] = {}  # slot -> its log being flushed
         self.undeletable: dict[int, tuple[str, int]] = {}  # slot -> partition, delete retried
         self.retention_stuck: set[int] = set()  # slots with a segment retention cannot delete
@@ -386,7 +337,7 @@ class WriterWorker(Worker):
         self.count(procs.MESSAGES_IN, a.count)
         self.count(procs.BYTES_IN, len(data))
         if a.acks == -1:
-            self.waiters.append(_Waiter(h, token, index, slot, plog, base, end, a.deadline_ms))
+            self.waiters.append(Waiter(h, token, index, slot, plog, base, end, a.deadline_ms))
         elif a.acks != 0:
             out.append((env.APPEND_RESULT.pack(env.OP_APPEND, token, index, 0, base, end),))
 
@@ -459,7 +410,7 @@ class WriterWorker(Worker):
                 keep.append(w)
         self.waiters = keep
 
-    def _answer_waiter(self, w: _Waiter, code: ErrorCode) -> None:
+    def _answer_waiter(self, w: Waiter, code: ErrorCode) -> None:
         """Answer an acks=-1 append: its offsets on success, -1 with an error."""
         base, end = (w.base, w.end) if code == ErrorCode.NONE else (-1, -1)
         self.senders[w.handler].send(
