@@ -30,6 +30,8 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import os
+import sys
+import traceback
 from collections.abc import Callable
 
 from hostbroker.errors import ErrorCode, HostbrokerError
@@ -228,9 +230,26 @@ class HandlerWorker(TopicAdmin, Fetching, ConsumerOffsets, Worker):
                 self._offset_fetch(p, conn_id, seq, corr, request)
         except HostbrokerError as e:
             # a request we decoded but cannot serve at all: say so and close
-            self._break(conn_id)
-            self._respond(p, conn_id, seq, [api.encode_error_frame(corr, e.code)],
-                          env.RESP_CLOSE_AFTER)
+            self._forget(conn_id, seq)
+            self._fail(p, conn_id, seq, corr, e.code)
+        except Exception:  # noqa: BLE001 - one request must never end the handler
+            # A bug that one request can reach would otherwise end the handler and
+            # every connection it serves. Answer that request UNKNOWN (in order, then
+            # close), drop what it left waiting, and show why once in the log.
+            self._forget(conn_id, seq)
+            self._fail(p, conn_id, seq, corr, ErrorCode.UNKNOWN)
+            self.count(procs.ERRORS)
+            print(f"hostbroker: {self.name}: request {ApiKey(header.api_key).name} "
+                  f"failed unexpectedly; answered UNKNOWN", file=sys.stderr, flush=True)
+            traceback.print_exc()
+
+    def _forget(self, conn_id: int, seq: int) -> None:
+        """Drop writer results and parked fetches a failed request left behind,
+        so it is answered once (by its error frame)."""
+        for token, pending in list(self.pending.items()):
+            if pending.conn_id == conn_id and pending.seq == seq:
+                del self.pending[token]
+        self.parked = [x for x in self.parked if not (x.conn_id == conn_id and x.seq == seq)]
 
     def _break(self, conn_id: int) -> None:
         """Remember a connection that sent something undecodable (until the
@@ -361,7 +380,12 @@ class HandlerWorker(TopicAdmin, Fetching, ConsumerOffsets, Worker):
             return api.OffsetsResponse(ErrorCode.INVALID_REQUEST, ())
         path = self.view.partition_path(s)
         segments = []
-        for base in self.view.segment_bases(slot, s):
+        try:
+            bases = self.view.segment_bases(slot, s)
+        except OSError:
+            # deleted between the table read and the listing
+            return api.OffsetsResponse(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ())
+        for base in bases:
             try:
                 mtime = int(os.stat(os.path.join(path, segment_filename(base))).st_mtime * 1000)
             except FileNotFoundError:
