@@ -72,7 +72,7 @@ def _kind(message: str) -> str:
     return re.sub(r"-?\d+", "N", re.sub(r"b'.*?'|\(.*?\)", "(..)", text))[:160]
 
 
-def summary(args: argparse.Namespace, stats: Stats, session: Session) -> str:
+def summary(args: argparse.Namespace, stats: Stats, session: Session, start_rss: int) -> str:
     seconds = max(stats.seconds, 1e-9)
     names = {int(k): k.name for k in api.ApiKey}
     by_api = ", ".join(f"{names.get(k, f'key {k}')} {n:,}"
@@ -86,7 +86,7 @@ def summary(args: argparse.Namespace, stats: Stats, session: Session) -> str:
         f"by api: {by_api}",
     ]
     if session.tree is not None:
-        lines.append(f"broker tree RSS: start {session.tree.baseline_rss / 2**20:.0f} MiB, "
+        lines.append(f"broker tree RSS: start {start_rss / 2**20:.0f} MiB, "
                      f"peak {session.tree.peak_rss / 2**20:.0f} MiB, "
                      f"bound {session.tree.bound / 2**20:.0f} MiB")
     lines.append(f"violations: {len(stats.failures)}")
@@ -139,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{stats.requests / max(stats.seconds, 1e-9):>8,.0f}/s  "
                   f"peak RSS {rss:.0f} MiB  violations {len(stats.failures)}", flush=True)
 
+        start_rss = session.tree.baseline_rss
         stats = session.run_streams(seconds=args.seconds, max_requests=args.cases,
                                     check_every=args.check_every, jobs=args.jobs,
                                     connections=args.connections,
@@ -151,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
             stats.failures.append(Failure(args.seed, -1, f"after a restart: {exc}"))
         stats.checks += 1
         print(f"restart and check: {time.monotonic() - started:.1f} s")
-        print(summary(args, stats, session))
+        print(summary(args, stats, session, start_rss))
         return 1 if stats.failures else 0
     finally:
         try:

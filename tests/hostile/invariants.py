@@ -30,12 +30,13 @@ PROMPT_SECONDS = 2.0
 class Tree:
     """The broker's process tree as it was when checked last."""
 
-    def __init__(self, supervisor_pid: int, margin: int = RSS_MARGIN_BYTES):
+    def __init__(self, supervisor_pid: int, margin: int = RSS_MARGIN_BYTES, peak: int = 0):
+        """``peak``: the highest RSS of the tree seen before (a broker restarted)."""
         self.supervisor_pid = supervisor_pid
         self.workers = self.pids()
         self.baseline_rss = self.rss()
         self.bound = self.baseline_rss + margin
-        self.peak_rss = self.baseline_rss
+        self.peak_rss = max(self.baseline_rss, peak)
 
     def _procs(self) -> list[psutil.Process]:
         try:

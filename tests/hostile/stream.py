@@ -24,7 +24,7 @@ then draws from it with ``batch_rng(seed, batch)``, cheaply:
 Each answer is checked as it arrives: in order, decoding as the answer to its
 request's API, with its correlation id; an error frame only for the next
 request owed an answer (or an acks=0 PRODUCE before it), then the close and
-nothing after it; nothing stalls longer than ``EXCHANGE_TIMEOUT`` without a
+nothing after it; no connection owed answers goes ``STALL_SECONDS`` without a
 byte. One input is one request frame sent in full to the broker (the probe
 included). A violation names the seed and batch; replaying that batch sends
 the same bytes again.
@@ -53,6 +53,10 @@ MAX_ENTRIES = SETTINGS_BY_KEY["request.max.entries"].default
 # of it is a thousand times a light one's, so the run draws them rarely.
 HEAVY_BYTES = 64 * 1024
 WINDOW = 64  # answers outstanding on one stream connection
+# The longest a stream may wait for its next answer byte: a topic creation or
+# deletion may wait admin.lock.timeout.ms for the admin lock (and its handler
+# with it), then answers BROKER_NOT_AVAILABLE; 5 s more for a loaded machine.
+STALL_SECONDS = max(EXCHANGE_TIMEOUT, SETTINGS_BY_KEY["admin.lock.timeout.ms"].default / 1000 + 5)
 MAX_UNSENT = 1 << 20  # bytes queued for the socket before no more frames are made
 _PROBE = api.encode_request(api.MetadataRequest(()), PROBE_CORRELATION_ID, "probe")
 
@@ -252,6 +256,9 @@ class _Stream:
 
     def closed(self) -> None:
         """The broker closed the connection: was that allowed?"""
+        if self.inbuf:
+            raise Violation(f"an answer frame cut off at the close ({len(self.inbuf)} bytes "
+                            f"of it came)")
         if self.error_seen:
             return
         rest = [p for p in self.pending if p[0] != "none"]
@@ -318,7 +325,7 @@ class Batches:
 
     def run(self, indices, tally: Tally, *, concurrency: int = 4, quota: int | None = None,
             until: float | None = None, window: int = WINDOW,
-            timeout: float = EXCHANGE_TIMEOUT) -> list[tuple[int, str, bool]]:
+            timeout: float = STALL_SECONDS) -> list[tuple[int, str, bool]]:
         """Batches from ``indices``, ``concurrency`` connections at once, until
         ``quota`` inputs or ``until`` (monotonic); returns the violations as
         ``(batch, message, broker gone)``, each ending its batch only."""

@@ -151,3 +151,22 @@ def test_offsets_pipelined_with_a_delete_of_their_topic(session):
                 fuzzlib.exchange(session.uris[round_ % 2], frames)
             except fuzzlib.Violation as exc:
                 raise fuzzlib.Violation(f"round {round_}: {exc}") from None
+
+
+def test_fetches_pipelined_with_a_delete_of_their_topic(session):
+    """Found by the long run (seed 20261126, batch 1): FETCH answers whose
+    segment a DELETE_TOPIC behind them removes must still arrive whole (data
+    or an error code), never a silent close."""
+    with session.broker.client() as client:
+        for round_ in range(20):
+            topic = f"fz-fetch-race-{round_}"
+            client.create_topic(topic, 2)
+            for p in (0, 1):
+                client.produce(topic, p, encode_message_set([b"f" * 1000] * 200))
+            frames = [api.encode_request(api.FetchRequest(0, 0, (
+                api.FetchPartition(topic, i % 2, 0, 1 << 20),)), 10 + i, "race") for i in range(20)]
+            frames.insert(3, api.encode_request(api.DeleteTopicRequest(topic), 9, "race"))
+            try:
+                fuzzlib.exchange(session.uris[round_ % 2], frames)
+            except fuzzlib.Violation as exc:
+                raise fuzzlib.Violation(f"round {round_}: {exc}") from None
