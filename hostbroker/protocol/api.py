@@ -377,3 +377,32 @@ def encode_fetch_response_parts(
     chunks.append(last)
     total += len(last)
     return _with_size(chunks, total)
+
+
+_FETCH_PART_TAIL = struct.Struct(">hqi")  # error_code, log_end_offset, set size: ends a header chunk
+
+
+def fetch_part_emptied(head: Buffer, data_length: int, code: ErrorCode | int) -> bytes:
+    """``head`` (a chunk of :func:`encode_fetch_response_parts` that a message
+    set of ``data_length`` bytes follows) with that partition's error code set
+    to ``code`` and its set empty; the frame's size must then shrink by
+    ``data_length`` (:func:`frame_shrunk`)."""
+    out = bytearray(head)
+    at = len(out) - _FETCH_PART_TAIL.size
+    if at < 0:
+        raise ValueError("not a FETCH answer header chunk")
+    _, log_end_offset, size = _FETCH_PART_TAIL.unpack_from(out, at)
+    if size != data_length:
+        raise ValueError(f"header chunk announces {size} bytes, not {data_length}")
+    _FETCH_PART_TAIL.pack_into(out, at, code, log_end_offset, 0)
+    return bytes(out)
+
+
+def frame_shrunk(first: Buffer, by: int) -> bytes:
+    """The first chunk of an answer, its size prefix lowered by ``by`` bytes."""
+    out = bytearray(first)
+    (size,) = _SIZE.unpack_from(out, 0)
+    if not 0 <= by <= size:
+        raise ValueError(f"cannot take {by} bytes off a frame of {size}")
+    _SIZE.pack_into(out, 0, size - by)
+    return bytes(out)

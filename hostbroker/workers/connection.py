@@ -29,6 +29,7 @@ import socket
 import struct
 
 from hostbroker.workers import envelopes as env
+from hostbroker.workers.sendfiles import release_held
 
 RECV_CHUNK = 256 * 1024  # the processor's receive buffer
 DIRECT_AT = 64 * 1024  # a frame this far in is read straight into its own buffer
@@ -96,7 +97,7 @@ class Connection:
     __slots__ = ("sock", "fd", "conn_id", "handler", "buf", "end", "next_seq", "send_seq",
                  "written", "at_handler", "queued", "ready", "out", "out_pos", "closing",
                  "reading", "writing", "active", "frame_started", "lingering", "linger_until",
-                 "linger_left")
+                 "linger_left", "pinned")
 
     def __init__(self, sock: socket.socket, conn_id: int, handler: int, now: float):
         self.sock = sock
@@ -121,6 +122,7 @@ class Connection:
         self.lingering = False  # EOF sent: only reading and dropping until the close...
         self.linger_until = 0.0  # ...at this time at the latest...
         self.linger_left = 0  # ...or after this many more bytes
+        self.pinned = False  # the answer at the head of out has its files open (sendfiles.py)
 
     @property
     def outstanding(self) -> int:
@@ -135,7 +137,9 @@ class Connection:
         self.end = 0
         self.queued = 0
         self.ready.clear()
+        release_held(self.out)
         self.out.clear()
+        self.pinned = False
         self.out_pos = 0
 
     def linger(self, until: float, max_bytes: int, buffers: Buffers) -> None:

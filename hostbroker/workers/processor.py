@@ -60,6 +60,7 @@ from hostbroker.shm import procs
 from hostbroker.workers import envelopes as env
 from hostbroker.workers.base import Worker
 from hostbroker.workers.connection import CLOSE, DIRECT_AT, END, RECV_CHUNK, Buffers, Connection
+from hostbroker.workers.sendfiles import HeldPiece, SegmentFiles, pin_answer
 
 _SIZE = struct.Struct(">i")
 _HEAD = struct.Struct(">ihhi")  # size, api_key, api_version, correlation_id
@@ -67,54 +68,6 @@ _ACK = struct.Struct("<I")  # hand-offs taken, processor -> acceptor
 _IDLE_TIMEOUT_S = 1.0
 _FD_SWEEP_S = 5.0
 _SEQ_MASK = 0xFFFFFFFF
-
-
-class SegmentFiles:
-    """Open segment files for sendfile, validated by inode so a path that was
-    deleted and created again never serves the old file."""
-
-    def __init__(self, limit: int):
-        self.limit = limit
-        self.files: collections.OrderedDict[str, tuple[int, int]] = collections.OrderedDict()
-
-    def open(self, path: str) -> int:
-        cached = self.files.get(path)
-        try:
-            st = os.stat(path)
-        except FileNotFoundError:
-            if cached is None:
-                raise
-            # deleted (retention) after the answer was computed: a reader that holds
-            # the segment open finishes its read from it
-            return cached[0]
-        if cached is not None:
-            if cached[1] == st.st_ino:
-                self.files.move_to_end(path)
-                return cached[0]
-            os.close(cached[0])
-            del self.files[path]
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        self.files[path] = (fd, st.st_ino)
-        while len(self.files) > self.limit:
-            _, (old, _) = self.files.popitem(last=False)
-            os.close(old)
-        return fd
-
-    def sweep(self) -> None:
-        """Close files that no longer exist (retention), so their space is freed."""
-        for path, (fd, ino) in list(self.files.items()):
-            try:
-                if os.stat(path).st_ino == ino:
-                    continue
-            except FileNotFoundError:
-                pass
-            os.close(fd)
-            del self.files[path]
-
-    def close(self) -> None:
-        for fd, _ in self.files.values():
-            os.close(fd)
-        self.files.clear()
 
 
 class ProcessorWorker(Worker):
@@ -465,17 +418,24 @@ class ProcessorWorker(Worker):
                 if piece is END:
                     out.popleft()
                     conn.written += 1
+                    conn.pinned = False
                     continue
                 if piece is CLOSE:
                     self._linger(conn)
                     return
-                if isinstance(piece, env.FilePiece):
-                    fd = self.files.open(piece.path)
+                if not conn.pinned:
+                    # before the answer's first byte: its files held or its sizes fixed
+                    pin_answer(out, self.files, (END, CLOSE))
+                    conn.pinned = True
+                    piece = out[0]
+                if isinstance(piece, HeldPiece):
                     left = piece.length - conn.out_pos
-                    n = os.sendfile(conn.fd, fd, piece.position + conn.out_pos, left)
+                    n = os.sendfile(conn.fd, piece.fd, piece.position + conn.out_pos, left)
                     if n == 0:
-                        raise OSError(errno.EIO, f"segment {piece.path} is shorter than expected")
+                        raise OSError(errno.EIO, "a segment is shorter than its answer says")
                     done = n == left
+                    if done:
+                        os.close(piece.fd)
                 else:
                     flags = socket.MSG_MORE if len(out) > 2 else 0
                     n = sock.send(memoryview(piece)[conn.out_pos:], flags)

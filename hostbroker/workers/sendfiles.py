@@ -1,0 +1,122 @@
+"""The segment files a processor sends FETCH data from (part of ``hb-proc-N``).
+
+Owns: the processor's cache of open segment files (:class:`SegmentFiles`) and
+the pinning of an answer's files before its first byte is written
+(:func:`pin_answer`).
+
+Why pin: a handler builds a FETCH answer as header bytes and ``(segment path,
+position, length)`` pieces; the processor sends it later, after the answers
+before it on the connection. By then a DELETE_TOPIC (or retention) may have
+removed the segment. Once any byte of an answer is on the wire its sizes are
+promised, so every file of the answer is opened (a descriptor of its own,
+which outlives an unlink) *before* its first byte goes out. A piece whose file
+is already gone is dropped and its partition answers an error code with an
+empty set (the header patched, the frame's size lowered): the answer stays
+whole and in order, never cut off. Descriptors held: the file pieces of the
+one answer being written per connection (at most ``request.max.entries``).
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+from typing import NamedTuple
+
+from hostbroker.errors import ErrorCode
+from hostbroker.protocol import api
+from hostbroker.workers import envelopes as env
+
+
+class HeldPiece(NamedTuple):
+    """A FETCH answer's file piece, its file open on ``fd`` (owned by the answer)."""
+
+    fd: int
+    position: int
+    length: int
+
+
+class SegmentFiles:
+    """Open segment files for sendfile, validated by inode so a path that was
+    deleted and created again never serves the old file."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.files: collections.OrderedDict[str, tuple[int, int]] = collections.OrderedDict()
+
+    def open(self, path: str) -> int:
+        cached = self.files.get(path)
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            if cached is None:
+                raise
+            # deleted (retention) after the answer was computed: a reader that holds
+            # the segment open finishes its read from it
+            return cached[0]
+        if cached is not None:
+            if cached[1] == st.st_ino:
+                self.files.move_to_end(path)
+                return cached[0]
+            os.close(cached[0])
+            del self.files[path]
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        self.files[path] = (fd, st.st_ino)
+        while len(self.files) > self.limit:
+            _, (old, _) = self.files.popitem(last=False)
+            os.close(old)
+        return fd
+
+    def sweep(self) -> None:
+        """Close files that no longer exist (retention), so their space is freed."""
+        for path, (fd, ino) in list(self.files.items()):
+            try:
+                if os.stat(path).st_ino == ino:
+                    continue
+            except FileNotFoundError:
+                pass
+            os.close(fd)
+            del self.files[path]
+
+    def close(self) -> None:
+        for fd, _ in self.files.values():
+            os.close(fd)
+        self.files.clear()
+
+
+def pin_answer(out: collections.deque, files: SegmentFiles, end_marks) -> None:
+    """Open every file piece of the answer at the head of ``out`` (up to the
+    first item in ``end_marks``) as a :class:`HeldPiece`; drop those whose file
+    is gone, patching the answer to say so for their partitions."""
+    removed = 0
+    i = 0
+    while i < len(out):
+        piece = out[i]
+        if any(piece is mark for mark in end_marks):
+            break
+        if isinstance(piece, env.FilePiece):
+            try:
+                out[i] = HeldPiece(os.dup(files.open(piece.path)), piece.position, piece.length)
+            except OSError as e:
+                code = _gone_code(piece.path, e)
+                out[i - 1] = api.fetch_part_emptied(out[i - 1], piece.length, code)
+                del out[i]
+                removed += piece.length
+                continue
+        i += 1
+    if removed:
+        out[0] = api.frame_shrunk(out[0], removed)
+
+
+def _gone_code(path: str, e: OSError) -> ErrorCode:
+    if not isinstance(e, FileNotFoundError):
+        return ErrorCode.STORAGE_ERROR
+    if os.path.isdir(os.path.dirname(path)):
+        return ErrorCode.OFFSET_OUT_OF_RANGE  # retention removed the segment
+    return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION  # its topic was deleted
+
+
+def release_held(pieces) -> None:
+    """Close the descriptors of held pieces not written (a connection closing)."""
+    for piece in pieces:
+        if isinstance(piece, HeldPiece):
+            os.close(piece.fd)
