@@ -70,6 +70,8 @@ __all__ = [
     "encode_answer",
     "encode_error_frame",
     "encode_fetch_response_parts",
+    "fetch_part_emptied",
+    "frame_shrunk",
     "encode_produce_request_parts",
     "encode_request",
     "encode_response",
