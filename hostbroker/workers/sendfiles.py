@@ -10,8 +10,9 @@ before it on the connection. By then a DELETE_TOPIC (or retention) may have
 removed the segment. Once any byte of an answer is on the wire its sizes are
 promised, so every file of the answer is opened (a descriptor of its own,
 which outlives an unlink) *before* its first byte goes out. A piece whose file
-is already gone is dropped and its partition answers an error code with an
-empty set (the header patched, the frame's size lowered): the answer stays
+is already gone (or holds less than the answer promises: its topic deleted
+and created again, a new segment at the same path) is dropped and its
+partition answers an error code with an empty set (the header patched, the frame's size lowered): the answer stays
 whole and in order, never cut off. Descriptors held: the file pieces of the
 one answer being written per connection (at most ``request.max.entries``).
 """
@@ -95,7 +96,7 @@ def pin_answer(out: collections.deque, files: SegmentFiles, end_marks) -> None:
             break
         if isinstance(piece, env.FilePiece):
             try:
-                out[i] = HeldPiece(os.dup(files.open(piece.path)), piece.position, piece.length)
+                out[i] = _held(files, piece)
             except OSError as e:
                 code = _gone_code(piece.path, e)
                 out[i - 1] = api.fetch_part_emptied(out[i - 1], piece.length, code)
@@ -107,7 +108,25 @@ def pin_answer(out: collections.deque, files: SegmentFiles, end_marks) -> None:
         out[0] = api.frame_shrunk(out[0], removed)
 
 
+class _ShorterError(OSError):
+    """The file at the path holds less than the answer promises: the partition
+    was deleted and created again (a new segment at the same path), or cut."""
+
+
+def _held(files: SegmentFiles, piece: env.FilePiece) -> HeldPiece:
+    fd = os.dup(files.open(piece.path))
+    try:
+        if os.fstat(fd).st_size < piece.position + piece.length:
+            raise _ShorterError(f"{piece.path} is shorter than its answer")
+    except OSError:
+        os.close(fd)
+        raise
+    return HeldPiece(fd, piece.position, piece.length)
+
+
 def _gone_code(path: str, e: OSError) -> ErrorCode:
+    if isinstance(e, _ShorterError):
+        return ErrorCode.OFFSET_OUT_OF_RANGE  # the log the answer was read from is gone
     if not isinstance(e, FileNotFoundError):
         return ErrorCode.STORAGE_ERROR
     if os.path.isdir(os.path.dirname(path)):

@@ -90,3 +90,20 @@ def test_a_pinned_file_is_sent_whole_after_it_is_unlinked(tmp_path):
     else:
         raise AssertionError("release_held left the answer's file open")
     files.close()
+
+
+def test_a_path_that_now_holds_a_shorter_file_is_out_of_range(tmp_path):
+    """The topic deleted and created again: a new, shorter segment at the same path."""
+    path = segment(tmp_path / "t_0", b"o" * 100)
+    out = fetch_answer([("t", 0, env.FilePiece(path, 40, 60))])
+    os.unlink(path)
+    segment(tmp_path / "t_0", b"n" * 10)
+    files = SegmentFiles(limit=1)
+    pin_answer(out, files, (END, CLOSE))
+    frame = wire_bytes(out)
+    assert api._SIZE.unpack_from(frame, 0)[0] == len(frame) - 4
+    corr, response = api.decode_response(api.ApiKey.FETCH, frame[4:])
+    (part,) = response.partitions
+    assert (part.error_code, bytes(part.message_set)) == (ErrorCode.OFFSET_OUT_OF_RANGE, b"")
+    assert not [p for p in out if isinstance(p, HeldPiece)]
+    files.close()
