@@ -29,15 +29,16 @@ find_python() {
   return 1
 }
 
-# Make or refresh the venv $2 with interpreter $1.
+# Make or refresh the venv $2 with interpreter $1 and the extras $3 (default test).
 make_venv() {
-  local py=$1 venv=$2 stamp=$2/.hostbroker-installed want
-  want=$(sha1sum pyproject.toml | cut -d' ' -f1)
+  local py=$1 venv=$2 extras=${3:-test} stamp=$2/.hostbroker-installed want
+  want="$(sha1sum pyproject.toml | cut -d' ' -f1) $extras"
   if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     "$py" -m venv "$venv"
-    "$venv/bin/python" -m pip install -q --disable-pip-version-check -e '.[test]' 2>&1 \
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check -e ".[$extras]" 2>&1 \
       | grep -v "^WARNING: Location" || true
     "$venv/bin/python" -c 'import hostbroker, posix_ipc, sysv_ipc, psutil, snappy, pytest, hypothesis'
+    if [[ $extras == *spark* ]]; then "$venv/bin/python" -c 'import pyspark, pyarrow'; fi
     echo "$want" > "$stamp"
   fi
 }
@@ -48,6 +49,8 @@ if [ -z "$PY" ]; then need_apt+=(python3 python3-venv); fi
 if [ -n "$PY" ] && ! "$PY" -c 'import venv, ensurepip' 2>/dev/null; then need_apt+=(python3-venv); fi
 # the service tests check the unit with systemd-analyze, systemd-sysusers and systemd-tmpfiles
 if ! command -v systemd-analyze >/dev/null; then need_apt+=(systemd); fi
+# Spark (the data source, `hostbroker load` and their tests) runs on a Java 17 runtime
+if ! java -version 2>&1 | grep -q 'version "\(1[7-9]\|2[0-9]\)'; then need_apt+=(openjdk-17-jre-headless); fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
@@ -55,7 +58,7 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   PY=$(find_python 3.11 || command -v python3)
 fi
 "$PY" -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "hostbroker needs Python 3.11, found " + sys.version.split()[0])'
-make_venv "$PY" .venv
+make_venv "$PY" .venv test,spark
 
 cmd=${1:-serve}
 shift || true

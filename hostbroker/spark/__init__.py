@@ -1,0 +1,32 @@
+"""Topics as Spark DataFrames: the ``hostbroker`` data source and the loader.
+
+``register(spark)`` makes the format ``hostbroker`` known to a SparkSession;
+then ``spark.read``, ``spark.readStream``, ``df.write`` and ``df.writeStream``
+take it (docs/spark.md). The package's parts:
+
+- ``options``   the data source's options, checked before any job (pure)
+- ``planning``  topics, partitions and offset ranges from the brokers, split
+                into input partitions at entry boundaries
+- ``arrow``     one range read into Arrow record batches
+- ``source``    the DataSource and its batch reader
+- ``stream``    the streaming reader (read limits, Trigger.AvailableNow)
+- ``writer``    batch and streaming writers (Arrow in, the client's producer out)
+- ``session``   a SparkSession set up for this host (local IP, worker Python)
+- ``loader``    ``hostbroker load``: topics to files, exactly once
+
+Only ``source``, ``stream``, ``writer`` and ``session`` import pyspark; the
+rest runs without it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+FORMAT = "hostbroker"
+
+
+def register(spark: Any) -> None:
+    """Make the ``hostbroker`` format known to ``spark`` (a SparkSession)."""
+    from hostbroker.spark.source import HostbrokerDataSource
+
+    spark.dataSource.register(HostbrokerDataSource)

@@ -1,0 +1,352 @@
+"""The options of the ``hostbroker`` Spark data source, checked before any job starts.
+
+Pure: no Spark, no sockets. Spark hands a data source its options with the
+keys lower-cased; :func:`read_options` and :func:`write_options` take that
+mapping and return frozen, fully checked settings, or raise
+:class:`OptionError` with one line that names the option (in the spelling of
+docs/spark.md) and what is wrong with it. Names follow Spark's Kafka source
+where the meaning is the same; offsets are byte positions, so the limits are
+in bytes (``maxBytesPerPartition``, ``maxBytesPerTrigger``).
+
+Client settings pass through with the prefix ``hostbroker.`` (as Spark's Kafka
+source passes ``kafka.*`` to its consumer): ``hostbroker.fetch.size`` sets the
+consumer's ``fetch.size`` for a read, ``hostbroker.batch.size`` the
+producer's for a write. They are checked against the client's declared
+settings here too.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from hostbroker.client.consumer import CONSUMER_SETTINGS
+from hostbroker.client.producer_settings import PRODUCER_SETTINGS
+from hostbroker.client.settings import broker_uris, resolve
+from hostbroker.errors import ConfigError
+from hostbroker.log.message import CODEC_NAMES
+
+EARLIEST = -2  # in an offsets JSON, as in Spark's Kafka source
+LATEST = -1
+CLIENT_PREFIX = "hostbroker."
+# Consumer settings the source sets itself: a read never resets past lost data
+# silently (failOnDataLoss decides), and the brokers come from `bootstrap`.
+_READ_OWNED = {"broker.list", "auto.offset.reset"}
+_WRITE_OWNED = {"broker.list", "compression.codec", "request.required.acks", "producer.type"}
+
+# Every option, in its documented spelling; Spark lower-cases the keys it passes.
+READ_OPTIONS = ("bootstrap", "zookeeper.connect", "subscribe", "subscribePattern", "assign",
+                "startingOffsets", "endingOffsets", "startingTimestamp", "endingTimestamp",
+                "failOnDataLoss", "maxBytesPerPartition", "maxBytesPerTrigger")
+WRITE_OPTIONS = ("bootstrap", "zookeeper.connect", "topic", "compression", "acks")
+ALL_OPTIONS = tuple(dict.fromkeys(READ_OPTIONS + WRITE_OPTIONS))
+_SPELLING = {name.lower(): name for name in ALL_OPTIONS}
+_INT64_MAX = 2**63 - 1
+
+
+class OptionError(ConfigError, ValueError):
+    """An option of the data source that cannot be used; the message names it."""
+
+
+def _fail(name: str, problem: str) -> OptionError:
+    return OptionError(f"hostbroker data source: option {name}: {problem}")
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """What a read (batch or stream) was asked for.
+
+    Exactly one of ``subscribe`` (topic names), ``pattern`` (a compiled regex
+    matched whole against topic names) and ``assign`` (topic -> partitions)
+    is set. ``starting`` / ``ending`` are "earliest", "latest" or a mapping
+    topic -> {partition: offset} whose offsets may be EARLIEST or LATEST; a
+    timestamp (ms) given instead is in ``starting_timestamp`` /
+    ``ending_timestamp`` and wins. ``client`` holds consumer settings.
+    """
+
+    bootstrap: tuple[str, ...]
+    subscribe: tuple[str, ...] | None = None
+    pattern: re.Pattern[str] | None = None
+    assign: Mapping[str, tuple[int, ...]] | None = None
+    starting: str | Mapping[str, Mapping[int, int]] = "earliest"
+    ending: str | Mapping[str, Mapping[int, int]] = "latest"
+    starting_timestamp: int | None = None
+    ending_timestamp: int | None = None
+    fail_on_data_loss: bool = True
+    max_bytes_per_partition: int | None = None
+    max_bytes_per_trigger: int | None = None
+    client: Mapping[str, Any] = field(default_factory=dict)
+
+    def wants(self, topic: str) -> bool:
+        """Whether ``topic`` is one this read subscribes to (by name, pattern or assign)."""
+        if self.subscribe is not None:
+            return topic in self.subscribe
+        if self.pattern is not None:
+            return self.pattern.fullmatch(topic) is not None
+        return self.assign is not None and topic in self.assign
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    """What a write was asked for: the default topic (when the data has no
+    ``topic`` column), codec name, acks and the producer settings."""
+
+    bootstrap: tuple[str, ...]
+    topic: str | None = None
+    compression: str = "none"
+    acks: int = 1
+    client: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _spelled(options: Mapping[str, str]) -> dict[str, str]:
+    """The options keyed by their documented spelling, client settings by ``hostbroker.KEY``."""
+    out: dict[str, str] = {}
+    for key, value in options.items():
+        if key.lower() == "path":
+            raise _fail("path", "this source takes no path; name topics with subscribe, "
+                        "subscribePattern or assign (reads) or topic (writes)")
+        name = _SPELLING.get(key.lower())
+        if name is None and not key.lower().startswith(CLIENT_PREFIX):
+            raise _fail(key, f"unknown option (known: {', '.join(ALL_OPTIONS)}, and "
+                        f"{CLIENT_PREFIX}* client settings)")
+        out[name or key.lower()] = "" if value is None else str(value)
+    return out
+
+
+def _client(spelled: Mapping[str, str], declared, owned: set[str], kind: str) -> dict[str, Any]:
+    raw = {k[len(CLIENT_PREFIX):]: v for k, v in spelled.items() if k.startswith(CLIENT_PREFIX)}
+    for key in raw:
+        if key in owned:
+            raise _fail(CLIENT_PREFIX + key, f"set by this source itself ({_owner(key)})")
+    try:
+        checked = resolve(declared, raw)
+        return {key: checked[key] for key in raw}
+    except ConfigError as exc:
+        text = str(exc)
+        key = text.split(":", 1)[0]
+        raise _fail(CLIENT_PREFIX + key, f"not a usable {kind} setting: "
+                    f"{text.split(': ', 1)[-1]}") from None
+
+
+def _owner(key: str) -> str:
+    return {"broker.list": "use bootstrap", "auto.offset.reset": "use failOnDataLoss",
+            "compression.codec": "use compression", "request.required.acks": "use acks",
+            "producer.type": "each task produces synchronously"}[key]
+
+
+def _bootstrap(spelled: Mapping[str, str]) -> tuple[str, ...]:
+    if "zookeeper.connect" in spelled:
+        raise _fail("zookeeper.connect", "cluster mode is not available in this version; "
+                    "name the brokers with bootstrap")
+    value = spelled.get("bootstrap")
+    if value is None or not value.strip():
+        raise _fail("bootstrap", "required: the broker URIs, comma-separated "
+                    "(unix:///run/hostbroker/broker.sock, tcp://127.0.0.1:9092)")
+    try:
+        return tuple(broker_uris(value, {}))
+    except ConfigError as exc:
+        raise _fail("bootstrap", str(exc).split(": ", 1)[-1]) from None
+
+
+def _only(spelled: Mapping[str, str], names: Iterable[str], mode: str) -> None:
+    for name in names:
+        if name in spelled:
+            raise _fail(name, f"not an option of {mode}")
+
+
+def _positive(spelled: Mapping[str, str], name: str) -> int | None:
+    value = spelled.get(name)
+    if value is None:
+        return None
+    try:
+        number = int(value.strip())
+    except ValueError:
+        raise _fail(name, f"{value!r} is not a whole number of bytes") from None
+    if not 0 < number <= _INT64_MAX:
+        raise _fail(name, f"{number} must be at least 1")
+    return number
+
+
+def _timestamp(spelled: Mapping[str, str], name: str) -> int | None:
+    value = spelled.get(name)
+    if value is None:
+        return None
+    try:
+        number = int(value.strip())
+    except ValueError:
+        raise _fail(name, f"{value!r} is not milliseconds since the epoch") from None
+    if not 0 <= number <= _INT64_MAX:
+        raise _fail(name, f"{number} is not milliseconds since the epoch")
+    return number
+
+
+def _boolean(spelled: Mapping[str, str], name: str, default: bool) -> bool:
+    value = spelled.get(name)
+    if value is None:
+        return default
+    lowered = value.strip().lower()
+    if lowered not in ("true", "false"):
+        raise _fail(name, f"{value!r} must be true or false")
+    return lowered == "true"
+
+
+def _topic_name(name: str, where: str) -> str:
+    if not name or name != name.strip():
+        raise _fail(where, f"{name!r} is not a topic name")
+    return name
+
+
+def parse_offsets(value: str, name: str, *, allow_latest: bool = True,
+                  allow_earliest: bool = True) -> str | dict[str, dict[int, int]]:
+    """``earliest``, ``latest`` or JSON topic -> partition -> offset (-2 earliest, -1 latest)."""
+    text = value.strip()
+    if text.lower() in ("earliest", "latest"):
+        word = text.lower()
+        if (word == "latest" and not allow_latest) or (word == "earliest" and not allow_earliest):
+            raise _fail(name, f"{word} cannot be used here")
+        return word
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        raise _fail(name, f"{value!r} is not earliest, latest or JSON "
+                    '{"topic": {"partition": offset}}') from None
+    if not isinstance(parsed, dict) or not parsed:
+        raise _fail(name, 'expected earliest, latest or JSON {"topic": {"partition": offset}}')
+    out: dict[str, dict[int, int]] = {}
+    for topic, parts in parsed.items():
+        _topic_name(topic, name)
+        if not isinstance(parts, dict) or not parts:
+            raise _fail(name, f"topic {topic!r}: expected {{\"partition\": offset}}")
+        out[topic] = {}
+        for key, offset in parts.items():
+            try:
+                partition = int(key)
+            except ValueError:
+                partition = -1
+            if partition < 0 or str(partition) != str(key).strip():
+                raise _fail(name, f"topic {topic!r}: {key!r} is not a partition number")
+            if type(offset) is not int or not -2 <= offset <= _INT64_MAX:
+                raise _fail(name, f"{topic}/{partition}: {offset!r} is not a byte offset "
+                            f"(or -2 earliest, -1 latest)")
+            if (offset == LATEST and not allow_latest) or (offset == EARLIEST and not allow_earliest):
+                raise _fail(name, f"{topic}/{partition}: {offset} cannot be used here")
+            out[topic][partition] = offset
+    return out
+
+
+def _subscription(spelled: Mapping[str, str]) -> dict[str, Any]:
+    given = [name for name in ("subscribe", "subscribePattern", "assign") if name in spelled]
+    if len(given) != 1:
+        problem = ("exactly one of subscribe, subscribePattern and assign is needed"
+                   if not given else f"conflicts with {given[1]}: give only one")
+        raise _fail(given[0] if given else "subscribe", problem)
+    name = given[0]
+    value = spelled[name]
+    if name == "subscribe":
+        topics = tuple(dict.fromkeys(t.strip() for t in value.split(",") if t.strip()))
+        if not topics:
+            raise _fail(name, "names no topic")
+        return {"subscribe": topics}
+    if name == "subscribePattern":
+        try:
+            return {"pattern": re.compile(value)}
+        except re.error as exc:
+            raise _fail(name, f"{value!r} is not a regular expression: {exc}") from None
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        parsed = None
+    if not isinstance(parsed, dict) or not parsed:
+        raise _fail(name, 'expected JSON {"topic": [partition, ...]}')
+    assign: dict[str, tuple[int, ...]] = {}
+    for topic, parts in parsed.items():
+        _topic_name(topic, name)
+        if (not isinstance(parts, list) or not parts
+                or any(type(p) is not int or p < 0 for p in parts)):
+            raise _fail(name, f"topic {topic!r}: expected a list of partition numbers")
+        assign[topic] = tuple(sorted(set(parts)))
+    return {"assign": assign}
+
+
+def _check_offsets_topics(opts: ReadOptions, name: str, offsets) -> None:
+    """A JSON offsets option may only name topics (and partitions) the read takes."""
+    if not isinstance(offsets, dict):
+        return
+    for topic, parts in offsets.items():
+        if not opts.wants(topic):
+            raise _fail(name, f"topic {topic!r} is not one this read subscribes to")
+        if opts.assign is not None:
+            extra = sorted(set(parts) - set(opts.assign[topic]))
+            if extra:
+                raise _fail(name, f"{topic}/{extra[0]} is not assigned")
+
+
+def read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
+    """The checked options of a batch (``streaming=False``) or streaming read."""
+    spelled = _spelled(options)
+    mode = "a streaming read" if streaming else "a batch read"
+    _only(spelled, ("topic", "compression", "acks"), "a read (only of a write)")
+    if streaming:
+        _only(spelled, ("endingOffsets", "endingTimestamp"), mode)
+    else:
+        _only(spelled, ("maxBytesPerTrigger",), mode)
+    if "startingOffsets" in spelled and "startingTimestamp" in spelled:
+        raise _fail("startingTimestamp", "conflicts with startingOffsets: give only one")
+    if "endingOffsets" in spelled and "endingTimestamp" in spelled:
+        raise _fail("endingTimestamp", "conflicts with endingOffsets: give only one")
+    values: dict[str, Any] = {"bootstrap": _bootstrap(spelled)}
+    values.update(_subscription(spelled))
+    if "startingOffsets" in spelled:
+        # As in Spark's Kafka source, a batch cannot start at latest (it would read nothing).
+        values["starting"] = parse_offsets(spelled["startingOffsets"], "startingOffsets",
+                                           allow_latest=streaming)
+    else:
+        values["starting"] = "latest" if streaming else "earliest"
+    if "endingOffsets" in spelled:
+        values["ending"] = parse_offsets(spelled["endingOffsets"], "endingOffsets",
+                                         allow_earliest=False)
+    values["starting_timestamp"] = _timestamp(spelled, "startingTimestamp")
+    values["ending_timestamp"] = _timestamp(spelled, "endingTimestamp")
+    if (values["starting_timestamp"] is not None and values["ending_timestamp"] is not None
+            and values["ending_timestamp"] < values["starting_timestamp"]):
+        raise _fail("endingTimestamp", "is before startingTimestamp")
+    values["fail_on_data_loss"] = _boolean(spelled, "failOnDataLoss", True)
+    values["max_bytes_per_partition"] = _positive(spelled, "maxBytesPerPartition")
+    values["max_bytes_per_trigger"] = _positive(spelled, "maxBytesPerTrigger")
+    values["client"] = _client(spelled, CONSUMER_SETTINGS, _READ_OWNED, "consumer")
+    opts = ReadOptions(**values)
+    _check_offsets_topics(opts, "startingOffsets", opts.starting)
+    _check_offsets_topics(opts, "endingOffsets", opts.ending)
+    return opts
+
+
+def write_options(options: Mapping[str, str], *, streaming: bool) -> WriteOptions:
+    """The checked options of a batch or streaming write."""
+    spelled = _spelled(options)
+    mode = "a streaming write" if streaming else "a batch write"
+    _only(spelled, [n for n in READ_OPTIONS if n not in WRITE_OPTIONS], mode + " (only of a read)")
+    values: dict[str, Any] = {"bootstrap": _bootstrap(spelled)}
+    if "topic" in spelled:
+        values["topic"] = _topic_name(spelled["topic"].strip(), "topic")
+    if "compression" in spelled:
+        codec = spelled["compression"].strip().lower()
+        if codec not in CODEC_NAMES.values():
+            raise _fail("compression", f"{spelled['compression']!r} must be one of "
+                        f"{', '.join(CODEC_NAMES.values())}")
+        values["compression"] = codec
+    if "acks" in spelled:
+        raw = spelled["acks"].strip()
+        acks = {"0": 0, "1": 1, "-1": -1, "all": -1}.get(raw.lower())
+        if acks is None:
+            raise _fail("acks", f"{raw!r} must be 0, 1, -1 or all")
+        values["acks"] = acks
+    values["client"] = _client(spelled, PRODUCER_SETTINGS, _WRITE_OWNED, "producer")
+    return WriteOptions(**values)
+
+
+def check_known(options: Mapping[str, str]) -> None:
+    """Fail on an option no mode of the source knows (the data source's constructor)."""
+    _spelled(options)
