@@ -19,7 +19,9 @@ from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStre
 from pyspark.sql.types import StructType
 
 from hostbroker.spark import FORMAT
-from hostbroker.spark.options import check_known, read_options, write_options
+from hostbroker.spark.arrow import read_range
+from hostbroker.spark.options import ReadOptions, check_known, read_options, write_options
+from hostbroker.spark.planning import Planner, Range
 
 SCHEMA = "topic string, partition int, offset long, next_offset long, value binary"
 
@@ -57,15 +59,32 @@ class HostbrokerDataSource(DataSource):
         return StreamWriter(write_options(self.options, streaming=True), schema, overwrite)
 
 
-class BatchReader(DataSourceReader):
-    """Reads the ranges planned on the driver; one Spark task per range."""
+class RangePartition(InputPartition):
+    """One Spark task's input: a planned :class:`~hostbroker.spark.planning.Range`."""
 
-    def __init__(self, opts):
+    def __init__(self, rng: Range):
+        super().__init__(rng)
+        self.range = rng
+
+    def __repr__(self) -> str:
+        r = self.range
+        return f"RangePartition({r.topic}/{r.partition} [{r.start}, {r.end}))"
+
+
+def read_partition(partition: InputPartition, opts: ReadOptions) -> Iterator[Any]:
+    """The record batches of one planned range (runs in a Spark task)."""
+    return read_range(partition.range, opts.client, opts.fail_on_data_loss)
+
+
+class BatchReader(DataSourceReader):
+    """Plans on the driver (one input partition per range), reads in the tasks."""
+
+    def __init__(self, opts: ReadOptions):
         self.opts = opts
-        self._ranges = None
 
     def partitions(self) -> Sequence[InputPartition]:
-        raise NotImplementedError
+        with Planner(self.opts) as planner:
+            return [RangePartition(rng) for rng in planner.plan()]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        raise NotImplementedError
+        return read_partition(partition, self.opts)

@@ -1,0 +1,267 @@
+"""Which bytes a read takes: partitions, offset ranges, and their split into input partitions.
+
+Runs on the driver and talks to the brokers through the client library; no
+Spark here. A :class:`Range` is one byte range ``[start, end)`` of one
+partition, both ends entry boundaries, read by one Spark task. Ranges larger
+than ``maxBytesPerPartition`` are split at segment starts (OFFSETS returns
+them) and, inside a segment, at an entry start found by reading the bytes in
+between (:meth:`Planner.boundary_before`), never in the middle of an entry.
+
+Offsets given by time map to segment boundaries: :meth:`Planner.offset_at`
+is the start of the first segment last written after the time, so every
+message written after it is included and consecutive time windows tile the
+log without overlap (docs/spark.md, "Ranges by time").
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from hostbroker.client.consumer import SimpleConsumer
+from hostbroker.client.errors import BrokerError
+from hostbroker.errors import ErrorCode
+from hostbroker.spark.options import EARLIEST, LATEST, ReadOptions
+
+log = logging.getLogger(__name__)
+
+# Far enough in the future that OFFSETS lists every segment start and the log end.
+_ALL_SEGMENTS_TIME = 2**62
+_MAX_SEGMENTS = 1_000_000
+# Bytes read per fetch while looking for an entry boundary on the driver.
+_WALK_FETCH_BYTES = 8 * 1024 * 1024
+
+
+class DataLossError(RuntimeError):
+    """Part of a requested range is gone (retention) or the log no longer reaches it."""
+
+
+class PlanningError(RuntimeError):
+    """A read that cannot be planned: a topic or partition missing or offline, bad offsets."""
+
+
+@dataclass(frozen=True)
+class Range:
+    """Bytes ``[start, end)`` of ``topic/partition`` on the brokers ``uris``."""
+
+    uris: tuple[str, ...]
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+
+@dataclass(frozen=True)
+class PartitionState:
+    """A partition as the brokers' METADATA described it."""
+
+    topic: str
+    partition: int
+    log_start: int
+    log_end: int
+    error_code: int
+
+
+def _where(topic: str, partition: int) -> str:
+    return f"{topic}/{partition}"
+
+
+class Planner:
+    """Answers a read's planning questions from the brokers of ``opts.bootstrap``."""
+
+    def __init__(self, opts: ReadOptions):
+        self.opts = opts
+        config = {**opts.client, "auto.offset.reset": "none"}
+        self.consumer = SimpleConsumer(list(opts.bootstrap), config)
+
+    def close(self) -> None:
+        self.consumer.close()
+
+    def __enter__(self) -> Planner:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- partitions ----------------------------------------------------------
+    def partitions(self, *, must_exist: bool) -> dict[tuple[str, int], PartitionState]:
+        """Every partition the read takes, by (topic, partition).
+
+        With ``must_exist`` (batch reads, and ``assign`` always) a subscribed
+        topic or assigned partition that does not exist fails; otherwise it is
+        simply not there yet (a stream picks it up when it appears).
+        """
+        opts = self.opts
+        names = tuple(opts.subscribe or opts.assign or ())
+        metadata = self.consumer.metadata(names if opts.pattern is None else ())
+        found: dict[tuple[str, int], PartitionState] = {}
+        present = set()
+        for topic in metadata.topics:
+            if not opts.wants(topic.topic):
+                continue
+            if topic.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                continue
+            if topic.error_code != ErrorCode.NONE:
+                raise PlanningError(f"topic {topic.topic}: {_code_name(topic.error_code)}")
+            present.add(topic.topic)
+            wanted = None if opts.assign is None else set(opts.assign[topic.topic])
+            for p in topic.partitions:
+                if wanted is not None and p.partition not in wanted:
+                    continue
+                found[(topic.topic, p.partition)] = PartitionState(
+                    topic.topic, p.partition, p.log_start_offset, p.log_end_offset, p.error_code)
+        if must_exist or opts.assign is not None:
+            for topic in names:
+                if topic not in present:
+                    raise PlanningError(f"topic {topic} does not exist on {self._brokers()}")
+            for topic, parts in (opts.assign or {}).items():
+                for p in parts:
+                    if (topic, p) not in found:
+                        raise PlanningError(f"partition {_where(topic, p)} does not exist "
+                                            f"on {self._brokers()}")
+        for state in found.values():
+            if state.error_code != ErrorCode.NONE:
+                raise PlanningError(f"partition {_where(state.topic, state.partition)} is "
+                                    f"unreadable: {_code_name(state.error_code)}")
+        return dict(sorted(found.items()))
+
+    def _brokers(self) -> str:
+        return ", ".join(self.opts.bootstrap)
+
+    # -- offsets -------------------------------------------------------------
+    def segment_starts(self, topic: str, partition: int) -> list[int]:
+        """Every segment's first offset and the log end, ascending."""
+        offsets = self._offsets(topic, partition, _ALL_SEGMENTS_TIME, _MAX_SEGMENTS)
+        return sorted(set(offsets))
+
+    def _offsets(self, topic: str, partition: int, time: int, count: int) -> list[int]:
+        try:
+            return self.consumer.offsets_before(topic, partition, time, count)
+        except BrokerError as exc:
+            raise PlanningError(f"OFFSETS of {_where(topic, partition)}: {exc}") from None
+
+    def offset_at(self, topic: str, partition: int, time: int) -> int:
+        """The start of the first segment of ``topic/partition`` last written after ``time``
+        (the log end when none was)."""
+        before = self._offsets(topic, partition, time, 1)
+        starts = self.segment_starts(topic, partition)
+        if not before:
+            return starts[0]
+        later = [s for s in starts if s > before[0]]
+        return later[0] if later else starts[-1]
+
+    def resolve(self, states: Mapping[tuple[str, int], PartitionState], which: str
+                ) -> dict[tuple[str, int], int]:
+        """The starting (``which="start"``) or ending offset of every partition in ``states``."""
+        opts = self.opts
+        spec = opts.starting if which == "start" else opts.ending
+        when = opts.starting_timestamp if which == "start" else opts.ending_timestamp
+        default = EARLIEST if which == "start" else LATEST
+        out = {}
+        for key, state in states.items():
+            topic, partition = key
+            if when is not None:
+                out[key] = self.offset_at(topic, partition, when)
+                continue
+            if isinstance(spec, str):
+                offset = EARLIEST if spec == "earliest" else LATEST
+            else:
+                offset = spec.get(topic, {}).get(partition, default)
+            if offset == EARLIEST:
+                offset = state.log_start
+            elif offset == LATEST:
+                offset = state.log_end
+            out[key] = offset
+        return out
+
+    def check_start(self, state: PartitionState, start: int) -> int:
+        """``start`` if the log still holds it; else the log start (failOnDataLoss false,
+        logged) or DataLossError."""
+        if state.log_start <= start <= state.log_end:
+            return start
+        where = _where(state.topic, state.partition)
+        if start < state.log_start:
+            what = (f"{where}: bytes [{start}, {state.log_start}) were deleted by retention "
+                    f"before they were read")
+        else:
+            what = (f"{where}: offset {start} is past the log end {state.log_end} "
+                    f"(the topic was deleted and created again?)")
+        if self.opts.fail_on_data_loss:
+            raise DataLossError(what + " (failOnDataLoss is true)")
+        log.warning("%s; reading from the log start %d (failOnDataLoss is false)",
+                    what, state.log_start)
+        return state.log_start
+
+    # -- splitting -----------------------------------------------------------
+    def boundary_before(self, topic: str, partition: int, start: int, limit: int,
+                        end: int) -> int:
+        """The last entry start in ``(start, min(start + limit, end)]`` found by reading
+        from ``start`` (an entry start); at least the end of the entry at ``start``."""
+        goal = min(start + limit, end)
+        pos = start
+        while pos < goal:
+            # The consumer grows a fetch that holds no whole entry to hold one.
+            fetched = self.consumer.fetch(topic, partition, pos,
+                                          min(goal - pos, _WALK_FETCH_BYTES))
+            whole = fetched.next_offset - pos
+            if whole <= 0:
+                raise PlanningError(f"{_where(topic, partition)}: the log ends at {pos}, "
+                                    f"before the planned end {end}")
+            if pos + whole > goal:
+                # The next entry does not fit: cut before it, or it is a range of its own.
+                return pos if pos > start else pos + whole
+            pos += whole
+        return pos
+
+    def split(self, rng: Range, max_bytes: int | None) -> list[Range]:
+        """``rng`` as ranges of at most ``max_bytes`` (one entry may be larger)."""
+        if max_bytes is None or rng.size <= max_bytes:
+            return [rng] if rng.size > 0 else []
+        starts = [s for s in self.segment_starts(rng.topic, rng.partition)
+                  if rng.start < s < rng.end]
+        out = []
+        pos = rng.start
+        while pos < rng.end:
+            reachable = [s for s in starts if pos < s <= pos + max_bytes]
+            if rng.end - pos <= max_bytes:
+                cut = rng.end
+            elif reachable:
+                cut = reachable[-1]
+            else:
+                cut = self.boundary_before(rng.topic, rng.partition, pos, max_bytes, rng.end)
+            out.append(Range(rng.uris, rng.topic, rng.partition, pos, cut))
+            pos = cut
+        return out
+
+    def plan(self) -> list[Range]:
+        """A batch read's ranges, split by ``maxBytesPerPartition``."""
+        states = self.partitions(must_exist=True)
+        starts = self.resolve(states, "start")
+        ends = self.resolve(states, "end")
+        ranges = []
+        for key, state in states.items():
+            start = self.check_start(state, starts[key])
+            end = ends[key]
+            where = _where(*key)
+            if end > state.log_end:
+                raise PlanningError(f"endingOffsets {where}: {end} is past the log end "
+                                    f"{state.log_end}")
+            if end < start:
+                raise PlanningError(f"{where}: the ending offset {end} is before the "
+                                    f"starting offset {start}")
+            ranges.extend(self.split(Range(self.opts.bootstrap, key[0], key[1], start, end),
+                                     self.opts.max_bytes_per_partition))
+        return ranges
+
+
+def _code_name(code: int) -> str:
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return f"error code {code}"
+

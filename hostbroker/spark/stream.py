@@ -1,0 +1,174 @@
+"""The streaming reader of the ``hostbroker`` data source.
+
+Offsets, as Spark checkpoints them, are JSON objects ``{"topic": {"partition":
+byte offset}}`` (the partition a string, as JSON keys are): the position
+after the last entry each batch took. A restarted query resumes from the
+checkpoint exactly where the last committed batch ended.
+
+- ``initialOffset``: ``startingOffsets`` (default ``latest``) or
+  ``startingTimestamp``, for the partitions that exist when the query starts.
+- ``latestOffset(start, limit)``: every partition's log end, or with a
+  :class:`ReadMaxBytes` limit (``maxBytesPerTrigger``) at most that many
+  bytes in all, shared out by how far each partition is behind and cut at an
+  entry boundary found by reading on the driver; a partition behind by at
+  least one entry always moves by at least one entry. Partitions and topics
+  that appeared since the last batch (``subscribe`` or
+  ``subscribePattern``) join, read from their log start.
+- ``Trigger.AvailableNow``: the log ends when the query starts are the
+  target; no batch goes past them.
+- Data loss (a start retention deleted, a partition or topic deleted, a log
+  that shrank because its topic was created again) fails the query with
+  ``failOnDataLoss`` (default) and is logged and skipped without it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxBytes,
+                                              SupportsTriggerAvailableNow)
+
+from hostbroker.spark.options import ReadOptions
+from hostbroker.spark.planning import DataLossError, PartitionState, Planner, Range
+from hostbroker.spark.source import RangePartition, read_partition
+
+log = logging.getLogger(__name__)
+
+Offsets = dict[str, dict[str, int]]
+
+
+def to_offsets(positions: Mapping[tuple[str, int], int]) -> Offsets:
+    """{(topic, partition): offset} as the JSON-ready form Spark checkpoints."""
+    out: Offsets = {}
+    for (topic, partition), offset in sorted(positions.items()):
+        out.setdefault(topic, {})[str(partition)] = int(offset)
+    return out
+
+
+def from_offsets(offsets: Mapping[str, Mapping[str, int]] | None) -> dict[tuple[str, int], int]:
+    """The checkpointed form back as {(topic, partition): offset}."""
+    return {(topic, int(p)): int(offset)
+            for topic, parts in (offsets or {}).items() for p, offset in parts.items()}
+
+
+def share_bytes(lags: Mapping[Any, int], budget: int) -> dict[Any, int]:
+    """``budget`` bytes shared out in proportion to ``lags`` (each share at most its lag)."""
+    total = sum(lags.values())
+    if total <= budget:
+        return dict(lags)
+    return {key: lag * budget // total for key, lag in lags.items()}
+
+
+class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batches of byte ranges; see the module docstring."""
+
+    def __init__(self, opts: ReadOptions):
+        self.opts = opts
+        self._planner: Planner | None = None
+        self._target: dict[tuple[str, int], int] | None = None  # Trigger.AvailableNow
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Tasks need only the options; the planner's connection stays on the driver.
+        return {"opts": self.opts, "_planner": None, "_target": None}
+
+    @property
+    def planner(self) -> Planner:
+        if self._planner is None:
+            self._planner = Planner(self.opts)
+        return self._planner
+
+    def _states(self) -> dict[tuple[str, int], PartitionState]:
+        return self.planner.partitions(must_exist=False)
+
+    # -- offsets -------------------------------------------------------------
+    def initialOffset(self) -> Offsets:
+        states = self._states()
+        starts = self.planner.resolve(states, "start")
+        return to_offsets({key: self.planner.check_start(states[key], offset)
+                           for key, offset in starts.items()})
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.opts.max_bytes_per_trigger is not None:
+            return ReadMaxBytes(self.opts.max_bytes_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = {key: state.log_end for key, state in self._states().items()}
+
+    def reportLatestOffset(self) -> Offsets:
+        return to_offsets({key: state.log_end for key, state in self._states().items()})
+
+    def _gone(self, key: tuple[str, int]) -> None:
+        what = f"{key[0]}/{key[1]} no longer exists (its topic was deleted?)"
+        if self.opts.fail_on_data_loss:
+            raise DataLossError(what + " (failOnDataLoss is true)")
+        log.warning("%s; it is dropped from the query (failOnDataLoss is false)", what)
+
+    def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
+        states = self._states()
+        begin = from_offsets(start)
+        for key in begin:
+            if key not in states:
+                self._gone(key)
+        ends = {key: state.log_end for key, state in states.items()}
+        if self._target is not None:
+            ends = {key: min(end, self._target[key])
+                    for key, end in ends.items() if key in self._target}
+        froms = {}
+        for key, end in ends.items():
+            # A partition new since the last batch is read from its log start.
+            at = begin.get(key, states[key].log_start)
+            if at > states[key].log_end:
+                at = self.planner.check_start(states[key], at)  # fails, or log start
+            froms[key] = at
+        if isinstance(limit, ReadMaxBytes):
+            lags = {key: max(0, ends[key] - froms[key]) for key in ends}
+            shares = share_bytes(lags, limit.max_bytes)
+            for key, share in shares.items():
+                if share < lags[key]:
+                    topic, partition = key
+                    ends[key] = self.planner.boundary_before(topic, partition, froms[key],
+                                                             max(share, 1), ends[key])
+        # A partition that has not moved keeps its place in the offsets.
+        out = {key: max(end, froms[key]) if key in begin else end for key, end in ends.items()}
+        for key, at in begin.items():
+            if key not in out and key in states:
+                out[key] = at  # beyond the AvailableNow target's partitions: unchanged
+        return to_offsets(out)
+
+    # -- batches -------------------------------------------------------------
+    def partitions(self, start: Offsets, end: Offsets) -> Sequence[InputPartition]:
+        begin = from_offsets(start)
+        finish = from_offsets(end)
+        states = None
+        ranges = []
+        for key, stop in finish.items():
+            at = begin.get(key)
+            if at is None or at > stop:
+                # New since the last batch (read from its log start), or a log that
+                # shrank (latestOffset already failed or logged it).
+                if states is None:
+                    states = self._states()
+                state = states.get(key)
+                if state is None:
+                    continue
+                at = min(state.log_start, stop)
+            if at == stop:
+                continue
+            rng = Range(self.opts.bootstrap, key[0], key[1], at, stop)
+            ranges.extend(self.planner.split(rng, self.opts.max_bytes_per_partition))
+        return [RangePartition(rng) for rng in ranges]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        return read_partition(partition, self.opts)
+
+    def commit(self, end: Offsets) -> None:
+        """Nothing to do: the offsets live in Spark's checkpoint."""
+
+    def stop(self) -> None:
+        if self._planner is not None:
+            self._planner.close()
+            self._planner = None
