@@ -1,0 +1,179 @@
+"""``df.write`` / ``df.writeStream`` in format ``hostbroker`` against a real broker.
+
+Every write is read back with a plain SimpleConsumer and compared exactly.
+One broker serves the module (topics are not auto-created, so an unknown
+topic is an error); each test makes its own topics.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+
+import pytest
+
+from hostbroker.client import SimpleClient, SimpleConsumer, stable_hash
+from tests.integration.wire_helpers import module_broker
+
+served = module_broker(auto_create_topics_enable="false")
+_names = itertools.count()
+
+
+def new_topic(broker, partitions: int) -> str:
+    topic = f"w{next(_names)}"
+    with SimpleClient(broker.unix) as client:
+        client.create_topic(topic, partitions)
+    return topic
+
+
+def read_back(broker, topic: str, partitions: int) -> dict[int, list[bytes]]:
+    """Every value of every partition, in log order."""
+    with SimpleConsumer(broker.unix) as consumer:
+        return {p: [v for _, _, v in consumer.messages(topic, p, 0, stop_at_end=True)]
+                for p in range(partitions)}
+
+
+def entries(broker, topic: str, partition: int) -> int:
+    """Top-level entries of the partition (a compressed wrapper counts once)."""
+    with SimpleConsumer(broker.unix) as consumer:
+        return sum(s.entries for s in consumer.sets(topic, partition, 0, stop_at_end=True))
+
+
+def writer(df, broker, **options):
+    w = df.write.format("hostbroker").mode("append").option("bootstrap", broker.unix)
+    for key, value in options.items():
+        w = w.option(key, value)
+    return w
+
+
+def test_values_with_topic_option_all_arrive(spark, served):
+    topic = new_topic(served, 2)
+    rows = [(f"message {i}",) for i in range(300)]
+    df = spark.createDataFrame(rows, "value string").repartition(3)
+    writer(df, served, topic=topic).save()
+    got = read_back(served, topic, 2)
+    assert collections.Counter(v for vs in got.values() for v in vs) == collections.Counter(
+        r[0].encode() for r in rows)
+
+
+def test_topic_partition_and_key_columns_route_rows(spark, served):
+    a, b = new_topic(served, 2), new_topic(served, 3)
+    rows = [(a if i % 3 else b, bytes([i]), i % 2 if i % 5 == 0 else None, f"k{i % 7}")
+            for i in range(60)]
+    df = spark.createDataFrame(rows, "topic string, value binary, partition int, key string")
+    writer(df, served).save()
+
+    expected = {a: {p: [] for p in range(2)}, b: {p: [] for p in range(3)}}
+    for topic, value, partition, key in rows:
+        n = len(expected[topic])
+        where = partition if partition is not None else stable_hash(key.encode()) % n
+        expected[topic][where].append(value)
+    for topic, parts in expected.items():
+        got = read_back(served, topic, len(parts))
+        # Rows of a partition arrive in order within each Spark task; compare as multisets.
+        assert {p: sorted(v) for p, v in got.items()} == {p: sorted(v) for p, v in parts.items()}
+
+
+def test_partition_column_alone_puts_rows_where_asked(spark, served):
+    topic = new_topic(served, 4)
+    rows = [(f"v{i}", i % 4) for i in range(40)]
+    df = spark.createDataFrame(rows, "value string, partition long").coalesce(1)
+    writer(df, served, topic=topic).save()
+    assert read_back(served, topic, 4) == {
+        p: [f"v{i}".encode() for i in range(40) if i % 4 == p] for p in range(4)}
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy"])
+def test_compressed_write_reads_back_equal_in_wrappers(spark, served, codec):
+    topic = new_topic(served, 1)
+    values = [f"compressible {i % 10} " * 5 for i in range(500)]
+    df = spark.createDataFrame([(v,) for v in values], "value string").coalesce(1)
+    writer(df, served, topic=topic, compression=codec).save()
+    assert read_back(served, topic, 1) == {0: [v.encode() for v in values]}
+    assert 1 <= entries(served, topic, 0) < 10
+
+
+def test_option_topic_overrides_the_topic_column(spark, served):
+    topic = new_topic(served, 1)
+    df = spark.createDataFrame([("nowhere", "x"), ("nowhere", "y")], "topic string, value string")
+    writer(df, served, topic=topic).save()
+    assert sorted(read_back(served, topic, 1)[0]) == [b"x", b"y"]
+
+
+def _fails_before_any_job(spark, df, match, **options):
+    sc = spark.sparkContext
+    group = f"bad-input-{next(_names)}"
+    sc.setJobGroup(group, "a write refused on the driver")
+    try:
+        broker, mode = options.pop("broker"), options.pop("mode", "append")
+        with pytest.raises(Exception, match=match):
+            writer(df, broker, **options).mode(mode).save()
+        assert sc.statusTracker().getJobIdsForGroup(group) == []
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+
+
+@pytest.mark.parametrize("schema,rows,options,match", [
+    ("topic string", [("t",)], {}, "hostbroker data source: column value: required"),
+    ("value int", [(1,)], {"topic": "t"},
+     "hostbroker data source: column value: must be binary or string, not int"),
+    ("value string, extra string", [("v", "e")], {"topic": "t"},
+     "hostbroker data source: column extra: not a column this sink takes"),
+    ("value string, key int", [("v", 1)], {"topic": "t"},
+     "hostbroker data source: column key: must be binary or string, not int"),
+    ("value string", [("v",)], {}, "hostbroker data source: option topic: required"),
+    ("value string", [("v",)], {"topic": "t", "mode": "overwrite"},
+     "hostbroker data source: a topic is only appended to: use mode append"),
+])
+def test_bad_inputs_fail_before_any_job(spark, served, schema, rows, options, match):
+    df = spark.createDataFrame(rows, schema)
+    _fails_before_any_job(spark, df, match, broker=served, **options)
+
+
+def test_unknown_topic_fails_the_task_with_the_brokers_error(spark, served):
+    df = spark.createDataFrame([("v",)], "value string")
+    with pytest.raises(Exception, match=r"write to nosuch/0 failed: 1 messages not delivered; "
+                                        r"first: nosuch/0: UNKNOWN_TOPIC_OR_PARTITION"):
+        writer(df, served, topic="nosuch").save()
+
+
+def test_a_value_too_large_fails_naming_topic_and_size(spark, served):
+    topic = new_topic(served, 1)
+    df = spark.createDataFrame([("small",), ("x" * 2000,)], "value string").coalesce(1)
+    with pytest.raises(Exception, match=f"a message of 2000 bytes for {topic} exceeds "
+                                        r"message.max.bytes \(1000"):
+        writer(df, served, topic=topic, **{"hostbroker.message.max.bytes": "1000"}).save()
+
+
+def test_a_null_value_fails_naming_its_row(spark, served):
+    topic = new_topic(served, 1)
+    df = spark.createDataFrame([("a",), (None,)], "value string").coalesce(1)
+    with pytest.raises(Exception, match=r"column value: null in row 1 of input partition 0 "
+                                        r"\(the log has no null message\)"):
+        writer(df, served, topic=topic).save()
+
+
+def test_stream_of_files_lands_every_row(spark, served, tmp_path):
+    topic = new_topic(served, 2)
+    source = tmp_path / "in"
+    source.mkdir()
+    lines = [f"line {i}" for i in range(50)]
+    for n in range(2):
+        (source / f"part{n}.txt").write_text("\n".join(lines[n::2]) + "\n")
+    # The checkpoint root as a session setting: options.py refuses a checkpointLocation option.
+    spark.conf.set("spark.sql.streaming.checkpointLocation", str(tmp_path / "checkpoints"))
+    try:
+        query = (spark.readStream.text(str(source))
+                 .writeStream.format("hostbroker")
+                 .option("bootstrap", served.tcp).option("topic", topic)
+                 .trigger(availableNow=True).start())
+    finally:
+        spark.conf.unset("spark.sql.streaming.checkpointLocation")
+    try:
+        assert query.awaitTermination(60)
+    finally:
+        query.stop()
+    assert query.exception() is None
+    got = read_back(served, topic, 2)
+    assert sorted(v for vs in got.values() for v in vs) == sorted(x.encode() for x in lines)
+
