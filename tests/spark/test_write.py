@@ -13,7 +13,7 @@ import itertools
 import pytest
 
 from hostbroker.client import SimpleClient, SimpleConsumer, stable_hash
-from tests.integration.wire_helpers import module_broker
+from tests.integration.wire_helpers import module_broker, wait_for
 
 served = module_broker(auto_create_topics_enable="false")
 _names = itertools.count()
@@ -177,3 +177,64 @@ def test_stream_of_files_lands_every_row(spark, served, tmp_path):
     got = read_back(served, topic, 2)
     assert sorted(v for vs in got.values() for v in vs) == sorted(x.encode() for x in lines)
 
+
+
+def test_a_task_reports_what_the_log_holds(served):
+    # BatchWriter.write as Spark's task calls it, on Arrow batches: its commit message.
+    import pyarrow as pa
+    from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+
+    from hostbroker.spark.options import write_options
+    from hostbroker.spark.writer import BatchWriter, describe, merge
+
+    topic = new_topic(served, 3)
+    opts = write_options({"bootstrap": served.unix, "topic": topic}, streaming=False)
+    schema = StructType([StructField("value", BinaryType()), StructField("key", StringType())])
+    w = BatchWriter(opts, schema, False)
+    batches = [pa.record_batch([pa.array([b"v%d" % i for i in range(n)]),
+                                pa.array([f"k{i % 5}" for i in range(n)])], names=["value", "key"])
+               for n in (40, 25)]
+    summary = w.write(iter(batches))
+    got = read_back(served, topic, 3)
+    with SimpleClient(served.unix) as client:
+        ends = {p: client.offsets(topic, p, -1)[0] for p in range(3)}
+    assert summary.counts == {(topic, p): [len(got[p]), ends[p]] for p in range(3) if got[p]}
+    assert summary.messages == 65 and summary.acknowledged
+    total = merge([summary, None, summary])
+    assert total.messages == 130 and total.bytes == 2 * sum(ends.values())
+    assert describe(summary).startswith(f"65 messages ({sum(ends.values())} bytes) acknowledged: ")
+
+
+def test_acks_zero_writes_without_answers(spark, served):
+    topic = new_topic(served, 1)
+    df = spark.createDataFrame([(f"z{i}",) for i in range(20)], "value string").coalesce(1)
+    writer(df, served, topic=topic, acks="0").save()
+    # Nothing was answered: the messages were on the socket when the write ended.
+    expected = {0: [f"z{i}".encode() for i in range(20)]}
+    assert wait_for(lambda: read_back(served, topic, 1) == expected)
+
+
+def test_producer_settings_refused_together_fail_on_the_driver(spark, served):
+    df = spark.createDataFrame([("v",)], "value string")
+    _fails_before_any_job(spark, df, "option hostbroker.batch.size: must not exceed queue.size",
+                          broker=served, topic="t",
+                          **{"hostbroker.batch.size": "500", "hostbroker.queue.size": "100"})
+
+
+def test_complete_output_mode_is_refused(spark, served, tmp_path):
+    source = tmp_path / "in"
+    source.mkdir()
+    (source / "a.txt").write_text("a\nb\na\n")
+    counts = spark.readStream.text(str(source)).groupBy("value").count()
+    spark.conf.set("spark.sql.streaming.checkpointLocation", str(tmp_path / "checkpoints"))
+    try:
+        query = (counts.selectExpr("value").writeStream.format("hostbroker")
+                 .outputMode("complete").option("bootstrap", served.unix).option("topic", "t")
+                 .trigger(availableNow=True).start())
+    finally:
+        spark.conf.unset("spark.sql.streaming.checkpointLocation")
+    try:
+        with pytest.raises(Exception, match="a topic is only appended to: use outputMode append"):
+            query.awaitTermination(60)
+    finally:
+        query.stop()
