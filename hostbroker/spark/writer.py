@@ -93,7 +93,8 @@ def check_columns(schema: StructType, opts: WriteOptions) -> dict[str, str]:
 
 
 # Async producer defaults: one batch is Spark's Arrow batch (10,000 rows by default),
-# and the queue holds two, so that a task holds about three batches of values at most.
+# and the queue holds two, so that a task holds a few batches of values at most (the
+# one it converts, two queued, what the sending thread took).
 BATCH_SIZE = 10_000
 
 
