@@ -31,6 +31,7 @@ from hostbroker.errors import InvalidMessageError, MessageTooLargeError
 from hostbroker.log.columns import Columns, decode_into
 from hostbroker.protocol import api
 from hostbroker.spark.planning import DataLossError, Range
+from hostbroker.spark.runs import take_run
 
 log = logging.getLogger(__name__)
 
@@ -45,20 +46,49 @@ BATCH_ROWS = 65536
 BATCH_BYTES = 16 * 1024 * 1024
 
 
-def _batch(topic: pa.Scalar, partition: pa.Scalar, columns: Columns, end: int,
-           contiguous: bool) -> pa.RecordBatch:
-    """``columns`` as a batch; ``contiguous``: each row's next offset is the next row's
-    offset (the last one's ``end``), so that column is a shifted copy, made in C."""
-    n = len(columns)
-    offsets = pa.array(columns.offsets, pa.int64())
-    if contiguous:
-        nexts = pa.concat_arrays([offsets.slice(1), pa.array([end], pa.int64())])
-    else:
-        nexts = pa.array(columns.next_offsets, pa.int64())
-    return pa.RecordBatch.from_arrays(
-        [pa.repeat(topic, n), pa.repeat(partition, n), offsets, nexts,
-         pa.array(columns.values, pa.binary())],
-        schema=ARROW_SCHEMA)
+class _Rows:
+    """The rows collected for the next batch, as column chunks: (offsets, values) pairs
+    of Arrow arrays from runs, and the general decoder's lists."""
+
+    def __init__(self) -> None:
+        self.chunks: list[tuple[pa.Array, pa.Array]] = []
+        self.columns = Columns()  # the general decoder's rows after the chunks
+        self.count = 0
+        self.value_bytes = 0
+
+    def add_run(self, offsets: pa.Array, values: pa.Array) -> None:
+        self._close_columns()
+        self.chunks.append((offsets, values))
+        self.count += len(values)
+        self.value_bytes += values.nbytes
+
+    def _close_columns(self) -> None:
+        columns = self.columns
+        if len(columns):
+            self.chunks.append((pa.array(columns.offsets, pa.int64()),
+                                pa.array(columns.values, pa.binary())))
+            self.count += len(columns)
+            self.value_bytes += columns.value_bytes
+            self.columns = Columns()
+
+    def size(self) -> tuple[int, int]:
+        return self.count + len(self.columns), self.value_bytes + self.columns.value_bytes
+
+    def batch(self, topic: pa.Scalar, partition: pa.Scalar, end: int,
+              next_offsets: list[int] | None) -> pa.RecordBatch:
+        """The rows as one batch; ``end`` is the offset after the last row. Rows that are
+        not contiguous (an entry skipped) take ``next_offsets`` as collected."""
+        self._close_columns()
+        n = self.count
+        offsets = pa.concat_arrays([c[0] for c in self.chunks])
+        values = pa.concat_arrays([c[1] for c in self.chunks])
+        if next_offsets is None:
+            nexts = pa.concat_arrays([offsets.slice(1), pa.array([end], pa.int64())])
+        else:
+            nexts = pa.array(next_offsets, pa.int64())
+        return pa.RecordBatch.from_arrays(
+            [pa.repeat(topic, n), pa.repeat(partition, n), offsets, nexts, values],
+            schema=ARROW_SCHEMA)
 
 
 class _RangeReader:
@@ -70,7 +100,6 @@ class _RangeReader:
         self.consumer = SimpleConsumer(list(rng.uris), {**client, "auto.offset.reset": "none"})
         self.check_crc = self.consumer.check_crcs
         self.max_bytes = self.consumer.max_fetch_size
-        self.contiguous = True  # no entry skipped in the rows collected so far
 
     def _part(self, pos: int) -> api.FetchPartition:
         rng = self.rng
@@ -92,37 +121,62 @@ class _RangeReader:
                     log_start)
         return log_start if pos < log_start < self.rng.end else -1
 
-    def _decode(self, columns: Columns, fetched: FetchedSet) -> int:
-        """Append the messages of ``fetched`` up to the range end; the offset after them."""
-        mark = len(columns)
-        before = columns.value_bytes
-        try:
-            return decode_into(columns, fetched.message_set, fetched.offset, end=self.rng.end,
-                               check_crc=self.check_crc, max_message_bytes=self.max_bytes,
-                               max_inflated_bytes=self.max_bytes)
-        except (InvalidMessageError, MessageTooLargeError):
-            pass
-        # Again message by message, for the consumer's own wording of the bad entry
-        # (InvalidEntryError names topic, partition and offset) or skip.bad.messages.
-        del columns.offsets[mark:], columns.next_offsets[mark:], columns.values[mark:]
-        columns.value_bytes = before
-        self.contiguous = False  # skip.bad.messages may leave a gap
+    def _decode(self, rows: _Rows, fetched: FetchedSet) -> int:
+        """Add the messages of ``fetched`` up to the range end to ``rows``; the offset
+        after them. On a bad entry nothing of ``fetched`` is added and InvalidMessageError
+        or MessageTooLargeError is raised."""
+        data = fetched.message_set
+        base = fetched.offset
+        limit = min(len(data), self.rng.end - base)
+        run = take_run(data, base, limit, self.max_bytes - 4, self.check_crc)
+        if run is None:
+            columns = rows.columns
+            mark, before = len(columns), columns.value_bytes
+            try:
+                return decode_into(columns, data, base, end=self.rng.end,
+                                   check_crc=self.check_crc, max_message_bytes=self.max_bytes,
+                                   max_inflated_bytes=self.max_bytes)
+            except (InvalidMessageError, MessageTooLargeError):
+                del columns.offsets[mark:], columns.next_offsets[mark:], columns.values[mark:]
+                columns.value_bytes = before
+                raise
+        offsets, values, taken = run
+        if taken < limit:
+            # The rest goes through the general decoder first, so that a bad entry
+            # raises before the run is added.
+            rest = Columns()
+            end = decode_into(rest, data[taken:], base + taken, end=self.rng.end,
+                              check_crc=self.check_crc, max_message_bytes=self.max_bytes,
+                              max_inflated_bytes=self.max_bytes)
+        else:
+            rest, end = None, base + taken
+        rows.add_run(offsets, values)
+        if rest is not None and len(rest):
+            rows.add_run(pa.array(rest.offsets, pa.int64()), pa.array(rest.values, pa.binary()))
+        return end
+
+    def _one_by_one(self, fetched: FetchedSet) -> tuple[_Rows, list[int], int]:
+        """The rows of a set with a bad entry, message by message, for the consumer's own
+        wording of it (InvalidEntryError names topic, partition and offset) or
+        skip.bad.messages: (rows, their next offsets, the offset after them)."""
+        rows = _Rows()
+        nexts: list[int] = []
         pos = fetched.offset
-        for offset, _next, value in fetched:
+        for offset, following, value in fetched:
             if offset >= self.rng.end:
                 break
-            columns.offsets.append(offset)
-            columns.next_offsets.append(_next)
-            columns.values.append(value)
-            columns.value_bytes += len(value)
-            pos = _next
-        return max(pos, min(fetched.next_offset, self.rng.end))
+            rows.columns.offsets.append(offset)
+            rows.columns.values.append(value)
+            rows.columns.value_bytes += len(value)
+            nexts.append(following)
+            pos = following
+        return rows, nexts, max(pos, min(fetched.next_offset, self.rng.end))
 
     def batches(self) -> Iterator[pa.RecordBatch]:
         rng = self.rng
         topic = pa.scalar(rng.topic, pa.string())
         partition = pa.scalar(rng.partition, pa.int32())
-        columns = Columns()
+        rows = _Rows()
         pos = rng.start
         consumer = self.consumer
         part = self._part(pos) if pos < rng.end else None
@@ -132,9 +186,9 @@ class _RangeReader:
             try:
                 (fetched,) = consumer.receive_fetch((part,))
             except OffsetOutOfRangeError:
-                if len(columns):  # rows on both sides of a gap never share a batch
-                    yield self._flush(topic, partition, columns, pos)
-                    columns = Columns()
+                if rows.count or len(rows.columns):  # rows on both sides of a gap: 2 batches
+                    yield rows.batch(topic, partition, pos, None)
+                    rows = _Rows()
                 pos = self._lost(part.offset)
                 part = self._part(pos) if pos >= 0 else None
                 if part is not None:
@@ -147,18 +201,22 @@ class _RangeReader:
             part = self._part(following) if following < rng.end else None
             if part is not None:
                 consumer.send_fetch((part,))
-            pos = self._decode(columns, fetched)
-            if len(columns) >= BATCH_ROWS or columns.value_bytes >= BATCH_BYTES:
-                yield self._flush(topic, partition, columns, pos)
-                columns = Columns()
-        if len(columns):
-            yield self._flush(topic, partition, columns, pos)
-
-    def _flush(self, topic: pa.Scalar, partition: pa.Scalar, columns: Columns,
-               end: int) -> pa.RecordBatch:
-        batch = _batch(topic, partition, columns, end, self.contiguous)
-        self.contiguous = True
-        return batch
+            try:
+                pos = self._decode(rows, fetched)
+            except (InvalidMessageError, MessageTooLargeError):
+                if rows.count or len(rows.columns):
+                    yield rows.batch(topic, partition, fetched.offset, None)
+                    rows = _Rows()
+                bad, nexts, pos = self._one_by_one(fetched)
+                if nexts:
+                    yield bad.batch(topic, partition, pos, nexts)
+                continue
+            count, value_bytes = rows.size()
+            if count >= BATCH_ROWS or value_bytes >= BATCH_BYTES:
+                yield rows.batch(topic, partition, pos, None)
+                rows = _Rows()
+        if rows.size()[0]:
+            yield rows.batch(topic, partition, pos, None)
 
     def close(self) -> None:
         self.consumer.close()
