@@ -275,7 +275,11 @@ class _Task:
                     self.producer.brokers, client_id=settings["client.id"],
                     timeout=settings["request.timeout.ms"] / 1000,
                     refresh_interval_ms=settings["topic.metadata.refresh.interval.ms"])
-            n = self._counts[topic] = len(self._cluster.partitions(topic).partitions)
+            try:
+                n = self._counts[topic] = len(self._cluster.partitions(topic).partitions)
+            except Exception as exc:  # noqa: BLE001 - no broker answered METADATA
+                raise WriteError(f"{PREFIX}the partitions of {topic} (to place keyed rows): "
+                                 f"no broker answered: {exc}") from exc
         return n
 
     def produce(self, batch: pa.RecordBatch) -> None:
