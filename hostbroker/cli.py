@@ -1,7 +1,7 @@
 """The ``hostbroker`` command: one entry point, one subcommand per job.
 
 ``serve`` runs the broker; ``top`` watches one. The client commands
-(``topics``, ``produce``, ``consume``, ``dump-log``, ``mirror``, ``perf``) do
+(``topics``, ``produce``, ``consume``, ``dump-log``, ``mirror``, ``perf``, ``load``) do
 their work in ``hostbroker.commands``, one module each, imported only when
 the command runs. This module only parses arguments and dispatches.
 """
@@ -332,6 +332,48 @@ def _add_mirror(sub) -> None:
     mirror.set_defaults(func=_mirror)
 
 
+def _load(args: argparse.Namespace) -> int:
+    from hostbroker.commands import load
+
+    return commands.run("load", load.load, topics_regex=args.topics, path=args.to,
+                        fmt=args.format, master=args.master, from_time=args.from_time,
+                        fail_on_data_loss=args.fail_on_data_loss,
+                        max_bytes_per_trigger=args.max_bytes_per_trigger,
+                        properties=args.property, quiet=args.quiet, bootstrap=args.bootstrap)
+
+
+def _add_load(sub) -> None:
+    load = sub.add_parser(
+        "load", help="copy topics into Parquet/ORC/JSON files on Spark, exactly once",
+        description="Copy the messages of every topic matching --topics that are not yet in "
+                    "--to into files there (one directory per topic), with a Spark streaming "
+                    "query whose checkpoint lives in TO/_checkpoint: a run killed at any "
+                    "moment and run again leaves each message in the output once, and the "
+                    "next run loads only what arrived since. Read the output through Spark "
+                    "(spark.read.parquet(TO)). Progress on stderr, a summary on stdout. "
+                    "See docs/spark.md.")
+    _add_bootstrap(load)
+    load.add_argument("--topics", metavar="REGEX", required=True,
+                      help="a regular expression matching whole topic names")
+    load.add_argument("--to", metavar="PATH", required=True,
+                      help="the output directory (new, empty, or a load's to resume)")
+    load.add_argument("--format", default="parquet", choices=("parquet", "orc", "json"),
+                      help="file format (default parquet)")
+    load.add_argument("--master", default="local[*]",
+                      help="Spark master (default local[*])")
+    load.add_argument("--from-time", metavar="T",
+                      help="start at this time (ms since the epoch, or ISO-8601; UTC unless "
+                           "given) instead of the log start; needs a new --to")
+    load.add_argument("--fail-on-data-loss", action=argparse.BooleanOptionalAction, default=True,
+                      help="stop when messages to load were removed by retention first "
+                           "(default: stop)")
+    load.add_argument("--max-bytes-per-trigger", type=_positive(int), metavar="BYTES",
+                      help="at most this many log bytes per micro-batch (default: no limit)")
+    load.add_argument("--quiet", action="store_true", help="no progress lines")
+    _add_properties(load, "consumer")
+    load.set_defaults(func=_load)
+
+
 def _dump_log(args: argparse.Namespace) -> int:
     from hostbroker.commands import dumplog
 
@@ -391,6 +433,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_dump_log(sub)
     _add_mirror(sub)
     _add_perf(sub)
+    _add_load(sub)
     return parser
 
 

@@ -1,0 +1,379 @@
+"""``hostbroker load``: topics copied into files by a Spark streaming query, exactly once.
+
+The loader owns the Spark side of the command: the output directory's
+rules, the streaming query, its progress on the terminal and the summary.
+
+The query reads every partition of the topics matching a regex with the
+``hostbroker`` stream reader and writes them with Spark's file sink,
+partitioned by topic (``PATH/topic=NAME/``), under ``Trigger.AvailableNow``:
+everything the brokers hold when it starts, in as many micro-batches as the
+read limit asks, then it ends. Its checkpoint is ``PATH/_checkpoint`` (the
+byte offsets each batch read up to) and the file sink keeps its own log in
+``PATH/_spark_metadata`` (the files each batch committed). Together they
+make the copy exactly once: a batch killed half way is read again from the
+same offsets on the next run, and the files it left are not in the sink's
+log, so a reader going through Spark (``spark.read.parquet(PATH)``) never
+sees them. The next run on the same PATH starts where the last one ended.
+
+:func:`check_output` decides, before the JVM starts, whether PATH is a new
+output, a load to resume or something to refuse; :func:`run` builds the
+query, reports progress (one line on stderr per second in which batches
+ended) and returns a :class:`Summary`. A failure of the query becomes a
+:class:`~hostbroker.commands.CommandError` with one line (:func:`one_line`),
+status 2 for an option the source refused, else 1; never a Java trace.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, TextIO
+
+from hostbroker.commands import EXIT_BROKER, EXIT_USAGE, CommandError, plural, usage_error
+
+FORMATS = ("parquet", "orc", "json")
+CHECKPOINT = "_checkpoint"
+SINK_LOG = "_spark_metadata"
+# How often the query's progress is looked at, and the fewest seconds between two lines.
+_POLL_SECONDS = 0.25
+_LINE_SECONDS = 1.0
+
+
+@dataclass(frozen=True)
+class LoadJob:
+    """What to load: the source, the topics, where to, and how."""
+
+    bootstrap: str
+    topics: str  # a regex matched against whole topic names
+    path: str
+    fmt: str = "parquet"
+    master: str = "local[*]"
+    from_time: int | None = None  # ms since the epoch: a fresh output from this time on
+    fail_on_data_loss: bool = True
+    max_bytes_per_trigger: int | None = None
+    properties: Mapping[str, str] = field(default_factory=dict)  # consumer settings
+
+    def source_options(self) -> dict[str, str]:
+        """The options of the ``hostbroker`` stream reader, in their documented spelling."""
+        options = {"bootstrap": self.bootstrap, "subscribePattern": self.topics,
+                   "failOnDataLoss": str(self.fail_on_data_loss).lower()}
+        if self.from_time is None:
+            options["startingOffsets"] = "earliest"
+        else:
+            options["startingTimestamp"] = str(self.from_time)
+        if self.max_bytes_per_trigger is not None:
+            options["maxBytesPerTrigger"] = str(self.max_bytes_per_trigger)
+        for key, value in self.properties.items():
+            options[f"hostbroker.{key}"] = value
+        return options
+
+
+def parse_time(text: str) -> int:
+    """Milliseconds since the epoch, or an ISO-8601 date or date-time (UTC unless it says)."""
+    value = text.strip()
+    if re.fullmatch(r"\d+", value):
+        return int(value)
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise ValueError(f"{text!r} is neither milliseconds since the epoch nor an ISO-8601 "
+                         "date or date-time (2026-11-26, 2026-11-26T08:00:00+01:00)") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    millis = int(moment.timestamp() * 1000)
+    if millis < 0:
+        raise ValueError(f"{text!r} is before 1970")
+    return millis
+
+
+def _is_local(path: str) -> bool:
+    return "://" not in path or path.startswith("file://")
+
+
+def _local(path: str) -> str:
+    return path[len("file://"):] if path.startswith("file://") else path
+
+
+def check_output(path: str, from_time: int | None) -> bool:
+    """Whether ``path`` holds a load to resume (True) or is a new output (False).
+
+    Refused (a usage error, status 2): a file; with ``from_time``, a load's
+    output (a fresh one is needed); a directory holding anything but a load's
+    output. Only local paths are checked; a URI (``hdfs://...``) is taken as is.
+    """
+    if not _is_local(path):
+        return False
+    local = _local(path)
+    if not os.path.exists(local):
+        return False
+    if not os.path.isdir(local):
+        raise usage_error(f"--to {path}: not a directory")
+    if os.path.isdir(os.path.join(local, CHECKPOINT)):
+        if from_time is not None:
+            raise usage_error(f"--from-time needs a fresh output, and {path} already holds a "
+                              f"load ({CHECKPOINT}); give a new --to")
+        return True
+    entries = set(os.listdir(local))
+    sink_log = os.path.join(local, SINK_LOG)
+    if SINK_LOG in entries and not os.listdir(sink_log):
+        entries.discard(SINK_LOG)  # a run that stopped before its first batch
+    if entries:
+        raise usage_error(f"--to {path}: holds files but no {CHECKPOINT}, so it is not a "
+                          "load's output; give a new or empty directory")
+    return False
+
+
+def output_dir(path: str) -> str:
+    """``path`` as Spark should see it (local paths made absolute)."""
+    return os.path.abspath(_local(path)) if _is_local(path) else path
+
+
+# Errors of the query, reduced to one line.
+
+_OPTION_LINE = re.compile(r"hostbroker data source: option [^\n]*")
+_PY_ERROR = re.compile(r"^\s*(?:[\w.]+\.)?(\w*(?:Error|Exception|Failed)): (.+)$")
+_JAVA_PREFIX = re.compile(r"^(?:[\w$]+\.)+[\w$]+(?:Exception|Error): ")
+_ERROR_CLASS = re.compile(r"^\[[A-Z_.]+\]\s*")
+_SQLSTATE = re.compile(r"\s*SQLSTATE: \w+|\s+$")
+
+
+def one_line(text: str) -> tuple[str, bool]:
+    """The line worth showing of a Spark error's text, and whether it is an option error.
+
+    An option the data source refused is named as the source named it. A
+    Python traceback (from the source, on the driver or in a task) gives its
+    ``SomeError: message`` line (of the first traceback in the text). Otherwise the first line, without a
+    Java class name or Spark's ``[ERROR_CLASS]`` in front.
+    """
+    found = _OPTION_LINE.search(text)
+    if found:
+        return found.group(0).strip(), True
+    # The first traceback is the error itself; later ones are pyspark's on the way out.
+    for section in text.split("Traceback (most recent call last)")[1:2]:
+        for line in reversed(section.splitlines()):
+            match = _PY_ERROR.match(line)
+            if match:
+                return _SQLSTATE.sub("", f"{match.group(1)}: {match.group(2)}")[:500], False
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    first = lines[0] if lines else "the query failed"
+    first = _ERROR_CLASS.sub("", _JAVA_PREFIX.sub("", first))
+    stream_failed = re.search(r"terminated with exception: (.+)", first)
+    if stream_failed:
+        first = _JAVA_PREFIX.sub("", stream_failed.group(1))
+    return _SQLSTATE.sub("", first)[:500], False
+
+
+# Progress.
+
+def _offsets(value: Any) -> dict[str, dict[str, int]]:
+    if value is None:
+        return {}
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return {}
+    if not isinstance(value, dict):
+        return {}
+    return {topic: {str(p): int(o) for p, o in parts.items() if isinstance(o, int)}
+            for topic, parts in value.items() if isinstance(parts, dict)}
+
+
+def _progress_value(progress: Any, name: str) -> Any:
+    if isinstance(progress, Mapping):
+        return progress.get(name)
+    return getattr(progress, name, None)
+
+
+class Tally:
+    """The run's totals, from the query's progress reports (each batch counted once).
+
+    Bytes are byte offsets moved: for each partition, a batch's end offset
+    minus its start offset (headers and compressed sizes included). A
+    partition that has no start offset in a report (the first batch of a
+    query, or a partition created since) starts at ``starts`` (the offset
+    the read began at, asked of the brokers), or else counts from 0.
+    """
+
+    def __init__(self, starts: Mapping[tuple[str, int], int] | None = None):
+        self.starts = dict(starts or {})
+        self.batches = 0
+        self.messages = 0
+        self.bytes = 0
+        self.partitions: set[tuple[str, int]] = set()
+        self._seen: set[int] = set()
+
+    def add(self, progress: Any) -> bool:
+        """Count one progress report; False if it adds nothing (seen, or no batch ran)."""
+        batch = _progress_value(progress, "batchId")
+        rows = _progress_value(progress, "numInputRows") or 0
+        sources = _progress_value(progress, "sources") or []
+        moved: dict[tuple[str, int], int] = {}
+        for source in sources:
+            start = _offsets(_progress_value(source, "startOffset"))
+            end = _offsets(_progress_value(source, "endOffset"))
+            for topic, parts in end.items():
+                for partition, offset in parts.items():
+                    key = (topic, int(partition))
+                    begin = start.get(topic, {}).get(partition)
+                    if begin is None:
+                        begin = self.starts.get(key, 0)
+                    if offset > begin:
+                        moved[key] = offset - begin
+        if batch in self._seen or (not rows and not moved):
+            return False
+        self._seen.add(batch)
+        self.batches += 1
+        self.messages += rows
+        self.bytes += sum(moved.values())
+        self.partitions.update(moved)
+        return True
+
+    @property
+    def topics(self) -> set[str]:
+        return {topic for topic, _ in self.partitions}
+
+    def figures(self, seconds: float) -> str:
+        """``2 topics, 4 partitions, 1,200 messages, 0.12 MB, 300 msg/s, 0.03 MB/s``."""
+        seconds = max(seconds, 1e-3)
+        return (f"{plural(len(self.topics), 'topic')}, "
+                f"{plural(len(self.partitions), 'partition')}, "
+                f"{plural(self.messages, 'message')}, {self.bytes / 1e6:,.2f} MB, "
+                f"{self.messages / seconds:,.0f} msg/s, {self.bytes / 1e6 / seconds:,.2f} MB/s")
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What one run loaded (this run's share only) and where."""
+
+    path: str
+    batches: int
+    topics: int
+    partitions: int
+    messages: int
+    bytes: int
+    seconds: float
+    resumed: bool
+
+    def line(self) -> str:
+        seconds = max(self.seconds, 1e-3)
+        return (f"loaded {plural(self.messages, 'message')} ({plural(self.bytes, 'byte')}) of "
+                f"{plural(self.topics, 'topic')}, {plural(self.partitions, 'partition')} in "
+                f"{self.batches:,} batch{'' if self.batches == 1 else 'es'}, "
+                f"{self.seconds:.1f} s ({self.messages / seconds:,.0f} msg/s, "
+                f"{self.bytes / 1e6 / seconds:,.2f} MB/s) into {self.path}")
+
+
+def read_starts(job: LoadJob) -> dict[tuple[str, int], int]:
+    """Where a partition without a start offset in a progress report began: its log start,
+    or with ``from_time`` the offset the brokers give for that time (for byte counts only)."""
+    from hostbroker.client import EARLIEST, SimpleConsumer
+
+    pattern = re.compile(job.topics)
+    starts: dict[tuple[str, int], int] = {}
+    with SimpleConsumer(job.bootstrap, {"client.id": "hostbroker-load"}) as consumer:
+        for topic in consumer.metadata().topics:
+            if topic.error_code or not pattern.fullmatch(topic.topic):
+                continue
+            for part in topic.partitions:
+                at = EARLIEST if job.from_time is None else job.from_time
+                found = consumer.offsets_before(topic.topic, part.partition, at)
+                if not found:
+                    found = consumer.offsets_before(topic.topic, part.partition, EARLIEST)
+                starts[(topic.topic, part.partition)] = found[0] if found else 0
+    return starts
+
+
+def _session(master: str) -> Any:
+    """The SparkSession, its JVM started with stderr to /dev/null.
+
+    The JVM writes its log, a Java trace for a failed query and its own
+    warnings to stderr, and its Python workers inherit that; the loader says
+    what went wrong in one line instead. This process's stderr is its own
+    again once the JVM is up.
+    """
+    from hostbroker.spark.session import spark_session
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        return spark_session(master, app_name="hostbroker-load")
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+def _start_query(spark: Any, job: LoadJob) -> Any:
+    from hostbroker.spark import FORMAT
+
+    path = output_dir(job.path)
+    frame = spark.readStream.format(FORMAT).options(**job.source_options()).load()
+    return (frame.writeStream.format(job.fmt).partitionBy("topic")
+            .option("path", path)
+            .option("checkpointLocation", path.rstrip("/") + "/" + CHECKPOINT)
+            .queryName("hostbroker-load")
+            .trigger(availableNow=True)
+            .start())
+
+
+def run(job: LoadJob, *, resumed: bool, err: TextIO | None = None,
+        starts: Mapping[tuple[str, int], int] | None = None) -> Summary:
+    """Run the query to its end; progress lines to ``err`` (None: quiet)."""
+    try:
+        spark = _session(job.master)
+        query = _start_query(spark, job)
+    except Exception as exc:  # noqa: BLE001 - pyspark's errors, reduced to one line
+        raise _failed(exc) from None
+    tally = Tally(starts)
+    began = time.monotonic()
+    last_line = 0.0
+    unsaid = False  # batches ended since the last progress line
+    try:
+        while True:
+            try:
+                done = query.awaitTermination(_POLL_SECONDS)
+            except Exception as exc:  # noqa: BLE001
+                raise _failed(exc) from None
+            for progress in _progress(query):
+                unsaid = tally.add(progress) or unsaid
+            now = time.monotonic()
+            if err is not None and unsaid and (done or now - last_line >= _LINE_SECONDS):
+                print(f"batch {tally.batches}: {tally.figures(now - began)}", file=err, flush=True)
+                last_line, unsaid = now, False
+            if done:
+                break
+    except BaseException:
+        _stop(query)
+        raise
+    seconds = time.monotonic() - began
+    return Summary(path=job.path, batches=tally.batches, topics=len(tally.topics),
+                   partitions=len(tally.partitions), messages=tally.messages, bytes=tally.bytes,
+                   seconds=seconds, resumed=resumed)
+
+
+def _progress(query: Any) -> Iterable[Any]:
+    try:
+        return query.recentProgress
+    except Exception:  # noqa: BLE001 - progress is a nicety; the query's end decides
+        return ()
+
+
+def _stop(query: Any) -> None:
+    try:
+        query.stop()
+    except Exception:  # noqa: BLE001 - already on the way out
+        pass
+
+
+def _failed(exc: BaseException) -> CommandError:
+    line, usage = one_line(str(exc))
+    return CommandError(line, EXIT_USAGE if usage else EXIT_BROKER)
