@@ -44,6 +44,8 @@ READ_OPTIONS = ("bootstrap", "zookeeper.connect", "subscribe", "subscribePattern
 WRITE_OPTIONS = ("bootstrap", "zookeeper.connect", "topic", "compression", "acks")
 ALL_OPTIONS = tuple(dict.fromkeys(READ_OPTIONS + WRITE_OPTIONS))
 _SPELLING = {name.lower(): name for name in ALL_OPTIONS}
+# Options Spark itself sets on a streaming sink or source; they are Spark's, not ours.
+_SPARK_OWN = {"checkpointlocation", "queryname"}
 _INT64_MAX = 2**63 - 1
 
 
@@ -105,6 +107,8 @@ def _spelled(options: Mapping[str, str]) -> dict[str, str]:
     """The options keyed by their documented spelling, client settings by ``hostbroker.KEY``."""
     out: dict[str, str] = {}
     for key, value in options.items():
+        if key.lower() in _SPARK_OWN:
+            continue
         if key.lower() == "path":
             raise _fail("path", "this source takes no path; name topics with subscribe, "
                         "subscribePattern or assign (reads) or topic (writes)")
@@ -134,7 +138,7 @@ def _client(spelled: Mapping[str, str], declared, owned: set[str], kind: str) ->
 def _owner(key: str) -> str:
     return {"broker.list": "use bootstrap", "auto.offset.reset": "use failOnDataLoss",
             "compression.codec": "use compression", "request.required.acks": "use acks",
-            "producer.type": "each task produces synchronously"}[key]
+            "producer.type": "each task runs its own producer and flushes it"}[key]
 
 
 def _bootstrap(spelled: Mapping[str, str]) -> tuple[str, ...]:

@@ -72,3 +72,100 @@ def _log_ends(broker, partitions):
     with broker.client() as client:
         meta = client.metadata(["events"])
     return {p.partition: p.log_end_offset for p in meta.topics[0].partitions}
+
+
+def run_available_now(spark, df, out, checkpoint):
+    query = (df.writeStream.format("parquet").option("path", str(out))
+             .option("checkpointLocation", str(checkpoint))
+             .trigger(availableNow=True).start())
+    query.awaitTermination(180)
+    assert query.exception() is None
+    return query
+
+
+def test_max_bytes_per_trigger_cuts_batches_at_entries(spark, broker, tmp_path):
+    with broker.client() as client:
+        client.create_topic("limited", 2)
+    with Producer(broker.tcp) as producer:
+        for p in range(2):
+            producer.send_many("limited", [f"{p}-{i:05d}".encode() * 4 for i in range(60)],
+                               partition=p)
+    everything = topic_rows(broker.tcp, "limited", [0, 1])
+    entry = everything[1][2] - everything[0][2]
+    limit = entry * 25 + 3  # 12 entries of each partition a batch, shared by lag
+    query = run_available_now(
+        spark, stream(spark, broker, subscribe="limited", startingOffsets="earliest",
+                      maxBytesPerTrigger=str(limit)),
+        tmp_path / "out", tmp_path / "cp")
+    batches = [p for p in query.recentProgress if p["numInputRows"]]
+    for progress in batches:
+        start = json.loads(progress["sources"][0]["startOffset"] or "null") or {}
+        end = json.loads(progress["sources"][0]["endOffset"])
+        taken = sum(end["limited"][p] - start.get("limited", {}).get(p, 0) for p in ("0", "1"))
+        assert 0 < taken <= limit
+        assert all((end["limited"][p] - everything[0][2]) % entry == 0 for p in ("0", "1"))
+    assert len(batches) == 5  # 120 entries, 24 a batch
+    assert output_rows(spark, tmp_path / "out") == everything
+
+
+def test_pattern_picks_up_new_topics_between_batches(spark, broker, tmp_path):
+    with broker.client() as client:
+        client.create_topic("logs-a", 1)
+        client.create_topic("other", 1)
+    out = tmp_path / "out"
+    with Producer(broker.tcp) as producer:
+        producer.send_many("logs-a", [b"a1", b"a2"], partition=0)
+        producer.send_many("other", [b"not me"], partition=0)
+        query = (stream(spark, broker, subscribePattern="logs-.*", startingOffsets="earliest")
+                 .writeStream.format("parquet").option("path", str(out))
+                 .option("checkpointLocation", str(tmp_path / "cp"))
+                 .trigger(processingTime="200 milliseconds").start())
+        try:
+            wait_for(lambda: query.lastProgress is not None, what="a first batch")
+            with broker.client() as client:
+                client.create_topic("logs-b", 2)
+            producer.send_many("logs-b", [b"b1"], partition=0)
+            producer.send_many("logs-b", [b"b2", b"b3"], partition=1)
+            producer.send_many("logs-a", [b"a3"], partition=0)
+
+            def offsets_reached():
+                progress = query.lastProgress
+                end = json.loads(progress["sources"][0]["endOffset"] or "{}")
+                return set(end) == {"logs-a", "logs-b"} and end["logs-a"]["0"] > 0 and all(
+                    end["logs-b"].get(p, 0) > 0 for p in ("0", "1"))
+            wait_for(offsets_reached, what="logs-b in the query's offsets")
+        finally:
+            query.stop()
+    values = sorted(r[4] for r in output_rows(spark, out))
+    assert values == [b"a1", b"a2", b"a3", b"b1", b"b2", b"b3"]
+
+
+def test_available_now_stops_at_the_log_end_it_started_with(spark, broker, tmp_path):
+    import threading
+
+    with broker.client() as client:
+        client.create_topic("busy", 1)
+    with Producer(broker.tcp) as producer:
+        producer.send_many("busy", [f"{i:04d}".encode() * 10 for i in range(200)], partition=0)
+    with broker.client() as client:
+        (start_end,) = [p.log_end_offset for p in client.metadata(["busy"]).topics[0].partitions]
+    stop = threading.Event()
+
+    def keep_producing():
+        with Producer(broker.tcp) as producer:
+            while not stop.is_set():
+                producer.send_many("busy", [b"late" * 10] * 20, partition=0)
+                time.sleep(0.01)
+    thread = threading.Thread(target=keep_producing)
+    thread.start()
+    try:
+        run_available_now(spark, stream(spark, broker, subscribe="busy",
+                                        startingOffsets="earliest", maxBytesPerTrigger="2000"),
+                          tmp_path / "out", tmp_path / "cp")
+    finally:
+        stop.set()
+        thread.join()
+    got = output_rows(spark, tmp_path / "out")
+    everything = topic_rows(broker.tcp, "busy", [0])
+    assert got == everything[:len(got)]  # a prefix of the log, in order, nothing repeated
+    assert got[-1][3] >= start_end and len(got) < len(everything)

@@ -160,15 +160,11 @@ def test_stream_of_files_lands_every_row(spark, served, tmp_path):
     lines = [f"line {i}" for i in range(50)]
     for n in range(2):
         (source / f"part{n}.txt").write_text("\n".join(lines[n::2]) + "\n")
-    # The checkpoint root as a session setting: options.py refuses a checkpointLocation option.
-    spark.conf.set("spark.sql.streaming.checkpointLocation", str(tmp_path / "checkpoints"))
-    try:
-        query = (spark.readStream.text(str(source))
-                 .writeStream.format("hostbroker")
-                 .option("bootstrap", served.tcp).option("topic", topic)
-                 .trigger(availableNow=True).start())
-    finally:
-        spark.conf.unset("spark.sql.streaming.checkpointLocation")
+    query = (spark.readStream.text(str(source))
+             .writeStream.format("hostbroker").queryName("files_to_topic")
+             .option("checkpointLocation", str(tmp_path / "checkpoint"))
+             .option("bootstrap", served.tcp).option("topic", topic)
+             .trigger(availableNow=True).start())
     try:
         assert query.awaitTermination(60)
     finally:
@@ -226,13 +222,10 @@ def test_complete_output_mode_is_refused(spark, served, tmp_path):
     source.mkdir()
     (source / "a.txt").write_text("a\nb\na\n")
     counts = spark.readStream.text(str(source)).groupBy("value").count()
-    spark.conf.set("spark.sql.streaming.checkpointLocation", str(tmp_path / "checkpoints"))
-    try:
-        query = (counts.selectExpr("value").writeStream.format("hostbroker")
-                 .outputMode("complete").option("bootstrap", served.unix).option("topic", "t")
-                 .trigger(availableNow=True).start())
-    finally:
-        spark.conf.unset("spark.sql.streaming.checkpointLocation")
+    query = (counts.selectExpr("value").writeStream.format("hostbroker")
+             .outputMode("complete").option("bootstrap", served.unix).option("topic", "t")
+             .option("checkpointLocation", str(tmp_path / "checkpoint"))
+             .trigger(availableNow=True).start())
     try:
         with pytest.raises(Exception, match="a topic is only appended to: use outputMode append"):
             query.awaitTermination(60)
