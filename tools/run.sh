@@ -14,7 +14,8 @@ cd "$(dirname "$0")/.."
 EXTRA_VERSIONS=(3.12 3.13)
 QUICK_TESTS=(tests/protocol tests/log tests/shm tests/test_config.py
              tests/integration/test_api.py tests/integration/test_refusals.py
-             tests/integration/test_systemd.py tests/integration/test_supervision.py)
+             tests/integration/test_systemd.py tests/integration/test_supervision.py
+             tests/spark/test_options.py)
 
 # A working interpreter of version $1 (pyenv shims exist for versions not selected: run it).
 find_python() {
