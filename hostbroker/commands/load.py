@@ -12,6 +12,7 @@ is one line and status 1. The summary goes to stdout, progress to stderr.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import sys
 from collections.abc import Iterable
@@ -85,7 +86,8 @@ def load(*, bootstrap: str, topics_regex: str, path: str, fmt: str = "parquet",
 
     job = _job(bootstrap, topics_regex, path, fmt, master, from_time, fail_on_data_loss,
                max_bytes_per_trigger, properties)
-    resumed = loader.check_output(job.path, job.from_time)
+    resumed, from_time_kept = loader.check_output(job.path, job.from_time)
+    job = dataclasses.replace(job, from_time=from_time_kept)
     # The brokers answer before the JVM starts (and say where each read begins, for bytes).
     starts = loader.read_starts(job)
     stop_on_sigterm()

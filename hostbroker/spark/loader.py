@@ -40,6 +40,7 @@ from hostbroker.commands import EXIT_BROKER, EXIT_USAGE, CommandError, plural, u
 FORMATS = ("parquet", "orc", "json")
 CHECKPOINT = "_checkpoint"
 SINK_LOG = "_spark_metadata"
+SETTINGS = "hostbroker-load.json"  # in the checkpoint: what the load was started with
 # How often the query's progress is looked at, and the fewest seconds between two lines.
 _POLL_SECONDS = 0.25
 _LINE_SECONDS = 1.0
@@ -100,25 +101,34 @@ def _local(path: str) -> str:
     return path[len("file://"):] if path.startswith("file://") else path
 
 
-def check_output(path: str, from_time: int | None) -> bool:
-    """Whether ``path`` holds a load to resume (True) or is a new output (False).
+def _settings_file(path: str) -> str:
+    return os.path.join(_local(path), CHECKPOINT, SETTINGS)
 
-    Refused (a usage error, status 2): a file; with ``from_time``, a load's
-    output (a fresh one is needed); a directory holding anything but a load's
-    output. Only local paths are checked; a URI (``hdfs://...``) is taken as is.
+
+def check_output(path: str, from_time: int | None) -> tuple[bool, int | None]:
+    """Whether ``path`` holds a load to resume, and the ``from_time`` the load runs with.
+
+    A load started with ``--from-time`` keeps it in its checkpoint
+    (:func:`keep_settings`): the first batch's start is not checkpointed, so
+    a rerun of that batch must start from the same time. Resuming, the stored
+    time is used; a different one is refused, as is a file or a directory
+    holding anything but a load's output (usage errors, status 2). Only local
+    paths are checked; a URI (``hdfs://...``) is taken as a new output.
     """
     if not _is_local(path):
-        return False
+        return False, from_time
     local = _local(path)
     if not os.path.exists(local):
-        return False
+        return False, from_time
     if not os.path.isdir(local):
         raise usage_error(f"--to {path}: not a directory")
     if os.path.isdir(os.path.join(local, CHECKPOINT)):
-        if from_time is not None:
+        stored = _stored_from_time(path)
+        if from_time is not None and from_time != stored:
+            began = "its log starts" if stored is None else f"--from-time {stored}"
             raise usage_error(f"--from-time needs a fresh output, and {path} already holds a "
-                              f"load ({CHECKPOINT}); give a new --to")
-        return True
+                              f"load (from {began}); give a new --to")
+        return True, stored
     entries = set(os.listdir(local))
     sink_log = os.path.join(local, SINK_LOG)
     if SINK_LOG in entries and not os.listdir(sink_log):
@@ -126,7 +136,30 @@ def check_output(path: str, from_time: int | None) -> bool:
     if entries:
         raise usage_error(f"--to {path}: holds files but no {CHECKPOINT}, so it is not a "
                           "load's output; give a new or empty directory")
-    return False
+    return False, from_time
+
+
+def _stored_from_time(path: str) -> int | None:
+    try:
+        with open(_settings_file(path), encoding="utf-8") as f:
+            value = json.load(f).get("from_time")
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, AttributeError) as exc:
+        raise usage_error(f"--to {path}: {CHECKPOINT}/{SETTINGS} cannot be read: {exc}") from None
+    return value if isinstance(value, int) else None
+
+
+def keep_settings(job: LoadJob) -> None:
+    """Write the load's ``from_time`` into a new output's checkpoint (local paths)."""
+    if not _is_local(job.path):
+        return
+    target = _settings_file(job.path)
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    temporary = target + ".tmp"
+    with open(temporary, "w", encoding="utf-8") as f:
+        json.dump({"from_time": job.from_time}, f)
+    os.replace(temporary, target)
 
 
 def output_dir(path: str) -> str:
@@ -271,23 +304,18 @@ class Summary:
 
 
 def read_starts(job: LoadJob) -> dict[tuple[str, int], int]:
-    """Where a partition without a start offset in a progress report began: its log start,
-    or with ``from_time`` the offset the brokers give for that time (for byte counts only)."""
-    from hostbroker.client import EARLIEST, SimpleConsumer
+    """Where the read of each partition there is now begins when the checkpoint does not
+    say (a new output, a partition new since the last run), as the stream reader resolves
+    it: the log start, or the offset for ``from_time``. Only the byte counts use it.
+    Asking it is also how a broker that cannot be reached is found before Spark starts."""
+    from hostbroker.spark.options import read_options
+    from hostbroker.spark.planning import DataLossError, Planner, PlanningError
 
-    pattern = re.compile(job.topics)
-    starts: dict[tuple[str, int], int] = {}
-    with SimpleConsumer(job.bootstrap, {"client.id": "hostbroker-load"}) as consumer:
-        for topic in consumer.metadata().topics:
-            if topic.error_code or not pattern.fullmatch(topic.topic):
-                continue
-            for part in topic.partitions:
-                at = EARLIEST if job.from_time is None else job.from_time
-                found = consumer.offsets_before(topic.topic, part.partition, at)
-                if not found:
-                    found = consumer.offsets_before(topic.topic, part.partition, EARLIEST)
-                starts[(topic.topic, part.partition)] = found[0] if found else 0
-    return starts
+    try:
+        with Planner(read_options(job.source_options(), streaming=True)) as planner:
+            return planner.resolve(planner.partitions(must_exist=False), "start")
+    except (PlanningError, DataLossError) as exc:
+        raise CommandError(str(exc), EXIT_BROKER) from None
 
 
 def _session(master: str) -> Any:
@@ -328,6 +356,8 @@ def _start_query(spark: Any, job: LoadJob) -> Any:
 def run(job: LoadJob, *, resumed: bool, err: TextIO | None = None,
         starts: Mapping[tuple[str, int], int] | None = None) -> Summary:
     """Run the query to its end; progress lines to ``err`` (None: quiet)."""
+    if not resumed:
+        keep_settings(job)
     try:
         spark = _session(job.master)
         query = _start_query(spark, job)

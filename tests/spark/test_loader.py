@@ -185,8 +185,18 @@ def test_from_time_into_a_fresh_output_and_refusals(make_broker, spark, tmp_path
     assert sorted((r.topic, r.partition, r.offset, r.next_offset, bytes(r.value))
                   for r in frame.collect()) == topic_rows(broker, "load_since")
 
-    refused(load(broker, fresh, "--from-time", "946684800000"), 2,
-            "--from-time needs a fresh output")
+    refused(load(broker, fresh, "--from-time", "2001-01-01"), 2,
+            f"--from-time needs a fresh output, and {fresh} already holds a load (from "
+            "--from-time 946684800000)")
+    loaded = log_bytes(broker, "load_since")
+    with broker.client() as client:  # the topic again, shorter than what was loaded
+        client.delete_topic("load_since")
+        client.create_topic("load_since", 1)
+    produce(broker, "load_since", [b"z"])
+    # The same --from-time resumes (a killed first batch must restart from that time too).
+    again = load(broker, fresh, "--quiet", "--from-time", "946684800000")
+    refused(again, 1, f"DataLossError: load_since/0: offset {loaded} is past the log end "
+            f"{log_bytes(broker, 'load_since')}")
     refused(load(broker, tmp_path / "x", "--from-time", "yesterday"), 2, "--from-time 'yesterday'")
     refused(load(broker, tmp_path / "x", topics="load_("), 2, "--topics 'load_(': not a regular")
     refused(load(broker, tmp_path / "x", "--property", "fetch.size=lots"), 2,
