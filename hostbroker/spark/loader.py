@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import sys
 import time
 from collections.abc import Iterable, Mapping
@@ -292,7 +293,6 @@ class Summary:
     messages: int
     bytes: int
     seconds: float
-    resumed: bool
 
     def line(self) -> str:
         seconds = max(self.seconds, 1e-3)
@@ -367,12 +367,26 @@ def run(job: LoadJob, *, resumed: bool, err: TextIO | None = None,
     began = time.monotonic()
     last_line = 0.0
     unsaid = False  # batches ended since the last progress line
+    # Ctrl-C and SIGTERM are noted and acted on between two calls into the JVM: an
+    # exception raised inside a Py4J call would leave its connection half read.
+    asked_to_stop: list[int] = []
+
+    def on_signal(signum: int, frame: Any) -> None:
+        asked_to_stop.append(signum)
+        _quiet_from_now_on()
+
+    previous = {signum: signal.signal(signum, on_signal)
+                for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
         while True:
             try:
                 done = query.awaitTermination(_POLL_SECONDS)
             except Exception as exc:  # noqa: BLE001
+                if asked_to_stop:  # the JVM had the signal too, and is going
+                    raise KeyboardInterrupt from None
                 raise _failed(exc) from None
+            if asked_to_stop:
+                raise KeyboardInterrupt
             for progress in _progress(query):
                 unsaid = tally.add(progress) or unsaid
             now = time.monotonic()
@@ -384,10 +398,21 @@ def run(job: LoadJob, *, resumed: bool, err: TextIO | None = None,
     except BaseException:
         _stop(query)
         raise
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
     seconds = time.monotonic() - began
     return Summary(path=job.path, batches=tally.batches, topics=len(tally.topics),
                    partitions=len(tally.partitions), messages=tally.messages, bytes=tally.bytes,
-                   seconds=seconds, resumed=resumed)
+                   seconds=seconds)
+
+
+def _quiet_from_now_on() -> None:
+    """Nothing more on stderr: a stop says nothing, and pyspark and Py4J (threads and
+    loggers of this process) would print the end of a JVM that had the signal too."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    os.close(devnull)
 
 
 def _progress(query: Any) -> Iterable[Any]:
