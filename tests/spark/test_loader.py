@@ -7,6 +7,7 @@ log, and compared with what a consumer reads from the broker.
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 import signal
@@ -175,26 +176,34 @@ def test_killed_mid_run_and_run_again_holds_each_message_once(make_broker, spark
 
 def test_from_time_into_a_fresh_output_and_refusals(make_broker, spark, tmp_path):
     broker = make_broker()
-    create(broker, "load_since", 1)
-    produce(broker, "load_since", [b"a", b"b", b"c"])
+    with broker.client() as client:  # segments of 4 messages
+        client.create_topic("load_since", 1, {"segment.bytes": "64"})
+    produce(broker, "load_since", [b"old-%02d" % i for i in range(10)])
+    segments = sorted(glob.glob(os.path.join(broker.root, "logs", "load_since_0", "*.kafka")))
+    assert len(segments) == 3
+    for segment in segments[:-1]:  # last written in 2001
+        os.utime(segment, (978307200, 978307200))
+    newest = int(os.path.basename(segments[-1]).split(".")[0])
     fresh = tmp_path / "since"
-    result = load(broker, fresh, "--from-time", "2000-01-01T00:00:00Z", "--format", "json")
-    assert summary(result)["messages"] == 3
+    result = load(broker, fresh, "--from-time", "2005-01-01T00:00:00Z", "--format", "json")
+    expected = [row for row in topic_rows(broker, "load_since") if row[2] >= newest]
+    assert [row[4] for row in expected] == [b"old-08", b"old-09"]
+    assert summary(result)["messages"] == 2
     frame = spark.read.schema("partition int, offset long, next_offset long, value binary, "
                               "topic string").json(str(fresh))
     assert sorted((r.topic, r.partition, r.offset, r.next_offset, bytes(r.value))
-                  for r in frame.collect()) == topic_rows(broker, "load_since")
+                  for r in frame.collect()) == expected
 
     refused(load(broker, fresh, "--from-time", "2001-01-01"), 2,
             f"--from-time needs a fresh output, and {fresh} already holds a load (from "
-            "--from-time 946684800000)")
+            "--from-time 1104537600000)")
     loaded = log_bytes(broker, "load_since")
     with broker.client() as client:  # the topic again, shorter than what was loaded
         client.delete_topic("load_since")
         client.create_topic("load_since", 1)
     produce(broker, "load_since", [b"z"])
     # The same --from-time resumes (a killed first batch must restart from that time too).
-    again = load(broker, fresh, "--quiet", "--from-time", "946684800000")
+    again = load(broker, fresh, "--quiet", "--from-time", "1104537600000")
     refused(again, 1, f"DataLossError: load_since/0: offset {loaded} is past the log end "
             f"{log_bytes(broker, 'load_since')}")
     refused(load(broker, tmp_path / "x", "--from-time", "yesterday"), 2, "--from-time 'yesterday'")
