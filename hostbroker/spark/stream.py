@@ -148,15 +148,22 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for key, stop in finish.items():
             at = begin.get(key)
             if at is None or at > stop:
-                # New since the last batch (read from its log start), or a log that
-                # shrank (latestOffset already failed or logged it).
                 if states is None:
                     states = self._states()
                 state = states.get(key)
                 if state is None:
                     continue
-                at = min(state.log_start, stop)
-            if at == stop:
+                if at is None:
+                    at = min(state.log_start, stop)  # new since the last batch
+                elif state.log_end >= at:
+                    # The first batch run again after a restart: Spark asks initialOffset
+                    # anew, and `latest` has moved past the end this batch was given.
+                    # Nothing of this partition is in the batch; the next starts at `stop`.
+                    continue
+                else:
+                    # The log shrank (its topic created again): fail, or its log start.
+                    at = min(self.planner.check_start(state, at), stop)
+            if at >= stop:
                 continue
             rng = Range(self.opts.bootstrap, key[0], key[1], at, stop)
             ranges.extend(self.planner.split(rng, self.opts.max_bytes_per_partition))

@@ -169,3 +169,27 @@ def test_available_now_stops_at_the_log_end_it_started_with(spark, broker, tmp_p
     everything = topic_rows(broker.tcp, "busy", [0])
     assert got == everything[:len(got)]  # a prefix of the log, in order, nothing repeated
     assert got[-1][3] >= start_end and len(got) < len(everything)
+
+
+def test_a_first_batch_run_again_never_reads_from_the_log_start(broker):
+    # Spark runs an uncommitted first batch again with its checkpointed end and a
+    # fresh initialOffset; with `latest` that start may lie past the end.
+    from hostbroker.spark.options import read_options
+    from hostbroker.spark.stream import StreamReader
+
+    with broker.client() as client:
+        client.create_topic("again", 1)
+    with Producer(broker.tcp) as producer:
+        producer.send_many("again", [b"x" * 10] * 10, partition=0)
+        reader = StreamReader(read_options({"bootstrap": broker.tcp, "subscribe": "again"},
+                                           streaming=True))
+        first_end = reader.initialOffset()  # latest: the log end now
+        producer.send_many("again", [b"y" * 10] * 10, partition=0)
+        moved = reader.initialOffset()
+        try:
+            assert moved["again"]["0"] > first_end["again"]["0"]
+            assert reader.partitions(moved, first_end) == []
+            (rng,) = [p.range for p in reader.partitions(first_end, moved)]
+            assert (rng.start, rng.end) == (first_end["again"]["0"], moved["again"]["0"])
+        finally:
+            reader.stop()
