@@ -5,7 +5,8 @@ This module checks what it was given and reports; the Spark job is
 before the JVM starts, with one line and status 2: the regex, ``--from-time``,
 a format, the source's options (checked by ``hostbroker.spark.options``,
 named here by their flags), and an output directory that is not a load's
-(or, with ``--from-time``, one that already holds a load). A broker that
+(or, with ``--from-time``, one that holds a load started otherwise; a load
+started with ``--from-time`` resumes with the time it kept). A broker that
 cannot be reached is status 1 before Spark starts too. A query that fails
 is one line and status 1. The summary goes to stdout, progress to stderr.
 """
