@@ -5,6 +5,8 @@
 - ``dumplog``  read segment files entry by entry and say where they stop being valid
 - ``mirror``   copy topics from one broker to another
 - ``perf``     producer and consumer throughput and latency
+- ``load``     topics into Parquet/ORC/JSON files on Spark, exactly once
+  (the Spark side is ``hostbroker.spark.loader``)
 
 ``hostbroker.cli`` parses the arguments and calls one function here with
 plain values; nothing in this package parses a command line. Importing a

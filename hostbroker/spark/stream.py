@@ -18,7 +18,10 @@ checkpoint exactly where the last committed batch ended.
   target; no batch goes past them.
 - Data loss (a start retention deleted, a partition or topic deleted, a log
   that shrank because its topic was created again) fails the query with
-  ``failOnDataLoss`` (default) and is logged and skipped without it.
+  ``failOnDataLoss`` (default) and is logged and skipped without it. A
+  partition the options no longer ask for (a query restarted with another
+  ``subscribe``, ``subscribePattern`` or ``assign``) is not read, and keeps
+  its offset: asked for again, it goes on from there.
 """
 
 from __future__ import annotations
@@ -107,12 +110,23 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             raise DataLossError(what + " (failOnDataLoss is true)")
         log.warning("%s; it is dropped from the query (failOnDataLoss is false)", what)
 
+    def _subscribed(self, key: tuple[str, int]) -> bool:
+        """Whether the options still ask for ``key`` (a restart may change them)."""
+        topic, partition = key
+        assign = self.opts.assign
+        return self.opts.wants(topic) and (assign is None or partition in assign[topic])
+
     def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
         states = self._states()
         begin = from_offsets(start)
         for key in begin:
-            if key not in states:
+            if key in states:
+                continue
+            if self._subscribed(key):
                 self._gone(key)
+            else:
+                log.info("%s/%d is no longer subscribed to (the options changed): not "
+                         "read, its offset kept", *key)
         ends = {key: state.log_end for key, state in states.items()}
         if self._target is not None:
             ends = {key: min(end, self._target[key])
@@ -135,8 +149,10 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # A partition that has not moved keeps its place in the offsets.
         out = {key: max(end, froms[key]) if key in begin else end for key, end in ends.items()}
         for key, at in begin.items():
-            if key not in out and key in states:
-                out[key] = at  # beyond the AvailableNow target's partitions: unchanged
+            # Unchanged: partitions beyond the AvailableNow target's, and those no longer
+            # subscribed to (subscribed again, they go on from here).
+            if key not in out and (key in states or not self._subscribed(key)):
+                out[key] = at
         return to_offsets(out)
 
     # -- batches -------------------------------------------------------------

@@ -193,3 +193,35 @@ def test_a_first_batch_run_again_never_reads_from_the_log_start(broker):
             assert (rng.start, rng.end) == (first_end["again"]["0"], moved["again"]["0"])
         finally:
             reader.stop()
+
+
+def test_a_narrower_subscription_keeps_the_offsets_of_what_it_drops(broker):
+    from hostbroker.spark.options import read_options
+    from hostbroker.spark.stream import StreamReader
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    with broker.client() as client:
+        client.create_topic("keep-a", 1)
+        client.create_topic("keep-b", 1)
+    with Producer(broker.tcp) as producer:
+        for topic in ("keep-a", "keep-b"):
+            producer.send_many(topic, [b"1" * 10] * 5, partition=0)
+
+    def reader(pattern):
+        return StreamReader(read_options({"bootstrap": broker.tcp, "subscribePattern": pattern,
+                                          "startingOffsets": "earliest"}, streaming=True))
+    wide = reader("keep-.*")
+    start = wide.initialOffset()
+    end = wide.latestOffset(start, ReadAllAvailable())
+    wide.stop()
+    with Producer(broker.tcp) as producer:
+        producer.send_many("keep-b", [b"2" * 10] * 5, partition=0)
+    narrow = reader("keep-a")  # a restart with fewer topics: keep-b is not lost, only left
+    later = narrow.latestOffset(end, ReadAllAvailable())
+    assert later == end and narrow.partitions(end, later) == []
+    narrow.stop()
+    again = reader("keep-.*")
+    (rng,) = [p.range for p in again.partitions(later, again.latestOffset(later,
+                                                                          ReadAllAvailable()))]
+    assert (rng.topic, rng.start) == ("keep-b", end["keep-b"]["0"])
+    again.stop()
