@@ -161,30 +161,26 @@ def _only(spelled: Mapping[str, str], names: Iterable[str], mode: str) -> None:
             raise _fail(name, f"not an option of {mode}")
 
 
-def _positive(spelled: Mapping[str, str], name: str) -> int | None:
+def _integer(spelled: Mapping[str, str], name: str, lowest: int, what: str) -> int | None:
+    """The option ``name`` as a whole number of at least ``lowest`` (``what`` it counts)."""
     value = spelled.get(name)
     if value is None:
         return None
     try:
         number = int(value.strip())
     except ValueError:
-        raise _fail(name, f"{value!r} is not a whole number of bytes") from None
-    if not 0 < number <= _INT64_MAX:
-        raise _fail(name, f"{number} must be at least 1")
+        raise _fail(name, f"{value!r} is not {what}") from None
+    if not lowest <= number <= _INT64_MAX:
+        raise _fail(name, f"{number} is not {what} (at least {lowest})")
     return number
+
+
+def _positive(spelled: Mapping[str, str], name: str) -> int | None:
+    return _integer(spelled, name, 1, "a whole number of bytes")
 
 
 def _timestamp(spelled: Mapping[str, str], name: str) -> int | None:
-    value = spelled.get(name)
-    if value is None:
-        return None
-    try:
-        number = int(value.strip())
-    except ValueError:
-        raise _fail(name, f"{value!r} is not milliseconds since the epoch") from None
-    if not 0 <= number <= _INT64_MAX:
-        raise _fail(name, f"{number} is not milliseconds since the epoch")
-    return number
+    return _integer(spelled, name, 0, "milliseconds since the epoch")
 
 
 def _boolean(spelled: Mapping[str, str], name: str, default: bool) -> bool:

@@ -96,21 +96,14 @@ def main() -> None:
         return
 
     from broker_throughput import Broker
-    from spark_read import produce
+    from spark_read import topic_and_text
 
     workdir = tempfile.mkdtemp(prefix="hb-spark-load-")
     broker = Broker(workdir, ["num.processors=2", "num.handlers=2"])
     try:
         broker.start()
         uri = broker.uri("tcp")
-        from hostbroker.client import SimpleClient
-        with SimpleClient(uri) as client:
-            client.create_topic("bench", args.partitions)
-        values = produce(uri, "bench", args.partitions, args.messages, args.size)
-        text = os.path.join(workdir, "values.txt")
-        with open(text, "wb") as f:
-            f.write(b"\n".join(values) + b"\n")
-        del values
+        text = topic_and_text(uri, workdir, args.partitions, args.messages, args.size)
         print(f"{args.messages:,} messages of {args.size} B in {args.partitions} partitions, "
               f"master {args.master}, {os.cpu_count()} cores")
         wall_ratios, job_ratios = [], []

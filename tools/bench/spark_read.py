@@ -53,6 +53,19 @@ def produce(uri: str, topic: str, partitions: int, messages: int, size: int) -> 
     return values
 
 
+def topic_and_text(uri: str, workdir: str, partitions: int, messages: int, size: int) -> str:
+    """Topic ``bench`` of ``partitions`` holding the values, and a text file of them (its path)."""
+    from hostbroker.client import SimpleClient
+
+    with SimpleClient(uri) as client:
+        client.create_topic("bench", partitions)
+    values = produce(uri, "bench", partitions, messages, size)
+    text = os.path.join(workdir, "values.txt")
+    with open(text, "wb") as f:
+        f.write(b"\n".join(values) + b"\n")
+    return text
+
+
 def floor_source(partitions: int, messages: int, size: int):
     """A data source class yielding constant Arrow batches of the hostbroker schema."""
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
@@ -159,14 +172,7 @@ def main() -> None:
     try:
         broker.start()
         uri = broker.uri("tcp")
-        from hostbroker.client import SimpleClient
-        with SimpleClient(uri) as client:
-            client.create_topic("bench", args.partitions)
-        values = produce(uri, "bench", args.partitions, args.messages, args.size)
-        text = os.path.join(workdir, "values.txt")
-        with open(text, "wb") as f:
-            f.write(b"\n".join(values) + b"\n")
-        del values
+        text = topic_and_text(uri, workdir, args.partitions, args.messages, args.size)
         want = (args.messages, args.messages * args.size)
         extra = dict(item.split("=", 1) for item in args.option)
         if args.profile:
