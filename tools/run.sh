@@ -52,6 +52,8 @@ if [ -n "$PY" ] && ! "$PY" -c 'import venv, ensurepip' 2>/dev/null; then need_ap
 if ! command -v systemd-analyze >/dev/null; then need_apt+=(systemd); fi
 # Spark (the data source, `hostbroker load` and their tests) runs on a Java 17 runtime
 if ! java -version 2>&1 | grep -q 'version "\(1[7-9]\|2[0-9]\)'; then need_apt+=(openjdk-17-jre-headless); fi
+# cluster-mode tests start a real ZooKeeper (ZooKeeperServerMain from Debian's package)
+if [ ! -f /usr/share/java/zookeeper.jar ]; then need_apt+=(zookeeper); fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq

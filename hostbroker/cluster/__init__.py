@@ -1,0 +1,11 @@
+"""Cluster mode: brokers, producers and consumer groups coordinated through ZooKeeper.
+
+Everything here follows docs/spec/zookeeper.md (paths, values, the range
+rebalance); without ``zookeeper.connect`` nothing in this package runs. Parts:
+
+- ``paths``  the ZooKeeper layout and the values stored there (pure)
+- ``zk``     ``zookeeper.connect`` strings checked, and kazoo clients made from them
+
+Imports point downward: the broker's workers and the client library use this
+package; it uses neither.
+"""

@@ -1,0 +1,159 @@
+"""The ZooKeeper layout of docs/spec/zookeeper.md, and the values stored at each path.
+
+Pure: strings in, strings and values out. Every value is UTF-8 text::
+
+    /brokers/ids/[broker_id]                 {"version":1,"host":h,"port":p,"unix":path}
+    /brokers/topics/[topic]/[broker_id]      number of partitions (decimal)
+    /consumers/[group]/ids/[consumer_id]     {"topic": number_of_streams, ...}
+    /consumers/[group]/offsets/[topic]/[broker_id-partition]   offset (decimal)
+    /consumers/[group]/owners/[topic]/[broker_id-partition]    consumer_id-stream_index
+
+A decoder raises :class:`ValueError` with one line naming the path for a
+value that does not follow the layout (another program may have written it).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+BROKER_IDS = "/brokers/ids"
+BROKER_TOPICS = "/brokers/topics"
+CONSUMERS = "/consumers"
+
+
+def broker_path(broker_id: int) -> str:
+    return f"{BROKER_IDS}/{broker_id}"
+
+
+def topic_path(topic: str) -> str:
+    return f"{BROKER_TOPICS}/{topic}"
+
+
+def topic_broker_path(topic: str, broker_id: int) -> str:
+    return f"{BROKER_TOPICS}/{topic}/{broker_id}"
+
+
+def group_path(group: str) -> str:
+    return f"{CONSUMERS}/{group}"
+
+
+def group_ids_path(group: str) -> str:
+    return f"{CONSUMERS}/{group}/ids"
+
+
+def consumer_path(group: str, consumer_id: str) -> str:
+    return f"{CONSUMERS}/{group}/ids/{consumer_id}"
+
+
+def offsets_path(group: str, topic: str) -> str:
+    return f"{CONSUMERS}/{group}/offsets/{topic}"
+
+
+def offset_path(group: str, topic: str, broker_id: int, partition: int) -> str:
+    return f"{CONSUMERS}/{group}/offsets/{topic}/{partition_name(broker_id, partition)}"
+
+
+def owners_path(group: str, topic: str) -> str:
+    return f"{CONSUMERS}/{group}/owners/{topic}"
+
+
+def owner_path(group: str, topic: str, broker_id: int, partition: int) -> str:
+    return f"{CONSUMERS}/{group}/owners/{topic}/{partition_name(broker_id, partition)}"
+
+
+def partition_name(broker_id: int, partition: int) -> str:
+    """``broker_id-partition``, the name of a partition of the cluster."""
+    return f"{broker_id}-{partition}"
+
+
+def parse_partition_name(name: str) -> tuple[int, int]:
+    """(broker_id, partition) of a ``broker_id-partition`` node name."""
+    broker, sep, partition = name.partition("-")
+    if not sep or not broker.isdigit() or not partition.isdigit():
+        raise ValueError(f"{name!r} is not a broker_id-partition name")
+    return int(broker), int(partition)
+
+
+@dataclass(frozen=True)
+class BrokerInfo:
+    """A live broker as ``/brokers/ids/[id]`` describes it; host/port or unix may be None."""
+
+    broker_id: int
+    host: str | None
+    port: int | None
+    unix: str | None
+
+    def uris(self) -> list[str]:
+        """Its listeners as client URIs, Unix first (the cheaper one on the same host)."""
+        out = []
+        if self.unix:
+            out.append(f"unix://{self.unix}")
+        if self.host and self.port:
+            out.append(f"tcp://{self.host}:{self.port}")
+        return out
+
+
+def encode_broker(info: BrokerInfo) -> bytes:
+    return json.dumps({"version": 1, "host": info.host, "port": info.port,
+                       "unix": info.unix}, separators=(",", ":")).encode()
+
+
+def decode_broker(broker_id: int, data: bytes, path: str = "") -> BrokerInfo:
+    where = path or broker_path(broker_id)
+    try:
+        value = json.loads(data.decode())
+    except (UnicodeDecodeError, ValueError):
+        raise ValueError(f"{where}: not a JSON broker registration") from None
+    if not isinstance(value, dict) or value.get("version") != 1:
+        raise ValueError(f"{where}: not a version 1 broker registration")
+    host, port, unix = value.get("host"), value.get("port"), value.get("unix")
+    if host is not None and not isinstance(host, str):
+        raise ValueError(f"{where}: host {host!r} is not a string")
+    if port is not None and (type(port) is not int or not 0 < port < 65536):
+        raise ValueError(f"{where}: port {port!r} is not a port number")
+    if unix is not None and not isinstance(unix, str):
+        raise ValueError(f"{where}: unix {unix!r} is not a path")
+    if not ((host and port) or unix):
+        raise ValueError(f"{where}: names no listener")
+    return BrokerInfo(broker_id, host, port, unix)
+
+
+def encode_count(count: int) -> bytes:
+    return str(int(count)).encode()
+
+
+def decode_count(data: bytes, path: str) -> int:
+    """A decimal number of at least 0 (partition counts, offsets)."""
+    text = data.decode(errors="replace").strip()
+    if not text.isdigit():
+        raise ValueError(f"{path}: {text[:40]!r} is not a decimal number")
+    return int(text)
+
+
+def encode_subscription(streams: dict[str, int]) -> bytes:
+    return json.dumps(dict(sorted(streams.items())), separators=(",", ":")).encode()
+
+
+def decode_subscription(data: bytes, path: str) -> dict[str, int]:
+    try:
+        value = json.loads(data.decode())
+    except (UnicodeDecodeError, ValueError):
+        raise ValueError(f"{path}: not a JSON subscription") from None
+    if not isinstance(value, dict) or any(
+            not isinstance(k, str) or type(v) is not int or v < 1 for k, v in value.items()):
+        raise ValueError(f"{path}: not a {{topic: number_of_streams}} subscription")
+    return value
+
+
+def encode_owner(consumer_id: str, stream: int) -> bytes:
+    return f"{consumer_id}-{stream}".encode()
+
+
+def decode_owner(data: bytes, path: str) -> tuple[str, int]:
+    """(consumer_id, stream index) of an owner node."""
+    text = data.decode(errors="replace")
+    consumer, sep, stream = text.rpartition("-")
+    if not sep or not consumer or not stream.isdigit():
+        raise ValueError(f"{path}: {text[:80]!r} is not consumer_id-stream_index")
+    return consumer, int(stream)
