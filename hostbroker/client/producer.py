@@ -79,6 +79,8 @@ from hostbroker.client.producer_requests import (
 )
 from hostbroker.client.producer_settings import PRODUCER_SETTINGS
 from hostbroker.client.settings import broker_uris, resolve
+from hostbroker.client.zkcluster import ZkCluster
+from hostbroker.cluster.zk import parse_connect
 from hostbroker.errors import ConfigError
 from hostbroker.log.message import MIN_LENGTH_V1
 from hostbroker.log.segments import validate_topic_name
@@ -110,7 +112,11 @@ class Producer(AsyncQueue):
 
     ``bootstrap`` (a URI or a sequence of URIs) overrides ``broker.list``;
     ``config`` holds dotted keys, ``options`` the same keys with ``_`` for
-    ``.``. Raises ConfigError for a bad setting before any I/O.
+    ``.``. Raises ConfigError for a bad setting before any I/O. With
+    ``zookeeper.connect`` (no broker list then) brokers and partitions come
+    from ZooKeeper (:mod:`hostbroker.client.zkcluster`): the constructor
+    connects, and raises ZooKeeperUnavailable when no server answers within
+    ``zookeeper.connection.timeout.ms``.
     """
 
     def __init__(
@@ -124,7 +130,17 @@ class Producer(AsyncQueue):
         **options: Any,
     ):
         settings = resolve(PRODUCER_SETTINGS, config, options)
-        self.brokers = tuple(broker_uris(bootstrap, settings))
+        zookeeper = settings["zookeeper.connect"].strip()
+        if zookeeper:
+            if (bootstrap is not None or "broker.list" in (config or {})
+                    or "broker_list" in options):
+                raise ConfigError("zookeeper.connect: brokers come from ZooKeeper; give "
+                                  "no broker list (bootstrap or broker.list) with it")
+            parse_connect(zookeeper)
+            self.brokers: tuple[str, ...] = ()
+        else:
+            self.brokers = tuple(broker_uris(bootstrap, settings))
+        self.zookeeper = zookeeper
         self._check(settings)
         self.settings = settings
         self.is_async = settings["producer.type"] == "async"
@@ -138,9 +154,15 @@ class Producer(AsyncQueue):
         self._max_failures = settings["max.failures.kept"]
         self._stats = dict.fromkeys(
             ("enqueued", "sent", "acknowledged", "failed", "requests", "retries"), 0)
-        cluster = Cluster(self.brokers, client_id=settings["client.id"],
-                          timeout=settings["request.timeout.ms"] / 1000,
-                          refresh_interval_ms=settings["topic.metadata.refresh.interval.ms"])
+        if zookeeper:  # connects now: a ZooKeeper that does not answer is refused here
+            cluster: Cluster | ZkCluster = ZkCluster(
+                zookeeper, session_timeout_ms=settings["zookeeper.session.timeout.ms"],
+                connection_timeout_ms=settings["zookeeper.connection.timeout.ms"],
+                registration_wait_ms=settings["zookeeper.connection.timeout.ms"])
+        else:
+            cluster = Cluster(self.brokers, client_id=settings["client.id"],
+                              timeout=settings["request.timeout.ms"] / 1000,
+                              refresh_interval_ms=settings["topic.metadata.refresh.interval.ms"])
         self._dispatcher = Dispatcher(settings, cluster, partitioner or DefaultPartitioner(),
                                        self._callbacks, self._stats, self._set_done)
         self._topics: set[str] = set()  # names checked
@@ -173,7 +195,8 @@ class Producer(AsyncQueue):
     def __repr__(self) -> str:
         mode = "async" if self.is_async else "sync"
         state = "closed" if self._closed else "open"
-        return f"<Producer {mode} {','.join(self.brokers)} {state}>"
+        where = f"zookeeper {self.zookeeper}" if self.zookeeper else ",".join(self.brokers)
+        return f"<Producer {mode} {where} {state}>"
 
     def __enter__(self) -> Producer:
         return self

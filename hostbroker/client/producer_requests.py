@@ -133,13 +133,20 @@ class PendingSet:
 
     ``slot`` is the logical partition (None while the topic's partitions are
     unknown: then ``items`` keeps the queued items to partition later).
-    ``pinned`` sets (a key or an explicit partition) keep their slot on retry.
+    ``pinned`` sets (a key or an explicit partition) keep their slot on retry
+    while the topic's partition list is the one they were ``placed`` with;
+    after it changed they are placed again from their ``origins`` (per value,
+    the ``(key, partition)`` it was sent with): a key is hashed into the new
+    list, an explicit partition follows the ``(broker, partition)`` pair it
+    was sent to.
     """
 
     __slots__ = ("topic", "slot", "pinned", "values", "data", "wrappers", "items", "seq",
-                 "attempts", "retry_at", "ref", "request", "base_offset", "error")
+                 "attempts", "retry_at", "ref", "request", "base_offset", "error", "origins",
+                 "placed")
 
-    def __init__(self, topic, slot, pinned, values, data, wrappers, seq, attempts=0, items=None):
+    def __init__(self, topic, slot, pinned, values, data, wrappers, seq, attempts=0, items=None,
+                 origins=None):
         self.topic = topic
         self.slot = slot
         self.pinned = pinned
@@ -154,6 +161,8 @@ class PendingSet:
         self.request: SentRequest | None = None
         self.base_offset = -1
         self.error: BaseException | None = None
+        self.origins: list[tuple[bytes | None, int | None]] | None = origins
+        self.placed: tuple[PartitionRef, ...] | None = None
 
     def offsets(self) -> list[int]:
         base = self.base_offset
@@ -282,7 +291,7 @@ class Dispatcher:
                 partitioner.rotate(topic)
                 group = groups.get((topic, slot))
                 if group is None:
-                    groups[(topic, slot)] = [batch, False]
+                    groups[(topic, slot)] = [batch, False, None]
                 else:
                     group[0] += batch
         for item in items:
@@ -302,12 +311,15 @@ class Dispatcher:
                     rotate.add(topic)
             group = groups.get((topic, slot))
             if group is None:
-                group = groups[(topic, slot)] = [[], False]
+                group = groups[(topic, slot)] = [[], False, []]
+            elif group[2] is None:  # keyless values came first
+                group[2] = [(None, None)] * sum(map(len, group[0]))
             add_piece(group[0], value)
+            group[2] += [(key, partition)] * (1 if type(value) is bytes else len(value))
             if key is not None or partition is not None:
                 group[1] = True
         sets = []
-        for (topic, slot), (pieces, pinned) in groups.items():
+        for (topic, slot), (pieces, pinned, origins) in groups.items():
             known = self.cluster.cached(topic)
             if known.known and slot >= counts[topic]:
                 refused.append((topic, slot, flatten_pieces(pieces), BrokerError(
@@ -319,15 +331,24 @@ class Dispatcher:
             # holds one such entry): cutting at the budget first could leave
             # a wrapper of one message at the end of each set.
             budget = self.set_budget(topic) if self.codec == CODEC_NONE else self.max_message_bytes
+            if not pinned:
+                origins = None
+            start = 0  # of the set's values in the group's, which origins follow
             for piece in pieces:
                 if type(piece) is Encoded:
+                    end = start + len(piece)
                     sets.append(PendingSet(topic, slot, pinned, piece.values, piece.data, None,
-                                     next(self._seq), attempts))
+                                     next(self._seq), attempts,
+                                     origins=origins and origins[start:end]))
+                    start = end
                     continue
                 for values in split_by_size(piece, budget):
                     data, wrappers = encode_batch(values, self.codec, self.max_message_bytes)
+                    end = start + len(values)
                     sets.append(PendingSet(topic, slot, pinned, values, data, wrappers,
-                                     next(self._seq), attempts))
+                                     next(self._seq), attempts,
+                                     origins=origins and origins[start:end]))
+                    start = end
         for topic in rotate:  # the batch is out: a new keyless choice next time
             partitioner.rotate(topic)
         for topic, slot, values, error in refused:
@@ -361,6 +382,7 @@ class Dispatcher:
                                             topic=s.topic, partition=s.slot))
                 continue
             s.ref = self._route(s)
+            s.placed = known.partitions
             by_broker.setdefault(s.ref.uri, []).append(s)
         for uri, broker_sets in by_broker.items():
             parts: dict[tuple[str, int], list[PendingSet]] = {}
@@ -533,8 +555,48 @@ class Dispatcher:
                 continue
             if not s.pinned:
                 s.slot = self._choose(s.topic, None, len(info.partitions))
+            elif (s.origins is not None and s.placed is not None
+                    and s.placed is not info.partitions and s.placed != info.partitions):
+                again += self._place_again(s, info)
+                continue
             again.append(s)
         self.dispatch(again)
+
+    def _place_again(self, s: PendingSet, info: TopicPartitions) -> list[PendingSet]:
+        """Sets for a pinned set's values after its topic's partitions changed: keyed
+        (and keyless) values partitioned again in the new list; values sent to an
+        explicit partition follow the (broker, partition) pair they went to, and
+        fail this attempt (BROKER_NOT_AVAILABLE) while it is not in the list."""
+        moved, kept = [], []
+        for (key, partition), value in zip(s.origins, s.values):
+            if partition is None:
+                moved.append((s.topic, key, None, value))
+            else:
+                kept.append(value)
+        out = self.make_sets({}, moved, s.attempts) if moved else []
+        if not kept:
+            return out
+        if len(kept) == len(s.values):
+            follow = s
+        else:
+            data, wrappers = encode_batch(kept, self.codec, self.max_message_bytes)
+            follow = PendingSet(s.topic, s.slot, True, kept, data, wrappers, next(self._seq),
+                                s.attempts, origins=[(None, s.slot)] * len(kept))
+            follow.ref, follow.placed, follow.request = s.ref, s.placed, s.request
+        index: int | None = follow.slot
+        if info.known and follow.ref is not None:
+            pair = (follow.ref.broker_id, follow.ref.partition)
+            index = next((i for i, ref in enumerate(info.partitions)
+                          if (ref.broker_id, ref.partition) == pair), None)
+        if index is None:
+            self._attempt_failed(follow, BrokerError(
+                ErrorCode.BROKER_NOT_AVAILABLE,
+                f"broker {pair[0]} of partition {pair[1]} is not live", topic=s.topic,
+                partition=follow.slot))
+        else:
+            follow.slot = index
+            out.append(follow)
+        return out
 
     def step(self, deadline: float | None) -> None:
         """One unit of work for a caller waiting on outstanding sets: send due retries,

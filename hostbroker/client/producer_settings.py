@@ -62,6 +62,16 @@ PRODUCER_SETTINGS: tuple[Setting, ...] = (
             "Ask the brokers for a topic's partitions again after this long.", at_least(0)),
     Setting("max.failures.kept", int, 1000,
             "Failed message sets a DeliveryError lists (all are counted).", at_least(1)),
+    Setting("zookeeper.connect", str, "",
+            "host:port[,host:port...][/chroot]: find brokers and partitions through "
+            "ZooKeeper instead of broker.list (not together with broker.list or a "
+            "bootstrap); empty: broker.list."),
+    Setting("zookeeper.session.timeout.ms", int, 6000,
+            "With zookeeper.connect: the ZooKeeper session timeout.", at_least(1)),
+    Setting("zookeeper.connection.timeout.ms", int, 6000,
+            "With zookeeper.connect: how long the constructor waits for a ZooKeeper "
+            "server, and at most how long a new topic's registration is waited for "
+            "after the produce that created it.", at_least(1)),
 )
 
 CODECS = {"none": CODEC_NONE, "gzip": CODEC_GZIP, "snappy": CODEC_SNAPPY}
