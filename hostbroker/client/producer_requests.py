@@ -232,9 +232,21 @@ class Dispatcher:
     # -- items to sets ----------------------------------------------------------
 
     def _topic(self, topic: str) -> TopicPartitions:
-        if self.cluster.needs_refresh(topic):
-            self.partitioner.rotate(topic)
-        return self.cluster.partitions(topic)
+        if not self.cluster.needs_refresh(topic):
+            return self.cluster.partitions(topic)
+        self.partitioner.rotate(topic)
+        info = self.cluster.partitions(topic)
+        live = getattr(self.cluster, "live_uris", None)
+        if live is not None:
+            self._close_departed(live())
+        return info
+
+    def _close_departed(self, live: set[str]) -> None:
+        """Close the idle connections to brokers that are no longer live (a broker
+        that comes back at the same URI is then reached on a new connection)."""
+        for uri in [u for u in self.connections if u not in live and not self.in_flight[u]]:
+            self.connections.pop(uri).close()
+            del self.in_flight[uri]
 
     def set_budget(self, topic: str) -> int:
         """Most bytes one message set for ``topic`` may take in a request."""

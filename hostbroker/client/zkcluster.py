@@ -10,7 +10,8 @@ asking brokers:
   live brokers that registered it (docs/spec/zookeeper.md), as
   :class:`PartitionRef` s whose URI is the broker's first listener in
   :meth:`BrokerInfo.uris` order (Unix first when it has one). The Dispatcher
-  keeps one pipelined connection per broker URI it sends to.
+  keeps one pipelined connection per broker URI it sends to, and closes an
+  idle one whose broker is no longer live (:meth:`live_uris`).
 - The ClusterView's watches call :meth:`ZkCluster._on_change` from its own
   thread; that only swaps in the new snapshot. The thread that owns the
   Dispatcher adopts it the next time it looks at a topic
@@ -82,6 +83,11 @@ class ZkCluster:
     def snapshot(self) -> Snapshot:
         """The latest picture of the cluster (not necessarily adopted yet)."""
         return self._snapshot
+
+    def live_uris(self) -> set[str]:
+        """The URI each live broker is reached at (the Dispatcher closes idle
+        connections to the others)."""
+        return {info.uris()[0] for info in self._snapshot.brokers.values()}
 
     def close(self) -> None:
         self._view.close()

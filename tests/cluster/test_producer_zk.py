@@ -192,6 +192,31 @@ def test_broker_that_joins_gets_messages_within_a_second(trio, zk, zookeeper):
             sender.join(30)
 
 
+def test_broker_that_leaves_and_comes_back_is_reached_on_a_new_connection(
+        trio, zk, zookeeper, make_broker, tmp_path):
+    topic, _ = spread(trio, zk, {1: 1})
+    returning = make_broker(root=tmp_path, broker_id=4, num_processors=1, num_handlers=1)
+    create(returning, topic, 1)
+    register(zk, 4, returning, {topic: 1})
+    with Producer(zookeeper_connect=zookeeper.connect, **FAST) as producer:
+        wait_until(lambda: producer._dispatcher.cluster.snapshot.partitions(topic)
+                   == ((1, 0), (4, 0)), what="broker 4 seen")
+        producer.send(topic, b"before", partition=1)
+        unregister(zk, 4, [topic])
+        returning.stop()
+        wait_until(lambda: producer._dispatcher.cluster.snapshot.partitions(topic)
+                   == ((1, 0),), what="broker 4 gone")
+        producer.send(topic, b"meanwhile", partition=0)  # its connection closes here
+        returning.start()
+        register(zk, 4, returning, {topic: 1})
+        wait_until(lambda: producer._dispatcher.cluster.snapshot.partitions(topic)
+                   == ((1, 0), (4, 0)), what="broker 4 back")
+        producer.send(topic, b"after", partition=1)
+        assert producer.stats["retries"] == 0
+    assert payloads(returning, topic, 0) == [b"before", b"after"]
+    assert payloads(trio[1], topic, 0) == [b"meanwhile"]
+
+
 def log_end_of_partition(broker: Broker, topic: str) -> int:
     with SimpleClient(broker.unix) as client:
         return log_end(client, topic, 0)
