@@ -270,6 +270,29 @@ def test_explicit_partition_of_a_broker_that_left_fails_with_its_error(trio, zk,
     assert payloads(trio[1], topic, 0) == []
 
 
+def test_batch_of_a_key_and_an_explicit_partition_split_when_their_broker_left(
+        trio, zk, zookeeper):
+    topic, _ = spread(trio, zk, {1: 1, 3: 1})
+    register_unreachable(zk, topic)
+    key = next(f"k{i}" for i in range(100) if zlib.crc32(f"k{i}".encode()) % 3 == 1)
+    after = (1, 3)[zlib.crc32(key.encode()) % 2]
+    with Producer(zookeeper_connect=zookeeper.connect, producer_type="async", batch_size=2,
+                  queue_time=60_000, retry_backoff_ms=3000, message_send_max_retries=1,
+                  request_timeout_ms=2000, **FAST) as producer:
+        leaver = leave_after_first_failure(producer, zk, topic)
+        producer.send(topic, b"keyed", key=key)  # both to (2, 0): one message set
+        producer.send(topic, b"pinned", partition=1)
+        with pytest.raises(DeliveryError) as raised:
+            producer.flush(30)
+        leaver.join(10)
+        assert producer.stats["retries"] == 1
+    (failure,) = raised.value.failures
+    assert list(failure.values) == [b"pinned"]
+    assert failure.error.code == ErrorCode.BROKER_NOT_AVAILABLE
+    assert payloads(trio[after], topic, 0) == [b"keyed"]
+    assert payloads(trio[4 - after], topic, 0) == []
+
+
 def test_unknown_topic_is_created_on_one_live_broker_then_learned(trio, zk, zookeeper):
     topic = new_topic()
     for broker_id in (1, 2, 3):
