@@ -340,3 +340,19 @@ def test_no_zookeeper_answering_is_one_line():
     assert time.monotonic() - started < 5
     message = str(raised.value)
     assert "\n" not in message and f"127.0.0.1:{port}" in message and "500 ms" in message
+
+
+def test_zookeeper_stopped_keeps_the_last_list(trio, zk, zookeeper):
+    topic, pairs = spread(trio, zk, {1: 1, 2: 1})
+    keys = [f"z{i}" for i in range(20)]
+    with Producer(zookeeper_connect=zookeeper.connect, **FAST) as producer:
+        zookeeper.stop()
+        try:
+            placed = [producer.send(topic, k, key=k) for k in keys]
+        finally:
+            zookeeper.start()
+        placed.append(producer.send(topic, b"again", partition=1))
+    for key, md in zip(keys, placed):
+        broker_id, _ = pairs[zlib.crc32(key.encode()) % 2]
+        assert key.encode() in payloads(trio[broker_id], topic, md.partition)
+    assert payloads(trio[2], topic, 0)[-1] == b"again"
