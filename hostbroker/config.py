@@ -87,6 +87,22 @@ def _listeners_problem(value: str) -> str | None:
     return None
 
 
+def _zookeeper_connect_problem(value: str) -> str | None:
+    if not value.strip():
+        return None
+    from hostbroker.cluster.zk import parse_connect
+
+    try:
+        parse_connect(value)
+    except ConfigError as e:
+        return str(e).removeprefix("zookeeper.connect: ")
+    return None
+
+
+def _advertised_problem(value: str) -> str | None:
+    return _listeners_problem(value) if value.strip() else None
+
+
 SETTINGS: tuple[Setting, ...] = (
     Setting("broker.id", int, 0, "This broker's id, unique in a cluster.", _between(0, 2**31 - 1)),
     Setting("listeners", str, "tcp://127.0.0.1:9092,unix://./data/hostbroker.sock",
@@ -122,7 +138,20 @@ SETTINGS: tuple[Setting, ...] = (
             _between(64, 2**31 - 1)),
     Setting("max.connections", int, 10000,
             "Connections beyond this are closed at once.", _at_least(1)),
-    Setting("zookeeper.connect", str, "", "host:port[,host:port...][/chroot]; empty = standalone."),
+    # Cluster mode (docs/cluster.md): a broker registers itself in ZooKeeper.
+    Setting("zookeeper.connect", str, "",
+            "host:port[,host:port...][/chroot] of the cluster's ZooKeeper; empty = standalone.",
+            _zookeeper_connect_problem),
+    Setting("zookeeper.session.timeout.ms", int, 6000,
+            "ZooKeeper session timeout of the broker's registration (hb-registrar): its "
+            "nodes disappear this long after the broker is gone.", _between(400, 600000)),
+    Setting("zookeeper.connection.timeout.ms", int, 6000,
+            "How long the broker waits at start for a ZooKeeper server to answer; none "
+            "answering refuses the start.", _between(1, 600000)),
+    Setting("advertised.listeners", str, "",
+            "Listeners registered in ZooKeeper for clients (the first tcp:// and the first "
+            "unix:// one); empty = the bound listeners (a tcp wildcard host advertises this "
+            "host's name, port 0 the port bound).", _advertised_problem),
     # Limits and sizes of this implementation (all enforced).
     Setting("max.in.flight.requests.per.connection", int, 1000,
             "A processor stops reading a connection with this many requests not completely "

@@ -37,6 +37,8 @@ from hostbroker.workers.plan import BrokerPlan
 EXIT_OK = 0
 EXIT_BOOT_FAILED = 3  # the supervisor halts the broker instead of respawning
 EXIT_ORPHANED = 4  # the supervisor died before the worker could start
+EXIT_REFUSED = 5  # the worker printed why this machine's state refuses the start (one line);
+#                   the supervisor halts the broker with ExitStatus.REFUSED and adds nothing
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_NAME = 15

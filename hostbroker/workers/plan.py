@@ -3,7 +3,8 @@
 A :class:`BrokerPlan` names all shared memory (rings, the partition table, the
 process board, the admin lock) and holds the file descriptors that children
 inherit across ``fork``: bound listening sockets, the acceptor-to-processor
-hand-off socket pairs and one doorbell (eventfd) per worker. It is built in the
+hand-off socket pairs and one doorbell (eventfd) per worker. In cluster mode
+(``zookeeper.connect`` set) it also plans the ``hb-registrar``, which uses no ring. It is built in the
 supervisor and read by workers; no worker changes it.
 
 Rings are single-producer single-consumer, one per ordered pair of workers
@@ -28,7 +29,7 @@ import socket
 
 from hostbroker.config import Config
 
-KINDS = ("writer", "handler", "processor", "acceptor")
+KINDS = ("writer", "handler", "processor", "acceptor", "registrar")
 RING_KINDS = ("req", "resp", "app", "res")
 
 
@@ -52,13 +53,15 @@ class BrokerPlan:
     handoff: list[tuple[socket.socket, socket.socket]] = dataclasses.field(default_factory=list)
     doorbells: dict[tuple[str, int], object] = dataclasses.field(default_factory=dict)
     admin_lock_key: int = 0
+    registrar: bool = False  # cluster mode: one hb-registrar holds the ZooKeeper session
 
     @classmethod
     def from_config(cls, config: Config) -> "BrokerPlan":
         log_dirs = [os.path.abspath(d) for d in config.log_dirs]
         return cls(config=config, token=shm_token(config), num_writers=len(log_dirs),
                    num_handlers=config["num.handlers"],
-                   num_processors=config["num.processors"], log_dirs=log_dirs)
+                   num_processors=config["num.processors"], log_dirs=log_dirs,
+                   registrar=bool(config["zookeeper.connect"].strip()))
 
     # -- names -------------------------------------------------------------
     @property
@@ -98,7 +101,7 @@ class BrokerPlan:
     # -- process board slots ----------------------------------------------
     @property
     def worker_count(self) -> int:
-        return self.num_writers + self.num_handlers + self.num_processors + 1
+        return self.num_writers + self.num_handlers + self.num_processors + 1 + self.registrar
 
     def board_slot(self, kind: str, index: int) -> int:
         if kind == "writer":
@@ -107,6 +110,8 @@ class BrokerPlan:
             return self.num_writers + index
         if kind == "processor":
             return self.num_writers + self.num_handlers + index
+        if kind == "registrar":
+            return self.num_writers + self.num_handlers + self.num_processors + 1
         return self.num_writers + self.num_handlers + self.num_processors
 
     def workers(self):
@@ -118,6 +123,8 @@ class BrokerPlan:
         for p in range(self.num_processors):
             yield "processor", p
         yield "acceptor", 0
+        if self.registrar:
+            yield "registrar", 0
 
     def doorbell(self, kind: str, index: int):
         return self.doorbells[(kind, index)]

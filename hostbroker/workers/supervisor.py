@@ -10,10 +10,13 @@ workers themselves.
 Start: check the log dirs and the unix listeners' directories (changing
 nothing), create the log dirs, take the broker lock, bind the listeners,
 create shared memory, fork the writers (each recovers its log dir) and wait
-until they are ready, then the handlers, the processors and the acceptor;
-then tell systemd ``READY=1``. While waiting, ``EXTEND_TIMEOUT_USEC`` every
+until they are ready, then the handlers, the processors and the acceptor,
+and in cluster mode (``zookeeper.connect``) the registrar, ready once it has
+registered the broker in ZooKeeper; then tell systemd ``READY=1``. While waiting, ``EXTEND_TIMEOUT_USEC`` every
 5 s keeps systemd's start timeout from ending a long log recovery. A start
-that cannot succeed here exits ``ExitStatus.REFUSED`` (78) with one line.
+that cannot succeed here exits ``ExitStatus.REFUSED`` (78) with one line (a
+worker that exits ``EXIT_REFUSED`` has said it itself: ZooKeeper does not
+answer, the broker id is taken).
 
 Loop: signal handlers only queue the signal (``signal.set_wakeup_fd``); the
 loop reaps children with ``waitpid(WNOHANG)`` and replaces any that died
@@ -25,8 +28,9 @@ worker that exits with ``EXIT_BOOT_FAILED`` halts the broker instead of being
 respawned forever. Workers need no word from us if we die: each asked the
 kernel for SIGTERM on our death right after its fork (``die_with_parent``).
 
-Stop (SIGTERM/SIGINT): stop in data-flow order, each group finishing its
-in-flight work first: acceptor, processors (answer what they have), handlers,
+Stop (SIGTERM/SIGINT): first the registrar (its ZooKeeper session closes, so
+the registrations go before the listeners close), then in data-flow order,
+each group finishing its in-flight work first: acceptor, processors (answer what they have), handlers,
 writers (flush, clean-shutdown marker); then remove shared memory and Unix
 socket files, and exit 0.
 """
@@ -53,17 +57,20 @@ from hostbroker.shm.region import SharedRegion, remove_stale
 from hostbroker.shm.ring import Ring
 from hostbroker.shm.table import AdminLock, PartitionTable
 from hostbroker.workers.acceptor import AcceptorWorker
-from hostbroker.workers.base import (EXIT_BOOT_FAILED, child_main, die_with_parent,
-                                     set_process_name)
+from hostbroker.workers.base import (EXIT_BOOT_FAILED, EXIT_REFUSED, child_main,
+                                     die_with_parent, set_process_name)
 from hostbroker.workers.handler import HandlerWorker
 from hostbroker.workers.plan import BrokerPlan
 from hostbroker.workers.processor import ProcessorWorker
+from hostbroker.workers.registrar import RegistrarWorker
 from hostbroker.workers.writer import WriterWorker
 
 WORKER_CLASSES = {"writer": WriterWorker, "handler": HandlerWorker,
-                  "processor": ProcessorWorker, "acceptor": AcceptorWorker}
-KIND_CODES = {"writer": 1, "handler": 2, "processor": 3, "acceptor": 4}
-STOP_ORDER = ("acceptor", "processor", "handler", "writer")
+                  "processor": ProcessorWorker, "acceptor": AcceptorWorker,
+                  "registrar": RegistrarWorker}
+KIND_CODES = {"writer": 1, "handler": 2, "processor": 3, "acceptor": 4, "registrar": 5}
+# the registrar first: the registrations go before the listeners close
+STOP_ORDER = ("registrar", "acceptor", "processor", "handler", "writer")
 _TICK_S = 0.25
 _ABORT_GRACE_S = 1.0  # SIGABRT (a core or a faulthandler dump) to SIGKILL
 _EXTEND_EVERY_S = 5.0  # while starting or stopping: tell systemd to wait 3 times that
@@ -197,9 +204,6 @@ class Supervisor:
         """Everything that can fail with a one-line reason, before any fork."""
         plan = self.plan
         config = self.config
-        if config["zookeeper.connect"]:
-            raise StartError("zookeeper.connect: cluster mode is not available in this "
-                             "version; leave it empty to run standalone")
         if len(set(plan.log_dirs)) != len(plan.log_dirs):
             raise StartError("log.dirs: a log dir is listed twice")
         for path in plan.log_dirs:
@@ -244,7 +248,7 @@ class Supervisor:
         self._install_signals()
         self.board.set_broker_state(procs.BROKER_STARTING)
         systemd.notify("STATUS=recovering logs")
-        for group in (("writer",), ("handler", "processor", "acceptor")):
+        for group in (("writer",), ("handler", "processor", "acceptor"), ("registrar",)):
             for kind, index in self.plan.workers():
                 if kind in group:
                     self.spawn(kind, index)
@@ -259,7 +263,9 @@ class Supervisor:
         while True:
             self._reap()
             if self.stopping:
-                raise StartError(self.halt_reason or "stopped while starting")
+                # a refusal a worker has already said needs no second line
+                raise StartError("" if self.refused else
+                                 self.halt_reason or "stopped while starting")
             waiting = [(k, i) for (k, i) in self.pids if k in kinds and
                        self.board.state(self.plan.board_slot(k, i)) != procs.WORKER_READY]
             if not waiting:
@@ -274,6 +280,7 @@ class Supervisor:
             time.sleep(0.01)
 
     halt_reason: str | None = None
+    refused = False  # a worker exited EXIT_REFUSED, having said why
 
     def _extend_timeout(self, status: str) -> None:
         """While starting or stopping (log recovery can outlast systemd's 90 s): ask
@@ -367,6 +374,12 @@ class Supervisor:
             if self.stopping:
                 continue
             kind, index = key
+            if code == EXIT_REFUSED:
+                running = self.board.broker_state == procs.BROKER_RUNNING
+                self.exit_code = ExitStatus.CRASHED if running else ExitStatus.REFUSED
+                self.refused = True
+                self.stopping = True
+                continue
             if code == EXIT_BOOT_FAILED:
                 self.halt_reason = f"{kind} {index} failed to start (see above)"
                 # at start this configuration cannot run here; a replacement that
@@ -505,7 +518,8 @@ def serve(config: Config) -> int:
         supervisor.prepare()
         supervisor.start()
     except (StartError, ConfigError) as e:
-        print(f"hostbroker: {e}", file=sys.stderr, flush=True)
+        if str(e):
+            print(f"hostbroker: {e}", file=sys.stderr, flush=True)
         supervisor.stopping = True
         supervisor.shutdown()
         return ExitStatus.USAGE if isinstance(e, ConfigError) else ExitStatus.REFUSED

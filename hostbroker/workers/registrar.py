@@ -1,0 +1,271 @@
+"""The registrar process, ``hb-registrar``: the broker's one ZooKeeper session (cluster mode).
+
+Started by the supervisor only when ``zookeeper.connect`` is set, after the
+other workers are ready, and stopped first, so the registrations go before
+the listeners close (closing its session removes every ephemeral node at
+once). Owns the kazoo client and, through
+:class:`~hostbroker.cluster.registry.Registration`, the nodes
+``/brokers/ids/[id]`` and ``/brokers/topics/[topic]/[id]``. It reads the
+partition table (read-only) and registers every topic the broker holds;
+it polls the table's generation every ``_TICK_S``, which moves whenever a
+topic is created or deleted, and syncs what changed.
+
+Nothing else in the broker talks to ZooKeeper or waits for this process, so
+an outage stops nothing but the registration. kazoo reconnects by itself;
+after a reconnection (same session) every node is checked again, after a
+session expiry (a new session) everything is registered again. Each loss
+and each recovery is logged once.
+
+At the first start (epoch 1) a ZooKeeper that does not answer within
+``zookeeper.connection.timeout.ms``, or a ``broker.id`` held by another
+live session, refuses the start: one line, and ``EXIT_REFUSED`` makes the
+supervisor exit 78. A registration with the very same value is this
+broker's own previous run (its listeners are ours now): we wait up to twice
+the session timeout for it to expire. A replacement registrar (epoch > 1)
+never refuses; it retries until it holds the registration again.
+"""
+
+from __future__ import annotations
+
+import logging
+import selectors
+import sys
+import threading
+import time
+
+from hostbroker.cluster.registry import BrokerIdTaken, Registration, advertised_info
+from hostbroker.shm import procs
+from hostbroker.shm import table as ptable
+from hostbroker.shm.table import PartitionTable
+from hostbroker.workers.base import EXIT_BOOT_FAILED, EXIT_OK, EXIT_REFUSED, Worker
+
+_TICK_S = 0.1  # partition-table generation poll
+_RETRY_S = 0.5  # a failed sync or connection attempt is tried again after this
+_HELD_STATES = (ptable.ONLINE, ptable.OFFLINE, ptable.CREATING)
+
+
+class Refused(Exception):
+    """The first start cannot register; the message is the one line."""
+
+
+def say(line: str) -> None:
+    print(f"hostbroker: {line}", file=sys.stderr, flush=True)
+
+
+def held_topics(table: PartitionTable) -> dict[str, int]:
+    """topic -> partition count of every topic in the partition table
+    (broker-internal ``__`` topics left out)."""
+    topics: dict[str, int] = {}
+    for _, s in table.scan():
+        if s.state in _HELD_STATES and not s.name.startswith("__"):
+            topics[s.name] = max(topics.get(s.name, 0), s.partition + 1)
+    return topics
+
+
+class RegistrarWorker(Worker):
+    kind = "registrar"
+    process_name = "hb-registrar"
+
+    @property
+    def name(self) -> str:
+        return self.process_name
+
+    def init_process(self) -> None:
+        super().init_process()
+        logging.getLogger("kazoo").setLevel(logging.CRITICAL)  # its retries are ours to tell
+        config = self.config
+        self.connect = config["zookeeper.connect"]
+        self.session_ms = config["zookeeper.session.timeout.ms"]
+        self.connection_ms = config["zookeeper.connection.timeout.ms"]
+        info = advertised_info(config["broker.id"], config["advertised.listeners"],
+                               self.plan.listeners)
+        self.table = PartitionTable.attach(self.plan.table_name, readonly=True)
+        self.generation = -1
+        self.wanted: dict[str, int] = {}
+        self.client = None
+        self.registration: Registration | None = None
+        self.info = info
+        self.dirty = True  # a sync is due
+        self.verify = False  # the next sync checks every node (after a reconnection)
+        self.lost: str | None = None  # why we are not registered now (logged once)
+        self.taken_said = False
+        self._state_lock = threading.Lock()
+        self._refresh_topics()
+        if self.epoch == 1:
+            self._first_registration()
+        else:
+            self._try_connect()
+        self.board.set_state(self.slot, procs.WORKER_READY)
+
+    # -- ZooKeeper session ------------------------------------------------------
+    def _make_client(self, connection_ms: int):
+        from hostbroker.cluster.zk import make_client
+
+        client = make_client(self.connect, self.session_ms, connection_ms)
+        client.add_listener(self._on_state)
+        return client
+
+    def _try_connect(self) -> bool:
+        from hostbroker.cluster.zk import ZooKeeperUnavailable
+
+        try:
+            self.client = self._make_client(min(self.connection_ms, 1000))
+        except ZooKeeperUnavailable:
+            if self.lost is None:
+                self.lost = self._lost_said = "ZooKeeper unreachable"
+                say(f"{self.name}: no ZooKeeper server of {self.connect} answers; local produce "
+                    "and fetch go on, registering when it does")
+            return False
+        self.registration = Registration(self.client, self.info,
+                                         op_timeout_s=self.connection_ms / 1000)
+        self.dirty = True
+        return True
+
+    def _first_registration(self) -> None:
+        from hostbroker.cluster.zk import ZooKeeperUnavailable
+
+        try:
+            self.client = self._make_client(self.connection_ms)
+        except ZooKeeperUnavailable as e:
+            raise Refused(f"{e}; not starting") from None
+        self.registration = Registration(self.client, self.info,
+                                         op_timeout_s=self.connection_ms / 1000)
+        deadline = time.monotonic() + 2 * self.session_ms / 1000
+        waiting_said = False
+        while True:
+            try:
+                self.registration.sync(self.wanted)
+                break
+            except BrokerIdTaken as e:
+                if not e.same or time.monotonic() > deadline:
+                    raise Refused(str(e)) from None
+                if not waiting_said:
+                    waiting_said = True
+                    say(f"{self.name}: broker.id {e.broker_id} is still registered by a "
+                        "previous run of this broker; waiting for its session to expire")
+            except Exception as e:  # noqa: BLE001 - a ZooKeeper error at start: retry until then
+                if time.monotonic() > deadline:
+                    raise Refused(f"zookeeper.connect: cannot register broker "
+                                  f"{self.info.broker_id}: {e or type(e).__name__}") from None
+            self.heartbeat()
+            time.sleep(0.1)
+        self.dirty = False
+        say(f"{self.name}: registered broker {self.info.broker_id} in ZooKeeper at "
+            f"{self.connect} ({', '.join(self.info.uris())})")
+
+    def _on_state(self, state) -> None:
+        """kazoo's connection thread: note what happened, wake the loop; never block."""
+        from kazoo.protocol.states import KazooState
+
+        with self._state_lock:
+            if state == KazooState.LOST:
+                self.lost = "ZooKeeper session expired"
+            elif state == KazooState.SUSPENDED:
+                if self.lost is None:
+                    self.lost = "ZooKeeper connection lost"
+            else:  # CONNECTED: same session, or a new one after LOST
+                self.dirty = True
+                self.verify = True
+        self.doorbell.ring()
+
+    # -- the loop -------------------------------------------------------------------
+    def _refresh_topics(self) -> None:
+        generation = self.table.generation
+        if generation == self.generation:
+            return
+        try:
+            wanted = held_topics(self.table)
+        except ptable.TornSlotError:
+            return  # a dead worker's slot, repaired by the supervisor: next tick
+        self.generation = generation
+        if wanted != self.wanted:
+            self.wanted = wanted
+            self.dirty = True
+
+    def _sync(self) -> None:
+        from kazoo.protocol.states import KazooState
+
+        if self.client is None or self.client.state != KazooState.CONNECTED:
+            return
+        with self._state_lock:
+            verify, self.verify = self.verify, False
+            self.dirty = False
+            lost = self.lost
+        try:
+            self.registration.sync(self.wanted, verify=verify)
+        except BrokerIdTaken as e:
+            self._failed(verify)
+            if not self.taken_said:
+                self.taken_said = True
+                say(f"{self.name}: {e}; trying again until it is free")
+            return
+        except Exception:  # noqa: BLE001 - connection loss, timeouts: the next round retries
+            self._failed(verify)
+            return
+        self.taken_said = False
+        if lost is not None:
+            with self._state_lock:
+                if self.lost == lost:
+                    self.lost = None
+            say(f"{self.name}: registered broker {self.info.broker_id} in ZooKeeper again "
+                f"(after: {lost})")
+
+    def _failed(self, verify: bool) -> None:
+        with self._state_lock:
+            self.dirty = True
+            self.verify = self.verify or verify
+        self._retry_at = time.monotonic() + _RETRY_S
+
+    _retry_at = 0.0
+    _lost_said: str | None = None
+
+    def run(self) -> None:
+        sel = selectors.DefaultSelector()
+        sel.register(self.doorbell.fileno(), selectors.EVENT_READ)
+        while not self.stopping:
+            sel.select(_TICK_S)
+            self.doorbell.drain()
+            self.heartbeat()
+            if self.stopping:
+                break
+            self._refresh_topics()
+            lost = self.lost
+            if lost is not None and self._lost_said is None and self.client is not None:
+                self._lost_said = lost
+                say(f"{self.name}: {lost}; local produce and fetch go on, registering "
+                    "again when it is back")
+            if time.monotonic() < self._retry_at:
+                continue
+            if self.client is None:
+                if not self._try_connect():
+                    self._retry_at = time.monotonic() + _RETRY_S
+                    continue
+            if self.dirty:
+                self._sync()
+                if self.lost is None:
+                    self._lost_said = None
+        sel.close()
+        self._close()
+
+    def _close(self) -> None:
+        """Close the session: ZooKeeper removes every node of ours at once. Bounded:
+        without a server the nodes go when the session times out."""
+        client = self.client
+        if client is None:
+            return
+        closer = threading.Thread(target=client.stop, name="zk-close", daemon=True)
+        closer.start()
+        closer.join(self.connection_ms / 1000)
+
+    def main(self) -> int:
+        try:
+            self.init_process()
+        except Refused as e:
+            say(str(e))
+            self._close()
+            return EXIT_REFUSED
+        except Exception as e:  # noqa: BLE001 - the common report of a worker that cannot boot
+            say(f"{self.name} failed to start: {e}")
+            return EXIT_BOOT_FAILED
+        self.run()
+        return EXIT_OK

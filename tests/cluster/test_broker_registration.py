@@ -1,0 +1,236 @@
+"""Brokers in cluster mode, for real: ``hostbroker serve`` processes registering in a real
+ZooKeeper through their hb-registrar, refusals at start, clean stops, crashes, a
+ZooKeeper outage and a registrar frozen past its session timeout."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+
+import psutil
+
+from hostbroker.cluster import paths
+from hostbroker.log.message import encode_message_set
+from tests.cluster.test_discovery import wait_until
+from tests.integration.broker import free_port
+from tests.integration.cli import one_line_error
+from tests.integration.test_faults import read_all
+
+LEAN = {"num.processors": 1, "num.handlers": 1}
+AGAIN = "registered broker 1 in ZooKeeper again"
+
+
+def cluster_broker(make_broker, tmp_path, zookeeper, zk, broker_id: int, start=True, **settings):
+    """A broker of its own root (ports, log dir) in ``zookeeper``'s cluster; started, it
+    is returned once its /brokers/ids node is there."""
+    root = tmp_path / f"b{broker_id}"
+    root.mkdir(exist_ok=True)
+    broker = make_broker(root=root, start=start, **{
+        **LEAN, "zookeeper.connect": zookeeper.connect, "broker.id": broker_id, **settings})
+    if start:
+        wait_until(lambda: zk.exists(paths.broker_path(broker_id)) is not None)
+    return broker
+
+
+def registered(broker, broker_id: int) -> dict:
+    return {"version": 1, "host": "127.0.0.1", "port": broker.port, "unix": broker.unix_path}
+
+
+def node(zk, path: str):
+    found = zk.exists(path)
+    return None if found is None else zk.get(path)[0]
+
+
+def serve(broker, timeout=60) -> subprocess.CompletedProcess:
+    """``hostbroker serve`` of a broker that is expected to refuse its start."""
+    return subprocess.run(broker.args(), cwd=broker.root, capture_output=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL)
+
+
+def test_three_brokers_register_their_listeners_and_topics(make_broker, tmp_path, zookeeper, zk):
+    brokers = {i: cluster_broker(make_broker, tmp_path, zookeeper, zk, i) for i in (1, 2, 3)}
+    assert sorted(zk.get_children(paths.BROKER_IDS)) == ["1", "2", "3"]
+    for i, b in brokers.items():
+        assert json.loads(node(zk, paths.broker_path(i))) == registered(b, i)
+        assert "hb-registrar" in b.workers()
+    with brokers[1].client() as c:
+        c.create_topic("events", 3)
+    with brokers[2].client() as c:
+        c.create_topic("events", 2)
+        c.produce("auto", 0, encode_message_set([b"x"]))  # auto-created: num.partitions 1
+    wait_until(lambda: zk.exists(paths.topic_broker_path("auto", 2)) is not None)
+    wait_until(lambda: zk.exists(paths.topic_broker_path("events", 1)) is not None)
+    assert sorted(zk.get_children(paths.topic_path("events"))) == ["1", "2"]
+    assert node(zk, paths.topic_broker_path("events", 1)) == b"3"
+    assert node(zk, paths.topic_broker_path("events", 2)) == b"2"
+    assert zk.get_children(paths.topic_path("auto")) == ["2"]
+    assert node(zk, paths.topic_broker_path("auto", 2)) == b"1"
+    assert zk.get(paths.topic_broker_path("events", 1))[1].ephemeralOwner != 0
+    with brokers[1].client() as c:
+        c.delete_topic("events")
+    wait_until(lambda: zk.exists(paths.topic_broker_path("events", 1)) is None)
+    assert zk.get_children(paths.topic_path("events")) == ["2"]
+    with brokers[2].client() as c:
+        c.delete_topic("events")
+    wait_until(lambda: zk.exists(paths.topic_path("events")) is None)  # with its last broker
+    assert zk.get_children(paths.topic_path("auto")) == ["2"]
+    for b in brokers.values():
+        assert AGAIN not in b.log()
+
+
+def test_duplicate_broker_id_refused_with_one_line(make_broker, tmp_path, zookeeper, zk):
+    first = cluster_broker(make_broker, tmp_path, zookeeper, zk, 1)
+    second = cluster_broker(make_broker, tmp_path, zookeeper, zk, 2, start=False, **{
+        "broker.id": 1})
+    result = serve(second)
+    assert result.returncode == 78, result.stderr
+    assert one_line_error(result) == (
+        f"hostbroker: broker.id 1 is already registered in ZooKeeper by another broker "
+        f"(unix://{first.unix_path}, tcp://127.0.0.1:{first.port})")
+    assert json.loads(node(zk, paths.broker_path(1))) == registered(first, 1)
+    with first.client() as c:  # the first one is untouched
+        assert c.metadata().broker_id == 1
+    assert not os.path.exists(second.unix_path)
+
+
+def test_bad_zookeeper_connect_refused_with_one_line(make_broker, tmp_path):
+    broker = make_broker(start=False, **{"zookeeper.connect": "zk1:2181,zk2/kafka"})
+    result = serve(broker)
+    assert result.returncode == 2
+    assert one_line_error(result) == (
+        "hostbroker: zookeeper.connect: 'zk2' is not host:port (got 'zk1:2181,zk2/kafka')")
+
+
+def test_no_zookeeper_at_start_refused_with_one_line(make_broker, tmp_path):
+    port = free_port()  # nothing listens there
+    broker = make_broker(start=False, **{"zookeeper.connect": f"127.0.0.1:{port}",
+                                         "zookeeper.connection.timeout.ms": 800, **LEAN})
+    started = time.monotonic()
+    result = serve(broker)
+    assert result.returncode == 78
+    assert one_line_error(result) == (
+        f"hostbroker: zookeeper.connect: no ZooKeeper server of 127.0.0.1:{port} answered "
+        "within 800 ms; not starting")
+    assert time.monotonic() - started < 30
+    assert not os.path.exists(broker.unix_path)
+
+
+def test_clean_stop_removes_registration_before_the_listener_closes(
+        make_broker, tmp_path, zookeeper, zk):
+    broker = cluster_broker(make_broker, tmp_path, zookeeper, zk, 1)
+    with broker.client() as c:
+        c.create_topic("t", 2)
+    wait_until(lambda: zk.exists(paths.topic_broker_path("t", 1)) is not None)
+    gone: list[float] = []
+    refused: list[float] = []
+
+    def on_data(data, stat):
+        if data is None and not gone:
+            gone.append(time.monotonic())
+            return False
+        return None
+    zk.DataWatch(paths.broker_path(1), on_data)
+
+    def probe():
+        while not refused:
+            try:
+                socket.create_connection(("127.0.0.1", broker.port), timeout=1).close()
+            except OSError:
+                refused.append(time.monotonic())
+            time.sleep(0.005)
+    prober = threading.Thread(target=probe, daemon=True)
+    prober.start()
+    assert broker.stop() == 0
+    prober.join(10)
+    wait_until(lambda: gone)
+    assert gone[0] <= refused[0]
+    assert zk.get_children(paths.BROKER_IDS) == []
+    assert zk.get_children(paths.topic_path("t")) == []
+
+
+def test_sigkilled_broker_leaves_after_the_session_timeout(make_broker, tmp_path, zookeeper, zk):
+    broker = cluster_broker(make_broker, tmp_path, zookeeper, zk, 1,
+                            **{"zookeeper.session.timeout.ms": 1500})
+    with broker.client() as c:
+        c.create_topic("t", 1)
+    wait_until(lambda: zk.exists(paths.topic_broker_path("t", 1)) is not None)
+    # all stopped first: a worker told of its supervisor's death would stop cleanly
+    tree = [psutil.Process(broker.proc.pid), *psutil.Process(broker.proc.pid).children()]
+    for p in tree:
+        p.send_signal(signal.SIGSTOP)
+    for p in tree:
+        p.send_signal(signal.SIGKILL)
+    killed = time.monotonic()
+    assert zk.exists(paths.broker_path(1)) is not None
+    wait_until(lambda: zk.exists(paths.broker_path(1)) is None)
+    # the last ping may have been up to a third of the timeout before the kill
+    assert 0.9 < time.monotonic() - killed < 8
+    broker.kill_tree()  # reaps them
+    wait_until(lambda: zk.exists(paths.topic_broker_path("t", 1)) is None)
+
+
+def test_zookeeper_outage_stops_no_produce_or_fetch_and_the_broker_registers_again(
+        make_broker, tmp_path, zookeeper, zk):
+    broker = cluster_broker(make_broker, tmp_path, zookeeper, zk, 1,
+                            **{"zookeeper.session.timeout.ms": 1500})
+    registrar = broker.workers()["hb-registrar"]
+    with broker.client() as c:
+        c.create_topic("t", 1)
+    wait_until(lambda: zk.exists(paths.topic_broker_path("t", 1)) is not None)
+    sent = []
+    zookeeper.stop()
+    down = time.monotonic()
+    with broker.client(timeout=5) as c:
+        while time.monotonic() - down < 3.0:  # produce and fetch go on throughout
+            batch = [f"m{len(sent) + j}".encode() for j in range(10)]
+            c.produce("t", 0, encode_message_set(batch))
+            sent += batch
+            assert read_all(c, "t")[-10:] == batch
+            time.sleep(0.05)
+    assert len(sent) >= 100
+    zookeeper.start()
+    zk_ok = time.monotonic()
+    wait_until(lambda: AGAIN in broker.log(), timeout=20)
+    assert time.monotonic() - zk_ok < 15
+    wait_until(lambda: zk.connected and zk.exists(paths.broker_path(1)) is not None)
+    assert json.loads(node(zk, paths.broker_path(1))) == registered(broker, 1)
+    assert node(zk, paths.topic_broker_path("t", 1)) == b"1"
+    with broker.client() as c:
+        assert read_all(c, "t") == sent
+    assert broker.workers()["hb-registrar"] == registrar  # by itself, not replaced
+    log = broker.log()
+    assert log.count(AGAIN) == 1
+    assert log.count("local produce and fetch go on") == 1
+
+
+def test_registrar_frozen_past_its_session_registers_again_by_itself(
+        make_broker, tmp_path, zookeeper, zk):
+    broker = cluster_broker(make_broker, tmp_path, zookeeper, zk, 1, **{
+        "zookeeper.session.timeout.ms": 1500, "worker.heartbeat.timeout.ms": 30000})
+    with broker.client() as c:
+        c.create_topic("t", 2)
+    wait_until(lambda: zk.exists(paths.topic_broker_path("t", 1)) is not None)
+    owner = zk.exists(paths.broker_path(1)).ephemeralOwner
+    registrar = broker.workers()["hb-registrar"]
+    os.kill(registrar, signal.SIGSTOP)
+    try:
+        wait_until(lambda: zk.exists(paths.broker_path(1)) is None)  # its session expired
+        assert zk.exists(paths.topic_broker_path("t", 1)) is None
+        with broker.client() as c:  # the broker serves meanwhile
+            c.produce("t", 1, encode_message_set([b"while frozen"]))
+    finally:
+        os.kill(registrar, signal.SIGCONT)
+    wait_until(lambda: zk.exists(paths.topic_broker_path("t", 1)) is not None)
+    stat = zk.exists(paths.broker_path(1))
+    assert stat is not None and stat.ephemeralOwner != owner  # a new session
+    assert json.loads(node(zk, paths.broker_path(1))) == registered(broker, 1)
+    assert node(zk, paths.topic_broker_path("t", 1)) == b"2"
+    assert broker.workers()["hb-registrar"] == registrar
+    wait_until(lambda: AGAIN in broker.log())
+    assert broker.log().count(AGAIN) == 1
+    assert "session expired" in broker.log()
