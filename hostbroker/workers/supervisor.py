@@ -12,11 +12,12 @@ nothing), create the log dirs, take the broker lock, bind the listeners,
 create shared memory, fork the writers (each recovers its log dir) and wait
 until they are ready, then the handlers, the processors and the acceptor,
 and in cluster mode (``zookeeper.connect``) the registrar, ready once it has
-registered the broker in ZooKeeper; then tell systemd ``READY=1``. While waiting, ``EXTEND_TIMEOUT_USEC`` every
-5 s keeps systemd's start timeout from ending a long log recovery. A start
-that cannot succeed here exits ``ExitStatus.REFUSED`` (78) with one line (a
-worker that exits ``EXIT_REFUSED`` has said it itself: ZooKeeper does not
-answer, the broker id is taken).
+registered the broker in ZooKeeper; then tell systemd ``READY=1``. While
+waiting, ``EXTEND_TIMEOUT_USEC`` every 5 s keeps systemd's start timeout from
+ending a long log recovery. A start that cannot succeed here exits
+``ExitStatus.REFUSED`` (78) with one line (a worker that exits
+``EXIT_REFUSED`` has said it itself: ZooKeeper does not answer, the broker
+id is taken).
 
 Loop: signal handlers only queue the signal (``signal.set_wakeup_fd``); the
 loop reaps children with ``waitpid(WNOHANG)`` and replaces any that died
@@ -30,9 +31,9 @@ kernel for SIGTERM on our death right after its fork (``die_with_parent``).
 
 Stop (SIGTERM/SIGINT): first the registrar (its ZooKeeper session closes, so
 the registrations go before the listeners close), then in data-flow order,
-each group finishing its in-flight work first: acceptor, processors (answer what they have), handlers,
-writers (flush, clean-shutdown marker); then remove shared memory and Unix
-socket files, and exit 0.
+each group finishing its in-flight work first: acceptor, processors (answer
+what they have), handlers, writers (flush, clean-shutdown marker); then
+remove shared memory and Unix socket files, and exit 0.
 """
 
 from __future__ import annotations
