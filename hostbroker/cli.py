@@ -81,31 +81,40 @@ def _add_bootstrap(parser: argparse.ArgumentParser) -> None:
                         help=f"broker: tcp://HOST:PORT or unix:///PATH (default {DEFAULT_BOOTSTRAP})")
 
 
-def _topics_create(args: argparse.Namespace) -> int:
+def _topics_run(action: str, args: argparse.Namespace, *work_args, **kwargs) -> int:
+    """``topics ACTION`` on one broker (--bootstrap), or on every live broker of
+    the cluster (--zookeeper): the ``*_cluster`` function of the same action."""
     from hostbroker.commands import topics
 
-    return commands.run("topics create", topics.create, args.topic, args.partitions,
-                        args.config or (), bootstrap=args.bootstrap)
+    name = {"list": "list_topics"}.get(action, action)
+    if args.zookeeper is not None:
+        return commands.run(f"topics {action}", getattr(topics, f"{action}_cluster"),
+                            *work_args, zookeeper=args.zookeeper, **kwargs)
+    return commands.run(f"topics {action}", getattr(topics, name), *work_args,
+                        bootstrap=args.bootstrap, **kwargs)
+
+
+def _topics_create(args: argparse.Namespace) -> int:
+    return _topics_run("create", args, args.topic, args.partitions, args.config or ())
 
 
 def _topics_list(args: argparse.Namespace) -> int:
-    from hostbroker.commands import topics
-
-    return commands.run("topics list", topics.list_topics, bootstrap=args.bootstrap)
+    return _topics_run("list", args)
 
 
 def _topics_describe(args: argparse.Namespace) -> int:
-    from hostbroker.commands import topics
-
-    return commands.run("topics describe", topics.describe,
-                        [*args.topics, *(args.topic or ())], as_json=args.json,
-                        bootstrap=args.bootstrap)
+    return _topics_run("describe", args, [*args.topics, *(args.topic or ())], as_json=args.json)
 
 
 def _topics_delete(args: argparse.Namespace) -> int:
-    from hostbroker.commands import topics
+    return _topics_run("delete", args, args.topic)
 
-    return commands.run("topics delete", topics.delete, args.topic, bootstrap=args.bootstrap)
+
+def _add_topics_target(parser: argparse.ArgumentParser) -> None:
+    _add_bootstrap(parser)
+    parser.add_argument("--zookeeper", metavar="HOST:PORT[,...][/CHROOT]",
+                        help="cluster mode: every live broker registered in this ZooKeeper "
+                             "(instead of --bootstrap)")
 
 
 def _add_topics(sub) -> None:
@@ -115,28 +124,29 @@ def _add_topics(sub) -> None:
         "create", help="create a topic",
         description="Create a topic. Topic configs override the broker's log.* defaults: "
                     "segment.bytes, retention.ms, retention.bytes, flush.messages, flush.ms, "
-                    "max.message.bytes.")
-    _add_bootstrap(create)
+                    "max.message.bytes. With --zookeeper the topic gets PARTITIONS "
+                    "partitions on every live broker.")
+    _add_topics_target(create)
     create.add_argument("--topic", required=True)
     create.add_argument("--partitions", type=int, default=1, help="(default 1)")
     create.add_argument("--config", metavar="KEY=VALUE", action="append",
                         help="a topic config (repeatable)")
     create.set_defaults(func=_topics_create)
     listing = actions.add_parser("list", help="print every topic name, one a line")
-    _add_bootstrap(listing)
+    _add_topics_target(listing)
     listing.set_defaults(func=_topics_list)
     describe = actions.add_parser(
         "describe", help="partitions of topics: broker, log start/end offsets, log dir, error",
         description="Describe the named topics, or every topic. Exit status 1 if a named "
                     "topic does not exist.")
-    _add_bootstrap(describe)
+    _add_topics_target(describe)
     describe.add_argument("topics", nargs="*", metavar="TOPIC")
     describe.add_argument("--topic", action="append",
                           help="a topic to describe (repeatable; the same as naming it)")
     describe.add_argument("--json", action="store_true", help="one JSON document")
     describe.set_defaults(func=_topics_describe)
     delete = actions.add_parser("delete", help="delete a topic and its data")
-    _add_bootstrap(delete)
+    _add_topics_target(delete)
     delete.add_argument("--topic", required=True)
     delete.set_defaults(func=_topics_delete)
 

@@ -7,6 +7,15 @@ any connection is made, so a typo is a usage error, not a broker error.
 
 ``describe`` prints, per partition, what METADATA says: the broker serving
 it, the log start and end offsets, the log dir and the partition's error.
+
+With ``--zookeeper`` (cluster mode, docs/cluster.md) the live brokers are
+read from ZooKeeper (``/brokers/ids``) and every command goes to each of
+them through its registered listeners: ``create`` makes the topic's N
+partitions on every live broker (per-broker partition counts, as in the
+original design), ``delete`` removes it from each broker holding it, and
+``list`` / ``describe`` show the whole cluster from each broker's METADATA.
+A broker that cannot be reached or refuses is named on stderr and makes the
+exit status 1; the others are still served.
 """
 
 from __future__ import annotations
@@ -39,9 +48,8 @@ def _client(bootstrap: str):
     return SimpleClient(check_bootstrap(bootstrap), client_id="hostbroker-topics")
 
 
-def create(topic: str, partitions: int, configs: Iterable[str] = (), *,
-           bootstrap: str = DEFAULT_BOOTSTRAP, out: TextIO = sys.stdout) -> int:
-    """Create ``topic`` with ``partitions`` partitions and ``configs`` (``KEY=VALUE``) overrides."""
+def _create_args(topic: str, partitions: int, configs: Iterable[str]) -> dict[str, str]:
+    """The topic configs of a ``create``, after checking every argument (usage errors)."""
     from hostbroker.log.config import LogConfig
     from hostbroker.errors import InvalidTopicError
     from hostbroker.log.segments import validate_topic_name
@@ -54,11 +62,22 @@ def create(topic: str, partitions: int, configs: Iterable[str] = (), *,
         raise usage_error(f"--partitions must be at least 1, not {partitions}")
     configs = key_values("--config", configs)
     LogConfig().with_overrides(configs)
+    return configs
+
+
+def _created(topic: str, partitions: int, configs: dict[str, str], where: str = "") -> str:
+    suffix = "".join(f" {key}={value}" for key, value in configs.items())
+    return (f"created topic {topic} with {partitions} partition"
+            f"{'s' if partitions != 1 else ''}{where}{suffix}")
+
+
+def create(topic: str, partitions: int, configs: Iterable[str] = (), *,
+           bootstrap: str = DEFAULT_BOOTSTRAP, out: TextIO = sys.stdout) -> int:
+    """Create ``topic`` with ``partitions`` partitions and ``configs`` (``KEY=VALUE``) overrides."""
+    configs = _create_args(topic, partitions, configs)
     with _client(bootstrap) as client:
         client.create_topic(topic, partitions, configs)
-    suffix = "".join(f" {key}={value}" for key, value in configs.items())
-    print(f"created topic {topic} with {partitions} partition"
-          f"{'s' if partitions != 1 else ''}{suffix}", file=out)
+    print(_created(topic, partitions, configs), file=out)
     return EXIT_OK
 
 
@@ -134,4 +153,157 @@ def describe(topics: list[str], *, as_json: bool = False, bootstrap: str = DEFAU
         error = "" if topic.error_code == ErrorCode.NONE else f"  error: {_name(topic.error_code)}"
         print(f"topic: {topic.topic}  partitions: {len(topic.partitions)}{error}", file=out)
         _table(_rows(topic), out)
+    return status
+
+
+# -- cluster mode: every live broker registered in ZooKeeper --------------------
+
+
+def live_brokers(zookeeper: str) -> list:
+    """The live brokers registered under ``zookeeper`` (BrokerInfo, by id), or a
+    command error: usage for a bad connect string, 1 when ZooKeeper does not
+    answer or no broker is registered."""
+    import logging
+
+    from hostbroker.cluster.discovery import read_snapshot
+    from hostbroker.cluster.zk import ZooKeeperUnavailable, make_client
+    from hostbroker.commands import CommandError
+
+    logging.getLogger("kazoo").setLevel(logging.ERROR)
+    try:
+        client = make_client(zookeeper, 10000, 6000, key="--zookeeper")
+    except ZooKeeperUnavailable as exc:
+        raise CommandError(str(exc)) from None
+    try:
+        brokers = read_snapshot(client).brokers
+    finally:
+        client.stop()
+        client.close()
+    if not brokers:
+        raise CommandError(f"no live broker is registered in ZooKeeper at {zookeeper}")
+    return [brokers[b] for b in sorted(brokers)]
+
+
+def broker_uri(info) -> str:
+    """The listener to reach a registered broker by: its Unix socket when that exists
+    on this host, else its TCP one."""
+    import os
+
+    uris = info.uris()
+    if info.unix and not os.path.exists(info.unix) and len(uris) > 1:
+        return uris[1]
+    return uris[0]
+
+
+def _each_broker(name: str, brokers, work, err: TextIO):
+    """``work(info, client)`` for every broker; (results by broker id, status). A
+    broker that fails is named on stderr with its one line; the others go on."""
+    from hostbroker.client.simple import SimpleClient
+    from hostbroker.commands import describe_error
+    from hostbroker.errors import HostbrokerError
+
+    results, status = {}, EXIT_OK
+    for info in brokers:
+        uri = broker_uri(info)
+        try:
+            with SimpleClient(uri, client_id="hostbroker-topics") as client:
+                results[info.broker_id] = work(info, client)
+        except (HostbrokerError, OSError) as exc:
+            message, _ = describe_error(exc, uri)
+            print(f"hostbroker topics {name}: broker {info.broker_id}: {message}", file=err)
+            status = EXIT_BROKER
+    return results, status
+
+
+def _ids(ids) -> str:
+    ids = sorted(ids)
+    return f" on broker{'s' if len(ids) != 1 else ''} {', '.join(map(str, ids))}"
+
+
+def create_cluster(topic: str, partitions: int, configs: Iterable[str] = (), *,
+                   zookeeper: str, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+    """Create ``topic`` with ``partitions`` partitions on every live broker."""
+    configs = _create_args(topic, partitions, configs)
+    brokers = live_brokers(zookeeper)
+    done, status = _each_broker(
+        "create", brokers, lambda info, c: c.create_topic(topic, partitions, configs), err)
+    if done:
+        print(_created(topic, partitions, configs, _ids(done)), file=out)
+    return status
+
+
+def delete_cluster(topic: str, *, zookeeper: str, out: TextIO = sys.stdout,
+                   err: TextIO = sys.stderr) -> int:
+    """Delete ``topic`` from every live broker that holds it."""
+    from hostbroker.client.errors import BrokerError
+    from hostbroker.commands import CommandError
+    from hostbroker.errors import ErrorCode
+
+    def work(info, client):
+        response = client.delete_topic(topic, raise_on_error=False)
+        if response.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+            return False
+        if response.error_code != ErrorCode.NONE:
+            raise BrokerError(response.error_code, response.error_message or "")
+        return True
+
+    results, status = _each_broker("delete", live_brokers(zookeeper), work, err)
+    deleted = [b for b, held in results.items() if held]
+    if deleted:
+        print(f"deleted topic {topic}{_ids(deleted)}", file=out)
+    elif status == EXIT_OK:
+        raise CommandError(f"no live broker holds topic {topic}")
+    return status
+
+
+def _metadata(name: str, brokers, topics: list[str], err: TextIO):
+    return _each_broker(name, brokers, lambda info, c: c.metadata(topics), err)
+
+
+def list_cluster(*, zookeeper: str, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+    """Print every topic of any live broker, one a line, sorted."""
+    answers, status = _metadata("list", live_brokers(zookeeper), [], err)
+    for name in sorted({t.topic for r in answers.values() for t in r.topics}):
+        print(name, file=out)
+    return status
+
+
+def describe_cluster(topics: list[str], *, as_json: bool = False, zookeeper: str,
+                     out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+    """The live brokers, then ``topics`` (every topic when empty) over the whole
+    cluster, partition by partition, sorted by (broker, partition). A named topic
+    that no live broker holds is named on stderr and makes the exit status 1."""
+    from hostbroker.errors import ErrorCode
+
+    brokers = live_brokers(zookeeper)
+    answers, status = _metadata("describe", brokers, topics, err)
+    held: dict[str, list] = {}
+    for broker_id in sorted(answers):
+        for topic in answers[broker_id].topics:
+            held.setdefault(topic.topic, [])
+            if topic.error_code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                held[topic.topic].append(topic)
+    for name in sorted(held):
+        if not held[name]:
+            print(f"hostbroker topics describe: no topic {name}", file=err)
+            status = EXIT_BROKER
+            del held[name]
+    if as_json:
+        document = {
+            "brokers": [{"broker": b.broker_id, "uris": b.uris()} for b in brokers],
+            "topics": [{"topic": name, "partitions": [
+                p for part in held[name] for p in _as_json(part)["partitions"]]}
+                for name in sorted(held)],
+        }
+        print(json.dumps(document, indent=2), file=out)
+        return status
+    for b in brokers:
+        print(f"broker {b.broker_id}: {' '.join(b.uris())}", file=out)
+    for name in sorted(held):
+        parts = held[name]
+        errors = sorted({_name(t.error_code) for t in parts if t.error_code != ErrorCode.NONE})
+        count = sum(len(t.partitions) for t in parts)
+        print(f"topic: {name}  brokers: {len(parts)}  partitions: {count}"
+              + (f"  error: {', '.join(errors)}" if errors else ""), file=out)
+        _table([row for t in parts for row in _rows(t)], out)
     return status
