@@ -88,9 +88,12 @@ _GENERATION = 24 // 8  # index into the header viewed as u64
 FREE = 0
 # A reader gives up on a slot whose seq stayed at one odd value for this many
 # tries and this long (its writer died mid-write), or that it could not read
-# consistently for READ_GIVE_UP_SECONDS (a writer that never pauses).
+# consistently for READ_GIVE_UP_SECONDS (a writer that never pauses). A live
+# writer preempted mid-write can wait tens of milliseconds for a core when
+# every core is busy (20 ms was seen to be too short on 2 loaded cores); only
+# a writer's death, which the supervisor repairs, costs a reader this long.
 READ_SPINS = 10_000
-READ_STUCK_SECONDS = 0.02
+READ_STUCK_SECONDS = 0.5
 READ_GIVE_UP_SECONDS = 1.0
 
 
