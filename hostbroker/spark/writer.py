@@ -76,9 +76,9 @@ def check_columns(schema: StructType, opts: WriteOptions) -> dict[str, str]:
     for f in schema.fields:
         name = f.name.lower()
         if name not in COLUMNS:
-            raise _column_error(f.name, f"not a column this sink takes (it takes value, and "
-                                f"optionally topic, partition and key); select or drop columns "
-                                f"first")
+            raise _column_error(f.name, "not a column this sink takes (it takes value, and "
+                                "optionally topic, partition and key); select or drop columns "
+                                "first")
         if name in found:
             raise _column_error(f.name, f"given twice ({found[name]} and {f.name})")
         types, described = COLUMNS[name]
