@@ -31,8 +31,14 @@ crash between two commits replays messages but never skips one. Where no
 offset is stored, or the stored one is outside the log,
 ``auto.offset.reset`` chooses the earliest or latest offset.
 
-ZooKeeper-coordinated groups (docs/spec/zookeeper.md) plug in through the
-two interfaces: a rebalancing assignor and a ZooKeeper offset storage.
+Cluster mode. With ``zookeeper.connect`` the group spans processes
+(docs/spec/zookeeper.md): the connector registers in ZooKeeper and its
+partitions, ``(topic, partition, broker_id)``, come from the group's range
+rebalance (:mod:`hostbroker.client.group_cluster`), fetched from their own
+brokers; offsets are kept in ZooKeeper (``offsets.storage``). A
+``rebalance_listener`` hears of partitions given up and taken
+(``on_partitions_revoked`` / ``on_partitions_assigned``, each with a list of
+partitions; standalone, only the latter, as partitions appear).
 """
 
 from __future__ import annotations
@@ -43,15 +49,18 @@ import re
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hostbroker.client.consumer import EARLIEST, FETCH_SETTINGS, LATEST, SimpleConsumer, _Connector
 from hostbroker.client.errors import BrokerError
 from hostbroker.client.settings import broker_uris, resolve
 from hostbroker.client.streams import Fetcher, KafkaStream, MessageAndMetadata, TopicPartition
 from hostbroker.config import Setting, between, one_of
-from hostbroker.errors import ConfigError, ErrorCode, HostbrokerError
+from hostbroker.errors import ConfigError, ErrorCode
 from hostbroker.protocol import api
+
+if TYPE_CHECKING:
+    from hostbroker.client.group_cluster import ClusterSide
 
 __all__ = ["GROUP_SETTINGS", "Blacklist", "BrokerOffsetStorage", "ConsumerConnector",
            "KafkaStream", "MessageAndMetadata", "OffsetStorage", "PartitionAssignor",
@@ -91,6 +100,25 @@ GROUP_SETTINGS: tuple[Setting, ...] = FETCH_SETTINGS + (
     Setting("retry.backoff.max.ms", int, 10000,
             "Longest pause retry.backoff.ms doubles to while the broker cannot be reached.",
             between(0, 2**31 - 1)),
+    Setting("zookeeper.connect", str, "",
+            "Cluster mode: host:port[,host:port...][/chroot] of the ZooKeeper that "
+            "coordinates the group and names the brokers (broker.list is then not used)."),
+    Setting("zookeeper.session.timeout.ms", int, 6000,
+            "Cluster mode: a consumer silent this long leaves the group (its partitions "
+            "are rebalanced).", between(400, 2**31 - 1)),
+    Setting("zookeeper.connection.timeout.ms", int, 6000,
+            "Cluster mode: how long the first connection to ZooKeeper is waited for.",
+            between(1, 2**31 - 1)),
+    Setting("rebalance.max.retries", int, 4,
+            "Cluster mode: attempts of a rebalance after the first while another consumer "
+            "still owns a partition this one is to take.", between(0, 1000)),
+    Setting("rebalance.backoff.ms", int, 2000,
+            "Cluster mode: longest wait between two attempts of a rebalance (a released "
+            "owner node ends it at once).", between(0, 2**31 - 1)),
+    Setting("offsets.storage", str, "zookeeper",
+            "Cluster mode: where the group's offsets are kept: zookeeper "
+            "(/consumers/[group]/offsets) or broker (each partition's broker). Standalone "
+            "offsets are always kept by the broker.", one_of("zookeeper", "broker")),
 )
 
 # Topic filters.
@@ -218,7 +246,11 @@ class ConsumerConnector:
     ``bootstrap`` (a URI or a list) overrides ``broker.list``; settings as for
     :class:`SimpleConsumer` plus GROUP_SETTINGS. ``offset_storage`` defaults to
     :class:`BrokerOffsetStorage` on the same brokers, ``assignor`` to
-    :class:`RoundRobinAssignor`. Streams are created once per connector,
+    :class:`RoundRobinAssignor`. With ``zookeeper_connect`` the group's rebalance in
+    ZooKeeper gives the partitions instead (``bootstrap`` and ``assignor`` are not
+    used), and ``offset_storage`` defaults to ``offsets.storage``.
+    ``rebalance_listener`` may have ``on_partitions_revoked(partitions)`` and
+    ``on_partitions_assigned(partitions)``. Streams are created once per connector,
     by :meth:`create_message_streams` or :meth:`create_message_streams_by_filter`;
     :meth:`shutdown` ends them. Usable as a context manager (shutdown on exit).
     """
@@ -230,6 +262,7 @@ class ConsumerConnector:
         *,
         offset_storage: OffsetStorage | None = None,
         assignor: PartitionAssignor | None = None,
+        rebalance_listener: Any = None,
         **options: Any,
     ):
         self.settings = resolve(GROUP_SETTINGS, config, options)
@@ -237,6 +270,21 @@ class ConsumerConnector:
         if not self.group:
             raise ConfigError("group.id: required by the high-level consumer")
         self._uris = broker_uris(bootstrap, self.settings)
+        self.rebalance_listener = rebalance_listener
+        self.cluster: ClusterSide | None = None
+        if self.settings["zookeeper.connect"]:
+            if bootstrap is not None or "broker.list" in (config or {}) or "broker_list" in options:
+                raise ConfigError("zookeeper.connect: not together with a bootstrap or "
+                                  "broker.list (the brokers come from ZooKeeper)")
+            from hostbroker.client.group_cluster import ClusterSide
+            from hostbroker.cluster.zk import make_client
+
+            client = make_client(self.settings["zookeeper.connect"],
+                                 self.settings["zookeeper.session.timeout.ms"],
+                                 self.settings["zookeeper.connection.timeout.ms"])
+            self.cluster = ClusterSide(self, client)
+            if offset_storage is None:
+                offset_storage = self.cluster.offset_storage()
         if offset_storage is None:
             offset_storage = BrokerOffsetStorage(self._uris, self._fetch_config())
             self._own_storage = True
@@ -270,8 +318,8 @@ class ConsumerConnector:
     def _fetch_config(self) -> dict[str, Any]:
         return {s.key: self.settings[s.key] for s in FETCH_SETTINGS}
 
-    def _new_consumer(self) -> SimpleConsumer:
-        return SimpleConsumer(self._uris, self._fetch_config(), auto_offset_reset="none")
+    def _new_consumer(self, uris: list[str] | None = None) -> SimpleConsumer:
+        return SimpleConsumer(uris or self._uris, self._fetch_config(), auto_offset_reset="none")
 
     # Subscriptions.
 
@@ -315,6 +363,11 @@ class ConsumerConnector:
         return streams
 
     def _start(self) -> None:
+        self._next_commit = time.monotonic() + self.settings["auto.commit.interval.ms"] / 1000
+        if self.cluster is not None:
+            # Registers and rebalances once; its fetchers start as partitions come.
+            self.cluster.member.start()
+            return
         self._fetchers = [Fetcher(self, i) for i in range(self.settings["num.consumer.fetchers"])]
         # The first assignment runs here, so that a broker that cannot be
         # reached or a group whose offsets cannot be read fails the call.
@@ -338,11 +391,15 @@ class ConsumerConnector:
         now = time.monotonic()
         if now >= self._next_refresh:
             self._refresh(fetcher.consumer)
+        self._auto_commit(now)
+
+    def _auto_commit(self, now: float) -> None:
+        """Commit what the streams moved past, every auto.commit.interval.ms."""
         if self.settings["auto.commit.enable"] and now >= self._next_commit:
             self._next_commit = now + self.settings["auto.commit.interval.ms"] / 1000
             try:
                 self._commit(dict(self._done))
-            except (HostbrokerError, OSError) as exc:
+            except Exception as exc:  # noqa: BLE001 - broker or ZooKeeper errors: next interval
                 log.warning("consumer group %s: auto commit failed: %s", self.group, exc)
 
     def _refresh(self, consumer: SimpleConsumer) -> None:
@@ -375,6 +432,17 @@ class ConsumerConnector:
             self._owned[tp] = stream
             stream.partitions.append(tp)
             self._fetchers[i % len(self._fetchers)].add(tp, stream, offset)
+        self._notify("on_partitions_assigned", sorted(new))
+
+    def _notify(self, method: str, partitions: list) -> None:
+        """Call the rebalance listener's ``method`` (if any); its errors are logged."""
+        call = getattr(self.rebalance_listener, method, None)
+        if call is None:
+            return
+        try:
+            call(partitions)
+        except Exception:  # noqa: BLE001 - a listener's bug must not stop the group
+            log.exception("consumer group %s: rebalance listener %s failed", self.group, method)
 
     def _plan(self, partitions: Mapping[str, Sequence[int]],
               streams: Sequence[KafkaStream]) -> dict[TopicPartition, KafkaStream]:
@@ -421,9 +489,10 @@ class ConsumerConnector:
         commit. Raises the storage's error (BrokerError, connection errors)."""
         self._commit(self.positions())
 
-    def _commit(self, offsets: Mapping[TopicPartition, int]) -> None:
+    def _commit(self, offsets: Mapping[TopicPartition, int], owned_only: bool = True) -> None:
         with self._commit_lock:
-            changed = {tp: o for tp, o in offsets.items() if self._committed.get(tp) != o}
+            changed = {tp: o for tp, o in offsets.items() if self._committed.get(tp) != o
+                       and (self.cluster is None or not owned_only or tp in self._owned)}
             if changed:
                 self.offset_storage.commit(self.group, changed)
                 self._committed.update(changed)
@@ -438,6 +507,8 @@ class ConsumerConnector:
             if self.closed:
                 return
             self.closed = True
+        if self.cluster is not None:
+            self.cluster.member.close()  # no rebalance from here on
         for fetcher in self._fetchers:
             fetcher.wake.set()
         for fetcher in self._fetchers:
@@ -451,3 +522,5 @@ class ConsumerConnector:
                 stream.end()
             if self._own_storage:
                 self.offset_storage.close()
+            if self.cluster is not None:
+                self.cluster.close()

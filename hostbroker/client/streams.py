@@ -21,6 +21,12 @@ most ``fetch.size`` bytes, or up to ``fetch.message.max.bytes`` for a larger
 entry): the bound Kafka's consumer has too, which holds one whole answer
 while it waits for room.
 
+Each chunk travels with the key the connector names its partition by
+(``(topic, partition)``, or in cluster mode a ``PartitionKey`` that also
+names the broker); in cluster mode a stream hands out only chunks of
+partitions it still owns, so a rebalance needs no wait for fetches in
+flight (:meth:`Fetcher.remove` takes effect at the next round).
+
 A fetcher that loses its broker retries with exponential back-off, from
 ``retry.backoff.ms`` doubling up to ``retry.backoff.max.ms``, one log line
 per attempt; the first answer resets it.
@@ -32,7 +38,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from hostbroker.client.connection import ConnectionClosedError
@@ -66,6 +72,7 @@ class MessageAndMetadata(NamedTuple):
     offset: int
     next_offset: int
     value: bytes
+    broker_id: int = -1  # the partition's broker in cluster mode (-1 standalone)
 
 
 _new_message = tuple.__new__
@@ -122,6 +129,8 @@ class KafkaStream:
         self._current: Iterator[tuple[int, int, bytes]] | None = None
         self._topic = ""
         self._partition = -1
+        self._key: Any = None  # the partition of the current chunk, as the connector keys it
+        self._broker_id = -1
         self._last: tuple[TopicPartition, int] | None = None  # handed out, not yet moved past
         self._ended = False
         self._stopped_by: InvalidEntryError | None = None
@@ -152,9 +161,10 @@ class KafkaStream:
                     raise
                 if message is not None:
                     offset, next_offset, value = message
-                    self._last = ((self._topic, self._partition), next_offset)
+                    self._last = (self._key, next_offset)
                     return _new_message(MessageAndMetadata, (
-                        self._topic, self._partition, offset, next_offset, value))
+                        self._topic, self._partition, offset, next_offset, value,
+                        self._broker_id))
                 self._current = None
             self._take()
 
@@ -170,12 +180,24 @@ class KafkaStream:
         elif isinstance(item, BaseException):
             raise item
         else:
-            self._topic, self._partition = item.topic, item.partition
-            self._current = iter(item)
+            key, chunk = item
+            connector = self._connector
+            if connector.cluster is not None and connector._owned.get(key) is not self:
+                return  # fetched before its partition was given up: not ours to hand out
+            self._key = key
+            self._topic, self._partition = chunk.topic, chunk.partition
+            self._broker_id = key[2] if len(key) > 2 else -1
+            self._current = iter(chunk)
 
     def handed(self) -> tuple[TopicPartition, int] | None:
         """The partition and next_offset of the message last handed out and not moved past."""
         return self._last
+
+    def release(self, keys: Collection[Any]) -> None:
+        """For a rebalance giving up ``keys``: drop the rest of the current chunk if it is
+        theirs (queued chunks of theirs are dropped when taken)."""
+        if self._key in keys:
+            self._current = None
 
     def room(self) -> int:
         """Chunks the queue may still take (0 or below: fetch nothing for this stream)."""
@@ -205,14 +227,19 @@ class KafkaStream:
 class Fetcher:
     """One thread and connection fetching its partitions into their streams' queues."""
 
-    def __init__(self, connector: ConsumerConnector, index: int):
+    def __init__(self, connector: ConsumerConnector, index: int, uris: list[str] | None = None,
+                 housekeeping: bool | None = None):
         self.connector = connector
         self.index = index
-        self.consumer = connector._new_consumer()
+        # The first fetcher does the connector's housekeeping unless told otherwise.
+        self.housekeeping = index == 0 if housekeeping is None else housekeeping
+        self.stopped = False  # set by stop(): the thread ends after its round
+        self.consumer = connector._new_consumer(uris)
         self.positions: dict[TopicPartition, int] = {}  # next offset to fetch
         self.streams: dict[TopicPartition, KafkaStream] = {}
         self.paused_until: dict[TopicPartition, float] = {}
-        self.incoming: list[tuple[TopicPartition, KafkaStream, int]] = []
+        # Partitions to start (stream, offset) or to stop (None, -1), in order.
+        self.incoming: list[tuple[TopicPartition, KafkaStream | None, int]] = []
         self.lock = threading.Lock()
         self.wake = threading.Event()
         settings = connector.settings
@@ -226,11 +253,22 @@ class Fetcher:
             self.incoming.append((tp, stream, offset))
         self.wake.set()
 
+    def remove(self, tps: Collection[TopicPartition]) -> None:
+        """Stop fetching ``tps`` from the next round on (a round in flight still delivers)."""
+        with self.lock:
+            self.incoming.extend((tp, None, -1) for tp in tps)
+        self.wake.set()
+
+    def stop(self) -> None:
+        """End the thread after its round (it closes its connection)."""
+        self.stopped = True
+        self.wake.set()
+
     def run(self) -> None:
         connector = self.connector
-        while not connector.closed:
+        while not connector.closed and not self.stopped:
             try:
-                if self.index == 0:
+                if self.housekeeping:
                     connector._housekeeping(self)
                 self._round()
                 self.backoff.reset()
@@ -253,7 +291,7 @@ class Fetcher:
         delay = self.backoff.next()
         log.warning("consumer fetcher %d: %s; retrying in %.3g s", self.index, exc, delay)
         deadline = time.monotonic() + delay
-        while not self.connector.closed:
+        while not self.connector.closed and not self.stopped:
             left = deadline - time.monotonic()
             if left <= 0:
                 break
@@ -265,19 +303,25 @@ class Fetcher:
         with self.lock:
             incoming, self.incoming = self.incoming, []
         for tp, stream, offset in incoming:
-            self.streams[tp] = stream
-            self.positions[tp] = offset
+            if stream is None:
+                self.streams.pop(tp, None)
+                self.positions.pop(tp, None)
+                self.paused_until.pop(tp, None)
+            else:
+                self.streams[tp] = stream
+                self.positions[tp] = offset
 
-    def _request_parts(self) -> list[api.FetchPartition]:
+    def _request_parts(self) -> tuple[list[TopicPartition], list[api.FetchPartition]]:
         """Every partition whose stream has room and that is not paused, in the
-        fetcher's order (``positions``' order), at most MAX_FETCH_PARTITIONS."""
+        fetcher's order (``positions``' order), at most MAX_FETCH_PARTITIONS: their
+        keys (as the connector names them) and what to ask for."""
         now = time.monotonic()
         # Room is not reserved for the time of a fetch (a long poll of an idle
         # partition would keep it from the others): another fetcher feeding
         # the same stream may fill it meanwhile.
         open_streams: dict[int, bool] = {}
         size = self.consumer.fetch_size
-        parts = []
+        keys, parts = [], []
         for tp in self.positions:
             if len(parts) == MAX_FETCH_PARTITIONS:
                 break
@@ -286,8 +330,9 @@ class Fetcher:
             if has_room is None:
                 has_room = open_streams[id(stream)] = stream.room() > 0
             if has_room and self.paused_until.get(tp, 0) <= now:
+                keys.append(tp)
                 parts.append(api.FetchPartition(tp[0], tp[1], self.positions[tp], size))
-        return parts
+        return keys, parts
 
     def _round(self) -> None:
         """One FETCH for every partition whose stream has room, or a wait for room."""
@@ -295,19 +340,18 @@ class Fetcher:
         # sets it again, so no wake-up is lost.
         self.wake.clear()
         self._take_incoming()
-        parts = self._request_parts()
+        keys, parts = self._request_parts()
         if not parts:
-            self.wake.wait(self.connector._idle_wait())
+            self.wake.wait(self.connector._idle_wait() if self.housekeeping else 1.0)
             return
         self.consumer.send_fetch(parts)
         results = self.consumer.receive_fetch(parts, raise_on_error=False)
         fetched = []
-        for part, result in zip(parts, results):
-            tp = (part.topic, part.partition)
+        for tp, result in zip(keys, results):
             if isinstance(result, FetchedSet):
                 if result.entries:
                     fetched.append(tp)
-                    self.streams[tp].put(result)
+                    self.streams[tp].put((tp, result))
                 # To the back of the order: what this request left out goes first next.
                 del self.positions[tp]
                 self.positions[tp] = result.next_offset

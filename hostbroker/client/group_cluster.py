@@ -1,0 +1,224 @@
+"""The high-level consumer in cluster mode: partitions given by the group's rebalance.
+
+With ``zookeeper.connect`` a :class:`~hostbroker.client.group.ConsumerConnector`
+does not deal out partitions itself: a
+:class:`~hostbroker.cluster.membership.GroupMember` registers it in its
+group and runs the range rebalance, and :class:`ClusterSide` carries out
+what that decides, as the member's
+:class:`~hostbroker.cluster.membership.Owner`:
+
+- partitions are keyed ``PartitionKey(topic, partition, broker_id)``; each
+  broker's partitions are fetched by a fetcher thread of their own, on a
+  connection to that broker (its listeners as ``/brokers/ids`` gives them,
+  Unix socket first);
+- giving partitions up (:meth:`ClusterSide.revoke`) stops their fetching
+  and drops what was fetched of them but not handed out, tells the
+  rebalance listener (``on_partitions_revoked``), then commits what was
+  handed out of them (with ``auto.commit.enable``);
+- taking partitions (:meth:`ClusterSide.assign`) reads their committed
+  offsets (``auto.offset.reset`` where there are none), tells the listener
+  (``on_partitions_assigned``) and starts fetching them.
+
+Offsets: ``offsets.storage=zookeeper`` (the default)
+:class:`~hostbroker.cluster.membership.ZooKeeperOffsets`, or ``broker``:
+:class:`PerBrokerOffsets`, each partition's offset kept by its own broker.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from hostbroker.client.consumer import SimpleConsumer
+from hostbroker.client.streams import Fetcher, KafkaStream
+from hostbroker.cluster.discovery import Snapshot
+from hostbroker.cluster.membership import GroupMember, PartitionKey, ZooKeeperOffsets, spec_order
+
+if TYPE_CHECKING:
+    from hostbroker.client.group import BrokerOffsetStorage, ConsumerConnector
+
+log = logging.getLogger(__name__)
+
+
+class PerBrokerOffsets:
+    """``offsets.storage=broker`` in cluster mode: each partition's offset kept by its broker."""
+
+    def __init__(self, uris_of: Callable[[int], list[str]], config: Mapping[str, Any]):
+        self._uris_of = uris_of
+        self._config = dict(config)
+        self._storages: dict[int, BrokerOffsetStorage] = {}
+        self._lock = threading.Lock()  # used from the rebalance and the callers' threads
+
+    def _storage(self, broker_id: int) -> BrokerOffsetStorage:
+        from hostbroker.client.group import BrokerOffsetStorage
+
+        with self._lock:
+            storage = self._storages.get(broker_id)
+            if storage is None:
+                storage = BrokerOffsetStorage(self._uris_of(broker_id), self._config)
+                self._storages[broker_id] = storage
+            return storage
+
+    @staticmethod
+    def _by_broker(keys: Iterable[PartitionKey]) -> dict[int, list[PartitionKey]]:
+        out: dict[int, list[PartitionKey]] = {}
+        for key in keys:
+            out.setdefault(key.broker_id, []).append(key)
+        return out
+
+    def fetch(self, group: str, keys: Iterable[PartitionKey]) -> dict[PartitionKey, int]:
+        out = {}
+        for broker_id, mine in self._by_broker(keys).items():
+            stored = self._storage(broker_id).fetch(group, [(k.topic, k.partition) for k in mine])
+            out.update({k: stored.get((k.topic, k.partition), -1) for k in mine})
+        return out
+
+    def commit(self, group: str, offsets: Mapping[PartitionKey, int]) -> None:
+        for broker_id, mine in self._by_broker(offsets).items():
+            self._storage(broker_id).commit(group, {(k.topic, k.partition): offsets[k]
+                                                    for k in mine})
+
+    def close(self) -> None:
+        with self._lock:
+            for storage in self._storages.values():
+                storage.close()
+
+
+class ClusterSide:
+    """What a connector does in cluster mode (see the module docstring)."""
+
+    def __init__(self, connector: ConsumerConnector, client):
+        self.connector = connector
+        self.client = client
+        self.fetchers: dict[int, Fetcher] = {}
+        self._lookups: dict[int, SimpleConsumer] = {}  # offsets_before, rebalance thread only
+        settings = connector.settings
+        self.member = GroupMember(client, connector.group, self, self._subscription,
+                                  max_retries=settings["rebalance.max.retries"],
+                                  backoff_ms=settings["rebalance.backoff.ms"])
+
+    def offset_storage(self):
+        if self.connector.settings["offsets.storage"] == "zookeeper":
+            return ZooKeeperOffsets(self.client)
+        return PerBrokerOffsets(self.uris, self.connector._fetch_config())
+
+    def uris(self, broker_id: int) -> list[str]:
+        view = self.member.view
+        info = view.snapshot.brokers.get(broker_id) if view is not None else None
+        if info is None:
+            raise LookupError(f"broker {broker_id} is not registered in ZooKeeper")
+        return info.uris()
+
+    # The member's Owner.
+
+    def _subscription(self, snapshot: Snapshot) -> dict[str, int]:
+        c = self.connector
+        if c._filter is None:
+            return {topic: len(streams) for topic, streams in c._topic_streams.items()}
+        return {topic: len(c._streams) for topic in snapshot.topics if c._filter.matches(topic)}
+
+    def _streams_of(self, topic: str) -> list[KafkaStream]:
+        c = self.connector
+        return c._streams if c._filter is not None else c._topic_streams[topic]
+
+    def owned(self) -> dict[PartitionKey, int]:
+        return {key: self._streams_of(key.topic).index(stream)
+                for key, stream in self.connector._owned.items()}
+
+    def revoke(self, keys: list[PartitionKey]) -> None:
+        c = self.connector
+        gone = set(keys)
+        for broker_id, mine in PerBrokerOffsets._by_broker(keys).items():
+            fetcher = self.fetchers.get(broker_id)
+            if fetcher is not None:
+                fetcher.remove(mine)
+        # Not owned from here on: the streams drop what is queued of them.
+        streams = {}
+        for key in keys:
+            stream = c._owned.pop(key, None)
+            if stream is not None:
+                streams[id(stream)] = stream
+                if key in stream.partitions:
+                    stream.partitions.remove(key)
+        for stream in streams.values():
+            stream.release(gone)
+        c._notify("on_partitions_revoked", keys)
+        if c.settings["auto.commit.enable"]:
+            handed = c.positions()
+            try:
+                c._commit({k: handed[k] for k in keys if k in handed}, owned_only=False)
+            except Exception as exc:  # noqa: BLE001 - the next owner re-reads what was not stored
+                log.warning("consumer group %s: commit before giving up partitions failed: %s",
+                            c.group, exc)
+        for key in keys:
+            c._done.pop(key, None)
+            c._committed.pop(key, None)
+        busy = {key.broker_id for key in c._owned}
+        for broker_id in [b for b in self.fetchers if b not in busy]:
+            fetcher = self.fetchers.pop(broker_id)
+            fetcher.stop()
+            if fetcher in c._fetchers:
+                c._fetchers.remove(fetcher)
+            self._close_lookup(broker_id)
+
+    def assign(self, keys: dict[PartitionKey, int], snapshot: Snapshot) -> None:
+        c = self.connector
+        ordered = sorted(keys, key=spec_order)
+        stored = c.offset_storage.fetch(c.group, ordered)
+        offsets = {}
+        for key in ordered:
+            offset = stored.get(key, -1)
+            if offset < 0:
+                offset = c._reset_offset(self._lookup(key.broker_id, snapshot), key)
+            offsets[key] = offset
+        c._notify("on_partitions_assigned", ordered)
+        for key in ordered:
+            stream = self._streams_of(key.topic)[keys[key]]
+            c._owned[key] = stream
+            stream.partitions.append(key)
+            self._fetcher(key.broker_id, snapshot).add(key, stream, offsets[key])
+
+    def tick(self) -> None:
+        self.connector._auto_commit(time.monotonic())
+
+    # Per-broker connections.
+
+    def _lookup(self, broker_id: int, snapshot: Snapshot) -> SimpleConsumer:
+        consumer = self._lookups.get(broker_id)
+        if consumer is None:
+            consumer = self.connector._new_consumer(snapshot.brokers[broker_id].uris())
+            self._lookups[broker_id] = consumer
+        return consumer
+
+    def _close_lookup(self, broker_id: int) -> None:
+        consumer = self._lookups.pop(broker_id, None)
+        if consumer is not None:
+            consumer.close()
+
+    def _fetcher(self, broker_id: int, snapshot: Snapshot) -> Fetcher:
+        fetcher = self.fetchers.get(broker_id)
+        if fetcher is None:
+            c = self.connector
+            fetcher = Fetcher(c, broker_id, snapshot.brokers[broker_id].uris(),
+                              housekeeping=False)
+            fetcher.thread.name = f"hb-consumer-fetcher-broker-{broker_id}"
+            self.fetchers[broker_id] = fetcher
+            c._fetchers.append(fetcher)
+            fetcher.thread.start()
+        return fetcher
+
+    def close(self) -> None:
+        """After the fetchers stopped and the last commit: leave the group, close the client."""
+        owned = sorted(self.connector._owned, key=spec_order)
+        if owned:
+            self.connector._notify("on_partitions_revoked", owned)
+        self.member.leave(owned)
+        for broker_id in list(self._lookups):
+            self._close_lookup(broker_id)
+        try:
+            self.client.stop()
+        finally:
+            self.client.close()
