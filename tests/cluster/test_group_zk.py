@@ -439,3 +439,24 @@ def test_a_topic_filter_registers_the_topics_it_takes_and_follows_new_ones(
 def broker_id_of(brokers, broker):
     """The broker id ``broker`` is registered under."""
     return next(b for b, known in brokers.items() if known is broker)
+
+
+def test_a_killed_consumer_process_leaves_after_its_session_timeout(zookeeper, zk, make_broker,
+                                                                     tmp_path):
+    brokers = two_brokers(make_broker, tmp_path, zk)
+    script = tmp_path / "consume.py"
+    script.write_text(CONSUMER_SCRIPT)
+    first = ConsumerProcess(script, zookeeper.connect, "k")
+    second = ConsumerProcess(script, zookeeper.connect, "k")
+    try:
+        both = [first.consumer_id, second.consumer_id]
+        wait_until(lambda: owners(zk, "k", "t") == expected_owners(both), what="settled")
+        first.kill()  # SIGKILL: nothing released; the session timeout (2 s) ends it
+        wait_until(lambda: owners(zk, "k", "t") == expected_owners([second.consumer_id]),
+                   timeout=2.0 + SETTLE_S, what="the survivor to own every partition")
+        values = produce(brokers, "t", 1, "late")
+        wait_until(lambda: set(values) <= set(second.values()), what="the survivor to consume")
+        second.stop()
+    finally:
+        first.kill()
+        second.kill()
