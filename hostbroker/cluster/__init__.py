@@ -6,6 +6,8 @@ rebalance); without ``zookeeper.connect`` nothing in this package runs. Parts:
 - ``paths``  the ZooKeeper layout and the values stored there (pure)
 - ``zk``     ``zookeeper.connect`` strings checked, and kazoo clients made from them
 - ``discovery``  ClusterView: live brokers and topic partitions, kept current by watches
+- ``rebalance``  the range assignment of partitions to a group's streams (pure)
+- ``membership`` a consumer's ZooKeeper side: registration, owner claims, offsets
 
 Imports point downward: the broker's workers and the client library use this
 package; it uses neither.
