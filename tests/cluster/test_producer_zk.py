@@ -356,3 +356,49 @@ def test_zookeeper_stopped_keeps_the_last_list(trio, zk, zookeeper):
         broker_id, _ = pairs[zlib.crc32(key.encode()) % 2]
         assert key.encode() in payloads(trio[broker_id], topic, md.partition)
     assert payloads(trio[2], topic, 0)[-1] == b"again"
+
+
+def test_brokers_that_register_themselves_a_killed_one_is_left_then_used_again(
+        make_broker, tmp_path, zookeeper, zk):
+    """hb-registrar's own registration: a SIGKILLed broker's keys move once its session
+    expires (sends meanwhile wait in their retries), and it is used again after a restart."""
+    brokers = {}
+    for broker_id in (1, 2, 3):
+        root = tmp_path / f"r{broker_id}"
+        root.mkdir()
+        brokers[broker_id] = make_broker(
+            root=root, broker_id=broker_id, zookeeper_connect=zookeeper.connect,
+            zookeeper_session_timeout_ms=1000, num_processors=1, num_handlers=1)
+    topic = new_topic()
+    for broker in brokers.values():
+        create(broker, topic, 1)
+    wait_until(lambda: all(zk.exists(paths.topic_broker_path(topic, b)) for b in brokers),
+               what="the topic registered by every broker")
+
+    def keyed(producer, prefix, live):
+        keys = [f"{prefix}{i}" for i in range(30)]
+        for key in keys:
+            producer.send(topic, key, key=key)
+        return {key.encode(): live[zlib.crc32(key.encode()) % len(live)] for key in keys}
+
+    with Producer(zookeeper_connect=zookeeper.connect, retry_backoff_ms=300,
+                  message_send_max_retries=20, **FAST) as producer:
+        view = producer._dispatcher.cluster
+        wait_until(lambda: len(view.snapshot.partitions(topic)) == 3, what="3 pairs")
+        expected = keyed(producer, "a", (1, 2, 3))
+        brokers[2].kill_tree()
+        during = [f"b{i}" for i in range(30)]
+        for key in during:  # broker 2's keys wait in their retries until its node goes
+            producer.send(topic, key, key=key)
+        assert zk.exists(paths.broker_path(2)) is None
+        expected.update(keyed(producer, "c", (1, 3)))
+        brokers[2].start()
+        wait_until(lambda: len(view.snapshot.partitions(topic)) == 3, what="broker 2 back")
+        expected.update(keyed(producer, "d", (1, 2, 3)))
+        assert producer.stats["failed"] == 0
+    logs = {b: payloads(broker, topic, 0) for b, broker in brokers.items()}
+    for value, broker_id in expected.items():
+        assert value in logs[broker_id], (value, broker_id)
+    assert {k.encode() for k in during} <= set(logs[1]) | set(logs[3])
+    assert not any(v.startswith(b"b") for v in logs[2])
+    assert any(v.startswith(b"d") for v in logs[2])
