@@ -395,6 +395,12 @@ def test_brokers_that_register_themselves_a_killed_one_is_left_then_used_again(
         brokers[2].start()
         wait_until(lambda: len(view.snapshot.partitions(topic)) == 3, what="broker 2 back")
         expected.update(keyed(producer, "d", (1, 2, 3)))
+        fresh = new_topic()  # auto-created by its first message, registered by its broker
+        producer.send(fresh, b"first")
+        producer.send(fresh, b"second")  # after waiting for the registration
+        assert view.cached(fresh).known
+        (ref,) = view.cached(fresh).partitions
+        assert payloads(brokers[ref.broker_id], fresh, 0) == [b"first", b"second"]
         assert producer.stats["failed"] == 0
     logs = {b: payloads(broker, topic, 0) for b, broker in brokers.items()}
     for value, broker_id in expected.items():
