@@ -143,8 +143,8 @@ def _owner(key: str) -> str:
 
 def _bootstrap(spelled: Mapping[str, str]) -> tuple[str, ...]:
     if "zookeeper.connect" in spelled:
-        raise _fail("zookeeper.connect", "cluster mode is not available in this version; "
-                    "name the brokers with bootstrap")
+        raise _fail("zookeeper.connect", "the data source does not find brokers through "
+                    "ZooKeeper yet; name them with bootstrap")
     value = spelled.get("bootstrap")
     if value is None or not value.strip():
         raise _fail("bootstrap", "required: the broker URIs, comma-separated "

@@ -56,7 +56,7 @@ def test_spark_own_options_are_ignored():
     ({"subscribe": "a", "bootstrap": " "}, False, "option bootstrap: required"),
     ({"subscribe": "a", "bootstrap": "http://x"}, False, "option bootstrap: bad broker URI"),
     ({"subscribe": "a", "zookeeper.connect": "h:2181"}, False,
-     "option zookeeper.connect: cluster mode is not available"),
+     "option zookeeper.connect: the data source does not find brokers through ZooKeeper yet"),
     ({"subscribe": "", }, False, "option subscribe: names no topic"),
     ({"subscribe": "a", "subscribePattern": "a"}, False,
      "option subscribe: conflicts with subscribePattern"),
