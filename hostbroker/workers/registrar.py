@@ -132,7 +132,7 @@ class RegistrarWorker(Worker):
                                          op_timeout_s=self.connection_ms / 1000)
         deadline = time.monotonic() + 2 * self.session_ms / 1000
         waiting_said = False
-        while True:
+        while not self.stopping:  # stopped while starting: run() closes the session
             try:
                 self.registration.sync(self.wanted)
                 break
@@ -149,6 +149,8 @@ class RegistrarWorker(Worker):
                                   f"{self.info.broker_id}: {e or type(e).__name__}") from None
             self.heartbeat()
             time.sleep(0.1)
+        else:
+            return
         self.dirty = False
         say(f"{self.name}: registered broker {self.info.broker_id} in ZooKeeper at "
             f"{self.connect} ({', '.join(self.info.uris())})")
@@ -197,7 +199,9 @@ class RegistrarWorker(Worker):
             self._failed(verify)
             if not self.taken_said:
                 self.taken_said = True
-                say(f"{self.name}: {e}; trying again until it is free")
+                say(f"{self.name}: broker.id {e.broker_id} is still registered by this "
+                    "broker's previous registrar; registering when its session expires"
+                    if e.same else f"{self.name}: {e}; trying again until it is free")
             return
         except Exception:  # noqa: BLE001 - connection loss, timeouts: the next round retries
             self._failed(verify)

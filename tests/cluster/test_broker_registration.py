@@ -234,3 +234,38 @@ def test_registrar_frozen_past_its_session_registers_again_by_itself(
     wait_until(lambda: AGAIN in broker.log())
     assert broker.log().count(AGAIN) == 1
     assert "session expired" in broker.log()
+
+
+def test_a_killed_registrar_is_replaced_and_registers_once_its_old_session_expired(
+        make_broker, tmp_path, zookeeper, zk):
+    broker = cluster_broker(make_broker, tmp_path, zookeeper, zk, 1,
+                            **{"zookeeper.session.timeout.ms": 1500})
+    owner = zk.exists(paths.broker_path(1)).ephemeralOwner
+    registrar = broker.workers()["hb-registrar"]
+    os.kill(registrar, signal.SIGKILL)
+    replacement = broker.wait_worker_replaced("hb-registrar", registrar)
+    wait_until(lambda: getattr(zk.exists(paths.broker_path(1)), "ephemeralOwner", owner) != owner)
+    assert json.loads(node(zk, paths.broker_path(1))) == registered(broker, 1)
+    assert broker.workers()["hb-registrar"] == replacement
+    log = broker.log()
+    assert log.count("still registered by this broker's previous registrar") <= 1
+    with broker.client() as c:
+        assert c.metadata().broker_id == 1
+
+
+def test_a_broker_restarted_at_once_after_a_kill_waits_for_its_old_session(
+        make_broker, tmp_path, zookeeper, zk):
+    settings = {"zookeeper.session.timeout.ms": 5000}
+    broker = cluster_broker(make_broker, tmp_path, zookeeper, zk, 1, **settings)
+    owner = zk.exists(paths.broker_path(1)).ephemeralOwner
+    broker.kill_tree()
+    assert zk.exists(paths.broker_path(1)).ephemeralOwner == owner  # not expired yet
+    again = cluster_broker(make_broker, tmp_path, zookeeper, zk, 1, start=False, **settings)
+    again.port = broker.port  # the same listeners: the same registration value
+    again.settings.update(broker.settings)
+    again.start()
+    wait_until(lambda: getattr(zk.exists(paths.broker_path(1)), "ephemeralOwner", owner) != owner,
+               timeout=20)
+    assert json.loads(node(zk, paths.broker_path(1))) == registered(broker, 1)
+    assert again.proc.poll() is None
+    assert again.log().count("still registered by a previous run of this broker; waiting") == 1
