@@ -101,3 +101,20 @@ def test_cluster_commands_refuse_a_bad_or_empty_zookeeper(zookeeper):
     assert one_line_error(result) == (
         f"hostbroker topics describe: --zookeeper: no ZooKeeper server of 127.0.0.1:{port} "
         "answered within 6000 ms")
+
+
+def test_a_cluster_under_a_chroot(make_broker, tmp_path, zookeeper, zk):
+    connect = zookeeper.connect + "/teams/a"
+    root = tmp_path / "b7"
+    root.mkdir()
+    broker = make_broker(root=root, **{"zookeeper.connect": connect, "broker.id": 7,
+                                       "num.processors": 1, "num.handlers": 1})
+    wait_until(lambda: zk.exists("/teams/a" + paths.broker_path(7)) is not None)
+    result = hostbroker("topics", "create", "--zookeeper", connect, "--topic", "t")
+    assert (result.returncode, lines(result)) == (0, ["created topic t with 1 partition on broker 7"])
+    wait_until(lambda: zk.exists("/teams/a" + paths.topic_broker_path("t", 7)) is not None)
+    assert zk.exists(paths.broker_path(7)) is None  # nothing outside the chroot
+    result = hostbroker("topics", "list", "--zookeeper", connect)
+    assert lines(result) == ["t"]
+    assert broker.stop() == 0
+    assert zk.get_children("/teams/a" + paths.BROKER_IDS) == []
