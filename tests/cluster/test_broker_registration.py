@@ -46,6 +46,18 @@ def node(zk, path: str):
     return None if found is None else zk.get(path)[0]
 
 
+def kill_hard(broker) -> float:
+    """SIGKILL every process of ``broker``, all stopped first: a worker told of its
+    supervisor's death (SIGTERM) would otherwise close its ZooKeeper session cleanly.
+    Returns the monotonic time of the kill; ``broker.kill_tree()`` reaps them."""
+    tree = [psutil.Process(broker.proc.pid), *psutil.Process(broker.proc.pid).children()]
+    for p in tree:
+        p.send_signal(signal.SIGSTOP)
+    for p in tree:
+        p.send_signal(signal.SIGKILL)
+    return time.monotonic()
+
+
 def serve(broker, timeout=60) -> subprocess.CompletedProcess:
     """``hostbroker serve`` of a broker that is expected to refuse its start."""
     return subprocess.run(broker.args(), cwd=broker.root, capture_output=True, timeout=timeout,
@@ -159,18 +171,12 @@ def test_sigkilled_broker_leaves_after_the_session_timeout(make_broker, tmp_path
     with broker.client() as c:
         c.create_topic("t", 1)
     wait_until(lambda: zk.exists(paths.topic_broker_path("t", 1)) is not None)
-    # all stopped first: a worker told of its supervisor's death would stop cleanly
-    tree = [psutil.Process(broker.proc.pid), *psutil.Process(broker.proc.pid).children()]
-    for p in tree:
-        p.send_signal(signal.SIGSTOP)
-    for p in tree:
-        p.send_signal(signal.SIGKILL)
-    killed = time.monotonic()
+    killed = kill_hard(broker)
     assert zk.exists(paths.broker_path(1)) is not None
     wait_until(lambda: zk.exists(paths.broker_path(1)) is None)
     # the last ping may have been up to a third of the timeout before the kill
     assert 0.9 < time.monotonic() - killed < 8
-    broker.kill_tree()  # reaps them
+    broker.kill_tree()
     wait_until(lambda: zk.exists(paths.topic_broker_path("t", 1)) is None)
 
 
@@ -258,8 +264,9 @@ def test_a_broker_restarted_at_once_after_a_kill_waits_for_its_old_session(
     settings = {"zookeeper.session.timeout.ms": 5000}
     broker = cluster_broker(make_broker, tmp_path, zookeeper, zk, 1, **settings)
     owner = zk.exists(paths.broker_path(1)).ephemeralOwner
-    broker.kill_tree()
+    kill_hard(broker)
     assert zk.exists(paths.broker_path(1)).ephemeralOwner == owner  # not expired yet
+    broker.kill_tree()
     again = cluster_broker(make_broker, tmp_path, zookeeper, zk, 1, start=False, **settings)
     again.port = broker.port  # the same listeners: the same registration value
     again.settings.update(broker.settings)
