@@ -151,6 +151,57 @@ def _add_topics(sub) -> None:
     delete.set_defaults(func=_topics_delete)
 
 
+def _groups_run(action: str, args: argparse.Namespace, *work_args, **kwargs) -> int:
+    """``groups ACTION`` on a standalone broker's stored offsets (--bootstrap), or on the
+    group in ZooKeeper (--zookeeper): the ``*_cluster`` function of the same action."""
+    from hostbroker.commands import groups
+
+    name = action.split("-")[0]  # reset-offsets: reset_cluster, reset_standalone
+    if args.zookeeper is not None:
+        return commands.run(f"groups {action}", getattr(groups, f"{name}_cluster"),
+                            *work_args, zookeeper=args.zookeeper, **kwargs)
+    return commands.run(f"groups {action}", getattr(groups, f"{name}_standalone"),
+                        *work_args, bootstrap=args.bootstrap, **kwargs)
+
+
+def _add_groups(sub) -> None:
+    groups = sub.add_parser(
+        "groups", help="consumer groups: list, describe (owners, offsets, lag), reset offsets",
+        description="A consumer group's state. With --zookeeper: the group as ZooKeeper holds "
+                    "it. With --bootstrap: the offsets a standalone broker keeps (no request "
+                    "lists groups there, and the broker cannot tell whether a group's "
+                    "consumers are running).")
+    actions = groups.add_subparsers(dest="action", required=True)
+    listing = actions.add_parser("list", help="the groups registered in ZooKeeper")
+    describe = actions.add_parser(
+        "describe", help="members, then owner, committed offset, log end and lag per partition",
+        description="With --zookeeper: the members and every partition of the group's topics "
+                    "(or of the --topic ones). With --bootstrap: the --topic ones (required). "
+                    "Exit status 1 if a broker cannot be asked.")
+    reset = actions.add_parser(
+        "reset-offsets", help="set the committed offsets of a topic's partitions",
+        description="Set the group's offset of every partition of --topic to each broker's "
+                    "earliest or latest offset, or its offset for a time. With --zookeeper it "
+                    "is refused while the group has a live member. With --bootstrap the broker "
+                    "cannot tell: stop the group's consumers first, or their next commit "
+                    "overwrites the reset.")
+    for parser in (listing, describe, reset):
+        _add_topics_target(parser)
+    for parser in (describe, reset):
+        parser.add_argument("--group", required=True, metavar="GROUP", help="the group.id")
+    describe.add_argument("--topic", action="append", default=[], metavar="TOPIC",
+                          help="a topic of the group (repeatable)")
+    describe.add_argument("--json", action="store_true", help="one JSON document")
+    reset.add_argument("--topic", required=True, metavar="TOPIC")
+    reset.add_argument("--to", required=True, metavar="earliest|latest|TIME",
+                       help="TIME: ms since the epoch, or ISO-8601 (UTC unless given)")
+    listing.set_defaults(func=lambda args: _groups_run("list", args))
+    describe.set_defaults(func=lambda args: _groups_run(
+        "describe", args, args.group, args.topic, as_json=args.json))
+    reset.set_defaults(func=lambda args: _groups_run(
+        "reset-offsets", args, args.group, args.topic, args.to))
+
+
 def _add_properties(parser: argparse.ArgumentParser, what: str = "client") -> None:
     parser.add_argument("--property", metavar="KEY=VALUE", action="append", default=[],
                         help=f"any {what} setting, dotted name (repeatable; the options "
@@ -438,6 +489,7 @@ def build_parser() -> argparse.ArgumentParser:
     top.set_defaults(func=_top)
 
     _add_topics(sub)
+    _add_groups(sub)
     _add_produce(sub)
     _add_consume(sub)
     _add_dump_log(sub)

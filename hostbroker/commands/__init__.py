@@ -1,6 +1,7 @@
 """The work of the ``hostbroker`` client commands, one module per command.
 
 - ``topics``   create, list, describe and delete topics
+- ``groups``   consumer groups: list, describe (owners, offsets, lag), reset offsets
 - ``console``  ``produce`` (stdin lines to a topic) and ``consume`` (a topic to stdout)
 - ``dumplog``  read segment files entry by entry and say where they stop being valid
 - ``mirror``   copy topics from one broker to another

@@ -1,0 +1,410 @@
+"""``hostbroker groups list|describe|reset-offsets``: a consumer group's state, shown and reset.
+
+With ``--zookeeper`` (cluster mode, docs/cluster.md) a group is what
+ZooKeeper holds under ``/consumers/[group]`` (docs/spec/zookeeper.md):
+``list`` prints the children of ``/consumers``; ``describe`` prints the
+members (``ids``, with their subscriptions), then one row per
+(topic, ``broker_id-partition``): its owner (``owners``), the committed
+offset (``offsets``), the log end (the METADATA of that partition's broker,
+asked through its registered listener) and the lag (log end - committed).
+``reset-offsets`` writes the ``offsets`` node of every partition of a topic
+on the live brokers (each broker's OFFSETS answer for earliest, latest or a
+time) and is refused while the group has a registered member.
+
+With ``--bootstrap`` (standalone) the offsets are the ones the broker keeps
+(OFFSET_FETCH / OFFSET_COMMIT). No request lists groups, so ``list`` says so;
+``describe`` and ``reset-offsets`` are given the topics. The broker cannot
+tell whether a group's consumers are running: a reset under a live consumer
+is overwritten by its next commit.
+
+Offsets are byte offsets, the next one to read; a partition without a
+committed offset shows ``-`` (``null`` in JSON) for it and its lag.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TextIO
+
+from hostbroker.commands import (
+    DEFAULT_BOOTSTRAP,
+    EXIT_BROKER,
+    EXIT_OK,
+    EXIT_USAGE,
+    CommandError,
+    check_bootstrap,
+    check_topic,
+    plural,
+    usage_error,
+)
+
+_COLUMNS = ("topic", "partition", "owner", "committed", "log end", "lag")
+
+
+@dataclass
+class Row:
+    """One partition of a group: ``broker`` is -1 standalone, ``owner`` None when unowned."""
+
+    topic: str
+    broker: int
+    partition: int
+    owner: str | None = None
+    committed: int | None = None
+    log_end: int | None = None
+
+    @property
+    def name(self) -> str:
+        return str(self.partition) if self.broker < 0 else f"{self.broker}-{self.partition}"
+
+    @property
+    def lag(self) -> int | None:
+        if self.committed is None or self.log_end is None:
+            return None
+        return self.log_end - self.committed
+
+    def cells(self) -> tuple[str, ...]:
+        return (self.topic, self.name, self.owner or "-", _cell(self.committed),
+                _cell(self.log_end), _cell(self.lag))
+
+    def as_json(self) -> dict:
+        return {"topic": self.topic, "broker": self.broker, "partition": self.partition,
+                "owner": self.owner, "committed": self.committed, "log_end": self.log_end,
+                "lag": self.lag}
+
+
+def _cell(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+def _table(rows: list[Row], out: TextIO, owners: bool) -> None:
+    keep = [i for i in range(len(_COLUMNS)) if owners or _COLUMNS[i] != "owner"]
+    table = [[_COLUMNS[i] for i in keep], *([r.cells()[i] for i in keep] for r in rows)]
+    widths = [max(len(line[i]) for line in table) for i in range(len(keep))]
+    for line in table:
+        print("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip(),
+              file=out)
+
+
+def parse_to(text: str) -> int:
+    """``--to``: earliest (-2), latest (-1), or a time (ms since the epoch or ISO-8601)."""
+    from hostbroker.protocol.api import EARLIEST_TIME, LATEST_TIME
+    from hostbroker.spark.loader import parse_time
+
+    word = text.strip().lower()
+    if word in ("earliest", "latest"):
+        return EARLIEST_TIME if word == "earliest" else LATEST_TIME
+    try:
+        return parse_time(text)
+    except ValueError as exc:
+        raise usage_error(f"--to: {exc}; or earliest, latest") from None
+
+
+def _offset_at(client, topic: str, partition: int, time: int) -> int:
+    """The broker's offset for ``time``: its OFFSETS answer; a time before every
+    segment has none, and gets the log start."""
+    from hostbroker.protocol.api import EARLIEST_TIME
+
+    found = client.offsets(topic, partition, time, 1)
+    if not found:
+        found = client.offsets(topic, partition, EARLIEST_TIME, 1)
+    return found[0]
+
+
+def _say_reset(group: str, topic: str, changes: list[tuple[str, int | None, int]],
+               out: TextIO) -> None:
+    print(f"group {group}: reset {plural(len(changes), 'partition')} of {topic}", file=out)
+    for name, old, new in changes:
+        print(f"  {topic} {name}: {_cell(old)} -> {new}", file=out)
+
+
+# -- standalone: the offsets a broker keeps -------------------------------------
+
+
+def _client(bootstrap: str):
+    from hostbroker.client.simple import SimpleClient
+
+    return SimpleClient(check_bootstrap(bootstrap), client_id="hostbroker-groups")
+
+
+def _standalone_partitions(client, topics: list[str]) -> dict[str, list]:
+    """topic -> its MetadataPartitions; a topic the broker does not know is a command error."""
+    from hostbroker.errors import ErrorCode
+
+    if not topics:
+        raise usage_error("with --bootstrap, name the group's topics with --topic")
+    found = {}
+    for topic in client.metadata([check_topic(t) for t in topics]).topics:
+        if topic.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+            raise CommandError(f"no topic {topic.topic}")
+        found[topic.topic] = sorted(topic.partitions, key=lambda p: p.partition)
+    return found
+
+
+def _committed(client, group: str, keys: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    """The broker's stored offsets of ``group`` (absent where it never committed)."""
+    results = client.offset_fetch(group, list(keys))
+    return {(r.topic, r.partition): r.offset for r in results if r.offset >= 0}
+
+
+def list_standalone(*, bootstrap: str = DEFAULT_BOOTSTRAP, out: TextIO = sys.stdout) -> int:
+    raise CommandError("a standalone broker has no request that lists groups; use "
+                       "describe --group G --topic T (or --zookeeper in cluster mode)", EXIT_USAGE)
+
+
+def describe_standalone(group: str, topics: list[str], *, as_json: bool = False,
+                        bootstrap: str = DEFAULT_BOOTSTRAP, out: TextIO = sys.stdout) -> int:
+    """Committed offset, log end and lag of ``group`` on every partition of ``topics``."""
+    with _client(bootstrap) as client:
+        held = _standalone_partitions(client, topics)
+        keys = [(t, p.partition) for t in sorted(held) for p in held[t]]
+        committed = _committed(client, group, keys)
+    rows = [Row(t, -1, p.partition, None, committed.get((t, p.partition)), p.log_end_offset)
+            for t in sorted(held) for p in held[t]]
+    if as_json:
+        print(json.dumps({"group": group, "partitions": [r.as_json() for r in rows]}, indent=2),
+              file=out)
+        return EXIT_OK
+    print(f"group: {group}  (offsets kept by the broker at {bootstrap})", file=out)
+    _table(rows, out, owners=False)
+    return EXIT_OK
+
+
+def reset_standalone(group: str, topic: str, to: str, *, bootstrap: str = DEFAULT_BOOTSTRAP,
+                     out: TextIO = sys.stdout) -> int:
+    """Store the offset for ``to`` as ``group``'s on every partition of ``topic`` (OFFSET_COMMIT)."""
+    time = parse_to(to)
+    with _client(bootstrap) as client:
+        partitions = _standalone_partitions(client, [topic])[topic]
+        old = _committed(client, group, [(topic, p.partition) for p in partitions])
+        new = {p.partition: _offset_at(client, topic, p.partition, time) for p in partitions}
+        client.offset_commit(group, [(topic, p, o, None) for p, o in sorted(new.items())])
+    _say_reset(group, topic, [(str(p), old.get((topic, p)), o) for p, o in sorted(new.items())],
+               out)
+    return EXIT_OK
+
+
+# -- cluster mode: the group as ZooKeeper holds it ------------------------------
+
+
+def _zookeeper(zookeeper: str):
+    """A started kazoo client, or a command error (usage for a bad connect string)."""
+    import logging
+
+    from hostbroker.cluster.zk import ZooKeeperUnavailable, make_client
+
+    logging.getLogger("kazoo").setLevel(logging.ERROR)
+    try:
+        return make_client(zookeeper, 10000, 6000, key="--zookeeper")
+    except ZooKeeperUnavailable as exc:
+        raise CommandError(str(exc)) from None
+
+
+def _children(zk, path: str) -> list[str]:
+    from kazoo.exceptions import NoNodeError
+
+    try:
+        return sorted(zk.get_children(path))
+    except NoNodeError:
+        return []
+
+
+def _value(zk, path: str) -> bytes | None:
+    from kazoo.exceptions import NoNodeError
+
+    try:
+        return zk.get(path)[0]
+    except NoNodeError:
+        return None
+
+
+def _zk_offsets(zk, group: str, topic: str) -> dict[tuple[int, int], int]:
+    """(broker_id, partition) -> committed offset, from the group's offsets nodes."""
+    from hostbroker.cluster import paths
+
+    out = {}
+    for name in _children(zk, paths.offsets_path(group, topic)):
+        path = f"{paths.offsets_path(group, topic)}/{name}"
+        data = _value(zk, path)
+        try:
+            key = paths.parse_partition_name(name)
+            if data is not None:
+                out[key] = paths.decode_count(data, path)
+        except ValueError as exc:
+            print(f"hostbroker groups: ZooKeeper: {exc}; left out", file=sys.stderr)
+    return out
+
+
+def _zk_owners(zk, group: str, topic: str) -> dict[tuple[int, int], str]:
+    from hostbroker.cluster import paths
+
+    out = {}
+    for name in _children(zk, paths.owners_path(group, topic)):
+        data = _value(zk, f"{paths.owners_path(group, topic)}/{name}")
+        try:
+            if data is not None:
+                out[paths.parse_partition_name(name)] = data.decode(errors="replace")
+        except ValueError:
+            continue
+    return out
+
+
+def _members(zk, group: str) -> dict[str, dict[str, int] | None]:
+    """consumer_id -> subscription (None when its value does not follow the layout)."""
+    from hostbroker.cluster import paths
+
+    out = {}
+    for consumer in _children(zk, paths.group_ids_path(group)):
+        path = paths.consumer_path(group, consumer)
+        data = _value(zk, path)
+        if data is None:
+            continue  # left between the two reads
+        try:
+            out[consumer] = paths.decode_subscription(data, path)
+        except ValueError:
+            out[consumer] = None
+    return out
+
+
+def _each_broker(name: str, brokers, work, err: TextIO):
+    """``work(client)`` on each registered broker (by id); (answers by id, status). A broker
+    that fails is named on stderr with its one line, and the others go on."""
+    from hostbroker.client.simple import SimpleClient
+    from hostbroker.commands import describe_error
+    from hostbroker.commands.topics import broker_uri
+    from hostbroker.errors import HostbrokerError
+
+    answers, status = {}, EXIT_OK
+    for broker_id, info in sorted(brokers.items()):
+        uri = broker_uri(info)
+        try:
+            with SimpleClient(uri, client_id="hostbroker-groups") as client:
+                answers[broker_id] = work(client)
+        except (HostbrokerError, OSError) as exc:
+            message, _ = describe_error(exc, uri)
+            print(f"hostbroker groups {name}: broker {broker_id}: {message}", file=err)
+            status = EXIT_BROKER
+    return answers, status
+
+
+def list_cluster(*, zookeeper: str, out: TextIO = sys.stdout) -> int:
+    """Every group under /consumers, one a line, sorted."""
+    from hostbroker.cluster import paths
+
+    zk = _zookeeper(zookeeper)
+    try:
+        for group in _children(zk, paths.CONSUMERS):
+            print(group, file=out)
+    finally:
+        zk.stop()
+        zk.close()
+    return EXIT_OK
+
+
+def _group_state(zk, group: str, topics: list[str]):
+    """(members, rows, live brokers) of ``group``; rows without log ends yet."""
+    from hostbroker.cluster import paths
+    from hostbroker.cluster.discovery import read_snapshot
+
+    if zk.exists(paths.group_path(group)) is None:
+        raise CommandError(f"no group {group} in ZooKeeper")
+    members = _members(zk, group)
+    if not topics:
+        named = {t for s in members.values() if s for t in s}
+        named.update(_children(zk, f"{paths.group_path(group)}/offsets"))
+        named.update(_children(zk, f"{paths.group_path(group)}/owners"))
+        topics = sorted(named)
+    snapshot = read_snapshot(zk)
+    rows = []
+    for topic in topics:
+        committed, owners = _zk_offsets(zk, group, topic), _zk_owners(zk, group, topic)
+        keys = set(snapshot.partitions(topic)) | set(committed) | set(owners)
+        rows += [Row(topic, b, p, owners.get((b, p)), committed.get((b, p)))
+                 for b, p in sorted(keys)]
+    return members, rows, snapshot.brokers
+
+
+def describe_cluster(group: str, topics: list[str], *, as_json: bool = False, zookeeper: str,
+                     out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+    """Members, then owner, committed offset, log end and lag of every partition of
+    ``group``'s topics (``topics``, or every topic it subscribes to or has offsets or
+    owners of). A broker that cannot be asked is named on stderr (status 1)."""
+    zk = _zookeeper(zookeeper)
+    try:
+        members, rows, brokers = _group_state(zk, group, [check_topic(t) for t in topics])
+    finally:
+        zk.stop()
+        zk.close()
+    wanted = sorted({r.topic for r in rows})
+    asked = {b: i for b, i in brokers.items() if any(r.broker == b for r in rows)}
+    answers, status = _each_broker("describe", asked, lambda c: c.metadata(wanted), err)
+    ends = {(t.topic, broker_id, p.partition): p.log_end_offset
+            for broker_id, answer in answers.items() for t in answer.topics
+            for p in t.partitions}
+    for row in rows:
+        row.log_end = ends.get((row.topic, row.broker, row.partition))
+    if as_json:
+        document = {"group": group,
+                    "members": [{"id": c, "subscription": s} for c, s in members.items()],
+                    "partitions": [r.as_json() for r in rows]}
+        print(json.dumps(document, indent=2), file=out)
+        return status
+    print(f"group: {group}  members: {len(members)}", file=out)
+    for consumer, subscription in members.items():
+        streams = ("?" if subscription is None else
+                   " ".join(f"{t}={n}" for t, n in sorted(subscription.items())))
+        print(f"member {consumer}  {streams}", file=out)
+    _table(rows, out, owners=True)
+    return status
+
+
+def reset_cluster(group: str, topic: str, to: str, *, zookeeper: str,
+                  out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+    """Write ``group``'s offsets node of every partition of ``topic`` on the live brokers,
+    unless the group has a live member. A broker that cannot be asked is named on stderr
+    (status 1) and its partitions are left as they were."""
+    from hostbroker.cluster import paths
+    from hostbroker.cluster.discovery import read_snapshot
+    from hostbroker.cluster.membership import PartitionKey, ZooKeeperOffsets
+
+    time = parse_to(to)
+    check_topic(topic)
+    zk = _zookeeper(zookeeper)
+    try:
+        _refuse_live(zk, group)
+        snapshot = read_snapshot(zk)
+        pairs = snapshot.partitions(topic)
+        if not pairs:
+            raise CommandError(f"no live broker holds topic {topic}")
+        holders = {b: snapshot.brokers[b] for b in sorted({b for b, _ in pairs})}
+        new: dict[tuple[int, int], int] = {}
+        status = EXIT_OK
+        for broker_id, info in holders.items():
+            mine = [p for b, p in pairs if b == broker_id]
+            answers, failed = _each_broker(
+                "reset-offsets", {broker_id: info},
+                lambda c, mine=mine: {p: _offset_at(c, topic, p, time) for p in mine}, err)
+            status = max(status, failed)
+            for p, offset in answers.get(broker_id, {}).items():
+                new[(broker_id, p)] = offset
+        _refuse_live(zk, group)  # a member that joined while the brokers were asked
+        old = _zk_offsets(zk, group, topic)
+        ZooKeeperOffsets(zk).commit(group, {PartitionKey(topic, p, b): o
+                                            for (b, p), o in new.items()})
+    finally:
+        zk.stop()
+        zk.close()
+    _say_reset(group, topic, [(paths.partition_name(b, p), old.get((b, p)), o)
+                              for (b, p), o in sorted(new.items())], out)
+    return status
+
+
+def _refuse_live(zk, group: str) -> None:
+    from hostbroker.cluster import paths
+
+    live = _children(zk, paths.group_ids_path(group))
+    if live:
+        raise CommandError(f"group {group} has {plural(len(live), 'live member')} "
+                           f"({', '.join(live)}); stop its consumers first")
