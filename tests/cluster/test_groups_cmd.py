@@ -138,6 +138,33 @@ def test_unknown_group_and_topic_in_zookeeper(make_broker, tmp_path, zookeeper, 
     assert (result.returncode, lines(result)) == (0, [])
 
 
+def test_a_registered_broker_that_cannot_be_asked_is_named(make_broker, tmp_path, zookeeper, zk):
+    broker = cluster_broker(make_broker, tmp_path, zookeeper, zk, 1)
+    with broker.client() as client:
+        client.create_topic("t", 1)
+        client.produce("t", 0, encode_message_set([b"x", b"y"]))  # 11 bytes each
+    wait_until(lambda: zk.exists(paths.topic_broker_path("t", 1)) is not None)
+    port = free_port()  # broker 9 is registered, and nothing listens there
+    zk.create(paths.broker_path(9), paths.encode_broker(paths.BrokerInfo(9, "127.0.0.1", port,
+                                                                         None)), ephemeral=True)
+    zk.create(paths.topic_broker_path("t", 9), paths.encode_count(1), ephemeral=True)
+    zk.create(paths.offset_path("g", "t", 1, 0), b"11", makepath=True)
+    refused = f"broker 9: cannot reach the broker at tcp://127.0.0.1:{port}: Connection refused"
+
+    result = hostbroker("groups", "describe", "--zookeeper", zookeeper.connect, "--group", "g")
+    assert one_line_error(result) == f"hostbroker groups describe: {refused}"
+    assert result.returncode == 1
+    assert [line.split() for line in lines(result)[2:]] == [
+        ["t", "1-0", "-", "11", "22", "11"], ["t", "9-0", "-", "-", "-", "-"]]
+
+    result = hostbroker("groups", "reset-offsets", "--zookeeper", zookeeper.connect,
+                        "--group", "g", "--topic", "t", "--to", "latest")
+    assert one_line_error(result) == f"hostbroker groups reset-offsets: {refused}"
+    assert result.returncode == 1
+    assert lines(result) == ["group g: reset 1 partition of t", "  t 1-0: 11 -> 22"]
+    assert zk_offsets(zk, "g", "t") == {(1, 0): 22}
+
+
 def test_unreachable_zookeeper_or_broker_is_one_line(tmp_path):
     port = free_port()
     result = hostbroker("groups", "list", "--zookeeper", f"127.0.0.1:{port}")
