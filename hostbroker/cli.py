@@ -1,10 +1,10 @@
 """The ``hostbroker`` command: one entry point, one subcommand per job.
 
 ``serve`` runs the broker; ``top`` watches one. The client commands
-(``topics``, ``produce``, ``consume``, ``dump-log``, ``mirror``, ``perf``, ``load``,
-``groups``) do
-their work in ``hostbroker.commands``, one module each, imported only when
-the command runs. This module only parses arguments and dispatches.
+(``topics``, ``produce``, ``consume``, ``dump-log``, ``mirror``, ``perf``,
+``load``, ``groups``) do their work in ``hostbroker.commands``, one module
+each, imported only when the command runs. This module only parses
+arguments and dispatches.
 """
 
 from __future__ import annotations
