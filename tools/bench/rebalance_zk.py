@@ -54,23 +54,7 @@ connector.shutdown()
 GROUP = "bench"
 TOPIC = "events"
 
-
-def owners(zk) -> dict[str, str]:
-    from kazoo.exceptions import NoNodeError
-
-    from hostbroker.cluster import paths
-    path = paths.owners_path(GROUP, TOPIC)
-    out = {}
-    try:
-        names = zk.get_children(path)
-    except NoNodeError:
-        return out
-    for name in names:
-        try:
-            out[name] = zk.get(f"{path}/{name}")[0].decode()
-        except NoNodeError:
-            pass
-    return out
+from tests.cluster.test_group_zk import owners  # noqa: E402 - the tests' reading of owner nodes
 
 
 def members(zk) -> list[str]:
@@ -101,10 +85,10 @@ def settle(zk, pairs, change_seen, timeout: float = 60.0) -> float:
     start = time.monotonic()
     while True:
         now_members = members(zk)
-        if owners(zk) == expected(pairs, now_members):
+        if owners(zk, GROUP, TOPIC) == expected(pairs, now_members):
             return time.monotonic() - start
         if time.monotonic() > deadline:
-            raise SystemExit(f"no settled assignment: owners {owners(zk)}")
+            raise SystemExit(f"no settled assignment: owners {owners(zk, GROUP, TOPIC)}")
         time.sleep(0.002)
 
 
