@@ -269,24 +269,12 @@ def _members(zk, group: str) -> dict[str, dict[str, int] | None]:
 
 
 def _each_broker(name: str, brokers, work, err: TextIO):
-    """``work(client)`` on each registered broker (by id); (answers by id, status). A broker
-    that fails is named on stderr with its one line, and the others go on."""
-    from hostbroker.client.simple import SimpleClient
-    from hostbroker.commands import describe_error
-    from hostbroker.commands.topics import broker_uri
-    from hostbroker.errors import HostbrokerError
+    """``work(client)`` on each of ``brokers`` (id -> BrokerInfo), in id order; as
+    ``topics.each_broker``: (answers by id, status), a failing broker named on stderr."""
+    from hostbroker.commands.topics import each_broker
 
-    answers, status = {}, EXIT_OK
-    for broker_id, info in sorted(brokers.items()):
-        uri = broker_uri(info)
-        try:
-            with SimpleClient(uri, client_id="hostbroker-groups") as client:
-                answers[broker_id] = work(client)
-        except (HostbrokerError, OSError) as exc:
-            message, _ = describe_error(exc, uri)
-            print(f"hostbroker groups {name}: broker {broker_id}: {message}", file=err)
-            status = EXIT_BROKER
-    return answers, status
+    return each_broker(name, [info for _, info in sorted(brokers.items())],
+                       lambda _info, client: work(client), err, command="groups")
 
 
 def list_cluster(*, zookeeper: str, out: TextIO = sys.stdout) -> int:

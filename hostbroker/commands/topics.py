@@ -195,9 +195,10 @@ def broker_uri(info) -> str:
     return uris[0]
 
 
-def _each_broker(name: str, brokers, work, err: TextIO):
+def each_broker(name: str, brokers, work, err: TextIO, command: str = "topics"):
     """``work(info, client)`` for every broker; (results by broker id, status). A
-    broker that fails is named on stderr with its one line; the others go on."""
+    broker that fails is named on stderr (``hostbroker COMMAND NAME: broker N: ...``)
+    with its one line; the others go on."""
     from hostbroker.client.simple import SimpleClient
     from hostbroker.commands import describe_error
     from hostbroker.errors import HostbrokerError
@@ -206,11 +207,11 @@ def _each_broker(name: str, brokers, work, err: TextIO):
     for info in brokers:
         uri = broker_uri(info)
         try:
-            with SimpleClient(uri, client_id="hostbroker-topics") as client:
+            with SimpleClient(uri, client_id=f"hostbroker-{command}") as client:
                 results[info.broker_id] = work(info, client)
         except (HostbrokerError, OSError) as exc:
             message, _ = describe_error(exc, uri)
-            print(f"hostbroker topics {name}: broker {info.broker_id}: {message}", file=err)
+            print(f"hostbroker {command} {name}: broker {info.broker_id}: {message}", file=err)
             status = EXIT_BROKER
     return results, status
 
@@ -225,7 +226,7 @@ def create_cluster(topic: str, partitions: int, configs: Iterable[str] = (), *,
     """Create ``topic`` with ``partitions`` partitions on every live broker."""
     configs = _create_args(topic, partitions, configs)
     brokers = live_brokers(zookeeper)
-    done, status = _each_broker(
+    done, status = each_broker(
         "create", brokers, lambda info, c: c.create_topic(topic, partitions, configs), err)
     if done:
         print(_created(topic, partitions, configs, _ids(done)), file=out)
@@ -247,7 +248,7 @@ def delete_cluster(topic: str, *, zookeeper: str, out: TextIO = sys.stdout,
             raise BrokerError(response.error_code, response.error_message or "")
         return True
 
-    results, status = _each_broker("delete", live_brokers(zookeeper), work, err)
+    results, status = each_broker("delete", live_brokers(zookeeper), work, err)
     deleted = [b for b, held in results.items() if held]
     if deleted:
         print(f"deleted topic {topic}{_ids(deleted)}", file=out)
@@ -257,7 +258,7 @@ def delete_cluster(topic: str, *, zookeeper: str, out: TextIO = sys.stdout,
 
 
 def _metadata(name: str, brokers, topics: list[str], err: TextIO):
-    return _each_broker(name, brokers, lambda info, c: c.metadata(topics), err)
+    return each_broker(name, brokers, lambda info, c: c.metadata(topics), err)
 
 
 def list_cluster(*, zookeeper: str, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
