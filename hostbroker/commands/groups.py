@@ -31,7 +31,6 @@ from typing import TextIO
 
 from hostbroker.commands import (
     DEFAULT_BOOTSTRAP,
-    EXIT_BROKER,
     EXIT_OK,
     EXIT_USAGE,
     CommandError,

@@ -20,14 +20,15 @@ from hostbroker.log.message import (_FAST_HEADER, _RETRY_BYTES, _RETRY_GROWTH, _
 
 
 class Columns:
-    """Growing columns of messages: ``offsets``, ``next_offsets``, ``values`` (lists),
-    and ``value_bytes``, the total length of the values."""
+    """Growing columns of messages: ``offsets`` and ``values`` (lists), and
+    ``value_bytes``, the total length of the values. Rows are contiguous: each
+    message's next offset is the next row's offset, the last one's what
+    :func:`decode_into` returns (the log format's offset rule, wrappers included)."""
 
-    __slots__ = ("offsets", "next_offsets", "values", "value_bytes")
+    __slots__ = ("offsets", "values", "value_bytes")
 
     def __init__(self) -> None:
         self.offsets: list[int] = []
-        self.next_offsets: list[int] = []
         self.values: list[bytes] = []
         self.value_bytes = 0
 
@@ -55,7 +56,6 @@ def decode_into(columns: Columns, buf, base_offset: int, *, end: int | None = No
     last_header = size - _V1_HEADER_SIZE
     unpack = _FAST_HEADER.unpack_from
     offsets = columns.offsets
-    nexts = columns.next_offsets
     values = columns.values
     run_max_length = min(_READ_RUN_MAX_LENGTH, max_message_bytes)
     value_bytes = 0
@@ -70,7 +70,6 @@ def decode_into(columns: Columns, buf, base_offset: int, *, end: int | None = No
                     first = base_offset + pos
                     last = first + good * entry
                     offsets.extend(range(first, last, entry))
-                    nexts.extend(range(first + entry, last + entry, entry))
                     values.extend(flat[3:4 * good:4])
                     value_bytes += good * (entry - _V1_HEADER_SIZE)
                     pos += good * entry
@@ -88,7 +87,6 @@ def decode_into(columns: Columns, buf, base_offset: int, *, end: int | None = No
                     payload = data[start:stop_at]
                     if not check_crc or crc32(payload) == crc:
                         offsets.append(base_offset + pos)
-                        nexts.append(base_offset + stop_at)
                         values.append(payload)
                         value_bytes += stop_at - start
                         pos = stop_at
@@ -104,7 +102,6 @@ def decode_into(columns: Columns, buf, base_offset: int, *, end: int | None = No
             offset = base_offset + pos
             if codec == CODEC_NONE:
                 offsets.append(offset)
-                nexts.append(base_offset + stop_at)
                 values.append(data[start:stop_at])
                 value_bytes += stop_at - start
             else:
@@ -112,7 +109,6 @@ def decode_into(columns: Columns, buf, base_offset: int, *, end: int | None = No
                 for message in _inner_messages(inner, offset, base_offset + stop_at, codec,
                                                check_crc):
                     offsets.append(message[0])
-                    nexts.append(message[1])
                     values.append(message[2])
                     value_bytes += len(message[2])
             pos = stop_at

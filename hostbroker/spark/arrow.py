@@ -142,7 +142,7 @@ class _RangeReader:
                                    check_crc=self.check_crc, max_message_bytes=self.max_bytes,
                                    max_inflated_bytes=self.max_bytes)
             except (InvalidMessageError, MessageTooLargeError):
-                del columns.offsets[mark:], columns.next_offsets[mark:], columns.values[mark:]
+                del columns.offsets[mark:], columns.values[mark:]
                 columns.value_bytes = before
                 raise
         offsets, values, taken = run

@@ -21,7 +21,8 @@ def reference(buf, base, **kw):
 def decoded(buf, base, **kw):
     columns = Columns()
     end = decode_into(columns, buf, base, **kw)
-    rows = list(zip(columns.offsets, columns.next_offsets, columns.values))
+    # each row's next offset is the next row's offset, the last one's the returned end
+    rows = list(zip(columns.offsets, columns.offsets[1:] + [end], columns.values))
     assert columns.value_bytes == sum(len(v) for v in columns.values)
     return rows, end
 
