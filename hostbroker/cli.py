@@ -401,7 +401,8 @@ def _load(args: argparse.Namespace) -> int:
                         fmt=args.format, master=args.master, from_time=args.from_time,
                         fail_on_data_loss=args.fail_on_data_loss,
                         max_bytes_per_trigger=args.max_bytes_per_trigger,
-                        properties=args.property, quiet=args.quiet, bootstrap=args.bootstrap)
+                        properties=args.property, quiet=args.quiet, bootstrap=args.bootstrap,
+                        zookeeper=args.zookeeper)
 
 
 def _add_load(sub) -> None:
@@ -415,6 +416,9 @@ def _add_load(sub) -> None:
                     "(spark.read.parquet(TO)). Progress on stderr, a summary on stdout. "
                     "See docs/spark.md.")
     _add_bootstrap(load)
+    load.add_argument("--zookeeper", metavar="HOST:PORT[,...][/CHROOT]",
+                      help="cluster mode: read every (broker, partition) of the brokers "
+                           "registered in this ZooKeeper (instead of --bootstrap)")
     load.add_argument("--topics", metavar="REGEX", required=True,
                       help="a regular expression matching whole topic names")
     load.add_argument("--to", metavar="PATH", required=True,

@@ -81,9 +81,13 @@ def _job(bootstrap, topics_regex, path, fmt, master, from_time, fail_on_data_los
 def load(*, bootstrap: str, topics_regex: str, path: str, fmt: str = "parquet",
          master: str = "local[*]", from_time: str | None = None, fail_on_data_loss: bool = True,
          max_bytes_per_trigger: int | None = None, properties: Iterable[str] = (),
-         quiet: bool = False, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+         quiet: bool = False, zookeeper: str | None = None, out: TextIO = sys.stdout,
+         err: TextIO = sys.stderr) -> int:
     """Load the topics matching ``topics_regex`` into ``path`` (module docstring)."""
     from hostbroker.spark import loader
+
+    if zookeeper is not None:
+        raise usage_error("--zookeeper: loading from a cluster is not supported yet")
 
     job = _job(bootstrap, topics_regex, path, fmt, master, from_time, fail_on_data_loss,
                max_bytes_per_trigger, properties)
