@@ -491,8 +491,13 @@ class ConsumerConnector:
 
     def _commit(self, offsets: Mapping[TopicPartition, int], owned_only: bool = True) -> None:
         with self._commit_lock:
+            # In cluster mode only what this consumer owns, and nothing while the
+            # session its partitions were claimed under is lost (until the rebalance).
+            cluster_owned = self.cluster is not None and owned_only
+            if cluster_owned and self.cluster.member.session_lost:
+                return
             changed = {tp: o for tp, o in offsets.items() if self._committed.get(tp) != o
-                       and (self.cluster is None or not owned_only or tp in self._owned)}
+                       and (not cluster_owned or tp in self._owned)}
             if changed:
                 self.offset_storage.commit(self.group, changed)
                 self._committed.update(changed)

@@ -128,7 +128,7 @@ class ClusterSide:
         return {key: self._streams_of(key.topic).index(stream)
                 for key, stream in self.connector._owned.items()}
 
-    def revoke(self, keys: list[PartitionKey]) -> None:
+    def revoke(self, keys: list[PartitionKey], commit: bool = True) -> None:
         c = self.connector
         gone = set(keys)
         for broker_id, mine in PerBrokerOffsets._by_broker(keys).items():
@@ -146,7 +146,7 @@ class ClusterSide:
         for stream in streams.values():
             stream.release(gone)
         c._notify("on_partitions_revoked", keys)
-        if c.settings["auto.commit.enable"]:
+        if commit and c.settings["auto.commit.enable"]:
             handed = c.positions()
             try:
                 c._commit({k: handed[k] for k in keys if k in handed}, owned_only=False)
@@ -182,7 +182,8 @@ class ClusterSide:
             self._fetcher(key.broker_id, snapshot).add(key, stream, offsets[key])
 
     def tick(self) -> None:
-        self.connector._auto_commit(time.monotonic())
+        if not self.member.session_lost:  # else the next rebalance gives them up uncommitted
+            self.connector._auto_commit(time.monotonic())
 
     # Per-broker connections.
 

@@ -25,7 +25,10 @@ own (docs/spec/zookeeper.md, "Consumer group rebalance"):
 Only partitions whose stream changes move: a rebalance that leaves a
 partition on the same stream does not stop its fetching. A session lost and
 made again registers the consumer again (its ephemeral nodes went with the
-old session) and rebalances.
+old session) and rebalances; the partitions claimed under the lost session
+are given up first without a commit (others may have read them meanwhile:
+:attr:`GroupMember.session_lost` holds every commit back until then) and
+claimed again from the group's offsets.
 
 :class:`ZooKeeperOffsets` keeps a group's offsets under
 ``/consumers/[group]/offsets/[topic]/[broker_id-partition]`` (persistent,
@@ -83,8 +86,8 @@ class Owner(Protocol):
     def owned(self) -> dict[PartitionKey, int]:
         """Each partition read now and the index of its stream (within its topic's streams)."""
 
-    def revoke(self, keys: list[PartitionKey]) -> None:
-        """Stop fetching ``keys`` and commit what was handed out of them."""
+    def revoke(self, keys: list[PartitionKey], commit: bool = True) -> None:
+        """Stop fetching ``keys`` and (with ``commit``) commit what was handed out of them."""
 
     def assign(self, keys: dict[PartitionKey, int], snapshot: Snapshot) -> None:
         """Start reading ``keys`` (-> stream index) where the group left off."""
@@ -151,6 +154,10 @@ class GroupMember:
         self.backoff = backoff_ms / 1000
         self.path = paths.consumer_path(group, self.consumer_id)
         self.rebalances = 0  # attempts that ended with every partition claimed
+        # Sessions lost (counted by the state listener) and how many of them a
+        # rebalance has dealt with: see session_lost.
+        self._losses = 0
+        self._losses_handled = 0
         self._registered: bytes | None = None
         self._idle_logged: set[tuple[str, int]] = set()
         self._wake = threading.Event()
@@ -207,8 +214,16 @@ class GroupMember:
 
         if state == KazooState.LOST:
             self._registered = None  # ephemeral nodes went with the session
+            self._losses += 1
         elif state == KazooState.CONNECTED:
             self._wake.set()
+
+    @property
+    def session_lost(self) -> bool:
+        """Whether a session ended since the partitions held now were claimed: their owner
+        nodes went with it and other consumers may read them already, so nothing may be
+        committed for them until the next rebalance gave them up."""
+        return self._losses != self._losses_handled
 
     def _on_members(self, _children) -> bool | None:
         if self._closed.is_set():
@@ -329,6 +344,19 @@ class GroupMember:
             self._register(topics)
             mine = self.plan(snapshot, topics)
             current = self.owner.owned()
+            losses = self._losses
+            if losses != self._losses_handled:
+                if current:
+                    # Claimed under a session that ended: another consumer may have
+                    # read them since from the group's offsets, so what was handed
+                    # out of them is not committed over its progress.
+                    log.warning("consumer group %s: ZooKeeper session of %s expired; giving "
+                                "up its %d partitions without committing, to claim them "
+                                "again from the group's offsets", self.group,
+                                self.consumer_id, len(current))
+                    self.owner.revoke(sorted(current, key=spec_order), commit=False)
+                    current = {}
+                self._losses_handled = losses
             revoked = sorted((k for k, i in current.items() if mine.get(k) != i), key=spec_order)
             if revoked:
                 self.owner.revoke(revoked)
@@ -340,8 +368,9 @@ class GroupMember:
                     claimed.append(key)
                 elif state == "taken":
                     if key in current and key not in revoked:
-                        # Ours no more (a session lost in between): stop reading it.
-                        self.owner.revoke([key])
+                        # Ours no more (a session lost in between): stop reading it,
+                        # committing nothing over its new owner's progress.
+                        self.owner.revoke([key], commit=False)
                     self._release(claimed)
                     return paths.owner_path(self.group, key.topic, key.broker_id,
                                             key.partition)
