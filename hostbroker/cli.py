@@ -220,13 +220,30 @@ def _add_producer_options(parser: argparse.ArgumentParser) -> None:
                         help="batch.size: messages per batch in async mode (default 200)")
 
 
+def _add_client_target(parser: argparse.ArgumentParser) -> None:
+    """--bootstrap URI, or --zookeeper for cluster mode; both together: one line, status 2."""
+    target = parser.add_mutually_exclusive_group()
+    target.add_argument("--bootstrap", metavar="URI",
+                        help=f"broker: tcp://HOST:PORT or unix:///PATH (default {DEFAULT_BOOTSTRAP})")
+    target.add_argument("--zookeeper", metavar="HOST:PORT[,...][/CHROOT]",
+                        help="cluster mode: the brokers registered in this ZooKeeper "
+                             "(instead of --bootstrap)")
+
+
+def _target(args: argparse.Namespace) -> dict:
+    """The keywords of a command taking _add_client_target's options."""
+    if args.zookeeper is not None:
+        return {"zookeeper": args.zookeeper}
+    return {"bootstrap": args.bootstrap or DEFAULT_BOOTSTRAP}
+
+
 def _produce(args: argparse.Namespace) -> int:
     from hostbroker.commands import console
 
     return commands.run("produce", console.produce, args.topic,
                         key_separator=args.key_separator, compression=args.compression,
                         acks=args.acks, batch_size=args.batch_size, sync=args.sync,
-                        properties=args.property, bootstrap=args.bootstrap)
+                        properties=args.property, **_target(args))
 
 
 def _add_produce(sub) -> None:
@@ -237,7 +254,7 @@ def _add_produce(sub) -> None:
                     "format has no key field, so the key only chooses the partition (same key, "
                     "same partition) and is not stored; the message is the rest of the line. "
                     "Exit status 1 if any message was not acknowledged.")
-    _add_bootstrap(produce)
+    _add_client_target(produce)
     produce.add_argument("--topic", required=True)
     produce.add_argument("--key-separator", metavar="S",
                          help="split each line into key S value (a line without S is not sent)")
@@ -256,7 +273,7 @@ def _consume(args: argparse.Namespace) -> int:
                         max_messages=args.max_messages, timeout_ms=args.timeout_ms,
                         partition=args.partition, offset=args.offset,
                         skip_bad_messages=args.skip_bad_messages,
-                        properties=args.property, bootstrap=args.bootstrap)
+                        properties=args.property, **_target(args))
 
 
 def _add_consume(sub) -> None:
@@ -268,7 +285,7 @@ def _add_consume(sub) -> None:
                     "the group's committed offsets (--from-beginning where it has none), and "
                     "what was printed is committed on exit. Stops after --max-messages, after "
                     "--timeout-ms without a message, or on Ctrl-C/SIGTERM (status 0).")
-    _add_bootstrap(consume)
+    _add_client_target(consume)
     consume.add_argument("--topic", required=True)
     consume.add_argument("--from-beginning", action="store_true",
                          help="start at the log start (with --group: where the group has "
@@ -295,7 +312,7 @@ def _perf_produce(args: argparse.Namespace) -> int:
                         size=args.size, batch_size=args.batch_size, acks=args.acks,
                         compression=args.compression, processes=args.processes,
                         producer_type=args.producer_type, properties=args.property,
-                        as_json=args.json, bootstrap=args.bootstrap)
+                        as_json=args.json, **_target(args))
 
 
 def _perf_consume(args: argparse.Namespace) -> int:
@@ -304,7 +321,7 @@ def _perf_consume(args: argparse.Namespace) -> int:
     return commands.run("perf consume", perf.consume, args.topic, messages=args.messages,
                         fetch_size=args.fetch_size, processes=args.processes,
                         timeout_ms=args.timeout_ms, properties=args.property,
-                        as_json=args.json, bootstrap=args.bootstrap)
+                        as_json=args.json, **_target(args))
 
 
 def _add_perf(sub) -> None:
@@ -317,7 +334,7 @@ def _add_perf(sub) -> None:
                     "MB/s (MB = 10^6 bytes of payload), elapsed time and the p50/p99/p99.9/max "
                     "latency of PRODUCE requests (send to acknowledgement). Exit status 1 if "
                     "any message failed.")
-    _add_bootstrap(produce)
+    _add_client_target(produce)
     produce.add_argument("--topic", required=True)
     produce.add_argument("--messages", type=int, required=True, metavar="N")
     produce.add_argument("--size", type=int, required=True, metavar="BYTES",
@@ -337,7 +354,7 @@ def _add_perf(sub) -> None:
                     "dealt out over --processes processes. Prints records/s, MB/s (MB = 10^6 "
                     "bytes of payload), elapsed time and FETCH round-trip percentiles. Exit "
                     "status 1 if the topic ran out of messages first.")
-    _add_bootstrap(consume)
+    _add_client_target(consume)
     consume.add_argument("--topic", required=True)
     consume.add_argument("--messages", type=int, required=True, metavar="N")
     consume.add_argument("--fetch-size", type=int, metavar="BYTES",
@@ -355,7 +372,8 @@ def _mirror(args: argparse.Namespace) -> int:
     from hostbroker.commands import mirror
 
     return commands.run("mirror", mirror.mirror, source=args.source,
-                        destination=args.destination, topics_regex=args.topics,
+                        destination=args.destination, source_zookeeper=args.from_zookeeper,
+                        destination_zookeeper=args.to_zookeeper, topics_regex=args.topics,
                         group=args.group, num_streams=args.num_streams,
                         max_messages=args.max_messages, timeout_ms=args.timeout_ms,
                         commit_interval_ms=args.commit_interval_ms,
@@ -365,17 +383,29 @@ def _mirror(args: argparse.Namespace) -> int:
 
 def _add_mirror(sub) -> None:
     mirror = sub.add_parser(
-        "mirror", help="copy topics from one broker to another",
-        description="Consume every topic matching --topics on --from (a group's consumer) and "
-                    "produce it to --to, partition for partition, creating missing topics "
-                    "there with the source's partition count. Source offsets are committed "
-                    "only after the producer flushed what was consumed, so a restart loses "
-                    "nothing (some messages may be copied twice). Stops after --max-messages, "
-                    "after --timeout-ms without a message, or on Ctrl-C/SIGTERM (status 0).")
-    mirror.add_argument("--from", dest="source", metavar="URI", required=True,
+        "mirror", help="copy topics from one broker or cluster to another",
+        description="Consume every topic matching --topics on the source (a group's consumer) "
+                    "and produce it to the destination, partition for partition (the i-th "
+                    "partition, or a cluster's i-th sorted (broker, partition) pair, to the "
+                    "i-th; i % count where the destination has fewer), creating missing "
+                    "topics there with at least the source's partition count. Each end is a "
+                    "broker (--from, --to) or a cluster by ZooKeeper (--from-zookeeper, "
+                    "--to-zookeeper); mirrors of one --group on a source cluster split its "
+                    "partitions. Source offsets are committed only after the producer "
+                    "flushed what was consumed, so a restart loses nothing (some messages "
+                    "may be copied twice). Stops after --max-messages, after --timeout-ms "
+                    "without a message, or on Ctrl-C/SIGTERM (status 0).")
+    source = mirror.add_mutually_exclusive_group(required=True)
+    source.add_argument("--from", dest="source", metavar="URI",
                         help="source broker: tcp://HOST:PORT or unix:///PATH")
-    mirror.add_argument("--to", dest="destination", metavar="URI", required=True,
-                        help="destination broker")
+    source.add_argument("--from-zookeeper", metavar="HOST:PORT[,...][/CHROOT]",
+                        help="source cluster: the brokers registered in this ZooKeeper")
+    destination = mirror.add_mutually_exclusive_group(required=True)
+    destination.add_argument("--to", dest="destination", metavar="URI",
+                             help="destination broker")
+    destination.add_argument("--to-zookeeper", metavar="HOST:PORT[,...][/CHROOT]",
+                             help="destination cluster: the brokers registered in this "
+                                  "ZooKeeper")
     mirror.add_argument("--topics", metavar="REGEX", required=True,
                         help="whitelist: a regular expression matching whole topic names")
     mirror.add_argument("--group", default="hostbroker-mirror",

@@ -21,6 +21,17 @@ yet) and commits what it printed when it stops. It stops after
 or SIGTERM, which are normal stops (status 0). A closed stdout (``| head``)
 stops it quietly.
 
+Cluster mode (``--zookeeper HOST:PORT[,...][/CHROOT]`` instead of
+``--bootstrap``): ``produce`` sends through a producer that finds the
+brokers and the topic's sorted ``(broker_id, partition)`` pairs in
+ZooKeeper; ``consume --group G`` is a member of the group in ZooKeeper (the
+range rebalance gives it its partitions; offsets are kept in ZooKeeper).
+``consume`` without ``--group`` reads every partition of every broker
+through a group of its own, named ``hostbroker-console-`` and random hex,
+that commits nothing and whose nodes are removed when it stops: as
+standalone, nothing is kept. ``--partition`` and ``--offset`` name one
+broker's partition and need ``--bootstrap``.
+
 An entry that cannot be read (CRC mismatch, a compressed wrapper that does
 not decompress or inflates past ``fetch.message.max.bytes``) stops it with
 status 1 and one line naming topic, partition and offset, after printing
@@ -32,6 +43,7 @@ warning on stderr instead. An ``--offset`` that is not the start of an entry
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from collections.abc import Iterable, Iterator
@@ -54,6 +66,71 @@ from hostbroker.commands import (
 # Typed lines should not wait the producer's default 5 s for a batch to fill.
 CONSOLE_PRODUCER_DEFAULTS = {"producer.type": "async", "queue.time": 1000,
                              "client.id": "hostbroker-console-producer"}
+
+
+# -- cluster mode ----------------------------------------------------------
+
+
+def check_zookeeper(connect: str, option: str = "--zookeeper") -> str:
+    """``connect`` if it is a ZooKeeper connect string, else a usage error naming ``option``.
+
+    Also quiets kazoo's own log, whose connection retries would otherwise
+    print a line each on stderr; what fails is said in one line by the command.
+    """
+    import logging
+
+    from hostbroker.cluster.zk import parse_connect
+    from hostbroker.errors import ConfigError
+
+    logging.getLogger("kazoo").setLevel(logging.CRITICAL)
+    try:
+        parse_connect(connect, option)
+    except ConfigError as exc:
+        raise usage_error(str(exc)) from None
+    return connect
+
+
+@contextlib.contextmanager
+def zookeeper_errors(option: str = "--zookeeper"):
+    """No ZooKeeper server answering, inside the block, becomes a command error (status 1)."""
+    from hostbroker.cluster.zk import ZooKeeperUnavailable
+
+    try:
+        yield
+    except ZooKeeperUnavailable as exc:
+        text = str(exc)
+        if text.startswith("zookeeper.connect:"):
+            text = option + text[len("zookeeper.connect"):]
+        raise CommandError(text) from None
+
+
+def zookeeper_client(connect: str, option: str = "--zookeeper"):
+    """A started kazoo client on ``connect`` (10 s session, 6 s to connect)."""
+    from hostbroker.cluster.zk import make_client
+
+    with zookeeper_errors(option):
+        return make_client(connect, 10000, 6000, key=option)
+
+
+@contextlib.contextmanager
+def zookeeper_session(connect: str, option: str = "--zookeeper"):
+    """:func:`zookeeper_client` for the block, closed after it."""
+    client = zookeeper_client(connect, option)
+    try:
+        yield client
+    finally:
+        client.stop()
+        client.close()
+
+
+def delete_group(connect: str, group: str) -> None:
+    """Remove ``group``'s nodes (/consumers/[group]) under ``connect``; best effort."""
+    from kazoo.exceptions import KazooException
+
+    from hostbroker.cluster import paths
+
+    with zookeeper_session(connect) as client, contextlib.suppress(KazooException):
+        client.delete(paths.group_path(group), recursive=True)
 
 
 # -- produce ---------------------------------------------------------------
@@ -99,9 +176,11 @@ def producer_config(properties: Iterable[str], chosen: dict, defaults: dict,
 def produce(topic: str, *, key_separator: str | None = None, compression: str | None = None,
             acks: int | None = None, batch_size: int | None = None, sync: bool = False,
             properties: Iterable[str] = (), bootstrap: str = DEFAULT_BOOTSTRAP,
-            stdin: BinaryIO | None = None, err: TextIO = sys.stderr) -> int:
-    """Send stdin's lines to ``topic``; 0 when every one was acknowledged, else 1."""
-    from hostbroker.client import DeliveryError, Producer, RecordTooLargeError
+            zookeeper: str | None = None, stdin: BinaryIO | None = None,
+            err: TextIO = sys.stderr) -> int:
+    """Send stdin's lines to ``topic`` (through the brokers registered in ``zookeeper``
+    when given); 0 when every one was acknowledged, else 1."""
+    from hostbroker.client import DeliveryError, RecordTooLargeError
 
     check_topic(topic)
     if key_separator == "":
@@ -112,7 +191,7 @@ def produce(topic: str, *, key_separator: str | None = None, compression: str | 
         "compression.codec": compression,
         "batch.size": batch_size,
     }, CONSOLE_PRODUCER_DEFAULTS)
-    producer = Producer(check_bootstrap(bootstrap), config)
+    producer = make_producer(config, bootstrap, zookeeper)
     separator = key_separator.encode() if key_separator is not None else None
     rejected: list[str] = []
     failed: list[DeliveryError] = []
@@ -137,6 +216,18 @@ def produce(topic: str, *, key_separator: str | None = None, compression: str | 
         except DeliveryError as exc:  # async mode: whatever the queue could not deliver
             failed.append(exc)
     return _produce_status(sent, rejected, failed, err)
+
+
+def make_producer(config: dict, bootstrap: str | None, zookeeper: str | None,
+                  option: str = "--zookeeper"):
+    """A Producer on ``bootstrap``, or on the cluster registered in ``zookeeper``."""
+    from hostbroker.client import Producer
+
+    if zookeeper is None:
+        return Producer(check_bootstrap(bootstrap or DEFAULT_BOOTSTRAP), config)
+    check_zookeeper(zookeeper, option)
+    with zookeeper_errors(option):
+        return Producer(config={**config, "zookeeper.connect": zookeeper})
 
 
 def first_failure(error) -> str:
@@ -204,22 +295,31 @@ def consume(topic: str, *, from_beginning: bool = False, group: str | None = Non
             partition: int | None = None, offset: int | None = None,
             skip_bad_messages: bool = False,
             properties: Iterable[str] = (), bootstrap: str = DEFAULT_BOOTSTRAP,
-            stdout: BinaryIO | None = None) -> int:
+            zookeeper: str | None = None, stdout: BinaryIO | None = None) -> int:
     """Print ``topic``'s payloads until a stop condition (module docstring); 0 on a normal stop."""
     check_topic(topic)
     _check_consume_options(max_messages, timeout_ms, partition, offset, group, from_beginning)
+    if zookeeper is not None and (partition is not None or offset is not None):
+        raise usage_error("--partition and --offset name one broker's partition: give that "
+                          "broker with --bootstrap instead of --zookeeper")
     config = key_values("--property", properties)
     if skip_bad_messages:
         config["skip.bad.messages"] = True
     output = _Output(stdout if stdout is not None else sys.stdout.buffer, max_messages)
-    check_bootstrap(bootstrap)
+    if zookeeper is None:
+        check_bootstrap(bootstrap)
+    else:
+        check_zookeeper(zookeeper)
     stop_on_sigterm()
     from hostbroker.client import InvalidEntryError
 
     try:
+        if zookeeper is not None:
+            return _consume_cluster(topic, group, from_beginning, timeout_ms, config, zookeeper,
+                                    output)
         if group is not None:
-            return _consume_group(topic, group, from_beginning, timeout_ms, config, bootstrap,
-                                  output)
+            return _consume_group(topic, group, from_beginning, timeout_ms, config, output,
+                                  bootstrap=bootstrap)
         return _consume_partitions(topic, from_beginning, timeout_ms, partition, offset, config,
                                    bootstrap, output)
     except InvalidEntryError as exc:
@@ -307,8 +407,22 @@ def _check_entry_start(consumer, topic: str, partition: int, offset: int) -> Non
         raise CommandError(f"{not_start} ({reason})") from None
 
 
-def _consume_group(topic, group, from_beginning, timeout_ms, config, bootstrap,
-                   output: _Output) -> int:
+def _consume_cluster(topic, group, from_beginning, timeout_ms, config, zookeeper,
+                     output: _Output) -> int:
+    """``consume --zookeeper``: in ``group``, or in a group of its own that keeps nothing."""
+    import uuid
+
+    if group is not None:
+        return _consume_group(topic, group, from_beginning, timeout_ms, config, output,
+                              zookeeper=zookeeper)
+    own = f"hostbroker-console-{uuid.uuid4().hex[:12]}"
+    return _consume_group(topic, own, from_beginning, timeout_ms, config, output,
+                          zookeeper=zookeeper, commit=False)
+
+
+def _consume_group(topic, group, from_beginning, timeout_ms, config, output: _Output, *,
+                   bootstrap: str | None = None, zookeeper: str | None = None,
+                   commit: bool = True) -> int:
     from hostbroker.client import ConsumerConnector, ConsumerTimeoutError, InvalidEntryError
 
     config.setdefault("client.id", "hostbroker-console-consumer")
@@ -317,7 +431,14 @@ def _consume_group(topic, group, from_beginning, timeout_ms, config, bootstrap,
     config.setdefault("auto.commit.enable", False)
     if timeout_ms is not None:
         config["consumer.timeout.ms"] = timeout_ms
-    connector = ConsumerConnector(bootstrap, config)
+    if zookeeper is None:
+        connector = ConsumerConnector(bootstrap, config)
+    else:
+        if not commit:
+            config["auto.commit.enable"] = False
+        with zookeeper_errors():
+            connector = ConsumerConnector(config={**config, "zookeeper.connect": zookeeper})
+    save = connector.commit_offsets if commit else (lambda: None)
     try:
         (stream,) = connector.create_message_streams({topic: 1})[topic]
         try:
@@ -332,10 +453,12 @@ def _consume_group(topic, group, from_beginning, timeout_ms, config, bootstrap,
         except (KeyboardInterrupt, Stopped):
             pass
         except InvalidEntryError:
-            connector.commit_offsets()  # what was printed, up to the bad entry
+            save()  # what was printed, up to the bad entry
             raise
         output.out.flush()
-        connector.commit_offsets()
+        save()
     finally:
         connector.shutdown()
+        if zookeeper is not None and not commit:
+            delete_group(zookeeper, group)  # a group of its own: nothing is kept
     return EXIT_OK

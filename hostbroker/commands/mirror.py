@@ -1,21 +1,34 @@
-"""``hostbroker mirror``: a consumer of one broker feeding a producer of another.
+"""``hostbroker mirror``: a consumer of one broker or cluster feeding a producer of another.
 
 A :class:`~hostbroker.client.ConsumerConnector` on the source subscribes to
 every topic whose whole name matches ``--topics`` (a :class:`Whitelist`;
 new matching topics are picked up at ``topic.refresh.interval.ms``) with
 ``--num-streams`` streams, each read by a thread of its own that hands every
 message to one async :class:`~hostbroker.client.Producer` on the
-destination. A message keeps its partition number: before the first message
-of a topic is sent, the topic is created on the destination with the
-source's partition count if it does not exist there (a destination topic
-with fewer partitions gets partition ``p % count``).
+destination. Either end is one broker (``--from URI``, ``--to URI``) or a
+cluster whose brokers are registered in ZooKeeper (``--from-zookeeper``,
+``--to-zookeeper``; :mod:`hostbroker.commands.mirror_target`). A message
+goes partition for partition: the source partition of index i (its number
+on a broker, its place among a cluster topic's sorted ``(broker_id,
+partition)`` pairs) to the destination partition of index i, ``i % count``
+when the destination has fewer. Before the first message of a topic is
+sent the topic is created on the destination if it does not exist there,
+with the source's partition count (on a cluster: on every live broker, with
+enough partitions each for the destination to hold as many pairs).
+
+On a source cluster the connector is a member of ``--group`` in ZooKeeper,
+so mirrors run with the same group split the source partitions between
+them (the range rebalance). Before the connector gives partitions up in a
+rebalance, the mirror flushes and commits what it handed over of them, so
+the next owner starts where this one stopped.
 
 No loss on restart. Source offsets are committed by the mirror itself, never
 by the connector (``auto.commit.enable`` is forced off), every
 ``--commit-interval-ms`` and when it stops: the stream threads are held at a
 gate, the producer is flushed (every message handed to it acknowledged),
 then the source offsets of exactly the messages handed over are stored for
-the group. A crash between two commits copies some messages twice, never
+the group (keyed ``(topic, partition)``, or ``(topic, partition, broker_id)``
+in ZooKeeper for a source cluster). A crash between two commits copies some messages twice, never
 skips one (at-least-once). If the flush reports messages that could not be
 delivered, nothing more is committed and the mirror stops with status 1.
 
@@ -49,6 +62,7 @@ from hostbroker.commands import (
     stop_on_sigterm,
     usage_error,
 )
+from hostbroker.commands.console import check_zookeeper
 
 DEFAULT_GROUP = "hostbroker-mirror"
 MAX_STREAMS = 64
@@ -59,51 +73,47 @@ _POLL_MS = 200
 class _Mirror:
     """The state the stream threads share, and the commit that must see all of it."""
 
-    def __init__(self, connector, producer, source_admin, destination_admin,
-                 limit: int | None, timeout_ms: int | None):
-        self.connector = connector
-        self.producer = producer
-        self.source_admin = source_admin
-        self.destination_admin = destination_admin
+    def __init__(self, source, destination, limit: int | None, timeout_ms: int | None,
+                 err: TextIO):
+        self.connector = None
+        self.producer = None
+        self.source = source
+        self.destination = destination
+        self.err = err
         self.limit = limit
         self.timeout = None if timeout_ms is None else timeout_ms / 1000
         self.stop = threading.Event()
         # Held by a thread while it hands one message over, and by a commit
         # for its whole flush: a commit sees every handed message acknowledged.
         self.gate = threading.Lock()
-        self.handed: dict[tuple[str, int], int] = {}  # next_offset of the last handed message
-        self.committed: dict[tuple[str, int], int] = {}
+        # Source offset key -> next_offset of the last message handed over.
+        self.handed: dict[tuple, int] = {}
+        self.committed: dict[tuple, int] = {}
         self.count = 0
         self.last_message = time.monotonic()
         self.errors: list[BaseException] = []
-        self._partitions: dict[str, int] = {}  # destination partition count per topic
+        self._prepared: set[str] = set()  # topics ready on the destination
         self._admin_lock = threading.Lock()
 
-    def destination_partition(self, topic: str, partition: int) -> int:
-        count = self._partitions.get(topic)
-        if count is None:
+    def destination_partition(self, message) -> int:
+        """The destination partition (index) of ``message``'s source partition."""
+        topic = message.topic
+        index = self.source.index(message)
+        if topic not in self._prepared:
             with self._admin_lock:
-                count = self._partitions.get(topic) or self._prepare(topic)
-                self._partitions[topic] = count
-        return partition if partition < count else partition % count
+                if topic not in self._prepared:
+                    self.destination.prepare(topic, self.source.count(topic), self.producer,
+                                             self.err)
+                    self._prepared.add(topic)
+        count = self.destination.count(topic)
+        return index if index < count else index % count
 
-    def _prepare(self, topic: str) -> int:
-        """The destination's partition count of ``topic``, creating the topic like the source's."""
-        from hostbroker.client import BrokerError
-        from hostbroker.commands.console import topic_partitions
-        from hostbroker.errors import ErrorCode
-
-        try:
-            return len(topic_partitions(self.destination_admin, topic))
-        except CommandError:
-            pass
-        count = len(topic_partitions(self.source_admin, topic))
-        try:
-            self.destination_admin.create_topic(topic, count)
-        except BrokerError as exc:
-            if exc.code != ErrorCode.TOPIC_ALREADY_EXISTS:
-                raise
-        return len(topic_partitions(self.destination_admin, topic))
+    def on_partitions_revoked(self, keys) -> None:
+        """A rebalance takes partitions away: what was handed over of them is committed
+        first (the next owner starts there). Not once the mirror stops: its own final
+        commit, or none after a failure."""
+        if not self.stop.is_set():
+            self.commit()
 
     def run_stream(self, stream) -> None:
         """A stream thread: hand its messages over until told to stop."""
@@ -125,12 +135,12 @@ class _Mirror:
 
     def _hand_over(self, message) -> bool:
         """Send one message; False when the mirror is stopping (the message is not sent)."""
-        partition = self.destination_partition(message.topic, message.partition)
+        partition = self.destination_partition(message)
         with self.gate:
             if self.stop.is_set():
                 return False
             self.producer.send(message.topic, message.value, partition=partition)
-            self.handed[(message.topic, message.partition)] = message.next_offset
+            self.handed[self.source.key(message)] = message.next_offset
             self.count += 1
             self.last_message = time.monotonic()
             if self.limit is not None and self.count >= self.limit:
@@ -163,19 +173,52 @@ def _check(topics_regex: str, num_streams: int, max_messages, timeout_ms,
         raise usage_error("--commit-interval-ms must be at least 1")
 
 
-def mirror(*, source: str, destination: str, topics_regex: str, group: str = DEFAULT_GROUP,
-           num_streams: int = 1, max_messages: int | None = None, timeout_ms: int | None = None,
-           commit_interval_ms: int = 5000, consumer_properties: Iterable[str] = (),
-           producer_properties: Iterable[str] = (), out: TextIO = sys.stdout,
-           err: TextIO = sys.stderr) -> int:
-    """Copy the matching topics from ``source`` to ``destination`` (module docstring)."""
-    from hostbroker.client import (ConsumerConnector, InvalidEntryError, Producer, SimpleClient,
-                                   Whitelist)
+def _one_of(uri: str | None, zookeeper: str | None, end: str) -> None:
+    if (uri is None) == (zookeeper is None):
+        raise usage_error(f"give exactly one of --{end} URI and --{end}-zookeeper "
+                          "HOST:PORT[,...][/CHROOT]")
+
+
+def _ends(source, source_zookeeper, destination, destination_zookeeper, consumer_config,
+          producer_settings):
+    """The source and destination ends (mirror_target), or a command error; nothing is
+    left open when one of them fails."""
+    from hostbroker.commands.mirror_target import (BrokerDestination, BrokerSource,
+                                                   ClusterDestination, ClusterSource)
+
+    if source is not None:
+        check_bootstrap(source, "--from")
+    if destination is not None:
+        check_bootstrap(destination, "--to")
+    if source_zookeeper is not None:
+        check_zookeeper(source_zookeeper, "--from-zookeeper")
+    if destination_zookeeper is not None:
+        check_zookeeper(destination_zookeeper, "--to-zookeeper")
+    src = (ClusterSource(source_zookeeper, consumer_config) if source is None
+           else BrokerSource(source))
+    try:
+        dst = (ClusterDestination(destination_zookeeper, producer_settings)
+               if destination is None else BrokerDestination(destination))
+    except BaseException:
+        src.close()
+        raise
+    return src, dst
+
+
+def mirror(*, source: str | None = None, destination: str | None = None, topics_regex: str,
+           source_zookeeper: str | None = None, destination_zookeeper: str | None = None,
+           group: str = DEFAULT_GROUP, num_streams: int = 1, max_messages: int | None = None,
+           timeout_ms: int | None = None, commit_interval_ms: int = 5000,
+           consumer_properties: Iterable[str] = (), producer_properties: Iterable[str] = (),
+           out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+    """Copy the matching topics from the source broker or cluster to the destination one
+    (module docstring)."""
+    from hostbroker.client import InvalidEntryError, Whitelist
     from hostbroker.commands.console import producer_config
 
     _check(topics_regex, num_streams, max_messages, timeout_ms, commit_interval_ms)
-    check_bootstrap(source, "--from")
-    check_bootstrap(destination, "--to")
+    _one_of(source, source_zookeeper, "from")
+    _one_of(destination, destination_zookeeper, "to")
     consumer_config = key_values("--consumer-property", consumer_properties)
     consumer_config.setdefault("auto.offset.reset", "earliest")
     consumer_config.setdefault("client.id", "hostbroker-mirror")
@@ -185,14 +228,15 @@ def mirror(*, source: str, destination: str, topics_regex: str, group: str = DEF
         producer_properties, {}, {"producer.type": "async", "client.id": "hostbroker-mirror"},
         "--producer-property")
 
-    producer = Producer(destination, producer_settings)
-    connector = ConsumerConnector(source, consumer_config)
-    state = _Mirror(connector, producer, SimpleClient(source, "hostbroker-mirror"),
-                    SimpleClient(destination, "hostbroker-mirror"), max_messages, timeout_ms)
-    stop_on_sigterm()
+    src, dst = _ends(source, source_zookeeper, destination, destination_zookeeper,
+                     consumer_config, producer_settings)
+    state = _Mirror(src, dst, max_messages, timeout_ms, err)
     threads: list[threading.Thread] = []
     try:
-        streams = connector.create_message_streams_by_filter(Whitelist(topics_regex),
+        state.producer = dst.producer(producer_settings)
+        state.connector = src.connector(consumer_config, state)
+        stop_on_sigterm()
+        streams = state.connector.create_message_streams_by_filter(Whitelist(topics_regex),
                                                              num_streams)
         threads = [threading.Thread(target=state.run_stream, args=(stream,),
                                     name=f"mirror-stream-{i}", daemon=True)
@@ -220,9 +264,9 @@ def mirror(*, source: str, destination: str, topics_regex: str, group: str = DEF
             line += " (--consumer-property skip.bad.messages=true skips it)"
         print(f"hostbroker mirror: {line}", file=err)
         return EXIT_BROKER
-    topics = sorted({topic for topic, _ in state.committed})
+    topics = sorted({key[0] for key in state.committed})
     print(f"mirrored {plural(state.count, 'message')} of {', '.join(topics) or 'no topic'} "
-          f"from {source} to {destination}", file=out)
+          f"from {src.name} to {dst.name}", file=out)
     return EXIT_OK
 
 
@@ -233,9 +277,14 @@ def _close_all(state: _Mirror, threads: list[threading.Thread]) -> None:
     for thread in threads:
         thread.join()
     try:
-        state.producer.close()
+        if state.producer is not None:
+            state.producer.close()
     except DeliveryError as exc:
         state.errors.append(exc)
-    state.connector.shutdown()
-    state.source_admin.close()
-    state.destination_admin.close()
+    finally:
+        try:
+            if state.connector is not None:
+                state.connector.shutdown()
+        finally:
+            state.source.close()
+            state.destination.close()

@@ -23,6 +23,13 @@ percentiles p50, p99, p99.9 and the maximum, in milliseconds (nearest rank:
 the smallest latency that at least p % of requests did not exceed). With
 ``--json`` the same as one JSON document.
 
+Cluster mode (``--zookeeper`` instead of ``--bootstrap``): ``perf produce``'s
+producers find the brokers and the topic's sorted ``(broker_id,
+partition)`` pairs in ZooKeeper and spread the messages over all of them;
+``perf consume`` reads every pair of the topic's live brokers, the pairs
+dealt out over the processes (a process fetches each broker's pairs over a
+connection of its own, one broker after the other, every FETCH timed).
+
 Arguments are bounded (see ``LIMITS``); anything outside is refused with one
 line before a process starts. So is a ``perf produce --size`` whose message
 would be over ``message.max.bytes`` (the producer's setting, by default the
@@ -33,6 +40,7 @@ would otherwise fail.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
@@ -58,6 +66,7 @@ from hostbroker.commands import (
     key_values,
     usage_error,
 )
+from hostbroker.cluster.zk import ZooKeeperUnavailable
 from hostbroker.errors import HostbrokerError
 
 MB = 10**6
@@ -196,7 +205,7 @@ def _failing_as_result(work):
         result = WorkerResult()
         try:
             return work(result, *args)
-        except (HostbrokerError, OSError) as exc:
+        except (HostbrokerError, OSError, ZooKeeperUnavailable) as exc:
             result.error = describe_error(exc, args[0])[0]
             result.ended = result.ended or time.monotonic()
             result.started = result.started or result.ended
@@ -293,14 +302,14 @@ def produce(topic: str, *, messages: int, size: int, batch_size: int | None = No
             acks: int | None = None, compression: str | None = None, processes: int = 1,
             producer_type: str = "async", properties: Iterable[str] = (),
             as_json: bool = False, bootstrap: str = DEFAULT_BOOTSTRAP,
-            out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+            zookeeper: str | None = None, out: TextIO = sys.stdout,
+            err: TextIO = sys.stderr) -> int:
     """Run ``perf produce`` (module docstring); 1 when any message failed."""
     check_topic(topic)
     check_limits(messages=messages, size=size, processes=processes, batch_size=batch_size)
     if processes > messages:
         raise usage_error(f"--processes ({processes}) must not exceed --messages ({messages})")
-    from hostbroker.client import Producer
-    from hostbroker.commands.console import producer_config
+    from hostbroker.commands.console import make_producer, producer_config
 
     config = producer_config(properties, {
         "producer.type": producer_type,
@@ -309,7 +318,9 @@ def produce(topic: str, *, messages: int, size: int, batch_size: int | None = No
         "batch.size": batch_size,
     }, {"client.id": "hostbroker-perf"})
     _check_message_size(size, config)
-    Producer(check_bootstrap(bootstrap), config).close()  # refuse bad settings here
+    make_producer(config, bootstrap, zookeeper).close()  # refuse bad settings here
+    if zookeeper is not None:
+        bootstrap, config = None, {**config, "zookeeper.connect": zookeeper}
     jobs = [(bootstrap, topic, share, size, config) for share in shares(messages, processes)]
     results = _run_workers(produce_worker, jobs)
     return _report("produce", results, as_json, out, err, processes=processes, size=size,
@@ -334,26 +345,35 @@ def _check_message_size(size: int, config: dict) -> None:
 
 
 @_failing_as_result
-def consume_worker(result: WorkerResult, bootstrap: str, topic: str, partitions: list[int],
-                   wanted: int, fetch_size: int | None, timeout_ms: int, config: dict,
-                   taken, barrier) -> WorkerResult:
-    """One process's part of ``perf consume``: fetch ``partitions`` until ``taken`` reaches ``wanted``.
+def consume_worker(result: WorkerResult, where: str, sources: list[tuple[str, list[int]]],
+                   topic: str, wanted: int, fetch_size: int | None, timeout_ms: int,
+                   config: dict, taken, barrier) -> WorkerResult:
+    """One process's part of ``perf consume``: fetch its partitions until ``taken`` reaches
+    ``wanted``.
 
-    ``taken`` is the shared count (a lock-guarded ``multiprocessing.Value``,
-    or a one-element list for a single process). A worker whose partitions
-    have nothing new for ``timeout_ms`` stops; the report says if the total
-    fell short.
+    ``sources`` are ``(broker URI, partitions)``, fetched in turn, each broker
+    over a connection of its own (standalone: one broker); ``where`` names
+    them in an error. ``taken`` is the shared count (a lock-guarded
+    ``multiprocessing.Value``, or a one-element list for a single process).
+    A worker whose partitions have nothing new for ``timeout_ms`` stops; the
+    report says if the total fell short.
     """
     from hostbroker.client import EARLIEST, SimpleConsumer
 
-    with SimpleConsumer(bootstrap, config) as consumer:
+    with contextlib.ExitStack() as stack:
+        consumers = [stack.enter_context(SimpleConsumer(uri, config)) for uri, _ in sources]
         _start_together(barrier)
         result.started = last_data = time.monotonic()
-        positions = {p: consumer.offsets_before(topic, p, EARLIEST)[0] for p in partitions}
-        requests = [(topic, p, o, fetch_size) for p, o in positions.items()]
-        while requests:
+        positions = [{p: consumer.offsets_before(topic, p, EARLIEST)[0] for p in partitions}
+                     for consumer, (_, partitions) in zip(consumers, sources)]
+        turn = 0
+        while any(positions):
+            consumer, mine = consumers[turn], positions[turn]
+            turn = (turn + 1) % len(consumers)
+            if not mine:
+                continue
             before = time.monotonic()
-            sets = consumer.multifetch(requests)
+            sets = consumer.multifetch([(topic, p, o, fetch_size) for p, o in mine.items()])
             now = time.monotonic()
             result.latencies.append(now - before)
             got = 0
@@ -362,7 +382,7 @@ def consume_worker(result: WorkerResult, bootstrap: str, topic: str, partitions:
                 for _, _, value in fetched:
                     got += 1
                     size += len(value)
-                positions[fetched.partition] = fetched.next_offset
+                mine[fetched.partition] = fetched.next_offset
             if got:
                 last_data = now
                 room = _take(taken, wanted, got)
@@ -377,9 +397,32 @@ def consume_worker(result: WorkerResult, bootstrap: str, topic: str, partitions:
                 break
             if now - last_data > timeout_ms / 1000:
                 break
-            requests = [(topic, p, o, fetch_size) for p, o in positions.items()]
         result.ended = time.monotonic()
     return result
+
+
+def _pairs(topic: str, bootstrap: str, zookeeper: str | None,
+           config: dict) -> list[tuple[str, int]]:
+    """``topic``'s partitions as (broker URI, partition): of the one broker, or the sorted
+    (broker_id, partition) pairs of the live brokers registered in ``zookeeper``."""
+    from hostbroker.commands.console import check_zookeeper, topic_partitions, zookeeper_session
+
+    if zookeeper is None:
+        from hostbroker.client import SimpleConsumer
+
+        with SimpleConsumer(check_bootstrap(bootstrap), config) as consumer:
+            return [(bootstrap, p) for p in topic_partitions(consumer, topic)]
+    from hostbroker.cluster.discovery import read_snapshot
+    from hostbroker.commands.topics import broker_uri
+
+    with zookeeper_session(check_zookeeper(zookeeper)) as client:
+        snapshot = read_snapshot(client)
+    if not snapshot.brokers:
+        raise CommandError(f"no live broker is registered in ZooKeeper at {zookeeper}")
+    if not snapshot.partitions(topic):
+        raise CommandError(f"no live broker registered topic {topic} in ZooKeeper at {zookeeper}")
+    uris = {b: broker_uri(info) for b, info in snapshot.brokers.items()}
+    return [(uris[b], p) for b, p in snapshot.partitions(topic)]
 
 
 def _take(taken, wanted: int, n: int) -> int:
@@ -400,8 +443,8 @@ def _remaining(taken, wanted: int) -> int:
 
 def consume(topic: str, *, messages: int, fetch_size: int | None = None, processes: int = 1,
             timeout_ms: int = 10000, properties: Iterable[str] = (), as_json: bool = False,
-            bootstrap: str = DEFAULT_BOOTSTRAP, out: TextIO = sys.stdout,
-            err: TextIO = sys.stderr) -> int:
+            bootstrap: str = DEFAULT_BOOTSTRAP, zookeeper: str | None = None,
+            out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
     """Run ``perf consume`` (module docstring); 1 when the topic ran dry first."""
     check_topic(topic)
     check_limits(messages=messages, processes=processes, fetch_size=fetch_size,
@@ -409,18 +452,19 @@ def consume(topic: str, *, messages: int, fetch_size: int | None = None, process
     config = key_values("--property", properties)
     config.setdefault("client.id", "hostbroker-perf")
     config.setdefault("auto.offset.reset", "earliest")
-    from hostbroker.client import SimpleConsumer
-    from hostbroker.commands.console import topic_partitions
-
-    with SimpleConsumer(check_bootstrap(bootstrap), config) as consumer:
-        partitions = topic_partitions(consumer, topic)
-    if not partitions:
+    pairs = _pairs(topic, bootstrap, zookeeper, config)
+    if not pairs:
         raise CommandError(f"topic {topic} has no partitions")
-    if processes > len(partitions):
+    if processes > len(pairs):
         raise usage_error(f"--processes ({processes}) must not exceed the topic's "
-                          f"{len(partitions)} partitions")
-    jobs = [(bootstrap, topic, partitions[i::processes], messages, fetch_size, timeout_ms, config)
-            for i in range(processes)]
+                          f"{len(pairs)} partitions")
+    jobs = []
+    for i in range(processes):
+        sources: dict[str, list[int]] = {}
+        for uri, partition in pairs[i::processes]:
+            sources.setdefault(uri, []).append(partition)
+        jobs.append((",".join(sources), list(sources.items()), topic, messages, fetch_size,
+                     timeout_ms, config))
     results = _run_workers(consume_worker, jobs, with_count=True)
     consumed = sum(r.messages for r in results)
     if consumed < messages and not any(r.error for r in results):

@@ -1,0 +1,236 @@
+"""``hostbroker mirror`` between brokers and clusters, run as a user would: source and
+destination clusters are brokers that register themselves under their own chroot of one
+real ZooKeeper (``/src``, ``/dst``); standalone ends are plain brokers."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from hostbroker.cluster import paths
+from hostbroker.log.message import encode_message_set
+from tests.cluster.test_console_zk import chroot_broker, registered, values
+from tests.cluster.test_discovery import wait_until
+from tests.integration.broker import free_port
+from tests.integration.cli import hostbroker, lines, one_line_error, running, terminate
+
+FAST = ("--consumer-property", "zookeeper.session.timeout.ms=1000",
+        "--consumer-property", "rebalance.backoff.ms=200")
+
+
+class End:
+    """One end of a mirror: a standalone broker, or the brokers registered under a chroot."""
+
+    def __init__(self, make_broker, tmp_path, zookeeper, zk, kind: str, chroot: str,
+                 brokers: int = 2):
+        self.kind, self.chroot, self.zk = kind, chroot, zk
+        if kind == "cluster":
+            self.brokers = {i: chroot_broker(make_broker, tmp_path, zookeeper, zk, i, chroot)
+                            for i in range(1, brokers + 1)}
+            self.connect = zookeeper.connect + chroot
+        else:
+            root = tmp_path / f"standalone{chroot.replace('/', '-')}"
+            root.mkdir()
+            self.brokers = {0: make_broker(root=root)}
+
+    def args(self, direction: str) -> tuple[str, str]:
+        if self.kind == "cluster":
+            return f"--{direction}-zookeeper", self.connect
+        return f"--{direction}", self.brokers[0].unix
+
+    @property
+    def name(self) -> str:
+        return f"zookeeper {self.connect}" if self.kind == "cluster" else self.brokers[0].unix
+
+    def create(self, topic: str, pairs: int) -> None:
+        """``topic`` with ``pairs`` partitions in all (split evenly over a cluster's brokers)."""
+        each = pairs // len(self.brokers)
+        for broker in self.brokers.values():
+            with broker.client() as client:
+                client.create_topic(topic, each)
+        if self.kind == "cluster":
+            registered(self.zk, self.chroot, topic, self.brokers)
+
+    def by_index(self, topic: str) -> list[list[bytes]]:
+        """Every partition's values, in index order: sorted (broker_id, partition)."""
+        held = {(b, p): vs for b, broker in self.brokers.items()
+                for p, vs in values(broker, topic).items()}
+        return [held[pair] for pair in sorted(held)]
+
+    def produce(self, topic: str, index: int, messages: list[bytes]) -> None:
+        pair = sorted((b, p) for b, broker in self.brokers.items()
+                      for p in values(broker, topic))[index]
+        with self.brokers[pair[0]].client() as client:
+            for i in range(0, len(messages), 1000):
+                client.produce(topic, pair[1], encode_message_set(messages[i:i + 1000]))
+
+
+def in_order_within(merged: list[bytes], sources: list[list[bytes]]) -> bool:
+    """``merged`` is exactly the ``sources`` interleaved, each keeping its order."""
+    rest = list(merged)
+    for source in sources:
+        mine = set(source)
+        if [v for v in rest if v in mine] != source:
+            return False
+        rest = [v for v in rest if v not in mine]
+    return rest == []
+
+
+T_COUNTS = [3, 5, 0, 4]
+U_COUNTS = [2, 1, 2, 1]
+
+
+@pytest.mark.parametrize("source_kind, destination_kind", [
+    ("cluster", "cluster"), ("cluster", "broker"), ("broker", "cluster"), ("broker", "broker")])
+def test_mirror_copies_partition_for_partition(make_broker, tmp_path, zookeeper, zk,
+                                               source_kind, destination_kind):
+    source = End(make_broker, tmp_path, zookeeper, zk, source_kind, "/src")
+    destination = End(make_broker, tmp_path, zookeeper, zk, destination_kind, "/dst")
+    source.create("t", 4)
+    source.create("u", 4)
+    source.create("other", 2)
+    destination.create("u", 2)  # fewer: index i goes to i % 2
+    t = [[b"t-%d-%d" % (i, n) for n in range(count)] for i, count in enumerate(T_COUNTS)]
+    u = [[b"u-%d-%d" % (i, n) for n in range(count)] for i, count in enumerate(U_COUNTS)]
+    for i in range(4):
+        source.produce("t", i, t[i])
+        source.produce("u", i, u[i])
+    source.produce("other", 0, [b"not copied"])
+    total = sum(T_COUNTS) + sum(U_COUNTS)
+
+    args = ("mirror", *source.args("from"), *destination.args("to"), "--topics", "t|u",
+            "--group", "copier", "--commit-interval-ms", "100", *FAST)
+    first = hostbroker(*args, "--max-messages", str(total), "--timeout-ms", "20000")
+    assert first.returncode == 0, first.stderr
+    assert lines(first) == [f"mirrored {total} messages of t, u from {source.name} "
+                            f"to {destination.name}"]
+    # t was missing: created with as many partitions (pairs) as the source's, copied index
+    # for index; u has 2: index i to i % 2, each source partition in order.
+    assert destination.by_index("t") == t
+    copied_u = destination.by_index("u")
+    assert len(copied_u) == 2
+    assert in_order_within(copied_u[0], [u[0], u[2]])
+    assert in_order_within(copied_u[1], [u[1], u[3]])
+    if destination_kind == "cluster":  # ceil(4 pairs / 2 live brokers) on each broker
+        assert {b: len(values(broker, "t")) for b, broker in destination.brokers.items()} == \
+            {1: 2, 2: 2}
+    with destination.brokers[min(destination.brokers)].client() as client:
+        (other,) = client.metadata(["other"]).topics
+    assert other.partitions == ()
+
+    if source_kind == "cluster":  # offsets in the source's ZooKeeper, by broker-partition
+        path = source.chroot + paths.offsets_path("copier", "t")
+        stored = {paths.parse_partition_name(n): int(zk.get(f"{path}/{n}")[0])
+                  for n in zk.get_children(path)}
+        expected = {(b, p): len(encode_message_set(t[i]))
+                    for i, (b, p) in enumerate([(1, 0), (1, 1), (2, 0), (2, 1)]) if t[i]}
+        assert stored == expected
+    again = hostbroker(*args, "--timeout-ms", "1500")  # everything was committed
+    assert again.returncode == 0, again.stderr
+    assert lines(again)[0].startswith("mirrored 0 messages")
+
+
+def test_mirror_killed_mid_copy_and_run_again_loses_nothing(make_broker, tmp_path, zookeeper,
+                                                            zk):
+    source = End(make_broker, tmp_path, zookeeper, zk, "cluster", "/src")
+    destination = End(make_broker, tmp_path, zookeeper, zk, "broker", "/dst")
+    source.create("feed", 2)
+    sent = [[b"feed-%d-%06d" % (i, n) for n in range(15000)] for i in range(2)]
+    for i in range(2):
+        source.produce("feed", i, sent[i])
+    args = ("mirror", *source.args("from"), *destination.args("to"), "--topics", "feed",
+            "--group", "m", "--commit-interval-ms", "50", *FAST)
+
+    def copied() -> int:
+        with destination.brokers[0].client() as client:
+            (found,) = client.metadata(["feed"]).topics
+        return sum(p.log_end_offset for p in found.partitions)
+
+    with running(*args) as proc:
+        wait_until(lambda: copied() > 0 or proc.poll() is not None, 30)
+        # Mid-copy: the first commit has happened and the copy is not done.
+        wait_until(lambda: zk.exists(source.chroot + paths.offsets_path("m", "feed"))
+                   is not None, 30)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    before = destination.by_index("feed")
+    assert 0 < sum(map(len, before)) < 30000, "the copy was not cut short"
+
+    # The new run waits for the killed one's session to end, then goes on from the
+    # last commit: some messages are copied twice, none is lost.
+    rest = hostbroker(*args, "--timeout-ms", "5000", timeout=120)
+    assert rest.returncode == 0, rest.stderr
+    after = destination.by_index("feed")
+    for i in range(2):
+        kept = len(before[i])
+        assert after[i][:kept] == before[i] == sent[i][:kept]
+        resumed = after[i][kept:]
+        start = len(sent[i]) - len(resumed)
+        assert 0 <= start <= kept and resumed == sent[i][start:], (i, kept, start)
+
+
+def owners(zk, chroot: str, group: str, topic: str) -> dict[str, str]:
+    path = chroot + paths.owners_path(group, topic)
+    if zk.exists(path) is None:
+        return {}
+    return {n: paths.decode_owner(zk.get(f"{path}/{n}")[0], n)[0] for n in zk.get_children(path)}
+
+
+def test_two_mirrors_of_one_group_split_the_source_partitions(make_broker, tmp_path, zookeeper,
+                                                              zk):
+    source = End(make_broker, tmp_path, zookeeper, zk, "cluster", "/src")
+    destination = End(make_broker, tmp_path, zookeeper, zk, "broker", "/dst")
+    source.create("t", 4)
+    destination.create("t", 4)
+    args = ("mirror", *source.args("from"), *destination.args("to"), "--topics", "t",
+            "--group", "pair", "--commit-interval-ms", "100", *FAST)
+    with running(*args) as one, running(*args) as two:
+        # Both members registered and every pair owned, two each.
+        def split() -> bool:
+            held = owners(zk, source.chroot, "pair", "t")
+            ids = zk.get_children(source.chroot + paths.group_ids_path("pair")) \
+                if zk.exists(source.chroot + paths.group_ids_path("pair")) else []
+            return (len(ids) == 2 and len(held) == 4 and sorted(held.values()).count(
+                sorted(held.values())[0]) == 2 and set(held.values()) == set(ids))
+        wait_until(split, 30)
+        counts = [5, 7, 11, 13]
+        sent = [[b"t-%d-%d" % (i, n) for n in range(c)] for i, c in enumerate(counts)]
+        for i in range(4):
+            source.produce("t", i, sent[i])
+        wait_until(lambda: sum(map(len, destination.by_index("t"))) >= sum(counts), 30)
+        outs = [terminate(proc) for proc in (one, two)]
+    assert [proc.returncode for proc in (one, two)] == [0, 0], outs
+    # The range rebalance gives the first member (by id) pairs 0-1, the other 2-3; each
+    # mirror copied exactly the messages of its own.
+    reported = sorted(int(out.decode().split()[1]) for out, _ in outs)
+    assert reported == sorted([counts[0] + counts[1], counts[2] + counts[3]])
+    assert destination.by_index("t") == sent
+
+
+def test_mirror_end_flags_are_refused_in_one_line(zookeeper):
+    connect = zookeeper.connect
+    uri = "tcp://127.0.0.1:9"
+    for args, needle in [
+        (("--to", uri), "one of the arguments --from --from-zookeeper is required"),
+        (("--from", uri), "one of the arguments --to --to-zookeeper is required"),
+        (("--from", uri, "--from-zookeeper", connect, "--to", uri),
+         "argument --from-zookeeper: not allowed with argument --from"),
+        (("--from-zookeeper", connect, "--to", uri, "--to-zookeeper", connect),
+         "argument --to-zookeeper: not allowed with argument --to"),
+        (("--from-zookeeper", connect + "/src/", "--to", uri),
+         "--from-zookeeper: chroot '/src/' is not a ZooKeeper path"),
+        (("--from", uri, "--to-zookeeper", "nohost"), "--to-zookeeper: 'nohost' is not host:port"),
+    ]:
+        result = hostbroker("mirror", "--topics", "t", *args)
+        assert result.returncode == 2, (args, result)
+        assert needle in one_line_error(result), args
+    nobody = f"127.0.0.1:{free_port()}"
+    for args, option in [(("--from-zookeeper", nobody, "--to", uri), "--from-zookeeper"),
+                         (("--from", uri, "--to-zookeeper", nobody), "--to-zookeeper")]:
+        result = hostbroker("mirror", "--topics", "t", *args,
+                            "--consumer-property", "zookeeper.connection.timeout.ms=300",
+                            "--producer-property", "zookeeper.connection.timeout.ms=300")
+        assert result.returncode == 1
+        assert one_line_error(result) == (f"hostbroker mirror: {option}: no ZooKeeper server "
+                                          f"of {nobody} answered within 300 ms")
