@@ -19,6 +19,7 @@ from hostbroker.client import ConsumerConnector, ConsumerTimeoutError, SimpleCli
 from hostbroker.cluster import paths, rebalance
 from hostbroker.cluster.membership import PartitionKey
 from hostbroker.log.message import encode_message_set
+from tests.cluster.e2e_support import owners
 from tests.cluster.test_producer_zk import register
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -85,24 +86,6 @@ def produce(brokers, topic, per_partition, prefix):
                 values = [f"{prefix}-{broker_id}-{p}-{i}" for i in range(per_partition)]
                 client.produce(topic, p, encode_message_set([v.encode() for v in values]))
                 out += values
-    return out
-
-
-def owners(zk, group, topic):
-    """{broker_id-partition: consumer_id-stream} as ZooKeeper holds it."""
-    from kazoo.exceptions import NoNodeError
-
-    path = paths.owners_path(group, topic)
-    out = {}
-    try:
-        names = zk.get_children(path)
-    except NoNodeError:
-        return out
-    for name in names:
-        try:
-            out[name] = zk.get(f"{path}/{name}")[0].decode()
-        except NoNodeError:
-            continue  # released between the two reads
     return out
 
 
