@@ -111,9 +111,14 @@ class _Mirror:
     def on_partitions_revoked(self, keys) -> None:
         """A rebalance takes partitions away: what was handed over of them is committed
         first (the next owner starts there). Not once the mirror stops: its own final
-        commit, or none after a failure."""
-        if not self.stop.is_set():
+        commit, or none after a failure. A failure here (the flush) stops the mirror."""
+        if self.stop.is_set():
+            return
+        try:
             self.commit()
+        except Exception as exc:  # noqa: BLE001 - reported by the main thread, which stops
+            self.errors.append(exc)
+            self.stop.set()
 
     def run_stream(self, stream) -> None:
         """A stream thread: hand its messages over until told to stop."""

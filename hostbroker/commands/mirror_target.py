@@ -249,8 +249,7 @@ class ClusterDestination(_Cluster):
         the producer knows its pairs (an explicit partition is a place in its list)."""
         if not self.pairs(topic) and not self.view.refresh().partitions(topic):
             self._create(topic, source_count, err)
-        mine = self.pairs(topic)
-        if not _wait_for(lambda: _producer_pairs(producer, topic) in (None, mine),
+        if not _wait_for(lambda: _producer_pairs(producer, topic) in (None, self.pairs(topic)),
                          REGISTRATION_WAIT_S):
             raise CommandError(f"the producer did not learn topic {topic} from ZooKeeper "
                                f"within {REGISTRATION_WAIT_S:g} s")
