@@ -9,6 +9,11 @@ named here by their flags), and an output directory that is not a load's
 started with ``--from-time`` resumes with the time it kept). A broker that
 cannot be reached is status 1 before Spark starts too. A query that fails
 is one line and status 1. The summary goes to stdout, progress to stderr.
+
+``--zookeeper`` loads from a cluster (docs/spark.md): the brokers are the
+live ones registered there (``--bootstrap`` is then not used), ZooKeeper and
+at least one broker must answer before Spark starts, and an output made in
+the other mode is refused (status 2).
 """
 
 from __future__ import annotations
@@ -29,7 +34,8 @@ from hostbroker.commands import (
 )
 
 # The source's option names as the command's flags, for its one-line errors.
-_FLAGS = {"bootstrap": "--bootstrap", "subscribePattern": "--topics",
+_FLAGS = {"bootstrap": "--bootstrap", "zookeeper.connect": "--zookeeper",
+          "subscribePattern": "--topics",
           "startingTimestamp": "--from-time", "maxBytesPerTrigger": "--max-bytes-per-trigger",
           "failOnDataLoss": "--fail-on-data-loss"}
 _OPTION = re.compile(r"^hostbroker data source: option (\S+?): (.*)$")
@@ -37,6 +43,8 @@ _OPTION = re.compile(r"^hostbroker data source: option (\S+?): (.*)$")
 
 def as_flags(line: str) -> str:
     """A data source option error with the option named as this command's flag."""
+    if line.startswith("zookeeper.connect: "):  # ZooKeeper did not answer
+        return "--zookeeper: " + line[len("zookeeper.connect: "):]
     match = _OPTION.match(line)
     if not match:
         return line
@@ -47,11 +55,17 @@ def as_flags(line: str) -> str:
 
 
 def _job(bootstrap, topics_regex, path, fmt, master, from_time, fail_on_data_loss,
-         max_bytes_per_trigger, properties):
+         max_bytes_per_trigger, properties, zookeeper=None):
     from hostbroker.spark.loader import FORMATS, LoadJob, parse_time
     from hostbroker.spark.options import OptionError, read_options
 
-    check_bootstrap(bootstrap)
+    if zookeeper is None:
+        check_bootstrap(bootstrap)
+    else:
+        from hostbroker.commands.console import check_zookeeper
+
+        check_zookeeper(zookeeper)  # and kazoo's retries kept off stderr
+        bootstrap = None  # the brokers are the ones registered in ZooKeeper
     try:
         re.compile(topics_regex)
     except re.error as exc:
@@ -70,7 +84,7 @@ def _job(bootstrap, topics_regex, path, fmt, master, from_time, fail_on_data_los
     job = LoadJob(bootstrap=bootstrap, topics=topics_regex, path=path, fmt=fmt, master=master,
                   from_time=millis, fail_on_data_loss=fail_on_data_loss,
                   max_bytes_per_trigger=max_bytes_per_trigger,
-                  properties=key_values("--property", properties))
+                  properties=key_values("--property", properties), zookeeper=zookeeper)
     try:
         read_options(job.source_options(), streaming=True)
     except OptionError as exc:
@@ -86,15 +100,16 @@ def load(*, bootstrap: str, topics_regex: str, path: str, fmt: str = "parquet",
     """Load the topics matching ``topics_regex`` into ``path`` (module docstring)."""
     from hostbroker.spark import loader
 
-    if zookeeper is not None:
-        raise usage_error("--zookeeper: loading from a cluster is not supported yet")
-
     job = _job(bootstrap, topics_regex, path, fmt, master, from_time, fail_on_data_loss,
-               max_bytes_per_trigger, properties)
-    resumed, from_time_kept = loader.check_output(job.path, job.from_time)
+               max_bytes_per_trigger, properties, zookeeper)
+    resumed, from_time_kept = loader.check_output(job.path, job.from_time,
+                                                  cluster=zookeeper is not None)
     job = dataclasses.replace(job, from_time=from_time_kept)
     # The brokers answer before the JVM starts (and say where each read begins, for bytes).
-    starts = loader.read_starts(job)
+    try:
+        starts = loader.read_starts(job)
+    except CommandError as exc:
+        raise CommandError(as_flags(str(exc)), exc.status) from None
     stop_on_sigterm()
     if not quiet:
         print(f"loading {topics_regex!r} into {path} on {master}"

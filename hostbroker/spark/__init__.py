@@ -7,6 +7,8 @@ take it (docs/spark.md). The package's parts:
 - ``options``   the data source's options, checked before any job (pure)
 - ``planning``  topics, partitions and offset ranges from the brokers, split
                 into input partitions at entry boundaries
+- ``cluster``   cluster mode (``zookeeper.connect``): planning over every live
+                broker's (broker, partition) pairs, read from ZooKeeper on the driver
 - ``arrow``     one range read into Arrow record batches
 - ``source``    the DataSource and its batch reader
 - ``stream``    the streaming reader (read limits, Trigger.AvailableNow)

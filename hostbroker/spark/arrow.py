@@ -1,7 +1,9 @@
 """One byte range of one partition read into Arrow record batches (runs in Spark tasks).
 
 No Spark here: :func:`read_range` takes a :class:`~hostbroker.spark.planning.Range`
-and yields ``pyarrow.RecordBatch``es of :data:`ARROW_SCHEMA`. It fetches with
+and yields ``pyarrow.RecordBatch``es of :data:`ARROW_SCHEMA` (of
+:data:`CLUSTER_ARROW_SCHEMA`, with the broker id after the topic, for a range
+of a cluster's broker). It fetches with
 the next fetch already on the wire while it decodes the current one, decodes
 each message set into columns (``hostbroker.log.columns``: no Python object
 per message beyond its value), and builds a batch once it holds
@@ -42,6 +44,8 @@ ARROW_SCHEMA = pa.schema([
     ("next_offset", pa.int64()),
     ("value", pa.binary()),
 ])
+CLUSTER_ARROW_SCHEMA = pa.schema([ARROW_SCHEMA.field(0), pa.field("broker", pa.int32()),
+                                  *list(ARROW_SCHEMA)[1:]])
 BATCH_ROWS = 65536
 BATCH_BYTES = 16 * 1024 * 1024
 # Bytes per fetch unless hostbroker.fetch.size says otherwise: four times the
@@ -78,10 +82,12 @@ class _Rows:
     def size(self) -> tuple[int, int]:
         return self.count + len(self.columns), self.value_bytes + self.columns.value_bytes
 
-    def batch(self, topic: pa.Scalar, partition: pa.Scalar, end: int,
+    def batch(self, where: tuple[pa.Scalar, ...], end: int,
               next_offsets: list[int] | None) -> pa.RecordBatch:
-        """The rows as one batch; ``end`` is the offset after the last row. Rows that are
-        not contiguous (an entry skipped) take ``next_offsets`` as collected."""
+        """The rows as one batch; ``where`` is (topic, partition) or (topic, broker,
+        partition), one value each for every row; ``end`` is the offset after the last
+        row. Rows that are not contiguous (an entry skipped) take ``next_offsets`` as
+        collected."""
         self._close_columns()
         n = self.count
         offsets = pa.concat_arrays([c[0] for c in self.chunks])
@@ -91,8 +97,8 @@ class _Rows:
         else:
             nexts = pa.array(next_offsets, pa.int64())
         return pa.RecordBatch.from_arrays(
-            [pa.repeat(topic, n), pa.repeat(partition, n), offsets, nexts, values],
-            schema=ARROW_SCHEMA)
+            [*(pa.repeat(value, n) for value in where), offsets, nexts, values],
+            schema=ARROW_SCHEMA if len(where) == 2 else CLUSTER_ARROW_SCHEMA)
 
 
 class _RangeReader:
@@ -115,10 +121,10 @@ class _RangeReader:
         """Where to go on from ``pos`` after OFFSET_OUT_OF_RANGE (-1: nothing left)."""
         rng = self.rng
         (log_start,) = self.consumer.offsets_before(rng.topic, rng.partition, EARLIEST)
-        what = (f"{rng.topic}/{rng.partition}: bytes [{pos}, {min(log_start, rng.end)}) of the "
+        what = (f"{rng.name}: bytes [{pos}, {min(log_start, rng.end)}) of the "
                 f"range [{rng.start}, {rng.end}) were deleted before they were read")
         if pos >= log_start:
-            what = (f"{rng.topic}/{rng.partition}: offset {pos} is no longer in the log "
+            what = (f"{rng.name}: offset {pos} is no longer in the log "
                     f"(the topic was deleted and created again?)")
         if self.fail_on_data_loss:
             raise DataLossError(what + " (failOnDataLoss is true)")
@@ -179,8 +185,9 @@ class _RangeReader:
 
     def batches(self) -> Iterator[pa.RecordBatch]:
         rng = self.rng
-        topic = pa.scalar(rng.topic, pa.string())
-        partition = pa.scalar(rng.partition, pa.int32())
+        where = (pa.scalar(rng.topic, pa.string()),
+                 *(() if rng.broker is None else (pa.scalar(rng.broker, pa.int32()),)),
+                 pa.scalar(rng.partition, pa.int32()))
         rows = _Rows()
         pos = rng.start
         consumer = self.consumer
@@ -192,7 +199,7 @@ class _RangeReader:
                 (fetched,) = consumer.receive_fetch((part,))
             except OffsetOutOfRangeError:
                 if rows.count or len(rows.columns):  # rows on both sides of a gap: 2 batches
-                    yield rows.batch(topic, partition, pos, None)
+                    yield rows.batch(where, pos, None)
                     rows = _Rows()
                 pos = self._lost(part.offset)
                 part = self._part(pos) if pos >= 0 else None
@@ -200,7 +207,7 @@ class _RangeReader:
                     consumer.send_fetch((part,))
                 continue
             if not fetched.entries:
-                raise DataLossError(f"{rng.topic}/{rng.partition}: the log ends at "
+                raise DataLossError(f"{rng.name}: the log ends at "
                                     f"{fetched.log_end_offset}, before the range end {rng.end}")
             following = min(fetched.next_offset, rng.end)
             part = self._part(following) if following < rng.end else None
@@ -210,18 +217,18 @@ class _RangeReader:
                 pos = self._decode(rows, fetched)
             except (InvalidMessageError, MessageTooLargeError):
                 if rows.count or len(rows.columns):
-                    yield rows.batch(topic, partition, fetched.offset, None)
+                    yield rows.batch(where, fetched.offset, None)
                     rows = _Rows()
                 bad, nexts, pos = self._one_by_one(fetched)
                 if nexts:
-                    yield bad.batch(topic, partition, pos, nexts)
+                    yield bad.batch(where, pos, nexts)
                 continue
             count, value_bytes = rows.size()
             if count >= BATCH_ROWS or value_bytes >= BATCH_BYTES:
-                yield rows.batch(topic, partition, pos, None)
+                yield rows.batch(where, pos, None)
                 rows = _Rows()
         if rows.size()[0]:
-            yield rows.batch(topic, partition, pos, None)
+            yield rows.batch(where, pos, None)
 
     def close(self) -> None:
         self.consumer.close()

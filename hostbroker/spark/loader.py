@@ -15,6 +15,11 @@ same offsets on the next run, and the files it left are not in the sink's
 log, so a reader going through Spark (``spark.read.parquet(PATH)``) never
 sees them. The next run on the same PATH starts where the last one ended.
 
+With ``zookeeper`` (``--zookeeper``) the read is the source's cluster mode:
+every (broker, partition) of the live brokers, the files gain a ``broker``
+column and the checkpoint names partitions ``BROKER-PARTITION``; the mode is
+kept with the checkpoint, and resuming a load in the other mode is refused.
+
 :func:`check_output` decides, before the JVM starts, whether PATH is a new
 output, a load to resume or something to refuse; :func:`run` builds the
 query, reports progress (one line on stderr per second in which batches
@@ -51,7 +56,7 @@ _LINE_SECONDS = 1.0
 class LoadJob:
     """What to load: the source, the topics, where to, and how."""
 
-    bootstrap: str
+    bootstrap: str | None
     topics: str  # a regex matched against whole topic names
     path: str
     fmt: str = "parquet"
@@ -60,10 +65,13 @@ class LoadJob:
     fail_on_data_loss: bool = True
     max_bytes_per_trigger: int | None = None
     properties: Mapping[str, str] = field(default_factory=dict)  # consumer settings
+    zookeeper: str | None = None  # cluster mode: the brokers registered there, not bootstrap
 
     def source_options(self) -> dict[str, str]:
         """The options of the ``hostbroker`` stream reader, in their documented spelling."""
-        options = {"bootstrap": self.bootstrap, "subscribePattern": self.topics,
+        brokers = ({"zookeeper.connect": self.zookeeper} if self.zookeeper is not None
+                   else {"bootstrap": self.bootstrap})
+        options = {**brokers, "subscribePattern": self.topics,
                    "failOnDataLoss": str(self.fail_on_data_loss).lower()}
         if self.from_time is None:
             options["startingOffsets"] = "earliest"
@@ -106,15 +114,18 @@ def _settings_file(path: str) -> str:
     return os.path.join(_local(path), CHECKPOINT, SETTINGS)
 
 
-def check_output(path: str, from_time: int | None) -> tuple[bool, int | None]:
+def check_output(path: str, from_time: int | None, cluster: bool = False
+                 ) -> tuple[bool, int | None]:
     """Whether ``path`` holds a load to resume, and the ``from_time`` the load runs with.
 
     A load started with ``--from-time`` keeps it in its checkpoint
     (:func:`keep_settings`): the first batch's start is not checkpointed, so
     a rerun of that batch must start from the same time. Resuming, the stored
     time is used; a different one is refused, as is a file or a directory
-    holding anything but a load's output (usage errors, status 2). Only local
-    paths are checked; a URI (``hdfs://...``) is taken as a new output.
+    holding anything but a load's output (usage errors, status 2), and a load
+    made in the other mode (``cluster``: with ``--zookeeper``; its checkpoint
+    names partitions otherwise). Only local paths are checked; a URI
+    (``hdfs://...``) is taken as a new output.
     """
     if not _is_local(path):
         return False, from_time
@@ -124,7 +135,13 @@ def check_output(path: str, from_time: int | None) -> tuple[bool, int | None]:
     if not os.path.isdir(local):
         raise usage_error(f"--to {path}: not a directory")
     if os.path.isdir(os.path.join(local, CHECKPOINT)):
-        stored = _stored_from_time(path)
+        stored, stored_cluster = _stored(path)
+        if stored_cluster != cluster:
+            made, given = (("--zookeeper", "--bootstrap") if stored_cluster
+                           else ("--bootstrap", "--zookeeper"))
+            raise usage_error(f"--to {path}: holds a load made with {made}, which cannot be "
+                              f"resumed with {given} (its checkpoint names partitions in the "
+                              "other mode's way); give a new --to")
         if from_time is not None and from_time != stored:
             began = "its log starts" if stored is None else f"--from-time {stored}"
             raise usage_error(f"--from-time needs a fresh output, and {path} already holds a "
@@ -140,26 +157,29 @@ def check_output(path: str, from_time: int | None) -> tuple[bool, int | None]:
     return False, from_time
 
 
-def _stored_from_time(path: str) -> int | None:
+def _stored(path: str) -> tuple[int | None, bool]:
+    """The ``from_time`` and mode (cluster or not) a load was started with; a load
+    that kept neither (made before they were kept) started at its log starts, standalone."""
     try:
         with open(_settings_file(path), encoding="utf-8") as f:
-            value = json.load(f).get("from_time")
+            settings = json.load(f)
+        value, cluster = settings.get("from_time"), settings.get("cluster", False)
     except FileNotFoundError:
-        return None
+        return None, False
     except (OSError, ValueError, AttributeError) as exc:
         raise usage_error(f"--to {path}: {CHECKPOINT}/{SETTINGS} cannot be read: {exc}") from None
-    return value if isinstance(value, int) else None
+    return (value if isinstance(value, int) else None), cluster is True
 
 
 def keep_settings(job: LoadJob) -> None:
-    """Write the load's ``from_time`` into a new output's checkpoint (local paths)."""
+    """Write the load's ``from_time`` and mode into a new output's checkpoint (local paths)."""
     if not _is_local(job.path):
         return
     target = _settings_file(job.path)
     os.makedirs(os.path.dirname(target), exist_ok=True)
     temporary = target + ".tmp"
     with open(temporary, "w", encoding="utf-8") as f:
-        json.dump({"from_time": job.from_time}, f)
+        json.dump({"from_time": job.from_time, "cluster": job.zookeeper is not None}, f)
     os.replace(temporary, target)
 
 
@@ -233,14 +253,21 @@ class Tally:
     partition that has no start offset in a report (the first batch of a
     query, or a partition created since) starts at ``starts`` (the offset
     the read began at, asked of the brokers), or else counts from 0.
+    Partitions are ``(topic, name)``, the name as the offsets spell it
+    (``"0"``, or ``"1-0"`` in cluster mode); ``starts`` may be keyed by the
+    source's keys.
     """
 
-    def __init__(self, starts: Mapping[tuple[str, int], int] | None = None):
-        self.starts = dict(starts or {})
+    def __init__(self, starts: Mapping[tuple, int] | None = None):
+        from hostbroker.spark.options import part_name
+        from hostbroker.spark.planning import part_of
+
+        self.starts = {(key[0], part_name(part_of(key))): offset
+                       for key, offset in (starts or {}).items()}
         self.batches = 0
         self.messages = 0
         self.bytes = 0
-        self.partitions: set[tuple[str, int]] = set()
+        self.partitions: set[tuple[str, str]] = set()
         self._seen: set[int] = set()
 
     def add(self, progress: Any) -> bool:
@@ -254,7 +281,7 @@ class Tally:
             end = _offsets(_progress_value(source, "endOffset"))
             for topic, parts in end.items():
                 for partition, offset in parts.items():
-                    key = (topic, int(partition))
+                    key = (topic, partition)
                     begin = start.get(topic, {}).get(partition)
                     if begin is None:
                         begin = self.starts.get(key, 0)
@@ -308,13 +335,20 @@ def read_starts(job: LoadJob) -> dict[tuple[str, int], int]:
     say (a new output, a partition new since the last run), as the stream reader resolves
     it: the log start, or the offset for ``from_time``. Only the byte counts use it.
     Asking it is also how a broker that cannot be reached is found before Spark starts."""
+    from hostbroker.cluster.zk import ZooKeeperUnavailable
+    from hostbroker.spark.cluster import make_planner
     from hostbroker.spark.options import read_options
-    from hostbroker.spark.planning import DataLossError, Planner, PlanningError
+    from hostbroker.spark.planning import DataLossError, PlanningError
 
     try:
-        with Planner(read_options(job.source_options(), streaming=True)) as planner:
-            return planner.resolve(planner.partitions(must_exist=False), "start")
-    except (PlanningError, DataLossError) as exc:
+        with make_planner(read_options(job.source_options(), streaming=True)) as planner:
+            states = planner.partitions(must_exist=False)
+            snapshot = getattr(planner, "snapshot", None)
+            if job.zookeeper is not None and (snapshot is None or not snapshot.brokers):
+                raise PlanningError(f"no live broker is registered in ZooKeeper at "
+                                    f"{job.zookeeper}")
+            return planner.resolve(states, "start")
+    except (PlanningError, DataLossError, ZooKeeperUnavailable) as exc:
         raise CommandError(str(exc), EXIT_BROKER) from None
 
 

@@ -8,6 +8,12 @@ docs/spark.md) and what is wrong with it. Names follow Spark's Kafka source
 where the meaning is the same; offsets are byte positions, so the limits are
 in bytes (``maxBytesPerPartition``, ``maxBytesPerTrigger``).
 
+Cluster mode (``zookeeper.connect`` instead of ``bootstrap``): the brokers
+come from ZooKeeper, a partition of the cluster is a (broker id, partition)
+pair, named ``BROKER-PARTITION`` (``"1-0"``) in the offsets JSON and in
+``assign``, where a plain partition number is refused, as a pair is without
+``zookeeper.connect``.
+
 Client settings pass through with the prefix ``hostbroker.`` (as Spark's Kafka
 source passes ``kafka.*`` to its consumer): ``hostbroker.fetch.size`` sets the
 consumer's ``fetch.size`` for a read, ``hostbroker.batch.size`` the
@@ -26,6 +32,7 @@ from typing import Any
 from hostbroker.client.consumer import CONSUMER_SETTINGS
 from hostbroker.client.producer_settings import PRODUCER_SETTINGS
 from hostbroker.client.settings import broker_uris, resolve
+from hostbroker.cluster.zk import parse_connect
 from hostbroker.errors import ConfigError
 from hostbroker.log.message import CODEC_NAMES
 
@@ -35,13 +42,16 @@ CLIENT_PREFIX = "hostbroker."
 # Consumer settings the source sets itself: a read never resets past lost data
 # silently (failOnDataLoss decides), and the brokers come from `bootstrap`.
 _READ_OWNED = {"broker.list", "auto.offset.reset"}
-_WRITE_OWNED = {"broker.list", "compression.codec", "request.required.acks", "producer.type"}
+_WRITE_OWNED = {"broker.list", "compression.codec", "request.required.acks", "producer.type",
+                "zookeeper.connect", "zookeeper.connection.timeout.ms"}
+ZK_TIMEOUT_MS = 6000  # zookeeper.connection.timeout.ms unless given
 
 # Every option, in its documented spelling; Spark lower-cases the keys it passes.
-READ_OPTIONS = ("bootstrap", "zookeeper.connect", "subscribe", "subscribePattern", "assign",
+READ_OPTIONS = ("bootstrap", "zookeeper.connect", "zookeeper.connection.timeout.ms", "subscribe", "subscribePattern", "assign",
                 "startingOffsets", "endingOffsets", "startingTimestamp", "endingTimestamp",
                 "failOnDataLoss", "maxBytesPerPartition", "maxBytesPerTrigger")
-WRITE_OPTIONS = ("bootstrap", "zookeeper.connect", "topic", "compression", "acks")
+WRITE_OPTIONS = ("bootstrap", "zookeeper.connect", "zookeeper.connection.timeout.ms", "topic",
+                 "compression", "acks")
 ALL_OPTIONS = tuple(dict.fromkeys(READ_OPTIONS + WRITE_OPTIONS))
 _SPELLING = {name.lower(): name for name in ALL_OPTIONS}
 # Options Spark itself sets on a streaming sink or source; they are Spark's, not ours.
@@ -55,6 +65,35 @@ class OptionError(ConfigError, ValueError):
 
 def _fail(name: str, problem: str) -> OptionError:
     return OptionError(f"hostbroker data source: option {name}: {problem}")
+
+
+# A partition of a read: its number, or in cluster mode the (broker id, partition) pair.
+Part = int | tuple[int, int]
+
+
+def part_name(part: Part) -> str:
+    """``"0"``, or ``"1-0"`` for broker 1's partition 0 (the seed's ZooKeeper naming)."""
+    return f"{part[0]}-{part[1]}" if isinstance(part, tuple) else str(part)
+
+
+def parse_part(text: str, cluster: bool) -> Part | None:
+    """A partition name of an offsets JSON or checkpoint, or None when it is not one of
+    this mode (a number standalone, ``BROKER-PARTITION`` in cluster mode)."""
+    text = str(text).strip()
+    if cluster:
+        broker, sep, partition = text.partition("-")
+        if sep and broker.isdigit() and partition.isdigit():
+            return int(broker), int(partition)
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def _part_problem(topic: str, key: Any, cluster: bool) -> str:
+    if cluster:
+        return (f"topic {topic!r}: {key!r} is not BROKER-PARTITION (with zookeeper.connect a "
+                'partition is named by its broker, as in "1-0")')
+    hint = " (BROKER-PARTITION names need zookeeper.connect)" if "-" in str(key) else ""
+    return f"topic {topic!r}: {key!r} is not a partition number{hint}"
 
 
 @dataclass(frozen=True)
@@ -72,15 +111,21 @@ class ReadOptions:
     bootstrap: tuple[str, ...]
     subscribe: tuple[str, ...] | None = None
     pattern: re.Pattern[str] | None = None
-    assign: Mapping[str, tuple[int, ...]] | None = None
-    starting: str | Mapping[str, Mapping[int, int]] = "earliest"
-    ending: str | Mapping[str, Mapping[int, int]] = "latest"
+    assign: Mapping[str, tuple[Part, ...]] | None = None
+    starting: str | Mapping[str, Mapping[Part, int]] = "earliest"
+    ending: str | Mapping[str, Mapping[Part, int]] = "latest"
     starting_timestamp: int | None = None
     ending_timestamp: int | None = None
     fail_on_data_loss: bool = True
     max_bytes_per_partition: int | None = None
     max_bytes_per_trigger: int | None = None
     client: Mapping[str, Any] = field(default_factory=dict)
+    zookeeper: str | None = None  # cluster mode: brokers from ZooKeeper, parts are pairs
+    zookeeper_timeout_ms: int = ZK_TIMEOUT_MS
+
+    @property
+    def cluster(self) -> bool:
+        return self.zookeeper is not None
 
     def wants(self, topic: str) -> bool:
         """Whether ``topic`` is one this read subscribes to (by name, pattern or assign)."""
@@ -94,13 +139,20 @@ class ReadOptions:
 @dataclass(frozen=True)
 class WriteOptions:
     """What a write was asked for: the default topic (when the data has no
-    ``topic`` column), codec name, acks and the producer settings."""
+    ``topic`` column), codec name, acks and the producer settings; in cluster
+    mode the ZooKeeper the producers find the brokers through."""
 
     bootstrap: tuple[str, ...]
     topic: str | None = None
     compression: str = "none"
     acks: int = 1
     client: Mapping[str, Any] = field(default_factory=dict)
+    zookeeper: str | None = None
+    zookeeper_timeout_ms: int = ZK_TIMEOUT_MS
+
+    @property
+    def cluster(self) -> bool:
+        return self.zookeeper is not None
 
 
 def _spelled(options: Mapping[str, str]) -> dict[str, str]:
@@ -138,19 +190,36 @@ def _client(spelled: Mapping[str, str], declared, owned: set[str], kind: str) ->
 def _owner(key: str) -> str:
     return {"broker.list": "use bootstrap", "auto.offset.reset": "use failOnDataLoss",
             "compression.codec": "use compression", "request.required.acks": "use acks",
-            "producer.type": "each task runs its own producer and flushes it"}[key]
+            "producer.type": "each task runs its own producer and flushes it",
+            "zookeeper.connect": "use zookeeper.connect",
+            "zookeeper.connection.timeout.ms": "use zookeeper.connection.timeout.ms"}[key]
 
 
-def _bootstrap(spelled: Mapping[str, str]) -> tuple[str, ...]:
-    if "zookeeper.connect" in spelled:
-        raise _fail("zookeeper.connect", "the data source does not find brokers through "
-                    "ZooKeeper yet; name them with bootstrap")
+def _brokers(spelled: Mapping[str, str]) -> dict[str, Any]:
+    """``bootstrap`` (broker URIs) or, in cluster mode, ``zookeeper`` and its timeout."""
+    zookeeper = spelled.get("zookeeper.connect")
+    timeout = _integer(spelled, "zookeeper.connection.timeout.ms", 1, "milliseconds")
+    if zookeeper is not None:
+        if "bootstrap" in spelled:
+            raise _fail("bootstrap", "conflicts with zookeeper.connect: give only one (with "
+                        "zookeeper.connect the brokers are the ones registered there)")
+        try:
+            parse_connect(zookeeper)
+        except ConfigError as exc:
+            raise _fail("zookeeper.connect", str(exc).split(": ", 1)[-1]) from None
+        if timeout is not None and timeout > 2**31 - 1:
+            raise _fail("zookeeper.connection.timeout.ms", f"{timeout} is too large")
+        return {"bootstrap": (), "zookeeper": zookeeper.strip(),
+                "zookeeper_timeout_ms": timeout or ZK_TIMEOUT_MS}
+    if timeout is not None:
+        raise _fail("zookeeper.connection.timeout.ms", "only with zookeeper.connect")
     value = spelled.get("bootstrap")
     if value is None or not value.strip():
         raise _fail("bootstrap", "required: the broker URIs, comma-separated "
-                    "(unix:///run/hostbroker/broker.sock, tcp://127.0.0.1:9092)")
+                    "(unix:///run/hostbroker/broker.sock, tcp://127.0.0.1:9092), or "
+                    "zookeeper.connect for a cluster")
     try:
-        return tuple(broker_uris(value, {}))
+        return {"bootstrap": tuple(broker_uris(value, {}))}
     except ConfigError as exc:
         raise _fail("bootstrap", str(exc).split(": ", 1)[-1]) from None
 
@@ -200,8 +269,10 @@ def _topic_name(name: str, where: str) -> str:
 
 
 def parse_offsets(value: str, name: str, *, allow_latest: bool = True,
-                  allow_earliest: bool = True) -> str | dict[str, dict[int, int]]:
-    """``earliest``, ``latest`` or JSON topic -> partition -> offset (-2 earliest, -1 latest)."""
+                  allow_earliest: bool = True, cluster: bool = False
+                  ) -> str | dict[str, dict[Part, int]]:
+    """``earliest``, ``latest`` or JSON topic -> partition -> offset (-2 earliest, -1 latest);
+    in cluster mode the partitions are ``BROKER-PARTITION`` names, as (broker, partition)."""
     text = value.strip()
     if text.lower() in ("earliest", "latest"):
         word = text.lower()
@@ -215,29 +286,27 @@ def parse_offsets(value: str, name: str, *, allow_latest: bool = True,
                     '{"topic": {"partition": offset}}') from None
     if not isinstance(parsed, dict) or not parsed:
         raise _fail(name, 'expected earliest, latest or JSON {"topic": {"partition": offset}}')
-    out: dict[str, dict[int, int]] = {}
+    out: dict[str, dict[Part, int]] = {}
     for topic, parts in parsed.items():
         _topic_name(topic, name)
         if not isinstance(parts, dict) or not parts:
             raise _fail(name, f"topic {topic!r}: expected {{\"partition\": offset}}")
         out[topic] = {}
         for key, offset in parts.items():
-            try:
-                partition = int(key)
-            except ValueError:
-                partition = -1
-            if partition < 0 or str(partition) != str(key).strip():
-                raise _fail(name, f"topic {topic!r}: {key!r} is not a partition number")
+            partition = parse_part(key, cluster)
+            if partition is None:
+                raise _fail(name, _part_problem(topic, key, cluster))
+            where = f"{topic}/{part_name(partition)}"
             if type(offset) is not int or not -2 <= offset <= _INT64_MAX:
-                raise _fail(name, f"{topic}/{partition}: {offset!r} is not a byte offset "
+                raise _fail(name, f"{where}: {offset!r} is not a byte offset "
                             f"(or -2 earliest, -1 latest)")
             if (offset == LATEST and not allow_latest) or (offset == EARLIEST and not allow_earliest):
-                raise _fail(name, f"{topic}/{partition}: {offset} cannot be used here")
+                raise _fail(name, f"{where}: {offset} cannot be used here")
             out[topic][partition] = offset
     return out
 
 
-def _subscription(spelled: Mapping[str, str]) -> dict[str, Any]:
+def _subscription(spelled: Mapping[str, str], cluster: bool) -> dict[str, Any]:
     given = [name for name in ("subscribe", "subscribePattern", "assign") if name in spelled]
     if len(given) != 1:
         problem = ("exactly one of subscribe, subscribePattern and assign is needed"
@@ -260,14 +329,28 @@ def _subscription(spelled: Mapping[str, str]) -> dict[str, Any]:
     except ValueError:
         parsed = None
     if not isinstance(parsed, dict) or not parsed:
-        raise _fail(name, 'expected JSON {"topic": [partition, ...]}')
-    assign: dict[str, tuple[int, ...]] = {}
+        raise _fail(name, 'expected JSON {"topic": [partition, ...]}'
+                    + (' with "BROKER-PARTITION" names' if cluster else ""))
+    assign: dict[str, tuple[Part, ...]] = {}
     for topic, parts in parsed.items():
         _topic_name(topic, name)
-        if (not isinstance(parts, list) or not parts
-                or any(type(p) is not int or p < 0 for p in parts)):
-            raise _fail(name, f"topic {topic!r}: expected a list of partition numbers")
-        assign[topic] = tuple(sorted(set(parts)))
+        if not isinstance(parts, list) or not parts:
+            raise _fail(name, f"topic {topic!r}: expected a list of partition numbers"
+                        + (' ("BROKER-PARTITION")' if cluster else ""))
+        found: set[Part] = set()
+        for p in parts:
+            if cluster:
+                part = parse_part(p, True) if isinstance(p, str) else None
+                if part is None:
+                    raise _fail(name, _part_problem(topic, p, True))
+            else:
+                if type(p) is not int or p < 0:
+                    raise _fail(name, f"topic {topic!r}: expected a list of partition numbers"
+                                + (" (BROKER-PARTITION names need zookeeper.connect)"
+                                   if isinstance(p, str) and "-" in p else ""))
+                part = p
+            found.add(part)
+        assign[topic] = tuple(sorted(found))
     return {"assign": assign}
 
 
@@ -281,7 +364,7 @@ def _check_offsets_topics(opts: ReadOptions, name: str, offsets) -> None:
         if opts.assign is not None:
             extra = sorted(set(parts) - set(opts.assign[topic]))
             if extra:
-                raise _fail(name, f"{topic}/{extra[0]} is not assigned")
+                raise _fail(name, f"{topic}/{part_name(extra[0])} is not assigned")
 
 
 def read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
@@ -297,17 +380,18 @@ def read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
         raise _fail("startingTimestamp", "conflicts with startingOffsets: give only one")
     if "endingOffsets" in spelled and "endingTimestamp" in spelled:
         raise _fail("endingTimestamp", "conflicts with endingOffsets: give only one")
-    values: dict[str, Any] = {"bootstrap": _bootstrap(spelled)}
-    values.update(_subscription(spelled))
+    values: dict[str, Any] = _brokers(spelled)
+    cluster = "zookeeper" in values
+    values.update(_subscription(spelled, cluster))
     if "startingOffsets" in spelled:
         # As in Spark's Kafka source, a batch cannot start at latest (it would read nothing).
         values["starting"] = parse_offsets(spelled["startingOffsets"], "startingOffsets",
-                                           allow_latest=streaming)
+                                           allow_latest=streaming, cluster=cluster)
     else:
         values["starting"] = "latest" if streaming else "earliest"
     if "endingOffsets" in spelled:
         values["ending"] = parse_offsets(spelled["endingOffsets"], "endingOffsets",
-                                         allow_earliest=False)
+                                         allow_earliest=False, cluster=cluster)
     values["starting_timestamp"] = _timestamp(spelled, "startingTimestamp")
     values["ending_timestamp"] = _timestamp(spelled, "endingTimestamp")
     if (values["starting_timestamp"] is not None and values["ending_timestamp"] is not None
@@ -328,7 +412,7 @@ def write_options(options: Mapping[str, str], *, streaming: bool) -> WriteOption
     spelled = _spelled(options)
     mode = "a streaming write" if streaming else "a batch write"
     _only(spelled, [n for n in READ_OPTIONS if n not in WRITE_OPTIONS], mode + " (only of a read)")
-    values: dict[str, Any] = {"bootstrap": _bootstrap(spelled)}
+    values: dict[str, Any] = _brokers(spelled)
     if "topic" in spelled:
         values["topic"] = _topic_name(spelled["topic"].strip(), "topic")
     if "compression" in spelled:

@@ -11,10 +11,17 @@ Offsets given by time map to segment boundaries: :meth:`Planner.offset_at`
 is the start of the first segment last written after the time, so every
 message written after it is included and consecutive time windows tile the
 log without overlap (docs/spark.md, "Ranges by time").
+
+A :class:`Planner` asks one broker (or a failover list of brokers that hold
+the same topics). In cluster mode ``hostbroker.spark.cluster`` runs one per
+live broker, made with ``broker=ID``: its partitions, ranges and keys then
+carry that broker id. A read's partitions are keyed ``(topic, partition)``
+standalone and ``(topic, broker, partition)`` in cluster mode (:func:`key_of`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -22,7 +29,7 @@ from dataclasses import dataclass
 from hostbroker.client.consumer import SimpleConsumer
 from hostbroker.client.errors import BrokerError
 from hostbroker.errors import ErrorCode
-from hostbroker.spark.options import EARLIEST, LATEST, ReadOptions
+from hostbroker.spark.options import EARLIEST, LATEST, Part, ReadOptions, part_name
 
 log = logging.getLogger(__name__)
 
@@ -41,15 +48,46 @@ class PlanningError(RuntimeError):
     """A read that cannot be planned: a topic or partition missing or offline, bad offsets."""
 
 
+Key = tuple  # (topic, partition), or (topic, broker, partition) in cluster mode
+
+
+def key_of(topic: str, partition: int, broker: int | None = None) -> Key:
+    return (topic, partition) if broker is None else (topic, broker, partition)
+
+
+def part_of(key: Key) -> Part:
+    """The key's partition as the options name it: a number, or (broker, partition)."""
+    return key[1] if len(key) == 2 else (key[1], key[2])
+
+
+def key_name(key: Key) -> str:
+    """``topic/0``, or ``topic/1-0`` for broker 1's partition 0."""
+    return f"{key[0]}/{part_name(part_of(key))}"
+
+
+class _Keyed:
+    """The key and name of a partition that has ``topic``, ``partition`` and ``broker``."""
+
+    @property
+    def key(self) -> Key:
+        return key_of(self.topic, self.partition, self.broker)
+
+    @property
+    def name(self) -> str:
+        return key_name(self.key)
+
+
 @dataclass(frozen=True)
-class Range:
-    """Bytes ``[start, end)`` of ``topic/partition`` on the brokers ``uris``."""
+class Range(_Keyed):
+    """Bytes ``[start, end)`` of ``topic/partition`` on the brokers ``uris`` (of broker
+    ``broker`` of a cluster, or None standalone)."""
 
     uris: tuple[str, ...]
     topic: str
     partition: int
     start: int
     end: int
+    broker: int | None = None
 
     @property
     def size(self) -> int:
@@ -57,25 +95,28 @@ class Range:
 
 
 @dataclass(frozen=True)
-class PartitionState:
-    """A partition as the brokers' METADATA described it."""
+class PartitionState(_Keyed):
+    """A partition as its broker's METADATA described it."""
 
     topic: str
     partition: int
     log_start: int
     log_end: int
     error_code: int
+    broker: int | None = None
 
 
-def _where(topic: str, partition: int) -> str:
-    return f"{topic}/{partition}"
+def _where(topic: str, partition: int, broker: int | None = None) -> str:
+    return key_name(key_of(topic, partition, broker))
 
 
 class Planner:
-    """Answers a read's planning questions from the brokers of ``opts.bootstrap``."""
+    """Answers a read's planning questions from the brokers of ``opts.bootstrap``;
+    ``broker``: the id of the cluster's broker they are (checked in its METADATA)."""
 
-    def __init__(self, opts: ReadOptions):
+    def __init__(self, opts: ReadOptions, broker: int | None = None):
         self.opts = opts
+        self.broker = broker
         config = {**opts.client, "auto.offset.reset": "none"}
         self.consumer = SimpleConsumer(list(opts.bootstrap), config)
 
@@ -89,8 +130,8 @@ class Planner:
         self.close()
 
     # -- partitions ----------------------------------------------------------
-    def partitions(self, *, must_exist: bool) -> dict[tuple[str, int], PartitionState]:
-        """Every partition the read takes, by (topic, partition).
+    def partitions(self, *, must_exist: bool) -> dict[Key, PartitionState]:
+        """Every partition the read takes, by key.
 
         With ``must_exist`` (batch reads, and ``assign`` always) a subscribed
         topic or assigned partition that does not exist fails; otherwise it is
@@ -99,7 +140,10 @@ class Planner:
         opts = self.opts
         names = tuple(opts.subscribe or opts.assign or ())
         metadata = self.consumer.metadata(names if opts.pattern is None else ())
-        found: dict[tuple[str, int], PartitionState] = {}
+        if self.broker is not None and metadata.broker_id != self.broker:
+            raise PlanningError(f"{self._brokers()} is registered in ZooKeeper as broker "
+                                f"{self.broker}, but broker {metadata.broker_id} answers there")
+        found: dict[Key, PartitionState] = {}
         present = set()
         for topic in metadata.topics:
             if not opts.wants(topic.topic):
@@ -113,20 +157,21 @@ class Planner:
             for p in topic.partitions:
                 if wanted is not None and p.partition not in wanted:
                     continue
-                found[(topic.topic, p.partition)] = PartitionState(
-                    topic.topic, p.partition, p.log_start_offset, p.log_end_offset, p.error_code)
+                state = PartitionState(topic.topic, p.partition, p.log_start_offset,
+                                       p.log_end_offset, p.error_code, self.broker)
+                found[state.key] = state
         if must_exist or opts.assign is not None:
             for topic in names:
                 if topic not in present:
                     raise PlanningError(f"topic {topic} does not exist on {self._brokers()}")
             for topic, parts in (opts.assign or {}).items():
                 for p in parts:
-                    if (topic, p) not in found:
-                        raise PlanningError(f"partition {_where(topic, p)} does not exist "
-                                            f"on {self._brokers()}")
+                    if key_of(topic, p, self.broker) not in found:
+                        raise PlanningError(f"partition {_where(topic, p, self.broker)} does "
+                                            f"not exist on {self._brokers()}")
         for state in found.values():
             if state.error_code != ErrorCode.NONE:
-                raise PlanningError(f"partition {_where(state.topic, state.partition)} is "
+                raise PlanningError(f"partition {state.name} is "
                                     f"unreadable: {_code_name(state.error_code)}")
         return dict(sorted(found.items()))
 
@@ -143,7 +188,8 @@ class Planner:
         try:
             return self.consumer.offsets_before(topic, partition, time, count)
         except BrokerError as exc:
-            raise PlanningError(f"OFFSETS of {_where(topic, partition)}: {exc}") from None
+            raise PlanningError(f"OFFSETS of {_where(topic, partition, self.broker)}: "
+                                f"{exc}") from None
 
     def offset_at(self, topic: str, partition: int, time: int) -> int:
         """The start of the first segment of ``topic/partition`` last written after ``time``
@@ -155,8 +201,7 @@ class Planner:
         later = [s for s in starts if s > before[0]]
         return later[0] if later else starts[-1]
 
-    def resolve(self, states: Mapping[tuple[str, int], PartitionState], which: str
-                ) -> dict[tuple[str, int], int]:
+    def resolve(self, states: Mapping[Key, PartitionState], which: str) -> dict[Key, int]:
         """The starting (``which="start"``) or ending offset of every partition in ``states``."""
         opts = self.opts
         spec = opts.starting if which == "start" else opts.ending
@@ -164,7 +209,7 @@ class Planner:
         default = EARLIEST if which == "start" else LATEST
         out = {}
         for key, state in states.items():
-            topic, partition = key
+            topic, partition = state.topic, state.partition
             if when is not None:
                 out[key] = self.offset_at(topic, partition, when)
                 continue
@@ -184,7 +229,7 @@ class Planner:
         logged) or DataLossError."""
         if state.log_start <= start <= state.log_end:
             return start
-        where = _where(state.topic, state.partition)
+        where = state.name
         if start < state.log_start:
             what = (f"{where}: bytes [{start}, {state.log_start}) were deleted by retention "
                     f"before they were read")
@@ -210,8 +255,8 @@ class Planner:
                                           min(goal - pos, _WALK_FETCH_BYTES))
             whole = fetched.next_offset - pos
             if whole <= 0:
-                raise PlanningError(f"{_where(topic, partition)}: the log ends at {pos}, "
-                                    f"before the planned end {end}")
+                raise PlanningError(f"{_where(topic, partition, self.broker)}: the log ends "
+                                    f"at {pos}, before the planned end {end}")
             if pos + whole > goal:
                 # The next entry does not fit: cut before it, or it is a range of its own.
                 return pos if pos > start else pos + whole
@@ -234,29 +279,49 @@ class Planner:
                 cut = reachable[-1]
             else:
                 cut = self.boundary_before(rng.topic, rng.partition, pos, max_bytes, rng.end)
-            out.append(Range(rng.uris, rng.topic, rng.partition, pos, cut))
+            out.append(dataclasses.replace(rng, start=pos, end=cut))
             pos = cut
         return out
 
+    # -- by key (what the readers use; the cluster planner answers the same) --
+    def boundary(self, key: Key, start: int, limit: int, end: int) -> int:
+        """:meth:`boundary_before` of the partition ``key``."""
+        return self.boundary_before(key[0], key[-1], start, limit, end)
+
+    def range_for(self, key: Key, start: int, end: int) -> Range:
+        return Range(self.opts.bootstrap, key[0], key[-1], start, end, self.broker)
+
+    def absent(self, key: Key) -> bool:
+        """Whether ``key``'s broker is away (left the cluster, or did not answer): never
+        for one broker, which a read needs."""
+        return False
+
     def plan(self) -> list[Range]:
         """A batch read's ranges, split by ``maxBytesPerPartition``."""
-        states = self.partitions(must_exist=True)
-        starts = self.resolve(states, "start")
-        ends = self.resolve(states, "end")
-        ranges = []
-        for key, state in states.items():
-            start = self.check_start(state, starts[key])
-            end = ends[key]
-            where = _where(*key)
-            if end > state.log_end:
-                raise PlanningError(f"endingOffsets {where}: {end} is past the log end "
-                                    f"{state.log_end}")
-            if end < start:
-                raise PlanningError(f"{where}: the ending offset {end} is before the "
-                                    f"starting offset {start}")
-            ranges.extend(self.split(Range(self.opts.bootstrap, key[0], key[1], start, end),
-                                     self.opts.max_bytes_per_partition))
-        return ranges
+        return plan(self)
+
+
+def plan(planner) -> list[Range]:
+    """The ranges of a batch read, from a :class:`Planner` or a cluster's planner (the
+    same questions): every partition from its start to its end, split by
+    ``maxBytesPerPartition``."""
+    states = planner.partitions(must_exist=True)
+    starts = planner.resolve(states, "start")
+    ends = planner.resolve(states, "end")
+    ranges = []
+    for key, state in states.items():
+        start = planner.check_start(state, starts[key])
+        end = ends[key]
+        where = state.name
+        if end > state.log_end:
+            raise PlanningError(f"endingOffsets {where}: {end} is past the log end "
+                                f"{state.log_end}")
+        if end < start:
+            raise PlanningError(f"{where}: the ending offset {end} is before the "
+                                f"starting offset {start}")
+        ranges.extend(planner.split(planner.range_for(key, start, end),
+                                    planner.opts.max_bytes_per_partition))
+    return ranges
 
 
 def _code_name(code: int) -> str:

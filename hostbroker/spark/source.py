@@ -6,7 +6,10 @@ asks it for a reader or writer, pickles that to its Python workers and calls
 made, on the driver, so a bad one fails the query before any job starts.
 Planning (which partitions, which byte ranges) talks to the brokers on the
 driver; each input partition is one byte range of one partition, read into
-Arrow record batches by ``hostbroker.spark.arrow``.
+Arrow record batches by ``hostbroker.spark.arrow``. In cluster mode
+(``zookeeper.connect``) the schema has a ``broker`` column after ``topic``
+and an input partition is a range of one (broker, partition) pair
+(``hostbroker.spark.cluster``).
 """
 
 from __future__ import annotations
@@ -20,10 +23,13 @@ from pyspark.sql.types import StructType
 
 from hostbroker.spark import FORMAT
 from hostbroker.spark.arrow import read_range
+from hostbroker.spark.cluster import make_planner
 from hostbroker.spark.options import ReadOptions, check_known, read_options, write_options
-from hostbroker.spark.planning import Planner, Range
+from hostbroker.spark.planning import Range
 
 SCHEMA = "topic string, partition int, offset long, next_offset long, value binary"
+CLUSTER_SCHEMA = ("topic string, broker int, partition int, offset long, next_offset long, "
+                  "value binary")
 
 
 class HostbrokerDataSource(DataSource):
@@ -38,7 +44,10 @@ class HostbrokerDataSource(DataSource):
         return FORMAT
 
     def schema(self) -> str:
-        return SCHEMA
+        return CLUSTER_SCHEMA if "zookeeper.connect" in self._keys() else SCHEMA
+
+    def _keys(self) -> set[str]:
+        return {key.lower() for key in self.options}
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return BatchReader(read_options(self.options, streaming=False))
@@ -68,7 +77,7 @@ class RangePartition(InputPartition):
 
     def __repr__(self) -> str:
         r = self.range
-        return f"RangePartition({r.topic}/{r.partition} [{r.start}, {r.end}))"
+        return f"RangePartition({r.name} [{r.start}, {r.end}))"
 
 
 def read_partition(partition: InputPartition, opts: ReadOptions) -> Iterator[Any]:
@@ -83,7 +92,7 @@ class BatchReader(DataSourceReader):
         self.opts = opts
 
     def partitions(self) -> Sequence[InputPartition]:
-        with Planner(self.opts) as planner:
+        with make_planner(self.opts) as planner:
             return [RangePartition(rng) for rng in planner.plan()]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:

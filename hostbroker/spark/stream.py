@@ -3,7 +3,10 @@
 Offsets, as Spark checkpoints them, are JSON objects ``{"topic": {"partition":
 byte offset}}`` (the partition a string, as JSON keys are): the position
 after the last entry each batch took. A restarted query resumes from the
-checkpoint exactly where the last committed batch ended.
+checkpoint exactly where the last committed batch ended. In cluster mode
+(``zookeeper.connect``) a partition is named ``"BROKER-PARTITION"`` there
+(``{"t": {"1-0": 0, "2-0": 42}}``), and a checkpoint written in the other
+mode is refused with one line.
 
 - ``initialOffset``: ``startingOffsets`` (default ``latest``) or
   ``startingTimestamp``, for the partitions that exist when the query starts.
@@ -22,6 +25,10 @@ checkpoint exactly where the last committed batch ended.
   partition the options no longer ask for (a query restarted with another
   ``subscribe``, ``subscribePattern`` or ``assign``) is not read, and keeps
   its offset: asked for again, it goes on from there.
+- Cluster mode: ZooKeeper is read at every ``latestOffset``. A broker that
+  left (or does not answer) keeps its partitions' offsets and nothing is read
+  from it until it is back; one that joined is read from its partitions' log
+  start, as a new partition is.
 """
 
 from __future__ import annotations
@@ -34,8 +41,10 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxBytes,
                                               SupportsTriggerAvailableNow)
 
-from hostbroker.spark.options import ReadOptions
-from hostbroker.spark.planning import DataLossError, PartitionState, Planner, Range
+from hostbroker.spark.cluster import ClusterPlanner, make_planner
+from hostbroker.spark.options import ReadOptions, parse_part, part_name
+from hostbroker.spark.planning import (DataLossError, Key, PartitionState, Planner, key_name,
+                                       part_of)
 from hostbroker.spark.source import RangePartition, read_partition
 
 log = logging.getLogger(__name__)
@@ -43,18 +52,35 @@ log = logging.getLogger(__name__)
 Offsets = dict[str, dict[str, int]]
 
 
-def to_offsets(positions: Mapping[tuple[str, int], int]) -> Offsets:
-    """{(topic, partition): offset} as the JSON-ready form Spark checkpoints."""
+class CheckpointError(ValueError):
+    """A checkpoint's offsets that this read cannot take (written in the other mode)."""
+
+
+def to_offsets(positions: Mapping[Key, int]) -> Offsets:
+    """{key: offset} as the JSON-ready form Spark checkpoints."""
     out: Offsets = {}
-    for (topic, partition), offset in sorted(positions.items()):
-        out.setdefault(topic, {})[str(partition)] = int(offset)
+    for key, offset in sorted(positions.items()):
+        out.setdefault(key[0], {})[part_name(part_of(key))] = int(offset)
     return out
 
 
-def from_offsets(offsets: Mapping[str, Mapping[str, int]] | None) -> dict[tuple[str, int], int]:
-    """The checkpointed form back as {(topic, partition): offset}."""
-    return {(topic, int(p)): int(offset)
-            for topic, parts in (offsets or {}).items() for p, offset in parts.items()}
+def from_offsets(offsets: Mapping[str, Mapping[str, int]] | None,
+                 cluster: bool = False) -> dict[Key, int]:
+    """The checkpointed form back as {key: offset}."""
+    out: dict[Key, int] = {}
+    for topic, parts in (offsets or {}).items():
+        for name, offset in parts.items():
+            part = parse_part(name, cluster)
+            if part is None:
+                raise CheckpointError(
+                    f"hostbroker data source: the offsets name {topic}/{name}, a partition "
+                    + ("of a read without zookeeper.connect: this checkpoint cannot be resumed "
+                       "in cluster mode" if cluster else
+                       "of a cluster (BROKER-PARTITION): this checkpoint needs "
+                       "zookeeper.connect") + "; start a new checkpoint")
+            key = (topic, *part) if isinstance(part, tuple) else (topic, part)
+            out[key] = int(offset)
+    return out
 
 
 def share_bytes(lags: Mapping[Any, int], budget: int) -> dict[Any, int]:
@@ -70,21 +96,24 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __init__(self, opts: ReadOptions):
         self.opts = opts
-        self._planner: Planner | None = None
-        self._target: dict[tuple[str, int], int] | None = None  # Trigger.AvailableNow
+        self._planner: Planner | ClusterPlanner | None = None
+        self._target: dict[Key, int] | None = None  # Trigger.AvailableNow
 
     def __getstate__(self) -> dict[str, Any]:
         # Tasks need only the options; the planner's connection stays on the driver.
         return {"opts": self.opts, "_planner": None, "_target": None}
 
     @property
-    def planner(self) -> Planner:
+    def planner(self) -> Planner | ClusterPlanner:
         if self._planner is None:
-            self._planner = Planner(self.opts)
+            self._planner = make_planner(self.opts)
         return self._planner
 
-    def _states(self) -> dict[tuple[str, int], PartitionState]:
+    def _states(self) -> dict[Key, PartitionState]:
         return self.planner.partitions(must_exist=False)
+
+    def _positions(self, offsets: Offsets) -> dict[Key, int]:
+        return from_offsets(offsets, self.opts.cluster)
 
     # -- offsets -------------------------------------------------------------
     def initialOffset(self) -> Offsets:
@@ -104,29 +133,37 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def reportLatestOffset(self) -> Offsets:
         return to_offsets({key: state.log_end for key, state in self._states().items()})
 
-    def _gone(self, key: tuple[str, int]) -> None:
-        what = f"{key[0]}/{key[1]} no longer exists (its topic was deleted?)"
+    def _gone(self, key: Key) -> None:
+        what = f"{key_name(key)} no longer exists (its topic was deleted?)"
         if self.opts.fail_on_data_loss:
             raise DataLossError(what + " (failOnDataLoss is true)")
         log.warning("%s; it is dropped from the query (failOnDataLoss is false)", what)
 
-    def _subscribed(self, key: tuple[str, int]) -> bool:
+    def _subscribed(self, key: Key) -> bool:
         """Whether the options still ask for ``key`` (a restart may change them)."""
-        topic, partition = key
+        topic = key[0]
         assign = self.opts.assign
-        return self.opts.wants(topic) and (assign is None or partition in assign[topic])
+        return self.opts.wants(topic) and (assign is None or part_of(key) in assign[topic])
+
+    def _kept(self, key: Key) -> bool:
+        """Whether ``key`` is not read now but keeps its offset: no longer subscribed to,
+        or on a broker of the cluster that is away."""
+        return not self._subscribed(key) or self.planner.absent(key)
 
     def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
         states = self._states()
-        begin = from_offsets(start)
+        begin = self._positions(start)
         for key in begin:
             if key in states:
                 continue
-            if self._subscribed(key):
-                self._gone(key)
+            if not self._subscribed(key):
+                log.info("%s is no longer subscribed to (the options changed): not "
+                         "read, its offset kept", key_name(key))
+            elif self.planner.absent(key):
+                log.info("%s: its broker is not in the cluster now: not read, its offset "
+                         "kept", key_name(key))
             else:
-                log.info("%s/%d is no longer subscribed to (the options changed): not "
-                         "read, its offset kept", *key)
+                self._gone(key)
         ends = {key: state.log_end for key, state in states.items()}
         if self._target is not None:
             ends = {key: min(end, self._target[key])
@@ -143,22 +180,22 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             shares = share_bytes(lags, limit.max_bytes)
             for key, share in shares.items():
                 if share < lags[key]:
-                    topic, partition = key
-                    ends[key] = self.planner.boundary_before(topic, partition, froms[key],
-                                                             max(share, 1), ends[key])
+                    ends[key] = self.planner.boundary(key, froms[key], max(share, 1),
+                                                      ends[key])
         # A partition that has not moved keeps its place in the offsets.
         out = {key: max(end, froms[key]) if key in begin else end for key, end in ends.items()}
         for key, at in begin.items():
-            # Unchanged: partitions beyond the AvailableNow target's, and those no longer
-            # subscribed to (subscribed again, they go on from here).
-            if key not in out and (key in states or not self._subscribed(key)):
+            # Unchanged: partitions beyond the AvailableNow target's, those no longer
+            # subscribed to (subscribed again, they go on from here), and those of a
+            # broker that is away (back, it goes on from here).
+            if key not in out and (key in states or self._kept(key)):
                 out[key] = at
         return to_offsets(out)
 
     # -- batches -------------------------------------------------------------
     def partitions(self, start: Offsets, end: Offsets) -> Sequence[InputPartition]:
-        begin = from_offsets(start)
-        finish = from_offsets(end)
+        begin = self._positions(start)
+        finish = self._positions(end)
         states = None
         ranges = []
         for key, stop in finish.items():
@@ -181,7 +218,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     at = min(self.planner.check_start(state, at), stop)
             if at >= stop:
                 continue
-            rng = Range(self.opts.bootstrap, key[0], key[1], at, stop)
+            rng = self.planner.range_for(key, at, stop)
             ranges.extend(self.planner.split(rng, self.opts.max_bytes_per_partition))
         return [RangePartition(rng) for rng in ranges]
 

@@ -26,6 +26,15 @@ fails the task with the broker's error, naming topic and partition. What was
 acknowledged before stays in the log (at least once). The task's commit
 message counts messages and log bytes per (topic, partition), taken from the
 producer's own acknowledgements (with acks=0, from what was sent).
+
+Cluster mode (``zookeeper.connect``): each task's producer finds the brokers
+through ZooKeeper (``Producer(zookeeper_connect=...)``) and spreads rows over
+the topic's sorted (broker, partition) pairs. A ``partition`` column is
+refused there: the producer takes a partition as an index into that list,
+which changes as brokers come and go between the row and its send. Keyed
+rows are handed to the producer with their key (one ``send_many`` per key
+and run), so it hashes them into the list it sends with. The driver checks,
+before any job, that ZooKeeper answers and names a live broker.
 """
 
 from __future__ import annotations
@@ -87,6 +96,10 @@ def check_columns(schema: StructType, opts: WriteOptions) -> dict[str, str]:
         found[name] = f.name
     if "value" not in found:
         raise _column_error("value", "required: the messages, binary or string")
+    if "partition" in found and opts.cluster:
+        raise _column_error(found["partition"], "not taken with zookeeper.connect: a cluster's "
+                            "partitions are (broker, partition) pairs that change as brokers "
+                            "come and go; leave the choice to the key or the producer")
     if "topic" not in found and opts.topic is None:
         raise OptionError(f"{PREFIX}option topic: required when the data has no topic column")
     return found
@@ -105,19 +118,33 @@ def producer_config(opts: WriteOptions) -> dict:
     config.setdefault("queue.size", 2 * config["batch.size"])
     config.update({"producer.type": "async", "compression.codec": opts.compression,
                    "request.required.acks": opts.acks})
+    if opts.cluster:
+        config.update({"zookeeper.connect": opts.zookeeper,
+                       "zookeeper.connection.timeout.ms": opts.zookeeper_timeout_ms})
     return config
 
 
-def check_producer(opts: WriteOptions) -> None:
+def check_producer(opts: WriteOptions) -> dict[str, int] | None:
     """Fail on the driver for settings the producer refuses together (batch.size over
-    queue.size, max.request.bytes under message.max.bytes); no I/O."""
+    queue.size, max.request.bytes under message.max.bytes), with no I/O; in cluster
+    mode, also for a ZooKeeper that does not answer or names no live broker, and
+    return the live brokers' ids by URI."""
     config = dict(producer_config(opts), **{"producer.type": "sync"})
+    config.pop("zookeeper.connect", None)
+    config.pop("zookeeper.connection.timeout.ms", None)
     try:
-        Producer(opts.bootstrap, config).close()
+        # Standalone settings check the same: a producer is only made here, never used.
+        Producer(opts.bootstrap or ("tcp://127.0.0.1:9092",), config).close()
     except ConfigError as exc:
         key = str(exc).split(":", 1)[0]
         raise OptionError(f"{PREFIX}option hostbroker.{key}: {str(exc).split(': ', 1)[-1]}"
                           ) from None
+    if opts.cluster:
+        from hostbroker.spark.cluster import live_snapshot
+
+        snapshot = live_snapshot(opts.zookeeper, opts.zookeeper_timeout_ms)
+        return {uri: broker for broker, info in snapshot.brokers.items() for uri in info.uris()}
+    return None
 
 
 def check_mode(overwrite: bool, streaming: bool) -> None:
@@ -168,31 +195,37 @@ def describe(summary: WriteSummary) -> str:
 
 
 class _Tally(ProducerCallbacks):
-    """Counts messages and bytes per (topic, partition) as the producer reports them."""
+    """Counts messages and bytes per (topic, partition) as the producer reports them; in
+    cluster mode per (topic, "BROKER-PARTITION"), the broker known by the URI it was
+    sent to (``brokers``; the URI itself for a broker that joined since)."""
 
-    def __init__(self, acks: int):
+    def __init__(self, acks: int, brokers: Mapping[str, int] | None = None):
         self.summary = WriteSummary(acknowledged=acks != 0)
         self._acks = acks
+        self._brokers = brokers
 
     def snapshot(self) -> WriteSummary:
         """A copy safe to read while the sending thread adds to the counts."""
         return WriteSummary({k: list(v) for k, v in dict(self.summary.counts).items()},
                             self.summary.acknowledged)
 
-    def _add(self, partitions) -> None:
+    def _add(self, partitions, uri: str) -> None:
         counts = self.summary.counts
+        brokers = self._brokers
         for topic, partition, messages, size in partitions:
+            if brokers is not None:
+                partition = f"{brokers.get(uri, uri)}-{partition}"
             c = counts.setdefault((topic, partition), [0, 0])
             c[0] += messages
             c[1] += size
 
     def on_sent(self, request) -> None:
         if self._acks == 0:
-            self._add(request.partitions)
+            self._add(request.partitions, request.broker)
 
     def on_acknowledged(self, request, results) -> None:
         ok = {(r.topic, r.partition) for r in results if r.error_code == ErrorCode.NONE}
-        self._add(p for p in request.partitions if (p[0], p[1]) in ok)
+        self._add((p for p in request.partitions if (p[0], p[1]) in ok), request.broker)
 
 
 def _as_bytes(array: pa.Array) -> pa.Array:
@@ -218,11 +251,13 @@ def _task_partition() -> int | None:
 class _Task:
     """One task's producer, and where its rows go."""
 
-    def __init__(self, opts: WriteOptions, columns: Mapping[str, str]):
+    def __init__(self, opts: WriteOptions, columns: Mapping[str, str],
+                 brokers: Mapping[str, int] | None = None):
         self.opts = opts
         self.columns = columns
-        self.tally = _Tally(opts.acks)
-        self.producer = Producer(opts.bootstrap, producer_config(opts), callbacks=self.tally)
+        self.tally = _Tally(opts.acks, brokers)
+        self.producer = Producer(opts.bootstrap or None, producer_config(opts),
+                                 callbacks=self.tally)
         self._cluster: Cluster | None = None
         self._counts: dict[str, int] = {}  # topic -> partitions, asked once a task
         self.rows = 0  # rows of this task before the current batch
@@ -304,6 +339,9 @@ class _Task:
                 topic = column[0].as_py()
             else:
                 topics = column.to_pylist()
+        if self.opts.cluster:
+            yield from self._keyed_runs(batch, values, topic, topics)
+            return
         slots = self._slots(batch, topic, topics)
         if slots is None and topics is None:
             yield (topic, None), values
@@ -322,6 +360,26 @@ class _Task:
                 if run is None:
                     run = runs[where] = []
                 run.append(value)
+        yield from runs.items()
+
+    def _keyed_runs(self, batch: pa.RecordBatch, values: list, topic: str | None,
+                    topics: list[str] | None) -> Iterator[tuple[tuple[str, bytes | None], list]]:
+        """Cluster mode: ``((topic, key or None), values)`` runs, rows in order per key."""
+        keys = None
+        if "key" in self.columns:
+            column = _as_bytes(batch.column(self.columns["key"]))
+            if column.null_count < len(column):
+                keys = column.to_pylist()
+        if keys is None and topics is None:
+            yield (topic, None), values
+            return
+        runs: dict[tuple[str, bytes | None], list] = {}
+        for i, value in enumerate(values):
+            where = (topic if topics is None else topics[i], None if keys is None else keys[i])
+            run = runs.get(where)
+            if run is None:
+                run = runs[where] = []
+            run.append(value)
         yield from runs.items()
 
     def _slots(self, batch: pa.RecordBatch, topic: str | None,
@@ -354,12 +412,16 @@ class _Task:
         return [s if s is not None or k is None else crc32(k) % self._partitions(t)
                 for s, k, t in zip(slots, keys, topics)]
 
-    def _send(self, topic: str, partition: int | None, values: list) -> None:
+    def _send(self, topic: str, partition: int | bytes | None, values: list) -> None:
+        """``partition``: an index, or in cluster mode the rows' key (bytes)."""
         try:
-            self.producer.send_many(topic, values, partition=partition)
+            if isinstance(partition, bytes):
+                self.producer.send_many(topic, values, key=partition)
+            else:
+                self.producer.send_many(topic, values, partition=partition)
         except Exception as exc:
             self.abandon()
-            where = f"{topic}/{partition}" if partition is not None else topic
+            where = f"{topic}/{partition}" if isinstance(partition, int) else topic
             raise self._failed(where, exc) from exc
 
 
@@ -370,11 +432,11 @@ class _Writer:
                  streaming: bool):
         check_mode(overwrite, streaming)
         self.columns = check_columns(schema, opts)
-        check_producer(opts)
+        self.brokers = check_producer(opts)
         self.opts = opts
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteSummary:
-        task = _Task(self.opts, self.columns)
+        task = _Task(self.opts, self.columns, self.brokers)
         try:
             for batch in iterator:
                 task.produce(batch)

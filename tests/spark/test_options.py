@@ -56,7 +56,9 @@ def test_spark_own_options_are_ignored():
     ({"subscribe": "a", "bootstrap": " "}, False, "option bootstrap: required"),
     ({"subscribe": "a", "bootstrap": "http://x"}, False, "option bootstrap: bad broker URI"),
     ({"subscribe": "a", "zookeeper.connect": "h:2181"}, False,
-     "option zookeeper.connect: the data source does not find brokers through ZooKeeper yet"),
+     "option bootstrap: conflicts with zookeeper.connect: give only one"),
+    ({"subscribe": "a", "zookeeper.connection.timeout.ms": "500"}, False,
+     "option zookeeper.connection.timeout.ms: only with zookeeper.connect"),
     ({"subscribe": "", }, False, "option subscribe: names no topic"),
     ({"subscribe": "a", "subscribePattern": "a"}, False,
      "option subscribe: conflicts with subscribePattern"),
@@ -110,3 +112,52 @@ def test_each_bad_write_option_is_one_line_naming_it(options, message):
 def test_option_errors_are_value_errors_for_spark():
     with pytest.raises(ValueError, match=re.escape("option acks")):
         write_options({**B, "acks": "x"}, streaming=True)
+
+
+def cluster(streaming=False, **options):
+    spelled = {"zookeeper.connect": "127.0.0.1:2181/hb", **options}
+    return read_options({k.lower(): v for k, v in spelled.items()}, streaming=streaming)
+
+
+def test_cluster_mode_names_partitions_broker_partition():
+    opts = cluster(assign='{"t": ["2-0", "1-3", "1-3"]}', startingOffsets='{"t": {"1-3": 42}}',
+                   endingOffsets='{"t": {"2-0": -1}}', **{"zookeeper.connection.timeout.ms": "700"})
+    assert (opts.cluster, opts.bootstrap, opts.zookeeper) == (True, (), "127.0.0.1:2181/hb")
+    assert opts.assign == {"t": ((1, 3), (2, 0))} and opts.zookeeper_timeout_ms == 700
+    assert opts.starting == {"t": {(1, 3): 42}} and opts.ending == {"t": {(2, 0): LATEST}}
+    assert parse_offsets('{"t": {"3-1": -2}}', "x", cluster=True) == {"t": {(3, 1): EARLIEST}}
+    assert not read(subscribe="a").cluster
+    w = write_options({"zookeeper.connect": "z:1", "topic": "t"}, streaming=True)
+    assert (w.cluster, w.zookeeper, w.bootstrap) == (True, "z:1", ())
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"subscribe": "a", "startingOffsets": '{"a": {"0": 1}}'},
+     "option startingOffsets: topic 'a': '0' is not BROKER-PARTITION"),
+    ({"assign": '{"a": [0]}'}, "option assign: topic 'a': 0 is not BROKER-PARTITION"),
+    ({"assign": '{"a": ["1-x"]}'}, "option assign: topic 'a': '1-x' is not BROKER-PARTITION"),
+    ({"assign": '{"a": ["1-0"]}', "startingOffsets": '{"a": {"2-0": 5}}'},
+     "option startingOffsets: a/2-0 is not assigned"),
+    ({"subscribe": "a", "endingOffsets": '{"a": {"1-0": -2}}'},
+     "option endingOffsets: a/1-0: -2 cannot be used here"),
+    ({"subscribe": "a", "zookeeper.connect": "nohost"},
+     "option zookeeper.connect: 'nohost' is not host:port"),
+    ({"subscribe": "a", "zookeeper.connection.timeout.ms": "0"},
+     "option zookeeper.connection.timeout.ms: 0 is not milliseconds"),
+])
+def test_each_bad_cluster_option_is_one_line_naming_it(options, message):
+    with pytest.raises(OptionError, match=message) as caught:
+        cluster(**options)
+    assert "\n" not in str(caught.value)
+
+
+def test_broker_partition_names_need_zookeeper():
+    with pytest.raises(OptionError, match="'1-0' is not a partition number \\(BROKER-PARTITION "
+                       "names need zookeeper.connect\\)"):
+        read(subscribe="a", startingOffsets='{"a": {"1-0": 0}}')
+    with pytest.raises(OptionError, match="names need zookeeper.connect"):
+        read(assign='{"a": ["1-0"]}')
+    with pytest.raises(OptionError, match="hostbroker.zookeeper.connect: set by this source "
+                       "itself \\(use zookeeper.connect\\)"):
+        write_options({"zookeeper.connect": "z:1", "hostbroker.zookeeper.connect": "z:2"},
+                      streaming=False)
