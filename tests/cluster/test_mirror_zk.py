@@ -170,11 +170,20 @@ def test_mirror_killed_mid_copy_and_run_again_loses_nothing(make_broker, tmp_pat
         assert 0 <= start <= kept and resumed == sent[i][start:], (i, kept, start)
 
 
-def owners(zk, chroot: str, group: str, topic: str) -> dict[str, str]:
-    path = chroot + paths.owners_path(group, topic)
-    if zk.exists(path) is None:
-        return {}
-    return {n: paths.decode_owner(zk.get(f"{path}/{n}")[0], n)[0] for n in zk.get_children(path)}
+def settled_split(zk, chroot: str, group: str, topic: str, pairs: int) -> bool:
+    """Two members registered, and every pair owned, half by each (read while the group
+    may still be rebalancing: a node that goes between two reads means not yet)."""
+    from kazoo.exceptions import NoNodeError
+
+    owners_path = chroot + paths.owners_path(group, topic)
+    try:
+        ids = set(zk.get_children(chroot + paths.group_ids_path(group)))
+        held = [paths.decode_owner(zk.get(f"{owners_path}/{n}")[0], n)[0]
+                for n in zk.get_children(owners_path)]
+    except NoNodeError:
+        return False
+    return (len(ids) == 2 and len(held) == pairs and set(held) == ids
+            and all(held.count(member) == pairs // 2 for member in ids))
 
 
 def test_two_mirrors_of_one_group_split_the_source_partitions(make_broker, tmp_path, zookeeper,
@@ -186,14 +195,7 @@ def test_two_mirrors_of_one_group_split_the_source_partitions(make_broker, tmp_p
     args = ("mirror", *source.args("from"), *destination.args("to"), "--topics", "t",
             "--group", "pair", "--commit-interval-ms", "100", *FAST)
     with running(*args) as one, running(*args) as two:
-        # Both members registered and every pair owned, two each.
-        def split() -> bool:
-            held = owners(zk, source.chroot, "pair", "t")
-            ids = zk.get_children(source.chroot + paths.group_ids_path("pair")) \
-                if zk.exists(source.chroot + paths.group_ids_path("pair")) else []
-            return (len(ids) == 2 and len(held) == 4 and sorted(held.values()).count(
-                sorted(held.values())[0]) == 2 and set(held.values()) == set(ids))
-        wait_until(split, 30)
+        wait_until(lambda: settled_split(zk, source.chroot, "pair", "t", 4), 30)
         counts = [5, 7, 11, 13]
         sent = [[b"t-%d-%d" % (i, n) for n in range(c)] for i, c in enumerate(counts)]
         for i in range(4):
