@@ -468,6 +468,8 @@ class ConsumerConnector:
         stream = self._owned.pop(tp, None)
         if stream is not None and tp in stream.partitions:
             stream.partitions.remove(tp)
+        if self.cluster is not None:
+            self.cluster.forget(tp)
 
     def _room_made(self) -> None:
         for fetcher in self._fetchers:

@@ -17,7 +17,11 @@ what that decides, as the member's
   handed out of them (with ``auto.commit.enable``);
 - taking partitions (:meth:`ClusterSide.assign`) reads their committed
   offsets (``auto.offset.reset`` where there are none), tells the listener
-  (``on_partitions_assigned``) and starts fetching them.
+  (``on_partitions_assigned``) and starts fetching them;
+- a partition its broker answers UNKNOWN_TOPIC_OR_PARTITION for (the topic
+  deleted there) is dropped by its fetcher (:meth:`ClusterSide.forget`); the
+  member's next rebalance, at most ``RECHECK_S`` later, releases its owner
+  node, or reads it again if the broker has it back.
 
 Offsets: ``offsets.storage=zookeeper`` (the default)
 :class:`~hostbroker.cluster.membership.ZooKeeperOffsets`, or ``broker``:
@@ -95,6 +99,8 @@ class ClusterSide:
         self.client = client
         self.fetchers: dict[int, Fetcher] = {}
         self._lookups: dict[int, SimpleConsumer] = {}  # offsets_before, rebalance thread only
+        self._forgotten: set[PartitionKey] = set()  # see forget()
+        self._forgotten_lock = threading.Lock()
         settings = connector.settings
         self.member = GroupMember(client, connector.group, self, self._subscription,
                                   max_retries=settings["rebalance.max.retries"],
@@ -180,6 +186,27 @@ class ClusterSide:
             c._owned[key] = stream
             stream.partitions.append(key)
             self._fetcher(key.broker_id, snapshot).add(key, stream, offsets[key])
+
+    def forget(self, key: PartitionKey) -> None:
+        """From a fetcher: ``key``'s broker answered UNKNOWN_TOPIC_OR_PARTITION and the
+        connector dropped it. The member's next rebalance, at the latest RECHECK_S later,
+        releases its owner node, or reads it again if the broker has it back."""
+        log.info("consumer group %s: broker %d has no partition %d of %s; looking at it "
+                 "again at the next rebalance", self.connector.group, key.broker_id,
+                 key.partition, key.topic)
+        with self._forgotten_lock:
+            self._forgotten.add(key)
+        self.member.recheck_soon()
+
+    def forgotten(self) -> set[PartitionKey]:
+        with self._forgotten_lock:
+            keys, self._forgotten = self._forgotten, set()
+        c = self.connector
+        for key in keys:
+            if key not in c._owned:
+                c._done.pop(key, None)
+                c._committed.pop(key, None)
+        return keys
 
     def tick(self) -> None:
         if not self.member.session_lost:  # else the next rebalance gives them up uncommitted

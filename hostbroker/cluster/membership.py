@@ -55,6 +55,7 @@ from hostbroker.cluster.discovery import ClusterView, Snapshot
 log = logging.getLogger(__name__)
 
 RETRY_AFTER_GIVING_UP_S = 10.0
+RECHECK_S = 1.0  # a partition its broker no longer had is looked at again this much later
 TICK_S = 0.5  # how often Owner.tick runs (interval commits)
 
 
@@ -94,6 +95,10 @@ class Owner(Protocol):
 
     def tick(self) -> None:
         """Called every TICK_S from the member's thread (interval commits)."""
+
+    def forgotten(self) -> set[PartitionKey]:
+        """Partitions it stopped reading by itself since last asked (their broker answered
+        UNKNOWN_TOPIC_OR_PARTITION); they are in :meth:`owned` no more."""
 
 
 class ZooKeeperOffsets:
@@ -158,6 +163,7 @@ class GroupMember:
         # rebalance has dealt with: see session_lost.
         self._losses = 0
         self._losses_handled = 0
+        self._recheck_at: float | None = None  # see recheck_soon
         self._registered: bytes | None = None
         self._idle_logged: set[tuple[str, int]] = set()
         self._wake = threading.Event()
@@ -225,6 +231,12 @@ class GroupMember:
         committed for them until the next rebalance gave them up."""
         return self._losses != self._losses_handled
 
+    def recheck_soon(self) -> None:
+        """Rebalance RECHECK_S from now (for a partition the owner stopped reading: its
+        owner node is released, or it is read again if its broker has it back)."""
+        if self._recheck_at is None:
+            self._recheck_at = time.monotonic() + RECHECK_S
+
     def _on_members(self, _children) -> bool | None:
         if self._closed.is_set():
             return False
@@ -238,6 +250,10 @@ class GroupMember:
             woke = self._wake.wait(wait)
             if self._closed.is_set():
                 return
+            recheck = self._recheck_at
+            if recheck is not None and time.monotonic() >= recheck:
+                self._recheck_at = None
+                woke = True
             try:
                 self.owner.tick()
             except Exception:  # noqa: BLE001 - the owner logs its own; keep rebalancing
@@ -357,6 +373,10 @@ class GroupMember:
                     self.owner.revoke(sorted(current, key=spec_order), commit=False)
                     current = {}
                 self._losses_handled = losses
+            # Dropped by the owner (its broker said it has it no more): released
+            # unless the assignment still has it here, which reads it again.
+            self._release(sorted((k for k in self.owner.forgotten()
+                                  if k not in mine and k not in current), key=spec_order))
             revoked = sorted((k for k, i in current.items() if mine.get(k) != i), key=spec_order)
             if revoked:
                 self.owner.revoke(revoked)

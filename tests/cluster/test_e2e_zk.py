@@ -220,3 +220,49 @@ def test_a_broker_and_a_consumer_frozen_past_their_sessions_recover_by_themselve
         "up its 4 partitions without committing, to claim them again from the group's offsets"]
     drain_and_check(zk, feeder, consumers, live)
     assert feeder.failed == []
+
+
+def produce_everywhere(cluster, prefix, broker_ids=(1, 2, 3)):
+    """One message "prefix-b-p" on every partition of ``broker_ids``; their values."""
+    values = []
+    for broker_id in broker_ids:
+        with cluster.brokers[broker_id].client() as client:
+            for p in range(PER_BROKER):
+                values.append(f"{prefix}-{broker_id}-{p}")
+                client.produce(TOPIC, p, encode_message_set([values[-1].encode()]))
+    return values
+
+
+def consumed_by_owners(zk, live, values):
+    """Every value ("prefix-b-p") consumed by the consumer owning its partition."""
+    now = owners(zk)
+    for value in values:
+        _, b, p = value.split("-")
+        owner = next(c for c in live if now[f"{b}-{p}"] == f"{c.consumer_id}-0")
+        poll(lambda: value in owner.values(), what=f"{value} to be consumed by its owner")
+
+
+def test_a_topic_deleted_on_one_broker_leaves_the_group_and_comes_back_when_created_again(
+        cluster, zookeeper, zk, script, consumers):
+    live = [ConsumerProcess(script, zookeeper.connect) for _ in range(2)]
+    consumers.extend(live)
+    poll(lambda: settled(zk, live), what="2 consumers to settle")
+    # Nothing on broker 2 yet: the group commits no offset there, so its partitions
+    # created again start at auto.offset.reset (a committed offset would point into
+    # the deleted log).
+    consumed_by_owners(zk, live, produce_everywhere(cluster, "a", (1, 3)))
+
+    with cluster.brokers[2].client() as client:
+        client.delete_topic(TOPIC)
+    # Its partitions leave the group: nobody owns them, the others are dealt anew.
+    poll(lambda: settled(zk, live, (1, 3)), what="the group to settle without broker 2's")
+    consumed_by_owners(zk, live, produce_everywhere(cluster, "b", (1, 3)))
+
+    with cluster.brokers[2].client() as client:
+        client.create_topic(TOPIC, PER_BROKER)
+    poll(lambda: cluster.registered() == [1, 2, 3], what="broker 2 to register the topic again")
+    poll(lambda: settled(zk, live), what="the group to settle on all three again")
+    consumed_by_owners(zk, live, produce_everywhere(cluster, "c"))
+    for consumer in live:
+        consumer.stop()
+    assert check_duplicates(live) == 0
