@@ -104,18 +104,20 @@ def zookeeper_errors(option: str = "--zookeeper"):
         raise CommandError(text) from None
 
 
-def zookeeper_client(connect: str, option: str = "--zookeeper"):
-    """A started kazoo client on ``connect`` (10 s session, 6 s to connect)."""
+def zookeeper_client(connect: str, option: str = "--zookeeper",
+                     connection_timeout_ms: int = 6000):
+    """A started kazoo client on ``connect`` (10 s session)."""
     from hostbroker.cluster.zk import make_client
 
     with zookeeper_errors(option):
-        return make_client(connect, 10000, 6000, key=option)
+        return make_client(connect, 10000, connection_timeout_ms, key=option)
 
 
 @contextlib.contextmanager
-def zookeeper_session(connect: str, option: str = "--zookeeper"):
+def zookeeper_session(connect: str, option: str = "--zookeeper",
+                      connection_timeout_ms: int = 6000):
     """:func:`zookeeper_client` for the block, closed after it."""
-    client = zookeeper_client(connect, option)
+    client = zookeeper_client(connect, option, connection_timeout_ms)
     try:
         yield client
     finally:
@@ -415,6 +417,15 @@ def _consume_cluster(topic, group, from_beginning, timeout_ms, config, zookeeper
     if group is not None:
         return _consume_group(topic, group, from_beginning, timeout_ms, config, output,
                               zookeeper=zookeeper)
+    from hostbroker.client.group import GROUP_SETTINGS
+    from hostbroker.client.settings import resolve
+    from hostbroker.cluster.discovery import read_snapshot
+
+    wait = resolve(GROUP_SETTINGS, config)["zookeeper.connection.timeout.ms"]
+    with zookeeper_session(zookeeper, "--zookeeper", wait) as client:
+        # As standalone, a topic that is not there is an error.
+        if not read_snapshot(client).partitions(topic):
+            raise CommandError(f"no topic {topic} (no live broker registered it in ZooKeeper)")
     own = f"hostbroker-console-{uuid.uuid4().hex[:12]}"
     return _consume_group(topic, own, from_beginning, timeout_ms, config, output,
                           zookeeper=zookeeper, commit=False)

@@ -63,6 +63,10 @@ def test_produce_and_consume_through_zookeeper(make_broker, tmp_path, zookeeper,
     assert [g for g in zk.get_children(CHROOT + paths.CONSUMERS)
             if g.startswith("hostbroker-console-")] == []
     assert zk.exists(paths.CONSUMERS) is None  # nothing outside the chroot
+    missing = hostbroker("consume", "--zookeeper", connect, "--topic", "nope")
+    assert missing.returncode == 1
+    assert one_line_error(missing) == ("hostbroker consume: no topic nope (no live broker "
+                                       "registered it in ZooKeeper)")
 
     # With --group: the group's offsets in ZooKeeper, a second run goes on from them.
     first = hostbroker("consume", "--zookeeper", connect, "--topic", "t", "--group", "g",
