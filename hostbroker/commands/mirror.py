@@ -28,8 +28,8 @@ by the connector (``auto.commit.enable`` is forced off), every
 gate, the producer is flushed (every message handed to it acknowledged),
 then the source offsets of exactly the messages handed over are stored for
 the group (keyed ``(topic, partition)``, or ``(topic, partition, broker_id)``
-in ZooKeeper for a source cluster). A crash between two commits copies some messages twice, never
-skips one (at-least-once). If the flush reports messages that could not be
+in ZooKeeper for a source cluster). A crash between two commits copies some
+messages twice, never skips one (at-least-once). If the flush reports messages that could not be
 delivered, nothing more is committed and the mirror stops with status 1.
 
 Stops after ``--max-messages``, after ``--timeout-ms`` without a message on
@@ -86,6 +86,8 @@ class _Mirror:
         # Held by a thread while it hands one message over, and by a commit
         # for its whole flush: a commit sees every handed message acknowledged.
         self.gate = threading.Lock()
+        # One commit at a time: the main thread's and a rebalance's (on_partitions_revoked).
+        self._commit_lock = threading.Lock()
         # Source offset key -> next_offset of the last message handed over.
         self.handed: dict[tuple, int] = {}
         self.committed: dict[tuple, int] = {}
@@ -154,12 +156,13 @@ class _Mirror:
 
     def commit(self) -> None:
         """Flush the producer, then store the source offsets of what it acknowledged."""
-        with self.gate:
-            self.producer.flush()
-            changed = {tp: o for tp, o in self.handed.items() if self.committed.get(tp) != o}
-        if changed:
-            self.connector.offset_storage.commit(self.connector.group, changed)
-            self.committed.update(changed)
+        with self._commit_lock:
+            with self.gate:
+                self.producer.flush()
+                changed = {k: o for k, o in self.handed.items() if self.committed.get(k) != o}
+            if changed:
+                self.connector.offset_storage.commit(self.connector.group, changed)
+                self.committed.update(changed)
 
 
 def _check(topics_regex: str, num_streams: int, max_messages, timeout_ms,
