@@ -236,3 +236,33 @@ def test_mirror_end_flags_are_refused_in_one_line(zookeeper):
         assert result.returncode == 1
         assert one_line_error(result) == (f"hostbroker mirror: {option}: no ZooKeeper server "
                                           f"of {nobody} answered within 300 ms")
+
+
+def test_a_source_broker_that_leaves_shifts_the_indices_and_loses_nothing(make_broker, tmp_path,
+                                                                          zookeeper, zk):
+    source = End(make_broker, tmp_path, zookeeper, zk, "cluster", "/src")
+    destination = End(make_broker, tmp_path, zookeeper, zk, "broker", "/dst")
+    source.create("t", 2)  # pairs (1, 0) and (2, 0): indices 0 and 1
+    destination.create("t", 2)
+    early = [[b"early-%d-%d" % (i, n) for n in range(4)] for i in range(2)]
+    for i in range(2):
+        source.produce("t", i, early[i])
+    args = ("mirror", *source.args("from"), *destination.args("to"), "--topics", "t",
+            "--group", "m", "--commit-interval-ms", "100", *FAST)
+    with running(*args) as proc:
+        wait_until(lambda: destination.by_index("t") == early, 30)
+        source.brokers[1].stop()  # its registration goes: (2, 0) is now index 0
+        # The group rebalanced without it (its owner node went), so the mirror's view of
+        # the pairs, kept by the same watches, has it gone too.
+        wait_until(lambda: zk.exists(source.chroot + paths.owner_path("m", "t", 1, 0)) is None,
+                   30)
+        late = [b"late-%d" % n for n in range(5)]
+        with source.brokers[2].client() as client:
+            client.produce("t", 0, encode_message_set(late))
+        wait_until(lambda: sum(map(len, destination.by_index("t"))) >= 13, 30)
+        out, err = terminate(proc)
+    assert proc.returncode == 0, err
+    assert out.decode().startswith("mirrored 13 messages of t")
+    # Broker 2's partition went to destination partition 1, then (index 0) to partition 0:
+    # every message copied once, each run of it in order.
+    assert destination.by_index("t") == [early[0] + late, early[1]]
