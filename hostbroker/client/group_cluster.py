@@ -10,7 +10,9 @@ what that decides, as the member's
 - partitions are keyed ``PartitionKey(topic, partition, broker_id)``; each
   broker's partitions are fetched by a fetcher thread of their own, on a
   connection to that broker (its listeners as ``/brokers/ids`` gives them,
-  Unix socket first);
+  Unix socket first); a broker that registers again with other listeners
+  gets a new fetcher at them, going on from where the old one stopped
+  (:meth:`ClusterSide.follow`, at every rebalance);
 - giving partitions up (:meth:`ClusterSide.revoke`) stops their fetching
   and drops what was fetched of them but not handed out, tells the
   rebalance listener (``on_partitions_revoked``), then commits what was
@@ -45,6 +47,8 @@ if TYPE_CHECKING:
     from hostbroker.client.group import BrokerOffsetStorage, ConsumerConnector
 
 log = logging.getLogger(__name__)
+
+MOVE_WAIT_S = 2.0  # wait for a fetcher to end its round (else again at a recheck)
 
 
 class PerBrokerOffsets:
@@ -85,6 +89,13 @@ class PerBrokerOffsets:
             self._storage(broker_id).commit(group, {(k.topic, k.partition): offsets[k]
                                                     for k in mine})
 
+    def drop(self, broker_id: int) -> None:
+        """Forget broker ``broker_id``'s connection (it is made again at its listeners)."""
+        with self._lock:
+            storage = self._storages.pop(broker_id, None)
+        if storage is not None:
+            storage.close()
+
     def close(self) -> None:
         with self._lock:
             for storage in self._storages.values():
@@ -98,6 +109,7 @@ class ClusterSide:
         self.connector = connector
         self.client = client
         self.fetchers: dict[int, Fetcher] = {}
+        self._fetcher_uris: dict[int, list[str]] = {}  # the listeners each fetcher uses
         self._lookups: dict[int, SimpleConsumer] = {}  # offsets_before, rebalance thread only
         self._forgotten: set[PartitionKey] = set()  # see forget()
         self._forgotten_lock = threading.Lock()
@@ -165,6 +177,7 @@ class ClusterSide:
         busy = {key.broker_id for key in c._owned}
         for broker_id in [b for b in self.fetchers if b not in busy]:
             fetcher = self.fetchers.pop(broker_id)
+            self._fetcher_uris.pop(broker_id, None)
             fetcher.stop()
             if fetcher in c._fetchers:
                 c._fetchers.remove(fetcher)
@@ -186,6 +199,36 @@ class ClusterSide:
             c._owned[key] = stream
             stream.partitions.append(key)
             self._fetcher(key.broker_id, snapshot).add(key, stream, offsets[key])
+
+    def follow(self, snapshot: Snapshot) -> None:
+        """A broker registered again with other listeners: its fetcher is replaced by one
+        at the new ones, which goes on from where the old one stopped (what the old one
+        queued is still handed out); its other connections are made again on use."""
+        c = self.connector
+        for broker_id, fetcher in list(self.fetchers.items()):
+            info = snapshot.brokers.get(broker_id)
+            if info is None or info.uris() == self._fetcher_uris.get(broker_id):
+                continue
+            if not fetcher.stopped:
+                log.info("consumer group %s: broker %d is at %s now", c.group, broker_id,
+                         ", ".join(info.uris()))
+                self._close_lookup(broker_id)
+                if isinstance(c.offset_storage, PerBrokerOffsets):
+                    c.offset_storage.drop(broker_id)
+                fetcher.stop()
+            fetcher.thread.join(MOVE_WAIT_S)
+            if fetcher.thread.is_alive():
+                # In a round on a connection that does not answer: where it stops is
+                # known only once it has; the partitions wait for that.
+                self.member.recheck_soon()
+                continue
+            del self.fetchers[broker_id]
+            if fetcher in c._fetchers:
+                c._fetchers.remove(fetcher)
+            fetcher._take_incoming()
+            for key, offset in list(fetcher.positions.items()):
+                if c._owned.get(key) is fetcher.streams[key]:
+                    self._fetcher(broker_id, snapshot).add(key, fetcher.streams[key], offset)
 
     def forget(self, key: PartitionKey) -> None:
         """From a fetcher: ``key``'s broker answered UNKNOWN_TOPIC_OR_PARTITION and the
@@ -230,8 +273,9 @@ class ClusterSide:
         fetcher = self.fetchers.get(broker_id)
         if fetcher is None:
             c = self.connector
-            fetcher = Fetcher(c, broker_id, snapshot.brokers[broker_id].uris(),
-                              housekeeping=False)
+            uris = snapshot.brokers[broker_id].uris()
+            fetcher = Fetcher(c, broker_id, uris, housekeeping=False)
+            self._fetcher_uris[broker_id] = uris
             fetcher.thread.name = f"hb-consumer-fetcher-broker-{broker_id}"
             self.fetchers[broker_id] = fetcher
             c._fetchers.append(fetcher)

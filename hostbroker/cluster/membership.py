@@ -96,6 +96,10 @@ class Owner(Protocol):
     def tick(self) -> None:
         """Called every TICK_S from the member's thread (interval commits)."""
 
+    def follow(self, snapshot: Snapshot) -> None:
+        """Reach each broker at the listeners ``snapshot`` gives it (a broker may have
+        registered again with other ones while its partitions stayed here)."""
+
     def forgotten(self) -> set[PartitionKey]:
         """Partitions it stopped reading by itself since last asked (their broker answered
         UNKNOWN_TOPIC_OR_PARTITION); they are in :meth:`owned` no more."""
@@ -356,6 +360,7 @@ class GroupMember:
         with self._lock:
             assert self.view is not None
             snapshot = self.view.refresh()
+            self.owner.follow(snapshot)
             topics = self.subscription(snapshot)
             self._register(topics)
             mine = self.plan(snapshot, topics)

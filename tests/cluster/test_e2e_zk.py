@@ -25,6 +25,7 @@ from tests.cluster.e2e_support import (
     TOPIC, Cluster, ConsumerProcess, Feeder, check_consuming, check_duplicates, owners, poll,
     settled)
 from tests.cluster.test_broker_registration import kill_hard
+from tests.integration.broker import free_port
 from tests.integration.cli import hostbroker
 
 
@@ -266,3 +267,31 @@ def test_a_topic_deleted_on_one_broker_leaves_the_group_and_comes_back_when_crea
     for consumer in live:
         consumer.stop()
     assert check_duplicates(live) == 0
+
+
+def test_a_broker_registered_again_with_other_listeners_is_fetched_at_them(
+        cluster, zookeeper, zk, script, consumers):
+    # A long session: the consumer, frozen, misses the broker's absence altogether.
+    consumer = ConsumerProcess(script, zookeeper.connect, session_ms=20000)
+    consumers.append(consumer)
+    poll(lambda: settled(zk, [consumer]), what="the consumer to own every partition")
+    consumed_by_owners(zk, [consumer], produce_everywhere(cluster, "a"))
+
+    broker = cluster.brokers[2]
+    before = zk.get(paths.broker_path(2))[0]
+    consumer.suspend()
+    try:
+        assert broker.stop() == 0
+        broker.port = free_port()
+        broker.unix_path = os.path.join(broker.root, "moved.sock")
+        broker.settings["listeners"] = f"{broker.tcp},{broker.unix}"
+        broker.start()
+        poll(lambda: cluster.registered() == [1, 2, 3], what="broker 2 to register again")
+        assert json.loads(zk.get(paths.broker_path(2))[0]) == {
+            "version": 1, "host": "127.0.0.1", "port": broker.port, "unix": broker.unix_path}
+        assert zk.get(paths.broker_path(2))[0] != before
+    finally:
+        consumer.resume()
+    consumed_by_owners(zk, [consumer], produce_everywhere(cluster, "b"))
+    consumer.stop()
+    assert check_duplicates([consumer]) == 0
