@@ -58,12 +58,29 @@ class End:
                 for p, vs in values(broker, topic).items()}
         return [held[pair] for pair in sorted(held)]
 
+    def produce_each(self, topic: str, messages: list[list[bytes]]) -> None:
+        """``messages[i]`` to the partition of index i."""
+        for index, mine in enumerate(messages):
+            self.produce(topic, index, mine)
+
     def produce(self, topic: str, index: int, messages: list[bytes]) -> None:
         pair = sorted((b, p) for b, broker in self.brokers.items()
                       for p in values(broker, topic))[index]
         with self.brokers[pair[0]].client() as client:
             for i in range(0, len(messages), 1000):
                 client.produce(topic, pair[1], encode_message_set(messages[i:i + 1000]))
+
+
+def cluster_to_broker(make_broker, tmp_path, zookeeper, zk) -> tuple[End, End]:
+    """A source cluster of two brokers under /src and a destination broker."""
+    return (End(make_broker, tmp_path, zookeeper, zk, "cluster", "/src"),
+            End(make_broker, tmp_path, zookeeper, zk, "broker", "/dst"))
+
+
+def mirror_args(source: End, destination: End, topics: str, group: str,
+                commit_interval_ms: int) -> tuple[str, ...]:
+    return ("mirror", *source.args("from"), *destination.args("to"), "--topics", topics,
+            "--group", group, "--commit-interval-ms", str(commit_interval_ms), *FAST)
 
 
 def in_order_within(merged: list[bytes], sources: list[list[bytes]]) -> bool:
@@ -93,14 +110,12 @@ def test_mirror_copies_partition_for_partition(make_broker, tmp_path, zookeeper,
     destination.create("u", 2)  # fewer: index i goes to i % 2
     t = [[b"t-%d-%d" % (i, n) for n in range(count)] for i, count in enumerate(T_COUNTS)]
     u = [[b"u-%d-%d" % (i, n) for n in range(count)] for i, count in enumerate(U_COUNTS)]
-    for i in range(4):
-        source.produce("t", i, t[i])
-        source.produce("u", i, u[i])
+    source.produce_each("t", t)
+    source.produce_each("u", u)
     source.produce("other", 0, [b"not copied"])
     total = sum(T_COUNTS) + sum(U_COUNTS)
 
-    args = ("mirror", *source.args("from"), *destination.args("to"), "--topics", "t|u",
-            "--group", "copier", "--commit-interval-ms", "100", *FAST)
+    args = mirror_args(source, destination, "t|u", "copier", 100)
     first = hostbroker(*args, "--max-messages", str(total), "--timeout-ms", "20000")
     assert first.returncode == 0, first.stderr
     assert lines(first) == [f"mirrored {total} messages of t, u from {source.name} "
@@ -133,14 +148,11 @@ def test_mirror_copies_partition_for_partition(make_broker, tmp_path, zookeeper,
 
 def test_mirror_killed_mid_copy_and_run_again_loses_nothing(make_broker, tmp_path, zookeeper,
                                                             zk):
-    source = End(make_broker, tmp_path, zookeeper, zk, "cluster", "/src")
-    destination = End(make_broker, tmp_path, zookeeper, zk, "broker", "/dst")
+    source, destination = cluster_to_broker(make_broker, tmp_path, zookeeper, zk)
     source.create("feed", 2)
     sent = [[b"feed-%d-%06d" % (i, n) for n in range(15000)] for i in range(2)]
-    for i in range(2):
-        source.produce("feed", i, sent[i])
-    args = ("mirror", *source.args("from"), *destination.args("to"), "--topics", "feed",
-            "--group", "m", "--commit-interval-ms", "50", *FAST)
+    source.produce_each("feed", sent)
+    args = mirror_args(source, destination, "feed", "m", 50)
 
     def copied() -> int:
         with destination.brokers[0].client() as client:
@@ -188,18 +200,15 @@ def settled_split(zk, chroot: str, group: str, topic: str, pairs: int) -> bool:
 
 def test_two_mirrors_of_one_group_split_the_source_partitions(make_broker, tmp_path, zookeeper,
                                                               zk):
-    source = End(make_broker, tmp_path, zookeeper, zk, "cluster", "/src")
-    destination = End(make_broker, tmp_path, zookeeper, zk, "broker", "/dst")
+    source, destination = cluster_to_broker(make_broker, tmp_path, zookeeper, zk)
     source.create("t", 4)
     destination.create("t", 4)
-    args = ("mirror", *source.args("from"), *destination.args("to"), "--topics", "t",
-            "--group", "pair", "--commit-interval-ms", "100", *FAST)
+    args = mirror_args(source, destination, "t", "pair", 100)
     with running(*args) as one, running(*args) as two:
         wait_until(lambda: settled_split(zk, source.chroot, "pair", "t", 4), 30)
         counts = [5, 7, 11, 13]
         sent = [[b"t-%d-%d" % (i, n) for n in range(c)] for i, c in enumerate(counts)]
-        for i in range(4):
-            source.produce("t", i, sent[i])
+        source.produce_each("t", sent)
         wait_until(lambda: sum(map(len, destination.by_index("t"))) >= sum(counts), 30)
         outs = [terminate(proc) for proc in (one, two)]
     assert [proc.returncode for proc in (one, two)] == [0, 0], outs
@@ -240,15 +249,12 @@ def test_mirror_end_flags_are_refused_in_one_line(zookeeper):
 
 def test_a_source_broker_that_leaves_shifts_the_indices_and_loses_nothing(make_broker, tmp_path,
                                                                           zookeeper, zk):
-    source = End(make_broker, tmp_path, zookeeper, zk, "cluster", "/src")
-    destination = End(make_broker, tmp_path, zookeeper, zk, "broker", "/dst")
+    source, destination = cluster_to_broker(make_broker, tmp_path, zookeeper, zk)
     source.create("t", 2)  # pairs (1, 0) and (2, 0): indices 0 and 1
     destination.create("t", 2)
     early = [[b"early-%d-%d" % (i, n) for n in range(4)] for i in range(2)]
-    for i in range(2):
-        source.produce("t", i, early[i])
-    args = ("mirror", *source.args("from"), *destination.args("to"), "--topics", "t",
-            "--group", "m", "--commit-interval-ms", "100", *FAST)
+    source.produce_each("t", early)
+    args = mirror_args(source, destination, "t", "m", 100)
     with running(*args) as proc:
         wait_until(lambda: destination.by_index("t") == early, 30)
         source.brokers[1].stop()  # its registration goes: (2, 0) is now index 0
