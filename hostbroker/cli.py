@@ -253,7 +253,8 @@ def _add_produce(sub) -> None:
                     "--key-separator the text before the first separator is the key: the log "
                     "format has no key field, so the key only chooses the partition (same key, "
                     "same partition) and is not stored; the message is the rest of the line. "
-                    "Exit status 1 if any message was not acknowledged.")
+                    "With --zookeeper the partitions are the cluster's sorted (broker, "
+                    "partition) pairs. Exit status 1 if any message was not acknowledged.")
     _add_client_target(produce)
     produce.add_argument("--topic", required=True)
     produce.add_argument("--key-separator", metavar="S",
@@ -283,8 +284,11 @@ def _add_consume(sub) -> None:
                     "--group: every partition (or --partition P), from the log end unless "
                     "--from-beginning or --offset; no offsets are kept. With --group: from "
                     "the group's committed offsets (--from-beginning where it has none), and "
-                    "what was printed is committed on exit. Stops after --max-messages, after "
-                    "--timeout-ms without a message, or on Ctrl-C/SIGTERM (status 0).")
+                    "what was printed is committed on exit. With --zookeeper: every (broker, "
+                    "partition) of the cluster, as a member of --group in ZooKeeper, or "
+                    "without --group of a group of its own that keeps nothing. Stops after "
+                    "--max-messages, after --timeout-ms without a message, or on "
+                    "Ctrl-C/SIGTERM (status 0).")
     _add_client_target(consume)
     consume.add_argument("--topic", required=True)
     consume.add_argument("--from-beginning", action="store_true",
