@@ -171,9 +171,10 @@ def last_offsets(checkpoint) -> dict:
         return json.loads(f.read().splitlines()[-1])
 
 
-def stream_once(spark, cluster, out, checkpoint):
+def stream_once(spark, cluster, out, checkpoint, **options):
     query = (spark.readStream.format("hostbroker").option("zookeeper.connect", cluster.connect)
-             .option("subscribe", "cs").option("startingOffsets", "earliest").load()
+             .option("subscribe", "cs").option("startingOffsets", "earliest").options(**options)
+             .load()
              .writeStream.format("parquet").option("path", str(out))
              .option("checkpointLocation", str(checkpoint))
              .trigger(availableNow=True).start())
@@ -186,7 +187,11 @@ def test_stream_follows_brokers_that_join_and_leave(spark, cluster, tmp_path):
     out, checkpoint = tmp_path / "out", str(tmp_path / "checkpoint")
     cluster.create("cs", {1: 1, 2: 2})
     fill(cluster, "cs", {1: 1, 2: 2}, n=10)
-    assert stream_once(spark, cluster, out, checkpoint) == cluster_rows(cluster, "cs")
+    # in bounded batches, each cut at an entry boundary read on its broker
+    assert (stream_once(spark, cluster, out, checkpoint, maxBytesPerTrigger="600")
+            == cluster_rows(cluster, "cs"))
+    batches = glob.glob(os.path.join(checkpoint, "offsets", "[0-9]*"))
+    assert len(batches) >= 2
     first = last_offsets(checkpoint)
     assert sorted(first["cs"]) == ["1-0", "2-0", "2-1"]
 
