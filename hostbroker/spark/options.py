@@ -47,7 +47,8 @@ _WRITE_OWNED = {"broker.list", "compression.codec", "request.required.acks", "pr
 ZK_TIMEOUT_MS = 6000  # zookeeper.connection.timeout.ms unless given
 
 # Every option, in its documented spelling; Spark lower-cases the keys it passes.
-READ_OPTIONS = ("bootstrap", "zookeeper.connect", "zookeeper.connection.timeout.ms", "subscribe", "subscribePattern", "assign",
+READ_OPTIONS = ("bootstrap", "zookeeper.connect", "zookeeper.connection.timeout.ms",
+                "subscribe", "subscribePattern", "assign",
                 "startingOffsets", "endingOffsets", "startingTimestamp", "endingTimestamp",
                 "failOnDataLoss", "maxBytesPerPartition", "maxBytesPerTrigger")
 WRITE_OPTIONS = ("bootstrap", "zookeeper.connect", "zookeeper.connection.timeout.ms", "topic",
