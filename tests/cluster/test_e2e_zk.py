@@ -142,6 +142,8 @@ def test_a_killed_broker_leaves_after_its_session_and_is_used_again_when_restart
     mark = feeder.mark()
     poll(lambda: any(int(v) >= mark for v in cluster.values_on(2)),
          what="the producer to write to broker 2 again")
+    poll(lambda: any(name.startswith("2-") for c in live for name in c.consumed_since(mark)),
+         what="broker 2's partitions to be consumed again")
     drain_and_check(zk, feeder, consumers, live)
     # Sends to broker 2 while it was down were retried elsewhere within the retry settings.
     assert feeder.failed == []
@@ -203,6 +205,8 @@ def test_a_broker_and_a_consumer_frozen_past_their_sessions_recover_by_themselve
     poll(lambda: cluster.registered() == [1, 2, 3], what="broker 3 to register again")
     assert zk.exists(paths.broker_path(3)).ephemeralOwner != owner
     assert broker.workers()["hb-registrar"] == registrar
+    poll(lambda: "registered broker 3 in ZooKeeper again (after: ZooKeeper session expired)"
+         in broker.log(), what="the registrar to say it registered again")
     settle(zk, live, feeder)
 
     # A consumer frozen past its session: its partitions go to the others, and come
