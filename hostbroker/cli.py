@@ -77,11 +77,6 @@ def _top(args: argparse.Namespace) -> int:
 # Client commands (docs/tools.md). Each hands plain values to hostbroker.commands.
 
 
-def _add_bootstrap(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--bootstrap", metavar="URI", default=DEFAULT_BOOTSTRAP,
-                        help=f"broker: tcp://HOST:PORT or unix:///PATH (default {DEFAULT_BOOTSTRAP})")
-
-
 def _topics_run(action: str, args: argparse.Namespace, *work_args, **kwargs) -> int:
     """``topics ACTION`` on one broker (--bootstrap), or on every live broker of
     the cluster (--zookeeper): the ``*_cluster`` function of the same action."""
@@ -92,7 +87,7 @@ def _topics_run(action: str, args: argparse.Namespace, *work_args, **kwargs) -> 
         return commands.run(f"topics {action}", getattr(topics, f"{action}_cluster"),
                             *work_args, zookeeper=args.zookeeper, **kwargs)
     return commands.run(f"topics {action}", getattr(topics, name), *work_args,
-                        bootstrap=args.bootstrap, **kwargs)
+                        bootstrap=args.bootstrap or DEFAULT_BOOTSTRAP, **kwargs)
 
 
 def _topics_create(args: argparse.Namespace) -> int:
@@ -111,11 +106,21 @@ def _topics_delete(args: argparse.Namespace) -> int:
     return _topics_run("delete", args, args.topic)
 
 
-def _add_topics_target(parser: argparse.ArgumentParser) -> None:
-    _add_bootstrap(parser)
-    parser.add_argument("--zookeeper", metavar="HOST:PORT[,...][/CHROOT]",
-                        help="cluster mode: every live broker registered in this ZooKeeper "
+def _add_client_target(parser: argparse.ArgumentParser) -> None:
+    """--bootstrap URI, or --zookeeper for cluster mode; both together: one line, status 2."""
+    target = parser.add_mutually_exclusive_group()
+    target.add_argument("--bootstrap", metavar="URI",
+                        help=f"broker: tcp://HOST:PORT or unix:///PATH (default {DEFAULT_BOOTSTRAP})")
+    target.add_argument("--zookeeper", metavar="HOST:PORT[,...][/CHROOT]",
+                        help="cluster mode: the brokers registered in this ZooKeeper "
                              "(instead of --bootstrap)")
+
+
+def _target(args: argparse.Namespace) -> dict:
+    """The keywords of a command taking _add_client_target's options."""
+    if args.zookeeper is not None:
+        return {"zookeeper": args.zookeeper}
+    return {"bootstrap": args.bootstrap or DEFAULT_BOOTSTRAP}
 
 
 def _add_topics(sub) -> None:
@@ -127,27 +132,27 @@ def _add_topics(sub) -> None:
                     "segment.bytes, retention.ms, retention.bytes, flush.messages, flush.ms, "
                     "max.message.bytes. With --zookeeper the topic gets PARTITIONS "
                     "partitions on every live broker.")
-    _add_topics_target(create)
+    _add_client_target(create)
     create.add_argument("--topic", required=True)
     create.add_argument("--partitions", type=int, default=1, help="(default 1)")
     create.add_argument("--config", metavar="KEY=VALUE", action="append",
                         help="a topic config (repeatable)")
     create.set_defaults(func=_topics_create)
     listing = actions.add_parser("list", help="print every topic name, one a line")
-    _add_topics_target(listing)
+    _add_client_target(listing)
     listing.set_defaults(func=_topics_list)
     describe = actions.add_parser(
         "describe", help="partitions of topics: broker, log start/end offsets, log dir, error",
         description="Describe the named topics, or every topic. Exit status 1 if a named "
                     "topic does not exist.")
-    _add_topics_target(describe)
+    _add_client_target(describe)
     describe.add_argument("topics", nargs="*", metavar="TOPIC")
     describe.add_argument("--topic", action="append",
                           help="a topic to describe (repeatable; the same as naming it)")
     describe.add_argument("--json", action="store_true", help="one JSON document")
     describe.set_defaults(func=_topics_describe)
     delete = actions.add_parser("delete", help="delete a topic and its data")
-    _add_topics_target(delete)
+    _add_client_target(delete)
     delete.add_argument("--topic", required=True)
     delete.set_defaults(func=_topics_delete)
 
@@ -162,7 +167,7 @@ def _groups_run(action: str, args: argparse.Namespace, *work_args, **kwargs) -> 
         return commands.run(f"groups {action}", getattr(groups, f"{name}_cluster"),
                             *work_args, zookeeper=args.zookeeper, **kwargs)
     return commands.run(f"groups {action}", getattr(groups, f"{name}_standalone"),
-                        *work_args, bootstrap=args.bootstrap, **kwargs)
+                        *work_args, bootstrap=args.bootstrap or DEFAULT_BOOTSTRAP, **kwargs)
 
 
 def _add_groups(sub) -> None:
@@ -187,7 +192,7 @@ def _add_groups(sub) -> None:
                     "cannot tell: stop the group's consumers first, or their next commit "
                     "overwrites the reset.")
     for parser in (listing, describe, reset):
-        _add_topics_target(parser)
+        _add_client_target(parser)
     for parser in (describe, reset):
         parser.add_argument("--group", required=True, metavar="GROUP", help="the group.id")
     describe.add_argument("--topic", action="append", default=[], metavar="TOPIC",
@@ -218,23 +223,6 @@ def _add_producer_options(parser: argparse.ArgumentParser) -> None:
                              "(default 1)")
     parser.add_argument("--batch-size", type=int, metavar="N",
                         help="batch.size: messages per batch in async mode (default 200)")
-
-
-def _add_client_target(parser: argparse.ArgumentParser) -> None:
-    """--bootstrap URI, or --zookeeper for cluster mode; both together: one line, status 2."""
-    target = parser.add_mutually_exclusive_group()
-    target.add_argument("--bootstrap", metavar="URI",
-                        help=f"broker: tcp://HOST:PORT or unix:///PATH (default {DEFAULT_BOOTSTRAP})")
-    target.add_argument("--zookeeper", metavar="HOST:PORT[,...][/CHROOT]",
-                        help="cluster mode: the brokers registered in this ZooKeeper "
-                             "(instead of --bootstrap)")
-
-
-def _target(args: argparse.Namespace) -> dict:
-    """The keywords of a command taking _add_client_target's options."""
-    if args.zookeeper is not None:
-        return {"zookeeper": args.zookeeper}
-    return {"bootstrap": args.bootstrap or DEFAULT_BOOTSTRAP}
 
 
 def _produce(args: argparse.Namespace) -> int:
@@ -435,8 +423,8 @@ def _load(args: argparse.Namespace) -> int:
                         fmt=args.format, master=args.master, from_time=args.from_time,
                         fail_on_data_loss=args.fail_on_data_loss,
                         max_bytes_per_trigger=args.max_bytes_per_trigger,
-                        properties=args.property, quiet=args.quiet, bootstrap=args.bootstrap,
-                        zookeeper=args.zookeeper)
+                        properties=args.property, quiet=args.quiet,
+                        bootstrap=args.bootstrap or DEFAULT_BOOTSTRAP, zookeeper=args.zookeeper)
 
 
 def _add_load(sub) -> None:
@@ -449,10 +437,7 @@ def _add_load(sub) -> None:
                     "next run loads only what arrived since. Read the output through Spark "
                     "(spark.read.parquet(TO)). Progress on stderr, a summary on stdout. "
                     "See docs/spark.md.")
-    _add_bootstrap(load)
-    load.add_argument("--zookeeper", metavar="HOST:PORT[,...][/CHROOT]",
-                      help="cluster mode: read every (broker, partition) of the brokers "
-                           "registered in this ZooKeeper (instead of --bootstrap)")
+    _add_client_target(load)
     load.add_argument("--topics", metavar="REGEX", required=True,
                       help="a regular expression matching whole topic names")
     load.add_argument("--to", metavar="PATH", required=True,

@@ -220,6 +220,16 @@ class Producer(AsyncQueue):
         stats["queued"] = self._queued if self.is_async else 0
         return stats
 
+    def partitions_for(self, topic: str) -> tuple[tuple[int, int], ...] | None:
+        """Cluster mode: ``topic``'s sorted ``(broker_id, partition)`` pairs in the
+        producer's latest picture of ZooKeeper, which an explicit ``partition=i``
+        indexes (empty while no live broker has registered the topic). None for a
+        producer given brokers, whose explicit partitions are the broker's own."""
+        cluster = self._dispatcher.cluster
+        if not isinstance(cluster, ZkCluster):
+            return None
+        return tuple(cluster.snapshot.partitions(topic))
+
     # -- what every send checks in the caller's thread -----------------------------
 
     def _check_target(self, topic: str, partition: Any) -> None:

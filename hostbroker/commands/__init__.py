@@ -4,7 +4,7 @@
 - ``groups``   consumer groups: list, describe (owners, offsets, lag), reset offsets
 - ``console``  ``produce`` (stdin lines to a topic) and ``consume`` (a topic to stdout)
 - ``dumplog``  read segment files entry by entry and say where they stop being valid
-- ``mirror``   copy topics from one broker to another
+- ``mirror``   copy topics from one broker or cluster to another
 - ``perf``     producer and consumer throughput and latency
 - ``load``     topics into Parquet/ORC/JSON files on Spark, exactly once
   (the Spark side is ``hostbroker.spark.loader``)

@@ -249,7 +249,7 @@ class ClusterDestination(_Cluster):
         the producer knows its pairs (an explicit partition is a place in its list)."""
         if not self.pairs(topic) and not self.view.refresh().partitions(topic):
             self._create(topic, source_count, err)
-        if not _wait_for(lambda: _producer_pairs(producer, topic) in (None, self.pairs(topic)),
+        if not _wait_for(lambda: producer.partitions_for(topic) in (None, self.pairs(topic)),
                          REGISTRATION_WAIT_S):
             raise CommandError(f"the producer did not learn topic {topic} from ZooKeeper "
                                f"within {REGISTRATION_WAIT_S:g} s")
@@ -289,13 +289,3 @@ class ClusterDestination(_Cluster):
         return count
 
 
-def _producer_pairs(producer, topic: str):
-    """The (broker_id, partition) pairs of ``topic`` in the producer's latest picture of the
-    cluster, or None when the producer does not show it.
-
-    The Producer has no public way to say what it knows of a topic; its
-    cluster (a ZkCluster) does, as ``snapshot``.
-    """
-    cluster = getattr(getattr(producer, "_dispatcher", None), "cluster", None)
-    snapshot = getattr(cluster, "snapshot", None)
-    return None if snapshot is None else snapshot.partitions(topic)

@@ -102,6 +102,19 @@ def test_keyed_sends_land_on_crc32_modulo_the_sorted_pairs(trio, zk, zookeeper):
         assert payloads(trio[broker_id], topic, partition) == values
 
 
+def test_partitions_for_is_the_sorted_pairs_an_explicit_partition_indexes(trio, zk, zookeeper):
+    topic, pairs = spread(trio, zk, {2: 1, 1: 2})  # (1,0) (1,1) (2,0)
+    with Producer(zookeeper_connect=zookeeper.connect, **FAST) as producer:
+        wait_until(lambda: producer.partitions_for(topic) == tuple(pairs), what="the pairs")
+        assert producer.partitions_for(new_topic()) == ()
+        placed = [producer.send(topic, b"to-%d" % i, partition=i) for i in range(3)]
+    assert [md.partition for md in placed] == [0, 1, 0]
+    for i, (broker_id, partition) in enumerate(pairs):
+        assert payloads(trio[broker_id], topic, partition) == [b"to-%d" % i]
+    with Producer(trio[1].unix) as standalone:
+        assert standalone.partitions_for(topic) is None
+
+
 def test_keyless_sends_spread_over_every_pair(trio, zk, zookeeper):
     topic, pairs = spread(trio, zk, {1: 1, 2: 2, 3: 1})
     values = [b"v%04d" % i for i in range(400)]
