@@ -7,7 +7,8 @@ producer through ZooKeeper in a thread, recording every acknowledged value
 and every failure. :class:`ConsumerProcess` runs :data:`CONSUMER_SCRIPT`, a
 group consumer in a process of its own that prints what it is handed, what
 it commits and which partitions it is given, so that a test can check
-ownership, consumption and the bound on duplicates (:func:`check_duplicates`).
+ownership, consumption and the bound on duplicates (:func:`check_duplicates`);
+its log (stderr) goes to a file of its own.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import defaultdict
@@ -246,17 +248,26 @@ class ConsumerProcess:
 
     def __init__(self, script, zk_connect: str, session_ms: int = CONSUMER_SESSION_MS):
         env = {**os.environ, "PYTHONPATH": REPO}
-        self.proc = subprocess.Popen(
-            [sys.executable, str(script), zk_connect, GROUP, TOPIC, str(session_ms)],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            text=True, env=env, cwd=REPO)
+        fd, self.log_path = tempfile.mkstemp(".log", "consumer-", os.path.dirname(script))
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, str(script), zk_connect, GROUP, TOPIC, str(session_ms)],
+                stdout=subprocess.PIPE, stderr=fd, stdin=subprocess.DEVNULL,
+                text=True, env=env, cwd=REPO)
+        finally:
+            os.close(fd)
         self.lines: list[str] = []
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
         poll(lambda: "ready" in self.lines or self.proc.poll() is not None, 60,
              "the consumer to start")
-        assert "ready" in self.lines, "\n".join(self.lines)
+        assert "ready" in self.lines, self.log()
         self.consumer_id = next(line[3:] for line in self.lines if line.startswith("id "))
+
+    def log(self) -> str:
+        """What it wrote to stderr (its log)."""
+        with open(self.log_path, errors="replace") as f:
+            return f.read()
 
     def _read(self) -> None:
         for line in self.proc.stdout:
@@ -287,9 +298,9 @@ class ConsumerProcess:
 
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGTERM)
-        assert self.proc.wait(30) == 0, "\n".join(self.lines[-20:])
+        assert self.proc.wait(30) == 0, self.log()
         self.reader.join(10)
-        assert self.lines[-1] == "bye", "\n".join(self.lines[-20:])
+        assert self.lines[-1] == "bye", self.log()
 
     def kill(self) -> None:
         if self.proc.poll() is None:

@@ -220,7 +220,7 @@ def test_a_broker_and_a_consumer_frozen_past_their_sessions_recover_by_themselve
     finally:
         frozen.resume()
     settle(zk, live, feeder)
-    assert [line for line in frozen.lines if "expired; giving up" in line] == [
+    assert [line for line in frozen.log().splitlines() if "expired; giving up" in line] == [
         f"consumer group {GROUP}: ZooKeeper session of {frozen.consumer_id} expired; giving "
         "up its 4 partitions without committing, to claim them again from the group's offsets"]
     drain_and_check(zk, feeder, consumers, live)
