@@ -234,6 +234,9 @@ class Feeder:
         return self.sent
 
     def stop(self) -> None:
+        """Stop sending and close the producer (once; again does nothing)."""
+        if self.stopping.is_set():
+            return
         self.stopping.set()
         self.thread.join(60)
         assert not self.thread.is_alive()

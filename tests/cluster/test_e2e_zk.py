@@ -42,6 +42,14 @@ def cluster(make_broker, tmp_path, zookeeper, zk):
 
 
 @pytest.fixture
+def feeder(cluster, zookeeper):
+    """The producer through ZooKeeper, sending from the start; stopped after the test."""
+    started = Feeder(zookeeper.connect)
+    yield started
+    started.stop()
+
+
+@pytest.fixture
 def consumers():
     """Every consumer process a test starts; killed after it if still running."""
     started: list[ConsumerProcess] = []
@@ -57,14 +65,13 @@ def settle(zk, live, feeder, broker_ids=(1, 2, 3), timeout=SETTLE_S):
     check_consuming(zk, live, feeder)
 
 
-def start_group(zookeeper, zk, script, consumers, count):
-    """A producer, and ``count`` consumer processes started at once, settled."""
-    feeder = Feeder(zookeeper.connect)
+def start_group(zookeeper, zk, script, consumers, feeder, count):
+    """``count`` consumer processes started at once, settled; returned."""
     for _ in range(count):
         consumers.append(ConsumerProcess(script, zookeeper.connect))
     live = list(consumers)
     settle(zk, live, feeder)
-    return feeder, live
+    return live
 
 
 def drain_and_check(zk, feeder, everyone, live, also=()):
@@ -82,8 +89,7 @@ def drain_and_check(zk, feeder, everyone, live, also=()):
 
 
 def test_four_consumers_join_then_leave_one_at_a_time_and_groups_describe_shows_the_lag(
-        cluster, zookeeper, zk, script, consumers):
-    feeder = Feeder(zookeeper.connect)
+        cluster, zookeeper, zk, script, consumers, feeder):
     live: list[ConsumerProcess] = []
     for _ in range(4):
         live.append(ConsumerProcess(script, zookeeper.connect))
@@ -121,8 +127,8 @@ def test_four_consumers_join_then_leave_one_at_a_time_and_groups_describe_shows_
 
 
 def test_a_killed_broker_leaves_after_its_session_and_is_used_again_when_restarted(
-        cluster, zookeeper, zk, script, consumers):
-    feeder, live = start_group(zookeeper, zk, script, consumers, 3)
+        cluster, zookeeper, zk, script, consumers, feeder):
+    live = start_group(zookeeper, zk, script, consumers, feeder, 3)
 
     victim = cluster.brokers[2]
     killed = kill_hard(victim)
@@ -150,10 +156,10 @@ def test_a_killed_broker_leaves_after_its_session_and_is_used_again_when_restart
 
 
 def test_zookeeper_stopped_and_started_again_loses_no_acknowledged_message(
-        cluster, zookeeper, zk, script, consumers):
+        cluster, zookeeper, zk, script, consumers, feeder):
     from hostbroker.client import Producer, SimpleConsumer
 
-    feeder, live = start_group(zookeeper, zk, script, consumers, 2)
+    live = start_group(zookeeper, zk, script, consumers, feeder, 2)
     local = cluster.brokers[1]
 
     zookeeper.stop()
@@ -188,8 +194,8 @@ def test_zookeeper_stopped_and_started_again_loses_no_acknowledged_message(
 
 
 def test_a_broker_and_a_consumer_frozen_past_their_sessions_recover_by_themselves(
-        cluster, zookeeper, zk, script, consumers):
-    feeder, live = start_group(zookeeper, zk, script, consumers, 3)
+        cluster, zookeeper, zk, script, consumers, feeder):
+    live = start_group(zookeeper, zk, script, consumers, feeder, 3)
 
     # The broker's registrar, frozen past its session: the broker leaves the cluster
     # (it keeps serving its local clients), then comes back by itself.
