@@ -206,6 +206,8 @@ def test_a_broker_and_a_consumer_frozen_past_their_sessions_recover_by_themselve
     try:
         poll(lambda: zk.exists(paths.broker_path(3)) is None, what="broker 3's session to end")
         settle(zk, live, feeder, (1, 2))
+        with broker.client() as client:
+            client.produce(TOPIC, 0, encode_message_set([b"while-unregistered"]))
     finally:
         os.kill(registrar, signal.SIGCONT)
     poll(lambda: cluster.registered() == [1, 2, 3], what="broker 3 to register again")
@@ -229,7 +231,7 @@ def test_a_broker_and_a_consumer_frozen_past_their_sessions_recover_by_themselve
     assert [line for line in frozen.log().splitlines() if "expired; giving up" in line] == [
         f"consumer group {GROUP}: ZooKeeper session of {frozen.consumer_id} expired; giving "
         "up its 4 partitions without committing, to claim them again from the group's offsets"]
-    drain_and_check(zk, feeder, consumers, live)
+    drain_and_check(zk, feeder, consumers, live, also=["while-unregistered"])
     assert feeder.failed == []
 
 
