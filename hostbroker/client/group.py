@@ -299,6 +299,10 @@ class ConsumerConnector:
         self._filter: TopicFilter | None = None
         self._fetchers: list[Fetcher] = []
         self._owned: dict[TopicPartition, KafkaStream] = {}
+        if self.cluster is not None:
+            from hostbroker.client.group_cluster import Assignments
+
+            self._owned = Assignments()
         self._done: dict[TopicPartition, int] = {}  # moved past: safe for the interval commit
         self._committed: dict[TopicPartition, int] = {}
         self._commit_lock = threading.Lock()

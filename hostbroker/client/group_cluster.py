@@ -51,6 +51,40 @@ log = logging.getLogger(__name__)
 MOVE_WAIT_S = 2.0  # wait for a fetcher to end its round (else again at a recheck)
 
 
+class Assignments(dict):
+    """The connector's ``_owned`` in cluster mode: partition -> stream, where ``get``
+    answers only for the very key object of the partition's current assignment.
+
+    Each assignment gives its fetcher a key object of its own, and the fetcher tags
+    every chunk with it; a stream hands a chunk out only if ``get(tag)`` is itself. So a
+    chunk fetched during an earlier assignment of the partition (still queued in the
+    stream, or delivered by a round in flight when it was given up) is dropped, also
+    when the partition came back to the same stream since and is read again from the
+    group's committed offset.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._keys: dict[PartitionKey, PartitionKey] = {}  # each key -> its current object
+
+    def __setitem__(self, key: PartitionKey, stream: KafkaStream) -> None:
+        super().__setitem__(key, stream)
+        self._keys[key] = key
+
+    def __delitem__(self, key: PartitionKey) -> None:
+        super().__delitem__(key)
+        del self._keys[key]
+
+    def pop(self, key: PartitionKey, *default: Any) -> Any:
+        self._keys.pop(key, None)
+        return super().pop(key, *default)
+
+    def get(self, key: PartitionKey, default: Any = None) -> Any:
+        if self._keys.get(key) is not key:
+            return default
+        return super().get(key, default)
+
+
 class PerBrokerOffsets:
     """``offsets.storage=broker`` in cluster mode: each partition's offset kept by its broker."""
 
@@ -196,6 +230,7 @@ class ClusterSide:
         c._notify("on_partitions_assigned", ordered)
         for key in ordered:
             stream = self._streams_of(key.topic)[keys[key]]
+            key = PartitionKey(*key)  # this assignment's own object (see Assignments)
             c._owned[key] = stream
             stream.partitions.append(key)
             self._fetcher(key.broker_id, snapshot).add(key, stream, offsets[key])

@@ -443,3 +443,34 @@ def test_a_killed_consumer_process_leaves_after_its_session_timeout(zookeeper, z
     finally:
         first.kill()
         second.kill()
+
+
+def test_chunks_queued_before_a_partition_moved_away_are_not_handed_out_when_it_comes_back(
+        zookeeper, zk, make_broker, tmp_path):
+    brokers = two_brokers(make_broker, tmp_path, zk)
+    everything = set()
+    for i in range(10):
+        everything.update(produce(brokers, "t", 1, f"q{i}"))  # 10 entries on each partition
+    config = {**FAST, "zookeeper.connect": zookeeper.connect, "group.id": "back",
+              "consumer.timeout.ms": 1000}
+    a = ConsumerConnector(config=config)
+    try:
+        (sa,) = a.create_message_streams({"t": 1})["t"]
+        got_a = [next(sa)]
+        # The other five partitions' chunks wait in the stream's queue.
+        wait_until(lambda: sa.room() <= a.settings["queued.max.message.chunks"] - 5,
+                   what="a chunk of every partition queued")
+        with ConsumerConnector(config=config) as b:  # takes half of them, reads, commits
+            (sb,) = b.create_message_streams({"t": 1})["t"]
+            got_b = take_until_quiet(sb)
+        me = a.cluster.member.consumer_id
+        wait_until(lambda: owners(zk, "back", "t") == expected_owners([me]),
+                   what="the partitions to come back")
+        got_a += take_until_quiet(sa)
+    finally:
+        a.shutdown()
+    values_a = [m.value.decode() for m in got_a]
+    values_b = [m.value.decode() for m in got_b]
+    # b read its three partitions but for a message a had taken before it joined.
+    assert len(values_b) >= 29 and not set(values_a) & set(values_b)
+    assert sorted(values_a + values_b) == sorted(everything)
