@@ -299,11 +299,12 @@ class ConsumerConnector:
         self._filter: TopicFilter | None = None
         self._fetchers: list[Fetcher] = []
         self._owned: dict[TopicPartition, KafkaStream] = {}
+        self._done: dict[TopicPartition, int] = {}  # moved past: safe for the interval commit
         if self.cluster is not None:
-            from hostbroker.client.group_cluster import Assignments
+            from hostbroker.client.group_cluster import Assignments, Progress
 
             self._owned = Assignments()
-        self._done: dict[TopicPartition, int] = {}  # moved past: safe for the interval commit
+            self._done = Progress(self._owned)
         self._committed: dict[TopicPartition, int] = {}
         self._commit_lock = threading.Lock()
         self._next_refresh = 0.0
@@ -486,9 +487,14 @@ class ConsumerConnector:
         handed = dict(self._done)
         for stream in self._streams:
             last = stream.handed()
-            if last is not None:
+            if last is not None and not self._reassigned(last[0]):
                 handed[last[0]] = last[1]
         return handed
+
+    def _reassigned(self, key: TopicPartition) -> bool:
+        """Cluster mode: ``key`` (a handed-out message's) was given up and assigned again
+        since: its position is the old assignment's, not to be committed."""
+        return self.cluster is not None and key in self._owned and self._owned.get(key) is None
 
     def commit_offsets(self) -> None:
         """Store the positions of every partition a message was handed out of since the last

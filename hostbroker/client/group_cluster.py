@@ -85,6 +85,22 @@ class Assignments(dict):
         return super().get(key, default)
 
 
+class Progress(dict):
+    """The connector's ``_done`` in cluster mode: what the readers moved past, recorded
+    only for a message of its partition's current assignment (see :class:`Assignments`):
+    a reader that held a message while its partition was given up, and perhaps taken
+    again from the group's offsets, does not put that old position back for the
+    interval commit."""
+
+    def __init__(self, owned: Assignments):
+        super().__init__()
+        self._owned = owned
+
+    def __setitem__(self, key: PartitionKey, offset: int) -> None:
+        if self._owned.get(key) is not None:
+            super().__setitem__(key, offset)
+
+
 class PerBrokerOffsets:
     """``offsets.storage=broker`` in cluster mode: each partition's offset kept by its broker."""
 

@@ -474,3 +474,39 @@ def test_chunks_queued_before_a_partition_moved_away_are_not_handed_out_when_it_
     # b read its three partitions but for a message a had taken before it joined.
     assert len(values_b) >= 29 and not set(values_a) & set(values_b)
     assert sorted(values_a + values_b) == sorted(everything)
+
+
+def test_a_message_held_while_its_partition_moved_away_and_back_commits_nothing_old(
+        zookeeper, zk, make_broker, tmp_path):
+    brokers = two_brokers(make_broker, tmp_path, zk)
+    for i in range(3):
+        produce(brokers, "t", 1, f"h{i}")
+    config = {**FAST, "zookeeper.connect": zookeeper.connect, "group.id": "held",
+              "auto.commit.enable": False, "consumer.timeout.ms": 1000}
+    a = ConsumerConnector(config=config)
+    b = ConsumerConnector(config=config)
+    try:
+        (sa,) = a.create_message_streams({"t": 1})["t"]
+        ids = [a.cluster.member.consumer_id, b.cluster.member.consumer_id]
+        b_half = {n for n, o in expected_owners(ids).items() if o == f"{ids[1]}-0"}
+        held = next(sa)
+        while f"{held.broker_id}-{held.partition}" not in b_half:
+            held = next(sa)
+        # b takes the held message's partition, reads it to its end and commits.
+        (sb,) = b.create_message_streams({"t": 1})["t"]
+        take_until_quiet(sb)
+        b.commit_offsets()
+        b.shutdown()
+        wait_until(lambda: owners(zk, "held", "t") == expected_owners(ids[:1]),
+                   what="the partitions to come back")
+        path = paths.offset_path("held", "t", held.broker_id, held.partition)
+        end = int(zk.get(path)[0])
+        assert end > held.next_offset
+        a.commit_offsets()  # the held message's old position is not committed ...
+        assert int(zk.get(path)[0]) == end
+        take_until_quiet(sa)  # ... nor once the reader moves past it
+        a.commit_offsets()
+        assert int(zk.get(path)[0]) == end
+    finally:
+        a.shutdown()
+        b.shutdown()
