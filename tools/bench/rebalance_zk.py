@@ -54,7 +54,7 @@ connector.shutdown()
 GROUP = "bench"
 TOPIC = "events"
 
-from tests.cluster.test_group_zk import owners  # noqa: E402 - the tests' reading of owner nodes
+from tests.cluster.e2e_support import owners  # noqa: E402 - the tests' reading of owner nodes
 
 
 def members(zk) -> list[str]:
