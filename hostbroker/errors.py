@@ -31,6 +31,13 @@ class ErrorCode(enum.IntEnum):
     BROKER_NOT_AVAILABLE = 13
     REQUEST_TOO_LARGE = 14
     INVALID_CONFIG = 15
+    # consumer group coordination (docs/spec/groups.md)
+    UNKNOWN_MEMBER_ID = 16
+    ILLEGAL_GENERATION = 17
+    REBALANCE_IN_PROGRESS = 18
+    INVALID_SESSION_TIMEOUT = 19
+    GROUP_TOO_LARGE = 20
+    TOO_MANY_GROUPS = 21
 
 
 class HostbrokerError(Exception):

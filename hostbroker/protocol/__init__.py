@@ -9,6 +9,8 @@ in, frozen dataclasses come out, and back. Message sets stay opaque bytes
 - ``bodies``      ApiKey and the request and response bodies of every API
 - ``api``         whole frames: encode, decode, peek, error frames, fetch header
                   parts; re-exports the bodies and errors as one namespace
+- ``groups``      the consumer group APIs (docs/spec/groups.md) and OFFSET_COMMIT v1,
+                  decoded by ``groups.decode_any_request`` only
 - ``framing``     FrameReader: a byte stream cut into frames
 - ``errors``      HeaderTooShortError, FrameTooLargeError
 

@@ -10,8 +10,9 @@ hands it out) and either return the decoded body or raise
 :class:`ProtocolError`; never anything else, whatever the input. The code on a
 raised error is the one the broker puts in its error frame:
 
-- ``UNSUPPORTED_VERSION``: an unknown ``api_key`` (the reserved 8-11 included)
-  or an ``api_version`` other than 0;
+- ``UNSUPPORTED_VERSION``: an unknown ``api_key`` or an ``api_version``
+  other than 0 (the group APIs 8-11 and OFFSET_COMMIT v1 included: only
+  :func:`hostbroker.protocol.groups.decode_any_request` decodes those);
 - ``INVALID_REQUEST``: a body that runs past its frame, bytes left over, a
   count that cannot fit, a null where a value is required, invalid UTF-8;
 - :class:`HeaderTooShortError` (also ``INVALID_REQUEST``): no room for a
@@ -64,8 +65,10 @@ __all__ = [
     "RequestHeader",
     "decode_error_frame",
     "decode_request",
+    "decode_body",
     "decode_request_header",
     "decode_response",
+    "decode_response_as",
     "clip_text",
     "encode_answer",
     "encode_error_frame",
@@ -143,7 +146,7 @@ def encode_request(request: Request, correlation_id: int, client_id: str | None 
 
     def fill(writer: Writer) -> None:
         writer.int16(request.API_KEY)
-        writer.int16(API_VERSION)
+        writer.int16(getattr(request, "API_VERSION", API_VERSION))
         writer.int32(correlation_id)
         writer.string(client_id)
         type(request).__wire__.write(writer, request)
@@ -318,10 +321,15 @@ def decode_request(frame: Buffer, max_entries: int | None = None) -> tuple[Reque
             f"unsupported api_key {header.api_key} version {header.api_version}",
             code=ErrorCode.UNSUPPORTED_VERSION,
         )
-    reader = Reader(frame, header.body_offset, max_entries)
-    request = request_type.__wire__.read(reader)
+    return header, decode_body(request_type, frame, header.body_offset, max_entries)
+
+
+def decode_body(body_type: type, frame: Buffer, offset: int, max_entries: int | None = None):
+    """A ``body_type`` (a wire struct) that fills ``frame`` from ``offset`` to its end."""
+    reader = Reader(frame, offset, max_entries)
+    body = body_type.__wire__.read(reader)
     reader.expect_end()
-    return header, request
+    return body
 
 
 def decode_response(api_key: int, frame: Buffer) -> tuple[int, Response]:
@@ -333,6 +341,11 @@ def decode_response(api_key: int, frame: Buffer) -> tuple[int, Response]:
     response_type = RESPONSE_TYPES.get(api_key)
     if response_type is None:
         raise ProtocolError(f"unknown api_key {api_key}", code=ErrorCode.UNSUPPORTED_VERSION)
+    return decode_response_as(response_type, frame)
+
+
+def decode_response_as(response_type: type, frame: Buffer) -> tuple[int, Response]:
+    """``(correlation_id, body)`` of a response frame (without size prefix) of ``response_type``."""
     reader = Reader(frame)
     correlation_id = reader.int32()
     response = response_type.__wire__.read(reader)

@@ -76,8 +76,9 @@ class ApiKey(enum.IntEnum):
     DELETE_TOPIC = 5
     OFFSET_COMMIT = 6
     OFFSET_FETCH = 7
-    # 8-11 are reserved (JOIN_GROUP, SYNC_GROUP, HEARTBEAT, LEAVE_GROUP) and
-    # unsupported: a request using one is answered UNSUPPORTED_VERSION.
+    # 8-11 (JOIN_GROUP, SYNC_GROUP, HEARTBEAT, LEAVE_GROUP) and OFFSET_COMMIT
+    # version 1 are in hostbroker.protocol.groups (docs/spec/groups.md), outside
+    # these tables: api.decode_request answers them UNSUPPORTED_VERSION.
 
 
 API_VERSION = 0
