@@ -262,7 +262,8 @@ class Coordinator:
             return None
         return {"group": g.name, "phase": g.phase.value, "generation": g.generation,
                 "members": {mid: {"client_id": m.client_id, "subscription": dict(m.subscription),
-                                  "assignment": g.assignment.get(mid, {})}
+                                  "assignment": {t: [list(s) for s in streams] for t, streams
+                                                 in sorted(g.assignment.get(mid, {}).items())}}
                             for mid, m in sorted(g.members.items())}}
 
     # -- the life cycle ---------------------------------------------------
