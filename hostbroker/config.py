@@ -234,6 +234,28 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("offsets.compact.ratio", int, 4,
             "Compact the consumer offsets store when its file is this many times the size "
             "of its live offsets (and over offsets.compact.min.bytes).", _at_least(2)),
+    # Consumer group coordinator (writer 0; docs/spec/groups.md).
+    Setting("group.max.members", int, 1000,
+            "Members of one group; a JOIN_GROUP of one more is answered GROUP_TOO_LARGE.",
+            _between(1, 1000000)),
+    Setting("group.max.groups", int, 10000,
+            "Groups with members on the broker; a JOIN_GROUP of one more is answered "
+            "TOO_MANY_GROUPS.", _between(1, 10000000)),
+    Setting("group.min.session.timeout.ms", int, 500,
+            "Shortest session timeout a JOIN_GROUP may ask (else INVALID_SESSION_TIMEOUT).",
+            _between(1, 2**31 - 1)),
+    Setting("group.max.session.timeout.ms", int, 300000,
+            "Longest session timeout a JOIN_GROUP may ask (else INVALID_SESSION_TIMEOUT).",
+            _between(1, 2**31 - 1)),
+    Setting("group.max.rebalance.timeout.ms", int, 300000,
+            "Longest a rebalance waits for the members to rejoin; a member's "
+            "rebalance_timeout_ms is capped to it.", _between(1, 2**31 - 1)),
+    Setting("group.max.topics.per.member", int, 1000,
+            "Topics one member subscribes to; more is answered INVALID_REQUEST.",
+            _between(1, 1000000)),
+    Setting("group.max.parked.joins", int, 10000,
+            "JOIN_GROUP requests one handler holds while their rebalance waits; one more is "
+            "answered BROKER_NOT_AVAILABLE at once (join again later).", _between(1, 10000000)),
     # Storage and start-up.
     # Supervision and service.
     Setting("worker.stall.timeout.ms", int, 60000,

@@ -262,6 +262,7 @@ class Coordinator:
             return None
         return {"group": g.name, "phase": g.phase.value, "generation": g.generation,
                 "members": {mid: {"client_id": m.client_id, "subscription": dict(m.subscription),
+                                  "session_timeout_ms": m.session_timeout_ms,
                                   "assignment": {t: [list(s) for s in streams] for t, streams
                                                  in sorted(g.assignment.get(mid, {}).items())}}
                             for mid, m in sorted(g.members.items())}}

@@ -1,6 +1,7 @@
 """Codecs of the consumer group APIs (docs/spec/groups.md): JOIN_GROUP (8),
-SYNC_GROUP (9), HEARTBEAT (10), LEAVE_GROUP (11), all ``api_version`` 0, and
-OFFSET_COMMIT ``api_version`` 1 (a commit fenced by generation and member id).
+SYNC_GROUP (9), HEARTBEAT (10), LEAVE_GROUP (11), DESCRIBE_GROUP (12),
+LIST_GROUPS (13), all ``api_version`` 0, and OFFSET_COMMIT ``api_version`` 1
+(a commit fenced by generation and member id).
 
 The bodies are declared like the others (:mod:`~hostbroker.protocol.bodies`)
 but live in their own tables, keyed by ``(api_key, api_version)``:
@@ -52,6 +53,9 @@ __all__ = [
     "MAX_TOPIC_BYTES",
     "NO_GENERATION",
     "OFFSET_COMMIT_V1",
+    "DescribeGroupRequest",
+    "DescribeGroupResponse",
+    "DescribedMember",
     "GroupApiKey",
     "HeartbeatRequest",
     "HeartbeatResponse",
@@ -59,6 +63,8 @@ __all__ = [
     "JoinGroupResponse",
     "LeaveGroupRequest",
     "LeaveGroupResponse",
+    "ListGroupsRequest",
+    "ListGroupsResponse",
     "OffsetCommitRequestV1",
     "StreamAssignment",
     "SubscribedTopic",
@@ -74,6 +80,8 @@ class GroupApiKey(enum.IntEnum):
     SYNC_GROUP = 9
     HEARTBEAT = 10
     LEAVE_GROUP = 11
+    DESCRIBE_GROUP = 12
+    LIST_GROUPS = 13
 
 
 OFFSET_COMMIT_V1 = 1
@@ -251,6 +259,65 @@ class LeaveGroupResponse:
     error_code: ErrorCodeField
 
 
+# DESCRIBE_GROUP (12)
+
+
+@wire_struct
+@dataclass(frozen=True, slots=True)
+class DescribeGroupRequest:
+    API_KEY: ClassVar[int] = GroupApiKey.DESCRIBE_GROUP
+    API_VERSION: ClassVar[int] = 0
+    group: String
+
+    def check(self) -> None:
+        _check_group(self.group)
+
+
+@wire_struct
+@dataclass(frozen=True, slots=True)
+class DescribedMember:
+    """One member of the group and its streams in the current generation."""
+
+    member_id: String
+    client_id: String
+    session_timeout_ms: Int32
+    assignment: Array[StreamAssignment] = ()
+
+
+@wire_struct
+@dataclass(frozen=True, slots=True)
+class DescribeGroupResponse:
+    """``phase`` is EMPTY, PREPARING_REBALANCE or STABLE; a group without
+    members is EMPTY with generation 0 and no members."""
+
+    error_code: ErrorCodeField
+    phase: String
+    generation: Int32
+    members: Array[DescribedMember] = ()
+
+
+# LIST_GROUPS (13)
+
+
+@wire_struct
+@dataclass(frozen=True, slots=True)
+class ListGroupsRequest:
+    API_KEY: ClassVar[int] = GroupApiKey.LIST_GROUPS
+    API_VERSION: ClassVar[int] = 0
+
+    def check(self) -> None:
+        return None
+
+
+@wire_struct
+@dataclass(frozen=True, slots=True)
+class ListGroupsResponse:
+    """The groups that have members, sorted."""
+
+    error_code: ErrorCodeField
+    groups: Array[String] = ()
+
+
 # OFFSET_COMMIT (6) version 1
 
 
@@ -283,6 +350,8 @@ GroupRequest = (
     | SyncGroupRequest
     | HeartbeatRequest
     | LeaveGroupRequest
+    | DescribeGroupRequest
+    | ListGroupsRequest
     | OffsetCommitRequestV1
 )
 
@@ -291,6 +360,8 @@ GroupResponse = (
     | SyncGroupResponse
     | HeartbeatResponse
     | LeaveGroupResponse
+    | DescribeGroupResponse
+    | ListGroupsResponse
     | OffsetCommitResponse
 )
 
@@ -301,6 +372,8 @@ GROUP_REQUEST_TYPES: dict[tuple[int, int], type] = {
         SyncGroupRequest,
         HeartbeatRequest,
         LeaveGroupRequest,
+        DescribeGroupRequest,
+        ListGroupsRequest,
         OffsetCommitRequestV1,
     )
 }
@@ -310,6 +383,8 @@ GROUP_RESPONSE_TYPES: dict[tuple[int, int], type] = {
     (GroupApiKey.SYNC_GROUP, 0): SyncGroupResponse,
     (GroupApiKey.HEARTBEAT, 0): HeartbeatResponse,
     (GroupApiKey.LEAVE_GROUP, 0): LeaveGroupResponse,
+    (GroupApiKey.DESCRIBE_GROUP, 0): DescribeGroupResponse,
+    (GroupApiKey.LIST_GROUPS, 0): ListGroupsResponse,
     (ApiKey.OFFSET_COMMIT, OFFSET_COMMIT_V1): OffsetCommitResponse,
 }
 

@@ -25,7 +25,11 @@ Handler -> writer (append ring)::
 
     op:u8  token:u64  ...   APPEND: slot:u32 index:u32 acks:i16 count:u32 deadline_ms:i64
                                     partition:i32 name_len:u16 name message_set
-                            DELETE / OFFSETS: json
+                            DELETE / OFFSETS / GROUP: json
+
+GROUP carries a consumer group request for writer 0, which holds the group
+state (:mod:`hostbroker.workers.writer_groups`); OFFSETS commits carry the
+committer's ``(generation, member_id)`` there too, for the fence.
 
 An APPEND names the partition (topic and number) besides its slot: the
 writer appends only if the slot still holds that partition, since a delete
@@ -34,7 +38,10 @@ may free the slot, and a create re-use it, while the append is in the ring.
 Writer -> handler (result ring)::
 
     op:u8  token:u64  ...   APPEND: index:u32 error:i16 base:i64 end:i64
-                            DELETE / OFFSETS: json
+                            DELETE / OFFSETS / GROUP: json
+
+A GROUP result of a JOIN_GROUP that waits for its rebalance comes when the
+rebalance completes, maybe after results of later requests.
 """
 
 from __future__ import annotations
@@ -60,6 +67,7 @@ _PIECE_FILE_TAIL = struct.Struct("<QQ")
 OP_APPEND = 1
 OP_DELETE = 2
 OP_OFFSETS = 3
+OP_GROUP = 4
 _OP = struct.Struct("<BQ")
 APPEND_HEAD = struct.Struct("<BQIIhIqiH")
 APPEND_RESULT = struct.Struct("<BQIhqq")

@@ -23,6 +23,12 @@ Per request:
   data) or ``max_wait_ms`` passes.
 - OFFSETS, METADATA: from the table and the segment files' mtimes.
 - CREATE_TOPIC / DELETE_TOPIC, OFFSET_COMMIT / OFFSET_FETCH: as above.
+- JOIN_GROUP, SYNC_GROUP, HEARTBEAT, LEAVE_GROUP, DESCRIBE_GROUP, LIST_GROUPS
+  (docs/spec/groups.md): forwarded to writer 0, which holds the group state;
+  a join waits there for its rebalance while the connection's later requests
+  go on (their answers are held back only by the connection's order).
+  OFFSET_COMMIT carries the committer's generation and member id to writer 0,
+  which fences it before storing.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from hostbroker.errors import ErrorCode, HostbrokerError
 from hostbroker.log import message as logmsg
 from hostbroker.log.segments import offsets_before, segment_filename
 from hostbroker.protocol import api
+from hostbroker.protocol import groups as gproto
 from hostbroker.protocol.api import ApiKey
 from hostbroker.shm import procs
 from hostbroker.shm import table as ptable
@@ -50,6 +57,7 @@ from hostbroker.workers.handler_topics import TopicAdmin
 from hostbroker.workers.topicview import TopicView
 
 _IDLE_TIMEOUT_S = 1.0
+_GROUP_KEYS = frozenset(gproto.GroupApiKey)
 _MAX_BROKEN = 100_000
 
 
@@ -88,7 +96,11 @@ class HandlerWorker(TopicAdmin, Fetching, ConsumerOffsets, Worker):
         self.appends = [self.sender("app", self.index, w) for w in range(plan.num_writers)]
         self.processor_bells = [plan.doorbell("processor", p) for p in range(plan.num_processors)]
         self.writer_bells = [plan.doorbell("writer", w) for w in range(plan.num_writers)]
-        self.tokens = itertools.count(1)
+        # tokens of each epoch apart: results a writer still sends for the
+        # handler this one replaces are never taken for this one's
+        self.tokens = itertools.count((self.epoch << 40) + 1)
+        self.parked_joins: set[int] = set()  # tokens of joins waiting for their rebalance
+        self.max_parked_joins = self.config["group.max.parked.joins"]
         self.pending: dict[int, _Pending] = {}
         self.parked: list = []  # handler_fetch._ParkedFetch
         self.writer_epochs = [self._epoch("writer", w) for w in range(plan.num_writers)]
@@ -192,13 +204,14 @@ class HandlerWorker(TopicAdmin, Fetching, ConsumerOffsets, Worker):
         if flags & env.REQ_CLOSED:
             self.parked = [x for x in self.parked if x.conn_id != conn_id]
             self.broken.pop(conn_id, None)
+            self._drop_joins(conn_id)
             return
         if conn_id in self.broken:
             return  # pipelined behind a protocol error: the connection is closing, run nothing
         self.count(procs.REQUESTS)
         frame = m[env.REQ_HEADER.size:]
         try:
-            header, request = api.decode_request(frame, self.max_entries)
+            header, request = gproto.decode_any_request(frame, self.max_entries)
         except api.HeaderTooShortError:
             self._break(conn_id)
             self._respond(p, conn_id, seq, [], env.RESP_CLOSE_NOW)
@@ -228,6 +241,8 @@ class HandlerWorker(TopicAdmin, Fetching, ConsumerOffsets, Worker):
                 self._offset_commit(p, conn_id, seq, corr, request)
             elif key == ApiKey.OFFSET_FETCH:
                 self._offset_fetch(p, conn_id, seq, corr, request)
+            elif key in _GROUP_KEYS:
+                self._group_request(p, conn_id, seq, corr, header, request)
         except HostbrokerError as e:
             # a request we decoded but cannot serve at all: say so and close
             self._forget(conn_id, seq)
@@ -239,7 +254,9 @@ class HandlerWorker(TopicAdmin, Fetching, ConsumerOffsets, Worker):
             self._forget(conn_id, seq)
             self._fail(p, conn_id, seq, corr, ErrorCode.UNKNOWN)
             self.count(procs.ERRORS)
-            print(f"hostbroker: {self.name}: request {ApiKey(header.api_key).name} "
+            key_name = (ApiKey(key) if key in ApiKey._value2member_map_
+                        else gproto.GroupApiKey(key)).name
+            print(f"hostbroker: {self.name}: request {key_name} "
                   f"failed unexpectedly; answered UNKNOWN", file=sys.stderr, flush=True)
             traceback.print_exc()
 

@@ -1,7 +1,8 @@
 """The writer process: one per log dir (disk), ``hb-writer-N``.
 
 Owns: every partition log of its log dir, the only process that writes their
-segment files (and, for the first log dir, the consumer offsets store).
+segment files (and, for the first log dir, the consumer offsets store and the
+consumer group coordinator, :mod:`hostbroker.workers.writer_groups`).
 Reads: append rings from every handler (appends, topic deletions, offset
 commits and fetches). Writes: result rings back to every handler, and the
 partition table slots it owns (log start/end offsets, flushed offset, segment
@@ -58,6 +59,7 @@ from hostbroker.shm.table import AdminLock, PartitionTable
 from hostbroker.workers import envelopes as env
 from hostbroker.workers.base import Worker, now_ms
 from hostbroker.workers.flusher import Flusher, Waiter
+from hostbroker.workers.writer_groups import GroupHost
 
 
 class WriterWorker(Worker):
@@ -88,6 +90,9 @@ class WriterWorker(Worker):
             self.path, record_max_bytes=self.config["offsets.record.max.bytes"],
             compact_min_bytes=self.config["offsets.compact.min.bytes"],
             compact_ratio=self.config["offsets.compact.ratio"]) if self.index == 0 else None
+        self.groups = GroupHost(self.config, self.table, self.path, self.config["broker.id"],
+                                replacement=self.epoch > 1, name=self.name) \
+            if self.index == 0 else None
         self._register_partitions()
         self.next_retention_ms = now_ms() + self.config["log.retention.check.interval.ms"]
         self.next_checkpoint_ms = now_ms() + self.config["log.flush.offset.checkpoint.interval.ms"]
@@ -263,6 +268,9 @@ class WriterWorker(Worker):
             if plog is not None:
                 deadline = min(deadline, plog.next_flush_deadline_ms() or deadline)
         deadline = min(deadline, self.next_retention_ms, self.next_checkpoint_ms)
+        groups_s = self.groups.timeout_s() if self.groups is not None else None
+        if groups_s is not None:
+            deadline = min(deadline, now_ms() + int(groups_s * 1000) + 1)
         if any(s.pending() for s in self.senders):
             deadline = min(deadline, now_ms() + 10)
         return max(0.0, (deadline - now_ms()) / 1000)
@@ -283,8 +291,13 @@ class WriterWorker(Worker):
                 elif op == env.OP_OFFSETS:
                     results[h].append(env.encode_json(env.OP_OFFSETS, token,
                                                       self._offsets(env.decode_json(m))))
+                elif op == env.OP_GROUP:
+                    self._group(h, token, env.decode_json(m), results[h])
             if receiver.done():
                 self.handler_doorbells[h].ring()
+        if self.groups is not None:
+            for h, token, result in self.groups.tick():
+                results[h].append(env.encode_json(env.OP_GROUP, token, result))
         for slot in touched:
             plog = self.slots.get(slot)
             if plog is None:
@@ -527,12 +540,27 @@ class WriterWorker(Worker):
         self.table.write(slot, state=ptable.FREE)
         return None
 
+    def _group(self, h: int, token: int, request: dict, out: list) -> None:
+        """A group request: answered now, or (a join) when its rebalance completes."""
+        if self.groups is None:
+            result = {"error": int(ErrorCode.UNKNOWN), "message": "groups live on writer 0"}
+        else:
+            result = self.groups.handle(h, token, request)
+        if result is not None:
+            out.append(env.encode_json(env.OP_GROUP, token, result))
+
     def _offsets(self, request: dict) -> dict:
         if self.offsets is None:
             return {"error": int(ErrorCode.UNKNOWN), "message": "offsets live on log dir 0"}
         try:
             if request["op"] == "commit":
-                self.offsets.commit(request["entries"])
+                fence = request.get("fence")
+                if fence is not None:
+                    code = self.groups.fence(request["group"], *fence)
+                    if code != ErrorCode.NONE:
+                        return {"error": int(code), "fenced": True}
+                if request["entries"]:
+                    self.offsets.commit(request["entries"])
                 return {"error": 0}
             return {"error": 0, "offsets": [list(self.offsets.fetch(g, t, p))
                                             for g, t, p in request["keys"]]}

@@ -30,6 +30,9 @@ from hostbroker.client.connection import parse_uri
 from hostbroker.errors import ProtocolError
 from hostbroker.log.message import CODEC_GZIP, CODEC_SNAPPY, encode_message, encode_message_set
 from hostbroker.protocol import api
+from hostbroker.protocol import groups as group_api
+
+_GROUP_KEYS = frozenset(group_api.GroupApiKey)  # served by the broker's group coordinator
 
 DEFAULT_SEED = 20261126
 # Settings of a broker the fuzz runs against (all existing settings): long
@@ -321,9 +324,11 @@ def expectation(frame: bytes, max_entries: int | None = None) -> tuple[str, int 
     if cid is None:
         return "silent", None, None
     try:
-        header, request = api.decode_request(body, max_entries)
+        header, request = group_api.decode_any_request(body, max_entries)
     except ProtocolError:
         return "error", cid, None
+    if header.api_key in _GROUP_KEYS:
+        return "answer", cid, header.api_key
     if header.api_key == api.ApiKey.PRODUCE and request.acks == 0:
         return "none", cid, 0
     return "answer", cid, header.api_key
@@ -404,7 +409,10 @@ def check_answer(expected: tuple[str, int | None, int | None], frame: bytes) -> 
     if kind != "answer":
         raise Violation(f"request cid {cid} ({kind}) was answered instead of refused")
     try:
-        got_cid, _ = api.decode_response(api_key, frame)
+        if api_key in _GROUP_KEYS:
+            got_cid, _ = group_api.decode_group_response(api_key, 0, frame)
+        else:
+            got_cid, _ = api.decode_response(api_key, frame)
     except ProtocolError as exc:
         raise Violation(f"the answer to api {api_key} (cid {cid}) does not decode: {exc}")
     if got_cid != cid:

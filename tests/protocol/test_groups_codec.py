@@ -102,7 +102,7 @@ def test_the_brokers_decoder_still_answers_them_unsupported(request_, _version, 
     assert info.value.code == ErrorCode.UNSUPPORTED_VERSION
 
 
-@pytest.mark.parametrize("api_key, version", [(8, 1), (11, -1), (6, 2), (12, 0), (9, 7)])
+@pytest.mark.parametrize("api_key, version", [(8, 1), (11, -1), (6, 2), (14, 0), (12, 1), (9, 7)])
 def test_other_versions_are_unsupported(api_key, version):
     with pytest.raises(ProtocolError) as info:
         decode_any_request(request_frame(api_key, 1, "c", string("g"), api_version=version))

@@ -1,0 +1,211 @@
+"""Writer 0's consumer group coordinator (part of ``hb-writer-0``).
+
+Owns: the broker's one :class:`~hostbroker.coordinator.Coordinator` (every
+group's members, generations and assignment, docs/spec/groups.md), the joins
+waiting for their rebalance (by handler and token), and ``__groups.json`` in
+the first log dir, the state's copy for a writer 0 that replaces this one.
+
+It lives in writer 0 next to the consumer offsets store, so the fence of an
+OFFSET_COMMIT (:meth:`GroupHost.fence`) and the storing of that commit run in
+one process, one after the other, with no other request in between.
+
+Handlers send group requests as ``OP_GROUP`` json ops on the append rings;
+:meth:`GroupHost.handle` answers them, or keeps a JOIN_GROUP that must wait
+for its rebalance: its answer comes out of :meth:`GroupHost.tick` (which the
+writer calls once per loop pass) when the rebalance completes. ``tick`` also
+ends sessions and rebalance waits on time (``expire`` at ``next_deadline``),
+tells the state when a topic's partition count changed (read from the
+partition table whenever its generation moves) and writes ``__groups.json``
+when the groups changed.
+
+Time is ``time.monotonic()`` in milliseconds, one clock for every process of
+the host. A writer 0 started with the broker removes ``__groups.json``
+(members of the last run rejoin on UNKNOWN_MEMBER_ID); a replacement (a later
+epoch) loads it and restarts every member's session, since heartbeats it did
+not see went to the dead one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+from hostbroker.coordinator import Coordinator, Limits, Pending
+from hostbroker.coordinator.state import GroupPhase
+from hostbroker.errors import ErrorCode
+from hostbroker.shm import table as ptable
+
+STATE_FILE = "__groups.json"
+_LIVE = (ptable.ONLINE, ptable.OFFLINE, ptable.CREATING)
+
+
+def limits_of(config) -> Limits:
+    return Limits(max_members=config["group.max.members"],
+                  max_groups=config["group.max.groups"],
+                  min_session_timeout_ms=config["group.min.session.timeout.ms"],
+                  max_session_timeout_ms=config["group.max.session.timeout.ms"],
+                  max_rebalance_timeout_ms=config["group.max.rebalance.timeout.ms"],
+                  max_topics_per_member=config["group.max.topics.per.member"])
+
+
+def _clock() -> float:
+    return time.monotonic() * 1000
+
+
+def _streams(assignment) -> list:
+    """``{topic: [partitions of each stream]}`` as ``[[topic, stream, partitions]]``."""
+    return [[topic, index, list(parts)] for topic, streams in sorted(assignment.items())
+            for index, parts in enumerate(streams)]
+
+
+class GroupHost:
+    """The group coordinator of writer 0 (see the module docstring)."""
+
+    def __init__(self, config, table, log_dir: str, broker_id: int, replacement: bool,
+                 name: str = "hb-writer-0"):
+        self.table = table
+        self.path = os.path.join(log_dir, STATE_FILE)
+        self.name = name
+        self.limits = limits_of(config)
+        self.state = Coordinator(self.limits, broker_id)
+        self.waiting: dict[tuple[str, str], list[tuple[int, int]]] = {}  # -> (handler, token)
+        self.table_generation = -1
+        self.signature = None
+        self.save_failed = False
+        if replacement:
+            self._load(broker_id)
+        else:
+            try:
+                os.unlink(self.path)
+            except FileNotFoundError:
+                pass
+        self.signature = self._signature()
+
+    def _load(self, broker_id: int) -> None:
+        try:
+            with open(self.path) as f:
+                records = json.load(f)
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError) as e:
+            print(f"hostbroker: {self.name}: group state not reloaded ({e}); members join again",
+                  file=sys.stderr, flush=True)
+            return
+        self.state = Coordinator.from_records(records, limits=self.limits, broker_id=broker_id)
+        now = _clock()
+        for g in self.state.groups.values():
+            for m in g.members.values():
+                m.last_heartbeat = now
+
+    # -- requests ------------------------------------------------------------
+    def handle(self, handler: int, token: int, request: dict) -> dict | None:
+        """The answer to one group request, or None for a join that waits."""
+        op, now, state = request["op"], _clock(), self.state
+        self._partition_counts(now)  # a topic created just before this request counts
+        if op == "join":
+            answer = state.join(now, request["group"], request["member_id"],
+                                request["client_id"], request["session_timeout_ms"],
+                                request["rebalance_timeout_ms"], request["topics"])
+            if isinstance(answer, Pending):
+                self.waiting.setdefault((request["group"], answer.member_id), []).append(
+                    (handler, token))
+                return None
+            return self._join_result(answer)
+        if op == "sync":
+            answer = state.sync(now, request["group"], request["generation"], request["member_id"])
+            return {"error": int(answer.error), "assignment": _streams(answer.assignment)}
+        if op == "heartbeat":
+            return {"error": int(state.heartbeat(now, request["group"], request["generation"],
+                                                 request["member_id"]))}
+        if op == "leave":
+            return {"error": int(state.leave(now, request["group"], request["member_id"]))}
+        if op == "describe":
+            state.expire(now)
+            return self._describe(request["group"])
+        if op == "list":
+            state.expire(now)
+            return {"error": 0, "groups": sorted(state.groups)}
+        return {"error": int(ErrorCode.INVALID_REQUEST)}
+
+    @staticmethod
+    def _join_result(answer) -> dict:
+        return {"error": int(answer.error), "generation": answer.generation,
+                "member_id": answer.member_id, "members": list(answer.members)}
+
+    def _describe(self, group: str) -> dict:
+        described = self.state.describe(group)
+        if described is None:
+            return {"error": 0, "phase": GroupPhase.EMPTY.value, "generation": 0, "members": []}
+        return {"error": 0, "phase": described["phase"], "generation": described["generation"],
+                "members": [[mid, m["client_id"], m["session_timeout_ms"],
+                             _streams(m["assignment"])]
+                            for mid, m in described["members"].items()]}
+
+    def fence(self, group: str, generation: int, member_id: str) -> ErrorCode:
+        """Whether a commit from ``(generation, member_id)`` may be stored now."""
+        return self.state.commit_allowed(_clock(), group, generation, member_id)
+
+    # -- the loop --------------------------------------------------------------
+    def tick(self) -> list[tuple[int, int, dict]]:
+        """Partition counts, expiry and persistence; ``(handler, token, result)``
+        of every waiting join the state answered since the last tick."""
+        now = _clock()
+        self._partition_counts(now)
+        deadline = self.state.next_deadline()
+        if deadline is not None and deadline <= now:
+            self.state.expire(now)
+        out = []
+        for group, member_id, answer in self.state.completed():
+            result = self._join_result(answer)
+            for handler, token in self.waiting.pop((group, member_id), ()):
+                out.append((handler, token, result))
+        self._save_if_changed()
+        return out
+
+    def timeout_s(self) -> float | None:
+        deadline = self.state.next_deadline()
+        return None if deadline is None else max(0.0, (deadline - _clock()) / 1000)
+
+    def _partition_counts(self, now: float) -> None:
+        generation = self.table.generation
+        if generation == self.table_generation:
+            return
+        self.table_generation = generation
+        counts: dict[str, int] = {}
+        for _, s in self.table.scan():
+            if s.state in _LIVE:
+                counts[s.name] = max(counts.get(s.name, 0), s.partition + 1)
+        known = self.state.partitions
+        for topic in known.keys() - counts.keys():
+            self.state.partitions_changed(now, topic, 0)
+        for topic, count in counts.items():
+            if known.get(topic) != count:
+                self.state.partitions_changed(now, topic, count)
+
+    def _signature(self):
+        return (tuple(sorted(self.state.partitions.items())),
+                tuple((g.name, g.phase, g.generation, g.rebalance_deadline,
+                       tuple((mid, m.joined, m.session_timeout_ms, m.rebalance_timeout_ms,
+                              tuple(m.subscription.items()))
+                             for mid, m in g.members.items()))
+                      for g in self.state.groups.values()))
+
+    def _save_if_changed(self) -> None:
+        signature = self._signature()
+        if signature == self.signature:
+            return
+        self.signature = signature
+        tmp = self.path + ".tmp"
+        try:
+            with open(tmp, "w") as f:
+                json.dump(self.state.to_records(), f, separators=(",", ":"))
+            os.replace(tmp, self.path)
+        except OSError as e:
+            if not self.save_failed:
+                print(f"hostbroker: {self.name}: cannot save the group state ({e}); a "
+                      "replacement of this writer will not have it", file=sys.stderr, flush=True)
+            self.save_failed = True
+        else:
+            self.save_failed = False

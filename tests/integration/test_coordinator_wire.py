@@ -1,0 +1,178 @@
+"""The group coordinator of a real broker, over raw group requests (docs/spec/groups.md).
+
+One broker for the module (short session bounds, few parked joins); each
+test uses groups and topics of its own. The fault tests start brokers of
+their own and SIGKILL a handler or writer 0.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+from hostbroker.errors import ErrorCode
+from tests.integration.coordinator_wire import GroupWire, assignment, poll
+from tests.integration.wire_helpers import module_broker, new_topic, stop_or_kill  # noqa: F401
+
+E = ErrorCode
+served = module_broker(**{"group.min.session.timeout.ms": 200,
+                          "group.max.session.timeout.ms": 20000,
+                          "group.max.members": 3, "group.max.groups": 6,
+                          "group.max.parked.joins": 3, "num.handlers": 1})
+
+
+def _topic(served, partitions: int) -> str:
+    topic = new_topic("g")
+    with served.client() as c:
+        c.create_topic(topic, partitions)
+    return topic
+
+
+def _group(name: str = "grp") -> str:
+    return new_topic(name)
+
+
+def test_lone_member_then_second_then_leave(served):
+    topic, group = _topic(served, 4), _group()
+    with GroupWire(served.unix, "a") as a, GroupWire(served.tcp, "b") as b:
+        ja = a.join(group, {topic: 1})
+        assert ja.error_code == E.NONE and ja.generation == 1 and ja.members == (ja.member_id,)
+        assert ja.member_id.startswith("a-")
+        assert assignment(a.sync(group, 1, ja.member_id)) == {(topic, 0): (0, 1, 2, 3)}
+        assert a.heartbeat(group, 1, ja.member_id) == E.NONE
+
+        b.send_join(group, {topic: 1})  # waits for a to rejoin
+        assert poll(lambda: a.heartbeat(group, 1, ja.member_id) == E.REBALANCE_IN_PROGRESS)
+        assert a.sync(group, 1, ja.member_id).error_code == E.REBALANCE_IN_PROGRESS
+        ja2 = a.join(group, {topic: 1}, ja.member_id)
+        jb = b.join_answer()
+        assert ja2.generation == jb.generation == 2
+        assert ja2.members == jb.members == tuple(sorted([ja.member_id, jb.member_id]))
+        first, second = ja2.members
+        owned = {m: assignment((a if m == ja.member_id else b).sync(group, 2, m)) for m in ja2.members}
+        assert owned == {first: {(topic, 0): (0, 1)}, second: {(topic, 0): (2, 3)}}
+        assert b.heartbeat(group, 1, jb.member_id) == E.ILLEGAL_GENERATION
+
+        assert b.leave(group, jb.member_id) == E.NONE
+        assert b.leave(group, jb.member_id) == E.UNKNOWN_MEMBER_ID
+        assert poll(lambda: a.heartbeat(group, 2, ja.member_id) == E.REBALANCE_IN_PROGRESS)
+        ja3 = a.join(group, {topic: 1}, ja.member_id)
+        assert (ja3.generation, ja3.members) == (3, (ja.member_id,))
+        assert assignment(a.sync(group, 3, ja.member_id)) == {(topic, 0): (0, 1, 2, 3)}
+        d = a.describe(group)
+        assert (d.phase, d.generation) == ("STABLE", 3)
+        assert [(m.member_id, m.client_id, m.session_timeout_ms) for m in d.members] == [
+            (ja.member_id, "a", 3000)]
+        assert [(s.topic, s.stream, s.partitions) for s in d.members[0].assignment] == [
+            (topic, 0, (0, 1, 2, 3))]
+        assert group in a.list_groups()
+        assert a.leave(group, ja.member_id) == E.NONE
+        d = a.describe(group)
+        assert (d.error_code, d.phase, d.generation, d.members) == (E.NONE, "EMPTY", 0, ())
+        assert group not in a.list_groups()
+
+
+def test_session_expiry_and_missed_rebalance(served):
+    topic, group = _topic(served, 2), _group()
+    with GroupWire(served.unix, "a") as a, GroupWire(served.unix, "b") as b:
+        ja = a.join(group, {topic: 1}, session_ms=300)
+        b.send_join(group, {topic: 2}, session_ms=20000, rebalance_ms=400)
+        # a never rejoins: the rebalance (wait 3000 ms, a's) ends without it... but
+        # a's session (300 ms) ends first, which completes the rebalance at once
+        jb = b.join_answer()
+        assert (jb.generation, jb.members) == (2, (jb.member_id,))
+        assert assignment(b.sync(group, 2, jb.member_id)) == {(topic, 0): (0,), (topic, 1): (1,)}
+        assert a.heartbeat(group, 1, ja.member_id) == E.UNKNOWN_MEMBER_ID
+        assert a.join(group, {topic: 1}, ja.member_id).error_code == E.UNKNOWN_MEMBER_ID
+
+        # b heartbeats but does not rejoin a rebalance: dropped at the end of the wait
+        a.send_join(group, {topic: 1}, session_ms=20000, rebalance_ms=400)
+        assert poll(lambda: b.heartbeat(group, 2, jb.member_id) == E.REBALANCE_IN_PROGRESS)
+        ja2 = a.join_answer()  # the wait is b's 400 ms (a's join started it, a's too)
+        assert (ja2.generation, ja2.members) == (3, (ja2.member_id,))
+        assert b.heartbeat(group, 2, jb.member_id) == E.UNKNOWN_MEMBER_ID
+        assert a.leave(group, ja2.member_id) == E.NONE
+
+
+def test_commit_fencing(served):
+    topic, group = _topic(served, 2), _group()
+    with GroupWire(served.unix, "a") as a, GroupWire(served.unix, "b") as b:
+        # no members: outside commits stored, member commits refused
+        assert a.commit(group, [(topic, 0, 5)]) == [E.NONE]
+        assert a.commit(group, [(topic, 0, 6)], generation=-1) == [E.NONE]
+        assert a.commit(group, [(topic, 0, 7)], 1, "a-x") == [E.UNKNOWN_MEMBER_ID]
+        assert a.fetch_offsets(group, [(topic, 0)]) == [6]
+        ja = a.join(group, {topic: 1})
+        m = ja.member_id
+        # has members: outside (v0, v1 -1) refused, every entry with one code
+        assert a.commit(group, [(topic, 0, 8), ("nope", 0, 1)]) == [E.UNKNOWN_MEMBER_ID] * 2
+        assert a.commit(group, [(topic, 0, 8)], generation=-1) == [E.UNKNOWN_MEMBER_ID]
+        assert a.commit(group, [(topic, 0, 8)], 1, "a-unknown") == [E.UNKNOWN_MEMBER_ID]
+        assert a.commit(group, [(topic, 0, 8)], 2, m) == [E.ILLEGAL_GENERATION]
+        assert a.commit(group, [(topic, 0, 9), (topic, 7, 1)], 1, m) == [
+            E.NONE, E.UNKNOWN_TOPIC_OR_PARTITION]
+        # while a rebalance waits, the current generation still commits
+        b.send_join(group, {topic: 1})
+        assert poll(lambda: a.heartbeat(group, 1, m) == E.REBALANCE_IN_PROGRESS)
+        assert a.commit(group, [(topic, 0, 10)], 1, m) == [E.NONE]
+        a.join(group, {topic: 1}, m)
+        jb = b.join_answer()
+        assert a.commit(group, [(topic, 0, 11)], 1, m) == [E.ILLEGAL_GENERATION]
+        assert a.fetch_offsets(group, [(topic, 0)]) == [10]
+        assert b.commit(group, [(topic, 1, 3)], 2, jb.member_id) == [E.NONE]
+        assert a.leave(group, m) == E.NONE
+        assert b.leave(group, jb.member_id) == E.NONE
+        assert a.commit(group, [(topic, 0, 12)]) == [E.NONE]
+        assert a.fetch_offsets(group, [(topic, 0), (topic, 1)]) == [12, 3]
+
+
+def test_limits(served):
+    topic = _topic(served, 1)
+    group = _group()
+    with GroupWire(served.unix, "a") as a:
+        assert a.join(group, {topic: 1}, session_ms=199).error_code == E.INVALID_SESSION_TIMEOUT
+        assert a.join(group, {topic: 1}, session_ms=20001).error_code == E.INVALID_SESSION_TIMEOUT
+        members = []
+        for _ in range(3):  # each new member rebalances: every known one rejoins
+            a.send_join(group, {topic: 1})
+            for mid in members:
+                a.send_join(group, {topic: 1}, mid)
+            answers = [a.join_answer() for _ in range(len(members) + 1)]
+            members = list(answers[0].members)
+        assert len(members) == 3
+        too_many = a.join(group, {topic: 1})
+        assert (too_many.error_code, too_many.generation) == (E.GROUP_TOO_LARGE, -1)
+        for mid in members:
+            assert a.leave(group, mid) == E.NONE
+    # groups: the module broker allows 6 groups with members
+    with GroupWire(served.unix, "a") as a:
+        existing = len(a.list_groups())
+        names = [_group("lim") for _ in range(6 - existing)]
+        joined = [(g, a.join(g, {topic: 1}).member_id) for g in names]
+        assert a.join(_group("lim"), {topic: 1}).error_code == E.TOO_MANY_GROUPS
+        for g, mid in joined:
+            assert a.leave(g, mid) == E.NONE
+
+
+def test_parked_joins_bounded(served):
+    """The handler holds 3 waiting joins; one more is refused at once, a's rejoin
+    too (so a misses the rebalance and is dropped at the end of its wait)."""
+    topic = _topic(served, 1)
+    groups = [_group("park") for _ in range(3)]
+    with GroupWire(served.unix, "a") as a, GroupWire(served.unix, "b") as b:
+        firsts = [a.join(g, {topic: 1}, session_ms=20000, rebalance_ms=2000).member_id
+                  for g in groups]
+        for g in groups:  # each waits for the group's first member to rejoin
+            b.send_join(g, {topic: 1}, session_ms=20000, rebalance_ms=2000)
+        b.send_join(groups[0], {topic: 1}, session_ms=20000)  # one over the handler's 3
+        refused = a.join(groups[0], {topic: 1}, firsts[0])
+        assert (refused.error_code, refused.member_id) == (E.BROKER_NOT_AVAILABLE, firsts[0])
+        # answers in b's order: the refusal comes behind the three parked ones
+        answers = [b.join_answer() for _ in range(4)]
+        assert [x.error_code for x in answers] == [E.NONE] * 3 + [E.BROKER_NOT_AVAILABLE]
+        for g, first, x in zip(groups, firsts, answers):
+            assert (x.generation, x.members) == (2, (x.member_id,))
+            assert a.heartbeat(g, 1, first) == E.UNKNOWN_MEMBER_ID
+            assert b.leave(g, x.member_id) == E.NONE
+        d = a.describe(groups[0])
+        assert (d.phase, d.members) == ("EMPTY", ())
