@@ -5,13 +5,18 @@ HEARTBEAT, LEAVE_GROUP, DESCRIBE_GROUP, LIST_GROUPS and OFFSET_COMMIT v0/v1
 frames built with the codecs of :mod:`hostbroker.protocol.groups` and reads
 their answers; a join can be sent now and its answer read later (it waits for
 the rebalance). :func:`poll` waits for a condition instead of sleeping.
+:class:`Member` runs one member's life in a thread (join, sync, heartbeat,
+rejoin) and :func:`settled` says when members agree on one generation that
+owns every partition once.
 """
 
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 
+from hostbroker.errors import ErrorCode
 from hostbroker.protocol import api
 from hostbroker.protocol import groups as gp
 from tests.integration.wire_helpers import RawSocket
@@ -105,3 +110,77 @@ class GroupWire(RawSocket):
 def assignment(sync: gp.SyncGroupResponse) -> dict[tuple[str, int], tuple[int, ...]]:
     """``{(topic, stream): partitions}`` of a SYNC_GROUP answer."""
     return {(a.topic, a.stream): tuple(a.partitions) for a in sync.assignment}
+
+
+class Member(threading.Thread):
+    """A group member in a thread of its own, following docs/spec/groups.md:
+    join, sync, heartbeat every ``beat_s``; rejoin on REBALANCE_IN_PROGRESS or
+    ILLEGAL_GENERATION (with its member id), on UNKNOWN_MEMBER_ID as new; on a
+    closed connection or BROKER_NOT_AVAILABLE connect again and rejoin with
+    the member id it has. ``state`` is ``(generation, member_id, assignment)``
+    of its last successful sync."""
+
+    def __init__(self, uri: str, group: str, topics: dict[str, int], client_id: str = "m",
+                 session_ms: int = 1000, rebalance_ms: int = 1000, beat_s: float = 0.05):
+        super().__init__(daemon=True)
+        self.uri, self.group, self.topics, self.client_id = uri, group, topics, client_id
+        self.session_ms, self.rebalance_ms, self.beat_s = session_ms, rebalance_ms, beat_s
+        self.member_id = ""
+        self.state: tuple[int, str, dict] | None = None
+        self.stopping = threading.Event()
+        self.errors: list[str] = []
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                with GroupWire(self.uri, self.client_id) as wire:
+                    self._session(wire)
+            except (OSError, ConnectionError, AssertionError) as e:
+                self.errors.append(repr(e))
+                self.state = None
+                time.sleep(self.beat_s)
+        if self.member_id:
+            try:
+                with GroupWire(self.uri, self.client_id) as wire:
+                    wire.leave(self.group, self.member_id)
+            except (OSError, ConnectionError, AssertionError):
+                pass
+
+    def _session(self, wire: GroupWire) -> None:
+        while not self.stopping.is_set():
+            joined = wire.join(self.group, self.topics, self.member_id,
+                               session_ms=self.session_ms, rebalance_ms=self.rebalance_ms)
+            if joined.error_code == ErrorCode.UNKNOWN_MEMBER_ID:
+                self.member_id = ""
+                continue
+            if joined.error_code != ErrorCode.NONE:
+                time.sleep(self.beat_s)
+                continue
+            self.member_id, generation = joined.member_id, joined.generation
+            synced = wire.sync(self.group, generation, self.member_id)
+            if synced.error_code != ErrorCode.NONE:
+                continue
+            self.state = (generation, self.member_id, assignment(synced))
+            while not self.stopping.is_set():
+                time.sleep(self.beat_s)
+                code = wire.heartbeat(self.group, generation, self.member_id)
+                if code != ErrorCode.NONE:
+                    self.state = None
+                    if code == ErrorCode.UNKNOWN_MEMBER_ID:
+                        self.member_id = ""
+                    break
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join(10)
+
+
+def settled(members: list[Member], partitions: dict[str, int]):
+    """The members' common generation when all are synced in one and their
+    streams own every partition of ``partitions`` exactly once; else None."""
+    states = [m.state for m in members]
+    if any(s is None for s in states) or len({s[0] for s in states}) != 1:
+        return None
+    owned = [(topic, p) for s in states for (topic, _), parts in s[2].items() for p in parts]
+    expected = [(t, p) for t, n in partitions.items() for p in range(n)]
+    return states[0][0] if sorted(owned) == sorted(expected) else None

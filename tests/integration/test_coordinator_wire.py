@@ -11,8 +11,8 @@ import os
 import signal
 
 from hostbroker.errors import ErrorCode
-from tests.integration.coordinator_wire import GroupWire, assignment, poll
-from tests.integration.wire_helpers import module_broker, new_topic, stop_or_kill  # noqa: F401
+from tests.integration.coordinator_wire import GroupWire, Member, assignment, poll, settled
+from tests.integration.wire_helpers import module_broker, new_topic
 
 E = ErrorCode
 served = module_broker(**{"group.min.session.timeout.ms": 200,
@@ -160,10 +160,12 @@ def test_parked_joins_bounded(served):
     topic = _topic(served, 1)
     groups = [_group("park") for _ in range(3)]
     with GroupWire(served.unix, "a") as a, GroupWire(served.unix, "b") as b:
-        firsts = [a.join(g, {topic: 1}, session_ms=20000, rebalance_ms=2000).member_id
+        firsts = [a.join(g, {topic: 1}, session_ms=20000, rebalance_ms=3000).member_id
                   for g in groups]
         for g in groups:  # each waits for the group's first member to rejoin
-            b.send_join(g, {topic: 1}, session_ms=20000, rebalance_ms=2000)
+            b.send_join(g, {topic: 1}, session_ms=20000, rebalance_ms=3000)
+        for g, m in zip(groups, firsts):  # the three are at writer 0: parked
+            assert poll(lambda: a.heartbeat(g, 1, m) == E.REBALANCE_IN_PROGRESS)
         b.send_join(groups[0], {topic: 1}, session_ms=20000)  # one over the handler's 3
         refused = a.join(groups[0], {topic: 1}, firsts[0])
         assert (refused.error_code, refused.member_id) == (E.BROKER_NOT_AVAILABLE, firsts[0])
@@ -176,3 +178,86 @@ def test_parked_joins_bounded(served):
             assert b.leave(g, x.member_id) == E.NONE
         d = a.describe(groups[0])
         assert (d.phase, d.members) == ("EMPTY", ())
+
+
+def test_partition_count_change_rebalances(served):
+    group = _group()
+    topic = new_topic("later")  # not there yet: its streams own nothing
+    with GroupWire(served.unix, "a") as a:
+        ja = a.join(group, {topic: 2}, session_ms=20000)
+        assert assignment(a.sync(group, 1, ja.member_id)) == {(topic, 0): (), (topic, 1): ()}
+        with served.client() as c:
+            c.create_topic(topic, 3)
+        assert poll(lambda: a.heartbeat(group, 1, ja.member_id) == E.REBALANCE_IN_PROGRESS)
+        ja2 = a.join(group, {topic: 2}, ja.member_id)
+        assert ja2.generation == 2
+        assert assignment(a.sync(group, 2, ja.member_id)) == {(topic, 0): (0, 1), (topic, 1): (2,)}
+        assert a.leave(group, ja.member_id) == E.NONE
+
+
+def _fault_broker(make_broker):
+    return make_broker(**{"group.min.session.timeout.ms": 200, "num.handlers": 1,
+                          "worker.heartbeat.timeout.ms": 1000})
+
+
+def _settle(members, partitions, timeout=30.0):
+    for m in members:
+        m.start()
+    try:
+        generation = poll(lambda: settled(members, partitions), timeout=timeout)
+    except AssertionError:
+        raise AssertionError(f"not settled: {[(m.state, m.errors[-3:]) for m in members]}")
+    return generation
+
+
+def test_handler_killed_with_a_join_parked(make_broker):
+    broker = _fault_broker(make_broker)
+    topic, group = _topic(broker, 4), _group()
+    with GroupWire(broker.unix, "a") as a, GroupWire(broker.unix, "b") as b:
+        ja = a.join(group, {topic: 1}, session_ms=3000, rebalance_ms=3000)
+        b.send_join(group, {topic: 1}, session_ms=1000, rebalance_ms=3000)
+        assert poll(lambda: a.heartbeat(group, 1, ja.member_id) == E.REBALANCE_IN_PROGRESS)
+        handler = broker.workers()["hb-handler-0"]
+        os.kill(handler, signal.SIGKILL)
+        broker.wait_worker_replaced("hb-handler-0", handler)
+    first, second = Member(broker.unix, group, {topic: 1}, "a"), Member(broker.tcp, group, {topic: 1}, "b")
+    first.member_id = ja.member_id  # rejoins as the member it was
+    try:
+        generation = _settle([first, second], {topic: 4})
+        with GroupWire(broker.unix) as w:
+            d = poll(lambda: (lambda d: d if d.phase == "STABLE" and len(d.members) == 2
+                              else None)(w.describe(group)))
+        assert d.generation >= generation
+        assert {m.member_id for m in d.members} == {ja.member_id, second.member_id}
+    finally:
+        first.stop()
+        second.stop()
+
+
+def test_writer0_killed_during_a_rebalance(make_broker):
+    broker = _fault_broker(make_broker)
+    topic, group = _topic(broker, 4), _group()
+    with GroupWire(broker.unix, "a") as a, GroupWire(broker.unix, "b") as b:
+        ja = a.join(group, {topic: 1}, session_ms=3000, rebalance_ms=3000)
+        assert a.commit(group, [(topic, 0, 7)], 1, ja.member_id) == [E.NONE]
+        b.send_join(group, {topic: 1}, session_ms=1000, rebalance_ms=3000)
+        assert poll(lambda: a.heartbeat(group, 1, ja.member_id) == E.REBALANCE_IN_PROGRESS)
+        writer = broker.workers()["hb-writer-0"]
+        os.kill(writer, signal.SIGKILL)
+        broker.wait_worker_replaced("hb-writer-0", writer)
+        failed = b.join_answer()  # the parked join fails as pending requests do
+        assert (failed.error_code, failed.generation) == (E.BROKER_NOT_AVAILABLE, -1)
+        # the replacement reloaded the group: still rebalancing generation 1, a still in it
+        assert poll(lambda: a.heartbeat(group, 1, ja.member_id) == E.REBALANCE_IN_PROGRESS)
+        assert a.fetch_offsets(group, [(topic, 0)]) == [7]
+    first, second = Member(broker.unix, group, {topic: 1}, "a"), Member(broker.tcp, group, {topic: 1}, "b")
+    first.member_id = ja.member_id
+    try:
+        _settle([first, second], {topic: 4})
+        with GroupWire(broker.unix) as w:
+            d = poll(lambda: (lambda d: d if d.phase == "STABLE" and len(d.members) == 2
+                              else None)(w.describe(group)))
+        assert {m.member_id for m in d.members} == {ja.member_id, second.member_id}
+    finally:
+        first.stop()
+        second.stop()
