@@ -3,9 +3,10 @@
 :class:`ConsumerConnector` turns a subscription (``{topic: n}``, or a
 :class:`Whitelist` / :class:`Blacklist` of topics and ``n``) into ``n``
 iterators (:class:`KafkaStream`) of :class:`MessageAndMetadata`. Each
-stream is fed by partitions of its own: a :class:`PartitionAssignor` spreads
-the partitions over the streams (standalone: this connector owns every
-partition of its topics, dealt round-robin).
+stream is fed by partitions of its own, given by the group (below); only
+with an ``assignor`` of the caller's, or a broker that does not serve
+groups, does this connector own every partition of its topics, dealt to its
+streams by a :class:`PartitionAssignor` (default round-robin).
 
 Threads. ``num.consumer.fetchers`` fetcher threads, each with its own
 connection, fetch their partitions with one (long-poll) FETCH per round and
@@ -31,6 +32,22 @@ crash between two commits replays messages but never skips one. Where no
 offset is stored, or the stored one is outside the log,
 ``auto.offset.reset`` chooses the earliest or latest offset.
 
+Standalone groups. Without ``zookeeper.connect`` the connector is a member of
+its group on the broker (docs/spec/groups.md,
+:mod:`hostbroker.client.group_coordinator`): the broker splits the partitions
+of the group's topics among its members' streams with the range assignment of
+docs/spec/zookeeper.md, so several processes of one ``group.id`` share the
+work. A member heartbeats from a thread of its own every
+``heartbeat.interval.ms``, is dropped after ``session.timeout.ms`` without one,
+and a rebalance waits ``rebalance.timeout.ms`` for the members; on each
+rebalance it stops fetching, commits what it handed out (fenced by its
+generation: a member that lost its partitions cannot overwrite the new
+owner's offsets), fires the rebalance listener and starts again from the
+committed offsets. A broker that answers JOIN_GROUP UNSUPPORTED_VERSION gets
+the old behaviour, with one warning. An explicit ``assignor`` opts out of the
+group: range is the group's contract, so a caller's assignor means this
+connector deals every partition itself.
+
 Cluster mode. With ``zookeeper.connect`` the group spans processes
 (docs/spec/zookeeper.md): the connector registers in ZooKeeper and its
 partitions, ``(topic, partition, broker_id)``, come from the group's range
@@ -38,7 +55,7 @@ rebalance (:mod:`hostbroker.client.group_cluster`), fetched from their own
 brokers; offsets are kept in ZooKeeper (``offsets.storage``). A
 ``rebalance_listener`` hears of partitions given up and taken
 (``on_partitions_revoked`` / ``on_partitions_assigned``, each with a list of
-partitions; standalone, only the latter, as partitions appear).
+partitions; without a group, only the latter, as partitions appear).
 """
 
 from __future__ import annotations
@@ -61,6 +78,7 @@ from hostbroker.protocol import api
 
 if TYPE_CHECKING:
     from hostbroker.client.group_cluster import ClusterSide
+    from hostbroker.client.group_coordinator import CoordinatorSide
 
 __all__ = ["GROUP_SETTINGS", "Blacklist", "BrokerOffsetStorage", "ConsumerConnector",
            "KafkaStream", "MessageAndMetadata", "OffsetStorage", "PartitionAssignor",
@@ -115,6 +133,15 @@ GROUP_SETTINGS: tuple[Setting, ...] = FETCH_SETTINGS + (
     Setting("rebalance.backoff.ms", int, 2000,
             "Cluster mode: longest wait between two attempts of a rebalance (a released "
             "owner node ends it at once).", between(0, 2**31 - 1)),
+    Setting("heartbeat.interval.ms", int, 100,
+            "Standalone group: how often a member tells the broker's group coordinator it "
+            "lives (and learns of a rebalance).", between(1, 2**31 - 1)),
+    Setting("session.timeout.ms", int, 6000,
+            "Standalone group: a member without a heartbeat this long leaves the group "
+            "(within the broker's group.min/max.session.timeout.ms).", between(1, 2**31 - 1)),
+    Setting("rebalance.timeout.ms", int, 6000,
+            "Standalone group: how long a rebalance this member starts waits for the other "
+            "members to join again before going on without them.", between(1, 2**31 - 1)),
     Setting("offsets.storage", str, "zookeeper",
             "Cluster mode: where the group's offsets are kept: zookeeper "
             "(/consumers/[group]/offsets) or broker (each partition's broker). Standalone "
@@ -245,8 +272,12 @@ class ConsumerConnector:
 
     ``bootstrap`` (a URI or a list) overrides ``broker.list``; settings as for
     :class:`SimpleConsumer` plus GROUP_SETTINGS. ``offset_storage`` defaults to
-    :class:`BrokerOffsetStorage` on the same brokers, ``assignor`` to
-    :class:`RoundRobinAssignor`. With ``zookeeper_connect`` the group's rebalance in
+    the group's offsets on the same brokers, committed fenced by the member's
+    generation. Without ``zookeeper_connect`` the broker's group coordinator gives
+    the partitions; an ``assignor`` (a :class:`PartitionAssignor`) instead makes this
+    connector read every partition of its topics, dealt to its streams by it (the
+    default then and for a broker that does not serve groups:
+    :class:`RoundRobinAssignor`). With ``zookeeper_connect`` the group's rebalance in
     ZooKeeper gives the partitions instead (``bootstrap`` and ``assignor`` are not
     used), and ``offset_storage`` defaults to ``offsets.storage``.
     ``rebalance_listener`` may have ``on_partitions_revoked(partitions)`` and
@@ -271,7 +302,9 @@ class ConsumerConnector:
             raise ConfigError("group.id: required by the high-level consumer")
         self._uris = broker_uris(bootstrap, self.settings)
         self.rebalance_listener = rebalance_listener
-        self.cluster: ClusterSide | None = None
+        # The group's side: ZooKeeper's rebalance, or the broker's group coordinator.
+        self.cluster: ClusterSide | CoordinatorSide | None = None
+        self._coordinated = False
         if self.settings["zookeeper.connect"]:
             if bootstrap is not None or "broker.list" in (config or {}) or "broker_list" in options:
                 raise ConfigError("zookeeper.connect: not together with a bootstrap or "
@@ -285,11 +318,19 @@ class ConsumerConnector:
             self.cluster = ClusterSide(self, client)
             if offset_storage is None:
                 offset_storage = self.cluster.offset_storage()
+        elif assignor is None:
+            # A member of the group on the broker (group_coordinator); an assignor of
+            # the caller's keeps the old way: this connector reads every partition.
+            from hostbroker.client.group_coordinator import CoordinatorSide
+
+            self.cluster = CoordinatorSide(self)
+            self._coordinated = True
+        self._own_storage = offset_storage is None
         if offset_storage is None:
-            offset_storage = BrokerOffsetStorage(self._uris, self._fetch_config())
-            self._own_storage = True
-        else:
-            self._own_storage = False
+            if self._coordinated:
+                offset_storage = self.cluster.offset_storage()
+            else:
+                offset_storage = BrokerOffsetStorage(self._uris, self._fetch_config())
         self.offset_storage = offset_storage
         self.assignor = assignor or RoundRobinAssignor()
         self.closed = False
@@ -301,7 +342,7 @@ class ConsumerConnector:
         self._owned: dict[TopicPartition, KafkaStream] = {}
         self._done: dict[TopicPartition, int] = {}  # moved past: safe for the interval commit
         if self.cluster is not None:
-            from hostbroker.client.group_cluster import Assignments, Progress
+            from hostbroker.client.group_assignments import Assignments, Progress
 
             self._owned = Assignments()
             self._done = Progress(self._owned)
@@ -369,9 +410,11 @@ class ConsumerConnector:
 
     def _start(self) -> None:
         self._next_commit = time.monotonic() + self.settings["auto.commit.interval.ms"] / 1000
-        if self.cluster is not None:
+        if self.cluster is not None and not self._coordinated:
             # Registers and rebalances once; its fetchers start as partitions come.
             self.cluster.member.start()
+            return
+        if self._coordinated and self._join_coordinator():
             return
         self._fetchers = [Fetcher(self, i) for i in range(self.settings["num.consumer.fetchers"])]
         # The first assignment runs here, so that a broker that cannot be
@@ -385,6 +428,47 @@ class ConsumerConnector:
         self._next_commit = time.monotonic() + self.settings["auto.commit.interval.ms"] / 1000
         for fetcher in self._fetchers:
             fetcher.thread.start()
+
+    def _join_coordinator(self) -> bool:
+        """Join the group on the broker and start fetching what it assigns; False (and
+        the connector reads every partition itself from now on) when the broker does
+        not serve groups. Raises what the first join or sync met."""
+        from hostbroker.client.group_coordinator import GroupsNotServed
+
+        side = self.cluster
+        self._fetchers = side.new_fetchers()
+        try:
+            side.member.first_join()
+        except GroupsNotServed as exc:
+            log.warning("consumer group %s: the broker does not serve consumer groups (%s); "
+                        "this consumer reads every partition of its topics", self.group, exc)
+            self._fall_back()
+            return False
+        except BaseException:
+            for fetcher in self._fetchers:  # their threads never start
+                fetcher.consumer.close()
+            side.member.close()
+            side.close()
+            raise
+        self._next_commit = time.monotonic() + self.settings["auto.commit.interval.ms"] / 1000
+        for fetcher in self._fetchers:
+            fetcher.thread.start()
+        side.member.start()
+        return True
+
+    def _fall_back(self) -> None:
+        """Standalone without the coordinator: every partition, dealt by the assignor."""
+        side, self.cluster, self._coordinated = self.cluster, None, False
+        for fetcher in self._fetchers:
+            fetcher.consumer.close()
+        self._fetchers = []
+        side.member.close()
+        side.close()
+        self._owned = {}
+        self._done = {}
+        if self._own_storage:
+            self.offset_storage.close()
+            self.offset_storage = BrokerOffsetStorage(self._uris, self._fetch_config())
 
     # Housekeeping, in the first fetcher's thread.
 

@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from hostbroker.client.consumer import SimpleConsumer
+from hostbroker.client.group_assignments import give_up
 from hostbroker.client.streams import Fetcher, KafkaStream
 from hostbroker.cluster.discovery import Snapshot
 from hostbroker.cluster.membership import GroupMember, PartitionKey, ZooKeeperOffsets, spec_order
@@ -49,56 +50,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MOVE_WAIT_S = 2.0  # wait for a fetcher to end its round (else again at a recheck)
-
-
-class Assignments(dict):
-    """The connector's ``_owned`` in cluster mode: partition -> stream, where ``get``
-    answers only for the very key object of the partition's current assignment.
-
-    Each assignment gives its fetcher a key object of its own, and the fetcher tags
-    every chunk with it; a stream hands a chunk out only if ``get(tag)`` is itself. So a
-    chunk fetched during an earlier assignment of the partition (still queued in the
-    stream, or delivered by a round in flight when it was given up) is dropped, also
-    when the partition came back to the same stream since and is read again from the
-    group's committed offset.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._keys: dict[PartitionKey, PartitionKey] = {}  # each key -> its current object
-
-    def __setitem__(self, key: PartitionKey, stream: KafkaStream) -> None:
-        super().__setitem__(key, stream)
-        self._keys[key] = key
-
-    def __delitem__(self, key: PartitionKey) -> None:
-        super().__delitem__(key)
-        del self._keys[key]
-
-    def pop(self, key: PartitionKey, *default: Any) -> Any:
-        self._keys.pop(key, None)
-        return super().pop(key, *default)
-
-    def get(self, key: PartitionKey, default: Any = None) -> Any:
-        if self._keys.get(key) is not key:
-            return default
-        return super().get(key, default)
-
-
-class Progress(dict):
-    """The connector's ``_done`` in cluster mode: what the readers moved past, recorded
-    only for a message of its partition's current assignment (see :class:`Assignments`):
-    a reader that held a message while its partition was given up, and perhaps taken
-    again from the group's offsets, does not put that old position back for the
-    interval commit."""
-
-    def __init__(self, owned: Assignments):
-        super().__init__()
-        self._owned = owned
-
-    def __setitem__(self, key: PartitionKey, offset: int) -> None:
-        if self._owned.get(key) is not None:
-            super().__setitem__(key, offset)
 
 
 class PerBrokerOffsets:
@@ -198,32 +149,11 @@ class ClusterSide:
 
     def revoke(self, keys: list[PartitionKey], commit: bool = True) -> None:
         c = self.connector
-        gone = set(keys)
         for broker_id, mine in PerBrokerOffsets._by_broker(keys).items():
             fetcher = self.fetchers.get(broker_id)
             if fetcher is not None:
                 fetcher.remove(mine)
-        # Not owned from here on: the streams drop what is queued of them.
-        streams = {}
-        for key in keys:
-            stream = c._owned.pop(key, None)
-            if stream is not None:
-                streams[id(stream)] = stream
-                if key in stream.partitions:
-                    stream.partitions.remove(key)
-        for stream in streams.values():
-            stream.release(gone)
-        c._notify("on_partitions_revoked", keys)
-        if commit and c.settings["auto.commit.enable"]:
-            handed = c.positions()
-            try:
-                c._commit({k: handed[k] for k in keys if k in handed}, owned_only=False)
-            except Exception as exc:  # noqa: BLE001 - the next owner re-reads what was not stored
-                log.warning("consumer group %s: commit before giving up partitions failed: %s",
-                            c.group, exc)
-        for key in keys:
-            c._done.pop(key, None)
-            c._committed.pop(key, None)
+        give_up(c, keys, commit)
         busy = {key.broker_id for key in c._owned}
         for broker_id in [b for b in self.fetchers if b not in busy]:
             fetcher = self.fetchers.pop(broker_id)
@@ -246,7 +176,7 @@ class ClusterSide:
         c._notify("on_partitions_assigned", ordered)
         for key in ordered:
             stream = self._streams_of(key.topic)[keys[key]]
-            key = PartitionKey(*key)  # this assignment's own object (see Assignments)
+            key = PartitionKey(*key)  # this assignment's own object (see group_assignments.Assignments)
             c._owned[key] = stream
             stream.partitions.append(key)
             self._fetcher(key.broker_id, snapshot).add(key, stream, offsets[key])
