@@ -74,6 +74,7 @@ class GroupHost:
         self.table_generation = -1
         self.signature = None
         self.save_failed = False
+        self.touched = False  # something may have changed the groups since the last save
         if replacement:
             self._load(broker_id)
         else:
@@ -103,6 +104,7 @@ class GroupHost:
     def handle(self, handler: int, token: int, request: dict) -> dict | None:
         """The answer to one group request, or None for a join that waits."""
         op, now, state = request["op"], _clock(), self.state
+        self.touched = True
         self._partition_counts(now)  # a topic created just before this request counts
         if op == "join":
             answer = state.join(now, request["group"], request["member_id"],
@@ -145,6 +147,7 @@ class GroupHost:
 
     def fence(self, group: str, generation: int, member_id: str) -> ErrorCode:
         """Whether a commit from ``(generation, member_id)`` may be stored now."""
+        self.touched = True  # it expires what is due
         return self.state.commit_allowed(_clock(), group, generation, member_id)
 
     # -- the loop --------------------------------------------------------------
@@ -156,6 +159,7 @@ class GroupHost:
         deadline = self.state.next_deadline()
         if deadline is not None and deadline <= now:
             self.state.expire(now)
+            self.touched = True
         out = []
         for group, member_id, answer in self.state.completed():
             result = self._join_result(answer)
@@ -178,6 +182,7 @@ class GroupHost:
             if s.state in _LIVE:
                 counts[s.name] = max(counts.get(s.name, 0), s.partition + 1)
         known = self.state.partitions
+        self.touched = True
         for topic in known.keys() - counts.keys():
             self.state.partitions_changed(now, topic, 0)
         for topic, count in counts.items():
@@ -193,6 +198,12 @@ class GroupHost:
                       for g in self.state.groups.values()))
 
     def _save_if_changed(self) -> None:
+        """Write the state when the groups changed (not on heartbeats alone:
+        a replacement restarts every session anyway); nothing to compare
+        when no group request or deadline came since the last pass."""
+        if not self.touched:
+            return
+        self.touched = False
         signature = self._signature()
         if signature == self.signature:
             return

@@ -261,3 +261,43 @@ def test_writer0_killed_during_a_rebalance(make_broker):
     finally:
         first.stop()
         second.stop()
+
+
+def _park(a, c, group, topic) -> None:
+    """c's join to ``group`` waits at writer 0 (describe shows it); refused
+    (BROKER_NOT_AVAILABLE) while the handler has not yet seen b's close, it
+    is sent again."""
+    for _ in range(20):
+        c.send_join(group, {topic: 1}, session_ms=20000)
+        try:
+            poll(lambda: len(a.describe(group).members) == 3, timeout=0.5)
+            return
+        except AssertionError:
+            assert c.join_answer().error_code == E.BROKER_NOT_AVAILABLE
+    raise AssertionError("the closed connection's joins stayed counted")
+
+
+def test_a_closed_connection_frees_its_parked_joins(served):
+    """b parks 3 joins (the handler's bound) and closes; c's 2 joins and a's
+    rejoin then park again (with b's still counted, they would be refused)."""
+    topic = _topic(served, 1)
+    groups = [_group("freed") for _ in range(3)]
+    with GroupWire(served.unix, "a") as a:
+        firsts = [a.join(g, {topic: 1}, session_ms=20000, rebalance_ms=20000).member_id
+                  for g in groups]
+        with GroupWire(served.unix, "b") as b:
+            for g in groups:
+                b.send_join(g, {topic: 1}, session_ms=300)
+            for g, m in zip(groups, firsts):
+                assert poll(lambda: a.heartbeat(g, 1, m) == E.REBALANCE_IN_PROGRESS)
+        with GroupWire(served.unix, "c") as c:
+            for g in groups[:2]:
+                _park(a, c, g, topic)
+            rejoined = [a.join(g, {topic: 1}, m) for g, m in zip(groups[:2], firsts)]
+            assert [(x.error_code, x.generation) for x in rejoined] == [(E.NONE, 2)] * 2
+            answers = [c.join_answer() for _ in range(2)]
+            assert [(x.error_code, x.generation) for x in answers] == [(E.NONE, 2)] * 2
+            for g, x in zip(groups, answers):
+                assert c.leave(g, x.member_id) == E.NONE
+        for g, m in zip(groups, firsts):
+            assert a.leave(g, m) == E.NONE
