@@ -49,7 +49,8 @@ def test_lone_member_then_second_then_leave(served):
         assert ja2.generation == jb.generation == 2
         assert ja2.members == jb.members == tuple(sorted([ja.member_id, jb.member_id]))
         first, second = ja2.members
-        owned = {m: assignment((a if m == ja.member_id else b).sync(group, 2, m)) for m in ja2.members}
+        owned = {m: assignment((a if m == ja.member_id else b).sync(group, 2, m))
+                 for m in ja2.members}
         assert owned == {first: {(topic, 0): (0, 1)}, second: {(topic, 0): (2, 3)}}
         assert b.heartbeat(group, 1, jb.member_id) == E.ILLEGAL_GENERATION
 
@@ -75,10 +76,10 @@ def test_lone_member_then_second_then_leave(served):
 def test_session_expiry_and_missed_rebalance(served):
     topic, group = _topic(served, 2), _group()
     with GroupWire(served.unix, "a") as a, GroupWire(served.unix, "b") as b:
-        ja = a.join(group, {topic: 1}, session_ms=300)
+        ja = a.join(group, {topic: 1}, session_ms=1000)
         b.send_join(group, {topic: 2}, session_ms=20000, rebalance_ms=400)
-        # a never rejoins: the rebalance (wait 3000 ms, a's) ends without it... but
-        # a's session (300 ms) ends first, which completes the rebalance at once
+        # a never rejoins: the rebalance would wait 3000 ms (a's rebalance timeout),
+        # but a's session (1000 ms) ends first, which completes it at once
         jb = b.join_answer()
         assert (jb.generation, jb.members) == (2, (jb.member_id,))
         assert assignment(b.sync(group, 2, jb.member_id)) == {(topic, 0): (0,), (topic, 1): (1,)}
@@ -214,13 +215,14 @@ def test_handler_killed_with_a_join_parked(make_broker):
     broker = _fault_broker(make_broker)
     topic, group = _topic(broker, 4), _group()
     with GroupWire(broker.unix, "a") as a, GroupWire(broker.unix, "b") as b:
-        ja = a.join(group, {topic: 1}, session_ms=3000, rebalance_ms=3000)
-        b.send_join(group, {topic: 1}, session_ms=1000, rebalance_ms=3000)
+        ja = a.join(group, {topic: 1}, session_ms=10000, rebalance_ms=10000)
+        b.send_join(group, {topic: 1}, session_ms=1000, rebalance_ms=10000)
         assert poll(lambda: a.heartbeat(group, 1, ja.member_id) == E.REBALANCE_IN_PROGRESS)
         handler = broker.workers()["hb-handler-0"]
         os.kill(handler, signal.SIGKILL)
         broker.wait_worker_replaced("hb-handler-0", handler)
-    first, second = Member(broker.unix, group, {topic: 1}, "a"), Member(broker.tcp, group, {topic: 1}, "b")
+    first = Member(broker.unix, group, {topic: 1}, "a")
+    second = Member(broker.tcp, group, {topic: 1}, "b")
     first.member_id = ja.member_id  # rejoins as the member it was
     try:
         generation = _settle([first, second], {topic: 4})
@@ -238,9 +240,9 @@ def test_writer0_killed_during_a_rebalance(make_broker):
     broker = _fault_broker(make_broker)
     topic, group = _topic(broker, 4), _group()
     with GroupWire(broker.unix, "a") as a, GroupWire(broker.unix, "b") as b:
-        ja = a.join(group, {topic: 1}, session_ms=3000, rebalance_ms=3000)
+        ja = a.join(group, {topic: 1}, session_ms=10000, rebalance_ms=10000)
         assert a.commit(group, [(topic, 0, 7)], 1, ja.member_id) == [E.NONE]
-        b.send_join(group, {topic: 1}, session_ms=1000, rebalance_ms=3000)
+        b.send_join(group, {topic: 1}, session_ms=1000, rebalance_ms=10000)
         assert poll(lambda: a.heartbeat(group, 1, ja.member_id) == E.REBALANCE_IN_PROGRESS)
         writer = broker.workers()["hb-writer-0"]
         os.kill(writer, signal.SIGKILL)
@@ -250,7 +252,8 @@ def test_writer0_killed_during_a_rebalance(make_broker):
         # the replacement reloaded the group: still rebalancing generation 1, a still in it
         assert poll(lambda: a.heartbeat(group, 1, ja.member_id) == E.REBALANCE_IN_PROGRESS)
         assert a.fetch_offsets(group, [(topic, 0)]) == [7]
-    first, second = Member(broker.unix, group, {topic: 1}, "a"), Member(broker.tcp, group, {topic: 1}, "b")
+    first = Member(broker.unix, group, {topic: 1}, "a")
+    second = Member(broker.tcp, group, {topic: 1}, "b")
     first.member_id = ja.member_id
     try:
         _settle([first, second], {topic: 4})
