@@ -575,6 +575,11 @@ class ConsumerConnector:
                 handed[last[0]] = last[1]
         return handed
 
+    def owns(self, key: TopicPartition) -> bool:
+        """Whether the partition ``key`` (as a message's topic and partition, and in
+        cluster mode its broker, name it) is this connector's now."""
+        return key in self._owned
+
     def _reassigned(self, key: TopicPartition) -> bool:
         """Cluster mode: ``key`` (a handed-out message's) was given up and assigned again
         since: its position is the old assignment's, not to be committed."""

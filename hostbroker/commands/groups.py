@@ -12,10 +12,14 @@ on the live brokers (each broker's OFFSETS answer for earliest, latest or a
 time) and is refused while the group has a registered member.
 
 With ``--bootstrap`` (standalone) the offsets are the ones the broker keeps
-(OFFSET_FETCH / OFFSET_COMMIT). No request lists groups, so ``list`` says so;
-``describe`` and ``reset-offsets`` are given the topics. The broker cannot
-tell whether a group's consumers are running: a reset under a live consumer
-is overwritten by its next commit.
+(OFFSET_FETCH / OFFSET_COMMIT); ``list`` says that no request lists groups;
+``describe`` and ``reset-offsets`` are given the topics. ``describe`` also
+shows what the broker's group coordinator holds (DESCRIBE_GROUP,
+docs/spec/groups.md) for a group with members: its phase and generation,
+each member (id, client id, session timeout) and, per partition, the
+member's stream that owns it (``member_id-stream``); a group without
+members, or a broker that does not serve groups, shows the offsets alone. A
+reset under a live consumer is overwritten by its next commit.
 
 Offsets are byte offsets, the next one to read; a partition without a
 committed offset shows ``-`` (``null`` in JSON) for it and its lag.
@@ -153,21 +157,68 @@ def list_standalone(*, bootstrap: str = DEFAULT_BOOTSTRAP, out: TextIO = sys.std
                        "describe --group G --topic T (or --zookeeper in cluster mode)", EXIT_USAGE)
 
 
+def _coordinator_state(bootstrap: str, group: str):
+    """The broker's DESCRIBE_GROUP answer for ``group``; None when it does not serve groups."""
+    from hostbroker.client.coordinator_requests import CoordinatorClient
+    from hostbroker.client.errors import BrokerError
+    from hostbroker.errors import ErrorCode
+
+    client = CoordinatorClient([bootstrap], timeout=10.0, client_id="hostbroker-groups")
+    try:
+        answer = client.describe_group(group)
+    except BrokerError as exc:
+        if exc.code == ErrorCode.UNSUPPORTED_VERSION:
+            return None
+        raise
+    finally:
+        client.close()
+    if answer.error_code != ErrorCode.NONE:
+        raise BrokerError(answer.error_code, f"describing group {group}")
+    return answer
+
+
+def _member_json(member) -> dict:
+    return {"member_id": member.member_id, "client_id": member.client_id,
+            "session_timeout_ms": member.session_timeout_ms,
+            "assignment": [{"topic": a.topic, "stream": a.stream,
+                            "partitions": list(a.partitions)} for a in member.assignment]}
+
+
 def describe_standalone(group: str, topics: list[str], *, as_json: bool = False,
                         bootstrap: str = DEFAULT_BOOTSTRAP, out: TextIO = sys.stdout) -> int:
-    """Committed offset, log end and lag of ``group`` on every partition of ``topics``."""
+    """Committed offset, log end and lag of ``group`` on every partition of ``topics``,
+    with the members and owners the broker's group coordinator holds."""
     with _client(bootstrap) as client:
         held = _standalone_partitions(client, topics)
         keys = [(t, p.partition) for t in sorted(held) for p in held[t]]
         committed = _committed(client, group, keys)
-    rows = [Row(t, -1, p.partition, None, committed.get((t, p.partition)), p.log_end_offset)
+    state = _coordinator_state(bootstrap, group)
+    members = list(state.members) if state is not None else []
+    owners = {(a.topic, p): f"{m.member_id}-{a.stream}"
+              for m in members for a in m.assignment for p in a.partitions}
+    rows = [Row(t, -1, p.partition, owners.get((t, p.partition)),
+                committed.get((t, p.partition)), p.log_end_offset)
             for t in sorted(held) for p in held[t]]
     if as_json:
-        print(json.dumps({"group": group, "partitions": [r.as_json() for r in rows]}, indent=2),
+        shown = {"group": group}
+        if members:
+            shown.update({"phase": state.phase, "generation": state.generation,
+                          "members": [_member_json(m) for m in members]})
+        print(json.dumps({**shown, "partitions": [r.as_json() for r in rows]}, indent=2),
               file=out)
         return EXIT_OK
-    print(f"group: {group}  (offsets kept by the broker at {bootstrap})", file=out)
-    _table(rows, out, owners=False)
+    if not members:
+        print(f"group: {group}  (offsets kept by the broker at {bootstrap})", file=out)
+        _table(rows, out, owners=False)
+        return EXIT_OK
+    print(f"group: {group}  generation {state.generation}, {state.phase}, "
+          f"{plural(len(members), 'member')}  (offsets kept by the broker at {bootstrap})",
+          file=out)
+    for m in members:
+        streams = ", ".join(f"{a.topic} {a.stream}: {len(a.partitions)}" for a in m.assignment)
+        print(f"  {m.member_id}  client {m.client_id}  session {m.session_timeout_ms} ms"
+              f"  partitions per stream: {streams or '-'}", file=out)
+    _table(rows, out, owners=True)
     return EXIT_OK
 
 

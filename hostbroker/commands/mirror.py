@@ -63,6 +63,7 @@ from hostbroker.commands import (
     usage_error,
 )
 from hostbroker.commands.console import check_zookeeper
+from hostbroker.errors import ErrorCode
 
 DEFAULT_GROUP = "hostbroker-mirror"
 MAX_STREAMS = 64
@@ -112,7 +113,8 @@ class _Mirror:
 
     def on_partitions_revoked(self, keys) -> None:
         """A rebalance takes partitions away: what was handed over of them is committed
-        first (the next owner starts there). Not once the mirror stops: its own final
+        first (the next owner starts there), then forgotten (no later commit of this
+        mirror stores an offset of theirs). Not once the mirror stops: its own final
         commit, or none after a failure. A failure here (the flush) stops the mirror."""
         if self.stop.is_set():
             return
@@ -121,6 +123,10 @@ class _Mirror:
         except Exception as exc:  # noqa: BLE001 - reported by the main thread, which stops
             self.errors.append(exc)
             self.stop.set()
+        with self.gate:
+            for key in keys:
+                self.handed.pop(key, None)
+                self.committed.pop(key, None)
 
     def run_stream(self, stream) -> None:
         """A stream thread: hand its messages over until told to stop."""
@@ -146,6 +152,8 @@ class _Mirror:
         with self.gate:
             if self.stop.is_set():
                 return False
+            if not self.connector.owns(self.source.key(message)):
+                return True  # given up meanwhile: its next owner copies it
             self.producer.send(message.topic, message.value, partition=partition)
             self.handed[self.source.key(message)] = message.next_offset
             self.count += 1
@@ -160,9 +168,28 @@ class _Mirror:
             with self.gate:
                 self.producer.flush()
                 changed = {k: o for k, o in self.handed.items() if self.committed.get(k) != o}
-            if changed:
+            if not changed:
+                return
+            from hostbroker.client.errors import BrokerError
+
+            try:
                 self.connector.offset_storage.commit(self.connector.group, changed)
-                self.committed.update(changed)
+            except BrokerError as exc:
+                if exc.code not in _FENCED:
+                    raise
+                # This mirror lost its place in the group (its session ended, a later
+                # generation formed): the partitions are another's; it copies them again
+                # only if the group gives them back, from the group's offsets.
+                print(f"hostbroker mirror: commit refused ({exc}); the group's next owner "
+                      "copies those messages again", file=self.err)
+                with self.gate:
+                    for key in changed:
+                        self.handed.pop(key, None)
+                return
+            self.committed.update(changed)
+
+
+_FENCED = (ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID)
 
 
 def _check(topics_regex: str, num_streams: int, max_messages, timeout_ms,

@@ -1,0 +1,146 @@
+"""``hostbroker consume --group`` and ``hostbroker mirror`` as several processes of one
+group on a standalone broker: the broker's group coordinator splits the partitions
+between them (docs/spec/groups.md)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from hostbroker.client.coordinator_requests import CoordinatorClient
+from hostbroker.log.message import encode_message_set
+from tests.cluster.e2e_support import poll
+from tests.integration.cli import hostbroker, lines, running, terminate
+from tests.integration.test_cli_mirror import _partitions
+
+SETTLE_S = 20.0
+
+
+def described(uri: str, group: str) -> tuple[str, list[list[int]]]:
+    """The group's phase and each member's partitions (sorted by member id)."""
+    client = CoordinatorClient([uri], timeout=10, client_id="test")
+    try:
+        answer = client.describe_group(group)
+    finally:
+        client.close()
+    return answer.phase, [sorted(p for s in m.assignment for p in s.partitions)
+                          for m in answer.members]
+
+
+def split(uri: str, group: str, members: int) -> bool:
+    phase, held = described(uri, group)
+    return phase == "STABLE" and len(held) == members and all(held)
+
+
+def produce(uri: str, topic: str, partitions: int, per_partition: int, first: int) -> list[str]:
+    """``per_partition`` values to each partition, numbered from ``first``."""
+    from hostbroker.client import SimpleClient
+
+    values = []
+    with SimpleClient(uri) as client:
+        for p in range(partitions):
+            mine = [f"{first + p * per_partition + i:05d}" for i in range(per_partition)]
+            client.produce(topic, p, encode_message_set([v.encode() for v in mine]))
+            values += mine
+    return values
+
+
+def test_consumers_of_one_group_split_the_partitions(broker):
+    with broker.client() as client:
+        client.create_topic("c", 4)
+    args = ("consume", "--topic", "c", "--group", "cg", "--from-beginning", "--max-messages", "20",
+            "--bootstrap", broker.unix)
+    with running(*args) as one, running(*args) as two:
+        poll(lambda: split(broker.unix, "cg", 2), SETTLE_S, "two members with 2 partitions each")
+        values = produce(broker.unix, "c", 4, 10, 0)
+        out_one, err_one = one.communicate(timeout=60)
+        out_two, err_two = two.communicate(timeout=60)
+    assert one.returncode == two.returncode == 0, (err_one, err_two)
+    got_one, got_two = out_one.decode().split(), out_two.decode().split()
+    # Each read two whole partitions: 20 messages, none the other's.
+    assert len(got_one) == len(got_two) == 20
+    assert sorted(got_one + got_two) == values
+    with broker.client() as client:
+        stored = client.offset_fetch("cg", [("c", p) for p in range(4)])
+        ends = [client.offsets("c", p)[0] for p in range(4)]
+    assert [r.offset for r in stored] == ends
+
+
+def test_mirrors_of_one_group_copy_each_message_once(make_broker, tmp_path):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "dst").mkdir()
+    source = make_broker(root=tmp_path / "src")
+    destination = make_broker(root=tmp_path / "dst")
+    with source.client() as client:
+        client.create_topic("m", 4)
+    values = produce(source.unix, "m", 4, 10, 0)
+
+    def copied() -> list[str]:
+        found = _partitions(destination.unix, "m")
+        return sorted(v.decode() for vs in found.values() for v in vs) if found else []
+
+    args = ("mirror", "--from", source.unix, "--to", destination.unix, "--topics", "m",
+            "--group", "mg", "--commit-interval-ms", "200")
+    with running(*args) as first:
+        poll(lambda: copied() == values, SETTLE_S, "the first mirror to copy")
+        with running(*args) as second:
+            poll(lambda: split(source.unix, "mg", 2), SETTLE_S, "the mirrors to split")
+            values += produce(source.unix, "m", 4, 10, 100)
+            poll(lambda: copied() == sorted(values), SETTLE_S, "the two mirrors to copy")
+            out_first, err_first = terminate(first)
+            poll(lambda: described(source.unix, "mg")[1] == [[0, 1, 2, 3]], SETTLE_S,
+                 "the second mirror to take every partition")
+            values += produce(source.unix, "m", 4, 10, 200)
+            poll(lambda: copied() == sorted(values), SETTLE_S, "the second mirror to copy")
+            out_second, err_second = terminate(second)
+    assert first.returncode == second.returncode == 0, (err_first, err_second)
+    counts = [int(re.match(rb"mirrored (\d+) message", out).group(1))
+              for out in (out_first, out_second)]
+    # Every message once: each mirror committed what it copied before giving it up.
+    assert sum(counts) == len(values) == 120, counts
+    assert counts[1] > 0
+    assert copied() == sorted(values)
+
+
+def test_groups_describe_shows_members_generation_owners_and_lag(broker):
+    from hostbroker.client import ConsumerConnector
+
+    with broker.client() as client:
+        client.create_topic("d", 4)
+    values = produce(broker.unix, "d", 4, 3, 0)
+    config = {"group.id": "dg", "auto.offset.reset": "earliest", "consumer.timeout.ms": 10000,
+              "fetch.wait.max.ms": 50}
+    with ConsumerConnector(broker.unix, config, client_id="one") as one, \
+            ConsumerConnector(broker.unix, config, client_id="two") as two:
+        (first,) = one.create_message_streams({"d": 1})["d"]
+        two.create_message_streams({"d": 1})
+        poll(lambda: split(broker.unix, "dg", 2), SETTLE_S, "two members")
+        # Read and commit all of one member's partitions: no lag there.
+        taken = [next(first).value.decode() for _ in range(6)]
+        one.commit_offsets()
+        result = hostbroker("groups", "describe", "--bootstrap", broker.unix, "--group", "dg",
+                            "--topic", "d")
+        as_json = json.loads(hostbroker("groups", "describe", "--bootstrap", broker.unix,
+                                        "--group", "dg", "--topic", "d", "--json").stdout)
+    assert result.returncode == 0, result.stderr
+    members = sorted([one.cluster.member.member_id, two.cluster.member.member_id])
+    generation = as_json["generation"]
+    out = lines(result)
+    assert out[0] == (f"group: dg  generation {generation}, STABLE, 2 members  "
+                      f"(offsets kept by the broker at {broker.unix})")
+    clients = {one.cluster.member.member_id: "one", two.cluster.member.member_id: "two"}
+    assert out[1:3] == [f"  {m}  client {clients[m]}  session 6000 ms  partitions per stream: "
+                        f"d 0: 2" for m in members]
+    assert out[3].split() == ["topic", "partition", "owner", "committed", "log", "end", "lag"]
+    with broker.client() as client:
+        ends = [client.offsets("d", p)[0] for p in range(4)]
+    mine = sorted({values.index(v) // 3 for v in taken})
+    rows = [line.split() for line in out[4:]]
+    assert [row[:3] for row in rows] == [["d", str(p), f"{members[p // 2]}-0"] for p in range(4)]
+    assert [row[3:] for row in rows if int(row[1]) in mine] == [
+        [str(ends[p]), str(ends[p]), "0"] for p in mine]
+    assert [m["member_id"] for m in as_json["members"]] == members
+    assert as_json["phase"] == "STABLE"
+    assert [m["assignment"] for m in as_json["members"]] == [
+        [{"topic": "d", "stream": 0, "partitions": [0, 1]}],
+        [{"topic": "d", "stream": 0, "partitions": [2, 3]}]]
