@@ -414,7 +414,7 @@ class ConsumerConnector:
             # Registers and rebalances once; its fetchers start as partitions come.
             self.cluster.member.start()
             return
-        if self._coordinated and self._join_coordinator():
+        if self._coordinated and self.cluster.begin():
             return
         self._fetchers = [Fetcher(self, i) for i in range(self.settings["num.consumer.fetchers"])]
         # The first assignment runs here, so that a broker that cannot be
@@ -428,47 +428,6 @@ class ConsumerConnector:
         self._next_commit = time.monotonic() + self.settings["auto.commit.interval.ms"] / 1000
         for fetcher in self._fetchers:
             fetcher.thread.start()
-
-    def _join_coordinator(self) -> bool:
-        """Join the group on the broker and start fetching what it assigns; False (and
-        the connector reads every partition itself from now on) when the broker does
-        not serve groups. Raises what the first join or sync met."""
-        from hostbroker.client.group_coordinator import GroupsNotServed
-
-        side = self.cluster
-        self._fetchers = side.new_fetchers()
-        try:
-            side.member.first_join()
-        except GroupsNotServed as exc:
-            log.warning("consumer group %s: the broker does not serve consumer groups (%s); "
-                        "this consumer reads every partition of its topics", self.group, exc)
-            self._fall_back()
-            return False
-        except BaseException:
-            for fetcher in self._fetchers:  # their threads never start
-                fetcher.consumer.close()
-            side.member.close()
-            side.close()
-            raise
-        self._next_commit = time.monotonic() + self.settings["auto.commit.interval.ms"] / 1000
-        for fetcher in self._fetchers:
-            fetcher.thread.start()
-        side.member.start()
-        return True
-
-    def _fall_back(self) -> None:
-        """Standalone without the coordinator: every partition, dealt by the assignor."""
-        side, self.cluster, self._coordinated = self.cluster, None, False
-        for fetcher in self._fetchers:
-            fetcher.consumer.close()
-        self._fetchers = []
-        side.member.close()
-        side.close()
-        self._owned = {}
-        self._done = {}
-        if self._own_storage:
-            self.offset_storage.close()
-            self.offset_storage = BrokerOffsetStorage(self._uris, self._fetch_config())
 
     # Housekeeping, in the first fetcher's thread.
 

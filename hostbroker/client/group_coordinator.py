@@ -360,18 +360,55 @@ class CoordinatorSide:
 
     # Partitions.
 
-    def new_fetchers(self) -> list[Fetcher]:
-        """The connector's fetchers (started once the first join is done); the member
-        thread, not the first fetcher, does the housekeeping."""
+    def begin(self) -> bool:
+        """In ``create_message_streams``: join the group and start fetching what it
+        assigns; False (and the connector reads every partition itself from now on)
+        when the broker does not serve groups. Raises what the first join or sync met."""
         c = self.connector
-        return [Fetcher(c, i, housekeeping=False)
-                for i in range(c.settings["num.consumer.fetchers"])]
+        # The member thread, not the first fetcher, does the housekeeping.
+        c._fetchers = [Fetcher(c, i, housekeeping=False)
+                       for i in range(c.settings["num.consumer.fetchers"])]
+        try:
+            self.member.first_join()
+        except GroupsNotServed as exc:
+            log.warning("consumer group %s: the broker does not serve consumer groups (%s); "
+                        "this consumer reads every partition of its topics", c.group, exc)
+            self._fall_back()
+            return False
+        except BaseException:
+            for fetcher in c._fetchers:  # their threads never start
+                fetcher.consumer.close()
+            self.member.close()
+            self.close()
+            raise
+        c._next_commit = time.monotonic() + c.settings["auto.commit.interval.ms"] / 1000
+        for fetcher in c._fetchers:
+            fetcher.thread.start()
+        self.member.start()
+        return True
+
+    def _fall_back(self) -> None:
+        """The connector without a group: every partition, dealt by its assignor."""
+        c = self.connector
+        c.cluster, c._coordinated = None, False
+        for fetcher in c._fetchers:
+            fetcher.consumer.close()
+        c._fetchers = []
+        self.member.close()
+        self.close()
+        c._owned = {}
+        c._done = {}
+        if c._own_storage:
+            c.offset_storage.close()
+            c.offset_storage = _broker_offsets()(c._uris, c._fetch_config())
 
     def assign(self, assignment: Mapping[str, Mapping[int, Iterable[int]]]) -> None:
         """Read the partitions of this generation's assignment from the group's offsets."""
         c = self.connector
         keys: dict[TopicPartition, int] = {}
         for topic, streams in assignment.items():
+            if c._filter is not None and topic not in self._topics:
+                continue  # the placeholder of a filter that matched nothing
             for stream, partitions in streams.items():
                 if stream < len(self._streams_of(topic)):
                     keys.update({(topic, p): stream for p in partitions})
