@@ -332,3 +332,27 @@ def test_without_groups_on_the_broker_each_connector_reads_every_partition(broke
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert len(warnings) == 2, warnings
     assert all("does not serve consumer groups" in w for w in warnings), warnings
+
+
+def test_a_slow_handler_keeps_its_session(broker):
+    """Heartbeats come from a thread of their own: a reader that holds a message three
+    session timeouts long stays a member, and the group does not rebalance."""
+    with broker.client() as client:
+        client.create_topic("slow", 2)
+        for p in range(2):
+            client.produce("slow", p, encode_message_set([b"x", b"y"]))
+    config = {"group.id": "slow", "auto.offset.reset": "earliest", "session.timeout.ms": 600,
+              "consumer.timeout.ms": 10000, "fetch.wait.max.ms": 50}
+    with ConsumerConnector(broker.unix, config) as busy, \
+            ConsumerConnector(broker.unix, config) as other:
+        (slow,) = busy.create_message_streams({"slow": 1})["slow"]
+        other.create_message_streams({"slow": 1})
+        poll(lambda: busy.cluster.member.generation == other.cluster.member.generation
+             and len(busy._owned) == len(other._owned) == 1, SETTLE_S, "the split")
+        generation = busy.cluster.member.generation
+        next(slow)
+        time.sleep(3 * 0.6)  # the message handler at work
+        assert next(slow).value == b"y"
+        assert (busy.cluster.member.generation, other.cluster.member.generation) == (
+            generation, generation)
+        assert busy.cluster.member.session_lost is False
