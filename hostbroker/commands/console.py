@@ -16,7 +16,10 @@ the log end (the default), the log start (``--from-beginning``) or a given
 offset, and keeps no offsets. With ``--group`` it reads through a
 :class:`~hostbroker.client.ConsumerConnector`: it starts where the group
 committed (``--from-beginning`` applies only where the group has no offset
-yet) and commits what it printed when it stops. It stops after
+yet) and commits what it printed when it stops. It is a member of the group
+on the broker: several ``consume --group G`` processes split the topic's
+partitions, and each commits what it printed of the partitions a rebalance
+takes from it. It stops after
 ``--max-messages``, after ``--timeout-ms`` without a message, or on Ctrl-C
 or SIGTERM, which are normal stops (status 0). A closed stdout (``| head``)
 stops it quietly.
@@ -439,7 +442,10 @@ def _consume_group(topic, group, from_beginning, timeout_ms, config, output: _Ou
     config.setdefault("client.id", "hostbroker-console-consumer")
     config["group.id"] = group
     config.setdefault("auto.offset.reset", "earliest" if from_beginning else "latest")
-    config.setdefault("auto.commit.enable", False)
+    # In a group on the broker a member commits what it printed of the partitions a
+    # rebalance takes (auto.commit.enable), so neither it nor their next owner prints
+    # them again; in ZooKeeper it commits when it stops.
+    config.setdefault("auto.commit.enable", zookeeper is None)
     if timeout_ms is not None:
         config["consumer.timeout.ms"] = timeout_ms
     if zookeeper is None:

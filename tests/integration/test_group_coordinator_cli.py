@@ -144,3 +144,29 @@ def test_groups_describe_shows_members_generation_owners_and_lag(broker):
     assert [m["assignment"] for m in as_json["members"]] == [
         [{"topic": "d", "stream": 0, "partitions": [0, 1]}],
         [{"topic": "d", "stream": 0, "partitions": [2, 3]}]]
+
+
+def test_a_consumer_joining_takes_partitions_where_the_first_stopped_printing(broker):
+    import threading
+
+    with broker.client() as client:
+        client.create_topic("j", 4)
+    values = produce(broker.unix, "j", 4, 5, 0)
+    args = ("consume", "--topic", "j", "--group", "jg", "--from-beginning",
+            "--bootstrap", broker.unix)
+    printed: list[str] = []
+    with running(*args, "--max-messages", "30") as first:
+        reader = threading.Thread(
+            target=lambda: printed.extend(line.decode().strip() for line in first.stdout))
+        reader.start()
+        poll(lambda: len(printed) == 20, SETTLE_S, "the first to print the first 20")
+        with running(*args, "--max-messages", "10") as second:
+            poll(lambda: split(broker.unix, "jg", 2), SETTLE_S, "the second to join")
+            values += produce(broker.unix, "j", 4, 5, 100)
+            out_second, err_second = second.communicate(timeout=60)
+        first.wait(60)
+        reader.join(10)
+    assert (first.returncode, second.returncode) == (0, 0), err_second
+    # The first printed its 20, then 10 of its two partitions; the second 10 of the
+    # other two: nothing twice.
+    assert sorted(printed + out_second.decode().split()) == sorted(values)
