@@ -12,6 +12,8 @@ committed (tests/cluster/e2e_support.check_duplicates).
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import struct
 import threading
@@ -20,6 +22,7 @@ import time
 import pytest
 
 from hostbroker.client import ConsumerConnector
+from hostbroker.client.errors import BrokerError
 from hostbroker.errors import ErrorCode
 from hostbroker.log.message import encode_message_set
 from tests.cluster.e2e_support import GROUP, TOPIC, ConsumerProcess, check_duplicates, poll
@@ -111,22 +114,28 @@ class Consumer(ConsumerProcess):
 
 
 class Feeder:
-    """Values "000000", "000001"... to partition n % 12, about 50 a second, in a thread."""
+    """Values "000000", "000001"... to partition n % 12, about 50 a second, in a thread;
+    ``acked`` the ones the broker took."""
 
     def __init__(self, broker):
         self.client = broker.client()
         self.acked: list[str] = []
+        self.sent = 0  # the number of the next value: every later value is produced later
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
     def _run(self) -> None:
-        n = 0
         while not self.stopping.is_set():
+            n = self.sent
             value = f"{n:06d}"
-            self.client.produce(TOPIC, n % PARTITIONS, encode_message_set([value.encode()]))
-            self.acked.append(value)
-            n += 1
+            self.sent += 1
+            try:
+                self.client.produce(TOPIC, n % PARTITIONS, encode_message_set([value.encode()]))
+            except (BrokerError, ConnectionError):  # a broker process replaced: not acked
+                self.client.close()
+            else:
+                self.acked.append(value)
             self.stopping.wait(0.02)
 
     def stop(self) -> None:
@@ -242,7 +251,7 @@ def test_a_member_stopped_past_its_session_is_fenced_and_rejoins(group):
     wait_settled([sleeper, other])
     assert sleeper.current()[0] > generation
     assert sizes([sleeper, other]) == [6, 6]
-    mark = len(feeder.acked)
+    mark = feeder.sent
     poll(lambda: any(int(v) >= mark for v in sleeper.values()), SETTLE_S,
          "the member to consume again")
     check_duplicates([sleeper, other])
@@ -356,3 +365,33 @@ def test_a_slow_handler_keeps_its_session(broker):
         assert (busy.cluster.member.generation, other.cluster.member.generation) == (
             generation, generation)
         assert busy.cluster.member.session_lost is False
+
+
+def test_the_group_settles_after_the_state_s_process_is_killed_in_a_rebalance(group):
+    a, b, c = (group.start() for _ in range(3))
+    wait_settled([a, b, c])
+    # A rebalance that waits: c is stopped, b leaves, a's join waits for c.
+    c.suspend()
+    b.stop()
+    poll(lambda: phase_of(group.broker) == "PREPARING_REBALANCE", SETTLE_S, "the rebalance")
+    writer = group.broker.workers()["hb-writer-0"]
+    os.kill(writer, signal.SIGKILL)
+    group.broker.wait_worker_replaced("hb-writer-0", writer)
+    c.resume()
+    wait_settled([a, c])
+    assert sizes([a, c]) == [6, 6]
+    mark = group.feeder.sent
+    for consumer in (a, c):
+        poll(lambda: any(int(v) >= mark for v in consumer.values()), SETTLE_S,
+             "each member to consume")
+    check_duplicates([a, b, c])
+
+
+def phase_of(broker) -> str:
+    from hostbroker.client.coordinator_requests import CoordinatorClient
+
+    client = CoordinatorClient([broker.unix], timeout=10, client_id="test")
+    try:
+        return client.describe_group(GROUP).phase
+    finally:
+        client.close()
