@@ -131,6 +131,7 @@ class CoordinatedMember:
         self._joining = True  # the heartbeat thread waits meanwhile
         self._problem: tuple[int, int] | None = None  # (generation, code) to act on
         self._wake = threading.Event()
+        self._closing = threading.Event()  # ends the heartbeat thread's wait
         self._backoff = Backoff(settings["retry.backoff.ms"] / 1000,
                                 settings["retry.backoff.max.ms"] / 1000)
         self._client = self.new_client()  # the member thread's
@@ -196,7 +197,7 @@ class CoordinatedMember:
 
     def _beat(self) -> None:
         while not self.closed:
-            time.sleep(self.interval)
+            self._closing.wait(self.interval)
             if self.closed or self._joining:
                 continue
             generation, member_id = self.ids
@@ -290,6 +291,7 @@ class CoordinatedMember:
         """No rebalance from here on (the connector shuts down)."""
         self.closed = True
         self._wake.set()
+        self._closing.set()
 
     def leave(self) -> None:
         """After the last commit: LEAVE_GROUP (which also ends a join waiting in the
@@ -302,8 +304,9 @@ class CoordinatedMember:
                 log.warning("consumer group %s: leaving failed: %s", self.group, exc)
             finally:
                 client.close()
-        if self.thread.is_alive() and self.thread is not threading.current_thread():
-            self.thread.join(_LEAVE_TIMEOUT_S)
+        for thread in (self.thread, self.heart):
+            if thread.is_alive() and thread is not threading.current_thread():
+                thread.join(_LEAVE_TIMEOUT_S)
         self._client.close()
         self._beats.close()
 
