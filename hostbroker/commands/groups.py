@@ -12,8 +12,9 @@ on the live brokers (each broker's OFFSETS answer for earliest, latest or a
 time) and is refused while the group has a registered member.
 
 With ``--bootstrap`` (standalone) the offsets are the ones the broker keeps
-(OFFSET_FETCH / OFFSET_COMMIT); ``list`` says that no request lists groups;
-``describe`` and ``reset-offsets`` are given the topics. ``describe`` also
+(OFFSET_FETCH / OFFSET_COMMIT); ``list`` prints the groups with members
+(LIST_GROUPS; a group with only committed offsets is not listed: no request
+lists the offsets store); ``describe`` and ``reset-offsets`` are given the topics. ``describe`` also
 shows what the broker's group coordinator holds (DESCRIBE_GROUP,
 docs/spec/groups.md) for a group with members: its phase and generation,
 each member (id, client id, session timeout) and, per partition, the
@@ -36,7 +37,6 @@ from typing import TextIO
 from hostbroker.commands import (
     DEFAULT_BOOTSTRAP,
     EXIT_OK,
-    EXIT_USAGE,
     CommandError,
     check_bootstrap,
     check_topic,
@@ -152,9 +152,36 @@ def _committed(client, group: str, keys: Iterable[tuple[str, int]]) -> dict[tupl
     return {(r.topic, r.partition): r.offset for r in results if r.offset >= 0}
 
 
-def list_standalone(*, bootstrap: str = DEFAULT_BOOTSTRAP, out: TextIO = sys.stdout) -> int:
-    raise CommandError("a standalone broker has no request that lists groups; use "
-                       "describe --group G --topic T (or --zookeeper in cluster mode)", EXIT_USAGE)
+def _print_groups(groups: Iterable[str], as_json: bool, out: TextIO) -> None:
+    if as_json:
+        print(json.dumps({"groups": list(groups)}, indent=2), file=out)
+        return
+    for group in groups:
+        print(group, file=out)
+
+
+def list_standalone(*, as_json: bool = False, bootstrap: str = DEFAULT_BOOTSTRAP,
+                    out: TextIO = sys.stdout) -> int:
+    """The groups with members on the broker (LIST_GROUPS), one a line, sorted. A group
+    with committed offsets and no members is not listed: no request lists the offsets
+    store. A broker that does not serve groups is a command error."""
+    from hostbroker.client.coordinator_requests import CoordinatorClient
+    from hostbroker.client.errors import BrokerError
+    from hostbroker.errors import ErrorCode
+
+    client = CoordinatorClient([check_bootstrap(bootstrap)], timeout=10.0,
+                               client_id="hostbroker-groups")
+    try:
+        groups = client.list_groups()
+    except BrokerError as exc:
+        if exc.code == ErrorCode.UNSUPPORTED_VERSION:
+            raise CommandError(f"the broker at {bootstrap} does not serve consumer groups "
+                               "(no LIST_GROUPS); use describe --group G --topic T") from None
+        raise
+    finally:
+        client.close()
+    _print_groups(groups, as_json, out)
+    return EXIT_OK
 
 
 def _coordinator_state(bootstrap: str, group: str):
@@ -327,17 +354,17 @@ def _each_broker(name: str, brokers, work, err: TextIO):
                        lambda _info, client: work(client), err, command="groups")
 
 
-def list_cluster(*, zookeeper: str, out: TextIO = sys.stdout) -> int:
+def list_cluster(*, as_json: bool = False, zookeeper: str, out: TextIO = sys.stdout) -> int:
     """Every group under /consumers, one a line, sorted."""
     from hostbroker.cluster import paths
 
     zk = _zookeeper(zookeeper)
     try:
-        for group in _children(zk, paths.CONSUMERS):
-            print(group, file=out)
+        groups = _children(zk, paths.CONSUMERS)
     finally:
         zk.stop()
         zk.close()
+    _print_groups(groups, as_json, out)
     return EXIT_OK
 
 

@@ -4,11 +4,13 @@ against a standalone broker's stored offsets."""
 
 from __future__ import annotations
 
+import io
 import json
 import time
 
 from hostbroker.client import ConsumerConnector
 from hostbroker.cluster import paths
+from hostbroker.commands.groups import list_standalone
 from hostbroker.log.message import encode_message_set
 from tests.cluster.test_broker_registration import cluster_broker
 from tests.cluster.test_discovery import wait_until
@@ -232,10 +234,21 @@ def test_standalone_describe_and_reset_on_the_brokers_stored_offsets(make_broker
     assert [(r["partition"], r["committed"], r["lag"])
             for r in json.loads(result.stdout)["partitions"]] == [(p, ends[p], 0) for p in (0, 1)]
 
+    # list: the groups with members (LIST_GROUPS); sg has only committed offsets now
     result = hostbroker("groups", "list", "--bootstrap", broker.unix)
-    assert result.returncode == 2
-    assert one_line_error(result).startswith(
-        "hostbroker groups list: a standalone broker has no request that lists groups")
+    assert (result.returncode, result.stdout, result.stderr) == (0, b"", b"")
+    with ConsumerConnector(broker.unix, config={**config, "group.id": "sg"}) as one, \
+            ConsumerConnector(broker.unix, config={**config, "group.id": "b-other"}) as two:
+        for connector in (one, two):
+            connector.create_message_streams({"s": 1})
+            assert connector.cluster.member.generation == 1
+        result = hostbroker("groups", "list", "--bootstrap", broker.unix)
+        assert (result.returncode, lines(result)) == (0, ["b-other", "sg"])
+        out = io.StringIO()
+        assert list_standalone(as_json=True, bootstrap=broker.tcp, out=out) == 0
+        assert json.loads(out.getvalue()) == {"groups": ["b-other", "sg"]}
+    result = hostbroker("groups", "list", "--bootstrap", broker.unix)  # both left
+    assert (result.returncode, result.stdout) == (0, b"")
     result = hostbroker("groups", "describe", "--bootstrap", broker.unix, "--group", "sg",
                         "--topic", "nope")
     assert (result.returncode, one_line_error(result)) == (
