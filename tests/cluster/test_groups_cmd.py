@@ -10,12 +10,13 @@ import time
 
 from hostbroker.client import ConsumerConnector
 from hostbroker.cluster import paths
-from hostbroker.commands.groups import list_standalone
+from hostbroker.commands.groups import list_cluster, list_standalone
 from hostbroker.log.message import encode_message_set
 from tests.cluster.test_broker_registration import cluster_broker
 from tests.cluster.test_discovery import wait_until
 from tests.integration.broker import free_port
 from tests.integration.cli import hostbroker, lines, one_line_error
+from tests.integration.test_group_coordinator import NoGroupsProxy
 
 # messages per (broker, partition); 2 partitions of "t" on each of brokers 1 and 2
 COUNTS = {(1, 0): 5, (1, 1): 3, (2, 0): 4, (2, 1): 0}
@@ -69,6 +70,9 @@ def test_describe_list_and_reset_a_group_in_zookeeper(make_broker, tmp_path, zoo
 
     result = hostbroker("groups", "list", "--zookeeper", zookeeper.connect)
     assert (result.returncode, lines(result)) == (0, ["g"])
+    listed = io.StringIO()
+    assert list_cluster(as_json=True, zookeeper=zookeeper.connect, out=listed) == 0
+    assert json.loads(listed.getvalue()) == {"groups": ["g"]}
 
     result = hostbroker("groups", "describe", "--zookeeper", zookeeper.connect, "--group", "g")
     assert result.returncode == 0, result.stderr
@@ -249,6 +253,14 @@ def test_standalone_describe_and_reset_on_the_brokers_stored_offsets(make_broker
         assert json.loads(out.getvalue()) == {"groups": ["b-other", "sg"]}
     result = hostbroker("groups", "list", "--bootstrap", broker.unix)  # both left
     assert (result.returncode, result.stdout) == (0, b"")
+    proxy = NoGroupsProxy(broker)  # a broker that does not serve groups
+    try:
+        result = hostbroker("groups", "list", "--bootstrap", proxy.uri)
+    finally:
+        proxy.close()
+    assert (result.returncode, one_line_error(result)) == (
+        1, f"hostbroker groups list: the broker at {proxy.uri} does not serve consumer groups "
+           "(no LIST_GROUPS); use describe --group G --topic T")
     result = hostbroker("groups", "describe", "--bootstrap", broker.unix, "--group", "sg",
                         "--topic", "nope")
     assert (result.returncode, one_line_error(result)) == (
