@@ -24,13 +24,14 @@ import argparse
 import os
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
 sys.path.insert(0, ROOT)
 
 CONSUMER = """
@@ -54,6 +55,7 @@ connector.shutdown()
 GROUP = "bench"
 TOPIC = "events"
 
+from rebalance_common import run_cycles, wait_until  # noqa: E402
 from tests.cluster.e2e_support import owners  # noqa: E402 - the tests' reading of owner nodes
 
 
@@ -78,18 +80,10 @@ def expected(pairs, consumer_ids) -> dict[str, str]:
 def settle(zk, pairs, change_seen, timeout: float = 60.0) -> float:
     """Seconds from ``change_seen()`` turning true to the owners matching the members."""
     deadline = time.monotonic() + timeout
-    while not change_seen():
-        if time.monotonic() > deadline:
-            raise SystemExit("the change never showed in ZooKeeper")
-        time.sleep(0.002)
-    start = time.monotonic()
-    while True:
-        now_members = members(zk)
-        if owners(zk, GROUP, TOPIC) == expected(pairs, now_members):
-            return time.monotonic() - start
-        if time.monotonic() > deadline:
-            raise SystemExit(f"no settled assignment: owners {owners(zk, GROUP, TOPIC)}")
-        time.sleep(0.002)
+    start = wait_until(change_seen, deadline, "the change to show in ZooKeeper")
+    settled = wait_until(lambda: owners(zk, GROUP, TOPIC) == expected(pairs, members(zk)),
+                         deadline, "the owners to match the members")
+    return settled - start
 
 
 def main() -> None:
@@ -123,28 +117,24 @@ def main() -> None:
         with open(script, "w") as f:
             f.write(CONSUMER)
         env = {**os.environ, "PYTHONPATH": ROOT}
-        joins, leaves = [], []
-        for cycle in range(args.cycles):
-            for _ in range(args.consumers):
-                before = set(members(zk))
-                proc = subprocess.Popen([sys.executable, script, zookeeper.connect, GROUP, TOPIC],
-                                        stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                                        env=env, text=True)
-                consumers.append(proc)
-                joins.append(settle(zk, pairs, lambda: len(set(members(zk)) - before) == 1))
-            while consumers:
-                proc = consumers.pop(0)
-                before = set(members(zk))
-                proc.send_signal(signal.SIGTERM)
-                leaves.append(settle(zk, pairs, lambda: len(before - set(members(zk))) == 1))
-                proc.wait(30)
-            print(f"cycle {cycle + 1}: joins " + ", ".join(f"{t * 1000:.0f}" for t in
-                                                           joins[-args.consumers:])
-                  + " ms; leaves " + ", ".join(f"{t * 1000:.0f}" for t in leaves[-args.consumers:])
-                  + " ms", flush=True)
-        for name, times in (("join", joins), ("leave", leaves)):
-            print(f"{name}: p50 {statistics.median(times) * 1000:.0f} ms, "
-                  f"max {max(times) * 1000:.0f} ms over {len(times)} changes")
+
+        def join() -> float:
+            before = set(members(zk))
+            proc = subprocess.Popen([sys.executable, script, zookeeper.connect, GROUP, TOPIC],
+                                    stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                                    env=env, text=True)
+            consumers.append(proc)
+            return settle(zk, pairs, lambda: len(set(members(zk)) - before) == 1)
+
+        def leave() -> float:
+            proc = consumers.pop(0)
+            before = set(members(zk))
+            proc.send_signal(signal.SIGTERM)
+            took = settle(zk, pairs, lambda: len(before - set(members(zk))) == 1)
+            proc.wait(30)
+            return took
+
+        run_cycles(args.cycles, args.consumers, join, leave)
     finally:
         for proc in consumers:
             proc.kill()
