@@ -26,7 +26,10 @@ broker. :class:`CoordinatorSide` is what the connector does there; its
   is committed (:attr:`CoordinatedMember.session_lost`).
 - **commits** are OFFSET_COMMIT v1 with the member's generation and id
   (:class:`FencedOffsets`); one refused ILLEGAL_GENERATION or UNKNOWN_MEMBER_ID fences
-  the member too (a rebalance follows).
+  the member too (a rebalance follows). A member that is no member any more
+  (UNKNOWN_MEMBER_ID) commits what it handed out from outside the group, which the
+  broker stores only while the group has no members, and only where the stored
+  offsets are still the ones it last read or wrote (no one else committed since).
 - **shutdown**: the connector commits last, then the member leaves (LEAVE_GROUP), so
   the others rebalance at once.
 
@@ -83,9 +86,15 @@ class FencedOffsets:
         self._client = member.new_client()
         self._lock = threading.Lock()
         self.refused = 0  # commits refused by the fence (for tools and tests)
+        # The stored offsets as this member last read or wrote them (-1: none).
+        self._known: dict[TopicPartition, int] = {}
 
     def fetch(self, group: str, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        return self._reads.fetch(group, partitions)
+        partitions = list(partitions)
+        found = self._reads.fetch(group, partitions)
+        with self._lock:
+            self._known.update({tp: found.get(tp, -1) for tp in partitions})
+        return found
 
     def commit(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
         entries = [(t, p, o, None) for (t, p), o in sorted(offsets.items())]
@@ -95,16 +104,42 @@ class FencedOffsets:
             generation, member_id = self.member.ids
             if generation < 0:  # not a member now: a commit from outside the group
                 member_id = ""
+                self._refuse_stale(group, entries)
             try:
                 codes = self._client.commit(group, generation, member_id, entries)
             except ConnectionError:
                 codes = self._client.commit(group, generation, member_id, entries)
+            if (generation >= 0 and self.member.closed and codes
+                    and set(codes.values()) == {ErrorCode.UNKNOWN_MEMBER_ID}):
+                # The last commit of a member that is gone (the broker restarted, the
+                # session ended) before it learned so: from outside, as on a rejoin.
+                generation = -1
+                self._refuse_stale(group, entries)
+                codes = self._client.commit(group, -1, "", entries)
+            self._known.update({(t, p): o for t, p, o, _ in entries
+                                if codes.get((t, p)) == ErrorCode.NONE})
         for (topic, partition), code in sorted(codes.items()):
             if code in _FENCED:
                 self.refused += 1
                 self.member.fence(generation, code)
             if code != ErrorCode.NONE:
                 raise BrokerError(code, topic=topic, partition=partition)
+
+    def _refuse_stale(self, group: str, entries: list) -> None:
+        """A commit from outside the group (the member lost its membership) is stored
+        by the broker while the group has no members, also after another member took
+        these partitions, committed and left: refuse it, as the broker refuses a fenced
+        member, when a stored offset is not the one this member last read or wrote
+        (someone else committed since; storing would overwrite it, maybe lower it)."""
+        stored = self._reads.fetch(group, [(t, p) for t, p, _, _ in entries])
+        for topic, partition, _, _ in entries:
+            now, known = stored.get((topic, partition), -1), self._known.get((topic, partition))
+            if now != known:
+                self.refused += 1
+                raise BrokerError(ErrorCode.UNKNOWN_MEMBER_ID,
+                                  f"not a member, and group {group} has stored offset {now} "
+                                  f"since this member's {known}",
+                                  topic=topic, partition=partition)
 
     def close(self) -> None:
         with self._lock:

@@ -2,7 +2,9 @@
 member processes (tests/integration/test_group_coordinator.py's CONSUMER_SCRIPT): a
 restart of ``hostbroker serve`` (SIGTERM, then started again on the same log dirs and
 listeners), after which the group state is gone and the members join again as new
-members, and a handler SIGKILLed while a rebalance waits.
+members; a handler SIGKILLed while a rebalance waits; and a member stopped past its
+session that comes back after the group emptied (its commit from outside the group
+must not overwrite what the member that took its partitions committed).
 
 What is checked: the live members settle on one generation with every partition owned
 once (their own lines and the broker's DESCRIBE_GROUP agree), they consume what is
@@ -21,7 +23,10 @@ from types import SimpleNamespace
 
 import pytest
 
+from hostbroker.client import ConsumerConnector
 from hostbroker.client.coordinator_requests import CoordinatorClient
+from hostbroker.errors import ErrorCode
+from hostbroker.log.message import encode_message_set
 from hostbroker.log.offsetstore import FILENAME
 from tests.cluster.e2e_support import GROUP, TOPIC, check_duplicates, poll
 from tests.integration.test_group_coordinator import (
@@ -186,3 +191,72 @@ def test_the_group_settles_after_a_handler_is_killed_in_a_rebalance(group):
         consumer.stop()
     check_duplicates([a, b, c])
     check_never_back(broker)
+
+
+def last_offsets(consumer, kind: str) -> dict[int, int]:
+    """partition -> the highest offset ``consumer`` handed out (``m``) or committed (``c``)."""
+    out: dict[int, int] = {}
+    for line in list(consumer.lines):
+        words = line.split()
+        if words[0] == kind:
+            out[int(words[2])] = max(out.get(int(words[2]), -1), int(words[3]))
+    return out
+
+
+def committed_past(consumer, partition: int, offset: int) -> bool:
+    """``consumer`` committed ``partition`` past a message it handed out after ``offset``."""
+    later = [o for _, p, o, _ in consumer.messages() if p == partition and o > offset]
+    return bool(later) and last_offsets(consumer, "c").get(partition, -1) > min(later)
+
+
+def test_a_member_back_after_its_group_emptied_moves_no_offset_back(group):
+    """A member stopped past its session comes back once the one that took its partitions
+    (and committed past what it had handed out) has left: the group has no members then,
+    so its commit from outside the group would be stored over the other's offsets."""
+    sleeper = group.start(commit_ms=600000)  # nothing committed of what it hands out
+    other = group.start()
+    poll(lambda: settled([sleeper, other]), SETTLE_S, "the two members to settle")
+    consume_on(group, [sleeper])
+    sleeper.suspend()
+    mine = sleeper.current()[1]
+    poll(lambda: other.current()[1] == frozenset(range(PARTITIONS)), SETTLE_S,
+         "the other member to take every partition")
+    poll(lambda: all(committed_past(other, p, last_offsets(sleeper, "m").get(p, -1))
+                     for p in mine), SETTLE_S, "the other member to commit past the stopped one")
+    other.stop()  # the group is empty
+    mark = len(sleeper.lines)
+    sleeper.resume()
+    poll(lambda: settled_again([sleeper], [mark]), SETTLE_S, "the member to take everything")
+    consume_on(group, [sleeper])
+    everything_consumed(group)
+    sleeper.stop()
+    # its commit of what it had handed out was refused: the other had committed since
+    assert ErrorCode.UNKNOWN_MEMBER_ID in sleeper.refused()
+    check_never_back(group.broker)
+    check_duplicates([sleeper, other])
+
+
+def test_a_member_shut_down_before_it_learns_of_a_restart_commits_from_outside(make_broker):
+    """The last commit of a member whose broker restarted before its next heartbeat is
+    refused UNKNOWN_MEMBER_ID as a member's; the group has no members, so it is stored
+    from outside the group, and shutdown does not fail."""
+    broker = make_broker()
+    with broker.client() as client:
+        client.create_topic("r", 1)
+        client.produce("r", 0, encode_message_set([b"a", b"b", b"c"]))
+    config = {"group.id": "late", "auto.offset.reset": "earliest", "consumer.timeout.ms": 10000,
+              "fetch.wait.max.ms": 50, "auto.commit.interval.ms": 600000,
+              "heartbeat.interval.ms": 60000, "session.timeout.ms": 200000}
+    connector = ConsumerConnector(broker.unix, config)
+    try:
+        (stream,) = connector.create_message_streams({"r": 1})["r"]
+        got = [next(stream) for _ in range(2)]
+        generation = connector.cluster.member.generation
+        assert broker.stop() == 0
+        broker.start()
+    finally:
+        connector.shutdown()
+    assert connector.cluster.member.generation == generation  # it never learned
+    with broker.client() as client:
+        (stored,) = client.offset_fetch("late", [("r", 0)])
+    assert stored.offset == got[1].next_offset
