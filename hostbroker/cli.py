@@ -150,6 +150,7 @@ def _add_topics(sub) -> None:
     describe.add_argument("--topic", action="append",
                           help="a topic to describe (repeatable; the same as naming it)")
     describe.add_argument("--json", action="store_true", help="one JSON document")
+    listing.add_argument("--json", action="store_true", help="one JSON document")
     describe.set_defaults(func=_topics_describe)
     delete = actions.add_parser("delete", help="delete a topic and its data")
     _add_client_target(delete)
@@ -174,11 +175,12 @@ def _add_groups(sub) -> None:
     groups = sub.add_parser(
         "groups", help="consumer groups: list, describe (owners, offsets, lag), reset offsets",
         description="A consumer group's state. With --zookeeper: the group as ZooKeeper holds "
-                    "it. With --bootstrap: the offsets a standalone broker keeps (no request "
-                    "lists groups there, and the broker cannot tell whether a group's "
-                    "consumers are running).")
+                    "it. With --bootstrap: the group as the standalone broker's group "
+                    "coordinator holds it, with the offsets the broker keeps.")
     actions = groups.add_subparsers(dest="action", required=True)
-    listing = actions.add_parser("list", help="the groups registered in ZooKeeper")
+    listing = actions.add_parser(
+        "list", help="the groups in ZooKeeper (--zookeeper) or with members on the broker "
+                     "(--bootstrap)")
     describe = actions.add_parser(
         "describe", help="members, then owner, committed offset, log end and lag per partition",
         description="With --zookeeper: the members and every partition of the group's topics "
@@ -187,10 +189,9 @@ def _add_groups(sub) -> None:
     reset = actions.add_parser(
         "reset-offsets", help="set the committed offsets of a topic's partitions",
         description="Set the group's offset of every partition of --topic to each broker's "
-                    "earliest or latest offset, or its offset for a time. With --zookeeper it "
-                    "is refused while the group has a live member. With --bootstrap the broker "
-                    "cannot tell: stop the group's consumers first, or their next commit "
-                    "overwrites the reset.")
+                    "earliest or latest offset, or its offset for a time. Refused while the "
+                    "group has a live member (in ZooKeeper, or on the broker's group "
+                    "coordinator): stop the group's consumers first.")
     for parser in (listing, describe, reset):
         _add_client_target(parser)
     for parser in (describe, reset):
@@ -198,10 +199,11 @@ def _add_groups(sub) -> None:
     describe.add_argument("--topic", action="append", default=[], metavar="TOPIC",
                           help="a topic of the group (repeatable)")
     describe.add_argument("--json", action="store_true", help="one JSON document")
+    listing.add_argument("--json", action="store_true", help="one JSON document")
     reset.add_argument("--topic", required=True, metavar="TOPIC")
     reset.add_argument("--to", required=True, metavar="earliest|latest|TIME",
                        help="TIME: ms since the epoch, or ISO-8601 (UTC unless given)")
-    listing.set_defaults(func=lambda args: _groups_run("list", args))
+    listing.set_defaults(func=lambda args: _groups_run("list", args, as_json=args.json))
     describe.set_defaults(func=lambda args: _groups_run(
         "describe", args, args.group, args.topic, as_json=args.json))
     reset.set_defaults(func=lambda args: _groups_run(

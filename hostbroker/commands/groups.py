@@ -253,6 +253,13 @@ def reset_standalone(group: str, topic: str, to: str, *, bootstrap: str = DEFAUL
                      out: TextIO = sys.stdout) -> int:
     """Store the offset for ``to`` as ``group``'s on every partition of ``topic`` (OFFSET_COMMIT)."""
     time = parse_to(to)
+    state = _coordinator_state(bootstrap, group)
+    if state is not None and state.members:
+        # The broker would refuse the commit (a group with members takes commits only
+        # from its current generation), and the members would read on from their own.
+        live = [m.member_id for m in state.members]
+        raise CommandError(f"group {group} has {plural(len(live), 'live member')} "
+                           f"({', '.join(live)}); stop its consumers first")
     with _client(bootstrap) as client:
         partitions = _standalone_partitions(client, [topic])[topic]
         old = _committed(client, group, [(topic, p.partition) for p in partitions])

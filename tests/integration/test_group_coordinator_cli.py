@@ -170,3 +170,32 @@ def test_a_consumer_joining_takes_partitions_where_the_first_stopped_printing(br
     # The first printed its 20, then 10 of its two partitions; the second 10 of the
     # other two: nothing twice.
     assert sorted(printed + out_second.decode().split()) == sorted(values)
+
+
+def test_groups_list_and_reset_while_a_member_lives(broker):
+    from tests.integration.cli import one_line_error
+
+    with broker.client() as client:
+        client.create_topic("r", 2)
+    produce(broker.unix, "r", 2, 5, 0)
+    args = ("consume", "--topic", "r", "--group", "rg", "--from-beginning",
+            "--bootstrap", broker.unix)
+    with running(*args) as member:
+        poll(lambda: split(broker.unix, "rg", 1), SETTLE_S, "one member with both partitions")
+        listed = hostbroker("groups", "list", "--json", "--bootstrap", broker.unix)
+        assert listed.returncode == 0, listed.stderr
+        assert json.loads(listed.stdout) == {"groups": ["rg"]}
+        refused = hostbroker("groups", "reset-offsets", "--group", "rg", "--topic", "r",
+                             "--to", "earliest", "--bootstrap", broker.unix)
+        assert refused.returncode == 1
+        line = one_line_error(refused)
+        assert "group rg has 1 live member" in line and "stop its consumers first" in line
+        terminate(member)
+    poll(lambda: described(broker.unix, "rg")[0] == "EMPTY", SETTLE_S, "the group empty")
+    assert lines(hostbroker("groups", "list", "--bootstrap", broker.unix)) == []
+    reset = hostbroker("groups", "reset-offsets", "--group", "rg", "--topic", "r",
+                       "--to", "earliest", "--bootstrap", broker.unix)
+    assert reset.returncode == 0, reset.stderr
+    with broker.client() as client:
+        stored = client.offset_fetch("rg", [("r", 0), ("r", 1)])
+    assert sorted((r.partition, r.offset) for r in stored) == [(0, 0), (1, 0)]
