@@ -47,7 +47,7 @@ from __future__ import annotations
 import collections
 import socket
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from hostbroker.client.errors import BrokerError, ConnectionClosedError
@@ -435,3 +435,19 @@ def _sendmsg_all(sock: socket.socket, parts: Sequence[Buffer]) -> None:
 def connect(uri: str, **options: Any) -> BrokerConnection:
     """A connected :class:`BrokerConnection` (options as for its constructor)."""
     return BrokerConnection(uri, **options).connect()
+
+
+def connect_first(uris: Sequence[str], make: Callable[[str], BrokerConnection]) -> BrokerConnection:
+    """``make(uri)`` connected, for the first of ``uris`` that accepts; the last
+    failure (an OSError) when none does."""
+    failure: OSError | None = None
+    for uri in uris:
+        connection = make(uri)
+        try:
+            connection.connect()
+        except OSError as exc:
+            failure = exc
+            continue
+        return connection
+    assert failure is not None, "no broker URI to connect to"
+    raise failure

@@ -43,7 +43,8 @@ import struct
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from hostbroker.client.connection import DEFAULT_CLIENT_ID, BrokerConnection, parse_uri
+from hostbroker.client.connection import (DEFAULT_CLIENT_ID, BrokerConnection, connect_first,
+                                          parse_uri)
 from hostbroker.client.errors import (BrokerError, DecompressedTooLargeError, InvalidEntryError,
                                       MessageSizeTooLargeError, OffsetOutOfRangeError)
 from hostbroker.client.settings import Settings, broker_uris, resolve
@@ -282,20 +283,11 @@ class _Connector:
         connection = self.connection
         if connection is not None and connection.connected:
             return connection
-        failure: OSError | None = None
-        for uri in self.uris:
-            # Sets are copied out of each answer before the next is read.
-            connection = BrokerConnection(uri, timeout=self.timeout, client_id=self.client_id,
-                                          reuse_buffer=True, setup_timeout=self.setup_timeout)
-            try:
-                connection.connect()
-            except OSError as exc:
-                failure = exc
-                continue
-            self.connection = connection
-            return connection
-        assert failure is not None
-        raise failure
+        # Sets are copied out of each answer before the next is read.
+        self.connection = connect_first(self.uris, lambda uri: BrokerConnection(
+            uri, timeout=self.timeout, client_id=self.client_id, reuse_buffer=True,
+            setup_timeout=self.setup_timeout))
+        return self.connection
 
     def request(self, request: api.Request) -> Any:
         """Send ``request`` and wait for its answer; once more on a new connection when

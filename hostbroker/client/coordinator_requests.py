@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from hostbroker.client.connection import BrokerConnection
+from hostbroker.client.connection import BrokerConnection, connect_first
 from hostbroker.client.errors import BrokerError
 from hostbroker.errors import ErrorCode, ProtocolError
 from hostbroker.protocol import api
@@ -110,19 +110,10 @@ class CoordinatorClient:
         connection = self._connection
         if connection is not None and connection.connected:
             return connection
-        failure: OSError | None = None
-        for uri in self.uris:
-            connection = GroupConnection(uri, timeout=self.timeout, client_id=self.client_id,
-                                         setup_timeout=self.setup_timeout)
-            try:
-                connection.connect()
-            except OSError as exc:
-                failure = exc
-                continue
-            self._connection = connection
-            return connection
-        assert failure is not None
-        raise failure
+        self._connection = connect_first(self.uris, lambda uri: GroupConnection(
+            uri, timeout=self.timeout, client_id=self.client_id,
+            setup_timeout=self.setup_timeout))
+        return self._connection
 
     def _call(self, request: Any, broker_wait: float = 0.0) -> Any:
         connection = self._get()
