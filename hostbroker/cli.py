@@ -318,6 +318,14 @@ def _perf_consume(args: argparse.Namespace) -> int:
                         as_json=args.json, **_target(args))
 
 
+def _perf_latency(args: argparse.Namespace) -> int:
+    from hostbroker.commands import perf_latency
+
+    return commands.run("perf latency", perf_latency.latency, args.topic, apis=args.api,
+                        loads=args.load, seconds=args.seconds, clients=args.clients,
+                        as_json=args.json, bootstrap=args.bootstrap or DEFAULT_BOOTSTRAP)
+
+
 def _add_perf(sub) -> None:
     perf = sub.add_parser("perf", help="producer and consumer throughput and latency tests")
     tests = perf.add_subparsers(dest="test", required=True)
@@ -360,6 +368,29 @@ def _add_perf(sub) -> None:
     consume.add_argument("--json", action="store_true", help="one JSON document")
     _add_properties(consume, "consumer")
     consume.set_defaults(func=_perf_consume)
+
+    latency = tests.add_parser(
+        "latency", help="per-API request latency percentiles at idle, moderate and full load",
+        description="Time METADATA, PRODUCE (one 100-byte message, acks=1), FETCH (1 KiB "
+                    "from the log start) and OFFSETS requests against one broker: at idle "
+                    "(one request at a time), full load (--clients connections in a closed "
+                    "loop) and moderate load (the same connections paced at half the "
+                    "requests/s full load reached). Prints requests/s and p50/p99/p99.9/max "
+                    "latency in ms per API and load. Writes messages to --topic.")
+    latency.add_argument("--bootstrap", metavar="URI",
+                         help=f"broker: tcp://HOST:PORT or unix:///PATH "
+                              f"(default {DEFAULT_BOOTSTRAP})")
+    latency.add_argument("--topic", required=True)
+    latency.add_argument("--api", metavar="LIST",
+                         help="comma-separated: metadata,produce,fetch,offsets (default all)")
+    latency.add_argument("--load", metavar="LIST",
+                         help="comma-separated: idle,moderate,full, or all (default all)")
+    latency.add_argument("--seconds", type=float, default=2.0, metavar="N",
+                         help="seconds per API and load (default 2)")
+    latency.add_argument("--clients", type=int, default=4, metavar="C",
+                         help="connections at moderate and full load (default 4)")
+    latency.add_argument("--json", action="store_true", help="one JSON document")
+    latency.set_defaults(func=_perf_latency)
 
 
 def _mirror(args: argparse.Namespace) -> int:
