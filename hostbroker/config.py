@@ -179,6 +179,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("worker.heartbeat.timeout.ms", int, 3000,
             "A worker whose heartbeat (a thread, beating 8 times per timeout) is silent "
             "this long, stopped or frozen, is aborted and replaced.", _at_least(100)),
+    Setting("worker.spin.us", int, 0,
+            "After a loop round that had work, a processor, handler or writer keeps looking "
+            "for more this many microseconds before it sleeps on its doorbell: no wake-up "
+            "when work follows quickly, at the cost of a busy core meanwhile. 0 never spins, "
+            "the right choice when workers outnumber the cores (see docs/benchmarks.md).",
+            _between(0, 100000)),
     Setting("worker.boot.timeout.ms", int, 600000,
             "How long a worker may take to start (writers recover their logs first).",
             _at_least(100)),

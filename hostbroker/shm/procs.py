@@ -23,7 +23,10 @@ Worker slot (192 bytes)::
     20      4     pid
     24      8     epoch            bumped by the supervisor at each (re)start of the slot
     32      8     heartbeat_ns     time.monotonic_ns() of the worker's last heartbeat
-    40      8     reserved
+    40      4     sleeping         1 while the worker sleeps (or is about to) waiting
+                                   for its doorbell; peers ring it only then
+                                   (``hostbroker.shm.doorbell.Waker``)
+    44      4     reserved
     48      128   counters         16 x u64, indexes below
 
 Writers: the supervisor fills a slot with :meth:`~ProcessBoard.set_worker`
@@ -56,7 +59,14 @@ MESSAGES_IN = 6
 FETCH_PARKED = 7  # fetch requests waiting for data
 RING_FULL = 8  # times a producer found a ring full
 FLUSHES = 9
-COUNTER_COUNT = 16  # 10..15 are spare
+# Where the time goes (``hostbroker top``, tools/bench/latency.py):
+WAIT_NS = 10  # ns records waited in this worker's input rings (enqueue to pickup)
+WORK_NS = 11  # ns spent in loop cycles that had work
+WAKEUPS = 12  # times the worker slept and was woken by its doorbell or a socket
+BELLS_RUNG = 13  # peers' doorbells this worker rang
+BELLS_SKIPPED = 14  # peers' doorbells not rung because the peer was awake
+SPIN_HITS = 15  # times work arrived while the worker spun before sleeping
+COUNTER_COUNT = 16
 COUNTER_NAMES = (
     "requests",
     "bytes_in",
@@ -68,7 +78,13 @@ COUNTER_NAMES = (
     "fetch_parked",
     "ring_full",
     "flushes",
-) + tuple(f"spare_{i}" for i in range(10, COUNTER_COUNT))
+    "wait_ns",
+    "work_ns",
+    "wakeups",
+    "bells_rung",
+    "bells_skipped",
+    "spin_hits",
+)
 
 
 class BrokerState(enum.IntEnum):
@@ -109,7 +125,8 @@ PROCESS_LAYOUT = SlotLayout(
         ("pid", "I"),
         ("epoch", "Q"),
         ("heartbeat_ns", "Q"),
-        ("_reserved", "8x"),
+        ("_sleeping", "4x"),
+        ("_reserved", "4x"),
         ("counters", f"{COUNTER_COUNT}Q"),
     ],
     slot_size=192,
@@ -121,6 +138,7 @@ _SUPERVISOR_PID = 44 // 4
 _STATE = 8  # byte offsets within a slot
 _EPOCH = 24
 _HEARTBEAT = 32
+_SLEEPING = 40
 _COUNTERS = 48
 
 
@@ -172,6 +190,7 @@ class ProcessBoard(SlotTable):
             heartbeat_ns=time.monotonic_ns(),
             counters=(0,) * COUNTER_COUNT,
         )
+        self._u32[self.sleeping_index(i)] = 0  # starts awake; peers ring it once it sleeps
 
     # -- the worker of slot i ---------------------------------------------
 
@@ -181,6 +200,16 @@ class ProcessBoard(SlotTable):
     def heartbeat(self, i: int, now_ns: int | None = None) -> None:
         """Say the worker is alive (``now_ns`` defaults to time.monotonic_ns())."""
         self._u64[(self._offset(i) + _HEARTBEAT) >> 3] = time.monotonic_ns() if now_ns is None else now_ns
+
+    def sleeping_index(self, i: int) -> int:
+        """Where slot ``i``'s sleeping flag is in :attr:`flags` (u32 words), for
+        the hot paths that store or load it directly."""
+        return (self._offset(i) + _SLEEPING) >> 2
+
+    @property
+    def flags(self) -> memoryview:
+        """The board as u32 words; see :meth:`sleeping_index`."""
+        return self._u32
 
     def add(self, i: int, counter: int, n: int = 1) -> None:
         self._u64[self._counter_at(i, counter)] += n

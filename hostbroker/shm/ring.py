@@ -45,7 +45,7 @@ dies mid-record leaves nothing visible: ``head`` moves only in
 
 Sleeping on a full ring is a Dekker-style handshake (each side stores its own
 variable, then loads the other's), and TSO does let a load overtake an earlier
-store. So both sides put a full fence between the two (:func:`_full_fence`)::
+store. So both sides put a full fence between the two (:func:`full_fence`)::
 
     producer                                 consumer (release)
     try_put -> False                         store tail
@@ -92,7 +92,7 @@ _WAITING = 192 // 4  # index into the header viewed as u32
 _fence_lock = threading.Lock()
 
 
-def _full_fence() -> None:
+def full_fence() -> None:
     # Every atomic read-modify-write on x86 is lock-prefixed and drains the
     # store buffer, i.e. is a full fence. Acquiring a lock is one, and the
     # cheapest way to run one from Python (well under a microsecond).
@@ -101,7 +101,7 @@ def _full_fence() -> None:
 
 
 def _new_fence_lock() -> None:
-    # A fork while another thread was inside _full_fence would leave the
+    # A fork while another thread was inside full_fence would leave the
     # child's copy of the lock held forever.
     global _fence_lock
     _fence_lock = threading.Lock()
@@ -264,7 +264,7 @@ class Ring(Structure):
         sleeping: the consumer may have freed space before it saw the flag.
         """
         self._hdr32[_WAITING] = 1
-        _full_fence()
+        full_fence()
 
     # -- consumer ---------------------------------------------------------
 
@@ -324,13 +324,17 @@ class Ring(Structure):
 
     def _store_tail(self, pos: int) -> bool:
         self._hdr[_TAIL] = self._released = pos
-        _full_fence()
+        full_fence()
         if self._hdr32[_WAITING]:
             self._hdr32[_WAITING] = 0
             return True
         return False
 
     # -- either side ------------------------------------------------------
+
+    def has_unread(self) -> bool:
+        """Consumer side: a record was published that :meth:`read` has not returned."""
+        return self._hdr[_HEAD] != self._read_pos
 
     def pending_bytes(self) -> int:
         """Published bytes not yet released by the consumer (occupancy)."""

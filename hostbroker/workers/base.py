@@ -8,6 +8,13 @@ shared memory, and :meth:`Worker.run` loops until asked to stop. Signal
 handlers only set a flag and ring the worker's own doorbell so the loop wakes
 up; the loop does the work.
 
+Sleeping: a worker sleeps on its doorbell through a
+:class:`~hostbroker.shm.doorbell.Sleeper`, which flags it asleep on the board
+first, so peers ring it (through :meth:`Worker.waker`) only then; after a round
+that had work it may spin ``worker.spin.us`` first. Each round it adds to its
+board counters where its time went: ring wait (from the enqueue stamps of what
+it took), work, wake-ups, bells rung and skipped, spin hits.
+
 Liveness: a ``heartbeat`` thread writes the worker's heartbeat on the process
 board every ``worker.heartbeat.timeout.ms / 8``, so a stopped or frozen process
 is seen within the (short) heartbeat timeout whatever its main thread is busy
@@ -30,6 +37,7 @@ import time
 
 from hostbroker.shm.channel import Receiver, Sender
 from hostbroker.shm import procs
+from hostbroker.shm.doorbell import Sleeper, Waker
 from hostbroker.shm.procs import ProcessBoard
 from hostbroker.shm.ring import Ring
 from hostbroker.workers.plan import BrokerPlan
@@ -84,6 +92,10 @@ class Worker:
         self.board: ProcessBoard | None = None
         self.slot = plan.board_slot(self.kind, index)
         self._inputs: list[Ring] = []  # the rings this worker consumes
+        self._wakers: list[Waker] = []
+        self.sleeper: Sleeper | None = None
+        self.wait_ns = 0  # ns the records this worker took waited in its input rings
+        self.work_ns = 0  # ns of loop rounds that had work
         self.supervisor_pid = os.getpid()  # built in the supervisor, before the fork
         self._loop_ns = 0  # when the main loop last came round (for the heartbeat thread)
 
@@ -99,6 +111,8 @@ class Worker:
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         self.board = ProcessBoard.attach(self.plan.board_name)
         self.doorbell = self.plan.doorbell(self.kind, self.index)
+        self.sleeper = Sleeper(self.board.flags, self.board.sleeping_index(self.slot),
+                               self._has_input, self.config["worker.spin.us"] * 1000)
         self._loop_ns = time.monotonic_ns()
         threading.Thread(target=self._beat, name="heartbeat", daemon=True).start()
 
@@ -119,12 +133,29 @@ class Worker:
         self.board.set(self.slot, procs.RING_OCCUPANCY,
                        sum(ring.pending_bytes() for ring in self._inputs))
 
+    def publish_timing(self) -> None:
+        """Copy where the time went (plain counters of the main loop) to the
+        board; the heartbeat thread does it, off the main loop's path."""
+        board, slot, sleeper = self.board, self.slot, self.sleeper
+        board.set(slot, procs.WAIT_NS, self.wait_ns)
+        board.set(slot, procs.WORK_NS, self.work_ns)
+        if sleeper is not None:
+            board.set(slot, procs.WAKEUPS, sleeper.wakeups)
+            board.set(slot, procs.SPIN_HITS, sleeper.spin_hits)
+        rung = skipped = 0
+        for waker in self._wakers:
+            rung += waker.rung
+            skipped += waker.skipped
+        board.set(slot, procs.BELLS_RUNG, rung)
+        board.set(slot, procs.BELLS_SKIPPED, skipped)
+
     def _beat(self) -> None:
         """The heartbeat thread: beat while the main loop is alive (see the module doc)."""
         interval = self.config["worker.heartbeat.timeout.ms"] / 8000
         while True:
             time.sleep(interval)
             self.beat_if_alive(time.monotonic_ns())
+            self.publish_timing()
 
     def beat_if_alive(self, now_ns: int) -> bool:
         """Beat at ``now_ns`` unless the main loop last came round more than
@@ -149,17 +180,40 @@ class Worker:
         self._inputs.append(ring)
         return Receiver(ring)
 
+    def waker(self, kind: str, index: int) -> Waker:
+        """The doorbell of worker ``kind`` ``index``, rung only while it sleeps."""
+        peer = self.plan.board_slot(kind, index)
+        waker = Waker(self.plan.doorbell(kind, index), self.board.flags,
+                      self.board.sleeping_index(peer))
+        self._wakers.append(waker)
+        return waker
+
+    def _has_input(self) -> bool:
+        """Work is waiting: an input ring holds a record not read yet."""
+        for ring in self._inputs:
+            if ring.has_unread():
+                return True
+        return False
+
     def serve_rings(self) -> None:
         """The loop of a worker whose only input is its rings (handlers, writers):
-        sleep until the doorbell rings or ``_timeout()`` passes, run ``_cycle()``;
-        after a stop signal, one last cycle for what already arrived."""
+        sleep until the doorbell rings or ``_timeout()`` passes (after a round
+        with work, spin ``worker.spin.us`` first), run ``_cycle()``; after a
+        stop signal, one last cycle for what already arrived."""
         sel = selectors.DefaultSelector()
         sel.register(self.doorbell.fileno(), selectors.EVENT_READ)
+        sleeper = self.sleeper
+        worked = False
         while not self.stopping:
-            sel.select(self._timeout())
+            if not (worked and sleeper.spin_ns and sleeper.spin()):
+                sleeper.sleep(sel.select, self._timeout())
             self.doorbell.drain()
+            start = time.monotonic_ns()
             self.heartbeat()
+            worked = self._has_input()
             self._cycle()
+            if worked:
+                self.work_ns += time.monotonic_ns() - start
         self._cycle()
         sel.close()
 

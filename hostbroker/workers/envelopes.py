@@ -5,15 +5,18 @@ data (request frames, message sets) follows as-is so it is never re-encoded.
 
 Processor -> handler (request ring)::
 
-    conn_id:u64  seq:u32  flags:u32  frame...        (REQ_*)
+    conn_id:u64  seq:u32  flags:u32  stamp_ns:u64  frame...        (REQ_*)
 
 ``frame`` is the request as read off the socket without its size prefix;
 ``seq`` is its place in the connection's order (every request has one).
+``stamp_ns`` (here and in answers) is the sender's ``time.monotonic_ns()``
+when it queued the message, one clock for every process of the host: the
+receiver adds the time the message waited to its ``wait_ns`` counter.
 ``REQ_CLOSED`` (no frame) tells the handler a connection is gone.
 
 Handler -> processor (response ring)::
 
-    conn_id:u64  seq:u32  flags:u32  npieces:u32  pieces...
+    conn_id:u64  seq:u32  flags:u32  npieces:u32  stamp_ns:u64  pieces...
 
 each piece ``kind:u8`` then ``len:u32 bytes`` (``PIECE_BYTES``) or
 ``path_len:u16 path pos:u64 len:u64`` (``PIECE_FILE``, sent with sendfile).
@@ -51,10 +54,10 @@ import struct
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-REQ_HEADER = struct.Struct("<QII")
+REQ_HEADER = struct.Struct("<QIIQ")
 REQ_CLOSED = 2
 
-RESP_HEADER = struct.Struct("<QIII")
+RESP_HEADER = struct.Struct("<QIIIQ")
 RESP_CLOSE_AFTER = 1
 RESP_CLOSE_NOW = 2
 
@@ -82,9 +85,10 @@ class FilePiece(NamedTuple):
 Piece = bytes | FilePiece
 
 
-def encode_response(conn_id: int, seq: int, flags: int, pieces: Sequence[Piece]) -> list[bytes]:
+def encode_response(conn_id: int, seq: int, flags: int, pieces: Sequence[Piece],
+                    stamp_ns: int = 0) -> list[bytes]:
     """Parts of a response message (give them to ``Sender.send(*parts)``)."""
-    parts = [RESP_HEADER.pack(conn_id, seq, flags, len(pieces))]
+    parts = [RESP_HEADER.pack(conn_id, seq, flags, len(pieces), stamp_ns)]
     for piece in pieces:
         if isinstance(piece, FilePiece):
             path = piece.path.encode()
@@ -97,9 +101,10 @@ def encode_response(conn_id: int, seq: int, flags: int, pieces: Sequence[Piece])
     return parts
 
 
-def decode_response(buf) -> tuple[int, int, int, list[Piece]]:
-    """(conn_id, seq, flags, pieces) of a response message; bytes pieces are copies."""
-    conn_id, seq, flags, n = RESP_HEADER.unpack_from(buf, 0)
+def decode_response(buf) -> tuple[int, int, int, list[Piece], int]:
+    """(conn_id, seq, flags, pieces, stamp_ns) of a response message; bytes
+    pieces are copies."""
+    conn_id, seq, flags, n, stamp_ns = RESP_HEADER.unpack_from(buf, 0)
     pos = RESP_HEADER.size
     pieces: list[Piece] = []
     for _ in range(n):
@@ -117,7 +122,7 @@ def decode_response(buf) -> tuple[int, int, int, list[Piece]]:
             position, length = _PIECE_FILE_TAIL.unpack_from(buf, pos)
             pos += _PIECE_FILE_TAIL.size
             pieces.append(FilePiece(path, position, length))
-    return conn_id, seq, flags, pieces
+    return conn_id, seq, flags, pieces, stamp_ns
 
 
 class Append(NamedTuple):

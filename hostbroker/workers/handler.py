@@ -37,6 +37,7 @@ import dataclasses
 import itertools
 import os
 import sys
+import time
 import traceback
 from collections.abc import Callable
 
@@ -94,8 +95,12 @@ class HandlerWorker(TopicAdmin, Fetching, ConsumerOffsets, Worker):
         self.results = [self.receiver("res", w, self.index) for w in range(plan.num_writers)]
         self.responses = [self.sender("resp", self.index, p) for p in range(plan.num_processors)]
         self.appends = [self.sender("app", self.index, w) for w in range(plan.num_writers)]
-        self.processor_bells = [plan.doorbell("processor", p) for p in range(plan.num_processors)]
-        self.writer_bells = [plan.doorbell("writer", w) for w in range(plan.num_writers)]
+        self.processor_bells = [self.waker("processor", p) for p in range(plan.num_processors)]
+        self.writer_bells = [self.waker("writer", w) for w in range(plan.num_writers)]
+        # the writers' appended-message counters when this round began: a parked
+        # fetch may be answerable once they move (see _has_input)
+        self.writer_slots = [plan.board_slot("writer", w) for w in range(plan.num_writers)]
+        self.appended_seen = -1
         # tokens of each epoch apart: results a writer still sends for the
         # handler this one replaces are never taken for this one's
         self.tokens = itertools.count((self.epoch << 40) + 1)
@@ -144,7 +149,22 @@ class HandlerWorker(TopicAdmin, Fetching, ConsumerOffsets, Worker):
         soonest = min(p.deadline_ms for p in self.parked)
         return min(_IDLE_TIMEOUT_S, max(0.0, (soonest - now_ms()) / 1000))
 
+    def _appended(self) -> int:
+        """Messages the writers have appended (their board counters, summed)."""
+        board = self.board
+        return sum(board.get(slot, procs.MESSAGES_IN) for slot in self.writer_slots)
+
+    def _has_input(self) -> bool:
+        """Records in an input ring, or, with fetches parked, appends since this
+        round began: a writer rings a handler after appending only while it
+        sleeps (it stores its counter before it looks at our flag, and we set
+        the flag before we look at its counter, so one of us sees the other)."""
+        if super()._has_input():
+            return True
+        return bool(self.parked) and self._appended() != self.appended_seen
+
     def _cycle(self) -> None:
+        self.appended_seen = self._appended()  # before any fetch of this round looks at the log
         self._check_writer_epochs()
         if not self.draining and self.board.broker_state == procs.BROKER_DRAINING:
             # the broker is stopping: no more waiting, answer long polls with what is there
@@ -161,7 +181,7 @@ class HandlerWorker(TopicAdmin, Fetching, ConsumerOffsets, Worker):
             for w in self.dirty_writers:
                 self.appends[w].own()
             if receiver.done():
-                self.processor_bells[p].ring()
+                self.processor_bells[p].ring()  # it waits for space: always ring
         if self.parked:
             self._recheck_parked()
         self._flush_senders()
@@ -172,20 +192,21 @@ class HandlerWorker(TopicAdmin, Fetching, ConsumerOffsets, Worker):
             for m in receiver.poll():
                 self._on_result(m)
             if receiver.done():
-                self.writer_bells[w].ring()
+                self.writer_bells[w].ring()  # it waits for space: always ring
 
     def _flush_senders(self) -> None:
         for w in list(self.dirty_writers):
             if self.appends[w].pump():
                 self.dirty_writers.discard(w)
-            self.writer_bells[w].ring()
+            self.writer_bells[w].wake()
         for p in list(self.dirty_processors):
             if self.responses[p].pump():
                 self.dirty_processors.discard(p)
-            self.processor_bells[p].ring()
+            self.processor_bells[p].wake()
 
     def _respond(self, processor: int, conn_id: int, seq: int, pieces, flags: int = 0) -> None:
-        self.responses[processor].send(*env.encode_response(conn_id, seq, flags, pieces))
+        self.responses[processor].send(*env.encode_response(conn_id, seq, flags, pieces,
+                                                            time.monotonic_ns()))
         self.dirty_processors.add(processor)
 
     def _check_writer_epochs(self) -> None:
@@ -200,7 +221,8 @@ class HandlerWorker(TopicAdmin, Fetching, ConsumerOffsets, Worker):
 
     # -- requests ----------------------------------------------------------
     def _on_request(self, p: int, m) -> None:
-        conn_id, seq, flags = env.REQ_HEADER.unpack_from(m, 0)
+        conn_id, seq, flags, stamp_ns = env.REQ_HEADER.unpack_from(m, 0)
+        self.wait_ns += time.monotonic_ns() - stamp_ns
         if flags & env.REQ_CLOSED:
             self.parked = [x for x in self.parked if x.conn_id != conn_id]
             self.broken.pop(conn_id, None)

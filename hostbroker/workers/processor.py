@@ -103,7 +103,7 @@ class ProcessorWorker(Worker):
         self.buffers = Buffers()
         self.requests = [self.sender("req", self.index, h) for h in range(plan.num_handlers)]
         self.responses = [self.receiver("resp", h, self.index) for h in range(plan.num_handlers)]
-        self.handler_bells = [plan.doorbell("handler", h) for h in range(plan.num_handlers)]
+        self.handler_bells = [self.waker("handler", h) for h in range(plan.num_handlers)]
         self.handler_epochs = [self.board.epoch(plan.board_slot("handler", h))
                                for h in range(plan.num_handlers)]
         self.files = SegmentFiles(config["segment.fd.cache.size"])
@@ -123,6 +123,8 @@ class ProcessorWorker(Worker):
         next_sweep = time.monotonic() + _FD_SWEEP_S
         next_expiry = time.monotonic() + self.expire_every
         drain_deadline = None
+        sleeper, select, spin = self.sleeper, self.sel.select, self.sleeper.spin_ns
+        worked = False
         while True:
             if self.stopping and drain_deadline is None:
                 drain_deadline = self._start_drain()
@@ -134,7 +136,13 @@ class ProcessorWorker(Worker):
             timeout = 0.005 if self.dirty_handlers else self.expire_every
             if self.lingering:
                 timeout = max(0.0, min(timeout, self.lingering[0].linger_until - self.now))
-            events = self.sel.select(timeout)
+            events = None
+            if worked and spin:
+                events = self._spin()
+            if not events:
+                events = sleeper.sleep(select, timeout)
+            start = time.monotonic_ns()
+            worked = bool(events) or self._has_input()
             self.now = time.monotonic()
             for key, mask in events:
                 data = key.data
@@ -162,10 +170,26 @@ class ProcessorWorker(Worker):
             if self.now > next_sweep:
                 self.files.sweep()
                 next_sweep = self.now + _FD_SWEEP_S
+            if worked:
+                self.work_ns += time.monotonic_ns() - start
         for conn in list(self.conns.values()):
             self._close(conn)
         self._pump_requests()
         self.files.close()
+
+    def _spin(self) -> list:
+        """Look at the sockets and the answer rings for up to ``worker.spin.us``;
+        the socket events found (or [] with answers waiting, or nothing found)."""
+        found: list = []
+        select = self.sel.select
+
+        def poll() -> bool:
+            nonlocal found
+            found = select(0)
+            return bool(found)
+
+        self.sleeper.spin(poll)
+        return found
 
     def _start_drain(self) -> float:
         """Stop taking connections and requests; answer what is in flight."""
@@ -242,7 +266,7 @@ class ProcessorWorker(Worker):
         conn.sock.close()
         conn.release(self.buffers)
         self.requests[conn.handler].send(
-            env.REQ_HEADER.pack(conn.conn_id, 0, env.REQ_CLOSED))
+            env.REQ_HEADER.pack(conn.conn_id, 0, env.REQ_CLOSED, time.monotonic_ns()))
         self.dirty_handlers.add(conn.handler)
         self.board.set(self.slot, procs.CONNECTIONS, len(self.conns))
 
@@ -327,6 +351,7 @@ class ProcessorWorker(Worker):
         view = memoryview(data)
         end = len(view)
         pos = 0
+        stamp = time.monotonic_ns()
         handler = conn.handler
         sender = self.requests[handler]
         sent = 0
@@ -349,7 +374,8 @@ class ProcessorWorker(Worker):
             frame = view[pos + 4:pos + 4 + size]
             pos += 4 + size
             conn.at_handler += 1
-            sender.send(env.REQ_HEADER.pack(conn.conn_id, conn.next_seq & _SEQ_MASK, 0), frame)
+            sender.send(env.REQ_HEADER.pack(conn.conn_id, conn.next_seq & _SEQ_MASK, 0, stamp),
+                        frame)
             conn.next_seq += 1
             sent += 1
         frame = view = None  # the ring or the sender's copies hold the frames from here
@@ -387,7 +413,8 @@ class ProcessorWorker(Worker):
         for h, receiver in enumerate(self.responses):
             messages = receiver.poll()
             for m in messages:
-                conn_id, seq, flags, pieces = env.decode_response(m)
+                conn_id, seq, flags, pieces, stamp = env.decode_response(m)
+                self.wait_ns += time.monotonic_ns() - stamp
                 conn = self.conns.get(conn_id)
                 if conn is None:
                     continue
@@ -398,7 +425,7 @@ class ProcessorWorker(Worker):
                 seq = conn.send_seq + ((seq - conn.send_seq) & _SEQ_MASK)
                 self._queue_answer(conn, seq, pieces, flags)
             if receiver.done():
-                self.handler_bells[h].ring()
+                self.handler_bells[h].ring()  # it waits for space: always ring
 
     def _queue_answer(self, conn: Connection, seq: int, pieces: list, flags: int) -> None:
         if flags & (env.RESP_CLOSE_AFTER | env.RESP_CLOSE_NOW):
@@ -543,7 +570,7 @@ class ProcessorWorker(Worker):
         for h in list(self.dirty_handlers):
             if self.requests[h].pump():
                 self.dirty_handlers.discard(h)
-            self.handler_bells[h].ring()
+            self.handler_bells[h].wake()
         if self.paused and not self.dirty_handlers:
             self._pause(False)
 

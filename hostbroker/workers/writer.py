@@ -15,8 +15,9 @@ per batch, never per message). Flushes, whether due by the flush policy
 (``flush.messages``, ``flush.ms``) or asked for by acks=-1, run in the
 writer's flusher thread, so appends go on while the disk catches up; the
 flushed offset is published when the fdatasync returns. Retention runs from
-the same loop. After each batch every handler's doorbell is rung so parked
-fetches see the new data.
+the same loop. After each batch that appended, every handler that sleeps
+with fetches parked is woken so they see the new data (an awake handler looks
+at its parked fetches anyway before it sleeps; see ``handler._has_input``).
 
 Deletes come through the same rings. The writer is the only process that
 writes a slot it serves, so it marks the slot DELETING itself; it then drops
@@ -75,9 +76,11 @@ class WriterWorker(Worker):
                                      self.config["admin.lock.timeout.ms"] / 1000)
         self.receivers = [self.receiver("app", h, self.index) for h in range(self.plan.num_handlers)]
         self.senders = [self.sender("res", self.index, h) for h in range(self.plan.num_handlers)]
-        self.handler_doorbells = [self.plan.doorbell("handler", h)
-                                  for h in range(self.plan.num_handlers)]
+        self.handler_doorbells = [self.waker("handler", h) for h in range(self.plan.num_handlers)]
+        self.handler_slots = [self.plan.board_slot("handler", h)
+                              for h in range(self.plan.num_handlers)]
         self.offline = False
+        self.appended = 0  # messages appended in this round, not yet on the board
         self.slots: dict[int, PartitionLog] = {}
         self.published: dict[int, tuple] = {}  # slot -> what the table last got
         self.dirty: set[int] = set()  # slots with unflushed data
@@ -294,7 +297,7 @@ class WriterWorker(Worker):
                 elif op == env.OP_GROUP:
                     self._group(h, token, env.decode_json(m), results[h])
             if receiver.done():
-                self.handler_doorbells[h].ring()
+                self.handler_doorbells[h].ring()  # it waits for space: always ring
         if self.groups is not None:
             for h, token, result in self.groups.tick():
                 results[h].append(env.encode_json(env.OP_GROUP, token, result))
@@ -304,6 +307,11 @@ class WriterWorker(Worker):
                 continue  # deleted after its appends in this same batch
             self._publish(slot, plog)
             self.dirty.add(slot)
+        if self.appended:
+            # after the table has the new log ends: a handler that sees this
+            # counter move sees them too (handler._has_input)
+            self.count(procs.MESSAGES_IN, self.appended)
+            self.appended = 0
         now = now_ms()
         due = [s for s in self.dirty if s in self.slots and
                (self.slots[s].flush_due(now) or any(w.slot == s for w in self.waiters))]
@@ -319,8 +327,9 @@ class WriterWorker(Worker):
         self._answer_waiters()
         self._pump()
         if touched:
-            for bell in self.handler_doorbells:
-                bell.ring()
+            board = self.board
+            for bell, slot in zip(self.handler_doorbells, self.handler_slots):
+                bell.wake(lambda: board.get(slot, procs.FETCH_PARKED))
 
     def _append(self, h: int, m, out: list, touched: set[int]) -> None:
         a = env.decode_append(m)
@@ -347,7 +356,7 @@ class WriterWorker(Worker):
                                                ErrorCode.STORAGE_ERROR, -1, -1),))
             return
         touched.add(slot)
-        self.count(procs.MESSAGES_IN, a.count)
+        self.appended += a.count  # counted once published (see _cycle)
         self.count(procs.BYTES_IN, len(data))
         if a.acks == -1:
             self.waiters.append(Waiter(h, token, index, slot, plog, base, end, a.deadline_ms))
@@ -573,7 +582,7 @@ class WriterWorker(Worker):
         for h, sender in enumerate(self.senders):
             if sender.pending():
                 sender.pump()
-                self.handler_doorbells[h].ring()
+                self.handler_doorbells[h].wake()
 
     def _shutdown(self) -> None:
         try:

@@ -1,3 +1,4 @@
+import mmap
 import os
 import signal
 import time
@@ -90,11 +91,11 @@ def test_attach_checks_the_layout(table):
     other.close()
 
 
-def _write_pairs(name, seconds):
+def _write_pairs(name, stop, seconds):
     table = PartitionTable.attach(name)
     deadline = time.monotonic() + seconds
     value = 0
-    while time.monotonic() < deadline:
+    while not stop[0] and time.monotonic() < deadline:
         value += 1
         table.write(1, start_offset=value, end_offset=value, flushed_offset=value, name=str(value))
         for _ in range(value % 8):  # a writer does some work between writes
@@ -102,7 +103,10 @@ def _write_pairs(name, seconds):
 
 
 def test_readers_never_see_a_torn_slot_under_a_concurrent_writer(table):
-    pid = fork(_write_pairs, table.name, 0.5)
+    # the writer goes on until the reader has seen it change 1,000 times (or 20 s
+    # pass): on a busy machine the two may get a core at the same time only now and then
+    stop = memoryview(mmap.mmap(-1, 4)).cast("I")
+    pid = fork(_write_pairs, table.name, stop, 20.0)
     reads = changes = last = 0
     while (status := os.waitpid(pid, os.WNOHANG)) == (0, 0):
         slot = table.read(1)
@@ -112,6 +116,8 @@ def test_readers_never_see_a_torn_slot_under_a_concurrent_writer(table):
         changes += slot.start_offset != last
         last = slot.start_offset
         reads += 1
+        if changes >= 1000:
+            stop[0] = 1
     assert os.waitstatus_to_exitcode(status[1]) == 0
     assert changes > 100, f"the writer and the reader did not overlap: {reads} reads, last value {last}"
 

@@ -3,9 +3,9 @@ from hostbroker.workers import envelopes as env
 
 def test_response_round_trip_with_bytes_and_file_pieces():
     pieces = [b"head", env.FilePiece("/d/t_0/00000000000000000000.kafka", 12, 3456), b"", b"tail"]
-    parts = env.encode_response(7 << 56 | 99, 41, env.RESP_CLOSE_AFTER, pieces)
-    conn_id, seq, flags, back = env.decode_response(b"".join(parts))
-    assert (conn_id, seq, flags) == (7 << 56 | 99, 41, env.RESP_CLOSE_AFTER)
+    parts = env.encode_response(7 << 56 | 99, 41, env.RESP_CLOSE_AFTER, pieces, 2**63 + 5)
+    conn_id, seq, flags, back, stamp = env.decode_response(b"".join(parts))
+    assert (conn_id, seq, flags, stamp) == (7 << 56 | 99, 41, env.RESP_CLOSE_AFTER, 2**63 + 5)
     assert back == pieces
 
 

@@ -34,7 +34,7 @@ class Recorder:
         self.answers = []
 
     def send(self, *parts):
-        _, seq, flags, pieces = env.decode_response(b"".join(parts))
+        _, seq, flags, pieces, _ = env.decode_response(b"".join(parts))
         self.answers.append((seq, flags, [bytes(p) for p in pieces]))
 
 
@@ -48,6 +48,7 @@ def handler(tmp_path):
     h.view = TopicView(table, [str(tmp_path)], LogConfig())
     h.max_entries, h.max_response_bytes = 10000, 1 << 20
     h.broken, h.pending, h.parked = {}, {}, []
+    h.wait_ns = 0
     h.responses, h.dirty_processors = [Recorder()], set()
     h.count = lambda *args: None
     yield h
@@ -57,7 +58,7 @@ def handler(tmp_path):
 
 def request(h: HandlerWorker, seq: int, req, corr: int) -> None:
     frame = api.encode_request(req, corr, "t")[4:]  # the ring carries frames without their size
-    h._on_request(0, memoryview(env.REQ_HEADER.pack(7, seq, 0) + frame))
+    h._on_request(0, memoryview(env.REQ_HEADER.pack(7, seq, 0, 0) + frame))
 
 
 def test_offsets_of_a_partition_whose_directory_is_gone_answers_unknown(handler):
@@ -86,7 +87,7 @@ def test_an_unexpected_failure_answers_that_request_unknown_and_the_next_is_serv
     assert "METADATA failed unexpectedly" in err and "RuntimeError: injected" in err
     # that connection is closing; another connection's request is served as usual
     frame = api.encode_request(api.OffsetsRequest("none", 0, -1, 1), 12, "t")[4:]
-    handler._on_request(0, memoryview(env.REQ_HEADER.pack(8, 0, 0) + frame))
+    handler._on_request(0, memoryview(env.REQ_HEADER.pack(8, 0, 0, 0) + frame))
     seq, flags, (frame,) = handler.responses[0].answers[1]
     corr, response = api.decode_response(api.ApiKey.OFFSETS, frame[4:])
     assert (flags, corr, response.error_code) == (0, 12, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)

@@ -64,7 +64,7 @@ def writer(tmp_path):
     w.defaults = LogConfig()
     w.table, w.lock = table, lock
     w.logdir = LogDir.open(str(tmp_path), w.defaults, now_ms)
-    w.offline = False
+    w.offline, w.appended = False, 0
     w.slots, w.published, w.dirty, w.waiters = {}, {}, set(), []
     w.flushing, w.undeletable, w.retention_stuck = {}, {}, set()
     w.senders = [Recorder()]
