@@ -144,6 +144,7 @@ def _e2e_consumer(uri: str, topic: str, offset: int, seconds: float, conn) -> No
     from hostbroker.protocol import api
 
     latencies = []
+    fetches = 0
     broker = BrokerConnection(uri, timeout=30).connect()
     conn.send("ready")
     end = time.monotonic() + seconds
@@ -152,6 +153,7 @@ def _e2e_consumer(uri: str, topic: str, offset: int, seconds: float, conn) -> No
         answer = broker.request(api.FetchRequest(100, 1, (api.FetchPartition(topic, 0, offset,
                                                                              1 << 20),)))
         now = clock()
+        fetches += 1
         part = answer.partitions[0]
         if part.error_code:
             raise BenchError(f"fetch answered {part.error_code}")
@@ -159,7 +161,7 @@ def _e2e_consumer(uri: str, topic: str, offset: int, seconds: float, conn) -> No
             latencies.append(now - int.from_bytes(message.payload[:8], "big"))
             offset = message.next_offset
     broker.close()
-    conn.send(latencies)
+    conn.send((latencies, fetches))
 
 
 def run_e2e(uri: str, topic: str, seconds: float, rate: float) -> dict:
@@ -199,13 +201,13 @@ def run_e2e(uri: str, topic: str, seconds: float, rate: float) -> dict:
         conn.close()
         if not ours.poll(seconds + 60):
             raise BenchError("the end-to-end consumer sent nothing back")
-        latencies = ours.recv()
+        latencies, fetches = ours.recv()
     finally:
         consumer.join(10)
         if consumer.is_alive():
             consumer.kill()
     out = pl.summary(pl.Timings(latencies=latencies, seconds=seconds))
-    out.update(sent=sent, received=len(latencies))
+    out.update(sent=sent, received=len(latencies), fetches=fetches)
     return out
 
 
@@ -263,7 +265,7 @@ def run_fetch(uri: str, topic: str, start: int, end: int, seconds: float,
     from hostbroker.protocol import api
 
     conn = BrokerConnection(uri, timeout=60, reuse_buffer=True).connect()
-    got = 0
+    got = fetches = 0
     position = start
     t0 = time.perf_counter()
     deadline = time.monotonic() + seconds
@@ -277,9 +279,10 @@ def run_fetch(uri: str, topic: str, start: int, end: int, seconds: float,
         if part.error_code:
             raise BenchError(f"fetch answered {part.error_code}")
         got += len(part.message_set)
+        fetches += 1
     elapsed = time.perf_counter() - t0
     conn.close()
-    return {"bytes": got, "seconds": round(elapsed, 3), "mb_per_s": round(got / elapsed / MB, 1)}
+    return {"bytes": got, "requests": fetches, "seconds": round(elapsed, 3), "mb_per_s": round(got / elapsed / MB, 1)}
 
 
 # -- the run ---------------------------------------------------------------
@@ -373,7 +376,7 @@ def phase_e2e(run: Run, a) -> None:
             log(f"[{rep + 1}/{a.repeats}] e2e {a.e2e_rate:g} msgs/s {name}")
             result = run.timed("e2e", name, lambda: run_e2e(broker.uri(a.kind), "lat-e2e",
                                                             a.e2e_seconds, a.e2e_rate),
-                               lambda r: 2 * r["sent"])
+                               lambda r: r["sent"] + r["fetches"])
             _percentiles(run, f"e2e {a.e2e_rate:g}/s", name, result)
 
 
@@ -425,7 +428,7 @@ def phase_large(run: Run, a) -> None:
             p = run.timed("large", name, lambda: run_pipelined(
                 uri, "lat-large", a.seconds, 10 * 1024, 100, 4, a.dd_mib * MIB), _requests)
             f = run.timed("large", name, lambda: run_fetch(uri, "lat-large", p["start"], p["end"],
-                                                           a.seconds))
+                                                           a.seconds), _requests)
             run.record("10 KiB produce MB/s", name, p["mb_per_s"], True)
             run.record("10 KiB fetch MB/s", name, f["mb_per_s"], True)
             run.record("10 KiB produce / dd", name, p["mb_per_s"] / pc["fresh_file_mb_s"], True)
