@@ -132,6 +132,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("log.flush.offset.checkpoint.interval.ms", int, 60000,
             "How often each writer records flushed offsets, so crash recovery scans only "
             "what came after.", _at_least(1)),
+    Setting("log.preallocate.bytes", int, 64 * 1024 * 1024,
+            "Disk space an active segment reserves past its end (fallocate, keeping the "
+            "file size), as much as it holds up to this much, so appends do not allocate "
+            "blocks; given back when the segment rolls or the broker stops. 0 turns it off.",
+            _between(0, 2**31 - 1)),
     Setting("message.max.bytes", int, 1000000, "Largest entry (length field) accepted.",
             _between(6, 2**31 - 1)),
     Setting("socket.request.max.bytes", int, 104857600, "Largest request frame accepted.",
@@ -394,6 +399,7 @@ class Config:
             flush_messages=self["log.flush.interval.messages"],
             flush_ms=self["log.flush.interval.ms"],
             max_message_bytes=self["message.max.bytes"],
+            preallocate_bytes=self["log.preallocate.bytes"],
         )
 
 

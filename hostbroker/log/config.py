@@ -71,8 +71,14 @@ class LogConfig:
     flush_messages: int = 10_000
     flush_ms: int = 1000
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    # broker-wide only (log.preallocate.bytes), not a topic key: how far past
+    # its end an active segment reserves disk space (hostbroker.log.prealloc)
+    preallocate_bytes: int = 0
 
     def __post_init__(self) -> None:
+        if type(self.preallocate_bytes) is not int or not 0 <= self.preallocate_bytes <= _INT32_MAX:
+            raise ConfigError(f"log.preallocate.bytes: {self.preallocate_bytes!r} is outside "
+                              f"0..{_INT32_MAX}")
         for field, (lowest, highest, unlimited) in _BOUNDS.items():
             value = getattr(self, field)
             key = _KEY_OF_FIELD[field]

@@ -14,7 +14,8 @@ Files, under ``<log dir>/<topic>_<partition>/``:
   appended to; a segment with base ``b`` holds the entry at offset ``o`` at file
   position ``o - b`` (docs/spec/log-format.md).
 
-Appends go to the page cache with ``os.write``; durability comes from the flush
+Appends go to the page cache with ``os.write``, into disk space the active
+segment reserved ahead (``prealloc.py``); durability comes from the flush
 policy (``flush.messages`` / ``flush.ms``), which the writer drives with
 :meth:`PartitionLog.flush_due` and :meth:`PartitionLog.flush`.
 :attr:`PartitionLog.flushed_offset` is the offset below which every byte has
@@ -58,6 +59,7 @@ from hostbroker.errors import (ConfigError, ErrorCode, HostbrokerError, InvalidT
                                OffsetOutOfRangeError, StorageError)
 from hostbroker.log import recovery
 from hostbroker.log.config import LogConfig
+from hostbroker.log.prealloc import Reservation
 from hostbroker.log.files import fsync_dir, storage_errors, write_file_atomically
 from hostbroker.log.recovery import RecoveryStats
 from hostbroker.log.segments import (locate, parse_segment_filename, partition_dirname,
@@ -107,6 +109,8 @@ class PartitionLog:
         self._bases = bases
         self._log_end = log_end_offset
         self._fd: int | None = active_fd
+        self._reservation = Reservation(config.preallocate_bytes, config.segment_bytes,
+                                        log_end_offset - bases[-1])
         # A clean open or a recovery (which syncs what it scanned) leaves nothing unflushed.
         self._flushed_offset = log_end_offset
         self._recovery_stats = recovery_stats
@@ -316,6 +320,7 @@ class PartitionLog:
             self._cut_failed_append(fd, base - self._bases[-1])
             raise StorageError(f"cannot append to {self._path}: {exc.strerror or exc}") from exc
         self._log_end = base + size
+        self._reservation.after_append(fd, self._log_end - self._bases[-1])
         self._unflushed_messages += message_count
         if self._first_unflushed_ms is None:
             self._first_unflushed_ms = self._clock()
@@ -337,9 +342,12 @@ class PartitionLog:
             # Later flushes sync only the active segment, so the old one is made
             # durable now, and the directory with it so that both entries exist.
             os.fdatasync(old_fd)
+            self._reservation.give_back(old_fd, new_base - self._bases[-1])
             new_fd = os.open(self.segment_path(new_base),
                              _APPEND_FLAGS | os.O_CREAT | os.O_TRUNC, 0o644)
             self._fd = new_fd
+            self._reservation = Reservation(self._config.preallocate_bytes,
+                                            self._config.segment_bytes, 0)
             os.close(old_fd)
             fsync_dir(self._path)
         self._bases.append(new_base)
@@ -478,7 +486,8 @@ class PartitionLog:
                 os.unlink(self.segment_path(base))
             self._bases = self._bases[:index + 1]
             self._fd = os.open(self.segment_path(self._bases[-1]), _APPEND_FLAGS)
-            os.ftruncate(self._fd, offset - self._bases[-1])
+            os.ftruncate(self._fd, offset - self._bases[-1])  # drops any reservation too
+            self._reservation.reserved_to = offset - self._bases[-1]
             os.fsync(self._fd)
             fsync_dir(self._path)
         self._log_end = offset
@@ -500,6 +509,7 @@ class PartitionLog:
                 self.flush()
         finally:
             fd, self._fd = self._fd, None
+            self._reservation.give_back(fd, self._log_end - self._bases[-1])
             with storage_errors(f"cannot close {self._path}"):
                 os.close(fd)
 

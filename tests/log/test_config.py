@@ -16,8 +16,13 @@ def test_defaults():
     assert config.max_message_bytes == 1000000
 
 
-def test_keys_name_every_field():
-    assert sorted(TOPIC_CONFIG_KEYS.values()) == sorted(f.name for f in dataclasses.fields(LogConfig))
+def test_keys_name_every_field_but_the_broker_wide_one():
+    fields = sorted(f.name for f in dataclasses.fields(LogConfig))
+    assert sorted(TOPIC_CONFIG_KEYS.values()) == [f for f in fields if f != "preallocate_bytes"]
+    with pytest.raises(ConfigError, match="unknown topic config key"):
+        LogConfig().with_overrides({"preallocate.bytes": "1"})
+    with pytest.raises(ConfigError, match="log.preallocate.bytes"):
+        LogConfig(preallocate_bytes=-1)
 
 
 def test_overrides_parse_strings():
