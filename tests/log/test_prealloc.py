@@ -20,6 +20,12 @@ def active_segment(log: PartitionLog) -> str:
     return log.segment_path(log.segment_bases[-1])
 
 
+def new_log(tmp_path, clock, segment_bytes: int = 64 * MiB) -> PartitionLog:
+    """A fresh partition that reserves up to 8 MiB ahead."""
+    config = LogConfig(segment_bytes=segment_bytes, preallocate_bytes=8 * MiB)
+    return PartitionLog.create(str(tmp_path), "big", 0, 1, {}, config, clock)
+
+
 def entries(count: int, size: int = 10 * 1024) -> bytes:
     return encode_message_set([bytes([i % 251]) * (size - 10) for i in range(count)])
 
@@ -52,8 +58,7 @@ def test_appends_reserve_ahead_without_changing_the_file_or_its_reads(tmp_path, 
 
 
 def test_a_roll_gives_back_the_old_segments_reservation(tmp_path, clock):
-    config = LogConfig(segment_bytes=3 * MiB, preallocate_bytes=8 * MiB)
-    log = PartitionLog.create(str(tmp_path), "big", 0, 1, {}, config, clock)
+    log = new_log(tmp_path, clock, segment_bytes=3 * MiB)
     data = entries(100)
     log.append(data, 100)
     first = active_segment(log)
@@ -70,8 +75,7 @@ def test_a_roll_gives_back_the_old_segments_reservation(tmp_path, clock):
 
 
 def test_a_crash_with_space_reserved_recovers_the_log_exactly(tmp_path, clock):
-    config = LogConfig(segment_bytes=64 * MiB, preallocate_bytes=8 * MiB)
-    log = PartitionLog.create(str(tmp_path), "big", 0, 1, {}, config, clock)
+    log = new_log(tmp_path, clock)
     data = entries(50)
     log.append(data, 50)
     log.append(data, 50)
@@ -79,7 +83,7 @@ def test_a_crash_with_space_reserved_recovers_the_log_exactly(tmp_path, clock):
     assert allocated(path) >= os.path.getsize(path) + MiB // 2
     os.close(log._fd)  # the process dies: no close, no give-back
     log._fd = None
-    recovered = PartitionLog.open(log.path, config, clock, recover=True)
+    recovered = PartitionLog.open(log.path, log.config, clock, recover=True)
     assert recovered.log_end_offset == 2 * len(data)
     assert recovered.recovery_stats.bytes_scanned == 2 * len(data)
     assert len(read_all(recovered, max_bytes=MiB)) == 100
@@ -106,8 +110,7 @@ def test_a_failing_reservation_turns_itself_off_and_never_raises(tmp_path):
 
 
 def test_giving_back_keeps_the_segments_modification_time(tmp_path, clock):
-    config = LogConfig(segment_bytes=64 * MiB, preallocate_bytes=8 * MiB)
-    log = PartitionLog.create(str(tmp_path), "big", 0, 1, {}, config, clock)
+    log = new_log(tmp_path, clock)
     log.append(entries(10), 10)
     path = active_segment(log)
     os.utime(path, ns=(1_600_000_000_000_000_000, 1_600_000_000_000_000_000))
