@@ -116,6 +116,28 @@ class Sender:
             queue.popleft()
             self._queued_bytes -= size
 
+    def claim(self, header: bytes, n: int) -> memoryview | None:
+        """A message of ``header`` plus ``n`` bytes to be filled in place: the
+        view of those ``n`` bytes, straight in the ring, or None (something is
+        queued ahead of it, it would be fragmented, or there is no room now).
+
+        Fill it, then :meth:`pump` publishes it; or :meth:`unclaim` before
+        anything else is sent.
+        """
+        size = len(header) + n
+        if self._queue or size > self._max_whole:
+            return None
+        record = self._ring.try_claim(1 + size)
+        if record is None:
+            return None
+        record[0] = WHOLE
+        record[1 : 1 + len(header)] = header
+        return record[1 + len(header) :]
+
+    def unclaim(self) -> None:
+        """Give back the message of the last :meth:`claim`, unfilled."""
+        self._ring.unclaim()
+
     def own(self) -> None:
         """Copy the parts of every queued message the ring has not taken yet.
 

@@ -138,6 +138,7 @@ class Ring(Structure):
         # Producer state: the next write position, what was last published and
         # the last tail seen (tail only grows, so a stale value is safe).
         self._head = self._published = self._hdr[_HEAD]
+        self._claim_mark = self._head
         self._tail_seen = self._hdr[_TAIL]
         # Consumer state: the position after the last record read, and what
         # was last stored as tail.
@@ -190,6 +191,26 @@ class Ring(Structure):
             data[pos:end] = part
             pos = end
         return True
+
+    def try_claim(self, n: int) -> memoryview | None:
+        """Claim a record of an ``n``-byte payload to be filled in place (a
+        socket read straight into the ring); None when it does not fit now.
+
+        The record is written once :meth:`publish` runs; before that,
+        :meth:`unclaim` gives it back if it could not be filled. Raises
+        ValueError over ``max_record``.
+        """
+        mark = self._head
+        pos = self._reserve(n)
+        if pos < 0:
+            return None
+        self._claim_mark = mark
+        return self._data[pos : pos + n]
+
+    def unclaim(self) -> None:
+        """Give back the record of the last :meth:`try_claim` (nothing written
+        or claimed after it, nothing published since)."""
+        self._head = self._claim_mark
 
     def put_many(self, payloads) -> int:
         """Write single-part records from a sequence, as many as fit.

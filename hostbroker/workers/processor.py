@@ -29,7 +29,10 @@ lingering connection still counts against ``max.connections``.
 Memory: sockets are read into one receive buffer per processor; a connection
 keeps only the bytes of a frame not complete yet, in a buffer that grows as
 they arrive (never to the size a header claims) and is freed when the frame
-is done (the books of a connection and its buffers: ``connection.py``). A started frame must be complete within
+is done (the books of a connection and its buffers: ``connection.py``). A
+large frame (``DIRECT_AT`` and up) whose rest is all in the socket's receive
+buffer is received straight into its record in the request ring instead, so
+its bytes are copied once on their way to the handler, not twice. A started frame must be complete within
 ``socket.request.read.timeout.ms`` and a connection that moves no byte for
 ``connections.max.idle.ms`` (with nothing at its handler) is closed.
 
@@ -54,23 +57,19 @@ import socket
 import struct
 import time
 
-from hostbroker.errors import ErrorCode
-from hostbroker.protocol import api
 from hostbroker.shm import procs
 from hostbroker.workers import envelopes as env
 from hostbroker.workers.base import Worker
-from hostbroker.workers.connection import CLOSE, DIRECT_AT, END, RECV_CHUNK, Buffers, Connection
+from hostbroker.workers.connection import CLOSE, END, RECV_CHUNK, Buffers, Connection
+from hostbroker.workers.processor_frames import SEQ_MASK, FrameReading
 from hostbroker.workers.sendfiles import HeldPiece, SegmentFiles, pin_answer
 
-_SIZE = struct.Struct(">i")
-_HEAD = struct.Struct(">ihhi")  # size, api_key, api_version, correlation_id
 _ACK = struct.Struct("<I")  # hand-offs taken, processor -> acceptor
 _IDLE_TIMEOUT_S = 1.0
 _FD_SWEEP_S = 5.0
-_SEQ_MASK = 0xFFFFFFFF
 
 
-class ProcessorWorker(Worker):
+class ProcessorWorker(FrameReading, Worker):
     kind = "processor"
     process_name = "hb-proc"
 
@@ -284,118 +283,6 @@ class ProcessorWorker(Worker):
         self.buffers.trim()
 
     # -- reading requests --------------------------------------------------
-    def _may_read(self, conn: Connection) -> bool:
-        return (not conn.closing and conn.outstanding < self.max_in_flight
-                and conn.at_handler < self.max_at_handler and conn.queued < self.max_queued)
-
-    def _read(self, conn: Connection) -> None:
-        if conn.lingering:
-            self._drop_input(conn)
-            return
-        if not conn.reading:
-            return  # turned off earlier in this round
-        # the rest of a large frame goes straight into its buffer; anything else
-        # through the processor's receive buffer
-        need = conn.frame_need(self.max_frame)
-        direct = conn.end >= DIRECT_AT and need > conn.end
-        if direct:
-            want = min(need - conn.end, max(conn.end, RECV_CHUNK))
-            conn.reserve(want, need, self.buffers)
-            target = memoryview(conn.buf)[conn.end:conn.end + want]
-        else:
-            target = self.recv_view
-        try:
-            n = conn.sock.recv_into(target)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError:
-            self._close(conn)
-            return
-        finally:
-            target = None
-        if n == 0:
-            self._close(conn)
-            return
-        conn.active = self.now
-        self.count(procs.BYTES_IN, n)
-        if direct:
-            conn.end += n
-            if conn.end == need:
-                self._frames_buffered(conn)
-        elif not conn.end:
-            chunk = self.recv_view[:n]
-            used = self._frames(conn, chunk)
-            if used < n and conn.fd in self.by_fd and not conn.lingering:
-                conn.append(chunk[used:], 0, self.buffers)
-                conn.frame_started = self.now
-            chunk = None
-        else:
-            conn.append(self.recv_view[:n], need, self.buffers)
-            self._frames_buffered(conn)
-        self._update_reading(conn)
-
-    def _frames_buffered(self, conn: Connection) -> None:
-        """Send what ``conn.buf`` holds of whole frames; move the rest to its
-        front, or to a smaller buffer when the rest is much smaller than it."""
-        view = memoryview(conn.buf)[:conn.end]
-        used = self._frames(conn, view)
-        view = None
-        if not used or conn.fd not in self.by_fd or conn.lingering:
-            return
-        conn.consumed(used, self.buffers)
-        conn.frame_started = self.now
-
-    def _frames(self, conn: Connection, data) -> int:
-        """Send the whole frames at the start of ``data`` to the handler, as far as
-        the connection may; returns the bytes used."""
-        view = memoryview(data)
-        end = len(view)
-        pos = 0
-        stamp = time.monotonic_ns()
-        handler = conn.handler
-        sender = self.requests[handler]
-        sent = 0
-        while self._may_read(conn):
-            avail = end - pos
-            if avail < 4:
-                break
-            size = _SIZE.unpack_from(view, pos)[0]
-            if size < 8 or size > self.max_frame:
-                if size < 8:
-                    self._local_answer(conn, [], env.RESP_CLOSE_NOW)
-                elif avail >= _HEAD.size:
-                    correlation_id = _HEAD.unpack_from(view, pos)[3]
-                    self._local_answer(conn, [api.encode_error_frame(
-                        correlation_id, ErrorCode.REQUEST_TOO_LARGE)], env.RESP_CLOSE_AFTER)
-                    self.count(procs.ERRORS)
-                break
-            if avail < 4 + size:
-                break
-            frame = view[pos + 4:pos + 4 + size]
-            pos += 4 + size
-            conn.at_handler += 1
-            sender.send(env.REQ_HEADER.pack(conn.conn_id, conn.next_seq & _SEQ_MASK, 0, stamp),
-                        frame)
-            conn.next_seq += 1
-            sent += 1
-        frame = view = None  # the ring or the sender's copies hold the frames from here
-        if sent:
-            self.count(procs.REQUESTS, sent)
-            self.dirty_handlers.add(handler)
-            # queued frames are views of a buffer about to be reused or freed: into
-            # the ring, or copied, now
-            if not sender.pump():
-                sender.own()
-                self._pause(True)
-        return pos
-
-    def _local_answer(self, conn: Connection, pieces: list, flags: int) -> None:
-        """Answer generated here (bad frame size); it waits its turn like any other."""
-        seq = conn.next_seq
-        conn.next_seq += 1
-        conn.closing = True
-        self._queue_answer(conn, seq, pieces, flags)
-
     def _update_reading(self, conn: Connection) -> None:
         """Read ``conn`` again if it may; frames it has buffered go first."""
         if conn.fd not in self.by_fd or conn.lingering:
@@ -422,7 +309,7 @@ class ProcessorWorker(Worker):
                 if conn.lingering:
                     continue  # pipelined behind its error frame: dropped
                 # the ring carries 32 bits of the place; fewer than 2**32 are open
-                seq = conn.send_seq + ((seq - conn.send_seq) & _SEQ_MASK)
+                seq = conn.send_seq + ((seq - conn.send_seq) & SEQ_MASK)
                 self._queue_answer(conn, seq, pieces, flags)
             if receiver.done():
                 self.handler_bells[h].ring()  # it waits for space: always ring

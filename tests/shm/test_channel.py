@@ -163,3 +163,49 @@ def test_inconsistent_fragments_are_dropped(ring):
     ring.publish()
     with pytest.raises(ValueError):
         receiver.poll()
+
+
+def test_a_claimed_message_is_filled_in_place_and_delivered_whole(created):
+    ring = created(Ring, "ring", MIN_CAPACITY)
+    sender, receiver = Sender(ring), Receiver(ring)
+    view = sender.claim(b"head", 1000)
+    view[:] = bytes(range(250)) * 4
+    view = None
+    assert sender.pump()
+    [message] = receiver.poll()
+    assert bytes(message) == b"head" + bytes(range(250)) * 4
+    receiver.done()
+
+
+def test_a_claim_given_back_leaves_nothing_and_later_messages_flow(created):
+    ring = created(Ring, "ring", MIN_CAPACITY)
+    sender, receiver = Sender(ring), Receiver(ring)
+    view = sender.claim(b"h", 500)
+    view = None
+    sender.unclaim()
+    sender.send(b"after")
+    assert sender.pump()
+    assert [bytes(m) for m in receiver.poll()] == [b"after"]
+    receiver.done()
+
+
+def test_no_claim_behind_queued_messages_past_a_record_or_in_a_full_ring(created):
+    ring = created(Ring, "ring", MIN_CAPACITY)
+    sender, receiver = Sender(ring), Receiver(ring)
+    assert sender.claim(b"", ring.max_record) is None  # needs fragments: never in place
+    sender.send(b"x" * (ring.max_record - 1))
+    sender.send(b"y" * (ring.max_record - 1))
+    sender.send(b"z" * (ring.max_record - 1))
+    sender.send(b"w" * (ring.max_record - 1))
+    assert not sender.pump()  # the fourth does not fit
+    assert sender.claim(b"", 10) is None  # it would overtake the queued one
+    receiver.poll()
+    receiver.done()
+    assert sender.pump()  # the fourth went in: one record in the ring
+    sender.send(b"v" * (ring.max_record - 1))
+    sender.send(b"u" * (ring.max_record - 1))
+    assert sender.pump()  # three records: a fourth of that size does not fit
+    assert sender.claim(b"", ring.max_record - 2) is None  # no room now
+    assert len(receiver.poll()) == 3
+    receiver.done()
+    assert sender.claim(b"", ring.max_record - 2) is not None

@@ -1,0 +1,209 @@
+"""How a processor reads request frames off a socket and hands them to the
+connection's handler (a part of :mod:`hostbroker.workers.processor`).
+
+Owns: cutting the bytes of a connection into frames, the size checks made
+before anything is decoded, and the three ways a frame reaches its record in
+the request ring: small frames through the processor's receive buffer (many
+per read), a large frame whose rest is all in the socket's receive buffer
+received straight into its ring record (its bytes copied once on their way to
+the handler), and a large frame that trickles in gathered in the connection's
+own buffer first (or, larger than a ring record, sent in fragments).
+
+:class:`FrameReading` is a mixin of :class:`~hostbroker.workers.processor.ProcessorWorker`
+and uses its connections, rings, buffers and counters.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import struct
+import termios
+import time
+
+from hostbroker.errors import ErrorCode
+from hostbroker.protocol import api
+from hostbroker.shm import procs
+from hostbroker.workers import envelopes as env
+from hostbroker.workers.connection import DIRECT_AT, RECV_CHUNK, Connection
+
+SIZE = struct.Struct(">i")
+HEAD = struct.Struct(">ihhi")  # size, api_key, api_version, correlation_id
+SEQ_MASK = 0xFFFFFFFF
+_INT = struct.Struct("i")
+
+
+def _unread_bytes(sock) -> int:
+    """Bytes waiting in the socket's receive buffer (FIONREAD)."""
+    return _INT.unpack(fcntl.ioctl(sock.fileno(), termios.FIONREAD, bytes(_INT.size)))[0]
+
+
+class FrameReading:
+    """Reading request frames; see the module doc."""
+
+    def _may_read(self, conn: Connection) -> bool:
+        return (not conn.closing and conn.outstanding < self.max_in_flight
+                and conn.at_handler < self.max_at_handler and conn.queued < self.max_queued)
+
+    def _read(self, conn: Connection) -> None:
+        if conn.lingering:
+            self._drop_input(conn)
+            return
+        if not conn.reading:
+            return  # turned off earlier in this round
+        # the rest of a large frame goes straight into its buffer; anything else
+        # through the processor's receive buffer
+        need = conn.frame_need(self.max_frame)
+        if need >= DIRECT_AT and need > conn.end and self._frame_to_ring(conn, need):
+            self._update_reading(conn)
+            return
+        direct = conn.end >= DIRECT_AT and need > conn.end
+        if direct:
+            want = min(need - conn.end, max(conn.end, RECV_CHUNK))
+            conn.reserve(want, need, self.buffers)
+            target = memoryview(conn.buf)[conn.end:conn.end + want]
+        else:
+            target = self.recv_view
+        try:
+            n = conn.sock.recv_into(target)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self._close(conn)
+            return
+        finally:
+            target = None
+        if n == 0:
+            self._close(conn)
+            return
+        conn.active = self.now
+        self.count(procs.BYTES_IN, n)
+        if direct:
+            conn.end += n
+            if conn.end == need:
+                self._frames_buffered(conn)
+        elif not conn.end:
+            chunk = self.recv_view[:n]
+            used = self._frames(conn, chunk)
+            if used < n and conn.fd in self.by_fd and not conn.lingering:
+                conn.append(chunk[used:], 0, self.buffers)
+                conn.frame_started = self.now
+            chunk = None
+        else:
+            conn.append(self.recv_view[:n], need, self.buffers)
+            self._frames_buffered(conn)
+        self._update_reading(conn)
+
+    def _frame_to_ring(self, conn: Connection, need: int) -> bool:
+        """Move a large frame whose rest is all in the socket buffer straight
+        into the request ring: what ``conn.buf`` holds of it is copied there,
+        the rest received in place. True if it went; False (nothing changed)
+        when the rest is not all there yet, the ring has no room or answers
+        are queued ahead of it, or the frame is too large for one record."""
+        if not self._may_read(conn):
+            return False
+        rest = need - conn.end
+        try:
+            if _unread_bytes(conn.sock) < rest:
+                return False
+        except OSError:
+            return False
+        sender = self.requests[conn.handler]
+        header = env.REQ_HEADER.pack(conn.conn_id, conn.next_seq & SEQ_MASK, 0,
+                                     time.monotonic_ns())
+        record = sender.claim(header, need - SIZE.size)
+        if record is None:
+            return False
+        have = conn.end - SIZE.size
+        got = 0
+        try:
+            record[:have] = memoryview(conn.buf)[SIZE.size:conn.end]
+            while got < rest:
+                n = conn.sock.recv_into(record[have + got:])
+                if n == 0:
+                    break
+                got += n
+        except OSError:
+            pass
+        if got < rest:
+            # the socket gave less than it said it held: keep what came the old way
+            conn.reserve(got, need, self.buffers)
+            memoryview(conn.buf)[conn.end:conn.end + got] = record[have:have + got]
+            conn.end += got
+            record = None
+            sender.unclaim()
+            self.count(procs.BYTES_IN, got)
+            return False
+        record = None
+        conn.active = self.now
+        self.count(procs.BYTES_IN, rest)
+        self.count(procs.REQUESTS)
+        conn.at_handler += 1
+        conn.next_seq += 1
+        conn.consumed(conn.end, self.buffers)
+        conn.frame_started = self.now
+        self.dirty_handlers.add(conn.handler)
+        sender.pump()  # publishes it: nothing was queued ahead
+        return True
+
+    def _frames_buffered(self, conn: Connection) -> None:
+        """Send what ``conn.buf`` holds of whole frames; move the rest to its
+        front, or to a smaller buffer when the rest is much smaller than it."""
+        view = memoryview(conn.buf)[:conn.end]
+        used = self._frames(conn, view)
+        view = None
+        if not used or conn.fd not in self.by_fd or conn.lingering:
+            return
+        conn.consumed(used, self.buffers)
+        conn.frame_started = self.now
+
+    def _frames(self, conn: Connection, data) -> int:
+        """Send the whole frames at the start of ``data`` to the handler, as far as
+        the connection may; returns the bytes used."""
+        view = memoryview(data)
+        end = len(view)
+        pos = 0
+        stamp = time.monotonic_ns()
+        handler = conn.handler
+        sender = self.requests[handler]
+        sent = 0
+        while self._may_read(conn):
+            avail = end - pos
+            if avail < 4:
+                break
+            size = SIZE.unpack_from(view, pos)[0]
+            if size < 8 or size > self.max_frame:
+                if size < 8:
+                    self._local_answer(conn, [], env.RESP_CLOSE_NOW)
+                elif avail >= HEAD.size:
+                    correlation_id = HEAD.unpack_from(view, pos)[3]
+                    self._local_answer(conn, [api.encode_error_frame(
+                        correlation_id, ErrorCode.REQUEST_TOO_LARGE)], env.RESP_CLOSE_AFTER)
+                    self.count(procs.ERRORS)
+                break
+            if avail < 4 + size:
+                break
+            frame = view[pos + 4:pos + 4 + size]
+            pos += 4 + size
+            conn.at_handler += 1
+            sender.send(env.REQ_HEADER.pack(conn.conn_id, conn.next_seq & SEQ_MASK, 0, stamp),
+                        frame)
+            conn.next_seq += 1
+            sent += 1
+        frame = view = None  # the ring or the sender's copies hold the frames from here
+        if sent:
+            self.count(procs.REQUESTS, sent)
+            self.dirty_handlers.add(handler)
+            # queued frames are views of a buffer about to be reused or freed: into
+            # the ring, or copied, now
+            if not sender.pump():
+                sender.own()
+                self._pause(True)
+        return pos
+
+    def _local_answer(self, conn: Connection, pieces: list, flags: int) -> None:
+        """Answer generated here (bad frame size); it waits its turn like any other."""
+        seq = conn.next_seq
+        conn.next_seq += 1
+        conn.closing = True
+        self._queue_answer(conn, seq, pieces, flags)
+
