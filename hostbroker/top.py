@@ -26,7 +26,7 @@ from hostbroker.workers.plan import BrokerPlan
 
 KIND_NAMES = {1: "writer", 2: "handler", 3: "processor", 4: "acceptor", 5: "registrar"}
 _COLUMNS = ("requests", "bytes_in", "bytes_out", "messages_in", "errors", "connections",
-            "fetch_parked")
+            "fetch_parked", "wakeups")
 
 
 def attach(config: Config) -> tuple[ProcessBoard, PartitionTable, list[str]]:
@@ -88,7 +88,7 @@ def render(reading: dict, previous: dict | None, seconds: float) -> str:
     lines = [f"hostbroker {reading['broker_state']}  supervisor pid {reading['supervisor_pid']}",
              f"{'process':<14}{'pid':>8}{'cpu%':>7}{'rss MiB':>9}  "
              + "".join(f"{c + '/s' if c not in ('connections', 'fetch_parked') else c:>15}"
-                       for c in _COLUMNS)]
+                       for c in _COLUMNS) + f"{'wait us/req':>13}"]
     for r in reading["workers"]:
         name = r["name"] or f"{r['kind']}-{r['index']}"
         old = before.get((r["kind"], r["index"]))
@@ -98,6 +98,7 @@ def render(reading: dict, previous: dict | None, seconds: float) -> str:
             if c not in ("connections", "fetch_parked"):
                 value = (value - old.get(c, 0)) / seconds if old and seconds > 0 else 0
             cells.append(f"{value:>15,.0f}")
+        cells.append(f"{_wait_per_request(r['counters'], old):>13}")
         cpu = "" if r["cpu_percent"] is None else f"{r['cpu_percent']:.0f}"
         rss = "" if r["rss_bytes"] is None else f"{r['rss_bytes'] / 2**20:.0f}"
         lines.append(f"{name:<14}{r['pid']:>8}{cpu:>7}{rss:>9}  " + "".join(cells))
@@ -106,6 +107,15 @@ def render(reading: dict, previous: dict | None, seconds: float) -> str:
     for p in reading.get("offline_partitions", []):
         lines.append(f"OFFLINE partition {p['topic']}-{p['partition']} in {p['log_dir']}")
     return "\n".join(lines)
+
+
+def _wait_per_request(now: dict, old: dict | None) -> str:
+    """Microseconds a request (or answer) waited in this worker's input rings,
+    on average since the previous reading; blank without requests."""
+    requests = now.get("requests", 0) - (old or {}).get("requests", 0)
+    if not old or requests <= 0:
+        return ""
+    return f"{(now.get('wait_ns', 0) - old.get('wait_ns', 0)) / requests / 1000:,.0f}"
 
 
 def run(config: Config, *, as_json: bool, interval: float, iterations: int | None) -> int:
