@@ -81,3 +81,14 @@ def test_ring_count_and_ring_bytes_within_a_budget():
 def test_spin_only_when_every_worker_and_the_clients_have_a_core():
     assert cp.spin_advice(workers=20, client_cores=4.2, cores=32) == 50
     assert cp.spin_advice(workers=28, client_cores=4.2, cores=32) == 0
+
+
+def test_several_log_dirs_on_one_disk_add_writers_not_disk_bytes():
+    costs = {"writer": 1 * US}
+    one = cp.predict(costs, cores=64, processors=8, handlers=8, writers=8, disks=8,
+                     disk_bytes_per_s=1e9, log_bytes_per_message=110)
+    two = cp.predict(costs, cores=64, processors=8, handlers=8, writers=16, disks=8,
+                     disk_bytes_per_s=1e9, log_bytes_per_message=110)
+    assert (one["binds"], one["msgs_per_s"]) == ("writers", 8e6)
+    assert two["bounds"]["writers"] == 16e6
+    assert two["bounds"]["disks"] == one["bounds"]["disks"] == 8 * 1e9 / 110

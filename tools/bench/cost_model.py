@@ -239,6 +239,11 @@ def summarize(report: dict, args) -> dict:
                     row[f"predicted_from_{source}c"] = cp.predict(
                         costs, cores=cores, processors=procs, handlers=handlers, writers=1,
                         connections=1, partitions=1)
+                row["predicted_at_cores_obtained"] = cp.predict(
+                    seconds_per_msg(model["costs"][f"{base}c {direction} {label}"],
+                                    direction == "fetch"),
+                    cores=row["cores_obtained"], processors=procs, handlers=handlers, writers=1,
+                    connections=1, partitions=1)
                 row["single_connection_limit"] = cp.single_connection_limit(seconds_per_msg(
                     model["costs"][f"{base}c {direction} {label}"], direction == "fetch"))
                 model["checks"].append(row)
@@ -255,23 +260,25 @@ def summarize(report: dict, args) -> dict:
             "log_bytes": size + V1_HEADER, "produce": True}
     sized_for = {w: workloads[w] for w in workloads if w.startswith("both")}
     for host_cores in args.host_cores:
-        for clients_on_host in (True, False):
+        for clients_on_host, per_disk in ((True, 1), (False, 1), (True, 2)):
             pick = cp.choose_workers(sized_for, cores=host_cores, disks=args.disks,
                                      disk_bytes_per_s=args.disk_mb_s * bt.MB,
-                                     clients_on_host=clients_on_host)
-            n, h = pick["processors"], pick["handlers"]
+                                     clients_on_host=clients_on_host, dirs_per_disk=per_disk)
+            n, h, w_count = pick["processors"], pick["handlers"], pick["writers"]
             preds = {w: cp.predict(wl["costs"], cores=host_cores, processors=n, handlers=h,
-                                   writers=args.disks, clients_on_host=clients_on_host,
+                                   writers=w_count, disks=args.disks,
+                                   clients_on_host=clients_on_host,
                                    disk_bytes_per_s=args.disk_mb_s * bt.MB if wl["produce"]
                                    else None, log_bytes_per_message=wl["log_bytes"])
                      for w, wl in workloads.items()}
             client_cores = max(preds[w]["msgs_per_s"] * workloads[w]["costs"]["client"]
                                for w in sized_for) if clients_on_host else 0.0
-            workers = n + h + args.disks
-            rings = cp.ring_count(n, h, args.disks)
+            workers = n + h + w_count
+            rings = cp.ring_count(n, h, w_count)
             ring_bytes = cp.choose_ring_bytes(rings, args.ring_budget_mib * cp.MIB)
             model["hosts"].append({
-                "cores": host_cores, "disks": args.disks, "clients_on_host": clients_on_host,
+                "cores": host_cores, "disks": args.disks, "log_dirs": w_count,
+                "clients_on_host": clients_on_host,
                 "processors": n, "handlers": h,
                 "spin_us": cp.spin_advice(workers, client_cores, host_cores),
                 "rings": rings, "ring_bytes": ring_bytes,
@@ -308,31 +315,36 @@ def print_model(report: dict) -> None:
         print(f"  {key:22} " + "   ".join(cells))
     print("\nchecks: one producer or consumer (1 connection, 1 partition), predicted (from the "
           "costs of the most cores, and from the run's own) vs measured best; got = cores our "
-          "processes obtained (median CPU s per wall s)")
+          "processes obtained (median CPU s per wall s); at got = predicted with that many cores")
     print(f"{'cores':>5} {'workload':15} {'measured best':>13} {'median':>9} "
           f"{'predicted':>10} {'binds':>10} {'ratio':>6}  {'own costs':>10} {'ratio':>6}"
-          f"  {'got':>4}  one-connection limit")
+          f"  {'got':>4} {'at got':>9} {'ratio':>6}  one-connection limit")
     for row in model["checks"]:
         base = [k for k in row if k.startswith("predicted_from_")]
         first, own = row[base[0]], row[base[-1]]
         best = row["measured"]["best"]
         lim, kind = row["single_connection_limit"]
+        at = row["predicted_at_cores_obtained"]
         print(f"{row['cores']:>5} {row['workload']:15} {best:>13.0f} {row['measured']['median']:>9.0f} "
               f"{first['msgs_per_s']:>10.0f} {first['binds']:>10} {best / first['msgs_per_s']:>6.2f}"
               f"  {own['msgs_per_s']:>10.0f} {best / own['msgs_per_s']:>6.2f}"
-              f"  {row['cores_obtained']:>4.2f}  {lim:.0f} ({kind})")
-    print("\nrecommended settings and predictions (many connections and partitions; "
-          f"{report['args']['disk_mb_s']:.0f} MB/s per disk sustained)")
+              f"  {row['cores_obtained']:>4.2f} {at['msgs_per_s']:>9.0f} {best / at['msgs_per_s']:>6.2f}"
+              f"  {lim:.0f} ({kind})")
+    print("\nrecommended settings (log.preallocate.bytes=64MiB in all) and predicted M msgs/s "
+          "(binding resource), many connections and partitions, "
+          f"{report['args']['disk_mb_s']:.0f} MB/s per disk sustained")
+    names = list(model["hosts"][0]["predictions"]) if model["hosts"] else []
+    print(f"{'cores':>5} {'clients':8} {'N':>3} {'H':>3} {'dirs':>4} {'spin':>4} {'ring':>5}"
+          + "".join(f" {w:>20}" for w in names))
     for h in model["hosts"]:
-        where = "clients on the host" if h["clients_on_host"] else "clients elsewhere"
-        print(f"  {h['cores']} cores, {h['disks']} disks, {where}: num.processors={h['processors']} "
-              f"num.handlers={h['handlers']} log.dirs={h['disks']} worker.spin.us={h['spin_us']} "
-              f"ring.bytes={h['ring_bytes'] // cp.MIB}MiB ({h['rings']} rings, "
-              f"{h['ring_memory_mib']:.0f} MiB) log.preallocate.bytes=64MiB; client cores "
-              f"{h['client_cores']:.1f}")
-        for w, p in h["predictions"].items():
-            print(f"      {w:15} {p['msgs_per_s'] / 1e6:>7.2f} M msgs/s {p['mb_per_s']:>8.0f} MB/s"
-                  f"  binds: {p['binds']}")
+        cells = "".join(f" {p['msgs_per_s'] / 1e6:>7.2f} ({p['binds']:>10})"
+                        for p in h["predictions"].values())
+        print(f"{h['cores']:>5} {'on host' if h['clients_on_host'] else 'away':8} "
+              f"{h['processors']:>3} {h['handlers']:>3} {h['log_dirs']:>4} {h['spin_us']:>4} "
+              f"{h['ring_bytes'] // cp.MIB:>3}Mi{cells}")
+    print("  N = num.processors, H = num.handlers, dirs = log.dirs over the disks, spin = "
+          "worker.spin.us, ring = ring.bytes; rings: " + ", ".join(
+              f"{h['rings']} ({h['ring_memory_mib'] / 1024:.1f} GiB)" for h in model["hosts"]))
 
 
 def parse_args(argv=None) -> argparse.Namespace:

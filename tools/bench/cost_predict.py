@@ -35,13 +35,15 @@ MIB = 1 << 20
 def predict(costs: dict[str, float], *, cores: float, processors: int, handlers: int,
             writers: int, connections: float = INF, partitions: float = INF,
             clients_on_host: bool = True, disk_bytes_per_s: float | None = None,
-            log_bytes_per_message: float = 0.0) -> dict:
+            log_bytes_per_message: float = 0.0, disks: int | None = None) -> dict:
     """Predicted messages/s and the binding resource.
 
     ``costs``: CPU seconds per message for ``processor``, ``handler``,
     ``writer`` and ``client`` (missing kinds cost nothing).
     ``disk_bytes_per_s`` (one disk, sustained) bounds the writers' total when
     given with ``log_bytes_per_message``; pass it for sustained produce only.
+    ``disks`` (default: one per writer) are fewer than the writers when a
+    disk holds several log dirs.
     Returns ``{"msgs_per_s", "binds", "bounds": {name: msgs/s}}``.
     """
     c = {k: max(0.0, costs.get(k, 0.0)) for k in (*KINDS, "client")}
@@ -55,7 +57,8 @@ def predict(costs: dict[str, float], *, cores: float, processors: int, handlers:
     bound("writers", min(writers, partitions), c["writer"])
     bound("clients", connections, c["client"])
     if disk_bytes_per_s and log_bytes_per_message > 0:
-        bounds["disks"] = min(writers, partitions) * disk_bytes_per_s / log_bytes_per_message
+        spindles = min(disks or writers, writers, partitions)
+        bounds["disks"] = spindles * disk_bytes_per_s / log_bytes_per_message
     total = c["processor"] + c["handler"] + c["writer"] + (c["client"] if clients_on_host else 0)
     bound("cores", cores, total)
     binds = min(bounds, key=lambda k: bounds[k])
@@ -85,6 +88,7 @@ def mix(*costs: dict[str, float]) -> dict[str, float]:
 
 def choose_workers(workloads: dict[str, dict], *, cores: int, disks: int,
                    disk_bytes_per_s: float | None, clients_on_host: bool = True,
+                   dirs_per_disk: int = 1,
                    good_enough: float = 0.98, max_workers: int | None = None) -> dict:
     """The fewest processors + handlers that get (nearly) the most out of ``cores``.
 
@@ -98,7 +102,8 @@ def choose_workers(workloads: dict[str, dict], *, cores: int, disks: int,
     limit = max_workers or cores
 
     def run(n: int, h: int) -> dict[str, dict]:
-        return {name: predict(w["costs"], cores=cores, processors=n, handlers=h, writers=disks,
+        return {name: predict(w["costs"], cores=cores, processors=n, handlers=h,
+                              writers=disks * dirs_per_disk, disks=disks,
                               clients_on_host=clients_on_host,
                               disk_bytes_per_s=disk_bytes_per_s if w["produce"] else None,
                               log_bytes_per_message=w["log_bytes"])
@@ -109,7 +114,7 @@ def choose_workers(workloads: dict[str, dict], *, cores: int, disks: int,
         for n in range(max(1, total - limit), min(limit, total - 1) + 1):
             preds = run(n, total - n)
             if all(_share(preds[w]["msgs_per_s"], ceiling[w]) >= good_enough for w in preds):
-                return {"processors": n, "handlers": total - n, "writers": disks,
+                return {"processors": n, "handlers": total - n, "writers": disks * dirs_per_disk,
                         "predictions": preds}
     raise AssertionError("N = H = limit reaches the ceiling")  # pragma: no cover
 
