@@ -6,6 +6,7 @@
 - ``dumplog``  read segment files entry by entry and say where they stop being valid
 - ``mirror``   copy topics from one broker or cluster to another
 - ``perf``     producer and consumer throughput and latency
+- ``perf_latency``  per-API request latency percentiles at three loads (``perf latency``)
 - ``load``     topics into Parquet/ORC/JSON files on Spark, exactly once
   (the Spark side is ``hostbroker.spark.loader``)
 

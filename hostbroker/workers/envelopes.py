@@ -27,7 +27,7 @@ written; ``RESP_CLOSE_NOW`` closes it without writing anything.
 Handler -> writer (append ring)::
 
     op:u8  token:u64  ...   APPEND: slot:u32 index:u32 acks:i16 count:u32 deadline_ms:i64
-                                    partition:i32 name_len:u16 name message_set
+                                    partition:i32 stamp_ns:u64 name_len:u16 name message_set
                             DELETE / OFFSETS / GROUP: json
 
 GROUP carries a consumer group request for writer 0, which holds the group
@@ -72,7 +72,7 @@ OP_DELETE = 2
 OP_OFFSETS = 3
 OP_GROUP = 4
 _OP = struct.Struct("<BQ")
-APPEND_HEAD = struct.Struct("<BQIIhIqiH")
+APPEND_HEAD = struct.Struct("<BQIIhIqiQH")
 APPEND_RESULT = struct.Struct("<BQIhqq")
 
 
@@ -135,22 +135,24 @@ class Append(NamedTuple):
     topic: str
     partition: int
     message_set: Any  # a view of the ring message
+    stamp_ns: int = 0
 
 
 def encode_append(token: int, slot: int, topic: str, partition: int, index: int, acks: int,
-                  count: int, deadline_ms: int, message_set) -> tuple[bytes, Any]:
+                  count: int, deadline_ms: int, message_set, stamp_ns: int = 0) -> tuple[bytes, Any]:
     name = topic.encode()
     head = APPEND_HEAD.pack(OP_APPEND, token, slot, index, acks, count, deadline_ms,
-                            partition, len(name))
+                            partition, stamp_ns, len(name))
     return head + name, message_set
 
 
 def decode_append(buf) -> Append:
-    _, token, slot, index, acks, count, deadline, partition, name_len = \
+    _, token, slot, index, acks, count, deadline, partition, stamp_ns, name_len = \
         APPEND_HEAD.unpack_from(buf, 0)
     end = APPEND_HEAD.size + name_len
     topic = bytes(buf[APPEND_HEAD.size:end]).decode()
-    return Append(token, slot, index, acks, count, deadline, topic, partition, buf[end:])
+    return Append(token, slot, index, acks, count, deadline, topic, partition, buf[end:],
+                  stamp_ns)
 
 
 def encode_json(op: int, token: int, payload: Any) -> tuple[bytes, bytes]:

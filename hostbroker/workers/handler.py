@@ -387,7 +387,8 @@ class HandlerWorker(TopicAdmin, Fetching, ConsumerOffsets, Worker):
             pending.results[index][3] = pending.results[index][4] = s.end_offset
             return ErrorCode.NONE
         self._to_writer(pending, s.owner, *env.encode_append(
-            pending.token, slot, s.name, s.partition, index, acks, count, deadline, data))
+            pending.token, slot, s.name, s.partition, index, acks, count, deadline, data,
+            time.monotonic_ns()))
         return ErrorCode.NONE
 
     def _on_result(self, m) -> None:

@@ -333,6 +333,8 @@ class WriterWorker(Worker):
 
     def _append(self, h: int, m, out: list, touched: set[int]) -> None:
         a = env.decode_append(m)
+        if a.stamp_ns:
+            self.wait_ns += time.monotonic_ns() - a.stamp_ns
         token, slot, index = a.token, a.slot, a.index
         if self.offline:
             out.append((env.APPEND_RESULT.pack(env.OP_APPEND, token, index,

@@ -11,13 +11,14 @@ def test_response_round_trip_with_bytes_and_file_pieces():
 
 def test_append_header_and_payload():
     head, data = env.encode_append(5, 3, "t" * 249, 99_999, 1, -1, 1000, 123456789,
-                                   memoryview(b"xyz"))
+                                   memoryview(b"xyz"), 2**62 + 1)
     message = head + bytes(data)
     op, token = env.decode_op(message)
     assert (op, token) == (env.OP_APPEND, 5)
     append = env.decode_append(memoryview(message))
     assert append[:8] == (5, 3, 1, -1, 1000, 123456789, "t" * 249, 99_999)
     assert append.message_set == b"xyz"
+    assert append.stamp_ns == 2**62 + 1
 
 
 def test_json_commands():
