@@ -141,8 +141,8 @@ class FrameReading:
         conn.next_seq += 1
         conn.consumed(conn.end, self.buffers)
         conn.frame_started = self.now
-        self.dirty_handlers.add(conn.handler)
         sender.pump()  # publishes it: nothing was queued ahead
+        self.handler_bells[conn.handler].wake()
         return True
 
     def _frames_buffered(self, conn: Connection) -> None:
@@ -192,10 +192,14 @@ class FrameReading:
         frame = view = None  # the ring or the sender's copies hold the frames from here
         if sent:
             self.count(procs.REQUESTS, sent)
-            self.dirty_handlers.add(handler)
             # queued frames are views of a buffer about to be reused or freed: into
             # the ring, or copied, now
-            if not sender.pump():
+            if sender.pump():
+                # the handler may start at once, while this loop goes on with the
+                # rest of its round
+                self.handler_bells[handler].wake()
+            else:
+                self.dirty_handlers.add(handler)
                 sender.own()
                 self._pause(True)
         return pos
