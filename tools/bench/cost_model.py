@@ -249,11 +249,14 @@ def summarize(report: dict, args) -> dict:
                     row[f"predicted_from_{source}c"] = cp.predict(
                         costs, cores=cores, processors=procs, handlers=handlers, writers=1,
                         connections=1, partitions=1)
-                row["predicted_at_cores_obtained"] = cp.predict(
-                    seconds_per_msg(model["costs"][f"{base}c {direction} {label}"],
-                                    direction == "fetch"),
-                    cores=row["cores_obtained"], processors=procs, handlers=handlers, writers=1,
-                    connections=1, partitions=1)
+                base_costs = seconds_per_msg(model["costs"][f"{base}c {direction} {label}"],
+                                             direction == "fetch")
+                at_got = [cp.predict(base_costs, cores=sum(p["cpu_seconds"].values()) / p["seconds"],
+                                     processors=procs, handlers=handlers, writers=1,
+                                     connections=1, partitions=1)["msgs_per_s"] for p in phases]
+                # per phase: measured / predicted with the cores that phase got
+                row["at_got_ratio"] = statistics.median(
+                    p["msgs_per_s"] / x for p, x in zip(phases, at_got))
                 row["single_connection_limit"] = cp.single_connection_limit(seconds_per_msg(
                     model["costs"][f"{base}c {direction} {label}"], direction == "fetch"))
                 model["checks"].append(row)
@@ -326,20 +329,20 @@ def print_model(report: dict) -> None:
         print(f"  {key:22} " + "   ".join(cells))
     print("\nchecks: one producer or consumer (1 connection, 1 partition), predicted (from the "
           "costs of the most cores, and from the run's own) vs measured best; got = cores our "
-          "processes obtained (median CPU s per wall s); at got = predicted with that many cores")
+          "processes obtained (median CPU s per wall s); at got = median over the repeats of measured / "
+          "predicted with the cores that repeat got")
     print(f"{'cores':>5} {'workload':15} {'measured best':>13} {'median':>9} "
           f"{'predicted':>10} {'binds':>10} {'ratio':>6}  {'own costs':>10} {'ratio':>6}"
-          f"  {'got':>4} {'at got':>9} {'ratio':>6}  one-connection limit")
+          f"  {'got':>4} {'at got':>6}  one-connection limit")
     for row in model["checks"]:
         base = [k for k in row if k.startswith("predicted_from_")]
         first, own = row[base[0]], row[base[-1]]
         best = row["measured"]["best"]
         lim, kind = row["single_connection_limit"]
-        at = row["predicted_at_cores_obtained"]
         print(f"{row['cores']:>5} {row['workload']:15} {best:>13.0f} {row['measured']['median']:>9.0f} "
               f"{first['msgs_per_s']:>10.0f} {first['binds']:>10} {best / first['msgs_per_s']:>6.2f}"
               f"  {own['msgs_per_s']:>10.0f} {best / own['msgs_per_s']:>6.2f}"
-              f"  {row['cores_obtained']:>4.2f} {at['msgs_per_s']:>9.0f} {best / at['msgs_per_s']:>6.2f}"
+              f"  {row['cores_obtained']:>4.2f} {row['at_got_ratio']:>6.2f}"
               f"  {lim:.0f} ({kind})")
     print("\nrecommended settings (log.preallocate.bytes=64MiB in all) and predicted M msgs/s "
           "(binding resource), many connections and partitions, "
