@@ -68,10 +68,12 @@ def test_stream_stopped_and_restarted_loses_and_repeats_nothing(spark, broker, t
     assert len(output_rows(spark, out)) == 30 + 100 + 25
 
 
-def _log_ends(broker, partitions):
+def _log_ends(broker, partitions, topic="events"):
     with broker.client() as client:
-        meta = client.metadata(["events"])
-    return {p.partition: p.log_end_offset for p in meta.topics[0].partitions}
+        meta = client.metadata([topic])
+    ends = {p.partition: p.log_end_offset for p in meta.topics[0].partitions}
+    assert len(ends) == partitions
+    return ends
 
 
 def run_available_now(spark, df, out, checkpoint):
@@ -128,12 +130,14 @@ def test_pattern_picks_up_new_topics_between_batches(spark, broker, tmp_path):
             producer.send_many("logs-b", [b"b2", b"b3"], partition=1)
             producer.send_many("logs-a", [b"a3"], partition=0)
 
+            # every message produced, a3 included, is in a batch the query has finished
+            log_ends = {topic: {str(p): o for p, o in _log_ends(broker, n, topic).items()}
+                        for topic, n in (("logs-a", 1), ("logs-b", 2))}
+
             def offsets_reached():
                 progress = query.lastProgress
-                end = json.loads(progress["sources"][0]["endOffset"] or "{}")
-                return set(end) == {"logs-a", "logs-b"} and end["logs-a"]["0"] > 0 and all(
-                    end["logs-b"].get(p, 0) > 0 for p in ("0", "1"))
-            wait_for(offsets_reached, what="logs-b in the query's offsets")
+                return json.loads(progress["sources"][0]["endOffset"] or "{}") == log_ends
+            wait_for(offsets_reached, what="logs-a and logs-b to their ends in the query's offsets")
         finally:
             query.stop()
     values = sorted(r[4] for r in output_rows(spark, out))
