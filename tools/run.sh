@@ -2,8 +2,11 @@
 # Set up everything hostbroker needs on Debian 12, then run it.
 #   tools/run.sh serve [serve options]   the broker on its standalone default (data under ./data)
 #   tools/run.sh test                    the whole suite on Python 3.11 (.venv), then a quick
-#                                        pass on each other supported Python found (.venv-3.X)
-#   tools/run.sh test [pytest options]   only those tests, only on 3.11
+#                                        pass on each other supported Python found (.venv-3.X),
+#                                        each on HB_TEST_JOBS pytest-xdist workers (default 3;
+#                                        0 runs in one process)
+#   tools/run.sh test [pytest options]   only those tests, only on 3.11, in one process
+#                                        (add -n 3 for workers)
 #   tools/run.sh setup                   only the set-up
 # Python 3.11 is required; 3.12 and 3.13 are supported and tested when the machine has
 # them (python3.X on PATH, or a pyenv version); one that is missing is said in one line.
@@ -16,6 +19,12 @@ QUICK_TESTS=(tests/protocol tests/log tests/shm tests/test_config.py
              tests/integration/test_api.py tests/integration/test_refusals.py
              tests/integration/test_systemd.py tests/integration/test_supervision.py
              tests/spark/test_options.py)
+# Most tests wait (brokers, ZooKeeper, Spark) more than they compute, so test files run
+# side by side even on two cores; tests/conftest.py groups them for the workers.
+PARALLEL=(-n "${HB_TEST_JOBS:-3}" --dist loadgroup)
+# These assert answers, heartbeats and retries within tight times under their own load:
+# they run afterwards, alone, in one process.
+RUN_ALONE=(tests/hostile tests/integration/test_supervision.py tests/cluster/test_producer_zk.py)
 
 # A working interpreter of version $1 (pyenv shims exist for versions not selected: run it).
 find_python() {
@@ -38,10 +47,27 @@ make_venv() {
     "$py" -m venv "$venv"
     "$venv/bin/python" -m pip install -q --disable-pip-version-check -e ".[$extras]" 2>&1 \
       | grep -v "^WARNING: Location" || true
-    "$venv/bin/python" -c 'import hostbroker, posix_ipc, sysv_ipc, psutil, snappy, pytest, hypothesis'
+    "$venv/bin/python" -c 'import hostbroker, posix_ipc, sysv_ipc, psutil, snappy, pytest, hypothesis, xdist'
     if [[ $extras == *spark* ]]; then "$venv/bin/python" -c 'import pyspark, pyarrow'; fi
     echo "$want" > "$stamp"
   fi
+}
+
+# run_tests VENV [PATH...]: the paths (default the whole suite) on the workers, but for
+# RUN_ALONE, whose given paths then run in one process.
+run_tests() {
+  local venv=$1 rc=0 path ignore=() alone=()
+  shift
+  for path in "${RUN_ALONE[@]}"; do
+    ignore+=("--ignore=$path")
+    if [ $# -eq 0 ] || printf '%s\n' "$@" | grep -qxF "$path"; then alone+=("$path"); fi
+  done
+  "$venv/bin/python" -m pytest -q -p no:cacheprovider "${PARALLEL[@]}" "${ignore[@]}" "$@" || rc=1
+  if [ ${#alone[@]} -gt 0 ]; then
+    echo "tools/run.sh: run alone: ${alone[*]}"
+    "$venv/bin/python" -m pytest -q -p no:cacheprovider "${alone[@]}" || rc=1
+  fi
+  return $rc
 }
 
 need_apt=()
@@ -70,10 +96,13 @@ case "$cmd" in
   serve) exec .venv/bin/hostbroker serve "$@" ;;
   test)
     set +e
-    .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+    if [ $# -gt 0 ]; then
+      # pytest's 5 means it collected no test: that is a failure here, not a pass
+      .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+      exit $?
+    fi
+    run_tests .venv
     rc=$?
-    # pytest's 5 means it collected no test: that is a failure here, not a pass
-    if [ $# -gt 0 ]; then exit $rc; fi
     for v in "${EXTRA_VERSIONS[@]}"; do
       if ! py=$(find_python "$v"); then
         echo "tools/run.sh: Python $v not found on this machine; its quick pass is skipped"
@@ -84,7 +113,7 @@ case "$cmd" in
         echo "tools/run.sh: cannot install hostbroker on Python $v" >&2
         rc=1; continue
       fi
-      ".venv-$v/bin/python" -m pytest -q -p no:cacheprovider "${QUICK_TESTS[@]}" || rc=1
+      run_tests ".venv-$v" "${QUICK_TESTS[@]}" || rc=1
     done
     exit $rc ;;
   *) echo "usage: tools/run.sh serve|test|setup [options]" >&2; exit 2 ;;
