@@ -103,7 +103,7 @@ def read_stages(reader) -> dict:
 
 def run_phase(role: str, params: dict, broker: bt.Broker, workdir: str, reader,
               max_seconds: float, wait_quiet: float) -> dict:
-    """One client phase: CPU seconds by kind (psutil), wall messages/s, stage counters."""
+    """One client phase: CPU seconds by kind (schedstat), wall messages/s, stage counters."""
     import latency_stages
 
     child = bt.Child(role, params, workdir, timeout=max_seconds + 120)
