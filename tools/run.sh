@@ -22,9 +22,10 @@ QUICK_TESTS=(tests/protocol tests/log tests/shm tests/test_config.py
 # Most tests wait (brokers, ZooKeeper, Spark) more than they compute, so test files run
 # side by side even on two cores; tests/conftest.py groups them for the workers.
 PARALLEL=(-n "${HB_TEST_JOBS:-3}" --dist loadgroup)
-# These assert answers, heartbeats and retries within tight times under their own load:
-# they run afterwards, alone, in one process.
-RUN_ALONE=(tests/hostile tests/integration/test_supervision.py tests/cluster/test_producer_zk.py)
+# These assert answers, heartbeats, retries or two processes overlapping within tight
+# times under their own load: they run afterwards, alone, in one process.
+RUN_ALONE=(tests/hostile tests/integration/test_supervision.py tests/cluster/test_producer_zk.py
+           tests/shm/test_table.py)
 
 # A working interpreter of version $1 (pyenv shims exist for versions not selected: run it).
 find_python() {
@@ -56,11 +57,13 @@ make_venv() {
 # run_tests VENV [PATH...]: the paths (default the whole suite) on the workers, but for
 # RUN_ALONE, whose given paths then run in one process.
 run_tests() {
-  local venv=$1 rc=0 path ignore=() alone=()
+  local venv=$1 rc=0 path given ignore=() alone=()
   shift
   for path in "${RUN_ALONE[@]}"; do
     ignore+=("--ignore=$path")
-    if [ $# -eq 0 ] || printf '%s\n' "$@" | grep -qxF "$path"; then alone+=("$path"); fi
+    for given in "${@:-tests}"; do
+      if [ "$path" = "$given" ] || [[ $path == "${given%/}"/* ]]; then alone+=("$path"); break; fi
+    done
   done
   "$venv/bin/python" -m pytest -q -p no:cacheprovider "${PARALLEL[@]}" "${ignore[@]}" "$@" || rc=1
   if [ ${#alone[@]} -gt 0 ]; then
