@@ -127,10 +127,6 @@ class Waker:
         else:
             self.skipped += 1
 
-    def sleeping(self) -> bool:
-        """The peer's flag as it is now (call after a fence, as :meth:`wake` does)."""
-        return bool(self._flags[self._index])
-
     def ring(self) -> None:
         """Ring whatever the peer is doing (space freed, stop, restart)."""
         self.bell.ring()
