@@ -27,7 +27,7 @@ PARALLEL=(-n "${HB_TEST_JOBS:-3}" --dist loadgroup)
 # over TCP and Unix sockets in turn are accepted in that order: they run afterwards,
 # alone, in one process.
 RUN_ALONE=(tests/hostile tests/integration/test_supervision.py tests/cluster/test_producer_zk.py
-           tests/shm/test_table.py tests/integration/test_wire.py)
+           tests/shm/test_table.py tests/shm/test_waker.py tests/integration/test_wire.py)
 
 # A working interpreter of version $1 (pyenv shims exist for versions not selected: run it).
 find_python() {
