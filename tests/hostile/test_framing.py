@@ -218,7 +218,15 @@ def test_max_connections_is_exact(limited_broker):
     finally:
         for s in socks:
             s.close()
-    with limited_broker.client() as client:  # and the slots come back
-        client.metadata()
-        client.produce("after", 0, encode_message_set([b"x"]))
+    deadline = time.monotonic() + 10
+    while True:  # and the slots come back, once the acceptor has seen the closes
+        try:
+            with limited_broker.client() as client:
+                client.metadata()
+                client.produce("after", 0, encode_message_set([b"x"]))
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
     tree.check()
