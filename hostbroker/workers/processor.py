@@ -32,7 +32,8 @@ they arrive (never to the size a header claims) and is freed when the frame
 is done (the books of a connection and its buffers: ``connection.py``). A
 large frame (``DIRECT_AT`` and up) whose rest is all in the socket's receive
 buffer is received straight into its record in the request ring instead, so
-its bytes are copied once on their way to the handler, not twice. A started frame must be complete within
+its bytes are copied once on their way to the handler, not twice
+(``processor_frames.py``). A started frame must be complete within
 ``socket.request.read.timeout.ms`` and a connection that moves no byte for
 ``connections.max.idle.ms`` (with nothing at its handler) is closed.
 
