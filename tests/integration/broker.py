@@ -75,7 +75,10 @@ class Broker:
                 return self
             except OSError:
                 time.sleep(0.05)
-        raise RuntimeError(f"broker did not come up in {timeout}s:\n{self.log()}")
+        log = self.log()
+        self.kill_tree()  # a fixture that fails here never reaches its teardown
+        self.proc = None
+        raise RuntimeError(f"broker did not come up in {timeout}s:\n{log}")
 
     def log(self) -> str:
         with open(self.log_path, "rb") as f:
