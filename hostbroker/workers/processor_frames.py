@@ -98,7 +98,9 @@ class FrameReading:
         into the request ring: what ``conn.buf`` holds of it is copied there,
         the rest received in place. True if it went; False (nothing changed)
         when the rest is not all there yet, the ring has no room or answers
-        are queued ahead of it, or the frame is too large for one record."""
+        are queued ahead of it, or the frame is too large for one record; and
+        False, with what did come appended to ``conn.buf``, if the socket
+        gave less than it said it held."""
         if not self._may_read(conn):
             return False
         rest = need - conn.end
