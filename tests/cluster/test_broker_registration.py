@@ -75,8 +75,9 @@ def test_three_brokers_register_their_listeners_and_topics(make_broker, tmp_path
     with brokers[2].client() as c:
         c.create_topic("events", 2)
         c.produce("auto", 0, encode_message_set([b"x"]))  # auto-created: num.partitions 1
-    wait_until(lambda: zk.exists(paths.topic_broker_path("auto", 2)) is not None)
-    wait_until(lambda: zk.exists(paths.topic_broker_path("events", 1)) is not None)
+    # each registrar writes its topics one node at a time, in no set order
+    for topic, broker_id in (("auto", 2), ("events", 1), ("events", 2)):
+        wait_until(lambda: zk.exists(paths.topic_broker_path(topic, broker_id)) is not None)
     assert sorted(zk.get_children(paths.topic_path("events"))) == ["1", "2"]
     assert node(zk, paths.topic_broker_path("events", 1)) == b"3"
     assert node(zk, paths.topic_broker_path("events", 2)) == b"2"
