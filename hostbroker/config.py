@@ -190,6 +190,10 @@ SETTINGS: tuple[Setting, ...] = (
             "when work follows quickly, at the cost of a busy core meanwhile. 0 never spins, "
             "the right choice when workers outnumber the cores (see docs/benchmarks.md).",
             _between(0, 100000)),
+    Setting("processor.local.requests", bool, True,
+            "Processors answer METADATA and OFFSETS themselves, from the partition table, "
+            "for a connection with no request at its handler: two process crossings fewer "
+            "for each. false sends every request to the connection's handler."),
     Setting("worker.boot.timeout.ms", int, 600000,
             "How long a worker may take to start (writers recover their logs first).",
             _at_least(100)),

@@ -12,7 +12,7 @@ NOT_LIMITS = {
     "num.partitions", "auto.create.topics.enable", "log.segment.bytes",
     "log.retention.hours", "log.retention.bytes", "log.flush.interval.messages",
     "log.flush.interval.ms", "log.flush.offset.checkpoint.interval.ms", "zookeeper.connect",
-    "advertised.listeners",
+    "advertised.listeners", "processor.local.requests",
 }
 TOPIC_CONFIGS = {"max.message.bytes"}
 

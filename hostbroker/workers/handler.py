@@ -21,7 +21,9 @@ Per request:
   table and answer with those ranges; the processor sends them with sendfile.
   If fewer than ``min_bytes`` are there, park it until a writer rings (new
   data) or ``max_wait_ms`` passes.
-- OFFSETS, METADATA: from the table and the segment files' mtimes.
+- OFFSETS, METADATA: from the table and the segment files' mtimes
+  (``answers.py``; processors answer them too, for a connection with no
+  request at its handler).
 - CREATE_TOPIC / DELETE_TOPIC, OFFSET_COMMIT / OFFSET_FETCH: as above.
 - JOIN_GROUP, SYNC_GROUP, HEARTBEAT, LEAVE_GROUP, DESCRIBE_GROUP, LIST_GROUPS
   (docs/spec/groups.md): forwarded to writer 0, which holds the group state;
@@ -35,7 +37,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import os
 import sys
 import time
 import traceback
@@ -43,7 +44,6 @@ from collections.abc import Callable
 
 from hostbroker.errors import ErrorCode, HostbrokerError
 from hostbroker.log import message as logmsg
-from hostbroker.log.segments import offsets_before, segment_filename
 from hostbroker.protocol import api
 from hostbroker.protocol import groups as gproto
 from hostbroker.protocol.api import ApiKey
@@ -51,6 +51,7 @@ from hostbroker.shm import procs
 from hostbroker.shm import table as ptable
 from hostbroker.shm.table import AdminLock, PartitionTable
 from hostbroker.workers import envelopes as env
+from hostbroker.workers.answers import LOCAL_KEYS, TableAnswers, broker_list
 from hostbroker.workers.base import Worker, now_ms
 from hostbroker.workers.handler_fetch import Fetching
 from hostbroker.workers.handler_offsets import ConsumerOffsets
@@ -109,8 +110,9 @@ class HandlerWorker(TopicAdmin, Fetching, ConsumerOffsets, Worker):
         self.pending: dict[int, _Pending] = {}
         self.parked: list = []  # handler_fetch._ParkedFetch
         self.writer_epochs = [self._epoch("writer", w) for w in range(plan.num_writers)]
-        self.brokers = self._broker_list()
-        self.broker_id = self.config["broker.id"]
+        self.answers = TableAnswers(self.view, plan.log_dirs, self.config["broker.id"],
+                                    broker_list(plan, self.config["broker.id"]),
+                                    self.config["response.max.bytes"])
         self.auto_create = self.config["auto.create.topics.enable"]
         self.max_entries = self.config["request.max.entries"]
         self.max_response_bytes = self.config["response.max.bytes"]
@@ -122,15 +124,6 @@ class HandlerWorker(TopicAdmin, Fetching, ConsumerOffsets, Worker):
 
     def _epoch(self, kind: str, index: int) -> int:
         return self.board.epoch(self.plan.board_slot(kind, index))
-
-    def _broker_list(self):
-        host, port, unix = "", -1, ""
-        for uri, sock in self.plan.listeners:
-            if uri.startswith("tcp://") and port == -1:
-                host, port = sock.getsockname()[:2]
-            elif uri.startswith("unix://") and not unix:
-                unix = sock.getsockname()
-        return ((self.config["broker.id"], host, port, unix),)
 
     # -- loop --------------------------------------------------------------
     def run(self) -> None:
@@ -251,10 +244,8 @@ class HandlerWorker(TopicAdmin, Fetching, ConsumerOffsets, Worker):
                 self._produce(p, conn_id, seq, corr, request)
             elif key == ApiKey.FETCH:
                 self._fetch(p, conn_id, seq, corr, request)
-            elif key == ApiKey.OFFSETS:
-                self._reply(p, conn_id, seq, corr, self._offsets(request))
-            elif key == ApiKey.METADATA:
-                self._reply(p, conn_id, seq, corr, self._metadata(request))
+            elif key in LOCAL_KEYS:
+                self._reply(p, conn_id, seq, corr, self.answers.answer(key, request))
             elif key == ApiKey.CREATE_TOPIC:
                 self._reply(p, conn_id, seq, corr, self._create_topic(request))
             elif key == ApiKey.DELETE_TOPIC:
@@ -406,73 +397,3 @@ class HandlerWorker(TopicAdmin, Fetching, ConsumerOffsets, Worker):
         if pending.remaining <= 0:
             del self.pending[token]
             pending.respond(pending)
-
-    # -- offsets and metadata -------------------------------------------------
-    def _offsets(self, request) -> api.OffsetsResponse:
-        self.view.refresh()
-        slot = self.view.slot(request.topic, request.partition)
-        if slot is None:
-            return api.OffsetsResponse(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ())
-        s = self.table.read(slot)
-        if s.state == ptable.OFFLINE:
-            return api.OffsetsResponse(ErrorCode.STORAGE_ERROR, ())
-        if request.max_offsets < 0:
-            return api.OffsetsResponse(ErrorCode.INVALID_REQUEST, ())
-        path = self.view.partition_path(s)
-        segments = []
-        try:
-            bases = self.view.segment_bases(slot, s)
-        except OSError:
-            # deleted between the table read and the listing
-            return api.OffsetsResponse(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ())
-        for base in bases:
-            try:
-                mtime = int(os.stat(os.path.join(path, segment_filename(base))).st_mtime * 1000)
-            except FileNotFoundError:
-                continue  # deleted by retention just now
-            segments.append((base, mtime))
-        if not segments:
-            segments = [(s.start_offset, now_ms())]
-        offsets = offsets_before(segments, s.end_offset, now_ms(), request.time,
-                                 request.max_offsets)
-        return api.OffsetsResponse(ErrorCode.NONE, tuple(offsets))
-
-    def _metadata(self, request) -> api.MetadataResponse:
-        """Raises INVALID_REQUEST (an error frame) as soon as the answer grows
-        past ``response.max.bytes``, before building the rest: a topic of many
-        partitions named many times would otherwise amplify a small request."""
-        self.view.refresh()
-        names = list(request.topics) or sorted(self.view.topics)
-        dir_bytes = [len(d.encode()) for d in self.plan.log_dirs]
-        described: dict[str, tuple[api.MetadataTopic, int]] = {}  # each name built once
-        topics = []
-        size = 0
-        for name in names:
-            if name not in described:
-                described[name] = self._describe_topic(name, dir_bytes)
-            topic, topic_size = described[name]
-            size += topic_size
-            if size > self.max_response_bytes:
-                raise HostbrokerError("METADATA answer over response.max.bytes",
-                                      ErrorCode.INVALID_REQUEST)
-            topics.append(topic)
-        brokers = tuple(api.MetadataBroker(*b) for b in self.brokers)
-        return api.MetadataResponse(self.broker_id, brokers, tuple(topics))
-
-    def _describe_topic(self, name: str, dir_bytes: list[int]) -> tuple[api.MetadataTopic, int]:
-        """A topic's METADATA entry and its encoded size."""
-        size = 2 + len(name.encode("utf-8", "replace")) + 2 + 4
-        slots = self.view.topics.get(name)
-        if slots is None:
-            return api.MetadataTopic(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ()), size
-        parts = []
-        for partition, slot in enumerate(slots):
-            if slot is None:
-                continue
-            s = self.table.read(slot)
-            code = ErrorCode.STORAGE_ERROR if s.state == ptable.OFFLINE else ErrorCode.NONE
-            parts.append(api.MetadataPartition(partition, code, self.broker_id,
-                                               s.start_offset, s.end_offset,
-                                               self.plan.log_dirs[s.owner]))
-            size += 4 + 2 + 4 + 8 + 8 + 2 + dir_bytes[s.owner]
-        return api.MetadataTopic(name, ErrorCode.NONE, tuple(parts)), size

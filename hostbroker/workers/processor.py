@@ -59,11 +59,14 @@ import struct
 import time
 
 from hostbroker.shm import procs
+from hostbroker.shm.table import PartitionTable
 from hostbroker.workers import envelopes as env
+from hostbroker.workers.answers import TableAnswers, broker_list
 from hostbroker.workers.base import Worker
 from hostbroker.workers.connection import CLOSE, END, RECV_CHUNK, Buffers, Connection
 from hostbroker.workers.processor_frames import SEQ_MASK, FrameReading
 from hostbroker.workers.sendfiles import HeldPiece, SegmentFiles, pin_answer
+from hostbroker.workers.topicview import TopicView
 
 _ACK = struct.Struct("<I")  # hand-offs taken, processor -> acceptor
 _IDLE_TIMEOUT_S = 1.0
@@ -77,6 +80,7 @@ class ProcessorWorker(FrameReading, Worker):
     def init_process(self) -> None:
         super().init_process()
         plan = self.plan
+        brokers = broker_list(plan, self.config["broker.id"])  # before the listeners close
         for i, (acceptor_end, processor_end) in enumerate(plan.handoff):
             acceptor_end.close()
             if i != self.index:
@@ -107,6 +111,15 @@ class ProcessorWorker(FrameReading, Worker):
         self.handler_epochs = [self.board.epoch(plan.board_slot("handler", h))
                                for h in range(plan.num_handlers)]
         self.files = SegmentFiles(config["segment.fd.cache.size"])
+        self.table_answers = None  # METADATA and OFFSETS answered here (processor_frames)
+        if config["processor.local.requests"]:
+            view = TopicView(PartitionTable.attach(plan.table_name), plan.log_dirs,
+                             config.log_defaults())
+            self.table_answers = TableAnswers(view, plan.log_dirs, config["broker.id"],
+                                              brokers,
+                                              config["response.max.bytes"])
+        self.max_entries = config["request.max.entries"]
+        self.answered_here: set[Connection] = set()  # to write once the round's reads are done
         self.conns: dict[int, Connection] = {}
         self.by_fd: dict[int, Connection] = {}
         self.counter = 0
@@ -161,6 +174,8 @@ class ProcessorWorker(FrameReading, Worker):
             self.heartbeat()
             self._check_handler_epochs()
             self._take_answers()
+            if self.answered_here:
+                self._send_answered_here()
             self._pump_requests()
             if self.acks_owed:
                 self._send_acks()
@@ -314,6 +329,15 @@ class ProcessorWorker(FrameReading, Worker):
                 self._queue_answer(conn, seq, pieces, flags)
             if receiver.done():
                 self.handler_bells[h].ring()  # it waits for space: always ring
+
+    def _send_answered_here(self) -> None:
+        """Write the answers built in this process (processor_frames) this round."""
+        pending = self.answered_here
+        while pending:
+            conn = pending.pop()
+            if conn.fd in self.by_fd:
+                self._write(conn)
+                self._update_reading(conn)
 
     def _queue_answer(self, conn: Connection, seq: int, pieces: list, flags: int) -> None:
         if flags & (env.RESP_CLOSE_AFTER | env.RESP_CLOSE_NOW):

@@ -2,8 +2,10 @@
 connection's handler (a part of :mod:`hostbroker.workers.processor`).
 
 Owns: cutting the bytes of a connection into frames, the size checks made
-before anything is decoded, and the three ways a frame reaches its record in
-the request ring: small frames through the processor's receive buffer (many
+before anything is decoded, answering METADATA and OFFSETS here when nothing
+of the connection is at its handler (``processor.local.requests``, built by
+:mod:`~hostbroker.workers.answers`), and the three ways any other frame
+reaches its record in the request ring: small frames through the processor's receive buffer (many
 per read), a large frame whose rest is all in the socket's receive buffer
 received straight into its ring record (its bytes copied once on their way to
 the handler), and a large frame that trickles in gathered in the connection's
@@ -17,17 +19,21 @@ from __future__ import annotations
 
 import fcntl
 import struct
+import sys
 import termios
 import time
+import traceback
 
 from hostbroker.errors import ErrorCode
 from hostbroker.protocol import api
 from hostbroker.shm import procs
 from hostbroker.workers import envelopes as env
+from hostbroker.workers.answers import LOCAL_KEYS
 from hostbroker.workers.connection import DIRECT_AT, RECV_CHUNK, Connection
 
 SIZE = struct.Struct(">i")
 HEAD = struct.Struct(">ihhi")  # size, api_key, api_version, correlation_id
+_KEY_CORR = struct.Struct(">hhi")  # the same, of a frame without its size
 SEQ_MASK = 0xFFFFFFFF
 _INT = struct.Struct("i")
 
@@ -167,6 +173,7 @@ class FrameReading:
         stamp = time.monotonic_ns()
         handler = conn.handler
         sender = self.requests[handler]
+        local = self.table_answers
         sent = 0
         while self._may_read(conn):
             avail = end - pos
@@ -186,6 +193,10 @@ class FrameReading:
                 break
             frame = view[pos + 4:pos + 4 + size]
             pos += 4 + size
+            if (local is not None and not conn.at_handler
+                    and HEAD.unpack_from(view, pos - 4 - size)[1] in LOCAL_KEYS):
+                self._answer_here(conn, local, frame)
+                continue
             conn.at_handler += 1
             sender.send(env.REQ_HEADER.pack(conn.conn_id, conn.next_seq & SEQ_MASK, 0, stamp),
                         frame)
@@ -205,6 +216,27 @@ class FrameReading:
                 sender.own()
                 self._pause(True)
         return pos
+
+    def _answer_here(self, conn: Connection, local, frame) -> None:
+        """Answer a METADATA or OFFSETS frame from the partition table in this
+        process (nothing of the connection is at its handler, so nothing it sent
+        earlier can change the answer); written after this round's reads."""
+        seq = conn.next_seq
+        conn.next_seq += 1
+        self.count(procs.REQUESTS)
+        try:
+            pieces, flags = local.answer_frame(frame, self.max_entries)
+        except Exception:  # noqa: BLE001 - one request must never end the processor
+            key, _, corr = _KEY_CORR.unpack_from(frame, 0)
+            pieces, flags = [api.encode_error_frame(corr, ErrorCode.UNKNOWN)], env.RESP_CLOSE_AFTER
+            print(f"hostbroker: {self.name}: request {api.ApiKey(key).name} failed "
+                  f"unexpectedly; answered UNKNOWN", file=sys.stderr, flush=True)
+            traceback.print_exc()
+        if flags:
+            conn.closing = True  # no further frame of it goes to the handler
+            self.count(procs.ERRORS)
+        conn.order(seq, pieces, flags)
+        self.answered_here.add(conn)
 
     def _local_answer(self, conn: Connection, pieces: list, flags: int) -> None:
         """Answer generated here (bad frame size); it waits its turn like any other."""

@@ -60,8 +60,8 @@ def test_top_table_shows_wake_ups_and_ring_wait_per_request():
 
 def test_top_json_says_where_the_time_goes(broker):
     with broker.client() as c:
-        for _ in range(20):
-            c.metadata()
+        for _ in range(20):  # PRODUCE goes to the handler (METADATA the processor answers)
+            c.produce("timed", 0, encode_message_set([b"t" * 100] * 10))
     args = [sys.executable, "-m", "hostbroker", "top", "--json", "--interval", "0.5",
             "--iterations", "1", "--set", f"log.dirs={broker.settings['log.dirs']}"]
 
