@@ -21,6 +21,7 @@ from hostbroker.shm import table as ptable
 from hostbroker.shm.region import broker_prefix, region_name, remove_stale
 from hostbroker.shm.table import PartitionTable
 from hostbroker.workers import envelopes as env
+from hostbroker.workers.answers import TableAnswers
 from hostbroker.workers.handler import HandlerWorker
 from hostbroker.workers.topicview import TopicView
 
@@ -47,6 +48,7 @@ def handler(tmp_path):
     h.table = table
     h.view = TopicView(table, [str(tmp_path)], LogConfig())
     h.max_entries, h.max_response_bytes = 10000, 1 << 20
+    h.answers = TableAnswers(h.view, [str(tmp_path)], 0, ((0, "", -1, ""),), 1 << 20)
     h.broken, h.pending, h.parked = {}, {}, []
     h.wait_ns = 0
     h.responses, h.dirty_processors = [Recorder()], set()
