@@ -102,6 +102,8 @@ class HandlerWorker(TopicAdmin, Fetching, ConsumerOffsets, Worker):
         # fetch may be answerable once they move (see _has_input)
         self.writer_slots = [plan.board_slot("writer", w) for w in range(plan.num_writers)]
         self.appended_seen = -1
+        self.rechecked_appended = -1  # appended_seen when parked fetches were last rechecked
+        self.rechecked_ms = 0
         # tokens of each epoch apart: results a writer still sends for the
         # handler this one replaces are never taken for this one's
         self.tokens = itertools.count((self.epoch << 40) + 1)
@@ -175,7 +177,7 @@ class HandlerWorker(TopicAdmin, Fetching, ConsumerOffsets, Worker):
                 self.appends[w].own()
             if receiver.done():
                 self.processor_bells[p].ring()  # it waits for space: always ring
-        if self.parked:
+        if self.parked and self._parked_due():
             self._recheck_parked()
         self._flush_senders()
         self.board.set(self.slot, procs.FETCH_PARKED, len(self.parked))

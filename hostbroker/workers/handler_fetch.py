@@ -10,15 +10,16 @@ there it is parked until a writer rings (new data) or ``max_wait_ms`` passes.
 from __future__ import annotations
 
 import dataclasses
-import os
 
 from hostbroker.errors import ErrorCode, HostbrokerError
-from hostbroker.log.segments import fetch_range, segment_filename
+from hostbroker.log.segments import fetch_range
 from hostbroker.protocol import api
 from hostbroker.shm import procs
 from hostbroker.shm import table as ptable
 from hostbroker.workers import envelopes as env
 from hostbroker.workers.base import now_ms
+
+_RECHECK_MS = 100
 
 
 @dataclasses.dataclass(slots=True, eq=False)
@@ -89,9 +90,7 @@ class Fetching:
                         if found is not None and found[2] > 0:
                             index, position, length = found
                             piece = env.FilePiece(
-                                os.path.join(self.view.partition_path(s),
-                                             segment_filename(bases[index])),
-                                position, length)
+                                self.view.segment_path(slot, s, bases[index]), position, length)
                             total += length
             out.append((part.topic, part.partition, code, leo, piece))
         return total, out
@@ -122,8 +121,22 @@ class Fetching:
         self._respond(p, conn_id, seq, pieces)
         return False
 
+    def _parked_due(self) -> bool:
+        """Whether a parked fetch may have become answerable since the last
+        recheck: a writer appended (its counter moved; ``appended_seen`` is
+        read before this round looks at the log), a deadline passed, the
+        broker is draining, or ``_RECHECK_MS`` went by (what moves no counter:
+        a partition gone offline, retention)."""
+        now = now_ms()
+        if (self.draining or self.appended_seen != self.rechecked_appended
+                or now - self.rechecked_ms >= _RECHECK_MS):
+            return True
+        return now >= min(x.deadline_ms for x in self.parked)
+
     def _recheck_parked(self) -> None:
         now = now_ms()
+        self.rechecked_ms = now
+        self.rechecked_appended = self.appended_seen
         still = []
         for x in self.parked:
             if self._answer_fetch(x.processor, x.conn_id, x.seq, x.correlation_id, x.request,

@@ -14,9 +14,15 @@ from collections.abc import Sequence
 
 from hostbroker.errors import HostbrokerError
 from hostbroker.log.config import LogConfig
-from hostbroker.log.segments import parse_segment_filename, partition_dirname
+from hostbroker.log.segments import (
+    parse_segment_filename,
+    partition_dirname,
+    segment_filename,
+)
 from hostbroker.shm import table as ptable
 from hostbroker.shm.table import PartitionTable
+
+_MAX_PATHS = 65536
 
 
 class TopicView:
@@ -34,6 +40,7 @@ class TopicView:
         self.topics: dict[str, list[int | None]] = {}
         self._configs: dict[tuple[int, str], LogConfig] = {}
         self._segments: dict[int, tuple[int, list[int]]] = {}
+        self._paths: dict[tuple[int, int], str] = {}  # (slot, base) -> segment file path
 
     def refresh(self) -> None:
         gen = self.table.generation
@@ -49,6 +56,7 @@ class TopicView:
         # a slot freed and taken by another topic must not keep the old one's data
         self._configs.clear()
         self._segments.clear()
+        self._paths.clear()
 
     def slot(self, topic: str, partition: int) -> int | None:
         slots = self.topics.get(topic)
@@ -58,6 +66,19 @@ class TopicView:
 
     def partition_path(self, s) -> str:
         return os.path.join(self.log_dirs[s.owner], partition_dirname(s.name, s.partition))
+
+    def segment_path(self, slot: int, s, base: int) -> str:
+        """The path of the slot's segment at ``base`` (a fetch names one per
+        partition; joining it afresh each time costs more than the fetch's
+        arithmetic). Cached until the table's generation moves, which it does
+        before a slot serves another topic."""
+        key = (slot, base)
+        path = self._paths.get(key)
+        if path is None:
+            if len(self._paths) >= _MAX_PATHS:
+                self._paths.clear()
+            path = self._paths[key] = os.path.join(self.partition_path(s), segment_filename(base))
+        return path
 
     def config(self, slot: int, s) -> LogConfig:
         key = (slot, s.name)
