@@ -124,16 +124,21 @@ class Broker:
         """SIGKILL the supervisor and every worker at once (a host-level crash of the broker)."""
         if self.proc is None:
             return
+        # Stopped first, all of them: a worker that outlived the supervisor by a
+        # moment would see it die and drain, maybe writing the clean-shutdown
+        # marker a crash never leaves. Stopped, it cannot; then all are killed.
         try:
             procs = [psutil.Process(self.proc.pid)]
+            procs[0].send_signal(signal.SIGSTOP)  # spawns nothing more
             procs += procs[0].children(recursive=True)
         except psutil.NoSuchProcess:
             procs = []
-        for p in procs:
-            try:
-                p.send_signal(signal.SIGKILL)
-            except psutil.NoSuchProcess:
-                pass
+        for sig in (signal.SIGSTOP, signal.SIGKILL):
+            for p in procs:
+                try:
+                    p.send_signal(sig)
+                except psutil.NoSuchProcess:
+                    pass
         self.proc.wait(10)
         psutil.wait_procs(procs, timeout=10)
         self._log.close()
