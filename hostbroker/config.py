@@ -194,6 +194,10 @@ SETTINGS: tuple[Setting, ...] = (
             "Processors answer METADATA and OFFSETS themselves, from the partition table, "
             "for a connection with no request at its handler: two process crossings fewer "
             "for each. false sends every request to the connection's handler."),
+    Setting("produce.direct.answers", bool, True,
+            "A PRODUCE of one partition with acks=1 is answered by the partition's writer "
+            "straight to the client's processor, once its data is in the log: one process "
+            "crossing fewer. false: every PRODUCE answer comes from the handler."),
     Setting("worker.boot.timeout.ms", int, 600000,
             "How long a worker may take to start (writers recover their logs first).",
             _at_least(100)),

@@ -12,7 +12,7 @@ NOT_LIMITS = {
     "num.partitions", "auto.create.topics.enable", "log.segment.bytes",
     "log.retention.hours", "log.retention.bytes", "log.flush.interval.messages",
     "log.flush.interval.ms", "log.flush.offset.checkpoint.interval.ms", "zookeeper.connect",
-    "advertised.listeners", "processor.local.requests",
+    "advertised.listeners", "processor.local.requests", "produce.direct.answers",
 }
 TOPIC_CONFIGS = {"max.message.bytes"}
 

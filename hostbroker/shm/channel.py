@@ -102,6 +102,21 @@ class Sender:
         ring.publish()
         return not self._queue
 
+    def try_send(self, *parts) -> bool:
+        """Put one message straight into the ring and publish it, if nothing is
+        queued ahead of it and it fits whole now; False, queuing nothing, if not.
+        Wakes nobody (as :meth:`pump`)."""
+        if self._queue:
+            return False
+        size = 0
+        for part in parts:
+            size += len(part)
+        ring = self._ring
+        if size > self._max_whole or not ring.try_put(_WHOLE, *parts):
+            return False
+        ring.publish()
+        return True
+
     def _put_queued(self) -> None:
         ring = self._ring
         queue = self._queue

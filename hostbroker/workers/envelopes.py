@@ -38,10 +38,21 @@ An APPEND names the partition (topic and number) besides its slot: the
 writer appends only if the slot still holds that partition, since a delete
 may free the slot, and a create re-use it, while the append is in the ring.
 
+An APPEND_DIRECT (a PRODUCE of one partition with acks=1) is an APPEND
+whose name is followed by where its answer goes,
+``processor:u16 conn_id:u64 seq:u32 correlation_id:i32``, before the
+message set: the writer answers the client's processor itself, through its
+answer ring, and tells the handler it did.
+
 Writer -> handler (result ring)::
 
     op:u8  token:u64  ...   APPEND: index:u32 error:i16 base:i64 end:i64
+                            APPEND_DIRECT: the same, once the answer is in
+                                           the processor's answer ring
                             DELETE / OFFSETS / GROUP: json
+
+Writer -> processor (answer ring): a response message as above (the
+PRODUCE answer of an APPEND_DIRECT).
 
 A GROUP result of a JOIN_GROUP that waits for its rebalance comes when the
 rebalance completes, maybe after results of later requests.
@@ -71,9 +82,11 @@ OP_APPEND = 1
 OP_DELETE = 2
 OP_OFFSETS = 3
 OP_GROUP = 4
+OP_APPEND_DIRECT = 5
 _OP = struct.Struct("<BQ")
 APPEND_HEAD = struct.Struct("<BQIIhIqiQH")
 APPEND_RESULT = struct.Struct("<BQIhqq")
+_DIRECT = struct.Struct("<HQIi")  # processor, conn_id, seq, correlation_id
 
 
 class FilePiece(NamedTuple):
@@ -125,6 +138,15 @@ def decode_response(buf) -> tuple[int, int, int, list[Piece], int]:
     return conn_id, seq, flags, pieces, stamp_ns
 
 
+class Direct(NamedTuple):
+    """Where the writer sends the answer of an APPEND_DIRECT."""
+
+    processor: int
+    conn_id: int
+    seq: int
+    correlation_id: int
+
+
 class Append(NamedTuple):
     token: int
     slot: int
@@ -136,23 +158,31 @@ class Append(NamedTuple):
     partition: int
     message_set: Any  # a view of the ring message
     stamp_ns: int = 0
+    direct: Direct | None = None
 
 
 def encode_append(token: int, slot: int, topic: str, partition: int, index: int, acks: int,
-                  count: int, deadline_ms: int, message_set, stamp_ns: int = 0) -> tuple[bytes, Any]:
+                  count: int, deadline_ms: int, message_set, stamp_ns: int = 0,
+                  direct: Direct | None = None) -> tuple[bytes, Any]:
     name = topic.encode()
-    head = APPEND_HEAD.pack(OP_APPEND, token, slot, index, acks, count, deadline_ms,
-                            partition, stamp_ns, len(name))
+    head = APPEND_HEAD.pack(OP_APPEND if direct is None else OP_APPEND_DIRECT, token, slot,
+                            index, acks, count, deadline_ms, partition, stamp_ns, len(name))
+    if direct is not None:
+        return head + name + _DIRECT.pack(*direct), message_set
     return head + name, message_set
 
 
 def decode_append(buf) -> Append:
-    _, token, slot, index, acks, count, deadline, partition, stamp_ns, name_len = \
+    op, token, slot, index, acks, count, deadline, partition, stamp_ns, name_len = \
         APPEND_HEAD.unpack_from(buf, 0)
     end = APPEND_HEAD.size + name_len
     topic = bytes(buf[APPEND_HEAD.size:end]).decode()
+    direct = None
+    if op == OP_APPEND_DIRECT:
+        direct = Direct(*_DIRECT.unpack_from(buf, end))
+        end += _DIRECT.size
     return Append(token, slot, index, acks, count, deadline, topic, partition, buf[end:],
-                  stamp_ns)
+                  stamp_ns, direct)
 
 
 def encode_json(op: int, token: int, payload: Any) -> tuple[bytes, bytes]:

@@ -16,7 +16,10 @@ Per request:
 
 - PRODUCE: validate each partition's message set (every entry's CRC; wrappers
   are not decompressed), forward it to the partition's writer, answer when
-  every writer has (acks 1 / -1); acks 0 gets no answer.
+  every writer has (acks 1 / -1); acks 0 gets no answer. A PRODUCE of one
+  partition with acks=1 goes as an APPEND_DIRECT: its writer answers the
+  processor itself and tells us (``produce.direct.answers``); we answer it
+  only if the writer could not, or died first.
 - FETCH: compute ``(segment file, position, length)`` per partition from the
   table and answer with those ranges; the processor sends them with sendfile.
   If fewer than ``min_bytes`` are there, park it until a writer rings (new
@@ -118,6 +121,7 @@ class HandlerWorker(TopicAdmin, Fetching, ConsumerOffsets, Worker):
         self.auto_create = self.config["auto.create.topics.enable"]
         self.max_entries = self.config["request.max.entries"]
         self.max_response_bytes = self.config["response.max.bytes"]
+        self.direct_answers = self.config["produce.direct.answers"]
         self.dirty_processors: set[int] = set()
         self.dirty_writers: set[int] = set()
         self.draining = False
@@ -209,6 +213,9 @@ class HandlerWorker(TopicAdmin, Fetching, ConsumerOffsets, Worker):
             epoch = self._epoch("writer", w)
             if epoch != self.writer_epochs[w]:
                 self.writer_epochs[w] = epoch
+                # what the dead writer did answer is in our result rings: take it
+                # first, so only what it never answered is failed here
+                self._take_results()
                 for token, pending in list(self.pending.items()):
                     if w in pending.writers:
                         del self.pending[token]
@@ -339,8 +346,11 @@ class HandlerWorker(TopicAdmin, Fetching, ConsumerOffsets, Worker):
                 r[2] = ErrorCode.INVALID_REQUEST
         else:
             deadline = now_ms() + max(0, request.timeout_ms)
+            # one partition, acks=1: its writer answers the processor itself
+            direct = (env.Direct(p, conn_id, seq, corr) if self.direct_answers and acks == 1
+                      and len(request.partitions) == 1 else None)
             for index, part in enumerate(request.partitions):
-                code = self._route_append(pending, index, part, acks, deadline)
+                code = self._route_append(pending, index, part, acks, deadline, direct)
                 if code:
                     results[index][2] = code
         if acks == 0:
@@ -352,7 +362,8 @@ class HandlerWorker(TopicAdmin, Fetching, ConsumerOffsets, Worker):
             del self.pending[pending.token]
             respond(pending)
 
-    def _route_append(self, pending: _Pending, index: int, part, acks: int, deadline: int):
+    def _route_append(self, pending: _Pending, index: int, part, acks: int, deadline: int,
+                      direct: env.Direct | None = None):
         topic = part.topic
         self.view.refresh()
         if topic not in self.view.topics:
@@ -381,13 +392,16 @@ class HandlerWorker(TopicAdmin, Fetching, ConsumerOffsets, Worker):
             return ErrorCode.NONE
         self._to_writer(pending, s.owner, *env.encode_append(
             pending.token, slot, s.name, s.partition, index, acks, count, deadline, data,
-            time.monotonic_ns()))
+            time.monotonic_ns(), direct))
         return ErrorCode.NONE
 
     def _on_result(self, m) -> None:
         op, token = env.decode_op(m)
         pending = self.pending.get(token)
         if pending is None:
+            return
+        if op == env.OP_APPEND_DIRECT:
+            del self.pending[token]  # the writer answered the processor itself
             return
         if op == env.OP_APPEND:
             _, _, index, error, base, end = env.APPEND_RESULT.unpack_from(m, 0)

@@ -17,7 +17,11 @@ kind       producer -> consumer    carries
 ``resp``   handler -> processor    answers (bytes and file ranges)
 ``app``    handler -> writer       appends, deletes, offset commits
 ``res``    writer -> handler       their results
+``ans``    writer -> processor     answers of one-partition acks=1 PRODUCEs
 =========  ======================  ===================================
+
+The ``ans`` rings carry only small answers; they are ``ANSWER_RING_BYTES``
+(or ``ring.bytes`` when that is smaller), the others ``ring.bytes``.
 """
 
 from __future__ import annotations
@@ -30,7 +34,10 @@ import socket
 from hostbroker.config import Config
 
 KINDS = ("writer", "handler", "processor", "acceptor", "registrar")
-RING_KINDS = ("req", "resp", "app", "res")
+RING_KINDS = ("req", "resp", "app", "res", "ans")
+ANSWER_RING_BYTES = 1024 * 1024
+_CONSUMER_KIND = {"req": "handler", "resp": "processor", "app": "writer", "res": "handler",
+                  "ans": "processor"}
 
 
 def shm_token(config: Config) -> str:
@@ -89,13 +96,19 @@ class BrokerPlan:
             for w in range(self.num_writers):
                 yield "app", h, w
                 yield "res", w, h
+        for w in range(self.num_writers):
+            for p in range(self.num_processors):
+                yield "ans", w, p
+
+    def ring_bytes(self, kind: str) -> int:
+        """Data bytes of a ring of ``kind`` (a power of two, as ``ring.bytes`` is)."""
+        size = self.config["ring.bytes"]
+        return min(size, ANSWER_RING_BYTES) if kind == "ans" else size
 
     def rings_consumed_by(self, kind: str, index: int):
         """The rings a worker reads (reset when that worker is replaced)."""
         for rkind, producer, consumer in self.ring_pairs():
-            consumer_kind = {"req": "handler", "resp": "processor",
-                             "app": "writer", "res": "handler"}[rkind]
-            if consumer_kind == kind and consumer == index:
+            if _CONSUMER_KIND[rkind] == kind and consumer == index:
                 yield rkind, producer, consumer
 
     # -- process board slots ----------------------------------------------

@@ -108,6 +108,10 @@ class ProcessorWorker(FrameReading, Worker):
         self.requests = [self.sender("req", self.index, h) for h in range(plan.num_handlers)]
         self.responses = [self.receiver("resp", h, self.index) for h in range(plan.num_handlers)]
         self.handler_bells = [self.waker("handler", h) for h in range(plan.num_handlers)]
+        # answers writers send here themselves (one-partition acks=1 PRODUCEs)
+        self.writer_answers = [self.receiver("ans", w, self.index)
+                               for w in range(plan.num_writers)]
+        self.writer_bells = [self.waker("writer", w) for w in range(plan.num_writers)]
         self.handler_epochs = [self.board.epoch(plan.board_slot("handler", h))
                                for h in range(plan.num_handlers)]
         self.files = SegmentFiles(config["segment.fd.cache.size"])
@@ -313,22 +317,30 @@ class ProcessorWorker(FrameReading, Worker):
 
     # -- writing answers ----------------------------------------------------
     def _take_answers(self) -> None:
-        for h, receiver in enumerate(self.responses):
-            messages = receiver.poll()
-            for m in messages:
-                conn_id, seq, flags, pieces, stamp = env.decode_response(m)
-                self.wait_ns += time.monotonic_ns() - stamp
-                conn = self.conns.get(conn_id)
-                if conn is None:
-                    continue
-                conn.at_handler -= 1
-                if conn.lingering:
-                    continue  # pipelined behind its error frame: dropped
-                # the ring carries 32 bits of the place; fewer than 2**32 are open
-                seq = conn.send_seq + ((seq - conn.send_seq) & SEQ_MASK)
-                self._queue_answer(conn, seq, pieces, flags)
-            if receiver.done():
-                self.handler_bells[h].ring()  # it waits for space: always ring
+        for receivers, bells in ((self.responses, self.handler_bells),
+                                 (self.writer_answers, self.writer_bells)):
+            for i, receiver in enumerate(receivers):
+                for m in receiver.poll():
+                    self._take_answer(m)
+                if receiver.done():
+                    bells[i].ring()  # it waits for space: always ring
+
+    def _take_answer(self, m) -> None:
+        conn_id, seq, flags, pieces, stamp = env.decode_response(m)
+        self.wait_ns += time.monotonic_ns() - stamp
+        conn = self.conns.get(conn_id)
+        if conn is None:
+            return
+        # the ring carries 32 bits of the place; fewer than 2**32 are open
+        seq = conn.send_seq + ((seq - conn.send_seq) & SEQ_MASK)
+        if seq >= conn.next_seq or seq in conn.ready:
+            # a second answer to a request: a writer answered it and died before
+            # its handler heard, so the handler answered too. The first one stands.
+            return
+        conn.at_handler -= 1
+        if conn.lingering:
+            return  # pipelined behind its error frame: dropped
+        self._queue_answer(conn, seq, pieces, flags)
 
     def _send_answered_here(self) -> None:
         """Write the answers built in this process (processor_frames) this round."""

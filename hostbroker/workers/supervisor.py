@@ -220,8 +220,8 @@ class Supervisor:
             plan.listeners.append((uri, bind_listener(uri)))
         remove_stale(plan.shm_prefix)
         AdminLock.remove_stale(plan.token)
-        capacity = config["ring.bytes"]
         for kind, producer, consumer in plan.ring_pairs():
+            capacity = plan.ring_bytes(kind)
             region = SharedRegion.create(plan.ring_name(kind, producer, consumer),
                                          Ring.region_size(capacity))
             self.regions.append(region)

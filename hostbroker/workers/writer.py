@@ -4,8 +4,10 @@ Owns: every partition log of its log dir, the only process that writes their
 segment files (and, for the first log dir, the consumer offsets store and the
 consumer group coordinator, :mod:`hostbroker.workers.writer_groups`).
 Reads: append rings from every handler (appends, topic deletions, offset
-commits and fetches). Writes: result rings back to every handler, and the
-partition table slots it owns (log start/end offsets, flushed offset, segment
+commits and fetches). Writes: result rings back to every handler, answer
+rings to every processor (a PRODUCE of one partition with acks=1 is answered
+from here, once its log end is published, one process crossing fewer than
+through the handler; see ``_answer_direct``), and the partition table slots it owns (log start/end offsets, flushed offset, segment
 generation, state), which handlers read lock-free to answer fetches.
 
 Loop: drain every append ring, append each message set with one ``write()``,
@@ -55,6 +57,7 @@ from hostbroker.log.logdir import LogDir, LogDirInUseError
 from hostbroker.log.offsetstore import OffsetRecordTooLargeError, OffsetStore
 from hostbroker.log.partition import PartitionLog
 from hostbroker.log.segments import parse_partition_dirname, partition_dirname
+from hostbroker.protocol import api
 from hostbroker.shm import procs
 from hostbroker.shm import table as ptable
 from hostbroker.shm.table import AdminLock, PartitionTable
@@ -81,6 +84,14 @@ class WriterWorker(Cleanup, Worker):
         self.handler_doorbells = [self.waker("handler", h) for h in range(self.plan.num_handlers)]
         self.handler_slots = [self.plan.board_slot("handler", h)
                               for h in range(self.plan.num_handlers)]
+        # answers of APPEND_DIRECTs, straight to the client's processor
+        self.answer_rings = [self.sender("ans", self.index, p)
+                             for p in range(self.plan.num_processors)]
+        self.processor_bells = [self.waker("processor", p)
+                                for p in range(self.plan.num_processors)]
+        self.direct: list[tuple] = []  # (handler, Append, code, base, end) of this round
+        self.waiters_answered: set[int] = set()  # handlers sent acks=-1 answers this round
+        self.max_response_bytes = self.config["response.max.bytes"]
         self.offline = False
         self.appended = 0  # messages appended in this round, not yet on the board
         self.slots: dict[int, PartitionLog] = {}
@@ -288,7 +299,7 @@ class WriterWorker(Cleanup, Worker):
             messages = receiver.poll()
             for m in messages:
                 op, token = env.decode_op(m)
-                if op == env.OP_APPEND:
+                if op in (env.OP_APPEND, env.OP_APPEND_DIRECT):
                     self._append(h, m, results[h], touched)
                 elif op == env.OP_DELETE:
                     results[h].append(env.encode_json(env.OP_DELETE, token,
@@ -314,6 +325,8 @@ class WriterWorker(Cleanup, Worker):
             # counter move sees them too (handler._has_input)
             self.count(procs.MESSAGES_IN, self.appended)
             self.appended = 0
+        if self.direct:
+            self._answer_direct(results)  # after the publish: an answer means fetchable
         now = now_ms()
         due = [s for s in self.dirty if s in self.slots and
                (self.slots[s].flush_due(now) or any(w.slot == s for w in self.waiters))]
@@ -323,11 +336,16 @@ class WriterWorker(Cleanup, Worker):
             self._retention(now)
         if now >= self.next_checkpoint_ms:
             self._checkpoint(now)
+        quiet = set()
         for h, out in enumerate(results):
             for parts in out:
                 self.senders[h].send(*parts)
+            if out and all(len(parts) == 1 and parts[0][0] == env.OP_APPEND_DIRECT
+                           for parts in out):
+                quiet.add(h)  # only word of direct answers: it takes them when it wakes
         self._answer_waiters()
-        self._pump()
+        self._pump(quiet - self.waiters_answered)
+        self.waiters_answered.clear()
         if touched:
             board = self.board
             for bell, slot in zip(self.handler_doorbells, self.handler_slots):
@@ -339,8 +357,7 @@ class WriterWorker(Cleanup, Worker):
             self.wait_ns += time.monotonic_ns() - a.stamp_ns
         token, slot, index = a.token, a.slot, a.index
         if self.offline:
-            out.append((env.APPEND_RESULT.pack(env.OP_APPEND, token, index,
-                                               ErrorCode.STORAGE_ERROR, -1, -1),))
+            self._result(h, a, ErrorCode.STORAGE_ERROR, -1, -1, out)
             return
         plog = self.slots.get(slot) or self._adopt(slot)
         if plog is None or plog.partition != a.partition or plog.topic != a.topic:
@@ -349,15 +366,14 @@ class WriterWorker(Cleanup, Worker):
             code = (ErrorCode.STORAGE_ERROR if s.state == ptable.OFFLINE and
                     (s.name, s.partition) == (a.topic, a.partition)
                     else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-            out.append((env.APPEND_RESULT.pack(env.OP_APPEND, token, index, code, -1, -1),))
+            self._result(h, a, code, -1, -1, out)
             return
         data = a.message_set
         try:
             base, end = plog.append(data, a.count)
         except (OSError, StorageError) as e:
             self._go_offline(e)
-            out.append((env.APPEND_RESULT.pack(env.OP_APPEND, token, index,
-                                               ErrorCode.STORAGE_ERROR, -1, -1),))
+            self._result(h, a, ErrorCode.STORAGE_ERROR, -1, -1, out)
             return
         touched.add(slot)
         self.appended += a.count  # counted once published (see _cycle)
@@ -365,7 +381,42 @@ class WriterWorker(Cleanup, Worker):
         if a.acks == -1:
             self.waiters.append(Waiter(h, token, index, slot, plog, base, end, a.deadline_ms))
         elif a.acks != 0:
-            out.append((env.APPEND_RESULT.pack(env.OP_APPEND, token, index, 0, base, end),))
+            self._result(h, a, ErrorCode.NONE, base, end, out)
+
+    def _result(self, h: int, a: env.Append, code: int, base: int, end: int, out: list) -> None:
+        """The result of an acks=1 append: to its handler, or (an APPEND_DIRECT)
+        kept to be answered to the client's processor once this round's log ends
+        are published (:meth:`_answer_direct`)."""
+        if a.direct is not None:
+            self.direct.append((h, a, code, base, end))
+        else:
+            out.append((env.APPEND_RESULT.pack(env.OP_APPEND, a.token, a.index, code, base, end),))
+
+    def _answer_direct(self, results: list[list]) -> None:
+        """Answer this round's APPEND_DIRECTs to their processors, then tell
+        each handler which were answered (OP_APPEND_DIRECT: it forgets them).
+        One that does not go into its answer ring at once (full, or an answer
+        over ``response.max.bytes``) goes back to its handler as a plain result,
+        which the handler answers: nothing waits in this process for a
+        processor, and a handler hears of a direct answer only once it is in
+        the ring, so a writer that dies between the two leaves the handler
+        answering it once more (the processor drops the second answer)."""
+        woken = set()
+        for h, a, code, base, end in self.direct:
+            d = a.direct
+            body = api.ProduceResponse((api.ProducePartitionResult(
+                a.topic, a.partition, code, base, end),))
+            frame, failed = api.encode_answer(d.correlation_id, body, self.max_response_bytes)
+            op = env.OP_APPEND
+            if not failed and self.answer_rings[d.processor].try_send(*env.encode_response(
+                    d.conn_id, d.seq, 0, [frame], time.monotonic_ns())):
+                op = env.OP_APPEND_DIRECT
+                woken.add(d.processor)
+                self.count(procs.REQUESTS)
+            results[h].append((env.APPEND_RESULT.pack(op, a.token, a.index, code, base, end),))
+        self.direct = []
+        for p in woken:
+            self.processor_bells[p].wake()
 
     def _flush(self, slots) -> None:
         """Start flushes of ``slots`` in the flusher thread (one at a time per slot)."""
@@ -439,6 +490,7 @@ class WriterWorker(Cleanup, Worker):
     def _answer_waiter(self, w: Waiter, code: ErrorCode) -> None:
         """Answer an acks=-1 append: its offsets on success, -1 with an error."""
         base, end = (w.base, w.end) if code == ErrorCode.NONE else (-1, -1)
+        self.waiters_answered.add(w.handler)
         self.senders[w.handler].send(
             env.APPEND_RESULT.pack(env.OP_APPEND, w.token, w.index, code, base, end))
 
@@ -471,11 +523,16 @@ class WriterWorker(Cleanup, Worker):
         except OSError as e:
             return {"error": int(ErrorCode.STORAGE_ERROR), "message": str(e)}
 
-    def _pump(self) -> None:
+    def _pump(self, quiet: set[int] = frozenset()) -> None:
+        """Move queued results into the rings and wake the handlers that sleep,
+        but those in ``quiet``: a handler need not wake to hear that a writer
+        answered for it (it forgets the request when it next comes round; its
+        result ring filling up would ring it all the same)."""
         for h, sender in enumerate(self.senders):
             if sender.pending():
                 sender.pump()
-                self.handler_doorbells[h].wake()
+                if h not in quiet:
+                    self.handler_doorbells[h].wake()
 
     def _shutdown(self) -> None:
         try:

@@ -209,3 +209,25 @@ def test_no_claim_behind_queued_messages_past_a_record_or_in_a_full_ring(created
     assert len(receiver.poll()) == 3
     receiver.done()
     assert sender.claim(b"", ring.max_record - 2) is not None
+
+
+def test_try_send_puts_whole_messages_now_or_queues_nothing(created):
+    ring = created(Ring, "ring", MIN_CAPACITY)
+    sender, receiver = Sender(ring), Receiver(ring)
+    assert sender.try_send(b"one", b"-", b"two")
+    assert [bytes(m) for m in receiver.poll()] == [b"one-two"]  # published at once
+    receiver.done()
+    assert not sender.try_send(b"x" * ring.max_record)  # would need fragments
+    assert sender.pending() == 0
+    for c in b"abc":
+        assert sender.try_send(bytes([c]) * (ring.max_record - 1))
+    assert not sender.try_send(b"d" * (ring.max_record - 1))  # the ring is full
+    assert sender.pending() == 0
+    sender.send(b"queued")
+    assert not sender.try_send(b"e")  # never ahead of a queued message
+    assert [bytes(m)[:1] for m in receiver.poll()] == [b"a", b"b", b"c"]
+    receiver.done()
+    assert sender.pump()
+    assert sender.try_send(b"f")
+    assert [bytes(m) for m in receiver.poll()] == [b"queued", b"f"]
+    receiver.done()

@@ -67,6 +67,7 @@ def writer(tmp_path):
     w.offline, w.appended = False, 0
     w.slots, w.published, w.dirty, w.waiters = {}, {}, set(), []
     w.flushing, w.undeletable, w.retention_stuck = {}, {}, set()
+    w.direct, w.waiters_answered = [], set()
     w.senders = [Recorder()]
     w.flusher = Flusher(Bell())  # not started: the test runs its jobs
     w.count = lambda *args: None
