@@ -17,8 +17,9 @@ per batch, never per message). Flushes, whether due by the flush policy
 (``flush.messages``, ``flush.ms``) or asked for by acks=-1, run in the
 writer's flusher thread, so appends go on while the disk catches up; the
 flushed offset is published when the fdatasync returns. Retention runs from
-the same loop. After each batch that appended, every handler that sleeps
-with fetches parked is woken so they see the new data (an awake handler looks
+the same loop. After each batch that appended, as soon as its log ends are
+published (before its answers), every handler that sleeps with fetches
+parked is woken so they see the new data (an awake handler looks
 at its parked fetches anyway before it sleeps; see ``handler._has_input``).
 
 Deletes come through the same rings (retention, checkpoints and deletes:
@@ -325,6 +326,12 @@ class WriterWorker(Cleanup, Worker):
             # counter move sees them too (handler._has_input)
             self.count(procs.MESSAGES_IN, self.appended)
             self.appended = 0
+        if touched:
+            # handlers asleep with fetches parked see the new data now, before
+            # this round's answers and flushes are dealt with
+            board = self.board
+            for bell, slot in zip(self.handler_doorbells, self.handler_slots):
+                bell.wake(lambda: board.get(slot, procs.FETCH_PARKED))  # noqa: B023 - called at once
         if self.direct:
             self._answer_direct(results)  # after the publish: an answer means fetchable
         now = now_ms()
@@ -346,10 +353,6 @@ class WriterWorker(Cleanup, Worker):
         self._answer_waiters()
         self._pump(quiet - self.waiters_answered)
         self.waiters_answered.clear()
-        if touched:
-            board = self.board
-            for bell, slot in zip(self.handler_doorbells, self.handler_slots):
-                bell.wake(lambda: board.get(slot, procs.FETCH_PARKED))
 
     def _append(self, h: int, m, out: list, touched: set[int]) -> None:
         a = env.decode_append(m)
