@@ -93,6 +93,11 @@ class TableAnswers:
         except OSError:
             # deleted between the table read and the listing
             return api.OffsetsResponse(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ())
+        if request.time == api.EARLIEST_TIME:
+            # the published log start, the one METADATA gives: retention deletes a
+            # segment's file a moment before it publishes the start past it, so
+            # the first file found can be ahead of it
+            return api.OffsetsResponse(ErrorCode.NONE, (s.start_offset,)[:request.max_offsets])
         for base in bases:
             try:
                 mtime = int(os.stat(os.path.join(path, segment_filename(base))).st_mtime * 1000)
