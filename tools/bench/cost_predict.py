@@ -125,9 +125,15 @@ def _share(value: float, ceiling: float) -> float:
 
 
 def ring_count(processors: int, handlers: int, writers: int) -> int:
-    """Rings the supervisor creates: req + resp per (processor, handler), app + res per
-    (handler, writer) (``workers/plan.py``, ``ring_pairs``)."""
+    """Rings of ``ring.bytes`` the supervisor creates: req + resp per (processor,
+    handler), app + res per (handler, writer) (``workers/plan.py``, ``ring_pairs``)."""
     return 2 * processors * handlers + 2 * handlers * writers
+
+
+def answer_ring_memory(processors: int, writers: int, ring_bytes: int) -> int:
+    """Bytes of the ``ans`` rings, writer -> processor: 1 MiB each, or ``ring.bytes``
+    if smaller (``workers/plan.py``, ``ring_bytes``)."""
+    return processors * writers * min(ring_bytes, 1 * MIB)
 
 
 def choose_ring_bytes(rings: int, budget_bytes: int, largest: int = 16 * MIB,
