@@ -1,0 +1,35 @@
+"""tools/bench/ab_settings.py: its percentiles, summaries and arguments."""
+
+import importlib.util
+import pathlib
+import sys
+
+import pytest
+
+_BENCH = pathlib.Path(__file__).resolve().parent.parent / "tools" / "bench"
+sys.path.insert(0, str(_BENCH))  # it imports its neighbours (broker_throughput, latency)
+_spec = importlib.util.spec_from_file_location("ab_settings", _BENCH / "ab_settings.py")
+ab = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(ab)
+
+
+def test_percentiles_by_nearest_rank_in_ms():
+    ns = [i * 1_000_000 for i in range(1, 1001)]  # 1 .. 1000 ms
+    assert ab.percentiles_ms(ns) == (501.0, 991.0, 1000.0)
+    assert ab.percentiles_ms([2_500_000]) == (2.5, 2.5, 2.5)
+
+
+def test_latencies_take_the_lowest_as_best_and_rates_the_highest():
+    lat = ab.summarize([(1.0, 5.0, 9.0), (2.0, 4.0, 8.0), (3.0, 6.0, 7.0)])
+    assert lat == {"median": (2.0, 5.0, 8.0), "best": (1.0, 4.0, 7.0)}
+    assert ab.summarize([10.0, 30.0, 20.0]) == {"median": 20.0, "best": 30.0}
+
+
+def test_arguments():
+    args = ab.parse_args(["sync", "--b", "produce.direct.answers=false", "--rounds", "2"])
+    assert (args.load, args.a, args.b, args.rounds) == (
+        "sync", [], ["produce.direct.answers=false"], 2)
+    with pytest.raises(SystemExit):
+        ab.parse_args(["rtt", "--seconds", "0"])
+    with pytest.raises(SystemExit):
+        ab.parse_args(["nope"])

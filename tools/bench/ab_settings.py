@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""What one setting is worth: two brokers that differ in it, measured alternately.
+
+Run by hand (not a test), from the repository with its venv::
+
+    .venv/bin/python tools/bench/ab_settings.py rtt --rounds 4 \\
+        --a processor.local.requests=true --b processor.local.requests=false
+    .venv/bin/python tools/bench/ab_settings.py sync --rounds 6 --b produce.direct.answers=false
+
+Starts two ``hostbroker serve`` (``broker_throughput.Broker``: free ports,
+temporary data, stopped by PID), one with the ``--a`` settings and one with
+``--b``, each with one topic of one partition, and runs the same load on
+each in turn, A, B, A, B ..., ``--rounds`` times, over TCP. Loads (every one
+bounded by ``--seconds``):
+
+- ``rtt``: METADATA round trips on one connection: p50, p99, p99.9 in ms.
+- ``sync``: one client producing 1,000-message sets of 100 B, acks=1, one
+  request at a time: messages/s.
+- ``sync1``: the same with one message per request: requests/s.
+- ``pipe``: 1,000-message sets with 16 in flight: messages/s.
+- ``e2e``: end to end at 1,000 msgs/s with a long-polling consumer
+  (``latency.run_e2e``): p50, p99, p99.9 in ms.
+
+Prints every round and the median (and best) of each side. Alternating in
+one run is what makes the two comparable on a shared machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.dirname(os.path.dirname(HERE))]
+
+from broker_throughput import Broker  # noqa: E402
+from latency import run_e2e, run_pipelined  # noqa: E402
+
+LOADS = ("rtt", "sync", "sync1", "pipe", "e2e")
+TOPIC = "ab"
+
+
+def percentiles_ms(latencies_ns: list[int]) -> tuple[float, float, float]:
+    """(p50, p99, p99.9) in ms, nearest rank, of a non-empty list of ns."""
+    values = sorted(latencies_ns)
+    last = len(values) - 1
+    return tuple(round(values[min(last, int(len(values) * q))] / 1e6, 4)
+                 for q in (0.5, 0.99, 0.999))
+
+
+def summarize(rounds: list) -> dict:
+    """Median (and best, for rates) of one side's rounds: a list of numbers
+    (rates, higher is better) or of (p50, p99, p99.9) tuples (lower is better)."""
+    if isinstance(rounds[0], tuple):
+        return {"median": tuple(round(statistics.median(r[k] for r in rounds), 4)
+                                for k in range(3)),
+                "best": tuple(min(r[k] for r in rounds) for k in range(3))}
+    return {"median": round(statistics.median(rounds), 1), "best": max(rounds)}
+
+
+def run_rtt(uri: str, seconds: float) -> tuple[float, float, float]:
+    from hostbroker.client.simple import SimpleClient
+
+    latencies = []
+    with SimpleClient(uri) as client:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            start = time.perf_counter_ns()
+            client.metadata([TOPIC])
+            latencies.append(time.perf_counter_ns() - start)
+    return percentiles_ms(latencies)
+
+
+def measure(load: str, uri: str, seconds: float):
+    if load == "rtt":
+        return run_rtt(uri, seconds)
+    if load == "e2e":
+        out = run_e2e(uri, TOPIC, seconds, 1000)["latency_ms"]
+        return out["p50"], out["p99"], out["p99.9"]
+    batch, window = {"sync": (1000, 1), "sync1": (1, 1), "pipe": (1000, 16)}[load]
+    result = run_pipelined(uri, TOPIC, seconds, 100, batch, window)
+    return result["msgs_per_s"] if batch > 1 else result["requests"] / result["seconds"]
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="ab_settings.py", description=__doc__.split("\n\n")[0])
+    ap.add_argument("load", choices=LOADS)
+    ap.add_argument("--a", action="append", default=[], metavar="KEY=VALUE",
+                    help="a setting of broker A (repeatable; none: the defaults)")
+    ap.add_argument("--b", action="append", default=[], metavar="KEY=VALUE",
+                    help="a setting of broker B (repeatable)")
+    ap.add_argument("--rounds", type=int, default=4, help="rounds of A then B (default 4)")
+    ap.add_argument("--seconds", type=float, default=3.0, help="seconds per measurement")
+    args = ap.parse_args(argv)
+    if args.rounds < 1 or args.seconds <= 0:
+        ap.error("--rounds must be at least 1 and --seconds above 0")
+    return args
+
+
+def main(argv=None) -> int:
+    from hostbroker.client.simple import SimpleClient
+
+    args = parse_args(argv)
+    sides = {"A": args.a, "B": args.b}
+    brokers, dirs = {}, []
+    try:
+        for name, settings in sides.items():
+            workdir = tempfile.mkdtemp(prefix=f"hb-ab-{name}-")
+            dirs.append(workdir)
+            broker = Broker(workdir, settings)
+            broker.start()
+            brokers[name] = broker
+            with SimpleClient(broker.uri("tcp")) as client:
+                client.create_topic(TOPIC, 1)
+        rounds = {name: [] for name in sides}
+        for r in range(args.rounds):
+            for name, broker in brokers.items():
+                value = measure(args.load, broker.uri("tcp"), args.seconds)
+                rounds[name].append(value)
+                print(f"[{r + 1}/{args.rounds}] {name} {value}", flush=True)
+        unit = "p50, p99, p99.9 ms" if args.load in ("rtt", "e2e") else "per s"
+        for name, settings in sides.items():
+            s = summarize(rounds[name])
+            print(f"{name} ({', '.join(settings) or 'defaults'}): median {s['median']}, "
+                  f"best {s['best']} ({unit})")
+    finally:
+        for broker in brokers.values():
+            broker.stop()
+        for workdir in dirs:
+            shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
