@@ -20,6 +20,8 @@ bounded by ``--seconds``):
 - ``pipe``: 1,000-message sets with 16 in flight: messages/s.
 - ``e2e``: end to end at 1,000 msgs/s with a long-polling consumer
   (``latency.run_e2e``): p50, p99, p99.9 in ms.
+- ``fetch``: reading back 256 MiB of 10 KiB messages (produced once, before
+  the first round) in 4 MiB fetches, 4 in flight, bytes not parsed: MB/s.
 
 Prints every round and the median (and best) of each side. Alternating in
 one run is what makes the two comparable on a shared machine.
@@ -39,9 +41,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.dirname(os.path.dirname(HERE))]
 
 from broker_throughput import Broker  # noqa: E402
-from latency import run_e2e, run_pipelined  # noqa: E402
+from latency import run_e2e, run_fetch, run_pipelined  # noqa: E402
 
-LOADS = ("rtt", "sync", "sync1", "pipe", "e2e")
+LOADS = ("rtt", "sync", "sync1", "pipe", "e2e", "fetch")
+FETCH_BYTES = 256 * 1024 * 1024
 TOPIC = "ab"
 
 
@@ -82,6 +85,8 @@ def measure(load: str, uri: str, seconds: float):
     if load == "e2e":
         out = run_e2e(uri, TOPIC, seconds, 1000)["latency_ms"]
         return out["p50"], out["p99"], out["p99.9"]
+    if load == "fetch":
+        return run_fetch(uri, TOPIC, 0, FETCH_BYTES, seconds)["mb_per_s"]
     batch, window = {"sync": (1000, 1), "sync1": (1, 1), "pipe": (1000, 16)}[load]
     result = run_pipelined(uri, TOPIC, seconds, 100, batch, window)
     return result["msgs_per_s"] if batch > 1 else result["requests"] / result["seconds"]
@@ -117,6 +122,8 @@ def main(argv=None) -> int:
             brokers[name] = broker
             with SimpleClient(broker.uri("tcp")) as client:
                 client.create_topic(TOPIC, 1)
+            if args.load == "fetch":  # something to read, the same on both
+                run_pipelined(broker.uri("tcp"), TOPIC, 120, 10 * 1024, 100, 4, FETCH_BYTES)
         rounds = {name: [] for name in sides}
         for r in range(args.rounds):
             for name, broker in brokers.items():
