@@ -3,10 +3,13 @@
 Owns: the client connections the acceptor hands it (over a SOCK_SEQPACKET
 pair, one fd per message, each acknowledged back so the acceptor can count
 connections exactly), each in one ``selectors`` loop; the open segment files
-it sends from. Reads: whole request frames off its sockets, and answers from
-every handler's response ring. Writes: frames into the request ring of the
-connection's handler, and answers back to the sockets in the order the
-requests came in. Every request gets a sequence number, its place in that
+it sends from. Reads: whole request frames off its sockets, answers from
+every handler's response ring and from every writer's answer ring (a writer
+answers a one-partition acks=1 PRODUCE itself), and the partition table.
+Writes: frames into the request ring of the connection's handler, and
+answers back to the sockets in the order the requests came in. A METADATA
+or OFFSETS request of a connection with nothing at its handler is answered
+here, from the partition table (``processor_frames.py``, ``answers.py``). Every request gets a sequence number, its place in that
 order; answers that arrive early wait for the ones before them. A PRODUCE
 with acks=0 gets an empty answer from its handler, which gives its place back
 without sending a byte, so an error frame for it still comes in order.
