@@ -7,10 +7,10 @@ of the connection is at its handler (``processor.local.requests``, built by
 :mod:`~hostbroker.workers.answers`), and the three ways any other frame
 reaches its record in the request ring: small frames through the
 processor's receive buffer (many per read), a large frame whose rest is all
-in the socket's receive buffer
-received straight into its ring record (its bytes copied once on their way to
-the handler), and a large frame that trickles in gathered in the connection's
-own buffer first (or, larger than a ring record, sent in fragments).
+in the socket's receive buffer received straight into its ring record (its
+bytes copied once on their way to the handler), and a large frame that
+trickles in gathered in the connection's own buffer first (or, larger than a
+ring record, sent in fragments).
 
 :class:`FrameReading` is a mixin of :class:`~hostbroker.workers.processor.ProcessorWorker`
 and uses its connections, rings, buffers and counters.
