@@ -7,8 +7,9 @@ Reads: append rings from every handler (appends, topic deletions, offset
 commits and fetches). Writes: result rings back to every handler, answer
 rings to every processor (a PRODUCE of one partition with acks=1 is answered
 from here, once its log end is published, one process crossing fewer than
-through the handler; see ``_answer_direct``), and the partition table slots it owns (log start/end offsets, flushed offset, segment
-generation, state), which handlers read lock-free to answer fetches.
+through the handler; see ``_answer_direct``), and the partition table slots
+it owns (log start/end offsets, flushed offset, segment generation, state),
+which handlers read lock-free to answer fetches.
 
 Loop: drain every append ring, append each message set with one ``write()``,
 publish the new log end offsets, then answer acks=1 at once and acks=-1 after
@@ -19,12 +20,12 @@ writer's flusher thread, so appends go on while the disk catches up; the
 flushed offset is published when the fdatasync returns. Retention runs from
 the same loop. After each batch that appended, as soon as its log ends are
 published (before its answers), every handler that sleeps with fetches
-parked is woken so they see the new data (an awake handler looks
-at its parked fetches anyway before it sleeps; see ``handler._has_input``).
+parked is woken so they see the new data (an awake handler looks at its
+parked fetches anyway before it sleeps; see ``handler._has_input``).
 
 Deletes come through the same rings (retention, checkpoints and deletes:
-``writer_cleanup.py``). The writer is the only process that
-writes a slot it serves, so it marks the slot DELETING itself; it then drops
+``writer_cleanup.py``). The writer is the only process that writes a slot it
+serves, so it marks the slot DELETING itself; it then drops
 all it holds for the slot (appends, flushes, acks=-1 waiters, which are
 answered then) before freeing it, and refuses an append whose slot no longer
 holds the partition it names (docs/storage.md).
