@@ -11,6 +11,7 @@ process crossings. Both build the same answer from the same table.
 from __future__ import annotations
 
 import os
+import struct
 
 from hostbroker.errors import ErrorCode, HostbrokerError
 from hostbroker.log.segments import offsets_before, segment_filename
@@ -21,6 +22,15 @@ from hostbroker.workers.base import now_ms
 from hostbroker.workers.topicview import TopicView
 
 LOCAL_KEYS = frozenset((api.ApiKey.METADATA, api.ApiKey.OFFSETS))
+
+_CORR = struct.Struct(">i")
+# Requests seen again are not decoded again (clients repeat the same few), and
+# a METADATA answer whose partitions read the same from the table is not built
+# and encoded again: only its correlation id changes. Both caches are bounded.
+_DECODED_MAX = 256  # entries
+_DECODED_FRAME_MAX = 1024  # bytes of a request frame worth keeping
+_FRAMES_MAX = 64  # entries
+_FRAME_CACHE_MAX = 64 * 1024  # bytes of an answer frame worth keeping
 
 
 def broker_list(plan, broker_id: int) -> tuple:
@@ -47,6 +57,8 @@ class TableAnswers:
         self.broker_id = broker_id
         self.brokers = tuple(api.MetadataBroker(*b) for b in brokers)
         self.max_response_bytes = max_response_bytes
+        self._decoded: dict[bytes, tuple] = {}  # frame but its correlation id -> (key, request)
+        self._frames: dict[tuple, bytes] = {}  # (names, generation, partitions) -> answer frame
 
     def answer(self, key: int, request):
         return self.metadata(request) if key == api.ApiKey.METADATA else self.offsets(request)
@@ -59,21 +71,55 @@ class TableAnswers:
         ``response.max.bytes``; nothing and ``RESP_CLOSE_NOW`` for a header
         too short to answer."""
         try:
-            header, request = api.decode_request(frame, max_entries)
+            key, corr, request = self._decode(frame, max_entries)
         except api.HeaderTooShortError:
             return [], env.RESP_CLOSE_NOW
         except HostbrokerError as e:
             corr = api.peek_correlation_id(frame)
             return [api.encode_error_frame(corr or 0, e.code)], env.RESP_CLOSE_AFTER
-        corr = header.correlation_id
         try:
-            answer, failed = api.encode_answer(corr, self.answer(header.api_key, request),
-                                               self.max_response_bytes)
+            if key == api.ApiKey.METADATA:
+                answer, failed = self._metadata_frame(corr, request)
+            else:
+                answer, failed = api.encode_answer(corr, self.offsets(request),
+                                                   self.max_response_bytes)
         except HostbrokerError as e:
             return [api.encode_error_frame(corr, e.code)], env.RESP_CLOSE_AFTER
         if failed:
             return [api.encode_error_frame(corr, ErrorCode.INVALID_REQUEST)], env.RESP_CLOSE_AFTER
         return [answer], 0
+
+    def _decode(self, frame, max_entries: int) -> tuple[int, int, object]:
+        """(api key, correlation id, request) of a request frame."""
+        small = len(frame) <= _DECODED_FRAME_MAX
+        if small:
+            key = bytes(frame[:4]) + bytes(frame[8:])
+            hit = self._decoded.get(key)
+            if hit is not None:
+                return hit[0], _CORR.unpack_from(frame, 4)[0], hit[1]
+        header, request = api.decode_request(frame, max_entries)
+        if small:
+            if len(self._decoded) >= _DECODED_MAX:
+                self._decoded.clear()
+            self._decoded[key] = (header.api_key, request)
+        return header.api_key, header.correlation_id, request
+
+    def _metadata_frame(self, corr: int, request) -> tuple[bytes, bool]:
+        """The METADATA answer frame, as ``api.encode_answer`` gives it; the
+        one built last for the same topics, read the same from the table, with
+        this correlation id."""
+        names, snapshot = self._snapshot(request)
+        key = (names, self.view.generation, tuple(snapshot.values()))
+        cached = self._frames.get(key)
+        if cached is not None:
+            return cached[:4] + _CORR.pack(corr) + cached[8:], False
+        frame, failed = api.encode_answer(corr, self._build(names, snapshot),
+                                          self.max_response_bytes)
+        if not failed and len(frame) <= _FRAME_CACHE_MAX:
+            if len(self._frames) >= _FRAMES_MAX:
+                self._frames.clear()
+            self._frames[key] = frame
+        return frame, failed
 
     def offsets(self, request) -> api.OffsetsResponse:
         view = self.view
@@ -114,14 +160,43 @@ class TableAnswers:
         """Raises INVALID_REQUEST (an error frame) as soon as the answer grows
         past ``response.max.bytes``, before building the rest: a topic of many
         partitions named many times would otherwise amplify a small request."""
-        self.view.refresh()
-        names = list(request.topics) or sorted(self.view.topics)
+        return self._build(*self._snapshot(request))
+
+    def _snapshot(self, request) -> tuple[tuple, dict]:
+        """The topic names a METADATA request asks about (all, for none), and
+        what the answer takes from the table for each name, once: None for an
+        unknown topic, else per partition (offline, log start, log end, log
+        dir) or None for a partition number with no slot."""
+        view = self.view
+        view.refresh()
+        names = tuple(request.topics) or tuple(sorted(view.topics))
+        read = self.table.read
+        offline = ptable.OFFLINE
+        snapshot: dict[str, tuple | None] = {}
+        for name in names:
+            if name in snapshot:
+                continue
+            slots = view.topics.get(name)
+            if slots is None:
+                snapshot[name] = None
+                continue
+            parts = []
+            for slot in slots:
+                if slot is None:
+                    parts.append(None)
+                    continue
+                s = read(slot)
+                parts.append((s.state == offline, s.start_offset, s.end_offset, s.owner))
+            snapshot[name] = tuple(parts)
+        return names, snapshot
+
+    def _build(self, names: tuple, snapshot: dict) -> api.MetadataResponse:
         described: dict[str, tuple[api.MetadataTopic, int]] = {}  # each name built once
         topics = []
         size = 0
         for name in names:
             if name not in described:
-                described[name] = self._describe_topic(name)
+                described[name] = self._describe_topic(name, snapshot[name])
             topic, topic_size = described[name]
             size += topic_size
             if size > self.max_response_bytes:
@@ -130,20 +205,18 @@ class TableAnswers:
             topics.append(topic)
         return api.MetadataResponse(self.broker_id, self.brokers, tuple(topics))
 
-    def _describe_topic(self, name: str) -> tuple[api.MetadataTopic, int]:
+    def _describe_topic(self, name: str, parts_read) -> tuple[api.MetadataTopic, int]:
         """A topic's METADATA entry and its encoded size."""
         size = 2 + len(name.encode("utf-8", "replace")) + 2 + 4
-        slots = self.view.topics.get(name)
-        if slots is None:
+        if parts_read is None:
             return api.MetadataTopic(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ()), size
         parts = []
-        for partition, slot in enumerate(slots):
-            if slot is None:
+        for partition, read in enumerate(parts_read):
+            if read is None:
                 continue
-            s = self.table.read(slot)
-            code = ErrorCode.STORAGE_ERROR if s.state == ptable.OFFLINE else ErrorCode.NONE
-            parts.append(api.MetadataPartition(partition, code, self.broker_id,
-                                               s.start_offset, s.end_offset,
-                                               self.log_dirs[s.owner]))
-            size += 4 + 2 + 4 + 8 + 8 + 2 + self.dir_bytes[s.owner]
+            offline, start, end, owner = read
+            code = ErrorCode.STORAGE_ERROR if offline else ErrorCode.NONE
+            parts.append(api.MetadataPartition(partition, code, self.broker_id, start, end,
+                                               self.log_dirs[owner]))
+            size += 4 + 2 + 4 + 8 + 8 + 2 + self.dir_bytes[owner]
         return api.MetadataTopic(name, ErrorCode.NONE, tuple(parts)), size

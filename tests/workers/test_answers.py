@@ -49,3 +49,52 @@ def test_earliest_is_the_published_log_start_while_retention_is_mid_way(answers,
     assert answers.offsets(api.OffsetsRequest("ret", 0, 4_000_000_000_000, 5)).offsets == (
         450, 360)
     assert answers.offsets(api.OffsetsRequest("ret", 0, api.EARLIEST_TIME, 0)).offsets == ()
+
+
+def _frame(request, corr: int) -> memoryview:
+    return memoryview(api.encode_request(request, corr, "t")[4:])  # without its size
+
+
+def test_metadata_answers_from_the_cache_are_the_answers_built_afresh(answers, tmp_path):
+    table = answers.table
+    (tmp_path / partition_dirname("t", 0)).mkdir()
+    table.write(0, state=ptable.ONLINE, name="t", partition=0, owner=0,
+                start_offset=0, end_offset=0, flushed_offset=0, segment_generation=1)
+    table.bump_generation()
+    requests = [api.MetadataRequest(("t",)), api.MetadataRequest(()),
+                api.MetadataRequest(("t", "nope", "t"))]
+
+    def check(corr: int) -> None:
+        for request in requests:
+            pieces, flags = answers.answer_frame(_frame(request, corr), 1000)
+            fresh, failed = api.encode_answer(corr, answers.metadata(request), 1 << 20)
+            assert (pieces, flags, failed) == ([fresh], 0, False)
+            assert api.decode_response(api.ApiKey.METADATA, fresh[4:])[0] == corr
+
+    check(1)
+    check(2)  # the same answers again: only the correlation id differs
+    table.write(0, end_offset=90)  # the log moved
+    check(3)
+    table.write(0, state=ptable.OFFLINE)  # the partition went offline
+    check(4)
+    table.write(1, state=ptable.ONLINE, name="t", partition=1, owner=0,
+                start_offset=0, end_offset=0, flushed_offset=0, segment_generation=1)
+    table.bump_generation()  # a partition more
+    check(5)
+    (topic,) = api.decode_response(
+        api.ApiKey.METADATA, answers.answer_frame(_frame(requests[0], 6), 1000)[0][0][4:]
+    )[1].topics
+    assert [(p.partition, p.error_code, p.log_end_offset) for p in topic.partitions] == [
+        (0, ErrorCode.STORAGE_ERROR, 90), (1, ErrorCode.NONE, 0)]
+
+
+def test_the_caches_stay_bounded_and_an_oversized_answer_is_never_kept(answers):
+    for i in range(300):
+        answers.answer_frame(_frame(api.MetadataRequest((f"topic-{i}",)), i), 1000)
+    assert len(answers._decoded) <= 256 and len(answers._frames) <= 64
+    answers.max_response_bytes = 40
+    answers._frames.clear()
+    for corr in (1, 2):
+        pieces, flags = answers.answer_frame(_frame(api.MetadataRequest(("x" * 50,)), corr), 1000)
+        assert flags and api.decode_error_frame(pieces[0][4:]) == (corr, ErrorCode.INVALID_REQUEST)
+    assert answers._frames == {}
