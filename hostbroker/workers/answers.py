@@ -5,7 +5,9 @@ lock-free (through a :class:`~hostbroker.workers.topicview.TopicView`) and
 the segment files' mtimes, and builds the answer. Handlers use it for every
 such request; processors use it for a request of a connection that has none
 at its handler (``processor.local.requests``), which saves the request two
-process crossings. Both build the same answer from the same table.
+process crossings. Both build the same answer from the same table. It keeps
+two bounded caches of its own for the processors' frames: decoded requests,
+and METADATA answer frames keyed by what they read from the table.
 """
 
 from __future__ import annotations
