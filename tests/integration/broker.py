@@ -87,6 +87,21 @@ class Broker:
     def client(self, uri: str | None = None, **kw) -> SimpleClient:
         return SimpleClient(uri or self.unix, **kw)
 
+    def counter(self, kind: str, name: str) -> int:
+        """A process-board counter (``requests``, ...) summed over the workers
+        of one kind (``writer``, ``handler``, ``processor``), read as
+        ``hostbroker top`` reads it."""
+        from hostbroker.config import Config
+        from hostbroker.top import KIND_NAMES, attach
+
+        board, table, _ = attach(Config.build(overrides=[f"log.dirs={self.settings['log.dirs']}"]))
+        try:
+            return sum(row["counters"][name] for row in board.snapshot()
+                       if KIND_NAMES.get(row.get("kind")) == kind)
+        finally:
+            board.close()
+            table.close()
+
     def workers(self) -> dict[str, int]:
         """Process name (hb-writer-0, ...) -> pid of every worker."""
         out = {}

@@ -11,25 +11,15 @@ import time
 import pytest
 
 from hostbroker.client.simple import SimpleClient
-from hostbroker.config import Config
 from hostbroker.errors import ErrorCode
 from hostbroker.log.message import encode_message_set, iter_messages
 from hostbroker.protocol import api
-from hostbroker.top import attach
 from tests.integration.wire_helpers import RawSocket
-
-WRITER = 1  # kind on the process board
 
 
 def _direct_answers(broker) -> int:
     """PRODUCE answers the writers sent to processors themselves."""
-    board, table, _ = attach(Config.build(overrides=[f"log.dirs={broker.settings['log.dirs']}"]))
-    try:
-        return sum(row["counters"]["requests"] for row in board.snapshot()
-                   if row.get("kind") == WRITER)
-    finally:
-        board.close()
-        table.close()
+    return broker.counter("writer", "requests")
 
 
 @pytest.mark.parametrize("direct", [True, False])

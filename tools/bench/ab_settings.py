@@ -49,11 +49,12 @@ TOPIC = "ab"
 
 
 def percentiles_ms(latencies_ns: list[int]) -> tuple[float, float, float]:
-    """(p50, p99, p99.9) in ms, nearest rank, of a non-empty list of ns."""
+    """(p50, p99, p99.9) in ms, nearest rank (as ``hostbroker perf``), of a
+    non-empty list of ns."""
+    from hostbroker.commands.perf import PERCENTILES, percentile
+
     values = sorted(latencies_ns)
-    last = len(values) - 1
-    return tuple(round(values[min(last, int(len(values) * q))] / 1e6, 4)
-                 for q in (0.5, 0.99, 0.999))
+    return tuple(round(percentile(values, p) / 1e6, 4) for p in PERCENTILES)
 
 
 def summarize(rounds: list) -> dict:
