@@ -21,6 +21,21 @@ def test_append_header_and_payload():
     assert append.stamp_ns == 2**62 + 1
 
 
+def test_append_direct_names_where_its_answer_goes():
+    direct = env.Direct(processor=3, conn_id=2**63 + 7, seq=2**32 - 1, correlation_id=-5)
+    head, data = env.encode_append(9, 1, "topic", 4, 0, 1, 2, 77, memoryview(b"set"), 11,
+                                   direct)
+    message = memoryview(head + bytes(data))
+    assert env.decode_op(message) == (env.OP_APPEND_DIRECT, 9)
+    append = env.decode_append(message)
+    assert append.direct == direct
+    assert (append.topic, append.partition, append.message_set, append.stamp_ns) == (
+        "topic", 4, b"set", 11)
+    # a plain append carries none
+    head, data = env.encode_append(9, 1, "topic", 4, 0, 1, 2, 77, memoryview(b"set"))
+    assert env.decode_append(memoryview(head + bytes(data))).direct is None
+
+
 def test_json_commands():
     head, body = env.encode_json(env.OP_OFFSETS, 9, {"op": "fetch", "keys": [["g", "t", 0]]})
     message = head + body
