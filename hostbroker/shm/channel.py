@@ -243,8 +243,22 @@ class Receiver:
                 raise ValueError(f"{self._ring.name}: unknown fragment flag {flag}")
         return messages
 
+    def hold(self, view) -> tuple[int, int] | None:
+        """Keep ``view`` (part of a whole message :meth:`poll` returned) in the
+        ring past :meth:`done`, for another process to read: its ``(data
+        offset, position)``, the position for :meth:`unhold`; None if it is
+        not in the ring (a reassembled message)."""
+        offset = self._ring.data_offset(view)
+        if offset is None:
+            return None
+        return offset, self._ring.hold(offset)
+
+    def unhold(self, pos: int) -> None:
+        self._ring.unhold(pos)
+
     def done(self) -> bool:
-        """Free the ring space of everything polled so far.
+        """Free the ring space of everything polled so far (up to the first
+        view still held).
 
         Returns True if the sender was waiting for space: wake it.
         """

@@ -68,12 +68,18 @@ and median of 5 runs on a host shared with other work):
 - Per record in one process: ``try_put`` ~0.7 us, ``put_many`` ~0.5 us,
   ``read`` ~0.4 us. Small records are bound by Python, not by the ring.
 
+A consumer may hold part of a record past :meth:`Ring.release` (the handler
+does, while a writer appends a message set straight from the request ring):
+the tail then stops at the held bytes, so the producer waits rather than
+reuse them, and another process reads them with :meth:`Ring.view_at`.
+
 Neither side is thread safe: one thread of one process produces, one thread of
 one process consumes.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import struct
 import threading
@@ -100,6 +106,12 @@ def full_fence() -> None:
     _fence_lock.release()
 
 
+def _address(view: memoryview) -> int:
+    """The address of a writable view's first byte (no copy; the ctypes
+    object that lends it is dropped at once, so the buffer can be released)."""
+    return ctypes.addressof(ctypes.c_char.from_buffer(view))
+
+
 def _new_fence_lock() -> None:
     # A fork while another thread was inside full_fence would leave the
     # child's copy of the lock held forever.
@@ -115,8 +127,9 @@ class Ring(Structure):
 
     Producer methods: :meth:`try_put`, :meth:`publish`, :meth:`free_space`,
     :meth:`max_put`, :meth:`set_producer_waiting`. Consumer methods:
-    :meth:`read`, :meth:`release`, :meth:`reset_consumer`. Either side:
-    :meth:`pending_bytes`.
+    :meth:`read`, :meth:`release`, :meth:`reset_consumer`, :meth:`data_offset`,
+    :meth:`hold`, :meth:`unhold`. Either side: :meth:`pending_bytes`,
+    :meth:`view_at`.
     """
 
     MAGIC = tag_magic(b"HBRG")
@@ -140,9 +153,11 @@ class Ring(Structure):
         self._head = self._published = self._hdr[_HEAD]
         self._claim_mark = self._head
         self._tail_seen = self._hdr[_TAIL]
-        # Consumer state: the position after the last record read, and what
-        # was last stored as tail.
+        # Consumer state: the position after the last record read, what was
+        # last stored as tail, and the positions held past release (hold()).
         self._read_pos = self._released = self._hdr[_TAIL]
+        self._holds: dict[int, int] = {}
+        self._data_addr = _address(self._data)
 
     @classmethod
     def create(cls, region_or_name: SharedRegion | str, capacity: int) -> Ring:
@@ -327,9 +342,49 @@ class Ring(Structure):
         Returns True if the producer was waiting for space (the flag is then
         cleared): the caller should wake it.
         """
-        if self._read_pos == self._released:
+        target = min(self._holds) if self._holds else self._read_pos
+        if target == self._released:
             return False  # no space freed, so no reason to wake the producer
-        return self._store_tail(self._read_pos)
+        return self._store_tail(target)
+
+    def data_offset(self, view) -> int | None:
+        """Consumer side: where ``view`` (part of a record :meth:`read`
+        returned) starts in the data area, or None if it is not in this ring
+        (a reassembled copy, say)."""
+        if not len(view) or view.readonly:
+            return None
+        offset = _address(view) - self._data_addr
+        if 0 <= offset and offset + view.nbytes <= self.capacity:
+            return offset
+        return None
+
+    def hold(self, offset: int) -> int:
+        """Consumer side: keep the bytes from data ``offset`` on (part of a
+        record read since the last release that freed it) from being freed by
+        :meth:`release` until :meth:`unhold` of the position returned.
+
+        The tail then stops at that position: the producer may reuse what is
+        before it, never what is after it. Holds may end in any order."""
+        pos = self._released + ((offset - self._released) & self._mask)
+        if pos >= self._read_pos:
+            raise ValueError(f"{self.region.name}: offset {offset} is not in a record read")
+        self._holds[pos] = self._holds.get(pos, 0) + 1
+        return pos
+
+    def unhold(self, pos: int) -> None:
+        """End one :meth:`hold`; the space is freed by the next :meth:`release`."""
+        n = self._holds[pos] - 1
+        if n:
+            self._holds[pos] = n
+        else:
+            del self._holds[pos]
+
+    def view_at(self, offset: int, length: int) -> memoryview:
+        """Any side: ``length`` data bytes from ``offset`` (bytes a consumer
+        holds for another process to read; records never wrap)."""
+        if offset < 0 or length < 0 or offset + length > self.capacity:
+            raise ValueError(f"{self.region.name}: {length} bytes at {offset} are outside the ring")
+        return self._data[offset : offset + length]
 
     def reset_consumer(self) -> bool:
         """Discard everything published and unread (``tail = head``).
@@ -341,6 +396,7 @@ class Ring(Structure):
         waking the producer.
         """
         self._read_pos = self._hdr[_HEAD]
+        self._holds.clear()
         return self._store_tail(self._read_pos)
 
     def _store_tail(self, pos: int) -> bool:

@@ -195,3 +195,55 @@ def test_producer_killed_mid_stream_leaves_only_whole_records(created):
         kill(pid)
     consume()
     assert ring.read() == [] and ring.pending_bytes() == 0
+
+
+def test_held_bytes_survive_release_and_wraps_until_unheld(ring):
+    """A consumer holds part of one record and goes on reading: the producer
+    reuses everything else, never the held bytes, and gets them back once
+    unheld. Holds may end out of order."""
+    rng = random.Random(7)
+    held = {}  # position -> (offset, expected bytes)
+    for round_ in range(400):
+        payload = rng.randbytes(rng.randrange(100, 4000))
+        if not ring.try_put(b"hd", payload):
+            # full: let the oldest hold go (others stay), then release
+            oldest = min(held)
+            offset, expected = held.pop(oldest)
+            assert bytes(ring.view_at(offset, len(expected))) == expected
+            ring.unhold(oldest)
+            ring.release()
+            continue
+        ring.publish()
+        for record in ring.read():
+            if rng.random() < 0.3:
+                offset = ring.data_offset(record[2:])
+                held[ring.hold(offset)] = (offset, bytes(record[2:]))
+        ring.release()
+        for pos, (offset, expected) in held.items():
+            assert bytes(ring.view_at(offset, len(expected))) == expected, round_
+        if held and rng.random() < 0.2:  # one that is not the oldest, sometimes
+            pos = rng.choice(sorted(held))
+            held.pop(pos)
+            ring.unhold(pos)
+    assert ring._head > 3 * ring.capacity
+    for pos in list(held):
+        ring.unhold(pos)
+    ring.release()
+    assert ring.pending_bytes() == 0
+
+
+def test_hold_takes_only_views_of_records_read(ring):
+    assert ring.data_offset(memoryview(bytearray(10))) is None  # not in the ring
+    assert ring.data_offset(memoryview(b"readonly")) is None
+    ring.try_put(b"abcdef")
+    ring.publish()
+    [record] = ring.read()
+    offset = ring.data_offset(record[2:])
+    assert bytes(ring.view_at(offset, 4)) == b"cdef"
+    ring.hold(offset)
+    with pytest.raises(ValueError):
+        ring.view_at(ring.capacity - 2, 4)
+    # a replacement consumer starts with nothing held
+    ring.set_producer_waiting()
+    assert ring.reset_consumer()
+    assert ring.pending_bytes() == 0
