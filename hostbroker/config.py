@@ -198,6 +198,11 @@ SETTINGS: tuple[Setting, ...] = (
             "A PRODUCE of one partition with acks=1 is answered by the partition's writer "
             "straight to the client's processor, once its data is in the log: one process "
             "crossing fewer. false: every PRODUCE answer comes from the handler."),
+    Setting("produce.ring.append.min.bytes", int, 65536,
+            "A message set of at least this many bytes in a PRODUCE with acks=1 is appended by "
+            "its writer straight from the request ring it arrived in (the handler holds that "
+            "space until the writer is done) instead of being copied into the writer's ring. "
+            "0 copies every message set.", _at_least(0)),
     Setting("worker.boot.timeout.ms", int, 600000,
             "How long a worker may take to start (writers recover their logs first).",
             _at_least(100)),

@@ -27,7 +27,8 @@ Worker slot (192 bytes)::
                                    for its doorbell; peers ring it only then
                                    (``hostbroker.shm.doorbell.Waker``)
     44      4     reserved
-    48      128   counters         16 x u64, indexes below
+    48      136   counters         17 x u64, indexes below
+    184     8     reserved
 
 Writers: the supervisor fills a slot with :meth:`~ProcessBoard.set_worker`
 (under the seqlock, so kind, index, pid and epoch are read together) only
@@ -66,7 +67,8 @@ WAKEUPS = 12  # times the worker slept and was woken by its doorbell or a socket
 BELLS_RUNG = 13  # peers' doorbells this worker rang
 BELLS_SKIPPED = 14  # peers' doorbells not rung because the peer was awake
 SPIN_HITS = 15  # times work arrived while the worker spun before sleeping
-COUNTER_COUNT = 16
+RING_APPENDS = 16  # message sets a writer appended straight from a request ring
+COUNTER_COUNT = 17
 COUNTER_NAMES = (
     "requests",
     "bytes_in",
@@ -84,6 +86,7 @@ COUNTER_NAMES = (
     "bells_rung",
     "bells_skipped",
     "spin_hits",
+    "ring_appends",
 )
 
 

@@ -44,6 +44,15 @@ whose name is followed by where its answer goes,
 message set: the writer answers the client's processor itself, through its
 answer ring, and tells the handler it did.
 
+An APPEND_REF / APPEND_DIRECT_REF carries no message set: where its name
+(and direct answer) would be followed by the set, it names where the set
+lies in the request ring it came in on,
+``processor:u16 offset:u32 length:u32 handler_epoch:u64`` (the ring from
+that processor to the sending handler; ``handler_epoch`` is the sender's).
+The handler keeps those bytes from being reused until the writer's result
+comes back; the writer appends them from there, and only while that
+handler lives (``Ring.hold``; docs/architecture.md, "Large messages").
+
 Writer -> handler (result ring)::
 
     op:u8  token:u64  ...   APPEND: index:u32 error:i16 base:i64 end:i64
@@ -83,10 +92,15 @@ OP_DELETE = 2
 OP_OFFSETS = 3
 OP_GROUP = 4
 OP_APPEND_DIRECT = 5
+OP_APPEND_REF = 6
+OP_APPEND_DIRECT_REF = 7
+APPEND_OPS = frozenset((OP_APPEND, OP_APPEND_DIRECT, OP_APPEND_REF, OP_APPEND_DIRECT_REF))
+_DIRECT_OPS = frozenset((OP_APPEND_DIRECT, OP_APPEND_DIRECT_REF))
 _OP = struct.Struct("<BQ")
 APPEND_HEAD = struct.Struct("<BQIIhIqiQH")
 APPEND_RESULT = struct.Struct("<BQIhqq")
 _DIRECT = struct.Struct("<HQIi")  # processor, conn_id, seq, correlation_id
+_REF = struct.Struct("<HIIQ")  # processor, offset, length, handler_epoch
 
 
 class FilePiece(NamedTuple):
@@ -147,6 +161,17 @@ class Direct(NamedTuple):
     correlation_id: int
 
 
+class Ref(NamedTuple):
+    """Where an APPEND_REF's message set lies: ``length`` bytes at data
+    ``offset`` of the request ring from ``processor`` to the sending handler,
+    whose epoch was ``handler_epoch``."""
+
+    processor: int
+    offset: int
+    length: int
+    handler_epoch: int
+
+
 class Append(NamedTuple):
     token: int
     slot: int
@@ -156,20 +181,29 @@ class Append(NamedTuple):
     deadline_ms: int
     topic: str
     partition: int
-    message_set: Any  # a view of the ring message
+    message_set: Any  # a view of the ring message (empty for a ref)
     stamp_ns: int = 0
     direct: Direct | None = None
+    ref: Ref | None = None
 
 
 def encode_append(token: int, slot: int, topic: str, partition: int, index: int, acks: int,
                   count: int, deadline_ms: int, message_set, stamp_ns: int = 0,
-                  direct: Direct | None = None) -> tuple[bytes, Any]:
+                  direct: Direct | None = None, ref: Ref | None = None) -> tuple[bytes, Any]:
+    """An APPEND (with ``direct``: APPEND_DIRECT) of ``message_set``, or
+    with ``ref`` of the set it names (``message_set`` is then not sent)."""
     name = topic.encode()
-    head = APPEND_HEAD.pack(OP_APPEND if direct is None else OP_APPEND_DIRECT, token, slot,
-                            index, acks, count, deadline_ms, partition, stamp_ns, len(name))
+    if ref is None:
+        op = OP_APPEND if direct is None else OP_APPEND_DIRECT
+    else:
+        op = OP_APPEND_REF if direct is None else OP_APPEND_DIRECT_REF
+    head = APPEND_HEAD.pack(op, token, slot, index, acks, count, deadline_ms, partition,
+                            stamp_ns, len(name)) + name
     if direct is not None:
-        return head + name + _DIRECT.pack(*direct), message_set
-    return head + name, message_set
+        head += _DIRECT.pack(*direct)
+    if ref is not None:
+        return head + _REF.pack(*ref), b""
+    return head, message_set
 
 
 def decode_append(buf) -> Append:
@@ -177,12 +211,15 @@ def decode_append(buf) -> Append:
         APPEND_HEAD.unpack_from(buf, 0)
     end = APPEND_HEAD.size + name_len
     topic = bytes(buf[APPEND_HEAD.size:end]).decode()
-    direct = None
-    if op == OP_APPEND_DIRECT:
+    direct = ref = None
+    if op in _DIRECT_OPS:
         direct = Direct(*_DIRECT.unpack_from(buf, end))
         end += _DIRECT.size
+    if op == OP_APPEND_REF or op == OP_APPEND_DIRECT_REF:
+        ref = Ref(*_REF.unpack_from(buf, end))
+        end += _REF.size
     return Append(token, slot, index, acks, count, deadline, topic, partition, buf[end:],
-                  stamp_ns, direct)
+                  stamp_ns, direct, ref)
 
 
 def encode_json(op: int, token: int, payload: Any) -> tuple[bytes, bytes]:

@@ -16,7 +16,10 @@ Per request:
 
 - PRODUCE: validate each partition's message set (every entry's CRC; wrappers
   are not decompressed), forward it to the partition's writer, answer when
-  every writer has (acks 1 / -1); acks 0 gets no answer. A PRODUCE of one
+  every writer has (acks 1 / -1); acks 0 gets no answer. A set of
+  ``produce.ring.append.min.bytes`` or more with acks=1 is not copied: the
+  writer is told where it lies in our request ring (APPEND_REF), and we hold
+  those bytes there until its result comes back (``_unhold``). A PRODUCE of one
   partition with acks=1 goes as an APPEND_DIRECT: its writer answers the
   processor itself and tells us (``produce.direct.answers``); we answer it
   only if the writer could not, or died first.
@@ -81,6 +84,11 @@ class _Pending:
     remaining: int = 0
     writers: set[int] = dataclasses.field(default_factory=set)
     token: int = 0
+    holds: list = dataclasses.field(default_factory=list)  # request-ring positions held for writers
+
+
+def _no_answer(pending: _Pending, failed: bool = False) -> None:
+    """The respond of a request already answered otherwise (see _forget)."""
 
 
 class HandlerWorker(TopicAdmin, Fetching, ConsumerOffsets, Worker):
@@ -122,6 +130,8 @@ class HandlerWorker(TopicAdmin, Fetching, ConsumerOffsets, Worker):
         self.max_entries = self.config["request.max.entries"]
         self.max_response_bytes = self.config["response.max.bytes"]
         self.direct_answers = self.config["produce.direct.answers"]
+        self.ring_append_min = self.config["produce.ring.append.min.bytes"]
+        self.unheld: set[int] = set()  # processors whose request ring has space to free
         self.dirty_processors: set[int] = set()
         self.dirty_writers: set[int] = set()
         self.draining = False
@@ -183,6 +193,11 @@ class HandlerWorker(TopicAdmin, Fetching, ConsumerOffsets, Worker):
                 self.processor_bells[p].ring()  # it waits for space: always ring
         if self.parked and self._parked_due():
             self._recheck_parked()
+        for p in self.unheld:
+            # writers are done with what they appended from these rings
+            if self.requests[p].done():
+                self.processor_bells[p].ring()
+        self.unheld.clear()
         self._flush_senders()
         self.board.set(self.slot, procs.FETCH_PARKED, len(self.parked))
 
@@ -219,6 +234,7 @@ class HandlerWorker(TopicAdmin, Fetching, ConsumerOffsets, Worker):
                 for token, pending in list(self.pending.items()):
                     if w in pending.writers:
                         del self.pending[token]
+                        self._unhold(pending)
                         pending.respond(pending, failed=True)
 
     # -- requests ----------------------------------------------------------
@@ -287,7 +303,12 @@ class HandlerWorker(TopicAdmin, Fetching, ConsumerOffsets, Worker):
         so it is answered once (by its error frame)."""
         for token, pending in list(self.pending.items()):
             if pending.conn_id == conn_id and pending.seq == seq:
-                del self.pending[token]
+                if pending.holds:
+                    # a writer may be appending from the bytes held for it:
+                    # keep them until it is done, but answer nothing more
+                    pending.respond = _no_answer
+                else:
+                    del self.pending[token]
         self.parked = [x for x in self.parked if not (x.conn_id == conn_id and x.seq == seq)]
 
     def _break(self, conn_id: int) -> None:
@@ -319,6 +340,16 @@ class HandlerWorker(TopicAdmin, Fetching, ConsumerOffsets, Worker):
         pending.token = token
         self.pending[token] = pending
         return pending
+
+    def _unhold(self, pending: _Pending) -> None:
+        """Give back the request-ring space held for the writers of ``pending``
+        (freed at the end of this round, once every polled view is done with)."""
+        if pending.holds:
+            receiver = self.requests[pending.processor]
+            for pos in pending.holds:
+                receiver.unhold(pos)
+            pending.holds = []
+            self.unheld.add(pending.processor)
 
     def _to_writer(self, pending: _Pending, writer: int, *parts) -> None:
         pending.remaining += 1
@@ -390,9 +421,17 @@ class HandlerWorker(TopicAdmin, Fetching, ConsumerOffsets, Worker):
         if count == 0:
             pending.results[index][3] = pending.results[index][4] = s.end_offset
             return ErrorCode.NONE
+        ref = None
+        if acks == 1 and 0 < self.ring_append_min <= data.nbytes:
+            # large: the writer appends it from the request ring, no copy here
+            held = self.requests[pending.processor].hold(data)
+            if held is not None:
+                offset, pos = held
+                pending.holds.append(pos)
+                ref = env.Ref(pending.processor, offset, data.nbytes, self.epoch)
         self._to_writer(pending, s.owner, *env.encode_append(
             pending.token, slot, s.name, s.partition, index, acks, count, deadline, data,
-            time.monotonic_ns(), direct))
+            time.monotonic_ns(), direct, ref))
         return ErrorCode.NONE
 
     def _on_result(self, m) -> None:
@@ -402,6 +441,7 @@ class HandlerWorker(TopicAdmin, Fetching, ConsumerOffsets, Worker):
             return
         if op == env.OP_APPEND_DIRECT:
             del self.pending[token]  # the writer answered the processor itself
+            self._unhold(pending)
             return
         if op == env.OP_APPEND:
             _, _, index, error, base, end = env.APPEND_RESULT.unpack_from(m, 0)
@@ -412,4 +452,5 @@ class HandlerWorker(TopicAdmin, Fetching, ConsumerOffsets, Worker):
         pending.remaining -= 1
         if pending.remaining <= 0:
             del self.pending[token]
+            self._unhold(pending)
             pending.respond(pending)

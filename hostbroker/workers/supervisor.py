@@ -396,6 +396,9 @@ class Supervisor:
 
     def _replace(self, kind: str, index: int) -> None:
         # The dead worker's unread input died with it; its replacement starts clean.
+        # Marked EXITED first: a writer still appending from request-ring bytes a
+        # dead handler held checks this after its write (writer._holder_lives).
+        self.board.set_state(self.plan.board_slot(kind, index), procs.WORKER_EXITED)
         for rkind, producer, consumer in self.plan.rings_consumed_by(kind, index):
             Ring.attach(self.plan.ring_name(rkind, producer, consumer)).reset_consumer()
         if kind in ("writer", "handler"):

@@ -4,7 +4,10 @@ Owns: every partition log of its log dir, the only process that writes their
 segment files (and, for the first log dir, the consumer offsets store and the
 consumer group coordinator, :mod:`hostbroker.workers.writer_groups`).
 Reads: append rings from every handler (appends, topic deletions, offset
-commits and fetches). Writes: result rings back to every handler, answer
+commits and fetches), and the request rings of every processor to every
+handler, for the large message sets a handler names there instead of
+copying them (APPEND_REF; appended only while that handler lives, see
+``_holder_lives``). Writes: result rings back to every handler, answer
 rings to every processor (a PRODUCE of one partition with acks=1 is answered
 from here, once its log end is published, one process crossing fewer than
 through the handler; see ``_answer_direct``), and the partition table slots
@@ -23,7 +26,8 @@ published (before its answers), every handler that sleeps with fetches
 parked is woken so they see the new data (an awake handler looks at its
 parked fetches anyway before it sleeps; see ``handler._has_input``).
 
-Deletes come through the same rings (retention, checkpoints and deletes:
+Appends and their acks=1 answers are in ``writer_appends.py``; deletes come
+through the same rings (retention, checkpoints and deletes:
 ``writer_cleanup.py``). The writer is the only process that writes a slot it
 serves, so it marks the slot DELETING itself; it then drops
 all it holds for the slot (appends, flushes, acks=-1 waiters, which are
@@ -59,18 +63,18 @@ from hostbroker.log.logdir import LogDir, LogDirInUseError
 from hostbroker.log.offsetstore import OffsetRecordTooLargeError, OffsetStore
 from hostbroker.log.partition import PartitionLog
 from hostbroker.log.segments import parse_partition_dirname, partition_dirname
-from hostbroker.protocol import api
 from hostbroker.shm import procs
 from hostbroker.shm import table as ptable
 from hostbroker.shm.table import AdminLock, PartitionTable
 from hostbroker.workers import envelopes as env
 from hostbroker.workers.base import Worker, now_ms
 from hostbroker.workers.flusher import Flusher, Waiter
+from hostbroker.workers.writer_appends import Appends
 from hostbroker.workers.writer_cleanup import Cleanup
 from hostbroker.workers.writer_groups import GroupHost
 
 
-class WriterWorker(Cleanup, Worker):
+class WriterWorker(Appends, Cleanup, Worker):
     kind = "writer"
     process_name = "hb-writer"
 
@@ -92,6 +96,10 @@ class WriterWorker(Cleanup, Worker):
         self.processor_bells = [self.waker("processor", p)
                                 for p in range(self.plan.num_processors)]
         self.direct: list[tuple] = []  # (handler, Append, code, base, end) of this round
+        # the request rings (processor -> handler) that APPEND_REFs name, by handler
+        self.request_rings = [[self._attach("req", p, h) for p in range(self.plan.num_processors)]
+                              for h in range(self.plan.num_handlers)]
+        self.holding: set[int] = set()  # handlers of this round's APPEND_REFs: always wake them
         self.waiters_answered: set[int] = set()  # handlers sent acks=-1 answers this round
         self.max_response_bytes = self.config["response.max.bytes"]
         self.offline = False
@@ -301,7 +309,7 @@ class WriterWorker(Cleanup, Worker):
             messages = receiver.poll()
             for m in messages:
                 op, token = env.decode_op(m)
-                if op in (env.OP_APPEND, env.OP_APPEND_DIRECT):
+                if op in env.APPEND_OPS:
                     self._append(h, m, results[h], touched)
                 elif op == env.OP_DELETE:
                     results[h].append(env.encode_json(env.OP_DELETE, token,
@@ -352,75 +360,9 @@ class WriterWorker(Cleanup, Worker):
                            for parts in out):
                 quiet.add(h)  # only word of direct answers: it takes them when it wakes
         self._answer_waiters()
-        self._pump(quiet - self.waiters_answered)
+        self._pump(quiet - self.waiters_answered - self.holding)
         self.waiters_answered.clear()
-
-    def _append(self, h: int, m, out: list, touched: set[int]) -> None:
-        a = env.decode_append(m)
-        if a.stamp_ns:
-            self.wait_ns += time.monotonic_ns() - a.stamp_ns
-        token, slot, index = a.token, a.slot, a.index
-        if self.offline:
-            self._result(h, a, ErrorCode.STORAGE_ERROR, -1, -1, out)
-            return
-        plog = self.slots.get(slot) or self._adopt(slot)
-        if plog is None or plog.partition != a.partition or plog.topic != a.topic:
-            # gone, or deleted since the handler routed it (its slot maybe re-used)
-            s = self.table.read(slot)
-            code = (ErrorCode.STORAGE_ERROR if s.state == ptable.OFFLINE and
-                    (s.name, s.partition) == (a.topic, a.partition)
-                    else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-            self._result(h, a, code, -1, -1, out)
-            return
-        data = a.message_set
-        try:
-            base, end = plog.append(data, a.count)
-        except (OSError, StorageError) as e:
-            self._go_offline(e)
-            self._result(h, a, ErrorCode.STORAGE_ERROR, -1, -1, out)
-            return
-        touched.add(slot)
-        self.appended += a.count  # counted once published (see _cycle)
-        self.count(procs.BYTES_IN, len(data))
-        if a.acks == -1:
-            self.waiters.append(Waiter(h, token, index, slot, plog, base, end, a.deadline_ms))
-        elif a.acks != 0:
-            self._result(h, a, ErrorCode.NONE, base, end, out)
-
-    def _result(self, h: int, a: env.Append, code: int, base: int, end: int, out: list) -> None:
-        """The result of an acks=1 append: to its handler, or (an APPEND_DIRECT)
-        kept to be answered to the client's processor once this round's log ends
-        are published (:meth:`_answer_direct`)."""
-        if a.direct is not None:
-            self.direct.append((h, a, code, base, end))
-        else:
-            out.append((env.APPEND_RESULT.pack(env.OP_APPEND, a.token, a.index, code, base, end),))
-
-    def _answer_direct(self, results: list[list]) -> None:
-        """Answer this round's APPEND_DIRECTs to their processors, then tell
-        each handler which were answered (OP_APPEND_DIRECT: it forgets them).
-        One that does not go into its answer ring at once (full, or an answer
-        over ``response.max.bytes``) goes back to its handler as a plain result,
-        which the handler answers: nothing waits in this process for a
-        processor, and a handler hears of a direct answer only once it is in
-        the ring, so a writer that dies between the two leaves the handler
-        answering it once more (the processor drops the second answer)."""
-        woken = set()
-        for h, a, code, base, end in self.direct:
-            d = a.direct
-            body = api.ProduceResponse((api.ProducePartitionResult(
-                a.topic, a.partition, code, base, end),))
-            frame, failed = api.encode_answer(d.correlation_id, body, self.max_response_bytes)
-            op = env.OP_APPEND
-            if not failed and self.answer_rings[d.processor].try_send(*env.encode_response(
-                    d.conn_id, d.seq, 0, [frame], time.monotonic_ns())):
-                op = env.OP_APPEND_DIRECT
-                woken.add(d.processor)
-                self.count(procs.REQUESTS)
-            results[h].append((env.APPEND_RESULT.pack(op, a.token, a.index, code, base, end),))
-        self.direct = []
-        for p in woken:
-            self.processor_bells[p].wake()
+        self.holding.clear()
 
     def _flush(self, slots) -> None:
         """Start flushes of ``slots`` in the flusher thread (one at a time per slot)."""

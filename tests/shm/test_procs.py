@@ -25,7 +25,7 @@ def test_a_new_board(board):
     assert board.broker_state == BrokerState.RUNNING
     board.set_supervisor(1)
     assert board.supervisor_pid == 1
-    assert len(procs.COUNTER_NAMES) == procs.COUNTER_COUNT == 16
+    assert len(procs.COUNTER_NAMES) == procs.COUNTER_COUNT == 17
 
 
 def test_worker_writes_its_slot(board):
@@ -44,7 +44,7 @@ def test_worker_writes_its_slot(board):
     board.set_worker(2, kind=3, index=1, pid=4243, epoch=8)  # restarted: counters start over
     assert board.get(2, procs.REQUESTS) == 0 and board.heartbeat_ns(2) > 123
     with pytest.raises(IndexError):
-        board.add(2, 16)
+        board.add(2, procs.COUNTER_COUNT)
     with pytest.raises(IndexError):
         board.heartbeat(4)
 

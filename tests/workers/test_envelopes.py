@@ -36,6 +36,20 @@ def test_append_direct_names_where_its_answer_goes():
     assert env.decode_append(memoryview(head + bytes(data))).direct is None
 
 
+def test_append_refs_name_the_ring_bytes_instead_of_carrying_them():
+    ref = env.Ref(processor=3, offset=4096 + 12, length=1 << 20, handler_epoch=7)
+    direct = env.Direct(processor=1, conn_id=2**40 + 5, seq=17, correlation_id=-3)
+    for d, op in ((None, env.OP_APPEND_REF), (direct, env.OP_APPEND_DIRECT_REF)):
+        head, data = env.encode_append(9, 1, "topic", 4, 2, 1, 5, 77, memoryview(b"big set"),
+                                       11, d, ref)
+        assert data == b""  # the set stays where it is
+        append = env.decode_append(memoryview(head + data))
+        assert env.decode_op(head) == (op, 9) and op in env.APPEND_OPS
+        assert (append.ref, append.direct, append.topic, append.partition, append.index,
+                append.count, append.stamp_ns) == (ref, d, "topic", 4, 2, 5, 11)
+        assert bytes(append.message_set) == b""
+
+
 def test_json_commands():
     head, body = env.encode_json(env.OP_OFFSETS, 9, {"op": "fetch", "keys": [["g", "t", 0]]})
     message = head + body

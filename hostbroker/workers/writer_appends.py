@@ -1,0 +1,139 @@
+"""How a writer appends what handlers send it and answers acks=1 (part of
+``hb-writer-N``).
+
+Mixed into :class:`~hostbroker.workers.writer.WriterWorker`, whose partition
+logs, rings and books it uses. Owns: one APPEND's way into its partition log
+(the slot must still hold the partition it names; a failed write takes the
+log dir offline), the message sets appended straight from a request ring
+(APPEND_REF: only while the handler holding them lives, and cut off again if
+it died during the write), and the acks=1 results: to the handler, or
+(APPEND_DIRECT) answered to the client's processor once the round's log ends
+are published.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from hostbroker.errors import ErrorCode, StorageError
+from hostbroker.log.partition import PartitionLog
+from hostbroker.protocol import api
+from hostbroker.shm import procs
+from hostbroker.shm import table as ptable
+from hostbroker.workers import envelopes as env
+from hostbroker.workers.flusher import Waiter
+
+
+class Appends:
+    """Mixin of :class:`WriterWorker`: appends and their acks=1 answers."""
+
+    def _append(self, h: int, m, out: list, touched: set[int]) -> None:
+        a = env.decode_append(m)
+        if a.stamp_ns:
+            self.wait_ns += time.monotonic_ns() - a.stamp_ns
+        token, slot, index = a.token, a.slot, a.index
+        if self.offline:
+            self._result(h, a, ErrorCode.STORAGE_ERROR, -1, -1, out)
+            return
+        plog = self.slots.get(slot) or self._adopt(slot)
+        if plog is None or plog.partition != a.partition or plog.topic != a.topic:
+            # gone, or deleted since the handler routed it (its slot maybe re-used)
+            s = self.table.read(slot)
+            code = (ErrorCode.STORAGE_ERROR if s.state == ptable.OFFLINE and
+                    (s.name, s.partition) == (a.topic, a.partition)
+                    else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            self._result(h, a, code, -1, -1, out)
+            return
+        data = a.message_set
+        ref = a.ref
+        if ref is not None:
+            # the set is in the request ring its handler holds until our result
+            self.holding.add(h)
+            if not self._holder_lives(h, ref):
+                self._result(h, a, ErrorCode.UNKNOWN, -1, -1, out)
+                return
+            data = self.request_rings[h][ref.processor].view_at(ref.offset, ref.length)
+        try:
+            base, end = plog.append(data, a.count)
+        except (OSError, StorageError) as e:
+            self._go_offline(e)
+            self._result(h, a, ErrorCode.STORAGE_ERROR, -1, -1, out)
+            return
+        if ref is not None and not self._holder_lives(h, ref):
+            self._cut_torn(slot, plog, base)
+            self._result(h, a, ErrorCode.UNKNOWN, -1, -1, out)
+            return
+        if ref is not None:
+            self.count(procs.RING_APPENDS)
+        touched.add(slot)
+        self.appended += a.count  # counted once published (see _cycle)
+        self.count(procs.BYTES_IN, len(data))
+        if a.acks == -1:
+            self.waiters.append(Waiter(h, token, index, slot, plog, base, end, a.deadline_ms))
+        elif a.acks != 0:
+            self._result(h, a, ErrorCode.NONE, base, end, out)
+
+    def _holder_lives(self, h: int, ref: env.Ref) -> bool:
+        """Whether handler ``h``, which sent ``ref``, still holds its bytes.
+
+        The supervisor marks a dead handler EXITED before it resets the rings
+        that handler read, and only then lets the processors reuse them; so
+        bytes copied out before this returns True were the ones it held (one
+        process's loads are not reordered, and ``write()`` copies before it
+        returns)."""
+        slot = self.handler_slots[h]
+        board = self.board
+        return board.epoch(slot) == ref.handler_epoch and board.state(slot) != procs.WORKER_EXITED
+
+    def _cut_torn(self, slot: int, plog: PartitionLog, base: int) -> None:
+        """Cut an append whose handler died while it was written (its ring may
+        have been reused under the write): nothing of it was published or
+        answered. A flush of the partition still in flight is waited for first,
+        so its end cannot mark the new bytes at those offsets durable."""
+        self.count(procs.ERRORS)
+        print(f"hostbroker: {self.name}: the handler of an append to "
+              f"{plog.topic}-{plog.partition} died while it was written; cut it at {base}",
+              file=sys.stderr, flush=True)
+        while self.flushing.get(slot) is plog:
+            time.sleep(0.001)
+            self._flushed()
+        try:
+            plog.truncate_to(base)
+        except (OSError, StorageError) as e:
+            self._go_offline(e)
+
+    def _result(self, h: int, a: env.Append, code: int, base: int, end: int, out: list) -> None:
+        """The result of an acks=1 append: to its handler, or (an APPEND_DIRECT)
+        kept to be answered to the client's processor once this round's log ends
+        are published (:meth:`_answer_direct`)."""
+        if a.direct is not None:
+            self.direct.append((h, a, code, base, end))
+        else:
+            out.append((env.APPEND_RESULT.pack(env.OP_APPEND, a.token, a.index, code, base, end),))
+
+    def _answer_direct(self, results: list[list]) -> None:
+        """Answer this round's APPEND_DIRECTs to their processors, then tell
+        each handler which were answered (OP_APPEND_DIRECT: it forgets them).
+        One that does not go into its answer ring at once (full, or an answer
+        over ``response.max.bytes``) goes back to its handler as a plain result,
+        which the handler answers: nothing waits in this process for a
+        processor, and a handler hears of a direct answer only once it is in
+        the ring, so a writer that dies between the two leaves the handler
+        answering it once more (the processor drops the second answer)."""
+        woken = set()
+        for h, a, code, base, end in self.direct:
+            d = a.direct
+            body = api.ProduceResponse((api.ProducePartitionResult(
+                a.topic, a.partition, code, base, end),))
+            frame, failed = api.encode_answer(d.correlation_id, body, self.max_response_bytes)
+            op = env.OP_APPEND
+            if not failed and self.answer_rings[d.processor].try_send(*env.encode_response(
+                    d.conn_id, d.seq, 0, [frame], time.monotonic_ns())):
+                op = env.OP_APPEND_DIRECT
+                woken.add(d.processor)
+                self.count(procs.REQUESTS)
+            results[h].append((env.APPEND_RESULT.pack(op, a.token, a.index, code, base, end),))
+        self.direct = []
+        for p in woken:
+            self.processor_bells[p].wake()
