@@ -20,6 +20,10 @@ bounded by ``--seconds``):
 - ``pipe``: 1,000-message sets with 16 in flight: messages/s.
 - ``e2e``: end to end at 1,000 msgs/s with a long-polling consumer
   (``latency.run_e2e``): p50, p99, p99.9 in ms.
+- ``large``: one client producing 100-message sets of 10 KiB (~1 MiB
+  requests), 4 in flight, acks=1, up to 512 MiB per round, into a topic
+  created for the round and deleted after it (so the page cache's dirty
+  pages do not pile up from round to round): MB/s.
 - ``fetch``: reading back 256 MiB of 10 KiB messages (produced once, before
   the first round) in 4 MiB fetches, 4 in flight, bytes not parsed: MB/s.
 
@@ -43,8 +47,9 @@ sys.path[:0] = [HERE, os.path.dirname(os.path.dirname(HERE))]
 from broker_throughput import Broker  # noqa: E402
 from latency import run_e2e, run_fetch, run_pipelined  # noqa: E402
 
-LOADS = ("rtt", "sync", "sync1", "pipe", "e2e", "fetch")
+LOADS = ("rtt", "sync", "sync1", "pipe", "e2e", "large", "fetch")
 FETCH_BYTES = 256 * 1024 * 1024
+LARGE_BYTES = 512 * 1024 * 1024
 TOPIC = "ab"
 
 
@@ -88,6 +93,18 @@ def measure(load: str, uri: str, seconds: float):
         return out["p50"], out["p99"], out["p99.9"]
     if load == "fetch":
         return run_fetch(uri, TOPIC, 0, FETCH_BYTES, seconds)["mb_per_s"]
+    if load == "large":
+        from hostbroker.client.simple import SimpleClient
+
+        topic = f"{TOPIC}-large"
+        with SimpleClient(uri) as client:
+            client.create_topic(topic, 1)
+            try:
+                return run_pipelined(uri, topic, seconds, 10 * 1024, 100, 4,
+                                     LARGE_BYTES)["mb_per_s"]
+            finally:
+                client.delete_topic(topic)
+                time.sleep(1)  # its files go in the background
     batch, window = {"sync": (1000, 1), "sync1": (1, 1), "pipe": (1000, 16)}[load]
     result = run_pipelined(uri, TOPIC, seconds, 100, batch, window)
     return result["msgs_per_s"] if batch > 1 else result["requests"] / result["seconds"]
