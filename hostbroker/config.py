@@ -199,9 +199,9 @@ SETTINGS: tuple[Setting, ...] = (
             "straight to the client's processor, once its data is in the log: one process "
             "crossing fewer. false: every PRODUCE answer comes from the handler."),
     Setting("produce.ring.append.min.bytes", int, 65536,
-            "A message set of at least this many bytes in a PRODUCE with acks=1 is appended by "
-            "its writer straight from the request ring it arrived in (the handler holds that "
-            "space until the writer is done) instead of being copied into the writer's ring. "
+            "A message set of at least this many bytes in a PRODUCE is appended by its writer "
+            "straight from the request ring it arrived in (the handler holds that space until "
+            "the writer has appended it) instead of being copied into the writer's ring. "
             "0 copies every message set.", _at_least(0)),
     Setting("worker.boot.timeout.ms", int, 600000,
             "How long a worker may take to start (writers recover their logs first).",

@@ -29,6 +29,10 @@ Handler -> writer (append ring)::
     op:u8  token:u64  ...   APPEND: slot:u32 index:u32 acks:i16 count:u32 deadline_ms:i64
                                     partition:i32 stamp_ns:u64 name_len:u16 name message_set
                             DELETE / OFFSETS / GROUP: json
+                            REF_SYNC: sent:u64 (token = the writer's index): after a
+                                      writer was replaced, every APPEND_REF sent
+                                      to it before this mark is done with once
+                                      the mark comes back
 
 GROUP carries a consumer group request for writer 0, which holds the group
 state (:mod:`hostbroker.workers.writer_groups`); OFFSETS commits carry the
@@ -49,15 +53,18 @@ An APPEND_REF / APPEND_DIRECT_REF carries no message set: where its name
 lies in the request ring it came in on,
 ``processor:u16 offset:u32 length:u32 handler_epoch:u64`` (the ring from
 that processor to the sending handler; ``handler_epoch`` is the sender's).
-The handler keeps those bytes from being reused until the writer's result
-comes back; the writer appends them from there, and only while that
-handler lives (``Ring.hold``; docs/architecture.md, "Large messages").
+The handler keeps those bytes from being reused until the writer's REF_DONE
+(sent whatever the acks); the writer appends them from there, and only while
+that handler lives (``Ring.hold``; docs/architecture.md, "Large messages").
 
 Writer -> handler (result ring)::
 
     op:u8  token:u64  ...   APPEND: index:u32 error:i16 base:i64 end:i64
                             APPEND_DIRECT: the same, once the answer is in
                                            the processor's answer ring
+                            REF_DONE: index:u32, once an APPEND_REF's set was
+                                      appended (or refused): its bytes are free
+                            REF_SYNC: the handler's mark, sent back as it came
                             DELETE / OFFSETS / GROUP: json
 
 Writer -> processor (answer ring): a response message as above (the
@@ -94,11 +101,15 @@ OP_GROUP = 4
 OP_APPEND_DIRECT = 5
 OP_APPEND_REF = 6
 OP_APPEND_DIRECT_REF = 7
+OP_REF_DONE = 8
+OP_REF_SYNC = 9
 APPEND_OPS = frozenset((OP_APPEND, OP_APPEND_DIRECT, OP_APPEND_REF, OP_APPEND_DIRECT_REF))
 _DIRECT_OPS = frozenset((OP_APPEND_DIRECT, OP_APPEND_DIRECT_REF))
 _OP = struct.Struct("<BQ")
 APPEND_HEAD = struct.Struct("<BQIIhIqiQH")
 APPEND_RESULT = struct.Struct("<BQIhqq")
+REF_DONE = struct.Struct("<BQI")  # op, token, index
+REF_SYNC = struct.Struct("<BQQ")  # op, writer, APPEND_REFs the handler had sent it
 _DIRECT = struct.Struct("<HQIi")  # processor, conn_id, seq, correlation_id
 _REF = struct.Struct("<HIIQ")  # processor, offset, length, handler_epoch
 

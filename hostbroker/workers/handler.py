@@ -17,9 +17,9 @@ Per request:
 - PRODUCE: validate each partition's message set (every entry's CRC; wrappers
   are not decompressed), forward it to the partition's writer, answer when
   every writer has (acks 1 / -1); acks 0 gets no answer. A set of
-  ``produce.ring.append.min.bytes`` or more with acks=1 is not copied: the
-  writer is told where it lies in our request ring (APPEND_REF), and we hold
-  those bytes there until its result comes back (``_unhold``). A PRODUCE of one
+  ``produce.ring.append.min.bytes`` or more is not copied: the writer is
+  told where it lies in our request ring (APPEND_REF), and we hold those
+  bytes there until it says it has appended them (REF_DONE, ``_unhold``). A PRODUCE of one
   partition with acks=1 goes as an APPEND_DIRECT: its writer answers the
   processor itself and tells us (``produce.direct.answers``); we answer it
   only if the writer could not, or died first.
@@ -84,11 +84,6 @@ class _Pending:
     remaining: int = 0
     writers: set[int] = dataclasses.field(default_factory=set)
     token: int = 0
-    holds: list = dataclasses.field(default_factory=list)  # request-ring positions held for writers
-
-
-def _no_answer(pending: _Pending, failed: bool = False) -> None:
-    """The respond of a request already answered otherwise (see _forget)."""
 
 
 class HandlerWorker(TopicAdmin, Fetching, ConsumerOffsets, Worker):
@@ -131,6 +126,10 @@ class HandlerWorker(TopicAdmin, Fetching, ConsumerOffsets, Worker):
         self.max_response_bytes = self.config["response.max.bytes"]
         self.direct_answers = self.config["produce.direct.answers"]
         self.ring_append_min = self.config["produce.ring.append.min.bytes"]
+        # request-ring bytes held for writers: (token, index) -> (processor, position,
+        # writer, how many APPEND_REFs had gone to that writer with this one)
+        self.holds: dict[tuple[int, int], tuple[int, int, int, int]] = {}
+        self.refs_sent = [0] * plan.num_writers
         self.unheld: set[int] = set()  # processors whose request ring has space to free
         self.dirty_processors: set[int] = set()
         self.dirty_writers: set[int] = set()
@@ -231,10 +230,16 @@ class HandlerWorker(TopicAdmin, Fetching, ConsumerOffsets, Worker):
                 # what the dead writer did answer is in our result rings: take it
                 # first, so only what it never answered is failed here
                 self._take_results()
+                if any(held[2] == w for held in self.holds.values()):
+                    # Bytes held for it: the ones it or the supervisor's reset of
+                    # its ring dropped are freed when this mark comes back through
+                    # its replacement (REF_SYNC); those sent after the reset are
+                    # the replacement's, freed by its REF_DONEs.
+                    self.appends[w].send(env.REF_SYNC.pack(env.OP_REF_SYNC, w, self.refs_sent[w]))
+                    self.dirty_writers.add(w)
                 for token, pending in list(self.pending.items()):
                     if w in pending.writers:
                         del self.pending[token]
-                        self._unhold(pending)
                         pending.respond(pending, failed=True)
 
     # -- requests ----------------------------------------------------------
@@ -303,12 +308,7 @@ class HandlerWorker(TopicAdmin, Fetching, ConsumerOffsets, Worker):
         so it is answered once (by its error frame)."""
         for token, pending in list(self.pending.items()):
             if pending.conn_id == conn_id and pending.seq == seq:
-                if pending.holds:
-                    # a writer may be appending from the bytes held for it:
-                    # keep them until it is done, but answer nothing more
-                    pending.respond = _no_answer
-                else:
-                    del self.pending[token]
+                del self.pending[token]  # bytes held for its writers stay held until they are done
         self.parked = [x for x in self.parked if not (x.conn_id == conn_id and x.seq == seq)]
 
     def _break(self, conn_id: int) -> None:
@@ -341,15 +341,15 @@ class HandlerWorker(TopicAdmin, Fetching, ConsumerOffsets, Worker):
         self.pending[token] = pending
         return pending
 
-    def _unhold(self, pending: _Pending) -> None:
-        """Give back the request-ring space held for the writers of ``pending``
-        (freed at the end of this round, once every polled view is done with)."""
-        if pending.holds:
-            receiver = self.requests[pending.processor]
-            for pos in pending.holds:
-                receiver.unhold(pos)
-            pending.holds = []
-            self.unheld.add(pending.processor)
+    def _unhold(self, key: tuple[int, int]) -> None:
+        """Give back the request-ring bytes held for the writer of one
+        APPEND_REF, ``(token, index)`` (freed at the end of this round, once
+        every polled view is done with)."""
+        held = self.holds.pop(key, None)
+        if held is not None:
+            p, pos, _, _ = held
+            self.requests[p].unhold(pos)
+            self.unheld.add(p)
 
     def _to_writer(self, pending: _Pending, writer: int, *parts) -> None:
         pending.remaining += 1
@@ -422,12 +422,14 @@ class HandlerWorker(TopicAdmin, Fetching, ConsumerOffsets, Worker):
             pending.results[index][3] = pending.results[index][4] = s.end_offset
             return ErrorCode.NONE
         ref = None
-        if acks == 1 and 0 < self.ring_append_min <= data.nbytes:
+        if 0 < self.ring_append_min <= data.nbytes:
             # large: the writer appends it from the request ring, no copy here
             held = self.requests[pending.processor].hold(data)
             if held is not None:
                 offset, pos = held
-                pending.holds.append(pos)
+                self.refs_sent[s.owner] += 1
+                self.holds[(pending.token, index)] = (pending.processor, pos, s.owner,
+                                                      self.refs_sent[s.owner])
                 ref = env.Ref(pending.processor, offset, data.nbytes, self.epoch)
         self._to_writer(pending, s.owner, *env.encode_append(
             pending.token, slot, s.name, s.partition, index, acks, count, deadline, data,
@@ -436,12 +438,22 @@ class HandlerWorker(TopicAdmin, Fetching, ConsumerOffsets, Worker):
 
     def _on_result(self, m) -> None:
         op, token = env.decode_op(m)
+        if op == env.OP_REF_DONE:
+            self._unhold((token, env.REF_DONE.unpack_from(m, 0)[2]))
+            return
+        if op == env.OP_REF_SYNC:
+            # every APPEND_REF sent to writer ``token`` before the mark is done
+            # with: appended by it, or dropped with the writer that died
+            _, w, sent = env.REF_SYNC.unpack_from(m, 0)
+            for key, held in list(self.holds.items()):
+                if held[2] == w and held[3] <= sent:
+                    self._unhold(key)
+            return
         pending = self.pending.get(token)
         if pending is None:
             return
         if op == env.OP_APPEND_DIRECT:
             del self.pending[token]  # the writer answered the processor itself
-            self._unhold(pending)
             return
         if op == env.OP_APPEND:
             _, _, index, error, base, end = env.APPEND_RESULT.unpack_from(m, 0)
@@ -452,5 +464,4 @@ class HandlerWorker(TopicAdmin, Fetching, ConsumerOffsets, Worker):
         pending.remaining -= 1
         if pending.remaining <= 0:
             del self.pending[token]
-            self._unhold(pending)
             pending.respond(pending)

@@ -319,6 +319,8 @@ class WriterWorker(Appends, Cleanup, Worker):
                                                       self._offsets(env.decode_json(m))))
                 elif op == env.OP_GROUP:
                     self._group(h, token, env.decode_json(m), results[h])
+                elif op == env.OP_REF_SYNC:
+                    results[h].append((bytes(m),))  # back as it came, after what came before
             if receiver.done():
                 self.handler_doorbells[h].ring()  # it waits for space: always ring
         if self.groups is not None:

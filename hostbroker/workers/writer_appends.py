@@ -32,6 +32,15 @@ class Appends:
         a = env.decode_append(m)
         if a.stamp_ns:
             self.wait_ns += time.monotonic_ns() - a.stamp_ns
+        self._append_set(h, a, out, touched)
+        if a.ref is not None:
+            # whatever came of it, we are done with the bytes its handler holds
+            # (told with this round's results, acks=-1 before its flush; the
+            # handler is woken for it)
+            self.holding.add(h)
+            out.append((env.REF_DONE.pack(env.OP_REF_DONE, a.token, a.index),))
+
+    def _append_set(self, h: int, a: env.Append, out: list, touched: set[int]) -> None:
         token, slot, index = a.token, a.slot, a.index
         if self.offline:
             self._result(h, a, ErrorCode.STORAGE_ERROR, -1, -1, out)
@@ -48,8 +57,7 @@ class Appends:
         data = a.message_set
         ref = a.ref
         if ref is not None:
-            # the set is in the request ring its handler holds until our result
-            self.holding.add(h)
+            # the set is in the request ring its handler holds for us
             if not self._holder_lives(h, ref):
                 self._result(h, a, ErrorCode.UNKNOWN, -1, -1, out)
                 return

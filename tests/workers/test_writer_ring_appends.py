@@ -53,11 +53,19 @@ def held_in_ring(w, data: bytes) -> env.Ref:
     return env.Ref(0, offset, len(data), EPOCH)
 
 
-def append_ref(w, token: int, ref: env.Ref) -> list:
+def append_ref(w, token: int, ref: env.Ref, acks: int = 1) -> list:
+    """The results of one APPEND_REF; it must also say, once, that the bytes
+    are free (REF_DONE), whatever came of it."""
     out = []
-    head, body = env.encode_append(token, SLOT, "t", 0, 0, 1, 1, FAR, b"", ref=ref)
+    w.holding = set()
+    head, body = env.encode_append(token, SLOT, "t", 0, 2, acks, 1, FAR, b"", ref=ref)
     w._append(0, memoryview(head + body), out, set())
-    return [env.APPEND_RESULT.unpack_from(parts[0], 0)[1:] for parts in out]
+    done = [parts for parts in out if parts[0][0] == env.OP_REF_DONE]
+    assert [env.REF_DONE.unpack_from(parts[0], 0) for parts in done] == [
+        (env.OP_REF_DONE, token, 2)]
+    assert w.holding == {0}, "the handler holding the bytes is always woken"
+    return [env.APPEND_RESULT.unpack_from(parts[0], 0)[1:] for parts in out
+            if parts[0][0] == env.OP_APPEND]
 
 
 def close_rings(w) -> None:
@@ -74,10 +82,13 @@ def test_a_ref_is_appended_from_the_ring_bytes(writer):
     ref = held_in_ring(w, data)
     w.board = Board(procs.WORKER_READY)
     try:
-        assert append_ref(w, 1, ref) == [(1, 0, ErrorCode.NONE, 0, len(data))]
-        assert w.holding == {0}, "the handler holding the bytes is always woken for the result"
+        assert append_ref(w, 1, ref) == [(1, 2, ErrorCode.NONE, 0, len(data))]
+        # acks=-1: free at once, answered after its flush; acks=0: never answered
+        assert append_ref(w, 2, ref, acks=-1) == []
+        assert [x.token for x in w.waiters] == [2]
+        assert append_ref(w, 3, ref, acks=0) == []
         with open(w.slots[SLOT].segment_path(0), "rb") as f:
-            assert f.read() == data
+            assert f.read() == data * 3
     finally:
         close_rings(w)
 
@@ -89,9 +100,9 @@ def test_a_ref_from_a_handler_already_dead_is_not_appended(writer):
     ref = held_in_ring(w, data)
     try:
         w.board = Board(procs.WORKER_EXITED)
-        assert append_ref(w, 1, ref) == [(1, 0, ErrorCode.UNKNOWN, -1, -1)]
+        assert append_ref(w, 1, ref) == [(1, 2, ErrorCode.UNKNOWN, -1, -1)]
         w.board = Board(procs.WORKER_READY, epoch=EPOCH + 1)  # replaced already
-        assert append_ref(w, 2, ref) == [(2, 0, ErrorCode.UNKNOWN, -1, -1)]
+        assert append_ref(w, 2, ref) == [(2, 2, ErrorCode.UNKNOWN, -1, -1)]
         assert w.slots[SLOT].log_end_offset == 0
     finally:
         close_rings(w)
@@ -105,10 +116,10 @@ def test_a_ref_whose_handler_died_during_the_write_is_cut_off(writer):
     ref = held_in_ring(w, data)
     try:
         w.board = Board(procs.WORKER_READY)
-        assert append_ref(w, 1, env.Ref(*ref[:3], EPOCH)) == [(1, 0, ErrorCode.NONE, 0, len(data))]
+        assert append_ref(w, 1, ref) == [(1, 2, ErrorCode.NONE, 0, len(data))]
         # alive when the writer looks before the write, dead when it looks after
         w.board = Board(procs.WORKER_READY, procs.WORKER_EXITED)
-        assert append_ref(w, 2, ref) == [(2, 0, ErrorCode.UNKNOWN, -1, -1)]
+        assert append_ref(w, 2, ref) == [(2, 2, ErrorCode.UNKNOWN, -1, -1)]
         plog = w.slots[SLOT]
         assert plog.log_end_offset == len(data), "the torn append was not cut"
         # the next append lands where the cut one began
