@@ -74,6 +74,10 @@ from hostbroker.workers.writer_cleanup import Cleanup
 from hostbroker.workers.writer_groups import GroupHost
 
 
+# results a sleeping handler is not woken for (see _pump)
+_QUIET_OPS = frozenset((env.OP_APPEND_DIRECT, env.OP_REF_DONE))
+
+
 class WriterWorker(Appends, Cleanup, Worker):
     kind = "writer"
     process_name = "hb-writer"
@@ -99,7 +103,6 @@ class WriterWorker(Appends, Cleanup, Worker):
         # the request rings (processor -> handler) that APPEND_REFs name, by handler
         self.request_rings = [[self._attach("req", p, h) for p in range(self.plan.num_processors)]
                               for h in range(self.plan.num_handlers)]
-        self.holding: set[int] = set()  # handlers of this round's APPEND_REFs: always wake them
         self.waiters_answered: set[int] = set()  # handlers sent acks=-1 answers this round
         self.max_response_bytes = self.config["response.max.bytes"]
         self.offline = False
@@ -358,13 +361,11 @@ class WriterWorker(Appends, Cleanup, Worker):
         for h, out in enumerate(results):
             for parts in out:
                 self.senders[h].send(*parts)
-            if out and all(len(parts) == 1 and parts[0][0] == env.OP_APPEND_DIRECT
-                           for parts in out):
-                quiet.add(h)  # only word of direct answers: it takes them when it wakes
+            if out and all(len(parts) == 1 and parts[0][0] in _QUIET_OPS for parts in out):
+                quiet.add(h)  # it takes these when it next wakes
         self._answer_waiters()
-        self._pump(quiet - self.waiters_answered - self.holding)
+        self._pump(quiet - self.waiters_answered)
         self.waiters_answered.clear()
-        self.holding.clear()
 
     def _flush(self, slots) -> None:
         """Start flushes of ``slots`` in the flusher thread (one at a time per slot)."""
@@ -474,8 +475,10 @@ class WriterWorker(Appends, Cleanup, Worker):
     def _pump(self, quiet: set[int] = frozenset()) -> None:
         """Move queued results into the rings and wake the handlers that sleep,
         but those in ``quiet``: a handler need not wake to hear that a writer
-        answered for it (it forgets the request when it next comes round; its
-        result ring filling up would ring it all the same)."""
+        answered for it (it forgets the request when it next comes round) or is
+        done with bytes it holds (a processor that needs that ring space finds
+        the ring full and wakes it); its result ring filling up would ring it
+        all the same."""
         for h, sender in enumerate(self.senders):
             if sender.pending():
                 sender.pump()

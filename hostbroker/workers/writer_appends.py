@@ -35,9 +35,7 @@ class Appends:
         self._append_set(h, a, out, touched)
         if a.ref is not None:
             # whatever came of it, we are done with the bytes its handler holds
-            # (told with this round's results, acks=-1 before its flush; the
-            # handler is woken for it)
-            self.holding.add(h)
+            # (told with this round's results, acks=-1 before its flush)
             out.append((env.REF_DONE.pack(env.OP_REF_DONE, a.token, a.index),))
 
     def _append_set(self, h: int, a: env.Append, out: list, touched: set[int]) -> None:

@@ -48,7 +48,6 @@ def held_in_ring(w, data: bytes) -> env.Ref:
     consumer.hold(offset)
     w.request_rings = [[consumer]]
     w.handler_slots = [0]
-    w.holding = set()
     w._test_rings = (ring, consumer)
     return env.Ref(0, offset, len(data), EPOCH)
 
@@ -57,13 +56,11 @@ def append_ref(w, token: int, ref: env.Ref, acks: int = 1) -> list:
     """The results of one APPEND_REF; it must also say, once, that the bytes
     are free (REF_DONE), whatever came of it."""
     out = []
-    w.holding = set()
     head, body = env.encode_append(token, SLOT, "t", 0, 2, acks, 1, FAR, b"", ref=ref)
     w._append(0, memoryview(head + body), out, set())
     done = [parts for parts in out if parts[0][0] == env.OP_REF_DONE]
     assert [env.REF_DONE.unpack_from(parts[0], 0) for parts in done] == [
         (env.OP_REF_DONE, token, 2)]
-    assert w.holding == {0}, "the handler holding the bytes is always woken"
     return [env.APPEND_RESULT.unpack_from(parts[0], 0)[1:] for parts in out
             if parts[0][0] == env.OP_APPEND]
 
