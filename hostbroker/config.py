@@ -198,6 +198,11 @@ SETTINGS: tuple[Setting, ...] = (
             "A PRODUCE of one partition with acks=1 is answered by the partition's writer "
             "straight to the client's processor, once its data is in the log: one process "
             "crossing fewer. false: every PRODUCE answer comes from the handler."),
+    Setting("processor.direct.produce", bool, True,
+            "A lone PRODUCE (one partition, acks=1, nothing else of its connection in flight "
+            "or behind it, the partition's writer idle) goes from the processor straight to "
+            "the writer, which checks it as a handler would and answers it: two process "
+            "crossings fewer. false: every PRODUCE goes through the connection's handler."),
     Setting("produce.ring.append.min.bytes", int, 65536,
             "A message set of at least this many bytes in a PRODUCE is appended by its writer "
             "straight from the request ring it arrived in (the handler holds that space until "

@@ -73,8 +73,8 @@ def test_choose_workers_takes_the_fewest_that_reach_the_ceiling():
 def test_ring_count_and_ring_bytes_within_a_budget():
     mib = cp.MIB
     assert cp.ring_count(2, 3, 4) == 2 * 2 * 3 + 2 * 3 * 4
-    assert cp.answer_ring_memory(2, 4, 8 * mib) == 8 * mib  # 1 MiB each
-    assert cp.answer_ring_memory(2, 4, 65536) == 8 * 65536
+    assert cp.answer_ring_memory(2, 4, 8 * mib) == 8 * (1 + 4) * mib  # ans 1 MiB, put 4 MiB
+    assert cp.answer_ring_memory(2, 4, 65536) == 8 * 2 * 65536
     assert cp.choose_ring_bytes(10, 1000 * mib) == 16 * mib
     assert cp.choose_ring_bytes(100, 1000 * mib) == 8 * mib
     assert cp.choose_ring_bytes(10_000, 1000 * mib) == 1 * mib  # never below the smallest

@@ -102,6 +102,11 @@ class Sender:
         ring.publish()
         return not self._queue
 
+    @property
+    def max_whole(self) -> int:
+        """The largest message that goes into the ring as one record."""
+        return self._max_whole
+
     def try_send(self, *parts) -> bool:
         """Put one message straight into the ring and publish it, if nothing is
         queued ahead of it and it fits whole now; False, queuing nothing, if not.

@@ -132,6 +132,10 @@ class Waker:
         self.bell.ring()
         self.rung += 1
 
+    def asleep(self) -> bool:
+        """Whether the peer sleeps (or is about to) waiting for its doorbell."""
+        return bool(self._flags[self._index])
+
 
 class Sleeper:
     """The sleeping side: say so, look once more, then wait on the doorbell.

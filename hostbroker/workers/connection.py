@@ -97,7 +97,7 @@ class Connection:
     __slots__ = ("sock", "fd", "conn_id", "handler", "buf", "end", "next_seq", "send_seq",
                  "written", "at_handler", "queued", "ready", "out", "out_pos", "closing",
                  "reading", "writing", "active", "frame_started", "lingering", "linger_until",
-                 "linger_left", "pinned")
+                 "linger_left", "pinned", "at_writer", "writer", "writer_seq", "writer_put")
 
     def __init__(self, sock: socket.socket, conn_id: int, handler: int, now: float):
         self.sock = sock
@@ -110,6 +110,10 @@ class Connection:
         self.send_seq = 0  # place of the next answer to queue for writing
         self.written = 0  # answers completely written
         self.at_handler = 0  # requests sent to the handler and not answered by it
+        self.at_writer = 0  # 1 while a lone PRODUCE of it is at a writer (a PUT)...
+        self.writer = -1  # ...that one...
+        self.writer_seq = -1  # ...its place in the order...
+        self.writer_put: tuple = ()  # ...and (correlation id, topic, partition)
         self.queued = 0  # bytes of answers held here (early or not yet written)
         self.ready: dict[int, tuple[list, int]] = {}
         self.out: collections.deque = collections.deque()

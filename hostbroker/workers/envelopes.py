@@ -68,7 +68,12 @@ Writer -> handler (result ring)::
                             DELETE / OFFSETS / GROUP: json
 
 Writer -> processor (answer ring): a response message as above (the
-PRODUCE answer of an APPEND_DIRECT).
+PRODUCE answer of an APPEND_DIRECT or a PUT).
+
+Processor -> writer (put ring): a PUT, laid out as an APPEND_DIRECT with
+token 0, index 0, acks 1 and count 0: a lone PRODUCE of one partition that
+no handler has seen. The writer checks its message set as a handler would
+(``count`` is what that finds) and answers the processor itself.
 
 A GROUP result of a JOIN_GROUP that waits for its rebalance comes when the
 rebalance completes, maybe after results of later requests.
@@ -103,8 +108,9 @@ OP_APPEND_REF = 6
 OP_APPEND_DIRECT_REF = 7
 OP_REF_DONE = 8
 OP_REF_SYNC = 9
+OP_PUT = 10
 APPEND_OPS = frozenset((OP_APPEND, OP_APPEND_DIRECT, OP_APPEND_REF, OP_APPEND_DIRECT_REF))
-_DIRECT_OPS = frozenset((OP_APPEND_DIRECT, OP_APPEND_DIRECT_REF))
+_DIRECT_OPS = frozenset((OP_APPEND_DIRECT, OP_APPEND_DIRECT_REF, OP_PUT))
 _OP = struct.Struct("<BQ")
 APPEND_HEAD = struct.Struct("<BQIIhIqiQH")
 APPEND_RESULT = struct.Struct("<BQIhqq")
@@ -215,6 +221,14 @@ def encode_append(token: int, slot: int, topic: str, partition: int, index: int,
     if ref is not None:
         return head + _REF.pack(*ref), b""
     return head, message_set
+
+
+def encode_put(slot: int, topic: str, partition: int, deadline_ms: int, message_set,
+               stamp_ns: int, direct: Direct) -> tuple[bytes, Any]:
+    """A PUT (processor -> writer) of ``message_set``, answered to ``direct``."""
+    name = topic.encode()
+    head = APPEND_HEAD.pack(OP_PUT, 0, slot, 0, 1, 0, deadline_ms, partition, stamp_ns, len(name))
+    return head + name + _DIRECT.pack(*direct), message_set
 
 
 def decode_append(buf) -> Append:

@@ -14,7 +14,8 @@ owning writers take it from there.
 
 Per request:
 
-- PRODUCE: validate each partition's message set (every entry's CRC; wrappers
+- PRODUCE (but a lone one, which its processor sends its writer past us,
+  ``processor.direct.produce``): validate each partition's message set (every entry's CRC; wrappers
   are not decompressed), forward it to the partition's writer, answer when
   every writer has (acks 1 / -1); acks 0 gets no answer. A set of
   ``produce.ring.append.min.bytes`` or more is not copied: the writer is

@@ -18,10 +18,14 @@ kind       producer -> consumer    carries
 ``app``    handler -> writer       appends, deletes, offset commits
 ``res``    writer -> handler       their results
 ``ans``    writer -> processor     answers of one-partition acks=1 PRODUCEs
+``put``    processor -> writer     lone PRODUCEs, past the handler
 =========  ======================  ===================================
 
 The ``ans`` rings carry only small answers; they are ``ANSWER_RING_BYTES``
-(or ``ring.bytes`` when that is smaller), the others ``ring.bytes``.
+(or ``ring.bytes`` when that is smaller). The ``put`` rings carry one
+request of a connection at a time; they are ``PUT_RING_BYTES`` (or
+``ring.bytes``), so a lone PRODUCE of up to a quarter of that goes past the
+handler. The others are ``ring.bytes``.
 """
 
 from __future__ import annotations
@@ -34,10 +38,11 @@ import socket
 from hostbroker.config import Config
 
 KINDS = ("writer", "handler", "processor", "acceptor", "registrar")
-RING_KINDS = ("req", "resp", "app", "res", "ans")
+RING_KINDS = ("req", "resp", "app", "res", "ans", "put")
 ANSWER_RING_BYTES = 1024 * 1024
+PUT_RING_BYTES = 4 * 1024 * 1024
 _CONSUMER_KIND = {"req": "handler", "resp": "processor", "app": "writer", "res": "handler",
-                  "ans": "processor"}
+                  "ans": "processor", "put": "writer"}
 
 
 def shm_token(config: Config) -> str:
@@ -99,11 +104,14 @@ class BrokerPlan:
         for w in range(self.num_writers):
             for p in range(self.num_processors):
                 yield "ans", w, p
+                yield "put", p, w
 
     def ring_bytes(self, kind: str) -> int:
         """Data bytes of a ring of ``kind`` (a power of two, as ``ring.bytes`` is)."""
         size = self.config["ring.bytes"]
-        return min(size, ANSWER_RING_BYTES) if kind == "ans" else size
+        if kind == "ans":
+            return min(size, ANSWER_RING_BYTES)
+        return min(size, PUT_RING_BYTES) if kind == "put" else size
 
     def rings_consumed_by(self, kind: str, index: int):
         """The rings a worker reads (reset when that worker is replaced)."""

@@ -9,7 +9,12 @@ answers a one-partition acks=1 PRODUCE itself), and the partition table.
 Writes: frames into the request ring of the connection's handler, and
 answers back to the sockets in the order the requests came in. A METADATA
 or OFFSETS request of a connection with nothing at its handler is answered
-here, from the partition table (``processor_frames.py``, ``answers.py``). Every request gets a sequence number, its place in that
+here, from the partition table (``processor_frames.py``, ``answers.py``); a
+lone PRODUCE (one partition, acks=1, nothing else of its connection in
+flight or behind it, its writer asleep) goes past the handler, straight to
+the writer's ``put`` ring (a PUT), and the writer answers it; nothing more
+of that connection is read until it has, and a writer that dies first has
+it answered UNKNOWN here (``_fail_puts``). Every request gets a sequence number, its place in that
 order; answers that arrive early wait for the ones before them. A PRODUCE
 with acks=0 gets an empty answer from its handler, which gives its place back
 without sending a byte, so an error frame for it still comes in order.
@@ -61,6 +66,8 @@ import socket
 import struct
 import time
 
+from hostbroker.errors import ErrorCode
+from hostbroker.protocol import api
 from hostbroker.shm import procs
 from hostbroker.shm.table import PartitionTable
 from hostbroker.workers import envelopes as env
@@ -117,15 +124,24 @@ class ProcessorWorker(FrameReading, Worker):
         self.writer_bells = [self.waker("writer", w) for w in range(plan.num_writers)]
         self.handler_epochs = [self.board.epoch(plan.board_slot("handler", h))
                                for h in range(plan.num_handlers)]
+        self.writer_epochs = [self.board.epoch(plan.board_slot("writer", w))
+                              for w in range(plan.num_writers)]
         self.files = SegmentFiles(config["segment.fd.cache.size"])
         self.table_answers = None  # METADATA and OFFSETS answered here (processor_frames)
+        self.puts = None  # lone PRODUCEs straight to writers (processor_frames)
+        self.view = None
+        if config["processor.local.requests"] or config["processor.direct.produce"]:
+            self.view = TopicView(PartitionTable.attach(plan.table_name), plan.log_dirs,
+                                  config.log_defaults())
         if config["processor.local.requests"]:
-            view = TopicView(PartitionTable.attach(plan.table_name), plan.log_dirs,
-                             config.log_defaults())
-            self.table_answers = TableAnswers(view, plan.log_dirs, config["broker.id"],
+            self.table_answers = TableAnswers(self.view, plan.log_dirs, config["broker.id"],
                                               brokers,
                                               config["response.max.bytes"])
+        if config["processor.direct.produce"]:
+            self.puts = [self.sender("put", self.index, w) for w in range(plan.num_writers)]
+            self.put_max = min(s.max_whole for s in self.puts) - 4096  # frame, past its envelope
         self.max_entries = config["request.max.entries"]
+        self.max_response_bytes = config["response.max.bytes"]
         self.answered_here: set[Connection] = set()  # to write once the round's reads are done
         self.conns: dict[int, Connection] = {}
         self.by_fd: dict[int, Connection] = {}
@@ -301,7 +317,8 @@ class ProcessorWorker(FrameReading, Worker):
             if conn.reading and conn.end and now - conn.frame_started > self.read_timeout:
                 self.count(procs.ERRORS)
                 self._close(conn)
-            elif not conn.at_handler and now - conn.active > self.idle_timeout:
+            elif (not conn.at_handler and not conn.at_writer
+                  and now - conn.active > self.idle_timeout):
                 self._close(conn)
         self.buffers.trim()
 
@@ -340,7 +357,10 @@ class ProcessorWorker(FrameReading, Worker):
             # a second answer to a request: a writer answered it and died before
             # its handler heard, so the handler answered too. The first one stands.
             return
-        conn.at_handler -= 1
+        if conn.at_writer and seq == conn.writer_seq:
+            conn.at_writer = 0  # a PUT's answer
+        else:
+            conn.at_handler -= 1
         if conn.lingering:
             return  # pipelined behind its error frame: dropped
         self._queue_answer(conn, seq, pieces, flags)
@@ -509,3 +529,23 @@ class ProcessorWorker(FrameReading, Worker):
                 for conn in list(self.conns.values()):
                     if conn.handler == h and conn.at_handler and not conn.lingering:
                         self._close(conn)
+        for w in range(self.plan.num_writers):
+            epoch = self.board.epoch(self.plan.board_slot("writer", w))
+            if epoch != self.writer_epochs[w]:
+                self.writer_epochs[w] = epoch
+                self._fail_puts(w)
+
+    def _fail_puts(self, w: int) -> None:
+        """Writer ``w`` was replaced: answer UNKNOWN each PUT it never answered,
+        as a handler answers what a dead writer left. What it did answer is in
+        its answer ring (only the rings it read were emptied): taken first."""
+        self._take_answers()
+        for conn in list(self.conns.values()):
+            if not (conn.at_writer and conn.writer == w):
+                continue
+            conn.at_writer = 0
+            corr, topic, partition = conn.writer_put
+            frame, _ = api.encode_answer(corr, api.ProduceResponse((api.ProducePartitionResult(
+                topic, partition, ErrorCode.UNKNOWN, -1, -1),)), self.max_response_bytes)
+            if not conn.lingering:
+                self._queue_answer(conn, conn.writer_seq, [frame], 0)

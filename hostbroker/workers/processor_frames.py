@@ -28,8 +28,10 @@ import traceback
 from hostbroker.errors import ErrorCode
 from hostbroker.protocol import api
 from hostbroker.shm import procs
+from hostbroker.shm import table as ptable
 from hostbroker.workers import envelopes as env
 from hostbroker.workers.answers import LOCAL_KEYS
+from hostbroker.workers.base import now_ms
 from hostbroker.workers.connection import DIRECT_AT, RECV_CHUNK, Connection
 
 SIZE = struct.Struct(">i")
@@ -48,8 +50,17 @@ class FrameReading:
     """Reading request frames; see the module doc."""
 
     def _may_read(self, conn: Connection) -> bool:
-        return (not conn.closing and conn.outstanding < self.max_in_flight
+        # nothing more while a PUT is at its writer: a later PRODUCE through the
+        # handler could reach the writer first
+        return (not conn.closing and not conn.at_writer and conn.outstanding < self.max_in_flight
                 and conn.at_handler < self.max_at_handler and conn.queued < self.max_queued)
+
+    def _put_candidate(self, conn: Connection, need: int) -> bool:
+        """Whether the large frame ``conn.buf`` begins may go past the handler
+        as a PUT when whole (so it is gathered here, not in the request ring)."""
+        return (self.puts is not None and not conn.at_handler and need - SIZE.size <= self.put_max
+                and conn.end >= HEAD.size
+                and HEAD.unpack_from(conn.buf, 0)[1] == api.ApiKey.PRODUCE)
 
     def _read(self, conn: Connection) -> None:
         if conn.lingering:
@@ -60,7 +71,8 @@ class FrameReading:
         # the rest of a large frame goes straight into its buffer; anything else
         # through the processor's receive buffer
         need = conn.frame_need(self.max_frame)
-        if need >= DIRECT_AT and need > conn.end and self._frame_to_ring(conn, need):
+        if (need >= DIRECT_AT and need > conn.end and not self._put_candidate(conn, need)
+                and self._frame_to_ring(conn, need)):
             self._update_reading(conn)
             return
         direct = conn.end >= DIRECT_AT and need > conn.end
@@ -175,6 +187,7 @@ class FrameReading:
         handler = conn.handler
         sender = self.requests[handler]
         local = self.table_answers
+        puts = self.puts
         sent = 0
         while self._may_read(conn):
             avail = end - pos
@@ -192,11 +205,16 @@ class FrameReading:
                 break
             if avail < 4 + size:
                 break
+            key = HEAD.unpack_from(view, pos)[1]
             frame = view[pos + 4:pos + 4 + size]
             pos += 4 + size
-            if (local is not None and not conn.at_handler
-                    and HEAD.unpack_from(view, pos - 4 - size)[1] in LOCAL_KEYS):
+            if local is not None and not conn.at_handler and key in LOCAL_KEYS:
                 self._answer_here(conn, local, frame)
+                continue
+            # the last frame there, with nothing of the connection in flight
+            if (puts is not None and key == api.ApiKey.PRODUCE and pos == end
+                    and not conn.at_handler and size <= self.put_max
+                    and self._put(conn, frame, stamp)):
                 continue
             conn.at_handler += 1
             sender.send(env.REQ_HEADER.pack(conn.conn_id, conn.next_seq & SEQ_MASK, 0, stamp),
@@ -217,6 +235,44 @@ class FrameReading:
                 sender.own()
                 self._pause(True)
         return pos
+
+    def _put(self, conn: Connection, frame, stamp: int) -> bool:
+        """Send a lone PRODUCE straight to its partition's writer (a PUT), which
+        checks and answers it; True if it went. It goes only when it is of one
+        partition, acks=1, that partition ONLINE, and its writer asleep (a busy
+        writer leaves the CRC checks to the handlers, which run side by side);
+        anything else, a frame that does not decode included, goes to the
+        handler, which answers it as ever."""
+        try:
+            header, request = api.decode_request(frame, self.max_entries)
+        except Exception:  # noqa: BLE001 - the handler answers (and closes) as it always has
+            return False
+        if request.acks != 1 or len(request.partitions) != 1:
+            return False
+        part = request.partitions[0]
+        view = self.view
+        view.refresh()
+        slot = view.slot(part.topic, part.partition)
+        if slot is None:
+            return False
+        s = view.table.read(slot)
+        if s.state != ptable.ONLINE or (s.name, s.partition) != (part.topic, part.partition):
+            return False
+        w = s.owner
+        if not self.writer_bells[w].asleep():
+            return False
+        seq = conn.next_seq
+        direct = env.Direct(self.index, conn.conn_id, seq & SEQ_MASK, header.correlation_id)
+        if not self.puts[w].try_send(*env.encode_put(
+                slot, s.name, s.partition, now_ms() + max(0, request.timeout_ms),
+                part.message_set, stamp, direct)):
+            return False
+        conn.next_seq += 1
+        conn.at_writer, conn.writer, conn.writer_seq = 1, w, seq
+        conn.writer_put = (header.correlation_id, s.name, s.partition)
+        self.count(procs.REQUESTS)
+        self.writer_bells[w].wake()
+        return True
 
     def _answer_here(self, conn: Connection, local, frame) -> None:
         """Answer a METADATA or OFFSETS frame from the partition table in this

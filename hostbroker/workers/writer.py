@@ -4,7 +4,9 @@ Owns: every partition log of its log dir, the only process that writes their
 segment files (and, for the first log dir, the consumer offsets store and the
 consumer group coordinator, :mod:`hostbroker.workers.writer_groups`).
 Reads: append rings from every handler (appends, topic deletions, offset
-commits and fetches), and the request rings of every processor to every
+commits and fetches), put rings from every processor (lone PRODUCEs that
+no handler saw: checked here as a handler would, appended, answered to the
+processor), and the request rings of every processor to every
 handler, for the large message sets a handler names there instead of
 copying them (APPEND_REF; appended only while that handler lives, see
 ``_holder_lives``). Writes: result rings back to every handler, answer
@@ -97,6 +99,8 @@ class WriterWorker(Appends, Cleanup, Worker):
         # answers of APPEND_DIRECTs, straight to the client's processor
         self.answer_rings = [self.sender("ans", self.index, p)
                              for p in range(self.plan.num_processors)]
+        # lone PRODUCEs processors send past the handlers (PUTs), checked and answered here
+        self.puts = [self.receiver("put", p, self.index) for p in range(self.plan.num_processors)]
         self.processor_bells = [self.waker("processor", p)
                                 for p in range(self.plan.num_processors)]
         self.direct: list[tuple] = []  # (handler, Append, code, base, end) of this round
@@ -300,7 +304,7 @@ class WriterWorker(Appends, Cleanup, Worker):
         groups_s = self.groups.timeout_s() if self.groups is not None else None
         if groups_s is not None:
             deadline = min(deadline, now_ms() + int(groups_s * 1000) + 1)
-        if any(s.pending() for s in self.senders):
+        if any(s.pending() for s in self.senders) or any(s.pending() for s in self.answer_rings):
             deadline = min(deadline, now_ms() + 10)
         return max(0.0, (deadline - now_ms()) / 1000)
 
@@ -326,6 +330,11 @@ class WriterWorker(Appends, Cleanup, Worker):
                     results[h].append((bytes(m),))  # back as it came, after what came before
             if receiver.done():
                 self.handler_doorbells[h].ring()  # it waits for space: always ring
+        for p, receiver in enumerate(self.puts):
+            for m in receiver.poll():
+                self._put(m, touched)
+            if receiver.done():
+                self.processor_bells[p].ring()  # it waits for space: always ring
         if self.groups is not None:
             for h, token, result in self.groups.tick():
                 results[h].append(env.encode_json(env.OP_GROUP, token, result))
@@ -484,6 +493,10 @@ class WriterWorker(Appends, Cleanup, Worker):
                 sender.pump()
                 if h not in quiet:
                     self.handler_doorbells[h].wake()
+        for p, sender in enumerate(self.answer_rings):
+            if sender.pending():  # PUT answers their ring could not take at once
+                sender.pump()
+                self.processor_bells[p].wake()
 
     def _shutdown(self) -> None:
         try:

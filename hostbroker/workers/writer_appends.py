@@ -16,7 +16,8 @@ from __future__ import annotations
 import sys
 import time
 
-from hostbroker.errors import ErrorCode, StorageError
+from hostbroker.errors import ErrorCode, HostbrokerError, StorageError
+from hostbroker.log import message as logmsg
 from hostbroker.log.partition import PartitionLog
 from hostbroker.protocol import api
 from hostbroker.shm import procs
@@ -80,6 +81,30 @@ class Appends:
         elif a.acks != 0:
             self._result(h, a, ErrorCode.NONE, base, end, out)
 
+    def _put(self, m, touched: set[int]) -> None:
+        """A lone PRODUCE a processor sent past the handler (a PUT): check its
+        set as a handler would (every entry, against the partition's
+        ``max.message.bytes``), append it, and answer the processor with this
+        round's direct answers."""
+        a = env.decode_append(m)
+        if a.stamp_ns:
+            self.wait_ns += time.monotonic_ns() - a.stamp_ns
+        plog = None if self.offline else (self.slots.get(a.slot) or self._adopt(a.slot))
+        if plog is not None and (plog.topic, plog.partition) == (a.topic, a.partition):
+            try:
+                count = logmsg.validate_message_set(a.message_set, plog.config.max_message_bytes)
+            except HostbrokerError as e:
+                self.count(procs.ERRORS)
+                self.direct.append((None, a, e.code, -1, -1))
+                return
+            if count == 0:
+                end = plog.log_end_offset
+                self.direct.append((None, a, ErrorCode.NONE, end, end))
+                return
+            a = a._replace(count=count)
+        # (offline, or the partition gone: _append_set answers why)
+        self._append_set(None, a, [], touched)
+
     def _holder_lives(self, h: int, ref: env.Ref) -> bool:
         """Whether handler ``h``, which sent ``ref``, still holds its bytes.
 
@@ -133,6 +158,20 @@ class Appends:
             body = api.ProduceResponse((api.ProducePartitionResult(
                 a.topic, a.partition, code, base, end),))
             frame, failed = api.encode_answer(d.correlation_id, body, self.max_response_bytes)
+            if h is None:
+                # a PUT: no handler to fall back on; what the ring cannot take
+                # now waits in its sender (pumped by _pump, in order)
+                pieces, flags = [frame], 0
+                if failed:
+                    pieces = [api.encode_error_frame(d.correlation_id, ErrorCode.INVALID_REQUEST)]
+                    flags = env.RESP_CLOSE_AFTER
+                message = env.encode_response(d.conn_id, d.seq, flags, pieces, time.monotonic_ns())
+                ring = self.answer_rings[d.processor]
+                if not ring.try_send(*message):
+                    ring.send(*message)
+                woken.add(d.processor)
+                self.count(procs.REQUESTS)
+                continue
             op = env.OP_APPEND
             if not failed and self.answer_rings[d.processor].try_send(*env.encode_response(
                     d.conn_id, d.seq, 0, [frame], time.monotonic_ns())):

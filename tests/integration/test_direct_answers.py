@@ -24,7 +24,9 @@ def _direct_answers(broker) -> int:
 
 @pytest.mark.parametrize("direct", [True, False])
 def test_who_answers_a_produce(make_broker, direct):
-    broker = make_broker(**{"produce.direct.answers": str(direct).lower()})
+    # through the handler (PUTs past it: test_puts.py)
+    broker = make_broker(**{"produce.direct.answers": str(direct).lower(),
+                            "processor.direct.produce": "false"})
     data = encode_message_set([b"d" * 30] * 4)
     with broker.client(broker.tcp) as c:
         c.create_topic("two", 2)

@@ -27,8 +27,10 @@ from tests.integration.wire_helpers import (  # noqa: F401 (uri is a fixture)
     uri,
 )
 
-# 1 MiB rings (a record holds up to 256 KiB): a few held sets fill one
-served = module_broker(ring_bytes=1024 * 1024, **{"produce.ring.append.min.bytes": 32 * 1024})
+# 1 MiB rings (a record holds up to 256 KiB): a few held sets fill one. No
+# PUTs: a lone frame would go past the handler (test_puts.py), not counted here.
+served = module_broker(ring_bytes=1024 * 1024, **{"produce.ring.append.min.bytes": 32 * 1024,
+                                                  "processor.direct.produce": "false"})
 
 
 def entries(count: int, tag: int, size: int = 10 * 1024) -> bytes:

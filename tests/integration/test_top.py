@@ -9,8 +9,8 @@ from hostbroker.top import render
 
 def test_top_json_shows_every_worker_with_counters(broker):
     with broker.client() as c:
-        for _ in range(5):
-            c.produce("watched", 0, encode_message_set([b"m" * 100] * 10))
+        for _ in range(5):  # acks=-1: through the handler (a lone acks=1 one goes past it)
+            c.produce("watched", 0, encode_message_set([b"m" * 100] * 10), acks=-1)
     args = [sys.executable, "-m", "hostbroker", "top", "--json", "--interval", "0.2",
             "--iterations", "1", "--set", f"log.dirs={broker.settings['log.dirs']}"]
     out = subprocess.run(args, capture_output=True, text=True, timeout=30, check=True).stdout
@@ -60,8 +60,9 @@ def test_top_table_shows_wake_ups_and_ring_wait_per_request():
 
 def test_top_json_says_where_the_time_goes(broker):
     with broker.client() as c:
-        for _ in range(20):  # PRODUCE goes to the handler (METADATA the processor answers)
-            c.produce("timed", 0, encode_message_set([b"t" * 100] * 10))
+        for _ in range(20):  # acks=-1 PRODUCE goes to the handler (METADATA the processor
+            # answers, a lone acks=1 PRODUCE its writer)
+            c.produce("timed", 0, encode_message_set([b"t" * 100] * 10), acks=-1)
     args = [sys.executable, "-m", "hostbroker", "top", "--json", "--interval", "0.5",
             "--iterations", "1", "--set", f"log.dirs={broker.settings['log.dirs']}"]
 

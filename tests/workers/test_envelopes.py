@@ -36,6 +36,17 @@ def test_append_direct_names_where_its_answer_goes():
     assert env.decode_append(memoryview(head + bytes(data))).direct is None
 
 
+def test_a_put_is_an_append_direct_the_writer_counts_itself():
+    direct = env.Direct(processor=2, conn_id=2**50 + 1, seq=9, correlation_id=77)
+    head, data = env.encode_put(3, "topic", 1, 1234, memoryview(b"the set"), 55, direct)
+    append = env.decode_append(memoryview(head + bytes(data)))
+    assert env.decode_op(head) == (env.OP_PUT, 0)
+    assert (append.slot, append.topic, append.partition, append.index, append.acks,
+            append.count, append.deadline_ms, append.stamp_ns, append.direct, append.ref) == (
+        3, "topic", 1, 0, 1, 0, 1234, 55, direct, None)
+    assert bytes(append.message_set) == b"the set"
+
+
 def test_append_refs_name_the_ring_bytes_instead_of_carrying_them():
     ref = env.Ref(processor=3, offset=4096 + 12, length=1 << 20, handler_epoch=7)
     direct = env.Direct(processor=1, conn_id=2**40 + 5, seq=17, correlation_id=-3)

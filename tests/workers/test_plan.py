@@ -11,23 +11,27 @@ def plan(**settings) -> BrokerPlan:
 def test_one_ring_per_ordered_pair_of_workers_that_talk():
     p = plan(**{"num.processors": 3, "num.handlers": 2, "log.dirs": "/a,/b"})
     pairs = list(p.ring_pairs())
-    assert len(pairs) == len(set(pairs)) == 3 * 2 * 2 + 2 * 2 * 2 + 2 * 3
+    assert len(pairs) == len(set(pairs)) == 3 * 2 * 2 + 2 * 2 * 2 + 2 * 3 * 2
     assert len({p.ring_name(*x) for x in pairs}) == len(pairs)
     # a handler consumes request rings from every processor and result rings from every writer
     assert sorted(p.rings_consumed_by("handler", 1)) == sorted(
         [("req", proc, 1) for proc in range(3)] + [("res", w, 1) for w in range(2)])
-    assert sorted(p.rings_consumed_by("writer", 0)) == [("app", 0, 0), ("app", 1, 0)]
+    # a writer: appends from every handler, PUTs from every processor
+    assert sorted(p.rings_consumed_by("writer", 0)) == [("app", 0, 0), ("app", 1, 0)] + [
+        ("put", proc, 0) for proc in range(3)]
     # a processor: answers from every handler, and from every writer (direct answers)
     assert sorted(p.rings_consumed_by("processor", 2)) == sorted(
         [("resp", h, 2) for h in range(2)] + [("ans", w, 2) for w in range(2)])
     assert list(p.rings_consumed_by("acceptor", 0)) == []
 
 
-def test_answer_rings_are_small_and_the_rest_ring_bytes():
+def test_answer_and_put_rings_are_small_and_the_rest_ring_bytes():
     p = plan(**{"ring.bytes": 64 * 1024 * 1024})
     assert p.ring_bytes("req") == p.ring_bytes("app") == 64 * 1024 * 1024
     assert p.ring_bytes("ans") == 1024 * 1024
-    assert plan(**{"ring.bytes": 65536}).ring_bytes("ans") == 65536
+    assert p.ring_bytes("put") == 4 * 1024 * 1024
+    small = plan(**{"ring.bytes": 65536})
+    assert small.ring_bytes("ans") == small.ring_bytes("put") == 65536
 
 
 def test_board_slots_are_distinct_and_dense():

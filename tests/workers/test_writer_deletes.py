@@ -69,6 +69,7 @@ def writer(tmp_path):
     w.flushing, w.undeletable, w.retention_stuck = {}, {}, set()
     w.direct, w.waiters_answered = [], set()
     w.senders = [Recorder()]
+    w.answer_rings = []
     w.flusher = Flusher(Bell())  # not started: the test runs its jobs
     w.count = lambda *args: None
     yield w

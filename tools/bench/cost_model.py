@@ -294,7 +294,7 @@ def summarize(report: dict, args) -> dict:
                 "clients_on_host": clients_on_host,
                 "processors": n, "handlers": h,
                 "spin_us": cp.spin_advice(workers, client_cores, host_cores),
-                "rings": rings + n * w_count, "ring_bytes": ring_bytes,
+                "rings": rings + 2 * n * w_count, "ring_bytes": ring_bytes,
                 "ring_memory_mib": (rings * ring_bytes + cp.answer_ring_memory(
                     n, w_count, ring_bytes)) / cp.MIB, "client_cores": client_cores,
                 "predictions": {w: {"msgs_per_s": p["msgs_per_s"], "binds": p["binds"],

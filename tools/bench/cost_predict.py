@@ -131,9 +131,10 @@ def ring_count(processors: int, handlers: int, writers: int) -> int:
 
 
 def answer_ring_memory(processors: int, writers: int, ring_bytes: int) -> int:
-    """Bytes of the ``ans`` rings, writer -> processor: 1 MiB each, or ``ring.bytes``
-    if smaller (``workers/plan.py``, ``ring_bytes``)."""
-    return processors * writers * min(ring_bytes, 1 * MIB)
+    """Bytes of the rings between each processor and each writer: ``ans``
+    (writer -> processor) 1 MiB and ``put`` (processor -> writer) 4 MiB, or
+    ``ring.bytes`` if smaller (``workers/plan.py``, ``ring_bytes``)."""
+    return processors * writers * (min(ring_bytes, 1 * MIB) + min(ring_bytes, 4 * MIB))
 
 
 def choose_ring_bytes(rings: int, budget_bytes: int, largest: int = 16 * MIB,

@@ -1,0 +1,158 @@
+"""Lone PRODUCEs that a processor sends straight to the partition's writer
+(PUTs, ``processor.direct.produce``): which go that way, that the writer
+answers them exactly as a handler would (bad entries, too large, empty, no
+such partition), that a connection's later requests cannot overtake one,
+and that a writer that dies with one in hand answers it UNKNOWN."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from hostbroker.errors import ErrorCode
+from hostbroker.log.message import encode_message_set
+from hostbroker.protocol import api
+from tests.integration.wire_helpers import RawSocket, created_topic, produce_request, read_log
+
+
+def frame(topic: str, data: bytes, correlation_id: int, partition: int = 0) -> bytes:
+    return api.encode_request(produce_request(topic, partition, data), correlation_id)
+
+
+def answer(sock: RawSocket) -> tuple[int, int, int, int]:
+    correlation_id, response = sock.read_response(api.ApiKey.PRODUCE)
+    [p] = response.partitions
+    return correlation_id, p.error_code, p.base_offset, p.log_end_offset
+
+
+def corrupt(data: bytes) -> bytes:
+    """``data`` with one payload byte of its last entry flipped (CRC mismatch)."""
+    return data[:-1] + bytes([data[-1] ^ 0xFF])
+
+
+@pytest.mark.parametrize("puts", [True, False])
+def test_who_takes_a_lone_produce(make_broker, puts):
+    broker = make_broker(**{"processor.direct.produce": str(puts).lower()})
+    topic = created_topic(broker.tcp)
+    data = encode_message_set([b"p" * 50] * 3)
+    handler_before = broker.counter("handler", "requests")
+    writer_before = broker.counter("writer", "requests")
+    with RawSocket(broker.tcp) as sock:
+        for i in range(25):  # one at a time
+            sock.send(frame(topic, data, i))
+            assert answer(sock) == (i, 0, i * len(data), (i + 1) * len(data))
+    handler = broker.counter("handler", "requests") - handler_before
+    writer = broker.counter("writer", "requests") - writer_before
+    assert writer == 25  # the writer answered every one: directly, or for the handler
+    if puts:
+        # most past the handler: not those that came while the writer was awake
+        # (after a flush of its own, say), which its handlers check instead
+        assert handler <= 12, handler
+    else:
+        assert handler == 25
+
+
+def test_large_lone_sets_go_past_the_handler_intact(make_broker):
+    """Sets of ~300 KiB, one at a time: gathered whole in the processor (not
+    received into a request ring) and put to the writer."""
+    broker = make_broker()
+    topic = created_topic(broker.tcp)
+    sets = [encode_message_set([bytes([i]) * 10_000] * 30) for i in range(6)]
+    before = broker.counter("handler", "requests")
+    with RawSocket(broker.tcp) as sock:
+        for i, data in enumerate(sets):
+            sock.send(frame(topic, data, i))
+            assert answer(sock)[:3] == (i, 0, sum(map(len, sets[:i])))
+    assert broker.counter("handler", "requests") - before <= 3
+    with broker.client(broker.tcp) as client:
+        assert read_log(client, topic, 0, 0, sum(map(len, sets)),
+                        max_bytes=4 << 20) == b"".join(sets)
+
+
+def test_pipelined_produces_go_through_the_handler(make_broker):
+    broker = make_broker()
+    topic = created_topic(broker.tcp)
+    data = encode_message_set([b"q" * 50])
+    before = broker.counter("handler", "requests")
+    with RawSocket(broker.tcp) as sock:
+        sock.send(b"".join(frame(topic, data, i) for i in range(10)))  # in one write
+        assert [answer(sock)[:3] for _ in range(10)] == [(i, 0, i * len(data)) for i in range(10)]
+    # all but at most the last one came in behind others
+    assert broker.counter("handler", "requests") - before >= 9
+
+
+def test_a_writer_answers_a_put_as_a_handler_would(make_broker, tmp_path):
+    """The same requests, one at a time, to a broker with PUTs and to one
+    without: the same answers, and the connection stays open after errors."""
+    got = {}
+    for puts in (True, False):
+        root = tmp_path / str(puts)
+        root.mkdir()
+        broker = make_broker(root=root, **{"processor.direct.produce": str(puts).lower()})
+        topic = created_topic(broker.tcp, partitions=2, configs={"max.message.bytes": "1000"})
+        good = encode_message_set([b"g" * 100, b"h" * 200])
+        big = encode_message_set([b"b" * 2000])
+        with RawSocket(broker.tcp) as sock:
+            answers = []
+            for i, (data, partition) in enumerate([
+                    (good, 0), (corrupt(good), 0), (big, 1), (b"", 0), (good, 9), (good, 1),
+                    (good[:-3], 0), (good, 0)]):
+                sock.send(frame(topic, data, i, partition))
+                answers.append(answer(sock))
+            got[puts] = answers
+            with broker.client(broker.tcp) as client:
+                assert read_log(client, topic, 0, 0, 2 * len(good)) == good * 2
+    assert got[True] == got[False]
+    codes = [a[1] for a in got[True]]
+    assert codes[0] == codes[5] == codes[7] == ErrorCode.NONE
+    assert codes[1] != 0 and codes[6] != 0  # a CRC mismatch, a partial entry
+    assert codes[2] == ErrorCode.MESSAGE_TOO_LARGE
+    assert got[True][3] == (3, 0, len(good), len(good))  # empty: nothing appended
+    assert codes[4] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_requests_behind_a_put_wait_for_it(make_broker):
+    """A PRODUCE that arrives while the connection's PUT is at its writer is
+    read only once the PUT is answered, so it cannot reach the log first
+    through the handler. The writer is stopped meanwhile to hold the PUT."""
+    broker = make_broker()
+    topic = created_topic(broker.tcp)
+    a, b, c = (encode_message_set([bytes([x]) * 40]) for x in b"abc")
+    writer = broker.workers()["hb-writer-0"]
+    with RawSocket(broker.tcp) as sock:
+        time.sleep(0.3)  # the writer asleep: the lone one goes past the handler
+        os.kill(writer, signal.SIGSTOP)
+        try:
+            sock.send(frame(topic, a, 1))
+            time.sleep(0.2)
+            sock.send(frame(topic, b, 2) + frame(topic, c, 3))
+            time.sleep(0.2)
+        finally:
+            os.kill(writer, signal.SIGCONT)
+        assert [answer(sock)[:3] for _ in range(3)] == [
+            (1, 0, 0), (2, 0, len(a)), (3, 0, len(a) + len(b))]
+    with broker.client(broker.tcp) as client:
+        assert read_log(client, topic, 0, 0, 3 * len(a)) == a + b + c
+
+
+def test_a_put_its_writer_never_answered_is_answered_unknown(make_broker):
+    broker = make_broker()
+    topic = created_topic(broker.tcp)
+    data = encode_message_set([b"w" * 40])
+    writer = broker.workers()["hb-writer-0"]
+    with RawSocket(broker.tcp, timeout=30) as sock:
+        sock.send(frame(topic, data, 1))
+        assert answer(sock) == (1, 0, 0, len(data))
+        time.sleep(0.3)  # asleep again
+        os.kill(writer, signal.SIGSTOP)  # holds the next PUT unread, then dies with it
+        sock.send(frame(topic, data, 2))
+        time.sleep(0.3)
+        os.kill(writer, signal.SIGKILL)
+        broker.wait_worker_replaced("hb-writer-0", writer)
+        assert answer(sock) == (2, ErrorCode.UNKNOWN, -1, -1)
+        # the connection goes on, with the replacement
+        sock.send(frame(topic, data, 3))
+        assert answer(sock) == (3, 0, len(data), 2 * len(data))
