@@ -241,25 +241,25 @@ class FrameReading:
         checks and answers it; True if it went. It goes only when it is of one
         partition, acks=1, that partition ONLINE, and its writer asleep (a busy
         writer leaves the CRC checks to the handlers, which run side by side);
-        anything else, a frame that does not decode included, goes to the
-        handler, which answers it as ever."""
+        anything else, a frame that does not decode or a table that cannot be
+        read included, goes to the handler, which answers it as ever."""
         try:
             header, request = api.decode_request(frame, self.max_entries)
+            if request.acks != 1 or len(request.partitions) != 1:
+                return False
+            part = request.partitions[0]
+            view = self.view
+            view.refresh()
+            slot = view.slot(part.topic, part.partition)
+            if slot is None:
+                return False
+            s = view.table.read(slot)
         except Exception:  # noqa: BLE001 - the handler answers (and closes) as it always has
             return False
-        if request.acks != 1 or len(request.partitions) != 1:
-            return False
-        part = request.partitions[0]
-        view = self.view
-        view.refresh()
-        slot = view.slot(part.topic, part.partition)
-        if slot is None:
-            return False
-        s = view.table.read(slot)
         if s.state != ptable.ONLINE or (s.name, s.partition) != (part.topic, part.partition):
             return False
         w = s.owner
-        if not self.writer_bells[w].asleep():
+        if not (0 <= w < len(self.puts) and self.writer_bells[w].asleep()):
             return False
         seq = conn.next_seq
         direct = env.Direct(self.index, conn.conn_id, seq & SEQ_MASK, header.correlation_id)

@@ -6,9 +6,10 @@ logs, rings and books it uses. Owns: one APPEND's way into its partition log
 (the slot must still hold the partition it names; a failed write takes the
 log dir offline), the message sets appended straight from a request ring
 (APPEND_REF: only while the handler holding them lives, and cut off again if
-it died during the write), and the acks=1 results: to the handler, or
-(APPEND_DIRECT) answered to the client's processor once the round's log ends
-are published.
+it died during the write), the lone PRODUCEs processors send past the
+handlers (PUTs: their sets checked here as a handler would), and the acks=1
+results: to the handler, or (APPEND_DIRECT, PUT) answered to the client's
+processor once the round's log ends are published.
 """
 
 from __future__ import annotations
