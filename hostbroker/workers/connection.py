@@ -97,7 +97,8 @@ class Connection:
     __slots__ = ("sock", "fd", "conn_id", "handler", "buf", "end", "next_seq", "send_seq",
                  "written", "at_handler", "queued", "ready", "out", "out_pos", "closing",
                  "reading", "writing", "active", "frame_started", "lingering", "linger_until",
-                 "linger_left", "pinned", "at_writer", "writer", "writer_seq", "writer_put")
+                 "linger_left", "pinned", "at_writer", "writer", "writer_seq", "writer_put",
+                 "pipelining")
 
     def __init__(self, sock: socket.socket, conn_id: int, handler: int, now: float):
         self.sock = sock
@@ -114,6 +115,7 @@ class Connection:
         self.writer = -1  # ...that one...
         self.writer_seq = -1  # ...its place in the order...
         self.writer_put: tuple = ()  # ...and (correlation id, topic, partition)
+        self.pipelining = False  # it sent more while a PUT was out: no more PUTs
         self.queued = 0  # bytes of answers held here (early or not yet written)
         self.ready: dict[int, tuple[list, int]] = {}
         self.out: collections.deque = collections.deque()

@@ -358,7 +358,7 @@ class ProcessorWorker(FrameReading, Worker):
             # its handler heard, so the handler answered too. The first one stands.
             return
         if conn.at_writer and seq == conn.writer_seq:
-            conn.at_writer = 0  # a PUT's answer
+            self._put_answered(conn)
         else:
             conn.at_handler -= 1
         if conn.lingering:

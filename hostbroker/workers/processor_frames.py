@@ -58,7 +58,8 @@ class FrameReading:
     def _put_candidate(self, conn: Connection, need: int) -> bool:
         """Whether the large frame ``conn.buf`` begins may go past the handler
         as a PUT when whole (so it is gathered here, not in the request ring)."""
-        return (self.puts is not None and not conn.at_handler and need - SIZE.size <= self.put_max
+        return (self.puts is not None and not conn.at_handler and not conn.pipelining
+                and need - SIZE.size <= self.put_max
                 and conn.end >= HEAD.size
                 and HEAD.unpack_from(conn.buf, 0)[1] == api.ApiKey.PRODUCE)
 
@@ -213,7 +214,7 @@ class FrameReading:
                 continue
             # the last frame there, with nothing of the connection in flight
             if (puts is not None and key == api.ApiKey.PRODUCE and pos == end
-                    and not conn.at_handler and size <= self.put_max
+                    and not conn.at_handler and not conn.pipelining and size <= self.put_max
                     and self._put(conn, frame, stamp)):
                 continue
             conn.at_handler += 1
@@ -273,6 +274,20 @@ class FrameReading:
         self.count(procs.REQUESTS)
         self.writer_bells[w].wake()
         return True
+
+    def _put_answered(self, conn: Connection) -> None:
+        """A PUT of ``conn`` was answered. A client that waits for each answer
+        has sent nothing since; one that sent more meanwhile (held unread) is
+        pipelining, and keeps the handler's way from now on: a PUT would stop
+        its pipeline each time, and its CRC checks belong to the handlers."""
+        conn.at_writer = 0
+        if conn.end:
+            conn.pipelining = True
+            return
+        try:
+            conn.pipelining = _unread_bytes(conn.sock) > 0
+        except OSError:
+            pass
 
     def _answer_here(self, conn: Connection, local, frame) -> None:
         """Answer a METADATA or OFFSETS frame from the partition table in this

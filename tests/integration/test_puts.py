@@ -117,11 +117,14 @@ def test_a_writer_answers_a_put_as_a_handler_would(make_broker, tmp_path):
 def test_requests_behind_a_put_wait_for_it(make_broker):
     """A PRODUCE that arrives while the connection's PUT is at its writer is
     read only once the PUT is answered, so it cannot reach the log first
-    through the handler. The writer is stopped meanwhile to hold the PUT."""
+    through the handler; and a connection that sent more while a PUT was out
+    pipelines, so it keeps the handler's way from then on. The writer is
+    stopped meanwhile to hold the PUT."""
     broker = make_broker()
     topic = created_topic(broker.tcp)
     a, b, c = (encode_message_set([bytes([x]) * 40]) for x in b"abc")
     writer = broker.workers()["hb-writer-0"]
+    before = broker.counter("handler", "requests")
     with RawSocket(broker.tcp) as sock:
         time.sleep(0.3)  # the writer asleep: the lone one goes past the handler
         os.kill(writer, signal.SIGSTOP)
@@ -134,8 +137,12 @@ def test_requests_behind_a_put_wait_for_it(make_broker):
             os.kill(writer, signal.SIGCONT)
         assert [answer(sock)[:3] for _ in range(3)] == [
             (1, 0, 0), (2, 0, len(a)), (3, 0, len(a) + len(b))]
+        time.sleep(0.3)
+        sock.send(frame(topic, a, 4))  # alone, but this connection pipelines
+        assert answer(sock)[:3] == (4, 0, 3 * len(a))
+    assert broker.counter("handler", "requests") - before == 3  # b, c and the last
     with broker.client(broker.tcp) as client:
-        assert read_log(client, topic, 0, 0, 3 * len(a)) == a + b + c
+        assert read_log(client, topic, 0, 0, 4 * len(a)) == a + b + c + a
 
 
 def test_a_put_its_writer_never_answered_is_answered_unknown(make_broker):
