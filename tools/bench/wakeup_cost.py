@@ -57,8 +57,10 @@ def measure(rounds: int) -> dict:
     idle_write = (time.perf_counter_ns() - t0) / 10_000 / 1000
     for fd in (ping, pong, spare):
         os.close(fd)
-    return {"wake_write_p50_us": percentile(writes, 0.5), "wake_write_p90_us": percentile(writes, 0.9),
-            "round_trip_p50_us": percentile(trips, 0.5), "round_trip_p90_us": percentile(trips, 0.9),
+    return {"wake_write_p50_us": percentile(writes, 0.5),
+            "wake_write_p90_us": percentile(writes, 0.9),
+            "round_trip_p50_us": percentile(trips, 0.5),
+            "round_trip_p90_us": percentile(trips, 0.9),
             "write_nobody_waits_us": round(idle_write, 2)}
 
 
