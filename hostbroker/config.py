@@ -203,6 +203,11 @@ SETTINGS: tuple[Setting, ...] = (
             "or behind it, the partition's writer idle) goes from the processor straight to "
             "the writer, which checks it as a handler would and answers it: two process "
             "crossings fewer. false: every PRODUCE goes through the connection's handler."),
+    Setting("fetch.writer.polls", bool, True,
+            "A long-poll FETCH of one partition waits at that partition's writer, which "
+            "answers it to the client's processor as soon as an append brings the data: one "
+            "process crossing fewer between a produce and the fetch that returns it. false: "
+            "the handlers hold every long poll."),
     Setting("produce.ring.append.min.bytes", int, 65536,
             "A message set of at least this many bytes in a PRODUCE is appended by its writer "
             "straight from the request ring it arrived in (the handler holds that space until "

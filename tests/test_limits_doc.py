@@ -13,7 +13,7 @@ NOT_LIMITS = {
     "log.retention.hours", "log.retention.bytes", "log.flush.interval.messages",
     "log.flush.interval.ms", "log.flush.offset.checkpoint.interval.ms", "zookeeper.connect",
     "advertised.listeners", "processor.local.requests", "produce.direct.answers",
-    "produce.ring.append.min.bytes", "processor.direct.produce",
+    "produce.ring.append.min.bytes", "processor.direct.produce", "fetch.writer.polls",
 }
 TOPIC_CONFIGS = {"max.message.bytes"}
 

@@ -33,6 +33,11 @@ Handler -> writer (append ring)::
                                       writer was replaced, every APPEND_REF sent
                                       to it before this mark is done with once
                                       the mark comes back
+                            POLL: slot:u32 partition:i32 offset:i64 max_bytes:i32
+                                  min_bytes:i32 deadline_ms:i64 name_len:u16 name
+                                  processor:u16 conn_id:u64 seq:u32 correlation_id:i32
+                                  a long-poll FETCH of one partition, for the
+                                  writer to answer to that processor
 
 GROUP carries a consumer group request for writer 0, which holds the group
 state (:mod:`hostbroker.workers.writer_groups`); OFFSETS commits carry the
@@ -65,6 +70,8 @@ Writer -> handler (result ring)::
                             REF_DONE: index:u32, once an APPEND_REF's set was
                                       appended (or refused): its bytes are free
                             REF_SYNC: the handler's mark, sent back as it came
+                            POLL_DONE: the writer answered that POLL itself
+                            POLL_BACK: it gives the POLL back, unanswered
                             DELETE / OFFSETS / GROUP: json
 
 Writer -> processor (answer ring): a response message as above (the
@@ -109,6 +116,9 @@ OP_APPEND_DIRECT_REF = 7
 OP_REF_DONE = 8
 OP_REF_SYNC = 9
 OP_PUT = 10
+OP_POLL = 11
+OP_POLL_DONE = 12
+OP_POLL_BACK = 13
 APPEND_OPS = frozenset((OP_APPEND, OP_APPEND_DIRECT, OP_APPEND_REF, OP_APPEND_DIRECT_REF))
 _DIRECT_OPS = frozenset((OP_APPEND_DIRECT, OP_APPEND_DIRECT_REF, OP_PUT))
 _OP = struct.Struct("<BQ")
@@ -118,6 +128,7 @@ REF_DONE = struct.Struct("<BQI")  # op, token, index
 REF_SYNC = struct.Struct("<BQQ")  # op, writer, APPEND_REFs the handler had sent it
 _DIRECT = struct.Struct("<HQIi")  # processor, conn_id, seq, correlation_id
 _REF = struct.Struct("<HIIQ")  # processor, offset, length, handler_epoch
+_POLL = struct.Struct("<BQIiqiiqH")
 
 
 class FilePiece(NamedTuple):
@@ -229,6 +240,41 @@ def encode_put(slot: int, topic: str, partition: int, deadline_ms: int, message_
     name = topic.encode()
     head = APPEND_HEAD.pack(OP_PUT, 0, slot, 0, 1, 0, deadline_ms, partition, stamp_ns, len(name))
     return head + name + _DIRECT.pack(*direct), message_set
+
+
+class Poll(NamedTuple):
+    """A long-poll FETCH of one partition a handler leaves to its writer."""
+
+    token: int
+    slot: int
+    topic: str
+    partition: int
+    offset: int
+    max_bytes: int
+    min_bytes: int
+    deadline_ms: int
+    direct: Direct
+
+
+def encode_poll(poll: Poll) -> bytes:
+    name = poll.topic.encode()
+    return (_POLL.pack(OP_POLL, poll.token, poll.slot, poll.partition, poll.offset,
+                       poll.max_bytes, poll.min_bytes, poll.deadline_ms, len(name))
+            + name + _DIRECT.pack(*poll.direct))
+
+
+def decode_poll(buf) -> Poll:
+    _, token, slot, partition, offset, max_bytes, min_bytes, deadline, name_len = \
+        _POLL.unpack_from(buf, 0)
+    end = _POLL.size + name_len
+    topic = bytes(buf[_POLL.size:end]).decode()
+    return Poll(token, slot, topic, partition, offset, max_bytes, min_bytes, deadline,
+                Direct(*_DIRECT.unpack_from(buf, end)))
+
+
+def encode_op(op: int, token: int) -> bytes:
+    """A message that is only an op and a token (POLL_DONE, POLL_BACK)."""
+    return _OP.pack(op, token)
 
 
 def decode_append(buf) -> Append:

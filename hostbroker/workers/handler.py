@@ -15,13 +15,14 @@ owning writers take it from there.
 Per request:
 
 - PRODUCE (but a lone one, which its processor sends its writer past us,
-  ``processor.direct.produce``): validate each partition's message set (every entry's CRC; wrappers
-  are not decompressed), forward it to the partition's writer, answer when
-  every writer has (acks 1 / -1); acks 0 gets no answer. A set of
-  ``produce.ring.append.min.bytes`` or more is not copied: the writer is
-  told where it lies in our request ring (APPEND_REF), and we hold those
-  bytes there until it says it has appended them (REF_DONE, ``_unhold``). A PRODUCE of one
-  partition with acks=1 goes as an APPEND_DIRECT: its writer answers the
+  ``processor.direct.produce``): validate each partition's message set
+  (every entry's CRC; wrappers are not decompressed), forward it to the
+  partition's writer, answer when every writer has (acks 1 / -1); acks 0
+  gets no answer. A set of ``produce.ring.append.min.bytes`` or more is not
+  copied: the writer is told where it lies in our request ring
+  (APPEND_REF), and we hold those bytes there until it says it has appended
+  them (REF_DONE, ``_unhold``). A PRODUCE of one partition with acks=1 goes
+  as an APPEND_DIRECT: its writer answers the
   processor itself and tells us (``produce.direct.answers``); we answer it
   only if the writer could not, or died first.
 - FETCH: compute ``(segment file, position, length)`` per partition from the
@@ -126,6 +127,7 @@ class HandlerWorker(TopicAdmin, Fetching, ConsumerOffsets, Worker):
         self.max_entries = self.config["request.max.entries"]
         self.max_response_bytes = self.config["response.max.bytes"]
         self.direct_answers = self.config["produce.direct.answers"]
+        self.writer_polls = self.config["fetch.writer.polls"]
         self.ring_append_min = self.config["produce.ring.append.min.bytes"]
         # request-ring bytes held for writers: (token, index) -> (processor, position,
         # writer, how many APPEND_REFs had gone to that writer with this one)
@@ -453,8 +455,12 @@ class HandlerWorker(TopicAdmin, Fetching, ConsumerOffsets, Worker):
         pending = self.pending.get(token)
         if pending is None:
             return
-        if op == env.OP_APPEND_DIRECT:
+        if op == env.OP_APPEND_DIRECT or op == env.OP_POLL_DONE:
             del self.pending[token]  # the writer answered the processor itself
+            return
+        if op == env.OP_POLL_BACK:
+            del self.pending[token]
+            pending.respond(pending)  # answered or parked here after all
             return
         if op == env.OP_APPEND:
             _, _, index, error, base, end = env.APPEND_RESULT.unpack_from(m, 0)

@@ -4,7 +4,11 @@ Mixed into :class:`~hostbroker.workers.handler.HandlerWorker`. A fetch is
 turned into ``(segment file, position, length)`` per partition from the
 partition table and the segment listings, and answered with those ranges
 (the processor sends them with sendfile). With fewer than ``min_bytes``
-there it is parked until a writer rings (new data) or ``max_wait_ms`` passes.
+there it is parked until a writer rings (new data) or ``max_wait_ms`` passes;
+a fetch of one partition is parked at that partition's writer instead
+(a POLL, ``fetch.writer.polls``), which answers it to the processor itself
+once its appends bring the data (``writer_polls.py``), and gives it back to
+be parked here if it cannot keep it.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import dataclasses
 from hostbroker.errors import ErrorCode, HostbrokerError
 from hostbroker.log.segments import fetch_range
 from hostbroker.protocol import api
+from hostbroker.protocol.api import ApiKey
 from hostbroker.shm import procs
 from hostbroker.shm import table as ptable
 from hostbroker.workers import envelopes as env
@@ -42,10 +47,46 @@ class Fetching:
         if not self._answer_fetch(p, conn_id, seq, corr, request, force=self.draining):
             return
         max_wait = min(max(0, request.max_wait_ms), self.config["fetch.max.wait.ms"])
+        deadline = now_ms() + max_wait
+        if not (self.writer_polls and self._poll_at_writer(p, conn_id, seq, corr, request,
+                                                           deadline)):
+            self._park(p, conn_id, seq, corr, request, deadline)
+
+    def _park(self, p, conn_id, seq, corr, request, deadline: int) -> None:
         if len(self.parked) >= self.config["fetch.max.parked"]:
             self._answer_fetch(p, conn_id, seq, corr, request, force=True)
             return
-        self.parked.append(_ParkedFetch(p, conn_id, seq, corr, request, now_ms() + max_wait))
+        self.parked.append(_ParkedFetch(p, conn_id, seq, corr, request, deadline))
+
+    def _poll_at_writer(self, p, conn_id, seq, corr, request, deadline: int) -> bool:
+        """Leave a fetch of one ONLINE partition that must wait to its writer
+        (a POLL); True if sent. The writer answers the processor and says so
+        (POLL_DONE), or gives it back (POLL_BACK); given back, or if the writer
+        dies first, it is answered or parked here as any other."""
+        if len(request.partitions) != 1:
+            return False
+        part = request.partitions[0]
+        slot = self.view.slot(part.topic, part.partition)
+        if slot is None:
+            return False
+        s = self.table.read(slot)
+        if s.state != ptable.ONLINE:
+            return False
+
+        def respond(pending, failed: bool = False) -> None:
+            if self._answer_fetch(p, conn_id, seq, corr, request,
+                                  force=self.draining or now_ms() >= deadline):
+                self._park(p, conn_id, seq, corr, request, deadline)
+
+        pending = self._new_pending(p, conn_id, seq, corr, ApiKey.FETCH, [], respond)
+        pending.remaining = 1
+        pending.writers.add(s.owner)
+        self.appends[s.owner].send(env.encode_poll(env.Poll(
+            pending.token, slot, s.name, s.partition, part.offset,
+            min(part.max_bytes, self.config["fetch.max.bytes"]), request.min_bytes, deadline,
+            env.Direct(p, conn_id, seq, corr))))
+        self.dirty_writers.add(s.owner)
+        return True
 
     def _fetch_parts(self, request):
         """Per partition (topic, partition, error, log_end_offset, FilePiece | None).

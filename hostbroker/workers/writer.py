@@ -28,7 +28,9 @@ published (before its answers), every handler that sleeps with fetches
 parked is woken so they see the new data (an awake handler looks at its
 parked fetches anyway before it sleeps; see ``handler._has_input``).
 
-Appends and their acks=1 answers are in ``writer_appends.py``; deletes come
+Appends and their acks=1 answers are in ``writer_appends.py``, the long-poll
+FETCHes handlers park here (POLLs, answered to the processors once appends
+bring their data) in ``writer_polls.py``; deletes come
 through the same rings (retention, checkpoints and deletes:
 ``writer_cleanup.py``). The writer is the only process that writes a slot it
 serves, so it marks the slot DELETING itself; it then drops
@@ -74,13 +76,14 @@ from hostbroker.workers.flusher import Flusher, Waiter
 from hostbroker.workers.writer_appends import Appends
 from hostbroker.workers.writer_cleanup import Cleanup
 from hostbroker.workers.writer_groups import GroupHost
+from hostbroker.workers.writer_polls import Polls
 
 
 # results a sleeping handler is not woken for (see _pump)
-_QUIET_OPS = frozenset((env.OP_APPEND_DIRECT, env.OP_REF_DONE))
+_QUIET_OPS = frozenset((env.OP_APPEND_DIRECT, env.OP_REF_DONE, env.OP_POLL_DONE))
 
 
-class WriterWorker(Appends, Cleanup, Worker):
+class WriterWorker(Appends, Polls, Cleanup, Worker):
     kind = "writer"
     process_name = "hb-writer"
 
@@ -104,6 +107,7 @@ class WriterWorker(Appends, Cleanup, Worker):
         self.processor_bells = [self.waker("processor", p)
                                 for p in range(self.plan.num_processors)]
         self.direct: list[tuple] = []  # (handler, Append, code, base, end) of this round
+        self._init_polls()  # long polls held here (writer_polls)
         # the request rings (processor -> handler) that APPEND_REFs name, by handler
         self.request_rings = [[self._attach("req", p, h) for p in range(self.plan.num_processors)]
                               for h in range(self.plan.num_handlers)]
@@ -291,6 +295,11 @@ class WriterWorker(Appends, Cleanup, Worker):
                     break
                 self._publish(slot, plog)
         self._answer_waiters(force=True)
+        results: list[list] = [[] for _ in self.senders]
+        self._answer_polls(results, now_ms(), force=True)
+        for h, out in enumerate(results):
+            for parts in out:
+                self.senders[h].send(*parts)
         self._pump()
         self._shutdown()
 
@@ -306,6 +315,9 @@ class WriterWorker(Appends, Cleanup, Worker):
             deadline = min(deadline, now_ms() + int(groups_s * 1000) + 1)
         if any(s.pending() for s in self.senders) or any(s.pending() for s in self.answer_rings):
             deadline = min(deadline, now_ms() + 10)
+        polls_ms = self._polls_timeout_ms()
+        if polls_ms is not None:
+            deadline = min(deadline, polls_ms)
         return max(0.0, (deadline - now_ms()) / 1000)
 
     def _cycle(self) -> None:
@@ -328,6 +340,8 @@ class WriterWorker(Appends, Cleanup, Worker):
                     self._group(h, token, env.decode_json(m), results[h])
                 elif op == env.OP_REF_SYNC:
                     results[h].append((bytes(m),))  # back as it came, after what came before
+                elif op == env.OP_POLL:
+                    self._take_poll(h, m, results[h])
             if receiver.done():
                 self.handler_doorbells[h].ring()  # it waits for space: always ring
         for p, receiver in enumerate(self.puts):
@@ -358,6 +372,7 @@ class WriterWorker(Appends, Cleanup, Worker):
         if self.direct:
             self._answer_direct(results)  # after the publish: an answer means fetchable
         now = now_ms()
+        self._answer_polls(results, now, touched)  # after the publish: they read the log ends
         due = [s for s in self.dirty if s in self.slots and
                (self.slots[s].flush_due(now) or any(w.slot == s for w in self.waiters))]
         if due:

@@ -1,0 +1,128 @@
+"""Long-poll FETCHes a writer holds for the handlers (part of ``hb-writer-N``).
+
+Mixed into :class:`~hostbroker.workers.writer.WriterWorker`, whose partition
+logs, rings and books it uses. Owns: the POLLs handlers leave here (a FETCH
+of one partition of this log dir that must wait for data), each answered
+straight to the client's processor as soon as a round's appends give it
+``min_bytes`` (after the round's log ends are published), when its deadline
+passes, or at once when the broker drains or the writer stops: one process
+crossing fewer between a produce and the fetch that returns it than through
+the handler. The answer is the handler's, built the same way: the file range
+of the partition's segment (``fetch_range``), sent by the processor with
+sendfile. A POLL this writer cannot serve (too many held, the partition gone
+or offline, an answer its ring cannot take now) goes back to its handler
+(POLL_BACK), which answers or parks it as ever; one answered here is told to
+the handler (POLL_DONE) so it forgets it.
+"""
+
+from __future__ import annotations
+
+import time
+
+from hostbroker.errors import ErrorCode, HostbrokerError
+from hostbroker.log.partition import PartitionLog
+from hostbroker.log.segments import fetch_range
+from hostbroker.protocol import api
+from hostbroker.shm import procs
+from hostbroker.workers import envelopes as env
+
+
+_NEVER = 1 << 62
+
+
+class Polls:
+    """Mixin of :class:`WriterWorker`: long polls held and answered here.
+
+    Books: ``polls`` (slot -> [(handler, Poll)]), ``polls_held`` (their
+    number), ``polls_new`` (slots given a POLL this round) and
+    ``polls_deadline`` (the soonest deadline, or later)."""
+
+    def _init_polls(self) -> None:
+        self.polls: dict[int, list[tuple[int, env.Poll]]] = {}
+        self.polls_held = 0
+        self.polls_new: set[int] = set()
+        self.polls_deadline = _NEVER
+        self.max_polls = self.config["fetch.max.parked"]
+
+    def _take_poll(self, h: int, m, out: list) -> None:
+        poll = env.decode_poll(m)
+        plog = None if self.offline else (self.slots.get(poll.slot) or self._adopt(poll.slot))
+        if (plog is None or (plog.topic, plog.partition) != (poll.topic, poll.partition)
+                or self.polls_held >= self.max_polls):
+            out.append((env.encode_op(env.OP_POLL_BACK, poll.token),))
+            return
+        self.polls.setdefault(poll.slot, []).append((h, poll))
+        self.polls_held += 1
+        self.polls_new.add(poll.slot)  # looked at after this round's publish
+        self.polls_deadline = min(self.polls_deadline, poll.deadline_ms)
+
+    def _answer_polls(self, results: list[list], now: int, touched=(),
+                      force: bool = False) -> None:
+        """Answer the held POLLs that have their data (of the slots this round
+        appended to, or given a POLL), their deadline, or (``force``, or the
+        broker draining) must go now; give back those of partitions this
+        writer no longer serves."""
+        if not self.polls:
+            return
+        force = force or self.board.broker_state == procs.BROKER_DRAINING
+        expired = now >= self.polls_deadline
+        woken: set[int] = set()
+        for slot in list(self.polls):
+            plog = None if self.offline else self.slots.get(slot)
+            if not (force or expired or plog is None or slot in touched
+                    or slot in self.polls_new):
+                continue
+            keep = []
+            for h, poll in self.polls[slot]:
+                if plog is None or (plog.topic, plog.partition) != (poll.topic, poll.partition):
+                    # deleted or offline since: the handler answers what became of it
+                    results[h].append((env.encode_op(env.OP_POLL_BACK, poll.token),))
+                    continue
+                pieces, length = self._poll_answer(poll, plog)
+                if 0 <= length < poll.min_bytes and not force and now < poll.deadline_ms:
+                    keep.append((h, poll))
+                    continue
+                d = poll.direct
+                op = env.OP_POLL_BACK
+                if self.answer_rings[d.processor].try_send(*env.encode_response(
+                        d.conn_id, d.seq, 0, pieces, time.monotonic_ns())):
+                    op = env.OP_POLL_DONE
+                    woken.add(d.processor)
+                    self.count(procs.REQUESTS)
+                    self.count(procs.BYTES_OUT, max(0, length))
+                results[h].append((env.encode_op(op, poll.token),))
+            self.polls_held -= len(self.polls[slot]) - len(keep)
+            if keep:
+                self.polls[slot] = keep
+            else:
+                del self.polls[slot]
+        self.polls_new.clear()
+        if expired:
+            self.polls_deadline = min((p.deadline_ms for held in self.polls.values()
+                                       for _, p in held), default=_NEVER)
+        for p in woken:
+            self.processor_bells[p].wake()
+
+    def _poll_answer(self, poll: env.Poll, plog: PartitionLog) -> tuple[list, int]:
+        """The FETCH answer of ``poll`` from the log as published, and the
+        length of its data (-1 when the answer is an error: due at once)."""
+        end = plog.log_end_offset
+        bases = plog.segment_bases
+        code, piece, length = ErrorCode.NONE, None, 0
+        try:
+            index, position, length = fetch_range(bases, end, poll.offset, poll.max_bytes)
+        except HostbrokerError as e:
+            code, length = e.code, -1
+        if length > 0:
+            piece = env.FilePiece(plog.segment_path(bases[index]), position, length)
+        headers = api.encode_fetch_response_parts(
+            poll.direct.correlation_id, [(poll.topic, poll.partition, code, end, max(0, length))])
+        pieces: list = [headers[0]]
+        if piece is not None:
+            pieces.append(piece)
+        if headers[1]:
+            pieces.append(headers[1])
+        return pieces, length
+
+    def _polls_timeout_ms(self) -> int | None:
+        return self.polls_deadline if self.polls else None
