@@ -35,6 +35,26 @@ _FRAMES_MAX = 64  # entries
 _FRAME_CACHE_MAX = 64 * 1024  # bytes of an answer frame worth keeping
 
 
+def fetch_answer_pieces(correlation_id: int, parts, max_header_bytes: int) -> list:
+    """The pieces of a FETCH answer from ``parts``, (topic, partition, error,
+    log end, FilePiece or None) each: header bytes with each partition's data
+    between them as a file range, which the processor sends with sendfile.
+    Handlers and writers (long polls) build it alike. Raises ValueError when
+    a field does not encode or the headers pass ``max_header_bytes``."""
+    headers = api.encode_fetch_response_parts(
+        correlation_id, [(t, pt, code, leo, piece.length if piece else 0)
+                         for t, pt, code, leo, piece in parts])
+    if sum(map(len, headers)) > max_header_bytes:
+        raise ValueError("fetch answer headers over response.max.bytes")
+    pieces: list = [headers[0]]
+    for (_, _, _, _, piece), head in zip(parts, headers[1:]):
+        if piece is not None:
+            pieces.append(piece)
+        if head:
+            pieces.append(head)
+    return pieces
+
+
 def broker_list(plan, broker_id: int) -> tuple:
     """This broker as METADATA names it: (id, TCP host, TCP port, Unix path),
     from the first listener of each kind (-1 / "" where there is none)."""

@@ -17,11 +17,11 @@ import dataclasses
 
 from hostbroker.errors import ErrorCode, HostbrokerError
 from hostbroker.log.segments import fetch_range
-from hostbroker.protocol import api
 from hostbroker.protocol.api import ApiKey
 from hostbroker.shm import procs
 from hostbroker.shm import table as ptable
 from hostbroker.workers import envelopes as env
+from hostbroker.workers.answers import fetch_answer_pieces
 from hostbroker.workers.base import now_ms
 
 _RECHECK_MS = 100
@@ -144,20 +144,10 @@ class Fetching:
         if not force and waitable and total < request.min_bytes and request.max_wait_ms > 0:
             return True
         try:
-            headers = api.encode_fetch_response_parts(
-                corr, [(t, pt, code, leo, piece.length if piece else 0)
-                       for t, pt, code, leo, piece in parts])
-            if sum(map(len, headers)) > self.max_response_bytes:
-                raise ValueError("fetch answer headers over response.max.bytes")
+            pieces = fetch_answer_pieces(corr, parts, self.max_response_bytes)
         except ValueError:
             self._fail(p, conn_id, seq, corr, ErrorCode.INVALID_REQUEST)
             return False
-        pieces: list = [headers[0]]
-        for (_, _, _, _, piece), head in zip(parts, headers[1:]):
-            if piece is not None:
-                pieces.append(piece)
-            if head:
-                pieces.append(head)
         self.count(procs.BYTES_OUT, total)
         self._respond(p, conn_id, seq, pieces)
         return False

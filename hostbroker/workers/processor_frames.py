@@ -206,7 +206,8 @@ class FrameReading:
                 break
             if avail < 4 + size:
                 break
-            key = HEAD.unpack_from(view, pos)[1]
+            # (answered here or put to a writer only with nothing at the handler)
+            key = -1 if conn.at_handler else HEAD.unpack_from(view, pos)[1]
             frame = view[pos + 4:pos + 4 + size]
             pos += 4 + size
             if local is not None and not conn.at_handler and key in LOCAL_KEYS:

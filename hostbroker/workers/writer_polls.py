@@ -22,9 +22,9 @@ import time
 from hostbroker.errors import ErrorCode, HostbrokerError
 from hostbroker.log.partition import PartitionLog
 from hostbroker.log.segments import fetch_range
-from hostbroker.protocol import api
 from hostbroker.shm import procs
 from hostbroker.workers import envelopes as env
+from hostbroker.workers.answers import fetch_answer_pieces
 
 
 _NEVER = 1 << 62
@@ -78,14 +78,19 @@ class Polls:
                     # deleted or offline since: the handler answers what became of it
                     results[h].append((env.encode_op(env.OP_POLL_BACK, poll.token),))
                     continue
-                pieces, length = self._poll_answer(poll, plog)
+                part, length = self._poll_part(poll, plog)
                 if 0 <= length < poll.min_bytes and not force and now < poll.deadline_ms:
                     keep.append((h, poll))
                     continue
                 d = poll.direct
-                op = env.OP_POLL_BACK
-                if self.answer_rings[d.processor].try_send(*env.encode_response(
-                        d.conn_id, d.seq, 0, pieces, time.monotonic_ns())):
+                op = env.OP_POLL_BACK  # (unless it goes now: the handler answers it)
+                try:
+                    pieces = fetch_answer_pieces(d.correlation_id, [part],
+                                                 self.max_response_bytes)
+                except ValueError:
+                    pieces = None
+                if pieces is not None and self.answer_rings[d.processor].try_send(
+                        *env.encode_response(d.conn_id, d.seq, 0, pieces, time.monotonic_ns())):
                     op = env.OP_POLL_DONE
                     woken.add(d.processor)
                     self.count(procs.REQUESTS)
@@ -103,9 +108,10 @@ class Polls:
         for p in woken:
             self.processor_bells[p].wake()
 
-    def _poll_answer(self, poll: env.Poll, plog: PartitionLog) -> tuple[list, int]:
-        """The FETCH answer of ``poll`` from the log as published, and the
-        length of its data (-1 when the answer is an error: due at once)."""
+    def _poll_part(self, poll: env.Poll, plog: PartitionLog) -> tuple[tuple, int]:
+        """What the FETCH answer of ``poll`` says of its partition, from the log
+        as published (as ``handler_fetch._fetch_parts`` gives it), and the
+        length of its data (-1 when it is an error: due at once)."""
         end = plog.log_end_offset
         bases = plog.segment_bases
         code, piece, length = ErrorCode.NONE, None, 0
@@ -115,14 +121,7 @@ class Polls:
             code, length = e.code, -1
         if length > 0:
             piece = env.FilePiece(plog.segment_path(bases[index]), position, length)
-        headers = api.encode_fetch_response_parts(
-            poll.direct.correlation_id, [(poll.topic, poll.partition, code, end, max(0, length))])
-        pieces: list = [headers[0]]
-        if piece is not None:
-            pieces.append(piece)
-        if headers[1]:
-            pieces.append(headers[1])
-        return pieces, length
+        return (poll.topic, poll.partition, code, end, piece), length
 
     def _polls_timeout_ms(self) -> int | None:
         return self.polls_deadline if self.polls else None

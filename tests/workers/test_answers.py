@@ -98,3 +98,18 @@ def test_the_caches_stay_bounded_and_an_oversized_answer_is_never_kept(answers):
         pieces, flags = answers.answer_frame(_frame(api.MetadataRequest(("x" * 50,)), corr), 1000)
         assert flags and api.decode_error_frame(pieces[0][4:]) == (corr, ErrorCode.INVALID_REQUEST)
     assert answers._frames == {}
+
+
+def test_fetch_answer_pieces_put_each_file_range_between_its_headers():
+    from hostbroker.workers.answers import fetch_answer_pieces
+    from hostbroker.workers.envelopes import FilePiece
+
+    a, b = FilePiece("/x/0.log", 10, 30), FilePiece("/y/0.log", 0, 5)
+    parts = [("t", 0, 0, 40, a), ("t", 1, 3, -1, None), ("u", 0, 0, 5, b)]
+    pieces = fetch_answer_pieces(7, parts, 1 << 20)
+    headers = api.encode_fetch_response_parts(7, [("t", 0, 0, 40, 30), ("t", 1, 3, -1, 0),
+                                                  ("u", 0, 0, 5, 5)])
+    # h0 a h1 h2 b (h3 is empty): the frame a handler or a writer sends
+    assert pieces == [headers[0], a, headers[1], headers[2], b]
+    with pytest.raises(ValueError):
+        fetch_answer_pieces(7, parts, sum(map(len, headers)) - 1)
