@@ -41,16 +41,17 @@ def test_who_takes_a_lone_produce(make_broker, puts):
     handler_before = broker.counter("handler", "requests")
     writer_before = broker.counter("writer", "requests")
     with RawSocket(broker.tcp) as sock:
-        for i in range(25):  # one at a time
+        for i in range(25):  # one at a time, the writer back asleep in between
+            time.sleep(0.03)
             sock.send(frame(topic, data, i))
             assert answer(sock) == (i, 0, i * len(data), (i + 1) * len(data))
     handler = broker.counter("handler", "requests") - handler_before
     writer = broker.counter("writer", "requests") - writer_before
     assert writer == 25  # the writer answered every one: directly, or for the handler
     if puts:
-        # most past the handler: not those that came while the writer was awake
-        # (after a flush of its own, say), which its handlers check instead
-        assert handler <= 12, handler
+        # past the handler, but for any that came while the writer was awake
+        # (a flush of its own, or a machine so busy it had not got to sleep)
+        assert handler <= 8, handler
     else:
         assert handler == 25
 
@@ -64,6 +65,7 @@ def test_large_lone_sets_go_past_the_handler_intact(make_broker):
     before = broker.counter("handler", "requests")
     with RawSocket(broker.tcp) as sock:
         for i, data in enumerate(sets):
+            time.sleep(0.03)  # the writer back asleep
             sock.send(frame(topic, data, i))
             assert answer(sock)[:3] == (i, 0, sum(map(len, sets[:i])))
     assert broker.counter("handler", "requests") - before <= 3
