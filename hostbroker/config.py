@@ -208,6 +208,13 @@ SETTINGS: tuple[Setting, ...] = (
             "answers it to the client's processor as soon as an append brings the data: one "
             "process crossing fewer between a produce and the fetch that returns it. false: "
             "the handlers hold every long poll."),
+    Setting("processor.ring.receive", bool, True,
+            "A request frame of 64 KiB or more is received straight into its record in the "
+            "handler's request ring as its bytes arrive, not gathered in the connection's "
+            "buffer first: one copy fewer. Another frame bound for the same ring meanwhile "
+            "moves what came of it to the connection's buffer, so nobody waits behind a "
+            "slow sender. false gathers it first unless all of its rest is already waiting "
+            "in the socket."),
     Setting("produce.ring.append.min.bytes", int, 65536,
             "A message set of at least this many bytes in a PRODUCE is appended by its writer "
             "straight from the request ring it arrived in (the handler holds that space until "

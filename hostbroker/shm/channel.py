@@ -71,6 +71,9 @@ class Sender:
         self._sent = 0
         self._part = 0
         self._part_offset = 0
+        # An open claim (claim(..., give_back=f)) and what to call to give it back.
+        self._claim: memoryview | None = None
+        self._give_back = None
 
     def send(self, *parts) -> None:
         """Queue one message: the concatenation of ``parts`` (bytes-like).
@@ -93,6 +96,8 @@ class Sender:
         wakes the caller.
         """
         ring = self._ring
+        if self._give_back is not None:
+            self._end_open_claim()
         self._put_queued()
         if self._queue:
             # Full: ask the consumer to ring our doorbell when it frees space, then
@@ -113,6 +118,8 @@ class Sender:
         Wakes nobody (as :meth:`pump`)."""
         if self._queue:
             return False
+        if self._give_back is not None:
+            self._end_open_claim()
         size = 0
         for part in parts:
             size += len(part)
@@ -136,14 +143,22 @@ class Sender:
             queue.popleft()
             self._queued_bytes -= size
 
-    def claim(self, header: bytes, n: int) -> memoryview | None:
+    def claim(self, header: bytes, n: int, give_back=None) -> memoryview | None:
         """A message of ``header`` plus ``n`` bytes to be filled in place: the
         view of those ``n`` bytes, straight in the ring, or None (something is
         queued ahead of it, it would be fragmented, or there is no room now).
 
-        Fill it, then :meth:`pump` publishes it; or :meth:`unclaim` before
-        anything else is sent.
+        Without ``give_back``, fill it, then :meth:`pump` publishes it; or
+        :meth:`unclaim` before anything else is sent.
+
+        With ``give_back`` (a callable) the claim stays open while the view is
+        filled bit by bit (a frame arriving over many socket reads), and
+        nothing waits behind it: a :meth:`pump`, :meth:`try_send` or another
+        claim first calls ``give_back()``, which must copy out what it needs of
+        the view, and then takes the claim back. :meth:`commit` publishes it.
         """
+        if self._give_back is not None:
+            self._end_open_claim()
         size = len(header) + n
         if self._queue or size > self._max_whole:
             return None
@@ -152,10 +167,32 @@ class Sender:
             return None
         record[0] = WHOLE
         record[1 : 1 + len(header)] = header
+        if give_back is not None:
+            self._claim, self._give_back = record, give_back
         return record[1 + len(header) :]
+
+    @property
+    def claim_open(self) -> bool:
+        """Whether a claim made with ``give_back`` is open."""
+        return self._give_back is not None
+
+    def commit(self, header: bytes = b"") -> None:
+        """Publish the open claim, its header first replaced by ``header``
+        when given (same length)."""
+        if header:
+            self._claim[1 : 1 + len(header)] = header
+        self._claim = self._give_back = None
+        self._ring.publish()
 
     def unclaim(self) -> None:
         """Give back the message of the last :meth:`claim`, unfilled."""
+        self._claim = self._give_back = None
+        self._ring.unclaim()
+
+    def _end_open_claim(self) -> None:
+        give_back = self._give_back
+        self._claim = self._give_back = None
+        give_back()
         self._ring.unclaim()
 
     def own(self) -> None:

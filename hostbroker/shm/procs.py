@@ -68,7 +68,8 @@ BELLS_RUNG = 13  # peers' doorbells this worker rang
 BELLS_SKIPPED = 14  # peers' doorbells not rung because the peer was awake
 SPIN_HITS = 15  # times work arrived while the worker spun before sleeping
 RING_APPENDS = 16  # message sets a writer appended straight from a request ring
-COUNTER_COUNT = 17
+BYTES_COPIED = 17  # request bytes a processor copied (to a ring or a connection's buffer)
+COUNTER_COUNT = 18
 COUNTER_NAMES = (
     "requests",
     "bytes_in",
@@ -87,6 +88,7 @@ COUNTER_NAMES = (
     "bells_skipped",
     "spin_hits",
     "ring_appends",
+    "bytes_copied",
 )
 
 

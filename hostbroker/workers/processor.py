@@ -140,6 +140,7 @@ class ProcessorWorker(FrameReading, Worker):
         if config["processor.direct.produce"]:
             self.puts = [self.sender("put", self.index, w) for w in range(plan.num_writers)]
             self.put_max = min(s.max_whole for s in self.puts) - 4096  # frame, past its envelope
+        self.ring_receive = config["processor.ring.receive"]
         self.max_entries = config["request.max.entries"]
         self.max_response_bytes = config["response.max.bytes"]
         self.answered_here: set[Connection] = set()  # to write once the round's reads are done
@@ -302,6 +303,7 @@ class ProcessorWorker(FrameReading, Worker):
         except (KeyError, ValueError):
             pass
         conn.sock.close()
+        self._drop_claim(conn)
         conn.release(self.buffers)
         self.requests[conn.handler].send(
             env.REQ_HEADER.pack(conn.conn_id, 0, env.REQ_CLOSED, time.monotonic_ns()))
@@ -314,7 +316,8 @@ class ProcessorWorker(FrameReading, Worker):
         for conn in list(self.conns.values()):
             if conn.lingering:
                 continue  # _end_lingers
-            if conn.reading and conn.end and now - conn.frame_started > self.read_timeout:
+            if (conn.reading and (conn.end or conn.claim is not None)
+                    and now - conn.frame_started > self.read_timeout):
                 self.count(procs.ERRORS)
                 self._close(conn)
             elif (not conn.at_handler and not conn.at_writer
@@ -449,6 +452,7 @@ class ProcessorWorker(FrameReading, Worker):
         except OSError:
             self._close(conn)
             return
+        self._drop_claim(conn)
         conn.linger(self.now + self.linger_s, self.linger_bytes, self.buffers)
         self._apply_interest(conn)
         self.lingering.append(conn)
@@ -485,7 +489,7 @@ class ProcessorWorker(FrameReading, Worker):
             reading = False
         if reading != conn.reading:
             conn.reading = reading
-            if reading and conn.end:
+            if reading and (conn.end or conn.claim is not None):
                 conn.frame_started = self.now  # the deadline runs while we read
             self._apply_interest(conn)
 

@@ -4,13 +4,15 @@ connection's handler (a part of :mod:`hostbroker.workers.processor`).
 Owns: cutting the bytes of a connection into frames, the size checks made
 before anything is decoded, answering METADATA and OFFSETS here when nothing
 of the connection is at its handler (``processor.local.requests``, built by
-:mod:`~hostbroker.workers.answers`), and the three ways any other frame
-reaches its record in the request ring: small frames through the
-processor's receive buffer (many per read), a large frame whose rest is all
-in the socket's receive buffer received straight into its ring record (its
-bytes copied once on their way to the handler), and a large frame that
-trickles in gathered in the connection's own buffer first (or, larger than a
-ring record, sent in fragments).
+:mod:`~hostbroker.workers.answers`), lone PRODUCEs put straight to a writer,
+and the ways any other frame reaches its record in the request ring: small
+frames through the processor's receive buffer (many per read); a large frame
+(64 KiB or more) received straight into its ring record as its bytes come
+(``processor.ring.receive``: the claim on the ring stays open across reads,
+and whatever else must go to that ring first moves what came of the frame
+to the connection's buffer, so a slow sender holds nobody up); and a large
+frame that could not have a record gathered in the connection's own buffer
+first (or, larger than a ring record, sent in fragments).
 
 :class:`FrameReading` is a mixin of :class:`~hostbroker.workers.processor.ProcessorWorker`
 and uses its connections, rings, buffers and counters.
@@ -55,13 +57,14 @@ class FrameReading:
         return (not conn.closing and not conn.at_writer and conn.outstanding < self.max_in_flight
                 and conn.at_handler < self.max_at_handler and conn.queued < self.max_queued)
 
-    def _put_candidate(self, conn: Connection, need: int) -> bool:
-        """Whether the large frame ``conn.buf`` begins may go past the handler
-        as a PUT when whole (so it is gathered here, not in the request ring)."""
+    def _put_candidate(self, conn: Connection, need: int, head) -> bool:
+        """Whether the large frame ``head`` begins (its first bytes, ``need`` in
+        all) may go past the handler as a PUT when whole (so it is gathered
+        here, not in the request ring)."""
         return (self.puts is not None and not conn.at_handler and not conn.pipelining
                 and need - SIZE.size <= self.put_max
-                and conn.end >= HEAD.size
-                and HEAD.unpack_from(conn.buf, 0)[1] == api.ApiKey.PRODUCE)
+                and len(head) >= HEAD.size
+                and HEAD.unpack_from(head, 0)[1] == api.ApiKey.PRODUCE)
 
     def _read(self, conn: Connection) -> None:
         if conn.lingering:
@@ -69,11 +72,16 @@ class FrameReading:
             return
         if not conn.reading:
             return  # turned off earlier in this round
-        # the rest of a large frame goes straight into its buffer; anything else
-        # through the processor's receive buffer
+        if conn.claim is not None:
+            self._fill_claim(conn)
+            self._update_reading(conn)
+            return
+        # the rest of a large frame goes straight into its ring record, or into
+        # its own buffer; anything else through the processor's receive buffer
         need = conn.frame_need(self.max_frame)
-        if (need >= DIRECT_AT and need > conn.end and not self._put_candidate(conn, need)
-                and self._frame_to_ring(conn, need)):
+        if (need >= DIRECT_AT and need > conn.end
+                and not self._put_candidate(conn, need, conn.buf if conn.end >= HEAD.size else b"")
+                and self._claim(conn, need)):
             self._update_reading(conn)
             return
         direct = conn.end >= DIRECT_AT and need > conn.end
@@ -81,6 +89,11 @@ class FrameReading:
             want = min(need - conn.end, max(conn.end, RECV_CHUNK))
             conn.reserve(want, need, self.buffers)
             target = memoryview(conn.buf)[conn.end:conn.end + want]
+        elif conn.large_next:
+            # after a large frame, most likely another: its header alone, so its
+            # bytes can go straight into its ring record (one read more if not)
+            conn.large_next = False
+            target = self.recv_view[:HEAD.size]
         else:
             target = self.recv_view
         try:
@@ -104,68 +117,124 @@ class FrameReading:
         elif not conn.end:
             chunk = self.recv_view[:n]
             used = self._frames(conn, chunk)
-            if used < n and conn.fd in self.by_fd and not conn.lingering:
+            if (used < n and conn.fd in self.by_fd and not conn.lingering
+                    and not self._claim_rest(conn, chunk[used:])):
                 conn.append(chunk[used:], 0, self.buffers)
+                self.count(procs.BYTES_COPIED, n - used)
                 conn.frame_started = self.now
             chunk = None
         else:
             conn.append(self.recv_view[:n], need, self.buffers)
+            self.count(procs.BYTES_COPIED, n)
             self._frames_buffered(conn)
         self._update_reading(conn)
 
-    def _frame_to_ring(self, conn: Connection, need: int) -> bool:
-        """Move a large frame whose rest is all in the socket buffer straight
-        into the request ring: what ``conn.buf`` holds of it is copied there,
-        the rest received in place. True if it went; False (nothing changed)
-        when the rest is not all there yet, the ring has no room or answers
-        are queued ahead of it, or the frame is too large for one record; and
-        False, with what did come appended to ``conn.buf``, if the socket
-        gave less than it said it held."""
-        if not self._may_read(conn):
+    def _claim_rest(self, conn: Connection, rest) -> bool:
+        """The start of a frame left at the end of a read (``conn.buf`` empty):
+        into its ring record if it is large; True if it went there."""
+        if len(rest) < HEAD.size:
             return False
-        rest = need - conn.end
-        try:
-            if _unread_bytes(conn.sock) < rest:
-                return False
-        except OSError:
+        size = SIZE.unpack_from(rest, 0)[0]
+        need = SIZE.size + size
+        return (DIRECT_AT <= need and size <= self.max_frame and need > len(rest)
+                and not self._put_candidate(conn, need, rest) and self._claim(conn, need, rest))
+
+    def _claim(self, conn: Connection, need: int, start=None) -> bool:
+        """Receive the large frame of ``need`` bytes that ``start`` begins (the
+        end of a read, ``conn.buf`` empty; None: what ``conn.buf`` holds) in
+        its request-ring record: what came is copied there and the rest
+        received in place, now and as it comes (``processor.ring.receive``;
+        without it, only when the rest is all in the socket already). True if
+        it took the bytes (into the record; without ``processor.ring.receive``
+        and a socket that gave less than it said it held, into ``conn.buf``);
+        False, nothing changed, when the ring has no room, something is queued
+        for it, another frame holds it, or the frame needs fragments."""
+        if not self._may_read(conn) or conn.spilled_seq == conn.next_seq:
             return False
         sender = self.requests[conn.handler]
-        header = env.REQ_HEADER.pack(conn.conn_id, conn.next_seq & SEQ_MASK, 0,
-                                     time.monotonic_ns())
-        record = sender.claim(header, need - SIZE.size)
+        if sender.claim_open:
+            return False  # another connection's frame is coming in there
+        if not self.ring_receive:
+            try:
+                if _unread_bytes(conn.sock) < need - (conn.end if start is None else len(start)):
+                    return False
+            except OSError:
+                return False
+        header = env.REQ_HEADER.pack(conn.conn_id, conn.next_seq & SEQ_MASK, 0, 0)
+        record = sender.claim(header, need - SIZE.size, lambda: self._give_back(conn))
         if record is None:
             return False
-        have = conn.end - SIZE.size
-        got = 0
-        try:
-            record[:have] = memoryview(conn.buf)[SIZE.size:conn.end]
-            while got < rest:
-                n = conn.sock.recv_into(record[have + got:])
-                if n == 0:
-                    break
-                got += n
-        except OSError:
-            pass
-        if got < rest:
+        if start is None:
+            have = conn.end - SIZE.size
+            with memoryview(conn.buf) as buf:
+                record[:have] = buf[SIZE.size:conn.end]
+            conn.consumed(conn.end, self.buffers)
+        else:
+            have = len(start) - SIZE.size
+            record[:have] = start[SIZE.size:]
+        self.count(procs.BYTES_COPIED, have)
+        conn.claim, conn.claim_have = record, have
+        record = start = None
+        conn.frame_started = self.now
+        self._fill_claim(conn)
+        if conn.claim is not None and not self.ring_receive:
             # the socket gave less than it said it held: keep what came the old way
-            conn.reserve(got, need, self.buffers)
-            memoryview(conn.buf)[conn.end:conn.end + got] = record[have:have + got]
-            conn.end += got
-            record = None
+            self._give_back(conn)
             sender.unclaim()
-            self.count(procs.BYTES_IN, got)
-            return False
-        record = None
+            conn.spilled_seq = -1
+        return True
+
+    def _fill_claim(self, conn: Connection) -> None:
+        """Receive more of the frame being received in its ring record; send it
+        to the handler once whole. One read: a short one emptied the socket."""
+        record = conn.claim
+        have = conn.claim_have
+        try:
+            n = conn.sock.recv_into(record[have:])
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            n = 0
+        finally:
+            record = None
+        if n == 0:
+            self._close(conn)
+            return
         conn.active = self.now
-        self.count(procs.BYTES_IN, rest)
+        self.count(procs.BYTES_IN, n)
+        conn.claim_have = have = have + n
+        if have < len(conn.claim):
+            return
+        conn.claim = None
+        conn.claim_have = 0
+        conn.large_next = self.ring_receive
         self.count(procs.REQUESTS)
         conn.at_handler += 1
+        self.requests[conn.handler].commit(env.REQ_HEADER.pack(
+            conn.conn_id, conn.next_seq & SEQ_MASK, 0, time.monotonic_ns()))
         conn.next_seq += 1
-        conn.consumed(conn.end, self.buffers)
-        conn.frame_started = self.now
-        sender.pump()  # publishes it: nothing was queued ahead
         self.handler_bells[conn.handler].wake()
-        return True
+
+    def _give_back(self, conn: Connection) -> None:
+        """Something else goes to the ring that ``conn``'s frame is being
+        received into: what came of the frame moves to ``conn.buf``, where
+        the rest gathers (this frame is not claimed again)."""
+        record = conn.claim
+        conn.claim = None
+        have, conn.claim_have = conn.claim_have, 0
+        need = SIZE.size + len(record)
+        conn.append(SIZE.pack(len(record)), need, self.buffers)
+        conn.append(record[:have], need, self.buffers)
+        record = None
+        self.count(procs.BYTES_COPIED, have)
+        conn.spilled_seq = conn.next_seq
+
+    def _drop_claim(self, conn: Connection) -> None:
+        """``conn`` ends: the frame it was receiving into the ring goes nowhere."""
+        if conn.claim is not None:
+            conn.claim = None
+            conn.claim_have = 0
+            self.requests[conn.handler].unclaim()
 
     def _frames_buffered(self, conn: Connection) -> None:
         """Send what ``conn.buf`` holds of whole frames; move the rest to its
@@ -189,7 +258,7 @@ class FrameReading:
         sender = self.requests[handler]
         local = self.table_answers
         puts = self.puts
-        sent = 0
+        sent = copied = 0
         while self._may_read(conn):
             avail = end - pos
             if avail < 4:
@@ -223,9 +292,11 @@ class FrameReading:
                         frame)
             conn.next_seq += 1
             sent += 1
+            copied += size
         frame = view = None  # the ring or the sender's copies hold the frames from here
         if sent:
             self.count(procs.REQUESTS, sent)
+            self.count(procs.BYTES_COPIED, copied)
             # queued frames are views of a buffer about to be reused or freed: into
             # the ring, or copied, now
             if sender.pump():
@@ -273,6 +344,7 @@ class FrameReading:
         conn.at_writer, conn.writer, conn.writer_seq = 1, w, seq
         conn.writer_put = (header.correlation_id, s.name, s.partition)
         self.count(procs.REQUESTS)
+        self.count(procs.BYTES_COPIED, len(frame))
         self.writer_bells[w].wake()
         return True
 

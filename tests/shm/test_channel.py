@@ -211,6 +211,52 @@ def test_no_claim_behind_queued_messages_past_a_record_or_in_a_full_ring(created
     assert sender.claim(b"", ring.max_record - 2) is not None
 
 
+def test_an_open_claim_is_given_back_before_anything_else_goes_in(created):
+    ring = created(Ring, "ring", MIN_CAPACITY)
+    sender, receiver = Sender(ring), Receiver(ring)
+    given_back = []
+    view = sender.claim(b"h", 1000, lambda: given_back.append(bytes(view[:3])))
+    view[:3] = b"abc"  # what came so far
+    assert sender.claim_open
+    sender.send(b"other")
+    assert sender.pump()
+    assert given_back == [b"abc"] and not sender.claim_open
+    assert [bytes(m) for m in receiver.poll()] == [b"other"]  # the claim never shows
+    receiver.done()
+    view = sender.claim(b"h", 10, lambda: given_back.append(b"second"))
+    view = None
+    assert sender.try_send(b"now")
+    assert given_back[-1] == b"second"
+    view = sender.claim(b"h", 10, lambda: given_back.append(b"third"))
+    view = None
+    assert sender.claim(b"h", 10) is not None  # a new claim takes the ring back first
+    assert given_back[-1] == b"third"
+    sender.unclaim()
+    assert [bytes(m) for m in receiver.poll()] == [b"now"]
+    receiver.done()
+
+
+def test_an_open_claim_commits_with_its_header_restamped(created):
+    ring = created(Ring, "ring", MIN_CAPACITY)
+    sender, receiver = Sender(ring), Receiver(ring)
+    view = sender.claim(b"old!", 6, lambda: pytest.fail("nothing else was sent"))
+    view[:3] = b"abc"
+    assert not receiver.poll()  # not published while open
+    view[3:] = b"def"
+    view = None
+    sender.commit(b"new!")
+    assert not sender.claim_open
+    assert [bytes(m) for m in receiver.poll()] == [b"new!abcdef"]
+    receiver.done()
+    given_back = []
+    view = sender.claim(b"h", 10, lambda: given_back.append(1))
+    view = None
+    sender.unclaim()  # dropped: nothing to give back to
+    sender.send(b"x")
+    assert sender.pump() and given_back == []
+    assert [bytes(m) for m in receiver.poll()] == [b"x"]
+
+
 def test_try_send_puts_whole_messages_now_or_queues_nothing(created):
     ring = created(Ring, "ring", MIN_CAPACITY)
     sender, receiver = Sender(ring), Receiver(ring)
