@@ -10,8 +10,8 @@ Run by hand (not a test), from the repository with its venv::
 Starts two ``hostbroker serve`` (``broker_throughput.Broker``: free ports,
 temporary data, stopped by PID), one with the ``--a`` settings and one with
 ``--b``, each with one topic of one partition, and runs the same load on
-each in turn, A, B, A, B ..., ``--rounds`` times, over TCP. Loads (every one
-bounded by ``--seconds``):
+each in turn, A, B, A, B ..., ``--rounds`` times, over TCP (``--socket
+unix``: the Unix socket). Loads (every one bounded by ``--seconds``):
 
 - ``rtt``: METADATA round trips on one connection: p50, p99, p99.9 in ms.
 - ``sync``: one client producing 1,000-message sets of 100 B, acks=1, one
@@ -119,6 +119,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="a setting of broker B (repeatable)")
     ap.add_argument("--rounds", type=int, default=4, help="rounds of A then B (default 4)")
     ap.add_argument("--seconds", type=float, default=3.0, help="seconds per measurement")
+    ap.add_argument("--socket", choices=("tcp", "unix"), default="tcp",
+                    help="the clients' socket kind (default tcp)")
     args = ap.parse_args(argv)
     if args.rounds < 1 or args.seconds <= 0:
         ap.error("--rounds must be at least 1 and --seconds above 0")
@@ -145,7 +147,7 @@ def main(argv=None) -> int:
         rounds = {name: [] for name in sides}
         for r in range(args.rounds):
             for name, broker in brokers.items():
-                value = measure(args.load, broker.uri("tcp"), args.seconds)
+                value = measure(args.load, broker.uri(args.socket), args.seconds)
                 rounds[name].append(value)
                 print(f"[{r + 1}/{args.rounds}] {name} {value}", flush=True)
         unit = "p50, p99, p99.9 ms" if args.load in ("rtt", "e2e") else "per s"

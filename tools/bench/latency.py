@@ -30,7 +30,8 @@ latency lower is better, for a rate higher is better). Phases:
   pipelined client (4 in flight): MB/s of log bytes, against a ``dd``
   page-cache write of the same size in the same repetition; and fetching
   them back (contiguous 4 MiB ranges, 4 in flight, bytes not parsed): MB/s
-  against a loopback ``os.sendfile`` in the same repetition.
+  against a loopback ``os.sendfile`` in the same repetition; then the same
+  sets from one synchronous client (one request at a time): MB/s.
 
 For hostbroker each phase also reads the broker's stage counters
 (``latency_stages``) before and after, and prints where the time goes per
@@ -429,7 +430,10 @@ def phase_large(run: Run, a) -> None:
                 uri, "lat-large", a.seconds, 10 * 1024, 100, 4, a.dd_mib * MIB), _requests)
             f = run.timed("large", name, lambda: run_fetch(uri, "lat-large", p["start"], p["end"],
                                                            a.seconds), _requests)
+            s = run.timed("large", name, lambda: run_pipelined(
+                uri, "lat-large", a.seconds, 10 * 1024, 100, 1, a.dd_mib * MIB), _requests)
             run.record("10 KiB produce MB/s", name, p["mb_per_s"], True)
+            run.record("10 KiB sync produce MB/s", name, s["mb_per_s"], True)
             run.record("10 KiB fetch MB/s", name, f["mb_per_s"], True)
             run.record("10 KiB produce / dd", name, p["mb_per_s"] / pc["fresh_file_mb_s"], True)
             run.record("10 KiB fetch / sendfile", name, f["mb_per_s"] / sf[f"{a.kind}_mb_s"], True)
