@@ -168,14 +168,14 @@ class FrameReading:
             have = conn.end - SIZE.size
             with memoryview(conn.buf) as buf:
                 record[:have] = buf[SIZE.size:conn.end]
-            conn.consumed(conn.end, self.buffers)
+            conn.consumed(conn.end, self.buffers)  # its deadline runs on from when it began
         else:
             have = len(start) - SIZE.size
             record[:have] = start[SIZE.size:]
+            conn.frame_started = self.now
         self.count(procs.BYTES_COPIED, have)
         conn.claim, conn.claim_have = record, have
         record = start = None
-        conn.frame_started = self.now
         self._fill_claim(conn)
         if conn.claim is not None and not self.ring_receive:
             # the socket gave less than it said it held: keep what came the old way
