@@ -203,6 +203,13 @@ SETTINGS: tuple[Setting, ...] = (
             "or behind it, the partition's writer idle) goes from the processor straight to "
             "the writer, which checks it as a handler would and answers it: two process "
             "crossings fewer. false: every PRODUCE goes through the connection's handler."),
+    Setting("processor.direct.produce.max.bytes", int, 256 * 1024,
+            "The largest lone PRODUCE frame that goes straight to the writer "
+            "(processor.direct.produce). A larger one takes the handler's way, where its "
+            "bytes are received straight into the request ring and appended from there; "
+            "a PUT is gathered in the processor and copied into the writer's put ring, "
+            "which costs more than the process crossing it saves past ~256 KiB "
+            "(docs/benchmarks.md).", _at_least(0)),
     Setting("fetch.writer.polls", bool, True,
             "A long-poll FETCH of one partition waits at that partition's writer, which "
             "answers it to the client's processor as soon as an append brings the data: one "

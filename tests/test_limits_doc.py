@@ -14,6 +14,7 @@ NOT_LIMITS = {
     "log.flush.interval.ms", "log.flush.offset.checkpoint.interval.ms", "zookeeper.connect",
     "advertised.listeners", "processor.local.requests", "produce.direct.answers",
     "produce.ring.append.min.bytes", "processor.direct.produce", "fetch.writer.polls",
+    "processor.direct.produce.max.bytes",
     "processor.ring.receive",
 }
 TOPIC_CONFIGS = {"max.message.bytes"}

@@ -56,10 +56,13 @@ def test_who_takes_a_lone_produce(make_broker, puts):
         assert handler == 25
 
 
-def test_large_lone_sets_go_past_the_handler_intact(make_broker):
-    """Sets of ~300 KiB, one at a time: gathered whole in the processor (not
-    received into a request ring) and put to the writer."""
-    broker = make_broker()
+@pytest.mark.parametrize("put_max", [None, 1024 * 1024])
+def test_large_lone_sets_go_past_the_handler_intact_up_to_the_limit(make_broker, put_max):
+    """Sets of ~300 KiB, one at a time: over ``processor.direct.produce.max.bytes``
+    (256 KiB by default) through the handler; under it gathered whole in the
+    processor (not received into a request ring) and put to the writer."""
+    settings = {} if put_max is None else {"processor.direct.produce.max.bytes": put_max}
+    broker = make_broker(**settings)
     topic = created_topic(broker.tcp)
     sets = [encode_message_set([bytes([i]) * 10_000] * 30) for i in range(6)]
     before = broker.counter("handler", "requests")
@@ -68,7 +71,10 @@ def test_large_lone_sets_go_past_the_handler_intact(make_broker):
             time.sleep(0.03)  # the writer back asleep
             sock.send(frame(topic, data, i))
             assert answer(sock)[:3] == (i, 0, sum(map(len, sets[:i])))
-    assert broker.counter("handler", "requests") - before <= 3
+    if put_max is None:
+        assert broker.counter("handler", "requests") - before == len(sets)
+    else:
+        assert broker.counter("handler", "requests") - before <= 3
     with broker.client(broker.tcp) as client:
         assert read_log(client, topic, 0, 0, sum(map(len, sets)),
                         max_bytes=4 << 20) == b"".join(sets)

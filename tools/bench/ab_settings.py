@@ -24,6 +24,9 @@ unix``: the Unix socket). Loads (every one bounded by ``--seconds``):
   requests), 4 in flight, acks=1, up to 512 MiB per round, into a topic
   created for the round and deleted after it (so the page cache's dirty
   pages do not pile up from round to round): MB/s.
+- ``sync10k``: the same, one request at a time: MB/s.
+
+``--batch`` changes the messages per set of ``large`` and ``sync10k``.
 - ``fetch``: reading back 256 MiB of 10 KiB messages (produced once, before
   the first round) in 4 MiB fetches, 4 in flight, bytes not parsed: MB/s.
 
@@ -47,7 +50,7 @@ sys.path[:0] = [HERE, os.path.dirname(os.path.dirname(HERE))]
 from broker_throughput import Broker  # noqa: E402
 from latency import run_e2e, run_fetch, run_pipelined  # noqa: E402
 
-LOADS = ("rtt", "sync", "sync1", "pipe", "e2e", "large", "fetch")
+LOADS = ("rtt", "sync", "sync1", "pipe", "e2e", "large", "sync10k", "fetch")
 FETCH_BYTES = 256 * 1024 * 1024
 LARGE_BYTES = 512 * 1024 * 1024
 TOPIC = "ab"
@@ -85,7 +88,7 @@ def run_rtt(uri: str, seconds: float) -> tuple[float, float, float]:
     return percentiles_ms(latencies)
 
 
-def measure(load: str, uri: str, seconds: float):
+def measure(load: str, uri: str, seconds: float, batch: int = 100):
     if load == "rtt":
         return run_rtt(uri, seconds)
     if load == "e2e":
@@ -93,15 +96,15 @@ def measure(load: str, uri: str, seconds: float):
         return out["p50"], out["p99"], out["p99.9"]
     if load == "fetch":
         return run_fetch(uri, TOPIC, 0, FETCH_BYTES, seconds)["mb_per_s"]
-    if load == "large":
+    if load in ("large", "sync10k"):
         from hostbroker.client.simple import SimpleClient
 
         topic = f"{TOPIC}-large"
         with SimpleClient(uri) as client:
             client.create_topic(topic, 1)
             try:
-                return run_pipelined(uri, topic, seconds, 10 * 1024, 100, 4,
-                                     LARGE_BYTES)["mb_per_s"]
+                return run_pipelined(uri, topic, seconds, 10 * 1024, batch,
+                                     4 if load == "large" else 1, LARGE_BYTES)["mb_per_s"]
             finally:
                 client.delete_topic(topic)
                 time.sleep(1)  # its files go in the background
@@ -119,11 +122,13 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="a setting of broker B (repeatable)")
     ap.add_argument("--rounds", type=int, default=4, help="rounds of A then B (default 4)")
     ap.add_argument("--seconds", type=float, default=3.0, help="seconds per measurement")
+    ap.add_argument("--batch", type=int, default=100,
+                    help="10 KiB messages per set in large and sync10k (default 100)")
     ap.add_argument("--socket", choices=("tcp", "unix"), default="tcp",
                     help="the clients' socket kind (default tcp)")
     args = ap.parse_args(argv)
-    if args.rounds < 1 or args.seconds <= 0:
-        ap.error("--rounds must be at least 1 and --seconds above 0")
+    if args.rounds < 1 or args.seconds <= 0 or not 1 <= args.batch <= 1000:
+        ap.error("--rounds must be at least 1, --seconds above 0, --batch 1 to 1000")
     return args
 
 
@@ -147,7 +152,7 @@ def main(argv=None) -> int:
         rounds = {name: [] for name in sides}
         for r in range(args.rounds):
             for name, broker in brokers.items():
-                value = measure(args.load, broker.uri(args.socket), args.seconds)
+                value = measure(args.load, broker.uri(args.socket), args.seconds, args.batch)
                 rounds[name].append(value)
                 print(f"[{r + 1}/{args.rounds}] {name} {value}", flush=True)
         unit = "p50, p99, p99.9 ms" if args.load in ("rtt", "e2e") else "per s"
