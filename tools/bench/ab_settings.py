@@ -25,10 +25,10 @@ unix``: the Unix socket). Loads (every one bounded by ``--seconds``):
   created for the round and deleted after it (so the page cache's dirty
   pages do not pile up from round to round): MB/s.
 - ``sync10k``: the same, one request at a time: MB/s.
-
-``--batch`` changes the messages per set of ``large`` and ``sync10k``.
 - ``fetch``: reading back 256 MiB of 10 KiB messages (produced once, before
   the first round) in 4 MiB fetches, 4 in flight, bytes not parsed: MB/s.
+
+``--batch`` changes the messages per set of ``large`` and ``sync10k``.
 
 Prints every round and the median (and best) of each side. Alternating in
 one run is what makes the two comparable on a shared machine.
