@@ -204,11 +204,12 @@ SETTINGS: tuple[Setting, ...] = (
             "the writer, which checks it as a handler would and answers it: two process "
             "crossings fewer. false: every PRODUCE goes through the connection's handler."),
     Setting("processor.direct.produce.max.bytes", int, 256 * 1024,
-            "The largest lone PRODUCE frame that goes straight to the writer "
-            "(processor.direct.produce). A larger one takes the handler's way, where its "
-            "bytes are received straight into the request ring and appended from there; "
-            "a PUT is gathered in the processor and copied into the writer's put ring, "
-            "which costs more than the process crossing it saves past ~256 KiB "
+            "A lone PRODUCE whose first bytes show it may go straight to the writer "
+            "(processor.direct.produce) is received into the writer's put ring as it arrives, "
+            "whatever its size. One that cannot be told so early (its writer busy then) is "
+            "gathered in the processor and decided when whole if at most this large; a larger "
+            "one takes the handler's way, received into the request ring as it arrives: "
+            "gathering and copying it would cost more than the process crossing a PUT saves "
             "(docs/benchmarks.md).", _at_least(0)),
     Setting("fetch.writer.polls", bool, True,
             "A long-poll FETCH of one partition waits at that partition's writer, which "

@@ -98,7 +98,7 @@ class Connection:
                  "written", "at_handler", "queued", "ready", "out", "out_pos", "closing",
                  "reading", "writing", "active", "frame_started", "lingering", "linger_until",
                  "linger_left", "pinned", "at_writer", "writer", "writer_seq", "writer_put",
-                 "pipelining", "claim", "claim_have", "spilled_seq", "large_next")
+                 "pipelining", "claim", "claim_have", "claim_put", "spilled_seq", "large_next")
 
     def __init__(self, sock: socket.socket, conn_id: int, handler: int, now: float):
         self.sock = sock
@@ -117,9 +117,10 @@ class Connection:
         self.writer_put: tuple = ()  # ...and (correlation id, topic, partition)
         self.pipelining = False  # it sent more while a PUT was out: no more PUTs
         # a large frame received straight into its request-ring record (buf empty
-        # meanwhile): the record's frame bytes, and how many have come
+        # meanwhile): the record's frame bytes, and how many have come...
         self.claim: memoryview | None = None
         self.claim_have = 0
+        self.claim_put: tuple | None = None  # ...or its message set into a put ring record
         self.spilled_seq = -1  # the frame (next_seq) whose claim was given back
         self.large_next = False  # its last frame was large: read the next one's header alone
         self.queued = 0  # bytes of answers held here (early or not yet written)

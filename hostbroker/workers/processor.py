@@ -139,8 +139,8 @@ class ProcessorWorker(FrameReading, Worker):
                                               config["response.max.bytes"])
         if config["processor.direct.produce"]:
             self.puts = [self.sender("put", self.index, w) for w in range(plan.num_writers)]
-            self.put_max = min(min(s.max_whole for s in self.puts) - 4096,  # past its envelope
-                               config["processor.direct.produce.max.bytes"])
+            self.put_max = min(s.max_whole for s in self.puts) - 4096  # frame, past its envelope
+            self.put_gather_max = config["processor.direct.produce.max.bytes"]
         self.ring_receive = config["processor.ring.receive"]
         self.max_entries = config["request.max.entries"]
         self.max_response_bytes = config["response.max.bytes"]

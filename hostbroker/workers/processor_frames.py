@@ -29,6 +29,7 @@ import traceback
 
 from hostbroker.errors import ErrorCode
 from hostbroker.protocol import api
+from hostbroker.protocol.primitives import Reader
 from hostbroker.shm import procs
 from hostbroker.shm import table as ptable
 from hostbroker.workers import envelopes as env
@@ -41,6 +42,8 @@ HEAD = struct.Struct(">ihhi")  # size, api_key, api_version, correlation_id
 _KEY_CORR = struct.Struct(">hhi")  # the same, of a frame without its size
 SEQ_MASK = 0xFFFFFFFF
 _INT = struct.Struct("i")
+PUT_HEAD_MAX = 4096  # bytes of a frame's start looked at for where its message set begins
+LARGE_HEAD = 512  # bytes read of the frame after a large one, before its ring record is claimed
 
 
 def _unread_bytes(sock) -> int:
@@ -59,8 +62,10 @@ class FrameReading:
 
     def _put_candidate(self, conn: Connection, need: int, head) -> bool:
         """Whether the large frame ``head`` begins (its first bytes, ``need`` in
-        all) may go past the handler as a PUT when whole (so it is gathered
-        here, not in the request ring)."""
+        all) may go past the handler as a PUT: received into a put ring
+        record when its first bytes say it may (:meth:`_claim_put`), else,
+        up to ``processor.direct.produce.max.bytes``, gathered here and
+        decided when whole."""
         return (self.puts is not None and not conn.at_handler and not conn.pipelining
                 and need - SIZE.size <= self.put_max
                 and len(head) >= HEAD.size
@@ -79,21 +84,26 @@ class FrameReading:
         # the rest of a large frame goes straight into its ring record, or into
         # its own buffer; anything else through the processor's receive buffer
         need = conn.frame_need(self.max_frame)
-        if (need >= DIRECT_AT and need > conn.end
-                and not self._put_candidate(conn, need, conn.buf if conn.end >= HEAD.size else b"")
-                and self._claim(conn, need)):
-            self._update_reading(conn)
-            return
+        if need >= DIRECT_AT and need > conn.end:
+            if self._put_candidate(conn, need, conn.buf if conn.end >= HEAD.size else b""):
+                claimed = self._claim_put(conn, need) or (
+                    need - SIZE.size > self.put_gather_max and self._claim(conn, need))
+            else:
+                claimed = self._claim(conn, need)
+            if claimed:
+                self._update_reading(conn)
+                return
         direct = conn.end >= DIRECT_AT and need > conn.end
         if direct:
             want = min(need - conn.end, max(conn.end, RECV_CHUNK))
             conn.reserve(want, need, self.buffers)
             target = memoryview(conn.buf)[conn.end:conn.end + want]
         elif conn.large_next:
-            # after a large frame, most likely another: its header alone, so its
-            # bytes can go straight into its ring record (one read more if not)
+            # after a large frame, most likely another: its first bytes alone (its
+            # header, and for a PRODUCE where its message set begins), so the rest
+            # can go straight into its ring record (one read more if not)
             conn.large_next = False
-            target = self.recv_view[:HEAD.size]
+            target = self.recv_view[:LARGE_HEAD]
         else:
             target = self.recv_view
         try:
@@ -136,8 +146,12 @@ class FrameReading:
             return False
         size = SIZE.unpack_from(rest, 0)[0]
         need = SIZE.size + size
-        return (DIRECT_AT <= need and size <= self.max_frame and need > len(rest)
-                and not self._put_candidate(conn, need, rest) and self._claim(conn, need, rest))
+        if not (DIRECT_AT <= need and size <= self.max_frame and need > len(rest)):
+            return False
+        if self._put_candidate(conn, need, rest):
+            return self._claim_put(conn, need, rest) or (
+                need - SIZE.size > self.put_gather_max and self._claim(conn, need, rest))
+        return self._claim(conn, need, rest)
 
     def _claim(self, conn: Connection, need: int, start=None) -> bool:
         """Receive the large frame of ``need`` bytes that ``start`` begins (the
@@ -209,11 +223,87 @@ class FrameReading:
         conn.claim_have = 0
         conn.large_next = self.ring_receive
         self.count(procs.REQUESTS)
+        if conn.claim_put is not None:
+            self._commit_put(conn)
+            return
         conn.at_handler += 1
         self.requests[conn.handler].commit(env.REQ_HEADER.pack(
             conn.conn_id, conn.next_seq & SEQ_MASK, 0, time.monotonic_ns()))
         conn.next_seq += 1
         self.handler_bells[conn.handler].wake()
+
+    def _claim_put(self, conn: Connection, need: int, start=None) -> bool:
+        """Receive the message set of the large lone PRODUCE that ``start``
+        begins (as :meth:`_claim`) straight into a PUT record in its writer's
+        put ring, when its first bytes say it may go as a PUT (one partition,
+        acks=1, ONLINE, its writer asleep: the checks of :meth:`_put`); True if
+        it went. Whatever else (no room, a head that does not decode) is
+        gathered in the connection's buffer and decided once whole."""
+        if (not self.ring_receive or not self._may_read(conn)
+                or conn.spilled_seq == conn.next_seq):
+            return False
+        head = bytes(memoryview(conn.buf)[:min(conn.end, PUT_HEAD_MAX)]) if start is None \
+            else start[:PUT_HEAD_MAX]
+        try:
+            header = api.decode_request_header(head[SIZE.size:])
+            if header.api_key != api.ApiKey.PRODUCE or header.api_version != api.API_VERSION:
+                return False
+            reader = Reader(head, SIZE.size + header.body_offset)
+            acks, timeout_ms, count = reader.int16(), reader.int32(), reader.int32()
+            topic, partition, set_size = reader.string(), reader.int32(), reader.int32()
+            set_start = reader.position
+            if acks != 1 or count != 1 or topic is None or set_start + set_size != need:
+                return False
+            view = self.view
+            view.refresh()
+            slot = view.slot(topic, partition)
+            if slot is None:
+                return False
+            s = view.table.read(slot)
+        except Exception:  # noqa: BLE001 - gathered whole and decided then, as ever
+            return False
+        if s.state != ptable.ONLINE or (s.name, s.partition) != (topic, partition):
+            return False
+        w = s.owner
+        if not (0 <= w < len(self.puts) and self.writer_bells[w].asleep()):
+            return False
+        sender = self.puts[w]
+        if sender.claim_open:
+            return False
+        direct = env.Direct(self.index, conn.conn_id, conn.next_seq & SEQ_MASK,
+                            header.correlation_id)
+        envelope, _ = env.encode_put(slot, s.name, s.partition, 0, b"", 0, direct)
+        record = sender.claim(envelope, set_size, lambda: self._give_back(conn))
+        if record is None:
+            return False
+        prefix = bytes(head[SIZE.size:set_start])
+        if start is None:
+            have = conn.end - set_start
+            with memoryview(conn.buf) as buf:
+                record[:have] = buf[set_start:conn.end]
+            conn.consumed(conn.end, self.buffers)
+        else:
+            have = len(start) - set_start
+            record[:have] = start[set_start:]
+            conn.frame_started = self.now
+        self.count(procs.BYTES_COPIED, have)
+        conn.claim, conn.claim_have = record, have
+        conn.claim_put = (w, prefix, slot, s.name, s.partition, timeout_ms, direct)
+        record = start = None
+        self._fill_claim(conn)
+        return True
+
+    def _commit_put(self, conn: Connection) -> None:
+        """The message set of a PUT claim is whole: publish it to its writer."""
+        w, _, slot, name, partition, timeout_ms, direct = conn.claim_put
+        conn.claim_put = None
+        envelope, _ = env.encode_put(slot, name, partition, now_ms() + max(0, timeout_ms), b"",
+                                     time.monotonic_ns(), direct)
+        self.puts[w].commit(envelope)
+        conn.at_writer, conn.writer, conn.writer_seq = 1, w, conn.next_seq
+        conn.writer_put = (direct.correlation_id, name, partition)
+        conn.next_seq += 1
+        self.writer_bells[w].wake()
 
     def _give_back(self, conn: Connection) -> None:
         """Something else goes to the ring that ``conn``'s frame is being
@@ -222,19 +312,27 @@ class FrameReading:
         record = conn.claim
         conn.claim = None
         have, conn.claim_have = conn.claim_have, 0
-        need = SIZE.size + len(record)
-        conn.append(SIZE.pack(len(record)), need, self.buffers)
+        prefix = b""
+        if conn.claim_put is not None:
+            prefix = conn.claim_put[1]  # the frame's bytes before its message set
+            conn.claim_put = None
+        need = SIZE.size + len(prefix) + len(record)
+        conn.append(SIZE.pack(need - SIZE.size) + prefix, need, self.buffers)
         conn.append(record[:have], need, self.buffers)
         record = None
-        self.count(procs.BYTES_COPIED, have)
+        self.count(procs.BYTES_COPIED, len(prefix) + have)
         conn.spilled_seq = conn.next_seq
 
     def _drop_claim(self, conn: Connection) -> None:
-        """``conn`` ends: the frame it was receiving into the ring goes nowhere."""
+        """``conn`` ends: the frame it was receiving into a ring goes nowhere."""
         if conn.claim is not None:
             conn.claim = None
             conn.claim_have = 0
-            self.requests[conn.handler].unclaim()
+            if conn.claim_put is not None:
+                self.puts[conn.claim_put[0]].unclaim()
+                conn.claim_put = None
+            else:
+                self.requests[conn.handler].unclaim()
 
     def _frames_buffered(self, conn: Connection) -> None:
         """Send what ``conn.buf`` holds of whole frames; move the rest to its

@@ -56,25 +56,83 @@ def test_who_takes_a_lone_produce(make_broker, puts):
         assert handler == 25
 
 
-@pytest.mark.parametrize("put_max", [None, 1024 * 1024])
-def test_large_lone_sets_go_past_the_handler_intact_up_to_the_limit(make_broker, put_max):
-    """Sets of ~300 KiB, one at a time: over ``processor.direct.produce.max.bytes``
-    (256 KiB by default) through the handler; under it gathered whole in the
-    processor (not received into a request ring) and put to the writer."""
-    settings = {} if put_max is None else {"processor.direct.produce.max.bytes": put_max}
-    broker = make_broker(**settings)
+def test_large_lone_sets_go_past_the_handler_received_into_the_put_ring(make_broker):
+    """Sets of ~300 KiB, one at a time, trickling in: each told a PUT from its
+    first bytes, its message set received straight into a put ring record."""
+    broker = make_broker()
     topic = created_topic(broker.tcp)
     sets = [encode_message_set([bytes([i]) * 10_000] * 30) for i in range(6)]
     before = broker.counter("handler", "requests")
-    with RawSocket(broker.tcp) as sock:
+    copied = broker.counter("processor", "bytes_copied")
+    sent = 0
+    with RawSocket(broker.unix) as sock:
         for i, data in enumerate(sets):
             time.sleep(0.03)  # the writer back asleep
-            sock.send(frame(topic, data, i))
+            f = frame(topic, data, i)
+            for at in range(0, len(f), 16 * 1024):
+                sock.send(f[at:at + 16 * 1024])
+                time.sleep(0.002)
+            sent += len(f)
             assert answer(sock)[:3] == (i, 0, sum(map(len, sets[:i])))
-    if put_max is None:
-        assert broker.counter("handler", "requests") - before == len(sets)
+    assert broker.counter("handler", "requests") - before <= 3
+    assert broker.counter("processor", "bytes_copied") - copied <= 0.1 * sent
+    with broker.client(broker.tcp) as client:
+        assert read_log(client, topic, 0, 0, sum(map(len, sets)),
+                        max_bytes=4 << 20) == b"".join(sets)
+
+
+def test_a_put_record_half_received_gives_way_to_another_put(make_broker):
+    """One processor: a large lone PRODUCE stalls halfway into its put ring
+    record; a small lone PRODUCE of another connection for the same writer
+    goes first (the half that came moves to its connection's buffer), and
+    the large one still lands whole once the rest comes."""
+    broker = make_broker(**{"num.processors": 1})
+    topic = created_topic(broker.tcp)
+    large = encode_message_set([b"L" * 10_000] * 30)
+    small = encode_message_set([b"small"])
+    f = frame(topic, large, 7)
+    half = len(f) // 2
+    copied = broker.counter("processor", "bytes_copied")
+    writer_requests = broker.counter("writer", "requests")
+    with RawSocket(broker.unix) as slow, RawSocket(broker.tcp) as other:
+        for at in range(0, half, 16 * 1024):
+            slow.send(f[at:min(at + 16 * 1024, half)])
+            time.sleep(0.002)
+        time.sleep(0.2)
+        started = time.monotonic()
+        other.send(frame(topic, small, 1))
+        assert answer(other)[:3] == (1, 0, 0)
+        assert time.monotonic() - started < 2.0
+        slow.send(f[half:])
+        assert answer(slow)[:3] == (7, 0, len(small))
+    assert broker.counter("processor", "bytes_copied") - copied >= half - 4
+    assert broker.counter("writer", "requests") - writer_requests == 2
+    with broker.client(broker.tcp) as client:
+        assert read_log(client, topic, 0, 0, len(small) + len(large),
+                        max_bytes=1 << 20) == small + large
+
+
+@pytest.mark.parametrize("gather_max", [None, 1024 * 1024])
+def test_lone_sets_not_told_early_are_gathered_up_to_the_limit(make_broker, gather_max):
+    """A frame whose first 4 KiB do not show where its message set begins (a
+    long client id) is gathered and decided whole up to
+    ``processor.direct.produce.max.bytes`` (256 KiB by default): a PUT; over
+    it, it takes the handler's way."""
+    settings = {} if gather_max is None else {"processor.direct.produce.max.bytes": gather_max}
+    broker = make_broker(**settings)
+    topic = created_topic(broker.tcp)
+    sets = [encode_message_set([bytes([i]) * 10_000] * 30) for i in range(4)]
+    before = broker.counter("handler", "requests")
+    with RawSocket(broker.tcp) as sock:
+        for i, data in enumerate(sets):
+            time.sleep(0.03)
+            sock.send(api.encode_request(produce_request(topic, 0, data), i, "c" * 5000))
+            assert answer(sock)[:3] == (i, 0, sum(map(len, sets[:i])))
+    through_handler = broker.counter("handler", "requests") - before
+    if gather_max is None:
+        assert through_handler == len(sets)
     else:
-        assert broker.counter("handler", "requests") - before <= 3
+        assert through_handler <= 2
     with broker.client(broker.tcp) as client:
         assert read_log(client, topic, 0, 0, sum(map(len, sets)),
                         max_bytes=4 << 20) == b"".join(sets)
@@ -103,21 +161,28 @@ def test_a_writer_answers_a_put_as_a_handler_would(make_broker, tmp_path):
         topic = created_topic(broker.tcp, partitions=2, configs={"max.message.bytes": "1000"})
         good = encode_message_set([b"g" * 100, b"h" * 200])
         big = encode_message_set([b"b" * 2000])
+        # ~280 KiB: received into a put ring record as it comes, then checked
+        large = encode_message_set([b"l" * 900] * 300)
+        large_big = encode_message_set([b"l" * 900] * 300 + [b"b" * 2000])
         with RawSocket(broker.tcp) as sock:
             answers = []
             for i, (data, partition) in enumerate([
                     (good, 0), (corrupt(good), 0), (big, 1), (b"", 0), (good, 9), (good, 1),
-                    (good[:-3], 0), (good, 0)]):
+                    (good[:-3], 0), (good, 0), (large, 0), (corrupt(large), 0),
+                    (large_big, 0), (large[:-3], 0), (large, 0)]):
+                time.sleep(0.01)
                 sock.send(frame(topic, data, i, partition))
                 answers.append(answer(sock))
             got[puts] = answers
             with broker.client(broker.tcp) as client:
-                assert read_log(client, topic, 0, 0, 2 * len(good)) == good * 2
+                end = 2 * len(good) + 2 * len(large)
+                assert read_log(client, topic, 0, 0, end, max_bytes=1 << 20) == \
+                    good * 2 + large * 2
     assert got[True] == got[False]
     codes = [a[1] for a in got[True]]
-    assert codes[0] == codes[5] == codes[7] == ErrorCode.NONE
-    assert codes[1] != 0 and codes[6] != 0  # a CRC mismatch, a partial entry
-    assert codes[2] == ErrorCode.MESSAGE_TOO_LARGE
+    assert codes[0] == codes[5] == codes[7] == codes[8] == codes[12] == ErrorCode.NONE
+    assert all(codes[i] != 0 for i in (1, 6, 9, 11))  # CRC mismatches, partial entries
+    assert codes[2] == codes[10] == ErrorCode.MESSAGE_TOO_LARGE
     assert got[True][3] == (3, 0, len(good), len(good))  # empty: nothing appended
     assert codes[4] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
