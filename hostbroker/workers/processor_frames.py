@@ -86,7 +86,8 @@ class FrameReading:
         need = conn.frame_need(self.max_frame)
         if need >= DIRECT_AT and need > conn.end:
             if self._put_candidate(conn, need, conn.buf if conn.end >= HEAD.size else b""):
-                claimed = self._claim_put(conn, need) or (
+                # (told from its first bytes: not tried again once much of it is gathered)
+                claimed = (conn.end < DIRECT_AT and self._claim_put(conn, need)) or (
                     need - SIZE.size > self.put_gather_max and self._claim(conn, need))
             else:
                 claimed = self._claim(conn, need)
