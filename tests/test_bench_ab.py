@@ -33,3 +33,9 @@ def test_arguments():
         ab.parse_args(["rtt", "--seconds", "0"])
     with pytest.raises(SystemExit):
         ab.parse_args(["nope"])
+    args = ab.parse_args(["sync10k", "--batch", "25", "--socket", "unix"])
+    assert (args.load, args.batch, args.socket) == ("sync10k", 25, "unix")
+    assert ab.parse_args(["large"]).batch == 100 and ab.parse_args(["large"]).socket == "tcp"
+    for bad in (["sync10k", "--batch", "0"], ["large", "--socket", "pipe"]):
+        with pytest.raises(SystemExit):
+            ab.parse_args(bad)

@@ -74,6 +74,7 @@ from hostbroker.workers import envelopes as env
 from hostbroker.workers.answers import TableAnswers, broker_list
 from hostbroker.workers.base import Worker
 from hostbroker.workers.connection import CLOSE, END, RECV_CHUNK, Buffers, Connection
+from hostbroker.workers.processor_claims import RingClaims
 from hostbroker.workers.processor_frames import SEQ_MASK, FrameReading
 from hostbroker.workers.sendfiles import HeldPiece, SegmentFiles, pin_answer
 from hostbroker.workers.topicview import TopicView
@@ -83,7 +84,7 @@ _IDLE_TIMEOUT_S = 1.0
 _FD_SWEEP_S = 5.0
 
 
-class ProcessorWorker(FrameReading, Worker):
+class ProcessorWorker(FrameReading, RingClaims, Worker):
     kind = "processor"
     process_name = "hb-proc"
 
