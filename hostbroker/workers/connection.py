@@ -8,7 +8,10 @@ Receive side: ``buf`` holds, in its first ``end`` bytes, frames not yet sent
 to the handler (normally the start of one incomplete frame). It grows with
 the bytes that came, to at most twice them and never past what the frame at
 its start needs, so a header claiming 100 MiB costs nothing until the bytes
-come; when the frame is sent the buffer goes back to :class:`Buffers`.
+come; when the frame is sent the buffer goes back to :class:`Buffers`. A
+large frame may instead be received straight into its ring record
+(``claim``, ``claim_have``, ``claim_put``; ``processor_claims.py``), ``buf``
+empty meanwhile.
 
 Answer side: every request has a place (``seq``) in the connection's order.
 Answers may come early; :meth:`Connection.order` moves them to ``out`` in
