@@ -75,7 +75,10 @@ def test_large_lone_sets_go_past_the_handler_received_into_the_put_ring(make_bro
             sent += len(f)
             assert answer(sock)[:3] == (i, 0, sum(map(len, sets[:i])))
     assert broker.counter("handler", "requests") - before <= 3
-    assert broker.counter("processor", "bytes_copied") - copied <= 0.1 * sent
+    # gathered and copied into the put ring it would be ~2 copies of each byte;
+    # a frame whose first bytes found its writer awake (a busy machine) is
+    # gathered: two of six allowed
+    assert broker.counter("processor", "bytes_copied") - copied <= 0.4 * sent
     with broker.client(broker.tcp) as client:
         assert read_log(client, topic, 0, 0, sum(map(len, sets)),
                         max_bytes=4 << 20) == b"".join(sets)
@@ -98,18 +101,26 @@ def test_a_put_record_half_received_gives_way_to_another_put(make_broker):
         for at in range(0, half, 16 * 1024):
             slow.send(f[at:min(at + 16 * 1024, half)])
             time.sleep(0.002)
-        time.sleep(0.2)
-        started = time.monotonic()
-        other.send(frame(topic, small, 1))
-        assert answer(other)[:3] == (1, 0, 0)
-        assert time.monotonic() - started < 2.0
+        # a small one goes as a PUT only to a sleeping writer (else through the
+        # handler, another ring): tried until one took the large one's place
+        sent = 0
+        while sent < 10:
+            time.sleep(0.05)
+            started = time.monotonic()
+            other.send(frame(topic, small, sent))
+            assert answer(other)[:3] == (sent, 0, sent * len(small))
+            assert time.monotonic() - started < 2.0
+            sent += 1
+            if broker.counter("processor", "bytes_copied") - copied >= half - 4:
+                break  # what had come of the large one moved to its buffer
+        else:
+            pytest.fail("no small PUT went while the large one was half received")
         slow.send(f[half:])
-        assert answer(slow)[:3] == (7, 0, len(small))
-    assert broker.counter("processor", "bytes_copied") - copied >= half - 4
-    assert broker.counter("writer", "requests") - writer_requests == 2
+        assert answer(slow)[:3] == (7, 0, sent * len(small))
+    assert broker.counter("writer", "requests") - writer_requests == sent + 1
     with broker.client(broker.tcp) as client:
-        assert read_log(client, topic, 0, 0, len(small) + len(large),
-                        max_bytes=1 << 20) == small + large
+        assert read_log(client, topic, 0, 0, sent * len(small) + len(large),
+                        max_bytes=1 << 20) == small * sent + large
 
 
 @pytest.mark.parametrize("gather_max", [None, 1024 * 1024])
@@ -121,18 +132,18 @@ def test_lone_sets_not_told_early_are_gathered_up_to_the_limit(make_broker, gath
     settings = {} if gather_max is None else {"processor.direct.produce.max.bytes": gather_max}
     broker = make_broker(**settings)
     topic = created_topic(broker.tcp)
-    sets = [encode_message_set([bytes([i]) * 10_000] * 30) for i in range(4)]
+    sets = [encode_message_set([bytes([i]) * 10_000] * 30) for i in range(6)]
     before = broker.counter("handler", "requests")
     with RawSocket(broker.tcp) as sock:
         for i, data in enumerate(sets):
-            time.sleep(0.03)
+            time.sleep(0.03)  # the writer back asleep
             sock.send(api.encode_request(produce_request(topic, 0, data), i, "c" * 5000))
             assert answer(sock)[:3] == (i, 0, sum(map(len, sets[:i])))
     through_handler = broker.counter("handler", "requests") - before
     if gather_max is None:
         assert through_handler == len(sets)
     else:
-        assert through_handler <= 2
+        assert through_handler <= 3  # PUTs, but for any that found the writer awake
     with broker.client(broker.tcp) as client:
         assert read_log(client, topic, 0, 0, sum(map(len, sets)),
                         max_bytes=4 << 20) == b"".join(sets)
