@@ -190,6 +190,10 @@ SETTINGS: tuple[Setting, ...] = (
             "when work follows quickly, at the cost of a busy core meanwhile. 0 never spins, "
             "the right choice when workers outnumber the cores (see docs/benchmarks.md).",
             _between(0, 100000)),
+    Setting("processor.put.spin.us", int, 0,
+            "A processor with a lone PRODUCE at a writer (processor.direct.produce), whose "
+            "answer is on its way, keeps looking for it this many microseconds before it "
+            "sleeps: the writer need not wake it. 0 never spins.", _between(0, 100000)),
     Setting("processor.local.requests", bool, True,
             "Processors answer METADATA and OFFSETS themselves, from the partition table, "
             "for a connection with no request at its handler: two process crossings fewer "

@@ -155,12 +155,13 @@ class Sleeper:
         self.wakeups = 0
         self.spin_hits = 0
 
-    def spin(self, poll=None) -> bool:
-        """Look for work for up to ``spin_ns``; True if some came.
+    def spin(self, poll=None, spin_ns: int | None = None) -> bool:
+        """Look for work for up to ``spin_ns`` (default: the sleeper's); True
+        if some came.
 
         ``poll`` (optional) is called each round as well and returns True when
         it found work (a processor polls its sockets this way)."""
-        deadline = time.monotonic_ns() + self.spin_ns
+        deadline = time.monotonic_ns() + (self.spin_ns if spin_ns is None else spin_ns)
         ready = self._ready
         while True:
             if ready() or (poll is not None and poll()):

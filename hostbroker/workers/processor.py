@@ -143,6 +143,8 @@ class ProcessorWorker(FrameReading, RingClaims, Worker):
             self.put_max = min(s.max_whole for s in self.puts) - 4096  # frame, past its envelope
             self.put_gather_max = config["processor.direct.produce.max.bytes"]
         self.ring_receive = config["processor.ring.receive"]
+        self.put_spin_ns = config["processor.put.spin.us"] * 1000
+        self.puts_out = 0  # PUTs at writers, not answered yet
         self.max_entries = config["request.max.entries"]
         self.max_response_bytes = config["response.max.bytes"]
         self.answered_here: set[Connection] = set()  # to write once the round's reads are done
@@ -178,6 +180,8 @@ class ProcessorWorker(FrameReading, RingClaims, Worker):
             events = None
             if worked and spin:
                 events = self._spin()
+            elif self.puts_out and self.put_spin_ns:
+                events = self._spin(self.put_spin_ns)  # a PUT's answer is on its way
             if not events:
                 events = sleeper.sleep(select, timeout)
             start = time.monotonic_ns()
@@ -218,9 +222,10 @@ class ProcessorWorker(FrameReading, RingClaims, Worker):
         self._pump_requests()
         self.files.close()
 
-    def _spin(self) -> list:
-        """Look at the sockets and the answer rings for up to ``worker.spin.us``;
-        the socket events found (or [] with answers waiting, or nothing found)."""
+    def _spin(self, spin_ns: int | None = None) -> list:
+        """Look at the sockets and the answer rings for up to ``worker.spin.us``
+        (or ``spin_ns``); the socket events found (or [] with answers waiting,
+        or nothing found)."""
         found: list = []
         select = self.sel.select
 
@@ -229,7 +234,7 @@ class ProcessorWorker(FrameReading, RingClaims, Worker):
             found = select(0)
             return bool(found)
 
-        self.sleeper.spin(poll)
+        self.sleeper.spin(poll, spin_ns)
         return found
 
     def _start_drain(self) -> float:
@@ -306,6 +311,9 @@ class ProcessorWorker(FrameReading, RingClaims, Worker):
             pass
         conn.sock.close()
         self._drop_claim(conn)
+        if conn.at_writer:  # its PUT's answer, if it comes, finds no connection
+            conn.at_writer = 0
+            self.puts_out -= 1
         conn.release(self.buffers)
         self.requests[conn.handler].send(
             env.REQ_HEADER.pack(conn.conn_id, 0, env.REQ_CLOSED, time.monotonic_ns()))
@@ -550,6 +558,7 @@ class ProcessorWorker(FrameReading, RingClaims, Worker):
             if not (conn.at_writer and conn.writer == w):
                 continue
             conn.at_writer = 0
+            self.puts_out -= 1
             corr, topic, partition = conn.writer_put
             frame, _ = api.encode_answer(corr, api.ProduceResponse((api.ProducePartitionResult(
                 topic, partition, ErrorCode.UNKNOWN, -1, -1),)), self.max_response_bytes)

@@ -199,6 +199,7 @@ class RingClaims:
                                      time.monotonic_ns(), direct)
         self.puts[w].commit(envelope)
         conn.at_writer, conn.writer, conn.writer_seq = 1, w, conn.next_seq
+        self.puts_out += 1
         conn.writer_put = (direct.correlation_id, name, partition)
         conn.next_seq += 1
         self.writer_bells[w].wake()

@@ -242,6 +242,7 @@ class FrameReading:
             return False
         conn.next_seq += 1
         conn.at_writer, conn.writer, conn.writer_seq = 1, w, seq
+        self.puts_out += 1
         conn.writer_put = (header.correlation_id, s.name, s.partition)
         self.count(procs.REQUESTS)
         self.count(procs.BYTES_COPIED, len(frame))
@@ -254,6 +255,7 @@ class FrameReading:
         pipelining, and keeps the handler's way from now on: a PUT would stop
         its pipeline each time, and its CRC checks belong to the handlers."""
         conn.at_writer = 0
+        self.puts_out -= 1
         if conn.end:
             conn.pipelining = True
             return
