@@ -76,17 +76,7 @@ class RingClaims:
         record = sender.claim(header, need - SIZE.size, lambda: self._give_back(conn))
         if record is None:
             return False
-        if start is None:
-            have = conn.end - SIZE.size
-            with memoryview(conn.buf) as buf:
-                record[:have] = buf[SIZE.size:conn.end]
-            conn.consumed(conn.end, self.buffers)  # its deadline runs on from when it began
-        else:
-            have = len(start) - SIZE.size
-            record[:have] = start[SIZE.size:]
-            conn.frame_started = self.now
-        self.count(procs.BYTES_COPIED, have)
-        conn.claim, conn.claim_have = record, have
+        conn.claim, conn.claim_have = record, self._take_start(conn, record, start, SIZE.size)
         record = start = None
         self._fill_claim(conn)
         if conn.claim is not None and not self.ring_receive:
@@ -95,6 +85,22 @@ class RingClaims:
             sender.unclaim()
             conn.spilled_seq = -1
         return True
+
+    def _take_start(self, conn: Connection, record, start, offset: int) -> int:
+        """Copy what came of the frame past its first ``offset`` bytes into the
+        claimed ``record``: from ``start`` (the end of a read), or from
+        ``conn.buf``, which is then given up; the bytes copied."""
+        if start is None:
+            have = conn.end - offset
+            with memoryview(conn.buf) as buf:
+                record[:have] = buf[offset:conn.end]
+            conn.consumed(conn.end, self.buffers)  # its deadline runs on from when it began
+        else:
+            have = len(start) - offset
+            record[:have] = start[offset:]
+            conn.frame_started = self.now
+        self.count(procs.BYTES_COPIED, have)
+        return have
 
     def _fill_claim(self, conn: Connection) -> None:
         """Receive more of the frame being received in its ring record; send it
@@ -175,17 +181,7 @@ class RingClaims:
         if record is None:
             return False
         prefix = bytes(head[SIZE.size:set_start])
-        if start is None:
-            have = conn.end - set_start
-            with memoryview(conn.buf) as buf:
-                record[:have] = buf[set_start:conn.end]
-            conn.consumed(conn.end, self.buffers)
-        else:
-            have = len(start) - set_start
-            record[:have] = start[set_start:]
-            conn.frame_started = self.now
-        self.count(procs.BYTES_COPIED, have)
-        conn.claim, conn.claim_have = record, have
+        conn.claim, conn.claim_have = record, self._take_start(conn, record, start, set_start)
         conn.claim_put = (w, prefix, slot, s.name, s.partition, timeout_ms, direct)
         record = start = None
         self._fill_claim(conn)
