@@ -25,7 +25,6 @@ import time
 from hostbroker.protocol import api
 from hostbroker.protocol.primitives import Reader
 from hostbroker.shm import procs
-from hostbroker.shm import table as ptable
 from hostbroker.workers import envelopes as env
 from hostbroker.workers.base import now_ms
 from hostbroker.workers.connection import DIRECT_AT, Connection
@@ -105,22 +104,12 @@ class RingClaims:
     def _fill_claim(self, conn: Connection) -> None:
         """Receive more of the frame being received in its ring record; send it
         to the handler once whole. One read: a short one emptied the socket."""
-        record = conn.claim
-        have = conn.claim_have
-        try:
-            n = conn.sock.recv_into(record[have:])
-        except (BlockingIOError, InterruptedError):
+        rest = conn.claim[conn.claim_have:]
+        n = self._recv(conn, rest)
+        rest = None
+        if n <= 0:
             return
-        except OSError:
-            n = 0
-        finally:
-            record = None
-        if n == 0:
-            self._close(conn)
-            return
-        conn.active = self.now
-        self.count(procs.BYTES_IN, n)
-        conn.claim_have = have = have + n
+        conn.claim_have = have = conn.claim_have + n
         if have < len(conn.claim):
             return
         conn.claim = None
@@ -158,19 +147,13 @@ class RingClaims:
             set_start = reader.position
             if acks != 1 or count != 1 or topic is None or set_start + set_size != need:
                 return False
-            view = self.view
-            view.refresh()
-            slot = view.slot(topic, partition)
-            if slot is None:
-                return False
-            s = view.table.read(slot)
+            target = self._put_target(topic, partition)
         except Exception:  # noqa: BLE001 - gathered whole and decided then, as ever
             return False
-        if s.state != ptable.ONLINE or (s.name, s.partition) != (topic, partition):
+        if target is None:
             return False
+        slot, s = target
         w = s.owner
-        if not (0 <= w < len(self.puts) and self.writer_bells[w].asleep()):
-            return False
         sender = self.puts[w]
         if sender.claim_open:
             return False
@@ -194,11 +177,7 @@ class RingClaims:
         envelope, _ = env.encode_put(slot, name, partition, now_ms() + max(0, timeout_ms), b"",
                                      time.monotonic_ns(), direct)
         self.puts[w].commit(envelope)
-        conn.at_writer, conn.writer, conn.writer_seq = 1, w, conn.next_seq
-        self.puts_out += 1
-        conn.writer_put = (direct.correlation_id, name, partition)
-        conn.next_seq += 1
-        self.writer_bells[w].wake()
+        self._put_sent(conn, w, direct, name, partition)
 
     def _give_back(self, conn: Connection) -> None:
         """Something else goes to the ring that ``conn``'s frame is being

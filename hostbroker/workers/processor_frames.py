@@ -103,20 +103,10 @@ class FrameReading:
             target = self.recv_view[:LARGE_HEAD]
         else:
             target = self.recv_view
-        try:
-            n = conn.sock.recv_into(target)
-        except (BlockingIOError, InterruptedError):
+        n = self._recv(conn, target)
+        target = None
+        if n <= 0:
             return
-        except OSError:
-            self._close(conn)
-            return
-        finally:
-            target = None
-        if n == 0:
-            self._close(conn)
-            return
-        conn.active = self.now
-        self.count(procs.BYTES_IN, n)
         if direct:
             conn.end += n
             if conn.end == need:
@@ -135,6 +125,23 @@ class FrameReading:
             self.count(procs.BYTES_COPIED, n)
             self._frames_buffered(conn)
         self._update_reading(conn)
+
+    def _recv(self, conn: Connection, target) -> int:
+        """One ``recv_into`` of ``target``: the bytes that came (counted), -1 when
+        none were there, 0 when the connection ended (it is closed then). The
+        caller lets go of ``target`` after it."""
+        try:
+            n = conn.sock.recv_into(target)
+        except (BlockingIOError, InterruptedError):
+            return -1
+        except OSError:
+            n = 0
+        if n == 0:
+            self._close(conn)
+            return 0
+        conn.active = self.now
+        self.count(procs.BYTES_IN, n)
+        return n
 
     def _frames_buffered(self, conn: Connection) -> None:
         """Send what ``conn.buf`` holds of whole frames; move the rest to its
@@ -221,33 +228,47 @@ class FrameReading:
             if request.acks != 1 or len(request.partitions) != 1:
                 return False
             part = request.partitions[0]
-            view = self.view
-            view.refresh()
-            slot = view.slot(part.topic, part.partition)
-            if slot is None:
-                return False
-            s = view.table.read(slot)
+            target = self._put_target(part.topic, part.partition)
         except Exception:  # noqa: BLE001 - the handler answers (and closes) as it always has
             return False
-        if s.state != ptable.ONLINE or (s.name, s.partition) != (part.topic, part.partition):
+        if target is None:
             return False
-        w = s.owner
-        if not (0 <= w < len(self.puts) and self.writer_bells[w].asleep()):
-            return False
-        seq = conn.next_seq
-        direct = env.Direct(self.index, conn.conn_id, seq & SEQ_MASK, header.correlation_id)
-        if not self.puts[w].try_send(*env.encode_put(
+        slot, s = target
+        direct = env.Direct(self.index, conn.conn_id, conn.next_seq & SEQ_MASK,
+                            header.correlation_id)
+        if not self.puts[s.owner].try_send(*env.encode_put(
                 slot, s.name, s.partition, now_ms() + max(0, request.timeout_ms),
                 part.message_set, stamp, direct)):
             return False
-        conn.next_seq += 1
-        conn.at_writer, conn.writer, conn.writer_seq = 1, w, seq
-        self.puts_out += 1
-        conn.writer_put = (header.correlation_id, s.name, s.partition)
         self.count(procs.REQUESTS)
         self.count(procs.BYTES_COPIED, len(frame))
-        self.writer_bells[w].wake()
+        self._put_sent(conn, s.owner, direct, s.name, s.partition)
         return True
+
+    def _put_target(self, topic: str, partition: int):
+        """``(slot, slot state)`` of the partition a PUT may go to now (ONLINE,
+        its writer asleep), or None. May raise if the table cannot be read."""
+        view = self.view
+        view.refresh()
+        slot = view.slot(topic, partition)
+        if slot is None:
+            return None
+        s = view.table.read(slot)
+        if s.state != ptable.ONLINE or (s.name, s.partition) != (topic, partition):
+            return None
+        w = s.owner
+        if not (0 <= w < len(self.puts) and self.writer_bells[w].asleep()):
+            return None
+        return slot, s
+
+    def _put_sent(self, conn: Connection, w: int, direct, topic: str, partition: int) -> None:
+        """A PUT of ``conn`` (its place ``direct.seq``) is in writer ``w``'s ring:
+        nothing more of the connection is read until it is answered."""
+        conn.at_writer, conn.writer, conn.writer_seq = 1, w, conn.next_seq
+        conn.writer_put = (direct.correlation_id, topic, partition)
+        conn.next_seq += 1
+        self.puts_out += 1
+        self.writer_bells[w].wake()
 
     def _put_answered(self, conn: Connection) -> None:
         """A PUT of ``conn`` was answered. A client that waits for each answer
