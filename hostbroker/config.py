@@ -194,6 +194,14 @@ SETTINGS: tuple[Setting, ...] = (
             "A processor with a lone PRODUCE at a writer (processor.direct.produce), whose "
             "answer is on its way, keeps looking for it this many microseconds before it "
             "sleeps: the writer need not wake it. 0 never spins.", _between(0, 100000)),
+    Setting("cpu.wakeup.latency.us", int, -1,
+            "While the broker runs it holds a PM QoS request (/dev/cpu_dma_latency) that idle "
+            "CPUs take only idle states they leave within this many microseconds: a request "
+            "crosses several processes, and each crossing that finds an idle CPU waits for "
+            "it to wake. 0 keeps idle CPUs polling (the fastest wake-ups; idle cores stay "
+            "busy). -1 leaves the machine as it is. Machine-wide; needs root (the broker "
+            "refuses to start without it); docs/benchmarks.md measures it.",
+            _between(-1, 2_000_000_000)),
     Setting("processor.local.requests", bool, True,
             "Processors answer METADATA and OFFSETS themselves, from the partition table, "
             "for a connection with no request at its handler: two process crossings fewer "

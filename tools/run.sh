@@ -23,10 +23,12 @@ QUICK_TESTS=(tests/protocol tests/log tests/shm tests/test_config.py
 # side by side even on two cores; tests/conftest.py groups them for the workers.
 PARALLEL=(-n "${HB_TEST_JOBS:-3}" --dist loadgroup)
 # These assert answers, heartbeats, retries or two processes overlapping within tight
-# times under their own load, or (test_wire) count a broker's connections exactly:
+# times under their own load, (test_wire) count a broker's connections exactly, or
+# (test_cpu_latency) hold the machine-wide CPU wake-up latency request:
 # they run afterwards, alone, in one process.
 RUN_ALONE=(tests/hostile tests/integration/test_supervision.py tests/cluster/test_producer_zk.py
-           tests/shm/test_table.py tests/shm/test_waker.py tests/integration/test_wire.py)
+           tests/shm/test_table.py tests/shm/test_waker.py tests/integration/test_wire.py
+           tests/integration/test_cpu_latency.py)
 
 # A working interpreter of version $1 (pyenv shims exist for versions not selected: run it).
 find_python() {

@@ -4,17 +4,19 @@ Owns: the configuration; all shared memory (it creates every ring, the
 partition table, the process board and the admin lock, and is the only one to
 unlink them, at shutdown and again at the next start after a crash); the
 listening sockets (bound here so a bind failure stops the start with one
-line); the doorbells and hand-off socket pairs the workers inherit; and the
-workers themselves.
+line); the doorbells and hand-off socket pairs the workers inherit; the CPU
+wake-up latency request (``cpu.wakeup.latency.us``, :mod:`hostbroker.cpulatency`),
+held from the start until the workers are gone; and the workers themselves.
 
-Start: check the log dirs and the unix listeners' directories (changing
-nothing), create the log dirs, take the broker lock, bind the listeners,
-create shared memory, fork the writers (each recovers its log dir) and wait
-until they are ready, then the handlers, the processors and the acceptor,
-and in cluster mode (``zookeeper.connect``) the registrar, ready once it has
-registered the broker in ZooKeeper; then tell systemd ``READY=1``. While
-waiting, ``EXTEND_TIMEOUT_USEC`` every 5 s keeps systemd's start timeout from
-ending a long log recovery. A start that cannot succeed here exits
+Start: take the CPU wake-up latency request if asked to, check the log dirs
+and the unix listeners' directories (changing nothing), create the log dirs,
+take the broker lock, bind the listeners, create shared memory, fork the
+writers (each recovers its log dir) and wait until they are ready, then the
+handlers, the processors and the acceptor, and in cluster mode
+(``zookeeper.connect``) the registrar, ready once it has registered the
+broker in ZooKeeper; then tell systemd ``READY=1``. While waiting,
+``EXTEND_TIMEOUT_USEC`` every 5 s keeps systemd's start timeout from ending a
+long log recovery. A start that cannot succeed here exits
 ``ExitStatus.REFUSED`` (78) with one line (a worker that exits
 ``EXIT_REFUSED`` has said it itself: ZooKeeper does not answer, the broker
 id is taken).
@@ -48,7 +50,7 @@ import stat
 import sys
 import time
 
-from hostbroker import systemd
+from hostbroker import cpulatency, systemd
 from hostbroker.config import Config, parse_listener
 from hostbroker.errors import ConfigError, ExitStatus
 from hostbroker.shm import procs
@@ -205,6 +207,11 @@ class Supervisor:
         """Everything that can fail with a one-line reason, before any fork."""
         plan = self.plan
         config = self.config
+        if config["cpu.wakeup.latency.us"] >= 0:
+            try:
+                self.cpu_latency_fd = cpulatency.hold(config["cpu.wakeup.latency.us"])
+            except cpulatency.CpuLatencyError as e:
+                raise StartError(f"cpu.wakeup.latency.us: {e}") from None
         if len(set(plan.log_dirs)) != len(plan.log_dirs):
             raise StartError("log.dirs: a log dir is listed twice")
         for path in plan.log_dirs:
@@ -256,8 +263,11 @@ class Supervisor:
             self._wait_ready(group)
         self.board.set_broker_state(procs.BROKER_RUNNING)
         systemd.notify("READY=1\nSTATUS=serving")
+        held = self.config["cpu.wakeup.latency.us"]
         print(f"hostbroker: serving {', '.join(self.config.listeners)}; "
-              f"log dirs {', '.join(self.plan.log_dirs)}", file=sys.stderr, flush=True)
+              f"log dirs {', '.join(self.plan.log_dirs)}"
+              + (f"; CPU wake-up latency held at {held} µs" if held >= 0 else ""),
+              file=sys.stderr, flush=True)
 
     def _wait_ready(self, kinds) -> None:
         deadline = time.monotonic() + self.config["worker.boot.timeout.ms"] / 1000
@@ -282,6 +292,7 @@ class Supervisor:
 
     halt_reason: str | None = None
     refused = False  # a worker exited EXIT_REFUSED, having said why
+    cpu_latency_fd: int | None = None  # holds cpu.wakeup.latency.us (hostbroker.cpulatency)
 
     def _extend_timeout(self, status: str) -> None:
         """While starting or stopping (log recovery can outlast systemd's 90 s): ask
@@ -513,6 +524,9 @@ class Supervisor:
         if lock is not None:
             lock.remove()
             self.admin_lock = None
+        if self.cpu_latency_fd is not None:  # the request goes with the last holder
+            os.close(self.cpu_latency_fd)
+            self.cpu_latency_fd = None
 
 
 def serve(config: Config) -> int:
