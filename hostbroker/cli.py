@@ -1,6 +1,7 @@
 """The ``hostbroker`` command: one entry point, one subcommand per job.
 
-``serve`` runs the broker; ``top`` watches one. The client commands
+``serve`` runs the broker; ``top`` watches one; ``cpu-latency`` shows or
+holds the machine's CPU wake-up latency request. The client commands
 (``topics``, ``produce``, ``consume``, ``dump-log``, ``mirror``, ``perf``,
 ``load``, ``groups``) do their work in ``hostbroker.commands``, one module
 each, imported only when the command runs. This module only parses
@@ -72,6 +73,26 @@ def _top(args: argparse.Namespace) -> int:
                        iterations=args.iterations)
     except KeyboardInterrupt:
         return 0
+
+
+def _cpu_latency(args: argparse.Namespace) -> int:
+    from hostbroker.commands import cpulatency
+
+    if args.hold is None:
+        return commands.run("cpu-latency", cpulatency.show)
+    return commands.run("cpu-latency", cpulatency.hold, args.hold)
+
+
+def _microseconds(text: str) -> int:
+    from hostbroker.cpulatency import MAX_US
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected whole microseconds, got {text!r}") from None
+    if not 0 <= value <= MAX_US:
+        raise argparse.ArgumentTypeError(f"must be 0 to {MAX_US}, got {text!r}")
+    return value
 
 
 # Client commands (docs/tools.md). Each hands plain values to hostbroker.commands.
@@ -544,6 +565,15 @@ def build_parser() -> argparse.ArgumentParser:
     top.add_argument("--iterations", type=_positive(int), default=None,
                      help="stop after this many readings (default: run until interrupted)")
     top.set_defaults(func=_top)
+
+    cpu = sub.add_parser(
+        "cpu-latency", help="the CPU wake-up latency target in force, or hold one (root)",
+        description="Print the kernel's CPU wake-up latency target (PM QoS, "
+                    "/dev/cpu_dma_latency) in microseconds, or with --hold keep a request "
+                    "until SIGTERM/Ctrl-C, as the broker's cpu.wakeup.latency.us does.")
+    cpu.add_argument("--hold", type=_microseconds, metavar="US",
+                     help="hold a request of US microseconds (0: idle CPUs poll)")
+    cpu.set_defaults(func=_cpu_latency)
 
     _add_topics(sub)
     _add_groups(sub)

@@ -9,6 +9,7 @@
 - ``perf_latency``  per-API request latency percentiles at three loads (``perf latency``)
 - ``load``     topics into Parquet/ORC/JSON files on Spark, exactly once
   (the Spark side is ``hostbroker.spark.loader``)
+- ``cpulatency``  ``cpu-latency``: the CPU wake-up latency target, or a request held
 
 ``hostbroker.cli`` parses the arguments and calls one function here with
 plain values; nothing in this package parses a command line. Importing a

@@ -10,6 +10,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from hostbroker.config import Config, parse_listener
 from hostbroker.errors import ExitStatus
 
@@ -79,39 +81,64 @@ def _systemd_tool(name: str) -> str:
     return path
 
 
-def _unit(tmp_path) -> pathlib.Path:
-    """The shipped unit with ExecStart pointing at this checkout's hostbroker."""
-    text = (SYSTEMD / "hostbroker.service").read_text()
+def _unit(tmp_path, name: str = "hostbroker.service") -> pathlib.Path:
+    """A shipped unit with ExecStart pointing at this checkout's hostbroker."""
+    text = (SYSTEMD / name).read_text()
     exe = pathlib.Path(sys.executable).parent / "hostbroker"
     assert exe.exists(), exe
     text = text.replace("/opt/hostbroker/.venv/bin/hostbroker", str(exe))
-    unit = tmp_path / "hostbroker.service"
+    unit = tmp_path / name
     unit.write_text(text)
     return unit
 
 
-def _unit_values(key: str) -> list[str]:
+def _unit_values(key: str, name: str = "hostbroker.service") -> list[str]:
     values = []
-    for line in (SYSTEMD / "hostbroker.service").read_text().splitlines():
+    for line in (SYSTEMD / name).read_text().splitlines():
         k, sep, v = line.partition("=")
         if sep and k.strip() == key:
             values += v.split()
     return values
 
 
-def test_unit_verifies(tmp_path):
-    result = subprocess.run([_systemd_tool("systemd-analyze"), "verify", str(_unit(tmp_path))],
-                            capture_output=True, text=True, timeout=60)
+UNITS = ("hostbroker.service", "hostbroker-cpu-latency.service")
+
+
+@pytest.mark.parametrize("name", UNITS)
+def test_unit_verifies(tmp_path, name):
+    result = subprocess.run([_systemd_tool("systemd-analyze"), "verify",
+                             str(_unit(tmp_path, name))], capture_output=True, text=True,
+                            timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "hostbroker.service" not in result.stderr, result.stderr  # no warning about it
+    assert name not in result.stderr, result.stderr  # no warning about it
 
 
-def test_unit_exposure_is_at_most_2_5(tmp_path):
+@pytest.mark.parametrize("name", UNITS)
+def test_unit_exposure_is_at_most_2_5(tmp_path, name):
     result = subprocess.run([_systemd_tool("systemd-analyze"), "security", "--offline=yes",
-                             str(_unit(tmp_path))], capture_output=True, text=True, timeout=60)
-    match = re.search(r"Overall exposure level for hostbroker.service: (\d+\.\d+)", result.stdout)
+                             str(_unit(tmp_path, name))], capture_output=True, text=True,
+                            timeout=60)
+    match = re.search(rf"Overall exposure level for {re.escape(name)}: (\d+\.\d+)",
+                      result.stdout)
     assert match, result.stdout + result.stderr
     assert float(match.group(1)) <= 2.5, result.stdout
+
+
+def test_the_cpu_latency_unit_holds_the_request_beside_the_broker_and_nothing_else():
+    """It runs ``hostbroker cpu-latency --hold`` (tests/integration/test_cpu_latency.py
+    runs that for real), is up before the broker and stops with it, and may open
+    one device."""
+    name = "hostbroker-cpu-latency.service"
+    assert _unit_values("ExecStart", name)[1:4] == ["cpu-latency", "--hold", "0"]
+    assert _unit_values("Type", name) == ["notify"]  # the broker starts once it is held
+    assert _unit_values("Before", name) == _unit_values("PartOf", name) == ["hostbroker.service"]
+    assert _unit_values("WantedBy", name) == ["hostbroker.service"]
+    assert _unit_values("DevicePolicy", name) == ["closed"]
+    assert _unit_values("DeviceAllow", name) == ["/dev/cpu_dma_latency", "rw"]
+    assert "\nCapabilityBoundingSet=\n" in (SYSTEMD / name).read_text()  # none at all
+    assert _unit_values("PrivateNetwork", name) == ["yes"]
+    assert sorted(map(int, _unit_values("RestartPreventExitStatus", name))) == sorted(
+        [ExitStatus.USAGE, ExitStatus.REFUSED])
 
 
 def test_restarts_are_prevented_only_for_refusals():
