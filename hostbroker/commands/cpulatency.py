@@ -39,9 +39,12 @@ def hold(us: int) -> int:
     except cpulatency.CpuLatencyError as e:
         raise CommandError(str(e), ExitStatus.REFUSED) from None
     try:
-        now = cpulatency.current()
+        try:
+            now = f"{cpulatency.current()} µs"
+        except cpulatency.CpuLatencyError:
+            now = "unknown"  # written, not readable: the request holds all the same
         print(f"hostbroker cpu-latency: holding {us} µs ({cpulatency.DEVICE}); the target in "
-              f"force is {now} µs; SIGTERM or Ctrl-C withdraws it", file=sys.stderr, flush=True)
+              f"force is {now}; SIGTERM or Ctrl-C withdraws it", file=sys.stderr, flush=True)
         systemd.notify(f"READY=1\nSTATUS=holding {us} µs")
         signal.sigwait(stops)
         systemd.notify("STOPPING=1")
