@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import socket
+
+import pytest
+
 from tests.cluster.zkserver import ZooKeeperServer, four_letters
 
 
@@ -27,3 +31,32 @@ def test_two_servers_on_their_own_ports(tmp_path):
     finally:
         a.stop()
         b.stop()
+
+
+def test_a_first_start_that_finds_its_port_taken_moves_and_a_restart_keeps_it(tmp_path):
+    """Another test may bind the port picked for a server before its JVM does."""
+    server = ZooKeeperServer(tmp_path)
+    taken = server.port
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", taken))
+        squatter.listen()
+        server.start()
+        try:
+            assert server.port != taken
+            assert "Mode: standalone" in four_letters(server.port)
+            server.stop()
+            moved = server.port
+            server.start()  # an outage: the clients know this port now
+            assert server.port == moved
+        finally:
+            server.stop()
+
+
+def test_a_given_port_that_is_taken_is_an_error(tmp_path):
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        server = ZooKeeperServer(tmp_path, port=squatter.getsockname()[1])
+        with pytest.raises(RuntimeError, match="Address already in use"):
+            server.start()
+        assert server.port == squatter.getsockname()[1]

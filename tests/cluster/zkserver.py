@@ -4,7 +4,8 @@ Only test and benchmark code. :class:`ZooKeeperServer` writes a ``zoo.cfg``
 (a free loopback port, a data directory of its own, a short tick so that
 session timeouts can be short), starts the server in the foreground as a
 subprocess and waits until ``srvr`` answers (well under a second once the
-JVM is up). ``stop()`` ends it by PID; ``start()`` again serves the same
+JVM is up); a first start that finds its port taken meanwhile (another test
+bound it) moves to another port. ``stop()`` ends it by PID; ``start()`` again serves the same
 data, which is how tests make an outage. ``suspend()`` / ``resume()``
 (SIGSTOP / SIGCONT) freeze it without closing its sockets.
 """
@@ -54,6 +55,9 @@ class ZooKeeperServer:
         self.log_path = os.path.join(self.root, "zookeeper.log")
         self.tick_ms = tick_ms
         self.proc: subprocess.Popen | None = None
+        # a port picked here may be taken by another test between the pick and the
+        # JVM's bind: until the first start succeeds, another one is picked then
+        self._may_move = port is None
 
     @property
     def connect(self) -> str:
@@ -74,6 +78,30 @@ class ZooKeeperServer:
                     "4lw.commands.whitelist=*\n")
 
     def start(self, timeout: float = 30.0) -> ZooKeeperServer:
+        for _ in range(5 if self._may_move else 1):
+            try:
+                size = os.path.getsize(self.log_path)
+            except OSError:
+                size = 0
+            try:
+                self._start(timeout)
+                self._may_move = False
+                return self
+            except RuntimeError:
+                if not (self._may_move and "Address already in use" in self._log_since(size)):
+                    raise
+                self.port = free_port()
+        raise RuntimeError(f"ZooKeeper found its port taken 5 times: {self.log_tail()}")
+
+    def _log_since(self, offset: int) -> str:
+        try:
+            with open(self.log_path, errors="replace") as f:
+                f.seek(offset)
+                return f.read()
+        except OSError:
+            return ""
+
+    def _start(self, timeout: float) -> None:
         self._write_config()
         classpath = ":".join(os.path.join(JAVA_DIR, jar) for jar in JARS)
         log = open(self.log_path, "ab")
@@ -93,7 +121,6 @@ class ZooKeeperServer:
                 self.stop()
                 raise RuntimeError(f"ZooKeeper did not answer in {timeout} s: {self.log_tail()}")
             time.sleep(0.05)
-        return self
 
     def log_tail(self, lines: int = 20) -> str:
         try:
