@@ -108,3 +108,23 @@ def test_an_unknown_key_is_a_configuration_error(tmp_path):
 def test_top_refuses_a_bad_number_in_one_line(tmp_path, option, value):
     result = _run(tmp_path, "top", f"--set=log.dirs={tmp_path}/logs", f"{option}={value}")
     _assert_one_line(result, ExitStatus.USAGE, f"argument {option}:", repr(value))
+
+
+def test_the_test_broker_moves_off_a_port_taken_before_its_first_start(tmp_path):
+    """(The test harness itself.) Another test may bind the port picked for a
+    broker before the broker does: its first start moves to another port."""
+    from tests.integration.broker import Broker
+
+    broker = Broker(tmp_path)
+    taken = broker.port
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", taken))
+        squatter.listen()
+        broker.start()
+        try:
+            assert broker.port != taken
+            assert f"cannot bind tcp://127.0.0.1:{taken}: Address already in use" in broker.log()
+            with broker.client(broker.tcp) as c:
+                assert c.metadata().brokers[0].port == broker.port
+        finally:
+            assert broker.stop() == 0
