@@ -114,6 +114,7 @@ class Worker:
         self.sleeper = Sleeper(self.board.flags, self.board.sleeping_index(self.slot),
                                self._has_input, self.config["worker.spin.us"] * 1000)
         self._loop_ns = time.monotonic_ns()
+        self.board.heartbeat(self.slot, self._loop_ns)  # the thread's first beat is later
         threading.Thread(target=self._beat, name="heartbeat", daemon=True).start()
 
     def _on_stop_signal(self, signum, frame) -> None:
@@ -126,17 +127,16 @@ class Worker:
         self.doorbell.ring()
 
     def heartbeat(self) -> None:
-        """The main loop came round: beat, and say how much waits in our input
-        rings (once per loop)."""
+        """The main loop came round (once per loop): the heartbeat thread beats
+        on the board for it while this is recent (:meth:`beat_if_alive`)."""
         self._loop_ns = time.monotonic_ns()
-        self.board.heartbeat(self.slot, self._loop_ns)
-        self.board.set(self.slot, procs.RING_OCCUPANCY,
-                       sum(ring.pending_bytes() for ring in self._inputs))
 
     def publish_timing(self) -> None:
-        """Copy where the time went (plain counters of the main loop) to the
-        board; the heartbeat thread does it, off the main loop's path."""
+        """Copy where the time went (plain counters of the main loop) and how
+        much waits in our input rings to the board; the heartbeat thread does
+        it, off the main loop's path."""
         board, slot, sleeper = self.board, self.slot, self.sleeper
+        board.set(slot, procs.RING_OCCUPANCY, sum(ring.pending_bytes() for ring in self._inputs))
         board.set(slot, procs.WAIT_NS, self.wait_ns)
         board.set(slot, procs.WORK_NS, self.work_ns)
         if sleeper is not None:

@@ -127,6 +127,9 @@ class ProcessorWorker(FrameReading, RingClaims, Worker):
                                for h in range(plan.num_handlers)]
         self.writer_epochs = [self.board.epoch(plan.board_slot("writer", w))
                               for w in range(plan.num_writers)]
+        self._peer_slots = ([plan.board_slot("handler", h) for h in range(plan.num_handlers)]
+                            + [plan.board_slot("writer", w) for w in range(plan.num_writers)])
+        self._peer_epochs = self.handler_epochs + self.writer_epochs
         self.files = SegmentFiles(config["segment.fd.cache.size"])
         self.table_answers = None  # METADATA and OFFSETS answered here (processor_frames)
         self.puts = None  # lone PRODUCEs straight to writers (processor_frames)
@@ -536,6 +539,12 @@ class ProcessorWorker(FrameReading, RingClaims, Worker):
             self._pause(False)
 
     def _check_handler_epochs(self) -> None:
+        """A handler or writer replaced since the last look (its epoch moved):
+        close the connections with requests at that handler, fail the PUTs
+        at that writer. Every loop round: one read per peer when none moved."""
+        read = self.board.epoch
+        if [read(s) for s in self._peer_slots] == self._peer_epochs:
+            return
         for h in range(self.plan.num_handlers):
             epoch = self.board.epoch(self.plan.board_slot("handler", h))
             if epoch != self.handler_epochs[h]:
@@ -548,6 +557,7 @@ class ProcessorWorker(FrameReading, RingClaims, Worker):
             if epoch != self.writer_epochs[w]:
                 self.writer_epochs[w] = epoch
                 self._fail_puts(w)
+        self._peer_epochs = self.handler_epochs + self.writer_epochs
 
     def _fail_puts(self, w: int) -> None:
         """Writer ``w`` was replaced: answer UNKNOWN each PUT it never answered,
