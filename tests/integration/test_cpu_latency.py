@@ -24,6 +24,7 @@ import pytest
 from hostbroker import cpulatency
 from hostbroker.errors import ExitStatus
 
+
 def _need_root() -> None:
     assert os.geteuid() == 0 and os.path.exists(cpulatency.DEVICE), (
         f"these tests hold {cpulatency.DEVICE}, which only root can open; CI runs as root")
@@ -58,7 +59,8 @@ def test_the_broker_holds_the_request_while_it_runs(make_broker):
     pid = broker.proc.pid
     assert pid in _holders()
     assert cpulatency.current() == min(before, 7)
-    assert "CPU wake-up latency held at 7 µs" in broker.log()
+    _wait(lambda: "CPU wake-up latency held at 7 µs" in broker.log(),
+          what="the serving line naming the request")  # printed as the last worker is up
     # it serves as ever
     with broker.client() as c:
         c.create_topic("t", 1)
@@ -76,6 +78,7 @@ def test_the_broker_leaves_the_machine_alone_by_default(make_broker):
     assert broker.proc.pid not in holders
     assert not holders & set(broker.workers().values())
     assert cpulatency.current() == before
+    _wait(lambda: "hostbroker: serving" in broker.log(), what="the serving line")
     assert "CPU wake-up latency" not in broker.log()
 
 
