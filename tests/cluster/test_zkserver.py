@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 
 from tests.cluster.zkserver import ZooKeeperServer, four_letters
+from tests.ports import taken_port
 
 
 def test_server_answers_and_keeps_data_across_a_restart(tmp_path, zk, zookeeper):
@@ -37,9 +36,7 @@ def test_a_first_start_that_finds_its_port_taken_moves_and_a_restart_keeps_it(tm
     """Another test may bind the port picked for a server before its JVM does."""
     server = ZooKeeperServer(tmp_path)
     taken = server.port
-    with socket.socket() as squatter:
-        squatter.bind(("127.0.0.1", taken))
-        squatter.listen()
+    with taken_port(taken):
         server.start()
         try:
             assert server.port != taken
@@ -53,10 +50,8 @@ def test_a_first_start_that_finds_its_port_taken_moves_and_a_restart_keeps_it(tm
 
 
 def test_a_given_port_that_is_taken_is_an_error(tmp_path):
-    with socket.socket() as squatter:
-        squatter.bind(("127.0.0.1", 0))
-        squatter.listen()
-        server = ZooKeeperServer(tmp_path, port=squatter.getsockname()[1])
+    with taken_port() as port:
+        server = ZooKeeperServer(tmp_path, port=port)
         with pytest.raises(RuntimeError, match="Address already in use"):
             server.start()
-        assert server.port == squatter.getsockname()[1]
+        assert server.port == port

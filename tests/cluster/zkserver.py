@@ -18,14 +18,10 @@ import socket
 import subprocess
 import time
 
+from tests.ports import free_port, start_moving
+
 JARS = ("zookeeper.jar", "zookeeper-jute.jar", "slf4j-api.jar", "slf4j-simple.jar")
 JAVA_DIR = "/usr/share/java"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def four_letters(port: int, word: str = "srvr", timeout: float = 1.0) -> str:
@@ -78,28 +74,17 @@ class ZooKeeperServer:
                     "4lw.commands.whitelist=*\n")
 
     def start(self, timeout: float = 30.0) -> ZooKeeperServer:
-        for _ in range(5 if self._may_move else 1):
-            try:
-                size = os.path.getsize(self.log_path)
-            except OSError:
-                size = 0
-            try:
-                self._start(timeout)
-                self._may_move = False
-                return self
-            except RuntimeError:
-                if not (self._may_move and "Address already in use" in self._log_since(size)):
-                    raise
-                self.port = free_port()
-        raise RuntimeError(f"ZooKeeper found its port taken 5 times: {self.log_tail()}")
+        if not self._may_move:
+            self._start(timeout)
+            return self
 
-    def _log_since(self, offset: int) -> str:
-        try:
-            with open(self.log_path, errors="replace") as f:
-                f.seek(offset)
-                return f.read()
-        except OSError:
-            return ""
+        def move() -> None:
+            self.port = free_port()
+
+        start_moving(lambda: self._start(timeout), move, self.log_path,
+                     lambda: "java.net.BindException: Address already in use")
+        self._may_move = False
+        return self
 
     def _start(self, timeout: float) -> None:
         self._write_config()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,12 +15,7 @@ import time
 import psutil
 
 from hostbroker.client.simple import SimpleClient
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.ports import free_port, start_moving
 
 
 class Broker:
@@ -64,26 +58,19 @@ class Broker:
         return f"tcp://127.0.0.1:{self.port},unix://{self.unix_path}"
 
     def start(self, timeout: float = 30.0) -> "Broker":
-        for _ in range(5 if self._may_move else 1):
-            taken = f"cannot bind tcp://127.0.0.1:{self.port}: Address already in use"
-            try:
-                size = os.path.getsize(self.log_path)
-            except OSError:
-                size = 0
-            try:
-                self._start(timeout)
-                self._may_move = False
-                return self
-            except RuntimeError:
-                with open(self.log_path, "rb") as f:
-                    f.seek(size)
-                    this_start = f.read().decode(errors="replace")
-                if not (self._may_move and taken in this_start):
-                    raise
-                self._log.close()
-                self.port = free_port()
-                self.settings["listeners"] = self._listeners()
-        raise RuntimeError(f"the broker found its port taken 5 times:\n{self.log()}")
+        if not self._may_move:
+            self._start(timeout)
+            return self
+
+        def move() -> None:
+            self._log.close()
+            self.port = free_port()
+            self.settings["listeners"] = self._listeners()
+
+        start_moving(lambda: self._start(timeout), move, self.log_path,
+                     lambda: f"cannot bind tcp://127.0.0.1:{self.port}: Address already in use")
+        self._may_move = False
+        return self
 
     def _start(self, timeout: float) -> None:
         self._log = open(self.log_path, "ab")

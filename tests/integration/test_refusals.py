@@ -114,12 +114,11 @@ def test_the_test_broker_moves_off_a_port_taken_before_its_first_start(tmp_path)
     """(The test harness itself.) Another test may bind the port picked for a
     broker before the broker does: its first start moves to another port."""
     from tests.integration.broker import Broker
+    from tests.ports import taken_port
 
     broker = Broker(tmp_path)
     taken = broker.port
-    with socket.socket() as squatter:
-        squatter.bind(("127.0.0.1", taken))
-        squatter.listen()
+    with taken_port(taken):
         broker.start()
         try:
             assert broker.port != taken
