@@ -62,7 +62,7 @@ def settle(zk, live, feeder, broker_ids=(1, 2, 3), timeout=SETTLE_S):
     """The group settles on ``live`` and the partitions of ``broker_ids``; each consumes."""
     poll(lambda: settled(zk, live, broker_ids), timeout,
          f"{len(live)} consumers to settle on brokers {broker_ids}")
-    check_consuming(zk, live, feeder)
+    check_consuming(zk, live, feeder, broker_ids)
 
 
 def start_group(zookeeper, zk, script, consumers, feeder, count):
