@@ -5,9 +5,10 @@ configuration ``serve`` takes: the board's name derives from the broker id and
 first log dir) and joins it with psutil's view of each worker process (CPU,
 memory, threads). Also attaches read-only to the partition table to list the
 log dirs and partitions that are offline (a failed disk, or files found
-damaged at start; the broker's log says why). Prints a table every interval,
-or one JSON document with ``--json``. Never writes to the broker's shared
-memory.
+damaged at start; the broker's log says why), and reads the machine's CPU
+wake-up latency target (``cpu.wakeup.latency.us``; root only). Prints a table
+every interval, or one JSON document with ``--json``. Never writes to the
+broker's shared memory.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import time
 
 import psutil
 
+from hostbroker import cpulatency
 from hostbroker.config import Config
 from hostbroker.shm import table as ptable
 from hostbroker.shm.procs import COUNTER_NAMES, ProcessBoard
@@ -76,16 +78,30 @@ def sample(board: ProcessBoard, procs: dict[int, psutil.Process],
                      "state": row["state"].name.lower(), **info,
                      "counters": dict(row["counters"])})
     reading = {"broker_state": board.broker_state.name.lower(),
-               "supervisor_pid": board.supervisor_pid, "workers": rows}
+               "supervisor_pid": board.supervisor_pid,
+               "cpu_wakeup_latency_us": _cpu_wakeup_latency(), "workers": rows}
     if table is not None:
         reading.update(offline(table, log_dirs or []))
     return reading
 
 
+def _cpu_wakeup_latency() -> int | None:
+    """The machine's CPU wake-up latency target in force, µs (None: not readable,
+    as for anyone but root)."""
+    try:
+        return cpulatency.current()
+    except cpulatency.CpuLatencyError:
+        return None
+
+
 def render(reading: dict, previous: dict | None, seconds: float) -> str:
     """The table ``top`` prints; rates are per second since the previous reading."""
     before = {(r["kind"], r["index"]): r["counters"] for r in (previous or {}).get("workers", [])}
-    lines = [f"hostbroker {reading['broker_state']}  supervisor pid {reading['supervisor_pid']}",
+    target = reading.get("cpu_wakeup_latency_us")
+    held = ("" if target is None else "  CPU wake-up latency " + (
+        "not bounded" if target >= cpulatency.DEFAULT_US else f"{target} µs"))
+    lines = [f"hostbroker {reading['broker_state']}  supervisor pid {reading['supervisor_pid']}"
+             + held,
              f"{'process':<14}{'pid':>8}{'cpu%':>7}{'rss MiB':>9}  "
              + "".join(f"{c + '/s' if c not in ('connections', 'fetch_parked') else c:>15}"
                        for c in _COLUMNS) + f"{'wait us/req':>13}"]

@@ -11,6 +11,7 @@ before each test. They need root, as the device does: CI runs as root.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -61,10 +62,15 @@ def test_the_broker_holds_the_request_while_it_runs(make_broker):
     assert cpulatency.current() == min(before, 7)
     _wait(lambda: "CPU wake-up latency held at 7 µs" in broker.log(),
           what="the serving line naming the request")  # printed as the last worker is up
-    # it serves as ever
+    # it serves as ever, and top shows the target in force
     with broker.client() as c:
         c.create_topic("t", 1)
         assert c.metadata().topics
+    top = subprocess.run([sys.executable, "-m", "hostbroker", "top", "--json", "--interval",
+                          "0.1", "--iterations", "1", "--set",
+                          f"log.dirs={broker.settings['log.dirs']}"],
+                         capture_output=True, text=True, timeout=30, check=True)
+    assert json.loads(top.stdout)["cpu_wakeup_latency_us"] == min(before, 7)
     assert broker.stop() == 0
     assert pid not in _holders()
     _wait(lambda: cpulatency.current() == before, what="the request withdrawn")

@@ -88,3 +88,12 @@ def test_top_json_says_where_the_time_goes(broker):
         assert c["wakeups"] > 0 and c["spin_hits"] == 0, w  # worker.spin.us is 0 by default
         # every batch of requests or answers was passed on with a wake-up decision
         assert c["bells_rung"] + c["bells_skipped"] >= c["requests"], w
+
+
+def test_top_heads_its_table_with_the_cpu_wake_up_latency_target():
+    def first_line(target):
+        return render({"broker_state": "running", "supervisor_pid": 1, "workers": [],
+                       "cpu_wakeup_latency_us": target}, None, 1.0).splitlines()[0]
+    assert first_line(0) == "hostbroker running  supervisor pid 1  CPU wake-up latency 0 µs"
+    assert first_line(2_000_000_000).endswith("  CPU wake-up latency not bounded")
+    assert first_line(None) == "hostbroker running  supervisor pid 1"  # not root: not readable
