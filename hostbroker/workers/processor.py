@@ -123,13 +123,10 @@ class ProcessorWorker(FrameReading, RingClaims, Worker):
         self.writer_answers = [self.receiver("ans", w, self.index)
                                for w in range(plan.num_writers)]
         self.writer_bells = [self.waker("writer", w) for w in range(plan.num_writers)]
-        self.handler_epochs = [self.board.epoch(plan.board_slot("handler", h))
-                               for h in range(plan.num_handlers)]
-        self.writer_epochs = [self.board.epoch(plan.board_slot("writer", w))
-                              for w in range(plan.num_writers)]
+        # the board slots of the handlers, then the writers, and their epochs as last seen
         self._peer_slots = ([plan.board_slot("handler", h) for h in range(plan.num_handlers)]
                             + [plan.board_slot("writer", w) for w in range(plan.num_writers)])
-        self._peer_epochs = self.handler_epochs + self.writer_epochs
+        self._peer_epochs = [self.board.epoch(s) for s in self._peer_slots]
         self.files = SegmentFiles(config["segment.fd.cache.size"])
         self.table_answers = None  # METADATA and OFFSETS answered here (processor_frames)
         self.puts = None  # lone PRODUCEs straight to writers (processor_frames)
@@ -543,21 +540,19 @@ class ProcessorWorker(FrameReading, RingClaims, Worker):
         close the connections with requests at that handler, fail the PUTs
         at that writer. Every loop round: one read per peer when none moved."""
         read = self.board.epoch
-        if [read(s) for s in self._peer_slots] == self._peer_epochs:
+        now = [read(s) for s in self._peer_slots]
+        if now == self._peer_epochs:
             return
-        for h in range(self.plan.num_handlers):
-            epoch = self.board.epoch(self.plan.board_slot("handler", h))
-            if epoch != self.handler_epochs[h]:
-                self.handler_epochs[h] = epoch
+        moved = [i for i, (a, b) in enumerate(zip(now, self._peer_epochs)) if a != b]
+        self._peer_epochs = now
+        handlers = self.plan.num_handlers
+        for i in moved:
+            if i < handlers:
                 for conn in list(self.conns.values()):
-                    if conn.handler == h and conn.at_handler and not conn.lingering:
+                    if conn.handler == i and conn.at_handler and not conn.lingering:
                         self._close(conn)
-        for w in range(self.plan.num_writers):
-            epoch = self.board.epoch(self.plan.board_slot("writer", w))
-            if epoch != self.writer_epochs[w]:
-                self.writer_epochs[w] = epoch
-                self._fail_puts(w)
-        self._peer_epochs = self.handler_epochs + self.writer_epochs
+            else:
+                self._fail_puts(i - handlers)
 
     def _fail_puts(self, w: int) -> None:
         """Writer ``w`` was replaced: answer UNKNOWN each PUT it never answered,
