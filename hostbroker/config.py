@@ -202,6 +202,15 @@ SETTINGS: tuple[Setting, ...] = (
             "busy). -1 leaves the machine as it is. Machine-wide; needs root (the broker "
             "refuses to start without it); docs/benchmarks.md measures it.",
             _between(-1, 2_000_000_000)),
+    Setting("cpu.realtime.priority", int, 0,
+            "Above 0, the broker puts itself and every worker under the real-time SCHED_RR "
+            "policy at this priority (1-99) before it starts them: a process of it that wakes "
+            "takes a CPU from ordinary processes at once, which keeps the tail of latency low "
+            "on a machine that other work keeps busy. 0 leaves the scheduling as started (a "
+            "unit's CPUSchedulingPolicy= or chrt may set it). Needs root, CAP_SYS_NICE or a "
+            "real-time priority limit (the broker refuses to start without it); under any "
+            "real-time policy the spin settings must be 0. docs/benchmarks.md measures it.",
+            _between(0, 99)),
     Setting("processor.local.requests", bool, True,
             "Processors answer METADATA and OFFSETS themselves, from the partition table, "
             "for a connection with no request at its handler: two process crossings fewer "

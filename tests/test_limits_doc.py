@@ -15,7 +15,7 @@ NOT_LIMITS = {
     "advertised.listeners", "processor.local.requests", "produce.direct.answers",
     "produce.ring.append.min.bytes", "processor.direct.produce", "fetch.writer.polls",
     "processor.direct.produce.max.bytes",
-    "processor.ring.receive", "cpu.wakeup.latency.us",
+    "processor.ring.receive", "cpu.wakeup.latency.us", "cpu.realtime.priority",
 }
 TOPIC_CONFIGS = {"max.message.bytes"}
 

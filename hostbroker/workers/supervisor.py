@@ -6,9 +6,12 @@ unlink them, at shutdown and again at the next start after a crash); the
 listening sockets (bound here so a bind failure stops the start with one
 line); the doorbells and hand-off socket pairs the workers inherit; the CPU
 wake-up latency request (``cpu.wakeup.latency.us``, :mod:`hostbroker.cpulatency`),
-held from the start until the workers are gone; and the workers themselves.
+held from the start until the workers are gone; the scheduling policy every
+worker inherits (``cpu.realtime.priority``, :mod:`hostbroker.cpusched`); and
+the workers themselves.
 
-Start: take the CPU wake-up latency request if asked to, check the log dirs
+Start: take the real-time policy and the CPU wake-up latency request if asked
+to (refusing to spin under a real-time policy), check the log dirs
 and the unix listeners' directories (changing nothing), create the log dirs,
 take the broker lock, bind the listeners, create shared memory, fork the
 writers (each recovers its log dir) and wait until they are ready, then the
@@ -50,7 +53,7 @@ import stat
 import sys
 import time
 
-from hostbroker import cpulatency, systemd
+from hostbroker import cpulatency, cpusched, systemd
 from hostbroker.config import Config, parse_listener
 from hostbroker.errors import ConfigError, ExitStatus
 from hostbroker.shm import procs
@@ -207,6 +210,7 @@ class Supervisor:
         """Everything that can fail with a one-line reason, before any fork."""
         plan = self.plan
         config = self.config
+        self._take_cpu_policy()
         if config["cpu.wakeup.latency.us"] >= 0:
             try:
                 self.cpu_latency_fd = cpulatency.hold(config["cpu.wakeup.latency.us"])
@@ -251,6 +255,29 @@ class Supervisor:
             b.set_inheritable(True)
             plan.handoff.append((a, b))
 
+    def _take_cpu_policy(self) -> None:
+        """``cpu.realtime.priority``: SCHED_RR for this process, and so for every
+        worker it forks. Under a real-time policy (given here or by whoever
+        started the broker) no worker may spin: a spinning real-time process
+        keeps ordinary ones off its CPU."""
+        config = self.config
+        if config["cpu.realtime.priority"]:
+            try:
+                cpusched.use_round_robin(config["cpu.realtime.priority"])
+            except cpusched.CpuSchedError as e:
+                raise StartError(f"cpu.realtime.priority: {e}") from None
+        self.realtime = cpusched.realtime_policy()
+        if self.realtime is None:
+            return
+        spinning = [key for key in ("worker.spin.us", "processor.put.spin.us") if config[key]]
+        if spinning:
+            raise ConfigError(f"{spinning[0]}: must be 0 under a real-time scheduling policy "
+                              f"(this broker runs under {self.realtime[0]}): a spinning "
+                              "real-time worker keeps every ordinary process off its CPU")
+        if not cpusched.throttled():
+            print(f"hostbroker: warning: {self.realtime[0]} with kernel.sched_rt_runtime_us=-1:"
+                  " nothing keeps a busy worker from holding a CPU", file=sys.stderr, flush=True)
+
     def start(self) -> None:
         set_process_name("hb-supervisor")
         self._install_signals()
@@ -266,7 +293,9 @@ class Supervisor:
         held = self.config["cpu.wakeup.latency.us"]
         print(f"hostbroker: serving {', '.join(self.config.listeners)}; "
               f"log dirs {', '.join(self.plan.log_dirs)}"
-              + (f"; CPU wake-up latency held at {held} µs" if held >= 0 else ""),
+              + (f"; CPU wake-up latency held at {held} µs" if held >= 0 else "")
+              + (f"; real-time {self.realtime[0]} priority {self.realtime[1]}"
+                 if self.realtime else ""),
               file=sys.stderr, flush=True)
 
     def _wait_ready(self, kinds) -> None:
@@ -293,6 +322,7 @@ class Supervisor:
     halt_reason: str | None = None
     refused = False  # a worker exited EXIT_REFUSED, having said why
     cpu_latency_fd: int | None = None  # holds cpu.wakeup.latency.us (hostbroker.cpulatency)
+    realtime: tuple[str, int] | None = None  # the real-time policy the broker runs under
 
     def _extend_timeout(self, status: str) -> None:
         """While starting or stopping (log recovery can outlast systemd's 90 s): ask

@@ -173,3 +173,23 @@ class Broker:
         psutil.wait_procs(procs, timeout=10)
         self._log.close()
         self.proc = None
+
+
+def serve_unprivileged(tmp_path, settings: dict, setup: str = "") -> subprocess.CompletedProcess:
+    """``hostbroker serve`` by its real start path (``hostbroker.cli.main``), its
+    effective user dropped to nobody after the imports (and after ``setup``, a
+    line of Python): for what a broker without root's rights refuses. Data
+    would go under ``tmp_path``."""
+    args = ["serve", "--set", f"log.dirs={tmp_path}/logs",
+            "--set", f"listeners=unix://{tmp_path}/s"]
+    for key, value in settings.items():
+        args += ["--set", f"{key}={value}"]
+    code = (
+        "import os, resource, sys\n"
+        "import hostbroker.cli, hostbroker.workers.supervisor, hostbroker.config\n"
+        "hostbroker.cli.build_parser()  # what it imports as it goes, imported now\n"
+        f"{setup}\n"
+        "os.setegid(65534); os.seteuid(65534)\n"
+        f"sys.exit(hostbroker.cli.main({args!r}))\n")
+    return subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60, stdin=subprocess.DEVNULL, check=False)

@@ -24,6 +24,7 @@ import pytest
 
 from hostbroker import cpulatency
 from hostbroker.errors import ExitStatus
+from tests.integration.broker import serve_unprivileged
 
 
 def _need_root() -> None:
@@ -103,15 +104,7 @@ def test_unprivileged_the_broker_refuses_to_start_in_one_line(tmp_path):
     """The real start path (``hostbroker.cli.main``), its effective user dropped
     to nobody after the imports: the request is the first thing it takes."""
     _need_root()
-    code = (
-        "import os, sys\n"
-        "import hostbroker.cli, hostbroker.workers.supervisor, hostbroker.config\n"
-        "hostbroker.cli.build_parser()  # what it imports as it goes, imported now\n"
-        "os.setegid(65534); os.seteuid(65534)\n"
-        f"sys.exit(hostbroker.cli.main(['serve', '--set', 'cpu.wakeup.latency.us=0', "
-        f"'--set', 'log.dirs={tmp_path}/logs', '--set', 'listeners=unix://{tmp_path}/s']))\n")
-    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
-                            text=True, timeout=60, stdin=subprocess.DEVNULL)
+    result = serve_unprivileged(tmp_path, {"cpu.wakeup.latency.us": 0})
     lines = result.stderr.splitlines()
     assert result.returncode == ExitStatus.REFUSED, result.stderr
     assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
