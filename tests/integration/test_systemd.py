@@ -124,6 +124,31 @@ def test_unit_exposure_is_at_most_2_5(tmp_path, name):
     assert float(match.group(1)) <= 2.5, result.stdout
 
 
+def test_the_realtime_drop_in_verifies_and_keeps_the_sandbox(tmp_path):
+    """systemd reads a unit's drop-ins from ``<unit>.d/`` beside it; the drop-in
+    sets the policy the broker's processes inherit
+    (tests/integration/test_realtime.py runs the broker under it for real) and
+    leaves RestrictRealtime=yes and the exposure as they were."""
+    unit = _unit(tmp_path)
+    (tmp_path / "hostbroker.service.d").mkdir()
+    drop_in = tmp_path / "hostbroker.service.d" / "realtime.conf"
+    drop_in.write_text((SYSTEMD / "hostbroker-realtime.conf").read_text())
+    tool = _systemd_tool("systemd-analyze")
+    result = subprocess.run([tool, "verify", str(unit)], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "realtime.conf" not in result.stderr, result.stderr  # every key known
+    values = dict(line.split("=", 1) for line in drop_in.read_text().splitlines()
+                  if "=" in line and not line.startswith("#"))
+    assert values == {"CPUSchedulingPolicy": "rr", "CPUSchedulingPriority": "1"}
+    assert _unit_values("RestrictRealtime") == ["yes"]
+    result = subprocess.run([tool, "security", "--offline=yes", str(unit)],
+                            capture_output=True, text=True, timeout=60)
+    match = re.search(r"Overall exposure level for hostbroker.service: (\d+\.\d+)",
+                      result.stdout)
+    assert match and float(match.group(1)) <= 2.5, result.stdout + result.stderr
+
+
 def test_the_cpu_latency_unit_holds_the_request_beside_the_broker_and_nothing_else():
     """It runs ``hostbroker cpu-latency --hold`` (tests/integration/test_cpu_latency.py
     runs that for real), is up before the broker and stops with it, and may open
