@@ -303,10 +303,13 @@ def test_a_segment_retention_cannot_delete_takes_nothing_offline(make_broker):
         segments = sorted(n for n in os.listdir(path) if n.endswith(".kafka"))
         assert len(segments) >= 4
         old = time.time() - 7200
-        for name in segments[:2]:  # both expired; the second will not go
-            os.utime(os.path.join(path, name), (old, old))
+        # both expired; the second will not go. The second is aged and made
+        # immutable first: retention takes the oldest segments only up to the
+        # first one not expired, so a check in between takes nothing.
         stuck = os.path.join(path, segments[1])
+        os.utime(stuck, (old, old))
         with immutable(stuck):
+            os.utime(os.path.join(path, segments[0]), (old, old))
             deadline = time.monotonic() + 10
             while c.offsets("aged", 0, -2, 1)[0] == 0:
                 assert time.monotonic() < deadline, broker.log()
