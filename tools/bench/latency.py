@@ -33,6 +33,12 @@ latency lower is better, for a rate higher is better). Phases:
   against a loopback ``os.sendfile`` in the same repetition; then the same
   sets from one synchronous client (one request at a time): MB/s.
 
+``--nice N`` and ``--rr PRIO`` run both brokers at a nice value or under
+the real-time SCHED_RR policy (hostbroker by ``cpu.realtime.priority``); the
+clients keep the priority the benchmark was started with (``chrt -r PRIO``
+gives it to them too). Beside other work they show how much of the tail
+is the scheduler's.
+
 For hostbroker each phase also reads the broker's stage counters
 (``latency_stages``) before and after, and prints where the time goes per
 process kind. Every load is bounded in time; the default run takes about
@@ -114,6 +120,21 @@ class NaiveBroker:
         self._log.close()
 
 
+def reprioritize(pid: int, nice: int | None, rr: int | None) -> None:
+    """Give ``pid``, every process under it and all their threads the nice value
+    ``nice`` or the real-time round-robin priority ``rr`` (Linux keeps both per
+    thread; threads started later inherit them)."""
+    import psutil
+
+    root = psutil.Process(pid)
+    for proc in [root] + root.children(recursive=True):
+        for thread in proc.threads():
+            if rr is not None:
+                os.sched_setscheduler(thread.id, os.SCHED_RR, os.sched_param(rr))
+            elif nice is not None:
+                os.setpriority(os.PRIO_PROCESS, thread.id, nice)
+
+
 @contextlib.contextmanager
 def busy_neighbour(seconds: float):
     """One process spinning on a core for at most ``seconds`` (ended by PID on exit)."""
@@ -138,8 +159,10 @@ def run_rtt(uri: str, topic: str, seconds: float) -> dict:
     return pl.summary(pl.time_requests(uri, lambda: request, seconds))
 
 
-def _e2e_consumer(uri: str, topic: str, offset: int, seconds: float, conn) -> None:
-    """In a spawned process: long-poll ``topic`` from ``offset``; send back the latencies."""
+def _e2e_consumer(uri: str, topic: str, offset: int, count: int, seconds: float,
+                  conn) -> None:
+    """In a spawned process: long-poll ``topic`` from ``offset`` until ``count``
+    messages came or ``seconds`` passed; send back the latencies."""
     from hostbroker.client.connection import BrokerConnection
     from hostbroker.log.message import iter_messages
     from hostbroker.protocol import api
@@ -150,7 +173,7 @@ def _e2e_consumer(uri: str, topic: str, offset: int, seconds: float, conn) -> No
     conn.send("ready")
     end = time.monotonic() + seconds
     clock = time.monotonic_ns
-    while time.monotonic() < end:
+    while len(latencies) < count and time.monotonic() < end:
         answer = broker.request(api.FetchRequest(100, 1, (api.FetchPartition(topic, 0, offset,
                                                                              1 << 20),)))
         now = clock()
@@ -176,8 +199,11 @@ def run_e2e(uri: str, topic: str, seconds: float, rate: float) -> dict:
         start = client.offsets(topic, 0)[0]
     context = multiprocessing.get_context("spawn")
     ours, theirs = context.Pipe()
-    consumer = context.Process(target=_e2e_consumer, args=(uri, topic, start, seconds + 1.0,
-                                                          theirs), daemon=True)
+    count = round(seconds * rate)
+    # the consumer waits for all of them: a producer that falls behind its pace
+    # (each PRODUCE waits for its answer) sends its last ones late
+    consumer = context.Process(target=_e2e_consumer, args=(uri, topic, start, count,
+                                                          seconds + 30.0, theirs), daemon=True)
     consumer.start()
     try:
         if not ours.poll(60) or ours.recv() != "ready":
@@ -187,9 +213,8 @@ def run_e2e(uri: str, topic: str, seconds: float, rate: float) -> dict:
         interval = 1 / rate
         sent = 0
         t0 = time.monotonic()
-        slot = t0
-        while slot < t0 + seconds:
-            slot += interval
+        for i in range(count):
+            slot = t0 + (i + 1) * interval
             delay = slot - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
@@ -503,6 +528,13 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="before quiet phases wait up to this long for an idle second")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="hostbroker setting (repeatable)")
+    ap.add_argument("--nice", type=int, default=None, metavar="N",
+                    help="renice both brokers' processes to N after they start (below 0 needs "
+                         "root): what a unit's Nice= gives; the clients keep their own")
+    ap.add_argument("--rr", type=int, default=None, metavar="PRIO",
+                    help="both brokers under the real-time round-robin policy at PRIO (root): "
+                         "hostbroker by its setting cpu.realtime.priority, the naive one "
+                         "as --nice does; run this under `chrt -r PRIO` for the clients too")
     ap.add_argument("--workdir", help="where data goes (default: a new temporary directory)")
     ap.add_argument("--json", action="store_true", help="print JSON instead of tables")
     ap.add_argument("--json-out", metavar="FILE", help="also write the JSON report to FILE")
@@ -533,7 +565,8 @@ def main(argv=None) -> int:
     targets = {}
     try:
         if args.target in ("hostbroker", "both"):
-            hb = Broker(args.workdir, args.set)
+            hb = Broker(args.workdir, args.set + (
+                [f"cpu.realtime.priority={args.rr}"] if args.rr else []))
             log(f"starting hostbroker serve in {args.workdir} ...")
             hb.start()
             targets["hostbroker"] = hb
@@ -545,6 +578,8 @@ def main(argv=None) -> int:
             targets["naive"] = naive
         for broker in targets.values():
             _create_topics(broker.uri("tcp"))
+            if args.nice is not None or (args.rr and broker is naive):
+                reprioritize(broker.proc.pid, args.nice, args.rr)
         run = Run(targets, counters, args)
         for phase in args.phase_list:
             PHASE_FUNCS[phase](run, args)
