@@ -86,6 +86,11 @@ class StartError(Exception):
     """The broker cannot start; the message is the one line to print."""
 
 
+class StoppedWhileStarting(StartError):
+    """SIGTERM or SIGINT came before the broker was serving: a stop asked for,
+    which ends as any other stop does (status 0), not a refusal."""
+
+
 def bind_listener(uri: str) -> socket.socket:
     """Bind and listen on ``tcp://HOST:PORT`` or ``unix://PATH`` (mode 0660).
     The URI was checked by the configuration; a unix path's directory must exist."""
@@ -303,9 +308,10 @@ class Supervisor:
         while True:
             self._reap()
             if self.stopping:
+                if not self.refused and self.halt_reason is None:
+                    raise StoppedWhileStarting("stopped while starting")  # asked to
                 # a refusal a worker has already said needs no second line
-                raise StartError("" if self.refused else
-                                 self.halt_reason or "stopped while starting")
+                raise StartError("" if self.refused else self.halt_reason)
             waiting = [(k, i) for (k, i) in self.pids if k in kinds and
                        self.board.state(self.plan.board_slot(k, i)) != procs.WORKER_READY]
             if not waiting:
@@ -569,7 +575,9 @@ def serve(config: Config) -> int:
         if str(e):
             print(f"hostbroker: {e}", file=sys.stderr, flush=True)
         supervisor.stopping = True
-        supervisor.shutdown()
+        code = supervisor.shutdown()
+        if isinstance(e, StoppedWhileStarting):
+            return code
         return ExitStatus.USAGE if isinstance(e, ConfigError) else ExitStatus.REFUSED
     except OSError as e:
         if e.errno != errno.EEXIST:

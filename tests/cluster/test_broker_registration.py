@@ -133,6 +133,20 @@ def test_no_zookeeper_at_start_refused_with_one_line(make_broker, tmp_path):
     assert not os.path.exists(broker.unix_path)
 
 
+def test_a_stop_while_waiting_for_zookeeper_is_a_stop_not_a_refusal(make_broker, tmp_path):
+    """SIGTERM while the registrar still waits for ZooKeeper (the other workers
+    are up and answer): the broker stops as asked, status 0, with nothing left."""
+    port = free_port()  # nothing listens there
+    broker = make_broker(**{"zookeeper.connect": f"127.0.0.1:{port}",
+                            "zookeeper.connection.timeout.ms": 60000, **LEAN})
+    assert "hostbroker: serving" not in broker.log()  # still starting
+    started = time.monotonic()
+    assert broker.stop() == 0, broker.log()
+    assert time.monotonic() - started < 20
+    assert "stopped while starting" in broker.log()
+    assert not os.path.exists(broker.unix_path)
+
+
 def test_clean_stop_removes_registration_before_the_listener_closes(
         make_broker, tmp_path, zookeeper, zk):
     broker = cluster_broker(make_broker, tmp_path, zookeeper, zk, 1)
