@@ -1,7 +1,8 @@
 """The broker's CPU scheduling policy: a real-time priority for all its processes.
 
 Owns putting the calling process (every thread it has) under ``SCHED_RR`` at
-a priority, and telling which policy a process runs under. On a machine
+a priority, and telling which policy a process runs under (for the broker's
+start and for ``hostbroker top``). On a machine
 where other work keeps the CPUs busy (a build, a test suite, a batch job),
 an ordinary process that wakes up waits its turn behind them, and a request
 crosses several of the broker's processes, each of which may wait so: the
@@ -64,6 +65,23 @@ def realtime_policy(pid: int = 0) -> tuple[str, int] | None:
     if policy not in POLICY_NAMES:
         return None
     return POLICY_NAMES[policy], os.sched_getparam(pid).sched_priority
+
+
+def describe(pid: int) -> str | None:
+    """``pid``'s policy as ``hostbroker top`` shows it ("SCHED_RR 3",
+    "SCHED_OTHER"), None when it cannot be read (the process is gone)."""
+    try:
+        policy = os.sched_getscheduler(pid) & ~getattr(os, "SCHED_RESET_ON_FORK", 0)
+        priority = os.sched_getparam(pid).sched_priority
+    except OSError:
+        return None
+    if policy in POLICY_NAMES:
+        return f"{POLICY_NAMES[policy]} {priority}"
+    return _ORDINARY.get(policy, f"policy {policy}")
+
+
+_ORDINARY = {os.SCHED_OTHER: "SCHED_OTHER", getattr(os, "SCHED_BATCH", 3): "SCHED_BATCH",
+             getattr(os, "SCHED_IDLE", 5): "SCHED_IDLE"}
 
 
 def throttled(path: str = RT_RUNTIME) -> bool:

@@ -6,7 +6,8 @@ first log dir) and joins it with psutil's view of each worker process (CPU,
 memory, threads). Also attaches read-only to the partition table to list the
 log dirs and partitions that are offline (a failed disk, or files found
 damaged at start; the broker's log says why), and reads the machine's CPU
-wake-up latency target (``cpu.wakeup.latency.us``; root only). Prints a table
+wake-up latency target (``cpu.wakeup.latency.us``; root only) and the scheduling
+policy of each process (``cpu.realtime.priority``). Prints a table
 every interval, or one JSON document with ``--json``. Never writes to the
 broker's shared memory.
 """
@@ -19,7 +20,7 @@ import time
 
 import psutil
 
-from hostbroker import cpulatency
+from hostbroker import cpulatency, cpusched
 from hostbroker.config import Config
 from hostbroker.shm import table as ptable
 from hostbroker.shm.procs import COUNTER_NAMES, ProcessBoard
@@ -61,7 +62,8 @@ def sample(board: ProcessBoard, procs: dict[int, psutil.Process],
         if row.get("torn"):
             continue
         pid = row["pid"]
-        info = {"name": None, "cpu_percent": None, "rss_bytes": None, "threads": None}
+        info = {"name": None, "cpu_percent": None, "rss_bytes": None, "threads": None,
+                "scheduling": cpusched.describe(pid) if pid else None}
         if pid:
             try:
                 p = procs.get(pid)
@@ -69,8 +71,8 @@ def sample(board: ProcessBoard, procs: dict[int, psutil.Process],
                     p = procs[pid] = psutil.Process(pid)
                     p.cpu_percent(None)  # first call primes the measurement
                 with p.oneshot():
-                    info = {"name": p.name(), "cpu_percent": p.cpu_percent(None),
-                            "rss_bytes": p.memory_info().rss, "threads": p.num_threads()}
+                    info.update(name=p.name(), cpu_percent=p.cpu_percent(None),
+                                rss_bytes=p.memory_info().rss, threads=p.num_threads())
             except psutil.Error:
                 procs.pop(pid, None)
         rows.append({"kind": KIND_NAMES.get(row["kind"], str(row["kind"])),
@@ -79,7 +81,9 @@ def sample(board: ProcessBoard, procs: dict[int, psutil.Process],
                      "counters": dict(row["counters"])})
     reading = {"broker_state": board.broker_state.name.lower(),
                "supervisor_pid": board.supervisor_pid,
-               "cpu_wakeup_latency_us": _cpu_wakeup_latency(), "workers": rows}
+               "cpu_wakeup_latency_us": _cpu_wakeup_latency(),
+               "scheduling": cpusched.describe(board.supervisor_pid)
+               if board.supervisor_pid else None, "workers": rows}
     if table is not None:
         reading.update(offline(table, log_dirs or []))
     return reading
@@ -100,8 +104,11 @@ def render(reading: dict, previous: dict | None, seconds: float) -> str:
     target = reading.get("cpu_wakeup_latency_us")
     held = ("" if target is None else "  CPU wake-up latency " + (
         "not bounded" if target >= cpulatency.DEFAULT_US else f"{target} µs"))
+    policy = reading.get("scheduling")
+    realtime = f"  {policy}" if policy and policy.split()[0] in (
+        cpusched.POLICY_NAMES.values()) else ""
     lines = [f"hostbroker {reading['broker_state']}  supervisor pid {reading['supervisor_pid']}"
-             + held,
+             + held + realtime,
              f"{'process':<14}{'pid':>8}{'cpu%':>7}{'rss MiB':>9}  "
              + "".join(f"{c + '/s' if c not in ('connections', 'fetch_parked') else c:>15}"
                        for c in _COLUMNS) + f"{'wait us/req':>13}"]

@@ -8,6 +8,7 @@ Setting a real-time policy needs root (or CAP_SYS_NICE): CI runs as root.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -42,6 +43,13 @@ def test_every_process_and_thread_of_the_broker_runs_round_robin(make_broker):
     for pid in [broker.proc.pid, *workers.values()]:
         assert _policies(pid) == {(os.SCHED_RR, 3)}, pid
     assert wait_for(lambda: "real-time SCHED_RR priority 3" in broker.log()), broker.log()
+    top = subprocess.run([sys.executable, "-m", "hostbroker", "top", "--json", "--interval",
+                          "0.1", "--iterations", "1", "--set",
+                          f"log.dirs={broker.settings['log.dirs']}"],
+                         capture_output=True, text=True, timeout=30, check=True)
+    reading = json.loads(top.stdout.splitlines()[-1])
+    assert reading["scheduling"] == "SCHED_RR 3"
+    assert {w["scheduling"] for w in reading["workers"]} == {"SCHED_RR 3"}
     with broker.client() as c:
         c.create_topic("t", 1)
         c.produce("t", 0, encode_message_set([b"m"]))

@@ -24,6 +24,9 @@ def test_top_json_shows_every_worker_with_counters(broker):
                if n.startswith("hb-handler")) >= 5
     assert all(w["state"] == "ready" and w["rss_bytes"] > 0 for w in reading["workers"])
     assert reading["offline_log_dirs"] == [] and reading["offline_partitions"] == []
+    # ordinary scheduling, as started (test_realtime.py has the real-time case)
+    assert reading["scheduling"] == "SCHED_OTHER"
+    assert {w["scheduling"] for w in reading["workers"]} == {"SCHED_OTHER"}
 
 
 def test_top_table_and_missing_broker(broker, tmp_path):
@@ -97,3 +100,13 @@ def test_top_heads_its_table_with_the_cpu_wake_up_latency_target():
     assert first_line(0) == "hostbroker running  supervisor pid 1  CPU wake-up latency 0 µs"
     assert first_line(2_000_000_000).endswith("  CPU wake-up latency not bounded")
     assert first_line(None) == "hostbroker running  supervisor pid 1"  # not root: not readable
+
+
+def test_top_heads_its_table_with_a_real_time_policy_only():
+    def first_line(policy):
+        return render({"broker_state": "running", "supervisor_pid": 1, "workers": [],
+                       "cpu_wakeup_latency_us": None, "scheduling": policy},
+                      None, 1.0).splitlines()[0]
+    assert first_line("SCHED_RR 3") == "hostbroker running  supervisor pid 1  SCHED_RR 3"
+    assert first_line("SCHED_OTHER") == "hostbroker running  supervisor pid 1"
+    assert first_line(None) == "hostbroker running  supervisor pid 1"
