@@ -266,20 +266,22 @@ class Supervisor:
         started the broker) no worker may spin: a spinning real-time process
         keeps ordinary ones off its CPU."""
         config = self.config
-        if config["cpu.realtime.priority"]:
+        priority = config["cpu.realtime.priority"]
+        started = cpusched.realtime_policy()
+        # the configuration is checked before anything is taken
+        spinning = [key for key in ("worker.spin.us", "processor.put.spin.us") if config[key]]
+        if spinning and (priority or started):
+            policy = "SCHED_RR" if priority else started[0]
+            raise ConfigError(f"{spinning[0]}: must be 0 under a real-time scheduling policy "
+                              f"(this broker runs under {policy}): a spinning real-time "
+                              "worker keeps every ordinary process off its CPU")
+        if priority:
             try:
-                cpusched.use_round_robin(config["cpu.realtime.priority"])
+                cpusched.use_round_robin(priority)
             except cpusched.CpuSchedError as e:
                 raise StartError(f"cpu.realtime.priority: {e}") from None
         self.realtime = cpusched.realtime_policy()
-        if self.realtime is None:
-            return
-        spinning = [key for key in ("worker.spin.us", "processor.put.spin.us") if config[key]]
-        if spinning:
-            raise ConfigError(f"{spinning[0]}: must be 0 under a real-time scheduling policy "
-                              f"(this broker runs under {self.realtime[0]}): a spinning "
-                              "real-time worker keeps every ordinary process off its CPU")
-        if not cpusched.throttled():
+        if self.realtime is not None and not cpusched.throttled():
             print(f"hostbroker: warning: {self.realtime[0]} with kernel.sched_rt_runtime_us=-1:"
                   " nothing keeps a busy worker from holding a CPU", file=sys.stderr, flush=True)
 

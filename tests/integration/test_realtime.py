@@ -115,6 +115,11 @@ def test_unprivileged_the_broker_refuses_to_start_in_one_line(tmp_path):
     assert lines[0].startswith("hostbroker: cpu.realtime.priority: SCHED_RR at priority 1: "
                                "permission denied"), lines[0]
     assert not (tmp_path / "logs").exists()
+    # a configuration that cannot run anywhere is said first, as a configuration error
+    result = serve_unprivileged(tmp_path, {"cpu.realtime.priority": 1, "worker.spin.us": 5},
+                                setup="resource.setrlimit(resource.RLIMIT_RTPRIO, (0, 0))")
+    assert result.returncode == ExitStatus.USAGE, result.stderr
+    assert result.stderr.startswith("hostbroker: worker.spin.us: must be 0"), result.stderr
 
 
 def test_a_priority_out_of_range_is_a_configuration_error(tmp_path):
