@@ -80,7 +80,6 @@ def _serve(tmp_path, settings: dict, preexec=None) -> subprocess.CompletedProces
 
 
 def test_spinning_under_the_setting_is_a_configuration_error(tmp_path):
-    _need_root()
     result = _serve(tmp_path, {"cpu.realtime.priority": 1, "worker.spin.us": 20})
     assert result.returncode == ExitStatus.USAGE, result.stderr
     assert result.stderr.splitlines() == [(
