@@ -58,21 +58,25 @@ def use_round_robin(priority: int) -> None:
             raise CpuSchedError(f"SCHED_RR at priority {priority}: {e.strerror or e}") from None
 
 
+def _policy(pid: int) -> tuple[int, int]:
+    """``(policy, priority)`` of ``pid`` (0: this thread), without the
+    reset-on-fork flag."""
+    policy = os.sched_getscheduler(pid) & ~getattr(os, "SCHED_RESET_ON_FORK", 0)
+    return policy, os.sched_getparam(pid).sched_priority
+
+
 def realtime_policy(pid: int = 0) -> tuple[str, int] | None:
     """``(policy name, priority)`` when ``pid`` (0: this thread) runs under a
     real-time policy, else None."""
-    policy = os.sched_getscheduler(pid) & ~getattr(os, "SCHED_RESET_ON_FORK", 0)
-    if policy not in POLICY_NAMES:
-        return None
-    return POLICY_NAMES[policy], os.sched_getparam(pid).sched_priority
+    policy, priority = _policy(pid)
+    return (POLICY_NAMES[policy], priority) if policy in POLICY_NAMES else None
 
 
 def describe(pid: int) -> str | None:
     """``pid``'s policy as ``hostbroker top`` shows it ("SCHED_RR 3",
     "SCHED_OTHER"), None when it cannot be read (the process is gone)."""
     try:
-        policy = os.sched_getscheduler(pid) & ~getattr(os, "SCHED_RESET_ON_FORK", 0)
-        priority = os.sched_getparam(pid).sched_priority
+        policy, priority = _policy(pid)
     except OSError:
         return None
     if policy in POLICY_NAMES:
