@@ -150,6 +150,24 @@ class Broker:
         self.proc = None
         return code
 
+    def remove_leftovers(self) -> None:
+        """What a broker that was killed leaves behind for its next start on
+        these log dirs to remove (its shared memory and its admin lock), removed
+        now: for the end of a test that will not start it again. A broker still
+        running is left alone."""
+        from hostbroker.config import Config
+        from hostbroker.shm.region import remove_stale
+        from hostbroker.shm.table import AdminLock
+        from hostbroker.workers.plan import shm_token
+
+        if self.proc is not None:
+            return
+        token = shm_token(Config.build(overrides=[
+            f"{key}={self.settings[key]}" for key in ("log.dirs", "broker.id")
+            if key in self.settings]))
+        remove_stale("/" + token + "-")
+        AdminLock.remove_stale(token)
+
     def kill_tree(self) -> None:
         """SIGKILL the supervisor and every worker at once (a host-level crash of the broker)."""
         if self.proc is None:

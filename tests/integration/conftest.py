@@ -20,6 +20,7 @@ def make_broker(tmp_path):
                 b.stop(timeout=20)
             except Exception:  # noqa: BLE001 - already failing; make sure nothing is left
                 b.kill_tree()
+        b.remove_leftovers()  # of a broker the test killed: nothing starts it again
 
 
 @pytest.fixture
