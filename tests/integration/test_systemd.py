@@ -126,9 +126,10 @@ def test_unit_exposure_is_at_most_2_5(tmp_path, name):
 
 def test_the_realtime_drop_in_verifies_and_keeps_the_sandbox(tmp_path):
     """systemd reads a unit's drop-ins from ``<unit>.d/`` beside it; the drop-in
-    sets the policy the broker's processes inherit
-    (tests/integration/test_realtime.py runs the broker under it for real) and
-    leaves RestrictRealtime=yes and the exposure as they were."""
+    sets the policy the broker's processes inherit (tests/integration/
+    test_realtime.py starts a broker under that policy given from outside, as
+    systemd would, for real) and leaves RestrictRealtime=yes and the exposure
+    as they were."""
     unit = _unit(tmp_path)
     (tmp_path / "hostbroker.service.d").mkdir()
     drop_in = tmp_path / "hostbroker.service.d" / "realtime.conf"
