@@ -26,7 +26,9 @@ import os
 
 MAX_PRIORITY = 99  # the kernel's highest SCHED_RR priority
 RT_RUNTIME = "/proc/sys/kernel/sched_rt_runtime_us"
-POLICY_NAMES = {os.SCHED_RR: "SCHED_RR", os.SCHED_FIFO: "SCHED_FIFO"}
+POLICY_NAMES = {os.SCHED_RR: "SCHED_RR", os.SCHED_FIFO: "SCHED_FIFO"}  # the real-time ones
+_ORDINARY = {os.SCHED_OTHER: "SCHED_OTHER", getattr(os, "SCHED_BATCH", 3): "SCHED_BATCH",
+             getattr(os, "SCHED_IDLE", 5): "SCHED_IDLE"}
 
 
 class CpuSchedError(Exception):
@@ -83,9 +85,6 @@ def describe(pid: int) -> str | None:
         return f"{POLICY_NAMES[policy]} {priority}"
     return _ORDINARY.get(policy, f"policy {policy}")
 
-
-_ORDINARY = {os.SCHED_OTHER: "SCHED_OTHER", getattr(os, "SCHED_BATCH", 3): "SCHED_BATCH",
-             getattr(os, "SCHED_IDLE", 5): "SCHED_IDLE"}
 
 
 def throttled(path: str = RT_RUNTIME) -> bool:

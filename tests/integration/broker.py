@@ -193,15 +193,22 @@ class Broker:
         self.proc = None
 
 
+def serve_args(tmp_path, settings: dict) -> list[str]:
+    """``serve`` and its options for a broker under ``tmp_path`` (a Unix
+    listener only) with ``settings``: for a start that is expected to refuse."""
+    args = ["serve", "--set", f"log.dirs={tmp_path}/logs",
+            "--set", f"listeners=unix://{tmp_path}/s"]
+    for key, value in settings.items():
+        args += ["--set", f"{key}={value}"]
+    return args
+
+
 def serve_unprivileged(tmp_path, settings: dict, setup: str = "") -> subprocess.CompletedProcess:
     """``hostbroker serve`` by its real start path (``hostbroker.cli.main``), its
     effective user dropped to nobody after the imports (and after ``setup``, a
     line of Python): for what a broker without root's rights refuses. Data
     would go under ``tmp_path``."""
-    args = ["serve", "--set", f"log.dirs={tmp_path}/logs",
-            "--set", f"listeners=unix://{tmp_path}/s"]
-    for key, value in settings.items():
-        args += ["--set", f"{key}={value}"]
+    args = serve_args(tmp_path, settings)
     code = (
         "import os, resource, sys\n"
         "import hostbroker.cli, hostbroker.workers.supervisor, hostbroker.config\n"

@@ -16,7 +16,7 @@ import sys
 
 from hostbroker.errors import ExitStatus
 from hostbroker.log.message import encode_message_set
-from tests.integration.broker import serve_unprivileged
+from tests.integration.broker import serve_args, serve_unprivileged
 from tests.integration.wire_helpers import wait_for
 
 
@@ -71,10 +71,7 @@ def test_by_default_the_scheduling_is_left_as_started(make_broker):
 
 
 def _serve(tmp_path, settings: dict, preexec=None) -> subprocess.CompletedProcess:
-    args = [sys.executable, "-m", "hostbroker", "serve",
-            "--set", f"log.dirs={tmp_path}/logs", "--set", f"listeners=unix://{tmp_path}/s"]
-    for key, value in settings.items():
-        args += ["--set", f"{key}={value}"]
+    args = [sys.executable, "-m", "hostbroker", *serve_args(tmp_path, settings)]
     return subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=60,
                           stdin=subprocess.DEVNULL, preexec_fn=preexec, check=False)
 
