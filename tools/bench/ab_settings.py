@@ -19,7 +19,7 @@ unix``: the Unix socket). Loads (every one bounded by ``--seconds``):
 - ``sync1``: the same with one message per request: requests/s.
 - ``pipe``: 1,000-message sets with 16 in flight: messages/s.
 - ``e2e``: end to end at 1,000 msgs/s with a long-polling consumer
-  (``latency.run_e2e``): p50, p99, p99.9 in ms.
+  (``latency_loads.run_e2e``): p50, p99, p99.9 in ms.
 - ``large``: one client producing 100-message sets of 10 KiB (~1 MiB
   requests), 4 in flight, acks=1, up to 512 MiB per round, into a topic
   created for the round and deleted after it (so the page cache's dirty
@@ -48,7 +48,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.dirname(os.path.dirname(HERE))]
 
 from broker_throughput import Broker  # noqa: E402
-from latency import run_e2e, run_fetch, run_pipelined  # noqa: E402
+from latency_loads import run_e2e, run_fetch, run_pipelined  # noqa: E402
 
 LOADS = ("rtt", "sync", "sync1", "pipe", "e2e", "large", "sync10k", "fetch")
 FETCH_BYTES = 256 * 1024 * 1024

@@ -8,7 +8,7 @@ the repository with its venv::
     .venv/bin/python tools/bench/cpu_latency_ab.py --us 0 --loads sync,e2e --rounds 6
 
 Starts one ``hostbroker serve`` (defaults; ``--set`` passed through) and one
-``naive_broker.py`` (``latency.NaiveBroker``) and runs every load on each, in
+``naive_broker.py`` (``latency_loads.NaiveBroker``) and runs every load on each, in
 rounds. In each round the loads run twice, once with nothing held and once
 while this script holds the request the broker's ``cpu.wakeup.latency.us``
 setting holds (``hostbroker.cpulatency.hold``: the same open file, the same
@@ -22,7 +22,7 @@ bounded by ``--seconds`` (``e2e`` by ``--e2e-seconds``):
   request at a time: messages/s.
 - ``sync1``: the same with one message per request: requests/s.
 - ``e2e``: end to end at 1,000 msgs/s with a long-polling consumer
-  (``latency.run_e2e``): p50, p99, p99.9 ms. Before it the script writes
+  (``latency_loads.run_e2e``): p50, p99, p99.9 ms. Before it the script writes
   back every dirty page (``os.sync``): what the ``sync`` loads wrote a
   moment before would otherwise go to disk during it.
 
@@ -45,7 +45,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.dirname(os.path.dirname(HERE))]
 
 from broker_throughput import Broker, log, machine_info  # noqa: E402
-from latency import NaiveBroker, _create_topics, run_e2e, run_pipelined, run_rtt  # noqa: E402
+from latency_loads import NaiveBroker, create_topics, run_e2e, run_pipelined, run_rtt  # noqa: E402
 
 from hostbroker import cpulatency  # noqa: E402
 
@@ -136,7 +136,7 @@ def main(argv=None) -> int:
         targets["naive"] = NaiveBroker(workdir)
         targets["naive"].start()
         for broker in targets.values():
-            _create_topics(broker.uri("tcp"))
+            create_topics(broker.uri("tcp"))
         print(machine_info(), flush=True)
         results = {(load, t, h): [] for load in a.loads for t in targets for h in (False, True)}
         for r in range(a.rounds):
