@@ -66,6 +66,50 @@ def test_find_free_scan_and_generation(table):
     assert PartitionTable.attach(table.name, readonly=True).generation == 1
 
 
+def test_scan_and_find_free_see_every_state_at_every_place(created):
+    table = created(PartitionTable, "scan", 1000)
+    used = {0: PartitionState.CREATING, 1: PartitionState.ONLINE, 499: PartitionState.OFFLINE,
+            500: PartitionState.DELETING, 998: PartitionState.ONLINE, 999: PartitionState.CREATING}
+    for i, state in used.items():
+        table.write(i, state=state, partition=i, name=f"t{i}")
+    scanned = table.scan()
+    assert [i for i, _ in scanned] == sorted(used)
+    assert [(s.state, s.partition, s.name) for _, s in scanned] == [
+        (used[i], i, f"t{i}") for i in sorted(used)]
+    assert table.find_free() == 2
+    readonly = PartitionTable.attach(table.name, readonly=True)
+    assert [i for i, _ in readonly.scan()] == sorted(used)
+    for i in range(1000):
+        table.write(i, state=PartitionState.ONLINE)
+    assert table.find_free() is None and len(table.scan()) == 1000
+    table.write(999, state=PartitionState.FREE)
+    assert table.find_free() == 999 and len(table.scan()) == 999
+
+
+def test_a_scan_does_not_visit_free_slots_one_by_one(created):
+    """Every worker scans the whole table on each topic created or deleted:
+    at the default max.partitions (65,536) a loop over the slots took ~14 ms
+    each time. Against that loop in the same run, best of five."""
+    table = created(PartitionTable, "big", 65536)
+    for i in (3, 40000, 65535):
+        table.write(i, state=PartitionState.ONLINE, name=f"t{i}")
+
+    def loop():
+        return [(i, table.read(i)) for i in range(table.slot_count)
+                if table.state(i) != PartitionState.FREE]
+
+    def best(fn):
+        times = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        return min(times)
+
+    assert table.scan() == loop()
+    assert best(table.scan) < best(loop) / 3
+
+
 Pair = namedtuple("Pair", "state left right")
 PAIR_LAYOUT = SlotLayout(b"PAIR", Pair, [("state", "I"), ("_pad", "I"), ("left", "q"), ("right", "q")], slot_size=64)
 
@@ -75,6 +119,12 @@ def test_a_generic_layout(names):
     pairs.write(2, state=1, left=-5, right=6)
     assert SlotTable.attach(pairs.name, PAIR_LAYOUT).read(2) == Pair(1, -5, 6)
     assert pairs.scan() == [(2, Pair(1, -5, 6))]
+    assert pairs.find_free() == 0
+    for i in range(3):
+        pairs.write(i, state=1)
+    assert pairs.find_free() is None and [i for i, _ in pairs.scan()] == [0, 1, 2]
+    pairs.write(1, state=0)
+    assert pairs.find_free() == 1
     with pytest.raises(ValueError):
         SlotLayout(b"BAD!", Pair, [("state", "I"), ("left", "q"), ("right", "q")], slot_size=64)  # left unaligned
     with pytest.raises(ValueError):

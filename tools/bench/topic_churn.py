@@ -1,0 +1,172 @@
+#!/usr/bin/env python3
+"""What creating and deleting topics costs everyone else, against a baseline tree.
+
+Run by hand (not a test), from the repository with its venv::
+
+    git worktree add /tmp/hb-base HEAD~1     # or any tree to compare with
+    .venv/bin/python tools/bench/topic_churn.py --baseline /tmp/hb-base --rounds 3
+
+Each round starts ``hostbroker serve`` (defaults, so a partition table of
+``max.partitions`` = 65,536 slots; ``--set`` passed through) from this tree
+and from the ``--baseline`` tree in turn (the broker's ``PYTHONPATH`` names
+the tree). On each, this process first sends METADATA requests one at a
+time for ``--seconds`` and times them; then it does so again while one
+client process creates a topic of one partition and deletes it again, over
+and over (``--rate`` paces it: at equal rates the percentiles compare what
+each change costs). It prints create-and-delete pairs per second, the
+METADATA percentiles without and with the churn, and the CPU the whole
+broker spent per pair (psutil, every process; the CPU of the phase without
+churn taken off, so that the METADATA loop's own share does not count). Every worker looks at the
+partition table again after each change, and a handler holds the admin
+lock while it creates or deletes, so what that costs shows in all three.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path[:0] = [HERE, REPO]
+
+from broker_throughput import Broker, machine_info  # noqa: E402
+
+from hostbroker.commands import perf_latency as pl  # noqa: E402
+
+
+def _churn(uri: str, seconds: float, rate: float, out) -> None:
+    """In a spawned process: create and delete one topic until ``seconds`` pass,
+    ``rate`` times a second (0: as often as the broker lets it)."""
+    from hostbroker.client.simple import SimpleClient
+
+    pairs = 0
+    start = time.monotonic()
+    end = start + seconds
+    with SimpleClient(uri, timeout=30) as client:
+        while time.monotonic() < end:
+            name = f"churn-{pairs}"
+            client.create_topic(name, 1)
+            client.delete_topic(name)
+            pairs += 1
+            if rate:
+                time.sleep(max(0.0, start + pairs / rate - time.monotonic()))
+    out.send(pairs)
+    out.close()
+
+
+def broker_cpu(pid: int) -> float:
+    """CPU seconds of ``pid`` and every process under it."""
+    import psutil
+
+    root = psutil.Process(pid)
+    total = 0.0
+    for proc in [root] + root.children(recursive=True):
+        try:
+            times = proc.cpu_times()
+            total += times.user + times.system
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+def probe(uri: str, seconds: float) -> dict:
+    from hostbroker.protocol import api
+
+    request = api.MetadataRequest(("probe",))
+    return pl.summary(pl.time_requests(uri, lambda: request, seconds))["latency_ms"]
+
+
+def one_round(tree: str, a) -> dict:
+    from hostbroker.client.simple import SimpleClient
+
+    workdir = tempfile.mkdtemp(prefix="hb-churn-")
+    broker = Broker(workdir, a.set)
+    env_before = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = tree  # the broker's code; this process keeps its own
+    try:
+        broker.start()
+    finally:
+        if env_before is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = env_before
+    try:
+        uri = broker.uri(a.socket)
+        with SimpleClient(uri) as client:
+            client.create_topic("probe", 1)
+        cpu0 = broker_cpu(broker.proc.pid)
+        quiet = probe(uri, a.seconds)
+        cpu_quiet = broker_cpu(broker.proc.pid) - cpu0
+        ctx = multiprocessing.get_context("spawn")
+        receive, send = ctx.Pipe(duplex=False)
+        churner = ctx.Process(target=_churn, args=(uri, a.seconds, a.rate, send))
+        cpu0 = broker_cpu(broker.proc.pid)
+        churner.start()
+        busy = probe(uri, a.seconds)
+        churner.join(a.seconds + 60)
+        pairs = receive.recv() if receive.poll(5) else 0
+        # what the churn added: the METADATA loop's own share is the quiet phase's
+        cpu = broker_cpu(broker.proc.pid) - cpu0 - cpu_quiet
+        return {"pairs_per_s": pairs / a.seconds, "quiet": quiet, "churn": busy,
+                "cpu_ms_per_pair": cpu * 1000 / pairs if pairs else None}
+    finally:
+        broker.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="topic_churn.py", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--baseline", required=True, metavar="TREE",
+                    help="a source tree of hostbroker to compare with (a worktree or clone)")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--seconds", type=float, default=5.0, help="per measurement")
+    ap.add_argument("--rate", type=float, default=0.0,
+                    help="create-and-delete pairs a second (default 0: as many as it can); "
+                         "equal rates compare what each change costs the METADATA loop")
+    ap.add_argument("--socket", choices=("unix", "tcp"), default="unix")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    a = ap.parse_args(argv)
+    if not os.path.isfile(os.path.join(a.baseline, "hostbroker", "__init__.py")):
+        ap.error(f"--baseline {a.baseline}: no hostbroker package there")
+    if a.rounds < 1 or not 0 < a.seconds <= 600 or a.rate < 0:
+        ap.error("--rounds must be at least 1, --seconds within (0, 600], --rate at least 0")
+    return a
+
+
+def main(argv=None) -> int:
+    a = parse_args(argv)
+    trees = {"this tree": REPO, "baseline": os.path.abspath(a.baseline)}
+    print(machine_info(), flush=True)
+    results: dict[str, list[dict]] = {name: [] for name in trees}
+    for r in range(a.rounds):
+        for name, tree in trees.items():
+            res = one_round(tree, a)
+            results[name].append(res)
+            q, c = res["quiet"], res["churn"]
+            print(f"round {r + 1} {name:9}: {res['pairs_per_s']:7.1f} create+delete/s, "
+                  f"broker CPU {res['cpu_ms_per_pair'] or 0:6.1f} ms each; METADATA p50 / p99 / "
+                  f"p99.9 / max ms quiet {q['p50']:.3f} / {q['p99']:.3f} / {q['p99.9']:.2f} / "
+                  f"{q['max']:.1f}, during churn {c['p50']:.3f} / {c['p99']:.3f} / "
+                  f"{c['p99.9']:.2f} / {c['max']:.1f}", flush=True)
+    print()
+    for name, runs in results.items():
+        def med(key, sub=None):
+            vals = [x[key][sub] if sub else x[key] for x in runs if x[key] is not None]
+            return statistics.median(vals) if vals else float("nan")
+
+        print(f"{name:9} median: {med('pairs_per_s'):.1f} create+delete/s, broker CPU "
+              f"{med('cpu_ms_per_pair'):.1f} ms each, METADATA during churn p99 "
+              f"{med('churn', 'p99'):.3f} ms, p99.9 {med('churn', 'p99.9'):.2f} ms, max "
+              f"{med('churn', 'max'):.1f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
