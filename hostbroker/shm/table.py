@@ -12,7 +12,8 @@ Table layout (little-endian, x86-64 only)::
     8       4     layout_id   which slot layout, 4 ASCII bytes (b"PART", b"PROC")
     12      4     slot_size   bytes, a multiple of 64 (slots never share a cache line)
     16      4     slot_count
-    20      4     reserved
+    20      4     high water  one more than the highest slot ever taken: every
+                              slot from it on is FREE, and scans stop there
     24      8     generation  bumped by whoever adds or frees slots, so readers
                               can tell their cached view of the table is stale
     32      32    user words  owned by the layout's user (see procs.py)
@@ -22,7 +23,10 @@ Every slot starts with ``seq u64`` then ``state u32`` (0 = FREE in every
 layout), then the layout's fields, each naturally aligned. Readers go
 through the seqlock, except that :meth:`SlotTable.state` (and so
 ``find_free`` and ``scan``) loads ``state`` alone: one aligned load of a
-value that fits its low byte, so never torn.
+value that fits its low byte, so never torn. Whoever takes a slot above the
+high water raises it first, then writes the slot, so a scan that read the
+high water never misses a taken slot; taking a slot is one process's at a
+time (the admin lock, or the supervisor for the process board).
 
 Seqlock: a slot has one writer at a time (the partition's owning writer;
 the admin under :class:`AdminLock` while creating or freeing it). It stores
@@ -85,7 +89,8 @@ from hostbroker.shm.region import LayoutError, SharedRegion, Structure, tag_magi
 
 TABLE_HEADER_SIZE = 64
 _STATE_AT = 8  # a slot's state: u32 after its seq
-_TABLE_HEADER = struct.Struct("<IIIIII")  # magic .. reserved
+_TABLE_HEADER = struct.Struct("<IIIIII")  # magic .. high water
+_HIGH_WATER = 20 // 4  # index into the header viewed as u32
 _GENERATION = 24 // 8  # index into the header viewed as u64
 FREE = 0
 # A reader gives up on a slot whose seq stayed at one odd value for this many
@@ -193,7 +198,7 @@ class SlotTable(Structure):
     """
 
     MAGIC = tag_magic(b"HBST")
-    VERSION = 1
+    VERSION = 2  # 2: the high water
     LAYOUT: SlotLayout | None = None
 
     def __init__(self, region: SharedRegion, opened: bool, layout: SlotLayout):
@@ -302,6 +307,8 @@ class SlotTable(Structure):
         seq = self._u64[seq_at]
         if seq & 1:
             raise TornSlotError(f"{self.name}: slot {i} was left mid-write; repair it")
+        if fields.get("state") and i >= self._u32[_HIGH_WATER]:
+            self._u32[_HIGH_WATER] = i + 1  # before the slot shows taken
         self._u64[seq_at] = seq + 1
         try:
             for name, value in fields.items():
@@ -321,6 +328,8 @@ class SlotTable(Structure):
         if not seq & 1:
             self.write(i, **fields)
             return False
+        if fields.get("state") and i >= self._u32[_HIGH_WATER]:
+            self._u32[_HIGH_WATER] = i + 1
         for name, value in fields.items():
             self.layout.pack_field(self._buf, offset, name, value)
         self._u64[seq_at] = seq + 1
@@ -330,28 +339,39 @@ class SlotTable(Structure):
         """Slot ``i``'s state alone: one aligned load, no seqlock needed."""
         return self._u32[(self._offset(i) + _STATE_AT) >> 2]
 
+    @property
+    def high_water(self) -> int:
+        """One more than the highest slot ever taken: every slot from it on is FREE."""
+        return min(self._u32[_HIGH_WATER], self.slot_count)
+
     def _states(self) -> memoryview:
-        """Every slot's state in slot order: a strided view of the table (no copy)."""
-        return self._u32[(TABLE_HEADER_SIZE + _STATE_AT) >> 2::self.slot_size >> 2][:self.slot_count]
+        """The states of the slots below the high water, in slot order: a
+        strided view of the table (no copy)."""
+        first, step = (TABLE_HEADER_SIZE + _STATE_AT) >> 2, self.slot_size >> 2
+        return self._u32[first:first + self.high_water * step:step]
 
     def find_free(self) -> int | None:
         """The first FREE slot, or None. Claiming it races: hold the AdminLock."""
-        for i, state in enumerate(self._states()):
+        states = self._states()
+        for i, state in enumerate(states):
             if state == FREE:
                 return i
-        return None
+        return len(states) if len(states) < self.slot_count else None
 
     def scan(self) -> list[tuple[int, tuple]]:
         """``(index, record)`` of every slot that is not FREE.
 
-        The slots in use are picked out of the strided view of the states by
-        ``itertools.compress`` (FREE is 0): about 1.2 ms for the 65,536 slots
-        of the default ``max.partitions``, all free, against ~14 ms for a loop
-        of :meth:`state`. Every worker scans on each topic created or
-        deleted, and handlers while holding the admin lock, so this bounds
-        what a topic's creation costs the broker.
+        Only the slots below the high water are looked at, and the ones in
+        use are picked out of the strided view of their states by
+        ``itertools.compress`` (FREE is 0): about 1.2 ms for all 65,536
+        slots of the default ``max.partitions``, against ~14 ms for a loop
+        of :meth:`state`, and next to nothing for the few hundred slots a
+        broker has usually taken. Every worker scans on each topic created
+        or deleted, and handlers while holding the admin lock, so this
+        bounds what a topic's creation costs the broker.
         """
-        return [(i, self.read(i)) for i in compress(range(self.slot_count), self._states())]
+        states = self._states()
+        return [(i, self.read(i)) for i in compress(range(len(states)), states)]
 
     @property
     def generation(self) -> int:

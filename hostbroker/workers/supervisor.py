@@ -470,7 +470,7 @@ class Supervisor:
         """
         table = self.table
         torn = {}
-        for i in range(table.slot_count):
+        for i in range(table.high_water):  # every slot above it is FREE, never written
             seq = table.mid_write(i)
             if seq is not None and (writer is None or table.owner(i) == writer):
                 torn[i] = seq

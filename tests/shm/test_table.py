@@ -86,6 +86,32 @@ def test_scan_and_find_free_see_every_state_at_every_place(created):
     assert table.find_free() == 999 and len(table.scan()) == 999
 
 
+def test_the_high_water_bounds_scans_and_rises_before_a_slot_is_taken(created):
+    table = created(PartitionTable, "water", 65536)
+    assert table.high_water == 0 and table.find_free() == 0 and table.scan() == []
+    for i in range(3):
+        table.write(table.find_free(), state=PartitionState.CREATING, partition=i)
+    assert table.high_water == 3 and table.find_free() == 3
+    table.write(1, state=PartitionState.FREE)  # freed slots stay below it
+    assert table.high_water == 3 and table.find_free() == 1
+    table.write(1, end_offset=5)  # a write without a state takes nothing
+    assert table.high_water == 3 and table.find_free() == 1
+    table.write(60000, state=PartitionState.ONLINE, name="far")
+    assert table.high_water == 60001
+    assert [i for i, _ in table.scan()] == [0, 2, 60000]
+    readonly = PartitionTable.attach(table.name, readonly=True)
+    assert readonly.high_water == 60001 and [i for i, _ in readonly.scan()] == [0, 2, 60000]
+    # a repair of a slot left mid-write while being taken raises it too
+    seq_at = table._offset(60010) >> 3
+    table._u64[seq_at] += 1
+    assert table.repair(60010, state=PartitionState.CREATING)
+    assert table.high_water == 60011 and table.state(60010) == PartitionState.CREATING
+    for i in range(table.slot_count):
+        if table.state(i) == PartitionState.FREE:
+            table.write(i, state=PartitionState.ONLINE)
+    assert table.high_water == 65536 and table.find_free() is None
+
+
 def test_a_scan_does_not_visit_free_slots_one_by_one(created):
     """Every worker scans the whole table on each topic created or deleted:
     at the default max.partitions (65,536) a loop over the slots took ~14 ms
