@@ -4,20 +4,33 @@
 Run by hand (not a test), from the repository with its venv::
 
     .venv/bin/python tools/bench/request_cpu.py
+    .venv/bin/python tools/bench/request_cpu.py --loads sync,big --rounds 3 --warm-mib 3072
     sudo .venv/bin/python tools/bench/request_cpu.py --cpu-latency 0
     sudo .venv/bin/python tools/bench/request_cpu.py --perf-sched /tmp/sched.data --loads sync
 
-Starts one ``hostbroker serve`` (defaults; ``--set`` passed through) with a
-topic of one partition and runs, for ``--seconds`` each, one client producing
-over the Unix socket (acks=1): ``sync1`` one message per request, one at a
-time; ``pipe1`` the same with 16 in flight; ``sync`` 1,000-message sets of 100
-B one at a time; ``pipe`` the same 16 in flight. For each it prints requests
-per second and the CPU every process spent per request: the broker's
-processes by name, from ``/proc/PID/task/*/schedstat`` (every thread, ns of
-CPU), and the client's from its own ``process_time``. One at a time every
-process in the chain sleeps between requests, so the difference between a
-load and its pipelined twin is what the wake-ups cost.
+Starts one ``hostbroker serve`` (defaults; ``--set`` passed through) and the
+naive one-process broker of ``latency.py`` (``--target``), each with a topic
+of one partition, and runs, for ``--seconds`` each, one client producing
+(acks=1, over ``--socket``, Unix by default): ``sync1`` one message per
+request, one at a time; ``pipe1`` the same with 16 in flight; ``sync``
+1,000-message sets of 100 B one at a time; ``pipe`` the same 16 in flight;
+``big1`` sets of 100 messages of 10 KiB (~1 MiB) one at a time; ``big`` the
+same 4 in flight. Each load runs on each broker in turn, ``--rounds`` times.
 
+For each it prints requests per second and the CPU every process spent per
+request: hostbroker's processes by name, from ``/proc/PID/task/*/schedstat``
+(every thread, ns of CPU); the naive broker as one process (its connection
+threads end with their connection, so from the process's own times, which
+keep theirs); the client's from its own ``process_time``. It adds them up:
+one request at a time nothing overlaps, so that sum is what a request takes
+on one core, the floor under its round trip. One at a time every process in
+the chain sleeps between requests, so the difference between a load and its
+pipelined twin is what the wake-ups cost.
+
+The big loads stop after ``--big-mib`` (default 1,024 MiB), since both
+brokers keep every byte. ``--warm-mib N`` writes and deletes N MiB before
+each big load (see ``latency_loads.warm_free_memory``), so that both
+brokers' page-cache writes find memory the guest has just freed.
 ``--cpu-latency US`` holds a CPU wake-up latency request of ``US`` µs
 (``hostbroker.cpulatency``, what the broker's ``cpu.wakeup.latency.us``
 holds) for the whole run. ``--perf-sched FILE`` records the scheduler
@@ -42,15 +55,18 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.dirname(os.path.dirname(HERE))]
 
 from broker_throughput import Broker, machine_info  # noqa: E402
-from latency import run_pipelined  # noqa: E402
+from latency_loads import NaiveBroker, run_pipelined, warm_free_memory  # noqa: E402
 
 from hostbroker import cpulatency  # noqa: E402
 
-LOADS = {"sync1": (1, 1), "pipe1": (1, 16), "sync": (1000, 1), "pipe": (1000, 16)}
+# load -> (message size, messages per request, requests in flight)
+LOADS = {"sync1": (100, 1, 1), "pipe1": (100, 1, 16), "sync": (100, 1000, 1),
+         "pipe": (100, 1000, 16), "big1": (10 * 1024, 100, 1), "big": (10 * 1024, 100, 4)}
+TOPIC = "cpu"
 
 
 def cpu_ns(pid: int) -> int:
-    """CPU time of every thread of ``pid`` so far, ns (0 once it is gone)."""
+    """CPU time of every live thread of ``pid`` so far, ns (0 once it is gone)."""
     total = 0
     for path in glob.glob(f"/proc/{pid}/task/*/schedstat"):
         try:
@@ -61,34 +77,60 @@ def cpu_ns(pid: int) -> int:
     return total
 
 
-def workers(broker: Broker) -> dict[str, int]:
-    """Process name (hb-writer-0, ...) -> pid of each of the broker's workers."""
+def process_cpu_ns(pid: int) -> int:
+    """CPU time of ``pid`` so far, ended threads included, ns (clock-tick resolution)."""
     import psutil
 
-    return {p.name(): p.pid for p in psutil.Process(broker.proc.pid).children()}
+    times = psutil.Process(pid).cpu_times()
+    return int((times.user + times.system) * 1e9)
 
 
-def measure(broker: Broker, load: str, seconds: float) -> dict:
-    batch, window = LOADS[load]
-    uri = broker.uri("unix")
-    run_pipelined(uri, "cpu", 0.5, 100, batch, window)  # warm
-    procs = workers(broker)
-    before = {name: cpu_ns(pid) for name, pid in procs.items()}
+def meters(name: str, broker) -> dict:
+    """Process name -> a function giving its CPU so far, ns."""
+    import psutil
+
+    if name == "naive":
+        pid = broker.proc.pid
+        return {"naive": lambda: process_cpu_ns(pid)}
+    return {p.name(): (lambda pid=p.pid: cpu_ns(pid))
+            for p in psutil.Process(broker.proc.pid).children()}
+
+
+def measure(name: str, broker, load: str, a) -> dict:
+    size, batch, window = LOADS[load]
+    uri = broker.uri(a.socket)
+    cap = a.big_mib << 20 if size > 1000 else None  # the log keeps every byte
+    run_pipelined(uri, TOPIC, 0.5, size, batch, window, cap and min(cap, 64 << 20))  # warm up
+    if size > 1000:
+        warm_free_memory(a.workdir, a.warm_mib)
+    procs = meters(name, broker)
+    before = {proc: read() for proc, read in procs.items()}
     mine = time.process_time()
-    result = run_pipelined(uri, "cpu", seconds, 100, batch, window)
+    result = run_pipelined(uri, TOPIC, a.seconds, size, batch, window, cap)
     mine = time.process_time() - mine
     n = result["requests"]
-    spent = {name: (cpu_ns(pid) - before[name]) / 1000 / n for name, pid in procs.items()}
-    spent = {name: round(us, 1) for name, us in sorted(spent.items()) if us >= 0.5}
+    spent = {proc: (read() - before[proc]) / 1000 / n for proc, read in procs.items()}
+    spent = {proc: round(us, 1) for proc, us in sorted(spent.items()) if us >= 0.5}
     spent["client"] = round(mine * 1e6 / n, 1)
     return {"requests_per_s": round(n / result["seconds"], 1),
-            "msgs_per_s": result["msgs_per_s"], "cpu_us_per_request": spent}
+            "us_per_request": round(result["seconds"] * 1e6 / n, 1),
+            "msgs_per_s": result["msgs_per_s"], "mb_per_s": result["mb_per_s"],
+            "cpu_us_per_request": spent, "cpu_us_sum": round(sum(spent.values()), 1)}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="request_cpu.py", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--loads", default=",".join(LOADS), help=f"of {','.join(LOADS)}")
+    ap.add_argument("--loads", default="sync1,pipe1,sync,pipe", help=f"of {','.join(LOADS)}")
+    ap.add_argument("--target", choices=("hostbroker", "naive", "both"), default="both")
+    ap.add_argument("--socket", choices=("unix", "tcp"), default="unix")
     ap.add_argument("--seconds", type=float, default=3.0)
+    ap.add_argument("--rounds", type=int, default=1, help="each load on each broker this often")
+    ap.add_argument("--warm-mib", type=int, default=0, metavar="MIB",
+                    help="write and delete this many MiB before each big load")
+    ap.add_argument("--big-mib", type=int, default=1024, metavar="MIB",
+                    help="each big load stops after this many MiB (default 1024): both "
+                         "brokers keep all of it, so the work directory needs about "
+                         "2 x rounds x this much for big and big1 together")
     ap.add_argument("--cpu-latency", type=int, default=None, metavar="US",
                     help="hold a CPU wake-up latency request for the run (root)")
     ap.add_argument("--perf-sched", metavar="FILE", help="record the scheduler into FILE")
@@ -97,6 +139,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     a.loads = [x for x in a.loads.split(",") if x]
     if set(a.loads) - set(LOADS):
         ap.error(f"unknown loads: {', '.join(sorted(set(a.loads) - set(LOADS)))}")
+    if a.rounds < 1 or a.seconds <= 0 or a.warm_mib < 0 or a.big_mib < 1:
+        ap.error("--rounds and --big-mib must be at least 1, --seconds above 0, "
+                 "--warm-mib at least 0")
     return a
 
 
@@ -105,13 +150,18 @@ def main(argv=None) -> int:
 
     a = parse_args(argv)
     held = cpulatency.hold(a.cpu_latency) if a.cpu_latency is not None else None
-    workdir = tempfile.mkdtemp(prefix="hb-reqcpu-")
-    broker = Broker(workdir, a.set)
+    a.workdir = tempfile.mkdtemp(prefix="hb-reqcpu-")
+    brokers = {}
     perf = None
     try:
-        broker.start()
-        with SimpleClient(broker.uri("unix")) as client:
-            client.create_topic("cpu", 1)
+        if a.target in ("hostbroker", "both"):
+            brokers["hostbroker"] = Broker(a.workdir, a.set)
+        if a.target in ("naive", "both"):
+            brokers["naive"] = NaiveBroker(a.workdir)
+        for broker in brokers.values():
+            broker.start()
+            with SimpleClient(broker.uri("unix")) as client:
+                client.create_topic(TOPIC, 1)
         print(machine_info(), f"CPU wake-up latency target {cpulatency.current()} µs"
               if os.geteuid() == 0 else "", flush=True)
         if a.perf_sched:
@@ -119,16 +169,21 @@ def main(argv=None) -> int:
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             time.sleep(1)
         for load in a.loads:
-            r = measure(broker, load, a.seconds)
-            cpu = "  ".join(f"{k} {v}" for k, v in r["cpu_us_per_request"].items())
-            print(f"{load:6} {r['requests_per_s']:>10,.0f} requests/s "
-                  f"{r['msgs_per_s']:>12,.0f} msgs/s   CPU µs per request: {cpu}", flush=True)
+            for _ in range(a.rounds):
+                for name, broker in brokers.items():
+                    r = measure(name, broker, load, a)
+                    cpu = "  ".join(f"{k} {v}" for k, v in r["cpu_us_per_request"].items())
+                    print(f"{load:6} {name:10} {r['requests_per_s']:>9,.0f} requests/s "
+                          f"{r['msgs_per_s']:>11,.0f} msgs/s {r['mb_per_s']:>7,.0f} MB/s   "
+                          f"µs per request: wall {r['us_per_request']}, CPU {r['cpu_us_sum']} "
+                          f"= {cpu}", flush=True)
     finally:
         if perf is not None:
             perf.send_signal(signal.SIGINT)
             perf.wait(60)
-        broker.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
+        for broker in brokers.values():
+            broker.stop()
+        shutil.rmtree(a.workdir, ignore_errors=True)
         if held is not None:
             os.close(held)
     return 0
