@@ -258,10 +258,11 @@ def warm_free_memory(workdir: str, mib: int) -> None:
     """Write ``mib`` MiB into a scratch file and delete it (0: do nothing).
 
     A VM that hands the memory its guest frees back to the host (free page
-    reporting) makes the next page-cache writes fault it in again: ``dd``
-    then runs at a tenth of its speed on memory it just touched. Run before
-    each ``dd`` and each 10 KiB produce, this gives all of them memory the
-    guest freed a moment ago, as a host without a hypervisor always has."""
+    reporting) makes the page-cache writes that come next fault that memory
+    back in from the host: ``dd`` then runs at a tenth of its speed. Run
+    before each ``dd`` and each 10 KiB produce, this gives all of them
+    memory the guest freed a moment ago and has not handed back yet, as a
+    host without a hypervisor always has."""
     if mib <= 0:
         return
     path = os.path.join(workdir, "warm.bin")
