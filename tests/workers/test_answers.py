@@ -8,8 +8,10 @@ import itertools
 import os
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from hostbroker.errors import ErrorCode
+from hostbroker.errors import ErrorCode, HostbrokerError
 from hostbroker.log.config import LogConfig
 from hostbroker.log.segments import partition_dirname, segment_filename
 from hostbroker.protocol import api
@@ -98,6 +100,70 @@ def test_the_caches_stay_bounded_and_an_oversized_answer_is_never_kept(answers):
         pieces, flags = answers.answer_frame(_frame(api.MetadataRequest(("x" * 50,)), corr), 1000)
         assert flags and api.decode_error_frame(pieces[0][4:]) == (corr, ErrorCode.INVALID_REQUEST)
     assert answers._frames == {}
+
+
+_DIRS = ["/var/lib/hostbroker/a", "/srv/dísk-b", "/d"]
+_names = st.text(min_size=1, max_size=12)
+_part = st.none() | st.tuples(st.booleans(), st.integers(-2**63, 2**63 - 1),
+                              st.integers(-2**63, 2**63 - 1), st.integers(0, len(_DIRS) - 1))
+_topic = st.none() | st.lists(_part, max_size=6).map(tuple)
+
+
+@pytest.fixture(scope="module")
+def three_dirs():
+    token = f"m{os.getpid()}n{next(_runs)}"
+    table = PartitionTable.create(region_name(token, "partitions", 0), 4)
+    yield TableAnswers(TopicView(table, _DIRS, LogConfig()), _DIRS, 7,
+                       ((7, "127.0.0.1", 9092, "/run/hb.sock"),), 1 << 20)
+    table.close()
+    remove_stale(broker_prefix(token))
+
+
+def _both_ways(answers, corr: int, names: tuple, snapshot: dict):
+    """(direct, schema codec): the frame or the error each way gives."""
+    def schema():
+        try:
+            return api.encode_answer(corr, answers._build(names, snapshot),
+                                     answers.max_response_bytes)
+        except HostbrokerError as e:
+            return e.code
+
+    try:
+        frame = answers._encode_metadata(corr, names, snapshot)
+    except HostbrokerError as e:
+        return e.code, schema()
+    if frame is None:
+        return None, schema()
+    if len(frame) > answers.max_response_bytes:
+        frame, failed = api.encode_error_frame(corr, ErrorCode.INVALID_REQUEST), True
+    else:
+        failed = False
+    return (frame, failed), schema()
+
+
+@settings(max_examples=300, deadline=None)
+@given(corr=st.integers(-2**31, 2**31 - 1),
+       topics=st.dictionaries(_names, _topic, max_size=5),
+       repeat=st.lists(st.integers(0, 9), max_size=8),
+       limit=st.sampled_from([1 << 20, 60, 200, 700]))
+def test_metadata_frames_packed_directly_are_the_schema_codecs(three_dirs, corr, topics,
+                                                               repeat, limit):
+    names = tuple(topics)
+    names += tuple(names[i % len(names)] for i in repeat) if names else ()  # named again
+    three_dirs.max_response_bytes = limit
+    direct, schema = _both_ways(three_dirs, corr, names, topics)
+    assert direct == schema
+
+
+def test_names_the_direct_way_cannot_pack_go_to_the_schema_codec(three_dirs):
+    three_dirs.max_response_bytes = 1 << 20
+    for name in ("bad\udc80name", "x" * 32768):
+        direct, schema = _both_ways(three_dirs, 5, (name,), {name: None})
+        assert direct is None and schema == (api.encode_error_frame(5, ErrorCode.INVALID_REQUEST),
+                                             True)
+    name = "é" * 16383  # 32,766 bytes: the longest that fits
+    direct, schema = _both_ways(three_dirs, 5, (name,), {name: ((False, 0, 1, 1),)})
+    assert direct == schema and not direct[1]
 
 
 def test_fetch_answer_pieces_put_each_file_range_between_its_headers():

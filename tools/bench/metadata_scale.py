@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""What a METADATA request for all topics costs a broker of many partitions,
+and its processor's other connections, against a baseline tree.
+
+Run by hand (not a test), from the repository with its venv::
+
+    git worktree add /tmp/hb-base HEAD~1     # or any tree to compare with
+    .venv/bin/python tools/bench/metadata_scale.py --baseline /tmp/hb-base --rounds 3
+
+Each round starts ``hostbroker serve`` from this tree and from the
+``--baseline`` tree in turn (the broker's ``PYTHONPATH`` names the tree),
+with one processor (``num.processors=1``, so that every connection shares
+it; ``--set`` passed through), and creates ``--topics`` topics of
+``--partitions`` partitions. Then, for ``--seconds`` each:
+
+- one client sends METADATA requests naming no topic, one at a time: their
+  round trip, which includes the client's decoding of the answer;
+- this process sends METADATA requests naming one topic, one at a time,
+  first alone and then while a client process sends the all-topics
+  requests as above. The difference is what the processor's work on the
+  big answers costs everybody else of the same processor.
+
+It prints the percentiles of each and the broker's CPU per all-topics
+request (psutil, every process; the CPU of the probe alone taken off).
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path[:0] = [HERE, REPO]
+
+from broker_throughput import Broker, machine_info  # noqa: E402
+from topic_churn import broker_cpu  # noqa: E402
+
+from hostbroker.commands import perf_latency as pl  # noqa: E402
+
+
+def _time(uri: str, topics: tuple, seconds: float) -> dict:
+    from hostbroker.protocol import api
+
+    request = api.MetadataRequest(topics)
+    return pl.summary(pl.time_requests(uri, lambda: request, seconds))
+
+
+def _all_topics(uri: str, seconds: float, out) -> None:
+    """In a spawned process: all-topics METADATA one at a time for ``seconds``."""
+    out.send(_time(uri, (), seconds))
+    out.close()
+
+
+def one_round(tree: str, a) -> dict:
+    from hostbroker.client.simple import SimpleClient
+
+    workdir = tempfile.mkdtemp(prefix="hb-mdscale-")
+    broker = Broker(workdir, ["num.processors=1"] + a.set)
+    env_before = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = tree  # the broker's code; this process keeps its own
+    try:
+        broker.start()
+    finally:
+        if env_before is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = env_before
+    try:
+        uri = broker.uri(a.socket)
+        with SimpleClient(uri, timeout=60) as client:
+            for i in range(a.topics):
+                client.create_topic(f"scale-{i}", a.partitions)
+        _time(uri, ("scale-0",), 0.3)  # the table read once
+        cpu0 = broker_cpu(broker.proc.pid)
+        alone = _time(uri, ("scale-0",), a.seconds)
+        cpu_alone = broker_cpu(broker.proc.pid) - cpu0
+        ctx = multiprocessing.get_context("spawn")
+        receive, send = ctx.Pipe(duplex=False)
+        big = ctx.Process(target=_all_topics, args=(uri, a.seconds, send))
+        cpu0 = broker_cpu(broker.proc.pid)
+        big.start()
+        beside = _time(uri, ("scale-0",), a.seconds)
+        big.join(a.seconds + 120)
+        everything = receive.recv() if receive.poll(5) else None
+        cpu = broker_cpu(broker.proc.pid) - cpu0 - cpu_alone
+        n = everything["requests"] if everything else 0
+        return {"alone": alone["latency_ms"], "beside": beside["latency_ms"],
+                "all": everything["latency_ms"] if everything else None, "all_requests": n,
+                "cpu_ms_per_all": cpu * 1000 / n if n else None}
+    finally:
+        broker.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="metadata_scale.py", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--baseline", required=True, metavar="TREE",
+                    help="a source tree of hostbroker to compare with (a worktree or clone)")
+    ap.add_argument("--topics", type=int, default=250)
+    ap.add_argument("--partitions", type=int, default=8, help="of each topic")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--seconds", type=float, default=5.0, help="per measurement")
+    ap.add_argument("--socket", choices=("unix", "tcp"), default="unix")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    a = ap.parse_args(argv)
+    if not os.path.isfile(os.path.join(a.baseline, "hostbroker", "__init__.py")):
+        ap.error(f"--baseline {a.baseline}: no hostbroker package there")
+    if a.rounds < 1 or not 0 < a.seconds <= 600 or a.topics < 1 or not 1 <= a.partitions <= 10000:
+        ap.error("--rounds and --topics at least 1, --partitions 1-10000, --seconds within (0, 600]")
+    return a
+
+
+def main(argv=None) -> int:
+    a = parse_args(argv)
+    trees = {"this tree": REPO, "baseline": os.path.abspath(a.baseline)}
+    print(machine_info(), f"{a.topics} topics x {a.partitions} partitions", flush=True)
+    results: dict[str, list[dict]] = {name: [] for name in trees}
+    for r in range(a.rounds):
+        for name, tree in trees.items():
+            res = one_round(tree, a)
+            results[name].append(res)
+            al, be, ev = res["alone"], res["beside"], res["all"] or {}
+            print(f"round {r + 1} {name:9}: all-topics METADATA p50 / p99 "
+                  f"{ev.get('p50', 0):.1f} / {ev.get('p99', 0):.1f} ms ({res['all_requests']}), "
+                  f"broker CPU {res['cpu_ms_per_all'] or 0:.1f} ms each; one-topic METADATA "
+                  f"p50 / p99 / max ms alone {al['p50']:.3f} / {al['p99']:.3f} / {al['max']:.1f}, "
+                  f"beside {be['p50']:.3f} / {be['p99']:.3f} / {be['max']:.1f}", flush=True)
+    print()
+    for name, runs in results.items():
+        def med(key, sub=None):
+            vals = [x[key][sub] if sub else x[key] for x in runs if x[key] is not None]
+            return statistics.median(vals) if vals else float("nan")
+
+        print(f"{name:9} median: all-topics p50 {med('all', 'p50'):.1f} ms, broker CPU "
+              f"{med('cpu_ms_per_all'):.1f} ms each; one-topic beside it p50 "
+              f"{med('beside', 'p50'):.3f} ms, p99 {med('beside', 'p99'):.3f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
