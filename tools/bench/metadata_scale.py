@@ -29,18 +29,18 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
-import shutil
-import statistics
 import sys
-import tempfile
-import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
-sys.path[:0] = [HERE, REPO]
+sys.path[:0] = [os.path.dirname(os.path.abspath(__file__))]
 
-from broker_throughput import Broker, machine_info  # noqa: E402
-from topic_churn import broker_cpu  # noqa: E402
+from tree_ab import (  # noqa: E402
+    add_arguments,
+    alternate,
+    broker_cpu,
+    broker_of,
+    check_arguments,
+    median,
+)
 
 from hostbroker.commands import perf_latency as pl  # noqa: E402
 
@@ -61,18 +61,7 @@ def _all_topics(uri: str, seconds: float, out) -> None:
 def one_round(tree: str, a) -> dict:
     from hostbroker.client.simple import SimpleClient
 
-    workdir = tempfile.mkdtemp(prefix="hb-mdscale-")
-    broker = Broker(workdir, ["num.processors=1"] + a.set)
-    env_before = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = tree  # the broker's code; this process keeps its own
-    try:
-        broker.start()
-    finally:
-        if env_before is None:
-            del os.environ["PYTHONPATH"]
-        else:
-            os.environ["PYTHONPATH"] = env_before
-    try:
+    with broker_of(tree, ["num.processors=1"] + a.set, "hb-mdscale-") as broker:
         uri = broker.uri(a.socket)
         with SimpleClient(uri, timeout=60) as client:
             for i in range(a.topics):
@@ -94,53 +83,36 @@ def one_round(tree: str, a) -> dict:
         return {"alone": alone["latency_ms"], "beside": beside["latency_ms"],
                 "all": everything["latency_ms"] if everything else None, "all_requests": n,
                 "cpu_ms_per_all": cpu * 1000 / n if n else None}
-    finally:
-        broker.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="metadata_scale.py", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--baseline", required=True, metavar="TREE",
-                    help="a source tree of hostbroker to compare with (a worktree or clone)")
+    add_arguments(ap)
     ap.add_argument("--topics", type=int, default=250)
     ap.add_argument("--partitions", type=int, default=8, help="of each topic")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--seconds", type=float, default=5.0, help="per measurement")
-    ap.add_argument("--socket", choices=("unix", "tcp"), default="unix")
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     a = ap.parse_args(argv)
-    if not os.path.isfile(os.path.join(a.baseline, "hostbroker", "__init__.py")):
-        ap.error(f"--baseline {a.baseline}: no hostbroker package there")
-    if a.rounds < 1 or not 0 < a.seconds <= 600 or a.topics < 1 or not 1 <= a.partitions <= 10000:
-        ap.error("--rounds and --topics at least 1, --partitions 1-10000, --seconds within (0, 600]")
+    check_arguments(ap, a)
+    if a.topics < 1 or not 1 <= a.partitions <= 10000:
+        ap.error("--topics must be at least 1 and --partitions within 1-10000")
     return a
+
+
+def line(res: dict) -> str:
+    al, be, ev = res["alone"], res["beside"], res["all"] or {}
+    return (f"all-topics METADATA p50 / p99 {ev.get('p50', 0):.1f} / {ev.get('p99', 0):.1f} ms "
+            f"({res['all_requests']}), broker CPU {res['cpu_ms_per_all'] or 0:.1f} ms each; "
+            f"one-topic METADATA p50 / p99 / max ms alone {al['p50']:.3f} / {al['p99']:.3f} / "
+            f"{al['max']:.1f}, beside {be['p50']:.3f} / {be['p99']:.3f} / {be['max']:.1f}")
 
 
 def main(argv=None) -> int:
     a = parse_args(argv)
-    trees = {"this tree": REPO, "baseline": os.path.abspath(a.baseline)}
-    print(machine_info(), f"{a.topics} topics x {a.partitions} partitions", flush=True)
-    results: dict[str, list[dict]] = {name: [] for name in trees}
-    for r in range(a.rounds):
-        for name, tree in trees.items():
-            res = one_round(tree, a)
-            results[name].append(res)
-            al, be, ev = res["alone"], res["beside"], res["all"] or {}
-            print(f"round {r + 1} {name:9}: all-topics METADATA p50 / p99 "
-                  f"{ev.get('p50', 0):.1f} / {ev.get('p99', 0):.1f} ms ({res['all_requests']}), "
-                  f"broker CPU {res['cpu_ms_per_all'] or 0:.1f} ms each; one-topic METADATA "
-                  f"p50 / p99 / max ms alone {al['p50']:.3f} / {al['p99']:.3f} / {al['max']:.1f}, "
-                  f"beside {be['p50']:.3f} / {be['p99']:.3f} / {be['max']:.1f}", flush=True)
-    print()
+    results = alternate(a, lambda tree: one_round(tree, a), line,
+                        f"{a.topics} topics x {a.partitions} partitions")
     for name, runs in results.items():
-        def med(key, sub=None):
-            vals = [x[key][sub] if sub else x[key] for x in runs if x[key] is not None]
-            return statistics.median(vals) if vals else float("nan")
-
-        print(f"{name:9} median: all-topics p50 {med('all', 'p50'):.1f} ms, broker CPU "
-              f"{med('cpu_ms_per_all'):.1f} ms each; one-topic beside it p50 "
-              f"{med('beside', 'p50'):.3f} ms, p99 {med('beside', 'p99'):.3f} ms")
+        print(f"{name:9} median: all-topics p50 {median(runs, 'all', 'p50'):.1f} ms, broker CPU "
+              f"{median(runs, 'cpu_ms_per_all'):.1f} ms each; one-topic beside it p50 "
+              f"{median(runs, 'beside', 'p50'):.3f} ms, p99 {median(runs, 'beside', 'p99'):.3f} ms")
     return 0
 
 

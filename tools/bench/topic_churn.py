@@ -26,17 +26,19 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
-import shutil
-import statistics
 import sys
-import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
-sys.path[:0] = [HERE, REPO]
+sys.path[:0] = [os.path.dirname(os.path.abspath(__file__))]
 
-from broker_throughput import Broker, machine_info  # noqa: E402
+from tree_ab import (  # noqa: E402
+    add_arguments,
+    alternate,
+    broker_cpu,
+    broker_of,
+    check_arguments,
+    median,
+)
 
 from hostbroker.commands import perf_latency as pl  # noqa: E402
 
@@ -61,21 +63,6 @@ def _churn(uri: str, seconds: float, rate: float, out) -> None:
     out.close()
 
 
-def broker_cpu(pid: int) -> float:
-    """CPU seconds of ``pid`` and every process under it."""
-    import psutil
-
-    root = psutil.Process(pid)
-    total = 0.0
-    for proc in [root] + root.children(recursive=True):
-        try:
-            times = proc.cpu_times()
-            total += times.user + times.system
-        except psutil.NoSuchProcess:
-            pass
-    return total
-
-
 def probe(uri: str, seconds: float) -> dict:
     from hostbroker.protocol import api
 
@@ -86,18 +73,7 @@ def probe(uri: str, seconds: float) -> dict:
 def one_round(tree: str, a) -> dict:
     from hostbroker.client.simple import SimpleClient
 
-    workdir = tempfile.mkdtemp(prefix="hb-churn-")
-    broker = Broker(workdir, a.set)
-    env_before = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = tree  # the broker's code; this process keeps its own
-    try:
-        broker.start()
-    finally:
-        if env_before is None:
-            del os.environ["PYTHONPATH"]
-        else:
-            os.environ["PYTHONPATH"] = env_before
-    try:
+    with broker_of(tree, a.set, "hb-churn-") as broker:
         uri = broker.uri(a.socket)
         with SimpleClient(uri) as client:
             client.create_topic("probe", 1)
@@ -116,55 +92,37 @@ def one_round(tree: str, a) -> dict:
         cpu = broker_cpu(broker.proc.pid) - cpu0 - cpu_quiet
         return {"pairs_per_s": pairs / a.seconds, "quiet": quiet, "churn": busy,
                 "cpu_ms_per_pair": cpu * 1000 / pairs if pairs else None}
-    finally:
-        broker.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="topic_churn.py", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--baseline", required=True, metavar="TREE",
-                    help="a source tree of hostbroker to compare with (a worktree or clone)")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--seconds", type=float, default=5.0, help="per measurement")
+    add_arguments(ap)
     ap.add_argument("--rate", type=float, default=0.0,
                     help="create-and-delete pairs a second (default 0: as many as it can); "
                          "equal rates compare what each change costs the METADATA loop")
-    ap.add_argument("--socket", choices=("unix", "tcp"), default="unix")
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     a = ap.parse_args(argv)
-    if not os.path.isfile(os.path.join(a.baseline, "hostbroker", "__init__.py")):
-        ap.error(f"--baseline {a.baseline}: no hostbroker package there")
-    if a.rounds < 1 or not 0 < a.seconds <= 600 or a.rate < 0:
-        ap.error("--rounds must be at least 1, --seconds within (0, 600], --rate at least 0")
+    check_arguments(ap, a)
+    if a.rate < 0:
+        ap.error("--rate must be at least 0")
     return a
+
+
+def line(res: dict) -> str:
+    q, c = res["quiet"], res["churn"]
+    return (f"{res['pairs_per_s']:7.1f} create+delete/s, broker CPU "
+            f"{res['cpu_ms_per_pair'] or 0:6.1f} ms each; METADATA p50 / p99 / p99.9 / max ms "
+            f"quiet {q['p50']:.3f} / {q['p99']:.3f} / {q['p99.9']:.2f} / {q['max']:.1f}, during "
+            f"churn {c['p50']:.3f} / {c['p99']:.3f} / {c['p99.9']:.2f} / {c['max']:.1f}")
 
 
 def main(argv=None) -> int:
     a = parse_args(argv)
-    trees = {"this tree": REPO, "baseline": os.path.abspath(a.baseline)}
-    print(machine_info(), flush=True)
-    results: dict[str, list[dict]] = {name: [] for name in trees}
-    for r in range(a.rounds):
-        for name, tree in trees.items():
-            res = one_round(tree, a)
-            results[name].append(res)
-            q, c = res["quiet"], res["churn"]
-            print(f"round {r + 1} {name:9}: {res['pairs_per_s']:7.1f} create+delete/s, "
-                  f"broker CPU {res['cpu_ms_per_pair'] or 0:6.1f} ms each; METADATA p50 / p99 / "
-                  f"p99.9 / max ms quiet {q['p50']:.3f} / {q['p99']:.3f} / {q['p99.9']:.2f} / "
-                  f"{q['max']:.1f}, during churn {c['p50']:.3f} / {c['p99']:.3f} / "
-                  f"{c['p99.9']:.2f} / {c['max']:.1f}", flush=True)
-    print()
+    results = alternate(a, lambda tree: one_round(tree, a), line)
     for name, runs in results.items():
-        def med(key, sub=None):
-            vals = [x[key][sub] if sub else x[key] for x in runs if x[key] is not None]
-            return statistics.median(vals) if vals else float("nan")
-
-        print(f"{name:9} median: {med('pairs_per_s'):.1f} create+delete/s, broker CPU "
-              f"{med('cpu_ms_per_pair'):.1f} ms each, METADATA during churn p99 "
-              f"{med('churn', 'p99'):.3f} ms, p99.9 {med('churn', 'p99.9'):.2f} ms, max "
-              f"{med('churn', 'max'):.1f} ms")
+        print(f"{name:9} median: {median(runs, 'pairs_per_s'):.1f} create+delete/s, broker CPU "
+              f"{median(runs, 'cpu_ms_per_pair'):.1f} ms each, METADATA during churn p99 "
+              f"{median(runs, 'churn', 'p99'):.3f} ms, p99.9 {median(runs, 'churn', 'p99.9'):.2f}"
+              f" ms, max {median(runs, 'churn', 'max'):.1f} ms")
     return 0
 
 
