@@ -7,7 +7,11 @@ such request; processors use it for a request of a connection that has none
 at its handler (``processor.local.requests``), which saves the request two
 process crossings. Both build the same answer from the same table. It keeps
 two bounded caches of its own for the processors' frames: decoded requests,
-and METADATA answer frames keyed by what they read from the table.
+and METADATA answer frames keyed by what they read from the table. A
+processor's METADATA frame is packed straight from the table's figures
+(:meth:`TableAnswers._encode_metadata`), in the bytes the schema codec would
+give: an answer for every topic of a large table holds up the processor's
+other connections for that long.
 """
 
 from __future__ import annotations
