@@ -164,6 +164,9 @@ def test_names_the_direct_way_cannot_pack_go_to_the_schema_codec(three_dirs):
     name = "é" * 16383  # 32,766 bytes: the longest that fits
     direct, schema = _both_ways(three_dirs, 5, (name,), {name: ((False, 0, 1, 1),)})
     assert direct == schema and not direct[1]
+    past = {"t": ((False, 0, 2**63, 0),)}  # a figure past its wire type
+    direct, schema = _both_ways(three_dirs, 5, ("t",), past)
+    assert direct is None and schema == (api.encode_error_frame(5, ErrorCode.INVALID_REQUEST), True)
 
 
 def test_fetch_answer_pieces_put_each_file_range_between_its_headers():
