@@ -33,14 +33,7 @@ import sys
 
 sys.path[:0] = [os.path.dirname(os.path.abspath(__file__))]
 
-from tree_ab import (  # noqa: E402
-    add_arguments,
-    alternate,
-    broker_cpu,
-    broker_of,
-    check_arguments,
-    median,
-)
+import tree_ab as ab  # noqa: E402
 
 from hostbroker.commands import perf_latency as pl  # noqa: E402
 
@@ -61,24 +54,24 @@ def _all_topics(uri: str, seconds: float, out) -> None:
 def one_round(tree: str, a) -> dict:
     from hostbroker.client.simple import SimpleClient
 
-    with broker_of(tree, ["num.processors=1"] + a.set, "hb-mdscale-") as broker:
+    with ab.broker_of(tree, ["num.processors=1"] + a.set, "hb-mdscale-") as broker:
         uri = broker.uri(a.socket)
         with SimpleClient(uri, timeout=60) as client:
             for i in range(a.topics):
                 client.create_topic(f"scale-{i}", a.partitions)
         _time(uri, ("scale-0",), 0.3)  # the table read once
-        cpu0 = broker_cpu(broker.proc.pid)
+        cpu0 = ab.broker_cpu(broker.proc.pid)
         alone = _time(uri, ("scale-0",), a.seconds)
-        cpu_alone = broker_cpu(broker.proc.pid) - cpu0
+        cpu_alone = ab.broker_cpu(broker.proc.pid) - cpu0
         ctx = multiprocessing.get_context("spawn")
         receive, send = ctx.Pipe(duplex=False)
         big = ctx.Process(target=_all_topics, args=(uri, a.seconds, send))
-        cpu0 = broker_cpu(broker.proc.pid)
+        cpu0 = ab.broker_cpu(broker.proc.pid)
         big.start()
         beside = _time(uri, ("scale-0",), a.seconds)
         big.join(a.seconds + 120)
         everything = receive.recv() if receive.poll(5) else None
-        cpu = broker_cpu(broker.proc.pid) - cpu0 - cpu_alone
+        cpu = ab.broker_cpu(broker.proc.pid) - cpu0 - cpu_alone
         n = everything["requests"] if everything else 0
         return {"alone": alone["latency_ms"], "beside": beside["latency_ms"],
                 "all": everything["latency_ms"] if everything else None, "all_requests": n,
@@ -87,11 +80,11 @@ def one_round(tree: str, a) -> dict:
 
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="metadata_scale.py", description=__doc__.split("\n\n")[0])
-    add_arguments(ap)
+    ab.add_arguments(ap)
     ap.add_argument("--topics", type=int, default=250)
     ap.add_argument("--partitions", type=int, default=8, help="of each topic")
     a = ap.parse_args(argv)
-    check_arguments(ap, a)
+    ab.check_arguments(ap, a)
     if a.topics < 1 or not 1 <= a.partitions <= 10000:
         ap.error("--topics must be at least 1 and --partitions within 1-10000")
     return a
@@ -105,14 +98,16 @@ def line(res: dict) -> str:
             f"{al['max']:.1f}, beside {be['p50']:.3f} / {be['p99']:.3f} / {be['max']:.1f}")
 
 
+def summary(med) -> str:
+    return (f"all-topics p50 {med('all', 'p50'):.1f} ms, broker CPU {med('cpu_ms_per_all'):.1f}"
+            f" ms each; one-topic beside it p50 {med('beside', 'p50'):.3f} ms, p99 "
+            f"{med('beside', 'p99'):.3f} ms")
+
+
 def main(argv=None) -> int:
     a = parse_args(argv)
-    results = alternate(a, lambda tree: one_round(tree, a), line,
-                        f"{a.topics} topics x {a.partitions} partitions")
-    for name, runs in results.items():
-        print(f"{name:9} median: all-topics p50 {median(runs, 'all', 'p50'):.1f} ms, broker CPU "
-              f"{median(runs, 'cpu_ms_per_all'):.1f} ms each; one-topic beside it p50 "
-              f"{median(runs, 'beside', 'p50'):.3f} ms, p99 {median(runs, 'beside', 'p99'):.3f} ms")
+    ab.alternate(a, lambda tree: one_round(tree, a), line, summary,
+                 f"{a.topics} topics x {a.partitions} partitions")
     return 0
 
 

@@ -31,14 +31,7 @@ import time
 
 sys.path[:0] = [os.path.dirname(os.path.abspath(__file__))]
 
-from tree_ab import (  # noqa: E402
-    add_arguments,
-    alternate,
-    broker_cpu,
-    broker_of,
-    check_arguments,
-    median,
-)
+import tree_ab as ab  # noqa: E402
 
 from hostbroker.commands import perf_latency as pl  # noqa: E402
 
@@ -73,35 +66,35 @@ def probe(uri: str, seconds: float) -> dict:
 def one_round(tree: str, a) -> dict:
     from hostbroker.client.simple import SimpleClient
 
-    with broker_of(tree, a.set, "hb-churn-") as broker:
+    with ab.broker_of(tree, a.set, "hb-churn-") as broker:
         uri = broker.uri(a.socket)
         with SimpleClient(uri) as client:
             client.create_topic("probe", 1)
-        cpu0 = broker_cpu(broker.proc.pid)
+        cpu0 = ab.broker_cpu(broker.proc.pid)
         quiet = probe(uri, a.seconds)
-        cpu_quiet = broker_cpu(broker.proc.pid) - cpu0
+        cpu_quiet = ab.broker_cpu(broker.proc.pid) - cpu0
         ctx = multiprocessing.get_context("spawn")
         receive, send = ctx.Pipe(duplex=False)
         churner = ctx.Process(target=_churn, args=(uri, a.seconds, a.rate, send))
-        cpu0 = broker_cpu(broker.proc.pid)
+        cpu0 = ab.broker_cpu(broker.proc.pid)
         churner.start()
         busy = probe(uri, a.seconds)
         churner.join(a.seconds + 60)
         pairs = receive.recv() if receive.poll(5) else 0
         # what the churn added: the METADATA loop's own share is the quiet phase's
-        cpu = broker_cpu(broker.proc.pid) - cpu0 - cpu_quiet
+        cpu = ab.broker_cpu(broker.proc.pid) - cpu0 - cpu_quiet
         return {"pairs_per_s": pairs / a.seconds, "quiet": quiet, "churn": busy,
                 "cpu_ms_per_pair": cpu * 1000 / pairs if pairs else None}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="topic_churn.py", description=__doc__.split("\n\n")[0])
-    add_arguments(ap)
+    ab.add_arguments(ap)
     ap.add_argument("--rate", type=float, default=0.0,
                     help="create-and-delete pairs a second (default 0: as many as it can); "
                          "equal rates compare what each change costs the METADATA loop")
     a = ap.parse_args(argv)
-    check_arguments(ap, a)
+    ab.check_arguments(ap, a)
     if a.rate < 0:
         ap.error("--rate must be at least 0")
     return a
@@ -115,14 +108,15 @@ def line(res: dict) -> str:
             f"churn {c['p50']:.3f} / {c['p99']:.3f} / {c['p99.9']:.2f} / {c['max']:.1f}")
 
 
+def summary(med) -> str:
+    return (f"{med('pairs_per_s'):.1f} create+delete/s, broker CPU {med('cpu_ms_per_pair'):.1f}"
+            f" ms each, METADATA during churn p99 {med('churn', 'p99'):.3f} ms, p99.9 "
+            f"{med('churn', 'p99.9'):.2f} ms, max {med('churn', 'max'):.1f} ms")
+
+
 def main(argv=None) -> int:
     a = parse_args(argv)
-    results = alternate(a, lambda tree: one_round(tree, a), line)
-    for name, runs in results.items():
-        print(f"{name:9} median: {median(runs, 'pairs_per_s'):.1f} create+delete/s, broker CPU "
-              f"{median(runs, 'cpu_ms_per_pair'):.1f} ms each, METADATA during churn p99 "
-              f"{median(runs, 'churn', 'p99'):.3f} ms, p99.9 {median(runs, 'churn', 'p99.9'):.2f}"
-              f" ms, max {median(runs, 'churn', 'max'):.1f} ms")
+    ab.alternate(a, lambda tree: one_round(tree, a), line, summary)
     return 0
 
 

@@ -79,9 +79,12 @@ def broker_of(tree: str, settings: list[str], prefix: str):
 
 
 def alternate(a: argparse.Namespace, one_round: Callable[[str], dict],
-              line: Callable[[dict], str], header: str = "") -> dict[str, list[dict]]:
+              line: Callable[[dict], str], summary: Callable[[Callable], str],
+              header: str = "") -> dict[str, list[dict]]:
     """``a.rounds`` rounds of ``one_round(tree)`` on this tree then the
-    baseline, each printed by ``line``; every round's result, by tree."""
+    baseline, each printed by ``line``; then each tree's medians, printed by
+    ``summary(med)`` where ``med(key, sub=None)`` is the median of that
+    figure over the tree's rounds. Returns every round's result, by tree."""
     trees = {"this tree": REPO, "baseline": os.path.abspath(a.baseline)}
     print(machine_info(), header, flush=True)
     results: dict[str, list[dict]] = {name: [] for name in trees}
@@ -91,6 +94,8 @@ def alternate(a: argparse.Namespace, one_round: Callable[[str], dict],
             results[name].append(res)
             print(f"round {r + 1} {name:9}: {line(res)}", flush=True)
     print()
+    for name, runs in results.items():
+        print(f"{name:9} median: {summary(lambda key, sub=None: median(runs, key, sub))}")
     return results
 
 
