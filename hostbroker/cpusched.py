@@ -86,7 +86,6 @@ def describe(pid: int) -> str | None:
     return _ORDINARY.get(policy, f"policy {policy}")
 
 
-
 def throttled(path: str = RT_RUNTIME) -> bool:
     """Whether the kernel keeps real-time processes from all of a CPU's time
     (``kernel.sched_rt_runtime_us`` is not -1); True when it cannot be read."""
