@@ -102,6 +102,69 @@ def test_the_caches_stay_bounded_and_an_oversized_answer_is_never_kept(answers):
     assert answers._frames == {}
 
 
+def test_metadata_of_many_topics_reads_the_table_as_it_is_each_time(tmp_path):
+    """Twenty topics: answers naming them all (or none) read the whole table
+    at once and reuse each topic's packed bytes while its partitions hold
+    still; every answer is the one the schema codec gives for what the
+    table holds, read slot by slot, at that moment."""
+    token = f"b{os.getpid()}n{next(_runs)}"
+    table = PartitionTable.create(region_name(token, "partitions", 0), 128)
+    dirs = [str(tmp_path / "a"), str(tmp_path / "b")]
+    answers = TableAnswers(TopicView(table, dirs, LogConfig()), dirs, 3,
+                           ((3, "127.0.0.1", 1, ""),), 1 << 20)
+    try:
+        slots = {}  # (topic, partition) -> slot; partition 1 of every third topic is missing
+        for t in range(20):
+            for p in range(3):
+                if p != 1 or t % 3:
+                    slot = slots[f"topic-{t}", p] = len(slots)
+                    table.write(slot, state=ptable.ONLINE, name=f"topic-{t}", partition=p,
+                                owner=slot % 2, start_offset=slot, end_offset=10 * slot)
+        table.bump_generation()
+        everything = api.MetadataRequest(())
+        named = api.MetadataRequest(tuple(f"topic-{t}" for t in reversed(range(20))) + ("nope",))
+
+        def expect(request):
+            topics = []
+            for name in request.topics or sorted({t for t, _ in slots}):
+                if not any(t == name for t, _ in slots):
+                    topics.append(api.MetadataTopic(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ()))
+                    continue
+                parts = []
+                for (t, p), slot in sorted(slots.items()):
+                    if t == name:
+                        s = table.read(slot)
+                        code = (ErrorCode.STORAGE_ERROR if s.state == ptable.OFFLINE
+                                else ErrorCode.NONE)
+                        parts.append(api.MetadataPartition(p, code, 3, s.start_offset,
+                                                           s.end_offset, dirs[s.owner]))
+                topics.append(api.MetadataTopic(name, ErrorCode.NONE, tuple(parts)))
+            return api.MetadataResponse(3, answers.brokers, tuple(topics))
+
+        def check(corr):
+            for request in (everything, named):
+                pieces, flags = answers.answer_frame(_frame(request, corr), 1000)
+                assert (pieces, flags) == ([api.encode_answer(corr, expect(request), 1 << 20)[0]], 0)
+
+        check(1)
+        check(2)
+        assert len(answers._topics) == 20  # each known topic packed once, kept
+        table.write(slots["topic-4", 2], end_offset=12_345)  # one log moved
+        check(3)
+        table.write(slots["topic-9", 0], state=ptable.OFFLINE)
+        check(4)
+        table.write(slots["topic-9", 0], state=ptable.ONLINE, start_offset=-1)
+        check(5)
+        slots["topic-3", 1] = slot = len(slots)  # a partition more: the cache starts again
+        table.write(slot, state=ptable.ONLINE, name="topic-3", partition=1, owner=1,
+                    start_offset=0, end_offset=1)
+        table.bump_generation()
+        check(6)
+    finally:
+        table.close()
+        remove_stale(broker_prefix(token))
+
+
 _DIRS = ["/var/lib/hostbroker/a", "/srv/dísk-b", "/d"]
 _names = st.text(min_size=1, max_size=12)
 _part = st.none() | st.tuples(st.booleans(), st.integers(-2**63, 2**63 - 1),
