@@ -97,6 +97,15 @@ class Reader:
     int32 = _int_reader(_INT32, "int32")
     int64 = _int_reader(_INT64, "int64")
 
+    def fixed(self, codec: struct.Struct, what: str) -> tuple:
+        """The next ``codec.size`` bytes unpacked by ``codec``: several
+        fixed-size fields in one call (see ``schema.wire_struct``)."""
+        position = self._pos
+        if position + codec.size > self._end:
+            raise self._truncated(codec.size, what)
+        self._pos = position + codec.size
+        return codec.unpack_from(self._view, position)
+
     def _claim_sized(self, length: int, what: str) -> int | None:
         """Claim a length-prefixed value's bytes; None for the null length -1."""
         if length == NULL_LENGTH:
