@@ -167,7 +167,7 @@ def test_metadata_of_many_topics_reads_the_table_as_it_is_each_time(tmp_path):
 
 _DIRS = ["/var/lib/hostbroker/a", "/srv/dísk-b", "/d"]
 _names = st.text(min_size=1, max_size=12)
-_part = st.none() | st.tuples(st.booleans(), st.integers(-2**63, 2**63 - 1),
+_part = st.none() | st.tuples(st.sampled_from(ptable.PartitionState), st.integers(-2**63, 2**63 - 1),
                               st.integers(-2**63, 2**63 - 1), st.integers(0, len(_DIRS) - 1))
 _topic = st.none() | st.lists(_part, max_size=6).map(tuple)
 
@@ -225,9 +225,9 @@ def test_names_the_direct_way_cannot_pack_go_to_the_schema_codec(three_dirs):
         assert direct is None and schema == (api.encode_error_frame(5, ErrorCode.INVALID_REQUEST),
                                              True)
     name = "é" * 16383  # 32,766 bytes: the longest that fits
-    direct, schema = _both_ways(three_dirs, 5, (name,), {name: ((False, 0, 1, 1),)})
+    direct, schema = _both_ways(three_dirs, 5, (name,), {name: ((ptable.ONLINE, 0, 1, 1),)})
     assert direct == schema and not direct[1]
-    past = {"t": ((False, 0, 2**63, 0),)}  # a figure past its wire type
+    past = {"t": ((ptable.ONLINE, 0, 2**63, 0),)}  # a figure past its wire type
     direct, schema = _both_ways(three_dirs, 5, ("t",), past)
     assert direct is None and schema == (api.encode_error_frame(5, ErrorCode.INVALID_REQUEST), True)
 
