@@ -20,16 +20,27 @@ it; ``--set`` passed through), and creates ``--topics`` topics of
   requests as above. The difference is what the processor's work on the
   big answers costs everybody else of the same processor.
 
+With ``--producing K``, another client produces one message a request
+(``--produce-rate`` a second) to each partition of the first K topics in
+turn, from before the first phase to after the last, so that their log
+ends move as they would under load.
+
 It prints the percentiles of each and the broker's CPU per all-topics
-request (psutil, every process; the CPU of the probe alone taken off).
+request (psutil, every process), from two more phases: one of nothing but
+the producer, and one of the all-topics client alone, less the first (the
+producer's share scaled by its requests answered in each).
+
+The clients run this tree's code against both brokers.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import multiprocessing
 import os
 import sys
+import time
 
 sys.path[:0] = [os.path.dirname(os.path.abspath(__file__))]
 
@@ -51,7 +62,37 @@ def _all_topics(uri: str, seconds: float, out) -> None:
     out.close()
 
 
+def _produce(uri: str, topics: int, partitions: int, rate: float, seconds: float, out) -> None:
+    """In a spawned process: one 100 B message a request, at ``rate`` requests
+    a second, to each partition of the first ``topics`` topics in turn; sends
+    back when each was answered (``time.monotonic``)."""
+    from hostbroker.client.connection import BrokerConnection
+    from hostbroker.log.message import encode_message_set
+    from hostbroker.protocol import api
+
+    data = encode_message_set([bytes(100)])
+    requests = itertools.cycle([
+        api.ProduceRequest(1, 10_000, (api.ProducePartition(f"scale-{t}", p, data),))
+        for t in range(topics) for p in range(partitions)])
+    answered = []
+    with BrokerConnection(uri, timeout=60).connect() as conn:
+        start = slot = time.monotonic()
+        while slot < start + seconds:
+            slot += 1 / rate
+            time.sleep(max(0.0, slot - time.monotonic()))
+            conn.send(next(requests))
+            conn.receive()
+            answered.append(time.monotonic())
+    out.send(answered)
+    out.close()
+
+
 def one_round(tree: str, a) -> dict:
+    """The phases, each ``a.seconds``, a producer throughout if asked: the
+    one-topic probe alone, then beside the all-topics client; then, for the
+    broker's CPU, nothing but the producer, and the all-topics client alone.
+    The producer's own CPU in the last is taken off pro rata of its requests
+    answered in the two (a starved producer sends fewer)."""
     from hostbroker.client.simple import SimpleClient
 
     with ab.broker_of(tree, ["num.processors=1"] + a.set, "hb-mdscale-") as broker:
@@ -60,22 +101,47 @@ def one_round(tree: str, a) -> dict:
             for i in range(a.topics):
                 client.create_topic(f"scale-{i}", a.partitions)
         _time(uri, ("scale-0",), 0.3)  # the table read once
-        cpu0 = ab.broker_cpu(broker.proc.pid)
-        alone = _time(uri, ("scale-0",), a.seconds)
-        cpu_alone = ab.broker_cpu(broker.proc.pid) - cpu0
         ctx = multiprocessing.get_context("spawn")
-        receive, send = ctx.Pipe(duplex=False)
-        big = ctx.Process(target=_all_topics, args=(uri, a.seconds, send))
-        cpu0 = ab.broker_cpu(broker.proc.pid)
-        big.start()
+        producer = None
+        if a.producing:
+            produced, send = ctx.Pipe(duplex=False)
+            producer = ctx.Process(target=_produce, args=(
+                uri, a.producing, a.partitions, a.produce_rate, 4 * a.seconds + 4, send))
+            producer.start()
+            time.sleep(2)  # the producer under way
+        alone = _time(uri, ("scale-0",), a.seconds)
+
+        def all_topics():
+            receive, send = ctx.Pipe(duplex=False)
+            big = ctx.Process(target=_all_topics, args=(uri, a.seconds, send))
+            big.start()
+            return big, receive
+
+        big, receive = all_topics()
         beside = _time(uri, ("scale-0",), a.seconds)
         big.join(a.seconds + 120)
         everything = receive.recv() if receive.poll(5) else None
-        cpu = ab.broker_cpu(broker.proc.pid) - cpu0 - cpu_alone
-        n = everything["requests"] if everything else 0
+        t0, cpu0 = time.monotonic(), ab.broker_cpu(broker.proc.pid)
+        time.sleep(a.seconds)
+        t1, cpu1 = time.monotonic(), ab.broker_cpu(broker.proc.pid)
+        big, receive = all_topics()
+        big.join(a.seconds + 120)
+        t2, cpu2 = time.monotonic(), ab.broker_cpu(broker.proc.pid)
+        measured = receive.recv() if receive.poll(5) else None
+        idle, busy = cpu1 - cpu0, cpu2 - cpu1
+        if producer is not None:
+            producer.join(a.seconds + 30)
+            times = produced.recv() if produced.poll(5) else []
+            idle_n = sum(t0 <= t < t1 for t in times)
+            busy_n = sum(t1 <= t < t2 for t in times)
+            idle = idle * busy_n / idle_n if idle_n else idle
+        else:
+            idle = idle * (t2 - t1) / (t1 - t0)
+        n = measured["requests"] if measured else 0
         return {"alone": alone["latency_ms"], "beside": beside["latency_ms"],
-                "all": everything["latency_ms"] if everything else None, "all_requests": n,
-                "cpu_ms_per_all": cpu * 1000 / n if n else None}
+                "all": everything["latency_ms"] if everything else None,
+                "all_requests": everything["requests"] if everything else 0,
+                "cpu_ms_per_all": (busy - idle) * 1000 / n if n else None}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -83,10 +149,17 @@ def parse_args(argv=None) -> argparse.Namespace:
     ab.add_arguments(ap)
     ap.add_argument("--topics", type=int, default=250)
     ap.add_argument("--partitions", type=int, default=8, help="of each topic")
+    ap.add_argument("--producing", type=int, default=0, metavar="TOPICS",
+                    help="a client produces to the partitions of this many topics in turn "
+                         "throughout (default none)")
+    ap.add_argument("--produce-rate", type=float, default=1000.0, metavar="N",
+                    help="its requests a second, one message each (default 1000)")
     a = ap.parse_args(argv)
     ab.check_arguments(ap, a)
     if a.topics < 1 or not 1 <= a.partitions <= 10000:
         ap.error("--topics must be at least 1 and --partitions within 1-10000")
+    if not 0 <= a.producing <= a.topics or a.produce_rate <= 0:
+        ap.error("--producing must be within 0-topics and --produce-rate above 0")
     return a
 
 
