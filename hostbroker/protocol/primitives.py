@@ -115,13 +115,25 @@ class Reader:
         return self._need(length, what)
 
     def string(self) -> str | None:
-        """An int16-length UTF-8 string; length -1 is ``None``."""
-        length = self.int16()
-        start = self._claim_sized(length, "string")
-        if start is None:
+        """An int16-length UTF-8 string; length -1 is ``None``.
+
+        The length's read and the bounds checks are inline (what
+        :meth:`int16` and :meth:`_claim_sized` do): every name and log dir of
+        an answer comes through here."""
+        position = self._pos
+        if position + 2 > self._end:
+            raise self._truncated(2, "int16")
+        (length,) = _INT16.unpack_from(self._view, position)
+        start = position + 2
+        end = start + length
+        if length < 0 or end > self._end:
+            # null (-1), or _claim_sized raises saying what is wrong
+            self._pos = start
+            self._claim_sized(length, "string")
             return None
+        self._pos = end
         try:
-            return str(self._view[start : start + length], "utf-8")
+            return str(self._view[start:end], "utf-8")
         except UnicodeDecodeError as exc:
             raise ProtocolError(f"string at {start} is not UTF-8: {exc.reason}") from None
 
