@@ -1,5 +1,7 @@
 """Frames of every API: exact bytes, round trips, and each way a decoder can be fed."""
 
+import dataclasses
+
 import pytest
 from hypothesis import given
 
@@ -280,6 +282,22 @@ def test_unknown_error_codes_are_kept_as_ints():
     assert response.error_code == 999 and not isinstance(response.error_code, ErrorCode)
     _, response = decode_response(ApiKey.DELETE_TOPIC, i32(1) + i16(3) + string(None))
     assert response.error_code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_decoded_bodies_are_the_frozen_objects_their_constructors_make():
+    # the decoder sets a response's slots itself, bypassing __init__
+    partition = MetadataPartition(3, ErrorCode.STORAGE_ERROR, 1, -1, 2**63 - 1, None)
+    response = MetadataResponse(1, (MetadataBroker(1, "h", 2, None),),
+                                (MetadataTopic("t", ErrorCode.NONE, (partition,)),))
+    _, decoded = decode_response(ApiKey.METADATA, encode_response(5, response)[4:])
+    (got,) = decoded.topics[0].partitions
+    assert decoded == response and type(got) is MetadataPartition
+    assert hash(got) == hash(partition) and repr(got) == repr(partition)
+    assert got.error_code is ErrorCode.STORAGE_ERROR
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        got.partition = 4
+    with pytest.raises((AttributeError, TypeError)):
+        got.other = 1  # slots: no other attribute
 
 
 def test_decode_response_of_unknown_api():
