@@ -6,8 +6,10 @@ the segment files' mtimes, and builds the answer. Handlers use it for every
 such request; processors use it for a request of a connection that has none
 at its handler (``processor.local.requests``), which saves the request two
 process crossings. Both build the same answer from the same table. It keeps
-two bounded caches of its own for the processors' frames: decoded requests,
-and METADATA answer frames keyed by what they read from the table. A
+three bounded caches of its own: decoded requests, METADATA answer frames
+keyed by what they read from the table, and each topic's packed part of
+such a frame with the figures it was packed from. A request for all topics
+(or many) reads the table in bulk (``PartitionTable.figures``). A
 processor's METADATA frame is packed straight from the table's figures
 (:meth:`TableAnswers._encode_metadata`), in the bytes the schema codec would
 give: an answer for every topic of a large table holds up the processor's
@@ -296,7 +298,7 @@ class TableAnswers:
         """The topic names a METADATA request asks about (all, for none), and
         what the answer takes from the table for each name, once: None for an
         unknown topic, else per partition (state, log start, log end, log
-        dir) or None for a partition number with no slot."""
+        dir index) or None for a partition number with no slot."""
         view = self.view
         view.refresh()
         names = tuple(request.topics) or tuple(sorted(view.topics))
