@@ -31,6 +31,11 @@ The big loads stop after ``--big-mib`` (default 1,024 MiB), since both
 brokers keep every byte. ``--warm-mib N`` writes and deletes N MiB before
 each big load (see ``latency_loads.warm_free_memory``), so that both
 brokers' page-cache writes find memory the guest has just freed.
+``--pin-broker CPUS`` puts every thread of each broker on those CPUs
+(the threads they start later inherit it) and ``--pin-client CPUS`` this
+process, which runs the clients: with ``--pin-broker 1 --pin-client 0``
+hostbroker's processes wake each other on one CPU, and only the client's
+wake-ups cross to the other.
 ``--cpu-latency US`` holds a CPU wake-up latency request of ``US`` µs
 (``hostbroker.cpulatency``, what the broker's ``cpu.wakeup.latency.us``
 holds) for the whole run. ``--perf-sched FILE`` records the scheduler
@@ -96,6 +101,24 @@ def meters(name: str, broker) -> dict:
             for p in psutil.Process(broker.proc.pid).children()}
 
 
+def pin(broker, cpus: set[int]) -> None:
+    """Every thread of ``broker``'s processes onto ``cpus`` (what ``taskset``
+    does for one). Threads started later inherit their process's."""
+    import psutil
+
+    root = psutil.Process(broker.proc.pid)
+    for proc in [root] + root.children(recursive=True):
+        for thread in proc.threads():
+            try:
+                os.sched_setaffinity(thread.id, cpus)
+            except OSError:  # ended meanwhile
+                pass
+
+
+def _cpus(text: str) -> set[int]:
+    return {int(c) for c in text.split(",") if c}
+
+
 def measure(name: str, broker, load: str, a) -> dict:
     size, batch, window = LOADS[load]
     uri = broker.uri(a.socket)
@@ -134,6 +157,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--cpu-latency", type=int, default=None, metavar="US",
                     help="hold a CPU wake-up latency request for the run (root)")
     ap.add_argument("--perf-sched", metavar="FILE", help="record the scheduler into FILE")
+    ap.add_argument("--pin-broker", type=_cpus, default=None, metavar="CPUS",
+                    help="every thread of each broker on these CPUs (e.g. 1)")
+    ap.add_argument("--pin-client", type=_cpus, default=None, metavar="CPUS",
+                    help="this process (the clients) on these CPUs (e.g. 0)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     a = ap.parse_args(argv)
     a.loads = [x for x in a.loads.split(",") if x]
@@ -162,6 +189,10 @@ def main(argv=None) -> int:
             broker.start()
             with SimpleClient(broker.uri("unix")) as client:
                 client.create_topic(TOPIC, 1)
+            if a.pin_broker:
+                pin(broker, a.pin_broker)
+        if a.pin_client:
+            os.sched_setaffinity(0, a.pin_client)
         print(machine_info(), f"CPU wake-up latency target {cpulatency.current()} µs"
               if os.geteuid() == 0 else "", flush=True)
         if a.perf_sched:
