@@ -14,6 +14,11 @@ Closing the last descriptor (or the process dying) withdraws the request.
 now in force (the lowest of all requests held on the machine). Both raise
 :class:`CpuLatencyError` with one line naming the problem. Nothing else on
 the machine is changed and nothing outlives the holder.
+
+The request acts through the kernel's ``cpuidle`` driver. Without one (some
+virtual machines: ``current_driver`` reads ``none``) idle CPUs halt whatever
+is asked; :func:`no_effect` says so in one line, which the broker and
+``hostbroker cpu-latency --hold`` print at start.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import os
 import struct
 
 DEVICE = "/dev/cpu_dma_latency"
+IDLE_DRIVER = "/sys/devices/system/cpu/cpuidle/current_driver"
 DEFAULT_US = 2_000_000_000  # the kernel's target when nobody holds a request
 MAX_US = DEFAULT_US
 _VALUE = struct.Struct("=i")  # the device takes and gives a native 32-bit int
@@ -78,3 +84,18 @@ def current(path: str = DEVICE) -> int:
     if len(data) != _VALUE.size:
         raise CpuLatencyError(f"{path} gave {len(data)} bytes, not {_VALUE.size}")
     return _VALUE.unpack(data)[0]
+
+
+def no_effect(driver_path: str = IDLE_DRIVER) -> str | None:
+    """One line saying why a request has no effect on this machine (no
+    ``cpuidle`` driver), or None when it has one, or when that cannot be told."""
+    try:
+        with open(driver_path) as f:
+            driver = f.read().strip()
+    except OSError:
+        return None  # no sysfs to read: nothing known either way
+    if driver and driver != "none":
+        return None
+    return (f"a CPU wake-up latency request has no effect here: {driver_path} says "
+            f"{driver or 'nothing'}, so idle CPUs halt whatever it asks (a KVM guest's "
+            "kernel takes cpuidle_haltpoll.force=1, or any kernel idle=poll)")

@@ -40,3 +40,16 @@ def test_a_held_value_is_written_as_the_kernel_reads_it(tmp_path):
         assert cpulatency.current(str(path)) == 123456
     finally:
         os.close(fd)
+
+
+def test_a_machine_without_a_cpuidle_driver_is_named(tmp_path):
+    driver = tmp_path / "current_driver"
+    driver.write_text("none\n")
+    why = cpulatency.no_effect(str(driver))
+    assert why is not None and "\n" not in why and f"{driver} says none" in why
+    driver.write_text("")
+    assert "says nothing" in cpulatency.no_effect(str(driver))
+    for name in ("haltpoll\n", "intel_idle", "acpi_idle\n"):
+        driver.write_text(name)
+        assert cpulatency.no_effect(str(driver)) is None
+    assert cpulatency.no_effect(str(tmp_path / "missing")) is None  # nothing known

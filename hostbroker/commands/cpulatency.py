@@ -45,6 +45,9 @@ def hold(us: int) -> int:
             now = "unknown"  # written, not readable: the request holds all the same
         print(f"hostbroker cpu-latency: holding {us} µs ({cpulatency.DEVICE}); the target in "
               f"force is {now}; SIGTERM or Ctrl-C withdraws it", file=sys.stderr, flush=True)
+        why = cpulatency.no_effect()
+        if why is not None:
+            print(f"hostbroker cpu-latency: {why}", file=sys.stderr, flush=True)
         systemd.notify(f"READY=1\nSTATUS=holding {us} µs")
         signal.sigwait(stops)
         systemd.notify("STOPPING=1")

@@ -221,6 +221,9 @@ class Supervisor:
                 self.cpu_latency_fd = cpulatency.hold(config["cpu.wakeup.latency.us"])
             except cpulatency.CpuLatencyError as e:
                 raise StartError(f"cpu.wakeup.latency.us: {e}") from None
+            why = cpulatency.no_effect()
+            if why is not None:
+                print(f"hostbroker: cpu.wakeup.latency.us: {why}", file=sys.stderr, flush=True)
         if len(set(plan.log_dirs)) != len(plan.log_dirs):
             raise StartError("log.dirs: a log dir is listed twice")
         for path in plan.log_dirs:

@@ -63,6 +63,10 @@ def test_the_broker_holds_the_request_while_it_runs(make_broker):
     assert cpulatency.current() == min(before, 7)
     _wait(lambda: "CPU wake-up latency held at 7 µs" in broker.log(),
           what="the serving line naming the request")  # printed as the last worker is up
+    # a machine whose idle CPUs ignore the request is told so, in one line, at start
+    why = cpulatency.no_effect()
+    assert (f"hostbroker: cpu.wakeup.latency.us: {why}\n" in broker.log()) == (why is not None)
+    assert ("has no effect here" in broker.log()) == (why is not None)
     # it serves as ever, and top shows the target in force
     with broker.client() as c:
         c.create_topic("t", 1)
@@ -149,6 +153,8 @@ def test_the_command_holds_until_told_to_stop_and_tells_systemd(tmp_path):
         notify.close()
     assert proc.returncode == 0, err
     assert "holding 3 µs (/dev/cpu_dma_latency)" in err
+    why = cpulatency.no_effect()
+    assert (f"hostbroker cpu-latency: {why}\n" in err) == (why is not None)
     _wait(lambda: cpulatency.current() == before, what="the request withdrawn")
 
 
