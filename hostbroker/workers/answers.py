@@ -3,17 +3,18 @@
 Owns nothing shared: :class:`TableAnswers` reads the partition table
 lock-free (through a :class:`~hostbroker.workers.topicview.TopicView`) and
 the segment files' mtimes, and builds the answer. Handlers use it for every
-such request; processors use it for a request of a connection that has none
-at its handler (``processor.local.requests``), which saves the request two
-process crossings. Both build the same answer from the same table. It keeps
+such request (METADATA as a packed frame: :meth:`TableAnswers.metadata_frame`);
+processors use it for a request of a connection that has none at its handler
+(``processor.local.requests``), which saves the request two process
+crossings. Both build the same answer from the same table. It keeps
 three bounded caches of its own: decoded requests, METADATA answer frames
 keyed by what they read from the table, and each topic's packed part of
 such a frame with the figures it was packed from. A request for all topics
 (or many) reads the table in bulk (``PartitionTable.figures``). A
-processor's METADATA frame is packed straight from the table's figures
+METADATA frame is packed straight from the table's figures
 (:meth:`TableAnswers._encode_metadata`), in the bytes the schema codec would
 give: an answer for every topic of a large table holds up the processor's
-other connections for that long.
+(or handler's) other connections for that long.
 """
 
 from __future__ import annotations
@@ -117,9 +118,6 @@ class TableAnswers:
         self._topics_generation = -1
         self._topics_bytes = 0
 
-    def answer(self, key: int, request):
-        return self.metadata(request) if key == api.ApiKey.METADATA else self.offsets(request)
-
     def answer_frame(self, frame, max_entries: int) -> tuple[list, int]:
         """``(pieces, flags)`` answering a METADATA or OFFSETS request frame
         (no size prefix) as a handler would: the answer and 0; an error frame
@@ -136,7 +134,7 @@ class TableAnswers:
             return [api.encode_error_frame(corr or 0, e.code)], env.RESP_CLOSE_AFTER
         try:
             if key == api.ApiKey.METADATA:
-                answer, failed = self._metadata_frame(corr, request)
+                answer, failed = self.metadata_frame(corr, request)
             else:
                 answer, failed = api.encode_answer(corr, self.offsets(request),
                                                    self.max_response_bytes)
@@ -161,10 +159,13 @@ class TableAnswers:
             self._decoded[key] = (header.api_key, request)
         return header.api_key, header.correlation_id, request
 
-    def _metadata_frame(self, corr: int, request) -> tuple[bytes, bool]:
+    def metadata_frame(self, corr: int, request) -> tuple[bytes, bool]:
         """The METADATA answer frame, as ``api.encode_answer`` gives it; the
         one built last for the same topics, read the same from the table, with
-        this correlation id. Answers of many partitions are not looked up
+        this correlation id; ``(frame, True)`` with an error frame for one over
+        ``response.max.bytes`` that was packed whole, and raises
+        INVALID_REQUEST for one found over it while packing, as
+        :meth:`metadata` does. Answers of many partitions are not looked up
         (nor kept): keying them costs a good part of packing them, and their
         topics' packed bytes are kept anyway."""
         names, snapshot = self._snapshot(request)

@@ -59,7 +59,7 @@ from hostbroker.shm import procs
 from hostbroker.shm import table as ptable
 from hostbroker.shm.table import AdminLock, PartitionTable
 from hostbroker.workers import envelopes as env
-from hostbroker.workers.answers import LOCAL_KEYS, TableAnswers, broker_list
+from hostbroker.workers.answers import TableAnswers, broker_list
 from hostbroker.workers.base import Worker, now_ms
 from hostbroker.workers.handler_fetch import Fetching
 from hostbroker.workers.handler_offsets import ConsumerOffsets
@@ -277,8 +277,14 @@ class HandlerWorker(TopicAdmin, Fetching, ConsumerOffsets, Worker):
                 self._produce(p, conn_id, seq, corr, request)
             elif key == ApiKey.FETCH:
                 self._fetch(p, conn_id, seq, corr, request)
-            elif key in LOCAL_KEYS:
-                self._reply(p, conn_id, seq, corr, self.answers.answer(key, request))
+            elif key == ApiKey.METADATA:
+                frame, failed = self.answers.metadata_frame(corr, request)
+                if failed:
+                    self._fail(p, conn_id, seq, corr, ErrorCode.INVALID_REQUEST)
+                else:
+                    self._respond(p, conn_id, seq, [frame])
+            elif key == ApiKey.OFFSETS:
+                self._reply(p, conn_id, seq, corr, self.answers.offsets(request))
             elif key == ApiKey.CREATE_TOPIC:
                 self._reply(p, conn_id, seq, corr, self._create_topic(request))
             elif key == ApiKey.DELETE_TOPIC:

@@ -106,3 +106,30 @@ def test_a_bad_request_answered_here_gets_its_error_frame_and_the_close(broker, 
         raw.assert_closed()  # the METADATA behind it is not answered
     with broker.client() as c:
         assert c.metadata().brokers  # the broker goes on
+
+
+@pytest.mark.parametrize("local", [True, False])
+def test_metadata_of_many_topics_and_its_limit_are_the_same_whoever_answers(make_broker,
+                                                                            local):
+    """All-topics METADATA (the table read in bulk, topics packed once and
+    kept) from the processor or, with ``processor.local.requests`` off, from
+    the handler: the same topics and offsets, and past ``response.max.bytes``
+    the same error frame, then the connection closed."""
+    broker = make_broker(**{"processor.local.requests": str(local).lower(),
+                            "response.max.bytes": "100000"})
+    with broker.client(broker.unix) as c:
+        for i in range(20):
+            c.create_topic(f"many-{i:02}", 4)
+        c.produce("many-07", 2, encode_message_set([b"m" * 10] * 3))
+        every = c.metadata()
+        assert [t.topic for t in every.topics] == [f"many-{i:02}" for i in range(20)]
+        ends = {(t.topic, p.partition): p.log_end_offset
+                for t in every.topics for p in t.partitions}
+        assert len(ends) == 80 and {k for k, v in ends.items() if v} == {("many-07", 2)}
+        c.produce("many-07", 2, encode_message_set([b"n" * 10]))  # seen at once, not cached
+        (again,) = [t for t in c.metadata().topics if t.topic == "many-07"]
+        assert again.partitions[2].log_end_offset > ends["many-07", 2]
+        assert len(c.metadata(["many-03"] * 100).topics) == 100  # ~30 KB: answered
+    with RawSocket(broker.unix) as raw:  # ~300 KB: refused, and the connection closed
+        raw.send(api.encode_request(api.MetadataRequest(("many-03",) * 1000), 9))
+        raw.assert_error_frame(9, ErrorCode.INVALID_REQUEST)
