@@ -62,10 +62,10 @@ def _all_topics(uri: str, seconds: float, out) -> None:
     out.close()
 
 
-def _produce(uri: str, topics: int, partitions: int, rate: float, seconds: float, out) -> None:
+def _produce(uri: str, topics: int, partitions: int, rate: float, stop, out) -> None:
     """In a spawned process: one 100 B message a request, at ``rate`` requests
-    a second, to each partition of the first ``topics`` topics in turn; sends
-    back when each was answered (``time.monotonic``)."""
+    a second, to each partition of the first ``topics`` topics in turn, until
+    ``stop`` is set; sends back when each was answered (``time.monotonic``)."""
     from hostbroker.client.connection import BrokerConnection
     from hostbroker.log.message import encode_message_set
     from hostbroker.protocol import api
@@ -76,8 +76,8 @@ def _produce(uri: str, topics: int, partitions: int, rate: float, seconds: float
         for t in range(topics) for p in range(partitions)])
     answered = []
     with BrokerConnection(uri, timeout=60).connect() as conn:
-        start = slot = time.monotonic()
-        while slot < start + seconds:
+        slot = time.monotonic()
+        while not stop.is_set():
             slot += 1 / rate
             time.sleep(max(0.0, slot - time.monotonic()))
             conn.send(next(requests))
@@ -105,8 +105,9 @@ def one_round(tree: str, a) -> dict:
         producer = None
         if a.producing:
             produced, send = ctx.Pipe(duplex=False)
+            stop = ctx.Event()
             producer = ctx.Process(target=_produce, args=(
-                uri, a.producing, a.partitions, a.produce_rate, 4 * a.seconds + 4, send))
+                uri, a.producing, a.partitions, a.produce_rate, stop, send))
             producer.start()
             time.sleep(2)  # the producer under way
         alone = _time(uri, ("scale-0",), a.seconds)
@@ -130,8 +131,9 @@ def one_round(tree: str, a) -> dict:
         measured = receive.recv() if receive.poll(5) else None
         idle, busy = cpu1 - cpu0, cpu2 - cpu1
         if producer is not None:
-            producer.join(a.seconds + 30)
-            times = produced.recv() if produced.poll(5) else []
+            stop.set()
+            times = produced.recv() if produced.poll(30) else []
+            producer.join(30)
             idle_n = sum(t0 <= t < t1 for t in times)
             busy_n = sum(t1 <= t < t2 for t in times)
             idle = idle * busy_n / idle_n if idle_n else idle
