@@ -56,8 +56,9 @@ _STRING_MAX = 32767
 # known ones (the cache is emptied when the table's generation moves), so at
 # most the table's slots.
 _TOPICS_CACHE_MAX = 4 << 20
-# A METADATA request naming no topic, or this many, reads every slot of the
-# table at once (PartitionTable.figures) rather than its topics' one by one.
+# A METADATA request for this many topics or more (naming them, or naming
+# none: every topic) reads every slot of the table at once
+# (PartitionTable.figures) rather than its topics' one by one.
 _BULK_NAMES = 16
 
 
