@@ -200,7 +200,12 @@ SETTINGS: tuple[Setting, ...] = (
             "crosses several processes, and each crossing that finds an idle CPU waits for "
             "it to wake. 0 keeps idle CPUs polling (the fastest wake-ups; idle cores stay "
             "busy). -1 leaves the machine as it is. Machine-wide; needs root (the broker "
-            "refuses to start without it); docs/benchmarks.md measures it.",
+            "refuses to start without it); docs/benchmarks.md measures it. It works through "
+            "the kernel's `cpuidle` driver: on a machine without one "
+            "(`/sys/devices/system/cpu/cpuidle/current_driver` says `none`, as on some VMs) "
+            "idle CPUs halt whatever the request says, and only the kernel's own options "
+            "change that (`cpuidle_haltpoll.force=1` on a KVM guest, or `idle=poll`, on its "
+            "command line); the broker says so in one line at start.",
             _between(-1, 2_000_000_000)),
     Setting("cpu.realtime.priority", int, 0,
             "Above 0, the broker puts itself and every worker under the real-time SCHED_RR "
