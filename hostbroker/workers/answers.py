@@ -214,8 +214,8 @@ class TableAnswers:
         packed = self._topics
         for name in names:
             topic = encoded.get(name)
+            parts_read = snapshot[name]
             if topic is None:
-                parts_read = snapshot[name]
                 last = packed.get(name)
                 if last is not None and last[0] == parts_read:
                     topic = encoded[name] = last[1]
@@ -226,7 +226,6 @@ class TableAnswers:
                     return None
                 if len(raw) > _STRING_MAX:
                     return None
-                parts_read = snapshot[name]
                 if parts_read is None:
                     tail = _TOPIC_TAIL.pack(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, 0)
                     topic = _STRING_HEAD.pack(len(raw)) + raw + tail
