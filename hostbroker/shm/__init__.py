@@ -11,8 +11,8 @@ and 8-byte atomic aligned stores (see ``ring.py``), and doorbells on eventfd.
 
 Modules: ``region`` (named segments, stale clean-up), ``ring`` (SPSC byte
 ring), ``channel`` (messages of any size over a ring), ``doorbell``
-(eventfd wake-ups), ``table`` (seqlock slot tables, the partition table, the
-admin lock), ``procs`` (the process board).
+(eventfd wake-ups), ``table`` (seqlock slot tables, the partition table),
+``adminlock`` (the admin lock), ``procs`` (the process board).
 """
 
 import platform
@@ -21,12 +21,27 @@ import sys
 if sys.platform != "linux" or platform.machine() != "x86_64":
     raise ImportError("hostbroker.shm runs on Linux x86-64 only: its rings and tables rely on x86-64 store ordering")
 
+from hostbroker.shm.adminlock import AdminLock  # noqa: E402
 from hostbroker.shm.channel import Receiver, Sender  # noqa: E402
 from hostbroker.shm.doorbell import Doorbell  # noqa: E402
 from hostbroker.shm.procs import BrokerState, ProcessBoard, WorkerState  # noqa: E402
-from hostbroker.shm.region import LayoutError, SharedRegion, broker_prefix, new_token, region_name, remove_stale  # noqa: E402
+from hostbroker.shm.region import (  # noqa: E402
+    LayoutError,
+    SharedRegion,
+    broker_prefix,
+    new_token,
+    region_name,
+    remove_stale,
+)
 from hostbroker.shm.ring import Ring  # noqa: E402
-from hostbroker.shm.table import AdminLock, PartitionSlot, PartitionState, PartitionTable, SlotLayout, SlotTable, TornSlotError  # noqa: E402
+from hostbroker.shm.table import (  # noqa: E402
+    PartitionSlot,
+    PartitionState,
+    PartitionTable,
+    SlotLayout,
+    SlotTable,
+    TornSlotError,
+)
 
 __all__ = [
     "AdminLock",

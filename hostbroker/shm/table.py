@@ -1,8 +1,8 @@
 """Tables of fixed-size slots in shared memory, read lock-free (seqlock).
 
-Owns: the slot table format, its seqlock protocol, the partition table layout
-the broker shares between writers and handlers, and :class:`AdminLock`, the
-cross-process mutex for changes that add or free slots.
+Owns: the slot table format, its seqlock protocol, and the partition table
+layout the broker shares between writers and handlers. Changes that add or
+free slots are made under :class:`~hostbroker.shm.adminlock.AdminLock`.
 
 Table layout (little-endian, x86-64 only)::
 
@@ -29,7 +29,7 @@ high water never misses a taken slot; taking a slot is one process's at a
 time (the admin lock, or the supervisor for the process board).
 
 Seqlock: a slot has one writer at a time (the partition's owning writer;
-the admin under :class:`AdminLock` while creating or freeing it). It stores
+the admin under :class:`~hostbroker.shm.adminlock.AdminLock` while creating or freeing it). It stores
 ``seq + 1`` (odd: write in progress), the fields, then ``seq + 2``. A reader
 loads seq, the fields, and seq again, and retries while seq is odd or
 changed. Under x86-64 TSO the writer's stores and the reader's loads each
@@ -62,7 +62,7 @@ The partition table's user words are a bitmap of offline log dirs: bit ``i``
 of byte ``32 + i // 8`` is set while log dir ``i`` cannot be used at all (its
 writer could not open it, or a write or flush failed), so handlers place no
 new partition there and ``hostbroker top`` shows it. Writers change it under
-the :class:`AdminLock` (a read-modify-write of a shared byte); readers load one
+the :class:`~hostbroker.shm.adminlock.AdminLock` (a read-modify-write of a shared byte); readers load one
 byte. It holds ``MAX_FLAGGED_LOG_DIRS`` log dirs; the partitions of any later
 one are still marked OFFLINE one by one.
 
@@ -78,12 +78,9 @@ import operator
 import os
 import struct
 import time
-import zlib
 from collections import namedtuple
 from collections.abc import Sequence
 from itertools import compress
-
-import sysv_ipc
 
 from hostbroker.shm.region import LayoutError, SharedRegion, Structure, tag_magic
 
@@ -436,7 +433,7 @@ class PartitionTable(SlotTable):
 
     Each ONLINE slot is written only by the writer process that owns its log
     dir (``owner``); the admin claims FREE slots (state CREATING) and frees
-    them under the :class:`AdminLock`, bumping :attr:`generation`. Handlers
+    them under the :class:`~hostbroker.shm.adminlock.AdminLock`, bumping :attr:`generation`. Handlers
     read slots on every produce and fetch request.
     """
 
@@ -506,123 +503,3 @@ class PartitionTable(SlotTable):
         """Indexes of the log dirs flagged offline."""
         flags = bytes(self._buf[_OFFLINE_DIRS_AT:_OFFLINE_DIRS_AT + MAX_FLAGGED_LOG_DIRS // 8])
         return {i for i in range(MAX_FLAGGED_LOG_DIRS) if flags[i // 8] >> (i % 8) & 1}
-
-
-# -- the admin lock ---------------------------------------------------------
-
-
-class AdminLock:
-    """A cross-process mutex that the kernel releases when its holder dies.
-
-    A System V semaphore (value 1 = free) whose operations use ``SEM_UNDO``:
-    the kernel reverts a dead process's adjustments, so a holder killed by
-    SIGKILL does not keep the lock. Used for the rare changes that several
-    processes may attempt at once (claiming and freeing table slots), never
-    on a hot path.
-
-    Not reentrant. Do not fork while holding it: the child inherits no undo
-    adjustment, so only the parent's death releases it. This build of
-    sysv_ipc has no ``semtimedop``, so a timed acquire polls with backoff.
-    """
-
-    def __init__(self, semaphore: sysv_ipc.Semaphore, timeout: float | None):
-        semaphore.undo = True
-        self._sem = semaphore
-        self.timeout = timeout
-        self._held = False
-
-    @staticmethod
-    def token_key(token: str) -> int:
-        """The System V key of a broker's lock, derived from its shm token.
-
-        A key that a restart can compute again is what lets it remove the
-        semaphore of a crashed run (:meth:`remove_stale`).
-        """
-        return zlib.crc32(f"hostbroker-admin-lock:{token}".encode()) & 0x7FFF_FFFF or 1
-
-    @classmethod
-    def create(cls, key: int | str | None = None, timeout: float | None = 10.0) -> AdminLock:
-        """A new free lock (owner side); raises FileExistsError if the key is taken.
-
-        ``key`` is a System V key, a broker token (see :meth:`token_key`), or
-        None to pick an unused key: read :attr:`key` and pass it to the
-        processes that :meth:`attach`.
-        """
-        if isinstance(key, str):
-            key = cls.token_key(key)
-        try:
-            semaphore = sysv_ipc.Semaphore(key, sysv_ipc.IPC_CREX, mode=0o600, initial_value=1)
-        except sysv_ipc.ExistentialError:
-            raise FileExistsError(f"a semaphore with key {key} exists") from None
-        return cls(semaphore, timeout)
-
-    @classmethod
-    def attach(cls, key: int | str, timeout: float | None = 10.0) -> AdminLock:
-        if isinstance(key, str):
-            key = cls.token_key(key)
-        try:
-            return cls(sysv_ipc.Semaphore(key), timeout)
-        except sysv_ipc.ExistentialError:
-            raise FileNotFoundError(f"no semaphore with key {key}") from None
-
-    @classmethod
-    def remove_stale(cls, key: int | str) -> bool:
-        """Remove the lock left by a crashed run, if any; True if there was one.
-
-        System V semaphores outlive their processes, like /dev/shm regions.
-        """
-        try:
-            cls.attach(key).remove()
-        except FileNotFoundError:
-            return False
-        return True
-
-    @property
-    def key(self) -> int:
-        return self._sem.key
-
-    def acquire(self, timeout: float | None = None) -> None:
-        """Take the lock, waiting up to ``timeout`` seconds (default: the lock's).
-
-        Raises TimeoutError naming the last process that changed it.
-        """
-        timeout = self.timeout if timeout is None else timeout
-        if timeout is None:
-            self._sem.block = True
-            self._sem.acquire()
-        else:
-            self._acquire_polling(time.monotonic() + timeout)
-        self._held = True
-
-    def _acquire_polling(self, deadline: float) -> None:
-        self._sem.block = False
-        pause = 0.0005
-        while True:
-            try:
-                self._sem.acquire()
-                return
-            except sysv_ipc.BusyError:
-                if time.monotonic() >= deadline:
-                    raise TimeoutError(f"admin lock {self.key} held (last taken by pid {self._sem.last_pid})") from None
-            time.sleep(pause)
-            pause = min(pause * 2, 0.02)
-
-    def release(self) -> None:
-        if not self._held:
-            raise RuntimeError("releasing an admin lock this process does not hold")
-        self._held = False
-        self._sem.release()
-
-    def __enter__(self) -> AdminLock:
-        self.acquire()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.release()
-
-    def remove(self) -> None:
-        """Destroy the semaphore (owner, at shutdown)."""
-        try:
-            self._sem.remove()
-        except sysv_ipc.ExistentialError:
-            pass

@@ -57,14 +57,20 @@ from hostbroker import cpulatency, cpusched, systemd
 from hostbroker.config import Config, parse_listener
 from hostbroker.errors import ConfigError, ExitStatus
 from hostbroker.shm import procs
+from hostbroker.shm.adminlock import AdminLock
 from hostbroker.shm.doorbell import Doorbell
 from hostbroker.shm.procs import ProcessBoard
 from hostbroker.shm.region import SharedRegion, remove_stale
 from hostbroker.shm.ring import Ring
-from hostbroker.shm.table import AdminLock, PartitionTable
+from hostbroker.shm.table import PartitionTable
 from hostbroker.workers.acceptor import AcceptorWorker
-from hostbroker.workers.base import (EXIT_BOOT_FAILED, EXIT_REFUSED, child_main,
-                                     die_with_parent, set_process_name)
+from hostbroker.workers.base import (
+    EXIT_BOOT_FAILED,
+    EXIT_REFUSED,
+    child_main,
+    die_with_parent,
+    set_process_name,
+)
 from hostbroker.workers.handler import HandlerWorker
 from hostbroker.workers.plan import BrokerPlan
 from hostbroker.workers.processor import ProcessorWorker

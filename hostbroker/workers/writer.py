@@ -69,7 +69,8 @@ from hostbroker.log.partition import PartitionLog
 from hostbroker.log.segments import parse_partition_dirname, partition_dirname
 from hostbroker.shm import procs
 from hostbroker.shm import table as ptable
-from hostbroker.shm.table import AdminLock, PartitionTable
+from hostbroker.shm.adminlock import AdminLock
+from hostbroker.shm.table import PartitionTable
 from hostbroker.workers import envelopes as env
 from hostbroker.workers.base import Worker, now_ms
 from hostbroker.workers.flusher import Flusher, Waiter
@@ -77,7 +78,6 @@ from hostbroker.workers.writer_appends import Appends
 from hostbroker.workers.writer_cleanup import Cleanup
 from hostbroker.workers.writer_groups import GroupHost
 from hostbroker.workers.writer_polls import Polls
-
 
 # results a sleeping handler is not woken for (see _pump)
 _QUIET_OPS = frozenset((env.OP_APPEND_DIRECT, env.OP_REF_DONE, env.OP_POLL_DONE))

@@ -156,8 +156,8 @@ class Broker:
         now: for the end of a test that will not start it again. A broker still
         running is left alone."""
         from hostbroker.config import Config
+        from hostbroker.shm.adminlock import AdminLock
         from hostbroker.shm.region import remove_stale
-        from hostbroker.shm.table import AdminLock
         from hostbroker.workers.plan import shm_token
 
         if self.proc is not None:

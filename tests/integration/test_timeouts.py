@@ -9,7 +9,7 @@ from hostbroker.config import Config
 from hostbroker.errors import ErrorCode
 from hostbroker.log.message import encode_message_set, iter_messages
 from hostbroker.protocol import api
-from hostbroker.shm.table import AdminLock
+from hostbroker.shm.adminlock import AdminLock
 from hostbroker.workers.plan import shm_token
 from tests.integration.wire_helpers import RawSocket
 

@@ -9,7 +9,6 @@ import pytest
 from hostbroker.shm.region import LayoutError, SharedRegion
 from hostbroker.shm.table import (
     ONLINE,
-    AdminLock,
     PartitionSlot,
     PartitionState,
     PartitionTable,
@@ -17,7 +16,7 @@ from hostbroker.shm.table import (
     SlotTable,
     TornSlotError,
 )
-from tests.shm.procutil import fork, kill, wait_ok
+from tests.shm.procutil import fork
 
 
 @pytest.fixture
@@ -243,62 +242,3 @@ def test_a_writer_that_died_mid_write_leaves_a_slot_to_repair(table):
     assert table.read(2).end_offset == 6
     assert not table.repair(2, end_offset=7)
     assert table.read(2).end_offset == 7
-
-
-
-@pytest.fixture
-def lock():
-    lock = AdminLock.create(timeout=2.0)
-    yield lock
-    lock.remove()
-
-
-def test_admin_lock_excludes_other_processes(lock):
-    def try_to_take(key):
-        other = AdminLock.attach(key, timeout=0.05)
-        with pytest.raises(TimeoutError):
-            other.acquire()
-
-    with lock:
-        wait_ok(fork(try_to_take, lock.key))
-    with AdminLock.attach(lock.key):
-        pass
-    with pytest.raises(RuntimeError):
-        lock.release()
-
-
-def test_admin_lock_keyed_by_a_broker_token():
-    token = f"hb-test{os.getpid()}"
-    assert not AdminLock.remove_stale(token)
-    lock = AdminLock.create(token)
-    try:
-        assert lock.key == AdminLock.token_key(token)
-        with pytest.raises(FileExistsError):
-            AdminLock.create(token)
-        with AdminLock.attach(token):
-            pass
-    except BaseException:
-        lock.remove()
-        raise
-    assert AdminLock.remove_stale(token)  # as after a crash
-    with pytest.raises(FileNotFoundError):
-        AdminLock.attach(token)
-
-
-def test_admin_lock_is_freed_when_its_holder_is_killed(lock):
-    read_end, write_end = os.pipe()
-
-    def hold(key):
-        AdminLock.attach(key).acquire()
-        os.write(write_end, b"x")
-        time.sleep(60)
-
-    pid = fork(hold, lock.key)
-    assert os.read(read_end, 1) == b"x"
-    with pytest.raises(TimeoutError):
-        lock.acquire(timeout=0.05)
-    kill(pid)
-    lock.acquire(timeout=2)
-    lock.release()
-    os.close(read_end)
-    os.close(write_end)

@@ -22,8 +22,9 @@ from hostbroker.log.logdir import LogDir
 from hostbroker.log.message import encode_message_set
 from hostbroker.log.partition import PartitionLog
 from hostbroker.shm import table as ptable
+from hostbroker.shm.adminlock import AdminLock
 from hostbroker.shm.region import broker_prefix, region_name, remove_stale
-from hostbroker.shm.table import AdminLock, PartitionTable
+from hostbroker.shm.table import PartitionTable
 from hostbroker.workers import envelopes as env
 from hostbroker.workers.base import now_ms
 from hostbroker.workers.flusher import Flusher
