@@ -298,6 +298,10 @@ class Receiver:
     def unhold(self, pos: int) -> None:
         self._ring.unhold(pos)
 
+    def has_unread(self) -> bool:
+        """Records were published that :meth:`poll` has not returned yet."""
+        return self._ring.has_unread()
+
     def done(self) -> bool:
         """Free the ring space of everything polled so far (up to the first
         view still held).

@@ -42,6 +42,7 @@ moments, which is fine for rates and gauges.
 from __future__ import annotations
 
 import enum
+import operator
 import os
 import time
 from collections import namedtuple
@@ -215,6 +216,24 @@ class ProcessBoard(SlotTable):
     def flags(self) -> memoryview:
         """The board as u32 words; see :meth:`sleeping_index`."""
         return self._u32
+
+    def counters(self, i: int) -> memoryview:
+        """Slot ``i``'s counters as u64 words, indexed by counter: for the
+        owner's hot paths, which add to them directly (as :meth:`add`)."""
+        start = (self._offset(i) + _COUNTERS) >> 3
+        return self._u64[start:start + COUNTER_COUNT]
+
+    def epochs(self, slots: list[int]):
+        """A function of no arguments giving the epochs of ``slots`` (a tuple,
+        in that order) in one call: a worker looks at its peers' every loop."""
+        at = [(self._offset(i) + _EPOCH) >> 3 for i in slots]
+        if not at:
+            return tuple
+        pick = operator.itemgetter(*at)
+        words = self._u64
+        if len(at) == 1:
+            return lambda: (pick(words),)
+        return lambda: pick(words)
 
     def add(self, i: int, counter: int, n: int = 1) -> None:
         self._u64[self._counter_at(i, counter)] += n

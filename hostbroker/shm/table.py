@@ -424,6 +424,12 @@ PARTITION_LAYOUT = SlotLayout(
 )
 
 
+# start_offset, end_offset, flushed_offset and segment_generation: side by side
+_OFFSETS = struct.Struct("<qqqQ")
+_OFFSETS_AT = PARTITION_LAYOUT._writers["start_offset"][0]
+assert [PARTITION_LAYOUT._writers[n][0] - _OFFSETS_AT for n in (
+    "start_offset", "end_offset", "flushed_offset", "segment_generation")] == [0, 8, 16, 24]
+
 _OFFLINE_DIRS_AT = 32
 MAX_FLAGGED_LOG_DIRS = 256  # the 32 user bytes of the header
 
@@ -433,8 +439,8 @@ class PartitionTable(SlotTable):
 
     Each ONLINE slot is written only by the writer process that owns its log
     dir (``owner``); the admin claims FREE slots (state CREATING) and frees
-    them under the :class:`~hostbroker.shm.adminlock.AdminLock`, bumping :attr:`generation`. Handlers
-    read slots on every produce and fetch request.
+    them under the :class:`~hostbroker.shm.adminlock.AdminLock`, bumping
+    :attr:`generation`. Handlers read slots on every produce and fetch request.
     """
 
     LAYOUT = PARTITION_LAYOUT
@@ -442,6 +448,22 @@ class PartitionTable(SlotTable):
     def __init__(self, region: SharedRegion, opened: bool, layout: SlotLayout):
         super().__init__(region, opened, layout)
         self._i64 = self._view(0, TABLE_HEADER_SIZE + self.slot_count * self.slot_size, "q")
+
+    def write_offsets(self, i: int, start_offset: int, end_offset: int, flushed_offset: int,
+                      segment_generation: int) -> None:
+        """What :meth:`write` of these four fields does, in one store: a writer
+        publishes them after every round of appends."""
+        offset = self._offset(i)
+        seq_at = offset >> 3
+        seq = self._u64[seq_at]
+        if seq & 1:
+            raise TornSlotError(f"{self.name}: slot {i} was left mid-write; repair it")
+        self._u64[seq_at] = seq + 1
+        try:
+            _OFFSETS.pack_into(self._buf, offset + _OFFSETS_AT, start_offset, end_offset,
+                               flushed_offset, segment_generation)
+        finally:
+            self._u64[seq_at] = seq + 2
 
     def figures(self) -> list[tuple[int, int, int, int]]:
         """``(state, start_offset, end_offset, owner)`` of every slot below the

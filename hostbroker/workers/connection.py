@@ -101,7 +101,8 @@ class Connection:
                  "written", "at_handler", "queued", "ready", "out", "out_pos", "closing",
                  "reading", "writing", "active", "frame_started", "lingering", "linger_until",
                  "linger_left", "pinned", "at_writer", "writer", "writer_seq", "writer_put",
-                 "pipelining", "claim", "claim_have", "claim_put", "spilled_seq", "large_next")
+                 "pipelining", "claim", "claim_have", "claim_put", "spilled_seq", "large_next",
+                 "watched")
 
     def __init__(self, sock: socket.socket, conn_id: int, handler: int, now: float):
         self.sock = sock
@@ -133,6 +134,7 @@ class Connection:
         self.closing = False  # stop reading; close once queued answers are out
         self.reading = True
         self.writing = False
+        self.watched = 0  # the selector events its socket is registered for (0: none)
         self.active = now  # last time a byte moved either way
         self.frame_started = 0.0  # when buf began to hold an incomplete frame
         self.lingering = False  # EOF sent: only reading and dropping until the close...

@@ -206,6 +206,8 @@ class HandlerWorker(TopicAdmin, Fetching, ConsumerOffsets, Worker):
 
     def _take_results(self) -> None:
         for w, receiver in enumerate(self.results):
+            if not receiver.has_unread():
+                continue  # nothing taken since its last done(): nothing to free either
             for m in receiver.poll():
                 self._on_result(m)
             if receiver.done():

@@ -126,7 +126,12 @@ class ProcessorWorker(FrameReading, RingClaims, Worker):
         # the board slots of the handlers, then the writers, and their epochs as last seen
         self._peer_slots = ([plan.board_slot("handler", h) for h in range(plan.num_handlers)]
                             + [plan.board_slot("writer", w) for w in range(plan.num_writers)])
-        self._peer_epochs = [self.board.epoch(s) for s in self._peer_slots]
+        self._read_peer_epochs = self.board.epochs(self._peer_slots)
+        self._peer_epochs = self._read_peer_epochs()
+        # (receiver, whether it holds records not taken yet, the bell of its sender)
+        self._answer_inputs = (
+            [(r, r.has_unread, bell) for r, bell in zip(self.responses, self.handler_bells)]
+            + [(r, r.has_unread, bell) for r, bell in zip(self.writer_answers, self.writer_bells)])
         self.files = SegmentFiles(config["segment.fd.cache.size"])
         self.table_answers = None  # METADATA and OFFSETS answered here (processor_frames)
         self.puts = None  # lone PRODUCEs straight to writers (processor_frames)
@@ -299,6 +304,7 @@ class ProcessorWorker(FrameReading, RingClaims, Worker):
         self.conns[conn_id] = conn
         self.by_fd[conn.fd] = conn
         self.sel.register(conn.fd, selectors.EVENT_READ, conn)
+        conn.watched = selectors.EVENT_READ
         self.board.set(self.slot, procs.CONNECTIONS, len(self.conns))
 
     def _close(self, conn: Connection) -> None:
@@ -350,13 +356,12 @@ class ProcessorWorker(FrameReading, RingClaims, Worker):
 
     # -- writing answers ----------------------------------------------------
     def _take_answers(self) -> None:
-        for receivers, bells in ((self.responses, self.handler_bells),
-                                 (self.writer_answers, self.writer_bells)):
-            for i, receiver in enumerate(receivers):
+        for receiver, unread, bell in self._answer_inputs:
+            if unread():  # (else nothing was taken since the last done(): nothing to free)
                 for m in receiver.poll():
                     self._take_answer(m)
                 if receiver.done():
-                    bells[i].ring()  # it waits for space: always ring
+                    bell.ring()  # it waits for space: always ring
 
     def _take_answer(self, m) -> None:
         conn_id, seq, flags, pieces, stamp = env.decode_response(m)
@@ -503,22 +508,29 @@ class ProcessorWorker(FrameReading, RingClaims, Worker):
                 conn.frame_started = self.now  # the deadline runs while we read
             self._apply_interest(conn)
 
-    def _apply_interest(self, conn: Connection) -> None:
+    def _apply_interest(self, conn: Connection, lazy: bool = True) -> None:
+        """Have the selector watch ``conn`` for what it reads and writes now.
+
+        Read interest is dropped ``lazy``-ly: it stays registered until the
+        socket is readable while the connection may not read (``_read`` then
+        drops it for real). A client that waits for each answer sends nothing
+        while it waits (for its PUT at a writer, say), so no ``epoll_ctl``
+        goes by twice a request; one that does send wakes the loop once."""
         if conn.fd not in self.by_fd:
             return
         events = (selectors.EVENT_READ if conn.reading else 0) | (
             selectors.EVENT_WRITE if conn.writing else 0)
-        try:
-            key = self.sel.get_key(conn.fd)
-        except KeyError:
-            key = None
+        watched = conn.watched
+        if watched == events or (lazy and watched == events | selectors.EVENT_READ
+                                 and not conn.lingering):
+            return
         if events == 0:
-            if key is not None:
-                self.sel.unregister(conn.fd)
-        elif key is None:
+            self.sel.unregister(conn.fd)
+        elif not watched:
             self.sel.register(conn.fd, events, conn)
-        elif key.events != events:
+        else:
             self.sel.modify(conn.fd, events, conn)
+        conn.watched = events
 
     def _pause(self, paused: bool) -> None:
         if paused == self.paused:
@@ -539,8 +551,7 @@ class ProcessorWorker(FrameReading, RingClaims, Worker):
         """A handler or writer replaced since the last look (its epoch moved):
         close the connections with requests at that handler, fail the PUTs
         at that writer. Every loop round: one read per peer when none moved."""
-        read = self.board.epoch
-        now = [read(s) for s in self._peer_slots]
+        now = self._read_peer_epochs()
         if now == self._peer_epochs:
             return
         moved = [i for i, (a, b) in enumerate(zip(now, self._peer_epochs)) if a != b]

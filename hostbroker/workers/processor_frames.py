@@ -27,6 +27,7 @@ import traceback
 
 from hostbroker.errors import ErrorCode
 from hostbroker.protocol import api
+from hostbroker.protocol.lone import peek_lone_produce
 from hostbroker.shm import procs
 from hostbroker.shm import table as ptable
 from hostbroker.workers import envelopes as env
@@ -72,7 +73,8 @@ class FrameReading:
             self._drop_input(conn)
             return
         if not conn.reading:
-            return  # turned off earlier in this round
+            self._apply_interest(conn, lazy=False)  # readable but may not read: stop watching
+            return
         if conn.claim is not None:
             self._fill_claim(conn)
             self._update_reading(conn)
@@ -224,21 +226,20 @@ class FrameReading:
         anything else, a frame that does not decode or a table that cannot be
         read included, goes to the handler, which answers it as ever."""
         try:
-            header, request = api.decode_request(frame, self.max_entries)
-            if request.acks != 1 or len(request.partitions) != 1:
+            request = peek_lone_produce(frame, self.max_entries)
+            if request is None or request.acks != 1:
                 return False
-            part = request.partitions[0]
-            target = self._put_target(part.topic, part.partition)
+            target = self._put_target(request.topic, request.partition)
         except Exception:  # noqa: BLE001 - the handler answers (and closes) as it always has
             return False
         if target is None:
             return False
         slot, s = target
         direct = env.Direct(self.index, conn.conn_id, conn.next_seq & SEQ_MASK,
-                            header.correlation_id)
+                            request.correlation_id)
         if not self.puts[s.owner].try_send(*env.encode_put(
                 slot, s.name, s.partition, now_ms() + max(0, request.timeout_ms),
-                part.message_set, stamp, direct)):
+                request.message_set, stamp, direct)):
             return False
         self.count(procs.REQUESTS)
         self.count(procs.BYTES_COPIED, len(frame))

@@ -263,8 +263,13 @@ class WriterWorker(Appends, Polls, Cleanup, Worker):
             gen = self.table.read(slot).segment_generation + 1
         else:
             gen = old[1] + 1 if old[0] != shape else old[1]
-        self.table.write(slot, start_offset=plog.log_start_offset, end_offset=plog.log_end_offset,
-                         flushed_offset=plog.flushed_offset, segment_generation=gen, **extra)
+        if extra:
+            self.table.write(slot, start_offset=plog.log_start_offset,
+                             end_offset=plog.log_end_offset, flushed_offset=plog.flushed_offset,
+                             segment_generation=gen, **extra)
+        else:
+            self.table.write_offsets(slot, plog.log_start_offset, plog.log_end_offset,
+                                     plog.flushed_offset, gen)
         self.published[slot] = (shape, gen)
 
     def _go_offline(self, error: BaseException) -> None:
@@ -325,6 +330,8 @@ class WriterWorker(Appends, Polls, Cleanup, Worker):
         results: list[list] = [[] for _ in self.senders]
         touched: set[int] = set()
         for h, receiver in enumerate(self.receivers):
+            if not receiver.has_unread():
+                continue  # nothing taken since its last done(): nothing to free either
             messages = receiver.poll()
             for m in messages:
                 op, token = env.decode_op(m)
@@ -345,6 +352,8 @@ class WriterWorker(Appends, Polls, Cleanup, Worker):
             if receiver.done():
                 self.handler_doorbells[h].ring()  # it waits for space: always ring
         for p, receiver in enumerate(self.puts):
+            if not receiver.has_unread():
+                continue
             for m in receiver.poll():
                 self._put(m, touched)
             if receiver.done():

@@ -21,6 +21,7 @@ from hostbroker.errors import ErrorCode, HostbrokerError, StorageError
 from hostbroker.log import message as logmsg
 from hostbroker.log.partition import PartitionLog
 from hostbroker.protocol import api
+from hostbroker.protocol.lone import encode_lone_produce_answer
 from hostbroker.shm import procs
 from hostbroker.shm import table as ptable
 from hostbroker.workers import envelopes as env
@@ -156,9 +157,8 @@ class Appends:
         woken = set()
         for h, a, code, base, end in self.direct:
             d = a.direct
-            body = api.ProduceResponse((api.ProducePartitionResult(
-                a.topic, a.partition, code, base, end),))
-            frame, failed = api.encode_answer(d.correlation_id, body, self.max_response_bytes)
+            frame, failed = encode_lone_produce_answer(d.correlation_id, a.topic, a.partition,
+                                                       code, base, end, self.max_response_bytes)
             if h is None:
                 # a PUT: no handler to fall back on; what the ring cannot take
                 # now waits in its sender (pumped by _pump, in order)

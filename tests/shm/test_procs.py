@@ -49,6 +49,23 @@ def test_worker_writes_its_slot(board):
         board.heartbeat(4)
 
 
+def test_a_slots_counters_and_its_peers_epochs_read_directly(board):
+    for slot, epoch in ((0, 5), (1, 6), (3, 9)):
+        board.set_worker(slot, kind=1, index=slot, pid=100 + slot, epoch=epoch)
+    counters = board.counters(1)
+    assert len(counters) == procs.COUNTER_COUNT
+    counters[procs.BYTES_OUT] += 7
+    board.add(1, procs.BYTES_OUT, 3)
+    assert board.get(1, procs.BYTES_OUT) == counters[procs.BYTES_OUT] == 10
+    assert board.get(0, procs.BYTES_OUT) == board.get(2, procs.BYTES_OUT) == 0
+    assert sum(board.counters(0)) == sum(board.counters(2)) == 0
+    epochs = board.epochs([3, 0, 1])
+    assert epochs() == (9, 5, 6)
+    board.set_worker(0, kind=1, index=0, pid=200, epoch=11)  # replaced
+    assert epochs() == (9, 11, 6)
+    assert board.epochs([1])() == (6,) and board.epochs([])() == ()
+
+
 def _work(name, slot):
     board = ProcessBoard.attach(name)
     board.set_state(slot, WorkerState.READY)

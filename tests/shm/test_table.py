@@ -34,6 +34,21 @@ def test_write_then_read(table):
     assert table.state(5) == PartitionState.ONLINE
 
 
+def test_write_offsets_is_a_write_of_the_four_offset_fields(table, created):
+    other = created(PartitionTable, "partitions2", 16)
+    for t in (table, other):
+        t.write(3, state=PartitionState.ONLINE, partition=1, owner=4, name="x" * 256)
+    table.write_offsets(3, -1, 2**63 - 1, -(2**63), 2**64 - 1)
+    other.write(3, start_offset=-1, end_offset=2**63 - 1, flushed_offset=-(2**63),
+                segment_generation=2**64 - 1)
+    assert table.read(3) == other.read(3) == PartitionSlot(
+        PartitionState.ONLINE, 1, 4, -1, 2**63 - 1, -(2**63), 2**64 - 1, "x" * 256)
+    assert bytes(table._buf) == bytes(other._buf)  # seq included: one write each
+    table._u64[table._offset(4) >> 3] = 1  # left mid-write
+    with pytest.raises(TornSlotError):
+        table.write_offsets(4, 0, 0, 0, 0)
+
+
 def test_bad_writes(table):
     with pytest.raises(ValueError):
         table.write(0, name="x" * 257)

@@ -1,0 +1,91 @@
+"""A PRODUCE of one partition and its answer, read and written in a few struct
+calls: what a processor and a writer do for every synchronous one-partition
+produce (a PUT), where the schema codec's generality costs a good part of
+the request.
+
+Owns: :func:`peek_lone_produce`, which reads such a request exactly as
+:func:`hostbroker.protocol.api.decode_request` would (it returns None for
+every frame that function refuses, and for every other kind of frame), and
+:func:`encode_lone_produce_answer`, whose frames are byte for byte those of
+:func:`hostbroker.protocol.api.encode_answer` for a one-partition
+ProduceResponse. ``tests/protocol/test_lone.py`` holds both to that.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import NamedTuple
+
+from hostbroker.protocol import api
+
+# api_key, api_version, correlation_id, client_id's length
+_HEAD = struct.Struct(">hhih")
+# acks, timeout_ms, the partitions' count, the topic's length
+_BODY = struct.Struct(">hiih")
+# partition, the message set's length
+_PART = struct.Struct(">ii")
+# size, correlation_id, the partitions' count (1), the topic's length
+_ANSWER_HEAD = struct.Struct(">iiih")
+# partition, error_code, base_offset, log_end_offset
+_ANSWER_TAIL = struct.Struct(">ihqq")
+_ANSWER_FIXED = _ANSWER_HEAD.size + _ANSWER_TAIL.size
+
+
+class LoneProduce(NamedTuple):
+    correlation_id: int
+    acks: int
+    timeout_ms: int
+    topic: str
+    partition: int
+    message_set: memoryview  # a slice of the frame
+
+
+def peek_lone_produce(frame, max_entries: int | None = None) -> LoneProduce | None:
+    """The fields of a PRODUCE v0 request frame (without its size prefix) of
+    exactly one partition, or None: for any other request, and for any frame
+    that ``decode_request(frame, max_entries)`` would refuse."""
+    size = len(frame)
+    if size < _HEAD.size + _BODY.size or (max_entries is not None and max_entries < 1):
+        return None
+    key, version, correlation_id, client_id_length = _HEAD.unpack_from(frame, 0)
+    if key != api.ApiKey.PRODUCE or version != api.API_VERSION or client_id_length < -1:
+        return None
+    body = _HEAD.size + max(client_id_length, 0)
+    if body + _BODY.size > size:
+        return None
+    acks, timeout_ms, count, topic_length = _BODY.unpack_from(frame, body)
+    topic_at = body + _BODY.size
+    part_at = topic_at + topic_length
+    if count != 1 or topic_length < 0 or part_at + _PART.size > size:
+        return None
+    partition, set_length = _PART.unpack_from(frame, part_at)
+    set_at = part_at + _PART.size
+    if set_length < 0 or set_at + set_length != size:
+        return None
+    view = memoryview(frame)
+    try:
+        if client_id_length > 0:
+            str(view[_HEAD.size:body], "utf-8")
+        topic = str(view[topic_at:part_at], "utf-8")
+    except UnicodeDecodeError:
+        return None
+    return LoneProduce(correlation_id, acks, timeout_ms, topic, partition, view[set_at:])
+
+
+def encode_lone_produce_answer(correlation_id: int, topic: str, partition: int, code: int,
+                               base_offset: int, log_end_offset: int,
+                               max_bytes: int) -> tuple[bytes, bool]:
+    """What ``api.encode_answer(correlation_id, ProduceResponse((ProducePartitionResult(
+    topic, partition, code, base_offset, log_end_offset),)), max_bytes)`` gives:
+    ``(frame, is_error)``. Never raises."""
+    try:
+        name = topic.encode("utf-8")
+        if len(name) <= 0x7FFF and len(name) + _ANSWER_FIXED <= max_bytes:
+            return (_ANSWER_HEAD.pack(len(name) + _ANSWER_FIXED - 4, correlation_id, 1, len(name))
+                    + name + _ANSWER_TAIL.pack(partition, code, base_offset, log_end_offset),
+                    False)
+    except (struct.error, UnicodeError, TypeError, AttributeError):
+        pass
+    # anything out of range or too long: the general encoder says what it is
+    return api.encode_answer(correlation_id, api.ProduceResponse((api.ProducePartitionResult(
+        topic, partition, code, base_offset, log_end_offset),)), max_bytes)
