@@ -15,11 +15,16 @@ of one partition, and runs, for ``--seconds`` each, one client producing
 request, one at a time; ``pipe1`` the same with 16 in flight; ``sync``
 1,000-message sets of 100 B one at a time; ``pipe`` the same 16 in flight;
 ``big1`` sets of 100 messages of 10 KiB (~1 MiB) one at a time; ``big`` the
-same 4 in flight. Each load runs on each broker in turn, ``--rounds`` times.
+same 4 in flight; ``e2e`` the end-to-end load of ``latency.py`` (one message
+per PRODUCE at ``--e2e-rate`` messages/s, acks=1, a consumer long-polling
+in a process of its own), whose figures are per message and add the
+consumer's CPU to the client's. Each load runs on each broker in turn,
+``--rounds`` times.
 
 For each it prints requests per second and the CPU every process spent per
 request: hostbroker's processes by name, from ``/proc/PID/task/*/schedstat``
-(every thread, ns of CPU); the naive broker as one process (its connection
+(every thread, ns of CPU, and how often each was put on a CPU: its
+wake-ups, printed as ``runs`` per request); the naive broker as one process (its connection
 threads end with their connection, so from the process's own times, which
 keep theirs); the client's from its own ``process_time``. It adds them up:
 one request at a time nothing overlaps, so that sum is what a request takes
@@ -36,6 +41,10 @@ brokers' page-cache writes find memory the guest has just freed.
 process, which runs the clients: with ``--pin-broker 1 --pin-client 0``
 hostbroker's processes wake each other on one CPU, and only the client's
 wake-ups cross to the other.
+``--baseline TREE`` runs a third broker, ``hostbroker serve`` from another
+source tree (a worktree or clone: ``PYTHONPATH`` names it), in each round
+after this tree's, for an A/B of two commits in the same run (named
+``baseline``; ``--target hostbroker`` leaves the naive broker out).
 ``--cpu-latency US`` holds a CPU wake-up latency request of ``US`` µs
 (``hostbroker.cpulatency``, what the broker's ``cpu.wakeup.latency.us``
 holds) for the whole run. ``--perf-sched FILE`` records the scheduler
@@ -49,6 +58,7 @@ from __future__ import annotations
 import argparse
 import glob
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -60,26 +70,36 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.dirname(os.path.dirname(HERE))]
 
 from broker_throughput import Broker, machine_info  # noqa: E402
-from latency_loads import NaiveBroker, run_pipelined, warm_free_memory  # noqa: E402
+from latency_loads import NaiveBroker, run_e2e, run_pipelined, warm_free_memory  # noqa: E402
+from tree_ab import start_from  # noqa: E402
 
 from hostbroker import cpulatency  # noqa: E402
 
 # load -> (message size, messages per request, requests in flight)
 LOADS = {"sync1": (100, 1, 1), "pipe1": (100, 1, 16), "sync": (100, 1000, 1),
-         "pipe": (100, 1000, 16), "big1": (10 * 1024, 100, 1), "big": (10 * 1024, 100, 4)}
+         "pipe": (100, 1000, 16), "big1": (10 * 1024, 100, 1), "big": (10 * 1024, 100, 4),
+         "e2e": (100, 1, 1)}
 TOPIC = "cpu"
+
+
+def schedstat(pid: int) -> tuple[int, int]:
+    """CPU time of every live thread of ``pid`` so far, ns, and how many times
+    they were put on a CPU ((0, 0) once it is gone)."""
+    total = runs = 0
+    for path in glob.glob(f"/proc/{pid}/task/*/schedstat"):
+        try:
+            with open(path) as f:
+                fields = f.read().split()
+            total += int(fields[0])
+            runs += int(fields[2])
+        except (OSError, ValueError, IndexError):
+            pass
+    return total, runs
 
 
 def cpu_ns(pid: int) -> int:
     """CPU time of every live thread of ``pid`` so far, ns (0 once it is gone)."""
-    total = 0
-    for path in glob.glob(f"/proc/{pid}/task/*/schedstat"):
-        try:
-            with open(path) as f:
-                total += int(f.read().split()[0])
-        except (OSError, ValueError, IndexError):
-            pass
-    return total
+    return schedstat(pid)[0]
 
 
 def process_cpu_ns(pid: int) -> int:
@@ -91,13 +111,14 @@ def process_cpu_ns(pid: int) -> int:
 
 
 def meters(name: str, broker) -> dict:
-    """Process name -> a function giving its CPU so far, ns."""
+    """Process name -> a function giving its (CPU so far in ns, runs so far;
+    0 where not known)."""
     import psutil
 
     if name == "naive":
         pid = broker.proc.pid
-        return {"naive": lambda: process_cpu_ns(pid)}
-    return {p.name(): (lambda pid=p.pid: cpu_ns(pid))
+        return {"naive": lambda: (process_cpu_ns(pid), 0)}
+    return {p.name(): (lambda pid=p.pid: schedstat(pid))
             for p in psutil.Process(broker.proc.pid).children()}
 
 
@@ -119,26 +140,52 @@ def _cpus(text: str) -> set[int]:
     return {int(c) for c in text.split(",") if c}
 
 
+def _children_cpu() -> float:
+    """CPU of this process's ended and waited-for children so far, s."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def measure(name: str, broker, load: str, a) -> dict:
     size, batch, window = LOADS[load]
     uri = broker.uri(a.socket)
     cap = a.big_mib << 20 if size > 1000 else None  # the log keeps every byte
-    run_pipelined(uri, TOPIC, 0.5, size, batch, window, cap and min(cap, 64 << 20))  # warm up
+    if load == "e2e":
+        run_e2e(uri, TOPIC, 1.0, a.e2e_rate)  # warm up
+    else:
+        run_pipelined(uri, TOPIC, 0.5, size, batch, window,
+                      cap and min(cap, 64 << 20))  # warm up
     if size > 1000:
         warm_free_memory(a.workdir, a.warm_mib)
     procs = meters(name, broker)
     before = {proc: read() for proc, read in procs.items()}
-    mine = time.process_time()
-    result = run_pipelined(uri, TOPIC, a.seconds, size, batch, window, cap)
-    mine = time.process_time() - mine
-    n = result["requests"]
-    spent = {proc: (read() - before[proc]) / 1000 / n for proc, read in procs.items()}
-    spent = {proc: round(us, 1) for proc, us in sorted(spent.items()) if us >= 0.5}
+    mine = time.process_time() + _children_cpu()
+    if load == "e2e":
+        result = run_e2e(uri, TOPIC, a.seconds, a.e2e_rate)
+        n = result["received"]
+        result.update(msgs_per_s=n / result["seconds"],
+                      mb_per_s=n * size / result["seconds"] / 1e6)
+    else:
+        result = run_pipelined(uri, TOPIC, a.seconds, size, batch, window, cap)
+        n = result["requests"]
+    mine = time.process_time() + _children_cpu() - mine
+    spent, runs = {}, {}
+    for proc, read in procs.items():
+        cpu, count = read()
+        us = (cpu - before[proc][0]) / 1000 / n
+        if us >= 0.5:
+            spent[proc] = round(us, 1)
+            runs[proc] = round((count - before[proc][1]) / n, 2)
+    spent = dict(sorted(spent.items()))
     spent["client"] = round(mine * 1e6 / n, 1)
-    return {"requests_per_s": round(n / result["seconds"], 1),
-            "us_per_request": round(result["seconds"] * 1e6 / n, 1),
-            "msgs_per_s": result["msgs_per_s"], "mb_per_s": result["mb_per_s"],
-            "cpu_us_per_request": spent, "cpu_us_sum": round(sum(spent.values()), 1)}
+    out = {"requests_per_s": round(n / result["seconds"], 1),
+           "us_per_request": round(result["seconds"] * 1e6 / n, 1),
+           "msgs_per_s": result["msgs_per_s"], "mb_per_s": result["mb_per_s"],
+           "cpu_us_per_request": spent, "cpu_us_sum": round(sum(spent.values()), 1),
+           "runs_per_request": {p: r for p, r in sorted(runs.items()) if r}}
+    if load == "e2e":
+        out["latency_ms"] = result["latency_ms"]
+    return out
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -147,6 +194,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--target", choices=("hostbroker", "naive", "both"), default="both")
     ap.add_argument("--socket", choices=("unix", "tcp"), default="unix")
     ap.add_argument("--seconds", type=float, default=3.0)
+    ap.add_argument("--e2e-rate", type=float, default=1000.0, metavar="N",
+                    help="messages/s of the e2e load (default 1000)")
     ap.add_argument("--rounds", type=int, default=1, help="each load on each broker this often")
     ap.add_argument("--warm-mib", type=int, default=0, metavar="MIB",
                     help="write and delete this many MiB before each big load")
@@ -162,13 +211,17 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--pin-client", type=_cpus, default=None, metavar="CPUS",
                     help="this process (the clients) on these CPUs (e.g. 0)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--baseline", metavar="TREE",
+                    help="also run hostbroker from this source tree, after this tree's")
     a = ap.parse_args(argv)
+    if a.baseline and not os.path.isfile(os.path.join(a.baseline, "hostbroker", "__init__.py")):
+        ap.error(f"--baseline {a.baseline}: no hostbroker package there")
     a.loads = [x for x in a.loads.split(",") if x]
     if set(a.loads) - set(LOADS):
         ap.error(f"unknown loads: {', '.join(sorted(set(a.loads) - set(LOADS)))}")
-    if a.rounds < 1 or a.seconds <= 0 or a.warm_mib < 0 or a.big_mib < 1:
-        ap.error("--rounds and --big-mib must be at least 1, --seconds above 0, "
-                 "--warm-mib at least 0")
+    if a.rounds < 1 or a.seconds <= 0 or a.warm_mib < 0 or a.big_mib < 1 or a.e2e_rate <= 0:
+        ap.error("--rounds and --big-mib must be at least 1, --seconds and --e2e-rate "
+                 "above 0, --warm-mib at least 0")
     return a
 
 
@@ -183,10 +236,16 @@ def main(argv=None) -> int:
     try:
         if a.target in ("hostbroker", "both"):
             brokers["hostbroker"] = Broker(a.workdir, a.set)
+        if a.baseline:
+            brokers["baseline"] = Broker(os.path.join(a.workdir, "baseline"), a.set)
         if a.target in ("naive", "both"):
             brokers["naive"] = NaiveBroker(a.workdir)
-        for broker in brokers.values():
-            broker.start()
+        for name, broker in brokers.items():
+            if name == "baseline":
+                os.makedirs(os.path.join(a.workdir, "baseline"))
+                start_from(broker, os.path.abspath(a.baseline))
+            else:
+                broker.start()
             with SimpleClient(broker.uri("unix")) as client:
                 client.create_topic(TOPIC, 1)
             if a.pin_broker:
@@ -204,10 +263,17 @@ def main(argv=None) -> int:
                 for name, broker in brokers.items():
                     r = measure(name, broker, load, a)
                     cpu = "  ".join(f"{k} {v}" for k, v in r["cpu_us_per_request"].items())
+                    runs = "  ".join(f"{k} {v}" for k, v in r["runs_per_request"].items())
+                    latency = ""
+                    if "latency_ms" in r:
+                        ms = r["latency_ms"]
+                        latency = (f"   latency p50 {ms['p50']} p99 {ms['p99']} "
+                                   f"p99.9 {ms['p99.9']} ms")
                     print(f"{load:6} {name:10} {r['requests_per_s']:>9,.0f} requests/s "
                           f"{r['msgs_per_s']:>11,.0f} msgs/s {r['mb_per_s']:>7,.0f} MB/s   "
                           f"µs per request: wall {r['us_per_request']}, CPU {r['cpu_us_sum']} "
-                          f"= {cpu}", flush=True)
+                          f"= {cpu}" + (f"   runs per request: {runs}" if runs else "")
+                          + latency, flush=True)
     finally:
         if perf is not None:
             perf.send_signal(signal.SIGINT)

@@ -56,12 +56,8 @@ def broker_cpu(pid: int) -> float:
     return total
 
 
-@contextlib.contextmanager
-def broker_of(tree: str, settings: list[str], prefix: str):
-    """``hostbroker serve`` with ``tree``'s code in a new scratch directory;
-    stopped and the directory removed on exit."""
-    workdir = tempfile.mkdtemp(prefix=prefix)
-    broker = Broker(workdir, settings)
+def start_from(broker: Broker, tree: str) -> None:
+    """Start ``broker`` (its ``hostbroker serve``) with ``tree``'s code."""
     env_before = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = tree
     try:
@@ -71,6 +67,15 @@ def broker_of(tree: str, settings: list[str], prefix: str):
             del os.environ["PYTHONPATH"]
         else:
             os.environ["PYTHONPATH"] = env_before
+
+
+@contextlib.contextmanager
+def broker_of(tree: str, settings: list[str], prefix: str):
+    """``hostbroker serve`` with ``tree``'s code in a new scratch directory;
+    stopped and the directory removed on exit."""
+    workdir = tempfile.mkdtemp(prefix=prefix)
+    broker = Broker(workdir, settings)
+    start_from(broker, tree)
     try:
         yield broker
     finally:
