@@ -66,6 +66,7 @@ __all__ = [
     "decode_error_frame",
     "decode_request",
     "decode_body",
+    "decode_request_body",
     "decode_request_header",
     "decode_response",
     "decode_response_as",
@@ -315,13 +316,20 @@ def decode_request(frame: Buffer, max_entries: int | None = None) -> tuple[Reque
     together, is a ProtocolError (INVALID_REQUEST), raised at the count.
     """
     header = decode_request_header(frame)
+    return header, decode_request_body(header, frame, max_entries)
+
+
+def decode_request_body(header: RequestHeader, frame: Buffer,
+                        max_entries: int | None = None) -> Request:
+    """The body of a request frame whose ``header`` is decoded already (what
+    :func:`decode_request` does after the header, errors included)."""
     request_type = REQUEST_TYPES.get(header.api_key)
     if request_type is None or header.api_version != API_VERSION:
         raise ProtocolError(
             f"unsupported api_key {header.api_key} version {header.api_version}",
             code=ErrorCode.UNSUPPORTED_VERSION,
         )
-    return header, decode_body(request_type, frame, header.body_offset, max_entries)
+    return decode_body(request_type, frame, header.body_offset, max_entries)
 
 
 def decode_body(body_type: type, frame: Buffer, offset: int, max_entries: int | None = None):
@@ -367,6 +375,38 @@ def encode_fetch_response_parts(
     counts those data bytes; ``hk`` is ``b""`` (nothing follows the last
     message set) and is there so that headers and data always alternate.
     """
+    if len(partitions) == 1 and partitions[0][0] is not None:
+        return _fetch_parts_of_one(correlation_id, *partitions[0])
+    return _fetch_parts(correlation_id, partitions)
+
+
+# size, correlation_id, the partitions' count (1), the topic's length
+_FETCH_ONE_HEAD = struct.Struct(">iiih")
+# partition, error_code, log_end_offset, the message set's length
+_FETCH_ONE_TAIL = struct.Struct(">ihqi")
+_FETCH_ONE_FIXED = _FETCH_ONE_HEAD.size + _FETCH_ONE_TAIL.size
+
+
+def _fetch_parts_of_one(correlation_id: int, topic: str, partition: int, code: int,
+                        log_end_offset: int, data_length: int) -> list[bytes]:
+    """What :func:`_fetch_parts` gives for one partition, in two packs: a
+    writer answering a long poll, and most fetches, have one."""
+    if data_length < 0:
+        raise ValueError(f"negative data length {data_length}")
+    name = topic.encode("utf-8")
+    total = _FETCH_ONE_FIXED + len(name) + data_length
+    if total - SIZE_PREFIX_BYTES > MAX_FRAME_SIZE:
+        raise ValueError(f"a frame of {total} bytes does not fit its int32 size")
+    try:
+        return [_FETCH_ONE_HEAD.pack(total - SIZE_PREFIX_BYTES, correlation_id, 1, len(name))
+                + name + _FETCH_ONE_TAIL.pack(partition, code, log_end_offset, data_length),
+                b""]
+    except struct.error as exc:
+        raise ValueError(f"value does not fit its wire type: {exc}") from None
+
+
+def _fetch_parts(correlation_id: int, partitions) -> list[bytes]:
+    """:func:`encode_fetch_response_parts` for any number of partitions."""
     chunks: list[bytes] = []
     total = 0
     writer = Writer()

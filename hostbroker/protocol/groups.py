@@ -399,7 +399,7 @@ def decode_any_request(
     header = api.decode_request_header(frame)
     request_type = GROUP_REQUEST_TYPES.get((header.api_key, header.api_version))
     if request_type is None:
-        return api.decode_request(frame, max_entries)
+        return header, api.decode_request_body(header, frame, max_entries)
     request = api.decode_body(request_type, frame, header.body_offset, max_entries)
     request.check()
     return header, request

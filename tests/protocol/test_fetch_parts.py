@@ -12,6 +12,7 @@ from hostbroker.protocol import (
     encode_fetch_response_parts,
     encode_response,
 )
+from hostbroker.protocol import api
 
 from tests.protocol.strategies import NO_DEADLINE, error_codes, int32s, int64s, message_sets, names
 
@@ -53,3 +54,27 @@ def test_size_prefix_counts_data_not_yet_sent():
 def test_negative_data_length_is_refused():
     with pytest.raises(ValueError):
         encode_fetch_response_parts(1, [("t", 0, 0, 0, -1)])
+
+
+_one_partition = st.tuples(
+    st.one_of(names, st.builds(lambda n: "é" * n, st.integers(16380, 16390)), st.just("\ud800")),
+    st.one_of(int32s, st.integers(2**31, 2**33)),
+    st.one_of(error_codes, st.integers(2**15, 2**16)),
+    st.one_of(int64s, st.integers(2**63, 2**64)),
+    st.one_of(st.integers(-2, 1 << 20), st.integers(2**31 - 64, 2**31 + 64)),
+)
+
+
+@NO_DEADLINE
+@given(st.one_of(int32s, st.integers(2**31, 2**32)), _one_partition)
+def test_one_partition_takes_a_shorter_way_to_the_same_bytes(correlation_id, partition):
+    """A writer's long-poll answer and most fetches have one partition; the
+    two packs that build its headers give what the general loop gives, and
+    fail (ValueError) wherever it fails."""
+    def run(encode, parts):
+        try:
+            return encode(correlation_id, parts)
+        except ValueError:
+            return ValueError
+
+    assert run(encode_fetch_response_parts, [partition]) == run(api._fetch_parts, [partition])
