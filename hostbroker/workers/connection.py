@@ -93,6 +93,8 @@ class Buffers:
 
 def memory_bytes(pieces) -> int:
     """Bytes an answer holds in memory (file pieces are sent from the file)."""
+    if len(pieces) == 1 and type(pieces[0]) is bytes:
+        return len(pieces[0])  # (most answers: one frame)
     return sum(len(p) for p in pieces if not isinstance(p, env.FilePiece))
 
 
@@ -220,9 +222,14 @@ class Connection:
     def order(self, seq: int, pieces: list, flags: int) -> None:
         """Take the answer for place ``seq``; move every answer whose turn has
         come to ``out``."""
-        self.ready[seq] = (pieces, flags)
         self.queued += memory_bytes(pieces)
         out = self.out
+        if seq == self.send_seq and not self.ready and not flags:
+            self.send_seq += 1  # its turn, and none waiting behind it
+            out.extend(pieces)
+            out.append(END)
+            return
+        self.ready[seq] = (pieces, flags)
         while self.send_seq in self.ready:
             pieces, flags = self.ready.pop(self.send_seq)
             self.send_seq += 1

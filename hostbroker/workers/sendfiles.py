@@ -90,11 +90,12 @@ def pin_answer(out: collections.deque, files: SegmentFiles, end_marks) -> None:
     is gone, patching the answer to say so for their partitions."""
     removed = 0
     i = 0
+    marks = {id(mark) for mark in end_marks}
     while i < len(out):
         piece = out[i]
-        if any(piece is mark for mark in end_marks):
+        if id(piece) in marks:
             break
-        if isinstance(piece, env.FilePiece):
+        if type(piece) is env.FilePiece:
             try:
                 out[i] = _held(files, piece)
             except OSError as e:
