@@ -58,7 +58,6 @@ from __future__ import annotations
 
 import errno
 import os
-import queue
 import sys
 import time
 
@@ -309,7 +308,8 @@ class WriterWorker(Appends, Polls, Cleanup, Worker):
         self._shutdown()
 
     def _timeout(self) -> float:
-        deadline = now_ms() + 1000
+        now = now_ms()
+        deadline = now + 1000
         for slot in self.dirty:
             plog = self.slots.get(slot)
             if plog is not None:
@@ -317,13 +317,13 @@ class WriterWorker(Appends, Polls, Cleanup, Worker):
         deadline = min(deadline, self.next_retention_ms, self.next_checkpoint_ms)
         groups_s = self.groups.timeout_s() if self.groups is not None else None
         if groups_s is not None:
-            deadline = min(deadline, now_ms() + int(groups_s * 1000) + 1)
+            deadline = min(deadline, now + int(groups_s * 1000) + 1)
         if any(s.pending() for s in self.senders) or any(s.pending() for s in self.answer_rings):
-            deadline = min(deadline, now_ms() + 10)
+            deadline = min(deadline, now + 10)
         polls_ms = self._polls_timeout_ms()
         if polls_ms is not None:
             deadline = min(deadline, polls_ms)
-        return max(0.0, (deadline - now_ms()) / 1000)
+        return max(0.0, (deadline - now) / 1000)
 
     def _cycle(self) -> None:
         self._flushed()
@@ -427,12 +427,10 @@ class WriterWorker(Appends, Polls, Cleanup, Worker):
         all: its data and its waiters are gone, and its slot may already hold
         a new partition (of the same topic, re-created), which it must not
         touch."""
+        finished = self.flusher.done
         done = False
-        while True:
-            try:
-                slot, plog, offset, error = self.flusher.done.get_nowait()
-            except queue.Empty:
-                break
+        while not finished.empty():  # (only this thread takes from it)
+            slot, plog, offset, error = finished.get_nowait()
             done = True
             if self.flushing.get(slot) is plog:
                 del self.flushing[slot]
