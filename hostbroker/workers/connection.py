@@ -136,7 +136,7 @@ class Connection:
         self.closing = False  # stop reading; close once queued answers are out
         self.reading = True
         self.writing = False
-        self.watched = 0  # the selector events its socket is registered for (0: none)
+        self.watched = 0  # what epoll watches its socket for (processor_conns; 0: nothing)
         self.active = now  # last time a byte moved either way
         self.frame_started = 0.0  # when buf began to hold an incomplete frame
         self.lingering = False  # EOF sent: only reading and dropping until the close...

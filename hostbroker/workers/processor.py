@@ -2,7 +2,7 @@
 
 Owns: the client connections the acceptor hands it (over a SOCK_SEQPACKET
 pair, one fd per message, each acknowledged back so the acceptor can count
-connections exactly), each in one ``selectors`` loop; the open segment files
+connections exactly), each in one ``epoll`` loop (``processor_conns.py``); the open segment files
 it sends from. Reads: whole request frames off its sockets, answers from
 every handler's response ring and from every writer's answer ring (a writer
 answers a one-partition acks=1 PRODUCE itself), and the partition table.
@@ -61,9 +61,8 @@ from __future__ import annotations
 import collections
 import errno
 import os
-import selectors
+import select
 import socket
-import struct
 import time
 
 from hostbroker.errors import ErrorCode
@@ -75,16 +74,22 @@ from hostbroker.workers.answers import TableAnswers, broker_list
 from hostbroker.workers.base import Worker
 from hostbroker.workers.connection import CLOSE, END, RECV_CHUNK, Buffers, Connection
 from hostbroker.workers.processor_claims import RingClaims
+from hostbroker.workers.processor_conns import (
+    READABLE,
+    WATCH_READ,
+    WATCH_WRITE,
+    WRITABLE,
+    Connections,
+)
 from hostbroker.workers.processor_frames import SEQ_MASK, FrameReading
 from hostbroker.workers.sendfiles import HeldPiece, SegmentFiles, pin_answer
 from hostbroker.workers.topicview import TopicView
 
-_ACK = struct.Struct("<I")  # hand-offs taken, processor -> acceptor
 _IDLE_TIMEOUT_S = 1.0
 _FD_SWEEP_S = 5.0
 
 
-class ProcessorWorker(FrameReading, RingClaims, Worker):
+class ProcessorWorker(Connections, FrameReading, RingClaims, Worker):
     kind = "processor"
     process_name = "hb-proc"
 
@@ -159,9 +164,11 @@ class ProcessorWorker(FrameReading, RingClaims, Worker):
         self.paused = False
         self.dirty_handlers: set[int] = set()
         self.now = time.monotonic()
-        self.sel = selectors.DefaultSelector()
-        self.sel.register(self.doorbell.fileno(), selectors.EVENT_READ, None)
-        self.sel.register(self.handoff.fileno(), selectors.EVENT_READ, "handoff")
+        # epoll itself, not a selector: its per-event bookkeeping cost a good
+        # part of a small request (connections are found by fd in by_fd)
+        self.epoll = select.epoll()
+        self.epoll.register(self.doorbell.fileno(), select.EPOLLIN)
+        self.epoll.register(self.handoff.fileno(), select.EPOLLIN)
         self.board.set_state(self.slot, procs.WORKER_READY)
 
     # -- loop --------------------------------------------------------------
@@ -169,7 +176,8 @@ class ProcessorWorker(FrameReading, RingClaims, Worker):
         next_sweep = time.monotonic() + _FD_SWEEP_S
         next_expiry = time.monotonic() + self.expire_every
         drain_deadline = None
-        sleeper, select, spin = self.sleeper, self.sel.select, self.sleeper.spin_ns
+        sleeper, wait, spin = self.sleeper, self._events, self.sleeper.spin_ns
+        doorbell, handoff, by_fd = self.doorbell.fileno(), self.handoff.fileno(), self.by_fd
         worked = False
         while True:
             if self.stopping and drain_deadline is None:
@@ -188,22 +196,22 @@ class ProcessorWorker(FrameReading, RingClaims, Worker):
             elif self.puts_out and self.put_spin_ns:
                 events = self._spin(self.put_spin_ns)  # a PUT's answer is on its way
             if not events:
-                events = sleeper.sleep(select, timeout)
+                events = sleeper.sleep(wait, timeout)
             start = time.monotonic_ns()
             worked = bool(events) or self._has_input()
             self.now = time.monotonic()
-            for key, mask in events:
-                data = key.data
-                if data is None:
-                    self.doorbell.drain()
-                elif data == "handoff":
-                    self._accept_handoffs()
-                else:
-                    conn = data
-                    if mask & selectors.EVENT_WRITE:
+            for fd, mask in events:
+                conn = by_fd.get(fd)
+                if conn is not None:
+                    # as selectors tells them: an error or hang-up is both
+                    if mask & WRITABLE and conn.watched & WATCH_WRITE:
                         self._write(conn)
-                    if mask & selectors.EVENT_READ and conn.fd in self.by_fd:
+                    if mask & READABLE and conn.watched & WATCH_READ and conn.fd in by_fd:
                         self._read(conn)
+                elif fd == doorbell:
+                    self.doorbell.drain()
+                elif fd == handoff:
+                    self._accept_handoffs()
             if self.lingering:
                 self._end_lingers()
             self.heartbeat()
@@ -232,11 +240,11 @@ class ProcessorWorker(FrameReading, RingClaims, Worker):
         (or ``spin_ns``); the socket events found (or [] with answers waiting,
         or nothing found)."""
         found: list = []
-        select = self.sel.select
+        events = self._events
 
         def poll() -> bool:
             nonlocal found
-            found = select(0)
+            found = events(0)
             return bool(found)
 
         self.sleeper.spin(poll, spin_ns)
@@ -245,8 +253,8 @@ class ProcessorWorker(FrameReading, RingClaims, Worker):
     def _start_drain(self) -> float:
         """Stop taking connections and requests; answer what is in flight."""
         try:
-            self.sel.unregister(self.handoff.fileno())
-        except KeyError:
+            self.epoll.unregister(self.handoff.fileno())
+        except OSError:
             pass
         for conn in list(self.conns.values()):
             if conn.lingering:
@@ -257,89 +265,6 @@ class ProcessorWorker(FrameReading, RingClaims, Worker):
             else:
                 self._set_reading(conn, False)
         return time.monotonic() + self.config["shutdown.timeout.ms"] / 1000
-
-    # -- connections -------------------------------------------------------
-    def _accept_handoffs(self) -> None:
-        while True:
-            try:
-                _, fds, flags, _ = socket.recv_fds(self.handoff, 1, 1)
-            except (BlockingIOError, InterruptedError):
-                break
-            if not fds and not flags:
-                break
-            # one connection per message, whether or not its fd made it
-            self.acks_owed += 1
-            if flags & getattr(socket, "MSG_CTRUNC", 8):
-                for fd in fds:
-                    os.close(fd)
-                continue
-            for fd in fds:
-                self._adopt(fd)
-        self._send_acks()
-
-    def _send_acks(self) -> None:
-        """Tell the acceptor how many hand-offs were taken (after CONNECTIONS
-        counts them, so it never sees a connection in neither place)."""
-        if not self.acks_owed:
-            return
-        try:
-            self.handoff.send(_ACK.pack(self.acks_owed))
-            self.acks_owed = 0
-        except (BlockingIOError, InterruptedError):
-            pass  # the acceptor is behind: the next loop tries again
-        except OSError:
-            self.acks_owed = 0  # no acceptor to tell
-
-    def _adopt(self, fd: int) -> None:
-        sock = socket.socket(fileno=fd)
-        sock.setblocking(False)
-        if sock.family in (socket.AF_INET, socket.AF_INET6):
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if self.stopping:
-            sock.close()
-            return
-        self.counter = (self.counter + 1) & 0xFFFFFFFF
-        conn_id = (self.index << 56) | ((self.epoch & 0xFFFFFF) << 32) | self.counter
-        conn = Connection(sock, conn_id, self.plan.handler_for(conn_id), time.monotonic())
-        self.conns[conn_id] = conn
-        self.by_fd[conn.fd] = conn
-        self.sel.register(conn.fd, selectors.EVENT_READ, conn)
-        conn.watched = selectors.EVENT_READ
-        self.board.set(self.slot, procs.CONNECTIONS, len(self.conns))
-
-    def _close(self, conn: Connection) -> None:
-        if self.by_fd.pop(conn.fd, None) is None:
-            return
-        self.conns.pop(conn.conn_id, None)
-        try:
-            self.sel.unregister(conn.fd)
-        except (KeyError, ValueError):
-            pass
-        conn.sock.close()
-        self._drop_claim(conn)
-        if conn.at_writer:  # its PUT's answer, if it comes, finds no connection
-            conn.at_writer = 0
-            self.puts_out -= 1
-        conn.release(self.buffers)
-        self.requests[conn.handler].send(
-            env.REQ_HEADER.pack(conn.conn_id, 0, env.REQ_CLOSED, time.monotonic_ns()))
-        self.dirty_handlers.add(conn.handler)
-        self.board.set(self.slot, procs.CONNECTIONS, len(self.conns))
-
-    def _expire(self) -> None:
-        """Close connections stalled in the middle of a frame, and idle ones."""
-        now = self.now
-        for conn in list(self.conns.values()):
-            if conn.lingering:
-                continue  # _end_lingers
-            if (conn.reading and (conn.end or conn.claim is not None)
-                    and now - conn.frame_started > self.read_timeout):
-                self.count(procs.ERRORS)
-                self._close(conn)
-            elif (not conn.at_handler and not conn.at_writer
-                  and now - conn.active > self.idle_timeout):
-                self._close(conn)
-        self.buffers.trim()
 
     # -- reading requests --------------------------------------------------
     def _update_reading(self, conn: Connection) -> None:
@@ -454,83 +379,6 @@ class ProcessorWorker(FrameReading, RingClaims, Worker):
                 self._update_reading(conn)
         if not out and conn.closing and not conn.outstanding:
             self._close(conn)
-
-    # -- ending after an error frame --------------------------------------------
-    def _linger(self, conn: Connection) -> None:
-        """Everything before the close is written: EOF to the client, then read
-        and drop what it still sends (bounded) before closing (module docstring)."""
-        if self.linger_s <= 0 or self.linger_bytes <= 0:
-            self._close(conn)
-            return
-        try:
-            conn.sock.shutdown(socket.SHUT_WR)
-        except OSError:
-            self._close(conn)
-            return
-        self._drop_claim(conn)
-        conn.linger(self.now + self.linger_s, self.linger_bytes, self.buffers)
-        self._apply_interest(conn)
-        self.lingering.append(conn)
-
-    def _drop_input(self, conn: Connection) -> None:
-        try:
-            n = conn.sock.recv_into(self.recv_view, min(RECV_CHUNK, conn.linger_left))
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError:
-            n = 0
-        self.count(procs.BYTES_IN, n)
-        conn.linger_left -= n
-        if n == 0 or conn.linger_left <= 0:
-            self._close(conn)
-
-    def _end_lingers(self) -> None:
-        """Close lingering connections whose time is up (deadlines come in order)."""
-        lingering = self.lingering
-        while lingering:
-            conn = lingering[0]
-            live = self.conns.get(conn.conn_id) is conn  # its fd may be another's by now
-            if live and conn.linger_until > self.now:
-                break
-            lingering.popleft()
-            if live:
-                self._close(conn)
-
-    # -- interest bookkeeping --------------------------------------------------
-    def _set_reading(self, conn: Connection, reading: bool) -> None:
-        if conn.lingering:
-            return
-        if conn.closing:
-            reading = False
-        if reading != conn.reading:
-            conn.reading = reading
-            if reading and (conn.end or conn.claim is not None):
-                conn.frame_started = self.now  # the deadline runs while we read
-            self._apply_interest(conn)
-
-    def _apply_interest(self, conn: Connection, lazy: bool = True) -> None:
-        """Have the selector watch ``conn`` for what it reads and writes now.
-
-        Read interest is dropped ``lazy``-ly: it stays registered until the
-        socket is readable while the connection may not read (``_read`` then
-        drops it for real). A client that waits for each answer sends nothing
-        while it waits (for its PUT at a writer, say), so no ``epoll_ctl``
-        goes by twice a request; one that does send wakes the loop once."""
-        if conn.fd not in self.by_fd:
-            return
-        events = (selectors.EVENT_READ if conn.reading else 0) | (
-            selectors.EVENT_WRITE if conn.writing else 0)
-        watched = conn.watched
-        if watched == events or (lazy and watched == events | selectors.EVENT_READ
-                                 and not conn.lingering):
-            return
-        if events == 0:
-            self.sel.unregister(conn.fd)
-        elif not watched:
-            self.sel.register(conn.fd, events, conn)
-        else:
-            self.sel.modify(conn.fd, events, conn)
-        conn.watched = events
 
     def _pause(self, paused: bool) -> None:
         if paused == self.paused:
