@@ -2,8 +2,8 @@
 
 Owns: the client connections the acceptor hands it (over a SOCK_SEQPACKET
 pair, one fd per message, each acknowledged back so the acceptor can count
-connections exactly), each in one ``epoll`` loop (``processor_conns.py``); the open segment files
-it sends from. Reads: whole request frames off its sockets, answers from
+connections exactly), each in one ``epoll`` loop (``processor_conns.py``);
+the open segment files it sends from. Reads: whole request frames off its sockets, answers from
 every handler's response ring and from every writer's answer ring (a writer
 answers a one-partition acks=1 PRODUCE itself), and the partition table.
 Writes: frames into the request ring of the connection's handler, and
