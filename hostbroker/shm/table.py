@@ -300,17 +300,26 @@ class SlotTable(Structure):
         Raises TornSlotError if a previous writer died mid-write: the new one
         must :meth:`repair` the slot first.
         """
+        def store(offset: int) -> None:
+            for name, value in fields.items():
+                self.layout.pack_field(self._buf, offset, name, value)
+
+        self._write(i, store, taking=bool(fields.get("state")))
+
+    def _write(self, i: int, store, taking: bool = False) -> None:
+        """The seqlock's write of slot ``i``: ``store(offset of the slot)``
+        between seq + 1 and seq + 2. ``taking`` (a state is set) raises the
+        high water first when the slot is above it."""
         offset = self._offset(i)
         seq_at = offset >> 3
         seq = self._u64[seq_at]
         if seq & 1:
             raise TornSlotError(f"{self.name}: slot {i} was left mid-write; repair it")
-        if fields.get("state") and i >= self._u32[_HIGH_WATER]:
+        if taking and i >= self._u32[_HIGH_WATER]:
             self._u32[_HIGH_WATER] = i + 1  # before the slot shows taken
         self._u64[seq_at] = seq + 1
         try:
-            for name, value in fields.items():
-                self.layout.pack_field(self._buf, offset, name, value)
+            store(offset)
         finally:
             self._u64[seq_at] = seq + 2
 
@@ -453,17 +462,9 @@ class PartitionTable(SlotTable):
                       segment_generation: int) -> None:
         """What :meth:`write` of these four fields does, in one store: a writer
         publishes them after every round of appends."""
-        offset = self._offset(i)
-        seq_at = offset >> 3
-        seq = self._u64[seq_at]
-        if seq & 1:
-            raise TornSlotError(f"{self.name}: slot {i} was left mid-write; repair it")
-        self._u64[seq_at] = seq + 1
-        try:
-            _OFFSETS.pack_into(self._buf, offset + _OFFSETS_AT, start_offset, end_offset,
-                               flushed_offset, segment_generation)
-        finally:
-            self._u64[seq_at] = seq + 2
+        self._write(i, lambda offset: _OFFSETS.pack_into(
+            self._buf, offset + _OFFSETS_AT, start_offset, end_offset, flushed_offset,
+            segment_generation))
 
     def figures(self) -> list[tuple[int, int, int, int]]:
         """``(state, start_offset, end_offset, owner)`` of every slot below the
