@@ -90,10 +90,9 @@ def pin_answer(out: collections.deque, files: SegmentFiles, end_marks) -> None:
     is gone, patching the answer to say so for their partitions."""
     removed = 0
     i = 0
-    marks = {id(mark) for mark in end_marks}
     while i < len(out):
         piece = out[i]
-        if id(piece) in marks:
+        if piece in end_marks:  # (by identity: no piece, bytes or file, equals a mark)
             break
         if type(piece) is env.FilePiece:
             try:
