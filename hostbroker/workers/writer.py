@@ -378,10 +378,7 @@ class WriterWorker(Appends, Polls, Cleanup, Worker):
             board = self.board
             for bell, slot in zip(self.handler_doorbells, self.handler_slots):
                 bell.wake(lambda: board.get(slot, procs.FETCH_PARKED))  # noqa: B023 - called at once
-        if self.direct:
-            self._answer_direct(results)  # after the publish: an answer means fetchable
-        now = now_ms()
-        self._answer_polls(results, now, touched)  # after the publish: they read the log ends
+        now = self._answer_round(results, touched)
         due = [s for s in self.dirty if s in self.slots and
                (self.slots[s].flush_due(now) or any(w.slot == s for w in self.waiters))]
         if due:
@@ -399,6 +396,21 @@ class WriterWorker(Appends, Polls, Cleanup, Worker):
         self._answer_waiters()
         self._pump(quiet - self.waiters_answered)
         self.waiters_answered.clear()
+
+    def _answer_round(self, results: list[list], touched: set[int]) -> int:
+        """Answer what this round's published log ends settle, straight to the
+        clients' processors, and return the time it was done at (ms).
+
+        Both after the publish: held polls read the log ends, and a PUT's
+        answer says its data can be fetched. Polls first: the consumers'
+        processors are woken before this process builds the producers'
+        answers, so a message reaches its consumer without waiting behind its
+        own acknowledgement."""
+        now = now_ms()
+        self._answer_polls(results, now, touched)
+        if self.direct:
+            self._answer_direct(results)
+        return now
 
     def _flush(self, slots) -> None:
         """Start flushes of ``slots`` in the flusher thread (one at a time per slot)."""
