@@ -18,8 +18,13 @@ request, one at a time; ``pipe1`` the same with 16 in flight; ``sync``
 same 4 in flight; ``e2e`` the end-to-end load of ``latency.py`` (one message
 per PRODUCE at ``--e2e-rate`` messages/s, acks=1, a consumer long-polling
 in a process of its own), whose figures are per message and add the
-consumer's CPU to the client's. Each load runs on each broker in turn,
-``--rounds`` times.
+consumer's CPU to the client's; ``fetch`` one client reading ``--fetch-mib``
+of 10 KiB messages (written once per broker) over and over in 4 MiB
+FETCHes, 4 in flight. Each load runs on each broker in turn, ``--rounds``
+times. After each round of ``fetch`` a bare stream of hostbroker's segment
+file (blocking ``sendfile`` from a forked sender, read into one 4 MiB buffer
+as the client reads) gives what receiving the same bytes costs without a
+broker: MB/s and each side's CPU per 4 MiB.
 
 For each it prints requests per second and the CPU every process spent per
 request: hostbroker's processes by name, from ``/proc/PID/task/*/schedstat``
@@ -61,6 +66,7 @@ import os
 import resource
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -70,16 +76,26 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.dirname(os.path.dirname(HERE))]
 
 from broker_throughput import Broker, machine_info  # noqa: E402
-from latency_loads import NaiveBroker, run_e2e, run_pipelined, warm_free_memory  # noqa: E402
+from latency_loads import (  # noqa: E402
+    NaiveBroker,
+    run_e2e,
+    run_fetch,
+    run_pipelined,
+    warm_free_memory,
+)
 from tree_ab import start_from  # noqa: E402
 
 from hostbroker import cpulatency  # noqa: E402
+from hostbroker.log.segments import partition_dirname  # noqa: E402
 
 # load -> (message size, messages per request, requests in flight)
 LOADS = {"sync1": (100, 1, 1), "pipe1": (100, 1, 16), "sync": (100, 1000, 1),
          "pipe": (100, 1000, 16), "big1": (10 * 1024, 100, 1), "big": (10 * 1024, 100, 4),
-         "e2e": (100, 1, 1)}
+         "e2e": (100, 1, 1), "fetch": (10 * 1024, 100, 4)}
 TOPIC = "cpu"
+FETCH_TOPIC = "cpu-fetch"  # the fetch load's data, written once per broker
+FETCH_BYTES = 4 << 20  # max_bytes of each FETCH
+MIB = 1 << 20
 
 
 def schedstat(pid: int) -> tuple[int, int]:
@@ -146,16 +162,101 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def fetch_for(uri: str, span: tuple[int, int], seconds: float, window: int) -> dict:
+    """4 MiB FETCHes of ``span`` (start, end), ``window`` in flight, from its
+    start again each time it is read through, for ``seconds``."""
+    got = requests = 0
+    elapsed = 0.0
+    while elapsed < seconds:
+        r = run_fetch(uri, FETCH_TOPIC, span[0], span[1], seconds - elapsed, FETCH_BYTES, window)
+        got += r["bytes"]
+        requests += r["requests"]
+        elapsed += r["seconds"]
+    return {"requests": requests, "seconds": elapsed, "msgs_per_s": got / 10240 / elapsed,
+            "mb_per_s": got / elapsed / 1e6, "bytes": got}
+
+
+def fetch_data(name: str, broker, a) -> tuple[int, int]:
+    """The offsets of ``--fetch-mib`` of 10 KiB messages in ``broker``'s fetch
+    topic, written on the first call."""
+    span = a.fetch_spans.get(name)
+    if span is None:
+        r = run_pipelined(broker.uri(a.socket), FETCH_TOPIC, 600, 10 * 1024, 100, 4,
+                          a.fetch_mib * MIB)
+        span = a.fetch_spans[name] = (r["start"], r["end"])
+    return span
+
+
+def segment_file(broker) -> str:
+    """The largest segment file of ``broker``'s fetch topic (hostbroker's layout)."""
+    folder = os.path.join(broker.settings["log.dirs"], partition_dirname(FETCH_TOPIC, 0))
+    return max(glob.glob(os.path.join(folder, "*.kafka")), key=os.path.getsize)
+
+
+def sendfile_reference(path: str, seconds: float) -> dict:
+    """A bare stream of ``path`` (page-cached): a forked child sends it with
+    blocking ``sendfile`` in 4 MiB calls over loopback TCP for ``seconds``;
+    this process reads it as the fetch client does (``recv_into`` one 4 MiB
+    buffer, a socket timeout set). MB/s, and each side's CPU per 4 MiB."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    listener.settimeout(60)
+    address = listener.getsockname()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the sender
+        code = 1
+        try:
+            listener.close()
+            sock = socket.create_connection(address, timeout=60)
+            sock.setblocking(True)
+            fd = os.open(path, os.O_RDONLY)
+            size = os.fstat(fd).st_size
+            position = 0
+            end = time.monotonic() + seconds
+            while time.monotonic() < end:
+                n = os.sendfile(sock.fileno(), fd, position, min(FETCH_BYTES, size - position))
+                position = (position + n) % size
+            sock.close()
+            code = 0
+        finally:
+            os._exit(code)
+    received = 0
+    children = _children_cpu()
+    try:
+        conn, _ = listener.accept()
+        conn.settimeout(60)
+        view = memoryview(bytearray(FETCH_BYTES))
+        mine = time.process_time()
+        t0 = time.perf_counter()
+        while n := conn.recv_into(view):
+            received += n
+        elapsed = time.perf_counter() - t0
+        mine = time.process_time() - mine
+        conn.close()
+    finally:
+        listener.close()
+        os.waitpid(pid, 0)
+    per = received / FETCH_BYTES
+    return {"bytes": received, "mb_per_s": received / elapsed / 1e6,
+            "receiver_us": mine * 1e6 / per, "sender_us": (_children_cpu() - children) * 1e6 / per}
+
+
 def measure(name: str, broker, load: str, a) -> dict:
     size, batch, window = LOADS[load]
     uri = broker.uri(a.socket)
+    if load == "fetch":
+        span = fetch_data(name, broker, a)
+        fetch_for(uri, span, 0.5, window)  # warm up
     cap = a.big_mib << 20 if size > 1000 else None  # the log keeps every byte
     if load == "e2e":
         run_e2e(uri, TOPIC, 1.0, a.e2e_rate)  # warm up
-    else:
+    elif load != "fetch":
         run_pipelined(uri, TOPIC, 0.5, size, batch, window,
                       cap and min(cap, 64 << 20))  # warm up
-    if size > 1000:
+    if size > 1000 and load != "fetch":
         warm_free_memory(a.workdir, a.warm_mib)
     procs = meters(name, broker)
     before = {proc: read() for proc, read in procs.items()}
@@ -165,6 +266,9 @@ def measure(name: str, broker, load: str, a) -> dict:
         n = result["received"]
         result.update(msgs_per_s=n / result["seconds"],
                       mb_per_s=n * size / result["seconds"] / 1e6)
+    elif load == "fetch":
+        result = fetch_for(uri, span, a.seconds, window)
+        n = result["requests"]
     else:
         result = run_pipelined(uri, TOPIC, a.seconds, size, batch, window, cap)
         n = result["requests"]
@@ -203,6 +307,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="each big load stops after this many MiB (default 1024): both "
                          "brokers keep all of it, so the work directory needs about "
                          "2 x rounds x this much for big and big1 together")
+    ap.add_argument("--fetch-mib", type=int, default=256, metavar="MIB",
+                    help="10 KiB messages the fetch load reads through, again and again "
+                         "(written once per broker; default 256)")
     ap.add_argument("--cpu-latency", type=int, default=None, metavar="US",
                     help="hold a CPU wake-up latency request for the run (root)")
     ap.add_argument("--perf-sched", metavar="FILE", help="record the scheduler into FILE")
@@ -219,9 +326,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     a.loads = [x for x in a.loads.split(",") if x]
     if set(a.loads) - set(LOADS):
         ap.error(f"unknown loads: {', '.join(sorted(set(a.loads) - set(LOADS)))}")
-    if a.rounds < 1 or a.seconds <= 0 or a.warm_mib < 0 or a.big_mib < 1 or a.e2e_rate <= 0:
-        ap.error("--rounds and --big-mib must be at least 1, --seconds and --e2e-rate "
-                 "above 0, --warm-mib at least 0")
+    if (a.rounds < 1 or a.seconds <= 0 or a.warm_mib < 0 or a.big_mib < 1 or a.e2e_rate <= 0
+            or a.fetch_mib < 4):
+        ap.error("--rounds and --big-mib must be at least 1, --fetch-mib at least 4, "
+                 "--seconds and --e2e-rate above 0, --warm-mib at least 0")
     return a
 
 
@@ -231,6 +339,7 @@ def main(argv=None) -> int:
     a = parse_args(argv)
     held = cpulatency.hold(a.cpu_latency) if a.cpu_latency is not None else None
     a.workdir = tempfile.mkdtemp(prefix="hb-reqcpu-")
+    a.fetch_spans = {}
     brokers = {}
     perf = None
     try:
@@ -248,6 +357,8 @@ def main(argv=None) -> int:
                 broker.start()
             with SimpleClient(broker.uri("unix")) as client:
                 client.create_topic(TOPIC, 1)
+                if "fetch" in a.loads:
+                    client.create_topic(FETCH_TOPIC, 1)
             if a.pin_broker:
                 pin(broker, a.pin_broker)
         if a.pin_client:
@@ -274,6 +385,12 @@ def main(argv=None) -> int:
                           f"µs per request: wall {r['us_per_request']}, CPU {r['cpu_us_sum']} "
                           f"= {cpu}" + (f"   runs per request: {runs}" if runs else "")
                           + latency, flush=True)
+                reference = brokers.get("hostbroker") or brokers.get("baseline")
+                if load == "fetch" and reference is not None:
+                    r = sendfile_reference(segment_file(reference), a.seconds)
+                    print(f"{load:6} {'sendfile':10} {r['mb_per_s']:>7,.0f} MB/s   µs of CPU "
+                          f"per 4 MiB: receiver (as the client) {r['receiver_us']:.1f}, "
+                          f"sender {r['sender_us']:.1f}", flush=True)
     finally:
         if perf is not None:
             perf.send_signal(signal.SIGINT)
