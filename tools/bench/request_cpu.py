@@ -95,6 +95,7 @@ LOADS = {"sync1": (100, 1, 1), "pipe1": (100, 1, 16), "sync": (100, 1000, 1),
 TOPIC = "cpu"
 FETCH_TOPIC = "cpu-fetch"  # the fetch load's data, written once per broker
 FETCH_BYTES = 4 << 20  # max_bytes of each FETCH
+ENTRY_10K = 10 * 1024 + 10  # a 10 KiB message in the log, its header included
 MIB = 1 << 20
 
 
@@ -172,7 +173,7 @@ def fetch_for(uri: str, span: tuple[int, int], seconds: float, window: int) -> d
         got += r["bytes"]
         requests += r["requests"]
         elapsed += r["seconds"]
-    return {"requests": requests, "seconds": elapsed, "msgs_per_s": got / 10240 / elapsed,
+    return {"requests": requests, "seconds": elapsed, "msgs_per_s": got / ENTRY_10K / elapsed,
             "mb_per_s": got / elapsed / 1e6, "bytes": got}
 
 
