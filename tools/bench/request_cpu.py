@@ -56,6 +56,9 @@ holds) for the whole run. ``--perf-sched FILE`` records the scheduler
 (``perf sched record -a``) during the loads named by ``--loads``; read it
 with ``perf sched timehist -i FILE -w --state`` (who woke whom, how long
 each waited for a CPU, how long it ran) or ``perf sched latency -i FILE``.
+A kernel may leave switches from the idle task out of the record (the
+6.18 guest of docs/benchmarks.md's eleventh round drops about half):
+timehist then shows a CPU idle while a process ran on it.
 """
 
 from __future__ import annotations
