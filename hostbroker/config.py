@@ -226,9 +226,18 @@ SETTINGS: tuple[Setting, ...] = (
             "crossing fewer. false: every PRODUCE answer comes from the handler."),
     Setting("processor.direct.produce", bool, True,
             "A lone PRODUCE (one partition, acks=1, nothing else of its connection in flight "
-            "or behind it, the partition's writer idle) goes from the processor straight to "
+            "or behind it, the partition's writer idle or the request small: "
+            "processor.direct.produce.busy.max.bytes) goes from the processor straight to "
             "the writer, which checks it as a handler would and answers it: two process "
             "crossings fewer. false: every PRODUCE goes through the connection's handler."),
+    Setting("processor.direct.produce.busy.max.bytes", int, 4096,
+            "A lone PRODUCE frame of at most this many bytes goes straight to its writer "
+            "(processor.direct.produce) even while that writer is busy: checking so small a "
+            "set costs the writer less than the handler's crossing costs the request, and "
+            "that detour is where a busy moment sends a message's latency up "
+            "(docs/benchmarks.md). A larger one meets a busy writer through the handlers, "
+            "which check large sets side by side. 0: only to an idle writer.",
+            _between(0, 1 << 20)),
     Setting("processor.direct.produce.max.bytes", int, 256 * 1024,
             "A lone PRODUCE whose first bytes show it may go straight to the writer "
             "(processor.direct.produce) is received into the writer's put ring as it arrives, "

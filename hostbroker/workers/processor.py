@@ -152,6 +152,7 @@ class ProcessorWorker(Connections, FrameReading, RingClaims, Worker):
             self.puts = [self.sender("put", self.index, w) for w in range(plan.num_writers)]
             self.put_max = min(s.max_whole for s in self.puts) - 4096  # frame, past its envelope
             self.put_gather_max = config["processor.direct.produce.max.bytes"]
+            self.put_busy_max = config["processor.direct.produce.busy.max.bytes"]
         self.ring_receive = config["processor.ring.receive"]
         self.put_spin_ns = config["processor.put.spin.us"] * 1000
         self.puts_out = 0  # PUTs at writers, not answered yet

@@ -221,15 +221,17 @@ class FrameReading:
     def _put(self, conn: Connection, frame, stamp: int) -> bool:
         """Send a lone PRODUCE straight to its partition's writer (a PUT), which
         checks and answers it; True if it went. It goes only when it is of one
-        partition, acks=1, that partition ONLINE, and its writer asleep (a busy
-        writer leaves the CRC checks to the handlers, which run side by side);
-        anything else, a frame that does not decode or a table that cannot be
-        read included, goes to the handler, which answers it as ever."""
+        partition, acks=1, that partition ONLINE, and its writer asleep or the
+        frame small (``processor.direct.produce.busy.max.bytes``: a busy
+        writer leaves the CRC checks of larger sets to the handlers, which run
+        side by side); anything else, a frame that does not decode or a table
+        that cannot be read included, goes to the handler, which answers it as
+        ever."""
         try:
             request = peek_lone_produce(frame, self.max_entries)
             if request is None or request.acks != 1:
                 return False
-            target = self._put_target(request.topic, request.partition)
+            target = self._put_target(request.topic, request.partition, len(frame))
         except Exception:  # noqa: BLE001 - the handler answers (and closes) as it always has
             return False
         if target is None:
@@ -246,9 +248,11 @@ class FrameReading:
         self._put_sent(conn, s.owner, direct, s.name, s.partition)
         return True
 
-    def _put_target(self, topic: str, partition: int):
+    def _put_target(self, topic: str, partition: int, size: int | None = None):
         """``(slot, slot state)`` of the partition a PUT may go to now (ONLINE,
-        its writer asleep), or None. May raise if the table cannot be read."""
+        its writer asleep, or awake for a whole frame of ``size`` bytes up to
+        ``processor.direct.produce.busy.max.bytes``), or None. May raise if
+        the table cannot be read."""
         view = self.view
         view.refresh()
         slot = view.slot(topic, partition)
@@ -258,7 +262,9 @@ class FrameReading:
         if s.state != ptable.ONLINE or (s.name, s.partition) != (topic, partition):
             return None
         w = s.owner
-        if not (0 <= w < len(self.puts) and self.writer_bells[w].asleep()):
+        if not (0 <= w < len(self.puts) and (
+                (size is not None and size <= self.put_busy_max)
+                or self.writer_bells[w].asleep())):
             return None
         return slot, s
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 
 import pytest
@@ -33,9 +34,12 @@ def corrupt(data: bytes) -> bytes:
     return data[:-1] + bytes([data[-1] ^ 0xFF])
 
 
-@pytest.mark.parametrize("puts", [True, False])
-def test_who_takes_a_lone_produce(make_broker, puts):
-    broker = make_broker(**{"processor.direct.produce": str(puts).lower()})
+@pytest.mark.parametrize("puts, busy_max", [(True, None), (True, 0), (False, None)])
+def test_who_takes_a_lone_produce(make_broker, puts, busy_max):
+    settings = {"processor.direct.produce": str(puts).lower()}
+    if busy_max is not None:
+        settings["processor.direct.produce.busy.max.bytes"] = str(busy_max)
+    broker = make_broker(**settings)
     topic = created_topic(broker.tcp)
     data = encode_message_set([b"p" * 50] * 3)
     handler_before = broker.counter("handler", "requests")
@@ -48,12 +52,49 @@ def test_who_takes_a_lone_produce(make_broker, puts):
     handler = broker.counter("handler", "requests") - handler_before
     writer = broker.counter("writer", "requests") - writer_before
     assert writer == 25  # the writer answered every one: directly, or for the handler
-    if puts:
-        # past the handler, but for any that came while the writer was awake
-        # (a flush of its own, or a machine so busy it had not got to sleep)
-        assert handler <= 8, handler
-    else:
+    if not puts:
         assert handler == 25
+    elif busy_max is None:
+        assert handler == 0  # small: past the handler whatever the writer was doing
+    else:
+        # only to a sleeping writer: any that came while it was awake (a flush
+        # of its own, or a machine so busy it had not got to sleep) took the handler
+        assert handler <= 8, handler
+
+
+def test_small_lone_produces_from_many_clients_all_go_past_the_handler(make_broker):
+    """Four clients producing small sets one at a time, side by side, keep the
+    writer busy; under processor.direct.produce.busy.max.bytes each set still
+    goes straight to it, and every answer is right."""
+    broker = make_broker()
+    topic = created_topic(broker.tcp)
+    data = encode_message_set([b"m" * 100] * 5)
+    assert len(frame(topic, data, 0)) <= 4096
+    handler_before = broker.counter("handler", "requests")
+    writer_before = broker.counter("writer", "requests")
+    failures: list[str] = []
+
+    def client(n: int) -> None:
+        try:
+            with RawSocket(broker.tcp) as sock:
+                for i in range(100):
+                    sock.send(frame(topic, data, i))
+                    correlation_id, code, base, end = answer(sock)
+                    if (correlation_id, code) != (i, 0) or end - base != len(data):
+                        failures.append(f"client {n}, request {i}: {correlation_id, code, base, end}")
+        except Exception as e:  # noqa: BLE001 - reported by the test's thread
+            failures.append(f"client {n}: {e!r}")
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert failures == []
+    assert broker.counter("writer", "requests") - writer_before == 400
+    assert broker.counter("handler", "requests") - handler_before == 0
+    with broker.client(broker.tcp) as client:
+        assert read_log(client, topic, 0, 0, 400 * len(data), max_bytes=1 << 16) == data * 400
 
 
 def test_large_lone_sets_go_past_the_handler_received_into_the_put_ring(make_broker):
