@@ -10,6 +10,7 @@ _BENCH = pathlib.Path(__file__).resolve().parent.parent / "tools" / "bench"
 sys.path.insert(0, str(_BENCH))  # it imports its neighbours (broker_throughput, latency_loads)
 _spec = importlib.util.spec_from_file_location("ab_settings", _BENCH / "ab_settings.py")
 ab = importlib.util.module_from_spec(_spec)
+sys.modules["ab_settings"] = ab  # its client processes are spawned with its functions
 _spec.loader.exec_module(ab)
 
 
@@ -39,3 +40,32 @@ def test_arguments():
     for bad in (["sync10k", "--batch", "0"], ["large", "--socket", "pipe"]):
         with pytest.raises(SystemExit):
             ab.parse_args(bad)
+
+
+def test_clients_only_for_the_rate_loads():
+    assert ab.parse_args(["sync1", "--clients", "4"]).clients == 4
+    assert ab.parse_args(["pipe"]).clients == 1
+    for bad in (["e2e", "--clients", "2"], ["sync", "--clients", "0"], ["sync", "--clients", "65"]):
+        with pytest.raises(SystemExit):
+            ab.parse_args(bad)
+
+
+def test_clients_side_by_side_add_up_to_what_the_log_holds(tmp_path):
+    """Two spawned clients against a real broker: their summed rate is what
+    went into the partition over the time they ran."""
+    from hostbroker.client.simple import SimpleClient
+    from tests.integration.broker import Broker
+
+    broker = Broker(tmp_path).start()
+    try:
+        with SimpleClient(broker.tcp) as client:
+            client.create_topic(ab.TOPIC, 1)
+            start = client.offsets(ab.TOPIC, 0)[0]
+            rate = ab.measure_clients("sync1", broker.tcp, 1.0, 2)
+            end = client.offsets(ab.TOPIC, 0)[0]
+    finally:
+        broker.stop()
+    requests = (end - start) / (100 + 10)  # one 100-byte message a request, its header 10
+    assert requests == int(requests) and requests > 0
+    # each client's rate is over its own run of about a second
+    assert 0.7 * requests <= rate <= 1.3 * requests, (rate, requests)

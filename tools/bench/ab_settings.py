@@ -29,6 +29,9 @@ unix``: the Unix socket). Loads (every one bounded by ``--seconds``):
   the first round) in 4 MiB fetches, 4 in flight, bytes not parsed: MB/s.
 
 ``--batch`` changes the messages per set of ``large`` and ``sync10k``.
+``--clients N`` runs ``sync``, ``sync1`` and ``pipe`` from N client
+processes side by side (started together), each on a connection of its
+own to the one partition: the sum of their rates.
 
 Prints every round and the median (and best) of each side. Alternating in
 one run is what makes the two comparable on a shared machine.
@@ -37,6 +40,7 @@ one run is what makes the two comparable on a shared machine.
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import shutil
 import statistics
@@ -113,6 +117,22 @@ def measure(load: str, uri: str, seconds: float, batch: int = 100):
     return result["msgs_per_s"] if batch > 1 else result["requests"] / result["seconds"]
 
 
+def _client(job: tuple) -> float:
+    """In a client process: wait for the common start, then run the load."""
+    load, uri, seconds, start_at = job
+    delay = start_at - time.monotonic()
+    if delay > 0:
+        time.sleep(delay)
+    return measure(load, uri, seconds)
+
+
+def measure_clients(load: str, uri: str, seconds: float, clients: int) -> float:
+    """``load`` (a rate) from ``clients`` spawned processes at once: the sum."""
+    with multiprocessing.get_context("spawn").Pool(clients) as pool:
+        start_at = time.monotonic() + 2.0  # after the processes have imported
+        return round(sum(pool.map(_client, [(load, uri, seconds, start_at)] * clients)), 1)
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="ab_settings.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("load", choices=LOADS)
@@ -126,9 +146,14 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="10 KiB messages per set in large and sync10k (default 100)")
     ap.add_argument("--socket", choices=("tcp", "unix"), default="tcp",
                     help="the clients' socket kind (default tcp)")
+    ap.add_argument("--clients", type=int, default=1,
+                    help="client processes side by side, for sync, sync1 and pipe (default 1)")
     args = ap.parse_args(argv)
     if args.rounds < 1 or args.seconds <= 0 or not 1 <= args.batch <= 1000:
         ap.error("--rounds must be at least 1, --seconds above 0, --batch 1 to 1000")
+    if not 1 <= args.clients <= 64 or (args.clients > 1
+                                       and args.load not in ("sync", "sync1", "pipe")):
+        ap.error("--clients 1 to 64, and above 1 only for sync, sync1 and pipe")
     return args
 
 
@@ -152,7 +177,11 @@ def main(argv=None) -> int:
         rounds = {name: [] for name in sides}
         for r in range(args.rounds):
             for name, broker in brokers.items():
-                value = measure(args.load, broker.uri(args.socket), args.seconds, args.batch)
+                if args.clients > 1:
+                    value = measure_clients(args.load, broker.uri(args.socket), args.seconds,
+                                            args.clients)
+                else:
+                    value = measure(args.load, broker.uri(args.socket), args.seconds, args.batch)
                 rounds[name].append(value)
                 print(f"[{r + 1}/{args.rounds}] {name} {value}", flush=True)
         unit = "p50, p99, p99.9 ms" if args.load in ("rtt", "e2e") else "per s"
