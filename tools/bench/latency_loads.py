@@ -103,14 +103,16 @@ def run_rtt(uri: str, topic: str, seconds: float) -> dict:
 
 
 def _e2e_consumer(uri: str, topic: str, offset: int, count: int, seconds: float,
-                  conn) -> None:
+                  conn, keep: bool = False) -> None:
     """In a spawned process: long-poll ``topic`` from ``offset`` until ``count``
-    messages came or ``seconds`` passed; send back the latencies."""
+    messages came or ``seconds`` passed; send back the latencies (and, with
+    ``keep``, each message's send time: CLOCK_MONOTONIC ns)."""
     from hostbroker.client.connection import BrokerConnection
     from hostbroker.log.message import iter_messages
     from hostbroker.protocol import api
 
     latencies = []
+    sent = []
     fetches = 0
     broker = BrokerConnection(uri, timeout=30).connect()
     conn.send("ready")
@@ -125,13 +127,20 @@ def _e2e_consumer(uri: str, topic: str, offset: int, count: int, seconds: float,
         if part.error_code:
             raise BenchError(f"fetch answered {part.error_code}")
         for message in iter_messages(part.message_set, offset):
-            latencies.append(now - int.from_bytes(message.payload[:8], "big"))
+            stamp = int.from_bytes(message.payload[:8], "big")
+            latencies.append(now - stamp)
+            if keep:
+                sent.append(stamp)
             offset = message.next_offset
     broker.close()
-    conn.send((latencies, fetches))
+    conn.send((latencies, fetches, sent))
 
 
-def run_e2e(uri: str, topic: str, seconds: float, rate: float) -> dict:
+def run_e2e(uri: str, topic: str, seconds: float, rate: float, keep: bool = False) -> dict:
+    """One message a PRODUCE at ``rate`` for ``seconds`` (acks=1), a consumer
+    long-polling in a spawned process: latency percentiles. ``keep`` adds
+    ``messages``, each message's (send time, latency) in ns, and ``pids``,
+    the producer's (this process) and the consumer's."""
     from hostbroker.client.connection import BrokerConnection
     from hostbroker.client.simple import SimpleClient
     from hostbroker.log.message import encode_message_set
@@ -146,7 +155,8 @@ def run_e2e(uri: str, topic: str, seconds: float, rate: float) -> dict:
     # the consumer waits for all of them: a producer that falls behind its pace
     # (each PRODUCE waits for its answer) sends its last ones late
     consumer = context.Process(target=_e2e_consumer, args=(uri, topic, start, count,
-                                                          seconds + 30.0, theirs), daemon=True)
+                                                          seconds + 30.0, theirs, keep),
+                               daemon=True)
     consumer.start()
     try:
         if not ours.poll(60) or ours.recv() != "ready":
@@ -170,13 +180,15 @@ def run_e2e(uri: str, topic: str, seconds: float, rate: float) -> dict:
         conn.close()
         if not ours.poll(seconds + 60):
             raise BenchError("the end-to-end consumer sent nothing back")
-        latencies, fetches = ours.recv()
+        latencies, fetches, stamps = ours.recv()
     finally:
         consumer.join(10)
         if consumer.is_alive():
             consumer.kill()
     out = pl.summary(pl.Timings(latencies=latencies, seconds=seconds))
     out.update(sent=sent, received=len(latencies), fetches=fetches)
+    if keep:
+        out.update(messages=list(zip(stamps, latencies)), pids=(os.getpid(), consumer.pid))
     return out
 
 
