@@ -11,13 +11,14 @@ answers back to the sockets in the order the requests came in. A METADATA
 or OFFSETS request of a connection with nothing at its handler is answered
 here, from the partition table (``processor_frames.py``, ``answers.py``); a
 lone PRODUCE (one partition, acks=1, nothing else of its connection in
-flight or behind it, its writer asleep) goes past the handler, straight to
-the writer's ``put`` ring (a PUT), and the writer answers it; nothing more
-of that connection is read until it has, and a writer that dies first has
-it answered UNKNOWN here (``_fail_puts``). Every request gets a sequence number, its place in that
-order; answers that arrive early wait for the ones before them. A PRODUCE
-with acks=0 gets an empty answer from its handler, which gives its place back
-without sending a byte, so an error frame for it still comes in order.
+flight or behind it, its writer asleep or the frame small) goes past the
+handler, straight to the writer's ``put`` ring (a PUT), and the writer
+answers it; nothing more of that connection is read until it has, and a
+writer that dies first has it answered UNKNOWN here (``_fail_puts``).
+Every request gets a sequence number, its place in that order; answers
+that arrive early wait for the ones before them. A PRODUCE with acks=0 gets
+an empty answer from its handler, which gives its place back without
+sending a byte, so an error frame for it still comes in order.
 
 Protocol rules enforced here, before anything is decoded: a size over
 ``socket.request.max.bytes`` is answered with a REQUEST_TOO_LARGE error frame
