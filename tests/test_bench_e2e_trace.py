@@ -61,6 +61,14 @@ def test_activations_by_role_and_the_switches_left_out():
     assert [a.name for a in split] == ["hb-writer-0", "naive-71", "hb-proc-0"]
 
 
+def test_events_the_buffer_dropped_are_counted_from_the_header():
+    assert et.entries_lost(["# tracer: nop\n", "#\n",
+                            "# entries-in-buffer/entries-written: 900/1000   #P:2\n",
+                            "#\n", "  x-1  (1) [000] ..."]) == 100
+    assert et.entries_lost(TRACE) == 0  # no such header line: nothing known lost
+    assert et.entries_lost(["# entries-in-buffer/entries-written: 7/7   #P:2\n"]) == 0
+
+
 def test_long_activations_are_past_their_own_process_percentile():
     acts = [et.Activation("w", float(i), i + d) for i, d in enumerate([1e-4] * 99 + [1e-3])]
     acts += [et.Activation("p", 200.0 + i, 200.0 + i + 5e-5) for i in range(10)]
@@ -106,7 +114,8 @@ def test_the_tracer_puts_back_what_it_found(tmp_path):
 def test_arguments():
     a = et.parse_args(["--target", "naive", "--messages", "500", "--percentile", "95"])
     assert (a.target, a.messages, a.percentile, a.socket) == ("naive", 500, 95.0, "tcp")
-    for bad in (["--messages", "10"], ["--percentile", "100"], ["--buffer-kib", "1"]):
+    for bad in (["--messages", "10"], ["--percentile", "100"], ["--buffer-kib", "1"],
+                ["--buffer-kib", str(2 << 20)]):
         with pytest.raises(SystemExit):
             et.parse_args(bad)
 

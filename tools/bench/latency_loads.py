@@ -112,7 +112,7 @@ def _e2e_consumer(uri: str, topic: str, offset: int, count: int, seconds: float,
     from hostbroker.protocol import api
 
     latencies = []
-    sent = []
+    stamps = []
     fetches = 0
     broker = BrokerConnection(uri, timeout=30).connect()
     conn.send("ready")
@@ -130,10 +130,10 @@ def _e2e_consumer(uri: str, topic: str, offset: int, count: int, seconds: float,
             stamp = int.from_bytes(message.payload[:8], "big")
             latencies.append(now - stamp)
             if keep:
-                sent.append(stamp)
+                stamps.append(stamp)
             offset = message.next_offset
     broker.close()
-    conn.send((latencies, fetches, sent))
+    conn.send((latencies, fetches, stamps))
 
 
 def run_e2e(uri: str, topic: str, seconds: float, rate: float, keep: bool = False) -> dict:
