@@ -90,6 +90,7 @@ def test_small_lone_produces_from_many_clients_all_go_past_the_handler(make_brok
         t.start()
     for t in threads:
         t.join(60)
+    assert not any(t.is_alive() for t in threads)
     assert failures == []
     assert broker.counter("writer", "requests") - writer_before == 400
     assert broker.counter("handler", "requests") - handler_before == 0
