@@ -90,6 +90,17 @@ def test_slow_messages_are_told_by_whether_a_long_activation_overlaps_them():
     assert et.slow_windows([], long) == {}
 
 
+def test_the_slowest_are_told_whose_long_activations_they_overlap():
+    messages = [(i * 1_000_000, 3_000_000 if i == 50 else 500_000) for i in range(100)]
+    procs = {"writer": {"long": [et.Activation("writer", 0.0513, 0.0522)]},
+             "producer": {"long": [et.Activation("producer", 0.0525, 0.0526),
+                                   et.Activation("producer", 0.0902, 0.0903)]},
+             "consumer": {"long": [et.Activation("consumer", 0.0100, 0.0101)]}}
+    # the one slowest message (50.0-53.0 ms) overlaps the writer's and one of the producer's
+    assert et.slow_by_process(messages, procs) == {"producer": 1, "writer": 1}
+    assert et.slow_by_process([], procs) == {}
+
+
 def test_the_tracer_puts_back_what_it_found(tmp_path):
     before = {"tracing_on": "1\n", "trace_clock": "[local] global mono\n",
               "buffer_size_kb": "7 (expanded: 1408)\n", "set_event": "irq:irq_handler_entry\n",

@@ -22,7 +22,8 @@ switch to it to its next switch away; a *long* one is longer than
 broker's threads one by one, a thread a connection), the activations' p50
 and p99 and how many were long; then, for the slowest 1 % of messages and
 for the rest, the share whose window (from send to receipt) overlaps a
-long activation. It also counts the switches the trace left out: a switch
+long activation, and for the slowest, whose long activations they
+overlap. It also counts the switches the trace left out: a switch
 away from a thread that the trace never showed being switched to (some
 kernels drop switches from the idle task; those CPUs then look idle in
 ``perf sched timehist``, while the activations counted here are not
@@ -173,6 +174,22 @@ def slow_windows(messages: list[tuple[int, int]], long: list[Activation]) -> dic
     return {k: {"messages": n, "with_long": hit} for k, (n, hit) in out.items()}
 
 
+def slow_by_process(messages: list[tuple[int, int]], procs: dict[str, dict]) -> dict[str, int]:
+    """Per process: how many of the slowest 1 % of ``messages`` overlap one
+    of its long activations (``per_process``), most first."""
+    if not messages:
+        return {}
+    ordered = sorted(lat for _, lat in messages)
+    threshold = ordered[len(ordered) * 99 // 100]
+    slow = [(sent / 1e9, (sent + lat) / 1e9) for sent, lat in messages if lat >= threshold]
+    counts = {}
+    for name, p in procs.items():
+        hit = sum(1 for a, b in slow if any(x.start < b and x.end > a for x in p["long"]))
+        if hit:
+            counts[name] = hit
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
 class Tracer:
     """tracefs set to record the scheduler's switches and wake-ups, every
     setting it had put back on exit."""
@@ -252,7 +269,8 @@ def traced_run(broker, roles: dict[int, str], a, tracer: Tracer, workdir: str, l
            "processes": {k: {"n": v["n"], "p50_us": round(v["p50_us"], 1),
                              "p99_us": round(v["p99_us"], 1), "long": len(v["long"])}
                          for k, v in sorted(procs.items()) if v["n"] >= a.min_activations},
-           "windows": slow_windows(r["messages"], long)}
+           "windows": slow_windows(r["messages"], long),
+           "slow_by_process": slow_by_process(r["messages"], procs)}
     if a.keep:
         with open(os.path.join(a.keep, f"{label}.messages.json"), "w") as f:
             json.dump(r["messages"], f)
@@ -272,6 +290,9 @@ def report(label: str, r: dict, percentile: float) -> None:
         share = 100 * w["with_long"] / w["messages"] if w["messages"] else 0.0
         print(f"  {key}: {w['with_long']} of {w['messages']} ({share:.0f} %) overlap a long"
               f" activation (past its process's p{percentile:g})")
+    if r["slow_by_process"]:
+        print("  of the slowest 1 %, overlapping a long activation of: "
+              + ", ".join(f"{k} {v}" for k, v in r["slow_by_process"].items()))
     print(f"  switches left out of the trace: {r['missing_switches']}"
           f" (beside {r['recorded_activations']} recorded activations)")
     if r["events_lost"]:
