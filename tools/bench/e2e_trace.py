@@ -147,13 +147,19 @@ def per_process(acts: list[Activation], percentile: float) -> dict[str, dict]:
     return out
 
 
+def slowest_latency(messages: list[tuple[int, int]]) -> int:
+    """The latency (ns) from which a message of ``messages`` (send ns, latency
+    ns; not empty) is among the slowest 1 %."""
+    ordered = sorted(lat for _, lat in messages)
+    return ordered[len(ordered) * 99 // 100]
+
+
 def slow_windows(messages: list[tuple[int, int]], long: list[Activation]) -> dict[str, dict]:
     """For the slowest 1 % of ``messages`` (send ns, latency ns) and for the
     rest: how many there are, and how many overlap an activation of ``long``."""
     if not messages:
         return {}
-    ordered = sorted(lat for _, lat in messages)
-    threshold = ordered[len(ordered) * 99 // 100]
+    threshold = slowest_latency(messages)
     long = sorted(long, key=lambda a: a.start)
     starts = [a.start for a in long]
     longest = max((a.end - a.start for a in long), default=0.0)
@@ -179,8 +185,7 @@ def slow_by_process(messages: list[tuple[int, int]], procs: dict[str, dict]) -> 
     of its long activations (``per_process``), most first."""
     if not messages:
         return {}
-    ordered = sorted(lat for _, lat in messages)
-    threshold = ordered[len(ordered) * 99 // 100]
+    threshold = slowest_latency(messages)
     slow = [(sent / 1e9, (sent + lat) / 1e9) for sent, lat in messages if lat >= threshold]
     counts = {}
     for name, p in procs.items():
