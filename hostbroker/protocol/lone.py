@@ -1,14 +1,16 @@
-"""A PRODUCE of one partition and its answer, read and written in a few struct
-calls: what a processor and a writer do for every synchronous one-partition
-produce (a PUT), where the schema codec's generality costs a good part of
-the request.
+"""A PRODUCE or a FETCH of one partition, and a PRODUCE's answer, read and
+written in a few struct calls: what a processor and a writer do for every
+synchronous one-partition produce (a PUT), and a processor for every
+one-partition fetch it answers itself, where the schema codec's generality
+costs a good part of the request.
 
-Owns: :func:`peek_lone_produce`, which reads such a request exactly as
-:func:`hostbroker.protocol.api.decode_request` would (it returns None for
-every frame that function refuses, and for every other kind of frame), and
-:func:`encode_lone_produce_answer`, whose frames are byte for byte those of
-:func:`hostbroker.protocol.api.encode_answer` for a one-partition
-ProduceResponse. ``tests/protocol/test_lone.py`` holds both to that.
+Owns: :func:`peek_lone_produce` and :func:`peek_lone_fetch`, which read such
+a request exactly as :func:`hostbroker.protocol.api.decode_request` would
+(they return None for every frame that function refuses, and for every
+other kind of frame), and :func:`encode_lone_produce_answer`, whose frames
+are byte for byte those of :func:`hostbroker.protocol.api.encode_answer`
+for a one-partition ProduceResponse. ``tests/protocol/test_lone.py`` holds
+all three to that.
 """
 
 from __future__ import annotations
@@ -24,6 +26,10 @@ _HEAD = struct.Struct(">hhih")
 _BODY = struct.Struct(">hiih")
 # partition, the message set's length
 _PART = struct.Struct(">ii")
+# max_wait_ms, min_bytes, the partitions' count, the topic's length
+_FETCH_BODY = struct.Struct(">iiih")
+# partition, offset, max_bytes
+_FETCH_PART = struct.Struct(">iqi")
 # size, correlation_id, the partitions' count (1), the topic's length
 _ANSWER_HEAD = struct.Struct(">iiih")
 # partition, error_code, base_offset, log_end_offset
@@ -40,27 +46,29 @@ class LoneProduce(NamedTuple):
     message_set: memoryview  # a slice of the frame
 
 
-def peek_lone_produce(frame, max_entries: int | None = None) -> LoneProduce | None:
-    """The fields of a PRODUCE v0 request frame (without its size prefix) of
-    exactly one partition, or None: for any other request, and for any frame
-    that ``decode_request(frame, max_entries)`` would refuse."""
+def _body(frame, key: int, body_struct: struct.Struct, part_struct: struct.Struct,
+          max_entries: int | None):
+    """Where a request of ``key`` with one partition has its fields:
+    ``(correlation_id, body fields, topic, part fields, part end)``, the body
+    fields being ``body_struct``'s before the partitions' count and the
+    topic's length (the count must be 1), and the part fields
+    ``part_struct``'s after the topic; None when the frame is no such
+    request, or one ``decode_request`` refuses for what is read here (the
+    caller checks what follows the part)."""
     size = len(frame)
-    if size < _HEAD.size + _BODY.size or (max_entries is not None and max_entries < 1):
+    if size < _HEAD.size + body_struct.size or (max_entries is not None and max_entries < 1):
         return None
-    key, version, correlation_id, client_id_length = _HEAD.unpack_from(frame, 0)
-    if key != api.ApiKey.PRODUCE or version != api.API_VERSION or client_id_length < -1:
+    key_read, version, correlation_id, client_id_length = _HEAD.unpack_from(frame, 0)
+    if key_read != key or version != api.API_VERSION or client_id_length < -1:
         return None
     body = _HEAD.size + max(client_id_length, 0)
-    if body + _BODY.size > size:
+    if body + body_struct.size > size:
         return None
-    acks, timeout_ms, count, topic_length = _BODY.unpack_from(frame, body)
-    topic_at = body + _BODY.size
+    *fields, count, topic_length = body_struct.unpack_from(frame, body)
+    topic_at = body + body_struct.size
     part_at = topic_at + topic_length
-    if count != 1 or topic_length < 0 or part_at + _PART.size > size:
-        return None
-    partition, set_length = _PART.unpack_from(frame, part_at)
-    set_at = part_at + _PART.size
-    if set_length < 0 or set_at + set_length != size:
+    part_end = part_at + part_struct.size
+    if count != 1 or topic_length < 0 or part_end > size:
         return None
     view = memoryview(frame)
     try:
@@ -69,7 +77,44 @@ def peek_lone_produce(frame, max_entries: int | None = None) -> LoneProduce | No
         topic = str(view[topic_at:part_at], "utf-8")
     except UnicodeDecodeError:
         return None
-    return LoneProduce(correlation_id, acks, timeout_ms, topic, partition, view[set_at:])
+    return correlation_id, fields, topic, part_struct.unpack_from(frame, part_at), part_end
+
+
+def peek_lone_produce(frame, max_entries: int | None = None) -> LoneProduce | None:
+    """The fields of a PRODUCE v0 request frame (without its size prefix) of
+    exactly one partition, or None: for any other request, and for any frame
+    that ``decode_request(frame, max_entries)`` would refuse."""
+    found = _body(frame, api.ApiKey.PRODUCE, _BODY, _PART, max_entries)
+    if found is None:
+        return None
+    correlation_id, (acks, timeout_ms), topic, (partition, set_length), set_at = found
+    if set_length < 0 or set_at + set_length != len(frame):
+        return None
+    return LoneProduce(correlation_id, acks, timeout_ms, topic, partition,
+                       memoryview(frame)[set_at:])
+
+
+class LoneFetch(NamedTuple):
+    correlation_id: int
+    max_wait_ms: int
+    min_bytes: int
+    topic: str
+    partition: int
+    offset: int
+    max_bytes: int
+
+
+def peek_lone_fetch(frame, max_entries: int | None = None) -> LoneFetch | None:
+    """The fields of a FETCH v0 request frame (without its size prefix) of
+    exactly one partition, or None: for any other request, and for any frame
+    that ``decode_request(frame, max_entries)`` would refuse."""
+    found = _body(frame, api.ApiKey.FETCH, _FETCH_BODY, _FETCH_PART, max_entries)
+    if found is None:
+        return None
+    correlation_id, (max_wait_ms, min_bytes), topic, part, end = found
+    if end != len(frame):
+        return None
+    return LoneFetch(correlation_id, max_wait_ms, min_bytes, topic, *part)
 
 
 def encode_lone_produce_answer(correlation_id: int, topic: str, partition: int, code: int,

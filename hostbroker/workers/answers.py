@@ -1,4 +1,6 @@
-"""Answers built from the partition table alone: METADATA and OFFSETS.
+"""Answers built from the partition table alone: METADATA and OFFSETS, and
+what a FETCH gets (:func:`fetch_parts`, :func:`fetch_part`,
+:func:`fetch_answer_pieces`).
 
 Owns nothing shared: :class:`TableAnswers` reads the partition table
 lock-free (through a :class:`~hostbroker.workers.topicview.TopicView`) and
@@ -23,7 +25,7 @@ import os
 import struct
 
 from hostbroker.errors import ErrorCode, HostbrokerError
-from hostbroker.log.segments import offsets_before, segment_filename
+from hostbroker.log.segments import fetch_range, offsets_before, segment_filename
 from hostbroker.protocol import api
 from hostbroker.shm import table as ptable
 from hostbroker.workers import envelopes as env
@@ -80,6 +82,69 @@ def fetch_answer_pieces(correlation_id: int, parts, max_header_bytes: int) -> li
         if head:
             pieces.append(head)
     return pieces
+
+
+def fetch_parts(view: TopicView, partitions, budget: int) -> tuple[int, list]:
+    """What a FETCH of ``partitions`` (each with ``topic``, ``partition``,
+    ``offset`` and ``max_bytes``) gets from the log as the partition table
+    publishes it: ``(bytes of data, [(topic, partition, error, log end,
+    FilePiece or None)])``, the parts as :func:`fetch_answer_pieces` takes
+    them. Handlers and processors find it alike.
+
+    The data of all partitions together is at most ``budget``
+    (``fetch.max.bytes``): each partition gets at most what the ones before
+    it left (in request order), and once nothing is left the rest get empty
+    sets (their errors are still checked)."""
+    view.refresh()
+    out = []
+    total = 0
+    for part in partitions:
+        found, _, _ = fetch_part(view, part, budget - total)
+        piece = found[4]
+        if piece is not None:
+            total += piece.length
+        out.append(found)
+    return total, out
+
+
+def fetch_part(view: TopicView, part, left: int) -> tuple[tuple, int | None, object]:
+    """One partition of :func:`fetch_parts` (``view`` refreshed), with at most
+    ``left`` bytes of data (none at all when ``left`` is 0 or less): its part,
+    and the slot it was read from and what the table said of it then (before
+    the log was looked at), None and None for a partition not in the table."""
+    piece = None
+    leo = -1
+    code = ErrorCode.NONE
+    slot = view.slot(part.topic, part.partition)
+    s = None
+    if part.max_bytes <= 0:
+        code = ErrorCode.INVALID_FETCH_SIZE
+    elif slot is None:
+        code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    else:
+        s = view.table.read(slot)
+        if s.state == ptable.OFFLINE:
+            code = ErrorCode.STORAGE_ERROR
+        elif s.state not in (ptable.ONLINE, ptable.CREATING):
+            code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        else:
+            leo = s.end_offset
+            try:
+                bases = view.segment_bases(slot, s)
+                found = fetch_range(bases, s.end_offset, part.offset,
+                                    min(part.max_bytes, max(left, 1)))
+                if left <= 0:
+                    found = None
+            except HostbrokerError as e:
+                code = e.code
+            except OSError:
+                code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                if found is not None and found[2] > 0:
+                    index, position, length = found
+                    piece = env.FilePiece(view.segment_path(slot, s, bases[index]),
+                                          position, length)
+    return (part.topic, part.partition, code, leo, piece), slot, s
 
 
 def broker_list(plan, broker_id: int) -> tuple:

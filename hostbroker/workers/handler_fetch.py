@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import dataclasses
 
-from hostbroker.errors import ErrorCode, HostbrokerError
-from hostbroker.log.segments import fetch_range
+from hostbroker.errors import ErrorCode
 from hostbroker.protocol.api import ApiKey
 from hostbroker.shm import procs
 from hostbroker.shm import table as ptable
 from hostbroker.workers import envelopes as env
-from hostbroker.workers.answers import fetch_answer_pieces
+from hostbroker.workers.answers import fetch_answer_pieces, fetch_parts
 from hostbroker.workers.base import now_ms
 
 _RECHECK_MS = 100
@@ -88,57 +87,10 @@ class Fetching:
         self.dirty_writers.add(s.owner)
         return True
 
-    def _fetch_parts(self, request):
-        """Per partition (topic, partition, error, log_end_offset, FilePiece | None).
-
-        The data of all partitions together is at most ``fetch.max.bytes``:
-        each partition gets at most what the ones before it left (in request
-        order), and once nothing is left the rest get empty sets (their errors
-        are still checked)."""
-        self.view.refresh()
-        out = []
-        total = 0
-        budget = self.config["fetch.max.bytes"]
-        for part in request.partitions:
-            piece = None
-            leo = -1
-            code = ErrorCode.NONE
-            slot = self.view.slot(part.topic, part.partition)
-            if part.max_bytes <= 0:
-                code = ErrorCode.INVALID_FETCH_SIZE
-            elif slot is None:
-                code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            else:
-                s = self.table.read(slot)
-                if s.state == ptable.OFFLINE:
-                    code = ErrorCode.STORAGE_ERROR
-                elif s.state not in (ptable.ONLINE, ptable.CREATING):
-                    code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                else:
-                    leo = s.end_offset
-                    try:
-                        bases = self.view.segment_bases(slot, s)
-                        left = budget - total
-                        found = fetch_range(bases, s.end_offset, part.offset,
-                                            min(part.max_bytes, max(left, 1)))
-                        if left <= 0:
-                            found = None
-                    except HostbrokerError as e:
-                        code = e.code
-                    except OSError:
-                        code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                    else:
-                        if found is not None and found[2] > 0:
-                            index, position, length = found
-                            piece = env.FilePiece(
-                                self.view.segment_path(slot, s, bases[index]), position, length)
-                            total += length
-            out.append((part.topic, part.partition, code, leo, piece))
-        return total, out
-
     def _answer_fetch(self, p, conn_id, seq, corr, request, force: bool) -> bool:
         """Answer the fetch if it may be answered now; returns True if it must wait."""
-        total, parts = self._fetch_parts(request)
+        total, parts = fetch_parts(self.view, request.partitions,
+                                   self.config["fetch.max.bytes"])
         # nothing to wait for when no partition can ever give data (every one has an error)
         waitable = any(code == ErrorCode.NONE for _, _, code, _, _ in parts)
         if not force and waitable and total < request.min_bytes and request.max_wait_ms > 0:

@@ -110,7 +110,7 @@ class Polls:
 
     def _poll_part(self, poll: env.Poll, plog: PartitionLog) -> tuple[tuple, int]:
         """What the FETCH answer of ``poll`` says of its partition, from the log
-        as published (as ``handler_fetch._fetch_parts`` gives it), and the
+        as published (as ``answers.fetch_parts`` gives it), and the
         length of its data (-1 when it is an error: due at once)."""
         end = plog.log_end_offset
         bases = plog.segment_bases

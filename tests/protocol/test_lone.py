@@ -1,9 +1,10 @@
-"""The one-partition PRODUCE fast path reads and writes what the schema codec does.
+"""The one-partition PRODUCE and FETCH fast paths read and write what the
+schema codec does.
 
-:func:`peek_lone_produce` must accept exactly the frames that
-``decode_request`` decodes into a PRODUCE of one partition (with a topic),
-with the same fields, and refuse every other frame; whatever bytes a
-hostile client sends. :func:`encode_lone_produce_answer` must give the bytes
+:func:`peek_lone_produce` and :func:`peek_lone_fetch` must accept exactly
+the frames that ``decode_request`` decodes into a PRODUCE (or FETCH) of one
+partition (with a topic), with the same fields, and refuse every other
+frame; whatever bytes a hostile client sends. :func:`encode_lone_produce_answer` must give the bytes
 of ``encode_answer``, error frames included.
 """
 
@@ -16,7 +17,11 @@ from hypothesis import strategies as st
 
 from hostbroker.errors import ErrorCode, ProtocolError
 from hostbroker.protocol import api
-from hostbroker.protocol.lone import encode_lone_produce_answer, peek_lone_produce
+from hostbroker.protocol.lone import (
+    encode_lone_produce_answer,
+    peek_lone_fetch,
+    peek_lone_produce,
+)
 from tests.protocol.strategies import (
     error_codes,
     int16s,
@@ -62,6 +67,23 @@ def _decoded(frame: bytes, max_entries=None):
             part.partition, bytes(part.message_set))
 
 
+def _damaged(frame: bytes, data) -> bytes:
+    """``frame`` cut, extended, with one byte changed, or with a length field
+    or count set to anything (-1 and 0x80.. included)."""
+    frame = bytearray(frame)
+    how = data.draw(st.sampled_from(["cut", "extend", "byte", "length"]))
+    if how == "cut":
+        del frame[data.draw(st.integers(0, len(frame) - 1)):]
+    elif how == "extend":
+        frame += data.draw(st.binary(min_size=1, max_size=8))
+    elif how == "byte":
+        frame[data.draw(st.integers(0, len(frame) - 1))] = data.draw(st.integers(0, 255))
+    else:
+        at = data.draw(st.integers(0, len(frame) - 2))
+        frame[at:at + 2] = struct.pack(">h", data.draw(int16s))
+    return bytes(frame)
+
+
 def _peeked(frame: bytes, max_entries=None):
     peeked = peek_lone_produce(frame, max_entries)
     if peeked is None:
@@ -88,18 +110,7 @@ def test_any_other_request_is_refused(request, correlation_id, client_id):
 @given(lone_requests, int32s, client_ids, st.data())
 def test_a_damaged_frame_is_refused_whenever_the_codec_refuses_it(request, correlation_id,
                                                                   client_id, data):
-    frame = bytearray(_frame(request, correlation_id, client_id))
-    how = data.draw(st.sampled_from(["cut", "extend", "byte", "length"]))
-    if how == "cut":
-        del frame[data.draw(st.integers(0, len(frame) - 1)):]
-    elif how == "extend":
-        frame += data.draw(st.binary(min_size=1, max_size=8))
-    elif how == "byte":
-        frame[data.draw(st.integers(0, len(frame) - 1))] = data.draw(st.integers(0, 255))
-    else:  # a length field or count set to anything, -1 and 0x80.. included
-        at = data.draw(st.integers(0, len(frame) - 2))
-        frame[at:at + 2] = struct.pack(">h", data.draw(int16s))
-    frame = bytes(frame)
+    frame = _damaged(_frame(request, correlation_id, client_id), data)
     max_entries = data.draw(st.none() | st.integers(0, 2))
     assert _peeked(frame, max_entries) == _decoded(frame, max_entries)
 
@@ -107,6 +118,7 @@ def test_a_damaged_frame_is_refused_whenever_the_codec_refuses_it(request, corre
 @given(st.binary(max_size=64))
 def test_random_bytes_read_as_the_codec_reads_them(frame):
     assert _peeked(frame) == _decoded(frame)
+    assert _peeked_fetch(frame) == _decoded_fetch(frame)
 
 
 def test_a_client_id_or_topic_that_is_not_utf8_is_refused():
@@ -136,3 +148,67 @@ def test_an_answer_with_an_error_code_is_what_the_codec_writes():
     assert encode_lone_produce_answer(5, "t", 3, ErrorCode.INVALID_MESSAGE, -1, -1,
                                       1 << 20) == expected
     assert expected[1] is False
+
+
+# -- FETCH ---------------------------------------------------------------------
+lone_fetches = st.builds(
+    lambda wait, min_bytes, topic, partition, offset, max_bytes: api.FetchRequest(
+        wait, min_bytes, (api.FetchPartition(topic, partition, offset, max_bytes),)),
+    int32s, int32s, names, int32s, int64s, int32s)
+other_than_lone_fetches = st.one_of(
+    st.builds(api.FetchRequest, int32s, int32s, st.lists(
+        st.builds(api.FetchPartition, names, int32s, int64s, int32s), max_size=3).filter(
+            lambda parts: len(parts) != 1).map(tuple)),
+    lone_requests,
+    st.builds(api.MetadataRequest, st.just(("t",))),
+)
+
+
+def _decoded_fetch(frame: bytes, max_entries=None):
+    """What decode_request makes of ``frame`` as a lone FETCH, or None."""
+    try:
+        header, request = api.decode_request(frame, max_entries)
+    except ProtocolError:
+        return None
+    if (header.api_key != api.ApiKey.FETCH or len(request.partitions) != 1
+            or request.partitions[0].topic is None):
+        return None
+    part = request.partitions[0]
+    return (header.correlation_id, request.max_wait_ms, request.min_bytes, part.topic,
+            part.partition, part.offset, part.max_bytes)
+
+
+def _peeked_fetch(frame: bytes, max_entries=None):
+    peeked = peek_lone_fetch(frame, max_entries)
+    return None if peeked is None else tuple(peeked)
+
+
+@PROPERTY
+@given(lone_fetches, int32s, client_ids)
+def test_a_lone_fetch_reads_as_the_codec_reads_it(request, correlation_id, client_id):
+    frame = _frame(request, correlation_id, client_id)
+    assert _peeked_fetch(frame) == _decoded_fetch(frame) is not None
+    assert tuple(peek_lone_fetch(memoryview(frame))) == _decoded_fetch(frame)
+
+
+@PROPERTY
+@given(other_than_lone_fetches, int32s, client_ids)
+def test_any_request_but_a_lone_fetch_is_refused(request, correlation_id, client_id):
+    assert peek_lone_fetch(_frame(request, correlation_id, client_id)) is None
+
+
+@PROPERTY
+@given(lone_fetches, int32s, client_ids, st.data())
+def test_a_damaged_fetch_is_refused_whenever_the_codec_refuses_it(request, correlation_id,
+                                                                 client_id, data):
+    frame = _damaged(_frame(request, correlation_id, client_id), data)
+    max_entries = data.draw(st.none() | st.integers(0, 2))
+    assert _peeked_fetch(frame, max_entries) == _decoded_fetch(frame, max_entries)
+
+
+def test_a_fetch_whose_client_id_or_topic_is_not_utf8_is_refused():
+    good = _frame(api.FetchRequest(100, 1, (api.FetchPartition("tü", 0, 5, 1000),)), 7, "cé")
+    assert _peeked_fetch(good) == _decoded_fetch(good) is not None
+    for bad in (good.replace("cé".encode(), b"c\xff"), good.replace("tü".encode(), b"t\xff")):
+        assert _decoded_fetch(bad) is None
+        assert peek_lone_fetch(bad) is None
