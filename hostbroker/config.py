@@ -174,7 +174,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("fetch.max.wait.ms", int, 300000,
             "Longest long-poll a FETCH may ask for (max_wait_ms is capped to it).", _at_least(0)),
     Setting("fetch.max.parked", int, 10000,
-            "Most long-poll fetches one handler holds; beyond it they are answered at once.",
+            "Most long-poll fetches one handler or one writer (fetch.writer.polls) holds; "
+            "past it a writer gives them back to the handler, and a handler answers them at "
+            "once.",
             _at_least(0)),
     Setting("segment.fd.cache.size", int, 256,
             "Open segment files each processor keeps for sendfile.", _at_least(1)),
@@ -246,6 +248,18 @@ SETTINGS: tuple[Setting, ...] = (
             "one takes the handler's way, received into the request ring as it arrives: "
             "gathering and copying it would cost more than the process crossing a PUT saves "
             "(docs/benchmarks.md).", _at_least(0)),
+    Setting("processor.local.fetch", bool, True,
+            "A FETCH of one partition from a connection with no request at its handler is "
+            "answered by its processor, from the partition table; one that must wait for "
+            "data waits there, answered when a writer's append brings min_bytes or at its "
+            "deadline: no other process takes part. false: every FETCH goes to the "
+            "connection's handler."),
+    Setting("processor.fetch.max.parked", int, 256,
+            "Most FETCHes one processor holds waiting for data (processor.local.fetch); "
+            "past it they go to the handler, which leaves them at the writers "
+            "(fetch.writer.polls). Each append anywhere costs a processor that holds some "
+            "one partition-table read per partition they wait on.",
+            _at_least(0)),
     Setting("fetch.writer.polls", bool, True,
             "A long-poll FETCH of one partition waits at that partition's writer, which "
             "answers it to the client's processor as soon as an append brings the data: one "

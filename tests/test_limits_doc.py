@@ -16,6 +16,7 @@ NOT_LIMITS = {
     "produce.ring.append.min.bytes", "processor.direct.produce", "fetch.writer.polls",
     "processor.direct.produce.max.bytes", "processor.direct.produce.busy.max.bytes",
     "processor.ring.receive", "cpu.wakeup.latency.us", "cpu.realtime.priority",
+    "processor.local.fetch",
 }
 TOPIC_CONFIGS = {"max.message.bytes"}
 

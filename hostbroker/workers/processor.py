@@ -9,8 +9,9 @@ answers a one-partition acks=1 PRODUCE itself), and the partition table.
 Writes: frames into the request ring of the connection's handler, and
 answers back to the sockets in the order the requests came in. A METADATA
 or OFFSETS request of a connection with nothing at its handler is answered
-here, from the partition table (``processor_frames.py``, ``answers.py``); a
-lone PRODUCE (one partition, acks=1, nothing else of its connection in
+here, from the partition table (``processor_frames.py``, ``answers.py``), and
+so is a FETCH of one partition, parked here when it must wait for data
+(``processor_fetch.py``); a lone PRODUCE (one partition, acks=1, nothing else of its connection in
 flight or behind it, its writer asleep or the frame small) goes past the
 handler, straight to the writer's ``put`` ring (a PUT), and the writer
 answers it; nothing more of that connection is read until it has, and a
@@ -44,7 +45,8 @@ buffer is received straight into its record in the request ring instead, so
 its bytes are copied once on their way to the handler, not twice
 (``processor_frames.py``). A started frame must be complete within
 ``socket.request.read.timeout.ms`` and a connection that moves no byte for
-``connections.max.idle.ms`` (with nothing at its handler) is closed.
+``connections.max.idle.ms`` (with nothing at its handler or writer, and no
+FETCH waiting here) is closed.
 
 Backpressure and fairness: a connection is not read while it has
 ``max.in.flight.requests.per.connection`` requests not completely answered
@@ -82,6 +84,7 @@ from hostbroker.workers.processor_conns import (
     WRITABLE,
     Connections,
 )
+from hostbroker.workers.processor_fetch import LocalFetching
 from hostbroker.workers.processor_frames import SEQ_MASK, FrameReading
 from hostbroker.workers.sendfiles import HeldPiece, SegmentFiles, pin_answer
 from hostbroker.workers.topicview import TopicView
@@ -90,7 +93,7 @@ _IDLE_TIMEOUT_S = 1.0
 _FD_SWEEP_S = 5.0
 
 
-class ProcessorWorker(Connections, FrameReading, RingClaims, Worker):
+class ProcessorWorker(Connections, FrameReading, RingClaims, LocalFetching, Worker):
     kind = "processor"
     process_name = "hb-proc"
 
@@ -142,7 +145,8 @@ class ProcessorWorker(Connections, FrameReading, RingClaims, Worker):
         self.table_answers = None  # METADATA and OFFSETS answered here (processor_frames)
         self.puts = None  # lone PRODUCEs straight to writers (processor_frames)
         self.view = None
-        if config["processor.local.requests"] or config["processor.direct.produce"]:
+        if (config["processor.local.requests"] or config["processor.direct.produce"]
+                or config["processor.local.fetch"]):
             self.view = TopicView(PartitionTable.attach(plan.table_name), plan.log_dirs,
                                   config.log_defaults())
         if config["processor.local.requests"]:
@@ -160,6 +164,7 @@ class ProcessorWorker(Connections, FrameReading, RingClaims, Worker):
         self.max_entries = config["request.max.entries"]
         self.max_response_bytes = config["response.max.bytes"]
         self.answered_here: set[Connection] = set()  # to write once the round's reads are done
+        self._init_local_fetch()  # FETCHes answered and parked here (processor_fetch)
         self.conns: dict[int, Connection] = {}
         self.by_fd: dict[int, Connection] = {}
         self.counter = 0
@@ -190,6 +195,8 @@ class ProcessorWorker(Connections, FrameReading, RingClaims, Worker):
                     or time.monotonic() > drain_deadline):
                 break
             timeout = 0.005 if self.dirty_handlers else self.expire_every
+            if self.parked:
+                timeout = self._fetch_timeout(timeout)
             if self.lingering:
                 timeout = max(0.0, min(timeout, self.lingering[0].linger_until - self.now))
             events = None
@@ -200,6 +207,8 @@ class ProcessorWorker(Connections, FrameReading, RingClaims, Worker):
             if not events:
                 events = sleeper.sleep(wait, timeout)
             start = time.monotonic_ns()
+            if self.local_fetch:
+                self.appended_seen = self._appended()  # before this round's fetches read the log
             worked = bool(events) or self._has_input()
             self.now = time.monotonic()
             for fd, mask in events:
@@ -219,8 +228,12 @@ class ProcessorWorker(Connections, FrameReading, RingClaims, Worker):
             self.heartbeat()
             self._check_handler_epochs()
             self._take_answers()
+            if self.parked and self._parked_due():
+                self._recheck_parked()
             if self.answered_here:
                 self._send_answered_here()
+            if self.local_fetch:
+                self._show_parked()
             self._pump_requests()
             if self.acks_owed:
                 self._send_acks()
@@ -236,6 +249,13 @@ class ProcessorWorker(Connections, FrameReading, RingClaims, Worker):
             self._close(conn)
         self._pump_requests()
         self.files.close()
+
+    def _has_input(self) -> bool:
+        """Records in an answer ring, or, with fetches parked, appends since
+        this round began (see ``handler._has_input``: the same handshake)."""
+        if super()._has_input():
+            return True
+        return bool(self.parked) and self._appended() != self.appended_seen
 
     def _spin(self, spin_ns: int | None = None) -> list:
         """Look at the sockets and the answer rings for up to ``worker.spin.us``

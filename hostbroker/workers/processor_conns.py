@@ -115,6 +115,7 @@ class Connections:
             conn.watched = 0
         conn.sock.close()
         self._drop_claim(conn)
+        self.parked.pop(conn.conn_id, None)  # a FETCH waiting here (processor_fetch)
         if conn.at_writer:  # its PUT's answer, if it comes, finds no connection
             conn.at_writer = 0
             self.puts_out -= 1
@@ -135,6 +136,7 @@ class Connections:
                 self.count(procs.ERRORS)
                 self._close(conn)
             elif (not conn.at_handler and not conn.at_writer
+                  and conn.conn_id not in self.parked  # a FETCH waiting here (processor_fetch)
                   and now - conn.active > self.idle_timeout):
                 self._close(conn)
         self.buffers.trim()

@@ -4,8 +4,9 @@ connection's handler (a part of :mod:`hostbroker.workers.processor`).
 Owns: cutting the bytes of a connection into frames, the size checks made
 before anything is decoded, answering METADATA and OFFSETS here when nothing
 of the connection is at its handler (``processor.local.requests``, built by
-:mod:`~hostbroker.workers.answers`), lone PRODUCEs put straight to a writer
-(PUTs), and the ways any other frame reaches its record in the request
+:mod:`~hostbroker.workers.answers`) and FETCHes of one partition
+(:mod:`~hostbroker.workers.processor_fetch`), lone PRODUCEs put straight to
+a writer (PUTs), and the ways any other frame reaches its record in the request
 ring: small frames through the processor's receive buffer (many per read);
 a large frame (64 KiB or more) received straight into its ring record as
 its bytes come (:mod:`~hostbroker.workers.processor_claims`); and a large
@@ -166,6 +167,7 @@ class FrameReading:
         handler = conn.handler
         sender = self.requests[handler]
         local = self.table_answers
+        local_fetch = self.local_fetch
         puts = self.puts
         sent = copied = 0
         while self._may_read(conn):
@@ -190,6 +192,8 @@ class FrameReading:
             pos += 4 + size
             if local is not None and not conn.at_handler and key in LOCAL_KEYS:
                 self._answer_here(conn, local, frame)
+                continue
+            if key == api.ApiKey.FETCH and local_fetch and self._fetch_here(conn, frame):
                 continue
             # the last frame there, with nothing of the connection in flight
             if (puts is not None and key == api.ApiKey.PRODUCE and pos == end

@@ -24,9 +24,9 @@ per batch, never per message). Flushes, whether due by the flush policy
 writer's flusher thread, so appends go on while the disk catches up; the
 flushed offset is published when the fdatasync returns. Retention runs from
 the same loop. After each batch that appended, as soon as its log ends are
-published (before its answers), every handler that sleeps with fetches
-parked is woken so they see the new data (an awake handler looks at its
-parked fetches anyway before it sleeps; see ``handler._has_input``).
+published (before its answers), every processor and handler that sleeps
+with fetches parked is woken so they see the new data (an awake one looks
+at its parked fetches anyway before it sleeps; see ``handler._has_input``).
 
 Appends and their acks=1 answers are in ``writer_appends.py``, the long-poll
 FETCHes handlers park here (POLLs, answered to the processors once appends
@@ -105,6 +105,12 @@ class WriterWorker(Appends, Polls, Cleanup, Worker):
         self.puts = [self.receiver("put", p, self.index) for p in range(self.plan.num_processors)]
         self.processor_bells = [self.waker("processor", p)
                                 for p in range(self.plan.num_processors)]
+        # who may hold fetches waiting for data (FETCH_PARKED on the board):
+        # processors (processor.local.fetch), which answer the client, first
+        self.fetch_holders = (
+            list(zip(self.processor_bells, (self.plan.board_slot("processor", p)
+                                            for p in range(self.plan.num_processors))))
+            + list(zip(self.handler_doorbells, self.handler_slots)))
         self.direct: list[tuple] = []  # (handler, Append, code, base, end) of this round
         self._init_polls()  # long polls held here (writer_polls)
         # the request rings (processor -> handler) that APPEND_REFs name, by handler
@@ -373,10 +379,10 @@ class WriterWorker(Appends, Polls, Cleanup, Worker):
             self.count(procs.MESSAGES_IN, self.appended)
             self.appended = 0
         if touched:
-            # handlers asleep with fetches parked see the new data now, before
-            # this round's answers and flushes are dealt with
+            # processors and handlers asleep with fetches parked see the new
+            # data now, before this round's answers and flushes are dealt with
             board = self.board
-            for bell, slot in zip(self.handler_doorbells, self.handler_slots):
+            for bell, slot in self.fetch_holders:
                 bell.wake(lambda: board.get(slot, procs.FETCH_PARKED))  # noqa: B023 - called at once
         now = self._answer_round(results, touched)
         due = [s for s in self.dirty if s in self.slots and

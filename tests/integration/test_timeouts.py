@@ -66,7 +66,7 @@ def test_an_idle_connection_is_closed_and_a_busy_or_waiting_one_is_not(make_brok
         idle.send(api.encode_request(api.MetadataRequest(()), 1))
         assert idle.read_response(api.ApiKey.METADATA)[0] == 1
         started = time.monotonic()
-        waiting.send(api.encode_request(fetch, 2))  # a long poll at its handler: not idle
+        waiting.send(api.encode_request(fetch, 2))  # a long poll at its processor: not idle
         n = 10
         while time.monotonic() - started < 3.5:  # a request every 0.3 s: not idle
             busy.send(api.encode_request(api.MetadataRequest(()), n))

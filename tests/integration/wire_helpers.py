@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import select
 import socket
 import struct
 import time
@@ -179,6 +180,25 @@ class RawSocket:
         assert struct.unpack(">i", size) == (api.ERROR_FRAME_SIZE,)
         assert struct.unpack(">ih", self._read_exact(6)) == (correlation_id, code)
         self.assert_closed()
+
+
+def fetch_frame(topic: str, offset: int, correlation_id: int, max_wait_ms: int = 5000,
+                min_bytes: int = 1, max_bytes: int = 1 << 20, partition: int = 0) -> bytes:
+    """A FETCH request frame of one partition."""
+    return api.encode_request(api.FetchRequest(max_wait_ms, min_bytes, (
+        api.FetchPartition(topic, partition, offset, max_bytes),)), correlation_id)
+
+
+def fetched(sock: RawSocket) -> tuple[int, int, bytes]:
+    """(correlation id, error, message set) of the next answer, a one-partition FETCH's."""
+    correlation_id, response = sock.read_response(api.ApiKey.FETCH)
+    [p] = response.partitions
+    return correlation_id, p.error_code, bytes(p.message_set)
+
+
+def waiting(sock: RawSocket, seconds: float = 0.3) -> bool:
+    """Nothing to read on ``sock`` for ``seconds``: a fetch still waits."""
+    return not select.select([sock.sock], [], [], seconds)[0]
 
 
 def wait_for(predicate, timeout: float = 10.0, interval: float = 0.05):

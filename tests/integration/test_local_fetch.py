@@ -1,0 +1,269 @@
+"""FETCHes of one partition answered by the processor itself
+(``processor.local.fetch``): which it takes, that it answers them as a
+handler would (data and errors), that one waiting for data waits there and
+gets it as soon as its partition is appended to, that it is bounded, and
+that a connection closed meanwhile leaves nothing behind. And, wherever a
+fetch waits (processor, writer or handler): min_bytes and the deadline,
+its topic deleted, its writer dying, later requests of its connection not
+held back, and the broker stopping answer it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from hostbroker.errors import ErrorCode
+from hostbroker.log.message import encode_message_set
+from hostbroker.protocol import api
+from tests.integration.wire_helpers import (
+    RawSocket,
+    created_topic,
+    fetch_frame,
+    fetched,
+    produce_request,
+    wait_for,
+    waiting,
+)
+
+# where a FETCH of one partition that must wait for data does
+WAITS_AT = {
+    "processor": {},
+    "writer": {"processor.local.fetch": "false"},
+    "handler": {"processor.local.fetch": "false", "fetch.writer.polls": "false"},
+}
+waits_at = pytest.mark.parametrize("where", list(WAITS_AT))
+
+
+def produce(broker, topic: str, data: bytes) -> None:
+    with broker.client(broker.tcp) as c:
+        assert c.produce(topic, 0, data).error_code == 0
+
+
+def parked(broker, kind: str, n: int) -> bool:
+    """``kind``'s processes come to hold ``n`` waiting fetches (FETCH_PARKED)."""
+    return wait_for(lambda: broker.counter(kind, "fetch_parked") == n)
+
+
+@pytest.mark.parametrize("local", [True, False])
+def test_who_answers_a_lone_fetch(make_broker, local):
+    broker = make_broker(**{"processor.local.fetch": str(local).lower()})
+    topic = created_topic(broker.tcp)
+    data = encode_message_set([b"one", b"two"])
+    produce(broker, topic, data)
+    handler_before = broker.counter("handler", "requests")
+    with RawSocket(broker.tcp) as sock:
+        for i in range(10):
+            sock.send(fetch_frame(topic, 0, i))
+            assert fetched(sock) == (i, 0, data)
+        # two partitions: always the handler's
+        sock.send(api.encode_request(api.FetchRequest(0, 1, (
+            api.FetchPartition(topic, 0, 0, 1 << 20),
+            api.FetchPartition(topic, 0, 0, 1 << 20))), 99))
+        _, response = sock.read_response(api.ApiKey.FETCH)
+        assert [bytes(p.message_set) for p in response.partitions] == [data, data]
+    handler = broker.counter("handler", "requests") - handler_before
+    assert handler == (1 if local else 11)
+
+
+def test_answers_are_the_handlers(make_broker, tmp_path):
+    """Errors, a cut set and an offset past the end read as the handler gives them."""
+    answers = {}
+    for local in (True, False):
+        (tmp_path / str(local)).mkdir()
+        broker = make_broker(root=tmp_path / str(local),
+                             **{"processor.local.fetch": str(local).lower()})
+        topic = "same"
+        with broker.client(broker.tcp) as c:
+            c.create_topic(topic, 2)
+        data = encode_message_set([b"x" * 100] * 3)
+        produce(broker, topic, data)
+        got = []
+        with RawSocket(broker.tcp) as sock:
+            for frame in (fetch_frame(topic, 0, 1, max_bytes=150),  # cut inside the 2nd
+                          fetch_frame(topic, 0, 2, max_bytes=0),  # INVALID_FETCH_SIZE
+                          fetch_frame("nosuch", 0, 3),  # UNKNOWN_TOPIC_OR_PARTITION
+                          fetch_frame(topic, 0, 4, partition=7),
+                          fetch_frame(topic, 1, 5, max_wait_ms=0),  # not an entry's start
+                          fetch_frame(topic, 10_000, 6, max_wait_ms=0),  # past the end
+                          fetch_frame(topic, len(data), 7, max_wait_ms=0)):  # at the end
+                sock.send(frame)
+                got.append(sock.read_frame())
+        answers[local] = got
+        broker.stop(timeout=20)
+    assert answers[True] == answers[False]
+    codes = [api.decode_response(api.ApiKey.FETCH, f)[1].partitions[0].error_code
+             for f in answers[True]]
+    assert codes[:4] == [0, ErrorCode.INVALID_FETCH_SIZE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
+
+
+def test_a_long_poll_waits_at_the_processor_and_gets_the_data(make_broker):
+    broker = make_broker()
+    topic = created_topic(broker.tcp)
+    data = encode_message_set([b"first"])
+    handler_before = broker.counter("handler", "requests")
+    with RawSocket(broker.tcp) as sock:
+        sock.send(fetch_frame(topic, 0, 7, max_wait_ms=20_000))
+        assert waiting(sock)
+        assert broker.counter("processor", "fetch_parked") == 1
+        assert broker.counter("handler", "fetch_parked") == 0
+        started = time.monotonic()
+        produce(broker, topic, data)
+        assert fetched(sock) == (7, 0, data)
+        assert time.monotonic() - started < 2  # at the append, not the deadline
+        assert parked(broker, "processor", 0)
+    # the produce alone went to a writer (a PUT); the fetch never left the processor
+    assert broker.counter("handler", "requests") == handler_before
+
+
+@waits_at
+def test_min_bytes_and_the_deadline(make_broker, where):
+    broker = make_broker(**WAITS_AT[where])
+    topic = created_topic(broker.tcp)
+    one = encode_message_set([b"x" * 100])
+    with RawSocket(broker.tcp) as sock:
+        sock.send(fetch_frame(topic, 0, 1, min_bytes=2 * len(one)))
+        produce(broker, topic, one)
+        assert waiting(sock)  # one entry is less than min_bytes
+        produce(broker, topic, one)
+        assert fetched(sock) == (1, 0, one * 2)
+        started = time.monotonic()
+        sock.send(fetch_frame(topic, 2 * len(one), 2, max_wait_ms=400))
+        assert fetched(sock) == (2, 0, b"")  # nothing came: empty at the deadline
+        assert 0.3 < time.monotonic() - started < 3
+
+
+@waits_at
+def test_the_wait_is_capped_by_fetch_max_wait(make_broker, where):
+    broker = make_broker(**{"fetch.max.wait.ms": 300}, **WAITS_AT[where])
+    topic = created_topic(broker.tcp)
+    with RawSocket(broker.tcp) as sock:
+        started = time.monotonic()
+        sock.send(fetch_frame(topic, 0, 1, max_wait_ms=60_000))
+        assert fetched(sock) == (1, 0, b"")
+        assert 0.2 < time.monotonic() - started < 3
+
+
+@waits_at
+def test_a_waiting_fetch_whose_topic_is_deleted_is_answered(make_broker, where):
+    broker = make_broker(**WAITS_AT[where])
+    topic = created_topic(broker.tcp)
+    with RawSocket(broker.tcp) as sock:
+        sock.send(fetch_frame(topic, 0, 3, max_wait_ms=20_000))
+        assert waiting(sock)
+        with broker.client(broker.tcp) as c:
+            c.delete_topic(topic)
+        assert fetched(sock) == (3, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, b"")
+
+
+@waits_at
+def test_a_waiting_fetch_holds_back_no_later_request(make_broker, where):
+    """A PRODUCE sent behind a waiting FETCH on the same connection is taken,
+    and brings the data the fetch waits for; the answers come in order."""
+    broker = make_broker(**WAITS_AT[where])
+    topic = created_topic(broker.tcp)
+    data = encode_message_set([b"self-served"])
+    with RawSocket(broker.tcp) as sock:
+        sock.send(fetch_frame(topic, 0, 1, max_wait_ms=20_000))
+        assert waiting(sock, 0.2)
+        started = time.monotonic()
+        sock.send(api.encode_request(produce_request(topic, 0, data), 2))
+        sock.send(api.encode_request(api.MetadataRequest((topic,)), 3))
+        assert fetched(sock) == (1, 0, data)
+        correlation_id, response = sock.read_response(api.ApiKey.PRODUCE)
+        assert (correlation_id, response.partitions[0].error_code) == (2, 0)
+        correlation_id, _ = sock.read_response(api.ApiKey.METADATA)
+        assert correlation_id == 3
+        assert time.monotonic() - started < 2
+
+
+def test_fetches_over_the_bound_wait_at_the_handler(make_broker):
+    broker = make_broker(**{"processor.fetch.max.parked": 2, "num.processors": 1})
+    topic = created_topic(broker.tcp)
+    data = encode_message_set([b"all"])
+    socks = [RawSocket(broker.tcp).__enter__() for _ in range(4)]
+    try:
+        for i, sock in enumerate(socks):
+            sock.send(fetch_frame(topic, 0, i, max_wait_ms=20_000))
+        time.sleep(0.3)
+        assert all(waiting(s, 0.05) for s in socks)
+        assert broker.counter("processor", "fetch_parked") == 2
+        assert broker.counter("handler", "fetch_parked") == 0  # the other two: at the writer
+        produce(broker, topic, data)
+        assert [fetched(s) for s in socks] == [(i, 0, data) for i in range(4)]
+    finally:
+        for sock in socks:
+            sock.__exit__(None, None, None)
+
+
+def test_each_waiting_fetch_is_answered_by_its_own_partitions_appends(make_broker):
+    """Fetches waiting on different partitions (and twice on one): an append
+    answers those of its partition and leaves the others waiting."""
+    broker = make_broker(**{"num.processors": 1})
+    topic = created_topic(broker.tcp, partitions=3)
+    socks = [RawSocket(broker.tcp).__enter__() for _ in range(4)]
+    try:
+        for i, (sock, partition) in enumerate(zip(socks, (0, 1, 2, 1))):
+            sock.send(fetch_frame(topic, 0, i, max_wait_ms=20_000, partition=partition))
+        assert parked(broker, "processor", 4)
+        remaining = {0, 1, 2, 3}
+        for partition, answered in ((1, {1, 3}), (2, {2}), (0, {0})):
+            data = encode_message_set([b"to %d" % partition])
+            with broker.client(broker.tcp) as c:
+                assert c.produce(topic, partition, data).error_code == 0
+            for i in sorted(answered):
+                assert fetched(socks[i]) == (i, 0, data)
+            remaining -= answered
+            assert all(waiting(socks[i], 0.1) for i in remaining)
+            assert parked(broker, "processor", len(remaining))
+    finally:
+        for sock in socks:
+            sock.__exit__(None, None, None)
+
+
+def test_a_closed_connection_leaves_nothing_waiting(make_broker):
+    broker = make_broker(**{"num.processors": 1})
+    topic = created_topic(broker.tcp)
+    with RawSocket(broker.tcp) as sock:
+        sock.send(fetch_frame(topic, 0, 1, max_wait_ms=60_000))
+        assert parked(broker, "processor", 1)
+    assert parked(broker, "processor", 0)
+    data = encode_message_set([b"later"])
+    produce(broker, topic, data)
+    with RawSocket(broker.tcp) as sock:
+        sock.send(fetch_frame(topic, 0, 2))
+        assert fetched(sock) == (2, 0, data)
+
+
+@waits_at
+def test_a_waiting_fetch_outlives_its_writer(make_broker, where):
+    """Killed with the fetch held (at the writer, given back to the handler),
+    or not (elsewhere): the next append answers it."""
+    broker = make_broker(**WAITS_AT[where])
+    topic = created_topic(broker.tcp)
+    data = encode_message_set([b"after"])
+    writer = broker.workers()["hb-writer-0"]
+    with RawSocket(broker.tcp, timeout=30) as sock:
+        sock.send(fetch_frame(topic, 0, 4, max_wait_ms=20_000))
+        assert waiting(sock)
+        os.kill(writer, signal.SIGKILL)
+        broker.wait_worker_replaced("hb-writer-0", writer)
+        produce(broker, topic, data)
+        assert fetched(sock) == (4, 0, data)
+
+
+@waits_at
+def test_a_stopping_broker_answers_waiting_fetches(make_broker, where):
+    broker = make_broker(**WAITS_AT[where])
+    topic = created_topic(broker.tcp)
+    with RawSocket(broker.tcp, timeout=30) as sock:
+        sock.send(fetch_frame(topic, 0, 5, max_wait_ms=60_000))
+        assert waiting(sock)
+        started = time.monotonic()
+        broker.proc.send_signal(signal.SIGTERM)
+        assert fetched(sock) == (5, 0, b"")
+        assert broker.proc.wait(30) == 0
+        assert time.monotonic() - started < 15
