@@ -67,6 +67,7 @@ class LocalFetching:
         self.fetch_max_wait = config["fetch.max.wait.ms"]
         self.max_parked = config["processor.fetch.max.parked"]
         self.parked: dict[int, _Parked] = {}  # by connection id: one each at most
+        self.parked_soonest = 0  # no later than the soonest deadline among them (ms)
         self.writer_slots = [self.plan.board_slot("writer", w)
                              for w in range(self.plan.num_writers)]
         self.appended_seen = -1  # the writers' counters, read before this round's fetches
@@ -100,9 +101,10 @@ class LocalFetching:
         conn.next_seq += 1
         self.count(procs.REQUESTS)
         if wait:
-            wait_ms = min(request.max_wait_ms, self.fetch_max_wait)
-            self.parked[conn.conn_id] = _Parked(conn, seq, request, now_ms() + wait_ms,
-                                                slot, seen)
+            deadline = now_ms() + min(request.max_wait_ms, self.fetch_max_wait)
+            self.parked_soonest = (min(self.parked_soonest, deadline) if self.parked
+                                   else deadline)
+            self.parked[conn.conn_id] = _Parked(conn, seq, request, deadline, slot, seen)
         else:
             conn.order(seq, pieces, 0)
             self.answered_here.add(conn)
@@ -116,7 +118,7 @@ class LocalFetching:
                 or now - self.rechecked_ms >= _RECHECK_MS
                 or self.board.broker_state == procs.BROKER_DRAINING):
             return True
-        return now >= min(x.deadline_ms for x in self.parked.values())
+        return now >= self.parked_soonest
 
     def _recheck_parked(self) -> None:
         """Answer the parked fetches that have their data or must go now. One
@@ -157,11 +159,11 @@ class LocalFetching:
             del self.parked[conn_id]
             if x.conn.fd in self.by_fd and not x.conn.lingering:
                 self._queue_answer(x.conn, x.seq, pieces, flags)
+        self.parked_soonest = min((x.deadline_ms for x in self.parked.values()), default=0)
 
     def _fetch_timeout(self, timeout: float) -> float:
         """``timeout`` (s), no later than the soonest parked deadline or recheck."""
-        soonest = min(x.deadline_ms for x in self.parked.values())
-        soonest = min(soonest, self.rechecked_ms + _RECHECK_MS)
+        soonest = min(self.parked_soonest, self.rechecked_ms + _RECHECK_MS)
         return max(0.0, min(timeout, (soonest - now_ms()) / 1000))
 
     def _show_parked(self) -> None:
