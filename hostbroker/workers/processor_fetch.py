@@ -85,14 +85,15 @@ class LocalFetching:
         done) for any other frame, or when it should go to the handler."""
         try:
             request = peek_lone_fetch(frame, self.max_entries)
-            if request is None or (conn.conn_id in self.parked
-                                   or len(self.parked) >= self.max_parked):
+            if request is None:
                 return False
             self.view.refresh()
             part, slot, seen = fetch_part(self.view, request, self.fetch_max_bytes)
             piece = part[4]
             wait = (part[2] == ErrorCode.NONE and request.max_wait_ms > 0 and not self.stopping
                     and (0 if piece is None else piece.length) < request.min_bytes)
+            if wait and (conn.conn_id in self.parked or len(self.parked) >= self.max_parked):
+                return False  # the handler's way: one waiting here per connection, and the bound
             pieces = None if wait else fetch_answer_pieces(request.correlation_id, [part],
                                                            self.max_response_bytes)
         except Exception:  # noqa: BLE001 - the handler answers (and says what went wrong)

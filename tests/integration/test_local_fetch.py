@@ -199,6 +199,22 @@ def test_fetches_over_the_bound_wait_at_the_handler(make_broker):
             sock.__exit__(None, None, None)
 
 
+def test_at_the_bound_a_fetch_with_data_is_still_answered_here(make_broker):
+    broker = make_broker(**{"processor.fetch.max.parked": 1, "num.processors": 1})
+    topic = created_topic(broker.tcp)
+    data = encode_message_set([b"there"])
+    produce(broker, topic, data)
+    handler_before = broker.counter("handler", "requests")
+    with RawSocket(broker.tcp) as waiter, RawSocket(broker.tcp) as reader:
+        waiter.send(fetch_frame(topic, len(data), 1, max_wait_ms=20_000))
+        assert parked(broker, "processor", 1)
+        for i in range(5):
+            reader.send(fetch_frame(topic, 0, 10 + i))
+            assert fetched(reader) == (10 + i, 0, data)
+        assert broker.counter("handler", "requests") == handler_before
+        assert waiting(waiter, 0.1)
+
+
 def test_each_waiting_fetch_is_answered_by_its_own_partitions_appends(make_broker):
     """Fetches waiting on different partitions (and twice on one): an append
     answers those of its partition and leaves the others waiting."""
