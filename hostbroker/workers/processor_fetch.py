@@ -20,7 +20,9 @@ deleted, retention). A look reads the partition's slot in the table first,
 and looks at the log only when the slot reads otherwise than when the log
 was last looked at: one table read per partition waited on, so
 ``processor.fetch.max.parked`` bounds what an append costs. Past that bound
-a fetch goes to the handler, which leaves it at the writer. A parked fetch
+(or with one of its connection waiting already) a fetch that must wait goes
+to the handler, which leaves it at the writer; one whose data is there is
+still answered here. A parked fetch
 does not stop its connection: later requests go on as ever (to the
 handler, or a PUT), their answers queued behind it, and the connection is
 not idle meanwhile.
