@@ -249,14 +249,21 @@ SETTINGS: tuple[Setting, ...] = (
             "gathering and copying it would cost more than the process crossing a PUT saves "
             "(docs/benchmarks.md).", _at_least(0)),
     Setting("processor.local.fetch", bool, True,
-            "A FETCH of one partition from a connection with no request at its handler is "
-            "answered by its processor, from the partition table; one that must wait for "
-            "data waits there, answered when a writer's append brings min_bytes or at its "
-            "deadline: no other process takes part. false: every FETCH goes to the "
-            "connection's handler."),
+            "A FETCH of at most processor.fetch.max.partitions partitions from a connection "
+            "with no request at its handler is answered by its processor, from the partition "
+            "table; one that must wait for data waits there, answered when writers' appends "
+            "bring min_bytes or at its deadline: no other process takes part. false: every "
+            "FETCH goes to the connection's handler."),
+    Setting("processor.fetch.max.partitions", int, 64,
+            "Most partitions a FETCH may name to be answered by its processor "
+            "(processor.local.fetch); one naming more goes to the handler. A processor "
+            "holds its other connections while it looks a FETCH's partitions up "
+            "(docs/benchmarks.md measures it per partition). 1: only one-partition FETCHes.",
+            _at_least(1)),
     Setting("processor.fetch.max.parked", int, 256,
-            "Most FETCHes one processor holds waiting for data (processor.local.fetch); "
-            "past it they go to the handler, which leaves them at the writers "
+            "Most partitions the FETCHes one processor holds waiting for data wait on, "
+            "together (processor.local.fetch); a FETCH that would pass it goes to the "
+            "handler, which leaves one of a single partition at its writer "
             "(fetch.writer.polls). Each append anywhere costs a processor that holds some "
             "one partition-table read per partition they wait on.",
             _at_least(0)),

@@ -7,7 +7,8 @@ costs a good part of the request.
 Owns: :func:`peek_lone_produce` and :func:`peek_lone_fetch`, which read such
 a request exactly as :func:`hostbroker.protocol.api.decode_request` would
 (they return None for every frame that function refuses, and for every
-other kind of frame), and :func:`encode_lone_produce_answer`, whose frames
+other kind of frame), :func:`fetch_partition_count`, which tells a FETCH of
+a few partitions from its first bytes, and :func:`encode_lone_produce_answer`, whose frames
 are byte for byte those of :func:`hostbroker.protocol.api.encode_answer`
 for a one-partition ProduceResponse. ``tests/protocol/test_lone.py`` holds
 all three to that.
@@ -30,6 +31,8 @@ _PART = struct.Struct(">ii")
 _FETCH_BODY = struct.Struct(">iiih")
 # partition, offset, max_bytes
 _FETCH_PART = struct.Struct(">iqi")
+# max_wait_ms, min_bytes, the partitions' count
+_FETCH_COUNT = struct.Struct(">iii")
 # size, correlation_id, the partitions' count (1), the topic's length
 _ANSWER_HEAD = struct.Struct(">iiih")
 # partition, error_code, base_offset, log_end_offset
@@ -115,6 +118,23 @@ def peek_lone_fetch(frame, max_entries: int | None = None) -> LoneFetch | None:
     if end != len(frame):
         return None
     return LoneFetch(correlation_id, max_wait_ms, min_bytes, topic, *part)
+
+
+def fetch_partition_count(frame) -> int | None:
+    """The partitions' count a FETCH v0 request frame (without its size
+    prefix) gives, None for any other frame and for one too short to give
+    it. Nothing past the count is read or checked: a caller that takes the
+    request decodes it (:func:`hostbroker.protocol.api.decode_request`)."""
+    size = len(frame)
+    if size < _HEAD.size + _FETCH_COUNT.size:
+        return None
+    key_read, version, _, client_id_length = _HEAD.unpack_from(frame, 0)
+    if key_read != api.ApiKey.FETCH or version != api.API_VERSION or client_id_length < -1:
+        return None
+    body = _HEAD.size + max(client_id_length, 0)
+    if body + _FETCH_COUNT.size > size:
+        return None
+    return _FETCH_COUNT.unpack_from(frame, body)[2]
 
 
 def encode_lone_produce_answer(correlation_id: int, topic: str, partition: int, code: int,

@@ -84,7 +84,8 @@ def fetch_answer_pieces(correlation_id: int, parts, max_header_bytes: int) -> li
     return pieces
 
 
-def fetch_parts(view: TopicView, partitions, budget: int) -> tuple[int, list]:
+def fetch_parts(view: TopicView, partitions, budget: int,
+                reads: list | None = None) -> tuple[int, list]:
     """What a FETCH of ``partitions`` (each with ``topic``, ``partition``,
     ``offset`` and ``max_bytes``) gets from the log as the partition table
     publishes it: ``(bytes of data, [(topic, partition, error, log end,
@@ -94,16 +95,20 @@ def fetch_parts(view: TopicView, partitions, budget: int) -> tuple[int, list]:
     The data of all partitions together is at most ``budget``
     (``fetch.max.bytes``): each partition gets at most what the ones before
     it left (in request order), and once nothing is left the rest get empty
-    sets (their errors are still checked)."""
+    sets (their errors are still checked). With ``reads``, each partition's
+    ``(slot, what the table said of it)`` is appended to it, as
+    :func:`fetch_part` gives them."""
     view.refresh()
     out = []
     total = 0
     for part in partitions:
-        found, _, _ = fetch_part(view, part, budget - total)
+        found, slot, seen = fetch_part(view, part, budget - total)
         piece = found[4]
         if piece is not None:
             total += piece.length
         out.append(found)
+        if reads is not None:
+            reads.append((slot, seen))
     return total, out
 
 

@@ -115,7 +115,7 @@ class Connections:
             conn.watched = 0
         conn.sock.close()
         self._drop_claim(conn)
-        self.parked.pop(conn.conn_id, None)  # a FETCH waiting here (processor_fetch)
+        self._unpark(conn.conn_id)  # a FETCH waiting here (processor_fetch)
         if conn.at_writer:  # its PUT's answer, if it comes, finds no connection
             conn.at_writer = 0
             self.puts_out -= 1

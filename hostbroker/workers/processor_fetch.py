@@ -1,13 +1,16 @@
 """FETCHes a processor answers itself (``processor.local.fetch``; a part of
 :mod:`hostbroker.workers.processor`).
 
-Owns: the one-partition FETCHes of connections with nothing at their
-handler, answered here from the partition table and the segment listings
-as a handler answers them (:func:`~hostbroker.workers.answers.fetch_part`:
-the same answer, the data sent with sendfile), and those that must wait for
-data, parked here (``parked``, by connection, one each at most) until a
-writer's append brings ``min_bytes``, their deadline passes, or the broker
-stops. No other process takes part: a consumer that waits for each message
+Owns: the FETCHes of at most ``processor.fetch.max.partitions`` partitions
+from connections with nothing at their handler, answered here from the
+partition table and the segment listings as a handler answers them
+(:func:`~hostbroker.workers.answers.fetch_parts`: the same answer, the data
+sent with sendfile), and those that must wait for data, parked here
+(``parked``, by connection, one each at most) until writers' appends bring
+``min_bytes`` over all their partitions, their deadline passes, or the
+broker stops. A fetch of one partition is read in a few struct calls
+(:func:`~hostbroker.protocol.lone.peek_lone_fetch`), one of more by the
+schema codec. No other process takes part: a consumer that waits for each message
 costs one process's activation per fetch, not a handler's and a writer's
 as well.
 
@@ -16,13 +19,14 @@ A parked fetch is looked at again when the writers' appended counters move
 it wakes such a handler; the counters are read before the log, so an append
 between the two is seen on the next round), when its deadline passes, and
 every ``_RECHECK_MS`` (what moves no counter: a partition gone offline or
-deleted, retention). A look reads the partition's slot in the table first,
-and looks at the log only when the slot reads otherwise than when the log
-was last looked at: one table read per partition waited on, so
-``processor.fetch.max.parked`` bounds what an append costs. Past that bound
-(or with one of its connection waiting already) a fetch that must wait goes
-to the handler, which leaves it at the writer; one whose data is there is
-still answered here. A parked fetch
+deleted, retention). A look reads each of its partitions' slots in the
+table first, and looks at the log only when one reads otherwise than when
+the log was last looked at: one table read per partition waited on, so
+``processor.fetch.max.parked`` (which counts partitions) bounds what an
+append costs. A partition unknown when the fetch came is not waited on.
+Past that bound (or with one of its connection waiting already) a fetch
+that must wait goes to the handler, which leaves a fetch of one partition
+at the writer; one whose data is there is still answered here. A parked fetch
 does not stop its connection: later requests go on as ever (to the
 handler, or a PUT), their answers queued behind it, and the connection is
 not idle meanwhile.
@@ -40,10 +44,10 @@ from typing import NamedTuple
 
 from hostbroker.errors import ErrorCode
 from hostbroker.protocol import api
-from hostbroker.protocol.lone import LoneFetch, peek_lone_fetch
+from hostbroker.protocol.lone import fetch_partition_count, peek_lone_fetch
 from hostbroker.shm import procs
 from hostbroker.workers import envelopes as env
-from hostbroker.workers.answers import fetch_answer_pieces, fetch_part
+from hostbroker.workers.answers import fetch_answer_pieces, fetch_parts
 from hostbroker.workers.base import now_ms
 from hostbroker.workers.connection import Connection
 
@@ -53,10 +57,18 @@ _RECHECK_MS = 100
 class _Parked(NamedTuple):
     conn: Connection
     seq: int
-    request: LoneFetch
+    correlation_id: int
+    min_bytes: int
+    parts: tuple  # what is fetched: topic, partition, offset, max_bytes each
     deadline_ms: int
-    slot: int
-    seen: tuple  # the partition's slot as read before its log was looked at
+    reads: tuple  # each partition's (slot, the slot as read before its log was looked at)
+
+
+def _must_wait(parts: list, total: int, min_bytes: int) -> bool:
+    """Whether a fetch that found ``parts`` (``total`` bytes of data) waits
+    for more, as the handler tells it: below ``min_bytes``, with a partition
+    that may yet give data (one without an error)."""
+    return total < min_bytes and any(code == ErrorCode.NONE for _, _, code, _, _ in parts)
 
 
 class LocalFetching:
@@ -67,8 +79,10 @@ class LocalFetching:
         self.local_fetch = config["processor.local.fetch"]
         self.fetch_max_bytes = config["fetch.max.bytes"]
         self.fetch_max_wait = config["fetch.max.wait.ms"]
+        self.fetch_max_partitions = config["processor.fetch.max.partitions"]
         self.max_parked = config["processor.fetch.max.parked"]
         self.parked: dict[int, _Parked] = {}  # by connection id: one each at most
+        self.parked_parts = 0  # the partitions they wait on, together
         self.parked_soonest = 0  # no later than the soonest deadline among them (ms)
         self.writer_slots = [self.plan.board_slot("writer", w)
                              for w in range(self.plan.num_writers)]
@@ -82,21 +96,35 @@ class LocalFetching:
         board = self.board
         return sum(board.get(slot, procs.MESSAGES_IN) for slot in self.writer_slots)
 
+    def _fetch_request(self, frame) -> tuple | None:
+        """``(correlation_id, max_wait_ms, min_bytes, partitions)`` of a FETCH
+        frame this processor may take (of 1 to ``processor.fetch.max.partitions``
+        partitions), None for any other; raises for a frame that does not
+        decode (the handler answers it)."""
+        lone = peek_lone_fetch(frame, self.max_entries)
+        if lone is not None:
+            return lone.correlation_id, lone.max_wait_ms, lone.min_bytes, (lone,)
+        count = fetch_partition_count(frame)
+        if count is None or not 2 <= count <= self.fetch_max_partitions:
+            return None
+        header, request = api.decode_request(frame, self.max_entries)
+        return header.correlation_id, request.max_wait_ms, request.min_bytes, request.partitions
+
     def _fetch_here(self, conn: Connection, frame) -> bool:
-        """Answer a lone FETCH of ``conn`` here, or park it; False (nothing
-        done) for any other frame, or when it should go to the handler."""
+        """Answer a FETCH of ``conn`` here, or park it; False (nothing done)
+        for any other frame, or when it should go to the handler."""
         try:
-            request = peek_lone_fetch(frame, self.max_entries)
-            if request is None:
+            found = self._fetch_request(frame)
+            if found is None:
                 return False
-            self.view.refresh()
-            part, slot, seen = fetch_part(self.view, request, self.fetch_max_bytes)
-            piece = part[4]
-            wait = (part[2] == ErrorCode.NONE and request.max_wait_ms > 0 and not self.stopping
-                    and (0 if piece is None else piece.length) < request.min_bytes)
-            if wait and (conn.conn_id in self.parked or len(self.parked) >= self.max_parked):
+            correlation_id, max_wait_ms, min_bytes, partitions = found
+            reads: list = []
+            total, parts = fetch_parts(self.view, partitions, self.fetch_max_bytes, reads)
+            wait = max_wait_ms > 0 and not self.stopping and _must_wait(parts, total, min_bytes)
+            if wait and (conn.conn_id in self.parked
+                         or self.parked_parts + len(parts) > self.max_parked):
                 return False  # the handler's way: one waiting here per connection, and the bound
-            pieces = None if wait else fetch_answer_pieces(request.correlation_id, [part],
+            pieces = None if wait else fetch_answer_pieces(correlation_id, parts,
                                                            self.max_response_bytes)
         except Exception:  # noqa: BLE001 - the handler answers (and says what went wrong)
             return False
@@ -104,14 +132,23 @@ class LocalFetching:
         conn.next_seq += 1
         self.count(procs.REQUESTS)
         if wait:
-            deadline = now_ms() + min(request.max_wait_ms, self.fetch_max_wait)
+            deadline = now_ms() + min(max_wait_ms, self.fetch_max_wait)
             self.parked_soonest = (min(self.parked_soonest, deadline) if self.parked
                                    else deadline)
-            self.parked[conn.conn_id] = _Parked(conn, seq, request, deadline, slot, seen)
+            self.parked[conn.conn_id] = _Parked(conn, seq, correlation_id, min_bytes,
+                                                tuple(partitions), deadline, tuple(reads))
+            self.parked_parts += len(parts)
         else:
             conn.order(seq, pieces, 0)
             self.answered_here.add(conn)
         return True
+
+    def _unpark(self, conn_id: int) -> None:
+        """Forget the fetch ``conn_id`` has waiting here, if any (its
+        connection closes)."""
+        x = self.parked.pop(conn_id, None)
+        if x is not None:
+            self.parked_parts -= len(x.parts)
 
     def _parked_due(self) -> bool:
         """Whether a parked fetch may have become answerable since the last
@@ -125,8 +162,8 @@ class LocalFetching:
 
     def _recheck_parked(self) -> None:
         """Answer the parked fetches that have their data or must go now. One
-        whose partition's slot reads as it did when its log was last looked
-        at is not looked at again (one table read per partition)."""
+        whose partitions' slots all read as they did when their logs were
+        last looked at is not looked at again (one table read per partition)."""
         now = now_ms()
         self.rechecked_ms = now
         self.rechecked_appended = self.appended_seen
@@ -139,27 +176,31 @@ class LocalFetching:
             due = force or now >= x.deadline_ms
             try:
                 if not due:
-                    s = slots.get(x.slot)
-                    if s is None:
-                        s = slots[x.slot] = read(x.slot)
-                    if s == x.seen:
+                    for slot, seen in x.reads:
+                        if slot is None:
+                            continue  # unknown when the fetch came: not waited on
+                        s = slots.get(slot)
+                        if s is None:
+                            s = slots[slot] = read(slot)
+                        if s != seen:
+                            break
+                    else:
                         continue
-                part, slot, seen = fetch_part(view, x.request, self.fetch_max_bytes)
-                piece = part[4]
-                if (not due and part[2] == ErrorCode.NONE and slot is not None
-                        and (0 if piece is None else piece.length) < x.request.min_bytes):
-                    self.parked[conn_id] = x._replace(slot=slot, seen=seen)
+                reads: list = []
+                total, parts = fetch_parts(view, x.parts, self.fetch_max_bytes, reads)
+                if not due and _must_wait(parts, total, x.min_bytes):
+                    self.parked[conn_id] = x._replace(reads=tuple(reads))
                     continue
-                pieces = fetch_answer_pieces(x.request.correlation_id, [part],
-                                             self.max_response_bytes)
+                pieces = fetch_answer_pieces(x.correlation_id, parts, self.max_response_bytes)
                 flags = 0
             except Exception:  # noqa: BLE001 - one request must never end the processor
                 print(f"hostbroker: {self.name}: a parked FETCH failed unexpectedly; "
                       f"answered UNKNOWN", file=sys.stderr, flush=True)
                 traceback.print_exc()
-                pieces = [api.encode_error_frame(x.request.correlation_id, ErrorCode.UNKNOWN)]
+                pieces = [api.encode_error_frame(x.correlation_id, ErrorCode.UNKNOWN)]
                 flags = env.RESP_CLOSE_AFTER
             del self.parked[conn_id]
+            self.parked_parts -= len(x.parts)
             if x.conn.fd in self.by_fd and not x.conn.lingering:
                 self._queue_answer(x.conn, x.seq, pieces, flags)
         self.parked_soonest = min((x.deadline_ms for x in self.parked.values()), default=0)

@@ -1,11 +1,12 @@
-"""FETCHes of one partition answered by the processor itself
-(``processor.local.fetch``): which it takes, that it answers them as a
-handler would (data and errors), that one waiting for data waits there and
-gets it as soon as its partition is appended to, that it is bounded, and
-that a connection closed meanwhile leaves nothing behind. And, wherever a
-fetch waits (processor, writer or handler): min_bytes and the deadline,
-its topic deleted, its writer dying, later requests of its connection not
-held back, and the broker stopping answer it."""
+"""FETCHes of a few partitions answered by the processor itself
+(``processor.local.fetch``, ``processor.fetch.max.partitions``): which it
+takes, that it answers them as a handler would (data, errors and the
+answer's byte budget), that one waiting for data waits there and gets it as
+soon as its partitions are appended to (min_bytes over all of them), that it
+is bounded, and that a connection closed meanwhile leaves nothing behind.
+And, wherever a fetch waits (processor, writer or handler): min_bytes and
+the deadline, its topic deleted, its writer dying, later requests of its
+connection not held back, and the broker stopping answer it."""
 
 from __future__ import annotations
 
@@ -47,10 +48,26 @@ def parked(broker, kind: str, n: int) -> bool:
     return wait_for(lambda: broker.counter(kind, "fetch_parked") == n)
 
 
+def fetch_of(topic: str, partitions, correlation_id: int, offset: int = 0,
+             max_wait_ms: int = 5000, min_bytes: int = 1, max_bytes: int = 1 << 20) -> bytes:
+    """A FETCH request frame of ``partitions`` of ``topic``, each from ``offset``."""
+    return api.encode_request(api.FetchRequest(max_wait_ms, min_bytes, tuple(
+        api.FetchPartition(topic, p, offset, max_bytes) for p in partitions)), correlation_id)
+
+
+def fetched_sets(sock: RawSocket) -> tuple[int, list]:
+    """(correlation id, [(error, message set)] by partition) of the next FETCH answer."""
+    correlation_id, response = sock.read_response(api.ApiKey.FETCH)
+    return correlation_id, [(p.error_code, bytes(p.message_set)) for p in response.partitions]
+
+
 @pytest.mark.parametrize("local", [True, False])
-def test_who_answers_a_lone_fetch(make_broker, local):
-    broker = make_broker(**{"processor.local.fetch": str(local).lower()})
-    topic = created_topic(broker.tcp)
+def test_who_answers_a_fetch(make_broker, local):
+    """Up to processor.fetch.max.partitions partitions: the processor, with
+    the setting on; past it, or with it off, the handler."""
+    broker = make_broker(**{"processor.local.fetch": str(local).lower(),
+                            "processor.fetch.max.partitions": 3})
+    topic = created_topic(broker.tcp, partitions=4)
     data = encode_message_set([b"one", b"two"])
     produce(broker, topic, data)
     handler_before = broker.counter("handler", "requests")
@@ -58,28 +75,33 @@ def test_who_answers_a_lone_fetch(make_broker, local):
         for i in range(10):
             sock.send(fetch_frame(topic, 0, i))
             assert fetched(sock) == (i, 0, data)
-        # two partitions: always the handler's
-        sock.send(api.encode_request(api.FetchRequest(0, 1, (
-            api.FetchPartition(topic, 0, 0, 1 << 20),
-            api.FetchPartition(topic, 0, 0, 1 << 20))), 99))
-        _, response = sock.read_response(api.ApiKey.FETCH)
-        assert [bytes(p.message_set) for p in response.partitions] == [data, data]
+        for n in (2, 3, 4):  # partition 0 and empty ones; 4 is past the setting
+            sock.send(fetch_of(topic, range(n), 90 + n, max_wait_ms=0))
+            assert fetched_sets(sock) == (90 + n, [(0, data)] + [(0, b"")] * (n - 1))
+        # one partition twice in one request
+        sock.send(fetch_of(topic, (0, 0), 99))
+        assert fetched_sets(sock) == (99, [(0, data), (0, data)])
     handler = broker.counter("handler", "requests") - handler_before
-    assert handler == (1 if local else 11)
+    assert handler == (1 if local else 14)
 
 
 def test_answers_are_the_handlers(make_broker, tmp_path):
-    """Errors, a cut set and an offset past the end read as the handler gives them."""
+    """Errors, a cut set, an offset past the end and the answer's byte
+    budget (fetch.max.bytes) over several partitions read as the handler
+    gives them."""
     answers = {}
     for local in (True, False):
         (tmp_path / str(local)).mkdir()
-        broker = make_broker(root=tmp_path / str(local),
-                             **{"processor.local.fetch": str(local).lower()})
+        broker = make_broker(root=tmp_path / str(local), **{
+            "processor.local.fetch": str(local).lower(), "fetch.max.bytes": 1024})
         topic = "same"
         with broker.client(broker.tcp) as c:
             c.create_topic(topic, 2)
-        data = encode_message_set([b"x" * 100] * 3)
+        data = encode_message_set([b"x" * 100] * 8)
         produce(broker, topic, data)
+        with broker.client(broker.tcp) as c:
+            assert c.produce(topic, 1, data).error_code == 0
+        two = (api.FetchPartition(topic, 0, 0, 1 << 20), api.FetchPartition(topic, 1, 0, 1 << 20))
         got = []
         with RawSocket(broker.tcp) as sock:
             for frame in (fetch_frame(topic, 0, 1, max_bytes=150),  # cut inside the 2nd
@@ -88,16 +110,28 @@ def test_answers_are_the_handlers(make_broker, tmp_path):
                           fetch_frame(topic, 0, 4, partition=7),
                           fetch_frame(topic, 1, 5, max_wait_ms=0),  # not an entry's start
                           fetch_frame(topic, 10_000, 6, max_wait_ms=0),  # past the end
-                          fetch_frame(topic, len(data), 7, max_wait_ms=0)):  # at the end
+                          fetch_frame(topic, len(data), 7, max_wait_ms=0),  # at the end
+                          # the budget: the first partition takes its all, the second the rest
+                          api.encode_request(api.FetchRequest(0, 1, two), 8),
+                          # errors beside data, in request order
+                          api.encode_request(api.FetchRequest(0, 1, (
+                              api.FetchPartition("nosuch", 0, 0, 100),
+                              api.FetchPartition(topic, 1, 0, 200),
+                              api.FetchPartition(topic, 0, 0, 0),
+                              api.FetchPartition(topic, 9, 0, 100))), 9)):
                 sock.send(frame)
                 got.append(sock.read_frame())
         answers[local] = got
         broker.stop(timeout=20)
     assert answers[True] == answers[False]
-    codes = [api.decode_response(api.ApiKey.FETCH, f)[1].partitions[0].error_code
-             for f in answers[True]]
+    decoded = [api.decode_response(api.ApiKey.FETCH, f)[1].partitions for f in answers[True]]
+    codes = [parts[0].error_code for parts in decoded]
     assert codes[:4] == [0, ErrorCode.INVALID_FETCH_SIZE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                          ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
+    assert [len(p.message_set) for p in decoded[7]] == [len(data), 1024 - len(data)]
+    assert [p.error_code for p in decoded[8]] == [
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, 0, ErrorCode.INVALID_FETCH_SIZE,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
 
 
 def test_a_long_poll_waits_at_the_processor_and_gets_the_data(make_broker):
@@ -117,6 +151,72 @@ def test_a_long_poll_waits_at_the_processor_and_gets_the_data(make_broker):
         assert parked(broker, "processor", 0)
     # the produce alone went to a writer (a PUT); the fetch never left the processor
     assert broker.counter("handler", "requests") == handler_before
+
+
+@pytest.mark.parametrize("where", ["processor", "handler"])
+def test_a_fetch_of_several_partitions_waits_for_min_bytes_over_all(make_broker, where):
+    """In the processor, or (with the setting off) at the handler: appends
+    to its partitions add up to min_bytes; with none, its deadline answers."""
+    broker = make_broker(**({} if where == "processor" else {"processor.local.fetch": "false"}))
+    topic = created_topic(broker.tcp, partitions=3)
+    one = encode_message_set([b"x" * 100])
+    handler_before = broker.counter("handler", "requests")
+    with RawSocket(broker.tcp) as sock:
+        sock.send(fetch_of(topic, (0, 1, 2), 1, max_wait_ms=20_000, min_bytes=2 * len(one)))
+        assert parked(broker, where, 1)
+        with broker.client(broker.tcp) as c:
+            assert c.produce(topic, 2, one).error_code == 0
+            assert waiting(sock)  # one entry is less than min_bytes
+            started = time.monotonic()
+            assert c.produce(topic, 0, one).error_code == 0
+        assert fetched_sets(sock) == (1, [(0, one), (0, b""), (0, one)])
+        assert time.monotonic() - started < 2  # at the append, not the deadline
+        assert parked(broker, where, 0)
+        started = time.monotonic()
+        sock.send(fetch_of(topic, (0, 2), 2, offset=len(one), max_wait_ms=400))
+        assert fetched_sets(sock) == (2, [(0, b""), (0, b"")])
+        assert 0.3 < time.monotonic() - started < 3
+    # the produces went to the writer as PUTs
+    assert broker.counter("handler", "requests") - handler_before == (
+        0 if where == "processor" else 2)
+
+
+def test_the_bound_counts_the_partitions_waited_on(make_broker):
+    broker = make_broker(**{"processor.fetch.max.parked": 3, "num.processors": 1})
+    topic = created_topic(broker.tcp, partitions=2)
+    data = encode_message_set([b"all"])
+    socks = [RawSocket(broker.tcp).__enter__() for _ in range(3)]
+    try:
+        socks[0].send(fetch_of(topic, (0, 1), 0, max_wait_ms=20_000))
+        assert parked(broker, "processor", 1)
+        socks[1].send(fetch_of(topic, (0, 1), 1, max_wait_ms=20_000))  # 4 would pass it
+        assert parked(broker, "handler", 1)
+        socks[2].send(fetch_frame(topic, 0, 2, max_wait_ms=20_000))  # 3 do not
+        assert parked(broker, "processor", 2)
+        produce(broker, topic, data)  # to partition 0
+        assert fetched_sets(socks[0]) == (0, [(0, data), (0, b"")])
+        assert fetched_sets(socks[1]) == (1, [(0, data), (0, b"")])
+        assert fetched(socks[2]) == (2, 0, data)
+        assert parked(broker, "processor", 0) and parked(broker, "handler", 0)
+        # answered, they left the bound whole: three partitions wait here again
+        socks[0].send(fetch_of(topic, (0, 1), 3, offset=len(data), max_wait_ms=20_000))
+        socks[2].send(fetch_frame(topic, len(data), 4, max_wait_ms=20_000))
+        assert parked(broker, "processor", 2)
+        assert broker.counter("handler", "fetch_parked") == 0
+    finally:
+        for sock in socks:
+            sock.__exit__(None, None, None)
+
+
+def test_a_closed_connection_gives_its_partitions_back(make_broker):
+    broker = make_broker(**{"processor.fetch.max.parked": 2, "num.processors": 1})
+    topic = created_topic(broker.tcp, partitions=2)
+    for i in range(3):
+        with RawSocket(broker.tcp) as sock:
+            sock.send(fetch_of(topic, (0, 1), i, max_wait_ms=60_000))
+            assert parked(broker, "processor", 1)
+        assert parked(broker, "processor", 0)
+    assert broker.counter("handler", "fetch_parked") == 0
 
 
 @waits_at

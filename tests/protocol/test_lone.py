@@ -4,7 +4,9 @@ schema codec does.
 :func:`peek_lone_produce` and :func:`peek_lone_fetch` must accept exactly
 the frames that ``decode_request`` decodes into a PRODUCE (or FETCH) of one
 partition (with a topic), with the same fields, and refuse every other
-frame; whatever bytes a hostile client sends. :func:`encode_lone_produce_answer` must give the bytes
+frame; whatever bytes a hostile client sends. :func:`fetch_partition_count`
+must give the count of every FETCH the codec decodes, and None for every
+other request. :func:`encode_lone_produce_answer` must give the bytes
 of ``encode_answer``, error frames included.
 """
 
@@ -19,6 +21,7 @@ from hostbroker.errors import ErrorCode, ProtocolError
 from hostbroker.protocol import api
 from hostbroker.protocol.lone import (
     encode_lone_produce_answer,
+    fetch_partition_count,
     peek_lone_fetch,
     peek_lone_produce,
 )
@@ -212,3 +215,37 @@ def test_a_fetch_whose_client_id_or_topic_is_not_utf8_is_refused():
     for bad in (good.replace("cé".encode(), b"c\xff"), good.replace("tü".encode(), b"t\xff")):
         assert _decoded_fetch(bad) is None
         assert peek_lone_fetch(bad) is None
+
+
+@PROPERTY
+@given(st.one_of(lone_fetches, other_than_lone_fetches), int32s, client_ids, st.data())
+def test_a_fetch_tells_its_partitions_count(request, correlation_id, client_id, data):
+    """Whole, the count of what the codec decodes (None for any other
+    request); damaged, whatever it says is no promise, but the codec takes
+    no FETCH of another count."""
+    frame = _frame(request, correlation_id, client_id)
+    count = fetch_partition_count(frame)
+    if isinstance(request, api.FetchRequest):
+        assert count == len(request.partitions)
+    else:
+        assert count is None
+    damaged = _damaged(frame, data)
+    count = fetch_partition_count(damaged)
+    try:
+        header, decoded = api.decode_request(damaged)
+    except ProtocolError:
+        return
+    if header.api_key == api.ApiKey.FETCH:
+        assert count == len(decoded.partitions)
+    else:
+        assert count is None
+
+
+@given(st.binary(max_size=64))
+def test_random_bytes_tell_a_count_only_for_a_fetch(frame):
+    count = fetch_partition_count(frame)
+    try:
+        header, decoded = api.decode_request(frame)
+    except ProtocolError:
+        return
+    assert count == (len(decoded.partitions) if header.api_key == api.ApiKey.FETCH else None)
