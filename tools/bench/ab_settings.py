@@ -20,6 +20,12 @@ unix``: the Unix socket). Loads (every one bounded by ``--seconds``):
 - ``pipe``: 1,000-message sets with 16 in flight: messages/s.
 - ``e2e``: end to end at 1,000 msgs/s with a long-polling consumer
   (``latency_loads.run_e2e``): p50, p99, p99.9 in ms.
+- ``e2e-parts``: the same over a topic of ``--partitions`` partitions
+  (default 8), message i to partition i % N, the consumer fetching all N
+  in each FETCH.
+- ``fetch-parts``: round trips of one client's FETCH of all N partitions of
+  that topic (one 100-byte message each, from offset 0, max_wait_ms 0):
+  p50, p99, p99.9 in ms.
 - ``large``: one client producing 100-message sets of 10 KiB (~1 MiB
   requests), 4 in flight, acks=1, up to 512 MiB per round, into a topic
   created for the round and deleted after it (so the page cache's dirty
@@ -54,10 +60,13 @@ sys.path[:0] = [HERE, os.path.dirname(os.path.dirname(HERE))]
 from broker_throughput import Broker  # noqa: E402
 from latency_loads import run_e2e, run_fetch, run_pipelined  # noqa: E402
 
-LOADS = ("rtt", "sync", "sync1", "pipe", "e2e", "large", "sync10k", "fetch")
+LOADS = ("rtt", "sync", "sync1", "pipe", "e2e", "e2e-parts", "fetch-parts", "large", "sync10k",
+         "fetch")
+LATENCY_LOADS = ("rtt", "e2e", "e2e-parts", "fetch-parts")
 FETCH_BYTES = 256 * 1024 * 1024
 LARGE_BYTES = 512 * 1024 * 1024
 TOPIC = "ab"
+PARTS_TOPIC = "ab-parts"  # of --partitions partitions
 
 
 def percentiles_ms(latencies_ns: list[int]) -> tuple[float, float, float]:
@@ -92,12 +101,35 @@ def run_rtt(uri: str, seconds: float) -> tuple[float, float, float]:
     return percentiles_ms(latencies)
 
 
-def measure(load: str, uri: str, seconds: float, batch: int = 100):
+def run_fetch_parts(uri: str, partitions: int, seconds: float) -> tuple[float, float, float]:
+    from hostbroker.client.connection import BrokerConnection
+    from hostbroker.protocol import api
+
+    request = api.FetchRequest(0, 1, tuple(api.FetchPartition(PARTS_TOPIC, p, 0, 1 << 20)
+                                           for p in range(partitions)))
+    latencies = []
+    with BrokerConnection(uri, timeout=30).connect() as conn:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            start = time.perf_counter_ns()
+            answer = conn.request(request)
+            latencies.append(time.perf_counter_ns() - start)
+            if any(p.error_code or not p.message_set for p in answer.partitions):
+                raise SystemExit(f"fetch-parts: an empty or failed partition in {answer}")
+    return percentiles_ms(latencies)
+
+
+def measure(load: str, uri: str, seconds: float, batch: int = 100, partitions: int = 8):
     if load == "rtt":
         return run_rtt(uri, seconds)
     if load == "e2e":
         out = run_e2e(uri, TOPIC, seconds, 1000)["latency_ms"]
         return out["p50"], out["p99"], out["p99.9"]
+    if load == "e2e-parts":
+        out = run_e2e(uri, PARTS_TOPIC, seconds, 1000, partitions=partitions)["latency_ms"]
+        return out["p50"], out["p99"], out["p99.9"]
+    if load == "fetch-parts":
+        return run_fetch_parts(uri, partitions, seconds)
     if load == "fetch":
         return run_fetch(uri, TOPIC, 0, FETCH_BYTES, seconds)["mb_per_s"]
     if load in ("large", "sync10k"):
@@ -146,11 +178,15 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="10 KiB messages per set in large and sync10k (default 100)")
     ap.add_argument("--socket", choices=("tcp", "unix"), default="tcp",
                     help="the clients' socket kind (default tcp)")
+    ap.add_argument("--partitions", type=int, default=8,
+                    help="partitions of the topic e2e-parts and fetch-parts use (default 8)")
     ap.add_argument("--clients", type=int, default=1,
                     help="client processes side by side, for sync, sync1 and pipe (default 1)")
     args = ap.parse_args(argv)
     if args.rounds < 1 or args.seconds <= 0 or not 1 <= args.batch <= 1000:
         ap.error("--rounds must be at least 1, --seconds above 0, --batch 1 to 1000")
+    if not 1 <= args.partitions <= 1000:
+        ap.error("--partitions must be 1 to 1000")
     if not 1 <= args.clients <= 64 or (args.clients > 1
                                        and args.load not in ("sync", "sync1", "pipe")):
         ap.error("--clients 1 to 64, and above 1 only for sync, sync1 and pipe")
@@ -159,6 +195,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     from hostbroker.client.simple import SimpleClient
+    from hostbroker.log.message import encode_message_set
 
     args = parse_args(argv)
     sides = {"A": args.a, "B": args.b}
@@ -172,6 +209,11 @@ def main(argv=None) -> int:
             brokers[name] = broker
             with SimpleClient(broker.uri("tcp")) as client:
                 client.create_topic(TOPIC, 1)
+                if args.load in ("e2e-parts", "fetch-parts"):
+                    client.create_topic(PARTS_TOPIC, args.partitions)
+                if args.load == "fetch-parts":  # one message in each
+                    for p in range(args.partitions):
+                        client.produce(PARTS_TOPIC, p, encode_message_set([b"x" * 100]))
             if args.load == "fetch":  # something to read, the same on both
                 run_pipelined(broker.uri("tcp"), TOPIC, 120, 10 * 1024, 100, 4, FETCH_BYTES)
         rounds = {name: [] for name in sides}
@@ -181,10 +223,11 @@ def main(argv=None) -> int:
                     value = measure_clients(args.load, broker.uri(args.socket), args.seconds,
                                             args.clients)
                 else:
-                    value = measure(args.load, broker.uri(args.socket), args.seconds, args.batch)
+                    value = measure(args.load, broker.uri(args.socket), args.seconds, args.batch,
+                                    args.partitions)
                 rounds[name].append(value)
                 print(f"[{r + 1}/{args.rounds}] {name} {value}", flush=True)
-        unit = "p50, p99, p99.9 ms" if args.load in ("rtt", "e2e") else "per s"
+        unit = "p50, p99, p99.9 ms" if args.load in LATENCY_LOADS else "per s"
         for name, settings in sides.items():
             s = summarize(rounds[name])
             print(f"{name} ({', '.join(settings) or 'defaults'}): median {s['median']}, "

@@ -102,11 +102,12 @@ def run_rtt(uri: str, topic: str, seconds: float) -> dict:
     return pl.summary(pl.time_requests(uri, lambda: request, seconds))
 
 
-def _e2e_consumer(uri: str, topic: str, offset: int, count: int, seconds: float,
+def _e2e_consumer(uri: str, topic: str, offsets: list, count: int, seconds: float,
                   conn, keep: bool = False) -> None:
-    """In a spawned process: long-poll ``topic`` from ``offset`` until ``count``
-    messages came or ``seconds`` passed; send back the latencies (and, with
-    ``keep``, each message's send time: CLOCK_MONOTONIC ns)."""
+    """In a spawned process: long-poll ``topic``'s partitions 0, 1, ... from
+    ``offsets`` (one FETCH for all of them) until ``count`` messages came or
+    ``seconds`` passed; send back the latencies (and, with ``keep``, each
+    message's send time: CLOCK_MONOTONIC ns)."""
     from hostbroker.client.connection import BrokerConnection
     from hostbroker.log.message import iter_messages
     from hostbroker.protocol import api
@@ -114,47 +115,53 @@ def _e2e_consumer(uri: str, topic: str, offset: int, count: int, seconds: float,
     latencies = []
     stamps = []
     fetches = 0
+    offsets = list(offsets)
     broker = BrokerConnection(uri, timeout=30).connect()
     conn.send("ready")
     end = time.monotonic() + seconds
     clock = time.monotonic_ns
     while len(latencies) < count and time.monotonic() < end:
-        answer = broker.request(api.FetchRequest(100, 1, (api.FetchPartition(topic, 0, offset,
-                                                                             1 << 20),)))
+        answer = broker.request(api.FetchRequest(100, 1, tuple(
+            api.FetchPartition(topic, p, offset, 1 << 20) for p, offset in enumerate(offsets))))
         now = clock()
         fetches += 1
-        part = answer.partitions[0]
-        if part.error_code:
-            raise BenchError(f"fetch answered {part.error_code}")
-        for message in iter_messages(part.message_set, offset):
-            stamp = int.from_bytes(message.payload[:8], "big")
-            latencies.append(now - stamp)
-            if keep:
-                stamps.append(stamp)
-            offset = message.next_offset
+        for p, part in enumerate(answer.partitions):
+            if part.error_code:
+                raise BenchError(f"fetch answered {part.error_code}")
+            for message in iter_messages(part.message_set, offsets[p]):
+                stamp = int.from_bytes(message.payload[:8], "big")
+                latencies.append(now - stamp)
+                if keep:
+                    stamps.append(stamp)
+                offsets[p] = message.next_offset
     broker.close()
     conn.send((latencies, fetches, stamps))
 
 
-def run_e2e(uri: str, topic: str, seconds: float, rate: float, keep: bool = False) -> dict:
+def run_e2e(uri: str, topic: str, seconds: float, rate: float, keep: bool = False,
+            partitions: int = 1) -> dict:
     """One message a PRODUCE at ``rate`` for ``seconds`` (acks=1), a consumer
-    long-polling in a spawned process: latency percentiles. ``keep`` adds
-    ``messages``, each message's (send time, latency) in ns, and ``pids``,
-    the producer's (this process) and the consumer's."""
+    long-polling in a spawned process: latency percentiles. With
+    ``partitions`` above 1 (``topic`` has that many), message i goes to
+    partition i % partitions and the consumer fetches them all in each
+    FETCH. ``keep`` adds ``messages``, each message's (send time, latency)
+    in ns, and ``pids``, the producer's (this process) and the consumer's."""
     from hostbroker.client.connection import BrokerConnection
     from hostbroker.client.simple import SimpleClient
     from hostbroker.log.message import encode_message_set
     from hostbroker.protocol import api
 
     with SimpleClient(uri) as client:
-        client.produce(topic, 0, encode_message_set([b"x" * 100]))
-        start = client.offsets(topic, 0)[0]
+        starts = []
+        for p in range(partitions):
+            client.produce(topic, p, encode_message_set([b"x" * 100]))
+            starts.append(client.offsets(topic, p)[0])
     context = multiprocessing.get_context("spawn")
     ours, theirs = context.Pipe()
     count = round(seconds * rate)
     # the consumer waits for all of them: a producer that falls behind its pace
     # (each PRODUCE waits for its answer) sends its last ones late
-    consumer = context.Process(target=_e2e_consumer, args=(uri, topic, start, count,
+    consumer = context.Process(target=_e2e_consumer, args=(uri, topic, starts, count,
                                                           seconds + 30.0, theirs, keep),
                                daemon=True)
     consumer.start()
@@ -173,7 +180,7 @@ def run_e2e(uri: str, topic: str, seconds: float, rate: float, keep: bool = Fals
                 time.sleep(delay)
             value = time.monotonic_ns().to_bytes(8, "big") + padding
             answer = conn.request(api.ProduceRequest(1, 10_000, (api.ProducePartition(
-                topic, 0, encode_message_set([value])),)))
+                topic, i % partitions, encode_message_set([value])),)))
             if answer.partitions[0].error_code:
                 raise BenchError(f"produce answered {answer.partitions[0].error_code}")
             sent += 1

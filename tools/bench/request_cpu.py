@@ -18,7 +18,9 @@ request, one at a time; ``pipe1`` the same with 16 in flight; ``sync``
 same 4 in flight; ``e2e`` the end-to-end load of ``latency.py`` (one message
 per PRODUCE at ``--e2e-rate`` messages/s, acks=1, a consumer long-polling
 in a process of its own), whose figures are per message and add the
-consumer's CPU to the client's; ``fetch`` one client reading ``--fetch-mib``
+consumer's CPU to the client's; ``parts`` one client's FETCHes of all
+``--partitions`` partitions of a topic (one 100-byte message in each, from
+offset 0), one at a time; ``fetch`` one client reading ``--fetch-mib``
 of 10 KiB messages (written once per broker) over and over in 4 MiB
 FETCHes, 4 in flight. Each load runs on each broker in turn, ``--rounds``
 times. After each round of ``fetch`` a bare stream of hostbroker's segment
@@ -94,8 +96,9 @@ from hostbroker.log.segments import partition_dirname  # noqa: E402
 # load -> (message size, messages per request, requests in flight)
 LOADS = {"sync1": (100, 1, 1), "pipe1": (100, 1, 16), "sync": (100, 1000, 1),
          "pipe": (100, 1000, 16), "big1": (10 * 1024, 100, 1), "big": (10 * 1024, 100, 4),
-         "e2e": (100, 1, 1), "fetch": (10 * 1024, 100, 4)}
+         "e2e": (100, 1, 1), "fetch": (10 * 1024, 100, 4), "parts": (100, 1, 1)}
 TOPIC = "cpu"
+PARTS_TOPIC = "cpu-parts"  # the parts load's: --partitions partitions, a message in each
 FETCH_TOPIC = "cpu-fetch"  # the fetch load's data, written once per broker
 FETCH_BYTES = 4 << 20  # max_bytes of each FETCH
 ENTRY_10K = 10 * 1024 + 10  # a 10 KiB message in the log, its header included
@@ -248,6 +251,29 @@ def sendfile_reference(path: str, seconds: float) -> dict:
             "receiver_us": mine * 1e6 / per, "sender_us": (_children_cpu() - children) * 1e6 / per}
 
 
+def fetch_parts_for(uri: str, partitions: int, seconds: float) -> dict:
+    """FETCHes of ``PARTS_TOPIC``'s partitions from offset 0, one at a time."""
+    from hostbroker.client.connection import BrokerConnection
+    from hostbroker.protocol import api
+
+    request = api.FetchRequest(0, 1, tuple(api.FetchPartition(PARTS_TOPIC, p, 0, 1 << 20)
+                                           for p in range(partitions)))
+    n = got = 0
+    with BrokerConnection(uri, timeout=30).connect() as conn:
+        t0 = time.perf_counter()
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            for part in conn.request(request).partitions:
+                if part.error_code or not part.message_set:
+                    raise SystemExit(f"parts: partition {part.partition} answered "
+                                     f"{part.error_code} with {len(part.message_set)} bytes")
+                got += len(part.message_set)
+            n += 1
+        elapsed = time.perf_counter() - t0
+    return {"requests": n, "seconds": elapsed, "msgs_per_s": n * partitions / elapsed,
+            "mb_per_s": got / elapsed / 1e6}
+
+
 def measure(name: str, broker, load: str, a) -> dict:
     size, batch, window = LOADS[load]
     uri = broker.uri(a.socket)
@@ -257,6 +283,8 @@ def measure(name: str, broker, load: str, a) -> dict:
     cap = a.big_mib << 20 if size > 1000 else None  # the log keeps every byte
     if load == "e2e":
         run_e2e(uri, TOPIC, 1.0, a.e2e_rate)  # warm up
+    elif load == "parts":
+        fetch_parts_for(uri, a.partitions, 0.5)  # warm up
     elif load != "fetch":
         run_pipelined(uri, TOPIC, 0.5, size, batch, window,
                       cap and min(cap, 64 << 20))  # warm up
@@ -272,6 +300,9 @@ def measure(name: str, broker, load: str, a) -> dict:
                       mb_per_s=n * size / result["seconds"] / 1e6)
     elif load == "fetch":
         result = fetch_for(uri, span, a.seconds, window)
+        n = result["requests"]
+    elif load == "parts":
+        result = fetch_parts_for(uri, a.partitions, a.seconds)
         n = result["requests"]
     else:
         result = run_pipelined(uri, TOPIC, a.seconds, size, batch, window, cap)
@@ -314,6 +345,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--fetch-mib", type=int, default=256, metavar="MIB",
                     help="10 KiB messages the fetch load reads through, again and again "
                          "(written once per broker; default 256)")
+    ap.add_argument("--partitions", type=int, default=8, metavar="N",
+                    help="partitions each FETCH of the parts load names (default 8)")
     ap.add_argument("--cpu-latency", type=int, default=None, metavar="US",
                     help="hold a CPU wake-up latency request for the run (root)")
     ap.add_argument("--perf-sched", metavar="FILE", help="record the scheduler into FILE")
@@ -330,6 +363,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     a.loads = [x for x in a.loads.split(",") if x]
     if set(a.loads) - set(LOADS):
         ap.error(f"unknown loads: {', '.join(sorted(set(a.loads) - set(LOADS)))}")
+    if not 1 <= a.partitions <= 1000:
+        ap.error("--partitions must be 1 to 1000")
     if (a.rounds < 1 or a.seconds <= 0 or a.warm_mib < 0 or a.big_mib < 1 or a.e2e_rate <= 0
             or a.fetch_mib < 4):
         ap.error("--rounds and --big-mib must be at least 1, --fetch-mib at least 4, "
@@ -339,6 +374,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     from hostbroker.client.simple import SimpleClient
+    from hostbroker.log.message import encode_message_set
 
     a = parse_args(argv)
     held = cpulatency.hold(a.cpu_latency) if a.cpu_latency is not None else None
@@ -363,6 +399,10 @@ def main(argv=None) -> int:
                 client.create_topic(TOPIC, 1)
                 if "fetch" in a.loads:
                     client.create_topic(FETCH_TOPIC, 1)
+                if "parts" in a.loads:
+                    client.create_topic(PARTS_TOPIC, a.partitions)
+                    for p in range(a.partitions):
+                        client.produce(PARTS_TOPIC, p, encode_message_set([b"x" * 100]))
             if a.pin_broker:
                 pin(broker, a.pin_broker)
         if a.pin_client:
