@@ -260,6 +260,12 @@ SETTINGS: tuple[Setting, ...] = (
             "holds its other connections while it looks a FETCH's partitions up "
             "(docs/benchmarks.md measures it per partition). 1: only one-partition FETCHes.",
             _at_least(1)),
+    Setting("processor.fetch.copy.max.bytes", int, 32768,
+            "A FETCH answer whose data is at most this many bytes, all its partitions "
+            "together, is read into memory and sent with its headers in one write; a larger "
+            "one is sent with sendfile, a call per partition. Each connection holds at most "
+            "one such answer in memory while it is written. 0: always sendfile.",
+            _between(0, 1 << 20)),
     Setting("processor.fetch.max.parked", int, 256,
             "Most partitions the FETCHes one processor holds waiting for data wait on, "
             "together (processor.local.fetch); a FETCH that would pass it goes to the "

@@ -115,6 +115,7 @@ class ProcessorWorker(Connections, FrameReading, RingClaims, LocalFetching, Work
         self.max_in_flight = config["max.in.flight.requests.per.connection"]
         self.max_at_handler = config["connection.max.handler.requests"]
         self.max_queued = config["connection.max.queued.bytes"]
+        self.copy_max = config["processor.fetch.copy.max.bytes"]
         self.idle_timeout = config["connections.max.idle.ms"] / 1000
         self.read_timeout = config["socket.request.read.timeout.ms"] / 1000
         self.linger_s = config["connection.linger.ms"] / 1000
@@ -364,7 +365,7 @@ class ProcessorWorker(Connections, FrameReading, RingClaims, LocalFetching, Work
                     return
                 if not conn.pinned:
                     # before the answer's first byte: its files held or its sizes fixed
-                    pin_answer(out, self.files, (END, CLOSE))
+                    conn.queued += pin_answer(out, self.files, (END, CLOSE), self.copy_max)
                     conn.pinned = True
                     piece = out[0]
                 if isinstance(piece, HeldPiece):

@@ -2,7 +2,12 @@
 
 Owns: the processor's cache of open segment files (:class:`SegmentFiles`) and
 the pinning of an answer's files before its first byte is written
-(:func:`pin_answer`).
+(:func:`pin_answer`), or of their bytes: an answer whose data is small
+(``processor.fetch.copy.max.bytes`` at most, all its partitions together)
+is read into memory then and sent with its headers in one buffer. A
+``sendfile`` per partition and a send per header cost a consumer that
+waits for each message, or fetches a few small partitions, more in system
+calls than copying their bytes does (docs/benchmarks.md, thirteenth round).
 
 Why pin: a handler builds a FETCH answer as header bytes and ``(segment path,
 position, length)`` pieces; the processor sends it later, after the answers
@@ -84,28 +89,46 @@ class SegmentFiles:
         self.files.clear()
 
 
-def pin_answer(out: collections.deque, files: SegmentFiles, end_marks) -> None:
+def pin_answer(out: collections.deque, files: SegmentFiles, end_marks,
+               copy_max: int = 0) -> int:
     """Open every file piece of the answer at the head of ``out`` (up to the
-    first item in ``end_marks``) as a :class:`HeldPiece`; drop those whose file
-    is gone, patching the answer to say so for their partitions."""
+    first item in ``end_marks``) as a :class:`HeldPiece`, or, when they hold
+    at most ``copy_max`` bytes together, read them into memory and join the
+    answer into one buffer; drop those whose file is gone, patching the
+    answer to say so for their partitions. Returns the bytes read into
+    memory (the connection holds them until they are written)."""
     removed = 0
-    i = 0
-    while i < len(out):
-        piece = out[i]
+    files_bytes = 0
+    end = 0
+    for piece in out:
         if piece in end_marks:  # (by identity: no piece, bytes or file, equals a mark)
             break
         if type(piece) is env.FilePiece:
+            files_bytes += piece.length
+        end += 1
+    copy = 0 < files_bytes <= copy_max
+    i = 0
+    while i < end:
+        piece = out[i]
+        if type(piece) is env.FilePiece:
             try:
-                out[i] = _held(files, piece)
+                out[i] = _read(files, piece) if copy else _held(files, piece)
             except OSError as e:
                 code = _gone_code(piece.path, e)
                 out[i - 1] = api.fetch_part_emptied(out[i - 1], piece.length, code)
                 del out[i]
+                end -= 1
                 removed += piece.length
+                files_bytes -= piece.length
                 continue
         i += 1
     if removed:
         out[0] = api.frame_shrunk(out[0], removed)
+    if not copy:
+        return 0
+    whole = b"".join([out.popleft() for _ in range(end)])
+    out.appendleft(whole)
+    return files_bytes
 
 
 class _ShorterError(OSError):
@@ -122,6 +145,13 @@ def _held(files: SegmentFiles, piece: env.FilePiece) -> HeldPiece:
         os.close(fd)
         raise
     return HeldPiece(fd, piece.position, piece.length)
+
+
+def _read(files: SegmentFiles, piece: env.FilePiece) -> bytes:
+    data = os.pread(files.open(piece.path), piece.length, piece.position)
+    if len(data) < piece.length:
+        raise _ShorterError(f"{piece.path} is shorter than its answer")
+    return data
 
 
 def _gone_code(path: str, e: OSError) -> ErrorCode:

@@ -1,9 +1,12 @@
 """An answer's files are pinned before its first byte: a segment removed
 before that turns into an error code for its partition, never a cut-off frame;
-one removed after that is still sent whole."""
+one removed after that is still sent whole. An answer whose data is small
+(``copy_max``) is read into memory then, and sent as the same bytes."""
 
 import collections
 import os
+
+import pytest
 
 from hostbroker.errors import ErrorCode
 from hostbroker.protocol import api
@@ -47,7 +50,12 @@ def segment(dirpath, data):
     return path
 
 
-def test_gone_files_become_error_codes_and_the_frame_stays_whole(tmp_path):
+# pinned as sendfile pieces, or read into memory (their 90 bytes within copy_max)
+copy_maxes = pytest.mark.parametrize("copy_max", [0, 90])
+
+
+@copy_maxes
+def test_gone_files_become_error_codes_and_the_frame_stays_whole(tmp_path, copy_max):
     kept = segment(tmp_path / "a_0", b"k" * 50)
     retained = segment(tmp_path / "a_1", b"r" * 30)
     deleted = segment(tmp_path / "b_0", b"d" * 40)
@@ -58,7 +66,7 @@ def test_gone_files_become_error_codes_and_the_frame_stays_whole(tmp_path):
     os.unlink(deleted)
     os.rmdir(tmp_path / "b_0")  # the topic is gone
     files = SegmentFiles(limit=4)
-    pin_answer(out, files, (END, CLOSE))
+    assert pin_answer(out, files, (END, CLOSE), copy_max) == (20 if copy_max else 0)
     frame = wire_bytes(out)
     (size,) = api._SIZE.unpack_from(frame, 0)
     assert size == len(frame) - 4
@@ -92,18 +100,43 @@ def test_a_pinned_file_is_sent_whole_after_it_is_unlinked(tmp_path):
     files.close()
 
 
-def test_a_path_that_now_holds_a_shorter_file_is_out_of_range(tmp_path):
+@copy_maxes
+def test_a_path_that_now_holds_a_shorter_file_is_out_of_range(tmp_path, copy_max):
     """The topic deleted and created again: a new, shorter segment at the same path."""
     path = segment(tmp_path / "t_0", b"o" * 100)
     out = fetch_answer([("t", 0, env.FilePiece(path, 40, 60))])
     os.unlink(path)
     segment(tmp_path / "t_0", b"n" * 10)
     files = SegmentFiles(limit=1)
-    pin_answer(out, files, (END, CLOSE))
+    pin_answer(out, files, (END, CLOSE), copy_max)
     frame = wire_bytes(out)
     assert api._SIZE.unpack_from(frame, 0)[0] == len(frame) - 4
     corr, response = api.decode_response(api.ApiKey.FETCH, frame[4:])
     (part,) = response.partitions
     assert (part.error_code, bytes(part.message_set)) == (ErrorCode.OFFSET_OUT_OF_RANGE, b"")
     assert not [p for p in out if isinstance(p, HeldPiece)]
+    files.close()
+
+
+def test_a_small_answer_is_read_into_one_buffer_and_a_large_one_is_not(tmp_path):
+    """Within copy_max, all its partitions together: one bytes piece, the same
+    bytes the file pieces would send, and only the head answer; past it,
+    every piece held for sendfile."""
+    a = segment(tmp_path / "a_0", bytes(range(100)))
+    b = segment(tmp_path / "a_1", b"b" * 100)
+    parts = [("a", 0, env.FilePiece(a, 5, 40)), ("a", 1, env.FilePiece(b, 0, 50))]
+    files = SegmentFiles(limit=4)
+    sent = fetch_answer(parts)
+    assert pin_answer(sent, files, (END, CLOSE), 89) == 0
+    assert len([p for p in sent if isinstance(p, HeldPiece)]) == 2
+    expected = wire_bytes(sent)
+    release_held(sent)
+    copied = fetch_answer(parts)
+    behind = fetch_answer(parts)
+    copied.extend(behind)
+    assert pin_answer(copied, files, (END, CLOSE), 90) == 90
+    assert copied[0] == expected and copied[1] is END
+    assert list(copied)[2:] == list(behind)  # the next answer is left as it was
+    os.unlink(a)  # read already: what was pinned is sent
+    assert wire_bytes(copied) == expected
     files.close()
