@@ -191,8 +191,14 @@ class LocalFetching:
                 if not due and _must_wait(parts, total, x.min_bytes):
                     self.parked[conn_id] = x._replace(reads=tuple(reads))
                     continue
-                pieces = fetch_answer_pieces(x.correlation_id, parts, self.max_response_bytes)
-                flags = 0
+                try:
+                    pieces = fetch_answer_pieces(x.correlation_id, parts,
+                                                 self.max_response_bytes)
+                    flags = 0
+                except ValueError:  # as the handler answers it: the headers do not fit
+                    pieces = [api.encode_error_frame(x.correlation_id,
+                                                     ErrorCode.INVALID_REQUEST)]
+                    flags = env.RESP_CLOSE_AFTER
             except Exception:  # noqa: BLE001 - one request must never end the processor
                 print(f"hostbroker: {self.name}: a parked FETCH failed unexpectedly; "
                       f"answered UNKNOWN", file=sys.stderr, flush=True)
