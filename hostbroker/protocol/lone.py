@@ -7,11 +7,11 @@ costs a good part of the request.
 Owns: :func:`peek_lone_produce` and :func:`peek_lone_fetch`, which read such
 a request exactly as :func:`hostbroker.protocol.api.decode_request` would
 (they return None for every frame that function refuses, and for every
-other kind of frame), :func:`fetch_partition_count`, which tells a FETCH of
-a few partitions from its first bytes, and :func:`encode_lone_produce_answer`, whose frames
-are byte for byte those of :func:`hostbroker.protocol.api.encode_answer`
-for a one-partition ProduceResponse. ``tests/protocol/test_lone.py`` holds
-all three to that.
+other kind of frame); :func:`fetch_partition_count`, which tells a FETCH of
+a few partitions (a processor answers those too) from its first bytes; and
+:func:`encode_lone_produce_answer`, whose frames are byte for byte those of
+:func:`hostbroker.protocol.api.encode_answer` for a one-partition
+ProduceResponse. ``tests/protocol/test_lone.py`` holds all four to that.
 """
 
 from __future__ import annotations

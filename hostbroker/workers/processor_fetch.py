@@ -4,15 +4,15 @@
 Owns: the FETCHes of at most ``processor.fetch.max.partitions`` partitions
 from connections with nothing at their handler, answered here from the
 partition table and the segment listings as a handler answers them
-(:func:`~hostbroker.workers.answers.fetch_parts`: the same answer, the data
-sent with sendfile), and those that must wait for data, parked here
-(``parked``, by connection, one each at most) until writers' appends bring
-``min_bytes`` over all their partitions, their deadline passes, or the
-broker stops. A fetch of one partition is read in a few struct calls
+(:func:`~hostbroker.workers.answers.fetch_parts`: the same answer, sent as
+any answer is, :mod:`~hostbroker.workers.sendfiles`), and those that must
+wait for data, parked here (``parked``, by connection, one each at most)
+until writers' appends bring ``min_bytes`` over all their partitions, their
+deadline passes, or the broker stops. A fetch of one partition is read in a few struct calls
 (:func:`~hostbroker.protocol.lone.peek_lone_fetch`), one of more by the
-schema codec. No other process takes part: a consumer that waits for each message
-costs one process's activation per fetch, not a handler's and a writer's
-as well.
+schema codec. No other process takes part: a consumer that waits for each
+message costs one process's activation per fetch, not a handler's and a
+writer's as well.
 
 A parked fetch is looked at again when the writers' appended counters move
 (a writer that appends wakes a sleeping processor with fetches parked, as
@@ -26,8 +26,8 @@ the log was last looked at: one table read per partition waited on, so
 append costs. A partition unknown when the fetch came is not waited on.
 Past that bound (or with one of its connection waiting already) a fetch
 that must wait goes to the handler, which leaves a fetch of one partition
-at the writer; one whose data is there is still answered here. A parked fetch
-does not stop its connection: later requests go on as ever (to the
+at the writer; one whose data is there is still answered here. A parked
+fetch does not stop its connection: later requests go on as ever (to the
 handler, or a PUT), their answers queued behind it, and the connection is
 not idle meanwhile.
 
