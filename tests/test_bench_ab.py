@@ -69,3 +69,34 @@ def test_clients_side_by_side_add_up_to_what_the_log_holds(tmp_path):
     assert requests == int(requests) and requests > 0
     # each client's rate is over its own run of about a second
     assert 0.7 * requests <= rate <= 1.3 * requests, (rate, requests)
+
+
+def test_partitions_for_the_loads_over_several():
+    assert ab.parse_args(["e2e-parts"]).partitions == 8
+    assert ab.parse_args(["fetch-parts", "--partitions", "64"]).partitions == 64
+    for bad in (["fetch-parts", "--partitions", "0"], ["e2e-parts", "--partitions", "1001"]):
+        with pytest.raises(SystemExit):
+            ab.parse_args(bad)
+
+
+def test_the_loads_over_several_partitions_read_every_one(tmp_path):
+    """Against a real broker: the end-to-end consumer gets the messages sent
+    to all the partitions, and a FETCH of them all is timed."""
+    from hostbroker.client.simple import SimpleClient
+    from tests.integration.broker import Broker
+
+    broker = Broker(tmp_path).start()
+    try:
+        with SimpleClient(broker.tcp) as client:
+            client.create_topic(ab.PARTS_TOPIC, 3)
+            result = ab.run_e2e(broker.tcp, ab.PARTS_TOPIC, 0.3, 100, partitions=3)
+            assert result["received"] == result["sent"] == 30
+            ends = [client.offsets(ab.PARTS_TOPIC, p)[0] for p in range(3)]
+            # 10 a partition, after the one each that run_e2e starts from
+            assert ends == [11 * (100 + 10)] * 3
+            p50, p99, p999 = ab.run_fetch_parts(broker.tcp, 3, 0.2)
+            assert 0 < p50 <= p99 <= p999
+            with pytest.raises(SystemExit):  # a partition it cannot read is a broken setup
+                ab.run_fetch_parts(broker.tcp, 4, 0.2)
+    finally:
+        broker.stop()

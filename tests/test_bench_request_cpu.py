@@ -30,3 +30,30 @@ def test_arguments():
     for bad in (["--fetch-mib", "3"], ["--loads", "fetch,nope"], ["--seconds", "0"]):
         with pytest.raises(SystemExit):
             rc.parse_args(bad)
+
+
+def test_the_parts_load(tmp_path):
+    """Its arguments, and against a real broker: every FETCH reads every
+    partition's message."""
+    a = rc.parse_args(["--loads", "parts", "--partitions", "3"])
+    assert (a.loads, a.partitions) == (["parts"], 3)
+    assert rc.parse_args([]).partitions == 8
+    for bad in (["--partitions", "0"], ["--partitions", "1001"]):
+        with pytest.raises(SystemExit):
+            rc.parse_args(bad)
+    from hostbroker.client.simple import SimpleClient
+    from hostbroker.log.message import encode_message_set
+    from tests.integration.broker import Broker
+
+    broker = Broker(tmp_path).start()
+    try:
+        with SimpleClient(broker.tcp) as client:
+            client.create_topic(rc.PARTS_TOPIC, 3)
+            for p in range(3):
+                client.produce(rc.PARTS_TOPIC, p, encode_message_set([b"x" * 100]))
+        r = rc.fetch_parts_for(broker.tcp, 3, 0.3)
+    finally:
+        broker.stop()
+    assert r["requests"] > 0
+    assert r["msgs_per_s"] == pytest.approx(3 * r["requests"] / r["seconds"])
+    assert r["mb_per_s"] == pytest.approx(3 * 110 * r["requests"] / r["seconds"] / 1e6)
