@@ -210,6 +210,7 @@ class ProcessorWorker(Connections, FrameReading, RingClaims, LocalFetching, Work
             start = time.monotonic_ns()
             if self.local_fetch:
                 self.appended_seen = self._appended()  # before this round's fetches read the log
+                self.fetch_looked = 0  # partitions looked up for FETCHes this round
             worked = bool(events) or self._has_input()
             self.now = time.monotonic()
             for fd, mask in events:

@@ -12,7 +12,10 @@ deadline passes, or the broker stops. A fetch of one partition is read in a few 
 (:func:`~hostbroker.protocol.lone.peek_lone_fetch`), one of more by the
 schema codec. No other process takes part: a consumer that waits for each
 message costs one process's activation per fetch, not a handler's and a
-writer's as well.
+writer's as well. One round of the processor looks up at most
+``_ROUND_FETCHES`` times ``processor.fetch.max.partitions`` partitions for
+new FETCHes; past that they go to the handler, so that a connection's
+pipelined FETCHes hold its processor's other connections no longer.
 
 A parked fetch is looked at again when the writers' appended counters move
 (a writer that appends wakes a sleeping processor with fetches parked, as
@@ -52,6 +55,7 @@ from hostbroker.workers.base import now_ms
 from hostbroker.workers.connection import Connection
 
 _RECHECK_MS = 100
+_ROUND_FETCHES = 4  # processor.fetch.max.partitions x this: the partitions one round looks up
 
 
 class _Parked(NamedTuple):
@@ -80,6 +84,11 @@ class LocalFetching:
         self.fetch_max_bytes = config["fetch.max.bytes"]
         self.fetch_max_wait = config["fetch.max.wait.ms"]
         self.fetch_max_partitions = config["processor.fetch.max.partitions"]
+        # partitions looked up for FETCHes in one round, at most: those past it
+        # go to the handler, so that pipelined FETCHes of one connection hold
+        # the processor's others no longer than this
+        self.fetch_round_max = _ROUND_FETCHES * self.fetch_max_partitions
+        self.fetch_looked = 0
         self.max_parked = config["processor.fetch.max.parked"]
         self.parked: dict[int, _Parked] = {}  # by connection id: one each at most
         self.parked_parts = 0  # the partitions they wait on, together
@@ -99,14 +108,21 @@ class LocalFetching:
     def _fetch_request(self, frame) -> tuple | None:
         """``(correlation_id, max_wait_ms, min_bytes, partitions)`` of a FETCH
         frame this processor may take (of 1 to ``processor.fetch.max.partitions``
-        partitions), None for any other; raises for a frame that does not
-        decode (the handler answers it)."""
+        partitions, while this round has looked up fewer than
+        ``_ROUND_FETCHES`` times that many), None for any other; raises for a
+        frame that does not decode (the handler answers it)."""
         lone = peek_lone_fetch(frame, self.max_entries)
         if lone is not None:
+            count = 1
+        else:
+            count = fetch_partition_count(frame)
+            if count is None or not 2 <= count <= self.fetch_max_partitions:
+                return None
+        if self.fetch_looked + count > self.fetch_round_max:
+            return None  # this round has looked up its share
+        self.fetch_looked += count
+        if lone is not None:
             return lone.correlation_id, lone.max_wait_ms, lone.min_bytes, (lone,)
-        count = fetch_partition_count(frame)
-        if count is None or not 2 <= count <= self.fetch_max_partitions:
-            return None
         header, request = api.decode_request(frame, self.max_entries)
         return header.correlation_id, request.max_wait_ms, request.min_bytes, request.partitions
 

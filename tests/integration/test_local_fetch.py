@@ -85,6 +85,26 @@ def test_who_answers_a_fetch(make_broker, local):
     assert handler == (1 if local else 14)
 
 
+def test_one_round_looks_up_its_share_and_the_handler_takes_the_rest(make_broker):
+    """Twelve FETCHes in one write, with processor.fetch.max.partitions 2: the
+    processor looks up 8 partitions in one round (4 x the setting) and the
+    handler answers the rest; the answers come whole and in order."""
+    broker = make_broker(**{"processor.fetch.max.partitions": 2, "num.processors": 1})
+    topic = created_topic(broker.tcp, partitions=2)
+    data = encode_message_set([b"one", b"two"])
+    produce(broker, topic, data)
+    handler_before = broker.counter("handler", "requests")
+    with RawSocket(broker.tcp) as sock:
+        sock.send(b"".join(fetch_of(topic, (0, 1), i, max_wait_ms=0) for i in range(4))
+                  + b"".join(fetch_frame(topic, 0, 4 + i) for i in range(8)))
+        for i in range(4):
+            assert fetched_sets(sock) == (i, [(0, data), (0, b"")])
+        for i in range(4, 12):
+            assert fetched(sock) == (i, 0, data)
+    # 4 FETCHes of two partitions fill the round: the 8 after them go to the handler
+    assert broker.counter("handler", "requests") - handler_before == 8
+
+
 def test_answers_are_the_handlers(make_broker, tmp_path):
     """Errors, a cut set, an offset past the end and the answer's byte
     budget (fetch.max.bytes) over several partitions read as the handler
