@@ -74,7 +74,10 @@ def test_clients_side_by_side_add_up_to_what_the_log_holds(tmp_path):
 def test_partitions_for_the_loads_over_several():
     assert ab.parse_args(["e2e-parts"]).partitions == 8
     assert ab.parse_args(["fetch-parts", "--partitions", "64"]).partitions == 64
-    for bad in (["fetch-parts", "--partitions", "0"], ["e2e-parts", "--partitions", "1001"]):
+    assert ab.parse_args(["fetch-parts", "--fill", "70"]).fill == 70
+    assert ab.parse_args(["fetch-parts"]).fill == 1
+    for bad in (["fetch-parts", "--partitions", "0"], ["e2e-parts", "--partitions", "1001"],
+                ["fetch-parts", "--fill", "0"]):
         with pytest.raises(SystemExit):
             ab.parse_args(bad)
 

@@ -24,8 +24,8 @@ unix``: the Unix socket). Loads (every one bounded by ``--seconds``):
   (default 8), message i to partition i % N, the consumer fetching all N
   in each FETCH.
 - ``fetch-parts``: round trips of one client's FETCH of all N partitions of
-  that topic (one 100-byte message each, from offset 0, max_wait_ms 0):
-  p50, p99, p99.9 in ms.
+  that topic (``--fill`` 100-byte messages each, default 1, from offset 0,
+  max_wait_ms 0): p50, p99, p99.9 in ms.
 - ``large``: one client producing 100-message sets of 10 KiB (~1 MiB
   requests), 4 in flight, acks=1, up to 512 MiB per round, into a topic
   created for the round and deleted after it (so the page cache's dirty
@@ -180,13 +180,15 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="the clients' socket kind (default tcp)")
     ap.add_argument("--partitions", type=int, default=8,
                     help="partitions of the topic e2e-parts and fetch-parts use (default 8)")
+    ap.add_argument("--fill", type=int, default=1,
+                    help="100-byte messages in each partition for fetch-parts (default 1)")
     ap.add_argument("--clients", type=int, default=1,
                     help="client processes side by side, for sync, sync1 and pipe (default 1)")
     args = ap.parse_args(argv)
     if args.rounds < 1 or args.seconds <= 0 or not 1 <= args.batch <= 1000:
         ap.error("--rounds must be at least 1, --seconds above 0, --batch 1 to 1000")
-    if not 1 <= args.partitions <= 1000:
-        ap.error("--partitions must be 1 to 1000")
+    if not 1 <= args.partitions <= 1000 or not 1 <= args.fill <= 10000:
+        ap.error("--partitions must be 1 to 1000, --fill 1 to 10000")
     if not 1 <= args.clients <= 64 or (args.clients > 1
                                        and args.load not in ("sync", "sync1", "pipe")):
         ap.error("--clients 1 to 64, and above 1 only for sync, sync1 and pipe")
@@ -211,9 +213,10 @@ def main(argv=None) -> int:
                 client.create_topic(TOPIC, 1)
                 if args.load in ("e2e-parts", "fetch-parts"):
                     client.create_topic(PARTS_TOPIC, args.partitions)
-                if args.load == "fetch-parts":  # one message in each
+                if args.load == "fetch-parts":  # --fill messages in each
                     for p in range(args.partitions):
-                        client.produce(PARTS_TOPIC, p, encode_message_set([b"x" * 100]))
+                        client.produce(PARTS_TOPIC, p,
+                                       encode_message_set([b"x" * 100] * args.fill))
             if args.load == "fetch":  # something to read, the same on both
                 run_pipelined(broker.uri("tcp"), TOPIC, 120, 10 * 1024, 100, 4, FETCH_BYTES)
         rounds = {name: [] for name in sides}
