@@ -49,6 +49,22 @@ class LoneProduce(NamedTuple):
     message_set: memoryview  # a slice of the frame
 
 
+def _head(frame, key: int, body_size: int) -> tuple[int, int, int] | None:
+    """``(correlation_id, the client id's length, where the body starts)`` of
+    a request frame of ``key`` (API_VERSION) with at least ``body_size``
+    bytes of body; None for any other frame."""
+    size = len(frame)
+    if size < _HEAD.size + body_size:
+        return None
+    key_read, version, correlation_id, client_id_length = _HEAD.unpack_from(frame, 0)
+    if key_read != key or version != api.API_VERSION or client_id_length < -1:
+        return None
+    body = _HEAD.size + max(client_id_length, 0)
+    if body + body_size > size:
+        return None
+    return correlation_id, client_id_length, body
+
+
 def _body(frame, key: int, body_struct: struct.Struct, part_struct: struct.Struct,
           max_entries: int | None):
     """Where a request of ``key`` with one partition has its fields:
@@ -58,15 +74,13 @@ def _body(frame, key: int, body_struct: struct.Struct, part_struct: struct.Struc
     ``part_struct``'s after the topic; None when the frame is no such
     request, or one ``decode_request`` refuses for what is read here (the
     caller checks what follows the part)."""
+    if max_entries is not None and max_entries < 1:
+        return None
+    head = _head(frame, key, body_struct.size)
+    if head is None:
+        return None
+    correlation_id, client_id_length, body = head
     size = len(frame)
-    if size < _HEAD.size + body_struct.size or (max_entries is not None and max_entries < 1):
-        return None
-    key_read, version, correlation_id, client_id_length = _HEAD.unpack_from(frame, 0)
-    if key_read != key or version != api.API_VERSION or client_id_length < -1:
-        return None
-    body = _HEAD.size + max(client_id_length, 0)
-    if body + body_struct.size > size:
-        return None
     *fields, count, topic_length = body_struct.unpack_from(frame, body)
     topic_at = body + body_struct.size
     part_at = topic_at + topic_length
@@ -125,16 +139,8 @@ def fetch_partition_count(frame) -> int | None:
     prefix) gives, None for any other frame and for one too short to give
     it. Nothing past the count is read or checked: a caller that takes the
     request decodes it (:func:`hostbroker.protocol.api.decode_request`)."""
-    size = len(frame)
-    if size < _HEAD.size + _FETCH_COUNT.size:
-        return None
-    key_read, version, _, client_id_length = _HEAD.unpack_from(frame, 0)
-    if key_read != api.ApiKey.FETCH or version != api.API_VERSION or client_id_length < -1:
-        return None
-    body = _HEAD.size + max(client_id_length, 0)
-    if body + _FETCH_COUNT.size > size:
-        return None
-    return _FETCH_COUNT.unpack_from(frame, body)[2]
+    head = _head(frame, api.ApiKey.FETCH, _FETCH_COUNT.size)
+    return None if head is None else _FETCH_COUNT.unpack_from(frame, head[2])[2]
 
 
 def encode_lone_produce_answer(correlation_id: int, topic: str, partition: int, code: int,
