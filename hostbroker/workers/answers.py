@@ -112,6 +112,14 @@ def fetch_parts(view: TopicView, partitions, budget: int,
     return total, out
 
 
+def fetch_must_wait(parts, total: int, min_bytes: int) -> bool:
+    """Whether a long-poll fetch that found ``parts`` (as :func:`fetch_parts`
+    gives them, ``total`` bytes of data) waits for more: below ``min_bytes``,
+    with a partition that may yet give data (one without an error). Handlers
+    and processors tell it alike."""
+    return total < min_bytes and any(code == ErrorCode.NONE for _, _, code, _, _ in parts)
+
+
 def fetch_part(view: TopicView, part, left: int) -> tuple[tuple, int | None, object]:
     """One partition of :func:`fetch_parts` (``view`` refreshed), with at most
     ``left`` bytes of data (none at all when ``left`` is 0 or less): its part,

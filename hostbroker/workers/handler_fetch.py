@@ -20,7 +20,7 @@ from hostbroker.protocol.api import ApiKey
 from hostbroker.shm import procs
 from hostbroker.shm import table as ptable
 from hostbroker.workers import envelopes as env
-from hostbroker.workers.answers import fetch_answer_pieces, fetch_parts
+from hostbroker.workers.answers import fetch_answer_pieces, fetch_must_wait, fetch_parts
 from hostbroker.workers.base import now_ms
 
 _RECHECK_MS = 100
@@ -91,9 +91,9 @@ class Fetching:
         """Answer the fetch if it may be answered now; returns True if it must wait."""
         total, parts = fetch_parts(self.view, request.partitions,
                                    self.config["fetch.max.bytes"])
-        # nothing to wait for when no partition can ever give data (every one has an error)
-        waitable = any(code == ErrorCode.NONE for _, _, code, _, _ in parts)
-        if not force and waitable and total < request.min_bytes and request.max_wait_ms > 0:
+        # (nothing to wait for when every partition has an error)
+        if not force and request.max_wait_ms > 0 and fetch_must_wait(parts, total,
+                                                                     request.min_bytes):
             return True
         try:
             pieces = fetch_answer_pieces(corr, parts, self.max_response_bytes)

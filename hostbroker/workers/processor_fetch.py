@@ -50,7 +50,7 @@ from hostbroker.protocol import api
 from hostbroker.protocol.lone import fetch_partition_count, peek_lone_fetch
 from hostbroker.shm import procs
 from hostbroker.workers import envelopes as env
-from hostbroker.workers.answers import fetch_answer_pieces, fetch_parts
+from hostbroker.workers.answers import fetch_answer_pieces, fetch_must_wait, fetch_parts
 from hostbroker.workers.base import now_ms
 from hostbroker.workers.connection import Connection
 
@@ -66,13 +66,6 @@ class _Parked(NamedTuple):
     parts: tuple  # what is fetched: topic, partition, offset, max_bytes each
     deadline_ms: int
     reads: tuple  # each partition's (slot, the slot as read before its log was looked at)
-
-
-def _must_wait(parts: list, total: int, min_bytes: int) -> bool:
-    """Whether a fetch that found ``parts`` (``total`` bytes of data) waits
-    for more, as the handler tells it: below ``min_bytes``, with a partition
-    that may yet give data (one without an error)."""
-    return total < min_bytes and any(code == ErrorCode.NONE for _, _, code, _, _ in parts)
 
 
 class LocalFetching:
@@ -136,7 +129,8 @@ class LocalFetching:
             correlation_id, max_wait_ms, min_bytes, partitions = found
             reads: list = []
             total, parts = fetch_parts(self.view, partitions, self.fetch_max_bytes, reads)
-            wait = max_wait_ms > 0 and not self.stopping and _must_wait(parts, total, min_bytes)
+            wait = (max_wait_ms > 0 and not self.stopping
+                    and fetch_must_wait(parts, total, min_bytes))
             if wait and (conn.conn_id in self.parked
                          or self.parked_parts + len(parts) > self.max_parked):
                 return False  # the handler's way: one waiting here per connection, and the bound
@@ -204,7 +198,7 @@ class LocalFetching:
                         continue
                 reads: list = []
                 total, parts = fetch_parts(view, x.parts, self.fetch_max_bytes, reads)
-                if not due and _must_wait(parts, total, x.min_bytes):
+                if not due and fetch_must_wait(parts, total, x.min_bytes):
                     self.parked[conn_id] = x._replace(reads=tuple(reads))
                     continue
                 try:
