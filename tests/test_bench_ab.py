@@ -82,6 +82,32 @@ def test_partitions_for_the_loads_over_several():
             ab.parse_args(bad)
 
 
+def test_a_tree_must_hold_the_package(tmp_path):
+    repo = _BENCH.parent.parent
+    assert ab.parse_args(["rtt", "--a-tree", str(repo)]).a_tree == str(repo)
+    assert ab.parse_args(["rtt"]).a_tree is None
+    with pytest.raises(SystemExit):
+        ab.parse_args(["rtt", "--a-tree", str(tmp_path)])
+
+
+def test_a_broker_from_another_tree_runs_under_that_trees_code(tmp_path, capsys):
+    """A's ``hostbroker serve`` imports the package from ``--a-tree``: a tree
+    whose package says so at import (a copy of this one) is the one that ran."""
+    import shutil
+
+    repo = _BENCH.parent.parent
+    tree = tmp_path / "tree"
+    shutil.copytree(repo / "hostbroker", tree / "hostbroker",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    marker = tmp_path / "imported"
+    with open(tree / "hostbroker" / "__init__.py", "a") as f:
+        f.write(f"\nopen({str(marker)!r}, 'a').write('x')\n")
+    assert ab.main(["rtt", "--a-tree", str(tree), "--rounds", "1", "--seconds", "0.2"]) == 0
+    out = capsys.readouterr().out
+    assert f"A (defaults, {tree})" in out and "B (defaults)" in out
+    assert marker.exists()  # A's supervisor and workers imported the copy
+
+
 def test_the_loads_over_several_partitions_read_every_one(tmp_path):
     """Against a real broker: the end-to-end consumer gets the messages sent
     to all the partitions, and a FETCH of them all is timed."""

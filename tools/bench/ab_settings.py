@@ -39,6 +39,11 @@ unix``: the Unix socket). Loads (every one bounded by ``--seconds``):
 processes side by side (started together), each on a connection of its
 own to the one partition: the sum of their rates.
 
+``--a-tree TREE`` starts A's broker from another source tree (a clone or
+worktree of hostbroker, e.g. the commit before a change): a same-run A/B of
+code rather than of settings. The loads' client code is this tree's either
+way.
+
 Prints every round and the median (and best) of each side. Alternating in
 one run is what makes the two comparable on a shared machine.
 """
@@ -59,6 +64,7 @@ sys.path[:0] = [HERE, os.path.dirname(os.path.dirname(HERE))]
 
 from broker_throughput import Broker  # noqa: E402
 from latency_loads import run_e2e, run_fetch, run_pipelined  # noqa: E402
+from tree_ab import start_from  # noqa: E402
 
 LOADS = ("rtt", "sync", "sync1", "pipe", "e2e", "e2e-parts", "fetch-parts", "large", "sync10k",
          "fetch")
@@ -172,6 +178,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="a setting of broker A (repeatable; none: the defaults)")
     ap.add_argument("--b", action="append", default=[], metavar="KEY=VALUE",
                     help="a setting of broker B (repeatable)")
+    ap.add_argument("--a-tree", metavar="TREE",
+                    help="start A's broker from this source tree (default: this one)")
     ap.add_argument("--rounds", type=int, default=4, help="rounds of A then B (default 4)")
     ap.add_argument("--seconds", type=float, default=3.0, help="seconds per measurement")
     ap.add_argument("--batch", type=int, default=100,
@@ -192,6 +200,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     if not 1 <= args.clients <= 64 or (args.clients > 1
                                        and args.load not in ("sync", "sync1", "pipe")):
         ap.error("--clients 1 to 64, and above 1 only for sync, sync1 and pipe")
+    if args.a_tree is not None:
+        args.a_tree = os.path.abspath(args.a_tree)
+        if not os.path.isfile(os.path.join(args.a_tree, "hostbroker", "__init__.py")):
+            ap.error(f"--a-tree {args.a_tree}: no hostbroker package there")
     return args
 
 
@@ -207,7 +219,10 @@ def main(argv=None) -> int:
             workdir = tempfile.mkdtemp(prefix=f"hb-ab-{name}-")
             dirs.append(workdir)
             broker = Broker(workdir, settings)
-            broker.start()
+            if name == "A" and args.a_tree is not None:
+                start_from(broker, args.a_tree)
+            else:
+                broker.start()
             brokers[name] = broker
             with SimpleClient(broker.uri("tcp")) as client:
                 client.create_topic(TOPIC, 1)
@@ -233,7 +248,8 @@ def main(argv=None) -> int:
         unit = "p50, p99, p99.9 ms" if args.load in LATENCY_LOADS else "per s"
         for name, settings in sides.items():
             s = summarize(rounds[name])
-            print(f"{name} ({', '.join(settings) or 'defaults'}): median {s['median']}, "
+            tree = f", {args.a_tree}" if name == "A" and args.a_tree else ""
+            print(f"{name} ({', '.join(settings) or 'defaults'}{tree}): median {s['median']}, "
                   f"best {s['best']} ({unit})")
     finally:
         for broker in brokers.values():
