@@ -201,6 +201,44 @@ def test_a_fetch_of_several_partitions_waits_for_min_bytes_over_all(make_broker,
         0 if where == "processor" else 2)
 
 
+@pytest.mark.parametrize("where", ["processor", "handler"])
+def test_a_waiting_fetch_woken_by_one_partition_answers_as_a_fresh_look(make_broker, where):
+    """A fetch of several partitions that found nothing, woken by an append
+    to one of them: that partition's data cut to fetch.max.bytes, the others
+    as they were (an empty one with its log end, an unknown one), read as a
+    new FETCH of the same partitions reads them right after."""
+    broker = make_broker(**{"fetch.max.bytes": 1024, **(
+        {} if where == "processor" else {"processor.local.fetch": "false"})})
+    topic = created_topic(broker.tcp, partitions=4)
+    before = encode_message_set([b"b" * 50] * 3)
+    data = encode_message_set([b"x" * 100] * 16)
+    with broker.client(broker.tcp) as c:
+        assert c.produce(topic, 3, before).error_code == 0
+    parts = (api.FetchPartition(topic, 0, 0, 1 << 20), api.FetchPartition(topic, 1, 0, 1 << 20),
+             api.FetchPartition(topic, 9, 0, 1 << 20),
+             api.FetchPartition(topic, 3, len(before), 1 << 20))
+
+    def answer(sock: RawSocket) -> list:
+        _, response = sock.read_response(api.ApiKey.FETCH)
+        return [(p.partition, p.error_code, p.log_end_offset, bytes(p.message_set))
+                for p in response.partitions]
+
+    with RawSocket(broker.tcp) as sock:
+        sock.send(api.encode_request(api.FetchRequest(20_000, 1, parts), 1))
+        assert parked(broker, where, 1)
+        with broker.client(broker.tcp) as c:
+            assert c.produce(topic, 2, before).error_code == 0  # not one it waits on
+            assert waiting(sock, 0.2)
+            assert c.produce(topic, 1, data).error_code == 0
+        woken = answer(sock)
+        assert woken == [(0, 0, 0, b""), (1, 0, len(data), data[:1024]),
+                         (9, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, b""),
+                         (3, 0, len(before), b"")]
+        sock.send(api.encode_request(api.FetchRequest(0, 1, parts), 2))
+        assert answer(sock) == woken
+        assert parked(broker, where, 0)
+
+
 def test_the_bound_counts_the_partitions_waited_on(make_broker):
     broker = make_broker(**{"processor.fetch.max.parked": 3, "num.processors": 1})
     topic = created_topic(broker.tcp, partitions=2)
