@@ -7,7 +7,7 @@ import sys
 import pytest
 
 _BENCH = pathlib.Path(__file__).resolve().parent.parent / "tools" / "bench"
-sys.path.insert(0, str(_BENCH))  # it imports its neighbours (broker_throughput, latency_loads)
+sys.path.insert(0, str(_BENCH))  # it imports its neighbours (harness, latency_loads)
 _spec = importlib.util.spec_from_file_location("ab_settings", _BENCH / "ab_settings.py")
 ab = importlib.util.module_from_spec(_spec)
 sys.modules["ab_settings"] = ab  # its client processes are spawned with its functions

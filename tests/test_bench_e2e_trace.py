@@ -10,7 +10,7 @@ import sys
 import pytest
 
 _BENCH = pathlib.Path(__file__).resolve().parent.parent / "tools" / "bench"
-sys.path.insert(0, str(_BENCH))  # it imports its neighbours (broker_throughput, latency_loads)
+sys.path.insert(0, str(_BENCH))  # it imports its neighbours (harness, latency_loads)
 _spec = importlib.util.spec_from_file_location("e2e_trace", _BENCH / "e2e_trace.py")
 et = importlib.util.module_from_spec(_spec)
 sys.modules["e2e_trace"] = et  # its dataclasses look their module up

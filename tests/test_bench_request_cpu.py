@@ -9,7 +9,7 @@ import sys
 import pytest
 
 _BENCH = pathlib.Path(__file__).resolve().parent.parent / "tools" / "bench"
-sys.path.insert(0, str(_BENCH))  # it imports its neighbours (broker_throughput, latency_loads)
+sys.path.insert(0, str(_BENCH))  # it imports its neighbours (harness, latency_loads)
 _spec = importlib.util.spec_from_file_location("request_cpu", _BENCH / "request_cpu.py")
 rc = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(rc)

@@ -7,7 +7,7 @@ Run by hand (not a test), from the repository with its venv::
         --a processor.local.requests=true --b processor.local.requests=false
     .venv/bin/python tools/bench/ab_settings.py sync --rounds 6 --b produce.direct.answers=false
 
-Starts two ``hostbroker serve`` (``broker_throughput.Broker``: free ports,
+Starts two ``hostbroker serve`` (``harness.Broker``: free ports,
 temporary data, stopped by PID), one with the ``--a`` settings and one with
 ``--b``, each with one topic of one partition, and runs the same load on
 each in turn, A, B, A, B ..., ``--rounds`` times, over TCP (``--socket
@@ -62,7 +62,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.dirname(os.path.dirname(HERE))]
 
-from broker_throughput import Broker  # noqa: E402
+from harness import Broker  # noqa: E402
 from latency_loads import run_e2e, run_fetch, run_pipelined  # noqa: E402
 from tree_ab import start_from  # noqa: E402
 

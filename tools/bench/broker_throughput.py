@@ -43,31 +43,47 @@ fetch. The "crc" walk is :func:`crc_check_walk` below: the library's
 This machine is shared and noisy: before each phase the benchmark waits (up
 to ``--wait-quiet`` seconds) for a second in which the machine is mostly
 idle, and prints how busy it was. Run it a few times and compare.
+
+Owns: the producer and consumer roles, the consumer's walks, the phases
+and the report against the targets. The broker under test, the child
+processes and the CPU accounting are :mod:`harness`'s, the machine's
+limits :mod:`machine_limits`', both shared with the other benchmarks here.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
-import contextlib
 import json
 import os
-import platform
-import select
 import shutil
 import signal
-import socket
 import struct
-import subprocess
 import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
+from harness import (
+    MB,
+    MIB,
+    BenchError,
+    Broker,
+    Child,
+    Profiler,
+    busy_cpu_seconds,
+    cpu_seconds,
+    emit,
+    handshake,
+    log,
+    machine_info,
+    output,
+    process_kind,
+    wait_quiet,
+    warm_up,
+)
+from machine_limits import measure_pagecache, measure_sendfile
 
-MB = 1_000_000
-MIB = 1 << 20
+SCRIPT = os.path.abspath(__file__)  # what a Child runs, with --role
 V1_HEADER = 10  # length:int32 magic:int8 attributes:int8 crc:uint32
 
 TARGETS = {
@@ -77,10 +93,6 @@ TARGETS = {
     "big_produce_vs_pagecache": 0.5,  # 10 KiB produce MB/s / page-cache write MB/s
     "big_fetch_vs_sendfile": 0.5,  # 10 KiB fetch MB/s / loopback sendfile MB/s
 }
-
-
-class BenchError(Exception):
-    pass
 
 
 # ---------------------------------------------------------------------------
@@ -140,26 +152,9 @@ WALKS = {"lengths": lengths_walk, "crc": crc_check_walk, "iter": iter_walk}
 
 
 # ---------------------------------------------------------------------------
-# Child roles: each runs in its own process, says READY on stdout once set up,
-# waits for GO on stdin, then times its work and prints one JSON line.
-
-_cpu_at_go = 0.0
-
-
-def _handshake() -> None:
-    global _cpu_at_go
-    sys.stdout.write("READY\n")
-    sys.stdout.flush()
-    if sys.stdin.readline().strip() != "GO":
-        raise SystemExit("no GO from the benchmark")
-    _cpu_at_go = time.process_time()
-
-
-def _emit(result: dict) -> None:
-    result["cpu_seconds"] = time.process_time() - _cpu_at_go
-    sys.stdout.write(json.dumps(result) + "\n")
-    sys.stdout.flush()
-
+# Child roles (harness.Child): each runs in its own process, says READY on
+# stdout once set up, waits for GO on stdin, then times its work and prints
+# one JSON line.
 
 def role_producer(p: dict) -> None:
     from hostbroker.client.connection import BrokerConnection
@@ -175,7 +170,7 @@ def role_producer(p: dict) -> None:
     set_bytes = len(sets[0])
     conn = BrokerConnection(p["uri"], client_id="hb-bench-producer").connect()
     window = p["in_flight"]
-    _handshake()
+    handshake()
     deadline = time.monotonic() + p["max_seconds"]
     t0 = time.perf_counter()
     sent = received = 0
@@ -200,7 +195,7 @@ def role_producer(p: dict) -> None:
         received += 1
     seconds = time.perf_counter() - t0
     conn.close()
-    _emit({"messages": received * batch, "requests": received, "bytes": received * set_bytes,
+    emit({"messages": received * batch, "requests": received, "bytes": received * set_bytes,
            "payload_bytes": received * batch * size, "seconds": seconds, "capped": capped,
            "first_base": first_base, "end_offset": last_end})
 
@@ -217,7 +212,7 @@ def role_consumer(p: dict) -> None:
     def fetch(offset: int) -> None:
         conn.send(api.FetchRequest(0, 0, (api.FetchPartition(topic, 0, offset, max_bytes),)))
 
-    _handshake()
+    handshake()
     deadline = time.monotonic() + p["max_seconds"]
     t0 = time.perf_counter()
     inflight: collections.deque[int] = collections.deque()
@@ -278,7 +273,7 @@ def role_consumer(p: dict) -> None:
     conn.close()
     if not capped and (pos != end or carry):
         raise BenchError(f"walked to {pos} with {len(carry)} bytes left over, log ends at {end}")
-    _emit({"messages": count, "bytes": pos - start, "seconds": seconds, "fetches": fetches,
+    emit({"messages": count, "bytes": pos - start, "seconds": seconds, "fetches": fetches,
            "short_fetches": short, "capped": capped})
 
 
@@ -288,248 +283,9 @@ ROLES = {"producer": role_producer, "consumer": role_consumer}
 # ---------------------------------------------------------------------------
 # The orchestrating side.
 
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
-class Child:
-    """A role in its own process: READY / GO / one JSON line, ended by PID if it hangs."""
-
-    def __init__(self, role: str, params: dict, workdir: str, timeout: float):
-        self.role = role
-        self.timeout = timeout
-        self.stderr_path = os.path.join(workdir, f"{role}-{time.monotonic_ns()}.err")
-        self._stderr = open(self.stderr_path, "wb")
-        self.proc = subprocess.Popen(
-            [sys.executable, os.path.abspath(__file__), "--role", role, json.dumps(params)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, cwd=REPO)
-        self.pid = self.proc.pid
-        self._buf = b""
-
-    def _line(self, timeout: float) -> str:
-        deadline = time.monotonic() + timeout
-        fd = self.proc.stdout.fileno()
-        while b"\n" not in self._buf:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise BenchError(f"{self.role} said nothing for {timeout:.0f}s")
-            ready, _, _ = select.select([fd], [], [], left)
-            if ready:
-                chunk = os.read(fd, 65536)
-                if not chunk:
-                    raise BenchError(f"{self.role} exited ({self.proc.wait()}):\n{self.errors()}")
-                self._buf += chunk
-        line, _, self._buf = self._buf.partition(b"\n")
-        return line.decode()
-
-    def errors(self) -> str:
-        with open(self.stderr_path, "rb") as f:
-            return f.read().decode(errors="replace")[-4000:]
-
-    def ready(self) -> None:
-        if self._line(120) != "READY":
-            raise BenchError(f"{self.role} did not get ready:\n{self.errors()}")
-
-    def go(self) -> None:
-        self.proc.stdin.write(b"GO\n")
-        self.proc.stdin.flush()
-
-    def result(self) -> dict:
-        line = self._line(self.timeout)
-        self.proc.wait(30)
-        return json.loads(line)
-
-    def end(self) -> None:
-        if self.proc.poll() is None:
-            os.kill(self.pid, signal.SIGKILL)
-            self.proc.wait(10)
-        for f in (self.proc.stdin, self.proc.stdout, self._stderr):
-            try:
-                f.close()
-            except OSError:
-                pass
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Broker:
-    """``hostbroker serve`` in a subprocess, stopped by PID with SIGTERM."""
-
-    def __init__(self, workdir: str, settings: list[str]):
-        self.root = workdir
-        self.port = free_port()
-        self.unix_path = os.path.join(workdir, "hb.sock")
-        self.settings = {
-            "listeners": f"tcp://127.0.0.1:{self.port},unix://{self.unix_path}",
-            "log.dirs": os.path.join(workdir, "logs"),
-        }
-        for item in settings:
-            key, sep, value = item.partition("=")
-            if not sep:
-                raise SystemExit(f"--set wants KEY=VALUE, not {item!r}")
-            self.settings[key.strip()] = value.strip()
-        self.proc: subprocess.Popen | None = None
-        self.log_path = os.path.join(workdir, "broker.log")
-        self.worker_pids: dict[str, int] = {}
-
-    def uri(self, kind: str) -> str:
-        return f"unix://{self.unix_path}" if kind == "unix" else f"tcp://127.0.0.1:{self.port}"
-
-    def start(self, timeout: float = 60.0) -> None:
-        from hostbroker.client.simple import SimpleClient
-
-        args = [sys.executable, "-m", "hostbroker", "serve"]
-        for key, value in self.settings.items():
-            args += ["--set", f"{key}={value}"]
-        self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(args, cwd=self.root, stdout=self._log,
-                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.proc.poll() is not None:
-                raise BenchError(f"broker exited with {self.proc.returncode}:\n{self.log()}")
-            try:
-                for kind in ("unix", "tcp"):
-                    with SimpleClient(self.uri(kind), timeout=5) as client:
-                        client.metadata()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise BenchError(f"broker not up after {timeout:.0f}s:\n{self.log()}") from None
-                time.sleep(0.1)
-        self.worker_pids = self.workers()
-
-    def workers(self) -> dict[str, int]:
-        """Process name (hb-handler-0, ...) -> PID, the supervisor included."""
-        import psutil
-
-        out = {"hb-supervisor": self.proc.pid}
-        for child in psutil.Process(self.proc.pid).children(recursive=True):
-            with contextlib.suppress(psutil.NoSuchProcess):
-                out[child.name()] = child.pid
-        return out
-
-    def log(self) -> str:
-        try:
-            with open(self.log_path, "rb") as f:
-                return f.read().decode(errors="replace")[-4000:]
-        except OSError:
-            return ""
-
-    def stop(self, timeout: float = 60.0) -> int | None:
-        """SIGTERM the supervisor by PID; SIGKILL it and its known workers if it hangs."""
-        if self.proc is None:
-            return None
-        proc, self.proc = self.proc, None
-        code = proc.poll()
-        if code is None:
-            os.kill(proc.pid, signal.SIGTERM)
-            try:
-                code = proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                log(f"broker {proc.pid} still running {timeout:.0f}s after SIGTERM: SIGKILL")
-                for pid in self.worker_pids.values():
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-                code = proc.wait(10)
-        self._log.close()
-        return code
-
-
-def cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
-    import psutil
-
-    out = {}
-    for name, pid in pids.items():
-        try:
-            t = psutil.Process(pid).cpu_times()
-            out[name] = t.user + t.system
-        except psutil.NoSuchProcess:
-            pass
-    return out
-
-
-def process_kind(name: str) -> str:
-    if name.startswith("hb-") and name[-1].isdigit():
-        return name.rsplit("-", 1)[0]
-    return name
-
-
-class Profiler:
-    """One ``py-spy record`` per process for one phase; stopped with SIGINT by PID."""
-
-    def __init__(self, outdir: str | None, rate: int):
-        self.outdir = outdir
-        self.rate = rate
-        self.pyspy = None
-        if outdir:
-            self.pyspy = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable),
-                                                               "py-spy")
-            if not os.access(self.pyspy, os.X_OK):
-                raise SystemExit("--profile needs py-spy (pip install py-spy into the venv)")
-            os.makedirs(outdir, exist_ok=True)
-        self.running: list[subprocess.Popen] = []
-
-    def start(self, phase: str, pids: dict[str, int], max_seconds: float) -> None:
-        if not self.outdir:
-            return
-        for name, pid in pids.items():
-            if name in ("hb-supervisor", "hb-acceptor"):
-                continue
-            out = os.path.join(self.outdir, f"{phase}.{name}.txt")
-            self.running.append(subprocess.Popen(
-                [self.pyspy, "record", "--pid", str(pid), "--rate", str(self.rate),
-                 "--format", "raw", "--idle", "--nonblocking", "--duration",
-                 str(int(max_seconds) + 60), "-o", out],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        time.sleep(1.5)  # let every py-spy attach before the phase starts
-
-    def stop(self) -> None:
-        for proc in self.running:
-            if proc.poll() is None:
-                os.kill(proc.pid, signal.SIGINT)
-        for proc in self.running:
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.kill(proc.pid, signal.SIGKILL)
-                proc.wait(10)
-        self.running = []
-
-
-def busy_cpu_seconds() -> float:
-    """CPU seconds the whole machine has spent busy (all CPUs, not idle or iowait)."""
-    import psutil
-
-    t = psutil.cpu_times()
-    return sum(t) - t.idle - getattr(t, "iowait", 0.0)
-
-
-def wait_quiet(max_wait: float, busy_below: float = 0.15) -> float:
-    """Wait (up to ``max_wait`` s) for a second in which the machine is mostly idle.
-
-    Returns the busy share (0..1 of all CPUs) of the last second measured. This
-    machine is shared: other work (test suites) competes for its two cores.
-    """
-    deadline = time.monotonic() + max_wait
-    ncpu = os.cpu_count() or 1
-    while True:
-        b0, t0 = busy_cpu_seconds(), time.monotonic()
-        time.sleep(1.0)
-        share = (busy_cpu_seconds() - b0) / (time.monotonic() - t0) / ncpu
-        if share < busy_below or time.monotonic() > deadline:
-            return share
-
-
 def run_phase(name: str, role: str, params: dict, broker: Broker, workdir: str,
               profiler: Profiler, max_seconds: float, quiet_wait: float = 0) -> dict:
-    child = Child(role, params, workdir, timeout=max_seconds + 120)
+    child = Child(SCRIPT, role, params, workdir, timeout=max_seconds + 120)
     try:
         child.ready()
         pids = dict(broker.worker_pids, client=child.pid)
@@ -563,169 +319,7 @@ def run_phase(name: str, role: str, params: dict, broker: Broker, workdir: str,
 
 
 # ---------------------------------------------------------------------------
-# Machine limits.
-
-def _dd(path: str, mib: int, conv: str = "notrunc") -> float:
-    out = subprocess.run(["dd", "if=/dev/zero", f"of={path}", "bs=1M", f"count={mib}",
-                          f"conv={conv}"], capture_output=True, text=True, timeout=300, check=True)
-    # "1073741824 bytes (1.1 GB, 1.0 GiB) copied, 0.31 s, 3.5 GB/s"
-    line = [x for x in out.stderr.splitlines() if " copied, " in x][-1]
-    nbytes = int(line.split()[0])
-    seconds = float(line.split(" copied, ")[1].split()[0].replace(",", "."))
-    return nbytes / seconds / MB
-
-
-def measure_pagecache(workdir: str, mib: int, repeats: int, sync_mib: int) -> dict:
-    """dd into a fresh file and over the same file again (page cache only), and
-    with fdatasync into a fresh file (what the disk takes, for the flush policy)."""
-    path = os.path.join(workdir, "dd.bin")
-    try:
-        fresh = []
-        for _ in range(repeats):
-            if os.path.exists(path):
-                os.unlink(path)
-            fresh.append(_dd(path, mib))
-        reused = [_dd(path, mib) for _ in range(repeats)]  # over the resident pages
-        synced = []
-        for _ in range(repeats if sync_mib else 0):
-            os.unlink(path)
-            synced.append(_dd(path, sync_mib, "notrunc,fdatasync"))
-    finally:
-        if os.path.exists(path):
-            os.unlink(path)  # drops its dirty pages before they are written back
-    return {"mib": mib, "fresh_file_mb_s": max(fresh), "reused_file_mb_s": max(reused),
-            "fresh_runs": fresh, "reused_runs": reused, "fdatasync_mib": sync_mib,
-            "fdatasync_fresh_file_mb_s": max(synced) if synced else None,
-            "fdatasync_runs": synced}
-
-
-def _sink(family: int, address, recv_bytes: int) -> None:
-    """In a forked child: read one connection to EOF into a buffer, ack with one byte."""
-    code = 1
-    try:
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.settimeout(120)
-        sock.connect(address)
-        view = memoryview(bytearray(recv_bytes))
-        while sock.recv_into(view):
-            pass
-        sock.sendall(b"k")
-        sock.close()
-        code = 0
-    finally:
-        os._exit(code)
-
-
-def _sendfile_once(kind: str, path: str, total: int, chunk: int, workdir: str,
-                   recv_bytes: int) -> float:
-    """Send ``total`` bytes of the page-cached file ``path`` to a forked receiver.
-
-    Forked, not a fresh program: on this VM a receiver that was exec'd reads a
-    Unix socket at a third of the speed of a forked one (same code; its kernel
-    time per byte is ~4x higher), and the broker's own fetches beat that slower
-    figure, so it is no limit.
-    """
-    if kind == "unix":
-        address = os.path.join(workdir, "sink.sock")
-        if os.path.exists(address):
-            os.unlink(address)
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        listener.bind(address)
-    else:
-        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        listener.bind(("127.0.0.1", 0))
-        address = listener.getsockname()
-    listener.listen(1)
-    listener.settimeout(60)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:
-        listener.close()
-        _sink(listener.family, address, recv_bytes)
-    try:
-        conn, _ = listener.accept()
-        conn.setblocking(True)  # os.sendfile on a socket in timeout mode gets EAGAIN
-        fd = os.open(path, os.O_RDONLY)
-        size = os.fstat(fd).st_size
-        try:
-            time.sleep(0.2)  # the receiver is in its loop
-            t0 = time.perf_counter()
-            sent = 0
-            while sent < total:
-                position = sent % size
-                n = os.sendfile(conn.fileno(), fd, position,
-                                min(chunk, size - position, total - sent))
-                if n == 0:
-                    raise BenchError("sendfile sent nothing")
-                sent += n
-            conn.shutdown(socket.SHUT_WR)
-            conn.settimeout(120)
-            if conn.recv(1) != b"k":
-                raise BenchError("the receiver did not acknowledge")
-            seconds = time.perf_counter() - t0
-        finally:
-            os.close(fd)
-            conn.close()
-    finally:
-        listener.close()
-        _, status = os.waitpid(pid, 0)
-    if status != 0:
-        raise BenchError(f"the receiver exited with status {status}")
-    return total / seconds / MB
-
-
-SINK_RECV_BYTES = 256 * 1024
-
-
-def measure_sendfile(workdir: str, file_mib: int, total_mib: int, chunk: int,
-                     repeats: int) -> dict:
-    path = os.path.join(workdir, "sendfile.bin")
-    block = os.urandom(MIB)
-    with open(path, "wb") as f:
-        for _ in range(file_mib):
-            f.write(block)
-    with open(path, "rb") as f:  # resident in the page cache
-        while f.read(8 * MIB):
-            pass
-    # The receiver's buffer decides the figure: one that fits the CPU cache
-    # (256 KiB) measures what the kernel can move; a 4 MiB one, like a client
-    # that keeps each 4 MiB answer whole, is limited by its cache misses.
-    out = {"file_mib": file_mib, "total_mib": total_mib, "chunk_bytes": chunk,
-           "recv_bytes": SINK_RECV_BYTES, "large_recv_bytes": chunk}
-    try:
-        for kind in ("tcp", "unix"):
-            for key, recv_bytes in (("", SINK_RECV_BYTES), ("_large_recv", chunk)):
-                runs = [_sendfile_once(kind, path, total_mib * MIB, chunk, workdir, recv_bytes)
-                        for _ in range(repeats)]
-                out[f"{kind}{key}_mb_s"] = max(runs)
-                out[f"{kind}{key}_runs"] = runs
-    finally:
-        os.unlink(path)
-    return out
-
-
-# ---------------------------------------------------------------------------
 # Report.
-
-def machine_info() -> dict:
-    model = ""
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    with open("/proc/meminfo") as f:
-        mem_kib = int(next(x for x in f if x.startswith("MemTotal")).split()[1])
-    try:
-        rev = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=REPO,
-                             capture_output=True, text=True, timeout=10).stdout.strip()
-    except OSError:
-        rev = ""
-    return {"nproc": os.cpu_count(), "cpu_model": model, "ram_gib": round(mem_kib / 2**20, 1),
-            "kernel": platform.release(), "python": platform.python_version(),
-            "git": rev, "loadavg_at_start": os.getloadavg()}
-
 
 def summarize(report: dict) -> list[dict]:
     """Rows: what was measured, against what, the ratio, and the goal if there is one.
@@ -914,7 +508,7 @@ def main(argv=None) -> int:
         log(f"starting hostbroker serve in {workdir} ...")
         broker.start()
         report["broker_workers"] = sorted(broker.worker_pids)
-        _warm_up(broker)
+        warm_up(broker)
         for kind in kinds:
             report["runs"][kind] = _run_kind(kind, broker, workdir, profiler, args)
     finally:
@@ -929,29 +523,6 @@ def main(argv=None) -> int:
     report["summary"] = summarize(report)
     output(report, args, print_report)
     return 0
-
-
-def output(report: dict, args: argparse.Namespace, print_report) -> None:
-    """Write the report where --json-out says, and print it as JSON or as tables."""
-    if args.json_out:
-        with open(args.json_out, "w") as f:
-            json.dump(report, f, indent=2)
-    if args.json:
-        print(json.dumps(report, indent=2))
-    else:
-        print_report(report)
-
-
-def _warm_up(broker: Broker) -> None:
-    from hostbroker.client.simple import SimpleClient
-    from hostbroker.log.message import encode_message_set
-
-    with SimpleClient(broker.uri("unix")) as client:
-        client.create_topic("bench-warmup", 1)
-        ms = encode_message_set([b"x" * 100] * 1000)
-        for _ in range(50):
-            client.produce("bench-warmup", 0, ms)
-        client.fetch("bench-warmup", 0, 0, 4 * MIB)
 
 
 def _run_kind(kind: str, broker: Broker, workdir: str, profiler: Profiler,

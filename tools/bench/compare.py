@@ -67,7 +67,6 @@ import os
 import shutil
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -75,7 +74,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-import broker_throughput as bt  # noqa: E402  (the broker helper and the child handshake)
+import harness  # noqa: E402  (the broker helper and the child handshake)
 import compare_peers  # noqa: E402
 import compare_rabbit  # noqa: E402
 import compare_sweep as sweep  # noqa: E402
@@ -102,21 +101,6 @@ INSTALL_CLIENTS = "install the peers' clients with: .venv/bin/pip install -e '.[
 # ---------------------------------------------------------------------------
 # Processes: the clients and the servers.
 
-class Child(bt.Child):
-    """A role of ``script`` in its own process (READY / GO / one JSON line)."""
-
-    def __init__(self, script: str, role: str, params: dict, workdir: str, timeout: float):
-        self.role = role
-        self.timeout = timeout
-        self.stderr_path = os.path.join(workdir, f"{role}-{time.monotonic_ns()}.err")
-        self._stderr = open(self.stderr_path, "wb")
-        self.proc = subprocess.Popen(
-            [sys.executable, script, "--role", role, json.dumps(params)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, cwd=bt.REPO)
-        self.pid = self.proc.pid
-        self._buf = b""
-
-
 class Systems:
     """The servers of one run, started together and always stopped together."""
 
@@ -127,7 +111,7 @@ class Systems:
         self.peers: dict[str, PeerServer] = {}
         self.pids: dict[str, dict[str, int]] = {}
         if any(n.startswith("hostbroker") for n in names):
-            self.broker = bt.Broker(workdir, broker_settings)
+            self.broker = harness.Broker(workdir, broker_settings)
         for name, cls in SERVERS.items():
             if name in names:
                 self.peers[name] = cls(workdir)
@@ -136,11 +120,11 @@ class Systems:
         import psutil
 
         if self.broker is not None:
-            bt.log(f"starting hostbroker serve in {self.workdir} ...")
+            harness.log(f"starting hostbroker serve in {self.workdir} ...")
             self.broker.start()
-            bt._warm_up(self.broker)
+            harness.warm_up(self.broker)
         for name, peer in self.peers.items():
-            bt.log(f"starting {' '.join(peer.argv())} ...")
+            harness.log(f"starting {' '.join(peer.argv())} ...")
             peer.start()
             pids = {name: peer.proc.pid}  # and its children: RabbitMQ's VM is one
             for child in psutil.Process(peer.proc.pid).children(recursive=True):
@@ -169,7 +153,7 @@ class Systems:
     def describe(self) -> dict:
         out = {}
         if self.broker is not None:
-            out["hostbroker"] = {"version": bt.machine_info()["git"],
+            out["hostbroker"] = {"version": harness.machine_info()["git"],
                                  "durability": hostbroker_durability(),
                                  "transport": "Unix socket and loopback TCP",
                                  "client": "hostbroker.client Producer (async, send_many() "
@@ -197,25 +181,25 @@ def run_phase(systems: Systems, system: str, phase: str, size: int, count: int, 
                 max_seconds=max_seconds)
     roles = {"produce": ["producer"], "consume": ["consumer"],
              "both": ["producer", "consumer"]}[phase]
-    children: dict[str, Child] = {}
+    children: dict[str, harness.Child] = {}
     pids = systems.server_pids(system)
     try:
         for role in roles:  # the producer first: it creates the topic / stream
-            child = Child(os.path.abspath(__file__), f"{_role_prefix(system)}-{role}",
+            child = harness.Child(os.path.abspath(__file__), f"{_role_prefix(system)}-{role}",
                           dict(base, value=values[role]), systems.workdir,
                           timeout=max_seconds + 120)
             children[role] = child
             child.ready()
-        busy = bt.wait_quiet(args.wait_quiet) if args.wait_quiet else None
-        cpu0 = bt.cpu_seconds(pids)
-        machine0 = bt.busy_cpu_seconds()
+        busy = harness.wait_quiet(args.wait_quiet) if args.wait_quiet else None
+        cpu0 = harness.cpu_seconds(pids)
+        machine0 = harness.busy_cpu_seconds()
         wall0 = time.perf_counter()
         for child in reversed(children.values()):  # the consumer is waiting first
             child.go()
         results = {role: child.result() for role, child in children.items()}
         wall = time.perf_counter() - wall0
-        machine = bt.busy_cpu_seconds() - machine0
-        cpu1 = bt.cpu_seconds(pids)
+        machine = harness.busy_cpu_seconds() - machine0
+        cpu1 = harness.cpu_seconds(pids)
     finally:
         for child in children.values():
             child.end()
@@ -249,7 +233,7 @@ def _kind(system: str) -> str:
 
 
 def _log_run(row: dict, rep: int) -> None:
-    bt.log(f"  {LABELS[row['system']]:17} {row['phase']:7} {size_label(row['size']):>6} "
+    harness.log(f"  {LABELS[row['system']]:17} {row['phase']:7} {size_label(row['size']):>6} "
            f"value {row['value']:>8} rep {rep}: {row['msgs_per_s']:>10,.0f} msgs/s "
            f"{row['mb_per_s']:7.1f} MB/s, others {row['others_cpu_percent']:3.0f} %"
            f"{' CAPPED' if row['capped'] else ''}")
@@ -276,7 +260,7 @@ def sweep_size(systems: Systems, names: list[str], size: int, count: int,
     for system in names:  # what the consumers read: written at the system's best
         value = chosen[(system, size, "produce")]["value"]
         topic = f"cmp-{_kind(system)}-{size}-source"
-        bt.log(f"[{system}] writing {count} messages of {size} B to read (value {value}) ...")
+        harness.log(f"[{system}] writing {count} messages of {size} B to read (value {value}) ...")
         row = run_phase(systems, system, "produce", size, count, topic, {"producer": value},
                         args.max_seconds * 5, args)
         sources[system] = (topic, row["messages"])
@@ -402,7 +386,7 @@ def add_common_options(ap: argparse.ArgumentParser, quiet_default: float = 10) -
 
 
 def new_report(args: argparse.Namespace) -> dict:
-    return {"machine": bt.machine_info(), "command": sys.argv,
+    return {"machine": harness.machine_info(), "command": sys.argv,
             "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
             "args": {k: v for k, v in vars(args).items() if k not in ("role", "params")}}
 
@@ -483,7 +467,7 @@ def main(argv=None) -> int:
         report["systems"] = systems.describe()
         for size in args.size:
             count = args.messages if size <= 1000 else args.big_messages
-            bt.log(f"--- {size_label(size)}: {count} messages a run, {args.repeats} repeats")
+            harness.log(f"--- {size_label(size)}: {count} messages a run, {args.repeats} repeats")
             report["runs"] += sweep_size(systems, args.systems, size, count, args)
     finally:
         report["exit_codes"] = systems.stop()
@@ -491,7 +475,7 @@ def main(argv=None) -> int:
             shutil.rmtree(workdir, ignore_errors=True)
     report["seconds"] = time.monotonic() - t0
     build_report(report, args.systems)
-    bt.output(report, args, print_report)
+    harness.output(report, args, print_report)
     return 0
 
 

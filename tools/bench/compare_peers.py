@@ -3,7 +3,7 @@
 Each role runs in its own process (``compare.py --role NAME PARAMS``): it
 connects, prints READY, waits for GO, does its work with the swept setting
 ``params["value"]`` (see compare_sweep.GRIDS) and prints one JSON line
-(broker_throughput's handshake). Producers return {messages, payload_bytes,
+(harness's handshake). Producers return {messages, payload_bytes,
 start, end, capped}; consumers the same for what they read. start/end are
 time.monotonic(), one clock for all processes on the machine.
 
@@ -24,7 +24,7 @@ import socket
 import subprocess
 import time
 
-import broker_throughput as bt
+import harness
 
 POOL = 1024  # distinct payloads per size, sent in turn
 
@@ -53,7 +53,7 @@ def _produced(count: int, size: int, start: float, capped: bool) -> dict:
 def _consumed(count: int, nbytes: int, size: int, start: float, capped: bool) -> dict:
     end = time.monotonic()
     if nbytes != count * size and not capped:  # (a cap may land between two counts)
-        raise bt.BenchError(f"read {count} messages of {nbytes} bytes, expected {size} each")
+        raise harness.BenchError(f"read {count} messages of {nbytes} bytes, expected {size} each")
     return {"messages": count, "payload_bytes": nbytes, "start": start, "end": end,
             "seconds": end - start, "capped": capped}
 
@@ -69,7 +69,7 @@ def role_hb_producer(p: dict) -> None:
     queue = max(4 * batch, 100_000 if size <= 1000 else 10_000)
     producer = Producer(p["uri"], {"producer.type": "async", "batch.size": batch,
                                    "queue.size": queue})
-    bt._handshake()
+    harness.handshake()
     deadline = time.monotonic() + p["max_seconds"]
     start = time.monotonic()
     sent = 0
@@ -84,7 +84,7 @@ def role_hb_producer(p: dict) -> None:
     producer.flush()
     result = _produced(sent, size, start, sent < count)
     producer.close()
-    bt._emit(result)
+    harness.emit(result)
 
 
 @contextlib.contextmanager
@@ -107,7 +107,7 @@ def role_hb_consumer(p: dict) -> None:
 
     size, count, topic = p["size"], p["count"], p["topic"]
     consumer = SimpleConsumer(p["uri"], {"fetch.size": p["value"]})
-    bt._handshake()
+    harness.handshake()
     start = time.monotonic()
     n = nbytes = 0
     capped = False
@@ -124,7 +124,7 @@ def role_hb_consumer(p: dict) -> None:
         capped = True
     result = _consumed(n, nbytes, size, start, capped)
     consumer.close()
-    bt._emit(result)
+    harness.emit(result)
 
 
 def role_redis_producer(p: dict) -> None:
@@ -135,7 +135,7 @@ def role_redis_producer(p: dict) -> None:
     batch = p["value"]
     r = redis.Redis(host="127.0.0.1", port=p["port"])
     r.ping()
-    bt._handshake()
+    harness.handshake()
     deadline = time.monotonic() + p["max_seconds"]
     start = time.monotonic()
     sent = 0
@@ -151,9 +151,9 @@ def role_redis_producer(p: dict) -> None:
     result = _produced(sent, size, start, sent < count)
     stored = r.xlen(key)
     if stored != sent:
-        raise bt.BenchError(f"XLEN {key} is {stored}, {sent} were added")
+        raise harness.BenchError(f"XLEN {key} is {stored}, {sent} were added")
     r.close()
-    bt._emit(result)
+    harness.emit(result)
 
 
 def role_redis_consumer(p: dict) -> None:
@@ -163,7 +163,7 @@ def role_redis_consumer(p: dict) -> None:
     read = p["value"]
     r = redis.Redis(host="127.0.0.1", port=p["port"])
     r.ping()
-    bt._handshake()
+    harness.handshake()
     deadline = time.monotonic() + p["max_seconds"]
     start = time.monotonic()
     last = b"0-0"
@@ -183,7 +183,7 @@ def role_redis_consumer(p: dict) -> None:
         last = entries[-1][0]
     result = _consumed(n, nbytes, size, start, capped)
     r.close()
-    bt._emit(result)
+    harness.emit(result)
 
 
 async def _nats(p: dict):
@@ -207,7 +207,7 @@ async def _nats_producer(p: dict) -> dict:
         if not future.cancelled() and future.exception() is not None:
             errors.append(future.exception())
 
-    await asyncio.get_running_loop().run_in_executor(None, bt._handshake)
+    await asyncio.get_running_loop().run_in_executor(None, harness.handshake)
     deadline = time.monotonic() + p["max_seconds"]
     start = time.monotonic()
     sent = 0
@@ -221,10 +221,10 @@ async def _nats_producer(p: dict) -> dict:
     await js.publish_async_completed()
     result = _produced(sent, size, start, sent < count)
     if errors:
-        raise bt.BenchError(f"{len(errors)} publishes failed, the first: {errors[0]!r}")
+        raise harness.BenchError(f"{len(errors)} publishes failed, the first: {errors[0]!r}")
     info = await js.stream_info(name)
     if info.state.messages != sent:
-        raise bt.BenchError(f"stream {name} holds {info.state.messages} messages, {sent} sent")
+        raise harness.BenchError(f"stream {name} holds {info.state.messages} messages, {sent} sent")
     await nc.close()
     return result
 
@@ -255,7 +255,7 @@ async def _nats_consumer(p: dict) -> dict:
     nc = await _nats(p)
     js = nc.jetstream()
     policy, sub = await _nats_subscription(js, name)
-    await asyncio.get_running_loop().run_in_executor(None, bt._handshake)
+    await asyncio.get_running_loop().run_in_executor(None, harness.handshake)
     deadline = time.monotonic() + p["max_seconds"]
     start = time.monotonic()
     n = nbytes = 0
@@ -282,7 +282,7 @@ async def _nats_consumer(p: dict) -> dict:
 def asyncio_role(work):
     """A role of ``work(params)``, a coroutine function whose result is the role's line."""
     def role(p: dict) -> None:
-        bt._emit(asyncio.run(work(p)))
+        harness.emit(asyncio.run(work(p)))
     return role
 
 
@@ -302,7 +302,7 @@ def ensure_installed(binaries: list[str]) -> None:
     missing = [b for b in binaries if shutil.which(b) is None]
     if not missing:
         return
-    bt.log(f"installing {' '.join(missing)} with apt-get ...")
+    harness.log(f"installing {' '.join(missing)} with apt-get ...")
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     install = ["apt-get", "install", "-y", "-q", *missing]
     try:
@@ -331,7 +331,7 @@ class PeerServer:
     def __init__(self, workdir: str):
         self.dir = os.path.join(workdir, self.name)
         os.makedirs(self.dir, exist_ok=True)
-        self.port = bt.free_port()
+        self.port = harness.free_port()
         self.log_path = os.path.join(self.dir, "server.log")
         self.proc: subprocess.Popen | None = None
 
@@ -356,7 +356,7 @@ class PeerServer:
         deadline = time.monotonic() + timeout
         while True:
             if self.proc.poll() is not None:
-                raise bt.BenchError(f"{self.name} exited with {self.proc.returncode}:\n"
+                raise harness.BenchError(f"{self.name} exited with {self.proc.returncode}:\n"
                                     f"{self.log()}")
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=5) as sock:
@@ -365,7 +365,7 @@ class PeerServer:
             except OSError:
                 pass
             if time.monotonic() > deadline:
-                raise bt.BenchError(f"{self.name} not up after {timeout:.0f}s:\n{self.log()}")
+                raise harness.BenchError(f"{self.name} not up after {timeout:.0f}s:\n{self.log()}")
             time.sleep(0.1)
 
     def log(self) -> str:
@@ -383,7 +383,7 @@ class PeerServer:
             try:
                 return proc.wait(timeout)
             except subprocess.TimeoutExpired:
-                bt.log(f"{self.name} {proc.pid} still running {timeout:.0f}s after SIGTERM: "
+                harness.log(f"{self.name} {proc.pid} still running {timeout:.0f}s after SIGTERM: "
                        "SIGKILL")
                 os.kill(proc.pid, signal.SIGKILL)
         return proc.wait(10)

@@ -23,7 +23,7 @@ import socket
 import subprocess
 import time
 
-import broker_throughput as bt
+import harness
 from compare_peers import (POOL, PeerServer, _consumed, _produced, asyncio_role, cycled,
                            payloads)
 
@@ -54,7 +54,7 @@ async def _rabbit_producer(p: dict) -> dict:
     producer = Producer("127.0.0.1", p["port"], username=USER, password=PASSWORD)
     await producer.start()
     await producer.create_stream(name, exists_ok=True)
-    await asyncio.get_running_loop().run_in_executor(None, bt._handshake)
+    await asyncio.get_running_loop().run_in_executor(None, harness.handshake)
     deadline = time.monotonic() + p["max_seconds"]
     start = time.monotonic()
     while sent < count:
@@ -70,13 +70,13 @@ async def _rabbit_producer(p: dict) -> dict:
     wait_until = time.monotonic() + 60
     while confirmed + len(failed) < sent:
         if time.monotonic() > wait_until:
-            raise bt.BenchError(f"{sent - confirmed - len(failed)} of {sent} never confirmed")
+            raise harness.BenchError(f"{sent - confirmed - len(failed)} of {sent} never confirmed")
         room.clear()
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(room.wait(), 1)
     result = _produced(sent, size, start, sent < count)
     if failed:
-        raise bt.BenchError(f"{len(failed)} publishes failed, the first: {failed[0]!r}")
+        raise harness.BenchError(f"{len(failed)} publishes failed, the first: {failed[0]!r}")
     await producer.close()
     return result
 
@@ -97,7 +97,7 @@ async def _rabbit_consumer(p: dict) -> dict:
 
     consumer = Consumer("127.0.0.1", p["port"], username=USER, password=PASSWORD)
     await consumer.start()
-    await asyncio.get_running_loop().run_in_executor(None, bt._handshake)
+    await asyncio.get_running_loop().run_in_executor(None, harness.handshake)
     start = time.monotonic()
     await consumer.subscribe(name, on_message, initial_credit=p["value"],
                              offset_specification=ConsumerOffsetSpecification(
@@ -129,9 +129,9 @@ class RabbitServer(PeerServer):
 
     def __init__(self, workdir: str):
         super().__init__(workdir)  # self.port: the stream protocol's port
-        self.amqp_port = bt.free_port()
-        self.dist_port = bt.free_port()
-        self.epmd_port = bt.free_port()
+        self.amqp_port = harness.free_port()
+        self.dist_port = harness.free_port()
+        self.epmd_port = harness.free_port()
         self.node = f"bench-{os.getpid()}@localhost"
         self.epmd: subprocess.Popen | None = None
         conf = os.path.join(self.dir, "rabbitmq.conf")

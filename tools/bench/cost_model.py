@@ -8,7 +8,7 @@ Run by hand (not a test), from the repository with its venv::
 
 What it does, every step bounded in count and time:
 
-1. Starts one ``hostbroker serve`` (``broker_throughput.Broker``: free
+1. Starts one ``hostbroker serve`` (``harness.Broker``: free
    ports, temporary data, stopped by PID) and measures one disk's
    sustained write rate with ``dd conv=fdatasync`` (for information).
 2. For each repeat, and in it for each core setting in turn (interleaved:
@@ -48,11 +48,13 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-import broker_throughput as bt  # noqa: E402
+import broker_throughput  # noqa: E402
 import cost_predict as cp  # noqa: E402
+import harness  # noqa: E402
+from machine_limits import measure_pagecache  # noqa: E402
 
 SIZES = (("100B", 100, 1000), ("10KiB", 10 * 1024, 100))
-V1_HEADER = bt.V1_HEADER
+V1_HEADER = broker_throughput.V1_HEADER
 
 
 def pin(pids, cpus: set[int]) -> None:
@@ -87,7 +89,7 @@ def stage_reader(settings: dict):
 
         return latency_stages.StageCounters(settings)
     except Exception as exc:  # noqa: BLE001 - informational only
-        bt.log(f"stage counters not read: {exc}")
+        harness.log(f"stage counters not read: {exc}")
         return None
 
 
@@ -97,28 +99,29 @@ def read_stages(reader) -> dict:
     try:
         return reader.read()
     except Exception as exc:  # noqa: BLE001
-        bt.log(f"stage counters not read: {exc}")
+        harness.log(f"stage counters not read: {exc}")
         return {}
 
 
-def run_phase(role: str, params: dict, broker: bt.Broker, workdir: str, reader,
+def run_phase(role: str, params: dict, broker: harness.Broker, workdir: str, reader,
               max_seconds: float, wait_quiet: float) -> dict:
     """One client phase: CPU seconds by kind (schedstat), wall messages/s, stage counters."""
     import latency_stages
 
-    child = bt.Child(role, params, workdir, timeout=max_seconds + 120)
+    child = harness.Child(broker_throughput.SCRIPT, role, params, workdir,
+                          timeout=max_seconds + 120)
     try:
         child.ready()
-        busy_before = bt.wait_quiet(wait_quiet) if wait_quiet else None
+        busy_before = harness.wait_quiet(wait_quiet) if wait_quiet else None
         stages0 = read_stages(reader)
         before = cpu_seconds(broker.worker_pids)
-        machine0 = bt.busy_cpu_seconds()
+        machine0 = harness.busy_cpu_seconds()
         wall0 = time.perf_counter()
         child.go()
         result = child.result()
         wall = time.perf_counter() - wall0
         after = cpu_seconds(broker.worker_pids)
-        machine = bt.busy_cpu_seconds() - machine0
+        machine = harness.busy_cpu_seconds() - machine0
     finally:
         child.end()
     time.sleep(0.5)  # the heartbeat publishes the timing counters every ~0.4 s
@@ -128,20 +131,20 @@ def run_phase(role: str, params: dict, broker: bt.Broker, workdir: str, reader,
         if name not in before:
             continue
         kind = {"hb-proc": "processor", "hb-handler": "handler",
-                "hb-writer": "writer"}.get(bt.process_kind(name), "supervisor+acceptor")
+                "hb-writer": "writer"}.get(harness.process_kind(name), "supervisor+acceptor")
         cpu[kind] += seconds - before[name]
     cpu["client"] = result["cpu_seconds"]
     requests = result.get("requests") or result.get("fetches")
     return {"messages": result["messages"], "requests": requests, "bytes": result["bytes"],
             "seconds": result["seconds"], "wall": wall, "capped": result["capped"],
             "msgs_per_s": result["messages"] / result["seconds"],
-            "mb_per_s": result["bytes"] / result["seconds"] / bt.MB,
+            "mb_per_s": result["bytes"] / result["seconds"] / harness.MB,
             "cpu_seconds": cpu, "others_cpu_seconds": max(0.0, machine - sum(cpu.values())),
             "machine_busy_before": busy_before, "stages": stages,
             "first_base": result.get("first_base"), "end_offset": result.get("end_offset")}
 
 
-def run_size(label: str, size: int, batch: int, count: int, tag: str, broker: bt.Broker,
+def run_size(label: str, size: int, batch: int, count: int, tag: str, broker: harness.Broker,
              workdir: str, reader, args) -> dict:
     from hostbroker.client.simple import SimpleClient
 
@@ -275,13 +278,13 @@ def summarize(report: dict, args) -> dict:
     for host_cores in args.host_cores:
         for clients_on_host, per_disk in ((True, 1), (False, 1), (True, 2)):
             pick = cp.choose_workers(sized_for, cores=host_cores, disks=args.disks,
-                                     disk_bytes_per_s=args.disk_mb_s * bt.MB,
+                                     disk_bytes_per_s=args.disk_mb_s * harness.MB,
                                      clients_on_host=clients_on_host, dirs_per_disk=per_disk)
             n, h, w_count = pick["processors"], pick["handlers"], pick["writers"]
             preds = {w: cp.predict(wl["costs"], cores=host_cores, processors=n, handlers=h,
                                    writers=w_count, disks=args.disks,
                                    clients_on_host=clients_on_host,
-                                   disk_bytes_per_s=args.disk_mb_s * bt.MB if wl["produce"]
+                                   disk_bytes_per_s=args.disk_mb_s * harness.MB if wl["produce"]
                                    else None, log_bytes_per_message=wl["log_bytes"])
                      for w, wl in workloads.items()}
             client_cores = max(preds[w]["msgs_per_s"] * workloads[w]["costs"]["client"]
@@ -298,7 +301,8 @@ def summarize(report: dict, args) -> dict:
                 "ring_memory_mib": (rings * ring_bytes + cp.answer_ring_memory(
                     n, w_count, ring_bytes)) / cp.MIB, "client_cores": client_cores,
                 "predictions": {w: {"msgs_per_s": p["msgs_per_s"], "binds": p["binds"],
-                                    "mb_per_s": p["msgs_per_s"] * workloads[w]["log_bytes"] / bt.MB}
+                                    "mb_per_s": (p["msgs_per_s"] * workloads[w]["log_bytes"]
+                                                 / harness.MB)}
                                 for w, p in preds.items()}})
     return model
 
@@ -374,7 +378,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--uri-kind", choices=("unix", "tcp"), default="unix")
     ap.add_argument("--in-flight", type=int, default=16, help="produce requests in flight")
     ap.add_argument("--fetch-in-flight", type=int, default=4, help="fetches in flight")
-    ap.add_argument("--fetch-max-bytes", type=int, default=4 * bt.MIB)
+    ap.add_argument("--fetch-max-bytes", type=int, default=4 * harness.MIB)
     ap.add_argument("--max-seconds", type=float, default=60, help="cap on each phase")
     ap.add_argument("--wait-quiet", type=float, default=10,
                     help="before each phase wait up to this long for a mostly idle machine")
@@ -416,26 +420,26 @@ def main(argv=None) -> int:
         report = reports[0]
         report["runs"] = [run for r in reports for run in r["runs"]]
         report["model"] = summarize(report, args)
-        bt.output(report, args, print_model)
+        harness.output(report, args, print_model)
         return 0
     all_cpus = os.sched_getaffinity(0)
     workdir = tempfile.mkdtemp(prefix="hb-cost-")
-    report: dict = {"machine": bt.machine_info(), "args": vars(args), "runs": []}
+    report: dict = {"machine": harness.machine_info(), "args": vars(args), "runs": []}
     broker = None
     reader = None
     try:
         if args.dd_sync_mib:
-            bt.log("measuring the disk (dd conv=fdatasync) ...")
-            pc = bt.measure_pagecache(workdir, 64, 1, args.dd_sync_mib)
+            harness.log("measuring the disk (dd conv=fdatasync) ...")
+            pc = measure_pagecache(workdir, 64, 1, args.dd_sync_mib)
             report["disk_mb_s"] = round(pc["fdatasync_fresh_file_mb_s"])
-        broker = bt.Broker(workdir, args.set)
+        broker = harness.Broker(workdir, args.set)
         report["broker_settings"] = broker.settings
         report["broker_settings_shown"] = " ".join(
             f"{k}={v}" for k, v in broker.settings.items() if k not in ("listeners", "log.dirs")
         ) or "default settings (2 processors, 2 handlers, 1 log dir)"
-        bt.log(f"starting hostbroker serve in {workdir} ...")
+        harness.log(f"starting hostbroker serve in {workdir} ...")
         broker.start()
-        bt._warm_up(broker)
+        harness.warm_up(broker)
         reader = stage_reader(broker.settings)
         for rep in range(args.repeats):
             run = {}
@@ -444,7 +448,7 @@ def main(argv=None) -> int:
                 run[str(cores)] = {}
                 for label, size, batch in SIZES:
                     count = args.small_messages if label == "100B" else args.big_messages
-                    bt.log(f"repeat {rep + 1}/{args.repeats}, {cores} core(s), {label} ...")
+                    harness.log(f"repeat {rep + 1}/{args.repeats}, {cores} core(s), {label} ...")
                     run[str(cores)][label] = run_size(label, size, batch, count,
                                                       f"{cores}c-{rep}", broker, workdir,
                                                       reader, args)
@@ -461,7 +465,7 @@ def main(argv=None) -> int:
         with open(args.json_out, "w") as f:
             json.dump(report, f, indent=2)
     report["model"] = summarize(report, args)
-    bt.output(report, args, print_model)
+    harness.output(report, args, print_model)
     return 0
 
 

@@ -44,7 +44,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.dirname(os.path.dirname(HERE))]
 
-from broker_throughput import Broker, log, machine_info  # noqa: E402
+from harness import Broker, log, machine_info  # noqa: E402
 from latency_loads import NaiveBroker, create_topics, run_e2e, run_pipelined, run_rtt  # noqa: E402
 
 from hostbroker import cpulatency  # noqa: E402

@@ -52,7 +52,7 @@ from dataclasses import dataclass
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.dirname(os.path.dirname(HERE))]
 
-from broker_throughput import Broker, machine_info  # noqa: E402
+from harness import Broker, machine_info  # noqa: E402
 from latency_loads import NaiveBroker, create_topics, run_e2e  # noqa: E402
 
 TRACEFS = "/sys/kernel/tracing"

@@ -6,7 +6,7 @@ Run by hand (not a test), from the repository with its venv::
     .venv/bin/python tools/bench/frame_copies.py
     .venv/bin/python tools/bench/frame_copies.py --set processor.ring.receive=false
 
-Starts one ``hostbroker serve`` (``broker_throughput.Broker``: free ports,
+Starts one ``hostbroker serve`` (``harness.Broker``: free ports,
 temporary data, stopped by PID; PUTs off, so every PRODUCE takes the request
 ring) and sends PRODUCE frames of ``--frame-kib`` of 10 KiB messages on one
 connection, over the Unix socket and then TCP, two ways:
@@ -36,7 +36,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.dirname(os.path.dirname(HERE))]
 
-from broker_throughput import Broker  # noqa: E402
+from harness import Broker  # noqa: E402
 
 TOPIC = "copies"
 

@@ -6,7 +6,7 @@ Run by hand (not a test), from the repository with its venv::
     .venv/bin/python tools/bench/latency.py                      # everything, both brokers
     .venv/bin/python tools/bench/latency.py --phases rtt,e2e --target both --json-out r.json
 
-Starts a real ``hostbroker serve`` (``broker_throughput.Broker``, TCP and a
+Starts a real ``hostbroker serve`` (``harness.Broker``, TCP and a
 Unix socket, data in a temporary directory, ``--set`` passed through) and
 ``naive_broker.py`` (one process, a thread per connection, no shared memory),
 and measures both **in the same run, interleaved** (hostbroker, naive,
@@ -65,16 +65,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path[:0] = [HERE, REPO]
 
-from broker_throughput import (  # noqa: E402
-    MIB,
-    Broker,
-    log,
-    machine_info,
-    measure_pagecache,
-    measure_sendfile,
-    output,
-    wait_quiet,
-)
+from harness import MIB, Broker, log, machine_info, output, wait_quiet  # noqa: E402
 from latency_loads import (  # noqa: E402
     NaiveBroker,
     busy_neighbour,
@@ -88,6 +79,7 @@ from latency_loads import (  # noqa: E402
     warm_free_memory,
 )
 from latency_stages import StageCounters, add, delta, format_where, per_request  # noqa: E402
+from machine_limits import measure_pagecache, measure_sendfile  # noqa: E402
 
 PHASES = ("rtt", "e2e", "api", "sync", "pipelined", "large")
 TARGETS = ("hostbroker", "naive")

@@ -23,7 +23,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path[:0] = [HERE, REPO]
 
-from broker_throughput import MB, MIB, BenchError, free_port  # noqa: E402
+from harness import MB, MIB, BenchError, free_port  # noqa: E402
 
 from hostbroker.commands import perf_latency as pl  # noqa: E402
 

@@ -42,8 +42,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-import broker_throughput as bt  # noqa: E402
+import broker_throughput  # noqa: E402
 import compare  # noqa: E402
+import harness  # noqa: E402
 
 SIZE = 100
 TARGET = 0.7
@@ -61,7 +62,7 @@ def role_api_producer(p: dict) -> None:
     if p["mode"] == "send_many":
         chunks = [pool[i:i + batch] for i in range(0, len(pool), batch)]
         chunks = [c for c in chunks if len(c) == batch] or [pool[:batch]]
-    bt._handshake()
+    harness.handshake()
     deadline = time.monotonic() + p["max_seconds"]
     t0 = time.perf_counter()
     sent = 0
@@ -80,7 +81,7 @@ def role_api_producer(p: dict) -> None:
     producer.flush()
     seconds = time.perf_counter() - t0
     producer.close()
-    bt._emit({"messages": sent, "seconds": seconds, "capped": sent < count})
+    harness.emit({"messages": sent, "seconds": seconds, "capped": sent < count})
 
 
 def role_encoding_producer(p: dict) -> None:
@@ -93,7 +94,7 @@ def role_encoding_producer(p: dict) -> None:
     pool = compare.payloads(SIZE)
     chunks = [pool[i:i + batch] for i in range(0, len(pool) - batch + 1, batch)] or [pool]
     conn = BrokerConnection(p["uri"], client_id="hb-bench-encoding").connect()
-    bt._handshake()
+    harness.handshake()
     deadline = time.monotonic() + p["max_seconds"]
     t0 = time.perf_counter()
     sent = 0
@@ -107,16 +108,16 @@ def role_encoding_producer(p: dict) -> None:
             break
         result = conn.receive().partitions[0]
         if result.error_code != 0:
-            raise bt.BenchError(f"produce answered {result!r}")
+            raise harness.BenchError(f"produce answered {result!r}")
     seconds = time.perf_counter() - t0
     conn.close()
-    bt._emit({"messages": sent, "seconds": seconds, "capped": sent < count})
+    harness.emit({"messages": sent, "seconds": seconds, "capped": sent < count})
 
 
 ROLES = {"api": role_api_producer, "encoding": role_encoding_producer}
 
 
-def run(broker: bt.Broker, kind: str, mode: str, n: int, args: argparse.Namespace,
+def run(broker: harness.Broker, kind: str, mode: str, n: int, args: argparse.Namespace,
         workdir: str) -> dict:
     from hostbroker.client import SimpleClient
 
@@ -128,21 +129,22 @@ def run(broker: bt.Broker, kind: str, mode: str, n: int, args: argparse.Namespac
         params = {"uri": uri, "topic": topic, "message_bytes": SIZE, "batch": args.batch_size,
                   "messages": args.messages, "in_flight": 16, "distinct_sets": 8,
                   "max_seconds": args.max_seconds}
-        child = bt.Child("producer", params, workdir, timeout=args.max_seconds + 120)
+        child = harness.Child(broker_throughput.SCRIPT, "producer", params, workdir,
+                              timeout=args.max_seconds + 120)
     else:
         params = {"uri": uri, "topic": topic, "mode": mode, "messages": args.messages,
                   "batch_size": args.batch_size, "queue_size": args.queue_size,
                   "max_seconds": args.max_seconds}
         role = "encoding" if mode == "encoding" else "api"
-        child = compare.Child(os.path.abspath(__file__), role, params, workdir,
+        child = harness.Child(os.path.abspath(__file__), role, params, workdir,
                               timeout=args.max_seconds + 120)
     try:
         child.ready()
-        busy = bt.wait_quiet(args.wait_quiet) if args.wait_quiet else None
-        cpu0 = bt.cpu_seconds(broker.worker_pids)
+        busy = harness.wait_quiet(args.wait_quiet) if args.wait_quiet else None
+        cpu0 = harness.cpu_seconds(broker.worker_pids)
         child.go()
         result = child.result()
-        cpu1 = bt.cpu_seconds(broker.worker_pids)
+        cpu1 = harness.cpu_seconds(broker.worker_pids)
     finally:
         child.end()
     broker_cpu = sum(cpu1[n] - cpu0[n] for n in cpu1 if n in cpu0)
@@ -227,21 +229,21 @@ def main(argv=None) -> int:
     workdir = tempfile.mkdtemp(prefix="hb-producer-api-")
     kinds = ["unix", "tcp"] if args.uri_kind == "both" else [args.uri_kind]
     report = dict(compare.new_report(args), runs=[])
-    broker = bt.Broker(workdir, args.set)
+    broker = harness.Broker(workdir, args.set)
     try:
-        bt.log(f"starting hostbroker serve in {workdir} ...")
+        harness.log(f"starting hostbroker serve in {workdir} ...")
         broker.start()
-        bt._warm_up(broker)
+        harness.warm_up(broker)
         for n in range(args.repeats):
             for kind in kinds:
                 for mode in MODES:
-                    bt.log(f"[{kind}] {mode} #{n + 1}: {args.messages} messages ...")
+                    harness.log(f"[{kind}] {mode} #{n + 1}: {args.messages} messages ...")
                     report["runs"].append(run(broker, kind, mode, n, args, workdir))
     finally:
         report["broker_exit_code"] = broker.stop()
         shutil.rmtree(workdir, ignore_errors=True)
     report["summary"] = summarize(report["runs"])
-    bt.output(report, args, print_report)
+    harness.output(report, args, print_report)
     return 0
 
 

@@ -37,14 +37,14 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 sys.path.insert(0, ROOT)
 
-import broker_throughput as bt  # noqa: E402
+import harness  # noqa: E402
 
 SIZE = 100
 TARGET = 0.9
 MODES = ("static", "zookeeper")
 
 
-def produce(mode: str, topic: str, brokers: list[bt.Broker], zk_connect: str,
+def produce(mode: str, topic: str, brokers: list[harness.Broker], zk_connect: str,
             args: argparse.Namespace) -> dict:
     from hostbroker.client import Producer
 
@@ -65,12 +65,12 @@ def produce(mode: str, topic: str, brokers: list[bt.Broker], zk_connect: str,
     stats = producer.stats
     producer.close()
     if stats["acknowledged"] != args.messages:
-        raise bt.BenchError(f"{mode}: {stats['acknowledged']} of {args.messages} acknowledged")
+        raise harness.BenchError(f"{mode}: {stats['acknowledged']} of {args.messages} acknowledged")
     return {"mode": mode, "messages": args.messages, "seconds": seconds,
             "msgs_per_s": args.messages / seconds}
 
 
-def register(zk, broker_id: int, broker: bt.Broker) -> None:
+def register(zk, broker_id: int, broker: harness.Broker) -> None:
     from hostbroker.cluster import paths
 
     info = paths.BrokerInfo(broker_id, "127.0.0.1", broker.port, broker.unix_path)
@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> dict:
     from tests.cluster.zkserver import ZooKeeperServer
 
     workdir = tempfile.mkdtemp(prefix="hb-bench-zk-")
-    brokers: list[bt.Broker] = []
+    brokers: list[harness.Broker] = []
     server = zk = None
     try:
         os.mkdir(os.path.join(workdir, "zk"))
@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> dict:
         for broker_id in (1, 2, 3):
             root = os.path.join(workdir, f"b{broker_id}")
             os.mkdir(root)
-            broker = bt.Broker(root, [f"broker.id={broker_id}"] + args.set)
+            broker = harness.Broker(root, [f"broker.id={broker_id}"] + args.set)
             broker.start()
             brokers.append(broker)
             register(zk, broker_id, broker)
@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> dict:
                         client.create_topic(topic, args.partitions)
                     register_topic(zk, broker_id, topic, args.partitions)
                 runs.append(produce(mode, topic, brokers, server.connect, args))
-                bt.log(f"{mode:9} {runs[-1]['msgs_per_s']:>10.0f} msgs/s")
+                harness.log(f"{mode:9} {runs[-1]['msgs_per_s']:>10.0f} msgs/s")
         median = {m: statistics.median(r["msgs_per_s"] for r in runs if r["mode"] == m)
                   for m in MODES}
         ratio = median["zookeeper"] / median["static"]

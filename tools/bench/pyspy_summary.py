@@ -33,7 +33,7 @@ import re
 
 # Leaf functions in which a process sleeps: their samples are idle time (the
 # benchmark client waiting for GO, a worker waiting on its doorbell).
-_IDLE = {"EpollSelector.select", "PollSelector.select", "select", "poll", "_handshake",
+_IDLE = {"EpollSelector.select", "PollSelector.select", "select", "poll", "handshake",
          "readline", "sleep", "wait", "Doorbell.wait"}
 # A leaf *line* that blocks in C until another thread hands over work: py-spy
 # shows no frame for SimpleQueue.get, so the wait is told by its source line

@@ -52,7 +52,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 sys.path.insert(0, ROOT)
 
-import broker_throughput as bt  # noqa: E402
+import harness  # noqa: E402
 from rebalance_common import run_cycles, wait_until  # noqa: E402
 
 PARTITIONS = 12
@@ -267,7 +267,7 @@ def consume_run(count: int, run: int, broker, script: str, env: dict, ends: list
     for member in members:
         member.wait_ready()
     pids = {**broker.workers(), "serve": broker.proc.pid}
-    broker_cpu = sum(bt.cpu_seconds(pids).values())
+    broker_cpu = sum(harness.cpu_seconds(pids).values())
     t0 = time.monotonic()
     for member in members:
         member.go()
@@ -282,7 +282,7 @@ def consume_run(count: int, run: int, broker, script: str, env: dict, ends: list
 
     wait_until(done, time.monotonic() + 300, f"{count} members to read the topic", 0.05)
     end = max(float(m.last("n")[1]) for m in members if m.last("n"))
-    broker_cpu = sum(bt.cpu_seconds(pids).values()) - broker_cpu
+    broker_cpu = sum(harness.cpu_seconds(pids).values()) - broker_cpu
     handed = sum(int(m.last("n")[0]) for m in members if m.last("n"))
     members_cpu = sum(float(m.last("n")[2]) for m in members if m.last("n"))
     for member in members:

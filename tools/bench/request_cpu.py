@@ -80,7 +80,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.dirname(os.path.dirname(HERE))]
 
-from broker_throughput import Broker, machine_info  # noqa: E402
+from harness import Broker, machine_info  # noqa: E402
 from latency_loads import (  # noqa: E402
     NaiveBroker,
     run_e2e,

@@ -95,7 +95,7 @@ def main() -> None:
         copy_text(*args.copy_text, args.master)
         return
 
-    from broker_throughput import Broker
+    from harness import Broker
     from spark_read import topic_and_text
 
     workdir = tempfile.mkdtemp(prefix="hb-spark-load-")

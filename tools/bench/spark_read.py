@@ -39,7 +39,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from broker_throughput import Broker  # noqa: E402
+from harness import Broker  # noqa: E402
 
 
 def produce(uri: str, topic: str, partitions: int, messages: int, size: int) -> list[bytes]:

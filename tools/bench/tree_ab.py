@@ -22,7 +22,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path[:0] = [HERE, REPO]
 
-from broker_throughput import Broker, machine_info  # noqa: E402
+from harness import Broker, machine_info  # noqa: E402
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
