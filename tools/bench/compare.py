@@ -186,8 +186,8 @@ def run_phase(systems: Systems, system: str, phase: str, size: int, count: int, 
     try:
         for role in roles:  # the producer first: it creates the topic / stream
             child = harness.Child(os.path.abspath(__file__), f"{_role_prefix(system)}-{role}",
-                          dict(base, value=values[role]), systems.workdir,
-                          timeout=max_seconds + 120)
+                                  dict(base, value=values[role]), systems.workdir,
+                                  timeout=max_seconds + 120)
             children[role] = child
             child.ready()
         busy = harness.wait_quiet(args.wait_quiet) if args.wait_quiet else None
@@ -234,9 +234,9 @@ def _kind(system: str) -> str:
 
 def _log_run(row: dict, rep: int) -> None:
     harness.log(f"  {LABELS[row['system']]:17} {row['phase']:7} {size_label(row['size']):>6} "
-           f"value {row['value']:>8} rep {rep}: {row['msgs_per_s']:>10,.0f} msgs/s "
-           f"{row['mb_per_s']:7.1f} MB/s, others {row['others_cpu_percent']:3.0f} %"
-           f"{' CAPPED' if row['capped'] else ''}")
+                f"value {row['value']:>8} rep {rep}: {row['msgs_per_s']:>10,.0f} msgs/s "
+                f"{row['mb_per_s']:7.1f} MB/s, others {row['others_cpu_percent']:3.0f} %"
+                f"{' CAPPED' if row['capped'] else ''}")
 
 
 def sweep_size(systems: Systems, names: list[str], size: int, count: int,

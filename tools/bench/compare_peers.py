@@ -357,7 +357,7 @@ class PeerServer:
         while True:
             if self.proc.poll() is not None:
                 raise harness.BenchError(f"{self.name} exited with {self.proc.returncode}:\n"
-                                    f"{self.log()}")
+                                         f"{self.log()}")
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=5) as sock:
                     if self.answers(sock):
@@ -384,7 +384,7 @@ class PeerServer:
                 return proc.wait(timeout)
             except subprocess.TimeoutExpired:
                 harness.log(f"{self.name} {proc.pid} still running {timeout:.0f}s after SIGTERM: "
-                       "SIGKILL")
+                            "SIGKILL")
                 os.kill(proc.pid, signal.SIGKILL)
         return proc.wait(10)
 
