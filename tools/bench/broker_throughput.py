@@ -196,8 +196,8 @@ def role_producer(p: dict) -> None:
     seconds = time.perf_counter() - t0
     conn.close()
     emit({"messages": received * batch, "requests": received, "bytes": received * set_bytes,
-           "payload_bytes": received * batch * size, "seconds": seconds, "capped": capped,
-           "first_base": first_base, "end_offset": last_end})
+          "payload_bytes": received * batch * size, "seconds": seconds, "capped": capped,
+          "first_base": first_base, "end_offset": last_end})
 
 
 def role_consumer(p: dict) -> None:
@@ -274,7 +274,7 @@ def role_consumer(p: dict) -> None:
     if not capped and (pos != end or carry):
         raise BenchError(f"walked to {pos} with {len(carry)} bytes left over, log ends at {end}")
     emit({"messages": count, "bytes": pos - start, "seconds": seconds, "fetches": fetches,
-           "short_fetches": short, "capped": capped})
+          "short_fetches": short, "capped": capped})
 
 
 ROLES = {"producer": role_producer, "consumer": role_consumer}
