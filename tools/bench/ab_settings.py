@@ -64,7 +64,7 @@ sys.path[:0] = [HERE, os.path.dirname(os.path.dirname(HERE))]
 
 from harness import Broker  # noqa: E402
 from latency_loads import run_e2e, run_fetch, run_pipelined  # noqa: E402
-from tree_ab import start_from  # noqa: E402
+from tree_ab import is_source_tree, start_from  # noqa: E402
 
 LOADS = ("rtt", "sync", "sync1", "pipe", "e2e", "e2e-parts", "fetch-parts", "large", "sync10k",
          "fetch")
@@ -202,7 +202,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         ap.error("--clients 1 to 64, and above 1 only for sync, sync1 and pipe")
     if args.a_tree is not None:
         args.a_tree = os.path.abspath(args.a_tree)
-        if not os.path.isfile(os.path.join(args.a_tree, "hostbroker", "__init__.py")):
+        if not is_source_tree(args.a_tree):
             ap.error(f"--a-tree {args.a_tree}: no hostbroker package there")
     return args
 

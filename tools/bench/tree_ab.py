@@ -34,8 +34,13 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
 
 
+def is_source_tree(path: str) -> bool:
+    """Whether ``path`` holds a hostbroker package to start a broker from."""
+    return os.path.isfile(os.path.join(path, "hostbroker", "__init__.py"))
+
+
 def check_arguments(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
-    if not os.path.isfile(os.path.join(a.baseline, "hostbroker", "__init__.py")):
+    if not is_source_tree(a.baseline):
         ap.error(f"--baseline {a.baseline}: no hostbroker package there")
     if a.rounds < 1 or not 0 < a.seconds <= 600:
         ap.error("--rounds must be at least 1 and --seconds within (0, 600]")
