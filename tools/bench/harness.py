@@ -36,7 +36,7 @@ MIB = 1 << 20
 
 
 class BenchError(Exception):
-    pass
+    """A benchmark could not run as set up: a broker, a child or a check failed."""
 
 
 # ---------------------------------------------------------------------------
