@@ -149,8 +149,13 @@ def test_killed_mid_run_and_run_again_holds_each_message_once(make_broker, spark
     create(broker, "load_kill", 2)
     produce(broker, "load_kill", [b"%03d" % i * 30 for i in range(60)], 2)
     commits = out / "_checkpoint" / "commits"
+    # A JVM killed outright leaves its scratch directories behind: keep them in tmp_path.
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    env = {**ENV, "TMPDIR": str(scratch), "SPARK_LOCAL_DIRS": str(scratch),
+           "JAVA_TOOL_OPTIONS": f"-Djava.io.tmpdir={scratch}"}
     proc = subprocess.Popen(load_command(broker, out, "--max-bytes-per-trigger", "1200"),
-                            env=ENV, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, start_new_session=True)
     try:
         deadline = time.monotonic() + RUN_TIMEOUT
@@ -166,6 +171,7 @@ def test_killed_mid_run_and_run_again_holds_each_message_once(make_broker, spark
         assert time.monotonic() < deadline, _group_alive(proc.pid)
         time.sleep(0.05)
     assert proc.returncode == -signal.SIGKILL  # it was still running
+    assert any(name.startswith("blockmgr-") for name in os.listdir(scratch))
 
     again = load(broker, out)
     assert 0 < summary(again)["messages"] < 60  # the rest, from the last committed batch on
