@@ -33,7 +33,6 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from hostbroker.protocol import api  # noqa: E402
 from tests.hostile import fuzzlib, stream  # noqa: E402
 from tests.hostile.fuzzlib import FUZZ_BROKER_SETTINGS, Violation  # noqa: E402
 from tests.hostile.runner import Failure, Session, Stats  # noqa: E402
@@ -74,9 +73,9 @@ def _kind(message: str) -> str:
 
 def summary(args: argparse.Namespace, stats: Stats, session: Session, start_rss: int) -> str:
     seconds = max(stats.seconds, 1e-9)
-    names = {int(k): k.name for k in api.ApiKey}
+    names = {int(k): k.name for k in fuzzlib.GENERATORS}
     by_api = ", ".join(f"{names.get(k, f'key {k}')} {n:,}"
-                       for k, n in sorted(stats.by_api.items(), key=lambda kv: -kv[1])[:12])
+                       for k, n in sorted(stats.by_api.items(), key=lambda kv: -kv[1])[:16])
     lines = [
         f"seed {args.seed}, jobs {args.jobs}, connections {args.connections}, heavy {args.heavy}, framing {args.framing}",
         f"inputs {stats.requests:,} in {stats.batches:,} batches on {stats.connections:,} "

@@ -27,17 +27,25 @@ import zlib
 from dataclasses import dataclass, field
 
 from hostbroker.client.connection import parse_uri
-from hostbroker.errors import ProtocolError
+from hostbroker.errors import ErrorCode, ProtocolError
 from hostbroker.log.message import CODEC_GZIP, CODEC_SNAPPY, encode_message, encode_message_set
 from hostbroker.protocol import api
 from hostbroker.protocol import groups as group_api
 
 _GROUP_KEYS = frozenset(group_api.GroupApiKey)  # served by the broker's group coordinator
+# Answers of 6 bytes, an error frame's size and layout (docs/spec/groups.md), and
+# the codes that only an error frame carries.
+_SIX_BYTE_ANSWERS = frozenset({group_api.GroupApiKey.HEARTBEAT, group_api.GroupApiKey.LEAVE_GROUP})
+_ERROR_FRAME_ONLY = frozenset({ErrorCode.UNSUPPORTED_VERSION, ErrorCode.INVALID_REQUEST})
 
 DEFAULT_SEED = 20261126
 # Settings of a broker the fuzz runs against (all existing settings): long
 # polls capped so that no exchange legitimately waits long, topics small.
-FUZZ_BROKER_SETTINGS = {"fetch.max.wait.ms": 1000, "max.partitions.per.topic": 64}
+# Group sessions and rebalances capped the same way: a JOIN_GROUP waits at most
+# the rebalance timeout, and the members the fuzz makes expire within 2 s.
+FUZZ_BROKER_SETTINGS = {"fetch.max.wait.ms": 1000, "max.partitions.per.topic": 64,
+                        "group.max.session.timeout.ms": 2000,
+                        "group.max.rebalance.timeout.ms": 1000}
 EXCHANGE_TIMEOUT = 10.0  # seconds for one batch to be answered and closed
 PROBE_CORRELATION_ID = 0x7FFF_FFF0
 # The most bytes one generated frame may have (the broker allows 100 MiB; the
@@ -236,6 +244,75 @@ def offset_fetch(rng, ctx):
     return api.OffsetFetchRequest(_group(rng, ctx), entries)
 
 
+# The group APIs (and OFFSET_COMMIT version 1). Member ids are the broker's to
+# give (client id, "-", 32 hex digits): a generated one is a guess, so these
+# mostly reach the refusals; tests/hostile/test_groups.py takes real members
+# through the rest.
+
+
+def _member(rng, ctx, allow_empty: bool = False) -> str:
+    r = rng.random()
+    if allow_empty and r < 0.6:
+        return ""
+    if r < 0.75:
+        return f"fuzz-{rng.randbytes(16).hex()}"
+    return name(rng, ctx)
+
+
+def _generation(rng) -> int:
+    return rng.randint(0, 3) if rng.random() < 0.7 else int32(rng)
+
+
+def _timeout_ms(rng) -> int:
+    r = rng.random()
+    if r < 0.6:
+        return rng.choice([500, 1000, 2000])
+    return rng.choice([0, -1, 1, 499, 2001, 300_000, 2**31 - 1]) if r < 0.8 else int32(rng)
+
+
+def join_group(rng, ctx):
+    def subscribed():
+        streams = rng.randint(1, 4) if rng.random() < 0.8 else \
+            rng.choice([0, -1, 1024, 1025, 2**31 - 1])
+        return group_api.SubscribedTopic(name(rng, ctx), streams)
+
+    topics = _repeat(rng, subscribed) if rng.random() < 0.5 else \
+        tuple(subscribed() for _ in range(rng.randint(1, 3)))
+    return group_api.JoinGroupRequest(_group(rng, ctx), _timeout_ms(rng), _timeout_ms(rng),
+                                      _member(rng, ctx, allow_empty=True), topics)
+
+
+def sync_group(rng, ctx):
+    return group_api.SyncGroupRequest(_group(rng, ctx), _generation(rng), _member(rng, ctx))
+
+
+def heartbeat(rng, ctx):
+    return group_api.HeartbeatRequest(_group(rng, ctx), _generation(rng), _member(rng, ctx))
+
+
+def leave_group(rng, ctx):
+    return group_api.LeaveGroupRequest(_group(rng, ctx), _member(rng, ctx))
+
+
+def describe_group(rng, ctx):
+    return group_api.DescribeGroupRequest(_group(rng, ctx))
+
+
+def list_groups(rng, ctx):
+    return group_api.ListGroupsRequest()
+
+
+def offset_commit_v1(rng, ctx):
+    """A fenced commit (version 1) half the time, else version 0."""
+    if rng.random() < 0.5:
+        return offset_commit(rng, ctx)
+    plain = offset_commit(rng, ctx)
+    outside = rng.random() < 0.4
+    return group_api.OffsetCommitRequestV1(
+        plain.group, group_api.NO_GENERATION if outside else _generation(rng),
+        "" if outside and rng.random() < 0.8 else _member(rng, ctx), plain.partitions)
+
+
 GENERATORS = {
     api.ApiKey.PRODUCE: produce,
     api.ApiKey.FETCH: fetch,
@@ -243,8 +320,14 @@ GENERATORS = {
     api.ApiKey.METADATA: metadata,
     api.ApiKey.CREATE_TOPIC: create_topic,
     api.ApiKey.DELETE_TOPIC: delete_topic,
-    api.ApiKey.OFFSET_COMMIT: offset_commit,
+    api.ApiKey.OFFSET_COMMIT: offset_commit_v1,
     api.ApiKey.OFFSET_FETCH: offset_fetch,
+    group_api.GroupApiKey.JOIN_GROUP: join_group,
+    group_api.GroupApiKey.SYNC_GROUP: sync_group,
+    group_api.GroupApiKey.HEARTBEAT: heartbeat,
+    group_api.GroupApiKey.LEAVE_GROUP: leave_group,
+    group_api.GroupApiKey.DESCRIBE_GROUP: describe_group,
+    group_api.GroupApiKey.LIST_GROUPS: list_groups,
 }
 
 
@@ -283,9 +366,11 @@ def request_frame(rng: random.Random, ctx: FuzzContext, correlation_id: int,
                    rng.choice(["fuzz", "", None, long_text(rng)]) if rng.random() < 0.1 else "fuzz")
     if rng.random() < 0.25:
         frame = mutate(rng, frame)
-    if rng.random() < 0.03:  # header fields themselves: unknown keys, versions, too short
+    if rng.random() < 0.03:  # header fields themselves: unknown keys, versions, another
+        # API's key on this body
         frame = struct.pack(">i", len(frame) - 4) + struct.pack(
-            ">hh", rng.choice([-1, 8, 9, 11, 12, 32767, key]), rng.choice([0, 1, -1])) + frame[8:]
+            ">hh", rng.choice([-1, 14, 99, 32767, key, rng.choice(list(GENERATORS))]),
+            rng.choice([0, 1, 2, -1])) + frame[8:]
     if len(frame) > MAX_FRAME_BYTES:
         frame = encode(api.MetadataRequest(()), correlation_id)
     return frame
@@ -343,10 +428,14 @@ class Outcome:
 
 
 class _Scan:
-    """Walks the whole frames of a growing answer stream once each."""
+    """Walks the whole frames of a growing answer stream once each, against
+    the expectations ``owed`` of the requests sent (to tell an error frame
+    from a 6-byte answer)."""
 
-    def __init__(self) -> None:
+    def __init__(self, owed: list) -> None:
         self.at = 0
+        self.owed = owed
+        self.next = 0  # the first expectation not yet answered
         self.probe = False
         self.error = False
 
@@ -355,21 +444,27 @@ class _Scan:
             (size,) = struct.unpack_from(">i", data, self.at)
             if size < 0 or self.at + 4 + size > len(data):
                 return
-            self.error = self.error or size == api.ERROR_FRAME_SIZE
-            self.probe = size >= 4 and struct.unpack_from(">i", data, self.at + 4)[0] \
-                == PROBE_CORRELATION_ID
+            frame = bytes(data[self.at + 4:self.at + 4 + size])
+            if is_refusal(frame, self.owed[self.next:]):
+                self.error = True
+            else:
+                while self.next < len(self.owed) and self.owed[self.next][0] == "none":
+                    self.next += 1
+                self.next += 1
+            self.probe = size >= 4 and struct.unpack_from(">i", frame)[0] == PROBE_CORRELATION_ID
             self.at += 4 + size
 
 
-def _read_all(sock: socket.socket, timeout: float) -> tuple[bytes, bool]:
+def _read_all(sock: socket.socket, timeout: float, owed: list) -> tuple[bytes, bool]:
     """What the broker sends until it has answered the probe or closed the
-    connection, and whether the close was a reset (TCP RST).
+    connection, and whether the close was a reset (TCP RST); ``owed`` holds
+    the expectations of the frames sent, the probe's last.
 
     After an error frame the close must follow (within the deadline too).
     """
     deadline = time.monotonic() + timeout
     data = bytearray()
-    scan = _Scan()
+    scan = _Scan(owed)
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
@@ -403,6 +498,25 @@ def split_frames(data: bytes) -> list[bytes]:
     return frames
 
 
+def is_refusal(frame: bytes, owed) -> bool:
+    """Whether an answer ``frame`` is an error frame, given the expectations
+    still ``owed`` in order (those of acks=0 PRODUCEs included).
+
+    A 6-byte frame is an error frame unless it carries the correlation id of
+    a HEARTBEAT or LEAVE_GROUP owed next: then it is that request's answer,
+    but for the codes only an error frame carries (docs/spec/groups.md).
+    """
+    if not api.is_error_frame(frame):
+        return False
+    cid, code = api.decode_error_frame(frame)
+    for kind, want, key in owed:
+        if kind == "none" and want != cid:
+            continue  # no answer owed; an error frame may still name it
+        return not (kind == "answer" and want == cid and key in _SIX_BYTE_ANSWERS
+                    and code not in _ERROR_FRAME_ONLY)
+    return True
+
+
 def check_answer(expected: tuple[str, int | None, int | None], frame: bytes) -> None:
     """Raise Violation unless ``frame`` is the answer owed to the request ``expected`` of."""
     kind, cid, api_key = expected
@@ -424,7 +538,7 @@ def check_answers(sent: list[bytes], received: list[bytes]) -> Outcome:
     pending = [expectation(f) for f in sent]
     at, answered, errors = 0, 0, 0
     for index, frame in enumerate(received):
-        if api.is_error_frame(frame):
+        if is_refusal(frame, pending[at:]):
             cid, code = api.decode_error_frame(frame)
             while at < len(pending) and pending[at][0] == "none" and pending[at][1] != cid:
                 at += 1
@@ -468,7 +582,7 @@ def exchange(uri: str, frames: list[bytes], timeout: float = EXCHANGE_TIMEOUT) -
     with connect(uri) as sock:
         sender = threading.Thread(target=_send, args=(sock, b"".join(sent)), daemon=True)
         sender.start()
-        data, reset = _read_all(sock, timeout)
+        data, reset = _read_all(sock, timeout, [expectation(f) for f in sent])
     sender.join(timeout)
     try:
         outcome = check_answers(sent, split_frames(data))

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from hostbroker.config import SETTINGS_BY_KEY
 from hostbroker.errors import ProtocolError
 from hostbroker.protocol import api
+from hostbroker.protocol import groups as group_api
 from tests.hostile import fuzzlib
 from tests.hostile.fuzzlib import (EXCHANGE_TIMEOUT, PROBE_CORRELATION_ID, FuzzContext,
                                    Violation, batch_rng)
@@ -94,7 +95,7 @@ class Pool:
 def _entries(frame: bytes) -> int:
     """How many array entries a decodable frame holds (a bound is enough)."""
     try:
-        api.decode_request(frame[4:], 200)
+        group_api.decode_any_request(frame[4:], 200)
     except ProtocolError:
         return 201
     return 0
@@ -232,7 +233,7 @@ class _Stream:
         if self.error_seen:
             raise Violation(f"an answer after an error frame: {frame[:16]!r}")
         pending = self.pending
-        if api.is_error_frame(frame):
+        if fuzzlib.is_refusal(frame, pending):
             cid, code = api.decode_error_frame(frame)
             while pending and pending[0][0] == "none" and pending[0][1] != cid:
                 pending.popleft()

@@ -25,7 +25,7 @@ from tests.protocol.strategies import requests
 BATCHES_PER_API = 40
 
 
-@pytest.mark.parametrize("api_key", list(api.ApiKey), ids=lambda k: k.name)
+@pytest.mark.parametrize("api_key", list(fuzzlib.GENERATORS), ids=lambda k: k.name)
 def test_fuzz_of_one_api(session, api_key):
     session.run(1_000_000 * (api_key + 1), BATCHES_PER_API, api_key=api_key, check_every=20)
 
