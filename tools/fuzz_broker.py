@@ -8,7 +8,7 @@ inputs (one input: one request frame sent in full): long-lived connections
 pipelining pool frames and their decodable mutations, and new connections
 for frames that end them (tests/hostile/stream.py). Every ``--check-every``
 inputs, with the clients idle, every invariant of tests/hostile is checked:
-no worker replaced, the broker tree's RSS within its bound, a normal client
+no worker replaced, the broker tree's memory (PSS) within its bound, a normal client
 answered within 2 s, no acknowledged message or commit lost; and at the end
 again after a restart. The generators, the checks of each answer and the
 invariants are the suite's own (tests/hostile/).
@@ -71,7 +71,7 @@ def _kind(message: str) -> str:
     return re.sub(r"-?\d+", "N", re.sub(r"b'.*?'|\(.*?\)", "(..)", text))[:160]
 
 
-def summary(args: argparse.Namespace, stats: Stats, session: Session, start_rss: int) -> str:
+def summary(args: argparse.Namespace, stats: Stats, session: Session, start_memory: int) -> str:
     seconds = max(stats.seconds, 1e-9)
     names = {int(k): k.name for k in fuzzlib.GENERATORS}
     by_api = ", ".join(f"{names.get(k, f'key {k}')} {n:,}"
@@ -85,8 +85,8 @@ def summary(args: argparse.Namespace, stats: Stats, session: Session, start_rss:
         f"by api: {by_api}",
     ]
     if session.tree is not None:
-        lines.append(f"broker tree RSS: start {start_rss / 2**20:.0f} MiB, "
-                     f"peak {session.tree.peak_rss / 2**20:.0f} MiB, "
+        lines.append(f"broker tree PSS: start {start_memory / 2**20:.0f} MiB, "
+                     f"peak {session.tree.peak / 2**20:.0f} MiB, "
                      f"bound {session.tree.bound / 2**20:.0f} MiB")
     lines.append(f"violations: {len(stats.failures)}")
     kinds: dict[str, list[Failure]] = {}
@@ -133,12 +133,12 @@ def main(argv: list[str] | None = None) -> int:
             return replay(args, session, args.replay)
 
         def progress(stats: Stats) -> None:
-            rss = session.tree.peak_rss / 2**20 if session.tree is not None else 0
+            peak = session.tree.peak / 2**20 if session.tree is not None else 0
             print(f"  {stats.seconds:7.0f} s  {stats.requests:>12,} inputs  "
                   f"{stats.requests / max(stats.seconds, 1e-9):>8,.0f}/s  "
-                  f"peak RSS {rss:.0f} MiB  violations {len(stats.failures)}", flush=True)
+                  f"peak PSS {peak:.0f} MiB  violations {len(stats.failures)}", flush=True)
 
-        start_rss = session.tree.baseline_rss
+        start_memory = session.tree.baseline
         stats = session.run_streams(seconds=args.seconds, max_requests=args.cases,
                                     check_every=args.check_every, jobs=args.jobs,
                                     connections=args.connections,
@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
             stats.failures.append(Failure(args.seed, -1, f"after a restart: {exc}"))
         stats.checks += 1
         print(f"restart and check: {time.monotonic() - started:.1f} s")
-        print(summary(args, stats, session, start_rss))
+        print(summary(args, stats, session, start_memory))
         return 1 if stats.failures else 0
     finally:
         try:

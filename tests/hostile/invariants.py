@@ -1,7 +1,10 @@
 """What must stay true of a broker whatever its clients send (issue 7).
 
 - :class:`Tree`: no worker replaced (the supervisor's children keep their
-  pids) and the resident memory of the whole process tree within a bound;
+  pids) and the memory of the whole process tree within a bound: its
+  proportional set size (PSS), which counts a page the workers share (the
+  rings, the tables) once, where a sum of resident sets counts it in every
+  process that touched it;
 - :func:`prompt_client`: a normal client is answered promptly, over TCP and
   the Unix socket (a METADATA, and a produce with acks=-1 fetched back);
 - :class:`Witness`: nothing acknowledged is lost: messages produced with
@@ -22,21 +25,21 @@ from hostbroker.client.simple import SimpleClient
 from hostbroker.log.message import encode_message_set, iter_messages
 from tests.hostile.fuzzlib import Violation
 
-# Resident memory the broker tree may gain over its figure at start.
-RSS_MARGIN_BYTES = int(os.environ.get("HB_FUZZ_RSS_MARGIN_MIB", "256")) * 2**20
+# Memory (PSS) the broker tree may gain over its figure at start.
+MEMORY_MARGIN_BYTES = int(os.environ.get("HB_FUZZ_MEMORY_MARGIN_MIB", "256")) * 2**20
 PROMPT_SECONDS = 2.0
 
 
 class Tree:
     """The broker's process tree as it was when checked last."""
 
-    def __init__(self, supervisor_pid: int, margin: int = RSS_MARGIN_BYTES, peak: int = 0):
-        """``peak``: the highest RSS of the tree seen before (a broker restarted)."""
+    def __init__(self, supervisor_pid: int, margin: int = MEMORY_MARGIN_BYTES, peak: int = 0):
+        """``peak``: the most memory of the tree seen before (a broker restarted)."""
         self.supervisor_pid = supervisor_pid
         self.workers = self.pids()
-        self.baseline_rss = self.rss()
-        self.bound = self.baseline_rss + margin
-        self.peak_rss = max(self.baseline_rss, peak)
+        self.baseline = self.memory()
+        self.bound = self.baseline + margin
+        self.peak = max(self.baseline, peak)
 
     def _procs(self) -> list[psutil.Process]:
         try:
@@ -54,18 +57,19 @@ class Tree:
                 pass
         return out
 
-    def rss(self) -> int:
+    def memory(self) -> int:
+        """The tree's PSS in bytes."""
         total = 0
         for p in self._procs():
             try:
-                total += p.memory_info().rss
+                total += p.memory_full_info().pss
             except psutil.NoSuchProcess:
                 pass
         return total
 
     def sample(self) -> None:
-        """Note the tree's memory now in ``peak_rss`` (between checks)."""
-        self.peak_rss = max(self.peak_rss, self.rss())
+        """Note the tree's memory now in ``peak`` (between checks)."""
+        self.peak = max(self.peak, self.memory())
 
     def check(self, settle: float = 0.0) -> None:
         """Raise Violation if a worker was replaced or memory is over the bound."""
@@ -75,15 +79,15 @@ class Tree:
                              if self.workers.get(k) != pids.get(k))
             raise Violation(f"workers replaced or gone: {changed} "
                             f"(before {self.workers}, now {pids})")
-        rss = self.rss()
+        memory = self.memory()
         deadline = time.monotonic() + settle
-        while rss > self.bound and time.monotonic() < deadline:
+        while memory > self.bound and time.monotonic() < deadline:
             time.sleep(0.2)
-            rss = self.rss()
-        self.peak_rss = max(self.peak_rss, rss)
-        if rss > self.bound:
-            raise Violation(f"broker tree RSS {rss / 2**20:.0f} MiB over its bound "
-                            f"{self.bound / 2**20:.0f} MiB (start {self.baseline_rss / 2**20:.0f})")
+            memory = self.memory()
+        self.peak = max(self.peak, memory)
+        if memory > self.bound:
+            raise Violation(f"broker tree PSS {memory / 2**20:.0f} MiB over its bound "
+                            f"{self.bound / 2**20:.0f} MiB (start {self.baseline / 2**20:.0f})")
 
     def rebase(self) -> None:
         """Accept the current workers (after a violation already reported)."""

@@ -94,7 +94,7 @@ class Session:
         self.broker.stop(timeout=30)
         self.broker.start()
         self.witness.check()
-        self.tree = Tree(self.broker.proc.pid, peak=self.tree.peak_rss if self.tree else 0)
+        self.tree = Tree(self.broker.proc.pid, peak=self.tree.peak if self.tree else 0)
 
     def batch(self, index: int, api_key: int | None = None, size: int | None = None,
               stats: Stats | None = None) -> None:
@@ -186,7 +186,7 @@ class Session:
         if self.broker.proc is None or self.broker.proc.poll() is not None:
             self.broker.proc = None
             self.broker.start()
-            self.tree = Tree(self.broker.proc.pid, peak=self.tree.peak_rss if self.tree else 0)
+            self.tree = Tree(self.broker.proc.pid, peak=self.tree.peak if self.tree else 0)
             return
         time.sleep(1.0)  # let a replaced worker come up
         self.tree.rebase()
