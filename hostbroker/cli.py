@@ -393,8 +393,9 @@ def _add_perf(sub) -> None:
     latency = tests.add_parser(
         "latency", help="per-API request latency percentiles at idle, moderate and full load",
         description="Time METADATA, PRODUCE (one 100-byte message, acks=1), FETCH (1 KiB "
-                    "from the log start) and OFFSETS requests against one broker: at idle "
-                    "(one request at a time), full load (--clients connections in a closed "
+                    "from the log start) and OFFSETS requests, and on request OFFSET_COMMIT, "
+                    "OFFSET_FETCH and HEARTBEAT (group hostbroker-perf), against one broker: "
+                    "at idle (one request at a time), full load (--clients connections in a closed "
                     "loop) and moderate load (the same connections paced at half the "
                     "requests/s full load reached). Prints requests/s and p50/p99/p99.9/max "
                     "latency in ms per API and load. Writes messages to --topic.")
@@ -403,7 +404,8 @@ def _add_perf(sub) -> None:
                               f"(default {DEFAULT_BOOTSTRAP})")
     latency.add_argument("--topic", required=True)
     latency.add_argument("--api", metavar="LIST",
-                         help="comma-separated: metadata,produce,fetch,offsets (default all)")
+                         help="comma-separated: metadata,produce,fetch,offsets,offset_commit,"
+                              "offset_fetch,heartbeat, or all (default the first four)")
     latency.add_argument("--load", metavar="LIST",
                          help="comma-separated: idle,moderate,full, or all (default all)")
     latency.add_argument("--seconds", type=float, default=2.0, metavar="N",

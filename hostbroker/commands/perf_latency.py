@@ -1,6 +1,7 @@
 """``hostbroker perf latency``: per-API request latency percentiles at three loads.
 
-For each API asked for (METADATA, PRODUCE, FETCH, OFFSETS) and each load:
+For each API asked for (by default METADATA, PRODUCE, FETCH and OFFSETS; on
+request also OFFSET_COMMIT, OFFSET_FETCH and HEARTBEAT) and each load:
 
 - ``idle``: one connection, one request at a time, for ``--seconds``;
 - ``full``: ``--clients`` connections (one thread each), each sending its
@@ -18,9 +19,14 @@ requests, requests/s, answers with an error code, and the latency
 percentiles p50, p99 and p99.9 and the maximum in milliseconds (nearest
 rank, as ``perf produce``). The requests: METADATA of the topic; PRODUCE of
 one 100-byte message (``acks = 1``); FETCH of up to 1 KiB from the log
-start (``max_wait_ms = 0``); OFFSETS latest. The topic gets ten messages
-first (created if the broker creates topics on produce) so that FETCH has
-something to read. Client threads share one interpreter: at full load the
+start (``max_wait_ms = 0``); OFFSETS latest; OFFSET_COMMIT (version 0) of
+partition 0's log start and OFFSET_FETCH of it, for the group
+``hostbroker-perf`` (the offset it commits stays); HEARTBEAT of one member of
+that group, which joins (session timeout 10 s) before the API's loads and
+leaves after them, so it needs a broker that serves groups (standalone): a
+join the broker refuses is tried, and fails the run, before anything is
+measured. The topic gets ten messages first (created if the broker creates
+topics on produce) so that FETCH has something to read. Client threads share one interpreter: at full load the
 client's own work counts in the latencies, as it does for any Python client.
 
 The measuring loops (:func:`time_requests`, :func:`measure`) are shared with
@@ -35,6 +41,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TextIO
 
@@ -49,8 +56,11 @@ from hostbroker.commands import (
 from hostbroker.commands.perf import PERCENTILES, percentile
 from hostbroker.errors import HostbrokerError
 
-APIS = ("metadata", "produce", "fetch", "offsets")
+APIS = ("metadata", "produce", "fetch", "offsets", "offset_commit", "offset_fetch", "heartbeat")
+DEFAULT_APIS = APIS[:4]  # what every broker serves, the naive one of tools/bench too
 LOADS = ("idle", "moderate", "full")
+GROUP = "hostbroker-perf"
+SESSION_TIMEOUT_MS = 10_000
 MESSAGE_BYTES = 100
 FETCH_BYTES = 1024
 SECONDS_LIMITS = (0.1, 3600.0)
@@ -99,7 +109,9 @@ def answer_errors(response) -> int:
         return int(response.error_code != 0)
     if isinstance(response, api.MetadataResponse):
         return sum(t.error_code != 0 for t in response.topics)
-    parts = getattr(response, "partitions", ())
+    parts = getattr(response, "partitions", None)
+    if parts is None:  # HEARTBEAT
+        return int(response.error_code != 0)
     return sum(p.error_code != 0 for p in parts)
 
 
@@ -113,10 +125,10 @@ def time_requests(uri: str, make_request: Callable[[], object], seconds: float, 
     last answer. ``stop_at`` (a ``time.monotonic`` value) overrides
     ``seconds``. Failures of the connection end the loop with ``failure`` set.
     """
-    from hostbroker.client.connection import BrokerConnection
+    from hostbroker.client.coordinator_requests import GroupConnection
 
     timings = Timings()
-    conn = connection or BrokerConnection(uri, timeout=_TIMEOUT, client_id="hostbroker-perf")
+    conn = connection or GroupConnection(uri, timeout=_TIMEOUT, client_id="hostbroker-perf")
     clock = time.perf_counter_ns
     try:
         if not conn.connected:
@@ -155,14 +167,14 @@ def run_clients(uri: str, make_request: Callable[[], object], seconds: float, cl
                 rate: float | None = None) -> Timings:
     """``clients`` threads, each running :func:`time_requests` on its own connection;
     with ``rate`` (requests/s over all of them) each is paced at its share."""
-    from hostbroker.client.connection import BrokerConnection
+    from hostbroker.client.coordinator_requests import GroupConnection
 
     if clients == 1:
         return time_requests(uri, make_request, seconds,
                              interval=None if rate is None else 1 / rate)
     results: list[Timings] = [Timings() for _ in range(clients)]
     # Connect first, so that connecting is not in the timed window.
-    conns = [BrokerConnection(uri, timeout=_TIMEOUT, client_id="hostbroker-perf").connect()
+    conns = [GroupConnection(uri, timeout=_TIMEOUT, client_id="hostbroker-perf").connect()
              for _ in range(clients)]
     interval = None if rate is None else clients / rate
     stop_at = time.monotonic() + seconds
@@ -202,11 +214,47 @@ class Requests:
             "fetch": api.FetchRequest(0, 0, (api.FetchPartition(topic, 0, fetch_offset,
                                                                 FETCH_BYTES),)),
             "offsets": api.OffsetsRequest(topic, 0, api.LATEST_TIME, 1),
+            "offset_commit": api.OffsetCommitRequest(GROUP, (
+                api.OffsetCommitPartition(topic, 0, fetch_offset, ""),)),
+            "offset_fetch": api.OffsetFetchRequest(GROUP, (api.OffsetFetchPartition(topic, 0),)),
         }
 
     def maker(self, name: str) -> Callable[[], object]:
         request = self._made[name]
         return lambda: request
+
+    @contextmanager
+    def serving(self, uri: str, name: str):
+        """What ``name``'s requests need while they are timed: for HEARTBEAT, a
+        member of :data:`GROUP` (joined first, left after; BrokerError when the
+        broker refuses the join)."""
+        if name != "heartbeat":
+            yield
+            return
+        from hostbroker.client.coordinator_requests import CoordinatorClient
+        from hostbroker.client.errors import BrokerError
+        from hostbroker.errors import ErrorCode
+        from hostbroker.protocol import groups as gp
+
+        client = CoordinatorClient([uri], timeout=_TIMEOUT, client_id="hostbroker-perf")
+        joined = client.join_group(GROUP, "", {self.topic: 1},
+                                   session_timeout_ms=SESSION_TIMEOUT_MS,
+                                   rebalance_timeout_ms=SESSION_TIMEOUT_MS)
+        if joined.error_code != ErrorCode.NONE:
+            client.close()
+            raise BrokerError(joined.error_code, f"joining group {GROUP} to time HEARTBEAT "
+                                                 f"(session timeout {SESSION_TIMEOUT_MS} ms)")
+        request = gp.HeartbeatRequest(GROUP, joined.generation, joined.member_id)
+        self._made["heartbeat"] = request
+        try:
+            yield
+        finally:
+            del self._made["heartbeat"]
+            try:
+                client.leave_group(GROUP, joined.member_id)
+            except (OSError, HostbrokerError):
+                pass  # its session ends it
+            client.close()
 
     @classmethod
     def prepare(cls, uri: str, topic: str) -> Requests:
@@ -227,27 +275,35 @@ def measure(uri: str, requests: Requests, apis: Sequence[str], loads: Sequence[s
     """``{api: {load: summary}}`` for every API and load asked for (module docstring)."""
     results: dict[str, dict] = {}
     for name in apis:
-        make = requests.maker(name)
-        row: dict[str, dict] = {}
-        if progress:
-            progress(f"{name} ...")
-        if "idle" in loads:
-            row["idle"] = summary(time_requests(uri, make, seconds))
-        full = None
-        if "full" in loads or "moderate" in loads:
-            full = run_clients(uri, make, seconds if "full" in loads else min(seconds, 1.0),
-                               clients)
-        if "moderate" in loads:
-            capacity = len(full.latencies) / full.seconds if full.seconds else 0.0
-            rate = max(capacity * MODERATE_SHARE, 1.0)
-            timed = run_clients(uri, make, seconds, clients, rate=rate)
-            row["moderate"] = {**summary(timed), "offered_per_s": round(rate, 1),
-                               "capacity_per_s": round(capacity, 1)}
-            row["moderate"]["achieved_per_s"] = row["moderate"].pop("requests_per_s")
-        if "full" in loads:
-            row["full"] = {**summary(full), "clients": clients}
-        results[name] = {load: row[load] for load in LOADS if load in row}
+        with requests.serving(uri, name):
+            results[name] = _measure_api(uri, requests.maker(name), name, loads, seconds,
+                                         clients, progress)
     return results
+
+
+def _measure_api(uri: str, make: Callable[[], object], name: str, loads: Sequence[str],
+                 seconds: float, clients: int,
+                 progress: Callable[[str], None] | None) -> dict:
+    """``{load: summary}`` of one API (module docstring)."""
+    row: dict[str, dict] = {}
+    if progress:
+        progress(f"{name} ...")
+    if "idle" in loads:
+        row["idle"] = summary(time_requests(uri, make, seconds))
+    full = None
+    if "full" in loads or "moderate" in loads:
+        full = run_clients(uri, make, seconds if "full" in loads else min(seconds, 1.0),
+                           clients)
+    if "moderate" in loads:
+        capacity = len(full.latencies) / full.seconds if full.seconds else 0.0
+        rate = max(capacity * MODERATE_SHARE, 1.0)
+        timed = run_clients(uri, make, seconds, clients, rate=rate)
+        row["moderate"] = {**summary(timed), "offered_per_s": round(rate, 1),
+                           "capacity_per_s": round(capacity, 1)}
+        row["moderate"]["achieved_per_s"] = row["moderate"].pop("requests_per_s")
+    if "full" in loads:
+        row["full"] = {**summary(full), "clients": clients}
+    return {load: row[load] for load in LOADS if load in row}
 
 
 def _choice_list(option: str, text: str | None, allowed: Sequence[str],
@@ -267,7 +323,7 @@ def _choice_list(option: str, text: str | None, allowed: Sequence[str],
 def format_report(report: dict) -> str:
     lines = [f"request latency (ms) on {report['bootstrap']}, topic {report['topic']}, "
              f"{report['seconds']:g} s per load, {report['clients']} clients at full load"]
-    lines.append(f"{'api':9} {'load':9} {'requests':>9} {'req/s':>9} {'p50':>8} {'p99':>8} "
+    lines.append(f"{'api':13} {'load':9} {'requests':>9} {'req/s':>9} {'p50':>8} {'p99':>8} "
                  f"{'p99.9':>8} {'max':>8} {'errors':>6}")
     for name, loads in report["results"].items():
         for load, r in loads.items():
@@ -275,7 +331,7 @@ def format_report(report: dict) -> str:
             rate = r.get("requests_per_s", r.get("achieved_per_s", 0.0))
             cells = "".join(f" {lat.get(k, float('nan')):8.3f}" for k in ("p50", "p99", "p99.9",
                                                                           "max"))
-            lines.append(f"{name:9} {load:9} {r['requests']:>9,} {rate:>9,.0f}{cells} "
+            lines.append(f"{name:13} {load:9} {r['requests']:>9,} {rate:>9,.0f}{cells} "
                          f"{r['errors']:>6}")
     return "\n".join(lines)
 
@@ -287,7 +343,8 @@ def latency(topic: str, *, apis: str | None = None, loads: str | None = None,
     """Run ``perf latency`` (module docstring)."""
     check_topic(topic)
     check_bootstrap(bootstrap)
-    api_list = _choice_list("--api", apis, APIS)
+    api_list = list(DEFAULT_APIS) if apis is None else _choice_list("--api", apis, APIS,
+                                                                     every="all")
     load_list = _choice_list("--load", loads, LOADS, every="all")
     if not SECONDS_LIMITS[0] <= seconds <= SECONDS_LIMITS[1]:
         raise usage_error(f"--seconds must be between {SECONDS_LIMITS[0]:g} and "
@@ -296,6 +353,9 @@ def latency(topic: str, *, apis: str | None = None, loads: str | None = None,
         raise usage_error(f"--clients must be between {CLIENTS_LIMITS[0]} and "
                           f"{CLIENTS_LIMITS[1]}, not {clients}")
     requests = Requests.prepare(bootstrap, topic)
+    if "heartbeat" in api_list:  # a join the broker refuses fails the run before it starts
+        with requests.serving(bootstrap, "heartbeat"):
+            pass
     results = measure(bootstrap, requests, api_list, load_list, seconds, clients)
     report = {"test": "latency", "bootstrap": bootstrap, "topic": topic, "seconds": seconds,
               "clients": clients, "message_bytes": MESSAGE_BYTES, "results": results}

@@ -7,6 +7,7 @@ import json
 from hostbroker.log.message import iter_messages
 from tests.integration.broker import free_port
 from tests.integration.cli import hostbroker, lines, one_line_error
+from tests.integration.coordinator_wire import GroupWire
 
 ENTRY_BYTES = 4 + 6 + 100  # length, v1 header, the 100-byte message
 
@@ -40,6 +41,40 @@ def test_perf_latency_reports_every_api_and_load(broker):
     assert payloads == [b"m" * 100] * (10 + produced)
 
 
+def test_perf_latency_of_commits_fetches_and_heartbeats(make_broker, tmp_path):
+    broker = make_broker()
+    result = hostbroker("perf", "latency", "--bootstrap", broker.unix, "--topic", "lat3",
+                        "--api", "offset_commit,offset_fetch,heartbeat", "--seconds", "0.3",
+                        "--clients", "2", "--json", timeout=60)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert list(report["results"]) == ["offset_commit", "offset_fetch", "heartbeat"]
+    for api_name, loads in report["results"].items():
+        assert list(loads) == ["idle", "moderate", "full"], api_name
+        for load, r in loads.items():
+            assert r["requests"] > 0 and r["errors"] == 0, (api_name, load, r)
+    with broker.client() as client:
+        start = client.offsets("lat3", 0, -2, 1)[0]
+    with GroupWire(broker.tcp) as wire:
+        # the commits stored partition 0's log start; the member joined for the
+        # heartbeats has left
+        assert wire.fetch_offsets("hostbroker-perf", [("lat3", 0)]) == [start]
+        described = wire.describe("hostbroker-perf")
+    assert (described.phase, described.members) == ("EMPTY", ())
+
+    # "all" is every API; a join the broker refuses is one line, status 1
+    (tmp_path / "strict").mkdir()
+    strict = make_broker(root=tmp_path / "strict", **{"group.max.session.timeout.ms": "5000"})
+    result = hostbroker("perf", "latency", "--bootstrap", strict.tcp, "--topic", "lat3",
+                        "--api", "all", "--load", "idle", "--seconds", "0.1", "--json",
+                        timeout=60)
+    assert result.returncode == 1
+    assert one_line_error(result) == (
+        "hostbroker perf latency: broker error: INVALID_SESSION_TIMEOUT: joining group "
+        "hostbroker-perf to "
+        "time HEARTBEAT (session timeout 10000 ms)")
+
+
 def test_perf_latency_text_for_chosen_apis_and_loads(broker):
     result = hostbroker("perf", "latency", "--bootstrap", broker.unix, "--topic", "lat2",
                         "--api", "offsets,metadata", "--load", "idle", "--seconds", "0.2",
@@ -62,7 +97,8 @@ def test_perf_latency_refusals(broker):
                                       f"{unreachable}: Connection refused")
     for args, line in [
         (("--api", "metadata,nope"), "--api 'metadata,nope': expected a comma-separated list "
-                                     "of metadata, produce, fetch, offsets"),
+                                     "of metadata, produce, fetch, offsets, offset_commit, "
+                                     "offset_fetch, heartbeat (or all)"),
         (("--load", "all,idle"), "--load 'all,idle': expected a comma-separated list of idle, "
                                  "moderate, full (or all)"),
         (("--seconds", "0"), "--seconds must be between 0.1 and 3600, not 0"),

@@ -200,7 +200,8 @@ def run_e2e(uri: str, topic: str, seconds: float, rate: float, keep: bool = Fals
 
 
 def run_api(uri: str, topic: str, seconds: float, clients: int) -> dict:
-    return pl.measure(uri, pl.Requests.prepare(uri, topic), pl.APIS, pl.LOADS, seconds, clients)
+    return pl.measure(uri, pl.Requests.prepare(uri, topic), pl.DEFAULT_APIS, pl.LOADS, seconds,
+                      clients)
 
 
 def _message_set(size: int, count: int) -> bytes:
