@@ -7,7 +7,10 @@ is one append-only file, ``__consumer_offsets.log``, of records::
 
 big-endian, CRC-32 of the payload, one record per commit request. Each commit
 is fdatasynced before it is acknowledged, so an answered commit survives a
-crash of the host. Loading replays the records (the last value of a key wins)
+crash of the host: :meth:`OffsetStore.commit` does all of it, and
+:meth:`~OffsetStore.write`, a sync of :meth:`~OffsetStore.dup_fd` elsewhere
+and :meth:`~OffsetStore.apply` are the same in steps, for the writer, which
+syncs in its flusher thread (``workers/writer_offsets.py``). Loading replays the records (the last value of a key wins)
 and truncates at the first invalid record, as log recovery does.
 
 What is written can always be replayed: replay takes any record whose length
@@ -31,6 +34,7 @@ import os
 import struct
 import zlib
 from collections.abc import Iterable
+from typing import NamedTuple
 
 from hostbroker.errors import ErrorCode, HostbrokerError
 
@@ -42,6 +46,13 @@ REPLAY_MAX_BYTES = 2**31 - 1
 DEFAULT_RECORD_MAX_BYTES = 64 * 1024 * 1024
 
 Key = tuple[str, str, int]
+
+
+class Written(NamedTuple):
+    """A commit :meth:`OffsetStore.write` wrote: its entries, parsed and encoded."""
+
+    parsed: list[tuple[Key, int, str | None]]
+    encoded: list[bytes]
 
 
 class OffsetRecordTooLargeError(HostbrokerError):
@@ -118,10 +129,24 @@ class OffsetStore:
         """Durably record offsets; returns once they are on disk.
 
         Raises OffsetRecordTooLargeError (nothing written) when the record
-        would be over ``record_max_bytes``, OSError when the disk fails."""
+        would be over ``record_max_bytes``, OSError when the disk fails.
+        :meth:`write`, a sync of :meth:`dup_fd` and :meth:`apply` are the same
+        in three steps, for a caller that syncs elsewhere."""
+        written = self.write(entries)
+        if written is None:
+            return
+        os.fdatasync(self._fd)
+        self.apply(written)
+        self.maybe_compact()
+
+    def write(self, entries: Iterable[tuple[str, str, int, int, str | None]]) -> Written | None:
+        """Append the record of a commit, not yet synced nor read by :meth:`fetch`
+        (None for no entries). Once a sync of the file that began after this
+        returned, :meth:`apply` makes it what :meth:`fetch` reads. Raises as
+        :meth:`commit`."""
         parsed = [((str(g), str(t), int(p)), int(o), m) for g, t, p, o, m in entries]
         if not parsed:
-            return
+            return None
         encoded = [_encode_entry(*e) for e in parsed]
         record = _record(encoded)
         if len(record) - _HEAD.size > self.record_max_bytes:
@@ -132,20 +157,32 @@ class OffsetStore:
         written = 0
         while written < len(record):
             written += os.write(self._fd, view[written:])
-        os.fdatasync(self._fd)
         self.size += len(record)
-        for (key, offset, metadata), raw in zip(parsed, encoded):
+        return Written(parsed, encoded)
+
+    def dup_fd(self) -> int:
+        """A descriptor of the file as it is now, for a sync elsewhere (the caller closes it)."""
+        return os.dup(self._fd)
+
+    def apply(self, written: Written) -> None:
+        """What :meth:`fetch` reads now holds a commit :meth:`write` wrote (and a sync saved)."""
+        for (key, offset, metadata), raw in zip(written.parsed, written.encoded):
             old = self._offsets.get(key)
             if old is not None:
                 self._live_bytes -= old[2] + 1
             self._offsets[key] = (offset, metadata, len(raw))
             self._live_bytes += len(raw) + 1
+
+    def maybe_compact(self) -> None:
+        """Compact when the file has grown past its bound (module doc). Only while
+        nothing written is waiting for :meth:`apply`: the rewrite is of what
+        :meth:`fetch` reads."""
         if self.size > max(self.compact_min_bytes, self.compact_ratio * self.live_bytes,
                            self._retry_size):
             try:
                 self.compact()
             except OSError:
-                # the commit is stored and the old file whole: try again when it has doubled
+                # the commits are stored and the old file whole: try again when it has doubled
                 self._retry_size = 2 * self.size
 
     @property

@@ -20,7 +20,9 @@ class Flusher(threading.Thread):
     no partition state: it gets ``(slot, plog, fd, offset)``, syncs and closes
     the fd, reports ``(slot, plog, offset, error)`` and rings the writer's
     doorbell. ``plog`` only travels along, so the writer can tell a flush of a
-    partition deleted meanwhile (whose slot may hold a new one) from a live one."""
+    partition deleted meanwhile (whose slot may hold a new one) from a live one.
+    Writer 0 hands it the offsets store's syncs too, as slot ``OFFSETS_SLOT``
+    with its ``OffsetsHost`` for ``plog`` (``writer_offsets.py``)."""
 
     def __init__(self, doorbell):
         super().__init__(name="flusher", daemon=True)

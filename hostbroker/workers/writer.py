@@ -1,8 +1,9 @@
 """The writer process: one per log dir (disk), ``hb-writer-N``.
 
 Owns: every partition log of its log dir, the only process that writes their
-segment files (and, for the first log dir, the consumer offsets store and the
-consumer group coordinator, :mod:`hostbroker.workers.writer_groups`).
+segment files (and, for the first log dir, the consumer offsets store,
+:mod:`hostbroker.workers.writer_offsets`, whose commits the flusher thread
+syncs, and the consumer group coordinator, :mod:`hostbroker.workers.writer_groups`).
 Reads: append rings from every handler (appends, topic deletions, offset
 commits and fetches), put rings from every processor (lone PRODUCEs that
 no handler saw: checked here as a handler would, appended, answered to the
@@ -63,7 +64,7 @@ import time
 
 from hostbroker.errors import ErrorCode, HostbrokerError, StorageError
 from hostbroker.log.logdir import LogDir, LogDirInUseError
-from hostbroker.log.offsetstore import OffsetRecordTooLargeError, OffsetStore
+from hostbroker.log.offsetstore import OffsetStore
 from hostbroker.log.partition import PartitionLog
 from hostbroker.log.segments import parse_partition_dirname, partition_dirname
 from hostbroker.shm import procs
@@ -76,6 +77,7 @@ from hostbroker.workers.flusher import Flusher, Waiter
 from hostbroker.workers.writer_appends import Appends
 from hostbroker.workers.writer_cleanup import Cleanup
 from hostbroker.workers.writer_groups import GroupHost
+from hostbroker.workers.writer_offsets import OFFSETS_SLOT, OffsetsHost
 from hostbroker.workers.writer_polls import Polls
 
 # results a sleeping handler is not woken for (see _pump)
@@ -128,12 +130,14 @@ class WriterWorker(Appends, Polls, Cleanup, Worker):
         self.undeletable: dict[int, tuple[str, int]] = {}  # slot -> partition, delete retried
         self.retention_stuck: set[int] = set()  # slots with a segment retention cannot delete
         self.logdir = self._open_log_dir()
-        self.offsets = OffsetStore.open(
-            self.path, record_max_bytes=self.config["offsets.record.max.bytes"],
-            compact_min_bytes=self.config["offsets.compact.min.bytes"],
-            compact_ratio=self.config["offsets.compact.ratio"]) if self.index == 0 else None
+        self.flusher = Flusher(self.doorbell)
         self.groups = GroupHost(self.config, self.table, self.path, self.config["broker.id"],
                                 replacement=self.epoch > 1, name=self.name) \
+            if self.index == 0 else None
+        self.offsets = OffsetsHost(OffsetStore.open(
+            self.path, record_max_bytes=self.config["offsets.record.max.bytes"],
+            compact_min_bytes=self.config["offsets.compact.min.bytes"],
+            compact_ratio=self.config["offsets.compact.ratio"]), self.groups, self.flusher) \
             if self.index == 0 else None
         self._register_partitions()
         self.next_retention_ms = now_ms() + self.config["log.retention.check.interval.ms"]
@@ -141,7 +145,6 @@ class WriterWorker(Appends, Polls, Cleanup, Worker):
         if self.logdir is not None and self.logdir.recovery_stats.partitions:
             print(f"hostbroker: {self.name} recovered {self.path}: {self.logdir.recovery_stats}",
                   file=sys.stderr, flush=True)
-        self.flusher = Flusher(self.doorbell)
         self.flusher.start()
         self.board.set_state(self.slot, procs.WORKER_READY)
 
@@ -295,6 +298,8 @@ class WriterWorker(Appends, Polls, Cleanup, Worker):
         self.serve_rings()
         self.flusher.stop()
         self._flushed()
+        if self.offsets is not None:
+            self._send_offsets(self.offsets.settle())
         for slot in list(self.dirty):
             plog = self.slots.get(slot)
             if plog is not None and not self.offline:
@@ -347,8 +352,9 @@ class WriterWorker(Appends, Polls, Cleanup, Worker):
                     results[h].append(env.encode_json(env.OP_DELETE, token,
                                                       self._delete(env.decode_json(m))))
                 elif op == env.OP_OFFSETS:
-                    results[h].append(env.encode_json(env.OP_OFFSETS, token,
-                                                      self._offsets(env.decode_json(m))))
+                    result = self._offsets(h, token, env.decode_json(m))
+                    if result is not None:  # else answered when its commits are synced
+                        results[h].append(env.encode_json(env.OP_OFFSETS, token, result))
                 elif op == env.OP_GROUP:
                     self._group(h, token, env.decode_json(m), results[h])
                 elif op == env.OP_REF_SYNC:
@@ -364,6 +370,8 @@ class WriterWorker(Appends, Polls, Cleanup, Worker):
                 self._put(m, touched)
             if receiver.done():
                 self.processor_bells[p].ring()  # it waits for space: always ring
+        if self.offsets is not None:
+            self.offsets.start_sync()  # every commit of this round in one fdatasync
         if self.groups is not None:
             for h, token, result in self.groups.tick():
                 results[h].append(env.encode_json(env.OP_GROUP, token, result))
@@ -450,6 +458,9 @@ class WriterWorker(Appends, Polls, Cleanup, Worker):
         while not finished.empty():  # (only this thread takes from it)
             slot, plog, offset, error = finished.get_nowait()
             done = True
+            if slot == OFFSETS_SLOT:  # plog is the OffsetsHost
+                self._send_offsets(plog.synced(error))
+                continue
             if self.flushing.get(slot) is plog:
                 del self.flushing[slot]
             if self.slots.get(slot) is not plog:
@@ -501,25 +512,16 @@ class WriterWorker(Appends, Polls, Cleanup, Worker):
         if result is not None:
             out.append(env.encode_json(env.OP_GROUP, token, result))
 
-    def _offsets(self, request: dict) -> dict:
+    def _offsets(self, h: int, token: int, request: dict) -> dict | None:
+        """An OFFSET_COMMIT or OFFSET_FETCH: its result now, or None (writer_offsets.py)."""
         if self.offsets is None:
             return {"error": int(ErrorCode.UNKNOWN), "message": "offsets live on log dir 0"}
-        try:
-            if request["op"] == "commit":
-                fence = request.get("fence")
-                if fence is not None:
-                    code = self.groups.fence(request["group"], *fence)
-                    if code != ErrorCode.NONE:
-                        return {"error": int(code), "fenced": True}
-                if request["entries"]:
-                    self.offsets.commit(request["entries"])
-                return {"error": 0}
-            return {"error": 0, "offsets": [list(self.offsets.fetch(g, t, p))
-                                            for g, t, p in request["keys"]]}
-        except OffsetRecordTooLargeError as e:
-            return {"error": int(e.code), "message": str(e)}
-        except OSError as e:
-            return {"error": int(ErrorCode.STORAGE_ERROR), "message": str(e)}
+        return self.offsets.handle(h, token, request)
+
+    def _send_offsets(self, answers: list[tuple[int, int, dict]]) -> None:
+        """Commits a sync saved and the fetches that waited for them, to their handlers."""
+        for h, token, result in answers:
+            self.senders[h].send(*env.encode_json(env.OP_OFFSETS, token, result))
 
     def _pump(self, quiet: set[int] = frozenset()) -> None:
         """Move queued results into the rings and wake the handlers that sleep,

@@ -1,0 +1,133 @@
+"""Writer 0's consumer offsets (part of ``hb-writer-0``).
+
+Owns: the :class:`~hostbroker.log.offsetstore.OffsetStore` of the first log
+dir, the commits written to it and not yet on disk, and the OFFSET_FETCHes
+waiting for them.
+
+An OFFSET_COMMIT is fenced (OFFSET_COMMIT v1, by the group coordinator in
+the same process) and its record written in the writer's loop; its
+``fdatasync`` runs in the writer's flusher thread, one for every commit
+written while the last one ran (group commit), so appends to the log dir's
+partitions go on while the disk syncs. A commit is answered, and its offsets
+become what OFFSET_FETCH reads, when the sync that began after its write
+returns. An OFFSET_FETCH waits for the commits written before it: a client
+that pipelines a commit and a fetch reads what it committed, and nobody
+reads an offset that is not on disk yet.
+
+A sync that fails answers its commits STORAGE_ERROR (their records may still
+reach the disk later, as a failed ``fdatasync`` leaves it unknown). At
+shutdown the writer syncs what is left in its own thread (:meth:`settle`).
+"""
+
+from __future__ import annotations
+
+import os
+
+from hostbroker.errors import ErrorCode
+from hostbroker.log.offsetstore import OffsetRecordTooLargeError, OffsetStore, Written
+
+# The flusher job of the offsets store, told from a partition's by this slot.
+OFFSETS_SLOT = -1
+
+
+class OffsetsHost:
+    """Commits and fetches of consumer offsets (module docstring). ``flusher``
+    is the writer's :class:`~hostbroker.workers.flusher.Flusher`; ``groups``
+    its :class:`~hostbroker.workers.writer_groups.GroupHost`, which fences
+    commits."""
+
+    def __init__(self, store: OffsetStore, groups, flusher):
+        self.store = store
+        self.groups = groups
+        self.flusher = flusher
+        self.written: list[tuple[int, int, Written]] = []  # (handler, token, commit), unsynced
+        self.syncing: list[tuple[int, int, Written]] = []  # in the flusher's sync now
+        self.fetches: list[tuple[int, int, list, int]] = []  # (h, token, keys, commits ahead)
+        self.commits_written = 0  # commits written since start, in order
+        self.commits_settled = 0  # of them answered (synced, or failed)
+
+    def handle(self, h: int, token: int, request: dict) -> dict | None:
+        """The result of one ``OP_OFFSETS`` request now, or None: answered by
+        :meth:`synced` (a commit written, a fetch behind unsynced commits)."""
+        try:
+            if request["op"] == "commit":
+                fence = request.get("fence")
+                if fence is not None:
+                    code = self.groups.fence(request["group"], *fence)
+                    if code != ErrorCode.NONE:
+                        return {"error": int(code), "fenced": True}
+                written = self.store.write(request["entries"])
+                if written is None:
+                    return {"error": 0}
+                self.written.append((h, token, written))
+                self.commits_written += 1
+                return None
+            if self.commits_settled < self.commits_written:
+                self.fetches.append((h, token, request["keys"], self.commits_written))
+                return None
+            return self._fetch(request["keys"])
+        except OffsetRecordTooLargeError as e:
+            return {"error": int(e.code), "message": str(e)}
+        except OSError as e:
+            return {"error": int(ErrorCode.STORAGE_ERROR), "message": str(e)}
+
+    def _fetch(self, keys) -> dict:
+        return {"error": 0, "offsets": [list(self.store.fetch(g, t, p)) for g, t, p in keys]}
+
+    def start_sync(self) -> None:
+        """Hand the commits written so far to the flusher, unless a sync runs."""
+        if not self.written or self.syncing:
+            return
+        try:
+            fd = self.store.dup_fd()
+        except OSError as e:  # answered as a failed sync, on the writer's next pass
+            self.syncing, self.written = self.written, []
+            self.flusher.done.put((OFFSETS_SLOT, self, 0, e))
+            self.flusher.doorbell.ring()
+            return
+        self.syncing, self.written = self.written, []
+        self.flusher.jobs.put((OFFSETS_SLOT, self, fd, 0))
+
+    def synced(self, error: OSError | None) -> list[tuple[int, int, dict]]:
+        """The flusher's sync returned: ``(handler, token, result)`` of the commits
+        it saved and of the fetches no longer behind any; the next sync started."""
+        code = ErrorCode.NONE if error is None else ErrorCode.STORAGE_ERROR
+        answers = []
+        for h, token, written in self.syncing:
+            if error is None:
+                self.store.apply(written)
+            answers.append((h, token, {"error": int(code)} if error is None else
+                            {"error": int(code), "message": str(error)}))
+        self.commits_settled += len(self.syncing)
+        self.syncing = []
+        waiting = []
+        for h, token, keys, ahead in self.fetches:
+            if ahead <= self.commits_settled:
+                answers.append((h, token, self._fetch(keys)))
+            else:
+                waiting.append((h, token, keys, ahead))
+        self.fetches = waiting
+        if not self.written:
+            self.store.maybe_compact()
+        self.start_sync()
+        return answers
+
+    def settle(self) -> list[tuple[int, int, dict]]:
+        """At shutdown, the flusher stopped: sync here what is written (and any
+        sync handed to the flusher too late to run), and answer it all."""
+        self.syncing, self.written = self.syncing + self.written, []
+        if not self.syncing:
+            return []
+        error = None
+        try:
+            fd = self.store.dup_fd()
+            try:
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
+        except OSError as e:
+            error = e
+        return self.synced(error)
+
+    def close(self) -> None:
+        self.store.close()
