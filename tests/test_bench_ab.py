@@ -71,6 +71,25 @@ def test_clients_side_by_side_add_up_to_what_the_log_holds(tmp_path):
     assert 0.7 * requests <= rate <= 1.3 * requests, (rate, requests)
 
 
+def test_commit_load_commits_for_real(tmp_path):
+    import os
+
+    from hostbroker.client.simple import SimpleClient
+    from tests.integration.broker import Broker
+
+    assert ab.parse_args(["commit", "--clients", "8"]).clients == 8
+    broker = Broker(tmp_path).start()
+    try:
+        with SimpleClient(broker.tcp) as client:
+            client.create_topic(ab.TOPIC, 1)
+            assert client.offset_fetch(f"ab-{os.getpid()}", [(ab.TOPIC, 0)])[0].offset == -1
+            rate = ab.run_commit(broker.tcp, 0.5)
+            (stored,) = client.offset_fetch(f"ab-{os.getpid()}", [(ab.TOPIC, 0)])
+    finally:
+        broker.stop()
+    assert rate > 0 and stored.offset == 1
+
+
 def test_partitions_for_the_loads_over_several():
     assert ab.parse_args(["e2e-parts"]).partitions == 8
     assert ab.parse_args(["fetch-parts", "--partitions", "64"]).partitions == 64

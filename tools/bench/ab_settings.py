@@ -33,9 +33,11 @@ unix``: the Unix socket). Loads (every one bounded by ``--seconds``):
 - ``sync10k``: the same, one request at a time: MB/s.
 - ``fetch``: reading back 256 MiB of 10 KiB messages (produced once, before
   the first round) in 4 MiB fetches, 4 in flight, bytes not parsed: MB/s.
+- ``commit``: OFFSET_COMMITs of one partition (a group per client
+  process), one at a time: commits/s.
 
 ``--batch`` changes the messages per set of ``large`` and ``sync10k``.
-``--clients N`` runs ``sync``, ``sync1`` and ``pipe`` from N client
+``--clients N`` runs ``sync``, ``sync1``, ``pipe`` and ``commit`` from N client
 processes side by side (started together), each on a connection of its
 own to the one partition: the sum of their rates.
 
@@ -67,7 +69,7 @@ from latency_loads import run_e2e, run_fetch, run_pipelined  # noqa: E402
 from tree_ab import is_source_tree, start_from  # noqa: E402
 
 LOADS = ("rtt", "sync", "sync1", "pipe", "e2e", "e2e-parts", "fetch-parts", "large", "sync10k",
-         "fetch")
+         "fetch", "commit")
 LATENCY_LOADS = ("rtt", "e2e", "e2e-parts", "fetch-parts")
 FETCH_BYTES = 256 * 1024 * 1024
 LARGE_BYTES = 512 * 1024 * 1024
@@ -125,6 +127,23 @@ def run_fetch_parts(uri: str, partitions: int, seconds: float) -> tuple[float, f
     return percentiles_ms(latencies)
 
 
+def run_commit(uri: str, seconds: float) -> float:
+    """OFFSET_COMMITs of one partition, one at a time on one connection: commits/s."""
+    from hostbroker.client.connection import BrokerConnection
+    from hostbroker.protocol import api
+
+    request = api.OffsetCommitRequest(f"ab-{os.getpid()}", (
+        api.OffsetCommitPartition(TOPIC, 0, 1, ""),))
+    done = 0
+    with BrokerConnection(uri, timeout=30).connect() as conn:
+        start = time.monotonic()
+        while time.monotonic() - start < seconds:
+            if conn.request(request).partitions[0].error_code:
+                raise SystemExit("commit: answered with an error code")
+            done += 1
+        return round(done / (time.monotonic() - start), 1)
+
+
 def measure(load: str, uri: str, seconds: float, batch: int = 100, partitions: int = 8):
     if load == "rtt":
         return run_rtt(uri, seconds)
@@ -138,6 +157,8 @@ def measure(load: str, uri: str, seconds: float, batch: int = 100, partitions: i
         return run_fetch_parts(uri, partitions, seconds)
     if load == "fetch":
         return run_fetch(uri, TOPIC, 0, FETCH_BYTES, seconds)["mb_per_s"]
+    if load == "commit":
+        return run_commit(uri, seconds)
     if load in ("large", "sync10k"):
         from hostbroker.client.simple import SimpleClient
 
@@ -191,15 +212,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--fill", type=int, default=1,
                     help="100-byte messages in each partition for fetch-parts (default 1)")
     ap.add_argument("--clients", type=int, default=1,
-                    help="client processes side by side, for sync, sync1 and pipe (default 1)")
+                    help="client processes side by side, for sync, sync1, pipe and commit "
+                         "(default 1)")
     args = ap.parse_args(argv)
     if args.rounds < 1 or args.seconds <= 0 or not 1 <= args.batch <= 1000:
         ap.error("--rounds must be at least 1, --seconds above 0, --batch 1 to 1000")
     if not 1 <= args.partitions <= 1000 or not 1 <= args.fill <= 10000:
         ap.error("--partitions must be 1 to 1000, --fill 1 to 10000")
     if not 1 <= args.clients <= 64 or (args.clients > 1
-                                       and args.load not in ("sync", "sync1", "pipe")):
-        ap.error("--clients 1 to 64, and above 1 only for sync, sync1 and pipe")
+                                       and args.load not in ("sync", "sync1", "pipe", "commit")):
+        ap.error("--clients 1 to 64, and above 1 only for sync, sync1, pipe and commit")
     if args.a_tree is not None:
         args.a_tree = os.path.abspath(args.a_tree)
         if not is_source_tree(args.a_tree):
