@@ -8,9 +8,9 @@ is one append-only file, ``__consumer_offsets.log``, of records::
 big-endian, CRC-32 of the payload, one record per commit request. Each commit
 is fdatasynced before it is acknowledged, so an answered commit survives a
 crash of the host: :meth:`OffsetStore.commit` does all of it, and
-:meth:`~OffsetStore.write`, a sync of :meth:`~OffsetStore.dup_fd` elsewhere
-and :meth:`~OffsetStore.apply` are the same in steps, for the writer, which
-syncs in its flusher thread (``workers/writer_offsets.py``). Loading replays the records (the last value of a key wins)
+:meth:`~OffsetStore.write`, a sync of :meth:`~OffsetStore.dup_fd` and
+:meth:`~OffsetStore.apply` are the same in steps, for a caller that syncs in
+another thread. Loading replays the records (the last value of a key wins)
 and truncates at the first invalid record, as log recovery does.
 
 What is written can always be replayed: replay takes any record whose length

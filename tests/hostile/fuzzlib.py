@@ -35,7 +35,8 @@ from hostbroker.protocol import groups as group_api
 _GROUP_KEYS = frozenset(group_api.GroupApiKey)  # served by the broker's group coordinator
 # Answers of 6 bytes, an error frame's size and layout (docs/spec/groups.md), and
 # the codes that only an error frame carries.
-_SIX_BYTE_ANSWERS = frozenset({group_api.GroupApiKey.HEARTBEAT, group_api.GroupApiKey.LEAVE_GROUP})
+_SIX_BYTE_ANSWERS = frozenset({group_api.GroupApiKey.HEARTBEAT,
+                               group_api.GroupApiKey.LEAVE_GROUP})
 _ERROR_FRAME_ONLY = frozenset({ErrorCode.UNSUPPORTED_VERSION, ErrorCode.INVALID_REQUEST})
 
 DEFAULT_SEED = 20261126
