@@ -26,8 +26,9 @@ that group, which joins (session timeout 10 s) before the API's loads and
 leaves after them, so it needs a broker that serves groups (standalone): a
 join the broker refuses is tried, and fails the run, before anything is
 measured. The topic gets ten messages first (created if the broker creates
-topics on produce) so that FETCH has something to read. Client threads share one interpreter: at full load the
-client's own work counts in the latencies, as it does for any Python client.
+topics on produce) so that FETCH has something to read. Client threads share
+one interpreter: at full load the client's own work counts in the latencies,
+as it does for any Python client.
 
 The measuring loops (:func:`time_requests`, :func:`measure`) are shared with
 ``tools/bench/latency.py``, which runs them against hostbroker and a naive
