@@ -34,9 +34,6 @@ from hostbroker.protocol import groups as gp
 __all__ = ["CoordinatorClient", "GroupConnection", "Joined"]
 
 _GROUP_KEYS = frozenset(int(key) for key in gp.GroupApiKey)
-_SHORT_ANSWERS = frozenset({gp.GroupApiKey.HEARTBEAT, gp.GroupApiKey.LEAVE_GROUP})
-# Codes only an error frame carries to these requests (the broker closes after it).
-_FRAME_CODES = frozenset({ErrorCode.UNSUPPORTED_VERSION, ErrorCode.INVALID_REQUEST})
 
 
 class GroupConnection(BrokerConnection):
@@ -59,12 +56,13 @@ class GroupConnection(BrokerConnection):
             self._answered = True
             # A HEARTBEAT or LEAVE_GROUP answer has an error frame's size and layout:
             # decoded as the answer, its code is what the broker said either way.
-            if api.is_error_frame(frame) and expected.api_key not in _SHORT_ANSWERS:
+            if api.is_error_frame(frame) and expected.api_key not in gp.SHORT_ANSWER_KEYS:
                 correlation_id, code = api.decode_error_frame(frame)
                 raise BrokerError(
                     code, f"request {correlation_id} refused, connection closed by the broker")
             correlation_id, response = gp.decode_group_response(expected.api_key, 0, frame)
-            if expected.api_key in _SHORT_ANSWERS and response.error_code in _FRAME_CODES:
+            if (expected.api_key in gp.SHORT_ANSWER_KEYS
+                    and response.error_code in gp.ERROR_FRAME_ONLY_CODES):
                 self.close()  # an error frame: the broker closed the connection
             if correlation_id != expected.correlation_id:
                 raise ProtocolError(f"answer carries correlation id {correlation_id}, "

@@ -45,6 +45,7 @@ from hostbroker.protocol.schema import (
 )
 
 __all__ = [
+    "ERROR_FRAME_ONLY_CODES",
     "GROUP_REQUEST_TYPES",
     "GROUP_RESPONSE_TYPES",
     "MAX_GROUP_ID_BYTES",
@@ -53,6 +54,7 @@ __all__ = [
     "MAX_TOPIC_BYTES",
     "NO_GENERATION",
     "OFFSET_COMMIT_V1",
+    "SHORT_ANSWER_KEYS",
     "DescribeGroupRequest",
     "DescribeGroupResponse",
     "DescribedMember",
@@ -85,6 +87,13 @@ class GroupApiKey(enum.IntEnum):
 
 
 OFFSET_COMMIT_V1 = 1
+
+# The answers of these requests have an error frame's 6 bytes and layout: a
+# client tells them apart by the request it sent, and these codes come only in
+# an error frame (docs/spec/groups.md, "HEARTBEAT and LEAVE_GROUP answers look
+# like error frames").
+SHORT_ANSWER_KEYS = frozenset({GroupApiKey.HEARTBEAT, GroupApiKey.LEAVE_GROUP})
+ERROR_FRAME_ONLY_CODES = frozenset({ErrorCode.UNSUPPORTED_VERSION, ErrorCode.INVALID_REQUEST})
 
 # Bounds every request is decoded against (docs/spec/groups.md, "Bounds").
 MAX_GROUP_ID_BYTES = 255

@@ -27,17 +27,12 @@ import zlib
 from dataclasses import dataclass, field
 
 from hostbroker.client.connection import parse_uri
-from hostbroker.errors import ErrorCode, ProtocolError
+from hostbroker.errors import ProtocolError
 from hostbroker.log.message import CODEC_GZIP, CODEC_SNAPPY, encode_message, encode_message_set
 from hostbroker.protocol import api
 from hostbroker.protocol import groups as group_api
 
 _GROUP_KEYS = frozenset(group_api.GroupApiKey)  # served by the broker's group coordinator
-# Answers of 6 bytes, an error frame's size and layout (docs/spec/groups.md), and
-# the codes that only an error frame carries.
-_SIX_BYTE_ANSWERS = frozenset({group_api.GroupApiKey.HEARTBEAT,
-                               group_api.GroupApiKey.LEAVE_GROUP})
-_ERROR_FRAME_ONLY = frozenset({ErrorCode.UNSUPPORTED_VERSION, ErrorCode.INVALID_REQUEST})
 
 DEFAULT_SEED = 20261126
 # Settings of a broker the fuzz runs against (all existing settings): long
@@ -513,8 +508,8 @@ def is_refusal(frame: bytes, owed) -> bool:
     for kind, want, key in owed:
         if kind == "none" and want != cid:
             continue  # no answer owed; an error frame may still name it
-        return not (kind == "answer" and want == cid and key in _SIX_BYTE_ANSWERS
-                    and code not in _ERROR_FRAME_ONLY)
+        return not (kind == "answer" and want == cid and key in group_api.SHORT_ANSWER_KEYS
+                    and code not in group_api.ERROR_FRAME_ONLY_CODES)
     return True
 
 
