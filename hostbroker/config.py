@@ -232,6 +232,11 @@ SETTINGS: tuple[Setting, ...] = (
             "processor.direct.produce.busy.max.bytes) goes from the processor straight to "
             "the writer, which checks it as a handler would and answers it: two process "
             "crossings fewer. false: every PRODUCE goes through the connection's handler."),
+    Setting("processor.direct.groups", bool, True,
+            "An OFFSET_COMMIT, OFFSET_FETCH or HEARTBEAT from a connection with no request "
+            "at its handler goes from the processor straight to writer 0, which holds the "
+            "offsets and the groups and answers it: two process crossings fewer. false: "
+            "through the connection's handler."),
     Setting("processor.direct.produce.busy.max.bytes", int, 4096,
             "A lone PRODUCE frame of at most this many bytes goes straight to its writer "
             "(processor.direct.produce) even while that writer is busy: checking so small a "

@@ -75,12 +75,16 @@ Writer -> handler (result ring)::
                             DELETE / OFFSETS / GROUP: json
 
 Writer -> processor (answer ring): a response message as above (the
-PRODUCE answer of an APPEND_DIRECT or a PUT).
+PRODUCE answer of an APPEND_DIRECT or a PUT, the answer of a GROUP_PUT).
 
 Processor -> writer (put ring): a PUT, laid out as an APPEND_DIRECT with
 token 0, index 0, acks 1 and count 0: a lone PRODUCE of one partition that
 no handler has seen. The writer checks its message set as a handler would
-(``count`` is what that finds) and answers the processor itself.
+(``count`` is what that finds) and answers the processor itself. Or a
+GROUP_PUT, to writer 0: ``op:u8 token:u64=0 processor:u16 conn_id:u64
+seq:u32 correlation_id:i32`` and json, an OFFSET_COMMIT, OFFSET_FETCH or
+HEARTBEAT no handler has seen (``processor.direct.groups``), whose op
+(:mod:`~hostbroker.workers.group_answers`) writer 0 serves and answers.
 
 A GROUP result of a JOIN_GROUP that waits for its rebalance comes when the
 rebalance completes, maybe after results of later requests.
@@ -119,6 +123,7 @@ OP_PUT = 10
 OP_POLL = 11
 OP_POLL_DONE = 12
 OP_POLL_BACK = 13
+OP_GROUP_PUT = 14
 APPEND_OPS = frozenset((OP_APPEND, OP_APPEND_DIRECT, OP_APPEND_REF, OP_APPEND_DIRECT_REF))
 _DIRECT_OPS = frozenset((OP_APPEND_DIRECT, OP_APPEND_DIRECT_REF, OP_PUT))
 _OP = struct.Struct("<BQ")
@@ -240,6 +245,19 @@ def encode_put(slot: int, topic: str, partition: int, deadline_ms: int, message_
     name = topic.encode()
     head = APPEND_HEAD.pack(OP_PUT, 0, slot, 0, 1, 0, deadline_ms, partition, stamp_ns, len(name))
     return head + name + _DIRECT.pack(*direct), message_set
+
+
+def encode_group_put(direct: Direct, op: dict) -> tuple[bytes, bytes]:
+    """An OFFSET_COMMIT, OFFSET_FETCH or HEARTBEAT a processor sends writer 0
+    itself (processor -> writer 0, on the put ring), its ``op``
+    (:mod:`~hostbroker.workers.group_answers`) answered to ``direct``."""
+    return (_OP.pack(OP_GROUP_PUT, 0) + _DIRECT.pack(*direct),
+            json.dumps(op, separators=(",", ":")).encode())
+
+
+def decode_group_put(buf) -> tuple[Direct, dict]:
+    direct = Direct(*_DIRECT.unpack_from(buf, _OP.size))
+    return direct, json.loads(bytes(buf[_OP.size + _DIRECT.size:]))
 
 
 class Poll(NamedTuple):

@@ -7,7 +7,11 @@ offsets store (:mod:`hostbroker.log.offsetstore`) and the group state
 (:mod:`hostbroker.workers.writer_groups`), and answers when it has. Every
 commit carries its ``(generation, member_id)`` (``(-1, "")`` for version 0)
 so writer 0 fences it (docs/spec/groups.md); a fenced commit answers every
-entry with the fence's code.
+entry with the fence's code. What goes to writer 0 and the answer built from
+what it says are :mod:`~hostbroker.workers.group_answers`'s, shared with the
+processors, which send a connection's lone OFFSET_COMMIT, OFFSET_FETCH and
+HEARTBEAT there themselves (``processor.direct.groups``): those that come
+here are the rest.
 
 Group requests become ``OP_GROUP`` ops. A JOIN_GROUP whose rebalance waits
 stays in ``pending`` under its token until writer 0 answers; the handler
@@ -20,76 +24,38 @@ BROKER_NOT_AVAILABLE (the member joins again with its member id).
 from __future__ import annotations
 
 from hostbroker.errors import ErrorCode
-from hostbroker.protocol import api
 from hostbroker.protocol import groups as gproto
 from hostbroker.protocol.api import ApiKey
 from hostbroker.workers import envelopes as env
-
-_FENCE_CODES = (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION)
+from hostbroker.workers import group_answers
 
 
 class ConsumerOffsets:
     """Mixin of :class:`HandlerWorker`: consumer group offsets."""
 
     # -- consumer offsets ----------------------------------------------------
-    def _commit_error(self, part) -> ErrorCode:
-        """Why one OFFSET_COMMIT entry cannot be stored, or NONE."""
-        if self.view.slot(part.topic, part.partition) is None:
-            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        metadata = (part.metadata or "").encode("utf-8", "replace")
-        if len(metadata) > self.config["offset.metadata.max.bytes"]:
-            return ErrorCode.INVALID_REQUEST
-        return ErrorCode.NONE
-
     def _offset_commit(self, p, conn_id, seq, corr, request) -> None:
         """Store the entries of existing partitions with metadata within
         ``offset.metadata.max.bytes``; the others are answered with their error
-        and not stored."""
+        and not stored (:func:`~hostbroker.workers.group_answers.commit_op`)."""
         self.view.refresh()
-        codes = [self._commit_error(part) for part in request.partitions]
-        entries = [[request.group, part.topic, part.partition, part.offset, part.metadata]
-                   for part, code in zip(request.partitions, codes) if code == ErrorCode.NONE]
-
-        fence = [getattr(request, "generation", gproto.NO_GENERATION),
-                 getattr(request, "member_id", "")]
-
-        def respond(pending, failed: bool = False) -> None:
-            result = {} if failed or not pending.results else pending.results[0]
-            stored = ErrorCode.UNKNOWN if failed else ErrorCode(result.get("error", 0))
-            fenced = result.get("fenced", False)
-            self._reply(pending.processor, pending.conn_id, pending.seq, pending.correlation_id,
-                        api.OffsetCommitResponse(tuple(
-                            api.OffsetCommitPartitionResult(
-                                part.topic, part.partition,
-                                stored if fenced else (code or stored))
-                            for part, code in zip(request.partitions, codes))))
-
-        pending = self._new_pending(p, conn_id, seq, corr, ApiKey.OFFSET_COMMIT, [], respond)
-        # to writer 0 even with nothing to store: the fence decides every entry's answer
-        self._to_writer(pending, 0, *env.encode_json(
-            env.OP_OFFSETS, pending.token, {"op": "commit", "group": request.group,
-                                            "fence": fence, "entries": entries}))
+        op = group_answers.commit_op(request, self.view, self.config["offset.metadata.max.bytes"])
+        self._offsets_op(p, conn_id, seq, corr, ApiKey.OFFSET_COMMIT, op)
 
     def _offset_fetch(self, p, conn_id, seq, corr, request) -> None:
-        # each key once to the writer, however often the request repeats it
-        keys = list(dict.fromkeys((request.group, part.topic, part.partition)
-                                  for part in request.partitions))
+        self._offsets_op(p, conn_id, seq, corr, ApiKey.OFFSET_FETCH,
+                         group_answers.fetch_op(request))
+
+    def _offsets_op(self, p, conn_id, seq, corr, key, op) -> None:
+        """Send ``op`` to writer 0 and answer from what it says."""
 
         def respond(pending, failed: bool = False) -> None:
-            result = {} if failed else pending.results[0]
-            code = ErrorCode.UNKNOWN if failed else ErrorCode(result["error"])
-            offsets = result.get("offsets") or [[-1, ""]] * len(keys)
-            found = dict(zip(keys, offsets))
+            result = None if failed else (pending.results[0] if pending.results else {})
             self._reply(pending.processor, pending.conn_id, pending.seq, pending.correlation_id,
-                        api.OffsetFetchResponse(tuple(
-                            api.OffsetFetchPartitionResult(
-                                part.topic, part.partition,
-                                *found[(request.group, part.topic, part.partition)], code)
-                            for part in request.partitions)))
+                        group_answers.answer(op, result))
 
-        pending = self._new_pending(p, conn_id, seq, corr, ApiKey.OFFSET_FETCH, [], respond)
-        self._to_writer(pending, 0, *env.encode_json(
-            env.OP_OFFSETS, pending.token, {"op": "fetch", "keys": [list(k) for k in keys]}))
+        pending = self._new_pending(p, conn_id, seq, corr, key, [], respond)
+        self._to_writer(pending, 0, *env.encode_json(env.OP_OFFSETS, pending.token, op))
 
     # -- consumer groups (docs/spec/groups.md) -------------------------------
     def _group_request(self, p, conn_id, seq, corr, header, request) -> None:
@@ -100,10 +66,11 @@ class ConsumerOffsets:
                        "session_timeout_ms": request.session_timeout_ms,
                        "rebalance_timeout_ms": request.rebalance_timeout_ms,
                        "topics": request.subscription()}
-        elif key in (gproto.GroupApiKey.SYNC_GROUP, gproto.GroupApiKey.HEARTBEAT):
-            payload = {"op": "sync" if key == gproto.GroupApiKey.SYNC_GROUP else "heartbeat",
-                       "group": request.group, "generation": request.generation,
+        elif key == gproto.GroupApiKey.SYNC_GROUP:
+            payload = {"op": "sync", "group": request.group, "generation": request.generation,
                        "member_id": request.member_id}
+        elif key == gproto.GroupApiKey.HEARTBEAT:
+            payload = group_answers.heartbeat_op(request)
         elif key == gproto.GroupApiKey.LEAVE_GROUP:
             payload = {"op": "leave", "group": request.group, "member_id": request.member_id}
         elif key == gproto.GroupApiKey.DESCRIBE_GROUP:

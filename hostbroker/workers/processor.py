@@ -68,7 +68,6 @@ import select
 import socket
 import time
 
-from hostbroker.errors import ErrorCode
 from hostbroker.protocol import api
 from hostbroker.shm import procs
 from hostbroker.shm.table import PartitionTable
@@ -86,6 +85,7 @@ from hostbroker.workers.processor_conns import (
 )
 from hostbroker.workers.processor_fetch import LocalFetching
 from hostbroker.workers.processor_frames import SEQ_MASK, FrameReading
+from hostbroker.workers.processor_groups import GroupPutting
 from hostbroker.workers.sendfiles import HeldPiece, SegmentFiles, pin_answer
 from hostbroker.workers.topicview import TopicView
 
@@ -93,7 +93,7 @@ _IDLE_TIMEOUT_S = 1.0
 _FD_SWEEP_S = 5.0
 
 
-class ProcessorWorker(Connections, FrameReading, RingClaims, LocalFetching, Worker):
+class ProcessorWorker(Connections, FrameReading, RingClaims, LocalFetching, GroupPutting, Worker):
     kind = "processor"
     process_name = "hb-proc"
 
@@ -147,15 +147,19 @@ class ProcessorWorker(Connections, FrameReading, RingClaims, LocalFetching, Work
         self.puts = None  # lone PRODUCEs straight to writers (processor_frames)
         self.view = None
         if (config["processor.local.requests"] or config["processor.direct.produce"]
-                or config["processor.local.fetch"]):
+                or config["processor.local.fetch"] or config["processor.direct.groups"]):
             self.view = TopicView(PartitionTable.attach(plan.table_name), plan.log_dirs,
                                   config.log_defaults())
         if config["processor.local.requests"]:
             self.table_answers = TableAnswers(self.view, plan.log_dirs, config["broker.id"],
                                               brokers,
                                               config["response.max.bytes"])
+        put_senders = None
+        if config["processor.direct.produce"] or config["processor.direct.groups"]:
+            put_senders = [self.sender("put", self.index, w) for w in range(plan.num_writers)]
+        self._init_group_puts(config, put_senders)  # processor_groups
         if config["processor.direct.produce"]:
-            self.puts = [self.sender("put", self.index, w) for w in range(plan.num_writers)]
+            self.puts = put_senders
             self.put_max = min(s.max_whole for s in self.puts) - 4096  # frame, past its envelope
             self.put_gather_max = config["processor.direct.produce.max.bytes"]
             self.put_busy_max = config["processor.direct.produce.busy.max.bytes"]
@@ -438,8 +442,8 @@ class ProcessorWorker(Connections, FrameReading, RingClaims, LocalFetching, Work
                 self._fail_puts(i - handlers)
 
     def _fail_puts(self, w: int) -> None:
-        """Writer ``w`` was replaced: answer UNKNOWN each PUT it never answered,
-        as a handler answers what a dead writer left. What it did answer is in
+        """Writer ``w`` was replaced: answer UNKNOWN each PUT (and GROUP_PUT) it
+        never answered, as a handler answers what a dead writer left. What it did answer is in
         its answer ring (only the rings it read were emptied): taken first."""
         self._take_answers()
         for conn in list(self.conns.values()):
@@ -447,8 +451,8 @@ class ProcessorWorker(Connections, FrameReading, RingClaims, LocalFetching, Work
                 continue
             conn.at_writer = 0
             self.puts_out -= 1
-            corr, topic, partition = conn.writer_put
-            frame, _ = api.encode_answer(corr, api.ProduceResponse((api.ProducePartitionResult(
-                topic, partition, ErrorCode.UNKNOWN, -1, -1),)), self.max_response_bytes)
+            corr, unanswered, args = conn.writer_put
+            frame, failed = api.encode_answer(corr, unanswered(*args), self.max_response_bytes)
             if not conn.lingering:
-                self._queue_answer(conn, conn.writer_seq, [frame], 0)
+                self._queue_answer(conn, conn.writer_seq, [frame],
+                                   env.RESP_CLOSE_AFTER if failed else 0)

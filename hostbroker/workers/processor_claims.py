@@ -28,7 +28,13 @@ from hostbroker.shm import procs
 from hostbroker.workers import envelopes as env
 from hostbroker.workers.base import now_ms
 from hostbroker.workers.connection import DIRECT_AT, Connection
-from hostbroker.workers.processor_frames import HEAD, SEQ_MASK, SIZE, unread_bytes
+from hostbroker.workers.processor_frames import (
+    HEAD,
+    SEQ_MASK,
+    SIZE,
+    unanswered_produce,
+    unread_bytes,
+)
 
 PUT_HEAD_MAX = 4096  # bytes of a frame's start looked at for where its message set begins
 
@@ -177,7 +183,7 @@ class RingClaims:
         envelope, _ = env.encode_put(slot, name, partition, now_ms() + max(0, timeout_ms), b"",
                                      time.monotonic_ns(), direct)
         self.puts[w].commit(envelope)
-        self._put_sent(conn, w, direct, name, partition)
+        self._put_sent(conn, w, direct, unanswered_produce, name, partition)
 
     def _give_back(self, conn: Connection) -> None:
         """Something else goes to the ring that ``conn``'s frame is being

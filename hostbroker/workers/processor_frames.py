@@ -44,6 +44,12 @@ _INT = struct.Struct("i")
 LARGE_HEAD = 512  # bytes read of the frame after a large one, before its ring record is claimed
 
 
+def unanswered_produce(topic: str, partition: int) -> api.ProduceResponse:
+    """The answer of a PUT whose writer died with it."""
+    return api.ProduceResponse((api.ProducePartitionResult(topic, partition, ErrorCode.UNKNOWN,
+                                                           -1, -1),))
+
+
 def unread_bytes(sock) -> int:
     """Bytes waiting in the socket's receive buffer (FIONREAD)."""
     return _INT.unpack(fcntl.ioctl(sock.fileno(), termios.FIONREAD, bytes(_INT.size)))[0]
@@ -169,6 +175,7 @@ class FrameReading:
         local = self.table_answers
         local_fetch = self.local_fetch
         puts = self.puts
+        group_keys = self.group_put_keys
         sent = copied = 0
         while self._may_read(conn):
             avail = end - pos
@@ -199,6 +206,9 @@ class FrameReading:
             if (puts is not None and key == api.ApiKey.PRODUCE and pos == end
                     and not conn.at_handler and not conn.pipelining and size <= self.put_max
                     and self._put(conn, frame, stamp)):
+                continue
+            if (key in group_keys and pos == end and not conn.at_handler
+                    and self._group_put(conn, frame)):
                 continue
             conn.at_handler += 1
             sender.send(env.REQ_HEADER.pack(conn.conn_id, conn.next_seq & SEQ_MASK, 0, stamp),
@@ -249,7 +259,7 @@ class FrameReading:
             return False
         self.count(procs.REQUESTS)
         self.count(procs.BYTES_COPIED, len(frame))
-        self._put_sent(conn, s.owner, direct, s.name, s.partition)
+        self._put_sent(conn, s.owner, direct, unanswered_produce, s.name, s.partition)
         return True
 
     def _put_target(self, topic: str, partition: int, size: int | None = None):
@@ -272,11 +282,13 @@ class FrameReading:
             return None
         return slot, s
 
-    def _put_sent(self, conn: Connection, w: int, direct, topic: str, partition: int) -> None:
-        """A PUT of ``conn`` (its place ``direct.seq``) is in writer ``w``'s ring:
-        nothing more of the connection is read until it is answered."""
+    def _put_sent(self, conn: Connection, w: int, direct, unanswered, *args) -> None:
+        """A PUT or GROUP_PUT of ``conn`` (its place ``direct.seq``) is in writer
+        ``w``'s ring: nothing more of the connection is read until it is
+        answered. ``unanswered(*args)`` is its response should the writer die
+        first (``_fail_puts``)."""
         conn.at_writer, conn.writer, conn.writer_seq = 1, w, conn.next_seq
-        conn.writer_put = (direct.correlation_id, topic, partition)
+        conn.writer_put = (direct.correlation_id, unanswered, args)
         conn.next_seq += 1
         self.puts_out += 1
         self.writer_bells[w].wake()

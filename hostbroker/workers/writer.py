@@ -7,7 +7,8 @@ syncs, and the consumer group coordinator, :mod:`hostbroker.workers.writer_group
 Reads: append rings from every handler (appends, topic deletions, offset
 commits and fetches), put rings from every processor (lone PRODUCEs that
 no handler saw: checked here as a handler would, appended, answered to the
-processor), and the request rings of every processor to every
+processor; and to writer 0 offset commits, offset fetches and heartbeats,
+``writer_group_puts.py``), and the request rings of every processor to every
 handler, for the large message sets a handler names there instead of
 copying them (APPEND_REF; appended only while that handler lives, see
 ``_holder_lives``). Writes: result rings back to every handler, answer
@@ -76,6 +77,7 @@ from hostbroker.workers.base import Worker, now_ms
 from hostbroker.workers.flusher import Flusher, Waiter
 from hostbroker.workers.writer_appends import Appends
 from hostbroker.workers.writer_cleanup import Cleanup
+from hostbroker.workers.writer_group_puts import GroupPuts
 from hostbroker.workers.writer_groups import GroupHost
 from hostbroker.workers.writer_offsets import OFFSETS_SLOT, OffsetsHost
 from hostbroker.workers.writer_polls import Polls
@@ -84,7 +86,7 @@ from hostbroker.workers.writer_polls import Polls
 _QUIET_OPS = frozenset((env.OP_APPEND_DIRECT, env.OP_REF_DONE, env.OP_POLL_DONE))
 
 
-class WriterWorker(Appends, Polls, Cleanup, Worker):
+class WriterWorker(Appends, Polls, Cleanup, GroupPuts, Worker):
     kind = "writer"
     process_name = "hb-writer"
 
@@ -367,7 +369,10 @@ class WriterWorker(Appends, Polls, Cleanup, Worker):
             if not receiver.has_unread():
                 continue
             for m in receiver.poll():
-                self._put(m, touched)
+                if m[0] == env.OP_GROUP_PUT:
+                    self._group_put(m)
+                else:
+                    self._put(m, touched)
             if receiver.done():
                 self.processor_bells[p].ring()  # it waits for space: always ring
         if self.offsets is not None:
@@ -518,10 +523,14 @@ class WriterWorker(Appends, Polls, Cleanup, Worker):
             return {"error": int(ErrorCode.UNKNOWN), "message": "offsets live on log dir 0"}
         return self.offsets.handle(h, token, request)
 
-    def _send_offsets(self, answers: list[tuple[int, int, dict]]) -> None:
-        """Commits a sync saved and the fetches that waited for them, to their handlers."""
+    def _send_offsets(self, answers: list[tuple]) -> None:
+        """Commits a sync saved and the fetches that waited for them, to their
+        handlers, or (GROUP_PUTs, handler None) to their processors."""
         for h, token, result in answers:
-            self.senders[h].send(*env.encode_json(env.OP_OFFSETS, token, result))
+            if h is None:
+                self._answer_group_put(*token, result)
+            else:
+                self.senders[h].send(*env.encode_json(env.OP_OFFSETS, token, result))
 
     def _pump(self, quiet: set[int] = frozenset()) -> None:
         """Move queued results into the rings and wake the handlers that sleep,

@@ -1,0 +1,67 @@
+"""OFFSET_COMMITs, OFFSET_FETCHes and HEARTBEATs a processor sends writer 0
+itself (GROUP_PUTs, ``processor.direct.groups``; a part of
+:mod:`hostbroker.workers.processor`).
+
+Writer 0 holds the consumer offsets and the groups, so each of these
+requests ends there; through the handler it crosses four times (processor →
+handler → writer 0 → handler → processor), sent from here twice. One goes
+when nothing of its connection is at the handler and it is the last frame
+read (as a PUT does): its op (:mod:`~hostbroker.workers.group_answers`, the
+same checks a handler makes: an entry of a partition that does not exist,
+or with metadata over ``offset.metadata.max.bytes``, is answered with its
+error and not stored) goes on the put ring to writer 0 with where its answer
+goes, and nothing more of the connection is read until writer 0 has
+answered. A frame that does not decode, or a put ring with no room for it,
+takes the handler's way, which answers it as ever; a writer 0 that dies
+first has it answered here (``_fail_puts``) as a handler would.
+
+:class:`GroupPutting` is a mixin of :class:`~hostbroker.workers.processor.ProcessorWorker`.
+"""
+
+from __future__ import annotations
+
+from hostbroker.protocol import api
+from hostbroker.protocol import groups as gproto
+from hostbroker.shm import procs
+from hostbroker.workers import envelopes as env
+from hostbroker.workers import group_answers
+from hostbroker.workers.connection import Connection
+from hostbroker.workers.processor_frames import SEQ_MASK
+
+GROUP_PUT_KEYS = frozenset((api.ApiKey.OFFSET_COMMIT, api.ApiKey.OFFSET_FETCH,
+                            gproto.GroupApiKey.HEARTBEAT))
+
+
+class GroupPutting:
+    """Sending GROUP_PUTs; see the module doc."""
+
+    def _init_group_puts(self, config, put_senders) -> None:
+        on = config["processor.direct.groups"]
+        self.group_put_keys = GROUP_PUT_KEYS if on else frozenset()
+        self.group_puts = put_senders[0] if on else None
+        self.max_metadata_bytes = config["offset.metadata.max.bytes"]
+
+    def _group_put(self, conn: Connection, frame) -> bool:
+        """Send the request ``frame`` of ``conn`` to writer 0; True if it went."""
+        if conn.pipelining:
+            return False  # as for PUTs: its pipeline would stop at each one
+        try:
+            header, request = gproto.decode_any_request(frame, self.max_entries)
+            key = header.api_key
+            if key == api.ApiKey.OFFSET_COMMIT:
+                view = self.view
+                view.refresh()
+                op = group_answers.commit_op(request, view, self.max_metadata_bytes)
+            elif key == api.ApiKey.OFFSET_FETCH:
+                op = group_answers.fetch_op(request)
+            else:
+                op = group_answers.heartbeat_op(request)
+        except Exception:  # noqa: BLE001 - the handler answers (and closes) as it always has
+            return False
+        direct = env.Direct(self.index, conn.conn_id, conn.next_seq & SEQ_MASK,
+                            header.correlation_id)
+        if not self.group_puts.try_send(*env.encode_group_put(direct, op)):
+            return False
+        self.count(procs.REQUESTS)
+        self._put_sent(conn, 0, direct, group_answers.answer, op, None)
+        return True

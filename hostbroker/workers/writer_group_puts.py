@@ -1,0 +1,71 @@
+"""The OFFSET_COMMITs, OFFSET_FETCHes and HEARTBEATs processors send writer 0
+themselves (GROUP_PUTs, ``processor.direct.groups``; part of ``hb-writer-0``).
+
+Mixed into :class:`~hostbroker.workers.writer.WriterWorker`. A GROUP_PUT
+comes on a processor's put ring with its op
+(:mod:`~hostbroker.workers.group_answers`) and where its answer goes. It is
+served as the same op from a handler is (:class:`~hostbroker.workers.writer_offsets.OffsetsHost`,
+:class:`~hostbroker.workers.writer_groups.GroupHost`), in the order the
+rings are read, and answered here, straight into the processor's answer
+ring: a heartbeat and a fetch with no commit ahead of it at once, a commit
+when its sync returns. An answer over ``response.max.bytes`` is an error
+frame after which the connection closes, as from a handler. A writer other
+than writer 0 holds neither the offsets nor the groups; it answers as a
+writer that died would be answered (every entry UNKNOWN).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import traceback
+
+from hostbroker.errors import ErrorCode
+from hostbroker.protocol import api
+from hostbroker.shm import procs
+from hostbroker.workers import envelopes as env
+from hostbroker.workers import group_answers
+
+
+class GroupPuts:
+    """Mixin of :class:`WriterWorker`: GROUP_PUTs (module docstring)."""
+
+    def _group_put(self, m) -> None:
+        direct, op = env.decode_group_put(m)
+        kind = op.get("op")
+        try:
+            if kind == "heartbeat" and self.groups is not None:
+                result = self.groups.handle(None, None, op)
+            elif kind in ("commit", "fetch") and self.offsets is not None:
+                # a commit is answered by _send_offsets when its sync returns
+                result = self.offsets.handle(None, (direct, op), op)
+                if result is None:
+                    return
+            else:
+                result = None
+        except Exception:  # noqa: BLE001 - one request must never end the writer
+            print(f"hostbroker: {self.name}: a {kind} from processor {direct.processor} failed "
+                  "unexpectedly; answered UNKNOWN", file=sys.stderr, flush=True)
+            traceback.print_exc()
+            self.count(procs.ERRORS)
+            result = None
+        self._answer_group_put(direct, op, result)
+
+    def _answer_group_put(self, direct: env.Direct, op: dict, result: dict | None) -> None:
+        """Answer a GROUP_PUT from writer 0's ``result`` (None: it failed) into
+        its processor's answer ring; what the ring cannot take now waits in its
+        sender (pumped by ``_pump``, in order)."""
+        corr = direct.correlation_id
+        try:
+            frame, failed = api.encode_answer(corr, group_answers.answer(op, result),
+                                              self.max_response_bytes)
+        except Exception:  # noqa: BLE001 - an op no answer is built for
+            frame, failed = api.encode_error_frame(corr, ErrorCode.UNKNOWN), True
+        message = env.encode_response(direct.conn_id, direct.seq,
+                                      env.RESP_CLOSE_AFTER if failed else 0, [frame],
+                                      time.monotonic_ns())
+        ring = self.answer_rings[direct.processor]
+        if not ring.try_send(*message):
+            ring.send(*message)
+        self.processor_bells[direct.processor].wake()
+        self.count(procs.REQUESTS)

@@ -1,0 +1,154 @@
+"""OFFSET_COMMIT, OFFSET_FETCH and HEARTBEAT that a processor sends writer 0
+itself (GROUP_PUTs, ``processor.direct.groups``): which go that way, that
+writer 0 answers them exactly as through a handler (refused entries, fenced
+commits, unknown members, answers too large), that a request sent right
+behind one waits for it, and that a writer 0 that dies with one in hand has
+it answered as a handler would answer it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from hostbroker.errors import ErrorCode
+from hostbroker.protocol import api
+from hostbroker.protocol import groups as gp
+from tests.integration.coordinator_wire import GroupWire
+from tests.integration.wire_helpers import created_topic, new_topic
+
+
+def _commit_frame(group: str, entries, corr: int) -> bytes:
+    return api.encode_request(api.OffsetCommitRequest(group, tuple(
+        api.OffsetCommitPartition(t, p, o, m) for t, p, o, m in entries)), corr)
+
+
+def _fetch_frame(group: str, entries, corr: int) -> bytes:
+    return api.encode_request(api.OffsetFetchRequest(group, tuple(
+        api.OffsetFetchPartition(t, p) for t, p in entries)), corr)
+
+
+def _answers(wire: GroupWire, key: int):
+    corr, response = wire.read_response(key)
+    return corr, [(p.topic, p.partition, p.error_code) if key == api.ApiKey.OFFSET_COMMIT
+                  else (p.topic, p.partition, p.offset, p.metadata, p.error_code)
+                  for p in response.partitions]
+
+
+@pytest.mark.parametrize("direct", [True, False])
+def test_who_takes_commits_fetches_and_heartbeats_and_what_they_answer(make_broker, direct):
+    broker = make_broker(**{"processor.direct.groups": str(direct).lower(),
+                            "offset.metadata.max.bytes": "16"})
+    topic, group = created_topic(broker.tcp, 2), new_topic("group")
+    handler_before = broker.counter("handler", "requests")
+    writer_before = broker.counter("writer", "requests")
+    with GroupWire(broker.tcp) as wire:
+        for i in range(10):
+            time.sleep(0.02)  # one at a time, writer 0 back asleep in between
+            wire.send(_commit_frame(group, [(topic, 0, i, f"m{i}"), (topic, 1, 100 + i, ""),
+                                            ("nope", 0, 1, ""), (topic, 0, 7, "x" * 17)], i))
+            assert _answers(wire, api.ApiKey.OFFSET_COMMIT) == (i, [
+                (topic, 0, ErrorCode.NONE), (topic, 1, ErrorCode.NONE),
+                ("nope", 0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+                (topic, 0, ErrorCode.INVALID_REQUEST)])
+            wire.send(_fetch_frame(group, [(topic, 1), (topic, 0), (topic, 1), ("nope", 3)],
+                                   100 + i))
+            assert _answers(wire, api.ApiKey.OFFSET_FETCH) == (100 + i, [
+                (topic, 1, 100 + i, "", 0), (topic, 0, i, f"m{i}", 0),
+                (topic, 1, 100 + i, "", 0), ("nope", 3, -1, "", 0)])
+            assert wire.heartbeat(group, 1, "nobody") == ErrorCode.UNKNOWN_MEMBER_ID
+        # a member's heartbeats and fenced commits
+        joined = wire.join(group, {topic: 1})
+        generation, member = joined.generation, joined.member_id
+        assert wire.sync(group, generation, member).error_code == ErrorCode.NONE
+        assert wire.heartbeat(group, generation, member) == ErrorCode.NONE
+        assert wire.heartbeat(group, generation + 1, member) == ErrorCode.ILLEGAL_GENERATION
+        assert wire.commit(group, [(topic, 0, 50), ("nope", 0, 1)], generation + 1, member) == [
+            ErrorCode.ILLEGAL_GENERATION] * 2
+        assert wire.commit(group, [(topic, 0, 50)], generation, member) == [ErrorCode.NONE]
+        assert wire.fetch_offsets(group, [(topic, 0)]) == [50]
+        assert wire.leave(group, member) == ErrorCode.NONE
+    handler = broker.counter("handler", "requests") - handler_before
+    writer = broker.counter("writer", "requests") - writer_before
+    # 30 commits, fetches and heartbeats, then the member's 2 heartbeats, 2 commits and a fetch;
+    # the join, the sync and the leave always take the handler
+    if direct:
+        assert (handler, writer) == (3, 35)
+    else:
+        assert (handler, writer) == (38, 0)
+
+
+def test_a_fetch_sent_right_behind_a_commit_reads_it(make_broker):
+    """The processor reads nothing more of a connection while its commit is at
+    writer 0 (held there, stopped), so a fetch written right after it, before
+    its answer, reads it. The fetch goes through the handler: a connection
+    that sends while it awaits an answer is pipelining, and keeps the
+    handler's way from then on (as for PUTs), hence a new one each round."""
+    broker = make_broker()
+    topic, group = created_topic(broker.tcp), new_topic("group")
+    writer = broker.workers()["hb-writer-0"]
+    for i in range(3):
+        with GroupWire(broker.unix) as wire:
+            handler_before = broker.counter("handler", "requests")
+            time.sleep(0.2)  # asleep again
+            os.kill(writer, signal.SIGSTOP)
+            try:
+                wire.send(_commit_frame(group, [(topic, 0, i, f"r{i}")], 2 * i))
+                time.sleep(0.1)  # read alone: past the handler
+                wire.send(_fetch_frame(group, [(topic, 0)], 2 * i + 1))
+                time.sleep(0.1)
+            finally:
+                os.kill(writer, signal.SIGCONT)
+            assert _answers(wire, api.ApiKey.OFFSET_COMMIT) == (2 * i, [(topic, 0, 0)])
+            assert _answers(wire, api.ApiKey.OFFSET_FETCH) == (2 * i + 1,
+                                                              [(topic, 0, i, f"r{i}", 0)])
+            assert broker.counter("handler", "requests") - handler_before == 1  # the fetch
+
+
+def test_an_answer_over_the_response_bound_closes_the_connection(make_broker):
+    broker = make_broker(**{"response.max.bytes": "65536"})
+    topic, group = created_topic(broker.tcp), new_topic("group")
+    with GroupWire(broker.tcp) as wire:
+        wire.send(_commit_frame(group, [(topic, 0, 1, "m" * 4000)], 1))
+        assert _answers(wire, api.ApiKey.OFFSET_COMMIT) == (1, [(topic, 0, 0)])
+    handler_before = broker.counter("handler", "requests")
+    with GroupWire(broker.tcp) as wire:
+        wire.send(_fetch_frame(group, [(topic, 0)] * 20, 9))  # 80,000 bytes of metadata
+        wire.assert_error_frame(9, ErrorCode.INVALID_REQUEST)
+        wire.assert_closed()
+    assert broker.counter("handler", "requests") == handler_before
+    with GroupWire(broker.tcp) as wire:  # the broker goes on
+        assert wire.fetch_offsets(group, [(topic, 0)] * 16) == [1] * 16
+
+
+@pytest.mark.parametrize("kind", ["commit", "fetch", "heartbeat"])
+def test_one_its_writer_never_answered_is_answered_as_a_handler_would(make_broker, kind):
+    broker = make_broker()
+    topic, group = created_topic(broker.tcp), new_topic("group")
+    frames = {
+        "commit": lambda corr: _commit_frame(group, [(topic, 0, 5, ""), ("nope", 0, 1, "")],
+                                             corr),
+        "fetch": lambda corr: _fetch_frame(group, [(topic, 0)], corr),
+        "heartbeat": lambda corr: api.encode_request(gp.HeartbeatRequest(group, 1, "m"), corr),
+    }
+    writer = broker.workers()["hb-writer-0"]
+    with GroupWire(broker.tcp, timeout=30) as wire:
+        assert wire.commit(group, [(topic, 0, 3)]) == [ErrorCode.NONE]
+        time.sleep(0.3)  # asleep again
+        os.kill(writer, signal.SIGSTOP)  # holds the next one unread, then dies with it
+        wire.send(frames[kind](2))
+        time.sleep(0.3)
+        os.kill(writer, signal.SIGKILL)
+        broker.wait_worker_replaced("hb-writer-0", writer)
+        if kind == "heartbeat":
+            assert wire.answer(gp.HeartbeatRequest).error_code == ErrorCode.BROKER_NOT_AVAILABLE
+        elif kind == "commit":
+            assert _answers(wire, api.ApiKey.OFFSET_COMMIT) == (2, [
+                (topic, 0, ErrorCode.UNKNOWN), ("nope", 0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)])
+        else:
+            assert _answers(wire, api.ApiKey.OFFSET_FETCH) == (2, [
+                (topic, 0, -1, "", ErrorCode.UNKNOWN)])
+        # the connection goes on, with the replacement
+        assert wire.fetch_offsets(group, [(topic, 0)]) == [3]
