@@ -35,6 +35,10 @@ unix``: the Unix socket). Loads (every one bounded by ``--seconds``):
   the first round) in 4 MiB fetches, 4 in flight, bytes not parsed: MB/s.
 - ``commit``: OFFSET_COMMITs of one partition (a group per client
   process), one at a time: commits/s.
+- ``offset-fetch``: OFFSET_FETCH round trips of one partition on one
+  connection: p50, p99, p99.9 in ms.
+- ``heartbeat``: HEARTBEAT round trips of a member that joined first (and
+  leaves after) on one connection: p50, p99, p99.9 in ms.
 
 ``--batch`` changes the messages per set of ``large`` and ``sync10k``.
 ``--clients N`` runs ``sync``, ``sync1``, ``pipe`` and ``commit`` from N client
@@ -69,8 +73,8 @@ from latency_loads import run_e2e, run_fetch, run_pipelined  # noqa: E402
 from tree_ab import is_source_tree, start_from  # noqa: E402
 
 LOADS = ("rtt", "sync", "sync1", "pipe", "e2e", "e2e-parts", "fetch-parts", "large", "sync10k",
-         "fetch", "commit")
-LATENCY_LOADS = ("rtt", "e2e", "e2e-parts", "fetch-parts")
+         "fetch", "commit", "offset-fetch", "heartbeat")
+LATENCY_LOADS = ("rtt", "e2e", "e2e-parts", "fetch-parts", "offset-fetch", "heartbeat")
 FETCH_BYTES = 256 * 1024 * 1024
 LARGE_BYTES = 512 * 1024 * 1024
 TOPIC = "ab"
@@ -144,6 +148,45 @@ def run_commit(uri: str, seconds: float) -> float:
         return round(done / (time.monotonic() - start), 1)
 
 
+def run_group_rtt(uri: str, load: str, seconds: float) -> tuple[float, float, float]:
+    """OFFSET_FETCHes of one partition, or HEARTBEATs of a member that joined
+    first (and leaves after), one at a time on one connection."""
+    from hostbroker.client.coordinator_requests import (
+        CoordinatorClient,
+        GroupConnection,
+    )
+    from hostbroker.protocol import api
+    from hostbroker.protocol import groups as gp
+
+    group = f"ab-{os.getpid()}"
+    client = CoordinatorClient([uri], timeout=30, client_id="ab")
+    try:
+        joined = None
+        if load == "heartbeat":
+            joined = client.join_group(group, "", {TOPIC: 1}, session_timeout_ms=10000,
+                                       rebalance_timeout_ms=10000)
+            if joined.error_code:
+                raise SystemExit(f"heartbeat: the join was answered {joined.error_code}")
+            request = gp.HeartbeatRequest(group, joined.generation, joined.member_id)
+        else:
+            request = api.OffsetFetchRequest(group, (api.OffsetFetchPartition(TOPIC, 0),))
+        latencies = []
+        with GroupConnection(uri, timeout=30, client_id="ab").connect() as conn:
+            end = time.monotonic() + seconds
+            while time.monotonic() < end:
+                start = time.perf_counter_ns()
+                answer = conn.request(request)
+                latencies.append(time.perf_counter_ns() - start)
+                code = answer.error_code if joined else answer.partitions[0].error_code
+                if code:
+                    raise SystemExit(f"{load}: answered with error code {code}")
+        if joined:
+            client.leave_group(group, joined.member_id)
+        return percentiles_ms(latencies)
+    finally:
+        client.close()
+
+
 def measure(load: str, uri: str, seconds: float, batch: int = 100, partitions: int = 8):
     if load == "rtt":
         return run_rtt(uri, seconds)
@@ -159,6 +202,8 @@ def measure(load: str, uri: str, seconds: float, batch: int = 100, partitions: i
         return run_fetch(uri, TOPIC, 0, FETCH_BYTES, seconds)["mb_per_s"]
     if load == "commit":
         return run_commit(uri, seconds)
+    if load in ("offset-fetch", "heartbeat"):
+        return run_group_rtt(uri, load, seconds)
     if load in ("large", "sync10k"):
         from hostbroker.client.simple import SimpleClient
 
