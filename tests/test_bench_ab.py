@@ -90,6 +90,35 @@ def test_commit_load_commits_for_real(tmp_path):
     assert rate > 0 and stored.offset == 1
 
 
+def test_offset_fetch_and_heartbeat_loads_time_real_answers(tmp_path):
+    import os
+
+    from hostbroker.client.simple import SimpleClient
+    from tests.integration.broker import Broker
+    from tests.integration.coordinator_wire import GroupWire
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    broker = Broker(tmp_path / "a").start()
+    try:
+        with SimpleClient(broker.tcp) as client:
+            client.create_topic(ab.TOPIC, 1)
+        for load in ("offset-fetch", "heartbeat"):
+            p50, p99, p999 = ab.measure(load, broker.tcp, 0.3)
+            assert 0 < p50 <= p99 <= p999 < 1000, (load, p50, p99, p999)
+        with GroupWire(broker.tcp) as wire:  # the member left after its heartbeats
+            assert wire.describe(f"ab-{os.getpid()}").members == ()
+    finally:
+        broker.stop()
+    # a broker that refuses the member's join (its session is too long) fails the load
+    broker = Broker(tmp_path / "b", **{"group.max.session.timeout.ms": "5000"}).start()
+    try:
+        with pytest.raises(SystemExit, match="heartbeat: the join was answered"):
+            ab.run_group_rtt(broker.tcp, "heartbeat", 0.2)
+    finally:
+        broker.stop()
+
+
 def test_partitions_for_the_loads_over_several():
     assert ab.parse_args(["e2e-parts"]).partitions == 8
     assert ab.parse_args(["fetch-parts", "--partitions", "64"]).partitions == 64
