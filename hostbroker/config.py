@@ -237,6 +237,11 @@ SETTINGS: tuple[Setting, ...] = (
             "at its handler goes from the processor straight to writer 0, which holds the "
             "offsets and the groups and answers it: two process crossings fewer. false: "
             "through the connection's handler."),
+    Setting("processor.direct.groups.max.partitions", int, 64,
+            "Most partitions an OFFSET_COMMIT or OFFSET_FETCH may name to go straight to "
+            "writer 0 (processor.direct.groups); one naming more goes through the handler. A "
+            "processor holds its other connections while it decodes and checks one.",
+            _at_least(1)),
     Setting("processor.direct.produce.busy.max.bytes", int, 4096,
             "A lone PRODUCE frame of at most this many bytes goes straight to its writer "
             "(processor.direct.produce) even while that writer is busy: checking so small a "

@@ -11,8 +11,10 @@ same checks a handler makes: an entry of a partition that does not exist,
 or with metadata over ``offset.metadata.max.bytes``, is answered with its
 error and not stored) goes on the put ring to writer 0 with where its answer
 goes, and nothing more of the connection is read until writer 0 has
-answered. A frame that does not decode, or a put ring with no room for it,
-takes the handler's way, which answers it as ever; a writer 0 that dies
+answered. A frame that does not decode, one naming more than
+``processor.direct.groups.max.partitions`` partitions (a processor holds its
+other connections while it decodes and checks it), or a put ring with no
+room for it, takes the handler's way, which answers it as ever; a writer 0 that dies
 first has it answered here (``_fail_puts``) as a handler would.
 
 :class:`GroupPutting` is a mixin of :class:`~hostbroker.workers.processor.ProcessorWorker`.
@@ -40,13 +42,17 @@ class GroupPutting:
         self.group_put_keys = GROUP_PUT_KEYS if on else frozenset()
         self.group_puts = put_senders[0] if on else None
         self.max_metadata_bytes = config["offset.metadata.max.bytes"]
+        self.group_put_max_entries = min(config["processor.direct.groups.max.partitions"],
+                                         config["request.max.entries"])
 
     def _group_put(self, conn: Connection, frame) -> bool:
         """Send the request ``frame`` of ``conn`` to writer 0; True if it went."""
         if conn.pipelining:
             return False  # as for PUTs: its pipeline would stop at each one
         try:
-            header, request = gproto.decode_any_request(frame, self.max_entries)
+            # (more partitions than processor.direct.groups.max.partitions: refused at
+            # the count, and the handler decodes it all)
+            header, request = gproto.decode_any_request(frame, self.group_put_max_entries)
             key = header.api_key
             if key == api.ApiKey.OFFSET_COMMIT:
                 view = self.view

@@ -152,3 +152,16 @@ def test_one_its_writer_never_answered_is_answered_as_a_handler_would(make_broke
                 (topic, 0, -1, "", ErrorCode.UNKNOWN)])
         # the connection goes on, with the replacement
         assert wire.fetch_offsets(group, [(topic, 0)]) == [3]
+
+
+def test_requests_of_more_partitions_than_the_bound_take_the_handler(make_broker):
+    broker = make_broker(**{"processor.direct.groups.max.partitions": "2"})
+    topic, group = created_topic(broker.tcp, 3), new_topic("group")
+    with GroupWire(broker.tcp) as wire:
+        for entries, through_handler in (([(topic, 0), (topic, 1)], 0),
+                                         ([(topic, 0), (topic, 1), (topic, 2)], 1)):
+            handler_before = broker.counter("handler", "requests")
+            assert wire.commit(group, [(t, p, 7) for t, p in entries]) == [0] * len(entries)
+            assert wire.fetch_offsets(group, entries) == [7] * len(entries)
+            handler = broker.counter("handler", "requests") - handler_before
+            assert handler == 2 * through_handler, (entries, handler)
