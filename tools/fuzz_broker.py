@@ -59,6 +59,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--framing", type=float, default=0.3,
                    help="chance that a batch is a framing batch (new connection, 1-5 mostly "
                    "damaged frames) rather than a stream")
+    p.add_argument("--lockstep", type=float, default=0.2,
+                   help="chance that a stream batch waits for each answer before its next "
+                   "request (what a processor answers itself or sends straight to a writer)")
     p.add_argument("--replay", type=int, default=None, metavar="BATCH",
                    help="send only this batch of --seed, show its outcome")
     p.add_argument("--keep", action="store_true", help="keep the scratch directory")
@@ -77,7 +80,8 @@ def summary(args: argparse.Namespace, stats: Stats, session: Session, start_memo
     by_api = ", ".join(f"{names.get(k, f'key {k}')} {n:,}"
                        for k, n in sorted(stats.by_api.items(), key=lambda kv: -kv[1])[:16])
     lines = [
-        f"seed {args.seed}, jobs {args.jobs}, connections {args.connections}, heavy {args.heavy}, framing {args.framing}",
+        f"seed {args.seed}, jobs {args.jobs}, connections {args.connections}, heavy {args.heavy}, framing {args.framing}, "
+        f"lockstep {args.lockstep}",
         f"inputs {stats.requests:,} in {stats.batches:,} batches on {stats.connections:,} "
         f"connections over {seconds:.0f} s: {stats.requests / seconds:,.0f} inputs/s",
         f"answered {stats.answered:,}, refused with an error frame {stats.error_frames:,}, "
@@ -104,7 +108,7 @@ def summary(args: argparse.Namespace, stats: Stats, session: Session, start_memo
 def replay(args: argparse.Namespace, session: Session, batch: int) -> int:
     batches = stream.Batches(session.seed, session.ctx,
                              stream.Pool.build(session.seed, session.ctx), session.uris,
-                             args.heavy, args.framing)
+                             args.heavy, args.framing, args.lockstep)
     tally = stream.Tally()
     try:
         for _, message, _ in batches.run([batch], tally, concurrency=1):
@@ -143,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
                                     check_every=args.check_every, jobs=args.jobs,
                                     connections=args.connections,
                                     first=args.first_batch, heavy=args.heavy,
-                                    framing=args.framing, keep_going=True, progress=progress)
+                                    framing=args.framing, lockstep=args.lockstep,
+                                    keep_going=True, progress=progress)
         started = time.monotonic()
         try:
             session.restart_and_check()

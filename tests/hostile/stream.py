@@ -17,6 +17,13 @@ then draws from it with ``batch_rng(seed, batch)``, cheaply:
   does not decode, or holds more entries than ``request.max.entries``), with
   a METADATA probe behind it or not. A stream batch without such a frame ends
   with the probe; the connection is closed by the client once it is answered.
+- a *lockstep* batch (``lockstep``, a fifth of the stream batches by
+  default) is a stream batch with one answer outstanding at a time: each
+  request reaches its processor alone, with nothing of its connection at the
+  handler, which is when a processor answers it itself or sends it straight
+  to a writer (METADATA, OFFSETS and FETCH answered there, lone PRODUCEs,
+  OFFSET_COMMITs, OFFSET_FETCHes and HEARTBEATs to the writers). Pipelined,
+  most requests go through the handlers.
 - a *framing* batch is the suite's exchange (:func:`fuzzlib.exchange`): 1 to
   5 frames, mostly byte-mutated or with a header that does not exist, and the
   probe, on a new connection.
@@ -300,18 +307,23 @@ class Batches:
     uris: list[str]
     heavy: float = 0.002
     framing: float = 0.3
+    lockstep: float = 0.2
 
     def frames(self, batch: int):
-        """``(uri, frames)`` of batch ``batch``: its socket and its ``(frame, expectation)``."""
+        """``(uri, frames, lockstep)`` of batch ``batch``: its socket, its
+        ``(frame, expectation)`` and whether it is a lockstep batch."""
         rng = batch_rng(self.seed, batch)
         uri = rng.choice(self.uris)
         if rng.random() < self.framing:
             sent = framing_frames(rng, self.ctx, self.pool) + [_PROBE]
-            return uri, iter([(frame, expectation(frame)) for frame in sent])
-        return uri, plan(rng, self.pool, self.heavy, rng.randint(100, 3000))
+            return uri, iter([(frame, expectation(frame)) for frame in sent]), False
+        lockstep = rng.random() < self.lockstep
+        return uri, plan(rng, self.pool, self.heavy, rng.randint(100, 3000)), lockstep
 
     def open(self, batch: int, tally: Tally, window: int) -> _Stream:
-        uri, frames = self.frames(batch)
+        uri, frames, lockstep = self.frames(batch)
+        if lockstep:
+            window = 1
         where = f"seed {self.seed} batch {batch} over {uri}"
         try:
             sock = fuzzlib.connect(uri)

@@ -33,6 +33,7 @@ class FakeBroker:
 
     def __init__(self, path, shift: int = 0, answers: int = 1 << 30):
         self.shift, self.answers = shift, answers
+        self.most_at_once = 0  # whole frames one read brought, at most
         self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.server.bind(str(path))
         self.server.listen(8)
@@ -61,9 +62,12 @@ class FakeBroker:
                 if not data:
                     return
                 buf += data
+                at_once = 0
                 while len(buf) >= 4 and 0 <= (size := struct.unpack_from(">i", buf)[0]) \
                         <= len(buf) - 4:
                     body, buf = buf[4:4 + size], buf[4 + size:]
+                    at_once += 1
+                    self.most_at_once = max(self.most_at_once, at_once)
                     cid = api.peek_correlation_id(body)
                     if cid is None:
                         return
@@ -94,7 +98,7 @@ def _mutation_free(batches: stream.Batches) -> list[int]:
     """Batches whose every frame the fake can answer (METADATA or refused)."""
     ok = []
     for batch in range(40):
-        _, frames = batches.frames(batch)
+        _, frames, _ = batches.frames(batch)
         if all(e[0] != "answer" or e[2] == api.ApiKey.METADATA for _, e in frames):
             ok.append(batch)
     return ok[:3]
@@ -110,6 +114,22 @@ def test_the_checks_pass_a_broker_that_answers_right(tmp_path):
         assert tally.answered > 100 and tally.batches == len(chosen) == 3
     finally:
         fake.close()
+
+
+def test_lockstep_batches_send_each_request_when_the_last_is_answered(tmp_path):
+    for lockstep, one_at_a_time in ((1.0, True), (0.0, False)):
+        fake = FakeBroker(tmp_path / f"lockstep-{lockstep}.sock")
+        try:
+            batches = _metadata_batches(fake.uri)
+            batches.lockstep = lockstep
+            chosen = _mutation_free(batches)
+            assert all(batches.frames(b)[2] == one_at_a_time for b in chosen)
+            tally = stream.Tally()
+            assert batches.run(chosen, tally, concurrency=2) == []
+            assert tally.answered > 100
+            assert (fake.most_at_once == 1) == one_at_a_time, fake.most_at_once
+        finally:
+            fake.close()
 
 
 def test_the_checks_catch_answers_out_of_order(tmp_path):
