@@ -165,9 +165,11 @@ def test_mirror_stops_at_a_bad_wrapper_or_skips_it(make_broker, tmp_path):
     assert stopped.returncode == 1
     assert one_line_error(stopped).startswith(
         f"hostbroker mirror: mb/0: bad entry at offset {offsets[1]}: ")
+    # m1 was committed by the run that stopped: one message is left to copy
     copied = hostbroker(*args, "--consumer-property", "skip.bad.messages=true",
-                        "--max-messages", "2")
+                        "--max-messages", "1")
     assert copied.returncode == 0, copied.stderr
+    assert copied.stdout.decode().startswith("mirrored 1 message of mb from ")
     with SimpleConsumer(destination.unix) as consumer:
         got = [v for _, _, v in consumer.messages("mb", 0, 0, stop_at_end=True)]
     assert got == [b"m1", b"m2"]
