@@ -40,15 +40,17 @@ class OffsetsHost:
         self.store = store
         self.groups = groups
         self.flusher = flusher
-        self.written: list[tuple[int, int, Written]] = []  # (handler, token, commit), unsynced
-        self.syncing: list[tuple[int, int, Written]] = []  # in the flusher's sync now
-        self.fetches: list[tuple[int, int, list, int]] = []  # (h, token, keys, commits ahead)
+        self.written: list[tuple[int | None, object, Written]] = []  # (handler, token, commit)
+        self.syncing: list[tuple[int | None, object, Written]] = []  # in the flusher's sync now
+        self.fetches: list[tuple] = []  # (handler, token, keys, commits ahead)
         self.commits_written = 0  # commits written since start, in order
         self.commits_settled = 0  # of them answered (synced, or failed)
 
-    def handle(self, h: int, token: int, request: dict) -> dict | None:
+    def handle(self, h: int | None, token, request: dict) -> dict | None:
         """The result of one ``OP_OFFSETS`` request now, or None: answered by
-        :meth:`synced` (a commit written, a fetch behind unsynced commits)."""
+        :meth:`synced` (a commit written, a fetch behind unsynced commits),
+        which gives back ``h`` and ``token`` with it: a handler and its token,
+        or for a GROUP_PUT None and where its answer goes."""
         try:
             if request["op"] == "commit":
                 fence = request.get("fence")
@@ -88,7 +90,7 @@ class OffsetsHost:
         self.syncing, self.written = self.written, []
         self.flusher.jobs.put((OFFSETS_SLOT, self, fd, 0))
 
-    def synced(self, error: OSError | None) -> list[tuple[int, int, dict]]:
+    def synced(self, error: OSError | None) -> list[tuple]:
         """The flusher's sync returned: ``(handler, token, result)`` of the commits
         it saved and of the fetches no longer behind any; the next sync started."""
         code = ErrorCode.NONE if error is None else ErrorCode.STORAGE_ERROR
@@ -112,7 +114,7 @@ class OffsetsHost:
         self.start_sync()
         return answers
 
-    def settle(self) -> list[tuple[int, int, dict]]:
+    def settle(self) -> list[tuple]:
         """At shutdown, the flusher stopped: sync here what is written (and any
         sync handed to the flusher too late to run), and answer it all."""
         self.syncing, self.written = self.syncing + self.written, []
