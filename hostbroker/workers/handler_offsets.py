@@ -40,14 +40,16 @@ class ConsumerOffsets:
         and not stored (:func:`~hostbroker.workers.group_answers.commit_op`)."""
         self.view.refresh()
         op = group_answers.commit_op(request, self.view, self.config["offset.metadata.max.bytes"])
-        self._offsets_op(p, conn_id, seq, corr, ApiKey.OFFSET_COMMIT, op)
+        self._writer0_op(p, conn_id, seq, corr, ApiKey.OFFSET_COMMIT, env.OP_OFFSETS, op)
 
     def _offset_fetch(self, p, conn_id, seq, corr, request) -> None:
-        self._offsets_op(p, conn_id, seq, corr, ApiKey.OFFSET_FETCH,
+        self._writer0_op(p, conn_id, seq, corr, ApiKey.OFFSET_FETCH, env.OP_OFFSETS,
                          group_answers.fetch_op(request))
 
-    def _offsets_op(self, p, conn_id, seq, corr, key, op) -> None:
-        """Send ``op`` to writer 0 and answer from what it says."""
+    def _writer0_op(self, p, conn_id, seq, corr, key, envelope_op: int, op: dict) -> None:
+        """Send ``op`` (:mod:`~hostbroker.workers.group_answers`) to writer 0 as
+        ``envelope_op`` and answer from what it says, as a processor's
+        GROUP_PUT is answered."""
 
         def respond(pending, failed: bool = False) -> None:
             result = None if failed else (pending.results[0] if pending.results else {})
@@ -55,11 +57,15 @@ class ConsumerOffsets:
                         group_answers.answer(op, result))
 
         pending = self._new_pending(p, conn_id, seq, corr, key, [], respond)
-        self._to_writer(pending, 0, *env.encode_json(env.OP_OFFSETS, pending.token, op))
+        self._to_writer(pending, 0, *env.encode_json(envelope_op, pending.token, op))
 
     # -- consumer groups (docs/spec/groups.md) -------------------------------
     def _group_request(self, p, conn_id, seq, corr, header, request) -> None:
         key = header.api_key
+        if key == gproto.GroupApiKey.HEARTBEAT:
+            self._writer0_op(p, conn_id, seq, corr, key, env.OP_GROUP,
+                             group_answers.heartbeat_op(request))
+            return
         if key == gproto.GroupApiKey.JOIN_GROUP:
             payload = {"op": "join", "group": request.group, "member_id": request.member_id,
                        "client_id": header.client_id or "",
@@ -69,8 +75,6 @@ class ConsumerOffsets:
         elif key == gproto.GroupApiKey.SYNC_GROUP:
             payload = {"op": "sync", "group": request.group, "generation": request.generation,
                        "member_id": request.member_id}
-        elif key == gproto.GroupApiKey.HEARTBEAT:
-            payload = group_answers.heartbeat_op(request)
         elif key == gproto.GroupApiKey.LEAVE_GROUP:
             payload = {"op": "leave", "group": request.group, "member_id": request.member_id}
         elif key == gproto.GroupApiKey.DESCRIBE_GROUP:
@@ -121,8 +125,6 @@ def _group_answer(key: int, request, result: dict):
                                         tuple(result["members"]))
     if key == gproto.GroupApiKey.SYNC_GROUP:
         return gproto.SyncGroupResponse(code, _streams(result.get("assignment", ())))
-    if key == gproto.GroupApiKey.HEARTBEAT:
-        return gproto.HeartbeatResponse(code)
     if key == gproto.GroupApiKey.LEAVE_GROUP:
         return gproto.LeaveGroupResponse(code)
     if key == gproto.GroupApiKey.DESCRIBE_GROUP:
