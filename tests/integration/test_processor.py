@@ -150,17 +150,20 @@ def _wide_metadata_broker(make_broker, **settings):
     return broker
 
 
-def _metadata_latency(broker, seconds: float) -> float:
-    """The slowest of METADATA answers asked for over ``seconds`` on another connection."""
-    worst = 0.0
+def _metadata_latency(broker, seconds: float, busy=None) -> float | tuple[float, int]:
+    """The slowest of METADATA answers asked for over ``seconds`` on another
+    connection; with ``busy`` (a callable), only while it says True, and also
+    how many were answered by then."""
+    worst, during = 0.0, 0
     with BrokerConnection(broker.unix, timeout=30) as conn:
         deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and (busy is None or busy()):
             t = time.monotonic()
             conn.request(api.MetadataRequest(()))
             worst = max(worst, time.monotonic() - t)
-            time.sleep(0.05)
-    return worst
+            during += busy is not None and busy()
+            time.sleep(0.02 if busy is not None else 0.05)
+    return worst if busy is None else (worst, during)
 
 
 def test_a_client_that_never_reads_its_answers_is_bounded(make_broker):
@@ -204,8 +207,11 @@ def test_a_burst_on_one_connection_does_not_hold_up_another(make_broker):
     try:
         hog.sendall(b"".join(api.encode_request(api.MetadataRequest(()), i)
                              for i in range(count)))
-        assert _metadata_latency(broker, 2.0) < 1.0
-        assert len(received) < count, "the burst was over before the measure was"
+        # measured while the burst lasts: how fast the broker gets through it
+        # varies with the machine
+        worst, during = _metadata_latency(broker, 2.0, busy=lambda: len(received) < count)
+        assert worst < 1.0
+        assert during >= 3, f"the burst was over after {during} answers on the other connection"
         reader.join(60)
         assert received == list(range(count))
     finally:
