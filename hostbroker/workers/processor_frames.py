@@ -208,7 +208,7 @@ class FrameReading:
                     and self._put(conn, frame, stamp)):
                 continue
             if (key in group_keys and pos == end and not conn.at_handler
-                    and self._group_put(conn, frame)):
+                    and not conn.pipelining and self._group_put(conn, frame)):
                 continue
             conn.at_handler += 1
             sender.send(env.REQ_HEADER.pack(conn.conn_id, conn.next_seq & SEQ_MASK, 0, stamp),

@@ -46,9 +46,8 @@ class GroupPutting:
                                          config["request.max.entries"])
 
     def _group_put(self, conn: Connection, frame) -> bool:
-        """Send the request ``frame`` of ``conn`` to writer 0; True if it went."""
-        if conn.pipelining:
-            return False  # as for PUTs: its pipeline would stop at each one
+        """Send the request ``frame`` of ``conn`` (not pipelining: as for PUTs, its
+        pipeline would stop at each one) to writer 0; True if it went."""
         try:
             # (more partitions than processor.direct.groups.max.partitions: refused at
             # the count, and the handler decodes it all)

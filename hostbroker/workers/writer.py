@@ -517,7 +517,7 @@ class WriterWorker(Appends, Polls, Cleanup, GroupPuts, Worker):
         if result is not None:
             out.append(env.encode_json(env.OP_GROUP, token, result))
 
-    def _offsets(self, h: int, token: int, request: dict) -> dict | None:
+    def _offsets(self, h: int | None, token, request: dict) -> dict | None:
         """An OFFSET_COMMIT or OFFSET_FETCH: its result now, or None (writer_offsets.py)."""
         if self.offsets is None:
             return {"error": int(ErrorCode.UNKNOWN), "message": "offsets live on log dir 0"}

@@ -10,8 +10,7 @@ rings are read, and answered here, straight into the processor's answer
 ring: a heartbeat and a fetch with no commit ahead of it at once, a commit
 when its sync returns. An answer over ``response.max.bytes`` is an error
 frame after which the connection closes, as from a handler. A writer other
-than writer 0 holds neither the offsets nor the groups; it answers as a
-writer that died would be answered (every entry UNKNOWN).
+than writer 0 holds neither the offsets nor the groups; it answers UNKNOWN.
 """
 
 from __future__ import annotations
@@ -36,9 +35,9 @@ class GroupPuts:
         try:
             if kind == "heartbeat" and self.groups is not None:
                 result = self.groups.handle(None, None, op)
-            elif kind in ("commit", "fetch") and self.offsets is not None:
+            elif kind in ("commit", "fetch"):
                 # a commit is answered by _send_offsets when its sync returns
-                result = self.offsets.handle(None, (direct, op), op)
+                result = self._offsets(None, (direct, op), op)
                 if result is None:
                     return
             else:

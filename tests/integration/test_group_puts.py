@@ -37,9 +37,12 @@ def _answers(wire: GroupWire, key: int):
                   for p in response.partitions]
 
 
-@pytest.mark.parametrize("direct", [True, False])
-def test_who_takes_commits_fetches_and_heartbeats_and_what_they_answer(make_broker, direct):
+@pytest.mark.parametrize("direct, puts", [(True, True), (True, False), (False, True)])
+def test_who_takes_commits_fetches_and_heartbeats_and_what_they_answer(make_broker, direct,
+                                                                       puts):
+    # (the put rings serve GROUP_PUTs whether or not lone PRODUCEs take them)
     broker = make_broker(**{"processor.direct.groups": str(direct).lower(),
+                            "processor.direct.produce": str(puts).lower(),
                             "offset.metadata.max.bytes": "16"})
     topic, group = created_topic(broker.tcp, 2), new_topic("group")
     handler_before = broker.counter("handler", "requests")
