@@ -242,6 +242,13 @@ SETTINGS: tuple[Setting, ...] = (
             "writer 0 (processor.direct.groups); one naming more goes through the handler. A "
             "processor holds its other connections while it decodes and checks one.",
             _at_least(1)),
+    Setting("processor.direct.lone.after", int, 8,
+            "A connection that sent more while a request of it was at a writer past the "
+            "handler (processor.direct.produce, processor.direct.groups) is pipelining: its "
+            "requests go through the handler, where a PUT would stall its pipeline. It may go "
+            "past the handler again once this many of its requests in a row reached the "
+            "handler with nothing else of it in flight (it waits for each answer again). "
+            "0: never again for that connection.", _at_least(0)),
     Setting("processor.direct.produce.busy.max.bytes", int, 4096,
             "A lone PRODUCE frame of at most this many bytes goes straight to its writer "
             "(processor.direct.produce) even while that writer is busy: checking so small a "

@@ -14,7 +14,7 @@ NOT_LIMITS = {
     "log.flush.interval.ms", "log.flush.offset.checkpoint.interval.ms", "zookeeper.connect",
     "advertised.listeners", "processor.local.requests", "produce.direct.answers",
     "produce.ring.append.min.bytes", "processor.direct.produce", "fetch.writer.polls",
-    "processor.direct.groups",
+    "processor.direct.groups", "processor.direct.lone.after",
     "processor.direct.produce.max.bytes", "processor.direct.produce.busy.max.bytes",
     "processor.ring.receive", "cpu.wakeup.latency.us", "cpu.realtime.priority",
     "processor.local.fetch",

@@ -103,8 +103,8 @@ class Connection:
                  "written", "at_handler", "queued", "ready", "out", "out_pos", "closing",
                  "reading", "writing", "active", "frame_started", "lingering", "linger_until",
                  "linger_left", "pinned", "at_writer", "writer", "writer_seq", "writer_put",
-                 "pipelining", "claim", "claim_have", "claim_put", "spilled_seq", "large_next",
-                 "watched")
+                 "pipelining", "lone", "claim", "claim_have", "claim_put", "spilled_seq",
+                 "large_next", "watched")
 
     def __init__(self, sock: socket.socket, conn_id: int, handler: int, now: float):
         self.sock = sock
@@ -121,7 +121,8 @@ class Connection:
         self.writer = -1  # ...that one...
         self.writer_seq = -1  # ...its place in the order...
         self.writer_put: tuple = ()  # ...and (correlation id, its answer should that writer die)
-        self.pipelining = False  # it sent more while one was out: no more PUTs or GROUP_PUTs
+        self.pipelining = False  # it sent more while one was out: no more PUTs or GROUP_PUTs...
+        self.lone = 0  # ...until this many in a row came alone (processor.direct.lone.after)
         # a large frame received straight into its request-ring record (buf empty
         # meanwhile): the record's frame bytes, and how many have come...
         self.claim: memoryview | None = None

@@ -165,6 +165,7 @@ class ProcessorWorker(Connections, FrameReading, RingClaims, LocalFetching, Grou
             self.put_busy_max = config["processor.direct.produce.busy.max.bytes"]
         self.ring_receive = config["processor.ring.receive"]
         self.put_spin_ns = config["processor.put.spin.us"] * 1000
+        self.lone_after = config["processor.direct.lone.after"]
         self.puts_out = 0  # PUTs at writers, not answered yet
         self.max_entries = config["request.max.entries"]
         self.max_response_bytes = config["response.max.bytes"]

@@ -125,6 +125,8 @@ class RingClaims:
         if conn.claim_put is not None:
             self._commit_put(conn)
             return
+        if conn.pipelining:
+            self._pipelining_still(conn, not conn.at_handler and not self._unread(conn))
         conn.at_handler += 1
         self.requests[conn.handler].commit(env.REQ_HEADER.pack(
             conn.conn_id, conn.next_seq & SEQ_MASK, 0, time.monotonic_ns()))

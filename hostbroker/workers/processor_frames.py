@@ -210,6 +210,8 @@ class FrameReading:
             if (key in group_keys and pos == end and not conn.at_handler
                     and not conn.pipelining and self._group_put(conn, frame)):
                 continue
+            if conn.pipelining:
+                self._pipelining_still(conn, pos == end and not conn.at_handler)
             conn.at_handler += 1
             sender.send(env.REQ_HEADER.pack(conn.conn_id, conn.next_seq & SEQ_MASK, 0, stamp),
                         frame)
@@ -296,17 +298,33 @@ class FrameReading:
     def _put_answered(self, conn: Connection) -> None:
         """A PUT of ``conn`` was answered. A client that waits for each answer
         has sent nothing since; one that sent more meanwhile (held unread) is
-        pipelining, and keeps the handler's way from now on: a PUT would stop
-        its pipeline each time, and its CRC checks belong to the handlers."""
+        pipelining, and keeps the handler's way until it waits for each answer
+        again (:meth:`_pipelining_still`): a PUT would stop its pipeline each
+        time, and its CRC checks belong to the handlers."""
         conn.at_writer = 0
         self.puts_out -= 1
-        if conn.end:
-            conn.pipelining = True
-            return
+        conn.lone = 0
+        conn.pipelining = conn.end > 0 or self._unread(conn) > 0
+
+    @staticmethod
+    def _unread(conn: Connection) -> int:
+        """Bytes waiting in ``conn``'s socket (1 if it cannot tell)."""
         try:
-            conn.pipelining = unread_bytes(conn.sock) > 0
+            return unread_bytes(conn.sock)
         except OSError:
-            pass
+            return 1
+
+    def _pipelining_still(self, conn: Connection, lone: bool) -> None:
+        """A request of a pipelining connection goes to its handler, ``lone`` if
+        nothing else of the connection is in flight or read behind it. After
+        ``processor.direct.lone.after`` lone ones in a row the client waits
+        for each answer again: its requests may go past the handler again."""
+        if not lone:
+            conn.lone = 0
+        elif self.lone_after:
+            conn.lone += 1
+            if conn.lone >= self.lone_after:
+                conn.pipelining, conn.lone = False, 0
 
     def _answer_here(self, conn: Connection, local, frame) -> None:
         """Answer a METADATA or OFFSETS frame from the partition table in this

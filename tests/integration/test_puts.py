@@ -240,28 +240,35 @@ def test_a_writer_answers_a_put_as_a_handler_would(make_broker, tmp_path):
     assert codes[4] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
+def pipeline_once(broker, sock, topic: str, a: bytes, b: bytes, c: bytes) -> list:
+    """Have ``sock``'s connection pipeline: ``a`` (correlation id 1) held as
+    a PUT at its stopped writer while ``b`` and ``c`` (2, 3) come behind it
+    in one write; the three answers' (correlation id, error, base offset)."""
+    writer = broker.workers()["hb-writer-0"]
+    time.sleep(0.3)  # the writer asleep: the lone one goes past the handler
+    os.kill(writer, signal.SIGSTOP)
+    try:
+        sock.send(frame(topic, a, 1))
+        time.sleep(0.2)
+        sock.send(frame(topic, b, 2) + frame(topic, c, 3))
+        time.sleep(0.2)
+    finally:
+        os.kill(writer, signal.SIGCONT)
+    return [answer(sock)[:3] for _ in range(3)]
+
+
 def test_requests_behind_a_put_wait_for_it(make_broker):
     """A PRODUCE that arrives while the connection's PUT is at its writer is
     read only once the PUT is answered, so it cannot reach the log first
     through the handler; and a connection that sent more while a PUT was out
-    pipelines, so it keeps the handler's way from then on. The writer is
-    stopped meanwhile to hold the PUT."""
+    pipelines, so it keeps the handler's way (until it waits for each answer
+    again: the next test). The writer is stopped meanwhile to hold the PUT."""
     broker = make_broker()
     topic = created_topic(broker.tcp)
     a, b, c = (encode_message_set([bytes([x]) * 40]) for x in b"abc")
-    writer = broker.workers()["hb-writer-0"]
     before = broker.counter("handler", "requests")
     with RawSocket(broker.tcp) as sock:
-        time.sleep(0.3)  # the writer asleep: the lone one goes past the handler
-        os.kill(writer, signal.SIGSTOP)
-        try:
-            sock.send(frame(topic, a, 1))
-            time.sleep(0.2)
-            sock.send(frame(topic, b, 2) + frame(topic, c, 3))
-            time.sleep(0.2)
-        finally:
-            os.kill(writer, signal.SIGCONT)
-        assert [answer(sock)[:3] for _ in range(3)] == [
+        assert pipeline_once(broker, sock, topic, a, b, c) == [
             (1, 0, 0), (2, 0, len(a)), (3, 0, len(a) + len(b))]
         time.sleep(0.3)
         sock.send(frame(topic, a, 4))  # alone, but this connection pipelines
@@ -269,6 +276,47 @@ def test_requests_behind_a_put_wait_for_it(make_broker):
     assert broker.counter("handler", "requests") - before == 3  # b, c and the last
     with broker.client(broker.tcp) as client:
         assert read_log(client, topic, 0, 0, 4 * len(a)) == a + b + c + a
+
+
+@pytest.mark.parametrize("lone_after, entries", [(3, 1), (3, 100), (0, 1)])
+def test_a_connection_that_waits_again_goes_past_the_handler_again(make_broker, lone_after,
+                                                                   entries):
+    """After it pipelined, a connection's requests take the handler's way
+    until ``processor.direct.lone.after`` of them in a row came with nothing
+    else of it in flight; a pair sent together starts the count again; 0
+    keeps the handler's way for good. Small frames, and large ones (~90 KiB,
+    received into their ring records as they come)."""
+    broker = make_broker(**{"processor.direct.lone.after": str(lone_after)})
+    topic = created_topic(broker.tcp)
+    data = encode_message_set([b"r" * 900] * entries)
+    ways = []  # per request or pair: through the handler (True) or past it
+
+    with RawSocket(broker.tcp) as sock:
+        assert [x[:2] for x in pipeline_once(broker, sock, topic, data, data, data)] == [
+            (1, 0), (2, 0), (3, 0)]
+        correlation_id = 4
+
+        def send(pair: bool = False) -> None:
+            nonlocal correlation_id
+            ids = [correlation_id, correlation_id + 1] if pair else [correlation_id]
+            correlation_id += len(ids)
+            time.sleep(0.05)  # the writer asleep: a large one may go past the handler
+            before = broker.counter("handler", "requests")
+            sock.send(b"".join(frame(topic, data, i) for i in ids))
+            assert [answer(sock)[:2] for _ in ids] == [(i, 0) for i in ids]
+            ways.append(broker.counter("handler", "requests") - before == len(ids))
+
+        for _ in range(2):
+            send()
+        send(pair=True)  # not alone: the count starts again
+        for _ in range(5):
+            send()
+    if lone_after:
+        assert ways == [True, True, True, True, True, True, False, False]
+    else:
+        assert all(ways)
+    with broker.client(broker.tcp) as client:
+        assert read_log(client, topic, 0, 0, 12 * len(data), max_bytes=2 << 20) == data * 12
 
 
 def test_a_put_its_writer_never_answered_is_answered_unknown(make_broker):
