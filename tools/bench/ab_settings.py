@@ -22,7 +22,9 @@ unix``: the Unix socket). Loads (every one bounded by ``--seconds``):
   (``latency_loads.run_e2e``): p50, p99, p99.9 in ms.
 - ``e2e-parts``: the same over a topic of ``--partitions`` partitions
   (default 8), message i to partition i % N, the consumer fetching all N
-  in each FETCH.
+  in each FETCH. ``--pair-every N`` has the producer of either send every
+  Nth PRODUCE together with the next one (a client that pipelines now and
+  then).
 - ``fetch-parts``: round trips of one client's FETCH of all N partitions of
   that topic (``--fill`` 100-byte messages each, default 1, from offset 0,
   max_wait_ms 0): p50, p99, p99.9 in ms.
@@ -187,14 +189,16 @@ def run_group_rtt(uri: str, load: str, seconds: float) -> tuple[float, float, fl
         client.close()
 
 
-def measure(load: str, uri: str, seconds: float, batch: int = 100, partitions: int = 8):
+def measure(load: str, uri: str, seconds: float, batch: int = 100, partitions: int = 8,
+            pair_every: int = 0):
     if load == "rtt":
         return run_rtt(uri, seconds)
     if load == "e2e":
-        out = run_e2e(uri, TOPIC, seconds, 1000)["latency_ms"]
+        out = run_e2e(uri, TOPIC, seconds, 1000, pair_every=pair_every)["latency_ms"]
         return out["p50"], out["p99"], out["p99.9"]
     if load == "e2e-parts":
-        out = run_e2e(uri, PARTS_TOPIC, seconds, 1000, partitions=partitions)["latency_ms"]
+        out = run_e2e(uri, PARTS_TOPIC, seconds, 1000, partitions=partitions,
+                      pair_every=pair_every)["latency_ms"]
         return out["p50"], out["p99"], out["p99.9"]
     if load == "fetch-parts":
         return run_fetch_parts(uri, partitions, seconds)
@@ -256,6 +260,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="partitions of the topic e2e-parts and fetch-parts use (default 8)")
     ap.add_argument("--fill", type=int, default=1,
                     help="100-byte messages in each partition for fetch-parts (default 1)")
+    ap.add_argument("--pair-every", type=int, default=0, metavar="N",
+                    help="e2e and e2e-parts: every Nth PRODUCE is sent together with the next "
+                         "one, before either answer is read (default 0: never)")
     ap.add_argument("--clients", type=int, default=1,
                     help="client processes side by side, for sync, sync1, pipe and commit "
                          "(default 1)")
@@ -264,6 +271,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         ap.error("--rounds must be at least 1, --seconds above 0, --batch 1 to 1000")
     if not 1 <= args.partitions <= 1000 or not 1 <= args.fill <= 10000:
         ap.error("--partitions must be 1 to 1000, --fill 1 to 10000")
+    if args.pair_every < 0 or (args.pair_every and args.load not in ("e2e", "e2e-parts")):
+        ap.error("--pair-every must be 0 or more, and above 0 only for e2e and e2e-parts")
     if not 1 <= args.clients <= 64 or (args.clients > 1
                                        and args.load not in ("sync", "sync1", "pipe", "commit")):
         ap.error("--clients 1 to 64, and above 1 only for sync, sync1, pipe and commit")
@@ -309,7 +318,7 @@ def main(argv=None) -> int:
                                             args.clients)
                 else:
                     value = measure(args.load, broker.uri(args.socket), args.seconds, args.batch,
-                                    args.partitions)
+                                    args.partitions, args.pair_every)
                 rounds[name].append(value)
                 print(f"[{r + 1}/{args.rounds}] {name} {value}", flush=True)
         unit = "p50, p99, p99.9 ms" if args.load in LATENCY_LOADS else "per s"

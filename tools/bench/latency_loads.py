@@ -139,13 +139,16 @@ def _e2e_consumer(uri: str, topic: str, offsets: list, count: int, seconds: floa
 
 
 def run_e2e(uri: str, topic: str, seconds: float, rate: float, keep: bool = False,
-            partitions: int = 1) -> dict:
+            partitions: int = 1, pair_every: int = 0) -> dict:
     """One message a PRODUCE at ``rate`` for ``seconds`` (acks=1), a consumer
     long-polling in a spawned process: latency percentiles. With
     ``partitions`` above 1 (``topic`` has that many), message i goes to
     partition i % partitions and the consumer fetches them all in each
-    FETCH. ``keep`` adds ``messages``, each message's (send time, latency)
-    in ns, and ``pids``, the producer's (this process) and the consumer's."""
+    FETCH. ``pair_every`` N above 0: every Nth message's PRODUCE is sent
+    together with the next one's, both before either answer is read (a
+    client that pipelines now and then). ``keep`` adds ``messages``, each
+    message's (send time, latency) in ns, and ``pids``, the producer's (this
+    process) and the consumer's."""
     from hostbroker.client.connection import BrokerConnection
     from hostbroker.client.simple import SimpleClient
     from hostbroker.log.message import encode_message_set
@@ -173,17 +176,21 @@ def run_e2e(uri: str, topic: str, seconds: float, rate: float, keep: bool = Fals
         interval = 1 / rate
         sent = 0
         t0 = time.monotonic()
-        for i in range(count):
-            slot = t0 + (i + 1) * interval
+        while sent < count:
+            slot = t0 + (sent + 1) * interval
             delay = slot - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
-            value = time.monotonic_ns().to_bytes(8, "big") + padding
-            answer = conn.request(api.ProduceRequest(1, 10_000, (api.ProducePartition(
-                topic, i % partitions, encode_message_set([value])),)))
-            if answer.partitions[0].error_code:
-                raise BenchError(f"produce answered {answer.partitions[0].error_code}")
-            sent += 1
+            n = 2 if pair_every and (sent + 1) % pair_every == 0 and sent + 1 < count else 1
+            for i in range(sent, sent + n):
+                value = time.monotonic_ns().to_bytes(8, "big") + padding
+                conn.send(api.ProduceRequest(1, 10_000, (api.ProducePartition(
+                    topic, i % partitions, encode_message_set([value])),)))
+            for _ in range(n):
+                answer = conn.receive(api.ApiKey.PRODUCE)
+                if answer.partitions[0].error_code:
+                    raise BenchError(f"produce answered {answer.partitions[0].error_code}")
+            sent += n
         conn.close()
         if not ours.poll(seconds + 60):
             raise BenchError("the end-to-end consumer sent nothing back")
