@@ -177,3 +177,27 @@ def test_the_loads_over_several_partitions_read_every_one(tmp_path):
                 ab.run_fetch_parts(broker.tcp, 4, 0.2)
     finally:
         broker.stop()
+
+
+def test_pairs_of_produces_are_sent_together(tmp_path):
+    """``--pair-every``: every Nth PRODUCE goes out with the next one, so the
+    broker sees a connection that pipelines now and then (each pair reaches
+    the handler, where lone ones go past it), and nothing is lost."""
+    from hostbroker.client.simple import SimpleClient
+    from tests.integration.broker import Broker
+
+    assert ab.parse_args(["e2e", "--pair-every", "500"]).pair_every == 500
+    assert ab.parse_args(["e2e-parts"]).pair_every == 0
+    for bad in (["e2e", "--pair-every", "-1"], ["rtt", "--pair-every", "2"]):
+        with pytest.raises(SystemExit):
+            ab.parse_args(bad)
+    broker = Broker(tmp_path).start()
+    try:
+        with SimpleClient(broker.tcp) as client:
+            client.create_topic(ab.TOPIC, 1)
+        before = broker.counter("handler", "requests")
+        result = ab.run_e2e(broker.tcp, ab.TOPIC, 0.3, 100, pair_every=5)
+        assert result["received"] == result["sent"] == 30
+        assert broker.counter("handler", "requests") - before >= 5
+    finally:
+        broker.stop()
