@@ -62,6 +62,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--lockstep", type=float, default=0.2,
                    help="chance that a stream batch waits for each answer before its next "
                    "request (what a processor answers itself or sends straight to a writer)")
+    p.add_argument("--bursts", type=float, default=0.5,
+                   help="chance that a lockstep batch sends 2-4 requests at once every 5-60 "
+                   "(a connection that pipelines now and then)")
     p.add_argument("--replay", type=int, default=None, metavar="BATCH",
                    help="send only this batch of --seed, show its outcome")
     p.add_argument("--keep", action="store_true", help="keep the scratch directory")
@@ -81,7 +84,7 @@ def summary(args: argparse.Namespace, stats: Stats, session: Session, start_memo
                        for k, n in sorted(stats.by_api.items(), key=lambda kv: -kv[1])[:16])
     lines = [
         f"seed {args.seed}, jobs {args.jobs}, connections {args.connections}, heavy {args.heavy}, framing {args.framing}, "
-        f"lockstep {args.lockstep}",
+        f"lockstep {args.lockstep}, bursts {args.bursts}",
         f"inputs {stats.requests:,} in {stats.batches:,} batches on {stats.connections:,} "
         f"connections over {seconds:.0f} s: {stats.requests / seconds:,.0f} inputs/s",
         f"answered {stats.answered:,}, refused with an error frame {stats.error_frames:,}, "
@@ -108,7 +111,7 @@ def summary(args: argparse.Namespace, stats: Stats, session: Session, start_memo
 def replay(args: argparse.Namespace, session: Session, batch: int) -> int:
     batches = stream.Batches(session.seed, session.ctx,
                              stream.Pool.build(session.seed, session.ctx), session.uris,
-                             args.heavy, args.framing, args.lockstep)
+                             args.heavy, args.framing, args.lockstep, args.bursts)
     tally = stream.Tally()
     try:
         for _, message, _ in batches.run([batch], tally, concurrency=1):
@@ -148,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
                                     connections=args.connections,
                                     first=args.first_batch, heavy=args.heavy,
                                     framing=args.framing, lockstep=args.lockstep,
+                                    bursts=args.bursts,
                                     keep_going=True, progress=progress)
         started = time.monotonic()
         try:

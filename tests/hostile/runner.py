@@ -193,7 +193,8 @@ class Session:
 
     def run_streams(self, *, seconds: float, max_requests: int, check_every: int = 50_000,
                     jobs: int = 2, connections: int = 4, first: int = 0, heavy: float = 0.002,
-                    framing: float = 0.3, lockstep: float = 0.2, keep_going: bool = False,
+                    framing: float = 0.3, lockstep: float = 0.2, bursts: float = 0.5,
+                    keep_going: bool = False,
                     progress=None) -> Stats:
         """Stream and framing batches (:class:`stream.Batches`) from ``jobs``
         processes, ``connections`` at once each, until ``seconds`` or ``max_requests`` inputs; every invariant
@@ -202,7 +203,7 @@ class Session:
         stats = Stats()
         start = time.monotonic()
         batches = stream.Batches(self.seed, self.ctx, stream.Pool.build(self.seed, self.ctx),
-                                 self.uris, heavy, framing, lockstep)
+                                 self.uris, heavy, framing, lockstep, bursts)
         fork = multiprocessing.get_context("fork")
         pipes, procs = [], []
         for job in range(jobs):

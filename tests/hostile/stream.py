@@ -23,7 +23,11 @@ then draws from it with ``batch_rng(seed, batch)``, cheaply:
   handler, which is when a processor answers it itself or sends it straight
   to a writer (METADATA, OFFSETS and FETCH answered there, lone PRODUCEs,
   OFFSET_COMMITs, OFFSET_FETCHes and HEARTBEATs to the writers). Pipelined,
-  most requests go through the handlers.
+  most requests go through the handlers. Half of the lockstep batches
+  (``bursts``) send 2-4 requests at once every 5-60 requests: a burst
+  behind a request at a writer marks the connection as pipelining, and the
+  lone ones after it take it past the handler again
+  (``processor.direct.lone.after``).
 - a *framing* batch is the suite's exchange (:func:`fuzzlib.exchange`): 1 to
   5 frames, mostly byte-mutated or with a header that does not exist, and the
   probe, on a new connection.
@@ -157,6 +161,15 @@ def plan(rng: random.Random, pool: Pool, heavy: float, length: int):
     yield probe
 
 
+@dataclass(frozen=True)
+class Lockstep:
+    """How a lockstep batch sends: one answer outstanding at a time, but for
+    ``burst`` requests sent at once at every ``every``th (0: never)."""
+
+    every: int = 0
+    burst: int = 1
+
+
 class _Stream:
     """One pipelined connection: sends the plan, checks each answer on arrival."""
 
@@ -165,6 +178,8 @@ class _Stream:
         self.frames = frames
         self.tally = tally
         self.window = window
+        self.every, self.burst = 0, 1  # a lockstep stream's bursts (Lockstep)
+        self.count = 0  # frames queued
         self.out = bytearray()
         self.ends: deque[tuple[int, int]] = deque()  # (stream offset where a frame ends, api key)
         self.written = 0
@@ -179,14 +194,16 @@ class _Stream:
         self.fd, self.last, self.events = sock.fileno(), time.monotonic(), selectors.EVENT_READ
 
     def fill(self) -> None:
-        while (not self.exhausted and not self.error_seen and self.owed < self.window
-               and len(self.out) < MAX_UNSENT):
+        while (not self.exhausted and not self.error_seen and len(self.out) < MAX_UNSENT
+               and self.owed < (self.burst if self.every and self.count % self.every < self.burst
+                                else self.window)):
             try:
                 frame, expected = next(self.frames)
             except StopIteration:
                 self.exhausted = True
                 return
             self.out += frame
+            self.count += 1
             self.queued += len(frame)
             self.ends.append((self.queued, struct.unpack_from(">h", frame, 4)[0]
                               if len(frame) >= 6 else -1))
@@ -308,22 +325,25 @@ class Batches:
     heavy: float = 0.002
     framing: float = 0.3
     lockstep: float = 0.2
+    bursts: float = 0.5
 
     def frames(self, batch: int):
         """``(uri, frames, lockstep)`` of batch ``batch``: its socket, its
-        ``(frame, expectation)`` and whether it is a lockstep batch."""
+        ``(frame, expectation)`` and, for a lockstep batch, its
+        :class:`Lockstep` (else None)."""
         rng = batch_rng(self.seed, batch)
         uri = rng.choice(self.uris)
         if rng.random() < self.framing:
             sent = framing_frames(rng, self.ctx, self.pool) + [_PROBE]
-            return uri, iter([(frame, expectation(frame)) for frame in sent]), False
-        lockstep = rng.random() < self.lockstep
+            return uri, iter([(frame, expectation(frame)) for frame in sent]), None
+        lockstep = None
+        if rng.random() < self.lockstep:
+            lockstep = (Lockstep(rng.randint(5, 60), rng.randint(2, 4))
+                        if rng.random() < self.bursts else Lockstep())
         return uri, plan(rng, self.pool, self.heavy, rng.randint(100, 3000)), lockstep
 
     def open(self, batch: int, tally: Tally, window: int) -> _Stream:
         uri, frames, lockstep = self.frames(batch)
-        if lockstep:
-            window = 1
         where = f"seed {self.seed} batch {batch} over {uri}"
         try:
             sock = fuzzlib.connect(uri)
@@ -332,7 +352,9 @@ class Batches:
             raise kind(f"{where}: cannot connect: {exc!r}") from None
         sock.setblocking(False)
         tally.connections += 1
-        stream = _Stream(sock, frames, tally, window)
+        stream = _Stream(sock, frames, tally, window if lockstep is None else 1)
+        if lockstep is not None:
+            stream.every, stream.burst = lockstep.every, lockstep.burst
         stream.batch, stream.where = batch, where
         return stream
 

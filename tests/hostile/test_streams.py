@@ -121,15 +121,32 @@ def test_lockstep_batches_send_each_request_when_the_last_is_answered(tmp_path):
         fake = FakeBroker(tmp_path / f"lockstep-{lockstep}.sock")
         try:
             batches = _metadata_batches(fake.uri)
-            batches.lockstep = lockstep
+            batches.lockstep, batches.bursts = lockstep, 0.0
             chosen = _mutation_free(batches)
-            assert all(batches.frames(b)[2] == one_at_a_time for b in chosen)
+            assert all((batches.frames(b)[2] is not None) == one_at_a_time for b in chosen)
             tally = stream.Tally()
             assert batches.run(chosen, tally, concurrency=2) == []
             assert tally.answered > 100
             assert (fake.most_at_once == 1) == one_at_a_time, fake.most_at_once
         finally:
             fake.close()
+
+
+def test_lockstep_batches_with_bursts_send_a_few_at_once_now_and_then(tmp_path):
+    fake = FakeBroker(tmp_path / "bursts.sock")
+    try:
+        batches = _metadata_batches(fake.uri)
+        batches.lockstep, batches.bursts = 1.0, 1.0
+        chosen = _mutation_free(batches)
+        paces = [batches.frames(b)[2] for b in chosen]
+        assert all(5 <= p.every <= 60 and 2 <= p.burst <= 4 for p in paces)
+        tally = stream.Tally()
+        assert batches.run(chosen, tally, concurrency=1) == []
+        assert tally.answered > 100
+        # bursts at once (one read may take less of one), and never more
+        assert 1 < fake.most_at_once <= max(p.burst for p in paces)
+    finally:
+        fake.close()
 
 
 def test_the_checks_catch_answers_out_of_order(tmp_path):
