@@ -88,7 +88,8 @@ def test_a_fetch_sent_right_behind_a_commit_reads_it(make_broker):
     writer 0 (held there, stopped), so a fetch written right after it, before
     its answer, reads it. The fetch goes through the handler: a connection
     that sends while it awaits an answer is pipelining, and keeps the
-    handler's way from then on (as for PUTs), hence a new one each round."""
+    handler's way until it waits for each answer again (as for PUTs; the
+    next test), hence a new one each round."""
     broker = make_broker()
     topic, group = created_topic(broker.tcp), new_topic("group")
     writer = broker.workers()["hb-writer-0"]
@@ -108,6 +109,35 @@ def test_a_fetch_sent_right_behind_a_commit_reads_it(make_broker):
             assert _answers(wire, api.ApiKey.OFFSET_FETCH) == (2 * i + 1,
                                                               [(topic, 0, i, f"r{i}", 0)])
             assert broker.counter("handler", "requests") - handler_before == 1  # the fetch
+
+
+def test_after_pipelining_lone_ones_go_past_the_handler_again(make_broker):
+    """A connection that sent a fetch behind its commit goes through the
+    handler until ``processor.direct.lone.after`` (here 3) of its requests
+    in a row came alone (the fetch behind the commit, read alone once the
+    commit was answered, is the first); then past it again."""
+    broker = make_broker(**{"processor.direct.lone.after": "3"})
+    topic, group = created_topic(broker.tcp), new_topic("group")
+    writer = broker.workers()["hb-writer-0"]
+    ways = []
+    with GroupWire(broker.unix) as wire:
+        time.sleep(0.2)
+        os.kill(writer, signal.SIGSTOP)
+        try:
+            wire.send(_commit_frame(group, [(topic, 0, 7, "")], 1))
+            time.sleep(0.1)
+            wire.send(_fetch_frame(group, [(topic, 0)], 2))
+            time.sleep(0.1)
+        finally:
+            os.kill(writer, signal.SIGCONT)
+        assert _answers(wire, api.ApiKey.OFFSET_COMMIT) == (1, [(topic, 0, 0)])
+        assert _answers(wire, api.ApiKey.OFFSET_FETCH) == (2, [(topic, 0, 7, "", 0)])
+        for corr in range(3, 7):
+            before = broker.counter("handler", "requests")
+            wire.send(_fetch_frame(group, [(topic, 0)], corr))
+            assert _answers(wire, api.ApiKey.OFFSET_FETCH) == (corr, [(topic, 0, 7, "", 0)])
+            ways.append(broker.counter("handler", "requests") - before)
+    assert ways == [1, 1, 0, 0]
 
 
 def test_an_answer_over_the_response_bound_closes_the_connection(make_broker):
