@@ -302,7 +302,12 @@ def test_a_connection_that_waits_again_goes_past_the_handler_again(make_broker, 
             correlation_id += len(ids)
             time.sleep(0.05)  # the writer asleep: a large one may go past the handler
             before = broker.counter("handler", "requests")
-            sock.send(b"".join(frame(topic, data, i) for i in ids))
+            frames = [frame(topic, data, i) for i in ids]
+            if pair:  # the first one's last byte comes with the second: read behind it
+                sock.send(frames[0][:-1])
+                time.sleep(0.1)
+                frames[0] = frames[0][-1:]
+            sock.send(b"".join(frames))
             assert [answer(sock)[:2] for _ in ids] == [(i, 0) for i in ids]
             ways.append(broker.counter("handler", "requests") - before == len(ids))
 
