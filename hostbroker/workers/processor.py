@@ -450,8 +450,7 @@ class ProcessorWorker(Connections, FrameReading, RingClaims, LocalFetching, Grou
         for conn in list(self.conns.values()):
             if not (conn.at_writer and conn.writer == w):
                 continue
-            conn.at_writer = 0
-            self.puts_out -= 1
+            self._put_answered(conn)
             corr, unanswered, args = conn.writer_put
             frame, failed = api.encode_answer(corr, unanswered(*args), self.max_response_bytes)
             if not conn.lingering:

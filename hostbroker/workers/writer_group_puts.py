@@ -10,7 +10,9 @@ rings are read, and answered here, straight into the processor's answer
 ring: a heartbeat and a fetch with no commit ahead of it at once, a commit
 when its sync returns. An answer over ``response.max.bytes`` is an error
 frame after which the connection closes, as from a handler. A writer other
-than writer 0 holds neither the offsets nor the groups; it answers UNKNOWN.
+than writer 0 holds neither the offsets nor the groups; it answers as for a
+request that failed (commit and fetch entries UNKNOWN, a heartbeat
+BROKER_NOT_AVAILABLE).
 """
 
 from __future__ import annotations
