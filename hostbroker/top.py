@@ -27,7 +27,8 @@ from hostbroker.shm.procs import COUNTER_NAMES, ProcessBoard
 from hostbroker.shm.table import PartitionTable
 from hostbroker.workers.plan import BrokerPlan
 
-KIND_NAMES = {1: "writer", 2: "handler", 3: "processor", 4: "acceptor", 5: "registrar"}
+KIND_NAMES = {1: "writer", 2: "handler", 3: "processor", 4: "acceptor", 5: "registrar",
+              6: "coordinator"}
 _COLUMNS = ("requests", "bytes_in", "bytes_out", "messages_in", "errors", "connections",
             "fetch_parked", "wakeups")
 

@@ -39,9 +39,11 @@ Handler -> writer (append ring)::
                                   a long-poll FETCH of one partition, for the
                                   writer to answer to that processor
 
-GROUP carries a consumer group request for writer 0, which holds the group
-state (:mod:`hostbroker.workers.writer_groups`); OFFSETS commits carry the
-committer's ``(generation, member_id)`` there too, for the fence.
+Handler -> coordinator (``capp`` ring): GROUP and OFFSETS json, as above.
+GROUP carries a consumer group request for ``hb-coordinator``, which holds
+the group state (:mod:`hostbroker.workers.coordinator`); OFFSETS commits
+carry the committer's ``(generation, member_id)`` there too, for the fence.
+Their results come back on the ``cres`` ring as a writer's do.
 
 An APPEND names the partition (topic and number) besides its slot: the
 writer appends only if the slot still holds that partition, since a delete
@@ -75,16 +77,19 @@ Writer -> handler (result ring)::
                             DELETE / OFFSETS / GROUP: json
 
 Writer -> processor (answer ring): a response message as above (the
-PRODUCE answer of an APPEND_DIRECT or a PUT, the answer of a GROUP_PUT).
+PRODUCE answer of an APPEND_DIRECT or a PUT); coordinator -> processor
+(``cans`` ring): the same, the answer of a GROUP_PUT.
 
 Processor -> writer (put ring): a PUT, laid out as an APPEND_DIRECT with
 token 0, index 0, acks 1 and count 0: a lone PRODUCE of one partition that
 no handler has seen. The writer checks its message set as a handler would
-(``count`` is what that finds) and answers the processor itself. Or a
-GROUP_PUT, to writer 0: ``op:u8 token:u64=0 processor:u16 conn_id:u64
-seq:u32 correlation_id:i32`` and json, an OFFSET_COMMIT, OFFSET_FETCH or
-HEARTBEAT no handler has seen (``processor.direct.groups``), whose op
-(:mod:`~hostbroker.workers.group_answers`) writer 0 serves and answers.
+(``count`` is what that finds) and answers the processor itself.
+
+Processor -> coordinator (``cput`` ring): a GROUP_PUT, ``op:u8 token:u64=0
+processor:u16 conn_id:u64 seq:u32 correlation_id:i32`` and json, an
+OFFSET_COMMIT, OFFSET_FETCH or HEARTBEAT no handler has seen
+(``processor.direct.groups``), whose op
+(:mod:`~hostbroker.workers.group_answers`) the coordinator serves and answers.
 
 A GROUP result of a JOIN_GROUP that waits for its rebalance comes when the
 rebalance completes, maybe after results of later requests.
@@ -248,8 +253,8 @@ def encode_put(slot: int, topic: str, partition: int, deadline_ms: int, message_
 
 
 def encode_group_put(direct: Direct, op: dict) -> tuple[bytes, bytes]:
-    """An OFFSET_COMMIT, OFFSET_FETCH or HEARTBEAT a processor sends writer 0
-    itself (processor -> writer 0, on the put ring), its ``op``
+    """An OFFSET_COMMIT, OFFSET_FETCH or HEARTBEAT a processor sends the
+    coordinator itself (on its ``cput`` ring), its ``op``
     (:mod:`~hostbroker.workers.group_answers`) answered to ``direct``."""
     return (_OP.pack(OP_GROUP_PUT, 0) + _DIRECT.pack(*direct),
             json.dumps(op, separators=(",", ":")).encode())

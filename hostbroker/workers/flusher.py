@@ -1,4 +1,5 @@
-"""The writer's flusher thread and its acks=-1 waiters (part of ``hb-writer-N``).
+"""The writer's flusher thread and its acks=-1 waiters (part of ``hb-writer-N``;
+``hb-coordinator`` runs a flusher too, for the offsets store).
 
 Owns: :class:`Flusher`, the one helper thread of a writer, which runs the
 fdatasyncs the writer hands it; and :class:`Waiter`, an acks=-1 append the
@@ -21,8 +22,9 @@ class Flusher(threading.Thread):
     the fd, reports ``(slot, plog, offset, error)`` and rings the writer's
     doorbell. ``plog`` only travels along, so the writer can tell a flush of a
     partition deleted meanwhile (whose slot may hold a new one) from a live one.
-    Writer 0 hands it the offsets store's syncs too, as slot ``OFFSETS_SLOT``
-    with its ``OffsetsHost`` for ``plog`` (``writer_offsets.py``)."""
+    The coordinator runs one for the offsets store's syncs, as slot
+    ``OFFSETS_SLOT`` with its ``OffsetsHost`` for ``plog``
+    (``coordinator/offsets.py``)."""
 
     def __init__(self, doorbell):
         super().__init__(name="flusher", daemon=True)

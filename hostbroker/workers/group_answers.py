@@ -1,18 +1,21 @@
-"""What writer 0 is asked for an OFFSET_COMMIT, OFFSET_FETCH or HEARTBEAT,
-and the answer built from what it says (pure: no rings, no sockets).
+"""What the coordinator is asked for an OFFSET_COMMIT, OFFSET_FETCH or
+HEARTBEAT, and the answer built from what it says (pure: no rings, no
+sockets).
 
-Owns: the *op* of one such request, a dict that is both the request writer 0
-serves (its ``op`` and the fields :class:`~hostbroker.workers.writer_offsets.OffsetsHost`
-or :class:`~hostbroker.workers.writer_groups.GroupHost` read) and all the
+Owns: the *op* of one such request, a dict that is both the request
+``hb-coordinator`` serves (its ``op`` and the fields
+:class:`~hostbroker.workers.coordinator.offsets.OffsetsHost` or
+:class:`~hostbroker.workers.coordinator.groups.GroupHost` read) and all the
 answer needs (each partition of the request in its order, and the code of
 an entry refused before it got there), and :func:`answer`, the response of
-an op from writer 0's result, or from no result when the request failed
-(its writer died with it).
+an op from the coordinator's result, or from no result when the request
+failed (the coordinator died with it).
 
 Three processes use it: a handler, for the requests that come through it
-(``handler_offsets.py``); a processor, for the ones it sends writer 0 itself
-(``processor.direct.groups``, ``processor_groups.py``) and for the answer of
-one whose writer 0 died; and writer 0, which answers those.
+(``handler_offsets.py``); a processor, for the ones it sends the coordinator
+itself (``processor.direct.groups``, ``processor_groups.py``) and for the
+answer of one whose coordinator died; and the coordinator, which answers
+those (``coordinator/group_puts.py``).
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ def commit_error(view, max_metadata_bytes: int, part) -> ErrorCode:
 def commit_op(request, view, max_metadata_bytes: int) -> dict[str, Any]:
     """The op of an OFFSET_COMMIT (v0 or v1): the entries of existing partitions
     with metadata within ``max_metadata_bytes`` are stored, the others
-    answered with their error. It goes to writer 0 even with nothing to
+    answered with their error. It goes to the coordinator even with nothing to
     store: the fence decides every entry's answer."""
     codes = [commit_error(view, max_metadata_bytes, part) for part in request.partitions]
     return {"op": "commit", "group": request.group,
@@ -66,8 +69,8 @@ def heartbeat_op(request) -> dict[str, Any]:
 
 
 def answer(op: dict[str, Any], result: dict | None):
-    """The response to ``op`` given writer 0's ``result``; None for a request
-    that failed (its writer died with it): every commit entry UNKNOWN but
+    """The response to ``op`` given the coordinator's ``result``; None for a
+    request that failed (the coordinator died with it): every commit entry UNKNOWN but
     those refused before, every fetched offset -1 with UNKNOWN, a heartbeat
     BROKER_NOT_AVAILABLE (the member's client retries it)."""
     kind = op["op"]

@@ -5,10 +5,12 @@ produce, delete and offset requests it has forwarded to writers and not yet
 answered. All requests of one connection come to the same handler, which is
 what keeps their answers in order.
 
-Reads: request rings from every processor; result rings from every writer;
-the partition table (lock-free) and segment directory listings to turn a fetch
-into file ranges. Writes: response rings to every processor; append rings to
-every writer. Under the admin lock it creates topics (partition directories via
+Reads: request rings from every processor; result rings from every writer
+and from the coordinator; the partition table (lock-free) and segment
+directory listings to turn a fetch into file ranges. Writes: response rings
+to every processor; append rings to every writer, and the ``capp`` ring to
+the coordinator, which the handler treats as one more writer (its rings,
+bell and epoch come after the writers', at ``plan.coordinator_peer``). Under the admin lock it creates topics (partition directories via
 the log package, and their table slots) and marks topics for deletion; the
 owning writers take it from there.
 
@@ -34,11 +36,11 @@ Per request:
   request at its handler).
 - CREATE_TOPIC / DELETE_TOPIC, OFFSET_COMMIT / OFFSET_FETCH: as above.
 - JOIN_GROUP, SYNC_GROUP, HEARTBEAT, LEAVE_GROUP, DESCRIBE_GROUP, LIST_GROUPS
-  (docs/spec/groups.md): forwarded to writer 0, which holds the group state;
-  a join waits there for its rebalance while the connection's later requests
-  go on (their answers are held back only by the connection's order).
-  OFFSET_COMMIT carries the committer's generation and member id to writer 0,
-  which fences it before storing.
+  (docs/spec/groups.md): forwarded to ``hb-coordinator``, which holds the
+  group state; a join waits there for its rebalance while the connection's
+  later requests go on (their answers are held back only by the
+  connection's order). OFFSET_COMMIT carries the committer's generation and
+  member id to the coordinator, which fences it before storing.
 """
 
 from __future__ import annotations
@@ -102,11 +104,18 @@ class HandlerWorker(TopicAdmin, Fetching, ConsumerOffsets, Worker):
                                      self.config["admin.lock.timeout.ms"] / 1000)
         self.view = TopicView(self.table, plan.log_dirs, self.defaults)
         self.requests = [self.receiver("req", p, self.index) for p in range(plan.num_processors)]
-        self.results = [self.receiver("res", w, self.index) for w in range(plan.num_writers)]
+        # the writers' rings, bells and epochs, then the coordinator's (plan.coordinator_peer)
+        self.coordinator = plan.coordinator_peer
+        self.results = ([self.receiver("res", w, self.index) for w in range(plan.num_writers)]
+                        + [self.receiver("cres", 0, self.index)])
         self.responses = [self.sender("resp", self.index, p) for p in range(plan.num_processors)]
-        self.appends = [self.sender("app", self.index, w) for w in range(plan.num_writers)]
+        self.appends = ([self.sender("app", self.index, w) for w in range(plan.num_writers)]
+                        + [self.sender("capp", self.index, 0)])
         self.processor_bells = [self.waker("processor", p) for p in range(plan.num_processors)]
-        self.writer_bells = [self.waker("writer", w) for w in range(plan.num_writers)]
+        self.writer_bells = ([self.waker("writer", w) for w in range(plan.num_writers)]
+                             + [self.waker("coordinator", 0)])
+        self.peer_slots = ([plan.board_slot("writer", w) for w in range(plan.num_writers)]
+                           + [plan.board_slot("coordinator", 0)])
         # the writers' appended-message counters when this round began: a parked
         # fetch may be answerable once they move (see _has_input)
         self.writer_slots = [plan.board_slot("writer", w) for w in range(plan.num_writers)]
@@ -120,7 +129,7 @@ class HandlerWorker(TopicAdmin, Fetching, ConsumerOffsets, Worker):
         self.max_parked_joins = self.config["group.max.parked.joins"]
         self.pending: dict[int, _Pending] = {}
         self.parked: list = []  # handler_fetch._ParkedFetch
-        self.writer_epochs = [self._epoch("writer", w) for w in range(plan.num_writers)]
+        self.writer_epochs = [self.board.epoch(slot) for slot in self.peer_slots]
         self.answers = TableAnswers(self.view, plan.log_dirs, self.config["broker.id"],
                                     broker_list(plan, self.config["broker.id"]),
                                     self.config["response.max.bytes"])
@@ -140,9 +149,6 @@ class HandlerWorker(TopicAdmin, Fetching, ConsumerOffsets, Worker):
         self.draining = False
         self.broken: dict[int, None] = {}  # connections closing after a protocol error
         self.board.set_state(self.slot, procs.WORKER_READY)
-
-    def _epoch(self, kind: str, index: int) -> int:
-        return self.board.epoch(self.plan.board_slot(kind, index))
 
     # -- loop --------------------------------------------------------------
     def run(self) -> None:
@@ -229,8 +235,9 @@ class HandlerWorker(TopicAdmin, Fetching, ConsumerOffsets, Worker):
         self.dirty_processors.add(processor)
 
     def _check_writer_epochs(self) -> None:
-        for w in range(self.plan.num_writers):
-            epoch = self._epoch("writer", w)
+        """A writer or the coordinator replaced: fail what waited on it."""
+        for w, slot in enumerate(self.peer_slots):
+            epoch = self.board.epoch(slot)
             if epoch != self.writer_epochs[w]:
                 self.writer_epochs[w] = epoch
                 # what the dead writer did answer is in our result rings: take it

@@ -2,23 +2,25 @@
 (part of ``hb-handler-N``).
 
 Mixed into :class:`~hostbroker.workers.handler.HandlerWorker`. The handler
-checks each entry and forwards the rest to writer 0, which owns the consumer
-offsets store (:mod:`hostbroker.log.offsetstore`) and the group state
-(:mod:`hostbroker.workers.writer_groups`), and answers when it has. Every
-commit carries its ``(generation, member_id)`` (``(-1, "")`` for version 0)
-so writer 0 fences it (docs/spec/groups.md); a fenced commit answers every
-entry with the fence's code. What goes to writer 0 and the answer built from
-what it says are :mod:`~hostbroker.workers.group_answers`'s, shared with the
-processors, which send a connection's lone OFFSET_COMMIT, OFFSET_FETCH and
-HEARTBEAT there themselves (``processor.direct.groups``): those that come
-here are the rest.
+checks each entry and forwards the rest to ``hb-coordinator``, which owns
+the consumer offsets store (:mod:`hostbroker.log.offsetstore`) and the group
+state (:mod:`hostbroker.workers.coordinator`), and answers when it has.
+This module is the handler's one route for all of them
+(:meth:`ConsumerOffsets._coordinator_op`). Every commit carries its
+``(generation, member_id)`` (``(-1, "")`` for version 0) so the coordinator
+fences it (docs/spec/groups.md); a fenced commit answers every entry with
+the fence's code. What goes to the coordinator and the answer built from
+what it says are :mod:`~hostbroker.workers.group_answers`'s, shared with
+the processors, which send a connection's lone OFFSET_COMMIT, OFFSET_FETCH
+and HEARTBEAT there themselves (``processor.direct.groups``): those that
+come here are the rest.
 
 Group requests become ``OP_GROUP`` ops. A JOIN_GROUP whose rebalance waits
-stays in ``pending`` under its token until writer 0 answers; the handler
-holds at most ``group.max.parked.joins`` of them (one more is answered
-BROKER_NOT_AVAILABLE at once) and drops those of a connection that closed.
-A writer 0 replaced meanwhile fails them, as every pending request:
-BROKER_NOT_AVAILABLE (the member joins again with its member id).
+stays in ``pending`` under its token until the coordinator answers; the
+handler holds at most ``group.max.parked.joins`` of them (one more is
+answered BROKER_NOT_AVAILABLE at once) and drops those of a connection that
+closed. A coordinator replaced meanwhile fails them, as every pending
+request: BROKER_NOT_AVAILABLE (the member joins again with its member id).
 """
 
 from __future__ import annotations
@@ -40,16 +42,16 @@ class ConsumerOffsets:
         and not stored (:func:`~hostbroker.workers.group_answers.commit_op`)."""
         self.view.refresh()
         op = group_answers.commit_op(request, self.view, self.config["offset.metadata.max.bytes"])
-        self._writer0_op(p, conn_id, seq, corr, ApiKey.OFFSET_COMMIT, env.OP_OFFSETS, op)
+        self._coordinator_op(p, conn_id, seq, corr, ApiKey.OFFSET_COMMIT, env.OP_OFFSETS, op)
 
     def _offset_fetch(self, p, conn_id, seq, corr, request) -> None:
-        self._writer0_op(p, conn_id, seq, corr, ApiKey.OFFSET_FETCH, env.OP_OFFSETS,
+        self._coordinator_op(p, conn_id, seq, corr, ApiKey.OFFSET_FETCH, env.OP_OFFSETS,
                          group_answers.fetch_op(request))
 
-    def _writer0_op(self, p, conn_id, seq, corr, key, envelope_op: int, op: dict) -> None:
-        """Send ``op`` (:mod:`~hostbroker.workers.group_answers`) to writer 0 as
-        ``envelope_op`` and answer from what it says, as a processor's
-        GROUP_PUT is answered."""
+    def _coordinator_op(self, p, conn_id, seq, corr, key, envelope_op: int, op: dict) -> None:
+        """Send ``op`` (:mod:`~hostbroker.workers.group_answers`) to the
+        coordinator as ``envelope_op`` and answer from what it says, as a
+        processor's GROUP_PUT is answered."""
 
         def respond(pending, failed: bool = False) -> None:
             result = None if failed else (pending.results[0] if pending.results else {})
@@ -57,13 +59,13 @@ class ConsumerOffsets:
                         group_answers.answer(op, result))
 
         pending = self._new_pending(p, conn_id, seq, corr, key, [], respond)
-        self._to_writer(pending, 0, *env.encode_json(envelope_op, pending.token, op))
+        self._to_writer(pending, self.coordinator, *env.encode_json(envelope_op, pending.token, op))
 
     # -- consumer groups (docs/spec/groups.md) -------------------------------
     def _group_request(self, p, conn_id, seq, corr, header, request) -> None:
         key = header.api_key
         if key == gproto.GroupApiKey.HEARTBEAT:
-            self._writer0_op(p, conn_id, seq, corr, key, env.OP_GROUP,
+            self._coordinator_op(p, conn_id, seq, corr, key, env.OP_GROUP,
                              group_answers.heartbeat_op(request))
             return
         if key == gproto.GroupApiKey.JOIN_GROUP:
@@ -98,11 +100,12 @@ class ConsumerOffsets:
                 respond(pending, failed=True)
                 return
             self.parked_joins.add(pending.token)
-        self._to_writer(pending, 0, *env.encode_json(env.OP_GROUP, pending.token, payload))
+        self._to_writer(pending, self.coordinator,
+                        *env.encode_json(env.OP_GROUP, pending.token, payload))
 
     def _drop_joins(self, conn_id: int) -> None:
-        """Forget the joins a closed connection left waiting (writer 0's answer,
-        when it comes, finds no token)."""
+        """Forget the joins a closed connection left waiting (the coordinator's
+        answer, when it comes, finds no token)."""
         for token in [t for t in self.parked_joins
                       if t not in self.pending or self.pending[t].conn_id == conn_id]:
             self.parked_joins.discard(token)
@@ -115,7 +118,7 @@ def _streams(entries) -> tuple:
 
 
 def _group_answer(key: int, request, result: dict):
-    """The answer to a group request from writer 0's result (a dict)."""
+    """The answer to a group request from the coordinator's result (a dict)."""
     code = ErrorCode(result["error"])
     if key == gproto.GroupApiKey.JOIN_GROUP:
         if code != ErrorCode.NONE:

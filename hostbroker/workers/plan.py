@@ -3,29 +3,41 @@
 A :class:`BrokerPlan` names all shared memory (rings, the partition table, the
 process board, the admin lock) and holds the file descriptors that children
 inherit across ``fork``: bound listening sockets, the acceptor-to-processor
-hand-off socket pairs and one doorbell (eventfd) per worker. In cluster mode
-(``zookeeper.connect`` set) it also plans the ``hb-registrar``, which uses no ring. It is built in the
-supervisor and read by workers; no worker changes it.
+hand-off socket pairs and one doorbell (eventfd) per worker. It plans one
+``hb-coordinator`` (the consumer group coordinator and the offsets store,
+:mod:`hostbroker.workers.coordinator`) and, in cluster mode
+(``zookeeper.connect`` set), the ``hb-registrar``, which uses no ring. It is
+built in the supervisor and read by workers; no worker changes it.
 
 Rings are single-producer single-consumer, one per ordered pair of workers
 that talk:
 
-=========  ======================  ===================================
-kind       producer -> consumer    carries
-=========  ======================  ===================================
-``req``    processor -> handler    request frames
-``resp``   handler -> processor    answers (bytes and file ranges)
-``app``    handler -> writer       appends, deletes, offset commits
-``res``    writer -> handler       their results
-``ans``    writer -> processor     answers of one-partition acks=1 PRODUCEs
-``put``    processor -> writer     lone PRODUCEs, past the handler
-=========  ======================  ===================================
+=========  =========================  ===================================
+kind       producer -> consumer       carries
+=========  =========================  ===================================
+``req``    processor -> handler       request frames
+``resp``   handler -> processor       answers (bytes and file ranges)
+``app``    handler -> writer          appends, deletes, long polls
+``res``    writer -> handler          their results
+``ans``    writer -> processor        answers of one-partition acks=1 PRODUCEs
+``put``    processor -> writer        lone PRODUCEs, past the handler
+``capp``   handler -> coordinator     group requests, offset commits and fetches
+``cres``   coordinator -> handler     their results
+``cans``   coordinator -> processor   answers of GROUP_PUTs
+``cput``   processor -> coordinator   lone commits, offset fetches, heartbeats
+=========  =========================  ===================================
 
-The ``ans`` rings carry only small answers; they are ``ANSWER_RING_BYTES``
-(or ``ring.bytes`` when that is smaller). The ``put`` rings carry one
-request of a connection at a time; they are ``PUT_RING_BYTES`` (or
-``ring.bytes``), so a lone PRODUCE of up to a quarter of that goes past the
-handler. The others are ``ring.bytes``.
+The coordinator's four kinds are a writer's four with the coordinator in the
+writer's place, carrying the same envelopes; handlers and processors hold
+them after their writers' rings, at index :attr:`BrokerPlan.coordinator_peer`
+(``num_writers``), so what they do for a writer (send, take results, fail
+what was in flight when its epoch moves) they do for the coordinator.
+
+The ``ans`` and ``cans`` rings carry only small answers; they are
+``ANSWER_RING_BYTES`` (or ``ring.bytes`` when that is smaller). The ``put``
+and ``cput`` rings carry one request of a connection at a time; they are
+``PUT_RING_BYTES`` (or ``ring.bytes``), so a lone PRODUCE of up to a quarter
+of that goes past the handler. The others are ``ring.bytes``.
 """
 
 from __future__ import annotations
@@ -37,12 +49,13 @@ import socket
 
 from hostbroker.config import Config
 
-KINDS = ("writer", "handler", "processor", "acceptor", "registrar")
-RING_KINDS = ("req", "resp", "app", "res", "ans", "put")
+KINDS = ("writer", "coordinator", "handler", "processor", "acceptor", "registrar")
+RING_KINDS = ("req", "resp", "app", "res", "ans", "put", "capp", "cres", "cans", "cput")
 ANSWER_RING_BYTES = 1024 * 1024
 PUT_RING_BYTES = 4 * 1024 * 1024
 _CONSUMER_KIND = {"req": "handler", "resp": "processor", "app": "writer", "res": "handler",
-                  "ans": "processor", "put": "writer"}
+                  "ans": "processor", "put": "writer", "capp": "coordinator", "cres": "handler",
+                  "cans": "processor", "cput": "coordinator"}
 
 
 def shm_token(config: Config) -> str:
@@ -105,13 +118,25 @@ class BrokerPlan:
             for p in range(self.num_processors):
                 yield "ans", w, p
                 yield "put", p, w
+        for h in range(self.num_handlers):
+            yield "capp", h, 0
+            yield "cres", 0, h
+        for p in range(self.num_processors):
+            yield "cans", 0, p
+            yield "cput", p, 0
 
     def ring_bytes(self, kind: str) -> int:
         """Data bytes of a ring of ``kind`` (a power of two, as ``ring.bytes`` is)."""
         size = self.config["ring.bytes"]
-        if kind == "ans":
+        if kind in ("ans", "cans"):
             return min(size, ANSWER_RING_BYTES)
-        return min(size, PUT_RING_BYTES) if kind == "put" else size
+        return min(size, PUT_RING_BYTES) if kind in ("put", "cput") else size
+
+    @property
+    def coordinator_peer(self) -> int:
+        """Where handlers and processors keep the coordinator's rings, bell and
+        epoch: right after their writers' (see the module docstring)."""
+        return self.num_writers
 
     def rings_consumed_by(self, kind: str, index: int):
         """The rings a worker reads (reset when that worker is replaced)."""
@@ -122,7 +147,7 @@ class BrokerPlan:
     # -- process board slots ----------------------------------------------
     @property
     def worker_count(self) -> int:
-        return self.num_writers + self.num_handlers + self.num_processors + 1 + self.registrar
+        return self.num_writers + self.num_handlers + self.num_processors + 2 + self.registrar
 
     def board_slot(self, kind: str, index: int) -> int:
         if kind == "writer":
@@ -131,14 +156,17 @@ class BrokerPlan:
             return self.num_writers + index
         if kind == "processor":
             return self.num_writers + self.num_handlers + index
-        if kind == "registrar":
+        if kind == "coordinator":
             return self.num_writers + self.num_handlers + self.num_processors + 1
+        if kind == "registrar":
+            return self.num_writers + self.num_handlers + self.num_processors + 2
         return self.num_writers + self.num_handlers + self.num_processors
 
     def workers(self):
         """(kind, index) of every worker, in start order."""
         for w in range(self.num_writers):
             yield "writer", w
+        yield "coordinator", 0
         for h in range(self.num_handlers):
             yield "handler", h
         for p in range(self.num_processors):

@@ -4,8 +4,9 @@ Owns: the client connections the acceptor hands it (over a SOCK_SEQPACKET
 pair, one fd per message, each acknowledged back so the acceptor can count
 connections exactly), each in one ``epoll`` loop (``processor_conns.py``);
 the open segment files it sends from. Reads: whole request frames off its sockets, answers from
-every handler's response ring and from every writer's answer ring (a writer
-answers a one-partition acks=1 PRODUCE itself), and the partition table.
+every handler's response ring, from every writer's answer ring (a writer
+answers a one-partition acks=1 PRODUCE itself) and from the coordinator's
+(the GROUP_PUTs of ``processor_groups.py``), and the partition table.
 Writes: frames into the request ring of the connection's handler, and
 answers back to the sockets in the order the requests came in. A METADATA
 or OFFSETS request of a connection with nothing at its handler is answered
@@ -129,13 +130,18 @@ class ProcessorWorker(Connections, FrameReading, RingClaims, LocalFetching, Grou
         self.requests = [self.sender("req", self.index, h) for h in range(plan.num_handlers)]
         self.responses = [self.receiver("resp", h, self.index) for h in range(plan.num_handlers)]
         self.handler_bells = [self.waker("handler", h) for h in range(plan.num_handlers)]
-        # answers writers send here themselves (one-partition acks=1 PRODUCEs)
-        self.writer_answers = [self.receiver("ans", w, self.index)
-                               for w in range(plan.num_writers)]
-        self.writer_bells = [self.waker("writer", w) for w in range(plan.num_writers)]
-        # the board slots of the handlers, then the writers, and their epochs as last seen
+        # answers writers send here themselves (one-partition acks=1 PRODUCEs), and
+        # the coordinator (GROUP_PUTs), which comes after the writers (plan.coordinator_peer)
+        self.writer_answers = ([self.receiver("ans", w, self.index)
+                                for w in range(plan.num_writers)]
+                               + [self.receiver("cans", 0, self.index)])
+        self.writer_bells = ([self.waker("writer", w) for w in range(plan.num_writers)]
+                             + [self.waker("coordinator", 0)])
+        # the board slots of the handlers, then the writers and the coordinator, and
+        # their epochs as last seen
         self._peer_slots = ([plan.board_slot("handler", h) for h in range(plan.num_handlers)]
-                            + [plan.board_slot("writer", w) for w in range(plan.num_writers)])
+                            + [plan.board_slot("writer", w) for w in range(plan.num_writers)]
+                            + [plan.board_slot("coordinator", 0)])
         self._read_peer_epochs = self.board.epochs(self._peer_slots)
         self._peer_epochs = self._read_peer_epochs()
         # (receiver, whether it holds records not taken yet, the bell of its sender)
@@ -154,12 +160,9 @@ class ProcessorWorker(Connections, FrameReading, RingClaims, LocalFetching, Grou
             self.table_answers = TableAnswers(self.view, plan.log_dirs, config["broker.id"],
                                               brokers,
                                               config["response.max.bytes"])
-        put_senders = None
-        if config["processor.direct.produce"] or config["processor.direct.groups"]:
-            put_senders = [self.sender("put", self.index, w) for w in range(plan.num_writers)]
-        self._init_group_puts(config, put_senders)  # processor_groups
+        self._init_group_puts(config)  # processor_groups
         if config["processor.direct.produce"]:
-            self.puts = put_senders
+            self.puts = [self.sender("put", self.index, w) for w in range(plan.num_writers)]
             self.put_max = min(s.max_whole for s in self.puts) - 4096  # frame, past its envelope
             self.put_gather_max = config["processor.direct.produce.max.bytes"]
             self.put_busy_max = config["processor.direct.produce.busy.max.bytes"]
@@ -425,9 +428,10 @@ class ProcessorWorker(Connections, FrameReading, RingClaims, LocalFetching, Grou
             self._pause(False)
 
     def _check_handler_epochs(self) -> None:
-        """A handler or writer replaced since the last look (its epoch moved):
-        close the connections with requests at that handler, fail the PUTs
-        at that writer. Every loop round: one read per peer when none moved."""
+        """A handler, writer or the coordinator replaced since the last look
+        (its epoch moved): close the connections with requests at that
+        handler, fail the PUTs (GROUP_PUTs) at that writer (coordinator).
+        Every loop round: one read per peer when none moved."""
         now = self._read_peer_epochs()
         if now == self._peer_epochs:
             return
@@ -443,9 +447,10 @@ class ProcessorWorker(Connections, FrameReading, RingClaims, LocalFetching, Grou
                 self._fail_puts(i - handlers)
 
     def _fail_puts(self, w: int) -> None:
-        """Writer ``w`` was replaced: answer UNKNOWN each PUT (and GROUP_PUT) it
-        never answered, as a handler answers what a dead writer left. What it did answer is in
-        its answer ring (only the rings it read were emptied): taken first."""
+        """Writer ``w`` (or the coordinator, ``plan.coordinator_peer``) was
+        replaced: answer UNKNOWN each PUT (GROUP_PUT) it never answered, as a
+        handler answers what a dead writer left. What it did answer is in its
+        answer ring (only the rings it read were emptied): taken first."""
         self._take_answers()
         for conn in list(self.conns.values()):
             if not (conn.at_writer and conn.writer == w):

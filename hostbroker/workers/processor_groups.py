@@ -1,21 +1,22 @@
-"""OFFSET_COMMITs, OFFSET_FETCHes and HEARTBEATs a processor sends writer 0
-itself (GROUP_PUTs, ``processor.direct.groups``; a part of
+"""OFFSET_COMMITs, OFFSET_FETCHes and HEARTBEATs a processor sends the
+coordinator itself (GROUP_PUTs, ``processor.direct.groups``; a part of
 :mod:`hostbroker.workers.processor`).
 
-Writer 0 holds the consumer offsets and the groups, so each of these
-requests ends there; through the handler it crosses four times (processor →
-handler → writer 0 → handler → processor), sent from here twice. One goes
-when nothing of its connection is at the handler and it is the last frame
-read (as a PUT does): its op (:mod:`~hostbroker.workers.group_answers`, the
-same checks a handler makes: an entry of a partition that does not exist,
-or with metadata over ``offset.metadata.max.bytes``, is answered with its
-error and not stored) goes on the put ring to writer 0 with where its answer
-goes, and nothing more of the connection is read until writer 0 has
-answered. A frame that does not decode, one naming more than
+``hb-coordinator`` holds the consumer offsets and the groups, so each of
+these requests ends there; through the handler it crosses four times
+(processor → handler → coordinator → handler → processor), sent from here
+twice. One goes when nothing of its connection is at the handler and it is
+the last frame read (as a PUT does): its op
+(:mod:`~hostbroker.workers.group_answers`, the same checks a handler makes:
+an entry of a partition that does not exist, or with metadata over
+``offset.metadata.max.bytes``, is answered with its error and not stored)
+goes on the ``cput`` ring to the coordinator with where its answer goes, and
+nothing more of the connection is read until the coordinator has answered.
+A frame that does not decode, one naming more than
 ``processor.direct.groups.max.partitions`` partitions (a processor holds its
-other connections while it decodes and checks it), or a put ring with no
-room for it, takes the handler's way, which answers it as ever; a writer 0 that dies
-first has it answered here (``_fail_puts``) as a handler would.
+other connections while it decodes and checks it), or a ring with no room
+for it, takes the handler's way, which answers it as ever; a coordinator
+that dies first has it answered here (``_fail_puts``) as a handler would.
 
 :class:`GroupPutting` is a mixin of :class:`~hostbroker.workers.processor.ProcessorWorker`.
 """
@@ -37,17 +38,17 @@ GROUP_PUT_KEYS = frozenset((api.ApiKey.OFFSET_COMMIT, api.ApiKey.OFFSET_FETCH,
 class GroupPutting:
     """Sending GROUP_PUTs; see the module doc."""
 
-    def _init_group_puts(self, config, put_senders) -> None:
+    def _init_group_puts(self, config) -> None:
         on = config["processor.direct.groups"]
         self.group_put_keys = GROUP_PUT_KEYS if on else frozenset()
-        self.group_puts = put_senders[0] if on else None
+        self.group_puts = self.sender("cput", self.index, 0) if on else None
         self.max_metadata_bytes = config["offset.metadata.max.bytes"]
         self.group_put_max_entries = min(config["processor.direct.groups.max.partitions"],
                                          config["request.max.entries"])
 
     def _group_put(self, conn: Connection, frame) -> bool:
         """Send the request ``frame`` of ``conn`` (not pipelining: as for PUTs, its
-        pipeline would stop at each one) to writer 0; True if it went."""
+        pipeline would stop at each one) to the coordinator; True if it went."""
         try:
             # (more partitions than processor.direct.groups.max.partitions: refused at
             # the count, and the handler decodes it all)
@@ -68,5 +69,5 @@ class GroupPutting:
         if not self.group_puts.try_send(*env.encode_group_put(direct, op)):
             return False
         self.count(procs.REQUESTS)
-        self._put_sent(conn, 0, direct, group_answers.answer, op, None)
+        self._put_sent(conn, self.plan.coordinator_peer, direct, group_answers.answer, op, None)
         return True

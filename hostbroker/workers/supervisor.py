@@ -14,7 +14,8 @@ Start: take the real-time policy and the CPU wake-up latency request if asked
 to (refusing to spin under a real-time policy), check the log dirs
 and the unix listeners' directories (changing nothing), create the log dirs,
 take the broker lock, bind the listeners, create shared memory, fork the
-writers (each recovers its log dir) and wait until they are ready, then the
+writers (each recovers its log dir) and the coordinator (``hb-coordinator``:
+the consumer groups and offsets) and wait until they are ready, then the
 handlers, the processors and the acceptor, and in cluster mode
 (``zookeeper.connect``) the registrar, ready once it has registered the
 broker in ZooKeeper; then tell systemd ``READY=1``. While waiting,
@@ -37,7 +38,8 @@ kernel for SIGTERM on our death right after its fork (``die_with_parent``).
 Stop (SIGTERM/SIGINT): first the registrar (its ZooKeeper session closes, so
 the registrations go before the listeners close), then in data-flow order,
 each group finishing its in-flight work first: acceptor, processors (answer
-what they have), handlers, writers (flush, clean-shutdown marker); then
+what they have), handlers, the coordinator (syncs and answers the commits it
+holds), writers (flush, clean-shutdown marker); then
 remove shared memory and Unix socket files, and exit 0.
 """
 
@@ -64,6 +66,7 @@ from hostbroker.shm.region import SharedRegion, remove_stale
 from hostbroker.shm.ring import Ring
 from hostbroker.shm.table import PartitionTable
 from hostbroker.workers.acceptor import AcceptorWorker
+from hostbroker.workers.coordinator import CoordinatorWorker
 from hostbroker.workers.base import (
     EXIT_BOOT_FAILED,
     EXIT_REFUSED,
@@ -79,10 +82,11 @@ from hostbroker.workers.writer import WriterWorker
 
 WORKER_CLASSES = {"writer": WriterWorker, "handler": HandlerWorker,
                   "processor": ProcessorWorker, "acceptor": AcceptorWorker,
-                  "registrar": RegistrarWorker}
-KIND_CODES = {"writer": 1, "handler": 2, "processor": 3, "acceptor": 4, "registrar": 5}
+                  "registrar": RegistrarWorker, "coordinator": CoordinatorWorker}
+KIND_CODES = {"writer": 1, "handler": 2, "processor": 3, "acceptor": 4, "registrar": 5,
+              "coordinator": 6}
 # the registrar first: the registrations go before the listeners close
-STOP_ORDER = ("registrar", "acceptor", "processor", "handler", "writer")
+STOP_ORDER = ("registrar", "acceptor", "processor", "handler", "coordinator", "writer")
 _TICK_S = 0.25
 _ABORT_GRACE_S = 1.0  # SIGABRT (a core or a faulthandler dump) to SIGKILL
 _EXTEND_EVERY_S = 5.0  # while starting or stopping: tell systemd to wait 3 times that
@@ -299,7 +303,8 @@ class Supervisor:
         self._install_signals()
         self.board.set_broker_state(procs.BROKER_STARTING)
         systemd.notify("STATUS=recovering logs")
-        for group in (("writer",), ("handler", "processor", "acceptor"), ("registrar",)):
+        for group in (("writer", "coordinator"), ("handler", "processor", "acceptor"),
+                      ("registrar",)):
             for kind, index in self.plan.workers():
                 if kind in group:
                     self.spawn(kind, index)

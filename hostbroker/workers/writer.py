@@ -1,14 +1,13 @@
 """The writer process: one per log dir (disk), ``hb-writer-N``.
 
 Owns: every partition log of its log dir, the only process that writes their
-segment files (and, for the first log dir, the consumer offsets store,
-:mod:`hostbroker.workers.writer_offsets`, whose commits the flusher thread
-syncs, and the consumer group coordinator, :mod:`hostbroker.workers.writer_groups`).
-Reads: append rings from every handler (appends, topic deletions, offset
-commits and fetches), put rings from every processor (lone PRODUCEs that
+segment files. (The consumer groups and offsets are not here: they are
+``hb-coordinator``'s, :mod:`hostbroker.workers.coordinator`, so no group
+request delays an append.)
+Reads: append rings from every handler (appends, topic deletions, long
+polls), put rings from every processor (lone PRODUCEs that
 no handler saw: checked here as a handler would, appended, answered to the
-processor; and to writer 0 offset commits, offset fetches and heartbeats,
-``writer_group_puts.py``), and the request rings of every processor to every
+processor), and the request rings of every processor to every
 handler, for the large message sets a handler names there instead of
 copying them (APPEND_REF; appended only while that handler lives, see
 ``_holder_lives``). Writes: result rings back to every handler, answer
@@ -65,7 +64,6 @@ import time
 
 from hostbroker.errors import ErrorCode, HostbrokerError, StorageError
 from hostbroker.log.logdir import LogDir, LogDirInUseError
-from hostbroker.log.offsetstore import OffsetStore
 from hostbroker.log.partition import PartitionLog
 from hostbroker.log.segments import parse_partition_dirname, partition_dirname
 from hostbroker.shm import procs
@@ -77,16 +75,13 @@ from hostbroker.workers.base import Worker, now_ms
 from hostbroker.workers.flusher import Flusher, Waiter
 from hostbroker.workers.writer_appends import Appends
 from hostbroker.workers.writer_cleanup import Cleanup
-from hostbroker.workers.writer_group_puts import GroupPuts
-from hostbroker.workers.writer_groups import GroupHost
-from hostbroker.workers.writer_offsets import OFFSETS_SLOT, OffsetsHost
 from hostbroker.workers.writer_polls import Polls
 
 # results a sleeping handler is not woken for (see _pump)
 _QUIET_OPS = frozenset((env.OP_APPEND_DIRECT, env.OP_REF_DONE, env.OP_POLL_DONE))
 
 
-class WriterWorker(Appends, Polls, Cleanup, GroupPuts, Worker):
+class WriterWorker(Appends, Polls, Cleanup, Worker):
     kind = "writer"
     process_name = "hb-writer"
 
@@ -133,14 +128,6 @@ class WriterWorker(Appends, Polls, Cleanup, GroupPuts, Worker):
         self.retention_stuck: set[int] = set()  # slots with a segment retention cannot delete
         self.logdir = self._open_log_dir()
         self.flusher = Flusher(self.doorbell)
-        self.groups = GroupHost(self.config, self.table, self.path, self.config["broker.id"],
-                                replacement=self.epoch > 1, name=self.name) \
-            if self.index == 0 else None
-        self.offsets = OffsetsHost(OffsetStore.open(
-            self.path, record_max_bytes=self.config["offsets.record.max.bytes"],
-            compact_min_bytes=self.config["offsets.compact.min.bytes"],
-            compact_ratio=self.config["offsets.compact.ratio"]), self.groups, self.flusher) \
-            if self.index == 0 else None
         self._register_partitions()
         self.next_retention_ms = now_ms() + self.config["log.retention.check.interval.ms"]
         self.next_checkpoint_ms = now_ms() + self.config["log.flush.offset.checkpoint.interval.ms"]
@@ -300,8 +287,6 @@ class WriterWorker(Appends, Polls, Cleanup, GroupPuts, Worker):
         self.serve_rings()
         self.flusher.stop()
         self._flushed()
-        if self.offsets is not None:
-            self._send_offsets(self.offsets.settle())
         for slot in list(self.dirty):
             plog = self.slots.get(slot)
             if plog is not None and not self.offline:
@@ -328,9 +313,6 @@ class WriterWorker(Appends, Polls, Cleanup, GroupPuts, Worker):
             if plog is not None:
                 deadline = min(deadline, plog.next_flush_deadline_ms() or deadline)
         deadline = min(deadline, self.next_retention_ms, self.next_checkpoint_ms)
-        groups_s = self.groups.timeout_s() if self.groups is not None else None
-        if groups_s is not None:
-            deadline = min(deadline, now + int(groups_s * 1000) + 1)
         if any(s.pending() for s in self.senders) or any(s.pending() for s in self.answer_rings):
             deadline = min(deadline, now + 10)
         polls_ms = self._polls_timeout_ms()
@@ -353,12 +335,6 @@ class WriterWorker(Appends, Polls, Cleanup, GroupPuts, Worker):
                 elif op == env.OP_DELETE:
                     results[h].append(env.encode_json(env.OP_DELETE, token,
                                                       self._delete(env.decode_json(m))))
-                elif op == env.OP_OFFSETS:
-                    result = self._offsets(h, token, env.decode_json(m))
-                    if result is not None:  # else answered when its commits are synced
-                        results[h].append(env.encode_json(env.OP_OFFSETS, token, result))
-                elif op == env.OP_GROUP:
-                    self._group(h, token, env.decode_json(m), results[h])
                 elif op == env.OP_REF_SYNC:
                     results[h].append((bytes(m),))  # back as it came, after what came before
                 elif op == env.OP_POLL:
@@ -369,17 +345,9 @@ class WriterWorker(Appends, Polls, Cleanup, GroupPuts, Worker):
             if not receiver.has_unread():
                 continue
             for m in receiver.poll():
-                if m[0] == env.OP_GROUP_PUT:
-                    self._group_put(m)
-                else:
-                    self._put(m, touched)
+                self._put(m, touched)
             if receiver.done():
                 self.processor_bells[p].ring()  # it waits for space: always ring
-        if self.offsets is not None:
-            self.offsets.start_sync()  # every commit of this round in one fdatasync
-        if self.groups is not None:
-            for h, token, result in self.groups.tick():
-                results[h].append(env.encode_json(env.OP_GROUP, token, result))
         for slot in touched:
             plog = self.slots.get(slot)
             if plog is None:
@@ -463,9 +431,6 @@ class WriterWorker(Appends, Polls, Cleanup, GroupPuts, Worker):
         while not finished.empty():  # (only this thread takes from it)
             slot, plog, offset, error = finished.get_nowait()
             done = True
-            if slot == OFFSETS_SLOT:  # plog is the OffsetsHost
-                self._send_offsets(plog.synced(error))
-                continue
             if self.flushing.get(slot) is plog:
                 del self.flushing[slot]
             if self.slots.get(slot) is not plog:
@@ -508,30 +473,6 @@ class WriterWorker(Appends, Polls, Cleanup, GroupPuts, Worker):
         self.senders[w.handler].send(
             env.APPEND_RESULT.pack(env.OP_APPEND, w.token, w.index, code, base, end))
 
-    def _group(self, h: int, token: int, request: dict, out: list) -> None:
-        """A group request: answered now, or (a join) when its rebalance completes."""
-        if self.groups is None:
-            result = {"error": int(ErrorCode.UNKNOWN), "message": "groups live on writer 0"}
-        else:
-            result = self.groups.handle(h, token, request)
-        if result is not None:
-            out.append(env.encode_json(env.OP_GROUP, token, result))
-
-    def _offsets(self, h: int | None, token, request: dict) -> dict | None:
-        """An OFFSET_COMMIT or OFFSET_FETCH: its result now, or None (writer_offsets.py)."""
-        if self.offsets is None:
-            return {"error": int(ErrorCode.UNKNOWN), "message": "offsets live on log dir 0"}
-        return self.offsets.handle(h, token, request)
-
-    def _send_offsets(self, answers: list[tuple]) -> None:
-        """Commits a sync saved and the fetches that waited for them, to their
-        handlers, or (GROUP_PUTs, handler None) to their processors."""
-        for h, token, result in answers:
-            if h is None:
-                self._answer_group_put(*token, result)
-            else:
-                self.senders[h].send(*env.encode_json(env.OP_OFFSETS, token, result))
-
     def _pump(self, quiet: set[int] = frozenset()) -> None:
         """Move queued results into the rings and wake the handlers that sleep,
         but those in ``quiet``: a handler need not wake to hear that a writer
@@ -556,8 +497,6 @@ class WriterWorker(Appends, Polls, Cleanup, GroupPuts, Worker):
         except OSError as e:
             if e.errno != errno.EIO:
                 raise
-        if self.offsets is not None:
-            self.offsets.close()
         # leave a moment for handlers to read the last answers
         deadline = time.monotonic() + 1
         while any(s.pending() for s in self.senders) and time.monotonic() < deadline:

@@ -374,9 +374,9 @@ def test_the_group_settles_after_the_state_s_process_is_killed_in_a_rebalance(gr
     c.suspend()
     b.stop()
     poll(lambda: phase_of(group.broker) == "PREPARING_REBALANCE", SETTLE_S, "the rebalance")
-    writer = group.broker.workers()["hb-writer-0"]
-    os.kill(writer, signal.SIGKILL)
-    group.broker.wait_worker_replaced("hb-writer-0", writer)
+    coordinator = group.broker.workers()["hb-coordinator"]
+    os.kill(coordinator, signal.SIGKILL)
+    group.broker.wait_worker_replaced("hb-coordinator", coordinator)
     c.resume()
     wait_settled([a, c])
     assert sizes([a, c]) == [6, 6]

@@ -1,9 +1,10 @@
-"""OFFSET_COMMIT, OFFSET_FETCH and HEARTBEAT that a processor sends writer 0
-itself (GROUP_PUTs, ``processor.direct.groups``): which go that way, that
-writer 0 answers them exactly as through a handler (refused entries, fenced
-commits, unknown members, answers too large), that a request sent right
-behind one waits for it, and that a writer 0 that dies with one in hand has
-it answered as a handler would answer it."""
+"""OFFSET_COMMIT, OFFSET_FETCH and HEARTBEAT that a processor sends the
+coordinator itself (GROUP_PUTs, ``processor.direct.groups``): which go that
+way, that the coordinator answers them exactly as through a handler (refused
+entries, fenced commits, unknown members, answers too large), that no writer
+serves any of them, that a request sent right behind one waits for it, and
+that a coordinator that dies with one in hand has it answered as a handler
+would answer it."""
 
 from __future__ import annotations
 
@@ -47,9 +48,10 @@ def test_who_takes_commits_fetches_and_heartbeats_and_what_they_answer(make_brok
     topic, group = created_topic(broker.tcp, 2), new_topic("group")
     handler_before = broker.counter("handler", "requests")
     writer_before = broker.counter("writer", "requests")
+    coordinator_before = broker.counter("coordinator", "requests")
     with GroupWire(broker.tcp) as wire:
         for i in range(10):
-            time.sleep(0.02)  # one at a time, writer 0 back asleep in between
+            time.sleep(0.02)  # one at a time, the coordinator back asleep in between
             wire.send(_commit_frame(group, [(topic, 0, i, f"m{i}"), (topic, 1, 100 + i, ""),
                                             ("nope", 0, 1, ""), (topic, 0, 7, "x" * 17)], i))
             assert _answers(wire, api.ApiKey.OFFSET_COMMIT) == (i, [
@@ -75,36 +77,37 @@ def test_who_takes_commits_fetches_and_heartbeats_and_what_they_answer(make_brok
         assert wire.leave(group, member) == ErrorCode.NONE
     handler = broker.counter("handler", "requests") - handler_before
     writer = broker.counter("writer", "requests") - writer_before
+    coordinator = broker.counter("coordinator", "requests") - coordinator_before
     # 30 commits, fetches and heartbeats, then the member's 2 heartbeats, 2 commits and a fetch;
-    # the join, the sync and the leave always take the handler
+    # the join, the sync and the leave always take the handler; all 38 end at the coordinator
     if direct:
-        assert (handler, writer) == (3, 35)
+        assert (handler, writer, coordinator) == (3, 0, 38)
     else:
-        assert (handler, writer) == (38, 0)
+        assert (handler, writer, coordinator) == (38, 0, 38)
 
 
 def test_a_fetch_sent_right_behind_a_commit_reads_it(make_broker):
     """The processor reads nothing more of a connection while its commit is at
-    writer 0 (held there, stopped), so a fetch written right after it, before
+    the coordinator (held there, stopped), so a fetch written right after it, before
     its answer, reads it. The fetch goes through the handler: a connection
     that sends while it awaits an answer is pipelining, and keeps the
     handler's way until it waits for each answer again (as for PUTs; the
     next test), hence a new one each round."""
     broker = make_broker()
     topic, group = created_topic(broker.tcp), new_topic("group")
-    writer = broker.workers()["hb-writer-0"]
+    coordinator = broker.workers()["hb-coordinator"]
     for i in range(3):
         with GroupWire(broker.unix) as wire:
             handler_before = broker.counter("handler", "requests")
             time.sleep(0.2)  # asleep again
-            os.kill(writer, signal.SIGSTOP)
+            os.kill(coordinator, signal.SIGSTOP)
             try:
                 wire.send(_commit_frame(group, [(topic, 0, i, f"r{i}")], 2 * i))
                 time.sleep(0.1)  # read alone: past the handler
                 wire.send(_fetch_frame(group, [(topic, 0)], 2 * i + 1))
                 time.sleep(0.1)
             finally:
-                os.kill(writer, signal.SIGCONT)
+                os.kill(coordinator, signal.SIGCONT)
             assert _answers(wire, api.ApiKey.OFFSET_COMMIT) == (2 * i, [(topic, 0, 0)])
             assert _answers(wire, api.ApiKey.OFFSET_FETCH) == (2 * i + 1,
                                                               [(topic, 0, i, f"r{i}", 0)])
@@ -118,18 +121,18 @@ def test_after_pipelining_lone_ones_go_past_the_handler_again(make_broker):
     commit was answered, is the first); then past it again."""
     broker = make_broker(**{"processor.direct.lone.after": "3"})
     topic, group = created_topic(broker.tcp), new_topic("group")
-    writer = broker.workers()["hb-writer-0"]
+    coordinator = broker.workers()["hb-coordinator"]
     ways = []
     with GroupWire(broker.unix) as wire:
         time.sleep(0.2)
-        os.kill(writer, signal.SIGSTOP)
+        os.kill(coordinator, signal.SIGSTOP)
         try:
             wire.send(_commit_frame(group, [(topic, 0, 7, "")], 1))
             time.sleep(0.1)
             wire.send(_fetch_frame(group, [(topic, 0)], 2))
             time.sleep(0.1)
         finally:
-            os.kill(writer, signal.SIGCONT)
+            os.kill(coordinator, signal.SIGCONT)
         assert _answers(wire, api.ApiKey.OFFSET_COMMIT) == (1, [(topic, 0, 0)])
         assert _answers(wire, api.ApiKey.OFFSET_FETCH) == (2, [(topic, 0, 7, "", 0)])
         for corr in range(3, 7):
@@ -157,7 +160,7 @@ def test_an_answer_over_the_response_bound_closes_the_connection(make_broker):
 
 
 @pytest.mark.parametrize("kind", ["commit", "fetch", "heartbeat"])
-def test_one_its_writer_never_answered_is_answered_as_a_handler_would(make_broker, kind):
+def test_one_the_coordinator_never_answered_is_answered_as_a_handler_would(make_broker, kind):
     broker = make_broker()
     topic, group = created_topic(broker.tcp), new_topic("group")
     frames = {
@@ -166,15 +169,15 @@ def test_one_its_writer_never_answered_is_answered_as_a_handler_would(make_broke
         "fetch": lambda corr: _fetch_frame(group, [(topic, 0)], corr),
         "heartbeat": lambda corr: api.encode_request(gp.HeartbeatRequest(group, 1, "m"), corr),
     }
-    writer = broker.workers()["hb-writer-0"]
+    coordinator = broker.workers()["hb-coordinator"]
     with GroupWire(broker.tcp, timeout=30) as wire:
         assert wire.commit(group, [(topic, 0, 3)]) == [ErrorCode.NONE]
         time.sleep(0.3)  # asleep again
-        os.kill(writer, signal.SIGSTOP)  # holds the next one unread, then dies with it
+        os.kill(coordinator, signal.SIGSTOP)  # holds the next one unread, then dies with it
         wire.send(frames[kind](2))
         time.sleep(0.3)
-        os.kill(writer, signal.SIGKILL)
-        broker.wait_worker_replaced("hb-writer-0", writer)
+        os.kill(coordinator, signal.SIGKILL)
+        broker.wait_worker_replaced("hb-coordinator", coordinator)
         if kind == "heartbeat":
             assert wire.answer(gp.HeartbeatRequest).error_code == ErrorCode.BROKER_NOT_AVAILABLE
         elif kind == "commit":

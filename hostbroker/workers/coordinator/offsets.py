@@ -1,14 +1,14 @@
-"""Writer 0's consumer offsets (part of ``hb-writer-0``).
+"""The consumer offsets (part of ``hb-coordinator``).
 
 Owns: the :class:`~hostbroker.log.offsetstore.OffsetStore` of the first log
 dir, the commits written to it and not yet on disk, and the OFFSET_FETCHes
 waiting for them.
 
 An OFFSET_COMMIT is fenced (OFFSET_COMMIT v1, by the group coordinator in
-the same process) and its record written in the writer's loop; its
-``fdatasync`` runs in the writer's flusher thread, one for every commit
-written while the last one ran (group commit), so appends to the log dir's
-partitions go on while the disk syncs. A commit is answered, and its offsets
+the same process) and its record written in the coordinator's loop; its
+``fdatasync`` runs in the coordinator's flusher thread, one for every commit
+written while the last one ran (group commit), so group requests go on
+while the disk syncs. A commit is answered, and its offsets
 become what OFFSET_FETCH reads, when the sync that began after its write
 returns. An OFFSET_FETCH waits for the commits written before it: a client
 that pipelines a commit and a fetch reads what it committed, and nobody
@@ -16,7 +16,7 @@ reads an offset that is not on disk yet.
 
 A sync that fails answers its commits STORAGE_ERROR (their records may still
 reach the disk later, as a failed ``fdatasync`` leaves it unknown). At
-shutdown the writer syncs what is left in its own thread (:meth:`settle`).
+shutdown the coordinator syncs what is left in its own thread (:meth:`settle`).
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ OFFSETS_SLOT = -1
 
 class OffsetsHost:
     """Commits and fetches of consumer offsets (module docstring). ``flusher``
-    is the writer's :class:`~hostbroker.workers.flusher.Flusher`; ``groups``
-    its :class:`~hostbroker.workers.writer_groups.GroupHost`, which fences
-    commits."""
+    is the coordinator's :class:`~hostbroker.workers.flusher.Flusher`;
+    ``groups`` its :class:`~hostbroker.workers.coordinator.groups.GroupHost`,
+    which fences commits."""
 
     def __init__(self, store: OffsetStore, groups, flusher):
         self.store = store
@@ -82,7 +82,7 @@ class OffsetsHost:
             return
         try:
             fd = self.store.dup_fd()
-        except OSError as e:  # answered as a failed sync, on the writer's next pass
+        except OSError as e:  # answered as a failed sync, on the coordinator's next pass
             self.syncing, self.written = self.written, []
             self.flusher.done.put((OFFSETS_SLOT, self, 0, e))
             self.flusher.doorbell.ring()

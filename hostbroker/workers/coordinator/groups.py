@@ -1,25 +1,25 @@
-"""Writer 0's consumer group coordinator (part of ``hb-writer-0``).
+"""The consumer group coordinator (part of ``hb-coordinator``).
 
 Owns: the broker's one :class:`~hostbroker.coordinator.Coordinator` (every
 group's members, generations and assignment, docs/spec/groups.md), the joins
 waiting for their rebalance (by handler and token), and ``__groups.json`` in
-the first log dir, the state's copy for a writer 0 that replaces this one.
+the first log dir, the state's copy for a coordinator that replaces this one.
 
-It lives in writer 0 next to the consumer offsets store, so the fence of an
-OFFSET_COMMIT (:meth:`GroupHost.fence`) and the storing of that commit run in
-one process, one after the other, with no other request in between.
+It lives next to the consumer offsets store (``offsets.py``), so the fence
+of an OFFSET_COMMIT (:meth:`GroupHost.fence`) and the storing of that commit
+run in one process, one after the other, with no other request in between.
 
-Handlers send group requests as ``OP_GROUP`` json ops on the append rings;
+Handlers send group requests as ``OP_GROUP`` json ops on the ``capp`` rings;
 :meth:`GroupHost.handle` answers them, or keeps a JOIN_GROUP that must wait
 for its rebalance: its answer comes out of :meth:`GroupHost.tick` (which the
-writer calls once per loop pass) when the rebalance completes. ``tick`` also
+coordinator calls once per loop pass) when the rebalance completes. ``tick`` also
 ends sessions and rebalance waits on time (``expire`` at ``next_deadline``),
 tells the state when a topic's partition count changed (read from the
 partition table whenever its generation moves) and writes ``__groups.json``
 when the groups changed.
 
 Time is ``time.monotonic()`` in milliseconds, one clock for every process of
-the host. A writer 0 started with the broker removes ``__groups.json``
+the host. A coordinator started with the broker removes ``__groups.json``
 (members of the last run rejoin on UNKNOWN_MEMBER_ID); a replacement (a later
 epoch) loads it and restarts every member's session, since heartbeats it did
 not see went to the dead one.
@@ -61,7 +61,7 @@ def _streams(assignment) -> list:
 
 
 class GroupHost:
-    """The group coordinator of writer 0 (see the module docstring)."""
+    """The group coordinator of ``hb-coordinator`` (see the module docstring)."""
 
     def __init__(self, config, table, log_dir: str, broker_id: int, replacement: bool,
                  name: str = "hb-writer-0"):

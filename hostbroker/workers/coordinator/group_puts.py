@@ -1,18 +1,16 @@
-"""The OFFSET_COMMITs, OFFSET_FETCHes and HEARTBEATs processors send writer 0
-themselves (GROUP_PUTs, ``processor.direct.groups``; part of ``hb-writer-0``).
+"""The OFFSET_COMMITs, OFFSET_FETCHes and HEARTBEATs processors send the
+coordinator themselves (GROUP_PUTs, ``processor.direct.groups``; part of
+``hb-coordinator``).
 
-Mixed into :class:`~hostbroker.workers.writer.WriterWorker`. A GROUP_PUT
-comes on a processor's put ring with its op
+Mixed into :class:`~hostbroker.workers.coordinator.worker.CoordinatorWorker`.
+A GROUP_PUT comes on a processor's ``cput`` ring with its op
 (:mod:`~hostbroker.workers.group_answers`) and where its answer goes. It is
-served as the same op from a handler is (:class:`~hostbroker.workers.writer_offsets.OffsetsHost`,
-:class:`~hostbroker.workers.writer_groups.GroupHost`), in the order the
-rings are read, and answered here, straight into the processor's answer
+served as the same op from a handler is (:class:`~hostbroker.workers.coordinator.offsets.OffsetsHost`,
+:class:`~hostbroker.workers.coordinator.groups.GroupHost`), in the order the
+rings are read, and answered here, straight into the processor's ``cans``
 ring: a heartbeat and a fetch with no commit ahead of it at once, a commit
 when its sync returns. An answer over ``response.max.bytes`` is an error
-frame after which the connection closes, as from a handler. A writer other
-than writer 0 holds neither the offsets nor the groups; it answers as for a
-request that failed (commit and fetch entries UNKNOWN, a heartbeat
-BROKER_NOT_AVAILABLE).
+frame after which the connection closes, as from a handler.
 """
 
 from __future__ import annotations
@@ -29,13 +27,13 @@ from hostbroker.workers import group_answers
 
 
 class GroupPuts:
-    """Mixin of :class:`WriterWorker`: GROUP_PUTs (module docstring)."""
+    """Mixin of :class:`CoordinatorWorker`: GROUP_PUTs (module docstring)."""
 
     def _group_put(self, m) -> None:
         direct, op = env.decode_group_put(m)
         kind = op.get("op")
         try:
-            if kind == "heartbeat" and self.groups is not None:
+            if kind == "heartbeat":
                 result = self.groups.handle(None, None, op)
             elif kind in ("commit", "fetch"):
                 # a commit is answered by _send_offsets when its sync returns
@@ -44,7 +42,7 @@ class GroupPuts:
                     return
             else:
                 result = None
-        except Exception:  # noqa: BLE001 - one request must never end the writer
+        except Exception:  # noqa: BLE001 - one request must never end the coordinator
             print(f"hostbroker: {self.name}: a {kind} from processor {direct.processor} failed "
                   "unexpectedly; answered UNKNOWN", file=sys.stderr, flush=True)
             traceback.print_exc()
@@ -53,9 +51,9 @@ class GroupPuts:
         self._answer_group_put(direct, op, result)
 
     def _answer_group_put(self, direct: env.Direct, op: dict, result: dict | None) -> None:
-        """Answer a GROUP_PUT from writer 0's ``result`` (None: it failed) into
-        its processor's answer ring; what the ring cannot take now waits in its
-        sender (pumped by ``_pump``, in order)."""
+        """Answer a GROUP_PUT from the coordinator's ``result`` (None: it failed)
+        into its processor's answer ring; what the ring cannot take now waits
+        in its sender (pumped by ``_pump``, in order)."""
         corr = direct.correlation_id
         try:
             frame, failed = api.encode_answer(corr, group_answers.answer(op, result),
