@@ -234,12 +234,13 @@ SETTINGS: tuple[Setting, ...] = (
             "crossings fewer. false: every PRODUCE goes through the connection's handler."),
     Setting("processor.direct.groups", bool, True,
             "An OFFSET_COMMIT, OFFSET_FETCH or HEARTBEAT from a connection with no request "
-            "at its handler goes from the processor straight to writer 0, which holds the "
-            "offsets and the groups and answers it: two process crossings fewer. false: "
+            "at its handler goes from the processor straight to hb-coordinator, which holds "
+            "the offsets and the groups and answers it: two process crossings fewer. false: "
             "through the connection's handler."),
     Setting("processor.direct.groups.max.partitions", int, 64,
             "Most partitions an OFFSET_COMMIT or OFFSET_FETCH may name to go straight to "
-            "writer 0 (processor.direct.groups); one naming more goes through the handler. A "
+            "hb-coordinator (processor.direct.groups); one naming more goes through the "
+            "handler. A "
             "processor holds its other connections while it decodes and checks one.",
             _at_least(1)),
     Setting("processor.direct.lone.after", int, 8,
@@ -351,7 +352,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("offset.metadata.max.bytes", int, 4096,
             "Longest metadata (UTF-8 bytes) of one OFFSET_COMMIT entry; a longer one is "
             "refused with INVALID_REQUEST for that partition.", _between(0, 32767)),
-    # Offsets store limits (writer 0).
+    # Offsets store limits (hb-coordinator).
     Setting("offsets.record.max.bytes", int, 67108864,
             "Largest record of the consumer offsets store (one OFFSET_COMMIT request); a "
             "larger commit is refused with INVALID_REQUEST, never written.",
@@ -362,7 +363,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("offsets.compact.ratio", int, 4,
             "Compact the consumer offsets store when its file is this many times the size "
             "of its live offsets (and over offsets.compact.min.bytes).", _at_least(2)),
-    # Consumer group coordinator (writer 0; docs/spec/groups.md).
+    # Consumer group coordinator (hb-coordinator; docs/spec/groups.md).
     Setting("group.max.members", int, 1000,
             "Members of one group; a JOIN_GROUP of one more is answered GROUP_TOO_LARGE.",
             _between(1, 1000000)),

@@ -2,7 +2,7 @@
 
 One broker for the module (short session bounds, few parked joins); each
 test uses groups and topics of its own. The fault tests start brokers of
-their own and SIGKILL a handler or writer 0.
+their own and SIGKILL a handler or the coordinator (``hb-coordinator``).
 """
 
 from __future__ import annotations
@@ -165,7 +165,7 @@ def test_parked_joins_bounded(served):
                   for g in groups]
         for g in groups:  # each waits for the group's first member to rejoin
             b.send_join(g, {topic: 1}, session_ms=20000, rebalance_ms=3000)
-        for g, m in zip(groups, firsts):  # the three are at writer 0: parked
+        for g, m in zip(groups, firsts):  # the three are at the coordinator: parked
             assert poll(lambda: a.heartbeat(g, 1, m) == E.REBALANCE_IN_PROGRESS)
         b.send_join(groups[0], {topic: 1}, session_ms=20000)  # one over the handler's 3
         refused = a.join(groups[0], {topic: 1}, firsts[0])
@@ -236,7 +236,7 @@ def test_handler_killed_with_a_join_parked(make_broker):
         second.stop()
 
 
-def test_writer0_killed_during_a_rebalance(make_broker):
+def test_coordinator_killed_during_a_rebalance(make_broker):
     broker = _fault_broker(make_broker)
     topic, group = _topic(broker, 4), _group()
     with GroupWire(broker.unix, "a") as a, GroupWire(broker.unix, "b") as b:
@@ -244,9 +244,9 @@ def test_writer0_killed_during_a_rebalance(make_broker):
         assert a.commit(group, [(topic, 0, 7)], 1, ja.member_id) == [E.NONE]
         b.send_join(group, {topic: 1}, session_ms=1000, rebalance_ms=10000)
         assert poll(lambda: a.heartbeat(group, 1, ja.member_id) == E.REBALANCE_IN_PROGRESS)
-        writer = broker.workers()["hb-writer-0"]
-        os.kill(writer, signal.SIGKILL)
-        broker.wait_worker_replaced("hb-writer-0", writer)
+        coordinator = broker.workers()["hb-coordinator"]
+        os.kill(coordinator, signal.SIGKILL)
+        broker.wait_worker_replaced("hb-coordinator", coordinator)
         failed = b.join_answer()  # the parked join fails as pending requests do
         assert (failed.error_code, failed.generation) == (E.BROKER_NOT_AVAILABLE, -1)
         # the replacement reloaded the group: still rebalancing generation 1, a still in it
@@ -267,7 +267,7 @@ def test_writer0_killed_during_a_rebalance(make_broker):
 
 
 def _park(a, c, group, topic) -> None:
-    """c's join to ``group`` waits at writer 0 (describe shows it); refused
+    """c's join to ``group`` waits at the coordinator (describe shows it); refused
     (BROKER_NOT_AVAILABLE) while the handler has not yet seen b's close, it
     is sent again."""
     for _ in range(20):
