@@ -212,8 +212,11 @@ def run(args: argparse.Namespace) -> dict:
         harness.warm_up(broker)
         with SimpleClient(broker.uri("unix")) as client:
             client.create_topic(TOPIC, 2)
-        report["partition_log_dirs"] = {
-            p: next(i for i, d in enumerate(logs) if os.path.isdir(os.path.join(d, f"{TOPIC}-{p}")))
+        from hostbroker.log.segments import partition_dirname
+
+        report["partition_log_dirs"] = {  # which writer serves each partition
+            p: [i for i, d in enumerate(logs)
+                if os.path.isdir(os.path.join(d, partition_dirname(TOPIC, p)))]
             for p in (0, 1)}
         idle = probe(broker, args.seconds)
         per = max(1, args.groups // args.loaders)
