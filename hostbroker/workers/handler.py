@@ -10,9 +10,10 @@ and from the coordinator; the partition table (lock-free) and segment
 directory listings to turn a fetch into file ranges. Writes: response rings
 to every processor; append rings to every writer, and the ``capp`` ring to
 the coordinator, which the handler treats as one more writer (its rings,
-bell and epoch come after the writers', at ``plan.coordinator_peer``). Under the admin lock it creates topics (partition directories via
-the log package, and their table slots) and marks topics for deletion; the
-owning writers take it from there.
+bell and epoch come after the writers', at ``plan.coordinator_peer``).
+Under the admin lock it creates topics (partition directories via the log
+package, and their table slots) and marks topics for deletion; the owning
+writers take it from there.
 
 Per request:
 

@@ -59,7 +59,8 @@ class ConsumerOffsets:
                         group_answers.answer(op, result))
 
         pending = self._new_pending(p, conn_id, seq, corr, key, [], respond)
-        self._to_writer(pending, self.coordinator, *env.encode_json(envelope_op, pending.token, op))
+        self._to_writer(pending, self.coordinator,
+                        *env.encode_json(envelope_op, pending.token, op))
 
     # -- consumer groups (docs/spec/groups.md) -------------------------------
     def _group_request(self, p, conn_id, seq, corr, header, request) -> None:

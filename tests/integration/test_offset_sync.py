@@ -1,4 +1,4 @@
-"""OFFSET_COMMIT synced off the writer's loop (hostbroker/workers/writer_offsets.py).
+"""OFFSET_COMMIT synced off the coordinator's loop (hostbroker/workers/coordinator/offsets.py).
 
 A commit is answered once the fdatasync that began after its write returned,
 and only then does OFFSET_FETCH read it; a fetch pipelined behind commits on

@@ -76,7 +76,7 @@ def _stop_clients(clients: list[Client]) -> None:
         assert not t.is_alive()
 
 
-@pytest.mark.parametrize("name", ["hb-handler-0", "hb-proc-0", "hb-writer-0"])
+@pytest.mark.parametrize("name", ["hb-handler-0", "hb-proc-0", "hb-writer-0", "hb-coordinator"])
 def test_a_stopped_worker_is_replaced_within_the_heartbeat_timeout(make_broker, name):
     broker = make_broker()  # worker.heartbeat.timeout.ms at its default
     clients = _start_clients(broker)
@@ -106,7 +106,8 @@ def test_a_stopped_worker_is_replaced_within_the_heartbeat_timeout(make_broker, 
     lost = [m for t in clients for m in t.acked if m not in stored]
     assert not lost, f"{len(lost)} acknowledged messages lost"
     log = broker.log()
-    kind = {"hb-handler-0": "handler", "hb-proc-0": "processor", "hb-writer-0": "writer"}[name]
+    kind = {"hb-handler-0": "handler", "hb-proc-0": "processor", "hb-writer-0": "writer",
+            "hb-coordinator": "coordinator"}[name]
     assert f"{kind} 0 (pid {victim}) silent for" in log, log
     assert psutil.Process(replacement).name() == name
     print(f"SIGSTOP of {name} under load: replaced after {replaced_after:.2f} s")

@@ -5,7 +5,8 @@ coordinator themselves (GROUP_PUTs, ``processor.direct.groups``; part of
 Mixed into :class:`~hostbroker.workers.coordinator.worker.CoordinatorWorker`.
 A GROUP_PUT comes on a processor's ``cput`` ring with its op
 (:mod:`~hostbroker.workers.group_answers`) and where its answer goes. It is
-served as the same op from a handler is (:class:`~hostbroker.workers.coordinator.offsets.OffsetsHost`,
+served as the same op from a handler is
+(:class:`~hostbroker.workers.coordinator.offsets.OffsetsHost`,
 :class:`~hostbroker.workers.coordinator.groups.GroupHost`), in the order the
 rings are read, and answered here, straight into the processor's ``cans``
 ring: a heartbeat and a fetch with no commit ahead of it at once, a commit
