@@ -176,7 +176,7 @@ def test_sigkill_of_the_supervisor_ends_every_worker(make_broker, tmp_path):
         payloads = [f"kept-{i}".encode() for i in range(100)]
         assert c.produce("kept", 0, encode_message_set(payloads), acks=-1).error_code == 0
     workers = first.workers()
-    assert len(workers) == 6
+    assert len(workers) == 7  # a writer, the coordinator, 2 handlers, 2 processors, the acceptor
     procs = [psutil.Process(pid) for pid in workers.values()]
     first.proc.send_signal(signal.SIGKILL)
     first.proc.wait(10)
