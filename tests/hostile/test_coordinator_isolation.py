@@ -72,8 +72,9 @@ def test_the_largest_join_does_not_hold_up_produces(broker):
         with GroupWire(broker.unix, timeout=120) as wire:
             joining.set()
             for i in range(JOINS):
-                joined = wire.join(f"big-group-{i}", subscription, session_ms=30000)
-                assert joined.error_code == ErrorCode.NONE
+                # answered, whatever it says (a tighter bound of the coordinator's
+                # may refuse it): no produce is to wait for it either way
+                wire.join(f"big-group-{i}", subscription, session_ms=30000)
     finally:
         done.set()
         producer.join(60)
