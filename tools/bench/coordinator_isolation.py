@@ -10,6 +10,9 @@ Run by hand (not a test), from the repository with its venv::
     .venv/bin/python tools/bench/coordinator_isolation.py
     .venv/bin/python tools/bench/coordinator_isolation.py --groups 2000 --seconds 15
 
+``--groups`` is 9,999 by default: ``group.max.groups`` (10,000) less the
+group of the largest JOIN, which would be refused TOO_MANY_GROUPS.
+
 One ``hostbroker serve`` (tools/bench/harness.py) with two log dirs, so two
 writers, started here and stopped by PID at the end; ``--set KEY=VALUE``
 passes broker settings. A topic of two partitions (one per log dir) is
@@ -19,8 +22,9 @@ of sleep. Two phases of ``--seconds`` each, in one run: *idle* (the probe
 alone), then *load*: ``--loaders`` processes join ``--groups`` groups in
 all (one member each, pipelined JOIN and SYNC on one connection per loader)
 and heartbeat each every ``--heartbeat-ms``, while a thread sends the
-largest JOIN (``group.max.topics.per.member`` topics x 1,024 streams; the
-topics need not exist) of a new group every ``--big-every`` seconds (the
+largest JOIN the limits allow (``group.max.topics.per.member`` topics of
+1,024 streams, or fewer where ``group.max.streams`` bounds a group's
+streams; the topics need not exist) of a new group every ``--big-every`` seconds (the
 next one as soon as the last was answered when it took longer), and
 leaves it. Printed: each partition's p50 and p99 per phase and the load/idle
 ratio of p99, what the load did (groups joined, heartbeats answered, big
@@ -142,13 +146,28 @@ def loader(path: str, first: int, count: int, heartbeat_ms: int, seconds: float)
 
 
 # -- the orchestrator ----------------------------------------------------------
-def big_joins(path: str, every: float, stop: threading.Event, out: dict) -> None:
-    from hostbroker.config import Config
+def largest_join(settings: list[str]) -> tuple[int, int]:
+    """Topics and streams per topic of the largest JOIN_GROUP the broker's
+    limits allow: ``group.max.topics.per.member`` topics of up to 1,024
+    streams, and no more streams in all than ``group.max.streams`` where
+    the broker has that bound."""
+    from hostbroker.config import SETTINGS_BY_KEY, Config
     from hostbroker.protocol import groups as gp
 
-    topics = Config.build()["group.max.topics.per.member"]
-    subscription = tuple(gp.SubscribedTopic(f"big-{i:04d}", gp.MAX_STREAMS_PER_TOPIC)
-                         for i in range(topics))
+    config = Config.build(overrides=settings)
+    topics = config["group.max.topics.per.member"]
+    streams = gp.MAX_STREAMS_PER_TOPIC
+    if "group.max.streams" in SETTINGS_BY_KEY:
+        streams = max(1, min(streams, config["group.max.streams"] // topics))
+    return topics, streams
+
+
+def big_joins(path: str, every: float, stop: threading.Event, out: dict,
+              settings: list[str]) -> None:
+    from hostbroker.protocol import groups as gp
+
+    topics, streams = largest_join(settings)
+    subscription = tuple(gp.SubscribedTopic(f"big-{i:04d}", streams) for i in range(topics))
     wire = Wire(path)
     n = 0
     times, errors = [], 0
@@ -204,7 +223,7 @@ def run(args: argparse.Namespace) -> dict:
     broker = harness.Broker(workdir, [f"log.dirs={','.join(logs)}"] + args.set)
     report = {"machine": harness.machine_info(), "groups": args.groups,
               "seconds": args.seconds, "big_every_s": args.big_every,
-              "heartbeat_ms": args.heartbeat_ms}
+              "heartbeat_ms": args.heartbeat_ms, "largest_join": largest_join(args.set)}
     broker.start()
     try:
         from hostbroker.client.simple import SimpleClient
@@ -240,7 +259,8 @@ def run(args: argparse.Namespace) -> dict:
         stop = threading.Event()
         big: dict = {}
         joiner = threading.Thread(target=big_joins,
-                                  args=(broker.unix_path, args.big_every, stop, big))
+                                  args=(broker.unix_path, args.big_every, stop, big,
+                                        args.set))
         joiner.start()
         time.sleep(args.warm)  # the loaders' joins under way first
         loaded = probe(broker, args.seconds)
@@ -276,8 +296,10 @@ def run(args: argparse.Namespace) -> dict:
 def print_report(report: dict) -> None:
     m = report["machine"]
     print(f"nproc {m['nproc']}, {m['ram_gib']} GiB, Python {m['python']}, {m['git']}")
+    topics, streams = report["largest_join"]
     print(f"groups {report['groups']}, heartbeat every {report['heartbeat_ms']} ms, "
-          f"largest JOIN every {report['big_every_s']} s, {report['seconds']} s per phase")
+          f"largest JOIN ({topics} topics x {streams} streams) every {report['big_every_s']} s, "
+          f"{report['seconds']} s per phase")
     print(json.dumps(report["load"]))
     print("cpu s in the load phase:", json.dumps(report["cpu_s_load_phase"]))
     print(f"{'':12} {'idle p50':>9} {'idle p99':>9} {'load p50':>9} {'load p99':>9} {'p99 x':>6}")
@@ -293,7 +315,8 @@ def main() -> None:
         loader(path, int(first), int(count), int(heartbeat_ms), float(seconds))
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--groups", type=int, default=10000)
+    # group.max.groups (10,000) less the one the largest JOIN makes (and leaves)
+    parser.add_argument("--groups", type=int, default=9999)
     parser.add_argument("--loaders", type=int, default=2)
     parser.add_argument("--heartbeat-ms", type=int, default=3000)
     parser.add_argument("--big-every", type=float, default=1.0)
