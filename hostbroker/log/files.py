@@ -214,3 +214,48 @@ def sync_file(path: str) -> None:
         os.fdatasync(fd)
     finally:
         os.close(fd)
+
+
+def writable_by_others(path: str) -> str | None:
+    """Why users other than this one (and root) could change what lies at ``path``,
+    or None. Checked for a broker run as root, before anything is created:
+
+    - the log dir itself must not be group- or other-writable, nor owned by
+      another user;
+    - each directory above it (of the path as given and as resolved, up to
+      ``/``; for a log dir still to be created, from its nearest existing
+      ancestor) must not be owned by another user, nor group- or
+      other-writable unless it has the sticky bit (``/tmp``), which keeps
+      others from renaming or removing what they do not own.
+    """
+    euid = os.geteuid()
+    target = os.path.abspath(path)
+    chains = []
+    for start in (target, os.path.realpath(target)):
+        chain, probe = [], start
+        while True:
+            chain.append(probe)
+            parent = os.path.dirname(probe)
+            if parent == probe:
+                break
+            probe = parent
+        chains.append(chain)
+    checked = set()
+    for chain in chains:
+        for directory in chain:
+            try:
+                info = os.stat(directory)
+            except FileNotFoundError:
+                continue  # still to be created, by us
+            is_target = directory in (target, os.path.realpath(target))
+            key = (directory, is_target)
+            if key in checked:
+                continue
+            checked.add(key)
+            if info.st_uid not in (0, euid):
+                return f"{directory} is owned by uid {info.st_uid}"
+            shared = info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+            if shared and (is_target or not info.st_mode & stat.S_ISVTX):
+                return (f"{directory} may be written by users other than its owner "
+                        f"(mode {stat.S_IMODE(info.st_mode):04o})")
+    return None
