@@ -56,8 +56,7 @@ import sys
 import time
 
 from hostbroker import cpulatency, cpusched, systemd
-from hostbroker.config import Config, parse_listener
-from hostbroker.config import parse_umask
+from hostbroker.config import Config, parse_listener, parse_umask
 from hostbroker.errors import ConfigError, ExitStatus
 from hostbroker.log import files
 from hostbroker.shm import procs
