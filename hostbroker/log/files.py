@@ -1,5 +1,6 @@
 """File-system steps the log's owners share: safe opens, durable renames, atomic
-writes, state files that may hold anything, errors.
+writes, state files that may hold anything, moving deleted dirs to the trash,
+errors.
 
 Used by the writer's log code (``partition.py``, ``logdir.py``,
 ``recovery.py``), the offsets store and the supervisor's broker lock. No
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import logging
 import os
 import shutil
@@ -41,6 +43,8 @@ log = logging.getLogger(__name__)
 FILE_MODE = 0o666  # the umask takes away what others may not do
 DIR_MODE = 0o777
 TMP_SUFFIX = ".tmp"
+
+_trash_names = itertools.count()
 
 
 class NotAFileError(OSError):
@@ -214,6 +218,38 @@ def sync_file(path: str) -> None:
         os.fdatasync(fd)
     finally:
         os.close(fd)
+
+
+def move_to_trash(path: str, trash: str, now_ms: int) -> None:
+    """Rename ``path`` into the directory ``trash`` (created if missing), then remove it.
+
+    Raises StorageError naming ``path`` if it cannot be moved; one that is
+    moved but cannot be removed stays in ``trash`` (removed at the next open
+    of the log dir) and is only logged.
+    """
+    with storage_errors(f"cannot delete {path}"):
+        if os.path.islink(trash) or os.path.lexists(trash) and not os.path.isdir(trash):
+            os.unlink(trash)  # never moved into through a link
+        os.makedirs(trash, exist_ok=True)
+        doomed = os.path.join(trash, f"{now_ms}-{os.getpid()}-{next(_trash_names)}")
+        os.rename(path, doomed)
+        fsync_dir(os.path.dirname(path) or ".")
+    remove_tree(doomed)
+
+
+def remove_tree(path: str) -> bool:
+    """Remove ``path`` (a dir and everything under it, or a file); log one line and
+    return False if it cannot."""
+    try:
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            os.unlink(path)
+    except OSError as exc:
+        log.warning("%s: cannot remove it yet (%s); it is left for the next start",
+                    path, exc.strerror or exc)
+        return False
+    return True
 
 
 def writable_by_others(path: str) -> str | None:

@@ -69,11 +69,10 @@ from collections.abc import Mapping
 
 from hostbroker.errors import ErrorCode, HostbrokerError, InvalidTopicError, StorageError
 from hostbroker.log.config import LogConfig
-from hostbroker.log.files import (DIR_MODE, describe, fsync_dir, kind_of, open_lock_file,
-                                  read_file, remove_any, storage_errors,
-                                  write_file_atomically)
-from hostbroker.log.partition import (PARTITION_FILE, Clock, PartitionLog, move_to_trash,
-                                      remove_tree, wall_clock_ms)
+from hostbroker.log.files import (DIR_MODE, describe, fsync_dir, kind_of, move_to_trash,
+                                  open_lock_file, read_file, remove_any, remove_tree,
+                                  storage_errors, write_file_atomically)
+from hostbroker.log.partition import PARTITION_FILE, Clock, PartitionLog, wall_clock_ms
 from hostbroker.log.recovery import RecoveryStats
 from hostbroker.log.segments import (parse_partition_dirname, parse_segment_filename,
                                      partition_dirname, validate_topic_name)

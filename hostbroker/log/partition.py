@@ -46,11 +46,9 @@ partition offline (``logdir.py``).
 
 from __future__ import annotations
 
-import itertools
 import json
 import logging
 import os
-import shutil
 import stat
 import time
 from collections.abc import Callable, Mapping
@@ -60,8 +58,8 @@ from hostbroker.errors import (ConfigError, ErrorCode, HostbrokerError, InvalidT
 from hostbroker.log import recovery
 from hostbroker.log.config import LogConfig
 from hostbroker.log.prealloc import Reservation
-from hostbroker.log.files import (describe, fsync_dir, kind_of, open_file, read_file,
-                                  storage_errors, write_file_atomically)
+from hostbroker.log.files import (describe, fsync_dir, kind_of, move_to_trash, open_file,
+                                  read_file, storage_errors, write_file_atomically)
 from hostbroker.log.recovery import RecoveryStats
 from hostbroker.log.segments import (locate, parse_segment_filename, partition_dirname,
                                      segment_filename)
@@ -80,9 +78,6 @@ Clock = Callable[[], int]
 class SegmentDeleteError(StorageError):
     """Retention could not delete a segment (an immutable file, say): the log is intact
     and serves on; the segment is retried at the next retention check."""
-
-
-_trash_names = itertools.count()
 
 
 def wall_clock_ms() -> int:
@@ -534,38 +529,6 @@ class PartitionLog:
                 fd, self._fd = self._fd, None
                 os.close(fd)
         move_to_trash(self._path, trash, self._clock())
-
-
-def move_to_trash(path: str, trash: str, now_ms: int) -> None:
-    """Rename ``path`` into the directory ``trash`` (created if missing), then remove it.
-
-    Raises StorageError naming ``path`` if it cannot be moved; one that is
-    moved but cannot be removed stays in ``trash`` (removed at the next open
-    of the log dir) and is only logged.
-    """
-    with storage_errors(f"cannot delete {path}"):
-        if os.path.islink(trash) or os.path.lexists(trash) and not os.path.isdir(trash):
-            os.unlink(trash)  # never moved into through a link
-        os.makedirs(trash, exist_ok=True)
-        doomed = os.path.join(trash, f"{now_ms}-{os.getpid()}-{next(_trash_names)}")
-        os.rename(path, doomed)
-        fsync_dir(os.path.dirname(path) or ".")
-    remove_tree(doomed)
-
-
-def remove_tree(path: str) -> bool:
-    """Remove ``path`` (a dir and everything under it, or a file); log one line and
-    return False if it cannot."""
-    try:
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path)
-        else:
-            os.unlink(path)
-    except OSError as exc:
-        log.warning("%s: cannot remove it yet (%s); it is left for the next start",
-                    path, exc.strerror or exc)
-        return False
-    return True
 
 
 def read_partition_file(path: str) -> tuple[str, int, int, dict[str, str]]:

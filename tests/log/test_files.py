@@ -12,7 +12,6 @@ import zlib
 
 import pytest
 
-from hostbroker.errors import StorageError
 from hostbroker.log import files
 from hostbroker.log.config import LogConfig
 from hostbroker.log.logdir import CHECKPOINT_FILE, CLEAN_SHUTDOWN_FILE, LOCK_FILE, LogDir
