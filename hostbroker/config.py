@@ -99,6 +99,24 @@ def _zookeeper_connect_problem(value: str) -> str | None:
     return None
 
 
+def parse_umask(value: str) -> int:
+    """The mask of a ``log.umask`` value: 1 to 4 octal digits ("027", "0o027")."""
+    digits = value.strip().removeprefix("0o")
+    if not 1 <= len(digits) <= 4 or any(c not in "01234567" for c in digits) \
+            or int(digits, 8) > 0o777:
+        raise ValueError(f"{value!r} is not an octal file mode mask (000 to 777)")
+    return int(digits, 8)
+
+
+def _umask_problem(value: str) -> str | None:
+    try:
+        mask = parse_umask(value)
+    except ValueError as e:
+        return str(e)
+    # the broker's own processes must still read and write what they create
+    return "must leave the owner read, write and search (0o700 clear)" if mask & 0o700 else None
+
+
 def _advertised_problem(value: str) -> str | None:
     return _listeners_problem(value) if value.strip() else None
 
@@ -386,6 +404,11 @@ SETTINGS: tuple[Setting, ...] = (
             "JOIN_GROUP requests one handler holds while their rebalance waits; one more is "
             "answered BROKER_NOT_AVAILABLE at once (join again later).", _between(1, 10000000)),
     # Storage and start-up.
+    Setting("log.umask", str, "027",
+            "File mode creation mask (octal) the supervisor sets before it creates anything, "
+            "so every worker inherits it: files are created 0666 and dirs 0777 less this "
+            "(027: segments, offsets and group state 0640, dirs 0750, nothing for other "
+            "users). Unix listener sockets are 0660 whatever it is.", _umask_problem),
     # Supervision and service.
     Setting("worker.stall.timeout.ms", int, 60000,
             "A worker whose main loop has not come round this long (stuck in one piece of "

@@ -17,7 +17,7 @@ NOT_LIMITS = {
     "processor.direct.groups", "processor.direct.lone.after",
     "processor.direct.produce.max.bytes", "processor.direct.produce.busy.max.bytes",
     "processor.ring.receive", "cpu.wakeup.latency.us", "cpu.realtime.priority",
-    "processor.local.fetch",
+    "processor.local.fetch", "log.umask",
 }
 TOPIC_CONFIGS = {"max.message.bytes"}
 

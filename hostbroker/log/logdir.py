@@ -64,13 +64,15 @@ import logging
 import os
 import re
 import shutil
+import stat
 from collections.abc import Mapping
 
 from hostbroker.errors import ErrorCode, HostbrokerError, InvalidTopicError, StorageError
 from hostbroker.log.config import LogConfig
-from hostbroker.log.files import fsync_dir, storage_errors, write_file_atomically
-from hostbroker.log.partition import (PARTITION_FILE, Clock, PartitionLog, move_to_trash,
-                                      remove_tree, wall_clock_ms)
+from hostbroker.log.files import (DIR_MODE, describe, fsync_dir, kind_of, move_to_trash,
+                                  open_lock_file, read_file, remove_any, remove_tree,
+                                  storage_errors, write_file_atomically)
+from hostbroker.log.partition import PARTITION_FILE, Clock, PartitionLog, wall_clock_ms
 from hostbroker.log.recovery import RecoveryStats
 from hostbroker.log.segments import (parse_partition_dirname, parse_segment_filename,
                                      partition_dirname, validate_topic_name)
@@ -82,6 +84,8 @@ CLEAN_SHUTDOWN_FILE = ".clean_shutdown"
 CHECKPOINT_FILE = "recovery-point-offset-checkpoint"
 CHECKPOINT_VERSION = 0
 TRASH_DIR = ".trash"
+# 65,536 partitions (max.partitions) of 270-byte lines stay well below this.
+MAX_CHECKPOINT_BYTES = 64 * 1024 * 1024
 
 PartitionKey = tuple[str, int]
 
@@ -98,8 +102,8 @@ class LogDirInUseError(StorageError):
 
 def _take_lock(path: str) -> int:
     lock_path = os.path.join(path, LOCK_FILE)
-    with storage_errors(f"log dir {path} is unusable"):
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    with storage_errors(f"log dir {path} is unusable: {lock_path}"):
+        fd = open_lock_file(lock_path, "the log dir's lock file")
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -107,6 +111,29 @@ def _take_lock(path: str) -> int:
         raise LogDirInUseError(f"log dir {path} is in use by another broker "
                                f"(lock {lock_path})") from None
     return fd
+
+
+def _clean_marker(marker: str) -> bool:
+    """Whether the clean-shutdown marker is there: only a regular file counts (a
+    link, a directory or anything else is not one, and means a recovery)."""
+    try:
+        info = os.lstat(marker)
+    except FileNotFoundError:
+        return False
+    if stat.S_ISREG(info.st_mode):
+        return True
+    log.warning("%s: %s is %s, not a regular file; recovering as after a crash",
+                os.path.dirname(marker), CLEAN_SHUTDOWN_FILE, kind_of(info.st_mode))
+    return False
+
+
+def _remove_clean_marker(marker: str) -> None:
+    """Remove the marker (whatever is there) before anything is written again."""
+    try:
+        remove_any(marker)
+    except OSError as exc:
+        # unremovable: the next open must not trust it, so the log dir cannot be used
+        raise StorageError(f"cannot remove {marker}: {describe(exc)}") from exc
 
 
 def _remove_unfinished(path: str) -> None:
@@ -171,12 +198,15 @@ def _read_recovery_points(path: str, clean: bool) -> tuple[dict[PartitionKey, in
     checkpoint = os.path.join(path, CHECKPOINT_FILE)
     fallback = "checking every last segment whole" if clean else "recovering every segment"
     try:
-        with open(checkpoint, "rb") as checkpoint_file:
-            data = checkpoint_file.read()
+        data = read_file(checkpoint, MAX_CHECKPOINT_BYTES)
+        if len(data) > MAX_CHECKPOINT_BYTES:
+            raise ValueError(f"longer than {MAX_CHECKPOINT_BYTES} bytes")
         return parse_recovery_points(data), data
     except FileNotFoundError:
         log.info("%s: no %s; %s", path, CHECKPOINT_FILE, fallback)
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
+        log.warning("%s: ignoring %s (%s); %s", path, CHECKPOINT_FILE, describe(exc), fallback)
+    except ValueError as exc:
         log.warning("%s: ignoring %s (%s); %s", path, CHECKPOINT_FILE, exc, fallback)
     return {}, None
 
@@ -187,9 +217,10 @@ def _open_partition(full: str, defaults: LogConfig, clock: Clock, clean: bool,
 
     None: the dir was an unfinished creation, now removed.
     """
-    if not os.path.isdir(full):
-        raise StorageError(f"{full} is not a directory")
-    if not os.path.exists(os.path.join(full, PARTITION_FILE)):
+    info = os.lstat(full)
+    if not stat.S_ISDIR(info.st_mode):  # a link to a directory is not followed
+        raise StorageError(f"{full} is not a directory: it is {kind_of(info.st_mode)}")
+    if not os.path.lexists(os.path.join(full, PARTITION_FILE)):
         with storage_errors(f"cannot remove the unfinished partition dir {full}"):
             _remove_unfinished(full)
         return None
@@ -198,6 +229,9 @@ def _open_partition(full: str, defaults: LogConfig, clock: Clock, clean: bool,
 
 def _empty_trash(trash: str) -> None:
     """Finish removing deleted partition dirs; what cannot be removed stays (logged)."""
+    if not os.path.isdir(trash) or os.path.islink(trash):
+        remove_tree(trash)  # a link or a file in its place: never followed
+        return
     try:
         names = os.listdir(trash)
     except OSError as exc:
@@ -242,21 +276,22 @@ class LogDir:
         message, for a dir that cannot be used at all.
         """
         with storage_errors(f"log dir {path} is unusable"):
-            os.makedirs(path, exist_ok=True)
+            os.makedirs(path, DIR_MODE, exist_ok=True)
         lock_fd = _take_lock(path)
         partitions: dict[PartitionKey, PartitionLog] = {}
         offline: dict[PartitionKey, str] = {}
         try:
             with storage_errors(f"log dir {path} is unusable"):
                 marker = os.path.join(path, CLEAN_SHUTDOWN_FILE)
-                clean = os.path.exists(marker)
+                clean = _clean_marker(marker)
                 points, checkpoint = _read_recovery_points(path, clean)
                 for name in sorted(os.listdir(path)):
                     full = os.path.join(path, name)
                     if name == TRASH_DIR:
                         _empty_trash(full)
                         continue
-                    if _DELETED_DIR.fullmatch(name) and os.path.isdir(full):
+                    if _DELETED_DIR.fullmatch(name) and os.path.isdir(full) \
+                            and not os.path.islink(full):
                         remove_tree(full)
                         continue
                     key = parse_partition_dirname(name)
@@ -270,8 +305,7 @@ class LogDir:
                         continue
                     if partition is not None:
                         partitions[key] = partition
-                if clean:
-                    os.unlink(marker)
+                _remove_clean_marker(marker)
                 fsync_dir(path)
             logdir = cls(path, defaults, clock, lock_fd, partitions, recovered=not clean,
                          checkpoint=checkpoint, offline=offline)
@@ -393,10 +427,4 @@ class LogDir:
 
     def _write_clean_marker(self) -> None:
         with storage_errors(f"cannot mark {self._path} cleanly shut down"):
-            fd = os.open(os.path.join(self._path, CLEAN_SHUTDOWN_FILE),
-                         os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            fsync_dir(self._path)
+            write_file_atomically(os.path.join(self._path, CLEAN_SHUTDOWN_FILE), b"")

@@ -30,6 +30,7 @@ and a stray ``.compact`` file, which :meth:`OffsetStore.open` removes.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import struct
 import zlib
@@ -37,6 +38,9 @@ from collections.abc import Iterable
 from typing import NamedTuple
 
 from hostbroker.errors import ErrorCode, HostbrokerError
+from hostbroker.log.files import clear_for_file, create_exclusive, fsync_dir, open_file, remove_any
+
+log = logging.getLogger(__name__)
 
 FILENAME = "__consumer_offsets.log"
 COMPACT_SUFFIX = ".compact"
@@ -70,6 +74,57 @@ def _record(entries: list[bytes]) -> bytes:
     return _HEAD.pack(len(payload), zlib.crc32(payload)) + payload
 
 
+_INT32 = range(-2**31, 2**31)
+_INT64 = range(-2**63, 2**63)
+_READ_BYTES = 1 << 20
+
+
+def _replayed(payload: bytes) -> list[tuple[Key, int, str | None]] | None:
+    """The entries of one record's payload; None when it is not one :meth:`write` wrote."""
+    try:
+        entries = json.loads(payload)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(entries, list):
+        return None
+    replayed = []
+    for entry in entries:
+        if not isinstance(entry, list) or len(entry) != 5:
+            return None
+        group, topic, partition, offset, metadata = entry
+        if not (isinstance(group, str) and isinstance(topic, str)
+                and type(partition) is int and partition in _INT32
+                and type(offset) is int and offset in _INT64
+                and (metadata is None or isinstance(metadata, str))):
+            return None
+        replayed.append(((group, topic, partition), offset, metadata))
+    return replayed
+
+
+def _replay(fd: int, offsets: dict[Key, tuple[int, str | None, int]]) -> int:
+    """Replay the records of the store open at ``fd`` into ``offsets``; return where
+    the valid records end. Reads record by record, never the whole file at once."""
+    reader = os.fdopen(os.dup(fd), "rb", buffering=_READ_BYTES)
+    with reader:
+        valid_end = 0
+        while True:
+            head = reader.read(_HEAD.size)
+            if len(head) < _HEAD.size:
+                return valid_end
+            length, crc = _HEAD.unpack(head)
+            if length < 0 or length > REPLAY_MAX_BYTES:
+                return valid_end
+            payload = reader.read(length)
+            if len(payload) < length or zlib.crc32(payload) != crc:
+                return valid_end
+            replayed = _replayed(payload)
+            if replayed is None:
+                return valid_end
+            for key, offset, metadata in replayed:
+                offsets[key] = (offset, metadata, len(_encode_entry(key, offset, metadata)))
+            valid_end += _HEAD.size + length
+
+
 class OffsetStore:
     def __init__(self, path: str, fd: int, offsets: dict[Key, tuple[int, str | None, int]],
                  size: int, record_max_bytes: int, compact_min_bytes: int, compact_ratio: int):
@@ -87,41 +142,32 @@ class OffsetStore:
     @classmethod
     def open(cls, log_dir: str, record_max_bytes: int = DEFAULT_RECORD_MAX_BYTES,
              compact_min_bytes: int = 16 * 1024 * 1024, compact_ratio: int = 4) -> "OffsetStore":
+        """Replay the store of ``log_dir`` (creating it if missing) and open it for appends.
+
+        Whatever the file holds, this loses at most the file's own records:
+        replay stops at the first record that is not one :meth:`write` could
+        have written (cut off, bad CRC, not JSON, wrong shapes, nested too
+        deeply) and the rest is cut off, with one log line; anything but a
+        regular file in its place (a link, never followed; a directory) is
+        removed, with one log line, and the store starts empty. Raises
+        OSError only when the log dir cannot be written.
+        """
         path = os.path.join(log_dir, FILENAME)
-        try:
-            os.unlink(path + COMPACT_SUFFIX)  # a compaction that never reached its rename
-        except FileNotFoundError:
-            pass
+        remove_any(path + COMPACT_SUFFIX)  # a compaction that never reached its rename
+        clear_for_file(path, "the consumer offsets store")
         offsets: dict[Key, tuple[int, str | None, int]] = {}
-        valid_end = 0
-        data = b""
-        if os.path.exists(path):
-            with open(path, "rb") as f:
-                data = f.read()
-        pos = 0
-        while pos + _HEAD.size <= len(data):
-            length, crc = _HEAD.unpack_from(data, pos)
-            end = pos + _HEAD.size + length
-            if length < 0 or length > REPLAY_MAX_BYTES or end > len(data):
-                break
-            payload = data[pos + _HEAD.size:end]
-            if zlib.crc32(payload) != crc:
-                break
-            try:
-                replayed = []
-                for group, topic, partition, offset, metadata in json.loads(payload):
-                    key = (str(group), str(topic), int(partition))
-                    replayed.append((key, int(offset), metadata))
-            except (ValueError, TypeError):
-                break
-            for key, offset, metadata in replayed:
-                offsets[key] = (offset, metadata, len(_encode_entry(key, offset, metadata)))
-            pos = valid_end = end
-        del data
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        if valid_end < os.fstat(fd).st_size:
-            os.ftruncate(fd, valid_end)
-            os.fsync(fd)
+        fd = open_file(path, os.O_RDWR | os.O_CREAT | os.O_APPEND)
+        try:
+            valid_end = _replay(fd, offsets)
+            size = os.fstat(fd).st_size
+            if valid_end < size:
+                log.warning("%s: the records after byte %d are not valid; %d bytes cut off",
+                            path, valid_end, size - valid_end)
+                os.ftruncate(fd, valid_end)
+                os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            raise
         return cls(path, fd, offsets, valid_end, record_max_bytes, compact_min_bytes,
                    compact_ratio)
 
@@ -199,7 +245,7 @@ class OffsetStore:
         """Rewrite the file with only the live offsets (see the module doc)."""
         tmp = self.path + COMPACT_SUFFIX
         try:
-            with open(tmp, "wb") as f:
+            with os.fdopen(create_exclusive(tmp), "wb") as f:
                 batch: list[bytes] = []
                 batch_bytes = 2
                 for key, (offset, metadata, _) in self._offsets.items():
@@ -221,13 +267,9 @@ class OffsetStore:
             except OSError:
                 pass
             raise
-        dirfd = os.open(os.path.dirname(self.path), os.O_RDONLY)
-        try:
-            os.fsync(dirfd)
-        finally:
-            os.close(dirfd)
+        fsync_dir(os.path.dirname(self.path))
         os.close(self._fd)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        self._fd = open_file(self.path, os.O_WRONLY | os.O_APPEND)
         self.size = size
         self.compactions += 1
 

@@ -46,11 +46,9 @@ partition offline (``logdir.py``).
 
 from __future__ import annotations
 
-import itertools
 import json
 import logging
 import os
-import shutil
 import stat
 import time
 from collections.abc import Callable, Mapping
@@ -60,7 +58,8 @@ from hostbroker.errors import (ConfigError, ErrorCode, HostbrokerError, InvalidT
 from hostbroker.log import recovery
 from hostbroker.log.config import LogConfig
 from hostbroker.log.prealloc import Reservation
-from hostbroker.log.files import fsync_dir, storage_errors, write_file_atomically
+from hostbroker.log.files import (describe, fsync_dir, kind_of, move_to_trash, open_file,
+                                  read_file, storage_errors, write_file_atomically)
 from hostbroker.log.recovery import RecoveryStats
 from hostbroker.log.segments import (locate, parse_segment_filename, partition_dirname,
                                      segment_filename)
@@ -71,7 +70,7 @@ PARTITION_FILE = "partition.json"
 # partition.json holds a few short fields; anything larger is not one.
 _MAX_PARTITION_FILE_BYTES = 64 * 1024
 
-_APPEND_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC
+_APPEND_FLAGS = os.O_WRONLY | os.O_APPEND  # open_file adds O_NOFOLLOW and O_CLOEXEC
 
 Clock = Callable[[], int]
 
@@ -79,9 +78,6 @@ Clock = Callable[[], int]
 class SegmentDeleteError(StorageError):
     """Retention could not delete a segment (an immutable file, say): the log is intact
     and serves on; the segment is retried at the next retention check."""
-
-
-_trash_names = itertools.count()
 
 
 def wall_clock_ms() -> int:
@@ -145,7 +141,8 @@ class PartitionLog:
                     "config": overrides}
             write_file_atomically(os.path.join(path, PARTITION_FILE),
                                   json.dumps(meta, sort_keys=True).encode())
-            fd = os.open(os.path.join(path, segment_filename(0)), _APPEND_FLAGS | os.O_CREAT, 0o644)
+            fd = open_file(os.path.join(path, segment_filename(0)),
+                           _APPEND_FLAGS | os.O_CREAT | os.O_EXCL)
             fsync_dir(path)
             fsync_dir(log_dir)
         return cls(path, topic, partition, num_partitions, overrides, config, clock, [0], 0, fd)
@@ -204,7 +201,7 @@ class PartitionLog:
                                                     config.max_message_bytes, recovery_point)
         active = os.path.join(path, segment_filename(bases[-1]))
         with storage_errors(f"cannot open {active} for appending"):
-            fd = os.open(active, _APPEND_FLAGS)
+            fd = open_file(active, _APPEND_FLAGS)
         return cls(path, topic, partition, num_partitions, overrides, config, clock,
                    bases, bases[-1] + sizes[-1], fd, stats)
 
@@ -214,16 +211,17 @@ class PartitionLog:
                        if base is not None)
         if not bases:
             # Creation stopped between partition.json and the first segment.
-            os.close(os.open(os.path.join(path, segment_filename(0)),
-                             os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
+            os.close(open_file(os.path.join(path, segment_filename(0)),
+                               os.O_WRONLY | os.O_CREAT | os.O_EXCL))
             fsync_dir(path)
             bases = [0]
         sizes = []
         for base in bases:
             segment = os.path.join(path, segment_filename(base))
-            info = os.stat(segment)
+            info = os.lstat(segment)  # a link is not followed
             if not stat.S_ISREG(info.st_mode):
-                raise StorageError(f"segment {segment} is not a regular file")
+                raise StorageError(f"segment {segment} is not a regular file: it is "
+                                   f"{kind_of(info.st_mode)}")
             sizes.append(info.st_size)
         return bases, sizes
 
@@ -343,8 +341,11 @@ class PartitionLog:
             # durable now, and the directory with it so that both entries exist.
             os.fdatasync(old_fd)
             self._reservation.give_back(old_fd, new_base - self._bases[-1])
-            new_fd = os.open(self.segment_path(new_base),
-                             _APPEND_FLAGS | os.O_CREAT | os.O_TRUNC, 0o644)
+            new_path = self.segment_path(new_base)
+            if os.path.lexists(new_path):  # not a segment of ours: bases list every one
+                log.warning("%s: removing %s in the way of a new segment", self._path, new_path)
+                os.unlink(new_path)
+            new_fd = open_file(new_path, _APPEND_FLAGS | os.O_CREAT | os.O_EXCL)
             self._fd = new_fd
             self._reservation = Reservation(self._config.preallocate_bytes,
                                             self._config.segment_bytes, 0)
@@ -485,7 +486,7 @@ class PartitionLog:
             for base in self._bases[index + 1:]:
                 os.unlink(self.segment_path(base))
             self._bases = self._bases[:index + 1]
-            self._fd = os.open(self.segment_path(self._bases[-1]), _APPEND_FLAGS)
+            self._fd = open_file(self.segment_path(self._bases[-1]), _APPEND_FLAGS)
             os.ftruncate(self._fd, offset - self._bases[-1])  # drops any reservation too
             self._reservation.reserved_to = offset - self._bases[-1]
             os.fsync(self._fd)
@@ -530,36 +531,6 @@ class PartitionLog:
         move_to_trash(self._path, trash, self._clock())
 
 
-def move_to_trash(path: str, trash: str, now_ms: int) -> None:
-    """Rename ``path`` into the directory ``trash`` (created if missing), then remove it.
-
-    Raises StorageError naming ``path`` if it cannot be moved; one that is
-    moved but cannot be removed stays in ``trash`` (removed at the next open
-    of the log dir) and is only logged.
-    """
-    with storage_errors(f"cannot delete {path}"):
-        os.makedirs(trash, exist_ok=True)
-        doomed = os.path.join(trash, f"{now_ms}-{os.getpid()}-{next(_trash_names)}")
-        os.rename(path, doomed)
-        fsync_dir(os.path.dirname(path) or ".")
-    remove_tree(doomed)
-
-
-def remove_tree(path: str) -> bool:
-    """Remove ``path`` (a dir and everything under it, or a file); log one line and
-    return False if it cannot."""
-    try:
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path)
-        else:
-            os.unlink(path)
-    except OSError as exc:
-        log.warning("%s: cannot remove it yet (%s); it is left for the next start",
-                    path, exc.strerror or exc)
-        return False
-    return True
-
-
 def read_partition_file(path: str) -> tuple[str, int, int, dict[str, str]]:
     """Return (topic, partition, partition count, config overrides) of a partition dir.
 
@@ -569,9 +540,10 @@ def read_partition_file(path: str) -> tuple[str, int, int, dict[str, str]]:
     object of strings), or naming another partition than the dir's name.
     """
     meta_path = os.path.join(path, PARTITION_FILE)
-    with storage_errors(f"cannot read {meta_path}"):
-        with open(meta_path, "rb") as meta_file:
-            raw = meta_file.read(_MAX_PARTITION_FILE_BYTES + 1)
+    try:
+        raw = read_file(meta_path, _MAX_PARTITION_FILE_BYTES)
+    except OSError as exc:
+        raise StorageError(f"cannot read {meta_path}: {describe(exc)}") from exc
     try:
         if len(raw) > _MAX_PARTITION_FILE_BYTES:
             raise ValueError(f"longer than {_MAX_PARTITION_FILE_BYTES} bytes")

@@ -29,7 +29,7 @@ import logging
 import os
 from dataclasses import astuple, dataclass
 
-from hostbroker.log.files import fsync_dir, sync_file
+from hostbroker.log.files import fsync_dir, open_file, sync_file
 from hostbroker.log.message import LENGTH_SIZE, scan_valid_prefix
 from hostbroker.log.segments import locate, segment_filename
 
@@ -51,7 +51,7 @@ def valid_segment_length(path: str, max_message_bytes: int, start: int = 0) -> i
     chunk = max(RECOVERY_CHUNK_BYTES, max_message_bytes + LENGTH_SIZE)
     valid = start
     carry = b""
-    with open(path, "rb", buffering=0) as segment:
+    with os.fdopen(open_file(path, os.O_RDONLY), "rb", buffering=0) as segment:
         segment.seek(start)
         while True:
             data = segment.read(chunk)
@@ -104,9 +104,12 @@ def first_to_scan(path: str, bases: list[int], sizes: list[int], recovery_point:
 def _cut(path: str, bases: list[int], index: int, valid: int) -> None:
     """Truncate segment ``index`` to ``valid`` bytes and remove every later one, durably."""
     segment = os.path.join(path, segment_filename(bases[index]))
-    with open(segment, "r+b", buffering=0) as damaged:
-        damaged.truncate(valid)
-        os.fsync(damaged.fileno())
+    fd = open_file(segment, os.O_WRONLY)
+    try:
+        os.ftruncate(fd, valid)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
     for later in bases[index + 1:]:
         os.unlink(os.path.join(path, segment_filename(later)))
     fsync_dir(path)

@@ -14,6 +14,19 @@ Names are ``/hb-<token>-<kind>-<index>`` (:func:`region_name`), so that
 :func:`remove_stale` with :func:`broker_prefix` removes exactly one broker's
 segments, at start after a crash and at shutdown.
 
+Leases: the segments of a broker run that was killed whole (supervisor and
+workers) would stay until the same run starts again, which a broker on
+temporary dirs never does. So a running broker holds a *lease*, an exclusive
+``flock`` on ``/dev/shm/<token>.lease`` (:func:`take_lease`), taken before it
+creates any segment and shared by every process it forks (they inherit the
+open file); the kernel drops the lock when the last of them dies, however it
+dies. :func:`sweep_dead_runs`, run by every starting broker, removes the
+segments of each run whose lease file is ours (same owner uid) and not
+locked by anyone, then the lease file. A live broker's lease is locked, so
+its segments are never touched; a lease file of another user, a link or
+anything but a regular file is ignored. Runs without a lease (older
+versions) are left to their own next start.
+
 Why posix_ipc and not ``multiprocessing.shared_memory``: the latter registers
 every segment with the resource tracker, which can unlink a segment when an
 attaching process exits. Here the descriptor is closed right after ``mmap``;
@@ -25,15 +38,23 @@ total store order (see ``ring.py``) and all shared integers are little-endian.
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import mmap
 import os
+import re
 import secrets
+import stat
 import struct
+import time
+from collections.abc import Callable
 
 import posix_ipc
 
 SHM_DIR = "/dev/shm"
 _NAME_MAX = 255
+LEASE_SUFFIX = ".lease"
+_LEASE_TOKEN = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 class LayoutError(ValueError):
@@ -174,6 +195,109 @@ def remove_stale(prefix: str) -> list[str]:
             continue  # removed concurrently
         removed.append("/" + entry)
     return removed
+
+
+def _lease_path(token: str) -> str:
+    if not _LEASE_TOKEN.fullmatch(token):
+        raise ValueError(f"bad lease token {token!r}")
+    return os.path.join(SHM_DIR, token + LEASE_SUFFIX)
+
+
+def take_lease(token: str, timeout: float = 10.0) -> int:
+    """Hold the lease of the broker run ``token`` (see the module docstring);
+    return the descriptor, which holds it until it is closed in every process
+    that shares it. Waits up to ``timeout`` s while a sweeper holds it.
+
+    Raises TimeoutError when another live run holds it, OSError (EPERM) when
+    the lease file belongs to another user and cannot be replaced.
+    """
+    path = _lease_path(token)
+    deadline = time.monotonic() + timeout
+    while True:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} is held by a live broker")
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
+                     0o600)
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
+                os.unlink(path)  # planted by someone else: not a lease of ours
+                os.close(fd)
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                time.sleep(0.01)
+                continue
+            try:
+                same = os.lstat(path).st_ino == info.st_ino
+            except FileNotFoundError:
+                same = False
+            if not same:  # a sweeper removed it while we waited: take a fresh one
+                os.close(fd)
+                continue
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            return fd
+        except BaseException:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+            raise
+
+
+def release_lease(token: str, fd: int) -> None:
+    """Give the lease up at a clean stop: its file goes, then the lock."""
+    try:
+        os.unlink(_lease_path(token))
+    except OSError:
+        pass
+    os.close(fd)
+
+
+def sweep_dead_runs(on_dead: Callable[[str], None] | None = None) -> list[str]:
+    """Remove the segments of every broker run whose lease is ours and unheld.
+
+    For each such run: its segments (prefix ``/<token>-``) are unlinked,
+    ``on_dead(token)`` removes whatever else it left (the supervisor: its
+    System V admin lock), and its lease file goes. Returns the tokens swept.
+    """
+    swept = []
+    euid = os.geteuid()
+    for entry in sorted(os.listdir(SHM_DIR)):
+        token = entry[:-len(LEASE_SUFFIX)]
+        if not entry.endswith(LEASE_SUFFIX) or not _LEASE_TOKEN.fullmatch(token):
+            continue
+        path = os.path.join(SHM_DIR, entry)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        except OSError:
+            continue  # gone, a link, or not ours to read
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode) or info.st_uid != euid:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as e:
+                if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                    continue  # a live broker holds it
+                raise
+            try:
+                if os.lstat(path).st_ino != info.st_ino:
+                    continue  # replaced by a new run meanwhile
+            except FileNotFoundError:
+                continue
+            remove_stale("/" + token + "-")
+            if on_dead is not None:
+                on_dead(token)
+            os.unlink(path)
+            swept.append(token)
+        finally:
+            os.close(fd)
+    return swept
 
 
 # -- structures laid out in a region ----------------------------------------

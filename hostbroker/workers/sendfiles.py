@@ -65,7 +65,7 @@ class SegmentFiles:
                 return cached[0]
             os.close(cached[0])
             del self.files[path]
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)  # never a link
         self.files[path] = (fd, st.st_ino)
         while len(self.files) > self.limit:
             _, (old, _) = self.files.popitem(last=False)

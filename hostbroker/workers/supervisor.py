@@ -11,9 +11,11 @@ worker inherits (``cpu.realtime.priority``, :mod:`hostbroker.cpusched`); and
 the workers themselves.
 
 Start: take the real-time policy and the CPU wake-up latency request if asked
-to (refusing to spin under a real-time policy), check the log dirs
-and the unix listeners' directories (changing nothing), create the log dirs,
-take the broker lock, bind the listeners, create shared memory, fork the
+to (refusing to spin under a real-time policy), set the umask (``log.umask``),
+check the log dirs (as root: none that others may write) and the unix
+listeners' directories (changing nothing), create the log dirs, take the
+broker lock, bind the listeners, take this run's shared-memory lease and
+remove what dead runs left there, create shared memory, fork the
 writers (each recovers its log dir) and the coordinator (``hb-coordinator``:
 the consumer groups and offsets) and wait until they are ready, then the
 handlers, the processors and the acceptor, and in cluster mode
@@ -56,13 +58,15 @@ import sys
 import time
 
 from hostbroker import cpulatency, cpusched, systemd
-from hostbroker.config import Config, parse_listener
+from hostbroker.config import Config, parse_listener, parse_umask
 from hostbroker.errors import ConfigError, ExitStatus
+from hostbroker.log import files
 from hostbroker.shm import procs
 from hostbroker.shm.adminlock import AdminLock
 from hostbroker.shm.doorbell import Doorbell
 from hostbroker.shm.procs import ProcessBoard
-from hostbroker.shm.region import SharedRegion, remove_stale
+from hostbroker.shm.region import (SharedRegion, release_lease, remove_stale, sweep_dead_runs,
+                                   take_lease)
 from hostbroker.shm.ring import Ring
 from hostbroker.shm.table import PartitionTable
 from hostbroker.workers.acceptor import AcceptorWorker
@@ -180,6 +184,11 @@ def check_log_dir(path: str) -> None:
         raise StartError(f"log.dirs: cannot use {path}: {where}{what}")
     if not os.access(probe, os.R_OK | os.W_OK | os.X_OK):
         raise StartError(f"log.dirs: cannot use {path}: {probe} is not writable")
+    if os.geteuid() == 0:  # docs/storage.md, "Who may touch the files"
+        problem = files.writable_by_others(path)
+        if problem:
+            raise StartError(f"log.dirs: refusing {path} as root: {problem}; make it "
+                             "root's alone (chmod go-w) or run the broker as its own user")
 
 
 def make_log_dir(path: str) -> None:
@@ -193,7 +202,10 @@ def claim_broker_lock(log_dir: str) -> int:
     """Hold ``<first log dir>/.broker.lock`` for the broker's life (flock, with
     our pid in it), or fail with one line naming the broker that holds it."""
     path = os.path.join(log_dir, ".broker.lock")
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fd = files.open_lock_file(path, "the broker lock")
+    except OSError as e:
+        raise StartError(f"log.dirs: cannot use {path}: {files.describe(e)}") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -234,6 +246,8 @@ class Supervisor:
             why = cpulatency.no_effect()
             if why is not None:
                 print(f"hostbroker: cpu.wakeup.latency.us: {why}", file=sys.stderr, flush=True)
+        # before anything is created, so every worker inherits it (files 0666, dirs 0777 less it)
+        os.umask(parse_umask(config["log.umask"]))
         if len(set(plan.log_dirs)) != len(plan.log_dirs):
             raise StartError("log.dirs: a log dir is listed twice")
         for path in plan.log_dirs:
@@ -247,8 +261,14 @@ class Supervisor:
         self.lock_fd = claim_broker_lock(plan.log_dirs[0])
         for uri in config.listeners:
             plan.listeners.append((uri, bind_listener(uri)))
-        remove_stale(plan.shm_prefix)
+        try:
+            self.lease_fd = take_lease(plan.token)
+        except (OSError, TimeoutError) as e:
+            raise StartError(f"shared memory: cannot take this broker's lease: {e}") from None
+        remove_stale(plan.shm_prefix)  # our own crashed run's
         AdminLock.remove_stale(plan.token)
+        # and those of any broker run that is gone (killed whole, never restarted)
+        sweep_dead_runs(AdminLock.remove_stale)
         for kind, producer, consumer in plan.ring_pairs():
             capacity = plan.ring_bytes(kind)
             region = SharedRegion.create(plan.ring_name(kind, producer, consumer),
@@ -344,6 +364,7 @@ class Supervisor:
     halt_reason: str | None = None
     refused = False  # a worker exited EXIT_REFUSED, having said why
     cpu_latency_fd: int | None = None  # holds cpu.wakeup.latency.us (hostbroker.cpulatency)
+    lease_fd: int | None = None  # this run's shared-memory lease (hostbroker.shm.region)
     realtime: tuple[str, int] | None = None  # the real-time policy the broker runs under
 
     def _extend_timeout(self, status: str) -> None:
@@ -576,6 +597,9 @@ class Supervisor:
         if lock is not None:
             lock.remove()
             self.admin_lock = None
+        if self.lease_fd is not None:  # last: our shared memory is gone
+            release_lease(self.plan.token, self.lease_fd)
+            self.lease_fd = None
         if self.cpu_latency_fd is not None:  # the request goes with the last holder
             os.close(self.cpu_latency_fd)
             self.cpu_latency_fd = None

@@ -8,12 +8,12 @@ generation (segments) moves.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 
 from hostbroker.errors import HostbrokerError
 from hostbroker.log.config import LogConfig
+from hostbroker.log.partition import read_partition_file
 from hostbroker.log.segments import (
     parse_segment_filename,
     partition_dirname,
@@ -85,8 +85,8 @@ class TopicView:
         cfg = self._configs.get(key)
         if cfg is None:
             try:
-                with open(os.path.join(self.partition_path(s), "partition.json")) as f:
-                    overrides = json.load(f).get("config", {})
+                # checked as the writer checks it: no link, bounded, any content
+                overrides = read_partition_file(self.partition_path(s))[3]
                 cfg = self.defaults.with_overrides(overrides)
             except (OSError, ValueError, HostbrokerError):
                 cfg = self.defaults

@@ -167,7 +167,9 @@ def small_disk(tmp_path):
     """A real 2 MiB filesystem that fills up: a disk failing with ENOSPC."""
     path = tmp_path / "small"
     path.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(path)], check=True)
+    # mode: a fresh tmpfs is 1777, which a root broker refuses as a log dir
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m,mode=0750", "tmpfs", str(path)],
+                   check=True)
     yield str(path)
     subprocess.run(["umount", "-l", str(path)], check=False)
 

@@ -154,15 +154,16 @@ def test_an_unusable_log_dir_goes_offline_and_the_others_serve(make_broker, tmp_
         for p in (0, 1):
             c.produce("spread", p, encode_message_set([f"p{p}".encode()]))
     assert broker.stop() == 0
-    # A log dir whose lock file cannot be opened cannot be used at all. (One that is
-    # not writable is refused at start, with the rest of the configuration.)
+    # A log dir whose lock file cannot be opened cannot be used at all (immutable,
+    # so root may not open it for writing; anything but a regular file in its
+    # place is replaced). One that is not writable is refused at start, with
+    # the rest of the configuration.
     lock = os.path.join(dirs[1], ".lock")
-    os.unlink(lock)
-    os.mkdir(lock)
-    broker.start()
+    with immutable(lock):
+        broker.start()
     workers = broker.workers()
     lines = [ln for ln in broker.log().splitlines() if f"log dir {dirs[1]} is offline" in ln]
-    assert len(lines) == 1 and "Is a directory" in lines[0], broker.log()
+    assert len(lines) == 1 and "Operation not permitted" in lines[0], broker.log()
     with broker.client() as c:
         on_disk1 = 0 if os.path.isdir(os.path.join(dirs[1], "spread_0")) else 1
         codes = metadata_codes(c, "spread")
@@ -348,3 +349,57 @@ def test_a_replaced_writer_takes_a_partition_it_cannot_open_offline(broker):
             assert produce_code(c, "hurt") == ErrorCode.STORAGE_ERROR
             assert_serves(c, "fine", [b"f"])
     assert "partition hurt-0 is offline" in broker.log()
+
+
+# -- state files of any content or shape (issue 34) ---------------------------
+
+STATE_FILES = ("recovery-point-offset-checkpoint", ".clean_shutdown", ".lock", ".broker.lock",
+               "__consumer_offsets.log")
+STATE_DAMAGE = ("garbage", "nested", "directory", "dangling link", "huge")
+
+
+def _damage_state_file(path: str, damage: str) -> None:
+    if os.path.isdir(path) and not os.path.islink(path):
+        os.rmdir(path)
+    elif os.path.lexists(path):
+        os.unlink(path)
+    if damage == "directory":
+        os.makedirs(os.path.join(path, "inside"))
+    elif damage == "dangling link":
+        os.symlink(path + ".nowhere", path)
+    elif damage == "huge":
+        with open(path, "wb") as f:
+            f.truncate(3 << 30)  # sparse
+    else:
+        with open(path, "wb") as f:
+            f.write(os.urandom(65536) if damage == "garbage" else b"[" * 100_000)
+
+
+@pytest.mark.parametrize("shift", range(len(STATE_DAMAGE)))
+def test_bad_state_files_lose_only_their_own_state(make_broker, shift):
+    """Every state file of a log dir damaged at once (each in another way, the
+    ways rotating between runs): the broker starts, no worker dies, each
+    partition serves what it held, and each file is whole again after a stop."""
+    broker = make_broker()
+    with broker.client() as client:
+        client.create_topic("kept", 2)
+        for partition in (0, 1):
+            client.produce("kept", partition, encode_message_set([b"a", b"b"]), acks=-1)
+        client.offset_commit("g", [("kept", 0, 1, "m")])
+    assert broker.stop() == 0
+    logs = broker.settings["log.dirs"]
+    for i, name in enumerate(STATE_FILES):
+        _damage_state_file(os.path.join(logs, name), STATE_DAMAGE[(i + shift) % len(STATE_DAMAGE)])
+    broker.start()
+    workers = broker.workers()
+    with broker.client() as client:
+        for partition in (0, 1):
+            assert read_all(client, "kept", partition) == [b"a", b"b"]
+            assert produce_code(client, "kept", partition) == ErrorCode.NONE
+        client.offset_commit("g", [("kept", 1, 2, "")])
+    assert broker.workers() == workers  # none replaced
+    assert broker.stop() == 0
+    for name in STATE_FILES:
+        path = os.path.join(logs, name)
+        assert os.path.isfile(path) and not os.path.islink(path), name
+    assert os.path.getsize(os.path.join(logs, "recovery-point-offset-checkpoint")) < 4096

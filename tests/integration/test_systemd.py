@@ -2,8 +2,10 @@
 the shipped unit, sysusers.d and tmpfiles.d files checked with systemd's tools."""
 
 import ipaddress
+import os
 import pathlib
 import re
+import shlex
 import shutil
 import socket
 import subprocess
@@ -102,15 +104,83 @@ def _unit_values(key: str, name: str = "hostbroker.service") -> list[str]:
 
 
 UNITS = ("hostbroker.service", "hostbroker-cpu-latency.service")
+INSTALLED = "/opt/hostbroker/.venv/bin/hostbroker"  # where systemd/README.md installs it
+
+
+def _verify_as_installed(unit: pathlib.Path) -> subprocess.CompletedProcess:
+    """``systemd-analyze verify`` of ``unit``, unchanged, on a machine where the
+    README's install steps have run: in a mount namespace of its own (the
+    machine's /opt is not touched), /opt holds ``.venv/bin/hostbroker`` as
+    the steps leave it, this checkout's entry point."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        pytest.skip("a private /opt needs root and unshare")
+    exe = pathlib.Path(sys.executable).parent / "hostbroker"
+    assert exe.exists(), exe
+    script = (f"mount -t tmpfs tmpfs /opt && mkdir -p {os.path.dirname(INSTALLED)} && "
+              f"ln -s {shlex.quote(str(exe))} {INSTALLED} && "
+              f"exec {_systemd_tool('systemd-analyze')} verify {shlex.quote(str(unit))}")
+    return subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+                          capture_output=True, text=True, timeout=60)
 
 
 @pytest.mark.parametrize("name", UNITS)
-def test_unit_verifies(tmp_path, name):
-    result = subprocess.run([_systemd_tool("systemd-analyze"), "verify",
-                             str(_unit(tmp_path, name))], capture_output=True, text=True,
-                            timeout=60)
+def test_unit_as_shipped_verifies_once_installed(name):
+    """The shipped file itself, not a copy with another ExecStart: its paths are
+    where the README's steps put the program."""
+    assert _unit_values("ExecStart", name)[0] == INSTALLED
+    result = _verify_as_installed(SYSTEMD / name)
     assert result.returncode == 0, result.stdout + result.stderr
     assert name not in result.stderr, result.stderr  # no warning about it
+
+
+@pytest.mark.parametrize("name", UNITS)
+def test_unit_verifies_with_the_readmes_path_rewrite(tmp_path, name):
+    """A checkout anywhere else: the README's install step rewrites /opt/hostbroker
+    to it; the result verifies (systemd-analyze checks ExecStart is executable)."""
+    readme = (SYSTEMD / "README.md").read_text()
+    rewrite = re.search(r'sed "s\|/opt/hostbroker/\|\$ROOT/\|g"', readme)
+    assert rewrite, "the README's install step rewrites the unit's paths"
+    root = pathlib.Path(sys.executable).parent.parent.parent
+    text = (SYSTEMD / name).read_text().replace("/opt/hostbroker/", f"{root}/")
+    unit = tmp_path / name
+    unit.write_text(text)
+    result = subprocess.run([_systemd_tool("systemd-analyze"), "verify", str(unit)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert name not in result.stderr, result.stderr
+
+
+def _exposure(tmp_path, name: str) -> float:
+    result = subprocess.run([_systemd_tool("systemd-analyze"), "security", "--offline=yes",
+                             str(_unit(tmp_path, name))], capture_output=True, text=True,
+                            timeout=60)
+    match = re.search(rf"Overall exposure level for {re.escape(name)}: (\d+\.\d+)",
+                      result.stdout)
+    assert match, result.stdout + result.stderr
+    return float(match.group(1))
+
+
+def test_the_exposure_the_docs_claim_is_the_one_systemd_rates(tmp_path):
+    readme = (SYSTEMD / "README.md").read_text()
+    service = _exposure(tmp_path, "hostbroker.service")
+    latency = _exposure(tmp_path, "hostbroker-cpu-latency.service")
+    assert f"`systemd-analyze security` {service}" in readme
+    assert f"exposure {latency}" in readme
+    claims = {float(x) for x in re.findall(r"(?:exposure|security`) (\d+\.\d)", readme)}
+    assert claims <= {service, latency}, claims
+    for name, rating in (("hostbroker.service", service),
+                         ("hostbroker-cpu-latency.service", latency)):
+        stated = re.search(r"rates it (\d+\.\d)", (SYSTEMD / name).read_text())
+        assert stated and float(stated.group(1)) == rating, (name, rating)
+
+
+def test_the_system_cleans_up_the_services_ipc():
+    """Shared memory and semaphores of the service's user go when the unit stops,
+    whatever killed the broker (its own sweep needs a next start)."""
+    assert _unit_values("RemoveIPC") == ["yes"]
+    assert _unit_values("PrivateIPC") == ["yes"]
+    assert _unit_values("User") != ["root"]  # RemoveIPC= spares root
+    assert _unit_values("UMask") == ["0027"]
 
 
 @pytest.mark.parametrize("name", UNITS)

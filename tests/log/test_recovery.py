@@ -253,14 +253,14 @@ def test_a_bad_checkpoint_recovers_everything(tmp_path, clock, monkeypatch, dama
             garbled.write(b"\x00" * 3)
     else:
         # A read error the disk would give: a fake, as there is no real way to cause one.
-        real_open = open
+        real_read = logdir_module.read_file
 
-        def failing_open(file, *args, **kwargs):
+        def failing_read(file, *args, **kwargs):
             if file == checkpoint:
                 raise OSError(5, "Input/output error")
-            return real_open(file, *args, **kwargs)
+            return real_read(file, *args, **kwargs)
 
-        monkeypatch.setattr(logdir_module, "open", failing_open, raising=False)
+        monkeypatch.setattr(logdir_module, "read_file", failing_read)
     with open(log.segment_path(1500), "ab") as segment:
         segment.write(b"\x00" * 512)
 

@@ -1,0 +1,114 @@
+"""Leases of broker runs (``hostbroker/shm/region.py``): a sweep removes the
+segments of a run whose lease nobody holds, and never those of a run whose
+lease a live process (or any process it forked) holds."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import time
+
+import pytest
+
+from hostbroker.shm.region import (LEASE_SUFFIX, SHM_DIR, SharedRegion, release_lease,
+                                   remove_stale, sweep_dead_runs, take_lease)
+
+_runs = itertools.count()
+
+
+@pytest.fixture
+def token():
+    name = f"hb-lease{os.getpid()}x{next(_runs)}"
+    yield name
+    remove_stale("/" + name + "-")
+    try:
+        os.unlink(os.path.join(SHM_DIR, name + LEASE_SUFFIX))
+    except FileNotFoundError:
+        pass
+
+
+def segments(token: str) -> list[str]:
+    return sorted(e for e in os.listdir(SHM_DIR) if e.startswith(token + "-"))
+
+
+def run_in_child(token: str, hold: bool) -> int:
+    """A forked 'broker run': takes the lease, makes a segment, then waits
+    (hold) or dies at once, leaving both behind."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(read)
+            take_lease(token)
+            SharedRegion.create(f"/{token}-ring-0", 4096)
+            os.write(write, b"x")
+            if hold:
+                time.sleep(60)
+        finally:
+            os._exit(0)
+    os.close(write)
+    assert os.read(read, 1) == b"x"
+    os.close(read)
+    return pid
+
+
+def test_a_dead_runs_segments_and_lease_are_swept(token):
+    pid = run_in_child(token, hold=False)
+    os.waitpid(pid, 0)
+    assert segments(token) == [f"{token}-ring-0"]
+    removed = []
+    assert token in sweep_dead_runs(removed.append)
+    assert removed == [token] and segments(token) == []
+    assert not os.path.lexists(os.path.join(SHM_DIR, token + LEASE_SUFFIX))
+
+
+def test_a_live_runs_segments_are_never_swept(token):
+    pid = run_in_child(token, hold=True)
+    try:
+        assert token not in sweep_dead_runs()
+        assert segments(token) == [f"{token}-ring-0"]
+        with pytest.raises(TimeoutError):
+            take_lease(token, timeout=0.2)  # a second run of the same token waits
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    assert token in sweep_dead_runs()
+
+
+def test_a_forked_child_keeps_the_lease_after_its_parent_dies(token):
+    """Workers share the supervisor's lease: an orphaned worker still maps the
+    segments, so they stay."""
+    fd = take_lease(token)
+    SharedRegion.create(f"/{token}-ring-0", 4096).close()
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(60)
+        os._exit(0)
+    os.close(fd)  # the 'supervisor' is gone; its worker is not
+    try:
+        assert token not in sweep_dead_runs() and segments(token)
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    assert token in sweep_dead_runs() and not segments(token)
+
+
+def test_a_lease_that_is_a_link_or_another_users_is_ignored(token, tmp_path):
+    SharedRegion.create(f"/{token}-ring-0", 4096).close()
+    lease = os.path.join(SHM_DIR, token + LEASE_SUFFIX)
+    target = tmp_path / "target"
+    target.write_bytes(b"")
+    os.symlink(target, lease)
+    assert token not in sweep_dead_runs() and segments(token)
+    os.unlink(lease)
+    if os.geteuid() == 0:
+        with open(lease, "wb"):
+            pass
+        os.chown(lease, 65534, 65534)
+        assert token not in sweep_dead_runs() and segments(token)
+        # a run of ours replaces such a file rather than trust it
+        fd = take_lease(token)
+        assert os.stat(lease).st_uid == 0
+        release_lease(token, fd)
+        assert not os.path.lexists(lease)
