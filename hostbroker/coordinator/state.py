@@ -146,6 +146,8 @@ class Coordinator:
             m.client_id, m.subscription = client_id, sub
             m.session_timeout_ms, m.rebalance_timeout_ms = session_timeout_ms, rebalance_ms
             m.last_heartbeat = now
+            if not m.joined:
+                self._arm(g, m)  # a shorter session than before ends sooner
             if g.phase is GroupPhase.STABLE and not changed and not m.joined:
                 return self._join_answer(g, member_id)
         else:
@@ -249,7 +251,7 @@ class Coordinator:
                 self._complete(now, g)
             elif g.phase is GroupPhase.STABLE and g.deferred_at == when:
                 g.deferred_at = None
-                self._begin_rebalance(now, g)
+                self._begin_rebalance(now, g, due=True)
                 self._try_complete(now, g)
         for g, m in later:  # put back after the loop: one due at ``now`` is not over yet
             if self.groups.get(g.name) is g and g.members.get(m.member_id) is m:
@@ -343,10 +345,10 @@ class Coordinator:
             m.timer = when
             self._push(when, g, m.member_id)
 
-    def _begin_rebalance(self, now: float, g: Group) -> None:
+    def _begin_rebalance(self, now: float, g: Group, due: bool = False) -> None:
         """Start a rebalance now, or, past the group's burst of them, when the
         churn limit lets it (the group stays STABLE meanwhile; what changed
-        waits for that rebalance)."""
+        waits for that rebalance); ``due``: a deferred one whose time came."""
         if g.phase is GroupPhase.PREPARING_REBALANCE or g.deferred_at is not None:
             return
         self._changed.add(g.name)
@@ -355,6 +357,8 @@ class Coordinator:
         tokens = float(lim.rebalance_burst) if g.tokens is None else g.tokens
         if interval > 0:
             tokens = min(float(lim.rebalance_burst), tokens + (now - g.tokens_at) / interval)
+        if due:
+            tokens = max(tokens, 1.0)  # what rounding left of the token it waited for
         g.tokens_at = now
         if interval > 0 and tokens < 1:
             g.tokens = tokens

@@ -314,6 +314,19 @@ class GroupLifecycles(RuleBasedStateMachine):
         self.c = fresh
 
     @invariant()
+    def the_next_deadline_is_the_earliest_end(self):
+        """What the heap says is what a walk over every group and member finds."""
+        ends = []
+        for g in self.c.groups.values():
+            if g.phase is GroupPhase.PREPARING_REBALANCE:
+                ends.append(g.rebalance_deadline)
+            elif g.deferred_at is not None:
+                ends.append(g.deferred_at)
+            ends.extend(m.last_heartbeat + m.session_timeout_ms
+                        for m in g.members.values() if not m.joined)
+        assert self.c.next_deadline() == min(ends, default=None)
+
+    @invariant()
     def stable_generations_own_each_partition_once(self):
         for g in self.c.groups.values():
             assert g.members, "a group without members is forgotten"
