@@ -2,9 +2,10 @@
 
 - the state file written by anyone: seeded garbage, cuts and hostile records
   (valid CRC, misshapen or over the limits, deeply nested) in ``__groups.log``
-  and in the whole-state ``__groups.json`` of before, then the process holding the
-  groups killed: its replacement must take over and serve, the broker must live,
-  and each damage costs one log line;
+  and in the whole-state ``__groups.json`` of before, links planted where
+  temporary files are made, then the process holding the groups killed: its
+  replacement must take over and serve, the broker must live, no link is
+  followed, and each damage costs one log line;
 - the largest JOIN_GROUP the request bounds let through (1,000 topics of 1,024
   streams): refused at once, at a cost to the coordinator's process of
   milliseconds, not seconds;
@@ -29,7 +30,7 @@ import psutil
 import pytest
 
 from hostbroker.client.coordinator_requests import CoordinatorClient
-from hostbroker.coordinator.store import FILENAME, LEGACY_FILENAME
+from hostbroker.coordinator.store import COMPACT_SUFFIX, FILENAME, LEGACY_FILENAME
 from hostbroker.errors import ErrorCode
 from hostbroker.log.message import encode_message_set
 from tests.hostile.invariants import Violation
@@ -103,10 +104,16 @@ def damage(rng: random.Random, directory: str) -> None:
         f.write(hostile_record(rng))
 
 
-def test_a_damaged_state_file_never_takes_the_broker_down(broker, seed):
+def test_a_damaged_state_file_never_takes_the_broker_down(broker, seed, tmp_path):
     rng = random.Random(seed)
     directory = broker.settings["log.dirs"]
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"precious")
     for round_ in range(4):
+        for name in (FILENAME + COMPACT_SUFFIX, LEGACY_FILENAME + ".tmp"):
+            link = os.path.join(directory, name)
+            if not os.path.lexists(link):
+                os.symlink(victim, link)  # a link where a temporary file is made
         c = member(broker, f"round-{round_}")
         try:
             joined = c.join_group(f"g{round_}", "", {TOPIC: 1}, session_timeout_ms=30000,
@@ -132,6 +139,7 @@ def test_a_damaged_state_file_never_takes_the_broker_down(broker, seed):
             c.close()
     lines = [line for line in broker.log().splitlines() if "group state" in line]
     assert 1 <= len(lines) <= 4, broker.log()
+    assert victim.read_bytes() == b"precious"
 
 
 def test_the_largest_join_the_request_bounds_allow_costs_milliseconds(broker):
