@@ -219,6 +219,8 @@ class GroupStore:
         chunks = []
         for name in names:
             record = coordinator.group_record(name)
+            if record is None and name not in self.live:
+                continue  # made and forgotten since the last save: nothing to undo
             data = _encode(record if record is not None else {"type": "gone", "group": name})
             if len(data) - _HEAD.size > self.record_max:  # never, within the limits
                 self._fail(f"group {name[:64]!r} does not fit a record")
@@ -229,6 +231,8 @@ class GroupStore:
                 self.live[name] = len(data)
                 self.live_bytes += len(data)
             chunks.append(data)
+        if not chunks:
+            return
         data = b"".join(chunks)
         try:
             _write_all(self._fd, data)

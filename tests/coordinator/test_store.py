@@ -139,6 +139,17 @@ def test_heartbeats_write_nothing_and_a_change_writes_its_group_alone(tmp_path):
     assert store.bytes_written - before == one
 
 
+def test_a_group_made_and_forgotten_between_two_saves_writes_nothing(tmp_path):
+    c = busy_state()
+    store = saved(tmp_path, c)
+    before = store.bytes_written
+    for i in range(100):
+        answer = join(c, 100 + i, f"brief-{i}", client="q")
+        assert c.leave(100 + i, f"brief-{i}", answer.member_id) == 0
+    store.save(c, c.changed())
+    assert store.bytes_written == before
+
+
 @pytest.mark.parametrize("existing", [10, 2000])
 def test_the_bytes_a_join_writes_do_not_grow_with_the_number_of_groups(tmp_path, existing):
     """Each join of a new one-member group appends that group's record and
