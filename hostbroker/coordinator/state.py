@@ -105,6 +105,9 @@ class Coordinator:
         self._timers: list[tuple[float, int, str, str]] = []
         self._seq = itertools.count()
         self._changed: set[str] = set()  # groups changed since the last changed()
+        # topic -> {group: its members subscribed to it}: a partition count that
+        # moves concerns these groups alone
+        self._subscribers: dict[str, dict[str, int]] = {}
 
     # -- operations ------------------------------------------------------
     def join(self, now: float, group: str, member_id: str, client_id: str,
@@ -143,6 +146,9 @@ class Coordinator:
                                                                       rebalance_ms):
                 self._changed.add(g.name)
             g.streams += streams - sum(m.subscription.values())
+            if changed:
+                self._index(g, m.subscription, -1)
+                self._index(g, sub, 1)
             m.client_id, m.subscription = client_id, sub
             m.session_timeout_ms, m.rebalance_timeout_ms = session_timeout_ms, rebalance_ms
             m.last_heartbeat = now
@@ -154,6 +160,7 @@ class Coordinator:
             member_id = self._unique_id(g, client_id)
             m = g.members[member_id] = Member(member_id, client_id, session_timeout_ms,
                                               rebalance_ms, sub, now)
+            self._index(g, sub, 1)
             g.streams += streams
         m.joined = True
         self._changed.add(g.name)
@@ -213,9 +220,9 @@ class Coordinator:
         else:
             self.partitions.pop(topic, None)
         started = []
-        for g in self.groups.values():
-            if (g.phase is GroupPhase.STABLE and g.counts.get(topic, 0) != count
-                    and any(topic in m.subscription for m in g.members.values())):
+        for name in list(self._subscribers.get(topic, ())):
+            g = self.groups[name]
+            if g.phase is GroupPhase.STABLE and g.counts.get(topic, 0) != count:
                 self._begin_rebalance(now, g)
                 started.append(g.name)
         return started
@@ -374,7 +381,19 @@ class Coordinator:
     def _drop(self, g: Group, member_id: str) -> Member:
         m = g.members.pop(member_id)
         g.streams -= sum(m.subscription.values())
+        self._index(g, m.subscription, -1)
         return m
+
+    def _index(self, g: Group, subscription: Mapping[str, int], delta: int) -> None:
+        for topic in subscription:
+            groups = self._subscribers.setdefault(topic, {})
+            n = groups.get(g.name, 0) + delta
+            if n > 0:
+                groups[g.name] = n
+            else:
+                groups.pop(g.name, None)
+                if not groups:
+                    del self._subscribers[topic]
 
     def _remove(self, now: float, g: Group, member_ids: Iterable[str]) -> None:
         self._changed.add(g.name)
@@ -446,7 +465,13 @@ class Coordinator:
         :func:`~hostbroker.coordinator.records.group_of_record`), replacing one
         of its name; the topics its generation counted become known with
         that count until the caller says otherwise."""
+        old = self.groups.get(g.name)
+        if old is not None:
+            for m in old.members.values():
+                self._index(old, m.subscription, -1)
         self.groups[g.name] = g
+        for m in g.members.values():
+            self._index(g, m.subscription, 1)
         for t, c in g.counts.items():
             if c > 0:
                 self.partitions.setdefault(t, c)

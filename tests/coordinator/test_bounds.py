@@ -203,3 +203,17 @@ def test_a_deferred_rebalance_starts_when_the_limit_allows_and_takes_what_came_m
     assert c.leave(1110, "g", "d-4") == E.NONE
     assert [(m, a.error) for _, m, a in c.completed() if m == "d-4"] == [
         ("d-4", E.UNKNOWN_MEMBER_ID)]
+
+
+def test_a_partition_count_that_moves_concerns_only_the_groups_subscribed():
+    c = make(partitions={"t": 6, "u": 2})
+    for i in range(10000):
+        c.join(0, f"g{i}", "", "c", SESSION, 100, {"t": 1})
+    c.join(0, "h", "", "c", SESSION, 100, {"u": 1})
+    c.groups = CountingGroups(c.groups)
+    CountingGroups.walks = 0
+    for count in range(3, 1003):  # e.g. a replacement learning every topic of the table
+        assert c.partitions_changed(1, f"other-{count}", count) == []
+    assert c.partitions_changed(1, "u", 4) == ["h"]
+    assert CountingGroups.walks == 0
+    assert c.groups["h"].phase is GroupPhase.PREPARING_REBALANCE

@@ -314,6 +314,16 @@ class GroupLifecycles(RuleBasedStateMachine):
         self.c = fresh
 
     @invariant()
+    def the_subscribers_of_each_topic_are_indexed(self):
+        walked = {}
+        for g in self.c.groups.values():
+            for m in g.members.values():
+                for topic in m.subscription:
+                    walked.setdefault(topic, {}).setdefault(g.name, 0)
+                    walked[topic][g.name] += 1
+        assert self.c._subscribers == walked
+
+    @invariant()
     def the_next_deadline_is_the_earliest_end(self):
         """What the heap says is what a walk over every group and member finds."""
         ends = []
