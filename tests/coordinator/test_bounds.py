@@ -207,9 +207,9 @@ def test_a_deferred_rebalance_starts_when_the_limit_allows_and_takes_what_came_m
 
 def test_a_partition_count_that_moves_concerns_only_the_groups_subscribed():
     c = make(partitions={"t": 6, "u": 2})
-    for i in range(10000):
+    for i in range(9999):
         c.join(0, f"g{i}", "", "c", SESSION, 100, {"t": 1})
-    c.join(0, "h", "", "c", SESSION, 100, {"u": 1})
+    assert c.join(0, "h", "", "c", SESSION, 100, {"u": 1}).generation == 1
     c.groups = CountingGroups(c.groups)
     CountingGroups.walks = 0
     for count in range(3, 1003):  # e.g. a replacement learning every topic of the table
