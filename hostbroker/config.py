@@ -394,12 +394,26 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("group.max.session.timeout.ms", int, 300000,
             "Longest session timeout a JOIN_GROUP may ask (else INVALID_SESSION_TIMEOUT).",
             _between(1, 2**31 - 1)),
-    Setting("group.max.rebalance.timeout.ms", int, 300000,
+    Setting("group.max.rebalance.timeout.ms", int, 10000,
             "Longest a rebalance waits for the members to rejoin; a member's "
-            "rebalance_timeout_ms is capped to it.", _between(1, 2**31 - 1)),
+            "rebalance_timeout_ms is capped to it, so a member that stalls mid-rebalance "
+            "holds its group at most this long.", _between(1, 2**31 - 1)),
     Setting("group.max.topics.per.member", int, 1000,
             "Topics one member subscribes to; more is answered INVALID_REQUEST.",
             _between(1, 1000000)),
+    Setting("group.max.streams", int, 10000,
+            "Streams of one group: the stream counts of every topic of every member's "
+            "subscription, added up. A JOIN_GROUP whose own subscription has more is "
+            "answered INVALID_REQUEST, one that would take its group past it "
+            "GROUP_TOO_LARGE. It bounds a rebalance's work, a SYNC_GROUP or DESCRIBE_GROUP "
+            "answer and the group's record in the state file.", _between(1, 1000000)),
+    Setting("group.rebalance.burst", int, 3,
+            "Rebalances a group may start back to back; past them it starts at most one "
+            "each group.rebalance.min.interval.ms (the changes meanwhile wait for it), so "
+            "join and leave churn cannot keep a group from settling.", _between(1, 1000)),
+    Setting("group.rebalance.min.interval.ms", int, 2000,
+            "Once a group has used its group.rebalance.burst, the least time between the "
+            "starts of two of its rebalances (0: no limit).", _between(0, 2**31 - 1)),
     Setting("group.max.parked.joins", int, 10000,
             "JOIN_GROUP requests one handler holds while their rebalance waits; one more is "
             "answered BROKER_NOT_AVAILABLE at once (join again later).", _between(1, 10000000)),

@@ -15,43 +15,47 @@ for the rebalance returns :class:`Pending`; when the rebalance completes
 (during any later call, or :meth:`Coordinator.expire`) the answers of every
 waiting join are queued, and :meth:`Coordinator.completed` hands them out.
 :meth:`Coordinator.next_deadline` says when :meth:`Coordinator.expire` has
-work to do. :meth:`Coordinator.to_records` / :meth:`Coordinator.from_records`
-give the whole state as plain JSON-able data, for a process that replaces
-the one holding it.
+work to do.
+
+What one request costs is bounded by the request and its group, never by
+the number of groups or members: the times at which something ends
+(sessions, rebalance waits, deferred rebalances) are kept in a heap with
+at most one live entry per member and group, so a HEARTBEAT only stamps its
+member, and :meth:`Coordinator.expire` touches only what is due. A group's
+streams are bounded (``group.max.streams``), and so are its rebalances:
+past a burst of ``group.rebalance.burst`` a group starts at most one each
+``group.rebalance.min.interval.ms`` (its generation stays STABLE, and the
+joins and leaves meanwhile wait for that one rebalance), so join and leave
+churn cannot keep it from settling.
+
+:meth:`Coordinator.changed` names the groups whose kept state changed since
+it was last asked, :meth:`Coordinator.group_record` gives one group as a
+record and :meth:`Coordinator.add_group` takes one back, checked
+(:mod:`hostbroker.coordinator.records`): what
+:mod:`hostbroker.coordinator.store` keeps for a process that replaces the
+one holding the state.
 
 Nothing here does I/O, sleeps or reads a clock.
 """
 
 from __future__ import annotations
 
-import enum
+import heapq
+import itertools
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from hostbroker.cluster.rebalance import assign_group
+from hostbroker.coordinator.model import Group, GroupPhase, Limits, Member
+from hostbroker.coordinator.records import RecordError, clip_utf8, group_of_record, group_record
 from hostbroker.errors import ErrorCode
+
+__all__ = ["Coordinator", "Group", "GroupPhase", "JoinAnswer", "Limits", "Member", "Pending",
+           "SyncAnswer"]
 
 NO_GENERATION = -1
 _MEMBER_ID_BYTES = 255
-
-
-class GroupPhase(str, enum.Enum):
-    EMPTY = "EMPTY"  # no members (a group in this phase is forgotten at once)
-    PREPARING_REBALANCE = "PREPARING_REBALANCE"  # waiting for the members to (re)join
-    STABLE = "STABLE"  # a generation and its assignment; members sync and heartbeat
-
-
-@dataclass(frozen=True)
-class Limits:
-    """The broker's bounds on groups; each field names the setting that sets it."""
-
-    max_members: int = 1000  # group.max.members
-    max_groups: int = 10000  # group.max.groups
-    min_session_timeout_ms: int = 500  # group.min.session.timeout.ms
-    max_session_timeout_ms: int = 300000  # group.max.session.timeout.ms
-    max_rebalance_timeout_ms: int = 300000  # group.max.rebalance.timeout.ms
-    max_topics_per_member: int = 1000  # group.max.topics.per.member
 
 
 @dataclass(frozen=True)
@@ -79,30 +83,6 @@ class SyncAnswer:
     assignment: Mapping[str, tuple[tuple[int, ...], ...]] = field(default_factory=dict)
 
 
-@dataclass
-class Member:
-    member_id: str
-    client_id: str
-    session_timeout_ms: int
-    rebalance_timeout_ms: int
-    subscription: dict[str, int]
-    last_heartbeat: float
-    joined: bool = False  # has (re)joined the rebalance in progress: its join waits
-
-
-@dataclass
-class Group:
-    name: str
-    phase: GroupPhase = GroupPhase.EMPTY
-    generation: int = 0
-    members: dict[str, Member] = field(default_factory=dict)
-    rebalance_deadline: float | None = None
-    # the generation's assignment: member -> topic -> partitions of each stream
-    assignment: dict[str, dict[str, list[list[int]]]] = field(default_factory=dict)
-    counts: dict[str, int] = field(default_factory=dict)  # partitions it was computed with
-    generation_members: tuple[str, ...] = ()
-
-
 def _default_member_id(client_id: str) -> str:
     prefix = (client_id or "consumer").encode("utf-8", "replace")[:_MEMBER_ID_BYTES - 33]
     return f"{prefix.decode('utf-8', 'ignore')}-{uuid.uuid4().hex}"
@@ -120,6 +100,14 @@ class Coordinator:
         self.groups: dict[str, Group] = {}
         self._new_member_id = new_member_id
         self._completed: list[tuple[str, str, JoinAnswer]] = []
+        # (when, seq, group, member_id): a member's session check, or ("") the
+        # group's rebalance deadline or deferred start; stale entries are skipped
+        self._timers: list[tuple[float, int, str, str]] = []
+        self._seq = itertools.count()
+        self._changed: set[str] = set()  # groups changed since the last changed()
+        # topic -> {group: its members subscribed to it}: a partition count that
+        # moves concerns these groups alone
+        self._subscribers: dict[str, dict[str, int]] = {}
 
     # -- operations ------------------------------------------------------
     def join(self, now: float, group: str, member_id: str, client_id: str,
@@ -130,34 +118,53 @@ class Coordinator:
         lim = self.limits
         if not lim.min_session_timeout_ms <= session_timeout_ms <= lim.max_session_timeout_ms:
             return JoinAnswer(ErrorCode.INVALID_SESSION_TIMEOUT, member_id=member_id)
-        if len(subscription) > lim.max_topics_per_member:
+        streams = sum(subscription.values())
+        if len(subscription) > lim.max_topics_per_member or streams > lim.max_streams:
             return JoinAnswer(ErrorCode.INVALID_REQUEST, member_id=member_id)
         g = self.groups.get(group)
         if member_id:
             if g is None or member_id not in g.members:
                 return JoinAnswer(ErrorCode.UNKNOWN_MEMBER_ID, member_id=member_id)
+            before = sum(g.members[member_id].subscription.values())
+            if g.streams - before + streams > lim.max_streams:
+                return JoinAnswer(ErrorCode.GROUP_TOO_LARGE, member_id=member_id)
         elif g is None and len(self.groups) >= lim.max_groups:
             return JoinAnswer(ErrorCode.TOO_MANY_GROUPS)
-        elif g is not None and len(g.members) >= lim.max_members:
+        elif g is not None and (len(g.members) >= lim.max_members
+                                or g.streams + streams > lim.max_streams):
             return JoinAnswer(ErrorCode.GROUP_TOO_LARGE)
         if g is None:
             g = self.groups[group] = Group(group)
         rebalance_ms = min(rebalance_timeout_ms, lim.max_rebalance_timeout_ms)
         sub = dict(subscription)
+        client_id = clip_utf8(client_id)
         if member_id:
             m = g.members[member_id]
             changed = m.subscription != sub
+            if changed or m.client_id != client_id or (
+                    m.session_timeout_ms, m.rebalance_timeout_ms) != (session_timeout_ms,
+                                                                      rebalance_ms):
+                self._changed.add(g.name)
+            g.streams += streams - sum(m.subscription.values())
+            if changed:
+                self._index(g, m.subscription, -1)
+                self._index(g, sub, 1)
             m.client_id, m.subscription = client_id, sub
             m.session_timeout_ms, m.rebalance_timeout_ms = session_timeout_ms, rebalance_ms
             m.last_heartbeat = now
-            if g.phase is GroupPhase.STABLE and not changed:
+            if not m.joined:
+                self._arm(g, m)  # a shorter session than before ends sooner
+            if g.phase is GroupPhase.STABLE and not changed and not m.joined:
                 return self._join_answer(g, member_id)
         else:
             member_id = self._unique_id(g, client_id)
-            g.members[member_id] = Member(member_id, client_id, session_timeout_ms,
-                                          rebalance_ms, sub, now)
+            m = g.members[member_id] = Member(member_id, client_id, session_timeout_ms,
+                                              rebalance_ms, sub, now)
+            self._index(g, sub, 1)
+            g.streams += streams
+        m.joined = True
+        self._changed.add(g.name)
         self._begin_rebalance(now, g)
-        g.members[member_id].joined = True
         self._try_complete(now, g)
         for i, (name, mid, answer) in enumerate(self._completed):
             if name == group and mid == member_id:
@@ -213,30 +220,49 @@ class Coordinator:
         else:
             self.partitions.pop(topic, None)
         started = []
-        for g in self.groups.values():
-            if (g.phase is GroupPhase.STABLE and g.counts.get(topic, 0) != count
-                    and any(topic in m.subscription for m in g.members.values())):
+        for name in list(self._subscribers.get(topic, ())):
+            g = self.groups[name]
+            if g.phase is GroupPhase.STABLE and g.counts.get(topic, 0) != count:
                 self._begin_rebalance(now, g)
                 started.append(g.name)
         return started
 
     def expire(self, now: float) -> None:
-        """Drop members whose session ended (not those waiting in a join) and
-        end rebalances whose wait is over or that every member joined."""
-        for g in list(self.groups.values()):
-            waiting = g.phase is GroupPhase.PREPARING_REBALANCE
-            gone = [m.member_id for m in g.members.values()
-                    if not (waiting and m.joined)
-                    and now - m.last_heartbeat > m.session_timeout_ms]
-            if gone:
-                self._remove(now, g, gone)
-                if self.groups.get(g.name) is not g:
-                    continue  # its last member went: the group is forgotten
-            if g.phase is GroupPhase.PREPARING_REBALANCE:
-                if now >= g.rebalance_deadline:
-                    self._complete(now, g)
+        """Drop members whose session ended (not those waiting in a join), end
+        rebalances whose wait is over and start the deferred ones that are due.
+
+        The cost is that of what is due, not of the whole state: each member
+        and group has at most one live entry in a heap of times, and a
+        heartbeat only moves a member's ``last_heartbeat``; an entry that
+        comes due for a member that beat meanwhile is put back at its new
+        end."""
+        timers = self._timers
+        later = []
+        while timers and timers[0][0] <= now:
+            when, _, name, member_id = heapq.heappop(timers)
+            g = self.groups.get(name)
+            if g is None:
+                continue
+            if member_id:
+                m = g.members.get(member_id)
+                if m is None or m.timer != when:
+                    continue  # gone, or a later entry is its live one
+                m.timer = None
+                if m.joined:
+                    continue  # its session restarts when its join is answered
+                if now - m.last_heartbeat > m.session_timeout_ms:
+                    self._remove(now, g, [member_id])
                 else:
-                    self._try_complete(now, g)
+                    later.append((g, m))
+            elif g.phase is GroupPhase.PREPARING_REBALANCE and g.rebalance_deadline == when:
+                self._complete(now, g)
+            elif g.phase is GroupPhase.STABLE and g.deferred_at == when:
+                g.deferred_at = None
+                self._begin_rebalance(now, g, due=True)
+                self._try_complete(now, g)
+        for g, m in later:  # put back after the loop: one due at ``now`` is not over yet
+            if self.groups.get(g.name) is g and g.members.get(m.member_id) is m:
+                self._arm(g, m)
 
     def completed(self) -> list[tuple[str, str, JoinAnswer]]:
         """``(group, member_id, answer)`` of every waiting join answered since
@@ -244,16 +270,43 @@ class Coordinator:
         out, self._completed = self._completed, []
         return out
 
+    def changed(self) -> set[str]:
+        """The names of the groups whose kept state (anything but heartbeat
+        times) changed since the last call; a name no longer in
+        :attr:`groups` was forgotten."""
+        out, self._changed = self._changed, set()
+        return out
+
     def next_deadline(self) -> float | None:
-        """The earliest time at which :meth:`expire` would change something."""
-        times = []
-        for g in self.groups.values():
-            waiting = g.phase is GroupPhase.PREPARING_REBALANCE
-            if waiting:
-                times.append(g.rebalance_deadline)
-            times.extend(m.last_heartbeat + m.session_timeout_ms for m in g.members.values()
-                         if not (waiting and m.joined))
-        return min(times, default=None)
+        """The earliest time at which :meth:`expire` would change something.
+
+        Entries of the heap's top that are stale (a member gone or waiting
+        in a join, a rebalance over) are dropped, and one of a member that
+        beat since it was pushed is moved to the member's end: each costs a
+        heap operation, once per entry."""
+        timers = self._timers
+        while timers:
+            when, _, name, member_id = timers[0]
+            g = self.groups.get(name)
+            if g is not None and member_id:
+                m = g.members.get(member_id)
+                if m is not None and m.timer == when and not m.joined:
+                    end = m.last_heartbeat + m.session_timeout_ms
+                    if end <= when:
+                        return when
+                    heapq.heappop(timers)
+                    m.timer = None
+                    self._arm(g, m)
+                    continue
+            elif g is not None and (
+                    (g.phase is GroupPhase.PREPARING_REBALANCE and g.rebalance_deadline == when)
+                    or (g.phase is GroupPhase.STABLE and g.deferred_at == when)):
+                return when
+            heapq.heappop(timers)
+            if g is not None and member_id and g.members.get(member_id) is not None \
+                    and g.members[member_id].timer == when:
+                g.members[member_id].timer = None
+        return None
 
     def describe(self, group: str) -> dict | None:
         """Phase, generation, members and assignment of ``group`` (None: no such group)."""
@@ -289,18 +342,63 @@ class Coordinator:
             return ErrorCode.REBALANCE_IN_PROGRESS
         return ErrorCode.NONE
 
-    def _begin_rebalance(self, now: float, g: Group) -> None:
-        if g.phase is GroupPhase.PREPARING_REBALANCE:
+    def _push(self, when: float, g: Group, member_id: str = "") -> None:
+        heapq.heappush(self._timers, (when, next(self._seq), g.name, member_id))
+
+    def _arm(self, g: Group, m: Member) -> None:
+        """Make sure ``m``'s session is checked at its end (at most one live entry)."""
+        when = m.last_heartbeat + m.session_timeout_ms
+        if m.timer is None or m.timer > when:
+            m.timer = when
+            self._push(when, g, m.member_id)
+
+    def _begin_rebalance(self, now: float, g: Group, due: bool = False) -> None:
+        """Start a rebalance now, or, past the group's burst of them, when the
+        churn limit lets it (the group stays STABLE meanwhile; what changed
+        waits for that rebalance); ``due``: a deferred one whose time came."""
+        if g.phase is GroupPhase.PREPARING_REBALANCE or g.deferred_at is not None:
             return
+        self._changed.add(g.name)
+        lim = self.limits
+        interval = lim.rebalance_min_interval_ms
+        tokens = float(lim.rebalance_burst) if g.tokens is None else g.tokens
+        if interval > 0:
+            tokens = min(float(lim.rebalance_burst), tokens + (now - g.tokens_at) / interval)
+        if due:
+            tokens = max(tokens, 1.0)  # what rounding left of the token it waited for
+        g.tokens_at = now
+        if interval > 0 and tokens < 1:
+            g.tokens = tokens
+            g.deferred_at = now + (1 - tokens) * interval
+            self._push(g.deferred_at, g)
+            return
+        g.tokens = tokens - 1
         g.phase = GroupPhase.PREPARING_REBALANCE
-        for m in g.members.values():
-            m.joined = False
         wait = max((m.rebalance_timeout_ms for m in g.members.values()), default=0)
-        g.rebalance_deadline = now + min(wait, self.limits.max_rebalance_timeout_ms)
+        g.rebalance_deadline = now + min(wait, lim.max_rebalance_timeout_ms)
+        self._push(g.rebalance_deadline, g)
+
+    def _drop(self, g: Group, member_id: str) -> Member:
+        m = g.members.pop(member_id)
+        g.streams -= sum(m.subscription.values())
+        self._index(g, m.subscription, -1)
+        return m
+
+    def _index(self, g: Group, subscription: Mapping[str, int], delta: int) -> None:
+        for topic in subscription:
+            groups = self._subscribers.setdefault(topic, {})
+            n = groups.get(g.name, 0) + delta
+            if n > 0:
+                groups[g.name] = n
+            else:
+                groups.pop(g.name, None)
+                if not groups:
+                    del self._subscribers[topic]
 
     def _remove(self, now: float, g: Group, member_ids: Iterable[str]) -> None:
+        self._changed.add(g.name)
         for member_id in member_ids:
-            m = g.members.pop(member_id)
+            m = self._drop(g, member_id)
             g.assignment.pop(member_id, None)
             if m.joined:  # its join was waiting: it is answered, the member is gone
                 self._completed.append((g.name, member_id,
@@ -318,8 +416,9 @@ class Coordinator:
 
     def _complete(self, now: float, g: Group) -> None:
         """A new generation of the members that joined; the others are dropped."""
+        self._changed.add(g.name)
         for member_id in [mid for mid, m in g.members.items() if not m.joined]:
-            del g.members[member_id]
+            self._drop(g, member_id)
         if not g.members:
             del self.groups[g.name]
             return
@@ -331,6 +430,7 @@ class Coordinator:
         for member_id, m in g.members.items():
             m.joined = False
             m.last_heartbeat = now
+            self._arm(g, m)
             self._completed.append((g.name, member_id, self._join_answer(g, member_id)))
 
     def _assign(self, g: Group) -> None:
@@ -344,46 +444,63 @@ class Coordinator:
             for (member_id, index), owned in streams.items():
                 g.assignment[member_id][topic][index] = [p for _, p in owned]
 
-    # -- snapshot -------------------------------------------------------------
+    # -- records ----------------------------------------------------------------
+    def group_record(self, name: str) -> dict | None:
+        """The record of group ``name`` (None: no such group, it was forgotten)."""
+        g = self.groups.get(name)
+        return None if g is None else group_record(g)
+
+    def add_group(self, record, now: float, keep_times: bool = False) -> None:
+        """Take group ``record`` (as :meth:`group_record` gave it) over, checked
+        against the limits (:func:`~hostbroker.coordinator.records.group_of_record`,
+        which raises :class:`~hostbroker.coordinator.records.RecordError`);
+        every member's session restarts at ``now`` unless ``keep_times``."""
+        g = group_of_record(record, self.limits, now, keep_times)
+        if g.name not in self.groups and len(self.groups) >= self.limits.max_groups:
+            raise RecordError(f"more than {self.limits.max_groups} groups")
+        self.install_group(g)
+
+    def install_group(self, g: Group) -> None:
+        """Hold group ``g`` (built and checked by
+        :func:`~hostbroker.coordinator.records.group_of_record`), replacing one
+        of its name; the topics its generation counted become known with
+        that count until the caller says otherwise."""
+        old = self.groups.get(g.name)
+        if old is not None:
+            for m in old.members.values():
+                self._index(old, m.subscription, -1)
+        self.groups[g.name] = g
+        for m in g.members.values():
+            self._index(g, m.subscription, 1)
+        for t, c in g.counts.items():
+            if c > 0:
+                self.partitions.setdefault(t, c)
+        for m in g.members.values():
+            m.timer = None
+            if not m.joined:
+                self._arm(g, m)
+        if g.phase is GroupPhase.PREPARING_REBALANCE:
+            self._push(g.rebalance_deadline, g)
+        elif g.deferred_at is not None:
+            self._push(g.deferred_at, g)
+
     def to_records(self) -> list[dict]:
         """The whole state as JSON-able records (answers not yet handed out by
         :meth:`completed` are not part of it)."""
-        records: list[dict] = [{"type": "partitions", "counts": dict(sorted(self.partitions.items()))}]
-        for g in self.groups.values():
-            records.append({
-                "type": "group", "group": g.name, "phase": g.phase.value,
-                "generation": g.generation, "rebalance_deadline": g.rebalance_deadline,
-                "generation_members": list(g.generation_members),
-                "counts": dict(g.counts), "assignment": g.assignment,
-                "members": [{"member_id": m.member_id, "client_id": m.client_id,
-                             "session_timeout_ms": m.session_timeout_ms,
-                             "rebalance_timeout_ms": m.rebalance_timeout_ms,
-                             "subscription": dict(m.subscription),
-                             "last_heartbeat": m.last_heartbeat, "joined": m.joined}
-                            for m in g.members.values()],
-            })
-        return records
+        return [{"type": "partitions", "counts": dict(sorted(self.partitions.items()))},
+                *(group_record(g) for g in self.groups.values())]
 
     @classmethod
     def from_records(cls, records: Iterable[Mapping], **kwargs) -> Coordinator:
-        """A coordinator holding what :meth:`to_records` gave (``kwargs`` as the constructor's)."""
+        """A coordinator holding what :meth:`to_records` gave (``kwargs`` as the
+        constructor's), times kept, each group checked as :meth:`add_group` does."""
         coordinator = cls(**kwargs)
+        partitions = None
         for r in records:
-            if r["type"] == "partitions":
-                coordinator.partitions = {t: int(c) for t, c in r["counts"].items()}
-                continue
-            g = Group(r["group"], GroupPhase(r["phase"]), int(r["generation"]),
-                      rebalance_deadline=r["rebalance_deadline"],
-                      generation_members=tuple(r["generation_members"]),
-                      counts={t: int(c) for t, c in r["counts"].items()},
-                      assignment={mid: {t: [list(s) for s in streams]
-                                        for t, streams in topics.items()}
-                                  for mid, topics in r["assignment"].items()})
-            for m in r["members"]:
-                g.members[m["member_id"]] = Member(
-                    m["member_id"], m["client_id"], int(m["session_timeout_ms"]),
-                    int(m["rebalance_timeout_ms"]),
-                    {t: int(n) for t, n in m["subscription"].items()},
-                    m["last_heartbeat"], bool(m["joined"]))
-            coordinator.groups[g.name] = g
+            if isinstance(r, Mapping) and r.get("type") == "partitions":
+                partitions = {t: int(c) for t, c in r["counts"].items()}
+            else:
+                coordinator.add_group(r, 0.0, keep_times=True)
+        if partitions is not None:
+            coordinator.partitions = partitions
         return coordinator

@@ -314,10 +314,41 @@ class GroupLifecycles(RuleBasedStateMachine):
         self.c = fresh
 
     @invariant()
+    def the_subscribers_of_each_topic_are_indexed(self):
+        walked = {}
+        for g in self.c.groups.values():
+            for m in g.members.values():
+                for topic in m.subscription:
+                    walked.setdefault(topic, {}).setdefault(g.name, 0)
+                    walked[topic][g.name] += 1
+        assert self.c._subscribers == walked
+
+    @invariant()
+    def the_next_deadline_is_the_earliest_end(self):
+        """What the heap says is what a walk over every group and member finds."""
+        ends = []
+        for g in self.c.groups.values():
+            if g.phase is GroupPhase.PREPARING_REBALANCE:
+                ends.append(g.rebalance_deadline)
+            elif g.deferred_at is not None:
+                ends.append(g.deferred_at)
+            ends.extend(m.last_heartbeat + m.session_timeout_ms
+                        for m in g.members.values() if not m.joined)
+        assert self.c.next_deadline() == min(ends, default=None)
+
+    @invariant()
     def stable_generations_own_each_partition_once(self):
         for g in self.c.groups.values():
             assert g.members, "a group without members is forgotten"
             if g.phase is not GroupPhase.STABLE:
+                continue
+            if g.deferred_at is not None:
+                # a rebalance waits for the churn limit: the generation's members
+                # that are left keep their streams, no partition twice
+                owned = [(t, p) for a in g.assignment.values() for t, streams in a.items()
+                         for s in streams for p in s]
+                assert len(owned) == len(set(owned))
+                assert set(g.assignment) <= set(g.generation_members)
                 continue
             assert g.generation_members == tuple(sorted(g.members))
             subscribed = {t for m in g.members.values() for t in m.subscription}

@@ -2,8 +2,9 @@
 
 Owns: the broker's one :class:`~hostbroker.coordinator.Coordinator` (every
 group's members, generations and assignment, docs/spec/groups.md), the joins
-waiting for their rebalance (by handler and token), and ``__groups.json`` in
-the first log dir, the state's copy for a coordinator that replaces this one.
+waiting for their rebalance (by handler and token), and ``__groups.log`` in
+the first log dir (:mod:`hostbroker.coordinator.store`), the state's copy for a
+coordinator that replaces this one.
 
 It lives next to the consumer offsets store (``offsets.py``), so the fence
 of an OFFSET_COMMIT (:meth:`GroupHost.fence`) and the storing of that commit
@@ -15,11 +16,11 @@ for its rebalance: its answer comes out of :meth:`GroupHost.tick` (which the
 coordinator calls once per loop pass) when the rebalance completes. ``tick`` also
 ends sessions and rebalance waits on time (``expire`` at ``next_deadline``),
 tells the state when a topic's partition count changed (read from the
-partition table whenever its generation moves) and writes ``__groups.json``
-when the groups changed.
+partition table whenever its generation moves) and appends the groups that
+changed to ``__groups.log``.
 
 Time is ``time.monotonic()`` in milliseconds, one clock for every process of
-the host. A coordinator started with the broker removes ``__groups.json``
+the host. A coordinator started with the broker empties ``__groups.log``
 (members of the last run rejoin on UNKNOWN_MEMBER_ID); a replacement (a later
 epoch) loads it and restarts every member's session, since heartbeats it did
 not see went to the dead one.
@@ -27,17 +28,17 @@ not see went to the dead one.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
 
 from hostbroker.coordinator import Coordinator, Limits, Pending
 from hostbroker.coordinator.state import GroupPhase
+from hostbroker.coordinator.store import FILENAME, GroupStore
 from hostbroker.errors import ErrorCode
 from hostbroker.shm import table as ptable
 
-STATE_FILE = "__groups.json"
+STATE_FILE = FILENAME
 _LIVE = (ptable.ONLINE, ptable.OFFLINE, ptable.CREATING)
 
 
@@ -47,7 +48,11 @@ def limits_of(config) -> Limits:
                   min_session_timeout_ms=config["group.min.session.timeout.ms"],
                   max_session_timeout_ms=config["group.max.session.timeout.ms"],
                   max_rebalance_timeout_ms=config["group.max.rebalance.timeout.ms"],
-                  max_topics_per_member=config["group.max.topics.per.member"])
+                  max_topics_per_member=config["group.max.topics.per.member"],
+                  max_streams=config["group.max.streams"],
+                  rebalance_burst=config["group.rebalance.burst"],
+                  rebalance_min_interval_ms=config["group.rebalance.min.interval.ms"],
+                  max_partitions=config["max.partitions"])
 
 
 def _clock() -> float:
@@ -64,7 +69,7 @@ class GroupHost:
     """The group coordinator of ``hb-coordinator`` (see the module docstring)."""
 
     def __init__(self, config, table, log_dir: str, broker_id: int, replacement: bool,
-                 name: str = "hb-writer-0"):
+                 name: str = "hb-coordinator"):
         self.table = table
         self.path = os.path.join(log_dir, STATE_FILE)
         self.name = name
@@ -72,33 +77,15 @@ class GroupHost:
         self.state = Coordinator(self.limits, broker_id)
         self.waiting: dict[tuple[str, str], list[tuple[int, int]]] = {}  # -> (handler, token)
         self.table_generation = -1
-        self.signature = None
-        self.save_failed = False
         self.touched = False  # something may have changed the groups since the last save
         if replacement:
-            self._load(broker_id)
+            self.store = GroupStore.take_over(log_dir, self.state, _clock(), self._log)
         else:
-            try:
-                os.unlink(self.path)
-            except FileNotFoundError:
-                pass
-        self.signature = self._signature()
+            self.store = GroupStore.start(log_dir, self.limits, self._log)
+        self.state.changed()  # what was loaded is what the store holds
 
-    def _load(self, broker_id: int) -> None:
-        try:
-            with open(self.path) as f:
-                records = json.load(f)
-        except FileNotFoundError:
-            return
-        except (OSError, ValueError) as e:
-            print(f"hostbroker: {self.name}: group state not reloaded ({e}); members join again",
-                  file=sys.stderr, flush=True)
-            return
-        self.state = Coordinator.from_records(records, limits=self.limits, broker_id=broker_id)
-        now = _clock()
-        for g in self.state.groups.values():
-            for m in g.members.values():
-                m.last_heartbeat = now
+    def _log(self, line: str) -> None:
+        print(f"hostbroker: {self.name}: {line}", file=sys.stderr, flush=True)
 
     # -- requests ------------------------------------------------------------
     def handle(self, handler: int, token: int, request: dict) -> dict | None:
@@ -189,34 +176,12 @@ class GroupHost:
             if known.get(topic) != count:
                 self.state.partitions_changed(now, topic, count)
 
-    def _signature(self):
-        return (tuple(sorted(self.state.partitions.items())),
-                tuple((g.name, g.phase, g.generation, g.rebalance_deadline,
-                       tuple((mid, m.joined, m.session_timeout_ms, m.rebalance_timeout_ms,
-                              tuple(m.subscription.items()))
-                             for mid, m in g.members.items()))
-                      for g in self.state.groups.values()))
-
     def _save_if_changed(self) -> None:
-        """Write the state when the groups changed (not on heartbeats alone:
-        a replacement restarts every session anyway); nothing to compare
-        when no group request or deadline came since the last pass."""
+        """Append the groups that changed to the state file (heartbeats change
+        nothing kept: a replacement restarts every session anyway)."""
         if not self.touched:
             return
         self.touched = False
-        signature = self._signature()
-        if signature == self.signature:
-            return
-        self.signature = signature
-        tmp = self.path + ".tmp"
-        try:
-            with open(tmp, "w") as f:
-                json.dump(self.state.to_records(), f, separators=(",", ":"))
-            os.replace(tmp, self.path)
-        except OSError as e:
-            if not self.save_failed:
-                print(f"hostbroker: {self.name}: cannot save the group state ({e}); a "
-                      "replacement of this writer will not have it", file=sys.stderr, flush=True)
-            self.save_failed = True
-        else:
-            self.save_failed = False
+        changed = self.state.changed()
+        if changed:
+            self.store.save(self.state, changed)
