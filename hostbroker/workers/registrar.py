@@ -1,7 +1,8 @@
 """The registrar process, ``hb-registrar``: the broker's one ZooKeeper session (cluster mode).
 
 Started by the supervisor only when ``zookeeper.connect`` is set, after the
-other workers are ready, and stopped first, so the registrations go before
+writers, handlers and processors are ready and before the listeners open
+(the acceptor comes after it), and stopped first, so the registrations go before
 the listeners close (closing its session removes every ephemeral node at
 once). Owns the kazoo client and, through
 :class:`~hostbroker.cluster.registry.Registration`, the nodes
