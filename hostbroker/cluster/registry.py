@@ -214,11 +214,11 @@ class Registration:
         if want is None or self.session is None:
             return None
         if stat is None:
-            return "deleted"
+            return "deleted by someone else"
         if stat.ephemeralOwner != self.session:
-            return "replaced by another session"
+            return "replaced by another session's node"
         if data != want:
-            return "changed"
+            return "changed by someone else"
         return None
 
     def repair(self, path: str) -> str | None:

@@ -305,7 +305,7 @@ class RegistrarWorker(Worker):
             return
         self.repair_said[path] = (now, 0)
         more = f" ({held} more times since the last line)" if held else ""
-        say(f"{self.name}: {path} was {what} by someone else; put it back{more}")
+        say(f"{self.name}: {path} was {what}; put it back{more}")
 
     def _failed(self, verify: bool) -> None:
         with self._state_lock:

@@ -270,3 +270,13 @@ def test_reporter_says_each_node_once_and_few_lines_in_a_storm():
     now[0] = 61.0
     report("/z", "/z: bad")
     assert lines[-1] == "ZooKeeper: /z: bad (998 more bad ZooKeeper nodes not named)"
+
+
+def test_docs_table_of_the_bounds_is_generated_from_the_declarations():
+    import pathlib
+
+    from hostbroker.config import markdown_table
+
+    page = (pathlib.Path(__file__).parent.parent.parent / "docs" / "cluster.md").read_text()
+    assert markdown_table(zkread.SETTINGS) in page, (
+        "regenerate with: python -m hostbroker.config hostbroker.cluster.zkread:SETTINGS")
