@@ -15,14 +15,14 @@ broker's own previous run, whose session has not expired yet).
 
 Every ZooKeeper call waits at most ``op_timeout_s``, so a caller never
 blocks on an outage for longer; a failed call leaves the registration to be
-synced again.
+synced again. :func:`advertised_info` turns the configuration and the bound
+listening sockets into the value registered under ``/brokers/ids``.
 
 Anyone may delete or rewrite a node of ours (ZooKeeper does not stop
 another session from it): :meth:`Registration.repair` puts one back,
 when the session that registered it is still ours, replacing whatever
 another session put there (a live broker never takes an id it finds held,
-so that is a forgery, not a second broker). :func:`advertised_info` turns the configuration and the bound
-listening sockets into the value registered under ``/brokers/ids``.
+so that is a forgery, not a second broker).
 """
 
 from __future__ import annotations

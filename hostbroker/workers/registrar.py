@@ -2,8 +2,8 @@
 
 Started by the supervisor only when ``zookeeper.connect`` is set, after the
 writers, handlers and processors are ready and before the listeners open
-(the acceptor comes after it), and stopped first, so the registrations go before
-the listeners close (closing its session removes every ephemeral node at
+(the acceptor comes after it), and stopped first, so the registrations go
+before the listeners close (closing its session removes every ephemeral node at
 once). Owns the kazoo client and, through
 :class:`~hostbroker.cluster.registry.Registration`, the nodes
 ``/brokers/ids/[id]`` and ``/brokers/topics/[topic]/[id]``. It reads the

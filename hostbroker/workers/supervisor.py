@@ -18,10 +18,10 @@ refused), create shared memory, fork the writers (each recovers its log dir)
 and wait until they are ready, then the handlers and the processors, and in
 cluster mode (``zookeeper.connect``) the registrar, ready once it has
 registered the broker in ZooKeeper (a ``broker.id`` held by a live broker
-refuses the start); only then listen and fork the acceptor, so a broker that
-is refused never accepts a connection; then tell systemd ``READY=1``. While waiting,
-``EXTEND_TIMEOUT_USEC`` every 5 s keeps systemd's start timeout from ending a
-long log recovery. A start that cannot succeed here exits
+refuses the start); only then listen and fork the acceptor, so a broker
+that is refused never accepts a connection; then tell systemd ``READY=1``.
+While waiting, ``EXTEND_TIMEOUT_USEC`` every 5 s keeps systemd's start
+timeout from ending a long log recovery. A start that cannot succeed here exits
 ``ExitStatus.REFUSED`` (78) with one line (a worker that exits
 ``EXIT_REFUSED`` has said it itself: ZooKeeper does not answer, the broker
 id is taken).

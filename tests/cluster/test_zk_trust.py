@@ -252,6 +252,26 @@ def test_the_spark_planners_snapshot_leaves_phantoms_out(live, zk):
         f"{paths.BROKER_IDS}/77"])
 
 
+def test_the_spark_planner_plans_around_a_phantom(live, zookeeper, zk, warnings_of_cluster):
+    """The Spark data source's (and ``load``'s) driver-side planner, without a Spark
+    session: it reads ZooKeeper on the driver only."""
+    from hostbroker.spark.cluster import ClusterPlanner
+    from hostbroker.spark.options import read_options
+
+    phantom = paths.topic_broker_path("phantom", 1)
+    zk.create(phantom, str(PHANTOM).encode(), makepath=True)
+    with live.client() as c:
+        c.produce("t", 0, encode_message_set([b"a"]))
+    before = rss()
+    opts = read_options({"zookeeper.connect": zookeeper.connect, "subscribePattern": ".*"},
+                        streaming=False)
+    with ClusterPlanner(opts) as planner:
+        ranges = planner.plan()
+    assert rss() - before < 40 << 20
+    assert {(r.topic, r.broker) for r in ranges} == {("t", 1)}
+    assert len([line for line in warnings_of_cluster if phantom in line]) == 1
+
+
 def test_reporter_says_each_node_once_and_few_lines_in_a_storm():
     lines: list[str] = []
 
