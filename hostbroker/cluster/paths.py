@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from hostbroker.cluster.zkread import (
     DEFAULT,
     MAX_BROKER_ID,
+    MAX_BROKER_NODE_BYTES,
     MAX_INT64,
     MAX_NAME_BYTES,
     MAX_UNIX_PATH_BYTES,
@@ -119,6 +120,9 @@ def decode_broker(broker_id: int, data: bytes, path: str = "",
     where = path or broker_path(broker_id)
     if not 0 <= broker_id <= MAX_BROKER_ID:
         raise ValueError(f"{where}: {broker_id} is not a broker id")
+    if len(data) > MAX_BROKER_NODE_BYTES:
+        raise ValueError(f"{where}: value of {len(data)} bytes is longer than a broker "
+                         f"registration may be ({MAX_BROKER_NODE_BYTES})")
     value = json_object(data, where, bounds, "a broker registration")
     if value.get("version") != 1:
         raise ValueError(f"{where}: not a version 1 broker registration")

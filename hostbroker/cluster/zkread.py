@@ -8,7 +8,8 @@ planner and the commands; a consumer group's members and offsets; the
 registrar's look at its own nodes) reads through this module, which checks
 against :class:`Bounds`:
 
-- a node's value is at most ``zookeeper.max.node.bytes`` long, and JSON in it
+- a node's value is at most ``zookeeper.max.node.bytes`` long (a broker
+  registration at most ``MAX_BROKER_NODE_BYTES``), and JSON in it
   nests at most ``MAX_JSON_DEPTH`` deep (checked before it is parsed, so a
   deep value cannot exhaust the parser);
 - a node has at most ``zookeeper.max.children`` children that are used (the
@@ -32,6 +33,7 @@ who runs them is whoever reads (a client's refresher thread, the registrar).
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -44,11 +46,13 @@ MAX_INT64 = (1 << 63) - 1
 MAX_BROKER_ID = (1 << 31) - 1
 MAX_NAME_BYTES = 255  # a topic, a host or a consumer id
 MAX_UNIX_PATH_BYTES = 107  # sun_path less its NUL
+MAX_BROKER_NODE_BYTES = 1024  # a broker registration: a host, a port and a path
 
 SETTINGS = (
-    Setting("zookeeper.max.node.bytes", int, 16384,
-            "Longest value of a ZooKeeper node a client or the registrar reads; a longer "
-            "one is left out with a warning.", between(64, 1 << 20)),
+    Setting("zookeeper.max.node.bytes", int, 262144,
+            "Longest value of a ZooKeeper node a client or the registrar reads (a broker "
+            "registration: at most 1024 bytes); a longer one is left out with a warning.",
+            between(1024, 1 << 20)),
     Setting("zookeeper.max.children", int, 10000,
             "Most children of one ZooKeeper node that are read (brokers, topics, a topic's "
             "brokers, a group's consumers, owners, offsets); the first ones in sorted order "
@@ -139,26 +143,21 @@ def check_size(data: bytes, path: str, bounds: Bounds) -> None:
                          f"({bounds.node_bytes})")
 
 
-def json_depth(text: str) -> int:
-    """The deepest nesting of ``[`` and ``{`` in JSON text (strings skipped)."""
-    depth = deepest = 0
-    in_string = escaped = False
-    for ch in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-        elif ch in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif ch in "]}":
-            depth -= 1
-    return deepest
+_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"')
+_NOT_BRACKETS = re.compile(r"[^\[\]{}]+")
+_PARENS = str.maketrans("[{]}", "(())")
+
+
+def nested_deeper(text: str, limit: int) -> bool:
+    """Whether ``[`` and ``{`` in JSON text (strings skipped) nest deeper than ``limit``
+    (or do not balance). Linear, and at C speed: a node of hostile brackets costs
+    no more than reading it."""
+    brackets = _NOT_BRACKETS.sub("", _STRINGS.sub("", text)).translate(_PARENS)
+    for _ in range(limit):
+        if not brackets:
+            return False
+        brackets = brackets.replace("()", "")
+    return bool(brackets)
 
 
 def json_object(data: bytes, path: str, bounds: Bounds, what: str) -> dict:
@@ -170,7 +169,7 @@ def json_object(data: bytes, path: str, bounds: Bounds, what: str) -> dict:
         text = data.decode()
     except UnicodeDecodeError:
         raise ValueError(f"{path}: not UTF-8 text ({what})") from None
-    if json_depth(text) > MAX_JSON_DEPTH:
+    if nested_deeper(text, MAX_JSON_DEPTH):
         raise ValueError(f"{path}: JSON nested deeper than {MAX_JSON_DEPTH} ({what})")
     try:
         value = json.loads(text)

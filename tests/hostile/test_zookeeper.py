@@ -83,7 +83,7 @@ def test_huge_or_malformed_consumer_registrations_are_left_out_of_the_rebalance(
     bad = {
         f"{ids}/huge": json.dumps({"t": 10_000_000}).encode(),
         f"{ids}/deep": b"{" * 10_000,
-        f"{ids}/many": json.dumps({f"t{i}": 1 for i in range(2000)}).encode(),
+        f"{ids}/many": json.dumps({f"t{i}": 1 for i in range(15_000)}).encode(),
         f"{ids}/neg": json.dumps({"t": -5}).encode(),
     }
     zk.create(f"{ids}/good", json.dumps({"t": 2}).encode(), makepath=True)
