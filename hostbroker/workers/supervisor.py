@@ -159,11 +159,23 @@ def _remove_stale_socket(path: str, uri: str) -> None:
     try:
         probe.connect(path)
     except OSError:
-        os.unlink(path)
-        return
+        if not _bound_elsewhere(path):
+            os.unlink(path)
+            return
     finally:
         probe.close()
     raise StartError(f"listeners: {uri}: another broker is listening on {path}")
+
+
+def _bound_elsewhere(path: str) -> bool:
+    """Whether a socket is bound at ``path`` (a broker still starting binds before it
+    listens, so a refused connection alone does not make the file stale)."""
+    try:
+        with open("/proc/net/unix", "rb") as f:
+            return any(line.rstrip(b"\n").split(None, 7)[7:] == [os.fsencode(path)]
+                       for line in f)
+    except OSError:
+        return False
 
 
 def check_log_dir(path: str) -> None:
