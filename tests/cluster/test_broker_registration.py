@@ -42,8 +42,12 @@ def registered(broker, broker_id: int) -> dict:
 
 
 def node(zk, path: str):
-    found = zk.exists(path)
-    return None if found is None else zk.get(path)[0]
+    from kazoo.exceptions import NoNodeError
+
+    try:
+        return zk.get(path)[0]
+    except NoNodeError:  # (deleted between a look and a read, too)
+        return None
 
 
 def kill_hard(broker) -> float:

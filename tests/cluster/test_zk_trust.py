@@ -26,6 +26,17 @@ from tests.cluster.test_discovery import wait_until
 REPAIR_S = 5  # "within a few seconds"
 
 
+def owner_of(zk, path: str) -> int | None:
+    """The session holding ``path`` (None while it is gone: a repair deletes a forged
+    node before it creates ours)."""
+    from kazoo.exceptions import NoNodeError
+
+    try:
+        return zk.get(path)[1].ephemeralOwner
+    except NoNodeError:
+        return None
+
+
 def put_back_lines(broker, path: str) -> list[str]:
     return [line for line in broker.log().splitlines()
             if f"{path} was " in line and "put it back" in line]
@@ -85,8 +96,7 @@ def test_a_registration_forged_by_another_session_is_taken_back(live, zk, other_
     forged = paths.encode_broker(paths.BrokerInfo(1, "127.0.0.1", 1, None))
     other_session.delete(path)
     other_session.create(path, forged, ephemeral=True)
-    wait_until(lambda: node(zk, path) is not None and zk.get(path)[1].ephemeralOwner == ours,
-               REPAIR_S)
+    wait_until(lambda: owner_of(zk, path) == ours, REPAIR_S)
     assert json.loads(node(zk, path)) == registered(live, 1)
     wait_until(lambda: len(put_back_lines(live, path)) == 1, REPAIR_S)
     assert "replaced by another session" in put_back_lines(live, path)[0]
@@ -300,3 +310,33 @@ def test_docs_table_of_the_bounds_is_generated_from_the_declarations():
     page = (pathlib.Path(__file__).parent.parent.parent / "docs" / "cluster.md").read_text()
     assert markdown_table(zkread.SETTINGS) in page, (
         "regenerate with: python -m hostbroker.config hostbroker.cluster.zkread:SETTINGS")
+
+
+def test_a_starting_brokers_unix_socket_is_not_taken_for_stale(make_broker, tmp_path):
+    """Bound but not listening yet (its registrar waits for ZooKeeper): a second broker
+    on the same unix path is refused, and the file stays the first one's."""
+    from tests.integration.broker import free_port
+
+    dead = f"127.0.0.1:{free_port()}"
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first = make_broker(root=tmp_path / "a", start=False, **{
+        **LEAN, "zookeeper.connect": dead, "zookeeper.connection.timeout.ms": 60000})
+    with open(first.log_path, "ab") as out:
+        proc = subprocess.Popen(first.args(), cwd=first.root, stdout=out,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: os.path.exists(first.unix_path), 30)
+        inode = os.stat(first.unix_path).st_ino
+        second = make_broker(root=tmp_path / "b", start=False, **{
+            **LEAN, "listeners": f"unix://{first.unix_path}"})
+        result = subprocess.run(second.args(), cwd=second.root, capture_output=True,
+                                timeout=60, stdin=subprocess.DEVNULL)
+        assert result.returncode == 78
+        assert result.stderr.decode().strip() == (
+            f"hostbroker: listeners: unix://{first.unix_path}: another broker is listening "
+            f"on {first.unix_path}")
+        assert os.stat(first.unix_path).st_ino == inode
+    finally:
+        proc.terminate()
+        assert proc.wait(30) == 0

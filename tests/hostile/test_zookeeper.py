@@ -21,6 +21,7 @@ from hostbroker.cluster.membership import GroupMember
 from tests.cluster.conftest import zk, zookeeper  # noqa: F401 - fixtures
 from tests.cluster.test_broker_registration import cluster_broker, node, registered
 from tests.cluster.test_discovery import wait_until
+from tests.cluster.test_zk_trust import owner_of
 from tests.integration.conftest import make_broker  # noqa: F401 - fixture
 
 
@@ -122,9 +123,8 @@ def test_a_forged_broker_registration_is_taken_back(make_broker, tmp_path, zooke
     try:
         other.delete(path)
         other.create(path, paths.encode_broker(paths.BrokerInfo(1, "127.0.0.1", 1, None)))
-        wait_until(lambda: node(zk, path) is not None
-                   and json.loads(node(zk, path)) == registered(broker, 1)
-                   and zk.get(path)[1].ephemeralOwner != 0, 5)
+        wait_until(lambda: owner_of(zk, path) not in (None, 0), 5)
+        assert json.loads(node(zk, path)) == registered(broker, 1)
     finally:
         other.stop()
         other.close()
