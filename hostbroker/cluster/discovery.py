@@ -71,10 +71,12 @@ def read_snapshot(client, report: zkread.Reporter | None = None,
     total = 0
     for topic in zkread.children(client, paths.BROKER_TOPICS, bounds, bad):
         if not zkread.name_ok(topic):
+            bad(paths.topic_path(topic), f"{paths.topic_path(topic)[:120]!r}: not a topic name")
             continue
         pairs = []
         for holder in zkread.children(client, paths.topic_path(topic), bounds, bad):
-            if not holder.isascii() or not holder.isdigit() or int(holder) not in brokers:
+            if (not holder.isascii() or not holder.isdigit() or len(holder) > 10
+                    or int(holder) not in brokers):
                 continue  # a broker that is not (or no longer) live
             path = paths.topic_broker_path(topic, int(holder))
             found = zkread.value(client, path, bounds, bad)
