@@ -340,3 +340,19 @@ def test_a_starting_brokers_unix_socket_is_not_taken_for_stale(make_broker, tmp_
     finally:
         proc.terminate()
         assert proc.wait(30) == 0
+
+
+def test_the_bounds_are_client_settings(live, zookeeper, zk, warnings_of_cluster):
+    from hostbroker.client.group import GROUP_SETTINGS
+    from hostbroker.client.producer_settings import PRODUCER_SETTINGS
+    from hostbroker.client.settings import resolve
+
+    for declared in (GROUP_SETTINGS, PRODUCER_SETTINGS):
+        settings = resolve(declared, {"zookeeper.max.partitions": "500"})
+        assert zkread.Bounds.of(settings).partitions == 500
+    # a producer told to keep at most one partition per registration leaves t's two out
+    with Producer(zookeeper_connect=zookeeper.connect,
+                  zookeeper_max_partitions_per_registration=1) as producer:
+        assert producer._dispatcher.cluster.snapshot.partitions("t") == ()
+    path = paths.topic_broker_path("t", 1)
+    assert [line for line in warnings_of_cluster if path in line] != []
