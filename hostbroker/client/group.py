@@ -72,6 +72,7 @@ from hostbroker.client.consumer import EARLIEST, FETCH_SETTINGS, LATEST, SimpleC
 from hostbroker.client.errors import BrokerError
 from hostbroker.client.settings import broker_uris, resolve
 from hostbroker.client.streams import Fetcher, KafkaStream, MessageAndMetadata, TopicPartition
+from hostbroker.cluster.zkread import SETTINGS as ZK_READ_SETTINGS
 from hostbroker.config import Setting, between, one_of
 from hostbroker.errors import ConfigError, ErrorCode
 from hostbroker.protocol import api
@@ -146,7 +147,7 @@ GROUP_SETTINGS: tuple[Setting, ...] = FETCH_SETTINGS + (
             "Cluster mode: where the group's offsets are kept: zookeeper "
             "(/consumers/[group]/offsets) or broker (each partition's broker). Standalone "
             "offsets are always kept by the broker.", one_of("zookeeper", "broker")),
-)
+) + ZK_READ_SETTINGS  # cluster mode: the bounds of what is read from ZooKeeper
 
 # Topic filters.
 

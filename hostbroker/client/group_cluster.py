@@ -25,6 +25,11 @@ what that decides, as the member's
   member's next rebalance, at most ``RECHECK_S`` later, releases its owner
   node, or reads it again if the broker has it back.
 
+Everything read from ZooKeeper (the cluster, the group's registrations and
+offsets) is bounded by :class:`~hostbroker.cluster.zkread.Bounds` taken from
+the connector's settings (the ``zookeeper.max.*`` keys; their defaults where
+the settings do not declare them).
+
 Offsets: ``offsets.storage=zookeeper`` (the default)
 :class:`~hostbroker.cluster.membership.ZooKeeperOffsets`, or ``broker``:
 :class:`PerBrokerOffsets`, each partition's offset kept by its own broker.
@@ -41,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 from hostbroker.client.consumer import SimpleConsumer
 from hostbroker.client.group_assignments import give_up
 from hostbroker.client.streams import Fetcher, KafkaStream
+from hostbroker.cluster import zkread
 from hostbroker.cluster.discovery import Snapshot
 from hostbroker.cluster.membership import GroupMember, PartitionKey, ZooKeeperOffsets, spec_order
 
@@ -115,13 +121,15 @@ class ClusterSide:
         self._forgotten: set[PartitionKey] = set()  # see forget()
         self._forgotten_lock = threading.Lock()
         settings = connector.settings
+        self.bounds = zkread.Bounds.of(settings)  # the zookeeper.max.* keys, where declared
         self.member = GroupMember(client, connector.group, self, self._subscription,
                                   max_retries=settings["rebalance.max.retries"],
-                                  backoff_ms=settings["rebalance.backoff.ms"])
+                                  backoff_ms=settings["rebalance.backoff.ms"],
+                                  bounds=self.bounds)
 
     def offset_storage(self):
         if self.connector.settings["offsets.storage"] == "zookeeper":
-            return ZooKeeperOffsets(self.client)
+            return ZooKeeperOffsets(self.client, self.bounds)
         return PerBrokerOffsets(self.uris, self.connector._fetch_config())
 
     def uris(self, broker_id: int) -> list[str]:

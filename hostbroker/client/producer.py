@@ -81,6 +81,7 @@ from hostbroker.client.producer_settings import PRODUCER_SETTINGS
 from hostbroker.client.settings import broker_uris, resolve
 from hostbroker.client.zkcluster import ZkCluster
 from hostbroker.cluster.zk import parse_connect
+from hostbroker.cluster.zkread import Bounds
 from hostbroker.errors import ConfigError
 from hostbroker.log.message import MIN_LENGTH_V1
 from hostbroker.log.segments import validate_topic_name
@@ -158,7 +159,8 @@ class Producer(AsyncQueue):
             cluster: Cluster | ZkCluster = ZkCluster(
                 zookeeper, session_timeout_ms=settings["zookeeper.session.timeout.ms"],
                 connection_timeout_ms=settings["zookeeper.connection.timeout.ms"],
-                registration_wait_ms=settings["zookeeper.connection.timeout.ms"])
+                registration_wait_ms=settings["zookeeper.connection.timeout.ms"],
+                bounds=Bounds.of(settings))
         else:
             cluster = Cluster(self.brokers, client_id=settings["client.id"],
                               timeout=settings["request.timeout.ms"] / 1000,

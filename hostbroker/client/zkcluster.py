@@ -28,6 +28,10 @@ asking brokers:
   a retriable error, so messages wait within the retry settings and then
   fail with it.
 
+What ZooKeeper says is read through :mod:`hostbroker.cluster.zkread`
+(``bounds``): a phantom partition count or a malformed registration is left
+out with a warning, and the rest of the cluster is used.
+
 Not thread safe beyond the snapshot swap: used by the producer's sending
 thread, or under its lock.
 """
@@ -40,6 +44,7 @@ import time
 
 from hostbroker.client.cluster import PartitionRef, TopicPartitions
 from hostbroker.client.errors import BrokerError
+from hostbroker.cluster import zkread
 from hostbroker.cluster.discovery import ClusterView, Snapshot
 from hostbroker.cluster.zk import make_client
 from hostbroker.errors import ErrorCode
@@ -49,7 +54,8 @@ class ZkCluster:
     """Topic metadata of the brokers registered under ``connect`` (see the module docstring)."""
 
     def __init__(self, connect: str, *, session_timeout_ms: int, connection_timeout_ms: int,
-                 registration_wait_ms: int, rng: random.Random | None = None):
+                 registration_wait_ms: int, rng: random.Random | None = None,
+                 bounds: zkread.Bounds = zkread.DEFAULT):
         self.connect = connect
         self._rng = rng or random.Random()
         self._wait = registration_wait_ms / 1000
@@ -58,7 +64,7 @@ class ZkCluster:
         self._snapshot = Snapshot()
         self._client = make_client(connect, session_timeout_ms, connection_timeout_ms)
         try:
-            self._view = ClusterView(self._client, self._on_change)
+            self._view = ClusterView(self._client, self._on_change, bounds=bounds)
             with self._changed:
                 if self._version == 0:  # no change reported while the view started
                     self._snapshot = self._view.snapshot

@@ -12,8 +12,10 @@ after every refresh that changed something.
 A topic's partitions are the sorted ``(broker_id, partition)`` pairs of the
 live brokers that registered it (docs/spec/zookeeper.md): a broker that
 leaves takes its pairs with it, one that joins adds them as soon as its
-nodes appear. A value that does not follow the layout is logged once and
-left out, never fatal.
+nodes appear. Every value is read through :mod:`~hostbroker.cluster.zkread`:
+one that does not follow the layout or passes a bound (a phantom partition
+count, a huge node, too many children) is left out with a rate-limited
+warning, never fatal, and the rest of the picture is used.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from hostbroker.cluster import paths
+from hostbroker.cluster import paths, zkread
 
 log = logging.getLogger(__name__)
 
@@ -41,57 +43,55 @@ class Snapshot:
         return self.topics.get(topic, ())
 
 
-def read_snapshot(client, bad: set[str] | None = None) -> Snapshot:
-    """The cluster as ZooKeeper holds it now (``bad``: paths already reported as malformed)."""
-    from kazoo.exceptions import NoNodeError
+def read_snapshot(client, report: zkread.Reporter | None = None,
+                  bounds: zkread.Bounds = zkread.DEFAULT) -> Snapshot:
+    """The cluster as ZooKeeper holds it now, every value checked against ``bounds``
+    (what fails is left out and told to ``report``; by default a Reporter of its own)."""
+    if report is None:
+        report = zkread.Reporter(log)
 
-    seen_bad = bad if bad is not None else set()
-
-    def report(exc: ValueError, path: str) -> None:
-        if path not in seen_bad:
-            seen_bad.add(path)
-            log.warning("ZooKeeper: %s; left out", exc)
+    def bad(path: str, problem: str) -> None:
+        report(path, problem if problem.endswith(("left out", "are used")) else
+               f"{problem}; left out")
 
     brokers: dict[int, paths.BrokerInfo] = {}
-    try:
-        ids = client.get_children(paths.BROKER_IDS)
-    except NoNodeError:
-        ids = []
-    for name in ids:
+    for name in zkread.children(client, paths.BROKER_IDS, bounds, bad):
         path = f"{paths.BROKER_IDS}/{name}"
-        if not name.isdigit():
-            report(ValueError(f"{path}: not a broker id"), path)
+        if not name.isascii() or not name.isdigit() or len(name) > 10:
+            bad(path, f"{path[:120]}: not a broker id")
+            continue
+        found = zkread.value(client, path, bounds, bad)
+        if found is None:
             continue
         try:
-            data, _ = client.get(path)
-            brokers[int(name)] = paths.decode_broker(int(name), data, path)
-        except NoNodeError:
-            continue
+            brokers[int(name)] = paths.decode_broker(int(name), found[0], path, bounds)
         except ValueError as exc:
-            report(exc, path)
+            bad(path, str(exc))
     topics: dict[str, tuple[tuple[int, int], ...]] = {}
-    try:
-        names = client.get_children(paths.BROKER_TOPICS)
-    except NoNodeError:
-        names = []
-    for topic in sorted(names):
-        pairs = []
-        try:
-            holders = client.get_children(paths.topic_path(topic))
-        except NoNodeError:
+    total = 0
+    for topic in zkread.children(client, paths.BROKER_TOPICS, bounds, bad):
+        if not zkread.name_ok(topic):
+            bad(paths.topic_path(topic), f"{paths.topic_path(topic)[:120]!r}: not a topic name")
             continue
-        for holder in holders:
-            if not holder.isdigit() or int(holder) not in brokers:
+        pairs = []
+        for holder in zkread.children(client, paths.topic_path(topic), bounds, bad):
+            if (not holder.isascii() or not holder.isdigit() or len(holder) > 10
+                    or int(holder) not in brokers):
                 continue  # a broker that is not (or no longer) live
             path = paths.topic_broker_path(topic, int(holder))
+            found = zkread.value(client, path, bounds, bad)
+            if found is None:
+                continue
             try:
-                data, _ = client.get(path)
-                count = paths.decode_count(data, path)
-            except NoNodeError:
-                continue
+                count = paths.decode_count(found[0], path, bounds)
             except ValueError as exc:
-                report(exc, path)
+                bad(path, str(exc))
                 continue
+            if total + count > bounds.partitions:
+                bad(path, f"{path}: {count} more partitions would pass zookeeper.max.partitions "
+                          f"({bounds.partitions}) for the whole cluster")
+                continue
+            total += count
             pairs.extend((int(holder), p) for p in range(count))
         if pairs:
             topics[topic] = tuple(sorted(pairs))
@@ -102,16 +102,17 @@ class ClusterView:
     """A :class:`Snapshot` kept current through watches (see the module docstring)."""
 
     def __init__(self, client, on_change: Callable[[Snapshot], None] | None = None,
-                 refresh_ms: int = DEFAULT_REFRESH_MS):
+                 refresh_ms: int = DEFAULT_REFRESH_MS, bounds: zkread.Bounds = zkread.DEFAULT):
         self.client = client
         self.on_change = on_change
         self.refresh_ms = refresh_ms
-        self._bad: set[str] = set()
+        self.bounds = bounds
+        self.report = zkread.Reporter(log)
         self._wake = threading.Event()
         self._closed = threading.Event()
         self._topic_watches: set[str] = set()
         self._refreshing = threading.Lock()  # one refresh (and watch set-up) at a time
-        self.snapshot = read_snapshot(client, self._bad)
+        self.snapshot = read_snapshot(client, self.report, bounds)
         self.version = 0  # refreshes that changed the snapshot
         client.add_listener(self._on_state)
         client.ensure_path(paths.BROKER_IDS)
@@ -139,12 +140,9 @@ class ClusterView:
         setting a watch blocks, which a watch callback must not)."""
         from kazoo.exceptions import NoNodeError
 
-        try:
-            names = self.client.get_children(paths.BROKER_TOPICS)
-        except NoNodeError:
-            return
+        names = zkread.children(self.client, paths.BROKER_TOPICS, self.bounds, self.report)
         for topic in names:
-            if topic in self._topic_watches:
+            if topic in self._topic_watches or not zkread.name_ok(topic):
                 continue
             try:
                 self.client.ChildrenWatch(paths.topic_path(topic), self._on_children,
@@ -166,7 +164,7 @@ class ClusterView:
         with self._refreshing:
             try:
                 self._watch_topics()
-                fresh = read_snapshot(self.client, self._bad)
+                fresh = read_snapshot(self.client, self.report, self.bounds)
             except Exception as exc:  # noqa: BLE001 - connection loss: keep the last picture
                 log.debug("cluster view not refreshed: %s", exc)
                 return self.snapshot

@@ -49,7 +49,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import NamedTuple, Protocol
 
-from hostbroker.cluster import paths, rebalance
+from hostbroker.cluster import paths, rebalance, zkread
 from hostbroker.cluster.discovery import ClusterView, Snapshot
 
 log = logging.getLogger(__name__)
@@ -108,8 +108,10 @@ class Owner(Protocol):
 class ZooKeeperOffsets:
     """A group's offsets in ZooKeeper (thread safe, as kazoo's client is)."""
 
-    def __init__(self, client):
+    def __init__(self, client, bounds: zkread.Bounds = zkread.DEFAULT):
         self.client = client
+        self.bounds = bounds
+        self.report = zkread.Reporter(log)
 
     def fetch(self, group: str, keys: Iterable[PartitionKey]) -> dict[PartitionKey, int]:
         from kazoo.exceptions import NoNodeError
@@ -119,11 +121,11 @@ class ZooKeeperOffsets:
             path = paths.offset_path(group, key.topic, key.broker_id, key.partition)
             try:
                 data, _ = self.client.get(path)
-                out[key] = paths.decode_count(data, path)
+                out[key] = paths.decode_offset(data, path, self.bounds)
             except NoNodeError:
                 out[key] = -1
             except ValueError as exc:
-                log.warning("ZooKeeper: %s; reading from auto.offset.reset", exc)
+                self.report(path, f"{exc}; reading from auto.offset.reset instead")
                 out[key] = -1
         return out
 
@@ -153,7 +155,7 @@ class GroupMember:
     def __init__(self, client, group: str, owner: Owner,
                  subscription: Callable[[Snapshot], dict[str, int]], *,
                  consumer_id: str | None = None, max_retries: int = 4,
-                 backoff_ms: int = 2000):
+                 backoff_ms: int = 2000, bounds: zkread.Bounds = zkread.DEFAULT):
         self.client = client
         self.group = group
         self.owner = owner
@@ -161,6 +163,8 @@ class GroupMember:
         self.consumer_id = consumer_id or new_consumer_id()
         self.max_retries = max_retries
         self.backoff = backoff_ms / 1000
+        self.bounds = bounds
+        self.report = zkread.Reporter(log)
         self.path = paths.consumer_path(group, self.consumer_id)
         self.rebalances = 0  # attempts that ended with every partition claimed
         # Sessions lost (counted by the state listener) and how many of them a
@@ -183,7 +187,8 @@ class GroupMember:
         then keep the group in step from a thread of its own."""
         client = self.client
         client.ensure_path(paths.group_ids_path(self.group))
-        self.view = ClusterView(client, on_change=lambda _snapshot: self._wake.set())
+        self.view = ClusterView(client, on_change=lambda _snapshot: self._wake.set(),
+                                bounds=self.bounds)
         client.add_listener(self._on_state)
         client.ChildrenWatch(paths.group_ids_path(self.group), self._on_members,
                              send_event=False)
@@ -316,19 +321,38 @@ class GroupMember:
         self._registered = value
 
     def members(self) -> dict[str, dict[str, int]]:
-        """consumer_id -> subscription of every registered consumer of the group."""
+        """consumer_id -> subscription of every registered consumer of the group, each
+        checked against the bounds: one that passes them is left out (with a warning),
+        as are the registrations that would take a topic's streams over the whole group
+        past ``zookeeper.max.group.streams``."""
         from kazoo.exceptions import NoNodeError
 
-        out = {}
-        for consumer in self.client.get_children(paths.group_ids_path(self.group)):
-            path = paths.consumer_path(self.group, consumer)
+        bounds, out = self.bounds, {}
+        streams: dict[str, int] = {}  # topic -> streams of the group so far
+        ids = paths.group_ids_path(self.group)
+        for consumer in zkread.children(self.client, ids, bounds, self.report):
+            path = f"{ids}/{consumer}"
+            if not zkread.name_ok(consumer):
+                self.report(path, f"{path[:120]}: not a consumer id")
+                continue
             try:
                 data, _ = self.client.get(path)
-                out[consumer] = paths.decode_subscription(data, path)
+                subscription = paths.decode_subscription(data, path, bounds)
             except NoNodeError:
                 continue
             except ValueError as exc:
-                log.warning("ZooKeeper: %s; that consumer is left out", exc)
+                self.report(path, f"{exc}; that consumer is left out of the rebalance")
+                continue
+            over = [t for t, n in subscription.items()
+                    if streams.get(t, 0) + n > bounds.group_streams]
+            if over:
+                self.report(path, f"{path}: its streams of {over[0][:80]} take the group past "
+                                  f"zookeeper.max.group.streams ({bounds.group_streams}); that "
+                                  "consumer is left out of the rebalance")
+                continue
+            for t, n in subscription.items():
+                streams[t] = streams.get(t, 0) + n
+            out[consumer] = subscription
         return out
 
     def plan(self, snapshot: Snapshot, topics: dict[str, int]) -> dict[PartitionKey, int]:

@@ -9,13 +9,28 @@ Pure: strings in, strings and values out. Every value is UTF-8 text::
     /consumers/[group]/owners/[topic]/[broker_id-partition]    consumer_id-stream_index
 
 A decoder raises :class:`ValueError` with one line naming the path for a
-value that does not follow the layout (another program may have written it).
+value that does not follow the layout or passes a bound of
+:class:`~hostbroker.cluster.zkread.Bounds` (another program may have written
+it): sizes, JSON depth and numbers are checked before anything is built.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+
+from hostbroker.cluster.zkread import (
+    DEFAULT,
+    MAX_BROKER_ID,
+    MAX_BROKER_NODE_BYTES,
+    MAX_INT64,
+    MAX_NAME_BYTES,
+    MAX_UNIX_PATH_BYTES,
+    Bounds,
+    decimal,
+    json_object,
+    name_ok,
+)
 
 BROKER_IDS = "/brokers/ids"
 BROKER_TOPICS = "/brokers/topics"
@@ -70,8 +85,9 @@ def partition_name(broker_id: int, partition: int) -> str:
 def parse_partition_name(name: str) -> tuple[int, int]:
     """(broker_id, partition) of a ``broker_id-partition`` node name."""
     broker, sep, partition = name.partition("-")
-    if not sep or not broker.isdigit() or not partition.isdigit():
-        raise ValueError(f"{name!r} is not a broker_id-partition name")
+    if (not sep or not broker.isascii() or not broker.isdigit() or len(broker) > 10
+            or not partition.isascii() or not partition.isdigit() or len(partition) > 10):
+        raise ValueError(f"{name[:80]!r} is not a broker_id-partition name")
     return int(broker), int(partition)
 
 
@@ -99,21 +115,27 @@ def encode_broker(info: BrokerInfo) -> bytes:
                        "unix": info.unix}, separators=(",", ":")).encode()
 
 
-def decode_broker(broker_id: int, data: bytes, path: str = "") -> BrokerInfo:
+def decode_broker(broker_id: int, data: bytes, path: str = "",
+                  bounds: Bounds = DEFAULT) -> BrokerInfo:
     where = path or broker_path(broker_id)
-    try:
-        value = json.loads(data.decode())
-    except (UnicodeDecodeError, ValueError):
-        raise ValueError(f"{where}: not a JSON broker registration") from None
-    if not isinstance(value, dict) or value.get("version") != 1:
+    if not 0 <= broker_id <= MAX_BROKER_ID:
+        raise ValueError(f"{where}: {broker_id} is not a broker id")
+    if len(data) > MAX_BROKER_NODE_BYTES:
+        raise ValueError(f"{where}: value of {len(data)} bytes is longer than a broker "
+                         f"registration may be ({MAX_BROKER_NODE_BYTES})")
+    value = json_object(data, where, bounds, "a broker registration")
+    if value.get("version") != 1:
         raise ValueError(f"{where}: not a version 1 broker registration")
     host, port, unix = value.get("host"), value.get("port"), value.get("unix")
-    if host is not None and not isinstance(host, str):
-        raise ValueError(f"{where}: host {host!r} is not a string")
+    if host is not None and (not isinstance(host, str) or not 0 < len(host) <= MAX_NAME_BYTES
+                             or not host.isprintable() or "/" in host or " " in host):
+        raise ValueError(f"{where}: host {str(host)[:80]!r} is not a host name")
     if port is not None and (type(port) is not int or not 0 < port < 65536):
-        raise ValueError(f"{where}: port {port!r} is not a port number")
-    if unix is not None and not isinstance(unix, str):
-        raise ValueError(f"{where}: unix {unix!r} is not a path")
+        raise ValueError(f"{where}: port {str(port)[:40]!r} is not a port number")
+    if unix is not None and (not isinstance(unix, str) or not unix
+                             or len(unix.encode(errors="replace")) > MAX_UNIX_PATH_BYTES
+                             or "\0" in unix):
+        raise ValueError(f"{where}: unix {str(unix)[:80]!r} is not a socket path")
     if not ((host and port) or unix):
         raise ValueError(f"{where}: names no listener")
     return BrokerInfo(broker_id, host, port, unix)
@@ -123,26 +145,33 @@ def encode_count(count: int) -> bytes:
     return str(int(count)).encode()
 
 
-def decode_count(data: bytes, path: str) -> int:
-    """A decimal number of at least 0 (partition counts, offsets)."""
-    text = data.decode(errors="replace").strip()
-    if not text.isdigit():
-        raise ValueError(f"{path}: {text[:40]!r} is not a decimal number")
-    return int(text)
+def decode_count(data: bytes, path: str, bounds: Bounds = DEFAULT) -> int:
+    """A topic's partition count on one broker: 0 to the registration bound."""
+    return decimal(data, path, bounds, bounds.partitions_per_registration,
+                   "zookeeper.max.partitions.per.registration")
+
+
+def decode_offset(data: bytes, path: str, bounds: Bounds = DEFAULT) -> int:
+    """A committed offset: 0 to 2**63 - 1."""
+    return decimal(data, path, bounds, MAX_INT64, "the largest offset")
 
 
 def encode_subscription(streams: dict[str, int]) -> bytes:
     return json.dumps(dict(sorted(streams.items())), separators=(",", ":")).encode()
 
 
-def decode_subscription(data: bytes, path: str) -> dict[str, int]:
-    try:
-        value = json.loads(data.decode())
-    except (UnicodeDecodeError, ValueError):
-        raise ValueError(f"{path}: not a JSON subscription") from None
-    if not isinstance(value, dict) or any(
-            not isinstance(k, str) or type(v) is not int or v < 1 for k, v in value.items()):
+def decode_subscription(data: bytes, path: str, bounds: Bounds = DEFAULT) -> dict[str, int]:
+    value = json_object(data, path, bounds, "a {topic: number_of_streams} subscription")
+    if any(not isinstance(k, str) or not name_ok(k) or type(v) is not int or v < 1
+           for k, v in value.items()):
         raise ValueError(f"{path}: not a {{topic: number_of_streams}} subscription")
+    if len(value) > bounds.children:
+        raise ValueError(f"{path}: {len(value)} topics are over zookeeper.max.children "
+                         f"({bounds.children})")
+    over = [k for k, v in value.items() if v > bounds.streams]
+    if over:
+        raise ValueError(f"{path}: {value[over[0]]} streams of {over[0][:80]} are over "
+                         f"zookeeper.max.streams ({bounds.streams})")
     return value
 
 
@@ -150,10 +179,13 @@ def encode_owner(consumer_id: str, stream: int) -> bytes:
     return f"{consumer_id}-{stream}".encode()
 
 
-def decode_owner(data: bytes, path: str) -> tuple[str, int]:
+def decode_owner(data: bytes, path: str, bounds: Bounds = DEFAULT) -> tuple[str, int]:
     """(consumer_id, stream index) of an owner node."""
+    if len(data) > min(bounds.node_bytes, 2 * MAX_NAME_BYTES):
+        raise ValueError(f"{path}: value of {len(data)} bytes is not consumer_id-stream_index")
     text = data.decode(errors="replace")
     consumer, sep, stream = text.rpartition("-")
-    if not sep or not consumer or not stream.isdigit():
+    if (not sep or not consumer or not stream.isascii() or not stream.isdigit()
+            or len(stream) > 9):
         raise ValueError(f"{path}: {text[:80]!r} is not consumer_id-stream_index")
     return consumer, int(stream)

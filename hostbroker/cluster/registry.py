@@ -17,6 +17,12 @@ Every ZooKeeper call waits at most ``op_timeout_s``, so a caller never
 blocks on an outage for longer; a failed call leaves the registration to be
 synced again. :func:`advertised_info` turns the configuration and the bound
 listening sockets into the value registered under ``/brokers/ids``.
+
+Anyone may delete or rewrite a node of ours (ZooKeeper does not stop
+another session from it): :meth:`Registration.repair` puts one back,
+when the session that registered it is still ours, replacing whatever
+another session put there (a live broker never takes an id it finds held,
+so that is a forgery, not a second broker).
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ import os
 import socket
 from collections.abc import Mapping
 
-from hostbroker.cluster import paths
+from hostbroker.cluster import paths, zkread
 from hostbroker.config import parse_listener, split_list
 
 _WILDCARDS = ("", "0.0.0.0", "::")
@@ -72,8 +78,10 @@ def advertised_info(broker_id: int, advertised: str,
 class Registration:
     """The nodes of one broker on one kazoo client (see the module docstring)."""
 
-    def __init__(self, client, info: paths.BrokerInfo, op_timeout_s: float = 5.0):
+    def __init__(self, client, info: paths.BrokerInfo, op_timeout_s: float = 5.0,
+                 bounds: zkread.Bounds = zkread.DEFAULT):
         self.client = client
+        self.bounds = bounds
         self.info = info
         self.value = paths.encode_broker(info)
         self.op_timeout_s = op_timeout_s
@@ -152,7 +160,7 @@ class Registration:
                     self._wait(self.client.set_async(path, self.value))
                 return
             try:
-                holder = paths.decode_broker(self.broker_id, data, path)
+                holder = paths.decode_broker(self.broker_id, data, path, self.bounds)
             except ValueError:
                 holder = None
             raise BrokerIdTaken(self.broker_id, holder, data == self.value)
@@ -187,3 +195,43 @@ class Registration:
             self._remove(topic)
             del self.topics[topic]
         return full
+
+    # -- repair ------------------------------------------------------------------
+    def expected(self, path: str) -> bytes | None:
+        """The value ``path`` holds while it is ours; None for a path not ours."""
+        if path == paths.broker_path(self.broker_id):
+            return self.value
+        prefix, _, broker = path.rpartition("/")
+        if broker != str(self.broker_id) or not prefix.startswith(paths.BROKER_TOPICS + "/"):
+            return None
+        count = self.topics.get(prefix[len(paths.BROKER_TOPICS) + 1:])
+        return None if count is None else paths.encode_count(count)
+
+    def wrong(self, path: str, data: bytes | None, stat) -> str | None:
+        """What is wrong with ``path`` holding ``data`` (None: deleted) under ``stat``,
+        or None when it is as we registered it (or not ours)."""
+        want = self.expected(path)
+        if want is None or self.session is None:
+            return None
+        if stat is None:
+            return "deleted by someone else"
+        if stat.ephemeralOwner != self.session:
+            return "replaced by another session's node"
+        if data != want:
+            return "changed by someone else"
+        return None
+
+    def repair(self, path: str) -> str | None:
+        """Put ``path`` back as we registered it; return what was wrong with it, or
+        None when nothing was (or it is not ours). Only on the session that registered
+        it (after a new session the full :meth:`sync` decides); raises a kazoo error."""
+        session = self._session_id()
+        if session is None or session != self.session:
+            from kazoo.exceptions import ConnectionLoss
+
+            raise ConnectionLoss("not the session of the registration")
+        found = self._get(path)
+        what = self.wrong(path, *(found if found is not None else (None, None)))
+        if what is not None:
+            self._put(path, self.expected(path), session)
+        return what

@@ -289,8 +289,10 @@ def _zookeeper(zookeeper: str):
 def _children(zk, path: str) -> list[str]:
     from kazoo.exceptions import NoNodeError
 
-    try:
-        return sorted(zk.get_children(path))
+    from hostbroker.cluster import zkread
+
+    try:  # bounded as every reader of ZooKeeper (hostbroker.cluster.zkread)
+        return sorted(zk.get_children(path))[:zkread.DEFAULT.children]
     except NoNodeError:
         return []
 
@@ -298,10 +300,13 @@ def _children(zk, path: str) -> list[str]:
 def _value(zk, path: str) -> bytes | None:
     from kazoo.exceptions import NoNodeError
 
+    from hostbroker.cluster import zkread
+
     try:
-        return zk.get(path)[0]
+        data = zk.get(path)[0]
     except NoNodeError:
         return None
+    return data if len(data) <= zkread.DEFAULT.node_bytes else None
 
 
 def _zk_offsets(zk, group: str, topic: str) -> dict[tuple[int, int], int]:
@@ -315,7 +320,7 @@ def _zk_offsets(zk, group: str, topic: str) -> dict[tuple[int, int], int]:
         try:
             key = paths.parse_partition_name(name)
             if data is not None:
-                out[key] = paths.decode_count(data, path)
+                out[key] = paths.decode_offset(data, path)
         except ValueError as exc:
             print(f"hostbroker groups: ZooKeeper: {exc}; left out", file=sys.stderr)
     return out

@@ -1,8 +1,9 @@
 """The registrar process, ``hb-registrar``: the broker's one ZooKeeper session (cluster mode).
 
 Started by the supervisor only when ``zookeeper.connect`` is set, after the
-other workers are ready, and stopped first, so the registrations go before
-the listeners close (closing its session removes every ephemeral node at
+writers, handlers and processors are ready and before the listeners open
+(the acceptor comes after it), and stopped first, so the registrations go
+before the listeners close (closing its session removes every ephemeral node at
 once). Owns the kazoo client and, through
 :class:`~hostbroker.cluster.registry.Registration`, the nodes
 ``/brokers/ids/[id]`` and ``/brokers/topics/[topic]/[id]``. It reads the
@@ -23,6 +24,18 @@ supervisor exit 78. A registration with the very same value is this
 broker's own previous run (its listeners are ours now): we wait up to twice
 the session timeout for it to expire. A replacement registrar (epoch > 1)
 never refuses; it retries until it holds the registration again.
+
+The supervisor opens the listeners only once this process is ready, so a
+broker whose id is taken never accepts a connection (see
+hostbroker/workers/supervisor.py).
+
+Our nodes are watched (kazoo ``DataWatch``, one per node): a node deleted,
+rewritten or taken over by another session is put back on the session that
+registered it, with one line (at most one per node every ``_SAY_EVERY_S``;
+what is held back is counted in the next). The watch callbacks only compare
+and ring the doorbell; the loop repairs. A node someone keeps rewriting is
+repaired at growing intervals (``_REPAIR_MIN_S`` doubling to
+``_REPAIR_MAX_S`` while it keeps happening), so it never makes us spin.
 """
 
 from __future__ import annotations
@@ -42,6 +55,10 @@ from hostbroker.workers.base import EXIT_BOOT_FAILED, EXIT_OK, EXIT_REFUSED, Wor
 _TICK_S = 0.1  # partition-table generation poll
 _RETRY_S = 0.5  # a failed sync or connection attempt is tried again after this
 _HELD_STATES = (ptable.ONLINE, ptable.OFFLINE, ptable.CREATING)
+_REPAIR_MIN_S = 0.25  # a node repaired again within _CALM_S waits this long, doubling...
+_REPAIR_MAX_S = 8.0  # ...up to this
+_CALM_S = 30.0  # a node left alone this long starts over at no wait
+_SAY_EVERY_S = 60.0  # at most one repair line per node this often
 
 
 class Refused(Exception):
@@ -89,6 +106,10 @@ class RegistrarWorker(Worker):
         self.verify = False  # the next sync checks every node (after a reconnection)
         self.lost: str | None = None  # why we are not registered now (logged once)
         self.taken_said = False
+        self.suspects: set[str] = set()  # our nodes a watch saw wrong (repaired by the loop)
+        self.repairs: dict[str, tuple[float, float]] = {}  # path -> (last repair, next wait)
+        self.repair_said: dict[str, tuple[float, int]] = {}  # path -> (last line, held back)
+        self.watches: dict[str, object] = {}  # path -> token of its live DataWatch
         self._state_lock = threading.Lock()
         self._refresh_topics()
         if self.epoch == 1:
@@ -152,6 +173,7 @@ class RegistrarWorker(Worker):
         else:
             return
         self.dirty = False
+        self._arm_watches()
         say(f"{self.name}: registered broker {self.info.broker_id} in ZooKeeper at "
             f"{self.connect} ({', '.join(self.info.uris())})")
 
@@ -207,12 +229,83 @@ class RegistrarWorker(Worker):
             self._failed(verify)
             return
         self.taken_said = False
+        self._arm_watches()
         if lost is not None:
             with self._state_lock:
                 if self.lost == lost:
                     self.lost = None
             say(f"{self.name}: registered broker {self.info.broker_id} in ZooKeeper again "
                 f"(after: {lost})")
+
+    # -- watching and repairing our nodes ----------------------------------------
+    def _arm_watches(self) -> None:
+        """A DataWatch on each node we hold that has none yet; the watches of nodes we
+        hold no more stop at their next event."""
+        from hostbroker.cluster import paths
+
+        registration = self.registration
+        wanted = [paths.broker_path(self.info.broker_id)] + [
+            paths.topic_broker_path(t, self.info.broker_id) for t in sorted(registration.topics)]
+        for path in set(self.watches) - set(wanted):
+            del self.watches[path]
+        for path in wanted:
+            if path not in self.watches:
+                token = self.watches[path] = object()
+                try:
+                    self.client.DataWatch(path, self._watcher(path, token))
+                except Exception:  # noqa: BLE001 - connection loss: armed at the next sync
+                    del self.watches[path]
+                    self._failed(False)
+
+    def _watcher(self, path: str, token: object):
+        def on_data(data, stat) -> bool | None:
+            """kazoo's thread: compare and ring; never block."""
+            if self.stopping or self.watches.get(path) is not token:
+                return False  # not ours any more: stop watching
+            if self.registration.wrong(path, data, stat) is not None:
+                with self._state_lock:
+                    self.suspects.add(path)
+                self.doorbell.ring()
+            return None
+        return on_data
+
+    def _repair(self) -> None:
+        from kazoo.protocol.states import KazooState
+
+        if self.client is None or self.client.state != KazooState.CONNECTED:
+            return
+        now = time.monotonic()
+        with self._state_lock:
+            due = sorted(p for p in self.suspects if self._repair_due(p, now))
+            self.suspects.difference_update(due)
+        for path in due:
+            try:
+                what = self.registration.repair(path)
+            except Exception:  # noqa: BLE001 - connection loss, a race: the next round
+                with self._state_lock:
+                    self.suspects.add(path)
+                self._retry_at = time.monotonic() + _RETRY_S
+                continue
+            if what is not None:
+                self._repaired(path, what, now)
+
+    def _repair_due(self, path: str, now: float) -> bool:
+        last, wait = self.repairs.get(path, (-_CALM_S, 0.0))
+        if now - last >= _CALM_S:
+            return True
+        return now - last >= wait
+
+    def _repaired(self, path: str, what: str, now: float) -> None:
+        last, wait = self.repairs.get(path, (-_CALM_S, 0.0))
+        wait = 0.0 if now - last >= _CALM_S else min(max(wait * 2, _REPAIR_MIN_S), _REPAIR_MAX_S)
+        self.repairs[path] = (now, wait)
+        said, held = self.repair_said.get(path, (-_SAY_EVERY_S, 0))
+        if now - said < _SAY_EVERY_S:
+            self.repair_said[path] = (said, held + 1)
+            return
+        self.repair_said[path] = (now, 0)
+        more = f" ({held} more times since the last line)" if held else ""
+        say(f"{self.name}: {path} was {what}; put it back{more}")
 
     def _failed(self, verify: bool) -> None:
         with self._state_lock:
@@ -248,6 +341,8 @@ class RegistrarWorker(Worker):
                 self._sync()
                 if self.lost is None:
                     self._lost_said = None
+            if self.suspects and not self.dirty:
+                self._repair()
         sel.close()
         self._close()
 

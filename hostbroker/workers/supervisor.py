@@ -14,13 +14,15 @@ Start: take the real-time policy and the CPU wake-up latency request if asked
 to (refusing to spin under a real-time policy), set the umask (``log.umask``),
 check the log dirs (as root: none that others may write) and the unix
 listeners' directories (changing nothing), create the log dirs, take the
-broker lock, bind the listeners, take this run's shared-memory lease and
-remove what dead runs left there, create shared memory, fork the
-writers (each recovers its log dir) and the coordinator (``hb-coordinator``:
-the consumer groups and offsets) and wait until they are ready, then the
-handlers, the processors and the acceptor, and in cluster mode
-(``zookeeper.connect``) the registrar, ready once it has registered the
-broker in ZooKeeper; then tell systemd ``READY=1``. While waiting,
+broker lock, bind the listeners (not listening yet: a connection is
+refused), take this run's shared-memory lease and remove what dead runs left
+there, create shared memory, fork the writers (each recovers its log dir) and
+the coordinator (``hb-coordinator``: the consumer groups and offsets) and wait
+until they are ready, then the handlers and the processors, and in cluster
+mode (``zookeeper.connect``) the registrar, ready once it has registered the
+broker in ZooKeeper (a ``broker.id`` held by a live broker refuses the start);
+only then listen and fork the acceptor, so a broker that is refused never
+accepts a connection; then tell systemd ``READY=1``. While waiting,
 ``EXTEND_TIMEOUT_USEC`` every 5 s keeps systemd's start timeout from ending a
 long log recovery. A start that cannot succeed here exits
 ``ExitStatus.REFUSED`` (78) with one line (a worker that exits
@@ -106,7 +108,7 @@ class StoppedWhileStarting(StartError):
 
 
 def bind_listener(uri: str) -> socket.socket:
-    """Bind and listen on ``tcp://HOST:PORT`` or ``unix://PATH`` (mode 0660).
+    """Bind ``tcp://HOST:PORT`` or ``unix://PATH`` (mode 0660); start() listens.
     The URI was checked by the configuration; a unix path's directory must exist."""
     parsed = parse_listener(uri)
     if parsed[0] == "tcp":
@@ -133,7 +135,6 @@ def bind_listener(uri: str) -> socket.socket:
         finally:
             os.umask(old)
         os.chmod(path, 0o660)
-    sock.listen(1024)
     sock.set_inheritable(True)
     return sock
 
@@ -166,11 +167,23 @@ def _remove_stale_socket(path: str, uri: str) -> None:
     try:
         probe.connect(path)
     except OSError:
-        os.unlink(path)
-        return
+        if not _bound_elsewhere(path):
+            os.unlink(path)
+            return
     finally:
         probe.close()
     raise StartError(f"listeners: {uri}: another broker is listening on {path}")
+
+
+def _bound_elsewhere(path: str) -> bool:
+    """Whether a socket is bound at ``path`` (a broker still starting binds before it
+    listens, so a refused connection alone does not make the file stale)."""
+    try:
+        with open("/proc/net/unix", "rb") as f:
+            return any(line.rstrip(b"\n").split(None, 7)[7:] == [os.fsencode(path)]
+                       for line in f)
+    except OSError:
+        return False
 
 
 def check_log_dir(path: str) -> None:
@@ -323,8 +336,11 @@ class Supervisor:
         self._install_signals()
         self.board.set_broker_state(procs.BROKER_STARTING)
         systemd.notify("STATUS=recovering logs")
-        for group in (("writer", "coordinator"), ("handler", "processor", "acceptor"),
-                      ("registrar",)):
+        for group in (("writer", "coordinator"), ("handler", "processor"), ("registrar",),
+                      ("acceptor",)):
+            if group == ("acceptor",):  # broker.id is ours: connections may come
+                for _, sock in self.plan.listeners:
+                    sock.listen(1024)
             for kind, index in self.plan.workers():
                 if kind in group:
                     self.spawn(kind, index)

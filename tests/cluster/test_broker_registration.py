@@ -42,8 +42,12 @@ def registered(broker, broker_id: int) -> dict:
 
 
 def node(zk, path: str):
-    found = zk.exists(path)
-    return None if found is None else zk.get(path)[0]
+    from kazoo.exceptions import NoNodeError
+
+    try:
+        return zk.get(path)[0]
+    except NoNodeError:  # (deleted between a look and a read, too)
+        return None
 
 
 def kill_hard(broker) -> float:
@@ -134,17 +138,46 @@ def test_no_zookeeper_at_start_refused_with_one_line(make_broker, tmp_path):
 
 
 def test_a_stop_while_waiting_for_zookeeper_is_a_stop_not_a_refusal(make_broker, tmp_path):
-    """SIGTERM while the registrar still waits for ZooKeeper (the other workers
-    are up and answer): the broker stops as asked, status 0, with nothing left."""
+    """SIGTERM while the registrar still waits for ZooKeeper: the broker stops as
+    asked, status 0, with nothing left. Until its broker.id is registered the
+    listeners refuse every connection (nothing is accepted or answered)."""
     port = free_port()  # nothing listens there
-    broker = make_broker(**{"zookeeper.connect": f"127.0.0.1:{port}",
-                            "zookeeper.connection.timeout.ms": 60000, **LEAN})
-    assert "hostbroker: serving" not in broker.log()  # still starting
-    started = time.monotonic()
-    assert broker.stop() == 0, broker.log()
+    broker = make_broker(start=False, **{"zookeeper.connect": f"127.0.0.1:{port}",
+                                         "zookeeper.connection.timeout.ms": 60000, **LEAN})
+    with open(broker.log_path, "ab") as out:
+        proc = subprocess.Popen(broker.args(), cwd=broker.root, stdout=out,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: "hb-registrar" in workers_of(proc.pid), 30)
+        for family, where in ((socket.AF_INET, ("127.0.0.1", broker.port)),
+                              (socket.AF_UNIX, broker.unix_path)):
+            with socket.socket(family, socket.SOCK_STREAM) as s:
+                try:
+                    s.connect(where)
+                    raise AssertionError(f"{where} accepted before broker.id was registered")
+                except (ConnectionRefusedError, FileNotFoundError):
+                    pass
+        assert "hostbroker: serving" not in broker.log()  # still starting
+        started = time.monotonic()
+        proc.terminate()
+        assert proc.wait(30) == 0, broker.log()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
     assert time.monotonic() - started < 20
     assert "stopped while starting" in broker.log()
     assert not os.path.exists(broker.unix_path)
+
+
+def workers_of(pid: int) -> set[str]:
+    names = set()
+    for child in psutil.Process(pid).children():
+        try:
+            names.add(child.name())
+        except psutil.NoSuchProcess:
+            pass
+    return names
 
 
 def test_clean_stop_removes_registration_before_the_listener_closes(
