@@ -446,7 +446,7 @@ class ConsumerConnector:
         if self.settings["auto.commit.enable"] and now >= self._next_commit:
             self._next_commit = now + self.settings["auto.commit.interval.ms"] / 1000
             try:
-                self._commit(dict(self._done))
+                self._commit(self._moved_past())
             except Exception as exc:  # noqa: BLE001 - broker or ZooKeeper errors: next interval
                 log.warning("consumer group %s: auto commit failed: %s", self.group, exc)
 
@@ -527,12 +527,28 @@ class ConsumerConnector:
 
     def positions(self) -> dict[TopicPartition, int]:
         """Per partition, the next_offset of the last message handed out (what a commit stores)."""
-        handed = dict(self._done)
+        handed = dict(self._done)  # first: what the streams show next is as new or newer
         for stream in self._streams:
-            last = stream.handed()
-            if last is not None and not self._reassigned(last[0]):
-                handed[last[0]] = last[1]
+            progress = stream.progress()
+            if progress is not None:
+                key, last, _ = progress
+                if last is not None and not self._reassigned(key):
+                    handed[key] = last
         return handed
+
+    def _moved_past(self) -> dict[TopicPartition, int]:
+        """Per partition, the next_offset of the last message a stream moved past (asked
+        for another after it): what the interval commit stores."""
+        done = dict(self._done)
+        for stream in self._streams:
+            progress = stream.progress()
+            if progress is not None:
+                key, _, moved = progress
+                # As _done records it: only for the partition's current assignment.
+                if moved is not None and (self.cluster is None
+                                          or self._owned.get(key) is not None):
+                    done[key] = moved
+        return done
 
     def owns(self, key: TopicPartition) -> bool:
         """Whether the partition ``key`` (as a message's topic and partition, and in
@@ -574,6 +590,8 @@ class ConsumerConnector:
             self.closed = True
         if self.cluster is not None:
             self.cluster.member.close()  # no rebalance from here on
+        for stream in self._streams:
+            stream.cut()  # nothing handed out past what the commit below stores
         for fetcher in self._fetchers:
             fetcher.wake.set()
         for fetcher in self._fetchers:
