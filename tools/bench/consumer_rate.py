@@ -24,7 +24,10 @@ time runs from "go" to its last message, so B's includes joining the group.
 Both loops do the same with each message: count it and add the length of
 its value. ``--set KEY=VALUE`` gives both consumers a client setting.
 
-Printed: msgs/s of A and B and B/A per pair, and the median B/A per topic.
+Printed: msgs/s of A and B and B/A per pair, and the median B/A per topic;
+beside it the same ratio by CPU seconds (A's over B's, the reader process's
+from "go" to its last message), which a machine shared with other work
+disturbs less than the wall clock.
 """
 
 from __future__ import annotations
@@ -136,8 +139,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=1_000_000,
                         help="messages per topic (default 1,000,000; at most 5,000,000)")
-    parser.add_argument("--rounds", type=int, default=3,
-                        help="A B pairs per topic (default 3; at most 10)")
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="A B pairs per topic (default 5; at most 10)")
     parser.add_argument("--topics", default="1,12",
                         help="partition counts to read, of 1 and 12 (default both)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -174,7 +177,7 @@ def main() -> None:
         uri = broker.uri(args.transport)
         fill(uri, args.messages)
         for topic, partitions in topics.items():
-            ratios = []
+            ratios, cpu_ratios = [], []
             for n in range(args.rounds):
                 params = {"uri": uri, "topic": topic, "partitions": partitions,
                           "messages": args.messages, "settings": settings}
@@ -182,13 +185,16 @@ def main() -> None:
                 b = read("group", {**params, "group": f"rate-{partitions}-{n}"}, workdir,
                          args.timeout)
                 ratios.append(b["msgs_s"] / a["msgs_s"])
+                cpu_ratios.append(a["cpu_seconds"] / b["cpu_seconds"])
                 print(f"{partitions:>2} partition(s), round {n + 1}: SimpleConsumer "
                       f"{a['msgs_s']:>9,.0f} msgs/s ({a['cpu_seconds']:.2f} CPU s), "
                       f"ConsumerConnector {b['msgs_s']:>9,.0f} msgs/s "
                       f"({b['cpu_seconds']:.2f} CPU s, join {b['join_seconds'] * 1000:.0f} ms)"
-                      f", ratio {ratios[-1]:.2f}", flush=True)
+                      f", ratio {ratios[-1]:.2f} (CPU {cpu_ratios[-1]:.2f}), "
+                      f"load {os.getloadavg()[0]:.1f}", flush=True)
             print(f"{partitions:>2} partition(s): median ratio {statistics.median(ratios):.2f} "
-                  f"(rounds: {', '.join(f'{r:.2f}' for r in ratios)})", flush=True)
+                  f"(rounds: {', '.join(f'{r:.2f}' for r in ratios)}); by CPU seconds "
+                  f"{statistics.median(cpu_ratios):.2f}", flush=True)
 
 
 if __name__ == "__main__":
