@@ -81,8 +81,9 @@ class MessageAndMetadata(NamedTuple):
 _new_message = tuple.__new__
 
 # Messages decoded and handed out at a time (KafkaStream): enough that the work
-# per batch is lost among its messages, few enough that they leave the young
-# generation of the garbage collector before they are handed out.
+# per batch is lost among its messages, few enough that the garbage collector's
+# young generation (700 objects) seldom has to scan a batch's decoded messages
+# (64 to 256 cost the same per message here; 512 and more, a fifth more).
 BATCH = 256
 
 
@@ -140,15 +141,17 @@ class KafkaStream:
     (StopIteration) after :meth:`ConsumerConnector.shutdown`. Read one stream
     from one thread.
 
-    Hand-off. A chunk taken from the queue is decoded into messages a batch
-    (:data:`BATCH`) at a time, and a batch is handed out by C code: a deque
-    that ends with a marker, popped by ``iter(deque.popleft, marker)``, which a
-    ``for`` loop over the stream reaches through one generator (``next()``
-    through :meth:`__next__`). Nothing is recorded per message: what a reader
-    was handed is read off the batch (:meth:`progress`: the messages of the
-    batch not yet popped are the ones not handed out), and a cut puts a marker
-    in front of the rest (one ``appendleft``, atomic under the GIL), so no
-    message is handed out after it and the position it leaves is exact.
+    Hand-off. A chunk taken from the queue is decoded a batch (:data:`BATCH`
+    messages) at a time into columns, and the batch is handed out by C code: a
+    ``MessageAndMetadata`` is made as it is taken, by ``map`` and ``zip`` over
+    the columns, the offsets popped from a deque that ends with a marker
+    (``iter(deque.popleft, marker)``); a ``for`` loop over the stream reaches it
+    through one generator (``next()`` through :meth:`__next__`). Nothing is
+    recorded per message: what a reader was handed is read off the batch
+    (:meth:`progress`: the offsets still in the deque are the messages not handed
+    out), and a cut puts a marker in front of them (one ``appendleft``, atomic
+    under the GIL), so no message is handed out after it and the position it
+    leaves is exact.
     """
 
     def __init__(self, connector: ConsumerConnector, index: int, chunks: int, timeout_ms: int):
@@ -161,10 +164,11 @@ class KafkaStream:
         self._chunks = chunks
         self._timeout = None if timeout_ms < 0 else timeout_ms / 1000
         self._chunk: _Chunk | None = None  # being handed out (None: take the next one)
-        # The batch handed out now: (its chunk, its messages, those not yet popped
-        # followed by _BATCH_END, next_offset of the chunk's message before the batch
-        # or None). Replaced whole by the reader, so any thread reads it consistently.
-        self._batch: tuple[_Chunk, list[MessageAndMetadata], deque, int | None] | None = None
+        # The batch handed out now: (its chunk, its messages' next_offsets, the offsets
+        # of those not yet handed out followed by _BATCH_END, next_offset of the chunk's
+        # message before the batch or None). Replaced whole by the reader, so any
+        # thread reads it consistently.
+        self._batch: tuple[_Chunk, tuple[int, ...], deque, int | None] | None = None
         self._popper: Iterator[MessageAndMetadata] = iter(())
         self._ended = False
         self._stopped_by: InvalidEntryError | None = None
@@ -218,22 +222,23 @@ class KafkaStream:
             chunk.source = iter(())
         if not decoded:
             return False
-        # Columns, then one tuple per message: zip refills its own tuple, so each
-        # message costs one allocation, its MessageAndMetadata.
+        # Columns; a message is made as it is handed out, from the next of each (zip
+        # refills its own tuple: one allocation per message, its MessageAndMetadata).
+        # The offsets come first and from a deque: what the reader has not taken yet,
+        # and where a cut puts the end marker in front.
         offsets, next_offsets, values, _, _ = zip(*decoded)
-        topic, partition, broker_id = chunk.head
-        messages = list(map(_new_message, repeat(MessageAndMetadata), zip(
-            repeat(topic), repeat(partition), offsets, next_offsets, values,
-            repeat(broker_id))))
-        last = self._batch
-        before = last[1][-1].next_offset if last is not None and last[0] is chunk else None
-        left = deque(messages)
+        left = deque(offsets)
         left.append(_BATCH_END)
-        self._batch = (chunk, messages, left, before)
+        last = self._batch
+        before = last[1][-1] if last is not None and last[0] is chunk else None
+        self._batch = (chunk, next_offsets, left, before)
         # After publishing: a cut either saw this batch or is seen here.
         if chunk.cut:
             left.appendleft(_BATCH_END)
-        self._popper = iter(left.popleft, _BATCH_END)
+        topic, partition, broker_id = chunk.head
+        self._popper = map(_new_message, repeat(MessageAndMetadata), zip(
+            repeat(topic), repeat(partition), iter(left.popleft, _BATCH_END), next_offsets,
+            values, repeat(broker_id)))
         return True
 
     def _finish(self, chunk: _Chunk) -> None:
@@ -276,7 +281,7 @@ class KafkaStream:
         batch = self._batch
         if batch is None:
             return None
-        chunk, messages, left, before = batch
+        chunk, next_offsets, left, before = batch
         while True:
             try:
                 rest = list(left)  # one C call: the reader pops nothing meanwhile
@@ -284,12 +289,12 @@ class KafkaStream:
             except RuntimeError:  # "deque mutated during iteration": a rare GIL switch
                 continue
         not_handed = len(rest) - sum(1 for m in rest if m is _BATCH_END)
-        handed = len(messages) - not_handed
-        last = messages[handed - 1].next_offset if handed else before
+        handed = len(next_offsets) - not_handed
+        last = next_offsets[handed - 1] if handed else before
         if not rest:  # the reader took the end marker: it asked for the next message
             moved = last
         else:
-            moved = messages[handed - 2].next_offset if handed >= 2 else before
+            moved = next_offsets[handed - 2] if handed >= 2 else before
         return chunk.key, last, moved
 
     def cut(self, keys: Collection[Any] | None = None) -> None:
