@@ -40,7 +40,7 @@ import itertools
 import logging
 import operator
 import struct
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from hostbroker.client.connection import (DEFAULT_CLIENT_ID, BrokerConnection, connect_first,
@@ -197,7 +197,7 @@ class FetchedSet:
     def _decode(self, data: bytes, offset: int) -> Iterator[tuple[int, int, bytes]]:
         return map(_OFFSETS_AND_VALUE, self._decode_whole(data, offset))
 
-    def _read(self, decode) -> Iterator[Any]:
+    def _read(self, decode: Callable[[bytes, int], Iterator[Any]]) -> Iterator[Any]:
         pos = 0
         while True:
             data = self.message_set if pos == 0 else self.message_set[pos:]
