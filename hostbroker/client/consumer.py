@@ -40,7 +40,7 @@ import itertools
 import logging
 import operator
 import struct
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from hostbroker.client.connection import (DEFAULT_CLIENT_ID, BrokerConnection, connect_first,
@@ -51,7 +51,7 @@ from hostbroker.client.settings import Settings, broker_uris, resolve
 from hostbroker.config import Setting, at_least, between, one_of, split_list
 from hostbroker.errors import ErrorCode, InvalidMessageError, MessageTooLargeError, ProtocolError
 from hostbroker.log.message import (DEFAULT_MAX_MESSAGE_BYTES, LENGTH_SIZE, MIN_LENGTH_V0,
-                                    count_entries, iter_messages)
+                                    Message, count_entries, iter_messages)
 from hostbroker.protocol import api
 
 log = logging.getLogger(__name__)
@@ -181,19 +181,28 @@ class FetchedSet:
     def __iter__(self) -> Iterator[tuple[int, int, bytes]]:
         if self._messages is not None:
             return iter(self._messages)
-        return self._read()
+        return self._read(self._decode)
+
+    def messages(self) -> Iterator[Message]:
+        """The set's messages as the log format decodes them, ``(offset, next_offset,
+        payload, codec, magic)``, with the checks and errors of iteration: for a reader
+        that builds tuples of its own from them (the high-level consumer)."""
+        return self._read(self._decode_whole)
+
+    def _decode_whole(self, data: bytes, offset: int) -> Iterator[Message]:
+        return iter_messages(
+            data, offset, check_crc=self._check_crcs, max_message_bytes=self._max_length,
+            max_inflated_bytes=self._max_inflated)
 
     def _decode(self, data: bytes, offset: int) -> Iterator[tuple[int, int, bytes]]:
-        return map(_OFFSETS_AND_VALUE, iter_messages(
-            data, offset, check_crc=self._check_crcs, max_message_bytes=self._max_length,
-            max_inflated_bytes=self._max_inflated))
+        return map(_OFFSETS_AND_VALUE, self._decode_whole(data, offset))
 
-    def _read(self) -> Iterator[tuple[int, int, bytes]]:
+    def _read(self, decode: Callable[[bytes, int], Iterator[Any]]) -> Iterator[Any]:
         pos = 0
         while True:
             data = self.message_set if pos == 0 else self.message_set[pos:]
             try:
-                yield from self._decode(data, self.offset + pos)
+                yield from decode(data, self.offset + pos)
                 return
             except (InvalidMessageError, MessageTooLargeError) as exc:
                 bad = self._bad_entry(pos, exc)

@@ -20,16 +20,18 @@ topics, whose names start with ``__``), and every
 ``auto.commit.interval.ms`` it commits offsets. The streams are read in the
 caller's threads (one thread per stream, or one thread for several).
 
-Offsets. A stream keeps, per partition, the ``next_offset`` of the last
-message it handed out. :meth:`ConsumerConnector.commit_offsets` stores those
-positions through an :class:`OffsetStorage` (default
-:class:`BrokerOffsetStorage`: the broker's OFFSET_COMMIT / OFFSET_FETCH),
-and a new connector of the same ``group.id`` resumes from them. Commit after
-processing what you were handed and you get at-least-once delivery. The
-interval commit is more careful: it stores only what a stream has moved past
-(the message in the caller's hands when it runs is not committed), so a
-crash between two commits replays messages but never skips one. Where no
-offset is stored, or the stored one is outside the log,
+Offsets. A stream knows, per partition, the ``next_offset`` of the last
+message it handed out (read off the batch in hand when asked, kept in
+``_done`` once per chunk: nothing is recorded per message, see
+:class:`~hostbroker.client.streams.KafkaStream`).
+:meth:`ConsumerConnector.commit_offsets` stores those positions through an
+:class:`OffsetStorage` (default :class:`BrokerOffsetStorage`: the broker's
+OFFSET_COMMIT / OFFSET_FETCH), and a new connector of the same ``group.id``
+resumes from them. Commit after processing what you were handed and you get
+at-least-once delivery. The interval commit is more careful: it stores only
+what a stream has moved past (the message in the caller's hands when it runs
+is not committed), so a crash between two commits replays messages but never
+skips one. Where no offset is stored, or the stored one is outside the log,
 ``auto.offset.reset`` chooses the earliest or latest offset.
 
 Standalone groups. Without ``zookeeper.connect`` the connector is a member of
@@ -447,7 +449,7 @@ class ConsumerConnector:
         if self.settings["auto.commit.enable"] and now >= self._next_commit:
             self._next_commit = now + self.settings["auto.commit.interval.ms"] / 1000
             try:
-                self._commit(dict(self._done))
+                self._commit(self._progress(handed=False))
             except Exception as exc:  # noqa: BLE001 - broker or ZooKeeper errors: next interval
                 log.warning("consumer group %s: auto commit failed: %s", self.group, exc)
 
@@ -528,12 +530,23 @@ class ConsumerConnector:
 
     def positions(self) -> dict[TopicPartition, int]:
         """Per partition, the next_offset of the last message handed out (what a commit stores)."""
-        handed = dict(self._done)
+        return self._progress(handed=True)
+
+    def _progress(self, handed: bool) -> dict[TopicPartition, int]:
+        """``_done`` with each stream's batch in hand: the last message it handed out, or
+        (for the interval commit) the last it moved past, asking for another after it."""
+        out = dict(self._done)  # first: what the streams show next is as new or newer
         for stream in self._streams:
-            last = stream.handed()
-            if last is not None and not self._reassigned(last[0]):
-                handed[last[0]] = last[1]
-        return handed
+            progress = stream.progress()
+            if progress is None:
+                continue
+            key, last, moved = progress
+            if handed and last is not None and not self._reassigned(key):
+                out[key] = last
+            elif not handed and moved is not None and (self.cluster is None
+                                                       or self._owned.get(key) is not None):
+                out[key] = moved  # as _done records it: for the current assignment only
+        return out
 
     def owns(self, key: TopicPartition) -> bool:
         """Whether the partition ``key`` (as a message's topic and partition, and in
@@ -575,6 +588,8 @@ class ConsumerConnector:
             self.closed = True
         if self.cluster is not None:
             self.cluster.member.close()  # no rebalance from here on
+        for stream in self._streams:
+            stream.cut()  # nothing handed out past what the commit below stores
         for fetcher in self._fetchers:
             fetcher.wake.set()
         for fetcher in self._fetchers:

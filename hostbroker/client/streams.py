@@ -38,7 +38,9 @@ import logging
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Collection, Iterator
+from itertools import islice, repeat
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from hostbroker.client.connection import ConnectionClosedError
@@ -46,6 +48,7 @@ from hostbroker.client.consumer import FetchedSet
 from hostbroker.client.errors import (BrokerError, ConsumerTimeoutError, InvalidEntryError,
                                       OffsetOutOfRangeError)
 from hostbroker.errors import ErrorCode, HostbrokerError, ProtocolError
+from hostbroker.log.message import Message
 from hostbroker.protocol import api
 
 if TYPE_CHECKING:
@@ -77,6 +80,12 @@ class MessageAndMetadata(NamedTuple):
 
 _new_message = tuple.__new__
 
+# Messages decoded and handed out at a time (KafkaStream): enough that the work
+# per batch is lost among its messages, few enough that the garbage collector's
+# young generation (700 objects) seldom has to scan a batch's decoded messages
+# (64 to 256 cost the same per message here; 512 and more, a fifth more).
+BATCH = 256
+
 
 class Backoff:
     """Delays that start at ``initial`` seconds and double up to ``cap``; reset() starts over."""
@@ -99,6 +108,22 @@ class Backoff:
 # Streams.
 
 _END = object()  # put on a stream's queue by shutdown()
+_BATCH_END = object()  # ends the deque of a batch, or cuts it when put in front
+
+
+class _Chunk:
+    """A fetched set a stream is handing out: its key, its messages still to decode
+    (``FetchedSet.messages()``), and whether a rebalance or shutdown cut it
+    (:meth:`KafkaStream.cut`)."""
+
+    __slots__ = ("key", "source", "head", "cut", "error")
+
+    def __init__(self, key: Any, fetched: FetchedSet, broker_id: int):
+        self.key = key
+        self.source = fetched.messages()
+        self.head = (fetched.topic, fetched.partition, broker_id)
+        self.cut = False
+        self.error: InvalidEntryError | None = None  # met while decoding; raised after the rest
 
 
 class KafkaStream:
@@ -115,6 +140,18 @@ class KafkaStream:
     ``next()`` raise it, and the offsets committed stay before it. Ends
     (StopIteration) after :meth:`ConsumerConnector.shutdown`. Read one stream
     from one thread.
+
+    Hand-off. A chunk taken from the queue is decoded a batch (:data:`BATCH`
+    messages) at a time into columns, and the batch is handed out by C code: a
+    ``MessageAndMetadata`` is made as it is taken, by ``map`` and ``zip`` over
+    the columns, the offsets popped from a deque that ends with a marker
+    (``iter(deque.popleft, marker)``); a ``for`` loop over the stream reaches it
+    through one generator (``next()`` through :meth:`__next__`). Nothing is
+    recorded per message: what a reader was handed is read off the batch
+    (:meth:`progress`: the offsets still in the deque are the messages not handed
+    out), and a cut puts a marker in front of them (one ``appendleft``, atomic
+    under the GIL), so no message is handed out after it and the position it
+    leaves is exact.
     """
 
     def __init__(self, connector: ConsumerConnector, index: int, chunks: int, timeout_ms: int):
@@ -126,47 +163,94 @@ class KafkaStream:
         self._queue: queue.Queue = queue.Queue()
         self._chunks = chunks
         self._timeout = None if timeout_ms < 0 else timeout_ms / 1000
-        self._current: Iterator[tuple[int, int, bytes]] | None = None
-        self._topic = ""
-        self._partition = -1
-        self._key: Any = None  # the partition of the current chunk, as the connector keys it
-        self._broker_id = -1
-        self._last: tuple[TopicPartition, int] | None = None  # handed out, not yet moved past
+        self._chunk: _Chunk | None = None  # being handed out (None: take the next one)
+        # The batch handed out now: (its chunk, its messages' next_offsets, the offsets
+        # of those not yet handed out followed by _BATCH_END, next_offset of the chunk's
+        # message before the batch or None). Replaced whole by the reader, so any
+        # thread reads it consistently.
+        self._batch: tuple[_Chunk, tuple[int, ...], deque, int | None] | None = None
+        self._popper: Iterator[MessageAndMetadata] = iter(())
         self._ended = False
         self._stopped_by: InvalidEntryError | None = None
 
     def __repr__(self) -> str:
         return f"<KafkaStream {self.index} of {self.partitions}>"
 
-    def __iter__(self) -> KafkaStream:
-        return self
+    def __iter__(self) -> Iterator[MessageAndMetadata]:
+        return self._iterate()
+
+    def _iterate(self) -> Iterator[MessageAndMetadata]:
+        # State lives in the stream, not here: a loop broken off (or ended by an
+        # error) and started again, or mixed with next(), goes on where it was.
+        while True:
+            yield from self._popper
+            if not self._refill():
+                return
 
     def __next__(self) -> MessageAndMetadata:
-        last = self._last
-        if last is not None:
-            self._connector._done[last[0]] = last[1]
-            self._last = None
+        while True:
+            message = next(self._popper, None)
+            if message is not None:
+                return message
+            if not self._refill():
+                raise StopIteration
+
+    def _refill(self) -> bool:
+        """For a reader whose batch ran out: the next batch of this chunk, or of the
+        next chunk on the queue (waiting up to consumer.timeout.ms). False once the
+        stream ended."""
         while True:
             if self._ended or self._connector.closed:
                 self._ended = True
-                raise StopIteration
+                return False
             if self._stopped_by is not None:
                 raise self._stopped_by
-            current = self._current
-            if current is not None:
-                try:
-                    message = next(current, None)
-                except InvalidEntryError as exc:
-                    self._stopped_by = exc
-                    raise
-                if message is not None:
-                    offset, next_offset, value = message
-                    self._last = (self._key, next_offset)
-                    return _new_message(MessageAndMetadata, (
-                        self._topic, self._partition, offset, next_offset, value,
-                        self._broker_id))
-                self._current = None
-            self._take()
+            chunk = self._chunk
+            if chunk is None:
+                self._take()
+            elif not chunk.cut and self._next_batch(chunk):
+                return True
+            else:
+                self._finish(chunk)
+
+    def _next_batch(self, chunk: _Chunk) -> bool:
+        decoded: list[Message] = []
+        try:
+            decoded.extend(islice(chunk.source, BATCH))
+        except InvalidEntryError as exc:  # after the messages before it
+            chunk.error = exc
+            chunk.source = iter(())
+        if not decoded:
+            return False
+        # Columns; a message is made as it is handed out, from the next of each (zip
+        # refills its own tuple: one allocation per message, its MessageAndMetadata).
+        # The offsets come first and from a deque: what the reader has not taken yet,
+        # and where a cut puts the end marker in front.
+        offsets, next_offsets, values, _, _ = zip(*decoded)
+        left = deque(offsets)
+        left.append(_BATCH_END)
+        last = self._batch
+        before = last[1][-1] if last is not None and last[0] is chunk else None
+        self._batch = (chunk, next_offsets, left, before)
+        # After publishing: a cut either saw this batch or is seen here.
+        if chunk.cut:
+            left.appendleft(_BATCH_END)
+        topic, partition, broker_id = chunk.head
+        self._popper = map(_new_message, repeat(MessageAndMetadata), zip(
+            repeat(topic), repeat(partition), iter(left.popleft, _BATCH_END), next_offsets,
+            values, repeat(broker_id)))
+        return True
+
+    def _finish(self, chunk: _Chunk) -> None:
+        """The reader asked for more after the last message it will get of ``chunk``:
+        that one is moved past (for the interval commit)."""
+        self._chunk = None
+        progress = self.progress()
+        if progress is not None and progress[0] is chunk.key and progress[1] is not None:
+            self._connector._done[chunk.key] = progress[1]
+        if chunk.error is not None and not chunk.cut:
+            self._stopped_by = chunk.error
+            raise chunk.error
 
     def _take(self) -> None:
         try:
@@ -180,24 +264,54 @@ class KafkaStream:
         elif isinstance(item, BaseException):
             raise item
         else:
-            key, chunk = item
+            key, fetched = item
+            chunk = _Chunk(key, fetched, key[2] if len(key) > 2 else -1)
+            # Set before the check: a rebalance that gives the partition up after
+            # the check finds the chunk here and cuts it.
+            self._chunk = chunk
             connector = self._connector
             if connector.cluster is not None and connector._owned.get(key) is not self:
-                return  # fetched before its partition was given up: not ours to hand out
-            self._key = key
-            self._topic, self._partition = chunk.topic, chunk.partition
-            self._broker_id = key[2] if len(key) > 2 else -1
-            self._current = iter(chunk)
+                self._chunk = None  # fetched before its partition was given up: not ours
 
-    def handed(self) -> tuple[TopicPartition, int] | None:
-        """The partition and next_offset of the message last handed out and not moved past."""
-        return self._last
+    def progress(self) -> tuple[Any, int | None, int | None] | None:
+        """For any thread: the partition of the batch handed out now, the next_offset
+        of the last message handed out of it, and of the last one the reader moved
+        past (asked for another after it); None where there is none (before the first
+        batch, or nothing of the chunk handed out yet)."""
+        batch = self._batch
+        if batch is None:
+            return None
+        chunk, next_offsets, left, before = batch
+        while True:
+            try:
+                rest = list(left)  # one C call: the reader pops nothing meanwhile
+                break
+            except RuntimeError:  # "deque mutated during iteration": a rare GIL switch
+                continue
+        not_handed = len(rest) - sum(1 for m in rest if m is _BATCH_END)
+        handed = len(next_offsets) - not_handed
+        last = next_offsets[handed - 1] if handed else before
+        if not rest:  # the reader took the end marker: it asked for the next message
+            moved = last
+        else:
+            moved = next_offsets[handed - 2] if handed >= 2 else before
+        return chunk.key, last, moved
+
+    def cut(self, keys: Collection[Any] | None = None) -> None:
+        """From any thread: hand out nothing more of the current chunk if it is of
+        ``keys`` (any chunk with None); what was handed out stays in :meth:`progress`."""
+        chunk = self._chunk
+        if chunk is not None and (keys is None or chunk.key in keys):
+            chunk.cut = True  # the reader checks it after publishing a batch
+        batch = self._batch
+        if batch is not None and (keys is None or batch[0].key in keys):
+            batch[0].cut = True
+            batch[2].appendleft(_BATCH_END)
 
     def release(self, keys: Collection[Any]) -> None:
         """For a rebalance giving up ``keys``: drop the rest of the current chunk if it is
         theirs (queued chunks of theirs are dropped when taken)."""
-        if self._key in keys:
-            self._current = None
+        self.cut(keys)
 
     def room(self) -> int:
         """Chunks the queue may still take (0 or below: fetch nothing for this stream)."""
@@ -213,6 +327,7 @@ class KafkaStream:
 
     def end(self) -> None:
         """Drop what is queued and end the iteration (after the fetchers stopped)."""
+        self.cut()
         while True:
             try:
                 self._queue.get_nowait()
