@@ -145,7 +145,8 @@ class DeliveryFailure:
 
     def __repr__(self) -> str:
         return (f"DeliveryFailure({self.topic!r}, {self.partition!r},"
-                f" {len(self.values)} messages, {self.error!r})")
+                f" {len(self.values)} message{'' if len(self.values) == 1 else 's'},"
+                f" {self.error!r})")
 
 
 class DeliveryError(ProducerError):
@@ -165,5 +166,6 @@ class DeliveryError(ProducerError):
         code = getattr(first, "code", None)
         where = (f"; first: {self.failures[0].topic}/{self.failures[0].partition}: {first}"
                  if first is not None else "")
-        super().__init__(f"{self.message_count} messages not delivered{where}",
+        count = self.message_count
+        super().__init__(f"{count} message{'' if count == 1 else 's'} not delivered{where}",
                          code if isinstance(code, ErrorCode) else None)

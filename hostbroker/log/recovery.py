@@ -84,10 +84,25 @@ class RecoveryStats:
         return RecoveryStats(*(a + b for a, b in zip(astuple(self), astuple(other))))
 
     def __str__(self) -> str:
-        return (f"{self.partitions} partitions recovered ({self.full_scans} from their first "
-                f"segment): scanned {self.segments_scanned} segments ({self.bytes_scanned} "
-                f"bytes), trusted {self.segments_skipped} segments ({self.bytes_skipped} bytes) "
-                "below recovery points")
+        return (f"{_count(self.partitions, 'partition')} recovered ({self.full_scans} from "
+                f"their first segment): scanned {_count(self.segments_scanned, 'segment')} "
+                f"({_count(self.bytes_scanned, 'byte')}), trusted "
+                f"{_count(self.segments_skipped, 'segment')} "
+                f"({_count(self.bytes_skipped, 'byte')}) below recovery points")
+
+
+    def line(self, path: str) -> str:
+        """The one line a writer prints after recovering the log dir ``path``."""
+        return (f"recovered {_count(self.partitions, 'partition')} of log dir {path} after an "
+                f"unclean shutdown ({self.full_scans} from their first segment): scanned "
+                f"{_count(self.segments_scanned, 'segment')} "
+                f"({_count(self.bytes_scanned, 'byte')}), trusted "
+                f"{_count(self.segments_skipped, 'segment')} "
+                f"({_count(self.bytes_skipped, 'byte')}) below recovery points")
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def first_to_scan(path: str, bases: list[int], sizes: list[int], recovery_point: int) -> int:

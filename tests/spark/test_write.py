@@ -132,7 +132,7 @@ def test_bad_inputs_fail_before_any_job(spark, served, schema, rows, options, ma
 
 def test_unknown_topic_fails_the_task_with_the_brokers_error(spark, served):
     df = spark.createDataFrame([("v",)], "value string")
-    with pytest.raises(Exception, match=r"write to nosuch/0 failed: 1 messages not delivered; "
+    with pytest.raises(Exception, match=r"write to nosuch/0 failed: 1 message not delivered; "
                                         r"first: nosuch/0: UNKNOWN_TOPIC_OR_PARTITION"):
         writer(df, served, topic="nosuch").save()
 
