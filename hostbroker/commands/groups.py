@@ -211,16 +211,42 @@ def _member_json(member) -> dict:
                             "partitions": list(a.partitions)} for a in member.assignment]}
 
 
+def _subscribed(state) -> list[str]:
+    """The topics the members of a DESCRIBE_GROUP answer have streams of, sorted."""
+    if state is None:
+        return []
+    return sorted({a.topic for m in state.members for a in m.assignment})
+
+
 def describe_standalone(group: str, topics: list[str], *, as_json: bool = False,
                         bootstrap: str = DEFAULT_BOOTSTRAP, out: TextIO = sys.stdout) -> int:
-    """Committed offset, log end and lag of ``group`` on every partition of ``topics``,
-    with the members and owners the broker's group coordinator holds."""
+    """Committed offset, log end and lag of ``group`` on every partition of ``topics``
+    (without topics, those its members subscribe to), with the members and owners the
+    broker's group coordinator holds. A group the broker knows nothing of (no member,
+    no committed offset of those topics) is a command error."""
+    check_bootstrap(bootstrap)
+    topics = [check_topic(t) for t in topics]
+    state = _coordinator_state(bootstrap, group)
+    members = list(state.members) if state is not None else []
+    if not topics:
+        topics = _subscribed(state)
+        if not topics and members:
+            raise CommandError(f"group {group} is rebalancing ({state.phase}): its members "
+                               "hold no streams yet; try again, or name its topics with --topic")
+        if state is None:
+            raise usage_error(f"the broker at {bootstrap} does not serve consumer groups: "
+                              "name the group's topics with --topic")
+        if not topics:
+            raise CommandError(f"no group {group} with members on the broker at {bootstrap}; "
+                               "for offsets committed by a group without members, name its "
+                               "topics with --topic")
     with _client(bootstrap) as client:
         held = _standalone_partitions(client, topics)
         keys = [(t, p.partition) for t in sorted(held) for p in held[t]]
         committed = _committed(client, group, keys)
-    state = _coordinator_state(bootstrap, group)
-    members = list(state.members) if state is not None else []
+    if not members and not committed:
+        raise CommandError(f"no group {group} on the broker at {bootstrap}: no members, and no "
+                           f"offset committed on {', '.join(sorted(held))}")
     owners = {(a.topic, p): f"{m.member_id}-{a.stream}"
               for m in members for a in m.assignment for p in a.partitions}
     rows = [Row(t, -1, p.partition, owners.get((t, p.partition)),
