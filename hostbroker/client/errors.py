@@ -164,8 +164,12 @@ class DeliveryError(ProducerError):
                               if message_count is None else message_count)
         first = self.failures[0].error if self.failures else None
         code = getattr(first, "code", None)
-        where = (f"; first: {self.failures[0].topic}/{self.failures[0].partition}: {first}"
-                 if first is not None else "")
+        where = ""
+        if first is not None:
+            failed = self.failures[0]
+            # no partition: the failure came before one was chosen (the topic's metadata)
+            at = failed.topic if failed.partition is None else f"{failed.topic}/{failed.partition}"
+            where = f"; first: {at}: {first}"
         count = self.message_count
         super().__init__(f"{count} message{'' if count == 1 else 's'} not delivered{where}",
                          code if isinstance(code, ErrorCode) else None)
