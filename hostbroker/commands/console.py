@@ -26,7 +26,9 @@ takes from it. It stops after
 ``--max-messages``, after ``--timeout-ms`` without a message, or on Ctrl-C
 or SIGTERM, which are normal stops (status 0). A closed stdout (``| head``)
 stops it quietly. A topic the broker does not have is an error (one line,
-status 1), with ``--group`` as without: a member would wait for it forever.
+status 1) without ``--group``; with it the member waits for the topic, as a
+Kafka consumer does, after one line on stderr saying so (a misspelt name
+would otherwise wait forever without a word).
 
 Cluster mode (``--zookeeper HOST:PORT[,...][/CHROOT]`` instead of
 ``--bootstrap``): ``produce`` sends through a producer that finds the
@@ -355,7 +357,8 @@ def consume(topic: str, *, from_beginning: bool = False, group: str | None = Non
             return _consume_cluster(topic, group, from_beginning, timeout_ms, config, zookeeper,
                                     output)
         if group is not None:
-            _check_topic_exists(topic, bootstrap)
+            if not topic_exists(topic, bootstrap=bootstrap):
+                _say_waiting(topic)
             return _consume_group(topic, group, from_beginning, timeout_ms, config, output,
                                   bootstrap=bootstrap)
         return _consume_partitions(topic, from_beginning, timeout_ms, partition, offset, config,
@@ -364,13 +367,28 @@ def consume(topic: str, *, from_beginning: bool = False, group: str | None = Non
         raise CommandError(f"{exc} (--skip-bad-messages skips it)") from None
 
 
-def _check_topic_exists(topic: str, bootstrap: str) -> None:
-    """A CommandError naming ``topic`` when the broker does not have it: a group member
-    of a topic that is not there would wait for it without a word."""
+def topic_exists(topic: str, *, bootstrap: str | None = None, zookeeper: str | None = None,
+                 wait_ms: int = 6000) -> bool:
+    """Whether the broker at ``bootstrap`` has ``topic`` (METADATA), or, in cluster mode,
+    a live broker registered it in ``zookeeper``."""
+    if zookeeper is not None:
+        from hostbroker.cluster.discovery import read_snapshot
+
+        with zookeeper_session(zookeeper, "--zookeeper", wait_ms) as client:
+            return bool(read_snapshot(client).partitions(topic))
     from hostbroker.client.simple import SimpleClient
+    from hostbroker.errors import ErrorCode
 
     with SimpleClient(bootstrap, client_id="hostbroker-console-consumer") as client:
-        topic_partitions(client, topic)
+        (found,) = client.metadata([topic]).topics
+    return found.error_code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def _say_waiting(topic: str) -> None:
+    # A group member waits for its topic, as a Kafka consumer does (a pipeline may start
+    # its consumers first); a misspelt name would wait forever without this line.
+    print(f"hostbroker consume: no topic {topic} yet; waiting for it (Ctrl-C stops; "
+          "--timeout-ms gives up)", file=sys.stderr, flush=True)
 
 
 def topic_partitions(client, topic: str) -> list[int]:
@@ -461,16 +479,16 @@ def _consume_cluster(topic, group, from_beginning, timeout_ms, config, zookeeper
 
     from hostbroker.client.group import GROUP_SETTINGS
     from hostbroker.client.settings import resolve
-    from hostbroker.cluster.discovery import read_snapshot
 
     wait = resolve(GROUP_SETTINGS, config)["zookeeper.connection.timeout.ms"]
-    with zookeeper_session(zookeeper, "--zookeeper", wait) as client:
-        # As standalone, a topic that is not there is an error, in a group or not.
-        if not read_snapshot(client).partitions(topic):
-            raise CommandError(f"no topic {topic} (no live broker registered it in ZooKeeper)")
+    exists = topic_exists(topic, zookeeper=zookeeper, wait_ms=wait)
     if group is not None:
+        if not exists:
+            _say_waiting(topic)
         return _consume_group(topic, group, from_beginning, timeout_ms, config, output,
                               zookeeper=zookeeper)
+    if not exists:  # as standalone, without a group a topic that is not there is an error
+        raise CommandError(f"no topic {topic} (no live broker registered it in ZooKeeper)")
     own = f"hostbroker-console-{uuid.uuid4().hex[:12]}"
     return _consume_group(topic, own, from_beginning, timeout_ms, config, output,
                           zookeeper=zookeeper, commit=False)
