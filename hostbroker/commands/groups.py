@@ -132,8 +132,10 @@ def _client(bootstrap: str):
     return SimpleClient(check_bootstrap(bootstrap), client_id="hostbroker-groups")
 
 
-def _standalone_partitions(client, topics: list[str]) -> dict[str, list]:
-    """topic -> its MetadataPartitions; a topic the broker does not know is a command error."""
+def _standalone_partitions(client, topics: list[str], missing: list[str] | None = None
+                           ) -> dict[str, list]:
+    """topic -> its MetadataPartitions; a topic the broker does not know is a command error,
+    or, given ``missing``, added to it and left out."""
     from hostbroker.errors import ErrorCode
 
     if not topics:
@@ -141,9 +143,20 @@ def _standalone_partitions(client, topics: list[str]) -> dict[str, list]:
     found = {}
     for topic in client.metadata([check_topic(t) for t in topics]).topics:
         if topic.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
-            raise CommandError(f"no topic {topic.topic}")
+            if missing is None:
+                raise CommandError(f"no topic {topic.topic}")
+            missing.append(topic.topic)
+            continue
         found[topic.topic] = sorted(topic.partitions, key=lambda p: p.partition)
     return found
+
+
+def _legal(topic: str) -> bool:
+    try:
+        check_topic(topic)
+    except CommandError:
+        return False
+    return True
 
 
 def _committed(client, group: str, keys: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
@@ -212,14 +225,17 @@ def _member_json(member) -> dict:
 
 
 def _subscribed(state) -> list[str]:
-    """The topics the members of a DESCRIBE_GROUP answer have streams of, sorted."""
+    """The topics the members of a DESCRIBE_GROUP answer have streams of, sorted; a
+    name no topic can have (any member subscribes to what it likes) left out."""
     if state is None:
         return []
-    return sorted({a.topic for m in state.members for a in m.assignment})
+    return sorted(t for t in {a.topic for m in state.members for a in m.assignment}
+                  if _legal(t))
 
 
 def describe_standalone(group: str, topics: list[str], *, as_json: bool = False,
-                        bootstrap: str = DEFAULT_BOOTSTRAP, out: TextIO = sys.stdout) -> int:
+                        bootstrap: str = DEFAULT_BOOTSTRAP, out: TextIO = sys.stdout,
+                        err: TextIO = sys.stderr) -> int:
     """Committed offset, log end and lag of ``group`` on every partition of ``topics``
     (without topics, those its members subscribe to), with the members and owners the
     broker's group coordinator holds. A group the broker knows nothing of (no member,
@@ -228,6 +244,7 @@ def describe_standalone(group: str, topics: list[str], *, as_json: bool = False,
     topics = [check_topic(t) for t in topics]
     state = _coordinator_state(bootstrap, group)
     members = list(state.members) if state is not None else []
+    given = bool(topics)
     if not topics:
         topics = _subscribed(state)
         if not topics and members:
@@ -240,10 +257,15 @@ def describe_standalone(group: str, topics: list[str], *, as_json: bool = False,
             raise CommandError(f"no group {group} with members on the broker at {bootstrap}; "
                                "for offsets committed by a group without members, name its "
                                "topics with --topic")
+    missing: list[str] = []
     with _client(bootstrap) as client:
-        held = _standalone_partitions(client, topics)
+        # a topic a member subscribes to need not exist: said, and left out
+        held = _standalone_partitions(client, topics, None if given else missing)
         keys = [(t, p.partition) for t in sorted(held) for p in held[t]]
         committed = _committed(client, group, keys)
+    if missing:
+        print(f"hostbroker groups describe: no topic {', '.join(missing)} on the broker "
+              f"(subscribed to by group {group})", file=err)
     if not members and not committed:
         raise CommandError(f"no group {group} on the broker at {bootstrap}: no members, and no "
                            f"offset committed on {', '.join(sorted(held))}")
