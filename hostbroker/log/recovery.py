@@ -142,9 +142,9 @@ def recover(path: str, bases: list[int], sizes: list[int], max_message_bytes: in
             # Its pages may still be only in the page cache of a process that died.
             sync_file(segment)
             continue
-        log.warning("%s: valid data ends at offset %d; truncating %d bytes and removing %d "
-                    "later segments", path, base + valid, sizes[index] - valid,
-                    len(bases) - index - 1)
+        log.warning("%s: valid data ends at offset %d; truncating %s and removing %s",
+                    path, base + valid, _count(sizes[index] - valid, "byte"),
+                    _count(len(bases) - index - 1, "later segment"))
         _cut(path, bases, index, valid)
         kept_bases, kept_sizes = bases[:index + 1], sizes[:index] + [valid]
         break
@@ -169,9 +169,10 @@ def verify_tail(path: str, bases: list[int], sizes: list[int], max_message_bytes
     valid = valid_segment_length(segment, max_message_bytes, start)
     if valid == size:
         return bases, sizes
-    log.warning("%s: %s ends with %d bytes that are not whole valid entries (after a clean "
+    log.warning("%s: %s ends with %s that %s not whole valid entries (after a clean "
                 "shutdown that recorded the log end at %s); truncating the log to offset %d",
-                path, segment_filename(base), size - valid,
+                path, segment_filename(base), _count(size - valid, "byte"),
+                "is" if size - valid == 1 else "are",
                 "an unknown offset" if clean_end is None else clean_end, base + valid)
     _cut(path, bases, len(bases) - 1, valid)
     return bases, sizes[:-1] + [valid]
