@@ -14,7 +14,11 @@ time) and is refused while the group has a registered member.
 With ``--bootstrap`` (standalone) the offsets are the ones the broker keeps
 (OFFSET_FETCH / OFFSET_COMMIT); ``list`` prints the groups with members
 (LIST_GROUPS; a group with only committed offsets is not listed: no request
-lists the offsets store); ``describe`` and ``reset-offsets`` are given the topics. ``describe`` also
+lists the offsets store); ``reset-offsets`` is given the topic, ``describe``
+the topics or, without them, takes those the members hold streams of (a
+subscribed topic the broker lacks is said and left out, a name no topic can
+have never asked for); a group with neither members nor committed offsets
+is a command error. ``describe`` also
 shows what the broker's group coordinator holds (DESCRIBE_GROUP,
 docs/spec/groups.md) for a group with members: its phase and generation,
 each member (id, client id, session timeout) and, per partition, the
