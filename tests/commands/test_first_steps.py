@@ -222,3 +222,50 @@ def test_a_clean_stop_and_a_recovery_each_say_one_line(tmp_path):
     assert len(recovered) == 1, broker.log()
     assert recovered[0].startswith(f"hostbroker: hb-writer-0 recovered 2 partitions of log dir "
                                    f"{logs} after an unclean shutdown"), recovered
+
+
+def test_ctrl_c_while_the_supervisor_prepares_is_one_line(tmp_path):
+    import signal
+    import socket
+    import subprocess
+    import sys
+
+    # A process that holds the listener's socket file and never accepts (hung): the
+    # start's probe of it waits, inside the supervisor's preparation, until Ctrl-C.
+    path = str(tmp_path / "hb.sock")
+    hung = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    hung.bind(path)
+    hung.listen(0)
+    waiting = []
+    while True:  # fill its backlog: the next connect blocks
+        client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        client.setblocking(False)
+        try:
+            client.connect(path)
+        except BlockingIOError:
+            client.close()
+            break
+        waiting.append(client)
+    proc = subprocess.Popen([sys.executable, "-m", "hostbroker", "serve",
+                             "--set", f"listeners=unix://{path}",
+                             "--set", f"log.dirs={tmp_path / 'logs'}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "logs" / ".broker.lock").exists():  # the probe comes after
+            assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read()
+            time.sleep(0.05)
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for client in waiting:
+            client.close()
+        hung.close()
+    # Before: a KeyboardInterrupt traceback from the supervisor's prepare().
+    assert (proc.returncode, out, err) == (0, b"", b"hostbroker: stopped while starting\n")
+    assert os.path.exists(path)  # another's socket: left as it was
