@@ -428,7 +428,9 @@ class _Task:
         except Exception as exc:
             self.abandon()
             where = f"{topic}/{partition}" if isinstance(partition, int) else topic
-            raise self._failed(where, exc) from exc
+            if isinstance(exc, DeliveryError) and exc.failures:
+                raise self._failed(where, str(exc.failures[0].error), exc.message_count) from exc
+            raise self._failed(where, str(exc), None) from exc
 
 
 class _Writer:
