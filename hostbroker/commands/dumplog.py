@@ -106,7 +106,7 @@ def walk(buf, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> Iterator[En
     pos = 0
     while pos < size:
         if size - pos < LENGTH_SIZE:
-            yield Entry(pos, None, False, f"partial length field ({size - pos} bytes left)")
+            yield Entry(pos, None, False, f"partial length field ({plural(size - pos, 'byte')} left)")
             return
         (length,) = _LENGTH.unpack_from(view, pos)
         if length < MIN_LENGTH_V0:

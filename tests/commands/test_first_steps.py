@@ -158,6 +158,11 @@ def test_dump_log_says_one_entry_and_one_message(tmp_path):
     assert dump([str(path)], out=out) == 0
     # Before: "1 valid entries"
     assert out.getvalue().splitlines()[-1].endswith(", 1 valid entry")
+    path.write_bytes(encode_message_set([b"one"]) + b"\x00")
+    out = io.StringIO()
+    assert dump([str(path)], out=out) == 3
+    # Before: "partial length field (1 bytes left)"
+    assert "partial length field (1 byte left); 1 valid entry (" in out.getvalue().splitlines()[-1]
 
 
 def test_mirror_of_nothing_names_no_topic(tmp_path):
