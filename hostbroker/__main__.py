@@ -1,5 +1,8 @@
 import sys
 
-from hostbroker.cli import main
+try:
+    from hostbroker.cli import main
+except KeyboardInterrupt:  # Ctrl-C while Python loads the command: no traceback
+    sys.exit(130)
 
 sys.exit(main())

@@ -58,9 +58,14 @@ def _add_config_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    config = _config(args)
-    from hostbroker.workers.supervisor import serve
-
+    try:
+        config = _config(args)
+        from hostbroker.workers.supervisor import serve
+    except KeyboardInterrupt:
+        # before the supervisor exists there is nothing to stop: as its own
+        # Ctrl-C while starting, one line and status 0
+        print("hostbroker: stopped while starting", file=sys.stderr, flush=True)
+        return 0
     return serve(config)
 
 
@@ -205,8 +210,10 @@ def _add_groups(sub) -> None:
     describe = actions.add_parser(
         "describe", help="members, then owner, committed offset, log end and lag per partition",
         description="With --zookeeper: the members and every partition of the group's topics "
-                    "(or of the --topic ones). With --bootstrap: the --topic ones (required). "
-                    "Exit status 1 if a broker cannot be asked.")
+                    "(or of the --topic ones). With --bootstrap: the topics its members "
+                    "subscribe to (or the --topic ones, needed for a group without members). "
+                    "Exit status 1 for a group the broker or ZooKeeper does not know, or if "
+                    "a broker cannot be asked.")
     reset = actions.add_parser(
         "reset-offsets", help="set the committed offsets of a topic's partitions",
         description="Set the group's offset of every partition of --topic to each broker's "
@@ -589,12 +596,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    """Run one command; its exit status. Ctrl-C that no command took is status 130,
+    without a traceback."""
     try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
         return args.func(args)
     except _BadConfig:
         return 2
+    except KeyboardInterrupt:
+        return commands.EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

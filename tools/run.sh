@@ -8,11 +8,18 @@
 #   tools/run.sh test [pytest options]   only those tests, only on 3.11, in one process
 #                                        (add -n 3 for workers)
 #   tools/run.sh setup                   only the set-up
+#   tools/run.sh zookeeper [--port N] [--data-dir DIR]
+#                                        a standalone ZooKeeper for cluster mode, in the
+#                                        foreground (Debian's package; on 127.0.0.1:2181,
+#                                        data under ./data/zookeeper unless given; Ctrl-C stops it)
 # Python 3.11 is required; 3.12 and 3.13 are supported and tested when the machine has
 # them (python3.X on PATH, or a pyenv version); one that is missing is said in one line.
-# Idempotent: a second run reuses each venv unless pyproject.toml changed.
+# Idempotent: a second run reuses each venv unless pyproject.toml changed, and says nothing
+# about the set-up; a step that has work to do says so in one line on stderr first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+say() { echo "tools/run.sh: $*" >&2; }
 
 EXTRA_VERSIONS=(3.12 3.13)
 QUICK_TESTS=(tests/protocol tests/log tests/shm tests/test_config.py
@@ -48,9 +55,16 @@ make_venv() {
   local py=$1 venv=$2 extras=${3:-test} stamp=$2/.hostbroker-installed want
   want="$(sha1sum pyproject.toml | cut -d' ' -f1) $extras"
   if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    if [ ! -x "$venv/bin/python" ]; then say "making the venv $venv ($py)"; fi
     "$py" -m venv "$venv"
-    "$venv/bin/python" -m pip install -q --disable-pip-version-check -e ".[$extras]" 2>&1 \
-      | grep -v "^WARNING: Location" || true
+    say "pip: installing hostbroker[$extras] and its dependencies into $venv" \
+        "(a minute or two on a fresh machine)"
+    if ! "$venv/bin/python" -m pip install -q --disable-pip-version-check -e ".[$extras]" \
+         > "$venv/pip.log" 2>&1; then
+      grep -v "^WARNING: Location" "$venv/pip.log" >&2 || true
+      say "pip could not install hostbroker[$extras] into $venv (its output above, and in $venv/pip.log)"
+      return 1
+    fi
     "$venv/bin/python" -c 'import hostbroker, posix_ipc, sysv_ipc, psutil, snappy, pytest, hypothesis, xdist'
     if [[ $extras == *spark* ]]; then "$venv/bin/python" -c 'import pyspark, pyarrow'; fi
     echo "$want" > "$stamp"
@@ -76,20 +90,88 @@ run_tests() {
   return $rc
 }
 
+# need PACKAGE WHY: one Debian package to install, and what it is for (said when installing)
 need_apt=()
-PY=$(find_python 3.11 || command -v python3 || true)
-if [ -z "$PY" ]; then need_apt+=(python3 python3-venv); fi
-if [ -n "$PY" ] && ! "$PY" -c 'import venv, ensurepip' 2>/dev/null; then need_apt+=(python3-venv); fi
-# the service tests check the unit with systemd-analyze, systemd-sysusers and systemd-tmpfiles
-if ! command -v systemd-analyze >/dev/null; then need_apt+=(systemd); fi
-# Spark (the data source, `hostbroker load` and their tests) runs on a Java 17 runtime
-if ! java -version 2>&1 | grep -q 'version "\(1[7-9]\|2[0-9]\)'; then need_apt+=(openjdk-17-jre-headless); fi
-# cluster-mode tests start a real ZooKeeper (ZooKeeperServerMain from Debian's package)
-if [ ! -f /usr/share/java/zookeeper.jar ]; then need_apt+=(zookeeper); fi
-if [ ${#need_apt[@]} -gt 0 ]; then
+need_why=()
+need() { need_apt+=("$1"); need_why+=("$1 ($2)"); }
+
+install_apt() {
+  if [ ${#need_apt[@]} -eq 0 ]; then return 0; fi
+  local list
+  list=$(printf '%s, ' "${need_why[@]}")
+  say "apt: installing ${list%, } (apt-get update, then install; a minute or more)"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq "${need_apt[@]}" >/dev/null
+  need_apt=()
+  need_why=()
+}
+
+# Spark (the data source, `hostbroker load` and their tests) and ZooKeeper run on Java 17
+need_java() {
+  if ! java -version 2>&1 | grep -q 'version "\(1[7-9]\|2[0-9]\)'; then
+    need openjdk-17-jre-headless "Java 17 for Spark and ZooKeeper"
+  fi
+}
+# cluster mode and its tests run a real ZooKeeper (ZooKeeperServerMain from Debian's package)
+need_zookeeper() {
+  if [ ! -f "$ZK_JAVA_DIR/zookeeper.jar" ]; then need zookeeper "a ZooKeeper server for cluster mode"; fi
+}
+ZK_JAVA_DIR=/usr/share/java
+ZK_JARS=(zookeeper.jar zookeeper-jute.jar slf4j-api.jar slf4j-simple.jar)
+
+# run_zookeeper [--port N] [--data-dir DIR]: a standalone ZooKeeper in the foreground, as
+# the cluster tests run it (tests/cluster/zkserver.py), on loopback, with a zoo.cfg written
+# into its data dir. Debian's zkServer.sh expects a set-up of /etc/zookeeper it lacks.
+run_zookeeper() {
+  local port=2181 data=./data/zookeeper jar classpath=
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --port) port=${2:?--port needs a number}; shift 2 ;;
+      --data-dir) data=${2:?--data-dir needs a directory}; shift 2 ;;
+      *) echo "tools/run.sh zookeeper: unknown option $1 (--port N, --data-dir DIR)" >&2
+         exit 2 ;;
+    esac
+  done
+  if ! [[ $port =~ ^[0-9]+$ ]] || [ "$port" -lt 1 ] || [ "$port" -gt 65535 ]; then
+    echo "tools/run.sh zookeeper: --port must be 1 to 65535, got $port" >&2; exit 2
+  fi
+  need_java
+  need_zookeeper
+  install_apt
+  mkdir -p "$data"
+  data=$(cd "$data" && pwd)
+  cat > "$data/zoo.cfg" <<CFG
+tickTime=2000
+dataDir=$data
+clientPort=$port
+clientPortAddress=127.0.0.1
+maxClientCnxns=0
+admin.enableServer=false
+4lw.commands.whitelist=srvr,ruok
+CFG
+  for jar in "${ZK_JARS[@]}"; do classpath+="${classpath:+:}$ZK_JAVA_DIR/$jar"; done
+  say "ZooKeeper on 127.0.0.1:$port, data in $data (zookeeper.connect=127.0.0.1:$port)"
+  exec java -Xmx256m -cp "$classpath" org.apache.zookeeper.server.ZooKeeperServerMain \
+    "$data/zoo.cfg"
+}
+
+if [ "${1:-}" = zookeeper ]; then
+  shift
+  run_zookeeper "$@"
+fi
+
+PY=$(find_python 3.11 || command -v python3 || true)
+if [ -z "$PY" ]; then need python3 "Python 3"; need python3-venv "its venv module"; fi
+if [ -n "$PY" ] && ! "$PY" -c 'import venv, ensurepip' 2>/dev/null; then
+  need python3-venv "Python's venv module"
+fi
+# the service tests check the unit with systemd-analyze, systemd-sysusers and systemd-tmpfiles
+if ! command -v systemd-analyze >/dev/null; then need systemd "systemd-analyze for the unit's tests"; fi
+need_java
+need_zookeeper
+if [ ${#need_apt[@]} -gt 0 ]; then
+  install_apt
   PY=$(find_python 3.11 || command -v python3)
 fi
 "$PY" -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "hostbroker needs Python 3.11, found " + sys.version.split()[0])'
@@ -122,5 +204,5 @@ case "$cmd" in
       run_tests ".venv-$v" "${QUICK_TESTS[@]}" || rc=1
     done
     exit $rc ;;
-  *) echo "usage: tools/run.sh serve|test|setup [options]" >&2; exit 2 ;;
+  *) echo "usage: tools/run.sh serve|test|setup|zookeeper [options]" >&2; exit 2 ;;
 esac

@@ -196,6 +196,9 @@ class BrokerConnection:
             try:
                 sock.settimeout(timeout)
                 sock.connect(self.address)
+            except OSError as exc:
+                sock.close()
+                raise _unreachable(self.uri, exc, timeout) from None
             except BaseException:
                 sock.close()
                 raise
@@ -203,9 +206,8 @@ class BrokerConnection:
             # Resolves the host name and tries each address it has.
             try:
                 sock = socket.create_connection(self.address, timeout=timeout)
-            except TimeoutError:
-                raise TimeoutError(f"connecting to {self.uri}: no answer within "
-                                   f"{timeout:g} s") from None
+            except OSError as exc:
+                raise _unreachable(self.uri, exc, timeout) from None
             # Requests are whole frames written at once; Nagle would only
             # hold back the next small one.
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -430,6 +432,21 @@ def _sendmsg_all(sock: socket.socket, parts: Sequence[Buffer]) -> None:
                 break
             sent -= size
             first += 1
+
+
+def _unreachable(uri: str, exc: OSError, timeout: float) -> OSError:
+    """``exc`` (a failed connect to ``uri``) again, of the same class and errno, saying
+    in its one line which broker could not be reached and why, reason first: a
+    producer's or a Spark task's error then names the URI."""
+    if isinstance(exc, TimeoutError):
+        return TimeoutError(f"connecting to {uri}: no answer within {timeout:g} s")
+    reason = exc.strerror or str(exc)
+    if exc.errno is not None:
+        reason = f"[Errno {exc.errno}] {reason}"
+    named = type(exc)(f"cannot reach {uri}: {reason}")
+    named.errno = exc.errno  # strerror stays None: str() is the line above
+    named.broker_uri, named.broker_reason = uri, exc.strerror or str(exc)
+    return named
 
 
 def connect(uri: str, **options: Any) -> BrokerConnection:

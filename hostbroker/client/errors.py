@@ -145,7 +145,8 @@ class DeliveryFailure:
 
     def __repr__(self) -> str:
         return (f"DeliveryFailure({self.topic!r}, {self.partition!r},"
-                f" {len(self.values)} messages, {self.error!r})")
+                f" {len(self.values)} message{'' if len(self.values) == 1 else 's'},"
+                f" {self.error!r})")
 
 
 class DeliveryError(ProducerError):
@@ -163,7 +164,12 @@ class DeliveryError(ProducerError):
                               if message_count is None else message_count)
         first = self.failures[0].error if self.failures else None
         code = getattr(first, "code", None)
-        where = (f"; first: {self.failures[0].topic}/{self.failures[0].partition}: {first}"
-                 if first is not None else "")
-        super().__init__(f"{self.message_count} messages not delivered{where}",
+        where = ""
+        if first is not None:
+            failed = self.failures[0]
+            # no partition: the failure came before one was chosen (the topic's metadata)
+            at = failed.topic if failed.partition is None else f"{failed.topic}/{failed.partition}"
+            where = f"; first: {at}: {first}"
+        count = self.message_count
+        super().__init__(f"{count} message{'' if count == 1 else 's'} not delivered{where}",
                          code if isinstance(code, ErrorCode) else None)

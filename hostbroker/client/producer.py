@@ -361,9 +361,9 @@ class Producer(AsyncQueue):
             try:
                 if not self._idle.wait_for(
                         lambda: self._ended == self._taken + self._queued, timeout):
+                    left = self._taken + self._queued - self._ended
                     raise TimeoutError(
-                        f"flush: {self._taken + self._queued - self._ended} messages still"
-                        " outstanding"
+                        f"flush: {left} message{'' if left == 1 else 's'} still outstanding"
                         f" after {timeout}s")
             finally:
                 self._flushers -= 1

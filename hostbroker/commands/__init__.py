@@ -92,9 +92,10 @@ def check_topic(topic: str) -> str:
     return topic
 
 
-def plural(count: int, noun: str) -> str:
-    """``"1 message"``, ``"2 messages"``."""
-    return f"{count:,} {noun}{'' if count == 1 else 's'}"
+def plural(count: int, noun: str, nouns: str | None = None) -> str:
+    """``"1 message"``, ``"2 messages"``; ``nouns`` for a plural that is not noun + s
+    (``plural(n, "valid entry", "valid entries")``)."""
+    return f"{count:,} {noun if count == 1 else nouns or noun + 's'}"
 
 
 def key_values(option: str, items: Iterable[str] | None) -> dict[str, str]:
@@ -130,8 +131,11 @@ def describe_error(exc: BaseException, bootstrap: str | None) -> tuple[str, int]
     if isinstance(exc, TimeoutError):
         return "no answer from the broker in time", EXIT_BROKER
     if isinstance(exc, OSError):
-        where = f" at {bootstrap}" if bootstrap else ""
-        return f"cannot reach the broker{where}: {exc.strerror or exc}", EXIT_BROKER
+        # the client's connect names the broker it tried (hostbroker.client.connection)
+        uri = getattr(exc, "broker_uri", None) or bootstrap
+        reason = getattr(exc, "broker_reason", None) or exc.strerror or exc
+        where = f" at {uri}" if uri else ""
+        return f"cannot reach the broker{where}: {reason}", EXIT_BROKER
     return str(exc), EXIT_BROKER
 
 

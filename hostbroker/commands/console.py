@@ -5,7 +5,10 @@ through a :class:`~hostbroker.client.Producer`, async by default. With a key
 separator the part of the line before the first separator is the message's
 key: the log format has no key field, so the key only chooses the partition
 (the same key, the same partition) and is not stored; the message is the
-rest of the line. At the end the producer is flushed; any message not
+rest of the line. A topic that does not exist yet is said in one line on
+stderr before the first message (the broker creates it on that message,
+``auto.create.topics.enable``): a misspelt name does not make a new topic
+unnoticed. At the end the producer is flushed; any message not
 acknowledged is counted and the command exits 1 with one line saying how
 many and why.
 
@@ -22,7 +25,10 @@ partitions, and each commits what it printed of the partitions a rebalance
 takes from it. It stops after
 ``--max-messages``, after ``--timeout-ms`` without a message, or on Ctrl-C
 or SIGTERM, which are normal stops (status 0). A closed stdout (``| head``)
-stops it quietly.
+stops it quietly. A topic the broker does not have is an error (one line,
+status 1) without ``--group``; with it the member waits for the topic, as a
+Kafka consumer does, after one line on stderr saying so (a misspelt name
+would otherwise wait forever without a word).
 
 Cluster mode (``--zookeeper HOST:PORT[,...][/CHROOT]`` instead of
 ``--bootstrap``): ``produce`` sends through a producer that finds the
@@ -197,6 +203,11 @@ def produce(topic: str, *, key_separator: str | None = None, compression: str | 
         "batch.size": batch_size,
     }, CONSOLE_PRODUCER_DEFAULTS)
     producer = make_producer(config, bootstrap, zookeeper)
+    try:
+        _say_if_new(producer, topic, bootstrap, err)
+    except BaseException:
+        producer.close()
+        raise
     separator = key_separator.encode() if key_separator is not None else None
     rejected: list[str] = []
     failed: list[DeliveryError] = []
@@ -221,6 +232,29 @@ def produce(topic: str, *, key_separator: str | None = None, compression: str | 
         except DeliveryError as exc:  # async mode: whatever the queue could not deliver
             failed.append(exc)
     return _produce_status(sent, rejected, failed, err)
+
+
+def _say_if_new(producer, topic: str, bootstrap: str, err: TextIO) -> None:
+    """One line on stderr when ``topic`` does not exist yet: the first message makes the
+    broker create it (``auto.create.topics.enable``), which a misspelt name should not
+    do unnoticed. Cluster mode asks the producer's picture of ZooKeeper, else METADATA."""
+    from hostbroker.client.simple import SimpleClient
+    from hostbroker.errors import ErrorCode
+
+    pairs = producer.partitions_for(topic)
+    if pairs is None:
+        try:
+            with SimpleClient(bootstrap, client_id="hostbroker-console-producer") as client:
+                (found,) = client.metadata([topic]).topics
+        except OSError:
+            return  # no broker to ask: the producer's failure will say so, naming it
+        missing = found.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    else:
+        missing = not pairs
+    if missing:
+        print(f"hostbroker produce: topic {topic} does not exist; the first message creates "
+              "it with the broker's default partitions (auto.create.topics.enable, "
+              "num.partitions), unless the broker refuses", file=err, flush=True)
 
 
 def make_producer(config: dict, bootstrap: str | None, zookeeper: str | None,
@@ -323,12 +357,38 @@ def consume(topic: str, *, from_beginning: bool = False, group: str | None = Non
             return _consume_cluster(topic, group, from_beginning, timeout_ms, config, zookeeper,
                                     output)
         if group is not None:
+            if not topic_exists(topic, bootstrap=bootstrap):
+                _say_waiting(topic)
             return _consume_group(topic, group, from_beginning, timeout_ms, config, output,
                                   bootstrap=bootstrap)
         return _consume_partitions(topic, from_beginning, timeout_ms, partition, offset, config,
                                    bootstrap, output)
     except InvalidEntryError as exc:
         raise CommandError(f"{exc} (--skip-bad-messages skips it)") from None
+
+
+def topic_exists(topic: str, *, bootstrap: str | None = None, zookeeper: str | None = None,
+                 wait_ms: int = 6000) -> bool:
+    """Whether the broker at ``bootstrap`` has ``topic`` (METADATA), or, in cluster mode,
+    a live broker registered it in ``zookeeper``."""
+    if zookeeper is not None:
+        from hostbroker.cluster.discovery import read_snapshot
+
+        with zookeeper_session(zookeeper, "--zookeeper", wait_ms) as client:
+            return bool(read_snapshot(client).partitions(topic))
+    from hostbroker.client.simple import SimpleClient
+    from hostbroker.errors import ErrorCode
+
+    with SimpleClient(bootstrap, client_id="hostbroker-console-consumer") as client:
+        (found,) = client.metadata([topic]).topics
+    return found.error_code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def _say_waiting(topic: str) -> None:
+    # A group member waits for its topic, as a Kafka consumer does (a pipeline may start
+    # its consumers first); a misspelt name would wait forever without this line.
+    print(f"hostbroker consume: no topic {topic} yet; waiting for it (Ctrl-C stops; "
+          "--timeout-ms gives up)", file=sys.stderr, flush=True)
 
 
 def topic_partitions(client, topic: str) -> list[int]:
@@ -417,18 +477,18 @@ def _consume_cluster(topic, group, from_beginning, timeout_ms, config, zookeeper
     """``consume --zookeeper``: in ``group``, or in a group of its own that keeps nothing."""
     import uuid
 
-    if group is not None:
-        return _consume_group(topic, group, from_beginning, timeout_ms, config, output,
-                              zookeeper=zookeeper)
     from hostbroker.client.group import GROUP_SETTINGS
     from hostbroker.client.settings import resolve
-    from hostbroker.cluster.discovery import read_snapshot
 
     wait = resolve(GROUP_SETTINGS, config)["zookeeper.connection.timeout.ms"]
-    with zookeeper_session(zookeeper, "--zookeeper", wait) as client:
-        # As standalone, a topic that is not there is an error.
-        if not read_snapshot(client).partitions(topic):
-            raise CommandError(f"no topic {topic} (no live broker registered it in ZooKeeper)")
+    exists = topic_exists(topic, zookeeper=zookeeper, wait_ms=wait)
+    if group is not None:
+        if not exists:
+            _say_waiting(topic)
+        return _consume_group(topic, group, from_beginning, timeout_ms, config, output,
+                              zookeeper=zookeeper)
+    if not exists:  # as standalone, without a group a topic that is not there is an error
+        raise CommandError(f"no topic {topic} (no live broker registered it in ZooKeeper)")
     own = f"hostbroker-console-{uuid.uuid4().hex[:12]}"
     return _consume_group(topic, own, from_beginning, timeout_ms, config, output,
                           zookeeper=zookeeper, commit=False)

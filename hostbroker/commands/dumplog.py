@@ -36,7 +36,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TextIO
 
-from hostbroker.commands import EXIT_INVALID_LOG, EXIT_OK, usage_error
+from hostbroker.commands import EXIT_INVALID_LOG, EXIT_OK, plural, usage_error
 from hostbroker.log.message import (
     CODEC_GZIP,
     CODEC_NAMES,
@@ -106,7 +106,7 @@ def walk(buf, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> Iterator[En
     pos = 0
     while pos < size:
         if size - pos < LENGTH_SIZE:
-            yield Entry(pos, None, False, f"partial length field ({size - pos} bytes left)")
+            yield Entry(pos, None, False, f"partial length field ({plural(size - pos, 'byte')} left)")
             return
         (length,) = _LENGTH.unpack_from(view, pos)
         if length < MIN_LENGTH_V0:
@@ -187,18 +187,21 @@ class _Printer:
         if self.as_json:
             print(json.dumps({"type": "summary", **fields}), file=self.out)
             return
-        counts = f"{fields['valid_entries']} valid entries"
+        counts = plural(fields['valid_entries'], "valid entry", "valid entries")
         if "messages" in fields:
-            counts += f", {fields['messages']} messages"
+            counts += f", {plural(fields['messages'], 'message')}"
         if "problem" not in fields:
-            line = f"valid: all {fields['size']} bytes, {counts}"
+            line = f"valid: all {plural(fields['size'], 'byte')}, {counts}"
         else:
             after = fields["size"] - fields["valid_bytes"]
             line = (f"not valid from byte {fields['valid_bytes']} (offset "
                     f"{fields['invalid_from_offset']}): {fields['problem']}; {counts} "
-                    f"({fields['valid_bytes']} bytes) before it, {after} bytes from there")
+                    f"({plural(fields['valid_bytes'], 'byte')}) before it, "
+                    f"{plural(after, 'byte')} from there")
         if fields.get("unreadable_wrappers"):
-            line += f"; {fields['unreadable_wrappers']} compressed wrappers do not open"
+            wrappers = fields["unreadable_wrappers"]
+            line += (f"; {plural(wrappers, 'compressed wrapper')} "
+                     f"{'does' if wrappers == 1 else 'do'} not open")
         print(line, file=self.out)
 
     def record(self, kind: str, fields: dict, payload=None, indent: str = "") -> None:

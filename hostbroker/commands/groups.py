@@ -14,7 +14,11 @@ time) and is refused while the group has a registered member.
 With ``--bootstrap`` (standalone) the offsets are the ones the broker keeps
 (OFFSET_FETCH / OFFSET_COMMIT); ``list`` prints the groups with members
 (LIST_GROUPS; a group with only committed offsets is not listed: no request
-lists the offsets store); ``describe`` and ``reset-offsets`` are given the topics. ``describe`` also
+lists the offsets store); ``reset-offsets`` is given the topic, ``describe``
+the topics or, without them, takes those the members hold streams of (a
+subscribed topic the broker lacks is said and left out, a name no topic can
+have never asked for); a group with neither members nor committed offsets
+is a command error. ``describe`` also
 shows what the broker's group coordinator holds (DESCRIBE_GROUP,
 docs/spec/groups.md) for a group with members: its phase and generation,
 each member (id, client id, session timeout) and, per partition, the
@@ -132,8 +136,10 @@ def _client(bootstrap: str):
     return SimpleClient(check_bootstrap(bootstrap), client_id="hostbroker-groups")
 
 
-def _standalone_partitions(client, topics: list[str]) -> dict[str, list]:
-    """topic -> its MetadataPartitions; a topic the broker does not know is a command error."""
+def _standalone_partitions(client, topics: list[str], missing: list[str] | None = None
+                           ) -> dict[str, list]:
+    """topic -> its MetadataPartitions; a topic the broker does not know is a command error,
+    or, given ``missing``, added to it and left out."""
     from hostbroker.errors import ErrorCode
 
     if not topics:
@@ -141,9 +147,20 @@ def _standalone_partitions(client, topics: list[str]) -> dict[str, list]:
     found = {}
     for topic in client.metadata([check_topic(t) for t in topics]).topics:
         if topic.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
-            raise CommandError(f"no topic {topic.topic}")
+            if missing is None:
+                raise CommandError(f"no topic {topic.topic}")
+            missing.append(topic.topic)
+            continue
         found[topic.topic] = sorted(topic.partitions, key=lambda p: p.partition)
     return found
+
+
+def _legal(topic: str) -> bool:
+    try:
+        check_topic(topic)
+    except CommandError:
+        return False
+    return True
 
 
 def _committed(client, group: str, keys: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
@@ -211,16 +228,51 @@ def _member_json(member) -> dict:
                             "partitions": list(a.partitions)} for a in member.assignment]}
 
 
+def _subscribed(state) -> list[str]:
+    """The topics the members of a DESCRIBE_GROUP answer have streams of, sorted; a
+    name no topic can have (any member subscribes to what it likes) left out."""
+    if state is None:
+        return []
+    return sorted(t for t in {a.topic for m in state.members for a in m.assignment}
+                  if _legal(t))
+
+
 def describe_standalone(group: str, topics: list[str], *, as_json: bool = False,
-                        bootstrap: str = DEFAULT_BOOTSTRAP, out: TextIO = sys.stdout) -> int:
-    """Committed offset, log end and lag of ``group`` on every partition of ``topics``,
-    with the members and owners the broker's group coordinator holds."""
-    with _client(bootstrap) as client:
-        held = _standalone_partitions(client, topics)
-        keys = [(t, p.partition) for t in sorted(held) for p in held[t]]
-        committed = _committed(client, group, keys)
+                        bootstrap: str = DEFAULT_BOOTSTRAP, out: TextIO = sys.stdout,
+                        err: TextIO = sys.stderr) -> int:
+    """Committed offset, log end and lag of ``group`` on every partition of ``topics``
+    (without topics, those its members subscribe to), with the members and owners the
+    broker's group coordinator holds. A group the broker knows nothing of (no member,
+    no committed offset of those topics) is a command error."""
+    check_bootstrap(bootstrap)
+    topics = [check_topic(t) for t in topics]
     state = _coordinator_state(bootstrap, group)
     members = list(state.members) if state is not None else []
+    given = bool(topics)
+    if not topics:
+        topics = _subscribed(state)
+        if not topics and members:
+            raise CommandError(f"group {group} is rebalancing ({state.phase}): its members "
+                               "hold no streams yet; try again, or name its topics with --topic")
+        if state is None:
+            raise usage_error(f"the broker at {bootstrap} does not serve consumer groups: "
+                              "name the group's topics with --topic")
+        if not topics:
+            raise CommandError(f"no group {group} with members on the broker at {bootstrap}; "
+                               "for offsets committed by a group without members, name its "
+                               "topics with --topic")
+    missing: list[str] = []
+    with _client(bootstrap) as client:
+        # a topic a member subscribes to need not exist: said, and left out
+        held = _standalone_partitions(client, topics, None if given else missing)
+        keys = [(t, p.partition) for t in sorted(held) for p in held[t]]
+        committed = _committed(client, group, keys)
+    if missing:
+        print(f"hostbroker groups describe: no topic {', '.join(missing)} on the broker "
+              f"(subscribed to by group {group})", file=err)
+    if not members and not committed:
+        raise CommandError(f"no group {group} on the broker at {bootstrap}: no members, and no "
+                           f"offset committed on {', '.join(sorted(held))}")
     owners = {(a.topic, p): f"{m.member_id}-{a.stream}"
               for m in members for a in m.assignment for p in a.partitions}
     rows = [Row(t, -1, p.partition, owners.get((t, p.partition)),

@@ -300,8 +300,9 @@ def mirror(*, source: str | None = None, destination: str | None = None, topics_
         print(f"hostbroker mirror: {line}", file=err)
         return EXIT_BROKER
     topics = sorted({key[0] for key in state.committed})
-    print(f"mirrored {plural(state.count, 'message')} of {', '.join(topics) or 'no topic'} "
-          f"from {src.name} to {dst.name}", file=out)
+    of = f" of {', '.join(topics)}" if topics else ""
+    print(f"mirrored {plural(state.count, 'message')}{of} from {src.name} to {dst.name}",
+          file=out)
     return EXIT_OK
 
 

@@ -84,10 +84,25 @@ class RecoveryStats:
         return RecoveryStats(*(a + b for a, b in zip(astuple(self), astuple(other))))
 
     def __str__(self) -> str:
-        return (f"{self.partitions} partitions recovered ({self.full_scans} from their first "
-                f"segment): scanned {self.segments_scanned} segments ({self.bytes_scanned} "
-                f"bytes), trusted {self.segments_skipped} segments ({self.bytes_skipped} bytes) "
-                "below recovery points")
+        return (f"{_count(self.partitions, 'partition')} recovered ({self.full_scans} from "
+                f"their first segment): scanned {_count(self.segments_scanned, 'segment')} "
+                f"({_count(self.bytes_scanned, 'byte')}), trusted "
+                f"{_count(self.segments_skipped, 'segment')} "
+                f"({_count(self.bytes_skipped, 'byte')}) below recovery points")
+
+
+    def line(self, path: str) -> str:
+        """The one line a writer prints after recovering the log dir ``path``."""
+        return (f"recovered {_count(self.partitions, 'partition')} of log dir {path} after an "
+                f"unclean shutdown ({self.full_scans} from their first segment): scanned "
+                f"{_count(self.segments_scanned, 'segment')} "
+                f"({_count(self.bytes_scanned, 'byte')}), trusted "
+                f"{_count(self.segments_skipped, 'segment')} "
+                f"({_count(self.bytes_skipped, 'byte')}) below recovery points")
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def first_to_scan(path: str, bases: list[int], sizes: list[int], recovery_point: int) -> int:
@@ -130,9 +145,9 @@ def recover(path: str, bases: list[int], sizes: list[int], max_message_bytes: in
             # Its pages may still be only in the page cache of a process that died.
             sync_file(segment)
             continue
-        log.warning("%s: valid data ends at offset %d; truncating %d bytes and removing %d "
-                    "later segments", path, base + valid, sizes[index] - valid,
-                    len(bases) - index - 1)
+        log.warning("%s: valid data ends at offset %d; truncating %s and removing %s",
+                    path, base + valid, _count(sizes[index] - valid, "byte"),
+                    _count(len(bases) - index - 1, "later segment"))
         _cut(path, bases, index, valid)
         kept_bases, kept_sizes = bases[:index + 1], sizes[:index] + [valid]
         break
@@ -157,9 +172,10 @@ def verify_tail(path: str, bases: list[int], sizes: list[int], max_message_bytes
     valid = valid_segment_length(segment, max_message_bytes, start)
     if valid == size:
         return bases, sizes
-    log.warning("%s: %s ends with %d bytes that are not whole valid entries (after a clean "
+    log.warning("%s: %s ends with %s that %s not whole valid entries (after a clean "
                 "shutdown that recorded the log end at %s); truncating the log to offset %d",
-                path, segment_filename(base), size - valid,
+                path, segment_filename(base), _count(size - valid, "byte"),
+                "is" if size - valid == 1 else "are",
                 "an unknown offset" if clean_end is None else clean_end, base + valid)
     _cut(path, bases, len(bases) - 1, valid)
     return bases, sizes[:-1] + [valid]

@@ -13,6 +13,7 @@ take it (docs/spark.md). The package's parts:
 - ``source``    the DataSource and its batch reader
 - ``stream``    the streaming reader (read limits, Trigger.AvailableNow)
 - ``writer``    batch and streaming writers (Arrow in, the client's producer out)
+- ``errors``    what those three raise, as Spark shows it: one frame, the reason first
 - ``session``   a SparkSession set up for this host (local IP, worker Python)
 - ``loader``    ``hostbroker load``: topics to files, exactly once
 

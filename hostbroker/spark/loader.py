@@ -195,6 +195,7 @@ _PY_ERROR = re.compile(r"^\s*(?:[\w.]+\.)?(\w*(?:Error|Exception|Failed)): (.+)$
 _JAVA_PREFIX = re.compile(r"^(?:[\w$]+\.)+[\w$]+(?:Exception|Error): ")
 _ERROR_CLASS = re.compile(r"^\[[A-Z_.]+\]\s*")
 _SQLSTATE = re.compile(r"\s*SQLSTATE: \w+|\s+$")
+_SAYS_WHAT = ("cannot reach ", "hostbroker data source: ")
 
 
 def one_line(text: str) -> tuple[str, bool]:
@@ -202,8 +203,10 @@ def one_line(text: str) -> tuple[str, bool]:
 
     An option the data source refused is named as the source named it. A
     Python traceback (from the source, on the driver or in a task) gives its
-    ``SomeError: message`` line (of the first traceback in the text). Otherwise the first line, without a
-    Java class name or Spark's ``[ERROR_CLASS]`` in front.
+    ``SomeError: message`` line (of the first traceback in the text), without the
+    class when the message says what it is (``cannot reach URI: ...``, ``hostbroker
+    data source: ...``). Otherwise the first line, without a Java class name or
+    Spark's ``[ERROR_CLASS]`` in front.
     """
     found = _OPTION_LINE.search(text)
     if found:
@@ -213,7 +216,10 @@ def one_line(text: str) -> tuple[str, bool]:
         for line in reversed(section.splitlines()):
             match = _PY_ERROR.match(line)
             if match:
-                return _SQLSTATE.sub("", f"{match.group(1)}: {match.group(2)}")[:500], False
+                said = match.group(2)
+                if not said.startswith(_SAYS_WHAT):
+                    said = f"{match.group(1)}: {said}"
+                return _SQLSTATE.sub("", said)[:500], False
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     first = lines[0] if lines else "the query failed"
     first = _ERROR_CLASS.sub("", _JAVA_PREFIX.sub("", first))

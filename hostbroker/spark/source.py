@@ -24,6 +24,7 @@ from pyspark.sql.types import StructType
 from hostbroker.spark import FORMAT
 from hostbroker.spark.arrow import read_range
 from hostbroker.spark.cluster import make_planner
+from hostbroker.spark.errors import shallow, shallow_iter
 from hostbroker.spark.options import ReadOptions, check_known, read_options, write_options
 from hostbroker.spark.planning import Range
 
@@ -35,6 +36,7 @@ CLUSTER_SCHEMA = ("topic string, broker int, partition int, offset long, next_of
 class HostbrokerDataSource(DataSource):
     """Topics of hostbroker brokers as rows of :data:`SCHEMA` (docs/spark.md)."""
 
+    @shallow
     def __init__(self, options):
         super().__init__(options)
         check_known(self.options)
@@ -49,19 +51,23 @@ class HostbrokerDataSource(DataSource):
     def _keys(self) -> set[str]:
         return {key.lower() for key in self.options}
 
+    @shallow
     def reader(self, schema: StructType) -> DataSourceReader:
         return BatchReader(read_options(self.options, streaming=False))
 
+    @shallow
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from hostbroker.spark.stream import StreamReader
 
         return StreamReader(read_options(self.options, streaming=True))
 
+    @shallow
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from hostbroker.spark.writer import BatchWriter
 
         return BatchWriter(write_options(self.options, streaming=False), schema, overwrite)
 
+    @shallow
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         from hostbroker.spark.writer import StreamWriter
 
@@ -91,9 +97,10 @@ class BatchReader(DataSourceReader):
     def __init__(self, opts: ReadOptions):
         self.opts = opts
 
+    @shallow
     def partitions(self) -> Sequence[InputPartition]:
         with make_planner(self.opts) as planner:
             return [RangePartition(rng) for rng in planner.plan()]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        return read_partition(partition, self.opts)
+        return shallow_iter(read_partition(partition, self.opts))

@@ -42,6 +42,7 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadM
                                               SupportsTriggerAvailableNow)
 
 from hostbroker.spark.cluster import ClusterPlanner, make_planner
+from hostbroker.spark.errors import shallow, shallow_iter
 from hostbroker.spark.options import ReadOptions, parse_part, part_name
 from hostbroker.spark.planning import (DataLossError, Key, PartitionState, Planner, key_name,
                                        part_of)
@@ -116,6 +117,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return from_offsets(offsets, self.opts.cluster)
 
     # -- offsets -------------------------------------------------------------
+    @shallow
     def initialOffset(self) -> Offsets:
         states = self._states()
         starts = self.planner.resolve(states, "start")
@@ -127,9 +129,11 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return ReadMaxBytes(self.opts.max_bytes_per_trigger)
         return ReadAllAvailable()
 
+    @shallow
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = {key: state.log_end for key, state in self._states().items()}
 
+    @shallow
     def reportLatestOffset(self) -> Offsets:
         return to_offsets({key: state.log_end for key, state in self._states().items()})
 
@@ -150,6 +154,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         or on a broker of the cluster that is away."""
         return not self._subscribed(key) or self.planner.absent(key)
 
+    @shallow
     def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
         states = self._states()
         begin = self._positions(start)
@@ -193,6 +198,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return to_offsets(out)
 
     # -- batches -------------------------------------------------------------
+    @shallow
     def partitions(self, start: Offsets, end: Offsets) -> Sequence[InputPartition]:
         begin = self._positions(start)
         finish = self._positions(end)
@@ -223,7 +229,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [RangePartition(rng) for rng in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        return read_partition(partition, self.opts)
+        return shallow_iter(read_partition(partition, self.opts))
 
     def commit(self, end: Offsets) -> None:
         """Nothing to do: the offsets live in Spark's checkpoint."""

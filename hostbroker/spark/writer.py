@@ -55,6 +55,7 @@ from hostbroker.client.cluster import Cluster
 from hostbroker.client.errors import DeliveryError, ProducerError
 from hostbroker.client.producer import Producer, ProducerCallbacks
 from hostbroker.errors import ConfigError, ErrorCode
+from hostbroker.spark.errors import shallow
 from hostbroker.spark.options import OptionError, WriteOptions
 
 log = logging.getLogger(__name__)
@@ -190,7 +191,8 @@ def describe(summary: WriteSummary) -> str:
     """``N messages (B bytes): t/0 n, t/1 n`` for a log line."""
     verb = "acknowledged" if summary.acknowledged else "sent (acks=0: not acknowledged)"
     parts = ", ".join(f"{t}/{p} {c[0]}" for (t, p), c in sorted(summary.counts.items()))
-    return (f"{summary.messages} messages ({summary.bytes} bytes) {verb}"
+    return (f"{summary.messages} message{'' if summary.messages == 1 else 's'} "
+            f"({summary.bytes} byte{'' if summary.bytes == 1 else 's'}) {verb}"
             + (f": {parts}" if parts else ""))
 
 
@@ -269,10 +271,12 @@ class _Task:
             self.producer.close()
         except DeliveryError as exc:
             first = exc.failures[0] if exc.failures else None
-            where = f"{first.topic}/{first.partition}" if first is not None else "a topic"
-            raise self._failed(where, exc) from exc
+            if first is None:
+                raise self._failed("a topic", str(exc), exc.message_count) from exc
+            where = first.topic if first.partition is None else f"{first.topic}/{first.partition}"
+            raise self._failed(where, str(first.error), exc.message_count) from exc
         except ProducerError as exc:
-            raise self._failed("the brokers", exc) from exc
+            raise self._failed("the brokers", str(exc), None) from exc
         finally:
             if self._cluster is not None:
                 self._cluster.close()
@@ -284,9 +288,11 @@ class _Task:
         except Exception:  # noqa: BLE001 - the error that stopped the task says more
             pass
 
-    def _failed(self, where: str, exc: BaseException) -> WriteError:
-        return WriteError(f"{PREFIX}write to {where} failed: {exc}; this task had "
-                          f"{describe(self.tally.snapshot())} (they stay in the log: delivery "
+    def _failed(self, where: str, reason: str, lost: int | None) -> WriteError:
+        """The reason first (a connection's names the broker), then what it cost."""
+        count = "" if lost is None else f"{lost} message{'' if lost == 1 else 's'} not delivered; "
+        return WriteError(f"{PREFIX}write to {where} failed: {reason} ({count}this task had "
+                          f"{describe(self.tally.snapshot())}, which stay in the log: delivery "
                           f"is at least once)")
 
     def _where(self, row: int) -> str:
@@ -422,12 +428,15 @@ class _Task:
         except Exception as exc:
             self.abandon()
             where = f"{topic}/{partition}" if isinstance(partition, int) else topic
-            raise self._failed(where, exc) from exc
+            if isinstance(exc, DeliveryError) and exc.failures:
+                raise self._failed(where, str(exc.failures[0].error), exc.message_count) from exc
+            raise self._failed(where, str(exc), None) from exc
 
 
 class _Writer:
     """What the batch and the stream writer share: the checks and ``write``."""
 
+    @shallow
     def __init__(self, opts: WriteOptions, schema: StructType, overwrite: bool,
                  streaming: bool):
         check_mode(overwrite, streaming)
@@ -435,6 +444,7 @@ class _Writer:
         self.brokers = check_producer(opts)
         self.opts = opts
 
+    @shallow
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteSummary:
         task = _Task(self.opts, self.columns, self.brokers)
         try:

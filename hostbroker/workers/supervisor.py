@@ -346,6 +346,7 @@ class Supervisor:
                     self.spawn(kind, index)
             self._wait_ready(group)
         self.board.set_broker_state(procs.BROKER_RUNNING)
+        self.serving_since = time.monotonic()
         systemd.notify("READY=1\nSTATUS=serving")
         held = self.config["cpu.wakeup.latency.us"]
         print(f"hostbroker: serving {', '.join(self.config.listeners)}; "
@@ -378,6 +379,8 @@ class Supervisor:
             time.sleep(0.01)
 
     halt_reason: str | None = None
+    serving_since: float | None = None  # monotonic time the broker said it was serving
+    killed = False  # a worker did not stop in time at shutdown
     refused = False  # a worker exited EXIT_REFUSED, having said why
     cpu_latency_fd: int | None = None  # holds cpu.wakeup.latency.us (hostbroker.cpulatency)
     lease_fd: int | None = None  # this run's shared-memory lease (hostbroker.shm.region)
@@ -585,12 +588,17 @@ class Supervisor:
                         if key in self.pids:
                             print(f"hostbroker: {key[0]} {key[1]} did not stop; killing it",
                                   file=sys.stderr, flush=True)
+                            self.killed = True
                             self._signal(self.pids[key], signal.SIGKILL)
                     deadline = time.monotonic() + 5
                 time.sleep(0.01)
         self.cleanup()
         if self.halt_reason:
             print(f"hostbroker: {self.halt_reason}", file=sys.stderr, flush=True)
+        elif self.serving_since is not None and not self.killed and not self.exit_code:
+            served = _duration(time.monotonic() - self.serving_since)
+            print(f"hostbroker: stopped cleanly after serving for {served}",
+                  file=sys.stderr, flush=True)
         return self.exit_code
 
     def cleanup(self) -> None:
@@ -621,12 +629,26 @@ class Supervisor:
             self.cpu_latency_fd = None
 
 
+def _duration(seconds: float) -> str:
+    """``"4.2 s"``, ``"12 min 5 s"``, ``"3 h 7 min"``: how long a broker served."""
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min {secs} s"
+    return f"{minutes // 60} h {minutes % 60} min"
+
+
 def serve(config: Config) -> int:
     """Run the broker in the foreground until SIGTERM/SIGINT; return the exit code."""
     supervisor = Supervisor(config)
     try:
-        supervisor.prepare()
-        supervisor.start()
+        try:
+            supervisor.prepare()
+            supervisor.start()
+        except KeyboardInterrupt:
+            # Ctrl-C before start() queues signals: a stop asked for, as after it
+            raise StoppedWhileStarting("stopped while starting") from None
     except (StartError, ConfigError) as e:
         if str(e):
             print(f"hostbroker: {e}", file=sys.stderr, flush=True)

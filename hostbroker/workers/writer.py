@@ -132,7 +132,7 @@ class WriterWorker(Appends, Polls, Cleanup, Worker):
         self.next_retention_ms = now_ms() + self.config["log.retention.check.interval.ms"]
         self.next_checkpoint_ms = now_ms() + self.config["log.flush.offset.checkpoint.interval.ms"]
         if self.logdir is not None and self.logdir.recovery_stats.partitions:
-            print(f"hostbroker: {self.name} recovered {self.path}: {self.logdir.recovery_stats}",
+            print(f"hostbroker: {self.name} {self.logdir.recovery_stats.line(self.path)}",
                   file=sys.stderr, flush=True)
         self.flusher.start()
         self.board.set_state(self.slot, procs.WORKER_READY)

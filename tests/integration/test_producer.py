@@ -495,7 +495,7 @@ def test_close_that_times_out_still_closes_the_connections(served):
     producer.flush(30)  # the connections are open now
     gate.clear()
     producer.send(topic, b"held")  # the sending thread waits in the partitioner
-    with pytest.raises(TimeoutError, match="1 messages still outstanding"):
+    with pytest.raises(TimeoutError, match="1 message still outstanding"):
         producer.close(timeout=0.2)
     gate.set()
     producer._thread.join(30)
@@ -516,7 +516,7 @@ def test_async_callback_that_flushes_stops_the_producer_instead_of_hanging(serve
 
     producer = Producer(served.unix, producer_type="async", batch_size=1, callbacks=Flushes())
     producer.send(topic, b"m")
-    with pytest.raises(DeliveryError, match="1 messages not delivered"):
+    with pytest.raises(DeliveryError, match="1 message not delivered"):
         producer.flush(20)
     with pytest.raises(ProducerError, match="sending thread stopped") as info:
         producer.close()

@@ -248,3 +248,10 @@ def test_times_and_spark_errors_in_one_line():
                                 True)
     assert one_line("org.apache.spark.SparkException: [X_Y] it broke\n\tat a.b(c)") == (
         "it broke", False)
+    # A task's error that names the broker needs no class name in front.
+    refused = ("[STREAM_FAILED] Query terminated with exception: [PYTHON_DATA_SOURCE_ERROR] "
+               "Failed: Traceback (most recent call last):\n  File \"arrow.py\", line 9, in f\n"
+               "ConnectionRefusedError: cannot reach tcp://127.0.0.1:1: [Errno 111] Connection "
+               "refused\n SQLSTATE: 38000")
+    assert one_line(refused) == ("cannot reach tcp://127.0.0.1:1: [Errno 111] Connection refused",
+                                 False)

@@ -132,9 +132,28 @@ def test_bad_inputs_fail_before_any_job(spark, served, schema, rows, options, ma
 
 def test_unknown_topic_fails_the_task_with_the_brokers_error(spark, served):
     df = spark.createDataFrame([("v",)], "value string")
-    with pytest.raises(Exception, match=r"write to nosuch/0 failed: 1 messages not delivered; "
-                                        r"first: nosuch/0: UNKNOWN_TOPIC_OR_PARTITION"):
+    with pytest.raises(Exception, match=r"write to nosuch/0 failed: UNKNOWN_TOPIC_OR_PARTITION"
+                                        r".* \(1 message not delivered; this task had "):
         writer(df, served, topic="nosuch").save()
+
+
+def test_an_unreachable_broker_is_named_first_in_a_short_error(spark, tmp_path):
+    # Before: 9 (task) and 32 (plan) lines of traceback and causes, the reason last, and
+    # a write's naming no broker ("t/None: [Errno 2] No such file or directory").
+    uri = f"unix://{tmp_path}/hb.sock"
+    df = spark.createDataFrame([("v",)], "value string")
+    with pytest.raises(Exception) as written:
+        df.write.format("hostbroker").option("bootstrap", uri).option("topic", "t") \
+            .mode("append").save()
+    with pytest.raises(Exception) as read:
+        spark.read.format("hostbroker").option("bootstrap", uri).option("subscribe", "t") \
+            .load().collect()
+    for failed, ours in [(written, "WriteError: hostbroker data source: write to t failed: "),
+                         (read, "FileNotFoundError: ")]:
+        text = [line for line in str(failed.value).splitlines()
+                if line.strip() and "SQLSTATE" not in line]
+        assert len(text) <= 5, text
+        assert f"{ours}cannot reach {uri}: [Errno 2] No such file or directory" in text[-1], text
 
 
 def test_a_value_too_large_fails_naming_topic_and_size(spark, served):

@@ -1,0 +1,276 @@
+"""What a new user runs into first, as subprocesses against a real ``hostbroker serve``.
+
+A misspelt topic (``consume --group`` waits for nothing, ``produce`` creates it), an
+unknown group, ``groups describe`` without ``--topic``, a broker that is not there,
+and counts said in the right number.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import time
+
+import pytest
+
+from hostbroker.client import DeliveryError, Producer
+from hostbroker.client.coordinator_requests import CoordinatorClient
+from hostbroker.commands.dumplog import dump
+from hostbroker.log.message import encode_message_set
+from hostbroker.log.segments import segment_filename
+from tests.integration.broker import Broker
+from tests.integration.cli import hostbroker, lines, one_line_error, running
+
+
+@pytest.fixture
+def broker(tmp_path):
+    started = Broker(tmp_path).start()
+    yield started
+    try:
+        started.stop(timeout=20)
+    except Exception:  # noqa: BLE001 - already failing; leave nothing running
+        started.kill_tree()
+
+
+def _stable(uri: str, group: str) -> bool:
+    client = CoordinatorClient([uri], timeout=10, client_id="test")
+    try:
+        answer = client.describe_group(group)
+    finally:
+        client.close()
+    return answer.phase == "STABLE" and any(m.assignment for m in answer.members)
+
+
+def _poll(check, seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {seconds} s: {what}")
+        time.sleep(0.1)
+
+
+# -- misspelt topics ------------------------------------------------------------
+
+
+def test_consume_group_of_a_missing_topic_says_it_waits(broker):
+    # Before: it joined the group and waited for the topic without a word.
+    result = hostbroker("consume", "--bootstrap", broker.unix, "--topic", "page_veiws",
+                        "--group", "reports", "--timeout-ms", "1000", timeout=60)
+    assert result.returncode == 0 and result.stdout == b""
+    assert result.stderr.decode() == ("hostbroker consume: no topic page_veiws yet; waiting for "
+                                      "it (Ctrl-C stops; --timeout-ms gives up)\n")
+    with broker.client() as client:
+        (found,) = client.metadata(["page_veiws"]).topics
+    assert found.partitions == ()  # looking did not create it
+    # Waiting is what a pipeline that starts its consumers first relies on.
+    with running("consume", "--bootstrap", broker.unix, "--topic", "later", "--group", "g",
+                 "--from-beginning", "--max-messages", "1") as waiting:
+        assert waiting.stderr.readline().startswith(b"hostbroker consume: no topic later yet")
+        with broker.client() as client:
+            client.create_topic("later", 1)
+            client.produce("later", 0, encode_message_set([b"first"]))
+        out, _ = waiting.communicate(timeout=60)
+    assert (waiting.returncode, out) == (0, b"first\n")
+
+
+def test_produce_to_a_new_topic_says_so_once(broker):
+    with broker.client() as client:
+        client.create_topic("page_views", 2)
+    first = hostbroker("produce", "--bootstrap", broker.unix, "--topic", "page_veiws",
+                       input=b"a\nb\nc\n")
+    assert first.returncode == 0, first.stderr
+    said = first.stderr.decode().splitlines()
+    assert len(said) == 1 and said[0].startswith(
+        "hostbroker produce: topic page_veiws does not exist; the first message creates it")
+    again = hostbroker("produce", "--bootstrap", broker.unix, "--topic", "page_veiws",
+                       input=b"d\n")
+    known = hostbroker("produce", "--bootstrap", broker.unix, "--topic", "page_views",
+                       input=b"e\n")
+    assert (again.returncode, again.stderr, known.returncode, known.stderr) == (0, b"", 0, b"")
+
+
+# -- groups describe ---------------------------------------------------------------
+
+
+def test_groups_describe_of_an_unknown_group_is_an_error(broker):
+    with broker.client() as client:
+        client.create_topic("page_views", 2)
+    named = hostbroker("groups", "describe", "--bootstrap", broker.unix, "--group", "nobody",
+                       "--topic", "page_views")
+    assert one_line_error(named) == (
+        f"hostbroker groups describe: no group nobody on the broker at {broker.unix}: "
+        "no members, and no offset committed on page_views")
+    assert named.returncode == 1
+    bare = hostbroker("groups", "describe", "--bootstrap", broker.unix, "--group", "nobody")
+    assert one_line_error(bare).startswith(
+        f"hostbroker groups describe: no group nobody with members on the broker at "
+        f"{broker.unix}; ")
+    assert bare.returncode == 1
+    as_json = hostbroker("groups", "describe", "--bootstrap", broker.unix, "--group", "nobody",
+                         "--topic", "page_views", "--json")
+    assert as_json.returncode == 1 and as_json.stdout == b""
+
+
+def test_groups_describe_without_topic_shows_what_the_members_subscribe_to(broker):
+    with broker.client() as client:
+        client.create_topic("page_views", 2)
+        client.produce("page_views", 0, encode_message_set([b"x", b"y"]))
+    with running("consume", "--bootstrap", broker.unix, "--topic", "page_views",
+                 "--group", "reports", "--from-beginning"):
+        _poll(lambda: _stable(broker.unix, "reports"), 30, "the consumer holds its streams")
+        result = hostbroker("groups", "describe", "--bootstrap", broker.unix,
+                            "--group", "reports")
+    assert result.returncode == 0, result.stderr
+    shown = lines(result)
+    assert shown[0].startswith("group: reports  generation ")
+    rows = [line.split() for line in shown if line.startswith("page_views")]
+    assert [row[1] for row in rows] == ["0", "1"]
+
+
+# -- a broker that is not there -------------------------------------------------------
+
+
+def test_an_unreachable_broker_is_named_by_the_producer(tmp_path):
+    uri = f"unix://{tmp_path}/hb.sock"
+    producer = Producer(uri, {"producer.type": "sync", "message.send.max.retries": 0})
+    try:
+        with pytest.raises(DeliveryError) as failed:
+            producer.send("events", b"x")
+    finally:
+        producer.close()
+    text = str(failed.value)
+    # Before: "1 messages not delivered; first: events/None: [Errno 2] No such file ..."
+    assert text == (f"1 message not delivered; first: events: cannot reach {uri}: "
+                    "[Errno 2] No such file or directory")
+    result = hostbroker("produce", "--bootstrap", uri, "--topic", "events", input=b"x\n")
+    assert one_line_error(result).startswith(
+        "hostbroker produce: 1 of 1 message not acknowledged (first: events")
+    assert f": cannot reach {uri}: [Errno 2] No such file or directory)" in result.stderr.decode()
+
+
+# -- counts in the right number ---------------------------------------------------------
+
+
+def test_dump_log_says_one_entry_and_one_message(tmp_path):
+    path = tmp_path / segment_filename(0)
+    path.write_bytes(encode_message_set([b"one"]))
+    out = io.StringIO()
+    assert dump([str(path)], out=out) == 0
+    # Before: "1 valid entries"
+    assert out.getvalue().splitlines()[-1].endswith(", 1 valid entry")
+    path.write_bytes(encode_message_set([b"one"]) + b"\x00")
+    out = io.StringIO()
+    assert dump([str(path)], out=out) == 3
+    # Before: "partial length field (1 bytes left)"
+    assert "partial length field (1 byte left); 1 valid entry (" in out.getvalue().splitlines()[-1]
+
+
+def test_mirror_of_nothing_names_no_topic(tmp_path):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "dst").mkdir()
+    source = Broker(tmp_path / "src").start()
+    destination = Broker(tmp_path / "dst").start()
+    try:
+        result = hostbroker("mirror", "--from", source.unix, "--to", destination.unix,
+                            "--topics", "orders.*", "--group", "copier", "--timeout-ms", "300")
+    finally:
+        source.stop(timeout=20)
+        destination.stop(timeout=20)
+    assert result.returncode == 0, result.stderr
+    # Before: "mirrored 0 messages of no topic from ..."
+    assert lines(result) == [f"mirrored 0 messages from {source.unix} to {destination.unix}"]
+
+
+# -- serve: Ctrl-C while starting, a clean stop, a recovery ------------------------------
+
+
+def test_ctrl_c_while_the_configuration_is_read_is_one_line(tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    fifo = tmp_path / "hostbroker.toml"
+    os.mkfifo(fifo)  # a read that waits for a writer: the start-up stays where it is
+    proc = subprocess.Popen([sys.executable, "-m", "hostbroker", "serve", "--config", str(fifo)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL)
+    try:
+        time.sleep(1.5)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    # Before: a KeyboardInterrupt traceback and death by SIGINT.
+    assert (proc.returncode, out, err) == (0, b"", b"hostbroker: stopped while starting\n")
+
+
+def test_a_clean_stop_and_a_recovery_each_say_one_line(tmp_path):
+    broker = Broker(tmp_path).start()
+    try:
+        with broker.client() as client:
+            client.create_topic("t", 2)
+            client.produce("t", 0, encode_message_set([b"x"]))
+        assert broker.stop(timeout=20) == 0
+        stopped = [line for line in broker.log().splitlines() if "stopped cleanly" in line]
+        assert len(stopped) == 1 and stopped[0].startswith(
+            "hostbroker: stopped cleanly after serving for "), broker.log()
+        broker.start()
+        broker.kill_tree()
+        broker.proc = None
+        broker.start()
+    finally:
+        broker.stop(timeout=20)
+    logs = os.path.join(broker.root, "logs")
+    recovered = [line for line in broker.log().splitlines() if "recovered" in line]
+    assert len(recovered) == 1, broker.log()
+    assert recovered[0].startswith(f"hostbroker: hb-writer-0 recovered 2 partitions of log dir "
+                                   f"{logs} after an unclean shutdown"), recovered
+
+
+def test_ctrl_c_while_the_supervisor_prepares_is_one_line(tmp_path):
+    import signal
+    import socket
+    import subprocess
+    import sys
+
+    # A process that holds the listener's socket file and never accepts (hung): the
+    # start's probe of it waits, inside the supervisor's preparation, until Ctrl-C.
+    path = str(tmp_path / "hb.sock")
+    hung = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    hung.bind(path)
+    hung.listen(0)
+    waiting = []
+    while True:  # fill its backlog: the next connect blocks
+        client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        client.setblocking(False)
+        try:
+            client.connect(path)
+        except BlockingIOError:
+            client.close()
+            break
+        waiting.append(client)
+    proc = subprocess.Popen([sys.executable, "-m", "hostbroker", "serve",
+                             "--set", f"listeners=unix://{path}",
+                             "--set", f"log.dirs={tmp_path / 'logs'}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "logs" / ".broker.lock").exists():  # the probe comes after
+            assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read()
+            time.sleep(0.05)
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for client in waiting:
+            client.close()
+        hung.close()
+    # Before: a KeyboardInterrupt traceback from the supervisor's prepare().
+    assert (proc.returncode, out, err) == (0, b"", b"hostbroker: stopped while starting\n")
+    assert os.path.exists(path)  # another's socket: left as it was
