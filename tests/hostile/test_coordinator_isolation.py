@@ -1,13 +1,14 @@
-"""A client that sends the largest JOIN_GROUP the limits allow (issue 34:
-one cost writer 0 seconds of CPU, and its partitions' produces waited
-behind it): the join is the coordinator's work alone (``hb-coordinator``),
-so a produce to the first log dir's partitions meanwhile is answered in a
-small fraction of the join's CPU time.
+"""A client that sends the largest JOIN_GROUPs the limits allow, one after
+the other (issue 34: one cost writer 0 seconds of CPU, and its partitions'
+produces waited behind it): the joins are the coordinator's work alone
+(``hb-coordinator``), so a produce to the first log dir's partitions
+meanwhile is answered in a small fraction of a join's CPU time.
 
-The bound is generous (two shared cores): the worst produce latency seen
-while the joins run must stay under a quarter of the CPU time the
-coordinator spent on them, plus 0.5 s. In one process with the appends
-that produce would have waited the whole join.
+The bounds are generous (two shared cores): the median produce latency seen
+while the joins run must stay under a quarter of the coordinator's CPU time
+per join, and the worst under that time plus 0.5 s. In one process with the
+appends, a produce waits on average half a join when joins come back to
+back.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from tests.integration.broker import Broker
 from tests.integration.coordinator_wire import GroupWire
 from tests.integration.wire_helpers import created_topic, stop_or_kill
 
-JOINS = 2
+JOIN_SECONDS = 3.0  # joins go on, one after the other, at least this long
+MAX_JOINS = 200
 
 
 @pytest.fixture
@@ -43,9 +45,11 @@ def _cpu_s(process: psutil.Process) -> float:
 
 def test_the_largest_join_does_not_hold_up_produces(broker):
     topic = created_topic(broker.tcp)
-    max_topics = Config.build()["group.max.topics.per.member"]
-    subscription = {f"big-{i:04d}": MAX_STREAMS_PER_TOPIC for i in range(max_topics - 1)}
-    subscription[topic] = MAX_STREAMS_PER_TOPIC
+    config = Config.build()
+    max_topics = config["group.max.topics.per.member"]
+    streams = min(MAX_STREAMS_PER_TOPIC, config["group.max.streams"] // max_topics)
+    subscription = {f"big-{i:04d}": streams for i in range(max_topics - 1)}
+    subscription[topic] = streams
     coordinator = psutil.Process(broker.workers()["hb-coordinator"])
     joining = threading.Event()
     done = threading.Event()
@@ -68,18 +72,22 @@ def test_the_largest_join_does_not_hold_up_produces(broker):
     producer = threading.Thread(target=produce, daemon=True)
     producer.start()
     cpu_before = _cpu_s(coordinator)
+    joins = 0
     try:
         with GroupWire(broker.unix, timeout=120) as wire:
             joining.set()
-            for i in range(JOINS):
-                # answered, whatever it says (a tighter bound of the coordinator's
-                # may refuse it): no produce is to wait for it either way
-                wire.join(f"big-group-{i}", subscription, session_ms=30000)
+            until = time.monotonic() + JOIN_SECONDS
+            while joins < MAX_JOINS and (joins == 0 or time.monotonic() < until):
+                answer = wire.join(f"big-group-{joins}", subscription, session_ms=30000)
+                assert answer.error_code == ErrorCode.NONE, answer.error_code  # allowed
+                joins += 1
     finally:
         done.set()
         producer.join(60)
-    join_cpu = _cpu_s(coordinator) - cpu_before
+    per_join = (_cpu_s(coordinator) - cpu_before) / joins
     assert errors == []
-    assert len(latencies) >= 10, (len(latencies), join_cpu)
-    worst = max(latencies)
-    assert worst < 0.5 + join_cpu / 4, (worst, join_cpu, sorted(latencies)[-5:])
+    assert len(latencies) >= 10, (len(latencies), joins, per_join)
+    latencies.sort()
+    median, worst = latencies[len(latencies) // 2], latencies[-1]
+    assert median < per_join / 4, (median, per_join, joins)
+    assert worst < 0.5 + per_join, (worst, per_join, latencies[-5:])
