@@ -281,7 +281,7 @@ class Supervisor:
         remove_stale(plan.shm_prefix)  # our own crashed run's
         AdminLock.remove_stale(plan.token)
         # and those of any broker run that is gone (killed whole, never restarted)
-        sweep_dead_runs(AdminLock.remove_stale)
+        sweep_dead_runs(AdminLock.remove_stale, _report_unswept)
         for kind, producer, consumer in plan.ring_pairs():
             capacity = plan.ring_bytes(kind)
             region = SharedRegion.create(plan.ring_name(kind, producer, consumer),
@@ -627,6 +627,11 @@ class Supervisor:
         if self.cpu_latency_fd is not None:  # the request goes with the last holder
             os.close(self.cpu_latency_fd)
             self.cpu_latency_fd = None
+
+
+def _report_unswept(token: str, reason: str) -> None:
+    print(f"hostbroker: shared memory: cannot remove what the dead broker run {token} "
+          f"left ({reason}); left as it is", file=sys.stderr, flush=True)
 
 
 def _duration(seconds: float) -> str:
