@@ -17,6 +17,7 @@
 # Idempotent: a second run reuses each venv unless pyproject.toml changed, and says nothing
 # about the set-up; a step that has work to do says so in one line on stderr first.
 set -euo pipefail
+caller_dir=$PWD  # options naming paths are relative to where run.sh was started
 cd "$(dirname "$0")/.."
 
 say() { echo "tools/run.sh: $*" >&2; }
@@ -128,7 +129,8 @@ run_zookeeper() {
   while [ $# -gt 0 ]; do
     case "$1" in
       --port) port=${2:?--port needs a number}; shift 2 ;;
-      --data-dir) data=${2:?--data-dir needs a directory}; shift 2 ;;
+      --data-dir) data=${2:?--data-dir needs a directory}; shift 2
+                  if [[ $data != /* ]]; then data=$caller_dir/$data; fi ;;
       *) echo "tools/run.sh zookeeper: unknown option $1 (--port N, --data-dir DIR)" >&2
          exit 2 ;;
     esac
