@@ -264,6 +264,16 @@ def test_others_may_write(tmp_path):
     os.chmod(base / "logs", 0o1770)  # the log dir itself: no sharing at all
     assert files.writable_by_others(str(base / "logs")) is not None
     os.chmod(base / "logs", 0o750)
+    if os.geteuid() != 0:
+        return  # what follows makes files of another user
+    # a link of another user's in the sticky dir: they may point it anywhere later
+    (tmp_path / "real").mkdir(mode=0o755)
+    os.symlink(tmp_path / "real", base / "theirs")
+    os.lchown(base / "theirs", 65534, 65534)
+    assert files.writable_by_others(str(base / "theirs" / "logs")) == \
+        f"{base / 'theirs'} is a symbolic link owned by uid 65534"
+    os.lchown(base / "theirs", 0, 0)
+    assert files.writable_by_others(str(base / "theirs" / "logs")) is None
     os.chown(base / "logs", 65534, 65534)
     assert "owned by uid 65534" in files.writable_by_others(str(base / "logs"))
     os.symlink(base / "logs", tmp_path / "via-link")
