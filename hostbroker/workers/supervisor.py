@@ -133,8 +133,7 @@ def bind_listener(uri: str) -> socket.socket:
             sock.close()
             raise StartError(f"listeners: cannot bind {uri}: {e.strerror or e}") from None
         finally:
-            os.umask(old)
-        os.chmod(path, 0o660)
+            os.umask(old)  # the socket was made 0660 by it: no chmod, which follows a link
     sock.set_inheritable(True)
     return sock
 
