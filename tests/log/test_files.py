@@ -200,13 +200,16 @@ def test_a_linked_segment_or_partition_dir_is_not_followed(tmp_path, victim, wha
     logdir.close()
 
 
-def test_a_link_in_place_of_the_trash_is_not_moved_into(tmp_path):
+def test_a_link_in_place_of_the_trash_is_not_moved_into(tmp_path, caplog):
     path = str(tmp_path / "logs")
     filled(path, clean=True)
     outside = tmp_path / "outside-trash"
     outside.mkdir()
     os.symlink(outside, os.path.join(path, ".trash"))
     logdir = LogDir.open(path, DEFAULTS)
+    said = [r.getMessage() for r in caplog.records if ".trash" in r.getMessage()]
+    assert said == [f"{path}: .trash is a symbolic link, not a directory; removed"]
+    assert not os.path.lexists(os.path.join(path, ".trash"))
     logdir.delete_partition("a", 0)
     logdir.close()
     assert list(outside.iterdir()) == []
