@@ -17,7 +17,7 @@ from hostbroker.log.config import LogConfig
 from hostbroker.log.logdir import CHECKPOINT_FILE, CLEAN_SHUTDOWN_FILE, LOCK_FILE, LogDir
 from hostbroker.log.message import encode_message_set
 from hostbroker.log.offsetstore import COMPACT_SUFFIX, FILENAME, OffsetStore
-from hostbroker.log.partition import PARTITION_FILE
+from hostbroker.log.partition import PARTITION_FILE, PartitionLog
 from tests.log.conftest import read_all
 
 DEFAULTS = LogConfig(segment_bytes=1 << 20, preallocate_bytes=0)
@@ -281,3 +281,20 @@ def test_others_may_write(tmp_path):
     assert "owned by uid 65534" in files.writable_by_others(str(base / "logs"))
     os.symlink(base / "logs", tmp_path / "via-link")
     assert "owned by uid 65534" in files.writable_by_others(str(tmp_path / "via-link"))
+
+
+@pytest.mark.parametrize("what", ["link", "directory"])
+def test_a_roll_replaces_what_is_in_the_new_segments_way(tmp_path, victim, what):
+    config = LogConfig(segment_bytes=64, preallocate_bytes=0)
+    plog = PartitionLog.create(str(tmp_path), "t", 0, 1, {}, config)
+    first = encode_message_set([b"x" * 20])
+    _, end = plog.append(first, 1)
+    in_the_way = plog.segment_path(end)
+    if what == "link":
+        os.symlink(victim(), in_the_way)
+    else:
+        os.makedirs(os.path.join(in_the_way, "inside"))
+    plog.append(encode_message_set([b"y" * 60]), 1)  # past segment.bytes: a roll
+    assert plog.segment_bases == [0, end]
+    assert stat.S_ISREG(os.lstat(in_the_way).st_mode)
+    plog.close()
