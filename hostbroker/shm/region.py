@@ -186,6 +186,7 @@ def _map(shm: posix_ipc.SharedMemory, size: int, readonly: bool) -> mmap.mmap:
 
 def remove_stale(prefix: str) -> list[str]:
     """Unlink every region whose name starts with ``prefix``; return their names.
+    Raises PermissionError for one that is not ours to unlink.
 
     Used by the supervisor at start (regions left by a crashed run) and at
     shutdown. Processes that still map a removed region keep their mapping.
@@ -200,6 +201,8 @@ def remove_stale(prefix: str) -> list[str]:
             posix_ipc.unlink_shared_memory("/" + entry)
         except posix_ipc.ExistentialError:
             continue  # removed concurrently
+        except posix_ipc.PermissionsError:
+            raise PermissionError(f"{SHM_DIR}/{entry} is not ours to remove") from None
         removed.append("/" + entry)
     return removed
 
@@ -271,8 +274,8 @@ def sweep_dead_runs(on_dead: Callable[[str], None] | None = None,
     For each such run: its segments (prefix ``/<token>-``) are unlinked,
     ``on_dead(token)`` removes whatever else it left (the supervisor: its
     System V admin lock), and its lease file goes. Returns the tokens swept.
-    A run that cannot be cleared (``on_dead`` or an unlink raises OSError or
-    a posix_ipc error) keeps its lease file, for the next sweep, and is
+    A run that cannot be cleared (``on_dead`` or an unlink raises OSError)
+    keeps its lease file, for the next sweep, and is
     passed to ``on_error(token, reason)``.
     """
     swept = []
@@ -306,7 +309,7 @@ def sweep_dead_runs(on_dead: Callable[[str], None] | None = None,
                 if on_dead is not None:
                     on_dead(token)
                 os.unlink(path)
-            except (OSError, posix_ipc.Error) as e:
+            except OSError as e:
                 if on_error is not None:
                     on_error(token, str(e) or type(e).__name__)
                 continue

@@ -277,8 +277,12 @@ class Supervisor:
             self.lease_fd = take_lease(plan.token)
         except (OSError, TimeoutError) as e:
             raise StartError(f"shared memory: cannot take this broker's lease: {e}") from None
-        remove_stale(plan.shm_prefix)  # our own crashed run's
-        AdminLock.remove_stale(plan.token)
+        try:
+            remove_stale(plan.shm_prefix)  # our own crashed run's
+            AdminLock.remove_stale(plan.token)
+        except OSError as e:  # someone else's object under our name
+            raise StartError(f"shared memory: cannot remove what this broker's last run "
+                             f"left: {e}") from None
         # and those of any broker run that is gone (killed whole, never restarted)
         sweep_dead_runs(AdminLock.remove_stale, _report_unswept)
         for kind, producer, consumer in plan.ring_pairs():

@@ -144,3 +144,32 @@ def test_a_dead_run_that_cannot_be_cleared_is_reported_and_kept(token):
     assert errors == [(token, f"the semaphore of {token} is not ours")]
     assert os.path.exists(os.path.join(SHM_DIR, token + LEASE_SUFFIX))  # tried again next time
     assert token in sweep_dead_runs() and segments(token) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs a second user")
+def test_a_segment_not_ours_is_a_permission_error(token):
+    """Another user's segment under our name: remove_stale says so as an OSError
+    (the supervisor's one line), never posix_ipc's own exception."""
+    SharedRegion.create(f"/{token}-ring-0", 4096).close()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(read)
+            os.setgid(65534)
+            os.setuid(65534)
+            try:
+                remove_stale(f"/{token}-")
+                os.write(write, b"removed")
+            except PermissionError as e:
+                os.write(write, str(e).encode())
+            except BaseException as e:  # noqa: BLE001 - reported to the parent
+                os.write(write, type(e).__name__.encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    said = os.read(read, 1024).decode()
+    os.close(read)
+    os.waitpid(pid, 0)
+    assert said == f"{SHM_DIR}/{token}-ring-0 is not ours to remove"
+    assert segments(token) == [f"{token}-ring-0"]
