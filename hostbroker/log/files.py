@@ -120,14 +120,6 @@ def read_file(path: str, limit: int) -> bytes:
         os.close(fd)
 
 
-def is_regular(path: str) -> bool:
-    """True when ``path`` is a regular file itself (a link to one is not)."""
-    try:
-        return stat.S_ISREG(os.lstat(path).st_mode)
-    except FileNotFoundError:
-        return False
-
-
 def remove_any(path: str) -> bool:
     """Remove what is at ``path``: a file, a link (not its target) or a whole
     directory; False when there was nothing. Raises OSError."""

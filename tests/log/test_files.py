@@ -24,6 +24,11 @@ DEFAULTS = LogConfig(segment_bytes=1 << 20, preallocate_bytes=0)
 PRECIOUS = b"precious: must stay as it is\n"
 
 
+def is_regular(path: str) -> bool:
+    """A regular file itself at ``path`` (a link to one is not)."""
+    return os.path.lexists(path) and stat.S_ISREG(os.lstat(path).st_mode)
+
+
 @pytest.fixture
 def victim(tmp_path):
     """A file outside every log dir that a planted link points to."""
@@ -149,7 +154,7 @@ def test_a_bad_log_dir_state_file_loses_at_most_its_own_state(tmp_path, victim, 
     logdir.partitions[("a", 0)].append(encode_message_set([b"more"]), 1)
     logdir.close()
     for state in (CHECKPOINT_FILE, CLEAN_SHUTDOWN_FILE, LOCK_FILE):
-        assert files.is_regular(os.path.join(path, state)), state
+        assert is_regular(os.path.join(path, state)), state
     again = LogDir.open(path, DEFAULTS)  # and the next start is clean again
     assert not again.recovered
     assert read_all(again.partitions[("a", 0)])[-1].payload == b"more"
@@ -235,7 +240,7 @@ def test_a_bad_offsets_store_starts_empty_or_keeps_what_is_valid(tmp_path, victi
     store.commit([("g", "t", 0, 7, None)])
     store.compact()  # through the planted .compact's place too
     store.close()
-    assert files.is_regular(os.path.join(path, FILENAME))
+    assert is_regular(os.path.join(path, FILENAME))
     assert OffsetStore.open(path).fetch("g", "t", 0) == (7, None)
 
 
