@@ -32,11 +32,12 @@ QUICK_TESTS=(tests/protocol tests/log tests/shm tests/test_config.py
 PARALLEL=(-n "${HB_TEST_JOBS:-3}" --dist loadgroup)
 # These assert answers, heartbeats, retries or two processes overlapping within tight
 # times under their own load, (test_wire) count a broker's connections exactly, or
-# (test_cpu_latency) hold the machine-wide CPU wake-up latency request:
+# (test_cpu_latency) hold the machine-wide CPU wake-up latency request, or (test_leases)
+# leave dead broker runs that any broker starting meanwhile would sweep first:
 # they run afterwards, alone, in one process.
 RUN_ALONE=(tests/hostile tests/integration/test_supervision.py tests/cluster/test_producer_zk.py
            tests/shm/test_table.py tests/shm/test_waker.py tests/integration/test_wire.py
-           tests/integration/test_cpu_latency.py)
+           tests/integration/test_cpu_latency.py tests/shm/test_leases.py)
 
 # A working interpreter of version $1 (pyenv shims exist for versions not selected: run it).
 find_python() {
