@@ -48,9 +48,11 @@ def test_zookeeper_command_serves_a_client(tmp_path):
     from kazoo.client import KazooClient
 
     port = free_port()
-    data = tmp_path / "zk"
+    where = tmp_path / "elsewhere"  # a relative --data-dir is where the user stands
+    where.mkdir()
+    data = where / "zk"
     proc = subprocess.Popen([_tree(tmp_path), "zookeeper", "--port", str(port),
-                             "--data-dir", str(data)],
+                             "--data-dir", "zk"], cwd=where,
                             stdout=subprocess.DEVNULL, stderr=open(tmp_path / "zk.log", "wb"),
                             stdin=subprocess.DEVNULL)
     client = KazooClient(hosts=f"127.0.0.1:{port}", timeout=10)

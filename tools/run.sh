@@ -17,6 +17,7 @@
 # Idempotent: a second run reuses each venv unless pyproject.toml changed, and says nothing
 # about the set-up; a step that has work to do says so in one line on stderr first.
 set -euo pipefail
+caller_dir=$PWD  # options naming paths are relative to where run.sh was started
 cd "$(dirname "$0")/.."
 
 say() { echo "tools/run.sh: $*" >&2; }
@@ -31,11 +32,12 @@ QUICK_TESTS=(tests/protocol tests/log tests/shm tests/test_config.py
 PARALLEL=(-n "${HB_TEST_JOBS:-3}" --dist loadgroup)
 # These assert answers, heartbeats, retries or two processes overlapping within tight
 # times under their own load, (test_wire) count a broker's connections exactly, or
-# (test_cpu_latency) hold the machine-wide CPU wake-up latency request:
+# (test_cpu_latency) hold the machine-wide CPU wake-up latency request, or (test_leases)
+# leave dead broker runs that any broker starting meanwhile would sweep first:
 # they run afterwards, alone, in one process.
 RUN_ALONE=(tests/hostile tests/integration/test_supervision.py tests/cluster/test_producer_zk.py
            tests/shm/test_table.py tests/shm/test_waker.py tests/integration/test_wire.py
-           tests/integration/test_cpu_latency.py)
+           tests/integration/test_cpu_latency.py tests/shm/test_leases.py)
 
 # A working interpreter of version $1 (pyenv shims exist for versions not selected: run it).
 find_python() {
@@ -128,7 +130,8 @@ run_zookeeper() {
   while [ $# -gt 0 ]; do
     case "$1" in
       --port) port=${2:?--port needs a number}; shift 2 ;;
-      --data-dir) data=${2:?--data-dir needs a directory}; shift 2 ;;
+      --data-dir) data=${2:?--data-dir needs a directory}; shift 2
+                  if [[ $data != /* ]]; then data=$caller_dir/$data; fi ;;
       *) echo "tools/run.sh zookeeper: unknown option $1 (--port N, --data-dir DIR)" >&2
          exit 2 ;;
     esac

@@ -120,14 +120,6 @@ def read_file(path: str, limit: int) -> bytes:
         os.close(fd)
 
 
-def is_regular(path: str) -> bool:
-    """True when ``path`` is a regular file itself (a link to one is not)."""
-    try:
-        return stat.S_ISREG(os.lstat(path).st_mode)
-    except FileNotFoundError:
-        return False
-
-
 def remove_any(path: str) -> bool:
     """Remove what is at ``path``: a file, a link (not its target) or a whole
     directory; False when there was nothing. Raises OSError."""
@@ -262,7 +254,9 @@ def writable_by_others(path: str) -> str | None:
       ``/``; for a log dir still to be created, from its nearest existing
       ancestor) must not be owned by another user, nor group- or
       other-writable unless it has the sticky bit (``/tmp``), which keeps
-      others from renaming or removing what they do not own.
+      others from renaming or removing what they do not own;
+    - no component of the path as given may be a symbolic link owned by
+      another user (who could point it elsewhere at any time).
     """
     euid = os.geteuid()
     target = os.path.abspath(path)
@@ -280,9 +274,13 @@ def writable_by_others(path: str) -> str | None:
     for chain in chains:
         for directory in chain:
             try:
+                link = os.lstat(directory)
                 info = os.stat(directory)
             except FileNotFoundError:
                 continue  # still to be created, by us
+            if stat.S_ISLNK(link.st_mode) and link.st_uid not in (0, euid):
+                # its owner may remove it and link it anywhere else, even in /tmp
+                return f"{directory} is a symbolic link owned by uid {link.st_uid}"
             is_target = directory in (target, os.path.realpath(target))
             key = (directory, is_target)
             if key in checked:

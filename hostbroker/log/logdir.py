@@ -229,8 +229,11 @@ def _open_partition(full: str, defaults: LogConfig, clock: Clock, clean: bool,
 
 def _empty_trash(trash: str) -> None:
     """Finish removing deleted partition dirs; what cannot be removed stays (logged)."""
-    if not os.path.isdir(trash) or os.path.islink(trash):
-        remove_tree(trash)  # a link or a file in its place: never followed
+    mode = os.lstat(trash).st_mode
+    if not stat.S_ISDIR(mode):  # a link or a file in its place: never followed
+        log.warning("%s: %s is %s, not a directory; removed", os.path.dirname(trash),
+                    TRASH_DIR, kind_of(mode))
+        remove_tree(trash)
         return
     try:
         names = os.listdir(trash)

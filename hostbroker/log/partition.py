@@ -59,7 +59,8 @@ from hostbroker.log import recovery
 from hostbroker.log.config import LogConfig
 from hostbroker.log.prealloc import Reservation
 from hostbroker.log.files import (describe, fsync_dir, kind_of, move_to_trash, open_file,
-                                  read_file, storage_errors, write_file_atomically)
+                                  read_file, remove_any, storage_errors,
+                                  write_file_atomically)
 from hostbroker.log.recovery import RecoveryStats
 from hostbroker.log.segments import (locate, parse_segment_filename, partition_dirname,
                                      segment_filename)
@@ -344,7 +345,7 @@ class PartitionLog:
             new_path = self.segment_path(new_base)
             if os.path.lexists(new_path):  # not a segment of ours: bases list every one
                 log.warning("%s: removing %s in the way of a new segment", self._path, new_path)
-                os.unlink(new_path)
+                remove_any(new_path)  # a file, a link or a directory
             new_fd = open_file(new_path, _APPEND_FLAGS | os.O_CREAT | os.O_EXCL)
             self._fd = new_fd
             self._reservation = Reservation(self._config.preallocate_bytes,

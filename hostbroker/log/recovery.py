@@ -84,17 +84,15 @@ class RecoveryStats:
         return RecoveryStats(*(a + b for a, b in zip(astuple(self), astuple(other))))
 
     def __str__(self) -> str:
-        return (f"{_count(self.partitions, 'partition')} recovered ({self.full_scans} from "
-                f"their first segment): scanned {_count(self.segments_scanned, 'segment')} "
-                f"({_count(self.bytes_scanned, 'byte')}), trusted "
-                f"{_count(self.segments_skipped, 'segment')} "
-                f"({_count(self.bytes_skipped, 'byte')}) below recovery points")
-
+        return f"{_count(self.partitions, 'partition')} recovered {self._detail()}"
 
     def line(self, path: str) -> str:
         """The one line a writer prints after recovering the log dir ``path``."""
         return (f"recovered {_count(self.partitions, 'partition')} of log dir {path} after an "
-                f"unclean shutdown ({self.full_scans} from their first segment): scanned "
+                f"unclean shutdown {self._detail()}")
+
+    def _detail(self) -> str:
+        return (f"({self.full_scans} from their first segment): scanned "
                 f"{_count(self.segments_scanned, 'segment')} "
                 f"({_count(self.bytes_scanned, 'byte')}), trusted "
                 f"{_count(self.segments_skipped, 'segment')} "

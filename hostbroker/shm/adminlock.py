@@ -68,6 +68,8 @@ class AdminLock:
             return cls(sysv_ipc.Semaphore(key), timeout)
         except sysv_ipc.ExistentialError:
             raise FileNotFoundError(f"no semaphore with key {key}") from None
+        except sysv_ipc.PermissionsError:
+            raise PermissionError(f"the semaphore with key {key} is not ours") from None
 
     @classmethod
     def remove_stale(cls, key: int | str) -> bool:
@@ -130,3 +132,5 @@ class AdminLock:
             self._sem.remove()
         except sysv_ipc.ExistentialError:
             pass
+        except sysv_ipc.PermissionsError:
+            raise PermissionError(f"the semaphore with key {self.key} is not ours") from None

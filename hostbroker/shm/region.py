@@ -25,7 +25,11 @@ segments of each run whose lease file is ours (same owner uid) and not
 locked by anyone, then the lease file. A live broker's lease is locked, so
 its segments are never touched; a lease file of another user, a link or
 anything but a regular file is ignored. Runs without a lease (older
-versions) are left to their own next start.
+versions) are left to their own next start. Only files named like a
+broker's lease (``hb-<token>.lease``) are considered, so the sweep never
+removes another program's segments, and a run it cannot clear (a segment
+of its name that is not ours to unlink) is reported and left, never a
+reason for the starting broker to fail.
 
 Why posix_ipc and not ``multiprocessing.shared_memory``: the latter registers
 every segment with the resource tracker, which can unlink a segment when an
@@ -54,7 +58,10 @@ import posix_ipc
 SHM_DIR = "/dev/shm"
 _NAME_MAX = 255
 LEASE_SUFFIX = ".lease"
-_LEASE_TOKEN = re.compile(r"[A-Za-z0-9_-]{1,64}")
+# A broker token (``hb-`` and no other '-'): a sweep then removes "/<token>-..."
+# only, never another program's segments nor those of a run whose token
+# this one's prefix would match.
+_LEASE_TOKEN = re.compile(r"hb-[A-Za-z0-9_]{1,61}")
 
 
 class LayoutError(ValueError):
@@ -179,6 +186,7 @@ def _map(shm: posix_ipc.SharedMemory, size: int, readonly: bool) -> mmap.mmap:
 
 def remove_stale(prefix: str) -> list[str]:
     """Unlink every region whose name starts with ``prefix``; return their names.
+    Raises PermissionError for one that is not ours to unlink.
 
     Used by the supervisor at start (regions left by a crashed run) and at
     shutdown. Processes that still map a removed region keep their mapping.
@@ -193,6 +201,8 @@ def remove_stale(prefix: str) -> list[str]:
             posix_ipc.unlink_shared_memory("/" + entry)
         except posix_ipc.ExistentialError:
             continue  # removed concurrently
+        except posix_ipc.PermissionsError:
+            raise PermissionError(f"{SHM_DIR}/{entry} is not ours to remove") from None
         removed.append("/" + entry)
     return removed
 
@@ -257,12 +267,16 @@ def release_lease(token: str, fd: int) -> None:
     os.close(fd)
 
 
-def sweep_dead_runs(on_dead: Callable[[str], None] | None = None) -> list[str]:
+def sweep_dead_runs(on_dead: Callable[[str], None] | None = None,
+                    on_error: Callable[[str, str], None] | None = None) -> list[str]:
     """Remove the segments of every broker run whose lease is ours and unheld.
 
     For each such run: its segments (prefix ``/<token>-``) are unlinked,
     ``on_dead(token)`` removes whatever else it left (the supervisor: its
     System V admin lock), and its lease file goes. Returns the tokens swept.
+    A run that cannot be cleared (``on_dead`` or an unlink raises OSError)
+    keeps its lease file, for the next sweep, and is
+    passed to ``on_error(token, reason)``.
     """
     swept = []
     euid = os.geteuid()
@@ -290,10 +304,15 @@ def sweep_dead_runs(on_dead: Callable[[str], None] | None = None) -> list[str]:
                     continue  # replaced by a new run meanwhile
             except FileNotFoundError:
                 continue
-            remove_stale("/" + token + "-")
-            if on_dead is not None:
-                on_dead(token)
-            os.unlink(path)
+            try:
+                remove_stale("/" + token + "-")
+                if on_dead is not None:
+                    on_dead(token)
+                os.unlink(path)
+            except OSError as e:
+                if on_error is not None:
+                    on_error(token, str(e) or type(e).__name__)
+                continue
             swept.append(token)
         finally:
             os.close(fd)

@@ -133,8 +133,7 @@ def bind_listener(uri: str) -> socket.socket:
             sock.close()
             raise StartError(f"listeners: cannot bind {uri}: {e.strerror or e}") from None
         finally:
-            os.umask(old)
-        os.chmod(path, 0o660)
+            os.umask(old)  # the socket was made 0660 by it: no chmod, which follows a link
     sock.set_inheritable(True)
     return sock
 
@@ -278,10 +277,14 @@ class Supervisor:
             self.lease_fd = take_lease(plan.token)
         except (OSError, TimeoutError) as e:
             raise StartError(f"shared memory: cannot take this broker's lease: {e}") from None
-        remove_stale(plan.shm_prefix)  # our own crashed run's
-        AdminLock.remove_stale(plan.token)
+        try:
+            remove_stale(plan.shm_prefix)  # our own crashed run's
+            AdminLock.remove_stale(plan.token)
+        except OSError as e:  # someone else's object under our name
+            raise StartError(f"shared memory: cannot remove what this broker's last run "
+                             f"left: {e}") from None
         # and those of any broker run that is gone (killed whole, never restarted)
-        sweep_dead_runs(AdminLock.remove_stale)
+        sweep_dead_runs(AdminLock.remove_stale, _report_unswept)
         for kind, producer, consumer in plan.ring_pairs():
             capacity = plan.ring_bytes(kind)
             region = SharedRegion.create(plan.ring_name(kind, producer, consumer),
@@ -627,6 +630,11 @@ class Supervisor:
         if self.cpu_latency_fd is not None:  # the request goes with the last holder
             os.close(self.cpu_latency_fd)
             self.cpu_latency_fd = None
+
+
+def _report_unswept(token: str, reason: str) -> None:
+    print(f"hostbroker: shared memory: cannot remove what the dead broker run {token} "
+          f"left ({reason}); left as it is", file=sys.stderr, flush=True)
 
 
 def _duration(seconds: float) -> str:

@@ -17,11 +17,16 @@ from hostbroker.log.config import LogConfig
 from hostbroker.log.logdir import CHECKPOINT_FILE, CLEAN_SHUTDOWN_FILE, LOCK_FILE, LogDir
 from hostbroker.log.message import encode_message_set
 from hostbroker.log.offsetstore import COMPACT_SUFFIX, FILENAME, OffsetStore
-from hostbroker.log.partition import PARTITION_FILE
+from hostbroker.log.partition import PARTITION_FILE, PartitionLog
 from tests.log.conftest import read_all
 
 DEFAULTS = LogConfig(segment_bytes=1 << 20, preallocate_bytes=0)
 PRECIOUS = b"precious: must stay as it is\n"
+
+
+def is_regular(path: str) -> bool:
+    """A regular file itself at ``path`` (a link to one is not)."""
+    return os.path.lexists(path) and stat.S_ISREG(os.lstat(path).st_mode)
 
 
 @pytest.fixture
@@ -149,7 +154,7 @@ def test_a_bad_log_dir_state_file_loses_at_most_its_own_state(tmp_path, victim, 
     logdir.partitions[("a", 0)].append(encode_message_set([b"more"]), 1)
     logdir.close()
     for state in (CHECKPOINT_FILE, CLEAN_SHUTDOWN_FILE, LOCK_FILE):
-        assert files.is_regular(os.path.join(path, state)), state
+        assert is_regular(os.path.join(path, state)), state
     again = LogDir.open(path, DEFAULTS)  # and the next start is clean again
     assert not again.recovered
     assert read_all(again.partitions[("a", 0)])[-1].payload == b"more"
@@ -200,13 +205,16 @@ def test_a_linked_segment_or_partition_dir_is_not_followed(tmp_path, victim, wha
     logdir.close()
 
 
-def test_a_link_in_place_of_the_trash_is_not_moved_into(tmp_path):
+def test_a_link_in_place_of_the_trash_is_not_moved_into(tmp_path, caplog):
     path = str(tmp_path / "logs")
     filled(path, clean=True)
     outside = tmp_path / "outside-trash"
     outside.mkdir()
     os.symlink(outside, os.path.join(path, ".trash"))
     logdir = LogDir.open(path, DEFAULTS)
+    said = [r.getMessage() for r in caplog.records if ".trash" in r.getMessage()]
+    assert said == [f"{path}: .trash is a symbolic link, not a directory; removed"]
+    assert not os.path.lexists(os.path.join(path, ".trash"))
     logdir.delete_partition("a", 0)
     logdir.close()
     assert list(outside.iterdir()) == []
@@ -232,7 +240,7 @@ def test_a_bad_offsets_store_starts_empty_or_keeps_what_is_valid(tmp_path, victi
     store.commit([("g", "t", 0, 7, None)])
     store.compact()  # through the planted .compact's place too
     store.close()
-    assert files.is_regular(os.path.join(path, FILENAME))
+    assert is_regular(os.path.join(path, FILENAME))
     assert OffsetStore.open(path).fetch("g", "t", 0) == (7, None)
 
 
@@ -264,7 +272,34 @@ def test_others_may_write(tmp_path):
     os.chmod(base / "logs", 0o1770)  # the log dir itself: no sharing at all
     assert files.writable_by_others(str(base / "logs")) is not None
     os.chmod(base / "logs", 0o750)
+    if os.geteuid() != 0:
+        return  # what follows makes files of another user
+    # a link of another user's in the sticky dir: they may point it anywhere later
+    (tmp_path / "real").mkdir(mode=0o755)
+    os.symlink(tmp_path / "real", base / "theirs")
+    os.lchown(base / "theirs", 65534, 65534)
+    assert files.writable_by_others(str(base / "theirs" / "logs")) == \
+        f"{base / 'theirs'} is a symbolic link owned by uid 65534"
+    os.lchown(base / "theirs", 0, 0)
+    assert files.writable_by_others(str(base / "theirs" / "logs")) is None
     os.chown(base / "logs", 65534, 65534)
     assert "owned by uid 65534" in files.writable_by_others(str(base / "logs"))
     os.symlink(base / "logs", tmp_path / "via-link")
     assert "owned by uid 65534" in files.writable_by_others(str(tmp_path / "via-link"))
+
+
+@pytest.mark.parametrize("what", ["link", "directory"])
+def test_a_roll_replaces_what_is_in_the_new_segments_way(tmp_path, victim, what):
+    config = LogConfig(segment_bytes=64, preallocate_bytes=0)
+    plog = PartitionLog.create(str(tmp_path), "t", 0, 1, {}, config)
+    first = encode_message_set([b"x" * 20])
+    _, end = plog.append(first, 1)
+    in_the_way = plog.segment_path(end)
+    if what == "link":
+        os.symlink(victim(), in_the_way)
+    else:
+        os.makedirs(os.path.join(in_the_way, "inside"))
+    plog.append(encode_message_set([b"y" * 60]), 1)  # past segment.bytes: a roll
+    assert plog.segment_bases == [0, end]
+    assert stat.S_ISREG(os.lstat(in_the_way).st_mode)
+    plog.close()

@@ -112,3 +112,64 @@ def test_a_lease_that_is_a_link_or_another_users_is_ignored(token, tmp_path):
         assert os.stat(lease).st_uid == 0
         release_lease(token, fd)
         assert not os.path.lexists(lease)
+
+
+def test_a_lease_not_named_like_a_brokers_is_never_swept():
+    """Another program's ``<name>.lease`` in /dev/shm, ours and unlocked, does
+    not make a sweep remove its ``/<name>-...`` segments."""
+    name = f"other{os.getpid()}x{next(_runs)}"
+    lease = os.path.join(SHM_DIR, name + LEASE_SUFFIX)
+    with open(lease, "wb"):
+        pass
+    SharedRegion.create(f"/{name}-data", 4096).close()
+    try:
+        assert name not in sweep_dead_runs()
+        assert segments(name) == [f"{name}-data"] and os.path.exists(lease)
+    finally:
+        remove_stale(f"/{name}-")
+        os.unlink(lease)
+
+
+def test_a_dead_run_that_cannot_be_cleared_is_reported_and_kept(token):
+    pid = run_in_child(token, hold=False)
+    os.waitpid(pid, 0)
+
+    def not_ours(dead):
+        # what attaching another user's semaphore raises: a fake, as the
+        # test cannot be another user
+        raise PermissionError(f"the semaphore of {dead} is not ours")
+
+    errors = []
+    assert token not in sweep_dead_runs(not_ours, lambda t, why: errors.append((t, why)))
+    assert errors == [(token, f"the semaphore of {token} is not ours")]
+    assert os.path.exists(os.path.join(SHM_DIR, token + LEASE_SUFFIX))  # tried again next time
+    assert token in sweep_dead_runs() and segments(token) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs a second user")
+def test_a_segment_not_ours_is_a_permission_error(token):
+    """Another user's segment under our name: remove_stale says so as an OSError
+    (the supervisor's one line), never posix_ipc's own exception."""
+    SharedRegion.create(f"/{token}-ring-0", 4096).close()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(read)
+            os.setgid(65534)
+            os.setuid(65534)
+            try:
+                remove_stale(f"/{token}-")
+                os.write(write, b"removed")
+            except PermissionError as e:
+                os.write(write, str(e).encode())
+            except BaseException as e:  # noqa: BLE001 - reported to the parent
+                os.write(write, type(e).__name__.encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    said = os.read(read, 1024).decode()
+    os.close(read)
+    os.waitpid(pid, 0)
+    assert said == f"{SHM_DIR}/{token}-ring-0 is not ours to remove"
+    assert segments(token) == [f"{token}-ring-0"]
