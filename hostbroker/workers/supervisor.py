@@ -163,6 +163,7 @@ def _remove_stale_socket(path: str, uri: str) -> None:
     if not stat.S_ISSOCK(mode):
         raise StartError(f"listeners: {uri}: {path} exists and is not a socket")
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(1.0)  # a listener that never accepts (its queue full) must not hang the start
     try:
         probe.connect(path)
     except OSError:

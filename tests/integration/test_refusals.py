@@ -97,6 +97,30 @@ def test_a_busy_port_is_a_refusal_not_a_configuration_error(tmp_path):
     _assert_one_line(result, ExitStatus.REFUSED, f"cannot bind tcp://127.0.0.1:{port}")
 
 
+def test_a_unix_listener_that_never_accepts_is_a_refusal_not_a_hang(tmp_path):
+    """A process holding the socket path whose accept queue is full: the probe
+    of whether the file is stale gives up after a second instead of waiting."""
+    path = str(tmp_path / "hb.sock")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as held:
+        held.bind(path)
+        held.listen(0)
+        waiting = []
+        try:
+            while len(waiting) < 64:  # fill its queue: a further connect would block
+                c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                c.setblocking(False)
+                waiting.append(c)
+                c.connect(path)
+        except BlockingIOError:
+            pass
+        try:
+            result = _serve(tmp_path, f"listeners=unix://{path}")
+        finally:
+            for c in waiting:
+                c.close()
+    _assert_one_line(result, ExitStatus.REFUSED, f"another broker is listening on {path}")
+
+
 def test_an_unknown_key_is_a_configuration_error(tmp_path):
     _assert_one_line(_serve(tmp_path, "no.such.key=1"), ExitStatus.USAGE, "no.such.key")
 
