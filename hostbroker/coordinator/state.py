@@ -50,12 +50,12 @@ from hostbroker.cluster.rebalance import assign_group
 from hostbroker.coordinator.model import Group, GroupPhase, Limits, Member
 from hostbroker.coordinator.records import RecordError, clip_utf8, group_of_record, group_record
 from hostbroker.errors import ErrorCode
+from hostbroker.protocol.groups import MAX_MEMBER_ID_BYTES
 
 __all__ = ["Coordinator", "Group", "GroupPhase", "JoinAnswer", "Limits", "Member", "Pending",
            "SyncAnswer"]
 
 NO_GENERATION = -1
-_MEMBER_ID_BYTES = 255
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,7 @@ class SyncAnswer:
 
 
 def _default_member_id(client_id: str) -> str:
-    prefix = (client_id or "consumer").encode("utf-8", "replace")[:_MEMBER_ID_BYTES - 33]
+    prefix = (client_id or "consumer").encode("utf-8", "replace")[:MAX_MEMBER_ID_BYTES - 33]
     return f"{prefix.decode('utf-8', 'ignore')}-{uuid.uuid4().hex}"
 
 
