@@ -410,3 +410,17 @@ def test_files_are_created_with_the_process_umask(tmp_path):
     finally:
         os.umask(old)
     assert os.stat(tmp_path / FILENAME).st_mode & 0o777 == 0o640
+
+
+def test_a_directory_at_the_temporary_path_does_not_stop_saving(tmp_path):
+    (tmp_path / (FILENAME + COMPACT_SUFFIX)).mkdir()
+    (tmp_path / (FILENAME + COMPACT_SUFFIX) / "inside").write_text("x")
+    lines = Lines()
+    c = busy_state()
+    store = GroupStore.start(str(tmp_path), c.limits, lines)
+    store.save(c, c.changed())
+    store.close()
+    assert lines == []
+    fresh, store, lines = take_over(tmp_path)
+    assert set(fresh.groups) == {"g1", "g2", "g3"} and lines == []
+    store.close()
