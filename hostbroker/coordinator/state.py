@@ -166,7 +166,10 @@ class Coordinator:
         self._changed.add(g.name)
         self._begin_rebalance(now, g)
         self._try_complete(now, g)
-        for i, (name, mid, answer) in enumerate(self._completed):
+        # the latest answer is this join's: an earlier one (a rebalance that
+        # ``expire`` completed above) is for a join of the member still waiting
+        for i in range(len(self._completed) - 1, -1, -1):
+            name, mid, answer = self._completed[i]
             if name == group and mid == member_id:
                 del self._completed[i]
                 return answer
