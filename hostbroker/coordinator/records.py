@@ -91,7 +91,11 @@ def _int(value: Any, what: str, lo: int, hi: int) -> int:
 
 
 def _time(value: Any, what: str) -> float:
-    if type(value) not in (int, float) or not math.isfinite(value):
+    try:  # an integer too big for a float raises OverflowError
+        finite = type(value) in (int, float) and math.isfinite(value)
+    except OverflowError:
+        finite = False
+    if not finite:
         _fail(f"{what} is not a finite number")
     return float(value)
 
