@@ -135,7 +135,7 @@ def group_of_record(record: Any, limits: Limits, now: float, keep_times: bool = 
     name = _text(r["group"], "the group's name", MAX_GROUP_ID_BYTES)
     what = f"group {name[:64]!r}"
     phases = {p.value: p for p in (GroupPhase.PREPARING_REBALANCE, GroupPhase.STABLE)}
-    if r["phase"] not in phases:
+    if not isinstance(r["phase"], str) or r["phase"] not in phases:
         _fail(f"{what}: phase is not one of {sorted(phases)}")
     phase = phases[r["phase"]]
     generation = _int(r["generation"], f"{what}: generation", 0, MAX_INT32)

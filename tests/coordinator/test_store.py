@@ -221,6 +221,8 @@ def mutate_member(**changes):
 BAD_RECORDS = {
     "bad-phase": bad_phase,
     "empty-phase": lambda r: {**r, "phase": "EMPTY"},
+    "phase-list": lambda r: {**r, "phase": ["STABLE"]},
+    "phase-object": lambda r: {**r, "phase": {"STABLE": 1}},
     "generation-string": lambda r: {**r, "generation": "2"},
     "generation-huge": lambda r: {**r, "generation": 2**63},
     "deadline-nan": lambda r: {**r, "phase": "PREPARING_REBALANCE", "rebalance_deadline": "NaN"},
