@@ -48,7 +48,13 @@ from dataclasses import dataclass, field
 
 from hostbroker.cluster.rebalance import assign_group
 from hostbroker.coordinator.model import Group, GroupPhase, Limits, Member
-from hostbroker.coordinator.records import RecordError, clip_utf8, group_of_record, group_record
+from hostbroker.coordinator.records import (
+    MAX_INT32,
+    RecordError,
+    clip_utf8,
+    group_of_record,
+    group_record,
+)
 from hostbroker.errors import ErrorCode
 from hostbroker.protocol.groups import MAX_MEMBER_ID_BYTES
 
@@ -425,7 +431,7 @@ class Coordinator:
         if not g.members:
             del self.groups[g.name]
             return
-        g.generation += 1
+        g.generation = g.generation % MAX_INT32 + 1  # an int32 on the wire: 1 after the last
         g.phase = GroupPhase.STABLE
         g.rebalance_deadline = None
         g.generation_members = tuple(sorted(g.members))

@@ -429,3 +429,20 @@ def test_a_directory_at_the_temporary_path_does_not_stop_saving(tmp_path):
     fresh, store, lines = take_over(tmp_path)
     assert set(fresh.groups) == {"g1", "g2", "g3"} and lines == []
     store.close()
+
+
+def test_a_generation_at_the_int32_limit_wraps_to_one(tmp_path):
+    """A record may hold any int32 generation; the next one must still fit the
+    wire's int32, or every join of the group would be answered with an error."""
+    c = make()
+    join(c, 0, "g", client="a")
+    record = json.loads(json.dumps(c.group_record("g")))
+    record["generation"] = 2**31 - 1
+    (tmp_path / FILENAME).write_bytes(frame(json.dumps(record).encode()))
+    fresh, store, lines = take_over(tmp_path)
+    store.close()
+    assert lines == [] and fresh.groups["g"].generation == 2**31 - 1
+    answer = join(fresh, 2000, "g", client="b")
+    assert isinstance(answer, Pending)
+    fresh.expire(2000 + REBALANCE)
+    assert fresh.groups["g"].generation == 1
