@@ -30,8 +30,8 @@ churn cannot keep it from settling.
 
 :meth:`Coordinator.changed` names the groups whose kept state changed since
 it was last asked, :meth:`Coordinator.group_record` gives one group as a
-record and :meth:`Coordinator.add_group` takes one back, checked
-(:mod:`hostbroker.coordinator.records`): what
+record and :meth:`Coordinator.install_group` takes one back, as
+:func:`hostbroker.coordinator.records.group_of_record` built and checked it: what
 :mod:`hostbroker.coordinator.store` keeps for a process that replaces the
 one holding the state.
 
@@ -48,13 +48,7 @@ from dataclasses import dataclass, field
 
 from hostbroker.cluster.rebalance import assign_group
 from hostbroker.coordinator.model import Group, GroupPhase, Limits, Member
-from hostbroker.coordinator.records import (
-    MAX_INT32,
-    RecordError,
-    clip_utf8,
-    group_of_record,
-    group_record,
-)
+from hostbroker.coordinator.records import MAX_INT32, clip_utf8, group_record
 from hostbroker.errors import ErrorCode
 from hostbroker.protocol.groups import MAX_MEMBER_ID_BYTES
 
@@ -459,16 +453,6 @@ class Coordinator:
         g = self.groups.get(name)
         return None if g is None else group_record(g)
 
-    def add_group(self, record, now: float, keep_times: bool = False) -> None:
-        """Take group ``record`` (as :meth:`group_record` gave it) over, checked
-        against the limits (:func:`~hostbroker.coordinator.records.group_of_record`,
-        which raises :class:`~hostbroker.coordinator.records.RecordError`);
-        every member's session restarts at ``now`` unless ``keep_times``."""
-        g = group_of_record(record, self.limits, now, keep_times)
-        if g.name not in self.groups and len(self.groups) >= self.limits.max_groups:
-            raise RecordError(f"more than {self.limits.max_groups} groups")
-        self.install_group(g)
-
     def install_group(self, g: Group) -> None:
         """Hold group ``g`` (built and checked by
         :func:`~hostbroker.coordinator.records.group_of_record`), replacing one
@@ -492,24 +476,3 @@ class Coordinator:
             self._push(g.rebalance_deadline, g)
         elif g.deferred_at is not None:
             self._push(g.deferred_at, g)
-
-    def to_records(self) -> list[dict]:
-        """The whole state as JSON-able records (answers not yet handed out by
-        :meth:`completed` are not part of it)."""
-        return [{"type": "partitions", "counts": dict(sorted(self.partitions.items()))},
-                *(group_record(g) for g in self.groups.values())]
-
-    @classmethod
-    def from_records(cls, records: Iterable[Mapping], **kwargs) -> Coordinator:
-        """A coordinator holding what :meth:`to_records` gave (``kwargs`` as the
-        constructor's), times kept, each group checked as :meth:`add_group` does."""
-        coordinator = cls(**kwargs)
-        partitions = None
-        for r in records:
-            if isinstance(r, Mapping) and r.get("type") == "partitions":
-                partitions = {t: int(c) for t, c in r["counts"].items()}
-            else:
-                coordinator.add_group(r, 0.0, keep_times=True)
-        if partitions is not None:
-            coordinator.partitions = partitions
-        return coordinator
