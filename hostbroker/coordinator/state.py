@@ -56,6 +56,7 @@ __all__ = ["Coordinator", "Group", "GroupPhase", "JoinAnswer", "Limits", "Member
            "SyncAnswer"]
 
 NO_GENERATION = -1
+_TIMERS_SLACK = 1024  # heap entries beyond twice the last sweep's before stale ones are swept
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,7 @@ class Coordinator:
         # (when, seq, group, member_id): a member's session check, or ("") the
         # group's rebalance deadline or deferred start; stale entries are skipped
         self._timers: list[tuple[float, int, str, str]] = []
+        self._timers_kept = 0  # entries left by the last sweep of stale ones (_push)
         self._seq = itertools.count()
         self._changed: set[str] = set()  # groups changed since the last changed()
         # topic -> {group: its members subscribed to it}: a partition count that
@@ -346,7 +348,28 @@ class Coordinator:
         return ErrorCode.NONE
 
     def _push(self, when: float, g: Group, member_id: str = "") -> None:
-        heapq.heappush(self._timers, (when, next(self._seq), g.name, member_id))
+        timers = self._timers
+        heapq.heappush(timers, (when, next(self._seq), g.name, member_id))
+        if len(timers) > 2 * self._timers_kept + _TIMERS_SLACK:
+            # entries of members and groups gone stay until they come due (up to
+            # a session timeout): a client that joins and leaves new groups as
+            # fast as it is answered would grow the heap without end. Sweep them
+            # once it doubled since the last sweep (amortized: one check per push).
+            timers[:] = [t for t in timers if self._may_fire(t)]  # in place: callers hold it
+            heapq.heapify(timers)
+            self._timers_kept = len(timers)
+
+    def _may_fire(self, entry: tuple[float, int, str, str]) -> bool:
+        """Whether a heap entry is still the live one of its member or group."""
+        when, _, name, member_id = entry
+        g = self.groups.get(name)
+        if g is None:
+            return False
+        if member_id:
+            m = g.members.get(member_id)
+            return m is not None and m.timer == when
+        return ((g.phase is GroupPhase.PREPARING_REBALANCE and g.rebalance_deadline == when)
+                or (g.phase is GroupPhase.STABLE and g.deferred_at == when))
 
     def _arm(self, g: Group, m: Member) -> None:
         """Make sure ``m``'s session is checked at its end (at most one live entry)."""

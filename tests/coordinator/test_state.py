@@ -384,3 +384,15 @@ class GroupLifecycles(RuleBasedStateMachine):
 
 TestGroupLifecycles = GroupLifecycles.TestCase
 TestGroupLifecycles.settings = settings(max_examples=80, stateful_step_count=30, deadline=None)
+
+
+def test_the_lifecycles_hold_with_stale_timers_swept_at_every_push(monkeypatch):
+    """The same machine with the heap's sweep of stale entries at every push,
+    where the default slack would never let it run in so few steps."""
+    from hypothesis.stateful import run_state_machine_as_test
+
+    from hostbroker.coordinator import state as state_module
+
+    monkeypatch.setattr(state_module, "_TIMERS_SLACK", 0)
+    run_state_machine_as_test(GroupLifecycles, settings=settings(
+        max_examples=40, stateful_step_count=30, deadline=None))
