@@ -21,7 +21,8 @@ What one request costs is bounded by the request and its group, never by
 the number of groups or members: the times at which something ends
 (sessions, rebalance waits, deferred rebalances) are kept in a heap with
 at most one live entry per member and group, so a HEARTBEAT only stamps its
-member, and :meth:`Coordinator.expire` touches only what is due. A group's
+member, and :meth:`Coordinator.expire` touches only what is due; the
+entries of members and groups gone are swept each time the heap doubles. A group's
 streams are bounded (``group.max.streams``), and so are its rebalances:
 past a burst of ``group.rebalance.burst`` a group starts at most one each
 ``group.rebalance.min.interval.ms`` (its generation stays STABLE, and the
