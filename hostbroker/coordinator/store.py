@@ -140,20 +140,20 @@ class GroupStore:
             return None
         except OSError as e:
             return f"cannot be opened: {files.describe(e)}"
-        groups: dict[str, Group | None] = {}
+        groups: dict[str, Group] = {}
         try:
             with os.fdopen(fd, "rb", buffering=_READ_CHUNK, closefd=True) as f:
                 problem = self._read(f, groups, now)
         except OSError as e:
             problem = f"cannot be read ({e.strerror})"
         for g in groups.values():
-            if g is not None:
-                coordinator.install_group(g)
+            coordinator.install_group(g)
         return problem
 
-    def _read(self, f, groups: dict[str, Group | None], now: float) -> str | None:
-        """Records of ``f`` into ``groups`` up to the first that fails; what failed."""
-        live = 0
+    def _read(self, f, groups: dict[str, Group], now: float) -> str | None:
+        """Records of ``f`` into ``groups`` up to the first that fails; what failed.
+        A forgotten group leaves no entry, so ``groups`` holds at most
+        ``group.max.groups`` whatever the file holds."""
         index = pos = 0
         while True:
             head = f.read(_HEAD.size)
@@ -178,11 +178,12 @@ class GroupStore:
                 name, group = self._group(record, now)
             except RecordError as e:
                 return f"{where}: {str(e)[:200]}"
-            was_live = groups.get(name) is not None
-            if group is not None and not was_live and live >= self.limits.max_groups:
+            if group is None:
+                groups.pop(name, None)
+            elif name in groups or len(groups) < self.limits.max_groups:
+                groups[name] = group
+            else:
                 return f"{where} is past group.max.groups ({self.limits.max_groups})"
-            live += (group is not None) - was_live
-            groups[name] = group
             pos += _HEAD.size + length
             index += 1
 

@@ -446,3 +446,21 @@ def test_a_generation_at_the_int32_limit_wraps_to_one(tmp_path):
     assert isinstance(answer, Pending)
     fresh.expire(2000 + REBALANCE)
     assert fresh.groups["g"].generation == 1
+
+
+def test_forgotten_groups_in_the_file_take_no_memory_on_load(tmp_path):
+    """A journal of nothing but groups made and forgotten (any number of names)
+    leaves nothing to hold while it is read, within group.max.groups."""
+    c = make(Limits(max_groups=2))
+    records = []
+    for i in range(20000):
+        join(c, i, f"brief-{i}", client="q")
+        records.append(frame(json.dumps(c.group_record(f"brief-{i}")).encode()))
+        records.append(frame(json.dumps({"type": "gone", "group": f"brief-{i}"}).encode()))
+        del c.groups[f"brief-{i}"]
+    (tmp_path / FILENAME).write_bytes(b"".join(records))
+    store = GroupStore(str(tmp_path), c.limits, Lines())
+    groups = {}
+    with open(tmp_path / FILENAME, "rb") as f:
+        assert store._read(f, groups, 0.0) is None
+    assert groups == {}
