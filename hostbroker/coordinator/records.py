@@ -20,10 +20,14 @@ from typing import Any
 
 from hostbroker.coordinator.model import Group, GroupPhase, Limits, Member
 from hostbroker.errors import HostbrokerError
+from hostbroker.protocol.groups import (
+    MAX_GROUP_ID_BYTES,
+    MAX_MEMBER_ID_BYTES,
+    MAX_STREAMS_PER_TOPIC,
+    MAX_TOPIC_BYTES,
+)
 
-MAX_NAME_BYTES = 255  # a group's name, a member id, a client id (clipped to it on join)
-MAX_TOPIC_BYTES = 249
-MAX_STREAMS_PER_TOPIC = 1024
+MAX_CLIENT_ID_BYTES = 255  # a client id is clipped to it on join
 MAX_INT32 = 2**31 - 1
 
 _GROUP_KEYS = {"type", "group", "phase", "generation", "rebalance_deadline", "deferred_at",
@@ -36,11 +40,7 @@ class RecordError(HostbrokerError):
     """A group record that cannot be loaded; the message names the first problem."""
 
 
-def _utf8_len(text: str) -> int:
-    return len(text.encode("utf-8", "surrogatepass"))
-
-
-def clip_utf8(text: str, limit: int = MAX_NAME_BYTES) -> str:
+def clip_utf8(text: str, limit: int = MAX_CLIENT_ID_BYTES) -> str:
     """``text`` cut to at most ``limit`` UTF-8 bytes, on a character boundary."""
     data = text.encode("utf-8", "surrogatepass")
     if len(data) <= limit:
@@ -91,7 +91,11 @@ def _int(value: Any, what: str, lo: int, hi: int) -> int:
 
 
 def _time(value: Any, what: str) -> float:
-    if type(value) not in (int, float) or not math.isfinite(value):
+    try:  # an integer too big for a float raises OverflowError
+        finite = type(value) in (int, float) and math.isfinite(value)
+    except OverflowError:
+        finite = False
+    if not finite:
         _fail(f"{what} is not a finite number")
     return float(value)
 
@@ -100,7 +104,7 @@ def _text(value: Any, what: str, most: int, least: int = 1) -> str:
     if not isinstance(value, str):
         _fail(f"{what} is not a string")
     try:
-        n = _utf8_len(value)
+        n = len(value.encode("utf-8", "surrogatepass"))
     except UnicodeEncodeError:
         n = -1
     if not least <= n <= most:
@@ -128,10 +132,10 @@ def group_of_record(record: Any, limits: Limits, now: float, keep_times: bool = 
     r = _dict(record, "the record", _GROUP_KEYS)
     if r["type"] != "group":
         _fail("the record's type is not 'group'")
-    name = _text(r["group"], "the group's name", MAX_NAME_BYTES)
+    name = _text(r["group"], "the group's name", MAX_GROUP_ID_BYTES)
     what = f"group {name[:64]!r}"
     phases = {p.value: p for p in (GroupPhase.PREPARING_REBALANCE, GroupPhase.STABLE)}
-    if r["phase"] not in phases:
+    if not isinstance(r["phase"], str) or r["phase"] not in phases:
         _fail(f"{what}: phase is not one of {sorted(phases)}")
     phase = phases[r["phase"]]
     generation = _int(r["generation"], f"{what}: generation", 0, MAX_INT32)
@@ -153,7 +157,7 @@ def group_of_record(record: Any, limits: Limits, now: float, keep_times: bool = 
         _fail(f"{what}: no members (an empty group is never kept)")
     for raw in raw_members:
         m = _dict(raw, f"{what}: a member", _MEMBER_KEYS)
-        member_id = _text(m["member_id"], f"{what}: a member id", MAX_NAME_BYTES)
+        member_id = _text(m["member_id"], f"{what}: a member id", MAX_MEMBER_ID_BYTES)
         if member_id in g.members:
             _fail(f"{what}: member {member_id[:64]!r} twice")
         mw = f"{what}: member {member_id[:64]!r}"
@@ -167,7 +171,7 @@ def group_of_record(record: Any, limits: Limits, now: float, keep_times: bool = 
         if m["joined"] and phase is GroupPhase.STABLE and deferred is None:
             _fail(f"{mw}: waits in a join of a STABLE group with no rebalance to come")
         g.members[member_id] = Member(
-            member_id, _text(m["client_id"], f"{mw}: client_id", MAX_NAME_BYTES, 0),
+            member_id, _text(m["client_id"], f"{mw}: client_id", MAX_CLIENT_ID_BYTES, 0),
             session, rebalance, _subscription(m["subscription"], f"{mw}: subscription", limits),
             beat if keep_times else now, m["joined"])
     g.streams = sum(sum(m.subscription.values()) for m in g.members.values())
@@ -176,7 +180,7 @@ def group_of_record(record: Any, limits: Limits, now: float, keep_times: bool = 
 
     ids = _list(r["generation_members"], f"{what}: generation_members", limits.max_members)
     for member_id in ids:
-        _text(member_id, f"{what}: a generation member", MAX_NAME_BYTES)
+        _text(member_id, f"{what}: a generation member", MAX_MEMBER_ID_BYTES)
     if ids != sorted(set(ids)):
         _fail(f"{what}: generation_members is not sorted and unique")
     g.generation_members = tuple(ids)

@@ -21,7 +21,8 @@ What one request costs is bounded by the request and its group, never by
 the number of groups or members: the times at which something ends
 (sessions, rebalance waits, deferred rebalances) are kept in a heap with
 at most one live entry per member and group, so a HEARTBEAT only stamps its
-member, and :meth:`Coordinator.expire` touches only what is due. A group's
+member, and :meth:`Coordinator.expire` touches only what is due; the
+entries of members and groups gone are swept each time the heap doubles. A group's
 streams are bounded (``group.max.streams``), and so are its rebalances:
 past a burst of ``group.rebalance.burst`` a group starts at most one each
 ``group.rebalance.min.interval.ms`` (its generation stays STABLE, and the
@@ -30,8 +31,8 @@ churn cannot keep it from settling.
 
 :meth:`Coordinator.changed` names the groups whose kept state changed since
 it was last asked, :meth:`Coordinator.group_record` gives one group as a
-record and :meth:`Coordinator.add_group` takes one back, checked
-(:mod:`hostbroker.coordinator.records`): what
+record and :meth:`Coordinator.install_group` takes one back, as
+:func:`hostbroker.coordinator.records.group_of_record` built and checked it: what
 :mod:`hostbroker.coordinator.store` keeps for a process that replaces the
 one holding the state.
 
@@ -48,14 +49,15 @@ from dataclasses import dataclass, field
 
 from hostbroker.cluster.rebalance import assign_group
 from hostbroker.coordinator.model import Group, GroupPhase, Limits, Member
-from hostbroker.coordinator.records import RecordError, clip_utf8, group_of_record, group_record
+from hostbroker.coordinator.records import MAX_INT32, clip_utf8, group_record
 from hostbroker.errors import ErrorCode
+from hostbroker.protocol.groups import MAX_MEMBER_ID_BYTES
 
 __all__ = ["Coordinator", "Group", "GroupPhase", "JoinAnswer", "Limits", "Member", "Pending",
            "SyncAnswer"]
 
 NO_GENERATION = -1
-_MEMBER_ID_BYTES = 255
+_TIMERS_SLACK = 1024  # heap entries beyond twice the last sweep's before stale ones are swept
 
 
 @dataclass(frozen=True)
@@ -84,7 +86,7 @@ class SyncAnswer:
 
 
 def _default_member_id(client_id: str) -> str:
-    prefix = (client_id or "consumer").encode("utf-8", "replace")[:_MEMBER_ID_BYTES - 33]
+    prefix = (client_id or "consumer").encode("utf-8", "replace")[:MAX_MEMBER_ID_BYTES - 33]
     return f"{prefix.decode('utf-8', 'ignore')}-{uuid.uuid4().hex}"
 
 
@@ -103,6 +105,7 @@ class Coordinator:
         # (when, seq, group, member_id): a member's session check, or ("") the
         # group's rebalance deadline or deferred start; stale entries are skipped
         self._timers: list[tuple[float, int, str, str]] = []
+        self._timers_kept = 0  # entries left by the last sweep of stale ones (_push)
         self._seq = itertools.count()
         self._changed: set[str] = set()  # groups changed since the last changed()
         # topic -> {group: its members subscribed to it}: a partition count that
@@ -166,7 +169,10 @@ class Coordinator:
         self._changed.add(g.name)
         self._begin_rebalance(now, g)
         self._try_complete(now, g)
-        for i, (name, mid, answer) in enumerate(self._completed):
+        # the latest answer is this join's: an earlier one (a rebalance that
+        # ``expire`` completed above) is for a join of the member still waiting
+        for i in range(len(self._completed) - 1, -1, -1):
+            name, mid, answer = self._completed[i]
             if name == group and mid == member_id:
                 del self._completed[i]
                 return answer
@@ -343,7 +349,28 @@ class Coordinator:
         return ErrorCode.NONE
 
     def _push(self, when: float, g: Group, member_id: str = "") -> None:
-        heapq.heappush(self._timers, (when, next(self._seq), g.name, member_id))
+        timers = self._timers
+        heapq.heappush(timers, (when, next(self._seq), g.name, member_id))
+        if len(timers) > 2 * self._timers_kept + _TIMERS_SLACK:
+            # entries of members and groups gone stay until they come due (up to
+            # a session timeout): a client that joins and leaves new groups as
+            # fast as it is answered would grow the heap without end. Sweep them
+            # once it doubled since the last sweep (amortized: one check per push).
+            timers[:] = [t for t in timers if self._may_fire(t)]  # in place: callers hold it
+            heapq.heapify(timers)
+            self._timers_kept = len(timers)
+
+    def _may_fire(self, entry: tuple[float, int, str, str]) -> bool:
+        """Whether a heap entry is still the live one of its member or group."""
+        when, _, name, member_id = entry
+        g = self.groups.get(name)
+        if g is None:
+            return False
+        if member_id:
+            m = g.members.get(member_id)
+            return m is not None and m.timer == when
+        return ((g.phase is GroupPhase.PREPARING_REBALANCE and g.rebalance_deadline == when)
+                or (g.phase is GroupPhase.STABLE and g.deferred_at == when))
 
     def _arm(self, g: Group, m: Member) -> None:
         """Make sure ``m``'s session is checked at its end (at most one live entry)."""
@@ -422,7 +449,7 @@ class Coordinator:
         if not g.members:
             del self.groups[g.name]
             return
-        g.generation += 1
+        g.generation = g.generation % MAX_INT32 + 1  # an int32 on the wire: 1 after the last
         g.phase = GroupPhase.STABLE
         g.rebalance_deadline = None
         g.generation_members = tuple(sorted(g.members))
@@ -450,16 +477,6 @@ class Coordinator:
         g = self.groups.get(name)
         return None if g is None else group_record(g)
 
-    def add_group(self, record, now: float, keep_times: bool = False) -> None:
-        """Take group ``record`` (as :meth:`group_record` gave it) over, checked
-        against the limits (:func:`~hostbroker.coordinator.records.group_of_record`,
-        which raises :class:`~hostbroker.coordinator.records.RecordError`);
-        every member's session restarts at ``now`` unless ``keep_times``."""
-        g = group_of_record(record, self.limits, now, keep_times)
-        if g.name not in self.groups and len(self.groups) >= self.limits.max_groups:
-            raise RecordError(f"more than {self.limits.max_groups} groups")
-        self.install_group(g)
-
     def install_group(self, g: Group) -> None:
         """Hold group ``g`` (built and checked by
         :func:`~hostbroker.coordinator.records.group_of_record`), replacing one
@@ -483,24 +500,3 @@ class Coordinator:
             self._push(g.rebalance_deadline, g)
         elif g.deferred_at is not None:
             self._push(g.deferred_at, g)
-
-    def to_records(self) -> list[dict]:
-        """The whole state as JSON-able records (answers not yet handed out by
-        :meth:`completed` are not part of it)."""
-        return [{"type": "partitions", "counts": dict(sorted(self.partitions.items()))},
-                *(group_record(g) for g in self.groups.values())]
-
-    @classmethod
-    def from_records(cls, records: Iterable[Mapping], **kwargs) -> Coordinator:
-        """A coordinator holding what :meth:`to_records` gave (``kwargs`` as the
-        constructor's), times kept, each group checked as :meth:`add_group` does."""
-        coordinator = cls(**kwargs)
-        partitions = None
-        for r in records:
-            if isinstance(r, Mapping) and r.get("type") == "partitions":
-                partitions = {t: int(c) for t, c in r["counts"].items()}
-            else:
-                coordinator.add_group(r, 0.0, keep_times=True)
-        if partitions is not None:
-            coordinator.partitions = partitions
-        return coordinator

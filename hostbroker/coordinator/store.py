@@ -30,19 +30,20 @@ would be checked, and stops at the first record that fails: the groups
 before it are kept, the rest is lost, and one line says so. Then the file is
 rewritten with what was kept, so the next process reads a clean one.
 
-Every file is opened with ``O_NOFOLLOW | O_CLOEXEC``; the temporary file is
-removed first (``unlink`` does not follow a link) and created with
-``O_EXCL``, mode 0o666 less the process umask. A directory or anything else
-at either path makes saving fail: one line, and the broker goes on without
-a copy of the groups (a replacement process starts with none).
+Files are opened as every state file of a log dir is
+(:mod:`hostbroker.log.files`): never through a link, ``O_CLOEXEC``; whatever
+is at the temporary path is removed first and the file created with
+``O_EXCL``, mode 0o666 less the process umask; the rename over the
+journal replaces a link there, never what it points to. A directory at the
+journal's path makes saving fail (it is left as it is): one line, and the
+broker goes on without a copy of the groups (a replacement process starts
+with none).
 """
 
 from __future__ import annotations
 
-import errno
 import json
 import os
-import stat
 import struct
 import zlib
 from collections.abc import Callable, Iterable
@@ -50,6 +51,7 @@ from collections.abc import Callable, Iterable
 from hostbroker.coordinator.model import Group, Limits
 from hostbroker.coordinator.records import RecordError, group_of_record
 from hostbroker.coordinator.state import Coordinator
+from hostbroker.log import files
 
 FILENAME = "__groups.log"
 LEGACY_FILENAME = "__groups.json"  # the whole-state file of earlier versions
@@ -57,7 +59,6 @@ COMPACT_SUFFIX = ".compact"
 COMPACT_MIN_BYTES = 1 << 20
 COMPACT_RATIO = 4
 _HEAD = struct.Struct(">iI")
-_OPEN = os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_CHUNK = 1 << 20
 
 
@@ -134,33 +135,25 @@ class GroupStore:
 
     def _load(self, coordinator: Coordinator, now: float) -> str | None:
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | _OPEN)
+            fd = files.open_file(self.path, os.O_RDONLY)
         except FileNotFoundError:
             return None
         except OSError as e:
-            if e.errno == errno.ELOOP:
-                return "is a symbolic link, not followed"
-            return f"cannot be opened ({e.strerror})"
-        groups: dict[str, Group | None] = {}
+            return f"cannot be opened: {files.describe(e)}"
+        groups: dict[str, Group] = {}
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return "is not a regular file"
             with os.fdopen(fd, "rb", buffering=_READ_CHUNK, closefd=True) as f:
-                fd = -1
                 problem = self._read(f, groups, now)
         except OSError as e:
             problem = f"cannot be read ({e.strerror})"
-        finally:
-            if fd >= 0:
-                os.close(fd)
         for g in groups.values():
-            if g is not None:
-                coordinator.install_group(g)
+            coordinator.install_group(g)
         return problem
 
-    def _read(self, f, groups: dict[str, Group | None], now: float) -> str | None:
-        """Records of ``f`` into ``groups`` up to the first that fails; what failed."""
-        live = 0
+    def _read(self, f, groups: dict[str, Group], now: float) -> str | None:
+        """Records of ``f`` into ``groups`` up to the first that fails; what failed.
+        A forgotten group leaves no entry, so ``groups`` holds at most
+        ``group.max.groups`` whatever the file holds."""
         index = pos = 0
         while True:
             head = f.read(_HEAD.size)
@@ -185,11 +178,12 @@ class GroupStore:
                 name, group = self._group(record, now)
             except RecordError as e:
                 return f"{where}: {str(e)[:200]}"
-            was_live = groups.get(name) is not None
-            if group is not None and not was_live and live >= self.limits.max_groups:
+            if group is None:
+                groups.pop(name, None)
+            elif name in groups or len(groups) < self.limits.max_groups:
+                groups[name] = group
+            else:
                 return f"{where} is past group.max.groups ({self.limits.max_groups})"
-            live += (group is not None) - was_live
-            groups[name] = group
             pos += _HEAD.size + length
             index += 1
 
@@ -251,11 +245,7 @@ class GroupStore:
         tmp = self.path + COMPACT_SUFFIX
         fd = -1
         try:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _OPEN, 0o666)
+            fd = files.create_exclusive(tmp)
             live, chunks, size = {}, [], 0
             for name in coordinator.groups:
                 data = _encode(coordinator.group_record(name))

@@ -29,6 +29,7 @@ import os
 from typing import NamedTuple
 
 from hostbroker.errors import ErrorCode
+from hostbroker.log import files as log_files
 from hostbroker.protocol import api
 from hostbroker.workers import envelopes as env
 
@@ -65,7 +66,8 @@ class SegmentFiles:
                 return cached[0]
             os.close(cached[0])
             del self.files[path]
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)  # never a link
+        # never through a link, and a FIFO planted at the path does not block the loop
+        fd = log_files.open_file(path, os.O_RDONLY)
         self.files[path] = (fd, st.st_ino)
         while len(self.files) > self.limit:
             _, (old, _) = self.files.popitem(last=False)

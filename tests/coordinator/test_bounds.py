@@ -217,3 +217,34 @@ def test_a_partition_count_that_moves_concerns_only_the_groups_subscribed():
     assert c.partitions_changed(1, "u", 4) == ["h"]
     assert CountingGroups.walks == 0
     assert c.groups["h"].phase is GroupPhase.PREPARING_REBALANCE
+
+
+def test_a_second_join_that_completes_a_rebalance_gets_the_latest_generation():
+    """A member's first join waits; its rebalance ends (a member that never
+    rejoined is dropped) just as the same member joins again with another
+    subscription, which completes one more rebalance at once: that join is
+    answered the newer generation, the waiting one the older."""
+    c = make()
+    assert c.join(0, "g", "", "a", SESSION, 100, {"t": 1}).generation == 1
+    assert isinstance(c.join(10, "g", "", "b", SESSION, 100, {"t": 1}), Pending)
+    answer = c.join(200, "g", "b-2", "b", SESSION, 100, {"t": 2})
+    assert answer.error == E.NONE and answer.generation == 3
+    assert [(m, a.generation) for _, m, a in c.completed()] == [("b-2", 2)]
+
+
+def test_groups_joined_and_left_as_fast_as_answered_leave_no_growing_heap():
+    """Each one-member group formed arms its member's session check (up to the
+    longest session); the group left at once leaves that entry stale. Stale
+    entries are swept, so 20,000 such groups leave the heap small, and what is
+    live still ends on time."""
+    c = make()
+    long = Limits().max_session_timeout_ms
+    c.join(0, "kept", "", "k", SESSION, 100, {"t": 1})
+    for i in range(20000):  # 40,000 entries, unswept
+        answer = c.join(1, f"brief-{i}", "", "q", long, 100, {"t": 1})
+        assert c.leave(1, f"brief-{i}", answer.member_id) == E.NONE
+    assert len(c._timers) < 5000
+    assert set(c.groups) == {"kept"}
+    assert c.next_deadline() == SESSION
+    c.expire(SESSION + 1)
+    assert c.groups == {}

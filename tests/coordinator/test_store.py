@@ -221,9 +221,14 @@ def mutate_member(**changes):
 BAD_RECORDS = {
     "bad-phase": bad_phase,
     "empty-phase": lambda r: {**r, "phase": "EMPTY"},
+    "phase-list": lambda r: {**r, "phase": ["STABLE"]},
+    "phase-object": lambda r: {**r, "phase": {"STABLE": 1}},
     "generation-string": lambda r: {**r, "generation": "2"},
     "generation-huge": lambda r: {**r, "generation": 2**63},
     "deadline-nan": lambda r: {**r, "phase": "PREPARING_REBALANCE", "rebalance_deadline": "NaN"},
+    "deadline-huge-integer": lambda r: {**r, "phase": "PREPARING_REBALANCE",
+                                        "rebalance_deadline": 10**400},
+    "heartbeat-huge-integer": mutate_member(last_heartbeat=-10**400),
     "no-members": lambda r: {**r, "members": []},
     "member-id-long": mutate_member(member_id="m" * 256),
     "session-past-limit": mutate_member(session_timeout_ms=10**9),
@@ -410,3 +415,52 @@ def test_files_are_created_with_the_process_umask(tmp_path):
     finally:
         os.umask(old)
     assert os.stat(tmp_path / FILENAME).st_mode & 0o777 == 0o640
+
+
+def test_a_directory_at_the_temporary_path_does_not_stop_saving(tmp_path):
+    (tmp_path / (FILENAME + COMPACT_SUFFIX)).mkdir()
+    (tmp_path / (FILENAME + COMPACT_SUFFIX) / "inside").write_text("x")
+    lines = Lines()
+    c = busy_state()
+    store = GroupStore.start(str(tmp_path), c.limits, lines)
+    store.save(c, c.changed())
+    store.close()
+    assert lines == []
+    fresh, store, lines = take_over(tmp_path)
+    assert set(fresh.groups) == {"g1", "g2", "g3"} and lines == []
+    store.close()
+
+
+def test_a_generation_at_the_int32_limit_wraps_to_one(tmp_path):
+    """A record may hold any int32 generation; the next one must still fit the
+    wire's int32, or every join of the group would be answered with an error."""
+    c = make()
+    join(c, 0, "g", client="a")
+    record = json.loads(json.dumps(c.group_record("g")))
+    record["generation"] = 2**31 - 1
+    (tmp_path / FILENAME).write_bytes(frame(json.dumps(record).encode()))
+    fresh, store, lines = take_over(tmp_path)
+    store.close()
+    assert lines == [] and fresh.groups["g"].generation == 2**31 - 1
+    answer = join(fresh, 2000, "g", client="b")
+    assert isinstance(answer, Pending)
+    fresh.expire(2000 + REBALANCE)
+    assert fresh.groups["g"].generation == 1
+
+
+def test_forgotten_groups_in_the_file_take_no_memory_on_load(tmp_path):
+    """A journal of nothing but groups made and forgotten (any number of names)
+    leaves nothing to hold while it is read, within group.max.groups."""
+    c = make(Limits(max_groups=2))
+    records = []
+    for i in range(20000):
+        join(c, i, f"brief-{i}", client="q")
+        records.append(frame(json.dumps(c.group_record(f"brief-{i}")).encode()))
+        records.append(frame(json.dumps({"type": "gone", "group": f"brief-{i}"}).encode()))
+        del c.groups[f"brief-{i}"]
+    (tmp_path / FILENAME).write_bytes(b"".join(records))
+    store = GroupStore(str(tmp_path), c.limits, Lines())
+    groups = {}
+    with open(tmp_path / FILENAME, "rb") as f:
+        assert store._read(f, groups, 0.0) is None
+    assert groups == {}

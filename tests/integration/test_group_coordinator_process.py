@@ -8,6 +8,7 @@ writer that dies takes no group with it."""
 from __future__ import annotations
 
 import os
+import pathlib
 import signal
 import threading
 import time
@@ -88,7 +89,8 @@ def test_a_killed_coordinator_comes_back_with_the_groups_and_offsets(make_broker
             assert wire.commit(group, [(topic, 0, 41), (topic, 1, 42)], generation, member) == [
                 ErrorCode.NONE] * 2
             state = os.path.join(broker.settings["log.dirs"], STATE_FILE)
-            poll(lambda: os.path.exists(state))
+            # the file exists from the start: wait for the group's record in it
+            poll(lambda: group.encode() in pathlib.Path(state).read_bytes())
             before = broker.workers()
             coordinator = before["hb-coordinator"]
             produced = traffic.produced

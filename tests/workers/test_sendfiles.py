@@ -140,3 +140,16 @@ def test_a_small_answer_is_read_into_one_buffer_and_a_large_one_is_not(tmp_path)
     os.unlink(a)  # read already: what was pinned is sent
     assert wire_bytes(copied) == expected
     files.close()
+
+
+@pytest.mark.parametrize("copy_max", [0, 1 << 20])
+def test_a_fifo_or_a_link_at_a_segment_path_is_an_error_code_never_a_hang(tmp_path, copy_max):
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"v" * 100)
+    fifo, link = str(tmp_path / "fifo.log"), str(tmp_path / "link.log")
+    os.mkfifo(fifo)
+    os.symlink(victim, link)
+    out = fetch_answer([("t", 0, env.FilePiece(fifo, 0, 10)),
+                        ("t", 1, env.FilePiece(link, 0, 10))])
+    pin_answer(out, SegmentFiles(8), (END, CLOSE), copy_max)
+    assert not any(isinstance(p, (env.FilePiece, HeldPiece)) for p in out)

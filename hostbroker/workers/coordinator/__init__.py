@@ -5,8 +5,8 @@ and assignment, and the joins waiting for their rebalance: ``groups.py``
 around the pure state of :mod:`hostbroker.coordinator`), the consumer
 offsets store it fences (:class:`~hostbroker.log.offsetstore.OffsetStore`,
 ``__consumer_offsets.log``, with the commits not yet on disk and the
-OFFSET_FETCHes waiting for them: ``offsets.py``), ``__groups.json`` (the
-groups' copy for a replacement), both in the first log dir, and a flusher
+OFFSET_FETCHes waiting for them: ``offsets.py``), ``__groups.log`` (the
+groups' journal for a replacement), both in the first log dir, and a flusher
 thread that runs the store's fdatasyncs.
 
 Reads: the ``capp`` rings from every handler (``OP_GROUP`` and
@@ -25,7 +25,7 @@ what it costs must not delay an append or a fetch of any partition. The
 fence of an OFFSET_COMMIT (is its member of the current generation?) and
 the storing of that commit still run in one process, one after the other,
 as they did when both lived in writer 0. A coordinator that dies takes no
-writer with it: its replacement loads ``__groups.json`` and the offsets
+writer with it: its replacement loads ``__groups.log`` and the offsets
 store, and the handlers and processors fail what it held (docs/architecture.md).
 """
 

@@ -176,6 +176,10 @@ class GroupHost:
             if known.get(topic) != count:
                 self.state.partitions_changed(now, topic, count)
 
+    def close(self) -> None:
+        """Close the state file (what changed is in it: each pass saves)."""
+        self.store.close()
+
     def _save_if_changed(self) -> None:
         """Append the groups that changed to the state file (heartbeats change
         nothing kept: a replacement restarts every session anyway)."""

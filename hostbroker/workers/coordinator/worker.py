@@ -74,6 +74,7 @@ class CoordinatorWorker(GroupPuts, Worker):
         self._synced()
         self._send_offsets(self.offsets.settle())
         self.offsets.close()
+        self.groups.close()
         self._pump()
         # leave a moment for handlers and processors to take the last answers
         deadline = time.monotonic() + 1
