@@ -32,8 +32,11 @@ hostbroker/workers/supervisor.py).
 Our nodes are watched (kazoo ``DataWatch``, one per node): a node deleted,
 rewritten or taken over by another session is put back on the session that
 registered it, with one line (at most one per node every ``_SAY_EVERY_S``;
-what is held back is counted in the next). The watch callbacks only compare
-and ring the doorbell; the loop repairs. A node someone keeps rewriting is
+what is held back is counted in the next). The watches are set up by a
+short-lived thread (``hb-registrar-watch``: kazoo's first read of a watch
+retries while the connection is down, which must not stop the loop's
+heartbeat); the watch callbacks only compare and ring the doorbell; the loop
+repairs. A node someone keeps rewriting is
 repaired at growing intervals (``_REPAIR_MIN_S`` doubling to
 ``_REPAIR_MAX_S`` while it keeps happening), so it never makes us spin.
 """
@@ -239,23 +242,41 @@ class RegistrarWorker(Worker):
 
     # -- watching and repairing our nodes ----------------------------------------
     def _arm_watches(self) -> None:
-        """A DataWatch on each node we hold that has none yet; the watches of nodes we
-        hold no more stop at their next event."""
+        """A DataWatch on each node we hold that has none yet, set up by a thread of its
+        own (:meth:`_set_watches`); the watches of nodes we hold no more stop at their
+        next event."""
         from hostbroker.cluster import paths
 
         registration = self.registration
         wanted = [paths.broker_path(self.info.broker_id)] + [
             paths.topic_broker_path(t, self.info.broker_id) for t in sorted(registration.topics)]
-        for path in set(self.watches) - set(wanted):
-            del self.watches[path]
-        for path in wanted:
-            if path not in self.watches:
-                token = self.watches[path] = object()
-                try:
-                    self.client.DataWatch(path, self._watcher(path, token))
-                except Exception:  # noqa: BLE001 - connection loss: armed at the next sync
-                    del self.watches[path]
-                    self._failed(False)
+        new = []
+        with self._state_lock:
+            for path in set(self.watches) - set(wanted):
+                del self.watches[path]
+            for path in wanted:
+                if path not in self.watches:
+                    token = self.watches[path] = object()
+                    new.append((path, token))
+        if new:
+            threading.Thread(target=self._set_watches, args=(self.client, new),
+                             name="hb-registrar-watch", daemon=True).start()
+
+    def _set_watches(self, client, new: list[tuple[str, object]]) -> None:
+        """Not on the loop: a DataWatch reads its node before it returns, and kazoo
+        retries that read for as long as the connection is down, which would stop the
+        loop's heartbeat. What was done meanwhile is read by that first read."""
+        for path, token in new:
+            if self.stopping or self.watches.get(path) is not token:
+                continue
+            try:
+                client.DataWatch(path, self._watcher(path, token))
+            except Exception:  # noqa: BLE001 - not set: armed again at the next sync
+                with self._state_lock:
+                    if self.watches.get(path) is token:
+                        del self.watches[path]
+                self._failed(False)
+                self.doorbell.ring()
 
     def _watcher(self, path: str, token: object):
         def on_data(data, stat) -> bool | None:
