@@ -6,7 +6,8 @@ those paths (and on every topic's children) only wake a refresher thread,
 which reads the whole picture again and swaps it in at once, so a reader
 never sees half of a change. The refresher also runs every ``refresh_ms``
 and whenever the session connects again, so a watch lost with a session is
-never the end of news. ``on_change(snapshot)`` is called from that thread
+never the end of news; between two refreshes it rests at least as long as
+the last one took, so a storm of changes cannot keep it busy. ``on_change(snapshot)`` is called from that thread
 after every refresh that changed something.
 
 A topic's partitions are the sorted ``(broker_id, partition)`` pairs of the
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -30,6 +32,7 @@ from hostbroker.cluster import paths, zkread
 log = logging.getLogger(__name__)
 
 DEFAULT_REFRESH_MS = 10_000
+MIN_REFRESH_GAP_S = 0.05  # the least rest of the refresher between two refreshes
 
 
 @dataclass(frozen=True)
@@ -141,6 +144,9 @@ class ClusterView:
         from kazoo.exceptions import NoNodeError
 
         names = zkread.children(self.client, paths.BROKER_TOPICS, self.bounds, self.report)
+        # A topic gone takes its watch with it (kazoo stops a watch whose node is
+        # deleted): forgotten, so it is watched again if it comes back.
+        self._topic_watches.intersection_update(names)
         for topic in names:
             if topic in self._topic_watches or not zkread.name_ok(topic):
                 continue
@@ -157,7 +163,11 @@ class ClusterView:
             if self._closed.is_set():
                 return
             self._wake.clear()
+            started = time.monotonic()
             self.refresh()
+            # Watch events come as fast as anyone writes to ZooKeeper: rest at least
+            # as long as the refresh took, so news costs this thread half a core at most.
+            self._closed.wait(max(MIN_REFRESH_GAP_S, time.monotonic() - started))
 
     def refresh(self) -> Snapshot:
         """Read the cluster again now; returns the (possibly unchanged) snapshot."""
