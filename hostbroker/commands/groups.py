@@ -338,27 +338,21 @@ def _zookeeper(zookeeper: str):
         raise CommandError(str(exc)) from None
 
 
-def _children(zk, path: str) -> list[str]:
-    from kazoo.exceptions import NoNodeError
+def _said(path: str, problem: str) -> None:
+    print(f"hostbroker groups: ZooKeeper: {problem}", file=sys.stderr)
 
+
+def _children(zk, path: str) -> list[str]:
     from hostbroker.cluster import zkread
 
-    try:  # bounded as every reader of ZooKeeper (hostbroker.cluster.zkread)
-        return sorted(zk.get_children(path))[:zkread.DEFAULT.children]
-    except NoNodeError:
-        return []
+    return zkread.children(zk, path, zkread.DEFAULT, _said)
 
 
 def _value(zk, path: str) -> bytes | None:
-    from kazoo.exceptions import NoNodeError
-
     from hostbroker.cluster import zkread
 
-    try:
-        data = zk.get(path)[0]
-    except NoNodeError:
-        return None
-    return data if len(data) <= zkread.DEFAULT.node_bytes else None
+    found = zkread.value(zk, path, zkread.DEFAULT, _said)
+    return None if found is None else found[0]
 
 
 def _zk_offsets(zk, group: str, topic: str) -> dict[tuple[int, int], int]:
