@@ -121,8 +121,11 @@ def test_a_forged_broker_registration_is_taken_back(make_broker, tmp_path, zooke
     other = KazooClient(hosts=zookeeper.connect, timeout=5.0)
     other.start(timeout=10)
     try:
-        other.delete(path)
-        other.create(path, paths.encode_broker(paths.BrokerInfo(1, "127.0.0.1", 1, None)))
+        # At once: between a delete and a create the registrar may put its own node back.
+        forgery = other.transaction()
+        forgery.delete(path)
+        forgery.create(path, paths.encode_broker(paths.BrokerInfo(1, "127.0.0.1", 1, None)))
+        assert all(r is True or isinstance(r, str) for r in forgery.commit())
         wait_until(lambda: owner_of(zk, path) not in (None, 0), 5)
         assert json.loads(node(zk, path)) == registered(broker, 1)
     finally:
