@@ -143,7 +143,10 @@ def check_size(data: bytes, path: str, bounds: Bounds) -> None:
                          f"({bounds.node_bytes})")
 
 
-_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"')
+# A string, or an unterminated one to the end of the text: matched from each quote
+# in one pass (a string that must close, retried from every later quote, made a
+# node of escaped quotes cost quadratic time).
+_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*(?:"|\\?\Z)', re.DOTALL)
 _NOT_BRACKETS = re.compile(r"[^\[\]{}]+")
 _PARENS = str.maketrans("[{]}", "(())")
 

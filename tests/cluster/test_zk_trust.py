@@ -285,6 +285,17 @@ def test_the_spark_planner_plans_around_a_phantom(live, zookeeper, zk, warnings_
     assert len([line for line in warnings_of_cluster if phantom in line]) == 1
 
 
+@pytest.mark.parametrize("value", [b'"' + b'\\"' * 40_000, b'{"t": "' + b'\\"' * 40_000,
+                                   b'"\\' * 40_000], ids=["string", "member", "pairs"])
+def test_a_node_of_escaped_quotes_costs_no_more_than_reading_it(value):
+    # Before: every later quote started the search for a closing one again, about
+    # 20 s for this node (minutes for one of zookeeper.max.node.bytes).
+    started = time.process_time()
+    with pytest.raises(ValueError, match="not JSON|not a JSON object|subscription"):
+        paths.decode_subscription(value, "/consumers/g/ids/c")
+    assert time.process_time() - started < 2
+
+
 def test_reporter_says_each_node_once_and_few_lines_in_a_storm():
     lines: list[str] = []
 
