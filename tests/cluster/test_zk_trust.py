@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import socket
 import subprocess
 import time
 
@@ -124,48 +123,6 @@ def test_a_node_rewritten_over_and_over_costs_the_registrar_little(live, zk):
     assert writes > 100
     assert cpu < 2.0, f"registrar used {cpu:.2f} s of CPU for {writes} rewrites"
     assert len(put_back_lines(live, path)) == 1, live.log()
-
-
-# -- a duplicate broker.id never serves ------------------------------------------------
-
-def test_a_duplicate_broker_id_never_accepts_a_connection(make_broker, tmp_path, zookeeper,
-                                                           zk):
-    first = cluster_broker(make_broker, tmp_path, zookeeper, zk, 1)
-    before = zk.get(paths.broker_path(1))
-    second = cluster_broker(make_broker, tmp_path, zookeeper, zk, 2, start=False,
-                            **{"broker.id": 1})
-    proc = subprocess.Popen(second.args(), cwd=second.root, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
-    accepted: list[str] = []
-    tries = 0
-    try:
-        while proc.poll() is None and tries < 20000:
-            tries += 1
-            for family, where in ((socket.AF_INET, ("127.0.0.1", second.port)),
-                                  (socket.AF_UNIX, second.unix_path)):
-                with socket.socket(family, socket.SOCK_STREAM) as s:
-                    try:
-                        s.connect(where)
-                        accepted.append(str(where))
-                    except OSError:
-                        pass  # refused, or nothing there yet
-            time.sleep(0.002)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert accepted == [], f"the duplicate accepted connections: {accepted[:3]}"
-    assert tries > 5  # it was probed while it started
-    assert proc.returncode == 78
-    text = err.decode()
-    assert text.count("\n") == 1 and "Traceback" not in text, text
-    assert "broker.id 1 is already registered in ZooKeeper by another broker" in text
-    data, stat = zk.get(paths.broker_path(1))
-    assert (data, stat.ephemeralOwner, stat.mzxid) == (before[0], before[1].ephemeralOwner,
-                                                       before[1].mzxid)
-    with first.client() as c:
-        assert c.metadata().broker_id == 1
 
 
 # -- clients leave phantom numbers out ---------------------------------------------------

@@ -136,21 +136,39 @@ def test_a_forged_broker_registration_is_taken_back(make_broker, tmp_path, zooke
 
 def test_a_duplicate_broker_id_never_accepts_a_connection(make_broker, tmp_path,  # noqa: F811
                                                            zookeeper, zk):  # noqa: F811
-    cluster_broker(make_broker, tmp_path, zookeeper, zk, 1)
+    first = cluster_broker(make_broker, tmp_path, zookeeper, zk, 1)
+    before = zk.get(paths.broker_path(1))
     second = cluster_broker(make_broker, tmp_path, zookeeper, zk, 2, start=False,
                             **{"broker.id": 1})
     proc = subprocess.Popen(second.args(), cwd=second.root, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
-    accepted = 0
+    accepted: list[str] = []
+    tries = 0
     try:
-        while proc.poll() is None:
-            with socket.socket() as s:
-                accepted += s.connect_ex(("127.0.0.1", second.port)) == 0
+        while proc.poll() is None and tries < 20000:
+            tries += 1
+            for family, where in ((socket.AF_INET, ("127.0.0.1", second.port)),
+                                  (socket.AF_UNIX, second.unix_path)):
+                with socket.socket(family, socket.SOCK_STREAM) as s:
+                    try:
+                        s.connect(where)
+                        accepted.append(str(where))
+                    except OSError:
+                        pass  # refused, or nothing there yet
             time.sleep(0.002)
-        err = proc.communicate(timeout=60)[1].decode()
+        _, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert accepted == 0
-    assert proc.returncode == 78 and err.count("\n") == 1, err
+    assert accepted == [], f"the duplicate accepted connections: {accepted[:3]}"
+    assert tries > 5  # it was probed while it started
+    assert proc.returncode == 78
+    text = err.decode()
+    assert text.count("\n") == 1 and "Traceback" not in text, text
+    assert "broker.id 1 is already registered in ZooKeeper by another broker" in text
+    data, stat = zk.get(paths.broker_path(1))
+    assert (data, stat.ephemeralOwner, stat.mzxid) == (before[0], before[1].ephemeralOwner,
+                                                       before[1].mzxid)
+    with first.client() as c:
+        assert c.metadata().broker_id == 1
