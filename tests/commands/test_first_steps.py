@@ -185,6 +185,7 @@ def test_mirror_of_nothing_names_no_topic(tmp_path):
 
 
 def test_ctrl_c_while_the_configuration_is_read_is_one_line(tmp_path):
+    import errno
     import signal
     import subprocess
     import sys
@@ -194,14 +195,29 @@ def test_ctrl_c_while_the_configuration_is_read_is_one_line(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "hostbroker", "serve", "--config", str(fifo)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             stdin=subprocess.DEVNULL)
+    writer = None
     try:
-        time.sleep(1.5)
+        # Opening the write end succeeds once the broker opened the read end (ENXIO
+        # before): it is reading the configuration then, whatever the machine's load,
+        # and its read waits for as long as the write end stays open.
+        deadline = time.monotonic() + 30
+        while writer is None:
+            try:
+                writer = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError as exc:
+                if exc.errno != errno.ENXIO:
+                    raise
+                assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read()
+                time.sleep(0.02)
+        time.sleep(0.1)
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        if writer is not None:
+            os.close(writer)
     # Before: a KeyboardInterrupt traceback and death by SIGINT.
     assert (proc.returncode, out, err) == (0, b"", b"hostbroker: stopped while starting\n")
 
