@@ -70,3 +70,19 @@ def test_malformed_values_are_left_out(zk):
     zk.create(paths.topic_broker_path("t", 3), b"x", makepath=True)
     snap = read_snapshot(zk)
     assert sorted(snap.brokers) == [4] and snap.partitions("t") == ((4, 0),)
+
+
+def test_view_watches_a_topic_created_again(zk):
+    register(zk, 1, 9001, {"t": 1})
+    view = ClusterView(zk, refresh_ms=60_000)  # only watches can wake it
+    try:
+        assert view.snapshot.partitions("t") == ((1, 0),)
+        zk.delete(paths.topic_path("t"), recursive=True)  # its watch ends with it
+        wait_until(lambda: "t" not in view._topic_watches)  # noqa: SLF001 - seen gone
+        zk.create(paths.topic_path("t"))  # back, still without brokers
+        wait_until(lambda: "t" in view._topic_watches)  # noqa: SLF001 - watched again
+        # A broker registering it changes only the topic's children: only its watch sees it.
+        zk.create(paths.topic_broker_path("t", 1), b"2")
+        wait_until(lambda: view.snapshot.partitions("t") == ((1, 0), (1, 1)))
+    finally:
+        view.close()
