@@ -7,8 +7,9 @@ which reads the whole picture again and swaps it in at once, so a reader
 never sees half of a change. The refresher also runs every ``refresh_ms``
 and whenever the session connects again, so a watch lost with a session is
 never the end of news; between two refreshes it rests at least as long as
-the last one took, so a storm of changes cannot keep it busy. ``on_change(snapshot)`` is called from that thread
-after every refresh that changed something.
+the last one took, so a storm of changes cannot keep it busy.
+``on_change(snapshot)`` is called from that thread after every refresh that
+changed something.
 
 A topic's partitions are the sorted ``(broker_id, partition)`` pairs of the
 live brokers that registered it (docs/spec/zookeeper.md): a broker that
