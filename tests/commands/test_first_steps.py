@@ -247,46 +247,29 @@ def test_a_clean_stop_and_a_recovery_each_say_one_line(tmp_path):
 
 def test_ctrl_c_while_the_supervisor_prepares_is_one_line(tmp_path):
     import signal
-    import socket
     import subprocess
     import sys
 
-    # A process that holds the listener's socket file and never accepts (hung): the
-    # start's probe of it waits, inside the supervisor's preparation, until Ctrl-C.
-    path = str(tmp_path / "hb.sock")
-    hung = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    hung.bind(path)
-    hung.listen(0)
-    waiting = []
-    while True:  # fill its backlog: the next connect blocks
-        client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        client.setblocking(False)
+    # The broker lock is taken inside the supervisor's preparation, before the
+    # listeners are bound and the shared memory made, and the signal handlers come
+    # only after all of that: Ctrl-C as soon as the lock file is there lands in it.
+    for attempt in range(3):
+        logs = tmp_path / f"logs-{attempt}"
+        proc = subprocess.Popen([sys.executable, "-m", "hostbroker", "serve",
+                                 "--set", f"listeners=unix://{tmp_path}/hb-{attempt}.sock",
+                                 "--set", f"log.dirs={logs}"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                stdin=subprocess.DEVNULL)
         try:
-            client.connect(path)
-        except BlockingIOError:
-            client.close()
-            break
-        waiting.append(client)
-    proc = subprocess.Popen([sys.executable, "-m", "hostbroker", "serve",
-                             "--set", f"listeners=unix://{path}",
-                             "--set", f"log.dirs={tmp_path / 'logs'}"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            stdin=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 30
-        while not (tmp_path / "logs" / ".broker.lock").exists():  # the probe comes after
-            assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read()
-            time.sleep(0.05)
-        time.sleep(1.0)
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        for client in waiting:
-            client.close()
-        hung.close()
-    # Before: a KeyboardInterrupt traceback from the supervisor's prepare().
-    assert (proc.returncode, out, err) == (0, b"", b"hostbroker: stopped while starting\n")
-    assert os.path.exists(path)  # another's socket: left as it was
+            deadline = time.monotonic() + 30
+            while not (logs / ".broker.lock").exists():
+                assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read()
+                time.sleep(0.001)
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        # Before: a KeyboardInterrupt traceback from the supervisor's prepare().
+        assert (proc.returncode, out, err) == (0, b"", b"hostbroker: stopped while starting\n")
