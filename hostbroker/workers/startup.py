@@ -1,0 +1,153 @@
+"""The supervisor's start-up steps that can fail with one line, before any fork
+(part of ``hb-supervisor``, called from :meth:`Supervisor.prepare
+<hostbroker.workers.supervisor.Supervisor.prepare>`).
+
+Owns nothing for long: it checks the log dirs (as root, none that others may
+write: docs/storage.md) and the unix listeners' directories without changing
+anything, makes the log dirs, takes the broker lock (``<first log dir>/.broker.lock``,
+held for the broker's life) and binds the listeners (not listening yet: the
+supervisor listens once ``broker.id`` is the broker's own). Each refusal is a
+:class:`StartError` whose message is the one line to print.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import socket
+import stat
+
+from hostbroker.config import parse_listener
+from hostbroker.log import files
+
+
+class StartError(Exception):
+    """The broker cannot start; the message is the one line to print."""
+
+
+class StoppedWhileStarting(StartError):
+    """SIGTERM or SIGINT came before the broker was serving: a stop asked for,
+    which ends as any other stop does (status 0), not a refusal."""
+
+
+def bind_listener(uri: str) -> socket.socket:
+    """Bind ``tcp://HOST:PORT`` or ``unix://PATH`` (mode 0660); start() listens.
+    The URI was checked by the configuration; a unix path's directory must exist."""
+    parsed = parse_listener(uri)
+    if parsed[0] == "tcp":
+        _, host, port = parsed
+        host = host or "0.0.0.0"
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as e:
+            sock.close()
+            raise StartError(f"listeners: cannot bind {uri}: {e.strerror}") from None
+    else:
+        path = os.path.abspath(parsed[1])
+        _remove_stale_socket(path, uri)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o117)
+        try:
+            sock.bind(path)
+        except OSError as e:
+            sock.close()
+            raise StartError(f"listeners: cannot bind {uri}: {e.strerror or e}") from None
+        finally:
+            os.umask(old)  # the socket was made 0660 by it: no chmod, which follows a link
+    sock.set_inheritable(True)
+    return sock
+
+
+def check_unix_listener_dir(uri: str, log_dirs: list[str]) -> None:
+    """A unix socket's directory must exist (nothing is created for it), unless a
+    log dir about to be created makes it (the default ./data/hostbroker.sock)."""
+    parsed = parse_listener(uri)
+    if parsed[0] != "unix":
+        return
+    parent = os.path.dirname(os.path.abspath(parsed[1]))
+    if os.path.isdir(parent):
+        return
+    if any(os.path.abspath(d).startswith(parent + os.sep) for d in log_dirs):
+        return
+    if os.path.exists(parent):
+        raise StartError(f"listeners: {uri}: {parent} is not a directory")
+    raise StartError(f"listeners: {uri}: directory {parent} does not exist")
+
+
+def _remove_stale_socket(path: str, uri: str) -> None:
+    """A socket file left by a crashed broker is removed; one in use is an error."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(mode):
+        raise StartError(f"listeners: {uri}: {path} exists and is not a socket")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(1.0)  # a listener that never accepts (its queue full) must not hang the start
+    try:
+        probe.connect(path)
+    except OSError:
+        if not _bound_elsewhere(path):
+            os.unlink(path)
+            return
+    finally:
+        probe.close()
+    raise StartError(f"listeners: {uri}: another broker is listening on {path}")
+
+
+def _bound_elsewhere(path: str) -> bool:
+    """Whether a socket is bound at ``path`` (a broker still starting binds before it
+    listens, so a refused connection alone does not make the file stale)."""
+    try:
+        with open("/proc/net/unix", "rb") as f:
+            return any(line.rstrip(b"\n").split(None, 7)[7:] == [os.fsencode(path)]
+                       for line in f)
+    except OSError:
+        return False
+
+
+def check_log_dir(path: str) -> None:
+    """Refuse, with one line, a log dir that cannot be used; change nothing."""
+    probe = os.path.abspath(path)
+    while not os.path.lexists(probe):  # the nearest ancestor that exists
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        where = "" if probe == os.path.abspath(path) else f"{probe} "
+        what = "is a file, not a directory" if os.path.isfile(probe) else "is not a directory"
+        raise StartError(f"log.dirs: cannot use {path}: {where}{what}")
+    if not os.access(probe, os.R_OK | os.W_OK | os.X_OK):
+        raise StartError(f"log.dirs: cannot use {path}: {probe} is not writable")
+    if os.geteuid() == 0:  # docs/storage.md, "Who may touch the files"
+        problem = files.writable_by_others(path)
+        if problem:
+            raise StartError(f"log.dirs: refusing {path} as root: {problem}; make it "
+                             "root's alone (chmod go-w) or run the broker as its own user")
+
+
+def make_log_dir(path: str) -> None:
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        raise StartError(f"log.dirs: cannot use {path}: {e.strerror}") from None
+
+
+def claim_broker_lock(log_dir: str) -> int:
+    """Hold ``<first log dir>/.broker.lock`` for the broker's life (flock, with
+    our pid in it), or fail with one line naming the broker that holds it."""
+    path = os.path.join(log_dir, ".broker.lock")
+    try:
+        fd = files.open_lock_file(path, "the broker lock")
+    except OSError as e:
+        raise StartError(f"log.dirs: cannot use {path}: {files.describe(e)}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        raise StartError(f"log.dirs: {log_dir} is in use by another broker (pid {holder})") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
