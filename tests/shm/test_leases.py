@@ -57,9 +57,9 @@ def test_a_dead_runs_segments_and_lease_are_swept(token):
     pid = run_in_child(token, hold=False)
     os.waitpid(pid, 0)
     assert segments(token) == [f"{token}-ring-0"]
-    removed = []
+    removed = []  # dead runs of other tests' brokers may be swept with it
     assert token in sweep_dead_runs(removed.append)
-    assert removed == [token] and segments(token) == []
+    assert removed.count(token) == 1 and segments(token) == []
     assert not os.path.lexists(os.path.join(SHM_DIR, token + LEASE_SUFFIX))
 
 
