@@ -16,8 +16,10 @@ import pytest
 from hostbroker.client import DeliveryError, Producer
 from hostbroker.client.coordinator_requests import CoordinatorClient
 from hostbroker.commands.dumplog import dump
+from hostbroker.config import Config
 from hostbroker.log.message import encode_message_set
 from hostbroker.log.segments import segment_filename
+from hostbroker.workers.plan import shm_token
 from tests.integration.broker import Broker
 from tests.integration.cli import hostbroker, lines, one_line_error, running
 
@@ -273,3 +275,6 @@ def test_ctrl_c_while_the_supervisor_prepares_is_one_line(tmp_path):
                 proc.wait()
         # Before: a KeyboardInterrupt traceback from the supervisor's prepare().
         assert (proc.returncode, out, err) == (0, b"", b"hostbroker: stopped while starting\n")
+        # and nothing left in shared memory, even what the signal cut short
+        token = shm_token(Config.build(overrides=[f"log.dirs={logs}"]))
+        assert [e for e in os.listdir("/dev/shm") if e.startswith(token)] == []
