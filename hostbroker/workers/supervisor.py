@@ -142,6 +142,19 @@ class Supervisor:
         self.lock_fd = claim_broker_lock(plan.log_dirs[0])
         for uri in config.listeners:
             plan.listeners.append((uri, bind_listener(uri)))
+        # A stop asked for while the shared memory is made comes once it is all
+        # listed, so that the stop removes every piece of it (cleanup()).
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        try:
+            self._make_shared_memory()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+    def _make_shared_memory(self) -> None:
+        """This run's lease, the sweep of dead runs, then every segment, the admin
+        lock, the doorbells and the hand-off pairs the workers inherit."""
+        plan = self.plan
+        config = self.config
         try:
             self.lease_fd = take_lease(plan.token)
         except (OSError, TimeoutError) as e:
@@ -526,6 +539,8 @@ def _duration(seconds: float) -> str:
 
 def serve(config: Config) -> int:
     """Run the broker in the foreground until SIGTERM/SIGINT; return the exit code."""
+    # until start() queues them, SIGTERM stops a start as Ctrl-C does (cleaning up)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     supervisor = Supervisor(config)
     try:
         try:
