@@ -506,15 +506,14 @@ class Supervisor:
         if lock is not None:
             lock.remove()
             self.admin_lock = None
-        if self.lease_fd is not None:
-            # The token is ours (lease and broker lock held): also what a signal
-            # cut short between its creation and its listing above.
+        if self.lease_fd is not None:  # last: our shared memory is gone
+            # The token is ours (lease and broker lock held): also a segment or
+            # lock whose making failed between its creation and its listing above.
             try:
                 remove_stale(self.plan.shm_prefix)
                 AdminLock.remove_stale(self.plan.token)
             except OSError:
                 pass  # best effort, as above
-        if self.lease_fd is not None:  # last: our shared memory is gone
             release_lease(self.plan.token, self.lease_fd)
             self.lease_fd = None
         if self.cpu_latency_fd is not None:  # the request goes with the last holder
