@@ -22,16 +22,14 @@ from hostbroker.log.segments import segment_filename
 from hostbroker.workers.plan import shm_token
 from tests.integration.broker import Broker
 from tests.integration.cli import hostbroker, lines, one_line_error, running
+from tests.integration.wire_helpers import stop_or_kill
 
 
 @pytest.fixture
 def broker(tmp_path):
     started = Broker(tmp_path).start()
     yield started
-    try:
-        started.stop(timeout=20)
-    except Exception:  # noqa: BLE001 - already failing; leave nothing running
-        started.kill_tree()
+    stop_or_kill(started)
 
 
 def _stable(uri: str, group: str) -> bool:

@@ -16,6 +16,7 @@ from hostbroker.client.coordinator_requests import CoordinatorClient
 from hostbroker.errors import ErrorCode
 from tests.integration.broker import Broker
 from tests.integration.cli import hostbroker, lines
+from tests.integration.wire_helpers import stop_or_kill
 
 HOSTILE_NAMES = ("ghost", "../../etc/passwd", "a/b", "spaces in it", "\u00e9\u00e8", "\x00", "..")
 
@@ -24,10 +25,7 @@ HOSTILE_NAMES = ("ghost", "../../etc/passwd", "a/b", "spaces in it", "\u00e9\u00
 def broker(tmp_path):
     started = Broker(tmp_path).start()
     yield started
-    try:
-        started.stop(timeout=20)
-    except Exception:  # noqa: BLE001 - already failing; leave nothing running
-        started.kill_tree()
+    stop_or_kill(started)
 
 
 def test_describe_of_a_group_subscribed_to_hostile_names(broker):
