@@ -383,7 +383,7 @@ class WriterWorker(Appends, Polls, Replicas, Cleanup, Worker):
             self._publish(slot, plog)
             self.dirty.add(slot)
         # replicas' ISR and high watermarks, after the log ends they cover are published
-        hw_moved = self._replicas_round(now_ms()) if self.books else set()
+        hw_moved = self._replicas_round(now_ms(), touched) if self.books else set()
         if self.appended:
             # after the table has the new log ends: a handler that sees this
             # counter move sees them too (handler._has_input)
@@ -520,6 +520,7 @@ class WriterWorker(Appends, Polls, Replicas, Cleanup, Worker):
             if sender.pending():  # PUT answers their ring could not take at once
                 sender.pump()
                 self.processor_bells[p].wake()
+        self._pump_replica()
 
     def _shutdown(self) -> None:
         self._checkpoint_hws()

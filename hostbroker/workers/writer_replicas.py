@@ -237,10 +237,12 @@ class Replicas:
 
     def _replica_state_checked(self, request) -> dict:
         slot, topic, partition = int(request["slot"]), request["topic"], int(request["partition"])
+        if request.get("delete") is True:
+            # STOP_REPLICA with delete: as DELETE_TOPIC does (an offline replica too)
+            if not 0 <= slot < self.table.slot_count:
+                raise ValueError(f"slot {slot} outside the table")
+            return self._delete({"slot": slot, "topic": topic, "partition": partition})
         plog = self._replica_log(slot, topic, partition)
-        if request.get("delete"):
-            result = self._delete({"slot": slot, "topic": topic, "partition": partition})
-            return result
         role = ROLES_BY_NAME[request["role"]]
         epoch = int(request["leader_epoch"])
         leader = int(request.get("leader", -1))
@@ -351,11 +353,14 @@ class Replicas:
         self.isr_pending.add(pos.slot)
 
     # -- the round: ISR, commits, high watermark -------------------------------
-    def _replicas_round(self, now: int) -> set[int]:
+    def _replicas_round(self, now: int, touched=()) -> set[int]:
         """After the round's log ends are published: for the leader slots whose
-        followers moved (or appended, or whose ISR check is due), adopt ISR
-        commits, publish the ISR wanted, and move the HW. Returns the slots
-        whose HW moved (their parked fetches look again)."""
+        followers moved, that appended (``touched``), or whose ISR check is
+        due, adopt ISR commits, publish the ISR wanted, and move the HW.
+        Returns the slots whose HW moved (their parked fetches look again)."""
+        for slot in touched:
+            if slot in self.books:
+                self.isr_pending.add(slot)
         if now >= self.isr_check_ms:
             self.isr_check_ms = now + max(1, min(self.lag_ms // 2, 1000))
             self.isr_pending.update(s for s, b in self.books.items()
@@ -408,7 +413,15 @@ class Replicas:
         hw = book.tracker.high_watermark(book.isr, book.plog.log_end_offset)
         return min(hw, book.plog.log_end_offset)
 
+    def _pump_replica(self) -> None:
+        """Answers to hb-replica its ring could not take at once."""
+        if self.rres is not None and self.rres.pending():
+            self.rres.pump()
+            self.replica_bell.wake()
+
     def _replicas_timeout_ms(self) -> int | None:
+        if self.rres is not None and self.rres.pending():
+            return now_ms() + 10
         return self.isr_check_ms if any(b.role == ptable.ROLE_LEADER
                                         for b in self.books.values()) else None
 

@@ -387,3 +387,27 @@ def test_a_replaced_writer_rebuilds_its_books_from_the_table(w, clock):
         (ptable.ROLE_LEADER, 3, (ME, OTHER), len(data))
     after = w.table.read(SLOT)
     assert after._replace(segment_generation=0) == before._replace(segment_generation=0)
+
+
+def test_a_leader_alone_in_its_isr_moves_the_hw_with_its_appends(w, clock):
+    create_replica(w)
+    state(w, "leader", 1, isr=(ME,))
+    data = encode_message_set([b"solo"])
+    touched = set()
+    out = []
+    head, body = env.encode_append(4, SLOT, "r", 0, 0, -1, 1, FAR, data)
+    w._append(0, memoryview(head + body), out, touched)
+    w._publish(SLOT, w.slots[SLOT])
+    assert w._replicas_round(clock(), touched) == {SLOT}
+    flush(w)
+    assert w.senders[0].results == [(4, ErrorCode.NONE, 0, len(data))]
+
+
+def test_stop_replica_with_delete_removes_the_partition(w):
+    create_replica(w)
+    state(w, "leader", 1)
+    path = w.slots[SLOT].path
+    assert w._replica_state({"slot": SLOT, "topic": "r", "partition": 0, "delete": True}) == \
+        {"error": 0}
+    assert not os.path.exists(path) and SLOT not in w.books
+    assert w.table.read(SLOT).role == ptable.ROLE_PLAIN  # the freed slot
