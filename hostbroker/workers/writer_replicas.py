@@ -232,7 +232,7 @@ class Replicas:
             return self._replica_state_checked(request)
         except StateError as e:
             return {"error": e.code, "message": str(e)}
-        except (KeyError, TypeError, ValueError) as e:
+        except (KeyError, TypeError, ValueError, HostbrokerError) as e:
             return {"error": int(ErrorCode.INVALID_REQUEST), "message": f"bad replica state: {e}"}
 
     def _replica_state_checked(self, request) -> dict:
@@ -263,8 +263,13 @@ class Replicas:
         if role == ptable.ROLE_LEADER and self.broker_id not in replicas:
             raise ValueError(f"broker {self.broker_id} leads but is not among replicas {replicas}")
         was_leading = book.role == ptable.ROLE_LEADER
+        isr_version = int(request.get("isr_version", book.isr_version))
+        if was_leading and role == ptable.ROLE_LEADER and epoch == book.leader_epoch \
+                and isr_version < book.isr_version:
+            # an ISR older than one we had committed since, in the same epoch: ours stands
+            isr, isr_version = list(book.isr), book.isr_version
         if role == ptable.ROLE_LEADER:
-            if not was_leading or epoch != book.leader_epoch:
+            if not was_leading or epoch != book.leader_epoch or replicas != book.replicas:
                 # the new leadership is in the epoch file before the slot says so
                 end = plog.log_end_offset
                 if epoch > book.epochs.latest_epoch:
@@ -284,7 +289,7 @@ class Replicas:
         book.role, book.leader, book.leader_epoch = role, leader, epoch
         book.isr = tuple(r for r in replicas if r in isr)
         book.isr_wanted = book.isr
-        book.isr_version = int(request.get("isr_version", book.isr_version))
+        book.isr_version = isr_version
         book.min_isr = min_isr
         book.hw = min(book.hw, plog.log_end_offset)
         self.table.write(slot, **book.fields())
