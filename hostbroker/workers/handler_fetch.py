@@ -69,8 +69,8 @@ class Fetching:
         if slot is None:
             return False
         s = self.table.read(slot)
-        if s.state != ptable.ONLINE:
-            return False
+        if s.state != ptable.ONLINE or slot in self.view.replicated:
+            return False  # (a replicated partition's fetch is read below its high watermark here)
 
         def respond(pending, failed: bool = False) -> None:
             if self._answer_fetch(p, conn_id, seq, corr, request,
