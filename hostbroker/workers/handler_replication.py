@@ -368,7 +368,7 @@ class Replication:
         data_epoch, end = s.leader_epoch, leo
         if part.offset < s.epoch_start:
             try:
-                data_epoch, end = self._epochs(slot, s).epoch_at(part.offset)
+                data_epoch, end = self._epochs(slot, s).epoch_at(part.offset, leo)
             except (HostbrokerError, OSError, ValueError):
                 return topic, partition, ErrorCode.STORAGE_ERROR, hw, leo, -1, None
             if end is None or end < 0 or end > leo:
