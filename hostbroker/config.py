@@ -435,6 +435,18 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("group.max.parked.joins", int, 10000,
             "JOIN_GROUP requests one handler holds while their rebalance waits; one more is "
             "answered BROKER_NOT_AVAILABLE at once (join again later).", _between(1, 10000000)),
+    # Replication (cluster mode): the leader's writer.
+    Setting("min.insync.replicas", int, 1,
+            "Replicas (the leader included) that must be in a replicated partition's ISR "
+            "for an acks=-1 produce to be appended; fewer: NOT_ENOUGH_REPLICAS, nothing "
+            "appended. Also a topic config.", _between(1, 8)),
+    Setting("replica.lag.time.max.ms", int, 10000,
+            "A follower that has not fetched up to the leader's log end for this long "
+            "leaves the ISR (and rejoins once caught up).", _between(1, 2**31 - 1)),
+    Setting("replica.lag.max.bytes", int, 4194304,
+            "A follower whose fetch position is more than this many bytes behind the "
+            "leader's log end leaves the ISR at once, however recently it fetched "
+            "(-1: no byte bound, only replica.lag.time.max.ms).", _minus_one_or_at_least(1)),
     # Storage and start-up.
     Setting("log.umask", str, "027",
             "File mode creation mask (octal) the supervisor sets before it creates anything, "
@@ -572,6 +584,7 @@ class Config:
             flush_messages=self["log.flush.interval.messages"],
             flush_ms=self["log.flush.interval.ms"],
             max_message_bytes=self["message.max.bytes"],
+            min_insync_replicas=self["min.insync.replicas"],
             preallocate_bytes=self["log.preallocate.bytes"],
         )
 

@@ -209,7 +209,7 @@ class WriterWorker(Appends, Polls, Cleanup, Worker):
                 if s.state == ptable.DELETING:
                     self._delete_slot(i, topic, partition)
                 elif self._adopt(i) is None:
-                    self.table.write(i, state=ptable.FREE)
+                    self.table.free(i)
             self.table.bump_generation()
 
     def _register_offline(self, slot: int | None, topic: str, partition: int) -> None:

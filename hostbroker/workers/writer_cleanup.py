@@ -131,5 +131,5 @@ class Cleanup:
         if self.undeletable.pop(slot, None) is not None and retry:
             print(f"hostbroker: {self.name}: deleted partition {topic}-{partition} on retry",
                   file=sys.stderr, flush=True)
-        self.table.write(slot, state=ptable.FREE)
+        self.table.free(slot)
         return None
