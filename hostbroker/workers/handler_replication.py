@@ -60,7 +60,7 @@ class Replication:
     def _init_replication(self) -> None:
         name = getattr(self.plan, "peers_name", None)
         self.peers: PeersTable | None = None
-        if name and getattr(self.plan, "replica", True):
+        if name:
             self.peers = PeersTable.attach(name)
         self.broker_id = self.config["broker.id"]
         # slot -> (topic, epoch_start, leader_epoch, cache): a partition's

@@ -186,8 +186,8 @@ class Supervisor:
         self.regions.append(region)
         self.board = ProcessBoard.create(region, plan.worker_count)
         self.board.set_supervisor(os.getpid())
-        if plan.replica:
-            self._make_replication_tables()
+        # (standalone too: a standalone broker takes LEADER_AND_ISR by hand, as tests do)
+        self._make_replication_tables()
         self.admin_lock = AdminLock.create(plan.token)
         plan.admin_lock_key = self.admin_lock.key
         for kind, index in plan.workers():
@@ -199,7 +199,7 @@ class Supervisor:
             plan.handoff.append((a, b))
 
     def _make_replication_tables(self) -> None:
-        """Cluster mode: the peers table (brokers the controller named, and its
+        """In every mode: the peers table (brokers the controller named, and its
         epoch) and the ISR commits (one slot per partition slot); unlinked
         with the rest of our shared memory."""
         from hostbroker.shm.peers import PeersTable
