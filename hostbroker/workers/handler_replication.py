@@ -76,6 +76,8 @@ class Replication:
         elif key == ApiKey.OFFSET_FOR_LEADER_EPOCH:
             self._reply(p, conn_id, seq, corr, self._offset_for_leader_epoch(request))
         elif key == ApiKey.FETCH:
+            if request.replica_id != rproto.CONSUMER_REPLICA_ID:
+                self._report_positions(request)
             self._fetch(p, conn_id, seq, corr, request)  # (handler_fetch answers by version)
         elif key == ApiKey.METADATA:
             self._reply(p, conn_id, seq, corr, self._metadata_v1(request))
@@ -349,21 +351,37 @@ class Replication:
                                   s.end_offset)
         return part.topic, part.partition, code, hw, hw, -1, piece
 
+    def _follower_checked(self, part, replica_id: int):
+        """``(error, slot, record)`` of a partition a follower fetches: one this
+        broker leads, in the epoch the follower names (unless -1), of which
+        ``replica_id`` is a replica other than this broker."""
+        code, slot, s = self._leader_slot(part.topic, part.partition, part.leader_epoch)
+        if not code and (replica_id == self.broker_id or replica_id not in s.replicas):
+            code = ErrorCode.REPLICA_NOT_AVAILABLE  # only a replica of it may move its watermark
+        return code, slot, s
+
+    def _report_positions(self, request) -> None:
+        """Tell the leader's writer where a follower is, once per FETCH when it
+        comes (not when a parked one is looked at again): it holds everything
+        below its fetch offset (OP_FOLLOWER_POS; the writer moves the ISR and
+        the high watermark)."""
+        self.view.refresh()
+        for part in request.partitions:
+            code, slot, s = self._follower_checked(part, request.replica_id)
+            if not code and s.start_offset <= part.offset <= s.end_offset:
+                self.appends[s.owner].send(env.encode_follower_pos(env.FollowerPos(
+                    slot, part.topic, part.partition, request.replica_id, s.leader_epoch,
+                    part.offset)))
+                self.dirty_writers.add(s.owner)
+
     def _follower_part(self, part, replica_id: int, left: int) -> tuple:
         topic, partition = part.topic, part.partition
         if part.max_bytes <= 0:
             return topic, partition, ErrorCode.INVALID_FETCH_SIZE, -1, -1, -1, None
-        code, slot, s = self._leader_slot(topic, partition, part.leader_epoch)
-        if not code and (replica_id == self.broker_id or replica_id not in s.replicas):
-            code = ErrorCode.REPLICA_NOT_AVAILABLE  # only a replica of it may move its watermark
+        code, slot, s = self._follower_checked(part, replica_id)
         if code:
             return topic, partition, code, -1, -1, -1, None
         hw, leo = min(s.high_watermark, s.end_offset), s.end_offset
-        # where the follower is: it holds everything below its fetch offset
-        if s.start_offset <= part.offset <= leo:
-            self.appends[s.owner].send(env.encode_follower_pos(env.FollowerPos(
-                slot, topic, partition, replica_id, s.leader_epoch, part.offset)))
-            self.dirty_writers.add(s.owner)
         # never past the end of the epoch that wrote ``offset``
         data_epoch, end = s.leader_epoch, leo
         if part.offset < s.epoch_start:
