@@ -63,6 +63,8 @@ class Cleanup:
             self.logdir.checkpoint_recovery_points()
         except (OSError, StorageError) as e:
             self._go_offline(e)
+            return
+        self._checkpoint_hws()
 
     def _delete(self, request: dict) -> dict:
         """Delete one partition: mark its slot DELETING (the slot's writer is
@@ -93,6 +95,7 @@ class Cleanup:
             self.flushing.pop(slot, None)
             self.retention_stuck.discard(slot)
             self.published.pop(slot, None)
+            self._drop_book(slot)
             if any(w.slot == slot for w in self.waiters):
                 self._answer_waiters()  # the slot has no log now: answers them all
             error = self._delete_slot(slot, *key)
