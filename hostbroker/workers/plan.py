@@ -62,7 +62,6 @@ RING_KINDS = ("req", "resp", "app", "res", "ans", "put", "capp", "cres", "cans",
               "rapp", "rres")
 ANSWER_RING_BYTES = 1024 * 1024
 PUT_RING_BYTES = 4 * 1024 * 1024
-MAX_PEERS = 1024  # slots of the peers table: brokers a controller may name
 _CONSUMER_KIND = {"req": "handler", "resp": "processor", "app": "writer", "res": "handler",
                   "ans": "processor", "put": "writer", "capp": "coordinator", "cres": "handler",
                   "cans": "processor", "cput": "coordinator", "rapp": "writer",

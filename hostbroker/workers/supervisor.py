@@ -69,7 +69,8 @@ from hostbroker.shm.procs import ProcessBoard
 from hostbroker.shm.region import (SharedRegion, release_lease, remove_stale, sweep_dead_runs,
                                    take_lease)
 from hostbroker.shm.ring import Ring
-from hostbroker.shm.table import PartitionTable
+from hostbroker.shm.peers import MAX_PEERS, PeersTable
+from hostbroker.shm.table import IsrCommitTable, PartitionTable
 from hostbroker.workers.acceptor import AcceptorWorker
 from hostbroker.workers.coordinator import CoordinatorWorker
 from hostbroker.workers.base import (
@@ -80,7 +81,7 @@ from hostbroker.workers.base import (
     set_process_name,
 )
 from hostbroker.workers.handler import HandlerWorker
-from hostbroker.workers.plan import MAX_PEERS, BrokerPlan
+from hostbroker.workers.plan import BrokerPlan
 from hostbroker.workers.processor import ProcessorWorker
 from hostbroker.workers.registrar import RegistrarWorker
 from hostbroker.workers.replication import ReplicaWorker
@@ -202,9 +203,6 @@ class Supervisor:
         """In every mode: the peers table (brokers the controller named, and its
         epoch) and the ISR commits (one slot per partition slot); unlinked
         with the rest of our shared memory."""
-        from hostbroker.shm.peers import PeersTable
-        from hostbroker.shm.table import IsrCommitTable
-
         plan = self.plan
         slots = self.config["max.partitions"]
         for cls, name, count in ((PeersTable, plan.peers_name, MAX_PEERS),
