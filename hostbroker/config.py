@@ -175,6 +175,24 @@ SETTINGS: tuple[Setting, ...] = (
             "Listeners registered in ZooKeeper for clients (the first tcp:// and the first "
             "unix:// one); empty = the bound listeners (a tcp wildcard host advertises this "
             "host's name, port 0 the port bound).", _advertised_problem),
+    # Followers (hb-replica, docs/architecture.md "Followers"): fetching from leaders.
+    Setting("replica.fetch.max.bytes", int, 1048576,
+            "Message-set bytes a follower asks of each partition in one FETCH from its "
+            "leader (more for a partition whose next entry is larger, up to "
+            "socket.request.max.bytes).", _between(1024, 2**30)),
+    Setting("replica.fetch.wait.max.ms", int, 500,
+            "Longest a follower's FETCH waits at its leader for new data (long poll).",
+            _between(0, 600000)),
+    Setting("replica.fetch.min.bytes", int, 1,
+            "Bytes a follower's FETCH waits for at its leader before it is answered.",
+            _between(0, 2**30)),
+    Setting("replica.socket.timeout.ms", int, 30000,
+            "A leader that has not answered a follower's request this long after its "
+            "long-poll wait (or not accepted its connection this long) is disconnected; "
+            "the follower connects again after replica.fetch.backoff.ms.", _at_least(1)),
+    Setting("replica.fetch.backoff.ms", int, 1000,
+            "How long a follower waits before it tries a partition (or a leader) again "
+            "after an error.", _between(0, 600000)),
     # Limits and sizes of this implementation (all enforced).
     Setting("max.in.flight.requests.per.connection", int, 1000,
             "A processor stops reading a connection with this many requests not completely "

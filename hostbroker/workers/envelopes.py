@@ -128,6 +128,7 @@ REQ_CLOSED = 2
 RESP_HEADER = struct.Struct("<QIIIQ")
 RESP_CLOSE_AFTER = 1
 RESP_CLOSE_NOW = 2
+RESP_FETCH_V1 = 4  # a FETCH v1 answer (its headers are laid out as replication's)
 
 PIECE_BYTES = 0
 PIECE_FILE = 1
