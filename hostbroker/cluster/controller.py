@@ -67,7 +67,7 @@ def after_failure(replicas: list[int], state: PartitionState, live: set[int],
         return PartitionState(leader, state.leader_epoch, isr or [leader], state.controller_epoch)
     new = elect_leader(replicas, state.isr, live, unclean)
     if new is None:
-        if leader == -1 and isr == list(state.isr):
+        if leader == -1 and (isr == list(state.isr) or not isr):
             return None
         return PartitionState(-1, state.leader_epoch + (leader != -1),
                               isr or list(state.isr), state.controller_epoch)
@@ -618,8 +618,9 @@ class Controller:
         return done
 
     def _bad_target(self, target: list[int]) -> str | None:
-        from hostbroker.shm.table import MAX_REPLICAS
+        from hostbroker.commands.reassign import _max_replicas
 
+        MAX_REPLICAS = _max_replicas()
         if not target or len(set(target)) != len(target):
             return "replicas must be distinct broker ids, at least one"
         if len(target) > MAX_REPLICAS:

@@ -223,6 +223,7 @@ class ControllerRole:
         self.token: object | None = None  # the current watches' token
         self.next_poll = 0.0
         self.said_holder: int | None = None
+        self.said_error: str | None = None
 
     # -- from kazoo's threads and the senders: note and ring -------------------------
     def note(self, *events: str) -> None:
@@ -259,7 +260,10 @@ class ControllerRole:
         try:
             self._step(client, events, resend)
         except Exception as exc:  # noqa: BLE001 - ZooKeeper trouble: the next round retries
-            log.debug("controller: %s", exc)
+            what = f"{type(exc).__name__}: {exc}"
+            if what != self.said_error:  # once per kind of trouble, not once per round
+                self.said_error = what
+                _say(f"hb-registrar: controller: {what}; trying again")
             with self.lock:
                 self.events.update(events)
                 self.resend.update(resend)
