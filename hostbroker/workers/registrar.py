@@ -92,6 +92,16 @@ def held_topics(table: PartitionTable) -> dict[str, int]:
     return topics
 
 
+def holds_replicas(table: PartitionTable) -> bool:
+    """Whether the broker holds a partition of a replicated topic (a controlled
+    shutdown has something to move)."""
+    plain = getattr(ptable, "ROLE_PLAIN", 0)
+    try:
+        return any(getattr(s, "role", plain) != plain for _, s in table.scan())
+    except ptable.TornSlotError:
+        return True
+
+
 class RegistrarWorker(Worker):
     kind = "registrar"
     process_name = "hb-registrar"
@@ -380,7 +390,7 @@ class RegistrarWorker(Worker):
             self.role.step()
             self.isr_commits.poll()
         sel.close()
-        if self.config["controlled.shutdown.enable"]:
+        if self.config["controlled.shutdown.enable"] and holds_replicas(self.table):
             self.role.controlled_shutdown(self.config["controlled.shutdown.timeout.ms"] / 1000)
         self.role.resign()
         self._close()
