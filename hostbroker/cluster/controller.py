@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from hostbroker.cluster import paths, zkread
-from hostbroker.replication import zknodes
+from hostbroker.replication import MAX_REPLICAS, zknodes
 from hostbroker.replication.election import elect_leader
 from hostbroker.replication.zknodes import PartitionState
 
@@ -138,9 +138,19 @@ class Notice:
 
 @dataclass
 class Partition:
+    """``replicas``: who holds a copy now; ``assigned``: what the assignment node says.
+    They differ only while a reassignment adds replicas (old + new), which lives in
+    the controller's memory and ``/admin/reassign_partitions`` (a new controller
+    adds them again), since the assignment node keeps one replication factor."""
+
     replicas: list[int]
     state: PartitionState | None = None
     version: int = -1  # zk version of the state node
+    assigned: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.assigned:
+            self.assigned = list(self.replicas)
 
 
 class Controller:
@@ -295,9 +305,7 @@ class Controller:
         a node that does not decode, reported)."""
         path = zknodes.assignment_path(topic)
         found = self._get(path)
-        if found is None or not found[0]:
-            return None
-        if not found[0].lstrip().startswith(b"{"):
+        if found is None:
             return None
         try:
             return zknodes.decode_assignment(found[0], path, self.bounds)
@@ -369,7 +377,7 @@ class Controller:
             new = decide(part)
             if new is None:
                 return False
-            new = PartitionState(new.leader, new.leader_epoch, list(new.isr), self.epoch)
+            new = PartitionState(new.leader, new.leader_epoch, tuple(new.isr), self.epoch)
             path = zknodes.state_path(topic, p)
             data = zknodes.encode_state(new)
             try:
@@ -584,8 +592,7 @@ class Controller:
     # -- reassignment --------------------------------------------------------------
     def reassign(self) -> list[TP]:
         """Move partitions to the replicas ``/admin/reassign_partitions`` asks for, one
-        step per call for each: the new replicas added (the assignment holds old +
-        new), then, once all of them are in the ISR, a leader among them, the old
+        step per call for each: the new replicas added (told to hold old + new), then, once all of them are in the ISR, a leader among them, the old
         replicas stopped (deleted) and the assignment written. Finished partitions
         leave the admin node; the node goes with the last. Returns those finished."""
         from kazoo.exceptions import BadVersionError, NoNodeError
@@ -618,9 +625,6 @@ class Controller:
         return done
 
     def _bad_target(self, target: list[int]) -> str | None:
-        from hostbroker.commands.reassign import _max_replicas
-
-        MAX_REPLICAS = _max_replicas()
         if not target or len(set(target)) != len(target):
             return "replicas must be distinct broker ids, at least one"
         if len(target) > MAX_REPLICAS:
@@ -641,11 +645,14 @@ class Controller:
         if problem is not None:
             self.report(where, f"{where}: {problem}; dropped")
             return True
-        if part.replicas == target:
+        if len(target) != len(part.assigned):
+            self.report(where, f"{where}: {len(target)} replicas would change the topic's "
+                               f"replication factor ({len(part.assigned)}); dropped")
             return True
-        union = target + [b for b in part.replicas if b not in target]
+        if part.assigned == target and part.replicas == target:
+            return True
+        union = target + [b for b in part.assigned if b not in target]
         if part.replicas != union:
-            self._write_assignment(topic, p, union)
             part.replicas = union
             self._tell([(topic, p)])
             return False
@@ -676,6 +683,7 @@ class Controller:
         old = [b for b in union if b not in target]
         self._write_assignment(topic, p, target)
         part.replicas = target
+        part.assigned = list(target)
         self._tell([(topic, p)])
         for b in old:
             if b in self.live:

@@ -29,15 +29,6 @@ from typing import TextIO
 from hostbroker.commands import EXIT_BROKER, EXIT_OK, CommandError, usage_error
 
 _MAX_ENTRIES = 100000
-_REPLICAS_MAX = 8  # the slot table's MAX_REPLICAS (checked against it where it is known)
-
-
-def _max_replicas() -> int:
-    try:
-        from hostbroker.shm.table import MAX_REPLICAS
-    except ImportError:  # pragma: no cover - only before the slot table knows replicas
-        return _REPLICAS_MAX
-    return MAX_REPLICAS
 
 
 def _broker_list(text: str) -> list[int]:
@@ -79,7 +70,8 @@ def _reassignment_file(path: str) -> dict[tuple[str, int], list[int]]:
     entries = value.get("partitions")
     if not isinstance(entries, list) or not entries or len(entries) > _MAX_ENTRIES:
         raise usage_error(f"{option}: {path} has no \"partitions\" list")
-    most = _max_replicas()
+    from hostbroker.replication import MAX_REPLICAS as most
+
     wanted: dict[tuple[str, int], list[int]] = {}
     for entry in entries:
         what = str(entry)[:80]
@@ -169,6 +161,9 @@ def execute(reassignment_file: str, *, zookeeper: str, out: TextIO = sys.stdout,
         current = _current(client, wanted, err, "reassign execute")
         live = set(replicated.live_ids(client, err, "reassign execute"))
         for (topic, p), replicas in sorted(wanted.items()):
+            if len(replicas) != len(current[topic][p]):
+                raise CommandError(f"{topic}-{p}: {len(replicas)} replicas would change the "
+                                   f"topic's replication factor ({len(current[topic][p])})")
             gone = [b for b in replicas if b not in live]
             if gone:
                 raise CommandError(f"{topic}-{p}: broker{'s' if len(gone) > 1 else ''} "
@@ -209,9 +204,9 @@ def verify(reassignment_file: str, *, zookeeper: str, out: TextIO = sys.stdout,
         if (topic, p) in pending:
             print(f"{topic}-{p}: in progress", file=out)
             status = EXIT_BROKER
-        elif current[topic][p] == replicas:
+        elif list(current[topic][p]) == list(replicas):
             print(f"{topic}-{p}: done", file=out)
         else:
-            print(f"{topic}-{p}: failed (replicas are {current[topic][p]})", file=out)
+            print(f"{topic}-{p}: failed (replicas are {list(current[topic][p])})", file=out)
             status = EXIT_BROKER
     return status

@@ -71,7 +71,7 @@ def assignment(client, topic: str, err: TextIO, command: str) -> dict[int, list[
 
     path = zknodes.assignment_path(topic)
     found = _get(client, path, err, command)
-    if found is None or not found[0].lstrip().startswith(b"{"):
+    if found is None:
         return None
     try:
         return zknodes.decode_assignment(found[0], path)

@@ -37,6 +37,7 @@ import time
 
 from hostbroker.cluster import controller as ctl
 from hostbroker.cluster import paths
+from hostbroker.errors import ErrorCode, ProtocolError
 from hostbroker.replication import zknodes
 
 log = logging.getLogger("hostbroker.controller")
@@ -46,7 +47,7 @@ _BACKOFF_MIN_S = 0.1
 _BACKOFF_MAX_S = 2.0
 _MAX_ANSWER_BYTES = 16 << 20  # a controller request's answer is a short list of error codes
 _POLL_S = 2.0  # admin nodes are looked at this often even without a watch event
-_STALE_CONTROLLER_EPOCH = 25
+_STALE_CONTROLLER_EPOCH = ErrorCode.STALE_CONTROLLER_EPOCH
 
 
 def _say(line: str) -> None:
@@ -58,6 +59,7 @@ def _say(line: str) -> None:
 def request_of(notice: ctl.Notice, controller_id: int):
     """The wire request body of ``notice``."""
     from hostbroker.protocol import replication as rp
+    from hostbroker.protocol.bodies import MetadataBroker, TopicConfigEntry
 
     if notice.kind == ctl.STOP_REPLICA:
         return rp.StopReplicaRequest(
@@ -67,9 +69,9 @@ def request_of(notice: ctl.Notice, controller_id: int):
         rp.LeaderAndIsrPartition(t, p, state.leader, state.leader_epoch, tuple(state.isr),
                                  version, tuple(replicas))
         for (t, p), (state, version, replicas) in sorted(notice.partitions.items()))
-    configs = tuple(rp.TopicConfigEntry(t, tuple(sorted(c.items())))
-                    for t, c in sorted(notice.configs.items()))
-    brokers = tuple(rp.BrokerEndpoint(b.broker_id, b.host or "", b.port or 0, b.unix or "")
+    configs = tuple(rp.TopicConfigs(t, tuple(TopicConfigEntry(k, v) for k, v in sorted(c.items())))
+                    for t, c in sorted(notice.configs.items()) if c)
+    brokers = tuple(MetadataBroker(b.broker_id, b.host, b.port or 0, b.unix)
                     for b in sorted(notice.leaders.values(), key=lambda b: b.broker_id))
     return rp.LeaderAndIsrRequest(controller_id, notice.epoch, parts, configs, brokers)
 
@@ -159,7 +161,7 @@ class BrokerSender:
             self.sock = self._connect()
         self.correlation = (self.correlation + 1) & 0x7FFFFFFF
         frame = rp.encode_request(request_of(notice, self.controller_id), self.correlation,
-                                  f"controller-{self.controller_id}", 0)
+                                  f"controller-{self.controller_id}")
         self.sock.sendall(frame)
         (size,) = struct.unpack(">i", self._recv(4))
         if not 4 <= size <= _MAX_ANSWER_BYTES:
@@ -169,7 +171,10 @@ class BrokerSender:
             return int(api.decode_error_frame(answer)[1])
         cls = (rp.StopReplicaResponse if notice.kind == ctl.STOP_REPLICA
                else rp.LeaderAndIsrResponse)
-        correlation, response = rp.decode_response(answer, cls)
+        try:
+            correlation, response = rp.decode_response(answer, cls)
+        except (ProtocolError, ValueError) as exc:
+            raise OSError(f"not an answer: {exc}") from None
         if correlation != self.correlation:
             raise OSError("answer to another request")
         return int(response.error_code)
@@ -535,7 +540,7 @@ class IsrCommits:
         state = zknodes.decode_state(data, path)
         if state.leader != s.leader or state.leader_epoch != s.leader_epoch:
             return False  # the controller moved on; the next LEADER_AND_ISR says so
-        new = PartitionState(s.leader, s.leader_epoch, isr, state.controller_epoch)
+        new = PartitionState(s.leader, s.leader_epoch, tuple(isr), state.controller_epoch)
         try:
             stat = client.set_async(path, zknodes.encode_state(new),
                                     version=stat.version).get(timeout=timeout)
