@@ -465,11 +465,7 @@ class ControllerRole:
 
 def slot_replicas(s) -> list[int]:
     """The replica broker ids of a partition slot, in assignment order."""
-    count = getattr(s, "replica_count", 0)
-    replicas = getattr(s, "replicas", None)
-    if replicas is None:
-        replicas = [getattr(s, f"r{i}") for i in range(count)]
-    return list(replicas)[:count]
+    return list(s.replicas)
 
 
 class IsrCommits:
