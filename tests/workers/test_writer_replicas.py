@@ -411,3 +411,17 @@ def test_stop_replica_with_delete_removes_the_partition(w):
         {"error": 0}
     assert not os.path.exists(path) and SLOT not in w.books
     assert w.table.read(SLOT).role == ptable.ROLE_PLAIN  # the freed slot
+
+
+def test_an_older_isr_in_the_same_epoch_does_not_undo_a_commit(w, clock):
+    create_replica(w)
+    state(w, "leader", 1)
+    clock.ms += LAG_MS + 1
+    round_(w, clock.ms)
+    w.isr_commits.commit(SLOT, version=4, isr_bits=0b01, leader_epoch=1)
+    round_(w, clock.ms)
+    assert w.table.read(SLOT).isr_ids == (ME,)
+    assert state(w, "leader", 1, isr=(ME, OTHER), isr_version=3) == {"error": 0}
+    assert (w.table.read(SLOT).isr_ids, w.table.read(SLOT).isr_version) == ((ME,), 4)
+    assert state(w, "leader", 1, isr=(ME, OTHER), isr_version=5) == {"error": 0}
+    assert w.table.read(SLOT).isr_ids == (ME, OTHER)
