@@ -137,7 +137,7 @@ def follow(broker, topic: str, leader: int, port: int) -> None:
 def log_bytes(broker, topic: str) -> bytes:
     out = b""
     for path in sorted(glob.glob(os.path.join(broker.settings["log.dirs"],
-                                              partition_dirname(topic, 0), "*.log"))):
+                                              partition_dirname(topic, 0), "*.kafka"))):
         with open(path, "rb") as f:
             out += f.read()
     return out
