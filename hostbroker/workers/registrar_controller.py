@@ -48,6 +48,7 @@ _BACKOFF_MAX_S = 2.0
 _MAX_ANSWER_BYTES = 16 << 20  # a controller request's answer is a short list of error codes
 _POLL_S = 2.0  # admin nodes are looked at this often even without a watch event
 _STALE_CONTROLLER_EPOCH = ErrorCode.STALE_CONTROLLER_EPOCH
+_ISR_RETRY_S = 0.5  # an ISR change not written (a race, a broker not live) is looked at again
 
 
 def _say(line: str) -> None:
@@ -516,7 +517,7 @@ class IsrCommits:
                 log.debug("isr commit %s-%d: %s", s.name, s.partition, exc)
                 ok = False
             if not ok:
-                self.failed[index] = now + 0.5
+                self.failed[index] = now + _ISR_RETRY_S
 
     def _commit(self, client, index: int, s) -> bool:
         from kazoo.exceptions import BadVersionError, NoNodeError
@@ -536,6 +537,13 @@ class IsrCommits:
         state = zknodes.decode_state(data, path)
         if state.leader != s.leader or state.leader_epoch != s.leader_epoch:
             return False  # the controller moved on; the next LEADER_AND_ISR says so
+        added = set(isr) - set(state.isr)
+        if added:  # a broker joins the ISR only while registered: never one that just died
+            from hostbroker.cluster import paths
+
+            names = client.get_children_async(paths.BROKER_IDS).get(timeout=timeout)
+            if any(str(b) not in names for b in added):
+                return False
         new = PartitionState(s.leader, s.leader_epoch, tuple(isr), state.controller_epoch)
         try:
             stat = client.set_async(path, zknodes.encode_state(new),
