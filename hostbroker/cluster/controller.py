@@ -237,7 +237,7 @@ class Controller:
             found = self._get(zknodes.CONTROLLER)
             if found is None or found[1].ephemeralOwner != self.session():
                 return False
-        self._bump_epoch()
+        self.bump_epoch()
         return True
 
     def holder(self) -> int | None:
@@ -255,7 +255,7 @@ class Controller:
         found = self._get(zknodes.CONTROLLER)
         return found is not None and found[1].ephemeralOwner == self.session()
 
-    def _bump_epoch(self) -> None:
+    def bump_epoch(self) -> None:
         from kazoo.exceptions import BadVersionError, NodeExistsError
 
         for _ in range(10):
