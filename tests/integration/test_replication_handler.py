@@ -10,6 +10,7 @@ and the Unix socket.
 
 from __future__ import annotations
 
+import itertools
 import threading
 
 from hostbroker.client.simple import SimpleClient
@@ -108,8 +109,14 @@ def test_v0_metadata_and_fetch_still_answer_as_before(uri, served):
 # that is this test's client.
 
 
-def leader_and_isr(uri_: str, epoch: int, topic: str, leader: int, leader_epoch: int,
-                   isr=(7, 8), replicas=(7, 8), configs=None) -> rproto.LeaderAndIsrResponse:
+_controller_epochs = itertools.count(1)
+
+
+def leader_and_isr(uri_: str, topic: str, leader: int, leader_epoch: int, isr=(7, 8),
+                   replicas=(7, 8), configs=None, epoch: int | None = None
+                   ) -> rproto.LeaderAndIsrResponse:
+    """A LEADER_AND_ISR of controller 99 (in a new controller epoch unless ``epoch``)."""
+    epoch = next(_controller_epochs) if epoch is None else epoch
     topic_configs = (rproto.TopicConfigs(topic, tuple(
         TopicConfigEntry(k, v) for k, v in (configs or {}).items())),) if configs else ()
     answer = ask(uri_, rproto.LeaderAndIsrRequest(99, epoch, (rproto.LeaderAndIsrPartition(
@@ -133,7 +140,7 @@ def partition_v1(uri_: str, topic: str):
 
 def test_a_leader_serves_consumers_below_the_watermark_its_follower_moves(uri, served):
     topic = new_topic("led")
-    answer = leader_and_isr(uri, 1, topic, leader=7, leader_epoch=1)
+    answer = leader_and_isr(uri, topic, leader=7, leader_epoch=1)
     assert answer.error_code == ErrorCode.NONE
     assert [(p.topic, p.error_code) for p in answer.partitions] == [(topic, ErrorCode.NONE)]
     meta, part = partition_v1(uri, topic)
@@ -175,7 +182,7 @@ def test_a_leader_serves_consumers_below_the_watermark_its_follower_moves(uri, s
 
 def test_acks_all_waits_for_the_follower_and_min_insync_refuses(uri, served):
     topic = new_topic("acks")
-    leader_and_isr(uri, 1, topic, leader=7, leader_epoch=1)
+    leader_and_isr(uri, topic, leader=7, leader_epoch=1)
     data = encode_message_set([b"w" * 20])
     result = {}
 
@@ -193,7 +200,7 @@ def test_acks_all_waits_for_the_follower_and_min_insync_refuses(uri, served):
     [part] = result["answer"].partitions
     assert (part.error_code, part.base_offset) == (ErrorCode.NONE, 0)
     strict = new_topic("strict")
-    leader_and_isr(uri, 1, strict, leader=7, leader_epoch=1, isr=(7,),
+    leader_and_isr(uri, strict, leader=7, leader_epoch=1, isr=(7,),
                    configs={"min.insync.replicas": "2"})
     with SimpleClient(uri) as client:
         [part] = client.request(produce_request(strict, 0, data, acks=-1)).partitions
@@ -204,8 +211,8 @@ def test_acks_all_waits_for_the_follower_and_min_insync_refuses(uri, served):
 
 def test_a_follower_refuses_producers_and_consumers_and_names_its_leader(uri, served):
     topic = new_topic("follow")
-    leader_and_isr(uri, 1, topic, leader=7, leader_epoch=1)
-    answer = leader_and_isr(uri, 2, topic, leader=8, leader_epoch=2)
+    leader_and_isr(uri, topic, leader=7, leader_epoch=1)
+    answer = leader_and_isr(uri, topic, leader=8, leader_epoch=2)
     assert [p.error_code for p in answer.partitions] == [ErrorCode.NONE]
     data = encode_message_set([b"f" * 20])
     with SimpleClient(uri) as client:
@@ -219,10 +226,52 @@ def test_a_follower_refuses_producers_and_consumers_and_names_its_leader(uri, se
         assert meta.partitions[0].broker_id == 8
     assert replica_fetch(uri, topic, 0, leader_epoch=2).error_code == (
         ErrorCode.NOT_LEADER_FOR_PARTITION)
-    stale = leader_and_isr(uri, 1, topic, leader=7, leader_epoch=3)
+    stale = leader_and_isr(uri, topic, leader=7, leader_epoch=3, epoch=1)
     assert stale.error_code == ErrorCode.STALE_CONTROLLER_EPOCH
-    stopped = ask(uri, rproto.StopReplicaRequest(99, 2, 1, (
+    stopped = ask(uri, rproto.StopReplicaRequest(99, next(_controller_epochs), 1, (
         rproto.StopReplicaPartition(topic, 0),)), rproto.StopReplicaResponse)
     assert [p.error_code for p in stopped.partitions] == [ErrorCode.NONE]
     wait_for(lambda: ask(uri, rproto.MetadataRequestV1((topic,)), rproto.MetadataResponseV1)
              .topics[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+
+
+def test_a_follower_fetch_waits_for_data_and_old_epochs_end_where_they_ended(uri, served):
+    topic = new_topic("poll")
+    leader_and_isr(uri, topic, leader=7, leader_epoch=1)
+    first = encode_message_set([b"1" * 30])
+    with SimpleClient(uri) as client:
+        client.produce(topic, 0, first)
+    got = {}
+
+    def fetch() -> None:
+        got["part"] = replica_fetch(uri, topic, len(first), max_wait_ms=5000)
+
+    thread = threading.Thread(target=fetch)
+    thread.start()
+    thread.join(0.3)
+    assert thread.is_alive(), got  # parked: nothing past its offset yet
+    second = encode_message_set([b"2" * 40])
+    with SimpleClient(uri) as client:
+        client.produce(topic, 0, second)
+    thread.join(10)
+    assert bytes(got["part"].message_set) == second and got["part"].data_epoch == 1
+    # a new leadership (epoch 3) starts at the log end: a fetch in epoch 1's
+    # range stops where epoch 1 ended
+    end = len(first) + len(second)
+    leader_and_isr(uri, topic, leader=7, leader_epoch=3)
+    third = encode_message_set([b"3" * 50])
+    with SimpleClient(uri) as client:
+        client.produce(topic, 0, third)
+    old = replica_fetch(uri, topic, 0, leader_epoch=3)
+    assert (old.data_epoch, bytes(old.message_set)) == (1, first + second)
+    new = replica_fetch(uri, topic, end, leader_epoch=3)
+    assert (new.data_epoch, bytes(new.message_set), new.log_end_offset) == (
+        3, third, end + len(third))
+
+
+def test_v0_metadata_read_in_bulk_names_the_leader_too(uri, served):
+    topic = new_topic("bulk")
+    leader_and_isr(uri, topic, leader=8, leader_epoch=1)
+    with SimpleClient(uri) as client:
+        meta = client.metadata([topic] * 20)  # enough names to read the table in bulk
+        assert {t.partitions[0].broker_id for t in meta.topics} == {8}
