@@ -464,12 +464,17 @@ class Replicas:
             self.count(procs.ERRORS)
             return env.encode_replica_append_result(a.token, e.code, end)
         if count:
-            if a.data_epoch > book.epochs.latest_epoch:
-                try:
-                    book.epochs.assign(a.data_epoch, end)
-                except (OSError, StorageError) as e:
-                    self._go_offline(e)
-                    return env.encode_replica_append_result(a.token, ErrorCode.STORAGE_ERROR, -1)
+            epochs = book.epochs
+            try:
+                if 0 <= a.data_epoch < epochs.latest_epoch and epochs.latest_start >= end:
+                    # our newest epochs hold no message (we led them and wrote
+                    # nothing): the leader's older epoch goes on past them
+                    epochs.truncate_from_end(end)
+                if a.data_epoch > epochs.latest_epoch:
+                    epochs.assign(a.data_epoch, end)
+            except (OSError, StorageError) as e:
+                self._go_offline(e)
+                return env.encode_replica_append_result(a.token, ErrorCode.STORAGE_ERROR, -1)
             try:
                 _, end = plog.append(a.message_set, count)
             except (OSError, StorageError) as e:
