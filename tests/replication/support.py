@@ -222,6 +222,6 @@ def segment_bytes(broker, topic: str, partition: int) -> bytes:
     for entry in os.listdir(base):
         path = os.path.join(base, entry)
         if os.path.isdir(path) and entry == f"{topic}_{partition}":
-            names = sorted(n for n in os.listdir(path) if n.endswith(".log"))
+            names = sorted(n for n in os.listdir(path) if n.endswith(".kafka"))
             return b"".join(open(os.path.join(path, n), "rb").read() for n in names)
     raise FileNotFoundError(f"{topic}-{partition} not on broker in {base}")

@@ -109,7 +109,7 @@ def test_old_leader_returns_truncates_and_matches(cluster, zookeeper, zk, make_b
         poll(lambda: len(feeder.acked) >= count + 100, what="100 more acknowledged")
         # the old leader comes back: it truncates to where it diverged and catches up
         cluster[old] = make_broker(root=root, **{k: v for k, v in settings.items()
-                                                 if k != "log.dirs"})
+                                                 if k not in ("log.dirs", "listeners")})
         poll(lambda: old in state(zk, TOPIC, 0)["isr"], timeout=30,
              what="the old leader back in the ISR")
     finally:

@@ -65,7 +65,7 @@ def test_random_faults_lose_nothing_acknowledged(cluster, zookeeper, zk, make_br
                     cluster[victim].stop(timeout=30)
                 time.sleep(rng.uniform(1, 4))
                 cluster[victim] = make_broker(root=root, **{
-                    k: v for k, v in settings.items() if k != "log.dirs"})
+                    k: v for k, v in settings.items() if k not in ("log.dirs", "listeners")})
             elif fault == "pause fetcher":
                 stopped = _fetcher(cluster[victim])
                 for p in stopped:
