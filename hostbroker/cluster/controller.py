@@ -67,6 +67,7 @@ class Controller:
         self.epoch = 0
         self.epoch_version = -1
         self.live: dict[int, paths.BrokerInfo] = {}
+        self.registered: dict[int, int] = {}  # broker id -> czxid of its registration
         self.topics: dict[str, dict[int, Partition]] = {}
         self.configs: dict[str, dict[str, str]] = {}
 
@@ -183,7 +184,9 @@ class Controller:
 
     # -- reading ZooKeeper -------------------------------------------------------
     def read_live(self) -> dict[int, paths.BrokerInfo]:
+        """The registered brokers (``registered`` keeps when each registered)."""
         live = {}
+        self.registered = {}
         for name in self._children(paths.BROKER_IDS):
             if not name.isascii() or not name.isdigit() or len(name) > 10:
                 continue
@@ -195,6 +198,8 @@ class Controller:
                 live[int(name)] = paths.decode_broker(int(name), found[0], path, self.bounds)
             except ValueError as exc:
                 self.report(path, f"{exc}; left out")
+                continue
+            self.registered[int(name)] = found[1].czxid
         return live
 
     def read_assignment(self, topic: str) -> dict[int, list[int]] | None:
@@ -389,10 +394,12 @@ class Controller:
     def brokers_changed(self) -> None:
         """``/brokers/ids`` changed: partitions led by brokers gone get new leaders and
         ISRs shrink; a broker back is told all its partitions, and leads those it may."""
-        before = set(self.live)
+        before, sessions = set(self.live), self.registered
         self.live = self.read_live()
         now = set(self.live)
-        gone, back = before - now, now - before
+        # a broker that registered again between two looks (a quick restart) is back too
+        gone = before - now
+        back = {b for b in now if b not in before or sessions.get(b) != self.registered.get(b)}
         if gone:
             log.info("controller: brokers gone: %s", sorted(gone))
         changed = self._reelect(list(self.topics))
