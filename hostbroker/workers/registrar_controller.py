@@ -283,6 +283,10 @@ class ControllerRole:
             self.client = client
             events.add("elect")
         if self.controller is None:
+            now = time.monotonic()
+            if now >= self.next_poll:  # in case a watch on /controller was lost
+                self.next_poll = now + _POLL_S
+                events.add("elect")
             if "elect" in events or "stale" in events:
                 self._try_take_over(client)
             return

@@ -227,8 +227,8 @@ def test_delete_preferred_election_and_reassignment_through_admin_nodes(
     result = hostbroker("leaders", "elect", "--zookeeper", connect)
     assert lines(result) == ["every partition is led by its preferred replica"]
 
-    # reassignment: partition 0 from [1, 2] to [3, 2]; the new replica joins the ISR
-    # (here by hand: the leader's ISR commit does it once the follower caught up)
+    # reassignment: partition 0 from [1, 2] to [3, 2]; broker 3 is told to follow, the
+    # leader puts it in the ISR once it caught up, then leadership moves into the new set
     plan = tmp_path / "plan.json"
     plan.write_text('{"version":1,"partitions":[{"topic":"moving","partition":0,"replicas":[3,2]}]}')
     result = hostbroker("reassign", "execute", "--zookeeper", connect,
@@ -238,16 +238,14 @@ def test_delete_preferred_election_and_reassignment_through_admin_nodes(
                                '"replicas":[1,2]}]}'
     result = hostbroker("reassign", "verify", "--zookeeper", connect,
                         "--reassignment-json-file", plan)
-    assert (result.returncode, lines(result)) == (1, ["moving-0: in progress"])
-    data, stat = zk.get(zknodes.state_path("moving", 0))
-    s = json.loads(data)
-    assert s["leader"] == 1
-    zk.set(zknodes.state_path("moving", 0), json.dumps({**s, "isr": [1, 2, 3]}).encode(),
-           version=stat.version)
-    wait_until(lambda: zk.exists(zknodes.REASSIGN_PARTITIONS) is None)
+    assert lines(result) in (["moving-0: in progress"], ["moving-0: done"])
+    wait_until(lambda: zk.exists(zknodes.REASSIGN_PARTITIONS) is None, timeout=20)
     assert json.loads(zk.get(zknodes.assignment_path("moving"))[0])["partitions"]["0"] == [3, 2]
     s = state(zk, "moving", 0)
-    assert (s["leader"], s["leader_epoch"], s["isr"]) == (3, 1, [2, 3])
+    assert (s["leader"], s["leader_epoch"], sorted(s["isr"])) == (3, 1, [2, 3])
+    # the old replica is removed from broker 1 (STOP_REPLICA with delete)
+    wait_until(lambda: not (tmp_path / "b1" / "logs" / "moving_0").exists())
+    assert (tmp_path / "b3" / "logs" / "moving_0").is_dir()
     result = hostbroker("reassign", "verify", "--zookeeper", connect,
                         "--reassignment-json-file", plan)
     assert (result.returncode, lines(result)) == (0, ["moving-0: done"])
@@ -258,6 +256,9 @@ def test_delete_preferred_election_and_reassignment_through_admin_nodes(
                              "replicas)"]
     wait_until(lambda: zk.exists(zknodes.assignment_path("moving")) is None)
     wait_until(lambda: zk.get_children(zknodes.DELETE_TOPICS) == [])
+    # and every replica is gone from the brokers (STOP_REPLICA with delete)
+    wait_until(lambda: not any(d.name.startswith("moving_")
+                               for i in (1, 2, 3) for d in (tmp_path / f"b{i}" / "logs").iterdir()))
 
 
 def leader_and_isr(broker, controller_id: int, controller_epoch: int) -> int:
@@ -311,7 +312,8 @@ def test_a_broker_stopped_with_sigterm_hands_its_leaderships_over_first(
     for i in brokers:
         wait_until(lambda: all((tmp_path / f"b{i}" / "logs" / f"calm_{p}").is_dir()
                                for p in range(3)))
-    for stopping in [i for i in (1, 2, 3) if i != holder] + [holder]:
+    # the controller's own broker first (it moves its leaderships itself), then the others
+    for stopping in [holder] + [i for i in (1, 2, 3) if i != holder]:
         before = {p: state(zk, "calm", p) for p in range(3)}
         led = [p for p in range(3) if before[p]["leader"] == stopping]
         events = []
@@ -349,6 +351,30 @@ def test_a_broker_stopped_with_sigterm_hands_its_leaderships_over_first(
                 assert stopping not in after[p]["isr"], (stopping, p, after[p])
         if not live:
             break
-        if stopping == holder:
-            wait_until(lambda: (controller(zk) or (holder,))[0] != holder)
+        wait_until(lambda: (controller(zk) or (stopping,))[0] in live,
+                   timeout=SESSION_MS / 1000 + 8)
     assert "did not stop" not in "".join(b.log() for b in brokers.values())
+
+
+def test_a_broker_back_after_a_crash_is_told_its_partitions_and_rejoins_the_isr(
+        make_broker, tmp_path, cluster):
+    connect, zk = cluster
+    brokers = {i: start(make_broker, tmp_path, connect, zk, i) for i in (1, 2, 3)}
+    wait_until(lambda: controller(zk) is not None)
+    holder, _ = controller(zk)
+    assert create(connect, "back", 3, 3).returncode == 0
+    wait_until(lambda: all(state(zk, "back", p) is not None for p in range(3)))
+    victim = next(i for i in brokers if i != holder)
+    kill_hard(brokers[victim])
+    brokers[victim].kill_tree()
+    wait_until(lambda: all(victim not in state(zk, "back", p)["isr"] for p in range(3)),
+               timeout=SESSION_MS / 1000 + 8)
+    assert all(state(zk, "back", p)["leader"] != victim for p in range(3))
+    brokers[victim].start()
+    # told its partitions (LEADER_AND_ISR), it follows the leaders; each leader puts it
+    # back in the ISR (the registrar's ISR commit) once it has caught up
+    wait_until(lambda: all(victim in state(zk, "back", p)["isr"] for p in range(3)),
+               timeout=20)
+    for p in range(3):
+        s = state(zk, "back", p)
+        assert s["leader"] != victim and sorted(s["isr"]) == [1, 2, 3]
