@@ -33,7 +33,10 @@ Appends and their acks=1 answers are in ``writer_appends.py``, the long-poll
 FETCHes handlers park here (POLLs, answered to the processors once appends
 bring their data) in ``writer_polls.py``; deletes come
 through the same rings (retention, checkpoints and deletes:
-``writer_cleanup.py``). The writer is the only process that writes a slot it
+``writer_cleanup.py``). Replicas of replicated topics (cluster mode: their
+role, ISR and high watermark, the appends and truncations ``hb-replica``
+brings on the ``rapp`` ring, and the refusal of a non-leader's appends) are
+``writer_replicas.py``. The writer is the only process that writes a slot it
 serves, so it marks the slot DELETING itself; it then drops
 all it holds for the slot (appends, flushes, acks=-1 waiters, which are
 answered then) before freeing it, and refuses an append whose slot no longer

@@ -52,6 +52,13 @@ class Cleanup:
                 return
             self.retention_stuck.discard(slot)
             if deleted:
+                book = self.books.get(slot)
+                if book is not None and book.plog is plog:
+                    try:  # a replica's epochs start where its log now does
+                        book.epochs.truncate_from_start(plog.log_start_offset)
+                    except StorageError as e:
+                        self._go_offline(e)
+                        return
                 self._publish(slot, plog)
 
     def _checkpoint(self, now: int) -> None:

@@ -38,7 +38,9 @@ import time
 from hostbroker.errors import ErrorCode, HostbrokerError, StorageError
 from hostbroker.log import hwcheckpoint
 from hostbroker.log import message as logmsg
+from hostbroker.log.epochs import LeaderEpochCache
 from hostbroker.log.partition import PartitionLog
+from hostbroker.replication.isr import IsrTracker
 from hostbroker.shm import procs
 from hostbroker.shm import table as ptable
 from hostbroker.shm.table import isr_bits, isr_members, replica_fields
@@ -47,21 +49,10 @@ from hostbroker.workers.base import now_ms
 from hostbroker.workers.flusher import Waiter
 
 
-try:  # the leader epoch cache and the ISR tracker (pure: log/epochs.py, replication/isr.py)
-    from hostbroker.log.epochs import LeaderEpochCache
-    from hostbroker.replication.isr import IsrTracker
-except ImportError:  # a tree without them serves plain partitions; replicas are offline
-    LeaderEpochCache = IsrTracker = None
-
-
-def _code(name: str, value: int) -> int:
-    return int(getattr(ErrorCode, name, value))
-
-
-NOT_LEADER = _code("NOT_LEADER_FOR_PARTITION", 22)
-NOT_ENOUGH_REPLICAS = _code("NOT_ENOUGH_REPLICAS", 23)
-NOT_ENOUGH_REPLICAS_AFTER_APPEND = _code("NOT_ENOUGH_REPLICAS_AFTER_APPEND", 24)
-FENCED_LEADER_EPOCH = _code("FENCED_LEADER_EPOCH", 26)
+NOT_LEADER = ErrorCode.NOT_LEADER_FOR_PARTITION
+NOT_ENOUGH_REPLICAS = ErrorCode.NOT_ENOUGH_REPLICAS
+NOT_ENOUGH_REPLICAS_AFTER_APPEND = ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+FENCED_LEADER_EPOCH = ErrorCode.FENCED_LEADER_EPOCH
 
 ROLES_BY_NAME = {"leader": ptable.ROLE_LEADER, "follower": ptable.ROLE_FOLLOWER,
                  "stopped": ptable.ROLE_STOPPED}
@@ -74,7 +65,7 @@ class ReplicaBook:
     __slots__ = ("plog", "role", "leader", "leader_epoch", "replicas", "isr", "isr_version",
                  "isr_wanted", "hw", "epochs", "tracker", "min_isr", "epoch_start")
 
-    def __init__(self, plog: PartitionLog, epochs, hw: int):
+    def __init__(self, plog: PartitionLog, epochs: LeaderEpochCache, hw: int):
         self.plog = plog
         self.epochs = epochs
         self.role = ptable.ROLE_STOPPED
@@ -85,7 +76,7 @@ class ReplicaBook:
         self.isr_version = 0
         self.isr_wanted: tuple[int, ...] = ()
         self.hw = hw
-        self.tracker = None  # an IsrTracker while leading
+        self.tracker: IsrTracker | None = None  # while leading
         self.min_isr = plog.config.min_insync_replicas
         self.epoch_start = max(0, epochs.latest_start)
 
@@ -151,8 +142,6 @@ class Replicas:
         start the replica is STOPPED with no leader until a LEADER_AND_ISR. The
         HW is the table's, or the checkpoint's, never past the log end. Raises
         StorageError for a bad leader epoch file (the partition is offline)."""
-        if LeaderEpochCache is None:
-            raise StorageError(f"{plog.path}: this broker has no leader epoch support")
         epochs = LeaderEpochCache.load(plog.path)
         if epochs.latest_start > plog.log_end_offset:
             epochs.truncate_from_end(plog.log_end_offset)  # recovery cut the log
@@ -174,9 +163,9 @@ class Replicas:
         self.books[slot] = book
         return book.fields()
 
-    def _new_tracker(self, book: ReplicaBook):
+    def _new_tracker(self, book: ReplicaBook) -> IsrTracker:
         """The leader's view of its followers, each caught up as of now."""
-        return IsrTracker(self.broker_id, book.replicas, now_ms())
+        return IsrTracker(self.broker_id, book.replicas, book.isr, now_ms())
 
     def _drop_book(self, slot: int) -> None:
         if slot in self.books:
@@ -232,7 +221,7 @@ class Replicas:
             return self._replica_state_checked(request)
         except StateError as e:
             return {"error": e.code, "message": str(e)}
-        except (KeyError, TypeError, ValueError) as e:
+        except (KeyError, TypeError, ValueError, HostbrokerError) as e:
             return {"error": int(ErrorCode.INVALID_REQUEST), "message": f"bad replica state: {e}"}
 
     def _replica_state_checked(self, request) -> dict:
@@ -263,8 +252,13 @@ class Replicas:
         if role == ptable.ROLE_LEADER and self.broker_id not in replicas:
             raise ValueError(f"broker {self.broker_id} leads but is not among replicas {replicas}")
         was_leading = book.role == ptable.ROLE_LEADER
+        isr_version = int(request.get("isr_version", book.isr_version))
+        if was_leading and role == ptable.ROLE_LEADER and epoch == book.leader_epoch \
+                and isr_version < book.isr_version:
+            # an ISR older than one we had committed since, in the same epoch: ours stands
+            isr, isr_version = list(book.isr), book.isr_version
         if role == ptable.ROLE_LEADER:
-            if not was_leading or epoch != book.leader_epoch:
+            if not was_leading or epoch != book.leader_epoch or replicas != book.replicas:
                 # the new leadership is in the epoch file before the slot says so
                 end = plog.log_end_offset
                 if epoch > book.epochs.latest_epoch:
@@ -284,7 +278,9 @@ class Replicas:
         book.role, book.leader, book.leader_epoch = role, leader, epoch
         book.isr = tuple(r for r in replicas if r in isr)
         book.isr_wanted = book.isr
-        book.isr_version = int(request.get("isr_version", book.isr_version))
+        if book.tracker is not None:
+            book.tracker.set_isr(book.isr)
+        book.isr_version = isr_version
         book.min_isr = min_isr
         book.hw = min(book.hw, plog.log_end_offset)
         self.table.write(slot, **book.fields())
@@ -399,9 +395,10 @@ class Replicas:
                     and c.commit_isr == wanted and c.commit_version >= book.isr_version):
                 book.isr = book.isr_wanted
                 book.isr_version = c.commit_version
+                book.tracker.set_isr(book.isr)
                 changes.update(isr=wanted, isr_version=c.commit_version)
-        wanted = tuple(book.tracker.wanted_isr(now, self.lag_ms, self.lag_bytes,
-                                               book.plog.log_end_offset))
+        wanted = tuple(book.tracker.wanted_isr(now, self.lag_ms, max(0, self.lag_bytes),
+                                               book.plog.log_end_offset, book.hw))
         wanted = tuple(r for r in book.replicas if r in wanted or r == self.broker_id)
         if wanted != book.isr_wanted:
             book.isr_wanted = wanted
@@ -467,12 +464,17 @@ class Replicas:
             self.count(procs.ERRORS)
             return env.encode_replica_append_result(a.token, e.code, end)
         if count:
-            if a.data_epoch > book.epochs.latest_epoch:
-                try:
-                    book.epochs.assign(a.data_epoch, end)
-                except (OSError, StorageError) as e:
-                    self._go_offline(e)
-                    return env.encode_replica_append_result(a.token, ErrorCode.STORAGE_ERROR, -1)
+            epochs = book.epochs
+            try:
+                if 0 <= a.data_epoch < epochs.latest_epoch and epochs.latest_start >= end:
+                    # our newest epochs hold no message (we led them and wrote
+                    # nothing): the leader's older epoch goes on past them
+                    epochs.truncate_from_end(end)
+                if a.data_epoch > epochs.latest_epoch:
+                    epochs.assign(a.data_epoch, end)
+            except (OSError, StorageError) as e:
+                self._go_offline(e)
+                return env.encode_replica_append_result(a.token, ErrorCode.STORAGE_ERROR, -1)
             try:
                 _, end = plog.append(a.message_set, count)
             except (OSError, StorageError) as e:

@@ -411,3 +411,32 @@ def test_stop_replica_with_delete_removes_the_partition(w):
         {"error": 0}
     assert not os.path.exists(path) and SLOT not in w.books
     assert w.table.read(SLOT).role == ptable.ROLE_PLAIN  # the freed slot
+
+
+def test_an_older_isr_in_the_same_epoch_does_not_undo_a_commit(w, clock):
+    create_replica(w)
+    state(w, "leader", 1)
+    clock.ms += LAG_MS + 1
+    round_(w, clock.ms)
+    w.isr_commits.commit(SLOT, version=4, isr_bits=0b01, leader_epoch=1)
+    round_(w, clock.ms)
+    assert w.table.read(SLOT).isr_ids == (ME,)
+    assert state(w, "leader", 1, isr=(ME, OTHER), isr_version=3) == {"error": 0}
+    assert (w.table.read(SLOT).isr_ids, w.table.read(SLOT).isr_version) == ((ME,), 4)
+    assert state(w, "leader", 1, isr=(ME, OTHER), isr_version=5) == {"error": 0}
+    assert w.table.read(SLOT).isr_ids == (ME, OTHER)
+
+
+def test_an_empty_epoch_of_our_own_gives_way_to_the_leaders_older_data(w):
+    create_replica(w)
+    one = encode_message_set([b"one"])
+    state(w, "follower", 1, leader=OTHER)
+    replica_append(w, 0, one, data_epoch=1)
+    state(w, "leader", 2)  # led epoch 2 from len(one) and wrote nothing
+    state(w, "follower", 3, leader=OTHER)
+    assert [e for e, _ in w.books[SLOT].epochs.entries] == [1, 2]
+    # the new leader's log goes on in epoch 1 past where our empty epoch 2 began
+    assert replica_append(w, len(one), one, epoch=3, data_epoch=1)[0] == ErrorCode.NONE
+    assert w.books[SLOT].epochs.entries == ((1, 0),)
+    assert replica_append(w, 2 * len(one), one, epoch=3, data_epoch=3)[0] == ErrorCode.NONE
+    assert w.books[SLOT].epochs.entries == ((1, 0), (3, 2 * len(one)))
