@@ -58,6 +58,7 @@ from hostbroker.protocol.schema import (
 )
 
 __all__ = [
+    "BrokerEndpoint",
     "FETCH_V1",
     "MAX_REPLICAS",
     "METADATA_V1",
@@ -72,6 +73,7 @@ __all__ = [
     "FetchResponseV1",
     "FetchV1PartitionHeader",
     "LeaderAndIsrPartition",
+    "MetadataBroker",
     "LeaderAndIsrRequest",
     "LeaderAndIsrResponse",
     "MetadataPartitionV1",
@@ -86,6 +88,7 @@ __all__ = [
     "StopReplicaPartition",
     "StopReplicaRequest",
     "StopReplicaResponse",
+    "TopicConfigEntry",
     "TopicConfigs",
     "decode_any_request",
     "decode_request",
@@ -318,6 +321,9 @@ class FetchV1PartitionHeader(NamedTuple):
 
 # LEADER_AND_ISR (14)
 
+# A broker's listeners in LEADER_AND_ISR: the layout of METADATA's live brokers.
+BrokerEndpoint = MetadataBroker
+
 
 @wire_struct
 @dataclass(frozen=True, slots=True)
@@ -354,7 +360,7 @@ class LeaderAndIsrRequest:
     controller_epoch: Int32
     partitions: Array[LeaderAndIsrPartition]
     topic_configs: Array[TopicConfigs] = ()
-    brokers: Array[MetadataBroker] = ()
+    brokers: Array[BrokerEndpoint] = ()
 
     def check(self) -> None:
         _check_broker_id(self.controller_id, "controller id")
