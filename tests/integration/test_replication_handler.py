@@ -164,8 +164,8 @@ def test_a_leader_serves_consumers_below_the_watermark_its_follower_moves(uri, s
         wait_for(lambda: client.fetch(topic, 0, 0, 1 << 20).log_end_offset == len(data))
         assert bytes(client.fetch(topic, 0, 0, 1 << 20).message_set) == data
         assert client.offsets(topic, 0, -1)[0] == len(data)
-    for asked, expected in ((1, (ErrorCode.NONE, 1, len(data))), (5, (ErrorCode.NONE, 1, len(data))),
-                            (0, (ErrorCode.NONE, -1, -1))):
+    latest = (ErrorCode.NONE, 1, len(data))
+    for asked, expected in ((1, latest), (5, latest), (0, (ErrorCode.NONE, -1, -1))):
         epochs = ask(uri, rproto.OffsetForLeaderEpochRequest(8, (
             rproto.OffsetForLeaderEpochPartition(topic, 0, asked),)),
             rproto.OffsetForLeaderEpochResponse)
