@@ -170,3 +170,12 @@ def test_a_bad_topic_config_creates_nothing(session):
     assert [p.error_code for p in answer.partitions] == [ErrorCode.INVALID_CONFIG]
     log_dir = session.broker.settings["log.dirs"]
     assert not [d for d in os.listdir(log_dir) if d.startswith(topic)]
+
+
+def test_a_leader_and_isr_past_request_max_entries_is_refused_before_it_is_decoded(session):
+    """Its partitions, topic configs and brokers count against request.max.entries."""
+    topic = new_topic("many")
+    body = lai(next(_epochs), *(part(topic, partition=p, replicas=(97, 98), leader=97)
+                                for p in range(10_001)))
+    outcome = fuzzlib.exchange(session.uris[0], [api.encode_request(body, 9, "hostile")])
+    assert (outcome.error_frames, outcome.closed_early) == (1, True)
