@@ -175,6 +175,20 @@ SETTINGS: tuple[Setting, ...] = (
             "Listeners registered in ZooKeeper for clients (the first tcp:// and the first "
             "unix:// one); empty = the bound listeners (a tcp wildcard host advertises this "
             "host's name, port 0 the port bound).", _advertised_problem),
+    # Replication: the controller (docs/cluster.md, "Replicated topics").
+    Setting("unclean.leader.election.enable", bool, False,
+            "Whether the controller may make a replica outside the ISR leader when no ISR "
+            "member is live (messages acknowledged by the old ISR may be lost).", None),
+    Setting("controller.socket.timeout.ms", int, 30000,
+            "How long the controller waits to connect to a broker, send it a LEADER_AND_ISR "
+            "or STOP_REPLICA, and read the answer, before reconnecting and sending again.",
+            _between(1, 2**31 - 1)),
+    Setting("controlled.shutdown.enable", bool, True,
+            "On SIGTERM the broker asks the controller to move its leaderships to other ISR "
+            "members before it stops (producers see no error).", None),
+    Setting("controlled.shutdown.timeout.ms", int, 10000,
+            "Longest wait of a stopping broker for the controller to move its leaderships; "
+            "past it the broker stops anyway.", _between(0, 2**31 - 1)),
     # Followers (hb-replica, docs/architecture.md "Followers"): fetching from leaders.
     Setting("replica.fetch.max.bytes", int, 1048576,
             "Message-set bytes a follower asks of each partition in one FETCH from its "
