@@ -132,7 +132,11 @@ class LeaderLink:
         self.registered = mask
 
     def _connect(self, now: float) -> None:
-        where = endpoint(self.find_peer(self.leader))
+        try:
+            peer = self.find_peer(self.leader)
+        except Exception:  # noqa: BLE001 - a slot being repaired: as if unknown for now
+            peer = None
+        where = endpoint(peer)
         if where is None:
             self.retry_at = now + self.settings.backoff_s
             self.sink.link_failed(self, f"no endpoint known for broker {self.leader}")

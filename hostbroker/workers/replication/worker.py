@@ -133,7 +133,11 @@ class ReplicaWorker(Worker):
         self.next_scan = now + SCAN_INTERVAL_S
         own = self.settings.broker_id
         wanted = {}
-        for i, s in self.table.scan():
+        try:
+            slots = self.table.scan()
+        except TornSlotError:  # a writer died mid-write; the supervisor repairs the slot
+            return
+        for i, s in slots:
             if s.state == ONLINE and s.role == ROLE_FOLLOWER and s.leader >= 0 \
                     and s.leader != own:
                 wanted[(s.name, s.partition)] = (i, s)
