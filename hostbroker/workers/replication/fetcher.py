@@ -241,8 +241,8 @@ class LeaderLink:
     # -- requests ---------------------------------------------------------
     def step(self, now: float, writer_busy: bool) -> None:
         """Connect, time out, or send the next request if none is at the leader.
-        ``writer_busy``: a partition of this link waits for its writer, so no
-        FETCH goes now (its next one would wait behind a long poll)."""
+        ``writer_busy``: a partition of this link has just gone to its writer,
+        so no FETCH goes now (its next one would wait behind a long poll)."""
         if not self.follows:
             if self.sock is not None:
                 self.close(now)
