@@ -58,6 +58,7 @@ from hostbroker.protocol.schema import (
 )
 
 __all__ = [
+    "BrokerEndpoint",
     "FETCH_V1",
     "MAX_REPLICAS",
     "METADATA_V1",
@@ -72,6 +73,7 @@ __all__ = [
     "FetchResponseV1",
     "FetchV1PartitionHeader",
     "LeaderAndIsrPartition",
+    "MetadataBroker",
     "LeaderAndIsrRequest",
     "LeaderAndIsrResponse",
     "MetadataPartitionV1",
@@ -86,6 +88,7 @@ __all__ = [
     "StopReplicaPartition",
     "StopReplicaRequest",
     "StopReplicaResponse",
+    "TopicConfigEntry",
     "TopicConfigs",
     "decode_any_request",
     "decode_request",
@@ -152,16 +155,16 @@ def _check_partition(topic: str, partition: int, seen: set, what: str) -> None:
     if not topic:
         _refuse(f"an empty topic name in {what}")
     if partition < 0:
-        _refuse(f"partition {partition} of {topic!r} is negative")
+        _refuse(f"partition {partition} of {topic[:80]!r} is negative")
     if (topic, partition) in seen:
-        _refuse(f"partition {topic!r} {partition} named twice in {what}")
+        _refuse(f"partition {topic[:80]!r} {partition} named twice in {what}")
     seen.add((topic, partition))
 
 
 def _check_replica_set(topic: str, partition: int, replicas: tuple[int, ...],
                        isr: tuple[int, ...], leader: int) -> None:
     """The shape every replica assignment keeps: distinct broker ids, ISR and leader among them."""
-    where = f"{topic!r} {partition}"
+    where = f"{topic[:80]!r} {partition}"
     for replica in replicas:
         _check_broker_id(replica, f"replica of {where}")
     if len(set(replicas)) != len(replicas):
@@ -236,7 +239,7 @@ class MetadataResponseV1:
         for topic in self.topics:
             for p in topic.partitions:
                 if len(set(p.replicas)) != len(p.replicas) or not set(p.isr) <= set(p.replicas):
-                    _refuse(f"replicas and ISR of {topic.topic!r} {p.partition} do not agree")
+                    _refuse(f"replicas and ISR of {topic.topic[:80]!r} {p.partition} do not agree")
 
 
 # FETCH (1) version 1
@@ -272,7 +275,7 @@ class FetchRequestV1:
         seen: set = set()
         for p in self.partitions:
             _check_partition(p.topic, p.partition, seen, "a fetch")
-            _check_epoch(p.leader_epoch, f"leader epoch of {p.topic!r} {p.partition}",
+            _check_epoch(p.leader_epoch, f"leader epoch of {p.topic[:80]!r} {p.partition}",
                          allow_none=True)
 
     @property
@@ -318,6 +321,9 @@ class FetchV1PartitionHeader(NamedTuple):
 
 # LEADER_AND_ISR (14)
 
+# A broker's listeners in LEADER_AND_ISR: the layout of METADATA's live brokers.
+BrokerEndpoint = MetadataBroker
+
 
 @wire_struct
 @dataclass(frozen=True, slots=True)
@@ -354,7 +360,7 @@ class LeaderAndIsrRequest:
     controller_epoch: Int32
     partitions: Array[LeaderAndIsrPartition]
     topic_configs: Array[TopicConfigs] = ()
-    brokers: Array[MetadataBroker] = ()
+    brokers: Array[BrokerEndpoint] = ()
 
     def check(self) -> None:
         _check_broker_id(self.controller_id, "controller id")
@@ -362,18 +368,18 @@ class LeaderAndIsrRequest:
         seen: set = set()
         for p in self.partitions:
             _check_partition(p.topic, p.partition, seen, "a LEADER_AND_ISR")
-            _check_epoch(p.leader_epoch, f"leader epoch of {p.topic!r} {p.partition}")
+            _check_epoch(p.leader_epoch, f"leader epoch of {p.topic[:80]!r} {p.partition}")
             if not p.replicas:
-                _refuse(f"{p.topic!r} {p.partition} has no replicas")
+                _refuse(f"{p.topic[:80]!r} {p.partition} has no replicas")
             _check_replica_set(p.topic, p.partition, p.replicas, p.isr, p.leader)
         topics: set = set()
         for entry in self.topic_configs:
             if entry.topic in topics:
-                _refuse(f"configs of topic {entry.topic!r} given twice")
+                _refuse(f"configs of topic {entry.topic[:80]!r} given twice")
             topics.add(entry.topic)
             keys = [config.key for config in entry.configs]
             if len(set(keys)) != len(keys):
-                _refuse(f"a config key of topic {entry.topic!r} given twice")
+                _refuse(f"a config key of topic {entry.topic[:80]!r} given twice")
         ids: set = set()
         for broker in self.brokers:
             _check_broker_id(broker.broker_id, "broker id")
@@ -472,7 +478,7 @@ class OffsetForLeaderEpochRequest:
         seen: set = set()
         for p in self.partitions:
             _check_partition(p.topic, p.partition, seen, "an OFFSET_FOR_LEADER_EPOCH")
-            _check_epoch(p.leader_epoch, f"leader epoch of {p.topic!r} {p.partition}",
+            _check_epoch(p.leader_epoch, f"leader epoch of {p.topic[:80]!r} {p.partition}",
                          allow_none=True)
 
 

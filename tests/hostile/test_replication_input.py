@@ -122,6 +122,8 @@ def hostile_frames():
             string("t") + i32(0) + i32(0) + i64(0) + i32(1)), api_version=1)),
         ("an epoch of -9", request_frame(16, 1, "h", i32(1) + array(
             string("t") + i32(0) + i32(-9)))),
+        ("a 30000-byte topic named twice", request_frame(16, 1, "h", i32(1) + array(
+            *[string("x" * 30000) + i32(0) + i32(1)] * 2))),
     ]
 
 

@@ -176,7 +176,7 @@ def test_any_bytes_parse_or_raise_value_error(data):
     assert epochs.format_entries(entries) == data
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 40)), max_size=12))
 def test_assign_keeps_the_order_invariant(tmp_path_factory, steps):
     directory = str(tmp_path_factory.mktemp("e"))

@@ -27,7 +27,7 @@ LAI = rp.LeaderAndIsrRequest(
     (rp.LeaderAndIsrPartition("t", 0, 2, 5, (2, 3), 11, (2, 3, 4)),
      rp.LeaderAndIsrPartition("t", 1, -1, 6, (), 12, (3,))),
     (rp.TopicConfigs("t", (TopicConfigEntry("min.insync.replicas", "2"),)),),
-    (MetadataBroker(2, "127.0.0.1", 9092, "/run/b2.sock"), MetadataBroker(3, None, 0, "/s")),
+    (rp.BrokerEndpoint(2, "127.0.0.1", 9092, "/run/b2.sock"), MetadataBroker(3, None, 0, "/s")),
 )
 
 # (request, api_key, api_version, body written from docs/spec/protocol.md)
