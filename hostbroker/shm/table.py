@@ -691,14 +691,18 @@ class IsrCommitTable(SlotTable):
     registrar last wrote to ZooKeeper for a partition this broker leads.
 
     Written only by the registrar (:meth:`commit`, after the state node's
-    version-checked write), read by the partition's writer, which adopts it
-    when its ``leader_epoch`` is the slot's and its ``commit_isr`` the slot's
-    ``isr_wanted``. A commit of a slot freed and re-used since never matches
-    the new partition's epoch and wanted ISR by accident for long: the
-    writer also checks the ISR it adopts is a subset of its replicas.
+    version-checked write), read by the partition's writer, which adopts a
+    commit of its own leader epoch written since its leadership began. A
+    commit left by a partition that had the slot before is told apart by
+    :meth:`seq`, which grows with every commit.
     """
 
     LAYOUT = ISR_COMMITS
+
+    def seq(self, slot: int) -> int:
+        """Slot ``slot``'s seqlock sequence: it grows with every commit (odd
+        while one is being written). One aligned load."""
+        return self._u64[self._offset(slot) >> 3]
 
     def commit(self, slot: int, version: int, isr_bits: int, leader_epoch: int) -> None:
         """Record that ZooKeeper now holds ISR ``isr_bits`` for slot ``slot``'s

@@ -499,7 +499,9 @@ class IsrCommits:
         self.table = table
         self.commits = None
         self.failed: dict[int, float] = {}  # slot -> when a write may be tried again
-        self.done: dict[int, tuple[int, int]] = {}  # slot -> (leader_epoch, isr bits) written
+        # slot -> (leader_epoch, isr bits, the slot's isr_version) written: an ISR the
+        # controller set since (a new isr_version) makes the same bits worth writing again
+        self.done: dict[int, tuple[int, int, int]] = {}
         self.wakers: dict[int, object] = {}  # writer index -> its doorbell
 
     def _commit_table(self):
@@ -528,7 +530,7 @@ class IsrCommits:
         for index, s in slots:
             if getattr(s, "role", 0) != role_leader or s.isr_wanted == s.isr:
                 continue
-            if self.done.get(index) == (s.leader_epoch, s.isr_wanted):
+            if self.done.get(index) == (s.leader_epoch, s.isr_wanted, s.isr_version):
                 continue
             if self.failed.get(index, 0.0) > now:
                 continue
@@ -572,7 +574,7 @@ class IsrCommits:
         except BadVersionError:
             return False
         self._commit_table().commit(index, stat.version, s.isr_wanted, s.leader_epoch)
-        self.done[index] = (s.leader_epoch, s.isr_wanted)
+        self.done[index] = (s.leader_epoch, s.isr_wanted, s.isr_version)
         waker = self.wakers.get(s.owner)
         if waker is None:
             waker = self.wakers[s.owner] = self.worker.waker("writer", s.owner)

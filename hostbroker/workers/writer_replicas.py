@@ -63,7 +63,8 @@ class ReplicaBook:
     """What a writer holds for one replica of a replicated topic."""
 
     __slots__ = ("plog", "role", "leader", "leader_epoch", "replicas", "isr", "isr_version",
-                 "isr_wanted", "hw", "epochs", "tracker", "min_isr", "epoch_start")
+                 "isr_wanted", "hw", "epochs", "tracker", "min_isr", "epoch_start",
+                 "commit_seq")
 
     def __init__(self, plog: PartitionLog, epochs: LeaderEpochCache, hw: int):
         self.plog = plog
@@ -79,6 +80,7 @@ class ReplicaBook:
         self.tracker: IsrTracker | None = None  # while leading
         self.min_isr = plog.config.min_insync_replicas
         self.epoch_start = max(0, epochs.latest_start)
+        self.commit_seq = 0  # the ISR commit slot's seq when this leadership began
 
     def fields(self) -> dict:
         """The slot's replication fields as this book says."""
@@ -158,13 +160,19 @@ class Replicas:
             book.isr_version = s.isr_version
             book.epoch_start = s.epoch_start
             if book.role == ptable.ROLE_LEADER:
-                book.tracker = self._new_tracker(book)
+                book.tracker = self._new_tracker(slot, book)
+                # a commit our predecessor had not adopted yet is still ours
+                # (newer than the slot's isr_version, in its epoch)
+                book.commit_seq = 0
                 self.isr_pending.add(slot)
         self.books[slot] = book
         return book.fields()
 
-    def _new_tracker(self, book: ReplicaBook) -> IsrTracker:
-        """The leader's view of its followers, each caught up as of now."""
+    def _new_tracker(self, slot: int, book: ReplicaBook) -> IsrTracker:
+        """The leader's view of its followers, each caught up as of now; ISR
+        commits written before now are not this leadership's."""
+        if self.isr_commits is not None:
+            book.commit_seq = self.isr_commits.seq(slot)
         return IsrTracker(self.broker_id, book.replicas, book.isr, now_ms())
 
     def _drop_book(self, slot: int) -> None:
@@ -267,7 +275,7 @@ class Replicas:
                 else:  # the epoch it led before a restart: its entry stands
                     book.epoch_start = min(max(0, book.epochs.latest_start), end)
                 book.replicas = replicas
-                book.tracker = self._new_tracker(book)
+                book.tracker = self._new_tracker(slot, book)
             leader = self.broker_id
             if self.broker_id not in isr:
                 isr.append(self.broker_id)
@@ -386,17 +394,32 @@ class Replicas:
         return moved
 
     def _isr_changes(self, slot: int, book: ReplicaBook, now: int) -> dict:
-        """Adopt a commit of the ISR we want, then say which ISR we want now."""
+        """Adopt a new ISR commit, then say which ISR we want now.
+
+        A commit is adopted when it was written during this leadership (the
+        commit slot's seq moved), in our leader epoch, at a newer state node
+        version than ours, naming us among our replicas: it is what ZooKeeper
+        holds now. That is normally the ISR we want; when we changed our mind
+        meanwhile (a follower left and came back before the write), the
+        commit is still adopted, and the ISR we want now differs from it, so
+        the registrar writes that one next: ZooKeeper and the HW never
+        disagree for long."""
         changes = {}
-        if book.isr_wanted != book.isr and self.isr_commits is not None:
-            c = self.isr_commits.read(slot)
-            wanted = isr_bits(book.replicas, book.isr_wanted)
-            if (c.state == ptable.COMMITTED and c.leader_epoch == book.leader_epoch
-                    and c.commit_isr == wanted and c.commit_version >= book.isr_version):
-                book.isr = book.isr_wanted
-                book.isr_version = c.commit_version
-                book.tracker.set_isr(book.isr)
-                changes.update(isr=wanted, isr_version=c.commit_version)
+        commits = self.isr_commits
+        if commits is not None:
+            seq = commits.seq(slot)
+            if seq != book.commit_seq and not seq & 1:
+                book.commit_seq = seq
+                c = commits.read(slot)
+                members = isr_members(book.replicas, c.commit_isr)
+                if (c.state == ptable.COMMITTED and c.leader_epoch == book.leader_epoch
+                        and c.commit_version > book.isr_version
+                        and c.commit_isr >> len(book.replicas) == 0
+                        and self.broker_id in members):
+                    book.isr = members
+                    book.isr_version = c.commit_version
+                    book.tracker.set_isr(book.isr)
+                    changes.update(isr=c.commit_isr, isr_version=c.commit_version)
         wanted = tuple(book.tracker.wanted_isr(now, self.lag_ms, max(0, self.lag_bytes),
                                                book.plog.log_end_offset, book.hw))
         wanted = tuple(r for r in book.replicas if r in wanted or r == self.broker_id)

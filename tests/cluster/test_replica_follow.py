@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import glob
 import os
+import signal
 import time
 
 import pytest
@@ -71,7 +72,8 @@ def lead(pair, to, topic: str, leader: int, epoch: int, isr=(1, 2)) -> None:
 def log_bytes(broker, topic: str) -> bytes:
     out = b""
     for log_dir in broker.settings["log.dirs"].split(","):
-        for path in sorted(glob.glob(os.path.join(log_dir, partition_dirname(topic, 0), "*.kafka"))):
+        where = os.path.join(log_dir, partition_dirname(topic, 0), "*.kafka")
+        for path in sorted(glob.glob(where)):
             with open(path, "rb") as f:
                 out += f.read()
     return out
@@ -141,3 +143,25 @@ def test_a_returning_old_leader_cuts_exactly_where_the_logs_parted(pair):
     assert log_bytes(pair[1], topic) == encode_message_set(a) + encode_message_set(b)
     lead(pair, (1, 2), topic, leader=2, epoch=2, isr=(2,))
     same_logs(pair[1], pair[2], topic, encode_message_set(a) + encode_message_set(c))
+
+
+def test_the_follower_carries_on_after_its_replica_process_or_writer_is_killed(pair):
+    topic = new_topic("killed")
+    lead(pair, (1, 2), topic, leader=1, epoch=1)
+    sent = b""
+
+    def more(i: int) -> None:
+        nonlocal sent
+        payloads = [f"k{i}-{j}".encode() * 20 for j in range(30)]
+        assert produce(pair[1], topic, payloads).error_code == ErrorCode.NONE
+        sent += encode_message_set(payloads)
+
+    more(0)
+    same_logs(pair[1], pair[2], topic, sent)
+    for name in ("hb-replica", "hb-writer-0"):
+        old = pair[2].workers()[name]
+        os.kill(old, signal.SIGKILL)
+        more(1 if name == "hb-replica" else 2)
+        pair[2].wait_worker_replaced(name, old)
+        more(3 if name == "hb-replica" else 4)
+        same_logs(pair[1], pair[2], topic, sent)

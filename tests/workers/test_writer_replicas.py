@@ -440,3 +440,31 @@ def test_an_empty_epoch_of_our_own_gives_way_to_the_leaders_older_data(w):
     assert w.books[SLOT].epochs.entries == ((1, 0),)
     assert replica_append(w, 2 * len(one), one, epoch=3, data_epoch=3)[0] == ErrorCode.NONE
     assert w.books[SLOT].epochs.entries == ((1, 0), (3, 2 * len(one)))
+
+
+def test_a_commit_left_by_the_slots_last_partition_is_not_adopted(w, clock):
+    # what the registrar committed for the partition that had the slot before
+    w.isr_commits.commit(SLOT, version=9, isr_bits=0b01, leader_epoch=1)
+    create_replica(w)
+    state(w, "leader", 1)
+    round_(w, clock())
+    assert w.table.read(SLOT).isr_ids == (ME, OTHER)
+
+
+def test_a_commit_of_an_isr_no_longer_wanted_is_adopted_and_corrected(w, clock):
+    create_replica(w)
+    state(w, "leader", 1)
+    data = encode_message_set([b"x"])
+    produce(w, 1, data, acks=1)
+    clock.ms += LAG_MS + 1
+    round_(w, clock.ms)
+    assert w.table.read(SLOT).isr_wanted_ids == (ME,)
+    follower_fetched(w, len(data), 1)  # back before the registrar wrote the shrink
+    round_(w, clock.ms)
+    assert w.table.read(SLOT).isr_wanted_ids == (ME, OTHER)
+    # the registrar had written the shrink meanwhile: ZooKeeper holds (ME,) now
+    w.isr_commits.commit(SLOT, version=1, isr_bits=0b01, leader_epoch=1)
+    clock.ms += 1000  # looked at by the ISR check, at least once a second
+    round_(w, clock.ms)
+    s = w.table.read(SLOT)
+    assert (s.isr_ids, s.isr_wanted_ids) == ((ME,), (ME, OTHER))  # the registrar writes it next

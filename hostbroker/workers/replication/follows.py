@@ -4,11 +4,14 @@ exchange with its leader.
 Pure: no I/O. A :class:`Follow` is made for each FOLLOWER slot of the
 partition table, for the leader and leader epoch the slot names, and goes::
 
-    EPOCH ──► ASKING ──► TRUNCATING ──► FETCH ──► FETCHING ──► APPENDING ─┐
-      ▲   (OFFSET_FOR_LEADER_EPOCH)  (OP_TRUNCATE)  (FETCH v1)  (OP_REPLICA_APPEND)
-      │                                  ▲                                 │
-      │                                  └─────────────────────────────────┘
-      └── BACKOFF (any error, replica.fetch.backoff.ms) ◄── every state
+    EPOCH ─► ASKING ─► TRUNCATING ─► FETCH ─► FETCHING ─► APPENDING
+                                       ▲                      │
+                                       └──────────────────────┘
+    ASKING       OFFSET_FOR_LEADER_EPOCH at the leader (asking again: EPOCH)
+    TRUNCATING   OP_TRUNCATE at the writer (skipped when nothing is cut)
+    FETCHING     FETCH v1 at the leader (no whole entry came: FETCH again)
+    APPENDING    OP_REPLICA_APPEND at the writer
+    any error    BACKOFF for replica.fetch.backoff.ms, then EPOCH
 
 EPOCH is the start: before the first fetch of a leader epoch the log is cut
 where it parts from the leader's (:mod:`.truncation`). One fetch at a time

@@ -13,9 +13,10 @@ queued for the writers and wake them. The loop sleeps on its doorbell and
 the links' sockets until the next deadline (a backoff, a link's timeout, the
 next table read).
 
-A writer's answer that does not come within ``replica.socket.timeout.ms``
-(its writer was replaced: its rings were reset) backs the partition off, and
-it starts over from the table.
+An op sent to a writer that is replaced meanwhile (its epoch on the process
+board moves; its rings were reset) is never answered: the partition backs
+off and starts over from the table, as it does when a writer does not answer
+within ``replica.socket.timeout.ms``.
 """
 
 from __future__ import annotations
@@ -58,6 +59,8 @@ class ReplicaWorker(Worker):
         self.to_writers = [self.sender("rapp", 0, w) for w in range(plan.num_writers)]
         self.results = [self.receiver("rres", w, 0) for w in range(plan.num_writers)]
         self.writer_bells = [self.waker("writer", w) for w in range(plan.num_writers)]
+        self.writer_slots = [plan.board_slot("writer", w) for w in range(plan.num_writers)]
+        self.writer_epochs = [self.board.epoch(i) for i in self.writer_slots]
         self.links: dict[int, LeaderLink] = {}
         self.follows: dict[tuple[str, int], Follow] = {}
         self.pending: dict[int, Follow] = {}  # token -> the follow whose op is at a writer
@@ -105,6 +108,7 @@ class ReplicaWorker(Worker):
 
     def _cycle(self, events) -> bool:
         worked = self._take_results()
+        self._writers_replaced()
         now = time.monotonic()
         for key, mask in events:
             if key.data is not None:
@@ -253,6 +257,18 @@ class ReplicaWorker(Worker):
             if sender.pending():
                 sender.pump()
                 self.writer_bells[w].wake()
+
+    def _writers_replaced(self) -> None:
+        """A replaced writer's ``rapp`` ring was reset with what it held: what
+        we had sent it will never be answered, so those partitions start over."""
+        for w, slot in enumerate(self.writer_slots):
+            epoch = self.board.epoch(slot)
+            if epoch == self.writer_epochs[w]:
+                continue
+            self.writer_epochs[w] = epoch
+            for follow in list(self.follows.values()):
+                if follow.owner == w and follow.stage in AT_WRITER:
+                    self.failed(follow, f"writer {w} was replaced")
 
     def _take_results(self) -> bool:
         worked = False
