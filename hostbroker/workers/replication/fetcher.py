@@ -132,7 +132,11 @@ class LeaderLink:
         self.registered = mask
 
     def _connect(self, now: float) -> None:
-        where = endpoint(self.find_peer(self.leader))
+        try:
+            peer = self.find_peer(self.leader)
+        except Exception:  # noqa: BLE001 - a slot being repaired: as if unknown for now
+            peer = None
+        where = endpoint(peer)
         if where is None:
             self.retry_at = now + self.settings.backoff_s
             self.sink.link_failed(self, f"no endpoint known for broker {self.leader}")
@@ -237,8 +241,8 @@ class LeaderLink:
     # -- requests ---------------------------------------------------------
     def step(self, now: float, writer_busy: bool) -> None:
         """Connect, time out, or send the next request if none is at the leader.
-        ``writer_busy``: a partition of this link waits for its writer, so no
-        FETCH goes now (its next one would wait behind a long poll)."""
+        ``writer_busy``: a partition of this link has just gone to its writer,
+        so no FETCH goes now (its next one would wait behind a long poll)."""
         if not self.follows:
             if self.sock is not None:
                 self.close(now)
