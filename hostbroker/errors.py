@@ -38,6 +38,14 @@ class ErrorCode(enum.IntEnum):
     INVALID_SESSION_TIMEOUT = 19
     GROUP_TOO_LARGE = 20
     TOO_MANY_GROUPS = 21
+    # replication (docs/spec/protocol.md)
+    NOT_LEADER_FOR_PARTITION = 22
+    NOT_ENOUGH_REPLICAS = 23
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND = 24
+    STALE_CONTROLLER_EPOCH = 25
+    FENCED_LEADER_EPOCH = 26
+    LEADER_NOT_AVAILABLE = 27
+    REPLICA_NOT_AVAILABLE = 28
 
 
 class HostbrokerError(Exception):
