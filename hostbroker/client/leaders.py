@@ -177,29 +177,50 @@ def decode_state(data: bytes, path: str, replicas: tuple[int, ...],
     return leader, epoch, isr
 
 
+class _Bounded:
+    """The reads zkread makes, each waiting at most ``timeout`` seconds (kazoo's own
+    calls wait for as long as the session lives while ZooKeeper is away)."""
+
+    def __init__(self, client, timeout: float):
+        self.client = client
+        self.timeout = timeout
+
+    def get(self, path: str):
+        return self.client.get_async(path).get(timeout=self.timeout)
+
+    def get_children(self, path: str):
+        return self.client.get_children_async(path).get(timeout=self.timeout)
+
+
 class ZooKeeperLeaders:
     """Leaders as ZooKeeper holds them, read with the caller's kazoo ``client``.
 
     ``brokers()`` gives the live brokers (``{id: BrokerInfo}``, e.g. a
-    ClusterView's snapshot); a leader not among them has no URI.
+    ClusterView's snapshot); a leader not among them has no URI. Each read
+    waits at most ``timeout_s``.
     """
 
     def __init__(self, client, brokers: Callable[[], Mapping[int, paths.BrokerInfo]], *,
                  bounds: zkread.Bounds = zkread.DEFAULT,
-                 report: Callable[[str, str], None] | None = None):
+                 report: Callable[[str, str], None] | None = None, timeout_s: float = 5.0):
         self.client = client
+        self.reader = _Bounded(client, timeout_s)
         self.brokers = brokers
         self.bounds = bounds
         self.report = report or zkread.Reporter(log)
 
     def read(self, topics: Iterable[str]) -> dict[str, TopicLeaders | None]:
-        """Raises BrokerError BROKER_NOT_AVAILABLE (retriable) when ZooKeeper does not answer."""
+        """Raises BrokerError BROKER_NOT_AVAILABLE (retriable) when ZooKeeper does not
+        answer (at once when the session is not connected)."""
         from kazoo.exceptions import KazooException
+        from kazoo.handlers.threading import KazooTimeoutError
 
+        if not self.client.connected:
+            raise BrokerError(ErrorCode.BROKER_NOT_AVAILABLE, "ZooKeeper is not connected")
         live = self.brokers()
         try:
             return {topic: self.read_topic(topic, live) for topic in topics}
-        except KazooException as exc:
+        except (KazooException, KazooTimeoutError) as exc:
             raise BrokerError(ErrorCode.BROKER_NOT_AVAILABLE,
                               f"ZooKeeper did not answer: {type(exc).__name__}") from exc
 
@@ -207,7 +228,7 @@ class ZooKeeperLeaders:
                    live: Mapping[int, paths.BrokerInfo]) -> TopicLeaders | None:
         """``topic``'s leaders; None when it is not a replicated topic (or does not exist)."""
         path = assignment_path(topic)
-        found = zkread.value(self.client, path, self.bounds, self.report)
+        found = zkread.value(self.reader, path, self.bounds, self.report)
         if found is None:
             return None
         try:
@@ -223,7 +244,7 @@ class ZooKeeperLeaders:
         for p, replicas in sorted(assignment.items()):
             where = state_path(topic, p)
             leader, epoch, isr = -1, -1, ()
-            state = zkread.value(self.client, where, self.bounds, self.report)
+            state = zkread.value(self.reader, where, self.bounds, self.report)
             if state is not None:
                 try:
                     leader, epoch, isr = decode_state(state[0], where, replicas, self.bounds)

@@ -91,7 +91,8 @@ class ZkCluster:
         self._provisional: dict[str, int] = {}  # topic -> broker id it is auto-created on
         self._waited: set[str] = set()  # topics whose registration was waited for once
         self.leaders = LeaderMap(
-            ZooKeeperLeaders(self._client, lambda: self._snapshot.brokers, bounds=bounds),
+            ZooKeeperLeaders(self._client, lambda: self._snapshot.brokers, bounds=bounds,
+                             timeout_s=connection_timeout_ms / 1000),
             retry_backoff_ms=retry_backoff_ms, max_retries=max_retries,
             refresh_interval_ms=refresh_interval_ms)
         self.refreshes = 0
