@@ -38,7 +38,7 @@ class ErrorCode(enum.IntEnum):
     INVALID_SESSION_TIMEOUT = 19
     GROUP_TOO_LARGE = 20
     TOO_MANY_GROUPS = 21
-    # replication (docs/spec/protocol.md)
+    # replication (docs/spec/protocol.md, "Replication")
     NOT_LEADER_FOR_PARTITION = 22
     NOT_ENOUGH_REPLICAS = 23
     NOT_ENOUGH_REPLICAS_AFTER_APPEND = 24

@@ -11,6 +11,8 @@ in, frozen dataclasses come out, and back. Message sets stay opaque bytes
                   parts; re-exports the bodies and errors as one namespace
 - ``groups``      the consumer group APIs (docs/spec/groups.md) and OFFSET_COMMIT v1,
                   decoded by ``groups.decode_any_request`` only
+- ``replication`` METADATA v1, FETCH v1, LEADER_AND_ISR, STOP_REPLICA,
+                  OFFSET_FOR_LEADER_EPOCH; ``replication.decode_any_request`` decodes all
 - ``framing``     FrameReader: a byte stream cut into frames
 - ``errors``      HeaderTooShortError, FrameTooLargeError
 

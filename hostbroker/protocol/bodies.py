@@ -79,6 +79,12 @@ class ApiKey(enum.IntEnum):
     # 8-11 (JOIN_GROUP, SYNC_GROUP, HEARTBEAT, LEAVE_GROUP) and OFFSET_COMMIT
     # version 1 are in hostbroker.protocol.groups (docs/spec/groups.md), outside
     # these tables: api.decode_request answers them UNSUPPORTED_VERSION.
+    # Replication (docs/spec/protocol.md, "Replication"): these keys, METADATA
+    # v1 and FETCH v1 are in hostbroker.protocol.replication, outside these
+    # tables too.
+    LEADER_AND_ISR = 14
+    STOP_REPLICA = 15
+    OFFSET_FOR_LEADER_EPOCH = 16
 
 
 API_VERSION = 0

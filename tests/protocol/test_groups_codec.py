@@ -240,6 +240,6 @@ def test_entries_per_request_bound_the_group_arrays_too():
 
 
 def test_error_codes_of_the_groups_are_appended():
-    assert [(c.name, c.value) for c in ErrorCode if c.value >= 16] == [
+    assert [(c.name, c.value) for c in ErrorCode if 16 <= c.value <= 21] == [
         ("UNKNOWN_MEMBER_ID", 16), ("ILLEGAL_GENERATION", 17), ("REBALANCE_IN_PROGRESS", 18),
         ("INVALID_SESSION_TIMEOUT", 19), ("GROUP_TOO_LARGE", 20), ("TOO_MANY_GROUPS", 21)]

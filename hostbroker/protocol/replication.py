@@ -1,0 +1,695 @@
+"""Codecs of replication (docs/spec/protocol.md, "Replication"): METADATA v1,
+FETCH v1, LEADER_AND_ISR (14), STOP_REPLICA (15) and OFFSET_FOR_LEADER_EPOCH (16).
+
+Pure, like the rest of the package. The bodies are declared as the others
+(:mod:`~hostbroker.protocol.bodies`) but live in their own tables keyed by
+``(api_key, api_version)``, :data:`REPLICATION_REQUEST_TYPES` and
+:data:`REPLICATION_RESPONSE_TYPES`, as :mod:`~hostbroker.protocol.groups`
+does for the group APIs: version 0 of METADATA and FETCH stays exactly as it
+was, and :func:`hostbroker.protocol.api.decode_request` still answers these
+keys and versions UNSUPPORTED_VERSION.
+
+- :func:`decode_request` decodes only the requests of this module;
+  :func:`decode_any_request` decodes every request the broker knows (these,
+  the group APIs, version 0).
+- :func:`request_version` reads ``(api_key, api_version)`` off a frame
+  without decoding it, for the network code's routing.
+- :func:`encode_fetch_v1_response_parts` is the sendfile form of a FETCH v1
+  answer, as :func:`~hostbroker.protocol.api.encode_fetch_response_parts` is
+  of version 0.
+
+Every request and response is checked as it is decoded: a list of replica
+ids (``replicas``, ``isr``) longer than :data:`MAX_REPLICAS` is refused at its
+count; broker ids, epochs and flags out of their range, a partition named
+twice, an ISR member or leader outside the replicas are INVALID_REQUEST (a
+:class:`ProtocolError`, as for any undecodable frame). Limits set by the
+broker (which partitions it has, whether it leads them) are not the codec's:
+the handler answers them per partition.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Annotated, ClassVar, NamedTuple
+
+from hostbroker.errors import ErrorCode, ProtocolError
+from hostbroker.protocol import api, groups
+from hostbroker.protocol.bodies import (
+    ApiKey,
+    MetadataBroker,
+    TopicConfigEntry,
+)
+from hostbroker.protocol.primitives import Buffer, Reader, Writer
+from hostbroker.protocol.schema import (
+    INT32,
+    Array,
+    ErrorCodeField,
+    Int8,
+    Int32,
+    Int64,
+    MessageSet,
+    NullableString,
+    String,
+    WireType,
+    wire_struct,
+)
+
+__all__ = [
+    "BrokerEndpoint",
+    "FETCH_V1",
+    "MAX_REPLICAS",
+    "METADATA_V1",
+    "NO_EPOCH",
+    "NO_LEADER",
+    "CONSUMER_REPLICA_ID",
+    "REPLICATION_REQUEST_TYPES",
+    "REPLICATION_RESPONSE_TYPES",
+    "FetchPartitionV1",
+    "FetchPartitionResultV1",
+    "FetchRequestV1",
+    "FetchResponseV1",
+    "FetchV1PartitionHeader",
+    "LeaderAndIsrPartition",
+    "MetadataBroker",
+    "LeaderAndIsrRequest",
+    "LeaderAndIsrResponse",
+    "MetadataPartitionV1",
+    "MetadataRequestV1",
+    "MetadataResponseV1",
+    "MetadataTopicV1",
+    "OffsetForLeaderEpochPartition",
+    "OffsetForLeaderEpochRequest",
+    "OffsetForLeaderEpochResponse",
+    "OffsetForLeaderEpochResult",
+    "PartitionError",
+    "StopReplicaPartition",
+    "StopReplicaRequest",
+    "StopReplicaResponse",
+    "TopicConfigEntry",
+    "TopicConfigs",
+    "decode_any_request",
+    "decode_request",
+    "decode_response",
+    "encode_fetch_v1_response_parts",
+    "encode_request",
+    "encode_response",
+    "fetch_v1_part_emptied",
+    "request_version",
+]
+
+METADATA_V1 = 1
+FETCH_V1 = 1
+# Most replicas of one partition (the replication factor's bound, refused in
+# one line by whoever assigns; the shared partition table has room for this many).
+MAX_REPLICAS = 8
+# replica_id of a FETCH v1 or OFFSET_FOR_LEADER_EPOCH from a consumer, not a broker.
+CONSUMER_REPLICA_ID = -1
+# A leader of -1: the partition has none (offline). An epoch of -1: not known / not checked.
+NO_LEADER = -1
+NO_EPOCH = -1
+MAX_BROKER_ID = 2**31 - 1
+
+
+_REPLICA_IDS = [struct.Struct(f">{count}i") for count in range(MAX_REPLICAS + 1)]
+
+
+def _read_replica_ids(reader: Reader) -> tuple[int, ...]:
+    """An array of int32 broker ids, refused at its count when over MAX_REPLICAS."""
+    count = reader.int32()
+    if not 0 <= count <= MAX_REPLICAS:
+        raise ProtocolError(f"a list of {count} replicas is not 0 to {MAX_REPLICAS} long")
+    return reader.fixed(_REPLICA_IDS[count], "replica ids")
+
+
+def _write_replica_ids(writer: Writer, values) -> None:
+    values = tuple(values)
+    if len(values) > MAX_REPLICAS:
+        raise ValueError(f"{len(values)} replicas are over the limit of {MAX_REPLICAS}")
+    writer.array(values, Writer.int32)
+
+
+REPLICA_IDS = WireType(f"[{INT32.name}] of at most {MAX_REPLICAS}", _read_replica_ids,
+                       _write_replica_ids, 4)
+ReplicaIds = Annotated[tuple[int, ...], REPLICA_IDS]
+
+
+def _refuse(message: str) -> None:
+    raise ProtocolError(message)
+
+
+def _check_broker_id(value: int, what: str, allow_none: bool = False) -> None:
+    low = -1 if allow_none else 0
+    if not low <= value <= MAX_BROKER_ID:
+        _refuse(f"{what} {value} is not a broker id")
+
+
+def _check_epoch(value: int, what: str, allow_none: bool = False) -> None:
+    if value < (NO_EPOCH if allow_none else 0):
+        _refuse(f"{what} {value} is negative")
+
+
+def _check_partition(topic: str, partition: int, seen: set, what: str) -> None:
+    if not topic:
+        _refuse(f"an empty topic name in {what}")
+    if partition < 0:
+        _refuse(f"partition {partition} of {topic[:80]!r} is negative")
+    if (topic, partition) in seen:
+        _refuse(f"partition {topic[:80]!r} {partition} named twice in {what}")
+    seen.add((topic, partition))
+
+
+def _check_replica_set(topic: str, partition: int, replicas: tuple[int, ...],
+                       isr: tuple[int, ...], leader: int) -> None:
+    """The shape every replica assignment keeps: distinct broker ids, ISR and leader among them."""
+    where = f"{topic[:80]!r} {partition}"
+    for replica in replicas:
+        _check_broker_id(replica, f"replica of {where}")
+    if len(set(replicas)) != len(replicas):
+        _refuse(f"replicas of {where} name a broker twice")
+    if len(set(isr)) != len(isr):
+        _refuse(f"the ISR of {where} names a broker twice")
+    if not set(isr) <= set(replicas):
+        _refuse(f"the ISR of {where} is not among its replicas")
+    _check_broker_id(leader, f"leader of {where}", allow_none=True)
+    if leader != NO_LEADER and leader not in replicas:
+        _refuse(f"leader {leader} of {where} is not among its replicas")
+
+
+def _check_replica_id(value: int) -> None:
+    if not CONSUMER_REPLICA_ID <= value <= MAX_BROKER_ID:
+        _refuse(f"replica id {value} is neither a broker id nor -1 (a consumer)")
+
+
+# METADATA (3) version 1
+
+
+@wire_struct
+@dataclass(frozen=True, slots=True)
+class MetadataRequestV1:
+    """An empty ``topics`` asks for every topic (the body of version 0)."""
+
+    API_KEY: ClassVar[int] = ApiKey.METADATA
+    API_VERSION: ClassVar[int] = METADATA_V1
+    topics: Array[String] = ()
+
+    def check(self) -> None:
+        return None
+
+
+@wire_struct
+@dataclass(frozen=True, slots=True)
+class MetadataPartitionV1:
+    """``leader`` is -1 when the partition has none; offsets are -1 when the
+    answering broker has no replica of the partition; ``high_watermark`` equals
+    ``log_end_offset`` for a partition that is not replicated."""
+
+    partition: Int32
+    error_code: ErrorCodeField
+    leader: Int32
+    leader_epoch: Int32
+    replicas: ReplicaIds
+    isr: ReplicaIds
+    log_start_offset: Int64
+    high_watermark: Int64
+    log_dir: NullableString
+
+
+@wire_struct
+@dataclass(frozen=True, slots=True)
+class MetadataTopicV1:
+    topic: String
+    error_code: ErrorCodeField
+    partitions: Array[MetadataPartitionV1]
+
+
+@wire_struct
+@dataclass(frozen=True, slots=True)
+class MetadataResponseV1:
+    """``controller_id`` is -1 when the broker knows of no controller."""
+
+    broker_id: Int32
+    controller_id: Int32
+    brokers: Array[MetadataBroker]
+    topics: Array[MetadataTopicV1]
+
+    def check(self) -> None:
+        for topic in self.topics:
+            for p in topic.partitions:
+                if len(set(p.replicas)) != len(p.replicas) or not set(p.isr) <= set(p.replicas):
+                    _refuse(f"replicas and ISR of {topic.topic[:80]!r} {p.partition} do not agree")
+
+
+# FETCH (1) version 1
+
+
+@wire_struct
+@dataclass(frozen=True, slots=True)
+class FetchPartitionV1:
+    """``leader_epoch`` -1: not checked; else the epoch the fetcher believes current."""
+
+    topic: String
+    partition: Int32
+    leader_epoch: Int32
+    offset: Int64
+    max_bytes: Int32
+
+
+@wire_struct
+@dataclass(frozen=True, slots=True)
+class FetchRequestV1:
+    """``replica_id`` -1: a consumer (reads below the high watermark); a broker
+    id: a follower (reads below the log end, within one leader epoch)."""
+
+    API_KEY: ClassVar[int] = ApiKey.FETCH
+    API_VERSION: ClassVar[int] = FETCH_V1
+    replica_id: Int32
+    max_wait_ms: Int32
+    min_bytes: Int32
+    partitions: Array[FetchPartitionV1]
+
+    def check(self) -> None:
+        _check_replica_id(self.replica_id)
+        seen: set = set()
+        for p in self.partitions:
+            _check_partition(p.topic, p.partition, seen, "a fetch")
+            _check_epoch(p.leader_epoch, f"leader epoch of {p.topic[:80]!r} {p.partition}",
+                         allow_none=True)
+
+    @property
+    def from_follower(self) -> bool:
+        return self.replica_id != CONSUMER_REPLICA_ID
+
+
+@wire_struct
+@dataclass(frozen=True, slots=True)
+class FetchPartitionResultV1:
+    """``data_epoch``: the leader epoch that wrote every entry of ``message_set``
+    (-1 when it is empty or the fetch came from a consumer)."""
+
+    topic: String
+    partition: Int32
+    error_code: ErrorCodeField
+    high_watermark: Int64
+    log_end_offset: Int64
+    data_epoch: Int32
+    message_set: MessageSet
+
+
+@wire_struct
+@dataclass(frozen=True, slots=True)
+class FetchResponseV1:
+    partitions: Array[FetchPartitionResultV1]
+
+    def check(self) -> None:
+        return None
+
+
+class FetchV1PartitionHeader(NamedTuple):
+    """One partition of a FETCH v1 answer whose ``data_length`` bytes are sent apart."""
+
+    topic: str
+    partition: int
+    error_code: int
+    high_watermark: int
+    log_end_offset: int
+    data_epoch: int
+    data_length: int
+
+
+# LEADER_AND_ISR (14)
+
+# A broker's listeners in LEADER_AND_ISR: the layout of METADATA's live brokers.
+BrokerEndpoint = MetadataBroker
+
+
+@wire_struct
+@dataclass(frozen=True, slots=True)
+class LeaderAndIsrPartition:
+    """What the controller decided for one partition; ``zk_version`` is the
+    version of its state node that holds this ISR."""
+
+    topic: String
+    partition: Int32
+    leader: Int32
+    leader_epoch: Int32
+    isr: ReplicaIds
+    zk_version: Int32
+    replicas: ReplicaIds
+
+
+@wire_struct
+@dataclass(frozen=True, slots=True)
+class TopicConfigs:
+    """A topic's config overrides (``/config/topics/[topic]``), e.g. min.insync.replicas."""
+
+    topic: String
+    configs: Array[TopicConfigEntry] = ()
+
+
+@wire_struct
+@dataclass(frozen=True, slots=True)
+class LeaderAndIsrRequest:
+    """``brokers``: the listeners of the leaders named (a follower connects to them)."""
+
+    API_KEY: ClassVar[int] = ApiKey.LEADER_AND_ISR
+    API_VERSION: ClassVar[int] = 0
+    controller_id: Int32
+    controller_epoch: Int32
+    partitions: Array[LeaderAndIsrPartition]
+    topic_configs: Array[TopicConfigs] = ()
+    brokers: Array[BrokerEndpoint] = ()
+
+    def check(self) -> None:
+        _check_broker_id(self.controller_id, "controller id")
+        _check_epoch(self.controller_epoch, "controller epoch")
+        seen: set = set()
+        for p in self.partitions:
+            _check_partition(p.topic, p.partition, seen, "a LEADER_AND_ISR")
+            _check_epoch(p.leader_epoch, f"leader epoch of {p.topic[:80]!r} {p.partition}")
+            if not p.replicas:
+                _refuse(f"{p.topic[:80]!r} {p.partition} has no replicas")
+            _check_replica_set(p.topic, p.partition, p.replicas, p.isr, p.leader)
+        topics: set = set()
+        for entry in self.topic_configs:
+            if entry.topic in topics:
+                _refuse(f"configs of topic {entry.topic[:80]!r} given twice")
+            topics.add(entry.topic)
+            keys = [config.key for config in entry.configs]
+            if len(set(keys)) != len(keys):
+                _refuse(f"a config key of topic {entry.topic[:80]!r} given twice")
+        ids: set = set()
+        for broker in self.brokers:
+            _check_broker_id(broker.broker_id, "broker id")
+            if broker.broker_id in ids:
+                _refuse(f"broker {broker.broker_id} listed twice")
+            ids.add(broker.broker_id)
+            if not 0 <= broker.port <= 65535:
+                _refuse(f"port {broker.port} of broker {broker.broker_id} is out of range")
+
+
+@wire_struct
+@dataclass(frozen=True, slots=True)
+class PartitionError:
+    topic: String
+    partition: Int32
+    error_code: ErrorCodeField
+
+
+@wire_struct
+@dataclass(frozen=True, slots=True)
+class LeaderAndIsrResponse:
+    """``error_code`` is the request's (STALE_CONTROLLER_EPOCH); ``partitions``
+    each partition's own."""
+
+    error_code: ErrorCodeField
+    partitions: Array[PartitionError] = ()
+
+    def check(self) -> None:
+        return None
+
+
+# STOP_REPLICA (15)
+
+
+@wire_struct
+@dataclass(frozen=True, slots=True)
+class StopReplicaPartition:
+    topic: String
+    partition: Int32
+
+
+@wire_struct
+@dataclass(frozen=True, slots=True)
+class StopReplicaRequest:
+    """``delete_partitions`` 1: remove the replicas' logs too (topic deletion,
+    a replica moved away by a reassignment); 0: stop being leader or follower."""
+
+    API_KEY: ClassVar[int] = ApiKey.STOP_REPLICA
+    API_VERSION: ClassVar[int] = 0
+    controller_id: Int32
+    controller_epoch: Int32
+    delete_partitions: Int8
+    partitions: Array[StopReplicaPartition]
+
+    def check(self) -> None:
+        _check_broker_id(self.controller_id, "controller id")
+        _check_epoch(self.controller_epoch, "controller epoch")
+        if self.delete_partitions not in (0, 1):
+            _refuse(f"delete_partitions {self.delete_partitions} is neither 0 nor 1")
+        seen: set = set()
+        for p in self.partitions:
+            _check_partition(p.topic, p.partition, seen, "a STOP_REPLICA")
+
+
+@wire_struct
+@dataclass(frozen=True, slots=True)
+class StopReplicaResponse:
+    error_code: ErrorCodeField
+    partitions: Array[PartitionError] = ()
+
+    def check(self) -> None:
+        return None
+
+
+# OFFSET_FOR_LEADER_EPOCH (16)
+
+
+@wire_struct
+@dataclass(frozen=True, slots=True)
+class OffsetForLeaderEpochPartition:
+    topic: String
+    partition: Int32
+    leader_epoch: Int32
+
+
+@wire_struct
+@dataclass(frozen=True, slots=True)
+class OffsetForLeaderEpochRequest:
+    API_KEY: ClassVar[int] = ApiKey.OFFSET_FOR_LEADER_EPOCH
+    API_VERSION: ClassVar[int] = 0
+    replica_id: Int32
+    partitions: Array[OffsetForLeaderEpochPartition]
+
+    def check(self) -> None:
+        _check_replica_id(self.replica_id)
+        seen: set = set()
+        for p in self.partitions:
+            _check_partition(p.topic, p.partition, seen, "an OFFSET_FOR_LEADER_EPOCH")
+            _check_epoch(p.leader_epoch, f"leader epoch of {p.topic[:80]!r} {p.partition}",
+                         allow_none=True)
+
+
+@wire_struct
+@dataclass(frozen=True, slots=True)
+class OffsetForLeaderEpochResult:
+    """``leader_epoch``: the largest epoch <= the one asked; ``end_offset``: the
+    start of the next epoch after it, or the log end (both -1 when none)."""
+
+    topic: String
+    partition: Int32
+    error_code: ErrorCodeField
+    leader_epoch: Int32
+    end_offset: Int64
+
+
+@wire_struct
+@dataclass(frozen=True, slots=True)
+class OffsetForLeaderEpochResponse:
+    partitions: Array[OffsetForLeaderEpochResult]
+
+    def check(self) -> None:
+        return None
+
+
+ReplicationRequest = (
+    MetadataRequestV1
+    | FetchRequestV1
+    | LeaderAndIsrRequest
+    | StopReplicaRequest
+    | OffsetForLeaderEpochRequest
+)
+
+ReplicationResponse = (
+    MetadataResponseV1
+    | FetchResponseV1
+    | LeaderAndIsrResponse
+    | StopReplicaResponse
+    | OffsetForLeaderEpochResponse
+)
+
+REPLICATION_REQUEST_TYPES: dict[tuple[int, int], type] = {
+    (cls.API_KEY, cls.API_VERSION): cls
+    for cls in (
+        MetadataRequestV1,
+        FetchRequestV1,
+        LeaderAndIsrRequest,
+        StopReplicaRequest,
+        OffsetForLeaderEpochRequest,
+    )
+}
+
+REPLICATION_RESPONSE_TYPES: dict[tuple[int, int], type] = {
+    (ApiKey.METADATA, METADATA_V1): MetadataResponseV1,
+    (ApiKey.FETCH, FETCH_V1): FetchResponseV1,
+    (ApiKey.LEADER_AND_ISR, 0): LeaderAndIsrResponse,
+    (ApiKey.STOP_REPLICA, 0): StopReplicaResponse,
+    (ApiKey.OFFSET_FOR_LEADER_EPOCH, 0): OffsetForLeaderEpochResponse,
+}
+
+_HEAD = struct.Struct(">hh")  # api_key, api_version
+
+
+def request_version(frame: Buffer) -> tuple[int, int] | None:
+    """``(api_key, api_version)`` of a request frame (without size prefix), or
+    None when it is too short to say; nothing else is decoded."""
+    if len(frame) < _HEAD.size:
+        return None
+    return _HEAD.unpack_from(frame)
+
+
+def decode_request(frame: Buffer, max_entries: int | None = None
+                   ) -> tuple[api.RequestHeader, ReplicationRequest]:
+    """Header and body of a request of this module (frame without size prefix);
+    any other api key or version is UNSUPPORTED_VERSION, any bad value
+    INVALID_REQUEST, both as :class:`ProtocolError`."""
+    header = api.decode_request_header(frame)
+    request_type = REPLICATION_REQUEST_TYPES.get((header.api_key, header.api_version))
+    if request_type is None:
+        raise ProtocolError(
+            f"no replication request has api_key {header.api_key} version {header.api_version}",
+            code=ErrorCode.UNSUPPORTED_VERSION,
+        )
+    request = api.decode_body(request_type, frame, header.body_offset, max_entries)
+    request.check()
+    return header, request
+
+
+def decode_any_request(frame: Buffer, max_entries: int | None = None):
+    """Header and body of any request the broker knows: this module's, the
+    group APIs, and version 0 (as :func:`hostbroker.protocol.groups.decode_any_request`)."""
+    header = api.decode_request_header(frame)
+    request_type = REPLICATION_REQUEST_TYPES.get((header.api_key, header.api_version))
+    if request_type is None:
+        return groups.decode_any_request(frame, max_entries)
+    request = api.decode_body(request_type, frame, header.body_offset, max_entries)
+    request.check()
+    return header, request
+
+
+def _layout(cls: type) -> tuple:
+    return tuple((f.name, f.type) for f in dataclasses.fields(cls))
+
+
+def encode_request(body, correlation_id: int, client_id: str | None = "",
+                   version: int | None = None) -> bytes:
+    """The frame of ``body`` (size prefix included) as ``version`` (default:
+    the body's own). A body may go out as another version only when that
+    version's body has the same layout (METADATA v0 and v1); else ValueError."""
+    own = getattr(body, "API_VERSION", api.API_VERSION)
+    if version is None or version == own:
+        return api.encode_request(body, correlation_id, client_id)
+    target = (REPLICATION_REQUEST_TYPES.get((body.API_KEY, version))
+              or groups.GROUP_REQUEST_TYPES.get((body.API_KEY, version))
+              or (api.REQUEST_TYPES.get(body.API_KEY) if version == api.API_VERSION else None))
+    if target is None or _layout(target) != _layout(type(body)):
+        raise ValueError(f"a {type(body).__name__} cannot be sent as version {version}")
+    return api.encode_request(target(*(getattr(body, f.name)
+                                       for f in dataclasses.fields(body))),
+                              correlation_id, client_id)
+
+
+def encode_response(correlation_id: int, response) -> bytes:
+    """The frame of ``response``, size prefix included."""
+    return api.encode_response(correlation_id, response)
+
+
+def decode_response(frame: Buffer, cls: type) -> tuple[int, ReplicationResponse]:
+    """``(correlation_id, body)`` of a response frame (without size prefix)
+    decoded as ``cls`` (one of :data:`REPLICATION_RESPONSE_TYPES`), checked.
+    Check :func:`~hostbroker.protocol.api.is_error_frame` first."""
+    if cls not in REPLICATION_RESPONSE_TYPES.values():
+        raise ValueError(f"{cls!r} is not a replication response")
+    correlation_id, response = api.decode_response_as(cls, frame)
+    response.check()
+    return correlation_id, response
+
+
+# size, correlation_id, the partitions' count (1), the topic's length
+_FETCH_ONE_HEAD = struct.Struct(">iiih")
+# partition, error_code, high_watermark, log_end_offset, data_epoch, the set's length
+_FETCH_ONE_TAIL = struct.Struct(">ihqqii")
+_FETCH_PART_TAIL = struct.Struct(">hqqii")  # from error_code to the set's length: ends a chunk
+_FETCH_ONE_FIXED = _FETCH_ONE_HEAD.size + _FETCH_ONE_TAIL.size
+
+
+def encode_fetch_v1_response_parts(
+    correlation_id: int,
+    partitions: Sequence[FetchV1PartitionHeader | tuple[str, int, int, int, int, int, int]],
+) -> list[bytes]:
+    """Header chunks ``h0 .. hk`` of a FETCH v1 answer whose message sets are sent
+    apart, exactly as :func:`~hostbroker.protocol.api.encode_fetch_response_parts`
+    for version 0: the frame is ``h0 + data0 + h1 + ... + data(k-1) + hk``,
+    ``h0`` starts with the size prefix (which counts the data), ``hk`` may be
+    ``b""``. ValueError for a value that does not fit its wire type."""
+    chunks: list[bytes] = []
+    total = 0
+    try:
+        if len(partitions) == 1:
+            topic, partition, code, hw, leo, epoch, length = partitions[0]
+            if length < 0:
+                raise ValueError(f"negative data length {length}")
+            name = topic.encode("utf-8")
+            total = _FETCH_ONE_FIXED + len(name) + length
+            if total - api.SIZE_PREFIX_BYTES > api.MAX_FRAME_SIZE:
+                raise ValueError(f"a frame of {total} bytes does not fit its int32 size")
+            return [_FETCH_ONE_HEAD.pack(total - api.SIZE_PREFIX_BYTES, correlation_id, 1,
+                                         len(name))
+                    + name + _FETCH_ONE_TAIL.pack(partition, code, hw, leo, epoch, length), b""]
+        writer = Writer()
+        writer.int32(0)  # the size, patched below
+        writer.int32(correlation_id)
+        writer.int32(len(partitions))
+        for topic, partition, code, hw, leo, epoch, length in partitions:
+            if length < 0:
+                raise ValueError(f"negative data length {length}")
+            writer.string(topic)
+            writer.int32(partition)
+            writer.int16(code)
+            writer.int64(hw)
+            writer.int64(leo)
+            writer.int32(epoch)
+            writer.int32(length)
+            chunk = writer.getvalue()
+            chunks.append(chunk)
+            total += len(chunk) + length
+            writer = Writer()
+    except struct.error as exc:
+        raise ValueError(f"value does not fit its wire type: {exc}") from None
+    last = writer.getvalue()
+    chunks.append(last)
+    total += len(last)
+    if total - api.SIZE_PREFIX_BYTES > api.MAX_FRAME_SIZE:
+        raise ValueError(f"a frame of {total} bytes does not fit its int32 size")
+    first = bytearray(chunks[0])
+    struct.pack_into(">i", first, 0, total - api.SIZE_PREFIX_BYTES)
+    chunks[0] = bytes(first)
+    return chunks
+
+
+def fetch_v1_part_emptied(head: Buffer, data_length: int, code: ErrorCode | int) -> bytes:
+    """``head`` (a chunk of :func:`encode_fetch_v1_response_parts` that a message
+    set of ``data_length`` bytes follows) with that partition's error code set to
+    ``code``, its data epoch to -1 and its set empty; shrink the frame by
+    ``data_length`` with :func:`~hostbroker.protocol.api.frame_shrunk`."""
+    out = bytearray(head)
+    at = len(out) - _FETCH_PART_TAIL.size
+    if at < 0:
+        raise ValueError("not a FETCH v1 answer header chunk")
+    _, hw, leo, _, size = _FETCH_PART_TAIL.unpack_from(out, at)
+    if size != data_length:
+        raise ValueError(f"header chunk announces {size} bytes, not {data_length}")
+    _FETCH_PART_TAIL.pack_into(out, at, code, hw, leo, NO_EPOCH, 0)
+    return bytes(out)
