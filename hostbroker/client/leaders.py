@@ -51,11 +51,10 @@ from dataclasses import dataclass, field
 from hostbroker.client.errors import BrokerError
 from hostbroker.cluster import paths, zkread
 from hostbroker.errors import ErrorCode, ProtocolError
+from hostbroker.protocol.replication import MAX_REPLICAS
+from hostbroker.replication import zknodes
 
 log = logging.getLogger(__name__)
-
-# The most replicas a partition may have (the broker refuses more).
-MAX_REPLICAS = 8
 
 # Wire errors after which a partition's leader may be elsewhere.
 LEADER_CODES = frozenset({
@@ -107,15 +106,7 @@ class TopicLeaders:
         return None if uri is None else (leader, uri)
 
 
-# -- decoding what ZooKeeper holds -------------------------------------------------------
-
-
-def assignment_path(topic: str) -> str:
-    return paths.topic_path(topic)
-
-
-def state_path(topic: str, partition: int) -> str:
-    return f"{paths.topic_path(topic)}/partitions/{partition}/state"
+# -- what ZooKeeper holds (decoded by hostbroker.replication.zknodes) ----------------------
 
 
 def _broker_ids(value, where: str, what: str, *, empty_ok: bool) -> tuple[int, ...]:
@@ -128,53 +119,18 @@ def _broker_ids(value, where: str, what: str, *, empty_ok: bool) -> tuple[int, .
     return tuple(value)
 
 
-def decode_assignment(data: bytes, path: str,
-                      bounds: zkread.Bounds = zkread.DEFAULT) -> dict[int, tuple[int, ...]] | None:
-    """The replicas of each partition, from a topic's node; None when the node holds
-    no assignment (a 0.7-style topic: empty, or not an object with ``partitions``).
-    ValueError when it is an assignment that breaks the layout: partitions must be
-    exactly 0..n-1, n at most ``zookeeper.max.partitions``."""
-    if not data.strip():
-        return None
-    value = zkread.json_object(data, path, bounds, "a topic's assignment")
-    if "partitions" not in value:
-        return None
-    if value.get("version") != 1:
-        raise ValueError(f"{path}: not a version 1 assignment")
-    parts = value["partitions"]
-    if not isinstance(parts, dict) or not parts:
-        raise ValueError(f"{path}: partitions is not a non-empty object")
-    if len(parts) > bounds.partitions:
-        raise ValueError(f"{path}: {len(parts)} partitions are over zookeeper.max.partitions "
-                         f"({bounds.partitions})")
-    out: dict[int, tuple[int, ...]] = {}
-    for key, replicas in parts.items():
-        if not key.isascii() or not key.isdigit() or len(key) > 10:
-            raise ValueError(f"{path}: {key[:20]!r} is not a partition number")
-        out[int(key)] = _broker_ids(replicas, path, f"partition {key}'s replicas",
-                                    empty_ok=False)
-    if sorted(out) != list(range(len(out))):
-        raise ValueError(f"{path}: partitions are not numbered 0 to {len(out) - 1}")
-    return out
-
-
 def decode_state(data: bytes, path: str, replicas: tuple[int, ...],
                  bounds: zkread.Bounds = zkread.DEFAULT) -> tuple[int, int, tuple[int, ...]]:
-    """``(leader, leader_epoch, isr)`` of a partition's state node. ValueError when
-    it breaks the layout, or names a leader or ISR member outside ``replicas``."""
-    value = zkread.json_object(data, path, bounds, "a partition's state")
-    if value.get("version") != 1:
-        raise ValueError(f"{path}: not a version 1 partition state")
-    leader, epoch = value.get("leader"), value.get("leader_epoch")
-    if type(leader) is not int or not (leader == -1 or leader in replicas):
-        raise ValueError(f"{path}: leader {str(leader)[:20]!r} is not -1 or one of the "
-                         f"replicas {list(replicas)}")
-    if type(epoch) is not int or not 0 <= epoch < 2**31:
-        raise ValueError(f"{path}: leader_epoch {str(epoch)[:20]!r} is not an epoch")
-    isr = _broker_ids(value.get("isr"), path, "isr", empty_ok=True)
-    if not set(isr) <= set(replicas):
-        raise ValueError(f"{path}: isr {list(isr)} is not within the replicas {list(replicas)}")
-    return leader, epoch, isr
+    """``(leader, leader_epoch, isr)`` of a partition's state node (zknodes' checks),
+    and its leader and ISR within ``replicas`` (ValueError otherwise)."""
+    state = zknodes.decode_state(data, path, bounds)
+    if state.leader != zknodes.NO_LEADER and state.leader not in replicas:
+        raise ValueError(f"{path}: leader {state.leader} is not one of the replicas "
+                         f"{list(replicas)}")
+    if not set(state.isr) <= set(replicas):
+        raise ValueError(f"{path}: isr {list(state.isr)} is not within the replicas "
+                         f"{list(replicas)}")
+    return state.leader, state.leader_epoch, state.isr
 
 
 class _Bounded:
@@ -227,12 +183,12 @@ class ZooKeeperLeaders:
     def read_topic(self, topic: str,
                    live: Mapping[int, paths.BrokerInfo]) -> TopicLeaders | None:
         """``topic``'s leaders; None when it is not a replicated topic (or does not exist)."""
-        path = assignment_path(topic)
+        path = zknodes.assignment_path(topic)
         found = zkread.value(self.reader, path, self.bounds, self.report)
         if found is None:
             return None
         try:
-            assignment = decode_assignment(found[0], path, self.bounds)
+            assignment = zknodes.decode_assignment(found[0], path, self.bounds)
         except ValueError as exc:
             self.report(path, f"{exc}; the topic has no leaders")
             return TopicLeaders(topic, (), {}, BrokerError(
@@ -242,7 +198,7 @@ class ZooKeeperLeaders:
             return None
         partitions = []
         for p, replicas in sorted(assignment.items()):
-            where = state_path(topic, p)
+            where = zknodes.state_path(topic, p)
             leader, epoch, isr = -1, -1, ()
             state = zkread.value(self.reader, where, self.bounds, self.report)
             if state is not None:

@@ -153,7 +153,14 @@ class ZkCluster:
         previous = self._topics.get(topic)
         if previous is not None and previous[0] != version:
             self.leaders.invalidate(topic)  # a broker came or went: leaders may have moved
-        leaders = self.leaders.get(topic)
+        try:
+            leaders = self.leaders.get(topic)
+        except BrokerError:
+            # ZooKeeper away and nothing read of the topic yet: a topic brokers
+            # registered 0.7-style is not replicated, and its last list serves.
+            if not self._snapshot.partitions(topic):
+                raise
+            leaders = None
         if leaders is not None:
             if leaders.error is not None:
                 raise leaders.error

@@ -16,13 +16,13 @@ import pytest
 
 from hostbroker.client import Producer
 from hostbroker.client.errors import BrokerError
-from hostbroker.client.leaders import (LeaderMap, PartitionLeader, ZooKeeperLeaders,
-                                       assignment_path, state_path)
+from hostbroker.client.leaders import LeaderMap, PartitionLeader, ZooKeeperLeaders
 from hostbroker.client.simple import SimpleClient
 from hostbroker.cluster import paths
 from hostbroker.cluster.discovery import read_snapshot
 from hostbroker.errors import ErrorCode
 from hostbroker.log.message import iter_messages
+from hostbroker.replication.zknodes import assignment_path, state_path
 from tests.cluster.zkserver import ZooKeeperServer
 from tests.integration.broker import Broker
 from tests.integration.wire_helpers import log_end, new_topic, read_log, stop_or_kill
