@@ -71,6 +71,9 @@ _FETCH_ANSWER_OVERHEAD = 64
 _FETCH_PARTITION_OVERHEAD = 2 + 32767 + 4 + 2 + 8 + 4 + 8
 
 
+_REPLICATION_REQUESTS = frozenset(replication.REPLICATION_REQUEST_TYPES.values())
+
+
 class NotABrokerError(ProtocolError):
     """The peer's answer cannot be a broker's: a size prefix out of bounds, or a
     correlation id that is not the pending request's."""
@@ -245,13 +248,11 @@ class BrokerConnection:
     def send(self, request: api.Request) -> int:
         """Send ``request`` and return its correlation id, without waiting for the answer."""
         correlation_id = self._next_id()
-        version = getattr(request, "API_VERSION", api.API_VERSION)
         response_cls = None
-        if version != api.API_VERSION:  # METADATA v1, FETCH v1, ...: replication's codecs
-            response_cls = replication.REPLICATION_RESPONSE_TYPES.get((request.API_KEY, version))
-            if response_cls is None:
-                raise ValueError(f"no answer is known for {type(request).__name__}")
-        self._write([replication.encode_request(request, correlation_id, self.client_id)])
+        if type(request) in _REPLICATION_REQUESTS:  # METADATA v1, FETCH v1, ...
+            response_cls = replication.REPLICATION_RESPONSE_TYPES[
+                (request.API_KEY, request.API_VERSION)]
+        self._write([api.encode_request(request, correlation_id, self.client_id)])
         if not (isinstance(request, api.ProduceRequest) and request.acks == 0):
             self._pending.append(_Pending(correlation_id, request.API_KEY, _broker_wait(request),
                                           _max_answer(request), response_cls))
