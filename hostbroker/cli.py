@@ -117,6 +117,13 @@ def _topics_run(action: str, args: argparse.Namespace, *work_args, **kwargs) -> 
 
 
 def _topics_create(args: argparse.Namespace) -> int:
+    if args.replication_factor is not None:
+        if args.zookeeper is None:
+            print("hostbroker topics create: --replication-factor needs --zookeeper",
+                  file=sys.stderr)
+            return commands.EXIT_USAGE
+        return _topics_run("create", args, args.topic, args.partitions, args.config or (),
+                           replication_factor=args.replication_factor)
     return _topics_run("create", args, args.topic, args.partitions, args.config or ())
 
 
@@ -157,12 +164,17 @@ def _add_topics(sub) -> None:
         description="Create a topic. Topic configs override the broker's log.* defaults: "
                     "segment.bytes, retention.ms, retention.bytes, flush.messages, flush.ms, "
                     "max.message.bytes. With --zookeeper the topic gets PARTITIONS "
-                    "partitions on every live broker.")
+                    "partitions on every live broker; with --replication-factor too, it is a "
+                    "replicated topic of PARTITIONS partitions in all, each on R live brokers "
+                    "(config min.insync.replicas: the fewest in-sync replicas acks=-1 needs).")
     _add_client_target(create)
     create.add_argument("--topic", required=True)
     create.add_argument("--partitions", type=int, default=1, help="(default 1)")
     create.add_argument("--config", metavar="KEY=VALUE", action="append",
                         help="a topic config (repeatable)")
+    create.add_argument("--replication-factor", type=int, metavar="R",
+                        help="a replicated topic with R replicas of each partition "
+                             "(needs --zookeeper)")
     create.set_defaults(func=_topics_create)
     listing = actions.add_parser("list", help="print every topic name, one a line")
     _add_client_target(listing)
@@ -182,6 +194,60 @@ def _add_topics(sub) -> None:
     _add_client_target(delete)
     delete.add_argument("--topic", required=True)
     delete.set_defaults(func=_topics_delete)
+
+
+def _leaders_elect(args: argparse.Namespace) -> int:
+    from hostbroker.commands import leaders
+
+    return commands.run("leaders elect", leaders.elect, args.topic or (),
+                        zookeeper=args.zookeeper)
+
+
+def _add_leaders(sub) -> None:
+    leaders = sub.add_parser("leaders", help="leaders of replicated topics")
+    actions = leaders.add_subparsers(dest="action", required=True)
+    elect = actions.add_parser(
+        "elect", help="move leadership back to the preferred replicas",
+        description="Preferred replica election: each partition of the replicated topics "
+                    "(or of the --topic ones) whose leader is not its first replica gets that "
+                    "replica back as leader, where it is live and in the ISR.")
+    elect.add_argument("--zookeeper", metavar="HOST:PORT[,...][/CHROOT]", required=True)
+    elect.add_argument("--topic", action="append", help="a topic (repeatable; default: all)")
+    elect.set_defaults(func=_leaders_elect)
+
+
+def _reassign(args: argparse.Namespace) -> int:
+    from hostbroker.commands import reassign
+
+    if args.action == "generate":
+        if not args.topics_to_move_json_file or not args.broker_list:
+            print("hostbroker reassign generate: needs --topics-to-move-json-file and "
+                  "--broker-list", file=sys.stderr)
+            return commands.EXIT_USAGE
+        return commands.run("reassign generate", reassign.generate,
+                            args.topics_to_move_json_file, args.broker_list,
+                            zookeeper=args.zookeeper)
+    if not args.reassignment_json_file:
+        print(f"hostbroker reassign {args.action}: needs --reassignment-json-file",
+              file=sys.stderr)
+        return commands.EXIT_USAGE
+    return commands.run(f"reassign {args.action}", getattr(reassign, args.action),
+                        args.reassignment_json_file, zookeeper=args.zookeeper)
+
+
+def _add_reassign(sub) -> None:
+    reassign = sub.add_parser(
+        "reassign", help="move partitions of replicated topics to other brokers",
+        description="generate: propose an assignment of the topics of "
+                    "--topics-to-move-json-file over --broker-list; execute: start the moves "
+                    "of --reassignment-json-file; verify: whether they are done (status 1 "
+                    "until all are). Kafka's JSON file formats.")
+    reassign.add_argument("action", choices=("generate", "execute", "verify"))
+    reassign.add_argument("--zookeeper", metavar="HOST:PORT[,...][/CHROOT]", required=True)
+    reassign.add_argument("--topics-to-move-json-file", metavar="FILE")
+    reassign.add_argument("--broker-list", metavar="ID,ID,...")
+    reassign.add_argument("--reassignment-json-file", metavar="FILE")
+    reassign.set_defaults(func=_reassign)
 
 
 def _groups_run(action: str, args: argparse.Namespace, *work_args, **kwargs) -> int:
@@ -585,6 +651,8 @@ def build_parser() -> argparse.ArgumentParser:
     cpu.set_defaults(func=_cpu_latency)
 
     _add_topics(sub)
+    _add_leaders(sub)
+    _add_reassign(sub)
     _add_groups(sub)
     _add_produce(sub)
     _add_consume(sub)

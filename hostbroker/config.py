@@ -175,6 +175,38 @@ SETTINGS: tuple[Setting, ...] = (
             "Listeners registered in ZooKeeper for clients (the first tcp:// and the first "
             "unix:// one); empty = the bound listeners (a tcp wildcard host advertises this "
             "host's name, port 0 the port bound).", _advertised_problem),
+    # Replication: the controller (docs/cluster.md, "Replicated topics").
+    Setting("unclean.leader.election.enable", bool, False,
+            "Whether the controller may make a replica outside the ISR leader when no ISR "
+            "member is live (messages acknowledged by the old ISR may be lost).", None),
+    Setting("controller.socket.timeout.ms", int, 30000,
+            "How long the controller waits to connect to a broker, send it a LEADER_AND_ISR "
+            "or STOP_REPLICA, and read the answer, before reconnecting and sending again.",
+            _between(1, 2**31 - 1)),
+    Setting("controlled.shutdown.enable", bool, True,
+            "On SIGTERM the broker asks the controller to move its leaderships to other ISR "
+            "members before it stops (producers see no error).", None),
+    Setting("controlled.shutdown.timeout.ms", int, 10000,
+            "Longest wait of a stopping broker for the controller to move its leaderships; "
+            "past it the broker stops anyway.", _between(0, 2**31 - 1)),
+    # Followers (hb-replica, docs/architecture.md "Followers"): fetching from leaders.
+    Setting("replica.fetch.max.bytes", int, 1048576,
+            "Message-set bytes a follower asks of each partition in one FETCH from its "
+            "leader (more for a partition whose next entry is larger, up to "
+            "socket.request.max.bytes).", _between(1024, 2**30)),
+    Setting("replica.fetch.wait.max.ms", int, 500,
+            "Longest a follower's FETCH waits at its leader for new data (long poll).",
+            _between(0, 600000)),
+    Setting("replica.fetch.min.bytes", int, 1,
+            "Bytes a follower's FETCH waits for at its leader before it is answered.",
+            _between(0, 2**30)),
+    Setting("replica.socket.timeout.ms", int, 30000,
+            "A leader that has not answered a follower's request this long after its "
+            "long-poll wait (or not accepted its connection this long) is disconnected; "
+            "the follower connects again after replica.fetch.backoff.ms.", _at_least(1)),
+    Setting("replica.fetch.backoff.ms", int, 1000,
+            "How long a follower waits before it tries a partition (or a leader) again "
+            "after an error.", _between(0, 600000)),
     # Limits and sizes of this implementation (all enforced).
     Setting("max.in.flight.requests.per.connection", int, 1000,
             "A processor stops reading a connection with this many requests not completely "
@@ -417,6 +449,18 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("group.max.parked.joins", int, 10000,
             "JOIN_GROUP requests one handler holds while their rebalance waits; one more is "
             "answered BROKER_NOT_AVAILABLE at once (join again later).", _between(1, 10000000)),
+    # Replication (cluster mode): the leader's writer.
+    Setting("min.insync.replicas", int, 1,
+            "Replicas (the leader included) that must be in a replicated partition's ISR "
+            "for an acks=-1 produce to be appended; fewer: NOT_ENOUGH_REPLICAS, nothing "
+            "appended. Also a topic config.", _between(1, 8)),
+    Setting("replica.lag.time.max.ms", int, 10000,
+            "A follower that has not fetched up to the leader's log end for this long "
+            "leaves the ISR (and rejoins once caught up).", _between(1, 2**31 - 1)),
+    Setting("replica.lag.max.bytes", int, 4194304,
+            "A follower whose fetch position is more than this many bytes behind the "
+            "leader's log end leaves the ISR at once, however recently it fetched "
+            "(-1: no byte bound, only replica.lag.time.max.ms).", _minus_one_or_at_least(1)),
     # Storage and start-up.
     Setting("log.umask", str, "027",
             "File mode creation mask (octal) the supervisor sets before it creates anything, "
@@ -554,6 +598,7 @@ class Config:
             flush_messages=self["log.flush.interval.messages"],
             flush_ms=self["log.flush.interval.ms"],
             max_message_bytes=self["message.max.bytes"],
+            min_insync_replicas=self["min.insync.replicas"],
             preallocate_bytes=self["log.preallocate.bytes"],
         )
 

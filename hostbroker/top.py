@@ -28,7 +28,7 @@ from hostbroker.shm.table import PartitionTable
 from hostbroker.workers.plan import BrokerPlan
 
 KIND_NAMES = {1: "writer", 2: "handler", 3: "processor", 4: "acceptor", 5: "registrar",
-              6: "coordinator"}
+              6: "coordinator", 7: "replica"}
 _COLUMNS = ("requests", "bytes_in", "bytes_out", "messages_in", "errors", "connections",
             "fetch_parked", "wakeups")
 

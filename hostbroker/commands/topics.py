@@ -16,6 +16,13 @@ original design), ``delete`` removes it from each broker holding it, and
 ``list`` / ``describe`` show the whole cluster from each broker's METADATA.
 A broker that cannot be reached or refuses is named on stderr and makes the
 exit status 1; the others are still served.
+
+Replicated topics (``create --replication-factor R``; docs/cluster.md,
+"Replicated topics") live in ZooKeeper, not on the brokers one by one:
+``create`` writes the assignment, ``delete`` asks the controller, and
+``describe`` shows each partition's leader, replicas and ISR from the state
+nodes (hostbroker/commands/replicated.py). ``list`` and ``describe`` show
+both kinds.
 """
 
 from __future__ import annotations
@@ -48,8 +55,10 @@ def _client(bootstrap: str):
     return SimpleClient(check_bootstrap(bootstrap), client_id="hostbroker-topics")
 
 
-def _create_args(topic: str, partitions: int, configs: Iterable[str]) -> dict[str, str]:
-    """The topic configs of a ``create``, after checking every argument (usage errors)."""
+def _create_args(topic: str, partitions: int, configs: Iterable[str],
+                 replicated: bool = False) -> dict[str, str]:
+    """The topic configs of a ``create``, after checking every argument (usage errors);
+    ``min.insync.replicas`` only for a replicated topic."""
     from hostbroker.log.config import LogConfig
     from hostbroker.errors import InvalidTopicError
     from hostbroker.log.segments import validate_topic_name
@@ -61,7 +70,10 @@ def _create_args(topic: str, partitions: int, configs: Iterable[str]) -> dict[st
     if partitions < 1:
         raise usage_error(f"--partitions must be at least 1, not {partitions}")
     configs = key_values("--config", configs)
-    LogConfig().with_overrides(configs)
+    from hostbroker.commands.replicated import MIN_INSYNC
+
+    LogConfig().with_overrides({k: v for k, v in configs.items()
+                                if not (replicated and k == MIN_INSYNC)})
     return configs
 
 
@@ -222,9 +234,16 @@ def _ids(ids) -> str:
 
 
 def create_cluster(topic: str, partitions: int, configs: Iterable[str] = (), *,
-                   zookeeper: str, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
-    """Create ``topic`` with ``partitions`` partitions on every live broker."""
-    configs = _create_args(topic, partitions, configs)
+                   zookeeper: str, replication_factor: int | None = None,
+                   out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+    """Create ``topic`` with ``partitions`` partitions on every live broker; with a
+    ``replication_factor``, a replicated topic of ``partitions`` partitions in all."""
+    from hostbroker.commands import replicated
+
+    configs = _create_args(topic, partitions, configs, replication_factor is not None)
+    if replication_factor is not None:
+        return replicated.create(topic, partitions, replication_factor, configs,
+                                 zookeeper=zookeeper, out=out, err=err)
     brokers = live_brokers(zookeeper)
     done, status = each_broker(
         "create", brokers, lambda info, c: c.create_topic(topic, partitions, configs), err)
@@ -237,8 +256,12 @@ def delete_cluster(topic: str, *, zookeeper: str, out: TextIO = sys.stdout,
                    err: TextIO = sys.stderr) -> int:
     """Delete ``topic`` from every live broker that holds it."""
     from hostbroker.client.errors import BrokerError
-    from hostbroker.commands import CommandError
+    from hostbroker.commands import CommandError, replicated
     from hostbroker.errors import ErrorCode
+
+    marked = replicated.delete(topic, zookeeper=zookeeper, out=out, err=err)
+    if marked is not None:
+        return marked
 
     def work(info, client):
         response = client.delete_topic(topic, raise_on_error=False)
@@ -262,9 +285,14 @@ def _metadata(name: str, brokers, topics: list[str], err: TextIO):
 
 
 def list_cluster(*, zookeeper: str, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
-    """Print every topic of any live broker, one a line, sorted."""
+    """Print every topic of any live broker, and every replicated topic, one a line,
+    sorted."""
+    from hostbroker.commands import replicated
+
+    with replicated.zookeeper_client(zookeeper) as client:
+        names = set(replicated.replicated_topics(client, err, "topics list"))
     answers, status = _metadata("list", live_brokers(zookeeper), [], err)
-    for name in sorted({t.topic for r in answers.values() for t in r.topics}):
+    for name in sorted(names | {t.topic for r in answers.values() for t in r.topics}):
         print(name, file=out)
     return status
 
@@ -273,14 +301,36 @@ def describe_cluster(topics: list[str], *, as_json: bool = False, zookeeper: str
                      out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
     """The live brokers, then ``topics`` (every topic when empty) over the whole
     cluster, partition by partition, sorted by (broker, partition). A named topic
-    that no live broker holds is named on stderr and makes the exit status 1."""
+    that no live broker holds is named on stderr and makes the exit status 1.
+    Replicated topics come from ZooKeeper: leader, replicas and ISR of each
+    partition, under-replicated ones marked."""
+    from hostbroker.commands import replicated
     from hostbroker.errors import ErrorCode
 
-    brokers = live_brokers(zookeeper)
-    answers, status = _metadata("describe", brokers, topics, err)
+    with replicated.zookeeper_client(zookeeper) as client:
+        copies = replicated.replicated_topics(client, err, "topics describe")
+        if topics:
+            copies = {t: a for t, a in copies.items() if t in topics}
+        documents = replicated.describe(client, copies, as_json=True, out=out, err=err) \
+            if as_json else None
+        brokers = live_brokers(zookeeper)
+        if not as_json:
+            for b in brokers:
+                print(f"broker {b.broker_id}: {' '.join(b.uris())}", file=out)
+            replicated.describe(client, copies, as_json=False, out=out, err=err)
+    rest = [t for t in topics if t not in copies]
+    if topics and not rest:
+        if as_json:
+            print(json.dumps({"brokers": [{"broker": b.broker_id, "uris": b.uris()}
+                                          for b in brokers], "topics": documents}, indent=2),
+                  file=out)
+        return EXIT_OK
+    answers, status = _metadata("describe", brokers, rest, err)
     held: dict[str, list] = {}
     for broker_id in sorted(answers):
         for topic in answers[broker_id].topics:
+            if topic.topic in copies:
+                continue
             held.setdefault(topic.topic, [])
             if topic.error_code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
                 held[topic.topic].append(topic)
@@ -292,14 +342,12 @@ def describe_cluster(topics: list[str], *, as_json: bool = False, zookeeper: str
     if as_json:
         document = {
             "brokers": [{"broker": b.broker_id, "uris": b.uris()} for b in brokers],
-            "topics": [{"topic": name, "partitions": [
+            "topics": sorted([{"topic": name, "partitions": [
                 p for part in held[name] for p in _as_json(part)["partitions"]]}
-                for name in sorted(held)],
+                for name in sorted(held)] + documents, key=lambda t: t["topic"]),
         }
         print(json.dumps(document, indent=2), file=out)
         return status
-    for b in brokers:
-        print(f"broker {b.broker_id}: {' '.join(b.uris())}", file=out)
     for name in sorted(held):
         parts = held[name]
         errors = sorted({_name(t.error_code) for t in parts if t.error_code != ErrorCode.NONE})

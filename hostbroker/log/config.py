@@ -16,12 +16,16 @@ key                    field                           allowed
 ``flush.messages``     ``flush_messages``              1 .. 2**63-1
 ``flush.ms``           ``flush_ms``                    1 .. 2**63-1
 ``max.message.bytes``  ``max_message_bytes``           6 .. 2**31-1
+``min.insync.replicas``  ``min_insync_replicas``       1 .. 8
 =====================  ==============================  =========================
 
 ``segment.bytes`` may be tiny so tests can roll segments quickly; its upper
 bound keeps every position inside a segment within a signed 32-bit range.
 ``max.message.bytes`` bounds an entry's ``length`` field, which is an int32 and
-at least 6 for a v1 entry.
+at least 6 for a v1 entry. ``min.insync.replicas`` matters only for a
+replicated topic (an acks=-1 produce is refused NOT_ENOUGH_REPLICAS while the
+ISR is smaller); 8 is the most replicas a partition can have
+(``MAX_REPLICAS``).
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ TOPIC_CONFIG_KEYS: dict[str, str] = {
     "flush.messages": "flush_messages",
     "flush.ms": "flush_ms",
     "max.message.bytes": "max_message_bytes",
+    "min.insync.replicas": "min_insync_replicas",
 }
 _KEY_OF_FIELD = {field: key for key, field in TOPIC_CONFIG_KEYS.items()}
 
@@ -55,6 +60,7 @@ _BOUNDS: dict[str, tuple[int, int, bool]] = {
     "flush_messages": (1, _INT64_MAX, False),
     "flush_ms": (1, _INT64_MAX, False),
     "max_message_bytes": (MIN_LENGTH_V1, _INT32_MAX, False),
+    "min_insync_replicas": (1, 8, False),  # 8: shm.table.MAX_REPLICAS
 }
 
 # more digits cannot be in range (and int() refuses over 4300 of them)
@@ -71,6 +77,7 @@ class LogConfig:
     flush_messages: int = 10_000
     flush_ms: int = 1000
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    min_insync_replicas: int = 1
     # broker-wide only (log.preallocate.bytes), not a topic key: how far past
     # its end an active segment reserves disk space (hostbroker.log.prealloc)
     preallocate_bytes: int = 0

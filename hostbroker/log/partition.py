@@ -9,7 +9,9 @@ log end offset stays in place until retention deletes its whole segment.
 Files, under ``<log dir>/<topic>_<partition>/``:
 
 - ``partition.json``: topic, partition, partition count and the topic config
-  overrides as strings, written atomically at creation before any segment.
+  overrides as strings, written atomically at creation before any segment;
+  ``"replicated": true`` for a replica of a replicated topic (cluster mode,
+  docs/storage.md "Replicas"), absent otherwise.
 - ``<20-digit base offset>.kafka``: segments. Only the last (active) one is
   appended to; a segment with base ``b`` holds the entry at offset ``o`` at file
   position ``o - b`` (docs/spec/log-format.md).
@@ -95,8 +97,9 @@ class PartitionLog:
     def __init__(self, path: str, topic: str, partition: int, num_partitions: int,
                  overrides: Mapping[str, str], config: LogConfig, clock: Clock,
                  bases: list[int], log_end_offset: int, active_fd: int,
-                 recovery_stats: RecoveryStats = RecoveryStats()):
+                 recovery_stats: RecoveryStats = RecoveryStats(), replicated: bool = False):
         self._path = path
+        self._replicated = replicated
         self._topic = topic
         self._partition = partition
         self._num_partitions = num_partitions
@@ -119,8 +122,10 @@ class PartitionLog:
     @classmethod
     def create(cls, log_dir: str, topic: str, partition: int, num_partitions: int,
                config_overrides: Mapping[str, str], defaults: LogConfig,
-               clock: Clock = wall_clock_ms) -> PartitionLog:
+               clock: Clock = wall_clock_ms, replicated: bool = False) -> PartitionLog:
         """Create ``<log_dir>/<topic>_<partition>/`` with partition.json and an empty segment.
+
+        ``replicated``: a replica of a replicated topic (recorded in partition.json).
 
         Raises InvalidTopicError, ConfigError (bad overrides; nothing is written),
         a HostbrokerError with TOPIC_ALREADY_EXISTS if the directory exists, and
@@ -140,13 +145,16 @@ class PartitionLog:
                                       ErrorCode.TOPIC_ALREADY_EXISTS) from None
             meta = {"topic": topic, "partition": partition, "partitions": num_partitions,
                     "config": overrides}
+            if replicated:
+                meta["replicated"] = True
             write_file_atomically(os.path.join(path, PARTITION_FILE),
                                   json.dumps(meta, sort_keys=True).encode())
             fd = open_file(os.path.join(path, segment_filename(0)),
                            _APPEND_FLAGS | os.O_CREAT | os.O_EXCL)
             fsync_dir(path)
             fsync_dir(log_dir)
-        return cls(path, topic, partition, num_partitions, overrides, config, clock, [0], 0, fd)
+        return cls(path, topic, partition, num_partitions, overrides, config, clock, [0], 0, fd,
+                   replicated=replicated)
 
     @classmethod
     def open(cls, path: str, defaults: LogConfig, clock: Clock = wall_clock_ms,
@@ -179,7 +187,7 @@ class PartitionLog:
         """
         if recovery_point is not None and recovery_point < 0:
             raise ValueError(f"negative recovery point {recovery_point}")
-        topic, partition, num_partitions, overrides = read_partition_file(path)
+        topic, partition, num_partitions, overrides, replicated = read_partition_meta(path)
         try:
             config = defaults.with_overrides(overrides)
         except ConfigError as exc:
@@ -204,7 +212,7 @@ class PartitionLog:
         with storage_errors(f"cannot open {active} for appending"):
             fd = open_file(active, _APPEND_FLAGS)
         return cls(path, topic, partition, num_partitions, overrides, config, clock,
-                   bases, bases[-1] + sizes[-1], fd, stats)
+                   bases, bases[-1] + sizes[-1], fd, stats, replicated)
 
     @staticmethod
     def _list_segments(path: str) -> tuple[list[int], list[int]]:
@@ -244,6 +252,11 @@ class PartitionLog:
     @property
     def path(self) -> str:
         return self._path
+
+    @property
+    def replicated(self) -> bool:
+        """A replica of a replicated topic (partition.json says so)."""
+        return self._replicated
 
     @property
     def config(self) -> LogConfig:
@@ -535,10 +548,20 @@ class PartitionLog:
 def read_partition_file(path: str) -> tuple[str, int, int, dict[str, str]]:
     """Return (topic, partition, partition count, config overrides) of a partition dir.
 
+    Raises StorageError as :func:`read_partition_meta` does.
+    """
+    return read_partition_meta(path)[:4]
+
+
+def read_partition_meta(path: str) -> tuple[str, int, int, dict[str, str], bool]:
+    """Return (topic, partition, partition count, config overrides, replicated)
+    of a partition dir.
+
     Raises StorageError naming the file and what is wrong with it: unreadable,
     not JSON, not an object with ``topic`` (a valid name), ``partition`` and
     ``partitions`` (integers, 0 <= partition < partitions) and ``config`` (an
-    object of strings), or naming another partition than the dir's name.
+    object of strings), a ``replicated`` that is not a boolean, or naming
+    another partition than the dir's name.
     """
     meta_path = os.path.join(path, PARTITION_FILE)
     try:
@@ -563,6 +586,9 @@ def read_partition_file(path: str) -> tuple[str, int, int, dict[str, str]]:
         if not isinstance(overrides, dict) or not all(
                 isinstance(k, str) and isinstance(v, str) for k, v in overrides.items()):
             raise ValueError("config is not an object of strings")
+        replicated = meta.get("replicated", False)
+        if type(replicated) is not bool:
+            raise ValueError(f"replicated {replicated!r} is not true or false")
         name = partition_dirname(topic, partition)
     except RecursionError:
         raise StorageError(f"{meta_path} is not a valid partition file: nested too deeply") from None
@@ -571,4 +597,4 @@ def read_partition_file(path: str) -> tuple[str, int, int, dict[str, str]]:
     if name != os.path.basename(os.path.normpath(path)):
         raise StorageError(f"{meta_path} names partition {topic}-{partition}, not the one its "
                            "directory is named after")
-    return topic, partition, num_partitions, overrides
+    return topic, partition, num_partitions, overrides, replicated

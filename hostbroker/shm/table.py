@@ -41,7 +41,7 @@ comes back sooner), and the restarted writer calls :meth:`SlotTable.repair`
 with the slot's true contents. A writer that never pauses between writes
 could starve readers; they give up after ``READ_GIVE_UP_SECONDS``.
 
-Partition slot (``PARTITION_LAYOUT``, 320 bytes)::
+Partition slot (``PARTITION_LAYOUT``, 384 bytes)::
 
     offset  size  field
     0       8     seq
@@ -53,8 +53,39 @@ Partition slot (``PARTITION_LAYOUT``, 320 bytes)::
     32      8     end_offset          i64, log end offset (next offset to assign)
     40      8     flushed_offset      i64, offsets below are fsynced
     48      8     segment_generation  bumped when segments are added or deleted
-    56      8     reserved
-    64      256   name                topic name, UTF-8
+    56      8     high_watermark      i64, consumers of a replicated partition read below it
+    64      4     role                u32, ROLE_PLAIN / LEADER / FOLLOWER / STOPPED
+    68      4     leader              i32, broker id of the leader (-1: none known)
+    72      4     leader_epoch        i32
+    76      4     isr_version         i32, zk version of the state node the ISR came from
+    80      4     isr                 u32, bitmap over replica indices (committed ISR)
+    84      4     isr_wanted          u32, bitmap: the ISR the leader asks ZooKeeper to hold
+    88      8     epoch_start         i64, start offset of the current leader epoch
+    96      32    r0 .. r7            i32 x 8, replica broker ids in assignment order (-1: none)
+    128     256   name                topic name, UTF-8
+
+Replication fields. A partition of an unreplicated topic (standalone, or a
+0.7-style cluster topic) is ``ROLE_PLAIN``: the replication fields mean
+nothing and its consumers read up to ``end_offset``. A replica of a
+replicated topic is claimed (under the admin lock) ``ROLE_STOPPED`` with its
+replicas, leader and leader epoch (:meth:`PartitionTable.claim_replica`);
+from then on its owning writer alone writes every field, ``role`` included
+(on the handler's OP_REPLICA_STATE). Consumers of such a partition read
+below ``high_watermark``; a FOLLOWER or STOPPED one answers
+NOT_LEADER_FOR_PARTITION to produce and consumer fetch. ``isr`` and
+``isr_wanted`` are bitmaps over the indices of ``r0 .. r7`` (bit ``i``:
+replica ``r<i>``), at most ``MAX_REPLICAS`` = 8; :func:`isr_bits` and
+:func:`isr_members` convert, and a record's ``replicas``, ``isr_ids`` and
+``isr_wanted_ids`` give the ids. A freed slot has every replication field
+reset (:meth:`PartitionTable.free`), so a plain partition created into it
+later is PLAIN.
+
+ISR commit table (``ISR_COMMITS``, layout ``b"ISRC"``, 64-byte slots, one
+per partition slot, same index): ``state`` (1 once written), ``commit_version``
+(the zk version of the state node the registrar wrote), ``commit_isr`` (the
+bitmap it wrote), ``leader_epoch``. Only the registrar writes it
+(:class:`IsrCommitTable`); the leader's writer adopts a commit whose
+``leader_epoch`` is its own and whose ``commit_isr`` is its ``isr_wanted``.
 
 A read is about 1.1 µs on the development VM (``test_read_is_fast``).
 
@@ -409,10 +440,85 @@ ONLINE = PartitionState.ONLINE
 OFFLINE = PartitionState.OFFLINE
 DELETING = PartitionState.DELETING
 
-PartitionSlot = namedtuple(
-    "PartitionSlot",
-    "state partition owner start_offset end_offset flushed_offset segment_generation name",
-)
+# replication: a slot's role (module docstring)
+ROLE_PLAIN = 0  # unreplicated: standalone and 0.7-style cluster topics
+ROLE_LEADER = 1
+ROLE_FOLLOWER = 2
+ROLE_STOPPED = 3  # a replica with no leadership known yet (after a start, or STOP_REPLICA)
+ROLES = (ROLE_PLAIN, ROLE_LEADER, ROLE_FOLLOWER, ROLE_STOPPED)
+ROLE_NAMES = {ROLE_PLAIN: "plain", ROLE_LEADER: "leader", ROLE_FOLLOWER: "follower",
+              ROLE_STOPPED: "stopped"}
+MAX_REPLICAS = 8  # r0 .. r7; the isr bitmaps have a bit per replica index
+REPLICA_FIELDS = tuple(f"r{i}" for i in range(MAX_REPLICAS))
+NO_REPLICA = -1
+
+_SLOT_FIELDS = ("state partition owner start_offset end_offset flushed_offset segment_generation "
+                "high_watermark role leader leader_epoch isr_version isr isr_wanted epoch_start "
+                + " ".join(REPLICA_FIELDS) + " name")
+
+
+class PartitionSlot(namedtuple("PartitionSlot", _SLOT_FIELDS)):
+    """One partition slot as read (``PARTITION_LAYOUT``), with the replica
+    lists its fields encode."""
+
+    __slots__ = ()
+
+    @property
+    def replicated(self) -> bool:
+        return self.role != ROLE_PLAIN
+
+    @property
+    def replicas(self) -> tuple[int, ...]:
+        """The replica broker ids, preferred leader first; () for a PLAIN slot."""
+        if self.role == ROLE_PLAIN:
+            return ()
+        return tuple(r for r in self[15:15 + MAX_REPLICAS] if r != NO_REPLICA)
+
+    @property
+    def isr_ids(self) -> tuple[int, ...]:
+        """The committed ISR's broker ids, in replica order."""
+        return isr_members(self.replicas, self.isr)
+
+    @property
+    def isr_wanted_ids(self) -> tuple[int, ...]:
+        return isr_members(self.replicas, self.isr_wanted)
+
+    @property
+    def readable_end(self) -> int:
+        """Where consumers stop: the high watermark of a replicated partition,
+        the log end of a plain one."""
+        if self.role == ROLE_PLAIN:
+            return self.end_offset
+        return min(self.high_watermark, self.end_offset)
+
+
+assert PartitionSlot._fields[15:15 + MAX_REPLICAS] == REPLICA_FIELDS
+
+
+def replica_fields(replicas: Sequence[int]) -> dict[str, int]:
+    """``r0 .. r7`` for a replica list (the rest NO_REPLICA); ValueError for more
+    than MAX_REPLICAS, a repeated id or one outside 0..2**31-1."""
+    replicas = list(replicas)
+    if len(replicas) > MAX_REPLICAS:
+        raise ValueError(f"{len(replicas)} replicas: at most {MAX_REPLICAS} are supported")
+    if len(set(replicas)) != len(replicas):
+        raise ValueError(f"replicas {replicas} name a broker twice")
+    if not all(type(r) is int and 0 <= r < 2**31 for r in replicas):
+        raise ValueError(f"replicas {replicas}: broker ids are integers 0..2**31-1")
+    padded = replicas + [NO_REPLICA] * (MAX_REPLICAS - len(replicas))
+    return dict(zip(REPLICA_FIELDS, padded))
+
+
+def isr_bits(replicas: Sequence[int], members) -> int:
+    """The bitmap of ``members`` over ``replicas`` (ids not among them are dropped)."""
+    members = set(members)
+    return sum(1 << i for i, r in enumerate(replicas) if r in members)
+
+
+def isr_members(replicas: Sequence[int], bits: int) -> tuple[int, ...]:
+    """The broker ids of bitmap ``bits`` over ``replicas``, in replica order."""
+    return tuple(r for i, r in enumerate(replicas) if bits >> i & 1)
+
 
 PARTITION_LAYOUT = SlotLayout(
     b"PART",
@@ -426,11 +532,24 @@ PARTITION_LAYOUT = SlotLayout(
         ("end_offset", "q"),
         ("flushed_offset", "q"),
         ("segment_generation", "Q"),
-        ("_reserved", "8x"),
+        ("high_watermark", "q"),
+        ("role", "I"),
+        ("leader", "i"),
+        ("leader_epoch", "i"),
+        ("isr_version", "i"),
+        ("isr", "I"),
+        ("isr_wanted", "I"),
+        ("epoch_start", "q"),
+        *((name, "i") for name in REPLICA_FIELDS),
         ("name", "256s"),
     ],
-    slot_size=320,
+    slot_size=384,
 )
+
+# every replication field of a slot at its FREE value (PartitionTable.free)
+_NO_REPLICATION = {"high_watermark": 0, "role": ROLE_PLAIN, "leader": -1, "leader_epoch": 0,
+                   "isr_version": 0, "isr": 0, "isr_wanted": 0, "epoch_start": 0,
+                   **dict.fromkeys(REPLICA_FIELDS, NO_REPLICA)}
 
 
 # start_offset, end_offset, flushed_offset and segment_generation: side by side
@@ -439,6 +558,8 @@ _OFFSETS_AT = PARTITION_LAYOUT._writers["start_offset"][0]
 assert [PARTITION_LAYOUT._writers[n][0] - _OFFSETS_AT for n in (
     "start_offset", "end_offset", "flushed_offset", "segment_generation")] == [0, 8, 16, 24]
 
+_ROLE_AT = PARTITION_LAYOUT._writers["role"][0]
+assert _ROLE_AT % 4 == 0
 _OFFLINE_DIRS_AT = 32
 MAX_FLAGGED_LOG_DIRS = 256  # the 32 user bytes of the header
 
@@ -502,6 +623,30 @@ class PartitionTable(SlotTable):
                     out[i] = (s.state, s.start_offset, s.end_offset, s.owner)
         return out
 
+    def claim_replica(self, i: int, replicas: Sequence[int], leader: int = -1,
+                      leader_epoch: int = 0, role: int = ROLE_STOPPED, **fields) -> None:
+        """Write slot ``i`` as a replica of a replicated topic: the admin's
+        claim (hold the AdminLock), with the slot's other ``fields`` (state,
+        name, partition, owner, offsets) as :meth:`write` takes them. ``role``
+        is STOPPED (no leadership known yet) or FOLLOWER; the owning writer
+        makes it a leader. ValueError for a bad replica list or role."""
+        if role not in (ROLE_STOPPED, ROLE_FOLLOWER):
+            raise ValueError(f"a replica is claimed stopped or follower, not {role!r}")
+        values = dict(_NO_REPLICATION)
+        values.update(replica_fields(replicas), role=role, leader=leader,
+                      leader_epoch=leader_epoch)
+        values.update(fields)
+        self.write(i, **values)
+
+    def free(self, i: int) -> None:
+        """Mark slot ``i`` FREE, its replication fields reset (a partition
+        created into it later starts PLAIN). Its writer, or the admin, calls it."""
+        self.write(i, state=FREE, **_NO_REPLICATION)
+
+    def role(self, i: int) -> int:
+        """Slot ``i``'s role alone: one aligned load."""
+        return self._u32[(self._offset(i) + _ROLE_AT) >> 2]
+
     def owner(self, i: int) -> int:
         """Slot ``i``'s owner alone: one aligned load (set once, when the slot is claimed)."""
         return self._u32[(self._offset(i) + 16) >> 2]
@@ -526,3 +671,44 @@ class PartitionTable(SlotTable):
         """Indexes of the log dirs flagged offline."""
         flags = bytes(self._buf[_OFFLINE_DIRS_AT:_OFFLINE_DIRS_AT + MAX_FLAGGED_LOG_DIRS // 8])
         return {i for i in range(MAX_FLAGGED_LOG_DIRS) if flags[i // 8] >> (i % 8) & 1}
+
+
+# -- the ISR commits ---------------------------------------------------------
+
+IsrCommit = namedtuple("IsrCommit", "state commit_version commit_isr leader_epoch")
+
+ISR_COMMITS = SlotLayout(
+    b"ISRC",
+    IsrCommit,
+    [("state", "I"), ("commit_version", "i"), ("commit_isr", "I"), ("leader_epoch", "i")],
+    slot_size=64,
+)
+COMMITTED = 1  # an IsrCommit's state once the registrar wrote it
+
+
+class IsrCommitTable(SlotTable):
+    """One slot per partition table slot (same index): the ISR the
+    registrar last wrote to ZooKeeper for a partition this broker leads.
+
+    Written only by the registrar (:meth:`commit`, after the state node's
+    version-checked write), read by the partition's writer, which adopts a
+    commit of its own leader epoch written since its leadership began. A
+    commit left by a partition that had the slot before is told apart by
+    :meth:`seq`, which grows with every commit.
+    """
+
+    LAYOUT = ISR_COMMITS
+
+    def seq(self, slot: int) -> int:
+        """Slot ``slot``'s seqlock sequence: it grows with every commit (odd
+        while one is being written). One aligned load."""
+        return self._u64[self._offset(slot) >> 3]
+
+    def commit(self, slot: int, version: int, isr_bits: int, leader_epoch: int) -> None:
+        """Record that ZooKeeper now holds ISR ``isr_bits`` for slot ``slot``'s
+        partition at state node version ``version``, in ``leader_epoch``."""
+        self.write(slot, state=COMMITTED, commit_version=version, commit_isr=isr_bits,
+                   leader_epoch=leader_epoch)
+
+    def clear(self, slot: int) -> None:
+        self.write(slot, state=FREE, commit_version=0, commit_isr=0, leader_epoch=0)

@@ -32,6 +32,13 @@ from hostbroker.workers import envelopes as env
 from hostbroker.workers.base import now_ms
 from hostbroker.workers.topicview import TopicView
 
+# the slot roles and error codes of replication (shm/table.py, errors.py)
+ROLE_PLAIN = getattr(ptable, "ROLE_PLAIN", 0)
+ROLE_LEADER = getattr(ptable, "ROLE_LEADER", 1)
+ROLE_FOLLOWER = getattr(ptable, "ROLE_FOLLOWER", 2)
+ROLE_STOPPED = getattr(ptable, "ROLE_STOPPED", 3)
+NOT_LEADER_FOR_PARTITION = getattr(ErrorCode, "NOT_LEADER_FOR_PARTITION", 22)
+
 LOCAL_KEYS = frozenset((api.ApiKey.METADATA, api.ApiKey.OFFSETS))
 
 _CORR = struct.Struct(">i")
@@ -141,11 +148,17 @@ def fetch_part(view: TopicView, part, left: int) -> tuple[tuple, int | None, obj
         elif s.state not in (ptable.ONLINE, ptable.CREATING):
             code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         else:
-            leo = s.end_offset
+            code, leo = consumer_end(s)
+        if code == ErrorCode.NONE and s is not None:
             try:
                 bases = view.segment_bases(slot, s)
-                found = fetch_range(bases, s.end_offset, part.offset,
-                                    min(part.max_bytes, max(left, 1)))
+                if leo < part.offset <= s.end_offset:
+                    # past the high watermark but in the log: nothing yet (a new
+                    # leader's watermark may trail the one a consumer read below)
+                    found = None
+                else:
+                    found = fetch_range(bases, s.end_offset, part.offset, max(1, min(
+                        part.max_bytes, max(left, 1), leo - part.offset)))
                 if left <= 0:
                     found = None
             except HostbrokerError as e:
@@ -153,11 +166,25 @@ def fetch_part(view: TopicView, part, left: int) -> tuple[tuple, int | None, obj
             except OSError:
                 code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             else:
-                if found is not None and found[2] > 0:
+                if found is not None and found[2] > 0 and part.offset < leo:
                     index, position, length = found
                     piece = env.FilePiece(view.segment_path(slot, s, bases[index]),
                                           position, length)
     return (part.topic, part.partition, code, leo, piece), slot, s
+
+
+def consumer_end(s) -> tuple[int, int]:
+    """``(error, end)`` of what a consumer may read of the partition slot
+    ``s`` (ONLINE or CREATING): all of an unreplicated log, below the high
+    watermark of a replicated partition this broker leads, and nothing
+    (NOT_LEADER_FOR_PARTITION, -1) of one it follows or has stopped. The
+    one place fetches (handlers, processors), OFFSETS and METADATA take it."""
+    role = getattr(s, "role", ROLE_PLAIN)
+    if role == ROLE_PLAIN:
+        return ErrorCode.NONE, s.end_offset
+    if role != ROLE_LEADER:
+        return NOT_LEADER_FOR_PARTITION, -1
+    return ErrorCode.NONE, min(s.high_watermark, s.end_offset)
 
 
 def broker_list(plan, broker_id: int) -> tuple:
@@ -312,7 +339,8 @@ class TableAnswers:
                         parts = [pack(partition,
                                       ErrorCode.STORAGE_ERROR if read[0] == offline
                                       else ErrorCode.NONE,
-                                      broker_id, read[1], read[2]) + dirs[read[3]]
+                                      broker_id if len(read) == 4 else read[4],
+                                      read[1], read[2]) + dirs[read[3]]
                                  for partition, read in enumerate(parts_read)
                                  if read is not None]
                     except struct.error:
@@ -343,6 +371,9 @@ class TableAnswers:
             return api.OffsetsResponse(ErrorCode.STORAGE_ERROR, ())
         if request.max_offsets < 0:
             return api.OffsetsResponse(ErrorCode.INVALID_REQUEST, ())
+        code, end = consumer_end(s)  # a replicated log's end is its high watermark
+        if code:
+            return api.OffsetsResponse(code, ())
         path = view.partition_path(s)
         segments = []
         try:
@@ -356,6 +387,8 @@ class TableAnswers:
             # the first file found can be ahead of it
             return api.OffsetsResponse(ErrorCode.NONE, (s.start_offset,)[:request.max_offsets])
         for base in bases:
+            if base > end:
+                break  # past the high watermark
             try:
                 mtime = int(os.stat(os.path.join(path, segment_filename(base))).st_mtime * 1000)
             except FileNotFoundError:
@@ -363,7 +396,7 @@ class TableAnswers:
             segments.append((base, mtime))
         if not segments:
             segments = [(s.start_offset, now_ms())]
-        offsets = offsets_before(segments, s.end_offset, now_ms(), request.time,
+        offsets = offsets_before(segments, end, now_ms(), request.time,
                                  request.max_offsets)
         return api.OffsetsResponse(ErrorCode.NONE, tuple(offsets))
 
@@ -382,15 +415,27 @@ class TableAnswers:
         view.refresh()
         names = tuple(request.topics) or tuple(sorted(view.topics))
         snapshot: dict[str, tuple | None] = {}
+        read = self.table.read
+        replicated = view.replicated
+
+        def one(slot: int) -> tuple:
+            s = read(slot)
+            if slot in replicated:
+                # a replicated partition: its leader, and its log up to the high watermark
+                return (s.state, s.start_offset, min(s.high_watermark, s.end_offset), s.owner,
+                        s.leader)
+            return s.state, s.start_offset, s.end_offset, s.owner
+
         if len(names) >= _BULK_NAMES:
             # every slot at once: a tenth of the cost of reading them one by one
-            figure = self.table.figures().__getitem__
+            bulk = self.table.figures().__getitem__
+            if replicated:
+                def figure(slot: int) -> tuple:
+                    return one(slot) if slot in replicated else bulk(slot)
+            else:
+                figure = bulk
         else:
-            read = self.table.read
-
-            def figure(slot: int) -> tuple:
-                s = read(slot)
-                return s.state, s.start_offset, s.end_offset, s.owner
+            figure = one
 
         for name in names:
             if name in snapshot:
@@ -428,9 +473,10 @@ class TableAnswers:
         for partition, read in enumerate(parts_read):
             if read is None:
                 continue
-            state, start, end, owner = read
+            state, start, end, owner = read[:4]
             code = ErrorCode.STORAGE_ERROR if state == ptable.OFFLINE else ErrorCode.NONE
-            parts.append(api.MetadataPartition(partition, code, self.broker_id, start, end,
+            leader = self.broker_id if len(read) == 4 else read[4]
+            parts.append(api.MetadataPartition(partition, code, leader, start, end,
                                                self.log_dirs[owner]))
             size += 4 + 2 + 4 + 8 + 8 + 2 + self.dir_bytes[owner]
         return api.MetadataTopic(name, ErrorCode.NONE, tuple(parts)), size

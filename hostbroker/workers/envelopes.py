@@ -39,6 +39,26 @@ Handler -> writer (append ring)::
                                   a long-poll FETCH of one partition, for the
                                   writer to answer to that processor
 
+Replication (docs/storage.md, "Replicas"), handler -> writer (append ring)::
+
+    op:u8  token:u64  ...   REPLICA_STATE: json {"slot","topic","partition","role"
+                                  ("leader"|"follower"|"stopped"),"leader","leader_epoch",
+                                  "isr":[ids],"isr_version","replicas":[ids],"delete",
+                                  "config":{...}}, answered {"error"} on the result ring
+                            FOLLOWER_POS: slot:u32 partition:i32 replica_id:i32
+                                  leader_epoch:i32 offset:i64 name_len:u16 name
+                                  (token 0; not answered): a follower fetched at
+                                  ``offset``, so it holds everything below
+
+hb-replica -> writer (``rapp`` ring, replica 0 -> writer w), answered on ``rres``::
+
+    op:u8  token:u64  ...   REPLICA_APPEND: slot:u32 partition:i32 leader_epoch:i32
+                                  data_epoch:i32 base_offset:i64 leader_hw:i64
+                                  name_len:u16 name message_set
+                                  -> op:u8 token:u64 error:i16 log_end:i64
+                            TRUNCATE: json {"slot","topic","partition","leader_epoch",
+                                  "offset"} -> json {"error","log_end"}
+
 Handler -> coordinator (``capp`` ring): GROUP and OFFSETS json, as above.
 GROUP carries a consumer group request for ``hb-coordinator``, which holds
 the group state (:mod:`hostbroker.workers.coordinator`); OFFSETS commits
@@ -108,6 +128,7 @@ REQ_CLOSED = 2
 RESP_HEADER = struct.Struct("<QIIIQ")
 RESP_CLOSE_AFTER = 1
 RESP_CLOSE_NOW = 2
+RESP_FETCH_V1 = 4  # a FETCH v1 answer (its headers are laid out as replication's)
 
 PIECE_BYTES = 0
 PIECE_FILE = 1
@@ -129,6 +150,10 @@ OP_POLL = 11
 OP_POLL_DONE = 12
 OP_POLL_BACK = 13
 OP_GROUP_PUT = 14
+OP_REPLICA_STATE = 15
+OP_FOLLOWER_POS = 16
+OP_REPLICA_APPEND = 17
+OP_TRUNCATE = 18
 APPEND_OPS = frozenset((OP_APPEND, OP_APPEND_DIRECT, OP_APPEND_REF, OP_APPEND_DIRECT_REF))
 _DIRECT_OPS = frozenset((OP_APPEND_DIRECT, OP_APPEND_DIRECT_REF, OP_PUT))
 _OP = struct.Struct("<BQ")
@@ -139,6 +164,9 @@ REF_SYNC = struct.Struct("<BQQ")  # op, writer, APPEND_REFs the handler had sent
 _DIRECT = struct.Struct("<HQIi")  # processor, conn_id, seq, correlation_id
 _REF = struct.Struct("<HIIQ")  # processor, offset, length, handler_epoch
 _POLL = struct.Struct("<BQIiqiiqH")
+FOLLOWER_POS = struct.Struct("<BQIiiiqH")
+REPLICA_APPEND_HEAD = struct.Struct("<BQIiiiqqH")
+REPLICA_APPEND_RESULT = struct.Struct("<BQhq")  # op, token, error, log_end
 
 
 class FilePiece(NamedTuple):
@@ -326,3 +354,84 @@ def decode_op(buf) -> tuple[int, int]:
 
 def decode_json(buf) -> Any:
     return json.loads(bytes(buf[_OP.size:]))
+
+
+# -- replication ---------------------------------------------------------
+
+
+def encode_replica_state(token: int, state: dict) -> tuple[bytes, bytes]:
+    """An OP_REPLICA_STATE (handler -> writer): the partition's role, leader,
+    epoch, ISR and replicas as LEADER_AND_ISR (or STOP_REPLICA) gave them."""
+    return encode_json(OP_REPLICA_STATE, token, state)
+
+
+class FollowerPos(NamedTuple):
+    """A follower's fetch position the handler reports to the leader's writer."""
+
+    slot: int
+    topic: str
+    partition: int
+    replica_id: int
+    leader_epoch: int
+    offset: int
+
+
+def encode_follower_pos(pos: FollowerPos) -> bytes:
+    name = pos.topic.encode()
+    return FOLLOWER_POS.pack(OP_FOLLOWER_POS, 0, pos.slot, pos.partition, pos.replica_id,
+                             pos.leader_epoch, pos.offset, len(name)) + name
+
+
+def decode_follower_pos(buf) -> FollowerPos:
+    _, _, slot, partition, replica_id, leader_epoch, offset, name_len = \
+        FOLLOWER_POS.unpack_from(buf, 0)
+    topic = bytes(buf[FOLLOWER_POS.size:FOLLOWER_POS.size + name_len]).decode()
+    return FollowerPos(slot, topic, partition, replica_id, leader_epoch, offset)
+
+
+class ReplicaAppend(NamedTuple):
+    """Bytes a follower fetched from its leader, to append at ``base_offset``."""
+
+    token: int
+    slot: int
+    topic: str
+    partition: int
+    leader_epoch: int
+    data_epoch: int
+    base_offset: int
+    leader_hw: int
+    message_set: Any  # a view of the ring message
+
+
+def encode_replica_append(a: ReplicaAppend) -> tuple[bytes, Any]:
+    """Parts of an OP_REPLICA_APPEND (hb-replica -> writer): the head, then the set."""
+    name = a.topic.encode()
+    head = REPLICA_APPEND_HEAD.pack(OP_REPLICA_APPEND, a.token, a.slot, a.partition,
+                                    a.leader_epoch, a.data_epoch, a.base_offset, a.leader_hw,
+                                    len(name)) + name
+    return head, a.message_set
+
+
+def decode_replica_append(buf) -> ReplicaAppend:
+    _, token, slot, partition, leader_epoch, data_epoch, base, hw, name_len = \
+        REPLICA_APPEND_HEAD.unpack_from(buf, 0)
+    end = REPLICA_APPEND_HEAD.size + name_len
+    topic = bytes(buf[REPLICA_APPEND_HEAD.size:end]).decode()
+    return ReplicaAppend(token, slot, topic, partition, leader_epoch, data_epoch, base, hw,
+                         buf[end:])
+
+
+def encode_replica_append_result(token: int, error: int, log_end: int) -> bytes:
+    return REPLICA_APPEND_RESULT.pack(OP_REPLICA_APPEND, token, error, log_end)
+
+
+def decode_replica_append_result(buf) -> tuple[int, int, int]:
+    """``(token, error, log_end)`` of a REPLICA_APPEND's result."""
+    _, token, error, log_end = REPLICA_APPEND_RESULT.unpack_from(buf, 0)
+    return token, error, log_end
+
+
+def encode_truncate(token: int, request: dict) -> tuple[bytes, bytes]:
+    """An OP_TRUNCATE (hb-replica -> writer): ``{"slot","topic","partition",
+    "leader_epoch","offset"}``, answered ``{"error","log_end"}`` (json, same op)."""
+    return encode_json(OP_TRUNCATE, token, request)

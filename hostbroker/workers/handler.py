@@ -36,6 +36,9 @@ Per request:
   (``answers.py``; processors answer them too, for a connection with no
   request at its handler).
 - CREATE_TOPIC / DELETE_TOPIC, OFFSET_COMMIT / OFFSET_FETCH: as above.
+- LEADER_AND_ISR, STOP_REPLICA, OFFSET_FOR_LEADER_EPOCH, FETCH v1 and
+  METADATA v1 (replication, cluster mode): ``handler_replication.py``; a
+  FETCH v1 is parked and rechecked with the v0 ones.
 - JOIN_GROUP, SYNC_GROUP, HEARTBEAT, LEAVE_GROUP, DESCRIBE_GROUP, LIST_GROUPS
   (docs/spec/groups.md): forwarded to ``hb-coordinator``, which holds the
   group state; a join waits there for its rebalance while the connection's
@@ -57,6 +60,7 @@ from hostbroker.errors import ErrorCode, HostbrokerError
 from hostbroker.log import message as logmsg
 from hostbroker.protocol import api
 from hostbroker.protocol import groups as gproto
+from hostbroker.protocol import replication as rproto
 from hostbroker.protocol.api import ApiKey
 from hostbroker.shm import procs
 from hostbroker.shm import table as ptable
@@ -67,6 +71,7 @@ from hostbroker.workers.answers import TableAnswers, broker_list
 from hostbroker.workers.base import Worker, now_ms
 from hostbroker.workers.handler_fetch import Fetching
 from hostbroker.workers.handler_offsets import ConsumerOffsets
+from hostbroker.workers.handler_replication import REPLICATION_REQUESTS, Replication
 from hostbroker.workers.handler_topics import TopicAdmin
 from hostbroker.workers.topicview import TopicView
 
@@ -92,7 +97,7 @@ class _Pending:
     token: int = 0
 
 
-class HandlerWorker(TopicAdmin, Fetching, ConsumerOffsets, Worker):
+class HandlerWorker(TopicAdmin, Fetching, Replication, ConsumerOffsets, Worker):
     kind = "handler"
     process_name = "hb-handler"
 
@@ -149,6 +154,7 @@ class HandlerWorker(TopicAdmin, Fetching, ConsumerOffsets, Worker):
         self.dirty_writers: set[int] = set()
         self.draining = False
         self.broken: dict[int, None] = {}  # connections closing after a protocol error
+        self._init_replication()
         self.board.set_state(self.slot, procs.WORKER_READY)
 
     # -- loop --------------------------------------------------------------
@@ -270,7 +276,7 @@ class HandlerWorker(TopicAdmin, Fetching, ConsumerOffsets, Worker):
         self.count(procs.REQUESTS)
         frame = m[env.REQ_HEADER.size:]
         try:
-            header, request = gproto.decode_any_request(frame, self.max_entries)
+            header, request = rproto.decode_any_request(frame, self.max_entries)
         except api.HeaderTooShortError:
             self._break(conn_id)
             self._respond(p, conn_id, seq, [], env.RESP_CLOSE_NOW)
@@ -284,7 +290,11 @@ class HandlerWorker(TopicAdmin, Fetching, ConsumerOffsets, Worker):
         corr = header.correlation_id
         try:
             key = header.api_key
-            if key == ApiKey.PRODUCE:
+            if (key, header.api_version) in REPLICATION_REQUESTS:
+                # LEADER_AND_ISR, STOP_REPLICA, OFFSET_FOR_LEADER_EPOCH, FETCH v1,
+                # METADATA v1 (handler_replication.py)
+                self._replication_request(p, conn_id, seq, corr, header, request)
+            elif key == ApiKey.PRODUCE:
                 self._produce(p, conn_id, seq, corr, request)
             elif key == ApiKey.FETCH:
                 self._fetch(p, conn_id, seq, corr, request)

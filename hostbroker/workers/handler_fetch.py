@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 
 from hostbroker.errors import ErrorCode
+from hostbroker.protocol import replication as rproto
 from hostbroker.protocol.api import ApiKey
 from hostbroker.shm import procs
 from hostbroker.shm import table as ptable
@@ -47,8 +48,8 @@ class Fetching:
             return
         max_wait = min(max(0, request.max_wait_ms), self.config["fetch.max.wait.ms"])
         deadline = now_ms() + max_wait
-        if not (self.writer_polls and self._poll_at_writer(p, conn_id, seq, corr, request,
-                                                           deadline)):
+        if not (self.writer_polls and not isinstance(request, rproto.FetchRequestV1)
+                and self._poll_at_writer(p, conn_id, seq, corr, request, deadline)):
             self._park(p, conn_id, seq, corr, request, deadline)
 
     def _park(self, p, conn_id, seq, corr, request, deadline: int) -> None:
@@ -69,8 +70,8 @@ class Fetching:
         if slot is None:
             return False
         s = self.table.read(slot)
-        if s.state != ptable.ONLINE:
-            return False
+        if s.state != ptable.ONLINE or slot in self.view.replicated:
+            return False  # (a replicated partition's fetch is read below its high watermark here)
 
         def respond(pending, failed: bool = False) -> None:
             if self._answer_fetch(p, conn_id, seq, corr, request,
@@ -89,6 +90,8 @@ class Fetching:
 
     def _answer_fetch(self, p, conn_id, seq, corr, request, force: bool) -> bool:
         """Answer the fetch if it may be answered now; returns True if it must wait."""
+        if isinstance(request, rproto.FetchRequestV1):
+            return self._answer_fetch_v1(p, conn_id, seq, corr, request, force)
         total, parts = fetch_parts(self.view, request.partitions,
                                    self.config["fetch.max.bytes"])
         # (nothing to wait for when every partition has an error)

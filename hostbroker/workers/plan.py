@@ -6,7 +6,10 @@ inherit across ``fork``: bound listening sockets, the acceptor-to-processor
 hand-off socket pairs and one doorbell (eventfd) per worker. It plans one
 ``hb-coordinator`` (the consumer group coordinator and the offsets store,
 :mod:`hostbroker.workers.coordinator`) and, in cluster mode
-(``zookeeper.connect`` set), the ``hb-registrar``, which uses no ring. It is
+(``zookeeper.connect`` set), the ``hb-registrar``, which uses no ring, and the
+``hb-replica`` follower fetcher (:mod:`hostbroker.workers.replication`), with
+the replication tables it shares with handlers, writers and the registrar
+(:attr:`BrokerPlan.peers_name`, :attr:`BrokerPlan.isr_commits_name`). It is
 built in the supervisor and read by workers; no worker changes it.
 
 Rings are single-producer single-consumer, one per ordered pair of workers
@@ -25,6 +28,8 @@ kind       producer -> consumer       carries
 ``cres``   coordinator -> handler     their results
 ``cans``   coordinator -> processor   answers of GROUP_PUTs
 ``cput``   processor -> coordinator   lone commits, offset fetches, heartbeats
+``rapp``   replica -> writer          a follower's appends and truncations
+``rres``   writer -> replica          their results
 =========  =========================  ===================================
 
 The coordinator's four kinds are a writer's four with the coordinator in the
@@ -33,7 +38,10 @@ them after their writers' rings, at index :attr:`BrokerPlan.coordinator_peer`
 (``num_writers``), so what they do for a writer (send, take results, fail
 what was in flight when its epoch moves) they do for the coordinator.
 
-The ``ans`` and ``cans`` rings carry only small answers; they are
+The ``rapp`` and ``rres`` rings exist in cluster mode only (one pair per
+writer, with the one ``hb-replica`` at index 0).
+
+The ``ans``, ``cans`` and ``rres`` rings carry only small answers; they are
 ``ANSWER_RING_BYTES`` (or ``ring.bytes`` when that is smaller). The ``put``
 and ``cput`` rings carry one request of a connection at a time; they are
 ``PUT_RING_BYTES`` (or ``ring.bytes``), so a lone PRODUCE of up to a quarter
@@ -49,13 +57,15 @@ import socket
 
 from hostbroker.config import Config
 
-KINDS = ("writer", "coordinator", "handler", "processor", "acceptor", "registrar")
-RING_KINDS = ("req", "resp", "app", "res", "ans", "put", "capp", "cres", "cans", "cput")
+KINDS = ("writer", "coordinator", "handler", "processor", "acceptor", "registrar", "replica")
+RING_KINDS = ("req", "resp", "app", "res", "ans", "put", "capp", "cres", "cans", "cput",
+              "rapp", "rres")
 ANSWER_RING_BYTES = 1024 * 1024
 PUT_RING_BYTES = 4 * 1024 * 1024
 _CONSUMER_KIND = {"req": "handler", "resp": "processor", "app": "writer", "res": "handler",
                   "ans": "processor", "put": "writer", "capp": "coordinator", "cres": "handler",
-                  "cans": "processor", "cput": "coordinator"}
+                  "cans": "processor", "cput": "coordinator", "rapp": "writer",
+                  "rres": "replica"}
 
 
 def shm_token(config: Config) -> str:
@@ -79,14 +89,16 @@ class BrokerPlan:
     doorbells: dict[tuple[str, int], object] = dataclasses.field(default_factory=dict)
     admin_lock_key: int = 0
     registrar: bool = False  # cluster mode: one hb-registrar holds the ZooKeeper session
+    replica: bool = False  # cluster mode: one hb-replica fetches for the follower partitions
 
     @classmethod
     def from_config(cls, config: Config) -> "BrokerPlan":
         log_dirs = [os.path.abspath(d) for d in config.log_dirs]
+        cluster = bool(config["zookeeper.connect"].strip())
         return cls(config=config, token=shm_token(config), num_writers=len(log_dirs),
                    num_handlers=config["num.handlers"],
                    num_processors=config["num.processors"], log_dirs=log_dirs,
-                   registrar=bool(config["zookeeper.connect"].strip()))
+                   registrar=cluster, replica=cluster)
 
     # -- names -------------------------------------------------------------
     @property
@@ -103,6 +115,16 @@ class BrokerPlan:
     @property
     def board_name(self) -> str:
         return self.shm_prefix + "board"
+
+    @property
+    def peers_name(self) -> str:
+        """The brokers this one has heard of from the controller (``shm/peers.py``)."""
+        return self.shm_prefix + "peers"
+
+    @property
+    def isr_commits_name(self) -> str:
+        """The ISRs the registrar wrote to ZooKeeper, per partition slot (``shm/table.py``)."""
+        return self.shm_prefix + "isrcommits"
 
     def ring_pairs(self):
         """Every (kind, producer, consumer) ring of this broker."""
@@ -124,11 +146,15 @@ class BrokerPlan:
         for p in range(self.num_processors):
             yield "cans", 0, p
             yield "cput", p, 0
+        if self.replica:
+            for w in range(self.num_writers):
+                yield "rapp", 0, w
+                yield "rres", w, 0
 
     def ring_bytes(self, kind: str) -> int:
         """Data bytes of a ring of ``kind`` (a power of two, as ``ring.bytes`` is)."""
         size = self.config["ring.bytes"]
-        if kind in ("ans", "cans"):
+        if kind in ("ans", "cans", "rres"):
             return min(size, ANSWER_RING_BYTES)
         return min(size, PUT_RING_BYTES) if kind in ("put", "cput") else size
 
@@ -147,7 +173,8 @@ class BrokerPlan:
     # -- process board slots ----------------------------------------------
     @property
     def worker_count(self) -> int:
-        return self.num_writers + self.num_handlers + self.num_processors + 2 + self.registrar
+        return (self.num_writers + self.num_handlers + self.num_processors + 2 + self.registrar
+                + self.replica)
 
     def board_slot(self, kind: str, index: int) -> int:
         if kind == "writer":
@@ -160,6 +187,8 @@ class BrokerPlan:
             return self.num_writers + self.num_handlers + self.num_processors + 1
         if kind == "registrar":
             return self.num_writers + self.num_handlers + self.num_processors + 2
+        if kind == "replica":  # after the registrar's slot when there is one
+            return self.num_writers + self.num_handlers + self.num_processors + 2 + self.registrar
         return self.num_writers + self.num_handlers + self.num_processors
 
     def workers(self):
@@ -167,6 +196,8 @@ class BrokerPlan:
         for w in range(self.num_writers):
             yield "writer", w
         yield "coordinator", 0
+        if self.replica:
+            yield "replica", 0
         for h in range(self.num_handlers):
             yield "handler", h
         for p in range(self.num_processors):

@@ -87,7 +87,7 @@ from hostbroker.workers.processor_conns import (
 from hostbroker.workers.processor_fetch import LocalFetching
 from hostbroker.workers.processor_frames import SEQ_MASK, FrameReading
 from hostbroker.workers.processor_groups import GroupPutting
-from hostbroker.workers.sendfiles import HeldPiece, SegmentFiles, pin_answer
+from hostbroker.workers.sendfiles import FetchV1Head, HeldPiece, SegmentFiles, pin_answer
 from hostbroker.workers.topicview import TopicView
 
 _IDLE_TIMEOUT_S = 1.0
@@ -338,6 +338,8 @@ class ProcessorWorker(Connections, FrameReading, RingClaims, LocalFetching, Grou
             conn.at_handler -= 1
         if conn.lingering:
             return  # pipelined behind its error frame: dropped
+        if flags & env.RESP_FETCH_V1 and pieces:
+            pieces[0] = FetchV1Head(pieces[0])  # (so a piece dropped is patched as v1)
         self._queue_answer(conn, seq, pieces, flags)
 
     def _send_answered_here(self) -> None:

@@ -2,7 +2,7 @@
 connection's handler (a part of :mod:`hostbroker.workers.processor`).
 
 Owns: cutting the bytes of a connection into frames, the size checks made
-before anything is decoded, answering METADATA and OFFSETS here when nothing
+before anything is decoded, answering METADATA and OFFSETS (version 0) here when nothing
 of the connection is at its handler (``processor.local.requests``, built by
 :mod:`~hostbroker.workers.answers`) and FETCHes of one partition
 (:mod:`~hostbroker.workers.processor_fetch`), lone PRODUCEs put straight to
@@ -194,13 +194,17 @@ class FrameReading:
             if avail < 4 + size:
                 break
             # (answered here or put to a writer only with nothing at the handler)
-            key = -1 if conn.at_handler else HEAD.unpack_from(view, pos)[1]
+            key, version = (-1, 0) if conn.at_handler else HEAD.unpack_from(view, pos)[1:3]
             frame = view[pos + 4:pos + 4 + size]
             pos += 4 + size
-            if local is not None and not conn.at_handler and key in LOCAL_KEYS:
+            # only version 0 of METADATA and FETCH is answered here: every later
+            # version (replication's) and every other key goes to the handler
+            if (local is not None and not conn.at_handler and key in LOCAL_KEYS
+                    and version == api.API_VERSION):
                 self._answer_here(conn, local, frame)
                 continue
-            if key == api.ApiKey.FETCH and local_fetch and self._fetch_here(conn, frame):
+            if (key == api.ApiKey.FETCH and version == api.API_VERSION and local_fetch
+                    and self._fetch_here(conn, frame)):
                 continue
             # the last frame there, with nothing of the connection in flight
             if (puts is not None and key == api.ApiKey.PRODUCE and pos == end

@@ -39,6 +39,13 @@ heartbeat); the watch callbacks only compare and ring the doorbell; the loop
 repairs. A node someone keeps rewriting is
 repaired at growing intervals (``_REPAIR_MIN_S`` doubling to
 ``_REPAIR_MAX_S`` while it keeps happening), so it never makes us spin.
+
+Replication (hostbroker/workers/registrar_controller.py): the same loop runs
+the controller role when this broker holds ``/controller``, writes the ISR
+changes this broker's leaders want (ISR commits), and on SIGTERM, before the
+session closes, asks the controller to move this broker's leaderships away
+(``controlled.shutdown.enable``). Partitions of replicated topics (slot
+``role`` other than ROLE_PLAIN) are never registered as 0.7 child nodes.
 """
 
 from __future__ import annotations
@@ -54,6 +61,7 @@ from hostbroker.shm import procs
 from hostbroker.shm import table as ptable
 from hostbroker.shm.table import PartitionTable
 from hostbroker.workers.base import EXIT_BOOT_FAILED, EXIT_OK, EXIT_REFUSED, Worker
+from hostbroker.workers.registrar_controller import ControllerRole, IsrCommits
 
 _TICK_S = 0.1  # partition-table generation poll
 _RETRY_S = 0.5  # a failed sync or connection attempt is tried again after this
@@ -76,10 +84,22 @@ def held_topics(table: PartitionTable) -> dict[str, int]:
     """topic -> partition count of every topic in the partition table
     (broker-internal ``__`` topics left out)."""
     topics: dict[str, int] = {}
+    plain = getattr(ptable, "ROLE_PLAIN", 0)
     for _, s in table.scan():
-        if s.state in _HELD_STATES and not s.name.startswith("__"):
+        if (s.state in _HELD_STATES and not s.name.startswith("__")
+                and getattr(s, "role", plain) == plain):
             topics[s.name] = max(topics.get(s.name, 0), s.partition + 1)
     return topics
+
+
+def holds_replicas(table: PartitionTable) -> bool:
+    """Whether the broker holds a partition of a replicated topic (a controlled
+    shutdown has something to move)."""
+    plain = getattr(ptable, "ROLE_PLAIN", 0)
+    try:
+        return any(getattr(s, "role", plain) != plain for _, s in table.scan())
+    except ptable.TornSlotError:
+        return True
 
 
 class RegistrarWorker(Worker):
@@ -114,6 +134,8 @@ class RegistrarWorker(Worker):
         self.repair_said: dict[str, tuple[float, int]] = {}  # path -> (last line, held back)
         self.watches: dict[str, object] = {}  # path -> token of its live DataWatch
         self._state_lock = threading.Lock()
+        self.role = ControllerRole(self)
+        self.isr_commits = IsrCommits(self, self.table)
         self._refresh_topics()
         if self.epoch == 1:
             self._first_registration()
@@ -187,6 +209,7 @@ class RegistrarWorker(Worker):
         with self._state_lock:
             if state == KazooState.LOST:
                 self.lost = "ZooKeeper session expired"
+                self.role.session_lost()
             elif state == KazooState.SUSPENDED:
                 if self.lost is None:
                     self.lost = "ZooKeeper connection lost"
@@ -364,7 +387,12 @@ class RegistrarWorker(Worker):
                     self._lost_said = None
             if self.suspects and not self.dirty:
                 self._repair()
+            self.role.step()
+            self.isr_commits.poll()
         sel.close()
+        if self.config["controlled.shutdown.enable"] and holds_replicas(self.table):
+            self.role.controlled_shutdown(self.config["controlled.shutdown.timeout.ms"] / 1000)
+        self.role.resign()
         self._close()
 
     def _close(self) -> None:

@@ -31,7 +31,15 @@ from typing import NamedTuple
 from hostbroker.errors import ErrorCode
 from hostbroker.log import files as log_files
 from hostbroker.protocol import api
+from hostbroker.protocol import replication as rproto
 from hostbroker.workers import envelopes as env
+
+
+class FetchV1Head(bytes):
+    """The first header chunk of a FETCH v1 answer (the handler's
+    ``RESP_FETCH_V1``): a piece dropped from it is patched in v1's layout."""
+
+    __slots__ = ()
 
 
 class HeldPiece(NamedTuple):
@@ -109,6 +117,8 @@ def pin_answer(out: collections.deque, files: SegmentFiles, end_marks,
             files_bytes += piece.length
         end += 1
     copy = 0 < files_bytes <= copy_max
+    emptied = (rproto.fetch_v1_part_emptied if out and type(out[0]) is FetchV1Head
+               else api.fetch_part_emptied)
     i = 0
     while i < end:
         piece = out[i]
@@ -117,7 +127,7 @@ def pin_answer(out: collections.deque, files: SegmentFiles, end_marks,
                 out[i] = _read(files, piece) if copy else _held(files, piece)
             except OSError as e:
                 code = _gone_code(piece.path, e)
-                out[i - 1] = api.fetch_part_emptied(out[i - 1], piece.length, code)
+                out[i - 1] = emptied(out[i - 1], piece.length, code)
                 del out[i]
                 end -= 1
                 removed += piece.length

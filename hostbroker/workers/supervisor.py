@@ -18,7 +18,8 @@ broker lock, bind the listeners (not listening yet: a connection is
 refused), take this run's shared-memory lease and remove what dead runs left
 there, create shared memory, fork the writers (each recovers its log dir) and
 the coordinator (``hb-coordinator``: the consumer groups and offsets) and wait
-until they are ready, then the handlers and the processors, and in cluster
+until they are ready, in cluster mode the follower fetcher (``hb-replica``),
+then the handlers and the processors, and in cluster
 mode (``zookeeper.connect``) the registrar, ready once it has registered the
 broker in ZooKeeper (a ``broker.id`` held by a live broker refuses the start);
 only then listen and fork the acceptor, so a broker that is refused never
@@ -42,7 +43,8 @@ kernel for SIGTERM on our death right after its fork (``die_with_parent``).
 Stop (SIGTERM/SIGINT): first the registrar (its ZooKeeper session closes, so
 the registrations go before the listeners close), then in data-flow order,
 each group finishing its in-flight work first: acceptor, processors (answer
-what they have), handlers, the coordinator (syncs and answers the commits it
+what they have), handlers, the follower fetcher (nothing it fetched is
+appended after the writers stop), the coordinator (syncs and answers the commits it
 holds), writers (flush, clean-shutdown marker); then
 remove shared memory and Unix socket files, and exit 0.
 """
@@ -67,7 +69,8 @@ from hostbroker.shm.procs import ProcessBoard
 from hostbroker.shm.region import (SharedRegion, release_lease, remove_stale, sweep_dead_runs,
                                    take_lease)
 from hostbroker.shm.ring import Ring
-from hostbroker.shm.table import PartitionTable
+from hostbroker.shm.peers import MAX_PEERS, PeersTable
+from hostbroker.shm.table import IsrCommitTable, PartitionTable
 from hostbroker.workers.acceptor import AcceptorWorker
 from hostbroker.workers.coordinator import CoordinatorWorker
 from hostbroker.workers.base import (
@@ -81,6 +84,7 @@ from hostbroker.workers.handler import HandlerWorker
 from hostbroker.workers.plan import BrokerPlan
 from hostbroker.workers.processor import ProcessorWorker
 from hostbroker.workers.registrar import RegistrarWorker
+from hostbroker.workers.replication import ReplicaWorker
 from hostbroker.workers.startup import (StartError, StoppedWhileStarting, bind_listener,
                                        check_log_dir, check_unix_listener_dir,
                                        claim_broker_lock, make_log_dir)
@@ -88,11 +92,13 @@ from hostbroker.workers.writer import WriterWorker
 
 WORKER_CLASSES = {"writer": WriterWorker, "handler": HandlerWorker,
                   "processor": ProcessorWorker, "acceptor": AcceptorWorker,
-                  "registrar": RegistrarWorker, "coordinator": CoordinatorWorker}
+                  "registrar": RegistrarWorker, "coordinator": CoordinatorWorker,
+                  "replica": ReplicaWorker}
 KIND_CODES = {"writer": 1, "handler": 2, "processor": 3, "acceptor": 4, "registrar": 5,
-              "coordinator": 6}
+              "coordinator": 6, "replica": 7}
 # the registrar first: the registrations go before the listeners close
-STOP_ORDER = ("registrar", "acceptor", "processor", "handler", "coordinator", "writer")
+STOP_ORDER = ("registrar", "acceptor", "processor", "handler", "replica", "coordinator",
+              "writer")
 _TICK_S = 0.25
 _ABORT_GRACE_S = 1.0  # SIGABRT (a core or a faulthandler dump) to SIGKILL
 _EXTEND_EVERY_S = 5.0  # while starting or stopping: tell systemd to wait 3 times that
@@ -181,6 +187,8 @@ class Supervisor:
         self.regions.append(region)
         self.board = ProcessBoard.create(region, plan.worker_count)
         self.board.set_supervisor(os.getpid())
+        # (standalone too: a standalone broker takes LEADER_AND_ISR by hand, as tests do)
+        self._make_replication_tables()
         self.admin_lock = AdminLock.create(plan.token)
         plan.admin_lock_key = self.admin_lock.key
         for kind, index in plan.workers():
@@ -190,6 +198,18 @@ class Supervisor:
             a.set_inheritable(True)
             b.set_inheritable(True)
             plan.handoff.append((a, b))
+
+    def _make_replication_tables(self) -> None:
+        """In every mode: the peers table (brokers the controller named, and its
+        epoch) and the ISR commits (one slot per partition slot); unlinked
+        with the rest of our shared memory."""
+        plan = self.plan
+        slots = self.config["max.partitions"]
+        for cls, name, count in ((PeersTable, plan.peers_name, MAX_PEERS),
+                                 (IsrCommitTable, plan.isr_commits_name, slots)):
+            region = SharedRegion.create(name, cls.region_size(count))
+            self.regions.append(region)
+            cls.create(region, count)
 
     def _take_cpu_policy(self) -> None:
         """``cpu.realtime.priority``: SCHED_RR for this process, and so for every
@@ -221,8 +241,8 @@ class Supervisor:
         self._install_signals()
         self.board.set_broker_state(procs.BROKER_STARTING)
         systemd.notify("STATUS=recovering logs")
-        for group in (("writer", "coordinator"), ("handler", "processor"), ("registrar",),
-                      ("acceptor",)):
+        for group in (("writer", "coordinator"), ("replica",), ("handler", "processor"),
+                      ("registrar",), ("acceptor",)):
             if group == ("acceptor",):  # broker.id is ours: connections may come
                 for _, sock in self.plan.listeners:
                     sock.listen(1024)

@@ -38,6 +38,9 @@ class TopicView:
         self.defaults = defaults
         self.generation = -1
         self.topics: dict[str, list[int | None]] = {}
+        # slots of replicated partitions (a role other than PLAIN, set when the
+        # slot is claimed and kept until it is freed)
+        self.replicated: frozenset[int] = frozenset()
         self._configs: dict[tuple[int, str], LogConfig] = {}
         self._segments: dict[int, tuple[int, list[int]]] = {}
         self._paths: dict[tuple[int, int], str] = {}  # (slot, base) -> segment file path
@@ -47,9 +50,13 @@ class TopicView:
         if gen == self.generation:
             return
         topics: dict[str, dict[int, int]] = {}
+        replicated = []
         for i, s in self.table.scan():
             if s.state in (ptable.ONLINE, ptable.OFFLINE, ptable.CREATING):
                 topics.setdefault(s.name, {})[s.partition] = i
+                if getattr(s, "role", 0):
+                    replicated.append(i)
+        self.replicated = frozenset(replicated)
         self.topics = {t: [parts.get(p) for p in range(max(parts) + 1)]
                        for t, parts in topics.items()}
         self.generation = gen

@@ -33,7 +33,10 @@ Appends and their acks=1 answers are in ``writer_appends.py``, the long-poll
 FETCHes handlers park here (POLLs, answered to the processors once appends
 bring their data) in ``writer_polls.py``; deletes come
 through the same rings (retention, checkpoints and deletes:
-``writer_cleanup.py``). The writer is the only process that writes a slot it
+``writer_cleanup.py``). Replicas of replicated topics (cluster mode: their
+role, ISR and high watermark, the appends and truncations ``hb-replica``
+brings on the ``rapp`` ring, and the refusal of a non-leader's appends) are
+``writer_replicas.py``. The writer is the only process that writes a slot it
 serves, so it marks the slot DELETING itself; it then drops
 all it holds for the slot (appends, flushes, acks=-1 waiters, which are
 answered then) before freeing it, and refuses an append whose slot no longer
@@ -76,12 +79,13 @@ from hostbroker.workers.flusher import Flusher, Waiter
 from hostbroker.workers.writer_appends import Appends
 from hostbroker.workers.writer_cleanup import Cleanup
 from hostbroker.workers.writer_polls import Polls
+from hostbroker.workers.writer_replicas import Replicas
 
 # results a sleeping handler is not woken for (see _pump)
 _QUIET_OPS = frozenset((env.OP_APPEND_DIRECT, env.OP_REF_DONE, env.OP_POLL_DONE))
 
 
-class WriterWorker(Appends, Polls, Cleanup, Worker):
+class WriterWorker(Appends, Polls, Replicas, Cleanup, Worker):
     kind = "writer"
     process_name = "hb-writer"
 
@@ -127,6 +131,7 @@ class WriterWorker(Appends, Polls, Cleanup, Worker):
         self.undeletable: dict[int, tuple[str, int]] = {}  # slot -> partition, delete retried
         self.retention_stuck: set[int] = set()  # slots with a segment retention cannot delete
         self.logdir = self._open_log_dir()
+        self._init_replicas()  # replicas of replicated topics (writer_replicas)
         self.flusher = Flusher(self.doorbell)
         self._register_partitions()
         self.next_retention_ms = now_ms() + self.config["log.retention.check.interval.ms"]
@@ -195,9 +200,21 @@ class WriterWorker(Appends, Polls, Cleanup, Worker):
                         self.logdir.offline[(topic, partition)] = str(e)
                         self._register_offline(i, topic, partition)
                         continue
+                replication = {}
+                if plog.replicated:
+                    try:
+                        replication = self._open_book(i, plog, s)
+                    except StorageError as e:
+                        print(f"hostbroker: {self.name}: partition {topic}-{partition} is "
+                              f"offline: {e}", file=sys.stderr, flush=True)
+                        plog.close(flush=False)
+                        del self.logdir.partitions[(topic, partition)]
+                        self.logdir.offline[(topic, partition)] = str(e)
+                        self._register_offline(i, topic, partition)
+                        continue
                 self.slots[i] = plog
                 self._publish(i, plog, state=ptable.ONLINE, name=topic, partition=partition,
-                              owner=self.index)
+                              owner=self.index, **replication)
             for (topic, partition) in list(self.logdir.offline):
                 i, s = mine.pop((topic, partition), (None, None))
                 if s is not None and s.state == ptable.DELETING:
@@ -209,7 +226,7 @@ class WriterWorker(Appends, Polls, Cleanup, Worker):
                 if s.state == ptable.DELETING:
                     self._delete_slot(i, topic, partition)
                 elif self._adopt(i) is None:
-                    self.table.write(i, state=ptable.FREE)
+                    self.table.free(i)
             self.table.bump_generation()
 
     def _register_offline(self, slot: int | None, topic: str, partition: int) -> None:
@@ -243,9 +260,14 @@ class WriterWorker(Appends, Polls, Cleanup, Worker):
             plog = PartitionLog.open(path, self.defaults, now_ms, recover=False)
         except (OSError, HostbrokerError):
             return None
+        try:
+            replication = self._open_book(slot, plog, s) if plog.replicated else {}
+        except (OSError, HostbrokerError):
+            plog.close(flush=False)
+            return None
         self.slots[slot] = plog
         self.logdir.partitions[(s.name, s.partition)] = plog
-        self._publish(slot, plog, state=ptable.ONLINE)
+        self._publish(slot, plog, state=ptable.ONLINE, **replication)
         return plog
 
     # -- table -------------------------------------------------------------
@@ -318,6 +340,9 @@ class WriterWorker(Appends, Polls, Cleanup, Worker):
         polls_ms = self._polls_timeout_ms()
         if polls_ms is not None:
             deadline = min(deadline, polls_ms)
+        isr_ms = self._replicas_timeout_ms()
+        if isr_ms is not None:
+            deadline = min(deadline, isr_ms)
         return max(0.0, (deadline - now) / 1000)
 
     def _cycle(self) -> None:
@@ -339,6 +364,11 @@ class WriterWorker(Appends, Polls, Cleanup, Worker):
                     results[h].append((bytes(m),))  # back as it came, after what came before
                 elif op == env.OP_POLL:
                     self._take_poll(h, m, results[h])
+                elif op == env.OP_FOLLOWER_POS:
+                    self._follower_pos(m)
+                elif op == env.OP_REPLICA_STATE:
+                    results[h].append(env.encode_json(env.OP_REPLICA_STATE, token,
+                                                      self._replica_state(env.decode_json(m))))
             if receiver.done():
                 self.handler_doorbells[h].ring()  # it waits for space: always ring
         for p, receiver in enumerate(self.puts):
@@ -348,24 +378,27 @@ class WriterWorker(Appends, Polls, Cleanup, Worker):
                 self._put(m, touched)
             if receiver.done():
                 self.processor_bells[p].ring()  # it waits for space: always ring
+        self._serve_replica_ring(touched)  # what followers fetched from their leaders
         for slot in touched:
             plog = self.slots.get(slot)
             if plog is None:
                 continue  # deleted after its appends in this same batch
             self._publish(slot, plog)
             self.dirty.add(slot)
+        # replicas' ISR and high watermarks, after the log ends they cover are published
+        hw_moved = self._replicas_round(now_ms(), touched) if self.books else set()
         if self.appended:
             # after the table has the new log ends: a handler that sees this
             # counter move sees them too (handler._has_input)
             self.count(procs.MESSAGES_IN, self.appended)
             self.appended = 0
-        if touched:
+        if touched or hw_moved:
             # processors and handlers asleep with fetches parked see the new
             # data now, before this round's answers and flushes are dealt with
             board = self.board
             for bell, slot in self.fetch_holders:
                 bell.wake(lambda: board.get(slot, procs.FETCH_PARKED))  # noqa: B023 - called at once
-        now = self._answer_round(results, touched)
+        now = self._answer_round(results, touched | hw_moved)
         due = [s for s in self.dirty if s in self.slots and
                (self.slots[s].flush_due(now) or any(w.slot == s for w in self.waiters))]
         if due:
@@ -453,9 +486,10 @@ class WriterWorker(Appends, Polls, Cleanup, Worker):
         now = now_ms()
         keep = []
         for w in self.waiters:
-            flushed = w.plog.flushed_offset >= w.end
-            if flushed:
-                self._answer_waiter(w, ErrorCode.NONE)
+            # flushed, and for a replica the high watermark past it too
+            code = self._waiter_code(w) if w.plog.flushed_offset >= w.end else None
+            if code is not None:
+                self._answer_waiter(w, code)
             elif self.slots.get(w.slot) is not w.plog:
                 self._answer_waiter(w, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
             elif self.offline:
@@ -489,8 +523,10 @@ class WriterWorker(Appends, Polls, Cleanup, Worker):
             if sender.pending():  # PUT answers their ring could not take at once
                 sender.pump()
                 self.processor_bells[p].wake()
+        self._pump_replica()
 
     def _shutdown(self) -> None:
+        self._checkpoint_hws()
         try:
             if self.logdir is not None:
                 self.logdir.close()

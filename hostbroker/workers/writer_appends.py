@@ -55,6 +55,10 @@ class Appends:
                     else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
             self._result(h, a, code, -1, -1, out)
             return
+        refused = self._refusal(slot, plog, a.acks)  # a replica that does not lead, too few ISR
+        if refused is not None:
+            self._result(h, a, refused, -1, -1, out)
+            return
         data = a.message_set
         ref = a.ref
         if ref is not None:

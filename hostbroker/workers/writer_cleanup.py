@@ -52,6 +52,13 @@ class Cleanup:
                 return
             self.retention_stuck.discard(slot)
             if deleted:
+                book = self.books.get(slot)
+                if book is not None and book.plog is plog:
+                    try:  # a replica's epochs start where its log now does
+                        book.epochs.truncate_from_start(plog.log_start_offset)
+                    except StorageError as e:
+                        self._go_offline(e)
+                        return
                 self._publish(slot, plog)
 
     def _checkpoint(self, now: int) -> None:
@@ -63,6 +70,8 @@ class Cleanup:
             self.logdir.checkpoint_recovery_points()
         except (OSError, StorageError) as e:
             self._go_offline(e)
+            return
+        self._checkpoint_hws()
 
     def _delete(self, request: dict) -> dict:
         """Delete one partition: mark its slot DELETING (the slot's writer is
@@ -93,6 +102,7 @@ class Cleanup:
             self.flushing.pop(slot, None)
             self.retention_stuck.discard(slot)
             self.published.pop(slot, None)
+            self._drop_book(slot)
             if any(w.slot == slot for w in self.waiters):
                 self._answer_waiters()  # the slot has no log now: answers them all
             error = self._delete_slot(slot, *key)
@@ -131,5 +141,5 @@ class Cleanup:
         if self.undeletable.pop(slot, None) is not None and retry:
             print(f"hostbroker: {self.name}: deleted partition {topic}-{partition} on retry",
                   file=sys.stderr, flush=True)
-        self.table.write(slot, state=ptable.FREE)
+        self.table.free(slot)
         return None

@@ -48,7 +48,8 @@ class Polls:
         poll = env.decode_poll(m)
         plog = None if self.offline else (self.slots.get(poll.slot) or self._adopt(poll.slot))
         if (plog is None or (plog.topic, plog.partition) != (poll.topic, poll.partition)
-                or self.polls_held >= self.max_polls):
+                or self.polls_held >= self.max_polls
+                or not self._serves_consumers(poll.slot, plog)):
             out.append((env.encode_op(env.OP_POLL_BACK, poll.token),))
             return
         self.polls.setdefault(poll.slot, []).append((h, poll))
@@ -74,8 +75,10 @@ class Polls:
                 continue
             keep = []
             for h, poll in self.polls[slot]:
-                if plog is None or (plog.topic, plog.partition) != (poll.topic, poll.partition):
-                    # deleted or offline since: the handler answers what became of it
+                if plog is None or (plog.topic, plog.partition) != (poll.topic, poll.partition) \
+                        or not self._serves_consumers(slot, plog):
+                    # deleted or offline (or no longer led) since: the handler answers
+                    # what became of it
                     results[h].append((env.encode_op(env.OP_POLL_BACK, poll.token),))
                     continue
                 part, length = self._poll_part(poll, plog)
@@ -111,10 +114,14 @@ class Polls:
     def _poll_part(self, poll: env.Poll, plog: PartitionLog) -> tuple[tuple, int]:
         """What the FETCH answer of ``poll`` says of its partition, from the log
         as published (as ``answers.fetch_parts`` gives it), and the
-        length of its data (-1 when it is an error: due at once)."""
-        end = plog.log_end_offset
+        length of its data (-1 when it is an error: due at once). A replica's
+        consumers read below its high watermark, and wait at an offset between
+        it and the log end."""
+        end = self._readable_end(poll.slot, plog)
         bases = plog.segment_bases
         code, piece, length = ErrorCode.NONE, None, 0
+        if end < poll.offset <= plog.log_end_offset:
+            return (poll.topic, poll.partition, code, end, piece), length
         try:
             index, position, length = fetch_range(bases, end, poll.offset, poll.max_bytes)
         except HostbrokerError as e:

@@ -19,16 +19,26 @@ from hostbroker.shm.table import (
 from tests.shm.procutil import fork
 
 
+def P(state, partition, owner, start, end, flushed, generation, name, **replication):
+    """A PartitionSlot of these fields, its replication fields as a slot
+    never written has them (0) unless given."""
+    fields = dict.fromkeys(PartitionSlot._fields, 0)
+    fields.update(state=state, partition=partition, owner=owner, start_offset=start,
+                  end_offset=end, flushed_offset=flushed, segment_generation=generation,
+                  name=name, **replication)
+    return PartitionSlot(**fields)
+
+
 @pytest.fixture
 def table(created):
     return created(PartitionTable, "partitions", 16)
 
 
 def test_write_then_read(table):
-    assert table.read(0) == PartitionSlot(0, 0, 0, 0, 0, 0, 0, "")
+    assert table.read(0) == P(0, 0, 0, 0, 0, 0, 0, "")
     table.write(5, state=PartitionState.ONLINE, partition=3, owner=2, name="töpic", start_offset=-1)
     table.write(5, end_offset=2**62, flushed_offset=10, segment_generation=2**64 - 1)
-    assert table.read(5) == PartitionSlot(2, 3, 2, -1, 2**62, 10, 2**64 - 1, "töpic")
+    assert table.read(5) == P(2, 3, 2, -1, 2**62, 10, 2**64 - 1, "töpic")
     table.write(5, name="t")
     assert table.read(5).name == "t"
     assert table.state(5) == PartitionState.ONLINE
@@ -41,7 +51,7 @@ def test_write_offsets_is_a_write_of_the_four_offset_fields(table, created):
     table.write_offsets(3, -1, 2**63 - 1, -(2**63), 2**64 - 1)
     other.write(3, start_offset=-1, end_offset=2**63 - 1, flushed_offset=-(2**63),
                 segment_generation=2**64 - 1)
-    assert table.read(3) == other.read(3) == PartitionSlot(
+    assert table.read(3) == other.read(3) == P(
         PartitionState.ONLINE, 1, 4, -1, 2**63 - 1, -(2**63), 2**64 - 1, "x" * 256)
     assert bytes(table._buf) == bytes(other._buf)  # seq included: one write each
     table._u64[table._offset(4) >> 3] = 1  # left mid-write
@@ -63,7 +73,7 @@ def test_bad_writes(table):
 def test_create_in_a_region_of_region_size(created):
     region = created(SharedRegion, "partitions", PartitionTable.region_size(10))
     table = PartitionTable.create(region, 10)
-    assert table.slot_count == 10 and region.size == 64 + 10 * 320
+    assert table.slot_count == 10 and region.size == 64 + 10 * 384
     table.write(9, state=ONLINE)
     assert PartitionTable.attach(region.name).state(9) == PartitionState.ONLINE
 
@@ -210,7 +220,7 @@ def _figures_of_slot_1(table):
     """Slot 1 as figures() gives it, with its flushed offset and name as read()
     gives them (figures has neither): the checks below hold for both."""
     state, start, end, owner = table.figures()[1]
-    return PartitionSlot(state, 0, owner, start, end, start, 0, str(start) if start else "")
+    return P(state, 0, owner, start, end, start, 0, str(start) if start else "")
 
 
 @pytest.mark.parametrize("read", ["read", "figures"])

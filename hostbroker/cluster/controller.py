@@ -1,0 +1,712 @@
+"""The controller's state and decisions: leaders, ISRs and epochs of replicated topics.
+
+Run by the ``hb-registrar`` of the one broker that holds ``/controller``
+(hostbroker/workers/registrar_controller.py drives it; docs/cluster.md,
+"Replicated topics"). :class:`Controller` reads and writes ZooKeeper through
+the kazoo client it is given, every call bounded by ``op_timeout_s``, and
+never talks to a broker itself: what brokers must be told is handed to the
+``tell`` callback as :class:`Notice` values (LEADER_AND_ISR or STOP_REPLICA
+for one broker), which the registrar's sender threads deliver.
+
+What it owns in ZooKeeper (layout: docs/spec/zookeeper.md, "Replication")::
+
+    /controller_epoch                              bumped by every new controller
+    /brokers/topics/[topic]/partitions/[p]/state   leader, leader_epoch, isr (versioned)
+    /admin/delete_topics/[topic], /admin/preferred_replica_election,
+    /admin/reassign_partitions, /admin/controlled_shutdown/[id]   removed once done
+
+Every state node is written with a version check against a fresh read: a
+write that loses a race (the leader's registrar committing an ISR change)
+reads again and decides again. Everything it reads is hostile and goes
+through :mod:`hostbroker.cluster.zkread` bounds (via
+:mod:`hostbroker.replication.zknodes`); a node that does not decode is
+reported and left alone.
+
+The decisions themselves are pure functions at the top (:func:`after_failure`,
+:func:`after_return`, :func:`preferred`, :func:`without`), tested without
+ZooKeeper.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from hostbroker.cluster import paths, zkread
+from hostbroker.replication import MAX_REPLICAS, zknodes
+from hostbroker.replication.election import elect_leader
+from hostbroker.replication.zknodes import PartitionState
+
+log = logging.getLogger("hostbroker.controller")
+
+TP = tuple[str, int]
+
+LEADER_AND_ISR = "leader_and_isr"
+STOP_REPLICA = "stop_replica"
+
+
+class NotController(Exception):
+    """Another broker holds ``/controller`` (or our epoch was superseded)."""
+
+
+# -- decisions (pure) ------------------------------------------------------------
+
+
+def after_failure(replicas: list[int], state: PartitionState, live: set[int],
+                  unclean: bool = False) -> PartitionState | None:
+    """The state of a partition once only ``live`` brokers are left, or None when
+    nothing changes. A leader that is gone is replaced from the ISR (a replica
+    outside it only when ``unclean``); the ISR loses the brokers gone, but never
+    its last member while no one leads (that one is who may lead again)."""
+    isr = [b for b in state.isr if b in live]
+    leader = state.leader
+    if leader in live and leader in replicas:
+        if isr == list(state.isr):
+            return None
+        return PartitionState(leader, state.leader_epoch, isr or [leader], state.controller_epoch)
+    new = elect_leader(replicas, state.isr, live, unclean)
+    if new is None:
+        if leader == -1 and (isr == list(state.isr) or not isr):
+            return None
+        return PartitionState(-1, state.leader_epoch + (leader != -1),
+                              isr or list(state.isr), state.controller_epoch)
+    if new not in state.isr:  # unclean: the ISR starts again with the new leader
+        isr = [new]
+    return PartitionState(new, state.leader_epoch + 1, isr, state.controller_epoch)
+
+
+def after_return(replicas: list[int], state: PartitionState, live: set[int]) -> PartitionState | None:
+    """A partition without a leader gets one again when an ISR member is live."""
+    if state.leader != -1:
+        return None
+    new = elect_leader(replicas, state.isr, live, False)
+    if new is None:
+        return None
+    return PartitionState(new, state.leader_epoch + 1, [b for b in state.isr if b in live],
+                          state.controller_epoch)
+
+
+def preferred(replicas: list[int], state: PartitionState, live: set[int]) -> PartitionState | None:
+    """Leadership moved to the preferred replica (the first) when it is live, in the
+    ISR and not already leading; else None."""
+    if not replicas or state.leader == replicas[0]:
+        return None
+    if elect_leader(replicas[:1], state.isr, live, False) is None:
+        return None
+    return PartitionState(replicas[0], state.leader_epoch + 1, list(state.isr),
+                          state.controller_epoch)
+
+
+def without(replicas: list[int], state: PartitionState, gone: int,
+            live: set[int]) -> PartitionState | None:
+    """A controlled shutdown of ``gone``: leadership moved to another live ISR member
+    and ``gone`` out of the ISR; None when nothing changes or ``gone`` is the only
+    one in sync (then it keeps leading until it stops)."""
+    others = [b for b in state.isr if b != gone and b in live]
+    if gone not in state.isr and state.leader != gone:
+        return None
+    if not others:
+        return None
+    leader = state.leader
+    epoch = state.leader_epoch
+    if leader == gone or leader not in live:
+        leader = elect_leader(replicas, others, live - {gone}, False)
+        if leader is None:
+            return None
+        epoch += 1
+    return PartitionState(leader, epoch, others, state.controller_epoch)
+
+
+# -- what brokers are told --------------------------------------------------------
+
+
+@dataclass
+class Notice:
+    """One request for one broker: its partitions' states (LEADER_AND_ISR) or the
+    partitions to stop (STOP_REPLICA, ``delete`` set for a topic deleted)."""
+
+    kind: str
+    broker_id: int
+    epoch: int
+    partitions: dict[TP, tuple[PartitionState, int, list[int]]] = field(default_factory=dict)
+    configs: dict[str, dict[str, str]] = field(default_factory=dict)
+    leaders: dict[int, paths.BrokerInfo] = field(default_factory=dict)
+    stop: list[TP] = field(default_factory=list)
+    delete: bool = False
+
+
+@dataclass
+class Partition:
+    """``replicas``: who holds a copy now; ``assigned``: what the assignment node says.
+    They differ only while a reassignment adds replicas (old + new), which lives in
+    the controller's memory and ``/admin/reassign_partitions`` (a new controller
+    adds them again), since the assignment node keeps one replication factor."""
+
+    replicas: list[int]
+    state: PartitionState | None = None
+    version: int = -1  # zk version of the state node
+    assigned: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.assigned:
+            self.assigned = list(self.replicas)
+
+
+class Controller:
+    """The controller's view of the cluster (rebuilt from ZooKeeper at every take-over)
+    and its reactions; see the module docstring. ``tell(notice)`` must not block."""
+
+    def __init__(self, client, broker_id: int, tell: Callable[[Notice], None], *,
+                 op_timeout_s: float = 5.0, unclean: bool = False,
+                 bounds: zkread.Bounds = zkread.DEFAULT, report=None):
+        self.client = client
+        self.broker_id = broker_id
+        self.tell = tell
+        self.op_timeout_s = op_timeout_s
+        self.unclean = unclean
+        self.bounds = bounds
+        self.report = report or zkread.Reporter(log)
+        self.epoch = 0
+        self.epoch_version = -1
+        self.live: dict[int, paths.BrokerInfo] = {}
+        self.topics: dict[str, dict[int, Partition]] = {}
+        self.configs: dict[str, dict[str, str]] = {}
+
+    # -- ZooKeeper calls, each bounded -------------------------------------------
+    def _wait(self, async_result):
+        return async_result.get(timeout=self.op_timeout_s)
+
+    def _get(self, path: str):
+        from kazoo.exceptions import NoNodeError
+
+        try:
+            data, stat = self._wait(self.client.get_async(path))
+        except NoNodeError:
+            return None
+        try:
+            zkread.check_size(data, path, self.bounds)
+        except ValueError as exc:
+            self.report(path, f"{exc}; left out")
+            return None
+        return data, stat
+
+    def _children(self, path: str) -> list[str]:
+        from kazoo.exceptions import NoNodeError
+
+        try:
+            names = sorted(self._wait(self.client.get_children_async(path)))
+        except NoNodeError:
+            return []
+        if len(names) > self.bounds.children:
+            self.report(path, f"{path}: {len(names)} children are over zookeeper.max.children "
+                              f"({self.bounds.children}); the first {self.bounds.children} "
+                              "are used")
+            del names[self.bounds.children:]
+        return names
+
+    def _delete(self, path: str, recursive: bool = False) -> None:
+        from kazoo.exceptions import NoNodeError, NotEmptyError
+
+        try:
+            self._wait(self.client.delete_async(path))
+        except NoNodeError:
+            pass
+        except NotEmptyError:
+            if not recursive:
+                raise
+            for child in self._children(path):
+                self._delete(f"{path}/{child}", True)
+            self._delete(path, True)
+
+    # -- taking over -------------------------------------------------------------
+    def session(self) -> int | None:
+        client_id = self.client.client_id
+        return client_id[0] if client_id else None
+
+    def try_elect(self) -> bool:
+        """Take ``/controller`` when it is free (or is already ours, on this session)
+        and bump ``/controller_epoch``; False when another broker holds it."""
+        from kazoo.exceptions import NodeExistsError
+
+        try:
+            self._wait(self.client.create_async(
+                zknodes.CONTROLLER, zknodes.encode_controller(self.broker_id), ephemeral=True,
+                makepath=True))
+        except NodeExistsError:
+            found = self._get(zknodes.CONTROLLER)
+            if found is None or found[1].ephemeralOwner != self.session():
+                return False
+        self._bump_epoch()
+        return True
+
+    def holder(self) -> int | None:
+        """The broker id in ``/controller`` (None: free, or unreadable)."""
+        found = self._get(zknodes.CONTROLLER)
+        if found is None:
+            return None
+        try:
+            return zknodes.decode_controller(found[0], zknodes.CONTROLLER, self.bounds)
+        except ValueError as exc:
+            self.report(zknodes.CONTROLLER, f"{exc}; left out")
+            return None
+
+    def still_controller(self) -> bool:
+        found = self._get(zknodes.CONTROLLER)
+        return found is not None and found[1].ephemeralOwner == self.session()
+
+    def _bump_epoch(self) -> None:
+        from kazoo.exceptions import BadVersionError, NodeExistsError
+
+        for _ in range(10):
+            found = self._get(zknodes.CONTROLLER_EPOCH)
+            if found is None:
+                try:
+                    stat = self._wait(self.client.create_async(
+                        zknodes.CONTROLLER_EPOCH, b"1", makepath=True))
+                except NodeExistsError:
+                    continue
+                self.epoch, self.epoch_version = 1, 0
+                return
+            data, stat = found
+            try:
+                current = zknodes.decode_controller_epoch(data, zknodes.CONTROLLER_EPOCH,
+                                                          self.bounds)
+            except ValueError as exc:
+                self.report(zknodes.CONTROLLER_EPOCH, f"{exc}; starting over from it")
+                current = 0
+            try:
+                stat = self._wait(self.client.set_async(
+                    zknodes.CONTROLLER_EPOCH, str(current + 1).encode(), version=stat.version))
+            except BadVersionError:
+                continue
+            self.epoch, self.epoch_version = current + 1, stat.version
+            return
+        raise RuntimeError(f"{zknodes.CONTROLLER_EPOCH} keeps changing")
+
+    # -- reading ZooKeeper -------------------------------------------------------
+    def read_live(self) -> dict[int, paths.BrokerInfo]:
+        live = {}
+        for name in self._children(paths.BROKER_IDS):
+            if not name.isascii() or not name.isdigit() or len(name) > 10:
+                continue
+            path = paths.broker_path(int(name))
+            found = self._get(path)
+            if found is None:
+                continue
+            try:
+                live[int(name)] = paths.decode_broker(int(name), found[0], path, self.bounds)
+            except ValueError as exc:
+                self.report(path, f"{exc}; left out")
+        return live
+
+    def read_assignment(self, topic: str) -> dict[int, list[int]] | None:
+        """The replicas of a replicated topic's partitions; None for a 0.7 topic (or
+        a node that does not decode, reported)."""
+        path = zknodes.assignment_path(topic)
+        found = self._get(path)
+        if found is None:
+            return None
+        try:
+            return zknodes.decode_assignment(found[0], path, self.bounds)
+        except ValueError as exc:
+            self.report(path, f"{exc}; left out")
+            return None
+
+    def read_state(self, topic: str, partition: int) -> tuple[PartitionState | None, int]:
+        path = zknodes.state_path(topic, partition)
+        found = self._get(path)
+        if found is None:
+            return None, -1
+        try:
+            return zknodes.decode_state(found[0], path, self.bounds), found[1].version
+        except ValueError as exc:
+            self.report(path, f"{exc}; left out")
+            return None, found[1].version
+
+    def read_config(self, topic: str) -> dict[str, str]:
+        path = zknodes.topic_config_path(topic)
+        found = self._get(path)
+        if found is None:
+            return {}
+        try:
+            return dict(zknodes.decode_topic_config(found[0], path, self.bounds))
+        except ValueError as exc:
+            self.report(path, f"{exc}; left out")
+            return {}
+
+    def _load_topic(self, topic: str) -> bool:
+        assignment = self.read_assignment(topic)
+        if assignment is None:
+            self.topics.pop(topic, None)
+            return False
+        parts = {}
+        for p, replicas in sorted(assignment.items()):
+            state, version = self.read_state(topic, p)
+            parts[p] = Partition(list(replicas), state, version)
+        self.topics[topic] = parts
+        self.configs[topic] = self.read_config(topic)
+        return True
+
+    def rebuild(self) -> None:
+        """All of the controller's view from ZooKeeper, then every decision due: the
+        states of new topics, leaders for partitions whose leader is gone, and every
+        live broker told the state of all its partitions."""
+        self.live = self.read_live()
+        self.topics, self.configs = {}, {}
+        for topic in self._children(paths.BROKER_TOPICS):
+            if zkread.name_ok(topic):
+                self._load_topic(topic)
+        self._start_new(list(self.topics))
+        self._reelect(list(self.topics))
+        for broker_id in sorted(self.live):
+            self._tell_all(broker_id)
+
+    # -- writing states ----------------------------------------------------------
+    def _write(self, topic: str, p: int, decide: Callable[[Partition], PartitionState | None],
+               fresh: bool = True) -> bool:
+        """Apply ``decide`` to the partition (after a fresh read when ``fresh``) and
+        write the result with a version check; a lost race reads and decides again.
+        Returns whether a new state was written."""
+        from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+        part = self.topics[topic][p]
+        for _ in range(5):
+            if fresh:
+                part.state, part.version = self.read_state(topic, p)
+            new = decide(part)
+            if new is None:
+                return False
+            new = PartitionState(new.leader, new.leader_epoch, tuple(new.isr), self.epoch)
+            path = zknodes.state_path(topic, p)
+            data = zknodes.encode_state(new)
+            try:
+                if part.version < 0:
+                    self._wait(self.client.create_async(path, data, makepath=True))
+                    version = 0
+                else:
+                    version = self._wait(self.client.set_async(path, data,
+                                                               version=part.version)).version
+            except (BadVersionError, NodeExistsError, NoNodeError):
+                fresh = True
+                continue
+            part.state, part.version = new, version
+            return True
+        return False
+
+    def _start_new(self, topics: Iterable[str]) -> set[int]:
+        """State nodes for partitions that have none: the first live replica leads, the
+        live replicas are the ISR, epoch 0. Returns the brokers to tell."""
+        told = set()
+        live = set(self.live)
+        for topic in topics:
+            for p, part in sorted(self.topics.get(topic, {}).items()):
+                if part.state is not None or part.version >= 0:
+                    continue
+
+                def first(part: Partition) -> PartitionState | None:
+                    if part.state is not None:
+                        return None
+                    isr = [b for b in part.replicas if b in live]
+                    leader = isr[0] if isr else -1
+                    return PartitionState(leader, 0, isr or list(part.replicas), self.epoch)
+
+                if self._write(topic, p, first, fresh=False):
+                    told.update(b for b in part.replicas if b in live)
+        return told
+
+    def _reelect(self, topics: Iterable[str]) -> dict[TP, Partition]:
+        """Every partition of ``topics`` whose leader or ISR names a broker not live
+        decided again (fresh read, version-checked write). Returns the changed ones."""
+        live = set(self.live)
+        changed = {}
+        for topic in topics:
+            for p, part in sorted(self.topics.get(topic, {}).items()):
+                if part.state is None or not self._due(part.state, live):
+                    continue
+                if self._write(topic, p, lambda part: self._decide(part, live)):
+                    changed[(topic, p)] = part
+        return changed
+
+    @staticmethod
+    def _due(state: PartitionState, live: set[int]) -> bool:
+        """Whether a partition needs a decision: its leader or an ISR member gone, or
+        no leader while an ISR member is live."""
+        if state.leader == -1:
+            return any(b in live for b in state.isr)
+        return state.leader not in live or any(b not in live for b in state.isr)
+
+    def _decide(self, part: Partition, live: set[int]) -> PartitionState | None:
+        if part.state is None:
+            return None
+        if part.state.leader == -1:
+            return after_return(part.replicas, part.state, live)
+        return after_failure(part.replicas, part.state, live, self.unclean)
+
+    # -- telling brokers ---------------------------------------------------------
+    def _notice(self, broker_id: int, parts: Iterable[TP]) -> Notice | None:
+        notice = Notice(LEADER_AND_ISR, broker_id, self.epoch)
+        for topic, p in parts:
+            part = self.topics.get(topic, {}).get(p)
+            if part is None or part.state is None or broker_id not in part.replicas:
+                continue
+            notice.partitions[(topic, p)] = (part.state, part.version, list(part.replicas))
+            notice.configs.setdefault(topic, self.configs.get(topic, {}))
+            leader = self.live.get(part.state.leader)
+            if leader is not None:
+                notice.leaders[leader.broker_id] = leader
+        return notice if notice.partitions else None
+
+    def _tell(self, parts: Iterable[TP], brokers: Iterable[int] | None = None) -> None:
+        """LEADER_AND_ISR about ``parts`` to each live replica of them (or to
+        ``brokers`` only)."""
+        parts = sorted(set(parts))
+        wanted = set(brokers) if brokers is not None else None
+        by_broker: dict[int, list[TP]] = {}
+        for tp in parts:
+            part = self.topics.get(tp[0], {}).get(tp[1])
+            if part is None:
+                continue
+            for b in part.replicas:
+                if b in self.live and (wanted is None or b in wanted):
+                    by_broker.setdefault(b, []).append(tp)
+        for b, tps in sorted(by_broker.items()):
+            notice = self._notice(b, tps)
+            if notice is not None:
+                self.tell(notice)
+
+    def _tell_all(self, broker_id: int) -> None:
+        """LEADER_AND_ISR about every partition ``broker_id`` has a replica of."""
+        parts = [(t, p) for t, ps in self.topics.items() for p, part in ps.items()
+                 if broker_id in part.replicas]
+        notice = self._notice(broker_id, sorted(parts))
+        if notice is not None:
+            self.tell(notice)
+
+    def resend(self, broker_id: int) -> None:
+        """Everything again to one broker (its sender lost requests)."""
+        if broker_id in self.live:
+            self._tell_all(broker_id)
+
+    # -- reactions -----------------------------------------------------------------
+    def brokers_changed(self) -> None:
+        """``/brokers/ids`` changed: partitions led by brokers gone get new leaders and
+        ISRs shrink; a broker back is told all its partitions, and leads those it may."""
+        before = set(self.live)
+        self.live = self.read_live()
+        now = set(self.live)
+        gone, back = before - now, now - before
+        if gone:
+            log.info("controller: brokers gone: %s", sorted(gone))
+        changed = self._reelect(list(self.topics))
+        self._tell(changed)
+        for b in sorted(back):
+            self._tell_all(b)
+
+    def topics_changed(self) -> None:
+        """``/brokers/topics`` changed: new replicated topics get their states."""
+        names = [t for t in self._children(paths.BROKER_TOPICS) if zkread.name_ok(t)]
+        new = [t for t in names if t not in self.topics and self._load_topic(t)]
+        for topic in set(self.topics) - set(names):
+            del self.topics[topic]
+            self.configs.pop(topic, None)
+        if new:
+            self._start_new(new)
+            self._reelect(new)
+            self._tell([(t, p) for t in new for p in self.topics[t]])
+
+    def delete_topics(self) -> None:
+        """``/admin/delete_topics/[topic]``: each replica told STOP_REPLICA (delete),
+        then the topic's nodes removed, then the request."""
+        for topic in self._children(zknodes.DELETE_TOPICS):
+            if zkread.name_ok(topic) and (topic in self.topics or self._load_topic(topic)):
+                parts = self.topics.pop(topic)
+                by_broker: dict[int, list[TP]] = {}
+                for p, part in sorted(parts.items()):
+                    for b in part.replicas:
+                        by_broker.setdefault(b, []).append((topic, p))
+                for b, tps in sorted(by_broker.items()):
+                    if b in self.live:
+                        self.tell(Notice(STOP_REPLICA, b, self.epoch, stop=tps, delete=True))
+                self._delete(zknodes.assignment_path(topic), recursive=True)
+                self._delete(zknodes.topic_config_path(topic))
+                self.configs.pop(topic, None)
+                log.info("controller: deleted replicated topic %s", topic)
+            self._delete(f"{zknodes.DELETE_TOPICS}/{topic}")
+
+    def preferred_election(self, only: Iterable[TP] | None = None) -> list[TP]:
+        """Leadership moved back to each partition's preferred replica where it can
+        (the partitions of ``/admin/preferred_replica_election``, or ``only``);
+        the admin node removed. Returns the partitions moved."""
+        path = zknodes.PREFERRED_REPLICA_ELECTION
+        if only is None:
+            found = self._get(path)
+            if found is None:
+                return []
+            try:
+                only = zknodes.decode_preferred_election(found[0], path, self.bounds)
+            except ValueError as exc:
+                self.report(path, f"{exc}; removed")
+                only = []
+        live = set(self.live)
+        moved = []
+        for topic, p in sorted(set(only)):
+            if p not in self.topics.get(topic, {}):
+                continue
+            if self._write(topic, p, lambda part: preferred(part.replicas, part.state, live)
+                           if part.state is not None else None):
+                moved.append((topic, p))
+        self._tell(moved)
+        self._delete(path)
+        return moved
+
+    def controlled_shutdown(self) -> list[int]:
+        """``/admin/controlled_shutdown/[id]``: that broker's leaderships moved to other
+        ISR members, it left the ISRs, everyone concerned told; then the node
+        removed. Returns the brokers done."""
+        done = []
+        for name in self._children(zknodes.CONTROLLED_SHUTDOWN):
+            if not name.isascii() or not name.isdigit() or len(name) > 10:
+                self._delete(f"{zknodes.CONTROLLED_SHUTDOWN}/{name}")
+                continue
+            self.shut_down(int(name))
+            self._delete(f"{zknodes.CONTROLLED_SHUTDOWN}/{name}")
+            done.append(int(name))
+        return done
+
+    def shut_down(self, gone: int) -> list[TP]:
+        live = set(self.live)
+        moved = []
+        for topic, parts in sorted(self.topics.items()):
+            for p, part in sorted(parts.items()):
+                if gone not in part.replicas:
+                    continue
+                if self._write(topic, p, lambda part: without(part.replicas, part.state, gone,
+                                                              live)
+                               if part.state is not None else None):
+                    moved.append((topic, p))
+        self._tell(moved)
+        log.info("controller: broker %d stopping: %d partitions moved", gone, len(moved))
+        return moved
+
+    # -- reassignment --------------------------------------------------------------
+    def reassign(self) -> list[TP]:
+        """Move partitions to the replicas ``/admin/reassign_partitions`` asks for, one
+        step per call for each: the new replicas added (told to hold old + new), then, once all of them are in the ISR, a leader among them, the old
+        replicas stopped (deleted) and the assignment written. Finished partitions
+        leave the admin node; the node goes with the last. Returns those finished."""
+        from kazoo.exceptions import BadVersionError, NoNodeError
+
+        path = zknodes.REASSIGN_PARTITIONS
+        found = self._get(path)
+        if found is None:
+            return []
+        try:
+            wanted = zknodes.decode_reassignment(found[0], path, self.bounds)
+        except ValueError as exc:
+            self.report(path, f"{exc}; removed")
+            self._delete(path)
+            return []
+        done = []
+        for (topic, p), target in sorted(wanted.items()):
+            if self._reassign_one(topic, p, list(target)):
+                done.append((topic, p))
+        if not done:
+            return done
+        remaining = {tp: r for tp, r in wanted.items() if tp not in done}
+        try:
+            if remaining:
+                self._wait(self.client.set_async(path, zknodes.encode_reassignment(remaining),
+                                                 version=found[1].version))
+            else:
+                self._wait(self.client.delete_async(path, version=found[1].version))
+        except (BadVersionError, NoNodeError):
+            pass  # rewritten meanwhile: the next look goes on from there
+        return done
+
+    def _bad_target(self, target: list[int]) -> str | None:
+        if not target or len(set(target)) != len(target):
+            return "replicas must be distinct broker ids, at least one"
+        if len(target) > MAX_REPLICAS:
+            return f"{len(target)} replicas are over the most a partition may have ({MAX_REPLICAS})"
+        if any(type(b) is not int or not 0 <= b <= zkread.MAX_BROKER_ID for b in target):
+            return "replicas must be broker ids"
+        return None
+
+    def _reassign_one(self, topic: str, p: int, target: list[int]) -> bool:
+        """One step of moving ``topic``-``p`` to ``target``; True once finished (or
+        dropped as impossible, reported)."""
+        part = self.topics.get(topic, {}).get(p)
+        where = f"{zknodes.REASSIGN_PARTITIONS}: {topic}-{p}"
+        if part is None:
+            self.report(where, f"{where}: no such replicated partition; dropped")
+            return True
+        problem = self._bad_target(target)
+        if problem is not None:
+            self.report(where, f"{where}: {problem}; dropped")
+            return True
+        if len(target) != len(part.assigned):
+            self.report(where, f"{where}: {len(target)} replicas would change the topic's "
+                               f"replication factor ({len(part.assigned)}); dropped")
+            return True
+        if part.assigned == target and part.replicas == target:
+            return True
+        union = target + [b for b in part.assigned if b not in target]
+        if part.replicas != union:
+            part.replicas = union
+            self._tell([(topic, p)])
+            return False
+        state, version = self.read_state(topic, p)
+        part.state, part.version = state, version
+        if state is None or not all(b in state.isr for b in target):
+            return False  # the new replicas are catching up
+        live = set(self.live)
+
+        def settle(part: Partition) -> PartitionState | None:
+            s = part.state
+            if s is None or not all(b in s.isr for b in target):
+                return None
+            leader = s.leader
+            epoch = s.leader_epoch
+            if leader not in target or leader not in live:
+                leader = elect_leader(target, s.isr, live, False)
+                if leader is None:
+                    return None
+                epoch += 1
+            return PartitionState(leader, epoch, [b for b in s.isr if b in target],
+                                  s.controller_epoch)
+
+        if not self._write(topic, p, settle, fresh=False):
+            state, _ = self.read_state(topic, p)
+            if state is None or settle(Partition(union, state)) is not None:
+                return False
+        old = [b for b in union if b not in target]
+        self._write_assignment(topic, p, target)
+        part.replicas = target
+        part.assigned = list(target)
+        self._tell([(topic, p)])
+        for b in old:
+            if b in self.live:
+                self.tell(Notice(STOP_REPLICA, b, self.epoch, stop=[(topic, p)], delete=True))
+        log.info("controller: %s-%d reassigned to %s", topic, p, target)
+        return True
+
+    def _write_assignment(self, topic: str, p: int, replicas: list[int]) -> None:
+        """The assignment of ``topic`` with partition ``p`` on ``replicas`` (version-checked
+        read-modify-write)."""
+        from kazoo.exceptions import BadVersionError
+
+        path = zknodes.assignment_path(topic)
+        for _ in range(5):
+            found = self._get(path)
+            if found is None:
+                raise RuntimeError(f"{path} is gone")
+            assignment = zknodes.decode_assignment(found[0], path, self.bounds)
+            assignment[p] = list(replicas)
+            try:
+                self._wait(self.client.set_async(path, zknodes.encode_assignment(assignment),
+                                                 version=found[1].version))
+                return
+            except BadVersionError:
+                continue
+        raise RuntimeError(f"{path} keeps changing")

@@ -1,0 +1,167 @@
+"""The brokers this broker knows of in a replicated cluster, and the
+controller it last heard from.
+
+Owns: one shared :class:`~hostbroker.shm.table.SlotTable` of ``PEER_LAYOUT``
+(layout id ``b"PEER"``), a slot per known broker (``MAX_PEERS``). Handlers
+write it under the :class:`~hostbroker.shm.adminlock.AdminLock` when a
+LEADER_AND_ISR names the brokers its leaders are on; ``hb-replica`` reads a
+leader's endpoint from it, and METADATA v1 lists its brokers. The
+supervisor creates it (``plan.peers_name``) and unlinks it with the rest.
+
+Table header user words::
+
+    offset  size  field
+    32      4     controller_epoch  the highest controller epoch seen: a
+                                    LEADER_AND_ISR or STOP_REPLICA below it
+                                    is refused STALE_CONTROLLER_EPOCH
+    36      4     controller_id     i32, the broker id of that controller (-1 none)
+
+Peer slot (256 bytes)::
+
+    offset  size  field
+    0       8     seq
+    8       4     state      FREE 0, KNOWN 1
+    12      4     broker_id  i32
+    16      4     info_len   bytes of info used
+    20      232   info       JSON {"host": .., "port": .., "unix": ..}
+
+Everything stored came from a request: it is checked here (broker id range,
+the info's size) and read back with the same checks, so a reader never
+trusts more than this module wrote.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections import namedtuple
+
+from hostbroker.shm.region import SharedRegion
+from hostbroker.shm.table import FREE, SlotLayout, SlotTable
+
+MAX_PEERS = 1024
+KNOWN = 1
+INFO_MAX = 232
+BROKER_ID_MAX = 2**31 - 1
+
+PeerSlot = namedtuple("PeerSlot", "state broker_id info")
+Peer = namedtuple("Peer", "broker_id host port unix")
+
+PEER_LAYOUT = SlotLayout(
+    b"PEER",
+    PeerSlot,
+    [
+        ("state", "I"),
+        ("broker_id", "i"),
+        ("info_len", "I"),
+        ("info", f"{INFO_MAX}s"),
+    ],
+    slot_size=256,
+)
+
+_CONTROLLER_EPOCH_AT = 32
+_CONTROLLER_ID_AT = 36
+_U32 = struct.Struct("<I")
+_I32 = struct.Struct("<i")
+
+
+def _info(host: str, port: int, unix: str) -> str:
+    """The stored form of an endpoint; ValueError naming what does not fit."""
+    if not isinstance(host, str) or not isinstance(unix, str):
+        raise ValueError("a peer's host and unix path are strings")
+    if not isinstance(port, int) or not -1 <= port <= 65535:
+        raise ValueError(f"peer port {port!r} not in -1..65535")
+    info = json.dumps({"host": host, "port": port, "unix": unix}, separators=(",", ":"))
+    if len(info.encode()) > INFO_MAX:
+        raise ValueError(f"peer endpoint over {INFO_MAX} bytes")
+    return info
+
+
+def _peer(broker_id: int, info: str) -> Peer | None:
+    """A stored endpoint read back, None when it is not one this module wrote."""
+    try:
+        d = json.loads(info)
+        host, port, unix = d["host"], d["port"], d["unix"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    if not (isinstance(host, str) and isinstance(unix, str) and isinstance(port, int)
+            and not isinstance(port, bool) and -1 <= port <= 65535):
+        return None
+    return Peer(broker_id, host, port, unix)
+
+
+class PeersTable(SlotTable):
+    """One slot per known broker: its endpoint. Written under the admin lock."""
+
+    LAYOUT = PEER_LAYOUT
+
+    @classmethod
+    def create(cls, region_or_name: SharedRegion | str, slots: int = MAX_PEERS,
+               layout: SlotLayout | None = None) -> "PeersTable":
+        table = super().create(region_or_name, slots, layout)
+        table._set_i32(_CONTROLLER_ID_AT, -1)
+        return table
+
+    def _set_i32(self, at: int, value: int) -> None:
+        _I32.pack_into(self._buf, at, value)
+
+    # -- the controller ---------------------------------------------------
+    @property
+    def controller_epoch(self) -> int:
+        return _U32.unpack_from(self._buf, _CONTROLLER_EPOCH_AT)[0]
+
+    def set_controller_epoch(self, epoch: int) -> None:
+        """Raise the highest controller epoch seen (hold the admin lock)."""
+        if not 0 <= epoch < 2**32:
+            raise ValueError(f"controller epoch {epoch} not in 0..2^32-1")
+        _U32.pack_into(self._buf, _CONTROLLER_EPOCH_AT, epoch)
+
+    @property
+    def controller_id(self) -> int:
+        return _I32.unpack_from(self._buf, _CONTROLLER_ID_AT)[0]
+
+    def set_controller_id(self, broker_id: int) -> None:
+        if not -1 <= broker_id <= BROKER_ID_MAX:
+            raise ValueError(f"controller id {broker_id} not in -1..{BROKER_ID_MAX}")
+        self._set_i32(_CONTROLLER_ID_AT, broker_id)
+
+    # -- peers ---------------------------------------------------------------
+    def _find(self, broker_id: int) -> int | None:
+        for i, s in self.scan():
+            if s.broker_id == broker_id:
+                return i
+        return None
+
+    def put(self, broker_id: int, host: str, port: int, unix: str) -> None:
+        """Store (or replace) a broker's endpoint (hold the admin lock).
+        ValueError for an id or endpoint out of range, or a full table."""
+        if not 0 <= broker_id <= BROKER_ID_MAX:
+            raise ValueError(f"broker id {broker_id} not in 0..{BROKER_ID_MAX}")
+        info = _info(host, port, unix)
+        i = self._find(broker_id)
+        if i is None:
+            i = self.find_free()
+            if i is None:
+                raise ValueError(f"more than {self.slot_count} peers")
+            self.write(i, state=KNOWN, broker_id=broker_id, info=info)
+            self.bump_generation()
+        else:
+            self.write(i, info=info)
+
+    def get(self, broker_id: int) -> Peer | None:
+        i = self._find(broker_id)
+        if i is None:
+            return None
+        s = self.read(i)
+        return _peer(s.broker_id, s.info) if s.state == KNOWN else None
+
+    def all(self) -> list[Peer]:
+        """Every known broker, by id."""
+        peers = [_peer(s.broker_id, s.info) for _, s in self.scan() if s.state == KNOWN]
+        return sorted((p for p in peers if p is not None), key=lambda p: p.broker_id)
+
+    def remove(self, broker_id: int) -> None:
+        i = self._find(broker_id)
+        if i is not None:
+            self.write(i, state=FREE)
+            self.bump_generation()

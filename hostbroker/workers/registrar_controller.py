@@ -1,0 +1,559 @@
+"""The registrar's controller role, ISR commits and controlled shutdown (cluster mode).
+
+Runs inside ``hb-registrar`` (hostbroker/workers/registrar.py), on its kazoo
+session and its loop; nothing here starts a process.
+
+- :class:`ControllerRole`: every registrar tries to take the ephemeral
+  ``/controller``; the one that holds it bumps ``/controller_epoch``,
+  rebuilds its view from ZooKeeper (:class:`~hostbroker.cluster.controller.Controller`)
+  and watches ``/brokers/ids``, ``/brokers/topics`` and ``/admin/*``. Kazoo
+  watch callbacks only note what changed and ring the doorbell; the loop
+  acts (:meth:`ControllerRole.step`), with short, bounded ZooKeeper calls, so
+  the heartbeat goes on. A lost session drops the role (its ``/controller``
+  is gone with it); a registrar that sees ``/controller`` deleted tries again.
+- :class:`BrokerSender`: one thread per live broker (``hb-ctrl-send-N``)
+  delivering LEADER_AND_ISR / STOP_REPLICA over the broker's registered
+  listener (its Unix socket when that exists on this host, else TCP), each
+  call bounded by ``controller.socket.timeout.ms``. A failed send is sent
+  again after reconnecting; a full queue (``_QUEUE``) is emptied and the
+  broker is sent everything again. A broker answering STALE_CONTROLLER_EPOCH
+  means another controller exists: the loop re-checks ``/controller``.
+- :class:`IsrCommits`: every broker's part. A leader's writer publishes the
+  ISR it wants (slot ``isr_wanted``); this writes it to the partition's state
+  node (version-checked against a fresh read with the slot's leader and
+  epoch), then stores the commit in the ISR_COMMITS table and rings the
+  writer.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import socket
+import struct
+import threading
+import time
+
+from hostbroker.cluster import controller as ctl
+from hostbroker.cluster import paths
+from hostbroker.errors import ErrorCode, ProtocolError
+from hostbroker.replication import zknodes
+
+log = logging.getLogger("hostbroker.controller")
+
+_QUEUE = 64  # requests waiting for one broker; past it they are replaced by one full resend
+_BACKOFF_MIN_S = 0.1
+_BACKOFF_MAX_S = 2.0
+_MAX_ANSWER_BYTES = 16 << 20  # a controller request's answer is a short list of error codes
+_POLL_S = 2.0  # admin nodes are looked at this often even without a watch event
+_STALE_CONTROLLER_EPOCH = ErrorCode.STALE_CONTROLLER_EPOCH
+_ISR_RETRY_S = 0.5  # an ISR change not written (a race, a broker not live) is looked at again
+
+
+def _say(line: str) -> None:
+    import sys
+
+    print(f"hostbroker: {line}", file=sys.stderr, flush=True)
+
+
+def request_of(notice: ctl.Notice, controller_id: int):
+    """The wire request body of ``notice``."""
+    from hostbroker.protocol import replication as rp
+    from hostbroker.protocol.bodies import MetadataBroker, TopicConfigEntry
+
+    if notice.kind == ctl.STOP_REPLICA:
+        return rp.StopReplicaRequest(
+            controller_id, notice.epoch, int(notice.delete),
+            tuple(rp.StopReplicaPartition(t, p) for t, p in notice.stop))
+    parts = tuple(
+        rp.LeaderAndIsrPartition(t, p, state.leader, state.leader_epoch, tuple(state.isr),
+                                 version, tuple(replicas))
+        for (t, p), (state, version, replicas) in sorted(notice.partitions.items()))
+    configs = tuple(rp.TopicConfigs(t, tuple(TopicConfigEntry(k, v) for k, v in sorted(c.items())))
+                    for t, c in sorted(notice.configs.items()) if c)
+    brokers = tuple(MetadataBroker(b.broker_id, b.host, b.port or 0, b.unix)
+                    for b in sorted(notice.leaders.values(), key=lambda b: b.broker_id))
+    return rp.LeaderAndIsrRequest(controller_id, notice.epoch, parts, configs, brokers)
+
+
+class BrokerSender:
+    """One broker's queue of controller requests and the thread that sends them
+    (see the module docstring). ``on_stale()`` and ``on_overflow(broker_id)`` are
+    called from the thread; they must only note and ring."""
+
+    def __init__(self, info: paths.BrokerInfo, controller_id: int, timeout_s: float,
+                 on_stale, on_overflow):
+        self.info = info
+        self.controller_id = controller_id
+        self.timeout_s = timeout_s
+        self.on_stale = on_stale
+        self.on_overflow = on_overflow
+        self.queue: queue.Queue = queue.Queue(_QUEUE)
+        self.stopped = threading.Event()
+        self.sock: socket.socket | None = None
+        self.sent = 0
+        self.correlation = 0
+        self.thread = threading.Thread(target=self._run, name=f"hb-ctrl-send-{info.broker_id}",
+                                       daemon=True)
+
+    def start(self) -> BrokerSender:
+        self.thread.start()
+        return self
+
+    def put(self, notice: ctl.Notice) -> None:
+        try:
+            self.queue.put_nowait(notice)
+        except queue.Full:
+            while True:
+                try:
+                    self.queue.get_nowait()
+                except queue.Empty:
+                    break
+            self.on_overflow(self.info.broker_id)
+
+    def stop(self) -> None:
+        self.stopped.set()
+        try:
+            self.queue.put_nowait(None)
+        except queue.Full:
+            pass
+
+    def idle(self) -> bool:
+        return self.queue.empty() and not self._busy
+
+    _busy = False
+
+    def _connect(self) -> socket.socket:
+        info = self.info
+        if info.unix and os.path.exists(info.unix):
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            address = info.unix
+        elif info.host and info.port:
+            sock = socket.socket(socket.AF_INET6 if ":" in info.host else socket.AF_INET,
+                                 socket.SOCK_STREAM)
+            address = (info.host, info.port)
+        else:
+            raise OSError(f"broker {info.broker_id} has no listener reachable from here")
+        sock.settimeout(self.timeout_s)
+        try:
+            sock.connect(address)
+        except OSError:
+            sock.close()
+            raise
+        return sock
+
+    def _recv(self, n: int) -> bytes:
+        chunks, left = [], n
+        while left:
+            chunk = self.sock.recv(min(left, 1 << 20))
+            if not chunk:
+                raise OSError("connection closed by the broker")
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+
+    def _send(self, notice: ctl.Notice) -> int:
+        """Send one request and read its answer; returns its top-level error code."""
+        from hostbroker.protocol import api
+        from hostbroker.protocol import replication as rp
+
+        if self.sock is None:
+            self.sock = self._connect()
+        self.correlation = (self.correlation + 1) & 0x7FFFFFFF
+        frame = rp.encode_request(request_of(notice, self.controller_id), self.correlation,
+                                  f"controller-{self.controller_id}")
+        self.sock.sendall(frame)
+        (size,) = struct.unpack(">i", self._recv(4))
+        if not 4 <= size <= _MAX_ANSWER_BYTES:
+            raise OSError(f"answer of {size} bytes")
+        answer = self._recv(size)
+        if api.is_error_frame(answer):
+            return int(api.decode_error_frame(answer)[1])
+        cls = (rp.StopReplicaResponse if notice.kind == ctl.STOP_REPLICA
+               else rp.LeaderAndIsrResponse)
+        try:
+            correlation, response = rp.decode_response(answer, cls)
+        except (ProtocolError, ValueError) as exc:
+            raise OSError(f"not an answer: {exc}") from None
+        if correlation != self.correlation:
+            raise OSError("answer to another request")
+        return int(response.error_code)
+
+    def _close(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+
+    def _run(self) -> None:
+        backoff = _BACKOFF_MIN_S
+        while not self.stopped.is_set():
+            notice = self.queue.get()
+            if notice is None or self.stopped.is_set():
+                break
+            self._busy = True
+            while not self.stopped.is_set():
+                try:
+                    code = self._send(notice)
+                except Exception as exc:  # noqa: BLE001 - a hostile or gone broker: reconnect
+                    log.debug("controller: send to broker %d: %s", self.info.broker_id, exc)
+                    self._close()
+                    self.stopped.wait(backoff)
+                    backoff = min(backoff * 2, _BACKOFF_MAX_S)
+                    continue
+                backoff = _BACKOFF_MIN_S
+                self.sent += 1
+                if code == _STALE_CONTROLLER_EPOCH:
+                    self.on_stale()
+                break
+            self._busy = False
+        self._close()
+
+
+class ControllerRole:
+    """The controller part of one registrar (see the module docstring). ``worker`` is
+    the RegistrarWorker: its client, doorbell, config and ``_state_lock``."""
+
+    def __init__(self, worker):
+        self.worker = worker
+        config = worker.config
+        self.broker_id = config["broker.id"]
+        self.timeout_s = config["controller.socket.timeout.ms"] / 1000
+        self.unclean = config["unclean.leader.election.enable"]
+        self.controller: ctl.Controller | None = None
+        self.client = None
+        self.events: set[str] = {"elect"}
+        self.lock = threading.Lock()
+        self.senders: dict[int, BrokerSender] = {}
+        self.resend: set[int] = set()
+        self.token: object | None = None  # the current watches' token
+        self.next_poll = 0.0
+        self.said_holder: int | None = None
+        self.said_error: str | None = None
+
+    # -- from kazoo's threads and the senders: note and ring -------------------------
+    def note(self, *events: str) -> None:
+        with self.lock:
+            self.events.update(events)
+        self.worker.doorbell.ring()
+
+    def _overflow(self, broker_id: int) -> None:
+        with self.lock:
+            self.resend.add(broker_id)
+        self.worker.doorbell.ring()
+
+    @property
+    def active(self) -> bool:
+        return self.controller is not None
+
+    def session_lost(self) -> None:
+        """kazoo's thread: the session is gone, and ``/controller`` with it."""
+        self.note("lost")
+
+    # -- the loop ----------------------------------------------------------------------
+    def step(self) -> None:
+        """One round on the registrar's loop (only while connected)."""
+        client = self.worker.client
+        if client is None:
+            return
+        from kazoo.protocol.states import KazooState
+
+        if client.state != KazooState.CONNECTED:
+            return
+        with self.lock:
+            events, self.events = self.events, set()
+            resend, self.resend = self.resend, set()
+        try:
+            self._step(client, events, resend)
+        except Exception as exc:  # noqa: BLE001 - ZooKeeper trouble: the next round retries
+            what = f"{type(exc).__name__}: {exc}"
+            if what != self.said_error:  # once per kind of trouble, not once per round
+                self.said_error = what
+                _say(f"hb-registrar: controller: {what}; trying again")
+            with self.lock:
+                self.events.update(events)
+                self.resend.update(resend)
+            self.worker._retry_at = time.monotonic() + 0.5
+
+    def _step(self, client, events: set[str], resend: set[int]) -> None:
+        if "lost" in events or client is not self.client:
+            self.resign()
+            self.client = client
+            events.add("elect")
+        if self.controller is None:
+            if "elect" in events or "stale" in events:
+                self._try_take_over(client)
+            return
+        if "stale" in events and not self.controller.still_controller():
+            _say(f"hb-registrar: broker {self.broker_id} is no longer the controller")
+            self.resign()
+            self._try_take_over(client)
+            return
+        now = time.monotonic()
+        if now >= self.next_poll:
+            self.next_poll = now + _POLL_S
+            events |= {"delete", "preferred", "shutdown", "reassign"}
+        c = self.controller
+        if "brokers" in events:
+            c.brokers_changed()
+            self._sync_senders()
+        if "topics" in events:
+            c.topics_changed()
+        if "delete" in events:
+            c.delete_topics()
+        if "preferred" in events:
+            c.preferred_election()
+        if "shutdown" in events:
+            c.controlled_shutdown()
+        if "reassign" in events:
+            c.reassign()
+        for broker_id in sorted(resend):
+            c.resend(broker_id)
+
+    def _try_take_over(self, client) -> None:
+        c = ctl.Controller(client, self.broker_id, self._tell,
+                           op_timeout_s=self.worker.connection_ms / 1000, unclean=self.unclean)
+        self._watch_controller(client)
+        if not c.try_elect():
+            holder = c.holder()
+            if holder != self.said_holder:
+                self.said_holder = holder
+            return
+        self.controller = c
+        self.said_holder = self.broker_id
+        for path in (paths.BROKER_IDS, paths.BROKER_TOPICS, zknodes.DELETE_TOPICS,
+                     zknodes.CONTROLLED_SHUTDOWN):
+            client.ensure_path(path)
+        c.live = c.read_live()
+        self._sync_senders()
+        c.rebuild()
+        self._sync_senders()
+        self._watch(client)
+        _say(f"hb-registrar: broker {self.broker_id} is the controller "
+             f"(controller epoch {c.epoch})")
+
+    def _tell(self, notice: ctl.Notice) -> None:
+        sender = self.senders.get(notice.broker_id)
+        if sender is None:
+            info = self.controller.live.get(notice.broker_id) if self.controller else None
+            if info is None:
+                return
+            sender = self.senders[notice.broker_id] = BrokerSender(
+                info, self.broker_id, self.timeout_s, lambda: self.note("stale"),
+                self._overflow).start()
+        sender.put(notice)
+
+    def _sync_senders(self) -> None:
+        """A sender per live broker (a new one when its registration changed)."""
+        live = self.controller.live if self.controller else {}
+        for broker_id in list(self.senders):
+            if live.get(broker_id) != self.senders[broker_id].info:
+                self.senders.pop(broker_id).stop()
+        for broker_id, info in live.items():
+            if broker_id not in self.senders:
+                self.senders[broker_id] = BrokerSender(
+                    info, self.broker_id, self.timeout_s, lambda: self.note("stale"),
+                    self._overflow).start()
+
+    def resign(self) -> None:
+        self.controller = None
+        self.token = None
+        for sender in self.senders.values():
+            sender.stop()
+        self.senders = {}
+
+    def drained(self) -> bool:
+        return all(s.idle() for s in self.senders.values())
+
+    # -- watches (set up off the loop: kazoo's first read may wait for a connection) --
+    def _watch_controller(self, client) -> None:
+        if getattr(self, "_controller_watched", None) is client:
+            return
+        self._controller_watched = client
+
+        def on_controller(data, stat) -> bool | None:
+            if self._controller_watched is not client or self.worker.stopping:
+                return False
+            if stat is None:
+                self.note("elect")
+            return None
+
+        threading.Thread(target=lambda: self._quiet(client.DataWatch, zknodes.CONTROLLER,
+                                                    on_controller),
+                         name="hb-registrar-watch", daemon=True).start()
+
+    def _watch(self, client) -> None:
+        token = self.token = object()
+
+        def children(event: str):
+            def on_children(_children) -> bool | None:
+                if self.token is not token or self.worker.stopping:
+                    return False
+                self.note(event)
+                return None
+            return on_children
+
+        def data(event: str):
+            def on_data(_data, _stat) -> bool | None:
+                if self.token is not token or self.worker.stopping:
+                    return False
+                self.note(event)
+                return None
+            return on_data
+
+        watches = [(client.ChildrenWatch, paths.BROKER_IDS, children("brokers")),
+                   (client.ChildrenWatch, paths.BROKER_TOPICS, children("topics")),
+                   (client.ChildrenWatch, zknodes.DELETE_TOPICS, children("delete")),
+                   (client.ChildrenWatch, zknodes.CONTROLLED_SHUTDOWN, children("shutdown")),
+                   (client.DataWatch, zknodes.PREFERRED_REPLICA_ELECTION, data("preferred")),
+                   (client.DataWatch, zknodes.REASSIGN_PARTITIONS, data("reassign"))]
+
+        def arm() -> None:
+            for kind, path, callback in watches:
+                if self.token is not token:
+                    return
+                self._quiet(kind, path, callback)
+
+        threading.Thread(target=arm, name="hb-registrar-watch", daemon=True).start()
+
+    def _quiet(self, kind, path, callback) -> None:
+        try:
+            kind(path, callback)
+        except Exception:  # noqa: BLE001 - not set: the periodic look covers it
+            self.note("stale")
+
+    # -- controlled shutdown -------------------------------------------------------------
+    def controlled_shutdown(self, timeout_s: float) -> bool:
+        """Ask the controller to move this broker's leaderships away and wait (up to
+        ``timeout_s``, beating) until it says done by deleting our node. When this
+        broker is the controller it does the work itself first. Returns whether it
+        was done."""
+        from kazoo.exceptions import NodeExistsError
+        from kazoo.protocol.states import KazooState
+
+        worker = self.worker
+        client = worker.client
+        if client is None or client.state != KazooState.CONNECTED:
+            return False
+        deadline = time.monotonic() + timeout_s
+        path = f"{zknodes.CONTROLLED_SHUTDOWN}/{self.broker_id}"
+        if self.controller is not None:
+            try:
+                self.controller.shut_down(self.broker_id)
+            except Exception as exc:  # noqa: BLE001 - a ZooKeeper error: leave the rest
+                log.debug("controller: own shutdown: %s", exc)
+            while not self.drained() and time.monotonic() < deadline:
+                worker.heartbeat()
+                time.sleep(0.05)
+            self.resign()
+            return True
+        try:
+            client.create(path, b"", ephemeral=True, makepath=True)
+        except NodeExistsError:
+            pass
+        except Exception:  # noqa: BLE001 - no ZooKeeper: stop without it
+            return False
+        while time.monotonic() < deadline:
+            worker.heartbeat()
+            try:
+                if client.exists(path) is None:
+                    return True
+            except Exception:  # noqa: BLE001
+                return False
+            time.sleep(0.05)
+        return False
+
+
+def slot_replicas(s) -> list[int]:
+    """The replica broker ids of a partition slot, in assignment order."""
+    return list(s.replicas)
+
+
+class IsrCommits:
+    """The ISR changes this broker's leaders want, written to ZooKeeper (see the
+    module docstring). ``poll()`` runs on the registrar's loop."""
+
+    def __init__(self, worker, table):
+        self.worker = worker
+        self.table = table
+        self.commits = None
+        self.failed: dict[int, float] = {}  # slot -> when a write may be tried again
+        self.done: dict[int, tuple[int, int]] = {}  # slot -> (leader_epoch, isr bits) written
+        self.wakers: dict[int, object] = {}  # writer index -> its doorbell
+
+    def _commit_table(self):
+        if self.commits is None:
+            from hostbroker.shm.table import IsrCommitTable
+
+            self.commits = IsrCommitTable.attach(self.worker.plan.isr_commits_name)
+        return self.commits
+
+    def poll(self) -> None:
+        from kazoo.protocol.states import KazooState
+
+        from hostbroker.shm import table as ptable
+
+        client = self.worker.client
+        if client is None or client.state != KazooState.CONNECTED:
+            return
+        role_leader = getattr(ptable, "ROLE_LEADER", None)
+        if role_leader is None:
+            return
+        try:
+            slots = self.table.scan()
+        except ptable.TornSlotError:
+            return
+        now = time.monotonic()
+        for index, s in slots:
+            if getattr(s, "role", 0) != role_leader or s.isr_wanted == s.isr:
+                continue
+            if self.done.get(index) == (s.leader_epoch, s.isr_wanted):
+                continue
+            if self.failed.get(index, 0.0) > now:
+                continue
+            try:
+                ok = self._commit(client, index, s)
+            except Exception as exc:  # noqa: BLE001 - ZooKeeper trouble: try again later
+                log.debug("isr commit %s-%d: %s", s.name, s.partition, exc)
+                ok = False
+            if not ok:
+                self.failed[index] = now + _ISR_RETRY_S
+
+    def _commit(self, client, index: int, s) -> bool:
+        from kazoo.exceptions import BadVersionError, NoNodeError
+
+        from hostbroker.replication.zknodes import PartitionState
+
+        replicas = slot_replicas(s)
+        isr = [b for i, b in enumerate(replicas) if s.isr_wanted >> i & 1]
+        if self.worker.info.broker_id not in isr:
+            return False
+        path = zknodes.state_path(s.name, s.partition)
+        timeout = self.worker.connection_ms / 1000
+        try:
+            data, stat = client.get_async(path).get(timeout=timeout)
+        except NoNodeError:
+            return False
+        state = zknodes.decode_state(data, path)
+        if state.leader != s.leader or state.leader_epoch != s.leader_epoch:
+            return False  # the controller moved on; the next LEADER_AND_ISR says so
+        added = set(isr) - set(state.isr)
+        if added:  # a broker joins the ISR only while registered: never one that just died
+            from hostbroker.cluster import paths
+
+            names = client.get_children_async(paths.BROKER_IDS).get(timeout=timeout)
+            if any(str(b) not in names for b in added):
+                return False
+        new = PartitionState(s.leader, s.leader_epoch, tuple(isr), state.controller_epoch)
+        try:
+            stat = client.set_async(path, zknodes.encode_state(new),
+                                    version=stat.version).get(timeout=timeout)
+        except BadVersionError:
+            return False
+        self._commit_table().commit(index, stat.version, s.isr_wanted, s.leader_epoch)
+        self.done[index] = (s.leader_epoch, s.isr_wanted)
+        waker = self.wakers.get(s.owner)
+        if waker is None:
+            waker = self.wakers[s.owner] = self.worker.waker("writer", s.owner)
+        waker.ring()
+        return True

@@ -1,0 +1,399 @@
+"""One follower's connection to one leader broker, in ``hb-replica``.
+
+A :class:`LeaderLink` owns a non-blocking socket to the leader (its Unix
+socket when the path the controller gave exists on this host, else TCP), the
+frames read off it and the one request it has at the leader at a time:
+OFFSET_FOR_LEADER_EPOCH for the partitions about to be cut
+(:mod:`.truncation`), else one FETCH v1 (``replica_id`` = this broker) for
+every partition ready to fetch, long-polling at the leader
+(``replica.fetch.wait.max.ms``, ``replica.fetch.min.bytes``). All links share
+the worker's one selector, so a slow or silent leader holds up only its own
+partitions.
+
+What comes back is hostile until checked: an answer larger than the request
+can bring, an error frame, a correlation id out of order, bytes that do not
+decode or values out of range close the connection (the partitions it held
+back off and start over; the link connects again after
+``replica.fetch.backoff.ms``). A leader that does not answer within
+``replica.socket.timeout.ms`` past the long poll is treated the same way. A
+message set is cut to its whole entries (a partial tail is fetched again);
+the writer checks each entry as a handler checks a PRODUCE. What to do with a
+partition's answer is the worker's (:class:`Sink`).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import selectors
+import socket
+import stat
+import struct
+from collections.abc import Callable
+from typing import Protocol
+
+from hostbroker.errors import ErrorCode, ProtocolError
+from hostbroker.log.message import count_entries
+from hostbroker.protocol import api
+from hostbroker.protocol import replication as proto
+from hostbroker.protocol.framing import FrameReader
+from hostbroker.workers.replication.follows import Follow, Stage
+
+_RECV_BYTES = 1 << 20
+_ANSWER_SLACK = 64  # size prefix, correlation id, array counts
+_PART_SLACK = 48  # a partition's fixed fields in an answer, besides its topic name
+_LENGTH = struct.Struct(">i")
+MAX_OFFSET = 2**63 - 1
+
+FETCH = "fetch"
+EPOCHS = "epochs"
+
+
+class Sink(Protocol):
+    """What the worker does with a partition's answer."""
+
+    def append(self, follow: Follow, data_epoch: int, leader_hw: int, data) -> None: ...
+    def truncate(self, follow: Follow, offset: int) -> None: ...
+    def failed(self, follow: Follow, why: str) -> None: ...
+    def link_failed(self, link: "LeaderLink", why: str) -> None: ...
+
+
+class Settings:
+    """The follower's settings, read once (``replica.*`` in hostbroker/config.py)."""
+
+    def __init__(self, config):
+        self.broker_id = config["broker.id"]
+        self.max_bytes = config["replica.fetch.max.bytes"]
+        self.wait_ms = config["replica.fetch.wait.max.ms"]
+        self.min_bytes = config["replica.fetch.min.bytes"]
+        self.timeout_s = config["replica.socket.timeout.ms"] / 1000
+        self.backoff_s = config["replica.fetch.backoff.ms"] / 1000
+        self.largest_fetch = config["socket.request.max.bytes"]
+
+
+def endpoint(peer) -> tuple | None:
+    """``("unix", path)`` when the peer's Unix socket is on this host, else
+    ``("tcp", host, port)``; None when the peer gave neither."""
+    if peer is None:
+        return None
+    unix = peer.unix or ""
+    if unix:
+        try:
+            if stat.S_ISSOCK(os.stat(unix).st_mode):
+                return "unix", unix
+        except (OSError, ValueError):
+            pass
+    if peer.host and 0 < peer.port <= 65535:
+        return "tcp", peer.host, peer.port
+    return None
+
+
+class LeaderLink:
+    def __init__(self, leader: int, settings: Settings, sink: Sink,
+                 find_peer: Callable[[int], object], selector: selectors.BaseSelector):
+        self.leader = leader
+        self.selector = selector  # the worker's: the socket is registered with itself as data
+        self.settings = settings
+        self.sink = sink
+        self.find_peer = find_peer
+        self.follows: dict[tuple[str, int], Follow] = {}
+        self.sock: socket.socket | None = None
+        self.connecting = False
+        self.out = bytearray()
+        self.reader = FrameReader()
+        # (correlation id, FETCH or EPOCHS, {key: follow}, deadline)
+        self.inflight: tuple[int, str, dict, float] | None = None
+        self.deadline = 0.0  # of the connect, while connecting
+        self.retry_at = 0.0
+        self.correlation = 0
+        self.client_id = f"hb-replica-{settings.broker_id}"
+        self.registered = 0  # the selector mask registered (0: not registered)
+        self.said = False  # a connection failure was logged (once per link)
+        self.requests = 0
+        self.bytes_in = 0
+
+    # -- the socket -----------------------------------------------------
+    def mask(self) -> int:
+        if self.sock is None:
+            return 0
+        if self.connecting:
+            return selectors.EVENT_WRITE
+        return selectors.EVENT_READ | (selectors.EVENT_WRITE if self.out else 0)
+
+    def sync(self) -> None:
+        """Register the socket for what it waits for now (after each step)."""
+        mask = self.mask()
+        if self.sock is None or mask == self.registered:
+            return
+        if self.registered:
+            self.selector.modify(self.sock, mask, self)
+        else:
+            self.selector.register(self.sock, mask, self)
+        self.registered = mask
+
+    def _connect(self, now: float) -> None:
+        where = endpoint(self.find_peer(self.leader))
+        if where is None:
+            self.retry_at = now + self.settings.backoff_s
+            self.sink.link_failed(self, f"no endpoint known for broker {self.leader}")
+            return
+        family = socket.AF_UNIX if where[0] == "unix" else (
+            socket.AF_INET6 if ":" in where[1] else socket.AF_INET)
+        address = where[1] if where[0] == "unix" else (where[1], where[2])
+        sock = socket.socket(family, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        sock.setblocking(False)
+        try:
+            code = sock.connect_ex(address)
+        except (OSError, ValueError) as e:  # a name that does not resolve, a bad path
+            sock.close()
+            self.retry_at = now + self.settings.backoff_s
+            self.sink.link_failed(self, f"cannot connect to broker {self.leader}: {e}")
+            return
+        if code not in (0, errno.EINPROGRESS, errno.EAGAIN):
+            sock.close()
+            self.retry_at = now + self.settings.backoff_s
+            self.sink.link_failed(self, f"cannot connect to broker {self.leader}: "
+                                        f"{os.strerror(code)}")
+            return
+        if family != socket.AF_UNIX:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock = sock
+        self.connecting = code != 0
+        self.deadline = now + self.settings.timeout_s
+        self.reader = FrameReader()
+        self.out.clear()
+
+    def close(self, now: float, why: str | None = None) -> None:
+        """Drop the connection; what was at the leader backs off. With ``why``,
+        the link itself waits ``replica.fetch.backoff.ms`` before connecting."""
+        if self.sock is not None:
+            if self.registered:
+                self.selector.unregister(self.sock)
+                self.registered = 0
+            self.sock.close()
+            self.sock = None
+        self.connecting = False
+        self.out.clear()
+        inflight, self.inflight = self.inflight, None
+        if why is not None:
+            self.retry_at = now + self.settings.backoff_s
+            self.sink.link_failed(self, why)
+        if inflight is not None:
+            for follow in inflight[2].values():
+                if not follow.dropped and follow.stage in (Stage.ASKING, Stage.FETCHING):
+                    self.sink.failed(follow, why or "connection closed")
+
+    def on_ready(self, events: int, now: float) -> None:
+        """The selector says the socket is ready for ``events``."""
+        if self.sock is None:
+            return
+        if self.connecting:
+            code = self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+            if code:
+                self.close(now, f"cannot connect to broker {self.leader}: {os.strerror(code)}")
+                return
+            self.connecting = False
+        if events & selectors.EVENT_WRITE and self.out:
+            self._write(now)
+        if self.sock is not None and events & selectors.EVENT_READ:
+            self._read(now)
+
+    def _write(self, now: float) -> None:
+        try:
+            sent = self.sock.send(self.out)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as e:
+            self.close(now, f"broker {self.leader}: {e.strerror or e}")
+            return
+        del self.out[:sent]
+
+    def _read(self, now: float) -> None:
+        while self.sock is not None:
+            try:
+                data = self.sock.recv(_RECV_BYTES)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:
+                self.close(now, f"broker {self.leader}: {e.strerror or e}")
+                return
+            if not data:
+                self.close(now, f"broker {self.leader} closed the connection")
+                return
+            self.bytes_in += len(data)
+            self.reader.feed(data)
+            try:
+                while self.sock is not None:
+                    frame = self.reader.next_frame()
+                    if frame is None:
+                        break
+                    self._answer(frame, now)
+            except ProtocolError as e:
+                self.close(now, f"broker {self.leader} sent what is not an answer: {e}")
+                return
+            if len(data) < _RECV_BYTES:
+                return
+
+    # -- requests ---------------------------------------------------------
+    def step(self, now: float, writer_busy: bool) -> None:
+        """Connect, time out, or send the next request if none is at the leader.
+        ``writer_busy``: a partition of this link waits for its writer, so no
+        FETCH goes now (its next one would wait behind a long poll)."""
+        if not self.follows:
+            if self.sock is not None:
+                self.close(now)
+            return
+        if self.sock is None:
+            if now >= self.retry_at:
+                self._connect(now)
+            return
+        if self.connecting:
+            if now > self.deadline:
+                self.close(now, f"broker {self.leader} did not accept the connection within "
+                                "replica.socket.timeout.ms")
+            return
+        if self.inflight is not None:
+            if now > self.inflight[3]:
+                self.close(now, f"broker {self.leader} did not answer within "
+                                "replica.socket.timeout.ms")
+            return
+        asks = [f for f in self.follows.values()
+                if f.stage is Stage.EPOCH and f.truncation is not None
+                and f.truncation.asked is not None]
+        if asks:
+            self._send_epochs(asks, now)
+            return
+        if writer_busy:
+            return
+        fetches = [f for f in self.follows.values() if f.stage is Stage.FETCH]
+        if fetches:
+            self._send_fetch(fetches, now)
+
+    def _next_correlation(self) -> int:
+        self.correlation = (self.correlation + 1) & 0x7FFFFFFF
+        return self.correlation
+
+    def _send(self, frame: bytes, kind: str, follows: list[Follow], bound: int,
+              wait_s: float, now: float) -> None:
+        """``frame`` carries :attr:`correlation`; ``bound``: the largest answer it can bring."""
+        self.reader.max_frame_bytes = bound
+        self.inflight = (self.correlation, kind, {f.key: f for f in follows},
+                         now + wait_s + self.settings.timeout_s)
+        self.out += frame
+        self.requests += 1
+        self._write(now)
+
+    def _send_epochs(self, follows: list[Follow], now: float) -> None:
+        body = proto.OffsetForLeaderEpochRequest(
+            replica_id=self.settings.broker_id,
+            partitions=tuple(proto.OffsetForLeaderEpochPartition(
+                topic=f.topic, partition=f.partition, leader_epoch=f.truncation.asked)
+                for f in follows))
+        bound = _ANSWER_SLACK + sum(_PART_SLACK + len(f.topic.encode()) for f in follows)
+        for f in follows:
+            f.stage = Stage.ASKING
+        self._send(proto.encode_request(body, self._next_correlation(), self.client_id),
+                   EPOCHS, follows, bound, 0, now)
+
+    def _send_fetch(self, follows: list[Follow], now: float) -> None:
+        s = self.settings
+        parts = []
+        bound = _ANSWER_SLACK
+        for f in follows:
+            max_bytes = f.max_bytes or s.max_bytes
+            parts.append(proto.FetchPartitionV1(topic=f.topic, partition=f.partition,
+                                                leader_epoch=f.leader_epoch, offset=f.offset,
+                                                max_bytes=max_bytes))
+            bound += _PART_SLACK + len(f.topic.encode()) + max_bytes
+            f.stage = Stage.FETCHING
+        body = proto.FetchRequestV1(replica_id=s.broker_id, max_wait_ms=s.wait_ms,
+                                    min_bytes=s.min_bytes, partitions=tuple(parts))
+        self._send(proto.encode_request(body, self._next_correlation(), self.client_id),
+                   FETCH, follows, bound, s.wait_ms / 1000, now)
+
+    # -- answers ----------------------------------------------------------
+    def _answer(self, frame: bytes, now: float) -> None:
+        if self.inflight is None:
+            raise ProtocolError("an answer to no request")
+        correlation, kind, asked, _ = self.inflight
+        if api.is_error_frame(frame):
+            _, code = api.decode_error_frame(frame)
+            raise ProtocolError(f"error frame {code}")
+        cls = proto.FetchResponseV1 if kind == FETCH else proto.OffsetForLeaderEpochResponse
+        try:
+            got, body = proto.decode_response(frame, cls)
+        except ProtocolError:
+            raise
+        except Exception as e:  # noqa: BLE001 - whatever bytes decode to: never trusted
+            raise ProtocolError(f"an answer that does not decode ({e})") from None
+        if got != correlation:
+            raise ProtocolError(f"correlation id {got}, not {correlation}")
+        self.inflight = None
+        self.said = False  # the leader answers: say the next failure again
+        results = body.partitions
+        if kind == FETCH:
+            for r in results:
+                follow = asked.pop((r.topic, r.partition), None)
+                if follow is not None and not follow.dropped:
+                    self._fetched(follow, r, now)
+        else:
+            for r in results:
+                follow = asked.pop((r.topic, r.partition), None)
+                if follow is not None and not follow.dropped:
+                    self._epoch_answered(follow, r)
+        for follow in asked.values():  # asked and not answered
+            if not follow.dropped and follow.stage in (Stage.ASKING, Stage.FETCHING):
+                follow.stage = Stage.EPOCH if follow.stage is Stage.ASKING else Stage.FETCH
+
+    def _epoch_answered(self, follow: Follow, r) -> None:
+        if follow.stage is not Stage.ASKING or follow.truncation is None:
+            return
+        if r.error_code != ErrorCode.NONE:
+            self.sink.failed(follow, f"OFFSET_FOR_LEADER_EPOCH: {_name(r.error_code)}")
+            return
+        step = follow.truncation.answer(r.leader_epoch, r.end_offset)
+        if step.ask is not None:
+            follow.stage = Stage.EPOCH  # asked again in the next request
+        else:
+            self.sink.truncate(follow, step.cut)
+
+    def _fetched(self, follow: Follow, r, now: float) -> None:
+        if follow.stage is not Stage.FETCHING:
+            return
+        if r.error_code != ErrorCode.NONE:
+            self.sink.failed(follow, f"FETCH at {follow.offset}: {_name(r.error_code)}")
+            return
+        data = r.message_set
+        hw = r.high_watermark
+        if not 0 <= hw <= MAX_OFFSET:
+            self.sink.failed(follow, f"FETCH: high watermark {hw} out of range")
+            return
+        if data and not 0 <= r.data_epoch <= follow.leader_epoch:
+            self.sink.failed(follow, f"FETCH: data epoch {r.data_epoch} is not one of leader "
+                                     f"epoch {follow.leader_epoch} or before")
+            return
+        _, whole = count_entries(data)
+        if whole:
+            follow.max_bytes = 0
+            self.sink.append(follow, r.data_epoch, hw, data[:whole])
+            return
+        if len(data) >= 4:
+            # no whole entry: the first is larger than what was asked (ask for all
+            # of it next time), or the answer's byte budget ran out before it
+            need = _LENGTH.unpack_from(data)[0] + 4
+            if need > (follow.max_bytes or self.settings.max_bytes):
+                if not 4 < need <= self.settings.largest_fetch:
+                    self.sink.failed(follow, f"FETCH at {follow.offset}: an entry of {need} "
+                                             "bytes that cannot be fetched whole")
+                    return
+                follow.max_bytes = need
+        follow.stage = Stage.FETCH
+        if hw > follow.hw_sent:  # no data, but the leader's high watermark moved
+            self.sink.append(follow, proto.NO_EPOCH, hw, b"")
+
+
+def _name(code: int) -> str:
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return f"error {code}"

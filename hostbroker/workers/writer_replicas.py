@@ -1,0 +1,566 @@
+"""The replicas of replicated topics a writer serves (part of ``hb-writer-N``).
+
+Mixed into :class:`~hostbroker.workers.writer.WriterWorker`, whose partition
+logs, table slots, rings and acks=-1 waiters it uses. Owns, for every
+partition of its log dir that is a replica of a replicated topic
+(``partition.json`` says ``"replicated": true``; docs/storage.md, "Replicas"):
+
+- its *book* (:class:`ReplicaBook`): role, leader, leader epoch, replicas,
+  the committed ISR and the one it wants, the high watermark (HW), its
+  leader epoch cache (``leader-epoch-checkpoint``) and, while it leads, what
+  it knows of its followers (an ``IsrTracker``);
+- the role changes the handlers send on LEADER_AND_ISR and STOP_REPLICA
+  (OP_REPLICA_STATE): a new leadership is saved in the epoch cache before the
+  slot says so; leaving it answers the acks=-1 appends still waiting
+  NOT_LEADER_FOR_PARTITION;
+- the followers' fetch positions (OP_FOLLOWER_POS): the ISR it wants
+  (``isr_wanted``, published for the registrar to write to ZooKeeper), the
+  ISR commits it adopts (``IsrCommitTable``), and the HW, the smallest log
+  end over the committed ISR, which only grows while it leads. A move of the
+  HW wakes the fetches parked on it, as an append does;
+- what hb-replica brings from the leader while it follows (``rapp`` ring,
+  answered on ``rres``): OP_REPLICA_APPEND (the leader's bytes at the same
+  offsets, appended only at the log end and in the slot's leader epoch) and
+  OP_TRUNCATE (the log cut to where it diverged from the leader's);
+- the refusals of every append path (APPEND*, PUT) for a replica that does
+  not lead, and of acks=-1 with an ISR below ``min.insync.replicas``;
+- the HW checkpoint of the log dir (``replication-offset-checkpoint``).
+
+Plain partitions (standalone, 0.7-style cluster topics) have no book and
+none of this touches them.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from hostbroker.errors import ErrorCode, HostbrokerError, StorageError
+from hostbroker.log import hwcheckpoint
+from hostbroker.log import message as logmsg
+from hostbroker.log.epochs import LeaderEpochCache
+from hostbroker.log.partition import PartitionLog
+from hostbroker.replication.isr import IsrTracker
+from hostbroker.shm import procs
+from hostbroker.shm import table as ptable
+from hostbroker.shm.table import isr_bits, isr_members, replica_fields
+from hostbroker.workers import envelopes as env
+from hostbroker.workers.base import now_ms
+from hostbroker.workers.flusher import Waiter
+
+
+NOT_LEADER = ErrorCode.NOT_LEADER_FOR_PARTITION
+NOT_ENOUGH_REPLICAS = ErrorCode.NOT_ENOUGH_REPLICAS
+NOT_ENOUGH_REPLICAS_AFTER_APPEND = ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+FENCED_LEADER_EPOCH = ErrorCode.FENCED_LEADER_EPOCH
+
+ROLES_BY_NAME = {"leader": ptable.ROLE_LEADER, "follower": ptable.ROLE_FOLLOWER,
+                 "stopped": ptable.ROLE_STOPPED}
+_INT32 = range(-(2**31), 2**31)
+
+
+class ReplicaBook:
+    """What a writer holds for one replica of a replicated topic."""
+
+    __slots__ = ("plog", "role", "leader", "leader_epoch", "replicas", "isr", "isr_version",
+                 "isr_wanted", "hw", "epochs", "tracker", "min_isr", "epoch_start",
+                 "commit_seq")
+
+    def __init__(self, plog: PartitionLog, epochs: LeaderEpochCache, hw: int):
+        self.plog = plog
+        self.epochs = epochs
+        self.role = ptable.ROLE_STOPPED
+        self.leader = -1
+        self.leader_epoch = max(0, epochs.latest_epoch)
+        self.replicas: list[int] = []
+        self.isr: tuple[int, ...] = ()  # committed (ZooKeeper holds it)
+        self.isr_version = 0
+        self.isr_wanted: tuple[int, ...] = ()
+        self.hw = hw
+        self.tracker: IsrTracker | None = None  # while leading
+        self.min_isr = plog.config.min_insync_replicas
+        self.epoch_start = max(0, epochs.latest_start)
+        self.commit_seq = 0  # the ISR commit slot's seq when this leadership began
+
+    def fields(self) -> dict:
+        """The slot's replication fields as this book says."""
+        return {"role": self.role, "leader": self.leader, "leader_epoch": self.leader_epoch,
+                "isr_version": self.isr_version, "isr": isr_bits(self.replicas, self.isr),
+                "isr_wanted": isr_bits(self.replicas, self.isr_wanted),
+                "epoch_start": self.epoch_start, "high_watermark": self.hw,
+                **replica_fields(self.replicas)}
+
+
+class StateError(Exception):
+    """An OP_REPLICA_STATE or OP_TRUNCATE that cannot be done: ``code`` says why."""
+
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+class Replicas:
+    """Mixin of :class:`WriterWorker`: replicas, their ISR and high watermark.
+
+    The class attributes are what a writer without replicas has (one built
+    without :meth:`_init_replicas`, as tests do); they are never changed in
+    place while empty."""
+
+    books: dict[int, ReplicaBook] = {}
+    isr_pending: set[int] = frozenset()
+    rapp = rres = replica_bell = None
+    hw_checkpoint: bytes | None = None
+    start_hws: dict = {}
+
+    # -- start-up ----------------------------------------------------------
+    def _init_replicas(self) -> None:
+        """Books and rings; before the partitions are registered."""
+        self.broker_id = self.config["broker.id"]
+        self.books: dict[int, ReplicaBook] = {}
+        self.lag_ms = self.config["replica.lag.time.max.ms"]
+        self.lag_bytes = self.config["replica.lag.max.bytes"]
+        self.isr_check_ms = now_ms() + min(self.lag_ms, 1000)
+        self.isr_pending: set[int] = set()  # leader slots whose ISR or HW may move this round
+        self.hw_checkpoint: bytes | None = None  # what the file holds, as far as we know
+        name = getattr(self.plan, "isr_commits_name", None)
+        self.isr_commits = ptable.IsrCommitTable.attach(name) if name else None
+        self.rapp = self.rres = self.replica_bell = None
+        if getattr(self.plan, "replica", False):
+            self.rapp = self.receiver("rapp", 0, self.index)
+            self.rres = self.sender("rres", self.index, 0)
+            self.replica_bell = self.waker("replica", 0)
+        self.start_hws: dict = {}
+        if self.logdir is not None:
+            self.start_hws, problem = hwcheckpoint.read_high_watermarks(self.path)
+            if problem:
+                print(f"hostbroker: {self.name}: {problem}", file=sys.stderr, flush=True)
+
+    def _open_book(self, slot: int, plog: PartitionLog, s) -> dict:
+        """The book of a replicated partition registered in ``slot`` (``s``: the
+        slot as the table had it, or None), and the slot fields to publish.
+
+        A slot that was a replica's (a replaced writer, or a partition a handler
+        created since) keeps its role, leader, epoch, replicas and ISR; after a
+        start the replica is STOPPED with no leader until a LEADER_AND_ISR. The
+        HW is the table's, or the checkpoint's, never past the log end. Raises
+        StorageError for a bad leader epoch file (the partition is offline)."""
+        epochs = LeaderEpochCache.load(plog.path)
+        if epochs.latest_start > plog.log_end_offset:
+            epochs.truncate_from_end(plog.log_end_offset)  # recovery cut the log
+        known = s is not None and s.role != ptable.ROLE_PLAIN and \
+            (s.name, s.partition) == (plog.topic, plog.partition)
+        hw = s.high_watermark if known else self.start_hws.get((plog.topic, plog.partition), 0)
+        book = ReplicaBook(plog, epochs, max(0, min(hw, plog.log_end_offset)))
+        if known:
+            book.role, book.leader = s.role, s.leader
+            book.leader_epoch = max(s.leader_epoch, book.leader_epoch)
+            book.replicas = list(s.replicas)
+            book.isr = isr_members(book.replicas, s.isr)
+            book.isr_wanted = isr_members(book.replicas, s.isr_wanted)
+            book.isr_version = s.isr_version
+            book.epoch_start = s.epoch_start
+            if book.role == ptable.ROLE_LEADER:
+                book.tracker = self._new_tracker(slot, book)
+                # a commit our predecessor had not adopted yet is still ours
+                # (newer than the slot's isr_version, in its epoch)
+                book.commit_seq = 0
+                self.isr_pending.add(slot)
+        self.books[slot] = book
+        return book.fields()
+
+    def _new_tracker(self, slot: int, book: ReplicaBook) -> IsrTracker:
+        """The leader's view of its followers, each caught up as of now; ISR
+        commits written before now are not this leadership's."""
+        if self.isr_commits is not None:
+            book.commit_seq = self.isr_commits.seq(slot)
+        return IsrTracker(self.broker_id, book.replicas, book.isr, now_ms())
+
+    def _drop_book(self, slot: int) -> None:
+        if slot in self.books:
+            del self.books[slot]
+            self.isr_pending.discard(slot)
+
+    # -- the append paths ----------------------------------------------------
+    def _refusal(self, slot: int, plog: PartitionLog, acks: int) -> int | None:
+        """Why an append to ``slot`` must be refused (nothing appended), or None:
+        a replica that does not lead takes no produce; an acks=-1 one needs
+        ``min.insync.replicas`` in the committed ISR. The one check of every
+        append path (APPEND*, PUT)."""
+        book = self.books.get(slot)
+        if book is None or book.plog is not plog:
+            return None if not plog.replicated else NOT_LEADER
+        if book.role != ptable.ROLE_LEADER:
+            return NOT_LEADER
+        if acks == -1 and len(book.isr) < book.min_isr:
+            return NOT_ENOUGH_REPLICAS
+        return None
+
+    def _waiter_code(self, w: Waiter) -> int | None:
+        """How a flushed acks=-1 append of a replica is answered now, or None
+        while it waits for the HW: NONE once the HW covers it (with the ISR at
+        least ``min.insync.replicas``, else NOT_ENOUGH_REPLICAS_AFTER_APPEND)."""
+        book = self.books.get(w.slot)
+        if book is None or book.plog is not w.plog:
+            return ErrorCode.NONE
+        if book.role != ptable.ROLE_LEADER:
+            return NOT_LEADER
+        if book.hw < w.end:
+            return None
+        if len(book.isr) < book.min_isr:
+            return NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        return ErrorCode.NONE
+
+    def _readable_end(self, slot: int, plog: PartitionLog) -> int:
+        """Where a consumer's fetch stops: the HW of a replica, the log end else."""
+        book = self.books.get(slot)
+        if book is None or book.plog is not plog:
+            return plog.log_end_offset
+        return min(book.hw, plog.log_end_offset)
+
+    def _serves_consumers(self, slot: int, plog: PartitionLog) -> bool:
+        """A consumer fetch of ``slot`` may be answered here (not a follower's)."""
+        book = self.books.get(slot)
+        return book is None or book.role == ptable.ROLE_LEADER
+
+    # -- OP_REPLICA_STATE ----------------------------------------------------
+    def _replica_state(self, request) -> dict:
+        """Take the role LEADER_AND_ISR or STOP_REPLICA gives a replica."""
+        try:
+            return self._replica_state_checked(request)
+        except StateError as e:
+            return {"error": e.code, "message": str(e)}
+        except (KeyError, TypeError, ValueError, HostbrokerError) as e:
+            return {"error": int(ErrorCode.INVALID_REQUEST), "message": f"bad replica state: {e}"}
+
+    def _replica_state_checked(self, request) -> dict:
+        slot, topic, partition = int(request["slot"]), request["topic"], int(request["partition"])
+        if request.get("delete") is True:
+            # STOP_REPLICA with delete: as DELETE_TOPIC does (an offline replica too)
+            if not 0 <= slot < self.table.slot_count:
+                raise ValueError(f"slot {slot} outside the table")
+            return self._delete({"slot": slot, "topic": topic, "partition": partition})
+        plog = self._replica_log(slot, topic, partition)
+        role = ROLES_BY_NAME[request["role"]]
+        epoch = int(request["leader_epoch"])
+        leader = int(request.get("leader", -1))
+        if epoch not in _INT32 or leader not in _INT32:
+            raise ValueError("leader or leader_epoch outside int32")
+        book = self.books[slot]
+        if epoch < book.leader_epoch:
+            raise StateError(FENCED_LEADER_EPOCH, f"{topic}-{partition}: leader epoch {epoch} "
+                             f"is older than {book.leader_epoch}")
+        replicas = list(request.get("replicas") or book.replicas)
+        replica_fields(replicas)  # ValueError for a bad list
+        isr = [r for r in request.get("isr", []) if r in replicas]
+        config = request.get("config") or {}
+        min_isr = plog.config.min_insync_replicas
+        if "min.insync.replicas" in config:
+            min_isr = plog.config.with_overrides(
+                {"min.insync.replicas": config["min.insync.replicas"]}).min_insync_replicas
+        if role == ptable.ROLE_LEADER and self.broker_id not in replicas:
+            raise ValueError(f"broker {self.broker_id} leads but is not among replicas {replicas}")
+        was_leading = book.role == ptable.ROLE_LEADER
+        isr_version = int(request.get("isr_version", book.isr_version))
+        if was_leading and role == ptable.ROLE_LEADER and epoch == book.leader_epoch \
+                and isr_version < book.isr_version:
+            # an ISR older than one we had committed since, in the same epoch: ours stands
+            isr, isr_version = list(book.isr), book.isr_version
+        if role == ptable.ROLE_LEADER:
+            if not was_leading or epoch != book.leader_epoch or replicas != book.replicas:
+                # the new leadership is in the epoch file before the slot says so
+                end = plog.log_end_offset
+                if epoch > book.epochs.latest_epoch:
+                    self._save_epoch(book, epoch, end)
+                    book.epoch_start = end
+                else:  # the epoch it led before a restart: its entry stands
+                    book.epoch_start = min(max(0, book.epochs.latest_start), end)
+                book.replicas = replicas
+                book.tracker = self._new_tracker(slot, book)
+            leader = self.broker_id
+            if self.broker_id not in isr:
+                isr.append(self.broker_id)
+        elif was_leading:
+            book.tracker = None
+            self._answer_waiters_of(slot, NOT_LEADER)
+        book.replicas = replicas
+        book.role, book.leader, book.leader_epoch = role, leader, epoch
+        book.isr = tuple(r for r in replicas if r in isr)
+        book.isr_wanted = book.isr
+        if book.tracker is not None:
+            book.tracker.set_isr(book.isr)
+        book.isr_version = isr_version
+        book.min_isr = min_isr
+        book.hw = min(book.hw, plog.log_end_offset)
+        self.table.write(slot, **book.fields())
+        if role == ptable.ROLE_LEADER:
+            self.isr_pending.add(slot)
+        else:
+            self.isr_pending.discard(slot)
+            self._polls_of_replica_back(slot)
+        return {"error": 0}
+
+    def _replica_log(self, slot: int, topic: str, partition: int) -> PartitionLog:
+        """The open log of replica ``topic``-``partition`` in ``slot``, its book ready."""
+        if self.offline:
+            raise StateError(ErrorCode.STORAGE_ERROR, f"log dir {self.path} is offline")
+        if not 0 <= slot < self.table.slot_count:
+            raise ValueError(f"slot {slot} outside the table")
+        plog = self.slots.get(slot) or self._adopt(slot)
+        if plog is None or (plog.topic, plog.partition) != (topic, partition):
+            raise StateError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                             f"no partition {topic}-{partition} in slot {slot}")
+        if slot not in self.books:
+            raise StateError(ErrorCode.INVALID_REQUEST,
+                             f"{topic}-{partition} is not a replica of a replicated topic")
+        return plog
+
+    def _save_epoch(self, book: ReplicaBook, epoch: int, start: int) -> None:
+        try:
+            book.epochs.assign(epoch, start)
+        except (OSError, StorageError) as e:
+            self._go_offline(e)
+            raise StateError(ErrorCode.STORAGE_ERROR, f"cannot save leader epoch: {e}") from e
+
+    def _answer_waiters_of(self, slot: int, code: int) -> None:
+        """Answer every acks=-1 append waiting on ``slot`` now, with ``code``."""
+        keep = []
+        for w in self.waiters:
+            if w.slot == slot:
+                self._answer_waiter(w, code)
+            else:
+                keep.append(w)
+        self.waiters = keep
+
+    def _polls_of_replica_back(self, slot: int) -> None:
+        """Consumer long polls held for a replica that stopped leading go back
+        to their handlers (which answer NOT_LEADER_FOR_PARTITION)."""
+        held = self.polls.pop(slot, None) if hasattr(self, "polls") else None
+        if not held:
+            return
+        self.polls_held -= len(held)
+        for h, poll in held:
+            self.senders[h].send(env.encode_op(env.OP_POLL_BACK, poll.token))
+
+    # -- OP_FOLLOWER_POS -----------------------------------------------------
+    def _follower_pos(self, m) -> None:
+        """A follower fetched at ``offset`` in our leader epoch: it holds everything below."""
+        pos = env.decode_follower_pos(m)
+        book = self.books.get(pos.slot)
+        if (book is None or book.role != ptable.ROLE_LEADER or book.tracker is None
+                or pos.leader_epoch != book.leader_epoch
+                or (book.plog.topic, book.plog.partition) != (pos.topic, pos.partition)
+                or pos.replica_id == self.broker_id or pos.replica_id not in book.replicas):
+            return  # stale (another epoch, a slot re-used) or not a follower of ours
+        plog = book.plog
+        offset = min(pos.offset, plog.log_end_offset)  # nobody holds more than we wrote
+        book.tracker.fetched(pos.replica_id, offset, plog.log_end_offset, now_ms())
+        self.isr_pending.add(pos.slot)
+
+    # -- the round: ISR, commits, high watermark -------------------------------
+    def _replicas_round(self, now: int, touched=()) -> set[int]:
+        """After the round's log ends are published: for the leader slots whose
+        followers moved, that appended (``touched``), or whose ISR check is
+        due, adopt ISR commits, publish the ISR wanted, and move the HW.
+        Returns the slots whose HW moved (their parked fetches look again)."""
+        for slot in touched:
+            if slot in self.books:
+                self.isr_pending.add(slot)
+        if now >= self.isr_check_ms:
+            self.isr_check_ms = now + max(1, min(self.lag_ms // 2, 1000))
+            self.isr_pending.update(s for s, b in self.books.items()
+                                    if b.role == ptable.ROLE_LEADER)
+        if not self.isr_pending:
+            return set()
+        moved = set()
+        pending, self.isr_pending = self.isr_pending, set()
+        for slot in pending:
+            book = self.books.get(slot)
+            if book is None or book.role != ptable.ROLE_LEADER or book.tracker is None:
+                continue
+            if self.slots.get(slot) is not book.plog:
+                continue
+            changes = self._isr_changes(slot, book, now)
+            hw = self._leader_hw(book)
+            if hw > book.hw:
+                book.hw = hw
+                changes["high_watermark"] = hw
+                moved.add(slot)
+            if changes:
+                self.table.write(slot, **changes)
+            if book.isr_wanted != book.isr:
+                self.isr_pending.add(slot)  # a commit is awaited: look again next round
+        if moved:
+            self.count(procs.MESSAGES_IN)  # parked fetches look again (they read the HW)
+        return moved
+
+    def _isr_changes(self, slot: int, book: ReplicaBook, now: int) -> dict:
+        """Adopt a new ISR commit, then say which ISR we want now.
+
+        A commit is adopted when it was written during this leadership (the
+        commit slot's seq moved), in our leader epoch, at a newer state node
+        version than ours, naming us among our replicas: it is what ZooKeeper
+        holds now. That is normally the ISR we want; when we changed our mind
+        meanwhile (a follower left and came back before the write), the
+        commit is still adopted, and the ISR we want now differs from it, so
+        the registrar writes that one next: ZooKeeper and the HW never
+        disagree for long."""
+        changes = {}
+        commits = self.isr_commits
+        if commits is not None:
+            seq = commits.seq(slot)
+            if seq != book.commit_seq and not seq & 1:
+                book.commit_seq = seq
+                c = commits.read(slot)
+                members = isr_members(book.replicas, c.commit_isr)
+                if (c.state == ptable.COMMITTED and c.leader_epoch == book.leader_epoch
+                        and c.commit_version > book.isr_version
+                        and c.commit_isr >> len(book.replicas) == 0
+                        and self.broker_id in members):
+                    book.isr = members
+                    book.isr_version = c.commit_version
+                    book.tracker.set_isr(book.isr)
+                    changes.update(isr=c.commit_isr, isr_version=c.commit_version)
+        wanted = tuple(book.tracker.wanted_isr(now, self.lag_ms, max(0, self.lag_bytes),
+                                               book.plog.log_end_offset, book.hw))
+        wanted = tuple(r for r in book.replicas if r in wanted or r == self.broker_id)
+        if wanted != book.isr_wanted:
+            book.isr_wanted = wanted
+            changes["isr_wanted"] = isr_bits(book.replicas, wanted)
+        return changes
+
+    def _leader_hw(self, book: ReplicaBook) -> int:
+        """The smallest log end over the committed ISR (ours included)."""
+        hw = book.tracker.high_watermark(book.isr, book.plog.log_end_offset)
+        return min(hw, book.plog.log_end_offset)
+
+    def _pump_replica(self) -> None:
+        """Answers to hb-replica its ring could not take at once."""
+        if self.rres is not None and self.rres.pending():
+            self.rres.pump()
+            self.replica_bell.wake()
+
+    def _replicas_timeout_ms(self) -> int | None:
+        if self.rres is not None and self.rres.pending():
+            return now_ms() + 10
+        return self.isr_check_ms if any(b.role == ptable.ROLE_LEADER
+                                        for b in self.books.values()) else None
+
+    # -- hb-replica: OP_REPLICA_APPEND, OP_TRUNCATE ---------------------------
+    def _serve_replica_ring(self, touched: set[int]) -> None:
+        """What hb-replica brought from the leaders, answered on ``rres``."""
+        receiver = self.rapp
+        if receiver is None or not receiver.has_unread():
+            return
+        for m in receiver.poll():
+            op, token = env.decode_op(m)
+            if op == env.OP_REPLICA_APPEND:
+                self.rres.send(self._replica_append(m, touched))
+            elif op == env.OP_TRUNCATE:
+                self.rres.send(*env.encode_json(env.OP_TRUNCATE, token,
+                                                self._truncate(env.decode_json(m))))
+        receiver.done()
+        self.rres.pump()
+        self.replica_bell.wake()
+
+    def _replica_append(self, m, touched: set[int]) -> bytes:
+        """Append the leader's bytes at the same offsets: only to a FOLLOWER in
+        the leader epoch named, at its log end, whole entries checked as a
+        produce is. The answer says the log end either way."""
+        a = env.decode_replica_append(m)
+        book = self.books.get(a.slot)
+        plog = book.plog if book is not None else None
+        if self.offline:
+            return env.encode_replica_append_result(a.token, ErrorCode.STORAGE_ERROR, -1)
+        if (plog is None or self.slots.get(a.slot) is not plog
+                or (plog.topic, plog.partition) != (a.topic, a.partition)):
+            return env.encode_replica_append_result(a.token, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                                    -1)
+        end = plog.log_end_offset
+        if book.role != ptable.ROLE_FOLLOWER or a.leader_epoch != book.leader_epoch:
+            code = FENCED_LEADER_EPOCH if a.leader_epoch < book.leader_epoch else NOT_LEADER
+            return env.encode_replica_append_result(a.token, code, end)
+        if a.base_offset != end:
+            return env.encode_replica_append_result(a.token, ErrorCode.OFFSET_OUT_OF_RANGE, end)
+        try:
+            count = logmsg.validate_message_set(a.message_set, plog.config.max_message_bytes)
+        except HostbrokerError as e:
+            self.count(procs.ERRORS)
+            return env.encode_replica_append_result(a.token, e.code, end)
+        if count:
+            epochs = book.epochs
+            try:
+                if 0 <= a.data_epoch < epochs.latest_epoch and epochs.latest_start >= end:
+                    # our newest epochs hold no message (we led them and wrote
+                    # nothing): the leader's older epoch goes on past them
+                    epochs.truncate_from_end(end)
+                if a.data_epoch > epochs.latest_epoch:
+                    epochs.assign(a.data_epoch, end)
+            except (OSError, StorageError) as e:
+                self._go_offline(e)
+                return env.encode_replica_append_result(a.token, ErrorCode.STORAGE_ERROR, -1)
+            try:
+                _, end = plog.append(a.message_set, count)
+            except (OSError, StorageError) as e:
+                self._go_offline(e)
+                return env.encode_replica_append_result(a.token, ErrorCode.STORAGE_ERROR, -1)
+            touched.add(a.slot)
+            self.appended += count
+            self.count(procs.BYTES_IN, len(a.message_set))
+        hw = max(0, min(a.leader_hw, end))
+        if hw != book.hw:
+            book.hw = hw
+            self.table.write(a.slot, high_watermark=hw)
+        return env.encode_replica_append_result(a.token, ErrorCode.NONE, end)
+
+    def _truncate(self, request) -> dict:
+        """Cut a follower's log to exactly ``offset`` (where it diverged from
+        its leader's), its leader epoch cache with it."""
+        try:
+            slot, offset = int(request["slot"]), int(request["offset"])
+            plog = self._replica_log(slot, request["topic"], int(request["partition"]))
+            book = self.books[slot]
+            if book.role != ptable.ROLE_FOLLOWER or \
+                    int(request["leader_epoch"]) != book.leader_epoch:
+                raise StateError(NOT_LEADER if int(request["leader_epoch"]) >= book.leader_epoch
+                                 else FENCED_LEADER_EPOCH, "not a follower in that epoch")
+        except StateError as e:
+            return {"error": e.code, "log_end": -1, "message": str(e)}
+        except (KeyError, TypeError, ValueError) as e:
+            return {"error": int(ErrorCode.INVALID_REQUEST), "log_end": -1,
+                    "message": f"bad truncate: {e}"}
+        if offset >= plog.log_end_offset:
+            return {"error": 0, "log_end": plog.log_end_offset}
+        if offset < plog.log_start_offset:
+            return {"error": int(ErrorCode.OFFSET_OUT_OF_RANGE), "log_end": plog.log_end_offset,
+                    "message": f"{offset} is below the log start {plog.log_start_offset}"}
+        while self.flushing.get(slot) is plog:  # its end must not mark new bytes durable
+            time.sleep(0.001)
+            self._flushed()
+        try:
+            plog.truncate_to(offset)
+            book.epochs.truncate_from_end(offset)
+        except (OSError, StorageError) as e:
+            self._go_offline(e)
+            return {"error": int(ErrorCode.STORAGE_ERROR), "log_end": -1, "message": str(e)}
+        book.hw = min(book.hw, offset)
+        book.epoch_start = min(book.epoch_start, offset)
+        self._publish(slot, plog, high_watermark=book.hw, epoch_start=book.epoch_start)
+        return {"error": 0, "log_end": plog.log_end_offset}
+
+    # -- the HW checkpoint -----------------------------------------------------
+    def _checkpoint_hws(self) -> None:
+        """Record every replica's HW (replication-offset-checkpoint), if changed."""
+        if self.logdir is None or self.offline:
+            return
+        marks = {(b.plog.topic, b.plog.partition): b.hw for b in self.books.values()}
+        if not marks and self.hw_checkpoint is None and not self.start_hws:
+            return
+        data = hwcheckpoint.format_high_watermarks(marks)
+        if data == self.hw_checkpoint:
+            return
+        try:
+            hwcheckpoint.write_high_watermarks(self.path, data)
+        except OSError as e:
+            self._go_offline(e)
+            return
+        self.hw_checkpoint = data

@@ -1,0 +1,260 @@
+"""The controller, for real: ``hostbroker serve`` brokers in cluster mode on a real
+ZooKeeper electing one controller, a new one after a SIGKILL (epoch bumped), state
+nodes for new replicated topics, leaders moved off a broker that dies, and the tools
+(``topics create|describe|delete``, ``leaders elect``, ``reassign``) on ZooKeeper.
+
+One ZooKeeper serves the module; each test has its own chroot in it."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+
+from hostbroker.replication import zknodes
+from tests.cluster.test_broker_registration import kill_hard
+from tests.cluster.test_discovery import wait_until
+from tests.cluster.zkserver import ZooKeeperServer
+from tests.integration.cli import hostbroker, lines, one_line_error
+
+SESSION_MS = 2000
+LEAN = {"num.processors": 1, "num.handlers": 1, "zookeeper.session.timeout.ms": SESSION_MS,
+        "zookeeper.connection.timeout.ms": 5000}
+_roots = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def zkserver(tmp_path_factory):
+    server = ZooKeeperServer(tmp_path_factory.mktemp("zk")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def cluster(zkserver):
+    """(connect string with this test's own chroot, a kazoo client rooted there)."""
+    from kazoo.client import KazooClient
+
+    chroot = f"/t{next(_roots)}"
+    root = KazooClient(hosts=zkserver.connect, timeout=5.0)
+    root.start(timeout=10)
+    root.ensure_path(chroot)
+    root.stop()
+    root.close()
+    client = KazooClient(hosts=zkserver.connect + chroot, timeout=5.0)
+    client.start(timeout=10)
+    yield zkserver.connect + chroot, client
+    client.stop()
+    client.close()
+
+
+def start(make_broker, tmp_path, connect, zk, broker_id, **settings):
+    root = tmp_path / f"b{broker_id}"
+    root.mkdir(exist_ok=True)
+    broker = make_broker(root=root, **{**LEAN, "zookeeper.connect": connect,
+                                       "broker.id": broker_id, **settings})
+    wait_until(lambda: zk.exists(f"/brokers/ids/{broker_id}") is not None)
+    return broker
+
+
+def controller(zk) -> tuple[int, int] | None:
+    """(broker id in /controller, /controller_epoch), or None while there is none."""
+    from kazoo.exceptions import NoNodeError
+
+    try:
+        holder = json.loads(zk.get(zknodes.CONTROLLER)[0])["brokerid"]
+        return holder, int(zk.get(zknodes.CONTROLLER_EPOCH)[0])
+    except NoNodeError:
+        return None
+
+
+def state(zk, topic, p) -> dict | None:
+    from kazoo.exceptions import NoNodeError
+
+    try:
+        return json.loads(zk.get(zknodes.state_path(topic, p))[0])
+    except NoNodeError:
+        return None
+
+
+def create(connect, topic, partitions, factor, *more):
+    return hostbroker("topics", "create", "--zookeeper", connect, "--topic", topic,
+                      "--partitions", str(partitions), "--replication-factor", str(factor),
+                      *more)
+
+
+def test_one_controller_new_topics_get_states_and_leaders_move_off_a_killed_broker(
+        make_broker, tmp_path, cluster):
+    connect, zk = cluster
+    brokers = {i: start(make_broker, tmp_path, connect, zk, i) for i in (1, 2, 3)}
+    wait_until(lambda: controller(zk) is not None)
+    holder, epoch = controller(zk)
+    assert holder in brokers and epoch >= 1
+
+    result = create(connect, "three", 3, 3, "--config", "min.insync.replicas=2")
+    assert result.returncode == 0, result.stderr
+    assert lines(result) == [
+        "created topic three with 3 partitions, replication factor 3 min.insync.replicas=2"]
+    result = create(connect, "two", 4, 2)
+    assert result.returncode == 0, result.stderr
+    assignment = json.loads(zk.get(zknodes.assignment_path("two"))[0])["partitions"]
+    assert sorted(assignment) == ["0", "1", "2", "3"]
+    assert all(len(set(r)) == 2 and set(r) <= {1, 2, 3} for r in assignment.values())
+    # the round robin spreads the preferred leaders over every broker
+    assert {r[0] for r in assignment.values()} == {1, 2, 3}
+    assert json.loads(zk.get(zknodes.topic_config_path("three"))[0])["config"] == {
+        "min.insync.replicas": "2"}
+
+    for topic, count in (("three", 3), ("two", 4)):
+        replicas = json.loads(zk.get(zknodes.assignment_path(topic))[0])["partitions"]
+        for p in range(count):
+            wait_until(lambda: state(zk, topic, p) is not None)
+            s = state(zk, topic, p)
+            assert (s["leader"], s["leader_epoch"], s["isr"], s["controller_epoch"]) == (
+                replicas[str(p)][0], 0, replicas[str(p)], epoch)
+
+    result = hostbroker("topics", "describe", "--zookeeper", connect, "--json", "two")
+    assert result.returncode == 0, result.stderr
+    (topic,) = json.loads(result.stdout)["topics"]
+    assert topic["topic"] == "two" and topic["replication_factor"] == 2
+    assert [(p["partition"], p["leader"], p["replicas"], p["isr"])
+            for p in topic["partitions"]] == [
+        (p, assignment[str(p)][0], assignment[str(p)], assignment[str(p)]) for p in range(4)]
+
+    # a broker that is not the controller dies: its leaderships move, ISRs shrink
+    victim = next(i for i in brokers if i != holder)
+    kill_hard(brokers[victim])
+    brokers[victim].kill_tree()
+    replicas = json.loads(zk.get(zknodes.assignment_path("three"))[0])["partitions"]
+
+    def moved() -> bool:
+        return all(victim not in state(zk, "three", p)["isr"] for p in range(3))
+
+    wait_until(moved, timeout=SESSION_MS / 1000 + 8)
+    for p in range(3):
+        s = state(zk, "three", p)
+        was_leader = replicas[str(p)][0] == victim
+        assert s["leader"] != victim and s["leader"] in replicas[str(p)]
+        assert s["leader_epoch"] == (1 if was_leader else 0)
+        assert s["isr"] == [b for b in replicas[str(p)] if b != victim]
+
+    result = hostbroker("topics", "describe", "--zookeeper", connect, "three")
+    assert result.returncode == 0, result.stderr
+    out = lines(result)
+    assert "topic: three  partitions: 3  replication factor: 3  under-replicated: 3 " \
+           "min.insync.replicas=2" in out
+    assert sum(line.endswith("under-replicated") for line in out) == 3
+
+    # the controller itself dies: another takes over within the session timeout
+    kill_hard(brokers[holder])
+    brokers[holder].kill_tree()
+    wait_until(lambda: (controller(zk) or (holder, 0))[0] != holder,
+               timeout=SESSION_MS / 1000 + 8)
+    new_holder, new_epoch = controller(zk)
+    (last,) = set(brokers) - {victim, holder}
+    assert new_holder == last and new_epoch == epoch + 1
+    # and it rebuilt its view: every partition is led by the last broker or no one
+    wait_until(lambda: all(state(zk, "two", p)["leader"] in (last, -1) for p in range(4)),
+               timeout=8)
+    for p in range(4):
+        s = state(zk, "two", p)
+        if last in assignment[str(p)]:
+            assert (s["leader"], s["isr"]) == (last, [last])
+        else:  # no replica left in sync: offline, its last ISR member kept
+            assert s["leader"] == -1 and s["isr"] and last not in s["isr"]
+
+
+def test_tools_refuse_bad_arguments_in_one_line(make_broker, tmp_path, cluster):
+    connect, zk = cluster
+    start(make_broker, tmp_path, connect, zk, 1)
+    result = create(connect, "t", 1, 2)
+    assert one_line_error(result).startswith("hostbroker topics create: cannot place topic t:")
+    assert result.returncode == 1
+    result = create(connect, "t", 1, 1, "--config", "min.insync.replicas=2")
+    assert one_line_error(result) == (
+        "hostbroker topics create: --config min.insync.replicas=2: must be a number from 1 "
+        "to the replication factor (1)")
+    assert result.returncode == 2
+    result = hostbroker("topics", "create", "--topic", "t", "--replication-factor", "1")
+    assert one_line_error(result) == (
+        "hostbroker topics create: --replication-factor needs --zookeeper")
+    assert create(connect, "t", 1, 1).returncode == 0
+    result = create(connect, "t", 1, 1)
+    assert one_line_error(result) == "hostbroker topics create: topic t already exists in ZooKeeper"
+    wait_until(lambda: state(zk, "t", 0) is not None)
+
+    result = hostbroker("leaders", "elect", "--zookeeper", connect, "--topic", "nope")
+    assert "hostbroker leaders elect: no replicated topic nope" in result.stderr.decode()
+    assert result.returncode == 1
+
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"version":1,"partitions":[{"topic":"t","partition":0,"replicas":[1,1]}]}')
+    result = hostbroker("reassign", "execute", "--zookeeper", connect,
+                        "--reassignment-json-file", bad)
+    assert one_line_error(result) == (
+        f"hostbroker reassign execute: --reassignment-json-file: {bad}: "
+        "{'topic': 't', 'partition': 0, 'replicas': [1, 1]}: replicas must be distinct "
+        "broker ids")
+    far = tmp_path / "far.json"
+    far.write_text('{"version":1,"partitions":[{"topic":"t","partition":0,"replicas":[9]}]}')
+    result = hostbroker("reassign", "execute", "--zookeeper", connect,
+                        "--reassignment-json-file", far)
+    assert one_line_error(result) == "hostbroker reassign execute: t-0: broker 9 not live"
+
+
+def test_delete_preferred_election_and_reassignment_through_admin_nodes(
+        make_broker, tmp_path, cluster):
+    connect, zk = cluster
+    for i in (1, 2, 3):
+        start(make_broker, tmp_path, connect, zk, i)
+    wait_until(lambda: controller(zk) is not None)
+    zk.create(zknodes.assignment_path("moving"),
+              b'{"version":1,"partitions":{"0":[1,2],"1":[2,3]}}', makepath=True)
+    wait_until(lambda: state(zk, "moving", 1) is not None)
+
+    # preferred election: partition 1 led by 3 (as after a failover), 2 back in sync
+    data, stat = zk.get(zknodes.state_path("moving", 1))
+    s = json.loads(data)
+    zk.set(zknodes.state_path("moving", 1), json.dumps(
+        {**s, "leader": 3, "leader_epoch": 4, "isr": [3, 2]}).encode(), version=stat.version)
+    result = hostbroker("leaders", "elect", "--zookeeper", connect, "--topic", "moving")
+    assert (result.returncode, lines(result)) == (
+        0, ["preferred replica election started for 1 partition"]), result.stderr
+    wait_until(lambda: zk.exists(zknodes.PREFERRED_REPLICA_ELECTION) is None)
+    s = state(zk, "moving", 1)
+    assert (s["leader"], s["leader_epoch"], s["isr"]) == (2, 5, [3, 2])
+    result = hostbroker("leaders", "elect", "--zookeeper", connect)
+    assert lines(result) == ["every partition is led by its preferred replica"]
+
+    # reassignment: partition 0 from [1, 2] to [3, 2]; the new replica joins the ISR
+    # (here by hand: the leader's ISR commit does it once the follower caught up)
+    plan = tmp_path / "plan.json"
+    plan.write_text('{"version":1,"partitions":[{"topic":"moving","partition":0,"replicas":[3,2]}]}')
+    result = hostbroker("reassign", "execute", "--zookeeper", connect,
+                        "--reassignment-json-file", plan)
+    assert result.returncode == 0, result.stderr
+    assert lines(result)[1] == '{"version":1,"partitions":[{"topic":"moving","partition":0,' \
+                               '"replicas":[1,2]}]}'
+    result = hostbroker("reassign", "verify", "--zookeeper", connect,
+                        "--reassignment-json-file", plan)
+    assert (result.returncode, lines(result)) == (1, ["moving-0: in progress"])
+    data, stat = zk.get(zknodes.state_path("moving", 0))
+    s = json.loads(data)
+    assert s["leader"] == 1
+    zk.set(zknodes.state_path("moving", 0), json.dumps({**s, "isr": [1, 2, 3]}).encode(),
+           version=stat.version)
+    wait_until(lambda: zk.exists(zknodes.REASSIGN_PARTITIONS) is None)
+    assert json.loads(zk.get(zknodes.assignment_path("moving"))[0])["partitions"]["0"] == [3, 2]
+    s = state(zk, "moving", 0)
+    assert (s["leader"], s["leader_epoch"], s["isr"]) == (3, 1, [2, 3])
+    result = hostbroker("reassign", "verify", "--zookeeper", connect,
+                        "--reassignment-json-file", plan)
+    assert (result.returncode, lines(result)) == (0, ["moving-0: done"])
+
+    # deletion: the controller removes every node of the topic, then the request
+    result = hostbroker("topics", "delete", "--zookeeper", connect, "--topic", "moving")
+    assert lines(result) == ["topic moving marked for deletion (the controller removes its "
+                             "replicas)"]
+    wait_until(lambda: zk.exists(zknodes.assignment_path("moving")) is None)
+    wait_until(lambda: zk.get_children(zknodes.DELETE_TOPICS) == [])

@@ -1,0 +1,167 @@
+"""Followers copying their leader, for real: two ``hostbroker serve`` processes
+in cluster mode, told who leads by LEADER_AND_ISR requests sent here by hand
+(the controller's part is not needed to see the follower's), ``hb-replica``
+of the follower fetching over the leader's listener and appending through its
+writer. Replicas are byte-identical, so their segment files are compared.
+
+One ZooKeeper and one pair of brokers serve the module; each test has topics
+of its own.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import signal
+import time
+
+import pytest
+
+from hostbroker.errors import ErrorCode
+from hostbroker.log.message import encode_message_set
+from hostbroker.log.segments import partition_dirname
+from hostbroker.protocol import replication as rproto
+from hostbroker.protocol.bodies import MetadataBroker
+from tests.cluster.zkserver import ZooKeeperServer
+from tests.integration.broker import Broker
+from tests.integration.wire_helpers import RawSocket, new_topic
+
+FAST = {"num.processors": 1, "num.handlers": 1, "replica.fetch.wait.max.ms": 200,
+        "replica.fetch.backoff.ms": 100, "message.max.bytes": 4 * 1024 * 1024}
+CONTROLLER = 99
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    zk = ZooKeeperServer(tmp_path_factory.mktemp("zk")).start()
+    brokers = {}
+    try:
+        for broker_id in (1, 2):
+            brokers[broker_id] = Broker(tmp_path_factory.mktemp(f"b{broker_id}"), **{
+                **FAST, "zookeeper.connect": zk.connect, "broker.id": broker_id}).start()
+        yield brokers
+    finally:
+        for broker in brokers.values():
+            try:
+                broker.stop(timeout=20)
+            except Exception:  # noqa: BLE001 - already failing; leave nothing behind
+                broker.kill_tree()
+            broker.remove_leftovers()
+        zk.stop()
+
+
+def ask(broker, body, cls):
+    with RawSocket(broker.tcp) as sock:
+        sock.send(rproto.encode_request(body, 5, "test"))
+        corr, answer = rproto.decode_response(sock.read_frame(), cls)
+    assert corr == 5
+    return answer
+
+
+def lead(pair, to, topic: str, leader: int, epoch: int, isr=(1, 2)) -> None:
+    """LEADER_AND_ISR of ``topic`` partition 0 (replicas 1 and 2) to brokers ``to``."""
+    brokers = tuple(MetadataBroker(i, "127.0.0.1", b.port, b.unix_path) for i, b in pair.items())
+    body = rproto.LeaderAndIsrRequest(CONTROLLER, 1, (rproto.LeaderAndIsrPartition(
+        topic, 0, leader, epoch, tuple(isr), 0, (1, 2)),), (), brokers)
+    for broker_id in to:
+        answer = ask(pair[broker_id], body, rproto.LeaderAndIsrResponse)
+        assert answer.error_code == ErrorCode.NONE
+        assert [p.error_code for p in answer.partitions] == [ErrorCode.NONE]
+
+
+def log_bytes(broker, topic: str) -> bytes:
+    out = b""
+    for log_dir in broker.settings["log.dirs"].split(","):
+        where = os.path.join(log_dir, partition_dirname(topic, 0), "*.kafka")
+        for path in sorted(glob.glob(where)):
+            with open(path, "rb") as f:
+                out += f.read()
+    return out
+
+
+def produce(broker, topic: str, payloads: list[bytes], acks: int = 1):
+    with broker.client(broker.tcp, timeout=30) as client:
+        return client.produce(topic, 0, encode_message_set(payloads), acks=acks,
+                              timeout_ms=10000, raise_on_error=False)
+
+
+def same_logs(a, b, topic: str, expected: bytes, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if log_bytes(a, topic) == log_bytes(b, topic) == expected:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"logs differ: {len(log_bytes(a, topic))} and "
+                         f"{len(log_bytes(b, topic))} bytes, {len(expected)} expected\n"
+                         f"{b.log()[-3000:]}")
+
+
+def test_a_follower_copies_its_leader_byte_for_byte(pair):
+    topic = new_topic("follow")
+    lead(pair, (1, 2), topic, leader=1, epoch=1)
+    sent = b""
+    for i in range(5):
+        payloads = [f"m{i}-{j}".encode() * (j + 1) for j in range(20)]
+        assert produce(pair[1], topic, payloads).error_code == ErrorCode.NONE
+        sent += encode_message_set(payloads)
+    same_logs(pair[1], pair[2], topic, sent)
+    # acks=-1 is answered once the follower has it: the follower's fetches move
+    # the leader's high watermark
+    payloads = [b"all-in-sync" * 10]
+    result = produce(pair[1], topic, payloads, acks=-1)
+    assert result.error_code == ErrorCode.NONE
+    sent += encode_message_set(payloads)
+    same_logs(pair[1], pair[2], topic, sent)
+
+
+def test_an_entry_larger_than_replica_fetch_max_bytes_is_copied_whole(pair):
+    topic = new_topic("large")
+    lead(pair, (1, 2), topic, leader=1, epoch=1)
+    payloads = [os.urandom(1024 * 1024 + 5000)]  # past the 1 MiB a fetch asks per partition
+    sent = encode_message_set([b"small"]) + encode_message_set(payloads)
+    assert produce(pair[1], topic, [b"small"]).error_code == ErrorCode.NONE
+    assert produce(pair[1], topic, payloads).error_code == ErrorCode.NONE
+    same_logs(pair[1], pair[2], topic, sent)
+
+
+def test_a_returning_old_leader_cuts_exactly_where_the_logs_parted(pair):
+    """Broker 1 leads epoch 1 and both hold A. Broker 2 is made leader of
+    epoch 2 while broker 1 still believes it leads and appends B (which
+    nobody copies); broker 2 appends C. Told it follows epoch 2, broker 1 cuts
+    B away (its own epoch 1 ends at A on the new leader), whatever its high
+    watermark, and copies C: both logs are A + C."""
+    topic = new_topic("diverge")
+    lead(pair, (1, 2), topic, leader=1, epoch=1)
+    a = [b"a-%d" % i for i in range(30)]
+    assert produce(pair[1], topic, a, acks=-1).error_code == ErrorCode.NONE
+    same_logs(pair[1], pair[2], topic, encode_message_set(a))
+    lead(pair, (2,), topic, leader=2, epoch=2, isr=(2,))
+    b = [b"b-only-on-the-old-leader-%d" % i for i in range(50)]
+    assert produce(pair[1], topic, b).error_code == ErrorCode.NONE
+    c = [b"c-%d" % i for i in range(7)]
+    assert produce(pair[2], topic, c).error_code == ErrorCode.NONE
+    assert log_bytes(pair[1], topic) == encode_message_set(a) + encode_message_set(b)
+    lead(pair, (1, 2), topic, leader=2, epoch=2, isr=(2,))
+    same_logs(pair[1], pair[2], topic, encode_message_set(a) + encode_message_set(c))
+
+
+def test_the_follower_carries_on_after_its_replica_process_or_writer_is_killed(pair):
+    topic = new_topic("killed")
+    lead(pair, (1, 2), topic, leader=1, epoch=1)
+    sent = b""
+
+    def more(i: int) -> None:
+        nonlocal sent
+        payloads = [f"k{i}-{j}".encode() * 20 for j in range(30)]
+        assert produce(pair[1], topic, payloads).error_code == ErrorCode.NONE
+        sent += encode_message_set(payloads)
+
+    more(0)
+    same_logs(pair[1], pair[2], topic, sent)
+    for name in ("hb-replica", "hb-writer-0"):
+        old = pair[2].workers()[name]
+        os.kill(old, signal.SIGKILL)
+        more(1 if name == "hb-replica" else 2)
+        pair[2].wait_worker_replaced(name, old)
+        more(3 if name == "hb-replica" else 4)
+        same_logs(pair[1], pair[2], topic, sent)

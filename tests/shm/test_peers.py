@@ -1,0 +1,57 @@
+import pytest
+
+from hostbroker.shm.peers import MAX_PEERS, Peer, PeersTable
+from hostbroker.shm.region import LayoutError
+from hostbroker.shm.table import PartitionTable
+
+
+@pytest.fixture
+def peers(created):
+    return created(PeersTable, "peers", 4)
+
+
+def test_a_new_table_knows_no_controller(peers):
+    assert peers.controller_epoch == 0
+    assert peers.controller_id == -1
+    assert peers.all() == []
+    assert peers.get(1) is None
+    assert MAX_PEERS == 1024
+
+
+def test_peers_are_stored_replaced_and_read_by_another_handle(peers, names):
+    peers.put(2, "127.0.0.1", 9092, "/tmp/b2.sock")
+    peers.put(1, "::1", -1, "")
+    peers.put(2, "127.0.0.2", 9093, "")
+    other = PeersTable.attach(peers.name)
+    try:
+        assert other.get(2) == Peer(2, "127.0.0.2", 9093, "")
+        assert other.all() == [Peer(1, "::1", -1, ""), Peer(2, "127.0.0.2", 9093, "")]
+        peers.set_controller_epoch(7)
+        peers.set_controller_id(2)
+        assert (other.controller_epoch, other.controller_id) == (7, 2)
+    finally:
+        other.close()
+    peers.remove(1)
+    assert [p.broker_id for p in peers.all()] == [2]
+
+
+def test_out_of_range_values_are_refused_in_one_line(peers):
+    with pytest.raises(ValueError, match="broker id"):
+        peers.put(-1, "h", 1, "")
+    with pytest.raises(ValueError, match="port"):
+        peers.put(1, "h", 70000, "")
+    with pytest.raises(ValueError, match="over 232 bytes"):
+        peers.put(1, "h" * 300, 1, "")
+    with pytest.raises(ValueError, match="controller epoch"):
+        peers.set_controller_epoch(-1)
+    for b in range(4):
+        peers.put(b, "h", 1, "")
+    with pytest.raises(ValueError, match="more than 4 peers"):
+        peers.put(9, "h", 1, "")
+    assert len(peers.all()) == 4
+
+
+def test_another_layout_is_not_taken_for_a_peers_table(created):
+    table = created(PartitionTable, "table", 4)
+    with pytest.raises(LayoutError):
+        PeersTable.attach(table.name)
