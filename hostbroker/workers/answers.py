@@ -32,13 +32,6 @@ from hostbroker.workers import envelopes as env
 from hostbroker.workers.base import now_ms
 from hostbroker.workers.topicview import TopicView
 
-# the slot roles and error codes of replication (shm/table.py, errors.py)
-ROLE_PLAIN = getattr(ptable, "ROLE_PLAIN", 0)
-ROLE_LEADER = getattr(ptable, "ROLE_LEADER", 1)
-ROLE_FOLLOWER = getattr(ptable, "ROLE_FOLLOWER", 2)
-ROLE_STOPPED = getattr(ptable, "ROLE_STOPPED", 3)
-NOT_LEADER_FOR_PARTITION = getattr(ErrorCode, "NOT_LEADER_FOR_PARTITION", 22)
-
 LOCAL_KEYS = frozenset((api.ApiKey.METADATA, api.ApiKey.OFFSETS))
 
 _CORR = struct.Struct(">i")
@@ -179,11 +172,11 @@ def consumer_end(s) -> tuple[int, int]:
     watermark of a replicated partition this broker leads, and nothing
     (NOT_LEADER_FOR_PARTITION, -1) of one it follows or has stopped. The
     one place fetches (handlers, processors), OFFSETS and METADATA take it."""
-    role = getattr(s, "role", ROLE_PLAIN)
-    if role == ROLE_PLAIN:
+    role = s.role
+    if role == ptable.ROLE_PLAIN:
         return ErrorCode.NONE, s.end_offset
-    if role != ROLE_LEADER:
-        return NOT_LEADER_FOR_PARTITION, -1
+    if role != ptable.ROLE_LEADER:
+        return ErrorCode.NOT_LEADER_FOR_PARTITION, -1
     return ErrorCode.NONE, min(s.high_watermark, s.end_offset)
 
 

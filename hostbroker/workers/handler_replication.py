@@ -49,8 +49,6 @@ from hostbroker.workers.base import now_ms
 
 # (api key, version) of every request this module serves
 REPLICATION_REQUESTS = frozenset(rproto.REPLICATION_REQUEST_TYPES)
-_ROLE_NAMES = {ptable.ROLE_LEADER: "leader", ptable.ROLE_FOLLOWER: "follower",
-               ptable.ROLE_STOPPED: "stopped"}
 _EPOCH_CACHES_MAX = 4096
 
 
@@ -63,7 +61,7 @@ class Replication:
         if name:
             self.peers = PeersTable.attach(name)
         self.broker_id = self.config["broker.id"]
-        # slot -> (topic, epoch_start, leader_epoch, cache): a partition's
+        # slot -> ((topic, epoch_start, leader_epoch), cache): a partition's
         # leader-epoch-checkpoint as last loaded
         self.epoch_caches: dict[int, tuple] = {}
 
@@ -83,7 +81,7 @@ class Replication:
             self._reply(p, conn_id, seq, corr, self._metadata_v1(request))
 
     # -- the controller's requests ----------------------------------------------
-    def _stale(self, controller_id: int, controller_epoch: int) -> ErrorCode:
+    def _take_controller_epoch(self, controller_id: int, controller_epoch: int) -> ErrorCode:
         """Take the controller's epoch (admin lock held): STALE_CONTROLLER_EPOCH
         below the highest seen, REPLICA_NOT_AVAILABLE on a broker with no
         replication (standalone), else NONE and the epoch is the highest."""
@@ -133,7 +131,7 @@ class Replication:
             for entry in request.topic_configs}
         states = []
         with self._admin():
-            code = self._stale(request.controller_id, request.controller_epoch)
+            code = self._take_controller_epoch(request.controller_id, request.controller_epoch)
             if code:
                 self._reply(p, conn_id, seq, corr, rproto.LeaderAndIsrResponse(code, tuple(
                     rproto.PartitionError(t, pt, code) for t, pt, _ in results)))
@@ -234,7 +232,7 @@ class Replication:
         results = [[x.topic, x.partition, ErrorCode.NONE] for x in request.partitions]
         states = []
         with self._admin():
-            code = self._stale(request.controller_id, request.controller_epoch)
+            code = self._take_controller_epoch(request.controller_id, request.controller_epoch)
             if code:
                 self._reply(p, conn_id, seq, corr, rproto.StopReplicaResponse(code, tuple(
                     rproto.PartitionError(t, pt, code) for t, pt, _ in results)))

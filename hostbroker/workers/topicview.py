@@ -54,7 +54,7 @@ class TopicView:
         for i, s in self.table.scan():
             if s.state in (ptable.ONLINE, ptable.OFFLINE, ptable.CREATING):
                 topics.setdefault(s.name, {})[s.partition] = i
-                if getattr(s, "role", 0):
+                if s.role != ptable.ROLE_PLAIN:
                     replicated.append(i)
         self.replicated = frozenset(replicated)
         self.topics = {t: [parts.get(p) for p in range(max(parts) + 1)]

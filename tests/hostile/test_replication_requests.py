@@ -18,7 +18,7 @@ from hostbroker.log.message import encode_message_set
 from hostbroker.log.segments import partition_dirname
 from hostbroker.protocol import api
 from hostbroker.protocol import replication as rproto
-from hostbroker.protocol.bodies import MetadataBroker
+from hostbroker.protocol.bodies import MetadataBroker, TopicConfigEntry
 from tests.hostile import fuzzlib
 from tests.integration.wire_helpers import RawSocket, new_topic
 
@@ -141,3 +141,41 @@ def test_malformed_replication_requests_get_an_error_frame(session):
         frame = api.encode_request(body, 9, "hostile")
         outcome = fuzzlib.exchange(session.uris[0], [frame])
         assert (outcome.error_frames, outcome.closed_early) == (1, True), body
+
+
+def test_only_a_replica_moves_a_replicated_watermark(session):
+    topic = new_topic("hw")
+    answer = ask(session, lai(next(_epochs), part(topic, replicas=(ME, 99))),
+                 rproto.LeaderAndIsrResponse)
+    assert [p.error_code for p in answer.partitions] == [ErrorCode.NONE]
+    data = encode_message_set([b"held" * 10])
+    with session.broker.client() as client:
+        client.produce(topic, 0, data)
+    for stranger in (ME, 98, 2**31 - 1):
+        fetched = ask(session, rproto.FetchRequestV1(stranger, 0, 1, (
+            rproto.FetchPartitionV1(topic, 0, -1, len(data), 1 << 20),)), rproto.FetchResponseV1)
+        assert [p.error_code for p in fetched.partitions] == [ErrorCode.REPLICA_NOT_AVAILABLE]
+    with session.broker.client() as client:
+        fetched = client.fetch(topic, 0, 0, 1 << 20)
+        assert (fetched.log_end_offset, len(fetched.message_set)) == (0, 0)
+    ask(session, rproto.StopReplicaRequest(99, next(_epochs), 1, (
+        rproto.StopReplicaPartition(topic, 0),)), rproto.StopReplicaResponse)
+
+
+def test_a_bad_topic_config_creates_nothing(session):
+    topic = new_topic("cfg")
+    request = rproto.LeaderAndIsrRequest(99, next(_epochs), (part(topic),), (rproto.TopicConfigs(
+        topic, (TopicConfigEntry("segment.bytes", "lots"),)),), ())
+    answer = ask(session, request, rproto.LeaderAndIsrResponse)
+    assert [p.error_code for p in answer.partitions] == [ErrorCode.INVALID_CONFIG]
+    log_dir = session.broker.settings["log.dirs"]
+    assert not [d for d in os.listdir(log_dir) if d.startswith(topic)]
+
+
+def test_a_leader_and_isr_past_request_max_entries_is_refused_before_it_is_decoded(session):
+    """Its partitions, topic configs and brokers count against request.max.entries."""
+    topic = new_topic("many")
+    body = lai(next(_epochs), *(part(topic, partition=p, replicas=(97, 98), leader=97)
+                                for p in range(10_001)))
+    outcome = fuzzlib.exchange(session.uris[0], [api.encode_request(body, 9, "hostile")])
+    assert (outcome.error_frames, outcome.closed_early) == (1, True)

@@ -164,8 +164,8 @@ def test_a_leader_serves_consumers_below_the_watermark_its_follower_moves(uri, s
         wait_for(lambda: client.fetch(topic, 0, 0, 1 << 20).log_end_offset == len(data))
         assert bytes(client.fetch(topic, 0, 0, 1 << 20).message_set) == data
         assert client.offsets(topic, 0, -1)[0] == len(data)
-    for asked, expected in ((1, (ErrorCode.NONE, 1, len(data))), (5, (ErrorCode.NONE, 1, len(data))),
-                            (0, (ErrorCode.NONE, -1, -1))):
+    latest = (ErrorCode.NONE, 1, len(data))
+    for asked, expected in ((1, latest), (5, latest), (0, (ErrorCode.NONE, -1, -1))):
         epochs = ask(uri, rproto.OffsetForLeaderEpochRequest(8, (
             rproto.OffsetForLeaderEpochPartition(topic, 0, asked),)),
             rproto.OffsetForLeaderEpochResponse)
@@ -275,3 +275,34 @@ def test_v0_metadata_read_in_bulk_names_the_leader_too(uri, served):
     with SimpleClient(uri) as client:
         meta = client.metadata([topic] * 20)  # enough names to read the table in bulk
         assert {t.partitions[0].broker_id for t in meta.topics} == {8}
+
+
+def test_a_consumer_long_poll_is_answered_when_the_watermark_covers_the_data(uri, served):
+    topic = new_topic("hwpoll")
+    leader_and_isr(uri, topic, leader=7, leader_epoch=1)
+    data = encode_message_set([b"h" * 33])
+    got = {}
+
+    def poll() -> None:
+        with SimpleClient(uri) as client:
+            got["v0"] = client.request(api.FetchRequest(5000, 1, (
+                api.FetchPartition(topic, 0, 0, 1 << 20),))).partitions[0]
+
+    def poll_v1() -> None:
+        got["v1"] = ask(uri, rproto.FetchRequestV1(-1, 5000, 1, (
+            rproto.FetchPartitionV1(topic, 0, 1, 0, 1 << 20),)), rproto.FetchResponseV1,
+            correlation_id=12).partitions[0]
+
+    threads = [threading.Thread(target=poll), threading.Thread(target=poll_v1)]
+    for thread in threads:
+        thread.start()
+    with SimpleClient(uri) as client:
+        client.produce(topic, 0, data)
+    for thread in threads:
+        thread.join(0.5)
+    assert got == {}  # appended, but not below the watermark yet
+    replica_fetch(uri, topic, len(data))
+    for thread in threads:
+        thread.join(10)
+    assert (got["v0"].log_end_offset, bytes(got["v0"].message_set)) == (len(data), data)
+    assert (got["v1"].high_watermark, bytes(got["v1"].message_set)) == (len(data), data)
