@@ -22,135 +22,32 @@ through :mod:`hostbroker.cluster.zkread` bounds (via
 :mod:`hostbroker.replication.zknodes`); a node that does not decode is
 reported and left alone.
 
-The decisions themselves are pure functions at the top (:func:`after_failure`,
-:func:`after_return`, :func:`preferred`, :func:`without`), tested without
-ZooKeeper.
+The decisions themselves are pure functions in
+hostbroker/cluster/controller_decisions.py, tested without ZooKeeper.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 
 from hostbroker.cluster import paths, zkread
+from hostbroker.cluster.controller_decisions import (  # noqa: F401 - the controller's API
+    LEADER_AND_ISR,
+    STOP_REPLICA,
+    TP,
+    Notice,
+    Partition,
+    after_failure,
+    after_return,
+    preferred,
+    without,
+)
 from hostbroker.replication import MAX_REPLICAS, zknodes
 from hostbroker.replication.election import elect_leader
 from hostbroker.replication.zknodes import PartitionState
 
 log = logging.getLogger("hostbroker.controller")
-
-TP = tuple[str, int]
-
-LEADER_AND_ISR = "leader_and_isr"
-STOP_REPLICA = "stop_replica"
-
-
-class NotController(Exception):
-    """Another broker holds ``/controller`` (or our epoch was superseded)."""
-
-
-# -- decisions (pure) ------------------------------------------------------------
-
-
-def after_failure(replicas: list[int], state: PartitionState, live: set[int],
-                  unclean: bool = False) -> PartitionState | None:
-    """The state of a partition once only ``live`` brokers are left, or None when
-    nothing changes. A leader that is gone is replaced from the ISR (a replica
-    outside it only when ``unclean``); the ISR loses the brokers gone, but never
-    its last member while no one leads (that one is who may lead again)."""
-    isr = [b for b in state.isr if b in live]
-    leader = state.leader
-    if leader in live and leader in replicas:
-        if isr == list(state.isr):
-            return None
-        return PartitionState(leader, state.leader_epoch, isr or [leader], state.controller_epoch)
-    new = elect_leader(replicas, state.isr, live, unclean)
-    if new is None:
-        if leader == -1 and (isr == list(state.isr) or not isr):
-            return None
-        return PartitionState(-1, state.leader_epoch + (leader != -1),
-                              isr or list(state.isr), state.controller_epoch)
-    if new not in state.isr:  # unclean: the ISR starts again with the new leader
-        isr = [new]
-    return PartitionState(new, state.leader_epoch + 1, isr, state.controller_epoch)
-
-
-def after_return(replicas: list[int], state: PartitionState, live: set[int]) -> PartitionState | None:
-    """A partition without a leader gets one again when an ISR member is live."""
-    if state.leader != -1:
-        return None
-    new = elect_leader(replicas, state.isr, live, False)
-    if new is None:
-        return None
-    return PartitionState(new, state.leader_epoch + 1, [b for b in state.isr if b in live],
-                          state.controller_epoch)
-
-
-def preferred(replicas: list[int], state: PartitionState, live: set[int]) -> PartitionState | None:
-    """Leadership moved to the preferred replica (the first) when it is live, in the
-    ISR and not already leading; else None."""
-    if not replicas or state.leader == replicas[0]:
-        return None
-    if elect_leader(replicas[:1], state.isr, live, False) is None:
-        return None
-    return PartitionState(replicas[0], state.leader_epoch + 1, list(state.isr),
-                          state.controller_epoch)
-
-
-def without(replicas: list[int], state: PartitionState, gone: int,
-            live: set[int]) -> PartitionState | None:
-    """A controlled shutdown of ``gone``: leadership moved to another live ISR member
-    and ``gone`` out of the ISR; None when nothing changes or ``gone`` is the only
-    one in sync (then it keeps leading until it stops)."""
-    others = [b for b in state.isr if b != gone and b in live]
-    if gone not in state.isr and state.leader != gone:
-        return None
-    if not others:
-        return None
-    leader = state.leader
-    epoch = state.leader_epoch
-    if leader == gone or leader not in live:
-        leader = elect_leader(replicas, others, live - {gone}, False)
-        if leader is None:
-            return None
-        epoch += 1
-    return PartitionState(leader, epoch, others, state.controller_epoch)
-
-
-# -- what brokers are told --------------------------------------------------------
-
-
-@dataclass
-class Notice:
-    """One request for one broker: its partitions' states (LEADER_AND_ISR) or the
-    partitions to stop (STOP_REPLICA, ``delete`` set for a topic deleted)."""
-
-    kind: str
-    broker_id: int
-    epoch: int
-    partitions: dict[TP, tuple[PartitionState, int, list[int]]] = field(default_factory=dict)
-    configs: dict[str, dict[str, str]] = field(default_factory=dict)
-    leaders: dict[int, paths.BrokerInfo] = field(default_factory=dict)
-    stop: list[TP] = field(default_factory=list)
-    delete: bool = False
-
-
-@dataclass
-class Partition:
-    """``replicas``: who holds a copy now; ``assigned``: what the assignment node says.
-    They differ only while a reassignment adds replicas (old + new), which lives in
-    the controller's memory and ``/admin/reassign_partitions`` (a new controller
-    adds them again), since the assignment node keeps one replication factor."""
-
-    replicas: list[int]
-    state: PartitionState | None = None
-    version: int = -1  # zk version of the state node
-    assigned: list[int] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        if not self.assigned:
-            self.assigned = list(self.replicas)
 
 
 class Controller:
@@ -170,6 +67,7 @@ class Controller:
         self.epoch = 0
         self.epoch_version = -1
         self.live: dict[int, paths.BrokerInfo] = {}
+        self.registered: dict[int, int] = {}  # broker id -> czxid of its registration
         self.topics: dict[str, dict[int, Partition]] = {}
         self.configs: dict[str, dict[str, str]] = {}
 
@@ -237,7 +135,7 @@ class Controller:
             found = self._get(zknodes.CONTROLLER)
             if found is None or found[1].ephemeralOwner != self.session():
                 return False
-        self._bump_epoch()
+        self.bump_epoch()
         return True
 
     def holder(self) -> int | None:
@@ -255,7 +153,7 @@ class Controller:
         found = self._get(zknodes.CONTROLLER)
         return found is not None and found[1].ephemeralOwner == self.session()
 
-    def _bump_epoch(self) -> None:
+    def bump_epoch(self) -> None:
         from kazoo.exceptions import BadVersionError, NodeExistsError
 
         for _ in range(10):
@@ -286,7 +184,9 @@ class Controller:
 
     # -- reading ZooKeeper -------------------------------------------------------
     def read_live(self) -> dict[int, paths.BrokerInfo]:
+        """The registered brokers (``registered`` keeps when each registered)."""
         live = {}
+        self.registered = {}
         for name in self._children(paths.BROKER_IDS):
             if not name.isascii() or not name.isdigit() or len(name) > 10:
                 continue
@@ -298,6 +198,8 @@ class Controller:
                 live[int(name)] = paths.decode_broker(int(name), found[0], path, self.bounds)
             except ValueError as exc:
                 self.report(path, f"{exc}; left out")
+                continue
+            self.registered[int(name)] = found[1].czxid
         return live
 
     def read_assignment(self, topic: str) -> dict[int, list[int]] | None:
@@ -492,10 +394,12 @@ class Controller:
     def brokers_changed(self) -> None:
         """``/brokers/ids`` changed: partitions led by brokers gone get new leaders and
         ISRs shrink; a broker back is told all its partitions, and leads those it may."""
-        before = set(self.live)
+        before, sessions = set(self.live), self.registered
         self.live = self.read_live()
         now = set(self.live)
-        gone, back = before - now, now - before
+        # a broker that registered again between two looks (a quick restart) is back too
+        gone = before - now
+        back = {b for b in now if b not in before or sessions.get(b) != self.registered.get(b)}
         if gone:
             log.info("controller: brokers gone: %s", sorted(gone))
         changed = self._reelect(list(self.topics))

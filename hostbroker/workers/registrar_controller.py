@@ -48,6 +48,7 @@ _BACKOFF_MAX_S = 2.0
 _MAX_ANSWER_BYTES = 16 << 20  # a controller request's answer is a short list of error codes
 _POLL_S = 2.0  # admin nodes are looked at this often even without a watch event
 _STALE_CONTROLLER_EPOCH = ErrorCode.STALE_CONTROLLER_EPOCH
+_STALE_EVERY_S = 5.0  # at most one new epoch this often on STALE_CONTROLLER_EPOCH answers
 _ISR_RETRY_S = 0.5  # an ISR change not written (a race, a broker not live) is looked at again
 
 
@@ -230,6 +231,7 @@ class ControllerRole:
         self.next_poll = 0.0
         self.said_holder: int | None = None
         self.said_error: str | None = None
+        self.stale_after = 0.0
 
     # -- from kazoo's threads and the senders: note and ring -------------------------
     def note(self, *events: str) -> None:
@@ -281,15 +283,28 @@ class ControllerRole:
             self.client = client
             events.add("elect")
         if self.controller is None:
+            now = time.monotonic()
+            if now >= self.next_poll:  # in case a watch on /controller was lost
+                self.next_poll = now + _POLL_S
+                events.add("elect")
             if "elect" in events or "stale" in events:
                 self._try_take_over(client)
             return
-        if "stale" in events and not self.controller.still_controller():
-            _say(f"hb-registrar: broker {self.broker_id} is no longer the controller")
-            self.resign()
-            self._try_take_over(client)
-            return
         now = time.monotonic()
+        if "stale" in events:
+            if not self.controller.still_controller():
+                _say(f"hb-registrar: broker {self.broker_id} is no longer the controller")
+                self.resign()
+                self._try_take_over(client)
+                return
+            if now >= self.stale_after:  # a broker saw a newer epoch, yet /controller is ours
+                self.stale_after = now + _STALE_EVERY_S
+                self.controller.bump_epoch()
+                _say(f"hb-registrar: a broker refused controller epoch "
+                     f"{self.controller.epoch - 1}; broker {self.broker_id} goes on as the "
+                     f"controller in epoch {self.controller.epoch}")
+                self.controller.rebuild()
+                self._sync_senders()
         if now >= self.next_poll:
             self.next_poll = now + _POLL_S
             events |= {"delete", "preferred", "shutdown", "reassign"}
@@ -451,16 +466,21 @@ class ControllerRole:
             client.create(path, b"", ephemeral=True, makepath=True)
         except NodeExistsError:
             pass
-        except Exception:  # noqa: BLE001 - no ZooKeeper: stop without it
+        except Exception as exc:  # noqa: BLE001 - no ZooKeeper: stop without it
+            _say(f"hb-registrar: controlled shutdown not asked for ({exc or type(exc).__name__})")
             return False
         while time.monotonic() < deadline:
             worker.heartbeat()
             try:
                 if client.exists(path) is None:
+                    _say(f"hb-registrar: controlled shutdown: the controller moved broker "
+                         f"{self.broker_id}'s leaderships")
                     return True
             except Exception:  # noqa: BLE001
                 return False
             time.sleep(0.05)
+        _say(f"hb-registrar: controlled shutdown: no answer from the controller within "
+             f"{timeout_s:g} s; stopping anyway")
         return False
 
 

@@ -227,8 +227,8 @@ def test_delete_preferred_election_and_reassignment_through_admin_nodes(
     result = hostbroker("leaders", "elect", "--zookeeper", connect)
     assert lines(result) == ["every partition is led by its preferred replica"]
 
-    # reassignment: partition 0 from [1, 2] to [3, 2]; the new replica joins the ISR
-    # (here by hand: the leader's ISR commit does it once the follower caught up)
+    # reassignment: partition 0 from [1, 2] to [3, 2]; broker 3 is told to follow, the
+    # leader puts it in the ISR once it caught up, then leadership moves into the new set
     plan = tmp_path / "plan.json"
     plan.write_text('{"version":1,"partitions":[{"topic":"moving","partition":0,"replicas":[3,2]}]}')
     result = hostbroker("reassign", "execute", "--zookeeper", connect,
@@ -238,16 +238,14 @@ def test_delete_preferred_election_and_reassignment_through_admin_nodes(
                                '"replicas":[1,2]}]}'
     result = hostbroker("reassign", "verify", "--zookeeper", connect,
                         "--reassignment-json-file", plan)
-    assert (result.returncode, lines(result)) == (1, ["moving-0: in progress"])
-    data, stat = zk.get(zknodes.state_path("moving", 0))
-    s = json.loads(data)
-    assert s["leader"] == 1
-    zk.set(zknodes.state_path("moving", 0), json.dumps({**s, "isr": [1, 2, 3]}).encode(),
-           version=stat.version)
-    wait_until(lambda: zk.exists(zknodes.REASSIGN_PARTITIONS) is None)
+    assert lines(result) in (["moving-0: in progress"], ["moving-0: done"])
+    wait_until(lambda: zk.exists(zknodes.REASSIGN_PARTITIONS) is None, timeout=20)
     assert json.loads(zk.get(zknodes.assignment_path("moving"))[0])["partitions"]["0"] == [3, 2]
     s = state(zk, "moving", 0)
-    assert (s["leader"], s["leader_epoch"], s["isr"]) == (3, 1, [2, 3])
+    assert (s["leader"], s["leader_epoch"], sorted(s["isr"])) == (3, 1, [2, 3])
+    # the old replica is removed from broker 1 (STOP_REPLICA with delete)
+    wait_until(lambda: not (tmp_path / "b1" / "logs" / "moving_0").exists())
+    assert (tmp_path / "b3" / "logs" / "moving_0").is_dir()
     result = hostbroker("reassign", "verify", "--zookeeper", connect,
                         "--reassignment-json-file", plan)
     assert (result.returncode, lines(result)) == (0, ["moving-0: done"])
@@ -258,3 +256,124 @@ def test_delete_preferred_election_and_reassignment_through_admin_nodes(
                              "replicas)"]
     wait_until(lambda: zk.exists(zknodes.assignment_path("moving")) is None)
     wait_until(lambda: zk.get_children(zknodes.DELETE_TOPICS) == [])
+    # and every replica is gone from the brokers (STOP_REPLICA with delete)
+    wait_until(lambda: not any(d.name.startswith("moving_")
+                               for i in (1, 2, 3) for d in (tmp_path / f"b{i}" / "logs").iterdir()))
+
+
+def leader_and_isr(broker, controller_id: int, controller_epoch: int) -> int:
+    """Send a LEADER_AND_ISR of no partitions to ``broker`` as controller ``controller_id``
+    in ``controller_epoch``; its error code."""
+    import socket
+    import struct
+
+    from hostbroker.protocol import replication as rp
+
+    frame = rp.encode_request(rp.LeaderAndIsrRequest(controller_id, controller_epoch, ()), 7,
+                              "test")
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.settimeout(10)
+        sock.connect(broker.unix_path)
+        sock.sendall(frame)
+        size = struct.unpack(">i", sock.recv(4, socket.MSG_WAITALL))[0]
+        answer = sock.recv(size, socket.MSG_WAITALL)
+    return rp.decode_response(answer, rp.LeaderAndIsrResponse)[1].error_code
+
+
+def test_a_broker_that_saw_a_newer_epoch_makes_the_controller_take_a_new_one(
+        make_broker, tmp_path, cluster):
+    connect, zk = cluster
+    brokers = {i: start(make_broker, tmp_path, connect, zk, i) for i in (1, 2)}
+    wait_until(lambda: controller(zk) is not None)
+    holder, epoch = controller(zk)
+    other = 3 - holder
+    # a controller of a newer epoch (say one cut off from ZooKeeper and replaced, seen
+    # here out of order) spoke to the other broker: our epoch is stale there now
+    assert leader_and_isr(brokers[other], 9, epoch + 1) == 0
+    assert leader_and_isr(brokers[other], 9, epoch) == 25  # STALE_CONTROLLER_EPOCH
+    assert create(connect, "after", 1, 2).returncode == 0
+    wait_until(lambda: controller(zk) == (holder, epoch + 1), timeout=10)
+    assert f"a broker refused controller epoch {epoch}" in brokers[holder].log()
+    # told again in the new epoch, the broker took the partition
+    wait_until(lambda: (tmp_path / f"b{other}" / "logs" / "after_0").is_dir())
+
+
+def test_a_broker_stopped_with_sigterm_hands_its_leaderships_over_first(
+        make_broker, tmp_path, cluster):
+    connect, zk = cluster
+    brokers = {i: start(make_broker, tmp_path, connect, zk, i) for i in (1, 2, 3)}
+    wait_until(lambda: controller(zk) is not None)
+    holder, _ = controller(zk)
+    zk.create(zknodes.assignment_path("calm"),
+              b'{"version":1,"partitions":{"0":[1,2,3],"1":[2,3,1],"2":[3,1,2]}}',
+              makepath=True)
+    wait_until(lambda: all(state(zk, "calm", p) is not None for p in range(3)))
+    # the leaders' brokers hold their replicas now (LEADER_AND_ISR came)
+    for i in brokers:
+        wait_until(lambda: all((tmp_path / f"b{i}" / "logs" / f"calm_{p}").is_dir()
+                               for p in range(3)))
+    for stopping in [i for i in (1, 2, 3) if i != holder] + [holder]:
+        before = {p: state(zk, "calm", p) for p in range(3)}
+        led = [p for p in range(3) if before[p]["leader"] == stopping]
+        events = []
+        watching = [True]
+
+        def on_ids(children):
+            if str(stopping) not in children:
+                events.append("gone")
+            return watching[0]
+
+        def on_state(p):
+            def on_data(data, stat):
+                if data is not None and json.loads(data)["leader"] != before[p]["leader"]:
+                    events.append(f"moved {p}")
+                return watching[0]
+            return on_data
+
+        zk.ChildrenWatch("/brokers/ids", on_ids)
+        for p in led:
+            zk.DataWatch(zknodes.state_path("calm", p), on_state(p))
+        assert brokers[stopping].stop(timeout=30) == 0
+        wait_until(lambda: "gone" in events)
+        watching[0] = False
+        if led and (set(brokers) - {stopping}) & set(before[led[0]]["isr"]):
+            # the leaderships moved while the broker was still registered
+            assert events[0].startswith("moved"), events
+        after = {p: state(zk, "calm", p) for p in range(3)}
+        live = {i for i in brokers if brokers[i].proc is not None}
+        for p in range(3):
+            if p in led and live & set(before[p]["isr"]):
+                # moved before the broker was gone: one new epoch, not a failover's
+                assert after[p]["leader"] in live, (stopping, p, before[p], after[p])
+                assert after[p]["leader_epoch"] == before[p]["leader_epoch"] + 1
+            if live & set(before[p]["isr"]):
+                assert stopping not in after[p]["isr"], (stopping, p, after[p])
+        if not live:
+            break
+        if stopping == holder:
+            wait_until(lambda: (controller(zk) or (holder,))[0] != holder)
+    assert "did not stop" not in "".join(b.log() for b in brokers.values())
+
+
+def test_a_broker_back_after_a_crash_is_told_its_partitions_and_rejoins_the_isr(
+        make_broker, tmp_path, cluster):
+    connect, zk = cluster
+    brokers = {i: start(make_broker, tmp_path, connect, zk, i) for i in (1, 2, 3)}
+    wait_until(lambda: controller(zk) is not None)
+    holder, _ = controller(zk)
+    assert create(connect, "back", 3, 3).returncode == 0
+    wait_until(lambda: all(state(zk, "back", p) is not None for p in range(3)))
+    victim = next(i for i in brokers if i != holder)
+    kill_hard(brokers[victim])
+    brokers[victim].kill_tree()
+    wait_until(lambda: all(victim not in state(zk, "back", p)["isr"] for p in range(3)),
+               timeout=SESSION_MS / 1000 + 8)
+    assert all(state(zk, "back", p)["leader"] != victim for p in range(3))
+    brokers[victim].start()
+    # told its partitions (LEADER_AND_ISR), it follows the leaders; each leader puts it
+    # back in the ISR (the registrar's ISR commit) once it has caught up
+    wait_until(lambda: all(victim in state(zk, "back", p)["isr"] for p in range(3)),
+               timeout=20)
+    for p in range(3):
+        s = state(zk, "back", p)
+        assert s["leader"] != victim and sorted(s["isr"]) == [1, 2, 3]

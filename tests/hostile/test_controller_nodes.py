@@ -1,0 +1,164 @@
+"""Standing cases: whoever can write to ZooKeeper, against the controller (issue 35).
+
+The controller reads every replicated topic, state node, topic config and admin
+request from ZooKeeper; the admin tools read JSON files a user hands them. A
+node that does not decode is left out with one line and never stops the
+controller: the good topics still get their leaders, a bad admin request is
+removed, an impossible reassignment is dropped. A hostile file is one usage
+line. Real ZooKeeper; the controller's own class on a kazoo client.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hostbroker.cluster import paths
+from hostbroker.cluster.controller import Controller
+from hostbroker.replication import zknodes
+from tests.cluster.zkserver import ZooKeeperServer
+from tests.integration.cli import hostbroker, one_line_error
+
+
+class Said:
+    def __init__(self):
+        self.lines: list[tuple[str, str]] = []
+
+    def __call__(self, path: str, problem: str) -> None:
+        self.lines.append((path, problem))
+
+
+@pytest.fixture(scope="module")
+def zkserver(tmp_path_factory):
+    server = ZooKeeperServer(tmp_path_factory.mktemp("zk")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def zk(zkserver, request):
+    from kazoo.client import KazooClient
+
+    chroot = f"/{request.node.name[:40]}"
+    client = KazooClient(hosts=zkserver.connect, timeout=5.0)
+    client.start(timeout=10)
+    client.ensure_path(chroot)
+    client.chroot = chroot
+    yield client
+    client.stop()
+    client.close()
+
+
+def live(zk, *ids):
+    for i in ids:
+        info = paths.BrokerInfo(i, "127.0.0.1", 9000 + i, None)
+        zk.create(paths.broker_path(i), paths.encode_broker(info), makepath=True)
+
+
+def state(zk, topic, p):
+    return json.loads(zk.get(zknodes.state_path(topic, p))[0])
+
+
+def test_hostile_replication_nodes_are_left_out_and_the_controller_goes_on(zk):
+    live(zk, 1, 2)
+    zk.create(zknodes.assignment_path("good"), zknodes.encode_assignment({0: [1, 2]}),
+              makepath=True)
+    hostile = {
+        zknodes.assignment_path("deep"): b"[" * 20_000 + b"]" * 20_000,
+        zknodes.assignment_path("huge"): json.dumps(
+            {"version": 1, "partitions": {str(p): [1] for p in range(20_000)}}).encode(),
+        zknodes.assignment_path("nine"): json.dumps(
+            {"version": 1, "partitions": {"0": list(range(9))}}).encode(),
+        zknodes.assignment_path("twice"): b'{"version":1,"partitions":{"0":[1,1]}}',
+        zknodes.assignment_path("binary"): b"\xff\xfe{",
+        zknodes.topic_config_path("good"): b'{"version":1,"config":{"k":["not a string"]}}',
+    }
+    for path, value in hostile.items():
+        zk.create(path, value, makepath=True)
+    # a state node of a good topic, forged: a leader outside its ISR
+    zk.create(zknodes.assignment_path("forged"), zknodes.encode_assignment({0: [1, 2]}),
+              makepath=True)
+    zk.create(zknodes.state_path("forged", 0),
+              b'{"version":1,"leader":7,"leader_epoch":0,"isr":[1],"controller_epoch":0}',
+              makepath=True)
+    zk.create(zknodes.CONTROLLER_EPOCH, b"not a number", makepath=True)
+    said = Said()
+    told = []
+    controller = Controller(zk, 1, told.append, report=said)
+    assert controller.try_elect()
+    assert controller.epoch == 1  # an unreadable epoch starts over, said once
+    controller.rebuild()
+    assert state(zk, "good", 0) == {"version": 1, "leader": 1, "leader_epoch": 0,
+                                    "isr": [1, 2], "controller_epoch": 1}
+    assert controller.configs["good"] == {}  # the bad config is left out
+    # the forged state is left alone (not overwritten blindly), and said
+    assert json.loads(zk.get(zknodes.state_path("forged", 0))[0])["leader"] == 7
+    bad = {path for path, _ in said.lines}
+    assert set(hostile) | {zknodes.state_path("forged", 0), zknodes.CONTROLLER_EPOCH} <= bad
+    assert sorted(controller.topics) == ["forged", "good"]
+    assert {n.broker_id for n in told} == {1, 2}
+    assert all(len(problem.splitlines()) == 1 and len(problem) < 400
+               for _, problem in said.lines)
+
+    # admin requests that do not decode are removed; a reassignment that cannot be
+    # done is dropped; a shutdown request of a broker id that is none is removed
+    zk.create(zknodes.PREFERRED_REPLICA_ELECTION, b'{"version":1,"partitions":"all"}',
+              makepath=True)
+    zk.create(zknodes.REASSIGN_PARTITIONS, zknodes.encode_reassignment(
+        {("good", 0): [1, 2, 3], ("nope", 0): [1, 2]}), makepath=True)
+    zk.create(f"{zknodes.CONTROLLED_SHUTDOWN}/abc", b"", makepath=True)
+    zk.create(f"{zknodes.DELETE_TOPICS}/not-a-topic", b"", makepath=True)
+    assert controller.preferred_election() == []
+    assert controller.reassign() == [("good", 0), ("nope", 0)]
+    assert controller.controlled_shutdown() == []
+    controller.delete_topics()
+    for path in (zknodes.PREFERRED_REPLICA_ELECTION, zknodes.REASSIGN_PARTITIONS,
+                 f"{zknodes.CONTROLLED_SHUTDOWN}/abc"):
+        assert zk.exists(path) is None, path
+    assert zk.get_children(zknodes.DELETE_TOPICS) == []
+    assert json.loads(zk.get(zknodes.assignment_path("good"))[0])["partitions"] == {"0": [1, 2]}
+    assert state(zk, "good", 0)["leader"] == 1
+
+
+def test_a_controller_whose_node_was_taken_does_not_act(zk):
+    live(zk, 1, 2)
+    first = Controller(zk, 1, lambda notice: None)
+    assert first.try_elect()
+    zk.delete(zknodes.CONTROLLER)
+    zk.create(zknodes.CONTROLLER, zknodes.encode_controller(2))  # forged: no session's
+    assert not first.still_controller()
+    assert not Controller(zk, 1, lambda notice: None).try_elect()
+
+
+def test_hostile_reassignment_files_are_one_usage_line(tmp_path):
+    cases = {
+        "deep.json": "[" * 50_000 + "]" * 50_000,
+        "text.json": "partitions",
+        "list.json": "[]",
+        "types.json": '{"partitions":[{"topic":"t","partition":"0","replicas":[1]}]}',
+        "nine.json": json.dumps({"partitions": [
+            {"topic": "t", "partition": 0, "replicas": list(range(9))}]}),
+        "twice.json": json.dumps({"partitions": [
+            {"topic": "t", "partition": 0, "replicas": [1]},
+            {"topic": "t", "partition": 0, "replicas": [2]}]}),
+        "slash.json": json.dumps({"partitions": [
+            {"topic": "../t", "partition": 0, "replicas": [1]}]}),
+    }
+    for name, text in cases.items():
+        path = tmp_path / name
+        path.write_text(text)
+        result = hostbroker("reassign", "execute", "--zookeeper", "127.0.0.1:1",
+                            "--reassignment-json-file", path)
+        line = one_line_error(result)
+        assert result.returncode == 2, (name, line)
+        assert line.startswith("hostbroker reassign execute: --reassignment-json-file: "), line
+        assert len(line) < 600
+    big = tmp_path / "big.json"
+    with open(big, "wb") as f:
+        f.write(b" " * (17 << 20))
+    result = hostbroker("reassign", "verify", "--zookeeper", "127.0.0.1:1",
+                        "--reassignment-json-file", big)
+    assert one_line_error(result) == (
+        f"hostbroker reassign verify: --reassignment-json-file: {big} is longer than "
+        f"{16 << 20} bytes")

@@ -1,0 +1,159 @@
+"""Replication as one system: real ``hostbroker serve`` brokers on a real ZooKeeper, a
+replicated topic made with ``topics create --replication-factor``, a producer with
+acks=-1 that follows leaders, and faults caused for real: a leader SIGKILLed, a follower
+SIGSTOPped past ``replica.lag.time.max.ms``, an old leader coming back.
+
+Each test reads back every acknowledged message from the leaders afterwards, and
+compares the replicas' bytes below the high watermark.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import psutil
+import pytest
+
+from tests.integration.cli import hostbroker
+from tests.replication.support import (
+    BROKER_SESSION_MS, SETTINGS, Feeder, Wire, assignment, fetch_all, kill_hard, poll,
+    segment_bytes, state)
+
+TOPIC = "ha"
+
+
+def create(zookeeper, topic, partitions, rf, *config):
+    done = hostbroker("topics", "create", "--zookeeper", zookeeper.connect, "--topic", topic,
+                      "--partitions", partitions, "--replication-factor", rf,
+                      *[a for c in config for a in ("--config", c)])
+    assert done.returncode == 0, done.stderr.decode()
+
+
+def settled(zk, topic, partitions, rf):
+    """Every partition has a leader and a full ISR."""
+    for p in range(partitions):
+        s = state(zk, topic, p)
+        if s["leader"] < 0 or len(s["isr"]) != rf:
+            return False
+    return True
+
+
+def read_back(brokers, zk, topic, partitions) -> dict[int, list[tuple[int, bytes]]]:
+    out = {}
+    for p in range(partitions):
+        leader = state(zk, topic, p)["leader"]
+        wire = Wire(brokers[leader].unix_path)
+        try:
+            out[p] = fetch_all(wire, topic, p)
+        finally:
+            wire.close()
+    return out
+
+
+def check_acked(feeder: Feeder, logs: dict[int, list[tuple[int, bytes]]]) -> None:
+    where = {p: dict(log) for p, log in logs.items()}
+    lost = [(p, off, v) for p, off, v in feeder.acked if where[p].get(off) != v]
+    assert not lost, f"{len(lost)} of {len(feeder.acked)} acknowledged messages lost: {lost[:5]}"
+
+
+def high_watermark(broker, topic, partition) -> int:
+    wire = Wire(broker.unix_path)
+    try:
+        (t,) = wire.metadata([topic]).topics
+        (p,) = [p for p in t.partitions if p.partition == partition]
+        return p.high_watermark
+    finally:
+        wire.close()
+
+
+def test_leader_killed_under_acks_all_loses_nothing(cluster, zookeeper, zk):
+    create(zookeeper, TOPIC, 2, 3, "min.insync.replicas=2")
+    poll(lambda: settled(zk, TOPIC, 2, 3), what="leaders and full ISRs")
+    assert sorted(map(sorted, assignment(zk, TOPIC).values())) == [[1, 2, 3], [1, 2, 3]]
+    feeder = Feeder(cluster, TOPIC, 2)
+    try:
+        poll(lambda: len(feeder.acked) >= 200, what="200 acknowledged before the kill")
+        old = state(zk, TOPIC, 0)
+        killed_at = kill_hard(cluster[old["leader"]])
+        poll(lambda: state(zk, TOPIC, 0)["leader"] not in (-1, old["leader"]),
+             timeout=BROKER_SESSION_MS / 1000 + 15, what="a new leader of partition 0")
+        new = state(zk, TOPIC, 0)
+        assert new["leader_epoch"] > old["leader_epoch"]
+        assert old["leader"] not in new["isr"]
+        count = len(feeder.acked)
+        poll(lambda: len(feeder.acked) >= count + 200, what="200 acknowledged after the failover")
+    finally:
+        feeder.stop()
+    cluster[old["leader"]].kill_tree()
+    # produce was acknowledged again within the session timeout and a margin for this machine
+    assert feeder.gaps and max(feeder.gaps) < BROKER_SESSION_MS / 1000 + 10, feeder.gaps
+    del cluster[old["leader"]]
+    check_acked(feeder, read_back(cluster, zk, TOPIC, 2))
+    assert time.monotonic() - killed_at < 120
+
+
+def test_old_leader_returns_truncates_and_matches(cluster, zookeeper, zk, make_broker):
+    create(zookeeper, TOPIC, 1, 3, "min.insync.replicas=2")
+    poll(lambda: settled(zk, TOPIC, 1, 3), what="leader and full ISR")
+    feeder = Feeder(cluster, TOPIC, 1)
+    try:
+        poll(lambda: len(feeder.acked) >= 100, what="100 acknowledged")
+        old = state(zk, TOPIC, 0)["leader"]
+        root, settings = cluster[old].root, cluster[old].settings
+        kill_hard(cluster[old])
+        cluster[old].kill_tree()
+        poll(lambda: state(zk, TOPIC, 0)["leader"] not in (-1, old), timeout=20,
+             what="a new leader")
+        count = len(feeder.acked)
+        poll(lambda: len(feeder.acked) >= count + 100, what="100 more acknowledged")
+        # the old leader comes back: it truncates to where it diverged and catches up
+        cluster[old] = make_broker(root=root, **{k: v for k, v in settings.items()
+                                                 if k not in ("log.dirs", "listeners")})
+        poll(lambda: old in state(zk, TOPIC, 0)["isr"], timeout=30,
+             what="the old leader back in the ISR")
+    finally:
+        feeder.stop()
+    check_acked(feeder, read_back(cluster, zk, TOPIC, 1))
+    leader = state(zk, TOPIC, 0)["leader"]
+    poll(lambda: all(high_watermark(cluster[leader], TOPIC, 0) <= len(segment_bytes(b, TOPIC, 0))
+                     for b in cluster.values()), what="every replica up to the high watermark")
+    hw = high_watermark(cluster[leader], TOPIC, 0)
+    reference = segment_bytes(cluster[leader], TOPIC, 0)[:hw]
+    for broker_id, broker in cluster.items():
+        assert segment_bytes(broker, TOPIC, 0)[:hw] == reference, f"broker {broker_id} differs"
+
+
+def test_stopped_follower_leaves_isr_and_min_insync_refuses(cluster, zookeeper, zk):
+    create(zookeeper, TOPIC, 1, 2, "min.insync.replicas=2")
+    poll(lambda: settled(zk, TOPIC, 1, 2), what="leader and full ISR")
+    s = state(zk, TOPIC, 0)
+    leader = s["leader"]
+    (follower,) = [b for b in s["isr"] if b != leader]
+    wire = Wire(cluster[leader].unix_path)
+    try:
+        assert wire.produce(TOPIC, 0, [b"before"])[0] == 0
+        # only the follower's fetcher stops: its broker stays registered, so it is the
+        # leader that finds it lagging and shrinks the ISR
+        tree = [p for p in psutil.Process(cluster[follower].proc.pid).children()
+                if p.name().startswith("hb-replica")]
+        assert len(tree) == 1, [p.name() for p in psutil.Process(cluster[follower].proc.pid).children()]
+        for p in tree:
+            p.send_signal(signal.SIGSTOP)
+        try:
+            # past replica.lag.time.max.ms the leader shrinks the ISR in ZooKeeper
+            poll(lambda: state(zk, TOPIC, 0)["isr"] == [leader], timeout=20,
+                 what="the stopped follower out of the ISR")
+            code, _ = wire.produce(TOPIC, 0, [b"refused"])
+            assert code == 23  # NOT_ENOUGH_REPLICAS
+            assert wire.produce(TOPIC, 0, [b"acks one"], acks=1)[0] == 0
+        finally:
+            for p in tree:
+                p.send_signal(signal.SIGCONT)
+        poll(lambda: sorted(state(zk, TOPIC, 0)["isr"]) == sorted([leader, follower]),
+             timeout=30, what="the follower back in the ISR")
+        assert wire.produce(TOPIC, 0, [b"after"])[0] == 0
+    finally:
+        wire.close()
+    values = [v for _, v in read_back(cluster, zk, TOPIC, 1)[0]]
+    assert values == [b"before", b"acks one", b"after"]
