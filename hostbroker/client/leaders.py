@@ -18,9 +18,10 @@ says so. The map learns a topic from one of two sources:
   of each broker of the list; for each partition the answer with the
   highest leader epoch wins (a broker that has not heard of the last
   election yet says an older leader). A topic is replicated when some
-  partition names more than one replica or a leader other than the broker
-  that answered; a topic with one replica per partition then reads as a
-  0.7-style topic of its leaders, which it is.
+  partition has a leader epoch (a broker's unreplicated partitions say -1,
+  one replica, itself as leader). A broker holds only its own replicas: a
+  topic no broker of the list holds is asked of the other brokers their
+  answers name.
 
 Everything read is hostile: ZooKeeper values go through
 :mod:`hostbroker.cluster.zkread` (bounded size, depth, counts; a bad
@@ -211,6 +212,10 @@ class ZooKeeperLeaders:
         return TopicLeaders(topic, tuple(partitions), uris)
 
 
+# Brokers asked beyond the list when no broker of it holds a topic.
+MAX_DISCOVERED = 16
+
+
 class MetadataLeaders:
     """Leaders as the brokers of ``uris`` say them (METADATA version 1).
 
@@ -224,7 +229,9 @@ class MetadataLeaders:
         self.prefer_unix = prefer_unix
 
     def read(self, topics: Iterable[str]) -> dict[str, TopicLeaders | None]:
-        """Raises the last broker's error when no broker answers."""
+        """Raises the last broker's error when no broker answers. A topic that no broker
+        of the list holds is asked of the other brokers the answers name (at most
+        MAX_DISCOVERED of them): a broker holds only its own replicas."""
         topics = tuple(dict.fromkeys(topics))
         answers = []
         last: Exception | None = None
@@ -236,7 +243,27 @@ class MetadataLeaders:
         if not answers:
             assert last is not None, "no broker to ask"
             raise last
+        unknown = tuple(t for t in topics if not _held(t, answers))
+        if unknown:
+            asked = {answer.broker_id for _, answer in answers}
+            others: dict[int, str] = {}
+            for uri, answer in answers:
+                unix = uri.startswith("unix:") if self.prefer_unix is None else self.prefer_unix
+                for broker in answer.brokers:
+                    where = _uri_of(broker, unix)
+                    if where is not None and broker.broker_id not in asked:
+                        others.setdefault(broker.broker_id, where)
+            for uri in list(others.values())[:MAX_DISCOVERED]:
+                try:
+                    answers.append((uri, self.ask(uri, unknown)))
+                except Exception:  # noqa: BLE001 - one broker failing: ask the next
+                    continue
         return {topic: merge_metadata(topic, answers, self.prefer_unix) for topic in topics}
+
+
+def _held(topic: str, answers) -> bool:
+    return any(entry.topic == topic and entry.error_code == ErrorCode.NONE
+               for _, answer in answers for entry in answer.topics)
 
 
 def _uri_of(broker, prefer_unix: bool) -> str | None:
@@ -277,7 +304,7 @@ def merge_metadata(topic: str, answers, prefer_unix: bool | None = None) -> Topi
                 if not 0 <= part.partition < 1 << 24:
                     continue
                 leader = part.leader if part.error_code == ErrorCode.NONE else -1
-                if len(replicas) > 1 or leader != answer.broker_id:
+                if part.leader_epoch >= 0 or len(replicas) > 1 or leader != answer.broker_id:
                     replicated = True
                 candidate = PartitionLeader(part.partition, leader, part.leader_epoch,
                                             replicas, isr)

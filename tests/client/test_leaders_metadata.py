@@ -57,11 +57,33 @@ def test_unix_listener_when_reached_over_unix():
 
 
 def test_an_unreplicated_topic_is_none():
-    answers = [("tcp://127.0.0.1:9001", answer(1, "t", [part(0, 1, 0, [1]), part(1, 1, 0, [1])])),
-               ("tcp://127.0.0.1:9002", answer(2, "u", [part(0, 2, 0, [2, 1])]))]
+    # a broker's own partitions: epoch -1, itself the one replica and the leader
+    answers = [("tcp://127.0.0.1:9001", answer(1, "t", [part(0, 1, -1, [1]),
+                                                        part(1, 1, -1, [1])])),
+               ("tcp://127.0.0.1:9002", answer(2, "u", [part(0, 2, 0, [2, 1])])),
+               ("tcp://127.0.0.1:9003", answer(3, "one", [part(0, 3, 0, [3])]))]
     assert merge_metadata("t", answers) is None
     assert merge_metadata("absent", answers) is None
     assert merge_metadata("u", answers) is not None
+    assert merge_metadata("one", answers).leader_uri(0) == (3, "tcp://127.0.0.1:9003")
+
+
+def test_a_topic_no_listed_broker_holds_is_asked_of_the_brokers_they_name():
+    asked = []
+
+    def ask(uri, topics):
+        asked.append((uri, topics))
+        if uri == "tcp://127.0.0.1:9001":  # holds no replica of t
+            return MetadataResponseV1(1, 2, BROKERS, (MetadataTopicV1(
+                "t", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ()),))
+        if uri == "tcp://127.0.0.1:9002":
+            raise ConnectionRefusedError("down")
+        return answer(3, "t", [part(0, 3, 4, [3, 2])])
+
+    found = MetadataLeaders(["tcp://127.0.0.1:9001"], ask).read(["t"])
+    assert found["t"].leader_uri(0) == (3, "tcp://127.0.0.1:9003")
+    assert [uri for uri, _ in asked] == ["tcp://127.0.0.1:9001", "tcp://127.0.0.1:9002",
+                                         "tcp://127.0.0.1:9003"]
 
 
 def test_leaderless_and_missing_partitions_have_no_leader():
