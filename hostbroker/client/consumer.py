@@ -418,12 +418,14 @@ class SimpleConsumer:
             connector = self._leader_connectors[uri] = _Connector([uri], self.settings)
         return connector
 
-    def _follow(self, topic: str, partition: int, tries: int) -> bool:
+    def _follow(self, topic: str, partition: int, tries: int,
+                max_tries: int | None = None) -> bool:
         """After leader trouble with ``topic/partition``: look its leader up again
         (waiting ``refresh.leader.backoff.ms`` first on a second try in a row).
-        False when it is not a replicated partition or tries ran out: the
-        caller raises what it had."""
-        if tries > self.leader_retries:
+        False when it is not a replicated partition or tries ran out (past
+        ``max_tries``, default ``refresh.leader.max.retries``): the caller
+        raises what it had."""
+        if tries > (self.leader_retries if max_tries is None else max_tries):
             return False
         if tries > 1:
             time.sleep(self.leader_backoff)
@@ -496,6 +498,21 @@ class SimpleConsumer:
         parts = tuple(self._fetch_partition(r) for r in requests)
         if not parts:
             return []
+        out = self._fetch_routed(parts, self.leader_retries)
+        for result in out:
+            if isinstance(result, Exception):
+                raise result
+        return out
+
+    def fetch_following(self, parts: Sequence[api.FetchPartition]) -> list[Any]:
+        """One FETCH of ``parts`` per leader, a set or an error per partition (as
+        :meth:`receive_fetch` with ``raise_on_error=False``). A partition with
+        leader trouble has its leader looked up once, without waiting, and is
+        fetched again from it; what still fails is returned in its place (the
+        caller pauses it: the high-level consumer's fetchers)."""
+        return self._fetch_routed(tuple(parts), 1)
+
+    def _fetch_routed(self, parts: tuple[api.FetchPartition, ...], max_tries: int) -> list[Any]:
         out: list[Any] = [None] * len(parts)
         todo = list(range(len(parts)))
         tries = 0
@@ -520,12 +537,9 @@ class SimpleConsumer:
             todo = []
             for topic, partition in dict.fromkeys((parts[i].topic, parts[i].partition)
                                                   for i in troubled):
-                if self._follow(topic, partition, tries):
+                if self._follow(topic, partition, tries, max_tries):
                     todo += [i for i in troubled if (parts[i].topic, parts[i].partition)
                              == (topic, partition)]
-        for result in out:
-            if isinstance(result, Exception):
-                raise result
         return out
 
     def _fetch_on(self, connector: _Connector, parts: tuple[api.FetchPartition, ...]) -> list:
