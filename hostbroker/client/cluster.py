@@ -16,6 +16,12 @@ producer's pipelined connections) and keeps, per topic, the list of
   same broker id are one broker (the first URI listed is used).
 - A broker that does not answer keeps the partitions it had in the previous
   answer, so a key keeps its partition while a broker restarts.
+- A replicated topic (one whose partitions METADATA version 1 shows with
+  several replicas, or led by another broker than the one that answered)
+  is the topic's global partitions in order, each at its leader, as the
+  :class:`~hostbroker.client.leaders.LeaderMap` of the same broker list
+  says; a partition without a live leader has broker id -1, and a produce
+  to it waits (LEADER_NOT_AVAILABLE, retriable).
 - A topic no broker knows is *provisional*: partition 0 of the first broker
   of the list that answers, where a produce auto-creates it (with the broker's
   ``num.partitions``); the producer refreshes after that produce.
@@ -32,6 +38,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
+from hostbroker.client.leaders import LeaderMap, MetadataLeaders, TopicLeaders
 from hostbroker.client.simple import SimpleClient
 from hostbroker.errors import ErrorCode
 from hostbroker.protocol import api
@@ -46,12 +53,25 @@ class PartitionRef(NamedTuple):
 
 
 class TopicPartitions(NamedTuple):
-    """A topic's partitions in producer order; ``known`` is False for a provisional entry."""
+    """A topic's partitions in producer order; ``known`` is False for a provisional entry.
+
+    ``replicated``: a replicated topic, whose ``partitions[p]`` is global partition
+    ``p`` at its leader (broker id -1 and no URI while it has no live leader)."""
 
     topic: str
     partitions: tuple[PartitionRef, ...]
     known: bool
     fetched_at: float
+    replicated: bool = False
+
+
+def leader_refs(leaders: TopicLeaders, now: float) -> TopicPartitions:
+    """The producer's view of a replicated topic: partition ``p`` at its leader."""
+    refs = []
+    for part in leaders.partitions:
+        found = leaders.leader_uri(part.partition)
+        refs.append(PartitionRef(*(found or (-1, "")), part.partition))
+    return TopicPartitions(leaders.topic, tuple(refs), True, now, True)
 
 
 def _broker_uri(broker: api.MetadataBroker, prefer_unix: bool) -> str | None:
@@ -71,6 +91,8 @@ class Cluster:
         timeout: float,
         refresh_interval_ms: int,
         clock: Callable[[], float] = time.monotonic,
+        retry_backoff_ms: int = 100,
+        max_retries: int = 3,
     ):
         if not broker_list:
             raise ValueError("the broker list is empty")
@@ -81,6 +103,17 @@ class Cluster:
         self._topics: dict[str, TopicPartitions] = {}
         self._stale: set[str] = set()
         self.refreshes = 0
+        self.leaders = LeaderMap(MetadataLeaders(self.broker_list, self._ask_leaders),
+                                 retry_backoff_ms=retry_backoff_ms, max_retries=max_retries,
+                                 refresh_interval_ms=refresh_interval_ms, clock=clock)
+
+    def _ask_leaders(self, uri: str, topics: tuple[str, ...]):
+        client = self._clients[uri]
+        try:
+            return client.metadata_v1(topics)
+        except Exception:
+            client.close()
+            raise
 
     def close(self) -> None:
         for client in self._clients.values():
@@ -93,6 +126,7 @@ class Cluster:
     def invalidate(self, topic: str) -> None:
         """Ask the brokers again before ``topic`` is next used."""
         self._stale.add(topic)
+        self.leaders.invalidate(topic)
 
     def needs_refresh(self, topic: str) -> bool:
         known = self._topics.get(topic)
@@ -132,8 +166,16 @@ class Cluster:
             raise last_error
         self.refreshes += 1
         now = self._clock()
+        try:
+            self.leaders.refresh(topics)
+        except Exception:  # noqa: BLE001 - no broker answers version 1: what was known stays
+            pass
         for topic in topics:
-            self._topics[topic] = self._merge(topic, answers, silent, now)
+            leaders = self.leaders.cached(topic)
+            if leaders is not None and leaders.error is None:
+                self._topics[topic] = leader_refs(leaders, now)
+            else:
+                self._topics[topic] = self._merge(topic, answers, silent, now)
             self._stale.discard(topic)
 
     def _merge(self, topic: str, answers, silent: list[str], now: float) -> TopicPartitions:

@@ -52,7 +52,7 @@ from typing import Any, NamedTuple
 
 from hostbroker.client.errors import BrokerError, ConnectionClosedError
 from hostbroker.errors import ProtocolError
-from hostbroker.protocol import api
+from hostbroker.protocol import api, replication
 from hostbroker.protocol.primitives import Buffer
 
 DEFAULT_TIMEOUT = 30.0
@@ -69,6 +69,9 @@ _SIZE = struct.Struct(">i")
 # and per partition its topic name (at most 32 KiB) and fixed fields.
 _FETCH_ANSWER_OVERHEAD = 64
 _FETCH_PARTITION_OVERHEAD = 2 + 32767 + 4 + 2 + 8 + 4 + 8
+
+
+_REPLICATION_REQUESTS = frozenset(replication.REPLICATION_REQUEST_TYPES.values())
 
 
 class NotABrokerError(ProtocolError):
@@ -113,17 +116,19 @@ class _Pending(NamedTuple):
     broker_wait: float
     # The largest answer the request can bring (None: max_response_bytes).
     max_size: int | None = None
+    # A request of another version than 0 (replication): the answer's class.
+    response_cls: type | None = None
 
 
 def _max_answer(request: api.Request) -> int | None:
-    if isinstance(request, api.FetchRequest):
+    if isinstance(request, (api.FetchRequest, replication.FetchRequestV1)):
         return (_FETCH_ANSWER_OVERHEAD + sum(_FETCH_PARTITION_OVERHEAD + max(p.max_bytes, 0)
                                              for p in request.partitions))
     return None
 
 
 def _broker_wait(request: api.Request) -> float:
-    if isinstance(request, api.FetchRequest):
+    if isinstance(request, (api.FetchRequest, replication.FetchRequestV1)):
         return max(request.max_wait_ms, 0) / 1000
     if isinstance(request, api.ProduceRequest):
         return _produce_wait(request.acks, request.timeout_ms)
@@ -243,10 +248,14 @@ class BrokerConnection:
     def send(self, request: api.Request) -> int:
         """Send ``request`` and return its correlation id, without waiting for the answer."""
         correlation_id = self._next_id()
+        response_cls = None
+        if type(request) in _REPLICATION_REQUESTS:  # METADATA v1, FETCH v1, ...
+            response_cls = replication.REPLICATION_RESPONSE_TYPES[
+                (request.API_KEY, request.API_VERSION)]
         self._write([api.encode_request(request, correlation_id, self.client_id)])
         if not (isinstance(request, api.ProduceRequest) and request.acks == 0):
             self._pending.append(_Pending(correlation_id, request.API_KEY, _broker_wait(request),
-                                          _max_answer(request)))
+                                          _max_answer(request), response_cls))
         return correlation_id
 
     def _next_id(self) -> int:
@@ -321,7 +330,11 @@ class BrokerConnection:
                 raise BrokerError(
                     code, f"request {correlation_id} refused, connection closed by the broker"
                 )
-            correlation_id, response = api.decode_response(expected.api_key, frame)
+            if expected.response_cls is None:
+                correlation_id, response = api.decode_response(expected.api_key, frame)
+            else:
+                correlation_id, response = replication.decode_response(frame,
+                                                                       expected.response_cls)
             if correlation_id != expected.correlation_id:
                 raise ProtocolError(
                     f"answer carries correlation id {correlation_id},"

@@ -27,7 +27,19 @@ An offset outside the log raises :class:`OffsetOutOfRangeError` unless
 the set then says where it moved from (``reset_from``).
 
 One connection, opened on first use and opened again on the next call after
-an error closed it; the brokers of ``broker.list`` are tried in order. A call
+an error closed it; the brokers of ``broker.list`` are tried in order.
+
+A partition of a replicated topic is served by its leader only: a broker
+that is not (NOT_LEADER_FOR_PARTITION, LEADER_NOT_AVAILABLE, or
+UNKNOWN_TOPIC_OR_PARTITION from a broker that holds no replica of it) or a
+leader that stops answering sends the consumer to its
+:class:`~hostbroker.client.leaders.LeaderMap` (METADATA version 1 of the
+``broker.list`` brokers), and the partition is fetched from its leader from
+then on, on a connection of its own; after ``refresh.leader.backoff.ms``
+the same, at most ``refresh.leader.max.retries`` times in a row, then the
+error is raised. Offsets are byte offsets, the same on every replica, so a
+walk goes on at the new leader where it stopped at the old one; a consumer
+reads only below the high watermark, what every in-sync replica holds. A call
 whose kept connection turns out dead (the broker restarted) is repeated once
 on a new one: fetches and offset requests may be repeated. Not
 thread safe: give each thread its own consumer.
@@ -40,6 +52,7 @@ import itertools
 import logging
 import operator
 import struct
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -47,6 +60,7 @@ from hostbroker.client.connection import (DEFAULT_CLIENT_ID, BrokerConnection, c
                                           parse_uri)
 from hostbroker.client.errors import (BrokerError, DecompressedTooLargeError, InvalidEntryError,
                                       MessageSizeTooLargeError, OffsetOutOfRangeError)
+from hostbroker.client.leaders import LEADER_CODES, LeaderMap, MetadataLeaders
 from hostbroker.client.settings import Settings, broker_uris, resolve
 from hostbroker.config import Setting, at_least, between, one_of, split_list
 from hostbroker.errors import ErrorCode, InvalidMessageError, MessageTooLargeError, ProtocolError
@@ -106,6 +120,14 @@ FETCH_SETTINGS: tuple[Setting, ...] = (
             "Skip an entry that cannot be read (CRC mismatch, a compressed wrapper that does "
             "not decompress or inflates past fetch.message.max.bytes) with a warning in the "
             "log, instead of raising InvalidEntryError."),
+    Setting("refresh.leader.backoff.ms", int, 200,
+            "Replicated topics: wait before asking again where a partition's leader is "
+            "(after NOT_LEADER_FOR_PARTITION, LEADER_NOT_AVAILABLE or a lost leader).",
+            between(0, _INT32_MAX)),
+    Setting("refresh.leader.max.retries", int, 50,
+            "Replicated topics: times in a row a partition's leader is looked for again "
+            "before its error is raised (with the backoff: how long a failover is waited "
+            "for).", between(0, 100000)),
 )
 
 CONSUMER_SETTINGS: tuple[Setting, ...] = FETCH_SETTINGS + (
@@ -115,6 +137,18 @@ CONSUMER_SETTINGS: tuple[Setting, ...] = FETCH_SETTINGS + (
 )
 
 _RESET_TIMES = {"earliest": EARLIEST, "latest": LATEST}
+
+# Answers after which a partition may be led elsewhere (a broker that holds no
+# replica of a replicated partition does not know it).
+_FOLLOW_CODES = LEADER_CODES | {ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
+
+
+def _leader_trouble(error: BaseException) -> bool:
+    if isinstance(error, OffsetOutOfRangeError):
+        return False
+    if isinstance(error, BrokerError):
+        return error.code in _FOLLOW_CODES
+    return isinstance(error, OSError)
 
 # One C call turns a Message (offset, next_offset, payload, codec, magic)
 # into the (offset, next_offset, value) a consumer hands out.
@@ -333,6 +367,15 @@ class SimpleConsumer:
     ):
         self.settings = resolve(self.settings_declared, config, options)
         self._connector = _Connector(broker_uris(bootstrap, self.settings), self.settings)
+        self.leaders = LeaderMap(MetadataLeaders(self._connector.uris, self._ask_leaders),
+                                 retry_backoff_ms=self.settings["refresh.leader.backoff.ms"],
+                                 max_retries=0)
+        self.leader_backoff = self.settings["refresh.leader.backoff.ms"] / 1000
+        self.leader_retries: int = self.settings["refresh.leader.max.retries"]
+        # Replicated partitions found led elsewhere than the default connection:
+        # (topic, partition) -> the leader's URI, and a connector per leader.
+        self._led: dict[tuple[str, int], str] = {}
+        self._leader_connectors: dict[str, _Connector] = {}
         self.fetch_size: int = self.settings["fetch.size"]
         self.max_fetch_size: int = max(self.settings["fetch.message.max.bytes"], self.fetch_size)
         self.max_wait_ms: int = self.settings["fetch.wait.max.ms"]
@@ -351,8 +394,78 @@ class SimpleConsumer:
         self.close()
 
     def close(self) -> None:
-        """Close the connection; safe to call twice (a later call opens a new one)."""
+        """Close the connections; safe to call twice (a later call opens new ones)."""
         self._connector.close()
+        for connector in self._leader_connectors.values():
+            connector.close()
+
+    # -- leaders of replicated partitions ------------------------------------------
+
+    def _ask_leaders(self, uri: str, topics: tuple[str, ...]):
+        from hostbroker.protocol.replication import MetadataRequestV1
+
+        with BrokerConnection(uri, timeout=self._connector.timeout,
+                              setup_timeout=self._connector.setup_timeout,
+                              client_id=self._connector.client_id) as connection:
+            return connection.request(MetadataRequestV1(topics))
+
+    def _connector_for(self, topic: str, partition: int) -> _Connector:
+        uri = self._led.get((topic, partition)) if self._led else None
+        if uri is None:
+            return self._connector
+        connector = self._leader_connectors.get(uri)
+        if connector is None:
+            connector = self._leader_connectors[uri] = _Connector([uri], self.settings)
+        return connector
+
+    def _follow(self, topic: str, partition: int, tries: int,
+                max_tries: int | None = None) -> bool:
+        """After leader trouble with ``topic/partition``: look its leader up again
+        (waiting ``refresh.leader.backoff.ms`` first on a second try in a row).
+        False when it is not a replicated partition or tries ran out (past
+        ``max_tries``, default ``refresh.leader.max.retries``): the caller
+        raises what it had."""
+        if tries > (self.leader_retries if max_tries is None else max_tries):
+            return False
+        if tries > 1:
+            time.sleep(self.leader_backoff)
+        self.leaders.invalidate(topic)
+        try:
+            found = self.leaders.leader(topic, partition)
+        except BrokerError as exc:
+            if exc.code == ErrorCode.LEADER_NOT_AVAILABLE:
+                found = ("wait", "")  # being elected: the next try looks again
+            else:
+                return False
+        except Exception:  # noqa: BLE001 - no broker told: what the caller had stands
+            if (topic, partition) not in self._led:
+                return False
+            found = ("wait", "")
+        if found is None:
+            self._led.pop((topic, partition), None)
+            return False
+        if found[0] != "wait":
+            old = self._led.get((topic, partition))
+            self._led[(topic, partition)] = found[1]
+            if old is not None and old != found[1] and old in self._leader_connectors:
+                self._leader_connectors[old].close()  # may be dead: a fresh one next time
+            log.info("%s/%s: fetching from its leader, broker %s at %s", topic, partition,
+                     found[0], found[1])
+        return True
+
+    def _on_leader(self, topic: str, partition: int, call: Callable[[_Connector], Any]) -> Any:
+        """``call(connector)`` on the connection to ``topic/partition``'s leader, following
+        it while it moves (see the module docstring)."""
+        tries = 0
+        while True:
+            try:
+                return call(self._connector_for(topic, partition))
+            except (BrokerError, OSError) as exc:
+                if not _leader_trouble(exc):
+                    raise
+                tries += 1
+                if not self._follow(topic, partition, tries):
+                    raise
 
     @property
     def connection(self) -> BrokerConnection:
@@ -385,16 +498,62 @@ class SimpleConsumer:
         parts = tuple(self._fetch_partition(r) for r in requests)
         if not parts:
             return []
-        reused = self._connector.connected
+        out = self._fetch_routed(parts, self.leader_retries)
+        for result in out:
+            if isinstance(result, Exception):
+                raise result
+        return out
+
+    def fetch_following(self, parts: Sequence[api.FetchPartition]) -> list[Any]:
+        """One FETCH of ``parts`` per leader, a set or an error per partition (as
+        :meth:`receive_fetch` with ``raise_on_error=False``). A partition with
+        leader trouble has its leader looked up once, without waiting, and is
+        fetched again from it; what still fails is returned in its place (the
+        caller pauses it: the high-level consumer's fetchers)."""
+        return self._fetch_routed(tuple(parts), 1)
+
+    def _fetch_routed(self, parts: tuple[api.FetchPartition, ...], max_tries: int) -> list[Any]:
+        out: list[Any] = [None] * len(parts)
+        todo = list(range(len(parts)))
+        tries = 0
+        while todo:
+            groups: dict[int, tuple[_Connector, list[int]]] = {}
+            for i in todo:
+                connector = self._connector_for(parts[i].topic, parts[i].partition)
+                groups.setdefault(id(connector), (connector, []))[1].append(i)
+            for connector, indices in groups.values():
+                asked = tuple(parts[i] for i in indices)
+                try:
+                    got = self._fetch_on(connector, asked)
+                except OSError as exc:
+                    if connector is self._connector and not self._led:
+                        raise
+                    got = [exc] * len(asked)
+                for i, result in zip(indices, got):
+                    out[i] = result
+            troubled = [i for i in todo if isinstance(out[i], Exception)
+                        and _leader_trouble(out[i])]
+            tries += 1
+            todo = []
+            for topic, partition in dict.fromkeys((parts[i].topic, parts[i].partition)
+                                                  for i in troubled):
+                if self._follow(topic, partition, tries, max_tries):
+                    todo += [i for i in troubled if (parts[i].topic, parts[i].partition)
+                             == (topic, partition)]
+        return out
+
+    def _fetch_on(self, connector: _Connector, parts: tuple[api.FetchPartition, ...]) -> list:
+        """One FETCH of ``parts`` on ``connector``: a set or an error per partition."""
+        reused = connector.connected
         try:
-            self.send_fetch(parts)
-            return self.receive_fetch(parts)
+            self.send_fetch(parts, connector)
+            return self.receive_fetch(parts, raise_on_error=False, connector=connector)
         except ConnectionError:
             if not reused:
                 raise
         # As _Connector.request: a fetch may be repeated.
-        self.send_fetch(parts)
-        return self.receive_fetch(parts)
+        self.send_fetch(parts, connector)
+        return self.receive_fetch(parts, raise_on_error=False, connector=connector)
 
     def _fetch_partition(self, request: tuple) -> api.FetchPartition:
         if len(request) == 3:
@@ -410,19 +569,24 @@ class SimpleConsumer:
             raise ValueError(f"offset {offset} for {topic}/{partition}: must not be negative")
         return api.FetchPartition(topic, partition, offset, max_bytes)
 
-    def send_fetch(self, parts: Sequence[api.FetchPartition]) -> None:
-        """Send one FETCH for ``parts`` without waiting (pipelining; see :meth:`receive_fetch`)."""
-        self._connector.get().send(api.FetchRequest(self.max_wait_ms, self.min_bytes, tuple(parts)))
+    def send_fetch(self, parts: Sequence[api.FetchPartition],
+                   connector: _Connector | None = None) -> None:
+        """Send one FETCH for ``parts`` without waiting (pipelining; see :meth:`receive_fetch`),
+        on ``connector`` (default: the broker list's connection)."""
+        (connector or self._connector).get().send(
+            api.FetchRequest(self.max_wait_ms, self.min_bytes, tuple(parts)))
 
     def receive_fetch(self, parts: Sequence[api.FetchPartition], *,
-                      raise_on_error: bool = True) -> list[Any]:
+                      raise_on_error: bool = True, connector: _Connector | None = None
+                      ) -> list[Any]:
         """The sets answering the FETCH of ``parts`` sent earlier, oldest pending first.
 
         With ``raise_on_error=False`` a partition's error is returned in its
         place (a BrokerError, OffsetOutOfRangeError or
         MessageSizeTooLargeError) instead of raised.
         """
-        response = self._connector.get().receive(api.ApiKey.FETCH)
+        connector = connector or self._connector
+        response = connector.get().receive(api.ApiKey.FETCH)
         results = response.partitions
         if len(results) != len(parts):
             raise ProtocolError(f"FETCH of {len(parts)} partitions answered with {len(results)}")
@@ -439,7 +603,8 @@ class SimpleConsumer:
         answered = 0  # message-set bytes of the partitions before this one
         for part, result in zip(parts, results):
             try:
-                out.append(self._settle(part, result, cut_possible=answered > 0))
+                out.append(self._settle(part, result, cut_possible=answered > 0,
+                                        connector=connector))
             except (BrokerError, MessageSizeTooLargeError, InvalidEntryError) as exc:
                 if raise_on_error:
                     raise
@@ -448,7 +613,8 @@ class SimpleConsumer:
         return out
 
     def _settle(self, part: api.FetchPartition, result: api.FetchPartitionResult,
-                reset_from: int | None = None, cut_possible: bool = False) -> FetchedSet:
+                reset_from: int | None = None, cut_possible: bool = False,
+                connector: _Connector | None = None) -> FetchedSet:
         """The set for one partition's answer, fetching it again alone when it must."""
         while True:
             code = result.error_code
@@ -458,7 +624,7 @@ class SimpleConsumer:
                 when = _RESET_TIMES[self.reset]
                 (offset,) = self.offsets_before(part.topic, part.partition, when)
                 part = api.FetchPartition(part.topic, part.partition, offset, part.max_bytes)
-                result = self._fetch_one(part)
+                result = self._fetch_one(part, connector)
                 continue
             if out_of_range:
                 raise OffsetOutOfRangeError(part.topic, part.partition, part.offset,
@@ -473,7 +639,7 @@ class SimpleConsumer:
                     or (cut_possible and _cut_by_answer_limit(part, result, fetched.message_set))):
                 return fetched
             part = self._grown(part, fetched.message_set, result.log_end_offset)
-            result = self._fetch_one(part)
+            result = self._fetch_one(part, connector)
 
     def _grown(self, part: api.FetchPartition, head: bytes,
                log_end: int) -> api.FetchPartition:
@@ -497,9 +663,10 @@ class SimpleConsumer:
         return api.FetchPartition(part.topic, part.partition, part.offset,
                                   min(size, self.max_fetch_size))
 
-    def _fetch_one(self, part: api.FetchPartition) -> api.FetchPartitionResult:
+    def _fetch_one(self, part: api.FetchPartition,
+                   connector: _Connector | None = None) -> api.FetchPartitionResult:
         # No long poll: the log is known to hold data at this offset.
-        response = self._request(api.FetchRequest(0, 0, (part,)))
+        response = (connector or self._connector).request(api.FetchRequest(0, 0, (part,)))
         if len(response.partitions) != 1:
             raise ProtocolError(f"FETCH of one partition answered with {len(response.partitions)}")
         return response.partitions[0]
@@ -518,16 +685,32 @@ class SimpleConsumer:
         """
         size = max_bytes or self.fetch_size
         part = self._fetch_partition((topic, partition, offset, size))
-        self.send_fetch((part,))
-        pending = True
+        connector = self._connector_for(topic, partition)
+        pending = False
+        tries = 0
         try:
             while True:
-                pending = False
-                (fetched,) = self.receive_fetch((part,))
+                try:
+                    if not pending:
+                        connector = self._connector_for(topic, partition)
+                        self.send_fetch((part,), connector)
+                        pending = True
+                    pending = False
+                    (fetched,) = self.receive_fetch((part,), connector=connector)
+                except (BrokerError, OSError) as exc:
+                    pending = False
+                    if not _leader_trouble(exc):
+                        raise
+                    tries += 1
+                    if not self._follow(topic, partition, tries):
+                        raise
+                    continue
+                tries = 0
                 done = stop_at_end and fetched.at_end
                 if not done:
                     part = api.FetchPartition(topic, partition, fetched.next_offset, size)
-                    self.send_fetch((part,))
+                    connector = self._connector_for(topic, partition)
+                    self.send_fetch((part,), connector)
                     pending = True
                 if fetched.entries:
                     yield fetched
@@ -535,7 +718,7 @@ class SimpleConsumer:
                     return
         finally:
             if pending:
-                self.close()
+                connector.close()
 
     def messages(self, topic: str, partition: int, offset: int, *,
                  max_bytes: int | None = None,
@@ -552,10 +735,12 @@ class SimpleConsumer:
     def offsets_before(self, topic: str, partition: int, time: int,
                        max_offsets: int = 1) -> list[int]:
         """Offsets at or before ``time`` (ms since the epoch, LATEST or EARLIEST), newest first."""
-        response = self._request(api.OffsetsRequest(topic, partition, time, max_offsets))
-        if response.error_code != ErrorCode.NONE:
-            raise BrokerError(response.error_code, topic=topic, partition=partition)
-        return list(response.offsets)
+        def ask(connector: _Connector) -> list[int]:
+            response = connector.request(api.OffsetsRequest(topic, partition, time, max_offsets))
+            if response.error_code != ErrorCode.NONE:
+                raise BrokerError(response.error_code, topic=topic, partition=partition)
+            return list(response.offsets)
+        return self._on_leader(topic, partition, ask)
 
     def metadata(self, topics: Iterable[str] = ()) -> api.MetadataResponse:
         """Brokers and topics (all topics when ``topics`` is empty); errors stay in the answer."""

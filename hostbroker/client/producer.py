@@ -160,11 +160,15 @@ class Producer(AsyncQueue):
                 zookeeper, session_timeout_ms=settings["zookeeper.session.timeout.ms"],
                 connection_timeout_ms=settings["zookeeper.connection.timeout.ms"],
                 registration_wait_ms=settings["zookeeper.connection.timeout.ms"],
-                bounds=Bounds.of(settings))
+                bounds=Bounds.of(settings), retry_backoff_ms=settings["retry.backoff.ms"],
+                max_retries=settings["message.send.max.retries"],
+                refresh_interval_ms=settings["topic.metadata.refresh.interval.ms"])
         else:
             cluster = Cluster(self.brokers, client_id=settings["client.id"],
                               timeout=settings["request.timeout.ms"] / 1000,
-                              refresh_interval_ms=settings["topic.metadata.refresh.interval.ms"])
+                              refresh_interval_ms=settings["topic.metadata.refresh.interval.ms"],
+                              retry_backoff_ms=settings["retry.backoff.ms"],
+                              max_retries=settings["message.send.max.retries"])
         self._dispatcher = Dispatcher(settings, cluster, partitioner or DefaultPartitioner(),
                                        self._callbacks, self._stats, self._set_done)
         self._topics: set[str] = set()  # names checked
@@ -225,11 +229,16 @@ class Producer(AsyncQueue):
     def partitions_for(self, topic: str) -> tuple[tuple[int, int], ...] | None:
         """Cluster mode: ``topic``'s sorted ``(broker_id, partition)`` pairs in the
         producer's latest picture of ZooKeeper, which an explicit ``partition=i``
-        indexes (empty while no live broker has registered the topic). None for a
-        producer given brokers, whose explicit partitions are the broker's own."""
+        indexes (empty while no live broker has registered the topic); for a
+        replicated topic ``(leader, partition)`` per global partition, as last read
+        (leader -1: none live). None for a producer given brokers, whose explicit
+        partitions are the broker's own (a replicated topic's: its global ones)."""
         cluster = self._dispatcher.cluster
         if not isinstance(cluster, ZkCluster):
             return None
+        known = cluster.cached(topic)
+        if known is not None and known.replicated:
+            return tuple((ref.broker_id, ref.partition) for ref in known.partitions)
         return tuple(cluster.snapshot.partitions(topic))
 
     # -- what every send checks in the caller's thread -----------------------------

@@ -31,6 +31,7 @@ from hostbroker.client.errors import (
     DeliveryFailure,
     ProducerError,
 )
+from hostbroker.client.leaders import LEADER_CODES
 from hostbroker.client.partitioner import Partitioner
 from hostbroker.client.producer_batches import (
     ENTRY_OVERHEAD,
@@ -64,13 +65,21 @@ RETRIABLE_CODES = frozenset({
     ErrorCode.REQUEST_TIMED_OUT,
     ErrorCode.STORAGE_ERROR,
     ErrorCode.BROKER_NOT_AVAILABLE,
+    # replicated topics: the leader moved or is being elected, or the ISR is
+    # (for now) smaller than min.insync.replicas
+    ErrorCode.NOT_LEADER_FOR_PARTITION,
+    ErrorCode.LEADER_NOT_AVAILABLE,
+    ErrorCode.FENCED_LEADER_EPOCH,
+    ErrorCode.REPLICA_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS,
+    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
 })
 # Errors after which the partition may live elsewhere: ask the brokers again.
 _REFRESH_CODES = frozenset({
     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
     ErrorCode.STORAGE_ERROR,
     ErrorCode.BROKER_NOT_AVAILABLE,
-})
+}) | LEADER_CODES
 
 
 def retriable(error: BaseException) -> bool:
@@ -395,6 +404,11 @@ class Dispatcher:
                 continue
             s.ref = self._route(s)
             s.placed = known.partitions
+            if s.ref.broker_id < 0:  # a replicated partition without a live leader
+                self._attempt_failed(s, BrokerError(
+                    ErrorCode.LEADER_NOT_AVAILABLE, "no live leader", topic=s.topic,
+                    partition=s.slot))
+                continue
             by_broker.setdefault(s.ref.uri, []).append(s)
         for uri, broker_sets in by_broker.items():
             parts: dict[tuple[str, int], list[PendingSet]] = {}
@@ -568,7 +582,9 @@ class Dispatcher:
             if not s.pinned:
                 s.slot = self._choose(s.topic, None, len(info.partitions))
             elif (s.origins is not None and s.placed is not None
-                    and s.placed is not info.partitions and s.placed != info.partitions):
+                    and s.placed is not info.partitions and s.placed != info.partitions
+                    # a replicated topic's partition is the same one at a new leader
+                    and not (info.replicated and len(s.placed) == len(info.partitions))):
                 again += self._place_again(s, info)
                 continue
             again.append(s)

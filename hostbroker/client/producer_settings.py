@@ -25,7 +25,10 @@ PRODUCER_SETTINGS: tuple[Setting, ...] = (
             "sync: send() waits for the answer; async: send() queues, a thread sends batches.",
             one_of("sync", "async")),
     Setting("request.required.acks", int, 1,
-            "0: no answer; 1: answered once in the page cache; -1: answered once flushed.",
+            "0: no answer; 1: answered once in the page cache (the leader's, for a "
+            "replicated topic); -1: answered once flushed and, for a replicated topic, "
+            "held by every in-sync replica (refused NOT_ENOUGH_REPLICAS, retriable, while "
+            "fewer than min.insync.replicas are in sync).",
             lambda v: None if v in (0, 1, -1) else "must be 0, 1 or -1"),
     Setting("request.timeout.ms", int, 10000,
             "How long the broker may wait for an acks=-1 flush, and how long the client "

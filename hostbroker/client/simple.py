@@ -21,7 +21,7 @@ from typing import Any
 from hostbroker.client.connection import DEFAULT_CLIENT_ID, DEFAULT_TIMEOUT, BrokerConnection
 from hostbroker.client.errors import BrokerError
 from hostbroker.errors import ErrorCode, ProtocolError
-from hostbroker.protocol import api
+from hostbroker.protocol import api, replication
 from hostbroker.protocol.primitives import Buffer
 
 DEFAULT_PRODUCE_TIMEOUT_MS = 10_000
@@ -166,6 +166,11 @@ class SimpleClient:
     def metadata(self, topics: Iterable[str] = ()) -> api.MetadataResponse:
         """Brokers and topics (all topics when ``topics`` is empty); errors stay in the answer."""
         return self.request(api.MetadataRequest(tuple(topics)))
+
+    def metadata_v1(self, topics: Iterable[str] = ()) -> replication.MetadataResponseV1:
+        """METADATA version 1: the controller, the live brokers and, per partition, its
+        leader, leader epoch, replicas, ISR, log start and high watermark."""
+        return self.request(replication.MetadataRequestV1(tuple(topics)))
 
     # CREATE_TOPIC / DELETE_TOPIC
 

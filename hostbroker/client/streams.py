@@ -64,7 +64,10 @@ MAX_FETCH_PARTITIONS = 1000
 
 # Errors of one partition that may pass: fetch it again after a pause.
 _TRANSIENT = frozenset({ErrorCode.STORAGE_ERROR, ErrorCode.BROKER_NOT_AVAILABLE,
-                        ErrorCode.REQUEST_TIMED_OUT, ErrorCode.UNKNOWN})
+                        ErrorCode.REQUEST_TIMED_OUT, ErrorCode.UNKNOWN,
+                        # a replicated partition's leader moving or being elected
+                        ErrorCode.NOT_LEADER_FOR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE,
+                        ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.REPLICA_NOT_AVAILABLE})
 
 
 class MessageAndMetadata(NamedTuple):
@@ -459,8 +462,8 @@ class Fetcher:
         if not parts:
             self.wake.wait(self.connector._idle_wait() if self.housekeeping else 1.0)
             return
-        self.consumer.send_fetch(parts)
-        results = self.consumer.receive_fetch(parts, raise_on_error=False)
+        # A replicated partition is fetched from its leader, followed when it moves.
+        results = self.consumer.fetch_following(parts)
         fetched = []
         for tp, result in zip(keys, results):
             if isinstance(result, FetchedSet):
@@ -488,7 +491,7 @@ class Fetcher:
             del self.positions[tp]
             del self.streams[tp]
             self.connector._forget(tp)
-        elif code in _TRANSIENT:
+        elif code in _TRANSIENT or isinstance(error, OSError):  # OSError: a leader lost
             log.warning("consumer: %s; retrying", error)
             backoff = self.connector.settings["retry.backoff.ms"] / 1000
             self.paused_until[tp] = time.monotonic() + backoff

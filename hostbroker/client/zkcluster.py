@@ -24,6 +24,17 @@ asking brokers:
   Dispatcher invalidates the topic), the next look waits up to
   ``registration_wait_ms`` for the broker's registration of the topic,
   once per topic; until it appears the provisional partition is used.
+- A replicated topic (its ``/brokers/topics/[topic]`` node holds an
+  assignment) is its global partitions in order, each at its leader, as a
+  :class:`~hostbroker.client.leaders.LeaderMap` over
+  :class:`~hostbroker.client.leaders.ZooKeeperLeaders` reads them (the
+  assignment, each partition's state node, the snapshot's live brokers).
+  Leaders are not watched: they are read again when the topic is
+  invalidated (the Dispatcher does after NOT_LEADER_FOR_PARTITION,
+  LEADER_NOT_AVAILABLE or a lost connection), when the snapshot changes (a
+  broker came or went) and every ``refresh_interval_ms``. A partition
+  without a live leader has broker id -1: a produce to it waits
+  (LEADER_NOT_AVAILABLE, retriable).
 - No live broker at all: :meth:`partitions` raises BROKER_NOT_AVAILABLE,
   a retriable error, so messages wait within the retry settings and then
   fail with it.
@@ -42,8 +53,9 @@ import random
 import threading
 import time
 
-from hostbroker.client.cluster import PartitionRef, TopicPartitions
+from hostbroker.client.cluster import PartitionRef, TopicPartitions, leader_refs
 from hostbroker.client.errors import BrokerError
+from hostbroker.client.leaders import LeaderMap, ZooKeeperLeaders
 from hostbroker.cluster import zkread
 from hostbroker.cluster.discovery import ClusterView, Snapshot
 from hostbroker.cluster.zk import make_client
@@ -55,7 +67,8 @@ class ZkCluster:
 
     def __init__(self, connect: str, *, session_timeout_ms: int, connection_timeout_ms: int,
                  registration_wait_ms: int, rng: random.Random | None = None,
-                 bounds: zkread.Bounds = zkread.DEFAULT):
+                 bounds: zkread.Bounds = zkread.DEFAULT, retry_backoff_ms: int = 100,
+                 max_retries: int = 3, refresh_interval_ms: int = 600_000):
         self.connect = connect
         self._rng = rng or random.Random()
         self._wait = registration_wait_ms / 1000
@@ -77,6 +90,11 @@ class ZkCluster:
         self._stale: set[str] = set()
         self._provisional: dict[str, int] = {}  # topic -> broker id it is auto-created on
         self._waited: set[str] = set()  # topics whose registration was waited for once
+        self.leaders = LeaderMap(
+            ZooKeeperLeaders(self._client, lambda: self._snapshot.brokers, bounds=bounds,
+                             timeout_s=connection_timeout_ms / 1000),
+            retry_backoff_ms=retry_backoff_ms, max_retries=max_retries,
+            refresh_interval_ms=refresh_interval_ms)
         self.refreshes = 0
 
     def _on_change(self, snapshot: Snapshot) -> None:
@@ -106,11 +124,13 @@ class ZkCluster:
 
     def invalidate(self, topic: str) -> None:
         self._stale.add(topic)
+        self.leaders.invalidate(topic)
 
     def needs_refresh(self, topic: str) -> bool:
         entry = self._topics.get(topic)
         return (entry is None or entry[0] != self._version or not entry[1].known
-                or topic in self._stale)
+                or topic in self._stale
+                or (entry[1].replicated and self.leaders.needs_refresh(topic)))
 
     def partitions(self, topic: str) -> TopicPartitions:
         """``topic``'s partitions from the latest snapshot; raises BrokerError
@@ -129,6 +149,25 @@ class ZkCluster:
         return bool(self._snapshot.partitions(topic))
 
     def _build(self, topic: str) -> tuple[int, TopicPartitions]:
+        version = self._version
+        previous = self._topics.get(topic)
+        if previous is not None and previous[0] != version:
+            self.leaders.invalidate(topic)  # a broker came or went: leaders may have moved
+        try:
+            leaders = self.leaders.get(topic)
+        except BrokerError:
+            # ZooKeeper away and nothing read of the topic yet: a topic brokers
+            # registered 0.7-style is not replicated, and its last list serves.
+            if not self._snapshot.partitions(topic):
+                raise
+            leaders = None
+        if leaders is not None:
+            if leaders.error is not None:
+                raise leaders.error
+            built = leader_refs(leaders, time.monotonic())
+            if previous is not None and previous[1].partitions == built.partitions:
+                built = built._replace(fetched_at=previous[1].fetched_at)
+            return version, built
         with self._changed:
             if (topic in self._provisional and topic in self._stale
                     and topic not in self._waited and not self._registered(topic)):

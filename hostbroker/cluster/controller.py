@@ -56,7 +56,8 @@ class Controller:
 
     def __init__(self, client, broker_id: int, tell: Callable[[Notice], None], *,
                  op_timeout_s: float = 5.0, unclean: bool = False,
-                 bounds: zkread.Bounds = zkread.DEFAULT, report=None):
+                 bounds: zkread.Bounds = zkread.DEFAULT, report=None,
+                 beat: Callable[[], None] = lambda: None):
         self.client = client
         self.broker_id = broker_id
         self.tell = tell
@@ -64,6 +65,7 @@ class Controller:
         self.unclean = unclean
         self.bounds = bounds
         self.report = report or zkread.Reporter(log)
+        self.beat = beat  # the worker's heartbeat, between reads of many nodes
         self.epoch = 0
         self.epoch_version = -1
         self.live: dict[int, paths.BrokerInfo] = {}
@@ -246,6 +248,8 @@ class Controller:
         for p, replicas in sorted(assignment.items()):
             state, version = self.read_state(topic, p)
             parts[p] = Partition(list(replicas), state, version)
+            if p % 256 == 255:
+                self.beat()
         self.topics[topic] = parts
         self.configs[topic] = self.read_config(topic)
         return True
@@ -378,9 +382,17 @@ class Controller:
                 self.tell(notice)
 
     def _tell_all(self, broker_id: int) -> None:
-        """LEADER_AND_ISR about every partition ``broker_id`` has a replica of."""
+        """LEADER_AND_ISR about every partition ``broker_id`` has a replica of, as
+        ZooKeeper holds them now (leaders' ISR commits change them behind our back)."""
         parts = [(t, p) for t, ps in self.topics.items() for p, part in ps.items()
                  if broker_id in part.replicas]
+        for i, (topic, p) in enumerate(parts):
+            part = self.topics[topic][p]
+            state, version = self.read_state(topic, p)
+            if state is not None:
+                part.state, part.version = state, version
+            if i % 256 == 255:
+                self.beat()
         notice = self._notice(broker_id, sorted(parts))
         if notice is not None:
             self.tell(notice)

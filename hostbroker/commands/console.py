@@ -392,9 +392,19 @@ def _say_waiting(topic: str) -> None:
 
 
 def topic_partitions(client, topic: str) -> list[int]:
-    """The partition numbers of ``topic`` from METADATA; a CommandError if it does not exist."""
+    """The partition numbers of ``topic`` from METADATA; a CommandError if it does not exist.
+    A replicated topic's are its global partitions, whichever brokers lead them (a
+    SimpleConsumer's leader map, METADATA version 1 of its brokers)."""
     from hostbroker.errors import ErrorCode
 
+    leaders = getattr(client, "leaders", None)
+    if leaders is not None:
+        try:
+            replicated = leaders.get(topic)
+        except Exception:  # noqa: BLE001 - no broker answers version 1: version 0 says
+            replicated = None
+        if replicated is not None and replicated.partitions:
+            return [p.partition for p in replicated.partitions]
     (found,) = client.metadata([topic]).topics
     if found.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
         raise CommandError(f"no topic {topic}")

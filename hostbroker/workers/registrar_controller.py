@@ -327,7 +327,8 @@ class ControllerRole:
 
     def _try_take_over(self, client) -> None:
         c = ctl.Controller(client, self.broker_id, self._tell,
-                           op_timeout_s=self.worker.connection_ms / 1000, unclean=self.unclean)
+                           op_timeout_s=self.worker.connection_ms / 1000, unclean=self.unclean,
+                           beat=self.worker.heartbeat)
         self._watch_controller(client)
         if not c.try_elect():
             holder = c.holder()

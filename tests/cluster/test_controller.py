@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 
 import pytest
 
@@ -378,3 +379,24 @@ def test_a_broker_back_after_a_crash_is_told_its_partitions_and_rejoins_the_isr(
     for p in range(3):
         s = state(zk, "back", p)
         assert s["leader"] != victim and sorted(s["isr"]) == [1, 2, 3]
+
+
+def test_after_a_zookeeper_outage_the_controller_still_moves_leaders(
+        make_broker, tmp_path, cluster, zkserver):
+    connect, zk = cluster
+    brokers = {i: start(make_broker, tmp_path, connect, zk, i) for i in (1, 2, 3)}
+    wait_until(lambda: controller(zk) is not None)
+    assert create(connect, "outage", 3, 3).returncode == 0
+    wait_until(lambda: all(state(zk, "outage", p) is not None for p in range(3)))
+    zkserver.stop()
+    time.sleep(1.5 * SESSION_MS / 1000)  # the brokers serve on without ZooKeeper
+    zkserver.start()
+    wait_until(lambda: controller(zk) is not None and all(
+        zk.exists(f"/brokers/ids/{i}") for i in brokers), timeout=SESSION_MS / 1000 + 10)
+    holder, _ = controller(zk)
+    victim = next(i for i in brokers if i != holder)
+    kill_hard(brokers[victim])
+    brokers[victim].kill_tree()
+    wait_until(lambda: all(victim not in state(zk, "outage", p)["isr"] for p in range(3)),
+               timeout=SESSION_MS / 1000 + 10)
+    assert all(state(zk, "outage", p)["leader"] not in (victim, -1) for p in range(3))

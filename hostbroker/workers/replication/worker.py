@@ -39,6 +39,7 @@ from hostbroker.workers.replication.follows import AT_WRITER, Follow, Stage
 from hostbroker.workers.replication.truncation import Truncation
 
 SCAN_INTERVAL_S = 0.1
+WRITER_WAIT_S = 0.05  # how long a link's next FETCH waits for its appends' results
 _IDLE_TIMEOUT_S = 1.0
 
 
@@ -103,7 +104,9 @@ class ReplicaWorker(Worker):
             if follow.stage is Stage.BACKOFF:
                 wake = min(wake, follow.retry_at)
             elif follow.stage in AT_WRITER:
-                wake = min(wake, follow.since + self.settings.timeout_s)
+                since = follow.since
+                wake = min(wake, since + (WRITER_WAIT_S if now - since < WRITER_WAIT_S
+                                          else self.settings.timeout_s))
         return max(0.0, min(_IDLE_TIMEOUT_S, wake - now))
 
     def _cycle(self, events) -> bool:
@@ -118,7 +121,10 @@ class ReplicaWorker(Worker):
             self._scan(now)
         self._advance(now)
         for link in list(self.links.values()):
-            busy = any(f.stage in AT_WRITER for f in link.follows.values())
+            # a fetch waits for the link's appends (its next one would wait behind
+            # a long poll), but not for a writer that is slow to answer
+            busy = any(f.stage in AT_WRITER and now - f.since < WRITER_WAIT_S
+                       for f in link.follows.values())
             link.step(now, busy)
             link.sync()
             if not link.follows and link.sock is None:
@@ -133,7 +139,11 @@ class ReplicaWorker(Worker):
         self.next_scan = now + SCAN_INTERVAL_S
         own = self.settings.broker_id
         wanted = {}
-        for i, s in self.table.scan():
+        try:
+            slots = self.table.scan()
+        except TornSlotError:  # a writer died mid-write; the supervisor repairs the slot
+            return
+        for i, s in slots:
             if s.state == ONLINE and s.role == ROLE_FOLLOWER and s.leader >= 0 \
                     and s.leader != own:
                 wanted[(s.name, s.partition)] = (i, s)

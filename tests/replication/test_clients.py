@@ -1,0 +1,160 @@
+"""The library's clients on a replicated topic: real ``hostbroker serve`` brokers on a
+real ZooKeeper, the topic made with ``topics create --replication-factor``.
+
+- a Producer with acks=-1 (found through ZooKeeper, and through a broker list)
+  keeps sending across a leader SIGKILLed; every message it was told was
+  acknowledged is read back afterwards by a SimpleConsumer that follows leaders;
+- min.insync.replicas: a Producer's acks=-1 message fails NOT_ENOUGH_REPLICAS
+  once its retries are spent, while acks=1 goes on;
+- a SimpleConsumer bootstrapped on a broker that is not the leader reads from the
+  leader; console produce/consume work on the topic.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from hostbroker.client import Producer, SimpleConsumer
+from hostbroker.client.errors import DeliveryError
+from hostbroker.errors import ErrorCode
+from tests.integration.cli import hostbroker
+from tests.replication.support import BROKER_SESSION_MS, kill_hard, poll, state
+
+FAST = {"zookeeper_session_timeout_ms": 2000, "zookeeper_connection_timeout_ms": 5000}
+
+
+def create(zookeeper, topic, partitions, rf, *config):
+    done = hostbroker("topics", "create", "--zookeeper", zookeeper.connect, "--topic", topic,
+                      "--partitions", partitions, "--replication-factor", rf,
+                      *[a for c in config for a in ("--config", c)])
+    assert done.returncode == 0, done.stderr.decode()
+
+
+def settled(zk, topic, partitions, rf):
+    for p in range(partitions):
+        s = state(zk, topic, p)
+        if s["leader"] < 0 or len(s["isr"]) != rf:
+            return False
+    return True
+
+
+def read_all(brokers, topic, partitions) -> dict[int, dict[int, bytes]]:
+    """offset -> value of every message of each partition below the high watermark, read
+    by a SimpleConsumer given every live broker (it finds each leader itself)."""
+    uris = [b.unix for b in brokers.values()]
+    out: dict[int, dict[int, bytes]] = {}
+    with SimpleConsumer(uris, refresh_leader_backoff_ms=100) as consumer:
+        for p in range(partitions):
+            out[p] = {offset: value for offset, _, value in
+                      consumer.messages(topic, p, 0, stop_at_end=True)}
+    return out
+
+
+class Sender:
+    """A sync acks=-1 Producer in a thread, one message at a time, keeping what was
+    acknowledged (partition, offset, value) and what failed."""
+
+    def __init__(self, producer: Producer, topic: str):
+        self.producer = producer
+        self.topic = topic
+        self.acked: list[tuple[int, int, bytes]] = []
+        self.failed: list[Exception] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        n = 0
+        while not self.stop.is_set():
+            value = b"m%06d" % n
+            n += 1
+            try:
+                md = self.producer.send(self.topic, value, key=value)
+            except DeliveryError as exc:
+                self.failed.append(exc)
+                continue
+            self.acked.append((md.partition, md.offset, value))
+
+    def finish(self):
+        self.stop.set()
+        self.thread.join(60)
+        assert not self.thread.is_alive()
+
+
+@pytest.mark.parametrize("found_through", ["zookeeper", "brokers"])
+def test_producer_acks_all_across_a_leader_killed_loses_nothing(cluster, zookeeper, zk,
+                                                                found_through):
+    topic = "clients"
+    create(zookeeper, topic, 2, 3, "min.insync.replicas=2")
+    poll(lambda: settled(zk, topic, 2, 3), what="leaders and full ISRs")
+    options = dict(request_required_acks=-1, retry_backoff_ms=100,
+                   message_send_max_retries=200, request_timeout_ms=5000)
+    if found_through == "zookeeper":
+        producer = Producer(zookeeper_connect=zookeeper.connect, **FAST, **options)
+    else:
+        producer = Producer([b.unix for b in cluster.values()], **options)
+    sender = Sender(producer, topic)
+    try:
+        poll(lambda: len(sender.acked) >= 100, what="100 acknowledged before the kill")
+        old = state(zk, topic, 0)
+        kill_hard(cluster[old["leader"]])
+        poll(lambda: state(zk, topic, 0)["leader"] not in (-1, old["leader"]),
+             timeout=BROKER_SESSION_MS / 1000 + 15, what="a new leader of partition 0")
+        count = len(sender.acked)
+        poll(lambda: any(p == 0 for p, _, _ in sender.acked[count:]), timeout=20,
+             what="partition 0 acknowledged again at its new leader")
+        poll(lambda: len(sender.acked) >= count + 100, what="100 more acknowledged")
+    finally:
+        sender.finish()
+        producer.close()
+    assert not sender.failed, sender.failed[:3]
+    cluster[old["leader"]].kill_tree()
+    del cluster[old["leader"]]
+    logs = read_all(cluster, topic, 2)
+    lost = [(p, o, v) for p, o, v in sender.acked if logs[p].get(o) != v]
+    assert not lost, f"{len(lost)} of {len(sender.acked)} acknowledged messages lost: {lost[:5]}"
+
+
+def test_min_insync_refuses_acks_all_and_consumers_follow_the_leader(cluster, zookeeper, zk):
+    topic = "insync"
+    create(zookeeper, topic, 1, 2, "min.insync.replicas=2")
+    poll(lambda: settled(zk, topic, 1, 2), what="leader and full ISR")
+    s = state(zk, topic, 0)
+    leader = s["leader"]
+    (follower,) = [b for b in s["isr"] if b != leader]
+    (outsider,) = [b for b in cluster if b not in s["isr"]]
+    with Producer(zookeeper_connect=zookeeper.connect, request_required_acks=-1,
+                  **FAST) as producer:
+        producer.send(topic, b"one", partition=0)
+    # the consumer connects to the broker that holds no replica, and finds the leader
+    # through the follower's answer (a broker tells the leaders of its own replicas)
+    bootstrap = [cluster[outsider].unix, cluster[follower].unix]
+    with SimpleConsumer(bootstrap, refresh_leader_backoff_ms=50) as consumer:
+        assert [v for _, _, v in consumer.messages(topic, 0, 0, stop_at_end=True)] == [b"one"]
+        (end,) = consumer.offsets_before(topic, 0, -1)
+        assert end > 0
+    # the follower gone: the ISR shrinks below min.insync.replicas
+    kill_hard(cluster[follower])
+    cluster[follower].kill_tree()
+    del cluster[follower]
+    poll(lambda: state(zk, topic, 0)["isr"] == [leader], timeout=30,
+         what="the killed follower out of the ISR")
+    with Producer(zookeeper_connect=zookeeper.connect, request_required_acks=-1,
+                  retry_backoff_ms=20, message_send_max_retries=3, **FAST) as producer:
+        started = time.monotonic()
+        with pytest.raises(DeliveryError) as raised:
+            producer.send(topic, b"refused", partition=0)
+        assert raised.value.code == ErrorCode.NOT_ENOUGH_REPLICAS
+        assert time.monotonic() - started < 10
+    with Producer(zookeeper_connect=zookeeper.connect, request_required_acks=1,
+                  **FAST) as producer:
+        producer.send(topic, b"two", partition=0)
+    # console consume through the broker list finds the leader too
+    done = hostbroker("consume", "--bootstrap", f"{cluster[outsider].unix},{cluster[leader].unix}",
+                      "--topic", topic,
+                      "--from-beginning", "--timeout-ms", "1500")
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout.split() == [b"one", b"two"]
