@@ -21,8 +21,10 @@ and stopped by PID at the end; topics are made with ``hostbroker topics create
   itself, following leaders through METADATA v1, so every error answer is seen) to a
   topic of RF 3; the leader is SIGKILLed: the gap is the time from the kill to the next
   acknowledgement (target: ``zookeeper.session.timeout.ms`` + 1 s). Then the new leader
-  is stopped with SIGTERM (a controlled shutdown): the errors the producer saw meanwhile
-  are counted (target 0) and the longest wait for an acknowledgement reported.
+  is stopped with SIGTERM (a controlled shutdown): the error answers the producer saw
+  meanwhile are counted (target 0; a NOT_LEADER_FOR_PARTITION, which a producer follows
+  by asking for metadata again, is counted apart) and the longest wait for an
+  acknowledgement reported.
 - ``catchup``: a follower broker stopped, ``--catchup-mb`` MB produced to the leader
   (acks=1, 1 MB requests), the follower started: the time from its start until its log
   end equals the leader's, as MB/s (target >= 200).
@@ -49,6 +51,7 @@ sys.path.insert(0, ROOT)
 import harness  # noqa: E402
 
 SIZE = 100
+NOT_LEADER = 22  # the answer that says where to go: followed, not an error a producer sees
 COMBOS = ((1, 1), (1, -1), (2, 1), (2, -1), (3, 1), (3, -1))
 
 
@@ -215,16 +218,20 @@ def bench_failover(cluster: Cluster, args) -> dict:
         cluster.brokers[leader].stop()
         wait(lambda: sender.acks[-1] > time.monotonic() - 0.2, "acknowledgements again")
         time.sleep(1)
-        errors = len(sender.errors) - before_errors
+        seen = [code for _, code in sender.errors[before_errors:]]
+        errors = sum(1 for code in seen if code != NOT_LEADER)
+        moved = len(seen) - errors
         window = [t for t in sender.acks if t > stopped_at - 1]
         longest = max((b - a for a, b in zip(window, window[1:])), default=0.0)
-        harness.log(f"controlled shutdown: {errors} errors, longest wait {longest * 1000:.0f} ms")
+        harness.log(f"controlled shutdown: {errors} errors, {moved} NOT_LEADER answers, "
+                    f"longest wait {longest * 1000:.0f} ms")
         cluster.brokers[leader].start()
     finally:
         sender.close()
     session_s = args.session_ms / 1000
     return {"kill_gap_s": gap, "target_s": session_s + 1, "kill_met": gap <= session_s + 1,
-            "controlled_errors": errors, "controlled_longest_wait_s": longest,
+            "controlled_errors": errors, "controlled_not_leader": moved,
+            "controlled_longest_wait_s": longest,
             "controlled_met": errors == 0}
 
 
@@ -293,7 +300,8 @@ def print_report(report: dict) -> None:
         f = report["failover"]
         print(f"leader SIGKILLed: acknowledged again after {f['kill_gap_s']:.2f} s "
               f"(target {f['target_s']:.1f} s: {'met' if f['kill_met'] else 'NOT met'})")
-        print(f"controlled shutdown: {f['controlled_errors']} errors, longest wait "
+        print(f"controlled shutdown: {f['controlled_errors']} errors, "
+              f"{f['controlled_not_leader']} NOT_LEADER answers (followed), longest wait "
               f"{f['controlled_longest_wait_s'] * 1000:.0f} ms")
     if "catchup" in report:
         c = report["catchup"]
