@@ -52,7 +52,7 @@ class Sink(Protocol):
 
     def append(self, follow: Follow, data_epoch: int, leader_hw: int, data) -> None: ...
     def truncate(self, follow: Follow, offset: int) -> None: ...
-    def failed(self, follow: Follow, why: str) -> None: ...
+    def failed(self, follow: Follow, why: str | None) -> None: ...
     def link_failed(self, link: "LeaderLink", why: str) -> None: ...
 
 
@@ -186,7 +186,7 @@ class LeaderLink:
         if inflight is not None:
             for follow in inflight[2].values():
                 if not follow.dropped and follow.stage in (Stage.ASKING, Stage.FETCHING):
-                    self.sink.failed(follow, why or "connection closed")
+                    self.sink.failed(follow, None)  # (the link's failure is said once)
 
     def on_ready(self, events: int, now: float) -> None:
         """The selector says the socket is ready for ``events``."""
