@@ -7,7 +7,8 @@ real ZooKeeper, the topic made with ``topics create --replication-factor``.
 - min.insync.replicas: a Producer's acks=-1 message fails NOT_ENOUGH_REPLICAS
   once its retries are spent, while acks=1 goes on;
 - a SimpleConsumer bootstrapped on a broker that is not the leader reads from the
-  leader; console produce/consume work on the topic.
+  leader; console produce and consume work on the topic, through a broker list
+  and through ZooKeeper.
 """
 
 from __future__ import annotations
@@ -126,9 +127,9 @@ def test_min_insync_refuses_acks_all_and_consumers_follow_the_leader(cluster, zo
     leader = s["leader"]
     (follower,) = [b for b in s["isr"] if b != leader]
     (outsider,) = [b for b in cluster if b not in s["isr"]]
-    with Producer(zookeeper_connect=zookeeper.connect, request_required_acks=-1,
-                  **FAST) as producer:
-        producer.send(topic, b"one", partition=0)
+    done = hostbroker("produce", "--zookeeper", zookeeper.connect, "--topic", topic,
+                      "--property", "request.required.acks=-1", input=b"one\n")
+    assert done.returncode == 0, done.stderr.decode()
     # the consumer connects to the broker that holds no replica, and finds the leader
     # through the follower's answer (a broker tells the leaders of its own replicas)
     bootstrap = [cluster[outsider].unix, cluster[follower].unix]
@@ -155,6 +156,10 @@ def test_min_insync_refuses_acks_all_and_consumers_follow_the_leader(cluster, zo
     # console consume through the broker list finds the leader too
     done = hostbroker("consume", "--bootstrap", f"{cluster[outsider].unix},{cluster[leader].unix}",
                       "--topic", topic,
+                      "--from-beginning", "--timeout-ms", "1500")
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout.split() == [b"one", b"two"]
+    done = hostbroker("consume", "--zookeeper", zookeeper.connect, "--topic", topic,
                       "--from-beginning", "--timeout-ms", "1500")
     assert done.returncode == 0, done.stderr.decode()
     assert done.stdout.split() == [b"one", b"two"]
