@@ -18,6 +18,9 @@
 - ``partitioner`` Partitioner, DefaultPartitioner, stable_hash
 - ``encoder``     Encoder, DefaultEncoder
 - ``cluster``     Cluster: topic metadata from the brokers of a broker list
+- ``leaders``     LeaderMap: where each partition of a replicated topic is led
+                  (ZooKeeper's state nodes, or METADATA v1 of a broker list);
+                  producers and consumers follow it
 
 Producers and consumers with batching, partitioners and groups build on
 ``BrokerConnection`` (docs/architecture.md).

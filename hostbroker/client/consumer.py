@@ -453,6 +453,15 @@ class SimpleConsumer:
                      found[0], found[1])
         return True
 
+    def follow_leader(self, topic: str, partition: int, error: BaseException,
+                      tries: int) -> bool:
+        """For a caller that fetches with :meth:`send_fetch` / :meth:`receive_fetch` (one
+        partition a FETCH): whether ``error``, its ``tries``-th in a row, is leader
+        trouble of a replicated partition whose leader was looked up again (then
+        fetch again: a one-partition FETCH goes to the partition's leader). False:
+        raise it."""
+        return _leader_trouble(error) and self._follow(topic, partition, tries)
+
     def _on_leader(self, topic: str, partition: int, call: Callable[[_Connector], Any]) -> Any:
         """``call(connector)`` on the connection to ``topic/partition``'s leader, following
         it while it moves (see the module docstring)."""
@@ -572,9 +581,15 @@ class SimpleConsumer:
     def send_fetch(self, parts: Sequence[api.FetchPartition],
                    connector: _Connector | None = None) -> None:
         """Send one FETCH for ``parts`` without waiting (pipelining; see :meth:`receive_fetch`),
-        on ``connector`` (default: the broker list's connection)."""
-        (connector or self._connector).get().send(
+        on ``connector`` (default: the broker list's connection, or for one partition
+        of a replicated topic the connection to its leader, once it was looked up)."""
+        (connector or self._default_for(parts)).get().send(
             api.FetchRequest(self.max_wait_ms, self.min_bytes, tuple(parts)))
+
+    def _default_for(self, parts: Sequence[api.FetchPartition]) -> _Connector:
+        if len(parts) == 1 and self._led:
+            return self._connector_for(parts[0].topic, parts[0].partition)
+        return self._connector
 
     def receive_fetch(self, parts: Sequence[api.FetchPartition], *,
                       raise_on_error: bool = True, connector: _Connector | None = None
@@ -585,7 +600,7 @@ class SimpleConsumer:
         place (a BrokerError, OffsetOutOfRangeError or
         MessageSizeTooLargeError) instead of raised.
         """
-        connector = connector or self._connector
+        connector = connector or self._default_for(parts)
         response = connector.get().receive(api.ApiKey.FETCH)
         results = response.partitions
         if len(results) != len(parts):
