@@ -232,6 +232,7 @@ class ControllerRole:
         self.said_holder: int | None = None
         self.said_error: str | None = None
         self.stale_after = 0.0
+        self._controller_watched = None  # the client whose /controller is watched
 
     # -- from kazoo's threads and the senders: note and ring -------------------------
     def note(self, *events: str) -> None:
@@ -309,6 +310,9 @@ class ControllerRole:
             self.next_poll = now + _POLL_S
             events |= {"delete", "preferred", "shutdown", "reassign"}
         c = self.controller
+        if "rewatch" in events:
+            self._watch(client)
+            events |= {"brokers", "topics"}  # what changed while no watch was set
         if "brokers" in events:
             c.brokers_changed()
             self._sync_senders()
@@ -383,7 +387,7 @@ class ControllerRole:
 
     # -- watches (set up off the loop: kazoo's first read may wait for a connection) --
     def _watch_controller(self, client) -> None:
-        if getattr(self, "_controller_watched", None) is client:
+        if self._controller_watched is client:
             return
         self._controller_watched = client
 
@@ -394,9 +398,12 @@ class ControllerRole:
                 self.note("elect")
             return None
 
-        threading.Thread(target=lambda: self._quiet(client.DataWatch, zknodes.CONTROLLER,
-                                                    on_controller),
-                         name="hb-registrar-watch", daemon=True).start()
+        def arm() -> None:
+            if not self._quiet(client.DataWatch, zknodes.CONTROLLER, on_controller):
+                self._controller_watched = None  # armed again at the next try
+                self.note("elect")
+
+        threading.Thread(target=arm, name="hb-registrar-watch", daemon=True).start()
 
     def _watch(self, client) -> None:
         token = self.token = object()
@@ -428,15 +435,19 @@ class ControllerRole:
             for kind, path, callback in watches:
                 if self.token is not token:
                     return
-                self._quiet(kind, path, callback)
+                if not self._quiet(kind, path, callback):
+                    self.note("rewatch")  # all armed again by the loop, under a new token
+                    return
 
         threading.Thread(target=arm, name="hb-registrar-watch", daemon=True).start()
 
-    def _quiet(self, kind, path, callback) -> None:
+    def _quiet(self, kind, path, callback) -> bool:
+        """Set one watch; False when it could not be (the connection went)."""
         try:
             kind(path, callback)
-        except Exception:  # noqa: BLE001 - not set: the periodic look covers it
-            self.note("stale")
+        except Exception:  # noqa: BLE001 - not set: the caller arms it again
+            return False
+        return True
 
     # -- controlled shutdown -------------------------------------------------------------
     def controlled_shutdown(self, timeout_s: float) -> bool:
