@@ -1,4 +1,4 @@
-"""The registrar's controller role, ISR commits and controlled shutdown (cluster mode).
+"""The registrar's controller role and controlled shutdown (cluster mode).
 
 Runs inside ``hb-registrar`` (hostbroker/workers/registrar.py), on its kazoo
 session and its loop; nothing here starts a process.
@@ -18,11 +18,9 @@ session and its loop; nothing here starts a process.
   again after reconnecting; a full queue (``_QUEUE``) is emptied and the
   broker is sent everything again. A broker answering STALE_CONTROLLER_EPOCH
   means another controller exists: the loop re-checks ``/controller``.
-- :class:`IsrCommits`: every broker's part. A leader's writer publishes the
-  ISR it wants (slot ``isr_wanted``); this writes it to the partition's state
-  node (version-checked against a fresh read with the slot's leader and
-  epoch), then stores the commit in the ISR_COMMITS table and rings the
-  writer.
+
+The ISR commits every broker's registrar makes are in
+hostbroker/workers/registrar_isr.py.
 """
 
 from __future__ import annotations
@@ -49,7 +47,6 @@ _MAX_ANSWER_BYTES = 16 << 20  # a controller request's answer is a short list of
 _POLL_S = 2.0  # admin nodes are looked at this often even without a watch event
 _STALE_CONTROLLER_EPOCH = ErrorCode.STALE_CONTROLLER_EPOCH
 _STALE_EVERY_S = 5.0  # at most one new epoch this often on STALE_CONTROLLER_EPOCH answers
-_ISR_RETRY_S = 0.5  # an ISR change not written (a race, a broker not live) is looked at again
 
 
 def _say(line: str) -> None:
@@ -494,100 +491,3 @@ class ControllerRole:
         _say(f"hb-registrar: controlled shutdown: no answer from the controller within "
              f"{timeout_s:g} s; stopping anyway")
         return False
-
-
-def slot_replicas(s) -> list[int]:
-    """The replica broker ids of a partition slot, in assignment order."""
-    return list(s.replicas)
-
-
-class IsrCommits:
-    """The ISR changes this broker's leaders want, written to ZooKeeper (see the
-    module docstring). ``poll()`` runs on the registrar's loop."""
-
-    def __init__(self, worker, table):
-        self.worker = worker
-        self.table = table
-        self.commits = None
-        self.failed: dict[int, float] = {}  # slot -> when a write may be tried again
-        # slot -> (leader_epoch, isr bits, the slot's isr_version) written: an ISR the
-        # controller set since (a new isr_version) makes the same bits worth writing again
-        self.done: dict[int, tuple[int, int, int]] = {}
-        self.wakers: dict[int, object] = {}  # writer index -> its doorbell
-
-    def _commit_table(self):
-        if self.commits is None:
-            from hostbroker.shm.table import IsrCommitTable
-
-            self.commits = IsrCommitTable.attach(self.worker.plan.isr_commits_name)
-        return self.commits
-
-    def poll(self) -> None:
-        from kazoo.protocol.states import KazooState
-
-        from hostbroker.shm import table as ptable
-
-        client = self.worker.client
-        if client is None or client.state != KazooState.CONNECTED:
-            return
-        role_leader = getattr(ptable, "ROLE_LEADER", None)
-        if role_leader is None:
-            return
-        try:
-            slots = self.table.scan()
-        except ptable.TornSlotError:
-            return
-        now = time.monotonic()
-        for index, s in slots:
-            if getattr(s, "role", 0) != role_leader or s.isr_wanted == s.isr:
-                continue
-            if self.done.get(index) == (s.leader_epoch, s.isr_wanted, s.isr_version):
-                continue
-            if self.failed.get(index, 0.0) > now:
-                continue
-            try:
-                ok = self._commit(client, index, s)
-            except Exception as exc:  # noqa: BLE001 - ZooKeeper trouble: try again later
-                log.debug("isr commit %s-%d: %s", s.name, s.partition, exc)
-                ok = False
-            if not ok:
-                self.failed[index] = now + _ISR_RETRY_S
-
-    def _commit(self, client, index: int, s) -> bool:
-        from kazoo.exceptions import BadVersionError, NoNodeError
-
-        from hostbroker.replication.zknodes import PartitionState
-
-        replicas = slot_replicas(s)
-        isr = [b for i, b in enumerate(replicas) if s.isr_wanted >> i & 1]
-        if self.worker.info.broker_id not in isr:
-            return False
-        path = zknodes.state_path(s.name, s.partition)
-        timeout = self.worker.connection_ms / 1000
-        try:
-            data, stat = client.get_async(path).get(timeout=timeout)
-        except NoNodeError:
-            return False
-        state = zknodes.decode_state(data, path)
-        if state.leader != s.leader or state.leader_epoch != s.leader_epoch:
-            return False  # the controller moved on; the next LEADER_AND_ISR says so
-        added = set(isr) - set(state.isr)
-        if added:  # a broker joins the ISR only while registered: never one that just died
-            from hostbroker.cluster import paths
-
-            names = client.get_children_async(paths.BROKER_IDS).get(timeout=timeout)
-            if any(str(b) not in names for b in added):
-                return False
-        new = PartitionState(s.leader, s.leader_epoch, tuple(isr), state.controller_epoch)
-        try:
-            stat = client.set_async(path, zknodes.encode_state(new),
-                                    version=stat.version).get(timeout=timeout)
-        except BadVersionError:
-            return False
-        self._commit_table().commit(index, stat.version, s.isr_wanted, s.leader_epoch)
-        self.done[index] = (s.leader_epoch, s.isr_wanted, s.isr_version)
-        waker = self.wakers.get(s.owner)
-        if waker is None:
-            waker = self.wakers[s.owner] = self.worker.waker("writer", s.owner)
-        waker.ring()
-        return True
