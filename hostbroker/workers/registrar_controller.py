@@ -341,8 +341,6 @@ class ControllerRole:
         for path in (paths.BROKER_IDS, paths.BROKER_TOPICS, zknodes.DELETE_TOPICS,
                      zknodes.CONTROLLED_SHUTDOWN):
             client.ensure_path(path)
-        c.live = c.read_live()
-        self._sync_senders()
         c.rebuild()
         self._sync_senders()
         self._watch(client)
@@ -350,27 +348,27 @@ class ControllerRole:
              f"(controller epoch {c.epoch})")
 
     def _tell(self, notice: ctl.Notice) -> None:
+        info = self.controller.live.get(notice.broker_id) if self.controller else None
+        if info is None:
+            return
         sender = self.senders.get(notice.broker_id)
+        if sender is not None and sender.info != info:  # registered anew: a new address
+            self.senders.pop(notice.broker_id).stop()
+            sender = None
         if sender is None:
-            info = self.controller.live.get(notice.broker_id) if self.controller else None
-            if info is None:
-                return
             sender = self.senders[notice.broker_id] = BrokerSender(
                 info, self.broker_id, self.timeout_s, lambda: self.note("stale"),
                 self._overflow).start()
         sender.put(notice)
 
     def _sync_senders(self) -> None:
-        """A sender per live broker (a new one when its registration changed)."""
+        """The senders of brokers no longer registered (or registered anew) stopped;
+        new ones start with the first request for them (:meth:`_tell`), so only
+        brokers that hold replicas get a thread."""
         live = self.controller.live if self.controller else {}
         for broker_id in list(self.senders):
             if live.get(broker_id) != self.senders[broker_id].info:
                 self.senders.pop(broker_id).stop()
-        for broker_id, info in live.items():
-            if broker_id not in self.senders:
-                self.senders[broker_id] = BrokerSender(
-                    info, self.broker_id, self.timeout_s, lambda: self.note("stale"),
-                    self._overflow).start()
 
     def resign(self) -> None:
         self.controller = None
