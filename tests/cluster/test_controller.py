@@ -400,3 +400,40 @@ def test_after_a_zookeeper_outage_the_controller_still_moves_leaders(
     wait_until(lambda: all(victim not in state(zk, "outage", p)["isr"] for p in range(3)),
                timeout=SESSION_MS / 1000 + 10)
     assert all(state(zk, "outage", p)["leader"] not in (victim, -1) for p in range(3))
+
+
+def test_replicas_verify_compares_the_copies_below_the_high_watermark(
+        make_broker, tmp_path, cluster):
+    from hostbroker.log.message import encode_message_set
+    from hostbroker.protocol import replication as rp
+
+    connect, zk = cluster
+    brokers = {i: start(make_broker, tmp_path, connect, zk, i) for i in (1, 2)}
+    wait_until(lambda: controller(zk) is not None)
+    assert create(connect, "same", 1, 2).returncode == 0
+    wait_until(lambda: sorted((state(zk, "same", 0) or {}).get("isr", [])) == [1, 2])
+    leader = state(zk, "same", 0)["leader"]
+    follower = 3 - leader
+    with brokers[leader].client() as c:
+        c.produce("same", 0, encode_message_set([b"a" * 100, b"b" * 100]), acks=-1)
+    expected = 2 * (100 + 10)
+
+    def verified():
+        result = hostbroker("replicas", "verify", "--zookeeper", connect)
+        return result if result.returncode == 0 and lines(result) == [
+            f"same-0: 2 replicas equal below {expected}"] else None
+
+    try:
+        wait_until(verified, timeout=15)
+    except AssertionError:
+        result = hostbroker("replicas", "verify", "--zookeeper", connect)
+        raise AssertionError((result.returncode, result.stdout, result.stderr)) from None
+    # a byte of the follower's copy flipped below the high watermark
+    segment = tmp_path / f"b{follower}" / "logs" / "same_0" / f"{0:020d}.kafka"
+    data = bytearray(segment.read_bytes())
+    data[50] ^= 0xFF
+    segment.write_bytes(bytes(data))
+    result = hostbroker("replicas", "verify", "--zookeeper", connect, "--topic", "same")
+    assert (result.returncode, lines(result)) == (
+        1, [f"same-0: below {expected}: broker {follower} differs from the leader ({leader})"])
+    assert rp  # the wire codecs the tool speaks
