@@ -392,7 +392,9 @@ class RegistrarWorker(Worker):
             self.isr_commits.poll()
         sel.close()
         if self.config["controlled.shutdown.enable"] and holds_replicas(self.table):
-            self.role.controlled_shutdown(self.config["controlled.shutdown.timeout.ms"] / 1000)
+            # within the supervisor's grace for this stop (shutdown.timeout.ms + 5 s)
+            self.role.controlled_shutdown(min(self.config["controlled.shutdown.timeout.ms"],
+                                              self.config["shutdown.timeout.ms"]) / 1000)
         self.role.resign()
         self._close()
 
