@@ -84,8 +84,9 @@ ISR commit table (``ISR_COMMITS``, layout ``b"ISRC"``, 64-byte slots, one
 per partition slot, same index): ``state`` (1 once written), ``commit_version``
 (the zk version of the state node the registrar wrote), ``commit_isr`` (the
 bitmap it wrote), ``leader_epoch``. Only the registrar writes it
-(:class:`IsrCommitTable`); the leader's writer adopts a commit whose
-``leader_epoch`` is its own and whose ``commit_isr`` is its ``isr_wanted``.
+(:class:`IsrCommitTable`); the leader's writer adopts a commit of its own
+``leader_epoch`` written during its leadership (the slot's seq moved since)
+at a newer ``commit_version`` than its ``isr_version``: what ZooKeeper holds.
 
 A read is about 1.1 µs on the development VM (``test_read_is_fast``).
 

@@ -107,6 +107,7 @@ class Replicas:
     place while empty."""
 
     books: dict[int, ReplicaBook] = {}
+    leading: set[int] = frozenset()
     isr_pending: set[int] = frozenset()
     rapp = rres = replica_bell = None
     hw_checkpoint: bytes | None = None
@@ -117,6 +118,7 @@ class Replicas:
         """Books and rings; before the partitions are registered."""
         self.broker_id = self.config["broker.id"]
         self.books: dict[int, ReplicaBook] = {}
+        self.leading: set[int] = set()  # slots of the books that lead
         self.lag_ms = self.config["replica.lag.time.max.ms"]
         self.lag_bytes = self.config["replica.lag.max.bytes"]
         self.isr_check_ms = now_ms() + min(self.lag_ms, 1000)
@@ -165,6 +167,7 @@ class Replicas:
                 # (newer than the slot's isr_version, in its epoch)
                 book.commit_seq = 0
                 self.isr_pending.add(slot)
+                self.leading.add(slot)
         self.books[slot] = book
         return book.fields()
 
@@ -179,6 +182,7 @@ class Replicas:
         if slot in self.books:
             del self.books[slot]
             self.isr_pending.discard(slot)
+            self.leading.discard(slot)
 
     # -- the append paths ----------------------------------------------------
     def _refusal(self, slot: int, plog: PartitionLog, acks: int) -> int | None:
@@ -294,8 +298,10 @@ class Replicas:
         self.table.write(slot, **book.fields())
         if role == ptable.ROLE_LEADER:
             self.isr_pending.add(slot)
+            self.leading.add(slot)
         else:
             self.isr_pending.discard(slot)
+            self.leading.discard(slot)
             self._polls_of_replica_back(slot)
         return {"error": 0}
 
@@ -367,8 +373,7 @@ class Replicas:
                 self.isr_pending.add(slot)
         if now >= self.isr_check_ms:
             self.isr_check_ms = now + max(1, min(self.lag_ms // 2, 1000))
-            self.isr_pending.update(s for s, b in self.books.items()
-                                    if b.role == ptable.ROLE_LEADER)
+            self.isr_pending.update(self.leading)
         if not self.isr_pending:
             return set()
         moved = set()
@@ -442,8 +447,7 @@ class Replicas:
     def _replicas_timeout_ms(self) -> int | None:
         if self.rres is not None and self.rres.pending():
             return now_ms() + 10
-        return self.isr_check_ms if any(b.role == ptable.ROLE_LEADER
-                                        for b in self.books.values()) else None
+        return self.isr_check_ms if self.leading else None
 
     # -- hb-replica: OP_REPLICA_APPEND, OP_TRUNCATE ---------------------------
     def _serve_replica_ring(self, touched: set[int]) -> None:

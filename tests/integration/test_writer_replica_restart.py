@@ -18,9 +18,32 @@ import pytest
 from hostbroker.client.simple import SimpleClient
 from hostbroker.errors import ErrorCode
 from hostbroker.log.message import encode_message_set
+from hostbroker.protocol import replication as rproto
+from hostbroker.protocol.bodies import MetadataBroker
 from tests.integration.broker import Broker
-from tests.integration.test_replication_handler import leader_and_isr, replica_fetch
-from tests.integration.wire_helpers import produce_request, stop_or_kill, wait_for
+from tests.integration.wire_helpers import RawSocket, produce_request, stop_or_kill, wait_for
+
+
+def ask(uri: str, body, cls):
+    with RawSocket(uri) as sock:
+        sock.send(rproto.encode_request(body, 11, "test"))
+        _, answer = rproto.decode_response(sock.read_frame(), cls)
+    return answer
+
+
+def leader_and_isr(uri: str, topic: str, leader_epoch: int):
+    """A controller's LEADER_AND_ISR: this broker (7) leads, 8 follows, both in the ISR."""
+    return ask(uri, rproto.LeaderAndIsrRequest(99, 1, (rproto.LeaderAndIsrPartition(
+        topic, 0, 7, leader_epoch, (7, 8), 0, (7, 8)),), (), (
+        MetadataBroker(8, "127.0.0.1", 1, None),)), rproto.LeaderAndIsrResponse)
+
+
+def replica_fetch(uri: str, topic: str, offset: int, leader_epoch: int):
+    """Follower 8's FETCH v1 of ``topic``-0 at ``offset``."""
+    answer = ask(uri, rproto.FetchRequestV1(8, 0, 1, (
+        rproto.FetchPartitionV1(topic, 0, leader_epoch, offset, 1 << 20),)),
+        rproto.FetchResponseV1)
+    return answer.partitions[0]
 
 
 @pytest.fixture
@@ -33,7 +56,7 @@ def broker(tmp_path):
 
 def test_a_replaced_writer_keeps_its_leader_role_and_watermark(broker):
     uri, topic = broker.unix, "kept"
-    assert leader_and_isr(uri, 1, topic, leader=7, leader_epoch=3).error_code == ErrorCode.NONE
+    assert leader_and_isr(uri, topic, leader_epoch=3).error_code == ErrorCode.NONE
     first = encode_message_set([b"a" * 30, b"b" * 40])
     with SimpleClient(uri) as client:
         client.produce(topic, 0, first)

@@ -98,6 +98,7 @@ def w(tmp_path, clock):
     # what _init_replicas sets up, with broker id ME and our stand-in rings
     w.broker_id = ME
     w.books, w.isr_pending, w.start_hws, w.hw_checkpoint = {}, set(), {}, None
+    w.leading = set()
     w.lag_ms, w.lag_bytes = LAG_MS, 1 << 20
     w.isr_check_ms = clock() + 1000
     w.isr_commits = commits
