@@ -15,6 +15,7 @@ import os
 import signal
 import time
 
+import psutil
 import pytest
 
 from hostbroker.errors import ErrorCode
@@ -105,6 +106,9 @@ def test_a_follower_copies_its_leader_byte_for_byte(pair):
         assert produce(pair[1], topic, payloads).error_code == ErrorCode.NONE
         sent += encode_message_set(payloads)
     same_logs(pair[1], pair[2], topic, sent)
+    # the leader's Unix socket is on this host: the follower fetches over it, not TCP
+    fetcher = psutil.Process(pair[2].workers()["hb-replica"])
+    assert not [c for c in fetcher.net_connections(kind="inet") if c.status != "LISTEN"]
     # acks=-1 is answered once the follower has it: the follower's fetches move
     # the leader's high watermark
     payloads = [b"all-in-sync" * 10]

@@ -36,10 +36,8 @@ from hostbroker.errors import ErrorCode, ProtocolError
 from hostbroker.log.message import count_entries
 from hostbroker.protocol import api
 from hostbroker.protocol import replication as proto
-from hostbroker.protocol.framing import FrameReader
 from hostbroker.workers.replication.follows import Follow, Stage
 
-_RECV_BYTES = 1 << 20
 _ANSWER_SLACK = 64  # size prefix, correlation id, array counts
 _PART_SLACK = 48  # a partition's fixed fields in an answer, besides its topic name
 _LENGTH = struct.Struct(">i")
@@ -54,7 +52,7 @@ class Sink(Protocol):
 
     def append(self, follow: Follow, data_epoch: int, leader_hw: int, data) -> None: ...
     def truncate(self, follow: Follow, offset: int) -> None: ...
-    def failed(self, follow: Follow, why: str) -> None: ...
+    def failed(self, follow: Follow, why: str | None) -> None: ...
     def link_failed(self, link: "LeaderLink", why: str) -> None: ...
 
 
@@ -100,7 +98,10 @@ class LeaderLink:
         self.sock: socket.socket | None = None
         self.connecting = False
         self.out = bytearray()
-        self.reader = FrameReader()
+        self.head = bytearray(4)  # the size prefix of the answer being read
+        self.body: bytearray | None = None  # the answer being read, once its size is known
+        self.got = 0  # bytes of head (or body) read so far
+        self.bound = 0  # the largest answer the request at the leader can bring
         # (correlation id, FETCH or EPOCHS, {key: follow}, deadline)
         self.inflight: tuple[int, str, dict, float] | None = None
         self.deadline = 0.0  # of the connect, while connecting
@@ -164,7 +165,7 @@ class LeaderLink:
         self.sock = sock
         self.connecting = code != 0
         self.deadline = now + self.settings.timeout_s
-        self.reader = FrameReader()
+        self.body, self.got = None, 0
         self.out.clear()
 
     def close(self, now: float, why: str | None = None) -> None:
@@ -185,7 +186,7 @@ class LeaderLink:
         if inflight is not None:
             for follow in inflight[2].values():
                 if not follow.dropped and follow.stage in (Stage.ASKING, Stage.FETCHING):
-                    self.sink.failed(follow, why or "connection closed")
+                    self.sink.failed(follow, None)  # (the link's failure is said once)
 
     def on_ready(self, events: int, now: float) -> None:
         """The selector says the socket is ready for ``events``."""
@@ -213,29 +214,41 @@ class LeaderLink:
         del self.out[:sent]
 
     def _read(self, now: float) -> None:
+        """Read answers straight into a buffer of each one's size (its size
+        prefix checked against what the request can bring first): no copy."""
         while self.sock is not None:
+            body = self.body
+            if body is None:
+                view = memoryview(self.head)[self.got:]
+            else:
+                view = memoryview(body)[self.got:]
             try:
-                data = self.sock.recv(_RECV_BYTES)
+                n = self.sock.recv_into(view)
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as e:
                 self.close(now, f"broker {self.leader}: {e.strerror or e}")
                 return
-            if not data:
+            if not n:
                 self.close(now, f"broker {self.leader} closed the connection")
                 return
-            self.bytes_in += len(data)
-            self.reader.feed(data)
+            self.bytes_in += n
+            self.got += n
+            if n < len(view):
+                return  # the socket has no more for now
             try:
-                while self.sock is not None:
-                    frame = self.reader.next_frame()
-                    if frame is None:
-                        break
-                    self._answer(frame, now)
+                if body is None:
+                    (size,) = _LENGTH.unpack(self.head)
+                    if not 0 <= size <= self.bound:
+                        raise ProtocolError(f"an answer of {size} bytes, over the "
+                                            f"{self.bound} its request can bring")
+                    self.body, self.got = bytearray(size), 0
+                    if size:
+                        continue
+                frame, self.body, self.got = self.body, None, 0
+                self._answer(frame, now)
             except ProtocolError as e:
                 self.close(now, f"broker {self.leader} sent what is not an answer: {e}")
-                return
-            if len(data) < _RECV_BYTES:
                 return
 
     # -- requests ---------------------------------------------------------
@@ -280,7 +293,7 @@ class LeaderLink:
     def _send(self, frame: bytes, kind: str, follows: list[Follow], bound: int,
               wait_s: float, now: float) -> None:
         """``frame`` carries :attr:`correlation`; ``bound``: the largest answer it can bring."""
-        self.reader.max_frame_bytes = bound
+        self.bound = bound
         self.inflight = (self.correlation, kind, {f.key: f for f in follows},
                          now + wait_s + self.settings.timeout_s)
         self.out += frame

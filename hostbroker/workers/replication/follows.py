@@ -69,9 +69,9 @@ class Follow:
     def key(self) -> tuple[str, int]:
         return self.topic, self.partition
 
-    def back_off(self, now: float, delay: float) -> None:
+    def back_off(self, now: float, delay: float, counted: bool = True) -> None:
         self.stage = Stage.BACKOFF
         self.retry_at = now + delay
         self.token = 0
         self.truncation = None
-        self.errors += 1
+        self.errors += counted

@@ -230,10 +230,12 @@ class ReplicaWorker(Worker):
             token, follow.slot, follow.topic, follow.partition, follow.leader_epoch,
             data_epoch, follow.offset, leader_hw, data)))
 
-    def failed(self, follow: Follow, why: str) -> None:
+    def failed(self, follow: Follow, why: str | None) -> None:
+        """Back ``follow`` off; say ``why`` for the first error of a run (None:
+        its connection failed, which the link says itself)."""
         self.pending.pop(follow.token, None)
-        follow.back_off(time.monotonic(), self.settings.backoff_s)
-        if follow.errors == 1:  # the first of a run; a success resets the count
+        follow.back_off(time.monotonic(), self.settings.backoff_s, counted=why is not None)
+        if follow.errors == 1 and why is not None:  # a success resets the count
             self.count(procs.ERRORS)
             self._say(f"{follow.topic}-{follow.partition} from broker {follow.leader} "
                       f"(leader epoch {follow.leader_epoch}): {why}; trying again every "
