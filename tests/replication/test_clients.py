@@ -207,3 +207,28 @@ def test_min_insync_refuses_acks_all_and_consumers_follow_the_leader(cluster, zo
                       "--from-beginning", "--timeout-ms", "1500")
     assert done.returncode == 0, done.stderr.decode()
     assert done.stdout.split() == [b"one", b"two"]
+
+
+def test_async_producer_acks_all_across_a_leader_killed_loses_nothing(cluster, zookeeper, zk):
+    topic = "async"
+    create(zookeeper, topic, 2, 3, "min.insync.replicas=2")
+    poll(lambda: settled(zk, topic, 2, 3), what="leaders and full ISRs")
+    values = [b"a%06d" % i for i in range(3000)]
+    with Producer(zookeeper_connect=zookeeper.connect, producer_type="async",
+                  request_required_acks=-1, batch_size=50, queue_time=10,
+                  retry_backoff_ms=100, message_send_max_retries=200, **FAST) as producer:
+        for value in values[:1000]:
+            producer.send(topic, value, key=value)
+        producer.flush()
+        old = state(zk, topic, 0)
+        kill_hard(cluster[old["leader"]])
+        for value in values[1000:]:
+            producer.send(topic, value, key=value)
+        producer.flush(timeout=60)  # raises DeliveryError for anything not acknowledged
+        assert producer.stats["acknowledged"] == len(values)
+    assert state(zk, topic, 0)["leader"] != old["leader"]
+    cluster[old["leader"]].kill_tree()
+    del cluster[old["leader"]]
+    logs = read_all(cluster, topic, 2)
+    found = [v for log in logs.values() for v in log.values()]
+    assert set(values) <= set(found)
