@@ -202,9 +202,7 @@ class LeaderRouting:
                 asked = tuple(parts[i] for i in indices)
                 try:
                     got = self._fetch_on(connector, asked)
-                except OSError as exc:
-                    if connector is self._connector and not self._led:
-                        raise
+                except OSError as exc:  # its leader may have died: looked up again below
                     got = [exc] * len(asked)
                 for i, result in zip(indices, got):
                     out[i] = result
