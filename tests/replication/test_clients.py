@@ -181,6 +181,16 @@ def test_min_insync_refuses_acks_all_and_consumers_follow_the_leader(cluster, zo
         assert [v for _, _, v in consumer.messages(topic, 0, 0, stop_at_end=True)] == [b"one"]
         (end,) = consumer.offsets_before(topic, 0, -1)
         assert end > 0
+    # the Spark source's planner, on the same two brokers, plans the partition at its
+    # leader: the log start and the high watermark
+    from hostbroker.spark.options import read_options
+    from hostbroker.spark.planning import Planner
+
+    with Planner(read_options({"bootstrap": ",".join(bootstrap), "subscribe": topic},
+                              streaming=False)) as planner:
+        (planned,) = planner.partitions(must_exist=True).values()
+    assert (planned.topic, planned.partition, planned.log_start, planned.log_end) == (
+        topic, 0, 0, end)
     # the follower gone: the ISR shrinks below min.insync.replicas
     kill_hard(cluster[follower])
     cluster[follower].kill_tree()
