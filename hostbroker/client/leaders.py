@@ -184,12 +184,15 @@ class ZooKeeperLeaders:
     def read_topic(self, topic: str,
                    live: Mapping[int, paths.BrokerInfo]) -> TopicLeaders | None:
         """``topic``'s leaders; None when it is not a replicated topic (or does not exist)."""
+        from kazoo.exceptions import NoNodeError
+
         path = zknodes.assignment_path(topic)
-        found = zkread.value(self.reader, path, self.bounds, self.report)
-        if found is None:
-            return None
         try:
-            assignment = zknodes.decode_assignment(found[0], path, self.bounds)
+            data, _ = self.reader.get(path)
+        except NoNodeError:
+            return None
+        try:  # a value past zookeeper.max.node.bytes is refused before it is parsed
+            assignment = zknodes.decode_assignment(data, path, self.bounds)
         except ValueError as exc:
             self.report(path, f"{exc}; the topic has no leaders")
             return TopicLeaders(topic, (), {}, BrokerError(
@@ -273,11 +276,13 @@ def _uri_of(broker, prefer_unix: bool) -> str | None:
     return (unix_uri or tcp) if prefer_unix else (tcp or unix_uri)
 
 
-def merge_metadata(topic: str, answers, prefer_unix: bool | None = None) -> TopicLeaders | None:
+def merge_metadata(topic: str, answers, prefer_unix: bool | None = None,
+                   bounds: zkread.Bounds = zkread.DEFAULT) -> TopicLeaders | None:
     """``topic``'s leaders from METADATA v1 answers ``[(uri asked, answer)]``; None when
     no answer shows it replicated (see the module docstring). Partition entries that
-    break the layout (a number past the others, a replica list of more than
-    MAX_REPLICAS or with repeats) are left out."""
+    break the layout (a number at or past ``zookeeper.max.partitions.per.registration``,
+    the bound of an assignment; a replica list of more than MAX_REPLICAS or with
+    repeats) are left out."""
     best: dict[int, tuple[PartitionLeader, int]] = {}  # partition -> (entry, answering broker)
     uris: dict[int, str] = {}
     replicated = False
@@ -301,8 +306,8 @@ def merge_metadata(topic: str, answers, prefer_unix: bool | None = None) -> Topi
                     isr = _broker_ids(list(part.isr), topic, "isr", empty_ok=True)
                 except ValueError:
                     continue
-                if not 0 <= part.partition < 1 << 24:
-                    continue
+                if not 0 <= part.partition < bounds.partitions_per_registration:
+                    continue  # as ZooKeeper's assignment: at most that many partitions
                 leader = part.leader if part.error_code == ErrorCode.NONE else -1
                 if part.leader_epoch >= 0 or len(replicas) > 1 or leader != answer.broker_id:
                     replicated = True

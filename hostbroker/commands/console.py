@@ -38,7 +38,10 @@ range rebalance gives it its partitions; offsets are kept in ZooKeeper).
 ``consume`` without ``--group`` reads every partition of every broker
 through a group of its own, named ``hostbroker-console-`` and random hex,
 that commits nothing and whose nodes are removed when it stops: as
-standalone, nothing is kept. ``--partition`` and ``--offset`` name one
+standalone, nothing is kept. A replicated topic (its assignment in
+ZooKeeper) is read as without ZooKeeper, by a SimpleConsumer given the
+brokers that lead its partitions, following each leader as it moves;
+``consume --zookeeper --group`` does not read replicated topics yet. ``--partition`` and ``--offset`` name one
 broker's partition and need ``--bootstrap``.
 
 An entry that cannot be read (CRC mismatch, a compressed wrapper that does
@@ -384,6 +387,21 @@ def topic_exists(topic: str, *, bootstrap: str | None = None, zookeeper: str | N
     return found.error_code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
+def replicated_leaders(topic: str, zookeeper: str, wait_ms: int = 6000) -> list[str]:
+    """The URIs of the live brokers that lead a partition of ``topic`` when it is a
+    replicated topic (its assignment in ZooKeeper), else []."""
+    from hostbroker.client.leaders import ZooKeeperLeaders
+    from hostbroker.cluster.discovery import read_snapshot
+
+    with zookeeper_session(zookeeper, "--zookeeper", wait_ms) as client:
+        live = read_snapshot(client).brokers
+        found = ZooKeeperLeaders(client, lambda: live, timeout_s=wait_ms / 1000).read(
+            [topic])[topic]
+    if found is None:
+        return []
+    return list(dict.fromkeys(found.uris.values()))
+
+
 def _say_waiting(topic: str) -> None:
     # A group member waits for its topic, as a Kafka consumer does (a pipeline may start
     # its consumers first); a misspelt name would wait forever without this line.
@@ -491,6 +509,11 @@ def _consume_cluster(topic, group, from_beginning, timeout_ms, config, zookeeper
     from hostbroker.client.settings import resolve
 
     wait = resolve(GROUP_SETTINGS, config)["zookeeper.connection.timeout.ms"]
+    if group is None:
+        leaders = replicated_leaders(topic, zookeeper, wait)
+        if leaders:  # a replicated topic: every partition read from its leader
+            return _consume_partitions(topic, from_beginning, timeout_ms, None, None, config,
+                                       leaders, output)
     exists = topic_exists(topic, zookeeper=zookeeper, wait_ms=wait)
     if group is not None:
         if not exists:

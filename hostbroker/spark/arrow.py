@@ -16,7 +16,10 @@ Retention may delete part of the range after it was planned: with
 ``failOnDataLoss`` the task fails naming the bytes lost, without it the read
 goes on from the log start (or ends, when the whole range is gone). An entry
 that cannot be read fails the task naming topic, partition and offset, or is
-skipped with a warning under ``hostbroker.skip.bad.messages``.
+skipped with a warning under ``hostbroker.skip.bad.messages``. A partition
+of a replicated topic whose leader moves during the read (NOT_LEADER_FOR_PARTITION,
+a leader lost) is read on from its new leader at the same byte offset, as the
+SimpleConsumer finds it (``refresh.leader.*`` settings).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from typing import Any
 import pyarrow as pa
 
 from hostbroker.client.consumer import EARLIEST, FetchedSet, SimpleConsumer
-from hostbroker.client.errors import OffsetOutOfRangeError
+from hostbroker.client.errors import BrokerError, OffsetOutOfRangeError
 from hostbroker.errors import InvalidMessageError, MessageTooLargeError
 from hostbroker.log.columns import Columns, decode_into
 from hostbroker.protocol import api
@@ -194,6 +197,7 @@ class _RangeReader:
         part = self._part(pos) if pos < rng.end else None
         if part is not None:
             consumer.send_fetch((part,))
+        troubles = 0  # leader trouble in a row (a replicated partition's failover)
         while part is not None:
             try:
                 (fetched,) = consumer.receive_fetch((part,))
@@ -206,6 +210,13 @@ class _RangeReader:
                 if part is not None:
                     consumer.send_fetch((part,))
                 continue
+            except (BrokerError, OSError) as exc:
+                troubles += 1
+                if not consumer.follow_leader(rng.topic, rng.partition, exc, troubles):
+                    raise
+                consumer.send_fetch((part,))  # to the partition's leader now
+                continue
+            troubles = 0
             if not fetched.entries:
                 raise DataLossError(f"{rng.name}: the log ends at "
                                     f"{fetched.log_end_offset}, before the range end {rng.end}")

@@ -101,6 +101,7 @@ def test_hostile_entries_are_left_out():
         part(1, 2, 0, [2, 2]),  # a replica twice
         part(2, 2, 0, list(range(1, 11))),  # more than MAX_REPLICAS
         part(1 << 30, 2, 0, [1, 2]),  # a partition number far past the others
+        part(10_000, 2, 0, [1, 2]),  # past an assignment's bound: no 10,000 placeholders
         part(3, 2, 0, [1, 2], code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
     ], brokers=BROKERS + (MetadataBroker(9, "bad", 0, None),)))]
     leaders = merge_metadata("t", answers)

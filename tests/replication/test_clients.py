@@ -3,11 +3,13 @@ real ZooKeeper, the topic made with ``topics create --replication-factor``.
 
 - a Producer with acks=-1 (found through ZooKeeper, and through a broker list)
   keeps sending across a leader SIGKILLed; every message it was told was
-  acknowledged is read back afterwards by a SimpleConsumer that follows leaders;
+  acknowledged is read back afterwards by a SimpleConsumer that follows leaders,
+  and by one that was walking the partition when its leader died;
 - min.insync.replicas: a Producer's acks=-1 message fails NOT_ENOUGH_REPLICAS
   once its retries are spent, while acks=1 goes on;
 - a SimpleConsumer bootstrapped on a broker that is not the leader reads from the
-  leader; console produce/consume work on the topic.
+  leader; console produce and consume work on the topic, through a broker list
+  and through ZooKeeper.
 """
 
 from __future__ import annotations
@@ -84,6 +86,40 @@ class Sender:
         assert not self.thread.is_alive()
 
 
+class Walker:
+    """A SimpleConsumer walking one partition from offset 0 in a thread (``sets``, to
+    the log end and again), keeping offset -> value of what it read."""
+
+    def __init__(self, uris, topic, partition):
+        self.consumer = SimpleConsumer(uris, refresh_leader_backoff_ms=100,
+                                       refresh_leader_max_retries=200)
+        self.topic, self.partition = topic, partition
+        self.read: dict[int, bytes] = {}
+        self.error: list[BaseException] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        position = 0
+        try:
+            while not self.stop.is_set():
+                for fetched in self.consumer.sets(self.topic, self.partition, position,
+                                                  stop_at_end=True):
+                    for offset, _, value in fetched:
+                        self.read[offset] = value
+                    position = fetched.next_offset
+                time.sleep(0.02)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            self.error.append(exc)
+        finally:
+            self.consumer.close()
+
+    def finish(self):
+        self.stop.set()
+        self.thread.join(60)
+
+
 @pytest.mark.parametrize("found_through", ["zookeeper", "brokers"])
 def test_producer_acks_all_across_a_leader_killed_loses_nothing(cluster, zookeeper, zk,
                                                                 found_through):
@@ -97,6 +133,7 @@ def test_producer_acks_all_across_a_leader_killed_loses_nothing(cluster, zookeep
     else:
         producer = Producer([b.unix for b in cluster.values()], **options)
     sender = Sender(producer, topic)
+    walker = Walker([b.unix for b in cluster.values()], topic, 0)
     try:
         poll(lambda: len(sender.acked) >= 100, what="100 acknowledged before the kill")
         old = state(zk, topic, 0)
@@ -111,6 +148,14 @@ def test_producer_acks_all_across_a_leader_killed_loses_nothing(cluster, zookeep
         sender.finish()
         producer.close()
     assert not sender.failed, sender.failed[:3]
+    # the walking consumer went on at the new leader: it reads every acknowledged message
+    acked0 = {o: v for p, o, v in sender.acked if p == 0}
+    try:
+        poll(lambda: walker.error or all(walker.read.get(o) == v for o, v in acked0.items()),
+             timeout=30, what="the walker reading every acknowledged message of partition 0")
+    finally:
+        walker.finish()
+    assert not walker.error, walker.error
     cluster[old["leader"]].kill_tree()
     del cluster[old["leader"]]
     logs = read_all(cluster, topic, 2)
@@ -126,9 +171,9 @@ def test_min_insync_refuses_acks_all_and_consumers_follow_the_leader(cluster, zo
     leader = s["leader"]
     (follower,) = [b for b in s["isr"] if b != leader]
     (outsider,) = [b for b in cluster if b not in s["isr"]]
-    with Producer(zookeeper_connect=zookeeper.connect, request_required_acks=-1,
-                  **FAST) as producer:
-        producer.send(topic, b"one", partition=0)
+    done = hostbroker("produce", "--zookeeper", zookeeper.connect, "--topic", topic,
+                      "--property", "request.required.acks=-1", input=b"one\n")
+    assert done.returncode == 0, done.stderr.decode()
     # the consumer connects to the broker that holds no replica, and finds the leader
     # through the follower's answer (a broker tells the leaders of its own replicas)
     bootstrap = [cluster[outsider].unix, cluster[follower].unix]
@@ -136,6 +181,16 @@ def test_min_insync_refuses_acks_all_and_consumers_follow_the_leader(cluster, zo
         assert [v for _, _, v in consumer.messages(topic, 0, 0, stop_at_end=True)] == [b"one"]
         (end,) = consumer.offsets_before(topic, 0, -1)
         assert end > 0
+    # the Spark source's planner, on the same two brokers, plans the partition at its
+    # leader: the log start and the high watermark
+    from hostbroker.spark.options import read_options
+    from hostbroker.spark.planning import Planner
+
+    with Planner(read_options({"bootstrap": ",".join(bootstrap), "subscribe": topic},
+                              streaming=False)) as planner:
+        (planned,) = planner.partitions(must_exist=True).values()
+    assert (planned.topic, planned.partition, planned.log_start, planned.log_end) == (
+        topic, 0, 0, end)
     # the follower gone: the ISR shrinks below min.insync.replicas
     kill_hard(cluster[follower])
     cluster[follower].kill_tree()
@@ -158,3 +213,32 @@ def test_min_insync_refuses_acks_all_and_consumers_follow_the_leader(cluster, zo
                       "--from-beginning", "--timeout-ms", "1500")
     assert done.returncode == 0, done.stderr.decode()
     assert done.stdout.split() == [b"one", b"two"]
+    done = hostbroker("consume", "--zookeeper", zookeeper.connect, "--topic", topic,
+                      "--from-beginning", "--timeout-ms", "1500")
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout.split() == [b"one", b"two"]
+
+
+def test_async_producer_acks_all_across_a_leader_killed_loses_nothing(cluster, zookeeper, zk):
+    topic = "async"
+    create(zookeeper, topic, 2, 3, "min.insync.replicas=2")
+    poll(lambda: settled(zk, topic, 2, 3), what="leaders and full ISRs")
+    values = [b"a%06d" % i for i in range(3000)]
+    with Producer(zookeeper_connect=zookeeper.connect, producer_type="async",
+                  request_required_acks=-1, batch_size=50, queue_time=10,
+                  retry_backoff_ms=100, message_send_max_retries=200, **FAST) as producer:
+        for value in values[:1000]:
+            producer.send(topic, value, key=value)
+        producer.flush()
+        old = state(zk, topic, 0)
+        kill_hard(cluster[old["leader"]])
+        for value in values[1000:]:
+            producer.send(topic, value, key=value)
+        producer.flush(timeout=60)  # raises DeliveryError for anything not acknowledged
+        assert producer.stats["acknowledged"] == len(values)
+    assert state(zk, topic, 0)["leader"] != old["leader"]
+    cluster[old["leader"]].kill_tree()
+    del cluster[old["leader"]]
+    logs = read_all(cluster, topic, 2)
+    found = [v for log in logs.values() for v in log.values()]
+    assert set(values) <= set(found)
