@@ -338,10 +338,16 @@ class ControllerRole:
             return
         self.controller = c
         self.said_holder = self.broker_id
-        for path in (paths.BROKER_IDS, paths.BROKER_TOPICS, zknodes.DELETE_TOPICS,
-                     zknodes.CONTROLLED_SHUTDOWN):
-            client.ensure_path(path)
-        c.rebuild()
+        try:
+            for path in (paths.BROKER_IDS, paths.BROKER_TOPICS, zknodes.DELETE_TOPICS,
+                         zknodes.CONTROLLED_SHUTDOWN):
+                client.ensure_path(path)
+            c.rebuild()
+        except Exception:
+            # half a view is no view: the next round takes over again (/controller is
+            # still ours, so it is a new epoch and a whole rebuild)
+            self.resign()
+            raise
         self._sync_senders()
         self._watch(client)
         _say(f"hb-registrar: broker {self.broker_id} is the controller "
