@@ -435,3 +435,32 @@ def test_replicas_verify_compares_the_copies_below_the_high_watermark(
     assert (result.returncode, lines(result)) == (
         1, [f"same-0: below {expected}: broker {follower} differs from the leader ({leader})"])
     assert rp  # the wire codecs the tool speaks
+
+
+def test_a_broker_gone_leaves_the_isr_a_leader_committed_behind_the_controllers_back(cluster):
+    """The controller's class on ZooKeeper alone: an ISR grown by a leader's commit
+    (not by the controller) still loses a broker that dies."""
+    from hostbroker.cluster import paths
+    from hostbroker.cluster.controller import Controller
+
+    _, zk = cluster
+    for i in (1, 2, 3):
+        zk.create(paths.broker_path(i), paths.encode_broker(
+            paths.BrokerInfo(i, "127.0.0.1", 9000 + i, None)), makepath=True)
+    zk.create(zknodes.assignment_path("grown"), zknodes.encode_assignment({0: [1, 2, 3]}),
+              makepath=True)
+    zk.create(zknodes.state_path("grown", 0),
+              b'{"version":1,"leader":1,"leader_epoch":0,"isr":[1,2],"controller_epoch":0}',
+              makepath=True)
+    told = []
+    c = Controller(zk, 1, told.append)
+    assert c.try_elect()
+    c.rebuild()
+    data, stat = zk.get(zknodes.state_path("grown", 0))
+    zk.set(zknodes.state_path("grown", 0), data.replace(b"[1,2]", b"[1,2,3]"),
+           version=stat.version)  # the leader's ISR commit
+    zk.delete(paths.broker_path(3))
+    c.brokers_changed()
+    s = state(zk, "grown", 0)
+    assert (s["leader"], s["leader_epoch"], s["isr"]) == (1, 0, [1, 2])
+    assert told[-1].partitions[("grown", 0)][0].isr == (1, 2)
