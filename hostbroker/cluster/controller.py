@@ -526,7 +526,8 @@ class Controller:
     # -- reassignment --------------------------------------------------------------
     def reassign(self) -> list[TP]:
         """Move partitions to the replicas ``/admin/reassign_partitions`` asks for, one
-        step per call for each: the new replicas added (told to hold old + new), then, once all of them are in the ISR, a leader among them, the old
+        step per call for each: the new replicas added (told to hold old + new);
+        then, once all of them are in the ISR, a leader among them, the old
         replicas stopped (deleted) and the assignment written. Finished partitions
         leave the admin node; the node goes with the last. Returns those finished."""
         from kazoo.exceptions import BadVersionError, NoNodeError

@@ -44,8 +44,9 @@ Replication (hostbroker/workers/registrar_controller.py and registrar_isr.py):
 the same loop runs the controller role when this broker holds
 ``/controller``, writes the ISR changes this broker's leaders want (ISR
 commits), and on SIGTERM, before the session closes, asks the controller to
-move this broker's leaderships away (``controlled.shutdown.enable``). Partitions of replicated topics (slot
-``role`` other than ROLE_PLAIN) are never registered as 0.7 child nodes.
+move this broker's leaderships away (``controlled.shutdown.enable``).
+Partitions of replicated topics (slot ``role`` other than ROLE_PLAIN) are
+never registered as 0.7 child nodes.
 """
 
 from __future__ import annotations

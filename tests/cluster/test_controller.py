@@ -229,7 +229,8 @@ def test_delete_preferred_election_and_reassignment_through_admin_nodes(
     # reassignment: partition 0 from [1, 2] to [3, 2]; broker 3 is told to follow, the
     # leader puts it in the ISR once it caught up, then leadership moves into the new set
     plan = tmp_path / "plan.json"
-    plan.write_text('{"version":1,"partitions":[{"topic":"moving","partition":0,"replicas":[3,2]}]}')
+    plan.write_text(
+        '{"version":1,"partitions":[{"topic":"moving","partition":0,"replicas":[3,2]}]}')
     result = hostbroker("reassign", "execute", "--zookeeper", connect,
                         "--reassignment-json-file", plan)
     assert result.returncode == 0, result.stderr
