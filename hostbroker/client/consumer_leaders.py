@@ -202,8 +202,11 @@ class LeaderRouting:
                 asked = tuple(parts[i] for i in indices)
                 try:
                     got = self._fetch_on(connector, asked)
-                except OSError as exc:  # its leader may have died: looked up again below
-                    got = [exc] * len(asked)
+                except OSError as exc:
+                    if connector is self._connector and not any(
+                            self.leaders.cached(p.topic) is not None for p in asked):
+                        raise  # the broker list's connection, no replicated partition on it
+                    got = [exc] * len(asked)  # a leader may have died: looked up again below
                 for i, result in zip(indices, got):
                     out[i] = result
             troubled = [i for i in todo if isinstance(out[i], Exception)
