@@ -443,7 +443,7 @@ def _group_state(zk, group: str, topics: list[str]):
     rows = []
     for topic in topics:
         committed, owners = _zk_offsets(zk, group, topic), _zk_owners(zk, group, topic)
-        keys = set(snapshot.partitions(topic)) | set(committed) | set(owners)
+        keys = set(snapshot.group_partitions(topic)) | set(committed) | set(owners)
         rows += [Row(topic, b, p, owners.get((b, p)), committed.get((b, p)))
                  for b, p in sorted(keys)]
     return members, rows, snapshot.brokers

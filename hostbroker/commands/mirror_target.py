@@ -248,7 +248,10 @@ class ClusterDestination(_Cluster):
 
     def prepare(self, topic: str, source_count: int, producer, err: TextIO = sys.stderr) -> None:
         """Create ``topic`` on every live broker unless one registered it; then wait until
-        the producer knows its pairs (an explicit partition is a place in its list)."""
+        the producer knows its pairs (an explicit partition is a place in its list). A
+        replicated topic is used as it is (index i: its partition i, at its leader)."""
+        if topic in self.view.snapshot.replicated or topic in self.view.refresh().replicated:
+            return
         if not self.pairs(topic) and not self.view.refresh().partitions(topic):
             self._create(topic, source_count, err)
         if not _wait_for(lambda: producer.partitions_for(topic) in (None, self.pairs(topic)),
@@ -284,7 +287,7 @@ class ClusterDestination(_Cluster):
                                f"ZooKeeper within {REGISTRATION_WAIT_S:g} s")
 
     def count(self, topic: str) -> int:
-        count = len(self.pairs(topic))
+        count = len(self.view.snapshot.group_partitions(topic))
         if not count:
             raise CommandError(f"no live destination broker holds topic {topic} "
                                f"({self.option} {self.connect})")
