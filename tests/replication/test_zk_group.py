@@ -8,12 +8,15 @@ brokers on a real ZooKeeper, the topic made with ``topics create --replication-f
   acknowledged at: leader data only) and commit their offsets in ZooKeeper
   (``/consumers/[group]/offsets/[topic]/[partition]``);
 - ``hostbroker consume --zookeeper --group`` reads the topic and commits, a second
-  run starts where the first stopped; ``hostbroker mirror --from-zookeeper`` copies
-  it partition for partition to a standalone broker.
+  run starts where the first stopped; ``groups describe`` shows each partition by
+  its number with its leader's log end, ``groups reset-offsets`` resets them;
+- ``hostbroker mirror --from-zookeeper`` copies it partition for partition to a
+  standalone broker.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 
 from hostbroker.client import ConsumerConnector, ConsumerTimeoutError, Producer, SimpleConsumer
@@ -132,9 +135,8 @@ def test_a_group_reads_a_replicated_topic_through_a_leader_killed(cluster, zooke
         producer.close()
 
 
-def test_console_group_and_mirror_read_a_replicated_topic(cluster, zookeeper, zk, make_broker,
-                                                          tmp_path):
-    topic = "console"
+def fill(zookeeper, zk, topic: str) -> dict[int, list[bytes]]:
+    """A replicated topic of 3 partitions (replication factor 2) with 20 messages each."""
     create(zookeeper, topic, 3, 2)
     poll(lambda: settled(zk, topic, 3, 2), what="leaders and full ISRs")
     sent = {p: [b"p%d-%03d" % (p, i) for i in range(20)] for p in range(3)}
@@ -143,20 +145,49 @@ def test_console_group_and_mirror_read_a_replicated_topic(cluster, zookeeper, zk
         for p, values in sent.items():
             for value in values:
                 producer.send(topic, value, partition=p)
+    return sent
+
+
+def log_ends(cluster, topic: str) -> dict[int, int]:
+    with SimpleConsumer([b.unix for b in cluster.values()]) as consumer:
+        return {p: consumer.offsets_before(topic, p, -1)[0] for p in range(3)}
+
+
+def test_console_group_and_groups_tool_on_a_replicated_topic(cluster, zookeeper, zk):
+    topic = "console"
+    sent = fill(zookeeper, zk, topic)
     everything = sorted(v for values in sent.values() for v in values)
     args = ("consume", "--zookeeper", zookeeper.connect, "--topic", topic, "--group", "cg",
             "--from-beginning", "--timeout-ms", "2000")
     done = hostbroker(*args)
     assert done.returncode == 0, done.stderr.decode()
     assert sorted(done.stdout.split()) == everything
-    with SimpleConsumer([b.unix for b in cluster.values()]) as consumer:
-        ends = {p: consumer.offsets_before(topic, p, -1)[0] for p in range(3)}
+    ends = log_ends(cluster, topic)
     assert committed(zk, "cg", topic) == ends  # at /consumers/cg/offsets/console/[p]
     again = hostbroker(*args)  # the group's offsets: nothing more to print
     assert again.returncode == 0, again.stderr.decode()
     assert again.stdout.split() == []
+    # groups describe: each partition by its number, log end from its leader, no lag
+    described = hostbroker("groups", "describe", "--zookeeper", zookeeper.connect,
+                           "--group", "cg", "--topic", topic, "--json")
+    assert described.returncode == 0, described.stderr.decode()
+    rows = json.loads(described.stdout)["partitions"]
+    assert [(r["partition"], r["broker"], r["committed"], r["log_end"], r["lag"])
+            for r in rows] == [(p, -1, ends[p], ends[p], 0) for p in range(3)]
+    # reset-offsets to earliest, through each partition's leader: read all over again
+    reset = hostbroker("groups", "reset-offsets", "--zookeeper", zookeeper.connect,
+                       "--group", "cg", "--topic", topic, "--to", "earliest")
+    assert reset.returncode == 0, reset.stderr.decode()
+    assert committed(zk, "cg", topic) == {0: 0, 1: 0, 2: 0}
+    again = hostbroker(*args)
+    assert again.returncode == 0, again.stderr.decode()
+    assert sorted(again.stdout.split()) == everything
 
-    # mirror: the replicated source topic, partition for partition, to a standalone broker
+
+def test_mirror_copies_a_replicated_topic_partition_for_partition(cluster, zookeeper, zk,
+                                                                  make_broker, tmp_path):
+    topic = "mirrored"
+    sent = fill(zookeeper, zk, topic)
     root = tmp_path / "destination"
     root.mkdir()
     destination = make_broker(root=root)
@@ -169,4 +200,4 @@ def test_console_group_and_mirror_read_a_replicated_topic(cluster, zookeeper, zk
         copied = {p: [v for _, _, v in consumer.messages(topic, p, 0, stop_at_end=True)]
                   for p in range(3)}
     assert copied == sent
-    assert committed(zk, "mg", topic) == ends
+    assert committed(zk, "mg", topic) == log_ends(cluster, topic)
