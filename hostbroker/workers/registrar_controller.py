@@ -330,9 +330,10 @@ class ControllerRole:
                 return
             if now >= self.stale_after:  # a broker saw a newer epoch, yet /controller is ours
                 self.stale_after = now + _STALE_EVERY_S
+                refused = self.controller.epoch
                 self.controller.bump_epoch()
                 _say(f"hb-registrar: a broker refused controller epoch "
-                     f"{self.controller.epoch - 1}; broker {self.broker_id} goes on as the "
+                     f"{refused}; broker {self.broker_id} goes on as the "
                      f"controller in epoch {self.controller.epoch}")
                 self.controller.rebuild()
                 self._sync_senders()
