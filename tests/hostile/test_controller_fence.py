@@ -97,6 +97,7 @@ def metadata(broker, topic: str):
 
 def test_a_clients_controller_requests_are_refused_and_the_real_controller_goes_on(
         make_broker, tmp_path, cluster):  # noqa: F811
+    assert ErrorCode.CONTROLLER_NOT_CONFIRMED == 29
     connect, zk = cluster
     brokers = {}
     for i in (1, 2):
