@@ -62,9 +62,9 @@ import time
 from hostbroker.cluster.registry import BrokerIdTaken, Registration, advertised_info
 from hostbroker.shm import procs
 from hostbroker.shm import table as ptable
+from hostbroker.shm.peers import PeersTable
 from hostbroker.shm.table import PartitionTable
 from hostbroker.workers.base import EXIT_BOOT_FAILED, EXIT_OK, EXIT_REFUSED, Worker
-from hostbroker.shm.peers import PeersTable
 from hostbroker.workers.registrar_controller import ControllerRole
 from hostbroker.workers.registrar_fence import ControllerFence
 from hostbroker.workers.registrar_isr import IsrCommits

@@ -42,6 +42,7 @@ log = logging.getLogger("hostbroker.registrar")
 _POLL_S = 2.0  # read again this often even without a watch event
 _CONFIRM_EVERY_S = 0.1  # at most one read this often on handlers' refusals
 _RETRY_S = 0.5  # a failed read is tried again after this
+_READ_MAX_S = 2.0  # one read waits at most this long (the loop's heartbeat waits with it)
 
 
 class ControllerFence:
@@ -56,6 +57,7 @@ class ControllerFence:
         self.bounds = bounds
         self.clock = clock
         self.report = zkread.Reporter(log)
+        self.timeout_s = min(worker.connection_ms / 1000, _READ_MAX_S)
         self.due = True
         self.next_read = 0.0
         self.next_confirm = 0.0
@@ -131,7 +133,7 @@ class ControllerFence:
         from kazoo.exceptions import NoNodeError
 
         try:
-            data, stat = client.get_async(path).get(timeout=self.worker.connection_ms / 1000)
+            data, stat = client.get_async(path).get(timeout=self.timeout_s)
         except NoNodeError:
             return None
         try:
