@@ -9,11 +9,11 @@ compares the replicas' bytes below the high watermark.
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 
 import psutil
-import pytest
 
 from tests.integration.cli import hostbroker
 from tests.replication.support import (
@@ -167,8 +167,8 @@ def test_a_restarted_follower_keeps_what_truncating_to_its_high_watermark_would_
     """The scenario that loses acknowledged messages when a returning replica cuts its
     log to its own high watermark (as Kafka 0.8 did): follower B holds every message
     acknowledged with acks=-1, but its high watermark lags (it learns the leader's with
-    its next fetch, and its checkpoint lags more). B restarts while leader A cannot
-    answer (stopped), then A is lost and B becomes the leader. Cut to its high
+    its next fetch, and its checkpoint lags more). B's fetcher and writer start over
+    while leader A cannot answer (stopped), then A is lost and B becomes the leader. Cut to its high
     watermark, B would have dropped acknowledged messages; asking by leader epoch, B
     cuts nothing it cannot confirm, and once it leads, every acknowledged message is
     there. A, back, truncates to where it parts from B and matches it byte for byte."""
@@ -189,9 +189,14 @@ def test_a_restarted_follower_keeps_what_truncating_to_its_high_watermark_would_
         wire.close()
     _stop_all(cluster[a], signal.SIGSTOP)  # A answers nobody, its session runs out
     try:
-        kill_hard(cluster[b])
-        cluster[b].kill_tree()
-        cluster[b].start()  # B comes back while A cannot tell it anything
+        # B's follower side starts over (its fetcher and its writer killed and replaced,
+        # its log recovered), as a follower does when told of a new leadership, while
+        # A cannot tell it anything: B keeps its session, so it stays in the ISR
+        workers = cluster[b].workers()
+        for name in ("hb-replica", "hb-writer-0"):
+            os.kill(workers[name], signal.SIGKILL)
+        for name in ("hb-replica", "hb-writer-0"):
+            cluster[b].wait_worker_replaced(name, workers[name])
         # A's session expires: the controller makes B the leader (it is in the ISR)
         poll(lambda: state(zk, TOPIC, 0)["leader"] == b, timeout=30, what="B leading")
     finally:
