@@ -15,6 +15,7 @@ import time
 
 import psutil
 
+from hostbroker.log.hwcheckpoint import read_high_watermarks
 from tests.integration.cli import hostbroker
 from tests.replication.support import (
     BROKER_SESSION_MS, SETTINGS, Feeder, Wire, assignment, fetch_all, kill_hard, poll,
@@ -187,6 +188,12 @@ def test_a_restarted_follower_keeps_what_truncating_to_its_high_watermark_would_
             acked.append((offset, value))
     finally:
         wire.close()
+    # the high watermark B has stored lags what was acknowledged: a replica that cut
+    # its log there on starting over (as 0.8 did) would drop acknowledged messages
+    marks, problem = read_high_watermarks(cluster[b].settings["log.dirs"])
+    assert problem is None
+    assert max((hw for key, hw in marks.items() if tuple(key)[:2] == (TOPIC, 0)),
+               default=0) <= acked[-1][0]
     _stop_all(cluster[a], signal.SIGSTOP)  # A answers nobody, its session runs out
     try:
         # B's follower side starts over (its fetcher and its writer killed and replaced,
