@@ -355,6 +355,26 @@ def test_consumer_polls_read_below_the_high_watermark(w, clock):
     assert (part[3], length) == (len(data), len(data))
 
 
+def test_a_consumer_poll_stops_at_the_high_watermark_inside_a_segment(w, clock):
+    # the HW sits inside a segment another one follows: the poll's range ends
+    # at the HW, not at the end of that segment
+    create_replica(w, overrides={"segment.bytes": "64"})
+    state(w, "leader", 1)
+    first, second = encode_message_set([b"a" * 10]), encode_message_set([b"b" * 10])
+    produce(w, 1, first, acks=1)
+    follower_fetched(w, len(first), 1)
+    round_(w, clock())
+    produce(w, 2, second, acks=1)
+    produce(w, 3, encode_message_set([b"c" * 40]), acks=1)  # rolls a segment
+    assert w.slots[SLOT].segment_bases == [0, len(first) + len(second)]
+    assert w.table.read(SLOT).high_watermark == len(first)
+    for offset in (0, 10, len(first)):
+        poll = env.Poll(5, SLOT, "r", 0, offset, 1 << 20, 1, FAR, env.Direct(0, 11, 0, 70))
+        part, length = w._poll_part(poll, w.slots[SLOT])
+        assert (part[3], length) == (len(first), len(first) - offset)
+        assert (part[4] is None) == (offset == len(first))
+
+
 def test_the_high_watermark_checkpoint_round_trips_and_a_bad_one_is_ignored(w, tmp_path):
     create_replica(w)
     state(w, "follower", 1, leader=OTHER)
