@@ -375,9 +375,13 @@ class Replication:
         """Tell the leader's writer where a follower is, once per FETCH when it
         comes (not when a parked one is looked at again): it holds everything
         below its fetch offset (OP_FOLLOWER_POS; the writer moves the ISR and
-        the high watermark)."""
+        the high watermark). Only a fetch that names the leader epoch counts: a
+        follower that names none has not shown that it cut its log where it
+        parted from ours, so its offset says nothing of what it holds."""
         self.view.refresh()
         for part in request.partitions:
+            if part.leader_epoch == rproto.NO_EPOCH:
+                continue
             code, slot, s = self._follower_checked(part, request.replica_id)
             if not code and s.start_offset <= part.offset <= s.end_offset:
                 self.appends[s.owner].send(env.encode_follower_pos(env.FollowerPos(
