@@ -434,6 +434,18 @@ def test_stop_replica_with_delete_removes_the_partition(w):
     assert w.table.read(SLOT).role == ptable.ROLE_PLAIN  # the freed slot
 
 
+def test_a_delete_answers_an_acks_all_the_isr_lacks_as_lost(w, clock):
+    # flushed on the leader alone: deleting the partition does not make it a success
+    create_replica(w)
+    state(w, "leader", 1)
+    produce(w, 1, encode_message_set([b"x"]))
+    flush(w)
+    assert w.senders[0].results == []
+    assert w._replica_state({"slot": SLOT, "topic": "r", "partition": 0, "delete": True}) == \
+        {"error": 0}
+    assert w.senders[0].results == [(1, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1)]
+
+
 def test_an_older_isr_in_the_same_epoch_does_not_undo_a_commit(w, clock):
     create_replica(w)
     state(w, "leader", 1)
