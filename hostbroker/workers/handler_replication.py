@@ -149,12 +149,10 @@ class Replication:
                 self._reply(p, conn_id, seq, corr, rproto.LeaderAndIsrResponse(code, tuple(
                     rproto.PartitionError(t, pt, code) for t, pt, _ in results)))
                 return
-            for broker in request.brokers:
-                try:
-                    self.peers.put(broker.broker_id, broker.host or "", broker.port,
-                                   broker.unix_path or "")
-                except ValueError:
-                    self.count(procs.ERRORS)  # (a full table: that broker stays unknown)
+            refused = self.peers.put_all(
+                (b.broker_id, b.host or "", b.port, b.unix_path or "") for b in request.brokers)
+            if refused:
+                self.count(procs.ERRORS, refused)  # (a full table: those brokers stay unknown)
             self.view.refresh()
             counts: list = [None]  # partitions per log dir, once one is created
             for index, part in enumerate(request.partitions):
