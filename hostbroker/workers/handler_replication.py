@@ -394,7 +394,7 @@ class Replication:
         code, slot, s = self._follower_checked(part, replica_id)
         if code:
             return topic, partition, code, -1, -1, -1, None
-        hw, leo = min(s.high_watermark, s.end_offset), s.end_offset
+        hw, leo = s.readable_end, s.end_offset
         # never past the end of the epoch that wrote ``offset``
         data_epoch, end = s.leader_epoch, leo
         if part.offset < s.epoch_start:
@@ -491,7 +491,7 @@ class Replication:
                 else:
                     part = rproto.MetadataPartitionV1(
                         partition, code, s.leader, s.leader_epoch, s.replicas, s.isr_ids,
-                        s.start_offset, min(s.high_watermark, s.end_offset), log_dir)
+                        s.start_offset, s.readable_end, log_dir)
                 parts.append(part)
                 size += 46 + 4 * (len(part.replicas) + len(part.isr)) + len(log_dir.encode())
                 if size > self.max_response_bytes:
