@@ -64,7 +64,7 @@ class Replication:
             self.peers = PeersTable.attach(name)
         self.broker_id = self.config["broker.id"]
         self.cluster_mode = bool(self.config["zookeeper.connect"].strip())
-        # slot -> ((topic, epoch_start, leader_epoch), cache): a partition's
+        # slot -> ((topic, partition, epoch_start, leader_epoch), cache): a partition's
         # leader-epoch-checkpoint as last loaded
         self.epoch_caches: dict[int, tuple] = {}
 
@@ -271,7 +271,7 @@ class Replication:
         """The partition's leader-epoch-checkpoint, loaded again when its
         leadership moved; raises HostbrokerError / OSError / ValueError for
         a file that cannot be read or is not one."""
-        key = (s.name, s.epoch_start, s.leader_epoch)
+        key = (s.name, s.partition, s.epoch_start, s.leader_epoch)
         cached = self.epoch_caches.get(slot)
         if cached is not None and cached[0] == key:
             return cached[1]
