@@ -228,6 +228,24 @@ def test_a_silent_follower_leaves_the_isr_and_min_insync_replicas_refuses(w, clo
     assert produce(w, 3, encode_message_set([b"c"])) == []
 
 
+def test_a_follower_asked_into_the_isr_holds_acks_all_before_the_commit(w, clock):
+    # ZooKeeper may name it in the ISR (electable) before the writer adopts
+    # the commit: what it lacks is not acknowledged meanwhile
+    create_replica(w)
+    state(w, "leader", 1, isr=(ME,))
+    follower_fetched(w, 0, 1)
+    round_(w, clock())
+    assert w.table.read(SLOT).isr_wanted_ids == (ME, OTHER)
+    data = encode_message_set([b"m" * 10])
+    assert produce(w, 1, data) == []
+    flush(w)
+    round_(w, clock())
+    assert w.senders[0].results == [] and w.table.read(SLOT).high_watermark == 0
+    follower_fetched(w, len(data), 1)
+    round_(w, clock())
+    assert w.senders[0].results == [(1, ErrorCode.NONE, 0, len(data))]
+
+
 def test_a_commit_of_another_epoch_is_not_adopted(w, clock):
     create_replica(w)
     state(w, "leader", 2)
