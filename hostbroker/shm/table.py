@@ -559,8 +559,6 @@ _OFFSETS_AT = PARTITION_LAYOUT._writers["start_offset"][0]
 assert [PARTITION_LAYOUT._writers[n][0] - _OFFSETS_AT for n in (
     "start_offset", "end_offset", "flushed_offset", "segment_generation")] == [0, 8, 16, 24]
 
-_ROLE_AT = PARTITION_LAYOUT._writers["role"][0]
-assert _ROLE_AT % 4 == 0
 _OFFLINE_DIRS_AT = 32
 MAX_FLAGGED_LOG_DIRS = 256  # the 32 user bytes of the header
 
@@ -643,10 +641,6 @@ class PartitionTable(SlotTable):
         """Mark slot ``i`` FREE, its replication fields reset (a partition
         created into it later starts PLAIN). Its writer, or the admin, calls it."""
         self.write(i, state=FREE, **_NO_REPLICATION)
-
-    def role(self, i: int) -> int:
-        """Slot ``i``'s role alone: one aligned load."""
-        return self._u32[(self._offset(i) + _ROLE_AT) >> 2]
 
     def owner(self, i: int) -> int:
         """Slot ``i``'s owner alone: one aligned load (set once, when the slot is claimed)."""

@@ -16,7 +16,8 @@ partition of its log dir that is a replica of a replicated topic
 - the followers' fetch positions (OP_FOLLOWER_POS): the ISR it wants
   (``isr_wanted``, published for the registrar to write to ZooKeeper), the
   ISR commits it adopts (``IsrCommitTable``), and the HW, the smallest log
-  end over the committed ISR, which only grows while it leads. A move of the
+  end over the committed ISR and the followers it asks to join, which only
+  grows while it leads. A move of the
   HW wakes the fetches parked on it, as an append does;
 - what hb-replica brings from the leader while it follows (``rapp`` ring,
   answered on ``rres``): OP_REPLICA_APPEND (the leader's bytes at the same
@@ -434,8 +435,12 @@ class Replicas:
         return changes
 
     def _leader_hw(self, book: ReplicaBook) -> int:
-        """The smallest log end over the committed ISR (ours included)."""
-        hw = book.tracker.high_watermark(book.isr, book.plog.log_end_offset)
+        """The smallest log end over the committed ISR (ours included) and the
+        followers we ask to join it: ZooKeeper may hold one of those in the
+        ISR before we adopt the commit, and from then on it may be elected,
+        so nothing it lacks is acknowledged."""
+        members = set(book.isr).union(book.isr_wanted)
+        hw = book.tracker.high_watermark(members, book.plog.log_end_offset)
         return min(hw, book.plog.log_end_offset)
 
     def _pump_replica(self) -> None:
