@@ -612,9 +612,9 @@ class Controller:
                                   s.controller_epoch)
 
         if not self._write(topic, p, settle, fresh=False):
-            state, _ = self.read_state(topic, p)
-            if state is None or settle(Partition(union, state)) is not None:
-                return False
+            # not settled: a new replica left the ISR, none of them can lead, or the
+            # races went on; the old replicas keep their copies until the next look
+            return False
         old = [b for b in union if b not in target]
         self._write_assignment(topic, p, target)
         part.replicas = target
