@@ -105,6 +105,23 @@ class Controller:
             del names[self.bounds.children:]
         return names
 
+    def _request(self, path: str):
+        """(data, stat) of an admin request node, or None. One too long to read is
+        removed (reported): left in place, it would block every later request."""
+        from kazoo.exceptions import NoNodeError
+
+        try:
+            data, stat = self._wait(self.client.get_async(path))
+        except NoNodeError:
+            return None
+        try:
+            zkread.check_size(data, path, self.bounds)
+        except ValueError as exc:
+            self.report(path, f"{exc}; removed")
+            self._delete(path)
+            return None
+        return data, stat
+
     def _delete(self, path: str, recursive: bool = False) -> None:
         from kazoo.exceptions import NoNodeError, NotEmptyError
 
@@ -474,7 +491,7 @@ class Controller:
         the admin node removed. Returns the partitions moved."""
         path = zknodes.PREFERRED_REPLICA_ELECTION
         if only is None:
-            found = self._get(path)
+            found = self._request(path)
             if found is None:
                 return []
             try:
@@ -533,7 +550,7 @@ class Controller:
         from kazoo.exceptions import BadVersionError, NoNodeError
 
         path = zknodes.REASSIGN_PARTITIONS
-        found = self._get(path)
+        found = self._request(path)
         if found is None:
             return []
         try:

@@ -168,9 +168,11 @@ def execute(reassignment_file: str, *, zookeeper: str, out: TextIO = sys.stdout,
             if gone:
                 raise CommandError(f"{topic}-{p}: broker{'s' if len(gone) > 1 else ''} "
                                    f"{', '.join(map(str, gone))} not live")
+        data = replicated.request_value(
+            zknodes.encode_reassignment(wanted), zknodes.decode_reassignment,
+            zknodes.REASSIGN_PARTITIONS, "split the file into smaller reassignments")
         try:
-            client.create(zknodes.REASSIGN_PARTITIONS, zknodes.encode_reassignment(wanted),
-                          makepath=True)
+            client.create(zknodes.REASSIGN_PARTITIONS, data, makepath=True)
         except NodeExistsError:
             raise CommandError("a reassignment is already in progress "
                                f"({zknodes.REASSIGN_PARTITIONS} exists)") from None

@@ -247,6 +247,20 @@ def delete(topic: str, *, zookeeper: str, out: TextIO, err: TextIO) -> int | Non
     return EXIT_OK
 
 
+def request_value(data: bytes, decode, path: str, too_long: str) -> bytes:
+    """``data`` for an admin request node at ``path``, once the controller would
+    read it (``decode`` under the default bounds); else a one-line error that
+    ends with ``too_long`` (what to do instead)."""
+    from hostbroker.cluster import zkread
+
+    try:
+        zkread.check_size(data, path, zkread.DEFAULT)
+        decode(data, path, zkread.DEFAULT)
+    except ValueError as exc:
+        raise CommandError(f"{exc}; {too_long}") from None
+    return data
+
+
 def read_json_file(path: str, option: str, limit: int = 16 << 20) -> dict:
     """A JSON object from a file given by ``option``; usage errors in one line."""
     from hostbroker.cluster.zkread import MAX_JSON_DEPTH, nested_deeper
