@@ -26,7 +26,12 @@ MIN_INSYNC = "min.insync.replicas"
 @contextmanager
 def zookeeper_client(zookeeper: str):
     """A kazoo client on ``zookeeper`` for one command (stopped after), or a command
-    error: usage for a bad connect string, 1 when no server answers."""
+    error: usage for a bad connect string, 1 when no server answers, and 1 for a
+    ZooKeeper call that fails meanwhile (no access, connection lost), named in
+    one line."""
+    from kazoo.exceptions import KazooException
+    from kazoo.handlers.threading import KazooTimeoutError
+
     from hostbroker.cluster.zk import ZooKeeperUnavailable, make_client
 
     logging.getLogger("kazoo").setLevel(logging.ERROR)
@@ -36,6 +41,9 @@ def zookeeper_client(zookeeper: str):
         raise CommandError(str(exc)) from None
     try:
         yield client
+    except (KazooException, KazooTimeoutError) as exc:
+        raise CommandError(f"ZooKeeper at {zookeeper}: {type(exc).__name__}"
+                           + (f": {exc}" if str(exc) else "")) from None
     finally:
         client.stop()
         client.close()

@@ -95,3 +95,19 @@ def test_the_tools_do_not_write_a_request_the_controller_cannot_read(zk, tmp_pat
     line = one_line_error(result)
     assert line.startswith("hostbroker leaders elect: ") and "--topic" in line, line
     assert zk.exists(zknodes.PREFERRED_REPLICA_ELECTION) is None
+
+
+def test_a_zookeeper_refusal_is_one_line_not_a_traceback(zk, tmp_path):
+    """``/admin`` made read-only by whoever owns ZooKeeper: the tools that write
+    under it say so in one line, status 1."""
+    from kazoo.security import make_acl
+
+    zk, connect = zk
+    _topic(zk, "t", 1)
+    zk.create(zknodes.ADMIN, b"", acl=[make_acl("world", "anyone", read=True)])
+    result = hostbroker("leaders", "elect", "--zookeeper", connect)
+    assert one_line_error(result) == (
+        f"hostbroker leaders elect: ZooKeeper at {connect}: NoAuthError")
+    assert result.returncode == 1
+    result = hostbroker("topics", "delete", "--zookeeper", connect, "--topic", "t")
+    assert one_line_error(result).endswith(": NoAuthError")
