@@ -74,9 +74,12 @@ def live_ids(client, err: TextIO, command: str) -> list[int]:
 
 def assignment(client, topic: str, err: TextIO, command: str) -> dict[int, list[int]] | None:
     """The replicas of each partition of a replicated topic; None for a topic that is
-    not replicated (a 0.7 topic, or none)."""
+    not replicated (a 0.7 topic, or none, or a name no ZooKeeper node can have)."""
+    from hostbroker.cluster.zkread import name_ok
     from hostbroker.replication import zknodes
 
+    if not name_ok(topic) or topic in (".", ".."):
+        return None
     path = zknodes.assignment_path(topic)
     found = _get(client, path, err, command)
     if found is None:

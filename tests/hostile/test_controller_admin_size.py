@@ -111,3 +111,16 @@ def test_a_zookeeper_refusal_is_one_line_not_a_traceback(zk, tmp_path):
     assert result.returncode == 1
     result = hostbroker("topics", "delete", "--zookeeper", connect, "--topic", "t")
     assert one_line_error(result).endswith(": NoAuthError")
+
+
+def test_a_topic_name_that_is_no_zookeeper_path_is_not_a_traceback(zk, tmp_path):
+    """``..`` is printable and has no slash, but is no node name: the replicated
+    side of the tools takes it for a topic that is not replicated."""
+    zk, connect = zk
+    plan = tmp_path / "plan.json"
+    plan.write_text('{"version":1,"partitions":[{"topic":"..","partition":0,"replicas":[1]}]}')
+    result = hostbroker("reassign", "verify", "--zookeeper", connect,
+                        "--reassignment-json-file", str(plan))
+    assert one_line_error(result) == "hostbroker reassign verify: no replicated topic .."
+    result = hostbroker("topics", "delete", "--zookeeper", connect, "--topic", "..")
+    assert "Traceback" not in result.stderr.decode() and result.returncode != 0
