@@ -525,3 +525,43 @@ def test_a_reassignment_does_not_finish_when_a_new_replica_leaves_the_isr_meanwh
     assert not [n for n in told if n.kind == STOP_REPLICA]
     s = state(zk, "moving", 0)
     assert (s["leader"], s["isr"]) == (1, [1])
+
+
+def test_reassign_generate_proposes_a_plan_that_execute_takes(cluster, tmp_path):
+    """``reassign generate`` as a user runs it, on ZooKeeper alone: the current
+    assignment, and a proposal over the brokers listed (the topic's replication
+    factor, partitions that stay as they are left out) that ``execute`` takes."""
+    from hostbroker.cluster import paths
+
+    connect, zk = cluster
+    for i in (1, 2, 3, 4):
+        zk.create(paths.broker_path(i), paths.encode_broker(
+            paths.BrokerInfo(i, "127.0.0.1", 9000 + i, None)), makepath=True)
+    zk.create(zknodes.assignment_path("g"), zknodes.encode_assignment({0: [1, 2], 1: [2, 1]}),
+              makepath=True)
+    topics = tmp_path / "topics.json"
+    topics.write_text('{"version":1,"topics":[{"topic":"g"}]}')
+    result = hostbroker("reassign", "generate", "--zookeeper", connect,
+                        "--topics-to-move-json-file", topics, "--broker-list", "3,4")
+    assert result.returncode == 0, result.stderr
+    out = lines(result)
+    assert out[0] == "Current partition replica assignment"
+    assert json.loads(out[1]) == {"version": 1, "partitions": [
+        {"topic": "g", "partition": 0, "replicas": [1, 2]},
+        {"topic": "g", "partition": 1, "replicas": [2, 1]}]}
+    assert out[2:4] == ["", "Proposed partition reassignment configuration"]
+    proposed = json.loads(out[4])
+    assert [(e["topic"], e["partition"]) for e in proposed["partitions"]] == [("g", 0), ("g", 1)]
+    assert all(sorted(e["replicas"]) == [3, 4] for e in proposed["partitions"])
+    plan = tmp_path / "plan.json"
+    plan.write_text(out[4])
+    result = hostbroker("reassign", "execute", "--zookeeper", connect,
+                        "--reassignment-json-file", plan)
+    assert result.returncode == 0, result.stderr
+    assert zknodes.decode_reassignment(zk.get(zknodes.REASSIGN_PARTITIONS)[0]) == {
+        ("g", e["partition"]): tuple(e["replicas"]) for e in proposed["partitions"]}
+
+    result = hostbroker("reassign", "generate", "--zookeeper", connect,
+                        "--topics-to-move-json-file", topics, "--broker-list", "3")
+    assert one_line_error(result).startswith("hostbroker reassign generate: cannot place "
+                                             "topic g: ")
