@@ -517,12 +517,16 @@ class Controller:
         removed. Returns the brokers done."""
         done = []
         for name in self._children(zknodes.CONTROLLED_SHUTDOWN):
-            if not name.isascii() or not name.isdigit() or len(name) > 10:
-                self._delete(f"{zknodes.CONTROLLED_SHUTDOWN}/{name}")
+            path = f"{zknodes.CONTROLLED_SHUTDOWN}/{name}"
+            try:
+                broker_id = zknodes.decode_broker_id_name(name, path)
+            except ValueError as exc:
+                self.report(path, f"{exc}; removed")
+                self._delete(path)
                 continue
-            self.shut_down(int(name))
-            self._delete(f"{zknodes.CONTROLLED_SHUTDOWN}/{name}")
-            done.append(int(name))
+            self.shut_down(broker_id)
+            self._delete(path)
+            done.append(broker_id)
         return done
 
     def shut_down(self, gone: int) -> list[TP]:
