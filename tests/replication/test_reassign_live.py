@@ -38,11 +38,6 @@ def _brokers(make_broker, tmp_path, zookeeper, zk, ids, **settings):
     return brokers
 
 
-@pytest.mark.xfail(strict=False, reason="about one run in five loses an acknowledged message "
-                   "(the old leader acknowledges, acks=-1, an offset the new leader then "
-                   "fills with another message; the follower logs its appends refused "
-                   "FENCED_LEADER_EPOCH at the handover), or the producer finds no "
-                   "leader that takes its messages for 10 s after the move")
 def test_a_partition_moves_under_acks_all_and_the_move_finishes(make_broker, zookeeper, zk,
                                                                     tmp_path):
     cluster = _brokers(make_broker, tmp_path, zookeeper, zk, (1, 2, 3),
