@@ -206,7 +206,8 @@ SETTINGS: tuple[Setting, ...] = (
             "the follower connects again after replica.fetch.backoff.ms.", _at_least(1)),
     Setting("replica.fetch.backoff.ms", int, 1000,
             "How long a follower waits before it tries a partition (or a leader) again "
-            "after an error.", _between(0, 600000)),
+            "after an error (at least 10: a leader that refuses at once must not make "
+            "the follower spin).", _between(10, 600000)),
     # Limits and sizes of this implementation (all enforced).
     Setting("max.in.flight.requests.per.connection", int, 1000,
             "A processor stops reading a connection with this many requests not completely "
