@@ -165,7 +165,8 @@ class Replicas:
             if book.role == ptable.ROLE_LEADER:
                 book.tracker = self._new_tracker(slot, book)
                 # a commit our predecessor had not adopted yet is still ours
-                # (newer than the slot's isr_version, in its epoch)
+                # (newer than the slot's isr_version, in its epoch); one of a
+                # partition that had the slot before was cleared when it was claimed
                 book.commit_seq = 0
                 self.isr_pending.add(slot)
                 self.leading.add(slot)
