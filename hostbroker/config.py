@@ -194,6 +194,12 @@ SETTINGS: tuple[Setting, ...] = (
             "Message-set bytes a follower asks of each partition in one FETCH from its "
             "leader (more for a partition whose next entry is larger, up to "
             "socket.request.max.bytes).", _between(1024, 2**30)),
+    Setting("replica.fetch.response.max.bytes", int, 10485760,
+            "Most bytes one FETCH of a follower may bring back from its leader, all "
+            "partitions together: partitions past it wait for the next FETCH (one "
+            "partition always goes, with its replica.fetch.max.bytes); an answer "
+            "announcing more than its request can bring is refused before it is read.",
+            _between(1024, 2**30)),
     Setting("replica.fetch.wait.max.ms", int, 500,
             "Longest a follower's FETCH waits at its leader for new data (long poll).",
             _between(1, 600000)),

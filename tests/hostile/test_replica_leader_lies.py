@@ -72,3 +72,43 @@ def test_a_cut_inside_an_entry_is_made_at_the_entry_before(follower):
     fetches = [r for r in leader.requests if isinstance(r, rproto.FetchRequestV1)]
     assert fetches[0].partitions[0].offset == first
     assert log_bytes(follower, topic) == whole[:first]
+
+
+def test_a_fetch_asks_for_no_more_than_the_response_limit_and_a_larger_answer_is_refused(
+        follower):
+    """Twelve partitions at 1 MiB each would ask 12 MiB of one FETCH; the
+    follower asks at most replica.fetch.response.max.bytes (10 MiB) over all
+    of them, and a leader announcing an answer larger than that is refused
+    before anything is allocated for it."""
+    limit = 10 * 1024 * 1024
+    topic = new_topic("wide")
+    leader_id = next(_leader_ids)
+    announced = limit + 1000
+
+    def answer(n, corr, request):
+        if n == 0 and isinstance(request, rproto.FetchRequestV1):
+            return struct.pack(">ii", announced, corr)  # and nothing more
+        return rproto.encode_response(corr, rproto.FetchResponseV1(tuple(
+            rproto.FetchPartitionResultV1(p.topic, p.partition, 0, 0, 0, EPOCH, b"")
+            for p in request.partitions)))
+
+    leader = FakeLeader(answer)
+    try:
+        body = rproto.LeaderAndIsrRequest(99, 1, tuple(rproto.LeaderAndIsrPartition(
+            topic, p, leader_id, EPOCH, (leader_id, FOLLOWER), 0, (leader_id, FOLLOWER))
+            for p in range(12)), (), (MetadataBroker(leader_id, "127.0.0.1", leader.port, None),))
+        with RawSocket(follower.tcp) as sock:
+            sock.send(rproto.encode_request(body, 1, "test"))
+            _, lai = rproto.decode_response(sock.read_frame(), rproto.LeaderAndIsrResponse)
+        assert [p.error_code for p in lai.partitions] == [ErrorCode.NONE] * 12
+
+        def fetches():
+            return [r for r in leader.requests if isinstance(r, rproto.FetchRequestV1)]
+
+        wait_until(lambda: {p.partition for r in fetches()[1:] for p in r.partitions}
+                   == set(range(12)), why=follower.log()[-2000:])
+        assert f"an answer of {announced} bytes" in follower.log()
+    finally:
+        leader.stop()
+    for r in fetches():
+        assert sum(p.max_bytes + 48 + len(p.topic) for p in r.partitions) + 64 <= limit

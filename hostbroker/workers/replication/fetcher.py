@@ -15,8 +15,12 @@ can bring, an error frame, a correlation id out of order, bytes that do not
 decode or values out of range close the connection (the partitions it held
 back off and start over; the link connects again after
 ``replica.fetch.backoff.ms``). A leader that does not answer within
-``replica.socket.timeout.ms`` past the long poll is treated the same way. A
-message set is cut to its whole entries (a partial tail is fetched again);
+``replica.socket.timeout.ms`` past the long poll is treated the same way.
+One FETCH asks for at most ``replica.fetch.response.max.bytes`` over its
+partitions: each partition's ``replica.fetch.max.bytes`` is shared out
+(never below ``MIN_SHARE``; a partition whose next entry is larger asks for
+all of it), and partitions that still do not fit wait for the next FETCH;
+so no answer the follower takes is larger. A message set is cut to its whole entries (a partial tail is fetched again);
 the writer checks each entry as a handler checks a PRODUCE. What to do with a
 partition's answer is the worker's (:class:`Sink`).
 """
@@ -41,6 +45,7 @@ from hostbroker.workers.replication.follows import Follow, Stage
 _ANSWER_SLACK = 64  # size prefix, correlation id, array counts
 _PART_SLACK = 48  # a partition's fixed fields in an answer, besides its topic name
 _LENGTH = struct.Struct(">i")
+MIN_SHARE = 4096  # the least a partition asks for when the response budget is shared out
 MAX_OFFSET = 2**63 - 1
 
 FETCH = "fetch"
@@ -62,6 +67,7 @@ class Settings:
     def __init__(self, config):
         self.broker_id = config["broker.id"]
         self.max_bytes = config["replica.fetch.max.bytes"]
+        self.response_max = config["replica.fetch.response.max.bytes"]
         self.wait_ms = config["replica.fetch.wait.max.ms"]
         self.min_bytes = config["replica.fetch.min.bytes"]
         self.timeout_s = config["replica.socket.timeout.ms"] / 1000
@@ -112,6 +118,8 @@ class LeaderLink:
         self.said = False  # a connection failure was logged (once per link)
         self.requests = 0
         self.bytes_in = 0
+        self.rotation = 0  # where the next FETCH starts among the partitions ready
+        self.asked: dict[tuple[str, int], int] = {}  # max_bytes of each partition at the leader
 
     # -- the socket -----------------------------------------------------
     def mask(self) -> int:
@@ -313,16 +321,34 @@ class LeaderLink:
                    EPOCHS, follows, bound, 0, now)
 
     def _send_fetch(self, follows: list[Follow], now: float) -> None:
+        """One FETCH for as many of ``follows`` as fit in
+        ``replica.fetch.response.max.bytes`` (the first always goes), starting
+        one further along each time, so the rest go in the next rounds and
+        the answer's size is bounded before it is read."""
         s = self.settings
         parts = []
+        sent = []
         bound = _ANSWER_SLACK
-        for f in follows:
-            max_bytes = f.max_bytes or s.max_bytes
+        start = self.rotation % len(follows)
+        shared = [f for f in follows if not f.max_bytes]
+        left = s.response_max - _ANSWER_SLACK - sum(
+            _PART_SLACK + len(f.topic.encode()) + f.max_bytes for f in follows)
+        share = min(s.max_bytes, max(MIN_SHARE, left // max(1, len(shared))))
+        self.asked.clear()
+        for f in follows[start:] + follows[:start]:
+            max_bytes = f.max_bytes or share
+            more = _PART_SLACK + len(f.topic.encode()) + max_bytes
+            if parts and bound + more > s.response_max:
+                continue
             parts.append(proto.FetchPartitionV1(topic=f.topic, partition=f.partition,
                                                 leader_epoch=f.leader_epoch, offset=f.offset,
                                                 max_bytes=max_bytes))
-            bound += _PART_SLACK + len(f.topic.encode()) + max_bytes
+            bound += more
             f.stage = Stage.FETCHING
+            sent.append(f)
+            self.asked[f.key] = max_bytes
+        self.rotation = start + len(sent)
+        follows = sent
         body = proto.FetchRequestV1(replica_id=s.broker_id, max_wait_ms=s.wait_ms,
                                     min_bytes=s.min_bytes, partitions=tuple(parts))
         self._send(proto.encode_request(body, self._next_correlation(), self.client_id),
@@ -398,7 +424,7 @@ class LeaderLink:
             # no whole entry: the first is larger than what was asked (ask for all
             # of it next time), or the answer's byte budget ran out before it
             need = _LENGTH.unpack_from(data)[0] + 4
-            if need > (follow.max_bytes or self.settings.max_bytes):
+            if need > self.asked.get(follow.key, follow.max_bytes or self.settings.max_bytes):
                 if not 4 < need <= self.settings.largest_fetch:
                     self.sink.failed(follow, f"FETCH at {follow.offset}: an entry of {need} "
                                              "bytes that cannot be fetched whole")
