@@ -8,7 +8,8 @@ OFFSET_FOR_LEADER_EPOCH for the partitions about to be cut
 every partition ready to fetch, long-polling at the leader
 (``replica.fetch.wait.max.ms``, ``replica.fetch.min.bytes``). All links share
 the worker's one selector, so a slow or silent leader holds up only its own
-partitions.
+partitions; a leader's host name is resolved off the loop (:mod:`.resolver`),
+so a slow name server holds up nothing.
 
 What comes back is hostile until checked: an answer larger than the request
 can bring, an error frame, a correlation id out of order, bytes that do not
@@ -40,11 +41,13 @@ from hostbroker.errors import ErrorCode, ProtocolError
 from hostbroker.log.message import count_entries
 from hostbroker.protocol import api
 from hostbroker.protocol import replication as proto
+from hostbroker.workers.replication import resolver as names
 from hostbroker.workers.replication.follows import Follow, Stage
 
 _ANSWER_SLACK = 64  # size prefix, correlation id, array counts
 _PART_SLACK = 48  # a partition's fixed fields in an answer, besides its topic name
 _LENGTH = struct.Struct(">i")
+_RESOLVING_S = 0.02  # how often a link whose leader's name is being resolved looks again
 MIN_SHARE = 4096  # the least a partition asks for when the response budget is shared out
 MAX_OFFSET = 2**63 - 1
 
@@ -94,8 +97,10 @@ def endpoint(peer) -> tuple | None:
 
 class LeaderLink:
     def __init__(self, leader: int, settings: Settings, sink: Sink,
-                 find_peer: Callable[[int], object], selector: selectors.BaseSelector):
+                 find_peer: Callable[[int], object], selector: selectors.BaseSelector,
+                 resolver: names.Resolver | None = None):
         self.leader = leader
+        self.resolver = resolver or names.shared()  # host names, resolved off the loop
         self.selector = selector  # the worker's: the socket is registered with itself as data
         self.settings = settings
         self.sink = sink
@@ -150,14 +155,23 @@ class LeaderLink:
             self.retry_at = now + self.settings.backoff_s
             self.sink.link_failed(self, f"no endpoint known for broker {self.leader}")
             return
-        family = socket.AF_UNIX if where[0] == "unix" else (
-            socket.AF_INET6 if ":" in where[1] else socket.AF_INET)
-        address = where[1] if where[0] == "unix" else (where[1], where[2])
+        if where[0] == "unix":
+            family, address = socket.AF_UNIX, where[1]
+        else:
+            found = self.resolver.lookup(where[1], where[2])
+            if found is None:  # a name being resolved off the loop: look again shortly
+                self.retry_at = now + _RESOLVING_S
+                return
+            if isinstance(found, str):
+                self.retry_at = now + self.settings.backoff_s
+                self.sink.link_failed(self, f"cannot connect to broker {self.leader}: {found}")
+                return
+            family, address = found
         sock = socket.socket(family, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         sock.setblocking(False)
         try:
             code = sock.connect_ex(address)
-        except (OSError, ValueError) as e:  # a name that does not resolve, a bad path
+        except (OSError, ValueError) as e:  # a bad path, an address refused at once
             sock.close()
             self.retry_at = now + self.settings.backoff_s
             self.sink.link_failed(self, f"cannot connect to broker {self.leader}: {e}")
