@@ -8,8 +8,7 @@ OFFSET_FOR_LEADER_EPOCH for the partitions about to be cut
 every partition ready to fetch, long-polling at the leader
 (``replica.fetch.wait.max.ms``, ``replica.fetch.min.bytes``). All links share
 the worker's one selector, so a slow or silent leader holds up only its own
-partitions; a leader's host name is resolved off the loop (:mod:`.resolver`),
-so a slow name server holds up nothing.
+partitions.
 
 What comes back is hostile until checked: an answer larger than the request
 can bring, an error frame, a correlation id out of order, bytes that do not
@@ -21,9 +20,13 @@ One FETCH asks for at most ``replica.fetch.response.max.bytes`` over its
 partitions: each partition's ``replica.fetch.max.bytes`` is shared out
 (never below ``MIN_SHARE``; a partition whose next entry is larger asks for
 all of it), and partitions that still do not fit wait for the next FETCH;
-so no answer the follower takes is larger. A message set is cut to its whole entries (a partial tail is fetched again);
+so no answer the follower takes is larger. A message set is cut to its
+whole entries (a partial tail is fetched again);
 the writer checks each entry as a handler checks a PRODUCE. What to do with a
 partition's answer is the worker's (:class:`Sink`).
+
+A leader's host name is resolved off the loop (:mod:`.resolver`), so a slow
+name server holds up nothing.
 """
 
 from __future__ import annotations
@@ -335,38 +338,49 @@ class LeaderLink:
                    EPOCHS, follows, bound, 0, now)
 
     def _send_fetch(self, follows: list[Follow], now: float) -> None:
-        """One FETCH for as many of ``follows`` as fit in
-        ``replica.fetch.response.max.bytes`` (the first always goes), starting
-        one further along each time, so the rest go in the next rounds and
-        the answer's size is bounded before it is read."""
         s = self.settings
         parts = []
-        sent = []
         bound = _ANSWER_SLACK
+        follows = self._fit(follows)
+        for f in follows:
+            max_bytes = self.asked[f.key]
+            parts.append(proto.FetchPartitionV1(topic=f.topic, partition=f.partition,
+                                                leader_epoch=f.leader_epoch, offset=f.offset,
+                                                max_bytes=max_bytes))
+            bound += _PART_SLACK + len(f.topic.encode()) + max_bytes
+            f.stage = Stage.FETCHING
+        body = proto.FetchRequestV1(replica_id=s.broker_id, max_wait_ms=s.wait_ms,
+                                    min_bytes=s.min_bytes, partitions=tuple(parts))
+        self._send(proto.encode_request(body, self._next_correlation(), self.client_id),
+                   FETCH, follows, bound, s.wait_ms / 1000, now)
+
+    def _fit(self, follows: list[Follow]) -> list[Follow]:
+        """The partitions of ``follows`` the next FETCH asks for, and in
+        :attr:`asked` how much of each: together at most
+        ``replica.fetch.response.max.bytes`` (the first always goes). Each
+        partition's ``replica.fetch.max.bytes`` is shared out (never below
+        ``MIN_SHARE``; one whose next entry is larger asks for all of it);
+        those that still do not fit go in a later FETCH, which starts where
+        this one stopped. So the answer's size is bounded before it is read."""
+        s = self.settings
         start = self.rotation % len(follows)
         shared = [f for f in follows if not f.max_bytes]
         left = s.response_max - _ANSWER_SLACK - sum(
             _PART_SLACK + len(f.topic.encode()) + f.max_bytes for f in follows)
         share = min(s.max_bytes, max(MIN_SHARE, left // max(1, len(shared))))
         self.asked.clear()
+        bound = _ANSWER_SLACK
+        sent = []
         for f in follows[start:] + follows[:start]:
             max_bytes = f.max_bytes or share
             more = _PART_SLACK + len(f.topic.encode()) + max_bytes
-            if parts and bound + more > s.response_max:
+            if sent and bound + more > s.response_max:
                 continue
-            parts.append(proto.FetchPartitionV1(topic=f.topic, partition=f.partition,
-                                                leader_epoch=f.leader_epoch, offset=f.offset,
-                                                max_bytes=max_bytes))
             bound += more
-            f.stage = Stage.FETCHING
             sent.append(f)
             self.asked[f.key] = max_bytes
         self.rotation = start + len(sent)
-        follows = sent
-        body = proto.FetchRequestV1(replica_id=s.broker_id, max_wait_ms=s.wait_ms,
-                                    min_bytes=s.min_bytes, partitions=tuple(parts))
-        self._send(proto.encode_request(body, self._next_correlation(), self.client_id),
-                   FETCH, follows, bound, s.wait_ms / 1000, now)
+        return sent
 
     # -- answers ----------------------------------------------------------
     def _answer(self, frame: bytes, now: float) -> None:
