@@ -1,7 +1,7 @@
 """Replication's decisions, pure: no sockets, no ZooKeeper client, no processes.
 
 Kafka 0.8's replicas, ISR, high watermark and controller, with leader epochs
-(docs/cluster.md, "Replication"; docs/spec/zookeeper.md, "Replication"). The
+(docs/cluster.md, "Replicated topics"; docs/spec/zookeeper.md, "Replication"). The
 processes that act on these decisions live elsewhere: the controller in the
 registrar (``cluster/controller.py``), the leader's view of its followers in
 the writer, the follower's fetching in hb-replica. They all decide through

@@ -449,6 +449,8 @@ class HandlerWorker(TopicAdmin, Fetching, Replication, ConsumerOffsets, Worker):
             self.count(procs.ERRORS)
             return e.code
         if count == 0:
+            if s.role not in (ptable.ROLE_PLAIN, ptable.ROLE_LEADER):
+                return ErrorCode.NOT_LEADER_FOR_PARTITION  # as a non-empty set is answered
             pending.results[index][3] = pending.results[index][4] = s.end_offset
             return ErrorCode.NONE
         ref = None

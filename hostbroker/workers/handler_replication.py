@@ -62,6 +62,8 @@ class Replication:
         self.peers: PeersTable | None = None
         if name:
             self.peers = PeersTable.attach(name)
+        name = getattr(self.plan, "isr_commits_name", None)
+        self.isr_commits = ptable.IsrCommitTable.attach(name) if name else None
         self.broker_id = self.config["broker.id"]
         self.cluster_mode = bool(self.config["zookeeper.connect"].strip())
         # slot -> ((topic, partition, epoch_start, leader_epoch), cache): a partition's
@@ -231,6 +233,10 @@ class Replication:
             return e.code, None
         except OSError:
             return ErrorCode.STORAGE_ERROR, None
+        if self.isr_commits is not None:
+            # a commit the slot's previous partition left is not the new one's
+            # (IsrCommitTable: cleared by the claimer, under the admin lock)
+            self.isr_commits.clear(slot)
         self.table.claim_replica(
             slot, part.replicas, leader=part.leader, leader_epoch=part.leader_epoch,
             role=ptable.ROLE_STOPPED, state=ptable.ONLINE, name=part.topic,

@@ -165,7 +165,8 @@ class Replicas:
             if book.role == ptable.ROLE_LEADER:
                 book.tracker = self._new_tracker(slot, book)
                 # a commit our predecessor had not adopted yet is still ours
-                # (newer than the slot's isr_version, in its epoch)
+                # (newer than the slot's isr_version, in its epoch); one of a
+                # partition that had the slot before was cleared when it was claimed
                 book.commit_seq = 0
                 self.isr_pending.add(slot)
                 self.leading.add(slot)
@@ -522,8 +523,12 @@ class Replicas:
         return env.encode_replica_append_result(a.token, ErrorCode.NONE, end)
 
     def _truncate(self, request) -> dict:
-        """Cut a follower's log to exactly ``offset`` (where it diverged from
-        its leader's), its leader epoch cache with it."""
+        """Cut a follower's log at ``offset`` (where it diverged from its
+        leader's), its leader epoch cache with it; at the last entry boundary
+        at or below ``offset`` when that falls inside an entry (the offset
+        comes from the leader's answers: a replica never keeps a torn entry,
+        and fetches again what the cut took). The answer's ``log_end`` says
+        where the log now ends."""
         try:
             slot, offset = int(request["slot"]), int(request["offset"])
             plog = self._replica_log(slot, request["topic"], int(request["partition"]))
@@ -546,6 +551,7 @@ class Replicas:
             time.sleep(0.001)
             self._flushed()
         try:
+            offset = plog.entry_floor(offset)
             plog.truncate_to(offset)
             book.epochs.truncate_from_end(offset)
         except (OSError, StorageError) as e:
