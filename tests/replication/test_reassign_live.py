@@ -7,14 +7,13 @@ new replicas hold the same bytes below the high watermark.
 
 Auto-create is off on these brokers: a produce that reaches the old leader
 after its copy is deleted would otherwise make a plain topic of the same name
-there, which the last test here shows."""
+there, unless the broker knows the name is a replicated topic's (the last
+test here)."""
 
 from __future__ import annotations
 
 import json
 import os
-
-import pytest
 
 from hostbroker.replication import zknodes
 from tests.integration.cli import hostbroker
