@@ -155,6 +155,7 @@ class HandlerWorker(TopicAdmin, Fetching, Replication, ConsumerOffsets, Worker):
         self.draining = False
         self.broken: dict[int, None] = {}  # connections closing after a protocol error
         self._init_replication()
+        self._init_topic_names()
         self.board.set_state(self.slot, procs.WORKER_READY)
 
     # -- loop --------------------------------------------------------------

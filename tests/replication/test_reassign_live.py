@@ -7,14 +7,13 @@ new replicas hold the same bytes below the high watermark.
 
 Auto-create is off on these brokers: a produce that reaches the old leader
 after its copy is deleted would otherwise make a plain topic of the same name
-there, which the last test here shows."""
+there, unless the broker knows the name is a replicated topic's (the last
+test here)."""
 
 from __future__ import annotations
 
 import json
 import os
-
-import pytest
 
 from hostbroker.replication import zknodes
 from tests.integration.cli import hostbroker
@@ -89,9 +88,6 @@ def test_a_partition_moves_under_acks_all_and_the_move_finishes(make_broker, zoo
          == segment_bytes(cluster[kept], TOPIC, 0), what="equal replicas")
 
 
-@pytest.mark.xfail(strict=True, reason="the handler's auto-create knows nothing of ZooKeeper: "
-                   "it makes a plain topic named as a replicated one (acknowledged writes "
-                   "land outside the replicated topic)")
 def test_a_broker_without_a_replica_does_not_make_a_plain_topic_of_a_replicated_one(
         make_broker, zookeeper, zk, tmp_path):
     zk.create(zknodes.assignment_path("elsewhere"), zknodes.encode_assignment({0: [7]}),
