@@ -452,14 +452,23 @@ def fetch_part_emptied(head: Buffer, data_length: int, code: ErrorCode | int) ->
     set of ``data_length`` bytes follows) with that partition's error code set
     to ``code`` and its set empty; the frame's size must then shrink by
     ``data_length`` (:func:`frame_shrunk`)."""
+    return emptied_part(head, data_length, _FETCH_PART_TAIL, "FETCH",
+                        lambda fields: (code, fields[1], 0))
+
+
+def emptied_part(head: Buffer, data_length: int, tail: struct.Struct, what: str,
+                 refill: Callable[[tuple], tuple]) -> bytes:
+    """``head`` with its partition ``tail`` (ending with the set's length, which
+    must be ``data_length``) packed again from ``refill`` of its fields: the
+    routine under :func:`fetch_part_emptied` and its FETCH v1 twin."""
     out = bytearray(head)
-    at = len(out) - _FETCH_PART_TAIL.size
+    at = len(out) - tail.size
     if at < 0:
-        raise ValueError("not a FETCH answer header chunk")
-    _, log_end_offset, size = _FETCH_PART_TAIL.unpack_from(out, at)
-    if size != data_length:
-        raise ValueError(f"header chunk announces {size} bytes, not {data_length}")
-    _FETCH_PART_TAIL.pack_into(out, at, code, log_end_offset, 0)
+        raise ValueError(f"not a {what} answer header chunk")
+    fields = tail.unpack_from(out, at)
+    if fields[-1] != data_length:
+        raise ValueError(f"header chunk announces {fields[-1]} bytes, not {data_length}")
+    tail.pack_into(out, at, *refill(fields))
     return bytes(out)
 
 

@@ -639,12 +639,5 @@ def fetch_v1_part_emptied(head: Buffer, data_length: int, code: ErrorCode | int)
     set of ``data_length`` bytes follows) with that partition's error code set to
     ``code``, its data epoch to -1 and its set empty; shrink the frame by
     ``data_length`` with :func:`~hostbroker.protocol.api.frame_shrunk`."""
-    out = bytearray(head)
-    at = len(out) - _FETCH_PART_TAIL.size
-    if at < 0:
-        raise ValueError("not a FETCH v1 answer header chunk")
-    _, hw, leo, _, size = _FETCH_PART_TAIL.unpack_from(out, at)
-    if size != data_length:
-        raise ValueError(f"header chunk announces {size} bytes, not {data_length}")
-    _FETCH_PART_TAIL.pack_into(out, at, code, hw, leo, NO_EPOCH, 0)
-    return bytes(out)
+    return api.emptied_part(head, data_length, _FETCH_PART_TAIL, "FETCH v1",
+                            lambda fields: (code, fields[1], fields[2], NO_EPOCH, 0))
