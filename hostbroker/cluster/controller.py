@@ -77,7 +77,9 @@ class Controller:
     def _wait(self, async_result):
         return async_result.get(timeout=self.op_timeout_s)
 
-    def _get(self, path: str):
+    def _get(self, path: str, remove_too_long: bool = False):
+        """(data, stat) of ``path``, or None: absent, or too long to read (reported;
+        removed with ``remove_too_long``)."""
         from kazoo.exceptions import NoNodeError
 
         try:
@@ -87,7 +89,9 @@ class Controller:
         try:
             zkread.check_size(data, path, self.bounds)
         except ValueError as exc:
-            self.report(path, f"{exc}; left out")
+            self.report(path, f"{exc}; {'removed' if remove_too_long else 'left out'}")
+            if remove_too_long:
+                self._delete(path)
             return None
         return data, stat
 
@@ -108,19 +112,7 @@ class Controller:
     def _request(self, path: str):
         """(data, stat) of an admin request node, or None. One too long to read is
         removed (reported): left in place, it would block every later request."""
-        from kazoo.exceptions import NoNodeError
-
-        try:
-            data, stat = self._wait(self.client.get_async(path))
-        except NoNodeError:
-            return None
-        try:
-            zkread.check_size(data, path, self.bounds)
-        except ValueError as exc:
-            self.report(path, f"{exc}; removed")
-            self._delete(path)
-            return None
-        return data, stat
+        return self._get(path, remove_too_long=True)
 
     def _delete(self, path: str, recursive: bool = False) -> None:
         from kazoo.exceptions import NoNodeError, NotEmptyError
