@@ -16,7 +16,7 @@ import pytest
 from hostbroker.replication import zknodes
 from tests.cluster.test_broker_registration import kill_hard
 from tests.cluster.test_discovery import wait_until
-from tests.cluster.zkserver import ZooKeeperServer
+from tests.cluster.zkfixtures import chrooted, zkserver  # noqa: F401 - fixture
 from tests.integration.cli import hostbroker, lines, one_line_error
 
 SESSION_MS = 2000
@@ -25,29 +25,11 @@ LEAN = {"num.processors": 1, "num.handlers": 1, "zookeeper.session.timeout.ms": 
 _roots = itertools.count()
 
 
-@pytest.fixture(scope="module")
-def zkserver(tmp_path_factory):
-    server = ZooKeeperServer(tmp_path_factory.mktemp("zk")).start()
-    yield server
-    server.stop()
-
-
 @pytest.fixture
-def cluster(zkserver):
+def cluster(zkserver):  # noqa: F811 - the imported fixture
     """(connect string with this test's own chroot, a kazoo client rooted there)."""
-    from kazoo.client import KazooClient
-
-    chroot = f"/t{next(_roots)}"
-    root = KazooClient(hosts=zkserver.connect, timeout=5.0)
-    root.start(timeout=10)
-    root.ensure_path(chroot)
-    root.stop()
-    root.close()
-    client = KazooClient(hosts=zkserver.connect + chroot, timeout=5.0)
-    client.start(timeout=10)
-    yield zkserver.connect + chroot, client
-    client.stop()
-    client.close()
+    with chrooted(zkserver.connect, f"/t{next(_roots)}") as found:
+        yield found
 
 
 def start(make_broker, tmp_path, connect, zk, broker_id, **settings):

@@ -29,7 +29,7 @@ from hostbroker.replication import zknodes
 from hostbroker.shm.peers import PeersTable
 from hostbroker.shm.region import broker_prefix, region_name, remove_stale
 from hostbroker.workers.registrar_fence import ControllerFence
-from tests.cluster.zkserver import ZooKeeperServer
+from tests.cluster.zkfixtures import chrooted, zkserver  # noqa: F401 - fixture
 from tests.integration.cli import hostbroker
 from tests.integration.conftest import make_broker  # noqa: F401 - fixture
 
@@ -38,29 +38,11 @@ LEAN = {"num.processors": 1, "num.handlers": 1, "zookeeper.session.timeout.ms": 
 _roots = itertools.count()
 
 
-@pytest.fixture(scope="module")
-def zkserver(tmp_path_factory):
-    server = ZooKeeperServer(tmp_path_factory.mktemp("zk")).start()
-    yield server
-    server.stop()
-
-
 @pytest.fixture
-def cluster(zkserver):
+def cluster(zkserver):  # noqa: F811 - the imported fixture
     """(connect string with this test's own chroot, a kazoo client rooted there)."""
-    from kazoo.client import KazooClient
-
-    chroot = f"/fence{next(_roots)}"
-    root = KazooClient(hosts=zkserver.connect, timeout=5.0)
-    root.start(timeout=10)
-    root.ensure_path(chroot)
-    root.stop()
-    root.close()
-    client = KazooClient(hosts=zkserver.connect + chroot, timeout=5.0)
-    client.start(timeout=10)
-    yield zkserver.connect + chroot, client
-    client.stop()
-    client.close()
+    with chrooted(zkserver.connect, f"/fence{next(_roots)}") as found:
+        yield found
 
 
 def wait_until(condition, timeout=15.0):
