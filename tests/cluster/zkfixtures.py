@@ -6,6 +6,7 @@ leaves nothing behind."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -20,6 +21,16 @@ def zkserver(tmp_path_factory):
     server = ZooKeeperServer(tmp_path_factory.mktemp("zk")).start()
     yield server
     server.stop()
+
+
+_roots = itertools.count()
+
+
+@pytest.fixture
+def cluster(zkserver):
+    """(connect string with this test's own chroot, a kazoo client rooted there)."""
+    with chrooted(zkserver.connect, f"/t{next(_roots)}") as found:
+        yield found
 
 
 @contextmanager

@@ -29,20 +29,13 @@ from hostbroker.replication import zknodes
 from hostbroker.shm.peers import PeersTable
 from hostbroker.shm.region import broker_prefix, region_name, remove_stale
 from hostbroker.workers.registrar_fence import ControllerFence
-from tests.cluster.zkfixtures import chrooted, zkserver  # noqa: F401 - fixture
+from tests.cluster.zkfixtures import cluster, zkserver  # noqa: F401 - fixtures
 from tests.integration.cli import hostbroker
 from tests.integration.conftest import make_broker  # noqa: F401 - fixture
 
 LEAN = {"num.processors": 1, "num.handlers": 1, "zookeeper.session.timeout.ms": 2000,
         "zookeeper.connection.timeout.ms": 5000}
 _roots = itertools.count()
-
-
-@pytest.fixture
-def cluster(zkserver):  # noqa: F811 - the imported fixture
-    """(connect string with this test's own chroot, a kazoo client rooted there)."""
-    with chrooted(zkserver.connect, f"/fence{next(_roots)}") as found:
-        yield found
 
 
 def wait_until(condition, timeout=15.0):
@@ -155,7 +148,7 @@ def peers():
     remove_stale(broker_prefix(token))
 
 
-def test_hostile_controller_nodes_confirm_no_controller(cluster, peers):
+def test_hostile_controller_nodes_confirm_no_controller(cluster, peers):  # noqa: F811
     _, zk = cluster
     worker = _Worker(zk)
     fence = ControllerFence(worker, peers)
