@@ -109,10 +109,19 @@ class Controller:
             del names[self.bounds.children:]
         return names
 
-    def _request(self, path: str):
-        """(data, stat) of an admin request node, or None. One too long to read is
-        removed (reported): left in place, it would block every later request."""
-        return self._get(path, remove_too_long=True)
+    def _request(self, path: str, decode):
+        """(value, stat) of an admin request node, its value read by ``decode``, or
+        None. One too long to read, or that ``decode`` refuses, is removed
+        (reported): left in place, it would block every later request."""
+        found = self._get(path, remove_too_long=True)
+        if found is None:
+            return None
+        try:
+            return decode(found[0], path, self.bounds), found[1]
+        except ValueError as exc:
+            self.report(path, f"{exc}; removed")
+            self._delete(path)
+            return None
 
     def _delete(self, path: str, recursive: bool = False) -> None:
         from kazoo.exceptions import NoNodeError, NotEmptyError
@@ -483,14 +492,10 @@ class Controller:
         the admin node removed. Returns the partitions moved."""
         path = zknodes.PREFERRED_REPLICA_ELECTION
         if only is None:
-            found = self._request(path)
+            found = self._request(path, zknodes.decode_preferred_election)
             if found is None:
                 return []
-            try:
-                only = zknodes.decode_preferred_election(found[0], path, self.bounds)
-            except ValueError as exc:
-                self.report(path, f"{exc}; removed")
-                only = []
+            only = found[0]
         live = set(self.live)
         moved = []
         for topic, p in sorted(set(only)):
@@ -546,15 +551,10 @@ class Controller:
         from kazoo.exceptions import BadVersionError, NoNodeError
 
         path = zknodes.REASSIGN_PARTITIONS
-        found = self._request(path)
+        found = self._request(path, zknodes.decode_reassignment)
         if found is None:
             return []
-        try:
-            wanted = zknodes.decode_reassignment(found[0], path, self.bounds)
-        except ValueError as exc:
-            self.report(path, f"{exc}; removed")
-            self._delete(path)
-            return []
+        wanted = found[0]
         done = []
         for (topic, p), target in sorted(wanted.items()):
             if self._reassign_one(topic, p, list(target)):
