@@ -77,7 +77,9 @@ class Controller:
     def _wait(self, async_result):
         return async_result.get(timeout=self.op_timeout_s)
 
-    def _get(self, path: str):
+    def _get(self, path: str, remove_too_long: bool = False):
+        """(data, stat) of ``path``, or None: absent, or too long to read (reported;
+        removed with ``remove_too_long``)."""
         from kazoo.exceptions import NoNodeError
 
         try:
@@ -87,7 +89,9 @@ class Controller:
         try:
             zkread.check_size(data, path, self.bounds)
         except ValueError as exc:
-            self.report(path, f"{exc}; left out")
+            self.report(path, f"{exc}; {'removed' if remove_too_long else 'left out'}")
+            if remove_too_long:
+                self._delete(path)
             return None
         return data, stat
 
@@ -105,22 +109,19 @@ class Controller:
             del names[self.bounds.children:]
         return names
 
-    def _request(self, path: str):
-        """(data, stat) of an admin request node, or None. One too long to read is
-        removed (reported): left in place, it would block every later request."""
-        from kazoo.exceptions import NoNodeError
-
-        try:
-            data, stat = self._wait(self.client.get_async(path))
-        except NoNodeError:
+    def _request(self, path: str, decode):
+        """(value, stat) of an admin request node, its value read by ``decode``, or
+        None. One too long to read, or that ``decode`` refuses, is removed
+        (reported): left in place, it would block every later request."""
+        found = self._get(path, remove_too_long=True)
+        if found is None:
             return None
         try:
-            zkread.check_size(data, path, self.bounds)
+            return decode(found[0], path, self.bounds), found[1]
         except ValueError as exc:
             self.report(path, f"{exc}; removed")
             self._delete(path)
             return None
-        return data, stat
 
     def _delete(self, path: str, recursive: bool = False) -> None:
         from kazoo.exceptions import NoNodeError, NotEmptyError
@@ -491,14 +492,10 @@ class Controller:
         the admin node removed. Returns the partitions moved."""
         path = zknodes.PREFERRED_REPLICA_ELECTION
         if only is None:
-            found = self._request(path)
+            found = self._request(path, zknodes.decode_preferred_election)
             if found is None:
                 return []
-            try:
-                only = zknodes.decode_preferred_election(found[0], path, self.bounds)
-            except ValueError as exc:
-                self.report(path, f"{exc}; removed")
-                only = []
+            only = found[0]
         live = set(self.live)
         moved = []
         for topic, p in sorted(set(only)):
@@ -554,15 +551,10 @@ class Controller:
         from kazoo.exceptions import BadVersionError, NoNodeError
 
         path = zknodes.REASSIGN_PARTITIONS
-        found = self._request(path)
+        found = self._request(path, zknodes.decode_reassignment)
         if found is None:
             return []
-        try:
-            wanted = zknodes.decode_reassignment(found[0], path, self.bounds)
-        except ValueError as exc:
-            self.report(path, f"{exc}; removed")
-            self._delete(path)
-            return []
+        wanted = found[0]
         done = []
         for (topic, p), target in sorted(wanted.items()):
             if self._reassign_one(topic, p, list(target)):

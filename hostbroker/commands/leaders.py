@@ -15,15 +15,13 @@ import sys
 from collections.abc import Iterable
 from typing import TextIO
 
-from hostbroker.commands import EXIT_BROKER, EXIT_OK, CommandError
+from hostbroker.commands import EXIT_BROKER, EXIT_OK
 
 
 def elect(topics: Iterable[str] = (), *, zookeeper: str, out: TextIO = sys.stdout,
           err: TextIO = sys.stderr) -> int:
     """Start a preferred replica election of ``topics`` (every replicated topic when
     empty). A named topic that is not replicated makes the exit status 1."""
-    from kazoo.exceptions import NodeExistsError
-
     from hostbroker.commands import replicated
     from hostbroker.replication import zknodes
 
@@ -44,14 +42,10 @@ def elect(topics: Iterable[str] = (), *, zookeeper: str, out: TextIO = sys.stdou
         if not moves:
             print("every partition is led by its preferred replica", file=out)
             return status
-        data = replicated.request_value(
-            zknodes.encode_preferred_election(moves), zknodes.decode_preferred_election,
-            zknodes.PREFERRED_REPLICA_ELECTION, "name fewer topics with --topic")
-        try:
-            client.create(zknodes.PREFERRED_REPLICA_ELECTION, data, makepath=True)
-        except NodeExistsError:
-            raise CommandError("a preferred replica election is already in progress "
-                               f"({zknodes.PREFERRED_REPLICA_ELECTION} exists)") from None
+        replicated.create_request(
+            client, zknodes.encode_preferred_election(moves), zknodes.decode_preferred_election,
+            zknodes.PREFERRED_REPLICA_ELECTION, "name fewer topics with --topic",
+            "a preferred replica election")
     print(f"preferred replica election started for {len(moves)} partition"
           f"{'s' if len(moves) != 1 else ''}", file=out)
     return status

@@ -152,8 +152,6 @@ def _current(client, wanted, err: TextIO, command: str) -> dict[str, dict[int, l
 def execute(reassignment_file: str, *, zookeeper: str, out: TextIO = sys.stdout,
             err: TextIO = sys.stderr) -> int:
     """Start the reassignment of ``reassignment_file``."""
-    from kazoo.exceptions import NodeExistsError
-
     from hostbroker.commands import replicated
     from hostbroker.replication import zknodes
 
@@ -169,14 +167,10 @@ def execute(reassignment_file: str, *, zookeeper: str, out: TextIO = sys.stdout,
             if gone:
                 raise CommandError(f"{topic}-{p}: broker{'s' if len(gone) > 1 else ''} "
                                    f"{', '.join(map(str, gone))} not live")
-        data = replicated.request_value(
-            zknodes.encode_reassignment(wanted), zknodes.decode_reassignment,
-            zknodes.REASSIGN_PARTITIONS, "split the file into smaller reassignments")
-        try:
-            client.create(zknodes.REASSIGN_PARTITIONS, data, makepath=True)
-        except NodeExistsError:
-            raise CommandError("a reassignment is already in progress "
-                               f"({zknodes.REASSIGN_PARTITIONS} exists)") from None
+        replicated.create_request(
+            client, zknodes.encode_reassignment(wanted), zknodes.decode_reassignment,
+            zknodes.REASSIGN_PARTITIONS, "split the file into smaller reassignments",
+            "a reassignment")
     moved = {t: {p: current[t][p] for (tt, p) in wanted if tt == t} for t in current}
     print("Current partition replica assignment (keep it to roll back)", file=out)
     print(_document(moved), file=out)

@@ -258,10 +258,13 @@ def delete(topic: str, *, zookeeper: str, out: TextIO, err: TextIO) -> int | Non
     return EXIT_OK
 
 
-def request_value(data: bytes, decode, path: str, too_long: str) -> bytes:
-    """``data`` for an admin request node at ``path``, once the controller would
-    read it (``decode`` under the default bounds); else a one-line error that
-    ends with ``too_long`` (what to do instead)."""
+def create_request(client, data: bytes, decode, path: str, too_long: str, busy: str) -> None:
+    """Write the admin request node ``path`` holding ``data``, once the controller
+    would read it (``decode`` under the default bounds); else a one-line error
+    that ends with ``too_long`` (what to do instead). One already there is the
+    one-line error "``busy`` is already in progress"."""
+    from kazoo.exceptions import NodeExistsError
+
     from hostbroker.cluster import zkread
 
     try:
@@ -269,7 +272,10 @@ def request_value(data: bytes, decode, path: str, too_long: str) -> bytes:
         decode(data, path, zkread.DEFAULT)
     except ValueError as exc:
         raise CommandError(f"{exc}; {too_long}") from None
-    return data
+    try:
+        client.create(path, data, makepath=True)
+    except NodeExistsError:
+        raise CommandError(f"{busy} is already in progress ({path} exists)") from None
 
 
 def read_json_file(path: str, option: str, limit: int = 16 << 20) -> dict:

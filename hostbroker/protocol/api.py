@@ -375,31 +375,39 @@ def encode_fetch_response_parts(
     counts those data bytes; ``hk`` is ``b""`` (nothing follows the last
     message set) and is there so that headers and data always alternate.
     """
-    if len(partitions) == 1 and partitions[0][0] is not None:
-        return _fetch_parts_of_one(correlation_id, *partitions[0])
-    return _fetch_parts(correlation_id, partitions)
+    return fetch_header_parts(correlation_id, partitions, _FETCH_ONE_TAIL)
 
 
 # size, correlation_id, the partitions' count (1), the topic's length
 _FETCH_ONE_HEAD = struct.Struct(">iiih")
 # partition, error_code, log_end_offset, the message set's length
 _FETCH_ONE_TAIL = struct.Struct(">ihqi")
-_FETCH_ONE_FIXED = _FETCH_ONE_HEAD.size + _FETCH_ONE_TAIL.size
 
 
-def _fetch_parts_of_one(correlation_id: int, topic: str, partition: int, code: int,
-                        log_end_offset: int, data_length: int) -> list[bytes]:
-    """What :func:`_fetch_parts` gives for one partition, in two packs: a
+def fetch_header_parts(correlation_id: int, partitions, tail: struct.Struct) -> list[bytes]:
+    """Header chunks of a fetch answer of any version whose message sets are sent
+    apart (see :func:`encode_fetch_response_parts`). Each partition is ``(topic,
+    partition, ..., data_length)``; ``tail`` packs all of it but the topic, so it
+    ends with the set's length. ValueError for a value that does not fit its wire type."""
+    if len(partitions) == 1 and partitions[0][0] is not None:
+        return _fetch_parts_of_one(correlation_id, partitions[0], tail)
+    return _header_parts(correlation_id, partitions, tail)
+
+
+def _fetch_parts_of_one(correlation_id: int, header, tail: struct.Struct) -> list[bytes]:
+    """What :func:`_header_parts` gives for one partition, in two packs: a
     writer answering a long poll, and most fetches, have one."""
+    topic, *fields = header
+    data_length = fields[-1]
     if data_length < 0:
         raise ValueError(f"negative data length {data_length}")
     name = topic.encode("utf-8")
-    total = _FETCH_ONE_FIXED + len(name) + data_length
+    total = _FETCH_ONE_HEAD.size + tail.size + len(name) + data_length
     if total - SIZE_PREFIX_BYTES > MAX_FRAME_SIZE:
         raise ValueError(f"a frame of {total} bytes does not fit its int32 size")
     try:
         return [_FETCH_ONE_HEAD.pack(total - SIZE_PREFIX_BYTES, correlation_id, 1, len(name))
-                + name + _FETCH_ONE_TAIL.pack(partition, code, log_end_offset, data_length),
+                + name + tail.pack(*fields),
                 b""]
     except struct.error as exc:
         raise ValueError(f"value does not fit its wire type: {exc}") from None
@@ -407,6 +415,11 @@ def _fetch_parts_of_one(correlation_id: int, topic: str, partition: int, code: i
 
 def _fetch_parts(correlation_id: int, partitions) -> list[bytes]:
     """:func:`encode_fetch_response_parts` for any number of partitions."""
+    return _header_parts(correlation_id, partitions, _FETCH_ONE_TAIL)
+
+
+def _header_parts(correlation_id: int, partitions, tail: struct.Struct) -> list[bytes]:
+    """:func:`fetch_header_parts` for any number of partitions."""
     chunks: list[bytes] = []
     total = 0
     writer = Writer()
@@ -414,15 +427,12 @@ def _fetch_parts(correlation_id: int, partitions) -> list[bytes]:
     try:
         writer.int32(correlation_id)
         writer.int32(len(partitions))
-        for topic, partition, code, log_end_offset, data_length in partitions:
+        for topic, *fields in partitions:
+            data_length = fields[-1]
             if data_length < 0:
                 raise ValueError(f"negative data length {data_length}")
             writer.string(topic)
-            writer.int32(partition)
-            writer.int16(code)
-            writer.int64(log_end_offset)
-            writer.int32(data_length)
-            chunk = writer.getvalue()
+            chunk = writer.getvalue() + tail.pack(*fields)
             chunks.append(chunk)
             total += len(chunk) + data_length
             writer = Writer()
@@ -442,14 +452,23 @@ def fetch_part_emptied(head: Buffer, data_length: int, code: ErrorCode | int) ->
     set of ``data_length`` bytes follows) with that partition's error code set
     to ``code`` and its set empty; the frame's size must then shrink by
     ``data_length`` (:func:`frame_shrunk`)."""
+    return emptied_part(head, data_length, _FETCH_PART_TAIL, "FETCH",
+                        lambda fields: (code, fields[1], 0))
+
+
+def emptied_part(head: Buffer, data_length: int, tail: struct.Struct, what: str,
+                 refill: Callable[[tuple], tuple]) -> bytes:
+    """``head`` with its partition ``tail`` (ending with the set's length, which
+    must be ``data_length``) packed again from ``refill`` of its fields: the
+    routine under :func:`fetch_part_emptied` and its FETCH v1 twin."""
     out = bytearray(head)
-    at = len(out) - _FETCH_PART_TAIL.size
+    at = len(out) - tail.size
     if at < 0:
-        raise ValueError("not a FETCH answer header chunk")
-    _, log_end_offset, size = _FETCH_PART_TAIL.unpack_from(out, at)
-    if size != data_length:
-        raise ValueError(f"header chunk announces {size} bytes, not {data_length}")
-    _FETCH_PART_TAIL.pack_into(out, at, code, log_end_offset, 0)
+        raise ValueError(f"not a {what} answer header chunk")
+    fields = tail.unpack_from(out, at)
+    if fields[-1] != data_length:
+        raise ValueError(f"header chunk announces {fields[-1]} bytes, not {data_length}")
+    tail.pack_into(out, at, *refill(fields))
     return bytes(out)
 
 

@@ -617,12 +617,9 @@ def decode_response(frame: Buffer, cls: type) -> tuple[int, ReplicationResponse]
     return correlation_id, response
 
 
-# size, correlation_id, the partitions' count (1), the topic's length
-_FETCH_ONE_HEAD = struct.Struct(">iiih")
 # partition, error_code, high_watermark, log_end_offset, data_epoch, the set's length
 _FETCH_ONE_TAIL = struct.Struct(">ihqqii")
 _FETCH_PART_TAIL = struct.Struct(">hqqii")  # from error_code to the set's length: ends a chunk
-_FETCH_ONE_FIXED = _FETCH_ONE_HEAD.size + _FETCH_ONE_TAIL.size
 
 
 def encode_fetch_v1_response_parts(
@@ -634,49 +631,7 @@ def encode_fetch_v1_response_parts(
     for version 0: the frame is ``h0 + data0 + h1 + ... + data(k-1) + hk``,
     ``h0`` starts with the size prefix (which counts the data), ``hk`` may be
     ``b""``. ValueError for a value that does not fit its wire type."""
-    chunks: list[bytes] = []
-    total = 0
-    try:
-        if len(partitions) == 1:
-            topic, partition, code, hw, leo, epoch, length = partitions[0]
-            if length < 0:
-                raise ValueError(f"negative data length {length}")
-            name = topic.encode("utf-8")
-            total = _FETCH_ONE_FIXED + len(name) + length
-            if total - api.SIZE_PREFIX_BYTES > api.MAX_FRAME_SIZE:
-                raise ValueError(f"a frame of {total} bytes does not fit its int32 size")
-            return [_FETCH_ONE_HEAD.pack(total - api.SIZE_PREFIX_BYTES, correlation_id, 1,
-                                         len(name))
-                    + name + _FETCH_ONE_TAIL.pack(partition, code, hw, leo, epoch, length), b""]
-        writer = Writer()
-        writer.int32(0)  # the size, patched below
-        writer.int32(correlation_id)
-        writer.int32(len(partitions))
-        for topic, partition, code, hw, leo, epoch, length in partitions:
-            if length < 0:
-                raise ValueError(f"negative data length {length}")
-            writer.string(topic)
-            writer.int32(partition)
-            writer.int16(code)
-            writer.int64(hw)
-            writer.int64(leo)
-            writer.int32(epoch)
-            writer.int32(length)
-            chunk = writer.getvalue()
-            chunks.append(chunk)
-            total += len(chunk) + length
-            writer = Writer()
-    except struct.error as exc:
-        raise ValueError(f"value does not fit its wire type: {exc}") from None
-    last = writer.getvalue()
-    chunks.append(last)
-    total += len(last)
-    if total - api.SIZE_PREFIX_BYTES > api.MAX_FRAME_SIZE:
-        raise ValueError(f"a frame of {total} bytes does not fit its int32 size")
-    first = bytearray(chunks[0])
-    struct.pack_into(">i", first, 0, total - api.SIZE_PREFIX_BYTES)
-    chunks[0] = bytes(first)
-    return chunks
+    return api.fetch_header_parts(correlation_id, partitions, _FETCH_ONE_TAIL)
 
 
 def fetch_v1_part_emptied(head: Buffer, data_length: int, code: ErrorCode | int) -> bytes:
@@ -684,12 +639,5 @@ def fetch_v1_part_emptied(head: Buffer, data_length: int, code: ErrorCode | int)
     set of ``data_length`` bytes follows) with that partition's error code set to
     ``code``, its data epoch to -1 and its set empty; shrink the frame by
     ``data_length`` with :func:`~hostbroker.protocol.api.frame_shrunk`."""
-    out = bytearray(head)
-    at = len(out) - _FETCH_PART_TAIL.size
-    if at < 0:
-        raise ValueError("not a FETCH v1 answer header chunk")
-    _, hw, leo, _, size = _FETCH_PART_TAIL.unpack_from(out, at)
-    if size != data_length:
-        raise ValueError(f"header chunk announces {size} bytes, not {data_length}")
-    _FETCH_PART_TAIL.pack_into(out, at, code, hw, leo, NO_EPOCH, 0)
-    return bytes(out)
+    return api.emptied_part(head, data_length, _FETCH_PART_TAIL, "FETCH v1",
+                            lambda fields: (code, fields[1], fields[2], NO_EPOCH, 0))

@@ -7,7 +7,6 @@ One ZooKeeper serves the module; each test has its own chroot in it."""
 
 from __future__ import annotations
 
-import itertools
 import json
 import time
 
@@ -16,38 +15,12 @@ import pytest
 from hostbroker.replication import zknodes
 from tests.cluster.test_broker_registration import kill_hard
 from tests.cluster.test_discovery import wait_until
-from tests.cluster.zkserver import ZooKeeperServer
+from tests.cluster.zkfixtures import cluster, zkserver  # noqa: F401 - fixtures
 from tests.integration.cli import hostbroker, lines, one_line_error
 
 SESSION_MS = 2000
 LEAN = {"num.processors": 1, "num.handlers": 1, "zookeeper.session.timeout.ms": SESSION_MS,
         "zookeeper.connection.timeout.ms": 5000}
-_roots = itertools.count()
-
-
-@pytest.fixture(scope="module")
-def zkserver(tmp_path_factory):
-    server = ZooKeeperServer(tmp_path_factory.mktemp("zk")).start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def cluster(zkserver):
-    """(connect string with this test's own chroot, a kazoo client rooted there)."""
-    from kazoo.client import KazooClient
-
-    chroot = f"/t{next(_roots)}"
-    root = KazooClient(hosts=zkserver.connect, timeout=5.0)
-    root.start(timeout=10)
-    root.ensure_path(chroot)
-    root.stop()
-    root.close()
-    client = KazooClient(hosts=zkserver.connect + chroot, timeout=5.0)
-    client.start(timeout=10)
-    yield zkserver.connect + chroot, client
-    client.stop()
-    client.close()
 
 
 def start(make_broker, tmp_path, connect, zk, broker_id, **settings):
@@ -57,6 +30,13 @@ def start(make_broker, tmp_path, connect, zk, broker_id, **settings):
                                        "broker.id": broker_id, **settings})
     wait_until(lambda: zk.exists(f"/brokers/ids/{broker_id}") is not None)
     return broker
+
+
+def three_brokers(make_broker, tmp_path, connect, zk) -> dict:
+    """Brokers 1, 2 and 3 started, once one of them is the controller."""
+    brokers = {i: start(make_broker, tmp_path, connect, zk, i) for i in (1, 2, 3)}
+    wait_until(lambda: controller(zk) is not None)
+    return brokers
 
 
 def controller(zk) -> tuple[int, int] | None:
@@ -86,10 +66,9 @@ def create(connect, topic, partitions, factor, *more):
 
 
 def test_one_controller_new_topics_get_states_and_leaders_move_off_a_killed_broker(
-        make_broker, tmp_path, cluster):
+        make_broker, tmp_path, cluster):  # noqa: F811
     connect, zk = cluster
-    brokers = {i: start(make_broker, tmp_path, connect, zk, i) for i in (1, 2, 3)}
-    wait_until(lambda: controller(zk) is not None)
+    brokers = three_brokers(make_broker, tmp_path, connect, zk)
     holder, epoch = controller(zk)
     assert holder in brokers and epoch >= 1
 
@@ -164,7 +143,7 @@ def test_one_controller_new_topics_get_states_and_leaders_move_off_a_killed_brok
             assert s["leader"] == -1 and s["isr"] and last not in s["isr"]
 
 
-def test_tools_refuse_bad_arguments_in_one_line(make_broker, tmp_path, cluster):
+def test_tools_refuse_bad_arguments_in_one_line(make_broker, tmp_path, cluster):  # noqa: F811
     connect, zk = cluster
     start(make_broker, tmp_path, connect, zk, 1)
     result = create(connect, "t", 1, 2)
@@ -203,7 +182,7 @@ def test_tools_refuse_bad_arguments_in_one_line(make_broker, tmp_path, cluster):
 
 
 def test_delete_preferred_election_and_reassignment_through_admin_nodes(
-        make_broker, tmp_path, cluster):
+        make_broker, tmp_path, cluster):  # noqa: F811
     connect, zk = cluster
     for i in (1, 2, 3):
         start(make_broker, tmp_path, connect, zk, i)
@@ -281,7 +260,7 @@ def leader_and_isr(broker, controller_id: int, controller_epoch: int) -> int:
 
 
 def test_a_broker_that_saw_a_newer_epoch_makes_the_controller_take_a_new_one(
-        make_broker, tmp_path, cluster):
+        make_broker, tmp_path, cluster):  # noqa: F811
     connect, zk = cluster
     brokers = {i: start(make_broker, tmp_path, connect, zk, i) for i in (1, 2)}
     wait_until(lambda: controller(zk) is not None)
@@ -302,10 +281,9 @@ def test_a_broker_that_saw_a_newer_epoch_makes_the_controller_take_a_new_one(
 
 
 def test_a_broker_stopped_with_sigterm_hands_its_leaderships_over_first(
-        make_broker, tmp_path, cluster):
+        make_broker, tmp_path, cluster):  # noqa: F811
     connect, zk = cluster
-    brokers = {i: start(make_broker, tmp_path, connect, zk, i) for i in (1, 2, 3)}
-    wait_until(lambda: controller(zk) is not None)
+    brokers = three_brokers(make_broker, tmp_path, connect, zk)
     holder, _ = controller(zk)
     zk.create(zknodes.assignment_path("calm"),
               b'{"version":1,"partitions":{"0":[1,2,3],"1":[2,3,1],"2":[3,1,2]}}',
@@ -360,10 +338,9 @@ def test_a_broker_stopped_with_sigterm_hands_its_leaderships_over_first(
 
 
 def test_a_broker_back_after_a_crash_is_told_its_partitions_and_rejoins_the_isr(
-        make_broker, tmp_path, cluster):
+        make_broker, tmp_path, cluster):  # noqa: F811
     connect, zk = cluster
-    brokers = {i: start(make_broker, tmp_path, connect, zk, i) for i in (1, 2, 3)}
-    wait_until(lambda: controller(zk) is not None)
+    brokers = three_brokers(make_broker, tmp_path, connect, zk)
     holder, _ = controller(zk)
     assert create(connect, "back", 3, 3).returncode == 0
     wait_until(lambda: all(state(zk, "back", p) is not None for p in range(3)))
@@ -384,10 +361,9 @@ def test_a_broker_back_after_a_crash_is_told_its_partitions_and_rejoins_the_isr(
 
 
 def test_after_a_zookeeper_outage_the_controller_still_moves_leaders(
-        make_broker, tmp_path, cluster, zkserver):
+        make_broker, tmp_path, cluster, zkserver):  # noqa: F811
     connect, zk = cluster
-    brokers = {i: start(make_broker, tmp_path, connect, zk, i) for i in (1, 2, 3)}
-    wait_until(lambda: controller(zk) is not None)
+    brokers = three_brokers(make_broker, tmp_path, connect, zk)
     assert create(connect, "outage", 3, 3).returncode == 0
     wait_until(lambda: all(state(zk, "outage", p) is not None for p in range(3)))
     zkserver.stop()
@@ -405,7 +381,7 @@ def test_after_a_zookeeper_outage_the_controller_still_moves_leaders(
 
 
 def test_replicas_verify_compares_the_copies_below_the_high_watermark(
-        make_broker, tmp_path, cluster):
+        make_broker, tmp_path, cluster):  # noqa: F811
     from hostbroker.log.message import encode_message_set
     from hostbroker.protocol import replication as rp
 
@@ -441,7 +417,8 @@ def test_replicas_verify_compares_the_copies_below_the_high_watermark(
     assert rp  # the wire codecs the tool speaks
 
 
-def test_a_broker_gone_leaves_the_isr_a_leader_committed_behind_the_controllers_back(cluster):
+def test_a_broker_gone_leaves_the_isr_a_leader_committed_behind_the_controllers_back(
+        cluster):  # noqa: F811
     """The controller's class on ZooKeeper alone: an ISR grown by a leader's commit
     (not by the controller) still loses a broker that dies."""
     from hostbroker.cluster import paths
@@ -491,7 +468,8 @@ class _IsrShrinksAfterRead:
         return result
 
 
-def test_a_reassignment_does_not_finish_when_a_new_replica_leaves_the_isr_meanwhile(cluster):
+def test_a_reassignment_does_not_finish_when_a_new_replica_leaves_the_isr_meanwhile(
+        cluster):  # noqa: F811
     """The controller's class on ZooKeeper alone: a partition moving from [1] to [3]
     whose new replica drops out of the ISR (the leader's commit) between the
     controller's read and its write keeps its old replica: the assignment is not
@@ -527,7 +505,7 @@ def test_a_reassignment_does_not_finish_when_a_new_replica_leaves_the_isr_meanwh
     assert (s["leader"], s["isr"]) == (1, [1])
 
 
-def test_reassign_generate_proposes_a_plan_that_execute_takes(cluster, tmp_path):
+def test_reassign_generate_proposes_a_plan_that_execute_takes(cluster, tmp_path):  # noqa: F811
     """``reassign generate`` as a user runs it, on ZooKeeper alone: the current
     assignment, and a proposal over the brokers listed (the topic's replication
     factor, partitions that stay as they are left out) that ``execute`` takes."""

@@ -26,6 +26,7 @@ from hostbroker.log.segments import partition_dirname
 from hostbroker.protocol import replication as rproto
 from hostbroker.protocol.bodies import MetadataBroker
 from tests.cluster.controller_by_hand import be_the_controller
+from tests.cluster.zkfixtures import stop_broker
 from tests.cluster.zkserver import ZooKeeperServer
 from tests.integration.broker import Broker
 from tests.integration.wire_helpers import RawSocket, new_topic
@@ -48,11 +49,7 @@ def pair(tmp_path_factory):
         yield brokers
     finally:
         for broker in brokers.values():
-            try:
-                broker.stop(timeout=20)
-            except Exception:  # noqa: BLE001 - already failing; leave nothing behind
-                broker.kill_tree()
-            broker.remove_leftovers()
+            stop_broker(broker)
         stack.close()
         zk.stop()
 

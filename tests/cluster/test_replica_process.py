@@ -16,22 +16,15 @@ from hostbroker.config import Config
 from hostbroker.log.message import encode_message_set
 from hostbroker.top import attach, sample
 from hostbroker.workers.plan import BrokerPlan
-from tests.cluster.zkserver import ZooKeeperServer
+from tests.cluster.zkfixtures import zkserver  # noqa: F401 - fixture
 from tests.integration.broker import Broker
 
 LEAN = {"num.processors": 1, "num.handlers": 1}
 
 
-@pytest.fixture(scope="module")
-def zookeeper(tmp_path_factory):
-    server = ZooKeeperServer(tmp_path_factory.mktemp("zk")).start()
-    yield server
-    server.stop()
-
-
 @pytest.fixture
-def clustered(tmp_path, zookeeper):
-    broker = Broker(tmp_path, **{**LEAN, "zookeeper.connect": zookeeper.connect,
+def clustered(tmp_path, zkserver):  # noqa: F811 - the imported fixture
+    broker = Broker(tmp_path, **{**LEAN, "zookeeper.connect": zkserver.connect,
                                  "broker.id": 7, "log.dirs": f"{tmp_path}/a,{tmp_path}/b"})
     broker.start()
     yield broker

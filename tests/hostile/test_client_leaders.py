@@ -27,29 +27,14 @@ from hostbroker.errors import ErrorCode, ProtocolError
 from hostbroker.protocol import api
 from hostbroker.protocol.primitives import Writer
 from hostbroker.replication.zknodes import assignment_path, state_path
-from tests.cluster.zkserver import ZooKeeperServer
+from tests.cluster.zkfixtures import Said, kazoo, zkserver  # noqa: F401 - fixture
 from tests.integration.wire_helpers import new_topic
 
 
 @pytest.fixture(scope="module")
-def zk(tmp_path_factory):
-    from kazoo.client import KazooClient
-
-    server = ZooKeeperServer(tmp_path_factory.mktemp("zk")).start()
-    client = KazooClient(hosts=server.connect, timeout=5.0)
-    client.start(timeout=10)
-    yield client
-    client.stop()
-    client.close()
-    server.stop()
-
-
-class Said:
-    def __init__(self):
-        self.lines: list[tuple[str, str]] = []
-
-    def __call__(self, path: str, problem: str) -> None:
-        self.lines.append((path, problem))
+def zk(zkserver):  # noqa: F811 - the imported fixture
+    with kazoo(zkserver.connect) as client:
+        yield client
 
 
 LIVE = {1: paths.BrokerInfo(1, "127.0.0.1", 9001, None),

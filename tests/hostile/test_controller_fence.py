@@ -29,38 +29,13 @@ from hostbroker.replication import zknodes
 from hostbroker.shm.peers import PeersTable
 from hostbroker.shm.region import broker_prefix, region_name, remove_stale
 from hostbroker.workers.registrar_fence import ControllerFence
-from tests.cluster.zkserver import ZooKeeperServer
+from tests.cluster.zkfixtures import cluster, zkserver  # noqa: F401 - fixtures
 from tests.integration.cli import hostbroker
 from tests.integration.conftest import make_broker  # noqa: F401 - fixture
 
 LEAN = {"num.processors": 1, "num.handlers": 1, "zookeeper.session.timeout.ms": 2000,
         "zookeeper.connection.timeout.ms": 5000}
 _roots = itertools.count()
-
-
-@pytest.fixture(scope="module")
-def zkserver(tmp_path_factory):
-    server = ZooKeeperServer(tmp_path_factory.mktemp("zk")).start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def cluster(zkserver):
-    """(connect string with this test's own chroot, a kazoo client rooted there)."""
-    from kazoo.client import KazooClient
-
-    chroot = f"/fence{next(_roots)}"
-    root = KazooClient(hosts=zkserver.connect, timeout=5.0)
-    root.start(timeout=10)
-    root.ensure_path(chroot)
-    root.stop()
-    root.close()
-    client = KazooClient(hosts=zkserver.connect + chroot, timeout=5.0)
-    client.start(timeout=10)
-    yield zkserver.connect + chroot, client
-    client.stop()
-    client.close()
 
 
 def wait_until(condition, timeout=15.0):
@@ -173,7 +148,7 @@ def peers():
     remove_stale(broker_prefix(token))
 
 
-def test_hostile_controller_nodes_confirm_no_controller(cluster, peers):
+def test_hostile_controller_nodes_confirm_no_controller(cluster, peers):  # noqa: F811
     _, zk = cluster
     worker = _Worker(zk)
     fence = ControllerFence(worker, peers)

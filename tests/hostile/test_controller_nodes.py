@@ -17,37 +17,14 @@ import pytest
 from hostbroker.cluster import paths
 from hostbroker.cluster.controller import Controller
 from hostbroker.replication import zknodes
-from tests.cluster.zkserver import ZooKeeperServer
+from tests.cluster.zkfixtures import Said, chrooted, zkserver  # noqa: F401 - fixture
 from tests.integration.cli import hostbroker, one_line_error
 
 
-class Said:
-    def __init__(self):
-        self.lines: list[tuple[str, str]] = []
-
-    def __call__(self, path: str, problem: str) -> None:
-        self.lines.append((path, problem))
-
-
-@pytest.fixture(scope="module")
-def zkserver(tmp_path_factory):
-    server = ZooKeeperServer(tmp_path_factory.mktemp("zk")).start()
-    yield server
-    server.stop()
-
-
 @pytest.fixture
-def zk(zkserver, request):
-    from kazoo.client import KazooClient
-
-    chroot = f"/{request.node.name[:40]}"
-    client = KazooClient(hosts=zkserver.connect, timeout=5.0)
-    client.start(timeout=10)
-    client.ensure_path(chroot)
-    client.chroot = chroot
-    yield client
-    client.stop()
-    client.close()
+def zk(zkserver, request):  # noqa: F811 - the imported fixture
+    with chrooted(zkserver.connect, f"/{request.node.name[:40]}") as (connect, client):
+        yield client
 
 
 def live(zk, *ids):

@@ -23,29 +23,14 @@ from hostbroker.errors import ErrorCode, ProtocolError, StorageError
 from hostbroker.log import epochs
 from hostbroker.protocol import replication as rp
 from hostbroker.replication import zknodes as z
-from tests.cluster.zkserver import ZooKeeperServer
+from tests.cluster.zkfixtures import Said, kazoo, zkserver  # noqa: F401 - fixture
 from tests.protocol.wire import array, i32, i64, request_frame, string
 
 
 @pytest.fixture(scope="module")
-def zk(tmp_path_factory):
-    from kazoo.client import KazooClient
-
-    server = ZooKeeperServer(tmp_path_factory.mktemp("zk")).start()
-    client = KazooClient(hosts=server.connect, timeout=5.0)
-    client.start(timeout=10)
-    yield client
-    client.stop()
-    client.close()
-    server.stop()
-
-
-class Said:
-    def __init__(self):
-        self.lines: list[tuple[str, str]] = []
-
-    def __call__(self, path: str, problem: str) -> None:
-        self.lines.append((path, problem))
+def zk(zkserver):  # noqa: F811 - the imported fixture
+    with kazoo(zkserver.connect) as client:
+        yield client
 
 
 def read_node(zk, path, decode, said, bounds=zkread.DEFAULT):
