@@ -252,10 +252,14 @@ class LeaderLink:
                 return
 
     # -- requests ---------------------------------------------------------
-    def step(self, now: float, writer_busy: bool) -> None:
+    def step(self, now: float, writer_busy: bool, wait_cap_ms: int | None = None) -> None:
         """Connect, time out, or send the next request if none is at the leader.
         ``writer_busy``: a partition of this link has just gone to its writer,
-        so no FETCH goes now (its next one would wait behind a long poll)."""
+        so no FETCH goes now (its next one would wait behind a long poll).
+        ``wait_cap_ms``: a partition of this link is still at its writer, so a
+        FETCH sent now long-polls at most this long (else the partition, back
+        from its writer, would wait the whole ``replica.fetch.wait.max.ms``
+        behind it, and with it every acks=-1 produce its leader holds)."""
         if not self.follows:
             if self.sock is not None:
                 self.close(now)
@@ -284,7 +288,7 @@ class LeaderLink:
             return
         fetches = [f for f in self.follows.values() if f.stage is Stage.FETCH]
         if fetches:
-            self._send_fetch(fetches, now)
+            self._send_fetch(fetches, now, wait_cap_ms)
 
     def _next_correlation(self) -> int:
         self.correlation = (self.correlation + 1) & 0x7FFFFFFF
@@ -312,8 +316,10 @@ class LeaderLink:
         self._send(proto.encode_request(body, self._next_correlation(), self.client_id),
                    EPOCHS, follows, bound, 0, now)
 
-    def _send_fetch(self, follows: list[Follow], now: float) -> None:
+    def _send_fetch(self, follows: list[Follow], now: float,
+                    wait_cap_ms: int | None = None) -> None:
         s = self.settings
+        wait_ms = s.wait_ms if wait_cap_ms is None else min(s.wait_ms, wait_cap_ms)
         parts = []
         bound = _ANSWER_SLACK
         for f in follows:
@@ -323,10 +329,10 @@ class LeaderLink:
                                                 max_bytes=max_bytes))
             bound += _PART_SLACK + len(f.topic.encode()) + max_bytes
             f.stage = Stage.FETCHING
-        body = proto.FetchRequestV1(replica_id=s.broker_id, max_wait_ms=s.wait_ms,
+        body = proto.FetchRequestV1(replica_id=s.broker_id, max_wait_ms=wait_ms,
                                     min_bytes=s.min_bytes, partitions=tuple(parts))
         self._send(proto.encode_request(body, self._next_correlation(), self.client_id),
-                   FETCH, follows, bound, s.wait_ms / 1000, now)
+                   FETCH, follows, bound, wait_ms / 1000, now)
 
     # -- answers ----------------------------------------------------------
     def _answer(self, frame: bytes, now: float) -> None:
