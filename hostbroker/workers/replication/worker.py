@@ -40,7 +40,8 @@ from hostbroker.workers.replication.truncation import Truncation
 
 SCAN_INTERVAL_S = 0.1
 WRITER_WAIT_S = 0.05  # how long a link's next FETCH waits for its appends' results
-WRITER_WAIT_MS = 50  # the longest long poll of a FETCH sent while a partition is at a writer
+# the longest long poll of a FETCH sent while a partition of its link is at a writer
+WRITER_WAIT_MS = round(WRITER_WAIT_S * 1000)
 _IDLE_TIMEOUT_S = 1.0
 
 
