@@ -93,14 +93,13 @@ def test_leader_killed_under_acks_all_loses_nothing(cluster, zookeeper, zk):
     assert time.monotonic() - killed_at < 120
 
 
-def test_old_leader_returns_truncates_and_matches(cluster, zookeeper, zk, make_broker):
+def test_old_leader_returns_truncates_and_matches(cluster, zookeeper, zk):
     create(zookeeper, TOPIC, 1, 3, "min.insync.replicas=2")
     poll(lambda: settled(zk, TOPIC, 1, 3), what="leader and full ISR")
     feeder = Feeder(cluster, TOPIC, 1)
     try:
         poll(lambda: len(feeder.acked) >= 100, what="100 acknowledged")
         old = state(zk, TOPIC, 0)["leader"]
-        root, settings = cluster[old].root, cluster[old].settings
         kill_hard(cluster[old])
         cluster[old].kill_tree()
         poll(lambda: state(zk, TOPIC, 0)["leader"] not in (-1, old), timeout=20,
@@ -108,8 +107,7 @@ def test_old_leader_returns_truncates_and_matches(cluster, zookeeper, zk, make_b
         count = len(feeder.acked)
         poll(lambda: len(feeder.acked) >= count + 100, what="100 more acknowledged")
         # the old leader comes back: it truncates to where it diverged and catches up
-        cluster[old] = make_broker(root=root, **{k: v for k, v in settings.items()
-                                                 if k not in ("log.dirs", "listeners")})
+        cluster[old].start()  # the same broker.id, listeners and log dir
         poll(lambda: old in state(zk, TOPIC, 0)["isr"], timeout=30,
              what="the old leader back in the ISR")
     finally:
