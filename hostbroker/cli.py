@@ -216,6 +216,27 @@ def _add_leaders(sub) -> None:
     elect.set_defaults(func=_leaders_elect)
 
 
+def _replicas_verify(args: argparse.Namespace) -> int:
+    from hostbroker.commands import replicas
+
+    return commands.run("replicas verify", replicas.verify, args.topic or (),
+                        zookeeper=args.zookeeper)
+
+
+def _add_replicas(sub) -> None:
+    replicas = sub.add_parser("replicas", help="check the replicas of replicated topics")
+    actions = replicas.add_subparsers(dest="action", required=True)
+    verify = actions.add_parser(
+        "verify", help="compare every replica with its leader below the high watermark",
+        description="For each partition of the replicated topics (or of the --topic ones), "
+                    "read the copies on this host's brokers and compare their bytes with the "
+                    "leader's below its high watermark. Status 1 if one differs or cannot "
+                    "be read.")
+    verify.add_argument("--zookeeper", metavar="HOST:PORT[,...][/CHROOT]", required=True)
+    verify.add_argument("--topic", action="append", help="a topic (repeatable; default: all)")
+    verify.set_defaults(func=_replicas_verify)
+
+
 def _reassign(args: argparse.Namespace) -> int:
     from hostbroker.commands import reassign
 
@@ -653,6 +674,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_topics(sub)
     _add_leaders(sub)
     _add_reassign(sub)
+    _add_replicas(sub)
     _add_groups(sub)
     _add_produce(sub)
     _add_consume(sub)

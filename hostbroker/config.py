@@ -196,10 +196,10 @@ SETTINGS: tuple[Setting, ...] = (
             "socket.request.max.bytes).", _between(1024, 2**30)),
     Setting("replica.fetch.wait.max.ms", int, 500,
             "Longest a follower's FETCH waits at its leader for new data (long poll).",
-            _between(0, 600000)),
+            _between(1, 600000)),
     Setting("replica.fetch.min.bytes", int, 1,
-            "Bytes a follower's FETCH waits for at its leader before it is answered.",
-            _between(0, 2**30)),
+            "Bytes a follower's FETCH waits for at its leader before it is answered (at "
+            "least 1: an idle follower must not ask again and again).", _between(1, 2**30)),
     Setting("replica.socket.timeout.ms", int, 30000,
             "A leader that has not answered a follower's request this long after its "
             "long-poll wait (or not accepted its connection this long) is disconnected; "

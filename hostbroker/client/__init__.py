@@ -5,7 +5,9 @@
 - ``simple``      SimpleClient: one method per API, one request at a time
 - ``errors``      BrokerError (an error code from the broker),
                   ConnectionClosedError, and the producers' and consumers' errors
-- ``consumer``    SimpleConsumer: fetch partitions at offsets the caller keeps
+- ``consumer``    SimpleConsumer: fetch partitions at offsets the caller keeps;
+                  ``consumer_leaders``, its connections, one per leader of a
+                  replicated partition
 - ``group``       ConsumerConnector: a group's partitions as streams, offsets
                   committed to the broker
 - ``streams``     KafkaStream and the fetcher threads that feed streams (every

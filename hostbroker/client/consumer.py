@@ -52,15 +52,13 @@ import itertools
 import logging
 import operator
 import struct
-import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from hostbroker.client.connection import (DEFAULT_CLIENT_ID, BrokerConnection, connect_first,
-                                          parse_uri)
+from hostbroker.client.connection import DEFAULT_CLIENT_ID, BrokerConnection, parse_uri
+from hostbroker.client.consumer_leaders import LeaderRouting, _Connector, _leader_trouble
 from hostbroker.client.errors import (BrokerError, DecompressedTooLargeError, InvalidEntryError,
                                       MessageSizeTooLargeError, OffsetOutOfRangeError)
-from hostbroker.client.leaders import LEADER_CODES, LeaderMap, MetadataLeaders
 from hostbroker.client.settings import Settings, broker_uris, resolve
 from hostbroker.config import Setting, at_least, between, one_of, split_list
 from hostbroker.errors import ErrorCode, InvalidMessageError, MessageTooLargeError, ProtocolError
@@ -137,18 +135,6 @@ CONSUMER_SETTINGS: tuple[Setting, ...] = FETCH_SETTINGS + (
 )
 
 _RESET_TIMES = {"earliest": EARLIEST, "latest": LATEST}
-
-# Answers after which a partition may be led elsewhere (a broker that holds no
-# replica of a replicated partition does not know it).
-_FOLLOW_CODES = LEADER_CODES | {ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
-
-
-def _leader_trouble(error: BaseException) -> bool:
-    if isinstance(error, OffsetOutOfRangeError):
-        return False
-    if isinstance(error, BrokerError):
-        return error.code in _FOLLOW_CODES
-    return isinstance(error, OSError)
 
 # One C call turns a Message (offset, next_offset, payload, codec, magic)
 # into the (offset, next_offset, value) a consumer hands out.
@@ -308,48 +294,7 @@ def _cut_by_answer_limit(part: api.FetchPartition, result: api.FetchPartitionRes
             and part.offset + needed <= result.log_end_offset)
 
 
-class _Connector:
-    """One lazily opened connection to the first broker of a list that answers."""
-
-    def __init__(self, uris: list[str], settings: Settings):
-        self.uris = uris
-        self.timeout = settings["socket.timeout.ms"] / 1000
-        self.setup_timeout = settings["socket.connection.setup.timeout.ms"] / 1000
-        self.client_id = settings["client.id"]
-        self.connection: BrokerConnection | None = None
-
-    @property
-    def connected(self) -> bool:
-        return self.connection is not None and self.connection.connected
-
-    def get(self) -> BrokerConnection:
-        connection = self.connection
-        if connection is not None and connection.connected:
-            return connection
-        # Sets are copied out of each answer before the next is read.
-        self.connection = connect_first(self.uris, lambda uri: BrokerConnection(
-            uri, timeout=self.timeout, client_id=self.client_id, reuse_buffer=True,
-            setup_timeout=self.setup_timeout))
-        return self.connection
-
-    def request(self, request: api.Request) -> Any:
-        """Send ``request`` and wait for its answer; once more on a new connection when
-        one opened earlier turns out dead (a broker restarted since: its first use
-        fails). Only for requests that may be repeated."""
-        reused = self.connected
-        try:
-            return self.get().request(request)
-        except ConnectionError:  # ConnectionClosedError included; the connection is closed
-            if not reused:
-                raise
-        return self.get().request(request)
-
-    def close(self) -> None:
-        if self.connection is not None:
-            self.connection.close()
-
-
-class SimpleConsumer:
+class SimpleConsumer(LeaderRouting):
     """Fetches from partitions and offsets the caller chooses.
 
     ``bootstrap`` (a broker URI, or a list of them) overrides ``broker.list``;
@@ -366,16 +311,7 @@ class SimpleConsumer:
         **options: Any,
     ):
         self.settings = resolve(self.settings_declared, config, options)
-        self._connector = _Connector(broker_uris(bootstrap, self.settings), self.settings)
-        self.leaders = LeaderMap(MetadataLeaders(self._connector.uris, self._ask_leaders),
-                                 retry_backoff_ms=self.settings["refresh.leader.backoff.ms"],
-                                 max_retries=0)
-        self.leader_backoff = self.settings["refresh.leader.backoff.ms"] / 1000
-        self.leader_retries: int = self.settings["refresh.leader.max.retries"]
-        # Replicated partitions found led elsewhere than the default connection:
-        # (topic, partition) -> the leader's URI, and a connector per leader.
-        self._led: dict[tuple[str, int], str] = {}
-        self._leader_connectors: dict[str, _Connector] = {}
+        self._init_routing(broker_uris(bootstrap, self.settings), self.settings)
         self.fetch_size: int = self.settings["fetch.size"]
         self.max_fetch_size: int = max(self.settings["fetch.message.max.bytes"], self.fetch_size)
         self.max_wait_ms: int = self.settings["fetch.wait.max.ms"]
@@ -395,86 +331,7 @@ class SimpleConsumer:
 
     def close(self) -> None:
         """Close the connections; safe to call twice (a later call opens new ones)."""
-        self._connector.close()
-        for connector in self._leader_connectors.values():
-            connector.close()
-
-    # -- leaders of replicated partitions ------------------------------------------
-
-    def _ask_leaders(self, uri: str, topics: tuple[str, ...]):
-        from hostbroker.protocol.replication import MetadataRequestV1
-
-        with BrokerConnection(uri, timeout=self._connector.timeout,
-                              setup_timeout=self._connector.setup_timeout,
-                              client_id=self._connector.client_id) as connection:
-            return connection.request(MetadataRequestV1(topics))
-
-    def _connector_for(self, topic: str, partition: int) -> _Connector:
-        uri = self._led.get((topic, partition)) if self._led else None
-        if uri is None:
-            return self._connector
-        connector = self._leader_connectors.get(uri)
-        if connector is None:
-            connector = self._leader_connectors[uri] = _Connector([uri], self.settings)
-        return connector
-
-    def _follow(self, topic: str, partition: int, tries: int,
-                max_tries: int | None = None) -> bool:
-        """After leader trouble with ``topic/partition``: look its leader up again
-        (waiting ``refresh.leader.backoff.ms`` first on a second try in a row).
-        False when it is not a replicated partition or tries ran out (past
-        ``max_tries``, default ``refresh.leader.max.retries``): the caller
-        raises what it had."""
-        if tries > (self.leader_retries if max_tries is None else max_tries):
-            return False
-        if tries > 1:
-            time.sleep(self.leader_backoff)
-        self.leaders.invalidate(topic)
-        try:
-            found = self.leaders.leader(topic, partition)
-        except BrokerError as exc:
-            if exc.code == ErrorCode.LEADER_NOT_AVAILABLE:
-                found = ("wait", "")  # being elected: the next try looks again
-            else:
-                return False
-        except Exception:  # noqa: BLE001 - no broker told: what the caller had stands
-            if (topic, partition) not in self._led:
-                return False
-            found = ("wait", "")
-        if found is None:
-            self._led.pop((topic, partition), None)
-            return False
-        if found[0] != "wait":
-            old = self._led.get((topic, partition))
-            self._led[(topic, partition)] = found[1]
-            if old is not None and old != found[1] and old in self._leader_connectors:
-                self._leader_connectors[old].close()  # may be dead: a fresh one next time
-            log.info("%s/%s: fetching from its leader, broker %s at %s", topic, partition,
-                     found[0], found[1])
-        return True
-
-    def follow_leader(self, topic: str, partition: int, error: BaseException,
-                      tries: int) -> bool:
-        """For a caller that fetches with :meth:`send_fetch` / :meth:`receive_fetch` (one
-        partition a FETCH): whether ``error``, its ``tries``-th in a row, is leader
-        trouble of a replicated partition whose leader was looked up again (then
-        fetch again: a one-partition FETCH goes to the partition's leader). False:
-        raise it."""
-        return _leader_trouble(error) and self._follow(topic, partition, tries)
-
-    def _on_leader(self, topic: str, partition: int, call: Callable[[_Connector], Any]) -> Any:
-        """``call(connector)`` on the connection to ``topic/partition``'s leader, following
-        it while it moves (see the module docstring)."""
-        tries = 0
-        while True:
-            try:
-                return call(self._connector_for(topic, partition))
-            except (BrokerError, OSError) as exc:
-                if not _leader_trouble(exc):
-                    raise
-                tries += 1
-                if not self._follow(topic, partition, tries):
-                    raise
+        self._close_connections()
 
     @property
     def connection(self) -> BrokerConnection:
@@ -521,49 +378,6 @@ class SimpleConsumer:
         caller pauses it: the high-level consumer's fetchers)."""
         return self._fetch_routed(tuple(parts), 1)
 
-    def _fetch_routed(self, parts: tuple[api.FetchPartition, ...], max_tries: int) -> list[Any]:
-        out: list[Any] = [None] * len(parts)
-        todo = list(range(len(parts)))
-        tries = 0
-        while todo:
-            groups: dict[int, tuple[_Connector, list[int]]] = {}
-            for i in todo:
-                connector = self._connector_for(parts[i].topic, parts[i].partition)
-                groups.setdefault(id(connector), (connector, []))[1].append(i)
-            for connector, indices in groups.values():
-                asked = tuple(parts[i] for i in indices)
-                try:
-                    got = self._fetch_on(connector, asked)
-                except OSError as exc:
-                    if connector is self._connector and not self._led:
-                        raise
-                    got = [exc] * len(asked)
-                for i, result in zip(indices, got):
-                    out[i] = result
-            troubled = [i for i in todo if isinstance(out[i], Exception)
-                        and _leader_trouble(out[i])]
-            tries += 1
-            todo = []
-            for topic, partition in dict.fromkeys((parts[i].topic, parts[i].partition)
-                                                  for i in troubled):
-                if self._follow(topic, partition, tries, max_tries):
-                    todo += [i for i in troubled if (parts[i].topic, parts[i].partition)
-                             == (topic, partition)]
-        return out
-
-    def _fetch_on(self, connector: _Connector, parts: tuple[api.FetchPartition, ...]) -> list:
-        """One FETCH of ``parts`` on ``connector``: a set or an error per partition."""
-        reused = connector.connected
-        try:
-            self.send_fetch(parts, connector)
-            return self.receive_fetch(parts, raise_on_error=False, connector=connector)
-        except ConnectionError:
-            if not reused:
-                raise
-        # As _Connector.request: a fetch may be repeated.
-        self.send_fetch(parts, connector)
-        return self.receive_fetch(parts, raise_on_error=False, connector=connector)
-
     def _fetch_partition(self, request: tuple) -> api.FetchPartition:
         if len(request) == 3:
             topic, partition, offset = request
@@ -585,11 +399,6 @@ class SimpleConsumer:
         of a replicated topic the connection to its leader, once it was looked up)."""
         (connector or self._default_for(parts)).get().send(
             api.FetchRequest(self.max_wait_ms, self.min_bytes, tuple(parts)))
-
-    def _default_for(self, parts: Sequence[api.FetchPartition]) -> _Connector:
-        if len(parts) == 1 and self._led:
-            return self._connector_for(parts[0].topic, parts[0].partition)
-        return self._connector
 
     def receive_fetch(self, parts: Sequence[api.FetchPartition], *,
                       raise_on_error: bool = True, connector: _Connector | None = None

@@ -397,6 +397,22 @@ class Controller:
         if notice is not None:
             self.tell(notice)
 
+    def _refresh(self, brokers: set[int]) -> None:
+        """The states of every partition with a replica on ``brokers`` read again."""
+        if not brokers:
+            return
+        n = 0
+        for topic, parts in self.topics.items():
+            for p, part in parts.items():
+                if brokers.isdisjoint(part.replicas):
+                    continue
+                state, version = self.read_state(topic, p)
+                if state is not None:
+                    part.state, part.version = state, version
+                n += 1
+                if n % 256 == 0:
+                    self.beat()
+
     def resend(self, broker_id: int) -> None:
         """Everything again to one broker (its sender lost requests)."""
         if broker_id in self.live:
@@ -414,6 +430,8 @@ class Controller:
         back = {b for b in now if b not in before or sessions.get(b) != self.registered.get(b)}
         if gone:
             log.info("controller: brokers gone: %s", sorted(gone))
+        # the ISRs leaders committed since are in ZooKeeper, not here: read them again
+        self._refresh(gone | back)
         changed = self._reelect(list(self.topics))
         self._tell(changed)
         for b in sorted(back):
@@ -508,7 +526,8 @@ class Controller:
     # -- reassignment --------------------------------------------------------------
     def reassign(self) -> list[TP]:
         """Move partitions to the replicas ``/admin/reassign_partitions`` asks for, one
-        step per call for each: the new replicas added (told to hold old + new), then, once all of them are in the ISR, a leader among them, the old
+        step per call for each: the new replicas added (told to hold old + new);
+        then, once all of them are in the ISR, a leader among them, the old
         replicas stopped (deleted) and the assignment written. Finished partitions
         leave the admin node; the node goes with the last. Returns those finished."""
         from kazoo.exceptions import BadVersionError, NoNodeError

@@ -49,7 +49,8 @@ def after_failure(replicas: list[int], state: PartitionState, live: set[int],
     return PartitionState(new, state.leader_epoch + 1, isr, state.controller_epoch)
 
 
-def after_return(replicas: list[int], state: PartitionState, live: set[int]) -> PartitionState | None:
+def after_return(replicas: list[int], state: PartitionState,
+                 live: set[int]) -> PartitionState | None:
     """A partition without a leader gets one again when an ISR member is live."""
     if state.leader != -1:
         return None

@@ -1,6 +1,10 @@
 """The work of the ``hostbroker`` client commands, one module per command.
 
-- ``topics``   create, list, describe and delete topics
+- ``topics``   create, list, describe and delete topics (``replicated``: the ZooKeeper
+  side of replicated topics)
+- ``leaders``  preferred replica election of replicated topics
+- ``reassign`` generate, execute and verify partition reassignments
+- ``replicas`` verify that replicas equal their leader below the high watermark
 - ``groups``   consumer groups: list, describe (owners, offsets, lag), reset offsets
 - ``console``  ``produce`` (stdin lines to a topic) and ``consume`` (a topic to stdout)
 - ``dumplog``  read segment files entry by entry and say where they stop being valid

@@ -13,7 +13,9 @@ message written after it is included and consecutive time windows tile the
 log without overlap (docs/spark.md, "Ranges by time").
 
 A :class:`Planner` asks one broker (or a failover list of brokers that hold
-the same topics). In cluster mode ``hostbroker.spark.cluster`` runs one per
+the same topics); a replicated topic's partitions that broker holds no
+replica of are found through the consumer's leader map (METADATA v1 of the
+list), their offsets asked of their leaders. In cluster mode ``hostbroker.spark.cluster`` runs one per
 live broker, made with ``broker=ID``: its partitions, ranges and keys then
 carry that broker id. A read's partitions are keyed ``(topic, partition)``
 standalone and ``(topic, broker, partition)`` in cluster mode (:func:`key_of`).
@@ -26,6 +28,8 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from hostbroker.client.consumer import EARLIEST as EARLIEST_TIME
+from hostbroker.client.consumer import LATEST as LATEST_TIME
 from hostbroker.client.consumer import SimpleConsumer
 from hostbroker.client.errors import BrokerError
 from hostbroker.errors import ErrorCode
@@ -160,6 +164,8 @@ class Planner:
                 state = PartitionState(topic.topic, p.partition, p.log_start_offset,
                                        p.log_end_offset, p.error_code, self.broker)
                 found[state.key] = state
+        if self.broker is None:
+            self._replicated_partitions(names, present, found)
         if must_exist or opts.assign is not None:
             for topic in names:
                 if topic not in present:
@@ -174,6 +180,33 @@ class Planner:
                 raise PlanningError(f"partition {state.name} is "
                                     f"unreadable: {_code_name(state.error_code)}")
         return dict(sorted(found.items()))
+
+    def _replicated_partitions(self, names, present: set, found: dict) -> None:
+        """Add the partitions of replicated topics that the broker answering METADATA
+        holds no replica of (it names only its own): every global partition, its log
+        start and end (the high watermark) asked of its leader. A topic no broker of
+        the list holds, or found only by a pattern, is not looked up."""
+        opts = self.opts
+        for topic in dict.fromkeys([*names, *sorted(present)]):
+            if not opts.wants(topic):
+                continue
+            try:
+                leaders = self.consumer.leaders.get(topic)
+            except Exception:  # noqa: BLE001 - no broker answers METADATA v1: version 0 said
+                continue
+            if leaders is None or not leaders.partitions:
+                continue
+            present.add(topic)
+            wanted = None if opts.assign is None else set(opts.assign.get(topic, ()))
+            for leader in leaders.partitions:
+                p = leader.partition
+                if (wanted is not None and p not in wanted) or key_of(topic, p) in found:
+                    continue
+                start = self._offsets(topic, p, EARLIEST_TIME, 1)
+                end = self._offsets(topic, p, LATEST_TIME, 1)
+                state = PartitionState(topic, p, start[0] if start else 0,
+                                       end[0] if end else 0, ErrorCode.NONE, None)
+                found[state.key] = state
 
     def _brokers(self) -> str:
         return ", ".join(self.opts.bootstrap)

@@ -40,12 +40,13 @@ repairs. A node someone keeps rewriting is
 repaired at growing intervals (``_REPAIR_MIN_S`` doubling to
 ``_REPAIR_MAX_S`` while it keeps happening), so it never makes us spin.
 
-Replication (hostbroker/workers/registrar_controller.py): the same loop runs
-the controller role when this broker holds ``/controller``, writes the ISR
-changes this broker's leaders want (ISR commits), and on SIGTERM, before the
-session closes, asks the controller to move this broker's leaderships away
-(``controlled.shutdown.enable``). Partitions of replicated topics (slot
-``role`` other than ROLE_PLAIN) are never registered as 0.7 child nodes.
+Replication (hostbroker/workers/registrar_controller.py and registrar_isr.py):
+the same loop runs the controller role when this broker holds
+``/controller``, writes the ISR changes this broker's leaders want (ISR
+commits), and on SIGTERM, before the session closes, asks the controller to
+move this broker's leaderships away (``controlled.shutdown.enable``).
+Partitions of replicated topics (slot ``role`` other than ROLE_PLAIN) are
+never registered as 0.7 child nodes.
 """
 
 from __future__ import annotations
@@ -61,7 +62,8 @@ from hostbroker.shm import procs
 from hostbroker.shm import table as ptable
 from hostbroker.shm.table import PartitionTable
 from hostbroker.workers.base import EXIT_BOOT_FAILED, EXIT_OK, EXIT_REFUSED, Worker
-from hostbroker.workers.registrar_controller import ControllerRole, IsrCommits
+from hostbroker.workers.registrar_controller import ControllerRole
+from hostbroker.workers.registrar_isr import IsrCommits
 
 _TICK_S = 0.1  # partition-table generation poll
 _RETRY_S = 0.5  # a failed sync or connection attempt is tried again after this
@@ -391,7 +393,9 @@ class RegistrarWorker(Worker):
             self.isr_commits.poll()
         sel.close()
         if self.config["controlled.shutdown.enable"] and holds_replicas(self.table):
-            self.role.controlled_shutdown(self.config["controlled.shutdown.timeout.ms"] / 1000)
+            # within the supervisor's grace for this stop (shutdown.timeout.ms + 5 s)
+            self.role.controlled_shutdown(min(self.config["controlled.shutdown.timeout.ms"],
+                                              self.config["shutdown.timeout.ms"]) / 1000)
         self.role.resign()
         self._close()
 

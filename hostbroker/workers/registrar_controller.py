@@ -1,4 +1,4 @@
-"""The registrar's controller role, ISR commits and controlled shutdown (cluster mode).
+"""The registrar's controller role and controlled shutdown (cluster mode).
 
 Runs inside ``hb-registrar`` (hostbroker/workers/registrar.py), on its kazoo
 session and its loop; nothing here starts a process.
@@ -18,11 +18,9 @@ session and its loop; nothing here starts a process.
   again after reconnecting; a full queue (``_QUEUE``) is emptied and the
   broker is sent everything again. A broker answering STALE_CONTROLLER_EPOCH
   means another controller exists: the loop re-checks ``/controller``.
-- :class:`IsrCommits`: every broker's part. A leader's writer publishes the
-  ISR it wants (slot ``isr_wanted``); this writes it to the partition's state
-  node (version-checked against a fresh read with the slot's leader and
-  epoch), then stores the commit in the ISR_COMMITS table and rings the
-  writer.
+
+The ISR commits every broker's registrar makes are in
+hostbroker/workers/registrar_isr.py.
 """
 
 from __future__ import annotations
@@ -49,7 +47,6 @@ _MAX_ANSWER_BYTES = 16 << 20  # a controller request's answer is a short list of
 _POLL_S = 2.0  # admin nodes are looked at this often even without a watch event
 _STALE_CONTROLLER_EPOCH = ErrorCode.STALE_CONTROLLER_EPOCH
 _STALE_EVERY_S = 5.0  # at most one new epoch this often on STALE_CONTROLLER_EPOCH answers
-_ISR_RETRY_S = 0.5  # an ISR change not written (a race, a broker not live) is looked at again
 
 
 def _say(line: str) -> None:
@@ -232,6 +229,7 @@ class ControllerRole:
         self.said_holder: int | None = None
         self.said_error: str | None = None
         self.stale_after = 0.0
+        self._controller_watched = None  # the client whose /controller is watched
 
     # -- from kazoo's threads and the senders: note and ring -------------------------
     def note(self, *events: str) -> None:
@@ -309,6 +307,9 @@ class ControllerRole:
             self.next_poll = now + _POLL_S
             events |= {"delete", "preferred", "shutdown", "reassign"}
         c = self.controller
+        if "rewatch" in events:
+            self._watch(client)
+            events |= {"brokers", "topics"}  # what changed while no watch was set
         if "brokers" in events:
             c.brokers_changed()
             self._sync_senders()
@@ -337,39 +338,43 @@ class ControllerRole:
             return
         self.controller = c
         self.said_holder = self.broker_id
-        for path in (paths.BROKER_IDS, paths.BROKER_TOPICS, zknodes.DELETE_TOPICS,
-                     zknodes.CONTROLLED_SHUTDOWN):
-            client.ensure_path(path)
-        c.live = c.read_live()
-        self._sync_senders()
-        c.rebuild()
+        try:
+            for path in (paths.BROKER_IDS, paths.BROKER_TOPICS, zknodes.DELETE_TOPICS,
+                         zknodes.CONTROLLED_SHUTDOWN):
+                client.ensure_path(path)
+            c.rebuild()
+        except Exception:
+            # half a view is no view: the next round takes over again (/controller is
+            # still ours, so it is a new epoch and a whole rebuild)
+            self.resign()
+            raise
         self._sync_senders()
         self._watch(client)
         _say(f"hb-registrar: broker {self.broker_id} is the controller "
              f"(controller epoch {c.epoch})")
 
     def _tell(self, notice: ctl.Notice) -> None:
+        info = self.controller.live.get(notice.broker_id) if self.controller else None
+        if info is None:
+            return
         sender = self.senders.get(notice.broker_id)
+        if sender is not None and sender.info != info:  # registered anew: a new address
+            self.senders.pop(notice.broker_id).stop()
+            sender = None
         if sender is None:
-            info = self.controller.live.get(notice.broker_id) if self.controller else None
-            if info is None:
-                return
             sender = self.senders[notice.broker_id] = BrokerSender(
                 info, self.broker_id, self.timeout_s, lambda: self.note("stale"),
                 self._overflow).start()
         sender.put(notice)
 
     def _sync_senders(self) -> None:
-        """A sender per live broker (a new one when its registration changed)."""
+        """The senders of brokers no longer registered (or registered anew) stopped;
+        new ones start with the first request for them (:meth:`_tell`), so only
+        brokers that hold replicas get a thread."""
         live = self.controller.live if self.controller else {}
         for broker_id in list(self.senders):
             if live.get(broker_id) != self.senders[broker_id].info:
                 self.senders.pop(broker_id).stop()
-        for broker_id, info in live.items():
-            if broker_id not in self.senders:
-                self.senders[broker_id] = BrokerSender(
-                    info, self.broker_id, self.timeout_s, lambda: self.note("stale"),
-                    self._overflow).start()
 
     def resign(self) -> None:
         self.controller = None
@@ -383,7 +388,7 @@ class ControllerRole:
 
     # -- watches (set up off the loop: kazoo's first read may wait for a connection) --
     def _watch_controller(self, client) -> None:
-        if getattr(self, "_controller_watched", None) is client:
+        if self._controller_watched is client:
             return
         self._controller_watched = client
 
@@ -394,9 +399,12 @@ class ControllerRole:
                 self.note("elect")
             return None
 
-        threading.Thread(target=lambda: self._quiet(client.DataWatch, zknodes.CONTROLLER,
-                                                    on_controller),
-                         name="hb-registrar-watch", daemon=True).start()
+        def arm() -> None:
+            if not self._quiet(client.DataWatch, zknodes.CONTROLLER, on_controller):
+                self._controller_watched = None  # armed again at the next try
+                self.note("elect")
+
+        threading.Thread(target=arm, name="hb-registrar-watch", daemon=True).start()
 
     def _watch(self, client) -> None:
         token = self.token = object()
@@ -428,15 +436,19 @@ class ControllerRole:
             for kind, path, callback in watches:
                 if self.token is not token:
                     return
-                self._quiet(kind, path, callback)
+                if not self._quiet(kind, path, callback):
+                    self.note("rewatch")  # all armed again by the loop, under a new token
+                    return
 
         threading.Thread(target=arm, name="hb-registrar-watch", daemon=True).start()
 
-    def _quiet(self, kind, path, callback) -> None:
+    def _quiet(self, kind, path, callback) -> bool:
+        """Set one watch; False when it could not be (the connection went)."""
         try:
             kind(path, callback)
-        except Exception:  # noqa: BLE001 - not set: the periodic look covers it
-            self.note("stale")
+        except Exception:  # noqa: BLE001 - not set: the caller arms it again
+            return False
+        return True
 
     # -- controlled shutdown -------------------------------------------------------------
     def controlled_shutdown(self, timeout_s: float) -> bool:
@@ -483,100 +495,3 @@ class ControllerRole:
         _say(f"hb-registrar: controlled shutdown: no answer from the controller within "
              f"{timeout_s:g} s; stopping anyway")
         return False
-
-
-def slot_replicas(s) -> list[int]:
-    """The replica broker ids of a partition slot, in assignment order."""
-    return list(s.replicas)
-
-
-class IsrCommits:
-    """The ISR changes this broker's leaders want, written to ZooKeeper (see the
-    module docstring). ``poll()`` runs on the registrar's loop."""
-
-    def __init__(self, worker, table):
-        self.worker = worker
-        self.table = table
-        self.commits = None
-        self.failed: dict[int, float] = {}  # slot -> when a write may be tried again
-        # slot -> (leader_epoch, isr bits, the slot's isr_version) written: an ISR the
-        # controller set since (a new isr_version) makes the same bits worth writing again
-        self.done: dict[int, tuple[int, int, int]] = {}
-        self.wakers: dict[int, object] = {}  # writer index -> its doorbell
-
-    def _commit_table(self):
-        if self.commits is None:
-            from hostbroker.shm.table import IsrCommitTable
-
-            self.commits = IsrCommitTable.attach(self.worker.plan.isr_commits_name)
-        return self.commits
-
-    def poll(self) -> None:
-        from kazoo.protocol.states import KazooState
-
-        from hostbroker.shm import table as ptable
-
-        client = self.worker.client
-        if client is None or client.state != KazooState.CONNECTED:
-            return
-        role_leader = getattr(ptable, "ROLE_LEADER", None)
-        if role_leader is None:
-            return
-        try:
-            slots = self.table.scan()
-        except ptable.TornSlotError:
-            return
-        now = time.monotonic()
-        for index, s in slots:
-            if getattr(s, "role", 0) != role_leader or s.isr_wanted == s.isr:
-                continue
-            if self.done.get(index) == (s.leader_epoch, s.isr_wanted, s.isr_version):
-                continue
-            if self.failed.get(index, 0.0) > now:
-                continue
-            try:
-                ok = self._commit(client, index, s)
-            except Exception as exc:  # noqa: BLE001 - ZooKeeper trouble: try again later
-                log.debug("isr commit %s-%d: %s", s.name, s.partition, exc)
-                ok = False
-            if not ok:
-                self.failed[index] = now + _ISR_RETRY_S
-
-    def _commit(self, client, index: int, s) -> bool:
-        from kazoo.exceptions import BadVersionError, NoNodeError
-
-        from hostbroker.replication.zknodes import PartitionState
-
-        replicas = slot_replicas(s)
-        isr = [b for i, b in enumerate(replicas) if s.isr_wanted >> i & 1]
-        if self.worker.info.broker_id not in isr:
-            return False
-        path = zknodes.state_path(s.name, s.partition)
-        timeout = self.worker.connection_ms / 1000
-        try:
-            data, stat = client.get_async(path).get(timeout=timeout)
-        except NoNodeError:
-            return False
-        state = zknodes.decode_state(data, path)
-        if state.leader != s.leader or state.leader_epoch != s.leader_epoch:
-            return False  # the controller moved on; the next LEADER_AND_ISR says so
-        added = set(isr) - set(state.isr)
-        if added:  # a broker joins the ISR only while registered: never one that just died
-            from hostbroker.cluster import paths
-
-            names = client.get_children_async(paths.BROKER_IDS).get(timeout=timeout)
-            if any(str(b) not in names for b in added):
-                return False
-        new = PartitionState(s.leader, s.leader_epoch, tuple(isr), state.controller_epoch)
-        try:
-            stat = client.set_async(path, zknodes.encode_state(new),
-                                    version=stat.version).get(timeout=timeout)
-        except BadVersionError:
-            return False
-        self._commit_table().commit(index, stat.version, s.isr_wanted, s.leader_epoch)
-        self.done[index] = (s.leader_epoch, s.isr_wanted, s.isr_version)
-        waker = self.wakers.get(s.owner)
-        if waker is None:
-            waker = self.wakers[s.owner] = self.worker.waker("writer", s.owner)
-        waker.ring()
-        return True

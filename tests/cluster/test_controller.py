@@ -150,11 +150,9 @@ def test_one_controller_new_topics_get_states_and_leaders_move_off_a_killed_brok
     # the controller itself dies: another takes over within the session timeout
     kill_hard(brokers[holder])
     brokers[holder].kill_tree()
-    wait_until(lambda: (controller(zk) or (holder, 0))[0] != holder,
-               timeout=SESSION_MS / 1000 + 8)
-    new_holder, new_epoch = controller(zk)
     (last,) = set(brokers) - {victim, holder}
-    assert new_holder == last and new_epoch == epoch + 1
+    # /controller first, then the epoch bump: both within the session timeout
+    wait_until(lambda: controller(zk) == (last, epoch + 1), timeout=SESSION_MS / 1000 + 8)
     # and it rebuilt its view: every partition is led by the last broker or no one
     wait_until(lambda: all(state(zk, "two", p)["leader"] in (last, -1) for p in range(4)),
                timeout=8)
@@ -231,7 +229,8 @@ def test_delete_preferred_election_and_reassignment_through_admin_nodes(
     # reassignment: partition 0 from [1, 2] to [3, 2]; broker 3 is told to follow, the
     # leader puts it in the ISR once it caught up, then leadership moves into the new set
     plan = tmp_path / "plan.json"
-    plan.write_text('{"version":1,"partitions":[{"topic":"moving","partition":0,"replicas":[3,2]}]}')
+    plan.write_text(
+        '{"version":1,"partitions":[{"topic":"moving","partition":0,"replicas":[3,2]}]}')
     result = hostbroker("reassign", "execute", "--zookeeper", connect,
                         "--reassignment-json-file", plan)
     assert result.returncode == 0, result.stderr
@@ -400,3 +399,69 @@ def test_after_a_zookeeper_outage_the_controller_still_moves_leaders(
     wait_until(lambda: all(victim not in state(zk, "outage", p)["isr"] for p in range(3)),
                timeout=SESSION_MS / 1000 + 10)
     assert all(state(zk, "outage", p)["leader"] not in (victim, -1) for p in range(3))
+
+
+def test_replicas_verify_compares_the_copies_below_the_high_watermark(
+        make_broker, tmp_path, cluster):
+    from hostbroker.log.message import encode_message_set
+    from hostbroker.protocol import replication as rp
+
+    connect, zk = cluster
+    brokers = {i: start(make_broker, tmp_path, connect, zk, i) for i in (1, 2)}
+    wait_until(lambda: controller(zk) is not None)
+    assert create(connect, "same", 1, 2).returncode == 0
+    wait_until(lambda: sorted((state(zk, "same", 0) or {}).get("isr", [])) == [1, 2])
+    leader = state(zk, "same", 0)["leader"]
+    follower = 3 - leader
+    with brokers[leader].client() as c:
+        c.produce("same", 0, encode_message_set([b"a" * 100, b"b" * 100]), acks=-1)
+    expected = 2 * (100 + 10)
+
+    def verified():
+        result = hostbroker("replicas", "verify", "--zookeeper", connect)
+        return result if result.returncode == 0 and lines(result) == [
+            f"same-0: 2 replicas equal below {expected}"] else None
+
+    try:
+        wait_until(verified, timeout=15)
+    except AssertionError:
+        result = hostbroker("replicas", "verify", "--zookeeper", connect)
+        raise AssertionError((result.returncode, result.stdout, result.stderr)) from None
+    # a byte of the follower's copy flipped below the high watermark
+    segment = tmp_path / f"b{follower}" / "logs" / "same_0" / f"{0:020d}.kafka"
+    data = bytearray(segment.read_bytes())
+    data[50] ^= 0xFF
+    segment.write_bytes(bytes(data))
+    result = hostbroker("replicas", "verify", "--zookeeper", connect, "--topic", "same")
+    assert (result.returncode, lines(result)) == (
+        1, [f"same-0: below {expected}: broker {follower} differs from the leader ({leader})"])
+    assert rp  # the wire codecs the tool speaks
+
+
+def test_a_broker_gone_leaves_the_isr_a_leader_committed_behind_the_controllers_back(cluster):
+    """The controller's class on ZooKeeper alone: an ISR grown by a leader's commit
+    (not by the controller) still loses a broker that dies."""
+    from hostbroker.cluster import paths
+    from hostbroker.cluster.controller import Controller
+
+    _, zk = cluster
+    for i in (1, 2, 3):
+        zk.create(paths.broker_path(i), paths.encode_broker(
+            paths.BrokerInfo(i, "127.0.0.1", 9000 + i, None)), makepath=True)
+    zk.create(zknodes.assignment_path("grown"), zknodes.encode_assignment({0: [1, 2, 3]}),
+              makepath=True)
+    zk.create(zknodes.state_path("grown", 0),
+              b'{"version":1,"leader":1,"leader_epoch":0,"isr":[1,2],"controller_epoch":0}',
+              makepath=True)
+    told = []
+    c = Controller(zk, 1, told.append)
+    assert c.try_elect()
+    c.rebuild()
+    data, stat = zk.get(zknodes.state_path("grown", 0))
+    zk.set(zknodes.state_path("grown", 0), data.replace(b"[1,2]", b"[1,2,3]"),
+           version=stat.version)  # the leader's ISR commit
+    zk.delete(paths.broker_path(3))
+    c.brokers_changed()
+    s = state(zk, "grown", 0)
+    assert (s["leader"], s["leader_epoch"], s["isr"]) == (1, 0, [1, 2])
+    assert told[-1].partitions[("grown", 0)][0].isr == (1, 2)

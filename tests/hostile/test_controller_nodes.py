@@ -162,3 +162,68 @@ def test_hostile_reassignment_files_are_one_usage_line(tmp_path):
     assert one_line_error(result) == (
         f"hostbroker reassign verify: --reassignment-json-file: {big} is longer than "
         f"{16 << 20} bytes")
+
+
+def test_a_registered_broker_answering_garbage_costs_the_controller_one_thread(tmp_path):
+    """A ``/brokers/ids`` entry anyone may write points the controller's sender at a
+    server of theirs: answers of any size or shape are refused (bounded read), the
+    sender reconnects with backoff, and nothing else is held up."""
+    import socket
+    import threading
+    import time
+
+    from hostbroker.cluster.controller import LEADER_AND_ISR, Notice
+    from hostbroker.replication.zknodes import PartitionState
+    from hostbroker.workers.registrar_controller import BrokerSender
+
+    answers = [b"\x7f\xff\xff\xff", b"\x00\x00\x00\x08garbage!", b"\x00\x00\x00\x02",
+               b"\x00\x00"]
+    accepted = []
+    server = socket.socket(socket.AF_UNIX)
+    path = str(tmp_path / "evil.sock")
+    server.bind(path)
+    server.listen(8)
+    server.settimeout(0.2)
+    done = threading.Event()
+
+    def serve():
+        while not done.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                continue
+            accepted.append(conn)
+            try:
+                conn.recv(65536)
+                conn.sendall(answers[len(accepted) % len(answers)])
+                if len(accepted) % 2:
+                    conn.close()  # half of them hang up, the others leave it hanging
+            except OSError:
+                pass
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    stale = []
+    notice = Notice(LEADER_AND_ISR, 7, 3, partitions={
+        ("t", 0): (PartitionState(7, 0, (7,), 3), 0, [7])})
+    sender = BrokerSender(paths.BrokerInfo(7, None, None, path), 1, 0.5,
+                          lambda: stale.append(1), lambda broker_id: None).start()
+    try:
+        sender.put(notice)
+        deadline = time.monotonic() + 6
+        while len(accepted) < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(accepted) >= 4  # tried again, each time on a new connection
+        assert sender.sent == 0 and not stale and sender.thread.is_alive()
+        for _ in range(200):  # a full queue is emptied (the controller resends all)
+            sender.put(notice)
+        assert sender.queue.qsize() <= 64
+    finally:
+        sender.stop()
+        done.set()
+        sender.thread.join(5)
+        thread.join(5)
+        server.close()
+        for conn in accepted:
+            conn.close()
+    assert not sender.thread.is_alive()

@@ -181,6 +181,16 @@ def test_min_insync_refuses_acks_all_and_consumers_follow_the_leader(cluster, zo
         assert [v for _, _, v in consumer.messages(topic, 0, 0, stop_at_end=True)] == [b"one"]
         (end,) = consumer.offsets_before(topic, 0, -1)
         assert end > 0
+    # the Spark source's planner, on the same two brokers, plans the partition at its
+    # leader: the log start and the high watermark
+    from hostbroker.spark.options import read_options
+    from hostbroker.spark.planning import Planner
+
+    with Planner(read_options({"bootstrap": ",".join(bootstrap), "subscribe": topic},
+                              streaming=False)) as planner:
+        (planned,) = planner.partitions(must_exist=True).values()
+    assert (planned.topic, planned.partition, planned.log_start, planned.log_end) == (
+        topic, 0, 0, end)
     # the follower gone: the ISR shrinks below min.insync.replicas
     kill_hard(cluster[follower])
     cluster[follower].kill_tree()
@@ -207,3 +217,28 @@ def test_min_insync_refuses_acks_all_and_consumers_follow_the_leader(cluster, zo
                       "--from-beginning", "--timeout-ms", "1500")
     assert done.returncode == 0, done.stderr.decode()
     assert done.stdout.split() == [b"one", b"two"]
+
+
+def test_async_producer_acks_all_across_a_leader_killed_loses_nothing(cluster, zookeeper, zk):
+    topic = "async"
+    create(zookeeper, topic, 2, 3, "min.insync.replicas=2")
+    poll(lambda: settled(zk, topic, 2, 3), what="leaders and full ISRs")
+    values = [b"a%06d" % i for i in range(3000)]
+    with Producer(zookeeper_connect=zookeeper.connect, producer_type="async",
+                  request_required_acks=-1, batch_size=50, queue_time=10,
+                  retry_backoff_ms=100, message_send_max_retries=200, **FAST) as producer:
+        for value in values[:1000]:
+            producer.send(topic, value, key=value)
+        producer.flush()
+        old = state(zk, topic, 0)
+        kill_hard(cluster[old["leader"]])
+        for value in values[1000:]:
+            producer.send(topic, value, key=value)
+        producer.flush(timeout=60)  # raises DeliveryError for anything not acknowledged
+        assert producer.stats["acknowledged"] == len(values)
+    assert state(zk, topic, 0)["leader"] != old["leader"]
+    cluster[old["leader"]].kill_tree()
+    del cluster[old["leader"]]
+    logs = read_all(cluster, topic, 2)
+    found = [v for log in logs.values() for v in log.values()]
+    assert set(values) <= set(found)

@@ -1,0 +1,122 @@
+"""ISR commits: the ISR changes this broker's leaders want, written to ZooKeeper.
+
+Runs on the ``hb-registrar`` loop (hostbroker/workers/registrar.py), every
+broker's, in cluster mode. A leader's writer publishes the ISR it wants in
+its partition slot (``isr_wanted``, a bitmap over the slot's replicas);
+:class:`IsrCommits` writes it to the partition's state node, version-checked
+against a fresh read whose leader and leader epoch are the slot's (else the
+controller has moved on and its next LEADER_AND_ISR says so), adding a
+broker to the ISR only while that broker is registered in ``/brokers/ids``;
+then it stores the commit in the ``ISR_COMMITS`` table (same slot index;
+``plan.isr_commits_name``) and rings the writer, which adopts it. A change
+not written (a lost race, a broker not registered, ZooKeeper trouble) is
+looked at again after ``_ISR_RETRY_S``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from hostbroker.replication import zknodes
+
+log = logging.getLogger("hostbroker.controller")
+
+_ISR_RETRY_S = 0.5
+
+
+def slot_replicas(s) -> list[int]:
+    """The replica broker ids of a partition slot, in assignment order."""
+    return list(s.replicas)
+
+
+class IsrCommits:
+    """The ISR changes this broker's leaders want, written to ZooKeeper (see the
+    module docstring). ``poll()`` runs on the registrar's loop."""
+
+    def __init__(self, worker, table):
+        self.worker = worker
+        self.table = table
+        self.commits = None
+        self.failed: dict[int, float] = {}  # slot -> when a write may be tried again
+        # slot -> (leader_epoch, isr bits, the slot's isr_version) written: an ISR the
+        # controller set since (a new isr_version) makes the same bits worth writing again
+        self.done: dict[int, tuple[int, int, int]] = {}
+        self.wakers: dict[int, object] = {}  # writer index -> its doorbell
+
+    def _commit_table(self):
+        if self.commits is None:
+            from hostbroker.shm.table import IsrCommitTable
+
+            self.commits = IsrCommitTable.attach(self.worker.plan.isr_commits_name)
+        return self.commits
+
+    def poll(self) -> None:
+        from kazoo.protocol.states import KazooState
+
+        from hostbroker.shm import table as ptable
+
+        client = self.worker.client
+        if client is None or client.state != KazooState.CONNECTED:
+            return
+        role_leader = getattr(ptable, "ROLE_LEADER", None)
+        if role_leader is None:
+            return
+        try:
+            slots = self.table.scan()
+        except ptable.TornSlotError:
+            return
+        now = time.monotonic()
+        for index, s in slots:
+            if getattr(s, "role", 0) != role_leader or s.isr_wanted == s.isr:
+                continue
+            if self.done.get(index) == (s.leader_epoch, s.isr_wanted, s.isr_version):
+                continue
+            if self.failed.get(index, 0.0) > now:
+                continue
+            try:
+                ok = self._commit(client, index, s)
+            except Exception as exc:  # noqa: BLE001 - ZooKeeper trouble: try again later
+                log.debug("isr commit %s-%d: %s", s.name, s.partition, exc)
+                ok = False
+            if not ok:
+                self.failed[index] = now + _ISR_RETRY_S
+
+    def _commit(self, client, index: int, s) -> bool:
+        from kazoo.exceptions import BadVersionError, NoNodeError
+
+        from hostbroker.replication.zknodes import PartitionState
+
+        replicas = slot_replicas(s)
+        isr = [b for i, b in enumerate(replicas) if s.isr_wanted >> i & 1]
+        if self.worker.info.broker_id not in isr:
+            return False
+        path = zknodes.state_path(s.name, s.partition)
+        timeout = self.worker.connection_ms / 1000
+        try:
+            data, stat = client.get_async(path).get(timeout=timeout)
+        except NoNodeError:
+            return False
+        state = zknodes.decode_state(data, path)
+        if state.leader != s.leader or state.leader_epoch != s.leader_epoch:
+            return False  # the controller moved on; the next LEADER_AND_ISR says so
+        added = set(isr) - set(state.isr)
+        if added:  # a broker joins the ISR only while registered: never one that just died
+            from hostbroker.cluster import paths
+
+            names = client.get_children_async(paths.BROKER_IDS).get(timeout=timeout)
+            if any(str(b) not in names for b in added):
+                return False
+        new = PartitionState(s.leader, s.leader_epoch, tuple(isr), state.controller_epoch)
+        try:
+            stat = client.set_async(path, zknodes.encode_state(new),
+                                    version=stat.version).get(timeout=timeout)
+        except BadVersionError:
+            return False
+        self._commit_table().commit(index, stat.version, s.isr_wanted, s.leader_epoch)
+        self.done[index] = (s.leader_epoch, s.isr_wanted, s.isr_version)
+        waker = self.wakers.get(s.owner)
+        if waker is None:
+            waker = self.wakers[s.owner] = self.worker.waker("writer", s.owner)
+        waker.ring()
+        return True
