@@ -6,7 +6,9 @@ frames read off it and the one request it has at the leader at a time:
 OFFSET_FOR_LEADER_EPOCH for the partitions about to be cut
 (:mod:`.truncation`), else one FETCH v1 (``replica_id`` = this broker) for
 every partition ready to fetch, long-polling at the leader
-(``replica.fetch.wait.max.ms``, ``replica.fetch.min.bytes``). All links share
+(``replica.fetch.wait.max.ms``, ``replica.fetch.min.bytes``; at most 50 ms
+while a partition of the link is at its writer, which the worker says in
+:meth:`LeaderLink.step`). All links share
 the worker's one selector, so a slow or silent leader holds up only its own
 partitions.
 
