@@ -46,6 +46,7 @@ class ErrorCode(enum.IntEnum):
     FENCED_LEADER_EPOCH = 26
     LEADER_NOT_AVAILABLE = 27
     REPLICA_NOT_AVAILABLE = 28
+    CONTROLLER_NOT_CONFIRMED = 29
 
 
 class HostbrokerError(Exception):

@@ -20,6 +20,15 @@ what that decides, as the member's
 - taking partitions (:meth:`ClusterSide.assign`) reads their committed
   offsets (``auto.offset.reset`` where there are none), tells the listener
   (``on_partitions_assigned``) and starts fetching them;
+- a replicated topic's partitions (keys with broker id
+  :data:`~hostbroker.cluster.paths.REPLICATED`) are fetched by one fetcher
+  of their own whose broker list is every live broker: each partition is
+  fetched from its leader, found and followed across failovers by the
+  fetcher's SimpleConsumer (METADATA version 1, the client's
+  :class:`~hostbroker.client.leaders.LeaderMap`); a non-leader answers
+  NOT_LEADER_FOR_PARTITION, so nothing is read but the leader's data below
+  its high watermark. That fetcher is made again at the live brokers only
+  when none of the brokers it was given is live at them any more;
 - a partition its broker answers UNKNOWN_TOPIC_OR_PARTITION for (the topic
   deleted there) is dropped by its fetcher (:meth:`ClusterSide.forget`); the
   member's next rebalance, at most ``RECHECK_S`` later, releases its owner
@@ -32,7 +41,9 @@ the settings do not declare them).
 
 Offsets: ``offsets.storage=zookeeper`` (the default)
 :class:`~hostbroker.cluster.membership.ZooKeeperOffsets`, or ``broker``:
-:class:`PerBrokerOffsets`, each partition's offset kept by its own broker.
+:class:`PerBrokerOffsets`, each partition's offset kept by its own broker
+(not for replicated topics, whose partitions have no broker of their own:
+their offsets are kept in ZooKeeper only).
 """
 
 from __future__ import annotations
@@ -46,7 +57,7 @@ from typing import TYPE_CHECKING, Any
 from hostbroker.client.consumer import SimpleConsumer
 from hostbroker.client.group_assignments import give_up
 from hostbroker.client.streams import Fetcher, KafkaStream
-from hostbroker.cluster import zkread
+from hostbroker.cluster import paths, zkread
 from hostbroker.cluster.discovery import Snapshot
 from hostbroker.cluster.membership import GroupMember, PartitionKey, ZooKeeperOffsets, spec_order
 
@@ -133,6 +144,10 @@ class ClusterSide:
         return PerBrokerOffsets(self.uris, self.connector._fetch_config())
 
     def uris(self, broker_id: int) -> list[str]:
+        if broker_id == paths.REPLICATED:
+            raise LookupError("offsets.storage=broker keeps no offsets of replicated topics "
+                              "(they have no broker of their own): use "
+                              "offsets.storage=zookeeper")
         view = self.member.view
         info = view.snapshot.brokers.get(broker_id) if view is not None else None
         if info is None:
@@ -145,7 +160,8 @@ class ClusterSide:
         c = self.connector
         if c._filter is None:
             return {topic: len(streams) for topic, streams in c._topic_streams.items()}
-        return {topic: len(c._streams) for topic in snapshot.topics if c._filter.matches(topic)}
+        return {topic: len(c._streams) for topic in snapshot.topic_names()
+                if c._filter.matches(topic)}
 
     def _streams_of(self, topic: str) -> list[KafkaStream]:
         c = self.connector
@@ -195,12 +211,20 @@ class ClusterSide:
         queued is still handed out); its other connections are made again on use."""
         c = self.connector
         for broker_id, fetcher in list(self.fetchers.items()):
-            info = snapshot.brokers.get(broker_id)
-            if info is None or info.uris() == self._fetcher_uris.get(broker_id):
-                continue
+            if broker_id == paths.REPLICATED:
+                # Leaders are followed by the fetcher itself; made again only when
+                # none of the brokers it knows is live at those listeners.
+                uris = _live_uris(snapshot)
+                if not uris or set(uris) & set(self._fetcher_uris.get(broker_id, ())):
+                    continue
+            else:
+                info = snapshot.brokers.get(broker_id)
+                if info is None or info.uris() == self._fetcher_uris.get(broker_id):
+                    continue
+                uris = info.uris()
             if not fetcher.stopped:
                 log.info("consumer group %s: broker %d is at %s now", c.group, broker_id,
-                         ", ".join(info.uris()))
+                         ", ".join(uris))
                 self._close_lookup(broker_id)
                 if isinstance(c.offset_storage, PerBrokerOffsets):
                     c.offset_storage.drop(broker_id)
@@ -246,10 +270,21 @@ class ClusterSide:
 
     # Per-broker connections.
 
+    @staticmethod
+    def _uris_of(broker_id: int, snapshot: Snapshot) -> list[str]:
+        """Where ``broker_id``'s partitions are fetched: its listeners, or for the
+        replicated topics' (REPLICATED) every live broker's, to find leaders through."""
+        if broker_id == paths.REPLICATED:
+            uris = _live_uris(snapshot)
+            if not uris:
+                raise LookupError("no live broker is registered in ZooKeeper")
+            return uris
+        return snapshot.brokers[broker_id].uris()
+
     def _lookup(self, broker_id: int, snapshot: Snapshot) -> SimpleConsumer:
         consumer = self._lookups.get(broker_id)
         if consumer is None:
-            consumer = self.connector._new_consumer(snapshot.brokers[broker_id].uris())
+            consumer = self.connector._new_consumer(self._uris_of(broker_id, snapshot))
             self._lookups[broker_id] = consumer
         return consumer
 
@@ -262,10 +297,12 @@ class ClusterSide:
         fetcher = self.fetchers.get(broker_id)
         if fetcher is None:
             c = self.connector
-            uris = snapshot.brokers[broker_id].uris()
+            uris = self._uris_of(broker_id, snapshot)
             fetcher = Fetcher(c, broker_id, uris, housekeeping=False)
             self._fetcher_uris[broker_id] = uris
-            fetcher.thread.name = f"hb-consumer-fetcher-broker-{broker_id}"
+            fetcher.thread.name = ("hb-consumer-fetcher-replicated"
+                                   if broker_id == paths.REPLICATED
+                                   else f"hb-consumer-fetcher-broker-{broker_id}")
             self.fetchers[broker_id] = fetcher
             c._fetchers.append(fetcher)
             fetcher.thread.start()
@@ -283,3 +320,9 @@ class ClusterSide:
             self.client.stop()
         finally:
             self.client.close()
+
+
+def _live_uris(snapshot: Snapshot) -> list[str]:
+    """The first listener of every live broker (its Unix socket when it has one, as
+    :meth:`BrokerInfo.uris` orders them), brokers in id order."""
+    return [snapshot.brokers[b].uris()[0] for b in sorted(snapshot.brokers)]

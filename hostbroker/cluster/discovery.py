@@ -14,7 +14,12 @@ changed something.
 A topic's partitions are the sorted ``(broker_id, partition)`` pairs of the
 live brokers that registered it (docs/spec/zookeeper.md): a broker that
 leaves takes its pairs with it, one that joins adds them as soon as its
-nodes appear. Every value is read through :mod:`~hostbroker.cluster.zkread`:
+nodes appear. A replicated topic (its ``/brokers/topics/[topic]`` holds an
+assignment) is apart, in ``Snapshot.replicated``: its partition count,
+whichever brokers are live (its leaders are the clients' business,
+:mod:`hostbroker.client.leaders`); :meth:`Snapshot.group_partitions` gives
+both kinds as pairs, a replicated partition's broker id being
+:data:`~hostbroker.cluster.paths.REPLICATED`. Every value is read through :mod:`~hostbroker.cluster.zkread`:
 one that does not follow the layout or passes a bound (a phantom partition
 count, a huge node, too many children) is left out with a rate-limited
 warning, never fatal, and the rest of the picture is used.
@@ -29,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from hostbroker.cluster import paths, zkread
+from hostbroker.replication import zknodes
 
 log = logging.getLogger(__name__)
 
@@ -38,13 +44,28 @@ MIN_REFRESH_GAP_S = 0.05  # the least rest of the refresher between two refreshe
 
 @dataclass(frozen=True)
 class Snapshot:
-    """The cluster at one moment: ``brokers`` by id, ``topics`` -> sorted (broker_id, partition)."""
+    """The cluster at one moment: ``brokers`` by id, ``topics`` -> sorted (broker_id, partition)
+    of the 0.7-style topics, ``replicated`` -> the partition count of each replicated topic."""
 
     brokers: dict[int, paths.BrokerInfo] = field(default_factory=dict)
     topics: dict[str, tuple[tuple[int, int], ...]] = field(default_factory=dict)
+    replicated: dict[str, int] = field(default_factory=dict)
 
     def partitions(self, topic: str) -> tuple[tuple[int, int], ...]:
+        """A 0.7-style topic's pairs (none for a replicated topic)."""
         return self.topics.get(topic, ())
+
+    def group_partitions(self, topic: str) -> tuple[tuple[int, int], ...]:
+        """What a consumer group deals out of ``topic``: its pairs, or for a replicated
+        topic ``(REPLICATED, p)`` for each of its partitions."""
+        count = self.replicated.get(topic)
+        if count is not None:
+            return tuple((paths.REPLICATED, p) for p in range(count))
+        return self.topics.get(topic, ())
+
+    def topic_names(self) -> list[str]:
+        """Every topic of either kind, sorted."""
+        return sorted({*self.topics, *self.replicated})
 
 
 def read_snapshot(client, report: zkread.Reporter | None = None,
@@ -72,11 +93,22 @@ def read_snapshot(client, report: zkread.Reporter | None = None,
         except ValueError as exc:
             bad(path, str(exc))
     topics: dict[str, tuple[tuple[int, int], ...]] = {}
+    replicated: dict[str, int] = {}
     total = 0
     for topic in zkread.children(client, paths.BROKER_TOPICS, bounds, bad):
         if not zkread.name_ok(topic):
             bad(paths.topic_path(topic), f"{paths.topic_path(topic)[:120]!r}: not a topic name")
             continue
+        count = _replicated_count(client, topic, bounds, bad)
+        if count is not None:
+            if total + count > bounds.partitions:
+                bad(paths.topic_path(topic), f"{paths.topic_path(topic)}: {count} more "
+                    f"partitions would pass zookeeper.max.partitions ({bounds.partitions}) "
+                    "for the whole cluster")
+            elif count:
+                total += count
+                replicated[topic] = count
+            continue  # a replicated topic: 0.7-style registrations under it are not its
         pairs = []
         for holder in zkread.children(client, paths.topic_path(topic), bounds, bad):
             if (not holder.isascii() or not holder.isdigit() or len(holder) > 10
@@ -99,7 +131,23 @@ def read_snapshot(client, report: zkread.Reporter | None = None,
             pairs.extend((int(holder), p) for p in range(count))
         if pairs:
             topics[topic] = tuple(sorted(pairs))
-    return Snapshot(brokers, topics)
+    return Snapshot(brokers, topics, replicated)
+
+
+def _replicated_count(client, topic: str, bounds: zkread.Bounds, bad) -> int | None:
+    """The partition count of ``topic`` if its node holds an assignment (0 when that
+    assignment is unreadable: reported, and the topic has no partitions to read);
+    None for a 0.7-style topic (a node without a value) or one gone meanwhile."""
+    path = paths.topic_path(topic)
+    found = zkread.value(client, path, bounds, bad)
+    if found is None or not found[0]:
+        return None
+    try:
+        assignment = zknodes.decode_assignment(found[0], path, bounds)
+    except ValueError as exc:
+        bad(path, str(exc))
+        return 0
+    return None if assignment is None else len(assignment)
 
 
 class ClusterView:

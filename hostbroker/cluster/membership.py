@@ -8,12 +8,14 @@ number_of_streams}``), watches the group's ids and, through a
 own (docs/spec/zookeeper.md, "Consumer group rebalance"):
 
 1. compute the range assignment (:mod:`hostbroker.cluster.rebalance`) from
-   the live brokers' partitions and the members' registrations;
+   the live brokers' partitions (and the partitions of each replicated
+   topic, whichever brokers lead them) and the members' registrations;
 2. give up what moves: the owner (the consumer connector) stops fetching
    those partitions and commits what it handed out of them
    (:meth:`Owner.revoke`), then their owner nodes are deleted;
 3. claim ``/consumers/[group]/owners/[topic]/[broker_id-partition]``
-   (ephemeral, value ``consumer_id-stream_index``) for every partition of
+   (``[partition]`` for a replicated topic's; ephemeral, value
+   ``consumer_id-stream_index``) for every partition of
    the new assignment (the ones kept are checked to be still ours); a node
    another consumer still holds fails the attempt: the nodes claimed in it
    are released, and the attempt is made again after
@@ -31,12 +33,15 @@ are given up first without a commit (others may have read them meanwhile:
 claimed again from the group's offsets.
 
 :class:`ZooKeeperOffsets` keeps a group's offsets under
-``/consumers/[group]/offsets/[topic]/[broker_id-partition]`` (persistent,
-decimal); it has the methods of the client's ``OffsetStorage``.
+``/consumers/[group]/offsets/[topic]/[broker_id-partition]`` (a replicated
+topic's: ``.../[topic]/[partition]``; persistent, decimal); it has the
+methods of the client's ``OffsetStorage``.
 
 Keys: a partition of the cluster is a :class:`PartitionKey` ``(topic,
 partition, broker_id)``, a tuple whose first two items are what a FETCH
-asks for.
+asks for; ``broker_id`` is :data:`~hostbroker.cluster.paths.REPLICATED`
+for a replicated topic's partition (fetched from its leader, wherever that
+is).
 """
 
 from __future__ import annotations
@@ -60,7 +65,8 @@ TICK_S = 0.5  # how often Owner.tick runs (interval commits)
 
 
 class PartitionKey(NamedTuple):
-    """One partition of the cluster: ``partition`` of ``topic`` on broker ``broker_id``."""
+    """One partition of the cluster: ``partition`` of ``topic`` on broker ``broker_id``
+    (REPLICATED: a replicated topic's partition, at its leader)."""
 
     topic: str
     partition: int
@@ -359,7 +365,8 @@ class GroupMember:
         """This consumer's partitions (-> stream index) under the range assignment."""
         members = self.members()
         members[self.consumer_id] = topics
-        plan = rebalance.assign_group({t: snapshot.partitions(t) for t in topics}, members)
+        plan = rebalance.assign_group({t: snapshot.group_partitions(t) for t in topics},
+                                      members)
         mine: dict[PartitionKey, int] = {}
         for topic, streams in plan.items():
             for (consumer, index), pairs in streams.items():
@@ -372,7 +379,8 @@ class GroupMember:
                     self._idle_logged.add(idle)
                     log.warning("consumer group %s: stream %d of %s owns no partition of "
                                 "%s (%d partitions, %d streams in the group)", self.group,
-                                index, self.consumer_id, topic, len(snapshot.partitions(topic)),
+                                index, self.consumer_id, topic,
+                                len(snapshot.group_partitions(topic)),
                                 len(streams))
                 elif pairs:
                     self._idle_logged.discard(idle)

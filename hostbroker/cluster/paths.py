@@ -8,6 +8,12 @@ Pure: strings in, strings and values out. Every value is UTF-8 text::
     /consumers/[group]/offsets/[topic]/[broker_id-partition]   offset (decimal)
     /consumers/[group]/owners/[topic]/[broker_id-partition]    consumer_id-stream_index
 
+A partition of a replicated topic (its ``/brokers/topics/[topic]`` holds an
+assignment, :mod:`hostbroker.replication.zknodes`) has a number global to
+the topic and no broker of its own: it is named by its number alone
+(``/consumers/[group]/offsets/[topic]/[partition]``, Kafka 0.8's layout),
+and its pair carries the broker id :data:`REPLICATED`.
+
 A decoder raises :class:`ValueError` with one line naming the path for a
 value that does not follow the layout or passes a bound of
 :class:`~hostbroker.cluster.zkread.Bounds` (another program may have written
@@ -35,6 +41,10 @@ from hostbroker.cluster.zkread import (
 BROKER_IDS = "/brokers/ids"
 BROKER_TOPICS = "/brokers/topics"
 CONSUMERS = "/consumers"
+
+# The broker id of a replicated topic's partitions in a (broker_id, partition) pair:
+# led by whichever replica leads it now, not kept by one broker.
+REPLICATED = -1
 
 
 def broker_path(broker_id: int) -> str:
@@ -78,12 +88,18 @@ def owner_path(group: str, topic: str, broker_id: int, partition: int) -> str:
 
 
 def partition_name(broker_id: int, partition: int) -> str:
-    """``broker_id-partition``, the name of a partition of the cluster."""
+    """``broker_id-partition``, the name of a partition of the cluster; the bare
+    ``partition`` for a replicated topic's (``broker_id`` REPLICATED)."""
+    if broker_id == REPLICATED:
+        return str(partition)
     return f"{broker_id}-{partition}"
 
 
 def parse_partition_name(name: str) -> tuple[int, int]:
-    """(broker_id, partition) of a ``broker_id-partition`` node name."""
+    """(broker_id, partition) of a ``broker_id-partition`` node name, or (REPLICATED,
+    partition) of a bare ``partition`` (a replicated topic's)."""
+    if name.isascii() and name.isdigit() and len(name) <= 10:
+        return REPLICATED, int(name)
     broker, sep, partition = name.partition("-")
     if (not sep or not broker.isascii() or not broker.isdigit() or len(broker) > 10
             or not partition.isascii() or not partition.isdigit() or len(partition) > 10):

@@ -3,7 +3,8 @@
 Pure: every consumer of a group computes the same answer from the same
 ZooKeeper picture, so no consumer needs to tell another what it takes.
 For each topic, the partitions ``(broker_id, partition)`` are sorted (so a
-broker's partitions stay together) and so are the consumer streams
+broker's partitions stay together; a replicated topic's are
+``(REPLICATED, p)``, so in the order of their global numbers) and so are the consumer streams
 ``(consumer_id, stream_index)`` subscribed to it; stream ``i`` of ``n`` owns
 a contiguous range of the sorted partitions: ``len(P) // n`` each, and one
 more for each of the first ``len(P) % n`` streams. Streams beyond the

@@ -41,7 +41,8 @@ that commits nothing and whose nodes are removed when it stops: as
 standalone, nothing is kept. A replicated topic (its assignment in
 ZooKeeper) is read as without ZooKeeper, by a SimpleConsumer given the
 brokers that lead its partitions, following each leader as it moves;
-``consume --zookeeper --group`` does not read replicated topics yet. ``--partition`` and ``--offset`` name one
+with ``--group`` its global partitions are dealt out by the group's range
+rebalance and each is read from its leader. ``--partition`` and ``--offset`` name one
 broker's partition and need ``--bootstrap``.
 
 An entry that cannot be read (CRC mismatch, a compressed wrapper that does
@@ -373,12 +374,12 @@ def consume(topic: str, *, from_beginning: bool = False, group: str | None = Non
 def topic_exists(topic: str, *, bootstrap: str | None = None, zookeeper: str | None = None,
                  wait_ms: int = 6000) -> bool:
     """Whether the broker at ``bootstrap`` has ``topic`` (METADATA), or, in cluster mode,
-    a live broker registered it in ``zookeeper``."""
+    a live broker registered it in ``zookeeper`` or it is a replicated topic there."""
     if zookeeper is not None:
         from hostbroker.cluster.discovery import read_snapshot
 
         with zookeeper_session(zookeeper, "--zookeeper", wait_ms) as client:
-            return bool(read_snapshot(client).partitions(topic))
+            return bool(read_snapshot(client).group_partitions(topic))
     from hostbroker.client.simple import SimpleClient
     from hostbroker.errors import ErrorCode
 

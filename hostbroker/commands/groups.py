@@ -120,6 +120,42 @@ def _offset_at(client, topic: str, partition: int, time: int) -> int:
     return found[0]
 
 
+def _replicated_offsets(brokers, wanted: Iterable[tuple[str, int]], time: int, name: str,
+                        err: TextIO) -> tuple[dict[tuple[str, int], int], int]:
+    """(topic, partition) -> the offset for ``time`` of each replicated partition of
+    ``wanted``, asked of its leader (a SimpleConsumer over the live ``brokers`` finds and
+    follows it; a leader answers below its high watermark), and the status: a partition
+    that cannot be asked is named on stderr (status 1) and left out."""
+    from hostbroker.client.consumer import SimpleConsumer
+    from hostbroker.commands import EXIT_BROKER, describe_error
+    from hostbroker.errors import HostbrokerError
+    from hostbroker.protocol.api import EARLIEST_TIME
+
+    wanted = list(wanted)
+    uris = [brokers[b].uris()[0] for b in sorted(brokers)]
+    if not wanted:
+        return {}, EXIT_OK
+    if not uris:
+        print(f"hostbroker groups {name}: no live broker to ask the leaders of replicated "
+              "partitions", file=err)
+        return {}, EXIT_BROKER
+    out, status = {}, EXIT_OK
+    with SimpleConsumer(uris, client_id="hostbroker-groups", refresh_leader_backoff_ms=100,
+                        refresh_leader_max_retries=5) as consumer:
+        for topic, partition in wanted:
+            try:
+                found = consumer.offsets_before(topic, partition, time)
+                if not found:
+                    found = consumer.offsets_before(topic, partition, EARLIEST_TIME)
+                out[(topic, partition)] = found[0]
+            except (HostbrokerError, OSError) as exc:
+                message, _ = describe_error(exc, None)
+                print(f"hostbroker groups {name}: {topic} partition {partition}: {message}",
+                      file=err)
+                status = EXIT_BROKER
+    return out, status
+
+
 def _say_reset(group: str, topic: str, changes: list[tuple[str, int | None, int]],
                out: TextIO) -> None:
     print(f"group {group}: reset {plural(len(changes), 'partition')} of {topic}", file=out)
@@ -443,7 +479,7 @@ def _group_state(zk, group: str, topics: list[str]):
     rows = []
     for topic in topics:
         committed, owners = _zk_offsets(zk, group, topic), _zk_owners(zk, group, topic)
-        keys = set(snapshot.partitions(topic)) | set(committed) | set(owners)
+        keys = set(snapshot.group_partitions(topic)) | set(committed) | set(owners)
         rows += [Row(topic, b, p, owners.get((b, p)), committed.get((b, p)))
                  for b, p in sorted(keys)]
     return members, rows, snapshot.brokers
@@ -460,12 +496,21 @@ def describe_cluster(group: str, topics: list[str], *, as_json: bool = False, zo
     finally:
         zk.stop()
         zk.close()
-    wanted = sorted({r.topic for r in rows})
+    from hostbroker.cluster.paths import REPLICATED
+    from hostbroker.protocol.api import LATEST_TIME
+
+    wanted = sorted({r.topic for r in rows if r.broker != REPLICATED})
     asked = {b: i for b, i in brokers.items() if any(r.broker == b for r in rows)}
     answers, status = _each_broker("describe", asked, lambda c: c.metadata(wanted), err)
     ends = {(t.topic, broker_id, p.partition): p.log_end_offset
             for broker_id, answer in answers.items() for t in answer.topics
             for p in t.partitions}
+    # A replicated partition's log end is what its leader serves: below the high watermark.
+    led, failed = _replicated_offsets(
+        brokers, [(r.topic, r.partition) for r in rows if r.broker == REPLICATED],
+        LATEST_TIME, "describe", err)
+    status = max(status, failed)
+    ends.update({(t, REPLICATED, p): o for (t, p), o in led.items()})
     for row in rows:
         row.log_end = ends.get((row.topic, row.broker, row.partition))
     if as_json:
@@ -498,12 +543,16 @@ def reset_cluster(group: str, topic: str, to: str, *, zookeeper: str,
     try:
         _refuse_live(zk, group)
         snapshot = read_snapshot(zk)
-        pairs = snapshot.partitions(topic)
+        pairs = snapshot.group_partitions(topic)
         if not pairs:
             raise CommandError(f"no live broker holds topic {topic}")
-        holders = {b: snapshot.brokers[b] for b in sorted({b for b, _ in pairs})}
+        holders = {b: snapshot.brokers[b] for b in sorted({b for b, _ in pairs})
+                   if b != paths.REPLICATED}
         new: dict[tuple[int, int], int] = {}
-        status = EXIT_OK
+        led, status = _replicated_offsets(
+            snapshot.brokers, [(topic, p) for b, p in pairs if b == paths.REPLICATED], time,
+            "reset-offsets", err)
+        new.update({(paths.REPLICATED, p): o for (_, p), o in led.items()})
         for broker_id, info in holders.items():
             mine = [p for b, p in pairs if b == broker_id]
             answers, failed = _each_broker(

@@ -3,7 +3,8 @@ cluster found through ZooKeeper (``--from-zookeeper`` / ``--to-zookeeper``).
 
 Partition for partition. A source partition is known by its *index*: its
 partition number on a broker, or its place in the source topic's sorted
-``(broker_id, partition)`` pairs in a cluster. It is copied to the
+``(broker_id, partition)`` pairs in a cluster (a replicated source topic's
+partition number: its pairs are ``(REPLICATED, p)``). It is copied to the
 destination partition of the same index (a broker's partition number, or a
 place in the destination's pairs), ``index % count`` when the destination
 has fewer partitions than that.
@@ -152,8 +153,8 @@ class ClusterSource(_Cluster):
         snapshot = self.view.snapshot
         if snapshot is self._indexed:
             return
-        for topic, pairs in snapshot.topics.items():
-            for i, (broker_id, partition) in enumerate(pairs):
+        for topic in snapshot.topic_names():
+            for i, (broker_id, partition) in enumerate(snapshot.group_partitions(topic)):
                 self._index[(topic, broker_id, partition)] = i
         self._indexed = snapshot
 
@@ -177,7 +178,8 @@ class ClusterSource(_Cluster):
         return PartitionKey(message.topic, message.partition, message.broker_id)
 
     def count(self, topic: str) -> int:
-        pairs = self.pairs(topic) or self.view.refresh().partitions(topic)
+        pairs = (self.view.snapshot.group_partitions(topic)
+                 or self.view.refresh().group_partitions(topic))
         if not pairs:
             raise CommandError(f"no live broker registered topic {topic} in ZooKeeper "
                                f"({self.option} {self.connect})")
@@ -246,7 +248,10 @@ class ClusterDestination(_Cluster):
 
     def prepare(self, topic: str, source_count: int, producer, err: TextIO = sys.stderr) -> None:
         """Create ``topic`` on every live broker unless one registered it; then wait until
-        the producer knows its pairs (an explicit partition is a place in its list)."""
+        the producer knows its pairs (an explicit partition is a place in its list). A
+        replicated topic is used as it is (index i: its partition i, at its leader)."""
+        if topic in self.view.snapshot.replicated or topic in self.view.refresh().replicated:
+            return
         if not self.pairs(topic) and not self.view.refresh().partitions(topic):
             self._create(topic, source_count, err)
         if not _wait_for(lambda: producer.partitions_for(topic) in (None, self.pairs(topic)),
@@ -282,7 +287,7 @@ class ClusterDestination(_Cluster):
                                f"ZooKeeper within {REGISTRATION_WAIT_S:g} s")
 
     def count(self, topic: str) -> int:
-        count = len(self.pairs(topic))
+        count = len(self.view.snapshot.group_partitions(topic))
         if not count:
             raise CommandError(f"no live destination broker holds topic {topic} "
                                f"({self.option} {self.connect})")

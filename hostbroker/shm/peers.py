@@ -15,6 +15,24 @@ Table header user words::
                                     LEADER_AND_ISR or STOP_REPLICA below it
                                     is refused STALE_CONTROLLER_EPOCH
     36      4     controller_id     i32, the broker id of that controller (-1 none)
+    40      8     zk_controller     what ZooKeeper says (cluster mode), one aligned
+                                    u64 so a reader never sees half of it:
+                                    low u32 the ``/controller_epoch`` value,
+                                    high i32 the ``/controller`` broker id; all
+                                    ones: not read yet, or no controller
+                                    confirmed (the epoch is older than the
+                                    ``/controller`` node). Written only by
+                                    ``hb-registrar`` (registrar_fence.py)
+    48      4     unconfirmed       u32, bumped by a handler (admin lock held)
+                                    each time it refuses a controller request
+                                    CONTROLLER_NOT_CONFIRMED: the registrar
+                                    reads ZooKeeper again when it moves
+
+In cluster mode a controller request is taken only when its epoch is at
+least ``controller_epoch`` (else STALE_CONTROLLER_EPOCH) and at most the
+published ``zk_controller`` epoch, and, at that epoch, from the published
+id (else CONTROLLER_NOT_CONFIRMED): a client cannot raise the epoch past
+the real controller's.
 
 Peer slot (256 bytes)::
 
@@ -61,6 +79,9 @@ PEER_LAYOUT = SlotLayout(
 
 _CONTROLLER_EPOCH_AT = 32
 _CONTROLLER_ID_AT = 36
+_ZK_CONTROLLER_AT = 40  # 8-aligned: one u64 store
+_UNCONFIRMED_AT = 48
+_ZK_NONE = 2**64 - 1
 _U32 = struct.Struct("<I")
 _I32 = struct.Struct("<i")
 
@@ -100,6 +121,7 @@ class PeersTable(SlotTable):
                layout: SlotLayout | None = None) -> "PeersTable":
         table = super().create(region_or_name, slots, layout)
         table._set_i32(_CONTROLLER_ID_AT, -1)
+        table._u64[_ZK_CONTROLLER_AT >> 3] = _ZK_NONE
         return table
 
     def _set_i32(self, at: int, value: int) -> None:
@@ -124,6 +146,52 @@ class PeersTable(SlotTable):
         if not -1 <= broker_id <= BROKER_ID_MAX:
             raise ValueError(f"controller id {broker_id} not in -1..{BROKER_ID_MAX}")
         self._set_i32(_CONTROLLER_ID_AT, broker_id)
+
+    # -- what ZooKeeper says (cluster mode) -----------------------------------
+    @property
+    def zk_controller(self) -> tuple[int, int] | None:
+        """``(zk_controller_epoch, zk_controller_id)`` as the registrar last
+        published them; None before the first read or while no controller is
+        confirmed."""
+        word = self._u64[_ZK_CONTROLLER_AT >> 3]
+        if word == _ZK_NONE:
+            return None
+        epoch, broker_id = word & 0xFFFFFFFF, word >> 32
+        return epoch, broker_id - (1 << 32) if broker_id >= 1 << 31 else broker_id
+
+    @property
+    def zk_controller_epoch(self) -> int:
+        """The published ``/controller_epoch`` (-1: none confirmed)."""
+        zk = self.zk_controller
+        return -1 if zk is None else zk[0]
+
+    @property
+    def zk_controller_id(self) -> int:
+        """The published ``/controller`` broker id (-1: none confirmed)."""
+        zk = self.zk_controller
+        return -1 if zk is None else zk[1]
+
+    def set_zk_controller(self, epoch: int | None, broker_id: int | None) -> None:
+        """Publish what ZooKeeper says, in one store (the registrar only); None:
+        no controller confirmed."""
+        if epoch is None or broker_id is None:
+            self._u64[_ZK_CONTROLLER_AT >> 3] = _ZK_NONE
+            return
+        if not 0 <= epoch < 2**31:
+            raise ValueError(f"controller epoch {epoch} not in 0..2^31-1")
+        if not 0 <= broker_id <= BROKER_ID_MAX:
+            raise ValueError(f"controller id {broker_id} not in 0..{BROKER_ID_MAX}")
+        self._u64[_ZK_CONTROLLER_AT >> 3] = epoch | broker_id << 32
+
+    @property
+    def unconfirmed(self) -> int:
+        """How many controller requests handlers refused CONTROLLER_NOT_CONFIRMED
+        (wraps at 2^32)."""
+        return _U32.unpack_from(self._buf, _UNCONFIRMED_AT)[0]
+
+    def note_unconfirmed(self) -> None:
+        """A handler refused a controller request unconfirmed (hold the admin lock)."""
+        _U32.pack_into(self._buf, _UNCONFIRMED_AT, (self.unconfirmed + 1) & 0xFFFFFFFF)
 
     # -- peers ---------------------------------------------------------------
     def _find(self, broker_id: int) -> int | None:

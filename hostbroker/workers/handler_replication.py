@@ -5,7 +5,9 @@ place a handler serves what ``hostbroker.protocol.replication`` decodes
 (docs/spec/protocol.md, "Replication"):
 
 - LEADER_AND_ISR (14): refused STALE_CONTROLLER_EPOCH below the highest
-  controller epoch seen (the peers table's header, ``shm/peers.py``); else
+  controller epoch seen (the peers table's header, ``shm/peers.py``), and in
+  cluster mode CONTROLLER_NOT_CONFIRMED when ZooKeeper does not name its
+  controller and epoch (as the registrar published them there); else
   under the admin lock the epoch and controller are stored, the brokers it
   names go to the peers table, and each partition this broker is a replica
   of and does not hold yet is created (``partition.json`` says
@@ -26,8 +28,8 @@ place a handler serves what ``hostbroker.protocol.replication`` decodes
 - METADATA v1: leaders, epochs, replicas and ISR from the partition table,
   the brokers from the peers table.
 
-Access control is issue 38's: today a LEADER_AND_ISR from any client is
-refused only by its controller epoch (docs/architecture.md).
+Access control is issue 38's: today a LEADER_AND_ISR from any client that
+names the current controller and epoch is taken (docs/cluster.md).
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ class Replication:
         if name:
             self.peers = PeersTable.attach(name)
         self.broker_id = self.config["broker.id"]
+        self.cluster_mode = bool(self.config["zookeeper.connect"].strip())
         # slot -> ((topic, epoch_start, leader_epoch), cache): a partition's
         # leader-epoch-checkpoint as last loaded
         self.epoch_caches: dict[int, tuple] = {}
@@ -84,12 +87,22 @@ class Replication:
     def _take_controller_epoch(self, controller_id: int, controller_epoch: int) -> ErrorCode:
         """Take the controller's epoch (admin lock held): STALE_CONTROLLER_EPOCH
         below the highest seen, REPLICA_NOT_AVAILABLE on a broker with no
-        replication (standalone), else NONE and the epoch is the highest."""
+        replication; in cluster mode CONTROLLER_NOT_CONFIRMED unless ZooKeeper
+        (as this broker's registrar published it, ``shm/peers.py``) names this
+        controller: an epoch above ``/controller_epoch``, or at it from another
+        broker than ``/controller``, changes nothing (and asks the registrar to
+        read ZooKeeper again). Else NONE and the epoch is the highest."""
         peers = self.peers
         if peers is None:
             return ErrorCode.REPLICA_NOT_AVAILABLE
         if controller_epoch < peers.controller_epoch:
             return ErrorCode.STALE_CONTROLLER_EPOCH
+        if self.cluster_mode:
+            zk = peers.zk_controller
+            if zk is None or controller_epoch > zk[0] or (
+                    controller_epoch == zk[0] and controller_id != zk[1]):
+                peers.note_unconfirmed()
+                return ErrorCode.CONTROLLER_NOT_CONFIRMED
         peers.set_controller_epoch(controller_epoch)
         peers.set_controller_id(controller_id)
         return ErrorCode.NONE

@@ -44,7 +44,9 @@ Replication (hostbroker/workers/registrar_controller.py and registrar_isr.py):
 the same loop runs the controller role when this broker holds
 ``/controller``, writes the ISR changes this broker's leaders want (ISR
 commits), and on SIGTERM, before the session closes, asks the controller to
-move this broker's leaderships away (``controlled.shutdown.enable``).
+move this broker's leaderships away (``controlled.shutdown.enable``); it
+publishes which controller and epoch ZooKeeper names, the only ones this
+broker's handlers take requests from (registrar_fence.py).
 Partitions of replicated topics (slot ``role`` other than ROLE_PLAIN) are
 never registered as 0.7 child nodes.
 """
@@ -60,9 +62,11 @@ import time
 from hostbroker.cluster.registry import BrokerIdTaken, Registration, advertised_info
 from hostbroker.shm import procs
 from hostbroker.shm import table as ptable
+from hostbroker.shm.peers import PeersTable
 from hostbroker.shm.table import PartitionTable
 from hostbroker.workers.base import EXIT_BOOT_FAILED, EXIT_OK, EXIT_REFUSED, Worker
 from hostbroker.workers.registrar_controller import ControllerRole
+from hostbroker.workers.registrar_fence import ControllerFence
 from hostbroker.workers.registrar_isr import IsrCommits
 
 _TICK_S = 0.1  # partition-table generation poll
@@ -138,11 +142,13 @@ class RegistrarWorker(Worker):
         self._state_lock = threading.Lock()
         self.role = ControllerRole(self)
         self.isr_commits = IsrCommits(self, self.table)
+        self.fence = ControllerFence(self, PeersTable.attach(self.plan.peers_name))
         self._refresh_topics()
         if self.epoch == 1:
             self._first_registration()
         else:
             self._try_connect()
+        self.fence.poll()  # the controller ZooKeeper names, known before the listeners open
         self.board.set_state(self.slot, procs.WORKER_READY)
 
     # -- ZooKeeper session ------------------------------------------------------
@@ -390,6 +396,7 @@ class RegistrarWorker(Worker):
             if self.suspects and not self.dirty:
                 self._repair()
             self.role.step()
+            self.fence.poll()
             self.isr_commits.poll()
         sel.close()
         if self.config["controlled.shutdown.enable"] and holds_replicas(self.table):

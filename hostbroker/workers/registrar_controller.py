@@ -17,7 +17,11 @@ session and its loop; nothing here starts a process.
   call bounded by ``controller.socket.timeout.ms``. A failed send is sent
   again after reconnecting; a full queue (``_QUEUE``) is emptied and the
   broker is sent everything again. A broker answering STALE_CONTROLLER_EPOCH
-  means another controller exists: the loop re-checks ``/controller``.
+  means another controller exists: the loop re-checks ``/controller``. A
+  request answered CONTROLLER_NOT_CONFIRMED (the broker's registrar has not
+  read this controller's epoch from ZooKeeper yet), BROKER_NOT_AVAILABLE or
+  REQUEST_TIMED_OUT is sent again after the backoff; refused that way for
+  ``_STALE_EVERY_S``, the loop checks that ``/controller`` is still ours.
 
 The ISR commits every broker's registrar makes are in
 hostbroker/workers/registrar_isr.py.
@@ -47,6 +51,11 @@ _MAX_ANSWER_BYTES = 16 << 20  # a controller request's answer is a short list of
 _POLL_S = 2.0  # admin nodes are looked at this often even without a watch event
 _STALE_CONTROLLER_EPOCH = ErrorCode.STALE_CONTROLLER_EPOCH
 _STALE_EVERY_S = 5.0  # at most one new epoch this often on STALE_CONTROLLER_EPOCH answers
+# answers after which the same request is sent again (after the backoff): the
+# broker has not confirmed this controller in ZooKeeper yet, or could not
+# take it now; any other code ends the request
+_RETRIED = frozenset({ErrorCode.CONTROLLER_NOT_CONFIRMED, ErrorCode.BROKER_NOT_AVAILABLE,
+                      ErrorCode.REQUEST_TIMED_OUT})
 
 
 def _say(line: str) -> None:
@@ -77,12 +86,13 @@ def request_of(notice: ctl.Notice, controller_id: int):
 
 class BrokerSender:
     """One broker's queue of controller requests and the thread that sends them
-    (see the module docstring). ``on_stale()`` and ``on_overflow(broker_id)`` are
-    called from the thread; they must only note and ring."""
+    (see the module docstring). ``on_stale()``, ``on_overflow(broker_id)`` and
+    ``on_unconfirmed()`` are called from the thread; they must only note and ring."""
 
     def __init__(self, info: paths.BrokerInfo, controller_id: int, timeout_s: float,
-                 on_stale, on_overflow):
+                 on_stale, on_overflow, on_unconfirmed=None):
         self.info = info
+        self.on_unconfirmed = on_unconfirmed or (lambda: None)
         self.controller_id = controller_id
         self.timeout_s = timeout_s
         self.on_stale = on_stale
@@ -190,6 +200,7 @@ class BrokerSender:
             if notice is None or self.stopped.is_set():
                 break
             self._busy = True
+            refused_since = 0.0
             while not self.stopped.is_set():
                 try:
                     code = self._send(notice)
@@ -199,10 +210,26 @@ class BrokerSender:
                     self.stopped.wait(backoff)
                     backoff = min(backoff * 2, _BACKOFF_MAX_S)
                     continue
+                if code in _RETRIED:
+                    # not taken yet: this broker's registrar has not read our
+                    # epoch from ZooKeeper, or its handler was busy; the same
+                    # request again (later ones wait behind it, in order)
+                    now = time.monotonic()
+                    refused_since = refused_since or now
+                    if now - refused_since >= _STALE_EVERY_S:
+                        refused_since = now
+                        self.on_unconfirmed()  # still the controller ZooKeeper names?
+                    self.stopped.wait(backoff)
+                    backoff = min(backoff * 2, _BACKOFF_MAX_S)
+                    continue
                 backoff = _BACKOFF_MIN_S
                 self.sent += 1
                 if code == _STALE_CONTROLLER_EPOCH:
                     self.on_stale()
+                elif code:
+                    log.debug("controller: broker %d refused a request: %s",
+                              self.info.broker_id, ErrorCode(code).name
+                              if code in ErrorCode._value2member_map_ else code)
                 break
             self._busy = False
         self._close()
@@ -289,6 +316,12 @@ class ControllerRole:
                 self._try_take_over(client)
             return
         now = time.monotonic()
+        if "unconfirmed" in events and "stale" not in events \
+                and not self.controller.still_controller():
+            _say(f"hb-registrar: broker {self.broker_id} is no longer the controller")
+            self.resign()
+            self._try_take_over(client)
+            return
         if "stale" in events:
             if not self.controller.still_controller():
                 _say(f"hb-registrar: broker {self.broker_id} is no longer the controller")
@@ -297,9 +330,10 @@ class ControllerRole:
                 return
             if now >= self.stale_after:  # a broker saw a newer epoch, yet /controller is ours
                 self.stale_after = now + _STALE_EVERY_S
+                refused = self.controller.epoch
                 self.controller.bump_epoch()
                 _say(f"hb-registrar: a broker refused controller epoch "
-                     f"{self.controller.epoch - 1}; broker {self.broker_id} goes on as the "
+                     f"{refused}; broker {self.broker_id} goes on as the "
                      f"controller in epoch {self.controller.epoch}")
                 self.controller.rebuild()
                 self._sync_senders()
@@ -364,7 +398,7 @@ class ControllerRole:
         if sender is None:
             sender = self.senders[notice.broker_id] = BrokerSender(
                 info, self.broker_id, self.timeout_s, lambda: self.note("stale"),
-                self._overflow).start()
+                self._overflow, lambda: self.note("unconfirmed")).start()
         sender.put(notice)
 
     def _sync_senders(self) -> None:

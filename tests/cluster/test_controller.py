@@ -287,12 +287,15 @@ def test_a_broker_that_saw_a_newer_epoch_makes_the_controller_take_a_new_one(
     wait_until(lambda: controller(zk) is not None)
     holder, epoch = controller(zk)
     other = 3 - holder
-    # a controller of a newer epoch (say one cut off from ZooKeeper and replaced, seen
-    # here out of order) spoke to the other broker: our epoch is stale there now
-    assert leader_and_isr(brokers[other], 9, epoch + 1) == 0
-    assert leader_and_isr(brokers[other], 9, epoch) == 25  # STALE_CONTROLLER_EPOCH
+    # ZooKeeper's epoch moved past the controller's own (say a controller cut off and
+    # replaced meanwhile), and a request of that epoch reached the other broker: our
+    # epoch is stale there now (a client's epoch past ZooKeeper's is never taken)
+    assert leader_and_isr(brokers[other], holder, epoch + 1) == 29  # not confirmed
+    zk.set(zknodes.CONTROLLER_EPOCH, str(epoch + 1).encode())
+    wait_until(lambda: leader_and_isr(brokers[other], holder, epoch + 1) == 0)
+    assert leader_and_isr(brokers[other], holder, epoch) == 25  # STALE_CONTROLLER_EPOCH
     assert create(connect, "after", 1, 2).returncode == 0
-    wait_until(lambda: controller(zk) == (holder, epoch + 1), timeout=10)
+    wait_until(lambda: controller(zk) == (holder, epoch + 2), timeout=10)
     assert f"a broker refused controller epoch {epoch}" in brokers[holder].log()
     # told again in the new epoch, the broker took the partition
     wait_until(lambda: (tmp_path / f"b{other}" / "logs" / "after_0").is_dir())

@@ -1,6 +1,7 @@
 """Followers copying their leader, for real: two ``hostbroker serve`` processes
 in cluster mode, told who leads by LEADER_AND_ISR requests sent here by hand
-(the controller's part is not needed to see the follower's), ``hb-replica``
+(the controller's part is not needed to see the follower's: the test is the
+controller ZooKeeper names, broker 99 in epoch 1), ``hb-replica``
 of the follower fetching over the leader's listener and appending through its
 writer. Replicas are byte-identical, so their segment files are compared.
 
@@ -14,6 +15,7 @@ import glob
 import os
 import signal
 import time
+from contextlib import ExitStack
 
 import psutil
 import pytest
@@ -23,6 +25,7 @@ from hostbroker.log.message import encode_message_set
 from hostbroker.log.segments import partition_dirname
 from hostbroker.protocol import replication as rproto
 from hostbroker.protocol.bodies import MetadataBroker
+from tests.cluster.controller_by_hand import be_the_controller
 from tests.cluster.zkserver import ZooKeeperServer
 from tests.integration.broker import Broker
 from tests.integration.wire_helpers import RawSocket, new_topic
@@ -36,7 +39,9 @@ CONTROLLER = 99
 def pair(tmp_path_factory):
     zk = ZooKeeperServer(tmp_path_factory.mktemp("zk")).start()
     brokers = {}
+    stack = ExitStack()
     try:
+        stack.enter_context(be_the_controller(zk.connect, CONTROLLER))
         for broker_id in (1, 2):
             brokers[broker_id] = Broker(tmp_path_factory.mktemp(f"b{broker_id}"), **{
                 **FAST, "zookeeper.connect": zk.connect, "broker.id": broker_id}).start()
@@ -48,6 +53,7 @@ def pair(tmp_path_factory):
             except Exception:  # noqa: BLE001 - already failing; leave nothing behind
                 broker.kill_tree()
             broker.remove_leftovers()
+        stack.close()
         zk.stop()
 
 

@@ -5,8 +5,8 @@ acks=-1 and moves its high watermark as the follower's fetches come
 
 Two real brokers: the leader (7) standalone, the follower (8) in cluster
 mode, whose ``hb-replica`` does the fetching; both are told their roles by
-LEADER_AND_ISR sent by hand, as a controller would. A real ZooKeeper, one
-for the module."""
+LEADER_AND_ISR sent by hand, as a controller would (the one ZooKeeper names
+to the follower: broker 99 in epoch 1). A real ZooKeeper, one for the module."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from hostbroker.errors import ErrorCode
 from hostbroker.log.message import encode_message_set
 from hostbroker.protocol import replication as rproto
 from hostbroker.protocol.bodies import MetadataBroker
+from tests.cluster.controller_by_hand import be_the_controller
 from tests.cluster.zkserver import ZooKeeperServer
 from tests.integration.broker import Broker
 from tests.integration.wire_helpers import RawSocket, produce_request, stop_or_kill, wait_for
@@ -33,8 +34,11 @@ SEGMENT = "00000000000000000000.kafka"
 @pytest.fixture(scope="module")
 def zookeeper(tmp_path_factory):
     server = ZooKeeperServer(tmp_path_factory.mktemp("zk")).start()
-    yield server
-    server.stop()
+    try:
+        with be_the_controller(server.connect, 99):  # the one the follower takes requests from
+            yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture

@@ -3,7 +3,8 @@ sends garbage, answers larger than it asked for, entries that do not check,
 data from a leader epoch that is not yet, or nothing at all.
 
 The follower is a real broker in cluster mode (broker 2), made a follower by
-a LEADER_AND_ISR sent here by hand; the leader is a socket server of this
+a LEADER_AND_ISR sent here by hand (as the controller ZooKeeper names:
+broker 99 in epoch 1); the leader is a socket server of this
 test that speaks as it is told. In every case the follower drops what it was
 sent, appends nothing that does not check, says so in its log, tries again
 after ``replica.fetch.backoff.ms`` (or ``replica.socket.timeout.ms`` of
@@ -19,6 +20,7 @@ import socket
 import struct
 import threading
 import time
+from contextlib import ExitStack
 
 import pytest
 
@@ -27,6 +29,7 @@ from hostbroker.log.message import encode_message_set
 from hostbroker.log.segments import partition_dirname
 from hostbroker.protocol import replication as rproto
 from hostbroker.protocol.bodies import MetadataBroker
+from tests.cluster.controller_by_hand import be_the_controller
 from tests.cluster.zkserver import ZooKeeperServer
 from tests.integration.broker import Broker
 from tests.integration.wire_helpers import RawSocket, new_topic
@@ -43,7 +46,9 @@ _leader_ids = iter(range(11, 1000))
 def follower(tmp_path_factory):
     zk = ZooKeeperServer(tmp_path_factory.mktemp("zk")).start()
     broker = None
+    stack = ExitStack()
     try:
+        stack.enter_context(be_the_controller(zk.connect, 99))
         broker = Broker(tmp_path_factory.mktemp("follower"), **{
             **SETTINGS, "zookeeper.connect": zk.connect}).start()
         yield broker
@@ -54,6 +59,7 @@ def follower(tmp_path_factory):
             except Exception:  # noqa: BLE001 - already failing; leave nothing behind
                 broker.kill_tree()
             broker.remove_leftovers()
+        stack.close()
         zk.stop()
 
 

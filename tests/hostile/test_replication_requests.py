@@ -1,7 +1,9 @@
 """Replication's requests from a client that is no controller and no
 follower (docs/architecture.md, "Replication in handlers and processors"):
-until access control (issue 38) a LEADER_AND_ISR or STOP_REPLICA is refused
-only by its controller epoch, so what any client may send must not take
+until access control (issue 38) a standalone broker (as here) refuses a
+LEADER_AND_ISR or STOP_REPLICA only by its controller epoch (in cluster mode
+also by what ZooKeeper says: test_controller_fence.py), so what any client
+may send must not take
 over, stop or delete an unreplicated topic, move a watermark it is no
 replica of, or make the broker create what its limits forbid. Malformed
 ones get an error frame and the close. The ``session`` fixture checks

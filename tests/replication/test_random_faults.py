@@ -13,8 +13,8 @@ fault at a time every 2 to 5 s, does one of:
 At most one broker is down at a time. Afterwards every broker runs, every ISR is full
 again, and the invariant is checked: nothing acknowledged is lost, and no replica
 differs from the leader below the high watermark. The seed is printed (and taken from
-``HB_FAULT_SEED``) so a failing schedule can be run again. docs/replication.md records
-what it ran.
+``HB_FAULT_SEED``) so a failing schedule can be run again. docs/testing.md
+("Replication") records what it ran.
 """
 
 from __future__ import annotations

@@ -55,3 +55,28 @@ def test_another_layout_is_not_taken_for_a_peers_table(created):
     table = created(PartitionTable, "table", 4)
     with pytest.raises(LayoutError):
         PeersTable.attach(table.name)
+
+
+def test_what_zookeeper_says_is_published_in_one_word_and_read_by_another_handle(peers):
+    assert peers.zk_controller is None
+    assert (peers.zk_controller_epoch, peers.zk_controller_id) == (-1, -1)
+    other = PeersTable.attach(peers.name)
+    try:
+        peers.set_zk_controller(2**31 - 1, 2**31 - 1)
+        assert other.zk_controller == (2**31 - 1, 2**31 - 1)
+        peers.set_zk_controller(5, 3)
+        assert (other.zk_controller_epoch, other.zk_controller_id) == (5, 3)
+        peers.set_zk_controller(None, None)
+        assert other.zk_controller is None
+        assert other.unconfirmed == 0
+        peers.note_unconfirmed()
+        peers.note_unconfirmed()
+        assert other.unconfirmed == 2
+    finally:
+        other.close()
+    with pytest.raises(ValueError, match="controller epoch"):
+        peers.set_zk_controller(2**31, 1)
+    with pytest.raises(ValueError, match="controller id"):
+        peers.set_zk_controller(1, -1)
+    # the highest epoch seen is a separate word
+    assert (peers.controller_epoch, peers.controller_id) == (0, -1)
