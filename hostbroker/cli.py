@@ -336,7 +336,8 @@ def _add_producer_options(parser: argparse.ArgumentParser) -> None:
                         help="compression.codec: one compressed wrapper per batch and "
                              "partition (default none)")
     parser.add_argument("--acks", type=int, choices=(-1, 0, 1),
-                        help="request.required.acks: 0 no answer, 1 written, -1 flushed "
+                        help="request.required.acks: 0 no answer, 1 written, -1 flushed (and, "
+                             "for a replicated topic, held by every in-sync replica) "
                              "(default 1)")
     parser.add_argument("--batch-size", type=int, metavar="N",
                         help="batch.size: messages per batch in async mode (default 200)")
@@ -359,7 +360,8 @@ def _add_produce(sub) -> None:
                     "format has no key field, so the key only chooses the partition (same key, "
                     "same partition) and is not stored; the message is the rest of the line. "
                     "With --zookeeper the partitions are the cluster's sorted (broker, "
-                    "partition) pairs. Exit status 1 if any message was not acknowledged.")
+                    "partition) pairs, or a replicated topic's partitions, each sent to its "
+                    "leader. Exit status 1 if any message was not acknowledged.")
     _add_client_target(produce)
     produce.add_argument("--topic", required=True)
     produce.add_argument("--key-separator", metavar="S",
@@ -390,7 +392,8 @@ def _add_consume(sub) -> None:
                     "--from-beginning or --offset; no offsets are kept. With --group: from "
                     "the group's committed offsets (--from-beginning where it has none), and "
                     "what was printed is committed on exit. With --zookeeper: every (broker, "
-                    "partition) of the cluster, as a member of --group in ZooKeeper, or "
+                    "partition) of the cluster (a replicated topic's partitions: each read "
+                    "from its leader), as a member of --group in ZooKeeper, or "
                     "without --group of a group of its own that keeps nothing. Stops after "
                     "--max-messages, after --timeout-ms without a message, or on "
                     "Ctrl-C/SIGTERM (status 0).")

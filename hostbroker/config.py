@@ -194,6 +194,12 @@ SETTINGS: tuple[Setting, ...] = (
             "Message-set bytes a follower asks of each partition in one FETCH from its "
             "leader (more for a partition whose next entry is larger, up to "
             "socket.request.max.bytes).", _between(1024, 2**30)),
+    Setting("replica.fetch.response.max.bytes", int, 10485760,
+            "Most bytes one FETCH of a follower may bring back from its leader, all "
+            "partitions together: partitions past it wait for the next FETCH (one "
+            "partition always goes, with its replica.fetch.max.bytes); an answer "
+            "announcing more than its request can bring is refused before it is read.",
+            _between(1024, 2**30)),
     Setting("replica.fetch.wait.max.ms", int, 500,
             "Longest a follower's FETCH waits at its leader for new data (long poll).",
             _between(1, 600000)),
@@ -206,7 +212,8 @@ SETTINGS: tuple[Setting, ...] = (
             "the follower connects again after replica.fetch.backoff.ms.", _at_least(1)),
     Setting("replica.fetch.backoff.ms", int, 1000,
             "How long a follower waits before it tries a partition (or a leader) again "
-            "after an error.", _between(0, 600000)),
+            "after an error (at least 10: a leader that refuses at once must not make "
+            "the follower spin).", _between(10, 600000)),
     # Limits and sizes of this implementation (all enforced).
     Setting("max.in.flight.requests.per.connection", int, 1000,
             "A processor stops reading a connection with this many requests not completely "

@@ -32,6 +32,7 @@ def test_file_then_set_later_wins(tmp_path):
     ("num.handlers=0", "num.handlers: must be between 1 and 256"),
     ("auto.create.topics.enable=yes", "auto.create.topics.enable: expected true or false"),
     ("ring.bytes=100000", "ring.bytes: must be a power of two"),
+    ("replica.fetch.backoff.ms=0", "replica.fetch.backoff.ms: must be between 10 and 600000"),
     ("log.dirs=,", "log.dirs: must name at least one entry"),
     ("broker.id", "expected KEY=VALUE"),
 ])

@@ -1,6 +1,6 @@
 """Where each partition of a replicated topic is led: the clients' leader map.
 
-A replicated topic (docs/cluster.md, "Replication") has global partition
+A replicated topic (docs/cluster.md, "Replicated topics") has global partition
 numbers; each partition has one leader, the only broker that takes its
 produces and serves its consumers. Leaders move (a broker dies, the
 controller elects another, a preferred-replica election moves one back), so

@@ -231,15 +231,20 @@ class Producer(AsyncQueue):
         producer's latest picture of ZooKeeper, which an explicit ``partition=i``
         indexes (empty while no live broker has registered the topic); for a
         replicated topic ``(leader, partition)`` per global partition, as last read
-        (leader -1: none live). None for a producer given brokers, whose explicit
-        partitions are the broker's own (a replicated topic's: its global ones)."""
+        (leader -1: none live, or not looked up yet: nothing sent to it so far).
+        None for a producer given brokers, whose explicit partitions are the
+        broker's own (a replicated topic's: its global ones)."""
         cluster = self._dispatcher.cluster
         if not isinstance(cluster, ZkCluster):
             return None
         known = cluster.cached(topic)
         if known is not None and known.replicated:
             return tuple((ref.broker_id, ref.partition) for ref in known.partitions)
-        return tuple(cluster.snapshot.partitions(topic))
+        snapshot = cluster.snapshot
+        count = snapshot.replicated.get(topic)
+        if count:
+            return tuple((-1, p) for p in range(count))
+        return tuple(snapshot.partitions(topic))
 
     # -- what every send checks in the caller's thread -----------------------------
 

@@ -105,6 +105,23 @@ class Controller:
             del names[self.bounds.children:]
         return names
 
+    def _request(self, path: str):
+        """(data, stat) of an admin request node, or None. One too long to read is
+        removed (reported): left in place, it would block every later request."""
+        from kazoo.exceptions import NoNodeError
+
+        try:
+            data, stat = self._wait(self.client.get_async(path))
+        except NoNodeError:
+            return None
+        try:
+            zkread.check_size(data, path, self.bounds)
+        except ValueError as exc:
+            self.report(path, f"{exc}; removed")
+            self._delete(path)
+            return None
+        return data, stat
+
     def _delete(self, path: str, recursive: bool = False) -> None:
         from kazoo.exceptions import NoNodeError, NotEmptyError
 
@@ -474,7 +491,7 @@ class Controller:
         the admin node removed. Returns the partitions moved."""
         path = zknodes.PREFERRED_REPLICA_ELECTION
         if only is None:
-            found = self._get(path)
+            found = self._request(path)
             if found is None:
                 return []
             try:
@@ -500,12 +517,16 @@ class Controller:
         removed. Returns the brokers done."""
         done = []
         for name in self._children(zknodes.CONTROLLED_SHUTDOWN):
-            if not name.isascii() or not name.isdigit() or len(name) > 10:
-                self._delete(f"{zknodes.CONTROLLED_SHUTDOWN}/{name}")
+            path = f"{zknodes.CONTROLLED_SHUTDOWN}/{name}"
+            try:
+                broker_id = zknodes.decode_broker_id_name(name, path)
+            except ValueError as exc:
+                self.report(path, f"{exc}; removed")
+                self._delete(path)
                 continue
-            self.shut_down(int(name))
-            self._delete(f"{zknodes.CONTROLLED_SHUTDOWN}/{name}")
-            done.append(int(name))
+            self.shut_down(broker_id)
+            self._delete(path)
+            done.append(broker_id)
         return done
 
     def shut_down(self, gone: int) -> list[TP]:
@@ -533,7 +554,7 @@ class Controller:
         from kazoo.exceptions import BadVersionError, NoNodeError
 
         path = zknodes.REASSIGN_PARTITIONS
-        found = self._get(path)
+        found = self._request(path)
         if found is None:
             return []
         try:
@@ -612,9 +633,9 @@ class Controller:
                                   s.controller_epoch)
 
         if not self._write(topic, p, settle, fresh=False):
-            state, _ = self.read_state(topic, p)
-            if state is None or settle(Partition(union, state)) is not None:
-                return False
+            # not settled: a new replica left the ISR, none of them can lead, or the
+            # races went on; the old replicas keep their copies until the next look
+            return False
         old = [b for b in union if b not in target]
         self._write_assignment(topic, p, target)
         part.replicas = target

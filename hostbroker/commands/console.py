@@ -33,7 +33,10 @@ would otherwise wait forever without a word).
 Cluster mode (``--zookeeper HOST:PORT[,...][/CHROOT]`` instead of
 ``--bootstrap``): ``produce`` sends through a producer that finds the
 brokers and the topic's sorted ``(broker_id, partition)`` pairs in
-ZooKeeper; ``consume --group G`` is a member of the group in ZooKeeper (the
+ZooKeeper; for a replicated topic (its assignment in ZooKeeper) it sends
+each of the topic's global partitions to the broker that leads it, and
+follows the leader when it moves (``NOT_LEADER_FOR_PARTITION`` looks the
+leaders up again). ``consume --group G`` is a member of the group in ZooKeeper (the
 range rebalance gives it its partitions; offsets are kept in ZooKeeper).
 ``consume`` without ``--group`` reads every partition of every broker
 through a group of its own, named ``hostbroker-console-`` and random hex,

@@ -44,9 +44,11 @@ def elect(topics: Iterable[str] = (), *, zookeeper: str, out: TextIO = sys.stdou
         if not moves:
             print("every partition is led by its preferred replica", file=out)
             return status
+        data = replicated.request_value(
+            zknodes.encode_preferred_election(moves), zknodes.decode_preferred_election,
+            zknodes.PREFERRED_REPLICA_ELECTION, "name fewer topics with --topic")
         try:
-            client.create(zknodes.PREFERRED_REPLICA_ELECTION,
-                          zknodes.encode_preferred_election(moves), makepath=True)
+            client.create(zknodes.PREFERRED_REPLICA_ELECTION, data, makepath=True)
         except NodeExistsError:
             raise CommandError("a preferred replica election is already in progress "
                                f"({zknodes.PREFERRED_REPLICA_ELECTION} exists)") from None

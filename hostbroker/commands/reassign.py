@@ -5,7 +5,8 @@ Kafka's JSON files, so its users' files work unchanged:
 - ``generate --topics-to-move-json-file F --broker-list 1,2,3``: F is
   ``{"version":1,"topics":[{"topic":"t"}]}``; prints the current assignment
   of those topics and a proposed one over the brokers listed (the same
-  round-robin as ``topics create``), both as reassignment JSON.
+  round-robin as ``topics create``; partitions that would stay as they are
+  left out), both as reassignment JSON.
 - ``execute --reassignment-json-file F``: F is
   ``{"version":1,"partitions":[{"topic":t,"partition":p,"replicas":[ids]}]}``;
   writes ``/admin/reassign_partitions`` (the controller adds the new
@@ -107,7 +108,7 @@ def generate(topics_file: str, broker_list: str, *, zookeeper: str, out: TextIO 
              err: TextIO = sys.stderr) -> int:
     """Print the current and a proposed assignment of the topics of ``topics_file``."""
     from hostbroker.commands import replicated
-    from hostbroker.replication.assignment import assign_replicas
+    from hostbroker.replication.assignment import reassignment_plan
 
     topics = _topics_file(topics_file)
     brokers = _broker_list(broker_list)
@@ -118,13 +119,13 @@ def generate(topics_file: str, broker_list: str, *, zookeeper: str, out: TextIO 
             if found is None:
                 raise CommandError(f"no replicated topic {topic}")
             current[topic] = found
-    proposed = {}
-    for topic, parts in current.items():
-        factor = max(len(r) for r in parts.values())
-        try:
-            proposed[topic] = assign_replicas(brokers, len(parts), factor)
-        except ValueError as exc:
-            raise CommandError(f"cannot place topic {topic}: {exc}") from None
+    try:
+        plan = reassignment_plan(current, brokers)
+    except ValueError as exc:
+        raise CommandError(f"cannot place {exc}") from None
+    proposed: dict[str, dict[int, list[int]]] = {}
+    for (topic, p), replicas in plan.items():
+        proposed.setdefault(topic, {})[p] = replicas
     print("Current partition replica assignment", file=out)
     print(_document(current), file=out)
     print("", file=out)
@@ -168,9 +169,11 @@ def execute(reassignment_file: str, *, zookeeper: str, out: TextIO = sys.stdout,
             if gone:
                 raise CommandError(f"{topic}-{p}: broker{'s' if len(gone) > 1 else ''} "
                                    f"{', '.join(map(str, gone))} not live")
+        data = replicated.request_value(
+            zknodes.encode_reassignment(wanted), zknodes.decode_reassignment,
+            zknodes.REASSIGN_PARTITIONS, "split the file into smaller reassignments")
         try:
-            client.create(zknodes.REASSIGN_PARTITIONS, zknodes.encode_reassignment(wanted),
-                          makepath=True)
+            client.create(zknodes.REASSIGN_PARTITIONS, data, makepath=True)
         except NodeExistsError:
             raise CommandError("a reassignment is already in progress "
                                f"({zknodes.REASSIGN_PARTITIONS} exists)") from None

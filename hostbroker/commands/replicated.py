@@ -26,7 +26,12 @@ MIN_INSYNC = "min.insync.replicas"
 @contextmanager
 def zookeeper_client(zookeeper: str):
     """A kazoo client on ``zookeeper`` for one command (stopped after), or a command
-    error: usage for a bad connect string, 1 when no server answers."""
+    error: usage for a bad connect string, 1 when no server answers, and 1 for a
+    ZooKeeper call that fails meanwhile (no access, connection lost), named in
+    one line."""
+    from kazoo.exceptions import KazooException
+    from kazoo.handlers.threading import KazooTimeoutError
+
     from hostbroker.cluster.zk import ZooKeeperUnavailable, make_client
 
     logging.getLogger("kazoo").setLevel(logging.ERROR)
@@ -36,6 +41,9 @@ def zookeeper_client(zookeeper: str):
         raise CommandError(str(exc)) from None
     try:
         yield client
+    except (KazooException, KazooTimeoutError) as exc:
+        raise CommandError(f"ZooKeeper at {zookeeper}: {type(exc).__name__}"
+                           + (f": {exc}" if str(exc) else "")) from None
     finally:
         client.stop()
         client.close()
@@ -66,9 +74,12 @@ def live_ids(client, err: TextIO, command: str) -> list[int]:
 
 def assignment(client, topic: str, err: TextIO, command: str) -> dict[int, list[int]] | None:
     """The replicas of each partition of a replicated topic; None for a topic that is
-    not replicated (a 0.7 topic, or none)."""
+    not replicated (a 0.7 topic, or none, or a name no ZooKeeper node can have)."""
+    from hostbroker.cluster.zkread import name_ok
     from hostbroker.replication import zknodes
 
+    if not name_ok(topic) or topic in (".", ".."):
+        return None
     path = zknodes.assignment_path(topic)
     found = _get(client, path, err, command)
     if found is None:
@@ -245,6 +256,20 @@ def delete(topic: str, *, zookeeper: str, out: TextIO, err: TextIO) -> int | Non
             pass
     print(f"topic {topic} marked for deletion (the controller removes its replicas)", file=out)
     return EXIT_OK
+
+
+def request_value(data: bytes, decode, path: str, too_long: str) -> bytes:
+    """``data`` for an admin request node at ``path``, once the controller would
+    read it (``decode`` under the default bounds); else a one-line error that
+    ends with ``too_long`` (what to do instead)."""
+    from hostbroker.cluster import zkread
+
+    try:
+        zkread.check_size(data, path, zkread.DEFAULT)
+        decode(data, path, zkread.DEFAULT)
+    except ValueError as exc:
+        raise CommandError(f"{exc}; {too_long}") from None
+    return data
 
 
 def read_json_file(path: str, option: str, limit: int = 16 << 20) -> dict:

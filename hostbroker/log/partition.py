@@ -52,6 +52,7 @@ import json
 import logging
 import os
 import stat
+import struct
 import time
 from collections.abc import Callable, Mapping
 
@@ -74,6 +75,8 @@ PARTITION_FILE = "partition.json"
 _MAX_PARTITION_FILE_BYTES = 64 * 1024
 
 _APPEND_FLAGS = os.O_WRONLY | os.O_APPEND  # open_file adds O_NOFOLLOW and O_CLOEXEC
+_LENGTH = struct.Struct(">i")  # an entry's length prefix (docs/spec/log-format.md)
+_FLOOR_CHUNK = 1 << 20  # bytes read at a time by entry_floor
 
 Clock = Callable[[], int]
 
@@ -480,6 +483,40 @@ class PartitionLog:
         return deleted
 
     # -------------------------------------------------------- truncate, close
+
+    def entry_floor(self, offset: int) -> int:
+        """The largest entry boundary at or below ``offset``: where the last
+        whole entry that ends at or before it ends (``offset`` itself when it
+        is one; the log end for ``offset`` at or past it).
+
+        A follower cuts its log only there (a leader's answer may name any
+        byte). Walks the entries' length prefixes from the start of the
+        segment holding ``offset``, reading ``_FLOOR_CHUNK`` bytes at a time.
+        Raises OffsetOutOfRangeError below the log start, StorageError when
+        the segment cannot be read."""
+        if offset >= self._log_end:
+            return self._log_end
+        if offset < self.log_start_offset:
+            raise OffsetOutOfRangeError(
+                f"{offset} is below the log start {self.log_start_offset} of {self._path}")
+        base = self._bases[locate(self._bases, offset)]
+        target, pos = offset - base, 0
+        with storage_errors(f"cannot read {self.segment_path(base)}"):
+            fd = open_file(self.segment_path(base), os.O_RDONLY)
+            try:
+                chunk, chunk_at = b"", 0
+                while pos + _LENGTH.size <= target:
+                    if pos + _LENGTH.size > chunk_at + len(chunk):
+                        chunk, chunk_at = os.pread(fd, _FLOOR_CHUNK, pos), pos
+                        if len(chunk) < _LENGTH.size:
+                            break
+                    (length,) = _LENGTH.unpack_from(chunk, pos - chunk_at)
+                    if length < 0 or pos + _LENGTH.size + length > target:
+                        break
+                    pos += _LENGTH.size + length
+            finally:
+                os.close(fd)
+        return base + pos
 
     def truncate_to(self, offset: int) -> None:
         """Drop every byte at and after ``offset``, durably.

@@ -1,7 +1,7 @@
 """Replication's decisions, pure: no sockets, no ZooKeeper client, no processes.
 
 Kafka 0.8's replicas, ISR, high watermark and controller, with leader epochs
-(docs/cluster.md, "Replication"; docs/spec/zookeeper.md, "Replication"). The
+(docs/cluster.md, "Replicated topics"; docs/spec/zookeeper.md, "Replication"). The
 processes that act on these decisions live elsewhere: the controller in the
 registrar (``cluster/controller.py``), the leader's view of its followers in
 the writer, the follower's fetching in hb-replica. They all decide through
@@ -13,8 +13,8 @@ this package, so every decision can be tested in memory.
 - ``zknodes``     the replication nodes of ZooKeeper: paths, encoders, and
                   decoders that read every value as hostile (through
                   ``cluster/zkread.py``'s bounds)
-- ``election``    the controller's choices: a partition's leader and ISR after
-                  brokers come and go, the preferred leader
+- ``election``    who may lead a partition (the controller's decisions,
+                  ``cluster/controller_decisions.py``, elect through it)
 - ``isr``         the leader's view of its followers: who is caught up, the
                   ISR it wants, the high watermark (clock injected)
 """

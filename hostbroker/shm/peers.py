@@ -203,16 +203,39 @@ class PeersTable(SlotTable):
     def put(self, broker_id: int, host: str, port: int, unix: str) -> None:
         """Store (or replace) a broker's endpoint (hold the admin lock).
         ValueError for an id or endpoint out of range, or a full table."""
+        self._put(self._where(), broker_id, host, port, unix)
+
+    def put_all(self, peers) -> int:
+        """:meth:`put` each ``(broker_id, host, port, unix)`` of ``peers``, the
+        table scanned once for all of them (a LEADER_AND_ISR may name 10,000
+        brokers; a scan of a full table costs about a millisecond). Returns
+        how many were refused (out of range, or no room left)."""
+        where = self._where()
+        refused = 0
+        for broker_id, host, port, unix in peers:
+            try:
+                self._put(where, broker_id, host, port, unix)
+            except ValueError:
+                refused += 1
+        return refused
+
+    def _where(self) -> dict[int, int]:
+        """Broker id -> slot, of every known broker."""
+        return {s.broker_id: i for i, s in self.scan()}
+
+    def _put(self, where: dict[int, int], broker_id: int, host: str, port: int,
+             unix: str) -> None:
         if not 0 <= broker_id <= BROKER_ID_MAX:
             raise ValueError(f"broker id {broker_id} not in 0..{BROKER_ID_MAX}")
         info = _info(host, port, unix)
-        i = self._find(broker_id)
+        i = where.get(broker_id)
         if i is None:
-            i = self.find_free()
+            i = self.find_free() if len(where) < self.slot_count else None
             if i is None:
                 raise ValueError(f"more than {self.slot_count} peers")
             self.write(i, state=KNOWN, broker_id=broker_id, info=info)
             self.bump_generation()
+            where[broker_id] = i
         else:
             self.write(i, info=info)
 

@@ -83,8 +83,9 @@ later is PLAIN.
 ISR commit table (``ISR_COMMITS``, layout ``b"ISRC"``, 64-byte slots, one
 per partition slot, same index): ``state`` (1 once written), ``commit_version``
 (the zk version of the state node the registrar wrote), ``commit_isr`` (the
-bitmap it wrote), ``leader_epoch``. Only the registrar writes it
-(:class:`IsrCommitTable`); the leader's writer adopts a commit of its own
+bitmap it wrote), ``leader_epoch``. The registrar writes commits, the
+handler claiming a partition slot for a replica clears its commit, both
+under the admin lock (:class:`IsrCommitTable`); the leader's writer adopts a commit of its own
 ``leader_epoch`` written during its leadership (the slot's seq moved since)
 at a newer ``commit_version`` than its ``isr_version``: what ZooKeeper holds.
 
@@ -559,8 +560,6 @@ _OFFSETS_AT = PARTITION_LAYOUT._writers["start_offset"][0]
 assert [PARTITION_LAYOUT._writers[n][0] - _OFFSETS_AT for n in (
     "start_offset", "end_offset", "flushed_offset", "segment_generation")] == [0, 8, 16, 24]
 
-_ROLE_AT = PARTITION_LAYOUT._writers["role"][0]
-assert _ROLE_AT % 4 == 0
 _OFFLINE_DIRS_AT = 32
 MAX_FLAGGED_LOG_DIRS = 256  # the 32 user bytes of the header
 
@@ -644,10 +643,6 @@ class PartitionTable(SlotTable):
         created into it later starts PLAIN). Its writer, or the admin, calls it."""
         self.write(i, state=FREE, **_NO_REPLICATION)
 
-    def role(self, i: int) -> int:
-        """Slot ``i``'s role alone: one aligned load."""
-        return self._u32[(self._offset(i) + _ROLE_AT) >> 2]
-
     def owner(self, i: int) -> int:
         """Slot ``i``'s owner alone: one aligned load (set once, when the slot is claimed)."""
         return self._u32[(self._offset(i) + 16) >> 2]
@@ -691,11 +686,17 @@ class IsrCommitTable(SlotTable):
     """One slot per partition table slot (same index): the ISR the
     registrar last wrote to ZooKeeper for a partition this broker leads.
 
-    Written only by the registrar (:meth:`commit`, after the state node's
-    version-checked write), read by the partition's writer, which adopts a
-    commit of its own leader epoch written since its leadership began. A
-    commit left by a partition that had the slot before is told apart by
-    :meth:`seq`, which grows with every commit.
+    Written by the registrar (:meth:`commit`, after the state node's
+    version-checked write) and by the handler that claims the partition slot
+    for a replica (:meth:`clear`), each under the
+    :class:`~hostbroker.shm.adminlock.AdminLock`, so the seqlock has one
+    writer at a time; the registrar commits only while the partition slot
+    still holds the partition, leader epoch and leadership it wrote for.
+    So a commit left by a partition that had the slot before is gone when
+    another takes it (a writer replaced later adopts any commit it finds: its
+    predecessor may not have). Read by the partition's writer, which adopts
+    a commit of its own leader epoch written since its leadership began
+    (:meth:`seq` grows with every write).
     """
 
     LAYOUT = ISR_COMMITS
@@ -712,4 +713,5 @@ class IsrCommitTable(SlotTable):
                    leader_epoch=leader_epoch)
 
     def clear(self, slot: int) -> None:
+        """Forget slot ``slot``'s commit: its partition slot is claimed anew."""
         self.write(slot, state=FREE, commit_version=0, commit_isr=0, leader_epoch=0)

@@ -171,13 +171,14 @@ def consumer_end(s) -> tuple[int, int]:
     ``s`` (ONLINE or CREATING): all of an unreplicated log, below the high
     watermark of a replicated partition this broker leads, and nothing
     (NOT_LEADER_FOR_PARTITION, -1) of one it follows or has stopped. The
-    one place fetches (handlers, processors), OFFSETS and METADATA take it."""
+    one place fetches (handlers, processors) and OFFSETS take it; METADATA
+    gives every replica's ``readable_end``."""
     role = s.role
     if role == ptable.ROLE_PLAIN:
         return ErrorCode.NONE, s.end_offset
     if role != ptable.ROLE_LEADER:
         return ErrorCode.NOT_LEADER_FOR_PARTITION, -1
-    return ErrorCode.NONE, min(s.high_watermark, s.end_offset)
+    return ErrorCode.NONE, s.readable_end
 
 
 def broker_list(plan, broker_id: int) -> tuple:
@@ -415,8 +416,7 @@ class TableAnswers:
             s = read(slot)
             if slot in replicated:
                 # a replicated partition: its leader, and its log up to the high watermark
-                return (s.state, s.start_offset, min(s.high_watermark, s.end_offset), s.owner,
-                        s.leader)
+                return s.state, s.start_offset, s.readable_end, s.owner, s.leader
             return s.state, s.start_offset, s.end_offset, s.owner
 
         if len(names) >= _BULK_NAMES:

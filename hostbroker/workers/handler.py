@@ -155,6 +155,7 @@ class HandlerWorker(TopicAdmin, Fetching, Replication, ConsumerOffsets, Worker):
         self.draining = False
         self.broken: dict[int, None] = {}  # connections closing after a protocol error
         self._init_replication()
+        self._init_topic_names()
         self.board.set_state(self.slot, procs.WORKER_READY)
 
     # -- loop --------------------------------------------------------------
@@ -449,6 +450,8 @@ class HandlerWorker(TopicAdmin, Fetching, Replication, ConsumerOffsets, Worker):
             self.count(procs.ERRORS)
             return e.code
         if count == 0:
+            if s.role not in (ptable.ROLE_PLAIN, ptable.ROLE_LEADER):
+                return ErrorCode.NOT_LEADER_FOR_PARTITION  # as a non-empty set is answered
             pending.results[index][3] = pending.results[index][4] = s.end_offset
             return ErrorCode.NONE
         ref = None

@@ -62,9 +62,11 @@ class Replication:
         self.peers: PeersTable | None = None
         if name:
             self.peers = PeersTable.attach(name)
+        name = getattr(self.plan, "isr_commits_name", None)
+        self.isr_commits = ptable.IsrCommitTable.attach(name) if name else None
         self.broker_id = self.config["broker.id"]
         self.cluster_mode = bool(self.config["zookeeper.connect"].strip())
-        # slot -> ((topic, epoch_start, leader_epoch), cache): a partition's
+        # slot -> ((topic, partition, epoch_start, leader_epoch), cache): a partition's
         # leader-epoch-checkpoint as last loaded
         self.epoch_caches: dict[int, tuple] = {}
 
@@ -149,12 +151,10 @@ class Replication:
                 self._reply(p, conn_id, seq, corr, rproto.LeaderAndIsrResponse(code, tuple(
                     rproto.PartitionError(t, pt, code) for t, pt, _ in results)))
                 return
-            for broker in request.brokers:
-                try:
-                    self.peers.put(broker.broker_id, broker.host or "", broker.port,
-                                   broker.unix_path or "")
-                except ValueError:
-                    self.count(procs.ERRORS)  # (a full table: that broker stays unknown)
+            refused = self.peers.put_all(
+                (b.broker_id, b.host or "", b.port, b.unix_path or "") for b in request.brokers)
+            if refused:
+                self.count(procs.ERRORS, refused)  # (a full table: those brokers stay unknown)
             self.view.refresh()
             counts: list = [None]  # partitions per log dir, once one is created
             for index, part in enumerate(request.partitions):
@@ -233,6 +233,10 @@ class Replication:
             return e.code, None
         except OSError:
             return ErrorCode.STORAGE_ERROR, None
+        if self.isr_commits is not None:
+            # a commit the slot's previous partition left is not the new one's
+            # (IsrCommitTable: cleared by the claimer, under the admin lock)
+            self.isr_commits.clear(slot)
         self.table.claim_replica(
             slot, part.replicas, leader=part.leader, leader_epoch=part.leader_epoch,
             role=ptable.ROLE_STOPPED, state=ptable.ONLINE, name=part.topic,
@@ -273,7 +277,7 @@ class Replication:
         """The partition's leader-epoch-checkpoint, loaded again when its
         leadership moved; raises HostbrokerError / OSError / ValueError for
         a file that cannot be read or is not one."""
-        key = (s.name, s.epoch_start, s.leader_epoch)
+        key = (s.name, s.partition, s.epoch_start, s.leader_epoch)
         cached = self.epoch_caches.get(slot)
         if cached is not None and cached[0] == key:
             return cached[1]
@@ -375,9 +379,13 @@ class Replication:
         """Tell the leader's writer where a follower is, once per FETCH when it
         comes (not when a parked one is looked at again): it holds everything
         below its fetch offset (OP_FOLLOWER_POS; the writer moves the ISR and
-        the high watermark)."""
+        the high watermark). Only a fetch that names the leader epoch counts: a
+        follower that names none has not shown that it cut its log where it
+        parted from ours, so its offset says nothing of what it holds."""
         self.view.refresh()
         for part in request.partitions:
+            if part.leader_epoch == rproto.NO_EPOCH:
+                continue
             code, slot, s = self._follower_checked(part, request.replica_id)
             if not code and s.start_offset <= part.offset <= s.end_offset:
                 self.appends[s.owner].send(env.encode_follower_pos(env.FollowerPos(
@@ -392,7 +400,7 @@ class Replication:
         code, slot, s = self._follower_checked(part, replica_id)
         if code:
             return topic, partition, code, -1, -1, -1, None
-        hw, leo = min(s.high_watermark, s.end_offset), s.end_offset
+        hw, leo = s.readable_end, s.end_offset
         # never past the end of the epoch that wrote ``offset``
         data_epoch, end = s.leader_epoch, leo
         if part.offset < s.epoch_start:
@@ -489,7 +497,7 @@ class Replication:
                 else:
                     part = rproto.MetadataPartitionV1(
                         partition, code, s.leader, s.leader_epoch, s.replicas, s.isr_ids,
-                        s.start_offset, min(s.high_watermark, s.end_offset), log_dir)
+                        s.start_offset, s.readable_end, log_dir)
                 parts.append(part)
                 size += 46 + 4 * (len(part.replicas) + len(part.isr)) + len(log_dir.encode())
                 if size > self.max_response_bytes:

@@ -1,7 +1,11 @@
 """Topic administration of the request handler (part of ``hb-handler-N``).
 
 CREATE_TOPIC, DELETE_TOPIC and auto-creation on produce, mixed into
-:class:`~hostbroker.workers.handler.HandlerWorker`. Under the admin lock it
+:class:`~hostbroker.workers.handler.HandlerWorker`. In cluster mode a plain
+topic is never made under the name of one of the cluster's replicated topics
+(the names ``hb-registrar`` publishes in ``shm/topicnames.py``): one place,
+:meth:`TopicAdmin._plain_refused`, decides for both; until the registrar has
+published its first view, both are refused retriably. Under the admin lock it
 creates partition directories (via the log package) and their table slots, or
 finds a topic's slots and asks their writers to delete them. A slot in use has
 one writer only (its owning writer process, see ``shm/table.py``): the handler
@@ -18,6 +22,7 @@ from hostbroker.log.segments import validate_topic_name
 from hostbroker.protocol import api
 from hostbroker.protocol.api import ApiKey
 from hostbroker.shm import table as ptable
+from hostbroker.shm.topicnames import ReplicatedNames
 from hostbroker.workers import envelopes as env
 from hostbroker.workers.base import now_ms
 
@@ -43,6 +48,32 @@ class TopicAdmin:
     """Mixin of :class:`HandlerWorker`: topic creation and deletion."""
 
     # -- topics ------------------------------------------------------------
+    def _init_topic_names(self) -> None:
+        """The replicated topic names the registrar publishes (cluster mode only)."""
+        self.replicated_names: ReplicatedNames | None = None
+        if self.config["zookeeper.connect"].strip():
+            self.replicated_names = ReplicatedNames.attach(self.plan.replicated_names_name,
+                                                           readonly=True)
+
+    def _plain_refused(self, topic: str) -> tuple[ErrorCode, str] | None:
+        """Why a plain topic named ``topic`` may not be created here (None: it
+        may): in cluster mode, a name the cluster holds as a replicated topic
+        (a broker without a replica of it never makes a plain one), or any name
+        before the registrar has read ZooKeeper's topics (retriable)."""
+        names = self.replicated_names
+        if names is None:
+            return None
+        replicated = names.replicated(topic)
+        if replicated is None:
+            return (ErrorCode.BROKER_NOT_AVAILABLE,
+                    "the broker has not read the cluster's topics from ZooKeeper yet; "
+                    "try again")
+        if replicated:
+            return (ErrorCode.TOPIC_ALREADY_EXISTS,
+                    f"topic {topic} is a replicated topic of the cluster (or the broker "
+                    "cannot tell it is not); this broker holds no replica of it")
+        return None
+
     @contextlib.contextmanager
     def _admin(self):
         """The admin lock, or BROKER_NOT_AVAILABLE when another process holds it too long."""
@@ -115,6 +146,9 @@ class TopicAdmin:
                 if self._topic_exists_locked(topic):
                     return admin_answer(ErrorCode.TOPIC_ALREADY_EXISTS,
                                         f"topic {topic} already exists")
+                refused = self._plain_refused(topic)
+                if refused:
+                    return admin_answer(*refused)
                 self._create_topic_locked(topic, request.partitions, overrides)
         except HostbrokerError as e:
             return admin_answer(e.code, str(e))
@@ -128,6 +162,9 @@ class TopicAdmin:
         try:
             with self._admin():
                 if not self._topic_exists_locked(topic):
+                    if self._plain_refused(topic):
+                        # a client with stale metadata: it asks again and finds the leader
+                        return ErrorCode.NOT_LEADER_FOR_PARTITION
                     self._create_topic_locked(topic, self.config["num.partitions"], {})
         except HostbrokerError as e:
             return e.code

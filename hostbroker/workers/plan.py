@@ -126,6 +126,11 @@ class BrokerPlan:
         """The ISRs the registrar wrote to ZooKeeper, per partition slot (``shm/table.py``)."""
         return self.shm_prefix + "isrcommits"
 
+    @property
+    def replicated_names_name(self) -> str:
+        """The cluster's replicated topic names (``shm/topicnames.py``)."""
+        return self.shm_prefix + "replnames"
+
     def ring_pairs(self):
         """Every (kind, producer, consumer) ring of this broker."""
         for p in range(self.num_processors):

@@ -46,7 +46,9 @@ the same loop runs the controller role when this broker holds
 commits), and on SIGTERM, before the session closes, asks the controller to
 move this broker's leaderships away (``controlled.shutdown.enable``); it
 publishes which controller and epoch ZooKeeper names, the only ones this
-broker's handlers take requests from (registrar_fence.py).
+broker's handlers take requests from (registrar_fence.py), and which topics
+are replicated, so a handler never auto-creates a plain one of such a name
+(registrar_names.py).
 Partitions of replicated topics (slot ``role`` other than ROLE_PLAIN) are
 never registered as 0.7 child nodes.
 """
@@ -64,10 +66,12 @@ from hostbroker.shm import procs
 from hostbroker.shm import table as ptable
 from hostbroker.shm.peers import PeersTable
 from hostbroker.shm.table import PartitionTable
+from hostbroker.shm.topicnames import ReplicatedNames
 from hostbroker.workers.base import EXIT_BOOT_FAILED, EXIT_OK, EXIT_REFUSED, Worker
 from hostbroker.workers.registrar_controller import ControllerRole
 from hostbroker.workers.registrar_fence import ControllerFence
 from hostbroker.workers.registrar_isr import IsrCommits
+from hostbroker.workers.registrar_names import ReplicatedTopics
 
 _TICK_S = 0.1  # partition-table generation poll
 _RETRY_S = 0.5  # a failed sync or connection attempt is tried again after this
@@ -143,12 +147,15 @@ class RegistrarWorker(Worker):
         self.role = ControllerRole(self)
         self.isr_commits = IsrCommits(self, self.table)
         self.fence = ControllerFence(self, PeersTable.attach(self.plan.peers_name))
+        self.topic_names = ReplicatedTopics(self, ReplicatedNames.attach(
+            self.plan.replicated_names_name))
         self._refresh_topics()
         if self.epoch == 1:
             self._first_registration()
         else:
             self._try_connect()
         self.fence.poll()  # the controller ZooKeeper names, known before the listeners open
+        self.topic_names.poll()  # so are the replicated topics (handlers' auto-create)
         self.board.set_state(self.slot, procs.WORKER_READY)
 
     # -- ZooKeeper session ------------------------------------------------------
@@ -397,6 +404,7 @@ class RegistrarWorker(Worker):
                 self._repair()
             self.role.step()
             self.fence.poll()
+            self.topic_names.poll()
             self.isr_commits.poll()
         sel.close()
         if self.config["controlled.shutdown.enable"] and holds_replicas(self.table):

@@ -8,7 +8,11 @@ against a fresh read whose leader and leader epoch are the slot's (else the
 controller has moved on and its next LEADER_AND_ISR says so), adding a
 broker to the ISR only while that broker is registered in ``/brokers/ids``;
 then it stores the commit in the ``ISR_COMMITS`` table (same slot index;
-``plan.isr_commits_name``) and rings the writer, which adopts it. A change
+``plan.isr_commits_name``) and rings the writer, which adopts it. The
+commit is stored under the admin lock and only while the partition slot
+still holds that partition, leader and epoch: a handler that claims the
+slot for another partition clears it under the same lock
+(``IsrCommitTable``), so no commit outlives its partition in the slot. A change
 not written (a lost race, a broker not registered, ZooKeeper trouble) is
 looked at again after ``_ISR_RETRY_S``.
 """
@@ -43,6 +47,7 @@ class IsrCommits:
         # controller set since (a new isr_version) makes the same bits worth writing again
         self.done: dict[int, tuple[int, int, int]] = {}
         self.wakers: dict[int, object] = {}  # writer index -> its doorbell
+        self.lock = None  # the admin lock, attached on the first commit
 
     def _commit_table(self):
         if self.commits is None:
@@ -113,10 +118,32 @@ class IsrCommits:
                                     version=stat.version).get(timeout=timeout)
         except BadVersionError:
             return False
-        self._commit_table().commit(index, stat.version, s.isr_wanted, s.leader_epoch)
+        if not self._store(index, s, stat.version):
+            return False
         self.done[index] = (s.leader_epoch, s.isr_wanted, s.isr_version)
         waker = self.wakers.get(s.owner)
         if waker is None:
             waker = self.wakers[s.owner] = self.worker.waker("writer", s.owner)
         waker.ring()
+        return True
+
+    def _store(self, index: int, s, version: int) -> bool:
+        """Store the commit of slot ``index`` (read as ``s``) at state node
+        version ``version`` under the admin lock, unless the slot no longer
+        holds that partition as its leader in that epoch (deleted, or
+        claimed by another partition since it was read)."""
+        from hostbroker.shm import table as ptable
+        from hostbroker.shm.adminlock import AdminLock
+
+        plan = self.worker.plan
+        if self.lock is None:
+            self.lock = AdminLock.attach(plan.admin_lock_key,
+                                         self.worker.config["admin.lock.timeout.ms"] / 1000)
+        with self.lock:
+            now = self.table.read(index)
+            if (now.state != ptable.ONLINE or now.role != ptable.ROLE_LEADER
+                    or (now.name, now.partition, now.leader_epoch)
+                    != (s.name, s.partition, s.leader_epoch)):
+                return False
+            self._commit_table().commit(index, version, s.isr_wanted, s.leader_epoch)
         return True

@@ -60,6 +60,7 @@ import sys
 import time
 
 from hostbroker import cpulatency, cpusched, systemd
+from hostbroker.cluster import zkread
 from hostbroker.config import Config, parse_umask
 from hostbroker.errors import ConfigError, ExitStatus
 from hostbroker.shm import procs
@@ -70,6 +71,7 @@ from hostbroker.shm.region import (SharedRegion, release_lease, remove_stale, sw
                                    take_lease)
 from hostbroker.shm.ring import Ring
 from hostbroker.shm.peers import MAX_PEERS, PeersTable
+from hostbroker.shm.topicnames import ReplicatedNames
 from hostbroker.shm.table import IsrCommitTable, PartitionTable
 from hostbroker.workers.acceptor import AcceptorWorker
 from hostbroker.workers.coordinator import CoordinatorWorker
@@ -201,7 +203,8 @@ class Supervisor:
 
     def _make_replication_tables(self) -> None:
         """In every mode: the peers table (brokers the controller named, and its
-        epoch) and the ISR commits (one slot per partition slot); unlinked
+        epoch), the ISR commits (one slot per partition slot) and the
+        replicated topic names (``zookeeper.max.children`` of them); unlinked
         with the rest of our shared memory."""
         plan = self.plan
         slots = self.config["max.partitions"]
@@ -210,6 +213,11 @@ class Supervisor:
             region = SharedRegion.create(name, cls.region_size(count))
             self.regions.append(region)
             cls.create(region, count)
+        capacity = zkread.DEFAULT.children  # the most topics the registrar reads
+        region = SharedRegion.create(plan.replicated_names_name,
+                                     ReplicatedNames.region_size(capacity))
+        self.regions.append(region)
+        ReplicatedNames.create(region, capacity)
 
     def _take_cpu_policy(self) -> None:
         """``cpu.realtime.priority``: SCHED_RR for this process, and so for every

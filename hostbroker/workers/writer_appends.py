@@ -104,8 +104,12 @@ class Appends:
                 self.direct.append((None, a, e.code, -1, -1))
                 return
             if count == 0:
+                # nothing to append, but a replica that does not lead says so
+                # as it would of a non-empty set
+                refused = self._refusal(a.slot, plog, 1)
                 end = plog.log_end_offset
-                self.direct.append((None, a, ErrorCode.NONE, end, end))
+                self.direct.append((None, a, ErrorCode.NONE, end, end) if refused is None
+                                   else (None, a, refused, -1, -1))
                 return
             a = a._replace(count=count)
         # (offline, or the partition gone: _append_set answers why)

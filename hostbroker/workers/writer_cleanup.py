@@ -78,9 +78,10 @@ class Cleanup:
         the only process that writes a slot in use), forget everything held for
         it, so nothing later indexes a freed (or re-used) slot, remove its dir
         and free the slot. Every acks=-1 append still waiting on it is answered
-        now: success if its data was flushed before the delete,
-        UNKNOWN_TOPIC_OR_PARTITION if not. A flush in flight finishes in the
-        flusher thread and is then dropped. A slot that no longer holds the
+        now: success if its data was flushed before the delete (and, for a
+        replica, is below its high watermark), UNKNOWN_TOPIC_OR_PARTITION if
+        not. A flush in flight finishes in the flusher thread and is then
+        dropped. A slot that no longer holds the
         partition named (a DELETE_TOPIC sent alongside freed it first) is left
         alone: the partition is gone, which is what was asked. When the admin
         lock stays busy past ``admin.lock.timeout.ms`` nothing changes and the
@@ -102,9 +103,11 @@ class Cleanup:
             self.flushing.pop(slot, None)
             self.retention_stuck.discard(slot)
             self.published.pop(slot, None)
-            self._drop_book(slot)
             if any(w.slot == slot for w in self.waiters):
-                self._answer_waiters()  # the slot has no log now: answers them all
+                # the slot has no log now: answers them all (a replica's by its
+                # book: success only for what its high watermark covers)
+                self._answer_waiters()
+            self._drop_book(slot)
             error = self._delete_slot(slot, *key)
             self.table.bump_generation()
         finally:

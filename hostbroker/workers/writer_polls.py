@@ -126,6 +126,9 @@ class Polls:
             index, position, length = fetch_range(bases, end, poll.offset, poll.max_bytes)
         except HostbrokerError as e:
             code, length = e.code, -1
+        else:
+            # a segment that ends past the high watermark is read only up to it
+            length = min(length, end - poll.offset)
         if length > 0:
             piece = env.FilePiece(plog.segment_path(bases[index]), position, length)
         return (poll.topic, poll.partition, code, end, piece), length

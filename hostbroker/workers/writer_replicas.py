@@ -16,7 +16,8 @@ partition of its log dir that is a replica of a replicated topic
 - the followers' fetch positions (OP_FOLLOWER_POS): the ISR it wants
   (``isr_wanted``, published for the registrar to write to ZooKeeper), the
   ISR commits it adopts (``IsrCommitTable``), and the HW, the smallest log
-  end over the committed ISR, which only grows while it leads. A move of the
+  end over the committed ISR and the followers it asks to join, which only
+  grows while it leads. A move of the
   HW wakes the fetches parked on it, as an append does;
 - what hb-replica brings from the leader while it follows (``rapp`` ring,
   answered on ``rres``): OP_REPLICA_APPEND (the leader's bytes at the same
@@ -164,7 +165,8 @@ class Replicas:
             if book.role == ptable.ROLE_LEADER:
                 book.tracker = self._new_tracker(slot, book)
                 # a commit our predecessor had not adopted yet is still ours
-                # (newer than the slot's isr_version, in its epoch)
+                # (newer than the slot's isr_version, in its epoch); one of a
+                # partition that had the slot before was cleared when it was claimed
                 book.commit_seq = 0
                 self.isr_pending.add(slot)
                 self.leading.add(slot)
@@ -434,8 +436,12 @@ class Replicas:
         return changes
 
     def _leader_hw(self, book: ReplicaBook) -> int:
-        """The smallest log end over the committed ISR (ours included)."""
-        hw = book.tracker.high_watermark(book.isr, book.plog.log_end_offset)
+        """The smallest log end over the committed ISR (ours included) and the
+        followers we ask to join it: ZooKeeper may hold one of those in the
+        ISR before we adopt the commit, and from then on it may be elected,
+        so nothing it lacks is acknowledged."""
+        members = set(book.isr).union(book.isr_wanted)
+        hw = book.tracker.high_watermark(members, book.plog.log_end_offset)
         return min(hw, book.plog.log_end_offset)
 
     def _pump_replica(self) -> None:
@@ -517,8 +523,12 @@ class Replicas:
         return env.encode_replica_append_result(a.token, ErrorCode.NONE, end)
 
     def _truncate(self, request) -> dict:
-        """Cut a follower's log to exactly ``offset`` (where it diverged from
-        its leader's), its leader epoch cache with it."""
+        """Cut a follower's log at ``offset`` (where it diverged from its
+        leader's), its leader epoch cache with it; at the last entry boundary
+        at or below ``offset`` when that falls inside an entry (the offset
+        comes from the leader's answers: a replica never keeps a torn entry,
+        and fetches again what the cut took). The answer's ``log_end`` says
+        where the log now ends."""
         try:
             slot, offset = int(request["slot"]), int(request["offset"])
             plog = self._replica_log(slot, request["topic"], int(request["partition"]))
@@ -541,6 +551,7 @@ class Replicas:
             time.sleep(0.001)
             self._flushed()
         try:
+            offset = plog.entry_floor(offset)
             plog.truncate_to(offset)
             book.epochs.truncate_from_end(offset)
         except (OSError, StorageError) as e:

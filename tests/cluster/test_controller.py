@@ -468,3 +468,100 @@ def test_a_broker_gone_leaves_the_isr_a_leader_committed_behind_the_controllers_
     s = state(zk, "grown", 0)
     assert (s["leader"], s["leader_epoch"], s["isr"]) == (1, 0, [1, 2])
     assert told[-1].partitions[("grown", 0)][0].isr == (1, 2)
+
+
+
+class _IsrShrinksAfterRead:
+    """A kazoo client whose next read of ``path`` is followed, before the caller
+    goes on, by a real write of ``isr`` to it (a leader's ISR commit landing
+    between the controller's read and its version-checked write)."""
+
+    def __init__(self, client, path: str, isr: bytes):
+        self.client, self.path, self.isr, self.armed = client, path, isr, False
+
+    def __getattr__(self, name):
+        return getattr(self.client, name)
+
+    def get_async(self, path, *args, **kwargs):
+        result = self.client.get_async(path, *args, **kwargs)
+        if self.armed and path == self.path:
+            self.armed = False
+            data, stat = result.get(timeout=5)
+            self.client.set(path, data.replace(b"[1,3]", self.isr), version=stat.version)
+        return result
+
+
+def test_a_reassignment_does_not_finish_when_a_new_replica_leaves_the_isr_meanwhile(cluster):
+    """The controller's class on ZooKeeper alone: a partition moving from [1] to [3]
+    whose new replica drops out of the ISR (the leader's commit) between the
+    controller's read and its write keeps its old replica: the assignment is not
+    rewritten and the leader is not told to delete its copy."""
+    from hostbroker.cluster import paths
+    from hostbroker.cluster.controller import STOP_REPLICA, Controller
+
+    _, zk = cluster
+    for i in (1, 3):
+        zk.create(paths.broker_path(i), paths.encode_broker(
+            paths.BrokerInfo(i, "127.0.0.1", 9000 + i, None)), makepath=True)
+    zk.create(zknodes.assignment_path("moving"), zknodes.encode_assignment({0: [1]}),
+              makepath=True)
+    zk.create(zknodes.state_path("moving", 0),
+              b'{"version":1,"leader":1,"leader_epoch":0,"isr":[1,3],"controller_epoch":0}',
+              makepath=True)
+    told = []
+    racing = _IsrShrinksAfterRead(zk, zknodes.state_path("moving", 0), b"[1]")
+    c = Controller(racing, 1, told.append)
+    assert c.try_elect()
+    c.rebuild()
+    zk.create(zknodes.REASSIGN_PARTITIONS,
+              zknodes.encode_reassignment({("moving", 0): [3]}), makepath=True)
+    assert c.reassign() == []  # the new replica added: told to follow
+    racing.armed = True
+    assert c.reassign() == []
+    assert not racing.armed
+    assert zknodes.decode_assignment(zk.get(zknodes.assignment_path("moving"))[0],
+                                     "moving") == {0: (1,)}
+    assert zk.exists(zknodes.REASSIGN_PARTITIONS) is not None
+    assert not [n for n in told if n.kind == STOP_REPLICA]
+    s = state(zk, "moving", 0)
+    assert (s["leader"], s["isr"]) == (1, [1])
+
+
+def test_reassign_generate_proposes_a_plan_that_execute_takes(cluster, tmp_path):
+    """``reassign generate`` as a user runs it, on ZooKeeper alone: the current
+    assignment, and a proposal over the brokers listed (the topic's replication
+    factor, partitions that stay as they are left out) that ``execute`` takes."""
+    from hostbroker.cluster import paths
+
+    connect, zk = cluster
+    for i in (1, 2, 3, 4):
+        zk.create(paths.broker_path(i), paths.encode_broker(
+            paths.BrokerInfo(i, "127.0.0.1", 9000 + i, None)), makepath=True)
+    zk.create(zknodes.assignment_path("g"), zknodes.encode_assignment({0: [1, 2], 1: [2, 1]}),
+              makepath=True)
+    topics = tmp_path / "topics.json"
+    topics.write_text('{"version":1,"topics":[{"topic":"g"}]}')
+    result = hostbroker("reassign", "generate", "--zookeeper", connect,
+                        "--topics-to-move-json-file", topics, "--broker-list", "3,4")
+    assert result.returncode == 0, result.stderr
+    out = lines(result)
+    assert out[0] == "Current partition replica assignment"
+    assert json.loads(out[1]) == {"version": 1, "partitions": [
+        {"topic": "g", "partition": 0, "replicas": [1, 2]},
+        {"topic": "g", "partition": 1, "replicas": [2, 1]}]}
+    assert out[2:4] == ["", "Proposed partition reassignment configuration"]
+    proposed = json.loads(out[4])
+    assert [(e["topic"], e["partition"]) for e in proposed["partitions"]] == [("g", 0), ("g", 1)]
+    assert all(sorted(e["replicas"]) == [3, 4] for e in proposed["partitions"])
+    plan = tmp_path / "plan.json"
+    plan.write_text(out[4])
+    result = hostbroker("reassign", "execute", "--zookeeper", connect,
+                        "--reassignment-json-file", plan)
+    assert result.returncode == 0, result.stderr
+    assert zknodes.decode_reassignment(zk.get(zknodes.REASSIGN_PARTITIONS)[0]) == {
+        ("g", e["partition"]): tuple(e["replicas"]) for e in proposed["partitions"]}
+
+    result = hostbroker("reassign", "generate", "--zookeeper", connect,
+                        "--topics-to-move-json-file", topics, "--broker-list", "3")
+    assert one_line_error(result).startswith("hostbroker reassign generate: cannot place "
+                                             "topic g: ")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 
 from hostbroker.client.simple import SimpleClient
 from hostbroker.errors import ErrorCode
@@ -159,6 +160,10 @@ def test_a_leader_serves_consumers_below_the_watermark_its_follower_moves(uri, s
     assert (got.error_code, got.high_watermark, got.log_end_offset, got.data_epoch) == (
         ErrorCode.NONE, 0, len(data), 1)
     assert bytes(got.message_set) == data
+    # a follower fetch that names no leader epoch reads, but moves no watermark
+    assert replica_fetch(uri, topic, len(data), leader_epoch=-1).error_code == ErrorCode.NONE
+    time.sleep(0.3)  # (its position would be at the writer by now)
+    assert partition_v1(uri, topic)[1].high_watermark == 0
     replica_fetch(uri, topic, len(data))  # the follower has it all: the watermark moves
     with SimpleClient(uri) as client:
         wait_for(lambda: client.fetch(topic, 0, 0, 1 << 20).log_end_offset == len(data))

@@ -146,6 +146,9 @@ class Feeder:
             conn.close()
 
     def _refresh(self) -> None:
+        """Each partition's leader as the brokers say, the highest leader epoch winning
+        (a broker that was told less recently may still name an old leader)."""
+        best: dict[int, tuple[int, int]] = {}  # partition -> (leader epoch, leader)
         for broker_id in self.brokers:
             try:
                 body = self._conn(broker_id).metadata([self.topic])
@@ -154,10 +157,9 @@ class Feeder:
                 continue
             for topic in body.topics:
                 for p in topic.partitions:
-                    if p.leader >= 0:
-                        self.leaders[p.partition] = p.leader
-            if len(self.leaders) == self.partitions:
-                return
+                    if p.leader >= 0 and (p.leader_epoch, p.leader) > best.get(p.partition, (-1, -1)):
+                        best[p.partition] = (p.leader_epoch, p.leader)
+        self.leaders.update({p: leader for p, (_, leader) in best.items()})
 
     def _run(self) -> None:
         n = 0

@@ -9,12 +9,13 @@ compares the replicas' bytes below the high watermark.
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 
 import psutil
-import pytest
 
+from hostbroker.log.hwcheckpoint import read_high_watermarks
 from tests.integration.cli import hostbroker
 from tests.replication.support import (
     BROKER_SESSION_MS, SETTINGS, Feeder, Wire, assignment, fetch_all, kill_hard, poll,
@@ -155,3 +156,69 @@ def test_stopped_follower_leaves_isr_and_min_insync_refuses(cluster, zookeeper, 
         wire.close()
     values = [v for _, v in read_back(cluster, zk, TOPIC, 1)[0]]
     assert values == [b"before", b"acks one", b"after"]
+
+
+def _stop_all(broker, sig) -> None:
+    for p in [psutil.Process(broker.proc.pid), *psutil.Process(broker.proc.pid).children()]:
+        p.send_signal(sig)
+
+
+def test_a_restarted_follower_keeps_what_truncating_to_its_high_watermark_would_lose(
+        cluster, zookeeper, zk):
+    """The scenario that loses acknowledged messages when a returning replica cuts its
+    log to its own high watermark (as Kafka 0.8 did): follower B holds every message
+    acknowledged with acks=-1, but its high watermark lags (it learns the leader's with
+    its next fetch, and its checkpoint lags more). B's fetcher and writer start over
+    while leader A cannot answer (stopped), then A is lost and B becomes the leader. Cut to its high
+    watermark, B would have dropped acknowledged messages; asking by leader epoch, B
+    cuts nothing it cannot confirm, and once it leads, every acknowledged message is
+    there. A, back, truncates to where it parts from B and matches it byte for byte."""
+    create(zookeeper, TOPIC, 1, 2)
+    poll(lambda: settled(zk, TOPIC, 1, 2), what="leader and full ISR")
+    s = state(zk, TOPIC, 0)
+    a = s["leader"]
+    (b,) = [r for r in s["isr"] if r != a]
+    wire = Wire(cluster[a].unix_path)
+    acked = []
+    try:
+        for n in range(300):
+            value = f"m{n}".encode()
+            code, offset = wire.produce(TOPIC, 0, [value])
+            assert code == 0, code
+            acked.append((offset, value))
+    finally:
+        wire.close()
+    # the high watermark B has stored lags what was acknowledged: a replica that cut
+    # its log there on starting over (as 0.8 did) would drop acknowledged messages
+    marks, problem = read_high_watermarks(cluster[b].settings["log.dirs"])
+    assert problem is None
+    assert max((hw for key, hw in marks.items() if tuple(key)[:2] == (TOPIC, 0)),
+               default=0) <= acked[-1][0]
+    _stop_all(cluster[a], signal.SIGSTOP)  # A answers nobody, its session runs out
+    try:
+        # B's follower side starts over (its fetcher and its writer killed and replaced,
+        # its log recovered), as a follower does when told of a new leadership, while
+        # A cannot tell it anything: B keeps its session, so it stays in the ISR
+        workers = cluster[b].workers()
+        for name in ("hb-replica", "hb-writer-0"):
+            os.kill(workers[name], signal.SIGKILL)
+        for name in ("hb-replica", "hb-writer-0"):
+            cluster[b].wait_worker_replaced(name, workers[name])
+        # A's session expires: the controller makes B the leader (it is in the ISR)
+        poll(lambda: state(zk, TOPIC, 0)["leader"] == b, timeout=30, what="B leading")
+    finally:
+        _stop_all(cluster[a], signal.SIGCONT)
+    wire = Wire(cluster[b].unix_path)
+    try:
+        got = dict(fetch_all(wire, TOPIC, 0))
+    finally:
+        wire.close()
+    lost = [(o, v) for o, v in acked if got.get(o) != v]
+    assert not lost, f"{len(lost)} of {len(acked)} acknowledged messages lost: {lost[:3]}"
+    # A comes back as a follower and ends byte-identical to B below the high watermark
+    poll(lambda: sorted(state(zk, TOPIC, 0)["isr"]) == sorted([a, b]), timeout=30,
+         what="A back in the ISR")
+    hw = high_watermark(cluster[b], TOPIC, 0)
+    assert hw >= acked[-1][0]
+    poll(lambda: len(segment_bytes(cluster[a], TOPIC, 0)) >= hw, what="A caught up")
+    assert segment_bytes(cluster[a], TOPIC, 0)[:hw] == segment_bytes(cluster[b], TOPIC, 0)[:hw]

@@ -80,3 +80,18 @@ def test_what_zookeeper_says_is_published_in_one_word_and_read_by_another_handle
         peers.set_zk_controller(1, -1)
     # the highest epoch seen is a separate word
     assert (peers.controller_epoch, peers.controller_id) == (0, -1)
+
+
+def test_many_brokers_are_put_with_one_scan_of_the_table(peers, monkeypatch):
+    peers.put(1, "old", 1, "")
+    scans = []
+    scan = peers.scan
+    monkeypatch.setattr(peers, "scan", lambda: scans.append(1) or scan())
+    # a replacement, three new ones (one past the room left), a bad port, a bad id
+    refused = peers.put_all([(1, "new", 2, ""), (2, "h", 1, ""), (3, "h", 1, "/s"),
+                             (4, "h", 1, ""), (5, "h", 70000, ""), (-1, "h", 1, ""),
+                             (6, "h", 1, "")] + [(7 + i, "h", 1, "") for i in range(5000)])
+    assert len(scans) == 1
+    assert refused == 5003
+    assert peers.all() == [Peer(1, "new", 2, ""), Peer(2, "h", 1, ""), Peer(3, "h", 1, "/s"),
+                           Peer(4, "h", 1, "")]

@@ -228,6 +228,24 @@ def test_a_silent_follower_leaves_the_isr_and_min_insync_replicas_refuses(w, clo
     assert produce(w, 3, encode_message_set([b"c"])) == []
 
 
+def test_a_follower_asked_into_the_isr_holds_acks_all_before_the_commit(w, clock):
+    # ZooKeeper may name it in the ISR (electable) before the writer adopts
+    # the commit: what it lacks is not acknowledged meanwhile
+    create_replica(w)
+    state(w, "leader", 1, isr=(ME,))
+    follower_fetched(w, 0, 1)
+    round_(w, clock())
+    assert w.table.read(SLOT).isr_wanted_ids == (ME, OTHER)
+    data = encode_message_set([b"m" * 10])
+    assert produce(w, 1, data) == []
+    flush(w)
+    round_(w, clock())
+    assert w.senders[0].results == [] and w.table.read(SLOT).high_watermark == 0
+    follower_fetched(w, len(data), 1)
+    round_(w, clock())
+    assert w.senders[0].results == [(1, ErrorCode.NONE, 0, len(data))]
+
+
 def test_a_commit_of_another_epoch_is_not_adopted(w, clock):
     create_replica(w)
     state(w, "leader", 2)
@@ -355,6 +373,26 @@ def test_consumer_polls_read_below_the_high_watermark(w, clock):
     assert (part[3], length) == (len(data), len(data))
 
 
+def test_a_consumer_poll_stops_at_the_high_watermark_inside_a_segment(w, clock):
+    # the HW sits inside a segment another one follows: the poll's range ends
+    # at the HW, not at the end of that segment
+    create_replica(w, overrides={"segment.bytes": "64"})
+    state(w, "leader", 1)
+    first, second = encode_message_set([b"a" * 10]), encode_message_set([b"b" * 10])
+    produce(w, 1, first, acks=1)
+    follower_fetched(w, len(first), 1)
+    round_(w, clock())
+    produce(w, 2, second, acks=1)
+    produce(w, 3, encode_message_set([b"c" * 40]), acks=1)  # rolls a segment
+    assert w.slots[SLOT].segment_bases == [0, len(first) + len(second)]
+    assert w.table.read(SLOT).high_watermark == len(first)
+    for offset in (0, 10, len(first)):
+        poll = env.Poll(5, SLOT, "r", 0, offset, 1 << 20, 1, FAR, env.Direct(0, 11, 0, 70))
+        part, length = w._poll_part(poll, w.slots[SLOT])
+        assert (part[3], length) == (len(first), len(first) - offset)
+        assert (part[4] is None) == (offset == len(first))
+
+
 def test_the_high_watermark_checkpoint_round_trips_and_a_bad_one_is_ignored(w, tmp_path):
     create_replica(w)
     state(w, "follower", 1, leader=OTHER)
@@ -412,6 +450,18 @@ def test_stop_replica_with_delete_removes_the_partition(w):
         {"error": 0}
     assert not os.path.exists(path) and SLOT not in w.books
     assert w.table.read(SLOT).role == ptable.ROLE_PLAIN  # the freed slot
+
+
+def test_a_delete_answers_an_acks_all_the_isr_lacks_as_lost(w, clock):
+    # flushed on the leader alone: deleting the partition does not make it a success
+    create_replica(w)
+    state(w, "leader", 1)
+    produce(w, 1, encode_message_set([b"x"]))
+    flush(w)
+    assert w.senders[0].results == []
+    assert w._replica_state({"slot": SLOT, "topic": "r", "partition": 0, "delete": True}) == \
+        {"error": 0}
+    assert w.senders[0].results == [(1, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1)]
 
 
 def test_an_older_isr_in_the_same_epoch_does_not_undo_a_commit(w, clock):

@@ -17,10 +17,18 @@ can bring, an error frame, a correlation id out of order, bytes that do not
 decode or values out of range close the connection (the partitions it held
 back off and start over; the link connects again after
 ``replica.fetch.backoff.ms``). A leader that does not answer within
-``replica.socket.timeout.ms`` past the long poll is treated the same way. A
-message set is cut to its whole entries (a partial tail is fetched again);
+``replica.socket.timeout.ms`` past the long poll is treated the same way.
+One FETCH asks for at most ``replica.fetch.response.max.bytes`` over its
+partitions: each partition's ``replica.fetch.max.bytes`` is shared out
+(never below ``MIN_SHARE``; a partition whose next entry is larger asks for
+all of it), and partitions that still do not fit wait for the next FETCH;
+so no answer the follower takes is larger. A message set is cut to its
+whole entries (a partial tail is fetched again);
 the writer checks each entry as a handler checks a PRODUCE. What to do with a
 partition's answer is the worker's (:class:`Sink`).
+
+A leader's host name is resolved off the loop (:mod:`.resolver`), so a slow
+name server holds up nothing.
 """
 
 from __future__ import annotations
@@ -38,11 +46,14 @@ from hostbroker.errors import ErrorCode, ProtocolError
 from hostbroker.log.message import count_entries
 from hostbroker.protocol import api
 from hostbroker.protocol import replication as proto
+from hostbroker.workers.replication import resolver as names
 from hostbroker.workers.replication.follows import Follow, Stage
 
 _ANSWER_SLACK = 64  # size prefix, correlation id, array counts
 _PART_SLACK = 48  # a partition's fixed fields in an answer, besides its topic name
 _LENGTH = struct.Struct(">i")
+_RESOLVING_S = 0.02  # how often a link whose leader's name is being resolved looks again
+MIN_SHARE = 4096  # the least a partition asks for when the response budget is shared out
 MAX_OFFSET = 2**63 - 1
 
 FETCH = "fetch"
@@ -64,6 +75,7 @@ class Settings:
     def __init__(self, config):
         self.broker_id = config["broker.id"]
         self.max_bytes = config["replica.fetch.max.bytes"]
+        self.response_max = config["replica.fetch.response.max.bytes"]
         self.wait_ms = config["replica.fetch.wait.max.ms"]
         self.min_bytes = config["replica.fetch.min.bytes"]
         self.timeout_s = config["replica.socket.timeout.ms"] / 1000
@@ -90,8 +102,10 @@ def endpoint(peer) -> tuple | None:
 
 class LeaderLink:
     def __init__(self, leader: int, settings: Settings, sink: Sink,
-                 find_peer: Callable[[int], object], selector: selectors.BaseSelector):
+                 find_peer: Callable[[int], object], selector: selectors.BaseSelector,
+                 resolver: names.Resolver | None = None):
         self.leader = leader
+        self.resolver = resolver or names.shared()  # host names, resolved off the loop
         self.selector = selector  # the worker's: the socket is registered with itself as data
         self.settings = settings
         self.sink = sink
@@ -114,6 +128,8 @@ class LeaderLink:
         self.said = False  # a connection failure was logged (once per link)
         self.requests = 0
         self.bytes_in = 0
+        self.rotation = 0  # where the next FETCH starts among the partitions ready
+        self.asked: dict[tuple[str, int], int] = {}  # max_bytes of each partition at the leader
 
     # -- the socket -----------------------------------------------------
     def mask(self) -> int:
@@ -144,14 +160,23 @@ class LeaderLink:
             self.retry_at = now + self.settings.backoff_s
             self.sink.link_failed(self, f"no endpoint known for broker {self.leader}")
             return
-        family = socket.AF_UNIX if where[0] == "unix" else (
-            socket.AF_INET6 if ":" in where[1] else socket.AF_INET)
-        address = where[1] if where[0] == "unix" else (where[1], where[2])
+        if where[0] == "unix":
+            family, address = socket.AF_UNIX, where[1]
+        else:
+            found = self.resolver.lookup(where[1], where[2])
+            if found is None:  # a name being resolved off the loop: look again shortly
+                self.retry_at = now + _RESOLVING_S
+                return
+            if isinstance(found, str):
+                self.retry_at = now + self.settings.backoff_s
+                self.sink.link_failed(self, f"cannot connect to broker {self.leader}: {found}")
+                return
+            family, address = found
         sock = socket.socket(family, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         sock.setblocking(False)
         try:
             code = sock.connect_ex(address)
-        except (OSError, ValueError) as e:  # a name that does not resolve, a bad path
+        except (OSError, ValueError) as e:  # a bad path, an address refused at once
             sock.close()
             self.retry_at = now + self.settings.backoff_s
             self.sink.link_failed(self, f"cannot connect to broker {self.leader}: {e}")
@@ -324,8 +349,9 @@ class LeaderLink:
         wait_ms = s.wait_ms if wait_cap_ms is None else min(s.wait_ms, wait_cap_ms)
         parts = []
         bound = _ANSWER_SLACK
+        follows = self._fit(follows)
         for f in follows:
-            max_bytes = f.max_bytes or s.max_bytes
+            max_bytes = self.asked[f.key]
             parts.append(proto.FetchPartitionV1(topic=f.topic, partition=f.partition,
                                                 leader_epoch=f.leader_epoch, offset=f.offset,
                                                 max_bytes=max_bytes))
@@ -335,6 +361,34 @@ class LeaderLink:
                                     min_bytes=s.min_bytes, partitions=tuple(parts))
         self._send(proto.encode_request(body, self._next_correlation(), self.client_id),
                    FETCH, follows, bound, wait_ms / 1000, now)
+
+    def _fit(self, follows: list[Follow]) -> list[Follow]:
+        """The partitions of ``follows`` the next FETCH asks for, and in
+        :attr:`asked` how much of each: together at most
+        ``replica.fetch.response.max.bytes`` (the first always goes). Each
+        partition's ``replica.fetch.max.bytes`` is shared out (never below
+        ``MIN_SHARE``; one whose next entry is larger asks for all of it);
+        those that still do not fit go in a later FETCH, which starts where
+        this one stopped. So the answer's size is bounded before it is read."""
+        s = self.settings
+        start = self.rotation % len(follows)
+        shared = [f for f in follows if not f.max_bytes]
+        left = s.response_max - _ANSWER_SLACK - sum(
+            _PART_SLACK + len(f.topic.encode()) + f.max_bytes for f in follows)
+        share = min(s.max_bytes, max(MIN_SHARE, left // max(1, len(shared))))
+        self.asked.clear()
+        bound = _ANSWER_SLACK
+        sent = []
+        for f in follows[start:] + follows[:start]:
+            max_bytes = f.max_bytes or share
+            more = _PART_SLACK + len(f.topic.encode()) + max_bytes
+            if sent and bound + more > s.response_max:
+                continue
+            bound += more
+            sent.append(f)
+            self.asked[f.key] = max_bytes
+        self.rotation = start + len(sent)
+        return sent
 
     # -- answers ----------------------------------------------------------
     def _answer(self, frame: bytes, now: float) -> None:
@@ -406,7 +460,7 @@ class LeaderLink:
             # no whole entry: the first is larger than what was asked (ask for all
             # of it next time), or the answer's byte budget ran out before it
             need = _LENGTH.unpack_from(data)[0] + 4
-            if need > (follow.max_bytes or self.settings.max_bytes):
+            if need > self.asked.get(follow.key, follow.max_bytes or self.settings.max_bytes):
                 if not 4 < need <= self.settings.largest_fetch:
                     self.sink.failed(follow, f"FETCH at {follow.offset}: an entry of {need} "
                                              "bytes that cannot be fetched whole")

@@ -16,7 +16,9 @@ next table read).
 An op sent to a writer that is replaced meanwhile (its epoch on the process
 board moves; its rings were reset) is never answered: the partition backs
 off and starts over from the table, as it does when a writer does not answer
-within ``replica.socket.timeout.ms``.
+within ``replica.socket.timeout.ms``. A replaced ``hb-replica`` leaves its
+ops in the ``rapp`` rings (only its ``rres`` rings are reset): their answers
+carry tokens below every one its replacement uses, and are ignored.
 """
 
 from __future__ import annotations
@@ -67,7 +69,9 @@ class ReplicaWorker(Worker):
         self.links: dict[int, LeaderLink] = {}
         self.follows: dict[tuple[str, int], Follow] = {}
         self.pending: dict[int, Follow] = {}  # token -> the follow whose op is at a writer
-        self.next_token = 1
+        # Above every token a previous hb-replica of this broker used: its ops still
+        # in the rapp rings are answered after it died, and must match nothing here.
+        self.next_token = time.monotonic_ns()
         self.generation = -1
         self.next_scan = 0.0
         self.selector = selectors.DefaultSelector()

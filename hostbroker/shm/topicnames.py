@@ -1,0 +1,135 @@
+"""The names of the cluster's replicated topics, as ZooKeeper last told this
+broker's registrar (cluster mode).
+
+Owns: one shared structure (``plan.replicated_names_name``), written only by
+``hb-registrar`` (hostbroker/workers/registrar_names.py) and read lock-free by
+the handlers, whose auto-create and CREATE_TOPIC refuse a name in it: a
+broker holding no replica of a replicated topic never makes a plain topic
+of that name (hostbroker/workers/handler_topics.py). The supervisor creates
+it in every mode and unlinks it with the rest.
+
+Layout::
+
+    offset  size  field
+    0       4     magic ``b"RNAM"``
+    4       4     version
+    8       4     capacity   slots for names (``zookeeper.max.children``)
+    16      8     seq        even: stable; odd: the registrar is writing
+    24      4     state      UNPUBLISHED 0 (no view of ZooKeeper yet),
+                             COMPLETE 1, INCOMPLETE 2 (ZooKeeper holds more
+                             topics than were read, or more than fit: every
+                             name not held here counts as replicated)
+    28      4     count      names stored
+    32      8 × capacity     64-bit hashes of the names (:func:`name_hash`)
+
+A reader copies the words between two reads of ``seq`` and tries again when
+they differ (a seqlock: the writer makes ``seq`` odd, writes, makes it even).
+A hash stands for a name: two names with one hash only make the second one
+count as replicated too, which refuses a creation and never allows one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+import time
+
+from hostbroker.shm.region import SharedRegion, Structure, tag_magic
+
+UNPUBLISHED = 0
+COMPLETE = 1
+INCOMPLETE = 2
+
+_HEADER = 32
+_SEQ = 2  # u64 index of seq
+_STATE_COUNT = struct.Struct("<II")
+_STATE_AT = 24
+_CAPACITY = struct.Struct("<I")
+_READ_TRIES = 1000
+
+
+def name_hash(name: str) -> int:
+    """The 64-bit hash that stands for a topic name."""
+    return int.from_bytes(hashlib.blake2b(name.encode("utf-8", "surrogatepass"),
+                                          digest_size=8).digest(), "little")
+
+
+class ReplicatedNames(Structure):
+    """The replicated topic names (see the module docstring)."""
+
+    MAGIC = tag_magic(b"RNAM")
+    VERSION = 1
+
+    def __init__(self, region: SharedRegion, opened: bool):
+        super().__init__(region, opened)
+        self._check_stamp()
+        self.capacity = _CAPACITY.unpack_from(region.buf, 8)[0]
+        if region.size < self.region_size(self.capacity):
+            raise ValueError(f"{region.name}: too small for {self.capacity} names")
+        self._buf = region.buf
+        self._u64 = self._view(0, self.region_size(self.capacity), "Q")
+        self._cache: tuple[int, int, frozenset[int]] | None = None
+
+    @staticmethod
+    def region_size(capacity: int) -> int:
+        return _HEADER + 8 * capacity
+
+    @classmethod
+    def create(cls, region_or_name: SharedRegion | str, capacity: int) -> "ReplicatedNames":
+        if not 1 <= capacity < 2**32:
+            raise ValueError(f"capacity {capacity} not in 1..2^32-1")
+        region, opened = cls._open(region_or_name, cls.region_size(capacity))
+        buf = region.buf
+        buf[:cls.region_size(capacity)] = bytes(cls.region_size(capacity))
+        _CAPACITY.pack_into(buf, 8, capacity)
+        cls._stamp(buf)
+        return cls(region, opened)
+
+    @classmethod
+    def attach(cls, region_or_name: SharedRegion | str, readonly: bool = False) -> "ReplicatedNames":
+        return cls._attach(region_or_name, readonly)
+
+    # -- the registrar ------------------------------------------------------------
+    def publish(self, names, complete: bool = True) -> None:
+        """Store ``names`` (topic names) as the whole set; ``complete`` False when
+        ZooKeeper held more than were read. More names than fit: the first
+        ``capacity`` of them, marked INCOMPLETE."""
+        hashes = sorted({name_hash(n) for n in names})
+        if len(hashes) > self.capacity:
+            hashes = hashes[:self.capacity]
+            complete = False
+        u64 = self._u64
+        u64[_SEQ] += 1  # odd: writing
+        for i, h in enumerate(hashes):
+            u64[_HEADER // 8 + i] = h
+        _STATE_COUNT.pack_into(self._buf, _STATE_AT, COMPLETE if complete else INCOMPLETE,
+                               len(hashes))
+        u64[_SEQ] += 1  # even: stable
+
+    # -- the handlers --------------------------------------------------------------
+    def snapshot(self) -> tuple[int, frozenset[int]]:
+        """``(state, hashes)`` as last published (cached until it changes)."""
+        u64 = self._u64
+        for attempt in range(_READ_TRIES):
+            seq = u64[_SEQ]
+            cache = self._cache
+            if cache is not None and cache[0] == seq:
+                return cache[1], cache[2]
+            if seq & 1 == 0:
+                state, count = _STATE_COUNT.unpack_from(self._buf, _STATE_AT)
+                count = min(count, self.capacity)
+                hashes = frozenset(u64[_HEADER // 8:_HEADER // 8 + count])
+                if u64[_SEQ] == seq:
+                    self._cache = (seq, state, hashes)
+                    return state, hashes
+            if attempt > 10:
+                time.sleep(0.0001)
+        return UNPUBLISHED, frozenset()  # the registrar never finished a write: as not read
+
+    def replicated(self, topic: str) -> bool | None:
+        """Whether ``topic`` counts as replicated (it is, or the view is
+        incomplete, or another name has its hash); None before the first view."""
+        state, hashes = self.snapshot()
+        if state == UNPUBLISHED:
+            return None
+        return state != COMPLETE or name_hash(topic) in hashes

@@ -1,0 +1,102 @@
+"""A reassignment while a producer runs: real brokers on a real ZooKeeper, a
+partition moved with ``hostbroker reassign execute`` from two brokers to one of
+them and the third, a producer with acks=-1 going on all along. The move
+finishes (the admin node goes, the assignment and state name the new replicas,
+the old replica's directory is removed), nothing acknowledged is lost, and the
+new replicas hold the same bytes below the high watermark.
+
+Auto-create is off on these brokers: a produce that reaches the old leader
+after its copy is deleted would otherwise make a plain topic of the same name
+there, unless the broker knows the name is a replicated topic's (the last
+test here)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from hostbroker.replication import zknodes
+from tests.integration.cli import hostbroker
+from tests.replication.support import (
+    SETTINGS, Feeder, Wire, assignment, fetch_all, poll, segment_bytes, state)
+
+TOPIC = "moving"
+
+
+def _brokers(make_broker, tmp_path, zookeeper, zk, ids, **settings):
+    brokers = {}
+    for broker_id in ids:
+        root = tmp_path / f"b{broker_id}"
+        root.mkdir()
+        brokers[broker_id] = make_broker(root=root, **{
+            **SETTINGS, "zookeeper.connect": zookeeper.connect, "broker.id": broker_id,
+            **settings})
+    poll(lambda: sorted(zk.get_children("/brokers/ids")) == sorted(map(str, ids)),
+         what="the brokers registered")
+    poll(lambda: zk.exists("/controller") is not None, what="a controller")
+    return brokers
+
+
+def test_a_partition_moves_under_acks_all_and_the_move_finishes(make_broker, zookeeper, zk,
+                                                                    tmp_path):
+    cluster = _brokers(make_broker, tmp_path, zookeeper, zk, (1, 2, 3),
+                       **{"auto.create.topics.enable": False})
+    done = hostbroker("topics", "create", "--zookeeper", zookeeper.connect, "--topic", TOPIC,
+                      "--partitions", "1", "--replication-factor", "2")
+    assert done.returncode == 0, done.stderr.decode()
+    poll(lambda: len(state(zk, TOPIC, 0)["isr"]) == 2, what="a full ISR")
+    old = assignment(zk, TOPIC)[0]
+    (newcomer,) = set(cluster) - set(old)
+    gone, kept = old  # the preferred leader leaves: leadership must move too
+    target = [newcomer, kept]
+    feeder = Feeder(cluster, TOPIC, 1)
+    try:
+        poll(lambda: len(feeder.acked) >= 200, what="200 acknowledged before the move")
+        plan = tmp_path / "plan.json"
+        plan.write_text(json.dumps({"version": 1, "partitions": [
+            {"topic": TOPIC, "partition": 0, "replicas": target}]}))
+        done = hostbroker("reassign", "execute", "--zookeeper", zookeeper.connect,
+                          "--reassignment-json-file", plan)
+        assert done.returncode == 0, done.stderr.decode()
+        poll(lambda: zk.exists("/admin/reassign_partitions") is None, timeout=60,
+             what="the reassignment to finish")
+        count = len(feeder.acked)
+        poll(lambda: len(feeder.acked) >= count + 200, timeout=10,
+             what="200 acknowledged after the move")
+    finally:
+        feeder.stop()
+    assert assignment(zk, TOPIC)[0] == target
+    s = state(zk, TOPIC, 0)
+    assert s["leader"] in target and set(s["isr"]) <= set(target)
+    done = hostbroker("reassign", "verify", "--zookeeper", zookeeper.connect,
+                      "--reassignment-json-file", plan)
+    assert (done.returncode, done.stdout.decode()) == (0, f"{TOPIC}-0: done\n")
+    # the old replica's data is removed (STOP_REPLICA with delete)
+    logs = cluster[gone].settings["log.dirs"]
+    poll(lambda: not any(n.startswith(f"{TOPIC}_") for n in os.listdir(logs)),
+         what="the old replica removed")
+    wire = Wire(cluster[s["leader"]].unix_path)
+    try:
+        read = dict(fetch_all(wire, TOPIC, 0))
+    finally:
+        wire.close()
+    lost = [(off, v) for _, off, v in feeder.acked if read.get(off) != v]
+    assert not lost, f"{len(lost)} of {len(feeder.acked)} acknowledged messages lost"
+    # the new replicas agree byte for byte once the follower has caught up
+    poll(lambda: len(state(zk, TOPIC, 0)["isr"]) == 2, what="both new replicas in sync")
+    poll(lambda: segment_bytes(cluster[newcomer], TOPIC, 0)
+         == segment_bytes(cluster[kept], TOPIC, 0), what="equal replicas")
+
+
+def test_a_broker_without_a_replica_does_not_make_a_plain_topic_of_a_replicated_one(
+        make_broker, zookeeper, zk, tmp_path):
+    zk.create(zknodes.assignment_path("elsewhere"), zknodes.encode_assignment({0: [7]}),
+              makepath=True)
+    broker = _brokers(make_broker, tmp_path, zookeeper, zk, (1,))[1]
+    wire = Wire(broker.unix_path)
+    try:
+        code, _ = wire.produce("elsewhere", 0, [b"lost"])
+    finally:
+        wire.close()
+    assert code != 0
+    assert "elsewhere_0" not in os.listdir(broker.settings["log.dirs"])
