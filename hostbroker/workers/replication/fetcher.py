@@ -6,7 +6,9 @@ frames read off it and the one request it has at the leader at a time:
 OFFSET_FOR_LEADER_EPOCH for the partitions about to be cut
 (:mod:`.truncation`), else one FETCH v1 (``replica_id`` = this broker) for
 every partition ready to fetch, long-polling at the leader
-(``replica.fetch.wait.max.ms``, ``replica.fetch.min.bytes``). All links share
+(``replica.fetch.wait.max.ms``, ``replica.fetch.min.bytes``; at most 50 ms
+while a partition of the link is at its writer, which the worker says in
+:meth:`LeaderLink.step`). All links share
 the worker's one selector, so a slow or silent leader holds up only its own
 partitions.
 
@@ -277,10 +279,14 @@ class LeaderLink:
                 return
 
     # -- requests ---------------------------------------------------------
-    def step(self, now: float, writer_busy: bool) -> None:
+    def step(self, now: float, writer_busy: bool, wait_cap_ms: int | None = None) -> None:
         """Connect, time out, or send the next request if none is at the leader.
         ``writer_busy``: a partition of this link has just gone to its writer,
-        so no FETCH goes now (its next one would wait behind a long poll)."""
+        so no FETCH goes now (its next one would wait behind a long poll).
+        ``wait_cap_ms``: a partition of this link is still at its writer, so a
+        FETCH sent now long-polls at most this long (else the partition, back
+        from its writer, would wait the whole ``replica.fetch.wait.max.ms``
+        behind it, and with it every acks=-1 produce its leader holds)."""
         if not self.follows:
             if self.sock is not None:
                 self.close(now)
@@ -309,7 +315,7 @@ class LeaderLink:
             return
         fetches = [f for f in self.follows.values() if f.stage is Stage.FETCH]
         if fetches:
-            self._send_fetch(fetches, now)
+            self._send_fetch(fetches, now, wait_cap_ms)
 
     def _next_correlation(self) -> int:
         self.correlation = (self.correlation + 1) & 0x7FFFFFFF
@@ -337,8 +343,10 @@ class LeaderLink:
         self._send(proto.encode_request(body, self._next_correlation(), self.client_id),
                    EPOCHS, follows, bound, 0, now)
 
-    def _send_fetch(self, follows: list[Follow], now: float) -> None:
+    def _send_fetch(self, follows: list[Follow], now: float,
+                    wait_cap_ms: int | None = None) -> None:
         s = self.settings
+        wait_ms = s.wait_ms if wait_cap_ms is None else min(s.wait_ms, wait_cap_ms)
         parts = []
         bound = _ANSWER_SLACK
         follows = self._fit(follows)
@@ -349,10 +357,10 @@ class LeaderLink:
                                                 max_bytes=max_bytes))
             bound += _PART_SLACK + len(f.topic.encode()) + max_bytes
             f.stage = Stage.FETCHING
-        body = proto.FetchRequestV1(replica_id=s.broker_id, max_wait_ms=s.wait_ms,
+        body = proto.FetchRequestV1(replica_id=s.broker_id, max_wait_ms=wait_ms,
                                     min_bytes=s.min_bytes, partitions=tuple(parts))
         self._send(proto.encode_request(body, self._next_correlation(), self.client_id),
-                   FETCH, follows, bound, s.wait_ms / 1000, now)
+                   FETCH, follows, bound, wait_ms / 1000, now)
 
     def _fit(self, follows: list[Follow]) -> list[Follow]:
         """The partitions of ``follows`` the next FETCH asks for, and in

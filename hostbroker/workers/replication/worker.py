@@ -42,6 +42,8 @@ from hostbroker.workers.replication.truncation import Truncation
 
 SCAN_INTERVAL_S = 0.1
 WRITER_WAIT_S = 0.05  # how long a link's next FETCH waits for its appends' results
+# the longest long poll of a FETCH sent while a partition of its link is at a writer
+WRITER_WAIT_MS = round(WRITER_WAIT_S * 1000)
 _IDLE_TIMEOUT_S = 1.0
 
 
@@ -126,10 +128,12 @@ class ReplicaWorker(Worker):
         self._advance(now)
         for link in list(self.links.values()):
             # a fetch waits for the link's appends (its next one would wait behind
-            # a long poll), but not for a writer that is slow to answer
-            busy = any(f.stage in AT_WRITER and now - f.since < WRITER_WAIT_S
-                       for f in link.follows.values())
-            link.step(now, busy)
+            # a long poll), but not for a writer that is slow to answer: then it
+            # long-polls no longer than that wait, so the partitions still at the
+            # writer are in the next fetch soon after it answers
+            at_writer = [f for f in link.follows.values() if f.stage in AT_WRITER]
+            busy = any(now - f.since < WRITER_WAIT_S for f in at_writer)
+            link.step(now, busy, WRITER_WAIT_MS if at_writer else None)
             link.sync()
             if not link.follows and link.sock is None:
                 del self.links[link.leader]
