@@ -212,11 +212,17 @@ def test_min_insync_refuses_acks_all_and_consumers_follow_the_leader(cluster, zo
                       "--topic", topic,
                       "--from-beginning", "--timeout-ms", "1500")
     assert done.returncode == 0, done.stderr.decode()
-    assert done.stdout.split() == [b"one", b"two"]
+    # "refused" may be in the log all the same: a leader that hears of the smaller ISR
+    # only after appending it answers NOT_ENOUGH_REPLICAS_AFTER_APPEND (the producer then
+    # retries and is refused before any append). It was never acknowledged.
+    assert [v for v in done.stdout.split() if v != b"refused"] == [b"one", b"two"]
     done = hostbroker("consume", "--zookeeper", zookeeper.connect, "--topic", topic,
                       "--from-beginning", "--timeout-ms", "1500")
     assert done.returncode == 0, done.stderr.decode()
-    assert done.stdout.split() == [b"one", b"two"]
+    # "refused" may be in the log all the same: a leader that hears of the smaller ISR
+    # only after appending it answers NOT_ENOUGH_REPLICAS_AFTER_APPEND (the producer then
+    # retries and is refused before any append). It was never acknowledged.
+    assert [v for v in done.stdout.split() if v != b"refused"] == [b"one", b"two"]
 
 
 def test_async_producer_acks_all_across_a_leader_killed_loses_nothing(cluster, zookeeper, zk):

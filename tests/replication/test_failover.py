@@ -208,11 +208,17 @@ def test_a_restarted_follower_keeps_what_truncating_to_its_high_watermark_would_
         poll(lambda: state(zk, TOPIC, 0)["leader"] == b, timeout=30, what="B leading")
     finally:
         _stop_all(cluster[a], signal.SIGCONT)
-    wire = Wire(cluster[b].unix_path)
-    try:
-        got = dict(fetch_all(wire, TOPIC, 0))
-    finally:
-        wire.close()
+    got: dict[int, bytes] = {}
+
+    def read_from_b() -> bool:  # once B has heard it leads (ZooKeeper says so first)
+        wire = Wire(cluster[b].unix_path)
+        try:
+            got.update(fetch_all(wire, TOPIC, 0))
+        finally:
+            wire.close()
+        return True
+
+    poll(read_from_b, what="B answering as the leader")
     lost = [(o, v) for o, v in acked if got.get(o) != v]
     assert not lost, f"{len(lost)} of {len(acked)} acknowledged messages lost: {lost[:3]}"
     # A comes back as a follower and ends byte-identical to B below the high watermark
