@@ -17,6 +17,9 @@ nothing but the order of the groups.
 
 from __future__ import annotations
 
+import signal
+import warnings
+
 import pytest
 
 # Whole-package groups: one worker each.
@@ -72,3 +75,27 @@ def pytest_collection_modifyitems(config, items):
         item.add_marker(pytest.mark.xdist_group(group_of(item.nodeid)))
     # sort is stable: within a rank, groups and tests keep their collection order
     items.sort(key=lambda item: _rank(group_of(item.nodeid)))
+
+
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@pytest.fixture(autouse=True)
+def _stop_signals_as_they_were():
+    """Every test leaves SIGINT and SIGTERM as it found them in this process: a test
+    that ran code which ignores or blocks them here (a worker's set-up, a hold of the
+    CPU latency request) would otherwise hand that on to every broker a later test
+    starts from this process, whose Ctrl-C would then be lost. Such a test is named in
+    a warning, and the signals are put back."""
+    before = {sig: signal.getsignal(sig) for sig in _STOP_SIGNALS}
+    yield
+    changed = [sig.name for sig in _STOP_SIGNALS if signal.getsignal(sig) != before[sig]]
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, ()) & set(_STOP_SIGNALS)
+    for sig in _STOP_SIGNALS:
+        signal.signal(sig, before[sig])
+    if blocked:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, blocked)
+    if changed or blocked:
+        warnings.warn(f"the test left {', '.join(changed)} changed and "
+                      f"{', '.join(s.name for s in blocked) or 'nothing'} blocked; put back",
+                      stacklevel=1)
