@@ -60,6 +60,25 @@ def state(zk, topic: str, partition: int) -> dict:
     return json.loads(data)
 
 
+def create(zookeeper, topic, partitions, rf, *config) -> None:
+    """``hostbroker topics create --zookeeper ... --replication-factor rf``, as a user runs it."""
+    from tests.integration.cli import hostbroker  # noqa: PLC0415
+
+    done = hostbroker("topics", "create", "--zookeeper", zookeeper.connect, "--topic", topic,
+                      "--partitions", partitions, "--replication-factor", rf,
+                      *[a for c in config for a in ("--config", c)])
+    assert done.returncode == 0, done.stderr.decode()
+
+
+def settled(zk, topic, partitions, rf) -> bool:
+    """Every partition has a leader and a full ISR."""
+    for p in range(partitions):
+        s = state(zk, topic, p)
+        if s["leader"] < 0 or len(s["isr"]) != rf:
+            return False
+    return True
+
+
 def assignment(zk, topic: str) -> dict[int, list[int]]:
     data, _ = zk.get(f"/brokers/topics/{topic}")
     return {int(p): r for p, r in json.loads(data)["partitions"].items()}

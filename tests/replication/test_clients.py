@@ -23,24 +23,9 @@ from hostbroker.client import Producer, SimpleConsumer
 from hostbroker.client.errors import DeliveryError
 from hostbroker.errors import ErrorCode
 from tests.integration.cli import hostbroker
-from tests.replication.support import BROKER_SESSION_MS, kill_hard, poll, state
+from tests.replication.support import BROKER_SESSION_MS, create, kill_hard, poll, settled, state
 
 FAST = {"zookeeper_session_timeout_ms": 2000, "zookeeper_connection_timeout_ms": 5000}
-
-
-def create(zookeeper, topic, partitions, rf, *config):
-    done = hostbroker("topics", "create", "--zookeeper", zookeeper.connect, "--topic", topic,
-                      "--partitions", partitions, "--replication-factor", rf,
-                      *[a for c in config for a in ("--config", c)])
-    assert done.returncode == 0, done.stderr.decode()
-
-
-def settled(zk, topic, partitions, rf):
-    for p in range(partitions):
-        s = state(zk, topic, p)
-        if s["leader"] < 0 or len(s["isr"]) != rf:
-            return False
-    return True
 
 
 def read_all(brokers, topic, partitions) -> dict[int, dict[int, bytes]]:

@@ -16,28 +16,11 @@ import time
 import psutil
 
 from hostbroker.log.hwcheckpoint import read_high_watermarks
-from tests.integration.cli import hostbroker
 from tests.replication.support import (
-    BROKER_SESSION_MS, SETTINGS, Feeder, Wire, assignment, fetch_all, kill_hard, poll,
-    segment_bytes, state)
+    BROKER_SESSION_MS, Feeder, Wire, assignment, create, fetch_all, kill_hard, poll,
+    segment_bytes, settled, state)
 
 TOPIC = "ha"
-
-
-def create(zookeeper, topic, partitions, rf, *config):
-    done = hostbroker("topics", "create", "--zookeeper", zookeeper.connect, "--topic", topic,
-                      "--partitions", partitions, "--replication-factor", rf,
-                      *[a for c in config for a in ("--config", c)])
-    assert done.returncode == 0, done.stderr.decode()
-
-
-def settled(zk, topic, partitions, rf):
-    """Every partition has a leader and a full ISR."""
-    for p in range(partitions):
-        s = state(zk, topic, p)
-        if s["leader"] < 0 or len(s["isr"]) != rf:
-            return False
-    return True
 
 
 def read_back(brokers, zk, topic, partitions) -> dict[int, list[tuple[int, bytes]]]:

@@ -26,9 +26,9 @@ import time
 
 import psutil
 
-from tests.replication.support import Feeder, kill_hard, poll, segment_bytes, state
-from tests.replication.test_failover import (
-    TOPIC, check_acked, create, high_watermark, read_back, settled)
+from tests.replication.support import (
+    Feeder, create, kill_hard, poll, segment_bytes, settled, state)
+from tests.replication.test_failover import TOPIC, check_acked, high_watermark, read_back
 
 PARTITIONS = 2
 
