@@ -77,6 +77,7 @@ _MAX_PARTITION_FILE_BYTES = 64 * 1024
 _APPEND_FLAGS = os.O_WRONLY | os.O_APPEND  # open_file adds O_NOFOLLOW and O_CLOEXEC
 _LENGTH = struct.Struct(">i")  # an entry's length prefix (docs/spec/log-format.md)
 _FLOOR_CHUNK = 1 << 20  # bytes read at a time by entry_floor
+_MAX_OFFSET = 2**63 - 1
 
 Clock = Callable[[], int]
 
@@ -146,12 +147,9 @@ class PartitionLog:
             except FileExistsError:
                 raise HostbrokerError(f"partition dir {path} already exists",
                                       ErrorCode.TOPIC_ALREADY_EXISTS) from None
-            meta = {"topic": topic, "partition": partition, "partitions": num_partitions,
-                    "config": overrides}
-            if replicated:
-                meta["replicated"] = True
             write_file_atomically(os.path.join(path, PARTITION_FILE),
-                                  json.dumps(meta, sort_keys=True).encode())
+                                  _partition_file(topic, partition, num_partitions, overrides,
+                                                  replicated))
             fd = open_file(os.path.join(path, segment_filename(0)),
                            _APPEND_FLAGS | os.O_CREAT | os.O_EXCL)
             fsync_dir(path)
@@ -545,6 +543,53 @@ class PartitionLog:
         self._log_end = offset
         self._mark_flushed(offset)
 
+    def restart_at(self, offset: int) -> None:
+        """Empty the log and start it again at ``offset``, past its end: a
+        follower whose leader's log starts there (docs/storage.md, "Replicas").
+
+        Crash-safe: the new empty segment is created (the dir synced) before
+        the old segments are removed, oldest first, so a crash leaves the new
+        log or the old one (perhaps without its oldest segments, as retention
+        would): recovery finds the old segments' sizes short of the new base
+        and cuts the new segment away. Raises OffsetOutOfRangeError for an
+        offset not past the log end, StorageError when the disk fails."""
+        if not self._log_end < offset <= _MAX_OFFSET:
+            raise OffsetOutOfRangeError(
+                f"cannot restart {self._path} at {offset}: not past its end {self._log_end}")
+        old_fd = self._active_fd()
+        with storage_errors(f"cannot restart {self._path} at {offset}"):
+            new_path = self.segment_path(offset)
+            if os.path.lexists(new_path):  # not a segment of ours: all are below the end
+                remove_any(new_path)
+            new_fd = open_file(new_path, _APPEND_FLAGS | os.O_CREAT | os.O_EXCL)
+            fsync_dir(self._path)
+            self._fd = new_fd
+            os.close(old_fd)
+            old, self._bases = self._bases, [offset]
+            for base in old:
+                os.unlink(self.segment_path(base))
+            fsync_dir(self._path)
+        self._reservation = Reservation(self._config.preallocate_bytes,
+                                        self._config.segment_bytes, 0)
+        self._log_end = offset
+        self._mark_flushed(offset)
+
+    def set_overrides(self, changes: Mapping[str, str]) -> bool:
+        """Set topic config keys (the current ``min.insync.replicas`` of a
+        replica, say), recorded in partition.json before they apply. False
+        when nothing changes. ConfigError for a bad key or value (nothing
+        written), StorageError when the disk fails."""
+        config = self._config.with_overrides(changes)
+        overrides = {**self._overrides, **config.overrides_of(changes)}
+        if overrides == self._overrides:
+            return False
+        with storage_errors(f"cannot update {os.path.join(self._path, PARTITION_FILE)}"):
+            write_file_atomically(os.path.join(self._path, PARTITION_FILE), _partition_file(
+                self._topic, self._partition, self._num_partitions, overrides,
+                self._replicated))
+        self._overrides, self._config = overrides, config
+        return True
+
     @property
     def closed(self) -> bool:
         return self._fd is None
@@ -580,6 +625,15 @@ class PartitionLog:
                 fd, self._fd = self._fd, None
                 os.close(fd)
         move_to_trash(self._path, trash, self._clock())
+
+
+def _partition_file(topic: str, partition: int, num_partitions: int,
+                    overrides: Mapping[str, str], replicated: bool) -> bytes:
+    meta = {"topic": topic, "partition": partition, "partitions": num_partitions,
+            "config": dict(overrides)}
+    if replicated:
+        meta["replicated"] = True
+    return json.dumps(meta, sort_keys=True).encode()
 
 
 def read_partition_file(path: str) -> tuple[str, int, int, dict[str, str]]:

@@ -58,6 +58,9 @@ hb-replica -> writer (``rapp`` ring, replica 0 -> writer w), answered on ``rres`
                                   -> op:u8 token:u64 error:i16 log_end:i64
                             TRUNCATE: json {"slot","topic","partition","leader_epoch",
                                   "offset"} -> json {"error","log_end"}
+                            RESTART_LOG: json, as TRUNCATE; ``offset`` is the
+                                  leader's log start, past the log end
+                                  -> json {"error","log_end"}
 
 Handler -> coordinator (``capp`` ring): GROUP and OFFSETS json, as above.
 GROUP carries a consumer group request for ``hb-coordinator``, which holds
@@ -154,6 +157,7 @@ OP_REPLICA_STATE = 15
 OP_FOLLOWER_POS = 16
 OP_REPLICA_APPEND = 17
 OP_TRUNCATE = 18
+OP_RESTART_LOG = 19
 APPEND_OPS = frozenset((OP_APPEND, OP_APPEND_DIRECT, OP_APPEND_REF, OP_APPEND_DIRECT_REF))
 _DIRECT_OPS = frozenset((OP_APPEND_DIRECT, OP_APPEND_DIRECT_REF, OP_PUT))
 _OP = struct.Struct("<BQ")
@@ -435,3 +439,10 @@ def encode_truncate(token: int, request: dict) -> tuple[bytes, bytes]:
     """An OP_TRUNCATE (hb-replica -> writer): ``{"slot","topic","partition",
     "leader_epoch","offset"}``, answered ``{"error","log_end"}`` (json, same op)."""
     return encode_json(OP_TRUNCATE, token, request)
+
+
+def encode_restart_log(token: int, request: dict) -> tuple[bytes, bytes]:
+    """An OP_RESTART_LOG (hb-replica -> writer): a follower whose log ends below
+    its leader's log start empties it and starts it at ``offset`` (the leader's
+    log start); the fields and the answer are OP_TRUNCATE's."""
+    return encode_json(OP_RESTART_LOG, token, request)

@@ -39,7 +39,7 @@ import time
 from hostbroker.errors import ErrorCode, HostbrokerError, StorageError
 from hostbroker.log import hwcheckpoint
 from hostbroker.log import message as logmsg
-from hostbroker.log.epochs import LeaderEpochCache
+from hostbroker.log.epochs import MAX_OFFSET, LeaderEpochCache
 from hostbroker.log.partition import PartitionLog
 from hostbroker.replication.isr import IsrTracker
 from hostbroker.shm import procs
@@ -153,7 +153,10 @@ class Replicas:
         known = s is not None and s.role != ptable.ROLE_PLAIN and \
             (s.name, s.partition) == (plog.topic, plog.partition)
         hw = s.high_watermark if known else self.start_hws.get((plog.topic, plog.partition), 0)
-        book = ReplicaBook(plog, epochs, max(0, min(hw, plog.log_end_offset)))
+        # (never below the log start: a log restarted at its leader's start
+        # may meet a checkpoint written before)
+        book = ReplicaBook(plog, epochs,
+                           max(plog.log_start_offset, min(hw, plog.log_end_offset)))
         if known:
             book.role, book.leader = s.role, s.leader
             book.leader_epoch = max(s.leader_epoch, book.leader_epoch)
@@ -265,6 +268,14 @@ class Replicas:
                 {"min.insync.replicas": config["min.insync.replicas"]}).min_insync_replicas
         if role == ptable.ROLE_LEADER and self.broker_id not in replicas:
             raise ValueError(f"broker {self.broker_id} leads but is not among replicas {replicas}")
+        if min_isr != plog.config.min_insync_replicas:
+            # in partition.json: a writer replaced after a crash reads the current value
+            try:
+                plog.set_overrides({"min.insync.replicas": str(min_isr)})
+            except (OSError, StorageError) as e:
+                self._go_offline(e)
+                raise StateError(ErrorCode.STORAGE_ERROR,
+                                 f"cannot record min.insync.replicas: {e}") from e
         was_leading = book.role == ptable.ROLE_LEADER
         isr_version = int(request.get("isr_version", book.isr_version))
         if was_leading and role == ptable.ROLE_LEADER and epoch == book.leader_epoch \
@@ -468,6 +479,9 @@ class Replicas:
             elif op == env.OP_TRUNCATE:
                 self.rres.send(*env.encode_json(env.OP_TRUNCATE, token,
                                                 self._truncate(env.decode_json(m))))
+            elif op == env.OP_RESTART_LOG:
+                self.rres.send(*env.encode_json(env.OP_RESTART_LOG, token,
+                                                self._restart_log(env.decode_json(m))))
         receiver.done()
         self.rres.pump()
         self.replica_bell.wake()
@@ -529,27 +543,16 @@ class Replicas:
         comes from the leader's answers: a replica never keeps a torn entry,
         and fetches again what the cut took). The answer's ``log_end`` says
         where the log now ends."""
-        try:
-            slot, offset = int(request["slot"]), int(request["offset"])
-            plog = self._replica_log(slot, request["topic"], int(request["partition"]))
-            book = self.books[slot]
-            if book.role != ptable.ROLE_FOLLOWER or \
-                    int(request["leader_epoch"]) != book.leader_epoch:
-                raise StateError(NOT_LEADER if int(request["leader_epoch"]) >= book.leader_epoch
-                                 else FENCED_LEADER_EPOCH, "not a follower in that epoch")
-        except StateError as e:
-            return {"error": e.code, "log_end": -1, "message": str(e)}
-        except (KeyError, TypeError, ValueError) as e:
-            return {"error": int(ErrorCode.INVALID_REQUEST), "log_end": -1,
-                    "message": f"bad truncate: {e}"}
+        checked = self._follower_op(request, "truncate")
+        if isinstance(checked, dict):
+            return checked
+        slot, offset, plog, book = checked
         if offset >= plog.log_end_offset:
             return {"error": 0, "log_end": plog.log_end_offset}
         if offset < plog.log_start_offset:
             return {"error": int(ErrorCode.OFFSET_OUT_OF_RANGE), "log_end": plog.log_end_offset,
                     "message": f"{offset} is below the log start {plog.log_start_offset}"}
-        while self.flushing.get(slot) is plog:  # its end must not mark new bytes durable
-            time.sleep(0.001)
-            self._flushed()
+        self._flush_settled(slot, plog)
         try:
             offset = plog.entry_floor(offset)
             plog.truncate_to(offset)
@@ -561,6 +564,62 @@ class Replicas:
         book.epoch_start = min(book.epoch_start, offset)
         self._publish(slot, plog, high_watermark=book.hw, epoch_start=book.epoch_start)
         return {"error": 0, "log_end": plog.log_end_offset}
+
+    def _restart_log(self, request) -> dict:
+        """Empty a follower's log and start it at ``offset``, the log start its
+        leader stated, past our log end (retention or a delete there removed
+        what we lack): the leader epoch cache cleared first (a crash then
+        leaves the old log without epochs, cut at its HW as a log written
+        before replication is), then the segments (``PartitionLog.restart_at``:
+        the old log or the new one, never neither), then the HW, checkpointed
+        at once. Never moves a log back: an offset at or below the log end is
+        refused OFFSET_OUT_OF_RANGE."""
+        checked = self._follower_op(request, "log restart")
+        if isinstance(checked, dict):
+            return checked
+        slot, offset, plog, book = checked
+        if not plog.log_end_offset < offset <= MAX_OFFSET:
+            return {"error": int(ErrorCode.OFFSET_OUT_OF_RANGE), "log_end": plog.log_end_offset,
+                    "message": f"a restart at {offset} is not past the log end "
+                               f"{plog.log_end_offset}"}
+        self._flush_settled(slot, plog)
+        try:
+            book.epochs.clear()
+            plog.restart_at(offset)
+        except (OSError, StorageError) as e:
+            self._go_offline(e)
+            return {"error": int(ErrorCode.STORAGE_ERROR), "log_end": -1, "message": str(e)}
+        print(f"hostbroker: {self.name}: {plog.topic}-{plog.partition}: the leader's log "
+              f"starts at {offset}, past this replica's end: its log starts there now",
+              file=sys.stderr, flush=True)
+        book.hw = book.epoch_start = offset
+        self._publish(slot, plog, high_watermark=offset, epoch_start=offset)
+        self._checkpoint_hws()
+        return {"error": 0, "log_end": plog.log_end_offset}
+
+    def _follower_op(self, request, what: str):
+        """``(slot, offset, log, book)`` of an OP_TRUNCATE or OP_RESTART_LOG
+        for a FOLLOWER in the leader epoch it names, or the answer refusing it."""
+        try:
+            slot, offset = int(request["slot"]), int(request["offset"])
+            plog = self._replica_log(slot, request["topic"], int(request["partition"]))
+            book = self.books[slot]
+            epoch = int(request["leader_epoch"])
+            if book.role != ptable.ROLE_FOLLOWER or epoch != book.leader_epoch:
+                raise StateError(NOT_LEADER if epoch >= book.leader_epoch
+                                 else FENCED_LEADER_EPOCH, "not a follower in that epoch")
+        except StateError as e:
+            return {"error": e.code, "log_end": -1, "message": str(e)}
+        except (KeyError, TypeError, ValueError) as e:
+            return {"error": int(ErrorCode.INVALID_REQUEST), "log_end": -1,
+                    "message": f"bad {what}: {e}"}
+        return slot, offset, plog, book
+
+    def _flush_settled(self, slot: int, plog: PartitionLog) -> None:
+        """Wait for a flush of ``slot`` in flight: its end must not mark new bytes durable."""
+        while self.flushing.get(slot) is plog:
+            time.sleep(0.001)
+            self._flushed()
 
     # -- the HW checkpoint -----------------------------------------------------
     def _checkpoint_hws(self) -> None:

@@ -4,7 +4,12 @@ A :class:`LeaderLink` owns a non-blocking socket to the leader (its Unix
 socket when the path the controller gave exists on this host, else TCP), the
 frames read off it and the one request it has at the leader at a time:
 OFFSET_FOR_LEADER_EPOCH for the partitions about to be cut
-(:mod:`.truncation`), else one FETCH v1 (``replica_id`` = this broker) for
+(:mod:`.truncation`), else OFFSETS (earliest) for a partition whose log ends
+below the leader's log start (a FETCH answered OFFSET_OUT_OF_RANGE with the
+leader's log end past ours: retention or a delete there removed what it
+lacks; the worker then has its writer restart the log at that start, only
+when it is past our log end and at most the leader's stated log end), else
+one FETCH v1 (``replica_id`` = this broker) for
 every partition ready to fetch, long-polling at the leader
 (``replica.fetch.wait.max.ms``, ``replica.fetch.min.bytes``; at most 50 ms
 while a partition of the link is at its writer, which the worker says in
@@ -47,7 +52,7 @@ from hostbroker.log.message import count_entries
 from hostbroker.protocol import api
 from hostbroker.protocol import replication as proto
 from hostbroker.workers.replication import resolver as names
-from hostbroker.workers.replication.follows import Follow, Stage
+from hostbroker.workers.replication.follows import AT_LEADER, Follow, Stage
 
 _ANSWER_SLACK = 64  # size prefix, correlation id, array counts
 _PART_SLACK = 48  # a partition's fixed fields in an answer, besides its topic name
@@ -58,6 +63,7 @@ MAX_OFFSET = 2**63 - 1
 
 FETCH = "fetch"
 EPOCHS = "epochs"
+START = "start"  # OFFSETS (earliest) of one partition
 
 
 class Sink(Protocol):
@@ -65,6 +71,7 @@ class Sink(Protocol):
 
     def append(self, follow: Follow, data_epoch: int, leader_hw: int, data) -> None: ...
     def truncate(self, follow: Follow, offset: int) -> None: ...
+    def restart(self, follow: Follow, offset: int) -> None: ...
     def failed(self, follow: Follow, why: str | None) -> None: ...
     def link_failed(self, link: "LeaderLink", why: str) -> None: ...
 
@@ -212,7 +219,7 @@ class LeaderLink:
             self.sink.link_failed(self, why)
         if inflight is not None:
             for follow in inflight[2].values():
-                if not follow.dropped and follow.stage in (Stage.ASKING, Stage.FETCHING):
+                if not follow.dropped and follow.stage in AT_LEADER:
                     self.sink.failed(follow, None)  # (the link's failure is said once)
 
     def on_ready(self, events: int, now: float) -> None:
@@ -311,6 +318,10 @@ class LeaderLink:
         if asks:
             self._send_epochs(asks, now)
             return
+        start = next((f for f in self.follows.values() if f.stage is Stage.START), None)
+        if start is not None:
+            self._send_start(start, now)
+            return
         if writer_busy:
             return
         fetches = [f for f in self.follows.values() if f.stage is Stage.FETCH]
@@ -342,6 +353,12 @@ class LeaderLink:
             f.stage = Stage.ASKING
         self._send(proto.encode_request(body, self._next_correlation(), self.client_id),
                    EPOCHS, follows, bound, 0, now)
+
+    def _send_start(self, follow: Follow, now: float) -> None:
+        body = api.OffsetsRequest(follow.topic, follow.partition, api.EARLIEST_TIME, 1)
+        follow.stage = Stage.ASKING_START
+        self._send(api.encode_request(body, self._next_correlation(), self.client_id),
+                   START, [follow], _ANSWER_SLACK + 8, 0, now)
 
     def _send_fetch(self, follows: list[Follow], now: float,
                     wait_cap_ms: int | None = None) -> None:
@@ -400,7 +417,10 @@ class LeaderLink:
             raise ProtocolError(f"error frame {code}")
         cls = proto.FetchResponseV1 if kind == FETCH else proto.OffsetForLeaderEpochResponse
         try:
-            got, body = proto.decode_response(frame, cls)
+            if kind == START:
+                got, body = api.decode_response_as(api.OffsetsResponse, frame)
+            else:
+                got, body = proto.decode_response(frame, cls)
         except ProtocolError:
             raise
         except Exception as e:  # noqa: BLE001 - whatever bytes decode to: never trusted
@@ -409,6 +429,11 @@ class LeaderLink:
             raise ProtocolError(f"correlation id {got}, not {correlation}")
         self.inflight = None
         self.said = False  # the leader answers: say the next failure again
+        if kind == START:
+            for follow in asked.values():
+                if not follow.dropped:
+                    self._start_answered(follow, body)
+            return
         results = body.partitions
         if kind == FETCH:
             for r in results:
@@ -436,8 +461,31 @@ class LeaderLink:
         else:
             self.sink.truncate(follow, step.cut)
 
+    def _start_answered(self, follow: Follow, body) -> None:
+        """The leader's log start: the log restarts there only when it is past
+        our log end and at most the log end the leader stated; else back off."""
+        if follow.stage is not Stage.ASKING_START:
+            return
+        if body.error_code != ErrorCode.NONE or len(body.offsets) != 1:
+            why = _name(body.error_code) if body.error_code else f"{len(body.offsets)} offsets"
+            self.sink.failed(follow, f"OFFSETS (log start): {why}")
+            return
+        start = body.offsets[0]
+        if not follow.offset < start <= follow.leader_end:
+            self.sink.failed(follow, f"FETCH at {follow.offset}: OFFSET_OUT_OF_RANGE (the "
+                                     f"leader's log starts at {start}, ends at "
+                                     f"{follow.leader_end})")
+            return
+        self.sink.restart(follow, start)
+
     def _fetched(self, follow: Follow, r, now: float) -> None:
         if follow.stage is not Stage.FETCHING:
+            return
+        if (r.error_code == ErrorCode.OFFSET_OUT_OF_RANGE and not follow.restarted
+                and follow.offset < r.log_end_offset <= MAX_OFFSET):
+            # the leader's log goes on past ours: does it start past our end too?
+            follow.leader_end = r.log_end_offset
+            follow.stage = Stage.START
             return
         if r.error_code != ErrorCode.NONE:
             self.sink.failed(follow, f"FETCH at {follow.offset}: {_name(r.error_code)}")

@@ -5,13 +5,22 @@ Pure: no I/O. A :class:`Follow` is made for each FOLLOWER slot of the
 partition table, for the leader and leader epoch the slot names, and goes::
 
     EPOCH ─► ASKING ─► TRUNCATING ─► FETCH ─► FETCHING ─► APPENDING
-                                       ▲                      │
-                                       └──────────────────────┘
+                                       ▲  ▲                   │
+                                       │  └───────────────────┘
+                                       └── RESTARTING ◄─ ASKING_START ◄─ START
     ASKING       OFFSET_FOR_LEADER_EPOCH at the leader (asking again: EPOCH)
     TRUNCATING   OP_TRUNCATE at the writer (skipped when nothing is cut)
-    FETCHING     FETCH v1 at the leader (no whole entry came: FETCH again)
+    FETCHING     FETCH v1 at the leader (no whole entry came: FETCH again;
+                 OFFSET_OUT_OF_RANGE with the leader's log end past ours: START)
     APPENDING    OP_REPLICA_APPEND at the writer
+    ASKING_START OFFSETS (earliest) at the leader: its log start
+    RESTARTING   OP_RESTART_LOG at the writer: the log emptied and started at
+                 the leader's log start, when that is past our log end
     any error    BACKOFF for replica.fetch.backoff.ms, then EPOCH
+
+A partition restarts its log at most once between two appends or backoffs:
+an OFFSET_OUT_OF_RANGE right after a restart backs off first, so a leader
+whose answers disagree cannot make it restart in a loop.
 
 EPOCH is the start: before the first fetch of a leader epoch the log is cut
 where it parts from the leader's (:mod:`.truncation`). One fetch at a time
@@ -39,11 +48,14 @@ class Stage(enum.Enum):
     FETCHING = "fetching"  # in the FETCH at the leader
     APPENDING = "appending"  # OP_REPLICA_APPEND at the writer
     BACKOFF = "backoff"  # until retry_at, then EPOCH
+    START = "start"  # to ask the leader's log start (OFFSETS earliest) in the next request
+    ASKING_START = "asking-start"  # the OFFSETS question is at the leader
+    RESTARTING = "restarting"  # OP_RESTART_LOG at the writer
 
 
 # what the worker waits on for each stage: the leader (the link's request) or a writer
-AT_LEADER = frozenset((Stage.ASKING, Stage.FETCHING))
-AT_WRITER = frozenset((Stage.TRUNCATING, Stage.APPENDING))
+AT_LEADER = frozenset((Stage.ASKING, Stage.FETCHING, Stage.ASKING_START))
+AT_WRITER = frozenset((Stage.TRUNCATING, Stage.APPENDING, Stage.RESTARTING))
 
 
 @dataclasses.dataclass(eq=False)
@@ -64,6 +76,8 @@ class Follow:
     truncation: Truncation | None = None
     dropped: bool = False  # the slot no longer names this leader and epoch
     errors: int = 0  # errors in a row (for the log: the first one is said)
+    leader_end: int = -1  # the leader's log end its OFFSET_OUT_OF_RANGE answer stated
+    restarted: bool = False  # the log was restarted since the last append or backoff
 
     @property
     def key(self) -> tuple[str, int]:
@@ -74,4 +88,5 @@ class Follow:
         self.retry_at = now + delay
         self.token = 0
         self.truncation = None
+        self.restarted = False
         self.errors += counted

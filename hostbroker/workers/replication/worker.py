@@ -231,6 +231,14 @@ class ReplicaWorker(Worker):
             "slot": follow.slot, "topic": follow.topic, "partition": follow.partition,
             "leader_epoch": follow.leader_epoch, "offset": offset}))
 
+    def restart(self, follow: Follow, offset: int) -> None:
+        """The leader's log starts at ``offset``, past our log end: the writer
+        empties the log and starts it there."""
+        token = self._token(follow, Stage.RESTARTING)
+        self._send(follow.owner, *env.encode_restart_log(token, {
+            "slot": follow.slot, "topic": follow.topic, "partition": follow.partition,
+            "leader_epoch": follow.leader_epoch, "offset": offset}))
+
     def append(self, follow: Follow, data_epoch: int, leader_hw: int, data) -> None:
         token = self._token(follow, Stage.APPENDING)
         follow.hw_sent = leader_hw
@@ -315,6 +323,10 @@ class ReplicaWorker(Worker):
             answer = env.decode_json(m)
             error, log_end = answer.get("error", -1), answer.get("log_end", -1)
             what = "truncation"
+        elif op == env.OP_RESTART_LOG and follow.stage is Stage.RESTARTING:
+            answer = env.decode_json(m)
+            error, log_end = answer.get("error", -1), answer.get("log_end", -1)
+            what = "log restart"
         else:
             return
         if error != ErrorCode.NONE or not isinstance(log_end, int) or log_end < 0:
@@ -324,6 +336,9 @@ class ReplicaWorker(Worker):
         self.count(procs.REQUESTS)
         if what == "append":
             self.count(procs.BYTES_IN, max(0, log_end - follow.offset))
+            follow.restarted = False
+        elif what == "log restart":
+            follow.restarted = True  # (the writer says so in its log)
         follow.offset = log_end
         follow.stage = Stage.FETCH
         follow.errors = 0
