@@ -24,7 +24,7 @@ from hostbroker.errors import ErrorCode
 from hostbroker.log.message import encode_message_set
 from hostbroker.log.segments import partition_dirname
 from hostbroker.protocol import replication as rproto
-from hostbroker.protocol.bodies import MetadataBroker
+from hostbroker.protocol.bodies import MetadataBroker, TopicConfigEntry
 from tests.cluster.controller_by_hand import be_the_controller
 from tests.cluster.zkfixtures import stop_broker
 from tests.cluster.zkserver import ZooKeeperServer
@@ -32,7 +32,10 @@ from tests.integration.broker import Broker
 from tests.integration.wire_helpers import RawSocket, new_topic
 
 FAST = {"num.processors": 1, "num.handlers": 1, "replica.fetch.wait.max.ms": 200,
-        "replica.fetch.backoff.ms": 100, "message.max.bytes": 4 * 1024 * 1024}
+        "replica.fetch.backoff.ms": 100, "message.max.bytes": 4 * 1024 * 1024,
+        "log.retention.check.interval.ms": 100,
+        # a process stopped on purpose is not replaced meanwhile
+        "worker.heartbeat.timeout.ms": 30000}
 CONTROLLER = 99
 
 
@@ -62,11 +65,14 @@ def ask(broker, body, cls):
     return answer
 
 
-def lead(pair, to, topic: str, leader: int, epoch: int, isr=(1, 2)) -> None:
-    """LEADER_AND_ISR of ``topic`` partition 0 (replicas 1 and 2) to brokers ``to``."""
+def lead(pair, to, topic: str, leader: int, epoch: int, isr=(1, 2), configs=None) -> None:
+    """LEADER_AND_ISR of ``topic`` partition 0 (replicas 1 and 2) to brokers ``to``,
+    with the topic's ``configs`` (a dict) if given."""
     brokers = tuple(MetadataBroker(i, "127.0.0.1", b.port, b.unix_path) for i, b in pair.items())
+    topic_configs = () if configs is None else (rproto.TopicConfigs(topic, tuple(
+        TopicConfigEntry(k, v) for k, v in configs.items())),)
     body = rproto.LeaderAndIsrRequest(CONTROLLER, 1, (rproto.LeaderAndIsrPartition(
-        topic, 0, leader, epoch, tuple(isr), 0, (1, 2)),), (), brokers)
+        topic, 0, leader, epoch, tuple(isr), 0, (1, 2)),), topic_configs, brokers)
     for broker_id in to:
         answer = ask(pair[broker_id], body, rproto.LeaderAndIsrResponse)
         assert answer.error_code == ErrorCode.NONE
@@ -172,3 +178,59 @@ def test_the_follower_carries_on_after_its_replica_process_or_writer_is_killed(p
         pair[2].wait_worker_replaced(name, old)
         more(3 if name == "hb-replica" else 4)
         same_logs(pair[1], pair[2], topic, sent)
+
+
+def log_from(broker, topic: str) -> tuple[int, bytes]:
+    """(log start, every byte from there) of a replica, from its segment files."""
+    [path] = [os.path.join(d, partition_dirname(topic, 0))
+              for d in broker.settings["log.dirs"].split(",")
+              if os.path.isdir(os.path.join(d, partition_dirname(topic, 0)))]
+    names = sorted(n for n in os.listdir(path) if n.endswith(".kafka"))
+    data = b""
+    for name in names:
+        with open(os.path.join(path, name), "rb") as f:
+            data += f.read()
+    return int(names[0].split(".")[0]), data
+
+
+def test_a_follower_behind_the_leaders_log_start_restarts_its_log_there(pair):
+    """The follower stops fetching (its hb-replica SIGSTOPped) while the
+    leader appends and its retention deletes past the follower's log end.
+    Back, the follower is answered OFFSET_OUT_OF_RANGE, asks the leader's log
+    start, has its writer restart its log there, and copies on from there:
+    both copies hold the same bytes where both have the log."""
+    topic = new_topic("behind")
+    lead(pair, (1, 2), topic, leader=1, epoch=1,
+         configs={"segment.bytes": "1024", "retention.bytes": "2048"})
+    first = [b"early-%d" % i * 8 for i in range(5)]
+    assert produce(pair[1], topic, first).error_code == ErrorCode.NONE
+    same_logs(pair[1], pair[2], topic, encode_message_set(first))
+    behind = len(encode_message_set(first))
+    replica = psutil.Process(pair[2].workers()["hb-replica"])
+    replica.suspend()
+    try:
+        for i in range(20):
+            payloads = [b"late-%d-%d" % (i, j) * 6 for j in range(8)]
+            assert produce(pair[1], topic, payloads).error_code == ErrorCode.NONE
+        deadline = time.monotonic() + 2
+        while log_from(pair[1], topic)[0] <= behind:
+            assert time.monotonic() < deadline, "the leader's retention did not run"
+            time.sleep(0.02)
+    finally:
+        replica.resume()
+    deadline = time.monotonic() + 10
+    while True:
+        (start1, data1), (start2, data2) = log_from(pair[1], topic), log_from(pair[2], topic)
+        end1, end2 = start1 + len(data1), start2 + len(data2)
+        if end1 == end2 and start2 > behind:
+            common = max(start1, start2)
+            if data1[common - start1:] == data2[common - start2:]:
+                break
+        assert time.monotonic() < deadline, (
+            f"follower [{start2}, {end2}), leader [{start1}, {end1})\n{pair[2].log()[-3000:]}")
+        time.sleep(0.05)
+    assert "its log starts there now" in pair[2].log()
+    # it goes on following as any follower does
+    more = [b"after-the-restart"]
+    assert produce(pair[1], topic, more, acks=-1).error_code == ErrorCode.NONE
+    assert log_from(pair[2], topic)[1].endswith(encode_message_set(more))
