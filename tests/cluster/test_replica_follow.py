@@ -234,3 +234,22 @@ def test_a_follower_behind_the_leaders_log_start_restarts_its_log_there(pair):
     more = [b"after-the-restart"]
     assert produce(pair[1], topic, more, acks=-1).error_code == ErrorCode.NONE
     assert log_from(pair[2], topic)[1].endswith(encode_message_set(more))
+
+
+def test_a_replaced_writer_refuses_and_accepts_acks_all_by_the_current_min_insync(pair):
+    """The topic is created with min.insync.replicas=2 and its ISR is the leader
+    alone; a LEADER_AND_ISR then says 1, later 2 again. A writer SIGKILLed
+    after each (the supervisor replaces it) answers acks=-1 by the value the
+    last LEADER_AND_ISR carried, not the one the topic was created with."""
+    topic = new_topic("min-isr")
+    lead(pair, (1,), topic, leader=1, epoch=1, isr=(1,), configs={"min.insync.replicas": "2"})
+    assert produce(pair[1], topic, [b"refused"], acks=-1).error_code == \
+        ErrorCode.NOT_ENOUGH_REPLICAS
+    for value, code in (("1", ErrorCode.NONE), ("2", ErrorCode.NOT_ENOUGH_REPLICAS)):
+        lead(pair, (1,), topic, leader=1, epoch=1, isr=(1,),
+             configs={"min.insync.replicas": value})
+        assert produce(pair[1], topic, [b"before"], acks=-1).error_code == code
+        old = pair[1].workers()["hb-writer-0"]
+        os.kill(old, signal.SIGKILL)
+        pair[1].wait_worker_replaced("hb-writer-0", old)
+        assert produce(pair[1], topic, [b"after"], acks=-1).error_code == code, value
