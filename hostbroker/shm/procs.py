@@ -13,7 +13,7 @@ table header's user words hold::
     40      4     broker_state     BrokerState
     44      4     supervisor_pid
 
-Worker slot (192 bytes)::
+Worker slot (256 bytes)::
 
     offset  size  field
     0       8     seq              seqlock, used by set_worker only
@@ -27,8 +27,8 @@ Worker slot (192 bytes)::
                                    for its doorbell; peers ring it only then
                                    (``hostbroker.shm.doorbell.Waker``)
     44      4     reserved
-    48      136   counters         17 x u64, indexes below
-    184     8     reserved
+    48      160   counters         20 x u64, indexes below
+    208     48    reserved
 
 Writers: the supervisor fills a slot with :meth:`~ProcessBoard.set_worker`
 (under the seqlock, so kind, index, pid and epoch are read together) only
@@ -70,7 +70,13 @@ BELLS_SKIPPED = 14  # peers' doorbells not rung because the peer was awake
 SPIN_HITS = 15  # times work arrived while the worker spun before sleeping
 RING_APPENDS = 16  # message sets a writer appended straight from a request ring
 BYTES_COPIED = 17  # request bytes a processor copied (to a ring or a connection's buffer)
-COUNTER_COUNT = 18
+# Writers of replicas: messages a follower appended from its leader (not in
+# MESSAGES_IN, which counts produced messages only), and moves of a leader's
+# high watermark; with MESSAGES_IN they say a fetch parked may look again.
+REPLICA_MESSAGES_IN = 18
+HW_MOVES = 19
+COUNTER_COUNT = 20
+LOG_MOVES = (MESSAGES_IN, REPLICA_MESSAGES_IN, HW_MOVES)
 COUNTER_NAMES = (
     "requests",
     "bytes_in",
@@ -90,6 +96,8 @@ COUNTER_NAMES = (
     "spin_hits",
     "ring_appends",
     "bytes_copied",
+    "replica_messages_in",
+    "hw_moves",
 )
 
 
@@ -135,7 +143,7 @@ PROCESS_LAYOUT = SlotLayout(
         ("_reserved", "4x"),
         ("counters", f"{COUNTER_COUNT}Q"),
     ],
-    slot_size=192,
+    slot_size=256,
 )
 
 _START_TIME = 32 // 8  # index into the table viewed as u64

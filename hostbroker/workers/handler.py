@@ -176,9 +176,10 @@ class HandlerWorker(TopicAdmin, Fetching, Replication, ConsumerOffsets, Worker):
         return min(_IDLE_TIMEOUT_S, max(0.0, (soonest - now_ms()) / 1000))
 
     def _appended(self) -> int:
-        """Messages the writers have appended (their board counters, summed)."""
+        """Messages the writers have appended and high watermark moves (their
+        board counters, summed)."""
         board = self.board
-        return sum(board.get(slot, procs.MESSAGES_IN) for slot in self.writer_slots)
+        return sum(board.get(slot, c) for slot in self.writer_slots for c in procs.LOG_MOVES)
 
     def _has_input(self) -> bool:
         """Records in an input ring, or, with fetches parked, appends since this

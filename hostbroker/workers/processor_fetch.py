@@ -94,9 +94,10 @@ class LocalFetching:
         self.parked_shown = 0  # what the board says (FETCH_PARKED)
 
     def _appended(self) -> int:
-        """Messages the writers have appended (their board counters, summed)."""
+        """Messages the writers have appended and high watermark moves (their
+        board counters, summed)."""
         board = self.board
-        return sum(board.get(slot, procs.MESSAGES_IN) for slot in self.writer_slots)
+        return sum(board.get(slot, c) for slot in self.writer_slots for c in procs.LOG_MOVES)
 
     def _fetch_request(self, frame) -> tuple | None:
         """``(correlation_id, max_wait_ms, min_bytes, partitions)`` of a FETCH

@@ -113,6 +113,7 @@ class Replicas:
     rapp = rres = replica_bell = None
     hw_checkpoint: bytes | None = None
     start_hws: dict = {}
+    replica_appended = 0  # messages appended from leaders this round, not yet on the board
 
     # -- start-up ----------------------------------------------------------
     def _init_replicas(self) -> None:
@@ -381,6 +382,9 @@ class Replicas:
         followers moved, that appended (``touched``), or whose ISR check is
         due, adopt ISR commits, publish the ISR wanted, and move the HW.
         Returns the slots whose HW moved (their parked fetches look again)."""
+        if self.replica_appended:  # published: a handler that sees the count sees the ends
+            self.count(procs.REPLICA_MESSAGES_IN, self.replica_appended)
+            self.replica_appended = 0
         for slot in touched:
             if slot in self.books:
                 self.isr_pending.add(slot)
@@ -408,7 +412,7 @@ class Replicas:
             if book.isr_wanted != book.isr:
                 self.isr_pending.add(slot)  # a commit is awaited: look again next round
         if moved:
-            self.count(procs.MESSAGES_IN)  # parked fetches look again (they read the HW)
+            self.count(procs.HW_MOVES, len(moved))  # parked fetches look again (they read the HW)
         return moved
 
     def _isr_changes(self, slot: int, book: ReplicaBook, now: int) -> dict:
@@ -528,7 +532,7 @@ class Replicas:
                 self._go_offline(e)
                 return env.encode_replica_append_result(a.token, ErrorCode.STORAGE_ERROR, -1)
             touched.add(a.slot)
-            self.appended += count
+            self.replica_appended += count
             self.count(procs.BYTES_IN, len(a.message_set))
         hw = max(0, min(a.leader_hw, end))
         if hw != book.hw:

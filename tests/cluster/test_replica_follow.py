@@ -253,3 +253,44 @@ def test_a_replaced_writer_refuses_and_accepts_acks_all_by_the_current_min_insyn
         os.kill(old, signal.SIGKILL)
         pair[1].wait_worker_replaced("hb-writer-0", old)
         assert produce(pair[1], topic, [b"after"], acks=-1).error_code == code, value
+
+
+def writer_counter(broker, name: str) -> int:
+    """A process-board counter summed over the broker's writers, as ``top`` reads it."""
+    from hostbroker.config import Config  # noqa: PLC0415
+    from hostbroker.top import KIND_NAMES, attach  # noqa: PLC0415
+
+    board, table, _ = attach(Config.build(overrides=[
+        f"log.dirs={broker.settings['log.dirs']}", f"broker.id={broker.settings['broker.id']}"]))
+    try:
+        return sum(row["counters"][name] for row in board.snapshot()
+                   if KIND_NAMES.get(row.get("kind")) == "writer")
+    finally:
+        board.close()
+        table.close()
+
+
+def test_messages_in_counts_produced_messages_only(pair):
+    """acks=-1 produces move the leader's high watermark (each move wakes
+    fetches parked on it) but count in its writer's ``messages_in`` only as
+    the messages produced; the follower's writer counts what it copied in
+    ``replica_messages_in``, and moves in ``hw_moves`` are the leader's."""
+    topic = new_topic("counted")
+    lead(pair, (1, 2), topic, leader=1, epoch=1)
+    assert produce(pair[1], topic, [b"warm-up"], acks=-1).error_code == ErrorCode.NONE
+    same_logs(pair[1], pair[2], topic, encode_message_set([b"warm-up"]))
+    names = ("messages_in", "replica_messages_in", "hw_moves")
+    before = {(b, n): writer_counter(pair[b], n) for b in (1, 2) for n in names}
+    sent = encode_message_set([b"warm-up"])
+    for i in range(6):
+        payloads = [b"counted-%d-%d" % (i, j) for j in range(5)]
+        assert produce(pair[1], topic, payloads, acks=-1).error_code == ErrorCode.NONE
+        sent += encode_message_set(payloads)
+    same_logs(pair[1], pair[2], topic, sent)
+    time.sleep(0.3)  # the follower's last HW (from its next fetch) is in, and counted
+    moved = {k: writer_counter(pair[k[0]], k[1]) - v for k, v in before.items()}
+    assert moved[(1, "messages_in")] == 30
+    assert moved[(1, "hw_moves")] >= 6
+    assert moved[(1, "replica_messages_in")] == 0
+    assert moved[(2, "messages_in")] == 0
+    assert moved[(2, "replica_messages_in")] == 30

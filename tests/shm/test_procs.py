@@ -25,7 +25,7 @@ def test_a_new_board(board):
     assert board.broker_state == BrokerState.RUNNING
     board.set_supervisor(1)
     assert board.supervisor_pid == 1
-    assert len(procs.COUNTER_NAMES) == procs.COUNTER_COUNT == 18
+    assert len(procs.COUNTER_NAMES) == procs.COUNTER_COUNT == 20
 
 
 def test_worker_writes_its_slot(board):
