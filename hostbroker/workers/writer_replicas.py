@@ -21,11 +21,16 @@ partition of its log dir that is a replica of a replicated topic
   HW wakes the fetches parked on it, as an append does;
 - what hb-replica brings from the leader while it follows (``rapp`` ring,
   answered on ``rres``): OP_REPLICA_APPEND (the leader's bytes at the same
-  offsets, appended only at the log end and in the slot's leader epoch) and
-  OP_TRUNCATE (the log cut to where it diverged from the leader's);
+  offsets, appended only at the log end and in the slot's leader epoch),
+  OP_TRUNCATE (the log cut to where it diverged from the leader's) and
+  OP_RESTART_LOG (the log emptied and started at the leader's log start,
+  when that is past our log end);
 - the refusals of every append path (APPEND*, PUT) for a replica that does
   not lead, and of acks=-1 with an ISR below ``min.insync.replicas``;
-- the HW checkpoint of the log dir (``replication-offset-checkpoint``).
+- the HW checkpoint of the log dir (``replication-offset-checkpoint``);
+- the board counters of replicas: ``replica_messages_in`` (what a follower
+  appended) and ``hw_moves`` (a leader's HW moved; ``messages_in`` counts
+  produced messages only).
 
 Plain partitions (standalone, 0.7-style cluster topics) have no book and
 none of this touches them.
