@@ -27,6 +27,8 @@ SETTINGS = {"num.processors": 1, "num.handlers": 1,
             "zookeeper.session.timeout.ms": BROKER_SESSION_MS,
             "replica.lag.time.max.ms": 3000,
             "replica.fetch.wait.max.ms": 100,
+            # retention runs often enough for a topic with retention.bytes to be seen
+            "log.retention.check.interval.ms": 200,
             # a process stopped on purpose is not replaced meanwhile
             "worker.heartbeat.timeout.ms": 30000}
 

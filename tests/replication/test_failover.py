@@ -211,3 +211,50 @@ def test_a_restarted_follower_keeps_what_truncating_to_its_high_watermark_would_
     assert hw >= acked[-1][0]
     poll(lambda: len(segment_bytes(cluster[a], TOPIC, 0)) >= hw, what="A caught up")
     assert segment_bytes(cluster[a], TOPIC, 0)[:hw] == segment_bytes(cluster[b], TOPIC, 0)[:hw]
+
+
+def log_start(broker, topic: str, partition: int) -> int:
+    path = os.path.join(broker.settings["log.dirs"], f"{topic}_{partition}")
+    return min(int(n.split(".")[0]) for n in os.listdir(path) if n.endswith(".kafka"))
+
+
+def test_a_follower_back_behind_the_leaders_log_start_restarts_its_log_there(
+        cluster, zookeeper, zk):
+    """A follower stopped while the leader's retention deletes past its log
+    end: back, it restarts its log at the leader's log start, catches up,
+    rejoins the ISR, and ``replicas verify`` finds the copies equal."""
+    from tests.integration.cli import hostbroker  # noqa: PLC0415
+
+    create(zookeeper, TOPIC, 1, 2, "segment.bytes=1024", "retention.bytes=2048")
+    poll(lambda: settled(zk, TOPIC, 1, 2), what="leader and full ISR")
+    s = state(zk, TOPIC, 0)
+    leader = s["leader"]
+    (follower,) = [b for b in s["isr"] if b != leader]
+    wire = Wire(cluster[leader].unix_path)
+    try:
+        assert wire.produce(TOPIC, 0, [b"early-%d" % i * 8 for i in range(5)])[0] == 0
+        behind = len(segment_bytes(cluster[leader], TOPIC, 0))
+        poll(lambda: len(segment_bytes(cluster[follower], TOPIC, 0)) == behind,
+             what="the follower caught up")
+        cluster[follower].stop()
+        for i in range(20):
+            assert wire.produce(TOPIC, 0, [b"late-%d-%d" % (i, j) * 6 for j in range(8)],
+                                acks=1)[0] == 0
+        poll(lambda: log_start(cluster[leader], TOPIC, 0) > behind, timeout=10,
+             what="the leader's retention past the follower's log end")
+        cluster[follower].start()
+        poll(lambda: sorted(state(zk, TOPIC, 0)["isr"]) == sorted([leader, follower]),
+             timeout=30, what="the follower back in the ISR")
+        assert wire.produce(TOPIC, 0, [b"after"])[0] == 0
+    finally:
+        wire.close()
+    assert log_start(cluster[follower], TOPIC, 0) > behind
+    assert "its log starts there now" in cluster[follower].log()
+    verified = []
+
+    def equal() -> bool:
+        verified[:] = [hostbroker("replicas", "verify", "--zookeeper", zookeeper.connect,
+                                  "--topic", TOPIC)]
+        return verified[0].returncode == 0
+    poll(equal, timeout=15, every=0.5, what="replicas verify")
+    assert "2 replicas equal below" in verified[0].stdout.decode()
