@@ -539,7 +539,7 @@ class Replicas:
             touched.add(a.slot)
             self.replica_appended += count
             self.count(procs.BYTES_IN, len(a.message_set))
-        hw = max(0, min(a.leader_hw, end))
+        hw = max(plog.log_start_offset, min(a.leader_hw, end))  # (a HW below the start: at it)
         if hw != book.hw:
             book.hw = hw
             self.table.write(a.slot, high_watermark=hw)
