@@ -1,4 +1,5 @@
-"""One partition's log on disk: append, roll, flush, retention, deletion.
+"""One partition's log on disk: append, roll, flush, retention, truncation,
+a follower's restart at its leader's log start, deletion.
 
 A :class:`PartitionLog` is owned by the writer process of its log dir; it is
 not thread safe, and no other process writes its files. Request handlers in
