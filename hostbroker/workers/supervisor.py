@@ -72,7 +72,7 @@ from hostbroker.shm.region import (SharedRegion, release_lease, remove_stale, sw
 from hostbroker.shm.ring import Ring
 from hostbroker.shm.peers import MAX_PEERS, PeersTable
 from hostbroker.shm.topicnames import ReplicatedNames
-from hostbroker.shm.table import IsrCommitTable, PartitionTable
+from hostbroker.shm.partitions import IsrCommitTable, PartitionTable
 from hostbroker.workers.acceptor import AcceptorWorker
 from hostbroker.workers.coordinator import CoordinatorWorker
 from hostbroker.workers.base import (

@@ -2,7 +2,7 @@ import pytest
 
 from hostbroker.shm.peers import MAX_PEERS, Peer, PeersTable
 from hostbroker.shm.region import LayoutError
-from hostbroker.shm.table import PartitionTable
+from hostbroker.shm.partitions import PartitionTable
 
 
 @pytest.fixture

@@ -36,7 +36,7 @@ from hostbroker.coordinator import Coordinator, Limits, Pending
 from hostbroker.coordinator.state import GroupPhase
 from hostbroker.coordinator.store import FILENAME, GroupStore
 from hostbroker.errors import ErrorCode
-from hostbroker.shm import table as ptable
+from hostbroker.shm import partitions as ptable
 
 STATE_FILE = FILENAME
 _LIVE = (ptable.ONLINE, ptable.OFFLINE, ptable.CREATING)

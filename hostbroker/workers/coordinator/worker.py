@@ -26,7 +26,7 @@ import traceback
 from hostbroker.errors import ErrorCode
 from hostbroker.log.offsetstore import OffsetStore
 from hostbroker.shm import procs
-from hostbroker.shm.table import PartitionTable
+from hostbroker.shm.partitions import PartitionTable
 from hostbroker.workers import envelopes as env
 from hostbroker.workers.base import Worker
 from hostbroker.workers.coordinator.group_puts import GroupPuts
