@@ -8,8 +8,10 @@ reassignment) would make a plain local topic of that name and acknowledge
 writes that land outside the replicated topic. :class:`ReplicatedTopics`
 reads the children of ``/brokers/topics`` and each topic's node (through
 ``zkread`` and ``replication/zknodes.py``, bounded, hostile) and publishes
-the names of the replicated ones (those whose node holds an assignment) in
-``shm/topicnames.py``:
+the names of the replicated ones (those whose node holds an assignment), each
+with its assignment's partition count, in ``shm/topicnames.py``. The group
+coordinator deals out a replicated topic's partitions by that count (a
+broker holds replicas of only some of them):
 
 - on every change of the children (a kazoo ``ChildrenWatch``; the callback
   only notes and rings the doorbell, the registrar's loop reads); a new
@@ -19,7 +21,7 @@ the names of the replicated ones (those whose node holds an assignment) in
   ``registrar_watch.py``'s, shared with ``registrar_fence.py``).
 
 Failing closed: a topic node too long or not a valid assignment counts as
-replicated (one reported line); more children than ``zookeeper.max.children``
+replicated, with no partition count (one reported line); more children than ``zookeeper.max.children``
 publish the view INCOMPLETE (every name not held locally counts as
 replicated). The first view is read before the registrar says it is ready,
 so the listeners open with it (see registrar.py). Nothing here writes to
@@ -53,8 +55,9 @@ class ReplicatedTopics(WatchedReader):
                          clock)
         self.names = names
         self.next_full = 0.0
-        self.known: dict[str, bool] = {}  # topic -> replicated
-        self.published: tuple[frozenset[str], bool] | None = None
+        # topic -> its partition count (0: replicated, count not known; None: plain)
+        self.known: dict[str, int | None] = {}
+        self.published: tuple[dict[str, int], bool] | None = None
 
     def watch(self, client, on_change) -> None:
         client.ChildrenWatch(BROKER_TOPICS, on_change, send_event=False)
@@ -91,23 +94,25 @@ class ReplicatedTopics(WatchedReader):
                 data, _stat = result.get(timeout=max(0.0, deadline - self.clock()))
             except NoNodeError:
                 continue  # deleted since it was listed
-            known[name] = self.replicated(name, data)
+            known[name] = self.partitions(name, data)
         self.known = known
-        self.publish(frozenset(n for n, r in known.items() if r), complete)
+        self.publish({n: count for n, count in known.items() if count is not None}, complete)
 
-    def replicated(self, name: str, data: bytes | None) -> bool:
-        """Whether a topic node's value makes the topic replicated; one that
-        cannot be read counts as replicated (reported)."""
+    def partitions(self, name: str, data: bytes | None) -> int | None:
+        """The partition count of a replicated topic's assignment, None for a
+        topic node that holds none (a 0.7-style topic). One that cannot be read
+        counts as replicated with no count known, 0 (reported)."""
         path = zknodes.assignment_path(name)
         try:
             zkread.check_size(data or b"", path, self.bounds)
-            return zknodes.decode_assignment(data or b"", path, self.bounds) is not None
+            assignment = zknodes.decode_assignment(data or b"", path, self.bounds)
         except ValueError as exc:
             self.report(path, f"{exc}; counted as a replicated topic")
-            return True
+            return 0
+        return None if assignment is None else len(assignment)
 
-    def publish(self, names: frozenset[str], complete: bool) -> None:
-        if self.published == (names, complete):
+    def publish(self, topics: dict[str, int], complete: bool) -> None:
+        if self.published == (topics, complete):
             return
-        self.published = (names, complete)
-        self.names.publish(names, complete)
+        self.published = (topics, complete)
+        self.names.publish(topics, complete)
