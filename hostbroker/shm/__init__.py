@@ -33,8 +33,8 @@ from hostbroker.shm.region import (  # noqa: E402
     region_name,
     remove_stale,
 )
-from hostbroker.shm.ring import Ring  # noqa: E402
 from hostbroker.shm.partitions import PartitionSlot, PartitionState, PartitionTable  # noqa: E402
+from hostbroker.shm.ring import Ring  # noqa: E402
 from hostbroker.shm.table import SlotLayout, SlotTable, TornSlotError  # noqa: E402
 
 __all__ = [

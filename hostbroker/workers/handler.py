@@ -62,8 +62,8 @@ from hostbroker.protocol import api
 from hostbroker.protocol import groups as gproto
 from hostbroker.protocol import replication as rproto
 from hostbroker.protocol.api import ApiKey
-from hostbroker.shm import procs
 from hostbroker.shm import partitions as ptable
+from hostbroker.shm import procs
 from hostbroker.shm.adminlock import AdminLock
 from hostbroker.shm.partitions import PartitionTable
 from hostbroker.workers import envelopes as env

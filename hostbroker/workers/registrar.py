@@ -62,10 +62,10 @@ import threading
 import time
 
 from hostbroker.cluster.registry import BrokerIdTaken, Registration, advertised_info
-from hostbroker.shm import procs
 from hostbroker.shm import partitions as ptable
-from hostbroker.shm.peers import PeersTable
+from hostbroker.shm import procs
 from hostbroker.shm.partitions import PartitionTable
+from hostbroker.shm.peers import PeersTable
 from hostbroker.shm.table import TornSlotError
 from hostbroker.shm.topicnames import ReplicatedNames
 from hostbroker.workers.base import EXIT_BOOT_FAILED, EXIT_OK, EXIT_REFUSED, Worker

@@ -134,8 +134,8 @@ class IsrCommits:
         holds that partition as its leader in that epoch (deleted, or
         claimed by another partition since it was read)."""
         from hostbroker.shm import partitions as ptable
-        from hostbroker.shm.table import TornSlotError
         from hostbroker.shm.adminlock import AdminLock
+        from hostbroker.shm.table import TornSlotError
 
         plan = self.worker.plan
         if self.lock is None:

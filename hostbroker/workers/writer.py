@@ -69,8 +69,8 @@ from hostbroker.errors import ErrorCode, HostbrokerError, StorageError
 from hostbroker.log.logdir import LogDir, LogDirInUseError
 from hostbroker.log.partition import PartitionLog
 from hostbroker.log.segments import parse_partition_dirname, partition_dirname
-from hostbroker.shm import procs
 from hostbroker.shm import partitions as ptable
+from hostbroker.shm import procs
 from hostbroker.shm.adminlock import AdminLock
 from hostbroker.shm.partitions import PartitionTable
 from hostbroker.workers import envelopes as env

@@ -42,8 +42,8 @@ from hostbroker.log import message as logmsg
 from hostbroker.log.epochs import LeaderEpochCache
 from hostbroker.log.partition import PartitionLog
 from hostbroker.replication.isr import IsrTracker
-from hostbroker.shm import procs
 from hostbroker.shm import partitions as ptable
+from hostbroker.shm import procs
 from hostbroker.shm.partitions import isr_bits, isr_members, replica_fields
 from hostbroker.workers import envelopes as env
 from hostbroker.workers.base import now_ms

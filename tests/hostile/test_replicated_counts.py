@@ -24,76 +24,38 @@ from __future__ import annotations
 
 import itertools
 import os
-from types import SimpleNamespace
 
 import pytest
 
-from hostbroker.cluster import zkread
 from hostbroker.config import Config
 from hostbroker.replication import zknodes
 from hostbroker.shm.partitions import ONLINE, PartitionTable
 from hostbroker.shm.region import SharedRegion
 from hostbroker.shm.topicnames import INCOMPLETE, ReplicatedNames
 from hostbroker.workers.coordinator.groups import GroupHost
-from hostbroker.workers.registrar_names import ReplicatedTopics
-from tests.cluster.zkserver import ZooKeeperServer
+from tests.hostile.test_replicated_names import client, reader, zkserver  # noqa: F401 - fixtures
 
 _roots = itertools.count()
 
 
-@pytest.fixture(scope="module")
-def zkserver(tmp_path_factory):
-    server = ZooKeeperServer(tmp_path_factory.mktemp("zk")).start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def client(zkserver):
-    from kazoo.client import KazooClient
-
-    chroot = f"/counts{next(_roots)}"
-    root = KazooClient(hosts=zkserver.connect, timeout=5.0)
-    root.start(timeout=10)
-    root.ensure_path(chroot)
-    root.stop()
-    root.close()
-    c = KazooClient(hosts=zkserver.connect + chroot, timeout=5.0)
-    c.start(timeout=10)
-    yield c
-    c.stop()
-    c.close()
-
-
-def _region(size: int) -> SharedRegion:
-    return SharedRegion.create(f"/hbtest-rcounts-{os.getpid()}-{next(_roots)}", size)
+def _shared(cls, capacity: int):
+    region = SharedRegion.create(f"/hbtest-rcounts-{os.getpid()}-{next(_roots)}",
+                                 cls.region_size(capacity))
+    structure = cls.create(region, capacity)
+    yield structure
+    structure.close()
+    region.close()
+    region.unlink()
 
 
 @pytest.fixture
 def names():
-    region = _region(ReplicatedNames.region_size(8))
-    table = ReplicatedNames.create(region, 8)
-    yield table
-    table.close()
-    region.close()
-    region.unlink()
+    yield from _shared(ReplicatedNames, 8)
 
 
 @pytest.fixture
 def table():
-    region = _region(PartitionTable.region_size(16))
-    t = PartitionTable.create(region, 16)
-    yield t
-    t.close()
-    region.close()
-    region.unlink()
-
-
-def reader(client, names, **bounds):
-    worker = SimpleNamespace(client=client, doorbell=SimpleNamespace(ring=lambda: None),
-                             connection_ms=5000, stopping=False)
-    b = zkread.Bounds.of({f"zookeeper.max.{k}": v for k, v in bounds.items()})
-    return ReplicatedTopics(worker, names, b)
+    yield from _shared(PartitionTable, 16)
 
 
 def host(table, names, tmp_path, **settings) -> GroupHost:

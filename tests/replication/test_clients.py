@@ -23,10 +23,10 @@ import time
 import pytest
 
 from hostbroker.client import ConsumerConnector, Producer, SimpleConsumer
-from hostbroker.client.coordinator_requests import CoordinatorClient
 from hostbroker.client.errors import DeliveryError
 from hostbroker.errors import ErrorCode
 from tests.integration.cli import hostbroker
+from tests.integration.test_group_coordinator_cli import described
 from tests.replication.support import (BROKER_SESSION_MS, assignment, create, kill_hard, poll,
                                        settled, state)
 
@@ -240,17 +240,6 @@ def test_async_producer_acks_all_across_a_leader_killed_loses_nothing(cluster, z
     assert set(values) <= set(found)
 
 
-def _held(uri: str, group: str) -> tuple[str, list[list[int]]]:
-    """The group's phase and each member's partitions, as the coordinator at ``uri`` says."""
-    client = CoordinatorClient([uri], timeout=10, client_id="test")
-    try:
-        answer = client.describe_group(group)
-    finally:
-        client.close()
-    return answer.phase, [sorted(p for s in m.assignment for p in s.partitions)
-                          for m in answer.members]
-
-
 def test_a_coordinator_group_gets_every_partition_of_a_replicated_topic(cluster, zookeeper, zk):
     topic, partitions = "spread", 5
     create(zookeeper, topic, partitions, 2)
@@ -281,7 +270,7 @@ def test_a_coordinator_group_gets_every_partition_of_a_replicated_topic(cluster,
             two.create_message_streams({topic: 1})
 
             def split() -> bool:
-                phase, held = _held(cluster[home].unix, "spread")
+                phase, held = described(cluster[home].unix, "spread")
                 return (phase == "STABLE" and len(held) == 2 and all(held)
                         and sorted(held[0] + held[1]) == list(range(partitions)))
 

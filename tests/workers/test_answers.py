@@ -16,8 +16,8 @@ from hostbroker.log.config import LogConfig
 from hostbroker.log.segments import partition_dirname, segment_filename
 from hostbroker.protocol import api
 from hostbroker.shm import partitions as ptable
-from hostbroker.shm.region import broker_prefix, region_name, remove_stale
 from hostbroker.shm.partitions import PartitionTable
+from hostbroker.shm.region import broker_prefix, region_name, remove_stale
 from hostbroker.workers.answers import TableAnswers
 from hostbroker.workers.topicview import TopicView
 

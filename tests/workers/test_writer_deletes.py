@@ -23,8 +23,8 @@ from hostbroker.log.message import encode_message_set
 from hostbroker.log.partition import PartitionLog
 from hostbroker.shm import partitions as ptable
 from hostbroker.shm.adminlock import AdminLock
-from hostbroker.shm.region import broker_prefix, region_name, remove_stale
 from hostbroker.shm.partitions import PartitionTable
+from hostbroker.shm.region import broker_prefix, region_name, remove_stale
 from hostbroker.workers import envelopes as env
 from hostbroker.workers.base import now_ms
 from hostbroker.workers.flusher import Flusher
