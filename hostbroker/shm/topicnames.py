@@ -34,7 +34,9 @@ Layout::
                              (UTF-8, at most 256 bytes)
 
 A reader copies the words between two reads of ``seq`` and tries again when
-they differ (a seqlock: the writer makes ``seq`` odd, writes, makes it even).
+they differ (a seqlock: the writer makes ``seq`` odd, writes, makes it even;
+a registrar restarted after dying mid-write finds it odd and ends its first
+write on the next even value).
 A hash stands for a name: two names with one hash only make the second one
 count as replicated too, which refuses a creation and never allows one.
 
@@ -127,7 +129,8 @@ class ReplicatedNames(Structure):
             hashes, entries = hashes[:self.capacity], entries[:self.capacity]
             complete = False
         u64 = self._u64
-        u64[_SEQ] += 1  # odd: writing
+        start = u64[_SEQ] | 1  # odd: writing (a registrar that died writing left it odd)
+        u64[_SEQ] = start
         for i, h in enumerate(hashes):
             u64[_HEADER // 8 + i] = h
         stored = 0
@@ -141,7 +144,7 @@ class ReplicatedNames(Structure):
         _TOPICS.pack_into(self._buf, _TOPICS_AT, stored)
         _STATE_COUNT.pack_into(self._buf, _STATE_AT, COMPLETE if complete else INCOMPLETE,
                                len(hashes))
-        u64[_SEQ] += 1  # even: stable
+        u64[_SEQ] = start + 1  # even: stable, and never a value read before
 
     # -- the coordinator -------------------------------------------------------------
     @property

@@ -14,7 +14,8 @@ coordinator's state unbounded, nor make a group lose partitions it had:
   name too long for an entry is kept as a hash only;
 - a count over ``max.partitions`` is cut there by the coordinator, said once;
 - an unfinished write of the registrar's reads as no view, and the coordinator keeps
-  the counts it had until the write is whole.
+  the counts it had until the write is whole; a registrar restarted after dying
+  mid-write publishes a whole view again.
 
 A real ZooKeeper (one for the module, a chroot per test), real shared memory, and a
 real coordinator state (its ``__groups.log`` in a temporary directory).
@@ -122,3 +123,13 @@ def test_the_coordinator_counts_replicated_topics_by_their_assignment(table, nam
     groups.tick()
     assert groups.state.partitions == {"rep": 6, "plain": 3, "unread": 1}
     groups.close()
+
+
+def test_a_registrar_restarted_after_dying_mid_write_publishes_again(names):
+    names.publish({"a": 2})
+    names._u64[2] += 1  # died mid-write: seq left odd
+    assert names.partition_counts() is None and names.replicated("a") is None
+    names.publish({"a": 3, "b": 1})  # the restarted registrar's first view
+    assert names.seq % 2 == 0
+    assert names.partition_counts() == {"a": 3, "b": 1}
+    assert names.replicated("b") is True and names.replicated("c") is False

@@ -26,7 +26,8 @@ and a group deals out all of them. Any other topic, and a replicated one
 whose count is not known (its node could not be read, or did not fit the
 published list): one more than the highest partition of this broker's
 partition table (read whenever its generation moves). A count over
-``max.partitions`` is cut there (said once).
+``max.partitions`` is cut there (said once). While the registrar is writing
+(or died writing) the counts read before stand.
 
 Time is ``time.monotonic()`` in milliseconds, one clock for every process of
 the host. A coordinator started with the broker empties ``__groups.log``
@@ -176,17 +177,17 @@ class GroupHost:
         seen = (self.table.generation, -1 if self.names is None else self.names.seq)
         if seen == self.seen:
             return
+        self.seen = seen
         counts: dict[str, int] = {}
         for _, s in self.table.scan():
             if s.state in _LIVE:
                 counts[s.name] = max(counts.get(s.name, 0), s.partition + 1)
-        replicated = None if self.names is None else self.names.partition_counts()
-        if replicated is None and self.names is not None and self.names.seq & 1:
-            self.seen = None  # the registrar's write is unfinished: read again next time
-        else:
-            self.seen = seen
-        if replicated is not None:
-            self.replicated = self._bounded(replicated)
+        # an odd seq: the registrar is writing (or died writing): the counts read
+        # before stand until the seq moves again, with no wait here
+        if self.names is not None and seen[1] & 1 == 0:
+            replicated = self.names.partition_counts()
+            if replicated is not None:
+                self.replicated = self._bounded(replicated)
         counts.update(self.replicated)
         known = self.state.partitions
         self.touched = True
