@@ -22,9 +22,9 @@ import psutil
 
 from hostbroker import cpulatency, cpusched
 from hostbroker.config import Config
-from hostbroker.shm import table as ptable
+from hostbroker.shm import partitions as ptable
+from hostbroker.shm.partitions import PartitionTable
 from hostbroker.shm.procs import COUNTER_NAMES, ProcessBoard
-from hostbroker.shm.table import PartitionTable
 from hostbroker.workers.plan import BrokerPlan
 
 KIND_NAMES = {1: "writer", 2: "handler", 3: "processor", 4: "acceptor", 5: "registrar",

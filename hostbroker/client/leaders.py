@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from hostbroker.client.errors import BrokerError
 from hostbroker.cluster import paths, zkread
 from hostbroker.errors import ErrorCode, ProtocolError
-from hostbroker.protocol.replication import MAX_REPLICAS
+from hostbroker.protocol.replica_fields import MAX_REPLICAS
 from hostbroker.replication import zknodes
 
 log = logging.getLogger(__name__)

@@ -60,7 +60,7 @@ _BOUNDS: dict[str, tuple[int, int, bool]] = {
     "flush_messages": (1, _INT64_MAX, False),
     "flush_ms": (1, _INT64_MAX, False),
     "max_message_bytes": (MIN_LENGTH_V1, _INT32_MAX, False),
-    "min_insync_replicas": (1, 8, False),  # 8: shm.table.MAX_REPLICAS
+    "min_insync_replicas": (1, 8, False),  # 8: shm.partitions.MAX_REPLICAS
 }
 
 # more digits cannot be in range (and int() refuses over 4300 of them)

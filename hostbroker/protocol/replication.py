@@ -1,6 +1,15 @@
 """Codecs of replication (docs/spec/protocol.md, "Replication"): METADATA v1,
 FETCH v1, LEADER_AND_ISR (14), STOP_REPLICA (15) and OFFSET_FOR_LEADER_EPOCH (16).
 
+This module declares the bodies of the requests every broker and client
+sends (METADATA v1, FETCH v1, OFFSET_FOR_LEADER_EPOCH) and is the codec of
+all five: its tables and functions take the controller's requests too, whose
+bodies are :mod:`hostbroker.protocol.controller_requests`; what the bodies
+share (replica id lists, broker id and epoch constants, value checks) is
+:mod:`hostbroker.protocol.replica_fields`. Both are named here as well, since
+what :func:`decode_request` returns is theirs and most callers take the API
+as one module.
+
 Pure, like the rest of the package. The bodies are declared as the others
 (:mod:`~hostbroker.protocol.bodies`) but live in their own tables keyed by
 ``(api_key, api_version)``, :data:`REPLICATION_REQUEST_TYPES` and
@@ -20,7 +29,7 @@ keys and versions UNSUPPORTED_VERSION.
 
 Every request and response is checked as it is decoded: a list of replica
 ids (``replicas``, ``isr``) longer than :data:`MAX_REPLICAS` is refused at its
-count; broker ids, epochs and flags out of their range, a partition named
+count (:mod:`~hostbroker.protocol.replica_fields`); broker ids, epochs and flags out of their range, a partition named
 twice, an ISR member or leader outside the replicas are INVALID_REQUEST (a
 :class:`ProtocolError`, as for any undecodable frame). Limits set by the
 broker (which partitions it has, whether it leads them) are not the codec's:
@@ -33,27 +42,42 @@ import dataclasses
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Annotated, ClassVar, NamedTuple
+from typing import ClassVar, NamedTuple
 
 from hostbroker.errors import ErrorCode, ProtocolError
 from hostbroker.protocol import api, groups
-from hostbroker.protocol.bodies import (
-    ApiKey,
-    MetadataBroker,
-    TopicConfigEntry,
+from hostbroker.protocol.bodies import ApiKey, MetadataBroker, TopicConfigEntry
+from hostbroker.protocol.controller_requests import (
+    BrokerEndpoint,
+    LeaderAndIsrPartition,
+    LeaderAndIsrRequest,
+    LeaderAndIsrResponse,
+    PartitionError,
+    StopReplicaPartition,
+    StopReplicaRequest,
+    StopReplicaResponse,
+    TopicConfigs,
 )
-from hostbroker.protocol.primitives import Buffer, Reader, Writer
+from hostbroker.protocol.primitives import Buffer
+from hostbroker.protocol.replica_fields import (
+    CONSUMER_REPLICA_ID,
+    MAX_REPLICAS,
+    NO_EPOCH,
+    NO_LEADER,
+    ReplicaIds,
+    check_epoch,
+    check_partition,
+    check_replica_id,
+    refuse,
+)
 from hostbroker.protocol.schema import (
-    INT32,
     Array,
     ErrorCodeField,
-    Int8,
     Int32,
     Int64,
     MessageSet,
     NullableString,
     String,
-    WireType,
     wire_struct,
 )
 
@@ -102,85 +126,6 @@ __all__ = [
 
 METADATA_V1 = 1
 FETCH_V1 = 1
-# Most replicas of one partition (the replication factor's bound, refused in
-# one line by whoever assigns; the shared partition table has room for this many).
-MAX_REPLICAS = 8
-# replica_id of a FETCH v1 or OFFSET_FOR_LEADER_EPOCH from a consumer, not a broker.
-CONSUMER_REPLICA_ID = -1
-# A leader of -1: the partition has none (offline). An epoch of -1: not known / not checked.
-NO_LEADER = -1
-NO_EPOCH = -1
-MAX_BROKER_ID = 2**31 - 1
-
-
-_REPLICA_IDS = [struct.Struct(f">{count}i") for count in range(MAX_REPLICAS + 1)]
-
-
-def _read_replica_ids(reader: Reader) -> tuple[int, ...]:
-    """An array of int32 broker ids, refused at its count when over MAX_REPLICAS."""
-    count = reader.int32()
-    if not 0 <= count <= MAX_REPLICAS:
-        raise ProtocolError(f"a list of {count} replicas is not 0 to {MAX_REPLICAS} long")
-    return reader.fixed(_REPLICA_IDS[count], "replica ids")
-
-
-def _write_replica_ids(writer: Writer, values) -> None:
-    values = tuple(values)
-    if len(values) > MAX_REPLICAS:
-        raise ValueError(f"{len(values)} replicas are over the limit of {MAX_REPLICAS}")
-    writer.array(values, Writer.int32)
-
-
-REPLICA_IDS = WireType(f"[{INT32.name}] of at most {MAX_REPLICAS}", _read_replica_ids,
-                       _write_replica_ids, 4)
-ReplicaIds = Annotated[tuple[int, ...], REPLICA_IDS]
-
-
-def _refuse(message: str) -> None:
-    raise ProtocolError(message)
-
-
-def _check_broker_id(value: int, what: str, allow_none: bool = False) -> None:
-    low = -1 if allow_none else 0
-    if not low <= value <= MAX_BROKER_ID:
-        _refuse(f"{what} {value} is not a broker id")
-
-
-def _check_epoch(value: int, what: str, allow_none: bool = False) -> None:
-    if value < (NO_EPOCH if allow_none else 0):
-        _refuse(f"{what} {value} is negative")
-
-
-def _check_partition(topic: str, partition: int, seen: set, what: str) -> None:
-    if not topic:
-        _refuse(f"an empty topic name in {what}")
-    if partition < 0:
-        _refuse(f"partition {partition} of {topic[:80]!r} is negative")
-    if (topic, partition) in seen:
-        _refuse(f"partition {topic[:80]!r} {partition} named twice in {what}")
-    seen.add((topic, partition))
-
-
-def _check_replica_set(topic: str, partition: int, replicas: tuple[int, ...],
-                       isr: tuple[int, ...], leader: int) -> None:
-    """The shape every replica assignment keeps: distinct broker ids, ISR and leader among them."""
-    where = f"{topic[:80]!r} {partition}"
-    for replica in replicas:
-        _check_broker_id(replica, f"replica of {where}")
-    if len(set(replicas)) != len(replicas):
-        _refuse(f"replicas of {where} name a broker twice")
-    if len(set(isr)) != len(isr):
-        _refuse(f"the ISR of {where} names a broker twice")
-    if not set(isr) <= set(replicas):
-        _refuse(f"the ISR of {where} is not among its replicas")
-    _check_broker_id(leader, f"leader of {where}", allow_none=True)
-    if leader != NO_LEADER and leader not in replicas:
-        _refuse(f"leader {leader} of {where} is not among its replicas")
-
-
-def _check_replica_id(value: int) -> None:
-    if not CONSUMER_REPLICA_ID <= value <= MAX_BROKER_ID:
-        _refuse(f"replica id {value} is neither a broker id nor -1 (a consumer)")
 
 
 # METADATA (3) version 1
@@ -239,7 +184,7 @@ class MetadataResponseV1:
         for topic in self.topics:
             for p in topic.partitions:
                 if len(set(p.replicas)) != len(p.replicas) or not set(p.isr) <= set(p.replicas):
-                    _refuse(f"replicas and ISR of {topic.topic[:80]!r} {p.partition} do not agree")
+                    refuse(f"replicas and ISR of {topic.topic[:80]!r} {p.partition} do not agree")
 
 
 # FETCH (1) version 1
@@ -271,11 +216,11 @@ class FetchRequestV1:
     partitions: Array[FetchPartitionV1]
 
     def check(self) -> None:
-        _check_replica_id(self.replica_id)
+        check_replica_id(self.replica_id)
         seen: set = set()
         for p in self.partitions:
-            _check_partition(p.topic, p.partition, seen, "a fetch")
-            _check_epoch(p.leader_epoch, f"leader epoch of {p.topic[:80]!r} {p.partition}",
+            check_partition(p.topic, p.partition, seen, "a fetch")
+            check_epoch(p.leader_epoch, f"leader epoch of {p.topic[:80]!r} {p.partition}",
                          allow_none=True)
 
     @property
@@ -319,141 +264,6 @@ class FetchV1PartitionHeader(NamedTuple):
     data_length: int
 
 
-# LEADER_AND_ISR (14)
-
-# A broker's listeners in LEADER_AND_ISR: the layout of METADATA's live brokers.
-BrokerEndpoint = MetadataBroker
-
-
-@wire_struct
-@dataclass(frozen=True, slots=True)
-class LeaderAndIsrPartition:
-    """What the controller decided for one partition; ``zk_version`` is the
-    version of its state node that holds this ISR."""
-
-    topic: String
-    partition: Int32
-    leader: Int32
-    leader_epoch: Int32
-    isr: ReplicaIds
-    zk_version: Int32
-    replicas: ReplicaIds
-
-
-@wire_struct
-@dataclass(frozen=True, slots=True)
-class TopicConfigs:
-    """A topic's config overrides (``/config/topics/[topic]``), e.g. min.insync.replicas."""
-
-    topic: String
-    configs: Array[TopicConfigEntry] = ()
-
-
-@wire_struct
-@dataclass(frozen=True, slots=True)
-class LeaderAndIsrRequest:
-    """``brokers``: the listeners of the leaders named (a follower connects to them)."""
-
-    API_KEY: ClassVar[int] = ApiKey.LEADER_AND_ISR
-    API_VERSION: ClassVar[int] = 0
-    controller_id: Int32
-    controller_epoch: Int32
-    partitions: Array[LeaderAndIsrPartition]
-    topic_configs: Array[TopicConfigs] = ()
-    brokers: Array[BrokerEndpoint] = ()
-
-    def check(self) -> None:
-        _check_broker_id(self.controller_id, "controller id")
-        _check_epoch(self.controller_epoch, "controller epoch")
-        seen: set = set()
-        for p in self.partitions:
-            _check_partition(p.topic, p.partition, seen, "a LEADER_AND_ISR")
-            _check_epoch(p.leader_epoch, f"leader epoch of {p.topic[:80]!r} {p.partition}")
-            if not p.replicas:
-                _refuse(f"{p.topic[:80]!r} {p.partition} has no replicas")
-            _check_replica_set(p.topic, p.partition, p.replicas, p.isr, p.leader)
-        topics: set = set()
-        for entry in self.topic_configs:
-            if entry.topic in topics:
-                _refuse(f"configs of topic {entry.topic[:80]!r} given twice")
-            topics.add(entry.topic)
-            keys = [config.key for config in entry.configs]
-            if len(set(keys)) != len(keys):
-                _refuse(f"a config key of topic {entry.topic[:80]!r} given twice")
-        ids: set = set()
-        for broker in self.brokers:
-            _check_broker_id(broker.broker_id, "broker id")
-            if broker.broker_id in ids:
-                _refuse(f"broker {broker.broker_id} listed twice")
-            ids.add(broker.broker_id)
-            if not 0 <= broker.port <= 65535:
-                _refuse(f"port {broker.port} of broker {broker.broker_id} is out of range")
-
-
-@wire_struct
-@dataclass(frozen=True, slots=True)
-class PartitionError:
-    topic: String
-    partition: Int32
-    error_code: ErrorCodeField
-
-
-@wire_struct
-@dataclass(frozen=True, slots=True)
-class LeaderAndIsrResponse:
-    """``error_code`` is the request's (STALE_CONTROLLER_EPOCH); ``partitions``
-    each partition's own."""
-
-    error_code: ErrorCodeField
-    partitions: Array[PartitionError] = ()
-
-    def check(self) -> None:
-        return None
-
-
-# STOP_REPLICA (15)
-
-
-@wire_struct
-@dataclass(frozen=True, slots=True)
-class StopReplicaPartition:
-    topic: String
-    partition: Int32
-
-
-@wire_struct
-@dataclass(frozen=True, slots=True)
-class StopReplicaRequest:
-    """``delete_partitions`` 1: remove the replicas' logs too (topic deletion,
-    a replica moved away by a reassignment); 0: stop being leader or follower."""
-
-    API_KEY: ClassVar[int] = ApiKey.STOP_REPLICA
-    API_VERSION: ClassVar[int] = 0
-    controller_id: Int32
-    controller_epoch: Int32
-    delete_partitions: Int8
-    partitions: Array[StopReplicaPartition]
-
-    def check(self) -> None:
-        _check_broker_id(self.controller_id, "controller id")
-        _check_epoch(self.controller_epoch, "controller epoch")
-        if self.delete_partitions not in (0, 1):
-            _refuse(f"delete_partitions {self.delete_partitions} is neither 0 nor 1")
-        seen: set = set()
-        for p in self.partitions:
-            _check_partition(p.topic, p.partition, seen, "a STOP_REPLICA")
-
-
-@wire_struct
-@dataclass(frozen=True, slots=True)
-class StopReplicaResponse:
-    error_code: ErrorCodeField
-    partitions: Array[PartitionError] = ()
-
-    def check(self) -> None:
-        return None
-
-
 # OFFSET_FOR_LEADER_EPOCH (16)
 
 
@@ -474,11 +284,11 @@ class OffsetForLeaderEpochRequest:
     partitions: Array[OffsetForLeaderEpochPartition]
 
     def check(self) -> None:
-        _check_replica_id(self.replica_id)
+        check_replica_id(self.replica_id)
         seen: set = set()
         for p in self.partitions:
-            _check_partition(p.topic, p.partition, seen, "an OFFSET_FOR_LEADER_EPOCH")
-            _check_epoch(p.leader_epoch, f"leader epoch of {p.topic[:80]!r} {p.partition}",
+            check_partition(p.topic, p.partition, seen, "an OFFSET_FOR_LEADER_EPOCH")
+            check_epoch(p.leader_epoch, f"leader epoch of {p.topic[:80]!r} {p.partition}",
                          allow_none=True)
 
 

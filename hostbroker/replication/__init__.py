@@ -19,6 +19,6 @@ this package, so every decision can be tested in memory.
                   ISR it wants, the high watermark (clock injected)
 """
 
-from hostbroker.protocol.replication import MAX_REPLICAS
+from hostbroker.protocol.replica_fields import MAX_REPLICAS
 
 __all__ = ["MAX_REPLICAS"]

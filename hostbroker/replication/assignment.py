@@ -19,7 +19,7 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping, Sequence
 
-from hostbroker.protocol.replication import MAX_REPLICAS
+from hostbroker.protocol.replica_fields import MAX_REPLICAS
 
 __all__ = ["MAX_PARTITIONS", "assign_replicas", "reassignment_plan", "replication_factor_of"]
 

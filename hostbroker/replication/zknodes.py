@@ -48,7 +48,7 @@ from hostbroker.cluster.zkread import (
     json_object,
     name_ok,
 )
-from hostbroker.protocol.replication import MAX_REPLICAS
+from hostbroker.protocol.replica_fields import MAX_REPLICAS
 
 __all__ = [
     "ADMIN",

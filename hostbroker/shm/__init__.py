@@ -11,7 +11,7 @@ and 8-byte atomic aligned stores (see ``ring.py``), and doorbells on eventfd.
 
 Modules: ``region`` (named segments, stale clean-up), ``ring`` (SPSC byte
 ring), ``channel`` (messages of any size over a ring), ``doorbell``
-(eventfd wake-ups), ``table`` (seqlock slot tables, the partition table),
+(eventfd wake-ups), ``table`` (seqlock slot tables), ``partitions`` (the partition table),
 ``adminlock`` (the admin lock), ``procs`` (the process board).
 """
 
@@ -33,15 +33,9 @@ from hostbroker.shm.region import (  # noqa: E402
     region_name,
     remove_stale,
 )
+from hostbroker.shm.partitions import PartitionSlot, PartitionState, PartitionTable  # noqa: E402
 from hostbroker.shm.ring import Ring  # noqa: E402
-from hostbroker.shm.table import (  # noqa: E402
-    PartitionSlot,
-    PartitionState,
-    PartitionTable,
-    SlotLayout,
-    SlotTable,
-    TornSlotError,
-)
+from hostbroker.shm.table import SlotLayout, SlotTable, TornSlotError  # noqa: E402
 
 __all__ = [
     "AdminLock",

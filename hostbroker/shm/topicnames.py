@@ -1,12 +1,18 @@
-"""The names of the cluster's replicated topics, as ZooKeeper last told this
-broker's registrar (cluster mode).
+"""The names of the cluster's replicated topics and their partition counts, as
+ZooKeeper last told this broker's registrar (cluster mode).
 
 Owns: one shared structure (``plan.replicated_names_name``), written only by
 ``hb-registrar`` (hostbroker/workers/registrar_names.py) and read lock-free by
-the handlers, whose auto-create and CREATE_TOPIC refuse a name in it: a
-broker holding no replica of a replicated topic never makes a plain topic
-of that name (hostbroker/workers/handler_topics.py). The supervisor creates
-it in every mode and unlinks it with the rest.
+
+- the handlers, whose auto-create and CREATE_TOPIC refuse a name in it: a
+  broker holding no replica of a replicated topic never makes a plain topic
+  of that name (hostbroker/workers/handler_topics.py; :meth:`replicated`);
+- the group coordinator, which deals out a replicated topic's partitions by
+  the count of its assignment in ZooKeeper, not by the replicas this broker
+  happens to hold (hostbroker/workers/coordinator/groups.py;
+  :meth:`partition_counts`).
+
+The supervisor creates it in every mode and unlinks it with the rest.
 
 Layout::
 
@@ -14,18 +20,31 @@ Layout::
     0       4     magic ``b"RNAM"``
     4       4     version
     8       4     capacity   slots for names (``zookeeper.max.children``)
+    12      4     topics     entries stored in the topic list
     16      8     seq        even: stable; odd: the registrar is writing
     24      4     state      UNPUBLISHED 0 (no view of ZooKeeper yet),
                              COMPLETE 1, INCOMPLETE 2 (ZooKeeper holds more
                              topics than were read, or more than fit: every
                              name not held here counts as replicated)
-    28      4     count      names stored
-    32      8 × capacity     64-bit hashes of the names (:func:`name_hash`)
+    28      4     count      hashes stored
+    32      8 × capacity     64-bit hashes of the names (:func:`name_hash`), sorted
+    ...     264 × capacity   the topic list, by name: per topic ``partitions``
+                             u32 (the assignment's partition count; 0 when its
+                             node could not be read), ``name_len`` u32, the name
+                             (UTF-8, at most 256 bytes)
 
 A reader copies the words between two reads of ``seq`` and tries again when
-they differ (a seqlock: the writer makes ``seq`` odd, writes, makes it even).
+they differ (a seqlock: the writer makes ``seq`` odd, writes, makes it even;
+a registrar restarted after dying mid-write finds it odd and ends its first
+write on the next even value).
 A hash stands for a name: two names with one hash only make the second one
 count as replicated too, which refuses a creation and never allows one.
+
+Bounded whatever ZooKeeper holds: at most ``capacity`` names and entries
+(more make the view INCOMPLETE, and a topic left out of the list has no
+count), a name longer than 256 bytes is kept as a hash only, and a count is
+at most what ``registrar_names.py`` accepts of an assignment
+(``zookeeper.max.partitions.per.registration``).
 """
 
 from __future__ import annotations
@@ -33,6 +52,7 @@ from __future__ import annotations
 import hashlib
 import struct
 import time
+from collections.abc import Iterable, Mapping
 
 from hostbroker.shm.region import SharedRegion, Structure, tag_magic
 
@@ -45,6 +65,10 @@ _SEQ = 2  # u64 index of seq
 _STATE_COUNT = struct.Struct("<II")
 _STATE_AT = 24
 _CAPACITY = struct.Struct("<I")
+_TOPICS_AT = 12
+_TOPICS = struct.Struct("<I")
+_ENTRY = struct.Struct("<II256s")  # partitions, name_len, name
+MAX_NAME_BYTES = 256
 _READ_TRIES = 1000
 
 
@@ -58,7 +82,7 @@ class ReplicatedNames(Structure):
     """The replicated topic names (see the module docstring)."""
 
     MAGIC = tag_magic(b"RNAM")
-    VERSION = 1
+    VERSION = 2  # 2: the topic list and its partition counts
 
     def __init__(self, region: SharedRegion, opened: bool):
         super().__init__(region, opened)
@@ -68,11 +92,13 @@ class ReplicatedNames(Structure):
             raise ValueError(f"{region.name}: too small for {self.capacity} names")
         self._buf = region.buf
         self._u64 = self._view(0, self.region_size(self.capacity), "Q")
+        self._entries_at = _HEADER + 8 * self.capacity
         self._cache: tuple[int, int, frozenset[int]] | None = None
+        self._counts: tuple[int, dict[str, int]] | None = None
 
     @staticmethod
     def region_size(capacity: int) -> int:
-        return _HEADER + 8 * capacity
+        return _HEADER + (8 + _ENTRY.size) * capacity
 
     @classmethod
     def create(cls, region_or_name: SharedRegion | str, capacity: int) -> "ReplicatedNames":
@@ -90,21 +116,70 @@ class ReplicatedNames(Structure):
         return cls._attach(region_or_name, readonly)
 
     # -- the registrar ------------------------------------------------------------
-    def publish(self, names, complete: bool = True) -> None:
-        """Store ``names`` (topic names) as the whole set; ``complete`` False when
+    def publish(self, topics: Mapping[str, int] | Iterable[str], complete: bool = True) -> None:
+        """Store ``topics`` as the whole set: ``{name: partition count}`` (0: not
+        known), or names alone (counts not known); ``complete`` False when
         ZooKeeper held more than were read. More names than fit: the first
         ``capacity`` of them, marked INCOMPLETE."""
-        hashes = sorted({name_hash(n) for n in names})
-        if len(hashes) > self.capacity:
-            hashes = hashes[:self.capacity]
+        if not isinstance(topics, Mapping):
+            topics = dict.fromkeys(topics, 0)
+        hashes = sorted({name_hash(n) for n in topics})
+        entries = sorted(topics.items())
+        if len(hashes) > self.capacity or len(entries) > self.capacity:
+            hashes, entries = hashes[:self.capacity], entries[:self.capacity]
             complete = False
         u64 = self._u64
-        u64[_SEQ] += 1  # odd: writing
+        start = u64[_SEQ] | 1  # odd: writing (a registrar that died writing left it odd)
+        u64[_SEQ] = start
         for i, h in enumerate(hashes):
             u64[_HEADER // 8 + i] = h
+        stored = 0
+        for name, count in entries:
+            encoded = name.encode("utf-8", "surrogatepass")
+            if len(encoded) > MAX_NAME_BYTES:
+                continue  # a hash only: counts as replicated, with no count
+            _ENTRY.pack_into(self._buf, self._entries_at + stored * _ENTRY.size,
+                             min(max(int(count), 0), 2**32 - 1), len(encoded), encoded)
+            stored += 1
+        _TOPICS.pack_into(self._buf, _TOPICS_AT, stored)
         _STATE_COUNT.pack_into(self._buf, _STATE_AT, COMPLETE if complete else INCOMPLETE,
                                len(hashes))
-        u64[_SEQ] += 1  # even: stable
+        u64[_SEQ] = start + 1  # even: stable, and never a value read before
+
+    # -- the coordinator -------------------------------------------------------------
+    @property
+    def seq(self) -> int:
+        """Moves with every publication (odd while one is being written)."""
+        return self._u64[_SEQ]
+
+    def partition_counts(self) -> dict[str, int] | None:
+        """``{topic: partition count}`` of the replicated topics as last published
+        (cached until it changes; a count of 0: not known); None before the first
+        view, or while a write stays unfinished."""
+        u64 = self._u64
+        for attempt in range(_READ_TRIES):
+            seq = u64[_SEQ]
+            cached = self._counts
+            if cached is not None and cached[0] == seq:
+                return cached[1]
+            if seq & 1 == 0:
+                state = _STATE_COUNT.unpack_from(self._buf, _STATE_AT)[0]
+                stored = min(_TOPICS.unpack_from(self._buf, _TOPICS_AT)[0], self.capacity)
+                raw = bytes(self._buf[self._entries_at:self._entries_at + stored * _ENTRY.size])
+                if u64[_SEQ] == seq:
+                    if state == UNPUBLISHED:
+                        return None
+                    counts = {}
+                    for count, length, name in _ENTRY.iter_unpack(raw):
+                        try:
+                            counts[name[:length].decode("utf-8", "surrogatepass")] = count
+                        except UnicodeDecodeError:
+                            continue  # not the registrar's write: no count
+                    self._counts = (seq, counts)
+                    return counts
+            if attempt > 10:
+                time.sleep(0.0001)
+        return None
 
     # -- the handlers --------------------------------------------------------------
     def snapshot(self) -> tuple[int, frozenset[int]]:

@@ -27,7 +27,7 @@ import struct
 from hostbroker.errors import ErrorCode, HostbrokerError
 from hostbroker.log.segments import fetch_range, offsets_before, segment_filename
 from hostbroker.protocol import api
-from hostbroker.shm import table as ptable
+from hostbroker.shm import partitions as ptable
 from hostbroker.workers import envelopes as env
 from hostbroker.workers.base import now_ms
 from hostbroker.workers.topicview import TopicView

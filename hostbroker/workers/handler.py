@@ -62,10 +62,10 @@ from hostbroker.protocol import api
 from hostbroker.protocol import groups as gproto
 from hostbroker.protocol import replication as rproto
 from hostbroker.protocol.api import ApiKey
+from hostbroker.shm import partitions as ptable
 from hostbroker.shm import procs
-from hostbroker.shm import table as ptable
 from hostbroker.shm.adminlock import AdminLock
-from hostbroker.shm.table import PartitionTable
+from hostbroker.shm.partitions import PartitionTable
 from hostbroker.workers import envelopes as env
 from hostbroker.workers.answers import TableAnswers, broker_list
 from hostbroker.workers.base import Worker, now_ms

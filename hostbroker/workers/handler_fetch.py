@@ -18,8 +18,8 @@ import dataclasses
 from hostbroker.errors import ErrorCode
 from hostbroker.protocol import replication as rproto
 from hostbroker.protocol.api import ApiKey
+from hostbroker.shm import partitions as ptable
 from hostbroker.shm import procs
-from hostbroker.shm import table as ptable
 from hostbroker.workers import envelopes as env
 from hostbroker.workers.answers import fetch_answer_pieces, fetch_must_wait, fetch_parts
 from hostbroker.workers.base import now_ms

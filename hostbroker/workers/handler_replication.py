@@ -42,8 +42,8 @@ from hostbroker.protocol import api
 from hostbroker.protocol import replication as rproto
 from hostbroker.protocol.api import ApiKey
 from hostbroker.protocol.bodies import MetadataBroker
+from hostbroker.shm import partitions as ptable
 from hostbroker.shm import procs
-from hostbroker.shm import table as ptable
 from hostbroker.shm.peers import PeersTable
 from hostbroker.workers import envelopes as env
 from hostbroker.workers.answers import consumer_end

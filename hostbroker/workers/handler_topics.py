@@ -21,7 +21,7 @@ from hostbroker.log.partition import PartitionLog
 from hostbroker.log.segments import validate_topic_name
 from hostbroker.protocol import api
 from hostbroker.protocol.api import ApiKey
-from hostbroker.shm import table as ptable
+from hostbroker.shm import partitions as ptable
 from hostbroker.shm.topicnames import ReplicatedNames
 from hostbroker.workers import envelopes as env
 from hostbroker.workers.base import now_ms

@@ -123,7 +123,7 @@ class BrokerPlan:
 
     @property
     def isr_commits_name(self) -> str:
-        """The ISRs the registrar wrote to ZooKeeper, per partition slot (``shm/table.py``)."""
+        """The ISRs the registrar wrote to ZooKeeper, per partition slot (``shm/partitions.py``)."""
         return self.shm_prefix + "isrcommits"
 
     @property

@@ -71,7 +71,7 @@ import time
 
 from hostbroker.protocol import api
 from hostbroker.shm import procs
-from hostbroker.shm.table import PartitionTable
+from hostbroker.shm.partitions import PartitionTable
 from hostbroker.workers import envelopes as env
 from hostbroker.workers.answers import TableAnswers, broker_list
 from hostbroker.workers.base import Worker

@@ -29,8 +29,8 @@ import traceback
 from hostbroker.errors import ErrorCode
 from hostbroker.protocol import api
 from hostbroker.protocol.lone import peek_lone_produce
+from hostbroker.shm import partitions as ptable
 from hostbroker.shm import procs
-from hostbroker.shm import table as ptable
 from hostbroker.workers import envelopes as env
 from hostbroker.workers.answers import LOCAL_KEYS
 from hostbroker.workers.base import now_ms

@@ -62,10 +62,11 @@ import threading
 import time
 
 from hostbroker.cluster.registry import BrokerIdTaken, Registration, advertised_info
+from hostbroker.shm import partitions as ptable
 from hostbroker.shm import procs
-from hostbroker.shm import table as ptable
+from hostbroker.shm.partitions import PartitionTable
 from hostbroker.shm.peers import PeersTable
-from hostbroker.shm.table import PartitionTable
+from hostbroker.shm.table import TornSlotError
 from hostbroker.shm.topicnames import ReplicatedNames
 from hostbroker.workers.base import EXIT_BOOT_FAILED, EXIT_OK, EXIT_REFUSED, Worker
 from hostbroker.workers.registrar_controller import ControllerRole
@@ -108,7 +109,7 @@ def holds_replicas(table: PartitionTable) -> bool:
     plain = getattr(ptable, "ROLE_PLAIN", 0)
     try:
         return any(getattr(s, "role", plain) != plain for _, s in table.scan())
-    except ptable.TornSlotError:
+    except TornSlotError:
         return True
 
 
@@ -240,7 +241,7 @@ class RegistrarWorker(Worker):
             return
         try:
             wanted = held_topics(self.table)
-        except ptable.TornSlotError:
+        except TornSlotError:
             return  # a dead worker's slot, repaired by the supervisor: next tick
         self.generation = generation
         if wanted != self.wanted:

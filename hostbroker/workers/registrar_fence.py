@@ -12,7 +12,8 @@ bounded, hostile) and writes the pair into the peers table's header
 
 - on every change of either node (a kazoo ``DataWatch`` on each; the
   callbacks only note and ring the doorbell, the registrar's loop reads);
-- every ``_POLL_S``, in case a watch was lost;
+- every ``POLL_S``, in case a watch was lost (the round is
+  ``registrar_watch.py``'s, shared with ``registrar_names.py``);
 - when a handler has refused a request CONTROLLER_NOT_CONFIRMED since the
   last read (the header's ``unconfirmed`` count moved), at most every
   ``_CONFIRM_EVERY_S``: a new controller is confirmed within a tick or two
@@ -29,104 +30,49 @@ with one reported line. Nothing here writes to ZooKeeper.
 
 from __future__ import annotations
 
-import logging
-import threading
 import time
 
 from hostbroker.cluster import zkread
 from hostbroker.replication import zknodes
 from hostbroker.shm.peers import PeersTable
+from hostbroker.workers.registrar_watch import WatchedReader
 
-log = logging.getLogger("hostbroker.registrar")
-
-_POLL_S = 2.0  # read again this often even without a watch event
 _CONFIRM_EVERY_S = 0.1  # at most one read this often on handlers' refusals
-_RETRY_S = 0.5  # a failed read is tried again after this
 _READ_MAX_S = 2.0  # one read waits at most this long (the loop's heartbeat waits with it)
 
 
-class ControllerFence:
+class ControllerFence(WatchedReader):
     """Publishes ``/controller`` and ``/controller_epoch`` into ``peers`` (see the
     module docstring). ``worker`` is the RegistrarWorker: its client, doorbell,
     ``connection_ms`` and ``stopping``."""
 
+    WHAT = "the controller"
+
     def __init__(self, worker, peers: PeersTable, bounds: zkread.Bounds = zkread.DEFAULT,
                  clock=time.monotonic):
-        self.worker = worker
+        super().__init__(worker, bounds, min(worker.connection_ms / 1000, _READ_MAX_S), clock)
         self.peers = peers
-        self.bounds = bounds
-        self.clock = clock
-        self.report = zkread.Reporter(log)
-        self.timeout_s = min(worker.connection_ms / 1000, _READ_MAX_S)
-        self.due = True
-        self.next_read = 0.0
         self.next_confirm = 0.0
         self.seen_unconfirmed = peers.unconfirmed
         self.published: tuple[int, int] | None = None
-        self.said_error: str | None = None
-        self._watched = None  # the client whose nodes are watched
         peers.set_zk_controller(None, None)
 
-    # -- kazoo's threads: note and ring -----------------------------------------------
-    def note(self) -> None:
-        self.due = True
-        self.worker.doorbell.ring()
+    def watch(self, client, on_change) -> None:
+        for path in (zknodes.CONTROLLER, zknodes.CONTROLLER_EPOCH):
+            client.DataWatch(path, on_change)
 
-    def _arm(self, client) -> None:
-        if self._watched is client:
-            return
-        self._watched = client
-
-        def on_change(_data, _stat) -> bool | None:
-            if self._watched is not client or self.worker.stopping:
-                return False
-            self.note()
-            return None
-
-        def arm() -> None:
-            for path in (zknodes.CONTROLLER, zknodes.CONTROLLER_EPOCH):
-                try:
-                    client.DataWatch(path, on_change)
-                except Exception:  # noqa: BLE001 - not set: armed again by the loop
-                    if self._watched is client:
-                        self._watched = None
-                    self.note()
-                    return
-
-        threading.Thread(target=arm, name="hb-registrar-watch", daemon=True).start()
-
-    # -- the loop ------------------------------------------------------------------------
-    def poll(self) -> None:
-        """One round on the registrar's loop: read and publish when due."""
-        client = self.worker.client
-        if client is None:
-            return
-        from kazoo.protocol.states import KazooState
-
-        if client.state != KazooState.CONNECTED:
-            return
-        self._arm(client)
-        now = self.clock()
+    def wanted(self, now: float) -> bool:
+        """Also when a handler refused a request CONTROLLER_NOT_CONFIRMED since the
+        last read, at most every ``_CONFIRM_EVERY_S``."""
         unconfirmed = self.peers.unconfirmed
         if unconfirmed != self.seen_unconfirmed and now >= self.next_confirm:
             self.seen_unconfirmed = unconfirmed
             self.next_confirm = now + _CONFIRM_EVERY_S
             self.due = True
-        if not self.due and now < self.next_read:
-            return
-        self.due = False
-        self.next_read = now + _POLL_S
-        try:
-            consistent = self.read_and_publish(client)
-        except Exception as exc:  # noqa: BLE001 - ZooKeeper trouble: read again soon
-            what = f"{type(exc).__name__}: {exc}"
-            if what != self.said_error:
-                self.said_error = what
-                log.warning("hb-registrar: reading the controller from ZooKeeper: %s", what)
-            self.next_read = now + _RETRY_S
-            return
-        self.said_error = None
-        if not consistent:
+        return super().wanted(now)
+
+    def read(self, client, now: float) -> None:
+        if not self.read_and_publish(client):
             self.due = True  # the nodes moved while read: again at the next tick
 
     def _get(self, client, path: str):

@@ -51,7 +51,7 @@ class IsrCommits:
 
     def _commit_table(self):
         if self.commits is None:
-            from hostbroker.shm.table import IsrCommitTable
+            from hostbroker.shm.partitions import IsrCommitTable
 
             self.commits = IsrCommitTable.attach(self.worker.plan.isr_commits_name)
         return self.commits
@@ -59,7 +59,8 @@ class IsrCommits:
     def poll(self) -> None:
         from kazoo.protocol.states import KazooState
 
-        from hostbroker.shm import table as ptable
+        from hostbroker.shm import partitions as ptable
+        from hostbroker.shm.table import TornSlotError
 
         client = self.worker.client
         if client is None or client.state != KazooState.CONNECTED:
@@ -69,7 +70,7 @@ class IsrCommits:
             return
         try:
             slots = self.table.scan()
-        except ptable.TornSlotError:
+        except TornSlotError:
             return
         now = time.monotonic()
         for index, s in slots:
@@ -132,8 +133,9 @@ class IsrCommits:
         version ``version`` under the admin lock, unless the slot no longer
         holds that partition as its leader in that epoch (deleted, or
         claimed by another partition since it was read)."""
-        from hostbroker.shm import table as ptable
+        from hostbroker.shm import partitions as ptable
         from hostbroker.shm.adminlock import AdminLock
+        from hostbroker.shm.table import TornSlotError
 
         plan = self.worker.plan
         if self.lock is None:

@@ -8,17 +8,20 @@ reassignment) would make a plain local topic of that name and acknowledge
 writes that land outside the replicated topic. :class:`ReplicatedTopics`
 reads the children of ``/brokers/topics`` and each topic's node (through
 ``zkread`` and ``replication/zknodes.py``, bounded, hostile) and publishes
-the names of the replicated ones (those whose node holds an assignment) in
-``shm/topicnames.py``:
+the names of the replicated ones (those whose node holds an assignment), each
+with its assignment's partition count, in ``shm/topicnames.py``. The group
+coordinator deals out a replicated topic's partitions by that count (a
+broker holds replicas of only some of them):
 
 - on every change of the children (a kazoo ``ChildrenWatch``; the callback
   only notes and rings the doorbell, the registrar's loop reads); a new
   name's node is read once;
-- every ``_POLL_S`` the children again, and every ``_FULL_S`` every node
-  again, in case a watch was lost or a node was rewritten.
+- every ``POLL_S`` the children again, and every ``_FULL_S`` every node
+  again, in case a watch was lost or a node was rewritten (the round is
+  ``registrar_watch.py``'s, shared with ``registrar_fence.py``).
 
 Failing closed: a topic node too long or not a valid assignment counts as
-replicated (one reported line); more children than ``zookeeper.max.children``
+replicated, with no partition count (one reported line); more children than ``zookeeper.max.children``
 publish the view INCOMPLETE (every name not held locally counts as
 replicated). The first view is read before the registrar says it is ready,
 so the listeners open with it (see registrar.py). Nothing here writes to
@@ -27,98 +30,41 @@ ZooKeeper.
 
 from __future__ import annotations
 
-import logging
-import threading
 import time
 
 from hostbroker.cluster import zkread
 from hostbroker.cluster.paths import BROKER_TOPICS
 from hostbroker.replication import zknodes
 from hostbroker.shm.topicnames import ReplicatedNames
+from hostbroker.workers.registrar_watch import WatchedReader
 
-log = logging.getLogger("hostbroker.registrar")
-
-_POLL_S = 2.0  # the children read again this often even without a watch event
 _FULL_S = 30.0  # every topic node read again this often
-_RETRY_S = 0.5  # a failed read is tried again after this
 _READ_MAX_S = 5.0  # one batch of reads waits at most this long
 
 
-class ReplicatedTopics:
+class ReplicatedTopics(WatchedReader):
     """Publishes the replicated topic names into ``names`` (see the module
     docstring). ``worker`` is the RegistrarWorker: its client, doorbell,
     ``connection_ms`` and ``stopping``."""
 
+    WHAT = "the replicated topics"
+
     def __init__(self, worker, names: ReplicatedNames, bounds: zkread.Bounds = zkread.DEFAULT,
                  clock=time.monotonic):
-        self.worker = worker
+        super().__init__(worker, bounds, min(max(worker.connection_ms / 1000, 1.0), _READ_MAX_S),
+                         clock)
         self.names = names
-        self.bounds = bounds
-        self.clock = clock
-        self.report = zkread.Reporter(log)
-        self.timeout_s = min(max(worker.connection_ms / 1000, 1.0), _READ_MAX_S)
-        self.due = True
-        self.next_read = 0.0
         self.next_full = 0.0
-        self.known: dict[str, bool] = {}  # topic -> replicated
-        self.published: tuple[frozenset[str], bool] | None = None
-        self.said_error: str | None = None
-        self._watched = None
+        # topic -> its partition count (0: replicated, count not known; None: plain)
+        self.known: dict[str, int | None] = {}
+        self.published: tuple[dict[str, int], bool] | None = None
 
-    # -- kazoo's threads: note and ring ------------------------------------------------
-    def note(self) -> None:
-        self.due = True
-        self.worker.doorbell.ring()
+    def watch(self, client, on_change) -> None:
+        client.ChildrenWatch(BROKER_TOPICS, on_change, send_event=False)
 
-    def _arm(self, client) -> None:
-        if self._watched is client:
-            return
-        self._watched = client
-
-        def on_children(_children) -> bool | None:
-            if self._watched is not client or self.worker.stopping:
-                return False
-            self.note()
-            return None
-
-        def arm() -> None:
-            try:
-                client.ChildrenWatch(BROKER_TOPICS, on_children, send_event=False)
-            except Exception:  # noqa: BLE001 - not set: armed again by the loop
-                if self._watched is client:
-                    self._watched = None
-                self.note()
-
-        threading.Thread(target=arm, name="hb-registrar-watch", daemon=True).start()
-
-    # -- the loop -----------------------------------------------------------------------
-    def poll(self) -> None:
-        """One round on the registrar's loop: read and publish when due."""
-        client = self.worker.client
-        if client is None:
-            return
-        from kazoo.protocol.states import KazooState
-
-        if client.state != KazooState.CONNECTED:
-            return
-        self._arm(client)
-        now = self.clock()
-        if not self.due and now < self.next_read:
-            return
-        self.due = False
-        self.next_read = now + _POLL_S
+    def read(self, client, now: float) -> None:
         full = now >= self.next_full
-        try:
-            self.read_and_publish(client, full)
-        except Exception as exc:  # noqa: BLE001 - ZooKeeper trouble: read again soon
-            what = f"{type(exc).__name__}: {exc}"
-            if what != self.said_error:
-                self.said_error = what
-                log.warning("hb-registrar: reading the replicated topics from ZooKeeper: %s",
-                            what)
-            self.next_read = now + _RETRY_S
-            return
-        self.said_error = None
+        self.read_and_publish(client, full)
         if full:
             self.next_full = now + _FULL_S
 
@@ -148,23 +94,25 @@ class ReplicatedTopics:
                 data, _stat = result.get(timeout=max(0.0, deadline - self.clock()))
             except NoNodeError:
                 continue  # deleted since it was listed
-            known[name] = self.replicated(name, data)
+            known[name] = self.partitions(name, data)
         self.known = known
-        self.publish(frozenset(n for n, r in known.items() if r), complete)
+        self.publish({n: count for n, count in known.items() if count is not None}, complete)
 
-    def replicated(self, name: str, data: bytes | None) -> bool:
-        """Whether a topic node's value makes the topic replicated; one that
-        cannot be read counts as replicated (reported)."""
+    def partitions(self, name: str, data: bytes | None) -> int | None:
+        """The partition count of a replicated topic's assignment, None for a
+        topic node that holds none (a 0.7-style topic). One that cannot be read
+        counts as replicated with no count known, 0 (reported)."""
         path = zknodes.assignment_path(name)
         try:
             zkread.check_size(data or b"", path, self.bounds)
-            return zknodes.decode_assignment(data or b"", path, self.bounds) is not None
+            assignment = zknodes.decode_assignment(data or b"", path, self.bounds)
         except ValueError as exc:
             self.report(path, f"{exc}; counted as a replicated topic")
-            return True
+            return 0
+        return None if assignment is None else len(assignment)
 
-    def publish(self, names: frozenset[str], complete: bool) -> None:
-        if self.published == (names, complete):
+    def publish(self, topics: dict[str, int], complete: bool) -> None:
+        if self.published == (topics, complete):
             return
-        self.published = (names, complete)
-        self.names.publish(names, complete)
+        self.published = (topics, complete)
+        self.names.publish(topics, complete)

@@ -66,13 +66,13 @@ from hostbroker.errors import ConfigError, ExitStatus
 from hostbroker.shm import procs
 from hostbroker.shm.adminlock import AdminLock
 from hostbroker.shm.doorbell import Doorbell
+from hostbroker.shm.partitions import IsrCommitTable, PartitionTable
 from hostbroker.shm.procs import ProcessBoard
 from hostbroker.shm.region import (SharedRegion, release_lease, remove_stale, sweep_dead_runs,
                                    take_lease)
-from hostbroker.shm.ring import Ring
 from hostbroker.shm.peers import MAX_PEERS, PeersTable
+from hostbroker.shm.ring import Ring
 from hostbroker.shm.topicnames import ReplicatedNames
-from hostbroker.shm.table import IsrCommitTable, PartitionTable
 from hostbroker.workers.acceptor import AcceptorWorker
 from hostbroker.workers.coordinator import CoordinatorWorker
 from hostbroker.workers.base import (

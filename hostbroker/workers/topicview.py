@@ -19,8 +19,8 @@ from hostbroker.log.segments import (
     partition_dirname,
     segment_filename,
 )
-from hostbroker.shm import table as ptable
-from hostbroker.shm.table import PartitionTable
+from hostbroker.shm import partitions as ptable
+from hostbroker.shm.partitions import PartitionTable
 
 _MAX_PATHS = 65536
 

@@ -69,10 +69,10 @@ from hostbroker.errors import ErrorCode, HostbrokerError, StorageError
 from hostbroker.log.logdir import LogDir, LogDirInUseError
 from hostbroker.log.partition import PartitionLog
 from hostbroker.log.segments import parse_partition_dirname, partition_dirname
+from hostbroker.shm import partitions as ptable
 from hostbroker.shm import procs
-from hostbroker.shm import table as ptable
 from hostbroker.shm.adminlock import AdminLock
-from hostbroker.shm.table import PartitionTable
+from hostbroker.shm.partitions import PartitionTable
 from hostbroker.workers import envelopes as env
 from hostbroker.workers.base import Worker, now_ms
 from hostbroker.workers.flusher import Flusher, Waiter

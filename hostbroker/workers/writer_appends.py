@@ -22,8 +22,8 @@ from hostbroker.log import message as logmsg
 from hostbroker.log.partition import PartitionLog
 from hostbroker.protocol import api
 from hostbroker.protocol.lone import encode_lone_produce_answer
+from hostbroker.shm import partitions as ptable
 from hostbroker.shm import procs
-from hostbroker.shm import table as ptable
 from hostbroker.workers import envelopes as env
 from hostbroker.workers.flusher import Waiter
 

@@ -16,8 +16,8 @@ import sys
 
 from hostbroker.errors import ErrorCode, HostbrokerError, StorageError
 from hostbroker.log.partition import SegmentDeleteError
+from hostbroker.shm import partitions as ptable
 from hostbroker.shm import procs
-from hostbroker.shm import table as ptable
 
 
 class Cleanup:

@@ -47,9 +47,9 @@ from hostbroker.log import message as logmsg
 from hostbroker.log.epochs import MAX_OFFSET, LeaderEpochCache
 from hostbroker.log.partition import PartitionLog
 from hostbroker.replication.isr import IsrTracker
+from hostbroker.shm import partitions as ptable
 from hostbroker.shm import procs
-from hostbroker.shm import table as ptable
-from hostbroker.shm.table import isr_bits, isr_members, replica_fields
+from hostbroker.shm.partitions import isr_bits, isr_members, replica_fields
 from hostbroker.workers import envelopes as env
 from hostbroker.workers.base import now_ms
 from hostbroker.workers.flusher import Waiter

@@ -27,7 +27,7 @@ from hostbroker.errors import ErrorCode
 from hostbroker.log.message import encode_message_set
 from hostbroker.protocol import api
 from hostbroker.protocol import replication as rproto
-from hostbroker.shm import table as ptable
+from hostbroker.shm import partitions as ptable
 from hostbroker.workers.plan import BrokerPlan
 from tests.integration.broker import Broker
 from tests.integration.wire_helpers import RawSocket, new_topic, produce_request, stop_or_kill

@@ -305,7 +305,7 @@ def test_a_recreated_topic_never_sees_the_old_segments(broker):
 
 
 def test_a_writer_killed_mid_slot_write_is_replaced_and_its_partition_serves(broker):
-    from hostbroker.shm.table import PartitionTable
+    from hostbroker.shm.partitions import PartitionTable
     from hostbroker.workers.plan import BrokerPlan
 
     with broker.client() as c:

@@ -9,7 +9,10 @@ real ZooKeeper, the topic made with ``topics create --replication-factor``.
   once its retries are spent, while acks=1 goes on;
 - a SimpleConsumer bootstrapped on a broker that is not the leader reads from the
   leader; console produce and consume work on the topic, through a broker list
-  and through ZooKeeper.
+  and through ZooKeeper;
+- a group of the broker's group coordinator deals out every partition of a
+  replicated topic, those its broker holds no replica of included (replication
+  factor below the broker count).
 """
 
 from __future__ import annotations
@@ -19,11 +22,13 @@ import time
 
 import pytest
 
-from hostbroker.client import Producer, SimpleConsumer
+from hostbroker.client import ConsumerConnector, Producer, SimpleConsumer
 from hostbroker.client.errors import DeliveryError
 from hostbroker.errors import ErrorCode
 from tests.integration.cli import hostbroker
-from tests.replication.support import BROKER_SESSION_MS, create, kill_hard, poll, settled, state
+from tests.integration.test_group_coordinator_cli import described
+from tests.replication.support import (BROKER_SESSION_MS, assignment, create, kill_hard, poll,
+                                       settled, state)
 
 FAST = {"zookeeper_session_timeout_ms": 2000, "zookeeper_connection_timeout_ms": 5000}
 
@@ -233,3 +238,40 @@ def test_async_producer_acks_all_across_a_leader_killed_loses_nothing(cluster, z
     logs = read_all(cluster, topic, 2)
     found = [v for log in logs.values() for v in log.values()]
     assert set(values) <= set(found)
+
+
+def test_a_coordinator_group_gets_every_partition_of_a_replicated_topic(cluster, zookeeper, zk):
+    topic, partitions = "spread", 5
+    create(zookeeper, topic, partitions, 2)
+    poll(lambda: settled(zk, topic, partitions, 2), what="leaders and full ISRs")
+    # the coordinator's broker holds no replica of the last partition (2 of 3 brokers do):
+    # the highest partition of its own table is not the topic's count
+    last = partitions - 1
+    (home, *_) = [b for b in sorted(cluster) if b not in assignment(zk, topic)[last]]
+    values = {p: b"p%d" % p for p in range(partitions)}
+    with Producer(zookeeper_connect=zookeeper.connect, request_required_acks=-1,
+                  **FAST) as producer:
+        for p, value in values.items():
+            producer.send(topic, value, partition=p)
+    # the coordinator first, the others to find each leader
+    uris = [cluster[home].unix] + [cluster[b].unix for b in sorted(cluster) if b != home]
+    config = {"auto.offset.reset": "earliest", "consumer.timeout.ms": 10000,
+              "fetch.wait.max.ms": 50, "heartbeat.interval.ms": 100,
+              "retry.backoff.ms": 50, "auto.commit.enable": False}
+    with ConsumerConnector(uris, config, group_id="spread") as one:
+        (stream,) = one.create_message_streams({topic: 1})[topic]
+        got = {}
+        while len(got) < partitions:
+            m = next(stream)  # a partition never assigned: consumer.timeout.ms raises
+            got[m.partition] = m.value
+        assert got == values
+        # a second member: the two split all five partitions between them
+        with ConsumerConnector(uris, config, group_id="spread") as two:
+            two.create_message_streams({topic: 1})
+
+            def split() -> bool:
+                phase, held = described(cluster[home].unix, "spread")
+                return (phase == "STABLE" and len(held) == 2 and all(held)
+                        and sorted(held[0] + held[1]) == list(range(partitions)))
+
+            poll(split, timeout=20, what="two members sharing every partition")

@@ -1,8 +1,8 @@
 import pytest
 
+from hostbroker.shm.partitions import PartitionTable
 from hostbroker.shm.peers import MAX_PEERS, Peer, PeersTable
 from hostbroker.shm.region import LayoutError
-from hostbroker.shm.table import PartitionTable
 
 
 @pytest.fixture

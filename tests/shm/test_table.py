@@ -6,16 +6,9 @@ from collections import namedtuple
 
 import pytest
 
+from hostbroker.shm.partitions import ONLINE, PartitionSlot, PartitionState, PartitionTable
 from hostbroker.shm.region import LayoutError, SharedRegion
-from hostbroker.shm.table import (
-    ONLINE,
-    PartitionSlot,
-    PartitionState,
-    PartitionTable,
-    SlotLayout,
-    SlotTable,
-    TornSlotError,
-)
+from hostbroker.shm.table import SlotLayout, SlotTable, TornSlotError
 from tests.shm.procutil import fork
 
 

@@ -1,6 +1,6 @@
 """The partition table's offline log dir flags (header user words)."""
 
-from hostbroker.shm.table import MAX_FLAGGED_LOG_DIRS, PartitionTable
+from hostbroker.shm.partitions import MAX_FLAGGED_LOG_DIRS, PartitionTable
 
 
 def test_offline_log_dirs_are_flagged_and_cleared_apart(created, names):

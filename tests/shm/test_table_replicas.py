@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from hostbroker.shm.region import LayoutError
-from hostbroker.shm.table import (
+from hostbroker.shm.partitions import (
     MAX_REPLICAS, ONLINE, ROLE_FOLLOWER, ROLE_LEADER, ROLE_PLAIN, ROLE_STOPPED, IsrCommitTable,
     PartitionTable, isr_bits, isr_members, replica_fields)
+from hostbroker.shm.region import LayoutError
 
 
 @pytest.fixture

@@ -15,9 +15,9 @@ from hostbroker.errors import ErrorCode, HostbrokerError
 from hostbroker.log.config import LogConfig
 from hostbroker.log.segments import partition_dirname, segment_filename
 from hostbroker.protocol import api
-from hostbroker.shm import table as ptable
+from hostbroker.shm import partitions as ptable
+from hostbroker.shm.partitions import PartitionTable
 from hostbroker.shm.region import broker_prefix, region_name, remove_stale
-from hostbroker.shm.table import PartitionTable
 from hostbroker.workers.answers import TableAnswers
 from hostbroker.workers.topicview import TopicView
 

@@ -17,9 +17,9 @@ import pytest
 from hostbroker.errors import ErrorCode
 from hostbroker.log.config import LogConfig
 from hostbroker.protocol import api
-from hostbroker.shm import table as ptable
+from hostbroker.shm import partitions as ptable
+from hostbroker.shm.partitions import PartitionTable
 from hostbroker.shm.region import broker_prefix, region_name, remove_stale
-from hostbroker.shm.table import PartitionTable
 from hostbroker.workers import envelopes as env
 from hostbroker.workers.answers import TableAnswers
 from hostbroker.workers.handler import HandlerWorker

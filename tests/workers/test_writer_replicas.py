@@ -21,10 +21,10 @@ from hostbroker.log.config import LogConfig
 from hostbroker.log.logdir import LogDir
 from hostbroker.log.message import encode_message_set
 from hostbroker.log.partition import PartitionLog
-from hostbroker.shm import table as ptable
+from hostbroker.shm import partitions as ptable
 from hostbroker.shm.adminlock import AdminLock
+from hostbroker.shm.partitions import IsrCommitTable, PartitionTable, isr_bits
 from hostbroker.shm.region import broker_prefix, region_name, remove_stale
-from hostbroker.shm.table import IsrCommitTable, PartitionTable, isr_bits
 from hostbroker.workers import envelopes as env
 from hostbroker.workers import writer_replicas
 from hostbroker.workers.base import now_ms

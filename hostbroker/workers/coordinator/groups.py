@@ -15,9 +15,19 @@ Handlers send group requests as ``OP_GROUP`` json ops on the ``capp`` rings;
 for its rebalance: its answer comes out of :meth:`GroupHost.tick` (which the
 coordinator calls once per loop pass) when the rebalance completes. ``tick`` also
 ends sessions and rebalance waits on time (``expire`` at ``next_deadline``),
-tells the state when a topic's partition count changed (read from the
-partition table whenever its generation moves) and appends the groups that
-changed to ``__groups.log``.
+tells the state when a topic's partition count changed and appends the
+groups that changed to ``__groups.log``.
+
+A topic's partition count: for a replicated topic (cluster mode), the
+partition count of its assignment in ZooKeeper, as the registrar publishes
+it (:class:`~hostbroker.shm.topicnames.ReplicatedNames`, read whenever its
+``seq`` moves): this broker holds replicas of only some of its partitions,
+and a group deals out all of them. Any other topic, and a replicated one
+whose count is not known (its node could not be read, or did not fit the
+published list): one more than the highest partition of this broker's
+partition table (read whenever its generation moves). A count over
+``max.partitions`` is cut there (said once). While the registrar is writing
+(or died writing) the counts read before stand.
 
 Time is ``time.monotonic()`` in milliseconds, one clock for every process of
 the host. A coordinator started with the broker empties ``__groups.log``
@@ -36,7 +46,8 @@ from hostbroker.coordinator import Coordinator, Limits, Pending
 from hostbroker.coordinator.state import GroupPhase
 from hostbroker.coordinator.store import FILENAME, GroupStore
 from hostbroker.errors import ErrorCode
-from hostbroker.shm import table as ptable
+from hostbroker.shm import partitions as ptable
+from hostbroker.shm.topicnames import ReplicatedNames
 
 STATE_FILE = FILENAME
 _LIVE = (ptable.ONLINE, ptable.OFFLINE, ptable.CREATING)
@@ -69,14 +80,17 @@ class GroupHost:
     """The group coordinator of ``hb-coordinator`` (see the module docstring)."""
 
     def __init__(self, config, table, log_dir: str, broker_id: int, replacement: bool,
-                 name: str = "hb-coordinator"):
+                 name: str = "hb-coordinator", names: ReplicatedNames | None = None):
         self.table = table
+        self.names = names
         self.path = os.path.join(log_dir, STATE_FILE)
         self.name = name
         self.limits = limits_of(config)
         self.state = Coordinator(self.limits, broker_id)
         self.waiting: dict[tuple[str, str], list[tuple[int, int]]] = {}  # -> (handler, token)
-        self.table_generation = -1
+        self.seen: tuple[int, int] | None = None  # (table generation, names seq) counted
+        self.replicated: dict[str, int] = {}  # the last replicated counts read
+        self.said_over: set[str] = set()  # topics said to be over max.partitions
         self.touched = False  # something may have changed the groups since the last save
         if replacement:
             self.store = GroupStore.take_over(log_dir, self.state, _clock(), self._log)
@@ -160,14 +174,21 @@ class GroupHost:
         return None if deadline is None else max(0.0, (deadline - _clock()) / 1000)
 
     def _partition_counts(self, now: float) -> None:
-        generation = self.table.generation
-        if generation == self.table_generation:
+        seen = (self.table.generation, -1 if self.names is None else self.names.seq)
+        if seen == self.seen:
             return
-        self.table_generation = generation
+        self.seen = seen
         counts: dict[str, int] = {}
         for _, s in self.table.scan():
             if s.state in _LIVE:
                 counts[s.name] = max(counts.get(s.name, 0), s.partition + 1)
+        # an odd seq: the registrar is writing (or died writing): the counts read
+        # before stand until the seq moves again, with no wait here
+        if self.names is not None and seen[1] & 1 == 0:
+            replicated = self.names.partition_counts()
+            if replicated is not None:
+                self.replicated = self._bounded(replicated)
+        counts.update(self.replicated)
         known = self.state.partitions
         self.touched = True
         for topic in known.keys() - counts.keys():
@@ -175,6 +196,22 @@ class GroupHost:
         for topic, count in counts.items():
             if known.get(topic) != count:
                 self.state.partitions_changed(now, topic, count)
+
+    def _bounded(self, replicated: dict[str, int]) -> dict[str, int]:
+        """The replicated topics' counts the state takes: known ones (0 is not),
+        at most ``max.partitions`` (the most a group's state may hold; the
+        partitions above are not dealt out, said once per topic)."""
+        limit = self.limits.max_partitions
+        out = {}
+        for topic, count in replicated.items():
+            if count > limit and topic not in self.said_over:
+                self.said_over.add(topic)
+                self._log(f"replicated topic {topic[:80]!r} has {count} partitions, over "
+                          f"max.partitions ({limit}); partitions from {limit} on are not "
+                          "assigned to group members")
+            if count > 0:
+                out[topic] = min(count, limit)
+        return out
 
     def close(self) -> None:
         """Close the state file (what changed is in it: each pass saves)."""

@@ -26,7 +26,8 @@ import traceback
 from hostbroker.errors import ErrorCode
 from hostbroker.log.offsetstore import OffsetStore
 from hostbroker.shm import procs
-from hostbroker.shm.table import PartitionTable
+from hostbroker.shm.partitions import PartitionTable
+from hostbroker.shm.topicnames import ReplicatedNames
 from hostbroker.workers import envelopes as env
 from hostbroker.workers.base import Worker
 from hostbroker.workers.coordinator.group_puts import GroupPuts
@@ -59,7 +60,9 @@ class CoordinatorWorker(GroupPuts, Worker):
         self.max_response_bytes = config["response.max.bytes"]
         self.flusher = Flusher(self.doorbell)
         self.groups = GroupHost(config, self.table, self.path, config["broker.id"],
-                                replacement=self.epoch > 1, name=self.name)
+                                replacement=self.epoch > 1, name=self.name,
+                                names=ReplicatedNames.attach(plan.replicated_names_name,
+                                                             readonly=True))
         self.offsets = OffsetsHost(OffsetStore.open(
             self.path, record_max_bytes=config["offsets.record.max.bytes"],
             compact_min_bytes=config["offsets.compact.min.bytes"],

@@ -32,8 +32,9 @@ from hostbroker.errors import ErrorCode
 from hostbroker.log.epochs import LeaderEpochCache
 from hostbroker.log.segments import partition_dirname
 from hostbroker.shm import procs
+from hostbroker.shm.partitions import ONLINE, ROLE_FOLLOWER, PartitionTable
 from hostbroker.shm.peers import PeersTable
-from hostbroker.shm.table import ONLINE, ROLE_FOLLOWER, PartitionTable, TornSlotError
+from hostbroker.shm.table import TornSlotError
 from hostbroker.workers import envelopes as env
 from hostbroker.workers.base import Worker
 from hostbroker.workers.replication.fetcher import LeaderLink, Settings
