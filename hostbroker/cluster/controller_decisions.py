@@ -49,16 +49,17 @@ def after_failure(replicas: list[int], state: PartitionState, live: set[int],
     return PartitionState(new, state.leader_epoch + 1, isr, state.controller_epoch)
 
 
-def after_return(replicas: list[int], state: PartitionState,
-                 live: set[int]) -> PartitionState | None:
-    """A partition without a leader gets one again when an ISR member is live."""
+def after_return(replicas: list[int], state: PartitionState, live: set[int],
+                 unclean: bool = False) -> PartitionState | None:
+    """A partition without a leader gets one again when an ISR member is live, or
+    (only when ``unclean``) any live replica, whose ISR it then starts alone."""
     if state.leader != -1:
         return None
-    new = elect_leader(replicas, state.isr, live, False)
+    new = elect_leader(replicas, state.isr, live, unclean)
     if new is None:
         return None
-    return PartitionState(new, state.leader_epoch + 1, [b for b in state.isr if b in live],
-                          state.controller_epoch)
+    isr = [b for b in state.isr if b in live] if new in state.isr else [new]
+    return PartitionState(new, state.leader_epoch + 1, isr, state.controller_epoch)
 
 
 def preferred(replicas: list[int], state: PartitionState, live: set[int]) -> PartitionState | None:
@@ -115,7 +116,7 @@ class Partition:
     """``replicas``: who holds a copy now; ``assigned``: what the assignment node says.
     They differ only while a reassignment adds replicas (old + new), which lives in
     the controller's memory and ``/admin/reassign_partitions`` (a new controller
-    adds them again), since the assignment node keeps one replication factor."""
+    adds them again); the assignment node is written once the move is done."""
 
     replicas: list[int]
     state: PartitionState | None = None

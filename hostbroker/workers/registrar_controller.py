@@ -21,7 +21,9 @@ session and its loop; nothing here starts a process.
   request answered CONTROLLER_NOT_CONFIRMED (the broker's registrar has not
   read this controller's epoch from ZooKeeper yet), BROKER_NOT_AVAILABLE or
   REQUEST_TIMED_OUT is sent again after the backoff; refused that way for
-  ``_STALE_EVERY_S``, the loop checks that ``/controller`` is still ours.
+  ``_STALE_EVERY_S``, the loop checks that ``/controller`` is still ours. A
+  STOP_REPLICA with delete answered without error is handed back to the loop
+  (a topic deletion stays pending until every replica has answered one).
 
 The ISR commits every broker's registrar makes are in
 hostbroker/workers/registrar_isr.py.
@@ -90,8 +92,9 @@ class BrokerSender:
     ``on_unconfirmed()`` are called from the thread; they must only note and ring."""
 
     def __init__(self, info: paths.BrokerInfo, controller_id: int, timeout_s: float,
-                 on_stale, on_overflow, on_unconfirmed=None):
+                 on_stale, on_overflow, on_unconfirmed=None, on_deleted=None):
         self.info = info
+        self.on_deleted = on_deleted or (lambda notice: None)
         self.on_unconfirmed = on_unconfirmed or (lambda: None)
         self.controller_id = controller_id
         self.timeout_s = timeout_s
@@ -226,6 +229,8 @@ class BrokerSender:
                 self.sent += 1
                 if code == _STALE_CONTROLLER_EPOCH:
                     self.on_stale()
+                elif code == 0 and notice.kind == ctl.STOP_REPLICA and notice.delete:
+                    self.on_deleted(notice)
                 elif code:
                     log.debug("controller: broker %d refused a request: %s",
                               self.info.broker_id, ErrorCode(code).name
@@ -245,12 +250,14 @@ class ControllerRole:
         self.broker_id = config["broker.id"]
         self.timeout_s = config["controller.socket.timeout.ms"] / 1000
         self.unclean = config["unclean.leader.election.enable"]
+        self.deletes_per_pass = config["controller.deletions.per.pass"]
         self.controller: ctl.Controller | None = None
         self.client = None
         self.events: set[str] = {"elect"}
         self.lock = threading.Lock()
         self.senders: dict[int, BrokerSender] = {}
         self.resend: set[int] = set()
+        self.deleted: list[ctl.Notice] = []  # STOP_REPLICA deletes answered
         self.token: object | None = None  # the current watches' token
         self.next_poll = 0.0
         self.said_holder: int | None = None
@@ -262,6 +269,11 @@ class ControllerRole:
     def note(self, *events: str) -> None:
         with self.lock:
             self.events.update(events)
+        self.worker.doorbell.ring()
+
+    def _deleted(self, notice: ctl.Notice) -> None:
+        with self.lock:
+            self.deleted.append(notice)
         self.worker.doorbell.ring()
 
     def _overflow(self, broker_id: int) -> None:
@@ -290,8 +302,9 @@ class ControllerRole:
         with self.lock:
             events, self.events = self.events, set()
             resend, self.resend = self.resend, set()
+            deleted, self.deleted = self.deleted, []
         try:
-            self._step(client, events, resend)
+            self._step(client, events, resend, deleted)
         except Exception as exc:  # noqa: BLE001 - ZooKeeper trouble: the next round retries
             what = f"{type(exc).__name__}: {exc}"
             if what != self.said_error:  # once per kind of trouble, not once per round
@@ -300,9 +313,11 @@ class ControllerRole:
             with self.lock:
                 self.events.update(events)
                 self.resend.update(resend)
+                self.deleted[:0] = deleted
             self.worker._retry_at = time.monotonic() + 0.5
 
-    def _step(self, client, events: set[str], resend: set[int]) -> None:
+    def _step(self, client, events: set[str], resend: set[int],
+              deleted: list[ctl.Notice] = ()) -> None:
         if "lost" in events or client is not self.client:
             self.resign()
             self.client = client
@@ -359,11 +374,13 @@ class ControllerRole:
             c.reassign()
         for broker_id in sorted(resend):
             c.resend(broker_id)
+        for notice in deleted:
+            c.replicas_deleted(notice)
 
     def _try_take_over(self, client) -> None:
         c = ctl.Controller(client, self.broker_id, self._tell,
                            op_timeout_s=self.worker.connection_ms / 1000, unclean=self.unclean,
-                           beat=self.worker.heartbeat)
+                           beat=self.worker.heartbeat, deletes_per_pass=self.deletes_per_pass)
         self._watch_controller(client)
         if not c.try_elect():
             holder = c.holder()
@@ -398,7 +415,7 @@ class ControllerRole:
         if sender is None:
             sender = self.senders[notice.broker_id] = BrokerSender(
                 info, self.broker_id, self.timeout_s, lambda: self.note("stale"),
-                self._overflow, lambda: self.note("unconfirmed")).start()
+                self._overflow, lambda: self.note("unconfirmed"), self._deleted).start()
         sender.put(notice)
 
     def _sync_senders(self) -> None:
