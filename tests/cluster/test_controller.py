@@ -40,13 +40,14 @@ def three_brokers(make_broker, tmp_path, connect, zk) -> dict:
 
 
 def controller(zk) -> tuple[int, int] | None:
-    """(broker id in /controller, /controller_epoch), or None while there is none."""
+    """(broker id in /controller, /controller_epoch), or None while there is none (or
+    the epoch is not a number)."""
     from kazoo.exceptions import NoNodeError
 
     try:
         holder = json.loads(zk.get(zknodes.CONTROLLER)[0])["brokerid"]
         return holder, int(zk.get(zknodes.CONTROLLER_EPOCH)[0])
-    except NoNodeError:
+    except (NoNodeError, ValueError):
         return None
 
 
@@ -126,7 +127,10 @@ def test_one_controller_new_topics_get_states_and_leaders_move_off_a_killed_brok
            "min.insync.replicas=2" in out
     assert sum(line.endswith("under-replicated") for line in out) == 3
 
-    # the controller itself dies: another takes over within the session timeout
+    # the controller itself dies, and /controller_epoch is garbage by then: another
+    # takes over within the session timeout, in an epoch above every state node's
+    # (not 1, which the last broker, having seen this epoch, would refuse)
+    zk.set(zknodes.CONTROLLER_EPOCH, b"garbage")
     kill_hard(brokers[holder])
     brokers[holder].kill_tree()
     (last,) = set(brokers) - {victim, holder}
@@ -141,6 +145,7 @@ def test_one_controller_new_topics_get_states_and_leaders_move_off_a_killed_brok
             assert (s["leader"], s["isr"]) == (last, [last])
         else:  # no replica left in sync: offline, its last ISR member kept
             assert s["leader"] == -1 and s["isr"] and last not in s["isr"]
+    assert "refused controller epoch" not in brokers[last].log()
 
 
 def test_tools_refuse_bad_arguments_in_one_line(make_broker, tmp_path, cluster):  # noqa: F811
@@ -228,6 +233,29 @@ def test_delete_preferred_election_and_reassignment_through_admin_nodes(
     result = hostbroker("reassign", "verify", "--zookeeper", connect,
                         "--reassignment-json-file", plan)
     assert (result.returncode, lines(result)) == (0, ["moving-0: done"])
+
+    # the replication factor changes with a reassignment: partition 0 from [3, 2] to
+    # [3] (broker 2's copy deleted), partition 1 from [2, 3] to [2, 3, 1] (broker 1
+    # catches up and joins the ISR)
+    plan.write_text('{"version":1,"partitions":[{"topic":"moving","partition":0,'
+                    '"replicas":[3]},{"topic":"moving","partition":1,"replicas":[2,3,1]}]}')
+    result = hostbroker("reassign", "execute", "--zookeeper", connect,
+                        "--reassignment-json-file", plan)
+    assert result.returncode == 0, result.stderr
+    wait_until(lambda: zk.exists(zknodes.REASSIGN_PARTITIONS) is None, timeout=20)
+    assert json.loads(zk.get(zknodes.assignment_path("moving"))[0])["partitions"] == {
+        "0": [3], "1": [2, 3, 1]}
+    s0, s1 = state(zk, "moving", 0), state(zk, "moving", 1)
+    assert (s0["leader"], s0["isr"]) == (3, [3])
+    assert (s1["leader"], sorted(s1["isr"])) == (2, [1, 2, 3])
+    wait_until(lambda: not (tmp_path / "b2" / "logs" / "moving_0").exists())
+    assert (tmp_path / "b1" / "logs" / "moving_1").is_dir()
+    result = hostbroker("reassign", "verify", "--zookeeper", connect,
+                        "--reassignment-json-file", plan)
+    assert (result.returncode, lines(result)) == (0, ["moving-0: done", "moving-1: done"])
+    result = hostbroker("topics", "describe", "--zookeeper", connect, "--json", "moving")
+    (described,) = json.loads(result.stdout)["topics"]
+    assert [p["replicas"] for p in described["partitions"]] == [[3], [2, 3, 1]]
 
     # deletion: the controller removes every node of the topic, then the request
     result = hostbroker("topics", "delete", "--zookeeper", connect, "--topic", "moving")
@@ -337,19 +365,40 @@ def test_a_broker_stopped_with_sigterm_hands_its_leaderships_over_first(
     assert "did not stop" not in "".join(b.log() for b in brokers.values())
 
 
-def test_a_broker_back_after_a_crash_is_told_its_partitions_and_rejoins_the_isr(
+def test_a_broker_back_after_a_crash_is_told_its_partitions_and_deletions_it_missed(
         make_broker, tmp_path, cluster):  # noqa: F811
     connect, zk = cluster
     brokers = three_brokers(make_broker, tmp_path, connect, zk)
     holder, _ = controller(zk)
     assert create(connect, "back", 3, 3).returncode == 0
+    assert create(connect, "doomed", 2, 3).returncode == 0
     wait_until(lambda: all(state(zk, "back", p) is not None for p in range(3)))
+    wait_until(lambda: all((tmp_path / f"b{i}" / "logs" / f"doomed_{p}").is_dir()
+                           for i in brokers for p in range(2)))
     victim = next(i for i in brokers if i != holder)
     kill_hard(brokers[victim])
     brokers[victim].kill_tree()
     wait_until(lambda: all(victim not in state(zk, "back", p)["isr"] for p in range(3)),
                timeout=SESSION_MS / 1000 + 8)
     assert all(state(zk, "back", p)["leader"] != victim for p in range(3))
+
+    # a topic deleted while one of its replica brokers is down: the live ones delete
+    # their copies; the deletion stays pending (nodes kept, the name not free)
+    result = hostbroker("topics", "delete", "--zookeeper", connect, "--topic", "doomed")
+    assert result.returncode == 0, result.stderr
+    wait_until(lambda: not any((tmp_path / f"b{i}" / "logs" / f"doomed_{p}").exists()
+                               for i in brokers if i != victim for p in range(2)))
+    time.sleep(0.5)  # the answers are in; nothing more happens while the victim is down
+    assert zk.exists(zknodes.delete_topic_path("doomed")) is not None
+    assert zk.exists(zknodes.assignment_path("doomed")) is not None
+    result = hostbroker("topics", "describe", "--zookeeper", connect, "doomed")
+    assert any(line.startswith("topic: doomed ") and line.endswith("(marked for deletion)")
+               for line in lines(result)), lines(result)
+    result = create(connect, "doomed", 1, 1)
+    assert (result.returncode, one_line_error(result)) == (
+        1, "hostbroker topics create: topic doomed is marked for deletion; create it again "
+           "once the controller has deleted every replica")
+
     brokers[victim].start()
     # told its partitions (LEADER_AND_ISR), it follows the leaders; each leader puts it
     # back in the ISR (the registrar's ISR commit) once it has caught up
@@ -358,6 +407,12 @@ def test_a_broker_back_after_a_crash_is_told_its_partitions_and_rejoins_the_isr(
     for p in range(3):
         s = state(zk, "back", p)
         assert s["leader"] != victim and sorted(s["isr"]) == [1, 2, 3]
+    # and told to delete what it missed: its copies go, then the topic's nodes
+    wait_until(lambda: not any((tmp_path / f"b{victim}" / "logs" / f"doomed_{p}").exists()
+                               for p in range(2)))
+    wait_until(lambda: zk.exists(zknodes.delete_topic_path("doomed")) is None)
+    assert zk.exists(zknodes.assignment_path("doomed")) is None
+    assert create(connect, "doomed", 1, 1).returncode == 0
 
 
 def _asked_again(condition):
@@ -557,3 +612,147 @@ def test_reassign_generate_proposes_a_plan_that_execute_takes(cluster, tmp_path)
                         "--topics-to-move-json-file", topics, "--broker-list", "3")
     assert one_line_error(result).startswith("hostbroker reassign generate: cannot place "
                                              "topic g: ")
+
+
+def _register(zk, *ids: int) -> None:
+    from hostbroker.cluster import paths
+
+    for i in ids:
+        zk.create(paths.broker_path(i), paths.encode_broker(
+            paths.BrokerInfo(i, "127.0.0.1", 9000 + i, None)), makepath=True)
+
+
+class _CountingReads:
+    """A kazoo client counting its reads of partition state nodes."""
+
+    def __init__(self, client):
+        self.client, self.state_reads = client, 0
+
+    def __getattr__(self, name):
+        return getattr(self.client, name)
+
+    def get_async(self, path, *args, **kwargs):
+        if path.endswith("/state"):
+            self.state_reads += 1
+        return self.client.get_async(path, *args, **kwargs)
+
+
+def test_the_rebuild_reads_each_state_node_once(cluster):  # noqa: F811
+    """The controller's class on ZooKeeper alone: what scales is partitions x
+    replication factor; the rebuild reads each of the 8 state nodes once (not
+    once per broker holding a replica: 8 + 3 x 8 before), and still tells every
+    broker all its partitions."""
+    from hostbroker.cluster.controller import LEADER_AND_ISR, Controller
+
+    _, zk = cluster
+    _register(zk, 1, 2, 3)
+    zk.create(zknodes.assignment_path("wide"), zknodes.encode_assignment(
+        {p: [1 + p % 3, 1 + (p + 1) % 3, 1 + (p + 2) % 3] for p in range(8)}), makepath=True)
+    Controller(zk, 1, lambda notice: None).try_elect()
+    first = Controller(zk, 1, lambda notice: None)
+    first.try_elect()
+    first.rebuild()  # the state nodes written
+    counting, told = _CountingReads(zk), []
+    c = Controller(counting, 1, told.append)
+    assert c.try_elect()
+    c.rebuild()
+    assert counting.state_reads == 8
+    assert sorted(n.broker_id for n in told if n.kind == LEADER_AND_ISR) == [1, 2, 3]
+    assert all(len(n.partitions) == 8 for n in told)
+
+
+def test_unclean_election_also_when_a_replica_broker_returns(cluster):  # noqa: F811
+    """The controller's class on ZooKeeper alone: an offline partition (its only
+    ISR member, broker 1, gone) whose other replica, broker 2, registers again
+    gets broker 2 as leader only with unclean.leader.election.enable, as Kafka
+    does on a broker's start-up; and a controller taking over does the same."""
+    from hostbroker.cluster import paths
+    from hostbroker.cluster.controller import Controller
+
+    _, zk = cluster
+    _register(zk, 3)
+    zk.create(zknodes.assignment_path("lost"), zknodes.encode_assignment({0: [1, 2]}),
+              makepath=True)
+    offline = b'{"version":1,"leader":-1,"leader_epoch":4,"isr":[1],"controller_epoch":0}'
+    zk.create(zknodes.state_path("lost", 0), offline, makepath=True)
+    clean = Controller(zk, 3, lambda notice: None)
+    assert clean.try_elect()
+    clean.rebuild()
+    _register(zk, 2)
+    clean.brokers_changed()
+    s = state(zk, "lost", 0)
+    assert (s["leader"], s["isr"]) == (-1, [1])  # no unclean election by default
+
+    told = []
+    c = Controller(zk, 3, told.append, unclean=True)
+    assert c.try_elect()
+    c.rebuild()  # a new controller: broker 2 is live, the partition offline
+    s = state(zk, "lost", 0)
+    assert (s["leader"], s["leader_epoch"], s["isr"]) == (2, 5, [2])
+    # gone and back again: offline once more, then elected on its return
+    zk.delete(paths.broker_path(2))
+    c.brokers_changed()
+    s = state(zk, "lost", 0)
+    assert (s["leader"], s["isr"]) == (-1, [2])
+    data, stat = zk.get(zknodes.state_path("lost", 0))
+    zk.set(zknodes.state_path("lost", 0), offline, version=stat.version)
+    _register(zk, 2)
+    c.brokers_changed()
+    s = state(zk, "lost", 0)
+    assert (s["leader"], s["isr"]) == (2, [2])
+    assert told[-1].broker_id == 2 and told[-1].partitions[("lost", 0)][0].leader == 2
+
+
+def test_a_pending_deletion_is_resumed_by_a_new_controller(cluster):  # noqa: F811
+    """The controller's class on ZooKeeper alone: a deletion whose replica broker 3
+    is down stays pending with every node; a controller that takes over tells the
+    live replicas again (STOP_REPLICA is idempotent) and keeps the topic out of
+    its view (no LEADER_AND_ISR about it); broker 3 back gets its STOP_REPLICA,
+    and once every replica has answered the nodes go, then the request."""
+    from hostbroker.cluster.controller import LEADER_AND_ISR, STOP_REPLICA, Controller
+
+    connect, zk = cluster
+    _register(zk, 1, 2)
+    zk.create(zknodes.assignment_path("doomed"),
+              zknodes.encode_assignment({0: [1, 2, 3], 1: [2, 3, 1]}), makepath=True)
+    zk.create(zknodes.topic_config_path("doomed"), zknodes.encode_topic_config({}),
+              makepath=True)
+    told = []
+    c = Controller(zk, 1, told.append)
+    assert c.try_elect()
+    c.rebuild()
+    zk.create(zknodes.delete_topic_path("doomed"), b"", makepath=True)
+    told.clear()
+    c.delete_topics()
+    stops = {n.broker_id: n for n in told if n.kind == STOP_REPLICA}
+    assert sorted(stops) == [1, 2] and all(n.delete for n in stops.values())
+    assert sorted(stops[1].stop) == [("doomed", 0), ("doomed", 1)]
+    for n in stops.values():
+        c.replicas_deleted(n)
+    c.delete_topics()
+    for path in (zknodes.delete_topic_path("doomed"), zknodes.assignment_path("doomed"),
+                 zknodes.state_path("doomed", 0), zknodes.topic_config_path("doomed")):
+        assert zk.exists(path) is not None, path
+
+    told.clear()
+    again = Controller(zk, 1, told.append)
+    assert again.try_elect()
+    again.rebuild()
+    assert "doomed" not in again.topics
+    assert not any(("doomed", p) in n.partitions for n in told for p in (0, 1))
+    assert sorted(n.broker_id for n in told if n.kind == STOP_REPLICA) == [1, 2]
+    for n in told:
+        again.replicas_deleted(n)
+    assert zk.exists(zknodes.delete_topic_path("doomed")) is not None
+    told.clear()
+    _register(zk, 3)
+    again.brokers_changed()
+    again.topics_changed()
+    (back,) = [n for n in told if n.kind == STOP_REPLICA]
+    assert back.broker_id == 3 and sorted(back.stop) == [("doomed", 0), ("doomed", 1)]
+    assert not [n for n in told if n.kind == LEADER_AND_ISR]
+    again.replicas_deleted(back)
+    for path in (zknodes.delete_topic_path("doomed"), zknodes.assignment_path("doomed"),
+                 zknodes.topic_config_path("doomed")):
+        assert zk.exists(path) is None, path
+    assert "doomed" not in again.deleting
