@@ -613,6 +613,24 @@ def test_reassign_generate_proposes_a_plan_that_execute_takes(cluster, tmp_path)
     assert one_line_error(result).startswith("hostbroker reassign generate: cannot place "
                                              "topic g: ")
 
+    # asked for, a proposal with another replication factor (execute takes it too)
+    result = hostbroker("reassign", "generate", "--zookeeper", connect,
+                        "--topics-to-move-json-file", topics, "--broker-list", "2,3,4",
+                        "--replication-factor", "3")
+    assert result.returncode == 0, result.stderr
+    proposed = json.loads(lines(result)[4])
+    assert all(sorted(e["replicas"]) == [2, 3, 4] for e in proposed["partitions"])
+    result = hostbroker("reassign", "generate", "--zookeeper", connect,
+                        "--topics-to-move-json-file", topics, "--broker-list", "2,3,4",
+                        "--replication-factor", "9")
+    assert one_line_error(result) == (
+        "hostbroker reassign generate: --replication-factor must be 1 to 8, not 9")
+    result = hostbroker("reassign", "execute", "--zookeeper", connect,
+                        "--reassignment-json-file", plan, "--replication-factor", "3")
+    assert (result.returncode, one_line_error(result)) == (
+        2, "hostbroker reassign execute: --replication-factor is for generate (the file's "
+           "replica lists say it)")
+
 
 def _register(zk, *ids: int) -> None:
     from hostbroker.cluster import paths
