@@ -17,7 +17,9 @@ session and its loop; nothing here starts a process.
   call bounded by ``controller.socket.timeout.ms``. A failed send is sent
   again after reconnecting; a full queue (``_QUEUE``) is emptied and the
   broker is sent everything again. A broker answering STALE_CONTROLLER_EPOCH
-  means another controller exists: the loop re-checks ``/controller``. A
+  means another controller exists: the loop re-checks ``/controller``; the
+  broker's highest epoch, which that answer carries (its partition of topic
+  ""), is kept (``seen_epoch``) so that a new epoch goes past it at once. A
   request answered CONTROLLER_NOT_CONFIRMED (the broker's registrar has not
   read this controller's epoch from ZooKeeper yet), BROKER_NOT_AVAILABLE or
   REQUEST_TIMED_OUT is sent again after the backoff; refused that way for
@@ -104,6 +106,7 @@ class BrokerSender:
         self.stopped = threading.Event()
         self.sock: socket.socket | None = None
         self.sent = 0
+        self.seen_epoch = 0  # the highest controller epoch a stale answer named
         self.correlation = 0
         self.thread = threading.Thread(target=self._run, name=f"hb-ctrl-send-{info.broker_id}",
                                        daemon=True)
@@ -189,6 +192,10 @@ class BrokerSender:
             raise OSError(f"not an answer: {exc}") from None
         if correlation != self.correlation:
             raise OSError("answer to another request")
+        if response.error_code == _STALE_CONTROLLER_EPOCH:
+            for part in response.partitions[-1:]:
+                if part.topic == "" and 0 <= part.partition <= zknodes.MAX_EPOCH:
+                    self.seen_epoch = max(self.seen_epoch, part.partition)
         return int(response.error_code)
 
     def _close(self) -> None:
@@ -346,7 +353,9 @@ class ControllerRole:
             if now >= self.stale_after:  # a broker saw a newer epoch, yet /controller is ours
                 self.stale_after = now + _STALE_EVERY_S
                 refused = self.controller.epoch
-                self.controller.bump_epoch()
+                # past the highest epoch the brokers said they saw
+                self.controller.bump_epoch(max((s.seen_epoch for s in self.senders.values()),
+                                               default=0))
                 _say(f"hb-registrar: a broker refused controller epoch "
                      f"{refused}; broker {self.broker_id} goes on as the "
                      f"controller in epoch {self.controller.epoch}")
