@@ -398,6 +398,8 @@ def test_a_broker_back_after_a_crash_is_told_its_partitions_and_deletions_it_mis
     result = hostbroker("topics", "describe", "--zookeeper", connect, "doomed")
     assert any(line.startswith("topic: doomed ") and line.endswith("(marked for deletion)")
                for line in lines(result)), lines(result)
+    result = hostbroker("topics", "describe", "--zookeeper", connect, "--json", "doomed")
+    assert [t["marked_for_deletion"] for t in json.loads(result.stdout)["topics"]] == [True]
     result = create(connect, "doomed", 1, 1)
     assert (result.returncode, one_line_error(result)) == (
         1, "hostbroker topics create: topic doomed is marked for deletion; create it again "
