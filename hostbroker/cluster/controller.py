@@ -44,11 +44,13 @@ from hostbroker.cluster.controller_decisions import (  # noqa: F401 - the contro
     LEADER_AND_ISR,
     STOP_REPLICA,
     TP,
+    UNCLEAN,
     Notice,
     Partition,
     after_failure,
     after_return,
     preferred,
+    unclean_of,
     without,
 )
 from hostbroker.replication import zknodes
@@ -370,10 +372,11 @@ class Controller(AdminRequests):
         changed = {}
         for topic in topics:
             for p, part in sorted(self.topics.get(topic, {}).items()):
+                unclean = unclean_of(self.configs.get(topic, {}), self.unclean)
                 if part.state is None or not (self._due(part.state, live)
-                                              or self._due_unclean(part, live)):
+                                              or self._due_unclean(part, live, unclean)):
                     continue
-                if self._write(topic, p, lambda part: self._decide(part, live)):
+                if self._write(topic, p, lambda part: self._decide(part, live, unclean)):
                     changed[(topic, p)] = part
         return changed
 
@@ -385,17 +388,19 @@ class Controller(AdminRequests):
             return any(b in live for b in state.isr)
         return state.leader not in live or any(b not in live for b in state.isr)
 
-    def _due_unclean(self, part: Partition, live: set[int]) -> bool:
+    @staticmethod
+    def _due_unclean(part: Partition, live: set[int], unclean: bool) -> bool:
         """An offline partition a live replica outside its ISR may lead (unclean)."""
-        return (self.unclean and part.state is not None and part.state.leader == -1
+        return (unclean and part.state is not None and part.state.leader == -1
                 and any(b in live for b in part.replicas))
 
-    def _decide(self, part: Partition, live: set[int]) -> PartitionState | None:
+    @staticmethod
+    def _decide(part: Partition, live: set[int], unclean: bool) -> PartitionState | None:
         if part.state is None:
             return None
         if part.state.leader == -1:
-            return after_return(part.replicas, part.state, live, self.unclean)
-        return after_failure(part.replicas, part.state, live, self.unclean)
+            return after_return(part.replicas, part.state, live, unclean)
+        return after_failure(part.replicas, part.state, live, unclean)
 
     # -- telling brokers ---------------------------------------------------------
     def _notice(self, broker_id: int, parts: Iterable[TP]) -> Notice | None:
@@ -405,7 +410,8 @@ class Controller(AdminRequests):
             if part is None or part.state is None or broker_id not in part.replicas:
                 continue
             notice.partitions[(topic, p)] = (part.state, part.version, list(part.replicas))
-            notice.configs.setdefault(topic, self.configs.get(topic, {}))
+            notice.configs.setdefault(topic, {k: v for k, v in self.configs.get(topic, {}).items()
+                                              if k != UNCLEAN})  # the controller's own
             leader = self.live.get(part.state.leader)
             if leader is not None:
                 notice.leaders[leader.broker_id] = leader

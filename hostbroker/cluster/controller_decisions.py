@@ -21,6 +21,15 @@ TP = tuple[str, int]
 
 LEADER_AND_ISR = "leader_and_isr"
 STOP_REPLICA = "stop_replica"
+# a topic config the controller alone reads ("true" or "false"; brokers are not sent it):
+# it overrides the broker setting of that name for the topic's elections
+UNCLEAN = "unclean.leader.election.enable"
+
+
+def unclean_of(config: dict[str, str], default: bool) -> bool:
+    """A topic's ``unclean.leader.election.enable``: its config's "true" or "false"
+    (any case), else ``default`` (the broker setting)."""
+    return {"true": True, "false": False}.get(config.get(UNCLEAN, "").strip().lower(), default)
 
 
 # -- decisions (pure) ------------------------------------------------------------

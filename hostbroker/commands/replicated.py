@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TextIO
 
+from hostbroker.cluster.controller_decisions import UNCLEAN  # noqa: F401 - for topics.py
 from hostbroker.commands import EXIT_BROKER, EXIT_OK, CommandError, usage_error
 
 MIN_INSYNC = "min.insync.replicas"
@@ -181,6 +182,8 @@ def create(topic: str, partitions_count: int, replication_factor: int,
     if replication_factor < 1:
         raise usage_error(f"--replication-factor must be at least 1, not {replication_factor}")
     check_min_insync(configs, replication_factor)
+    if UNCLEAN in configs and configs[UNCLEAN].strip().lower() not in ("true", "false"):
+        raise usage_error(f"--config {UNCLEAN}={configs[UNCLEAN]}: must be true or false")
     with zookeeper_client(zookeeper) as client:
         if client.exists(zknodes.delete_topic_path(topic)) is not None:
             raise CommandError(f"topic {topic} is marked for deletion; create it again once "

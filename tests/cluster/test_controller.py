@@ -159,10 +159,17 @@ def test_tools_refuse_bad_arguments_in_one_line(make_broker, tmp_path, cluster):
         "hostbroker topics create: --config min.insync.replicas=2: must be a number from 1 "
         "to the replication factor (1)")
     assert result.returncode == 2
+    result = create(connect, "t", 1, 1, "--config", "unclean.leader.election.enable=maybe")
+    assert (result.returncode, one_line_error(result)) == (
+        2, "hostbroker topics create: --config unclean.leader.election.enable=maybe: must be "
+           "true or false")
     result = hostbroker("topics", "create", "--topic", "t", "--replication-factor", "1")
     assert one_line_error(result) == (
         "hostbroker topics create: --replication-factor needs --zookeeper")
-    assert create(connect, "t", 1, 1).returncode == 0
+    result = create(connect, "t", 1, 1, "--config", "unclean.leader.election.enable=true")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(zk.get(zknodes.topic_config_path("t"))[0])["config"] == {
+        "unclean.leader.election.enable": "true"}
     result = create(connect, "t", 1, 1)
     assert one_line_error(result) == "hostbroker topics create: topic t already exists in ZooKeeper"
     wait_until(lambda: state(zk, "t", 0) is not None)
@@ -688,24 +695,33 @@ def test_the_rebuild_reads_each_state_node_once(cluster):  # noqa: F811
 def test_unclean_election_also_when_a_replica_broker_returns(cluster):  # noqa: F811
     """The controller's class on ZooKeeper alone: an offline partition (its only
     ISR member, broker 1, gone) whose other replica, broker 2, registers again
-    gets broker 2 as leader only with unclean.leader.election.enable, as Kafka
-    does on a broker's start-up; and a controller taking over does the same."""
+    gets broker 2 as leader only with unclean.leader.election.enable (the broker
+    setting, or the topic's config), as Kafka does on a broker's start-up; and a
+    controller taking over does the same."""
     from hostbroker.cluster import paths
     from hostbroker.cluster.controller import Controller
 
     _, zk = cluster
     _register(zk, 3)
-    zk.create(zknodes.assignment_path("lost"), zknodes.encode_assignment({0: [1, 2]}),
-              makepath=True)
     offline = b'{"version":1,"leader":-1,"leader_epoch":4,"isr":[1],"controller_epoch":0}'
-    zk.create(zknodes.state_path("lost", 0), offline, makepath=True)
-    clean = Controller(zk, 3, lambda notice: None)
+    for topic in ("lost", "willing"):
+        zk.create(zknodes.assignment_path(topic), zknodes.encode_assignment({0: [1, 2]}),
+                  makepath=True)
+        zk.create(zknodes.state_path(topic, 0), offline, makepath=True)
+    zk.create(zknodes.topic_config_path("willing"), zknodes.encode_topic_config(
+        {"unclean.leader.election.enable": "true", "min.insync.replicas": "1"}), makepath=True)
+    told = []
+    clean = Controller(zk, 3, told.append)
     assert clean.try_elect()
     clean.rebuild()
     _register(zk, 2)
     clean.brokers_changed()
     s = state(zk, "lost", 0)
     assert (s["leader"], s["isr"]) == (-1, [1])  # no unclean election by default
+    s = state(zk, "willing", 0)
+    assert (s["leader"], s["isr"]) == (2, [2])  # but the topic's config says yes
+    # the controller's own config is not sent to the brokers (they take log configs)
+    assert told[-1].configs["willing"] == {"min.insync.replicas": "1"}
 
     told = []
     c = Controller(zk, 3, told.append, unclean=True)
