@@ -231,6 +231,11 @@ class AdminRequests:
         if part.assigned == target and part.replicas == target:
             return True
         union = target + [b for b in part.assigned if b not in target]
+        if len(union) > MAX_REPLICAS:  # no request could carry them (nor a partition hold)
+            self.report(where, f"{where}: old and new replicas together are {len(union)} "
+                               f"brokers, over the most a partition may have ({MAX_REPLICAS}); "
+                               "dropped (move it in smaller steps)")
+            return True
         if part.replicas != union:
             part.replicas = union
             self._tell([(topic, p)])

@@ -15,7 +15,8 @@ Kafka's JSON files, so its users' files work unchanged:
   the old ones; hostbroker/cluster/controller_admin.py) and prints the
   current assignment, to keep for a rollback. One reassignment at a time.
   A partition's new list may be longer or shorter than its old one: its
-  replication factor changes.
+  replication factor changes. Old and new replicas together (they all hold
+  a copy during the move) are at most ``MAX_REPLICAS``.
 - ``verify --reassignment-json-file F``: says of each partition whether it
   is done, still moving, or failed; exit status 1 unless all are done.
 
@@ -169,7 +170,14 @@ def execute(reassignment_file: str, *, zookeeper: str, out: TextIO = sys.stdout,
     with replicated.zookeeper_client(zookeeper) as client:
         current = _current(client, wanted, err, "reassign execute")
         live = set(replicated.live_ids(client, err, "reassign execute"))
+        from hostbroker.replication import MAX_REPLICAS
+
         for (topic, p), replicas in sorted(wanted.items()):
+            both = len(set(replicas) | set(current[topic][p]))
+            if both > MAX_REPLICAS:
+                raise CommandError(f"{topic}-{p}: old and new replicas together are {both} "
+                                   f"brokers, over the most a partition may have "
+                                   f"({MAX_REPLICAS}); move it in smaller steps")
             gone = [b for b in replicas if b not in live]
             if gone:
                 raise CommandError(f"{topic}-{p}: broker{'s' if len(gone) > 1 else ''} "

@@ -643,6 +643,19 @@ def test_reassign_generate_proposes_a_plan_that_execute_takes(cluster, tmp_path)
     assert (result.returncode, one_line_error(result)) == (
         2, "hostbroker reassign execute: --replication-factor is for generate (the file's "
            "replica lists say it)")
+    # old and new replicas together hold copies during a move: at most 8 of them
+    for i in range(5, 11):
+        zk.create(paths.broker_path(i), paths.encode_broker(
+            paths.BrokerInfo(i, "127.0.0.1", 9000 + i, None)), makepath=True)
+    zk.delete(zknodes.REASSIGN_PARTITIONS)
+    plan.write_text('{"version":1,"partitions":[{"topic":"g","partition":0,'
+                    '"replicas":[3,4,5,6,7,8,9,10]}]}')
+    result = hostbroker("reassign", "execute", "--zookeeper", connect,
+                        "--reassignment-json-file", plan)
+    assert (result.returncode, one_line_error(result)) == (
+        1, "hostbroker reassign execute: g-0: old and new replicas together are 10 brokers, "
+           "over the most a partition may have (8); move it in smaller steps")
+    assert zk.exists(zknodes.REASSIGN_PARTITIONS) is None
 
 
 def _register(zk, *ids: int) -> None:

@@ -75,6 +75,28 @@ def test_many_deletion_requests_cost_bounded_work_per_pass(zk):
     assert zk.exists(zknodes.assignment_path("real")) is None
 
 
+def test_a_reassignment_whose_old_and_new_replicas_are_over_8_is_dropped(zk):
+    """Written by hand (the tool refuses it): all of them would be sent in one
+    LEADER_AND_ISR, which no request can carry, wedging that broker's sender."""
+    for i in range(1, 11):
+        _broker(zk, i)
+    zk.create(zknodes.assignment_path("m"), zknodes.encode_assignment({0: [1, 2]}),
+              makepath=True)
+    said, told = Said(), []
+    c = Controller(zk, 1, told.append, report=said)
+    assert c.try_elect()
+    c.rebuild()
+    zk.create(zknodes.REASSIGN_PARTITIONS,
+              zknodes.encode_reassignment({("m", 0): list(range(3, 11))}), makepath=True)
+    told.clear()
+    assert c.reassign() == [("m", 0)]
+    assert told == []
+    assert zk.exists(zknodes.REASSIGN_PARTITIONS) is None
+    assert any("over the most a partition may have (8)" in line for _, line in said.lines)
+    assert zknodes.decode_assignment(zk.get(zknodes.assignment_path("m"))[0], "m") == {
+        0: (1, 2)}
+
+
 @pytest.mark.parametrize("epoch_node", [b"garbage", b"-5", None])
 def test_a_damaged_controller_epoch_does_not_send_the_epoch_back(zk, epoch_node):
     _broker(zk, 1)
