@@ -85,8 +85,9 @@ def reassignment_plan(current: Mapping[str, Mapping[int, Sequence[int]]],
                       rf: int | None = None) -> dict[tuple[str, int], list[int]]:
     """The plan of ``reassign generate``: every partition of the topics of
     ``current`` (``{topic: {partition: replicas}}``) placed anew on ``brokers``
-    with its topic's replication factor (or ``rf``, a new one), as ``{(topic, partition): replicas}``
-    (what ``/admin/reassign_partitions`` takes). Partitions whose replicas
+    with its topic's replication factor (or ``rf``, a new one), as
+    ``{(topic, partition): replicas}`` (what ``/admin/reassign_partitions``
+    takes). Partitions whose replicas
     stay the same set in the same order are left out. ValueError as
     :func:`assign_replicas`, naming the topic."""
     rng = rng or random.Random()
