@@ -1,7 +1,7 @@
 """Standing cases: a hostile ``/admin/delete_topics`` and ``/controller_epoch``
 (issue 35).
 
-- Thousands of children under ``/admin/delete_topics`` (names of no topic, or
+- Hundreds of children under ``/admin/delete_topics`` (names of no topic, or
   of real ones) cost the controller bounded work per look: at most
   ``controller.deletions.per.pass`` deletions start in one pass, the rest in
   later ones, and a real deletion among them still finishes.
@@ -54,7 +54,7 @@ def test_many_deletion_requests_cost_bounded_work_per_pass(zk):
               makepath=True)
     zk.ensure_path(zknodes.DELETE_TOPICS)
     transaction = zk.transaction()
-    for i in range(1000):
+    for i in range(400):
         transaction.create(zknodes.delete_topic_path(f"nope{i:04d}"), b"")
     assert not any(isinstance(r, Exception) for r in transaction.commit())
     zk.create(zknodes.delete_topic_path("real"), b"")
@@ -62,7 +62,7 @@ def test_many_deletion_requests_cost_bounded_work_per_pass(zk):
     c = Controller(counting, 1, told.append, deletes_per_pass=100)
     assert c.try_elect()
     c.rebuild()  # the rebuild's own pass: 100 requests looked at
-    for _ in range(9):
+    for _ in range(3):
         before = counting.reads
         c.delete_topics()
         assert counting.reads - before <= 100
