@@ -25,7 +25,9 @@ session and its loop; nothing here starts a process.
   REQUEST_TIMED_OUT is sent again after the backoff; refused that way for
   ``_STALE_EVERY_S``, the loop checks that ``/controller`` is still ours. A
   STOP_REPLICA with delete answered without error is handed back to the loop
-  (a topic deletion stays pending until every replica has answered one).
+  with the partitions the broker deleted (a topic deletion stays pending until
+  every replica has; one whose delete failed there, a disk error, is sent
+  again when the broker returns).
 
 The ISR commits every broker's registrar makes are in
 hostbroker/workers/registrar_isr.py.
@@ -33,6 +35,7 @@ hostbroker/workers/registrar_isr.py.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import queue
@@ -107,6 +110,7 @@ class BrokerSender:
         self.sock: socket.socket | None = None
         self.sent = 0
         self.seen_epoch = 0  # the highest controller epoch a stale answer named
+        self.not_done: set = set()  # partitions the last answer named with an error
         self.correlation = 0
         self.thread = threading.Thread(target=self._run, name=f"hb-ctrl-send-{info.broker_id}",
                                        daemon=True)
@@ -192,6 +196,9 @@ class BrokerSender:
             raise OSError(f"not an answer: {exc}") from None
         if correlation != self.correlation:
             raise OSError("answer to another request")
+        # INVALID_REQUEST: not a replica there (a plain topic of that name), nothing to do
+        self.not_done = {(p.topic, p.partition) for p in response.partitions
+                         if p.error_code not in (ErrorCode.NONE, ErrorCode.INVALID_REQUEST)}
         if response.error_code == _STALE_CONTROLLER_EPOCH:
             for part in response.partitions[-1:]:
                 if part.topic == "" and 0 <= part.partition <= zknodes.MAX_EPOCH:
@@ -237,7 +244,9 @@ class BrokerSender:
                 if code == _STALE_CONTROLLER_EPOCH:
                     self.on_stale()
                 elif code == 0 and notice.kind == ctl.STOP_REPLICA and notice.delete:
-                    self.on_deleted(notice)
+                    done = [tp for tp in notice.stop if tp not in self.not_done]
+                    if done:
+                        self.on_deleted(dataclasses.replace(notice, stop=done))
                 elif code:
                     log.debug("controller: broker %d refused a request: %s",
                               self.info.broker_id, ErrorCode(code).name
