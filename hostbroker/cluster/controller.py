@@ -84,6 +84,7 @@ class Controller(AdminRequests):
         self.deleting: dict[str, dict[int, list[TP]]] = {}
         self.delete_requested: set[str] = set()
         self.deletes_per_pass = deletes_per_pass
+        self.strays: dict[int, set[TP]] = {}
 
     # -- ZooKeeper calls, each bounded -------------------------------------------
     def _wait(self, async_result):

@@ -16,7 +16,10 @@ hostbroker/cluster/controller_decisions.py. What this module owns
 - ``/admin/preferred_replica_election``: leadership back to preferred replicas.
 - ``/admin/controlled_shutdown/[id]``: a stopping broker's leaderships moved.
 - ``/admin/reassign_partitions``: partitions moved to new replica lists, of
-  the same length or not (the replication factor changes with them).
+  the same length or not (the replication factor changes with them). A
+  replica moved away from a broker that is down is a *stray*: that broker is
+  told to delete it when it returns (kept in memory only: a new controller
+  does not know of it).
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ class AdminRequests:
     deleting: dict[str, dict[int, list[TP]]]
     delete_requested: set[str]
     deletes_per_pass: int
+    strays: dict[int, set[TP]]  # broker -> copies a reassignment moved away, not yet deleted
 
     # -- topic deletion ------------------------------------------------------------
     def delete_topics(self) -> None:
@@ -91,15 +95,28 @@ class AdminRequests:
 
     def resend_deletions(self, broker_id: int) -> None:
         """The pending deletions' STOP_REPLICA again to ``broker_id`` (back, or its
-        sender lost requests)."""
+        sender lost requests), and one for the strays it holds."""
         for topic in sorted(self.deleting):
             self._send_deletion(broker_id, topic)
+        # a stray that is a replica again (a later move, a topic made anew) is no stray
+        strays = {(t, p) for t, p in self.strays.pop(broker_id, set())
+                  if broker_id not in getattr(self.topics.get(t, {}).get(p), "replicas", ())}
+        if strays:
+            self.strays[broker_id] = strays
+            if broker_id in self.live:
+                self.tell(Notice(STOP_REPLICA, broker_id, self.epoch, stop=sorted(strays),
+                                 delete=True))
 
     def replicas_deleted(self, notice: Notice) -> None:
         """``notice`` (a STOP_REPLICA with delete) was answered without error."""
         if notice.kind != STOP_REPLICA or not notice.delete or notice.epoch != self.epoch:
             return
         done = set(notice.stop)
+        strays = self.strays.get(notice.broker_id)
+        if strays is not None:
+            strays -= done
+            if not strays:
+                del self.strays[notice.broker_id]
         for topic in {t for t, _ in done}:
             waiting = self.deleting.get(topic)
             if waiting is None or notice.broker_id not in waiting:
@@ -238,6 +255,8 @@ class AdminRequests:
             return True
         if part.replicas != union:
             part.replicas = union
+            for b in union:  # told to hold a copy: not to delete it when back
+                self.strays.get(b, set()).discard((topic, p))
             self._tell([(topic, p)])
             return False
         state, version = self.read_state(topic, p)
@@ -270,6 +289,7 @@ class AdminRequests:
         part.assigned = list(target)
         self._tell([(topic, p)])
         for b in old:
+            self.strays.setdefault(b, set()).add((topic, p))  # until it answers
             if b in self.live:
                 self.tell(Notice(STOP_REPLICA, b, self.epoch, stop=[(topic, p)], delete=True))
         log.info("controller: %s-%d reassigned to %s", topic, p, target)

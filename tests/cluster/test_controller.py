@@ -809,3 +809,57 @@ def test_a_pending_deletion_is_resumed_by_a_new_controller(cluster):  # noqa: F8
                  zknodes.topic_config_path("doomed")):
         assert zk.exists(path) is None, path
     assert "doomed" not in again.deleting
+
+
+def test_a_copy_moved_away_from_a_broker_that_is_down_is_deleted_when_it_returns(
+        cluster):  # noqa: F811
+    """The controller's class on ZooKeeper alone: a partition moved from [1, 2] to
+    [1, 3] while broker 2 is down finishes without it; broker 2 back is told to
+    delete its copy (STOP_REPLICA with delete), and once it has answered, never
+    again. A copy moved back to a broker before it returns is not deleted."""
+    from hostbroker.cluster import paths
+    from hostbroker.cluster.controller import STOP_REPLICA, Controller
+
+    _, zk = cluster
+    _register(zk, 1, 3)
+    zk.create(zknodes.assignment_path("m"), zknodes.encode_assignment({0: [1, 2], 1: [1, 2]}),
+              makepath=True)
+    zk.create(zknodes.state_path("m", 0),
+              b'{"version":1,"leader":1,"leader_epoch":0,"isr":[1],"controller_epoch":0}',
+              makepath=True)
+    zk.create(zknodes.state_path("m", 1),
+              b'{"version":1,"leader":1,"leader_epoch":0,"isr":[1],"controller_epoch":0}',
+              makepath=True)
+    told = []
+    c = Controller(zk, 1, told.append)
+    assert c.try_elect()
+    c.rebuild()
+
+    def moved(p: int, target: list[int]) -> None:
+        zk.create(zknodes.REASSIGN_PARTITIONS,
+                  zknodes.encode_reassignment({("m", p): target}), makepath=True)
+        assert c.reassign() == []  # the new replicas told to follow
+        data, stat = zk.get(zknodes.state_path("m", p))  # they caught up (leader's commit)
+        zk.set(zknodes.state_path("m", p), data.replace(b'"isr":[1]', b'"isr":[1,3]'),
+               version=stat.version)
+        assert c.reassign() == [("m", p)]
+
+    moved(0, [1, 3])
+    moved(1, [1, 3])
+    assert not [n for n in told if n.kind == STOP_REPLICA]  # broker 2 is down
+    # partition 1 goes back to broker 2 before it returns: that copy is wanted again
+    zk.create(zknodes.REASSIGN_PARTITIONS,
+              zknodes.encode_reassignment({("m", 1): [1, 2]}), makepath=True)
+    assert c.reassign() == []
+    told.clear()
+    _register(zk, 2)
+    c.brokers_changed()
+    stops = [n for n in told if n.kind == STOP_REPLICA]
+    assert [(n.broker_id, n.stop, n.delete) for n in stops] == [(2, [("m", 0)], True)]
+    c.replicas_deleted(stops[0])
+    told.clear()
+    zk.delete(paths.broker_path(2))
+    c.brokers_changed()
+    _register(zk, 2)
+    c.brokers_changed()
+    assert not [n for n in told if n.kind == STOP_REPLICA]
