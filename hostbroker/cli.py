@@ -247,7 +247,11 @@ def _reassign(args: argparse.Namespace) -> int:
             return commands.EXIT_USAGE
         return commands.run("reassign generate", reassign.generate,
                             args.topics_to_move_json_file, args.broker_list,
-                            zookeeper=args.zookeeper)
+                            zookeeper=args.zookeeper, replication_factor=args.replication_factor)
+    if args.replication_factor is not None:
+        print(f"hostbroker reassign {args.action}: --replication-factor is for generate (the "
+              "file's replica lists say it)", file=sys.stderr)
+        return commands.EXIT_USAGE
     if not args.reassignment_json_file:
         print(f"hostbroker reassign {args.action}: needs --reassignment-json-file",
               file=sys.stderr)
@@ -268,6 +272,8 @@ def _add_reassign(sub) -> None:
     reassign.add_argument("--topics-to-move-json-file", metavar="FILE")
     reassign.add_argument("--broker-list", metavar="ID,ID,...")
     reassign.add_argument("--reassignment-json-file", metavar="FILE")
+    reassign.add_argument("--replication-factor", metavar="N", type=int,
+                          help="generate: propose N replicas a partition (default: as now)")
     reassign.set_defaults(func=_reassign)
 
 

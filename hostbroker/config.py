@@ -183,6 +183,10 @@ SETTINGS: tuple[Setting, ...] = (
             "How long the controller waits to connect to a broker, send it a LEADER_AND_ISR "
             "or STOP_REPLICA, and read the answer, before reconnecting and sending again.",
             _between(1, 2**31 - 1)),
+    Setting("controller.deletions.per.pass", int, 100,
+            "Most topic deletions the controller starts in one look at "
+            "/admin/delete_topics; the others wait for the next look (every 2 s).",
+            _between(1, 1 << 20)),
     Setting("controlled.shutdown.enable", bool, True,
             "On SIGTERM the broker asks the controller to move its leaderships to other ISR "
             "members before it stops (producers see no error).", None),

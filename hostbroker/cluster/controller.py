@@ -23,7 +23,14 @@ through :mod:`hostbroker.cluster.zkread` bounds (via
 reported and left alone.
 
 The decisions themselves are pure functions in
-hostbroker/cluster/controller_decisions.py, tested without ZooKeeper.
+hostbroker/cluster/controller_decisions.py, tested without ZooKeeper; the
+requests under ``/admin`` (deletion, preferred election, controlled shutdown,
+reassignment) are hostbroker/cluster/controller_admin.py, mixed in.
+
+The epoch a new controller takes is above every epoch it can see: the
+``/controller_epoch`` node (a missing or garbage one counts as 0) and the
+``controller_epoch`` of every state node its rebuild reads; so brokers, which
+refuse a stale epoch, take it at once.
 """
 
 from __future__ import annotations
@@ -32,32 +39,34 @@ import logging
 from collections.abc import Callable, Iterable
 
 from hostbroker.cluster import paths, zkread
+from hostbroker.cluster.controller_admin import AdminRequests
 from hostbroker.cluster.controller_decisions import (  # noqa: F401 - the controller's API
     LEADER_AND_ISR,
     STOP_REPLICA,
     TP,
+    UNCLEAN,
     Notice,
     Partition,
     after_failure,
     after_return,
     preferred,
+    unclean_of,
     without,
 )
-from hostbroker.replication import MAX_REPLICAS, zknodes
-from hostbroker.replication.election import elect_leader
+from hostbroker.replication import zknodes
 from hostbroker.replication.zknodes import PartitionState
 
 log = logging.getLogger("hostbroker.controller")
 
 
-class Controller:
+class Controller(AdminRequests):
     """The controller's view of the cluster (rebuilt from ZooKeeper at every take-over)
     and its reactions; see the module docstring. ``tell(notice)`` must not block."""
 
     def __init__(self, client, broker_id: int, tell: Callable[[Notice], None], *,
                  op_timeout_s: float = 5.0, unclean: bool = False,
                  bounds: zkread.Bounds = zkread.DEFAULT, report=None,
-                 beat: Callable[[], None] = lambda: None):
+                 beat: Callable[[], None] = lambda: None, deletes_per_pass: int = 100):
         self.client = client
         self.broker_id = broker_id
         self.tell = tell
@@ -72,6 +81,10 @@ class Controller:
         self.registered: dict[int, int] = {}  # broker id -> czxid of its registration
         self.topics: dict[str, dict[int, Partition]] = {}
         self.configs: dict[str, dict[str, str]] = {}
+        self.deleting: dict[str, dict[int, list[TP]]] = {}
+        self.delete_requested: set[str] = set()
+        self.deletes_per_pass = deletes_per_pass
+        self.strays: dict[int, set[TP]] = {}
 
     # -- ZooKeeper calls, each bounded -------------------------------------------
     def _wait(self, async_result):
@@ -173,18 +186,21 @@ class Controller:
         found = self._get(zknodes.CONTROLLER)
         return found is not None and found[1].ephemeralOwner == self.session()
 
-    def bump_epoch(self) -> None:
+    def bump_epoch(self, floor: int = 0) -> None:
+        """``/controller_epoch`` set one above both what it holds (a missing or garbage
+        node: 0) and ``floor`` (an epoch seen elsewhere), version-checked."""
         from kazoo.exceptions import BadVersionError, NodeExistsError
 
         for _ in range(10):
             found = self._get(zknodes.CONTROLLER_EPOCH)
             if found is None:
+                epoch = min(floor + 1, zknodes.MAX_EPOCH)
                 try:
                     stat = self._wait(self.client.create_async(
-                        zknodes.CONTROLLER_EPOCH, b"1", makepath=True))
+                        zknodes.CONTROLLER_EPOCH, str(epoch).encode(), makepath=True))
                 except NodeExistsError:
                     continue
-                self.epoch, self.epoch_version = 1, 0
+                self.epoch, self.epoch_version = epoch, 0
                 return
             data, stat = found
             try:
@@ -193,12 +209,13 @@ class Controller:
             except ValueError as exc:
                 self.report(zknodes.CONTROLLER_EPOCH, f"{exc}; starting over from it")
                 current = 0
+            epoch = min(max(current, floor) + 1, zknodes.MAX_EPOCH)
             try:
                 stat = self._wait(self.client.set_async(
-                    zknodes.CONTROLLER_EPOCH, str(current + 1).encode(), version=stat.version))
+                    zknodes.CONTROLLER_EPOCH, str(epoch).encode(), version=stat.version))
             except BadVersionError:
                 continue
-            self.epoch, self.epoch_version = current + 1, stat.version
+            self.epoch, self.epoch_version = epoch, stat.version
             return
         raise RuntimeError(f"{zknodes.CONTROLLER_EPOCH} keeps changing")
 
@@ -277,14 +294,24 @@ class Controller:
         states of new topics, leaders for partitions whose leader is gone, and every
         live broker told the state of all its partitions."""
         self.live = self.read_live()
-        self.topics, self.configs = {}, {}
+        self.topics, self.configs, self.deleting = {}, {}, {}
+        # topics marked for deletion stay out of the view (delete_topics resumes them)
+        self.delete_requested = set(self._children(zknodes.DELETE_TOPICS))
         for topic in self._children(paths.BROKER_TOPICS):
-            if zkread.name_ok(topic):
+            if zkread.name_ok(topic) and topic not in self.delete_requested:
                 self._load_topic(topic)
+        seen = max((part.state.controller_epoch for parts in self.topics.values()
+                    for part in parts.values() if part.state is not None), default=0)
+        if seen >= self.epoch:  # /controller_epoch was behind (lost, or garbage)
+            self.report(zknodes.CONTROLLER_EPOCH,
+                        f"{zknodes.CONTROLLER_EPOCH}: epoch {self.epoch} is not above "
+                        f"controller epoch {seen} of a partition state; taking a higher one")
+            self.bump_epoch(seen)
         self._start_new(list(self.topics))
         self._reelect(list(self.topics))
         for broker_id in sorted(self.live):
-            self._tell_all(broker_id)
+            self._tell_all(broker_id, fresh=False)  # the states were just read (once each)
+        self.delete_topics()
 
     # -- writing states ----------------------------------------------------------
     def _write(self, topic: str, p: int, decide: Callable[[Partition], PartitionState | None],
@@ -346,9 +373,11 @@ class Controller:
         changed = {}
         for topic in topics:
             for p, part in sorted(self.topics.get(topic, {}).items()):
-                if part.state is None or not self._due(part.state, live):
+                unclean = unclean_of(self.configs.get(topic, {}), self.unclean)
+                if part.state is None or not (self._due(part.state, live)
+                                              or self._due_unclean(part, live, unclean)):
                     continue
-                if self._write(topic, p, lambda part: self._decide(part, live)):
+                if self._write(topic, p, lambda part: self._decide(part, live, unclean)):
                     changed[(topic, p)] = part
         return changed
 
@@ -360,12 +389,19 @@ class Controller:
             return any(b in live for b in state.isr)
         return state.leader not in live or any(b not in live for b in state.isr)
 
-    def _decide(self, part: Partition, live: set[int]) -> PartitionState | None:
+    @staticmethod
+    def _due_unclean(part: Partition, live: set[int], unclean: bool) -> bool:
+        """An offline partition a live replica outside its ISR may lead (unclean)."""
+        return (unclean and part.state is not None and part.state.leader == -1
+                and any(b in live for b in part.replicas))
+
+    @staticmethod
+    def _decide(part: Partition, live: set[int], unclean: bool) -> PartitionState | None:
         if part.state is None:
             return None
         if part.state.leader == -1:
-            return after_return(part.replicas, part.state, live)
-        return after_failure(part.replicas, part.state, live, self.unclean)
+            return after_return(part.replicas, part.state, live, unclean)
+        return after_failure(part.replicas, part.state, live, unclean)
 
     # -- telling brokers ---------------------------------------------------------
     def _notice(self, broker_id: int, parts: Iterable[TP]) -> Notice | None:
@@ -375,7 +411,8 @@ class Controller:
             if part is None or part.state is None or broker_id not in part.replicas:
                 continue
             notice.partitions[(topic, p)] = (part.state, part.version, list(part.replicas))
-            notice.configs.setdefault(topic, self.configs.get(topic, {}))
+            notice.configs.setdefault(topic, {k: v for k, v in self.configs.get(topic, {}).items()
+                                              if k != UNCLEAN})  # the controller's own
             leader = self.live.get(part.state.leader)
             if leader is not None:
                 notice.leaders[leader.broker_id] = leader
@@ -399,12 +436,13 @@ class Controller:
             if notice is not None:
                 self.tell(notice)
 
-    def _tell_all(self, broker_id: int) -> None:
+    def _tell_all(self, broker_id: int, fresh: bool = True) -> None:
         """LEADER_AND_ISR about every partition ``broker_id`` has a replica of, as
-        ZooKeeper holds them now (leaders' ISR commits change them behind our back)."""
+        ZooKeeper holds them now (leaders' ISR commits change them behind our back:
+        read again unless ``fresh`` is False, the caller having just read them)."""
         parts = [(t, p) for t, ps in self.topics.items() for p, part in ps.items()
                  if broker_id in part.replicas]
-        for i, (topic, p) in enumerate(parts):
+        for i, (topic, p) in enumerate(parts if fresh else ()):
             part = self.topics[topic][p]
             state, version = self.read_state(topic, p)
             if state is not None:
@@ -435,6 +473,7 @@ class Controller:
         """Everything again to one broker (its sender lost requests)."""
         if broker_id in self.live:
             self._tell_all(broker_id)
+            self.resend_deletions(broker_id)
 
     # -- reactions -----------------------------------------------------------------
     def brokers_changed(self) -> None:
@@ -453,12 +492,14 @@ class Controller:
         changed = self._reelect(list(self.topics))
         self._tell(changed)
         for b in sorted(back):
-            self._tell_all(b)
+            self._tell_all(b, fresh=False)  # refreshed above
+            self.resend_deletions(b)  # deletions it missed while down
 
     def topics_changed(self) -> None:
         """``/brokers/topics`` changed: new replicated topics get their states."""
         names = [t for t in self._children(paths.BROKER_TOPICS) if zkread.name_ok(t)]
-        new = [t for t in names if t not in self.topics and self._load_topic(t)]
+        new = [t for t in names if t not in self.topics and t not in self.deleting
+               and t not in self.delete_requested and self._load_topic(t)]
         for topic in set(self.topics) - set(names):
             del self.topics[topic]
             self.configs.pop(topic, None)
@@ -466,195 +507,3 @@ class Controller:
             self._start_new(new)
             self._reelect(new)
             self._tell([(t, p) for t in new for p in self.topics[t]])
-
-    def delete_topics(self) -> None:
-        """``/admin/delete_topics/[topic]``: each replica told STOP_REPLICA (delete),
-        then the topic's nodes removed, then the request."""
-        for topic in self._children(zknodes.DELETE_TOPICS):
-            if zkread.name_ok(topic) and (topic in self.topics or self._load_topic(topic)):
-                parts = self.topics.pop(topic)
-                by_broker: dict[int, list[TP]] = {}
-                for p, part in sorted(parts.items()):
-                    for b in part.replicas:
-                        by_broker.setdefault(b, []).append((topic, p))
-                for b, tps in sorted(by_broker.items()):
-                    if b in self.live:
-                        self.tell(Notice(STOP_REPLICA, b, self.epoch, stop=tps, delete=True))
-                self._delete(zknodes.assignment_path(topic), recursive=True)
-                self._delete(zknodes.topic_config_path(topic))
-                self.configs.pop(topic, None)
-                log.info("controller: deleted replicated topic %s", topic)
-            self._delete(f"{zknodes.DELETE_TOPICS}/{topic}")
-
-    def preferred_election(self, only: Iterable[TP] | None = None) -> list[TP]:
-        """Leadership moved back to each partition's preferred replica where it can
-        (the partitions of ``/admin/preferred_replica_election``, or ``only``);
-        the admin node removed. Returns the partitions moved."""
-        path = zknodes.PREFERRED_REPLICA_ELECTION
-        if only is None:
-            found = self._request(path, zknodes.decode_preferred_election)
-            if found is None:
-                return []
-            only = found[0]
-        live = set(self.live)
-        moved = []
-        for topic, p in sorted(set(only)):
-            if p not in self.topics.get(topic, {}):
-                continue
-            if self._write(topic, p, lambda part: preferred(part.replicas, part.state, live)
-                           if part.state is not None else None):
-                moved.append((topic, p))
-        self._tell(moved)
-        self._delete(path)
-        return moved
-
-    def controlled_shutdown(self) -> list[int]:
-        """``/admin/controlled_shutdown/[id]``: that broker's leaderships moved to other
-        ISR members, it left the ISRs, everyone concerned told; then the node
-        removed. Returns the brokers done."""
-        done = []
-        for name in self._children(zknodes.CONTROLLED_SHUTDOWN):
-            path = f"{zknodes.CONTROLLED_SHUTDOWN}/{name}"
-            try:
-                broker_id = zknodes.decode_broker_id_name(name, path)
-            except ValueError as exc:
-                self.report(path, f"{exc}; removed")
-                self._delete(path)
-                continue
-            self.shut_down(broker_id)
-            self._delete(path)
-            done.append(broker_id)
-        return done
-
-    def shut_down(self, gone: int) -> list[TP]:
-        live = set(self.live)
-        moved = []
-        for topic, parts in sorted(self.topics.items()):
-            for p, part in sorted(parts.items()):
-                if gone not in part.replicas:
-                    continue
-                if self._write(topic, p, lambda part: without(part.replicas, part.state, gone,
-                                                              live)
-                               if part.state is not None else None):
-                    moved.append((topic, p))
-        self._tell(moved)
-        log.info("controller: broker %d stopping: %d partitions moved", gone, len(moved))
-        return moved
-
-    # -- reassignment --------------------------------------------------------------
-    def reassign(self) -> list[TP]:
-        """Move partitions to the replicas ``/admin/reassign_partitions`` asks for, one
-        step per call for each: the new replicas added (told to hold old + new);
-        then, once all of them are in the ISR, a leader among them, the old
-        replicas stopped (deleted) and the assignment written. Finished partitions
-        leave the admin node; the node goes with the last. Returns those finished."""
-        from kazoo.exceptions import BadVersionError, NoNodeError
-
-        path = zknodes.REASSIGN_PARTITIONS
-        found = self._request(path, zknodes.decode_reassignment)
-        if found is None:
-            return []
-        wanted = found[0]
-        done = []
-        for (topic, p), target in sorted(wanted.items()):
-            if self._reassign_one(topic, p, list(target)):
-                done.append((topic, p))
-        if not done:
-            return done
-        remaining = {tp: r for tp, r in wanted.items() if tp not in done}
-        try:
-            if remaining:
-                self._wait(self.client.set_async(path, zknodes.encode_reassignment(remaining),
-                                                 version=found[1].version))
-            else:
-                self._wait(self.client.delete_async(path, version=found[1].version))
-        except (BadVersionError, NoNodeError):
-            pass  # rewritten meanwhile: the next look goes on from there
-        return done
-
-    def _bad_target(self, target: list[int]) -> str | None:
-        if not target or len(set(target)) != len(target):
-            return "replicas must be distinct broker ids, at least one"
-        if len(target) > MAX_REPLICAS:
-            return f"{len(target)} replicas are over the most a partition may have ({MAX_REPLICAS})"
-        if any(type(b) is not int or not 0 <= b <= zkread.MAX_BROKER_ID for b in target):
-            return "replicas must be broker ids"
-        return None
-
-    def _reassign_one(self, topic: str, p: int, target: list[int]) -> bool:
-        """One step of moving ``topic``-``p`` to ``target``; True once finished (or
-        dropped as impossible, reported)."""
-        part = self.topics.get(topic, {}).get(p)
-        where = f"{zknodes.REASSIGN_PARTITIONS}: {topic}-{p}"
-        if part is None:
-            self.report(where, f"{where}: no such replicated partition; dropped")
-            return True
-        problem = self._bad_target(target)
-        if problem is not None:
-            self.report(where, f"{where}: {problem}; dropped")
-            return True
-        if len(target) != len(part.assigned):
-            self.report(where, f"{where}: {len(target)} replicas would change the topic's "
-                               f"replication factor ({len(part.assigned)}); dropped")
-            return True
-        if part.assigned == target and part.replicas == target:
-            return True
-        union = target + [b for b in part.assigned if b not in target]
-        if part.replicas != union:
-            part.replicas = union
-            self._tell([(topic, p)])
-            return False
-        state, version = self.read_state(topic, p)
-        part.state, part.version = state, version
-        if state is None or not all(b in state.isr for b in target):
-            return False  # the new replicas are catching up
-        live = set(self.live)
-
-        def settle(part: Partition) -> PartitionState | None:
-            s = part.state
-            if s is None or not all(b in s.isr for b in target):
-                return None
-            leader = s.leader
-            epoch = s.leader_epoch
-            if leader not in target or leader not in live:
-                leader = elect_leader(target, s.isr, live, False)
-                if leader is None:
-                    return None
-                epoch += 1
-            return PartitionState(leader, epoch, [b for b in s.isr if b in target],
-                                  s.controller_epoch)
-
-        if not self._write(topic, p, settle, fresh=False):
-            # not settled: a new replica left the ISR, none of them can lead, or the
-            # races went on; the old replicas keep their copies until the next look
-            return False
-        old = [b for b in union if b not in target]
-        self._write_assignment(topic, p, target)
-        part.replicas = target
-        part.assigned = list(target)
-        self._tell([(topic, p)])
-        for b in old:
-            if b in self.live:
-                self.tell(Notice(STOP_REPLICA, b, self.epoch, stop=[(topic, p)], delete=True))
-        log.info("controller: %s-%d reassigned to %s", topic, p, target)
-        return True
-
-    def _write_assignment(self, topic: str, p: int, replicas: list[int]) -> None:
-        """The assignment of ``topic`` with partition ``p`` on ``replicas`` (version-checked
-        read-modify-write)."""
-        from kazoo.exceptions import BadVersionError
-
-        path = zknodes.assignment_path(topic)
-        for _ in range(5):
-            found = self._get(path)
-            if found is None:
-                raise RuntimeError(f"{path} is gone")
-            assignment = zknodes.decode_assignment(found[0], path, self.bounds)
-            assignment[p] = list(replicas)
-            try:
-                self._wait(self.client.set_async(path, zknodes.encode_assignment(assignment),
-                                                 version=found[1].version))
-                return
-            except BadVersionError:
-                continue
-        raise RuntimeError(f"{path} keeps changing")

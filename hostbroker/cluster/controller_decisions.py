@@ -21,6 +21,15 @@ TP = tuple[str, int]
 
 LEADER_AND_ISR = "leader_and_isr"
 STOP_REPLICA = "stop_replica"
+# a topic config the controller alone reads ("true" or "false"; brokers are not sent it):
+# it overrides the broker setting of that name for the topic's elections
+UNCLEAN = "unclean.leader.election.enable"
+
+
+def unclean_of(config: dict[str, str], default: bool) -> bool:
+    """A topic's ``unclean.leader.election.enable``: its config's "true" or "false"
+    (any case), else ``default`` (the broker setting)."""
+    return {"true": True, "false": False}.get(config.get(UNCLEAN, "").strip().lower(), default)
 
 
 # -- decisions (pure) ------------------------------------------------------------
@@ -49,16 +58,17 @@ def after_failure(replicas: list[int], state: PartitionState, live: set[int],
     return PartitionState(new, state.leader_epoch + 1, isr, state.controller_epoch)
 
 
-def after_return(replicas: list[int], state: PartitionState,
-                 live: set[int]) -> PartitionState | None:
-    """A partition without a leader gets one again when an ISR member is live."""
+def after_return(replicas: list[int], state: PartitionState, live: set[int],
+                 unclean: bool = False) -> PartitionState | None:
+    """A partition without a leader gets one again when an ISR member is live, or
+    (only when ``unclean``) any live replica, whose ISR it then starts alone."""
     if state.leader != -1:
         return None
-    new = elect_leader(replicas, state.isr, live, False)
+    new = elect_leader(replicas, state.isr, live, unclean)
     if new is None:
         return None
-    return PartitionState(new, state.leader_epoch + 1, [b for b in state.isr if b in live],
-                          state.controller_epoch)
+    isr = [b for b in state.isr if b in live] if new in state.isr else [new]
+    return PartitionState(new, state.leader_epoch + 1, isr, state.controller_epoch)
 
 
 def preferred(replicas: list[int], state: PartitionState, live: set[int]) -> PartitionState | None:
@@ -115,7 +125,7 @@ class Partition:
     """``replicas``: who holds a copy now; ``assigned``: what the assignment node says.
     They differ only while a reassignment adds replicas (old + new), which lives in
     the controller's memory and ``/admin/reassign_partitions`` (a new controller
-    adds them again), since the assignment node keeps one replication factor."""
+    adds them again); the assignment node is written once the move is done."""
 
     replicas: list[int]
     state: PartitionState | None = None

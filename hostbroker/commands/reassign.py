@@ -6,13 +6,17 @@ Kafka's JSON files, so its users' files work unchanged:
   ``{"version":1,"topics":[{"topic":"t"}]}``; prints the current assignment
   of those topics and a proposed one over the brokers listed (the same
   round-robin as ``topics create``; partitions that would stay as they are
-  left out), both as reassignment JSON.
+  left out), both as reassignment JSON. ``--replication-factor N`` proposes
+  N replicas a partition instead of the topic's current number.
 - ``execute --reassignment-json-file F``: F is
   ``{"version":1,"partitions":[{"topic":t,"partition":p,"replicas":[ids]}]}``;
   writes ``/admin/reassign_partitions`` (the controller adds the new
   replicas, waits until they are in the ISR, moves leadership and removes
-  the old ones; hostbroker/cluster/controller.py) and prints the current
-  assignment, to keep for a rollback. One reassignment at a time.
+  the old ones; hostbroker/cluster/controller_admin.py) and prints the
+  current assignment, to keep for a rollback. One reassignment at a time.
+  A partition's new list may be longer or shorter than its old one: its
+  replication factor changes. Old and new replicas together (they all hold
+  a copy during the move) are at most ``MAX_REPLICAS``.
 - ``verify --reassignment-json-file F``: says of each partition whether it
   is done, still moving, or failed; exit status 1 unless all are done.
 
@@ -104,14 +108,21 @@ def _document(assignments: dict[str, dict[int, list[int]]]) -> str:
         separators=(",", ":"))
 
 
-def generate(topics_file: str, broker_list: str, *, zookeeper: str, out: TextIO = sys.stdout,
+def generate(topics_file: str, broker_list: str, *, zookeeper: str,
+             replication_factor: int | None = None, out: TextIO = sys.stdout,
              err: TextIO = sys.stderr) -> int:
-    """Print the current and a proposed assignment of the topics of ``topics_file``."""
+    """Print the current and a proposed assignment of the topics of ``topics_file``
+    (with ``replication_factor`` replicas a partition, else each topic's own)."""
     from hostbroker.commands import replicated
     from hostbroker.replication.assignment import reassignment_plan
 
+    from hostbroker.replication import MAX_REPLICAS
+
     topics = _topics_file(topics_file)
     brokers = _broker_list(broker_list)
+    if replication_factor is not None and not 1 <= replication_factor <= MAX_REPLICAS:
+        raise usage_error(f"--replication-factor must be 1 to {MAX_REPLICAS}, not "
+                          f"{replication_factor}")
     with replicated.zookeeper_client(zookeeper) as client:
         current = {}
         for topic in topics:
@@ -120,7 +131,7 @@ def generate(topics_file: str, broker_list: str, *, zookeeper: str, out: TextIO 
                 raise CommandError(f"no replicated topic {topic}")
             current[topic] = found
     try:
-        plan = reassignment_plan(current, brokers)
+        plan = reassignment_plan(current, brokers, rf=replication_factor)
     except ValueError as exc:
         raise CommandError(f"cannot place {exc}") from None
     proposed: dict[str, dict[int, list[int]]] = {}
@@ -159,10 +170,14 @@ def execute(reassignment_file: str, *, zookeeper: str, out: TextIO = sys.stdout,
     with replicated.zookeeper_client(zookeeper) as client:
         current = _current(client, wanted, err, "reassign execute")
         live = set(replicated.live_ids(client, err, "reassign execute"))
+        from hostbroker.replication import MAX_REPLICAS
+
         for (topic, p), replicas in sorted(wanted.items()):
-            if len(replicas) != len(current[topic][p]):
-                raise CommandError(f"{topic}-{p}: {len(replicas)} replicas would change the "
-                                   f"topic's replication factor ({len(current[topic][p])})")
+            both = len(set(replicas) | set(current[topic][p]))
+            if both > MAX_REPLICAS:
+                raise CommandError(f"{topic}-{p}: old and new replicas together are {both} "
+                                   f"brokers, over the most a partition may have "
+                                   f"({MAX_REPLICAS}); move it in smaller steps")
             gone = [b for b in replicas if b not in live]
             if gone:
                 raise CommandError(f"{topic}-{p}: broker{'s' if len(gone) > 1 else ''} "

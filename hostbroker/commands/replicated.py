@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TextIO
 
+from hostbroker.cluster.controller_decisions import UNCLEAN  # noqa: F401 - for topics.py
 from hostbroker.commands import EXIT_BROKER, EXIT_OK, CommandError, usage_error
 
 MIN_INSYNC = "min.insync.replicas"
@@ -181,7 +182,12 @@ def create(topic: str, partitions_count: int, replication_factor: int,
     if replication_factor < 1:
         raise usage_error(f"--replication-factor must be at least 1, not {replication_factor}")
     check_min_insync(configs, replication_factor)
+    if UNCLEAN in configs and configs[UNCLEAN].strip().lower() not in ("true", "false"):
+        raise usage_error(f"--config {UNCLEAN}={configs[UNCLEAN]}: must be true or false")
     with zookeeper_client(zookeeper) as client:
+        if client.exists(zknodes.delete_topic_path(topic)) is not None:
+            raise CommandError(f"topic {topic} is marked for deletion; create it again once "
+                               "the controller has deleted every replica")
         if client.exists(zknodes.assignment_path(topic)) is not None:
             raise CommandError(f"topic {topic} already exists in ZooKeeper")
         brokers = live_ids(client, err, "topics create")
@@ -214,20 +220,26 @@ def create(topic: str, partitions_count: int, replication_factor: int,
 
 def describe(client, topics: dict[str, dict[int, list[int]]], *, as_json: bool, out: TextIO,
              err: TextIO) -> list[dict]:
-    """Print the replicated ``topics`` (table), or return their JSON documents."""
+    """Print the replicated ``topics`` (table), or return their JSON documents; a
+    topic whose deletion is pending is marked so."""
+    from hostbroker.replication import zknodes
+
     documents = []
     for topic in sorted(topics):
         views = partitions(client, topic, topics[topic], err, "topics describe")
         config = topic_config(client, topic, err, "topics describe")
         factor = max((len(v.replicas) for v in views), default=0)
+        deleting = client.exists(zknodes.delete_topic_path(topic)) is not None
         if as_json:
             documents.append({"topic": topic, "replication_factor": factor, "config": config,
+                              "marked_for_deletion": deleting,
                               "partitions": [v.as_json() for v in views]})
             continue
         under = sum(v.under_replicated for v in views)
         suffix = "".join(f" {k}={v}" for k, v in sorted(config.items()))
         print(f"topic: {topic}  partitions: {len(views)}  replication factor: {factor}"
-              + (f"  under-replicated: {under}" if under else "") + suffix, file=out)
+              + (f"  under-replicated: {under}" if under else "") + suffix
+              + ("  (marked for deletion)" if deleting else ""), file=out)
         rows = [("partition", "leader", "epoch", "replicas", "isr", "")]
         for v in views:
             rows.append((str(v.partition), str(v.leader) if v.leader >= 0 else "none",

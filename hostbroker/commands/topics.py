@@ -70,10 +70,10 @@ def _create_args(topic: str, partitions: int, configs: Iterable[str],
     if partitions < 1:
         raise usage_error(f"--partitions must be at least 1, not {partitions}")
     configs = key_values("--config", configs)
-    from hostbroker.commands.replicated import MIN_INSYNC
+    from hostbroker.commands.replicated import MIN_INSYNC, UNCLEAN
 
     LogConfig().with_overrides({k: v for k, v in configs.items()
-                                if not (replicated and k == MIN_INSYNC)})
+                                if not (replicated and k in (MIN_INSYNC, UNCLEAN))})
     return configs
 
 

@@ -82,21 +82,22 @@ def replication_factor_of(assignment: Mapping[int, Sequence[int]]) -> int:
 def reassignment_plan(current: Mapping[str, Mapping[int, Sequence[int]]],
                       brokers: Sequence[int], start: int | None = None,
                       shift: int | None = None, rng: random.Random | None = None,
-                      ) -> dict[tuple[str, int], list[int]]:
+                      rf: int | None = None) -> dict[tuple[str, int], list[int]]:
     """The plan of ``reassign generate``: every partition of the topics of
     ``current`` (``{topic: {partition: replicas}}``) placed anew on ``brokers``
-    with its topic's replication factor, as ``{(topic, partition): replicas}``
-    (what ``/admin/reassign_partitions`` takes). Partitions whose replicas
+    with its topic's replication factor (or ``rf``, a new one), as
+    ``{(topic, partition): replicas}`` (what ``/admin/reassign_partitions``
+    takes). Partitions whose replicas
     stay the same set in the same order are left out. ValueError as
     :func:`assign_replicas`, naming the topic."""
     rng = rng or random.Random()
     plan: dict[tuple[str, int], list[int]] = {}
     for topic in sorted(current):
         assignment = current[topic]
-        rf = replication_factor_of(assignment)
+        factor = rf if rf is not None else replication_factor_of(assignment)
         count = max(assignment) + 1
         try:
-            proposed = assign_replicas(brokers, count, rf, start, shift, rng=rng)
+            proposed = assign_replicas(brokers, count, factor, start, shift, rng=rng)
         except ValueError as exc:
             raise ValueError(f"topic {topic}: {exc}") from None
         for p in sorted(assignment):

@@ -191,7 +191,8 @@ def decode_assignment(data: bytes, path: str,
     """``{partition: replicas}`` of a replicated topic; None for a node with no
     value (a 0.7-style topic). Partitions are 0 to n-1 (at most
     ``zookeeper.max.partitions.per.registration``), each with 1 to MAX_REPLICAS
-    distinct broker ids, all of one length."""
+    distinct broker ids (not all of one length: a reassignment may change a
+    partition's replication factor, as Kafka's does)."""
     if not data:
         return None
     value = _versioned(data, path, bounds, "a replica assignment")
@@ -208,8 +209,6 @@ def decode_assignment(data: bytes, path: str,
         out[number] = _broker_list(replicas, path, f"the replicas of partition {number}", 1)
     if set(out) != set(range(len(out))):
         raise ValueError(f"{path}: partitions are not numbered 0 to {len(out) - 1}")
-    if len({len(r) for r in out.values()}) != 1:
-        raise ValueError(f"{path}: partitions have different replication factors")
     return dict(sorted(out.items()))
 
 

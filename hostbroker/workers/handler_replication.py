@@ -5,7 +5,8 @@ place a handler serves what ``hostbroker.protocol.replication`` decodes
 (docs/spec/protocol.md, "Replication"):
 
 - LEADER_AND_ISR (14): refused STALE_CONTROLLER_EPOCH below the highest
-  controller epoch seen (the peers table's header, ``shm/peers.py``), and in
+  controller epoch seen (the peers table's header, ``shm/peers.py``; the
+  answer's last partition, of topic "", carries that epoch), and in
   cluster mode CONTROLLER_NOT_CONFIRMED when ZooKeeper does not name its
   controller and epoch (as the registrar published them there); else
   under the admin lock the epoch and controller are stored, the brokers it
@@ -109,6 +110,14 @@ class Replication:
         peers.set_controller_id(controller_id)
         return ErrorCode.NONE
 
+    def _refused(self, code: ErrorCode, results: list) -> tuple:
+        """The partitions of a controller request refused whole; a stale one's end
+        with ``("", highest controller epoch seen)`` (docs/spec/protocol.md)."""
+        parts = [rproto.PartitionError(t, pt, code) for t, pt, _ in results]
+        if code == ErrorCode.STALE_CONTROLLER_EPOCH:
+            parts.append(rproto.PartitionError("", self.peers.controller_epoch, code))
+        return tuple(parts)
+
     def _controller_answer(self, p, conn_id, seq, corr, key, cls, results: list,
                            states: list) -> None:
         """Send each ``(index, slot, owner, state)`` of ``states`` to its writer
@@ -148,8 +157,8 @@ class Replication:
         with self._admin():
             code = self._take_controller_epoch(request.controller_id, request.controller_epoch)
             if code:
-                self._reply(p, conn_id, seq, corr, rproto.LeaderAndIsrResponse(code, tuple(
-                    rproto.PartitionError(t, pt, code) for t, pt, _ in results)))
+                self._reply(p, conn_id, seq, corr, rproto.LeaderAndIsrResponse(
+                    code, self._refused(code, results)))
                 return
             refused = self.peers.put_all(
                 (b.broker_id, b.host or "", b.port, b.unix_path or "") for b in request.brokers)
@@ -251,8 +260,8 @@ class Replication:
         with self._admin():
             code = self._take_controller_epoch(request.controller_id, request.controller_epoch)
             if code:
-                self._reply(p, conn_id, seq, corr, rproto.StopReplicaResponse(code, tuple(
-                    rproto.PartitionError(t, pt, code) for t, pt, _ in results)))
+                self._reply(p, conn_id, seq, corr, rproto.StopReplicaResponse(
+                    code, self._refused(code, results)))
                 return
             self.view.refresh()
             for index, part in enumerate(request.partitions):

@@ -17,11 +17,17 @@ session and its loop; nothing here starts a process.
   call bounded by ``controller.socket.timeout.ms``. A failed send is sent
   again after reconnecting; a full queue (``_QUEUE``) is emptied and the
   broker is sent everything again. A broker answering STALE_CONTROLLER_EPOCH
-  means another controller exists: the loop re-checks ``/controller``. A
+  means another controller exists: the loop re-checks ``/controller``; the
+  broker's highest epoch, which that answer carries (its partition of topic
+  ""), is kept (``seen_epoch``) so that a new epoch goes past it at once. A
   request answered CONTROLLER_NOT_CONFIRMED (the broker's registrar has not
   read this controller's epoch from ZooKeeper yet), BROKER_NOT_AVAILABLE or
   REQUEST_TIMED_OUT is sent again after the backoff; refused that way for
-  ``_STALE_EVERY_S``, the loop checks that ``/controller`` is still ours.
+  ``_STALE_EVERY_S``, the loop checks that ``/controller`` is still ours. A
+  STOP_REPLICA with delete answered without error is handed back to the loop
+  with the partitions the broker deleted (a topic deletion stays pending until
+  every replica has; one whose delete failed there, a disk error, is sent
+  again when the broker returns).
 
 The ISR commits every broker's registrar makes are in
 hostbroker/workers/registrar_isr.py.
@@ -29,6 +35,7 @@ hostbroker/workers/registrar_isr.py.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import queue
@@ -90,8 +97,9 @@ class BrokerSender:
     ``on_unconfirmed()`` are called from the thread; they must only note and ring."""
 
     def __init__(self, info: paths.BrokerInfo, controller_id: int, timeout_s: float,
-                 on_stale, on_overflow, on_unconfirmed=None):
+                 on_stale, on_overflow, on_unconfirmed=None, on_deleted=None):
         self.info = info
+        self.on_deleted = on_deleted or (lambda notice: None)
         self.on_unconfirmed = on_unconfirmed or (lambda: None)
         self.controller_id = controller_id
         self.timeout_s = timeout_s
@@ -101,6 +109,8 @@ class BrokerSender:
         self.stopped = threading.Event()
         self.sock: socket.socket | None = None
         self.sent = 0
+        self.seen_epoch = 0  # the highest controller epoch a stale answer named
+        self.not_done: set = set()  # partitions the last answer named with an error
         self.correlation = 0
         self.thread = threading.Thread(target=self._run, name=f"hb-ctrl-send-{info.broker_id}",
                                        daemon=True)
@@ -186,6 +196,13 @@ class BrokerSender:
             raise OSError(f"not an answer: {exc}") from None
         if correlation != self.correlation:
             raise OSError("answer to another request")
+        # INVALID_REQUEST: not a replica there (a plain topic of that name), nothing to do
+        self.not_done = {(p.topic, p.partition) for p in response.partitions
+                         if p.error_code not in (ErrorCode.NONE, ErrorCode.INVALID_REQUEST)}
+        if response.error_code == _STALE_CONTROLLER_EPOCH:
+            for part in response.partitions[-1:]:
+                if part.topic == "" and 0 <= part.partition <= zknodes.MAX_EPOCH:
+                    self.seen_epoch = max(self.seen_epoch, part.partition)
         return int(response.error_code)
 
     def _close(self) -> None:
@@ -226,6 +243,10 @@ class BrokerSender:
                 self.sent += 1
                 if code == _STALE_CONTROLLER_EPOCH:
                     self.on_stale()
+                elif code == 0 and notice.kind == ctl.STOP_REPLICA and notice.delete:
+                    done = [tp for tp in notice.stop if tp not in self.not_done]
+                    if done:
+                        self.on_deleted(dataclasses.replace(notice, stop=done))
                 elif code:
                     log.debug("controller: broker %d refused a request: %s",
                               self.info.broker_id, ErrorCode(code).name
@@ -245,12 +266,14 @@ class ControllerRole:
         self.broker_id = config["broker.id"]
         self.timeout_s = config["controller.socket.timeout.ms"] / 1000
         self.unclean = config["unclean.leader.election.enable"]
+        self.deletes_per_pass = config["controller.deletions.per.pass"]
         self.controller: ctl.Controller | None = None
         self.client = None
         self.events: set[str] = {"elect"}
         self.lock = threading.Lock()
         self.senders: dict[int, BrokerSender] = {}
         self.resend: set[int] = set()
+        self.deleted: list[ctl.Notice] = []  # STOP_REPLICA deletes answered
         self.token: object | None = None  # the current watches' token
         self.next_poll = 0.0
         self.said_holder: int | None = None
@@ -262,6 +285,11 @@ class ControllerRole:
     def note(self, *events: str) -> None:
         with self.lock:
             self.events.update(events)
+        self.worker.doorbell.ring()
+
+    def _deleted(self, notice: ctl.Notice) -> None:
+        with self.lock:
+            self.deleted.append(notice)
         self.worker.doorbell.ring()
 
     def _overflow(self, broker_id: int) -> None:
@@ -290,8 +318,9 @@ class ControllerRole:
         with self.lock:
             events, self.events = self.events, set()
             resend, self.resend = self.resend, set()
+            deleted, self.deleted = self.deleted, []
         try:
-            self._step(client, events, resend)
+            self._step(client, events, resend, deleted)
         except Exception as exc:  # noqa: BLE001 - ZooKeeper trouble: the next round retries
             what = f"{type(exc).__name__}: {exc}"
             if what != self.said_error:  # once per kind of trouble, not once per round
@@ -300,9 +329,11 @@ class ControllerRole:
             with self.lock:
                 self.events.update(events)
                 self.resend.update(resend)
+                self.deleted[:0] = deleted
             self.worker._retry_at = time.monotonic() + 0.5
 
-    def _step(self, client, events: set[str], resend: set[int]) -> None:
+    def _step(self, client, events: set[str], resend: set[int],
+              deleted: list[ctl.Notice] = ()) -> None:
         if "lost" in events or client is not self.client:
             self.resign()
             self.client = client
@@ -331,7 +362,9 @@ class ControllerRole:
             if now >= self.stale_after:  # a broker saw a newer epoch, yet /controller is ours
                 self.stale_after = now + _STALE_EVERY_S
                 refused = self.controller.epoch
-                self.controller.bump_epoch()
+                # past the highest epoch the brokers said they saw
+                self.controller.bump_epoch(max((s.seen_epoch for s in self.senders.values()),
+                                               default=0))
                 _say(f"hb-registrar: a broker refused controller epoch "
                      f"{refused}; broker {self.broker_id} goes on as the "
                      f"controller in epoch {self.controller.epoch}")
@@ -359,11 +392,13 @@ class ControllerRole:
             c.reassign()
         for broker_id in sorted(resend):
             c.resend(broker_id)
+        for notice in deleted:
+            c.replicas_deleted(notice)
 
     def _try_take_over(self, client) -> None:
         c = ctl.Controller(client, self.broker_id, self._tell,
                            op_timeout_s=self.worker.connection_ms / 1000, unclean=self.unclean,
-                           beat=self.worker.heartbeat)
+                           beat=self.worker.heartbeat, deletes_per_pass=self.deletes_per_pass)
         self._watch_controller(client)
         if not c.try_elect():
             holder = c.holder()
@@ -398,7 +433,7 @@ class ControllerRole:
         if sender is None:
             sender = self.senders[notice.broker_id] = BrokerSender(
                 info, self.broker_id, self.timeout_s, lambda: self.note("stale"),
-                self._overflow, lambda: self.note("unconfirmed")).start()
+                self._overflow, lambda: self.note("unconfirmed"), self._deleted).start()
         sender.put(notice)
 
     def _sync_senders(self) -> None:

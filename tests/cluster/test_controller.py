@@ -40,13 +40,14 @@ def three_brokers(make_broker, tmp_path, connect, zk) -> dict:
 
 
 def controller(zk) -> tuple[int, int] | None:
-    """(broker id in /controller, /controller_epoch), or None while there is none."""
+    """(broker id in /controller, /controller_epoch), or None while there is none (or
+    the epoch is not a number)."""
     from kazoo.exceptions import NoNodeError
 
     try:
         holder = json.loads(zk.get(zknodes.CONTROLLER)[0])["brokerid"]
         return holder, int(zk.get(zknodes.CONTROLLER_EPOCH)[0])
-    except NoNodeError:
+    except (NoNodeError, ValueError):
         return None
 
 
@@ -126,7 +127,10 @@ def test_one_controller_new_topics_get_states_and_leaders_move_off_a_killed_brok
            "min.insync.replicas=2" in out
     assert sum(line.endswith("under-replicated") for line in out) == 3
 
-    # the controller itself dies: another takes over within the session timeout
+    # the controller itself dies, and /controller_epoch is garbage by then: another
+    # takes over within the session timeout, in an epoch above every state node's
+    # (not 1, which the last broker, having seen this epoch, would refuse)
+    zk.set(zknodes.CONTROLLER_EPOCH, b"garbage")
     kill_hard(brokers[holder])
     brokers[holder].kill_tree()
     (last,) = set(brokers) - {victim, holder}
@@ -141,6 +145,7 @@ def test_one_controller_new_topics_get_states_and_leaders_move_off_a_killed_brok
             assert (s["leader"], s["isr"]) == (last, [last])
         else:  # no replica left in sync: offline, its last ISR member kept
             assert s["leader"] == -1 and s["isr"] and last not in s["isr"]
+    assert "refused controller epoch" not in brokers[last].log()
 
 
 def test_tools_refuse_bad_arguments_in_one_line(make_broker, tmp_path, cluster):  # noqa: F811
@@ -154,10 +159,17 @@ def test_tools_refuse_bad_arguments_in_one_line(make_broker, tmp_path, cluster):
         "hostbroker topics create: --config min.insync.replicas=2: must be a number from 1 "
         "to the replication factor (1)")
     assert result.returncode == 2
+    result = create(connect, "t", 1, 1, "--config", "unclean.leader.election.enable=maybe")
+    assert (result.returncode, one_line_error(result)) == (
+        2, "hostbroker topics create: --config unclean.leader.election.enable=maybe: must be "
+           "true or false")
     result = hostbroker("topics", "create", "--topic", "t", "--replication-factor", "1")
     assert one_line_error(result) == (
         "hostbroker topics create: --replication-factor needs --zookeeper")
-    assert create(connect, "t", 1, 1).returncode == 0
+    result = create(connect, "t", 1, 1, "--config", "unclean.leader.election.enable=true")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(zk.get(zknodes.topic_config_path("t"))[0])["config"] == {
+        "unclean.leader.election.enable": "true"}
     result = create(connect, "t", 1, 1)
     assert one_line_error(result) == "hostbroker topics create: topic t already exists in ZooKeeper"
     wait_until(lambda: state(zk, "t", 0) is not None)
@@ -229,6 +241,29 @@ def test_delete_preferred_election_and_reassignment_through_admin_nodes(
                         "--reassignment-json-file", plan)
     assert (result.returncode, lines(result)) == (0, ["moving-0: done"])
 
+    # the replication factor changes with a reassignment: partition 0 from [3, 2] to
+    # [3] (broker 2's copy deleted), partition 1 from [2, 3] to [2, 3, 1] (broker 1
+    # catches up and joins the ISR)
+    plan.write_text('{"version":1,"partitions":[{"topic":"moving","partition":0,'
+                    '"replicas":[3]},{"topic":"moving","partition":1,"replicas":[2,3,1]}]}')
+    result = hostbroker("reassign", "execute", "--zookeeper", connect,
+                        "--reassignment-json-file", plan)
+    assert result.returncode == 0, result.stderr
+    wait_until(lambda: zk.exists(zknodes.REASSIGN_PARTITIONS) is None, timeout=20)
+    assert json.loads(zk.get(zknodes.assignment_path("moving"))[0])["partitions"] == {
+        "0": [3], "1": [2, 3, 1]}
+    s0, s1 = state(zk, "moving", 0), state(zk, "moving", 1)
+    assert (s0["leader"], s0["isr"]) == (3, [3])
+    assert (s1["leader"], sorted(s1["isr"])) == (2, [1, 2, 3])
+    wait_until(lambda: not (tmp_path / "b2" / "logs" / "moving_0").exists())
+    assert (tmp_path / "b1" / "logs" / "moving_1").is_dir()
+    result = hostbroker("reassign", "verify", "--zookeeper", connect,
+                        "--reassignment-json-file", plan)
+    assert (result.returncode, lines(result)) == (0, ["moving-0: done", "moving-1: done"])
+    result = hostbroker("topics", "describe", "--zookeeper", connect, "--json", "moving")
+    (described,) = json.loads(result.stdout)["topics"]
+    assert [p["replicas"] for p in described["partitions"]] == [[3], [2, 3, 1]]
+
     # deletion: the controller removes every node of the topic, then the request
     result = hostbroker("topics", "delete", "--zookeeper", connect, "--topic", "moving")
     assert lines(result) == ["topic moving marked for deletion (the controller removes its "
@@ -266,15 +301,19 @@ def test_a_broker_that_saw_a_newer_epoch_makes_the_controller_take_a_new_one(
     wait_until(lambda: controller(zk) is not None)
     holder, epoch = controller(zk)
     other = 3 - holder
-    # ZooKeeper's epoch moved past the controller's own (say a controller cut off and
+    # ZooKeeper's epoch moved past the controller's own (say controllers cut off and
     # replaced meanwhile), and a request of that epoch reached the other broker: our
     # epoch is stale there now (a client's epoch past ZooKeeper's is never taken)
-    assert leader_and_isr(brokers[other], holder, epoch + 1) == 29  # not confirmed
-    zk.set(zknodes.CONTROLLER_EPOCH, str(epoch + 1).encode())
-    wait_until(lambda: leader_and_isr(brokers[other], holder, epoch + 1) == 0)
+    assert leader_and_isr(brokers[other], holder, epoch + 5) == 29  # not confirmed
+    zk.set(zknodes.CONTROLLER_EPOCH, str(epoch + 5).encode())
+    wait_until(lambda: leader_and_isr(brokers[other], holder, epoch + 5) == 0)
     assert leader_and_isr(brokers[other], holder, epoch) == 25  # STALE_CONTROLLER_EPOCH
+    # and /controller_epoch is garbage now, no state node has seen epoch + 5: the
+    # broker's stale answer says its highest, and the controller goes past it at once
+    # (not one epoch every 5 s from 1)
+    zk.set(zknodes.CONTROLLER_EPOCH, b"garbage")
     assert create(connect, "after", 1, 2).returncode == 0
-    wait_until(lambda: controller(zk) == (holder, epoch + 2), timeout=10)
+    wait_until(lambda: controller(zk) == (holder, epoch + 6), timeout=10)
     assert f"a broker refused controller epoch {epoch}" in brokers[holder].log()
     # told again in the new epoch, the broker took the partition
     wait_until(lambda: (tmp_path / f"b{other}" / "logs" / "after_0").is_dir())
@@ -337,19 +376,42 @@ def test_a_broker_stopped_with_sigterm_hands_its_leaderships_over_first(
     assert "did not stop" not in "".join(b.log() for b in brokers.values())
 
 
-def test_a_broker_back_after_a_crash_is_told_its_partitions_and_rejoins_the_isr(
+def test_a_broker_back_after_a_crash_is_told_its_partitions_and_deletions_it_missed(
         make_broker, tmp_path, cluster):  # noqa: F811
     connect, zk = cluster
     brokers = three_brokers(make_broker, tmp_path, connect, zk)
     holder, _ = controller(zk)
     assert create(connect, "back", 3, 3).returncode == 0
+    assert create(connect, "doomed", 2, 3).returncode == 0
     wait_until(lambda: all(state(zk, "back", p) is not None for p in range(3)))
+    wait_until(lambda: all((tmp_path / f"b{i}" / "logs" / f"doomed_{p}").is_dir()
+                           for i in brokers for p in range(2)))
     victim = next(i for i in brokers if i != holder)
     kill_hard(brokers[victim])
     brokers[victim].kill_tree()
     wait_until(lambda: all(victim not in state(zk, "back", p)["isr"] for p in range(3)),
                timeout=SESSION_MS / 1000 + 8)
     assert all(state(zk, "back", p)["leader"] != victim for p in range(3))
+
+    # a topic deleted while one of its replica brokers is down: the live ones delete
+    # their copies; the deletion stays pending (nodes kept, the name not free)
+    result = hostbroker("topics", "delete", "--zookeeper", connect, "--topic", "doomed")
+    assert result.returncode == 0, result.stderr
+    wait_until(lambda: not any((tmp_path / f"b{i}" / "logs" / f"doomed_{p}").exists()
+                               for i in brokers if i != victim for p in range(2)))
+    time.sleep(0.5)  # the answers are in; nothing more happens while the victim is down
+    assert zk.exists(zknodes.delete_topic_path("doomed")) is not None
+    assert zk.exists(zknodes.assignment_path("doomed")) is not None
+    result = hostbroker("topics", "describe", "--zookeeper", connect, "doomed")
+    assert any(line.startswith("topic: doomed ") and line.endswith("(marked for deletion)")
+               for line in lines(result)), lines(result)
+    result = hostbroker("topics", "describe", "--zookeeper", connect, "--json", "doomed")
+    assert [t["marked_for_deletion"] for t in json.loads(result.stdout)["topics"]] == [True]
+    result = create(connect, "doomed", 1, 1)
+    assert (result.returncode, one_line_error(result)) == (
+        1, "hostbroker topics create: topic doomed is marked for deletion; create it again "
+           "once the controller has deleted every replica")
+
     brokers[victim].start()
     # told its partitions (LEADER_AND_ISR), it follows the leaders; each leader puts it
     # back in the ISR (the registrar's ISR commit) once it has caught up
@@ -358,6 +420,12 @@ def test_a_broker_back_after_a_crash_is_told_its_partitions_and_rejoins_the_isr(
     for p in range(3):
         s = state(zk, "back", p)
         assert s["leader"] != victim and sorted(s["isr"]) == [1, 2, 3]
+    # and told to delete what it missed: its copies go, then the topic's nodes
+    wait_until(lambda: not any((tmp_path / f"b{victim}" / "logs" / f"doomed_{p}").exists()
+                               for p in range(2)))
+    wait_until(lambda: zk.exists(zknodes.delete_topic_path("doomed")) is None)
+    assert zk.exists(zknodes.assignment_path("doomed")) is None
+    assert create(connect, "doomed", 1, 1).returncode == 0
 
 
 def _asked_again(condition):
@@ -557,3 +625,241 @@ def test_reassign_generate_proposes_a_plan_that_execute_takes(cluster, tmp_path)
                         "--topics-to-move-json-file", topics, "--broker-list", "3")
     assert one_line_error(result).startswith("hostbroker reassign generate: cannot place "
                                              "topic g: ")
+
+    # asked for, a proposal with another replication factor (execute takes it too)
+    result = hostbroker("reassign", "generate", "--zookeeper", connect,
+                        "--topics-to-move-json-file", topics, "--broker-list", "2,3,4",
+                        "--replication-factor", "3")
+    assert result.returncode == 0, result.stderr
+    proposed = json.loads(lines(result)[4])
+    assert all(sorted(e["replicas"]) == [2, 3, 4] for e in proposed["partitions"])
+    result = hostbroker("reassign", "generate", "--zookeeper", connect,
+                        "--topics-to-move-json-file", topics, "--broker-list", "2,3,4",
+                        "--replication-factor", "9")
+    assert one_line_error(result) == (
+        "hostbroker reassign generate: --replication-factor must be 1 to 8, not 9")
+    result = hostbroker("reassign", "execute", "--zookeeper", connect,
+                        "--reassignment-json-file", plan, "--replication-factor", "3")
+    assert (result.returncode, one_line_error(result)) == (
+        2, "hostbroker reassign execute: --replication-factor is for generate (the file's "
+           "replica lists say it)")
+    # old and new replicas together hold copies during a move: at most 8 of them
+    for i in range(5, 11):
+        zk.create(paths.broker_path(i), paths.encode_broker(
+            paths.BrokerInfo(i, "127.0.0.1", 9000 + i, None)), makepath=True)
+    zk.delete(zknodes.REASSIGN_PARTITIONS)
+    plan.write_text('{"version":1,"partitions":[{"topic":"g","partition":0,'
+                    '"replicas":[3,4,5,6,7,8,9,10]}]}')
+    result = hostbroker("reassign", "execute", "--zookeeper", connect,
+                        "--reassignment-json-file", plan)
+    assert (result.returncode, one_line_error(result)) == (
+        1, "hostbroker reassign execute: g-0: old and new replicas together are 10 brokers, "
+           "over the most a partition may have (8); move it in smaller steps")
+    assert zk.exists(zknodes.REASSIGN_PARTITIONS) is None
+
+
+def _register(zk, *ids: int) -> None:
+    from hostbroker.cluster import paths
+
+    for i in ids:
+        zk.create(paths.broker_path(i), paths.encode_broker(
+            paths.BrokerInfo(i, "127.0.0.1", 9000 + i, None)), makepath=True)
+
+
+class _CountingReads:
+    """A kazoo client counting its reads of partition state nodes."""
+
+    def __init__(self, client):
+        self.client, self.state_reads = client, 0
+
+    def __getattr__(self, name):
+        return getattr(self.client, name)
+
+    def get_async(self, path, *args, **kwargs):
+        if path.endswith("/state"):
+            self.state_reads += 1
+        return self.client.get_async(path, *args, **kwargs)
+
+
+def test_the_rebuild_reads_each_state_node_once(cluster):  # noqa: F811
+    """The controller's class on ZooKeeper alone: what scales is partitions x
+    replication factor; the rebuild reads each of the 8 state nodes once (not
+    once per broker holding a replica: 8 + 3 x 8 before), and still tells every
+    broker all its partitions."""
+    from hostbroker.cluster.controller import LEADER_AND_ISR, Controller
+
+    _, zk = cluster
+    _register(zk, 1, 2, 3)
+    zk.create(zknodes.assignment_path("wide"), zknodes.encode_assignment(
+        {p: [1 + p % 3, 1 + (p + 1) % 3, 1 + (p + 2) % 3] for p in range(8)}), makepath=True)
+    Controller(zk, 1, lambda notice: None).try_elect()
+    first = Controller(zk, 1, lambda notice: None)
+    first.try_elect()
+    first.rebuild()  # the state nodes written
+    counting, told = _CountingReads(zk), []
+    c = Controller(counting, 1, told.append)
+    assert c.try_elect()
+    c.rebuild()
+    assert counting.state_reads == 8
+    assert sorted(n.broker_id for n in told if n.kind == LEADER_AND_ISR) == [1, 2, 3]
+    assert all(len(n.partitions) == 8 for n in told)
+
+
+def test_unclean_election_also_when_a_replica_broker_returns(cluster):  # noqa: F811
+    """The controller's class on ZooKeeper alone: an offline partition (its only
+    ISR member, broker 1, gone) whose other replica, broker 2, registers again
+    gets broker 2 as leader only with unclean.leader.election.enable (the broker
+    setting, or the topic's config), as Kafka does on a broker's start-up; and a
+    controller taking over does the same."""
+    from hostbroker.cluster import paths
+    from hostbroker.cluster.controller import Controller
+
+    _, zk = cluster
+    _register(zk, 3)
+    offline = b'{"version":1,"leader":-1,"leader_epoch":4,"isr":[1],"controller_epoch":0}'
+    for topic in ("lost", "willing"):
+        zk.create(zknodes.assignment_path(topic), zknodes.encode_assignment({0: [1, 2]}),
+                  makepath=True)
+        zk.create(zknodes.state_path(topic, 0), offline, makepath=True)
+    zk.create(zknodes.topic_config_path("willing"), zknodes.encode_topic_config(
+        {"unclean.leader.election.enable": "true", "min.insync.replicas": "1"}), makepath=True)
+    told = []
+    clean = Controller(zk, 3, told.append)
+    assert clean.try_elect()
+    clean.rebuild()
+    _register(zk, 2)
+    clean.brokers_changed()
+    s = state(zk, "lost", 0)
+    assert (s["leader"], s["isr"]) == (-1, [1])  # no unclean election by default
+    s = state(zk, "willing", 0)
+    assert (s["leader"], s["isr"]) == (2, [2])  # but the topic's config says yes
+    # the controller's own config is not sent to the brokers (they take log configs)
+    assert told[-1].configs["willing"] == {"min.insync.replicas": "1"}
+
+    told = []
+    c = Controller(zk, 3, told.append, unclean=True)
+    assert c.try_elect()
+    c.rebuild()  # a new controller: broker 2 is live, the partition offline
+    s = state(zk, "lost", 0)
+    assert (s["leader"], s["leader_epoch"], s["isr"]) == (2, 5, [2])
+    # gone and back again: offline once more, then elected on its return
+    zk.delete(paths.broker_path(2))
+    c.brokers_changed()
+    s = state(zk, "lost", 0)
+    assert (s["leader"], s["isr"]) == (-1, [2])
+    data, stat = zk.get(zknodes.state_path("lost", 0))
+    zk.set(zknodes.state_path("lost", 0), offline, version=stat.version)
+    _register(zk, 2)
+    c.brokers_changed()
+    s = state(zk, "lost", 0)
+    assert (s["leader"], s["isr"]) == (2, [2])
+    assert told[-1].broker_id == 2 and told[-1].partitions[("lost", 0)][0].leader == 2
+
+
+def test_a_pending_deletion_is_resumed_by_a_new_controller(cluster):  # noqa: F811
+    """The controller's class on ZooKeeper alone: a deletion whose replica broker 3
+    is down stays pending with every node; a controller that takes over tells the
+    live replicas again (STOP_REPLICA is idempotent) and keeps the topic out of
+    its view (no LEADER_AND_ISR about it); broker 3 back gets its STOP_REPLICA,
+    and once every replica has answered the nodes go, then the request."""
+    from hostbroker.cluster.controller import LEADER_AND_ISR, STOP_REPLICA, Controller
+
+    connect, zk = cluster
+    _register(zk, 1, 2)
+    zk.create(zknodes.assignment_path("doomed"),
+              zknodes.encode_assignment({0: [1, 2, 3], 1: [2, 3, 1]}), makepath=True)
+    zk.create(zknodes.topic_config_path("doomed"), zknodes.encode_topic_config({}),
+              makepath=True)
+    told = []
+    c = Controller(zk, 1, told.append)
+    assert c.try_elect()
+    c.rebuild()
+    zk.create(zknodes.delete_topic_path("doomed"), b"", makepath=True)
+    told.clear()
+    c.delete_topics()
+    stops = {n.broker_id: n for n in told if n.kind == STOP_REPLICA}
+    assert sorted(stops) == [1, 2] and all(n.delete for n in stops.values())
+    assert sorted(stops[1].stop) == [("doomed", 0), ("doomed", 1)]
+    for n in stops.values():
+        c.replicas_deleted(n)
+    c.delete_topics()
+    for path in (zknodes.delete_topic_path("doomed"), zknodes.assignment_path("doomed"),
+                 zknodes.state_path("doomed", 0), zknodes.topic_config_path("doomed")):
+        assert zk.exists(path) is not None, path
+
+    told.clear()
+    again = Controller(zk, 1, told.append)
+    assert again.try_elect()
+    again.rebuild()
+    assert "doomed" not in again.topics
+    assert not any(("doomed", p) in n.partitions for n in told for p in (0, 1))
+    assert sorted(n.broker_id for n in told if n.kind == STOP_REPLICA) == [1, 2]
+    for n in told:
+        again.replicas_deleted(n)
+    assert zk.exists(zknodes.delete_topic_path("doomed")) is not None
+    told.clear()
+    _register(zk, 3)
+    again.brokers_changed()
+    again.topics_changed()
+    (back,) = [n for n in told if n.kind == STOP_REPLICA]
+    assert back.broker_id == 3 and sorted(back.stop) == [("doomed", 0), ("doomed", 1)]
+    assert not [n for n in told if n.kind == LEADER_AND_ISR]
+    again.replicas_deleted(back)
+    for path in (zknodes.delete_topic_path("doomed"), zknodes.assignment_path("doomed"),
+                 zknodes.topic_config_path("doomed")):
+        assert zk.exists(path) is None, path
+    assert "doomed" not in again.deleting
+
+
+def test_a_copy_moved_away_from_a_broker_that_is_down_is_deleted_when_it_returns(
+        cluster):  # noqa: F811
+    """The controller's class on ZooKeeper alone: a partition moved from [1, 2] to
+    [1, 3] while broker 2 is down finishes without it; broker 2 back is told to
+    delete its copy (STOP_REPLICA with delete), and once it has answered, never
+    again. A copy moved back to a broker before it returns is not deleted."""
+    from hostbroker.cluster import paths
+    from hostbroker.cluster.controller import STOP_REPLICA, Controller
+
+    _, zk = cluster
+    _register(zk, 1, 3)
+    zk.create(zknodes.assignment_path("m"), zknodes.encode_assignment({0: [1, 2], 1: [1, 2]}),
+              makepath=True)
+    zk.create(zknodes.state_path("m", 0),
+              b'{"version":1,"leader":1,"leader_epoch":0,"isr":[1],"controller_epoch":0}',
+              makepath=True)
+    zk.create(zknodes.state_path("m", 1),
+              b'{"version":1,"leader":1,"leader_epoch":0,"isr":[1],"controller_epoch":0}',
+              makepath=True)
+    told = []
+    c = Controller(zk, 1, told.append)
+    assert c.try_elect()
+    c.rebuild()
+
+    def moved(p: int, target: list[int]) -> None:
+        zk.create(zknodes.REASSIGN_PARTITIONS,
+                  zknodes.encode_reassignment({("m", p): target}), makepath=True)
+        assert c.reassign() == []  # the new replicas told to follow
+        data, stat = zk.get(zknodes.state_path("m", p))  # they caught up (leader's commit)
+        zk.set(zknodes.state_path("m", p), data.replace(b'"isr":[1]', b'"isr":[1,3]'),
+               version=stat.version)
+        assert c.reassign() == [("m", p)]
+
+    moved(0, [1, 3])
+    moved(1, [1, 3])
+    assert not [n for n in told if n.kind == STOP_REPLICA]  # broker 2 is down
+    # partition 1 goes back to broker 2 before it returns: that copy is wanted again
+    zk.create(zknodes.REASSIGN_PARTITIONS,
+              zknodes.encode_reassignment({("m", 1): [1, 2]}), makepath=True)
+    assert c.reassign() == []
+    told.clear()
+    _register(zk, 2)
+    c.brokers_changed()
+    stops = [n for n in told if n.kind == STOP_REPLICA]
+    assert [(n.broker_id, n.stop, n.delete) for n in stops] == [(2, [("m", 0)], True)]
+    c.replicas_deleted(stops[0])
+    told.clear()
+    zk.delete(paths.broker_path(2))
+    c.brokers_changed()
+    _register(zk, 2)
+    c.brokers_changed()
+    assert not [n for n in told if n.kind == STOP_REPLICA]

@@ -41,6 +41,14 @@ def test_the_last_isr_member_back_leads_again():
     assert after_return([1, 2], state(-1, 3, [1]), live={2}) is None
 
 
+def test_unclean_a_replica_out_of_sync_back_leads_alone():
+    new = after_return([1, 2], state(-1, 3, [1]), live={2}, unclean=True)
+    assert (new.leader, new.leader_epoch, new.isr) == (2, 4, [2])
+    # an ISR member live still comes first
+    new = after_return([2, 1], state(-1, 3, [1]), live={1, 2}, unclean=True)
+    assert (new.leader, new.leader_epoch, new.isr) == (1, 4, [1])
+
+
 def test_preferred_election_needs_the_first_replica_live_and_in_sync():
     new = preferred([1, 2, 3], state(2, 5, [2, 1]), live={1, 2, 3})
     assert (new.leader, new.leader_epoch, new.isr) == (1, 6, [2, 1])

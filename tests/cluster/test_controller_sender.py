@@ -113,3 +113,62 @@ def test_a_request_refused_otherwise_is_not_sent_again(tmp_path):
     requests, sent, stale = run(tmp_path / "again", [ErrorCode.STALE_CONTROLLER_EPOCH], 1,
                                 "only")
     assert len(requests) == 1 and stale == [1]
+
+
+class _Deleting(threading.Thread):
+    """A broker answering every STOP_REPLICA with partition 1 of each topic failed
+    (STORAGE_ERROR: its disk refused the delete), the others deleted."""
+
+    def __init__(self, path: str):
+        super().__init__(daemon=True)
+        self.server = socket.socket(socket.AF_UNIX)
+        self.server.bind(path)
+        self.server.listen(4)
+        self.server.settimeout(0.2)
+        self.halt = threading.Event()
+        self.start()
+
+    def run(self) -> None:
+        while not self.halt.is_set():
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.settimeout(5)
+                try:
+                    while not self.halt.is_set():
+                        head = conn.recv(4, socket.MSG_WAITALL)
+                        if len(head) < 4:
+                            break
+                        frame = conn.recv(struct.unpack(">i", head)[0], socket.MSG_WAITALL)
+                        header, request = rproto.decode_request(frame)
+                        conn.sendall(rproto.encode_response(header.correlation_id,
+                                                            rproto.StopReplicaResponse(0, tuple(
+                            rproto.PartitionError(p.topic, p.partition, ErrorCode.STORAGE_ERROR
+                                                  if p.partition == 1 else ErrorCode.NONE)
+                            for p in request.partitions))))
+                except OSError:
+                    pass
+
+
+def test_a_delete_that_failed_on_the_brokers_disk_is_not_counted_done(tmp_path):
+    from hostbroker.cluster.controller import STOP_REPLICA
+
+    path = str(tmp_path / "b.sock")
+    broker = _Deleting(path)
+    deleted = []
+    sender = BrokerSender(paths.BrokerInfo(7, None, None, path), 1, 5.0, lambda: None,
+                          lambda broker_id: None, lambda: None, deleted.append).start()
+    try:
+        sender.put(Notice(STOP_REPLICA, 7, 3, stop=[("t", 0), ("t", 1), ("t", 2)],
+                          delete=True))
+        wait_until(lambda: deleted)
+        (done,) = deleted
+        assert done.stop == [("t", 0), ("t", 2)] and done.broker_id == 7 and done.delete
+    finally:
+        sender.stop()
+        sender.thread.join(5)
+        broker.halt.set()
+        broker.join(5)
+        broker.server.close()

@@ -83,11 +83,11 @@ def test_hostile_replication_nodes_are_left_out_and_the_controller_goes_on(zk):
     zk.create(zknodes.PREFERRED_REPLICA_ELECTION, b'{"version":1,"partitions":"all"}',
               makepath=True)
     zk.create(zknodes.REASSIGN_PARTITIONS, zknodes.encode_reassignment(
-        {("good", 0): [1, 2, 3], ("nope", 0): [1, 2]}), makepath=True)
+        {("good", 5): [1, 2], ("nope", 0): [1, 2]}), makepath=True)
     zk.create(f"{zknodes.CONTROLLED_SHUTDOWN}/abc", b"", makepath=True)
     zk.create(f"{zknodes.DELETE_TOPICS}/not-a-topic", b"", makepath=True)
     assert controller.preferred_election() == []
-    assert controller.reassign() == [("good", 0), ("nope", 0)]
+    assert controller.reassign() == [("good", 5), ("nope", 0)]
     assert controller.controlled_shutdown() == []
     controller.delete_topics()
     for path in (zknodes.PREFERRED_REPLICA_ELECTION, zknodes.REASSIGN_PARTITIONS,

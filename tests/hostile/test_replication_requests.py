@@ -73,7 +73,8 @@ def test_a_stale_controller_epoch_changes_nothing(session):
                 rproto.LeaderAndIsrResponse)
     assert stale.error_code == ErrorCode.STALE_CONTROLLER_EPOCH
     assert [(p.topic, p.error_code) for p in stale.partitions] == [
-        (topic, ErrorCode.STALE_CONTROLLER_EPOCH)]
+        (topic, ErrorCode.STALE_CONTROLLER_EPOCH), ("", ErrorCode.STALE_CONTROLLER_EPOCH)]
+    assert stale.partitions[-1].partition == epoch  # the highest epoch it has seen
     stopped = ask(session, rproto.StopReplicaRequest(99, epoch - 1, 1, (
         rproto.StopReplicaPartition(topic, 0),)), rproto.StopReplicaResponse)
     assert stopped.error_code == ErrorCode.STALE_CONTROLLER_EPOCH

@@ -3,7 +3,10 @@ partition moved with ``hostbroker reassign execute`` from two brokers to one of
 them and the third, a producer with acks=-1 going on all along. The move
 finishes (the admin node goes, the assignment and state name the new replicas,
 the old replica's directory is removed), nothing acknowledged is lost, and the
-new replicas hold the same bytes below the high watermark.
+new replicas hold the same bytes below the high watermark. Then, the producer
+still going, the replication factor grows from 2 to 3 by another
+reassignment: the third replica starts from nothing, catches up and joins the
+ISR, and all three hold the same bytes.
 
 Auto-create is off on these brokers: a produce that reaches the old leader
 after its copy is deleted would otherwise make a plain topic of the same name
@@ -86,6 +89,37 @@ def test_a_partition_moves_under_acks_all_and_the_move_finishes(make_broker, zoo
     poll(lambda: len(state(zk, TOPIC, 0)["isr"]) == 2, what="both new replicas in sync")
     poll(lambda: segment_bytes(cluster[newcomer], TOPIC, 0)
          == segment_bytes(cluster[kept], TOPIC, 0), what="equal replicas")
+
+    # the replication factor grows to 3 while the producer goes on: the broker whose
+    # copy was deleted above starts again from nothing and joins the ISR
+    grown = target + [gone]
+    feeder = Feeder(cluster, TOPIC, 1)
+    try:
+        poll(lambda: len(feeder.acked) >= 100, what="100 acknowledged before the growth")
+        plan.write_text(json.dumps({"version": 1, "partitions": [
+            {"topic": TOPIC, "partition": 0, "replicas": grown}]}))
+        done = hostbroker("reassign", "execute", "--zookeeper", zookeeper.connect,
+                          "--reassignment-json-file", plan)
+        assert done.returncode == 0, done.stderr.decode()
+        poll(lambda: zk.exists("/admin/reassign_partitions") is None, timeout=60,
+             what="the growth to finish")
+        count = len(feeder.acked)
+        poll(lambda: len(feeder.acked) >= count + 100, timeout=10,
+             what="100 acknowledged after the growth")
+    finally:
+        feeder.stop()
+    assert assignment(zk, TOPIC)[0] == grown
+    s = state(zk, TOPIC, 0)
+    assert s["leader"] in target and sorted(s["isr"]) == sorted(grown)
+    wire = Wire(cluster[s["leader"]].unix_path)
+    try:
+        read = dict(fetch_all(wire, TOPIC, 0))
+    finally:
+        wire.close()
+    lost = [(off, v) for _, off, v in feeder.acked if read.get(off) != v]
+    assert not lost, f"{len(lost)} of {len(feeder.acked)} acknowledged messages lost"
+    poll(lambda: segment_bytes(cluster[gone], TOPIC, 0)
+         == segment_bytes(cluster[s["leader"]], TOPIC, 0), what="the third replica equal")
 
 
 def test_a_broker_without_a_replica_does_not_make_a_plain_topic_of_a_replicated_one(
