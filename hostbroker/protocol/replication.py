@@ -65,6 +65,7 @@ __all__ = [
     "NO_EPOCH",
     "NO_LEADER",
     "CONSUMER_REPLICA_ID",
+    "DEBUG_REPLICA_ID",
     "REPLICATION_REQUEST_TYPES",
     "REPLICATION_RESPONSE_TYPES",
     "FetchPartitionV1",
@@ -107,6 +108,9 @@ FETCH_V1 = 1
 MAX_REPLICAS = 8
 # replica_id of a FETCH v1 or OFFSET_FOR_LEADER_EPOCH from a consumer, not a broker.
 CONSUMER_REPLICA_ID = -1
+# replica_id of a FETCH v1 from a debugging consumer: any replica of a partition serves
+# it from its own log, below its own view of the high watermark (replicas verify).
+DEBUG_REPLICA_ID = -2
 # A leader of -1: the partition has none (offline). An epoch of -1: not known / not checked.
 NO_LEADER = -1
 NO_EPOCH = -1
@@ -178,9 +182,12 @@ def _check_replica_set(topic: str, partition: int, replicas: tuple[int, ...],
         _refuse(f"leader {leader} of {where} is not among its replicas")
 
 
-def _check_replica_id(value: int) -> None:
+def _check_replica_id(value: int, debug: bool = False) -> None:
+    if debug and value == DEBUG_REPLICA_ID:
+        return
     if not CONSUMER_REPLICA_ID <= value <= MAX_BROKER_ID:
-        _refuse(f"replica id {value} is neither a broker id nor -1 (a consumer)")
+        _refuse(f"replica id {value} is neither a broker id nor -1 (a consumer)"
+                + (" nor -2 (a debugging consumer)" if debug else ""))
 
 
 # METADATA (3) version 1
@@ -260,7 +267,8 @@ class FetchPartitionV1:
 @wire_struct
 @dataclass(frozen=True, slots=True)
 class FetchRequestV1:
-    """``replica_id`` -1: a consumer (reads below the high watermark); a broker
+    """``replica_id`` -1: a consumer (reads below the high watermark); -2: a
+    debugging consumer (any replica, below its own high watermark); a broker
     id: a follower (reads below the log end, within one leader epoch)."""
 
     API_KEY: ClassVar[int] = ApiKey.FETCH
@@ -271,7 +279,7 @@ class FetchRequestV1:
     partitions: Array[FetchPartitionV1]
 
     def check(self) -> None:
-        _check_replica_id(self.replica_id)
+        _check_replica_id(self.replica_id, debug=True)
         seen: set = set()
         for p in self.partitions:
             _check_partition(p.topic, p.partition, seen, "a fetch")
@@ -280,7 +288,7 @@ class FetchRequestV1:
 
     @property
     def from_follower(self) -> bool:
-        return self.replica_id != CONSUMER_REPLICA_ID
+        return self.replica_id >= 0
 
 
 @wire_struct
