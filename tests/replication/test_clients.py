@@ -233,3 +233,51 @@ def test_async_producer_acks_all_across_a_leader_killed_loses_nothing(cluster, z
     logs = read_all(cluster, topic, 2)
     found = [v for log in logs.values() for v in log.values()]
     assert set(values) <= set(found)
+
+
+def test_console_and_perf_consume_read_a_replicated_topic_through_zookeeper(
+        cluster, zookeeper, zk):
+    """``consume --zookeeper --partition P [--offset O]`` reads P from its leader (and
+    from the new one after the leader is SIGKILLed); ``perf consume --zookeeper``
+    reads every global partition from its leader."""
+    import json
+
+    topic = "tools"
+    create(zookeeper, topic, 2, 2)
+    poll(lambda: settled(zk, topic, 2, 2), what="leaders and full ISRs")
+    with Producer(zookeeper_connect=zookeeper.connect, request_required_acks=-1,
+                  **FAST) as producer:
+        for i in range(40):
+            producer.send(topic, b"v%02d" % i, partition=i % 2)
+    expected = read_all(cluster, topic, 2)
+    assert [len(expected[p]) for p in (0, 1)] == [20, 20]
+
+    def consume(partition, *more):
+        done = hostbroker("consume", "--zookeeper", zookeeper.connect, "--topic", topic,
+                          "--partition", str(partition), *more, "--timeout-ms", "3000")
+        assert done.returncode == 0, done.stderr.decode()
+        return done.stdout.split()
+
+    for p in (0, 1):
+        assert consume(p, "--from-beginning") == list(expected[p].values())
+    offsets = sorted(expected[1])
+    assert consume(1, "--offset", str(offsets[5])) == [expected[1][o] for o in offsets[5:]]
+    missing = hostbroker("consume", "--zookeeper", zookeeper.connect, "--topic", topic,
+                         "--partition", "2", "--timeout-ms", "1000")
+    assert missing.returncode == 1
+    assert missing.stderr.decode().strip().endswith(f"topic {topic} has no partition 2")
+
+    consumed = hostbroker("perf", "consume", "--zookeeper", zookeeper.connect, "--topic",
+                          topic, "--messages", "40", "--processes", "2", "--json", timeout=120)
+    assert consumed.returncode == 0, consumed.stderr.decode()
+    report = json.loads(consumed.stdout)
+    assert (report["messages"], report["payload_bytes"]) == (40, 40 * 3)
+
+    # partition 1's leader SIGKILLed: the other replica leads, and is read
+    leader = state(zk, topic, 1)["leader"]
+    kill_hard(cluster[leader])
+    cluster[leader].kill_tree()
+    del cluster[leader]
+    poll(lambda: state(zk, topic, 1)["leader"] not in (leader, -1),
+         timeout=BROKER_SESSION_MS / 1000 + 20, what="a new leader of partition 1")
+    assert consume(1, "--from-beginning") == list(expected[1].values())
