@@ -301,3 +301,75 @@ def test_a_checkpoint_or_load_of_the_other_mode_is_refused(tmp_path):
                        "be resumed with --zookeeper") as caught:
         check_output(str(tmp_path / "out"), None, cluster=True)
     assert caught.value.status == 2
+
+
+def replicated_rows(cluster, topic, partitions):
+    """Every message of a replicated ``topic`` below the high watermark, read from each
+    partition's leader, as rows of the cluster schema (broker -1)."""
+    rows = []
+    uris = [b.unix for b in cluster.brokers.values()]
+    with SimpleConsumer(uris, refresh_leader_backoff_ms=100) as consumer:
+        for p in range(partitions):
+            rows += [(topic, -1, p, o, n, v) for o, n, v in
+                     consumer.messages(topic, p, 0, stop_at_end=True)]
+    return sorted(rows)
+
+
+def test_a_replicated_topic_written_read_and_loaded_through_zookeeper(spark, cluster,
+                                                                      tmp_path):
+    """Its global partitions, each from its leader (broker -1), also after the leader of
+    one moved away (its broker stopped, then back)."""
+    topic = "rep"
+    created = subprocess.run([sys.executable, "-m", "hostbroker", "topics", "create",
+                              "--zookeeper", cluster.connect, "--topic", topic,
+                              "--partitions", "2", "--replication-factor", "2"],
+                             env=ENV, capture_output=True, text=True, timeout=60)
+    assert created.returncode == 0, created.stderr
+
+    def state(p):
+        return json.loads(cluster.zk.get(f"/brokers/topics/{topic}/partitions/{p}/state")[0])
+
+    def settled():
+        from kazoo.exceptions import NoNodeError
+
+        try:
+            return all(state(p)["leader"] >= 0 and len(state(p)["isr"]) == 2 for p in (0, 1))
+        except NoNodeError:  # the controller has not written it yet
+            return False
+
+    wait_until(settled, 30)
+    rows = [(f"k{i % 7}", f"value {i}") for i in range(60)]
+    df = spark.createDataFrame(rows, "key string, value string").repartition(2)
+    (df.write.format("hostbroker").mode("append").option("zookeeper.connect", cluster.connect)
+     .option("topic", topic).option("acks", "-1").save())
+    want = replicated_rows(cluster, topic, 2)
+    assert sorted(r[5] for r in want) == sorted(v.encode() for _, v in rows)
+    assert {r[2] for r in want} == {0, 1}
+
+    got = read(spark, cluster, subscribe=topic)
+    assert got.rdd.getNumPartitions() == 2  # one Spark partition per global partition
+    assert rows_of(got) == want
+    on_1 = [r for r in want if r[2] == 1]
+    start = on_1[3][3]
+    ranged = read(spark, cluster, assign=json.dumps({topic: ["-1-1"]}),
+                  startingOffsets=json.dumps({topic: {"-1-1": start}}))
+    assert rows_of(ranged) == on_1[3:]
+
+    out = tmp_path / "out"
+    loaded_run = subprocess.run([sys.executable, "-m", "hostbroker", "load", "--zookeeper",
+                                 cluster.connect, "--topics", topic, "--to", str(out),
+                                 "--master", "local[2]", "--quiet"], env=ENV, text=True,
+                                capture_output=True, stdin=subprocess.DEVNULL,
+                                timeout=RUN_TIMEOUT)
+    assert summary(loaded_run)["messages"] == 60 and summary(loaded_run)["partitions"] == 2
+    assert loaded(spark, out) == want
+
+    # the leader of partition 0 stops (it hands its leaderships over): read from the other
+    leader = state(0)["leader"]
+    cluster.remove(leader)
+    try:
+        wait_until(lambda: state(0)["leader"] not in (leader, -1), 30)
+        wait_until(lambda: replicated_rows(cluster, topic, 2) == want, 30)
+        assert rows_of(read(spark, cluster, subscribe=topic)) == want
+    finally:
+        cluster.add(leader)
