@@ -9,7 +9,10 @@ real ZooKeeper, the topic made with ``topics create --replication-factor``.
   once its retries are spent, while acks=1 goes on;
 - a SimpleConsumer bootstrapped on a broker that is not the leader reads from the
   leader; console produce and consume work on the topic, through a broker list
-  and through ZooKeeper.
+  and through ZooKeeper;
+- through ZooKeeper, ``consume --partition [--offset]`` and ``perf consume`` read
+  the topic's partitions from their leaders, and ``mirror --to-zookeeper`` copies
+  into a replicated topic partition for partition.
 """
 
 from __future__ import annotations
@@ -235,11 +238,13 @@ def test_async_producer_acks_all_across_a_leader_killed_loses_nothing(cluster, z
     assert set(values) <= set(found)
 
 
-def test_console_and_perf_consume_read_a_replicated_topic_through_zookeeper(
-        cluster, zookeeper, zk):
-    """``consume --zookeeper --partition P [--offset O]`` reads P from its leader (and
-    from the new one after the leader is SIGKILLed); ``perf consume --zookeeper``
-    reads every global partition from its leader."""
+def test_tools_on_a_replicated_topic_through_zookeeper(cluster, zookeeper, zk, make_broker,
+                                                       tmp_path):
+    """``consume --zookeeper --partition P [--offset O]`` reads P from its leader
+    (given every live replica, as a SimpleConsumer that follows leaders); ``perf
+    consume --zookeeper`` reads every global partition from its leader; ``mirror
+    --to-zookeeper`` copies a standalone broker's topic into a replicated one
+    partition for partition."""
     import json
 
     topic = "tools"
@@ -254,14 +259,16 @@ def test_console_and_perf_consume_read_a_replicated_topic_through_zookeeper(
 
     def consume(partition, *more):
         done = hostbroker("consume", "--zookeeper", zookeeper.connect, "--topic", topic,
-                          "--partition", str(partition), *more, "--timeout-ms", "3000")
+                          "--partition", str(partition), *more, "--timeout-ms", "10000")
         assert done.returncode == 0, done.stderr.decode()
         return done.stdout.split()
 
     for p in (0, 1):
-        assert consume(p, "--from-beginning") == list(expected[p].values())
+        assert consume(p, "--from-beginning", "--max-messages", "20") == list(
+            expected[p].values())
     offsets = sorted(expected[1])
-    assert consume(1, "--offset", str(offsets[5])) == [expected[1][o] for o in offsets[5:]]
+    assert consume(1, "--offset", str(offsets[5]), "--max-messages", "15") == [
+        expected[1][o] for o in offsets[5:]]
     missing = hostbroker("consume", "--zookeeper", zookeeper.connect, "--topic", topic,
                          "--partition", "2", "--timeout-ms", "1000")
     assert missing.returncode == 1
@@ -273,11 +280,20 @@ def test_console_and_perf_consume_read_a_replicated_topic_through_zookeeper(
     report = json.loads(consumed.stdout)
     assert (report["messages"], report["payload_bytes"]) == (40, 40 * 3)
 
-    # partition 1's leader SIGKILLed: the other replica leads, and is read
-    leader = state(zk, topic, 1)["leader"]
-    kill_hard(cluster[leader])
-    cluster[leader].kill_tree()
-    del cluster[leader]
-    poll(lambda: state(zk, topic, 1)["leader"] not in (leader, -1),
-         timeout=BROKER_SESSION_MS / 1000 + 20, what="a new leader of partition 1")
-    assert consume(1, "--from-beginning") == list(expected[1].values())
+    # mirror from a standalone broker into a replicated topic of the same name
+    root = tmp_path / "source"
+    root.mkdir()
+    source = make_broker(root=root)
+    with source.client() as client:
+        client.create_topic("into", 2)
+    create(zookeeper, "into", 2, 2)
+    poll(lambda: settled(zk, "into", 2, 2), what="leaders and full ISRs of into")
+    sent = {p: [b"s%d-%02d" % (p, i) for i in range(10)] for p in (0, 1)}
+    with Producer(source.unix) as producer:
+        for p, values in sent.items():
+            producer.send_many("into", values, partition=p)
+    done = hostbroker("mirror", "--from", source.unix, "--to-zookeeper", zookeeper.connect,
+                      "--topics", "into", "--max-messages", "20", "--timeout-ms", "15000")
+    assert done.returncode == 0, done.stderr.decode()
+    poll(lambda: {p: list(v.values()) for p, v in read_all(cluster, "into", 2).items()}
+         == sent, timeout=10, what="every message mirrored, in its partition")
