@@ -62,12 +62,18 @@ class ReplicatedPlanner(Planner):
 
     def __init__(self, opts: ReadOptions):
         super().__init__(opts, broker=paths.REPLICATED)
+        self.away: set[Key] = set()  # partitions whose leader did not answer at the last look
 
     def partitions(self, *, must_exist: bool) -> dict[Key, PartitionState]:
+        """A stream's partitions whose leader does not answer (a failover under way)
+        are left out and kept in :attr:`away`; a batch read fails on them."""
         opts = self.opts
         found: dict[Key, PartitionState] = {}
         present: set = set()
-        self._replicated_partitions(opts.subscribe, present, found)
+        away: set = set()
+        self._replicated_partitions(opts.subscribe, present, found,
+                                    None if must_exist else away)
+        self.away = {key_of(t, p, paths.REPLICATED) for t, p in away}
         if must_exist:
             for topic in opts.subscribe:
                 if topic not in present:
@@ -110,6 +116,7 @@ class ClusterPlanner:
         self._uris: dict[int, tuple[str, ...]] = {}  # every broker seen, at its latest URIs
         self._live_uris: tuple[str, ...] = ()  # every live broker's, for replicated topics
         self._away: set[int] = set()  # brokers of the last snapshot that did not answer
+        self._leaders_away = False  # no live broker named the replicated topics' leaders
 
     def close(self) -> None:
         for planner in self._planners.values():
@@ -254,6 +261,7 @@ class ClusterPlanner:
     def _replicated(self, snapshot: Snapshot, found: dict, must_exist: bool) -> None:
         """Add the partitions of the replicated topics the read takes to ``found``."""
         opts = self.opts
+        self._leaders_away = False
         topics = sorted(t for t in snapshot.replicated if opts.wants(t))
         if not topics:
             return
@@ -266,6 +274,7 @@ class ClusterPlanner:
             if must_exist:
                 raise PlanningError(f"{what}: {exc}") from None
             log.warning("%s: %s; their partitions are read when they answer", what, exc)
+            self._leaders_away = True
             planner.close()
             self._planners.pop(paths.REPLICATED, None)
             return
@@ -296,10 +305,12 @@ class ClusterPlanner:
 
     def absent(self, key: Key) -> bool:
         """Whether ``key``'s broker left the cluster or did not answer at the last look
-        (a replicated partition's broker is whichever leads it: never)."""
+        (a replicated partition: whether its leader, or every live broker, did not)."""
         broker = key[1]
         if broker == paths.REPLICATED:
-            return self.snapshot is None
+            planner = self._planners.get(broker)
+            return self.snapshot is None or self._leaders_away or (
+                isinstance(planner, ReplicatedPlanner) and key in planner.away)
         return (self.snapshot is None or broker not in self.snapshot.brokers
                 or broker in self._away)
 

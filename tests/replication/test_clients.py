@@ -274,6 +274,21 @@ def test_tools_on_a_replicated_topic_through_zookeeper(cluster, zookeeper, zk, m
     assert missing.returncode == 1
     assert missing.stderr.decode().strip().endswith(f"topic {topic} has no partition 2")
 
+    # the Spark source with zookeeper.connect plans (on the driver, no Spark needed)
+    # the global partitions, keyed (topic, -1, p), from their leaders' log start and
+    # high watermark, each range carrying every live broker (its task finds the leader)
+    from hostbroker.spark.cluster import ClusterPlanner
+    from hostbroker.spark.options import read_options
+
+    with SimpleConsumer([b.unix for b in cluster.values()]) as consumer:
+        ends = {p: consumer.offsets_before(topic, p, -1)[0] for p in (0, 1)}
+    with ClusterPlanner(read_options({"zookeeper.connect": zookeeper.connect,
+                                      "subscribe": topic}, streaming=False)) as planner:
+        ranges = planner.plan()
+    assert sorted((r.topic, r.broker, r.partition, r.start, r.end) for r in ranges) == [
+        (topic, -1, p, 0, ends[p]) for p in (0, 1)]
+    assert all(len(r.uris) == 3 for r in ranges)
+
     consumed = hostbroker("perf", "consume", "--zookeeper", zookeeper.connect, "--topic",
                           topic, "--messages", "40", "--processes", "2", "--json", timeout=120)
     assert consumed.returncode == 0, consumed.stderr.decode()
