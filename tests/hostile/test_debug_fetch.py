@@ -18,10 +18,10 @@ from tests.hostile import fuzzlib
 from tests.integration.wire_helpers import RawSocket, new_topic
 
 # The session broker is shared by the package and keeps the highest controller epoch
-# it took: this module runs before test_replication_requests (epochs from 1000), so
-# it stays below them.
-_epochs = itertools.count(1)
+# it took; this module never raises it past what another module already sent (they
+# count up from their own starts), so it takes the highest one the broker holds.
 ME = 0  # the session broker's broker.id
+_MAX_PROBES = 100_000
 
 
 def ask(session, body, cls):
@@ -32,10 +32,21 @@ def ask(session, body, cls):
     return answer
 
 
+def current_epoch(session) -> int:
+    """The broker's controller epoch: the least one an empty LEADER_AND_ISR is not
+    refused with (a refused one changes nothing; the one taken equals it)."""
+    for epoch in itertools.islice(itertools.count(1), _MAX_PROBES):
+        answer = ask(session, rproto.LeaderAndIsrRequest(99, epoch, (), (), ()),
+                     rproto.LeaderAndIsrResponse)
+        if answer.error_code != ErrorCode.STALE_CONTROLLER_EPOCH:
+            return epoch
+    raise AssertionError(f"no controller epoch below {_MAX_PROBES} is taken")
+
+
 def become(session, topic: str, leader: int, epoch: int = 1) -> None:
     part = rproto.LeaderAndIsrPartition(topic, 0, leader, epoch, (ME, 99), 0, (ME, 99))
-    answer = ask(session, rproto.LeaderAndIsrRequest(99, next(_epochs), (part,), (), ()),
-                 rproto.LeaderAndIsrResponse)
+    answer = ask(session, rproto.LeaderAndIsrRequest(99, current_epoch(session), (part,), (),
+                                                     ()), rproto.LeaderAndIsrResponse)
     assert [p.error_code for p in answer.partitions] == [ErrorCode.NONE]
 
 
