@@ -43,10 +43,12 @@ through a group of its own, named ``hostbroker-console-`` and random hex,
 that commits nothing and whose nodes are removed when it stops: as
 standalone, nothing is kept. A replicated topic (its assignment in
 ZooKeeper) is read as without ZooKeeper, by a SimpleConsumer given the
-brokers that lead its partitions, following each leader as it moves;
-with ``--group`` its global partitions are dealt out by the group's range
-rebalance and each is read from its leader. ``--partition`` and ``--offset`` name one
-broker's partition and need ``--bootstrap``.
+brokers that lead its partitions and its other live replicas, following
+each leader as it moves (``--partition P`` and ``--offset``: its partition
+P only); with ``--group`` its global partitions are dealt out by the group's
+range rebalance and each is read from its leader. For a 0.7-style topic
+``--partition`` and ``--offset`` name one broker's partition and need
+``--bootstrap``.
 
 An entry that cannot be read (CRC mismatch, a compressed wrapper that does
 not decompress or inflates past ``fetch.message.max.bytes``) stops it with
