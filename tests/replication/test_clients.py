@@ -4,7 +4,8 @@ real ZooKeeper, the topic made with ``topics create --replication-factor``.
 - a Producer with acks=-1 (found through ZooKeeper, and through a broker list)
   keeps sending across a leader SIGKILLed; every message it was told was
   acknowledged is read back afterwards by a SimpleConsumer that follows leaders,
-  and by one that was walking the partition when its leader died;
+  and by one that was walking the partition when its leader died (and by
+  ``consume --zookeeper --partition 0`` running meanwhile);
 - min.insync.replicas: a Producer's acks=-1 message fails NOT_ENOUGH_REPLICAS
   once its retries are spent, while acks=1 goes on;
 - a SimpleConsumer bootstrapped on a broker that is not the leader reads from the
@@ -17,6 +18,8 @@ real ZooKeeper, the topic made with ``topics create --replication-factor``.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 
@@ -110,14 +113,23 @@ class Walker:
 
 @pytest.mark.parametrize("found_through", ["zookeeper", "brokers"])
 def test_producer_acks_all_across_a_leader_killed_loses_nothing(cluster, zookeeper, zk,
-                                                                found_through):
+                                                                found_through, tmp_path):
     topic = "clients"
     create(zookeeper, topic, 2, 3, "min.insync.replicas=2")
     poll(lambda: settled(zk, topic, 2, 3), what="leaders and full ISRs")
     options = dict(request_required_acks=-1, retry_backoff_ms=100,
                    message_send_max_retries=200, request_timeout_ms=5000)
+    console = None
+    printed = tmp_path / "console.out"
     if found_through == "zookeeper":
         producer = Producer(zookeeper_connect=zookeeper.connect, **FAST, **options)
+        # and the console consumer on partition 0 through ZooKeeper, from its leader
+        with printed.open("wb") as out:
+            console = subprocess.Popen(
+                [sys.executable, "-m", "hostbroker", "consume", "--zookeeper",
+                 zookeeper.connect, "--topic", topic, "--partition", "0", "--from-beginning",
+                 "--property", "refresh.leader.backoff.ms=100"],
+                stdout=out, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
     else:
         producer = Producer([b.unix for b in cluster.values()], **options)
     sender = Sender(producer, topic)
@@ -144,6 +156,19 @@ def test_producer_acks_all_across_a_leader_killed_loses_nothing(cluster, zookeep
     finally:
         walker.finish()
     assert not walker.error, walker.error
+    if console is not None:
+        # it went on at the new leader too: every acknowledged message, in log order
+        wanted = set(acked0.values())
+        try:
+            poll(lambda: console.poll() is None and wanted <= set(printed.read_bytes().split()),
+                 timeout=30, what="consume --zookeeper --partition 0 printing every "
+                 "acknowledged message of partition 0")
+        finally:
+            console.terminate()
+            _, err = console.communicate(timeout=20)
+        assert console.returncode == 0, err.decode()
+        assert [v for v in printed.read_bytes().split() if v in wanted] == [
+            acked0[o] for o in sorted(acked0)]
     cluster[old["leader"]].kill_tree()
     del cluster[old["leader"]]
     logs = read_all(cluster, topic, 2)
