@@ -229,9 +229,9 @@ def _add_replicas(sub) -> None:
     verify = actions.add_parser(
         "verify", help="compare every replica with its leader below the high watermark",
         description="For each partition of the replicated topics (or of the --topic ones), "
-                    "read the copies on this host's brokers and compare their bytes with the "
-                    "leader's below its high watermark. Status 1 if one differs or cannot "
-                    "be read.")
+                    "read every live replica's copy over the wire and compare its bytes with "
+                    "the leader's below the smallest of their high watermarks. Status 1 if "
+                    "one differs or cannot be read.")
     verify.add_argument("--zookeeper", metavar="HOST:PORT[,...][/CHROOT]", required=True)
     verify.add_argument("--topic", action="append", help="a topic (repeatable; default: all)")
     verify.set_defaults(func=_replicas_verify)

@@ -43,10 +43,12 @@ through a group of its own, named ``hostbroker-console-`` and random hex,
 that commits nothing and whose nodes are removed when it stops: as
 standalone, nothing is kept. A replicated topic (its assignment in
 ZooKeeper) is read as without ZooKeeper, by a SimpleConsumer given the
-brokers that lead its partitions, following each leader as it moves;
-with ``--group`` its global partitions are dealt out by the group's range
-rebalance and each is read from its leader. ``--partition`` and ``--offset`` name one
-broker's partition and need ``--bootstrap``.
+brokers that lead its partitions and its other live replicas, following
+each leader as it moves (``--partition P`` and ``--offset``: its partition
+P only); with ``--group`` its global partitions are dealt out by the group's
+range rebalance and each is read from its leader. For a 0.7-style topic
+``--partition`` and ``--offset`` name one broker's partition and need
+``--bootstrap``.
 
 An entry that cannot be read (CRC mismatch, a compressed wrapper that does
 not decompress or inflates past ``fetch.message.max.bytes``) stops it with
@@ -345,9 +347,6 @@ def consume(topic: str, *, from_beginning: bool = False, group: str | None = Non
     """Print ``topic``'s payloads until a stop condition (module docstring); 0 on a normal stop."""
     check_topic(topic)
     _check_consume_options(max_messages, timeout_ms, partition, offset, group, from_beginning)
-    if zookeeper is not None and (partition is not None or offset is not None):
-        raise usage_error("--partition and --offset name one broker's partition: give that "
-                          "broker with --bootstrap instead of --zookeeper")
     config = key_values("--property", properties)
     if skip_bad_messages:
         config["skip.bad.messages"] = True
@@ -362,7 +361,7 @@ def consume(topic: str, *, from_beginning: bool = False, group: str | None = Non
     try:
         if zookeeper is not None:
             return _consume_cluster(topic, group, from_beginning, timeout_ms, config, zookeeper,
-                                    output)
+                                    output, partition, offset)
         if group is not None:
             if not topic_exists(topic, bootstrap=bootstrap):
                 _say_waiting(topic)
@@ -393,7 +392,8 @@ def topic_exists(topic: str, *, bootstrap: str | None = None, zookeeper: str | N
 
 def replicated_leaders(topic: str, zookeeper: str, wait_ms: int = 6000) -> list[str]:
     """The URIs of the live brokers that lead a partition of ``topic`` when it is a
-    replicated topic (its assignment in ZooKeeper), else []."""
+    replicated topic (its assignment in ZooKeeper), then of its other live replicas
+    (a consumer given them finds each leader again after a failover), else []."""
     from hostbroker.client.leaders import ZooKeeperLeaders
     from hostbroker.cluster.discovery import read_snapshot
 
@@ -403,7 +403,8 @@ def replicated_leaders(topic: str, zookeeper: str, wait_ms: int = 6000) -> list[
             [topic])[topic]
     if found is None:
         return []
-    return list(dict.fromkeys(found.uris.values()))
+    others = [live[b].uris()[0] for p in found.partitions for b in p.replicas if b in live]
+    return list(dict.fromkeys([*found.uris.values(), *others]))
 
 
 def _say_waiting(topic: str) -> None:
@@ -505,8 +506,10 @@ def _check_entry_start(consumer, topic: str, partition: int, offset: int) -> Non
 
 
 def _consume_cluster(topic, group, from_beginning, timeout_ms, config, zookeeper,
-                     output: _Output) -> int:
-    """``consume --zookeeper``: in ``group``, or in a group of its own that keeps nothing."""
+                     output: _Output, partition: int | None = None,
+                     offset: int | None = None) -> int:
+    """``consume --zookeeper``: in ``group``, or in a group of its own that keeps nothing;
+    a replicated topic without a group (``partition``, ``offset``: of it only)."""
     import uuid
 
     from hostbroker.client.group import GROUP_SETTINGS
@@ -515,9 +518,13 @@ def _consume_cluster(topic, group, from_beginning, timeout_ms, config, zookeeper
     wait = resolve(GROUP_SETTINGS, config)["zookeeper.connection.timeout.ms"]
     if group is None:
         leaders = replicated_leaders(topic, zookeeper, wait)
-        if leaders:  # a replicated topic: every partition read from its leader
-            return _consume_partitions(topic, from_beginning, timeout_ms, None, None, config,
-                                       leaders, output)
+        if leaders:  # a replicated topic: every partition (or the one) read from its leader
+            return _consume_partitions(topic, from_beginning, timeout_ms, partition, offset,
+                                       config, leaders, output)
+        if partition is not None or offset is not None:
+            raise usage_error(f"--partition and --offset name one broker's partition of "
+                              f"topic {topic}, which is not replicated: give that broker "
+                              "with --bootstrap instead of --zookeeper")
     exists = topic_exists(topic, zookeeper=zookeeper, wait_ms=wait)
     if group is not None:
         if not exists:

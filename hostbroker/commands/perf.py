@@ -28,7 +28,9 @@ producers find the brokers and the topic's sorted ``(broker_id,
 partition)`` pairs in ZooKeeper and spread the messages over all of them;
 ``perf consume`` reads every pair of the topic's live brokers, the pairs
 dealt out over the processes (a process fetches each broker's pairs over a
-connection of its own, one broker after the other, every FETCH timed).
+connection of its own, one broker after the other, every FETCH timed). A
+replicated topic's global partitions are dealt out instead, each fetched
+from its leader (following it as it moves).
 
 Arguments are bounded (see ``LIMITS``); anything outside is refused with one
 line before a process starts. So is a ``perf produce --size`` whose message
@@ -412,11 +414,22 @@ def _pairs(topic: str, bootstrap: str, zookeeper: str | None,
 
         with SimpleConsumer(check_bootstrap(bootstrap), config) as consumer:
             return [(bootstrap, p) for p in topic_partitions(consumer, topic)]
+    from hostbroker.client.leaders import ZooKeeperLeaders
     from hostbroker.cluster.discovery import read_snapshot
     from hostbroker.commands.topics import broker_uri
 
     with zookeeper_session(check_zookeeper(zookeeper)) as client:
         snapshot = read_snapshot(client)
+        replicated = ZooKeeperLeaders(client, lambda: snapshot.brokers).read([topic])[topic]
+    if replicated is not None and snapshot.brokers:
+        # Its global partitions, each fetched from its leader: a process's consumer is
+        # given every live replica and follows each leader (LeaderRouting).
+        live = [broker_uri(snapshot.brokers[b]) for p in replicated.partitions
+                for b in p.replicas if b in snapshot.brokers]
+        if not live:
+            raise CommandError(f"no live replica of topic {topic} in ZooKeeper at {zookeeper}")
+        every = ",".join(dict.fromkeys(live))
+        return [(every, p.partition) for p in replicated.partitions]
     if not snapshot.brokers:
         raise CommandError(f"no live broker is registered in ZooKeeper at {zookeeper}")
     if not snapshot.partitions(topic):

@@ -1,14 +1,16 @@
 """``hostbroker replicas verify``: replicas compared byte for byte below the high watermark.
 
 Replicas are byte-identical (byte offsets), so a replica is right when its
-log's bytes below the leader's high watermark equal the leader's. For every
-partition of the replicated topics named (all without ``--topic``), each
-live replica broker is asked METADATA v1 of its own copy (log dir, log start,
-its view of the high watermark); the tool then reads the segment files of
-each copy on this host, from the latest log start of them all up to the
-leader's high watermark, and compares SHA-256 digests of that range. A copy
-whose log dir is not on this host (another host's broker) is reported
-``not on this host`` and not compared.
+log's bytes below the high watermark equal the leader's. For every partition
+of the replicated topics named (all without ``--topic``), each live replica
+broker is asked METADATA v1 of its own copy (log start, its view of the high
+watermark), then each copy is read over the wire, wherever its broker runs:
+FETCH v1 with replica id -2, the debugging consumer, which any replica
+serves from its own log below its own high watermark (docs/spec/protocol.md).
+The range compared is the same for every copy: from the latest log start of
+them all to the smallest of their high watermarks (a follower's view trails
+the leader's), read in chunks of at most ``_CHUNK`` bytes into a SHA-256
+digest each.
 
 Prints one line per partition: ``t-0: 3 replicas equal below 4096`` or what
 differs; status 1 when a copy differs or cannot be read.
@@ -17,7 +19,6 @@ differs; status 1 when a copy differs or cannot be read.
 from __future__ import annotations
 
 import hashlib
-import os
 import socket
 import struct
 import sys
@@ -25,70 +26,100 @@ from collections.abc import Iterable
 from typing import TextIO
 
 from hostbroker.commands import EXIT_BROKER, EXIT_OK
+from hostbroker.errors import ProtocolError
 
+# Bytes asked of a copy per FETCH; an answer past _MAX_ANSWER_BYTES is refused.
 _CHUNK = 1 << 20
 _MAX_ANSWER_BYTES = 64 << 20
+_CLIENT_ID = "hostbroker-replicas"
 
 
-def _metadata(info, topics: list[str], timeout: float = 10.0):
-    """METADATA v1 of ``topics`` from one broker (its Unix socket when on this host)."""
-    from hostbroker.commands.topics import broker_uri
-    from hostbroker.protocol import api
-    from hostbroker.protocol import replication as rp
+class _Wire:
+    """One connection to a registered broker (its Unix socket when on this host),
+    one request at a time."""
 
-    uri = broker_uri(info)
-    if uri.startswith("unix://"):
-        sock = socket.socket(socket.AF_UNIX)
-        address = uri[len("unix://"):]
-    else:
-        host, _, port = uri[len("tcp://"):].rpartition(":")
-        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
-        address = (host.strip("[]"), int(port))
-    with sock:
-        sock.settimeout(timeout)
-        sock.connect(address)
-        sock.sendall(rp.encode_request(rp.MetadataRequestV1(tuple(topics)), 1,
-                                       "hostbroker-replicas", 1))
-        head = sock.recv(4, socket.MSG_WAITALL)
+    def __init__(self, info, timeout: float = 10.0):
+        from hostbroker.commands.topics import broker_uri
+
+        uri = broker_uri(info)
+        if uri.startswith("unix://"):
+            self.sock = socket.socket(socket.AF_UNIX)
+            address = uri[len("unix://"):]
+        else:
+            host, _, port = uri[len("tcp://"):].rpartition(":")
+            self.sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+            address = (host.strip("[]"), int(port))
+        self.corr = 0
+        try:
+            self.sock.settimeout(timeout)
+            self.sock.connect(address)
+        except BaseException:
+            self.sock.close()
+            raise
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def ask(self, body, cls):
+        """``body``'s answer decoded as ``cls``; OSError for an error frame, a closed
+        connection or an answer out of bounds (ValueError: one that does not decode)."""
+        from hostbroker.protocol import api
+        from hostbroker.protocol import replication as rp
+
+        self.corr += 1
+        self.sock.sendall(rp.encode_request(body, self.corr, _CLIENT_ID))
+        head = self.sock.recv(4, socket.MSG_WAITALL)
         if len(head) != 4:
             raise OSError("connection closed by the broker")
         (size,) = struct.unpack(">i", head)
         if not 4 <= size <= _MAX_ANSWER_BYTES:
             raise OSError(f"answer of {size} bytes")
-        frame = sock.recv(size, socket.MSG_WAITALL)
+        frame = self.sock.recv(size, socket.MSG_WAITALL)
         if len(frame) != size:
             raise OSError("connection closed by the broker")
-    if api.is_error_frame(frame):
-        raise OSError(f"broker error {api.decode_error_frame(frame)[1]}")
-    return api.decode_response_as(rp.MetadataResponseV1, frame)[1]
+        if api.is_error_frame(frame):
+            raise OSError(f"broker error {api.decode_error_frame(frame)[1]}")
+        corr, answer = rp.decode_response(frame, cls)
+        if corr != self.corr:
+            raise OSError(f"answer to request {corr}, not {self.corr}")
+        return answer
 
 
-def _digest(directory: str, start: int, end: int) -> str:
-    """SHA-256 of a partition dir's log bytes ``[start, end)`` (segments named by their
-    base byte offset); OSError when they are not all there."""
-    from hostbroker.log.segments import parse_segment_filename
+def _code_name(code: int) -> str:
+    from hostbroker.errors import ErrorCode
 
-    bases = sorted(b for b in (parse_segment_filename(n) for n in os.listdir(directory))
-                   if b is not None)
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return f"error code {code}"
+
+
+def _digest(wire: _Wire, topic: str, partition: int, start: int, end: int) -> str:
+    """SHA-256 of the copy's log bytes ``[start, end)``, read with the debugging
+    consumer's FETCH; OSError naming what stopped it."""
+    from hostbroker.errors import ErrorCode
+    from hostbroker.protocol import replication as rp
+
     digest = hashlib.sha256()
     at = start
-    for i, base in enumerate(bases):
-        limit = bases[i + 1] if i + 1 < len(bases) else end
-        if limit <= at or base >= end:
-            continue
-        if base > at:
-            raise OSError(f"bytes {at} to {base} are missing")
-        path = os.path.join(directory, f"{base:020d}.kafka")
-        with open(path, "rb") as f:
-            f.seek(at - base)
-            while at < min(limit, end):
-                chunk = f.read(min(_CHUNK, min(limit, end) - at))
-                if not chunk:
-                    raise OSError(f"{path} ends at byte {at}")
-                digest.update(chunk)
-                at += len(chunk)
-    if at < end:
-        raise OSError(f"the log ends at byte {at}, below {end}")
+    while at < end:
+        asked = min(_CHUNK, end - at)
+        answer = wire.ask(rp.FetchRequestV1(rp.DEBUG_REPLICA_ID, 0, 0, (
+            rp.FetchPartitionV1(topic, partition, rp.NO_EPOCH, at, asked),)),
+            rp.FetchResponseV1)
+        if len(answer.partitions) != 1:
+            raise OSError(f"{len(answer.partitions)} partitions answered, not 1")
+        (got,) = answer.partitions
+        if (got.topic, got.partition) != (topic, partition):
+            raise OSError(f"answered for {got.topic[:80]!r} {got.partition}")
+        if got.error_code != ErrorCode.NONE:
+            raise OSError(f"{_code_name(got.error_code)} at byte {at}")
+        data = bytes(got.message_set)[:asked]
+        if not data:
+            raise OSError(f"its copy ends at byte {at} (high watermark "
+                          f"{got.high_watermark}), below {end}")
+        digest.update(data)
+        at += len(data)
     return digest.hexdigest()
 
 
@@ -97,8 +128,6 @@ def verify(topics: Iterable[str] = (), *, zookeeper: str, out: TextIO = sys.stdo
     """Compare the replicas of ``topics`` (every replicated topic when empty)."""
     from hostbroker.commands import replicated
     from hostbroker.commands.topics import live_brokers
-    from hostbroker.errors import ErrorCode
-    from hostbroker.log.segments import partition_dirname
 
     named = list(dict.fromkeys(topics))
     status = EXIT_OK
@@ -111,63 +140,94 @@ def verify(topics: Iterable[str] = (), *, zookeeper: str, out: TextIO = sys.stdo
             print(f"hostbroker replicas verify: no replicated topic {topic}", file=err)
             status = EXIT_BROKER
     brokers = {b.broker_id: b for b in live_brokers(zookeeper)}
-    copies: dict[tuple[str, int, int], tuple] = {}  # (topic, p, broker) -> metadata partition
+    wires: dict[int, _Wire] = {}
+    try:
+        copies, answered = _ask_copies(brokers, views, wires, err)
+        if answered < len([b for b in brokers
+                           if any(b in v.replicas for vs in views.values() for v in vs)]):
+            status = EXIT_BROKER
+        for topic, parts in sorted(views.items()):
+            for view in parts:
+                if not _compare(topic, view, copies, wires, out):
+                    status = EXIT_BROKER
+    finally:
+        for wire in wires.values():
+            wire.close()
+    return status
+
+
+def _ask_copies(brokers, views, wires: dict, err: TextIO) -> tuple[dict, int]:
+    """``({(topic, partition, broker): METADATA v1 partition of its copy}, brokers
+    that answered)``; ``wires`` gets a connection to each of them."""
+    from hostbroker.errors import ErrorCode
+    from hostbroker.protocol import replication as rp
+
+    copies: dict[tuple[str, int, int], object] = {}
+    answered = 0
     for broker_id, info in sorted(brokers.items()):
         wanted = [t for t, vs in views.items() if any(broker_id in v.replicas for v in vs)]
         if not wanted:
             continue
         try:
-            answer = _metadata(info, wanted)
-        except (OSError, ValueError) as exc:
+            wire = _Wire(info)
+        except (OSError, ValueError, ProtocolError) as exc:
             print(f"hostbroker replicas verify: broker {broker_id}: {exc}", file=err)
-            status = EXIT_BROKER
             continue
+        wires[broker_id] = wire
+        try:
+            answer = wire.ask(rp.MetadataRequestV1(tuple(wanted)), rp.MetadataResponseV1)
+        except (OSError, ValueError, ProtocolError) as exc:
+            print(f"hostbroker replicas verify: broker {broker_id}: {exc}", file=err)
+            wires.pop(broker_id).close()
+            continue
+        answered += 1
         for t in answer.topics:
             for p in t.partitions:
-                if p.error_code == ErrorCode.NONE:
+                if p.error_code == ErrorCode.NONE and 0 <= p.log_start_offset <= p.high_watermark:
                     copies[(t.topic, p.partition, broker_id)] = p
-    for topic, parts in sorted(views.items()):
-        for view in parts:
-            name = f"{topic}-{view.partition}"
-            leader = copies.get((topic, view.partition, view.leader))
-            if leader is None:
-                print(f"{name}: no answer from its leader ({view.leader}); not compared",
-                      file=out)
-                status = EXIT_BROKER
-                continue
-            held = {b: copies[(topic, view.partition, b)] for b in view.replicas
-                    if (topic, view.partition, b) in copies}
-            end = leader.high_watermark
-            start = max(c.log_start_offset for c in held.values())
-            digests, problems = {}, []
-            for b, c in sorted(held.items()):
-                directory = os.path.join(c.log_dir or "", partition_dirname(topic, view.partition))
-                if not os.path.isdir(directory):
-                    problems.append(f"broker {b}: not on this host")
-                    continue
-                try:
-                    digests[b] = _digest(directory, start, end)
-                except OSError as exc:
-                    problems.append(f"broker {b}: {exc}")
-                    status = EXIT_BROKER
-            missing = [b for b in view.replicas if b not in held]
-            problems += [f"broker {b}: no answer" for b in missing]
-            reference = digests.get(view.leader)
-            if reference is None and view.leader in held:
-                print(f"{name}: the leader's copy is not readable here; not compared ("
-                      + "; ".join(problems) + ")", file=out)
-                continue
-            differ = sorted(b for b, d in digests.items() if reference and d != reference)
-            if differ:
-                status = EXIT_BROKER
-                problems.insert(0, f"broker{'s' if len(differ) > 1 else ''} "
-                                   f"{', '.join(map(str, differ))} "
-                                   f"differ{'' if len(differ) > 1 else 's'} from the leader "
-                                   f"({view.leader})")
-                line = f"{name}: below {end}: " + "; ".join(problems)
-            else:
-                line = f"{name}: {len(digests)} replicas equal below {end}"
-                if problems:
-                    line += " (" + "; ".join(problems) + ")"
-            print(line, file=out)
-    return status
+    return copies, answered
+
+
+def _compare(topic: str, view, copies: dict, wires: dict, out: TextIO) -> bool:
+    """Print the partition's line; False when a copy differs or cannot be read."""
+    name = f"{topic}-{view.partition}"
+    leader = copies.get((topic, view.partition, view.leader))
+    if leader is None or view.leader not in wires:
+        print(f"{name}: no answer from its leader ({view.leader}); not compared", file=out)
+        return False
+    held = {b: copies[(topic, view.partition, b)] for b in view.replicas
+            if (topic, view.partition, b) in copies and b in wires}
+    start = max(c.log_start_offset for c in held.values())
+    end = min(c.high_watermark for c in held.values())
+    ok = True
+    digests, problems = {}, []
+    if end < start:
+        # retention on one copy passed another's high watermark: no common range
+        print(f"{name}: no range held by every copy (log starts up to {start}, "
+              f"high watermarks from {end}); not compared", file=out)
+        return True
+    for b in sorted(held):
+        try:
+            digests[b] = _digest(wires[b], topic, view.partition, start, end)
+        except (OSError, ValueError, ProtocolError) as exc:
+            problems.append(f"broker {b}: {exc}")
+            ok = False
+    problems += [f"broker {b}: no answer" for b in view.replicas if b not in held]
+    reference = digests.get(view.leader)
+    if reference is None:
+        print(f"{name}: the leader's copy could not be read; not compared ("
+              + "; ".join(problems) + ")", file=out)
+        return False
+    differ = sorted(b for b, d in digests.items() if d != reference)
+    if differ:
+        problems.insert(0, f"broker{'s' if len(differ) > 1 else ''} "
+                           f"{', '.join(map(str, differ))} "
+                           f"differ{'' if len(differ) > 1 else 's'} from the leader "
+                           f"({view.leader})")
+        print(f"{name}: below {end}: " + "; ".join(problems), file=out)
+        return False
+    line = f"{name}: {len(digests)} replicas equal below {end}"
+    if problems:
+        line += " (" + "; ".join(problems) + ")"
+    print(line, file=out)
+    return ok

@@ -20,6 +20,7 @@ from hostbroker.protocol.schema import INT32, WireType
 
 __all__ = [
     "CONSUMER_REPLICA_ID",
+    "DEBUG_REPLICA_ID",
     "MAX_BROKER_ID",
     "MAX_REPLICAS",
     "NO_EPOCH",
@@ -39,6 +40,9 @@ __all__ = [
 MAX_REPLICAS = 8
 # replica_id of a FETCH v1 or OFFSET_FOR_LEADER_EPOCH from a consumer, not a broker.
 CONSUMER_REPLICA_ID = -1
+# replica_id of a FETCH v1 from a debugging consumer: any replica of a partition serves
+# it from its own log, below its own view of the high watermark (replicas verify).
+DEBUG_REPLICA_ID = -2
 # A leader of -1: the partition has none (offline). An epoch of -1: not known / not checked.
 NO_LEADER = -1
 NO_EPOCH = -1
@@ -112,6 +116,10 @@ def check_replica_set(topic: str, partition: int, replicas: tuple[int, ...],
         refuse(f"leader {leader} of {where} is not among its replicas")
 
 
-def check_replica_id(value: int) -> None:
+def check_replica_id(value: int, debug: bool = False) -> None:
+    """A broker id or -1 (a consumer); with ``debug``, also -2 (a debugging consumer)."""
+    if debug and value == DEBUG_REPLICA_ID:
+        return
     if not CONSUMER_REPLICA_ID <= value <= MAX_BROKER_ID:
-        refuse(f"replica id {value} is neither a broker id nor -1 (a consumer)")
+        refuse(f"replica id {value} is neither a broker id nor -1 (a consumer)"
+               + (" nor -2 (a debugging consumer)" if debug else ""))

@@ -61,6 +61,7 @@ from hostbroker.protocol.controller_requests import (
 from hostbroker.protocol.primitives import Buffer
 from hostbroker.protocol.replica_fields import (
     CONSUMER_REPLICA_ID,
+    DEBUG_REPLICA_ID,
     MAX_REPLICAS,
     NO_EPOCH,
     NO_LEADER,
@@ -89,6 +90,7 @@ __all__ = [
     "NO_EPOCH",
     "NO_LEADER",
     "CONSUMER_REPLICA_ID",
+    "DEBUG_REPLICA_ID",
     "REPLICATION_REQUEST_TYPES",
     "REPLICATION_RESPONSE_TYPES",
     "FetchPartitionV1",
@@ -205,7 +207,8 @@ class FetchPartitionV1:
 @wire_struct
 @dataclass(frozen=True, slots=True)
 class FetchRequestV1:
-    """``replica_id`` -1: a consumer (reads below the high watermark); a broker
+    """``replica_id`` -1: a consumer (reads below the high watermark); -2: a
+    debugging consumer (any replica, below its own high watermark); a broker
     id: a follower (reads below the log end, within one leader epoch)."""
 
     API_KEY: ClassVar[int] = ApiKey.FETCH
@@ -216,7 +219,7 @@ class FetchRequestV1:
     partitions: Array[FetchPartitionV1]
 
     def check(self) -> None:
-        check_replica_id(self.replica_id)
+        check_replica_id(self.replica_id, debug=True)
         seen: set = set()
         for p in self.partitions:
             check_partition(p.topic, p.partition, seen, "a fetch")
@@ -225,7 +228,7 @@ class FetchRequestV1:
 
     @property
     def from_follower(self) -> bool:
-        return self.replica_id != CONSUMER_REPLICA_ID
+        return self.replica_id >= 0
 
 
 @wire_struct

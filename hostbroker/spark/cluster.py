@@ -11,6 +11,14 @@ read, through a :class:`Planner` of that broker (``broker=ID``), for its
 partitions' log starts and ends. Keys are ``(topic, broker, partition)``.
 Executors never talk to ZooKeeper: a :class:`Range` carries its broker's URIs.
 
+A replicated topic (``Snapshot.replicated``) has global partitions, each
+read from its leader: they are keyed ``(topic, -1, partition)``
+(``paths.REPLICATED``), planned by one :class:`ReplicatedPlanner` over
+every live broker (the consumer's leader map, METADATA version 1: each
+partition's log start and high watermark asked of its leader), and their
+ranges carry every live broker's URIs, so a task finds the leader, and
+follows it when it moves, as a read with a broker list does.
+
 A broker is reached at its TCP listener when it registered one (a Spark task
 may run on another host, where a Unix path would name some other broker, or
 none), else at its Unix socket. A broker that is registered but does not
@@ -31,7 +39,8 @@ from hostbroker.cluster import paths
 from hostbroker.cluster.discovery import Snapshot, read_snapshot
 from hostbroker.cluster.zk import ZooKeeperUnavailable, make_client
 from hostbroker.spark.options import ReadOptions
-from hostbroker.spark.planning import Key, PartitionState, Planner, PlanningError, Range, plan
+from hostbroker.spark.planning import (Key, PartitionState, Planner, PlanningError, Range,
+                                       key_of, plan)
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +54,36 @@ def broker_uris(info: paths.BrokerInfo) -> tuple[str, ...]:
     if info.host and info.port:
         return (f"tcp://{info.host}:{info.port}",)
     return tuple(info.uris())
+
+
+class ReplicatedPlanner(Planner):
+    """The replicated topics of a cluster read, over every live broker: their global
+    partitions as ``(topic, REPLICATED, partition)``, each asked of its leader."""
+
+    def __init__(self, opts: ReadOptions):
+        super().__init__(opts, broker=paths.REPLICATED)
+        self.away: set[Key] = set()  # partitions whose leader did not answer at the last look
+
+    def partitions(self, *, must_exist: bool) -> dict[Key, PartitionState]:
+        """A stream's partitions whose leader does not answer (a failover under way)
+        are left out and kept in :attr:`away`; a batch read fails on them."""
+        opts = self.opts
+        found: dict[Key, PartitionState] = {}
+        present: set = set()
+        away: set = set()
+        self._replicated_partitions(opts.subscribe, present, found,
+                                    None if must_exist else away)
+        self.away = {key_of(t, p, paths.REPLICATED) for t, p in away}
+        if must_exist:
+            for topic in opts.subscribe:
+                if topic not in present:
+                    raise PlanningError(f"replicated topic {topic}: no live broker of "
+                                        f"{self._brokers()} names its leaders")
+        out = {}
+        for state in found.values():
+            state = dataclasses.replace(state, broker=paths.REPLICATED)
+            out[state.key] = state
+        return dict(sorted(out.items()))
 
 
 def make_planner(opts: ReadOptions) -> Planner | ClusterPlanner:
@@ -75,7 +114,9 @@ class ClusterPlanner:
         self._client = None
         self._planners: dict[int, Planner] = {}
         self._uris: dict[int, tuple[str, ...]] = {}  # every broker seen, at its latest URIs
+        self._live_uris: tuple[str, ...] = ()  # every live broker's, for replicated topics
         self._away: set[int] = set()  # brokers of the last snapshot that did not answer
+        self._leaders_away = False  # no live broker named the replicated topics' leaders
 
     def close(self) -> None:
         for planner in self._planners.values():
@@ -116,11 +157,27 @@ class ClusterPlanner:
                 old = self._planners.pop(broker, None)
                 if old is not None:
                     old.close()
+        live = tuple(u for _, info in sorted(snapshot.brokers.items()) for u in broker_uris(info))
+        if live and live != self._live_uris:
+            self._live_uris = live
+            old = self._planners.pop(paths.REPLICATED, None)
+            if old is not None:
+                old.close()
         self.snapshot = snapshot
         return snapshot
 
     def _planner(self, broker: int) -> Planner:
         planner = self._planners.get(broker)
+        if planner is None and broker == paths.REPLICATED:
+            if not self._live_uris:
+                self._read()
+            if not self._live_uris:
+                raise PlanningError(f"no live broker is registered in ZooKeeper at "
+                                    f"{self.opts.zookeeper}")
+            sub = dataclasses.replace(self.opts, bootstrap=self._live_uris, zookeeper=None,
+                                      subscribe=(), pattern=None, assign=None,
+                                      **self._offsets_of(broker))
+            planner = self._planners[broker] = ReplicatedPlanner(sub)
         if planner is None:
             uris = self._uris.get(broker)
             if uris is None:
@@ -164,12 +221,12 @@ class ClusterPlanner:
             raise PlanningError(f"no live broker is registered in ZooKeeper at {opts.zookeeper}")
         where = f"in ZooKeeper at {opts.zookeeper}"
         for topic in (opts.subscribe or opts.assign or ()) if must_exist else ():
-            if not snapshot.partitions(topic):
+            if not snapshot.group_partitions(topic):
                 raise PlanningError(f"topic {topic} is not registered by a live broker {where}")
         for topic, parts in (opts.assign or {}).items():
             for broker, partition in parts:
                 # A stream keeps the pairs of a broker that left (it may come back).
-                if (broker, partition) not in snapshot.partitions(topic) and (
+                if (broker, partition) not in snapshot.group_partitions(topic) and (
                         must_exist or broker in snapshot.brokers):
                     raise PlanningError(f"partition {topic}/{broker}-{partition} is not "
                                         f"registered {where}")
@@ -198,7 +255,42 @@ class ClusterPlanner:
                         raise PlanningError(f"partition {topic}/{broker}-{partition} is "
                                             f"registered {where} but its broker does not "
                                             "have it")
+        self._replicated(snapshot, found, must_exist)
         return dict(sorted(found.items()))
+
+    def _replicated(self, snapshot: Snapshot, found: dict, must_exist: bool) -> None:
+        """Add the partitions of the replicated topics the read takes to ``found``."""
+        opts = self.opts
+        self._leaders_away = False
+        topics = sorted(t for t in snapshot.replicated if opts.wants(t))
+        if not topics:
+            return
+        planner = self._planner(paths.REPLICATED)
+        planner.opts = dataclasses.replace(planner.opts, subscribe=tuple(topics))
+        try:
+            states = planner.partitions(must_exist=must_exist)
+        except OSError as exc:
+            what = f"the leaders of {', '.join(topics)} did not answer"
+            if must_exist:
+                raise PlanningError(f"{what}: {exc}") from None
+            log.warning("%s: %s; their partitions are read when they answer", what, exc)
+            self._leaders_away = True
+            planner.close()
+            self._planners.pop(paths.REPLICATED, None)
+            return
+        for key, state in states.items():
+            wanted = None if opts.assign is None else opts.assign.get(key[0])
+            if wanted is None and opts.assign is not None:
+                continue
+            if wanted is not None and (key[1], key[2]) not in wanted:
+                continue
+            found[key] = state
+        if must_exist:
+            for topic, parts in (opts.assign or {}).items():
+                for broker, partition in parts:
+                    if broker == paths.REPLICATED and key_of(topic, partition, broker) not in found:
+                        raise PlanningError(f"partition {topic}/{broker}-{partition}: no "
+                                            f"leader of it answered")
 
     def _offsets_of(self, broker: int) -> dict[str, object]:
         """startingOffsets / endingOffsets of one broker's partitions, by partition number."""
@@ -212,8 +304,13 @@ class ClusterPlanner:
         return out
 
     def absent(self, key: Key) -> bool:
-        """Whether ``key``'s broker left the cluster or did not answer at the last look."""
+        """Whether ``key``'s broker left the cluster or did not answer at the last look
+        (a replicated partition: whether its leader, or every live broker, did not)."""
         broker = key[1]
+        if broker == paths.REPLICATED:
+            planner = self._planners.get(broker)
+            return self.snapshot is None or self._leaders_away or (
+                isinstance(planner, ReplicatedPlanner) and key in planner.away)
         return (self.snapshot is None or broker not in self.snapshot.brokers
                 or broker in self._away)
 

@@ -32,6 +32,7 @@ from typing import Any
 from hostbroker.client.consumer import CONSUMER_SETTINGS
 from hostbroker.client.producer_settings import PRODUCER_SETTINGS
 from hostbroker.client.settings import broker_uris, resolve
+from hostbroker.cluster.paths import REPLICATED
 from hostbroker.cluster.zk import parse_connect
 from hostbroker.errors import ConfigError
 from hostbroker.log.message import CODEC_NAMES
@@ -72,16 +73,26 @@ def _fail(name: str, problem: str) -> OptionError:
 Part = int | tuple[int, int]
 
 
+# The broker of a replicated topic's partitions in cluster mode: a replicated partition
+# is read from whichever broker leads it, named ``-1-P``.
+REPLICATED_BROKER = REPLICATED
+
+
 def part_name(part: Part) -> str:
-    """``"0"``, or ``"1-0"`` for broker 1's partition 0 (the seed's ZooKeeper naming)."""
+    """``"0"``, or ``"1-0"`` for broker 1's partition 0 (the seed's ZooKeeper naming),
+    ``"-1-0"`` for a replicated topic's partition 0."""
     return f"{part[0]}-{part[1]}" if isinstance(part, tuple) else str(part)
 
 
 def parse_part(text: str, cluster: bool) -> Part | None:
     """A partition name of an offsets JSON or checkpoint, or None when it is not one of
-    this mode (a number standalone, ``BROKER-PARTITION`` in cluster mode)."""
+    this mode (a number standalone, ``BROKER-PARTITION`` in cluster mode, where
+    ``-1-P`` is a replicated topic's partition P)."""
     text = str(text).strip()
     if cluster:
+        replicated = f"{REPLICATED_BROKER}-"
+        if text.startswith(replicated) and text[len(replicated):].isdigit():
+            return REPLICATED_BROKER, int(text[len(replicated):])
         broker, sep, partition = text.partition("-")
         if sep and broker.isdigit() and partition.isdigit():
             return int(broker), int(partition)

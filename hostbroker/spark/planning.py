@@ -181,11 +181,14 @@ class Planner:
                                     f"unreadable: {_code_name(state.error_code)}")
         return dict(sorted(found.items()))
 
-    def _replicated_partitions(self, names, present: set, found: dict) -> None:
+    def _replicated_partitions(self, names, present: set, found: dict,
+                               away: set | None = None) -> None:
         """Add the partitions of replicated topics that the broker answering METADATA
         holds no replica of (it names only its own): every global partition, its log
         start and end (the high watermark) asked of its leader. A topic no broker of
-        the list holds, or found only by a pattern, is not looked up."""
+        the list holds, or found only by a pattern, is not looked up. With ``away``
+        a partition whose leader does not answer (a failover under way) goes there
+        instead of failing the read."""
         opts = self.opts
         for topic in dict.fromkeys([*names, *sorted(present)]):
             if not opts.wants(topic):
@@ -202,8 +205,15 @@ class Planner:
                 p = leader.partition
                 if (wanted is not None and p not in wanted) or key_of(topic, p) in found:
                     continue
-                start = self._offsets(topic, p, EARLIEST_TIME, 1)
-                end = self._offsets(topic, p, LATEST_TIME, 1)
+                try:
+                    start = self._offsets(topic, p, EARLIEST_TIME, 1)
+                    end = self._offsets(topic, p, LATEST_TIME, 1)
+                except (PlanningError, OSError) as exc:
+                    if away is None:
+                        raise
+                    log.warning("%s: %s; read when its leader answers", _where(topic, p), exc)
+                    away.add(key_of(topic, p))
+                    continue
                 state = PartitionState(topic, p, start[0] if start else 0,
                                        end[0] if end else 0, ErrorCode.NONE, None)
                 found[state.key] = state

@@ -166,17 +166,19 @@ def fetch_part(view: TopicView, part, left: int) -> tuple[tuple, int | None, obj
     return (part.topic, part.partition, code, leo, piece), slot, s
 
 
-def consumer_end(s) -> tuple[int, int]:
+def consumer_end(s, any_replica: bool = False) -> tuple[int, int]:
     """``(error, end)`` of what a consumer may read of the partition slot
     ``s`` (ONLINE or CREATING): all of an unreplicated log, below the high
     watermark of a replicated partition this broker leads, and nothing
-    (NOT_LEADER_FOR_PARTITION, -1) of one it follows or has stopped. The
+    (NOT_LEADER_FOR_PARTITION, -1) of one it follows or has stopped. With
+    ``any_replica`` (a FETCH v1 of the debugging consumer, replica id -2) a
+    follower serves too, below its own view of the high watermark. The
     one place fetches (handlers, processors) and OFFSETS take it; METADATA
     gives every replica's ``readable_end``."""
     role = s.role
     if role == ptable.ROLE_PLAIN:
         return ErrorCode.NONE, s.end_offset
-    if role != ptable.ROLE_LEADER:
+    if role != ptable.ROLE_LEADER and not (any_replica and role == ptable.ROLE_FOLLOWER):
         return ErrorCode.NOT_LEADER_FOR_PARTITION, -1
     return ErrorCode.NONE, s.readable_end
 

@@ -22,8 +22,10 @@ place a handler serves what ``hostbroker.protocol.replication`` decodes
   ``leader-epoch-checkpoint`` (``log/epochs.py``) and the slot's log end;
   a leader's answer only.
 - FETCH v1: a consumer's (``replica_id`` -1) is a v0 fetch in v1's answer
-  (below the high watermark); a follower's reads up to the log end but never
-  past the end of the leader epoch that holds its offset, tells the leader's
+  (below the high watermark); a debugging consumer's (-2) the same, served by
+  a follower too, below its own view of the high watermark; a follower's
+  reads up to the log end but never past the end of the leader epoch that
+  holds its offset, tells the leader's
   writer where the follower is (OP_FOLLOWER_POS, which moves the ISR and
   the high watermark), and is parked like any long poll.
 - METADATA v1: leaders, epochs, replicas and ISR from the partition table,
@@ -80,7 +82,7 @@ class Replication:
         elif key == ApiKey.OFFSET_FOR_LEADER_EPOCH:
             self._reply(p, conn_id, seq, corr, self._offset_for_leader_epoch(request))
         elif key == ApiKey.FETCH:
-            if request.replica_id != rproto.CONSUMER_REPLICA_ID:
+            if request.from_follower:
                 self._report_positions(request)
             self._fetch(p, conn_id, seq, corr, request)  # (handler_fetch answers by version)
         elif key == ApiKey.METADATA:
@@ -338,18 +340,19 @@ class Replication:
         end, data epoch, FilePiece or None)])`` of a FETCH v1."""
         view = self.view
         view.refresh()
-        follower = request.replica_id != rproto.CONSUMER_REPLICA_ID
+        follower = request.from_follower
+        debug = request.replica_id == rproto.DEBUG_REPLICA_ID
         total = 0
         out = []
         for part in request.partitions:
             found = (self._follower_part(part, request.replica_id, budget - total) if follower
-                     else self._consumer_part(part, budget - total))
+                     else self._consumer_part(part, budget - total, debug))
             if found[6] is not None:
                 total += found[6].length
             out.append(found)
         return total, out
 
-    def _consumer_part(self, part, left: int) -> tuple:
+    def _consumer_part(self, part, left: int, debug: bool = False) -> tuple:
         code, slot, s = ErrorCode.NONE, self.view.slot(part.topic, part.partition), None
         hw = -1
         if part.max_bytes <= 0:
@@ -363,7 +366,7 @@ class Replication:
         if s.state not in (ptable.ONLINE, ptable.CREATING):
             return (part.topic, part.partition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                     -1, -1, -1, None)
-        code, hw = consumer_end(s)
+        code, hw = consumer_end(s, any_replica=debug)
         if not code and s.role != ptable.ROLE_PLAIN and part.leader_epoch != rproto.NO_EPOCH:
             if part.leader_epoch < s.leader_epoch:
                 code = ErrorCode.FENCED_LEADER_EPOCH

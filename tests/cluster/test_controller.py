@@ -467,8 +467,13 @@ def test_replicas_verify_compares_the_copies_below_the_high_watermark(
     from hostbroker.log.message import encode_message_set
     from hostbroker.protocol import replication as rp
 
+    import signal
+
+    import psutil
+
     connect, zk = cluster
-    brokers = {i: start(make_broker, tmp_path, connect, zk, i) for i in (1, 2)}
+    quick = {"replica.lag.time.max.ms": 2000, "replica.fetch.wait.max.ms": 100}
+    brokers = {i: start(make_broker, tmp_path, connect, zk, i, **quick) for i in (1, 2)}
     wait_until(lambda: controller(zk) is not None)
     assert create(connect, "same", 1, 2).returncode == 0
     wait_until(lambda: sorted((state(zk, "same", 0) or {}).get("isr", [])) == [1, 2])
@@ -488,6 +493,25 @@ def test_replicas_verify_compares_the_copies_below_the_high_watermark(
     except AssertionError:
         result = hostbroker("replicas", "verify", "--zookeeper", connect)
         raise AssertionError((result.returncode, result.stdout, result.stderr)) from None
+    # The follower's fetcher stopped: it leaves the ISR, and the leader's high watermark
+    # passes the follower's. Every copy (read over the wire, the follower's from its
+    # own log) is compared below the smallest of them, so they are still equal.
+    fetchers = [p for p in psutil.Process(brokers[follower].proc.pid).children()
+                if p.name().startswith("hb-replica")]
+    assert len(fetchers) == 1
+    fetchers[0].send_signal(signal.SIGSTOP)
+    try:
+        wait_until(lambda: state(zk, "same", 0)["isr"] == [leader], timeout=20)
+        with brokers[leader].client() as c:
+            c.produce("same", 0, encode_message_set([b"c" * 100]), acks=1)
+        result = hostbroker("replicas", "verify", "--zookeeper", connect, "--topic", "same")
+        assert (result.returncode, lines(result)) == (
+            0, [f"same-0: 2 replicas equal below {expected}"]), result.stderr
+    finally:
+        fetchers[0].send_signal(signal.SIGCONT)
+    wait_until(lambda: sorted(state(zk, "same", 0)["isr"]) == [1, 2], timeout=30)
+    expected += 100 + 10
+    wait_until(verified, timeout=15)
     # a byte of the follower's copy flipped below the high watermark
     segment = tmp_path / f"b{follower}" / "logs" / "same_0" / f"{0:020d}.kafka"
     data = bytearray(segment.read_bytes())

@@ -132,8 +132,8 @@ def test_malformed_replication_requests_get_an_error_frame(session):
         lai(next(_epochs), part("t", epoch=-3)),
         # replicas that name a broker twice
         lai(next(_epochs), part("t", replicas=(ME, ME))),
-        # a replica id that is neither a broker nor a consumer
-        rproto.FetchRequestV1(-2, 0, 1, (rproto.FetchPartitionV1("t", 0, -1, 0, 10),)),
+        # a replica id that is neither a broker nor a (debugging) consumer
+        rproto.FetchRequestV1(-3, 0, 1, (rproto.FetchPartitionV1("t", 0, -1, 0, 10),)),
         rproto.OffsetForLeaderEpochRequest(ME, (
             rproto.OffsetForLeaderEpochPartition("t", 0, 1),
             rproto.OffsetForLeaderEpochPartition("t", 0, 1))),

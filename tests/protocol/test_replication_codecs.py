@@ -198,7 +198,7 @@ BAD_REQUESTS = [
     ("delete flag 2", 15, 0, i32(1) + i32(1) + i8(2) + array()),
     ("stop partition twice", 15, 0, i32(1) + i32(1) + i8(0)
      + array(string("t") + i32(0), string("t") + i32(0))),
-    ("fetch replica -2", 1, 1, i32(-2) + i32(0) + i32(0) + array()),
+    ("fetch replica -3", 1, 1, i32(-3) + i32(0) + i32(0) + array()),
     ("fetch epoch -2", 1, 1, i32(1) + i32(0) + i32(0)
      + array(string("t") + i32(0) + i32(-2) + i64(0) + i32(1))),
     ("fetch partition twice", 1, 1, i32(1) + i32(0) + i32(0)

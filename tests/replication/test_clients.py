@@ -4,7 +4,8 @@ real ZooKeeper, the topic made with ``topics create --replication-factor``.
 - a Producer with acks=-1 (found through ZooKeeper, and through a broker list)
   keeps sending across a leader SIGKILLed; every message it was told was
   acknowledged is read back afterwards by a SimpleConsumer that follows leaders,
-  and by one that was walking the partition when its leader died;
+  and by one that was walking the partition when its leader died (and by
+  ``consume --zookeeper --partition 0`` running meanwhile);
 - min.insync.replicas: a Producer's acks=-1 message fails NOT_ENOUGH_REPLICAS
   once its retries are spent, while acks=1 goes on;
 - a SimpleConsumer bootstrapped on a broker that is not the leader reads from the
@@ -12,11 +13,16 @@ real ZooKeeper, the topic made with ``topics create --replication-factor``.
   and through ZooKeeper;
 - a group of the broker's group coordinator deals out every partition of a
   replicated topic, those its broker holds no replica of included (replication
-  factor below the broker count).
+  factor below the broker count);
+- through ZooKeeper, ``consume --partition [--offset]`` and ``perf consume`` read
+  the topic's partitions from their leaders, and ``mirror --to-zookeeper`` copies
+  into a replicated topic partition for partition.
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 
@@ -112,14 +118,23 @@ class Walker:
 
 @pytest.mark.parametrize("found_through", ["zookeeper", "brokers"])
 def test_producer_acks_all_across_a_leader_killed_loses_nothing(cluster, zookeeper, zk,
-                                                                found_through):
+                                                                found_through, tmp_path):
     topic = "clients"
     create(zookeeper, topic, 2, 3, "min.insync.replicas=2")
     poll(lambda: settled(zk, topic, 2, 3), what="leaders and full ISRs")
     options = dict(request_required_acks=-1, retry_backoff_ms=100,
                    message_send_max_retries=200, request_timeout_ms=5000)
+    console = None
+    printed = tmp_path / "console.out"
     if found_through == "zookeeper":
         producer = Producer(zookeeper_connect=zookeeper.connect, **FAST, **options)
+        # and the console consumer on partition 0 through ZooKeeper, from its leader
+        with printed.open("wb") as out:
+            console = subprocess.Popen(
+                [sys.executable, "-m", "hostbroker", "consume", "--zookeeper",
+                 zookeeper.connect, "--topic", topic, "--partition", "0", "--from-beginning",
+                 "--property", "refresh.leader.backoff.ms=100"],
+                stdout=out, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
     else:
         producer = Producer([b.unix for b in cluster.values()], **options)
     sender = Sender(producer, topic)
@@ -146,6 +161,19 @@ def test_producer_acks_all_across_a_leader_killed_loses_nothing(cluster, zookeep
     finally:
         walker.finish()
     assert not walker.error, walker.error
+    if console is not None:
+        # it went on at the new leader too: every acknowledged message, in log order
+        wanted = set(acked0.values())
+        try:
+            poll(lambda: console.poll() is None and wanted <= set(printed.read_bytes().split()),
+                 timeout=30, what="consume --zookeeper --partition 0 printing every "
+                 "acknowledged message of partition 0")
+        finally:
+            console.terminate()
+            _, err = console.communicate(timeout=20)
+        assert console.returncode == 0, err.decode()
+        assert [v for v in printed.read_bytes().split() if v in wanted] == [
+            acked0[o] for o in sorted(acked0)]
     cluster[old["leader"]].kill_tree()
     del cluster[old["leader"]]
     logs = read_all(cluster, topic, 2)
@@ -275,3 +303,79 @@ def test_a_coordinator_group_gets_every_partition_of_a_replicated_topic(cluster,
                         and sorted(held[0] + held[1]) == list(range(partitions)))
 
             poll(split, timeout=20, what="two members sharing every partition")
+
+
+def test_tools_on_a_replicated_topic_through_zookeeper(cluster, zookeeper, zk, make_broker,
+                                                       tmp_path):
+    """``consume --zookeeper --partition P [--offset O]`` reads P from its leader
+    (given every live replica, as a SimpleConsumer that follows leaders); ``perf
+    consume --zookeeper`` reads every global partition from its leader; ``mirror
+    --to-zookeeper`` copies a standalone broker's topic into a replicated one
+    partition for partition."""
+    import json
+
+    topic = "tools"
+    create(zookeeper, topic, 2, 2)
+    poll(lambda: settled(zk, topic, 2, 2), what="leaders and full ISRs")
+    with Producer(zookeeper_connect=zookeeper.connect, request_required_acks=-1,
+                  **FAST) as producer:
+        for i in range(40):
+            producer.send(topic, b"v%02d" % i, partition=i % 2)
+    expected = read_all(cluster, topic, 2)
+    assert [len(expected[p]) for p in (0, 1)] == [20, 20]
+
+    def consume(partition, *more):
+        done = hostbroker("consume", "--zookeeper", zookeeper.connect, "--topic", topic,
+                          "--partition", str(partition), *more, "--timeout-ms", "10000")
+        assert done.returncode == 0, done.stderr.decode()
+        return done.stdout.split()
+
+    for p in (0, 1):
+        assert consume(p, "--from-beginning", "--max-messages", "20") == list(
+            expected[p].values())
+    offsets = sorted(expected[1])
+    assert consume(1, "--offset", str(offsets[5]), "--max-messages", "15") == [
+        expected[1][o] for o in offsets[5:]]
+    missing = hostbroker("consume", "--zookeeper", zookeeper.connect, "--topic", topic,
+                         "--partition", "2", "--timeout-ms", "1000")
+    assert missing.returncode == 1
+    assert missing.stderr.decode().strip().endswith(f"topic {topic} has no partition 2")
+
+    # the Spark source with zookeeper.connect plans (on the driver, no Spark needed)
+    # the global partitions, keyed (topic, -1, p), from their leaders' log start and
+    # high watermark, each range carrying every live broker (its task finds the leader)
+    from hostbroker.spark.cluster import ClusterPlanner
+    from hostbroker.spark.options import read_options
+
+    with SimpleConsumer([b.unix for b in cluster.values()]) as consumer:
+        ends = {p: consumer.offsets_before(topic, p, -1)[0] for p in (0, 1)}
+    with ClusterPlanner(read_options({"zookeeper.connect": zookeeper.connect,
+                                      "subscribe": topic}, streaming=False)) as planner:
+        ranges = planner.plan()
+    assert sorted((r.topic, r.broker, r.partition, r.start, r.end) for r in ranges) == [
+        (topic, -1, p, 0, ends[p]) for p in (0, 1)]
+    assert all(len(r.uris) == 3 for r in ranges)
+
+    consumed = hostbroker("perf", "consume", "--zookeeper", zookeeper.connect, "--topic",
+                          topic, "--messages", "40", "--processes", "2", "--json", timeout=120)
+    assert consumed.returncode == 0, consumed.stderr.decode()
+    report = json.loads(consumed.stdout)
+    assert (report["messages"], report["payload_bytes"]) == (40, 40 * 3)
+
+    # mirror from a standalone broker into a replicated topic of the same name
+    root = tmp_path / "source"
+    root.mkdir()
+    source = make_broker(root=root)
+    with source.client() as client:
+        client.create_topic("into", 2)
+    create(zookeeper, "into", 2, 2)
+    poll(lambda: settled(zk, "into", 2, 2), what="leaders and full ISRs of into")
+    sent = {p: [b"s%d-%02d" % (p, i) for i in range(10)] for p in (0, 1)}
+    with Producer(source.unix) as producer:
+        for p, values in sent.items():
+            producer.send_many("into", values, partition=p)
+    done = hostbroker("mirror", "--from", source.unix, "--to-zookeeper", zookeeper.connect,
+                      "--topics", "into", "--max-messages", "20", "--timeout-ms", "15000")
+    assert done.returncode == 0, done.stderr.decode()
+    poll(lambda: {p: list(v.values()) for p, v in read_all(cluster, "into", 2).items()}
+         == sent, timeout=10, what="every message mirrored, in its partition")

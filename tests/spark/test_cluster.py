@@ -4,6 +4,8 @@ register themselves in it (``hostbroker serve`` processes), and the session's Sp
 One ZooKeeper and two brokers (ids 1 and 2) serve the module; each test has its own
 topics, created on each broker with its own partition count, so a topic's partitions
 are (broker, partition) pairs. Expected rows come from a plain consumer on each broker.
+Replicated topics (``topics create --replication-factor 2``) are read by their global
+partitions, rows of broker -1, expected rows from a consumer that follows leaders.
 """
 
 from __future__ import annotations
@@ -236,15 +238,22 @@ def test_load_with_zookeeper_then_only_what_is_new(spark, cluster, tmp_path):
     out = tmp_path / "out"
     cluster.create("cl_a", {1: 1, 2: 2})
     fill(cluster, "cl_a", {1: 1, 2: 2}, n=8)
+    # and a replicated topic: its global partitions, each from its leader (broker -1)
+    create_replicated(cluster, "cl_r", 2)
+    with Producer(zookeeper_connect=cluster.connect, request_required_acks=-1) as producer:
+        for i in range(10):
+            producer.send("cl_r", b"r%02d" % i, partition=i % 2)
+    replicated = replicated_rows(cluster, "cl_r", 2)
+    assert len(replicated) == 10
     first = load(cluster, out, "--quiet")
-    assert summary(first)["messages"] == 24 and summary(first)["partitions"] == 3
-    assert loaded(spark, out) == cluster_rows(cluster, "cl_a")
+    assert summary(first)["messages"] == 34 and summary(first)["partitions"] == 5
+    assert loaded(spark, out) == sorted(cluster_rows(cluster, "cl_a") + replicated)
 
     fill(cluster, "cl_a", {2: 1}, tag="new", n=3)
     second = load(cluster, out, "--quiet")
     assert summary(second) | {"bytes": 0} == {"messages": 3, "bytes": 0, "topics": 1,
                                              "partitions": 1}
-    assert loaded(spark, out) == cluster_rows(cluster, "cl_a")
+    assert loaded(spark, out) == sorted(cluster_rows(cluster, "cl_a") + replicated)
 
     wrong = load(cluster, out, mode=("--bootstrap", cluster.brokers[1].unix))
     refused(wrong, 2, f"--to {out}: holds a load made with --zookeeper, which cannot be "
@@ -301,3 +310,75 @@ def test_a_checkpoint_or_load_of_the_other_mode_is_refused(tmp_path):
                        "be resumed with --zookeeper") as caught:
         check_output(str(tmp_path / "out"), None, cluster=True)
     assert caught.value.status == 2
+
+
+def replicated_state(cluster, topic, p) -> dict:
+    return json.loads(cluster.zk.get(f"/brokers/topics/{topic}/partitions/{p}/state")[0])
+
+
+def create_replicated(cluster, topic, partitions):
+    """``topic`` with ``partitions`` partitions of 2 replicas (brokers 1 and 2), made
+    with ``topics create``; returned once each has a leader and both in its ISR."""
+    from kazoo.exceptions import NoNodeError
+
+    created = subprocess.run([sys.executable, "-m", "hostbroker", "topics", "create",
+                              "--zookeeper", cluster.connect, "--topic", topic,
+                              "--partitions", str(partitions), "--replication-factor", "2"],
+                             env=ENV, capture_output=True, text=True, timeout=60)
+    assert created.returncode == 0, created.stderr
+
+    def settled():
+        try:
+            return all(replicated_state(cluster, topic, p)["leader"] >= 0
+                       and len(replicated_state(cluster, topic, p)["isr"]) == 2
+                       for p in range(partitions))
+        except NoNodeError:  # the controller has not written it yet
+            return False
+
+    wait_until(settled, 30)
+
+
+def replicated_rows(cluster, topic, partitions):
+    """Every message of a replicated ``topic`` below the high watermark, read from each
+    partition's leader, as rows of the cluster schema (broker -1)."""
+    rows = []
+    uris = [b.unix for b in cluster.brokers.values()]
+    with SimpleConsumer(uris, refresh_leader_backoff_ms=100) as consumer:
+        for p in range(partitions):
+            rows += [(topic, -1, p, o, n, v) for o, n, v in
+                     consumer.messages(topic, p, 0, stop_at_end=True)]
+    return sorted(rows)
+
+
+def test_a_replicated_topic_written_and_read_through_zookeeper(spark, cluster):
+    """Its global partitions, each from its leader (broker -1), also after the leader of
+    one moved away (its broker stopped, then back)."""
+    topic = "rep"
+    create_replicated(cluster, topic, 2)
+    rows = [(f"k{i % 7}", f"value {i}") for i in range(60)]
+    df = spark.createDataFrame(rows, "key string, value string").repartition(2)
+    (df.write.format("hostbroker").mode("append").option("zookeeper.connect", cluster.connect)
+     .option("topic", topic).option("acks", "-1").save())
+    want = replicated_rows(cluster, topic, 2)
+    assert sorted(r[5] for r in want) == sorted(v.encode() for _, v in rows)
+    assert {r[2] for r in want} == {0, 1}
+
+    got = read(spark, cluster, subscribe=topic)
+    assert got.rdd.getNumPartitions() == 2  # one Spark partition per global partition
+    assert rows_of(got) == want
+    on_1 = [r for r in want if r[2] == 1]
+    start = on_1[3][3]
+    ranged = read(spark, cluster, assign=json.dumps({topic: ["-1-1"]}),
+                  startingOffsets=json.dumps({topic: {"-1-1": start}}))
+    assert rows_of(ranged) == on_1[3:]
+
+    # the leader of partition 0 stops (it hands its leaderships over): read from the other
+    leader = replicated_state(cluster, topic, 0)["leader"]
+    cluster.remove(leader)
+    try:
+        wait_until(lambda: replicated_state(cluster, topic, 0)["leader"] not in (leader, -1),
+                   30)
+        wait_until(lambda: replicated_rows(cluster, topic, 2) == want, 30)
+        assert rows_of(read(spark, cluster, subscribe=topic)) == want
+    finally:
+        cluster.add(leader)
