@@ -472,7 +472,9 @@ def test_replicas_verify_compares_the_copies_below_the_high_watermark(
     import psutil
 
     connect, zk = cluster
-    quick = {"replica.lag.time.max.ms": 2000, "replica.fetch.wait.max.ms": 100}
+    # the follower's hb-replica is SIGSTOPped below: its supervisor must not replace it
+    quick = {"replica.lag.time.max.ms": 2000, "replica.fetch.wait.max.ms": 100,
+             "worker.heartbeat.timeout.ms": 30000}
     brokers = {i: start(make_broker, tmp_path, connect, zk, i, **quick) for i in (1, 2)}
     wait_until(lambda: controller(zk) is not None)
     assert create(connect, "same", 1, 2).returncode == 0
