@@ -220,6 +220,14 @@ class Dispatcher:
     def awaiting_answers(self) -> bool:
         return any(self.in_flight.values())
 
+    def full_connection(self) -> str | None:
+        """A connection with max.in.flight.requests.per.connection unanswered requests."""
+        limit = self.max_in_flight
+        for uri, queue in self.in_flight.items():
+            if len(queue) >= limit:
+                return uri
+        return None
+
     def next_retry_at(self) -> float | None:
         return min((s.retry_at for s in self.retries), default=None)
 
