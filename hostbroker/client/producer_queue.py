@@ -8,7 +8,7 @@ blocks the caller, or raises QueueFullError at once or after
 ``queue.enqueue.timeout.ms``). One thread, ``hostbroker-producer``, takes a
 batch when ``batch.size`` messages are queued, ``queue.time`` ms passed
 since the oldest was queued, or a flush or close asks, and hands it to the
-Dispatcher, which only this thread touches from then on. While a broker
+Dispatcher, which only this thread touches from then on. While every broker
 connection has ``max.in.flight.requests.per.connection`` requests
 unanswered, the thread waits for the oldest answer *before* it takes more:
 meanwhile the queue keeps filling, and the next take is every whole batch
@@ -236,8 +236,10 @@ class AsyncQueue:
             while True:
                 full = dispatcher.full_connection()
                 if full is not None:
-                    # Every slot of a connection is taken: wait for its oldest
-                    # answer first, while the queue fills, then take it all.
+                    # Every slot of every connection is taken: wait for the
+                    # oldest answer first, while the queue fills, then take it
+                    # all. (One connection with a free slot: take now, so a
+                    # slow broker holds up only what goes to it.)
                     dispatcher.receive(full)
                     continue
                 batch = self._take()
