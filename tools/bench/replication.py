@@ -17,6 +17,8 @@ and stopped by PID at the end; topics are made with ``hostbroker topics create
   (through ZooKeeper, following leaders) to a topic of 3 partitions, for replication
   factor 1, 2, 3 and acks 1 and -1, in turns ``--repeats`` times (a new topic each run).
   Ratios are against RF 1 acks=1 of the same run; the target is RF 3 acks=-1 >= 0.5.
+  ``--producer-set KEY=VALUE`` changes a producer setting for this part (a tuned run,
+  to be labelled so), as ``--set`` does a broker setting.
 - ``failover``: a producer sending one message at a time with acks=-1 (the wire protocol
   itself, following leaders through METADATA v1, so every error answer is seen) to a
   topic of RF 3; the leader is SIGKILLed: the gap is the time from the kill to the next
