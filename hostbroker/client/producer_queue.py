@@ -15,8 +15,9 @@ meanwhile the queue keeps filling, and the next take is every whole batch
 queued, so that the next requests carry all of it (cut at
 ``max.request.bytes``). The in-flight window then grows with the wait for
 an answer, which is what keeps acks=-1 to replicated topics (an answer only
-once every in-sync replica has the data) from being bound by its latency. When the thread stops on an exception, or
-close() ran out of time, everything outstanding fails.
+once every in-sync replica has the data) from being bound by its latency.
+When the thread stops on an exception, or close() ran out of time,
+everything outstanding fails.
 
 The queue, the counters flush() waits on and the conditions are guarded by
 the producer's lock.
