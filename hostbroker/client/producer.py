@@ -20,8 +20,9 @@ threads, one call at a time) and returns after the answer, raising
 :class:`DeliveryError` for what failed. Async mode: ``send`` appends to a
 bounded queue (``queue.size`` messages) and returns; one background thread
 takes a batch when ``batch.size`` messages are queued, ``queue.time`` ms
-passed since the oldest was queued, or a flush or close asks (several
-batches at once, into one request, when it fell behind), and owns the
+passed since the oldest was queued, or a flush or close asks (every whole
+batch queued when it fell behind, or gathered while every connection's
+requests in flight waited for answers), and owns the
 connections, the metadata and the partitioner from then on. ``send_many``
 encodes plain message sets in the caller's thread, so that the sending
 thread, which shares the interpreter lock with the callers, only routes them. A full queue

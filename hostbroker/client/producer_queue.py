@@ -7,10 +7,17 @@ queue of ``queue.size`` messages under the producer's lock (a full queue
 blocks the caller, or raises QueueFullError at once or after
 ``queue.enqueue.timeout.ms``). One thread, ``hostbroker-producer``, takes a
 batch when ``batch.size`` messages are queued, ``queue.time`` ms passed
-since the oldest was queued, or a flush or close asks (several batches at
-once when it fell behind), and hands it to the Dispatcher, which only this
-thread touches from then on. When the thread stops on an exception, or
-close() ran out of time, everything outstanding fails.
+since the oldest was queued, or a flush or close asks, and hands it to the
+Dispatcher, which only this thread touches from then on. While every broker
+connection has ``max.in.flight.requests.per.connection`` requests
+unanswered, the thread waits for the oldest answer *before* it takes more:
+meanwhile the queue keeps filling, and the next take is every whole batch
+queued, so that the next requests carry all of it (cut at
+``max.request.bytes``). The in-flight window then grows with the wait for
+an answer, which is what keeps acks=-1 to replicated topics (an answer only
+once every in-sync replica has the data) from being bound by its latency.
+When the thread stops on an exception, or close() ran out of time,
+everything outstanding fails.
 
 The queue, the counters flush() waits on and the conditions are guarded by
 the producer's lock.
@@ -33,10 +40,6 @@ from hostbroker.client.producer_batches import (
 from hostbroker.client.producer_requests import PendingSet
 from hostbroker.client.producer_settings import CODECS
 from hostbroker.log.message import CODEC_NONE
-
-# An async sending thread that finds several batches queued takes up to this
-# many at once.
-_MAX_BATCHES_PER_TAKE = 8
 
 
 class AsyncQueue:
@@ -205,8 +208,8 @@ class AsyncQueue:
                 self._wake.wait(min(waits) if waits else None)
 
     def _pop_batch(self) -> tuple[dict, list, set]:
-        """batch.size messages off the queue, or whole multiples of it when more
-        are waiting (lock held)."""
+        """batch.size messages off the queue, or every whole batch when more are
+        waiting (lock held)."""
         if self._queued <= self._batch_size:
             keyless, self._keyless = self._keyless, {}
             chunked, self._chunked = self._chunked, set()
@@ -214,10 +217,11 @@ class AsyncQueue:
             self._taken += self._queued
             self._queued = 0
         else:
-            # Behind: take several batches at once, so that one request
-            # carries them (fewer requests and thread switches per message;
-            # measured: a third less CPU per message for 100-byte sends).
-            batches = min(_MAX_BATCHES_PER_TAKE, self._queued // self._batch_size)
+            # Behind: take every whole batch at once, so that the requests
+            # carry them all (fewer requests and thread switches per message,
+            # and a window that grows with the wait for answers); the rest of
+            # a batch waits to fill.
+            batches = self._queued // self._batch_size
             keyless, items, chunked, count = take_batch(
                 self._keyless, self._chunked, self._items, self._batch_size * batches)
             self._taken += count
@@ -231,6 +235,14 @@ class AsyncQueue:
         dispatcher = self._dispatcher
         try:
             while True:
+                full = dispatcher.full_connection()
+                if full is not None:
+                    # Every slot of every connection is taken: wait for the
+                    # oldest answer first, while the queue fills, then take it
+                    # all. (One connection with a free slot: take now, so a
+                    # slow broker holds up only what goes to it.)
+                    dispatcher.receive(full)
+                    continue
                 batch = self._take()
                 if batch is None:
                     if self._abort is not None:

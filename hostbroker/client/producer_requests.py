@@ -220,6 +220,20 @@ class Dispatcher:
     def awaiting_answers(self) -> bool:
         return any(self.in_flight.values())
 
+    def full_connection(self) -> str | None:
+        """When every connection has max.in.flight.requests.per.connection
+        unanswered requests: the one whose oldest request went out first (its
+        answer is likely the next); else None (one has a free slot)."""
+        limit = self.max_in_flight
+        oldest = None
+        for uri, queue in self.in_flight.items():
+            if len(queue) < limit:
+                return None
+            sent_at = queue[0][0].sent_at
+            if oldest is None or sent_at < oldest[0]:
+                oldest = (sent_at, uri)
+        return None if oldest is None else oldest[1]
+
     def next_retry_at(self) -> float | None:
         return min((s.retry_at for s in self.retries), default=None)
 

@@ -41,7 +41,10 @@ PRODUCER_SETTINGS: tuple[Setting, ...] = (
     Setting("queue.time", int, 5000,
             "Async: longest time (ms) a message waits in the queue for its batch to fill.",
             at_least(0)),
-    Setting("queue.size", int, 10000, "Async: messages the queue holds at most.", at_least(1)),
+    Setting("queue.size", int, 50000,
+            "Async: messages the queue holds at most (each held in memory: lower it for "
+            "large messages). While every request in flight waits for its answer, what "
+            "gathers here is what the next requests carry.", at_least(1)),
     Setting("queue.enqueue.timeout.ms", int, -1,
             "Async, queue full: -1 blocks until there is room, 0 raises QueueFullError at "
             "once, N waits N ms then raises.",

@@ -213,6 +213,42 @@ def test_async_keyless_batches_go_to_one_partition_each(served):
     assert sum(1 for n in per_partition if n) >= 2  # a new random choice per batch (30)
 
 
+def test_async_queue_gathers_while_every_slot_waits_for_an_answer(served):
+    """While the one request allowed in flight is unanswered, the queue fills;
+    the next take is every whole batch queued, in one request, not a few
+    batches per request (each request then waited for an answer of its own)."""
+    topic = created_topic(served.tcp, 3)
+    queued = threading.Event()
+
+    class HoldFirst(Trace):
+        def on_sent(self, request):
+            super().on_sent(request)
+            if len(self.sent) == 1:  # the first request is out: let the rest queue
+                queued.wait(30)
+
+    trace = HoldFirst()
+    values = [b"%05d" % i for i in range(2000)]
+    with Producer(served.tcp, producer_type="async", batch_size=10, queue_time=60000,
+                  max_in_flight_requests_per_connection=1, request_required_acks=-1,
+                  callbacks=trace) as producer:
+        for value in values:
+            producer.send(topic, value)
+        queued.set()
+        producer.flush()
+        stats = producer.stats
+    assert trace.failed == [] and stats["acknowledged"] == 2000
+    assert trace.most_unanswered == 1
+    # The first request took what was queued when the thread woke, the second
+    # everything else (before: 8 batches, 80 messages, per request: 25 and more).
+    assert stats["requests"] <= 3, [r.message_count for r in trace.sent]
+    with SimpleClient(served.tcp) as client:
+        got = [messages(client, topic, p) for p in range(3)]
+    assert sorted(p for part in got for _, p, _ in part) == values
+    for part in got:  # each partition in the order sent, in whole batches
+        assert [p for _, p, _ in part] == sorted(p for _, p, _ in part)
+        assert len(part) % 10 == 0
+
+
 # -- a queue that cannot drain -------------------------------------------------------
 
 

@@ -17,6 +17,8 @@ and stopped by PID at the end; topics are made with ``hostbroker topics create
   (through ZooKeeper, following leaders) to a topic of 3 partitions, for replication
   factor 1, 2, 3 and acks 1 and -1, in turns ``--repeats`` times (a new topic each run).
   Ratios are against RF 1 acks=1 of the same run; the target is RF 3 acks=-1 >= 0.5.
+  ``--producer-set KEY=VALUE`` changes a producer setting for this part (a tuned run,
+  to be labelled so), as ``--set`` does a broker setting.
 - ``failover``: a producer sending one message at a time with acks=-1 (the wire protocol
   itself, following leaders through METADATA v1, so every error answer is seen) to a
   topic of RF 3; the leader is SIGKILLed: the gap is the time from the kill to the next
@@ -115,11 +117,13 @@ def wait(condition, what: str, timeout: float = 60.0) -> None:
         time.sleep(0.05)
 
 
-def produce_run(cluster: Cluster, topic: str, acks: int, messages: int) -> float:
+def produce_run(cluster: Cluster, topic: str, acks: int, messages: int,
+                producer_settings: dict | None = None) -> float:
     from hostbroker.client import Producer
 
     producer = Producer(config={"zookeeper.connect": cluster.server.connect,
-                                "producer.type": "async", "request.required.acks": acks})
+                                "producer.type": "async", "request.required.acks": acks,
+                                **(producer_settings or {})})
     values = [os.urandom(SIZE // 2).hex().encode() for _ in range(1000)]
     send = producer.send
     t0 = time.perf_counter()
@@ -140,7 +144,8 @@ def bench_produce(cluster: Cluster, args) -> dict:
         for rf, acks in (COMBOS if n % 2 == 0 else COMBOS[::-1]):
             topic = f"rf{rf}-acks{'all' if acks < 0 else acks}-{n}"
             cluster.create(topic, 3, rf)
-            rate = produce_run(cluster, topic, acks, args.messages)
+            rate = produce_run(cluster, topic, acks, args.messages,
+                               dict(kv.split("=", 1) for kv in args.producer_set))
             runs.append({"rf": rf, "acks": acks, "msgs_per_s": rate})
             harness.log(f"RF {rf} acks={acks:>2}: {rate:>9.0f} msgs/s")
     median = {f"{rf},{acks}": statistics.median(r["msgs_per_s"] for r in runs
@@ -319,6 +324,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="zookeeper.session.timeout.ms of the brokers (default: the default)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a broker setting (repeatable; tuned runs say so)")
+    parser.add_argument("--producer-set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a producer setting for the produce part (repeatable; tuned "
+                             "runs say so)")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--json-out", metavar="FILE", help="also write the report here")
     return parser.parse_args(argv)
