@@ -49,7 +49,6 @@ NO_EPOCH = -1
 MAX_BROKER_ID = 2**31 - 1
 
 
-
 _REPLICA_IDS = [struct.Struct(f">{count}i") for count in range(MAX_REPLICAS + 1)]
 
 
