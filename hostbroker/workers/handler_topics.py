@@ -8,7 +8,7 @@ topic is never made under the name of one of the cluster's replicated topics
 published its first view, both are refused retriably. Under the admin lock it
 creates partition directories (via the log package) and their table slots, or
 finds a topic's slots and asks their writers to delete them. A slot in use has
-one writer only (its owning writer process, see ``shm/table.py``): the handler
+one writer only (its owning writer process, see ``shm/partitions.py``): the handler
 never writes a slot a writer serves, so the writer marks it DELETING itself.
 """
 
