@@ -12,7 +12,9 @@ hostbroker/cluster/controller_decisions.py. What this module owns
   pending the topic is out of the view (no leader elected, no broker told of
   it) and its nodes stay; once all have answered, its nodes go, then the
   request. At most ``controller.deletions.per.pass`` deletions start per pass,
-  so a hostile node with many children costs bounded work each time.
+  so a hostile node with many children costs bounded work each time; each
+  broker gets one STOP_REPLICA for all the deletions begun in a pass (and one
+  for all it missed, with its strays, when it returns).
 - ``/admin/preferred_replica_election``: leadership back to preferred replicas.
 - ``/admin/controlled_shutdown/[id]``: a stopping broker's leaderships moved.
 - ``/admin/reassign_partitions``: partitions moved to new replica lists, of
