@@ -12,7 +12,9 @@ hostbroker/cluster/controller_decisions.py. What this module owns
   pending the topic is out of the view (no leader elected, no broker told of
   it) and its nodes stay; once all have answered, its nodes go, then the
   request. At most ``controller.deletions.per.pass`` deletions start per pass,
-  so a hostile node with many children costs bounded work each time.
+  so a hostile node with many children costs bounded work each time; each
+  broker gets one STOP_REPLICA for all the deletions begun in a pass (and one
+  for all it missed, with its strays, when it returns).
 - ``/admin/preferred_replica_election``: leadership back to preferred replicas.
 - ``/admin/controlled_shutdown/[id]``: a stopping broker's leaderships moved.
 - ``/admin/reassign_partitions``: partitions moved to new replica lists, of
@@ -63,6 +65,7 @@ class AdminRequests:
         names = self._children(zknodes.DELETE_TOPICS)
         self.delete_requested = set(names)
         started = 0
+        begun: list[str] = []
         for topic in names:
             if topic in self.deleting:
                 continue
@@ -84,28 +87,31 @@ class AdminRequests:
                     waiting.setdefault(b, []).append((topic, p))
             self.deleting[topic] = waiting
             log.info("controller: deleting replicated topic %s", topic)
-            for b in sorted(waiting):
-                self._send_deletion(b, topic)
+            begun.append(topic)
+        # one request per broker for every deletion begun (one per topic would
+        # overflow a broker's sender queue, and each overflow resends everything)
+        for b in sorted({b for topic in begun for b in self.deleting[topic]}):
+            self._send_deletions(b, begun)
         self._finish_deletions()
 
-    def _send_deletion(self, broker_id: int, topic: str) -> None:
-        tps = self.deleting.get(topic, {}).get(broker_id)
+    def _send_deletions(self, broker_id: int, topics: Iterable[str],
+                        also: Iterable[TP] = ()) -> None:
+        """One STOP_REPLICA with delete to ``broker_id`` (when live) for its
+        partitions of the pending deletions of ``topics``, and ``also``."""
+        tps = {tp for topic in topics for tp in self.deleting.get(topic, {}).get(broker_id, ())}
+        tps.update(also)
         if tps and broker_id in self.live:
-            self.tell(Notice(STOP_REPLICA, broker_id, self.epoch, stop=list(tps), delete=True))
+            self.tell(Notice(STOP_REPLICA, broker_id, self.epoch, stop=sorted(tps), delete=True))
 
     def resend_deletions(self, broker_id: int) -> None:
         """The pending deletions' STOP_REPLICA again to ``broker_id`` (back, or its
-        sender lost requests), and one for the strays it holds."""
-        for topic in sorted(self.deleting):
-            self._send_deletion(broker_id, topic)
+        sender lost requests), with the strays it holds, in one request."""
         # a stray that is a replica again (a later move, a topic made anew) is no stray
         strays = {(t, p) for t, p in self.strays.pop(broker_id, set())
                   if broker_id not in getattr(self.topics.get(t, {}).get(p), "replicas", ())}
         if strays:
             self.strays[broker_id] = strays
-            if broker_id in self.live:
-                self.tell(Notice(STOP_REPLICA, broker_id, self.epoch, stop=sorted(strays),
-                                 delete=True))
+        self._send_deletions(broker_id, self.deleting, strays)
 
     def replicas_deleted(self, notice: Notice) -> None:
         """``notice`` (a STOP_REPLICA with delete) was answered without error."""

@@ -114,9 +114,8 @@ def generate(topics_file: str, broker_list: str, *, zookeeper: str,
     """Print the current and a proposed assignment of the topics of ``topics_file``
     (with ``replication_factor`` replicas a partition, else each topic's own)."""
     from hostbroker.commands import replicated
-    from hostbroker.replication.assignment import reassignment_plan
-
     from hostbroker.replication import MAX_REPLICAS
+    from hostbroker.replication.assignment import reassignment_plan
 
     topics = _topics_file(topics_file)
     brokers = _broker_list(broker_list)
@@ -164,14 +163,12 @@ def execute(reassignment_file: str, *, zookeeper: str, out: TextIO = sys.stdout,
             err: TextIO = sys.stderr) -> int:
     """Start the reassignment of ``reassignment_file``."""
     from hostbroker.commands import replicated
-    from hostbroker.replication import zknodes
+    from hostbroker.replication import MAX_REPLICAS, zknodes
 
     wanted = _reassignment_file(reassignment_file)
     with replicated.zookeeper_client(zookeeper) as client:
         current = _current(client, wanted, err, "reassign execute")
         live = set(replicated.live_ids(client, err, "reassign execute"))
-        from hostbroker.replication import MAX_REPLICAS
-
         for (topic, p), replicas in sorted(wanted.items()):
             both = len(set(replicas) | set(current[topic][p]))
             if both > MAX_REPLICAS:

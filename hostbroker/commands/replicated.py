@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TextIO
 
-from hostbroker.cluster.controller_decisions import UNCLEAN  # noqa: F401 - for topics.py
+from hostbroker.cluster.controller_decisions import UNCLEAN
 from hostbroker.commands import EXIT_BROKER, EXIT_OK, CommandError, usage_error
 
 MIN_INSYNC = "min.insync.replicas"

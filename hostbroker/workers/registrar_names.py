@@ -73,8 +73,8 @@ class ReplicatedTopics(WatchedReader):
         publish the replicated ones."""
         from kazoo.exceptions import NoNodeError
 
-        try:
-            children = client.get_children(BROKER_TOPICS)
+        try:  # bounded like every read here: the loop's heartbeat waits with it
+            children = client.get_children_async(BROKER_TOPICS).get(timeout=self.timeout_s)
         except NoNodeError:
             children = []
         complete = len(children) <= self.bounds.children

@@ -5,6 +5,8 @@
   of real ones) cost the controller bounded work per look: at most
   ``controller.deletions.per.pass`` deletions start in one pass, the rest in
   later ones, and a real deletion among them still finishes.
+- Many real topics deleted at once are one STOP_REPLICA per broker, not one per
+  topic (which would overflow a broker's sender queue, over and over).
 - A ``/controller_epoch`` that is garbage, or missing, does not send the next
   controller back to epoch 1 (which every broker that saw a later one refuses):
   it takes an epoch above every partition state's ``controller_epoch``.
@@ -115,3 +117,37 @@ def test_a_damaged_controller_epoch_does_not_send_the_epoch_back(zk, epoch_node)
     assert c.epoch == 42
     assert zk.get(zknodes.CONTROLLER_EPOCH)[0] == b"42"
     assert any(path == zknodes.CONTROLLER_EPOCH for path, _ in said.lines)
+
+
+def test_many_topics_deleted_at_once_are_one_request_per_broker(zk):
+    """Each broker is told of every deletion begun in a pass in one STOP_REPLICA
+    (a request per topic would overflow its sender's queue of 64, and every
+    overflow sends it everything again); so is a broker back from being down."""
+    for i in (1, 2):
+        _broker(zk, i)
+    topics = [f"gone{i:03d}" for i in range(80)]
+    for topic in topics:
+        zk.create(zknodes.assignment_path(topic), zknodes.encode_assignment({0: [1, 3],
+                                                                               1: [2, 3]}),
+                  makepath=True)
+    told = []
+    c = Controller(zk, 1, told.append)
+    assert c.try_elect()
+    c.rebuild()
+    for topic in topics:
+        zk.create(zknodes.delete_topic_path(topic), b"", makepath=True)
+    told.clear()
+    c.delete_topics()
+    stops = [n for n in told if n.kind == STOP_REPLICA]
+    assert sorted(n.broker_id for n in stops) == [1, 2]
+    for n in stops:
+        assert n.delete and sorted(n.stop) == [(t, n.broker_id - 1) for t in topics]
+        c.replicas_deleted(n)
+    assert len(zk.get_children(zknodes.DELETE_TOPICS)) == 80  # broker 3 has not answered
+    told.clear()
+    _broker(zk, 3)
+    c.brokers_changed()
+    (back,) = [n for n in told if n.kind == STOP_REPLICA]
+    assert back.broker_id == 3 and len(back.stop) == 160
+    c.replicas_deleted(back)
+    assert zk.get_children(zknodes.DELETE_TOPICS) == []
