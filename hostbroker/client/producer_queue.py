@@ -243,6 +243,14 @@ class AsyncQueue:
                     # slow broker holds up only what goes to it.)
                     dispatcher.receive(full)
                     continue
+                now = time.monotonic()
+                due = dispatcher.next_retry_at()
+                if due is not None and due <= now and self._abort is None:
+                    # Retries first: a queue kept at batch.size or more by the
+                    # callers would otherwise be taken on every pass, and a
+                    # set waiting to be retried never sent.
+                    dispatcher.send_due_retries(now)
+                    continue
                 batch = self._take()
                 if batch is None:
                     if self._abort is not None:
