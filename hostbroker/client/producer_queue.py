@@ -239,9 +239,19 @@ class AsyncQueue:
                 if full is not None:
                     # Every slot of every connection is taken: wait for the
                     # oldest answer first, while the queue fills, then take it
-                    # all. (One connection with a free slot: take now, so a
-                    # slow broker holds up only what goes to it.)
+                    # all. (One connection with a free slot: take now. A set
+                    # for a connection whose slots are all taken still waits in
+                    # dispatch for that broker's oldest answer, and the other
+                    # brokers' sets behind it.)
                     dispatcher.receive(full)
+                    continue
+                now = time.monotonic()
+                due = dispatcher.next_retry_at()
+                if due is not None and due <= now and self._abort is None:
+                    # Retries first: a queue kept at batch.size or more by the
+                    # callers would otherwise be taken on every pass, and a
+                    # set waiting to be retried never sent.
+                    dispatcher.send_due_retries(now)
                     continue
                 batch = self._take()
                 if batch is None:

@@ -195,6 +195,10 @@ class Planner:
                 continue
             try:
                 leaders = self.consumer.leaders.get(topic)
+            except OSError:
+                if away is not None:
+                    raise  # no broker answers: the caller keeps the partitions it had
+                continue
             except Exception:  # noqa: BLE001 - no broker answers METADATA v1: version 0 said
                 continue
             if leaders is None or not leaders.partitions:

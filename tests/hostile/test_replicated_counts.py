@@ -122,6 +122,7 @@ def test_the_coordinator_counts_replicated_topics_by_their_assignment(table, nam
     names.publish({"rep": 6})  # "elsewhere" deleted, "vast" too
     groups.tick()
     assert groups.state.partitions == {"rep": 6, "plain": 3, "unread": 1}
+    assert groups.said_over == set()  # what is said once is not kept for deleted topics
     groups.close()
 
 

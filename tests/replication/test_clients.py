@@ -116,9 +116,16 @@ class Walker:
         self.thread.join(60)
 
 
+def _ended(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        process.kill()
+        process.wait(timeout=20)
+
+
 @pytest.mark.parametrize("found_through", ["zookeeper", "brokers"])
 def test_producer_acks_all_across_a_leader_killed_loses_nothing(cluster, zookeeper, zk,
-                                                                found_through, tmp_path):
+                                                                found_through, tmp_path,
+                                                                request):
     topic = "clients"
     create(zookeeper, topic, 2, 3, "min.insync.replicas=2")
     poll(lambda: settled(zk, topic, 2, 3), what="leaders and full ISRs")
@@ -129,12 +136,14 @@ def test_producer_acks_all_across_a_leader_killed_loses_nothing(cluster, zookeep
     if found_through == "zookeeper":
         producer = Producer(zookeeper_connect=zookeeper.connect, **FAST, **options)
         # and the console consumer on partition 0 through ZooKeeper, from its leader
-        with printed.open("wb") as out:
+        # (its stderr to a file: a pipe nobody reads until the end could fill and stop it)
+        with printed.open("wb") as out, (tmp_path / "console.err").open("wb") as errors:
             console = subprocess.Popen(
                 [sys.executable, "-m", "hostbroker", "consume", "--zookeeper",
                  zookeeper.connect, "--topic", topic, "--partition", "0", "--from-beginning",
                  "--property", "refresh.leader.backoff.ms=100"],
-                stdout=out, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+                stdout=out, stderr=errors, stdin=subprocess.DEVNULL)
+        request.addfinalizer(lambda: _ended(console))  # also when a step before fails
     else:
         producer = Producer([b.unix for b in cluster.values()], **options)
     sender = Sender(producer, topic)
@@ -170,8 +179,8 @@ def test_producer_acks_all_across_a_leader_killed_loses_nothing(cluster, zookeep
                  "acknowledged message of partition 0")
         finally:
             console.terminate()
-            _, err = console.communicate(timeout=20)
-        assert console.returncode == 0, err.decode()
+            console.wait(timeout=20)
+        assert console.returncode == 0, (tmp_path / "console.err").read_text()
     cluster[old["leader"]].kill_tree()
     del cluster[old["leader"]]
     logs = read_all(cluster, topic, 2)

@@ -382,3 +382,21 @@ def test_a_replicated_topic_written_and_read_through_zookeeper(spark, cluster):
         assert rows_of(read(spark, cluster, subscribe=topic)) == want
     finally:
         cluster.add(leader)
+
+
+def test_a_stream_keeps_replicated_partitions_while_no_broker_names_their_leaders():
+    """A stream's planner of replicated topics, no live broker answering METADATA: it
+    raises (the ClusterPlanner then takes every replicated partition for away and keeps
+    its offset), never answers "no partitions" (which reads as a deleted topic); a batch
+    read fails with one line."""
+    from hostbroker.spark.cluster import ReplicatedPlanner
+    from hostbroker.spark.options import read_options
+    from hostbroker.spark.planning import PlanningError
+
+    nowhere = f"tcp://127.0.0.1:{free_port()}"
+    opts = read_options({"bootstrap": nowhere, "subscribe": "r"}, streaming=True)
+    with ReplicatedPlanner(opts) as planner:
+        with pytest.raises(OSError):
+            planner.partitions(must_exist=False)
+        with pytest.raises(PlanningError, match="no live broker of .* names its leaders"):
+            planner.partitions(must_exist=True)

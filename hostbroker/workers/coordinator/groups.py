@@ -202,6 +202,7 @@ class GroupHost:
         at most ``max.partitions`` (the most a group's state may hold; the
         partitions above are not dealt out, said once per topic)."""
         limit = self.limits.max_partitions
+        self.said_over &= replicated.keys()  # a topic deleted and made again is said again
         out = {}
         for topic, count in replicated.items():
             if count > limit and topic not in self.said_over:
