@@ -232,7 +232,9 @@ def test_a_follower_back_behind_the_leaders_log_start_restarts_its_log_there(
     (follower,) = [b for b in s["isr"] if b != leader]
     wire = Wire(cluster[leader].unix_path)
     try:
-        assert wire.produce(TOPIC, 0, [b"early-%d" % i * 8 for i in range(5)])[0] == 0
+        # ZooKeeper names the leader before the leader has been told (NOT_LEADER until then)
+        poll(lambda: wire.produce(TOPIC, 0, [b"early-%d" % i * 8 for i in range(5)])[0] == 0,
+             what="the leader taking its first produce")
         behind = len(segment_bytes(cluster[leader], TOPIC, 0))
         poll(lambda: len(segment_bytes(cluster[follower], TOPIC, 0)) == behind,
              what="the follower caught up")
