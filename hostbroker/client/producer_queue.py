@@ -75,7 +75,9 @@ class AsyncQueue:
         self._items: list[tuple] = []
         self._codec = CODECS[settings["compression.codec"]]
         self._queued = 0  # messages in the queue
-        self._queued_bytes = 0  # bytes of their values and keys (see held_bytes)
+        # queue.bytes less the bytes of their values and keys (see held_bytes):
+        # one number for send() to subtract from and compare.
+        self._room_bytes = settings["queue.bytes"]
         # Messages ever taken off the queue by the sending thread, and ever
         # acknowledged or failed: flush() waits for ended == taken + queued.
         self._taken = 0
@@ -107,19 +109,22 @@ class AsyncQueue:
                     partition: int | None = None) -> None:
         # The common case (bytes, a topic seen before, no key) costs a lock,
         # a list append and a few counters. acquire/release: measured at half
-        # the cost of ``with`` on this path.
+        # the cost of ``with`` on this path. ``size`` (the bytes queue.bytes
+        # counts) is taken by the size check on that path.
         if topic not in self._plain_topics or type(value) is not bytes or key is not None \
-                or partition is not None or len(value) > self._max_value_bytes:
+                or partition is not None or (size := len(value)) > self._max_value_bytes:
             value, key = self._encode(topic, value, key, partition)
-        size = len(value) if key is None else len(value) + len(key)
+            size = len(value) if key is None else len(value) + len(key)
         lock = self._lock
         lock.acquire()
         try:
-            held = self._queued_bytes + size
-            if self._queued >= self._limit or held > self._queue_bytes:
+            queued = self._queued
+            room = self._room_bytes - size
+            if queued >= self._limit or room < 0:
                 self._wait_for_room(1, size)
-                held = self._queued_bytes + size
-            self._queued_bytes = held
+                queued = self._queued
+                room = self._room_bytes - size
+            self._room_bytes = room
             if key is None and partition is None:
                 values = self._keyless.get(topic)
                 if values is None:
@@ -128,7 +133,7 @@ class AsyncQueue:
                     values.append(value)
             else:
                 self._items.append((topic, key, partition, value))
-            queued = self._queued = self._queued + 1
+            queued = self._queued = queued + 1
             if queued == 1:
                 self._first_at = time.monotonic()
                 self._wake.notify()
@@ -162,9 +167,9 @@ class AsyncQueue:
             lock = self._lock
             lock.acquire()
             try:
-                if self._queued + n > self._limit or self._queued_bytes + size > self._queue_bytes:
+                if self._queued + n > self._limit or size > self._room_bytes:
                     self._wait_for_room(n, size)
-                self._queued_bytes += size
+                self._room_bytes -= size
                 if keyless:
                     queued = self._keyless.get(topic)
                     if type(piece) is Encoded:
@@ -213,7 +218,7 @@ class AsyncQueue:
             room = self._room.wait_for(
                 lambda: self._refusing or (
                     self._queued + n <= self._queue_size
-                    and (self._queued_bytes + size <= self._queue_bytes or not self._queued)),
+                    and (size <= self._room_bytes or not self._queued)),
                 None if timeout < 0 else timeout / 1000)
         finally:
             self._room_waiters -= 1
@@ -227,7 +232,8 @@ class AsyncQueue:
                     f"queue full: {self._queued} of queue.size {self._queue_size} messages"
                     f" waiting (queue.enqueue.timeout.ms {timeout})")
             raise QueueFullError(
-                f"queue full: {self._queued_bytes} of queue.bytes {self._queue_bytes} bytes"
+                f"queue full: {self._queue_bytes - self._room_bytes} of queue.bytes "
+                f"{self._queue_bytes} bytes"
                 f" waiting, {size} more sent (queue.enqueue.timeout.ms {timeout})")
 
     def _take(self) -> tuple[dict, list, set] | None:
@@ -266,7 +272,7 @@ class AsyncQueue:
             items, self._items = self._items, []
             self._taken += self._queued
             self._queued = 0
-            self._queued_bytes = 0
+            self._room_bytes = self._queue_bytes
         else:
             # Behind: take every whole batch at once, so that the requests
             # carry them all (fewer requests and thread switches per message,
@@ -278,7 +284,8 @@ class AsyncQueue:
             self._taken += count
             self._queued -= count
             # Counted on what is left: less than a batch.
-            self._queued_bytes = held_bytes(self._keyless, self._chunked, self._items)
+            self._room_bytes = self._queue_bytes - held_bytes(self._keyless, self._chunked,
+                                                              self._items)
             self._first_at = time.monotonic()
         self._full = False
         if self._room_waiters:
@@ -332,7 +339,7 @@ class AsyncQueue:
             items, self._items = self._items, []
             self._taken += self._queued
             self._queued = 0
-            self._queued_bytes = 0
+            self._room_bytes = self._queue_bytes
             self._room.notify_all()
         keyless_items = [(topic, None, None, piece) for topic, values in keyless.items()
                          for piece in as_pieces(values)]
