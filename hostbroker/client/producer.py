@@ -18,9 +18,10 @@ Sync mode (``producer.type=sync``): ``send`` runs the pipeline in the caller's
 thread under the producer's lock (so a sync producer may be shared by
 threads, one call at a time) and returns after the answer, raising
 :class:`DeliveryError` for what failed. Async mode: ``send`` appends to a
-bounded queue (``queue.size`` messages) and returns; one background thread
-takes a batch when ``batch.size`` messages are queued, ``queue.time`` ms
-passed since the oldest was queued, or a flush or close asks (every whole
+bounded queue (``queue.size`` messages, ``queue.bytes`` bytes of values and
+keys) and returns; one background thread takes a batch when
+``batch.size`` messages are queued, ``queue.time`` ms passed since the
+oldest was queued, a send found no room, or a flush or close asks (every whole
 batch queued when it fell behind, or gathered while every connection's
 requests in flight waited for answers), and owns the
 connections, the metadata and the partitioner from then on. ``send_many``
@@ -194,6 +195,11 @@ class Producer(AsyncQueue):
             raise ConfigError(
                 f"max.request.bytes: must be at least {need} to hold one message of "
                 f"message.max.bytes (got {settings['max.request.bytes']})")
+        if settings["queue.bytes"] < settings["message.max.bytes"]:
+            raise ConfigError(
+                f"queue.bytes: must be at least message.max.bytes "
+                f"({settings['message.max.bytes']}) to hold one message "
+                f"(got {settings['queue.bytes']})")
         if settings["batch.size"] > settings["queue.size"]:
             raise ConfigError(
                 f"batch.size: must not exceed queue.size ({settings['queue.size']})"

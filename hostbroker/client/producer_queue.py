@@ -1,23 +1,25 @@
 """The async producer's bounded queue and its sending thread.
 
-:class:`AsyncQueue` is the async half of :class:`~hostbroker.client.Producer`
-(its base class; it is not used alone, and uses the state the Producer's
-constructor sets up). In async mode ``send`` and ``send_many`` append to a
-queue of ``queue.size`` messages under the producer's lock (a full queue
-blocks the caller, or raises QueueFullError at once or after
-``queue.enqueue.timeout.ms``). One thread, ``hostbroker-producer``, takes a
-batch when ``batch.size`` messages are queued, ``queue.time`` ms passed
-since the oldest was queued, or a flush or close asks, and hands it to the
-Dispatcher, which only this thread touches from then on. While every broker
-connection has ``max.in.flight.requests.per.connection`` requests
-unanswered, the thread waits for the oldest answer *before* it takes more:
-meanwhile the queue keeps filling, and the next take is every whole batch
-queued, so that the next requests carry all of it (cut at
-``max.request.bytes``). The in-flight window then grows with the wait for
-an answer, which is what keeps acks=-1 to replicated topics (an answer only
-once every in-sync replica has the data) from being bound by its latency.
-When the thread stops on an exception, or close() ran out of time,
-everything outstanding fails.
+:class:`AsyncQueue` is the async half of
+:class:`~hostbroker.client.Producer` (its base class; it is not used alone,
+and uses the state the Producer's constructor sets up). In async mode
+``send`` and ``send_many`` append to a queue of at most ``queue.size``
+messages and ``queue.bytes`` bytes of values and keys, under the producer's
+lock (a send that would pass either bound blocks the caller, or raises
+QueueFullError at once or after ``queue.enqueue.timeout.ms``, naming the
+bound); the sending thread frees the bytes with the messages it takes. One
+thread, ``hostbroker-producer``, takes a batch when ``batch.size`` messages
+are queued, ``queue.time`` ms passed since the oldest was queued, a send
+found no room, or a flush or close asks, and hands it to the Dispatcher,
+which only this thread touches from then on. While every broker connection
+has ``max.in.flight.requests.per.connection`` requests unanswered, the
+thread waits for the oldest answer *before* it takes more: meanwhile the
+queue keeps filling, and the next take is every whole batch queued, so that
+the next requests carry all of it (cut at ``max.request.bytes``). The
+in-flight window then grows with the wait for an answer, which is what keeps
+acks=-1 to replicated topics (an answer only once every in-sync replica has
+the data) from being bound by its latency. When the thread stops on an
+exception, or close() ran out of time, everything outstanding fails.
 
 The queue, the counters flush() waits on and the conditions are guarded by
 the producer's lock.
@@ -42,6 +44,26 @@ from hostbroker.client.producer_settings import CODECS
 from hostbroker.log.message import CODEC_NONE
 
 
+def piece_bytes(piece) -> int:
+    """Bytes of the values of a send_many piece (a list of values or an Encoded set)."""
+    return sum(map(len, piece.values if type(piece) is Encoded else piece))
+
+
+def held_bytes(keyless: dict[str, list], chunked: set[str], items: list[tuple]) -> int:
+    """Bytes the queue holds, as send counts them: every value, and the key of
+    each item once."""
+    total = 0
+    for topic, values in keyless.items():
+        if topic in chunked:
+            total += sum(len(v) if type(v) is bytes else piece_bytes(v) for v in values)
+        else:
+            total += sum(map(len, values))
+    for _, key, _, value in items:
+        total += ((0 if key is None else len(key))
+                  + (len(value) if type(value) is bytes else piece_bytes(value)))
+    return total
+
+
 class AsyncQueue:
     """Async mode of the Producer: the queue, the sending thread, and how they stop."""
 
@@ -53,6 +75,9 @@ class AsyncQueue:
         self._items: list[tuple] = []
         self._codec = CODECS[settings["compression.codec"]]
         self._queued = 0  # messages in the queue
+        # queue.bytes less the bytes of their values and keys (see held_bytes):
+        # one number for send() to subtract from and compare.
+        self._room_bytes = settings["queue.bytes"]
         # Messages ever taken off the queue by the sending thread, and ever
         # acknowledged or failed: flush() waits for ended == taken + queued.
         self._taken = 0
@@ -61,6 +86,7 @@ class AsyncQueue:
         self._limit = settings["queue.size"]
         self._first_at = 0.0  # when the queue last went from empty to not empty
         self._queue_size = settings["queue.size"]
+        self._queue_bytes = settings["queue.bytes"]
         self._batch_size = settings["batch.size"]
         self._queue_time = settings["queue.time"] / 1000
         self._enqueue_timeout = settings["queue.enqueue.timeout.ms"]
@@ -68,6 +94,7 @@ class AsyncQueue:
         self._room = threading.Condition(self._lock)  # callers wait for room in the queue
         self._idle = threading.Condition(self._lock)  # flush() waits for nothing outstanding
         self._room_waiters = 0
+        self._full = False  # a send found no room: take now
         self._flushers = 0
         self._closing = False
         self._fatal: BaseException | None = None
@@ -82,15 +109,22 @@ class AsyncQueue:
                     partition: int | None = None) -> None:
         # The common case (bytes, a topic seen before, no key) costs a lock,
         # a list append and a few counters. acquire/release: measured at half
-        # the cost of ``with`` on this path.
+        # the cost of ``with`` on this path. ``size`` (the bytes queue.bytes
+        # counts) is taken by the size check on that path.
         if topic not in self._plain_topics or type(value) is not bytes or key is not None \
-                or partition is not None or len(value) > self._max_value_bytes:
+                or partition is not None or (size := len(value)) > self._max_value_bytes:
             value, key = self._encode(topic, value, key, partition)
+            size = len(value) if key is None else len(value) + len(key)
         lock = self._lock
         lock.acquire()
         try:
-            if self._queued >= self._limit:
-                self._wait_for_room(1)
+            queued = self._queued
+            room = self._room_bytes - size
+            if queued >= self._limit or room < 0:
+                self._wait_for_room(1, size)
+                queued = self._queued
+                room = self._room_bytes - size
+            self._room_bytes = room
             if key is None and partition is None:
                 values = self._keyless.get(topic)
                 if values is None:
@@ -99,7 +133,7 @@ class AsyncQueue:
                     values.append(value)
             else:
                 self._items.append((topic, key, partition, value))
-            queued = self._queued = self._queued + 1
+            queued = self._queued = queued + 1
             if queued == 1:
                 self._first_at = time.monotonic()
                 self._wake.notify()
@@ -120,15 +154,22 @@ class AsyncQueue:
             # Encoded here, while the sending thread waits on its sockets: it
             # then only routes the set. Compressed batches are built there,
             # one wrapper per batch and partition.
-            budget = self._dispatcher.set_budget(topic)
+            budget = min(self._dispatcher.set_budget(topic), self._queue_bytes)
             pieces = [Encoded(part) for piece in pieces for part in split_by_size(piece, budget)]
+        else:
+            # No piece holds more than queue.bytes (one value never does:
+            # queue.bytes is at least message.max.bytes).
+            pieces = [part for piece in pieces for part in split_by_size(piece, self._queue_bytes)]
+        key_bytes = 0 if key is None else len(key)
         for piece in pieces:
             n = len(piece)
+            size = piece_bytes(piece) + key_bytes
             lock = self._lock
             lock.acquire()
             try:
-                if self._queued + n > self._limit:
-                    self._wait_for_room(n)
+                if self._queued + n > self._limit or size > self._room_bytes:
+                    self._wait_for_room(n, size)
+                self._room_bytes -= size
                 if keyless:
                     queued = self._keyless.get(topic)
                     if type(piece) is Encoded:
@@ -161,14 +202,23 @@ class AsyncQueue:
             raise ProducerError(f"{what} from a callback in the sending thread would wait "
                                 "for that thread")
 
-    def _wait_for_room(self, n: int) -> None:
-        """Called with the lock held and the queue too full for ``n`` more messages."""
+    def _wait_for_room(self, n: int, size: int) -> None:
+        """Called with the lock held and the queue too full for ``n`` more messages
+        of ``size`` bytes. A piece whose key makes it larger than queue.bytes
+        enters an empty queue (its values alone fit: see _send_many_async)."""
         self._not_in_sending_thread("a send to a full queue")
         timeout = self._enqueue_timeout
+        if not self._full:
+            # Perhaps full by queue.bytes with fewer than batch.size messages
+            # queued: the sending thread takes now, not after queue.time.
+            self._full = True
+            self._wake.notify()
         self._room_waiters += 1
         try:
             room = self._room.wait_for(
-                lambda: self._refusing or self._queued + n <= self._queue_size,
+                lambda: self._refusing or (
+                    self._queued + n <= self._queue_size
+                    and (size <= self._room_bytes or not self._queued)),
                 None if timeout < 0 else timeout / 1000)
         finally:
             self._room_waiters -= 1
@@ -177,9 +227,14 @@ class AsyncQueue:
         if self._refusing:
             raise ProducerError("the producer is closed")
         if not room:
+            if self._queued + n > self._queue_size:
+                raise QueueFullError(
+                    f"queue full: {self._queued} of queue.size {self._queue_size} messages"
+                    f" waiting (queue.enqueue.timeout.ms {timeout})")
             raise QueueFullError(
-                f"queue full: {self._queued} of queue.size {self._queue_size} messages"
-                f" waiting (queue.enqueue.timeout.ms {timeout})")
+                f"queue full: {self._queue_bytes - self._room_bytes} of queue.bytes "
+                f"{self._queue_bytes} bytes"
+                f" waiting, {size} more sent (queue.enqueue.timeout.ms {timeout})")
 
     def _take(self) -> tuple[dict, list, set] | None:
         """The next batch to send (empty when the dispatcher has work; None: time to stop)."""
@@ -190,6 +245,7 @@ class AsyncQueue:
                 queued = self._queued
                 now = time.monotonic()
                 if queued and (queued >= self._batch_size or self._flushers or self._closing
+                               or self._full
                                or now >= self._first_at + self._queue_time):
                     return self._pop_batch()
                 dispatcher = self._dispatcher
@@ -216,6 +272,7 @@ class AsyncQueue:
             items, self._items = self._items, []
             self._taken += self._queued
             self._queued = 0
+            self._room_bytes = self._queue_bytes
         else:
             # Behind: take every whole batch at once, so that the requests
             # carry them all (fewer requests and thread switches per message,
@@ -226,7 +283,11 @@ class AsyncQueue:
                 self._keyless, self._chunked, self._items, self._batch_size * batches)
             self._taken += count
             self._queued -= count
+            # Counted on what is left: less than a batch.
+            self._room_bytes = self._queue_bytes - held_bytes(self._keyless, self._chunked,
+                                                              self._items)
             self._first_at = time.monotonic()
+        self._full = False
         if self._room_waiters:
             self._room.notify_all()
         return keyless, items, chunked
@@ -288,6 +349,7 @@ class AsyncQueue:
             items, self._items = self._items, []
             self._taken += self._queued
             self._queued = 0
+            self._room_bytes = self._queue_bytes
             self._room.notify_all()
         keyless_items = [(topic, None, None, piece) for topic, values in keyless.items()
                          for piece in as_pieces(values)]

@@ -4,7 +4,8 @@ table in docs/producer.md is generated from it and resolved by
 ``compression.codec`` names stand for.
 
 Declarations only, no I/O. The checks between two settings (``batch.size``
-against ``queue.size``, ``max.request.bytes`` against ``message.max.bytes``)
+against ``queue.size``, ``max.request.bytes`` and ``queue.bytes`` against
+``message.max.bytes``)
 are made by the Producer's constructor, which knows a request's framing.
 """
 
@@ -42,9 +43,13 @@ PRODUCER_SETTINGS: tuple[Setting, ...] = (
             "Async: longest time (ms) a message waits in the queue for its batch to fill.",
             at_least(0)),
     Setting("queue.size", int, 50000,
-            "Async: messages the queue holds at most (each held in memory: lower it for "
-            "large messages). While every request in flight waits for its answer, what "
-            "gathers here is what the next requests carry.", at_least(1)),
+            "Async: messages the queue holds at most (their bytes: queue.bytes). While "
+            "every request in flight waits for its answer, what gathers here is what the "
+            "next requests carry.", at_least(1)),
+    Setting("queue.bytes", int, 32 * 1024 * 1024,
+            "Async: bytes of values and keys the queue holds at most (at least "
+            "message.max.bytes). A send that would pass it waits like one to a full "
+            "queue.size.", at_least(1)),
     Setting("queue.enqueue.timeout.ms", int, -1,
             "Async, queue full: -1 blocks until there is room, 0 raises QueueFullError at "
             "once, N waits N ms then raises.",

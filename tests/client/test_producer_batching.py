@@ -12,14 +12,15 @@ import time
 
 import pytest
 
-from hostbroker.client import (PRODUCER_SETTINGS, DefaultPartitioner, Partitioner,
+from hostbroker.client import (PRODUCER_SETTINGS, DefaultPartitioner, Partitioner, Producer,
                                ProducerCallbacks, ProducerError)
 from hostbroker.client.cluster import Cluster, PartitionRef, TopicPartitions
 from hostbroker.client.producer import encode_batch, take_batch
 from hostbroker.client.producer_batches import Encoded, split_by_size
 from hostbroker.client.producer_requests import Dispatcher
+from hostbroker.client.producer_queue import held_bytes
 from hostbroker.client.settings import resolve
-from hostbroker.errors import ErrorCode
+from hostbroker.errors import ConfigError, ErrorCode
 from hostbroker.protocol import api
 from hostbroker.log.message import (
     CODEC_GZIP,
@@ -170,6 +171,25 @@ def test_take_batch_takes_encoded_sets_whole():
     assert taken_chunked == {"t"} and keyless == {"t": [second, b"g"]} and chunked == {"t"}
     taken, _, _, count = take_batch(keyless, chunked, [], 100)
     assert taken == {"t": [second, b"g"]} and count == 4 and chunked == set()
+
+
+def test_held_bytes_counts_values_and_each_items_key_once():
+    keyless = {"a": [b"12", b"345"], "t": [b"0", Encoded([b"ab", b"cde"])]}
+    items = [("k", b"key", None, b"xy"), ("k", b"k", None, [b"y", b"zz"]),
+             ("k", None, 0, Encoded([b"1234"]))]
+    assert held_bytes(keyless, {"t"}, items) == 5 + 6 + (3 + 2) + (1 + 3) + 4
+    assert held_bytes({}, set(), []) == 0
+
+
+def test_queue_bytes_below_message_max_bytes_is_refused_in_one_line():
+    with pytest.raises(ConfigError) as info:
+        Producer("unix:///nonexistent/hb.sock", producer_type="async", queue_bytes=999_999)
+    assert str(info.value) == ("queue.bytes: must be at least message.max.bytes (1000000) "
+                               "to hold one message (got 999999)")
+    with pytest.raises(ConfigError, match="queue.bytes: must be at least 1 "):
+        Producer("unix:///nonexistent/hb.sock", queue_bytes=0)
+    # At the bound: one message of message.max.bytes fits.
+    Producer("unix:///nonexistent/hb.sock", message_max_bytes=1000, queue_bytes=1000).close()
 
 
 # -- partitioning and grouping ----------------------------------------------------

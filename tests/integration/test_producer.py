@@ -330,6 +330,73 @@ def test_full_queue_blocks_until_there_is_room(silent_uri):
     assert producer.stats["failed"] == 21 and producer.stats["acknowledged"] == 0
 
 
+def bytes_producer(uri_, batch_size=10, queue_size=10, **options):
+    """queue.bytes 1000 (message.max.bytes 1000 with it), batches of 10 messages: three
+    values of 300 bytes fill the bytes, not the batch."""
+    return Producer(uri_, producer_type="async", batch_size=batch_size, queue_size=queue_size,
+                    queue_time=60000, message_max_bytes=1000, max_request_bytes=1500,
+                    queue_bytes=1000, message_send_max_retries=0, **options)
+
+
+def test_queue_bytes_full_raises_at_once_naming_it(silent_uri):
+    # A first batch keeps the thread waiting on a metadata request that is never
+    # answered, so that it cannot make room while the checks below run.
+    producer = bytes_producer(silent_uri, queue_enqueue_timeout_ms=0, request_timeout_ms=3000)
+    for i in range(10):
+        producer.send("t", b"m%d" % i)
+    wait_for(lambda: producer.stats["queued"] == 0)
+    for i in range(3):
+        producer.send("t", b"%03d" % i + b"v" * 297)
+    with pytest.raises(QueueFullError,
+                       match=r"900 of queue.bytes 1000 bytes waiting, 301 more sent"):
+        producer.send("t", b"k" * 300, key=b"k")  # a key counts too
+    with pytest.raises(QueueFullError, match="queue.bytes 1000"):
+        producer.send_many("t", [b"v" * 300])
+    assert producer.stats["queued"] == 3  # refused ones were not queued
+    # What was accepted is outstanding (failed by the thread once its request
+    # times out), not lost.
+    with pytest.raises(TimeoutError, match="13 messages still outstanding"):
+        producer.close(timeout=0.1)
+
+
+def test_queue_bytes_blocks_until_the_thread_takes(silent_uri):
+    # The thread's first take waits on a metadata request that is never
+    # answered: the queue cannot drain until it times out.
+    producer = bytes_producer(silent_uri, request_timeout_ms=3000)
+    producer.send("t", b"the first message")
+    producer.send("t", b"v" * 994)  # no room: the thread takes the first at once
+    wait_for(lambda: producer.stats["queued"] == 1)
+    blocked = threading.Thread(target=producer.send, args=("t", b"one byte too many"))
+    blocked.start()
+    blocked.join(0.3)
+    assert blocked.is_alive() and producer.stats["queued"] == 1
+    # The metadata request times out and fails the first message; the thread
+    # takes the 994 bytes, which frees them, and the blocked send goes in.
+    blocked.join(30)
+    assert not blocked.is_alive()
+    with pytest.raises(TimeoutError, match="2 messages still outstanding"):
+        producer.close(timeout=0.1)
+
+
+def test_send_many_past_queue_bytes_is_cut_and_delivered(served):
+    topic = new_topic("qbytes")
+    values = [b"%03d" % i + b"v" * 297 for i in range(25)]
+    trace = Trace()
+    with bytes_producer(served.tcp, batch_size=50, queue_size=50, callbacks=trace) as producer:
+        started = time.monotonic()
+        producer.send_many(topic, values)  # 7500 bytes through a queue of 1000
+        producer.send_many(topic, values[:5], key=b"key")
+        producer.flush()
+        # Each piece that found no room was taken at once, not after queue.time.
+        assert time.monotonic() - started < 30
+    assert trace.failed == [] and producer.stats["acknowledged"] == 30
+    # Requests of at most max.request.bytes, each carrying at most queue.bytes of values.
+    assert len(trace.sent) >= 8
+    with SimpleClient(served.unix) as client:
+        payloads = all_payloads(client, topic, 3)
+    assert sorted(payloads) == sorted(values + values[:5])
+
+
 # -- brokers that go away ----------------------------------------------------------------
 
 
