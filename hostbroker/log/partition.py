@@ -1,5 +1,5 @@
-"""One partition's log on disk: append, roll, flush, retention, truncation,
-a follower's restart at its leader's log start, deletion.
+"""One partition's log on disk: append, roll, flush, retention, deletion,
+its ``partition.json``.
 
 A :class:`PartitionLog` is owned by the writer process of its log dir; it is
 not thread safe, and no other process writes its files. Request handlers in
@@ -39,7 +39,9 @@ not line up with their bases, mean files were lost: every segment is scanned.
 Recovery fdatasyncs what it scanned and kept, so afterwards the whole log is
 flushed and :attr:`PartitionLog.flushed_offset` starts at the log end. After a
 clean shutdown only the tail of the last segment is checked (the scans and
-cuts live in ``recovery.py``).
+cuts live in ``recovery.py``). Truncation, and a follower's restart at its
+leader's log start, are ``partition_cuts.py``'s (mixed into
+:class:`PartitionLog`).
 
 A partition dir that cannot be opened (partition.json unreadable or invalid, a
 segment that is not a regular file or cannot be opened) raises StorageError
@@ -53,20 +55,20 @@ import json
 import logging
 import os
 import stat
-import struct
 import time
 from collections.abc import Callable, Mapping
 
 from hostbroker.errors import (ConfigError, ErrorCode, HostbrokerError, InvalidTopicError,
-                               OffsetOutOfRangeError, StorageError)
+                               StorageError)
 from hostbroker.log import recovery
 from hostbroker.log.config import LogConfig
 from hostbroker.log.prealloc import Reservation
 from hostbroker.log.files import (describe, fsync_dir, kind_of, move_to_trash, open_file,
                                   read_file, remove_any, storage_errors,
                                   write_file_atomically)
+from hostbroker.log.partition_cuts import APPEND_FLAGS, LogCuts
 from hostbroker.log.recovery import RecoveryStats
-from hostbroker.log.segments import (locate, parse_segment_filename, partition_dirname,
+from hostbroker.log.segments import (parse_segment_filename, partition_dirname,
                                      segment_filename)
 
 log = logging.getLogger(__name__)
@@ -75,10 +77,6 @@ PARTITION_FILE = "partition.json"
 # partition.json holds a few short fields; anything larger is not one.
 _MAX_PARTITION_FILE_BYTES = 64 * 1024
 
-_APPEND_FLAGS = os.O_WRONLY | os.O_APPEND  # open_file adds O_NOFOLLOW and O_CLOEXEC
-_LENGTH = struct.Struct(">i")  # an entry's length prefix (docs/spec/log-format.md)
-_FLOOR_CHUNK = 1 << 20  # bytes read at a time by entry_floor
-_MAX_OFFSET = 2**63 - 1
 
 Clock = Callable[[], int]
 
@@ -93,7 +91,7 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class PartitionLog:
+class PartitionLog(LogCuts):
     """The segments of one partition, appended to by the writer that owns it.
 
     Build with :meth:`create` or :meth:`open`; the constructor does no I/O.
@@ -152,7 +150,7 @@ class PartitionLog:
                                   _partition_file(topic, partition, num_partitions, overrides,
                                                   replicated))
             fd = open_file(os.path.join(path, segment_filename(0)),
-                           _APPEND_FLAGS | os.O_CREAT | os.O_EXCL)
+                           APPEND_FLAGS | os.O_CREAT | os.O_EXCL)
             fsync_dir(path)
             fsync_dir(log_dir)
         return cls(path, topic, partition, num_partitions, overrides, config, clock, [0], 0, fd,
@@ -212,7 +210,7 @@ class PartitionLog:
                                                     config.max_message_bytes, recovery_point)
         active = os.path.join(path, segment_filename(bases[-1]))
         with storage_errors(f"cannot open {active} for appending"):
-            fd = open_file(active, _APPEND_FLAGS)
+            fd = open_file(active, APPEND_FLAGS)
         return cls(path, topic, partition, num_partitions, overrides, config, clock,
                    bases, bases[-1] + sizes[-1], fd, stats, replicated)
 
@@ -361,7 +359,7 @@ class PartitionLog:
             if os.path.lexists(new_path):  # not a segment of ours: bases list every one
                 log.warning("%s: removing %s in the way of a new segment", self._path, new_path)
                 remove_any(new_path)  # a file, a link or a directory
-            new_fd = open_file(new_path, _APPEND_FLAGS | os.O_CREAT | os.O_EXCL)
+            new_fd = open_file(new_path, APPEND_FLAGS | os.O_CREAT | os.O_EXCL)
             self._fd = new_fd
             self._reservation = Reservation(self._config.preallocate_bytes,
                                             self._config.segment_bytes, 0)
@@ -481,99 +479,7 @@ class PartitionLog:
                     fsync_dir(self._path)
         return deleted
 
-    # -------------------------------------------------------- truncate, close
-
-    def entry_floor(self, offset: int) -> int:
-        """The largest entry boundary at or below ``offset``: where the last
-        whole entry that ends at or before it ends (``offset`` itself when it
-        is one; the log end for ``offset`` at or past it).
-
-        A follower cuts its log only there (a leader's answer may name any
-        byte). Walks the entries' length prefixes from the start of the
-        segment holding ``offset``, reading ``_FLOOR_CHUNK`` bytes at a time.
-        Raises OffsetOutOfRangeError below the log start, StorageError when
-        the segment cannot be read."""
-        if offset >= self._log_end:
-            return self._log_end
-        if offset < self.log_start_offset:
-            raise OffsetOutOfRangeError(
-                f"{offset} is below the log start {self.log_start_offset} of {self._path}")
-        base = self._bases[locate(self._bases, offset)]
-        target, pos = offset - base, 0
-        with storage_errors(f"cannot read {self.segment_path(base)}"):
-            fd = open_file(self.segment_path(base), os.O_RDONLY)
-            try:
-                chunk, chunk_at = b"", 0
-                while pos + _LENGTH.size <= target:
-                    if pos + _LENGTH.size > chunk_at + len(chunk):
-                        chunk, chunk_at = os.pread(fd, _FLOOR_CHUNK, pos), pos
-                        if len(chunk) < _LENGTH.size:
-                            break
-                    (length,) = _LENGTH.unpack_from(chunk, pos - chunk_at)
-                    if length < 0 or pos + _LENGTH.size + length > target:
-                        break
-                    pos += _LENGTH.size + length
-            finally:
-                os.close(fd)
-        return base + pos
-
-    def truncate_to(self, offset: int) -> None:
-        """Drop every byte at and after ``offset``, durably.
-
-        For a writer restarting after a crash, to cut bytes it never
-        acknowledged. Raises OffsetOutOfRangeError outside [log start, log end].
-        """
-        if not self.log_start_offset <= offset <= self._log_end:
-            raise OffsetOutOfRangeError(
-                f"cannot truncate {self._path} to {offset}: outside "
-                f"[{self.log_start_offset}, {self._log_end}]")
-        if offset == self._log_end:
-            return
-        index = locate(self._bases, offset)
-        with storage_errors(f"cannot truncate {self._path}"):
-            os.close(self._active_fd())
-            self._fd = None
-            for base in self._bases[index + 1:]:
-                os.unlink(self.segment_path(base))
-            self._bases = self._bases[:index + 1]
-            self._fd = open_file(self.segment_path(self._bases[-1]), _APPEND_FLAGS)
-            os.ftruncate(self._fd, offset - self._bases[-1])  # drops any reservation too
-            self._reservation.reserved_to = offset - self._bases[-1]
-            os.fsync(self._fd)
-            fsync_dir(self._path)
-        self._log_end = offset
-        self._mark_flushed(offset)
-
-    def restart_at(self, offset: int) -> None:
-        """Empty the log and start it again at ``offset``, past its end: a
-        follower whose leader's log starts there (docs/storage.md, "Replicas").
-
-        Crash-safe: the new empty segment is created (the dir synced) before
-        the old segments are removed, oldest first, so a crash leaves the new
-        log or the old one (perhaps without its oldest segments, as retention
-        would): recovery finds the old segments' sizes short of the new base
-        and cuts the new segment away. Raises OffsetOutOfRangeError for an
-        offset not past the log end, StorageError when the disk fails."""
-        if not self._log_end < offset <= _MAX_OFFSET:
-            raise OffsetOutOfRangeError(
-                f"cannot restart {self._path} at {offset}: not past its end {self._log_end}")
-        old_fd = self._active_fd()
-        with storage_errors(f"cannot restart {self._path} at {offset}"):
-            new_path = self.segment_path(offset)
-            if os.path.lexists(new_path):  # not a segment of ours: all are below the end
-                remove_any(new_path)
-            new_fd = open_file(new_path, _APPEND_FLAGS | os.O_CREAT | os.O_EXCL)
-            fsync_dir(self._path)
-            self._fd = new_fd
-            os.close(old_fd)
-            old, self._bases = self._bases, [offset]
-            for base in old:
-                os.unlink(self.segment_path(base))
-            fsync_dir(self._path)
-        self._reservation = Reservation(self._config.preallocate_bytes,
-                                        self._config.segment_bytes, 0)
-        self._log_end = offset
-        self._mark_flushed(offset)
+    # ------------------------------------------------------------------ close
 
     def set_overrides(self, changes: Mapping[str, str]) -> bool:
         """Set topic config keys (the current ``min.insync.replicas`` of a
