@@ -36,8 +36,9 @@ through the same rings (retention, checkpoints and deletes:
 ``writer_cleanup.py``). Replicas of replicated topics (cluster mode: their
 role, ISR and high watermark, the appends and truncations ``hb-replica``
 brings on the ``rapp`` ring, and the refusal of a non-leader's appends) are
-``writer_replicas.py``. The writer is the only process that writes a slot it
-serves, so it marks the slot DELETING itself; it then drops
+``writer_replicas.py`` (its follower side ``writer_follower.py``). The
+writer is the only process that writes a slot it serves, so it marks the
+slot DELETING itself; it then drops
 all it holds for the slot (appends, flushes, acks=-1 waiters, which are
 answered then) before freeing it, and refuses an append whose slot no longer
 holds the partition it names (docs/storage.md).
@@ -78,6 +79,7 @@ from hostbroker.workers.base import Worker, now_ms
 from hostbroker.workers.flusher import Flusher, Waiter
 from hostbroker.workers.writer_appends import Appends
 from hostbroker.workers.writer_cleanup import Cleanup
+from hostbroker.workers.writer_follower import Following
 from hostbroker.workers.writer_polls import Polls
 from hostbroker.workers.writer_replicas import Replicas
 
@@ -85,7 +87,7 @@ from hostbroker.workers.writer_replicas import Replicas
 _QUIET_OPS = frozenset((env.OP_APPEND_DIRECT, env.OP_REF_DONE, env.OP_POLL_DONE))
 
 
-class WriterWorker(Appends, Polls, Replicas, Cleanup, Worker):
+class WriterWorker(Appends, Polls, Replicas, Following, Cleanup, Worker):
     kind = "writer"
     process_name = "hb-writer"
 
