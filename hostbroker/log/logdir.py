@@ -72,7 +72,8 @@ from hostbroker.log.config import LogConfig
 from hostbroker.log.files import (DIR_MODE, describe, fsync_dir, kind_of, move_to_trash,
                                   open_lock_file, read_file, remove_any, remove_tree,
                                   storage_errors, write_file_atomically)
-from hostbroker.log.partition import PARTITION_FILE, Clock, PartitionLog, wall_clock_ms
+from hostbroker.log.partition import Clock, PartitionLog, wall_clock_ms
+from hostbroker.log.partition_file import PARTITION_FILE
 from hostbroker.log.recovery import RecoveryStats
 from hostbroker.log.segments import (parse_partition_dirname, parse_segment_filename,
                                      partition_dirname, validate_topic_name)

@@ -1,5 +1,4 @@
-"""One partition's log on disk: append, roll, flush, retention, deletion,
-its ``partition.json``.
+"""One partition's log on disk: append, roll, flush, retention, deletion.
 
 A :class:`PartitionLog` is owned by the writer process of its log dir; it is
 not thread safe, and no other process writes its files. Request handlers in
@@ -10,9 +9,8 @@ log end offset stays in place until retention deletes its whole segment.
 Files, under ``<log dir>/<topic>_<partition>/``:
 
 - ``partition.json``: topic, partition, partition count and the topic config
-  overrides as strings, written atomically at creation before any segment;
-  ``"replicated": true`` for a replica of a replicated topic (cluster mode,
-  docs/storage.md "Replicas"), absent otherwise.
+  overrides, written atomically at creation before any segment and read
+  back at open (its format and checks: ``partition_file.py``).
 - ``<20-digit base offset>.kafka``: segments. Only the last (active) one is
   appended to; a segment with base ``b`` holds the entry at offset ``o`` at file
   position ``o - b`` (docs/spec/log-format.md).
@@ -51,31 +49,27 @@ partition offline (``logdir.py``).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import stat
 import time
 from collections.abc import Callable, Mapping
 
-from hostbroker.errors import (ConfigError, ErrorCode, HostbrokerError, InvalidTopicError,
-                               StorageError)
+from hostbroker.errors import ConfigError, ErrorCode, HostbrokerError, StorageError
 from hostbroker.log import recovery
 from hostbroker.log.config import LogConfig
 from hostbroker.log.prealloc import Reservation
-from hostbroker.log.files import (describe, fsync_dir, kind_of, move_to_trash, open_file,
-                                  read_file, remove_any, storage_errors,
-                                  write_file_atomically)
+from hostbroker.log.files import (fsync_dir, kind_of, move_to_trash, open_file, remove_any,
+                                  storage_errors, write_file_atomically)
 from hostbroker.log.partition_cuts import APPEND_FLAGS, LogCuts
+from hostbroker.log.partition_file import (PARTITION_FILE, format_partition_file,
+                                           read_partition_meta)
 from hostbroker.log.recovery import RecoveryStats
 from hostbroker.log.segments import (parse_segment_filename, partition_dirname,
                                      segment_filename)
 
 log = logging.getLogger(__name__)
 
-PARTITION_FILE = "partition.json"
-# partition.json holds a few short fields; anything larger is not one.
-_MAX_PARTITION_FILE_BYTES = 64 * 1024
 
 
 Clock = Callable[[], int]
@@ -147,8 +141,8 @@ class PartitionLog(LogCuts):
                 raise HostbrokerError(f"partition dir {path} already exists",
                                       ErrorCode.TOPIC_ALREADY_EXISTS) from None
             write_file_atomically(os.path.join(path, PARTITION_FILE),
-                                  _partition_file(topic, partition, num_partitions, overrides,
-                                                  replicated))
+                                  format_partition_file(topic, partition, num_partitions,
+                                                        overrides, replicated))
             fd = open_file(os.path.join(path, segment_filename(0)),
                            APPEND_FLAGS | os.O_CREAT | os.O_EXCL)
             fsync_dir(path)
@@ -491,7 +485,7 @@ class PartitionLog(LogCuts):
         if overrides == self._overrides:
             return False
         with storage_errors(f"cannot update {os.path.join(self._path, PARTITION_FILE)}"):
-            write_file_atomically(os.path.join(self._path, PARTITION_FILE), _partition_file(
+            write_file_atomically(os.path.join(self._path, PARTITION_FILE), format_partition_file(
                 self._topic, self._partition, self._num_partitions, overrides,
                 self._replicated))
         self._overrides, self._config = overrides, config
@@ -533,66 +527,3 @@ class PartitionLog(LogCuts):
                 os.close(fd)
         move_to_trash(self._path, trash, self._clock())
 
-
-def _partition_file(topic: str, partition: int, num_partitions: int,
-                    overrides: Mapping[str, str], replicated: bool) -> bytes:
-    meta = {"topic": topic, "partition": partition, "partitions": num_partitions,
-            "config": dict(overrides)}
-    if replicated:
-        meta["replicated"] = True
-    return json.dumps(meta, sort_keys=True).encode()
-
-
-def read_partition_file(path: str) -> tuple[str, int, int, dict[str, str]]:
-    """Return (topic, partition, partition count, config overrides) of a partition dir.
-
-    Raises StorageError as :func:`read_partition_meta` does.
-    """
-    return read_partition_meta(path)[:4]
-
-
-def read_partition_meta(path: str) -> tuple[str, int, int, dict[str, str], bool]:
-    """Return (topic, partition, partition count, config overrides, replicated)
-    of a partition dir.
-
-    Raises StorageError naming the file and what is wrong with it: unreadable,
-    not JSON, not an object with ``topic`` (a valid name), ``partition`` and
-    ``partitions`` (integers, 0 <= partition < partitions) and ``config`` (an
-    object of strings), a ``replicated`` that is not a boolean, or naming
-    another partition than the dir's name.
-    """
-    meta_path = os.path.join(path, PARTITION_FILE)
-    try:
-        raw = read_file(meta_path, _MAX_PARTITION_FILE_BYTES)
-    except OSError as exc:
-        raise StorageError(f"cannot read {meta_path}: {describe(exc)}") from exc
-    try:
-        if len(raw) > _MAX_PARTITION_FILE_BYTES:
-            raise ValueError(f"longer than {_MAX_PARTITION_FILE_BYTES} bytes")
-        meta = json.loads(raw)
-        if not isinstance(meta, dict):
-            raise ValueError(f"expected a JSON object, found {type(meta).__name__}")
-        missing = {"topic", "partition", "partitions", "config"} - meta.keys()
-        if missing:
-            raise ValueError(f"no {', '.join(sorted(missing))}")
-        topic, partition = meta["topic"], meta["partition"]
-        num_partitions, overrides = meta["partitions"], meta["config"]
-        if not all(type(n) is int for n in (partition, num_partitions)) \
-                or not 0 <= partition < num_partitions:
-            raise ValueError(f"partition {partition!r} of {num_partitions!r} is not a "
-                             "partition number below the count")
-        if not isinstance(overrides, dict) or not all(
-                isinstance(k, str) and isinstance(v, str) for k, v in overrides.items()):
-            raise ValueError("config is not an object of strings")
-        replicated = meta.get("replicated", False)
-        if type(replicated) is not bool:
-            raise ValueError(f"replicated {replicated!r} is not true or false")
-        name = partition_dirname(topic, partition)
-    except RecursionError:
-        raise StorageError(f"{meta_path} is not a valid partition file: nested too deeply") from None
-    except (ValueError, InvalidTopicError) as exc:
-        raise StorageError(f"{meta_path} is not a valid partition file: {exc}") from None
-    if name != os.path.basename(os.path.normpath(path)):
-        raise StorageError(f"{meta_path} names partition {topic}-{partition}, not the one its "
-                           "directory is named after")
-    return topic, partition, num_partitions, overrides, replicated

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from hostbroker.errors import HostbrokerError
 from hostbroker.log.config import LogConfig
-from hostbroker.log.partition import read_partition_file
+from hostbroker.log.partition_file import read_partition_file
 from hostbroker.log.segments import (
     parse_segment_filename,
     partition_dirname,

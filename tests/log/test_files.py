@@ -17,7 +17,8 @@ from hostbroker.log.config import LogConfig
 from hostbroker.log.logdir import CHECKPOINT_FILE, CLEAN_SHUTDOWN_FILE, LOCK_FILE, LogDir
 from hostbroker.log.message import encode_message_set
 from hostbroker.log.offsetstore import COMPACT_SUFFIX, FILENAME, OffsetStore
-from hostbroker.log.partition import PARTITION_FILE, PartitionLog
+from hostbroker.log.partition import PartitionLog
+from hostbroker.log.partition_file import PARTITION_FILE
 from tests.log.conftest import read_all
 
 DEFAULTS = LogConfig(segment_bytes=1 << 20, preallocate_bytes=0)

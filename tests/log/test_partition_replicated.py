@@ -9,7 +9,8 @@ import pytest
 
 from hostbroker.errors import StorageError
 from hostbroker.log.config import LogConfig
-from hostbroker.log.partition import PARTITION_FILE, PartitionLog, read_partition_meta
+from hostbroker.log.partition import PartitionLog
+from hostbroker.log.partition_file import PARTITION_FILE, read_partition_meta
 
 
 def test_the_replicated_mark_survives_a_reopen(tmp_path):

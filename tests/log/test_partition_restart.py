@@ -17,7 +17,8 @@ import pytest
 from hostbroker.errors import ConfigError, OffsetOutOfRangeError
 from hostbroker.log.config import LogConfig
 from hostbroker.log.message import encode_message_set
-from hostbroker.log.partition import PARTITION_FILE, PartitionLog
+from hostbroker.log.partition import PartitionLog
+from hostbroker.log.partition_file import PARTITION_FILE
 from hostbroker.log.segments import segment_filename
 
 SMALL = LogConfig(segment_bytes=120)

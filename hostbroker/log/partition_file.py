@@ -1,0 +1,92 @@
+"""A partition dir's ``partition.json``: what it holds, writing it, and
+reading it back as hostile input.
+
+It holds the topic, the partition, the topic's partition count and the
+topic config overrides as strings; ``"replicated": true`` for a replica of a
+replicated topic (cluster mode, docs/storage.md "Replicas"), absent
+otherwise. :class:`~hostbroker.log.partition.PartitionLog` writes it
+atomically at creation (before any segment) and when a replica's
+``min.insync.replicas`` changes, and reads it at open; a log dir and the
+handlers' topic views read it too. Anything wrong with it is a StorageError
+naming the file and the problem (the log dir takes only that partition
+offline).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+
+from hostbroker.errors import InvalidTopicError, StorageError
+from hostbroker.log.files import describe, read_file
+from hostbroker.log.segments import partition_dirname
+
+PARTITION_FILE = "partition.json"
+# partition.json holds a few short fields; anything larger is not one.
+_MAX_PARTITION_FILE_BYTES = 64 * 1024
+
+
+def format_partition_file(topic: str, partition: int, num_partitions: int,
+                          overrides: Mapping[str, str], replicated: bool) -> bytes:
+    """The bytes of a ``partition.json``."""
+    meta = {"topic": topic, "partition": partition, "partitions": num_partitions,
+            "config": dict(overrides)}
+    if replicated:
+        meta["replicated"] = True
+    return json.dumps(meta, sort_keys=True).encode()
+
+
+def read_partition_file(path: str) -> tuple[str, int, int, dict[str, str]]:
+    """Return (topic, partition, partition count, config overrides) of a partition dir.
+
+    Raises StorageError as :func:`read_partition_meta` does.
+    """
+    return read_partition_meta(path)[:4]
+
+
+def read_partition_meta(path: str) -> tuple[str, int, int, dict[str, str], bool]:
+    """Return (topic, partition, partition count, config overrides, replicated)
+    of a partition dir.
+
+    Raises StorageError naming the file and what is wrong with it: unreadable,
+    not JSON, not an object with ``topic`` (a valid name), ``partition`` and
+    ``partitions`` (integers, 0 <= partition < partitions) and ``config`` (an
+    object of strings), a ``replicated`` that is not a boolean, or naming
+    another partition than the dir's name.
+    """
+    meta_path = os.path.join(path, PARTITION_FILE)
+    try:
+        raw = read_file(meta_path, _MAX_PARTITION_FILE_BYTES)
+    except OSError as exc:
+        raise StorageError(f"cannot read {meta_path}: {describe(exc)}") from exc
+    try:
+        if len(raw) > _MAX_PARTITION_FILE_BYTES:
+            raise ValueError(f"longer than {_MAX_PARTITION_FILE_BYTES} bytes")
+        meta = json.loads(raw)
+        if not isinstance(meta, dict):
+            raise ValueError(f"expected a JSON object, found {type(meta).__name__}")
+        missing = {"topic", "partition", "partitions", "config"} - meta.keys()
+        if missing:
+            raise ValueError(f"no {', '.join(sorted(missing))}")
+        topic, partition = meta["topic"], meta["partition"]
+        num_partitions, overrides = meta["partitions"], meta["config"]
+        if not all(type(n) is int for n in (partition, num_partitions)) \
+                or not 0 <= partition < num_partitions:
+            raise ValueError(f"partition {partition!r} of {num_partitions!r} is not a "
+                             "partition number below the count")
+        if not isinstance(overrides, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in overrides.items()):
+            raise ValueError("config is not an object of strings")
+        replicated = meta.get("replicated", False)
+        if type(replicated) is not bool:
+            raise ValueError(f"replicated {replicated!r} is not true or false")
+        name = partition_dirname(topic, partition)
+    except RecursionError:
+        raise StorageError(f"{meta_path} is not a valid partition file: nested too deeply") from None
+    except (ValueError, InvalidTopicError) as exc:
+        raise StorageError(f"{meta_path} is not a valid partition file: {exc}") from None
+    if name != os.path.basename(os.path.normpath(path)):
+        raise StorageError(f"{meta_path} names partition {topic}-{partition}, not the one its "
+                           "directory is named after")
+    return topic, partition, num_partitions, overrides, replicated
