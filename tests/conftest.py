@@ -80,22 +80,49 @@ def pytest_collection_modifyitems(config, items):
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-@pytest.fixture(autouse=True)
-def _stop_signals_as_they_were():
-    """Every test leaves SIGINT and SIGTERM as it found them in this process: a test
-    that ran code which ignores or blocks them here (a worker's set-up, a hold of the
+def _inherited_stops() -> list[str]:
+    """What a process started from here now would inherit of SIGINT and SIGTERM
+    beyond their defaults: an ignore and a block survive exec (a Python handler
+    does not)."""
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, ())
+    return ([f"{sig.name} ignored" for sig in _STOP_SIGNALS
+             if signal.getsignal(sig) == signal.SIG_IGN]
+            + [f"{sig.name} blocked" for sig in _STOP_SIGNALS if sig in blocked])
+
+
+def _put_back_stops(dispositions: dict) -> None:
+    for sig, disposition in dispositions.items():
+        if signal.getsignal(sig) != disposition:
+            signal.signal(sig, disposition)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionstart(session):
+    """The suite starts from SIGINT and SIGTERM at their defaults, however it was
+    started: a shell's ``&`` without job control hands it SIGINT ignored, which its
+    brokers and commands would inherit (pyspark's SparkContext puts in a handler of
+    its own, so only the workers that had no Spark session kept the ignore)."""
+    if _inherited_stops():
+        _put_back_stops({signal.SIGINT: signal.default_int_handler,
+                         signal.SIGTERM: signal.SIG_DFL})
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Every test (with the set-up and tear-down of its fixtures of any scope)
+    leaves SIGINT and SIGTERM as it found them in this process: a test that ran
+    code here which ignores, blocks or takes them (a worker's set-up, a hold of the
     CPU latency request) would otherwise hand that on to every broker a later test
-    starts from this process, whose Ctrl-C would then be lost. Such a test is named in
-    a warning, and the signals are put back."""
+    starts from this process, whose Ctrl-C would then be lost. They are put back;
+    an ignore or a block, which a child inherits, is also named in a warning."""
     before = {sig: signal.getsignal(sig) for sig in _STOP_SIGNALS}
-    yield
-    changed = [sig.name for sig in _STOP_SIGNALS if signal.getsignal(sig) != before[sig]]
-    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, ()) & set(_STOP_SIGNALS)
-    for sig in _STOP_SIGNALS:
-        signal.signal(sig, before[sig])
-    if blocked:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, blocked)
-    if changed or blocked:
-        warnings.warn(f"the test left {', '.join(changed)} changed and "
-                      f"{', '.join(s.name for s in blocked) or 'nothing'} blocked; put back",
-                      stacklevel=1)
+    try:
+        return (yield)
+    finally:
+        left = _inherited_stops()
+        _put_back_stops(before)
+        if left:
+            # the test's own report is made by now: the warning goes to the summary
+            item.warn(pytest.PytestWarning(
+                f"the test left {' and '.join(left)} in this process; put back"))
