@@ -29,6 +29,7 @@ PACKAGE_GROUPS = ("tests/hostile/",)
 LONG_GROUPS = (
     "tests/spark/test_read.py",
     "tests/spark/test_cluster.py",
+    "tests/hostile/",
     "tests/integration/test_storage_faults.py",
     "tests/spark/test_loader.py",
     "tests/cluster/test_mirror_zk.py",
@@ -75,6 +76,19 @@ def pytest_collection_modifyitems(config, items):
         item.add_marker(pytest.mark.xdist_group(group_of(item.nodeid)))
     # sort is stable: within a rank, groups and tests keep their collection order
     items.sort(key=lambda item: _rank(group_of(item.nodeid)))
+
+
+@pytest.fixture(scope="module")
+def zookeeper_of_module(tmp_path_factory):
+    """One real ZooKeeper for a test module (stopped by PID after it): the server
+    behind ``tests/cluster/conftest.py``'s ``zookeeper``, which gives each test a
+    chroot of its own on it; here, so that every package that imports that fixture
+    sees it. One ZooKeeper JVM per module, not per test."""
+    from tests.cluster.zkserver import ZooKeeperServer
+
+    server = ZooKeeperServer(tmp_path_factory.mktemp("zk")).start()
+    yield server
+    server.stop()
 
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
