@@ -1,13 +1,15 @@
-"""How the suite is split between pytest-xdist workers (``-n N --dist loadgroup``).
+"""How the suite is split between pytest-xdist workers (``-n N --dist loadgroup``),
+and what every test process shares: one ZooKeeper per test module for cluster
+mode's ``zookeeper`` fixture, and SIGINT and SIGTERM as a test found them.
 
 Every test gets an ``xdist_group`` mark, so that a group runs whole on one
 worker and its module, package and session fixtures are set up once there:
 
 - a test module is a group of its own (as ``--dist loadfile`` would make it);
-- ``tests/hostile/`` is one group, as its fuzz broker is a package fixture.
-
-A worker that runs Spark tests starts its own SparkSession (the fixture is
-per session, so per worker) and keeps it for every Spark module it is given.
+- ``tests/hostile/`` is one group, as its fuzz broker is a package fixture;
+- the Spark modules that start a SparkSession are two groups
+  (:data:`SPARK_GROUPS`): the session is per worker (a JVM of up to 1 GiB,
+  about 20 s to start and warm), so two workers start one, not every worker.
 
 The groups are also sent out longest first (:data:`LONG_GROUPS`, from the
 durations of a full run), so that no long group starts last and keeps one
@@ -18,23 +20,29 @@ nothing but the order of the groups.
 from __future__ import annotations
 
 import signal
-import warnings
 
 import pytest
 
 # Whole-package groups: one worker each.
 PACKAGE_GROUPS = ("tests/hostile/",)
 
+# The modules that use the SparkSession, in two groups of about equal length.
+SPARK_GROUPS = {
+    "tests/spark/test_read.py": "tests/spark/+read+stream+write",
+    "tests/spark/test_stream.py": "tests/spark/+read+stream+write",
+    "tests/spark/test_write.py": "tests/spark/+read+stream+write",
+    "tests/spark/test_cluster.py": "tests/spark/+cluster+loader",
+    "tests/spark/test_loader.py": "tests/spark/+cluster+loader",
+}
+
 # The longest groups of a full run, longest first; the rest follow in collection order.
 LONG_GROUPS = (
-    "tests/spark/test_read.py",
-    "tests/spark/test_cluster.py",
+    "tests/spark/+read+stream+write",
+    "tests/spark/+cluster+loader",
     "tests/hostile/",
     "tests/integration/test_storage_faults.py",
-    "tests/spark/test_loader.py",
     "tests/cluster/test_mirror_zk.py",
     "tests/integration/test_faults.py",
-    "tests/spark/test_stream.py",
     "tests/cluster/test_e2e_zk.py",
     "tests/replication/test_random_faults.py",
     "tests/replication/test_zk_group.py",
@@ -42,15 +50,17 @@ LONG_GROUPS = (
     "tests/cluster/test_controller.py",
     "tests/cluster/test_replica_follow.py",
     "tests/replication/test_clients.py",
-    "tests/spark/test_write.py",
     "tests/integration/test_processor.py",
     "tests/cluster/test_group_zk.py",
 )
 
 
 def group_of(nodeid: str) -> str:
-    """The xdist group of a test: its package for PACKAGE_GROUPS, else its module file."""
+    """The xdist group of a test: its package for PACKAGE_GROUPS, its Spark group for
+    SPARK_GROUPS, else its module file."""
     path = nodeid.split("::", 1)[0]
+    if path in SPARK_GROUPS:
+        return SPARK_GROUPS[path]
     for package in PACKAGE_GROUPS:
         if path.startswith(package):
             return package
