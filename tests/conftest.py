@@ -8,8 +8,9 @@ worker and its module, package and session fixtures are set up once there:
 - a test module is a group of its own (as ``--dist loadfile`` would make it);
 - ``tests/hostile/`` is one group, as its fuzz broker is a package fixture;
 - the Spark modules that start a SparkSession are two groups
-  (:data:`SPARK_GROUPS`): the session is per worker (a JVM of up to 1 GiB,
-  about 20 s to start and warm), so two workers start one, not every worker.
+  (:data:`SPARK_GROUPS`, and ``test_loader.py`` alone): the session is per
+  worker (a JVM of up to 1 GiB, about 20 s to start and warm), so two workers
+  start one, not every worker.
 
 The groups are also sent out longest first (:data:`LONG_GROUPS`, from the
 durations of a full run), so that no long group starts last and keeps one
@@ -26,32 +27,33 @@ import pytest
 # Whole-package groups: one worker each.
 PACKAGE_GROUPS = ("tests/hostile/",)
 
-# The modules that use the SparkSession, in two groups of about equal length.
+# The modules that use the SparkSession: these four are one group; test_loader.py, about
+# as long alone (a `hostbroker load` JVM per run), is the other.
 SPARK_GROUPS = {
-    "tests/spark/test_read.py": "tests/spark/+read+stream+write",
-    "tests/spark/test_stream.py": "tests/spark/+read+stream+write",
-    "tests/spark/test_write.py": "tests/spark/+read+stream+write",
-    "tests/spark/test_cluster.py": "tests/spark/+cluster+loader",
-    "tests/spark/test_loader.py": "tests/spark/+cluster+loader",
+    "tests/spark/test_cluster.py": "tests/spark/+cluster+read+stream+write",
+    "tests/spark/test_read.py": "tests/spark/+cluster+read+stream+write",
+    "tests/spark/test_stream.py": "tests/spark/+cluster+read+stream+write",
+    "tests/spark/test_write.py": "tests/spark/+cluster+read+stream+write",
 }
 
 # The longest groups of a full run, longest first; the rest follow in collection order.
 LONG_GROUPS = (
-    "tests/spark/+read+stream+write",
-    "tests/spark/+cluster+loader",
+    "tests/spark/test_loader.py",
+    "tests/spark/+cluster+read+stream+write",
     "tests/hostile/",
-    "tests/integration/test_storage_faults.py",
     "tests/cluster/test_mirror_zk.py",
-    "tests/integration/test_faults.py",
     "tests/cluster/test_e2e_zk.py",
-    "tests/replication/test_random_faults.py",
-    "tests/replication/test_zk_group.py",
-    "tests/replication/test_failover.py",
+    "tests/integration/test_local_fetch.py",
     "tests/cluster/test_controller.py",
-    "tests/cluster/test_replica_follow.py",
-    "tests/replication/test_clients.py",
+    "tests/cluster/test_broker_registration.py",
     "tests/integration/test_processor.py",
+    "tests/replication/test_random_faults.py",
     "tests/cluster/test_group_zk.py",
+    "tests/replication/test_failover.py",
+    "tests/integration/test_storage_faults.py",
+    "tests/integration/test_faults.py",
+    "tests/replication/test_clients.py",
+    "tests/replication/test_zk_group.py",
 )
 
 
