@@ -59,6 +59,9 @@ def _add_config_options(parser: argparse.ArgumentParser) -> None:
 
 def _serve(args: argparse.Namespace) -> int:
     try:
+        from hostbroker.workers.startup import take_stop_signals
+
+        take_stop_signals()  # before anything can wait: Ctrl-C stops even the config read
         config = _config(args)
         from hostbroker.workers.supervisor import serve
     except KeyboardInterrupt:

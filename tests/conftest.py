@@ -1,13 +1,16 @@
-"""How the suite is split between pytest-xdist workers (``-n N --dist loadgroup``).
+"""How the suite is split between pytest-xdist workers (``-n N --dist loadgroup``),
+and what every test process shares: one ZooKeeper per test module for cluster
+mode's ``zookeeper`` fixture, and SIGINT and SIGTERM as a test found them.
 
 Every test gets an ``xdist_group`` mark, so that a group runs whole on one
 worker and its module, package and session fixtures are set up once there:
 
 - a test module is a group of its own (as ``--dist loadfile`` would make it);
-- ``tests/hostile/`` is one group, as its fuzz broker is a package fixture.
-
-A worker that runs Spark tests starts its own SparkSession (the fixture is
-per session, so per worker) and keeps it for every Spark module it is given.
+- ``tests/hostile/`` is one group, as its fuzz broker is a package fixture;
+- the Spark modules that start a SparkSession are two groups
+  (:data:`SPARK_GROUPS`, and ``test_loader.py`` alone): the session is per
+  worker (a JVM of up to 1 GiB, about 20 s to start and warm), so two workers
+  start one, not every worker.
 
 The groups are also sent out longest first (:data:`LONG_GROUPS`, from the
 durations of a full run), so that no long group starts last and keeps one
@@ -18,38 +21,48 @@ nothing but the order of the groups.
 from __future__ import annotations
 
 import signal
-import warnings
 
 import pytest
 
 # Whole-package groups: one worker each.
 PACKAGE_GROUPS = ("tests/hostile/",)
 
+# The modules that use the SparkSession: these four are one group; test_loader.py, about
+# as long alone (a `hostbroker load` JVM per run), is the other.
+SPARK_GROUPS = {
+    "tests/spark/test_cluster.py": "tests/spark/+cluster+read+stream+write",
+    "tests/spark/test_read.py": "tests/spark/+cluster+read+stream+write",
+    "tests/spark/test_stream.py": "tests/spark/+cluster+read+stream+write",
+    "tests/spark/test_write.py": "tests/spark/+cluster+read+stream+write",
+}
+
 # The longest groups of a full run, longest first; the rest follow in collection order.
 LONG_GROUPS = (
-    "tests/spark/test_read.py",
-    "tests/spark/test_cluster.py",
-    "tests/integration/test_storage_faults.py",
     "tests/spark/test_loader.py",
+    "tests/spark/+cluster+read+stream+write",
+    "tests/hostile/",
     "tests/cluster/test_mirror_zk.py",
-    "tests/integration/test_faults.py",
-    "tests/spark/test_stream.py",
     "tests/cluster/test_e2e_zk.py",
-    "tests/replication/test_random_faults.py",
-    "tests/replication/test_zk_group.py",
-    "tests/replication/test_failover.py",
+    "tests/integration/test_local_fetch.py",
     "tests/cluster/test_controller.py",
-    "tests/cluster/test_replica_follow.py",
-    "tests/replication/test_clients.py",
-    "tests/spark/test_write.py",
+    "tests/cluster/test_broker_registration.py",
     "tests/integration/test_processor.py",
+    "tests/replication/test_random_faults.py",
     "tests/cluster/test_group_zk.py",
+    "tests/replication/test_failover.py",
+    "tests/integration/test_storage_faults.py",
+    "tests/integration/test_faults.py",
+    "tests/replication/test_clients.py",
+    "tests/replication/test_zk_group.py",
 )
 
 
 def group_of(nodeid: str) -> str:
-    """The xdist group of a test: its package for PACKAGE_GROUPS, else its module file."""
+    """The xdist group of a test: its package for PACKAGE_GROUPS, its Spark group for
+    SPARK_GROUPS, else its module file."""
     path = nodeid.split("::", 1)[0]
+    if path in SPARK_GROUPS:
+        return SPARK_GROUPS[path]
     for package in PACKAGE_GROUPS:
         if path.startswith(package):
             return package
@@ -77,25 +90,65 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: _rank(group_of(item.nodeid)))
 
 
+@pytest.fixture(scope="module")
+def zookeeper_of_module(tmp_path_factory):
+    """One real ZooKeeper for a test module (stopped by PID after it): the server
+    behind ``tests/cluster/conftest.py``'s ``zookeeper``, which gives each test a
+    chroot of its own on it; here, so that every package that imports that fixture
+    sees it. One ZooKeeper JVM per module, not per test."""
+    from tests.cluster.zkserver import ZooKeeperServer
+
+    server = ZooKeeperServer(tmp_path_factory.mktemp("zk")).start()
+    yield server
+    server.stop()
+
+
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-@pytest.fixture(autouse=True)
-def _stop_signals_as_they_were():
-    """Every test leaves SIGINT and SIGTERM as it found them in this process: a test
-    that ran code which ignores or blocks them here (a worker's set-up, a hold of the
+def _inherited_stops() -> list[str]:
+    """What a process started from here now would inherit of SIGINT and SIGTERM
+    beyond their defaults: an ignore and a block survive exec (a Python handler
+    does not)."""
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, ())
+    return ([f"{sig.name} ignored" for sig in _STOP_SIGNALS
+             if signal.getsignal(sig) == signal.SIG_IGN]
+            + [f"{sig.name} blocked" for sig in _STOP_SIGNALS if sig in blocked])
+
+
+def _put_back_stops(dispositions: dict) -> None:
+    for sig, disposition in dispositions.items():
+        if signal.getsignal(sig) != disposition:
+            signal.signal(sig, disposition)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionstart(session):
+    """The suite starts from SIGINT and SIGTERM at their defaults, however it was
+    started: a shell's ``&`` without job control hands it SIGINT ignored, which its
+    brokers and commands would inherit (pyspark's SparkContext puts in a handler of
+    its own, so only the workers that had no Spark session kept the ignore)."""
+    if _inherited_stops():
+        _put_back_stops({signal.SIGINT: signal.default_int_handler,
+                         signal.SIGTERM: signal.SIG_DFL})
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Every test (with the set-up and tear-down of its fixtures of any scope)
+    leaves SIGINT and SIGTERM as it found them in this process: a test that ran
+    code here which ignores, blocks or takes them (a worker's set-up, a hold of the
     CPU latency request) would otherwise hand that on to every broker a later test
-    starts from this process, whose Ctrl-C would then be lost. Such a test is named in
-    a warning, and the signals are put back."""
+    starts from this process, whose Ctrl-C would then be lost. They are put back;
+    an ignore or a block, which a child inherits, is also named in a warning."""
     before = {sig: signal.getsignal(sig) for sig in _STOP_SIGNALS}
-    yield
-    changed = [sig.name for sig in _STOP_SIGNALS if signal.getsignal(sig) != before[sig]]
-    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, ()) & set(_STOP_SIGNALS)
-    for sig in _STOP_SIGNALS:
-        signal.signal(sig, before[sig])
-    if blocked:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, blocked)
-    if changed or blocked:
-        warnings.warn(f"the test left {', '.join(changed)} changed and "
-                      f"{', '.join(s.name for s in blocked) or 'nothing'} blocked; put back",
-                      stacklevel=1)
+    try:
+        return (yield)
+    finally:
+        left = _inherited_stops()
+        _put_back_stops(before)
+        if left:
+            # the test's own report is made by now: the warning goes to the summary
+            item.warn(pytest.PytestWarning(
+                f"the test left {' and '.join(left)} in this process; put back"))

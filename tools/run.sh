@@ -23,21 +23,29 @@ cd "$(dirname "$0")/.."
 say() { echo "tools/run.sh: $*" >&2; }
 
 EXTRA_VERSIONS=(3.12 3.13)
+# The quick pass on each other Python: what touches the interpreter and its libraries most
+# (codecs, files, shared memory, the configuration) and a broker end to end. Supervision
+# (SIGSTOPped workers replaced) is the same code on every version and runs on 3.11 only.
 QUICK_TESTS=(tests/protocol tests/log tests/shm tests/test_config.py
              tests/integration/test_api.py tests/integration/test_refusals.py
-             tests/integration/test_systemd.py tests/integration/test_supervision.py
-             tests/spark/test_options.py)
+             tests/integration/test_systemd.py tests/spark/test_options.py)
 # Most tests wait (brokers, ZooKeeper, Spark) more than they compute, so test files run
 # side by side even on two cores; tests/conftest.py groups them for the workers.
 PARALLEL=(-n "${HB_TEST_JOBS:-3}" --dist loadgroup)
 # These assert answers, heartbeats, retries or two processes overlapping within tight
-# times under their own load, (test_wire) count a broker's connections exactly, or
-# (test_cpu_latency) hold the machine-wide CPU wake-up latency request, or (test_leases)
-# leave dead broker runs that any broker starting meanwhile would sweep first:
-# they run afterwards, alone, in one process.
-RUN_ALONE=(tests/hostile tests/integration/test_supervision.py tests/cluster/test_producer_zk.py
+# times under their own load (workers SIGSTOPped and replaced, produces timed beside the
+# largest joins, a producer's retries while its broker leaves, a 70 MB commit and a 2 GiB
+# fetch answered within the exchange deadline), (test_wire) count a broker's connections
+# exactly, or (test_cpu_latency) hold the machine-wide CPU wake-up latency request, or
+# (test_leases, hostile/test_files) leave dead broker runs that any broker starting
+# meanwhile would sweep first: they run afterwards, alone, in one process. The rest of
+# tests/hostile runs on the workers: its bounds (a normal client answered within 2 s,
+# each exchange within 10 s) hold beside the other tests.
+RUN_ALONE=(tests/integration/test_supervision.py tests/hostile/test_supervision.py
+           tests/hostile/test_coordinator_isolation.py tests/hostile/test_oversized.py
+           tests/hostile/test_files.py tests/shm/test_leases.py tests/cluster/test_producer_zk.py
            tests/shm/test_table.py tests/shm/test_waker.py tests/integration/test_wire.py
-           tests/integration/test_cpu_latency.py tests/shm/test_leases.py)
+           tests/integration/test_cpu_latency.py)
 
 # A working interpreter of version $1 (pyenv shims exist for versions not selected: run it).
 find_python() {

@@ -7,18 +7,33 @@ write: docs/storage.md) and the unix listeners' directories without changing
 anything, makes the log dirs, takes the broker lock (``<first log dir>/.broker.lock``,
 held for the broker's life) and binds the listeners (not listening yet: the
 supervisor listens once ``broker.id`` is the broker's own). Each refusal is a
-:class:`StartError` whose message is the one line to print.
+:class:`StartError` whose message is the one line to print. First of all,
+:func:`take_stop_signals` makes SIGINT and SIGTERM the broker's own, whatever
+its parent left it.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import signal
 import socket
 import stat
 
 from hostbroker.config import parse_listener
 from hostbroker.log import files
+
+
+def take_stop_signals() -> None:
+    """SIGINT and SIGTERM stop this broker whatever it inherited: a parent's ignored
+    SIGINT (a shell's ``&`` without job control, ``nohup``-like wrappers, a harness)
+    and a blocked signal mask survive ``exec``, and every worker would inherit them
+    through ``fork`` too. Ctrl-C raises KeyboardInterrupt again, SIGTERM has its
+    default until the supervisor takes it, and no signal is blocked (the broker
+    blocks only what it means to, for as long as it means to)."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, ())
 
 
 class StartError(Exception):

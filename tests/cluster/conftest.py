@@ -1,21 +1,50 @@
-"""Fixtures of cluster mode: a real ZooKeeper per test, a kazoo client on it, real brokers."""
+"""Fixtures of cluster mode: a real ZooKeeper per test module, each test in a chroot
+of its own on it, a kazoo client on that chroot, real brokers."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
-from tests.cluster.zkserver import ZooKeeperServer
+from tests.cluster.zkfixtures import kazoo
 from tests.integration.conftest import broker, make_broker  # noqa: F401 - fixtures
+
+_chroots = itertools.count()
+
+
+class ChrootedZooKeeper:
+    """The module's ZooKeeper as one test sees it: ``connect`` names the test's own
+    chroot (brokers, clients and ``zk`` see only the test's nodes); ``stop``,
+    ``start``, ``port`` and the rest are the server's (a module's tests run one
+    after another, so a test may stop it for an outage and start it again)."""
+
+    def __init__(self, server, chroot: str):
+        self.server = server
+        self.chroot = chroot
+
+    @property
+    def connect(self) -> str:
+        return self.server.connect + self.chroot
+
+    def __getattr__(self, name):
+        return getattr(self.server, name)
 
 
 @pytest.fixture
-def zookeeper(tmp_path):
-    """A ZooKeeper of this test's own (stopped by PID after it)."""
-    root = tmp_path / "zk"
-    root.mkdir()
-    server = ZooKeeperServer(root).start()
-    yield server
-    server.stop()
+def zookeeper(zookeeper_of_module):
+    """A ZooKeeper of this test's own: a chroot of its own on the module's server
+    (started again first if a test before stopped it and did not start it)."""
+    server = zookeeper_of_module
+    if server.proc is None or server.proc.poll() is not None:
+        server.proc = None
+        server.start()
+    else:
+        server.resume()  # one left suspended (SIGSTOP) serves again
+    chroot = f"/t{next(_chroots)}"
+    with kazoo(server.connect) as root:
+        root.ensure_path(chroot)
+    return ChrootedZooKeeper(server, chroot)
 
 
 @pytest.fixture

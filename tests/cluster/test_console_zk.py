@@ -139,7 +139,8 @@ def test_target_flags_are_refused_in_one_line(zookeeper):
     assert bad.returncode == 2
     assert one_line_error(bad) == ("hostbroker produce: --zookeeper: '127.0.0.1:notaport' is "
                                    "not host:port")
-    chroot = hostbroker("consume", "--zookeeper", connect + "/a/", "--topic", "t")
+    chroot = hostbroker("consume", "--zookeeper", zookeeper.server.connect + "/a/",
+                        "--topic", "t")
     assert chroot.returncode == 2
     assert one_line_error(chroot) == ("hostbroker consume: --zookeeper: chroot '/a/' is not a "
                                       "ZooKeeper path")

@@ -229,7 +229,7 @@ def test_mirror_end_flags_are_refused_in_one_line(zookeeper):
          "argument --from-zookeeper: not allowed with argument --from"),
         (("--from-zookeeper", connect, "--to", uri, "--to-zookeeper", connect),
          "argument --to-zookeeper: not allowed with argument --to"),
-        (("--from-zookeeper", connect + "/src/", "--to", uri),
+        (("--from-zookeeper", zookeeper.server.connect + "/src/", "--to", uri),
          "--from-zookeeper: chroot '/src/' is not a ZooKeeper path"),
         (("--from", uri, "--to-zookeeper", "nohost"), "--to-zookeeper: 'nohost' is not host:port"),
     ]:

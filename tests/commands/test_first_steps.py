@@ -184,15 +184,33 @@ def test_mirror_of_nothing_names_no_topic(tmp_path):
 # -- serve: Ctrl-C while starting, a clean stop, a recovery ------------------------------
 
 
-def test_ctrl_c_while_the_configuration_is_read_is_one_line(tmp_path):
+# Run by a parent that ignores SIGINT (a shell's `&` without job control) and blocks
+# SIGINT and SIGTERM: both survive exec, which this launcher does next.
+_IGNORED_AND_BLOCKED = (
+    "import os, signal, sys\n"
+    "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+    "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})\n"
+    "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])\n")
+
+
+def _launcher(inherited: str) -> list[str]:
+    import sys
+
+    if inherited == "ignored and blocked":
+        return [sys.executable, "-c", _IGNORED_AND_BLOCKED]
+    return [sys.executable]
+
+
+@pytest.mark.parametrize("inherited", ["as from a terminal", "ignored and blocked"])
+def test_ctrl_c_while_the_configuration_is_read_is_one_line(tmp_path, inherited):
     import errno
     import signal
     import subprocess
-    import sys
 
     fifo = tmp_path / "hostbroker.toml"
     os.mkfifo(fifo)  # a read that waits for a writer: the start-up stays where it is
-    proc = subprocess.Popen([sys.executable, "-m", "hostbroker", "serve", "--config", str(fifo)],
+    proc = subprocess.Popen([*_launcher(inherited), "-m", "hostbroker", "serve",
+                             "--config", str(fifo)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             stdin=subprocess.DEVNULL)
     writer = None
@@ -243,6 +261,27 @@ def test_a_clean_stop_and_a_recovery_each_say_one_line(tmp_path):
     assert len(recovered) == 1, broker.log()
     assert recovered[0].startswith(f"hostbroker: hb-writer-0 recovered 2 partitions of log dir "
                                    f"{logs} after an unclean shutdown"), recovered
+
+
+def test_ctrl_c_stops_a_broker_that_inherited_it_ignored_and_blocked(tmp_path):
+    """`hostbroker serve` does not depend on what its parent left: Ctrl-C stops it
+    cleanly, and its workers (which inherit its mask) drain on the supervisor's
+    SIGTERM."""
+    import signal
+
+    broker = Broker(tmp_path)
+    broker.args = lambda: [*_launcher("ignored and blocked"), *Broker.args(broker)[1:]]
+    broker.start()
+    try:
+        with broker.client() as client:
+            client.create_topic("t", 1)
+            client.produce("t", 0, encode_message_set([b"x"]))
+        broker.proc.send_signal(signal.SIGINT)
+        # Before: SIGINT stayed blocked in the supervisor and the broker served on.
+        assert broker.proc.wait(timeout=20) == 0
+    finally:
+        stop_or_kill(broker)
+    assert "hostbroker: stopped cleanly after serving for " in broker.log(), broker.log()
 
 
 @pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
