@@ -16,6 +16,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
@@ -412,12 +414,13 @@ def test_a_stream_of_a_replicated_topic_goes_on_across_a_leader_change(spark, cl
     out, checkpoint = tmp_path / "out", str(tmp_path / "checkpoint")
     create_replicated(cluster, topic, 2)
 
-    def send(tag, n):
+    def send(tag, n, pause=0.0):
         with Producer(zookeeper_connect=cluster.connect, request_required_acks=-1,
                       retry_backoff_ms=100, message_send_max_retries=20) as producer:
-            for p in range(2):
-                producer.send_many(topic, [f"{tag}-{p}-{i}".encode() for i in range(n)],
-                                   partition=p)
+            for i in range(n):
+                for p in range(2):
+                    producer.send_many(topic, [f"{tag}-{p}-{i}".encode()], partition=p)
+                time.sleep(pause)
 
     def sunk():
         try:
@@ -430,10 +433,10 @@ def test_a_stream_of_a_replicated_topic_goes_on_across_a_leader_change(spark, cl
         assert len({(r[2], r[3]) for r in rows}) == len(rows)
         return rows
 
-    send("a", 15)
+    send("a", 8)
     query = (spark.readStream.format("hostbroker").option("zookeeper.connect", cluster.connect)
              .option("subscribe", topic).option("startingOffsets", "earliest")
-             .option("maxBytesPerTrigger", "400").load()
+             .option("maxBytesPerTrigger", "200").load()
              .writeStream.format("parquet").option("path", str(out))
              .option("checkpointLocation", checkpoint)
              .trigger(processingTime="200 milliseconds").start())
@@ -444,13 +447,19 @@ def test_a_stream_of_a_replicated_topic_goes_on_across_a_leader_change(spark, cl
         assert len(glob.glob(os.path.join(checkpoint, "commits", "[0-9]*"))) >= 2
         assert sorted(last_offsets(checkpoint)[topic]) == ["-1-0", "-1-1"]
 
+        # acks=-1 sends go on while the leader of partition 0 stops and the other leads
         leader = replicated_state(cluster, topic, 0)["leader"]
-        cluster.remove(leader)
-        wait_until(lambda: replicated_state(cluster, topic, 0)["leader"] not in (leader, -1),
-                   30)
-        send("b", 10)
+        sender = threading.Thread(target=send, args=("b", 30, 0.02))
+        sender.start()
+        try:
+            time.sleep(0.1)
+            cluster.remove(leader)
+            wait_until(lambda: replicated_state(cluster, topic, 0)["leader"]
+                       not in (leader, -1), 30)
+        finally:
+            sender.join(60)
         second = replicated_rows(cluster, topic, 2)
-        assert len(second) == len(first) + 20
+        assert len(second) == len(first) + 60
         wait_until(lambda: once_each(sunk()) == second, 60)
         assert query.exception() is None
     finally:
