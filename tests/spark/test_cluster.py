@@ -406,8 +406,8 @@ def test_a_stream_keeps_replicated_partitions_while_no_broker_names_their_leader
 
 def test_a_stream_of_a_replicated_topic_goes_on_across_a_leader_change(spark, cluster,
                                                                       tmp_path):
-    """A running stream of a 2-partition RF 2 topic: the leader of partition 0 stops, the
-    other replica leads, and the sink ends with every acknowledged message once per
+    """A running stream of a 2-partition RF 2 topic: the leader of partition 0
+    stops while acks=-1 sends go on, the other replica leads, and the sink ends with every acknowledged message once per
     offset; a restart from the checkpoint then takes only what is new."""
 
     topic = "rs"
@@ -416,7 +416,7 @@ def test_a_stream_of_a_replicated_topic_goes_on_across_a_leader_change(spark, cl
 
     def send(tag, n, pause=0.0):
         with Producer(zookeeper_connect=cluster.connect, request_required_acks=-1,
-                      retry_backoff_ms=100, message_send_max_retries=20) as producer:
+                      retry_backoff_ms=100, message_send_max_retries=150) as producer:
             for i in range(n):
                 for p in range(2):
                     producer.send_many(topic, [f"{tag}-{p}-{i}".encode()], partition=p)
@@ -449,7 +449,15 @@ def test_a_stream_of_a_replicated_topic_goes_on_across_a_leader_change(spark, cl
 
         # acks=-1 sends go on while the leader of partition 0 stops and the other leads
         leader = replicated_state(cluster, topic, 0)["leader"]
-        sender = threading.Thread(target=send, args=("b", 30, 0.02))
+        failed = []
+
+        def sending():
+            try:
+                send("b", 30, 0.02)
+            except Exception as e:  # seen by the test thread below
+                failed.append(e)
+
+        sender = threading.Thread(target=sending)
         sender.start()
         try:
             time.sleep(0.1)
@@ -458,6 +466,7 @@ def test_a_stream_of_a_replicated_topic_goes_on_across_a_leader_change(spark, cl
                        not in (leader, -1), 30)
         finally:
             sender.join(60)
+        assert not failed and not sender.is_alive()
         second = replicated_rows(cluster, topic, 2)
         assert len(second) == len(first) + 60
         wait_until(lambda: once_each(sunk()) == second, 60)
@@ -466,7 +475,7 @@ def test_a_stream_of_a_replicated_topic_goes_on_across_a_leader_change(spark, cl
         query.stop()
         if leader is not None and leader not in cluster.brokers:
             cluster.add(leader)
-    # restarted from its checkpoint (the old leader back as a follower): only what is new
+    # restarted from its checkpoint (the stopped broker back as a follower): only what is new
     wait_until(lambda: len(replicated_state(cluster, topic, 0)["isr"]) == 2, 30)
     send("c", 5)
     third = replicated_rows(cluster, topic, 2)
