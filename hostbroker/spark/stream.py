@@ -28,7 +28,10 @@ mode is refused with one line.
 - Cluster mode: ZooKeeper is read at every ``latestOffset``. A broker that
   left (or does not answer) keeps its partitions' offsets and nothing is read
   from it until it is back; one that joined is read from its partitions' log
-  start, as a new partition is.
+  start, as a new partition is. A replicated topic's partitions
+  (``"-1-P"``) are planned at their leaders of the moment; one whose leader
+  does not answer (a failover under way) keeps its offset, and a later batch
+  reads it at the new leader from that byte offset.
 """
 
 from __future__ import annotations

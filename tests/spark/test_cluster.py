@@ -16,6 +16,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
@@ -400,3 +402,82 @@ def test_a_stream_keeps_replicated_partitions_while_no_broker_names_their_leader
             planner.partitions(must_exist=False)
         with pytest.raises(PlanningError, match="no live broker of .* names its leaders"):
             planner.partitions(must_exist=True)
+
+
+def test_a_stream_of_a_replicated_topic_goes_on_across_a_leader_change(spark, cluster,
+                                                                      tmp_path):
+    """A running stream of a 2-partition RF 2 topic: the leader of partition 0
+    stops while acks=-1 sends go on, the other replica leads, and the sink ends with every acknowledged message once per
+    offset; a restart from the checkpoint then takes only what is new."""
+
+    topic = "rs"
+    out, checkpoint = tmp_path / "out", str(tmp_path / "checkpoint")
+    create_replicated(cluster, topic, 2)
+
+    def send(tag, n, pause=0.0):
+        with Producer(zookeeper_connect=cluster.connect, request_required_acks=-1,
+                      retry_backoff_ms=100, message_send_max_retries=150) as producer:
+            for i in range(n):
+                for p in range(2):
+                    producer.send_many(topic, [f"{tag}-{p}-{i}".encode()], partition=p)
+                time.sleep(pause)
+
+    def sunk():
+        try:
+            return sorted(tuple(r) for r in
+                          spark.read.parquet(str(out)).select(*COLUMNS).collect())
+        except Exception:  # no file written yet
+            return []
+
+    def once_each(rows):
+        assert len({(r[2], r[3]) for r in rows}) == len(rows)
+        return rows
+
+    send("a", 8)
+    query = (spark.readStream.format("hostbroker").option("zookeeper.connect", cluster.connect)
+             .option("subscribe", topic).option("startingOffsets", "earliest")
+             .option("maxBytesPerTrigger", "200").load()
+             .writeStream.format("parquet").option("path", str(out))
+             .option("checkpointLocation", checkpoint)
+             .trigger(processingTime="200 milliseconds").start())
+    leader = None
+    try:
+        first = replicated_rows(cluster, topic, 2)
+        wait_until(lambda: sunk() == first, 60)
+        assert len(glob.glob(os.path.join(checkpoint, "commits", "[0-9]*"))) >= 2
+        assert sorted(last_offsets(checkpoint)[topic]) == ["-1-0", "-1-1"]
+
+        # acks=-1 sends go on while the leader of partition 0 stops and the other leads
+        leader = replicated_state(cluster, topic, 0)["leader"]
+        failed = []
+
+        def sending():
+            try:
+                send("b", 30, 0.02)
+            except Exception as e:  # seen by the test thread below
+                failed.append(e)
+
+        sender = threading.Thread(target=sending)
+        sender.start()
+        try:
+            time.sleep(0.1)
+            cluster.remove(leader)
+            wait_until(lambda: replicated_state(cluster, topic, 0)["leader"]
+                       not in (leader, -1), 30)
+        finally:
+            sender.join(60)
+        assert not failed and not sender.is_alive()
+        second = replicated_rows(cluster, topic, 2)
+        assert len(second) == len(first) + 60
+        wait_until(lambda: once_each(sunk()) == second, 60)
+        assert query.exception() is None
+    finally:
+        query.stop()
+        if leader is not None and leader not in cluster.brokers:
+            cluster.add(leader)
+    # restarted from its checkpoint (the stopped broker back as a follower): only what is new
+    wait_until(lambda: len(replicated_state(cluster, topic, 0)["isr"]) == 2, 30)
+    send("c", 5)
+    third = replicated_rows(cluster, topic, 2)
+    assert once_each(stream_once(spark, cluster, out, checkpoint, subscribe=topic)) == third
+    assert [r[3] for r in third if r[2] == 0][-1] < last_offsets(checkpoint)[topic]["-1-0"]
