@@ -21,12 +21,12 @@ from hostbroker.workers.registrar_controller import BrokerSender
 
 
 class Broker(threading.Thread):
-    """Answers the n-th LEADER_AND_ISR it reads with ``codes[n]`` (the last code
-    once they run out); keeps every request."""
+    """A socket server that reads controller requests and answers each with
+    ``answer(request)``, keeping every request."""
 
-    def __init__(self, path: str, codes: list[int]):
+    def __init__(self, path: str, answer):
         super().__init__(daemon=True)
-        self.codes = codes
+        self.answer = answer
         self.requests: list = []
         self.server = socket.socket(socket.AF_UNIX)
         self.server.bind(path)
@@ -51,9 +51,8 @@ class Broker(threading.Thread):
                         frame = conn.recv(struct.unpack(">i", head)[0], socket.MSG_WAITALL)
                         header, request = rproto.decode_request(frame)
                         self.requests.append(request)
-                        code = self.codes[min(len(self.requests), len(self.codes)) - 1]
-                        conn.sendall(rproto.encode_response(
-                            header.correlation_id, rproto.LeaderAndIsrResponse(code, ())))
+                        conn.sendall(rproto.encode_response(header.correlation_id,
+                                                            self.answer(request)))
                 except OSError:
                     pass
 
@@ -61,6 +60,16 @@ class Broker(threading.Thread):
         self.halt.set()
         self.join(5)
         self.server.close()
+
+
+def answering(path: str, codes: list[int]) -> Broker:
+    """Answers the n-th LEADER_AND_ISR it reads with ``codes[n]`` (the last code
+    once they run out)."""
+    def answer(request):
+        code = codes[min(len(broker.requests), len(codes)) - 1]
+        return rproto.LeaderAndIsrResponse(code, ())
+    broker = Broker(path, answer)
+    return broker
 
 
 def notice(topic: str) -> Notice:
@@ -78,7 +87,7 @@ def wait_until(condition, timeout=10.0):
 def run(tmp_path, codes, sent_then, *topics):
     """Send ``topics`` through a sender to a broker answering ``codes``; what the
     broker got once ``sent_then`` requests have an answer that ends them."""
-    broker = Broker(str(tmp_path / "b.sock"), codes)
+    broker = answering(str(tmp_path / "b.sock"), codes)
     stale, unconfirmed = [], []
     sender = BrokerSender(paths.BrokerInfo(7, None, None, str(tmp_path / "b.sock")), 1, 5.0,
                           lambda: stale.append(1), lambda broker_id: None,
@@ -115,48 +124,20 @@ def test_a_request_refused_otherwise_is_not_sent_again(tmp_path):
     assert len(requests) == 1 and stale == [1]
 
 
-class _Deleting(threading.Thread):
-    """A broker answering every STOP_REPLICA with partition 1 of each topic failed
+def deleting(path: str) -> Broker:
+    """Answers every STOP_REPLICA with partition 1 of each topic failed
     (STORAGE_ERROR: its disk refused the delete), the others deleted."""
-
-    def __init__(self, path: str):
-        super().__init__(daemon=True)
-        self.server = socket.socket(socket.AF_UNIX)
-        self.server.bind(path)
-        self.server.listen(4)
-        self.server.settimeout(0.2)
-        self.halt = threading.Event()
-        self.start()
-
-    def run(self) -> None:
-        while not self.halt.is_set():
-            try:
-                conn, _ = self.server.accept()
-            except OSError:
-                continue
-            with conn:
-                conn.settimeout(5)
-                try:
-                    while not self.halt.is_set():
-                        head = conn.recv(4, socket.MSG_WAITALL)
-                        if len(head) < 4:
-                            break
-                        frame = conn.recv(struct.unpack(">i", head)[0], socket.MSG_WAITALL)
-                        header, request = rproto.decode_request(frame)
-                        conn.sendall(rproto.encode_response(header.correlation_id,
-                                                            rproto.StopReplicaResponse(0, tuple(
-                            rproto.PartitionError(p.topic, p.partition, ErrorCode.STORAGE_ERROR
-                                                  if p.partition == 1 else ErrorCode.NONE)
-                            for p in request.partitions))))
-                except OSError:
-                    pass
+    return Broker(path, lambda request: rproto.StopReplicaResponse(0, tuple(
+        rproto.PartitionError(p.topic, p.partition,
+                              ErrorCode.STORAGE_ERROR if p.partition == 1 else ErrorCode.NONE)
+        for p in request.partitions)))
 
 
 def test_a_delete_that_failed_on_the_brokers_disk_is_not_counted_done(tmp_path):
     from hostbroker.cluster.controller import STOP_REPLICA
 
     path = str(tmp_path / "b.sock")
-    broker = _Deleting(path)
+    broker = deleting(path)
     deleted = []
     sender = BrokerSender(paths.BrokerInfo(7, None, None, path), 1, 5.0, lambda: None,
                           lambda broker_id: None, lambda: None, deleted.append).start()
@@ -169,6 +150,4 @@ def test_a_delete_that_failed_on_the_brokers_disk_is_not_counted_done(tmp_path):
     finally:
         sender.stop()
         sender.thread.join(5)
-        broker.halt.set()
-        broker.join(5)
-        broker.server.close()
+        broker.stop()
