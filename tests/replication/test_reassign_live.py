@@ -40,6 +40,28 @@ def _brokers(make_broker, tmp_path, zookeeper, zk, ids, **settings):
     return brokers
 
 
+def _moved_under_load(cluster, zookeeper, zk, plan, replicas, count) -> Feeder:
+    """Partition 0 reassigned to ``replicas`` by ``reassign execute`` while an acks=-1
+    producer goes on: ``count`` acknowledged before, the move finished, ``count`` more
+    after. The producer is stopped; what it was told is in its ``acked``."""
+    feeder = Feeder(cluster, TOPIC, 1)
+    try:
+        poll(lambda: len(feeder.acked) >= count, what=f"{count} acknowledged before the move")
+        plan.write_text(json.dumps({"version": 1, "partitions": [
+            {"topic": TOPIC, "partition": 0, "replicas": replicas}]}))
+        done = hostbroker("reassign", "execute", "--zookeeper", zookeeper.connect,
+                          "--reassignment-json-file", plan)
+        assert done.returncode == 0, done.stderr.decode()
+        poll(lambda: zk.exists("/admin/reassign_partitions") is None, timeout=60,
+             what="the move to finish")
+        before = len(feeder.acked)
+        poll(lambda: len(feeder.acked) >= before + count, timeout=10,
+             what=f"{count} acknowledged after the move")
+    finally:
+        feeder.stop()
+    return feeder
+
+
 def test_a_partition_moves_under_acks_all_and_the_move_finishes(make_broker, zookeeper, zk,
                                                                     tmp_path):
     cluster = _brokers(make_broker, tmp_path, zookeeper, zk, (1, 2, 3),
@@ -52,22 +74,8 @@ def test_a_partition_moves_under_acks_all_and_the_move_finishes(make_broker, zoo
     (newcomer,) = set(cluster) - set(old)
     gone, kept = old  # the preferred leader leaves: leadership must move too
     target = [newcomer, kept]
-    feeder = Feeder(cluster, TOPIC, 1)
-    try:
-        poll(lambda: len(feeder.acked) >= 200, what="200 acknowledged before the move")
-        plan = tmp_path / "plan.json"
-        plan.write_text(json.dumps({"version": 1, "partitions": [
-            {"topic": TOPIC, "partition": 0, "replicas": target}]}))
-        done = hostbroker("reassign", "execute", "--zookeeper", zookeeper.connect,
-                          "--reassignment-json-file", plan)
-        assert done.returncode == 0, done.stderr.decode()
-        poll(lambda: zk.exists("/admin/reassign_partitions") is None, timeout=60,
-             what="the reassignment to finish")
-        count = len(feeder.acked)
-        poll(lambda: len(feeder.acked) >= count + 200, timeout=10,
-             what="200 acknowledged after the move")
-    finally:
-        feeder.stop()
+    plan = tmp_path / "plan.json"
+    feeder = _moved_under_load(cluster, zookeeper, zk, plan, target, 200)
     assert assignment(zk, TOPIC)[0] == target
     s = state(zk, TOPIC, 0)
     assert s["leader"] in target and set(s["isr"]) <= set(target)
@@ -93,21 +101,7 @@ def test_a_partition_moves_under_acks_all_and_the_move_finishes(make_broker, zoo
     # the replication factor grows to 3 while the producer goes on: the broker whose
     # copy was deleted above starts again from nothing and joins the ISR
     grown = target + [gone]
-    feeder = Feeder(cluster, TOPIC, 1)
-    try:
-        poll(lambda: len(feeder.acked) >= 100, what="100 acknowledged before the growth")
-        plan.write_text(json.dumps({"version": 1, "partitions": [
-            {"topic": TOPIC, "partition": 0, "replicas": grown}]}))
-        done = hostbroker("reassign", "execute", "--zookeeper", zookeeper.connect,
-                          "--reassignment-json-file", plan)
-        assert done.returncode == 0, done.stderr.decode()
-        poll(lambda: zk.exists("/admin/reassign_partitions") is None, timeout=60,
-             what="the growth to finish")
-        count = len(feeder.acked)
-        poll(lambda: len(feeder.acked) >= count + 100, timeout=10,
-             what="100 acknowledged after the growth")
-    finally:
-        feeder.stop()
+    feeder = _moved_under_load(cluster, zookeeper, zk, plan, grown, 100)
     assert assignment(zk, TOPIC)[0] == grown
     s = state(zk, TOPIC, 0)
     # the move finished with all three in the ISR; a follower slow under the load may
