@@ -481,3 +481,37 @@ def test_a_stream_of_a_replicated_topic_goes_on_across_a_leader_change(spark, cl
     third = replicated_rows(cluster, topic, 2)
     assert once_each(stream_once(spark, cluster, out, checkpoint, subscribe=topic)) == third
     assert [r[3] for r in third if r[2] == 0][-1] < last_offsets(checkpoint)[topic]["-1-0"]
+
+
+def test_a_range_read_goes_on_when_its_leader_is_killed(cluster):
+    """A task's range of a replicated partition whose leader is SIGKILLed as the read
+    starts: ZooKeeper still names the dead broker until its session ends, its socket
+    refuses, and the read looks the leader up again (refresh.leader.*) until the other
+    replica leads, then reads the whole range from it. With too few lookups allowed it
+    fails with one line naming the partition."""
+    from hostbroker.spark.arrow import LeaderLostError, read_range
+    from hostbroker.spark.planning import Range
+
+    topic = "rk"
+    create_replicated(cluster, topic, 1)
+    with Producer(zookeeper_connect=cluster.connect, request_required_acks=-1) as producer:
+        producer.send_many(topic, [f"k-{i}".encode() * 20 for i in range(200)], partition=0)
+    want = replicated_rows(cluster, topic, 1)
+    assert len(want) == 200
+    rng = Range(tuple(b.unix for b in cluster.brokers.values()), topic, 0, 0, want[-1][4])
+    leader = replicated_state(cluster, topic, 0)["leader"]
+    killed = cluster.brokers.pop(leader)
+    killed.kill_tree()
+    try:
+        few = {"refresh.leader.backoff.ms": 10, "refresh.leader.max.retries": 2}
+        with pytest.raises(LeaderLostError, match=r"^rk/0: no leader answered in 3 tries"):
+            list(read_range(rng, few, True))
+        client = {"fetch.size": 1024, "refresh.leader.backoff.ms": 100,
+                  "refresh.leader.max.retries": 300}
+        got = [row for batch in read_range(rng, client, True)
+               for row in zip(*batch.to_pydict().values())]
+        assert sorted((t, -1, p, o, n, v) for t, p, o, n, v in got) == want
+    finally:
+        wait_until(lambda: cluster.zk.exists(paths.broker_path(leader)) is None, 30)
+        cluster.add(leader)
+        wait_until(lambda: len(replicated_state(cluster, topic, 0)["isr"]) == 2, 30)
