@@ -498,6 +498,8 @@ def test_a_range_read_goes_on_when_its_leader_is_killed(cluster):
         producer.send_many(topic, [f"k-{i}".encode() * 20 for i in range(200)], partition=0)
     want = replicated_rows(cluster, topic, 1)
     assert len(want) == 200
+    with SimpleConsumer([b.unix for b in cluster.brokers.values()]) as consumer:
+        assert consumer.leader_log_end(topic, 0, want[-1][4]) == want[-1][4]
     rng = Range(tuple(b.unix for b in cluster.brokers.values()), topic, 0, 0, want[-1][4])
     leader = replicated_state(cluster, topic, 0)["leader"]
     killed = cluster.brokers.pop(leader)
@@ -515,3 +517,22 @@ def test_a_range_read_goes_on_when_its_leader_is_killed(cluster):
         wait_until(lambda: cluster.zk.exists(paths.broker_path(leader)) is None, 30)
         cluster.add(leader)
         wait_until(lambda: len(replicated_state(cluster, topic, 0)["isr"]) == 2, 30)
+
+
+def test_a_high_watermark_below_the_streams_offset_after_a_failover_is_not_data_loss():
+    """A new leader's high watermark starts at what it knew of its followers and may be
+    below a stream's next offset: up to the leader's log end that offset stands (nothing
+    planned for the partition yet); past the log end it is data loss, as before."""
+    from hostbroker.spark.options import read_options
+    from hostbroker.spark.planning import DataLossError, PartitionState, Planner
+
+    opts = read_options({"bootstrap": f"tcp://127.0.0.1:{free_port()}", "subscribe": "r"},
+                        streaming=True)
+    state = PartitionState("r", 0, 0, 100, 0, None, leader_end=150)
+    with Planner(opts) as planner:
+        assert planner.check_start(state, 120) == 120
+        assert planner.check_start(state, 150) == 150
+        with pytest.raises(DataLossError, match="offset 151 is past the log end 100"):
+            planner.check_start(state, 151)
+        with pytest.raises(DataLossError, match="past the log end"):
+            planner.check_start(PartitionState("r", 0, 0, 100, 0), 120)
