@@ -184,6 +184,21 @@ class LeaderRouting:
                 if not self._follow(topic, partition, tries):
                     raise
 
+    def leader_log_end(self, topic: str, partition: int, offset: int) -> int:
+        """The log end of ``topic/partition``'s leader (FETCH version 1 as a consumer,
+        at ``offset``, nothing read): above its high watermark while the leader has
+        not yet learned its followers' positions (just after a failover)."""
+        from hostbroker.protocol.replication import FetchPartitionV1, FetchRequestV1
+
+        def ask(connector: _Connector) -> int:
+            request = FetchRequestV1(-1, 0, 0, (FetchPartitionV1(topic, partition, -1,
+                                                                 offset, 1),))
+            (result,) = connector.request(request).partitions
+            if result.error_code != ErrorCode.NONE:
+                raise BrokerError(result.error_code, topic=topic, partition=partition)
+            return result.log_end_offset
+        return self._on_leader(topic, partition, ask)
+
     def _default_for(self, parts: Sequence[api.FetchPartition]) -> _Connector:
         if len(parts) == 1 and self._led:
             return self._connector_for(parts[0].topic, parts[0].partition)

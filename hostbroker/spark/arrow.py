@@ -18,8 +18,10 @@ goes on from the log start (or ends, when the whole range is gone). An entry
 that cannot be read fails the task naming topic, partition and offset, or is
 skipped with a warning under ``hostbroker.skip.bad.messages``. A partition
 of a replicated topic whose leader moves during the read (NOT_LEADER_FOR_PARTITION,
-a leader lost) is read on from its new leader at the same byte offset, as the
-SimpleConsumer finds it (``refresh.leader.*`` settings).
+a leader lost, a leader that refuses connections: a killed one that the
+metadata still names) is read on from its new leader at the same byte offset,
+as the SimpleConsumer finds it (``refresh.leader.*`` settings); when the
+lookups run out the task fails with one line naming the partition.
 """
 
 from __future__ import annotations
@@ -55,6 +57,10 @@ BATCH_BYTES = 16 * 1024 * 1024
 # consumer's default. Fewer answers to parse and longer runs: a read of 100-byte
 # messages went from 0.67 to 0.85 of the Arrow-only floor (docs/benchmarks.md).
 FETCH_SIZE = 4 * 1024 * 1024
+
+
+class LeaderLostError(RuntimeError):
+    """A replicated partition's leader stayed unreachable or moving through every lookup."""
 
 
 class _Rows:
@@ -119,6 +125,18 @@ class _RangeReader:
         rng = self.rng
         return api.FetchPartition(rng.topic, rng.partition, pos,
                                   min(self.consumer.fetch_size, rng.end - pos))
+
+    def _send(self, part: api.FetchPartition | None) -> OSError | None:
+        """Send the FETCH of ``part`` (none when None); what the connection raised when
+        its broker cannot be reached (a leader killed), for the read loop to handle
+        as the answer's leader trouble."""
+        if part is None:
+            return None
+        try:
+            self.consumer.send_fetch((part,))
+        except OSError as exc:
+            return exc
+        return None
 
     def _lost(self, pos: int) -> int:
         """Where to go on from ``pos`` after OFFSET_OUT_OF_RANGE (-1: nothing left)."""
@@ -195,11 +213,12 @@ class _RangeReader:
         pos = rng.start
         consumer = self.consumer
         part = self._part(pos) if pos < rng.end else None
-        if part is not None:
-            consumer.send_fetch((part,))
+        unsent = self._send(part)  # what sending the fetch raised: its leader unreachable
         troubles = 0  # leader trouble in a row (a replicated partition's failover)
         while part is not None:
             try:
+                if unsent is not None:
+                    raise unsent
                 (fetched,) = consumer.receive_fetch((part,))
             except OffsetOutOfRangeError:
                 if rows.count or len(rows.columns):  # rows on both sides of a gap: 2 batches
@@ -207,14 +226,18 @@ class _RangeReader:
                     rows = _Rows()
                 pos = self._lost(part.offset)
                 part = self._part(pos) if pos >= 0 else None
-                if part is not None:
-                    consumer.send_fetch((part,))
+                unsent = self._send(part)
                 continue
             except (BrokerError, OSError) as exc:
+                unsent = None
                 troubles += 1
                 if not consumer.follow_leader(rng.topic, rng.partition, exc, troubles):
+                    if troubles > 1:
+                        raise LeaderLostError(f"{rng.name}: no leader answered in {troubles} "
+                                              f"tries (refresh.leader.max.retries): {exc}"
+                                              ) from exc
                     raise
-                consumer.send_fetch((part,))  # to the partition's leader now
+                unsent = self._send(part)  # to the partition's leader now
                 continue
             troubles = 0
             if not fetched.entries:
@@ -222,8 +245,7 @@ class _RangeReader:
                                     f"{fetched.log_end_offset}, before the range end {rng.end}")
             following = min(fetched.next_offset, rng.end)
             part = self._part(following) if following < rng.end else None
-            if part is not None:
-                consumer.send_fetch((part,))
+            unsent = self._send(part)
             try:
                 pos = self._decode(rows, fetched)
             except (InvalidMessageError, MessageTooLargeError):

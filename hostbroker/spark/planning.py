@@ -100,7 +100,9 @@ class Range(_Keyed):
 
 @dataclass(frozen=True)
 class PartitionState(_Keyed):
-    """A partition as its broker's METADATA described it."""
+    """A partition as its broker's METADATA described it. ``leader_end``: a replicated
+    partition's log end at its leader (``log_end`` is its high watermark), None when
+    not known or not replicated."""
 
     topic: str
     partition: int
@@ -108,6 +110,7 @@ class PartitionState(_Keyed):
     log_end: int
     error_code: int
     broker: int | None = None
+    leader_end: int | None = None
 
 
 def _where(topic: str, partition: int, broker: int | None = None) -> str:
@@ -218,9 +221,18 @@ class Planner:
                     log.warning("%s: %s; read when its leader answers", _where(topic, p), exc)
                     away.add(key_of(topic, p))
                     continue
-                state = PartitionState(topic, p, start[0] if start else 0,
-                                       end[0] if end else 0, ErrorCode.NONE, None)
+                hw = end[0] if end else 0
+                state = PartitionState(topic, p, start[0] if start else 0, hw,
+                                       ErrorCode.NONE, None, self._leader_end(topic, p, hw))
                 found[state.key] = state
+
+    def _leader_end(self, topic: str, partition: int, hw: int) -> int | None:
+        """The log end of ``topic/partition``'s leader; None when it does not answer."""
+        try:
+            return self.consumer.leader_log_end(topic, partition, hw)
+        except (BrokerError, OSError) as exc:
+            log.info("%s: its leader's log end unknown: %s", _where(topic, partition), exc)
+            return None
 
     def _brokers(self) -> str:
         return ", ".join(self.opts.bootstrap)
@@ -273,10 +285,18 @@ class Planner:
 
     def check_start(self, state: PartitionState, start: int) -> int:
         """``start`` if the log still holds it; else the log start (failOnDataLoss false,
-        logged) or DataLossError."""
+        logged) or DataLossError. A replicated partition's high watermark may be below
+        ``start`` after a failover (a new leader learns its followers' positions at
+        their next fetches): up to the leader's log end that is "not moved yet", and
+        ``start`` stands."""
         if state.log_start <= start <= state.log_end:
             return start
         where = state.name
+        if state.leader_end is not None and state.log_end < start <= state.leader_end:
+            log.info("%s: the high watermark %d is below offset %d (a new leader, within "
+                     "its log end %d): nothing to read yet", where, state.log_end, start,
+                     state.leader_end)
+            return start
         if start < state.log_start:
             what = (f"{where}: bytes [{start}, {state.log_start}) were deleted by retention "
                     f"before they were read")
