@@ -299,6 +299,9 @@ def test_a_checkpoint_or_load_of_the_other_mode_is_refused(tmp_path):
     offsets = to_offsets({("t", 2, 0): 5, ("t", 1, 3): 7})
     assert offsets == {"t": {"1-3": 7, "2-0": 5}}
     assert from_offsets(offsets, cluster=True) == {("t", 1, 3): 7, ("t", 2, 0): 5}
+    # a replicated topic's partition P is "-1-P" in a checkpoint
+    assert to_offsets({("r", -1, 0): 5}) == {"r": {"-1-0": 5}}
+    assert from_offsets({"r": {"-1-0": 5}}, cluster=True) == {("r", -1, 0): 5}
     with pytest.raises(CheckpointError, match="t/1-3, a partition of a cluster"):
         from_offsets(offsets)
     with pytest.raises(CheckpointError, match="t/0, a partition of a read without zookeeper"):

@@ -134,15 +134,11 @@ def test_cluster_mode_names_partitions_broker_partition():
 
 def test_cluster_mode_names_a_replicated_partition_minus_1_p():
     """A replicated topic's partition P is (-1, P), "-1-P" (docs/spark.md); a checkpoint
-    names it so too."""
-    from hostbroker.spark.stream import from_offsets, to_offsets
-
+    names it so too (tests/spark/test_cluster.py: the stream module needs pyspark)."""
     opts = cluster(assign='{"r": ["-1-1", "-1-0"], "t": ["1-0"]}',
                    startingOffsets='{"r": {"-1-1": 42}}')
     assert opts.assign == {"r": ((-1, 0), (-1, 1)), "t": ((1, 0),)}
     assert opts.starting == {"r": {(-1, 1): 42}}
-    assert to_offsets({("r", -1, 0): 5}) == {"r": {"-1-0": 5}}
-    assert from_offsets({"r": {"-1-0": 5}}, cluster=True) == {("r", -1, 0): 5}
     for name in ("-2-0", "-1-", "-1-x", "--1-0"):
         with pytest.raises(OptionError, match="is not BROKER-PARTITION"):
             cluster(assign=json.dumps({"r": [name]}))
