@@ -44,3 +44,10 @@ def test_a_default_replication_factor_above_the_log_dirs():
         "default.replication.factor 2 needs 2 log.dirs; 1 is configured"
     assert replication_factor_problem(2, 2, cluster=False) is None
     assert replication_factor_problem(3, 1, cluster=True) is None  # ignored in cluster mode
+
+
+def test_the_errors_carry_their_wire_codes():
+    from hostbroker.errors import ErrorCode, InvalidReplicationFactorError, LogDirNotFoundError
+
+    assert InvalidReplicationFactorError("x").code == ErrorCode.INVALID_REPLICATION_FACTOR == 30
+    assert LogDirNotFoundError("x").code == ErrorCode.LOG_DIR_NOT_FOUND == 31
