@@ -47,6 +47,9 @@ class ErrorCode(enum.IntEnum):
     LEADER_NOT_AVAILABLE = 27
     REPLICA_NOT_AVAILABLE = 28
     CONTROLLER_NOT_CONFIRMED = 29
+    # replicas across log dirs (docs/spec/protocol.md, "Replicas across log dirs")
+    INVALID_REPLICATION_FACTOR = 30
+    LOG_DIR_NOT_FOUND = 31
 
 
 class HostbrokerError(Exception):
@@ -96,6 +99,18 @@ class StorageError(HostbrokerError):
     """A log dir (disk) failed; its partitions are offline."""
 
     code = ErrorCode.STORAGE_ERROR
+
+
+class InvalidReplicationFactorError(HostbrokerError):
+    """A replication factor the broker's usable log dirs cannot hold."""
+
+    code = ErrorCode.INVALID_REPLICATION_FACTOR
+
+
+class LogDirNotFoundError(HostbrokerError):
+    """A log dir path or id the broker does not have."""
+
+    code = ErrorCode.LOG_DIR_NOT_FOUND
 
 
 class ExitStatus(enum.IntEnum):
