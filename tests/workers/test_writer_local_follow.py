@@ -22,6 +22,7 @@ import pytest
 
 from hostbroker.errors import ErrorCode
 from hostbroker.log.config import LogConfig
+from hostbroker.log.dirids import DIR_ID_FILE
 from hostbroker.log.logdir import LogDir
 from hostbroker.log.message import encode_message_set
 from hostbroker.log.partition import PartitionLog
@@ -83,7 +84,7 @@ def pair(tmp_path, clock):
     writers = []
     for index, path in enumerate(dirs):
         os.mkdir(path)
-        with open(os.path.join(path, writer_local.DIR_ID_FILE), "w") as f:
+        with open(os.path.join(path, DIR_ID_FILE), "w") as f:
             f.write(f"{IDS[index]}\n")
         writers.append(_writer(index, path, dirs, table, commits, logdirs, lock, clock))
     yield writers
@@ -352,7 +353,7 @@ def test_a_replaced_or_removed_log_dir_goes_offline_at_the_probe(pair, clock):
     os.rmdir(lead.path)
     os.rename(lead.path + ".old", lead.path)
     # an id file replaced whole (another dir's) is noticed too
-    id_file = os.path.join(fol.path, writer_local.DIR_ID_FILE)
+    id_file = os.path.join(fol.path, DIR_ID_FILE)
     os.replace(id_file, id_file + ".x")
     with open(id_file, "w") as f:
         f.write("9\n")
