@@ -59,12 +59,6 @@ class Bell:
         self.rung += 1
 
 
-class Bells(dict):
-    def __missing__(self, key):
-        self[key] = Bell()
-        return self[key]
-
-
 @pytest.fixture
 def clock(monkeypatch):
     c = Clock()
@@ -100,7 +94,7 @@ def pair(tmp_path, clock):
 
 def _writer(index, path, dirs, table, commits, logdirs, lock, clock):
     w = WriterWorker.__new__(WriterWorker)
-    w.index, w.path, w.name = index, path, f"hb-writer-{index}"
+    w.index, w.path = index, path
     w.plan = types.SimpleNamespace(log_dirs=dirs)
     w.defaults = LogConfig()
     w.table, w.lock = table, lock
@@ -127,7 +121,7 @@ def _writer(index, path, dirs, table, commits, logdirs, lock, clock):
     # what _init_local sets up, with stand-in doorbells
     w.local_following, w.local_sources, w.local_epochs = set(), {}, {}
     w.local_bases, w.local_backoff, w.local_restarts = {}, {}, {}
-    w.writer_bells = Bells()
+    w.writer_bells = {0: Bell(), 1: Bell()}
     w.local_recheck_ms = 0
     w.fetch_max_bytes, w.fetch_backoff_ms = 1 << 20, 1000
     w.check_interval_ms = 200
@@ -220,7 +214,7 @@ def test_a_follower_copies_segment_by_segment(pair, clock):
     create(pair, config={"segment.bytes": "1024"})
     state(lead, "leader", 1)
     state(fol, "follower", 1)
-    for i in range(20):
+    for i in range(30):
         produce(lead, i, encode_message_set([b"%02d" % i * 40]), acks=1)
     assert len(lead.slots[LEAD].segment_bases) > 2
     for _ in range(40):
