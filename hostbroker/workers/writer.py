@@ -80,6 +80,7 @@ from hostbroker.workers.flusher import Flusher, Waiter
 from hostbroker.workers.writer_appends import Appends
 from hostbroker.workers.writer_cleanup import Cleanup
 from hostbroker.workers.writer_follower import Following
+from hostbroker.workers.writer_hw import HighWatermarks
 from hostbroker.workers.writer_local import LocalFollow
 from hostbroker.workers.writer_polls import Polls
 from hostbroker.workers.writer_replicas import Replicas
@@ -89,7 +90,8 @@ from hostbroker.workers.writer_startup import Startup
 _QUIET_OPS = frozenset((env.OP_APPEND_DIRECT, env.OP_REF_DONE, env.OP_POLL_DONE))
 
 
-class WriterWorker(Appends, Polls, Replicas, Following, LocalFollow, Startup, Cleanup, Worker):
+class WriterWorker(Appends, Polls, Replicas, HighWatermarks, Following, LocalFollow, Startup,
+                   Cleanup, Worker):
     kind = "writer"
     process_name = "hb-writer"
 

@@ -25,7 +25,8 @@ partition of its log dir that is a replica of a replicated topic
   (OP_REPLICA_APPEND, OP_TRUNCATE, OP_RESTART_LOG) is ``writer_follower.py``'s;
 - the refusals of every append path (APPEND*, PUT) for a replica that does
   not lead, and of acks=-1 with an ISR below ``min.insync.replicas``;
-- the HW checkpoint of the log dir (``replication-offset-checkpoint``);
+- the HW checkpoint of the log dir (``replication-offset-checkpoint``) and
+  a leader's HW computation are ``writer_hw.py``'s;
 - for a replica placed on one of this broker's log dirs, the same book with
   log dir ids for broker ids (``book.me``); its copy from the leader's files
   and the leader's view of its followers' slots are ``writer_local.py``'s;
@@ -482,15 +483,6 @@ class Replicas:
                 self._ring_logdirs()  # hb-logdirs makes it durable, then commits it
         return changes
 
-    def _leader_hw(self, book: ReplicaBook) -> int:
-        """The smallest log end over the committed ISR (ours included) and the
-        followers we ask to join it: ZooKeeper may hold one of those in the
-        ISR before we adopt the commit, and from then on it may be elected,
-        so nothing it lacks is acknowledged."""
-        members = set(book.isr).union(book.isr_wanted)
-        hw = book.tracker.high_watermark(members, book.plog.log_end_offset)
-        return min(hw, book.plog.log_end_offset)
-
     def _pump_replica(self) -> None:
         """Answers to hb-replica its ring could not take at once."""
         if self.rres is not None and self.rres.pending():
@@ -501,21 +493,3 @@ class Replicas:
         if self.rres is not None and self.rres.pending():
             return now_ms() + 10
         return self.isr_check_ms if self.leading else None
-
-    # -- the HW checkpoint -----------------------------------------------------
-    def _checkpoint_hws(self) -> None:
-        """Record every replica's HW (replication-offset-checkpoint), if changed."""
-        if self.logdir is None or self.offline:
-            return
-        marks = {(b.plog.topic, b.plog.partition): b.hw for b in self.books.values()}
-        if not marks and self.hw_checkpoint is None and not self.start_hws:
-            return
-        data = hwcheckpoint.format_high_watermarks(marks)
-        if data == self.hw_checkpoint:
-            return
-        try:
-            hwcheckpoint.write_high_watermarks(self.path, data)
-        except OSError as e:
-            self._go_offline(e)
-            return
-        self.hw_checkpoint = data
