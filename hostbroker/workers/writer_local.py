@@ -35,8 +35,8 @@ gives them their roles. This module owns:
      (``os.sendfile`` file to file, no CRC pass: these bytes were checked
      when produced, below an end that is always an entry boundary); past
      ``replica.fetch.max.bytes`` (catch-up), that much is read first to
-     find where its whole entries end, and those are copied. The data's leader epoch goes into the epoch cache
-     as a fetched append's does;
+     find where its whole entries end, and those are copied. The data's
+     leader epoch goes into the epoch cache as a fetched append's does;
   5. it publishes its end and the HW (the leader's, never past its end),
      and rings the leader's writer.
 
