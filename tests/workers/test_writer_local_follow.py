@@ -23,6 +23,7 @@ import pytest
 from hostbroker.errors import ErrorCode
 from hostbroker.log.config import LogConfig
 from hostbroker.log.dirids import DIR_ID_FILE
+from hostbroker.log.epochs import EPOCH_FILE, format_entries
 from hostbroker.log.logdir import LogDir
 from hostbroker.log.message import encode_message_set
 from hostbroker.log.partition import PartitionLog
@@ -364,3 +365,37 @@ def test_an_offline_writer_exits_to_reopen_its_dir(pair, clock):
     assert lead._dir_reopen({"dir_id": 1}) == {"error": 0, "reopening": True}
     assert lead.reopen_exit == writer_local.EXIT_REOPEN and lead.stopping
     assert lead._dir_reopen({"dir": 1})["error"] == ErrorCode.INVALID_REQUEST
+
+
+def test_the_cut_follows_a_crafted_leader_epoch_file_over_several_questions(pair, clock):
+    """The follower's epochs are 1 then 3; the leader's file (crafted) says
+    1, 2 then 4. Asked about 3, the leader answers 2; the follower has no
+    2 and asks about 1, which ends where the follower's 3 began: it cuts
+    there, then copies the leader's epochs 1, 2 and 4 in turn."""
+    lead, fol = pair
+    create(pair)
+    a = encode_message_set([b"a" * 40])
+    size = len(a)
+    state(fol, "leader", 1, leader=IDS[1])
+    produce(fol, 1, a, acks=1)
+    state(fol, "leader", 3, leader=IDS[1])
+    for body in (b"b", b"c"):
+        produce(fol, 2, encode_message_set([body * 40]), acks=1)
+    assert fol.books[FOLLOW].epochs.entries == ((1, 0), (3, size))
+    state(lead, "leader", 2)
+    for body in (b"a", b"x", b"y"):
+        produce(lead, 3, encode_message_set([body * 40]), acks=1)
+    state(lead, "leader", 4)
+    produce(lead, 4, encode_message_set([b"z" * 40]), acks=1)
+    assert lead.table.read(LEAD).epoch_start == 3 * size
+    crafted = ((1, 0), (2, 2 * size), (4, 3 * size))
+    with open(os.path.join(lead.slots[LEAD].path, EPOCH_FILE), "wb") as f:
+        f.write(format_entries(crafted))
+    state(fol, "follower", 4)
+    follow(fol)
+    assert fol.table.read(FOLLOW).fetch_epoch == 4
+    for _ in range(5):
+        if not follow(fol):
+            break
+    assert files(fol) == files(lead)
+    assert fol.books[FOLLOW].epochs.entries == crafted
