@@ -29,7 +29,8 @@ from hostbroker.replication.zknodes import PartitionState
 
 TP = tuple[str, int]
 
-__all__ = ["decide", "failover", "moved_leader", "preferred", "without", "state_of"]
+__all__ = ["decide", "failover", "moved_leader", "preferred", "state_of", "unclean_of",
+           "without"]
 
 
 def state_of(leader: int, leader_epoch: int, isr: Iterable[int]) -> PartitionState:
