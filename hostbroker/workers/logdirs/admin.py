@@ -280,6 +280,7 @@ class Admin:
             self.dirtable.set_id(w, found)
         self.writers.set_dir(found, wanted)
         self.doc.dirs[found] = wanted
+        self.blocked.discard(found)  # (back: what it holds is a replica's like any other)
         self.dirtable.set_state(w, LD_REOPENING)
         self.reopening[w] = (h, token, wanted, self.writer_epochs[w])
         self.to_writers[w].send(*env.encode_dir_reopen(self.token(("reopen", w)), found))

@@ -44,6 +44,7 @@ from hostbroker.workers.logdirs.model import Document, Part
 from hostbroker.workers.logdirs.statefile import StateWriters, read_copies
 
 PASS_INTERVAL_S = 0.1
+RETRY_S = 1.0  # a replica state its writer refused is sent again after this
 TP = tuple[str, int]
 
 
@@ -82,6 +83,7 @@ class LogDirsWorker(Admin, Worker):
             self.writers.set_dir(dir_id, plan.log_dirs[index])
         self.write_failed: set[int] = set()  # dirs whose last state write failed
         self.sent: dict[tuple[str, int, int], tuple] = {}  # (t, p, dir) -> what it was told
+        self.refused: dict[tuple[str, int, int], tuple] = {}  # -> (what, when to try again)
         self.pending: dict[int, tuple] = {}  # token -> (kind, ...) sent to a writer
         self.next_token = time.monotonic_ns()
         self.next_pass = 0.0
@@ -112,10 +114,11 @@ class LogDirsWorker(Admin, Worker):
                 self.say("no log dir holds a readable state file; replicas across log dirs "
                          "stay stopped (see docs/storage.md)")
             return Document(online=sorted(present), dirs=dict(present))
-        state, certain = newest(list(copies.values()))
+        state, _ = newest(list(copies.values()))
         doc = Document.from_state(state)
-        if not certain:
-            self.blocked = set(doc.online) - set(present)
+        # certain: every dir the copy names online is here (none may hold a newer one)
+        self.blocked = set(doc.online) - set(present)
+        if self.blocked:
             for dir_id in sorted(self.blocked):
                 self.say(f"log dir id {dir_id} ({doc.dirs.get(dir_id, '?')}) was online at the "
                          "last change and is missing: partitions whose ISR names it stay "
@@ -221,10 +224,14 @@ class LogDirsWorker(Admin, Worker):
         kind = what[0]
         if kind == "state":
             _, key, told = what
+            if error == ErrorCode.NONE and told[0] == "leader":
+                self.moved = True  # it leads now: handlers look for the serving slot again
             if error != ErrorCode.NONE and self.sent.get(key) == told:
-                del self.sent[key]  # sent again at the next pass
-                self.say(f"{key[0]}-{key[1]} on log dir id {key[2]}: "
-                         f"{answer.get('message') or f'error {error}'}")
+                del self.sent[key]  # sent again after RETRY_S
+                if self.refused.get(key, (None,))[0] != told:
+                    self.say(f"{key[0]}-{key[1]} on log dir id {key[2]}: "
+                             f"{answer.get('message') or f'error {error}'}")
+                self.refused[key] = (told, time.monotonic() + RETRY_S)
         else:
             self.admin_answered(what, error, answer)
 
@@ -331,6 +338,7 @@ class LogDirsWorker(Admin, Worker):
         """Send every replica on a READY writer what the document gives it, when that
         is not what it was sent last: leaders first, then followers, then the rest."""
         orders = []
+        now = time.monotonic()
         index_of = {d: w for w, d in self.dirtable.ids().items()}
         offline = self.table.offline_log_dirs()
         for tp, part in self.doc.parts.items():
@@ -354,6 +362,9 @@ class LogDirsWorker(Admin, Worker):
                         if role == "leader" else 0)
                 key = (tp[0], tp[1], d)
                 if self.sent.get(key) == told:
+                    continue
+                refused = self.refused.get(key)
+                if refused is not None and refused[0] == told and now < refused[1]:
                     continue
                 state = {"slot": slot, "topic": tp[0], "partition": tp[1], "role": role,
                          "leader": part.leader, "leader_epoch": part.leader_epoch,
