@@ -151,13 +151,15 @@ class Admin:
         return _answer(ErrorCode.NONE, "", results)
 
     def _loads(self, live: set[int]) -> dict:
-        """``DirLoad`` of each dir of ``live`` from the partition table."""
+        """``DirLoad`` of each configured dir from the partition table (usable: in
+        ``live``)."""
         from hostbroker.replication.dirplacement import DirLoad
 
         ids = self.dirtable.ids()
-        replicas = {d: 0 for d in live}
-        leaders = {d: 0 for d in live}
-        size = {d: 0 for d in live}
+        every = set(ids.values()) | live
+        replicas = {d: 0 for d in every}
+        leaders = {d: 0 for d in every}
+        size = {d: 0 for d in every}
         for _, s in self.table.scan():
             d = ids.get(s.owner)
             if d not in replicas or s.state == ptable.FREE:
@@ -166,7 +168,8 @@ class Admin:
             size[d] += max(0, s.end_offset - s.start_offset)
             if s.role == ptable.ROLE_LEADER or s.role == ptable.ROLE_PLAIN:
                 leaders[d] += 1
-        return {d: DirLoad(replicas[d], leaders[d], size[d], self.device_of(d)) for d in live}
+        return {d: DirLoad(replicas[d], leaders[d], size[d], self.device_of(d), d in live)
+                for d in every}
 
     def _create_replicas(self, topic: str, placed: dict, config: dict,
                          only: dict | None = None) -> tuple[list, str]:

@@ -59,7 +59,6 @@ class LogDirsWorker(Admin, Worker):
     def init_process(self) -> None:
         from hostbroker.shm.adminlock import AdminLock
         from hostbroker.shm.logdirs import LogDirTable
-        from hostbroker.workers.logdirs.isr import LocalIsrCommits
 
         super().init_process()
         plan, config = self.plan, self.config
@@ -68,19 +67,28 @@ class LogDirsWorker(Admin, Worker):
         self.commits = ptable.IsrCommitTable.attach(plan.isr_commits_name)
         self.lock = AdminLock.attach(plan.admin_lock_key, config["admin.lock.timeout.ms"] / 1000)
         n = plan.num_writers
+        self.writer_slots = [plan.board_slot("writer", w) for w in range(n)]
         self.to_writers = [self.sender("dctl", 0, w) for w in range(n)]
         self.results = [self.receiver("dres", w, 0) for w in range(n)]
         self.writer_bells = [self.waker("writer", w) for w in range(n)]
-        self.writer_slots = [plan.board_slot("writer", w) for w in range(n)]
-        self.writer_epochs = [self.board.epoch(i) for i in self.writer_slots]
-        self.not_ready_since: dict[int, float] = {}
         self.requests = [self.receiver("dreq", h, 0) for h in range(plan.num_handlers)]
         self.answers = [self.sender("dans", 0, h) for h in range(plan.num_handlers)]
         self.handler_bells = [self.waker("handler", h) for h in range(plan.num_handlers)]
+        self.setup()
+
+    def setup(self) -> None:
+        """What follows the attaching: the state writers, the document read from
+        the log dirs, the ISR commits and the admin (tests start here, with the
+        tables, board and rings attached)."""
+        from hostbroker.workers.logdirs.isr import LocalIsrCommits
+
+        config = self.config
         self.grace_s = config["logdirs.writer.grace.ms"] / 1000
         self.writers = StateWriters(config["logdirs.state.write.timeout.ms"] / 1000)
         for index, dir_id in self.dirtable.ids().items():
-            self.writers.set_dir(dir_id, plan.log_dirs[index])
+            self.writers.set_dir(dir_id, self.plan.log_dirs[index])
+        self.writer_epochs = [self.board.epoch(i) for i in self.writer_slots]
+        self.not_ready_since: dict[int, float] = {}
         self.write_failed: set[int] = set()  # dirs whose last state write failed
         self.sent: dict[tuple[str, int, int], tuple] = {}  # (t, p, dir) -> what it was told
         self.refused: dict[tuple[str, int, int], tuple] = {}  # -> (what, when to try again)
@@ -114,7 +122,7 @@ class LogDirsWorker(Admin, Worker):
                 self.say("no log dir holds a readable state file; replicas across log dirs "
                          "stay stopped (see docs/storage.md)")
             return Document(online=sorted(present), dirs=dict(present))
-        state, _ = newest(list(copies.values()))
+        state, _ = newest({**{d: None for d in present}, **copies})
         doc = Document.from_state(state)
         # certain: every dir the copy names online is here (none may hold a newer one)
         self.blocked = set(doc.online) - set(present)
