@@ -144,7 +144,8 @@ class Harness:
                 continue
             bits = ptable.isr_bits(body["replicas"], body["isr"])
             self.table.write(body["slot"], role=roles[body["role"]], leader=body["leader"],
-                             leader_epoch=body["leader_epoch"], isr=bits, isr_wanted=bits)
+                             leader_epoch=body["leader_epoch"], isr=bits, isr_wanted=bits,
+                             **ptable.replica_fields(body["replicas"]))
 
     def copy(self, i):
         return decode_state(open(os.path.join(self.paths[i], STATE_FILE), "rb").read(), "x")
@@ -252,8 +253,9 @@ def test_a_dir_whose_state_write_fails_leaves_live(h, tmp_path):
     create(h, partitions=3, rf=2)
     os.rename(h.paths[2], str(tmp_path / "gone"))  # dir 3's writes fail for real
     led = {tp for tp, part in h.w.doc.parts.items() if part.leader == 3}
-    h.w._pass(0.0)
+    assert not h.w.write_doc()  # (the next change's write)
     assert 3 in h.w.write_failed
+    h.w._pass(0.0)
     for tp, part in h.w.doc.parts.items():
         assert part.leader != 3 and 3 not in part.isr
     assert set(h.copy(0).online) == {1, 2}
@@ -309,6 +311,7 @@ def test_delete_then_strays(h):
     for (topic, p, d), body in got.items():
         h.w.admin_answered(("delete", topic, body["slot"]), 0, {"error": 0})
     h.apply(got)
+    h.w._scan()
     h.w.admin_round(0.0)
     assert "gone" not in h.w.doc.configs and h.copy(0).deleting == ()
     # a replica the document does not assign: deleted while certain
@@ -329,3 +332,32 @@ def test_the_document_encodes_to_what_the_decoder_accepts():
     state = decode_state(doc.encode(), "x")
     assert state.topics["t"].partitions[0].target == (2, 1)
     assert Document.from_state(state) == doc
+
+
+def test_a_reassignment_moves_the_leader_off_a_dir_then_drops_the_old_replica(h):
+    create(h, partitions=1, rf=2)
+    part = h.w.doc.parts[("t", 0)]
+    old, kept = part.replicas
+    new = ({1, 2, 3} - {old, kept}).pop()
+    assert h.w._alter([["t", 0, [new, kept]]])["error"] == ErrorCode.NONE
+    assert h.w._alter([["t", 0, [kept, new]]])["message"] == "a reassignment is in progress"
+    assert h.copy(0).topics["t"].partitions[0].target == (new, kept)
+    h.w._pass(0.0)
+    got, _ = h.states()
+    assert got[("t", 0, new)]["role"] == "follower"
+    h.apply(got)
+    # the new replica caught up: its leader asks it into the ISR
+    slot = h.w.slots[("t", 0)][old]
+    s = h.table.read(slot)
+    h.table.write(slot, isr_wanted=ptable.isr_bits(s.replicas, [old, kept, new]))
+    h.w.isr.poll()
+    h.w.admin_round(0.0)  # the leader leaves its dir
+    part = h.w.doc.parts[("t", 0)]
+    assert part.leader == new and part.leader_epoch == 1
+    h.w.admin_round(0.0)  # the move is done
+    assert part.replicas == [new, kept] and part.target == [] and old not in part.isr
+    h.w._pass(0.0)
+    h.w.admin_round(0.0)
+    got, _ = h.states()
+    assert got[("t", 0, old)]["delete"] is True
+    assert got[("t", 0, new)]["role"] == "leader"

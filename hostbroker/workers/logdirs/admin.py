@@ -138,7 +138,7 @@ class Admin:
         self.doc.configs[topic] = config
         for p, replicas in placed.items():
             self.doc.parts[(topic, p)] = self.new_part(replicas)
-        if not self.write_doc(live):
+        if not self.write_doc():
             del self.doc.configs[topic]
             for p in placed:
                 del self.doc.parts[(topic, p)]
@@ -338,7 +338,7 @@ class Admin:
             part.target = dirs
             part.replicas = part.replicas + added[tp]
             part.version += 1
-        if not self.write_doc(live):
+        if not self.write_doc():
             return _answer(ErrorCode.STORAGE_ERROR, "cannot write the log dirs' state file")
         for (topic, p), dirs in added.items():
             if dirs:
@@ -367,7 +367,7 @@ class Admin:
                 part.version += 1
                 changed = True
         if changed:
-            self.write_doc(live)
+            self.write_doc()
 
     # -- each round -------------------------------------------------------------
     def admin_round(self, now: float) -> None:

@@ -205,7 +205,7 @@ class LogDirsWorker(Admin, Worker):
                 continue
             if self.writer_ready(w):
                 self.not_ready_since.pop(w, None)
-            elif now - self.not_ready_since.setdefault(w, now) > self.grace_s:
+            elif now - self.not_ready_since.setdefault(w, now) >= self.grace_s:
                 continue
             live.add(dir_id)
         return live
@@ -281,7 +281,7 @@ class LogDirsWorker(Admin, Worker):
                         self.moved = True
                     part.leader, part.leader_epoch = new.leader, new.leader_epoch
                     part.isr, part.version = list(new.isr), part.version + 1
-                if self.write_doc(live):
+                if self.write_doc():
                     break
                 for tp, (leader, epoch, isr, version) in old.items():  # not durable: undone
                     part = self.doc.parts[tp]
@@ -316,7 +316,7 @@ class LogDirsWorker(Admin, Worker):
                 changes[tp] = new
         return changes
 
-    def write_doc(self, live: set[int] | None = None) -> bool:
+    def write_doc(self) -> bool:
         """Write the document (seq + 1) on every online dir: True when durable (written
         on every dir it names online). A dir whose write fails joins ``write_failed``
         (out of ``live``); one that failed before and takes this write leaves it."""
