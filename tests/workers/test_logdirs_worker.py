@@ -124,14 +124,15 @@ class Harness:
 
     # -- playing the writers' part -------------------------------------------
     def states(self):
-        """{(topic, p, dir id): the last OP_REPLICA_STATE sent} and the order sent."""
+        """{(topic, p, dir id): the last OP_REPLICA_STATE sent} and, per writer, the
+        order sent: [(writer, key, body)]."""
         got, order = {}, []
         for w, ring in enumerate(self.rings):
             for op, token, body in ring.take():
                 if op == env.OP_REPLICA_STATE:
                     key = (body["topic"], body["partition"], self.dirtable.dir_id(w))
                     got[key] = body
-                    order.append((key, body))
+                    order.append((w, key, body))
         return got, order
 
     def apply(self, got):
@@ -193,9 +194,10 @@ def test_a_created_topic_is_durable_everywhere_before_its_replicas_exist(h):
                 assert body["leader_slot"] == body["replica_slots"][str(part.leader)]
             meta = json.load(open(os.path.join(h.paths[s.owner], f"t_{p}", "partition.json")))
             assert meta.get("placement") == "log_dirs"
-    # leaders are told first
-    ranks = [body["role"] for _, body in order]
-    assert ranks == sorted(ranks, key=lambda r: r != "leader")
+    # each writer is told its leaders first
+    for w in range(3):
+        ranks = [body["role"] for to, _, body in order if to == w]
+        assert ranks == sorted(ranks, key=lambda r: r != "leader")
     # nothing more to say while nothing changes
     h.w._pass(0.0)
     assert h.states()[0] == {}

@@ -53,7 +53,8 @@ class Admin:
         self.defaults = self.config.log_defaults()
         self.deletions: dict[str, set] = {}  # topic -> slots told to delete, not answered yet
         self.reopening: dict[int, tuple] = {}  # writer -> (handler, token, path, epoch sent)
-        self.strays_told: dict[int, int] = {}  # slot -> the writer epoch it was told in
+        # (slot, topic, p) -> the writer epoch it was told to delete in
+        self.strays_told: dict[tuple, int] = {}
         self.lost_tried: dict[tuple, int] = {}  # (t, p, dir) -> writer epoch of the last try
 
     # -- requests ------------------------------------------------------------
@@ -229,7 +230,7 @@ class Admin:
         token = self.token(what)
         self.to_writers[w].send(*env.encode_replica_state(token, {
             "slot": slot, "topic": topic, "partition": p, "delete": True}))
-        self.strays_told[slot] = self.writer_epochs[w]
+        self.strays_told[(slot, topic, p)] = self.writer_epochs[w]
         return True
 
     def admin_answered(self, what: tuple, error: int, answer: dict) -> None:
@@ -413,13 +414,14 @@ class Admin:
                 if slot in self.deletions.get(topic, ()):
                     continue  # told already
                 w = self.dirtable.index_of(d)
-                if w is None or self.strays_told.get(slot) == self.writer_epochs[w]:
+                told = (slot, topic, p)
+                if w is None or self.strays_told.get(told) == self.writer_epochs[w]:
                     continue
                 if self.blocked:
-                    if slot not in self.strays_told:
+                    if told not in self.strays_told:
                         self.say(f"{topic}-{p} on log dir id {d} is not assigned; it stays "
                                  "stopped while the state file is uncertain")
-                        self.strays_told[slot] = -1
+                        self.strays_told[told] = -1
                     continue
                 self._tell_delete(topic, p, d, slot, ("stray", topic, slot))
         for tp, part in self.doc.parts.items():
