@@ -288,11 +288,17 @@ def test_an_uncertain_state_keeps_leaderless_the_partitions_that_name_a_missing_
     for i in range(3):
         h.copy(i)
     h.w.writers.close()
-    # restart with dir 3 missing (offline): the copies name it online
+    # restart with dir 3 missing: its disk is gone, an empty mount point in its place
+    # (no id file: the start gave it no id here), offline; the copies name 3 online
+    os.remove(os.path.join(h.paths[2], STATE_FILE))
+    h.dirtable.fill([1, 2, -1])
     h.table.set_log_dir_offline(2)
     w = h.start()
     assert w.blocked == {3}
     w._pass(0.0)
+    w.admin_round(0.0)
+    assert h.states()[0] == {} or all(  # (no stray deleted while uncertain)
+        not body.get("delete") for body in h.states()[0].values())
     for tp, part in w.doc.parts.items():
         if 3 in part.isr:
             assert part.leader == -1
@@ -363,3 +369,15 @@ def test_a_reassignment_moves_the_leader_off_a_dir_then_drops_the_old_replica(h)
     got, _ = h.states()
     assert got[("t", 0, old)]["delete"] is True
     assert got[("t", 0, new)]["role"] == "leader"
+
+
+def test_a_dir_whose_id_file_is_bad_but_holds_a_copy_is_not_missing(h):
+    create(h, partitions=2, rf=2)
+    h.w.writers.close()
+    h.dirtable.fill([1, -1, 3])  # dir 2's id file was unreadable at start
+    h.table.set_log_dir_offline(1)
+    w = h.start()
+    assert w.blocked == set()
+    w._pass(0.0)
+    for part in w.doc.parts.values():
+        assert part.leader in (1, 3) and 2 not in part.isr

@@ -19,6 +19,7 @@ followed, a regular file of at most ``STATE_MAX_BYTES``, decoded by the pure
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 import time
@@ -147,29 +148,41 @@ class StateWriters:
             writer.close()
 
 
-def read_copies(dirs: Mapping[int, str]) -> tuple[dict[int, object], dict[int, str]]:
-    """The state file copy of each dir of ``dirs`` (id -> path), decoded, and
-    for each dir without a usable copy one line saying why ("" when the file is
-    absent, which is not damage: a dir that never held one)."""
+def read_copy(path: str) -> tuple[object | None, str, bool]:
+    """The state file copy of the log dir ``path``: ``(copy or None, why not ("":
+    absent), looked)``. ``looked`` is False only when the file could not be read
+    (an I/O error): such a dir may hold a newer copy than the others."""
     from hostbroker.replication.localstate import STATE_MAX_BYTES, decode_state
 
+    name = os.path.join(path, STATE_FILE)
+    try:
+        data = files.read_file(name, STATE_MAX_BYTES)
+    except FileNotFoundError:
+        return None, "", True
+    except (IsADirectoryError, files.NotAFileError) as e:
+        return None, f"{name}: {files.describe(e)}", True
+    except OSError as e:
+        if e.errno == errno.ELOOP:  # a link in its place: not ours, not followed
+            return None, f"{name}: {files.describe(e)}", True
+        return None, f"{name}: {files.describe(e)}", False
+    if len(data) > STATE_MAX_BYTES:
+        return None, f"{name}: longer than {STATE_MAX_BYTES} bytes", True
+    try:
+        return decode_state(data, name), "", True
+    except (HostbrokerError, ValueError) as e:  # (the decoder's refusals)
+        return None, str(e), True
+
+
+def read_copies(dirs: Mapping[int, str]) -> tuple[dict[int, object], dict[int, str]]:
+    """The state file copy of each dir of ``dirs`` (key -> path), decoded, and
+    for each dir without a usable copy one line saying why ("" when the file is
+    absent, which is not damage: a dir that never held one)."""
     copies: dict[int, object] = {}
     missing: dict[int, str] = {}
-    for dir_id, path in dirs.items():
-        name = os.path.join(path, STATE_FILE)
-        try:
-            data = files.read_file(name, STATE_MAX_BYTES)
-        except FileNotFoundError:
-            missing[dir_id] = ""
-            continue
-        except OSError as e:
-            missing[dir_id] = f"{name}: {files.describe(e)}"
-            continue
-        if len(data) > STATE_MAX_BYTES:
-            missing[dir_id] = f"{name}: longer than {STATE_MAX_BYTES} bytes"
-            continue
-        try:
-            copies[dir_id] = decode_state(data, name)
-        except (HostbrokerError, ValueError) as e:  # (the decoder's refusals)
-            missing[dir_id] = str(e)
+    for key, path in dirs.items():
+        copy, why, _ = read_copy(path)
+        if copy is not None:
+            copies[key] = copy
+        else:
+            missing[key] = why
     return copies, missing

@@ -41,7 +41,7 @@ from hostbroker.workers.base import Worker
 from hostbroker.workers.logdirs import elect
 from hostbroker.workers.logdirs.admin import Admin
 from hostbroker.workers.logdirs.model import Document, Part
-from hostbroker.workers.logdirs.statefile import StateWriters, read_copies
+from hostbroker.workers.logdirs.statefile import StateWriters, read_copy
 
 PASS_INTERVAL_S = 0.1
 RETRY_S = 1.0  # a replica state its writer refused is sent again after this
@@ -106,33 +106,50 @@ class LogDirsWorker(Admin, Worker):
 
     # -- start ---------------------------------------------------------------
     def _load(self) -> Document:
-        """The newest state file copy of the online dirs (see docs/storage.md)."""
+        """The newest state file copy of the log dirs (see docs/storage.md). Every
+        configured dir is read, an offline one too, and one whose id file is bad
+        counts as the dir the copies name at its path when it holds a copy: a dir
+        is missing when no configured dir holds its id (a dead disk, an empty mount
+        point) or its copy could not be read."""
         from hostbroker.replication.localstate import newest
 
-        present = {dir_id: self.plan.log_dirs[i] for i, dir_id in self.dirtable.ids().items()
-                   if i not in self.table.offline_log_dirs()}
-        copies, unreadable = read_copies(present)
-        for dir_id, why in sorted(unreadable.items()):
-            if why:
-                self.say(f"log dir id {dir_id}: state file unusable: {why}")
+        ids = self.dirtable.ids()
+        read = {}
+        for index, path in enumerate(self.plan.log_dirs):
+            read[index] = read_copy(path)
+            if read[index][1]:
+                self.say(f"log dir {path}: state file unusable: {read[index][1]}")
+        by_path: dict[str, int] = {}
+        for copy, _, _ in sorted((r for r in read.values() if r[0] is not None),
+                                 key=lambda r: r[0].seq):
+            by_path.update({path: dir_id for dir_id, path in copy.dirs.items()})
+        present: dict[int, object] = {}
+        for index, (copy, _, looked) in read.items():
+            dir_id = ids.get(index)
+            if dir_id is None and copy is not None:
+                # its id file is bad, but it holds a copy: the dir the copies name there
+                dir_id = by_path.get(self.plan.log_dirs[index])
+            if dir_id is not None and looked:
+                present[dir_id] = copy
         self._scan()
-        if not copies:
+        state, _ = newest(present)
+        online = {d: self.plan.log_dirs[i] for i, d in ids.items()
+                  if i not in self.table.offline_log_dirs()}
+        if state is None:
             if self.slots:
                 self.frozen = True
                 self.say("no log dir holds a readable state file; replicas across log dirs "
                          "stay stopped (see docs/storage.md)")
-            return Document(online=sorted(present), dirs=dict(present))
-        state, _ = newest({**{d: None for d in present}, **copies})
+            return Document(online=sorted(online), dirs=dict(online))
         doc = Document.from_state(state)
-        # certain: every dir the copy names online is here (none may hold a newer one)
+        # certain: every dir the copy names online was read now (none holds a newer one)
         self.blocked = set(doc.online) - set(present)
-        if self.blocked:
-            for dir_id in sorted(self.blocked):
-                self.say(f"log dir id {dir_id} ({doc.dirs.get(dir_id, '?')}) was online at the "
-                         "last change and is missing: partitions whose ISR names it stay "
-                         "leaderless until it returns or `hostbroker logdirs forget "
-                         f"--log-dir-id {dir_id}`")
-        doc.dirs.update(present)
+        for dir_id in sorted(self.blocked):
+            self.say(f"log dir id {dir_id} ({doc.dirs.get(dir_id, '?')}) was online at the "
+                     "last change and is missing: partitions whose ISR names it stay "
+                     "leaderless until it returns or `hostbroker logdirs forget "
+                     f"--log-dir-id {dir_id}`")
+        doc.dirs.update(online)
         return doc
 
     def run(self) -> None:
