@@ -381,3 +381,6 @@ def test_a_dir_whose_id_file_is_bad_but_holds_a_copy_is_not_missing(h):
     w._pass(0.0)
     for part in w.doc.parts.values():
         assert part.leader in (1, 3) and 2 not in part.isr
+    # listed under its id, offline, and written no copy
+    assert h.dirtable.dir_id(1) == 2 and h.dirtable.read(1).state == LD_OFFLINE
+    assert 2 not in h.copy(0).online

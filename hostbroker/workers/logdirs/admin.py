@@ -258,7 +258,8 @@ class Admin:
             return _answer(ErrorCode.LOG_DIR_NOT_FOUND, f"log dir {path} is not configured")
         w = self.plan.log_dirs.index(wanted)
         expected = self.dirtable.dir_id(w)
-        if w not in self.table.offline_log_dirs() and expected != -1:
+        if w not in self.table.offline_log_dirs() and expected != -1 \
+                and w not in self.unidentified:
             return _answer(ErrorCode.NONE, f"log dir {wanted} is online")
         if w in self.reopening:
             return _answer(ErrorCode.INVALID_REQUEST, f"log dir {wanted} is being reopened")
@@ -285,6 +286,7 @@ class Admin:
         self.writers.set_dir(found, wanted)
         self.doc.dirs[found] = wanted
         self.blocked.discard(found)  # (back: what it holds is a replica's like any other)
+        self.unidentified.discard(w)
         self.dirtable.set_state(w, LD_REOPENING)
         self.reopening[w] = (h, token, wanted, self.writer_epochs[w])
         self.to_writers[w].send(*env.encode_dir_reopen(self.token(("reopen", w)), found))

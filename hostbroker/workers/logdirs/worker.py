@@ -98,6 +98,7 @@ class LogDirsWorker(Admin, Worker):
         self.slots: dict[TP, dict[int, int]] = {}  # (t, p) -> {dir id: slot}
         self.slot_states: dict[int, object] = {}  # slot -> its last read
         self.blocked: set[int] = set()
+        self.unidentified: set[int] = set()  # writers whose dir's id file was bad at start
         self.frozen = False  # no state file readable while replicas exist: change nothing
         self.moved = False  # a leadership moved since the last generation bump
         self.doc = self._load()
@@ -127,8 +128,13 @@ class LogDirsWorker(Admin, Worker):
         for index, (copy, _, looked) in read.items():
             dir_id = ids.get(index)
             if dir_id is None and copy is not None:
-                # its id file is bad, but it holds a copy: the dir the copies name there
+                # its id file is bad, but it holds a copy: the dir the copies name
+                # there, listed under that id (offline, never live until it is taken
+                # back with `logdirs online`)
                 dir_id = by_path.get(self.plan.log_dirs[index])
+                if dir_id is not None and self.dirtable.index_of(dir_id) is None:
+                    self.dirtable.set_id(index, dir_id)
+                    self.unidentified.add(index)
             if dir_id is not None and looked:
                 present[dir_id] = copy
         self._scan()
@@ -215,7 +221,7 @@ class LogDirsWorker(Admin, Worker):
     def live_dirs(self, now: float) -> set[int]:
         """Dir ids that are online, whose writer is READY (or was within the grace),
         and whose last state write succeeded."""
-        offline = self.table.offline_log_dirs()
+        offline = self.table.offline_log_dirs() | self.unidentified
         live = set()
         for w, dir_id in self.dirtable.ids().items():
             if w in offline or dir_id in self.write_failed:
@@ -337,7 +343,7 @@ class LogDirsWorker(Admin, Worker):
         """Write the document (seq + 1) on every online dir: True when durable (written
         on every dir it names online). A dir whose write fails joins ``write_failed``
         (out of ``live``); one that failed before and takes this write leaves it."""
-        offline = self.table.offline_log_dirs()
+        offline = self.table.offline_log_dirs() | self.unidentified
         online = sorted(d for w, d in self.dirtable.ids().items()
                         if w not in offline and d not in self.write_failed)
         retry = sorted(d for w, d in self.dirtable.ids().items()
@@ -407,7 +413,7 @@ class LogDirsWorker(Admin, Worker):
     def _update_dirtable(self) -> None:
         from hostbroker.shm.logdirs import LD_OFFLINE, LD_ONLINE, LD_REOPENING
 
-        offline = self.table.offline_log_dirs()
+        offline = self.table.offline_log_dirs() | self.unidentified
         counts = {d: [0, 0, 0, 0] for d in self.dirtable.ids().values()}
         for tp, slots in self.slots.items():
             part = self.doc.parts.get(tp)
