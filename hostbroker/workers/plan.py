@@ -225,7 +225,7 @@ class BrokerPlan:
             return self.num_writers + self.num_handlers + self.num_processors + 2
         if kind == "replica":  # after the registrar's slot when there is one
             return self.num_writers + self.num_handlers + self.num_processors + 2 + self.registrar
-        if kind == "logdirs":  # after the registrar's and the replica's (neither is planned with it)
+        if kind == "logdirs":  # after the registrar's and the replica's (never planned with it)
             return (self.num_writers + self.num_handlers + self.num_processors + 2
                     + self.registrar + self.replica)
         return self.num_writers + self.num_handlers + self.num_processors

@@ -39,8 +39,9 @@ older than ``worker.heartbeat.timeout.ms`` (SIGABRT with SIGCONT, so a stopped
 one takes it; SIGKILL a second later), and pings the systemd watchdog. A
 worker that exits with ``EXIT_BOOT_FAILED`` halts the broker instead of being
 respawned forever; a writer that exits ``EXIT_REOPEN`` (told to open its
-offline log dir afresh) is replaced without a word. Workers need no word from us if we die: each asked the
-kernel for SIGTERM on our death right after its fork (``die_with_parent``).
+offline log dir afresh) is replaced without a word. Workers need no word from
+us if we die: each asked the kernel for SIGTERM on our death right after its
+fork (``die_with_parent``).
 
 Stop (SIGTERM/SIGINT): first the registrar (its ZooKeeper session closes, so
 the registrations go before the listeners close), then in data-flow order,
