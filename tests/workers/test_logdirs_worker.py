@@ -384,3 +384,32 @@ def test_a_dir_whose_id_file_is_bad_but_holds_a_copy_is_not_missing(h):
     # listed under its id, offline, and written no copy
     assert h.dirtable.dir_id(1) == 2 and h.dirtable.read(1).state == LD_OFFLINE
     assert 2 not in h.copy(0).online
+
+
+def test_a_new_disk_taken_online_gets_a_new_id_and_its_writer_a_reopen(h, tmp_path):
+    from hostbroker.log.dirids import read_dir_id, write_dir_id
+
+    create(h, partitions=1, rf=2)
+    for i, path in enumerate(h.paths):
+        write_dir_id(path, IDS[i])
+    h.table.set_log_dir_offline(2)  # dir 3 died; an empty disk is mounted there
+    os.rename(h.paths[2], str(tmp_path / "dead"))
+    os.mkdir(h.paths[2])
+    assert h.w._online(0, 77, h.paths[2]) is None  # answered once the writer is back
+    assert read_dir_id(h.paths[2]) == 4 and h.dirtable.dir_id(2) == 4
+    sent = h.rings[2].take()
+    assert [(op, body) for op, _, body in sent] == [(env.OP_DIR_REOPEN, {"dir_id": 4})]
+    # the writer's replacement is READY: answered
+    h.board.epochs[2] += 1
+    h.w._writers_replaced()
+    h.table.set_log_dir_offline(2, False)
+    h.w.admin_round(0.0)
+    (_, token, answer), = h.answers.take()
+    assert token == 77 and answer["error"] == ErrorCode.NONE
+    # a dir with another id than the one this broker had there is refused
+    write_dir_id(h.paths[1], 9)
+    h.table.set_log_dir_offline(1)
+    answer = h.w._online(0, 78, h.paths[1])
+    assert answer["message"] == (f"log dir {h.paths[1]} holds id 9, this broker had id 2 "
+                                 "there: restart to take it")
+    assert h.w._online(0, 79, "/nowhere")["error"] == ErrorCode.LOG_DIR_NOT_FOUND

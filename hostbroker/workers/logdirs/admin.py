@@ -264,7 +264,8 @@ class Admin:
         if w in self.reopening:
             return _answer(ErrorCode.INVALID_REQUEST, f"log dir {wanted} is being reopened")
         found = read_dir_id(wanted)  # (StorageError: its code and line answer)
-        if found is None:
+        fresh = found is None
+        if fresh:
             if any(e.is_dir() and not e.name.startswith(".") for e in os.scandir(wanted)):
                 return _answer(ErrorCode.INVALID_REQUEST,
                                f"log dir {wanted} holds partitions but no log dir id: "
@@ -276,7 +277,7 @@ class Admin:
             return _answer(ErrorCode.INVALID_REQUEST,
                            f"log dir {wanted} holds id {found}, this broker had id {expected} "
                            "there: restart to take it")
-        if expected == -1:
+        if expected == -1 or fresh:  # (a new disk in place of a dead one: a new id)
             holder = self.dirtable.index_of(found)
             if holder is not None and holder != w:
                 return _answer(ErrorCode.INVALID_REQUEST,
