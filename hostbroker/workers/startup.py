@@ -176,8 +176,15 @@ def resolve_dir_ids(plan) -> None:
     every id found and every id the newest state file names (so a fresh disk never
     takes a dead disk's id), written now (``log/dirids.assign_dir_ids``). A dir
     whose id file is bad gets -1 and starts offline (one line). Two dirs holding
-    one id refuse the start."""
+    one id refuse the start, as does a ``default.replication.factor`` above the
+    number of log dirs (standalone)."""
     from hostbroker.log.dirids import DuplicateDirIdError, assign_dir_ids
+    from hostbroker.settings_logdirs import replication_factor_problem
+
+    problem = replication_factor_problem(plan.config["default.replication.factor"],
+                                         len(plan.log_dirs), plan.registrar)
+    if problem:
+        raise StartError(problem)
 
     def report(line: str) -> None:
         print(f"hostbroker: {line}", file=sys.stderr, flush=True)
