@@ -148,7 +148,9 @@ class Admin:
         if failed:
             self.say(f"topic {topic}: {failed}; it is deleted")
             self._delete(topic)
-            return _answer(ErrorCode.STORAGE_ERROR, failed)
+            # (no results: a plain topic of that name came first)
+            return _answer(ErrorCode.STORAGE_ERROR if results
+                           else ErrorCode.TOPIC_ALREADY_EXISTS, failed)
         return _answer(ErrorCode.NONE, "", results)
 
     def _loads(self, live: set[int]) -> dict:
@@ -180,6 +182,11 @@ class Admin:
 
         results, failed = [], ""
         with self.lock:
+            if only is None and any(s.name == topic and s.state != ptable.FREE
+                                    and s.placement != PLACEMENT_LOG_DIRS
+                                    for _, s in self.table.scan()):
+                # a handler created a plain topic of that name since the check
+                return [], f"topic {topic} already exists"
             for p, replicas in sorted(placed.items()):
                 code = ErrorCode.NONE
                 part = self.doc.parts[(topic, p)]
