@@ -49,11 +49,10 @@ class Document:
 
     # -- the file's JSON form ------------------------------------------------
     def to_json(self) -> dict:
-        topics: dict[str, dict] = {}
-        for topic, config in self.configs.items():
-            topics[topic] = {"config": dict(config), "partitions": {}}
+        topics: dict[str, dict] = {}  # (a topic is written with its partitions only)
         for (topic, p), part in sorted(self.parts.items()):
-            entry = topics.setdefault(topic, {"config": {}, "partitions": {}})
+            entry = topics.setdefault(topic, {"config": dict(self.configs.get(topic, {})),
+                                              "partitions": {}})
             entry["partitions"][str(p)] = part.to_json()
         return {"version": FORMAT_VERSION, "seq": self.seq, "online": sorted(self.online),
                 "dirs": {str(i): path for i, path in sorted(self.dirs.items())},
