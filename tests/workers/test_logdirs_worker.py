@@ -246,6 +246,9 @@ def test_a_writer_not_ready_past_the_grace_counts_as_failed(h):
     h.board.epochs[h.dirtable.index_of(leader)] += 1
     h.states()
     h.w._writers_replaced()
+    # what it was sent died with its ring: nothing is waited for from it
+    assert not [what for what in h.w.pending.values() if what[0] == "state"
+                and what[1][2] == leader]
     h.w._pass(0.0)
     got, _ = h.states()
     assert got[("t", 0, leader)]["role"] == "follower"

@@ -214,6 +214,17 @@ class LogDirsWorker(Admin, Worker):
         for told in self.deletions.values():  # (what is left of them: strays, deleted later)
             told.difference_update([slot for slot in told if slot in self.slot_states
                                     and self.slot_states[slot].owner == w])
+        self.pending = {token: what for token, what in self.pending.items()
+                        if not self._sent_to(what, w, dir_id)}
+
+    def _sent_to(self, what: tuple, w: int, dir_id: int) -> bool:
+        """Whether the op ``what`` (a pending token's) went to writer ``w``."""
+        if what[0] == "state":
+            return what[1][2] == dir_id
+        if what[0] in ("delete", "stray"):
+            s = self.slot_states.get(what[2])
+            return s is None or s.owner == w
+        return what[0] == "reopen" and what[1] == w
 
     def writer_ready(self, w: int) -> bool:
         return self.board.read(self.writer_slots[w]).state == procs.WORKER_READY
