@@ -5,7 +5,8 @@
 Owns nothing for long: it checks the log dirs (as root, none that others may
 write: docs/storage.md) and the unix listeners' directories without changing
 anything, makes the log dirs, takes the broker lock (``<first log dir>/.broker.lock``,
-held for the broker's life) and binds the listeners (not listening yet: the
+held for the broker's life), gives each log dir its id (:func:`resolve_dir_ids`) and binds
+the listeners (not listening yet: the
 supervisor listens once ``broker.id`` is the broker's own). Each refusal is a
 :class:`StartError` whose message is the one line to print. First of all,
 :func:`take_stop_signals` makes SIGINT and SIGTERM the broker's own, whatever
@@ -19,6 +20,7 @@ import os
 import signal
 import socket
 import stat
+import sys
 
 from hostbroker.config import parse_listener
 from hostbroker.log import files
@@ -166,3 +168,48 @@ def claim_broker_lock(log_dir: str) -> int:
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     return fd
+
+
+def resolve_dir_ids(plan) -> None:
+    """Set ``plan.dir_ids``: each log dir's id from its ``log-dir-id`` file; a dir
+    without one (a fresh disk, or one used before ids) is given the next id above
+    every id found and every id the newest state file names (so a fresh disk never
+    takes a dead disk's id), written now (``log/dirids.assign_dir_ids``). A dir
+    whose id file is bad gets -1 and starts offline (one line). Two dirs holding
+    one id refuse the start, as does a ``default.replication.factor`` above the
+    number of log dirs (standalone)."""
+    from hostbroker.log.dirids import DuplicateDirIdError, assign_dir_ids
+    from hostbroker.settings_logdirs import replication_factor_problem
+
+    problem = replication_factor_problem(plan.config["default.replication.factor"],
+                                         len(plan.log_dirs), plan.registrar)
+    if problem:
+        raise StartError(problem)
+
+    def report(line: str) -> None:
+        print(f"hostbroker: {line}", file=sys.stderr, flush=True)
+
+    try:
+        ids = assign_dir_ids(plan.log_dirs, _state_file_ids(plan.log_dirs), report)
+    except DuplicateDirIdError as e:
+        raise StartError(str(e)) from None
+    plan.dir_ids = [-1 if dir_id is None else dir_id for dir_id in ids]
+
+
+def _state_file_ids(log_dirs: list[str]) -> set[int]:
+    """Every dir id the newest readable state file copy names (empty: none)."""
+    from hostbroker.errors import HostbrokerError
+    from hostbroker.replication.localstate import STATE_FILE, STATE_MAX_BYTES, decode_state
+    from hostbroker.replication.localstate import newest
+
+    copies = {}
+    for index, path in enumerate(log_dirs):
+        name = os.path.join(path, STATE_FILE)
+        try:
+            data = files.read_file(name, STATE_MAX_BYTES)
+            if len(data) <= STATE_MAX_BYTES:
+                copies[index] = decode_state(data, name)
+        except (OSError, HostbrokerError):
+            continue  # (hb-logdirs says why when it reads the copies)
+    state, _ = newest(copies)
+    return set() if state is None else state.known_ids()
