@@ -41,6 +41,7 @@ from hostbroker.workers.replication.fetcher import LeaderLink, Settings
 from hostbroker.workers.replication.follows import AT_WRITER, Follow, Stage
 from hostbroker.workers.replication.truncation import Truncation
 
+_PLACEMENT_LOG_DIRS = 1  # shm/partitions.py's PLACEMENT_LOG_DIRS
 SCAN_INTERVAL_S = 0.1
 WRITER_WAIT_S = 0.05  # how long a link's next FETCH waits for its appends' results
 # the longest long poll of a FETCH sent while a partition of its link is at a writer
@@ -143,7 +144,9 @@ class ReplicaWorker(Worker):
 
     # -- the table ---------------------------------------------------------
     def _scan(self, now: float) -> None:
-        """Follow every ONLINE FOLLOWER slot's leader and leader epoch; drop the rest."""
+        """Follow every ONLINE FOLLOWER slot's leader and leader epoch; drop the rest.
+        A replica placed on a log dir is not fetched: its writer copies its leader's
+        files (``workers/writer_local.py``)."""
         self.generation = self.table.generation
         self.next_scan = now + SCAN_INTERVAL_S
         own = self.settings.broker_id
@@ -154,7 +157,7 @@ class ReplicaWorker(Worker):
             return
         for i, s in slots:
             if s.state == ONLINE and s.role == ROLE_FOLLOWER and s.leader >= 0 \
-                    and s.leader != own:
+                    and s.leader != own and getattr(s, "placement", 0) != _PLACEMENT_LOG_DIRS:
                 wanted[(s.name, s.partition)] = (i, s)
         for key, follow in list(self.follows.items()):
             found = wanted.get(key)
