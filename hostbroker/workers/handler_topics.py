@@ -138,12 +138,12 @@ class TopicAdmin:
         rf = getattr(request, "replication_factor", 1)  # (v0 has none: one replica)
         if rf == DEFAULT_REPLICATION_FACTOR:
             rf = self.default_rf
-        answer = self._create_checked(request, rf)
-        if isinstance(answer, api.AdminResponse):
-            self._reply(p, conn_id, seq, corr, answer)
+        checked = self._create_checked(request, rf)
+        if isinstance(checked, api.AdminResponse):
+            self._reply(p, conn_id, seq, corr, checked)
             return
         self._create_replicated(p, conn_id, seq, corr, request.topic, request.partitions, rf,
-                                answer, admin_answer)
+                                checked, admin_answer)
 
     def _create_checked(self, request, rf: int) -> api.AdminResponse | dict[str, str]:
         """The answer to a CREATE_TOPIC made here (one replica) or refused, or
