@@ -26,11 +26,7 @@ from collections.abc import Sequence
 from hostbroker.errors import HostbrokerError
 from hostbroker.log.config import LogConfig
 from hostbroker.log.partition_file import read_partition_file
-from hostbroker.log.segments import (
-    parse_segment_filename,
-    partition_dirname,
-    segment_filename,
-)
+from hostbroker.log.segments import list_segment_bases, partition_dirname, segment_filename
 from hostbroker.shm import partitions as ptable
 from hostbroker.shm.partitions import PartitionTable
 
@@ -201,16 +197,6 @@ class TopicView:
         cached = self._segments.get(slot)
         if cached is not None and cached[0] == s.segment_generation:
             return cached[1]
-        bases = []
-        for name in os.listdir(self.partition_path(s)):
-            base = parse_segment_filename(name)
-            if base is not None and base <= s.end_offset:
-                bases.append(base)
-        bases.sort()
-        # keep only the segments that hold the log as published (drop ones deleted
-        # meanwhile by retention, whose bases fall below the start offset)
-        bases = [b for b in bases if b >= s.start_offset] or [s.start_offset]
-        if bases[0] > s.start_offset:
-            bases.insert(0, s.start_offset)
+        bases = list_segment_bases(self.partition_path(s), s.start_offset, s.end_offset)
         self._segments[slot] = (s.segment_generation, bases)
         return bases
