@@ -29,11 +29,11 @@ import logging
 import time
 
 from hostbroker.replication import zknodes
+from hostbroker.shm.partitions import PLACEMENT_LOG_DIRS
 
 log = logging.getLogger("hostbroker.controller")
 
 _ISR_RETRY_S = 0.5
-_PLACEMENT_LOG_DIRS = 1  # shm/partitions.py's PLACEMENT_LOG_DIRS
 
 
 def slot_replicas(s) -> list[int]:
@@ -73,7 +73,7 @@ class IsrCommits:
     def _kept(self, s) -> bool:
         """Whether slot ``s``'s commits are this class's: cluster (and plain) slots
         here; the replicas placed on log dirs are hb-logdirs' (``LocalIsrCommits``)."""
-        return getattr(s, "placement", 0) != _PLACEMENT_LOG_DIRS
+        return s.placement != PLACEMENT_LOG_DIRS
 
     def poll(self) -> None:
         from hostbroker.shm import partitions as ptable

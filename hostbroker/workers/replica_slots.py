@@ -20,8 +20,8 @@ from hostbroker.log.partition import PartitionLog
 from hostbroker.shm import partitions as ptable
 from hostbroker.workers.base import now_ms
 
-PLACEMENT_BROKERS = 0  # (the values of shm/partitions.py's PLACEMENT_BROKERS, PLACEMENT_LOG_DIRS)
-PLACEMENT_LOG_DIRS = 1
+PLACEMENT_BROKERS = ptable.PLACEMENT_BROKERS
+PLACEMENT_LOG_DIRS = ptable.PLACEMENT_LOG_DIRS
 
 
 def create_replica(table, commits, log_dir: str, owner: int, topic: str, partition: int,
@@ -45,10 +45,10 @@ def create_replica(table, commits, log_dir: str, owner: int, topic: str, partiti
     if slot is None:
         raise HostbrokerError("the partition table is full (max.partitions)",
                               ErrorCode.INVALID_REQUEST)
-    extra = {"placement": "log_dirs"} if placement == PLACEMENT_LOG_DIRS else {}
+    kind = ptable.PLACEMENT_NAMES[placement] if placement == PLACEMENT_LOG_DIRS else None
     try:
         plog = PartitionLog.create(log_dir, topic, partition, partition + 1, overrides,
-                                   defaults, now_ms, replicated=True, **extra)
+                                   defaults, now_ms, replicated=True, placement=kind)
         plog.close()
     except HostbrokerError:
         raise
@@ -59,10 +59,9 @@ def create_replica(table, commits, log_dir: str, owner: int, topic: str, partiti
         # a commit the slot's previous partition left is not the new one's
         # (IsrCommitTable: cleared by the claimer, under the admin lock)
         commits.clear(slot)
-    fields = {"placement": placement} if placement != PLACEMENT_BROKERS else {}
     table.claim_replica(
         slot, list(replicas), leader=leader, leader_epoch=leader_epoch,
         role=ptable.ROLE_STOPPED, state=ptable.ONLINE, name=topic, partition=partition,
         owner=owner, start_offset=0, end_offset=0, flushed_offset=0, segment_generation=1,
-        **fields)
+        placement=placement)
     return slot

@@ -32,7 +32,12 @@ from hostbroker.errors import ErrorCode
 from hostbroker.log.epochs import LeaderEpochCache
 from hostbroker.log.segments import partition_dirname
 from hostbroker.shm import procs
-from hostbroker.shm.partitions import ONLINE, ROLE_FOLLOWER, PartitionTable
+from hostbroker.shm.partitions import (
+    ONLINE,
+    PLACEMENT_LOG_DIRS,
+    ROLE_FOLLOWER,
+    PartitionTable,
+)
 from hostbroker.shm.peers import PeersTable
 from hostbroker.shm.table import TornSlotError
 from hostbroker.workers import envelopes as env
@@ -41,7 +46,6 @@ from hostbroker.workers.replication.fetcher import LeaderLink, Settings
 from hostbroker.workers.replication.follows import AT_WRITER, Follow, Stage
 from hostbroker.workers.replication.truncation import Truncation
 
-_PLACEMENT_LOG_DIRS = 1  # shm/partitions.py's PLACEMENT_LOG_DIRS
 SCAN_INTERVAL_S = 0.1
 WRITER_WAIT_S = 0.05  # how long a link's next FETCH waits for its appends' results
 # the longest long poll of a FETCH sent while a partition of its link is at a writer
@@ -157,7 +161,7 @@ class ReplicaWorker(Worker):
             return
         for i, s in slots:
             if s.state == ONLINE and s.role == ROLE_FOLLOWER and s.leader >= 0 \
-                    and s.leader != own and getattr(s, "placement", 0) != _PLACEMENT_LOG_DIRS:
+                    and s.leader != own and s.placement != PLACEMENT_LOG_DIRS:
                 wanted[(s.name, s.partition)] = (i, s)
         for key, follow in list(self.follows.items()):
             found = wanted.get(key)
