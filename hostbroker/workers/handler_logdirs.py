@@ -68,8 +68,8 @@ def answer_fields(got) -> tuple[ErrorCode, str | None, list]:
     if type(code) is not int or code not in ErrorCode._value2member_map_:
         return ErrorCode.UNKNOWN, "the log dirs worker gave no valid answer", []
     message = got.get("message")
-    if not isinstance(message, str):
-        message = None
+    if not isinstance(message, str) or not message:
+        message = None  # (as a handler's own answers say nothing)
     results = []
     raw = got.get("results")
     for r in raw if isinstance(raw, list) else ():
