@@ -16,7 +16,6 @@ import os
 import types
 
 from hostbroker.config import Config
-from hostbroker.log.config import LogConfig
 from hostbroker.protocol import api
 from hostbroker.protocol import replication as rproto
 from hostbroker.shm import partitions as ptable

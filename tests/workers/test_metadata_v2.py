@@ -7,6 +7,8 @@ replication state file copies are real files in the log dirs."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from hostbroker.errors import ErrorCode
@@ -24,6 +26,8 @@ from hostbroker.replication.localstate import (
 from hostbroker.shm import partitions as ptable
 from hostbroker.workers import envelopes as env
 
+from tests.integration.broker import Broker
+from tests.integration.wire_helpers import wait_for
 from tests.workers.handler_rig import BROKER_ID, Rig, claim
 
 IDS = [7, 3, 5]
@@ -312,3 +316,55 @@ def test_auto_create_with_too_few_usable_dirs_is_refused_and_logged_once(tmp_pat
                          "(default.replication.factor)"]
     finally:
         rig.close()
+
+
+# -- a real broker --------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    root = tmp_path_factory.mktemp("md2")
+    b = Broker(root, log_dirs=",".join(str(root / f"d{i}") for i in range(3))).start()
+    yield b
+    b.stop()
+
+
+def _v2(client, *topics):
+    return client.request(lproto.MetadataRequestV2(topics))
+
+
+def test_a_real_broker_creates_serves_and_deletes_a_topic_across_log_dirs(broker):
+    c = broker.client()
+    assert c.request(lproto.CreateTopicRequestV1("rt", 2, (), 2)).error_code == ErrorCode.NONE
+
+    def led():
+        md = _v2(c, "rt")
+        parts = md.topics[0].partitions
+        if md.topics[0].error_code or len(parts) != 2:
+            return None
+        return md if all(p.leader_dir != -1 and p.isr_dirs == p.replica_dirs
+                         for p in parts) else None
+
+    md = wait_for(led)
+    assert md, _v2(c, "rt")
+    paths = {d.dir_id: d.path for d in md.log_dirs}
+    assert len(paths) == 3 and all(d.state == lproto.DIR_ONLINE for d in md.log_dirs)
+    for part in md.topics[0].partitions:
+        assert len(set(part.replica_dirs)) == 2 and set(part.replica_dirs) <= set(paths)
+        assert part.leader_dir == part.replica_dirs[0]
+        assert (part.leader, part.replicas, part.log_dir) == (
+            md.broker_id, (md.broker_id,), paths[part.leader_dir])
+    # the preferred leaders are on distinct dirs (placement balances leaders)
+    assert len({p.leader_dir for p in md.topics[0].partitions}) == 2
+    for p in (0, 1):
+        c.produce("rt", p, encode_message_set([f"hello-{p}".encode()]), acks=-1)
+        got = c.fetch("rt", p, 0, 1 << 16)
+        assert got.log_end_offset == 1 and f"hello-{p}".encode() in bytes(got.message_set)
+    refused = c.request(lproto.CreateTopicRequestV1("four", 1, (), 4))
+    assert (refused.error_code, refused.error_message) == (
+        ErrorCode.INVALID_REPLICATION_FACTOR,
+        "replication factor 4 needs 4 usable log dirs; the broker has 3")
+    assert c.request(api.DeleteTopicRequest("rt")).error_code == ErrorCode.NONE
+    assert wait_for(
+        lambda: _v2(c, "rt").topics[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    assert wait_for(lambda: not any(name.startswith("rt_") for path in paths.values()
+                             for name in os.listdir(path)))
