@@ -151,6 +151,7 @@ class Rig:
         h.holds, h.refs_sent = {}, [0] * n
         h.auto_create = True
         h.direct_answers, h.ring_append_min = False, 0
+        h.draining, h.writer_polls = False, False
         h.sender = lambda kind, producer, consumer: Sent(kind)
         h.receiver = lambda kind, producer, consumer: None
         h.waker = lambda kind, index: _Bell()

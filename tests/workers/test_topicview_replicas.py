@@ -111,9 +111,24 @@ def test_a_leader_taking_its_role_after_the_generation_moved_is_found(tables):
     table.write(2, role=ptable.ROLE_LEADER, leader=3, leader_epoch=1)  # its writer, no bump
     assert table.generation == generation
     assert view.slot("t", 0) == 2
-    # found once, kept: the old choice is not looked at again
+    # kept while it leads: a replica that says LEADER in an older epoch changes nothing
     table.write(1, role=ptable.ROLE_LEADER, leader=7, leader_epoch=0)
     assert view.slot("t", 0) == 2
+
+
+def test_a_leadership_moved_before_the_old_leader_let_go_is_followed(tables):
+    # a preferred-leader move: hb-logdirs told dir 3 to lead and dir 7 to follow,
+    # and bumped the generation while dir 7's writer still led
+    table = tables[0]
+    claim(table, 0, "t", 0, owner=0, replicas=[3, 7], role=ptable.ROLE_LEADER, leader=7, epoch=4)
+    claim(table, 1, "t", 0, owner=1, replicas=[3, 7], leader=7, epoch=4)
+    table.bump_generation()
+    view = view_of(tables)
+    view.refresh()
+    assert view.slot("t", 0) == 0
+    table.write(0, role=ptable.ROLE_FOLLOWER, leader=3, leader_epoch=5)  # no bump: both
+    table.write(1, role=ptable.ROLE_LEADER, leader=3, leader_epoch=5)  # writers took them
+    assert view.slot("t", 0) == 1
 
 
 def test_with_every_replica_offline_the_first_serves_and_answers_storage_error(tables):
