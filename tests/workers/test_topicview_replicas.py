@@ -124,10 +124,14 @@ def test_a_leadership_moved_before_the_old_leader_let_go_is_followed(tables):
     claim(table, 1, "t", 0, owner=1, replicas=[3, 7], leader=7, epoch=4)
     table.bump_generation()
     view = view_of(tables)
+    answers = TableAnswers(view, tables[2], BROKER_ID, ((BROKER_ID, "", -1, ""),), 1 << 20)
     view.refresh()
     assert view.slot("t", 0) == 0
     table.write(0, role=ptable.ROLE_FOLLOWER, leader=3, leader_epoch=5)  # no bump: both
     table.write(1, role=ptable.ROLE_LEADER, leader=3, leader_epoch=5)  # writers took them
+    # METADATA (which reads the topics' slots in bulk) follows as well
+    (p0,) = answers.metadata(api.MetadataRequest(("t",))).topics[0].partitions
+    assert (p0.leader, p0.log_dir) == (BROKER_ID, tables[2][1])
     assert view.slot("t", 0) == 1
 
 
