@@ -15,6 +15,7 @@ import pytest
 
 from hostbroker.errors import ErrorCode
 from hostbroker.log.config import LogConfig
+from hostbroker.log.segments import partition_dirname
 from hostbroker.protocol import api
 from hostbroker.shm import partitions as ptable
 from hostbroker.shm.logdirs import LogDirTable
@@ -131,7 +132,7 @@ def test_a_leadership_moved_before_the_old_leader_let_go_is_followed(tables):
     table.write(1, role=ptable.ROLE_LEADER, leader=3, leader_epoch=5)  # writers took them
     # METADATA (which reads the topics' slots in bulk) follows as well
     (p0,) = answers.metadata(api.MetadataRequest(("t",))).topics[0].partitions
-    assert (p0.leader, p0.log_dir) == (BROKER_ID, tables[2][1])
+    assert (p0.broker_id, p0.log_dir) == (BROKER_ID, tables[2][1])
     assert view.slot("t", 0) == 1
 
 
@@ -153,6 +154,7 @@ def test_a_follower_serving_answers_not_leader_and_the_leader_serves_its_high_wa
     table, _, dirs = tables
     claim(table, 0, "t", 0, owner=0, replicas=[7, 3], end=10, hw=6)
     claim(table, 1, "t", 0, owner=1, replicas=[7, 3], end=10, hw=6)
+    os.mkdir(os.path.join(dirs[0], partition_dirname("t", 0)))  # (its segments listed)
     table.bump_generation()
     view = view_of(tables)
     part = types.SimpleNamespace(topic="t", partition=0, offset=0, max_bytes=100)
@@ -174,8 +176,8 @@ def test_metadata_v0_names_this_broker_as_leader_while_a_replica_leads(tables):
     table.bump_generation()
     answers = TableAnswers(view_of(tables), dirs, BROKER_ID, ((BROKER_ID, "", -1, ""),), 1 << 20)
     p0, p1 = answers.metadata(api.MetadataRequest(("t",))).topics[0].partitions
-    assert (p0.partition, p0.leader, p0.log_end_offset, p0.log_dir) == (0, -1, 4, dirs[0])
-    assert (p1.partition, p1.leader, p1.log_end_offset, p1.log_dir) == (1, BROKER_ID, 8, dirs[2])
+    assert (p0.partition, p0.broker_id, p0.log_end_offset, p0.log_dir) == (0, -1, 4, dirs[0])
+    assert (p1.partition, p1.broker_id, p1.log_end_offset, p1.log_dir) == (1, BROKER_ID, 8, dirs[2])
     # the packed frame says the same as the schema codec's answer (and the bulk read too)
     frame, failed = answers.metadata_frame(9, api.MetadataRequest(("t",) * 20))
     assert not failed
