@@ -356,9 +356,10 @@ def test_a_real_broker_creates_serves_and_deletes_a_topic_across_log_dirs(broker
     # the preferred leaders are on distinct dirs (placement balances leaders)
     assert len({p.leader_dir for p in md.topics[0].partitions}) == 2
     for p in (0, 1):
-        c.produce("rt", p, encode_message_set([f"hello-{p}".encode()]), acks=-1)
-        got = c.fetch("rt", p, 0, 1 << 16)
-        assert got.log_end_offset == 1 and f"hello-{p}".encode() in bytes(got.message_set)
+        sent = c.produce("rt", p, encode_message_set([f"hello-{p}".encode()]), acks=-1)
+        got = c.fetch("rt", p, 0, 1 << 16)  # below the high watermark: acks=-1 waited for it
+        assert got.log_end_offset == sent.log_end_offset > 0
+        assert f"hello-{p}".encode() in bytes(got.message_set)
     refused = c.request(lproto.CreateTopicRequestV1("four", 1, (), 4))
     assert (refused.error_code, refused.error_message) == (
         ErrorCode.INVALID_REPLICATION_FACTOR,
