@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from hostbroker.errors import ConfigError
+from hostbroker.settings_logdirs import LOGDIRS_SETTINGS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -483,6 +484,7 @@ SETTINGS: tuple[Setting, ...] = (
             "A worker whose main loop has not come round this long (stuck in one piece of "
             "work) stops beating and is replaced after worker.heartbeat.timeout.ms more.",
             _at_least(100)),
+    *(Setting(k, t, d, doc, _between(lo, hi)) for k, t, d, doc, lo, hi in LOGDIRS_SETTINGS),
 )
 
 SETTINGS_BY_KEY: dict[str, Setting] = {s.key: s for s in SETTINGS}

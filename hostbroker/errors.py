@@ -47,6 +47,9 @@ class ErrorCode(enum.IntEnum):
     LEADER_NOT_AVAILABLE = 27
     REPLICA_NOT_AVAILABLE = 28
     CONTROLLER_NOT_CONFIRMED = 29
+    # replicas across log dirs (docs/spec/protocol.md, "Replicas across log dirs")
+    INVALID_REPLICATION_FACTOR = 30
+    LOG_DIR_NOT_FOUND = 31
 
 
 class HostbrokerError(Exception):

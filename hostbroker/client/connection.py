@@ -52,7 +52,7 @@ from typing import Any, NamedTuple
 
 from hostbroker.client.errors import BrokerError, ConnectionClosedError
 from hostbroker.errors import ProtocolError
-from hostbroker.protocol import api, replication
+from hostbroker.protocol import api, logdirs, replication
 from hostbroker.protocol.primitives import Buffer
 
 DEFAULT_TIMEOUT = 30.0
@@ -71,7 +71,9 @@ _FETCH_ANSWER_OVERHEAD = 64
 _FETCH_PARTITION_OVERHEAD = 2 + 32767 + 4 + 2 + 8 + 4 + 8
 
 
-_REPLICATION_REQUESTS = frozenset(replication.REPLICATION_REQUEST_TYPES.values())
+_REPLICATION_REQUESTS = frozenset(replication.REPLICATION_REQUEST_TYPES.values()) \
+    | frozenset(logdirs.LOGDIRS_REQUEST_TYPES.values())
+_REPLICATION_RESPONSES = {**replication.REPLICATION_RESPONSE_TYPES, **logdirs.LOGDIRS_RESPONSE_TYPES}
 
 
 class NotABrokerError(ProtocolError):
@@ -249,9 +251,8 @@ class BrokerConnection:
         """Send ``request`` and return its correlation id, without waiting for the answer."""
         correlation_id = self._next_id()
         response_cls = None
-        if type(request) in _REPLICATION_REQUESTS:  # METADATA v1, FETCH v1, ...
-            response_cls = replication.REPLICATION_RESPONSE_TYPES[
-                (request.API_KEY, request.API_VERSION)]
+        if type(request) in _REPLICATION_REQUESTS:  # METADATA v1 and v2, FETCH v1, ...
+            response_cls = _REPLICATION_RESPONSES[(request.API_KEY, request.API_VERSION)]
         self._write([api.encode_request(request, correlation_id, self.client_id)])
         if not (isinstance(request, api.ProduceRequest) and request.acks == 0):
             self._pending.append(_Pending(correlation_id, request.API_KEY, _broker_wait(request),

@@ -13,6 +13,8 @@ in, frozen dataclasses come out, and back. Message sets stay opaque bytes
                   decoded by ``groups.decode_any_request`` only
 - ``replication`` METADATA v1, FETCH v1, LEADER_AND_ISR, STOP_REPLICA,
                   OFFSET_FOR_LEADER_EPOCH; ``replication.decode_any_request`` decodes all
+- ``logdirs``     METADATA v2, CREATE_TOPIC v1, ALTER_REPLICA_DIRS, LOG_DIR_ADMIN
+                  (replicas across log dirs), routed by ``replication.decode_any_request``
 - ``framing``     FrameReader: a byte stream cut into frames
 - ``errors``      HeaderTooShortError, FrameTooLargeError
 

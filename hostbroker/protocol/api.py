@@ -12,7 +12,10 @@ raised error is the one the broker puts in its error frame:
 
 - ``UNSUPPORTED_VERSION``: an unknown ``api_key`` or an ``api_version``
   other than 0 (the group APIs 8-11 and OFFSET_COMMIT v1 included: only
-  :func:`hostbroker.protocol.groups.decode_any_request` decodes those);
+  :func:`hostbroker.protocol.groups.decode_any_request` decodes those; the
+  replication and log dirs APIs and versions, 14-18, METADATA v1 and v2,
+  FETCH v1, CREATE_TOPIC v1: only
+  :func:`hostbroker.protocol.replication.decode_any_request`);
 - ``INVALID_REQUEST``: a body that runs past its frame, bytes left over, a
   count that cannot fit, a null where a value is required, invalid UTF-8;
 - :class:`HeaderTooShortError` (also ``INVALID_REQUEST``): no room for a

@@ -85,6 +85,10 @@ class ApiKey(enum.IntEnum):
     LEADER_AND_ISR = 14
     STOP_REPLICA = 15
     OFFSET_FOR_LEADER_EPOCH = 16
+    # Replicas across log dirs (docs/spec/protocol.md, "Replicas across log dirs"):
+    # these keys, METADATA v2 and CREATE_TOPIC v1 are in hostbroker.protocol.logdirs.
+    ALTER_REPLICA_DIRS = 17
+    LOG_DIR_ADMIN = 18
 
 
 API_VERSION = 0

@@ -20,7 +20,9 @@ keys and versions UNSUPPORTED_VERSION.
 
 - :func:`decode_request` decodes only the requests of this module;
   :func:`decode_any_request` decodes every request the broker knows (these,
-  the group APIs, version 0).
+  replicas across log dirs' (:mod:`~hostbroker.protocol.logdirs`: METADATA
+  v2, CREATE_TOPIC v1, ALTER_REPLICA_DIRS, LOG_DIR_ADMIN), the group APIs,
+  version 0).
 - :func:`request_version` reads ``(api_key, api_version)`` off a frame
   without decoding it, for the network code's routing.
 - :func:`encode_fetch_v1_response_parts` is the sendfile form of a FETCH v1
@@ -45,7 +47,7 @@ from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
 
 from hostbroker.errors import ErrorCode, ProtocolError
-from hostbroker.protocol import api, groups
+from hostbroker.protocol import api, groups, logdirs
 from hostbroker.protocol.bodies import ApiKey, MetadataBroker, TopicConfigEntry
 from hostbroker.protocol.controller_requests import (
     BrokerEndpoint,
@@ -381,10 +383,13 @@ def decode_request(frame: Buffer, max_entries: int | None = None
 
 
 def decode_any_request(frame: Buffer, max_entries: int | None = None):
-    """Header and body of any request the broker knows: this module's, the
-    group APIs, and version 0 (as :func:`hostbroker.protocol.groups.decode_any_request`)."""
+    """Header and body of any request the broker knows: this module's, those
+    of :mod:`~hostbroker.protocol.logdirs`, the group APIs, and version 0 (as
+    :func:`hostbroker.protocol.groups.decode_any_request`)."""
     header = api.decode_request_header(frame)
-    request_type = REPLICATION_REQUEST_TYPES.get((header.api_key, header.api_version))
+    version = (header.api_key, header.api_version)
+    request_type = (REPLICATION_REQUEST_TYPES.get(version)
+                    or logdirs.LOGDIRS_REQUEST_TYPES.get(version))
     if request_type is None:
         return groups.decode_any_request(frame, max_entries)
     request = api.decode_body(request_type, frame, header.body_offset, max_entries)
@@ -400,11 +405,12 @@ def encode_request(body, correlation_id: int, client_id: str | None = "",
                    version: int | None = None) -> bytes:
     """The frame of ``body`` (size prefix included) as ``version`` (default:
     the body's own). A body may go out as another version only when that
-    version's body has the same layout (METADATA v0 and v1); else ValueError."""
+    version's body has the same layout (METADATA v0, v1 and v2); else ValueError."""
     own = getattr(body, "API_VERSION", api.API_VERSION)
     if version is None or version == own:
         return api.encode_request(body, correlation_id, client_id)
     target = (REPLICATION_REQUEST_TYPES.get((body.API_KEY, version))
+              or logdirs.LOGDIRS_REQUEST_TYPES.get((body.API_KEY, version))
               or groups.GROUP_REQUEST_TYPES.get((body.API_KEY, version))
               or (api.REQUEST_TYPES.get(body.API_KEY) if version == api.API_VERSION else None))
     if target is None or _layout(target) != _layout(type(body)):
@@ -421,8 +427,11 @@ def encode_response(correlation_id: int, response) -> bytes:
 
 def decode_response(frame: Buffer, cls: type) -> tuple[int, ReplicationResponse]:
     """``(correlation_id, body)`` of a response frame (without size prefix)
-    decoded as ``cls`` (one of :data:`REPLICATION_RESPONSE_TYPES`), checked.
+    decoded as ``cls`` (one of :data:`REPLICATION_RESPONSE_TYPES`, or of
+    :data:`~hostbroker.protocol.logdirs.LOGDIRS_RESPONSE_TYPES`), checked.
     Check :func:`~hostbroker.protocol.api.is_error_frame` first."""
+    if cls in logdirs.LOGDIRS_RESPONSE_TYPES.values():
+        return logdirs.decode_response(frame, cls)
     if cls not in REPLICATION_RESPONSE_TYPES.values():
         raise ValueError(f"{cls!r} is not a replication response")
     correlation_id, response = api.decode_response_as(cls, frame)

@@ -17,6 +17,12 @@ this package, so every decision can be tested in memory.
                   ``cluster/controller_decisions.py``, elect through it)
 - ``isr``         the leader's view of its followers: who is caught up, the
                   ISR it wants, the high watermark (clock injected)
+- ``truncation``  where a follower cuts its log before it copies from a new
+                  leader epoch (the leader-epoch exchange)
+- ``dirplacement`` which log dirs of one standalone broker hold a topic's
+                  replicas (replicas across log dirs)
+- ``localstate``  the replication state file of replicas across log dirs
+                  (``log-dirs-state``): its document, codec and newest copy
 """
 
 from hostbroker.protocol.replica_fields import MAX_REPLICAS
