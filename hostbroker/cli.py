@@ -6,7 +6,7 @@ holds the machine's CPU wake-up latency request. The client commands
 ``load``, ``groups``) do their work in ``hostbroker.commands``, one module
 each, imported only when the command runs. This module only parses
 arguments and dispatches; the admin subcommands (``topics``, ``leaders``,
-``reassign``, ``replicas``) are parsed in :mod:`hostbroker.cli_admin`.
+``reassign``, ``replicas``, ``logdirs``) are parsed in :mod:`hostbroker.cli_admin`.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from hostbroker import __version__, commands
 from hostbroker.cli_admin import (
     add_client_target,
     add_leaders,
+    add_logdirs,
     add_reassign,
     add_replicas,
     add_topics,
@@ -522,6 +523,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_leaders(sub)
     add_reassign(sub)
     add_replicas(sub)
+    add_logdirs(sub)
     _add_groups(sub)
     _add_produce(sub)
     _add_consume(sub)

@@ -1,6 +1,6 @@
-"""The admin subcommands of ``hostbroker``: ``topics``, ``leaders``, ``reassign``
-and ``replicas`` (docs/tools.md), and the ``--bootstrap`` / ``--zookeeper``
-choice every client command shares.
+"""The admin subcommands of ``hostbroker``: ``topics``, ``leaders``, ``reassign``,
+``replicas`` and ``logdirs`` (docs/tools.md), and the ``--bootstrap`` /
+``--zookeeper`` choice every client command shares.
 
 Like :mod:`hostbroker.cli`, which builds the parser and calls ``add_*`` here
 for these subcommands, this module only parses arguments and dispatches:
@@ -31,10 +31,6 @@ def _topics_run(action: str, args: argparse.Namespace, *work_args, **kwargs) -> 
 
 def _topics_create(args: argparse.Namespace) -> int:
     if args.replication_factor is not None:
-        if args.zookeeper is None:
-            print("hostbroker topics create: --replication-factor needs --zookeeper",
-                  file=sys.stderr)
-            return commands.EXIT_USAGE
         return _topics_run("create", args, args.topic, args.partitions, args.config or (),
                            replication_factor=args.replication_factor)
     return _topics_run("create", args, args.topic, args.partitions, args.config or ())
@@ -76,18 +72,20 @@ def add_topics(sub) -> None:
         "create", help="create a topic",
         description="Create a topic. Topic configs override the broker's log.* defaults: "
                     "segment.bytes, retention.ms, retention.bytes, flush.messages, flush.ms, "
-                    "max.message.bytes. With --zookeeper the topic gets PARTITIONS "
-                    "partitions on every live broker; with --replication-factor too, it is a "
-                    "replicated topic of PARTITIONS partitions in all, each on R live brokers "
-                    "(config min.insync.replicas: the fewest in-sync replicas acks=-1 needs).")
+                    "max.message.bytes. With --replication-factor R (and --bootstrap) each "
+                    "partition gets R replicas on R distinct log dirs of the broker. With "
+                    "--zookeeper the topic gets PARTITIONS partitions on every live broker; "
+                    "with --replication-factor too, it is a replicated topic of PARTITIONS "
+                    "partitions in all, each on R live brokers (config min.insync.replicas: "
+                    "the fewest in-sync replicas acks=-1 needs).")
     add_client_target(create)
     create.add_argument("--topic", required=True)
     create.add_argument("--partitions", type=int, default=1, help="(default 1)")
     create.add_argument("--config", metavar="KEY=VALUE", action="append",
                         help="a topic config (repeatable)")
     create.add_argument("--replication-factor", type=int, metavar="R",
-                        help="a replicated topic with R replicas of each partition "
-                             "(needs --zookeeper)")
+                        help="R replicas of each partition (1 to 8): on R log dirs of the "
+                             "broker, or with --zookeeper on R live brokers")
     create.set_defaults(func=_topics_create)
     listing = actions.add_parser("list", help="print every topic name, one a line")
     add_client_target(listing)
@@ -153,38 +151,109 @@ def add_replicas(sub) -> None:
 def _reassign(args: argparse.Namespace) -> int:
     from hostbroker.commands import reassign
 
+    on_dirs = args.zookeeper is None
+    name = f"reassign {args.action}"
+    if on_dirs and args.bootstrap is None:
+        print(f"hostbroker {name}: needs --zookeeper (brokers) or --bootstrap (the log dirs "
+              "of a standalone broker)", file=sys.stderr)
+        return commands.EXIT_USAGE
+    wrong = "--broker-list" if on_dirs and args.broker_list else \
+        "--dir-list" if not on_dirs and args.dir_list else None
+    if wrong:
+        print(f"hostbroker {name}: {wrong} does not go with "
+              f"{'--bootstrap' if on_dirs else '--zookeeper'}", file=sys.stderr)
+        return commands.EXIT_USAGE
     if args.action == "generate":
-        if not args.topics_to_move_json_file or not args.broker_list:
-            print("hostbroker reassign generate: needs --topics-to-move-json-file and "
-                  "--broker-list", file=sys.stderr)
+        listed = args.dir_list if on_dirs else args.broker_list
+        if not args.topics_to_move_json_file or not listed:
+            print(f"hostbroker {name}: needs --topics-to-move-json-file and "
+                  f"{'--dir-list' if on_dirs else '--broker-list'}", file=sys.stderr)
             return commands.EXIT_USAGE
-        return commands.run("reassign generate", reassign.generate,
-                            args.topics_to_move_json_file, args.broker_list,
+        if on_dirs:
+            return commands.run(name, reassign.generate_on_dirs, args.topics_to_move_json_file,
+                                listed, bootstrap=args.bootstrap,
+                                replication_factor=args.replication_factor)
+        return commands.run(name, reassign.generate, args.topics_to_move_json_file, listed,
                             zookeeper=args.zookeeper, replication_factor=args.replication_factor)
     if args.replication_factor is not None:
-        print(f"hostbroker reassign {args.action}: --replication-factor is for generate (the "
+        print(f"hostbroker {name}: --replication-factor is for generate (the "
               "file's replica lists say it)", file=sys.stderr)
         return commands.EXIT_USAGE
     if not args.reassignment_json_file:
-        print(f"hostbroker reassign {args.action}: needs --reassignment-json-file",
-              file=sys.stderr)
+        print(f"hostbroker {name}: needs --reassignment-json-file", file=sys.stderr)
         return commands.EXIT_USAGE
-    return commands.run(f"reassign {args.action}", getattr(reassign, args.action),
+    if on_dirs:
+        return commands.run(name, getattr(reassign, f"{args.action}_on_dirs"),
+                            args.reassignment_json_file, bootstrap=args.bootstrap)
+    return commands.run(name, getattr(reassign, args.action),
                         args.reassignment_json_file, zookeeper=args.zookeeper)
 
 
 def add_reassign(sub) -> None:
     reassign = sub.add_parser(
-        "reassign", help="move partitions of replicated topics to other brokers",
+        "reassign", help="move replicas to other brokers, or to other log dirs of a broker",
         description="generate: propose an assignment of the topics of "
-                    "--topics-to-move-json-file over --broker-list; execute: start the moves "
-                    "of --reassignment-json-file; verify: whether they are done (status 1 "
-                    "until all are). Kafka's JSON file formats.")
+                    "--topics-to-move-json-file over --broker-list (or, with --bootstrap, "
+                    "over the log dirs of --dir-list); execute: start the moves of "
+                    "--reassignment-json-file; verify: whether they are done (status 1 "
+                    "until all are). Kafka's JSON file formats; with --bootstrap the files "
+                    "name log dirs by path (\"log_dirs\") where cluster mode names broker ids "
+                    "(\"replicas\").")
     reassign.add_argument("action", choices=("generate", "execute", "verify"))
-    reassign.add_argument("--zookeeper", metavar="HOST:PORT[,...][/CHROOT]", required=True)
+    target = reassign.add_mutually_exclusive_group()
+    target.add_argument("--zookeeper", metavar="HOST:PORT[,...][/CHROOT]",
+                        help="cluster mode: move replicas between brokers")
+    target.add_argument("--bootstrap", metavar="URI",
+                        help="a standalone broker: move replicas between its log dirs")
     reassign.add_argument("--topics-to-move-json-file", metavar="FILE")
     reassign.add_argument("--broker-list", metavar="ID,ID,...")
+    reassign.add_argument("--dir-list", metavar="PATH,PATH,...",
+                          help="generate with --bootstrap: the log dirs to place replicas on")
     reassign.add_argument("--reassignment-json-file", metavar="FILE")
     reassign.add_argument("--replication-factor", metavar="N", type=int,
                           help="generate: propose N replicas a partition (default: as now)")
     reassign.set_defaults(func=_reassign)
+
+
+def _logdirs(args: argparse.Namespace) -> int:
+    from hostbroker.commands import logdirs
+
+    bootstrap = args.bootstrap or DEFAULT_BOOTSTRAP
+    if args.action == "list":
+        return commands.run("logdirs list", logdirs.list_dirs, as_json=args.json,
+                            bootstrap=bootstrap)
+    if args.action == "online":
+        return commands.run("logdirs online", logdirs.online, args.log_dir,
+                            bootstrap=bootstrap)
+    return commands.run("logdirs forget", logdirs.forget, args.log_dir_id, bootstrap=bootstrap)
+
+
+def add_logdirs(sub) -> None:
+    logdirs = sub.add_parser(
+        "logdirs", help="a standalone broker's log dirs: list, bring one back, forget one",
+        description="The log dirs of a standalone broker that keeps replicas across them "
+                    "(docs/runbook-disk.md).")
+    actions = logdirs.add_subparsers(dest="action", required=True)
+    listing = actions.add_parser(
+        "list", help="id, path, state, replicas, leaders and under-replicated partitions "
+                     "of each log dir")
+    listing.add_argument("--json", action="store_true", help="one JSON document")
+    online = actions.add_parser(
+        "online", help="bring an offline log dir back while the broker runs",
+        description="The dir's writer opens it again; its replicas truncate to where they "
+                    "left their leaders' logs, catch up and rejoin the ISR. A new, empty disk "
+                    "mounted there gets a new log dir id.")
+    online.add_argument("--log-dir", metavar="PATH", required=True,
+                        help="the log dir, as log.dirs names it")
+    forget = actions.add_parser(
+        "forget", help="stop waiting for a log dir that is gone for good",
+        description="Partitions kept leaderless because this dir may have held the newest "
+                    "replication state elect leaders from the replicas there are. Whatever "
+                    "only that dir held is given up.")
+    forget.add_argument("--log-dir-id", metavar="N", required=True,
+                        help="the dir's id, as logdirs list shows it")
+    for action in (listing, online, forget):
+        action.add_argument("--bootstrap", metavar="URI",
+                            help=f"the broker: tcp://HOST:PORT or unix:///PATH "
+                                 f"(default {DEFAULT_BOOTSTRAP})")
+        action.set_defaults(func=_logdirs)
