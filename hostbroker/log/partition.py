@@ -41,6 +41,11 @@ cuts live in ``recovery.py``). Truncation, and a follower's restart at its
 leader's log start, are ``partition_cuts.py``'s (mixed into
 :class:`PartitionLog`).
 
+A replica placed on one of this broker's log dirs follows its leader by
+copying the leader's segment bytes (:meth:`PartitionLog.append_copy`, file
+to file with ``os.sendfile``): the same offsets, and a new segment exactly
+where the leader's starts, so the two logs' files match.
+
 A partition dir that cannot be opened (partition.json unreadable or invalid, a
 segment that is not a regular file or cannot be opened) raises StorageError
 with one line naming the file and the problem; the log dir takes only that
@@ -61,9 +66,10 @@ from hostbroker.log.config import LogConfig
 from hostbroker.log.prealloc import Reservation
 from hostbroker.log.files import (fsync_dir, kind_of, move_to_trash, open_file, remove_any,
                                   storage_errors, write_file_atomically)
+from hostbroker.log.partition_copy import CopySourceError, LogCopy  # noqa: F401 (re-exported)
 from hostbroker.log.partition_cuts import APPEND_FLAGS, LogCuts
 from hostbroker.log.partition_file import (PARTITION_FILE, format_partition_file,
-                                           read_partition_meta)
+                                           read_partition_meta, read_partition_record)
 from hostbroker.log.recovery import RecoveryStats
 from hostbroker.log.segments import (parse_segment_filename, partition_dirname,
                                      segment_filename)
@@ -85,7 +91,7 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class PartitionLog(LogCuts):
+class PartitionLog(LogCuts, LogCopy):
     """The segments of one partition, appended to by the writer that owns it.
 
     Build with :meth:`create` or :meth:`open`; the constructor does no I/O.
@@ -94,9 +100,12 @@ class PartitionLog(LogCuts):
     def __init__(self, path: str, topic: str, partition: int, num_partitions: int,
                  overrides: Mapping[str, str], config: LogConfig, clock: Clock,
                  bases: list[int], log_end_offset: int, active_fd: int,
-                 recovery_stats: RecoveryStats = RecoveryStats(), replicated: bool = False):
+                 recovery_stats: RecoveryStats = RecoveryStats(), replicated: bool = False,
+                 placement: str | None = None):
         self._path = path
         self._replicated = replicated
+        self._placement = placement
+        self._copy: tuple[int, int, int] | None = None  # (active fd, its base, copy fd)
         self._topic = topic
         self._partition = partition
         self._num_partitions = num_partitions
@@ -119,10 +128,13 @@ class PartitionLog(LogCuts):
     @classmethod
     def create(cls, log_dir: str, topic: str, partition: int, num_partitions: int,
                config_overrides: Mapping[str, str], defaults: LogConfig,
-               clock: Clock = wall_clock_ms, replicated: bool = False) -> PartitionLog:
+               clock: Clock = wall_clock_ms, replicated: bool = False,
+               placement: str | None = None) -> PartitionLog:
         """Create ``<log_dir>/<topic>_<partition>/`` with partition.json and an empty segment.
 
-        ``replicated``: a replica of a replicated topic (recorded in partition.json).
+        ``replicated``: a replica of a replicated topic (recorded in
+        partition.json); ``placement`` "log_dirs": one placed on a log dir of
+        this broker (docs/storage.md, "Replicas across log dirs").
 
         Raises InvalidTopicError, ConfigError (bad overrides; nothing is written),
         a HostbrokerError with TOPIC_ALREADY_EXISTS if the directory exists, and
@@ -133,6 +145,8 @@ class PartitionLog(LogCuts):
             raise ValueError(f"partition {partition} is outside 0..{num_partitions - 1}")
         config = defaults.with_overrides(config_overrides)
         overrides = config.overrides_of(config_overrides)
+        meta = format_partition_file(topic, partition, num_partitions, overrides, replicated,
+                                     placement)
         path = os.path.join(log_dir, name)
         with storage_errors(f"cannot create partition dir {path}"):
             try:
@@ -140,15 +154,13 @@ class PartitionLog(LogCuts):
             except FileExistsError:
                 raise HostbrokerError(f"partition dir {path} already exists",
                                       ErrorCode.TOPIC_ALREADY_EXISTS) from None
-            write_file_atomically(os.path.join(path, PARTITION_FILE),
-                                  format_partition_file(topic, partition, num_partitions,
-                                                        overrides, replicated))
+            write_file_atomically(os.path.join(path, PARTITION_FILE), meta)
             fd = open_file(os.path.join(path, segment_filename(0)),
                            APPEND_FLAGS | os.O_CREAT | os.O_EXCL)
             fsync_dir(path)
             fsync_dir(log_dir)
         return cls(path, topic, partition, num_partitions, overrides, config, clock, [0], 0, fd,
-                   replicated=replicated)
+                   replicated=replicated, placement=placement)
 
     @classmethod
     def open(cls, path: str, defaults: LogConfig, clock: Clock = wall_clock_ms,
@@ -181,7 +193,8 @@ class PartitionLog(LogCuts):
         """
         if recovery_point is not None and recovery_point < 0:
             raise ValueError(f"negative recovery point {recovery_point}")
-        topic, partition, num_partitions, overrides, replicated = read_partition_meta(path)
+        topic, partition, num_partitions, overrides, replicated, placement = \
+            read_partition_record(path)
         try:
             config = defaults.with_overrides(overrides)
         except ConfigError as exc:
@@ -206,7 +219,7 @@ class PartitionLog(LogCuts):
         with storage_errors(f"cannot open {active} for appending"):
             fd = open_file(active, APPEND_FLAGS)
         return cls(path, topic, partition, num_partitions, overrides, config, clock,
-                   bases, bases[-1] + sizes[-1], fd, stats, replicated)
+                   bases, bases[-1] + sizes[-1], fd, stats, replicated, placement)
 
     @staticmethod
     def _list_segments(path: str) -> tuple[list[int], list[int]]:
@@ -251,6 +264,11 @@ class PartitionLog(LogCuts):
     def replicated(self) -> bool:
         """A replica of a replicated topic (partition.json says so)."""
         return self._replicated
+
+    @property
+    def placement(self) -> str | None:
+        """"log_dirs" for a replica placed on this broker's log dirs, else None."""
+        return self._placement
 
     @property
     def config(self) -> LogConfig:
@@ -487,7 +505,7 @@ class PartitionLog(LogCuts):
         with storage_errors(f"cannot update {os.path.join(self._path, PARTITION_FILE)}"):
             write_file_atomically(os.path.join(self._path, PARTITION_FILE), format_partition_file(
                 self._topic, self._partition, self._num_partitions, overrides,
-                self._replicated))
+                self._replicated, self._placement))
         self._overrides, self._config = overrides, config
         return True
 
@@ -502,6 +520,7 @@ class PartitionLog(LogCuts):
         """
         if self._fd is None:
             return
+        self._drop_copy_fd()
         try:
             if flush:
                 self.flush()
@@ -521,6 +540,7 @@ class PartitionLog(LogCuts):
         is longer than the partition's. Raises StorageError naming the dir
         when the rename or removal fails; the log is closed either way.
         """
+        self._drop_copy_fd()
         with storage_errors(f"cannot delete {self._path}"):
             if self._fd is not None:
                 fd, self._fd = self._fd, None

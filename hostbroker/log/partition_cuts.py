@@ -77,6 +77,7 @@ class LogCuts:
         if offset == self._log_end:
             return
         index = locate(self._bases, offset)
+        self._drop_copy_fd()
         with storage_errors(f"cannot truncate {self._path}"):
             os.close(self._active_fd())
             self._fd = None
@@ -105,6 +106,7 @@ class LogCuts:
             raise OffsetOutOfRangeError(
                 f"cannot restart {self._path} at {offset}: not past its end {self._log_end}")
         old_fd = self._active_fd()
+        self._drop_copy_fd()
         with storage_errors(f"cannot restart {self._path} at {offset}"):
             new_path = self.segment_path(offset)
             if os.path.lexists(new_path):  # not a segment of ours: all are below the end

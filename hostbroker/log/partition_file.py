@@ -4,7 +4,9 @@ reading it back as hostile input.
 It holds the topic, the partition, the topic's partition count and the
 topic config overrides as strings; ``"replicated": true`` for a replica of a
 replicated topic (cluster mode, docs/storage.md "Replicas"), absent
-otherwise. :class:`~hostbroker.log.partition.PartitionLog` writes it
+otherwise; and ``"placement": "log_dirs"`` besides it for a replica placed on
+one of this broker's log dirs (docs/storage.md, "Replicas across log dirs"),
+absent for a cluster replica. :class:`~hostbroker.log.partition.PartitionLog` writes it
 atomically at creation (before any segment) and when a replica's
 ``min.insync.replicas`` changes, and reads it at open; a log dir and the
 handlers' topic views read it too. Anything wrong with it is a StorageError
@@ -25,15 +27,22 @@ from hostbroker.log.segments import partition_dirname
 PARTITION_FILE = "partition.json"
 # partition.json holds a few short fields; anything larger is not one.
 _MAX_PARTITION_FILE_BYTES = 64 * 1024
+PLACEMENT_LOG_DIRS = "log_dirs"  # the one placement partition.json names
 
 
 def format_partition_file(topic: str, partition: int, num_partitions: int,
-                          overrides: Mapping[str, str], replicated: bool) -> bytes:
-    """The bytes of a ``partition.json``."""
+                          overrides: Mapping[str, str], replicated: bool,
+                          placement: str | None = None) -> bytes:
+    """The bytes of a ``partition.json``; ``placement`` ("log_dirs") only
+    for a replicated one."""
+    if placement not in (None, PLACEMENT_LOG_DIRS) or (placement and not replicated):
+        raise ValueError(f"placement {placement!r}: only a replica is placed, on log_dirs")
     meta = {"topic": topic, "partition": partition, "partitions": num_partitions,
             "config": dict(overrides)}
     if replicated:
         meta["replicated"] = True
+    if placement:
+        meta["placement"] = placement
     return json.dumps(meta, sort_keys=True).encode()
 
 
@@ -49,11 +58,21 @@ def read_partition_meta(path: str) -> tuple[str, int, int, dict[str, str], bool]
     """Return (topic, partition, partition count, config overrides, replicated)
     of a partition dir.
 
+    Raises StorageError as :func:`read_partition_record` does.
+    """
+    return read_partition_record(path)[:5]
+
+
+def read_partition_record(path: str) -> tuple[str, int, int, dict[str, str], bool, str | None]:
+    """Return (topic, partition, partition count, config overrides, replicated,
+    placement) of a partition dir; placement is "log_dirs" or None.
+
     Raises StorageError naming the file and what is wrong with it: unreadable,
     not JSON, not an object with ``topic`` (a valid name), ``partition`` and
     ``partitions`` (integers, 0 <= partition < partitions) and ``config`` (an
-    object of strings), a ``replicated`` that is not a boolean, or naming
-    another partition than the dir's name.
+    object of strings), a ``replicated`` that is not a boolean, a
+    ``placement`` that is not "log_dirs" or on a partition not replicated, or
+    naming another partition than the dir's name.
     """
     meta_path = os.path.join(path, PARTITION_FILE)
     try:
@@ -81,6 +100,10 @@ def read_partition_meta(path: str) -> tuple[str, int, int, dict[str, str], bool]
         replicated = meta.get("replicated", False)
         if type(replicated) is not bool:
             raise ValueError(f"replicated {replicated!r} is not true or false")
+        placement = meta.get("placement")
+        if placement is not None and (placement != PLACEMENT_LOG_DIRS or not replicated):
+            raise ValueError(f"placement {str(placement)[:40]!r} is not \"{PLACEMENT_LOG_DIRS}\" "
+                             "of a replicated partition")
         name = partition_dirname(topic, partition)
     except RecursionError:
         raise StorageError(f"{meta_path} is not a valid partition file: nested too deeply") from None
@@ -89,4 +112,4 @@ def read_partition_meta(path: str) -> tuple[str, int, int, dict[str, str], bool]
     if name != os.path.basename(os.path.normpath(path)):
         raise StorageError(f"{meta_path} names partition {topic}-{partition}, not the one its "
                            "directory is named after")
-    return topic, partition, num_partitions, overrides, replicated
+    return topic, partition, num_partitions, overrides, replicated, placement

@@ -1,8 +1,9 @@
 """Naming and arithmetic of segments: file names, partition dirs, fetch ranges.
 
-Pure functions over names and sorted base offsets, no I/O. The request
+Pure functions over names and sorted base offsets, no I/O, but for
+:func:`list_segment_bases`, which only lists a partition dir. The request
 handlers use :func:`fetch_range` and :func:`offsets_before` on the segment list
-published by a writer without owning the log, so nothing here may touch files.
+published by a writer without owning the log, so nothing here may change files.
 
 Because an offset *is* a byte position in the partition's stream
 (docs/spec/log-format.md, "Offsets"), a segment with base ``b`` holds offset ``o`` at
@@ -13,6 +14,7 @@ file position ``o - b``, and its size is the next segment's base minus ``b``
 from __future__ import annotations
 
 import bisect
+import os
 import re
 from collections.abc import Sequence
 
@@ -48,6 +50,28 @@ def parse_segment_filename(name: str) -> int | None:
     """Return the base offset named by a segment file name, or None if it is not one."""
     match = _SEGMENT_NAME.fullmatch(name)
     return int(match.group(1)) if match else None
+
+
+def list_segment_bases(path: str, start: int, end: int) -> list[int]:
+    """Sorted base offsets of the segments of the partition dir ``path`` that
+    hold the log ``[start, end)`` as its writer published it, read without
+    owning the log (a handler's fetch, a dir-placed follower's copy).
+
+    A listing races the writer: segments deleted since by retention fall
+    below ``start`` and are dropped, one rolled past ``end`` is left out, and
+    the first base is ``start`` when the oldest one listed is above it (the
+    segment holding ``start`` went meanwhile). OSError if the dir cannot be
+    listed."""
+    bases = []
+    for name in os.listdir(path):
+        base = parse_segment_filename(name)
+        if base is not None and base <= end:
+            bases.append(base)
+    bases.sort()
+    bases = [b for b in bases if b >= start] or [start]
+    if bases[0] > start:
+        bases.insert(0, start)
+    return bases
 
 
 def validate_topic_name(name: str) -> None:

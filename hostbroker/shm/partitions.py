@@ -8,7 +8,7 @@ replica list and ISR bitmap encodings, the offline log dir flags, and the
 ISR commits. Changes that add or free slots are made under
 :class:`~hostbroker.shm.adminlock.AdminLock`.
 
-Partition slot (``PARTITION_LAYOUT``, 384 bytes)::
+Partition slot (``PARTITION_LAYOUT``, 448 bytes)::
 
     offset  size  field
     0       8     seq
@@ -30,6 +30,19 @@ Partition slot (``PARTITION_LAYOUT``, 384 bytes)::
     88      8     epoch_start         i64, start offset of the current leader epoch
     96      32    r0 .. r7            i32 x 8, replica broker ids in assignment order (-1: none)
     128     256   name                topic name, UTF-8
+    384     4     placement           u32, PLACEMENT_BROKERS 0 (cluster or plain) or
+                                      PLACEMENT_LOG_DIRS 1: leader, r0 .. r7 and the
+                                      ISR bitmaps then name log dir ids, not brokers
+    388     4     fetch_epoch         i32, a dir-placed follower: the leader epoch in
+                                      which its log was cut to the divergence point,
+                                      so its log below end_offset is a prefix of that
+                                      leader's (-1: not yet)
+    392     4     leader_slot         i32, a dir-placed follower: its leader's slot
+                                      (-1: none)
+    396     52    reserved            0
+
+The fields before ``placement`` keep their offsets (:meth:`PartitionTable.figures`
+reads them by position); the log dir fields came after ``name``.
 
 Replication fields. A partition of an unreplicated topic (standalone, or a
 0.7-style cluster topic) is ``ROLE_PLAIN``: the replication fields mean
@@ -46,6 +59,17 @@ replica ``r<i>``), at most ``MAX_REPLICAS`` = 8; :func:`isr_bits` and
 ``isr_wanted_ids`` give the ids. A freed slot has every replication field
 reset (:meth:`PartitionTable.free`), so a plain partition created into it
 later is PLAIN.
+
+Replicas across log dirs. On a standalone broker a replicated topic's
+replicas sit on distinct log dirs of this broker, each in its own slot
+(``owner`` = that dir's writer, so every slot keeps one writer): the
+replicas of one partition share ``(name, partition)`` and differ in
+``owner``. Such a slot is ``PLACEMENT_LOG_DIRS``: its ``leader`` and
+``r0 .. r7`` are log dir ids (:mod:`hostbroker.shm.logdirs`), its ISR
+bitmaps are over those. A follower among them copies from its leader's
+files; ``leader_slot`` says where that leader is, and ``fetch_epoch`` says
+its log was cut to the leader's in that epoch (the leader counts a
+follower's position only then). Its writer writes them, as every field.
 
 ISR commit table (``ISR_COMMITS``, layout ``b"ISRC"``, 64-byte slots, one
 per partition slot, same index): ``state`` (1 once written), ``commit_version``
@@ -108,9 +132,16 @@ MAX_REPLICAS = 8  # r0 .. r7; the isr bitmaps have a bit per replica index
 REPLICA_FIELDS = tuple(f"r{i}" for i in range(MAX_REPLICAS))
 NO_REPLICA = -1
 
+# a slot's placement: what its leader, r0 .. r7 and ISR bitmaps name
+PLACEMENT_BROKERS = 0  # broker ids: a cluster replica (and every plain slot)
+PLACEMENT_LOG_DIRS = 1  # log dir ids of this broker: replicas across log dirs
+PLACEMENTS = (PLACEMENT_BROKERS, PLACEMENT_LOG_DIRS)
+PLACEMENT_NAMES = {PLACEMENT_BROKERS: "brokers", PLACEMENT_LOG_DIRS: "log_dirs"}
+NO_SLOT = -1  # leader_slot: no leader known
+
 _SLOT_FIELDS = ("state partition owner start_offset end_offset flushed_offset segment_generation "
                 "high_watermark role leader leader_epoch isr_version isr isr_wanted epoch_start "
-                + " ".join(REPLICA_FIELDS) + " name")
+                + " ".join(REPLICA_FIELDS) + " placement fetch_epoch leader_slot name")
 
 
 class PartitionSlot(namedtuple("PartitionSlot", _SLOT_FIELDS)):
@@ -124,8 +155,14 @@ class PartitionSlot(namedtuple("PartitionSlot", _SLOT_FIELDS)):
         return self.role != ROLE_PLAIN
 
     @property
+    def dirs_placed(self) -> bool:
+        """A replica across this broker's log dirs: its ids are log dir ids."""
+        return self.placement == PLACEMENT_LOG_DIRS
+
+    @property
     def replicas(self) -> tuple[int, ...]:
-        """The replica broker ids, preferred leader first; () for a PLAIN slot."""
+        """The replica ids (broker ids, or log dir ids for a dir-placed slot),
+        preferred leader first; () for a PLAIN slot."""
         if self.role == ROLE_PLAIN:
             return ()
         return tuple(r for r in self[15:15 + MAX_REPLICAS] if r != NO_REPLICA)
@@ -198,14 +235,18 @@ PARTITION_LAYOUT = SlotLayout(
         ("epoch_start", "q"),
         *((name, "i") for name in REPLICA_FIELDS),
         ("name", "256s"),
+        ("placement", "I"),
+        ("fetch_epoch", "i"),
+        ("leader_slot", "i"),
     ],
-    slot_size=384,
+    slot_size=448,
 )
 
 # every replication field of a slot at its FREE value (PartitionTable.free)
 _NO_REPLICATION = {"high_watermark": 0, "role": ROLE_PLAIN, "leader": -1, "leader_epoch": 0,
                    "isr_version": 0, "isr": 0, "isr_wanted": 0, "epoch_start": 0,
-                   **dict.fromkeys(REPLICA_FIELDS, NO_REPLICA)}
+                   **dict.fromkeys(REPLICA_FIELDS, NO_REPLICA),
+                   "placement": PLACEMENT_BROKERS, "fetch_epoch": -1, "leader_slot": NO_SLOT}
 
 
 # start_offset, end_offset, flushed_offset and segment_generation: side by side
@@ -228,6 +269,7 @@ class PartitionTable(SlotTable):
     """
 
     LAYOUT = PARTITION_LAYOUT
+    VERSION = 3  # 2: the high water; 3: the log dir fields (448-byte slots)
 
     def __init__(self, region: SharedRegion, opened: bool, layout: SlotLayout):
         super().__init__(region, opened, layout)
@@ -278,17 +320,23 @@ class PartitionTable(SlotTable):
         return out
 
     def claim_replica(self, i: int, replicas: Sequence[int], leader: int = -1,
-                      leader_epoch: int = 0, role: int = ROLE_STOPPED, **fields) -> None:
+                      leader_epoch: int = 0, role: int = ROLE_STOPPED,
+                      placement: int = PLACEMENT_BROKERS, **fields) -> None:
         """Write slot ``i`` as a replica of a replicated topic: the admin's
         claim (hold the AdminLock), with the slot's other ``fields`` (state,
         name, partition, owner, offsets) as :meth:`write` takes them. ``role``
         is STOPPED (no leadership known yet) or FOLLOWER; the owning writer
-        makes it a leader. ValueError for a bad replica list or role."""
+        makes it a leader. ``placement`` says whether ``replicas`` and
+        ``leader`` are broker ids or log dir ids (PLACEMENT_LOG_DIRS). A
+        dir-placed replica is claimed with no leader slot and no fetch epoch.
+        ValueError for a bad replica list, role or placement."""
         if role not in (ROLE_STOPPED, ROLE_FOLLOWER):
             raise ValueError(f"a replica is claimed stopped or follower, not {role!r}")
+        if placement not in PLACEMENTS:
+            raise ValueError(f"no placement {placement!r}")
         values = dict(_NO_REPLICATION)
         values.update(replica_fields(replicas), role=role, leader=leader,
-                      leader_epoch=leader_epoch)
+                      leader_epoch=leader_epoch, placement=placement)
         values.update(fields)
         self.write(i, **values)
 

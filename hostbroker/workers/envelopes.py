@@ -62,6 +62,20 @@ hb-replica -> writer (``rapp`` ring, replica 0 -> writer w), answered on ``rres`
                                   leader's log start, past the log end
                                   -> json {"error","log_end"}
 
+Replicas across log dirs (docs/storage.md, "Replicas across log dirs"),
+hb-logdirs -> writer (``dctl`` ring, logdirs 0 -> writer w), answered on ``dres``::
+    op:u8  token:u64  ...   REPLICA_STATE: json, as above, plus "placement": "log_dirs",
+                                  "replica_slots": {"<dir id>": slot, ...} (every
+                                  replica, its own included) and "leader_slot":
+                                  slot | -1; ids are log dir ids -> json {"error"}
+                            DIR_REOPEN: json {"dir_id"}: an offline writer exits
+                                  (EXIT_REOPEN) so that its replacement opens the
+                                  dir afresh -> json {"error"} (NONE: it was not
+                                  offline, nothing to do)
+Handler -> hb-logdirs (``dreq`` ring), answered on ``dans`` with the same token::
+    op:u8  token:u64  ...   LOCAL_ADMIN: json {"op": "create"|"delete"|"alter"|
+                                  "online"|"forget", ...} -> json {"error",
+                                  "message", "results": [[topic, p, code], ...]}
 Handler -> coordinator (``capp`` ring): GROUP and OFFSETS json, as above.
 GROUP carries a consumer group request for ``hb-coordinator``, which holds
 the group state (:mod:`hostbroker.workers.coordinator`); OFFSETS commits
@@ -158,6 +172,8 @@ OP_FOLLOWER_POS = 16
 OP_REPLICA_APPEND = 17
 OP_TRUNCATE = 18
 OP_RESTART_LOG = 19
+OP_DIR_REOPEN = 20  # hb-logdirs -> writer, json {"dir_id"}
+OP_LOCAL_ADMIN = 21  # handler -> hb-logdirs, json
 APPEND_OPS = frozenset((OP_APPEND, OP_APPEND_DIRECT, OP_APPEND_REF, OP_APPEND_DIRECT_REF))
 _DIRECT_OPS = frozenset((OP_APPEND_DIRECT, OP_APPEND_DIRECT_REF, OP_PUT))
 _OP = struct.Struct("<BQ")
@@ -446,3 +462,15 @@ def encode_restart_log(token: int, request: dict) -> tuple[bytes, bytes]:
     its leader's log start empties it and starts it at ``offset`` (the leader's
     log start); the fields and the answer are OP_TRUNCATE's."""
     return encode_json(OP_RESTART_LOG, token, request)
+
+
+def encode_dir_reopen(token: int, dir_id: int) -> tuple[bytes, bytes]:
+    """An OP_DIR_REOPEN (hb-logdirs -> writer): take log dir ``dir_id`` back
+    (the writer exits EXIT_REOPEN if its dir is offline)."""
+    return encode_json(OP_DIR_REOPEN, token, {"dir_id": dir_id})
+
+
+def encode_local_admin(token: int, request: dict) -> tuple[bytes, bytes]:
+    """An OP_LOCAL_ADMIN (handler -> hb-logdirs): a create, delete, alter,
+    online or forget of replicas across log dirs."""
+    return encode_json(OP_LOCAL_ADMIN, token, request)

@@ -69,7 +69,7 @@ import time
 from hostbroker.errors import ErrorCode, HostbrokerError, StorageError
 from hostbroker.log.logdir import LogDir, LogDirInUseError
 from hostbroker.log.partition import PartitionLog
-from hostbroker.log.segments import parse_partition_dirname, partition_dirname
+from hostbroker.log.segments import partition_dirname
 from hostbroker.shm import partitions as ptable
 from hostbroker.shm import procs
 from hostbroker.shm.adminlock import AdminLock
@@ -80,14 +80,16 @@ from hostbroker.workers.flusher import Flusher, Waiter
 from hostbroker.workers.writer_appends import Appends
 from hostbroker.workers.writer_cleanup import Cleanup
 from hostbroker.workers.writer_follower import Following
+from hostbroker.workers.writer_local import LocalFollow
 from hostbroker.workers.writer_polls import Polls
 from hostbroker.workers.writer_replicas import Replicas
+from hostbroker.workers.writer_startup import Startup
 
 # results a sleeping handler is not woken for (see _pump)
 _QUIET_OPS = frozenset((env.OP_APPEND_DIRECT, env.OP_REF_DONE, env.OP_POLL_DONE))
 
 
-class WriterWorker(Appends, Polls, Replicas, Following, Cleanup, Worker):
+class WriterWorker(Appends, Polls, Replicas, Following, LocalFollow, Startup, Cleanup, Worker):
     kind = "writer"
     process_name = "hb-writer"
 
@@ -134,6 +136,7 @@ class WriterWorker(Appends, Polls, Replicas, Following, Cleanup, Worker):
         self.retention_stuck: set[int] = set()  # slots with a segment retention cannot delete
         self.logdir = self._open_log_dir()
         self._init_replicas()  # replicas of replicated topics (writer_replicas)
+        self._init_local()  # replicas across log dirs, the dir probe (writer_local)
         self.flusher = Flusher(self.doorbell)
         self._register_partitions()
         self.next_retention_ms = now_ms() + self.config["log.retention.check.interval.ms"]
@@ -158,98 +161,6 @@ class WriterWorker(Appends, Polls, Replicas, Following, Cleanup, Worker):
             self.offline = True
             self.count(procs.ERRORS)
             return None
-
-    def _register_partitions(self) -> None:
-        """Give every partition of our log dir its table slot: ONLINE when it
-        opened, OFFLINE when it is damaged (or the whole log dir is unusable),
-        and finish deletions that a previous writer could not."""
-        with self.lock:
-            mine = {}
-            for i, s in self.table.scan():
-                if s.owner == self.index:
-                    self.table.repair(i)
-                    s = self.table.read(i)
-                    mine[(s.name, s.partition)] = (i, s)
-            self.table.set_log_dir_offline(self.index, self.logdir is None)
-            if self.logdir is None:
-                for key in mine.keys() | self._names_on_disk():
-                    i, s = mine.get(key, (None, None))
-                    if s is not None and s.state == ptable.DELETING:
-                        self.undeletable[i] = key
-                    else:
-                        self._register_offline(i, *key)
-                self.table.bump_generation()
-                return
-            for (topic, partition), plog in list(self.logdir.partitions.items()):
-                i, s = mine.pop((topic, partition), (None, None))
-                if s is not None and s.state == ptable.DELETING:
-                    self._delete_slot(i, topic, partition)
-                    continue
-                if i is None:
-                    i = self.table.find_free()
-                    if i is None:
-                        raise StorageError(f"partition table full ({self.table.slot_count} slots): "
-                                           "raise max.partitions")
-                elif plog.log_start_offset <= s.end_offset < plog.log_end_offset:
-                    # written by a predecessor that died before publishing: never acknowledged
-                    try:
-                        plog.truncate_to(s.end_offset)
-                    except StorageError as e:
-                        print(f"hostbroker: {self.name}: partition {topic}-{partition} is "
-                              f"offline: {e}", file=sys.stderr, flush=True)
-                        plog.close(flush=False)
-                        del self.logdir.partitions[(topic, partition)]
-                        self.logdir.offline[(topic, partition)] = str(e)
-                        self._register_offline(i, topic, partition)
-                        continue
-                replication = {}
-                if plog.replicated:
-                    try:
-                        replication = self._open_book(i, plog, s)
-                    except StorageError as e:
-                        print(f"hostbroker: {self.name}: partition {topic}-{partition} is "
-                              f"offline: {e}", file=sys.stderr, flush=True)
-                        plog.close(flush=False)
-                        del self.logdir.partitions[(topic, partition)]
-                        self.logdir.offline[(topic, partition)] = str(e)
-                        self._register_offline(i, topic, partition)
-                        continue
-                self.slots[i] = plog
-                self._publish(i, plog, state=ptable.ONLINE, name=topic, partition=partition,
-                              owner=self.index, **replication)
-            for (topic, partition) in list(self.logdir.offline):
-                i, s = mine.pop((topic, partition), (None, None))
-                if s is not None and s.state == ptable.DELETING:
-                    self._delete_slot(i, topic, partition)
-                else:
-                    self._register_offline(i, topic, partition)
-            for (topic, partition), (i, s) in mine.items():
-                # slots of ours with no log opened yet: created by a handler while we were down
-                if s.state == ptable.DELETING:
-                    self._delete_slot(i, topic, partition)
-                elif self._adopt(i) is None:
-                    self.table.free(i)
-            self.table.bump_generation()
-
-    def _register_offline(self, slot: int | None, topic: str, partition: int) -> None:
-        """Show a partition we cannot serve as OFFLINE (it answers STORAGE_ERROR)."""
-        if slot is None:
-            slot = self.table.find_free()
-            if slot is None:
-                print(f"hostbroker: {self.name}: no partition table slot for the offline "
-                      f"partition {topic}-{partition}: raise max.partitions",
-                      file=sys.stderr, flush=True)
-                return
-        self.table.write(slot, state=ptable.OFFLINE, name=topic, partition=partition,
-                         owner=self.index, start_offset=0, end_offset=0, flushed_offset=0)
-
-    def _names_on_disk(self) -> set[tuple[str, int]]:
-        """The partitions an unusable log dir seems to hold, by their dir names."""
-        try:
-            names = os.listdir(self.path)
-        except OSError:
-            return set()
-        return {key for key in map(parse_partition_dirname, names) if key is not None}
 
     def _adopt(self, slot: int) -> PartitionLog | None:
         """Open a partition a handler created in our log dir since we started."""
@@ -305,6 +216,7 @@ class WriterWorker(Appends, Polls, Replicas, Following, Cleanup, Worker):
         except TimeoutError:
             self.table.set_log_dir_offline(self.index)  # placement is only a hint
         self.count(procs.ERRORS)
+        self._ring_logdirs()  # hb-logdirs moves the leaderships away
 
     # -- the loop ----------------------------------------------------------
     def run(self) -> None:
@@ -342,9 +254,9 @@ class WriterWorker(Appends, Polls, Replicas, Following, Cleanup, Worker):
         polls_ms = self._polls_timeout_ms()
         if polls_ms is not None:
             deadline = min(deadline, polls_ms)
-        isr_ms = self._replicas_timeout_ms()
-        if isr_ms is not None:
-            deadline = min(deadline, isr_ms)
+        for due in (self._replicas_timeout_ms(), self._local_timeout_ms()):
+            if due is not None:
+                deadline = min(deadline, due)
         return max(0.0, (deadline - now) / 1000)
 
     def _cycle(self) -> None:
@@ -381,6 +293,8 @@ class WriterWorker(Appends, Polls, Replicas, Following, Cleanup, Worker):
             if receiver.done():
                 self.processor_bells[p].ring()  # it waits for space: always ring
         self._serve_replica_ring(touched)  # what followers fetched from their leaders
+        self._serve_logdirs_ring()  # roles from hb-logdirs
+        self._follow_local(touched)  # what dir-placed followers copied from their leaders
         for slot in touched:
             plog = self.slots.get(slot)
             if plog is None:
@@ -388,6 +302,8 @@ class WriterWorker(Appends, Polls, Replicas, Following, Cleanup, Worker):
             self._publish(slot, plog)
             self.dirty.add(slot)
         # replicas' ISR and high watermarks, after the log ends they cover are published
+        if self.books:
+            self._local_positions(now_ms(), touched)
         hw_moved = self._replicas_round(now_ms(), touched) if self.books else set()
         if self.appended:
             # after the table has the new log ends: a handler that sees this
@@ -409,6 +325,7 @@ class WriterWorker(Appends, Polls, Replicas, Following, Cleanup, Worker):
             self._retention(now)
         if now >= self.next_checkpoint_ms:
             self._checkpoint(now)
+        self._probe_dir(now)
         quiet = set()
         for h, out in enumerate(results):
             for parts in out:

@@ -123,6 +123,19 @@ class Following:
         if offset < plog.log_start_offset:
             return {"error": int(ErrorCode.OFFSET_OUT_OF_RANGE), "log_end": plog.log_end_offset,
                     "message": f"{offset} is below the log start {plog.log_start_offset}"}
+        try:
+            return {"error": 0, "log_end": self._cut_to(slot, offset)}
+        except StorageError as e:
+            return {"error": int(ErrorCode.STORAGE_ERROR), "log_end": -1, "message": str(e)}
+
+    def _cut_to(self, slot: int, offset: int) -> int:
+        """The cut of :meth:`_truncate`, which a dir-placed follower's local
+        truncation shares: the log and its leader epoch cache cut at the last
+        entry boundary at or below ``offset`` (within the log), the HW and
+        epoch start kept at or below it, published. Returns the log end.
+        StorageError when the disk fails (the log dir is offline then)."""
+        book = self.books[slot]
+        plog = book.plog
         self._flush_settled(slot, plog)
         try:
             offset = plog.entry_floor(offset)
@@ -130,11 +143,11 @@ class Following:
             book.epochs.truncate_from_end(offset)
         except (OSError, StorageError) as e:
             self._go_offline(e)
-            return {"error": int(ErrorCode.STORAGE_ERROR), "log_end": -1, "message": str(e)}
+            raise StorageError(str(e)) from e
         book.hw = min(book.hw, offset)
         book.epoch_start = min(book.epoch_start, offset)
         self._publish(slot, plog, high_watermark=book.hw, epoch_start=book.epoch_start)
-        return {"error": 0, "log_end": plog.log_end_offset}
+        return plog.log_end_offset
 
     def _restart_log(self, request) -> dict:
         """Empty a follower's log and start it at ``offset``, the log start its
@@ -153,20 +166,32 @@ class Following:
             return {"error": int(ErrorCode.OFFSET_OUT_OF_RANGE), "log_end": plog.log_end_offset,
                     "message": f"a restart at {offset} is not past the log end "
                                f"{plog.log_end_offset}"}
+        try:
+            return {"error": 0, "log_end": self._restart_at(slot, offset)}
+        except StorageError as e:
+            return {"error": int(ErrorCode.STORAGE_ERROR), "log_end": -1, "message": str(e)}
+
+    def _restart_at(self, slot: int, offset: int) -> int:
+        """The restart of :meth:`_restart_log` (``offset`` past the log end,
+        checked by the caller), which a dir-placed follower shares. Returns
+        the log end. StorageError when the disk fails (the log dir is offline
+        then)."""
+        book = self.books[slot]
+        plog = book.plog
         self._flush_settled(slot, plog)
         try:
             book.epochs.clear()
             plog.restart_at(offset)
         except (OSError, StorageError) as e:
             self._go_offline(e)
-            return {"error": int(ErrorCode.STORAGE_ERROR), "log_end": -1, "message": str(e)}
+            raise StorageError(str(e)) from e
         print(f"hostbroker: {self.name}: {plog.topic}-{plog.partition}: the leader's log "
               f"starts at {offset}, past this replica's end: its log starts there now",
               file=sys.stderr, flush=True)
         book.hw = book.epoch_start = offset
         self._publish(slot, plog, high_watermark=offset, epoch_start=offset)
         self._checkpoint_hws()
-        return {"error": 0, "log_end": plog.log_end_offset}
+        return plog.log_end_offset
 
     def _follower_op(self, request, what: str):
         """``(slot, offset, log, book)`` of an OP_TRUNCATE or OP_RESTART_LOG

@@ -26,6 +26,9 @@ partition of its log dir that is a replica of a replicated topic
 - the refusals of every append path (APPEND*, PUT) for a replica that does
   not lead, and of acks=-1 with an ISR below ``min.insync.replicas``;
 - the HW checkpoint of the log dir (``replication-offset-checkpoint``);
+- for a replica placed on one of this broker's log dirs, the same book with
+  log dir ids for broker ids (``book.me``); its copy from the leader's files
+  and the leader's view of its followers' slots are ``writer_local.py``'s;
 - the board counters of replicas: ``replica_messages_in`` (what a follower
   appended, put on the board once a round) and ``hw_moves`` (a leader's HW
   moved; ``messages_in`` counts produced messages only).
@@ -66,10 +69,18 @@ class ReplicaBook:
 
     __slots__ = ("plog", "role", "leader", "leader_epoch", "replicas", "isr", "isr_version",
                  "isr_wanted", "hw", "epochs", "tracker", "min_isr", "epoch_start",
-                 "commit_seq")
+                 "commit_seq", "me", "placement", "replica_slots", "leader_slot", "fetch_epoch")
 
-    def __init__(self, plog: PartitionLog, epochs: LeaderEpochCache, hw: int):
+    def __init__(self, plog: PartitionLog, epochs: LeaderEpochCache, hw: int, me: int = -1,
+                 placement: int = ptable.PLACEMENT_BROKERS):
         self.plog = plog
+        # our own replica id: the broker id, or our log dir's id for a
+        # replica placed on this broker's log dirs (writer_local.py)
+        self.me = me
+        self.placement = placement
+        self.replica_slots: dict[int, int] = {}  # dir-placed: replica id -> its slot
+        self.leader_slot = ptable.NO_SLOT  # dir-placed follower: the leader's slot
+        self.fetch_epoch = -1  # dir-placed follower: the epoch its log was cut to the leader's in
         self.epochs = epochs
         self.role = ptable.ROLE_STOPPED
         self.leader = -1
@@ -90,7 +101,12 @@ class ReplicaBook:
                 "isr_version": self.isr_version, "isr": isr_bits(self.replicas, self.isr),
                 "isr_wanted": isr_bits(self.replicas, self.isr_wanted),
                 "epoch_start": self.epoch_start, "high_watermark": self.hw,
-                **replica_fields(self.replicas)}
+                **replica_fields(self.replicas), "placement": self.placement,
+                "fetch_epoch": self.fetch_epoch, "leader_slot": self.leader_slot}
+
+    @property
+    def dirs_placed(self) -> bool:
+        return self.placement == ptable.PLACEMENT_LOG_DIRS
 
 
 class StateError(Exception):
@@ -158,8 +174,16 @@ class Replicas:
         # (never below the log start: a log restarted at its leader's start
         # may meet a checkpoint written before)
         book = ReplicaBook(plog, epochs,
-                           max(plog.log_start_offset, min(hw, plog.log_end_offset)))
-        if known:
+                           max(plog.log_start_offset, min(hw, plog.log_end_offset)),
+                           *self._replica_identity(plog))
+        if known and book.dirs_placed:
+            # always STOPPED at open (a replaced writer, a dir come back):
+            # hb-logdirs gives the role again, so no stale leadership resumes
+            book.leader_epoch = max(s.leader_epoch, book.leader_epoch)
+            book.replicas = list(s.replicas)
+            book.isr = isr_members(book.replicas, s.isr)
+            book.isr_version = s.isr_version
+        elif known:
             book.role, book.leader = s.role, s.leader
             book.leader_epoch = max(s.leader_epoch, book.leader_epoch)
             book.replicas = list(s.replicas)
@@ -183,13 +207,14 @@ class Replicas:
         commits written before now are not this leadership's."""
         if self.isr_commits is not None:
             book.commit_seq = self.isr_commits.seq(slot)
-        return IsrTracker(self.broker_id, book.replicas, book.isr, now_ms())
+        return IsrTracker(book.me, book.replicas, book.isr, now_ms())
 
     def _drop_book(self, slot: int) -> None:
         if slot in self.books:
             del self.books[slot]
             self.isr_pending.discard(slot)
             self.leading.discard(slot)
+            self._local_forget(slot)
 
     # -- the append paths ----------------------------------------------------
     def _refusal(self, slot: int, plog: PartitionLog, acks: int) -> int | None:
@@ -268,8 +293,9 @@ class Replicas:
         if "min.insync.replicas" in config:
             min_isr = plog.config.with_overrides(
                 {"min.insync.replicas": config["min.insync.replicas"]}).min_insync_replicas
-        if role == ptable.ROLE_LEADER and self.broker_id not in replicas:
-            raise ValueError(f"broker {self.broker_id} leads but is not among replicas {replicas}")
+        local = self._local_state(book, request)  # dir-placed keys (writer_local), checked
+        if role == ptable.ROLE_LEADER and book.me not in replicas:
+            raise ValueError(f"replica {book.me} leads but is not among replicas {replicas}")
         if min_isr != plog.config.min_insync_replicas:
             # in partition.json: a writer replaced after a crash reads the current value
             try:
@@ -295,14 +321,17 @@ class Replicas:
                     book.epoch_start = min(max(0, book.epochs.latest_start), end)
                 book.replicas = replicas
                 book.tracker = self._new_tracker(slot, book)
-            leader = self.broker_id
-            if self.broker_id not in isr:
-                isr.append(self.broker_id)
+            leader = book.me
+            if book.me not in isr:
+                isr.append(book.me)
         elif was_leading:
             book.tracker = None
             self._answer_waiters_of(slot, NOT_LEADER)
+        if role != book.role or epoch != book.leader_epoch:
+            book.fetch_epoch = -1  # a follower's log is cut to its leader's anew
         book.replicas = replicas
         book.role, book.leader, book.leader_epoch = role, leader, epoch
+        self._local_take(slot, book, local)
         book.isr = tuple(r for r in replicas if r in isr)
         book.isr_wanted = book.isr
         if book.tracker is not None:
@@ -370,7 +399,7 @@ class Replicas:
         if (book is None or book.role != ptable.ROLE_LEADER or book.tracker is None
                 or pos.leader_epoch != book.leader_epoch
                 or (book.plog.topic, book.plog.partition) != (pos.topic, pos.partition)
-                or pos.replica_id == self.broker_id or pos.replica_id not in book.replicas):
+                or pos.replica_id == book.me or pos.replica_id not in book.replicas):
             return  # stale (another epoch, a slot re-used) or not a follower of ours
         plog = book.plog
         offset = min(pos.offset, plog.log_end_offset)  # nobody holds more than we wrote
@@ -438,17 +467,19 @@ class Replicas:
                 if (c.state == ptable.COMMITTED and c.leader_epoch == book.leader_epoch
                         and c.commit_version > book.isr_version
                         and c.commit_isr >> len(book.replicas) == 0
-                        and self.broker_id in members):
+                        and book.me in members):
                     book.isr = members
                     book.isr_version = c.commit_version
                     book.tracker.set_isr(book.isr)
                     changes.update(isr=c.commit_isr, isr_version=c.commit_version)
         wanted = tuple(book.tracker.wanted_isr(now, self.lag_ms, max(0, self.lag_bytes),
                                                book.plog.log_end_offset, book.hw))
-        wanted = tuple(r for r in book.replicas if r in wanted or r == self.broker_id)
+        wanted = tuple(r for r in book.replicas if r in wanted or r == book.me)
         if wanted != book.isr_wanted:
             book.isr_wanted = wanted
             changes["isr_wanted"] = isr_bits(book.replicas, wanted)
+            if book.dirs_placed:
+                self._ring_logdirs()  # hb-logdirs makes it durable, then commits it
         return changes
 
     def _leader_hw(self, book: ReplicaBook) -> int:

@@ -66,7 +66,7 @@ def test_bad_writes(table):
 def test_create_in_a_region_of_region_size(created):
     region = created(SharedRegion, "partitions", PartitionTable.region_size(10))
     table = PartitionTable.create(region, 10)
-    assert table.slot_count == 10 and region.size == 64 + 10 * 384
+    assert table.slot_count == 10 and region.size == 64 + 10 * 448
     table.write(9, state=ONLINE)
     assert PartitionTable.attach(region.name).state(9) == PartitionState.ONLINE
 
