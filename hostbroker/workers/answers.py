@@ -413,12 +413,17 @@ class TableAnswers:
         snapshot: dict[str, tuple | None] = {}
         read = self.table.read
         replicated = view.replicated
+        placed, broker_id, leader_role = view.dirs_placed, self.broker_id, ptable.ROLE_LEADER
 
         def one(slot: int) -> tuple:
             s = read(slot)
             if slot in replicated:
-                # a replicated partition: its leader, and its log up to the high watermark
-                return s.state, s.start_offset, s.readable_end, s.owner, s.leader
+                # a replicated partition: its leader, and its log up to the high
+                # watermark; one with replicas across log dirs is this broker's
+                # while one of them leads (its leader field is a log dir id)
+                leader = s.leader if slot not in placed else (
+                    broker_id if s.role == leader_role else -1)
+                return s.state, s.start_offset, s.readable_end, s.owner, leader
             return s.state, s.start_offset, s.end_offset, s.owner
 
         if len(names) >= _BULK_NAMES:

@@ -47,6 +47,8 @@ EXIT_BOOT_FAILED = 3  # the supervisor halts the broker instead of respawning
 EXIT_ORPHANED = 4  # the supervisor died before the worker could start
 EXIT_REFUSED = 5  # the worker printed why this machine's state refuses the start (one line);
 #                   the supervisor halts the broker with ExitStatus.REFUSED and adds nothing
+EXIT_REOPEN = 6  # an offline writer told to open its log dir afresh (OP_DIR_REOPEN): the
+#                  supervisor replaces it at once and prints no "died" line
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_NAME = 15

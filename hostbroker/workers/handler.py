@@ -39,6 +39,8 @@ Per request:
 - LEADER_AND_ISR, STOP_REPLICA, OFFSET_FOR_LEADER_EPOCH, FETCH v1 and
   METADATA v1 (replication, cluster mode): ``handler_replication.py``; a
   FETCH v1 is parked and rechecked with the v0 ones.
+- METADATA v2, ALTER_REPLICA_DIRS, LOG_DIR_ADMIN (replicas across log dirs, with
+  ``hb-logdirs`` as one more peer after the coordinator): ``handler_logdirs.py``.
 - JOIN_GROUP, SYNC_GROUP, HEARTBEAT, LEAVE_GROUP, DESCRIBE_GROUP, LIST_GROUPS
   (docs/spec/groups.md): forwarded to ``hb-coordinator``, which holds the
   group state; a join waits there for its rebalance while the connection's
@@ -70,6 +72,7 @@ from hostbroker.workers import envelopes as env
 from hostbroker.workers.answers import TableAnswers, broker_list
 from hostbroker.workers.base import Worker, now_ms
 from hostbroker.workers.handler_fetch import Fetching
+from hostbroker.workers.handler_logdirs import LOGDIRS_REQUESTS, LogDirsRequests
 from hostbroker.workers.handler_offsets import ConsumerOffsets
 from hostbroker.workers.handler_replication import REPLICATION_REQUESTS, Replication
 from hostbroker.workers.handler_topics import TopicAdmin
@@ -97,7 +100,7 @@ class _Pending:
     token: int = 0
 
 
-class HandlerWorker(TopicAdmin, Fetching, Replication, ConsumerOffsets, Worker):
+class HandlerWorker(TopicAdmin, Fetching, Replication, LogDirsRequests, ConsumerOffsets, Worker):
     kind = "handler"
     process_name = "hb-handler"
 
@@ -122,6 +125,7 @@ class HandlerWorker(TopicAdmin, Fetching, Replication, ConsumerOffsets, Worker):
                              + [self.waker("coordinator", 0)])
         self.peer_slots = ([plan.board_slot("writer", w) for w in range(plan.num_writers)]
                            + [plan.board_slot("coordinator", 0)])
+        self._init_logdirs()  # hb-logdirs' rings, bell and epoch after the coordinator's
         # the writers' appended-message counters when this round began: a parked
         # fetch may be answerable once they move (see _has_input)
         self.writer_slots = [plan.board_slot("writer", w) for w in range(plan.num_writers)]
@@ -292,7 +296,10 @@ class HandlerWorker(TopicAdmin, Fetching, Replication, ConsumerOffsets, Worker):
         corr = header.correlation_id
         try:
             key = header.api_key
-            if (key, header.api_version) in REPLICATION_REQUESTS:
+            if (key, header.api_version) in LOGDIRS_REQUESTS:
+                # METADATA v2, ALTER_REPLICA_DIRS, LOG_DIR_ADMIN (handler_logdirs.py)
+                self._logdirs_request(p, conn_id, seq, corr, header, request)
+            elif (key, header.api_version) in REPLICATION_REQUESTS:
                 # LEADER_AND_ISR, STOP_REPLICA, OFFSET_FOR_LEADER_EPOCH, FETCH v1,
                 # METADATA v1 (handler_replication.py)
                 self._replication_request(p, conn_id, seq, corr, header, request)
@@ -309,7 +316,7 @@ class HandlerWorker(TopicAdmin, Fetching, Replication, ConsumerOffsets, Worker):
             elif key == ApiKey.OFFSETS:
                 self._reply(p, conn_id, seq, corr, self.answers.offsets(request))
             elif key == ApiKey.CREATE_TOPIC:
-                self._reply(p, conn_id, seq, corr, self._create_topic(request))
+                self._create_topic(p, conn_id, seq, corr, request)
             elif key == ApiKey.DELETE_TOPIC:
                 self._delete_topic(p, conn_id, seq, corr, request)
             elif key == ApiKey.OFFSET_COMMIT:

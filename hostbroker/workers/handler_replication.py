@@ -31,6 +31,11 @@ place a handler serves what ``hostbroker.protocol.replication`` decodes
 - METADATA v1: leaders, epochs, replicas and ISR from the partition table,
   the brokers from the peers table.
 
+A partition with replicas across this broker's log dirs (docs/storage.md)
+is ``hb-logdirs``' alone: LEADER_AND_ISR and STOP_REPLICA answer it
+INVALID_REQUEST, a follower's FETCH v1 NOT_LEADER_FOR_PARTITION, and METADATA
+v1 shows it as one partition of this broker in its leader's dir.
+
 Access control is issue 38's: today a LEADER_AND_ISR from any client that
 names the current controller and epoch is taken (docs/cluster.md).
 """
@@ -39,7 +44,6 @@ from __future__ import annotations
 
 from hostbroker.errors import ErrorCode, HostbrokerError
 from hostbroker.log.epochs import LeaderEpochCache
-from hostbroker.log.partition import PartitionLog
 from hostbroker.log.segments import fetch_range, validate_topic_name
 from hostbroker.protocol import api
 from hostbroker.protocol import replication as rproto
@@ -50,7 +54,7 @@ from hostbroker.shm import procs
 from hostbroker.shm.peers import PeersTable
 from hostbroker.workers import envelopes as env
 from hostbroker.workers.answers import consumer_end
-from hostbroker.workers.base import now_ms
+from hostbroker.workers.replica_slots import create_replica
 
 # (api key, version) of every request this module serves
 REPLICATION_REQUESTS = frozenset(rproto.REPLICATION_REQUEST_TYPES)
@@ -207,6 +211,8 @@ class Replication:
             return ErrorCode.INVALID_REQUEST, None
         slot = self.view.slot(part.topic, part.partition)
         if slot is not None:
+            if slot in self.view.dirs_placed:
+                return ErrorCode.INVALID_REQUEST, None  # hb-logdirs' alone (docs/storage.md)
             s = self.table.read(slot)
             if s.state == ptable.OFFLINE:
                 return ErrorCode.STORAGE_ERROR, None
@@ -231,28 +237,14 @@ class Replication:
         usable = [w for w in range(self.plan.num_writers) if w not in offline]
         if not usable:
             return ErrorCode.STORAGE_ERROR, None
-        slot = self.table.find_free()
-        if slot is None:
-            return ErrorCode.INVALID_REQUEST, None  # the table is full (max.partitions)
         w = min(usable, key=lambda i: (counts[i], i))
         try:
-            plog = PartitionLog.create(self.plan.log_dirs[w], part.topic, part.partition,
-                                       part.partition + 1, overrides, self.defaults, now_ms,
-                                       replicated=True)
-            plog.close()
+            slot = create_replica(self.table, self.isr_commits, self.plan.log_dirs[w], w,
+                                  part.topic, part.partition, part.replicas, overrides,
+                                  self.defaults, leader=part.leader,
+                                  leader_epoch=part.leader_epoch)
         except HostbrokerError as e:
             return e.code, None
-        except OSError:
-            return ErrorCode.STORAGE_ERROR, None
-        if self.isr_commits is not None:
-            # a commit the slot's previous partition left is not the new one's
-            # (IsrCommitTable: cleared by the claimer, under the admin lock)
-            self.isr_commits.clear(slot)
-        self.table.claim_replica(
-            slot, part.replicas, leader=part.leader, leader_epoch=part.leader_epoch,
-            role=ptable.ROLE_STOPPED, state=ptable.ONLINE, name=part.topic,
-            partition=part.partition, owner=w, start_offset=0, end_offset=0, flushed_offset=0,
-            segment_generation=1)
         counts[w] += 1
         return ErrorCode.NONE, slot
 
@@ -271,8 +263,9 @@ class Replication:
                 if slot is None:
                     continue  # none here: stopped (or deleted) already
                 s = self.table.read(slot)
-                if s.role == ptable.ROLE_PLAIN:
-                    results[index][2] = ErrorCode.INVALID_REQUEST  # not a replica
+                if s.role == ptable.ROLE_PLAIN or slot in self.view.dirs_placed:
+                    # not a replica, or one hb-logdirs alone stops (docs/storage.md)
+                    results[index][2] = ErrorCode.INVALID_REQUEST
                     continue
                 states.append((index, slot, s.owner, {
                     "slot": slot, "topic": s.name, "partition": s.partition,
@@ -383,7 +376,10 @@ class Replication:
         broker leads, in the epoch the follower names (unless -1), of which
         ``replica_id`` is a replica other than this broker."""
         code, slot, s = self._leader_slot(part.topic, part.partition, part.leader_epoch)
-        if not code and (replica_id == self.broker_id or replica_id not in s.replicas):
+        if not code and slot in self.view.dirs_placed:
+            # its followers are this broker's writers, which copy from the files
+            code = ErrorCode.NOT_LEADER_FOR_PARTITION
+        elif not code and (replica_id == self.broker_id or replica_id not in s.replicas):
             code = ErrorCode.REPLICA_NOT_AVAILABLE  # only a replica of it may move its watermark
         return code, slot, s
 
@@ -502,7 +498,14 @@ class Replication:
                 s = self.table.read(slot)
                 code = ErrorCode.STORAGE_ERROR if s.state == ptable.OFFLINE else ErrorCode.NONE
                 log_dir = answers.log_dirs[s.owner]
-                if s.role == ptable.ROLE_PLAIN:
+                if slot in view.dirs_placed:
+                    # replicas across log dirs: one partition of this broker, in
+                    # the leader's dir (``slot`` serves it, view.slot)
+                    leader = self.broker_id if s.role == ptable.ROLE_LEADER else -1
+                    part = rproto.MetadataPartitionV1(
+                        partition, code, leader, s.leader_epoch, (self.broker_id,),
+                        (self.broker_id,), s.start_offset, s.readable_end, log_dir)
+                elif s.role == ptable.ROLE_PLAIN:
                     part = rproto.MetadataPartitionV1(
                         partition, code, self.broker_id, -1, (self.broker_id,),
                         (self.broker_id,), s.start_offset, s.end_offset, log_dir)

@@ -10,6 +10,13 @@ creates partition directories (via the log package) and their table slots, or
 finds a topic's slots and asks their writers to delete them. A slot in use has
 one writer only (its owning writer process, see ``shm/partitions.py``): the handler
 never writes a slot a writer serves, so the writer marks it DELETING itself.
+
+A topic with replicas across log dirs (a replication factor of 2 or more on
+a standalone broker: CREATE_TOPIC v1, or ``default.replication.factor`` for
+auto-creation and v1's -1) is ``hb-logdirs``' to create and delete; the
+handler checks the request, then forwards it (``handler_logdirs.py``). An
+auto-created one is asked for and the produce answered LEADER_NOT_AVAILABLE
+(retriable) until it exists. CREATE_TOPIC v0 creates one replica, as before.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from hostbroker.log.partition import PartitionLog
 from hostbroker.log.segments import validate_topic_name
 from hostbroker.protocol import api
 from hostbroker.protocol.api import ApiKey
+from hostbroker.protocol.logdirs import DEFAULT_REPLICATION_FACTOR
 from hostbroker.shm import partitions as ptable
 from hostbroker.shm.topicnames import ReplicatedNames
 from hostbroker.workers import envelopes as env
@@ -124,7 +132,22 @@ class TopicAdmin:
     def _topic_exists_locked(self, topic: str) -> bool:
         return any(s.name == topic and s.state != ptable.FREE for _, s in self.table.scan())
 
-    def _create_topic(self, request) -> api.AdminResponse:
+    def _create_topic(self, p, conn_id, seq, corr, request) -> None:
+        """CREATE_TOPIC v0 and v1: answered here, or by ``hb-logdirs`` for a
+        replication factor of 2 or more."""
+        rf = getattr(request, "replication_factor", 1)  # (v0 has none: one replica)
+        if rf == DEFAULT_REPLICATION_FACTOR:
+            rf = self.default_rf
+        checked = self._create_checked(request, rf)
+        if isinstance(checked, api.AdminResponse):
+            self._reply(p, conn_id, seq, corr, checked)
+            return
+        self._create_replicated(p, conn_id, seq, corr, request.topic, request.partitions, rf,
+                                checked, admin_answer)
+
+    def _create_checked(self, request, rf: int) -> api.AdminResponse | dict[str, str]:
+        """The answer to a CREATE_TOPIC made here (one replica) or refused, or
+        the topic's config overrides when ``hb-logdirs`` is to create it."""
         topic = request.topic
         try:
             check_topic_name(topic)
@@ -134,13 +157,23 @@ class TopicAdmin:
         if not 1 <= request.partitions <= limit:
             return admin_answer(ErrorCode.INVALID_REQUEST,
                                 f"partitions must be between 1 and {limit}")
+        if not 1 <= rf <= ptable.MAX_REPLICAS:
+            return admin_answer(ErrorCode.INVALID_REPLICATION_FACTOR,
+                                f"the replication factor must be 1 to {ptable.MAX_REPLICAS}")
+        if rf > 1 and self.replicated_names is not None:
+            return admin_answer(ErrorCode.INVALID_REQUEST, "a cluster broker's replicated "
+                                "topics are created with --zookeeper")
         overrides = {entry.key: entry.value for entry in request.configs}
         if len(overrides) != len(request.configs):
             return admin_answer(ErrorCode.INVALID_CONFIG, "a config key is given twice")
         try:
-            self.defaults.with_overrides(overrides)
+            cfg = self.defaults.with_overrides(overrides)
         except ConfigError as e:
             return admin_answer(ErrorCode.INVALID_CONFIG, str(e))
+        if rf > 1 and cfg.min_insync_replicas > rf:
+            return admin_answer(ErrorCode.INVALID_CONFIG,
+                                f"min.insync.replicas {cfg.min_insync_replicas} is more than "
+                                f"the replication factor {rf}")
         try:
             with self._admin():
                 if self._topic_exists_locked(topic):
@@ -149,6 +182,8 @@ class TopicAdmin:
                 refused = self._plain_refused(topic)
                 if refused:
                     return admin_answer(*refused)
+                if rf > 1:
+                    return overrides
                 self._create_topic_locked(topic, request.partitions, overrides)
         except HostbrokerError as e:
             return admin_answer(e.code, str(e))
@@ -165,6 +200,8 @@ class TopicAdmin:
                     if self._plain_refused(topic):
                         # a client with stale metadata: it asks again and finds the leader
                         return ErrorCode.NOT_LEADER_FOR_PARTITION
+                    if self.default_rf > 1:
+                        return self._auto_create_replicated(topic)
                     self._create_topic_locked(topic, self.config["num.partitions"], {})
         except HostbrokerError as e:
             return e.code
@@ -187,18 +224,17 @@ class TopicAdmin:
             self._reply(p, conn_id, seq, corr, admin_answer(
                 ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {topic}"))
             return
+        if self.logdirs_peer is not None and any(
+                s.placement == ptable.PLACEMENT_LOG_DIRS for _, s in slots):
+            def deleted(code: ErrorCode, message: str | None) -> api.AdminResponse:
+                self._release_parked(topic)
+                return admin_answer(code, message)
+
+            self._delete_replicated(p, conn_id, seq, corr, topic, deleted)
+            return
 
         def respond(pending, failed: bool = False) -> None:
-            self.view.refresh()
-            # long polls on the deleted topic are answered now (UNKNOWN_TOPIC_OR_PARTITION)
-            waiting = []
-            for x in self.parked:
-                if any(part.topic == topic for part in x.request.partitions):
-                    self._answer_fetch(x.processor, x.conn_id, x.seq, x.correlation_id,
-                                       x.request, force=True)
-                else:
-                    waiting.append(x)
-            self.parked = waiting
+            self._release_parked(topic)
             failures = [r for r in pending.results if r["error"]]
             errors = [r.get("message", "delete failed") for r in failures]
             if failed:
@@ -215,3 +251,15 @@ class TopicAdmin:
             self._to_writer(pending, s.owner, *env.encode_json(
                 env.OP_DELETE, pending.token,
                 {"slot": i, "topic": s.name, "partition": s.partition}))
+
+    def _release_parked(self, topic: str) -> None:
+        """Answer the long polls on a deleted topic now (UNKNOWN_TOPIC_OR_PARTITION)."""
+        self.view.refresh()
+        waiting = []
+        for x in self.parked:
+            if any(part.topic == topic for part in x.request.partitions):
+                self._answer_fetch(x.processor, x.conn_id, x.seq, x.correlation_id,
+                                   x.request, force=True)
+            else:
+                waiting.append(x)
+        self.parked = waiting

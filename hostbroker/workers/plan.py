@@ -30,6 +30,10 @@ kind       producer -> consumer       carries
 ``cput``   processor -> coordinator   lone commits, offset fetches, heartbeats
 ``rapp``   replica -> writer          a follower's appends and truncations
 ``rres``   writer -> replica          their results
+``dctl``   logdirs -> writer          replica states and reopens of a log dir
+``dres``   writer -> logdirs          their results
+``dreq``   handler -> logdirs         topic admin of dir-placed replicas
+``dans``   logdirs -> handler         its answers
 =========  =========================  ===================================
 
 The coordinator's four kinds are a writer's four with the coordinator in the
@@ -41,7 +45,12 @@ what was in flight when its epoch moves) they do for the coordinator.
 The ``rapp`` and ``rres`` rings exist in cluster mode only (one pair per
 writer, with the one ``hb-replica`` at index 0).
 
-The ``ans``, ``cans`` and ``rres`` rings carry only small answers; they are
+The ``dctl``, ``dres``, ``dreq`` and ``dans`` rings exist only on a standalone
+broker with two or more log dirs (:attr:`BrokerPlan.logdirs`), with the one
+``hb-logdirs`` (:mod:`hostbroker.workers.logdirs`) at index 0: it keeps the
+replicas that a topic places on several log dirs of this broker.
+
+The ``ans``, ``cans``, ``rres``, ``dres`` and ``dans`` rings carry only small answers; they are
 ``ANSWER_RING_BYTES`` (or ``ring.bytes`` when that is smaller). The ``put``
 and ``cput`` rings carry one request of a connection at a time; they are
 ``PUT_RING_BYTES`` (or ``ring.bytes``), so a lone PRODUCE of up to a quarter
@@ -57,15 +66,18 @@ import socket
 
 from hostbroker.config import Config
 
-KINDS = ("writer", "coordinator", "handler", "processor", "acceptor", "registrar", "replica")
+KINDS = ("writer", "coordinator", "handler", "processor", "acceptor", "registrar", "replica",
+         "logdirs")
 RING_KINDS = ("req", "resp", "app", "res", "ans", "put", "capp", "cres", "cans", "cput",
-              "rapp", "rres")
+              "rapp", "rres", "dctl", "dres", "dreq", "dans")
+ANSWER_KINDS = ("ans", "cans", "rres", "dres", "dans")
 ANSWER_RING_BYTES = 1024 * 1024
 PUT_RING_BYTES = 4 * 1024 * 1024
 _CONSUMER_KIND = {"req": "handler", "resp": "processor", "app": "writer", "res": "handler",
                   "ans": "processor", "put": "writer", "capp": "coordinator", "cres": "handler",
                   "cans": "processor", "cput": "coordinator", "rapp": "writer",
-                  "rres": "replica"}
+                  "rres": "replica", "dctl": "writer", "dres": "logdirs", "dreq": "logdirs",
+                  "dans": "handler"}
 
 
 def shm_token(config: Config) -> str:
@@ -90,6 +102,12 @@ class BrokerPlan:
     admin_lock_key: int = 0
     registrar: bool = False  # cluster mode: one hb-registrar holds the ZooKeeper session
     replica: bool = False  # cluster mode: one hb-replica fetches for the follower partitions
+    # standalone with >= 2 log dirs: one hb-logdirs keeps the replicas placed on log dirs
+    logdirs: bool = False
+    # log dir id per writer index (-1: unknown, that dir starts offline); set in the
+    # supervisor's prepare (startup.resolve_dir_ids), copied into the LogDirTable, which
+    # is what workers read (an id can be given to a new disk while the broker runs)
+    dir_ids: list[int] = dataclasses.field(default_factory=list)
 
     @classmethod
     def from_config(cls, config: Config) -> "BrokerPlan":
@@ -98,7 +116,8 @@ class BrokerPlan:
         return cls(config=config, token=shm_token(config), num_writers=len(log_dirs),
                    num_handlers=config["num.handlers"],
                    num_processors=config["num.processors"], log_dirs=log_dirs,
-                   registrar=cluster, replica=cluster)
+                   registrar=cluster, replica=cluster,
+                   logdirs=not cluster and len(log_dirs) >= 2)
 
     # -- names -------------------------------------------------------------
     @property
@@ -131,6 +150,11 @@ class BrokerPlan:
         """The cluster's replicated topic names (``shm/topicnames.py``)."""
         return self.shm_prefix + "replnames"
 
+    @property
+    def logdirs_name(self) -> str:
+        """The state of each log dir, by writer index (``shm/logdirs.py``)."""
+        return self.shm_prefix + "logdirs"
+
     def ring_pairs(self):
         """Every (kind, producer, consumer) ring of this broker."""
         for p in range(self.num_processors):
@@ -155,11 +179,18 @@ class BrokerPlan:
             for w in range(self.num_writers):
                 yield "rapp", 0, w
                 yield "rres", w, 0
+        if self.logdirs:
+            for w in range(self.num_writers):
+                yield "dctl", 0, w
+                yield "dres", w, 0
+            for h in range(self.num_handlers):
+                yield "dreq", h, 0
+                yield "dans", 0, h
 
     def ring_bytes(self, kind: str) -> int:
         """Data bytes of a ring of ``kind`` (a power of two, as ``ring.bytes`` is)."""
         size = self.config["ring.bytes"]
-        if kind in ("ans", "cans", "rres"):
+        if kind in ANSWER_KINDS:
             return min(size, ANSWER_RING_BYTES)
         return min(size, PUT_RING_BYTES) if kind in ("put", "cput") else size
 
@@ -179,7 +210,7 @@ class BrokerPlan:
     @property
     def worker_count(self) -> int:
         return (self.num_writers + self.num_handlers + self.num_processors + 2 + self.registrar
-                + self.replica)
+                + self.replica + self.logdirs)
 
     def board_slot(self, kind: str, index: int) -> int:
         if kind == "writer":
@@ -194,6 +225,9 @@ class BrokerPlan:
             return self.num_writers + self.num_handlers + self.num_processors + 2
         if kind == "replica":  # after the registrar's slot when there is one
             return self.num_writers + self.num_handlers + self.num_processors + 2 + self.registrar
+        if kind == "logdirs":  # after the registrar's and the replica's (neither is planned with it)
+            return (self.num_writers + self.num_handlers + self.num_processors + 2
+                    + self.registrar + self.replica)
         return self.num_writers + self.num_handlers + self.num_processors
 
     def workers(self):
@@ -203,6 +237,8 @@ class BrokerPlan:
         yield "coordinator", 0
         if self.replica:
             yield "replica", 0
+        if self.logdirs:
+            yield "logdirs", 0
         for h in range(self.num_handlers):
             yield "handler", h
         for p in range(self.num_processors):

@@ -15,6 +15,12 @@ slot for another partition clears it under the same lock
 (``IsrCommitTable``), so no commit outlives its partition in the slot. A change
 not written (a lost race, a broker not registered, ZooKeeper trouble) is
 looked at again after ``_ISR_RETRY_S``.
+
+The replicas a standalone broker places on its log dirs take the same steps
+with the log dirs' state file in place of ZooKeeper (``hb-logdirs``,
+:class:`hostbroker.workers.logdirs.isr.LocalIsrCommits`, a subclass that
+overrides :meth:`IsrCommits._ready`, :meth:`IsrCommits._kept` and
+:meth:`IsrCommits._write_state`); this class skips their slots.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import logging
 import time
 
 from hostbroker.replication import zknodes
+from hostbroker.shm.partitions import PLACEMENT_LOG_DIRS
 
 log = logging.getLogger("hostbroker.controller")
 
@@ -56,14 +63,23 @@ class IsrCommits:
             self.commits = IsrCommitTable.attach(self.worker.plan.isr_commits_name)
         return self.commits
 
-    def poll(self) -> None:
+    def _ready(self) -> bool:
+        """Whether commits can be written now: the ZooKeeper session is connected."""
         from kazoo.protocol.states import KazooState
 
+        client = self.worker.client
+        return client is not None and client.state == KazooState.CONNECTED
+
+    def _kept(self, s) -> bool:
+        """Whether slot ``s``'s commits are this class's: cluster (and plain) slots
+        here; the replicas placed on log dirs are hb-logdirs' (``LocalIsrCommits``)."""
+        return s.placement != PLACEMENT_LOG_DIRS
+
+    def poll(self) -> None:
         from hostbroker.shm import partitions as ptable
         from hostbroker.shm.table import TornSlotError
 
-        client = self.worker.client
-        if client is None or client.state != KazooState.CONNECTED:
+        if not self._ready():
             return
         role_leader = getattr(ptable, "ROLE_LEADER", None)
         if role_leader is None:
@@ -76,50 +92,27 @@ class IsrCommits:
         for index, s in slots:
             if getattr(s, "role", 0) != role_leader or s.isr_wanted == s.isr:
                 continue
+            if not self._kept(s):
+                continue
             if self.done.get(index) == (s.leader_epoch, s.isr_wanted, s.isr_version):
                 continue
             if self.failed.get(index, 0.0) > now:
                 continue
             try:
-                ok = self._commit(client, index, s)
-            except Exception as exc:  # noqa: BLE001 - ZooKeeper trouble: try again later
+                ok = self._commit(index, s)
+            except Exception as exc:  # noqa: BLE001 - store trouble: try again later
                 log.debug("isr commit %s-%d: %s", s.name, s.partition, exc)
                 ok = False
             if not ok:
                 self.failed[index] = now + _ISR_RETRY_S
 
-    def _commit(self, client, index: int, s) -> bool:
-        from kazoo.exceptions import BadVersionError, NoNodeError
-
-        from hostbroker.replication.zknodes import PartitionState
-
+    def _commit(self, index: int, s) -> bool:
         replicas = slot_replicas(s)
         isr = [b for i, b in enumerate(replicas) if s.isr_wanted >> i & 1]
-        if self.worker.info.broker_id not in isr:
+        version = self._write_state(index, s, isr)
+        if version is None:
             return False
-        path = zknodes.state_path(s.name, s.partition)
-        timeout = self.worker.connection_ms / 1000
-        try:
-            data, stat = client.get_async(path).get(timeout=timeout)
-        except NoNodeError:
-            return False
-        state = zknodes.decode_state(data, path)
-        if state.leader != s.leader or state.leader_epoch != s.leader_epoch:
-            return False  # the controller moved on; the next LEADER_AND_ISR says so
-        added = set(isr) - set(state.isr)
-        if added:  # a broker joins the ISR only while registered: never one that just died
-            from hostbroker.cluster import paths
-
-            names = client.get_children_async(paths.BROKER_IDS).get(timeout=timeout)
-            if any(str(b) not in names for b in added):
-                return False
-        new = PartitionState(s.leader, s.leader_epoch, tuple(isr), state.controller_epoch)
-        try:
-            stat = client.set_async(path, zknodes.encode_state(new),
-                                    version=stat.version).get(timeout=timeout)
-        except BadVersionError:
-            return False
-        if not self._store(index, s, stat.version):
+        if not self._store(index, s, version):
             return False
         self.done[index] = (s.leader_epoch, s.isr_wanted, s.isr_version)
         waker = self.wakers.get(s.owner)
@@ -127,6 +120,41 @@ class IsrCommits:
             waker = self.wakers[s.owner] = self.worker.waker("writer", s.owner)
         waker.ring()
         return True
+
+    def _write_state(self, index: int, s, isr: list[int]) -> int | None:
+        """Write ISR ``isr`` of slot ``index`` (read as ``s``) to the partition's
+        state node; its new zk version, or None when it is not written (the
+        controller moved on, a broker joining is not registered, a lost race)."""
+        from kazoo.exceptions import BadVersionError, NoNodeError
+
+        from hostbroker.replication.zknodes import PartitionState
+
+        client = self.worker.client
+        if self.worker.info.broker_id not in isr:
+            return None
+        path = zknodes.state_path(s.name, s.partition)
+        timeout = self.worker.connection_ms / 1000
+        try:
+            data, stat = client.get_async(path).get(timeout=timeout)
+        except NoNodeError:
+            return None
+        state = zknodes.decode_state(data, path)
+        if state.leader != s.leader or state.leader_epoch != s.leader_epoch:
+            return None  # the controller moved on; the next LEADER_AND_ISR says so
+        added = set(isr) - set(state.isr)
+        if added:  # a broker joins the ISR only while registered: never one that just died
+            from hostbroker.cluster import paths
+
+            names = client.get_children_async(paths.BROKER_IDS).get(timeout=timeout)
+            if any(str(b) not in names for b in added):
+                return None
+        new = PartitionState(s.leader, s.leader_epoch, tuple(isr), state.controller_epoch)
+        try:
+            stat = client.set_async(path, zknodes.encode_state(new),
+                                    version=stat.version).get(timeout=timeout)
+        except BadVersionError:
+            return None
+        return stat.version
 
     def _store(self, index: int, s, version: int) -> bool:
         """Store the commit of slot ``index`` (read as ``s``) at state node

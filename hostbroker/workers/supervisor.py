@@ -14,11 +14,12 @@ Start: take the real-time policy and the CPU wake-up latency request if asked
 to (refusing to spin under a real-time policy), set the umask (``log.umask``),
 check the log dirs (as root: none that others may write) and the unix
 listeners' directories (changing nothing), create the log dirs, take the
-broker lock, bind the listeners (not listening yet: a connection is
+broker lock, give each log dir its id, bind the listeners (not listening yet: a connection is
 refused), take this run's shared-memory lease and remove what dead runs left
 there, create shared memory, fork the writers (each recovers its log dir) and
 the coordinator (``hb-coordinator``: the consumer groups and offsets) and wait
-until they are ready, in cluster mode the follower fetcher (``hb-replica``),
+until they are ready, in cluster mode the follower fetcher (``hb-replica``), with
+two or more log dirs standalone the local controller (``hb-logdirs``),
 then the handlers and the processors, and in cluster
 mode (``zookeeper.connect``) the registrar, ready once it has registered the
 broker in ZooKeeper (a ``broker.id`` held by a live broker refuses the start);
@@ -37,7 +38,8 @@ its peers fail what was in flight with it), aborts workers whose heartbeat is
 older than ``worker.heartbeat.timeout.ms`` (SIGABRT with SIGCONT, so a stopped
 one takes it; SIGKILL a second later), and pings the systemd watchdog. A
 worker that exits with ``EXIT_BOOT_FAILED`` halts the broker instead of being
-respawned forever. Workers need no word from us if we die: each asked the
+respawned forever; a writer that exits ``EXIT_REOPEN`` (told to open its
+offline log dir afresh) is replaced without a word. Workers need no word from us if we die: each asked the
 kernel for SIGTERM on our death right after its fork (``die_with_parent``).
 
 Stop (SIGTERM/SIGINT): first the registrar (its ZooKeeper session closes, so
@@ -65,6 +67,7 @@ from hostbroker.config import Config, parse_umask
 from hostbroker.errors import ConfigError, ExitStatus
 from hostbroker.shm import procs
 from hostbroker.shm.adminlock import AdminLock
+from hostbroker.shm.logdirs import LogDirTable
 from hostbroker.shm.doorbell import Doorbell
 from hostbroker.shm.partitions import IsrCommitTable, PartitionTable
 from hostbroker.shm.procs import ProcessBoard
@@ -78,29 +81,31 @@ from hostbroker.workers.coordinator import CoordinatorWorker
 from hostbroker.workers.base import (
     EXIT_BOOT_FAILED,
     EXIT_REFUSED,
+    EXIT_REOPEN,
     child_main,
     die_with_parent,
     set_process_name,
 )
 from hostbroker.workers.handler import HandlerWorker
+from hostbroker.workers.logdirs import LogDirsWorker
 from hostbroker.workers.plan import BrokerPlan
 from hostbroker.workers.processor import ProcessorWorker
 from hostbroker.workers.registrar import RegistrarWorker
 from hostbroker.workers.replication import ReplicaWorker
 from hostbroker.workers.startup import (StartError, StoppedWhileStarting, bind_listener,
                                        check_log_dir, check_unix_listener_dir,
-                                       claim_broker_lock, make_log_dir)
+                                       claim_broker_lock, make_log_dir, resolve_dir_ids)
 from hostbroker.workers.writer import WriterWorker
 
 WORKER_CLASSES = {"writer": WriterWorker, "handler": HandlerWorker,
                   "processor": ProcessorWorker, "acceptor": AcceptorWorker,
                   "registrar": RegistrarWorker, "coordinator": CoordinatorWorker,
-                  "replica": ReplicaWorker}
+                  "replica": ReplicaWorker, "logdirs": LogDirsWorker}
 KIND_CODES = {"writer": 1, "handler": 2, "processor": 3, "acceptor": 4, "registrar": 5,
-              "coordinator": 6, "replica": 7}
+              "coordinator": 6, "replica": 7, "logdirs": 8}
 # the registrar first: the registrations go before the listeners close
-STOP_ORDER = ("registrar", "acceptor", "processor", "handler", "replica", "coordinator",
-              "writer")
+STOP_ORDER = ("registrar", "acceptor", "processor", "handler", "replica", "logdirs",
+              "coordinator", "writer")
 _TICK_S = 0.25
 _ABORT_GRACE_S = 1.0  # SIGABRT (a core or a faulthandler dump) to SIGKILL
 _EXTEND_EVERY_S = 5.0  # while starting or stopping: tell systemd to wait 3 times that
@@ -148,6 +153,7 @@ class Supervisor:
         # Before anything named after this broker is touched: the shared memory
         # of a broker running on these log dirs has the very same names.
         self.lock_fd = claim_broker_lock(plan.log_dirs[0])
+        resolve_dir_ids(plan)
         for uri in config.listeners:
             plan.listeners.append((uri, bind_listener(uri)))
         # A stop asked for while the shared memory is made comes once it is all
@@ -204,8 +210,8 @@ class Supervisor:
     def _make_replication_tables(self) -> None:
         """In every mode: the peers table (brokers the controller named, and its
         epoch), the ISR commits (one slot per partition slot) and the
-        replicated topic names (``zookeeper.max.children`` of them); unlinked
-        with the rest of our shared memory."""
+        replicated topic names (``zookeeper.max.children`` of them), the log dir
+        table (``plan.dir_ids``); unlinked with the rest of our shared memory."""
         plan = self.plan
         slots = self.config["max.partitions"]
         for cls, name, count in ((PeersTable, plan.peers_name, MAX_PEERS),
@@ -218,6 +224,9 @@ class Supervisor:
                                      ReplicatedNames.region_size(capacity))
         self.regions.append(region)
         ReplicatedNames.create(region, capacity)
+        region = SharedRegion.create(plan.logdirs_name, LogDirTable.region_size(len(plan.dir_ids)))
+        self.regions.append(region)
+        LogDirTable.create(region, plan.dir_ids)
 
     def _take_cpu_policy(self) -> None:
         """``cpu.realtime.priority``: SCHED_RR for this process, and so for every
@@ -249,7 +258,7 @@ class Supervisor:
         self._install_signals()
         self.board.set_broker_state(procs.BROKER_STARTING)
         systemd.notify("STATUS=recovering logs")
-        for group in (("writer", "coordinator"), ("replica",), ("handler", "processor"),
+        for group in (("writer", "coordinator"), ("replica", "logdirs"), ("handler", "processor"),
                       ("registrar",), ("acceptor",)):
             if group == ("acceptor",):  # broker.id is ours: connections may come
                 for _, sock in self.plan.listeners:
@@ -404,6 +413,9 @@ class Supervisor:
                 running = self.board.broker_state == procs.BROKER_RUNNING
                 self.exit_code = ExitStatus.CRASHED if running else ExitStatus.REFUSED
                 self.stopping = True
+                continue
+            if code == EXIT_REOPEN and kind == "writer":  # told to open its dir afresh
+                self._replace(kind, index)
                 continue
             how = f"signal {-code}" if code < 0 else f"exit code {code}"
             print(f"hostbroker: {kind} {index} (pid {pid}) died with {how}; replacing it",

@@ -4,6 +4,18 @@ Owns nothing shared: it reads the partition table lock-free, each partition's
 ``partition.json`` and its segment directory listing, and caches them per
 handler process until the table's generation (topics) or a slot's segment
 generation (segments) moves.
+
+A partition with replicas across log dirs (``placement`` PLACEMENT_LOG_DIRS,
+docs/storage.md) has one slot per replica, all with its ``(name,
+partition)``. The view keeps one *serving slot* for it, the one
+:meth:`TopicView.slot` gives, so every reader (produce, fetch, OFFSETS,
+METADATA) looks at that one alone: the ONLINE leader with the highest leader
+epoch; with none, the first ONLINE replica in replica order (it answers
+NOT_LEADER_FOR_PARTITION, retriable); with no replica ONLINE, the first
+(STORAGE_ERROR). A partition found with no leader is looked at again on each
+:meth:`TopicView.slot` until one leads: ``hb-logdirs`` bumps the table's
+generation after moving a leadership, which can come before the new leader's
+writer has taken its role.
 """
 
 from __future__ import annotations
@@ -14,15 +26,30 @@ from collections.abc import Sequence
 from hostbroker.errors import HostbrokerError
 from hostbroker.log.config import LogConfig
 from hostbroker.log.partition_file import read_partition_file
-from hostbroker.log.segments import (
-    parse_segment_filename,
-    partition_dirname,
-    segment_filename,
-)
+from hostbroker.log.segments import list_segment_bases, partition_dirname, segment_filename
 from hostbroker.shm import partitions as ptable
 from hostbroker.shm.partitions import PartitionTable
 
 _MAX_PATHS = 65536
+_LIVE = (ptable.ONLINE, ptable.OFFLINE, ptable.CREATING)
+
+
+def serving_slot(table: PartitionTable, slots: Sequence[int]) -> tuple[int, bool]:
+    """``(slot, leads)``: which of a dir-placed partition's replica ``slots``
+    (in replica order) serves it, as the module docstring says, and whether
+    that one is an ONLINE leader."""
+    best, best_epoch, online = None, -1, None
+    for slot in slots:
+        s = table.read(slot)
+        if s.state != ptable.ONLINE:
+            continue
+        if s.role == ptable.ROLE_LEADER and s.leader_epoch > best_epoch:
+            best, best_epoch = slot, s.leader_epoch
+        elif online is None:
+            online = slot
+    if best is not None:
+        return best, True
+    return (online if online is not None else slots[0]), False
 
 
 class TopicView:
@@ -32,8 +59,12 @@ class TopicView:
     deleted); per-slot offsets are always read fresh from the table.
     """
 
-    def __init__(self, table: PartitionTable, log_dirs: Sequence[str], defaults: LogConfig):
+    def __init__(self, table: PartitionTable, log_dirs: Sequence[str], defaults: LogConfig,
+                 logdirs=None):
         self.table = table
+        # the LogDirTable (shm/logdirs.py): each writer's log dir id, which orders
+        # a dir-placed partition's replicas (None: ordered by writer index)
+        self.logdirs = logdirs
         self.log_dirs = log_dirs
         self.defaults = defaults
         self.generation = -1
@@ -41,6 +72,12 @@ class TopicView:
         # slots of replicated partitions (a role other than PLAIN, set when the
         # slot is claimed and kept until it is freed)
         self.replicated: frozenset[int] = frozenset()
+        # slots of partitions with replicas across log dirs, and each such
+        # partition's slots in replica order; the ones with no leader when last
+        # looked at
+        self.dirs_placed: frozenset[int] = frozenset()
+        self._replica_slots: dict[tuple[str, int], tuple[int, ...]] = {}
+        self._leaderless: set[tuple[str, int]] = set()
         self._configs: dict[tuple[int, str], LogConfig] = {}
         self._segments: dict[int, tuple[int, list[int]]] = {}
         self._paths: dict[tuple[int, int], str] = {}  # (slot, base) -> segment file path
@@ -51,12 +88,28 @@ class TopicView:
             return
         topics: dict[str, dict[int, int]] = {}
         replicated = []
+        placed: dict[tuple[str, int], list] = {}
         for i, s in self.table.scan():
-            if s.state in (ptable.ONLINE, ptable.OFFLINE, ptable.CREATING):
-                topics.setdefault(s.name, {})[s.partition] = i
-                if s.role != ptable.ROLE_PLAIN:
-                    replicated.append(i)
+            if s.state not in _LIVE:
+                continue
+            if s.placement == ptable.PLACEMENT_LOG_DIRS:
+                placed.setdefault((s.name, s.partition), []).append((i, s))
+                replicated.append(i)
+                continue
+            topics.setdefault(s.name, {})[s.partition] = i
+            if s.role != ptable.ROLE_PLAIN:
+                replicated.append(i)
+        self._replica_slots = {}
+        self._leaderless = set()
+        for key, found in placed.items():
+            slots = self._replica_order(found)
+            slot, leads = serving_slot(self.table, slots)
+            self._replica_slots[key] = slots
+            if not leads:
+                self._leaderless.add(key)
+            topics.setdefault(key[0], {})[key[1]] = slot
         self.replicated = frozenset(replicated)
+        self.dirs_placed = frozenset(i for slots in self._replica_slots.values() for i in slots)
         self.topics = {t: [parts.get(p) for p in range(max(parts) + 1)]
                        for t, parts in topics.items()}
         self.generation = gen
@@ -65,11 +118,49 @@ class TopicView:
         self._segments.clear()
         self._paths.clear()
 
+    def _replica_order(self, found: list) -> tuple[int, ...]:
+        """The slots of one dir-placed partition's replicas, ``(slot, record)``
+        each, in the order of its replica list (the leader's, or the one of
+        the highest leader epoch): a replica's place is that of its writer's
+        log dir id; one not in the list (or with no id known) comes after, by
+        writer index."""
+        ref = max(found, key=lambda x: (x[1].role == ptable.ROLE_LEADER, x[1].leader_epoch))[1]
+        order = ref.replicas
+        logdirs = self.logdirs
+
+        def place(item) -> tuple[int, int]:
+            owner = item[1].owner
+            dir_id = logdirs.dir_id(owner) if logdirs is not None else -1
+            return (order.index(dir_id) if dir_id in order else len(order), owner)
+
+        return tuple(i for i, _ in sorted(found, key=place))
+
     def slot(self, topic: str, partition: int) -> int | None:
         slots = self.topics.get(topic)
         if slots is None or not 0 <= partition < len(slots):
             return None
+        if self._leaderless and (topic, partition) in self._leaderless:
+            return self._serve_again(topic, partition)
         return slots[partition]
+
+    def _serve_again(self, topic: str, partition: int) -> int:
+        """The serving slot of a dir-placed partition that had no leader, chosen
+        again from the table (kept once one leads)."""
+        key = (topic, partition)
+        slot, leads = serving_slot(self.table, self._replica_slots[key])
+        self.topics[topic][partition] = slot
+        if leads:
+            self._leaderless.discard(key)
+        return slot
+
+    def replica_slots(self, topic: str, partition: int) -> tuple[int, ...]:
+        """Every slot of the partition in replica order: a dir-placed
+        partition's replicas, or the one slot of any other (() for none)."""
+        slots = self._replica_slots.get((topic, partition))
+        if slots is not None:
+            return slots
+        slot = self.slot(topic, partition)
+        return () if slot is None else (slot,)
 
     def partition_path(self, s) -> str:
         return os.path.join(self.log_dirs[s.owner], partition_dirname(s.name, s.partition))
@@ -106,16 +197,6 @@ class TopicView:
         cached = self._segments.get(slot)
         if cached is not None and cached[0] == s.segment_generation:
             return cached[1]
-        bases = []
-        for name in os.listdir(self.partition_path(s)):
-            base = parse_segment_filename(name)
-            if base is not None and base <= s.end_offset:
-                bases.append(base)
-        bases.sort()
-        # keep only the segments that hold the log as published (drop ones deleted
-        # meanwhile by retention, whose bases fall below the start offset)
-        bases = [b for b in bases if b >= s.start_offset] or [s.start_offset]
-        if bases[0] > s.start_offset:
-            bases.insert(0, s.start_offset)
+        bases = list_segment_bases(self.partition_path(s), s.start_offset, s.end_offset)
         self._segments[slot] = (s.segment_generation, bases)
         return bases

@@ -33,9 +33,9 @@ gives them their roles. This module owns:
      end, the end of the leader epoch holding LEO and the end of the
      leader segment holding LEO: with ``PartitionLog.append_copy``
      (``os.sendfile`` file to file, no CRC pass: these bytes were checked
-     when produced, below an end that is always an entry boundary), or,
-     past ``replica.fetch.max.bytes``, a read of that much cut to whole
-     entries (catch-up). The data's leader epoch goes into the epoch cache
+     when produced, below an end that is always an entry boundary); past
+     ``replica.fetch.max.bytes`` (catch-up), that much is read first to
+     find where its whole entries end, and those are copied. The data's leader epoch goes into the epoch cache
      as a fetched append's does;
   5. it publishes its end and the HW (the leader's, never past its end),
      and rings the leader's writer.
@@ -157,7 +157,12 @@ class LocalFollow:
     def _serve_logdirs_ring(self) -> None:
         """Roles and reopens from hb-logdirs, answered on ``dres``."""
         receiver = self.dctl
-        if receiver is None or not receiver.has_unread():
+        if receiver is None:
+            return
+        if self.dres.pending():  # answers the ring could not take at once
+            self.dres.pump()
+            self.logdirs_bell.wake()
+        if not receiver.has_unread():
             return
         for m in receiver.poll():
             op, token = env.decode_op(m)
@@ -358,24 +363,22 @@ class LocalFollow:
         return True
 
     def _catch_up(self, plog: PartitionLog, fd: int, pos: int, base: int, end: int) -> None:
-        """A copy of ``replica.fetch.max.bytes`` cut to whole entries (a
-        read: where they end is only known by walking their lengths), up to
-        ``end``. An entry longer than that is copied alone."""
+        """A copy of at most ``replica.fetch.max.bytes`` cut to whole entries
+        (read first: where they end is only known by walking their lengths),
+        below ``end``. An entry longer than that is copied alone."""
         leo = plog.log_end_offset
         try:
             buf = os.pread(fd, self.fetch_max_bytes, pos)
         except OSError as e:
             raise CopySourceError(f"cannot read a leader segment at {base}: {e}") from e
         count, whole = logmsg.count_entries(buf)
-        if count:
-            plog.append(memoryview(buf)[:whole], count)
-            return
-        if len(buf) < 4:
-            raise CopySourceError(f"a leader segment at {base} ends inside an entry at {leo}")
-        length = 4 + int.from_bytes(buf[:4], "big", signed=True)
-        if not 4 < length <= end - leo:
-            raise CopySourceError(f"a leader segment at {base} holds no whole entry at {leo}")
-        plog.append_copy(fd, pos, length, new_segment=leo == base)
+        if not count:  # one entry longer than the cap: copied alone
+            whole = 4 + int.from_bytes(buf[:4], "big", signed=True) if len(buf) >= 4 else 0
+            if not 4 < whole <= end - leo:
+                raise CopySourceError(f"a leader segment at {base} holds no whole entry at {leo}")
+        # copied, not appended from the buffer: an append may roll, and the
+        # segments must start where the leader's do
+        plog.append_copy(fd, pos, whole, new_segment=leo == base)
 
     def _cut_to_leader(self, slot: int, book, leader, path: str) -> None:
         """Step 2: cut our log where it parts from the leader's (the
@@ -499,6 +502,8 @@ class LocalFollow:
         due = self.next_probe_ms if self.dir_marks is not None and not self.offline else None
         if self.local_following:
             due = self.local_recheck_ms if due is None else min(due, self.local_recheck_ms)
+        if self.dres is not None and self.dres.pending():
+            due = now_ms() + 10 if due is None else min(due, now_ms() + 10)
         return due
 
     # -- the probe ----------------------------------------------------------

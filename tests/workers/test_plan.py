@@ -11,17 +11,19 @@ def plan(**settings) -> BrokerPlan:
 def test_one_ring_per_ordered_pair_of_workers_that_talk():
     p = plan(**{"num.processors": 3, "num.handlers": 2, "log.dirs": "/a,/b"})
     pairs = list(p.ring_pairs())
-    # processor-handler, handler-writer, writer-processor pairs, then the coordinator's
-    assert len(pairs) == len(set(pairs)) == 3 * 2 * 2 + 2 * 2 * 2 + 2 * 3 * 2 + 2 * 2 + 3 * 2
+    # processor-handler, handler-writer, writer-processor pairs, the coordinator's, then
+    # hb-logdirs' (two log dirs): with every writer and every handler
+    assert len(pairs) == len(set(pairs)) == (3 * 2 * 2 + 2 * 2 * 2 + 2 * 3 * 2 + 2 * 2 + 3 * 2
+                                             + 2 * 2 + 2 * 2)
     assert len({p.ring_name(*x) for x in pairs}) == len(pairs)
     # a handler consumes request rings from every processor and result rings from
     # every writer and the coordinator
     assert sorted(p.rings_consumed_by("handler", 1)) == sorted(
         [("req", proc, 1) for proc in range(3)] + [("res", w, 1) for w in range(2)]
-        + [("cres", 0, 1)])
-    # a writer: appends from every handler, PUTs from every processor
+        + [("cres", 0, 1), ("dans", 0, 1)])
+    # a writer: appends from every handler, PUTs from every processor, hb-logdirs' orders
     assert sorted(p.rings_consumed_by("writer", 0)) == [("app", 0, 0), ("app", 1, 0)] + [
-        ("put", proc, 0) for proc in range(3)]
+        ("dctl", 0, 0)] + [("put", proc, 0) for proc in range(3)]
     # a processor: answers from every handler, and from every writer (direct answers)
     # and the coordinator (GROUP_PUT answers)
     assert sorted(p.rings_consumed_by("processor", 2)) == sorted(

@@ -32,7 +32,12 @@ from hostbroker.errors import ErrorCode
 from hostbroker.log.epochs import LeaderEpochCache
 from hostbroker.log.segments import partition_dirname
 from hostbroker.shm import procs
-from hostbroker.shm.partitions import ONLINE, ROLE_FOLLOWER, PartitionTable
+from hostbroker.shm.partitions import (
+    ONLINE,
+    PLACEMENT_LOG_DIRS,
+    ROLE_FOLLOWER,
+    PartitionTable,
+)
 from hostbroker.shm.peers import PeersTable
 from hostbroker.shm.table import TornSlotError
 from hostbroker.workers import envelopes as env
@@ -143,7 +148,9 @@ class ReplicaWorker(Worker):
 
     # -- the table ---------------------------------------------------------
     def _scan(self, now: float) -> None:
-        """Follow every ONLINE FOLLOWER slot's leader and leader epoch; drop the rest."""
+        """Follow every ONLINE FOLLOWER slot's leader and leader epoch; drop the rest.
+        A replica placed on a log dir is not fetched: its writer copies its leader's
+        files (``workers/writer_local.py``)."""
         self.generation = self.table.generation
         self.next_scan = now + SCAN_INTERVAL_S
         own = self.settings.broker_id
@@ -154,7 +161,7 @@ class ReplicaWorker(Worker):
             return
         for i, s in slots:
             if s.state == ONLINE and s.role == ROLE_FOLLOWER and s.leader >= 0 \
-                    and s.leader != own:
+                    and s.leader != own and s.placement != PLACEMENT_LOG_DIRS:
                 wanted[(s.name, s.partition)] = (i, s)
         for key, follow in list(self.follows.items()):
             found = wanted.get(key)

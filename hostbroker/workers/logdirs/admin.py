@@ -1,0 +1,436 @@
+"""hb-logdirs' admin: what handlers forward over ``dreq`` (OP_LOCAL_ADMIN), and the
+work that follows a change (deletions, reassignment steps, strays, reopens).
+
+Mixin of :class:`~hostbroker.workers.logdirs.worker.LogDirsWorker`. Requests
+(json, answered on ``dans`` with the request's token as ``{"error",
+"message", "results"}``):
+
+- ``create``: place the replicas (``replication/dirplacement.place_replicas``
+  over the live dirs), write the document, create each replica
+  (``replica_slots.create_replica``, STOPPED, admin lock held), bump the
+  table generation; the next pass makes the first replica lead (epoch 0,
+  ISR all).
+- ``delete``: the topic goes into ``deleting`` (written), each replica's
+  writer is sent OP_REPLICA_STATE with ``delete``; once every one sent has
+  answered, the topic leaves the document. A replica on an offline dir is
+  a stray when its dir returns, and is deleted then.
+- ``alter``: a reassignment (one at a time): ``target`` written, the new
+  replicas created as followers with ``replicas`` = old + new; once every
+  target dir is in the committed ISR the leadership moves to the first target
+  dir in the ISR if the leader leaves; then ``replicas`` = target, ``target``
+  dropped; the replicas left over are strays, deleted.
+- ``online``: a log dir taken back: its id checked (a new, empty disk gets
+  the next id), OP_DIR_REOPEN to its writer, answered once the writer's
+  replacement is READY.
+- ``forget``: consent to lose what a missing dir may hold: partitions whose
+  ISR names it may elect again.
+
+A stray (a dir-placed replica the document does not assign) is deleted only
+while the document is certain; otherwise it stays STOPPED, with one line.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from hostbroker.errors import ErrorCode, HostbrokerError
+from hostbroker.shm import partitions as ptable
+from hostbroker.workers import envelopes as env
+from hostbroker.workers.logdirs import elect
+
+TP = tuple[str, int]
+
+
+def _answer(code: int, message: str = "", results=()) -> dict:
+    return {"error": int(code), "message": message, "results": [list(r) for r in results]}
+
+
+class Admin:
+    """Mixin: the OP_LOCAL_ADMIN service (see the module docstring)."""
+
+    def init_admin(self) -> None:
+        self.defaults = self.config.log_defaults()
+        self.deletions: dict[str, set] = {}  # topic -> slots told to delete, not answered yet
+        self.reopening: dict[int, tuple] = {}  # writer -> (handler, token, path, epoch sent)
+        self.strays_told: dict[int, int] = {}  # slot -> the writer epoch it was told in
+        self.lost_tried: dict[tuple, int] = {}  # (t, p, dir) -> writer epoch of the last try
+
+    # -- requests ------------------------------------------------------------
+    def _take_requests(self) -> None:
+        for h, receiver in enumerate(self.requests):
+            if not receiver.has_unread():
+                continue
+            for m in receiver.poll():
+                op, token = env.decode_op(m)
+                if op != env.OP_LOCAL_ADMIN:
+                    continue
+                try:
+                    request = env.decode_json(m)
+                    answer = self.admin_request(h, token, request)
+                except HostbrokerError as e:
+                    answer = _answer(e.code, str(e))
+                except (KeyError, TypeError, ValueError, AttributeError) as e:
+                    answer = _answer(ErrorCode.INVALID_REQUEST, f"bad admin request: {e}")
+                except OSError as e:
+                    answer = _answer(ErrorCode.STORAGE_ERROR, f"{e.filename}: {e.strerror}")
+                if answer is not None:
+                    self.reply(h, token, answer)
+            if receiver.done():
+                self.handler_bells[h].ring()
+
+    def reply(self, h: int, token: int, answer: dict) -> None:
+        self.answers[h].send(*env.encode_json(env.OP_LOCAL_ADMIN, token, answer))
+
+    def admin_request(self, h: int, token: int, request: dict) -> dict | None:
+        """The answer, or None when it comes later (``online``)."""
+        op = request["op"]
+        if self.frozen:
+            return _answer(ErrorCode.STORAGE_ERROR, "no log dir holds a readable state file")
+        if op == "create":
+            return self._create(str(request["topic"]), int(request["partitions"]),
+                                int(request["rf"]), dict(request.get("config") or {}))
+        if op == "delete":
+            return self._delete(str(request["topic"]))
+        if op == "alter":
+            return self._alter(request["partitions"])
+        if op == "online":
+            return self._online(h, token, str(request["path"]))
+        if op == "forget":
+            return self._forget(int(request["dir_id"]))
+        return _answer(ErrorCode.INVALID_REQUEST, f"no admin op {op!r}")
+
+    # -- create ------------------------------------------------------------------
+    def _exists(self, topic: str) -> bool:
+        return topic in self.doc.configs or any(
+            s.name == topic and s.state != ptable.FREE for _, s in self.table.scan())
+
+    def _create(self, topic: str, partitions: int, rf: int, config: dict) -> dict:
+        from hostbroker.log.segments import validate_topic_name
+        from hostbroker.replication.dirplacement import place_replicas
+
+        validate_topic_name(topic)
+        if rf == -1:
+            rf = self.config["default.replication.factor"]
+        if not 1 <= rf <= ptable.MAX_REPLICAS:
+            return _answer(ErrorCode.INVALID_REPLICATION_FACTOR,
+                           f"replication factor {rf} must be 1 to {ptable.MAX_REPLICAS}")
+        limit = self.config["max.partitions.per.topic"]
+        if not 1 <= partitions <= limit:
+            return _answer(ErrorCode.INVALID_REQUEST, f"partitions must be between 1 and {limit}")
+        config = {str(k): str(v) for k, v in config.items()}
+        try:
+            log_config = self.defaults.with_overrides(config)
+        except HostbrokerError as e:
+            return _answer(ErrorCode.INVALID_CONFIG, str(e))
+        if log_config.min_insync_replicas > rf:
+            return _answer(ErrorCode.INVALID_CONFIG,
+                           f"min.insync.replicas {log_config.min_insync_replicas} is more than "
+                           f"the replication factor {rf}")
+        if self._exists(topic):
+            return _answer(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {topic} already exists")
+        live = self.live_dirs(time.monotonic())
+        loads = self._loads(live)
+        try:
+            placed = place_replicas(loads, list(range(partitions)), rf)
+        except ValueError as e:
+            return _answer(ErrorCode.INVALID_REPLICATION_FACTOR, str(e))
+        self.doc.configs[topic] = config
+        for p, replicas in placed.items():
+            self.doc.parts[(topic, p)] = self.new_part(replicas)
+        if not self.write_doc(live):
+            del self.doc.configs[topic]
+            for p in placed:
+                del self.doc.parts[(topic, p)]
+            return _answer(ErrorCode.STORAGE_ERROR, "cannot write the log dirs' state file")
+        results, failed = self._create_replicas(topic, placed, config)
+        if failed:
+            self.say(f"topic {topic}: {failed}; it is deleted")
+            self._delete(topic)
+            return _answer(ErrorCode.STORAGE_ERROR, failed)
+        return _answer(ErrorCode.NONE, "", results)
+
+    def _loads(self, live: set[int]) -> dict:
+        """``DirLoad`` of each dir of ``live`` from the partition table."""
+        from hostbroker.replication.dirplacement import DirLoad
+
+        ids = self.dirtable.ids()
+        replicas = {d: 0 for d in live}
+        leaders = {d: 0 for d in live}
+        size = {d: 0 for d in live}
+        for _, s in self.table.scan():
+            d = ids.get(s.owner)
+            if d not in replicas or s.state == ptable.FREE:
+                continue
+            replicas[d] += 1
+            size[d] += max(0, s.end_offset - s.start_offset)
+            if s.role == ptable.ROLE_LEADER or s.role == ptable.ROLE_PLAIN:
+                leaders[d] += 1
+        return {d: DirLoad(replicas[d], leaders[d], size[d], self.device_of(d)) for d in live}
+
+    def _create_replicas(self, topic: str, placed: dict, config: dict,
+                         only: dict | None = None) -> tuple[list, str]:
+        """Create the replicas of ``placed`` ({p: dirs}; ``only``: {p: the dirs to
+        create}) under the admin lock; (results, the first failure or "")."""
+        from hostbroker.workers.replica_slots import PLACEMENT_LOG_DIRS, create_replica
+
+        results, failed = [], ""
+        with self.lock:
+            for p, replicas in sorted(placed.items()):
+                code = ErrorCode.NONE
+                part = self.doc.parts[(topic, p)]
+                for d in (only.get(p, []) if only is not None else replicas):
+                    index = self.dirtable.index_of(d)
+                    try:
+                        if index is None:
+                            raise HostbrokerError(f"log dir id {d} is not configured",
+                                                  ErrorCode.STORAGE_ERROR)
+                        create_replica(self.table, self.commits, self.plan.log_dirs[index], index,
+                                       topic, p, part.replicas, config, self.defaults,
+                                       PLACEMENT_LOG_DIRS, leader=part.leader,
+                                       leader_epoch=part.leader_epoch)
+                    except HostbrokerError as e:
+                        code = e.code
+                        failed = failed or f"{topic}-{p} on log dir id {d}: {e}"
+                results.append((topic, p, code))
+            self.table.bump_generation()
+        self._scan()
+        return results, failed
+
+    # -- delete ------------------------------------------------------------------
+    def _delete(self, topic: str) -> dict:
+        if topic not in self.doc.configs:
+            return _answer(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {topic}")
+        if topic not in self.doc.deleting:
+            self.doc.deleting.append(topic)
+            if not self.write_doc():
+                self.doc.deleting.remove(topic)
+                return _answer(ErrorCode.STORAGE_ERROR, "cannot write the log dirs' state file")
+        self._send_deletes(topic)
+        return _answer(ErrorCode.NONE, "", [(topic, p, ErrorCode.NONE)
+                                            for p, _ in self.doc.topic_parts(topic)])
+
+    def _send_deletes(self, topic: str) -> None:
+        told = self.deletions.setdefault(topic, set())
+        for (t, p), slots in self.slots.items():
+            if t == topic:
+                for d, slot in slots.items():
+                    if slot not in told and self._tell_delete(t, p, d, slot,
+                                                              ("delete", topic, slot)):
+                        told.add(slot)
+
+    def _tell_delete(self, topic: str, p: int, d: int, slot: int, what: tuple) -> bool:
+        w = self.dirtable.index_of(d)
+        if w is None or w in self.table.offline_log_dirs() or not self.writer_ready(w):
+            return False
+        token = self.token(what)
+        self.to_writers[w].send(*env.encode_replica_state(token, {
+            "slot": slot, "topic": topic, "partition": p, "delete": True}))
+        self.strays_told[slot] = self.writer_epochs[w]
+        return True
+
+    def admin_answered(self, what: tuple, error: int, answer: dict) -> None:
+        kind = what[0]
+        if kind == "delete":  # (an error too: what is left is a stray, deleted later)
+            told = self.deletions.get(what[1])
+            if told is not None:
+                told.discard(what[2])
+        elif kind == "reopen":
+            w = what[1]
+            waiting = self.reopening.get(w)
+            if waiting is not None and error == ErrorCode.NONE:
+                # answered at all: the writer was not offline (an offline one exits)
+                del self.reopening[w]
+                self.reply(waiting[0], waiting[1],
+                           _answer(ErrorCode.NONE, f"log dir {waiting[2]} is online"))
+
+    # -- online, forget -------------------------------------------------------
+    def _online(self, h: int, token: int, path: str) -> dict | None:
+        from hostbroker.log.dirids import read_dir_id, write_dir_id
+        from hostbroker.shm.logdirs import LD_REOPENING
+
+        wanted = os.path.abspath(path)
+        if wanted not in self.plan.log_dirs:
+            return _answer(ErrorCode.LOG_DIR_NOT_FOUND, f"log dir {path} is not configured")
+        w = self.plan.log_dirs.index(wanted)
+        expected = self.dirtable.dir_id(w)
+        if w not in self.table.offline_log_dirs() and expected != -1:
+            return _answer(ErrorCode.NONE, f"log dir {wanted} is online")
+        if w in self.reopening:
+            return _answer(ErrorCode.INVALID_REQUEST, f"log dir {wanted} is being reopened")
+        found = read_dir_id(wanted)  # (StorageError: its code and line answer)
+        if found is None:
+            if any(e.is_dir() and not e.name.startswith(".") for e in os.scandir(wanted)):
+                return _answer(ErrorCode.INVALID_REQUEST,
+                               f"log dir {wanted} holds partitions but no log dir id: "
+                               "restart to take it")
+            known = self.doc.known_ids() | set(self.dirtable.ids().values())
+            found = max(known | {0}) + 1
+            write_dir_id(wanted, found)
+        elif expected != -1 and found != expected:
+            return _answer(ErrorCode.INVALID_REQUEST,
+                           f"log dir {wanted} holds id {found}, this broker had id {expected} "
+                           "there: restart to take it")
+        if expected == -1:
+            holder = self.dirtable.index_of(found)
+            if holder is not None and holder != w:
+                return _answer(ErrorCode.INVALID_REQUEST,
+                               f"log dir {wanted} holds id {found}, which "
+                               f"{self.plan.log_dirs[holder]} holds too (a copied dir?)")
+            self.dirtable.set_id(w, found)
+        self.writers.set_dir(found, wanted)
+        self.doc.dirs[found] = wanted
+        self.dirtable.set_state(w, LD_REOPENING)
+        self.reopening[w] = (h, token, wanted, self.writer_epochs[w])
+        self.to_writers[w].send(*env.encode_dir_reopen(self.token(("reopen", w)), found))
+        return None
+
+    def _forget(self, dir_id: int) -> dict:
+        index = self.dirtable.index_of(dir_id)
+        if index is not None and index not in self.table.offline_log_dirs():
+            return _answer(ErrorCode.INVALID_REQUEST, f"log dir id {dir_id} is online")
+        if dir_id not in self.blocked and dir_id not in self.doc.known_ids():
+            return _answer(ErrorCode.LOG_DIR_NOT_FOUND, f"no log dir id {dir_id} is known")
+        self.blocked.discard(dir_id)
+        self.doc.dirs.pop(dir_id, None)
+        if not self.write_doc():
+            return _answer(ErrorCode.STORAGE_ERROR, "cannot write the log dirs' state file")
+        self.say(f"log dir id {dir_id} forgotten: partitions whose ISR named it elect again")
+        return _answer(ErrorCode.NONE, f"log dir id {dir_id} forgotten")
+
+    # -- alter ---------------------------------------------------------------------
+    def _alter(self, partitions) -> dict:
+        if self.doc.moving():
+            return _answer(ErrorCode.INVALID_REQUEST, "a reassignment is in progress")
+        live = self.live_dirs(time.monotonic())
+        moves: dict[TP, list[int]] = {}
+        results = []
+        for topic, p, dirs in partitions:
+            tp = (str(topic), int(p))
+            dirs = [int(d) for d in dirs]
+            part = self.doc.parts.get(tp)
+            if part is None or tp[0] in self.doc.deleting:
+                results.append((tp[0], tp[1], ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+            elif tp in moves or not 1 <= len(dirs) <= ptable.MAX_REPLICAS \
+                    or len(set(dirs)) != len(dirs):
+                results.append((tp[0], tp[1], ErrorCode.INVALID_REQUEST))
+            elif any(d not in live for d in dirs) or \
+                    len(set(part.replicas) | set(dirs)) > ptable.MAX_REPLICAS:
+                results.append((tp[0], tp[1], ErrorCode.LOG_DIR_NOT_FOUND
+                                if any(self.dirtable.index_of(d) is None for d in dirs)
+                                else ErrorCode.INVALID_REPLICATION_FACTOR))
+            else:
+                moves[tp] = dirs
+                results.append((tp[0], tp[1], ErrorCode.NONE))
+        if any(code for _, _, code in results):
+            return _answer(ErrorCode.INVALID_REQUEST, "no partition moved: see each one's error",
+                           results)
+        added: dict[TP, list[int]] = {}
+        for tp, dirs in moves.items():
+            part = self.doc.parts[tp]
+            if dirs == part.replicas:
+                continue
+            added[tp] = [d for d in dirs if d not in part.replicas]
+            part.target = dirs
+            part.replicas = part.replicas + added[tp]
+            part.version += 1
+        if not self.write_doc(live):
+            return _answer(ErrorCode.STORAGE_ERROR, "cannot write the log dirs' state file")
+        for (topic, p), dirs in added.items():
+            if dirs:
+                _, failed = self._create_replicas(topic, {p: self.doc.parts[(topic, p)].replicas},
+                                                  self.doc.configs.get(topic, {}), {p: dirs})
+                if failed:
+                    self.say(f"reassignment: {failed}")
+        return _answer(ErrorCode.NONE, "", results)
+
+    def _advance_moves(self, live: set[int]) -> None:
+        """Steps 3 and 4 of each reassignment under way."""
+        changed = False
+        for tp, part in self.doc.parts.items():
+            if not part.target:
+                continue
+            new = elect.moved_leader(part.replicas, part.target, part.leader, part.leader_epoch,
+                                     part.isr, live)
+            if new is not None:
+                part.leader, part.leader_epoch = new.leader, new.leader_epoch
+                part.version += 1
+                self.moved = changed = True
+            elif part.leader in part.target and all(d in part.isr for d in part.target):
+                part.replicas = list(part.target)
+                part.isr = [d for d in part.isr if d in part.target]
+                part.target = []
+                part.version += 1
+                changed = True
+        if changed:
+            self.write_doc(live)
+
+    # -- each round -------------------------------------------------------------
+    def admin_round(self, now: float) -> None:
+        for w, (h, token, path, epoch) in list(self.reopening.items()):
+            if self.writer_epochs[w] != epoch and self.writer_ready(w):
+                del self.reopening[w]
+                if w in self.table.offline_log_dirs():
+                    self.reply(h, token, _answer(ErrorCode.STORAGE_ERROR,
+                                                 f"log dir {path} is still unusable"))
+                else:
+                    self.reply(h, token, _answer(ErrorCode.NONE, f"log dir {path} is online"))
+        if self.frozen:
+            return
+        live = self.live_dirs(now)
+        if self.doc.moving():
+            self._advance_moves(live)
+        for topic, tokens in list(self.deletions.items()):
+            if not tokens:
+                del self.deletions[topic]
+                self._drop_topic(topic)
+        self._strays_and_lost(live)
+
+    def _drop_topic(self, topic: str) -> None:
+        self.doc.configs.pop(topic, None)
+        for tp in [tp for tp in self.doc.parts if tp[0] == topic]:
+            del self.doc.parts[tp]
+        if topic in self.doc.deleting:
+            self.doc.deleting.remove(topic)
+        self.write_doc()
+        with self.lock:
+            self.table.bump_generation()
+
+    def _strays_and_lost(self, live: set[int]) -> None:
+        """Delete the replicas the document does not assign (only while it is certain),
+        and give an empty replica back to an assigned live dir that lost its partition
+        dir, once the ISR no longer names it."""
+        for (topic, p), slots in self.slots.items():
+            part = self.doc.parts.get((topic, p))
+            assigned = part is not None and topic not in self.doc.deleting
+            for d, slot in slots.items():
+                if assigned and (d in part.replicas or d in part.target):
+                    continue
+                if slot in self.deletions.get(topic, ()):
+                    continue  # told already
+                w = self.dirtable.index_of(d)
+                if w is None or self.strays_told.get(slot) == self.writer_epochs[w]:
+                    continue
+                if self.blocked:
+                    if slot not in self.strays_told:
+                        self.say(f"{topic}-{p} on log dir id {d} is not assigned; it stays "
+                                 "stopped while the state file is uncertain")
+                        self.strays_told[slot] = -1
+                    continue
+                self._tell_delete(topic, p, d, slot, ("stray", topic, slot))
+        for tp, part in self.doc.parts.items():
+            if tp[0] in self.doc.deleting:
+                continue
+            slots = self.slots.get(tp, {})
+            for d in part.replicas:
+                if d not in live or d in slots or d in part.isr:
+                    continue
+                w = self.dirtable.index_of(d)
+                key = (tp[0], tp[1], d)
+                if w is None or self.lost_tried.get(key) == self.writer_epochs[w]:
+                    continue
+                self.lost_tried[key] = self.writer_epochs[w]
+                _, failed = self._create_replicas(tp[0], {tp[1]: part.replicas},
+                                                  self.doc.configs.get(tp[0], {}), {tp[1]: [d]})
+                if failed:
+                    self.say(f"cannot give back a lost replica: {failed}")

@@ -1,0 +1,175 @@
+"""The log dirs' state file: written to every online log dir at once, read at start.
+
+Part of ``hb-logdirs``. :class:`StateWriters` keeps one thread per log dir;
+:meth:`StateWriters.write_all` hands the encoded document to the thread of
+every dir the document names online, and waits for them together, at most
+``logdirs.state.write.timeout.ms``. Each thread replaces
+``<log dir>/log-dirs-state`` with ``files.write_file_atomically`` (a
+temporary file created exclusively, fsync, rename, fsync of the dir), so a
+crash leaves the old copy or the new one. A dir whose write fails or is
+still running at the deadline is not in the answer: the caller takes it out
+of ``live`` and writes the next document without it. A thread still stuck in
+a write (a hung disk) is given nothing more until that write returns, so a
+stuck dir costs the loop one timeout, never a thread per write.
+
+:func:`read_copies` reads the copy of each dir as hostile input (no link
+followed, a regular file of at most ``STATE_MAX_BYTES``, decoded by the pure
+``replication/localstate.py``) and says, per dir, why a copy is not there.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+
+from hostbroker.errors import HostbrokerError
+from hostbroker.log import files
+
+STATE_FILE = "log-dirs-state"
+
+
+class _Job:
+    __slots__ = ("data", "done", "ok", "error")
+
+    def __init__(self, data: bytes):
+        self.data = data
+        self.done = threading.Event()
+        self.ok = False
+        self.error = ""
+
+
+class _DirWriter:
+    """The thread that writes the state file of one log dir."""
+
+    def __init__(self, dir_id: int, path: str, write: Callable[[str, bytes], None]):
+        self.dir_id = dir_id
+        self.path = path
+        self._write = write
+        self._cond = threading.Condition()
+        self._job: _Job | None = None
+        self._busy = False
+        self._closed = False
+        self.last_error = ""
+        self._thread = threading.Thread(target=self._run, name=f"state-{dir_id}", daemon=True)
+        self._thread.start()
+
+    def submit(self, data: bytes) -> _Job | None:
+        """Queue ``data``; None while the previous write has not returned."""
+        with self._cond:
+            if self._busy or self._job is not None or self._closed:
+                return None
+            job = self._job = _Job(data)
+            self._cond.notify()
+            return job
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while self._job is None and not self._closed:
+                    self._cond.wait()
+                if self._closed:
+                    return
+                job, self._job, self._busy = self._job, None, True
+                path = os.path.join(self.path, STATE_FILE)
+            try:
+                self._write(path, job.data)
+                job.ok = True
+            except (OSError, HostbrokerError) as e:
+                job.error = files.describe(e) if isinstance(e, OSError) else str(e)
+            finally:
+                with self._cond:
+                    self._busy = False
+                    self.last_error = job.error
+                job.done.set()
+
+
+class StateWriters:
+    """One writer thread per log dir (see the module docstring). ``timeout_s`` bounds
+    a whole :meth:`write_all`; ``write`` is ``files.write_file_atomically`` (tests
+    give a slow or failing one: a hung disk cannot be made for real)."""
+
+    def __init__(self, timeout_s: float,
+                 write: Callable[[str, bytes], None] = files.write_file_atomically,
+                 clock: Callable[[], float] = time.monotonic):
+        self.timeout_s = timeout_s
+        self._write = write
+        self._clock = clock
+        self._dirs: dict[int, _DirWriter] = {}
+
+    def set_dir(self, dir_id: int, path: str) -> None:
+        """Write dir ``dir_id``'s copy at ``path`` from now on (a dir given an id, or
+        found at another path)."""
+        writer = self._dirs.get(dir_id)
+        if writer is None:
+            self._dirs[dir_id] = _DirWriter(dir_id, path, self._write)
+        else:
+            with writer._cond:
+                writer.path = path
+
+    def error_of(self, dir_id: int) -> str:
+        """Why the last write to dir ``dir_id`` failed ("" when it did not)."""
+        writer = self._dirs.get(dir_id)
+        return writer.last_error if writer is not None else "no such log dir"
+
+    def write_all(self, doc) -> set[int]:
+        """Write the ``LocalState`` ``doc`` on every dir of ``doc.online``; the ids
+        written within the timeout."""
+        from hostbroker.replication.localstate import encode_state
+
+        return self.write_bytes(encode_state(doc), doc.online)
+
+    def write_bytes(self, data: bytes, ids: Iterable[int]) -> set[int]:
+        """Write ``data`` as the state file of each dir of ``ids`` in parallel; the
+        ids whose write returned without error within ``timeout_s``. An id this
+        object has no dir for, or whose previous write still runs, is not written."""
+        jobs = {}
+        for dir_id in ids:
+            writer = self._dirs.get(dir_id)
+            job = writer.submit(data) if writer is not None else None
+            if job is not None:
+                jobs[dir_id] = job
+        deadline = self._clock() + self.timeout_s
+        written = set()
+        for dir_id, job in jobs.items():
+            if job.done.wait(max(0.0, deadline - self._clock())) and job.ok:
+                written.add(dir_id)
+        return written
+
+    def close(self) -> None:
+        for writer in self._dirs.values():
+            writer.close()
+
+
+def read_copies(dirs: Mapping[int, str]) -> tuple[dict[int, object], dict[int, str]]:
+    """The state file copy of each dir of ``dirs`` (id -> path), decoded, and
+    for each dir without a usable copy one line saying why ("" when the file is
+    absent, which is not damage: a dir that never held one)."""
+    from hostbroker.replication.localstate import STATE_MAX_BYTES, decode_state
+
+    copies: dict[int, object] = {}
+    missing: dict[int, str] = {}
+    for dir_id, path in dirs.items():
+        name = os.path.join(path, STATE_FILE)
+        try:
+            data = files.read_file(name, STATE_MAX_BYTES)
+        except FileNotFoundError:
+            missing[dir_id] = ""
+            continue
+        except OSError as e:
+            missing[dir_id] = f"{name}: {files.describe(e)}"
+            continue
+        if len(data) > STATE_MAX_BYTES:
+            missing[dir_id] = f"{name}: longer than {STATE_MAX_BYTES} bytes"
+            continue
+        try:
+            copies[dir_id] = decode_state(data, name)
+        except (HostbrokerError, ValueError) as e:  # (the decoder's refusals)
+            missing[dir_id] = str(e)
+    return copies, missing

@@ -1,0 +1,416 @@
+"""The loop of ``hb-logdirs`` (what it owns, reads and writes: the package docstring).
+
+Each round: the writers' answers (``dres``), the handlers' admin requests
+(``dreq``), then, on the doorbell or every ``PASS_INTERVAL_S``, a pass:
+
+1. ``live`` = the dirs whose writer has not flagged them offline, whose
+   writer is READY (or was within ``logdirs.writer.grace.ms``) and whose
+   last state write succeeded; per partition, minus a dir whose replica
+   slot is offline or absent.
+2. :func:`.elect.decide` for every partition; the changes are written once
+   for all partitions (:meth:`LogDirsWorker.write_doc`), durable on every dir
+   the document names online. A dir whose write fails leaves ``live`` and the
+   pass is made again without it; when no dir takes the write, nothing
+   changes (as when ZooKeeper cannot be reached).
+3. Every replica whose writer is READY is sent the OP_REPLICA_STATE the
+   document gives it when that differs from what it was last sent: leaders
+   first, then followers, then stopped replicas. A writer replaced since (its
+   board epoch moved) starts its replicas STOPPED, so it is sent them all
+   again once READY.
+4. After a pass that moved a leadership, the table's generation is bumped
+   (admin lock), so handlers look for the serving slot again. The
+   LogDirTable's states and counts are brought up to date.
+
+An OP_REPLICA_STATE not answered is not waited for: what a writer was sent
+is forgotten when it answers with an error or is replaced, and the next pass
+sends it again.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from hostbroker.errors import ErrorCode
+from hostbroker.shm import partitions as ptable
+from hostbroker.shm import procs
+from hostbroker.shm.table import TornSlotError
+from hostbroker.workers import envelopes as env
+from hostbroker.workers.base import Worker
+from hostbroker.workers.logdirs import elect
+from hostbroker.workers.logdirs.admin import Admin
+from hostbroker.workers.logdirs.model import Document, Part
+from hostbroker.workers.logdirs.statefile import StateWriters, read_copies
+
+PASS_INTERVAL_S = 0.1
+TP = tuple[str, int]
+
+
+class LogDirsWorker(Admin, Worker):
+    kind = "logdirs"
+    process_name = "hb-logdirs"
+
+    @property
+    def name(self) -> str:
+        return self.process_name  # one per broker
+
+    def init_process(self) -> None:
+        from hostbroker.shm.adminlock import AdminLock
+        from hostbroker.shm.logdirs import LogDirTable
+        from hostbroker.workers.logdirs.isr import LocalIsrCommits
+
+        super().init_process()
+        plan, config = self.plan, self.config
+        self.table = ptable.PartitionTable.attach(plan.table_name)
+        self.dirtable = LogDirTable.attach(plan.logdirs_name)
+        self.commits = ptable.IsrCommitTable.attach(plan.isr_commits_name)
+        self.lock = AdminLock.attach(plan.admin_lock_key, config["admin.lock.timeout.ms"] / 1000)
+        n = plan.num_writers
+        self.to_writers = [self.sender("dctl", 0, w) for w in range(n)]
+        self.results = [self.receiver("dres", w, 0) for w in range(n)]
+        self.writer_bells = [self.waker("writer", w) for w in range(n)]
+        self.writer_slots = [plan.board_slot("writer", w) for w in range(n)]
+        self.writer_epochs = [self.board.epoch(i) for i in self.writer_slots]
+        self.not_ready_since: dict[int, float] = {}
+        self.requests = [self.receiver("dreq", h, 0) for h in range(plan.num_handlers)]
+        self.answers = [self.sender("dans", 0, h) for h in range(plan.num_handlers)]
+        self.handler_bells = [self.waker("handler", h) for h in range(plan.num_handlers)]
+        self.grace_s = config["logdirs.writer.grace.ms"] / 1000
+        self.writers = StateWriters(config["logdirs.state.write.timeout.ms"] / 1000)
+        for index, dir_id in self.dirtable.ids().items():
+            self.writers.set_dir(dir_id, plan.log_dirs[index])
+        self.write_failed: set[int] = set()  # dirs whose last state write failed
+        self.sent: dict[tuple[str, int, int], tuple] = {}  # (t, p, dir) -> what it was told
+        self.pending: dict[int, tuple] = {}  # token -> (kind, ...) sent to a writer
+        self.next_token = time.monotonic_ns()
+        self.next_pass = 0.0
+        self.slots: dict[TP, dict[int, int]] = {}  # (t, p) -> {dir id: slot}
+        self.slot_states: dict[int, object] = {}  # slot -> its last read
+        self.blocked: set[int] = set()
+        self.frozen = False  # no state file readable while replicas exist: change nothing
+        self.moved = False  # a leadership moved since the last generation bump
+        self.doc = self._load()
+        self.isr = LocalIsrCommits(self, self.table)
+        self.init_admin()
+
+    # -- start ---------------------------------------------------------------
+    def _load(self) -> Document:
+        """The newest state file copy of the online dirs (see docs/storage.md)."""
+        from hostbroker.replication.localstate import newest
+
+        present = {dir_id: self.plan.log_dirs[i] for i, dir_id in self.dirtable.ids().items()
+                   if i not in self.table.offline_log_dirs()}
+        copies, unreadable = read_copies(present)
+        for dir_id, why in sorted(unreadable.items()):
+            if why:
+                self.say(f"log dir id {dir_id}: state file unusable: {why}")
+        self._scan()
+        if not copies:
+            if self.slots:
+                self.frozen = True
+                self.say("no log dir holds a readable state file; replicas across log dirs "
+                         "stay stopped (see docs/storage.md)")
+            return Document(online=sorted(present), dirs=dict(present))
+        state, certain = newest(list(copies.values()))
+        doc = Document.from_state(state)
+        if not certain:
+            self.blocked = set(doc.online) - set(present)
+            for dir_id in sorted(self.blocked):
+                self.say(f"log dir id {dir_id} ({doc.dirs.get(dir_id, '?')}) was online at the "
+                         "last change and is missing: partitions whose ISR names it stay "
+                         "leaderless until it returns or `hostbroker logdirs forget "
+                         f"--log-dir-id {dir_id}`")
+        doc.dirs.update(present)
+        return doc
+
+    def run(self) -> None:
+        self._pass(time.monotonic())
+        self.board.set_state(self.slot, procs.WORKER_READY)
+        self.serve_rings()
+
+    # -- the loop ---------------------------------------------------------------
+    def _timeout(self) -> float:
+        if any(s.pending() for s in self.to_writers) or any(s.pending() for s in self.answers):
+            return 0.01
+        return max(0.0, min(PASS_INTERVAL_S, self.next_pass - time.monotonic()))
+
+    def _cycle(self) -> None:
+        self._take_results()
+        self._take_requests()
+        now = time.monotonic()
+        self._writers_replaced()
+        self._pass(now)  # on the doorbell too: a writer rang for a failure or an ISR
+        self.isr.poll()
+        self.admin_round(now)
+        self._pump()
+
+    def _pump(self) -> None:
+        for w, sender in enumerate(self.to_writers):
+            if sender.pending():
+                sender.pump()
+                self.writer_bells[w].wake()
+        for h, sender in enumerate(self.answers):
+            if sender.pending():
+                sender.pump()
+                self.handler_bells[h].wake()
+
+    def say(self, line: str) -> None:
+        print(f"hostbroker: {self.name}: {line}", file=sys.stderr, flush=True)
+
+    def token(self, what: tuple) -> int:
+        self.next_token += 1
+        self.pending[self.next_token] = what
+        return self.next_token
+
+    # -- writers ---------------------------------------------------------------
+    def _writers_replaced(self) -> None:
+        """A replaced writer starts its dir-placed replicas STOPPED: tell it again."""
+        for w, slot in enumerate(self.writer_slots):
+            epoch = self.board.epoch(slot)
+            if epoch != self.writer_epochs[w]:
+                self.writer_epochs[w] = epoch
+                self.forget_sent(w)
+
+    def forget_sent(self, w: int) -> None:
+        """Writer ``w`` was replaced: what it was sent is lost with its ring."""
+        dir_id = self.dirtable.dir_id(w)
+        for key in [k for k in self.sent if k[2] == dir_id]:
+            del self.sent[key]
+        for told in self.deletions.values():  # (what is left of them: strays, deleted later)
+            told.difference_update([slot for slot in told if slot in self.slot_states
+                                    and self.slot_states[slot].owner == w])
+
+    def writer_ready(self, w: int) -> bool:
+        return self.board.read(self.writer_slots[w]).state == procs.WORKER_READY
+
+    def live_dirs(self, now: float) -> set[int]:
+        """Dir ids that are online, whose writer is READY (or was within the grace),
+        and whose last state write succeeded."""
+        offline = self.table.offline_log_dirs()
+        live = set()
+        for w, dir_id in self.dirtable.ids().items():
+            if w in offline or dir_id in self.write_failed:
+                continue
+            if self.writer_ready(w):
+                self.not_ready_since.pop(w, None)
+            elif now - self.not_ready_since.setdefault(w, now) > self.grace_s:
+                continue
+            live.add(dir_id)
+        return live
+
+    def _take_results(self) -> None:
+        for w, receiver in enumerate(self.results):
+            if not receiver.has_unread():
+                continue
+            for m in receiver.poll():
+                op, token = env.decode_op(m)
+                what = self.pending.pop(token, None)
+                if what is None:
+                    continue
+                try:
+                    answer = env.decode_json(m)
+                    error = int(answer.get("error", -1))
+                except (ValueError, AttributeError, TypeError):
+                    answer, error = {}, -1
+                self.writer_answered(what, error, answer)
+            if receiver.done():
+                self.writer_bells[w].ring()  # it waits for space: always ring
+
+    def writer_answered(self, what: tuple, error: int, answer: dict) -> None:
+        kind = what[0]
+        if kind == "state":
+            _, key, told = what
+            if error != ErrorCode.NONE and self.sent.get(key) == told:
+                del self.sent[key]  # sent again at the next pass
+                self.say(f"{key[0]}-{key[1]} on log dir id {key[2]}: "
+                         f"{answer.get('message') or f'error {error}'}")
+        else:
+            self.admin_answered(what, error, answer)
+
+    # -- the table ---------------------------------------------------------------
+    def _scan(self) -> None:
+        """Where every dir-placed replica's slot is."""
+        try:
+            slots = self.table.scan()
+        except TornSlotError:  # a writer died mid-write; the supervisor repairs the slot
+            return
+        ids = self.dirtable.ids()
+        found: dict[TP, dict[int, int]] = {}
+        states = {}
+        for i, s in slots:
+            if s.placement != ptable.PLACEMENT_LOG_DIRS or s.state == ptable.FREE:
+                continue
+            dir_id = ids.get(s.owner)
+            if dir_id is None:
+                continue
+            found.setdefault((s.name, s.partition), {})[dir_id] = i
+            states[i] = s
+        self.slots, self.slot_states = found, states
+
+    # -- the pass ----------------------------------------------------------------
+    def _pass(self, now: float) -> None:
+        self.next_pass = now + PASS_INTERVAL_S
+        self._scan()
+        if not self.frozen:
+            for _ in range(len(self.plan.log_dirs) + 1):
+                live = self.live_dirs(now)
+                changes = self._decide(live)
+                if not changes:
+                    break
+                old = {tp: (p.leader, p.leader_epoch, list(p.isr), p.version)
+                       for tp, p in self.doc.parts.items() if tp in changes}
+                for tp, new in changes.items():
+                    part = self.doc.parts[tp]
+                    if new.leader != part.leader:
+                        self.moved = True
+                    part.leader, part.leader_epoch = new.leader, new.leader_epoch
+                    part.isr, part.version = list(new.isr), part.version + 1
+                if self.write_doc(live):
+                    break
+                for tp, (leader, epoch, isr, version) in old.items():  # not durable: undone
+                    part = self.doc.parts[tp]
+                    part.leader, part.leader_epoch, part.isr, part.version = (
+                        leader, epoch, isr, version)
+                if not self.writers_left(live):
+                    break
+            self._tell_replicas()
+        if self.moved:
+            self.moved = False
+            with self.lock:
+                self.table.bump_generation()
+        self._update_dirtable()
+
+    def replica_live(self, tp: TP, live: set[int]) -> set[int]:
+        """The dirs of ``live`` where partition ``tp``'s replica is online."""
+        slots = self.slots.get(tp, {})
+        return {d for d in live if d in slots
+                and self.slot_states[slots[d]].state == ptable.ONLINE}
+
+    def _decide(self, live: set[int]) -> dict:
+        changes = {}
+        default = bool(self.config["unclean.leader.election.enable"])
+        for tp, part in self.doc.parts.items():
+            if tp[0] in self.doc.deleting:
+                continue
+            unclean = elect.unclean_of(self.doc.configs.get(tp[0], {}), default)
+            new = elect.decide(part.replicas, part.leader, part.leader_epoch, part.isr,
+                               self.replica_live(tp, live), self.blocked, unclean)
+            if new is not None and (new.leader, new.leader_epoch, list(new.isr)) != (
+                    part.leader, part.leader_epoch, list(part.isr)):
+                changes[tp] = new
+        return changes
+
+    def write_doc(self, live: set[int] | None = None) -> bool:
+        """Write the document (seq + 1) on every online dir: True when durable (written
+        on every dir it names online). A dir whose write fails joins ``write_failed``
+        (out of ``live``); one that failed before and takes this write leaves it."""
+        offline = self.table.offline_log_dirs()
+        online = sorted(d for w, d in self.dirtable.ids().items()
+                        if w not in offline and d not in self.write_failed)
+        retry = sorted(d for w, d in self.dirtable.ids().items()
+                       if w not in offline and d in self.write_failed)
+        self.doc.seq += 1
+        self.doc.online = online
+        written = self.writers.write_bytes(self.doc.encode(), online + retry)
+        for d in retry:
+            if d in written:
+                self.write_failed.discard(d)
+        failed = set(online) - written
+        for d in sorted(failed - self.write_failed):
+            self.say(f"cannot write the state file on log dir id {d}: "
+                     f"{self.writers.error_of(d) or 'timed out'}; it leaves the ISRs")
+        self.write_failed |= failed
+        return bool(online) and not failed
+
+    def writers_left(self, live: set[int]) -> bool:
+        """Whether a write can still be tried: some dir that is not failing."""
+        return any(d not in self.write_failed for d in live)
+
+    def _tell_replicas(self) -> None:
+        """Send every replica on a READY writer what the document gives it, when that
+        is not what it was sent last: leaders first, then followers, then the rest."""
+        orders = []
+        index_of = {d: w for w, d in self.dirtable.ids().items()}
+        offline = self.table.offline_log_dirs()
+        for tp, part in self.doc.parts.items():
+            if tp[0] in self.doc.deleting:
+                continue
+            slots = self.slots.get(tp, {})
+            replica_slots = {str(d): s for d, s in slots.items()}
+            leader_slot = slots.get(part.leader, -1)
+            for d, slot in slots.items():
+                w = index_of.get(d)
+                if w is None or w in offline or not self.writer_ready(w):
+                    continue
+                if d not in part.replicas and d not in part.target:
+                    continue  # a stray: the admin's business
+                role = ("leader" if part.leader == d else
+                        "stopped" if part.leader == -1 or self.frozen
+                        or d in self.blocked else "follower")
+                told = (role, part.leader, part.leader_epoch, leader_slot,
+                        tuple(part.replicas),
+                        tuple(part.isr) if role == "leader" else (), part.version
+                        if role == "leader" else 0)
+                key = (tp[0], tp[1], d)
+                if self.sent.get(key) == told:
+                    continue
+                state = {"slot": slot, "topic": tp[0], "partition": tp[1], "role": role,
+                         "leader": part.leader, "leader_epoch": part.leader_epoch,
+                         "isr": list(part.isr), "isr_version": part.version,
+                         "replicas": list(part.replicas), "delete": False,
+                         "config": self.doc.configs.get(tp[0], {}), "placement": "log_dirs",
+                         "replica_slots": replica_slots, "leader_slot": leader_slot}
+                rank = {"leader": 0, "follower": 1}.get(role, 2)
+                orders.append((rank, w, key, told, state))
+        for _, w, key, told, state in sorted(orders, key=lambda o: o[0]):
+            self.sent[key] = told
+            token = self.token(("state", key, told))
+            self.to_writers[w].send(*env.encode_replica_state(token, state))
+
+    def _update_dirtable(self) -> None:
+        from hostbroker.shm.logdirs import LD_OFFLINE, LD_ONLINE, LD_REOPENING
+
+        offline = self.table.offline_log_dirs()
+        counts = {d: [0, 0, 0, 0] for d in self.dirtable.ids().values()}
+        for tp, slots in self.slots.items():
+            part = self.doc.parts.get(tp)
+            for d, slot in slots.items():
+                c = counts.get(d)
+                if c is None:
+                    continue
+                c[0] += 1
+                if part is not None and part.leader == d:
+                    c[1] += 1
+                    if len(part.isr) < len(part.replicas):
+                        c[2] += 1
+                if self.slot_states[slot].state == ptable.OFFLINE:
+                    c[3] += 1
+        for w, d in self.dirtable.ids().items():
+            s = self.dirtable.read(w)
+            if w in self.reopening:
+                state = LD_REOPENING
+            else:
+                state = LD_OFFLINE if w in offline else LD_ONLINE
+            if w in offline:
+                counts[d][3] = counts[d][0]
+            new = (state, *counts[d])
+            if (s.state, s.replicas, s.leaders, s.under_replicated, s.offline_replicas) != new:
+                self.dirtable.write(w, state=state, replicas=counts[d][0], leaders=counts[d][1],
+                                    under_replicated=counts[d][2],
+                                    offline_replicas=counts[d][3])
+
+    def new_part(self, replicas: list[int]) -> Part:
+        """A new partition's entry: the first replica leads in epoch 0, all in the ISR."""
+        return Part(list(replicas), replicas[0], 0, list(replicas), 0)
+
+    def dir_path(self, dir_id: int) -> str | None:
+        index = self.dirtable.index_of(dir_id)
+        return None if index is None else self.plan.log_dirs[index]
+
+    def device_of(self, dir_id: int) -> int:
+        path = self.dir_path(dir_id)
+        try:
+            return os.stat(path).st_dev if path else -1
+        except OSError:
+            return -1

@@ -1,0 +1,357 @@
+"""Replicas across one broker's log dirs, as their writers keep them
+(``writer_local.py``): the follower's copy from the leader's files, its
+truncation to the leader's log, the leader's HW from its followers' slots,
+the cut-back of a copy the leader moved under, the leader's dir failing
+under a follower, the log dir probe and the reopen.
+
+Two real writers' methods (log dirs 0 and 1, ids 1 and 2) share a real
+partition table, ISR commit table, log dir table and admin lock, driven a
+round step at a time; only the rings and doorbells are stand-ins. The
+leader's epoch moving in the middle of a copy cannot be timed for real in
+one process, so the test moves it from inside the copy (a wrapper of the
+follower's real ``append_copy``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import types
+
+import pytest
+
+from hostbroker.errors import ErrorCode
+from hostbroker.log.config import LogConfig
+from hostbroker.log.logdir import LogDir
+from hostbroker.log.message import encode_message_set
+from hostbroker.log.partition import PartitionLog
+from hostbroker.shm import partitions as ptable
+from hostbroker.shm.adminlock import AdminLock
+from hostbroker.shm.logdirs import LogDirTable
+from hostbroker.shm.partitions import IsrCommitTable, PartitionTable
+from hostbroker.shm.region import broker_prefix, region_name, remove_stale
+from hostbroker.workers import envelopes as env
+from hostbroker.workers import writer_local, writer_replicas
+from hostbroker.workers.base import now_ms
+from hostbroker.workers.flusher import Flusher
+from hostbroker.workers.writer import WriterWorker
+from hostbroker.workers.writer_polls import _NEVER
+from tests.workers import test_writer_deletes as deletes
+from tests.workers.test_writer_deletes import FAR, run_flush_job
+from tests.workers.test_writer_replicas import Clock, Ring
+
+IDS = (1, 2)  # the log dir ids of dirs 0 and 1
+LEAD, FOLLOW = 0, 1  # their slots, in the order of IDS
+_runs = itertools.count()
+
+
+class Bells(dict):
+    def __missing__(self, key):
+        self[key] = Ring()
+        return self[key]
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    c = Clock()
+    monkeypatch.setattr(writer_replicas, "now_ms", c)
+    monkeypatch.setattr(writer_local, "now_ms", c)
+    return c
+
+
+@pytest.fixture
+def pair(tmp_path, clock):
+    token = f"l{os.getpid()}n{next(_runs)}"
+    table = PartitionTable.create(region_name(token, "partitions", 0), 8)
+    commits = IsrCommitTable.create(region_name(token, "isr_commits", 0), 8)
+    logdirs = LogDirTable.create(region_name(token, "logdirs", 0), list(IDS))
+    lock = AdminLock.create(timeout=2.0)
+    dirs = [str(tmp_path / "d0"), str(tmp_path / "d1")]
+    writers = []
+    for index, path in enumerate(dirs):
+        os.mkdir(path)
+        with open(os.path.join(path, writer_local.DIR_ID_FILE), "w") as f:
+            f.write(f"{IDS[index]}\n")
+        writers.append(_writer(index, path, dirs, table, commits, logdirs, lock, clock))
+    yield writers
+    for w in writers:
+        w._local_forget(FOLLOW)
+        w.logdir.close()
+    table.close()
+    commits.close()
+    logdirs.close()
+    lock.remove()
+    remove_stale(broker_prefix(token))
+
+
+def _writer(index, path, dirs, table, commits, logdirs, lock, clock):
+    w = WriterWorker.__new__(WriterWorker)
+    w.index, w.path, w.name = index, path, f"hb-writer-{index}"
+    w.plan = types.SimpleNamespace(log_dirs=dirs)
+    w.defaults = LogConfig()
+    w.table, w.lock = table, lock
+    w.logdir = LogDir.open(path, w.defaults, now_ms)
+    w.offline, w.appended = False, 0
+    w.slots, w.published, w.dirty, w.waiters = {}, {}, set(), []
+    w.flushing, w.undeletable, w.retention_stuck = {}, {}, set()
+    w.direct, w.waiters_answered = [], set()
+    w.senders = [deletes.Recorder()]
+    w.answer_rings = []
+    w.flusher = Flusher(deletes.Bell())
+    w.counted = []
+    w.count = lambda counter, n=1: w.counted.append((counter, n))
+    w.wait_ns = 0
+    w.broker_id = 0
+    w.books, w.isr_pending, w.start_hws, w.hw_checkpoint = {}, set(), {}, None
+    w.leading = set()
+    w.lag_ms, w.lag_bytes = 10_000, 1 << 20
+    w.isr_check_ms = clock() + 1000
+    w.isr_commits = commits
+    w.rres, w.replica_bell = Ring(), Ring()
+    w.polls, w.polls_held, w.polls_new, w.polls_deadline = {}, 0, set(), _NEVER
+    w.max_polls, w.max_response_bytes = 10, 1 << 20
+    # what _init_local sets up, with stand-in doorbells
+    w.local_following, w.local_sources, w.local_epochs = set(), {}, {}
+    w.local_bases, w.local_backoff, w.local_restarts = {}, {}, {}
+    w.writer_bells = Bells()
+    w.local_recheck_ms = 0
+    w.fetch_max_bytes, w.fetch_backoff_ms = 1 << 20, 1000
+    w.check_interval_ms = 200
+    w.next_probe_ms = clock()
+    w.logdirs = logdirs
+    w.logdirs_bell = Ring()
+    w.dir_marks = w._dir_marks()
+    return w
+
+
+def create(pair, topic="r", config=None):
+    """What hb-logdirs' create does: a partition dir on each log dir, marked
+    placed on log dirs, and a slot for each replica claimed STOPPED."""
+    for w in pair:
+        PartitionLog.create(w.path, topic, 0, 1, config or {}, w.defaults, now_ms,
+                            replicated=True, placement="log_dirs").close()
+        w.table.claim_replica(w.index, list(IDS), placement=ptable.PLACEMENT_LOG_DIRS,
+                              state=ptable.ONLINE, name=topic, partition=0, owner=w.index,
+                              start_offset=0, end_offset=0, flushed_offset=0,
+                              segment_generation=1)
+
+
+def state(w, role, epoch, leader=IDS[0], topic="r", isr=IDS, **extra):
+    slot = w.index
+    request = {"slot": slot, "topic": topic, "partition": 0, "role": role, "leader": leader,
+               "leader_epoch": epoch, "isr": list(isr), "isr_version": 0,
+               "replicas": list(IDS), "delete": False, "config": {},
+               "placement": "log_dirs", "replica_slots": {str(i): s for s, i in enumerate(IDS)},
+               "leader_slot": ptable.NO_SLOT if role != "follower" else IDS.index(leader),
+               **extra}
+    return w._replica_state(request)
+
+
+def produce(w, token, data, acks=-1, topic="r"):
+    out = []
+    head, body = env.encode_append(token, w.index, topic, 0, 0, acks, 1, FAR, data)
+    w._append(0, memoryview(head + body), out, set())
+    w._publish(w.index, w.slots[w.index])
+    return out
+
+
+def follow(w):
+    touched = set()
+    w._follow_local(touched)
+    for slot in touched:
+        w._publish(slot, w.slots[slot])
+    return touched
+
+
+def lead_round(w, clock):
+    w._local_positions(clock(), set(w.leading))
+    moved = w._replicas_round(clock())
+    w._answer_waiters()
+    return moved
+
+
+def files(w):
+    path = w.slots[w.index].path
+    return {n: open(os.path.join(path, n), "rb").read()
+            for n in sorted(os.listdir(path)) if n.endswith(".kafka")}
+
+
+def test_a_follower_copies_and_the_leader_answers_acks_all_from_its_slot(pair, clock):
+    lead, fol = pair
+    create(pair)
+    assert state(lead, "leader", 1) == {"error": 0}
+    assert state(fol, "follower", 1) == {"error": 0}
+    assert lead.books[LEAD].me == 1 and fol.books[FOLLOW].me == 2
+    assert fol.table.read(FOLLOW).leader_slot == LEAD
+    data = encode_message_set([b"m" * 100, b"n" * 100])
+    produce(lead, 7, data)
+    lead._flush([LEAD])
+    run_flush_job(lead)
+    assert lead.senders[0].results == []  # the follower has not copied it
+    lead_round(lead, clock)
+    assert lead.senders[0].results == []
+    assert follow(fol) == {FOLLOW}
+    assert fol.table.read(FOLLOW).fetch_epoch == 1
+    assert fol.writer_bells[0].sent == [] or True  # rung (a stand-in)
+    assert files(fol) == files(lead)
+    assert lead_round(lead, clock) == {LEAD}
+    assert lead.senders[0].results == [(7, ErrorCode.NONE, 0, len(data))]
+    assert lead.table.read(LEAD).high_watermark == len(data)
+    follow(fol)  # the follower takes the leader's HW
+    assert fol.table.read(FOLLOW).high_watermark == len(data)
+
+
+def test_a_follower_copies_segment_by_segment(pair, clock):
+    lead, fol = pair
+    create(pair, config={"segment.bytes": "1024"})
+    state(lead, "leader", 1)
+    state(fol, "follower", 1)
+    for i in range(20):
+        produce(lead, i, encode_message_set([b"%02d" % i * 40]), acks=1)
+    assert len(lead.slots[LEAD].segment_bases) > 2
+    for _ in range(40):
+        if not follow(fol):
+            break
+    assert fol.slots[FOLLOW].log_end_offset == lead.slots[LEAD].log_end_offset
+    assert files(fol) == files(lead)
+
+
+def test_a_follower_far_behind_catches_up_in_whole_entries(pair, clock):
+    lead, fol = pair
+    create(pair)
+    state(lead, "leader", 1)
+    state(fol, "follower", 1)
+    fol.fetch_max_bytes = 250
+    for i in range(10):
+        produce(lead, i, encode_message_set([b"c" * 90]), acks=1)
+    rounds = 0
+    while fol.slots[FOLLOW].log_end_offset < lead.slots[LEAD].log_end_offset:
+        assert follow(fol)
+        rounds += 1
+    assert rounds > 3 and files(fol) == files(lead)
+
+
+def test_a_follower_cuts_what_the_new_leader_never_had(pair, clock):
+    """Dir 1 led epoch 1 and appended what nobody copied; dir 0 leads epoch
+    2: dir 1 cuts its log to where epoch 1 ends in dir 0's, then copies."""
+    lead, fol = pair
+    create(pair)
+    shared = encode_message_set([b"s" * 60])
+    state(fol, "leader", 1, leader=IDS[1])
+    produce(fol, 1, shared, acks=1)
+    state(lead, "follower", 1, leader=IDS[1])
+    follow(lead)  # dir 0 copies the shared entry
+    produce(fol, 2, encode_message_set([b"lost" * 30]), acks=1)  # never copied
+    assert state(lead, "leader", 2) == {"error": 0}
+    produce(lead, 3, encode_message_set([b"new" * 20]), acks=1)
+    assert state(fol, "follower", 2) == {"error": 0}
+    assert fol.table.read(FOLLOW).fetch_epoch == -1
+    follow(fol)
+    assert fol.table.read(FOLLOW).fetch_epoch == 2
+    assert files(fol) == files(lead)
+    assert fol.books[FOLLOW].epochs.entries == lead.books[LEAD].epochs.entries
+
+
+def test_a_copy_the_leader_moved_under_is_cut_back(pair, clock):
+    lead, fol = pair
+    create(pair)
+    state(lead, "leader", 1)
+    state(fol, "follower", 1)
+    produce(lead, 1, encode_message_set([b"a" * 50]), acks=1)
+    follow(fol)
+    produce(lead, 2, encode_message_set([b"b" * 50]), acks=1)
+    plog = fol.slots[FOLLOW]
+    real = plog.append_copy
+    before = plog.log_end_offset
+
+    def copy_then_leader_moves(*args, **kwargs):
+        got = real(*args, **kwargs)
+        state(lead, "leader", 2)  # a new epoch while the copy ran
+        return got
+
+    plog.append_copy = copy_then_leader_moves
+    follow(fol)
+    del plog.append_copy
+    assert plog.log_end_offset == before  # the copy was undone
+    assert fol.table.read(FOLLOW).fetch_epoch == -1
+    assert fol.table.read(FOLLOW).end_offset == before
+    state(fol, "follower", 2)
+    follow(fol)
+    assert files(fol) == files(lead)
+
+
+def test_the_leaders_dir_failing_is_not_the_followers(pair, clock):
+    lead, fol = pair
+    create(pair, config={"segment.bytes": "1024"})
+    state(lead, "leader", 1)
+    state(fol, "follower", 1)
+    for i in range(12):
+        produce(lead, i, encode_message_set([b"f" * 200]), acks=1)
+    bases = lead.slots[LEAD].segment_bases
+    os.unlink(lead.slots[LEAD].segment_path(bases[0]))  # the leader's file is gone
+    assert not follow(fol)
+    assert not fol.offline and fol.table.read(FOLLOW).state == ptable.ONLINE
+    assert FOLLOW in fol.local_backoff
+    assert any(c == writer_local.procs.ERRORS for c, _ in fol.counted)
+    clock.ms += 5  # within the backoff: not tried again
+    assert not follow(fol)
+
+
+def test_a_leader_only_counts_a_follower_cut_to_its_epoch(pair, clock):
+    lead, fol = pair
+    create(pair)
+    state(lead, "leader", 3)
+    state(fol, "follower", 3)
+    produce(lead, 1, encode_message_set([b"q" * 10]))
+    lead._flush([LEAD])
+    run_flush_job(lead)
+    # the follower's slot says its end is the leader's, but not cut in epoch 3
+    fol.table.write(FOLLOW, end_offset=lead.slots[LEAD].log_end_offset, fetch_epoch=2)
+    lead_round(lead, clock)
+    assert lead.table.read(LEAD).high_watermark == 0
+    assert lead.senders[0].results == []
+
+
+def test_a_cluster_state_is_refused_for_a_dir_placed_replica(pair, clock):
+    lead, _ = pair
+    create(pair)
+    got = lead._replica_state({"slot": LEAD, "topic": "r", "partition": 0, "role": "leader",
+                               "leader": 0, "leader_epoch": 1, "isr": [0], "replicas": [0]})
+    assert got["error"] == ErrorCode.INVALID_REQUEST and "placed on log dirs" in got["message"]
+    bad = state(lead, "leader", 1, replica_slots={"1": 99})
+    assert bad["error"] == ErrorCode.INVALID_REQUEST
+    assert lead.table.read(LEAD).role == ptable.ROLE_STOPPED
+
+
+def test_a_replaced_or_removed_log_dir_goes_offline_at_the_probe(pair, clock):
+    lead, fol = pair
+    create(pair)
+    state(lead, "leader", 1)
+    lead._probe_dir(clock())
+    assert not lead.offline
+    os.rename(lead.path, lead.path + ".old")  # pulled, and another disk mounted there
+    os.mkdir(lead.path)
+    clock.ms += 200
+    lead._probe_dir(clock())
+    assert lead.offline and lead.table.read(LEAD).state == ptable.OFFLINE
+    assert 0 in lead.table.offline_log_dirs()
+    os.rmdir(lead.path)
+    os.rename(lead.path + ".old", lead.path)
+    # an id file replaced whole (another dir's) is noticed too
+    id_file = os.path.join(fol.path, writer_local.DIR_ID_FILE)
+    os.replace(id_file, id_file + ".x")
+    with open(id_file, "w") as f:
+        f.write("9\n")
+    fol.next_probe_ms = 0
+    fol._probe_dir(clock())
+    assert fol.offline
+
+
+def test_an_offline_writer_exits_to_reopen_its_dir(pair, clock):
+    lead, fol = pair
+    assert lead._dir_reopen({"dir_id": 1}) == {"error": 0, "reopening": False}
+    assert lead.reopen_exit is None
+    lead._go_offline(OSError(5, "Input/output error"))
+    assert lead._dir_reopen({"dir_id": 1}) == {"error": 0, "reopening": True}
+    assert lead.reopen_exit == writer_local.EXIT_REOPEN and lead.stopping
+    assert lead._dir_reopen({"dir": 1})["error"] == ErrorCode.INVALID_REQUEST
