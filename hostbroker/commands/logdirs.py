@@ -45,6 +45,7 @@ from hostbroker.commands import (
 # DIR_OFFLINE, DIR_MISSING), as the tools print it
 STATE_NAMES = {0: "online", 1: "offline", 2: "missing"}
 ONLINE = "online"
+MISSING = "missing"
 MISSING_PREFIX = "missing:"
 MAX_DIR_ID = 2**31 - 1
 MAX_PATH_CHARS = 4096
@@ -82,14 +83,16 @@ class LogDir:
 class DirNames:
     """The broker's log dirs by id and by path, from METADATA v2's dir table.
 
-    A dir with a path is named by it; one without (missing, and the broker
-    knows no path) is ``missing:<id>``, as is an id the table does not hold.
+    A configured dir (online or offline) is named by its path. A missing one
+    is ``missing:<id>``, as is an id the table does not hold: the path a
+    missing dir was last seen at may be a new disk's now, under another id.
     """
 
     def __init__(self, dirs: Iterable[LogDir]):
         self.dirs = sorted(dirs, key=lambda d: d.dir_id)
         self.by_id = {d.dir_id: d for d in self.dirs}
-        self.by_path = {os.path.normpath(d.path): d.dir_id for d in self.dirs if d.path}
+        self.by_path = {os.path.normpath(d.path): d.dir_id for d in self.dirs
+                        if d.path and d.state != MISSING}
 
     @classmethod
     def from_response(cls, response) -> DirNames:
@@ -98,7 +101,7 @@ class DirNames:
 
     def name(self, dir_id: int) -> str:
         found = self.by_id.get(dir_id)
-        if found is None or not found.path:
+        if found is None or not found.path or found.state == MISSING:
             return f"{MISSING_PREFIX}{dir_id}"
         return found.path
 
@@ -107,14 +110,15 @@ class DirNames:
 
     def state(self, dir_id: int) -> str:
         found = self.by_id.get(dir_id)
-        return found.state if found is not None else "missing"
+        return found.state if found is not None else MISSING
 
     def id_of(self, path: str, where: str) -> int:
         """The id of the dir at ``path``; a one-line refusal (status 1) naming
         ``where`` and the broker's dirs for a path the broker does not have."""
         found = self.by_path.get(os.path.normpath(path))
         if found is None:
-            known = ", ".join(d.path for d in self.dirs if d.path) or "none"
+            known = ", ".join(d.path for d in self.dirs
+                              if d.path and d.state != MISSING) or "none"
             raise CommandError(f"{where}: {path} is not a log dir of the broker "
                                f"(its log dirs: {known})")
         return found

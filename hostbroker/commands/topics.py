@@ -192,7 +192,7 @@ class _Replicas:
         from hostbroker.commands.logdirs import partition_is_short
 
         found = self.parts.get((topic, p.partition))
-        if found is None:
+        if found is None or not found.replica_dirs:  # (or its dir's id is not known)
             plain = [p.log_dir] if p.log_dir else []
             return {"leader": p.log_dir, "replicas": plain, "isr": plain, "leader_epoch": -1,
                     "under_replicated": False}

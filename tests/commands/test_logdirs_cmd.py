@@ -74,6 +74,15 @@ def test_dirs_are_named_by_path_and_a_dir_without_one_as_missing():
     assert names.id_of("/srv/d4", "x") == 4 and names.id_of("/srv/d1/./", "x") == 1
 
 
+def test_a_missing_dir_is_named_by_id_even_where_a_new_disk_took_its_path():
+    # a dead disk's id (2) stays in the replication state at its old path; the new
+    # disk mounted there got id 5
+    names = DirNames([LogDir(1, "/srv/d1", "online"), LogDir(2, "/srv/d2", "missing"),
+                      LogDir(5, "/srv/d2", "online")])
+    assert names.names([2, 5, 1]) == ["missing:2", "/srv/d2", "/srv/d1"]
+    assert names.id_of("/srv/d2", "x") == 5
+
+
 def test_a_path_the_broker_lacks_or_a_dir_not_online_is_one_line():
     names = DirNames.from_response(answer())
     with pytest.raises(CommandError) as unknown:
