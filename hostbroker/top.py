@@ -52,11 +52,8 @@ def attach_log_dirs(config: Config) -> LogDirTable | None:
     """The running broker's log dir table (read-only), or None for a broker
     without one."""
     plan = BrokerPlan.from_config(config)
-    name = getattr(plan, "logdirs_name", None)
-    if name is None:
-        return None
     try:
-        return LogDirTable.attach(name, readonly=True)
+        return LogDirTable.attach(plan.logdirs_name, readonly=True)
     except FileNotFoundError:
         return None
 
