@@ -52,7 +52,8 @@ def add_client_target(parser: argparse.ArgumentParser) -> None:
     """--bootstrap URI, or --zookeeper for cluster mode; both together: one line, status 2."""
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--bootstrap", metavar="URI",
-                       help=f"broker: tcp://HOST:PORT or unix:///PATH (default {DEFAULT_BOOTSTRAP})")
+                       help=f"broker: tcp://HOST:PORT or unix:///PATH "
+                            f"(default {DEFAULT_BOOTSTRAP})")
     group.add_argument("--zookeeper", metavar="HOST:PORT[,...][/CHROOT]",
                        help="cluster mode: the brokers registered in this ZooKeeper "
                             "(instead of --bootstrap)")
