@@ -200,9 +200,6 @@ def test_a_bad_dir_reassignment_file_is_a_usage_error(tmp_path, dirs, needle):
      "hostbroker topics create: --replication-factor must be 1 to 8"),
     (("topics", "create", "--topic", "t", "--replication-factor", "0"),
      "hostbroker topics create: --replication-factor must be 1 to 8"),
-    (("reassign", "verify", "--reassignment-json-file", "f"),
-     "hostbroker reassign verify: needs --zookeeper (brokers) or --bootstrap (the log dirs of "
-     "a standalone broker)"),
     (("reassign", "generate", "--topics-to-move-json-file", "f", "--broker-list", "1"),
      "hostbroker reassign generate: --broker-list does not go with --bootstrap"),
     (("reassign", "generate", "--topics-to-move-json-file", "f"),
@@ -224,12 +221,16 @@ def test_usage_errors_are_one_line_before_any_connection(tmp_path, args, line):
     assert one_line_error(result) == line
 
 
-def test_dir_list_does_not_go_with_zookeeper(tmp_path):
+def test_reassign_names_brokers_or_a_broker_and_dir_list_goes_with_bootstrap(tmp_path):
     result = hostbroker("reassign", "generate", "--zookeeper", "127.0.0.1:1",
                         "--topics-to-move-json-file", "f", "--dir-list", "/a", timeout=30)
     assert result.returncode == EXIT_USAGE
     assert one_line_error(result) == ("hostbroker reassign generate: --dir-list does not go "
                                       "with --zookeeper")
+    neither = hostbroker("reassign", "verify", "--reassignment-json-file", "f", timeout=30)
+    assert neither.returncode == EXIT_USAGE
+    assert one_line_error(neither) == ("hostbroker reassign verify: needs --zookeeper (brokers) "
+                                       "or --bootstrap (the log dirs of a standalone broker)")
 
 
 # -- hostbroker top ------------------------------------------------------------------
