@@ -225,7 +225,7 @@ def _admin(client, action: int, path: str | None, dir_id_value: int) -> None:
 
 def online(path: str, *, bootstrap: str = DEFAULT_BOOTSTRAP, out: TextIO = sys.stdout) -> int:
     """Bring the offline log dir at ``path`` back; the broker answers once its
-    writer has opened the dir again."""
+    writer has opened the dir again (at once for a dir that is online)."""
     from hostbroker.protocol.logdirs import ACTION_ONLINE, NO_DIR
 
     path = dir_path(path, "--log-dir")
@@ -234,8 +234,10 @@ def online(path: str, *, bootstrap: str = DEFAULT_BOOTSTRAP, out: TextIO = sys.s
         response = metadata_v2(client)
     names = DirNames.from_response(response) if response is not None else DirNames(())
     found = names.by_path.get(path)
-    where = f" (id {found}, {names.state(found)})" if found is not None else ""
-    print(f"log dir {path} brought back{where}", file=out)
+    if found is None:  # (an older answer, or a path relative to the broker's directory)
+        print(f"log dir {path} is online", file=out)
+    else:
+        print(f"log dir {path} is {names.state(found)} (id {found})", file=out)
     return EXIT_OK
 
 

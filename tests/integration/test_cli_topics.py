@@ -222,3 +222,36 @@ def test_reassign_empties_a_log_dir_and_verify_says_done(dirs_broker, tmp_path):
     assert refused.returncode == 1
     assert one_line_error(refused).startswith(
         "hostbroker reassign execute: moved-0: /nowhere is not a log dir of the broker")
+
+
+def test_logdirs_online_and_forget_answer_in_one_line_and_top_lists_the_dirs(dirs_broker):
+    broker, dirs = dirs_broker
+    b = ("--bootstrap", broker.unix)
+    # a dir that is online: nothing to reopen, said so
+    done = hostbroker("logdirs", "online", *b, "--log-dir", dirs[1] + "/")
+    assert done.returncode == 0, done.stderr
+    ids = {d["path"]: d["id"] for d in json.loads(
+        hostbroker("logdirs", "list", *b, "--json").stdout)["log_dirs"]}
+    assert lines(done) == [f"log dir {dirs[1]} is online (id {ids[dirs[1]]})"]
+    elsewhere = hostbroker("logdirs", "online", *b, "--log-dir", "/nowhere")
+    assert elsewhere.returncode == 1
+    assert "LOG_DIR_NOT_FOUND" in one_line_error(elsewhere)
+    unknown = hostbroker("logdirs", "forget", *b, "--log-dir-id", str(max(ids.values()) + 7))
+    assert unknown.returncode == 1 and "LOG_DIR_NOT_FOUND" in one_line_error(unknown)
+    live = hostbroker("logdirs", "forget", *b, "--log-dir-id", str(ids[dirs[0]]))
+    assert live.returncode == 1 and "is online" in one_line_error(live)
+
+    assert hostbroker("topics", "create", *b, "--topic", "watched", "--replication-factor",
+                      "3").returncode == 0
+    watched = _describe(broker, "watched")["topics"][0]["partitions"][0]
+    _poll(lambda: not _describe(broker, "watched")["topics"][0]["partitions"][0][
+        "under_replicated"], 10, "watched's ISR whole")
+    out = hostbroker("top", "--json", "--interval", "0.1", "--iterations", "1",
+                     "--set", f"log.dirs={broker.settings['log.dirs']}")
+    assert out.returncode == 0, out.stderr
+    reading = json.loads(out.stdout.splitlines()[-1])
+    assert [(d["path"], d["id"], d["state"]) for d in reading["log_dirs"]] == [
+        (d, ids[d], "online") for d in dirs]
+    assert reading["under_replicated_partitions"] == []
+    assert "logdirs" in {w["kind"] for w in reading["workers"]}
+    assert watched["leader"] in dirs
