@@ -92,7 +92,8 @@ def add_topics(sub) -> None:
     add_client_target(listing)
     listing.set_defaults(func=_topics_list)
     describe = actions.add_parser(
-        "describe", help="partitions of topics: broker, log start/end offsets, log dir, error",
+        "describe", help="partitions of topics: broker, log start/end offsets, log dir, "
+                         "replicas and ISR by log dir, error",
         description="Describe the named topics, or every topic. Exit status 1 if a named "
                     "topic does not exist.")
     add_client_target(describe)
