@@ -272,6 +272,10 @@ def verify(reassignment_file: str, *, zookeeper: str, out: TextIO = sys.stdout,
 _DIRS = "log_dirs"
 
 
+def _code_name(code) -> str:
+    return getattr(code, "name", f"error code {code}")
+
+
 def _dir_list(text: str) -> list[str]:
     from hostbroker.commands.logdirs import dir_path
 
@@ -438,14 +442,19 @@ def execute_on_dirs(reassignment_file: str, *, bootstrap: str, out: TextIO = sys
             moves.append((topic, p, new))
             before.setdefault(topic, {})[p] = names.names(old)
         answer = client.alter_replica_dirs(moves)
-    if answer.error_code != ErrorCode.NONE:
-        raise BrokerError(answer.error_code, answer.error_message or "")
     refused = [r for r in answer.partitions if r.error_code != ErrorCode.NONE]
+    if answer.error_code != ErrorCode.NONE:
+        # nothing moved; the partitions that made it so, in the same line
+        named = ", ".join(f"{r.topic}-{r.partition} {_code_name(r.error_code)}"
+                          for r in refused[:10] if r.error_code != answer.error_code)
+        more = f" and {len(refused) - 10} more" if len(refused) > 10 else ""
+        raise BrokerError(answer.error_code, (answer.error_message or "")
+                          + (f" ({named}{more})" if named else ""))
     print("Current partition replica assignment (keep it to roll back)", file=out)
     print(_document(before, _DIRS), file=out)
     for r in refused:
-        name = getattr(r.error_code, "name", f"error code {r.error_code}")
-        print(f"hostbroker reassign execute: {r.topic}-{r.partition}: {name}", file=err)
+        print(f"hostbroker reassign execute: {r.topic}-{r.partition}: "
+              f"{_code_name(r.error_code)}", file=err)
     started = len(moves) - len(refused)
     print(f"started the reassignment of {started} partition{'s' if started != 1 else ''}",
           file=out)

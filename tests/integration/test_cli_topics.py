@@ -222,6 +222,18 @@ def test_reassign_empties_a_log_dir_and_verify_says_done(dirs_broker, tmp_path):
     assert refused.returncode == 1
     assert one_line_error(refused).startswith(
         "hostbroker reassign execute: moved-0: /nowhere is not a log dir of the broker")
+    # a topic with one replica is not the broker's to move between dirs: nothing moves,
+    # and the line names the partition that stopped it
+    assert hostbroker("topics", "create", *b, "--topic", "single").returncode == 0
+    single = tmp_path / "single.json"
+    single.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": "moved", "partition": 0, "log_dirs": [dirs[1], dirs[0]]},
+        {"topic": "single", "partition": 0, "log_dirs": [dirs[1]]}]}))
+    stopped = hostbroker("reassign", "execute", *b, "--reassignment-json-file", str(single))
+    assert stopped.returncode == 1 and stopped.stdout == b""
+    line = one_line_error(stopped)
+    assert line.startswith("hostbroker reassign execute: broker error: INVALID_REQUEST: ")
+    assert line.endswith(" (single-0 UNKNOWN_TOPIC_OR_PARTITION)")
 
 
 def test_logdirs_online_and_forget_answer_in_one_line_and_top_lists_the_dirs(dirs_broker):
