@@ -73,7 +73,8 @@ _FETCH_PARTITION_OVERHEAD = 2 + 32767 + 4 + 2 + 8 + 4 + 8
 
 _REPLICATION_REQUESTS = frozenset(replication.REPLICATION_REQUEST_TYPES.values()) \
     | frozenset(logdirs.LOGDIRS_REQUEST_TYPES.values())
-_REPLICATION_RESPONSES = {**replication.REPLICATION_RESPONSE_TYPES, **logdirs.LOGDIRS_RESPONSE_TYPES}
+_REPLICATION_RESPONSES = {**replication.REPLICATION_RESPONSE_TYPES,
+                          **logdirs.LOGDIRS_RESPONSE_TYPES}
 
 
 class NotABrokerError(ProtocolError):

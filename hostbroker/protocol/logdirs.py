@@ -10,8 +10,8 @@ adds a replication factor; ALTER_REPLICA_DIRS moves replicas between dirs;
 LOG_DIR_ADMIN brings a dir back online or forgets a dead one.
 
 Pure, like the rest of the package, and below
-:mod:`hostbroker.protocol.replication`, whose :func:`~hostbroker.protocol.replication.decode_any_request`
-routes these keys and versions here. Bodies live in
+:mod:`hostbroker.protocol.replication`, whose ``decode_any_request`` routes
+these keys and versions here. Bodies live in
 :data:`LOGDIRS_REQUEST_TYPES` and :data:`LOGDIRS_RESPONSE_TYPES`, keyed by
 ``(api_key, api_version)``; :func:`hostbroker.protocol.api.decode_request`
 still answers them UNSUPPORTED_VERSION, so version 0 stays exactly as it was.

@@ -73,6 +73,14 @@ def _check_id(dir_id: int) -> int:
     return dir_id
 
 
+def _check_ids(dir_ids: Sequence[int]) -> list[int]:
+    ids = [_check_id(d) for d in dir_ids]
+    known = [d for d in ids if d != NO_DIR_ID]
+    if len(set(known)) != len(known):
+        raise ValueError(f"log dir ids {ids} name a dir twice")
+    return ids
+
+
 class LogDirTable(SlotTable):
     """One slot per configured log dir (index = writer index)."""
 
@@ -83,6 +91,7 @@ class LogDirTable(SlotTable):
                layout: SlotLayout | None = None) -> "LogDirTable":
         """The table for ``dir_ids`` (``plan.dir_ids``: one per configured log
         dir, -1 for a dir whose id is unknown), filled (:meth:`fill`)."""
+        _check_ids(dir_ids)  # before anything is created
         table = super().create(region_or_name, max(1, len(dir_ids)), layout)
         table.fill(dir_ids)
         return table
@@ -91,10 +100,7 @@ class LogDirTable(SlotTable):
         """Write every dir's id: ONLINE when known, OFFLINE when -1. The
         supervisor's, before the workers start. ValueError for a bad or
         repeated id, or more dirs than slots."""
-        ids = [_check_id(d) for d in dir_ids]
-        known = [d for d in ids if d != NO_DIR_ID]
-        if len(set(known)) != len(known):
-            raise ValueError(f"log dir ids {ids} name a dir twice")
+        ids = _check_ids(dir_ids)
         if len(ids) > self.slot_count:
             raise ValueError(f"{len(ids)} log dirs do not fit {self.slot_count} slots")
         for index, dir_id in enumerate(ids):

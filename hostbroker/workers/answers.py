@@ -417,6 +417,9 @@ class TableAnswers:
 
         def one(slot: int) -> tuple:
             s = read(slot)
+            if slot in placed and (s.state != ptable.ONLINE or s.role != leader_role):
+                served = view.slot(s.name, s.partition)  # (the serving slot, chosen again)
+                s = s if served is None else read(served)
             if slot in replicated:
                 # a replicated partition: its leader, and its log up to the high
                 # watermark; one with replicas across log dirs is this broker's

@@ -63,10 +63,10 @@ def answer_fields(got) -> tuple[ErrorCode, str | None, list]:
     UNKNOWN for what is not an answer, a result that is not ``[topic,
     partition, code]`` left out."""
     if not isinstance(got, dict):
-        return ErrorCode.UNKNOWN, "the log dirs worker gave no answer (it restarted)", []
+        return ErrorCode.UNKNOWN, "hb-logdirs restarted before it answered", []
     code = got.get("error")
     if type(code) is not int or code not in ErrorCode._value2member_map_:
-        return ErrorCode.UNKNOWN, "the log dirs worker gave no valid answer", []
+        return ErrorCode.UNKNOWN, "hb-logdirs gave no valid answer", []
     message = got.get("message")
     if not isinstance(message, str) or not message:
         message = None  # (as a handler's own answers say nothing)

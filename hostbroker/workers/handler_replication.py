@@ -31,10 +31,9 @@ place a handler serves what ``hostbroker.protocol.replication`` decodes
 - METADATA v1: leaders, epochs, replicas and ISR from the partition table,
   the brokers from the peers table.
 
-A partition with replicas across this broker's log dirs (docs/storage.md)
-is ``hb-logdirs``' alone: LEADER_AND_ISR and STOP_REPLICA answer it
-INVALID_REQUEST, a follower's FETCH v1 NOT_LEADER_FOR_PARTITION, and METADATA
-v1 shows it as one partition of this broker in its leader's dir.
+A partition with replicas across log dirs is ``hb-logdirs``' alone (its
+LEADER_AND_ISR, STOP_REPLICA: INVALID_REQUEST; a follower's FETCH v1:
+NOT_LEADER_FOR_PARTITION); METADATA v1 shows it as a plain partition.
 
 Access control is issue 38's: today a LEADER_AND_ISR from any client that
 names the current controller and epoch is taken (docs/cluster.md).
@@ -264,8 +263,7 @@ class Replication:
                     continue  # none here: stopped (or deleted) already
                 s = self.table.read(slot)
                 if s.role == ptable.ROLE_PLAIN or slot in self.view.dirs_placed:
-                    # not a replica, or one hb-logdirs alone stops (docs/storage.md)
-                    results[index][2] = ErrorCode.INVALID_REQUEST
+                    results[index][2] = ErrorCode.INVALID_REQUEST  # not a replica, or hb-logdirs'
                     continue
                 states.append((index, slot, s.owner, {
                     "slot": slot, "topic": s.name, "partition": s.partition,
@@ -377,8 +375,7 @@ class Replication:
         ``replica_id`` is a replica other than this broker."""
         code, slot, s = self._leader_slot(part.topic, part.partition, part.leader_epoch)
         if not code and slot in self.view.dirs_placed:
-            # its followers are this broker's writers, which copy from the files
-            code = ErrorCode.NOT_LEADER_FOR_PARTITION
+            code = ErrorCode.NOT_LEADER_FOR_PARTITION  # (its followers copy the files)
         elif not code and (replica_id == self.broker_id or replica_id not in s.replicas):
             code = ErrorCode.REPLICA_NOT_AVAILABLE  # only a replica of it may move its watermark
         return code, slot, s
@@ -495,20 +492,19 @@ class Replication:
             for partition, slot in enumerate(slots):
                 if slot is None:
                     continue
+                placed = slot in view.dirs_placed
+                if placed:
+                    slot = view.slot(name, partition)  # (its leader's, as it is now)
                 s = self.table.read(slot)
                 code = ErrorCode.STORAGE_ERROR if s.state == ptable.OFFLINE else ErrorCode.NONE
                 log_dir = answers.log_dirs[s.owner]
-                if slot in view.dirs_placed:
-                    # replicas across log dirs: one partition of this broker, in
-                    # the leader's dir (``slot`` serves it, view.slot)
-                    leader = self.broker_id if s.role == ptable.ROLE_LEADER else -1
+                if placed or s.role == ptable.ROLE_PLAIN:
+                    # replicas across log dirs too: one partition of this broker
+                    leader = (-1 if placed and s.role != ptable.ROLE_LEADER else self.broker_id)
                     part = rproto.MetadataPartitionV1(
-                        partition, code, leader, s.leader_epoch, (self.broker_id,),
-                        (self.broker_id,), s.start_offset, s.readable_end, log_dir)
-                elif s.role == ptable.ROLE_PLAIN:
-                    part = rproto.MetadataPartitionV1(
-                        partition, code, self.broker_id, -1, (self.broker_id,),
-                        (self.broker_id,), s.start_offset, s.end_offset, log_dir)
+                        partition, code, leader, s.leader_epoch if placed else -1,
+                        (self.broker_id,), (self.broker_id,), s.start_offset, s.readable_end,
+                        log_dir)
                 else:
                     part = rproto.MetadataPartitionV1(
                         partition, code, s.leader, s.leader_epoch, s.replicas, s.isr_ids,

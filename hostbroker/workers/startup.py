@@ -174,65 +174,35 @@ def resolve_dir_ids(plan) -> None:
     """Set ``plan.dir_ids``: each log dir's id from its ``log-dir-id`` file; a dir
     without one (a fresh disk, or one used before ids) is given the next id above
     every id found and every id the newest state file names (so a fresh disk never
-    takes a dead disk's id), written now. A dir whose id file is bad gets -1 and
-    starts offline (one line). Two dirs holding one id refuse the start."""
-    from hostbroker.errors import StorageError
-    from hostbroker.log.dirids import assign_dir_ids, read_dir_id, write_dir_id
+    takes a dead disk's id), written now (``log/dirids.assign_dir_ids``). A dir
+    whose id file is bad gets -1 and starts offline (one line). Two dirs holding
+    one id refuse the start."""
+    from hostbroker.log.dirids import DuplicateDirIdError, assign_dir_ids
 
-    found: list[int | None] = []
-    bad: set[int] = set()
-    for index, path in enumerate(plan.log_dirs):
-        try:
-            found.append(read_dir_id(path))
-        except StorageError as e:
-            print(f"hostbroker: log dir {path} starts offline: {e}", file=sys.stderr, flush=True)
-            found.append(None)
-            bad.add(index)
-    seen: dict[int, str] = {}
-    for path, dir_id in zip(plan.log_dirs, found):
-        if dir_id is not None and dir_id in seen:
-            raise StartError(f"log.dirs: {seen[dir_id]} and {path} both hold log dir id "
-                             f"{dir_id} (a copied dir?)")
-        if dir_id is not None:
-            seen[dir_id] = path
-    known = _state_file_ids(plan.log_dirs)
-    usable = [path for index, path in enumerate(plan.log_dirs) if index not in bad]
+    def report(line: str) -> None:
+        print(f"hostbroker: {line}", file=sys.stderr, flush=True)
+
     try:
-        assigned = iter(assign_dir_ids(usable, known))
-    except StorageError as e:
-        raise StartError(f"log.dirs: {e}") from None
-    plan.dir_ids = [-1 if index in bad else (next(assigned) or -1)
-                    for index in range(len(plan.log_dirs))]
-    for index, path in enumerate(plan.log_dirs):
-        dir_id = plan.dir_ids[index]
-        if found[index] is not None or dir_id == -1:
-            continue
-        try:
-            if read_dir_id(path) != dir_id:
-                write_dir_id(path, dir_id)
-        except (StorageError, OSError) as e:
-            print(f"hostbroker: log dir {path} starts offline: cannot record its id: {e}",
-                  file=sys.stderr, flush=True)
-            plan.dir_ids[index] = -1
+        ids = assign_dir_ids(plan.log_dirs, _state_file_ids(plan.log_dirs), report)
+    except DuplicateDirIdError as e:
+        raise StartError(str(e)) from None
+    plan.dir_ids = [-1 if dir_id is None else dir_id for dir_id in ids]
 
 
 def _state_file_ids(log_dirs: list[str]) -> set[int]:
     """Every dir id the newest readable state file copy names (empty: none)."""
     from hostbroker.errors import HostbrokerError
-    from hostbroker.replication.localstate import STATE_MAX_BYTES, decode_state, newest
-    from hostbroker.workers.logdirs.model import Document
-    from hostbroker.workers.logdirs.statefile import STATE_FILE
+    from hostbroker.replication.localstate import STATE_FILE, STATE_MAX_BYTES, decode_state
+    from hostbroker.replication.localstate import newest
 
-    copies = []
-    for path in log_dirs:
+    copies = {}
+    for index, path in enumerate(log_dirs):
         name = os.path.join(path, STATE_FILE)
         try:
             data = files.read_file(name, STATE_MAX_BYTES)
             if len(data) <= STATE_MAX_BYTES:
-                copies.append(decode_state(data, name))
-        except (OSError, HostbrokerError, ValueError):
+                copies[index] = decode_state(data, name)
+        except (OSError, HostbrokerError):
             continue  # (hb-logdirs says why when it reads the copies)
-    if not copies:
-        return set()
     state, _ = newest(copies)
-    return Document.from_state(state).known_ids()
+    return set() if state is None else state.known_ids()

@@ -12,10 +12,12 @@ partition)``. The view keeps one *serving slot* for it, the one
 METADATA) looks at that one alone: the ONLINE leader with the highest leader
 epoch; with none, the first ONLINE replica in replica order (it answers
 NOT_LEADER_FOR_PARTITION, retriable); with no replica ONLINE, the first
-(STORAGE_ERROR). A partition found with no leader is looked at again on each
-:meth:`TopicView.slot` until one leads: ``hb-logdirs`` bumps the table's
-generation after moving a leadership, which can come before the new leader's
-writer has taken its role.
+(STORAGE_ERROR). ``hb-logdirs`` bumps the table's generation after moving a
+leadership, but that can come before the writers have taken their new roles
+(the old leader still leading, the new one not yet): so :meth:`TopicView.slot`
+reads a dir-placed partition's serving slot and chooses again whenever it is
+not an ONLINE leader (a read of about a microsecond, only for such
+partitions).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from hostbroker.log.partition_file import read_partition_file
 from hostbroker.log.segments import list_segment_bases, partition_dirname, segment_filename
 from hostbroker.shm import partitions as ptable
 from hostbroker.shm.partitions import PartitionTable
+from hostbroker.shm.table import TornSlotError
 
 _MAX_PATHS = 65536
 _LIVE = (ptable.ONLINE, ptable.OFFLINE, ptable.CREATING)
@@ -40,7 +43,10 @@ def serving_slot(table: PartitionTable, slots: Sequence[int]) -> tuple[int, bool
     that one is an ONLINE leader."""
     best, best_epoch, online = None, -1, None
     for slot in slots:
-        s = table.read(slot)
+        try:
+            s = table.read(slot)
+        except TornSlotError:
+            continue  # (its writer died mid-write: not the one to serve)
         if s.state != ptable.ONLINE:
             continue
         if s.role == ptable.ROLE_LEADER and s.leader_epoch > best_epoch:
@@ -73,11 +79,9 @@ class TopicView:
         # slot is claimed and kept until it is freed)
         self.replicated: frozenset[int] = frozenset()
         # slots of partitions with replicas across log dirs, and each such
-        # partition's slots in replica order; the ones with no leader when last
-        # looked at
+        # partition's slots in replica order
         self.dirs_placed: frozenset[int] = frozenset()
         self._replica_slots: dict[tuple[str, int], tuple[int, ...]] = {}
-        self._leaderless: set[tuple[str, int]] = set()
         self._configs: dict[tuple[int, str], LogConfig] = {}
         self._segments: dict[int, tuple[int, list[int]]] = {}
         self._paths: dict[tuple[int, int], str] = {}  # (slot, base) -> segment file path
@@ -100,14 +104,9 @@ class TopicView:
             if s.role != ptable.ROLE_PLAIN:
                 replicated.append(i)
         self._replica_slots = {}
-        self._leaderless = set()
         for key, found in placed.items():
-            slots = self._replica_order(found)
-            slot, leads = serving_slot(self.table, slots)
-            self._replica_slots[key] = slots
-            if not leads:
-                self._leaderless.add(key)
-            topics.setdefault(key[0], {})[key[1]] = slot
+            slots = self._replica_slots[key] = self._replica_order(found)
+            topics.setdefault(key[0], {})[key[1]] = serving_slot(self.table, slots)[0]
         self.replicated = frozenset(replicated)
         self.dirs_placed = frozenset(i for slots in self._replica_slots.values() for i in slots)
         self.topics = {t: [parts.get(p) for p in range(max(parts) + 1)]
@@ -139,18 +138,13 @@ class TopicView:
         slots = self.topics.get(topic)
         if slots is None or not 0 <= partition < len(slots):
             return None
-        if self._leaderless and (topic, partition) in self._leaderless:
-            return self._serve_again(topic, partition)
-        return slots[partition]
-
-    def _serve_again(self, topic: str, partition: int) -> int:
-        """The serving slot of a dir-placed partition that had no leader, chosen
-        again from the table (kept once one leads)."""
-        key = (topic, partition)
-        slot, leads = serving_slot(self.table, self._replica_slots[key])
-        self.topics[topic][partition] = slot
-        if leads:
-            self._leaderless.discard(key)
+        slot = slots[partition]
+        if slot in self.dirs_placed:
+            s = self.table.read(slot)
+            if s.state != ptable.ONLINE or s.role != ptable.ROLE_LEADER:
+                # (no leader when last chosen, or a leadership moved since)
+                slot = slots[partition] = serving_slot(
+                    self.table, self._replica_slots[(topic, partition)])[0]
         return slot
 
     def replica_slots(self, topic: str, partition: int) -> tuple[int, ...]:

@@ -55,10 +55,10 @@ gives them their roles. This module owns:
   ring it back after a copy; a recheck every ``LOCAL_FOLLOW_RECHECK_MS``
   covers a ring lost to a replaced writer;
 - **the probe** of the log dir every ``log.dir.check.interval.ms``: the
-  dir must keep the ``(st_dev, st_ino)`` it had at open, and so must its
-  ``log-dir-id`` file (it is only ever replaced whole), or the dir goes
-  offline ("log dir removed or replaced"): writes to a pulled disk may
-  still succeed on unlinked inodes;
+  dir must keep the ``(st_dev, st_ino)`` it had at open, and its
+  ``log-dir-id`` must still read the same id, or the dir goes offline ("log
+  dir removed or replaced"): writes to a pulled disk may still succeed on
+  unlinked inodes;
 - the doorbell of ``hb-logdirs``, rung when the dir goes offline and when a
   dir-placed leader wants another ISR.
 
@@ -72,27 +72,25 @@ from __future__ import annotations
 
 import bisect
 import os
-import stat
 import sys
 
 from hostbroker.errors import ErrorCode, StorageError
 from hostbroker.log import message as logmsg
+from hostbroker.log.dirids import DIR_ID_FILE, read_dir_id
 from hostbroker.log.epochs import LeaderEpochCache
 from hostbroker.log.partition import CopySourceError, PartitionLog
 from hostbroker.log.partition_file import PLACEMENT_LOG_DIRS as LOG_DIRS_NAME
 from hostbroker.log.segments import list_segment_bases, partition_dirname, segment_filename
+from hostbroker.replication.truncation import Truncation
 from hostbroker.shm import partitions as ptable
 from hostbroker.shm import procs
 from hostbroker.shm.logdirs import NO_DIR_ID, LogDirTable
 from hostbroker.shm.table import TornSlotError
 from hostbroker.workers import envelopes as env
 from hostbroker.workers.base import now_ms
-from hostbroker.workers.replication.truncation import Truncation
 
 LOCAL_FOLLOW_RECHECK_MS = 100  # followers look at their leaders' slots at least this often
-DIR_ID_FILE = "log-dir-id"
 EXIT_REOPEN = 6  # the writer's exit code after OP_DIR_REOPEN (workers/base.py)
-_DEFAULTS = {"log.dir.check.interval.ms": 200}  # for a config that predates the setting
 
 
 class LocalFollow:
@@ -124,7 +122,7 @@ class LocalFollow:
         self.local_recheck_ms = now_ms() + LOCAL_FOLLOW_RECHECK_MS
         self.fetch_max_bytes = self.config["replica.fetch.max.bytes"]
         self.fetch_backoff_ms = self.config["replica.fetch.backoff.ms"]
-        self.check_interval_ms = self._setting("log.dir.check.interval.ms")
+        self.check_interval_ms = self.config["log.dir.check.interval.ms"]
         self.next_probe_ms = now_ms() + self.check_interval_ms
         name = getattr(self.plan, "logdirs_name", None)
         self.logdirs = LogDirTable.attach(name, readonly=True) if name else None
@@ -133,13 +131,16 @@ class LocalFollow:
             self.dctl = self.receiver("dctl", 0, self.index)
             self.dres = self.sender("dres", self.index, 0)
             self.logdirs_bell = self.waker("logdirs", 0)
-        self.dir_marks = None if self.logdir is None else self._dir_marks()
-
-    def _setting(self, key: str):
-        try:
-            return self.config[key]
-        except KeyError:
-            return _DEFAULTS[key]
+        self.dir_marks = None
+        if self.logdir is not None:
+            try:
+                self.dir_marks = self._dir_marks()
+            except (OSError, StorageError) as e:  # a damaged id file: the dir starts offline
+                print(f"hostbroker: {self.name}: log dir {self.path} is offline: {e}",
+                      file=sys.stderr, flush=True)
+                self.logdir.close()
+                self.logdir, self.offline = None, True
+                self.count(procs.ERRORS)
 
     def _replica_identity(self, plog: PartitionLog) -> tuple[int, int]:
         """``(me, placement)`` of a replica's book: our log dir's id for one
@@ -507,15 +508,11 @@ class LocalFollow:
         return due
 
     # -- the probe ----------------------------------------------------------
-    def _dir_marks(self):
-        """``(st_dev, st_ino)`` of the log dir and of its id file (None: no file)."""
+    def _dir_marks(self) -> tuple[tuple[int, int], int | None]:
+        """``((st_dev, st_ino), id)`` of the log dir (id None: no id file).
+        OSError or StorageError (a bad id file) when it cannot be read."""
         info = os.stat(self.path)
-        try:
-            mark = os.stat(os.path.join(self.path, DIR_ID_FILE), follow_symlinks=False)
-            id_mark = (mark.st_dev, mark.st_ino) if stat.S_ISREG(mark.st_mode) else None
-        except FileNotFoundError:
-            id_mark = None
-        return (info.st_dev, info.st_ino), id_mark
+        return (info.st_dev, info.st_ino), read_dir_id(self.path)
 
     def _probe_dir(self, now: int) -> None:
         """The log dir is still the one opened (module docstring), else offline."""
@@ -524,8 +521,8 @@ class LocalFollow:
         self.next_probe_ms = now + self.check_interval_ms
         try:
             marks = self._dir_marks()
-        except OSError as e:
-            self._go_offline(StorageError(f"log dir removed or replaced: {e.strerror or e}"))
+        except (OSError, StorageError) as e:
+            self._go_offline(StorageError(f"log dir removed or replaced: {e}"))
             return
         if marks[0] != self.dir_marks[0] or \
                 (self.dir_marks[1] is not None and marks[1] != self.dir_marks[1]):

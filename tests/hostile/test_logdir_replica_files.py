@@ -1,9 +1,11 @@
-"""Hostile files of replicas placed on a broker's log dirs (issue 36): a
-``partition.json`` whose ``placement`` is not one this broker writes takes
-only its partition offline, and a dir-placed replica found at start is
-STOPPED, whatever its slot or files say, so it appends nothing a producer
-sends it until the broker gives it a role. Real broker processes; the
-replicas are laid out on disk while the broker is down."""
+"""Hostile files of replicas placed on a broker's log dirs, and a log dir
+replaced under a running broker (issue 36): a ``partition.json`` whose
+``placement`` is not one this broker writes takes only its partition
+offline; a dir-placed replica found at start is STOPPED, whatever its slot
+or files say, so it appends nothing a producer sends it until the broker
+gives it a role; a dir replaced while the broker runs goes offline. Real
+broker processes; the replicas are laid out on disk while the broker is
+down."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from hostbroker.log.partition import PartitionLog
 from tests.hostile.invariants import read_partition
 from tests.integration.broker import Broker
 from tests.integration.wire_helpers import stop_or_kill
+from tests.replication.support import poll
 
 
 @pytest.fixture
@@ -66,3 +69,30 @@ def test_a_bad_placement_or_a_stopped_dir_placed_replica_costs_only_its_own(brok
     placed = os.path.join(log_dir, "placed_0")
     assert os.path.getsize(os.path.join(placed, "00000000000000000000.kafka")) == 0
     assert "log_dirs" in open(os.path.join(placed, "partition.json")).read()
+
+
+def test_a_log_dir_replaced_under_a_running_broker_goes_offline(tmp_path):
+    """A disk pulled and another mounted at its path: writes to the old
+    dir's open files would still succeed, unseen by anyone. The writer's
+    probe (every ``log.dir.check.interval.ms``) sees another dir there and
+    takes its partitions offline: produces answer STORAGE_ERROR instead of
+    being acknowledged into files nobody can read."""
+    broker = Broker(tmp_path, **{"log.dir.check.interval.ms": 50})
+    try:
+        broker.start()
+        log_dir = broker.settings["log.dirs"].split(",")[0]
+        with broker.client() as client:
+            client.create_topic("t", 1)
+            client.produce("t", 0, encode_message_set([b"before"]), acks=1)
+            os.rename(log_dir, log_dir + ".pulled")
+            os.mkdir(log_dir)
+
+            def refused():
+                (result,) = client.produce_many([("t", 0, encode_message_set([b"lost?"]))],
+                                                acks=1, raise_on_error=False)
+                return result.error_code == ErrorCode.STORAGE_ERROR
+
+            poll(refused, 10, "produce refused once the dir is replaced")
+        assert "log dir removed or replaced" in broker.log()
+    finally:
+        stop_or_kill(broker)

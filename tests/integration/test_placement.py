@@ -22,5 +22,5 @@ def test_partitions_go_to_the_log_dir_with_the_fewest(make_broker, tmp_path):
             for p in c.metadata([name]).topics[0].partitions:
                 r = c.produce(name, p.partition, b"\x00\x00\x00\x06\x01\x00\x00\x00\x00\x00")
                 assert r.error_code == 0
-    # writers, the coordinator, handlers, processors, acceptor
-    assert len(broker.workers()) == 3 + 1 + 2 + 2 + 1
+    # writers, the coordinator, handlers, processors, acceptor, hb-logdirs (3 log dirs)
+    assert len(broker.workers()) == 3 + 1 + 2 + 2 + 1 + 1

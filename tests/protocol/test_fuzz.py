@@ -106,3 +106,17 @@ def test_random_stream_into_the_frame_reader(stream, chunk):
                 survives(decode_request, frame)
     except ProtocolError:
         pass
+
+
+@FUZZ
+@given(st.tuples(st.integers(-1, 19), st.integers(-1, 3)).flatmap(
+    lambda key_version: st.binary(max_size=160).map(
+        lambda body: key_version[0].to_bytes(2, "big", signed=True)
+        + key_version[1].to_bytes(2, "big", signed=True) + b"\x00\x00\x00\x01\x00\x00" + body)))
+def test_random_bodies_behind_any_header_the_broker_decodes(frame):
+    """Every decoder the handler runs (replication's decode_any_request routes the
+    group APIs, replication's and those of replicas across log dirs)."""
+    from hostbroker.protocol import logdirs, replication
+
+    survives(replication.decode_any_request, frame)
+    survives(logdirs.decode_request, frame)

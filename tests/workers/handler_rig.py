@@ -112,7 +112,7 @@ class Rig:
         self.dirs = []
         for w in range(len(dir_ids)):
             d = tmp_path / f"d{w}"
-            d.mkdir()
+            d.mkdir(parents=True)
             self.dirs.append(str(d))
         values = {"log.dirs": ",".join(self.dirs), "broker.id": BROKER_ID}
         if cluster:
@@ -129,7 +129,7 @@ class Rig:
                                      logdirs_name=self.logdirs_name,
                                      board_slot=lambda kind, index: 0)
         h = HandlerWorker.__new__(HandlerWorker)
-        h.name, h.index, h.epoch = "hb-handler-0", 0, 1
+        h.index, h.epoch = 0, 1  # (its name: hb-handler-0)
         h.plan, h.config = plan, self.config
         h.table, h.lock = self.table, self.lock
         h.defaults = self.config.log_defaults()
@@ -151,6 +151,7 @@ class Rig:
         h.holds, h.refs_sent = {}, [0] * n
         h.auto_create = True
         h.direct_answers, h.ring_append_min = False, 0
+        h.draining, h.writer_polls = False, False
         h.sender = lambda kind, producer, consumer: Sent(kind)
         h.receiver = lambda kind, producer, consumer: None
         h.waker = lambda kind, index: _Bell()

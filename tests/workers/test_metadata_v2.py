@@ -356,9 +356,10 @@ def test_a_real_broker_creates_serves_and_deletes_a_topic_across_log_dirs(broker
     # the preferred leaders are on distinct dirs (placement balances leaders)
     assert len({p.leader_dir for p in md.topics[0].partitions}) == 2
     for p in (0, 1):
-        c.produce("rt", p, encode_message_set([f"hello-{p}".encode()]), acks=-1)
-        got = c.fetch("rt", p, 0, 1 << 16)
-        assert got.log_end_offset == 1 and f"hello-{p}".encode() in bytes(got.message_set)
+        sent = c.produce("rt", p, encode_message_set([f"hello-{p}".encode()]), acks=-1)
+        got = c.fetch("rt", p, 0, 1 << 16)  # below the high watermark: acks=-1 waited for it
+        assert got.log_end_offset == sent.log_end_offset > 0
+        assert f"hello-{p}".encode() in bytes(got.message_set)
     refused = c.request(lproto.CreateTopicRequestV1("four", 1, (), 4))
     assert (refused.error_code, refused.error_message) == (
         ErrorCode.INVALID_REPLICATION_FACTOR,
@@ -368,3 +369,19 @@ def test_a_real_broker_creates_serves_and_deletes_a_topic_across_log_dirs(broker
         lambda: _v2(c, "rt").topics[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
     assert wait_for(lambda: not any(name.startswith("rt_") for path in paths.values()
                              for name in os.listdir(path)))
+
+
+def test_a_real_broker_auto_creates_with_its_default_replication_factor(tmp_path):
+    b = Broker(tmp_path, log_dirs=",".join(str(tmp_path / f"d{i}") for i in range(2)),
+               default_replication_factor=2).start()
+    try:
+        c = b.client()
+        data = encode_message_set([b"auto"])
+        first = c.produce("auto", 0, data, acks=-1, raise_on_error=False)
+        assert first.error_code == ErrorCode.LEADER_NOT_AVAILABLE  # retriable: being created
+        assert wait_for(lambda: c.produce("auto", 0, data, acks=-1, raise_on_error=False)
+                        .error_code == ErrorCode.NONE)
+        (part,) = _v2(c, "auto").topics[0].partitions
+        assert len(part.replica_dirs) == 2 and part.leader_dir == part.replica_dirs[0]
+    finally:
+        b.stop()

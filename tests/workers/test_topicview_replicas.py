@@ -15,6 +15,7 @@ import pytest
 
 from hostbroker.errors import ErrorCode
 from hostbroker.log.config import LogConfig
+from hostbroker.log.segments import partition_dirname
 from hostbroker.protocol import api
 from hostbroker.shm import partitions as ptable
 from hostbroker.shm.logdirs import LogDirTable
@@ -111,9 +112,28 @@ def test_a_leader_taking_its_role_after_the_generation_moved_is_found(tables):
     table.write(2, role=ptable.ROLE_LEADER, leader=3, leader_epoch=1)  # its writer, no bump
     assert table.generation == generation
     assert view.slot("t", 0) == 2
-    # found once, kept: the old choice is not looked at again
+    # kept while it leads: a replica that says LEADER in an older epoch changes nothing
     table.write(1, role=ptable.ROLE_LEADER, leader=7, leader_epoch=0)
     assert view.slot("t", 0) == 2
+
+
+def test_a_leadership_moved_before_the_old_leader_let_go_is_followed(tables):
+    # a preferred-leader move: hb-logdirs told dir 3 to lead and dir 7 to follow,
+    # and bumped the generation while dir 7's writer still led
+    table = tables[0]
+    claim(table, 0, "t", 0, owner=0, replicas=[3, 7], role=ptable.ROLE_LEADER, leader=7, epoch=4)
+    claim(table, 1, "t", 0, owner=1, replicas=[3, 7], leader=7, epoch=4)
+    table.bump_generation()
+    view = view_of(tables)
+    answers = TableAnswers(view, tables[2], BROKER_ID, ((BROKER_ID, "", -1, ""),), 1 << 20)
+    view.refresh()
+    assert view.slot("t", 0) == 0
+    table.write(0, role=ptable.ROLE_FOLLOWER, leader=3, leader_epoch=5)  # no bump: both
+    table.write(1, role=ptable.ROLE_LEADER, leader=3, leader_epoch=5)  # writers took them
+    # METADATA (which reads the topics' slots in bulk) follows as well
+    (p0,) = answers.metadata(api.MetadataRequest(("t",))).topics[0].partitions
+    assert (p0.broker_id, p0.log_dir) == (BROKER_ID, tables[2][1])
+    assert view.slot("t", 0) == 1
 
 
 def test_with_every_replica_offline_the_first_serves_and_answers_storage_error(tables):
@@ -134,6 +154,7 @@ def test_a_follower_serving_answers_not_leader_and_the_leader_serves_its_high_wa
     table, _, dirs = tables
     claim(table, 0, "t", 0, owner=0, replicas=[7, 3], end=10, hw=6)
     claim(table, 1, "t", 0, owner=1, replicas=[7, 3], end=10, hw=6)
+    os.mkdir(os.path.join(dirs[0], partition_dirname("t", 0)))  # (its segments listed)
     table.bump_generation()
     view = view_of(tables)
     part = types.SimpleNamespace(topic="t", partition=0, offset=0, max_bytes=100)
@@ -155,8 +176,8 @@ def test_metadata_v0_names_this_broker_as_leader_while_a_replica_leads(tables):
     table.bump_generation()
     answers = TableAnswers(view_of(tables), dirs, BROKER_ID, ((BROKER_ID, "", -1, ""),), 1 << 20)
     p0, p1 = answers.metadata(api.MetadataRequest(("t",))).topics[0].partitions
-    assert (p0.partition, p0.leader, p0.log_end_offset, p0.log_dir) == (0, -1, 4, dirs[0])
-    assert (p1.partition, p1.leader, p1.log_end_offset, p1.log_dir) == (1, BROKER_ID, 8, dirs[2])
+    assert (p0.partition, p0.broker_id, p0.log_end_offset, p0.log_dir) == (0, -1, 4, dirs[0])
+    assert (p1.partition, p1.broker_id, p1.log_end_offset, p1.log_dir) == (1, BROKER_ID, 8, dirs[2])
     # the packed frame says the same as the schema codec's answer (and the bulk read too)
     frame, failed = answers.metadata_frame(9, api.MetadataRequest(("t",) * 20))
     assert not failed

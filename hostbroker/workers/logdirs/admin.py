@@ -53,7 +53,8 @@ class Admin:
         self.defaults = self.config.log_defaults()
         self.deletions: dict[str, set] = {}  # topic -> slots told to delete, not answered yet
         self.reopening: dict[int, tuple] = {}  # writer -> (handler, token, path, epoch sent)
-        self.strays_told: dict[int, int] = {}  # slot -> the writer epoch it was told in
+        # (slot, topic, p) -> the writer epoch it was told to delete in
+        self.strays_told: dict[tuple, int] = {}
         self.lost_tried: dict[tuple, int] = {}  # (t, p, dir) -> writer epoch of the last try
 
     # -- requests ------------------------------------------------------------
@@ -138,7 +139,7 @@ class Admin:
         self.doc.configs[topic] = config
         for p, replicas in placed.items():
             self.doc.parts[(topic, p)] = self.new_part(replicas)
-        if not self.write_doc(live):
+        if not self.write_doc():
             del self.doc.configs[topic]
             for p in placed:
                 del self.doc.parts[(topic, p)]
@@ -151,13 +152,15 @@ class Admin:
         return _answer(ErrorCode.NONE, "", results)
 
     def _loads(self, live: set[int]) -> dict:
-        """``DirLoad`` of each dir of ``live`` from the partition table."""
+        """``DirLoad`` of each configured dir from the partition table (usable: in
+        ``live``)."""
         from hostbroker.replication.dirplacement import DirLoad
 
         ids = self.dirtable.ids()
-        replicas = {d: 0 for d in live}
-        leaders = {d: 0 for d in live}
-        size = {d: 0 for d in live}
+        every = set(ids.values()) | live
+        replicas = {d: 0 for d in every}
+        leaders = {d: 0 for d in every}
+        size = {d: 0 for d in every}
         for _, s in self.table.scan():
             d = ids.get(s.owner)
             if d not in replicas or s.state == ptable.FREE:
@@ -166,7 +169,8 @@ class Admin:
             size[d] += max(0, s.end_offset - s.start_offset)
             if s.role == ptable.ROLE_LEADER or s.role == ptable.ROLE_PLAIN:
                 leaders[d] += 1
-        return {d: DirLoad(replicas[d], leaders[d], size[d], self.device_of(d)) for d in live}
+        return {d: DirLoad(replicas[d], leaders[d], size[d], self.device_of(d), d in live)
+                for d in every}
 
     def _create_replicas(self, topic: str, placed: dict, config: dict,
                          only: dict | None = None) -> tuple[list, str]:
@@ -226,7 +230,7 @@ class Admin:
         token = self.token(what)
         self.to_writers[w].send(*env.encode_replica_state(token, {
             "slot": slot, "topic": topic, "partition": p, "delete": True}))
-        self.strays_told[slot] = self.writer_epochs[w]
+        self.strays_told[(slot, topic, p)] = self.writer_epochs[w]
         return True
 
     def admin_answered(self, what: tuple, error: int, answer: dict) -> None:
@@ -280,6 +284,7 @@ class Admin:
             self.dirtable.set_id(w, found)
         self.writers.set_dir(found, wanted)
         self.doc.dirs[found] = wanted
+        self.blocked.discard(found)  # (back: what it holds is a replica's like any other)
         self.dirtable.set_state(w, LD_REOPENING)
         self.reopening[w] = (h, token, wanted, self.writer_epochs[w])
         self.to_writers[w].send(*env.encode_dir_reopen(self.token(("reopen", w)), found))
@@ -334,7 +339,7 @@ class Admin:
             part.target = dirs
             part.replicas = part.replicas + added[tp]
             part.version += 1
-        if not self.write_doc(live):
+        if not self.write_doc():
             return _answer(ErrorCode.STORAGE_ERROR, "cannot write the log dirs' state file")
         for (topic, p), dirs in added.items():
             if dirs:
@@ -363,7 +368,7 @@ class Admin:
                 part.version += 1
                 changed = True
         if changed:
-            self.write_doc(live)
+            self.write_doc()
 
     # -- each round -------------------------------------------------------------
     def admin_round(self, now: float) -> None:
@@ -409,13 +414,14 @@ class Admin:
                 if slot in self.deletions.get(topic, ()):
                     continue  # told already
                 w = self.dirtable.index_of(d)
-                if w is None or self.strays_told.get(slot) == self.writer_epochs[w]:
+                told = (slot, topic, p)
+                if w is None or self.strays_told.get(told) == self.writer_epochs[w]:
                     continue
                 if self.blocked:
-                    if slot not in self.strays_told:
+                    if told not in self.strays_told:
                         self.say(f"{topic}-{p} on log dir id {d} is not assigned; it stays "
                                  "stopped while the state file is uncertain")
-                        self.strays_told[slot] = -1
+                        self.strays_told[told] = -1
                     continue
                 self._tell_delete(topic, p, d, slot, ("stray", topic, slot))
         for tp, part in self.doc.parts.items():

@@ -46,7 +46,7 @@ class LocalIsrCommits(IsrCommits):
                 return None  # a dir joins only while online and its writer READY
         old = (list(part.isr), part.version)
         part.isr, part.version = list(isr), part.version + 1
-        if not worker.write_doc(live):
+        if not worker.write_doc():
             part.isr, part.version = old
             return None
         return part.version

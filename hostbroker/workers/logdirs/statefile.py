@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Mapping
 from hostbroker.errors import HostbrokerError
 from hostbroker.log import files
 
-STATE_FILE = "log-dirs-state"
+STATE_FILE = "log-dirs-state"  # (replication/localstate.py's STATE_FILE)
 
 
 class _Job:

@@ -44,6 +44,7 @@ from hostbroker.workers.logdirs.model import Document, Part
 from hostbroker.workers.logdirs.statefile import StateWriters, read_copies
 
 PASS_INTERVAL_S = 0.1
+RETRY_S = 1.0  # a replica state its writer refused is sent again after this
 TP = tuple[str, int]
 
 
@@ -58,7 +59,6 @@ class LogDirsWorker(Admin, Worker):
     def init_process(self) -> None:
         from hostbroker.shm.adminlock import AdminLock
         from hostbroker.shm.logdirs import LogDirTable
-        from hostbroker.workers.logdirs.isr import LocalIsrCommits
 
         super().init_process()
         plan, config = self.plan, self.config
@@ -67,21 +67,31 @@ class LogDirsWorker(Admin, Worker):
         self.commits = ptable.IsrCommitTable.attach(plan.isr_commits_name)
         self.lock = AdminLock.attach(plan.admin_lock_key, config["admin.lock.timeout.ms"] / 1000)
         n = plan.num_writers
+        self.writer_slots = [plan.board_slot("writer", w) for w in range(n)]
         self.to_writers = [self.sender("dctl", 0, w) for w in range(n)]
         self.results = [self.receiver("dres", w, 0) for w in range(n)]
         self.writer_bells = [self.waker("writer", w) for w in range(n)]
-        self.writer_slots = [plan.board_slot("writer", w) for w in range(n)]
-        self.writer_epochs = [self.board.epoch(i) for i in self.writer_slots]
-        self.not_ready_since: dict[int, float] = {}
         self.requests = [self.receiver("dreq", h, 0) for h in range(plan.num_handlers)]
         self.answers = [self.sender("dans", 0, h) for h in range(plan.num_handlers)]
         self.handler_bells = [self.waker("handler", h) for h in range(plan.num_handlers)]
+        self.setup()
+
+    def setup(self) -> None:
+        """What follows the attaching: the state writers, the document read from
+        the log dirs, the ISR commits and the admin (tests start here, with the
+        tables, board and rings attached)."""
+        from hostbroker.workers.logdirs.isr import LocalIsrCommits
+
+        config = self.config
         self.grace_s = config["logdirs.writer.grace.ms"] / 1000
         self.writers = StateWriters(config["logdirs.state.write.timeout.ms"] / 1000)
         for index, dir_id in self.dirtable.ids().items():
-            self.writers.set_dir(dir_id, plan.log_dirs[index])
+            self.writers.set_dir(dir_id, self.plan.log_dirs[index])
+        self.writer_epochs = [self.board.epoch(i) for i in self.writer_slots]
+        self.not_ready_since: dict[int, float] = {}
         self.write_failed: set[int] = set()  # dirs whose last state write failed
         self.sent: dict[tuple[str, int, int], tuple] = {}  # (t, p, dir) -> what it was told
+        self.refused: dict[tuple[str, int, int], tuple] = {}  # -> (what, when to try again)
         self.pending: dict[int, tuple] = {}  # token -> (kind, ...) sent to a writer
         self.next_token = time.monotonic_ns()
         self.next_pass = 0.0
@@ -112,10 +122,11 @@ class LogDirsWorker(Admin, Worker):
                 self.say("no log dir holds a readable state file; replicas across log dirs "
                          "stay stopped (see docs/storage.md)")
             return Document(online=sorted(present), dirs=dict(present))
-        state, certain = newest(list(copies.values()))
+        state, _ = newest({**{d: None for d in present}, **copies})
         doc = Document.from_state(state)
-        if not certain:
-            self.blocked = set(doc.online) - set(present)
+        # certain: every dir the copy names online is here (none may hold a newer one)
+        self.blocked = set(doc.online) - set(present)
+        if self.blocked:
             for dir_id in sorted(self.blocked):
                 self.say(f"log dir id {dir_id} ({doc.dirs.get(dir_id, '?')}) was online at the "
                          "last change and is missing: partitions whose ISR names it stay "
@@ -194,7 +205,7 @@ class LogDirsWorker(Admin, Worker):
                 continue
             if self.writer_ready(w):
                 self.not_ready_since.pop(w, None)
-            elif now - self.not_ready_since.setdefault(w, now) > self.grace_s:
+            elif now - self.not_ready_since.setdefault(w, now) >= self.grace_s:
                 continue
             live.add(dir_id)
         return live
@@ -221,10 +232,14 @@ class LogDirsWorker(Admin, Worker):
         kind = what[0]
         if kind == "state":
             _, key, told = what
+            if error == ErrorCode.NONE and told[0] == "leader":
+                self.moved = True  # it leads now: handlers look for the serving slot again
             if error != ErrorCode.NONE and self.sent.get(key) == told:
-                del self.sent[key]  # sent again at the next pass
-                self.say(f"{key[0]}-{key[1]} on log dir id {key[2]}: "
-                         f"{answer.get('message') or f'error {error}'}")
+                del self.sent[key]  # sent again after RETRY_S
+                if self.refused.get(key, (None,))[0] != told:
+                    self.say(f"{key[0]}-{key[1]} on log dir id {key[2]}: "
+                             f"{answer.get('message') or f'error {error}'}")
+                self.refused[key] = (told, time.monotonic() + RETRY_S)
         else:
             self.admin_answered(what, error, answer)
 
@@ -266,7 +281,7 @@ class LogDirsWorker(Admin, Worker):
                         self.moved = True
                     part.leader, part.leader_epoch = new.leader, new.leader_epoch
                     part.isr, part.version = list(new.isr), part.version + 1
-                if self.write_doc(live):
+                if self.write_doc():
                     break
                 for tp, (leader, epoch, isr, version) in old.items():  # not durable: undone
                     part = self.doc.parts[tp]
@@ -301,7 +316,7 @@ class LogDirsWorker(Admin, Worker):
                 changes[tp] = new
         return changes
 
-    def write_doc(self, live: set[int] | None = None) -> bool:
+    def write_doc(self) -> bool:
         """Write the document (seq + 1) on every online dir: True when durable (written
         on every dir it names online). A dir whose write fails joins ``write_failed``
         (out of ``live``); one that failed before and takes this write leaves it."""
@@ -331,6 +346,7 @@ class LogDirsWorker(Admin, Worker):
         """Send every replica on a READY writer what the document gives it, when that
         is not what it was sent last: leaders first, then followers, then the rest."""
         orders = []
+        now = time.monotonic()
         index_of = {d: w for w, d in self.dirtable.ids().items()}
         offline = self.table.offline_log_dirs()
         for tp, part in self.doc.parts.items():
@@ -354,6 +370,9 @@ class LogDirsWorker(Admin, Worker):
                         if role == "leader" else 0)
                 key = (tp[0], tp[1], d)
                 if self.sent.get(key) == told:
+                    continue
+                refused = self.refused.get(key)
+                if refused is not None and refused[0] == told and now < refused[1]:
                     continue
                 state = {"slot": slot, "topic": tp[0], "partition": tp[1], "role": role,
                          "leader": part.leader, "leader_epoch": part.leader_epoch,

@@ -1,0 +1,365 @@
+"""hb-logdirs driven pass by pass: creation, failover, state file durability, ISR
+commits, an uncertain state file, deletion and strays.
+
+A real partition table, log dir table, ISR commit table, admin lock and log
+dirs (three tmp dirs); the state files are really written. The writers are not
+running: their rings are stand-ins that keep what hb-logdirs sends, the process
+board is a stand-in whose writer states a test sets, and a test plays the
+writer's part in the table where it matters (a slot that leads, an ISR wanted).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from types import SimpleNamespace
+
+import pytest
+
+from hostbroker.config import Config
+from hostbroker.errors import ErrorCode
+from hostbroker.log.partition import PartitionLog
+from hostbroker.replication.localstate import decode_state
+from hostbroker.shm import partitions as ptable
+from hostbroker.shm import procs
+from hostbroker.shm.adminlock import AdminLock
+from hostbroker.shm.logdirs import LD_OFFLINE, LogDirTable
+from hostbroker.shm.partitions import IsrCommitTable, PartitionTable
+from hostbroker.shm.region import broker_prefix, region_name, remove_stale
+from hostbroker.workers import envelopes as env
+from hostbroker.workers.base import now_ms
+from hostbroker.workers.logdirs import LogDirsWorker
+from hostbroker.workers.logdirs.model import Document, Part
+from hostbroker.workers.logdirs.statefile import STATE_FILE
+
+_runs = itertools.count()
+IDS = [1, 2, 3]
+
+
+class Ring:
+    def __init__(self):
+        self.sent = []
+
+    def send(self, *parts):
+        self.sent.append(b"".join(bytes(p) for p in parts))
+
+    def pump(self):
+        return True
+
+    def pending(self):
+        return False
+
+    def take(self):
+        out = [(env.decode_op(m)[0], env.decode_op(m)[1], env.decode_json(m)) for m in self.sent]
+        self.sent = []
+        return out
+
+
+class Bell:
+    def wake(self, needed=None):
+        pass
+
+    def ring(self):
+        pass
+
+
+class Board:
+    """The process board as hb-logdirs reads it: writer states and epochs."""
+
+    def __init__(self, n):
+        self.states = [procs.WORKER_READY] * n
+        self.epochs = [1] * n
+
+    def read(self, i):
+        return SimpleNamespace(state=self.states[i])
+
+    def epoch(self, i):
+        return self.epochs[i]
+
+
+class Harness:
+    def __init__(self, tmp_path, dir_ids=IDS, **settings):
+        self.token = f"ld{os.getpid()}n{next(_runs)}"
+        self.paths = []
+        for i in range(len(dir_ids)):
+            path = tmp_path / f"d{i}"
+            path.mkdir(exist_ok=True)
+            self.paths.append(str(path))
+        self.table = PartitionTable.create(region_name(self.token, "partitions", 0), 32)
+        self.commits = IsrCommitTable.create(region_name(self.token, "isr_commits", 0), 32)
+        self.dirtable = LogDirTable.create(region_name(self.token, "logdirs", 0), dir_ids)
+        self.lock = AdminLock.create(timeout=2.0)
+        self.board = Board(len(dir_ids))
+        overrides = {"log.dirs": ",".join(self.paths), "logdirs.writer.grace.ms": 0,
+                     **settings}
+        self.config = Config.build(overrides=[f"{k}={v}" for k, v in overrides.items()])
+        self.rings = [Ring() for _ in dir_ids]
+        self.answers = Ring()
+        self.start()
+
+    def start(self):
+        """A (new) hb-logdirs over the same tables and dirs."""
+        w = LogDirsWorker.__new__(LogDirsWorker)
+        w.plan = SimpleNamespace(log_dirs=self.paths, num_writers=len(self.paths))
+        w.config = self.config
+        w.table, w.dirtable, w.commits, w.lock = self.table, self.dirtable, self.commits, self.lock
+        w.board = self.board
+        w.writer_slots = list(range(len(self.paths)))
+        w.to_writers = self.rings
+        w.writer_bells = [Bell() for _ in self.paths]
+        w.results, w.requests = [], []
+        w.answers, w.handler_bells = [self.answers], [Bell()]
+        w.setup()
+        w.isr.wakers = {i: Bell() for i in range(len(self.paths))}
+        self.w = w
+        return w
+
+    def close(self):
+        self.w.writers.close()
+        for t in (self.table, self.commits, self.dirtable):
+            t.close()
+        self.lock.remove()
+        remove_stale(broker_prefix(self.token))
+
+    # -- playing the writers' part -------------------------------------------
+    def states(self):
+        """{(topic, p, dir id): the last OP_REPLICA_STATE sent} and, per writer, the
+        order sent: [(writer, key, body)]."""
+        got, order = {}, []
+        for w, ring in enumerate(self.rings):
+            for op, token, body in ring.take():
+                if op == env.OP_REPLICA_STATE:
+                    key = (body["topic"], body["partition"], self.dirtable.dir_id(w))
+                    got[key] = body
+                    order.append((w, key, body))
+        return got, order
+
+    def apply(self, got):
+        """The writers take their roles (as writer_replicas does, in the slot)."""
+        roles = {"leader": ptable.ROLE_LEADER, "follower": ptable.ROLE_FOLLOWER,
+                 "stopped": ptable.ROLE_STOPPED}
+        for (topic, p, d), body in got.items():
+            if body.get("delete"):
+                self.table.free(body["slot"])
+                continue
+            bits = ptable.isr_bits(body["replicas"], body["isr"])
+            self.table.write(body["slot"], role=roles[body["role"]], leader=body["leader"],
+                             leader_epoch=body["leader_epoch"], isr=bits, isr_wanted=bits,
+                             **ptable.replica_fields(body["replicas"]))
+
+    def copy(self, i):
+        return decode_state(open(os.path.join(self.paths[i], STATE_FILE), "rb").read(), "x")
+
+
+@pytest.fixture
+def h(tmp_path):
+    harness = Harness(tmp_path)
+    yield harness
+    harness.close()
+
+
+def create(h, topic="t", partitions=2, rf=2, config=None):
+    answer = h.w._create(topic, partitions, rf, config or {})
+    assert answer["error"] == ErrorCode.NONE, answer
+    h.w._pass(0.0)
+    got, order = h.states()
+    h.apply(got)
+    return got, order
+
+
+def test_a_created_topic_is_durable_everywhere_before_its_replicas_exist(h):
+    got, order = create(h, partitions=3, rf=2)
+    for i in range(3):
+        copy = h.copy(i)
+        assert set(copy.online) == set(IDS)
+        assert sorted(copy.topics["t"].partitions) == [0, 1, 2]
+    doc = h.w.doc
+    # balanced: 6 replicas on 3 dirs, two each; one leader per dir
+    counts = {d: sum(d in part.replicas for part in doc.parts.values()) for d in IDS}
+    assert counts == {1: 2, 2: 2, 3: 2}
+    assert sorted(part.replicas[0] for part in doc.parts.values()) == IDS
+    for (topic, p), part in doc.parts.items():
+        assert part.leader == part.replicas[0] and part.isr == part.replicas
+        for d in part.replicas:
+            body = got[(topic, p, d)]
+            assert body["placement"] == "log_dirs"
+            assert set(body["replica_slots"]) == {str(r) for r in part.replicas}
+            assert body["role"] == ("leader" if d == part.leader else "follower")
+            slot = body["slot"]
+            s = h.table.read(slot)
+            assert s.placement == ptable.PLACEMENT_LOG_DIRS
+            assert h.dirtable.dir_id(s.owner) == d
+            if body["role"] == "follower":
+                assert body["leader_slot"] == body["replica_slots"][str(part.leader)]
+            meta = json.load(open(os.path.join(h.paths[s.owner], f"t_{p}", "partition.json")))
+            assert meta.get("placement") == "log_dirs"
+    # each writer is told its leaders first
+    for w in range(3):
+        ranks = [body["role"] for to, _, body in order if to == w]
+        assert ranks == sorted(ranks, key=lambda r: r != "leader")
+    # nothing more to say while nothing changes
+    h.w._pass(0.0)
+    assert h.states()[0] == {}
+
+
+def test_refusals(h):
+    assert h.w._create("r", 1, 4, {})["error"] == ErrorCode.INVALID_REPLICATION_FACTOR
+    assert "needs 4 usable log dirs" in h.w._create("r", 1, 4, {})["message"]
+    answer = h.w._create("r", 1, 2, {"min.insync.replicas": "3"})
+    assert answer["error"] == ErrorCode.INVALID_CONFIG
+    assert answer["message"] == "min.insync.replicas 3 is more than the replication factor 2"
+    create(h, "r", 1, 2)
+    assert h.w._create("r", 1, 2, {})["error"] == ErrorCode.TOPIC_ALREADY_EXISTS
+    assert h.w._create("r", 1, 9, {})["error"] == ErrorCode.INVALID_REPLICATION_FACTOR
+
+
+def test_a_dir_that_fails_loses_its_leaderships_to_the_isr_and_leaves_the_copies(h):
+    create(h, partitions=3, rf=2)
+    gen = h.table.generation
+    led = {tp for tp, part in h.w.doc.parts.items() if part.leader == 1}
+    assert led
+    h.table.set_log_dir_offline(0)  # the writer of dir 1 met an I/O error
+    h.w._pass(0.0)
+    got, order = h.states()
+    for tp, part in h.w.doc.parts.items():
+        assert part.leader != 1 and 1 not in part.isr
+        if tp in led:
+            assert part.leader_epoch == 1
+            assert got[(tp[0], tp[1], part.leader)]["role"] == "leader"
+    assert h.table.generation > gen
+    for i in (1, 2):
+        assert set(h.copy(i).online) == {2, 3}
+    assert set(h.copy(0).online) == {1, 2, 3}  # (not written: offline)
+    assert h.dirtable.read(0).state == LD_OFFLINE
+
+
+def test_a_writer_not_ready_past_the_grace_counts_as_failed(h):
+    create(h, partitions=1, rf=3)
+    leader = h.w.doc.parts[("t", 0)].leader
+    h.board.states[h.dirtable.index_of(leader)] = procs.WORKER_STARTING
+    h.w._pass(0.0)  # grace 0: gone at once
+    part = h.w.doc.parts[("t", 0)]
+    assert part.leader != leader and leader not in part.isr
+    # it comes back READY with a new epoch: told again, as a follower
+    h.board.states[h.dirtable.index_of(leader)] = procs.WORKER_READY
+    h.board.epochs[h.dirtable.index_of(leader)] += 1
+    h.states()
+    h.w._writers_replaced()
+    h.w._pass(0.0)
+    got, _ = h.states()
+    assert got[("t", 0, leader)]["role"] == "follower"
+
+
+def test_a_dir_whose_state_write_fails_leaves_live(h, tmp_path):
+    create(h, partitions=3, rf=2)
+    os.rename(h.paths[2], str(tmp_path / "gone"))  # dir 3's writes fail for real
+    led = {tp for tp, part in h.w.doc.parts.items() if part.leader == 3}
+    assert not h.w.write_doc()  # (the next change's write)
+    assert 3 in h.w.write_failed
+    h.w._pass(0.0)
+    for tp, part in h.w.doc.parts.items():
+        assert part.leader != 3 and 3 not in part.isr
+    assert set(h.copy(0).online) == {1, 2}
+    assert led
+    # it comes back: the next write takes it, and it is live again
+    os.rename(str(tmp_path / "gone"), h.paths[2])
+    h.w.write_doc()
+    assert 3 not in h.w.write_failed
+
+
+def test_an_isr_change_is_durable_before_the_commit(h):
+    create(h, partitions=1, rf=3)
+    part = h.w.doc.parts[("t", 0)]
+    slot = h.w.slots[("t", 0)][part.leader]
+    s = h.table.read(slot)
+    wanted = [part.leader, part.replicas[1]]
+    h.table.write(slot, isr_wanted=ptable.isr_bits(s.replicas, wanted))
+    version = part.version
+    h.w.isr.poll()
+    assert sorted(h.w.doc.parts[("t", 0)].isr) == sorted(wanted)
+    assert h.w.doc.parts[("t", 0)].version == version + 1
+    assert sorted(h.copy(0).topics["t"].partitions[0].isr) == sorted(wanted)
+    assert h.commits.read(slot).commit_version == version + 1
+
+
+def test_an_uncertain_state_keeps_leaderless_the_partitions_that_name_a_missing_dir(h):
+    create(h, partitions=3, rf=2)
+    for i in range(3):
+        h.copy(i)
+    h.w.writers.close()
+    # restart with dir 3 missing (offline): the copies name it online
+    h.table.set_log_dir_offline(2)
+    w = h.start()
+    assert w.blocked == {3}
+    w._pass(0.0)
+    for tp, part in w.doc.parts.items():
+        if 3 in part.isr:
+            assert part.leader == -1
+        else:
+            assert part.leader != -1
+    # the operator consents
+    assert w._forget(3)["error"] == ErrorCode.NONE
+    w._pass(0.0)
+    assert all(part.leader in (1, 2) for part in w.doc.parts.values())
+
+
+def test_delete_then_strays(h):
+    create(h, "gone", partitions=2, rf=2)
+    assert h.w._delete("gone")["error"] == ErrorCode.NONE
+    assert h.copy(0).deleting == ("gone",)
+    got, _ = h.states()
+    assert len(got) == 4 and all(body["delete"] for body in got.values())
+    for (topic, p, d), body in got.items():
+        h.w.admin_answered(("delete", topic, body["slot"]), 0, {"error": 0})
+    h.apply(got)
+    h.w._scan()
+    h.w.admin_round(0.0)
+    assert "gone" not in h.w.doc.configs and h.copy(0).deleting == ()
+    # a replica the document does not assign: deleted while certain
+    PartitionLog.create(h.paths[0], "stray", 0, 1, {}, h.w.defaults, now_ms, replicated=True,
+                        placement="log_dirs").close()
+    slot = h.table.find_free()
+    h.table.claim_replica(slot, [1, 2], state=ptable.ONLINE, name="stray", partition=0, owner=0,
+                          placement=ptable.PLACEMENT_LOG_DIRS)
+    h.w._scan()
+    h.w.admin_round(0.0)
+    got, _ = h.states()
+    assert got[("stray", 0, 1)]["delete"] is True
+
+
+def test_the_document_encodes_to_what_the_decoder_accepts():
+    doc = Document(seq=4, online=[1, 2], dirs={1: "/a", 2: "/b"}, configs={"t": {"k": "v"}},
+                   parts={("t", 0): Part([1, 2], 1, 3, [1, 2], 7, [2, 1])}, deleting=[])
+    state = decode_state(doc.encode(), "x")
+    assert state.topics["t"].partitions[0].target == (2, 1)
+    assert Document.from_state(state) == doc
+
+
+def test_a_reassignment_moves_the_leader_off_a_dir_then_drops_the_old_replica(h):
+    create(h, partitions=1, rf=2)
+    part = h.w.doc.parts[("t", 0)]
+    old, kept = part.replicas
+    new = ({1, 2, 3} - {old, kept}).pop()
+    assert h.w._alter([["t", 0, [new, kept]]])["error"] == ErrorCode.NONE
+    assert h.w._alter([["t", 0, [kept, new]]])["message"] == "a reassignment is in progress"
+    assert h.copy(0).topics["t"].partitions[0].target == (new, kept)
+    h.w._pass(0.0)
+    got, _ = h.states()
+    assert got[("t", 0, new)]["role"] == "follower"
+    h.apply(got)
+    # the new replica caught up: its leader asks it into the ISR
+    slot = h.w.slots[("t", 0)][old]
+    s = h.table.read(slot)
+    h.table.write(slot, isr_wanted=ptable.isr_bits(s.replicas, [old, kept, new]))
+    h.w.isr.poll()
+    h.w.admin_round(0.0)  # the leader leaves its dir
+    part = h.w.doc.parts[("t", 0)]
+    assert part.leader == new and part.leader_epoch == 1
+    h.w.admin_round(0.0)  # the move is done
+    assert part.replicas == [new, kept] and part.target == [] and old not in part.isr
+    h.w._pass(0.0)
+    h.w.admin_round(0.0)
+    got, _ = h.states()
+    assert got[("t", 0, old)]["delete"] is True
+    assert got[("t", 0, new)]["role"] == "leader"
