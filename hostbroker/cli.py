@@ -5,7 +5,8 @@ holds the machine's CPU wake-up latency request. The client commands
 (``topics``, ``produce``, ``consume``, ``dump-log``, ``mirror``, ``perf``,
 ``load``, ``groups``) do their work in ``hostbroker.commands``, one module
 each, imported only when the command runs. This module only parses
-arguments and dispatches.
+arguments and dispatches; the admin subcommands (``topics``, ``leaders``,
+``reassign``, ``replicas``, ``logdirs``) are parsed in :mod:`hostbroker.cli_admin`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,15 @@ import argparse
 import sys
 
 from hostbroker import __version__, commands
+from hostbroker.cli_admin import (
+    add_client_target,
+    add_leaders,
+    add_logdirs,
+    add_reassign,
+    add_replicas,
+    add_topics,
+    target,
+)
 from hostbroker.commands import DEFAULT_BOOTSTRAP
 from hostbroker.config import Config, help_text
 from hostbroker.errors import ConfigError
@@ -106,180 +116,6 @@ def _microseconds(text: str) -> int:
 # Client commands (docs/tools.md). Each hands plain values to hostbroker.commands.
 
 
-def _topics_run(action: str, args: argparse.Namespace, *work_args, **kwargs) -> int:
-    """``topics ACTION`` on one broker (--bootstrap), or on every live broker of
-    the cluster (--zookeeper): the ``*_cluster`` function of the same action."""
-    from hostbroker.commands import topics
-
-    name = {"list": "list_topics"}.get(action, action)
-    if args.zookeeper is not None:
-        return commands.run(f"topics {action}", getattr(topics, f"{action}_cluster"),
-                            *work_args, zookeeper=args.zookeeper, **kwargs)
-    return commands.run(f"topics {action}", getattr(topics, name), *work_args,
-                        bootstrap=args.bootstrap or DEFAULT_BOOTSTRAP, **kwargs)
-
-
-def _topics_create(args: argparse.Namespace) -> int:
-    if args.replication_factor is not None:
-        if args.zookeeper is None:
-            print("hostbroker topics create: --replication-factor needs --zookeeper",
-                  file=sys.stderr)
-            return commands.EXIT_USAGE
-        return _topics_run("create", args, args.topic, args.partitions, args.config or (),
-                           replication_factor=args.replication_factor)
-    return _topics_run("create", args, args.topic, args.partitions, args.config or ())
-
-
-def _topics_list(args: argparse.Namespace) -> int:
-    return _topics_run("list", args)
-
-
-def _topics_describe(args: argparse.Namespace) -> int:
-    return _topics_run("describe", args, [*args.topics, *(args.topic or ())], as_json=args.json)
-
-
-def _topics_delete(args: argparse.Namespace) -> int:
-    return _topics_run("delete", args, args.topic)
-
-
-def _add_client_target(parser: argparse.ArgumentParser) -> None:
-    """--bootstrap URI, or --zookeeper for cluster mode; both together: one line, status 2."""
-    target = parser.add_mutually_exclusive_group()
-    target.add_argument("--bootstrap", metavar="URI",
-                        help=f"broker: tcp://HOST:PORT or unix:///PATH (default {DEFAULT_BOOTSTRAP})")
-    target.add_argument("--zookeeper", metavar="HOST:PORT[,...][/CHROOT]",
-                        help="cluster mode: the brokers registered in this ZooKeeper "
-                             "(instead of --bootstrap)")
-
-
-def _target(args: argparse.Namespace) -> dict:
-    """The keywords of a command taking _add_client_target's options."""
-    if args.zookeeper is not None:
-        return {"zookeeper": args.zookeeper}
-    return {"bootstrap": args.bootstrap or DEFAULT_BOOTSTRAP}
-
-
-def _add_topics(sub) -> None:
-    topics = sub.add_parser("topics", help="create, list, describe and delete topics")
-    actions = topics.add_subparsers(dest="action", required=True)
-    create = actions.add_parser(
-        "create", help="create a topic",
-        description="Create a topic. Topic configs override the broker's log.* defaults: "
-                    "segment.bytes, retention.ms, retention.bytes, flush.messages, flush.ms, "
-                    "max.message.bytes. With --zookeeper the topic gets PARTITIONS "
-                    "partitions on every live broker; with --replication-factor too, it is a "
-                    "replicated topic of PARTITIONS partitions in all, each on R live brokers "
-                    "(config min.insync.replicas: the fewest in-sync replicas acks=-1 needs).")
-    _add_client_target(create)
-    create.add_argument("--topic", required=True)
-    create.add_argument("--partitions", type=int, default=1, help="(default 1)")
-    create.add_argument("--config", metavar="KEY=VALUE", action="append",
-                        help="a topic config (repeatable)")
-    create.add_argument("--replication-factor", type=int, metavar="R",
-                        help="a replicated topic with R replicas of each partition "
-                             "(needs --zookeeper)")
-    create.set_defaults(func=_topics_create)
-    listing = actions.add_parser("list", help="print every topic name, one a line")
-    _add_client_target(listing)
-    listing.set_defaults(func=_topics_list)
-    describe = actions.add_parser(
-        "describe", help="partitions of topics: broker, log start/end offsets, log dir, error",
-        description="Describe the named topics, or every topic. Exit status 1 if a named "
-                    "topic does not exist.")
-    _add_client_target(describe)
-    describe.add_argument("topics", nargs="*", metavar="TOPIC")
-    describe.add_argument("--topic", action="append",
-                          help="a topic to describe (repeatable; the same as naming it)")
-    describe.add_argument("--json", action="store_true", help="one JSON document")
-    listing.add_argument("--json", action="store_true", help="one JSON document")
-    describe.set_defaults(func=_topics_describe)
-    delete = actions.add_parser("delete", help="delete a topic and its data")
-    _add_client_target(delete)
-    delete.add_argument("--topic", required=True)
-    delete.set_defaults(func=_topics_delete)
-
-
-def _leaders_elect(args: argparse.Namespace) -> int:
-    from hostbroker.commands import leaders
-
-    return commands.run("leaders elect", leaders.elect, args.topic or (),
-                        zookeeper=args.zookeeper)
-
-
-def _add_leaders(sub) -> None:
-    leaders = sub.add_parser("leaders", help="leaders of replicated topics")
-    actions = leaders.add_subparsers(dest="action", required=True)
-    elect = actions.add_parser(
-        "elect", help="move leadership back to the preferred replicas",
-        description="Preferred replica election: each partition of the replicated topics "
-                    "(or of the --topic ones) whose leader is not its first replica gets that "
-                    "replica back as leader, where it is live and in the ISR.")
-    elect.add_argument("--zookeeper", metavar="HOST:PORT[,...][/CHROOT]", required=True)
-    elect.add_argument("--topic", action="append", help="a topic (repeatable; default: all)")
-    elect.set_defaults(func=_leaders_elect)
-
-
-def _replicas_verify(args: argparse.Namespace) -> int:
-    from hostbroker.commands import replicas
-
-    return commands.run("replicas verify", replicas.verify, args.topic or (),
-                        zookeeper=args.zookeeper)
-
-
-def _add_replicas(sub) -> None:
-    replicas = sub.add_parser("replicas", help="check the replicas of replicated topics")
-    actions = replicas.add_subparsers(dest="action", required=True)
-    verify = actions.add_parser(
-        "verify", help="compare every replica with its leader below the high watermark",
-        description="For each partition of the replicated topics (or of the --topic ones), "
-                    "read every live replica's copy over the wire and compare its bytes with "
-                    "the leader's below the smallest of their high watermarks. Status 1 if "
-                    "one differs or cannot be read.")
-    verify.add_argument("--zookeeper", metavar="HOST:PORT[,...][/CHROOT]", required=True)
-    verify.add_argument("--topic", action="append", help="a topic (repeatable; default: all)")
-    verify.set_defaults(func=_replicas_verify)
-
-
-def _reassign(args: argparse.Namespace) -> int:
-    from hostbroker.commands import reassign
-
-    if args.action == "generate":
-        if not args.topics_to_move_json_file or not args.broker_list:
-            print("hostbroker reassign generate: needs --topics-to-move-json-file and "
-                  "--broker-list", file=sys.stderr)
-            return commands.EXIT_USAGE
-        return commands.run("reassign generate", reassign.generate,
-                            args.topics_to_move_json_file, args.broker_list,
-                            zookeeper=args.zookeeper, replication_factor=args.replication_factor)
-    if args.replication_factor is not None:
-        print(f"hostbroker reassign {args.action}: --replication-factor is for generate (the "
-              "file's replica lists say it)", file=sys.stderr)
-        return commands.EXIT_USAGE
-    if not args.reassignment_json_file:
-        print(f"hostbroker reassign {args.action}: needs --reassignment-json-file",
-              file=sys.stderr)
-        return commands.EXIT_USAGE
-    return commands.run(f"reassign {args.action}", getattr(reassign, args.action),
-                        args.reassignment_json_file, zookeeper=args.zookeeper)
-
-
-def _add_reassign(sub) -> None:
-    reassign = sub.add_parser(
-        "reassign", help="move partitions of replicated topics to other brokers",
-        description="generate: propose an assignment of the topics of "
-                    "--topics-to-move-json-file over --broker-list; execute: start the moves "
-                    "of --reassignment-json-file; verify: whether they are done (status 1 "
-                    "until all are). Kafka's JSON file formats.")
-    reassign.add_argument("action", choices=("generate", "execute", "verify"))
-    reassign.add_argument("--zookeeper", metavar="HOST:PORT[,...][/CHROOT]", required=True)
-    reassign.add_argument("--topics-to-move-json-file", metavar="FILE")
-    reassign.add_argument("--broker-list", metavar="ID,ID,...")
-    reassign.add_argument("--reassignment-json-file", metavar="FILE")
-    reassign.add_argument("--replication-factor", metavar="N", type=int,
-                          help="generate: propose N replicas a partition (default: as now)")
-    reassign.set_defaults(func=_reassign)
-
-
 def _groups_run(action: str, args: argparse.Namespace, *work_args, **kwargs) -> int:
     """``groups ACTION`` on a standalone broker's stored offsets (--bootstrap), or on the
     group in ZooKeeper (--zookeeper): the ``*_cluster`` function of the same action."""
@@ -317,7 +153,7 @@ def _add_groups(sub) -> None:
                     "group has a live member (in ZooKeeper, or on the broker's group "
                     "coordinator): stop the group's consumers first.")
     for parser in (listing, describe, reset):
-        _add_client_target(parser)
+        add_client_target(parser)
     for parser in (describe, reset):
         parser.add_argument("--group", required=True, metavar="GROUP", help="the group.id")
     describe.add_argument("--topic", action="append", default=[], metavar="TOPIC",
@@ -358,7 +194,7 @@ def _produce(args: argparse.Namespace) -> int:
     return commands.run("produce", console.produce, args.topic,
                         key_separator=args.key_separator, compression=args.compression,
                         acks=args.acks, batch_size=args.batch_size, sync=args.sync,
-                        properties=args.property, **_target(args))
+                        properties=args.property, **target(args))
 
 
 def _add_produce(sub) -> None:
@@ -371,7 +207,7 @@ def _add_produce(sub) -> None:
                     "With --zookeeper the partitions are the cluster's sorted (broker, "
                     "partition) pairs, or a replicated topic's partitions, each sent to its "
                     "leader. Exit status 1 if any message was not acknowledged.")
-    _add_client_target(produce)
+    add_client_target(produce)
     produce.add_argument("--topic", required=True)
     produce.add_argument("--key-separator", metavar="S",
                          help="split each line into key S value (a line without S is not sent)")
@@ -390,7 +226,7 @@ def _consume(args: argparse.Namespace) -> int:
                         max_messages=args.max_messages, timeout_ms=args.timeout_ms,
                         partition=args.partition, offset=args.offset,
                         skip_bad_messages=args.skip_bad_messages,
-                        properties=args.property, **_target(args))
+                        properties=args.property, **target(args))
 
 
 def _add_consume(sub) -> None:
@@ -406,7 +242,7 @@ def _add_consume(sub) -> None:
                     "without --group of a group of its own that keeps nothing. Stops after "
                     "--max-messages, after --timeout-ms without a message, or on "
                     "Ctrl-C/SIGTERM (status 0).")
-    _add_client_target(consume)
+    add_client_target(consume)
     consume.add_argument("--topic", required=True)
     consume.add_argument("--from-beginning", action="store_true",
                          help="start at the log start (with --group: where the group has "
@@ -433,7 +269,7 @@ def _perf_produce(args: argparse.Namespace) -> int:
                         size=args.size, batch_size=args.batch_size, acks=args.acks,
                         compression=args.compression, processes=args.processes,
                         producer_type=args.producer_type, properties=args.property,
-                        as_json=args.json, **_target(args))
+                        as_json=args.json, **target(args))
 
 
 def _perf_consume(args: argparse.Namespace) -> int:
@@ -442,7 +278,7 @@ def _perf_consume(args: argparse.Namespace) -> int:
     return commands.run("perf consume", perf.consume, args.topic, messages=args.messages,
                         fetch_size=args.fetch_size, processes=args.processes,
                         timeout_ms=args.timeout_ms, properties=args.property,
-                        as_json=args.json, **_target(args))
+                        as_json=args.json, **target(args))
 
 
 def _perf_latency(args: argparse.Namespace) -> int:
@@ -463,7 +299,7 @@ def _add_perf(sub) -> None:
                     "MB/s (MB = 10^6 bytes of payload), elapsed time and the p50/p99/p99.9/max "
                     "latency of PRODUCE requests (send to acknowledgement). Exit status 1 if "
                     "any message failed.")
-    _add_client_target(produce)
+    add_client_target(produce)
     produce.add_argument("--topic", required=True)
     produce.add_argument("--messages", type=int, required=True, metavar="N")
     produce.add_argument("--size", type=int, required=True, metavar="BYTES",
@@ -483,7 +319,7 @@ def _add_perf(sub) -> None:
                     "dealt out over --processes processes. Prints records/s, MB/s (MB = 10^6 "
                     "bytes of payload), elapsed time and FETCH round-trip percentiles. Exit "
                     "status 1 if the topic ran out of messages first.")
-    _add_client_target(consume)
+    add_client_target(consume)
     consume.add_argument("--topic", required=True)
     consume.add_argument("--messages", type=int, required=True, metavar="N")
     consume.add_argument("--fetch-size", type=int, metavar="BYTES",
@@ -599,7 +435,7 @@ def _add_load(sub) -> None:
                     "next run loads only what arrived since. Read the output through Spark "
                     "(spark.read.parquet(TO)). Progress on stderr, a summary on stdout. "
                     "See docs/spark.md.")
-    _add_client_target(load)
+    add_client_target(load)
     load.add_argument("--topics", metavar="REGEX", required=True,
                       help="a regular expression matching whole topic names")
     load.add_argument("--to", metavar="PATH", required=True,
@@ -683,10 +519,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="hold a request of US microseconds (0: idle CPUs poll)")
     cpu.set_defaults(func=_cpu_latency)
 
-    _add_topics(sub)
-    _add_leaders(sub)
-    _add_reassign(sub)
-    _add_replicas(sub)
+    add_topics(sub)
+    add_leaders(sub)
+    add_reassign(sub)
+    add_replicas(sub)
+    add_logdirs(sub)
     _add_groups(sub)
     _add_produce(sub)
     _add_consume(sub)

@@ -5,7 +5,10 @@ configuration ``serve`` takes: the board's name derives from the broker id and
 first log dir) and joins it with psutil's view of each worker process (CPU,
 memory, threads). Also attaches read-only to the partition table to list the
 log dirs and partitions that are offline (a failed disk, or files found
-damaged at start; the broker's log says why), and reads the machine's CPU
+damaged at start; the broker's log says why) and the partitions with
+replicas across log dirs that are under-replicated (an ISR short of a
+replica, or no leader), and to the log dir table (each dir's id, state and
+counts, kept by hb-logdirs), and reads the machine's CPU
 wake-up latency target (``cpu.wakeup.latency.us``; root only) and the scheduling
 policy of each process (``cpu.realtime.priority``). Prints a table
 every interval, or one JSON document with ``--json``. Never writes to the
@@ -23,12 +26,13 @@ import psutil
 from hostbroker import cpulatency, cpusched
 from hostbroker.config import Config
 from hostbroker.shm import partitions as ptable
+from hostbroker.shm.logdirs import LD_STATE_NAMES, LogDirTable
 from hostbroker.shm.partitions import PartitionTable
 from hostbroker.shm.procs import COUNTER_NAMES, ProcessBoard
 from hostbroker.workers.plan import BrokerPlan
 
 KIND_NAMES = {1: "writer", 2: "handler", 3: "processor", 4: "acceptor", 5: "registrar",
-              6: "coordinator", 7: "replica"}
+              6: "coordinator", 7: "replica", 8: "logdirs"}
 _COLUMNS = ("requests", "bytes_in", "bytes_out", "messages_in", "errors", "connections",
             "fetch_parked", "wakeups")
 
@@ -44,20 +48,76 @@ def attach(config: Config) -> tuple[ProcessBoard, PartitionTable, list[str]]:
                          f"{','.join(plan.log_dirs)} and broker.id {config['broker.id']}")
 
 
-def offline(table: PartitionTable, log_dirs: list[str]) -> dict:
-    """The log dirs and partitions that are offline (they answer STORAGE_ERROR)."""
-    partitions = sorted((s.name, s.partition, s.owner) for _, s in table.scan()
-                        if s.state == ptable.OFFLINE)
+def attach_log_dirs(config: Config) -> LogDirTable | None:
+    """The running broker's log dir table (read-only), or None for a broker
+    without one."""
+    plan = BrokerPlan.from_config(config)
+    try:
+        return LogDirTable.attach(plan.logdirs_name, readonly=True)
+    except FileNotFoundError:
+        return None
+
+
+def _dir_ids(dirs: LogDirTable | None) -> dict[int, int]:
+    return dirs.ids() if dirs is not None else {}
+
+
+def offline(table: PartitionTable, log_dirs: list[str], dirs: LogDirTable | None = None) -> dict:
+    """The log dirs and partitions that are offline (they answer STORAGE_ERROR); a
+    replica across log dirs is also named ``topic-partition@dir id``."""
+    ids = _dir_ids(dirs)
+    found = sorted((s.name, s.partition, s.owner, s.placement == ptable.PLACEMENT_LOG_DIRS)
+                   for _, s in table.scan() if s.state == ptable.OFFLINE)
+    partitions = []
+    for t, p, o, placed in found:
+        if o >= len(log_dirs):
+            continue
+        entry = {"topic": t, "partition": p, "log_dir": log_dirs[o]}
+        if placed:
+            entry["replica"] = f"{t}-{p}@{ids.get(o, -1)}"
+        partitions.append(entry)
     return {"offline_log_dirs": [log_dirs[i] for i in sorted(table.offline_log_dirs())
                                  if i < len(log_dirs)],
-            "offline_partitions": [{"topic": t, "partition": p, "log_dir": log_dirs[o]}
-                                   for t, p, o in partitions if o < len(log_dirs)]}
+            "offline_partitions": partitions}
+
+
+def under_replicated(table: PartitionTable) -> list[list]:
+    """``[topic, partition]`` of each partition with replicas across log dirs
+    whose leader's committed ISR lacks a replica, or that has no online leader."""
+    replicas: dict[tuple[str, int], list] = {}
+    for _, s in table.scan():
+        if s.placement == ptable.PLACEMENT_LOG_DIRS and s.state != ptable.DELETING:
+            replicas.setdefault((s.name, s.partition), []).append(s)
+    short = []
+    for key, slots in sorted(replicas.items()):
+        leaders = [s for s in slots if s.role == ptable.ROLE_LEADER and s.state == ptable.ONLINE]
+        if not leaders:
+            short.append(list(key))
+            continue
+        leader = max(leaders, key=lambda s: s.leader_epoch)
+        if len(leader.isr_ids) < len(leader.replicas):
+            short.append(list(key))
+    return short
+
+
+def log_dir_rows(dirs: LogDirTable, log_dirs: list[str]) -> list[dict]:
+    """One row per configured log dir: id, path, state and hb-logdirs' counts."""
+    rows = []
+    for index, s in dirs.scan():
+        rows.append({"id": s.dir_id, "path": log_dirs[index] if index < len(log_dirs) else None,
+                     "state": LD_STATE_NAMES.get(s.state, str(s.state)),
+                     "replicas": s.replicas, "leaders": s.leaders,
+                     "under_replicated": s.under_replicated,
+                     "offline_replicas": s.offline_replicas})
+    return rows
 
 
 def sample(board: ProcessBoard, procs: dict[int, psutil.Process],
-           table: PartitionTable | None = None, log_dirs: list[str] | None = None) -> dict:
+           table: PartitionTable | None = None, log_dirs: list[str] | None = None,
+           dirs: LogDirTable | None = None) -> dict:
     """One reading: broker state, a row per worker (counters and psutil figures)
-    and, given the partition table, what is offline."""
+    and, given the partition table, what is offline and under-replicated; given
+    the log dir table, a row per log dir."""
     rows = []
     for row in board.snapshot():
         if row.get("torn"):
@@ -86,7 +146,10 @@ def sample(board: ProcessBoard, procs: dict[int, psutil.Process],
                "scheduling": cpusched.describe(board.supervisor_pid)
                if board.supervisor_pid else None, "workers": rows}
     if table is not None:
-        reading.update(offline(table, log_dirs or []))
+        reading.update(offline(table, log_dirs or [], dirs))
+        reading["under_replicated_partitions"] = under_replicated(table)
+    if dirs is not None:
+        reading["log_dirs"] = log_dir_rows(dirs, log_dirs or [])
     return reading
 
 
@@ -126,11 +189,29 @@ def render(reading: dict, previous: dict | None, seconds: float) -> str:
         cpu = "" if r["cpu_percent"] is None else f"{r['cpu_percent']:.0f}"
         rss = "" if r["rss_bytes"] is None else f"{r['rss_bytes'] / 2**20:.0f}"
         lines.append(f"{name:<14}{r['pid']:>8}{cpu:>7}{rss:>9}  " + "".join(cells))
+    lines.extend(_log_dir_table(reading.get("log_dirs", [])))
+    for t, p in reading.get("under_replicated_partitions", []):
+        lines.append(f"UNDER-REPLICATED partition {t}-{p}")
     for path in reading.get("offline_log_dirs", []):
         lines.append(f"OFFLINE log dir {path}")
     for p in reading.get("offline_partitions", []):
-        lines.append(f"OFFLINE partition {p['topic']}-{p['partition']} in {p['log_dir']}")
+        if "replica" in p:
+            lines.append(f"OFFLINE replica {p['replica']} in {p['log_dir']}")
+        else:
+            lines.append(f"OFFLINE partition {p['topic']}-{p['partition']} in {p['log_dir']}")
     return "\n".join(lines)
+
+
+def _log_dir_table(rows: list[dict]) -> list[str]:
+    """The ``log dirs`` table, for a broker with two or more (one dir holds no
+    replicas across dirs)."""
+    if len(rows) < 2:
+        return []
+    table = [("log dir", "id", "state", "replicas", "leaders", "under-replicated")]
+    table += [(r["path"] or "-", str(r["id"]), r["state"], str(r["replicas"]),
+               str(r["leaders"]), str(r["under_replicated"])) for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table]
 
 
 def _wait_per_request(now: dict, old: dict | None) -> str:
@@ -144,13 +225,14 @@ def _wait_per_request(now: dict, old: dict | None) -> str:
 
 def run(config: Config, *, as_json: bool, interval: float, iterations: int | None) -> int:
     board, table, log_dirs = attach(config)
+    dirs = attach_log_dirs(config)
     procs: dict[int, psutil.Process] = {}
-    previous = sample(board, procs, table, log_dirs)
+    previous = sample(board, procs, table, log_dirs, dirs)
     last = time.monotonic()
     count = 0
     while iterations is None or count < iterations:
         time.sleep(interval)
-        reading = sample(board, procs, table, log_dirs)
+        reading = sample(board, procs, table, log_dirs, dirs)
         now = time.monotonic()
         if as_json:
             print(json.dumps(reading), flush=True)

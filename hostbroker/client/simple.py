@@ -21,7 +21,7 @@ from typing import Any
 from hostbroker.client.connection import DEFAULT_CLIENT_ID, DEFAULT_TIMEOUT, BrokerConnection
 from hostbroker.client.errors import BrokerError
 from hostbroker.errors import ErrorCode, ProtocolError
-from hostbroker.protocol import api, replication
+from hostbroker.protocol import api, logdirs, replication
 from hostbroker.protocol.primitives import Buffer
 
 DEFAULT_PRODUCE_TIMEOUT_MS = 10_000
@@ -172,6 +172,13 @@ class SimpleClient:
         leader, leader epoch, replicas, ISR, log start and high watermark."""
         return self.request(replication.MetadataRequestV1(tuple(topics)))
 
+    def metadata_v2(self, topics: Iterable[str] = ()) -> logdirs.MetadataResponseV2:
+        """METADATA version 2: version 1's answer with, per partition, the log dirs of
+        its leader, replicas, ISR and reassignment target, and the broker's log dirs
+        (id, path, state). A broker without it refuses the request (BrokerError
+        UNSUPPORTED_VERSION, connection closed)."""
+        return self.request(logdirs.MetadataRequestV2(tuple(topics)))
+
     # CREATE_TOPIC / DELETE_TOPIC
 
     def create_topic(
@@ -180,15 +187,40 @@ class SimpleClient:
         partitions: int,
         configs: Mapping[str, str] | Iterable[tuple[str, str]] | None = None,
         *,
+        replication_factor: int | None = None,
         raise_on_error: bool = True,
     ) -> api.AdminResponse:
+        """CREATE_TOPIC; with a ``replication_factor`` (-1: the broker's
+        ``default.replication.factor``), version 1, whose replicas a standalone
+        broker places on distinct log dirs."""
         if isinstance(configs, Mapping):
             configs = configs.items()
         entries = tuple(api.TopicConfigEntry(key, value) for key, value in configs or ())
+        if replication_factor is not None:
+            return self._admin(logdirs.CreateTopicRequestV1(topic, partitions, entries,
+                                                            replication_factor), raise_on_error)
         return self._admin(api.CreateTopicRequest(topic, partitions, entries), raise_on_error)
 
     def delete_topic(self, topic: str, *, raise_on_error: bool = True) -> api.AdminResponse:
         return self._admin(api.DeleteTopicRequest(topic), raise_on_error)
+
+    # ALTER_REPLICA_DIRS / LOG_DIR_ADMIN (a standalone broker's replicas across log dirs)
+
+    def alter_replica_dirs(
+        self, partitions: Iterable[tuple[str, int, Iterable[int]]]
+    ) -> logdirs.AlterReplicaDirsResponse:
+        """Start moving ``(topic, partition, [log dir ids])``s, the first dir the
+        preferred leader; the answer's errors (whole and per partition) are the
+        caller's to read."""
+        return self.request(logdirs.AlterReplicaDirsRequest(tuple(
+            logdirs.AlterReplicaDirsPartition(topic, partition, tuple(dirs))
+            for topic, partition, dirs in partitions)))
+
+    def log_dir_admin(self, action: int, path: str | None = None,
+                      dir_id: int = logdirs.NO_DIR) -> logdirs.LogDirAdminResponse:
+        """LOG_DIR_ADMIN: bring the log dir at ``path`` online (``ACTION_ONLINE``), or
+        forget ``dir_id`` (``ACTION_FORGET``); the answer's error is the caller's to read."""
+        return self.request(logdirs.LogDirAdminRequest(action, path, dir_id))
 
     def _admin(self, request: api.Request, raise_on_error: bool) -> api.AdminResponse:
         response = self.request(request)

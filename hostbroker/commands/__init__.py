@@ -3,7 +3,9 @@
 - ``topics``   create, list, describe and delete topics (``replicated``: the ZooKeeper
   side of replicated topics)
 - ``leaders``  preferred replica election of replicated topics
-- ``reassign`` generate, execute and verify partition reassignments
+- ``reassign`` generate, execute and verify partition reassignments (between brokers,
+  or between the log dirs of a standalone broker)
+- ``logdirs``  a standalone broker's log dirs: list, bring one back online, forget one
 - ``replicas`` verify that replicas equal their leader below the high watermark
 - ``groups``   consumer groups: list, describe (owners, offsets, lag), reset offsets
 - ``console``  ``produce`` (stdin lines to a topic) and ``consume`` (a topic to stdout)

@@ -6,7 +6,16 @@ with the broker's own rules (:class:`hostbroker.log.config.LogConfig`) before
 any connection is made, so a typo is a usage error, not a broker error.
 
 ``describe`` prints, per partition, what METADATA says: the broker serving
-it, the log start and end offsets, the log dir and the partition's error.
+it, the log start and end offsets, the log dir and the partition's error;
+and from METADATA version 2 (where the broker has it) each replica's log dir,
+the ISR and the leader epoch.
+
+On a standalone broker, ``create --replication-factor R`` (CREATE_TOPIC
+version 1) asks the broker to place R replicas of each partition on R
+distinct log dirs (docs/storage.md, "Replicas across log dirs"); the broker
+places them and refuses in one line what it cannot place. ``describe`` names
+those replicas by their dirs' paths, and ``--json`` adds the broker's log
+dirs (:mod:`hostbroker.commands.logdirs`).
 
 With ``--zookeeper`` (cluster mode, docs/cluster.md) the live brokers are
 read from ZooKeeper (``/brokers/ids``) and every command goes to each of
@@ -84,12 +93,36 @@ def _created(topic: str, partitions: int, configs: dict[str, str], where: str = 
 
 
 def create(topic: str, partitions: int, configs: Iterable[str] = (), *,
-           bootstrap: str = DEFAULT_BOOTSTRAP, out: TextIO = sys.stdout) -> int:
-    """Create ``topic`` with ``partitions`` partitions and ``configs`` (``KEY=VALUE``) overrides."""
-    configs = _create_args(topic, partitions, configs)
+           bootstrap: str = DEFAULT_BOOTSTRAP, replication_factor: int | None = None,
+           out: TextIO = sys.stdout) -> int:
+    """Create ``topic`` with ``partitions`` partitions and ``configs`` (``KEY=VALUE``)
+    overrides; with a ``replication_factor``, its replicas on that many distinct
+    log dirs of the broker (CREATE_TOPIC version 1)."""
+    if replication_factor is None:
+        configs = _create_args(topic, partitions, configs)
+        with _client(bootstrap) as client:
+            client.create_topic(topic, partitions, configs)
+        print(_created(topic, partitions, configs), file=out)
+        return EXIT_OK
+    from hostbroker.client.errors import BrokerError
+    from hostbroker.commands import CommandError
+    from hostbroker.errors import ErrorCode
+    from hostbroker.replication import MAX_REPLICAS
+
+    if not 1 <= replication_factor <= MAX_REPLICAS:
+        raise usage_error(f"--replication-factor must be 1 to {MAX_REPLICAS}")
+    configs = _create_args(topic, partitions, configs, replicated=True)
     with _client(bootstrap) as client:
-        client.create_topic(topic, partitions, configs)
-    print(_created(topic, partitions, configs), file=out)
+        try:
+            client.create_topic(topic, partitions, configs,
+                                replication_factor=replication_factor)
+        except BrokerError as exc:
+            if exc.code == ErrorCode.UNSUPPORTED_VERSION and exc.topic is None:
+                raise CommandError("the broker does not support --replication-factor") \
+                    from None
+            raise
+    print(_created(topic, partitions, configs,
+                   f", replication factor {replication_factor}"), file=out)
     return EXIT_OK
 
 
@@ -118,9 +151,10 @@ def _rows(topic) -> list[tuple[str, ...]]:
     ]
 
 
-def _table(rows: Iterable[tuple[str, ...]], out: TextIO) -> None:
-    rows = [_COLUMNS, *rows]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(_COLUMNS))]
+def _table(rows: Iterable[tuple[str, ...]], out: TextIO,
+           columns: tuple[str, ...] = _COLUMNS) -> None:
+    rows = [columns, *rows]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(columns))]
     for row in rows:
         print("  " + "  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip(),
               file=out)
@@ -139,17 +173,75 @@ def _as_json(topic) -> dict:
     }
 
 
+class _Replicas:
+    """Each partition's replicas by log dir (METADATA v2), named by path; a
+    broker that does not answer version 2 (or a partition its answer lacks)
+    shows a partition as one replica in its ``log_dir``."""
+
+    def __init__(self, response):
+        from hostbroker.commands.logdirs import DirNames
+
+        self.names = DirNames.from_response(response) if response is not None else DirNames(())
+        self.parts = {}
+        for topic in response.topics if response is not None else ():
+            for p in topic.partitions:
+                self.parts[(topic.topic, p.partition)] = p
+
+    def of(self, topic: str, p) -> dict:
+        """The replica fields ``describe`` adds to partition ``p`` (a METADATA v0 row)."""
+        from hostbroker.commands.logdirs import partition_is_short
+
+        found = self.parts.get((topic, p.partition))
+        if found is None or not found.replica_dirs:  # (or its dir's id is not known)
+            plain = [p.log_dir] if p.log_dir else []
+            return {"leader": p.log_dir, "replicas": plain, "isr": plain, "leader_epoch": -1,
+                    "under_replicated": False}
+        fields = {"leader": self.names.name(found.leader_dir) if found.leader_dir >= 0 else None,
+                  "replicas": self.names.names(found.replica_dirs),
+                  "isr": self.names.names(found.isr_dirs),
+                  "leader_epoch": found.leader_epoch,
+                  "under_replicated": partition_is_short(found)}
+        if found.target_dirs:
+            fields["target"] = self.names.names(found.target_dirs)
+        return fields
+
+    def spread(self, topic) -> bool:
+        """Whether a partition of ``topic`` has replicas on more than one log dir."""
+        return any(len(self.of(topic.topic, p)["replicas"]) > 1 or "target" in self.of(
+            topic.topic, p) for p in topic.partitions)
+
+
+# a topic with replicas on several log dirs: the leader's dir, then every replica's
+_REPLICA_COLUMNS = (*_COLUMNS[:5], "leader", "replicas", "isr", "error", "")
+
+
+def _replica_rows(topic, replicas: _Replicas) -> list[tuple[str, ...]]:
+    rows = []
+    for row, p in zip(_rows(topic), sorted(topic.partitions, key=lambda p: p.partition)):
+        fields = replicas.of(topic.topic, p)
+        mark = "under-replicated" if fields["under_replicated"] else ""
+        if "target" in fields:
+            mark = ("moving to " + ",".join(fields["target"]) + " " + mark).strip()
+        rows.append((*row[:5], fields["leader"] or "none", ",".join(fields["replicas"]),
+                     ",".join(fields["isr"]), row[6], mark))
+    return rows
+
+
 def describe(topics: list[str], *, as_json: bool = False, bootstrap: str = DEFAULT_BOOTSTRAP,
              out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
-    """Describe ``topics`` (every topic when empty), partition by partition.
+    """Describe ``topics`` (every topic when empty), partition by partition: the
+    broker's METADATA (version 0: offsets and the serving log dir) joined with
+    version 2 (each replica's log dir, the ISR, the leader epoch).
 
     A topic the broker does not know is named on stderr and makes the exit
     status 1; the others are still described.
     """
+    from hostbroker.commands.logdirs import metadata_v2
     from hostbroker.errors import ErrorCode
 
     with _client(bootstrap) as client:
         response = client.metadata(topics)
+        replicas = _Replicas(metadata_v2(client, topics))
     status = EXIT_OK
     found = []
     for topic in sorted(response.topics, key=lambda t: t.topic):
@@ -159,12 +251,29 @@ def describe(topics: list[str], *, as_json: bool = False, bootstrap: str = DEFAU
             continue
         found.append(topic)
     if as_json:
-        print(json.dumps([_as_json(t) for t in found], indent=2), file=out)
+        documents = []
+        for topic in found:
+            document = _as_json(topic)
+            for p, row in zip(sorted(topic.partitions, key=lambda p: p.partition),
+                              document["partitions"]):
+                row.update(replicas.of(topic.topic, p))
+            documents.append(document)
+        print(json.dumps({"log_dirs": [d.as_json() for d in replicas.names.dirs],
+                          "topics": documents}, indent=2), file=out)
         return status
     for topic in found:
         error = "" if topic.error_code == ErrorCode.NONE else f"  error: {_name(topic.error_code)}"
-        print(f"topic: {topic.topic}  partitions: {len(topic.partitions)}{error}", file=out)
-        _table(_rows(topic), out)
+        if not replicas.spread(topic):
+            print(f"topic: {topic.topic}  partitions: {len(topic.partitions)}{error}", file=out)
+            _table(_rows(topic), out)
+            continue
+        rows = _replica_rows(topic, replicas)
+        fields = [replicas.of(topic.topic, p) for p in topic.partitions]
+        factor = max(len(f["replicas"]) for f in fields)
+        short = sum(f["under_replicated"] for f in fields)
+        print(f"topic: {topic.topic}  partitions: {len(topic.partitions)}  replication factor: "
+              f"{factor}" + (f"  under-replicated: {short}" if short else "") + error, file=out)
+        _table(rows, out, _REPLICA_COLUMNS)
     return status
 
 

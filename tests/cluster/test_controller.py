@@ -163,9 +163,10 @@ def test_tools_refuse_bad_arguments_in_one_line(make_broker, tmp_path, cluster):
     assert (result.returncode, one_line_error(result)) == (
         2, "hostbroker topics create: --config unclean.leader.election.enable=maybe: must be "
            "true or false")
-    result = hostbroker("topics", "create", "--topic", "t", "--replication-factor", "1")
-    assert one_line_error(result) == (
-        "hostbroker topics create: --replication-factor needs --zookeeper")
+    # without --zookeeper it asks a standalone broker for replicas across its log dirs
+    result = hostbroker("topics", "create", "--topic", "t", "--replication-factor", "9")
+    assert (result.returncode, one_line_error(result)) == (
+        2, "hostbroker topics create: --replication-factor must be 1 to 8")
     result = create(connect, "t", 1, 1, "--config", "unclean.leader.election.enable=true")
     assert result.returncode == 0, result.stderr
     assert json.loads(zk.get(zknodes.topic_config_path("t"))[0])["config"] == {
