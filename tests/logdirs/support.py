@@ -26,8 +26,8 @@ from hostbroker.log.segments import SEGMENT_SUFFIX
 from tests.integration.cli import hostbroker
 from tests.replication.support import poll
 
-__all__ = ["AckedLog", "assert_all_acked", "create", "describe", "dir_of", "leader_dir",
-           "poll", "read_back", "reassign", "replica_dirs", "replica_files_equal",
+__all__ = ["AckedLog", "assert_all_acked", "create", "describe", "described_partitions",
+           "dir_of", "dir_states", "leader_dir", "logdirs", "poll", "read_back", "reassign", "replica_dirs", "replica_files_equal",
            "replica_slots", "top_json", "wait_leader_moved", "wait_replicas_equal"]
 
 # What every broker of these tests runs with besides its log dirs: few workers (the
@@ -201,6 +201,25 @@ def reassign(broker, tmp_path, action: str, moves: dict[tuple[str, int], list[st
             {"topic": t, "partition": p, "log_dirs": dirs} for (t, p), dirs in moves.items()]}, f)
     done = hostbroker("reassign", action, "--bootstrap", broker.unix,
                       "--reassignment-json-file", path)
+    if check:
+        assert done.returncode == 0, done.stderr.decode()
+    return done
+
+
+DIR_ONLINE, DIR_OFFLINE, DIR_MISSING = 0, 1, 2  # METADATA v2's dir states
+
+
+def dir_states(broker) -> dict[str | int, int]:
+    """METADATA v2's table of this broker's log dirs: path (or, with no path, the
+    id) -> state (DIR_ONLINE, DIR_OFFLINE, DIR_MISSING)."""
+    with broker.client() as c:
+        answer = c.metadata_v2([])
+    return {d.path if d.path is not None else d.dir_id: d.state for d in answer.log_dirs}
+
+
+def logdirs(broker, action: str, *args, check: bool = True):
+    """``hostbroker logdirs ACTION --bootstrap ... ARGS``; the finished process."""
+    done = hostbroker("logdirs", action, "--bootstrap", broker.unix, *args)
     if check:
         assert done.returncode == 0, done.stderr.decode()
     return done
