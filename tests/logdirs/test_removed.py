@@ -15,7 +15,7 @@ import pytest
 
 from tests.logdirs.support import (
     DIR_OFFLINE,
-    SETTINGS,
+    CHECK_INTERVAL_MS,
     AckedLog,
     assert_all_acked,
     create,
@@ -52,7 +52,7 @@ def test_a_removed_dir_is_found_and_its_leaderships_move(broker, tmp_path):
     log.wait_acked(300)
     pulled_at = time.monotonic()
     subprocess.run(["umount", "-l", small], check=True, timeout=30)
-    budget = SETTINGS["log.dir.check.interval.ms"] / 1000 + 1.0
+    budget = CHECK_INTERVAL_MS / 1000 + 1.0
     for p in led:
         _, moved_at = wait_leader_moved(broker, TOPIC, p, small, timeout=10)
         assert moved_at - pulled_at < budget, \
