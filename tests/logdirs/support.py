@@ -27,15 +27,15 @@ from tests.integration.cli import hostbroker
 from tests.replication.support import poll
 
 __all__ = ["AckedLog", "assert_all_acked", "create", "describe", "described_partitions",
-           "dir_of", "dir_states", "leader_dir", "logdirs", "poll", "read_back", "reassign", "replica_dirs", "replica_files_equal",
-           "replica_slots", "top_json", "wait_leader_moved", "wait_replicas_equal"]
+           "dir_of", "dir_states", "leader_dir", "logdirs", "poll", "read_back", "reassign",
+           "replica_dirs", "replica_files_equal", "replica_slots", "top_json",
+           "wait_leader_moved", "wait_replicas_equal"]
 
 # What every broker of these tests runs with besides its log dirs: few workers (the
 # machine has 2 cores); the failure checks run at their defaults, named here
 # because the tests' time budgets are built on them.
 SETTINGS = {"num.processors": 1, "num.handlers": 2, "replica.lag.time.max.ms": 3000}
 CHECK_INTERVAL_MS = 200  # log.dir.check.interval.ms's default: a pulled dir is found within it
-WRITER_GRACE_MS = 300  # logdirs.writer.grace.ms's default: a dead writer's dir leaves live after it
 
 
 # -- the broker's view, from its shared partition table ---------------------------------
@@ -241,7 +241,7 @@ class AckedLog(threading.Thread):
     then flushes: what the flush did not report failed was acknowledged.
     ``acked`` holds ``(partition, value)`` in acknowledgement order, ``rounds``
     the round of each; ``errors`` the ``(monotonic time, partition, code)`` of
-    every error answer the producer saw (it retries them). Stops after
+    every error answer the producer saw (it retries them, for up to ~20 s). Stops after
     ``max_bytes`` acknowledged, or when asked."""
 
     def __init__(self, broker, topic: str, partitions: int, *, chunk: int = 20,
@@ -281,7 +281,7 @@ class AckedLog(threading.Thread):
                             log.acked_at.append((now, r.partition))
 
         producer = Producer(self.uri, callbacks=Seen(), producer_type="async",
-                            request_required_acks=-1, message_send_max_retries=100,
+                            request_required_acks=-1, message_send_max_retries=1000,
                             retry_backoff_ms=20, queue_time=5, request_timeout_ms=10000)
         try:
             n, total = 0, 0
@@ -403,4 +403,5 @@ def assert_all_acked(acked, read: dict[int, list[bytes]]) -> None:
             span[0], span[1] = min(span[0], first[v]), max(span[1], first[v])
         ordered = sorted(spans.items())
         for (n, (_, end)), (m, (begin, _)) in zip(ordered, ordered[1:]):
-            assert end < begin, f"partition {p}: a value of round {m} is read before round {n} ended"
+            assert end < begin, \
+                f"partition {p}: a value of round {m} is read before round {n} ended"
