@@ -53,7 +53,8 @@ def test_reassign_under_load_moves_the_leader_and_changes_the_factor(broker, tmp
         plan = {(TOPIC, 0): target}
         reassign(broker, tmp_path, "execute", plan)
         poll(lambda plan=plan: _done(broker, tmp_path, plan), 30, f"the move to {target}")
-        assert replica_dirs(broker, TOPIC, 0) == set(target)
+        poll(lambda target=target: replica_dirs(broker, TOPIC, 0) == set(target), 10,
+             f"the replicas on {target} only")
         if target == moves[0]:  # the leader left its dir: the first target leads
             assert leader_dir(broker, TOPIC, 0) == spare
         assert leader_dir(broker, TOPIC, 0) in target
