@@ -95,7 +95,7 @@ def test_what_cannot_be_placed_is_refused_in_one_line(broker, rf, config, line):
     # the broker refused (1), or the tool did before connecting (a usage error)
     assert done.returncode == (1 if rf in (2, 4) else EXIT_USAGE)
     with broker.client() as c:
-        names = [t.name for t in c.metadata().topics]
+        names = [t.topic for t in c.metadata().topics]
     assert "refused" not in names
 
 
