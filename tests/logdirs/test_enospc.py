@@ -91,7 +91,7 @@ def test_the_dir_brought_back_truncates_catches_up_and_rejoins(broker, seen):
     small = seen["small"]
     os.remove(os.path.join(small, "ballast"))
     logdirs(broker, "online", "--log-dir", small)
-    assert dir_states(broker)[small] == DIR_ONLINE
+    poll(lambda: dir_states(broker)[small] == DIR_ONLINE, 5, "METADATA v2: the dir online")
 
     def rejoined() -> bool:
         slots = [s for _, s in replica_slots(broker, TOPIC, 0)]
