@@ -63,6 +63,14 @@ def replica_slots(broker, topic: str, partition: int) -> list:
     return sorted(found, key=lambda item: item[1].owner)
 
 
+def slots_said(broker, topic: str, partition: int) -> str:
+    """The replicas' slots in one line each, for an assertion's message."""
+    return "\n".join(
+        f"slot {i} dir {dir_of(broker, s)} state {s.state} role {s.role} epoch "
+        f"{s.leader_epoch} replicas {s.replicas} isr {s.isr_ids} end {s.end_offset} "
+        f"hw {s.high_watermark}" for i, s in replica_slots(broker, topic, partition))
+
+
 def dir_of(broker, slot) -> str:
     """The log dir (as configured, absolute) of a replica's slot."""
     return os.path.abspath(broker.dirs[slot.owner])

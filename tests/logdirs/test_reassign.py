@@ -20,6 +20,7 @@ from tests.logdirs.support import (
     read_back,
     reassign,
     replica_dirs,
+    slots_said,
     wait_replicas_equal,
 )
 
@@ -88,5 +89,9 @@ def test_a_second_move_is_refused_while_one_runs(broker, tmp_path):
     finally:
         os.kill(pid, signal.SIGCONT)
     poll(lambda: _done(broker, tmp_path, {("first", 0): [kept, spare]}), 30, "the move done")
-    poll(lambda: replica_dirs(broker, "first", 0) == {kept, spare}, 10,
-         "first's replicas on the two dirs of the plan only")
+    try:
+        poll(lambda: replica_dirs(broker, "first", 0) == {kept, spare}, 10,
+             "first's replicas on the two dirs of the plan only")
+    except AssertionError as e:
+        raise AssertionError(f"{e}; kept {kept}, spare {spare}, second {other}:\n"
+                             f"{slots_said(broker, 'first', 0)}") from None
