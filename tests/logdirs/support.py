@@ -27,7 +27,7 @@ from tests.integration.cli import hostbroker
 from tests.replication.support import poll
 
 __all__ = ["AckedLog", "assert_all_acked", "create", "describe", "described_partitions",
-           "dir_of", "dir_states", "leader_dir", "logdirs", "poll", "read_back", "reassign",
+           "assignment", "dir_of", "dir_states", "moved", "leader_dir", "logdirs", "poll", "read_back", "reassign",
            "replica_dirs", "replica_files_equal", "replica_slots", "top_json",
            "wait_leader_moved", "wait_replicas_equal"]
 
@@ -222,6 +222,24 @@ def dir_states(broker) -> dict[str | int, int]:
     with broker.client() as c:
         answer = c.metadata_v2([])
     return {d.path if d.path is not None else d.dir_id: d.state for d in answer.log_dirs}
+
+
+def assignment(broker, topic: str) -> dict[int, tuple[list[str], list[str]]]:
+    """METADATA v2's assignment of ``topic``: partition -> (replica dirs, reassignment
+    target dirs), as paths (a dir without one as ``missing:<id>``)."""
+    with broker.client() as c:
+        answer = c.metadata_v2([topic])
+    paths = {d.dir_id: d.path or f"missing:{d.dir_id}" for d in answer.log_dirs}
+    (entry,) = answer.topics
+    return {p.partition: ([paths[i] for i in p.replica_dirs], [paths[i] for i in p.target_dirs])
+            for p in entry.partitions}
+
+
+def moved(broker, topic: str, partition: int, target: list[str]) -> bool:
+    """Whether a reassignment of ``topic``-``partition`` to ``target`` is done, as
+    ``reassign verify`` reads it: no target left, the replicas the plan's."""
+    replicas, pending = assignment(broker, topic)[partition]
+    return not pending and replicas == list(target)
 
 
 def logdirs(broker, action: str, *args, check: bool = True):

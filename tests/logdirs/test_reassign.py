@@ -16,6 +16,7 @@ from tests.logdirs.support import (
     assert_all_acked,
     create,
     leader_dir,
+    moved,
     poll,
     read_back,
     reassign,
@@ -52,7 +53,8 @@ def test_reassign_under_load_moves_the_leader_and_changes_the_factor(broker, tmp
     for target in moves:
         plan = {(TOPIC, 0): target}
         reassign(broker, tmp_path, "execute", plan)
-        poll(lambda plan=plan: _done(broker, tmp_path, plan), 30, f"the move to {target}")
+        poll(lambda target=target: moved(broker, TOPIC, 0, target), 30, f"the move to {target}")
+        assert _done(broker, tmp_path, plan)
         poll(lambda target=target: replica_dirs(broker, TOPIC, 0) == set(target), 10,
              f"the replicas on {target} only")
         if target == moves[0]:  # the leader left its dir: the first target leads
@@ -88,7 +90,8 @@ def test_a_second_move_is_refused_while_one_runs(broker, tmp_path):
         assert verify.returncode == 1 and "in progress" in verify.stdout.decode()
     finally:
         os.kill(pid, signal.SIGCONT)
-    poll(lambda: _done(broker, tmp_path, {("first", 0): [kept, spare]}), 30, "the move done")
+    poll(lambda: moved(broker, "first", 0, [kept, spare]), 30, "the move done")
+    assert _done(broker, tmp_path, {("first", 0): [kept, spare]})
     try:
         poll(lambda: replica_dirs(broker, "first", 0) == {kept, spare}, 10,
              "first's replicas on the two dirs of the plan only")
