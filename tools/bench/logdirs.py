@@ -75,7 +75,8 @@ def hostbroker(*args) -> str:
     return done.stdout
 
 
-def wait(condition, what: str, timeout: float = 60.0, every: float = 0.05) -> None:
+def wait(condition, what: str, timeout: float = 60.0, every: float = 0.05,
+         said=lambda: "") -> None:
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -84,7 +85,7 @@ def wait(condition, what: str, timeout: float = 60.0, every: float = 0.05) -> No
         except Exception:  # noqa: BLE001 - not there yet
             pass
         if time.monotonic() > deadline:
-            raise harness.BenchError(f"timed out waiting for {what}")
+            raise harness.BenchError(f"timed out waiting for {what} {said()}".rstrip())
         time.sleep(every)
 
 
@@ -231,8 +232,12 @@ def failover_run(args, workdir: str, n: int) -> dict:
             wait(lambda: len(sender.acks) > 200, "200 acknowledged")
             if args.fail == "fill":
                 fill(small)
+                acked = len(sender.acks)
                 wait(lambda: any(c == STORAGE_ERROR for _, c in sender.errors),
-                     "a STORAGE_ERROR", 30, every=0.001)
+                     "a STORAGE_ERROR", 30, every=0.001,
+                     said=lambda: (f"{len(sender.acks) - acked} acknowledged since the fill, "
+                                   f"error codes {sorted({c for _, c in sender.errors})}, "
+                                   f"free {os.statvfs(small).f_bavail} blocks"))
                 failed_from = next(t for t, c in sender.errors if c == STORAGE_ERROR)
             else:
                 failed_from = time.monotonic()
