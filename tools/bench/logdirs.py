@@ -20,7 +20,9 @@ with its venv::
   retries hidden in a library, as ``replication.py failover`` does). The broker has two
   dirs on disk and a tmpfs; the partition's leader is moved onto the tmpfs
   (``reassign --bootstrap``). Then the tmpfs is filled by ``fallocate`` of a file until
-  ENOSPC (``--fail fill``, the default), or unmounted with ``umount -l`` (``--fail
+  ENOSPC (``--fail fill``, the default; the leader's active segment still appends into
+  the space it reserved ahead, ``log.preallocate.bytes``, so messages of
+  ``--failover-size`` bytes, 1000 by default, run through that first), or unmounted with ``umount -l`` (``--fail
   remove``: only the writers' probe finds that, so its gap adds
   ``log.dir.check.interval.ms``). The gap is the time from the first STORAGE_ERROR (for
   ``remove``, from the unmount) to the next acknowledgement; target: at most 1 s for the
@@ -168,10 +170,10 @@ class OneByOne:
     """Sends one message at a time with acks=-1 to partition 0, over the broker's Unix
     socket (one broker: the leader's dir changes, the address does not)."""
 
-    def __init__(self, broker: harness.Broker, topic: str):
+    def __init__(self, broker: harness.Broker, topic: str, size: int):
         from tests.replication.support import Wire
 
-        self.broker, self.topic, self.Wire = broker, topic, Wire
+        self.broker, self.topic, self.Wire, self.size = broker, topic, Wire, size
         self.acks: list[float] = []  # monotonic times of acknowledgements
         self.errors: list[tuple[float, int]] = []
         self.stop = threading.Event()
@@ -185,7 +187,8 @@ class OneByOne:
             try:
                 if wire is None:
                     wire = self.Wire(self.broker.unix_path, timeout=30)
-                code, _ = wire.produce(self.topic, 0, [f"m{n}".encode()], acks=-1)
+                code, _ = wire.produce(self.topic, 0, [f"m{n}".encode().ljust(self.size, b"x")],
+                                       acks=-1)
             except Exception:  # noqa: BLE001 - a connection closed under it
                 code = -1
                 if wire is not None:
@@ -228,7 +231,7 @@ def failover_run(args, workdir: str, n: int) -> dict:
                 wait(lambda: leader_dir(broker, "failover", 0) == small
                      and replica_dirs(broker, "failover", 0) == {small, keep},
                      "the leader on the tmpfs", 60)
-            sender = OneByOne(broker, "failover")
+            sender = OneByOne(broker, "failover", args.failover_size)
             wait(lambda: len(sender.acks) > 200, "200 acknowledged")
             if args.fail == "fill":
                 fill(small)
@@ -304,6 +307,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="produce: the two log dirs (default: two dirs on one disk)")
     parser.add_argument("--fail", choices=("fill", "remove"), default="fill",
                         help="failover: fill the tmpfs (ENOSPC) or unmount it")
+    parser.add_argument("--failover-size", type=int, default=1000,
+                        help="failover: bytes a message (the leader's segment reserves "
+                             "1 MiB or more ahead, which a fill leaves it: larger messages "
+                             "reach ENOSPC sooner; the gap does not depend on it)")
     parser.add_argument("--tmpfs-mb", type=int, default=64,
                         help="failover: the size of the leader's tmpfs")
     parser.add_argument("--check-interval-ms", type=int, default=200,
