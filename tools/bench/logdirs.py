@@ -132,6 +132,8 @@ def produce_run(broker: harness.Broker, topic: str, acks: int, messages: int) ->
 
 
 def bench_produce(args, workdir: str) -> dict:
+    from tests.logdirs.support import replica_files_equal
+
     if args.dirs:
         dirs = [os.path.abspath(d) for d in args.dirs.split(",")]
         if len(dirs) != 2:
@@ -154,6 +156,10 @@ def bench_produce(args, workdir: str) -> dict:
                 topic = f"rf{rf}-acks{'all' if acks < 0 else acks}-{n}"
                 create(broker, topic, PARTITIONS, rf)
                 rate = produce_run(broker, topic, acks, args.messages)
+                if rf > 1:  # not timed: the follower holds what was acknowledged
+                    wait(lambda topic=topic: all(replica_files_equal(broker, topic, p)
+                                                 for p in range(PARTITIONS)),
+                         f"{topic}: the replicas equal below the high watermark")
                 runs.append({"rf": rf, "acks": acks, "msgs_per_s": rate})
                 pair[rf] = rate
                 harness.log(f"RF {rf} acks={acks:>2}: {rate:>9.0f} msgs/s")
