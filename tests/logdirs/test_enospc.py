@@ -28,6 +28,7 @@ from tests.logdirs.support import (
     read_back,
     reassign,
     replica_slots,
+    slots_said,
     top_json,
     wait_leader_moved,
     wait_replicas_equal,
@@ -97,7 +98,12 @@ def test_the_dir_brought_back_truncates_catches_up_and_rejoins(broker, seen):
         slots = [s for _, s in replica_slots(broker, TOPIC, 0)]
         return any(s.role == ROLE_LEADER and len(s.isr_ids) == 2 for s in slots)
 
-    poll(rejoined, 20, "the tmpfs replica back in the ISR")
+    try:
+        poll(rejoined, 20, "the tmpfs replica back in the ISR")
+    except AssertionError as e:
+        free = os.statvfs(small).f_bavail * os.statvfs(small).f_frsize
+        raise AssertionError(f"{e}; {free} bytes free on the tmpfs:\n"
+                             f"{slots_said(broker, TOPIC, 0)}\n{broker.log()[-1500:]}") from None
     wait_replicas_equal(broker, TOPIC, 0)
     assert_all_acked(seen["log"], read_back(broker, TOPIC))
     assert [TOPIC, 0] not in top_json(broker)["under_replicated_partitions"]
