@@ -8,7 +8,6 @@ import glob
 import os
 import re
 import signal
-import subprocess
 import threading
 import time
 
@@ -20,6 +19,7 @@ from hostbroker.config import Config
 from hostbroker.errors import ErrorCode
 from hostbroker.log.message import encode_message_set, iter_messages
 from hostbroker.workers.plan import shm_token
+from tests.mounts import tmpfs
 
 WORKER_NAMES = ["hb-writer-0", "hb-handler-0", "hb-handler-1", "hb-proc-0", "hb-proc-1",
                 "hb-acceptor"]
@@ -166,13 +166,8 @@ def test_sigterm_drains_in_flight_long_poll_and_exits_zero(broker):
 @pytest.fixture
 def small_disk(tmp_path):
     """A real 2 MiB filesystem that fills up: a disk failing with ENOSPC."""
-    path = tmp_path / "small"
-    path.mkdir()
-    # mode: a fresh tmpfs is 1777, which a root broker refuses as a log dir
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m,mode=0750", "tmpfs", str(path)],
-                   check=True)
-    yield str(path)
-    subprocess.run(["umount", "-l", str(path)], check=False)
+    with tmpfs(str(tmp_path / "small"), "2m") as path:
+        yield path
 
 
 def test_a_full_disk_takes_only_its_own_partitions_offline(make_broker, tmp_path, small_disk):
