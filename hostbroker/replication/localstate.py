@@ -19,9 +19,9 @@ dir had when last seen; and ``seq``, grown at every write::
 
 Every copy is written whole (hb-logdirs' ``statefile.py``); at start the copy
 with the highest ``seq`` wins (:func:`newest`), and it is *certain* only when
-every dir of its ``online`` list is present now: a dir that is missing may
-hold a newer copy, so an uncertain document elects no leader from an ISR
-that names a missing dir.
+every dir of its ``online`` list holds a copy that decodes now: a dir that
+is missing, or whose copy is absent or damaged, may hold a newer copy, so an
+uncertain document elects no leader from an ISR that names such a dir.
 
 Pure: :func:`encode_state` gives the bytes, :func:`decode_state` reads bytes
 as hostile input (at most :data:`STATE_MAX_BYTES`; every field's type, range
@@ -282,10 +282,11 @@ def newest(copies: Mapping[int, LocalState | None]) -> tuple[LocalState | None, 
     """The copy to start from, and whether it is certain.
 
     ``copies`` maps the id of every log dir present now to the copy read
-    there (None: absent or unreadable). The copy with the highest ``seq``
-    wins (the lowest dir id among equals). It is certain when every dir of
-    its ``online`` list is present now: a missing one may hold a newer copy.
-    ``(None, False)`` when no copy was read.
+    there (None: absent, damaged or unreadable). The copy with the highest
+    ``seq`` wins (the lowest dir id among equals). It is certain when every
+    dir of its ``online`` list has a copy here: a dir that is missing, or
+    whose copy could not be read, may hold a newer one. ``(None, False)``
+    when no copy was read.
     """
     best: LocalState | None = None
     for dir_id in sorted(copies):
@@ -294,4 +295,4 @@ def newest(copies: Mapping[int, LocalState | None]) -> tuple[LocalState | None, 
             best = copy
     if best is None:
         return None, False
-    return best, set(best.online) <= set(copies)
+    return best, set(best.online) <= {d for d, c in copies.items() if c is not None}

@@ -225,8 +225,10 @@ def test_a_missing_online_dir_makes_it_uncertain():
     assert (state.seq, certain) == (5, False)
 
 
-def test_a_present_dir_without_a_copy_still_counts_as_present():
-    assert newest({1: copy(5, [1, 2]), 2: None}) == (copy(5, [1, 2]), True)
+def test_a_present_dir_without_a_readable_copy_makes_it_uncertain():
+    # dir 2 was online at seq 5 and holds no copy that decodes: it may have held seq 6
+    assert newest({1: copy(5, [1, 2]), 2: None}) == (copy(5, [1, 2]), False)
+    assert newest({1: copy(5, [1]), 2: None}) == (copy(5, [1]), True)
 
 
 def test_no_copy_at_all():
