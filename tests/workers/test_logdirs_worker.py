@@ -13,6 +13,8 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import threading
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -157,6 +159,19 @@ def h(tmp_path):
     harness = Harness(tmp_path)
     yield harness
     harness.close()
+
+
+def online(h, path, token=77):
+    """``logdirs online``: its answer, or None when it waits for the writer (reopen
+    sent). The dir is read by a thread; the loop goes on once it has."""
+    answer = h.w._online(0, token, path)
+    if answer is not None:
+        return answer
+    for look in list(h.w.looking.values()):
+        assert look.finished.wait(5)
+    h.w._online_round(time.monotonic())
+    got = h.answers.take()
+    return got[0][2] if got else None
 
 
 def create(h, topic="t", partitions=2, rf=2, config=None):
@@ -398,7 +413,7 @@ def test_a_new_disk_taken_online_gets_a_new_id_and_its_writer_a_reopen(h, tmp_pa
     h.table.set_log_dir_offline(2)  # dir 3 died; an empty disk is mounted there
     os.rename(h.paths[2], str(tmp_path / "dead"))
     os.mkdir(h.paths[2])
-    assert h.w._online(0, 77, h.paths[2]) is None  # answered once the writer is back
+    assert online(h, h.paths[2]) is None  # answered once the writer is back
     assert read_dir_id(h.paths[2]) == 4 and h.dirtable.dir_id(2) == 4
     sent = h.rings[2].take()
     assert [(op, body) for op, _, body in sent] == [(env.OP_DIR_REOPEN, {"dir_id": 4})]
@@ -412,7 +427,166 @@ def test_a_new_disk_taken_online_gets_a_new_id_and_its_writer_a_reopen(h, tmp_pa
     # a dir with another id than the one this broker had there is refused
     write_dir_id(h.paths[1], 9)
     h.table.set_log_dir_offline(1)
-    answer = h.w._online(0, 78, h.paths[1])
+    answer = online(h, h.paths[1], 78)
     assert answer["message"] == (f"log dir {h.paths[1]} holds id 9, this broker had id 2 "
                                  "there: restart to take it")
     assert h.w._online(0, 79, "/nowhere")["error"] == ErrorCode.LOG_DIR_NOT_FOUND
+
+
+def _restart_without_copy_of_dir_3(h, how):
+    """Stop hb-logdirs after a change, spoil dir 3's copy ``how``, start again."""
+    from hostbroker.log.dirids import write_dir_id
+
+    create(h, partitions=3, rf=2)
+    for i, path in enumerate(h.paths):
+        write_dir_id(path, IDS[i])
+    h.w.writers.close()
+    name = os.path.join(h.paths[2], STATE_FILE)
+    kept = open(name, "rb").read()
+    os.remove(name)
+    if how == "garbled":
+        with open(name, "wb") as f:
+            f.write(b'{"version": 1, "seq": ')
+    elif how == "link":
+        os.symlink(os.path.join(h.paths[0], STATE_FILE), name)
+    elif how == "dir":
+        os.mkdir(name)
+    return h.start(), name, kept
+
+
+@pytest.mark.parametrize("how", ["garbled", "missing", "link", "dir"])
+def test_a_copy_that_cannot_be_decoded_is_not_there(h, how):
+    # dir 3 is configured and holds its id, but its copy is not usable: it may have
+    # been newer, so the start is uncertain (nothing elected from an ISR naming
+    # it), its copy is not written over, and it stays out until `logdirs online`
+    w, name, kept = _restart_without_copy_of_dir_3(h, how)
+    assert w.blocked == {3} and 2 in w.unidentified
+    w._pass(0.0)
+    w.admin_round(0.0)
+    for part in w.doc.parts.values():
+        assert (part.leader == -1) == (3 in part.isr)
+    assert 3 not in w.live_dirs(0.0) and 3 not in h.copy(0).online
+    if how == "garbled":
+        assert open(name, "rb").read() == b'{"version": 1, "seq": '
+    # still unreadable: `logdirs online` refuses and says how to go on
+    answer = online(h, h.paths[2])
+    assert answer["error"] == ErrorCode.STORAGE_ERROR, answer
+    assert "holds no readable state file" in answer["message"]
+    assert "logdirs forget --log-dir-id 3" in answer["message"]
+    assert w.blocked == {3}
+    assert env.OP_DIR_REOPEN not in [op for op, _, _ in h.rings[2].take()]
+    # the operator puts the copy back (the one of the last change): taken back
+    if how == "dir":
+        os.rmdir(name)
+    elif os.path.lexists(name):
+        os.remove(name)
+    with open(name, "wb") as f:
+        f.write(kept)
+    assert online(h, h.paths[2]) is None
+    assert w.blocked == set() and 2 not in w.unidentified
+    assert [op for op, _, _ in h.rings[2].take()][-1] == env.OP_DIR_REOPEN
+
+
+def test_forget_takes_an_unreadable_copy_as_lost(h):
+    w, _, _ = _restart_without_copy_of_dir_3(h, "garbled")
+    assert w._forget(3)["error"] == ErrorCode.NONE
+    w._pass(0.0)
+    assert all(part.leader in (1, 2) for part in w.doc.parts.values())
+    assert online(h, h.paths[2]) is None  # then it comes back as any dir does
+    assert 2 not in w.unidentified
+
+
+def _back_with(h, seq_step):
+    """Dir 3 missing at start (not mounted); then it is mounted again holding a
+    copy ``seq_step`` after the one this broker started from."""
+    from dataclasses import replace
+
+    from hostbroker.log.dirids import write_dir_id
+    from hostbroker.replication.localstate import encode_state
+
+    create(h, partitions=3, rf=2)
+    h.w.writers.close()
+    started = h.copy(2)
+    os.remove(os.path.join(h.paths[2], STATE_FILE))
+    h.dirtable.fill([1, 2, -1])
+    h.table.set_log_dir_offline(2)
+    w = h.start()
+    assert w.blocked == {3} and w.start_seq == started.seq
+    w._pass(0.0)
+    h.states()
+    write_dir_id(h.paths[2], 3)
+    with open(os.path.join(h.paths[2], STATE_FILE), "wb") as f:
+        f.write(encode_state(replace(started, seq=started.seq + seq_step)))
+    return w, started
+
+
+def test_a_returning_dir_holding_a_newer_copy_stays_out(h):
+    w, started = _back_with(h, 5)
+    for _ in range(6):
+        w.write_doc()  # (changes made meanwhile: this broker's seq passed it)
+    answer = online(h, h.paths[2])
+    assert answer["error"] == ErrorCode.INVALID_REQUEST, answer
+    assert f"holds a newer state file (seq {started.seq + 5})" in answer["message"]
+    # still blocked, not reopened, and its copy not written over
+    assert w.blocked == {3} and h.rings[2].take() == []
+    w.write_doc()
+    assert h.copy(2).seq == started.seq + 5 and 3 not in h.copy(0).online
+
+
+def test_a_returning_dir_holding_the_same_copy_is_taken_back(h):
+    w, _ = _back_with(h, 0)
+    assert online(h, h.paths[2]) is None
+    assert w.blocked == set() and h.dirtable.dir_id(2) == 3
+    assert [op for op, _, _ in h.rings[2].take()] == [env.OP_DIR_REOPEN]
+
+
+def test_a_new_ext4_disk_with_lost_and_found_is_taken(h, tmp_path):
+    from hostbroker.log.dirids import read_dir_id
+
+    create(h, partitions=1, rf=2)
+    h.table.set_log_dir_offline(2)
+    os.rename(h.paths[2], str(tmp_path / "dead"))
+    os.mkdir(h.paths[2])
+    os.mkdir(os.path.join(h.paths[2], "lost+found"))
+    assert online(h, h.paths[2]) is None
+    assert read_dir_id(h.paths[2]) == 4
+    # a dir holding a partition dir but no id is still refused
+    h.table.set_log_dir_offline(1)
+    assert not os.path.exists(os.path.join(h.paths[1], "log-dir-id"))
+    os.makedirs(os.path.join(h.paths[1], "t_0"), exist_ok=True)
+    answer = online(h, h.paths[1], 78)
+    assert answer["message"] == (f"log dir {h.paths[1]} holds partitions but no log dir id: "
+                                 "restart to take it")
+
+
+def test_a_hung_dir_never_stalls_the_loop(h, monkeypatch):
+    from hostbroker.log import dirids
+    from hostbroker.workers.logdirs import admin
+
+    create(h, partitions=1, rf=2)
+    h.table.set_log_dir_offline(2)
+    release = threading.Event()
+
+    def hung(path):
+        release.wait(10)
+        return 3
+
+    monkeypatch.setattr(dirids, "read_dir_id", hung)
+    monkeypatch.setattr(admin, "ONLINE_LOOK_S", 0.2)
+    t0 = time.monotonic()
+    assert h.w._online(0, 77, h.paths[2]) is None
+    assert time.monotonic() - t0 < 1.0  # the loop went on
+    h.w.admin_round(time.monotonic())
+    assert h.answers.take() == []
+    h.w.admin_round(time.monotonic() + 1.0)  # past the bound: answered
+    (_, token, answer), = h.answers.take()
+    assert token == 77 and answer["error"] == ErrorCode.STORAGE_ERROR
+    assert "did not answer" in answer["message"]
+    # asked again while the read still hangs: refused at once
+    assert "still being read" in h.w._online(0, 78, h.paths[2])["message"]
+    release.set()
+    for look in list(h.w.looking.values()):
+        assert look.finished.wait(5)
+    h.w.admin_round(time.monotonic())
+    assert h.w.looking == {} and h.answers.take() == []
+    assert h.rings[2].take() == []  # (the late read is not acted on)

@@ -25,7 +25,8 @@ Owns:
 
 Reads: the partition table (replica slots: role, state, offsets, ISR
 wanted), the table's offline bitmap (set by writers), the process board
-(writer epochs and states), each dir's state file copy at start.
+(writer epochs and states), each dir's state file copy at start and the
+copy and ``log-dir-id`` of a dir taken back with ``logdirs online``.
 Writes: partition slots only when it creates replicas (admin lock held,
 ``workers/replica_slots.create_replica``), the ISR commit table, the
 table's generation (after a pass that moved a leadership), the state files,

@@ -19,11 +19,15 @@ Mixin of :class:`~hostbroker.workers.logdirs.worker.LogDirsWorker`. Requests
   target dir is in the committed ISR the leadership moves to the first target
   dir in the ISR if the leader leaves; then ``replicas`` = target, ``target``
   dropped; the replicas left over are strays, deleted.
-- ``online``: a log dir taken back: its id checked (a new, empty disk gets
-  the next id), OP_DIR_REOPEN to its writer, answered once the writer's
-  replacement is READY.
-- ``forget``: consent to lose what a missing dir may hold: partitions whose
-  ISR names it may elect again.
+- ``online``: a log dir taken back: its files read by a thread of their own
+  (a hung dir answers STORAGE_ERROR after :data:`ONLINE_LOOK_S`, never
+  stalling the loop); its id checked (a dir with no id and no partition dir,
+  a new disk, gets the next id); when the start was uncertain because of it,
+  its state file copy compared (refused when unreadable or newer than the
+  copy this broker started from); OP_DIR_REOPEN to its writer, answered once
+  the writer's replacement is READY.
+- ``forget``: consent to lose what a missing dir, or one whose copy could not
+  be read, may hold: partitions whose ISR names it may elect again.
 
 A stray (a dir-placed replica the document does not assign) is deleted only
 while the document is certain; otherwise it stays STOPPED, with one line.
@@ -32,6 +36,7 @@ while the document is certain; otherwise it stays STOPPED, with one line.
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 from hostbroker.errors import ErrorCode, HostbrokerError
@@ -46,6 +51,53 @@ def _answer(code: int, message: str = "", results=()) -> dict:
     return {"error": int(code), "message": message, "results": [list(r) for r in results]}
 
 
+ONLINE_LOOK_S = 5.0  # `logdirs online` answers STORAGE_ERROR when the dir takes longer
+
+
+class _Look:
+    """The files ``logdirs online`` reads in the dir taken back, read by a thread
+    of its own so that a hung dir never stalls hb-logdirs' loop: its id (a new,
+    empty disk gets ``next_id``, written) and its state file copy."""
+
+    def __init__(self, h: int, token: int, path: str, next_id: int, started: float):
+        self.h, self.token, self.path, self.next_id = h, token, path, next_id
+        self.started = started
+        self.answered = False  # answered already (it did not answer in time)
+        self.finished = threading.Event()
+        self.answer: dict | None = None  # a refusal found while reading
+        self.found: int | None = None
+        self.fresh = False
+        self.copy: tuple = (None, "", True)
+
+    def run(self) -> None:
+        from hostbroker.log.dirids import read_dir_id, write_dir_id
+        from hostbroker.log.segments import parse_partition_dirname
+        from hostbroker.workers.logdirs.statefile import read_copy
+
+        try:
+            self.found = read_dir_id(self.path)
+            self.fresh = self.found is None
+            if self.fresh:
+                # (only partition dirs count: mkfs makes lost+found, and dot names are
+                # not ours)
+                with os.scandir(self.path) as entries:
+                    if any(e.is_dir(follow_symlinks=False) and parse_partition_dirname(e.name)
+                           for e in entries):
+                        self.answer = _answer(ErrorCode.INVALID_REQUEST,
+                                              f"log dir {self.path} holds partitions but no "
+                                              "log dir id: restart to take it")
+                        return
+                write_dir_id(self.path, self.next_id)
+                self.found = self.next_id
+            self.copy = read_copy(self.path)
+        except HostbrokerError as e:
+            self.answer = _answer(e.code, str(e))
+        except OSError as e:
+            self.answer = _answer(ErrorCode.STORAGE_ERROR, f"{e.filename}: {e.strerror}")
+        finally:
+            self.finished.set()
+
+
 class Admin:
     """Mixin: the OP_LOCAL_ADMIN service (see the module docstring)."""
 
@@ -56,6 +108,7 @@ class Admin:
         # (slot, topic, p) -> the writer epoch it was told to delete in
         self.strays_told: dict[tuple, int] = {}
         self.lost_tried: dict[tuple, int] = {}  # (t, p, dir) -> writer epoch of the last try
+        self.looking: dict[int, _Look] = {}  # writer -> `logdirs online` reading its dir
 
     # -- requests ------------------------------------------------------------
     def _take_requests(self) -> None:
@@ -257,30 +310,48 @@ class Admin:
 
     # -- online, forget -------------------------------------------------------
     def _online(self, h: int, token: int, path: str) -> dict | None:
-        from hostbroker.log.dirids import read_dir_id, write_dir_id
-        from hostbroker.shm.logdirs import LD_REOPENING
-
+        """Take a log dir back: its files are read by a thread (the dir may hang),
+        and :meth:`admin_round` goes on once it answers (or answers for it after
+        :data:`ONLINE_LOOK_S`)."""
         wanted = os.path.abspath(path)
         if wanted not in self.plan.log_dirs:
             return _answer(ErrorCode.LOG_DIR_NOT_FOUND, f"log dir {path} is not configured")
         w = self.plan.log_dirs.index(wanted)
-        expected = self.dirtable.dir_id(w)
-        if w not in self.table.offline_log_dirs() and expected != -1 \
+        done = self._online_done(w, wanted)
+        if done is not None:
+            return done
+        if w in self.looking:
+            return _answer(ErrorCode.STORAGE_ERROR,
+                           f"log dir {wanted} is still being read (it did not answer)")
+        known = self.doc.known_ids() | set(self.dirtable.ids().values()) \
+            | {look.next_id for look in self.looking.values()}
+        look = _Look(h, token, wanted, max(known | {0}) + 1, time.monotonic())
+        self.looking[w] = look
+        threading.Thread(target=look.run, name=f"logdirs-online-{w}", daemon=True).start()
+        return None
+
+    def _online_done(self, w: int, wanted: str) -> dict | None:
+        """The answer when there is nothing to do, else None."""
+        if w not in self.table.offline_log_dirs() and self.dirtable.dir_id(w) != -1 \
                 and w not in self.unidentified:
             return _answer(ErrorCode.NONE, f"log dir {wanted} is online")
         if w in self.reopening:
             return _answer(ErrorCode.INVALID_REQUEST, f"log dir {wanted} is being reopened")
-        found = read_dir_id(wanted)  # (StorageError: its code and line answer)
-        fresh = found is None
-        if fresh:
-            if any(e.is_dir() and not e.name.startswith(".") for e in os.scandir(wanted)):
-                return _answer(ErrorCode.INVALID_REQUEST,
-                               f"log dir {wanted} holds partitions but no log dir id: "
-                               "restart to take it")
-            known = self.doc.known_ids() | set(self.dirtable.ids().values())
-            found = max(known | {0}) + 1
-            write_dir_id(wanted, found)
-        elif expected != -1 and found != expected:
+        return None
+
+    def _online_looked(self, w: int, look: _Look) -> dict | None:
+        """Go on with ``logdirs online`` once the dir's files were read."""
+        from hostbroker.shm.logdirs import LD_REOPENING
+
+        wanted = look.path
+        if look.answer is not None:
+            return look.answer
+        done = self._online_done(w, wanted)
+        if done is not None:
+            return done
+        found, fresh = look.found, look.fresh
+        expected = self.dirtable.dir_id(w)
+        if not fresh and expected != -1 and found != expected:
             return _answer(ErrorCode.INVALID_REQUEST,
                            f"log dir {wanted} holds id {found}, this broker had id {expected} "
                            "there: restart to take it")
@@ -290,19 +361,52 @@ class Admin:
                 return _answer(ErrorCode.INVALID_REQUEST,
                                f"log dir {wanted} holds id {found}, which "
                                f"{self.plan.log_dirs[holder]} holds too (a copied dir?)")
+        if found in self.blocked:
+            # it was online at the last change the copies saw: its copy may be newer
+            copy, why, _ = look.copy
+            if copy is None:
+                return _answer(ErrorCode.STORAGE_ERROR,
+                               f"log dir {wanted} (id {found}) was online at the last change "
+                               f"and holds no readable state file ({why or 'none'}): it may "
+                               "have held a newer one; `hostbroker logdirs forget "
+                               f"--log-dir-id {found}` consents to losing it")
+            if copy.seq > self.start_seq:
+                self.say(f"log dir {wanted} (id {found}) holds a newer state file (seq "
+                         f"{copy.seq}) than the one this broker started from (seq "
+                         f"{self.start_seq}); it stays out (see docs/runbook-disk.md)")
+                return _answer(ErrorCode.INVALID_REQUEST,
+                               f"log dir {wanted} holds a newer state file (seq {copy.seq}) "
+                               f"than the one this broker started from (seq {self.start_seq}):"
+                               " stop the broker and see docs/runbook-disk.md")
+        if expected == -1 or fresh:
             self.dirtable.set_id(w, found)
         self.writers.set_dir(found, wanted)
         self.doc.dirs[found] = wanted
-        self.blocked.discard(found)  # (back: what it holds is a replica's like any other)
+        self.blocked.discard(found)  # (its copy is not newer: it holds replicas like any other)
         self.unidentified.discard(w)
         self.dirtable.set_state(w, LD_REOPENING)
-        self.reopening[w] = (h, token, wanted, self.writer_epochs[w])
+        self.reopening[w] = (look.h, look.token, wanted, self.writer_epochs[w])
         self.to_writers[w].send(*env.encode_dir_reopen(self.token(("reopen", w)), found))
         return None
 
+    def _online_round(self, now: float) -> None:
+        for w, look in list(self.looking.items()):
+            if look.finished.is_set():
+                del self.looking[w]
+                if not look.answered:
+                    answer = self._online_looked(w, look)
+                    if answer is not None:
+                        self.reply(look.h, look.token, answer)
+            elif not look.answered and now - look.started >= ONLINE_LOOK_S:
+                look.answered = True  # (kept: the dir is refused until the read returns)
+                self.reply(look.h, look.token, _answer(
+                    ErrorCode.STORAGE_ERROR,
+                    f"log dir {look.path} did not answer in {ONLINE_LOOK_S:g} s (a hung disk?)"))
+
     def _forget(self, dir_id: int) -> dict:
         index = self.dirtable.index_of(dir_id)
-        if index is not None and index not in self.table.offline_log_dirs():
+        if index is not None and index not in self.table.offline_log_dirs() \
+                and index not in self.unidentified:
             return _answer(ErrorCode.INVALID_REQUEST, f"log dir id {dir_id} is online")
         if dir_id not in self.blocked and dir_id not in self.doc.known_ids():
             return _answer(ErrorCode.LOG_DIR_NOT_FOUND, f"no log dir id {dir_id} is known")
@@ -382,6 +486,7 @@ class Admin:
 
     # -- each round -------------------------------------------------------------
     def admin_round(self, now: float) -> None:
+        self._online_round(now)
         for w, (h, token, path, epoch) in list(self.reopening.items()):
             if self.writer_epochs[w] != epoch and self.writer_ready(w):
                 del self.reopening[w]

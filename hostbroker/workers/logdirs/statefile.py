@@ -151,7 +151,8 @@ class StateWriters:
 def read_copy(path: str) -> tuple[object | None, str, bool]:
     """The state file copy of the log dir ``path``: ``(copy or None, why not ("":
     absent), looked)``. ``looked`` is False only when the file could not be read
-    (an I/O error): such a dir may hold a newer copy than the others."""
+    (an I/O error). Whatever the reason, a dir without a copy may have held a
+    newer one than the others: hb-logdirs counts it as not present."""
     from hostbroker.replication.localstate import STATE_MAX_BYTES, decode_state
 
     name = os.path.join(path, STATE_FILE)

@@ -98,7 +98,10 @@ class LogDirsWorker(Admin, Worker):
         self.slots: dict[TP, dict[int, int]] = {}  # (t, p) -> {dir id: slot}
         self.slot_states: dict[int, object] = {}  # slot -> its last read
         self.blocked: set[int] = set()
-        self.unidentified: set[int] = set()  # writers whose dir's id file was bad at start
+        # writers whose dir is kept out until `logdirs online`: its id file was bad at
+        # start, or its state file copy could not be read while the copies name it online
+        self.unidentified: set[int] = set()
+        self.start_seq = 0  # seq of the copy this broker started from (0: none)
         self.frozen = False  # no state file readable while replicas exist: change nothing
         self.moved = False  # a leadership moved since the last generation bump
         self.doc = self._load()
@@ -111,7 +114,9 @@ class LogDirsWorker(Admin, Worker):
         configured dir is read, an offline one too, and one whose id file is bad
         counts as the dir the copies name at its path when it holds a copy: a dir
         is missing when no configured dir holds its id (a dead disk, an empty mount
-        point) or its copy could not be read."""
+        point) or its copy is absent or could not be read or decoded. A configured
+        dir missing that way is kept out (``unidentified``) until ``logdirs online``
+        reads its copy again."""
         from hostbroker.replication.localstate import newest
 
         ids = self.dirtable.ids()
@@ -125,7 +130,7 @@ class LogDirsWorker(Admin, Worker):
                                  key=lambda r: r[0].seq):
             by_path.update({path: dir_id for dir_id, path in copy.dirs.items()})
         present: dict[int, object] = {}
-        for index, (copy, _, looked) in read.items():
+        for index, (copy, _, _) in read.items():
             dir_id = ids.get(index)
             if dir_id is None and copy is not None:
                 # its id file is bad, but it holds a copy: the dir the copies name
@@ -135,10 +140,13 @@ class LogDirsWorker(Admin, Worker):
                 if dir_id is not None and self.dirtable.index_of(dir_id) is None:
                     self.dirtable.set_id(index, dir_id)
                     self.unidentified.add(index)
-            if dir_id is not None and looked:
+            if dir_id is not None and copy is not None:
+                # (a copy that is absent, damaged or unreadable counts as not there:
+                # the dir may have held a newer one)
                 present[dir_id] = copy
         self._scan()
         state, _ = newest(present)
+        self.start_seq = 0 if state is None else state.seq
         online = {d: self.plan.log_dirs[i] for i, d in ids.items()
                   if i not in self.table.offline_log_dirs()}
         if state is None:
@@ -148,13 +156,23 @@ class LogDirsWorker(Admin, Worker):
                          "stay stopped (see docs/storage.md)")
             return Document(online=sorted(online), dirs=dict(online))
         doc = Document.from_state(state)
+        ids_at = {d: i for i, d in self.dirtable.ids().items()}
         # certain: every dir the copy names online was read now (none holds a newer one)
         self.blocked = set(doc.online) - set(present)
         for dir_id in sorted(self.blocked):
+            index = ids_at.get(dir_id)
+            if index is not None:
+                # configured, but its copy could not be read: kept out (not live, not
+                # written) until `logdirs online` reads it again and compares it
+                self.unidentified.add(index)
+                why = read[index][1] or "no state file"
+                what = f"holds no readable state file ({why})"
+            else:
+                what = "is missing"
             self.say(f"log dir id {dir_id} ({doc.dirs.get(dir_id, '?')}) was online at the "
-                     "last change and is missing: partitions whose ISR names it stay "
-                     "leaderless until it returns or `hostbroker logdirs forget "
-                     f"--log-dir-id {dir_id}`")
+                     f"last change and {what}: partitions whose ISR names it stay "
+                     "leaderless until it is taken back with `hostbroker logdirs online` "
+                     f"or `hostbroker logdirs forget --log-dir-id {dir_id}`")
         doc.dirs.update(online)
         return doc
 
