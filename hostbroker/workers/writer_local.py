@@ -84,6 +84,7 @@ from hostbroker.errors import ErrorCode, StorageError
 from hostbroker.log import message as logmsg
 from hostbroker.log.dirids import DIR_ID_FILE, read_dir_id
 from hostbroker.log.epochs import LeaderEpochCache
+from hostbroker.log.files import NotAFileError
 from hostbroker.log.partition import CopySourceError, PartitionLog
 from hostbroker.log.partition_file import PLACEMENT_LOG_DIRS as LOG_DIRS_NAME
 from hostbroker.log.segments import list_segment_bases, partition_dirname, segment_filename
@@ -99,6 +100,13 @@ LOCAL_FOLLOW_RECHECK_MS = 100  # followers look at their leaders' slots at least
 # errors of a probe that say the dir is gone (a pulled disk, a lost mount); any
 # other (EMFILE, ENOMEM, EACCES...) is logged and the probe tried again
 REMOVED_ERRNOS = frozenset((errno.ENOENT, errno.ESTALE, errno.EIO))
+
+
+
+def _id_file_replaced(error: OSError) -> bool:
+    """An error reading ``log-dir-id`` that says something else is there now
+    (a link, a directory, a FIFO...): another id, not a passing failure."""
+    return isinstance(error, NotAFileError) or error.errno in (errno.ELOOP, errno.EISDIR)
 
 
 class LocalFollow:
@@ -552,8 +560,8 @@ class LocalFollow:
     def _probe_dir(self, now: int) -> None:
         """The log dir is still the one opened (module docstring), else
         offline. Only ENOENT, ESTALE or EIO, a changed ``(st_dev, st_ino)``
-        or another id in ``log-dir-id`` (or none, or one that cannot be
-        parsed) say so; any other error (EMFILE, ENOMEM...) is logged once and
+        or another id in ``log-dir-id`` (or none, one that cannot be parsed,
+        or a link or other non-file in its place) say so; any other error (EMFILE, ENOMEM...) is logged once and
         the probe is tried again at the next interval."""
         if self.dir_marks is None or self.offline or now < self.next_probe_ms:
             return
@@ -562,17 +570,16 @@ class LocalFollow:
             marks = self._dir_marks()
         except (OSError, StorageError) as e:
             failure = e if isinstance(e, OSError) else e.__cause__
-            if e is failure or isinstance(failure, OSError):
-                if failure.errno in REMOVED_ERRNOS:
-                    self._go_offline(StorageError(f"log dir removed or replaced: {e}"))
-                elif not self.probe_failing:
+            if (isinstance(failure, OSError) and failure.errno not in REMOVED_ERRNOS
+                    and not _id_file_replaced(failure)):
+                if not self.probe_failing:
                     self.probe_failing = True
                     print(f"hostbroker: {self.name}: cannot probe log dir {self.path}: {e}; "
                           f"trying again every {self.check_interval_ms} ms",
                           file=sys.stderr, flush=True)
                     self.count(procs.ERRORS)
                 return
-            # the id file is there but says nothing we can read: not our id
+            # gone, or its id file holds no id or is not a file now: not our dir
             self._go_offline(StorageError(f"log dir removed or replaced: {e}"))
             return
         self.probe_failing = False

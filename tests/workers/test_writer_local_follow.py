@@ -410,7 +410,7 @@ def test_only_a_removed_dir_fails_the_probe(pair, clock, monkeypatch, capsys):
 
     from hostbroker.errors import StorageError
 
-    lead, _ = pair
+    lead, fol = pair
     failure = []
 
     def marks():
@@ -432,6 +432,12 @@ def test_only_a_removed_dir_fails_the_probe(pair, clock, monkeypatch, capsys):
     clock.ms += 200
     lead._probe_dir(clock())
     assert lead.offline and lead.logdirs_bell.rung == 1
+    # a link in place of the id file is another id, not a passing failure
+    os.replace(os.path.join(fol.path, DIR_ID_FILE), os.path.join(fol.path, "id.old"))
+    os.symlink(os.path.join(fol.path, "id.old"), os.path.join(fol.path, DIR_ID_FILE))
+    fol.next_probe_ms = 0
+    fol._probe_dir(clock())
+    assert fol.offline
 
 
 def test_a_writer_without_hb_logdirs_neither_probes_nor_reads_the_id(pair, clock):
