@@ -511,7 +511,6 @@ def test_an_offline_replica_s_new_slot_says_it_is_placed_on_log_dirs(pair, clock
     create(pair)
     plain = PartitionLog.create(lead.path, "plain", 0, 1, {}, lead.defaults, now_ms)
     plain.close()
-    lead.name = "hb-writer-0"
     for topic, placement in (("r", ptable.PLACEMENT_LOG_DIRS),
                              ("plain", ptable.PLACEMENT_BROKERS)):
         slot = lead.table.find_free()
