@@ -59,7 +59,10 @@ STATE_MAX_BYTES = 64 * 1024 * 1024
 STATE_VERSION = 1
 MAX_DIR_ID = 2**31 - 1
 MAX_PARTITION = 2**31 - 1
-MAX_INT = 2**63 - 1  # seq, epochs and versions: what the partition table's fields hold
+MAX_INT = 2**63 - 1  # seq
+# leader epochs and versions: int32, as the partition table's fields and the
+# writers' OP_REPLICA_STATE take them
+MAX_EPOCH = 2**31 - 1
 NO_LEADER = -1
 
 
@@ -213,8 +216,8 @@ def _partition(doc, where: str) -> PartitionState:
             raise ValueError(f"the leader of {where} is not among its replicas")
     elif type(leader) is not int:
         raise ValueError(f"the leader of {where} is not an integer")
-    epoch = _int(doc["leader_epoch"], f"the leader epoch of {where}", 0, MAX_INT)
-    version = _int(doc["version"], f"the version of {where}", 0, MAX_INT)
+    epoch = _int(doc["leader_epoch"], f"the leader epoch of {where}", 0, MAX_EPOCH)
+    version = _int(doc["version"], f"the version of {where}", 0, MAX_EPOCH)
     target = _ids(doc["target"], f"the target of {where}", 1) if "target" in doc else ()
     return PartitionState(replicas, leader, epoch, isr, version, target)
 

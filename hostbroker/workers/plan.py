@@ -108,6 +108,9 @@ class BrokerPlan:
     # supervisor's prepare (startup.resolve_dir_ids), copied into the LogDirTable, which
     # is what workers read (an id can be given to a new disk while the broker runs)
     dir_ids: list[int] = dataclasses.field(default_factory=list)
+    # st_dev per writer index, taken with dir_ids (-1: unknown); hb-logdirs' placement
+    # prefers distinct devices and never stats a dir in its loop
+    dir_devices: list[int] = dataclasses.field(default_factory=list)
 
     @classmethod
     def from_config(cls, config: Config) -> "BrokerPlan":

@@ -177,7 +177,13 @@ def resolve_dir_ids(plan) -> None:
     takes a dead disk's id), written now (``log/dirids.assign_dir_ids``). A dir
     whose id file is bad gets -1 and starts offline (one line). Two dirs holding
     one id refuse the start, as does a ``default.replication.factor`` above the
-    number of log dirs (standalone)."""
+    number of log dirs (standalone). Also ``plan.dir_devices``: each dir's
+    ``st_dev`` now (-1: unknown), which hb-logdirs places replicas by, so that
+    a hung disk never stalls it on a stat.
+
+    Only where hb-logdirs runs (``plan.logdirs``: standalone, two log dirs or
+    more). Elsewhere (one log dir, or cluster mode) no id file is read or
+    written: every id is -1 and no dir starts offline for its id file."""
     from hostbroker.log.dirids import DuplicateDirIdError, assign_dir_ids
     from hostbroker.settings_logdirs import replication_factor_problem
 
@@ -185,6 +191,9 @@ def resolve_dir_ids(plan) -> None:
                                          len(plan.log_dirs), plan.registrar)
     if problem:
         raise StartError(problem)
+    if not plan.logdirs:
+        plan.dir_ids = [-1] * len(plan.log_dirs)
+        return
 
     def report(line: str) -> None:
         print(f"hostbroker: {line}", file=sys.stderr, flush=True)
@@ -194,6 +203,14 @@ def resolve_dir_ids(plan) -> None:
     except DuplicateDirIdError as e:
         raise StartError(str(e)) from None
     plan.dir_ids = [-1 if dir_id is None else dir_id for dir_id in ids]
+    plan.dir_devices = [_device(path) for path in plan.log_dirs]
+
+
+def _device(path: str) -> int:
+    try:
+        return os.stat(path).st_dev
+    except OSError:
+        return -1
 
 
 def _state_file_ids(log_dirs: list[str]) -> set[int]:

@@ -38,7 +38,8 @@ gives them their roles. This module owns:
      find where its whole entries end, and those are copied. The data's
      leader epoch goes into the epoch cache as a fetched append's does;
   5. it publishes its end and the HW (the leader's, never past its end),
-     and rings the leader's writer.
+     and rings the leader's writer. One still behind the leader's end
+     copies again in the writer's next round, without sleeping.
 
   After each copy it reads the leader's slot again; a leader that moved to
   another epoch, or cut its log below what was copied, has the copy cut
@@ -49,16 +50,20 @@ gives them their roles. This module owns:
 - **the leader's side** (:meth:`LocalFollow._local_positions`): for each
   dir-placed book it leads whose HW is below its end (all of them at the
   ISR check), each follower's slot is read, and an ONLINE one cut to this
-  leader's log in this epoch (``fetch_epoch``) counts as a fetch at its
-  end; ISR, HW and the acks=-1 waiters are then ``writer_replicas.py``'s.
+  leader's log in this epoch (``fetch_epoch``), owned by the writer of that
+  replica's log dir, counts as a fetch at its end; ISR, HW and the acks=-1
+  waiters are then ``writer_replicas.py``'s.
   A leader whose end moved rings its followers' writers; the followers
   ring it back after a copy; a recheck every ``LOCAL_FOLLOW_RECHECK_MS``
   covers a ring lost to a replaced writer;
-- **the probe** of the log dir every ``log.dir.check.interval.ms``: the
-  dir must keep the ``(st_dev, st_ino)`` it had at open, and its
-  ``log-dir-id`` must still read the same id, or the dir goes offline ("log
-  dir removed or replaced"): writes to a pulled disk may still succeed on
-  unlinked inodes;
+- **the probe** of the log dir every ``log.dir.check.interval.ms``, only
+  where hb-logdirs runs (``plan.logdirs``: a standalone broker with two log
+  dirs or more, where ``logdirs online`` can open a dir again): the dir must
+  keep the ``(st_dev, st_ino)`` it had at open, and its ``log-dir-id`` must
+  still read the same id, or the dir goes offline ("log dir removed or
+  replaced"): writes to a pulled disk may still succeed on unlinked inodes.
+  Of the errors, only ENOENT, ESTALE and EIO say the dir is gone; any other
+  (EMFILE, ENOMEM...) is logged and the probe tried again;
 - the doorbell of ``hb-logdirs``, rung when the dir goes offline and when a
   dir-placed leader wants another ISR.
 
@@ -71,6 +76,7 @@ stale epoch.
 from __future__ import annotations
 
 import bisect
+import errno
 import os
 import sys
 
@@ -78,6 +84,7 @@ from hostbroker.errors import ErrorCode, StorageError
 from hostbroker.log import message as logmsg
 from hostbroker.log.dirids import DIR_ID_FILE, read_dir_id
 from hostbroker.log.epochs import LeaderEpochCache
+from hostbroker.log.files import NotAFileError
 from hostbroker.log.partition import CopySourceError, PartitionLog
 from hostbroker.log.partition_file import PLACEMENT_LOG_DIRS as LOG_DIRS_NAME
 from hostbroker.log.segments import list_segment_bases, partition_dirname, segment_filename
@@ -87,10 +94,19 @@ from hostbroker.shm import procs
 from hostbroker.shm.logdirs import NO_DIR_ID, LogDirTable
 from hostbroker.shm.table import TornSlotError
 from hostbroker.workers import envelopes as env
-from hostbroker.workers.base import now_ms
+from hostbroker.workers.base import EXIT_REOPEN, now_ms
 
 LOCAL_FOLLOW_RECHECK_MS = 100  # followers look at their leaders' slots at least this often
-EXIT_REOPEN = 6  # the writer's exit code after OP_DIR_REOPEN (workers/base.py)
+# errors of a probe that say the dir is gone (a pulled disk, a lost mount); any
+# other (EMFILE, ENOMEM, EACCES...) is logged and the probe tried again
+REMOVED_ERRNOS = frozenset((errno.ENOENT, errno.ESTALE, errno.EIO))
+
+
+
+def _id_file_replaced(error: OSError) -> bool:
+    """An error reading ``log-dir-id`` that says something else is there now
+    (a link, a directory, a FIFO...): another id, not a passing failure."""
+    return isinstance(error, NotAFileError) or error.errno in (errno.ELOOP, errno.EISDIR)
 
 
 class LocalFollow:
@@ -107,6 +123,9 @@ class LocalFollow:
     local_restarts: dict = {}
     dctl = dres = logdirs_bell = logdirs = None
     reopen_exit: int | None = None
+    dir_marks = None
+    probe_failing = False
+    local_dir_index: dict = {}  # log dir id -> its writer's index (replaced, never changed)
 
     # -- start-up ----------------------------------------------------------
     def _init_local(self) -> None:
@@ -132,7 +151,10 @@ class LocalFollow:
             self.dres = self.sender("dres", self.index, 0)
             self.logdirs_bell = self.waker("logdirs", 0)
         self.dir_marks = None
-        if self.logdir is not None:
+        self.probe_failing = False
+        if self.logdir is not None and getattr(self.plan, "logdirs", False):
+            # only where hb-logdirs runs (>= 2 log dirs, standalone): nothing
+            # else would give a dir the probe took offline back
             try:
                 self.dir_marks = self._dir_marks()
             except (OSError, StorageError) as e:  # a damaged id file: the dir starts offline
@@ -258,12 +280,17 @@ class LocalFollow:
     # -- the follower's round ----------------------------------------------------
     def _follow_local(self, touched: set[int]) -> None:
         """Copy what each dir-placed follower lacks from its leader's files
-        (module docstring); the slots that grew go into ``touched``."""
+        (module docstring); the slots that grew go into ``touched``. A
+        follower that copied and is still behind its leader's end has the
+        next round come at once, not at the recheck: catch-up goes on while
+        data remains (one ``replica.fetch.max.bytes`` per book a round, the
+        writer's other work between)."""
         if not self.local_following or self.offline:
             return
         now = now_ms()
         self.local_recheck_ms = now + LOCAL_FOLLOW_RECHECK_MS
         rung = set()
+        behind = False
         for slot in list(self.local_following):
             if self.local_backoff.get(slot, 0) > now:
                 continue
@@ -287,6 +314,7 @@ class LocalFollow:
             if moved:
                 touched.add(slot)
                 self._publish(slot, book.plog)
+                behind = behind or book.plog.log_end_offset < leader.end_offset
                 if leader.owner not in rung:
                     rung.add(leader.owner)
                     self._writer_bell(leader.owner).wake()
@@ -295,6 +323,8 @@ class LocalFollow:
             if hw != book.hw:
                 book.hw = hw
                 self.table.write(slot, high_watermark=hw)
+        if behind:
+            self.local_recheck_ms = now  # more to copy: the loop does not sleep
 
     def _leader_of(self, book):
         """The leader's slot as read now, or None unless it is an ONLINE
@@ -489,14 +519,27 @@ class LocalFollow:
                     continue
                 if (f.state != ptable.ONLINE or f.placement != ptable.PLACEMENT_LOG_DIRS
                         or f.fetch_epoch != book.leader_epoch
-                        or (f.name, f.partition) != (plog.topic, plog.partition)):
+                        or (f.name, f.partition) != (plog.topic, plog.partition)
+                        or not self._serves(f.owner, replica)):
                     continue
                 book.tracker.fetched(replica, min(f.end_offset, leo), leo, now)
                 self.isr_pending.add(slot)
-                if slot in touched and f.end_offset < leo and f.owner not in rung \
-                        and f.owner != self.index:
+                if slot in touched and f.end_offset < leo and f.owner not in rung:
                     rung.add(f.owner)
                     self._writer_bell(f.owner).wake()
+
+    def _serves(self, owner: int, replica: int) -> bool:
+        """Whether writer ``owner`` is the one of log dir id ``replica``: a
+        slot read as a follower's counts only if its owner is that dir's
+        writer (a slot freed and claimed again in between is another's).
+        The ids by writer are kept and read again on a miss: an id never
+        moves to another writer while the broker runs."""
+        if owner == self.index or self.logdirs is None:
+            return False
+        if self.local_dir_index.get(replica) == owner:
+            return True
+        self.local_dir_index = {d: w for w, d in self.logdirs.ids().items()}
+        return self.local_dir_index.get(replica) == owner
 
     def _local_timeout_ms(self) -> int | None:
         """When the loop must look again: the probe, a follower's recheck."""
@@ -515,15 +558,31 @@ class LocalFollow:
         return (info.st_dev, info.st_ino), read_dir_id(self.path)
 
     def _probe_dir(self, now: int) -> None:
-        """The log dir is still the one opened (module docstring), else offline."""
+        """The log dir is still the one opened (module docstring), else
+        offline. Only ENOENT, ESTALE or EIO, a changed ``(st_dev, st_ino)``
+        or another id in ``log-dir-id`` (or none, one that cannot be parsed,
+        or a link or other non-file in its place) say so; any other error (EMFILE, ENOMEM...) is logged once and
+        the probe is tried again at the next interval."""
         if self.dir_marks is None or self.offline or now < self.next_probe_ms:
             return
         self.next_probe_ms = now + self.check_interval_ms
         try:
             marks = self._dir_marks()
         except (OSError, StorageError) as e:
+            failure = e if isinstance(e, OSError) else e.__cause__
+            if (isinstance(failure, OSError) and failure.errno not in REMOVED_ERRNOS
+                    and not _id_file_replaced(failure)):
+                if not self.probe_failing:
+                    self.probe_failing = True
+                    print(f"hostbroker: {self.name}: cannot probe log dir {self.path}: {e}; "
+                          f"trying again every {self.check_interval_ms} ms",
+                          file=sys.stderr, flush=True)
+                    self.count(procs.ERRORS)
+                return
+            # gone, or its id file holds no id or is not a file now: not our dir
             self._go_offline(StorageError(f"log dir removed or replaced: {e}"))
             return
+        self.probe_failing = False
         if marks[0] != self.dir_marks[0] or \
                 (self.dir_marks[1] is not None and marks[1] != self.dir_marks[1]):
             self._go_offline(StorageError("log dir removed or replaced"))

@@ -15,8 +15,9 @@ from __future__ import annotations
 import os
 import sys
 
-from hostbroker.errors import StorageError
-from hostbroker.log.segments import parse_partition_dirname
+from hostbroker.errors import HostbrokerError, StorageError
+from hostbroker.log.partition_file import PLACEMENT_LOG_DIRS, read_partition_record
+from hostbroker.log.segments import parse_partition_dirname, partition_dirname
 from hostbroker.shm import partitions as ptable
 
 
@@ -96,7 +97,12 @@ class Startup:
             self.table.bump_generation()
 
     def _register_offline(self, slot: int | None, topic: str, partition: int) -> None:
-        """Show a partition we cannot serve as OFFLINE (it answers STORAGE_ERROR)."""
+        """Show a partition we cannot serve as OFFLINE (it answers STORAGE_ERROR).
+        Its slot says where it is placed: a slot it held keeps its own
+        placement; a new one takes it from the partition's ``partition.json``
+        when that can still be read (else placed as a plain partition), so
+        a replica placed on log dirs shows as that dir's offline replica."""
+        placement = None
         if slot is None:
             slot = self.table.find_free()
             if slot is None:
@@ -104,8 +110,22 @@ class Startup:
                       f"partition {topic}-{partition}: raise max.partitions",
                       file=sys.stderr, flush=True)
                 return
+            placement = self._placement_on_disk(topic, partition)
+        fields = {} if placement is None else {"placement": placement}
         self.table.write(slot, state=ptable.OFFLINE, name=topic, partition=partition,
-                         owner=self.index, start_offset=0, end_offset=0, flushed_offset=0)
+                         owner=self.index, start_offset=0, end_offset=0, flushed_offset=0,
+                         **fields)
+
+    def _placement_on_disk(self, topic: str, partition: int) -> int:
+        """The table placement ``partition.json`` names (PLACEMENT_BROKERS
+        when it cannot be read)."""
+        try:
+            record = read_partition_record(os.path.join(self.path,
+                                                        partition_dirname(topic, partition)))
+        except (OSError, ValueError, HostbrokerError):
+            return ptable.PLACEMENT_BROKERS
+        return (ptable.PLACEMENT_LOG_DIRS if record[5] == PLACEMENT_LOG_DIRS
+                else ptable.PLACEMENT_BROKERS)
 
     def _names_on_disk(self) -> set[tuple[str, int]]:
         """The partitions an unusable log dir seems to hold, by their dir names."""

@@ -76,13 +76,16 @@ def test_a_log_dir_replaced_under_a_running_broker_goes_offline(tmp_path):
     dir's open files would still succeed, unseen by anyone. The writer's
     probe (every ``log.dir.check.interval.ms``) sees another dir there and
     takes its partitions offline: produces answer STORAGE_ERROR instead of
-    being acknowledged into files nobody can read."""
-    broker = Broker(tmp_path, **{"log.dir.check.interval.ms": 50})
+    being acknowledged into files nobody can read. (Only where hb-logdirs
+    runs, two log dirs or more: it alone can open a dir again; a one-dir
+    broker has no probe, tests/hostile/test_logdirs_control.py.)"""
+    dirs = [str(tmp_path / "a"), str(tmp_path / "b")]
+    broker = Broker(tmp_path, **{"log.dirs": ",".join(dirs), "log.dir.check.interval.ms": 50})
     try:
         broker.start()
-        log_dir = broker.settings["log.dirs"].split(",")[0]
         with broker.client() as client:
             client.create_topic("t", 1)
+            (log_dir,) = [d for d in dirs if os.path.isdir(os.path.join(d, "t_0"))]
             client.produce("t", 0, encode_message_set([b"before"]), acks=1)
             os.rename(log_dir, log_dir + ".pulled")
             os.mkdir(log_dir)

@@ -91,3 +91,32 @@ def test_an_id_file_that_is_a_directory_starts_that_dir_offline_and_the_rest_ser
         assert "starts offline" in open(broker.log_path).read()
     finally:
         stop_or_kill(broker)
+
+
+def test_a_one_dir_broker_reads_no_id_file_and_runs_no_probe(tmp_path):
+    """Without hb-logdirs nothing would open a dir again: a one-dir broker
+    neither reads nor writes ``log-dir-id``, and a dir the probe would find
+    changed (its id file replaced) keeps serving."""
+    import time
+
+    from hostbroker.log.message import encode_message_set
+
+    d = tmp_path / "only"
+    d.mkdir()
+    (d / "log-dir-id").write_bytes(b"garbage\n")  # would start it offline with hb-logdirs
+    broker = Broker(tmp_path, log_dirs=str(d), **{"log.dir.check.interval.ms": 50})
+    try:
+        broker.start()
+        with broker.client() as client:
+            client.create_topic("one", 1)
+            client.produce("one", 0, encode_message_set([b"a"]), acks=1)
+            (d / "log-dir-id").write_bytes(b"7\n")  # another id, as a replaced disk's
+            deadline = time.monotonic() + 0.5  # ten probe intervals
+            while time.monotonic() < deadline:
+                client.produce("one", 0, encode_message_set([b"b"]), acks=1)
+            assert client.fetch("one", 0, 0, 1 << 20).error_code == 0
+        assert (d / "log-dir-id").read_bytes() == b"7\n"
+        log = open(broker.log_path).read()
+        assert "offline" not in log and "removed or replaced" not in log
+    finally:
+        stop_or_kill(broker)

@@ -77,8 +77,8 @@ def partition_states(draw):
     isr = tuple(r for r in replicas if draw(st.booleans()))
     target = tuple(draw(st.lists(dir_ids, max_size=8, unique=True)))
     return PartitionState(replicas, draw(st.sampled_from((-1, *replicas))),
-                          draw(st.integers(0, 2**63 - 1)), isr,
-                          draw(st.integers(0, 2**63 - 1)), target)
+                          draw(st.integers(0, 2**31 - 1)), isr,
+                          draw(st.integers(0, 2**31 - 1)), target)
 
 
 topic_names = st.text("abcXYZ019._-", min_size=1, max_size=20).filter(
@@ -141,6 +141,8 @@ BAD = [
     ("leader -1.0", part(leader=-1.0)),
     ("negative epoch", part(leader_epoch=-1)),
     ("epoch past int64", part(leader_epoch=2**63)),
+    ("epoch past int32", part(leader_epoch=2**31)),  # what the writers take
+    ("version past int32", part(version=2**31)),
     ("version a bool", part(version=False)),
     ("target empty", part(target=[])),
     ("target twice", part(target=[2, 2])),

@@ -61,3 +61,23 @@ def test_refusals(tmp_path):
     with pytest.raises(StartError) as e:
         resolve_dir_ids(plan_of([a, b]))
     assert str(e.value) == f"log.dirs: {a} and {b} both hold log dir id 5 (a copied dir?)"
+
+
+@pytest.mark.parametrize("n, settings", [(1, {}), (2, {"zookeeper.connect": "127.0.0.1:2181"})],
+                         ids=["one dir", "cluster"])
+def test_without_hb_logdirs_no_id_file_is_read_or_written(tmp_path, capsys, n, settings):
+    dirs = make(tmp_path, n)
+    os.mkdir(dirs[0] / "log-dir-id")  # bad: would start the dir offline with hb-logdirs
+    plan = plan_of(dirs, **settings)
+    assert not plan.logdirs
+    resolve_dir_ids(plan)
+    assert plan.dir_ids == [-1] * n
+    assert capsys.readouterr().err == ""
+    assert all(not (d / "log-dir-id").is_file() for d in dirs)
+
+
+def test_the_devices_are_taken_at_the_start(tmp_path):
+    a, b = make(tmp_path, 2)
+    plan = plan_of([a, b])
+    resolve_dir_ids(plan)
+    assert plan.dir_devices == [os.stat(a).st_dev, os.stat(b).st_dev]

@@ -590,3 +590,43 @@ def test_a_hung_dir_never_stalls_the_loop(h, monkeypatch):
     h.w.admin_round(time.monotonic())
     assert h.w.looking == {} and h.answers.take() == []
     assert h.rings[2].take() == []  # (the late read is not acted on)
+
+
+def test_a_leader_is_told_again_when_only_a_follower_s_slot_moves(h):
+    """The lost-replica path gives a replica a new slot with nothing else
+    changed: its leader must learn the slot, or it reads a freed one."""
+    create(h, partitions=1, rf=2)
+    part = h.w.doc.parts[("t", 0)]
+    follower = next(d for d in part.replicas if d != part.leader)
+    old = h.w.slots[("t", 0)][follower]
+    s = h.table.read(old)
+    new = h.table.find_free()
+    h.table.claim_replica(new, list(s.replicas), placement=ptable.PLACEMENT_LOG_DIRS,
+                          state=ptable.ONLINE, name="t", partition=0, owner=s.owner,
+                          start_offset=0, end_offset=0, flushed_offset=0)
+    h.table.free(old)
+    h.w._pass(0.0)
+    got, _ = h.states()
+    told = got[("t", 0, part.leader)]
+    assert told["role"] == "leader" and told["replica_slots"][str(follower)] == new
+    assert got[("t", 0, follower)]["slot"] == new
+
+
+def test_placement_never_stats_a_dir_after_the_start(h, monkeypatch):
+    """A hung disk must not stall hb-logdirs: devices come from the start."""
+    h.w.plan.dir_devices = [11, 11, 12]
+    assert [h.w.device_of(d) for d in IDS] == [11, 11, 12]
+    assert h.w.device_of(99) == -1
+
+    real, statted = os.stat, []
+
+    def spy(path, *args, **kwargs):
+        if str(path).rstrip("/") in h.paths:
+            statted.append(path)
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", spy)
+    create(h, "u", partitions=2, rf=2)
+    assert statted == []
+    # distinct devices first: each partition has a replica on dir 3 (device 12)
+    assert all(3 in h.w.doc.parts[("u", p)].replicas for p in range(2))

@@ -2,7 +2,9 @@
 (``writer_local.py``): the follower's copy from the leader's files, its
 truncation to the leader's log, the leader's HW from its followers' slots,
 the cut-back of a copy the leader moved under, the leader's dir failing
-under a follower, the log dir probe and the reopen.
+under a follower, catch-up without sleeping, a follower slot counted only
+from its dir's writer, the log dir probe (only with hb-logdirs, only for a
+dir gone), the reopen, and an offline replica's slot placement.
 
 Two real writers' methods (log dirs 0 and 1, ids 1 and 2) share a real
 partition table, ISR commit table, log dir table and admin lock, driven a
@@ -399,3 +401,132 @@ def test_the_cut_follows_a_crafted_leader_epoch_file_over_several_questions(pair
             break
     assert files(fol) == files(lead)
     assert fol.books[FOLLOW].epochs.entries == crafted
+
+
+def test_only_a_removed_dir_fails_the_probe(pair, clock, monkeypatch, capsys):
+    """EMFILE, ENOMEM (or a StorageError caused by one) say nothing about
+    the dir: logged once, tried again. ENOENT, ESTALE and EIO take it offline."""
+    import errno
+
+    from hostbroker.errors import StorageError
+
+    lead, fol = pair
+    failure = []
+
+    def marks():
+        raise failure[0]
+
+    monkeypatch.setattr(lead, "_dir_marks", marks)
+    for e in (OSError(errno.EMFILE, "Too many open files"),
+              StorageError("cannot read log-dir-id: out of memory"),
+              OSError(errno.ENOMEM, "Cannot allocate memory")):
+        if isinstance(e, StorageError):
+            e.__cause__ = OSError(errno.ENOMEM, "Cannot allocate memory")
+        failure[:] = [e]
+        clock.ms += 200
+        lead._probe_dir(clock())
+        assert not lead.offline
+    assert capsys.readouterr().err.count("cannot probe log dir") == 1
+    assert lead.logdirs_bell.rung == 0
+    failure[:] = [OSError(errno.ESTALE, "Stale file handle")]
+    clock.ms += 200
+    lead._probe_dir(clock())
+    assert lead.offline and lead.logdirs_bell.rung == 1
+    # a link in place of the id file is another id, not a passing failure
+    os.replace(os.path.join(fol.path, DIR_ID_FILE), os.path.join(fol.path, "id.old"))
+    os.symlink(os.path.join(fol.path, "id.old"), os.path.join(fol.path, DIR_ID_FILE))
+    fol.next_probe_ms = 0
+    fol._probe_dir(clock())
+    assert fol.offline
+
+
+def test_a_writer_without_hb_logdirs_neither_probes_nor_reads_the_id(pair, clock):
+    """One log dir, or cluster mode: nothing would reopen a dir the probe
+    took offline, so there is no probe, and a bad id file is not read."""
+    lead, _ = pair
+    with open(os.path.join(lead.path, DIR_ID_FILE), "w") as f:
+        f.write("not an id\n")
+    lead.plan = types.SimpleNamespace(log_dirs=lead.plan.log_dirs, logdirs=False)
+    lead.config = {"replica.fetch.max.bytes": 1 << 20, "replica.fetch.backoff.ms": 1000,
+                   "log.dir.check.interval.ms": 200}
+    lead._init_local()
+    assert not lead.offline and lead.logdir is not None
+    assert lead.dir_marks is None and lead.logdirs is None
+    os.rename(lead.path, lead.path + ".old")
+    clock.ms += 1000
+    lead._probe_dir(clock())
+    os.rename(lead.path + ".old", lead.path)
+    assert not lead.offline
+
+
+def test_a_leader_counts_a_follower_slot_only_if_its_dir_s_writer_owns_it(pair, clock):
+    """A slot named in replica_slots but owned by another writer (freed
+    and claimed again since) is not that replica's position."""
+    lead, fol = pair
+    create(pair)
+    state(lead, "leader", 1)
+    state(fol, "follower", 1)
+    data = encode_message_set([b"o" * 30])
+    produce(lead, 1, data)
+    lead._flush([LEAD])
+    run_flush_job(lead)
+    # a slot of this partition's name, owned by the leader's own writer,
+    # looking like a follower cut to this epoch at the leader's end
+    other = lead.table.find_free()
+    lead.table.claim_replica(other, list(IDS), placement=ptable.PLACEMENT_LOG_DIRS,
+                             state=ptable.ONLINE, name="r", partition=0, owner=LEAD,
+                             start_offset=0, end_offset=len(data), flushed_offset=len(data))
+    lead.table.write(other, fetch_epoch=1)
+    lead.books[LEAD].replica_slots = {IDS[0]: LEAD, IDS[1]: other}
+    lead_round(lead, clock)
+    assert lead.table.read(LEAD).high_watermark == 0 and lead.senders[0].results == []
+    lead.books[LEAD].replica_slots = {IDS[0]: LEAD, IDS[1]: FOLLOW}
+    follow(fol)
+    lead_round(lead, clock)
+    assert lead.table.read(LEAD).high_watermark == len(data)
+
+
+def test_a_follower_behind_copies_again_without_waiting_for_the_recheck(pair, clock):
+    lead, fol = pair
+    create(pair)
+    state(lead, "leader", 1)
+    state(fol, "follower", 1)
+    fol.fetch_max_bytes = 250
+    for i in range(10):
+        produce(lead, i, encode_message_set([b"c" * 90]), acks=1)
+    fol.next_probe_ms = clock() + 10_000
+    follow(fol)
+    assert fol.slots[FOLLOW].log_end_offset < lead.slots[LEAD].log_end_offset
+    assert fol._local_timeout_ms() <= clock()  # the loop does not sleep
+    while fol.slots[FOLLOW].log_end_offset < lead.slots[LEAD].log_end_offset:
+        follow(fol)
+    follow(fol)  # caught up: back to the recheck
+    assert fol._local_timeout_ms() == clock() + writer_local.LOCAL_FOLLOW_RECHECK_MS
+
+
+def test_an_offline_replica_s_new_slot_says_it_is_placed_on_log_dirs(pair, clock):
+    """hb-logdirs finds replicas by their slots' placement: one registered
+    offline in a new slot must say it, or it is taken for lost."""
+    lead, _ = pair
+    create(pair)
+    plain = PartitionLog.create(lead.path, "plain", 0, 1, {}, lead.defaults, now_ms)
+    plain.close()
+    for topic, placement in (("r", ptable.PLACEMENT_LOG_DIRS),
+                             ("plain", ptable.PLACEMENT_BROKERS)):
+        slot = lead.table.find_free()
+        lead._register_offline(None, topic, 0)  # (a partition it could not open)
+        s = lead.table.read(slot)
+        assert (s.state, s.name, s.owner, s.placement) == (ptable.OFFLINE, topic, LEAD,
+                                                           placement)
+
+
+def test_exit_reopen_is_defined_once():
+    import pathlib
+    import re
+
+    import hostbroker
+
+    root = pathlib.Path(hostbroker.__file__).parent
+    found = [p.relative_to(root).as_posix() for p in root.rglob("*.py")
+             if re.search(r"^EXIT_REOPEN\s*=", p.read_text(), re.M)]
+    assert found == ["workers/base.py"]

@@ -417,7 +417,7 @@ class LogDirsWorker(Admin, Worker):
                         "stopped" if part.leader == -1 or self.frozen
                         or d in self.blocked else "follower")
                 told = (role, part.leader, part.leader_epoch, leader_slot,
-                        tuple(part.replicas),
+                        tuple(sorted(slots.items())), tuple(part.replicas),
                         tuple(part.isr) if role == "leader" else (), part.version
                         if role == "leader" else 0)
                 key = (tp[0], tp[1], d)
@@ -480,8 +480,8 @@ class LogDirsWorker(Admin, Worker):
         return None if index is None else self.plan.log_dirs[index]
 
     def device_of(self, dir_id: int) -> int:
-        path = self.dir_path(dir_id)
-        try:
-            return os.stat(path).st_dev if path else -1
-        except OSError:
-            return -1
+        """The ``st_dev`` the dir had when the broker started (-1: unknown),
+        never a stat now: a hung disk must not stall this loop."""
+        index = self.dirtable.index_of(dir_id)
+        devices = getattr(self.plan, "dir_devices", None) or ()
+        return devices[index] if index is not None and index < len(devices) else -1
