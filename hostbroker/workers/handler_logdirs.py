@@ -175,7 +175,7 @@ class LogDirsRequests:
         offline = self.table.offline_log_dirs()
         table = self.logdirs_table
         return [w for w in range(self.plan.num_writers) if w not in offline and (
-            table is None or (table.read(w).state == LD_ONLINE and table.dir_id(w) > 0))]
+            table is None or (table.state(w) == LD_ONLINE and table.dir_id(w) > 0))]
 
     def _create_replicated(self, p, conn_id, seq, corr, topic: str, partitions: int, rf: int,
                            overrides: dict, answer) -> None:
@@ -290,7 +290,7 @@ class LogDirsRequests:
         for w, dir_id in enumerate(ids):
             if dir_id <= 0:
                 continue  # (its id is unknown: the state file may name it, below)
-            up = w not in offline and (table is None or table.read(w).state == LD_ONLINE)
+            up = w not in offline and (table is None or table.state(w) == LD_ONLINE)
             out.append(lproto.MetadataLogDir(dir_id, self.plan.log_dirs[w],
                                              lproto.DIR_ONLINE if up else lproto.DIR_OFFLINE))
         known = set(ids)
