@@ -47,6 +47,7 @@ from hostbroker.shm import partitions as ptable
 from hostbroker.shm.logdirs import LD_ONLINE, LogDirTable
 from hostbroker.workers import envelopes as env
 from hostbroker.workers.base import now_ms
+from hostbroker.workers.topicview import log_dir_table
 
 # (api key, version) of the requests this module answers or forwards
 # (CREATE_TOPIC v1 is handler_topics', which forwards a replicated one here)
@@ -90,11 +91,8 @@ class LogDirsRequests:
         """The log dir table, and ``hb-logdirs``' rings, bell and epoch after
         the coordinator's (call once the writers' and coordinator's are set)."""
         plan = self.plan
-        self.logdirs_table: LogDirTable | None = None
-        try:
-            self.logdirs_table = LogDirTable.attach(plan.logdirs_name, readonly=True)
-        except (OSError, ValueError):
-            pass  # (none planned: ids then come from the plan)
+        # (None: none planned, ids then come from the plan)
+        self.logdirs_table: LogDirTable | None = log_dir_table(plan)
         self.view.logdirs = self.logdirs_table
         self.logdirs_peer: int | None = None
         if plan.logdirs:

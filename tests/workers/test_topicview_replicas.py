@@ -200,3 +200,21 @@ def test_a_log_dir_table_slot_left_mid_write_neither_stalls_nor_fails_a_refresh(
     assert time.monotonic() - started < 0.1
     assert view.replica_slots("t", 0) == (2, 1, 0) and view.slot("t", 0) == 2
 
+
+def test_a_processors_view_orders_replicas_by_the_log_dir_table_too(tables):
+    from hostbroker.workers.topicview import log_dir_table
+
+    table, logdirs, dirs = tables
+    claim(table, 0, "t", 0, owner=1, replicas=[5, 7, 3])
+    claim(table, 1, "t", 0, owner=2, replicas=[5, 7, 3])
+    table.bump_generation()
+    plan = types.SimpleNamespace(logdirs_name=logdirs.region.name)
+    found = log_dir_table(plan)
+    try:
+        view = TopicView(table, dirs, LogConfig(), found)  # as processor.py builds it
+        view.refresh()
+        assert view.replica_slots("t", 0) == (1, 0)  # dir 5 (writer 2) first
+    finally:
+        found.close()
+    assert log_dir_table(types.SimpleNamespace(logdirs_name=None)) is None
+    assert log_dir_table(types.SimpleNamespace(logdirs_name="/hb-nothing-here")) is None
