@@ -8,7 +8,7 @@ across log dirs"):
   each partition with its replicas by log dir id, then this broker's log
   dirs. A partition whose replicas are placed on log dirs takes them from
   its serving slot (``TopicView.slot``): ``leader_dir`` is its leader's dir
-  (-1: none leads), ``replica_dirs`` and ``isr_dirs`` the slot's replica ids
+  (-1: no online replica leads), ``replica_dirs`` and ``isr_dirs`` the slot's replica ids
   and committed ISR, ``target_dirs`` a reassignment's target as the
   replication state file (``<log dir>/log-dirs-state``) holds it. Any other
   partition is on its own dir alone. The dirs come from the log dir table
@@ -257,8 +257,10 @@ class LogDirsRequests:
                     dirs = (-1, (), (), ())  # (freed meanwhile)
                 elif slot in view.dirs_placed:
                     replicas = s.replicas
+                    # (an offline slot that led leads no more: with no replica
+                    # online, the serving slot is any one of them)
                     leader = (s.leader if s.role == ptable.ROLE_LEADER and s.leader in replicas
-                              else -1)
+                              and s.state == ptable.ONLINE else -1)
                     dirs = (leader, replicas, s.isr_ids,
                             _target(state, topic.topic, part.partition))
                 else:

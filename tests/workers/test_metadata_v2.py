@@ -194,6 +194,17 @@ def test_offline_dirs_state_files_are_never_looked_at(rig, monkeypatch):
     assert not [p for p in looked if p.endswith(STATE_FILE)]
 
 
+def test_with_no_replica_online_the_leader_dir_is_none(rig):
+    claim(rig.table, 0, "t", 0, owner=0, replicas=[7, 3], role=ptable.ROLE_LEADER, leader=7,
+          epoch=4, state=ptable.OFFLINE)
+    claim(rig.table, 1, "t", 0, owner=1, replicas=[7, 3], leader=7, epoch=4,
+          state=ptable.OFFLINE)
+    rig.table.bump_generation()
+    (v2,) = _metadata_v2(rig, "t").topics[0].partitions
+    assert (v2.error_code, v2.leader_dir, v2.replica_dirs) == (
+        ErrorCode.STORAGE_ERROR, -1, (7, 3))
+
+
 # -- creation ----------------------------------------------------------------
 
 def _create(rig: Rig, topic: str, partitions: int, rf: int, **configs) -> None:
