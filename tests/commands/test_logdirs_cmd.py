@@ -380,3 +380,21 @@ def test_an_older_broker_without_version_2_is_described_quietly(monkeypatch):
     (topic,) = json.loads(out)
     assert topic["partitions"][0]["replicas"] == ["/srv/d1"]
 
+
+def test_top_says_why_it_cannot_read_the_log_dir_table(tmp_path, capsys):
+    from hostbroker.config import Config
+    from hostbroker.shm.region import SharedRegion
+    from hostbroker.workers.plan import BrokerPlan
+
+    config = Config.build({"log.dirs": f"{tmp_path}/a,{tmp_path}/b", "broker.id": 91})
+    assert top.attach_log_dirs(config) is None  # no broker: no table, nothing said
+    assert capsys.readouterr().err == ""
+    name = BrokerPlan.from_config(config).logdirs_name
+    region = SharedRegion.create(name, 4096)  # not a log dir table
+    try:
+        assert top.attach_log_dirs(config) is None
+        (line,) = capsys.readouterr().err.splitlines()
+        assert line.startswith("hostbroker top: log dirs not shown: ")
+    finally:
+        region.close()
+        region.unlink()
