@@ -90,6 +90,26 @@ def test_refusals_are_one_line_with_the_right_status(broker):
     assert hostbroker("topics", "list", *b).returncode == 0
 
 
+def test_describe_answered_by_version_0_alone_when_version_2_is_too_large(make_broker):
+    broker = make_broker(response_max_bytes=65536)  # (the least allowed)
+    log_dir = str(broker.settings["log.dirs"])
+    # a partition is 28 bytes and its log dir in version 0's answer, 54 and more
+    # in version 2's: enough partitions that only version 0 fits
+    count = 65536 // (54 + len(log_dir.encode())) + 20
+    assert (28 + len(log_dir.encode())) * count < 60000
+    b = ("--bootstrap", broker.unix)
+    created = hostbroker("topics", "create", *b, "--topic", "wide", "--partitions", str(count))
+    assert created.returncode == 0, created.stderr
+    described = hostbroker("topics", "describe", *b, "--json", "wide")
+    assert described.returncode == 0, described.stderr
+    (line,) = described.stderr.decode().splitlines()
+    assert line.startswith(
+        "hostbroker topics describe: replicas not shown: broker error: INVALID_REQUEST")
+    (topic,) = json.loads(described.stdout)
+    assert len(topic["partitions"]) == count
+    assert all(p["log_dir"] == log_dir and "replicas" not in p for p in topic["partitions"])
+
+
 def test_unreachable_broker_is_one_line_and_status_1(tmp_path):
     result = hostbroker("topics", "list", "--bootstrap", f"unix://{tmp_path}/no.sock")
     assert result.returncode == 1
