@@ -48,13 +48,18 @@ def attach(config: Config) -> tuple[ProcessBoard, PartitionTable, list[str]]:
                          f"{','.join(plan.log_dirs)} and broker.id {config['broker.id']}")
 
 
-def attach_log_dirs(config: Config) -> LogDirTable | None:
-    """The running broker's log dir table (read-only), or None for a broker
-    without one."""
+def attach_log_dirs(config: Config, err=None) -> LogDirTable | None:
+    """The running broker's log dir table (read-only), or None: for a broker
+    without one, and for one that cannot be read (not ours to read, or not a
+    log dir table), said in one line on ``err`` (stderr); ``top`` goes on
+    without the log dirs."""
     plan = BrokerPlan.from_config(config)
     try:
         return LogDirTable.attach(plan.logdirs_name, readonly=True)
     except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:  # (LayoutError is a ValueError)
+        print(f"hostbroker top: log dirs not shown: {exc}", file=err or sys.stderr)
         return None
 
 

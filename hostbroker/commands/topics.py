@@ -8,14 +8,14 @@ any connection is made, so a typo is a usage error, not a broker error.
 ``describe`` prints, per partition, what METADATA says: the broker serving
 it, the log start and end offsets, the log dir and the partition's error;
 and from METADATA version 2 (where the broker has it) each replica's log dir,
-the ISR and the leader epoch.
+the ISR and the leader epoch. ``--json`` keeps its list of topics; the
+broker's log dirs are ``hostbroker logdirs list --json``'s.
 
 On a standalone broker, ``create --replication-factor R`` (CREATE_TOPIC
 version 1) asks the broker to place R replicas of each partition on R
 distinct log dirs (docs/storage.md, "Replicas across log dirs"); the broker
 places them and refuses in one line what it cannot place. ``describe`` names
-those replicas by their dirs' paths, and ``--json`` adds the broker's log
-dirs (:mod:`hostbroker.commands.logdirs`).
+those replicas by their dirs' paths (:mod:`hostbroker.commands.logdirs`).
 
 With ``--zookeeper`` (cluster mode, docs/cluster.md) the live brokers are
 read from ZooKeeper (``/brokers/ids``) and every command goes to each of
@@ -233,15 +233,31 @@ def describe(topics: list[str], *, as_json: bool = False, bootstrap: str = DEFAU
     broker's METADATA (version 0: offsets and the serving log dir) joined with
     version 2 (each replica's log dir, the ISR, the leader epoch).
 
+    ``--json`` prints today's list of topics, each partition with the keys
+    version 2 adds. A broker that does not know version 2 (an older one)
+    holds plain partitions only, each one replica in its ``log_dir``. When
+    version 2 fails otherwise, the topics are described from version 0 alone,
+    without the replica keys, and one line on stderr says why (the status
+    stays what version 0's answer gives).
+
     A topic the broker does not know is named on stderr and makes the exit
     status 1; the others are still described.
     """
+    from hostbroker.commands import describe_error
     from hostbroker.commands.logdirs import metadata_v2
-    from hostbroker.errors import ErrorCode
+    from hostbroker.errors import ErrorCode, HostbrokerError
 
     with _client(bootstrap) as client:
         response = client.metadata(topics)
-        replicas = _Replicas(metadata_v2(client, topics))
+        try:
+            # (None, from a broker without version 2: every partition is plain)
+            replicas = _Replicas(metadata_v2(client, topics))
+        except (HostbrokerError, OSError) as exc:
+            # version 2 answers about twice version 0's bytes: it can pass
+            # response.max.bytes where version 0 does not
+            print(f"hostbroker topics describe: replicas not shown: "
+                  f"{describe_error(exc, bootstrap)[0]}", file=err)
+            replicas = None
     status = EXIT_OK
     found = []
     for topic in sorted(response.topics, key=lambda t: t.topic):
@@ -256,14 +272,14 @@ def describe(topics: list[str], *, as_json: bool = False, bootstrap: str = DEFAU
             document = _as_json(topic)
             for p, row in zip(sorted(topic.partitions, key=lambda p: p.partition),
                               document["partitions"]):
-                row.update(replicas.of(topic.topic, p))
+                if replicas is not None:
+                    row.update(replicas.of(topic.topic, p))
             documents.append(document)
-        print(json.dumps({"log_dirs": [d.as_json() for d in replicas.names.dirs],
-                          "topics": documents}, indent=2), file=out)
+        print(json.dumps(documents, indent=2), file=out)
         return status
     for topic in found:
         error = "" if topic.error_code == ErrorCode.NONE else f"  error: {_name(topic.error_code)}"
-        if not replicas.spread(topic):
+        if replicas is None or not replicas.spread(topic):
             print(f"topic: {topic.topic}  partitions: {len(topic.partitions)}{error}", file=out)
             _table(_rows(topic), out)
             continue

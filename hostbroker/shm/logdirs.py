@@ -65,6 +65,7 @@ LOGDIR_LAYOUT = SlotLayout(
     ],
     slot_size=64,
 )
+_DIR_ID_AT = LOGDIR_LAYOUT._writers["dir_id"][0]  # its offset in a slot
 
 
 def _check_id(dir_id: int) -> int:
@@ -109,11 +110,30 @@ class LogDirTable(SlotTable):
                        offline_replicas=0)
 
     def dir_id(self, index: int) -> int:
-        """Log dir ``index``'s id (-1: unknown, or no such dir)."""
-        if not 0 <= index < self.slot_count:
+        """Log dir ``index``'s id (-1: unknown, or no such dir).
+
+        Two aligned loads, the slot's state and its id, without the seqlock
+        (as :meth:`~hostbroker.shm.table.SlotTable.state` loads a state): each
+        field is stored whole, so neither is ever torn, and a slot that a dead
+        ``hb-logdirs`` left mid-write neither stalls nor fails the reader (the
+        handlers' views read ids on every topic change; see
+        :meth:`repair_torn`)."""
+        if not 0 <= index < self.slot_count or self.state(index) == FREE:
             return NO_DIR_ID
-        s = self.read(index)
-        return s.dir_id if s.state != FREE else NO_DIR_ID
+        raw = self._u32[(self._offset(index) + _DIR_ID_AT) >> 2]
+        return raw - (1 << 32) if raw >= 1 << 31 else raw
+
+    def repair_torn(self) -> list[int]:
+        """Finish every slot a dead ``hb-logdirs`` left mid-write (seq odd), as
+        it is: each field is stored whole, and the next pass writes the states
+        and counts again. The indices repaired. hb-logdirs calls it first when
+        it starts; until then, a reader of such a slot waits
+        ``READ_STUCK_SECONDS`` and gets TornSlotError (:meth:`dir_id` excepted)."""
+        repaired = []
+        for index in range(self.slot_count):
+            if self._u64[self._offset(index) >> 3] & 1 and self.repair(index):
+                repaired.append(index)
+        return repaired
 
     def index_of(self, dir_id: int) -> int | None:
         """The writer index of the dir holding ``dir_id``, None if none does."""

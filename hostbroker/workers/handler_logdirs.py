@@ -8,7 +8,7 @@ across log dirs"):
   each partition with its replicas by log dir id, then this broker's log
   dirs. A partition whose replicas are placed on log dirs takes them from
   its serving slot (``TopicView.slot``): ``leader_dir`` is its leader's dir
-  (-1: none leads), ``replica_dirs`` and ``isr_dirs`` the slot's replica ids
+  (-1: no online replica leads), ``replica_dirs`` and ``isr_dirs`` the slot's replica ids
   and committed ISR, ``target_dirs`` a reassignment's target as the
   replication state file (``<log dir>/log-dirs-state``) holds it. Any other
   partition is on its own dir alone. The dirs come from the log dir table
@@ -24,14 +24,17 @@ across log dirs"):
   ``hb-logdirs`` fails what it had not answered.
 
 Reads the partition table and the log dir table lock-free and the state
-file copies (hostile input: bounded, never through a link, decoded by
-``replication/localstate.py``), each read again only when its file changed.
-Writes nothing shared.
+file copies of the online log dirs (never an offline one's: a failed disk
+can hang the handler's loop), read again only when a copy changed: the head
+of each for its ``seq``, and only the newest whole (hostile input: bounded,
+never through a link, decoded by ``replication/localstate.py``). Writes
+nothing shared.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 from hostbroker.errors import ErrorCode, HostbrokerError
@@ -44,6 +47,7 @@ from hostbroker.shm import partitions as ptable
 from hostbroker.shm.logdirs import LD_ONLINE, LogDirTable
 from hostbroker.workers import envelopes as env
 from hostbroker.workers.base import now_ms
+from hostbroker.workers.topicview import log_dir_table
 
 # (api key, version) of the requests this module answers or forwards
 # (CREATE_TOPIC v1 is handler_topics', which forwards a replicated one here)
@@ -87,11 +91,8 @@ class LogDirsRequests:
         """The log dir table, and ``hb-logdirs``' rings, bell and epoch after
         the coordinator's (call once the writers' and coordinator's are set)."""
         plan = self.plan
-        self.logdirs_table: LogDirTable | None = None
-        try:
-            self.logdirs_table = LogDirTable.attach(plan.logdirs_name, readonly=True)
-        except (OSError, ValueError):
-            pass  # (none planned: ids then come from the plan)
+        # (None: none planned, ids then come from the plan)
+        self.logdirs_table: LogDirTable | None = log_dir_table(plan)
         self.view.logdirs = self.logdirs_table
         self.logdirs_peer: int | None = None
         if plan.logdirs:
@@ -172,7 +173,7 @@ class LogDirsRequests:
         offline = self.table.offline_log_dirs()
         table = self.logdirs_table
         return [w for w in range(self.plan.num_writers) if w not in offline and (
-            table is None or (table.read(w).state == LD_ONLINE and table.dir_id(w) > 0))]
+            table is None or (table.state(w) == LD_ONLINE and table.dir_id(w) > 0))]
 
     def _create_replicated(self, p, conn_id, seq, corr, topic: str, partitions: int, rf: int,
                            overrides: dict, answer) -> None:
@@ -256,8 +257,10 @@ class LogDirsRequests:
                     dirs = (-1, (), (), ())  # (freed meanwhile)
                 elif slot in view.dirs_placed:
                     replicas = s.replicas
+                    # (an offline slot that led leads no more: with no replica
+                    # online, the serving slot is any one of them)
                     leader = (s.leader if s.role == ptable.ROLE_LEADER and s.leader in replicas
-                              else -1)
+                              and s.state == ptable.ONLINE else -1)
                     dirs = (leader, replicas, s.isr_ids,
                             _target(state, topic.topic, part.partition))
                 else:
@@ -287,7 +290,7 @@ class LogDirsRequests:
         for w, dir_id in enumerate(ids):
             if dir_id <= 0:
                 continue  # (its id is unknown: the state file may name it, below)
-            up = w not in offline and (table is None or table.read(w).state == LD_ONLINE)
+            up = w not in offline and (table is None or table.state(w) == LD_ONLINE)
             out.append(lproto.MetadataLogDir(dir_id, self.plan.log_dirs[w],
                                              lproto.DIR_ONLINE if up else lproto.DIR_OFFLINE))
         known = set(ids)
@@ -299,13 +302,23 @@ class LogDirsRequests:
 
     def _replication_state(self):
         """The newest replication state of the online log dirs' copies, read
-        again only when a copy changed (None: none readable, or none kept)."""
+        again only when a copy changed (None: none readable, or none kept).
+
+        Only dirs online in the log dir table and not flagged offline by their
+        writer are looked at: a failed disk can hang a stat, and this runs in
+        the handler's loop. Of the copies, only the newest is decoded (the
+        highest ``seq``, read from the head of each file; see
+        :func:`peek_seq`), and the next one only if that one does not
+        decode."""
         if self.logdirs_peer is None:
             return None
+        table = self.logdirs_table
+        offline = self.table.offline_log_dirs()
         seen = []
         paths = {}
         for w, dir_id in enumerate(self._dir_ids()):
-            if dir_id <= 0:
+            if dir_id <= 0 or w in offline or (
+                    table is not None and table.state(w) != LD_ONLINE):
                 continue
             path = os.path.join(self.plan.log_dirs[w], localstate.STATE_FILE)
             try:
@@ -321,17 +334,40 @@ class LogDirsRequests:
         return self._state
 
 
+# where encode_state puts ``seq`` (its keys sorted, no spaces): after the
+# ``online`` list and before ``topics``; a file name or a path in the document
+# cannot hold this text, as JSON escapes every quote in a string
+_SEQ_AT = re.compile(rb',"online":\[[0-9,]*\],"seq":([0-9]{1,19}),"topics":')
+PEEK_BYTES = 65536  # how much of a copy is read to find its seq
+
+
+def peek_seq(path: str) -> int:
+    """The ``seq`` of the state file copy at ``path`` as its first
+    :data:`PEEK_BYTES` bytes give it, without decoding the copy (which may be
+    up to 64 MiB); -1 when not found there (a damaged copy, or one whose
+    ``deleting`` list is that long). Raises OSError as ``read_file``."""
+    found = _SEQ_AT.search(read_file(path, PEEK_BYTES - 1))
+    return int(found.group(1)) if found else -1
+
+
 def _read_newest(paths: dict[int, str]):
-    """The newest of the state file copies (log dir id -> path) that read
-    and decode, None if none does."""
-    copies = {}
+    """The state in the newest of the copies (log dir id -> path) that reads
+    and decodes, None if none does: the copies are tried by their ``seq``
+    (:func:`peek_seq`), highest first, so one decode serves unless the
+    newest copy is damaged."""
+    ranked = []
     for dir_id, path in paths.items():
         try:
+            ranked.append((peek_seq(path), dir_id, path))
+        except OSError:
+            continue  # (gone or damaged: another copy serves)
+    for _, _, path in sorted(ranked, reverse=True):
+        try:
             raw = read_file(path, localstate.STATE_MAX_BYTES)
-            copies[dir_id] = localstate.decode_state(raw, path)  # (refuses one too long)
+            return localstate.decode_state(raw, path)  # (refuses one too long)
         except (OSError, HostbrokerError):
-            copies[dir_id] = None  # (a damaged copy: hb-logdirs says so; another serves)
-    return localstate.newest(copies)[0]
+            continue  # (a damaged copy: hb-logdirs says so; another serves)
+    return None
 
 
 def _target(state: localstate.LocalState | None, topic: str, partition: int) -> tuple:

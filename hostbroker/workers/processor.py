@@ -6,7 +6,8 @@ connections exactly), each in one ``epoll`` loop (``processor_conns.py``);
 the open segment files it sends from. Reads: whole request frames off its sockets, answers from
 every handler's response ring, from every writer's answer ring (a writer
 answers a one-partition acks=1 PRODUCE itself) and from the coordinator's
-(the GROUP_PUTs of ``processor_groups.py``), and the partition table.
+(the GROUP_PUTs of ``processor_groups.py``), the partition table, and the
+log dir table (its dirs' ids order a partition's replicas across log dirs).
 Writes: frames into the request ring of the connection's handler, and
 answers back to the sockets in the order the requests came in. A METADATA
 or OFFSETS request of a connection with nothing at its handler is answered
@@ -88,7 +89,7 @@ from hostbroker.workers.processor_fetch import LocalFetching
 from hostbroker.workers.processor_frames import SEQ_MASK, FrameReading
 from hostbroker.workers.processor_groups import GroupPutting
 from hostbroker.workers.sendfiles import FetchV1Head, HeldPiece, SegmentFiles, pin_answer
-from hostbroker.workers.topicview import TopicView
+from hostbroker.workers.topicview import TopicView, log_dir_table
 
 _IDLE_TIMEOUT_S = 1.0
 _FD_SWEEP_S = 5.0
@@ -155,7 +156,7 @@ class ProcessorWorker(Connections, FrameReading, RingClaims, LocalFetching, Grou
         if (config["processor.local.requests"] or config["processor.direct.produce"]
                 or config["processor.local.fetch"] or config["processor.direct.groups"]):
             self.view = TopicView(PartitionTable.attach(plan.table_name), plan.log_dirs,
-                                  config.log_defaults())
+                                  config.log_defaults(), log_dir_table(plan))
         if config["processor.local.requests"]:
             self.table_answers = TableAnswers(self.view, plan.log_dirs, config["broker.id"],
                                               brokers,

@@ -1,6 +1,7 @@
 """A handler's cached picture of the partition table (part of ``hb-handler-N``).
 
-Owns nothing shared: it reads the partition table lock-free, each partition's
+Owns nothing shared: it reads the partition table lock-free, the log dir
+table's ids (:func:`log_dir_table`), each partition's
 ``partition.json`` and its segment directory listing, and caches them per
 handler process until the table's generation (topics) or a slot's segment
 generation (segments) moves.
@@ -30,6 +31,7 @@ from hostbroker.log.config import LogConfig
 from hostbroker.log.partition_file import read_partition_file
 from hostbroker.log.segments import list_segment_bases, partition_dirname, segment_filename
 from hostbroker.shm import partitions as ptable
+from hostbroker.shm.logdirs import LogDirTable
 from hostbroker.shm.partitions import PartitionTable
 from hostbroker.shm.table import TornSlotError
 
@@ -56,6 +58,19 @@ def serving_slot(table: PartitionTable, slots: Sequence[int]) -> tuple[int, bool
     if best is not None:
         return best, True
     return (online if online is not None else slots[0]), False
+
+
+def log_dir_table(plan) -> LogDirTable | None:
+    """The broker's log dir table (``plan.logdirs_name``), read-only, for a
+    view's replica order: None when the plan names none or it cannot be
+    attached (replicas are then ordered by writer index)."""
+    name = getattr(plan, "logdirs_name", None)
+    if not name:
+        return None
+    try:
+        return LogDirTable.attach(name, readonly=True)
+    except (OSError, ValueError):
+        return None
 
 
 class TopicView:

@@ -16,6 +16,7 @@ import os
 import pytest
 
 from hostbroker import top
+from hostbroker.client.errors import BrokerError, ConnectionClosedError
 from hostbroker.commands import EXIT_USAGE, CommandError
 from hostbroker.commands.logdirs import DirNames, LogDir, dir_counts, partition_is_short
 from hostbroker.commands.reassign import _reassignment_file, _replace
@@ -311,3 +312,89 @@ def test_top_table_shows_log_dirs_then_what_is_short_then_what_is_offline():
     one = dict(reading, log_dirs=reading["log_dirs"][:1], under_replicated_partitions=[],
                offline_log_dirs=[], offline_partitions=[])
     assert "under-replicated" not in top.render(one, None, 1.0)
+
+
+class _Client:
+    """Stands in for ``topics._client``'s SimpleClient: METADATA v0 answers
+    ``v0``; version 2 answers ``v2``, or raises it."""
+
+    def __init__(self, v0, v2):
+        self.v0, self.v2 = v0, v2
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def metadata(self, topics):
+        return self.v0
+
+    def metadata_v2(self, topics):
+        if isinstance(self.v2, BaseException):
+            raise self.v2
+        return self.v2
+
+
+def _v0() -> api.MetadataResponse:
+    return api.MetadataResponse(0, (), (api.MetadataTopic("t", ErrorCode.NONE, (
+        api.MetadataPartition(0, ErrorCode.NONE, 0, 0, 10, "/srv/d1"),)),))
+
+
+def _describe(monkeypatch, v2, as_json: bool) -> tuple[int, str, str]:
+    import io
+
+    from hostbroker.commands import topics
+
+    monkeypatch.setattr(topics, "_client", lambda bootstrap: _Client(_v0(), v2))
+    out, err = io.StringIO(), io.StringIO()
+    status = topics.describe([], as_json=as_json, bootstrap="unix:///x", out=out, err=err)
+    return status, out.getvalue(), err.getvalue()
+
+
+def test_describe_json_keeps_its_list_of_topics(monkeypatch):
+    status, out, err = _describe(monkeypatch, answer(part(0, [1, 4])), True)
+    assert (status, err) == (0, "")
+    (topic,) = json.loads(out)  # a list, as before version 2
+    assert topic["topic"] == "t" and topic["partitions"][0]["replicas"] == ["/srv/d1", "/srv/d4/"]
+
+
+@pytest.mark.parametrize("failure", [BrokerError(ErrorCode.INVALID_REQUEST),
+                                     ConnectionClosedError("closed")])
+def test_a_failed_version_2_leaves_a_describe_that_version_0_answers(monkeypatch, failure):
+    status, out, err = _describe(monkeypatch, failure, True)
+    assert status == 0
+    (topic,) = json.loads(out)
+    assert topic["partitions"] == [{"partition": 0, "broker": 0, "log_start_offset": 0,
+                                    "log_end_offset": 10, "log_dir": "/srv/d1",
+                                    "error": "NONE"}]  # no replica keys it cannot know
+    assert err.startswith("hostbroker topics describe: replicas not shown: ")
+    assert len(err.splitlines()) == 1
+    status, out, _ = _describe(monkeypatch, failure, False)
+    assert status == 0 and out.splitlines()[0] == "topic: t  partitions: 1"
+
+
+def test_an_older_broker_without_version_2_is_described_quietly(monkeypatch):
+    status, out, err = _describe(monkeypatch, BrokerError(ErrorCode.UNSUPPORTED_VERSION), True)
+    assert (status, err) == (0, "")
+    (topic,) = json.loads(out)
+    assert topic["partitions"][0]["replicas"] == ["/srv/d1"]
+
+
+def test_top_says_why_it_cannot_read_the_log_dir_table(tmp_path, capsys):
+    from hostbroker.config import Config
+    from hostbroker.shm.region import SharedRegion
+    from hostbroker.workers.plan import BrokerPlan
+
+    config = Config.build({"log.dirs": f"{tmp_path}/a,{tmp_path}/b", "broker.id": 91})
+    assert top.attach_log_dirs(config) is None  # no broker: no table, nothing said
+    assert capsys.readouterr().err == ""
+    name = BrokerPlan.from_config(config).logdirs_name
+    region = SharedRegion.create(name, 4096)  # not a log dir table
+    try:
+        assert top.attach_log_dirs(config) is None
+        (line,) = capsys.readouterr().err.splitlines()
+        assert line.startswith("hostbroker top: log dirs not shown: ")
+    finally:
+        region.close()
+        region.unlink()

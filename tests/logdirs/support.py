@@ -183,17 +183,17 @@ def _settled(broker, topic: str, partition: int, rf: int) -> bool:
                     for s in slots))
 
 
-def describe(broker, topic: str | None = None) -> dict:
-    """``topics describe --bootstrap ... --json``, decoded."""
+def describe(broker, topic: str | None = None) -> list:
+    """``topics describe --bootstrap ... --json``, decoded: a list of topics."""
     args = ["topics", "describe", "--bootstrap", broker.unix, "--json"]
     if topic is not None:
         args += ["--topic", topic]
     return json.loads(_run(*args))
 
 
-def described_partitions(document: dict, topic: str) -> dict[int, dict]:
+def described_partitions(document: list, topic: str) -> dict[int, dict]:
     """partition -> its entry in a ``describe`` document."""
-    (entry,) = [t for t in document["topics"] if t["topic"] == topic]
+    (entry,) = [t for t in document if t["topic"] == topic]
     return {p["partition"]: p for p in entry["partitions"]}
 
 

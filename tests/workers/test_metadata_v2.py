@@ -126,6 +126,85 @@ def test_an_offline_dir_and_a_dir_with_no_id(tmp_path):
         rig.close()
 
 
+# -- the state file copies, read in the handler's loop ----------------------------
+
+def _copy(rig: Rig, w: int, seq: int, target=()) -> str:
+    state = LocalState(seq=seq, online=(3, 5, 7),
+                       dirs={3: rig.dirs[1], 5: rig.dirs[2], 7: rig.dirs[0]},
+                       topics={"t": TopicState({}, {0: PartitionState((5, 7), 5, 2, (5,), seq,
+                                                                       target)})},
+                       deleting=("gone", "going"))
+    path = f"{rig.dirs[w]}/{STATE_FILE}"
+    with open(path, "wb") as f:
+        f.write(encode_state(state))
+    return path
+
+
+def test_only_the_newest_copy_is_decoded(rig, monkeypatch):
+    from hostbroker.replication import localstate
+
+    _placed(rig)
+    _copy(rig, 0, 5)
+    newest = _copy(rig, 1, 6, target=(5, 3))
+    _copy(rig, 2, 4)
+    decoded = []
+    real = localstate.decode_state
+    monkeypatch.setattr(localstate, "decode_state",
+                        lambda raw, path: decoded.append(path) or real(raw, path))
+    (t0,) = _metadata_v2(rig, "t").topics[0].partitions
+    assert t0.target_dirs == (5, 3) and decoded == [newest]
+    # the newest copy damaged past its head: the next newest serves
+    with open(newest, "r+b") as f:
+        f.truncate(os.path.getsize(newest) - 3)
+    decoded.clear()
+    assert _metadata_v2(rig, "t").topics[0].partitions[0].target_dirs == ()
+    assert decoded == [newest, f"{rig.dirs[0]}/{STATE_FILE}"]
+
+
+def test_a_copy_s_seq_is_read_from_its_head_as_encode_state_writes_it(tmp_path):
+    from hostbroker.workers.handler_logdirs import peek_seq
+
+    path = tmp_path / STATE_FILE
+    for seq in (0, 7, 2**63 - 1):
+        path.write_bytes(encode_state(LocalState(seq=seq, online=(1,), dirs={
+            1: '/srv/"online":[1],"seq":99,"topics":'}, deleting=("a", "b"))))
+        assert peek_seq(str(path)) == seq
+    path.write_bytes(b'{"version": 1, "seq": 99, "online": "garbage"')
+    assert peek_seq(str(path)) == -1
+
+
+def test_offline_dirs_state_files_are_never_looked_at(rig, monkeypatch):
+    from hostbroker.shm.logdirs import LD_OFFLINE, LD_REOPENING
+
+    _placed(rig)
+    for w in range(3):
+        _copy(rig, w, 5 + w, target=(5, 3) if w == 0 else ())
+    rig.table.set_log_dir_offline(2)  # its writer's flag
+    rig.logdirs.set_state(1, LD_REOPENING)  # (hb-logdirs' state of it)
+    looked = []
+    real = os.stat
+    monkeypatch.setattr(os, "stat", lambda path, *a, **k: looked.append(str(path)) or real(
+        path, *a, **k))
+    answer = _metadata_v2(rig, "t")
+    assert [p for p in looked if p.endswith(STATE_FILE)] == [f"{rig.dirs[0]}/{STATE_FILE}"]
+    assert answer.topics[0].partitions[0].target_dirs == (5, 3)  # (the newest of those read)
+    rig.logdirs.set_state(0, LD_OFFLINE)
+    looked.clear()
+    _metadata_v2(rig, "t")
+    assert not [p for p in looked if p.endswith(STATE_FILE)]
+
+
+def test_with_no_replica_online_the_leader_dir_is_none(rig):
+    claim(rig.table, 0, "t", 0, owner=0, replicas=[7, 3], role=ptable.ROLE_LEADER, leader=7,
+          epoch=4, state=ptable.OFFLINE)
+    claim(rig.table, 1, "t", 0, owner=1, replicas=[7, 3], leader=7, epoch=4,
+          state=ptable.OFFLINE)
+    rig.table.bump_generation()
+    (v2,) = _metadata_v2(rig, "t").topics[0].partitions
+    assert (v2.error_code, v2.leader_dir, v2.replica_dirs) == (
+        ErrorCode.STORAGE_ERROR, -1, (7, 3))
+
+
 # -- creation ----------------------------------------------------------------
 
 def _create(rig: Rig, topic: str, partitions: int, rf: int, **configs) -> None:

@@ -183,3 +183,38 @@ def test_metadata_v0_names_this_broker_as_leader_while_a_replica_leads(tables):
     assert not failed
     _, decoded = api.decode_response(api.ApiKey.METADATA, frame[4:])
     assert decoded.topics[0].partitions == (p0, p1)
+
+
+def test_a_log_dir_table_slot_left_mid_write_neither_stalls_nor_fails_a_refresh(tables):
+    import time
+
+    table, logdirs, _ = tables
+    claim(table, 0, "t", 0, owner=1, replicas=[5, 7, 3])
+    claim(table, 1, "t", 0, owner=0, replicas=[5, 7, 3])
+    claim(table, 2, "t", 0, owner=2, replicas=[5, 7, 3])  # no leader: replica order serves
+    table.bump_generation()
+    logdirs._u64[logdirs._offset(0) >> 3] += 1  # hb-logdirs killed writing writer 0's slot
+    view = view_of(tables)
+    started = time.monotonic()
+    view.refresh()
+    assert time.monotonic() - started < 0.1
+    assert view.replica_slots("t", 0) == (2, 1, 0) and view.slot("t", 0) == 2
+
+
+def test_a_processors_view_orders_replicas_by_the_log_dir_table_too(tables):
+    from hostbroker.workers.topicview import log_dir_table
+
+    table, logdirs, dirs = tables
+    claim(table, 0, "t", 0, owner=1, replicas=[5, 7, 3])
+    claim(table, 1, "t", 0, owner=2, replicas=[5, 7, 3])
+    table.bump_generation()
+    plan = types.SimpleNamespace(logdirs_name=logdirs.region.name)
+    found = log_dir_table(plan)
+    try:
+        view = TopicView(table, dirs, LogConfig(), found)  # as processor.py builds it
+        view.refresh()
+        assert view.replica_slots("t", 0) == (1, 0)  # dir 5 (writer 2) first
+    finally:
+        found.close()
+    assert log_dir_table(types.SimpleNamespace(logdirs_name=None)) is None
+    assert log_dir_table(types.SimpleNamespace(logdirs_name="/hb-nothing-here")) is None

@@ -85,6 +85,8 @@ class LogDirsWorker(Admin, Worker):
         config = self.config
         self.grace_s = config["logdirs.writer.grace.ms"] / 1000
         self.writers = StateWriters(config["logdirs.state.write.timeout.ms"] / 1000)
+        for index in self.dirtable.repair_torn():  # (left mid-write by the one replaced)
+            self.say(f"log dir table slot {index} was left mid-write; repaired")
         for index, dir_id in self.dirtable.ids().items():
             self.writers.set_dir(dir_id, self.plan.log_dirs[index])
         self.writer_epochs = [self.board.epoch(i) for i in self.writer_slots]
