@@ -28,7 +28,6 @@ sends it again.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 
