@@ -103,7 +103,7 @@ class Connection:
                  "written", "at_handler", "queued", "ready", "out", "out_pos", "closing",
                  "reading", "writing", "active", "frame_started", "lingering", "linger_until",
                  "linger_left", "pinned", "at_writer", "writer", "writer_seq", "writer_put",
-                 "pipelining", "lone", "claim", "claim_have", "claim_put", "spilled_seq",
+                 "pipelining", "lone", "behind", "claim", "claim_have", "claim_put", "spilled_seq",
                  "large_next", "watched")
 
     def __init__(self, sock: socket.socket, conn_id: int, handler: int, now: float):
@@ -123,6 +123,7 @@ class Connection:
         self.writer_put: tuple = ()  # ...and (correlation id, its answer should that writer die)
         self.pipelining = False  # it sent more while one was out: no more PUTs or GROUP_PUTs...
         self.lone = 0  # ...until this many in a row came alone (processor.direct.lone.after)
+        self.behind = False  # the frame coming in began before an earlier answer came back
         # a large frame received straight into its request-ring record (buf empty
         # meanwhile): the record's frame bytes, and how many have come...
         self.claim: memoryview | None = None

@@ -337,6 +337,8 @@ class ProcessorWorker(Connections, FrameReading, RingClaims, LocalFetching, Grou
             self._put_answered(conn)
         else:
             conn.at_handler -= 1
+            if conn.pipelining and (conn.end or conn.claim is not None):
+                conn.behind = True  # the frame coming in was sent before this answer
         if conn.lingering:
             return  # pipelined behind its error frame: dropped
         if flags & env.RESP_FETCH_V1 and pieces:

@@ -126,7 +126,10 @@ class RingClaims:
             self._commit_put(conn)
             return
         if conn.pipelining:
-            self._pipelining_still(conn, not conn.at_handler and not self._unread(conn))
+            unread = self._unread(conn)
+            self._pipelining_still(conn, not conn.at_handler and not unread)
+            # bytes behind it: the next one was sent before this one's answer
+            conn.behind = bool(unread) and conn.pipelining
         conn.at_handler += 1
         self.requests[conn.handler].commit(env.REQ_HEADER.pack(
             conn.conn_id, conn.next_seq & SEQ_MASK, 0, time.monotonic_ns()))

@@ -322,7 +322,10 @@ class FrameReading:
         """A request of a pipelining connection goes to its handler, ``lone`` if
         nothing else of the connection is in flight or read behind it. After
         ``processor.direct.lone.after`` lone ones in a row the client waits
-        for each answer again: its requests may go past the handler again."""
+        for each answer again: its requests may go past the handler again. A
+        frame that began coming before an earlier answer came back (a large one
+        received as it comes) is not lone, whenever it ends."""
+        lone, conn.behind = lone and not conn.behind, False
         if not lone:
             conn.lone = 0
         elif self.lone_after:

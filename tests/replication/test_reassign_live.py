@@ -62,6 +62,17 @@ def _moved_under_load(cluster, zookeeper, zk, plan, replicas, count) -> Feeder:
     return feeder
 
 
+def _nothing_lost(leader, feeder: Feeder) -> None:
+    """Every message the producer was told was acknowledged is in the leader's log."""
+    wire = Wire(leader.unix_path)
+    try:
+        read = dict(fetch_all(wire, TOPIC, 0))
+    finally:
+        wire.close()
+    lost = [(off, v) for _, off, v in feeder.acked if read.get(off) != v]
+    assert not lost, f"{len(lost)} of {len(feeder.acked)} acknowledged messages lost"
+
+
 def test_a_partition_moves_under_acks_all_and_the_move_finishes(make_broker, zookeeper, zk,
                                                                     tmp_path):
     cluster = _brokers(make_broker, tmp_path, zookeeper, zk, (1, 2, 3),
@@ -86,13 +97,7 @@ def test_a_partition_moves_under_acks_all_and_the_move_finishes(make_broker, zoo
     logs = cluster[gone].settings["log.dirs"]
     poll(lambda: not any(n.startswith(f"{TOPIC}_") for n in os.listdir(logs)),
          what="the old replica removed")
-    wire = Wire(cluster[s["leader"]].unix_path)
-    try:
-        read = dict(fetch_all(wire, TOPIC, 0))
-    finally:
-        wire.close()
-    lost = [(off, v) for _, off, v in feeder.acked if read.get(off) != v]
-    assert not lost, f"{len(lost)} of {len(feeder.acked)} acknowledged messages lost"
+    _nothing_lost(cluster[s["leader"]], feeder)
     # the new replicas agree byte for byte once the follower has caught up
     poll(lambda: len(state(zk, TOPIC, 0)["isr"]) == 2, what="both new replicas in sync")
     poll(lambda: segment_bytes(cluster[newcomer], TOPIC, 0)
@@ -109,13 +114,7 @@ def test_a_partition_moves_under_acks_all_and_the_move_finishes(make_broker, zoo
     assert s["leader"] in target and set(s["isr"]) <= set(grown)
     poll(lambda: sorted(state(zk, TOPIC, 0)["isr"]) == sorted(grown),
          what="all three replicas in sync")
-    wire = Wire(cluster[s["leader"]].unix_path)
-    try:
-        read = dict(fetch_all(wire, TOPIC, 0))
-    finally:
-        wire.close()
-    lost = [(off, v) for _, off, v in feeder.acked if read.get(off) != v]
-    assert not lost, f"{len(lost)} of {len(feeder.acked)} acknowledged messages lost"
+    _nothing_lost(cluster[s["leader"]], feeder)
     poll(lambda: segment_bytes(cluster[gone], TOPIC, 0)
          == segment_bytes(cluster[s["leader"]], TOPIC, 0), what="the third replica equal")
 
