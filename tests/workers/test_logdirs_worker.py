@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import shutil
 import threading
 import time
 from types import SimpleNamespace
@@ -630,3 +631,34 @@ def test_placement_never_stats_a_dir_after_the_start(h, monkeypatch):
     assert statted == []
     # distinct devices first: each partition has a replica on dir 3 (device 12)
     assert all(3 in h.w.doc.parts[("u", p)].replicas for p in range(2))
+
+
+def test_what_a_deleted_topic_s_replicas_were_told_is_forgotten(h):
+    for round_ in range(3):  # the same name, slots and dirs each time: told again each time
+        got, _ = create(h, "churn", partitions=2, rf=2)
+        assert len(got) == 4, round_
+        assert {k[0] for k in h.w.sent} == {"churn"}
+        assert h.w._delete("churn")["error"] == ErrorCode.NONE
+        got, _ = h.states()
+        for token, what in list(h.w.pending.items()):
+            if what[0] == "delete":
+                h.w.pending.pop(token)
+                h.w.writer_answered(what, 0, {"error": 0})
+        h.apply(got)
+        for path, p in itertools.product(h.paths, range(2)):  # (as the writers delete)
+            shutil.rmtree(os.path.join(path, f"churn_{p}"), ignore_errors=True)
+        h.w._pass(0.0)  # (a round: the answers, the pass, the admin)
+        h.w.admin_round(0.0)
+        assert "churn" not in h.w.doc.configs
+        assert not h.w.sent and not h.w.refused and not h.w.strays_told and not h.w.lost_tried
+
+
+def test_what_was_told_to_a_replica_whose_slot_was_freed_is_forgotten_at_the_next_pass(h):
+    create(h, "t", partitions=1, rf=2)
+    h.w.refused[("t", 0, 1)] = (("leader",), 0.0)
+    h.w.lost_tried[("x", 0, 1)] = 0
+    h.w.strays_told[(9, "x", 0)] = 0
+    for slot in h.w.slots[("t", 0)].values():
+        h.table.free(slot)
+    h.w._pass(0.0)
+    assert not h.w.sent and not h.w.refused and not h.w.strays_told and not h.w.lost_tried

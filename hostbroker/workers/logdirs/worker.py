@@ -23,7 +23,10 @@ Each round: the writers' answers (``dres``), the handlers' admin requests
 
 An OP_REPLICA_STATE not answered is not waited for: what a writer was sent
 is forgotten when it answers with an error or is replaced, and the next pass
-sends it again.
+sends it again. What was told to (or tried on) a replica is forgotten once the
+replica is deleted or its slot no longer holds it: a topic created again in the
+same slots is told its roles afresh, and these records stay as many as the
+replicas.
 """
 
 from __future__ import annotations
@@ -294,7 +297,37 @@ class LogDirsWorker(Admin, Worker):
                              f"{answer.get('message') or f'error {error}'}")
                 self.refused[key] = (told, time.monotonic() + RETRY_S)
         else:
+            if kind in ("delete", "stray") and error == ErrorCode.NONE:
+                self.forget_replica(what[2])  # (before a new one can claim the slot)
             self.admin_answered(what, error, answer)
+
+    def forget_replica(self, slot: int) -> None:
+        """The replica in ``slot`` (as last scanned) is deleted: what it was told
+        and tried is forgotten, so a replica created later in its place, of the same
+        topic too, is told its role again."""
+        s = self.slot_states.get(slot)
+        if s is None:
+            return
+        dir_id = self.dirtable.dir_id(s.owner)
+        key = (s.name, s.partition, dir_id)
+        self.sent.pop(key, None)
+        self.refused.pop(key, None)
+        self.lost_tried.pop(key, None)
+        self.strays_told.pop((slot, s.name, s.partition), None)
+
+    def _prune(self) -> None:
+        """Forget what was told to replicas no scanned slot holds any more, and the
+        tries of replicas the document no longer assigns (bounded by the replicas)."""
+        for records in (self.sent, self.refused):
+            for key in [k for k in records if k[2] not in self.slots.get(k[:2], ())]:
+                del records[key]
+        for key in [k for k in self.lost_tried if k[:2] not in self.doc.parts
+                    or k[2] not in self.doc.parts[k[:2]].replicas]:
+            del self.lost_tried[key]
+        for slot, t, p in [k for k in self.strays_told if k[0] not in self.slot_states
+                           or (self.slot_states[k[0]].name,
+                               self.slot_states[k[0]].partition) != k[1:]]:
+            del self.strays_told[(slot, t, p)]
 
     # -- the table ---------------------------------------------------------------
     def _scan(self) -> None:
@@ -320,6 +353,7 @@ class LogDirsWorker(Admin, Worker):
     def _pass(self, now: float) -> None:
         self.next_pass = now + PASS_INTERVAL_S
         self._scan()
+        self._prune()
         if not self.frozen:
             for _ in range(len(self.plan.log_dirs) + 1):
                 live = self.live_dirs(now)
