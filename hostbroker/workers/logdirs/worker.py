@@ -21,6 +21,11 @@ Each round: the writers' answers (``dres``), the handlers' admin requests
    (admin lock), so handlers look for the serving slot again. The
    LogDirTable's states and counts are brought up to date.
 
+A pass whose scan of the partition table fails (a slot left mid-write by a
+dead worker, until the supervisor repairs it) decides nothing; until a scan
+has succeeded, no ISR commit or admin round runs either, and a start that read
+no state file copy waits for it to know whether replicas exist (frozen) or not.
+
 An OP_REPLICA_STATE not answered is not waited for: what a writer was sent
 is forgotten when it answers with an error or is replaced, and the next pass
 sends it again. What was told to (or tried on) a replica is forgotten once the
@@ -46,6 +51,8 @@ from hostbroker.workers.logdirs.model import Document, Part
 from hostbroker.workers.logdirs.statefile import StateWriters, read_copy
 
 PASS_INTERVAL_S = 0.1
+NO_COPY = ("no log dir holds a readable state file; replicas across log dirs stay "
+           "stopped (see docs/storage.md)")
 RETRY_S = 1.0  # a replica state its writer refused is sent again after this
 TP = tuple[str, int]
 
@@ -101,6 +108,8 @@ class LogDirsWorker(Admin, Worker):
         self.next_pass = 0.0
         self.slots: dict[TP, dict[int, int]] = {}  # (t, p) -> {dir id: slot}
         self.slot_states: dict[int, object] = {}  # slot -> its last read
+        self.scanned = False  # a scan of the table has succeeded since the start
+        self.unsure = False  # no copy was read and the table could not be scanned yet
         self.blocked: set[int] = set()
         # writers whose dir is kept out until `logdirs online`: its id file was bad at
         # start, or its state file copy could not be read while the copies name it online
@@ -154,10 +163,11 @@ class LogDirsWorker(Admin, Worker):
         online = {d: self.plan.log_dirs[i] for i, d in ids.items()
                   if i not in self.table.offline_log_dirs()}
         if state is None:
-            if self.slots:
-                self.frozen = True
-                self.say("no log dir holds a readable state file; replicas across log dirs "
-                         "stay stopped (see docs/storage.md)")
+            # frozen when replicas exist; while the table cannot be read, until it can
+            self.unsure = not self.scanned
+            self.frozen = self.unsure or bool(self.slots)
+            if self.frozen and not self.unsure:
+                self.say(NO_COPY)
             return Document(online=sorted(online), dirs=dict(online))
         doc = Document.from_state(state)
         ids_at = {d: i for i, d in self.dirtable.ids().items()}
@@ -197,8 +207,9 @@ class LogDirsWorker(Admin, Worker):
         now = time.monotonic()
         self._writers_replaced()
         self._pass(now)  # on the doorbell too: a writer rang for a failure or an ISR
-        self.isr.poll()
-        self.admin_round(now)
+        if self.scanned:  # (until the table is read, nothing is known of the replicas)
+            self.isr.poll()
+            self.admin_round(now)
         self._pump()
 
     def _pump(self) -> None:
@@ -330,12 +341,13 @@ class LogDirsWorker(Admin, Worker):
             del self.strays_told[(slot, t, p)]
 
     # -- the table ---------------------------------------------------------------
-    def _scan(self) -> None:
-        """Where every dir-placed replica's slot is."""
+    def _scan(self) -> bool:
+        """Where every dir-placed replica's slot is; False when the table could not be
+        read (``slots`` stays the last scan's)."""
         try:
             slots = self.table.scan()
-        except TornSlotError:  # a writer died mid-write; the supervisor repairs the slot
-            return
+        except TornSlotError:  # a worker died mid-write; the supervisor repairs the slot
+            return False
         ids = self.dirtable.ids()
         found: dict[TP, dict[int, int]] = {}
         states = {}
@@ -348,11 +360,19 @@ class LogDirsWorker(Admin, Worker):
             found.setdefault((s.name, s.partition), {})[dir_id] = i
             states[i] = s
         self.slots, self.slot_states = found, states
+        self.scanned = True
+        return True
 
     # -- the pass ----------------------------------------------------------------
     def _pass(self, now: float) -> None:
         self.next_pass = now + PASS_INTERVAL_S
-        self._scan()
+        if not self._scan():
+            return  # no decision on a table not read: the next pass looks again
+        if self.unsure:  # the start's decision, now that the replicas are known
+            self.unsure = False
+            self.frozen = bool(self.slots)
+            if self.frozen:
+                self.say(NO_COPY)
         self._prune()
         if not self.frozen:
             for _ in range(len(self.plan.log_dirs) + 1):
