@@ -109,6 +109,7 @@ class LogDirsWorker(Admin, Worker):
         self.slots: dict[TP, dict[int, int]] = {}  # (t, p) -> {dir id: slot}
         self.slot_states: dict[int, object] = {}  # slot -> its last read
         self.scanned = False  # a scan of the table has succeeded since the start
+        self.scan_key = None  # (generation, offline flags, dir ids) of the last whole scan
         self.unsure = False  # no copy was read and the table could not be scanned yet
         self.blocked: set[int] = set()
         # writers whose dir is kept out until `logdirs online`: its id file was bad at
@@ -342,9 +343,18 @@ class LogDirsWorker(Admin, Worker):
 
     # -- the table ---------------------------------------------------------------
     def _scan(self) -> bool:
-        """Where every dir-placed replica's slot is; False when the table could not be
-        read (``slots`` stays the last scan's)."""
+        """Where every dir-placed replica's slot is, and its state; False when the
+        table could not be read (``slots`` stays the last scan's). The whole table
+        is scanned only when its generation (slots claimed or freed), its offline
+        flags or the dir ids moved since the last scan; otherwise only the known
+        dir-placed slots are read again (a pass costs nothing per plain
+        partition). One of them found freed or holding another replica sends it
+        to the whole table."""
+        key = (self.table.generation, frozenset(self.table.offline_log_dirs()),
+               tuple(sorted(self.dirtable.ids().items())))
         try:
+            if key == self.scan_key and self._read_known():
+                return True
             slots = self.table.scan()
         except TornSlotError:  # a worker died mid-write; the supervisor repairs the slot
             return False
@@ -360,7 +370,21 @@ class LogDirsWorker(Admin, Worker):
             found.setdefault((s.name, s.partition), {})[dir_id] = i
             states[i] = s
         self.slots, self.slot_states = found, states
+        self.scan_key = key  # (read before the scan: a change during it rescans next time)
         self.scanned = True
+        return True
+
+    def _read_known(self) -> bool:
+        """Read again the slots the last scan found; False when one no longer holds
+        the replica it held (the whole table must be scanned)."""
+        states = {}
+        for i, old in self.slot_states.items():
+            s = self.table.read(i)
+            if (s.state == ptable.FREE or s.placement != ptable.PLACEMENT_LOG_DIRS
+                    or (s.name, s.partition, s.owner) != (old.name, old.partition, old.owner)):
+                return False
+            states[i] = s
+        self.slot_states = states
         return True
 
     # -- the pass ----------------------------------------------------------------
