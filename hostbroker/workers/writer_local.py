@@ -319,7 +319,8 @@ class LocalFollow:
                 self._source_failed(slot, e, now)
                 continue
             except (OSError, StorageError) as e:
-                self._go_offline(e)
+                if not self.offline:  # (a cut or a restart took the dir offline already)
+                    self._go_offline(e)
                 return
             if moved:
                 touched.add(slot)

@@ -30,6 +30,7 @@ from hostbroker.log.logdir import LogDir
 from hostbroker.log.message import encode_message_set
 from hostbroker.log.partition import PartitionLog
 from hostbroker.shm import partitions as ptable
+from hostbroker.shm import procs
 from hostbroker.shm.adminlock import AdminLock
 from hostbroker.shm.logdirs import LogDirTable
 from hostbroker.shm.partitions import IsrCommitTable, PartitionTable
@@ -571,3 +572,28 @@ def test_exit_reopen_is_defined_once():
     found = [p.relative_to(root).as_posix() for p in root.rglob("*.py")
              if re.search(r"^EXIT_REOPEN\s*=", p.read_text(), re.M)]
     assert found == ["workers/base.py"]
+
+
+def test_a_cut_that_fails_takes_the_dir_offline_once(pair, clock, monkeypatch, capsys):
+    """A follower's own disk failing in the cut: one line, one ERRORS, one
+    offline flag (the cut has taken the dir offline; the round only stops)."""
+    lead, fol = pair
+    create(pair)
+    state(fol, "leader", 1, leader=IDS[1])
+    produce(fol, 1, encode_message_set([b"s" * 60]), acks=1)
+    state(lead, "follower", 1, leader=IDS[1])
+    follow(lead)
+    produce(fol, 2, encode_message_set([b"lost" * 30]), acks=1)  # never copied: cut later
+    state(lead, "leader", 2)
+    produce(lead, 3, encode_message_set([b"new" * 20]), acks=1)
+    state(fol, "follower", 2)
+    capsys.readouterr()
+
+    def broken(offset):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(fol.books[FOLLOW].plog, "truncate_to", broken)
+    follow(fol)
+    assert fol.offline
+    assert capsys.readouterr().err.count("failed") == 1
+    assert len([c for c in fol.counted if c[0] == procs.ERRORS]) == 1
