@@ -434,18 +434,10 @@ class LogDirsWorker(Admin, Worker):
                 and self.slot_states[slots[d]].state == ptable.ONLINE}
 
     def _decide(self, live: set[int]) -> dict:
-        changes = {}
-        default = bool(self.config["unclean.leader.election.enable"])
-        for tp, part in self.doc.parts.items():
-            if tp[0] in self.doc.deleting:
-                continue
-            unclean = elect.unclean_of(self.doc.configs.get(tp[0], {}), default)
-            new = elect.decide(part.replicas, part.leader, part.leader_epoch, part.isr,
-                               self.replica_live(tp, live), self.blocked, unclean)
-            if new is not None and (new.leader, new.leader_epoch, list(new.isr)) != (
-                    part.leader, part.leader_epoch, list(part.isr)):
-                changes[tp] = new
-        return changes
+        return elect.failover(
+            ((tp, part, self.doc.configs.get(tp[0], {}), self.replica_live(tp, live))
+             for tp, part in self.doc.parts.items() if tp[0] not in self.doc.deleting),
+            self.blocked, bool(self.config["unclean.leader.election.enable"]))
 
     def write_doc(self) -> bool:
         """Write the document (seq + 1) on every online dir: True when durable (written
