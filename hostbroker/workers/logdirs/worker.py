@@ -46,9 +46,9 @@ from hostbroker.shm.table import TornSlotError
 from hostbroker.workers import envelopes as env
 from hostbroker.workers.base import Worker
 from hostbroker.workers.logdirs import elect
-from hostbroker.workers.logdirs.admin import Admin
+from hostbroker.workers.logdirs.admin import ONLINE_LOOK_S, Admin
 from hostbroker.workers.logdirs.model import Document, Part
-from hostbroker.workers.logdirs.statefile import StateWriters, read_copy
+from hostbroker.workers.logdirs.statefile import StateWriters, read_copies
 
 PASS_INTERVAL_S = 0.1
 NO_COPY = ("no log dir holds a readable state file; replicas across log dirs stay "
@@ -130,13 +130,17 @@ class LogDirsWorker(Admin, Worker):
         is missing when no configured dir holds its id (a dead disk, an empty mount
         point) or its copy is absent or could not be read or decoded. A configured
         dir missing that way is kept out (``unidentified``) until ``logdirs online``
-        reads its copy again."""
+        reads its copy again. The dirs are read in parallel, at most
+        ``ONLINE_LOOK_S``: a copy not read by then (a hung disk) is one that could
+        not be read."""
         from hostbroker.replication.localstate import newest
 
         ids = self.dirtable.ids()
-        read = {}
+        # (read by threads, at most ONLINE_LOOK_S: a hung disk's copy is not there)
+        copies, why = read_copies(dict(enumerate(self.plan.log_dirs)), ONLINE_LOOK_S)
+        read = {index: (copies.get(index), why.get(index, ""), True)
+                for index in range(len(self.plan.log_dirs))}
         for index, path in enumerate(self.plan.log_dirs):
-            read[index] = read_copy(path)
             if read[index][1]:
                 self.say(f"log dir {path}: state file unusable: {read[index][1]}")
         by_path: dict[str, int] = {}
