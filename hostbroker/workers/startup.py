@@ -185,10 +185,12 @@ def resolve_dir_ids(plan) -> None:
     more). Elsewhere (one log dir, or cluster mode) no id file is read or
     written: every id is -1 and no dir starts offline for its id file."""
     from hostbroker.log.dirids import DuplicateDirIdError, assign_dir_ids
-    from hostbroker.settings_logdirs import replication_factor_problem
+    from hostbroker.settings_logdirs import replication_factor_problem, state_online_problem
 
     problem = replication_factor_problem(plan.config["default.replication.factor"],
-                                         len(plan.log_dirs), plan.registrar)
+                                         len(plan.log_dirs), plan.registrar) \
+        or state_online_problem(plan.config["logdirs.state.max.online"], len(plan.log_dirs),
+                                plan.registrar)
     if problem:
         raise StartError(problem)
     if not plan.logdirs:
