@@ -456,7 +456,9 @@ class LogDirsWorker(Admin, Worker):
                     self.say(f"the state file is written on log dir id {d} in time again")
         failed = set()
         for d in sorted(set(online + retry) - written):
-            if self.writers.late(d):
+            # late: still running, or not tried because the one before was (and it may
+            # have returned since, without an error)
+            if self.writers.late(d) or not self.writers.error_of(d):
                 if d not in self.write_late:
                     self.write_late[d] = now
                     self.say(f"the state file write on log dir id {d} is late (over "
