@@ -8,11 +8,11 @@ log dirs and partitions that are offline (a failed disk, or files found
 damaged at start; the broker's log says why) and the partitions with
 replicas across log dirs that are under-replicated (an ISR short of a
 replica, or no leader), and to the log dir table (each dir's id, state and
-counts, kept by hb-logdirs), and reads the machine's CPU
-wake-up latency target (``cpu.wakeup.latency.us``; root only) and the scheduling
-policy of each process (``cpu.realtime.priority``). Prints a table
-every interval, or one JSON document with ``--json``. Never writes to the
-broker's shared memory.
+counts, kept by hb-logdirs; a dir its writer flags offline shows offline),
+and reads the machine's CPU wake-up latency target
+(``cpu.wakeup.latency.us``; root only) and the scheduling policy of each
+process (``cpu.realtime.priority``). Prints a table every interval, or one
+JSON document with ``--json``. Never writes to the broker's shared memory.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import psutil
 from hostbroker import cpulatency, cpusched
 from hostbroker.config import Config
 from hostbroker.shm import partitions as ptable
-from hostbroker.shm.logdirs import LD_STATE_NAMES, LogDirTable
+from hostbroker.shm.logdirs import LD_STATE_NAMES, LogDirTable, shown_state
 from hostbroker.shm.partitions import PartitionTable
 from hostbroker.shm.procs import COUNTER_NAMES, ProcessBoard
 from hostbroker.workers.plan import BrokerPlan
@@ -105,12 +105,17 @@ def under_replicated(table: PartitionTable) -> list[list]:
     return short
 
 
-def log_dir_rows(dirs: LogDirTable, log_dirs: list[str]) -> list[dict]:
-    """One row per configured log dir: id, path, state and hb-logdirs' counts."""
+def log_dir_rows(dirs: LogDirTable, log_dirs: list[str],
+                 flagged: set[int] | frozenset = frozenset()) -> list[dict]:
+    """One row per configured log dir: id (-1: none, as every dir of a one-dir
+    or cluster broker), path, state and hb-logdirs' counts. ``flagged``: the
+    dirs the writers flag offline (the partition table's bitmap), shown
+    offline whatever the log dir table says (:func:`shown_state`)."""
     rows = []
     for index, s in dirs.scan():
+        state = shown_state(s.state, index in flagged)
         rows.append({"id": s.dir_id, "path": log_dirs[index] if index < len(log_dirs) else None,
-                     "state": LD_STATE_NAMES.get(s.state, str(s.state)),
+                     "state": LD_STATE_NAMES.get(state, str(state)),
                      "replicas": s.replicas, "leaders": s.leaders,
                      "under_replicated": s.under_replicated,
                      "offline_replicas": s.offline_replicas})
@@ -154,7 +159,8 @@ def sample(board: ProcessBoard, procs: dict[int, psutil.Process],
         reading.update(offline(table, log_dirs or [], dirs))
         reading["under_replicated_partitions"] = under_replicated(table)
     if dirs is not None:
-        reading["log_dirs"] = log_dir_rows(dirs, log_dirs or [])
+        flagged = table.offline_log_dirs() if table is not None else frozenset()
+        reading["log_dirs"] = log_dir_rows(dirs, log_dirs or [], flagged)
     return reading
 
 
@@ -213,8 +219,9 @@ def _log_dir_table(rows: list[dict]) -> list[str]:
     if len(rows) < 2:
         return []
     table = [("log dir", "id", "state", "replicas", "leaders", "under-replicated")]
-    table += [(r["path"] or "-", str(r["id"]), r["state"], str(r["replicas"]),
-               str(r["leaders"]), str(r["under_replicated"])) for r in rows]
+    table += [(r["path"] or "-", str(r["id"]) if r["id"] > 0 else "-", r["state"],
+               str(r["replicas"]), str(r["leaders"]), str(r["under_replicated"]))
+              for r in rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
     return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table]
 

@@ -15,16 +15,21 @@ Log dir slot (64 bytes)::
     0       8     seq
     8       4     state              LD_ONLINE 1, LD_OFFLINE 2, LD_REOPENING 3
     12      4     dir_id             i32, the id in ``<log dir>/log-dir-id``
-                                     (-1: unknown, so the dir is offline)
+                                     (-1: none; see below)
     16      4     replicas           u32, replicas on this dir
     20      4     leaders            u32, of them leaders
     24      4     under_replicated   u32, partitions this dir leads whose ISR is short
     28      4     offline_replicas   u32, replicas on this dir that are offline
 
 A dir's id is read here, never from the plan: a new disk can get its id
-while the broker runs (``hostbroker logdirs online``). The partition
-table's offline bitmap stays the writers' own flag of a failed dir; this
-table's ``state`` is what ``hb-logdirs`` made of it.
+while the broker runs (``hostbroker logdirs online``). A dir without an id
+(-1) holds no replicas across log dirs: every dir of a one-dir or cluster
+broker (no ``hb-logdirs``, no id file), or one whose id file could not be
+read or written. Its slot says ONLINE and nobody changes it; what it is
+comes from its writer. The partition table's offline bitmap stays the
+writers' own flag of a failed dir, and :func:`shown_state` joins the two:
+a dir is shown offline while its writer flags it, whatever this table says,
+and otherwise as this table's ``state`` (what ``hb-logdirs`` made of it).
 """
 
 from __future__ import annotations
@@ -70,7 +75,7 @@ _DIR_ID_AT = LOGDIR_LAYOUT._writers["dir_id"][0]  # its offset in a slot
 
 def _check_id(dir_id: int) -> int:
     if type(dir_id) is not int or not (dir_id == NO_DIR_ID or 1 <= dir_id <= DIR_ID_MAX):
-        raise ValueError(f"log dir id {dir_id!r} not in 1..{DIR_ID_MAX} (or -1: unknown)")
+        raise ValueError(f"log dir id {dir_id!r} not in 1..{DIR_ID_MAX} (or -1: none)")
     return dir_id
 
 
@@ -82,6 +87,17 @@ def _check_ids(dir_ids: Sequence[int]) -> list[int]:
     return ids
 
 
+def shown_state(state: int, flagged_offline: bool) -> int:
+    """A configured dir's state as the tools and METADATA v2 show it: its
+    slot's ``state``, except OFFLINE while its writer flags the dir failed
+    (``PartitionTable.offline_log_dirs``) and the slot still says ONLINE
+    (``hb-logdirs`` has not seen it yet, or the dir has no id and no one
+    keeps its slot)."""
+    if flagged_offline and state == LD_ONLINE:
+        return LD_OFFLINE
+    return state
+
+
 class LogDirTable(SlotTable):
     """One slot per configured log dir (index = writer index)."""
 
@@ -91,26 +107,26 @@ class LogDirTable(SlotTable):
     def create(cls, region_or_name: SharedRegion | str, dir_ids: Sequence[int],
                layout: SlotLayout | None = None) -> "LogDirTable":
         """The table for ``dir_ids`` (``plan.dir_ids``: one per configured log
-        dir, -1 for a dir whose id is unknown), filled (:meth:`fill`)."""
+        dir, -1 for a dir without an id), filled (:meth:`fill`)."""
         _check_ids(dir_ids)  # before anything is created
         table = super().create(region_or_name, max(1, len(dir_ids)), layout)
         table.fill(dir_ids)
         return table
 
     def fill(self, dir_ids: Sequence[int]) -> None:
-        """Write every dir's id: ONLINE when known, OFFLINE when -1. The
+        """Write every dir's id, each dir ONLINE (one without an id too: its
+        writer's flag says when it fails, :func:`shown_state`). The
         supervisor's, before the workers start. ValueError for a bad or
         repeated id, or more dirs than slots."""
         ids = _check_ids(dir_ids)
         if len(ids) > self.slot_count:
             raise ValueError(f"{len(ids)} log dirs do not fit {self.slot_count} slots")
         for index, dir_id in enumerate(ids):
-            self.write(index, state=LD_ONLINE if dir_id != NO_DIR_ID else LD_OFFLINE,
-                       dir_id=dir_id, replicas=0, leaders=0, under_replicated=0,
-                       offline_replicas=0)
+            self.write(index, state=LD_ONLINE, dir_id=dir_id, replicas=0, leaders=0,
+                       under_replicated=0, offline_replicas=0)
 
     def dir_id(self, index: int) -> int:
-        """Log dir ``index``'s id (-1: unknown, or no such dir).
+        """Log dir ``index``'s id (-1: none, or no such dir).
 
         Two aligned loads, the slot's state and its id, without the seqlock
         (as :meth:`~hostbroker.shm.table.SlotTable.state` loads a state): each
