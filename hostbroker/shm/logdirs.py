@@ -5,9 +5,9 @@ Owns: one shared :class:`~hostbroker.shm.table.SlotTable` of
 log dir, slot index = the index of the dir's writer (its place in
 ``log.dirs``). The supervisor creates it (``plan.logdirs_name``) and fills
 each ``dir_id`` before any worker starts (:meth:`LogDirTable.fill`); from
-then on ``hb-logdirs`` is its only writer. Handlers (METADATA v2),
-``hostbroker top``, the writers (their own replica id, ``book.me``) and
-tests read it.
+then on ``hb-logdirs`` is its only writer (the one process that attaches it
+writable: its *owner*). Handlers (METADATA v2), ``hostbroker top``, the
+writers (their own replica id, ``book.me``) and tests read it.
 
 Log dir slot (64 bytes)::
 
@@ -30,6 +30,18 @@ comes from its writer. The partition table's offline bitmap stays the
 writers' own flag of a failed dir, and :func:`shown_state` joins the two:
 a dir is shown offline while its writer flags it, whatever this table says,
 and otherwise as this table's ``state`` (what ``hb-logdirs`` made of it).
+
+A slot left mid-write (seq odd: its writer killed inside a write) costs
+only itself. :meth:`LogDirTable.dir_id`, :meth:`~LogDirTable.ids` and
+:meth:`~LogDirTable.index_of` load the ids without the seqlock (each field
+is stored whole), so they never wait on it. A reader's :meth:`~LogDirTable.slot`
+and :meth:`~LogDirTable.scan` wait once, ``READ_STUCK_SECONDS``, on a slot
+stuck at one odd seq, then give it as unknown (None; left out of a scan)
+at once for as long as it stays at that seq. The owner's handle repairs
+any such slot as soon as it reads or writes the table: being its only
+writer, a slot mid-write when it looks is a dead writer's (the one
+``hb-logdirs`` replaced); the supervisor repairs them too when it replaces
+a dead ``hb-logdirs`` (:meth:`LogDirTable.repair_torn`).
 """
 
 from __future__ import annotations
@@ -39,7 +51,7 @@ from collections import namedtuple
 from collections.abc import Sequence
 
 from hostbroker.shm.region import SharedRegion
-from hostbroker.shm.table import FREE, SlotLayout, SlotTable
+from hostbroker.shm.table import FREE, SlotLayout, SlotTable, TornSlotError
 
 
 class LogDirState(enum.IntEnum):
@@ -102,6 +114,12 @@ class LogDirTable(SlotTable):
     """One slot per configured log dir (index = writer index)."""
 
     LAYOUT = LOGDIR_LAYOUT
+    owner = False  # this handle is hb-logdirs' (attached writable): it repairs torn slots
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._torn: dict[int, int] = {}  # slot -> the odd seq it was found stuck at
+        self.repaired: list[int] = []  # slots this handle repaired (the owner's)
 
     @classmethod
     def create(cls, region_or_name: SharedRegion | str, dir_ids: Sequence[int],
@@ -111,6 +129,15 @@ class LogDirTable(SlotTable):
         _check_ids(dir_ids)  # before anything is created
         table = super().create(region_or_name, max(1, len(dir_ids)), layout)
         table.fill(dir_ids)
+        return table
+
+    @classmethod
+    def attach(cls, region_or_name: SharedRegion | str, layout: SlotLayout | None = None,
+               readonly: bool = False) -> "LogDirTable":
+        """A handle on the table; a writable one is the owner's (hb-logdirs'),
+        which repairs any slot it finds mid-write (see the module docstring)."""
+        table = super().attach(region_or_name, layout, readonly)
+        table.owner = not readonly
         return table
 
     def fill(self, dir_ids: Sequence[int]) -> None:
@@ -132,37 +159,103 @@ class LogDirTable(SlotTable):
         (as :meth:`~hostbroker.shm.table.SlotTable.state` loads a state): each
         field is stored whole, so neither is ever torn, and a slot that a dead
         ``hb-logdirs`` left mid-write neither stalls nor fails the reader (the
-        handlers' views read ids on every topic change; see
-        :meth:`repair_torn`)."""
+        handlers' views read ids on every topic change)."""
         if not 0 <= index < self.slot_count or self.state(index) == FREE:
             return NO_DIR_ID
         raw = self._u32[(self._offset(index) + _DIR_ID_AT) >> 2]
         return raw - (1 << 32) if raw >= 1 << 31 else raw
 
+    def _seq(self, index: int) -> int:
+        return self._u64[self._offset(index) >> 3]
+
     def repair_torn(self) -> list[int]:
-        """Finish every slot a dead ``hb-logdirs`` left mid-write (seq odd), as
-        it is: each field is stored whole, and the next pass writes the states
-        and counts again. The indices repaired. hb-logdirs calls it first when
-        it starts; until then, a reader of such a slot waits
-        ``READ_STUCK_SECONDS`` and gets TornSlotError (:meth:`dir_id` excepted)."""
+        """Finish every slot a dead writer left mid-write (seq odd), as it is:
+        each field is stored whole, and hb-logdirs' next pass writes the
+        states and counts again. The indices repaired. Only for whoever may
+        write the table and knows no live write is under way: hb-logdirs
+        (when it starts, and its handle on every read and write), and the
+        supervisor once hb-logdirs is dead."""
         repaired = []
         for index in range(self.slot_count):
-            if self._u64[self._offset(index) >> 3] & 1 and self.repair(index):
+            if self._seq(index) & 1 and self.repair(index):
                 repaired.append(index)
+        self.repaired.extend(repaired)
         return repaired
 
+    def _mend(self, index: int | None = None) -> None:
+        """The owner's handle: repair slot ``index`` (every slot when None)
+        if it is mid-write. Nothing for a reader's handle."""
+        if not self.owner:
+            return
+        if index is None:
+            self.repair_torn()
+        elif self._seq(index) & 1 and self.repair(index):
+            self.repaired.append(index)
+
+    def read(self, i: int):
+        """Slot ``i`` through the seqlock, as :meth:`SlotTable.read`. The
+        owner's handle first repairs it if it was left mid-write; a reader's
+        raises TornSlotError (after ``READ_STUCK_SECONDS`` the first time,
+        then at once while the slot stays at that seq). :meth:`slot` is the
+        same without the exception."""
+        self._mend(i)
+        seq = self._seq(i)
+        if seq & 1 and self._torn.get(i) == seq:
+            raise TornSlotError(f"{self.name}: slot {i} stayed mid-write (seq {seq})")
+        try:
+            record = super().read(i)
+        except TornSlotError:
+            seq = self._seq(i)
+            if seq & 1:
+                self._torn[i] = seq
+            raise
+        self._torn.pop(i, None)
+        return record
+
+    def slot(self, i: int):
+        """Slot ``i``'s record, or None while it is torn (left mid-write; the
+        wait is bounded, see :meth:`read`)."""
+        try:
+            return self.read(i)
+        except TornSlotError:
+            return None
+
+    def scan(self) -> list[tuple[int, tuple]]:
+        """``(index, record)`` of every configured dir, those torn left out."""
+        found = []
+        for i in range(self.high_water):
+            if self.state(i) != FREE:
+                record = self.slot(i)
+                if record is not None:
+                    found.append((i, record))
+        return found
+
     def index_of(self, dir_id: int) -> int | None:
-        """The writer index of the dir holding ``dir_id``, None if none does."""
+        """The writer index of the dir holding ``dir_id``, None if none does
+        (without the seqlock, as :meth:`dir_id`)."""
         if dir_id == NO_DIR_ID:
             return None
-        for index, s in self.scan():
-            if s.dir_id == dir_id:
+        for index, found in self.ids().items():
+            if found == dir_id:
                 return index
         return None
 
     def ids(self) -> dict[int, int]:
-        """``{writer index: dir id}`` of every dir whose id is known."""
-        return {index: s.dir_id for index, s in self.scan() if s.dir_id != NO_DIR_ID}
+        """``{writer index: dir id}`` of every dir with an id (without the
+        seqlock, as :meth:`dir_id`)."""
+        self._mend()
+        ids = {}
+        for index in range(self.slot_count):
+            dir_id = self.dir_id(index)
+            if dir_id != NO_DIR_ID:
+                ids[index] = dir_id
+        return ids
+
+    def write(self, i: int, **fields) -> None:
+        """:meth:`SlotTable.write`; the owner's handle first repairs a slot
+        left mid-write (a reader's handle cannot write)."""
+        self._mend(i)
+        super().write(i, **fields)
 
     def set_id(self, index: int, dir_id: int) -> None:
         """Give dir ``index`` its id (a new disk taken online); hb-logdirs only.

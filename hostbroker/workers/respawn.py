@@ -5,13 +5,14 @@ Owns: the reaping of dead workers and the meaning of their exit codes
 (``EXIT_REFUSED`` and ``EXIT_BOOT_FAILED`` stop the broker, ``EXIT_REOPEN``
 from a writer is a replacement without a word, anything else a crash,
 replaced with one line); their replacement (the rings they consumed reset,
-the partition slots a dead writer or handler left mid-write repaired; then
-a new epoch); and the heartbeat watch (SIGABRT with SIGCONT to a worker silent past
+the slots they left mid-write repaired: a dead writer's or handler's
+partition slots, a dead hb-logdirs' log dir table slots; then a new epoch);
+and the heartbeat watch (SIGABRT with SIGCONT to a worker silent past
 ``worker.heartbeat.timeout.ms``, SIGKILL a second later).
 
 :class:`Respawn` is mixed into :class:`~hostbroker.workers.supervisor.Supervisor`,
 whose state it uses (``children``, ``pids``, ``board``, ``table``,
-``stopping``, ``spawn``...).
+``logdir_table``, ``stopping``, ``spawn``...).
 """
 
 from __future__ import annotations
@@ -82,6 +83,8 @@ class Respawn:
             Ring.attach(self.plan.ring_name(rkind, producer, consumer)).reset_consumer()
         if kind in ("writer", "handler"):
             self._repair_torn_slots(index if kind == "writer" else None)
+        elif kind == "logdirs":
+            self._repair_torn_log_dirs()
         if time.monotonic() - self.started_at.get((kind, index), 0) < 1.0:
             time.sleep(0.5)  # do not spin on a worker that dies at once
         self.spawn(kind, index)
@@ -111,6 +114,17 @@ class Respawn:
             table.repair(i)
         if torn:
             print(f"hostbroker: repaired {len(torn)} partition slot(s) left mid-write",
+                  file=sys.stderr, flush=True)
+
+    def _repair_torn_log_dirs(self) -> None:
+        """Make readable again the log dir table slots a dead hb-logdirs left
+        mid-write: it was their only writer, so they are safe to repair at
+        once (as it is: each field is stored whole; the replacement writes
+        the states and counts again on its first pass)."""
+        table = getattr(self, "logdir_table", None)
+        torn = table.repair_torn() if table is not None else []
+        if torn:
+            print(f"hostbroker: repaired log dir table slot(s) {torn} left mid-write",
                   file=sys.stderr, flush=True)
 
     def _check_heartbeats(self) -> None:

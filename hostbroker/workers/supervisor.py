@@ -222,7 +222,7 @@ class Supervisor(Respawn):
         ReplicatedNames.create(region, capacity)
         region = SharedRegion.create(plan.logdirs_name, LogDirTable.region_size(len(plan.dir_ids)))
         self.regions.append(region)
-        LogDirTable.create(region, plan.dir_ids)
+        self.logdir_table = LogDirTable.create(region, plan.dir_ids)
 
     def _take_cpu_policy(self) -> None:
         """``cpu.realtime.priority``: SCHED_RR for this process, and so for every
