@@ -290,8 +290,8 @@ class LogDirsRequests:
         offline = self.table.offline_log_dirs()
         out = []
         for w, dir_id in enumerate(ids):
-            state = table.state(w) if table is not None else LD_ONLINE
-            up = shown_state(state, w in offline) == LD_ONLINE
+            held = table.state(w) if table is not None else LD_ONLINE
+            up = shown_state(held, w in offline) == LD_ONLINE
             out.append(lproto.MetadataLogDir(dir_id if dir_id > 0 else lproto.NO_DIR,
                                              self.plan.log_dirs[w],
                                              lproto.DIR_ONLINE if up else lproto.DIR_OFFLINE))
