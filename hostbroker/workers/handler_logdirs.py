@@ -12,8 +12,8 @@ across log dirs"):
   and committed ISR, ``target_dirs`` a reassignment's target as the
   replication state file (``<log dir>/log-dirs-state``) holds it. Any other
   partition is on its own dir alone. The dirs come from the log dir table
-  (``shm/logdirs.py``) and the state file, which also names the dirs that
-  are gone (``missing``).
+  (``shm/logdirs.py``; a dir without an id is listed under -1) and the
+  state file, which also names the dirs that are gone (``missing``).
 - ALTER_REPLICA_DIRS and LOG_DIR_ADMIN, and the creation (replication factor
   2 or more, ``handler_topics.py``) and deletion of topics placed on log
   dirs: forwarded to ``hb-logdirs`` as an OP_LOCAL_ADMIN on the ``dreq``
@@ -44,7 +44,7 @@ from hostbroker.protocol import replication as rproto
 from hostbroker.protocol.api import ApiKey
 from hostbroker.replication import localstate
 from hostbroker.shm import partitions as ptable
-from hostbroker.shm.logdirs import LD_ONLINE, LogDirTable
+from hostbroker.shm.logdirs import LD_ONLINE, LogDirTable, shown_state
 from hostbroker.workers import envelopes as env
 from hostbroker.workers.base import now_ms
 from hostbroker.workers.topicview import log_dir_table
@@ -281,17 +281,19 @@ class LogDirsRequests:
                                          tuple(topics), tuple(log_dirs))
 
     def _log_dirs_listed(self, ids: list[int], state) -> list:
-        """METADATA v2's log dirs: each configured one with a known id, online
-        or offline, then each id the state file names that no configured dir
+        """METADATA v2's log dirs: each configured one, online or offline
+        (``shm/logdirs.shown_state``: offline while its writer flags it), under
+        its id or -1 for one without (every dir of a one-dir or cluster
+        broker), then each id the state file names that no configured dir
         holds now (``missing``, at the path it was last seen at)."""
         table = self.logdirs_table
         offline = self.table.offline_log_dirs()
         out = []
         for w, dir_id in enumerate(ids):
-            if dir_id <= 0:
-                continue  # (its id is unknown: the state file may name it, below)
-            up = w not in offline and (table is None or table.state(w) == LD_ONLINE)
-            out.append(lproto.MetadataLogDir(dir_id, self.plan.log_dirs[w],
+            held = table.state(w) if table is not None else LD_ONLINE
+            up = shown_state(held, w in offline) == LD_ONLINE
+            out.append(lproto.MetadataLogDir(dir_id if dir_id > 0 else lproto.NO_DIR,
+                                             self.plan.log_dirs[w],
                                              lproto.DIR_ONLINE if up else lproto.DIR_OFFLINE))
         known = set(ids)
         for dir_id, path in _state_dirs(state):
