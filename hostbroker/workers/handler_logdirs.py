@@ -36,6 +36,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import time
 
 from hostbroker.errors import ErrorCode, HostbrokerError
 from hostbroker.log.files import read_file
@@ -56,8 +57,10 @@ LOGDIRS_REQUESTS = frozenset(((ApiKey.METADATA, lproto.METADATA_V2),
                               (ApiKey.LOG_DIR_ADMIN, lproto.LOG_DIR_ADMIN_V0)))
 _NO_LOGDIRS = ("replicas across log dirs need a standalone broker with two or more log dirs "
                "(this one has {})")
-_AUTO_CREATE_RESEND_MS = 1000  # a forwarded auto-create not done yet is asked for again
-_AUTO_CREATE_MAX = 1024  # topics being auto-created at once
+# an auto-create's answer (asked for, or refused) is given again for this long
+# without a look; the next produce after it looks again (and asks again)
+_AUTO_CREATE_RESEND_MS = 1000
+_AUTO_CREATE_MAX = 1024  # topics being auto-created at once (per handler)
 _REFUSAL_LOG_MS = 60_000  # an auto-create refused for its replication factor: one line a minute
 
 
@@ -103,7 +106,8 @@ class LogDirsRequests:
             self.peer_slots.append(plan.board_slot("logdirs", 0))
         cluster = bool(self.config["zookeeper.connect"].strip())
         self.default_rf = 1 if cluster else self.config["default.replication.factor"]
-        self.auto_creating: dict[str, int] = {}  # topic -> when its create was forwarded
+        # topic -> (when, answer) of its last auto-create look, oldest first
+        self.auto_creating: dict[str, tuple[int, ErrorCode]] = {}
         self.rf_refusal_logged = -_REFUSAL_LOG_MS
         self._state_seen: tuple | None = None  # what the state file copies were when read
         self._state = None  # the newest state as last read (localstate.LocalState)
@@ -195,11 +199,36 @@ class LogDirsRequests:
         return (f"replication factor {rf} needs {rf} usable log dirs; the broker has "
                 f"{len(usable)}" + (f" ({down} offline)" if down else ""))
 
+    def _auto_create_answered(self, topic: str) -> ErrorCode | None:
+        """What a produce to the unknown ``topic`` is answered without a look
+        (``default.replication.factor`` 2 or more): the answer of its last look
+        while under :data:`_AUTO_CREATE_RESEND_MS` old, so that a produce of
+        many entries for one new topic takes the admin lock and scans the
+        partition table once, not once per entry; LEADER_NOT_AVAILABLE while
+        :data:`_AUTO_CREATE_MAX` other topics are being asked for; None: look
+        (:meth:`_auto_create_replicated`)."""
+        now = time.monotonic_ns() // 1_000_000  # (the wall clock may step back)
+        creating = self.auto_creating
+        while creating:  # (oldest first: drop the answers too old to give)
+            oldest = next(iter(creating))
+            if now - creating[oldest][0] < _AUTO_CREATE_RESEND_MS:
+                break
+            del creating[oldest]
+        found = creating.get(topic)
+        if found is not None:
+            return found[1]
+        if len(creating) >= _AUTO_CREATE_MAX:
+            return ErrorCode.LEADER_NOT_AVAILABLE  # (retriable: asked for in a while)
+        return None
+
     def _auto_create_replicated(self, topic: str) -> ErrorCode:
         """A produce to the unknown ``topic`` with ``default.replication.factor``
-        2 or more: ask ``hb-logdirs`` to create it (again once a second while
-        it is not there) and answer LEADER_NOT_AVAILABLE, which the producer
-        retries; INVALID_REPLICATION_FACTOR while too few log dirs are usable."""
+        2 or more (the caller holds the admin lock and found no such topic):
+        ask ``hb-logdirs`` to create it and answer LEADER_NOT_AVAILABLE, which
+        the producer retries; INVALID_REPLICATION_FACTOR while too few log dirs
+        are usable. The answer is remembered (:meth:`_auto_create_answered`):
+        a topic not there yet is asked for again at most once per
+        :data:`_AUTO_CREATE_RESEND_MS`."""
         rf = self.default_rf
         now = now_ms()
         if self.logdirs_peer is None or rf > len(self._usable_dirs()):
@@ -208,12 +237,8 @@ class LogDirsRequests:
                 print(f"hostbroker: {self.name}: topic {topic} not created: "
                       f"{self._rf_refusal(rf)} (default.replication.factor)",
                       file=sys.stderr, flush=True)
-            return ErrorCode.INVALID_REPLICATION_FACTOR
-        sent = self.auto_creating.get(topic)
-        if sent is None or now - sent >= _AUTO_CREATE_RESEND_MS:
-            if len(self.auto_creating) >= _AUTO_CREATE_MAX:
-                self.auto_creating.clear()
-            self.auto_creating[topic] = now
+            code = ErrorCode.INVALID_REPLICATION_FACTOR
+        else:
             # nobody waits for its answer (no pending under its token): the
             # producer's retries find the topic once it is there
             w = self.logdirs_peer
@@ -221,7 +246,10 @@ class LogDirsRequests:
                 "op": "create", "topic": topic, "partitions": self.config["num.partitions"],
                 "rf": rf, "config": {}}))
             self.dirty_writers.add(w)
-        return ErrorCode.LEADER_NOT_AVAILABLE
+            code = ErrorCode.LEADER_NOT_AVAILABLE
+        self.auto_creating.pop(topic, None)
+        self.auto_creating[topic] = (time.monotonic_ns() // 1_000_000, code)
+        return code
 
     def _delete_replicated(self, p, conn_id, seq, corr, topic: str, answer) -> None:
         """Delete ``topic``, whose replicas are placed on log dirs, through
