@@ -120,15 +120,8 @@ def test_unreachable_broker_is_one_line_and_status_1(tmp_path):
 # -- replicas across log dirs: one broker with three log dirs ----------------------------
 
 
-def _needs_log_dir_replicas() -> None:
-    # the broker's side: hb-logdirs and the handlers' METADATA v2
-    pytest.importorskip("hostbroker.workers.logdirs.worker")
-    pytest.importorskip("hostbroker.workers.handler_logdirs")
-
-
 @pytest.fixture
 def dirs_broker(make_broker, tmp_path):
-    _needs_log_dir_replicas()
     dirs = [str(tmp_path / f"d{i}") for i in range(3)]
     return make_broker(log_dirs=",".join(dirs)), dirs
 
