@@ -111,9 +111,15 @@ def test_a_one_dir_broker_reads_no_id_file_and_runs_no_probe(tmp_path):
             client.create_topic("one", 1)
             client.produce("one", 0, encode_message_set([b"a"]), acks=1)
             (d / "log-dir-id").write_bytes(b"7\n")  # another id, as a replaced disk's
-            deadline = time.monotonic() + 0.5  # ten probe intervals
-            while time.monotonic() < deadline:
+            # 40 probe intervals, and the writer busy in at least 20 of them (an
+            # acks=1 produce is a round of its loop): however slow the machine, a
+            # probe would have come due and run
+            deadline = time.monotonic() + 2.0
+            rounds = 0
+            while time.monotonic() < deadline or rounds < 20:
                 client.produce("one", 0, encode_message_set([b"b"]), acks=1)
+                rounds += 1
+                time.sleep(0.05)
             assert client.fetch("one", 0, 0, 1 << 20).error_code == 0
         assert (d / "log-dir-id").read_bytes() == b"7\n"
         log = open(broker.log_path).read()
