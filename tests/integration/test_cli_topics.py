@@ -243,6 +243,19 @@ def test_reassign_empties_a_log_dir_and_verify_says_done(dirs_broker, tmp_path):
     line = one_line_error(stopped)
     assert line.startswith("hostbroker reassign execute: broker error: INVALID_REQUEST: ")
     assert line.endswith(" (single-0 UNKNOWN_TOPIC_OR_PARTITION)")
+    # so generate leaves such a partition out, in one line, even off its dir
+    (held,) = {p["log_dir"] for p in _describe(broker, "single")[0]["partitions"]}
+    topics.write_text(json.dumps({"version": 1, "topics": [{"topic": "single"},
+                                                            {"topic": "moved"}]}))
+    others = ",".join(d for d in dirs if d != held)
+    left = hostbroker("reassign", "generate", *b, "--topics-to-move-json-file", str(topics),
+                      "--dir-list", others)
+    assert left.returncode == 0, left.stderr
+    assert left.stderr.decode().splitlines() == [
+        "hostbroker reassign generate: left out single-0: one replica, not placed on log "
+        "dirs (a topic created with a replication factor of 1 stays on its dir)"]
+    out = lines(left)
+    assert "single" not in out[1] and "single" not in out[4]
 
 
 def test_logdirs_online_and_forget_answer_in_one_line_and_top_lists_the_dirs(dirs_broker):
