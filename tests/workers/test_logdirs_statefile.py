@@ -100,7 +100,7 @@ def test_a_hung_dir_s_copy_is_given_up_after_the_bound(dirs, monkeypatch):
     monkeypatch.setattr(files, "read_file", read_file)
     started = time.monotonic()
     try:
-        copies, missing = read_copies(dirs, 0.3)
+        copies, missing = read_copies(dirs, timeout_s=0.3)
         assert time.monotonic() - started < 5.0
         assert copies == {} and missing[1] == missing[3] == ""
         assert "not read within 0.3 s" in missing[2]

@@ -180,7 +180,7 @@ def read_copy(path: str, limits=None) -> tuple[object | None, str, bool]:
         return None, str(e), True
 
 
-def read_copies(dirs: Mapping[int, str], limits=None, timeout_s: float | None = None
+def read_copies(dirs: Mapping[int, str], limits=None, *, timeout_s: float | None = None
                 ) -> tuple[dict[int, object], dict[int, str]]:
     """The state file copy of each dir of ``dirs`` (key -> path), decoded, and
     for each dir without a usable copy one line saying why ("" when the file is

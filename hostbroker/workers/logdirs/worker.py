@@ -150,7 +150,7 @@ class LogDirsWorker(Admin, Worker):
         ids = self.dirtable.ids()
         # (read by threads, at most ONLINE_LOOK_S: a hung disk's copy is not there)
         copies, missing = read_copies(dict(enumerate(self.plan.log_dirs)), self.limits,
-                                      ONLINE_LOOK_S)
+                                      timeout_s=ONLINE_LOOK_S)
         read = {index: (copies.get(index), missing.get(index, ""), True)
                 for index in range(len(self.plan.log_dirs))}
         for index, path in enumerate(self.plan.log_dirs):
