@@ -196,6 +196,7 @@ class Admin:
             del self.doc.configs[topic]
             for p in placed:
                 del self.doc.parts[(topic, p)]
+            self.write_doc()  # (a dir that took the write must not keep a copy naming it)
             return _answer(ErrorCode.STORAGE_ERROR, "cannot write the log dirs' state file")
         results, failed = self._create_replicas(topic, placed, config)
         if failed:
