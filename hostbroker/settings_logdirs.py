@@ -23,17 +23,53 @@ LOGDIRS_SETTINGS: tuple[tuple[str, type, int, str, int, int], ...] = (
      1, MAX_REPLICAS),
     ("log.dir.check.interval.ms", int, 200,
      "How often each writer checks that its log dir is still the one it opened (same "
-     "device and inode, same log-dir-id); a dir pulled, unmounted or replaced goes "
-     "offline within this time and its leaderships move.", 10, 600000),
+     "device and inode, same log-dir-id); a dir pulled, unmounted or replaced (ENOENT, "
+     "ESTALE, EIO, or another device, inode or id) goes offline within this time and its "
+     "leaderships move. Only on a standalone broker with two log dirs or more (where "
+     "`hb-logdirs` runs).", 10, 600000),
     ("logdirs.state.write.timeout.ms", int, 200,
-     "Longest a write of the replication state file (log-dirs-state) may take on one "
-     "log dir; a dir whose write fails or takes longer leaves the live set: its "
-     "leaderships move and its replicas leave the ISRs.", 10, 60000),
+     "Longest a change waits for the replication state file (log-dirs-state) to be "
+     "written on one log dir. A dir whose write fails (an I/O error) leaves the live set "
+     "at once: its leaderships move and its replicas leave the ISRs. A dir whose write "
+     "takes longer is only left out of the next writes until one returns in time; it "
+     "leaves the live set when its writes have been late for "
+     "logdirs.state.write.fail.ms.", 10, 60000),
+    ("logdirs.state.write.fail.ms", int, 600,
+     "How long a log dir's state file writes may go on being late (past "
+     "logdirs.state.write.timeout.ms, or one still running) before the dir counts as "
+     "failed: it leaves the live set, its leaderships move and its replicas leave the "
+     "ISRs. A slow fsync on a loaded disk shorter than this moves nothing.", 0, 600000),
+    ("logdirs.state.max.bytes", int, 64 * 1024 * 1024,
+     "Largest replication state file (log-dirs-state) a broker reads or writes. A copy "
+     "longer than this is not read (the dir counts as holding no copy); a change that "
+     "would make the document longer is refused.", 4096, 1024 * 1024 * 1024),
+    ("logdirs.state.max.online", int, 256,
+     "Most log dir ids the replication state file's online list (and its list of refused "
+     "copies) may name; a copy naming more is not read. At least the number of log.dirs, "
+     "else the broker refuses to start.", 2, 65536),
     ("logdirs.writer.grace.ms", int, 300,
      "A writer dead or not ready this long counts as not live for replicas across log "
      "dirs: its leaderships move (its dir is not flagged offline; its replicas rejoin as "
      "followers once it is ready).", 0, 600000),
 )
+
+
+def setting_default(key: str) -> int:
+    """The default of the setting ``key`` of this module (for the modules below
+    ``config`` that need it as a constant)."""
+    for row in LOGDIRS_SETTINGS:
+        if row[0] == key:
+            return row[2]
+    raise KeyError(key)
+
+
+def state_online_problem(max_online: int, log_dirs: int, cluster: bool) -> str | None:
+    """The one line refusing a ``logdirs.state.max.online`` below the number of
+    configured log dirs (standalone with two or more: where the state file is kept)."""
+    if cluster or log_dirs < 2 or log_dirs <= max_online:
+        return None
+    return (f"logdirs.state.max.online {max_online} is below the {log_dirs} log.dirs "
+            "configured")
 
 
 def replication_factor_problem(default_rf: int, log_dirs: int, cluster: bool) -> str | None:

@@ -7,9 +7,13 @@ per partition the replicas (by log dir id), leader, leader epoch, ISR,
 ``version`` (the partition's ``isr_version``, grown at every change of it)
 and, while a reassignment runs, its ``target``; the topics being deleted; the
 ids of the dirs the document was written on (``online``) and the path each
-dir had when last seen; and ``seq``, grown at every write::
+dir had when last seen; ``seq``, grown at every write; and its lineage:
+``history``, a random id that changes whenever the broker goes on without a
+copy it could not reconcile, and ``refused``, the copies refused that way (log
+dir id -> the refused copy's ``seq`` and ``history``)::
 
-    {"version": 1, "seq": 7, "online": [1, 2],
+    {"version": 1, "seq": 7, "online": [1, 2], "history": "5f0c1d2e3a4b6978",
+     "refused": {"3": {"seq": 6, "history": "0123456789abcdef"}},
      "dirs": {"1": "/srv/d1", "2": "/srv/d2", "3": "/srv/d3"},
      "topics": {"t": {"config": {"retention.ms": "60000"},
                       "partitions": {"0": {"replicas": [1, 2], "leader": 1,
@@ -17,17 +21,24 @@ dir had when last seen; and ``seq``, grown at every write::
                                            "version": 5}}}},
      "deleting": []}
 
-Every copy is written whole (hb-logdirs' ``statefile.py``); at start the copy
-with the highest ``seq`` wins (:func:`newest`), and it is *certain* only when
-every dir of its ``online`` list holds a copy that decodes now: a dir that
+Every copy is written whole (hb-logdirs' ``statefile.py``); at start
+(:func:`start_copy`) the copy with the highest ``seq`` wins, leaving out a
+copy that another copy records as refused, and it is *certain* only when
+every dir of its ``online`` list holds a copy that decodes now (a dir that
 is missing, or whose copy is absent or damaged, may hold a newer copy, so an
-uncertain document elects no leader from an ISR that names such a dir.
+uncertain document elects no leader from an ISR that names such a dir) and
+no copy is *foreign*: refused, or of another ``history``, or on a dir the
+winner records as refused. A document without ``history`` (written before
+it existed) is of the current lineage.
 
 Pure: :func:`encode_state` gives the bytes, :func:`decode_state` reads bytes
-as hostile input (at most :data:`STATE_MAX_BYTES`; every field's type, range
-and agreement checked: ids 1 to 2^31-1, replicas 1 to 8 and distinct, ISR and
-leader among them, valid topic names) and raises :class:`StorageError`
-naming the file and the problem. Reading and writing the files is hb-logdirs'.
+as hostile input (at most ``logdirs.state.max.bytes``, ``online`` and
+``refused`` at most ``logdirs.state.max.online`` ids, the settings' defaults
+unless :class:`StateLimits` says otherwise; every field's type, range and
+agreement checked: ids 1 to 2^31-1, replicas 1 to 8 and distinct, ISR and
+leader among them, valid topic names, ``history`` 16 hex digits) and raises
+:class:`StorageError` naming the file and the problem. Reading and writing
+the files is hb-logdirs'.
 """
 
 from __future__ import annotations
@@ -39,6 +50,7 @@ from dataclasses import dataclass, field, replace
 from hostbroker.errors import InvalidTopicError, StorageError
 from hostbroker.log.segments import validate_topic_name
 from hostbroker.protocol.replica_fields import MAX_REPLICAS
+from hostbroker.settings_logdirs import setting_default
 
 __all__ = [
     "MAX_DIR_ID",
@@ -48,14 +60,21 @@ __all__ = [
     "STATE_VERSION",
     "LocalState",
     "PartitionState",
+    "StartCopy",
+    "StateLimits",
     "TopicState",
     "decode_state",
     "encode_state",
+    "new_history",
     "newest",
+    "start_copy",
 ]
 
 STATE_FILE = "log-dirs-state"
-STATE_MAX_BYTES = 64 * 1024 * 1024
+# (the settings' defaults; a broker reads and writes with its own settings)
+STATE_MAX_BYTES = setting_default("logdirs.state.max.bytes")
+STATE_MAX_ONLINE = setting_default("logdirs.state.max.online")
+HISTORY_CHARS = 16  # a history id: 16 lowercase hex digits (64 random bits)
 STATE_VERSION = 1
 MAX_DIR_ID = 2**31 - 1
 MAX_PARTITION = 2**31 - 1
@@ -64,6 +83,29 @@ MAX_INT = 2**63 - 1  # seq
 # writers' OP_REPLICA_STATE take them
 MAX_EPOCH = 2**31 - 1
 NO_LEADER = -1
+
+
+@dataclass(frozen=True)
+class StateLimits:
+    """The limits a copy is read and written under (``logdirs.state.max.bytes``,
+    ``logdirs.state.max.online``)."""
+
+    max_bytes: int = STATE_MAX_BYTES
+    max_online: int = STATE_MAX_ONLINE
+
+    @classmethod
+    def of(cls, config) -> StateLimits:
+        return cls(config["logdirs.state.max.bytes"], config["logdirs.state.max.online"])
+
+
+DEFAULT_LIMITS = StateLimits()
+
+
+def new_history() -> str:
+    """A fresh history id."""
+    import secrets
+
+    return secrets.token_hex(HISTORY_CHARS // 2)
 
 
 @dataclass(frozen=True)
@@ -96,6 +138,9 @@ class LocalState:
     dirs: Mapping[int, str] = field(default_factory=dict)
     topics: Mapping[str, TopicState] = field(default_factory=dict)
     deleting: tuple[str, ...] = ()
+    history: str = ""  # "": written before histories existed (of the current lineage)
+    # log dir id -> (seq, history) of the copy refused there
+    refused: Mapping[int, tuple[int, str]] = field(default_factory=dict)
 
     def partition(self, topic: str, partition: int) -> PartitionState | None:
         t = self.topics.get(topic)
@@ -114,7 +159,7 @@ class LocalState:
     def known_ids(self) -> set[int]:
         """Every log dir id the document names: ``assign_dir_ids`` gives a new disk
         none of them, so a dead disk's id is never reused."""
-        ids = set(self.online) | set(self.dirs)
+        ids = set(self.online) | set(self.dirs) | set(self.refused)
         for t in self.topics.values():
             for p in t.partitions.values():
                 ids.update(p.replicas)
@@ -133,10 +178,10 @@ def _partition_doc(p: PartitionState) -> dict:
     return doc
 
 
-def encode_state(state: LocalState) -> bytes:
+def encode_state(state: LocalState, limits: StateLimits = DEFAULT_LIMITS) -> bytes:
     """The bytes of ``state``'s file (not checked again here: hb-logdirs builds
     it from checked parts, and a failover must not wait on a second parse).
-    ValueError when they would be over :data:`STATE_MAX_BYTES`."""
+    ValueError when they would be over ``limits``."""
     doc = {
         "version": STATE_VERSION,
         "seq": state.seq,
@@ -150,11 +195,28 @@ def encode_state(state: LocalState) -> bytes:
         },
         "deleting": sorted(state.deleting),
     }
+    if state.history:
+        doc["history"] = state.history
+    if state.refused:
+        doc["refused"] = {str(d): {"seq": seq, "history": history}
+                          for d, (seq, history) in sorted(state.refused.items())}
     data = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
-    if len(data) > STATE_MAX_BYTES:
-        raise ValueError(f"the replication state is {len(data)} bytes, over "
-                         f"{STATE_MAX_BYTES}")
+    problem = size_problem(len(data), len(state.online), len(state.refused), limits)
+    if problem:
+        raise ValueError(problem)
     return data
+
+
+def size_problem(size: int, online: int, refused: int, limits: StateLimits) -> str | None:
+    """Why a document of ``size`` bytes naming ``online`` dirs online and ``refused``
+    refused cannot be written under ``limits`` (None: it can)."""
+    if size > limits.max_bytes:
+        return (f"the replication state would be {size} bytes, over "
+                f"logdirs.state.max.bytes {limits.max_bytes}")
+    if max(online, refused) > limits.max_online:
+        return (f"the replication state would name {max(online, refused)} log dirs in one "
+                f"list, over logdirs.state.max.online {limits.max_online}")
+    return None
 
 
 # -- decoding (hostile) -------------------------------------------------------
@@ -222,19 +284,45 @@ def _partition(doc, where: str) -> PartitionState:
     return PartitionState(replicas, leader, epoch, isr, version, target)
 
 
-def _decode(raw: bytes) -> LocalState:
-    if len(raw) > STATE_MAX_BYTES:
-        raise ValueError(f"longer than {STATE_MAX_BYTES} bytes")
+def _history(value, what: str) -> str:
+    if not isinstance(value, str) or (value and (
+            len(value) != HISTORY_CHARS or value.strip("0123456789abcdef"))):
+        raise ValueError(f"{what} {value!r:.40} is not {HISTORY_CHARS} hex digits")
+    return value
+
+
+def _refused(value, limit: int) -> dict[int, tuple[int, str]]:
+    if not isinstance(value, dict) or len(value) > limit:
+        raise ValueError(f"refused is not an object of at most {limit} log dirs")
+    out = {}
+    for key, entry in value.items():
+        dir_id = _key_int(key, "a log dir id in refused", MAX_DIR_ID, 1)
+        entry = _object(entry, f"refused {dir_id}", {"seq", "history"})
+        out[dir_id] = (_int(entry["seq"], f"the seq of refused {dir_id}", 0, MAX_INT),
+                       _history(entry["history"], f"the history of refused {dir_id}"))
+    return out
+
+
+def _decode(raw: bytes, limits: StateLimits) -> LocalState:
+    if len(raw) > limits.max_bytes:
+        raise ValueError(f"longer than logdirs.state.max.bytes {limits.max_bytes}")
     try:
         doc = json.loads(raw)
     except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
         raise ValueError(f"not JSON ({type(e).__name__})") from None
     doc = _object(doc, "the document", {"version", "seq", "online", "dirs", "topics",
-                                        "deleting"})
+                                        "deleting"}, {"history", "refused"})
     if doc["version"] != STATE_VERSION or type(doc["version"]) is not int:
         raise ValueError(f"version {doc['version']!r:.40} is not {STATE_VERSION}")
     seq = _int(doc["seq"], "seq", 0, MAX_INT)
-    online = _ids(doc["online"], "online", 0, MAX_DIR_ID)
+    if isinstance(doc["online"], list) and len(doc["online"]) > limits.max_online:
+        raise ValueError(f"online names {len(doc['online'])} log dirs, over "
+                         f"logdirs.state.max.online {limits.max_online}")
+    online = _ids(doc["online"], "online", 0, limits.max_online)
+    history = _history(doc.get("history", ""), "history")
+    if "history" in doc and not history:
+        raise ValueError("history is empty")
+    refused = _refused(doc["refused"], limits.max_online) if "refused" in doc else {}
     dirs_doc = doc["dirs"]
     if not isinstance(dirs_doc, dict):
         raise ValueError("dirs is not an object")
@@ -269,33 +357,73 @@ def _decode(raw: bytes) -> LocalState:
     deleting = tuple(_topic(n, "a topic being deleted") for n in deleting_doc)
     if len(set(deleting)) != len(deleting):
         raise ValueError("deleting names a topic twice")
-    return LocalState(seq, online, dirs, topics, deleting)
+    return LocalState(seq, online, dirs, topics, deleting, history, refused)
 
 
-def decode_state(raw: bytes, path: str) -> LocalState:
+def decode_state(raw: bytes, path: str, limits: StateLimits = DEFAULT_LIMITS) -> LocalState:
     """The document in ``raw``, the content of the file ``path``; StorageError
-    naming ``path`` and the problem for anything that is not a valid one."""
+    naming ``path`` and the problem for anything that is not a valid one
+    (``limits``: the broker's, else the settings' defaults)."""
     try:
-        return _decode(raw)
+        return _decode(raw, limits)
     except ValueError as e:
         raise StorageError(f"{path}: {e}") from None
 
 
-def newest(copies: Mapping[int, LocalState | None]) -> tuple[LocalState | None, bool]:
-    """The copy to start from, and whether it is certain.
+@dataclass(frozen=True)
+class StartCopy:
+    """What :func:`start_copy` found: the copy to start from (None: none read),
+    whether it is certain, and the *foreign* dirs: id -> why that dir's copy is
+    not of the lineage started from (refused, another history, or the dir is
+    recorded as refused)."""
+
+    state: LocalState | None
+    certain: bool
+    foreign: Mapping[int, str]
+
+
+def _refused_by_another(dir_id: int, copy: LocalState, present: Mapping[int, LocalState]) -> bool:
+    return any(dir_id in other.refused and other.refused[dir_id] == (copy.seq, copy.history)
+               and other.history != copy.history
+               for d, other in present.items() if d != dir_id)
+
+
+def start_copy(copies: Mapping[int, LocalState | None]) -> StartCopy:
+    """The copy to start from, whether it is certain, and the foreign dirs.
 
     ``copies`` maps the id of every log dir present now to the copy read
-    there (None: absent, damaged or unreadable). The copy with the highest
-    ``seq`` wins (the lowest dir id among equals). It is certain when every
-    dir of its ``online`` list has a copy here: a dir that is missing, or
-    whose copy could not be read, may hold a newer one. ``(None, False)``
-    when no copy was read.
+    there (None: absent, damaged or unreadable). A copy another copy records
+    as refused (same dir, ``seq`` and ``history``) never wins; of the others
+    the highest ``seq`` wins (the lowest dir id among equals). Foreign: a
+    refused copy, a copy whose ``history`` differs from the winner's (both
+    set), and every dir the winner records as refused. Certain: no dir is
+    foreign, and every dir of the winner's ``online`` list has a copy here
+    (a dir that is missing, or whose copy could not be read, may hold a newer
+    one).
     """
+    present = {d: c for d, c in copies.items() if c is not None}
+    refused = {d for d, c in present.items() if _refused_by_another(d, c, present)}
     best: LocalState | None = None
-    for dir_id in sorted(copies):
-        copy = copies[dir_id]
-        if copy is not None and (best is None or copy.seq > best.seq):
+    for dir_id in sorted(present):
+        copy = present[dir_id]
+        if dir_id not in refused and (best is None or copy.seq > best.seq):
             best = copy
     if best is None:
-        return None, False
-    return best, set(best.online) <= {d for d, c in copies.items() if c is not None}
+        return StartCopy(None, False, {})
+    foreign: dict[int, str] = {}
+    for dir_id, copy in sorted(present.items()):
+        if dir_id in refused:
+            foreign[dir_id] = f"its state file (seq {copy.seq}) was refused"
+        elif copy.history and best.history and copy.history != best.history:
+            foreign[dir_id] = (f"its state file (seq {copy.seq}) is of another history "
+                               f"({copy.history}, not {best.history})")
+    for dir_id, (seq, _) in sorted(best.refused.items()):
+        foreign.setdefault(dir_id, f"its state file (seq {seq}) was refused")
+    certain = not foreign and set(best.online) <= set(present)
+    return StartCopy(best, certain, foreign)
+
+
+def newest(copies: Mapping[int, LocalState | None]) -> tuple[LocalState | None, bool]:
+    """:func:`start_copy`'s copy and whether it is certain."""
+    found = start_copy(copies)
+    return found.state, found.certain

@@ -185,10 +185,12 @@ def resolve_dir_ids(plan) -> None:
     more). Elsewhere (one log dir, or cluster mode) no id file is read or
     written: every id is -1 and no dir starts offline for its id file."""
     from hostbroker.log.dirids import DuplicateDirIdError, assign_dir_ids
-    from hostbroker.settings_logdirs import replication_factor_problem
+    from hostbroker.settings_logdirs import replication_factor_problem, state_online_problem
 
     problem = replication_factor_problem(plan.config["default.replication.factor"],
-                                         len(plan.log_dirs), plan.registrar)
+                                         len(plan.log_dirs), plan.registrar) \
+        or state_online_problem(plan.config["logdirs.state.max.online"], len(plan.log_dirs),
+                                plan.registrar)
     if problem:
         raise StartError(problem)
     if not plan.logdirs:
@@ -199,7 +201,8 @@ def resolve_dir_ids(plan) -> None:
         print(f"hostbroker: {line}", file=sys.stderr, flush=True)
 
     try:
-        ids = assign_dir_ids(plan.log_dirs, _state_file_ids(plan.log_dirs), report)
+        ids = assign_dir_ids(plan.log_dirs, _state_file_ids(plan.log_dirs, plan.config),
+                             report)
     except DuplicateDirIdError as e:
         raise StartError(str(e)) from None
     plan.dir_ids = [-1 if dir_id is None else dir_id for dir_id in ids]
@@ -213,19 +216,20 @@ def _device(path: str) -> int:
         return -1
 
 
-def _state_file_ids(log_dirs: list[str]) -> set[int]:
+def _state_file_ids(log_dirs: list[str], config) -> set[int]:
     """Every dir id the newest readable state file copy names (empty: none)."""
     from hostbroker.errors import HostbrokerError
-    from hostbroker.replication.localstate import STATE_FILE, STATE_MAX_BYTES, decode_state
+    from hostbroker.replication.localstate import STATE_FILE, StateLimits, decode_state
     from hostbroker.replication.localstate import newest
 
+    limits = StateLimits.of(config)
     copies = {}
     for index, path in enumerate(log_dirs):
         name = os.path.join(path, STATE_FILE)
         try:
-            data = files.read_file(name, STATE_MAX_BYTES)
-            if len(data) <= STATE_MAX_BYTES:
-                copies[index] = decode_state(data, name)
+            data = files.read_file(name, limits.max_bytes)
+            if len(data) <= limits.max_bytes:
+                copies[index] = decode_state(data, name, limits)
         except (OSError, HostbrokerError):
             continue  # (hb-logdirs says why when it reads the copies)
     state, _ = newest(copies)

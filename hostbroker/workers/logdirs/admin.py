@@ -23,14 +23,19 @@ Mixin of :class:`~hostbroker.workers.logdirs.worker.LogDirsWorker`. Requests
   (a hung dir answers STORAGE_ERROR after :data:`ONLINE_LOOK_S`, never
   stalling the loop); its id checked (a dir with no id and no partition dir,
   a new disk, gets the next id); when the start was uncertain because of it,
-  its state file copy compared (refused when unreadable or newer than the
-  copy this broker started from); OP_DIR_REOPEN to its writer, answered once
+  its state file copy compared (refused when unreadable; refused for good,
+  the dir *held*, when newer than the copy this broker started from or of
+  another history: the document takes a new history and records the refused
+  copy, see ``replication/localstate.py``); OP_DIR_REOPEN to its writer, answered once
   the writer's replacement is READY.
 - ``forget``: consent to lose what a missing dir, or one whose copy could not
-  be read, may hold: partitions whose ISR names it may elect again.
+  be read, may hold: partitions whose ISR names it may elect again; for a
+  held dir (its copy refused or of another history), consent to lose its copy:
+  its refusal leaves the document and ``online`` takes it back.
 
 A stray (a dir-placed replica the document does not assign) is deleted only
-while the document is certain; otherwise it stays STOPPED, with one line.
+while the document is certain (no dir blocked or held); otherwise it stays
+STOPPED, with one line.
 """
 
 from __future__ import annotations
@@ -133,6 +138,12 @@ class Admin:
             if receiver.done():
                 self.handler_bells[h].ring()
 
+    def _not_written(self) -> dict:
+        """The answer to a change whose state file write failed (undone)."""
+        if self.write_problem:  # past a limit: the request's fault, not a disk's
+            return _answer(ErrorCode.INVALID_REQUEST, f"refused: {self.write_problem}")
+        return _answer(ErrorCode.STORAGE_ERROR, "cannot write the log dirs' state file")
+
     def reply(self, h: int, token: int, answer: dict) -> None:
         self.answers[h].send(*env.encode_json(env.OP_LOCAL_ADMIN, token, answer))
 
@@ -196,8 +207,10 @@ class Admin:
             del self.doc.configs[topic]
             for p in placed:
                 del self.doc.parts[(topic, p)]
-            self.write_doc()  # (a dir that took the write must not keep a copy naming it)
-            return _answer(ErrorCode.STORAGE_ERROR, "cannot write the log dirs' state file")
+            answer = self._not_written()
+            if not self.write_problem:  # (a dir that took the write must not keep a copy naming it)
+                self.write_doc()
+            return answer
         results, failed = self._create_replicas(topic, placed, config)
         if failed:
             self.say(f"topic {topic}: {failed}; it is deleted")
@@ -270,7 +283,7 @@ class Admin:
             self.doc.deleting.append(topic)
             if not self.write_doc():
                 self.doc.deleting.remove(topic)
-                return _answer(ErrorCode.STORAGE_ERROR, "cannot write the log dirs' state file")
+                return self._not_written()
         self._send_deletes(topic)
         return _answer(ErrorCode.NONE, "", [(topic, p, ErrorCode.NONE)
                                             for p, _ in self.doc.topic_parts(topic)])
@@ -362,6 +375,8 @@ class Admin:
                 return _answer(ErrorCode.INVALID_REQUEST,
                                f"log dir {wanted} holds id {found}, which "
                                f"{self.plan.log_dirs[holder]} holds too (a copied dir?)")
+        if found in self.held:  # its copy is not of this lineage: the operator decides
+            return _answer(ErrorCode.INVALID_REQUEST, self.held[found])
         if found in self.blocked:
             # it was online at the last change the copies saw: its copy may be newer
             copy, why, _ = look.copy
@@ -371,14 +386,9 @@ class Admin:
                                f"and holds no readable state file ({why or 'none'}): it may "
                                "have held a newer one; `hostbroker logdirs forget "
                                f"--log-dir-id {found}` consents to losing it")
-            if copy.seq > self.start_seq:
-                self.say(f"log dir {wanted} (id {found}) holds a newer state file (seq "
-                         f"{copy.seq}) than the one this broker started from (seq "
-                         f"{self.start_seq}); it stays out (see docs/runbook-disk.md)")
-                return _answer(ErrorCode.INVALID_REQUEST,
-                               f"log dir {wanted} holds a newer state file (seq {copy.seq}) "
-                               f"than the one this broker started from (seq {self.start_seq}):"
-                               " stop the broker and see docs/runbook-disk.md")
+            if copy.seq > self.start_seq or (
+                    copy.history and self.doc.history and copy.history != self.doc.history):
+                return self._refuse(found, wanted, copy)
         if expected == -1 or fresh:
             self.dirtable.set_id(w, found)
         self.writers.set_dir(found, wanted)
@@ -389,6 +399,24 @@ class Admin:
         self.reopening[w] = (look.h, look.token, wanted, self.writer_epochs[w])
         self.to_writers[w].send(*env.encode_dir_reopen(self.token(("reopen", w)), found))
         return None
+
+    def _refuse(self, found: int, path: str, copy) -> dict:
+        """Refuse the copy of dir ``found`` for good: this broker goes on without it,
+        so its document takes a new history, records the refused copy and goes past
+        its seq (durable), and the dir is held until ``logdirs forget``."""
+        from hostbroker.replication.localstate import new_history
+
+        why = (f"holds a newer state file (seq {copy.seq}) than the one this broker "
+               f"started from (seq {self.start_seq})" if copy.seq > self.start_seq else
+               f"its state file (seq {copy.seq}) is of another history")
+        self.doc.refused[found] = (copy.seq, copy.history)
+        self.doc.history = new_history()
+        self.doc.seq = max(self.doc.seq, copy.seq)
+        self.held[found] = self.held_line(found, path, why)
+        self.say(self.held[found])
+        if not self.write_doc():
+            self.say("the refusal is not durable yet: it is written with the next change")
+        return _answer(ErrorCode.INVALID_REQUEST, self.held[found])
 
     def _online_round(self, now: float) -> None:
         for w, look in list(self.looking.items()):
@@ -411,10 +439,14 @@ class Admin:
             return _answer(ErrorCode.INVALID_REQUEST, f"log dir id {dir_id} is online")
         if dir_id not in self.blocked and dir_id not in self.doc.known_ids():
             return _answer(ErrorCode.LOG_DIR_NOT_FOUND, f"no log dir id {dir_id} is known")
-        self.blocked.discard(dir_id)
+        refused = self.doc.refused.pop(dir_id, None)
         self.doc.dirs.pop(dir_id, None)
         if not self.write_doc():
-            return _answer(ErrorCode.STORAGE_ERROR, "cannot write the log dirs' state file")
+            if refused is not None:
+                self.doc.refused[dir_id] = refused
+            return self._not_written()
+        self.blocked.discard(dir_id)
+        self.held.pop(dir_id, None)  # (`logdirs online` takes it back, its copy overwritten)
         self.say(f"log dir id {dir_id} forgotten: partitions whose ISR named it elect again")
         return _answer(ErrorCode.NONE, f"log dir id {dir_id} forgotten")
 
@@ -455,7 +487,7 @@ class Admin:
             part.replicas = part.replicas + added[tp]
             part.version += 1
         if not self.write_doc():
-            return _answer(ErrorCode.STORAGE_ERROR, "cannot write the log dirs' state file")
+            return self._not_written()
         for (topic, p), dirs in added.items():
             if dirs:
                 _, failed = self._create_replicas(topic, {p: self.doc.parts[(topic, p)].replicas},
@@ -533,7 +565,7 @@ class Admin:
                 told = (slot, topic, p)
                 if w is None or self.strays_told.get(told) == self.writer_epochs[w]:
                     continue
-                if self.blocked:
+                if self.blocked or self.held:
                     if told not in self.strays_told:
                         self.say(f"{topic}-{p} on log dir id {d} is not assigned; it stays "
                                  "stopped while the state file is uncertain")

@@ -5,7 +5,8 @@ across log dirs"; decoded hostile by ``replication/localstate.py``): per
 topic its config and per partition its replicas, leader, leader epoch, ISR,
 version and, while a reassignment runs, its target (all log dir ids); the
 topics being deleted; the dirs known (id -> path when last seen); the
-sequence number of the last write. Only ``hb-logdirs`` holds one. It is
+sequence number of the last write; the lineage (``history``, and the copies
+``refused``: dir id -> their seq and history). Only ``hb-logdirs`` holds one. It is
 turned into the file's bytes by :meth:`Document.encode` and built from a
 decoded copy by :meth:`Document.from_state`, both through the file's JSON
 form, so this module depends on the format, not on the decoder's classes.
@@ -46,6 +47,8 @@ class Document:
     configs: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
     parts: dict[TP, Part] = dataclasses.field(default_factory=dict)
     deleting: list[str] = dataclasses.field(default_factory=list)
+    history: str = ""  # "": none yet (a document from before histories): given at a write
+    refused: dict[int, tuple[int, str]] = dataclasses.field(default_factory=dict)
 
     # -- the file's JSON form ------------------------------------------------
     def to_json(self) -> dict:
@@ -54,9 +57,15 @@ class Document:
             entry = topics.setdefault(topic, {"config": dict(self.configs.get(topic, {})),
                                               "partitions": {}})
             entry["partitions"][str(p)] = part.to_json()
-        return {"version": FORMAT_VERSION, "seq": self.seq, "online": sorted(self.online),
-                "dirs": {str(i): path for i, path in sorted(self.dirs.items())},
-                "topics": topics, "deleting": list(self.deleting)}
+        out = {"version": FORMAT_VERSION, "seq": self.seq, "online": sorted(self.online),
+               "dirs": {str(i): path for i, path in sorted(self.dirs.items())},
+               "topics": topics, "deleting": list(self.deleting)}
+        if self.history:
+            out["history"] = self.history
+        if self.refused:
+            out["refused"] = {str(d): {"seq": seq, "history": history}
+                              for d, (seq, history) in sorted(self.refused.items())}
+        return out
 
     def encode(self) -> bytes:
         return json.dumps(self.to_json(), separators=(",", ":"), sort_keys=True).encode()
@@ -66,7 +75,10 @@ class Document:
         """From the JSON form of a copy the decoder accepted (so well formed)."""
         out = cls(seq=int(doc["seq"]), online=[int(i) for i in doc.get("online", [])],
                   dirs={int(i): str(path) for i, path in doc.get("dirs", {}).items()},
-                  deleting=[str(t) for t in doc.get("deleting", [])])
+                  deleting=[str(t) for t in doc.get("deleting", [])],
+                  history=str(doc.get("history", "")),
+                  refused={int(d): (int(r["seq"]), str(r["history"]))
+                           for d, r in doc.get("refused", {}).items()})
         for topic, entry in doc.get("topics", {}).items():
             out.configs[topic] = {str(k): str(v) for k, v in entry.get("config", {}).items()}
             for p, part in entry.get("partitions", {}).items():
@@ -79,9 +91,11 @@ class Document:
     @classmethod
     def from_state(cls, state) -> Document:
         """From a ``LocalState`` that ``replication/localstate.py`` decoded."""
-        from hostbroker.replication.localstate import encode_state
+        from hostbroker.replication.localstate import StateLimits, encode_state
 
-        return cls.from_json(json.loads(encode_state(state)))
+        # (read under the broker's limits already: not checked against the defaults)
+        unbounded = StateLimits(max_bytes=2**62, max_online=2**31)
+        return cls.from_json(json.loads(encode_state(state, unbounded)))
 
     def to_state(self):
         """As a ``LocalState`` (the decoder's checks applied: a bug here is refused)."""
@@ -95,7 +109,7 @@ class Document:
 
     def known_ids(self) -> set[int]:
         """Every dir id this document names: a fresh disk never gets one of them."""
-        ids = set(self.dirs) | set(self.online)
+        ids = set(self.dirs) | set(self.online) | set(self.refused)
         for part in self.parts.values():
             ids.update(part.replicas)
             ids.update(part.target)

@@ -7,13 +7,14 @@ every dir the document names online, and waits for them together, at most
 ``<log dir>/log-dirs-state`` with ``files.write_file_atomically`` (a
 temporary file created exclusively, fsync, rename, fsync of the dir), so a
 crash leaves the old copy or the new one. A dir whose write fails or is
-still running at the deadline is not in the answer: the caller takes it out
-of ``live`` and writes the next document without it. A thread still stuck in
+still running at the deadline is not in the answer; :meth:`StateWriters.late`
+tells the two apart (hb-logdirs takes a failed dir out of ``live`` at once, a
+late one only once it has been late for ``logdirs.state.write.fail.ms``). A thread still stuck in
 a write (a hung disk) is given nothing more until that write returns, so a
 stuck dir costs the loop one timeout, never a thread per write.
 
 :func:`read_copies` reads the copy of each dir as hostile input (no link
-followed, a regular file of at most ``STATE_MAX_BYTES``, decoded by the pure
+followed, a regular file of at most ``logdirs.state.max.bytes``, decoded by the pure
 ``replication/localstate.py``) and says, per dir, why a copy is not there.
 """
 
@@ -114,17 +115,26 @@ class StateWriters:
             with writer._cond:
                 writer.path = path
 
+    def late(self, dir_id: int) -> bool:
+        """Whether dir ``dir_id``'s last write is still running (it timed out, or
+        it was not even tried because the one before had not returned)."""
+        writer = self._dirs.get(dir_id)
+        if writer is None:
+            return False
+        with writer._cond:
+            return writer._busy or writer._job is not None
+
     def error_of(self, dir_id: int) -> str:
         """Why the last write to dir ``dir_id`` failed ("" when it did not)."""
         writer = self._dirs.get(dir_id)
         return writer.last_error if writer is not None else "no such log dir"
 
-    def write_all(self, doc) -> set[int]:
+    def write_all(self, doc, limits=None) -> set[int]:
         """Write the ``LocalState`` ``doc`` on every dir of ``doc.online``; the ids
-        written within the timeout."""
-        from hostbroker.replication.localstate import encode_state
+        written within the timeout (ValueError: it is past ``limits``)."""
+        from hostbroker.replication.localstate import DEFAULT_LIMITS, encode_state
 
-        return self.write_bytes(encode_state(doc), doc.online)
+        return self.write_bytes(encode_state(doc, limits or DEFAULT_LIMITS), doc.online)
 
     def write_bytes(self, data: bytes, ids: Iterable[int]) -> set[int]:
         """Write ``data`` as the state file of each dir of ``ids`` in parallel; the
@@ -148,16 +158,18 @@ class StateWriters:
             writer.close()
 
 
-def read_copy(path: str) -> tuple[object | None, str, bool]:
+def read_copy(path: str, limits=None) -> tuple[object | None, str, bool]:
     """The state file copy of the log dir ``path``: ``(copy or None, why not ("":
-    absent), looked)``. ``looked`` is False only when the file could not be read
+    absent), looked)``, read under ``limits`` (a ``StateLimits``; None: the
+    settings' defaults). ``looked`` is False only when the file could not be read
     (an I/O error). Whatever the reason, a dir without a copy may have held a
     newer one than the others: hb-logdirs counts it as not present."""
-    from hostbroker.replication.localstate import STATE_MAX_BYTES, decode_state
+    from hostbroker.replication.localstate import DEFAULT_LIMITS, decode_state
 
+    limits = limits or DEFAULT_LIMITS
     name = os.path.join(path, STATE_FILE)
     try:
-        data = files.read_file(name, STATE_MAX_BYTES)
+        data = files.read_file(name, limits.max_bytes)
     except FileNotFoundError:
         return None, "", True
     except (IsADirectoryError, files.NotAFileError) as e:
@@ -166,22 +178,23 @@ def read_copy(path: str) -> tuple[object | None, str, bool]:
         if e.errno == errno.ELOOP:  # a link in its place: not ours, not followed
             return None, f"{name}: {files.describe(e)}", True
         return None, f"{name}: {files.describe(e)}", False
-    if len(data) > STATE_MAX_BYTES:
-        return None, f"{name}: longer than {STATE_MAX_BYTES} bytes", True
+    if len(data) > limits.max_bytes:
+        return None, f"{name}: longer than logdirs.state.max.bytes {limits.max_bytes}", True
     try:
-        return decode_state(data, name), "", True
+        return decode_state(data, name, limits), "", True
     except (HostbrokerError, ValueError) as e:  # (the decoder's refusals)
         return None, str(e), True
 
 
-def read_copies(dirs: Mapping[int, str]) -> tuple[dict[int, object], dict[int, str]]:
+def read_copies(dirs: Mapping[int, str],
+                limits=None) -> tuple[dict[int, object], dict[int, str]]:
     """The state file copy of each dir of ``dirs`` (key -> path), decoded, and
     for each dir without a usable copy one line saying why ("" when the file is
     absent, which is not damage: a dir that never held one)."""
     copies: dict[int, object] = {}
     missing: dict[int, str] = {}
     for key, path in dirs.items():
-        copy, why, _ = read_copy(path)
+        copy, why, _ = read_copy(path, limits)
         if copy is not None:
             copies[key] = copy
         else:

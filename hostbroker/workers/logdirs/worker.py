@@ -4,12 +4,15 @@ Each round: the writers' answers (``dres``), the handlers' admin requests
 (``dreq``), then, on the doorbell or every ``PASS_INTERVAL_S``, a pass:
 
 1. ``live`` = the dirs whose writer has not flagged them offline, whose
-   writer is READY (or was within ``logdirs.writer.grace.ms``) and whose
-   last state write succeeded; per partition, minus a dir whose replica
+   writer is READY (or was within ``logdirs.writer.grace.ms``), whose last
+   state write did not fail and whose state writes have not been late
+   (past ``logdirs.state.write.timeout.ms``) for
+   ``logdirs.state.write.fail.ms``; per partition, minus a dir whose replica
    slot is offline or absent.
 2. :func:`.elect.decide` for every partition; the changes are written once
    for all partitions (:meth:`LogDirsWorker.write_doc`), durable on every dir
-   the document names online. A dir whose write fails leaves ``live`` and the
+   the document names online. A dir whose write fails leaves ``live``, a dir
+   whose write is late leaves the document's ``online`` list only, and the
    pass is made again without it; when no dir takes the write, nothing
    changes (as when ZooKeeper cannot be reached).
 3. Every replica whose writer is READY is sent the OP_REPLICA_STATE the
@@ -79,10 +82,13 @@ class LogDirsWorker(Admin, Worker):
         """What follows the attaching: the state writers, the document read from
         the log dirs, the ISR commits and the admin (tests start here, with the
         tables, board and rings attached)."""
+        from hostbroker.replication.localstate import StateLimits
         from hostbroker.workers.logdirs.isr import LocalIsrCommits
 
         config = self.config
+        self.limits = StateLimits.of(config)
         self.grace_s = config["logdirs.writer.grace.ms"] / 1000
+        self.fail_s = config["logdirs.state.write.fail.ms"] / 1000
         self.writers = StateWriters(config["logdirs.state.write.timeout.ms"] / 1000)
         for index in self.dirtable.repair_torn():  # (left mid-write by the one replaced)
             self.say(f"log dir table slot {index} was left mid-write; repaired")
@@ -91,6 +97,12 @@ class LogDirsWorker(Admin, Worker):
         self.writer_epochs = [self.board.epoch(i) for i in self.writer_slots]
         self.not_ready_since: dict[int, float] = {}
         self.write_failed: set[int] = set()  # dirs whose last state write failed
+        self.write_late: dict[int, float] = {}  # dir -> since when its state writes are late
+        self.write_problem = ""  # why the last write_doc wrote nothing ("" : it did)
+        # foreign dirs (their copy is not of the lineage started from, or was refused):
+        # dir id -> the one line saying what the operator must do; kept offline and no
+        # stray is deleted until `logdirs forget` (docs/runbook-disk.md)
+        self.held: dict[int, str] = {}
         self.sent: dict[tuple[str, int, int], tuple] = {}  # (t, p, dir) -> what it was told
         self.refused: dict[tuple[str, int, int], tuple] = {}  # -> (what, when to try again)
         self.pending: dict[int, tuple] = {}  # token -> (kind, ...) sent to a writer
@@ -118,12 +130,12 @@ class LogDirsWorker(Admin, Worker):
         point) or its copy is absent or could not be read or decoded. A configured
         dir missing that way is kept out (``unidentified``) until ``logdirs online``
         reads its copy again."""
-        from hostbroker.replication.localstate import newest
+        from hostbroker.replication.localstate import new_history, start_copy
 
         ids = self.dirtable.ids()
         read = {}
         for index, path in enumerate(self.plan.log_dirs):
-            read[index] = read_copy(path)
+            read[index] = read_copy(path, self.limits)
             if read[index][1]:
                 self.say(f"log dir {path}: state file unusable: {read[index][1]}")
         by_path: dict[str, int] = {}
@@ -146,7 +158,8 @@ class LogDirsWorker(Admin, Worker):
                 # the dir may have held a newer one)
                 present[dir_id] = copy
         self._scan()
-        state, _ = newest(present)
+        found = start_copy(present)
+        state = found.state
         self.start_seq = 0 if state is None else state.seq
         online = {d: self.plan.log_dirs[i] for i, d in ids.items()
                   if i not in self.table.offline_log_dirs()}
@@ -155,12 +168,26 @@ class LogDirsWorker(Admin, Worker):
                 self.frozen = True
                 self.say("no log dir holds a readable state file; replicas across log dirs "
                          "stay stopped (see docs/storage.md)")
-            return Document(online=sorted(online), dirs=dict(online))
+            return Document(online=sorted(online), dirs=dict(online), history=new_history())
         doc = Document.from_state(state)
         ids_at = {d: i for i, d in self.dirtable.ids().items()}
+        for dir_id, why in sorted(found.foreign.items()):
+            index = ids_at.get(dir_id)
+            if index is not None:
+                self.unidentified.add(index)  # kept offline, never written
+            seq, history = doc.refused.get(dir_id) or (present[dir_id].seq,
+                                                       present[dir_id].history)
+            # recorded, so that this lineage's copies keep refusing it
+            doc.refused[dir_id] = (seq, history)
+            path = self.plan.log_dirs[index] if index is not None else doc.dirs.get(dir_id, "?")
+            self.held[dir_id] = self.held_line(dir_id, path, why)
+            self.say(self.held[dir_id])
+            if dir_id in present:  # (this lineage's writes go past it)
+                doc.seq = max(doc.seq, present[dir_id].seq)
+        present = {d: c for d, c in present.items() if d not in found.foreign}
         # certain: every dir the copy names online was read now (none holds a newer one)
         self.blocked = set(doc.online) - set(present)
-        for dir_id in sorted(self.blocked):
+        for dir_id in sorted(self.blocked - set(self.held)):  # (a held one said its line)
             index = ids_at.get(dir_id)
             if index is not None:
                 # configured, but its copy could not be read: kept out (not live, not
@@ -176,6 +203,15 @@ class LogDirsWorker(Admin, Worker):
                      f"or `hostbroker logdirs forget --log-dir-id {dir_id}`")
         doc.dirs.update(online)
         return doc
+
+    @staticmethod
+    def held_line(dir_id: int, path: str, why: str) -> str:
+        """The one line of a foreign dir: what it is and the operator's ways out."""
+        return (f"log dir {path} (id {dir_id}): {why}, not of the lineage this broker "
+                "started from: it stays offline and no stray replica is deleted; keep this "
+                f"broker's state: `hostbroker logdirs forget --log-dir-id {dir_id}` then "
+                f"`hostbroker logdirs online --log-dir {path}`; take that copy: stop the "
+                "broker and put it in every log dir (docs/runbook-disk.md)")
 
     def run(self) -> None:
         self._pass(time.monotonic())
@@ -250,12 +286,25 @@ class LogDirsWorker(Admin, Worker):
 
     def live_dirs(self, now: float) -> set[int]:
         """Dir ids that are online, whose writer is READY (or was within the grace),
-        and whose last state write succeeded."""
+        whose last state write did not fail, and whose state writes have not been
+        late for ``logdirs.state.write.fail.ms``."""
         offline = self.table.offline_log_dirs() | self.unidentified
         live = set()
         for w, dir_id in self.dirtable.ids().items():
             if w in offline or dir_id in self.write_failed:
                 continue
+            late = self.write_late.get(dir_id)
+            if late is not None:
+                if self.writers.late(dir_id):
+                    if now - late >= self.fail_s:
+                        continue  # a write still running after fail.ms: a hung disk
+                elif self.writers.error_of(dir_id):  # the late write failed after all
+                    del self.write_late[dir_id]
+                    self.write_failed.add(dir_id)
+                    self.say(f"cannot write the state file on log dir id {dir_id}: "
+                             f"{self.writers.error_of(dir_id)}; it leaves the ISRs")
+                    continue
+                # (else it returned: live, and written again at the next write)
             if self.writer_ready(w):
                 self.not_ready_since.pop(w, None)
             elif now - self.not_ready_since.setdefault(w, now) >= self.grace_s:
@@ -372,28 +421,64 @@ class LogDirsWorker(Admin, Worker):
     def write_doc(self) -> bool:
         """Write the document (seq + 1) on every online dir: True when durable (written
         on every dir it names online). A dir whose write fails joins ``write_failed``
-        (out of ``live``); one that failed before and takes this write leaves it."""
+        (out of ``live``); one whose write is late (past the timeout) joins
+        ``write_late`` (out of the next documents' ``online``, out of ``live`` once
+        late for ``logdirs.state.write.fail.ms``); one that failed or was late
+        before and takes this write leaves them. A document past the limits is not
+        written (``write_problem`` says why)."""
+        from hostbroker.replication.localstate import new_history, size_problem
+
         offline = self.table.offline_log_dirs() | self.unidentified
+        out = set(self.write_failed) | set(self.write_late)
         online = sorted(d for w, d in self.dirtable.ids().items()
-                        if w not in offline and d not in self.write_failed)
+                        if w not in offline and d not in out)
         retry = sorted(d for w, d in self.dirtable.ids().items()
-                       if w not in offline and d in self.write_failed)
+                       if w not in offline and d in out)
         self.doc.seq += 1
         self.doc.online = online
-        written = self.writers.write_bytes(self.doc.encode(), online + retry)
+        if not self.doc.history:  # (a document from before histories: of this lineage)
+            self.doc.history = new_history()
+        data = self.doc.encode()
+        problem = size_problem(len(data), len(online), len(self.doc.refused), self.limits)
+        if problem:
+            self.doc.seq -= 1
+            if problem != self.write_problem:
+                self.say(f"cannot write the state file: {problem}")
+            self.write_problem = problem
+            return False
+        self.write_problem = ""
+        written = self.writers.write_bytes(data, online + retry)
+        now = time.monotonic()
         for d in retry:
             if d in written:
                 self.write_failed.discard(d)
-        failed = set(online) - written
-        for d in sorted(failed - self.write_failed):
-            self.say(f"cannot write the state file on log dir id {d}: "
-                     f"{self.writers.error_of(d) or 'timed out'}; it leaves the ISRs")
-        self.write_failed |= failed
+                if self.write_late.pop(d, None) is not None:
+                    self.say(f"the state file is written on log dir id {d} in time again")
+        failed = set()
+        for d in sorted(set(online + retry) - written):
+            # late: still running, or not tried because the one before was (and it may
+            # have returned since, without an error)
+            if self.writers.late(d) or not self.writers.error_of(d):
+                if d not in self.write_late:
+                    self.write_late[d] = now
+                    self.say(f"the state file write on log dir id {d} is late (over "
+                             f"{self.writers.timeout_s * 1000:g} ms); it leaves the ISRs if "
+                             f"its writes stay late for {self.fail_s * 1000:g} ms")
+                if d in online:
+                    failed.add(d)
+            else:
+                failed.add(d)
+                if d not in self.write_failed:
+                    self.say(f"cannot write the state file on log dir id {d}: "
+                             f"{self.writers.error_of(d) or 'failed'}; it leaves the ISRs")
+                self.write_failed.add(d)
+                self.write_late.pop(d, None)
+        failed &= set(online)
         return bool(online) and not failed
 
     def writers_left(self, live: set[int]) -> bool:
         """Whether a write can still be tried: some dir that is not failing."""
-        return any(d not in self.write_failed for d in live)
+        return any(d not in self.write_failed and d not in self.write_late for d in live)
 
     def _tell_replicas(self) -> None:
         """Send every replica on a READY writer what the document gives it, when that
@@ -416,7 +501,7 @@ class LogDirsWorker(Admin, Worker):
                     continue  # a stray: the admin's business
                 role = ("leader" if part.leader == d else
                         "stopped" if part.leader == -1 or self.frozen
-                        or d in self.blocked else "follower")
+                        or d in self.blocked or d in self.held else "follower")
                 told = (role, part.leader, part.leader_epoch, leader_slot,
                         tuple(sorted(slots.items())), tuple(part.replicas),
                         tuple(part.isr) if role == "leader" else (), part.version
