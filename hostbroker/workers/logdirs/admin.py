@@ -207,7 +207,10 @@ class Admin:
             del self.doc.configs[topic]
             for p in placed:
                 del self.doc.parts[(topic, p)]
-            return self._not_written()
+            answer = self._not_written()
+            if not self.write_problem:  # (a dir that took the write must not keep a copy naming it)
+                self.write_doc()
+            return answer
         results, failed = self._create_replicas(topic, placed, config)
         if failed:
             self.say(f"topic {topic}: {failed}; it is deleted")
