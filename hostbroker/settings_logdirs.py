@@ -39,6 +39,12 @@ LOGDIRS_SETTINGS: tuple[tuple[str, type, int, str, int, int], ...] = (
      "logdirs.state.write.timeout.ms, or one still running) before the dir counts as "
      "failed: it leaves the live set, its leaderships move and its replicas leave the "
      "ISRs. A slow fsync on a loaded disk shorter than this moves nothing.", 0, 600000),
+    ("logdirs.state.retry.ms", int, 1000,
+     "How often the replication state file is written again on a log dir whose last "
+     "write of it failed (a full disk, an I/O error) while its writer still serves it. "
+     "Until one write succeeds the dir is offline for replicas (it holds no leader, its "
+     "replicas are out of the ISRs, no new replica is placed there); once one does, it is "
+     "online again and its replicas catch up.", 10, 600000),
     ("logdirs.state.max.bytes", int, 64 * 1024 * 1024,
      "Largest replication state file (log-dirs-state) a broker reads or writes. A copy "
      "longer than this is not read (the dir counts as holding no copy); a change that "

@@ -16,6 +16,7 @@ def test_they_are_broker_settings_with_their_defaults():
     assert {key: config[key] for key, *_ in LOGDIRS_SETTINGS} == {
         "default.replication.factor": 1, "log.dir.check.interval.ms": 200,
         "logdirs.state.write.timeout.ms": 200, "logdirs.state.write.fail.ms": 600,
+        "logdirs.state.retry.ms": 1000,
         "logdirs.state.max.bytes": 64 << 20, "logdirs.state.max.online": 256,
         "logdirs.writer.grace.ms": 300}
     assert all(key in SETTINGS_BY_KEY for key, *_ in LOGDIRS_SETTINGS)

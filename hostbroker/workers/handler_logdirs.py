@@ -204,7 +204,8 @@ class LogDirsRequests:
         (``default.replication.factor`` 2 or more): the answer of its last look
         while under :data:`_AUTO_CREATE_RESEND_MS` old, so that a produce of
         many entries for one new topic takes the admin lock and scans the
-        partition table once, not once per entry; LEADER_NOT_AVAILABLE while
+        partition table once, not once per entry (a refusal for too few
+        usable dirs only while they are still too few); LEADER_NOT_AVAILABLE while
         :data:`_AUTO_CREATE_MAX` other topics are being asked for; None: look
         (:meth:`_auto_create_replicated`)."""
         now = time.monotonic_ns() // 1_000_000  # (the wall clock may step back)
@@ -216,7 +217,11 @@ class LogDirsRequests:
             del creating[oldest]
         found = creating.get(topic)
         if found is not None:
-            return found[1]
+            if (found[1] != ErrorCode.INVALID_REPLICATION_FACTOR or self.logdirs_peer is None
+                    or self.default_rf > len(self._usable_dirs())):
+                return found[1]
+            del creating[topic]  # (refused, and the dirs are back since: look again)
+            return None
         if len(creating) >= _AUTO_CREATE_MAX:
             return ErrorCode.LEADER_NOT_AVAILABLE  # (retriable: asked for in a while)
         return None

@@ -121,7 +121,6 @@ def test_auto_create_with_too_few_usable_dirs_is_refused_then_works(two_dirs):
     assert b"kept" in values and not [v for v in values if v.startswith(b"refused")]
 
 
-
 def _full_and_asked(broker) -> set:
     """Fill the tmpfs (``fill``): its writer has nothing to write there, so only the
     state file write finds it (ENOSPC). Then produce to the unknown topic for 3 s (the
@@ -145,12 +144,13 @@ def test_auto_create_with_a_full_dir_makes_nothing_half_way(two_dirs):
     assert _made_anything(broker) == []
 
 
-@pytest.mark.xfail(strict=True, reason="hb-logdirs keeps a dir whose state write failed out "
-                   "of placement while the handler still counts it usable (LEADER_NOT_AVAILABLE "
-                   "for ever), and writes again only on a change (the dir never comes back)")
 def test_auto_create_with_a_full_dir_is_refused_then_works(two_dirs):
     broker = two_dirs
     assert ErrorCode.INVALID_REPLICATION_FACTOR in _full_and_asked(broker)
-    os.remove(broker.filler)
+    # a dir that cannot take the state file holds no replica: offline for them
+    assert list(dir_states(broker).values()) == [DIR_ONLINE, DIR_OFFLINE]
+    os.remove(broker.filler)  # the write is tried again (logdirs.state.retry.ms)
+    poll(lambda: list(dir_states(broker).values()) == [DIR_ONLINE, DIR_ONLINE], 15,
+         "the dir online again once its state file is written")
     poll(lambda: _produce(broker, b"kept").error_code == ErrorCode.NONE, 15,
          "the auto-created topic acknowledging acks=-1 once the space is back")

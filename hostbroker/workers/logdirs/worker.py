@@ -97,6 +97,8 @@ class LogDirsWorker(Admin, DirReplicas, Worker):
         self.limits = StateLimits.of(config)
         self.grace_s = config["logdirs.writer.grace.ms"] / 1000
         self.fail_s = config["logdirs.state.write.fail.ms"] / 1000
+        self.retry_s = config["logdirs.state.retry.ms"] / 1000
+        self.retry_at = 0.0  # when a failed dir's state write is tried again
         self.writers = StateWriters(config["logdirs.state.write.timeout.ms"] / 1000)
         for index in self.dirtable.repair_torn():  # (left mid-write by the one replaced)
             self.say(f"log dir table slot {index} was left mid-write; repaired")
@@ -398,6 +400,7 @@ class LogDirsWorker(Admin, DirReplicas, Worker):
                         leader, epoch, isr, version)
                 if not self.writers_left(live):
                     break
+            self._retry_failed(now)
             self._tell_replicas()
         if self.moved:
             self.moved = False
@@ -469,6 +472,21 @@ class LogDirsWorker(Admin, DirReplicas, Worker):
         failed &= set(online)
         return bool(online) and not failed
 
+    def _retry_failed(self, now: float) -> None:
+        """Every ``logdirs.state.retry.ms`` while a dir's state write failed (a
+        full disk, an I/O error) and its writer has not flagged it offline: write
+        the document it missed there again (same seq, the other dirs untouched).
+        Once it takes it, a new document names it online: it is live again and
+        its replicas catch up and rejoin the ISRs."""
+        if not self.write_failed or now < self.retry_at:
+            return
+        self.retry_at = now + self.retry_s
+        offline = self.table.offline_log_dirs() | self.unidentified
+        ids = sorted(d for w, d in self.dirtable.ids().items()
+                     if w not in offline and d in self.write_failed and d not in self.held)
+        if ids and self.writers.write_bytes(self.doc.encode(), ids):
+            self.write_doc()  # (takes the dirs written out of write_failed)
+
     def writers_left(self, live: set[int]) -> bool:
         """Whether a write can still be tried: some dir that is not failing."""
         return any(d not in self.write_failed and d not in self.write_late for d in live)
@@ -495,8 +513,8 @@ class LogDirsWorker(Admin, DirReplicas, Worker):
             s = self.dirtable.read(w)
             if w in self.reopening:
                 state = LD_REOPENING
-            else:
-                state = LD_OFFLINE if w in offline else LD_ONLINE
+            else:  # (a dir that cannot take the state file holds no replica: offline)
+                state = LD_OFFLINE if w in offline or d in self.write_failed else LD_ONLINE
             if w in offline:
                 counts[d][3] = counts[d][0]
             new = (state, *counts[d])
