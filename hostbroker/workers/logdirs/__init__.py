@@ -19,7 +19,8 @@ Owns:
 - the ISR commits of dir-placed leaders (:mod:`.isr`, ``registrar_isr``'s
   protocol with the state file in place of ZooKeeper);
 - topic admin of dir-placed topics forwarded by handlers (OP_LOCAL_ADMIN:
-  create, delete, alter, online, forget; :mod:`.admin`);
+  create, delete, alter, online, forget; :mod:`.admin`, the replicas it
+  makes a few per round: :mod:`.creation`);
 - the LogDirTable (``shm/logdirs.py``): it is its only writer after the
   supervisor filled it.
 
