@@ -156,8 +156,6 @@ class Creations:
                     job.failed = failed
                 if time.monotonic() >= deadline:
                     break
-        if job.made:
-            self._scan()
         if job.todo and not job.failed:
             return None
         del self.creating[job.topic]
