@@ -71,6 +71,9 @@ def test_a_reassignment_whose_write_fails_changes_nothing(rig):
         answer = h.w._alter([["t", 0, [new, kept]]])
         assert answer["error"] == ErrorCode.STORAGE_ERROR, answer
         assert entries(h) == before and not h.w.doc.moving()
+        for i in range(3):  # (the dirs that took the failed write were written back)
+            if h.paths[i] != h.paths[h.dirtable.index_of(old)]:
+                assert h.copy(i).topics["t"].partitions[0].target == ()
         h.w._scan()
         assert new not in h.w.slots[("t", 0)]  # no replica made for it
         # the full dir left the live set: the same move, asked again, is not "in progress"
@@ -118,6 +121,7 @@ def test_forget_whose_write_fails_forgets_nothing(rig):
         answer = w._forget(3)
         assert answer["error"] == ErrorCode.STORAGE_ERROR, answer
         assert w.blocked == {3} and w.doc.dirs == dirs
+        assert 3 in h.copy(1).dirs  # (written back where the failed write went)
     assert w._forget(3)["error"] == ErrorCode.NONE  # (dir 1 is out of the writes now)
     assert 3 not in w.doc.dirs and w.blocked == set()
 
@@ -135,9 +139,38 @@ def test_the_end_of_a_deletion_whose_write_fails_keeps_the_topic_until_written(r
         h.w.admin_round(0.0)
         assert "gone" in h.w.doc.configs and h.w.doc.deleting == ["gone"]
         assert ("gone", 0) in h.w.doc.parts
+        assert h.copy(1).deleting == ("gone",)  # (written back where the failed write went)
     h.w.admin_round(0.0)  # dropped again, and written on the others
     assert "gone" not in h.w.doc.configs and h.w.doc.deleting == []
     assert h.copy(1).deleting == () and "gone" not in h.copy(1).topics
+
+
+def test_a_creation_whose_write_fails_leaves_no_topic_and_only_strays(rig, monkeypatch):
+    from hostbroker.workers import replica_slots
+
+    h = rig()
+    create(h, "first", partitions=1, rf=2)  # (a document on disk already)
+    real, made, fillers = replica_slots.create_replica, [], []
+
+    def then_full(*args, **kwargs):  # the disk of dir 1 fills once the last replica is made
+        made.append(real(*args, **kwargs))
+        if len(made) == 3:
+            fillers.append(fill(h.paths[0]))
+        return made[-1]
+
+    monkeypatch.setattr(replica_slots, "create_replica", then_full)
+    try:
+        answer = h.w._create("t", 1, 3, {})
+        assert answer["error"] == ErrorCode.STORAGE_ERROR, answer
+        assert "t" not in h.w.doc.configs
+        assert "t" not in h.copy(1).topics and "t" not in h.copy(2).topics
+    finally:
+        for filler in fillers:
+            os.remove(filler)
+    h.w._pass(0.0)
+    h.w.admin_round(0.0)
+    got, _ = h.states()
+    assert {body["slot"] for body in got.values() if body.get("delete")} == set(made)
 
 
 def test_a_topic_config_is_kept_as_the_broker_reads_it(rig):

@@ -178,6 +178,7 @@ class Admin(Creations):
             self.doc.deleting.append(topic)
             if not self.write_doc():
                 self.doc.deleting.remove(topic)
+                self.write_back()
                 return self._not_written()
         self._send_deletes(topic)
         return _answer(ErrorCode.NONE, "", [(topic, p, ErrorCode.NONE)
@@ -345,6 +346,7 @@ class Admin(Creations):
                 self.doc.refused[dir_id] = refused
             if path is not None:
                 self.doc.dirs[dir_id] = path
+            self.write_back()
             return self._not_written()
         self.blocked.discard(dir_id)
         self.held.pop(dir_id, None)  # (`logdirs online` takes it back, its copy overwritten)
@@ -388,6 +390,7 @@ class Admin(Creations):
             part.version += 1
         if not self.write_doc():  # not durable: nothing moves
             self._restore(old)
+            self.write_back()
             return self._not_written()
         # the new replicas are made as lost ones are given back: a few per round
         self._give_back(live, time.monotonic() + self.create_round_s)
@@ -426,6 +429,7 @@ class Admin(Creations):
         if any(self.doc.parts[tp] != part for tp, part in old.items()):
             if not self.write_doc():  # tried again next round
                 self._restore(old)
+                self.write_back()
             elif moved:
                 self.moved = True
 
@@ -483,6 +487,7 @@ class Admin(Creations):
             self.doc.parts.update(parts)
             self.doc.deleting = deleting
             self.deletions[topic] = set()
+            self.write_back()
             return
         with self.lock:
             self.table.bump_generation()

@@ -177,6 +177,7 @@ class Creations:
             del self.doc.configs[topic]
             for p in job.parts:
                 del self.doc.parts[(topic, p)]
+            self.write_back()
             return self._not_written()
         with self.lock:
             self.table.bump_generation()
@@ -217,6 +218,14 @@ class Creations:
         except HostbrokerError as e:
             return f"{topic}-{p} on log dir id {d}: {e}"
         return ""
+
+    def write_back(self) -> None:
+        """After a write that was not durable, the document put back as it was:
+        write it again, so that a dir that took the failed write keeps no copy
+        of the change undone (a restart from it would bring the change back).
+        Nothing when the write was refused as too long (nothing was written)."""
+        if not self.write_problem:
+            self.write_doc()
 
     def creation_due(self) -> bool:
         """Whether replicas wait to be created (the loop then does not sleep)."""
