@@ -15,7 +15,10 @@ def test_they_are_broker_settings_with_their_defaults():
     config = Config.build()
     assert {key: config[key] for key, *_ in LOGDIRS_SETTINGS} == {
         "default.replication.factor": 1, "log.dir.check.interval.ms": 200,
-        "logdirs.state.write.timeout.ms": 200, "logdirs.writer.grace.ms": 300}
+        "logdirs.state.write.timeout.ms": 200, "logdirs.writer.grace.ms": 300,
+        "logdirs.state.write.fail.ms": 600, "logdirs.state.max.bytes": 64 * 1024 * 1024,
+        "logdirs.state.max.online": 256, "logdirs.create.round.ms": 50,
+        "logdirs.online.wait.ms": 20000}
     assert all(key in SETTINGS_BY_KEY for key, *_ in LOGDIRS_SETTINGS)
     assert settings_logdirs.MAX_REPLICAS == MAX_REPLICAS
 
