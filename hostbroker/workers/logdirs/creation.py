@@ -81,7 +81,7 @@ class Creations:
             rf = self.config["default.replication.factor"]
         if not 1 <= rf <= ptable.MAX_REPLICAS:
             return answer(ErrorCode.INVALID_REPLICATION_FACTOR,
-                           f"replication factor {rf} must be 1 to {ptable.MAX_REPLICAS}")
+                          f"replication factor {rf} must be 1 to {ptable.MAX_REPLICAS}")
         limit = self.config["max.partitions.per.topic"]
         if not 1 <= partitions <= limit:
             return answer(ErrorCode.INVALID_REQUEST, f"partitions must be between 1 and {limit}")
@@ -93,8 +93,8 @@ class Creations:
         config = log_config.overrides_of(str(k) for k in config)
         if log_config.min_insync_replicas > rf:
             return answer(ErrorCode.INVALID_CONFIG,
-                           f"min.insync.replicas {log_config.min_insync_replicas} is more than "
-                           f"the replication factor {rf}")
+                          f"min.insync.replicas {log_config.min_insync_replicas} is more than "
+                          f"the replication factor {rf}")
         if self._exists(topic):
             return answer(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {topic} already exists")
         live = self.live_dirs(time.monotonic())
@@ -169,7 +169,7 @@ class Creations:
             self.say(f"topic {topic}: {job.failed}; it is not created")
             # (nothing made: a plain topic of that name came first)
             return answer(ErrorCode.STORAGE_ERROR if job.made
-                           else ErrorCode.TOPIC_ALREADY_EXISTS, job.failed)
+                          else ErrorCode.TOPIC_ALREADY_EXISTS, job.failed)
         self.doc.configs[topic] = job.config
         for p, part in job.parts.items():
             self.doc.parts[(topic, p)] = part
