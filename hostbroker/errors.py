@@ -101,18 +101,6 @@ class StorageError(HostbrokerError):
     code = ErrorCode.STORAGE_ERROR
 
 
-class InvalidReplicationFactorError(HostbrokerError):
-    """A replication factor the broker's usable log dirs cannot hold."""
-
-    code = ErrorCode.INVALID_REPLICATION_FACTOR
-
-
-class LogDirNotFoundError(HostbrokerError):
-    """A log dir path or id the broker does not have."""
-
-    code = ErrorCode.LOG_DIR_NOT_FOUND
-
-
 class ExitStatus(enum.IntEnum):
     """Exit statuses of ``hostbroker`` (``serve`` uses all four)."""
 

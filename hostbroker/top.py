@@ -8,11 +8,12 @@ log dirs and partitions that are offline (a failed disk, or files found
 damaged at start; the broker's log says why) and the partitions with
 replicas across log dirs that are under-replicated (an ISR short of a
 replica, or no leader), and to the log dir table (each dir's id, state and
-counts, kept by hb-logdirs), and reads the machine's CPU
-wake-up latency target (``cpu.wakeup.latency.us``; root only) and the scheduling
-policy of each process (``cpu.realtime.priority``). Prints a table
-every interval, or one JSON document with ``--json``. Never writes to the
-broker's shared memory.
+counts, kept by hb-logdirs; a dir its writer flags offline shows offline,
+and a slot left mid-write shows ``unknown`` without stopping ``top``), and
+reads the machine's CPU wake-up latency target (``cpu.wakeup.latency.us``;
+root only) and the scheduling policy of each process
+(``cpu.realtime.priority``). Prints a table every interval, or one JSON
+document with ``--json``. Never writes to the broker's shared memory.
 """
 
 from __future__ import annotations
@@ -26,9 +27,10 @@ import psutil
 from hostbroker import cpulatency, cpusched
 from hostbroker.config import Config
 from hostbroker.shm import partitions as ptable
-from hostbroker.shm.logdirs import LD_STATE_NAMES, LogDirTable
+from hostbroker.shm.logdirs import LD_STATE_NAMES, LogDirTable, shown_state
 from hostbroker.shm.partitions import PartitionTable
 from hostbroker.shm.procs import COUNTER_NAMES, ProcessBoard
+from hostbroker.shm.table import FREE
 from hostbroker.workers.plan import BrokerPlan
 
 KIND_NAMES = {1: "writer", 2: "handler", 3: "processor", 4: "acceptor", 5: "registrar",
@@ -105,12 +107,27 @@ def under_replicated(table: PartitionTable) -> list[list]:
     return short
 
 
-def log_dir_rows(dirs: LogDirTable, log_dirs: list[str]) -> list[dict]:
-    """One row per configured log dir: id, path, state and hb-logdirs' counts."""
+def log_dir_rows(dirs: LogDirTable, log_dirs: list[str],
+                 flagged: set[int] | frozenset = frozenset()) -> list[dict]:
+    """One row per configured log dir: id (-1: none, as every dir of a one-dir
+    or cluster broker), path, state and hb-logdirs' counts. ``flagged``: the
+    dirs the writers flag offline (the partition table's bitmap), shown
+    offline whatever the log dir table says (:func:`shown_state`). A slot left
+    mid-write is shown with state ``unknown`` and no counts."""
     rows = []
-    for index, s in dirs.scan():
-        rows.append({"id": s.dir_id, "path": log_dirs[index] if index < len(log_dirs) else None,
-                     "state": LD_STATE_NAMES.get(s.state, str(s.state)),
+    for index in range(dirs.high_water):
+        if dirs.state(index) == FREE:
+            continue
+        path = log_dirs[index] if index < len(log_dirs) else None
+        s = dirs.slot(index)
+        if s is None:
+            rows.append({"id": dirs.dir_id(index), "path": path, "state": "unknown",
+                         "replicas": None, "leaders": None, "under_replicated": None,
+                         "offline_replicas": None})
+            continue
+        state = shown_state(s.state, index in flagged)
+        rows.append({"id": s.dir_id, "path": path,
+                     "state": LD_STATE_NAMES.get(state, str(state)),
                      "replicas": s.replicas, "leaders": s.leaders,
                      "under_replicated": s.under_replicated,
                      "offline_replicas": s.offline_replicas})
@@ -154,7 +171,8 @@ def sample(board: ProcessBoard, procs: dict[int, psutil.Process],
         reading.update(offline(table, log_dirs or [], dirs))
         reading["under_replicated_partitions"] = under_replicated(table)
     if dirs is not None:
-        reading["log_dirs"] = log_dir_rows(dirs, log_dirs or [])
+        flagged = table.offline_log_dirs() if table is not None else frozenset()
+        reading["log_dirs"] = log_dir_rows(dirs, log_dirs or [], flagged)
     return reading
 
 
@@ -213,10 +231,15 @@ def _log_dir_table(rows: list[dict]) -> list[str]:
     if len(rows) < 2:
         return []
     table = [("log dir", "id", "state", "replicas", "leaders", "under-replicated")]
-    table += [(r["path"] or "-", str(r["id"]), r["state"], str(r["replicas"]),
-               str(r["leaders"]), str(r["under_replicated"])) for r in rows]
+    table += [(r["path"] or "-", str(r["id"]) if r["id"] > 0 else "-", r["state"],
+               _count(r["replicas"]), _count(r["leaders"]), _count(r["under_replicated"]))
+              for r in rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
     return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table]
+
+
+def _count(value: int | None) -> str:
+    return "-" if value is None else str(value)
 
 
 def _wait_per_request(now: dict, old: dict | None) -> str:

@@ -15,9 +15,9 @@ def test_they_are_broker_settings_with_their_defaults():
     config = Config.build()
     assert {key: config[key] for key, *_ in LOGDIRS_SETTINGS} == {
         "default.replication.factor": 1, "log.dir.check.interval.ms": 200,
-        "logdirs.state.write.timeout.ms": 200, "logdirs.writer.grace.ms": 300,
-        "logdirs.state.write.fail.ms": 600, "logdirs.state.max.bytes": 64 * 1024 * 1024,
-        "logdirs.state.max.online": 256, "logdirs.create.round.ms": 50,
+        "logdirs.state.write.timeout.ms": 200, "logdirs.state.write.fail.ms": 600,
+        "logdirs.state.max.bytes": 64 << 20, "logdirs.state.max.online": 256,
+        "logdirs.writer.grace.ms": 300, "logdirs.create.round.ms": 50,
         "logdirs.online.wait.ms": 20000}
     assert all(key in SETTINGS_BY_KEY for key, *_ in LOGDIRS_SETTINGS)
     assert settings_logdirs.MAX_REPLICAS == MAX_REPLICAS
@@ -49,8 +49,8 @@ def test_a_default_replication_factor_above_the_log_dirs():
     assert replication_factor_problem(3, 1, cluster=True) is None  # ignored in cluster mode
 
 
-def test_the_errors_carry_their_wire_codes():
-    from hostbroker.errors import ErrorCode, InvalidReplicationFactorError, LogDirNotFoundError
+def test_the_log_dir_errors_have_their_wire_codes():
+    from hostbroker.errors import ErrorCode
 
-    assert InvalidReplicationFactorError("x").code == ErrorCode.INVALID_REPLICATION_FACTOR == 30
-    assert LogDirNotFoundError("x").code == ErrorCode.LOG_DIR_NOT_FOUND == 31
+    assert ErrorCode.INVALID_REPLICATION_FACTOR == 30
+    assert ErrorCode.LOG_DIR_NOT_FOUND == 31

@@ -2,10 +2,11 @@
 its replicas across log dirs see them (docs/storage.md, "Replicas across log
 dirs"; docs/runbook-disk.md).
 
-- ``list``: each log dir's id, path and state (online, offline, or missing:
-  known to the broker's replication state but not configured or not
-  readable), with the replicas it holds, the partitions it leads and how many
-  of those are under-replicated; from METADATA version 2.
+- ``list``: each log dir's id (``-`` for one without: every dir of a one-dir
+  or cluster broker), path and state (online, offline, or missing: known to
+  the broker's replication state but not configured or not readable), with
+  the replicas it holds, the partitions it leads and how many of those are
+  under-replicated; from METADATA version 2.
 - ``online --log-dir PATH``: bring an offline dir back while the broker runs
   (LOG_DIR_ADMIN, action online); its replicas truncate to where they left
   their leaders' logs and catch up.
@@ -86,11 +87,13 @@ class DirNames:
     A configured dir (online or offline) is named by its path. A missing one
     is ``missing:<id>``, as is an id the table does not hold: the path a
     missing dir was last seen at may be a new disk's now, under another id.
+    A configured dir without an id (-1: every dir of a one-dir or cluster
+    broker) is listed, but no replica can be named on it.
     """
 
     def __init__(self, dirs: Iterable[LogDir]):
-        self.dirs = sorted(dirs, key=lambda d: d.dir_id)
-        self.by_id = {d.dir_id: d for d in self.dirs}
+        self.dirs = sorted(dirs, key=lambda d: d.dir_id)  # (stable: the broker's order)
+        self.by_id = {d.dir_id: d for d in self.dirs if d.dir_id > 0}
         self.by_path = {os.path.normpath(d.path): d.dir_id for d in self.dirs
                         if d.path and d.state != MISSING}
 
@@ -121,6 +124,9 @@ class DirNames:
                               if d.path and d.state != MISSING) or "none"
             raise CommandError(f"{where}: {path} is not a log dir of the broker "
                                f"(its log dirs: {known})")
+        if found <= 0:
+            raise CommandError(f"{where}: log dir {path} has no log dir id (the broker "
+                               "keeps no replicas across log dirs there)")
         return found
 
     def online_id(self, path: str, where: str) -> int:
@@ -165,16 +171,25 @@ def _client(bootstrap: str):
     return SimpleClient(check_bootstrap(bootstrap), client_id="hostbroker-logdirs")
 
 
-def dir_counts(response) -> dict[int, dict[str, int]]:
+def dir_counts(response) -> dict[int | str, dict[str, int]]:
     """Per dir id: the replicas it holds, the partitions it leads, and how many of
-    those are under-replicated, counted over the topics of ``response``."""
-    counts: dict[int, dict[str, int]] = {}
+    those are under-replicated, counted over the topics of ``response``. The
+    partitions of a dir without an id (no dir lists: one replica, on the
+    ``log_dir`` that serves it) count under that dir's path: each one replica,
+    led there while the partition has a leader."""
+    counts: dict[int | str, dict[str, int]] = {}
 
-    def of(i: int) -> dict[str, int]:
-        return counts.setdefault(i, {"replicas": 0, "leaders": 0, "under_replicated": 0})
+    def of(key: int | str) -> dict[str, int]:
+        return counts.setdefault(key, {"replicas": 0, "leaders": 0, "under_replicated": 0})
 
     for topic in response.topics:
         for p in topic.partitions:
+            if not p.replica_dirs:
+                if p.log_dir:
+                    row = of(os.path.normpath(p.log_dir))
+                    row["replicas"] += 1
+                    row["leaders"] += p.leader >= 0
+                continue
             for i in p.replica_dirs:
                 of(i)["replicas"] += 1
             if p.leader_dir >= 0:
@@ -194,14 +209,16 @@ def list_dirs(*, as_json: bool = False, bootstrap: str = DEFAULT_BOOTSTRAP,
     counts = dir_counts(response)
     rows = []
     for d in names.dirs:
-        figures = counts.get(d.dir_id, {"replicas": 0, "leaders": 0, "under_replicated": 0})
+        key = d.dir_id if d.dir_id > 0 else os.path.normpath(d.path or "")
+        figures = counts.get(key, {"replicas": 0, "leaders": 0, "under_replicated": 0})
         rows.append({**d.as_json(), **figures})
     if as_json:
         print(json.dumps({"log_dirs": rows}, indent=2), file=out)
         return EXIT_OK
     table = [("id", "path", "state", "replicas", "leaders", "under-replicated")]
-    table += [(str(r["id"]), r["path"] or "-", r["state"], str(r["replicas"]),
-               str(r["leaders"]), str(r["under_replicated"])) for r in rows]
+    table += [(str(r["id"]) if r["id"] > 0 else "-", r["path"] or "-", r["state"],
+               str(r["replicas"]), str(r["leaders"]), str(r["under_replicated"]))
+              for r in rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
     for row in table:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip(), file=out)

@@ -35,7 +35,10 @@ broker does not have, or a dir that is not online, is refused in one line.
 ``generate`` keeps every replica that is on a listed dir and moves the
 others, in their places, to the least loaded listed dirs (fewest replicas,
 then fewest bytes): listing every dir but one empties that one, and listing
-the survivors of a dead disk with its replacement refills the new one.
+the survivors of a dead disk with its replacement refills the new one. The
+partitions of a topic of one replica that is not placed on log dirs (created
+with a replication factor of 1) cannot move: ``generate`` leaves them out,
+in one line on stderr.
 ``execute`` sends ALTER_REPLICA_DIRS (the broker's hb-logdirs adds the new
 replicas, waits until they are in the ISR, moves leadership and deletes the
 old ones; one reassignment at a time) and ``verify`` reads METADATA v2:
@@ -392,8 +395,12 @@ def generate_on_dirs(topics_file: str, dir_list: str, *, bootstrap: str,
     loads = _loads(everything, listed)
     current: dict[str, dict[int, list[str]]] = {}
     proposed: dict[str, dict[int, list[str]]] = {}
+    plain: list[str] = []
     for (topic, p), part in sorted(everything.items()):
         if topic not in topics:
+            continue
+        if _plain(part):
+            plain.append(f"{topic}-{p}")
             continue
         replicas = list(part.replica_dirs)
         current.setdefault(topic, {})[p] = names.names(replicas)
@@ -411,12 +418,24 @@ def generate_on_dirs(topics_file: str, dir_list: str, *, bootstrap: str,
         for d in set(new) - set(replicas):
             old = loads[d]
             loads[d] = old._replace(replicas=old.replicas + 1, bytes=old.bytes + size)
+    if plain:
+        more = f" and {len(plain) - 10} more" if len(plain) > 10 else ""
+        print(f"hostbroker reassign generate: left out {', '.join(plain[:10])}{more}: one "
+              "replica, not placed on log dirs (a topic created with a replication factor "
+              "of 1 stays on its dir)", file=err)
     print("Current partition replica assignment", file=out)
     print(_document(current, _DIRS), file=out)
     print("", file=out)
     print("Proposed partition reassignment configuration", file=out)
     print(_document(proposed, _DIRS), file=out)
     return EXIT_OK
+
+
+def _plain(part) -> bool:
+    """Whether a METADATA v2 partition is a plain one (a topic of one replica
+    on its dir, which ALTER_REPLICA_DIRS cannot move): it has no leader epoch
+    (-1), where every partition placed on log dirs has one."""
+    return part.leader_epoch < 0 and len(part.replica_dirs) <= 1
 
 
 def execute_on_dirs(reassignment_file: str, *, bootstrap: str, out: TextIO = sys.stdout,

@@ -175,7 +175,8 @@ class MetadataTopicV2:
 @dataclass(frozen=True, slots=True)
 class MetadataLogDir:
     """One log dir of the answering broker; ``path`` may be null for a dir
-    that is ``DIR_MISSING`` (known only by its id)."""
+    that is ``DIR_MISSING`` (known only by its id), and ``dir_id`` -1 for a
+    configured dir without an id (it holds no replicas across log dirs)."""
 
     dir_id: Int32
     path: NullableString
@@ -208,10 +209,12 @@ class MetadataResponseV2:
                     refuse(f"leader dir {p.leader_dir} of {where} is not among its replica dirs")
         seen: set[int] = set()
         for d in self.log_dirs:
-            check_dir_id(d.dir_id, "log dir id")
-            if d.dir_id in seen:
-                refuse(f"log dir id {d.dir_id} listed twice")
-            seen.add(d.dir_id)
+            # (-1: a configured dir without an id, as every dir of a one-dir broker)
+            check_dir_id(d.dir_id, "log dir id", allow_none=d.state != DIR_MISSING)
+            if d.dir_id != NO_DIR:
+                if d.dir_id in seen:
+                    refuse(f"log dir id {d.dir_id} listed twice")
+                seen.add(d.dir_id)
             if d.state not in _DIR_STATES:
                 refuse(f"log dir {d.dir_id} has an unknown state {d.state}")
             if d.path is None and d.state != DIR_MISSING:

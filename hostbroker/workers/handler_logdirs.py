@@ -12,8 +12,8 @@ across log dirs"):
   and committed ISR, ``target_dirs`` a reassignment's target as the
   replication state file (``<log dir>/log-dirs-state``) holds it. Any other
   partition is on its own dir alone. The dirs come from the log dir table
-  (``shm/logdirs.py``) and the state file, which also names the dirs that
-  are gone (``missing``).
+  (``shm/logdirs.py``; a dir without an id is listed under -1) and the
+  state file, which also names the dirs that are gone (``missing``).
 - ALTER_REPLICA_DIRS and LOG_DIR_ADMIN, and the creation (replication factor
   2 or more, ``handler_topics.py``) and deletion of topics placed on log
   dirs: forwarded to ``hb-logdirs`` as an OP_LOCAL_ADMIN on the ``dreq``
@@ -36,6 +36,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import time
 
 from hostbroker.errors import ErrorCode, HostbrokerError
 from hostbroker.log.files import read_file
@@ -44,7 +45,7 @@ from hostbroker.protocol import replication as rproto
 from hostbroker.protocol.api import ApiKey
 from hostbroker.replication import localstate
 from hostbroker.shm import partitions as ptable
-from hostbroker.shm.logdirs import LD_ONLINE, LogDirTable
+from hostbroker.shm.logdirs import LD_ONLINE, LogDirTable, shown_state
 from hostbroker.workers import envelopes as env
 from hostbroker.workers.base import now_ms
 from hostbroker.workers.topicview import log_dir_table
@@ -56,8 +57,10 @@ LOGDIRS_REQUESTS = frozenset(((ApiKey.METADATA, lproto.METADATA_V2),
                               (ApiKey.LOG_DIR_ADMIN, lproto.LOG_DIR_ADMIN_V0)))
 _NO_LOGDIRS = ("replicas across log dirs need a standalone broker with two or more log dirs "
                "(this one has {})")
-_AUTO_CREATE_RESEND_MS = 1000  # a forwarded auto-create not done yet is asked for again
-_AUTO_CREATE_MAX = 1024  # topics being auto-created at once
+# an auto-create's answer (asked for, or refused) is given again for this long
+# without a look; the next produce after it looks again (and asks again)
+_AUTO_CREATE_RESEND_MS = 1000
+_AUTO_CREATE_MAX = 1024  # topics being auto-created at once (per handler)
 _REFUSAL_LOG_MS = 60_000  # an auto-create refused for its replication factor: one line a minute
 
 
@@ -103,7 +106,8 @@ class LogDirsRequests:
             self.peer_slots.append(plan.board_slot("logdirs", 0))
         cluster = bool(self.config["zookeeper.connect"].strip())
         self.default_rf = 1 if cluster else self.config["default.replication.factor"]
-        self.auto_creating: dict[str, int] = {}  # topic -> when its create was forwarded
+        # topic -> (when, answer) of its last auto-create look, oldest first
+        self.auto_creating: dict[str, tuple[int, ErrorCode]] = {}
         self.rf_refusal_logged = -_REFUSAL_LOG_MS
         self._state_seen: tuple | None = None  # what the state file copies were when read
         self._state = None  # the newest state as last read (localstate.LocalState)
@@ -195,11 +199,36 @@ class LogDirsRequests:
         return (f"replication factor {rf} needs {rf} usable log dirs; the broker has "
                 f"{len(usable)}" + (f" ({down} offline)" if down else ""))
 
+    def _auto_create_answered(self, topic: str) -> ErrorCode | None:
+        """What a produce to the unknown ``topic`` is answered without a look
+        (``default.replication.factor`` 2 or more): the answer of its last look
+        while under :data:`_AUTO_CREATE_RESEND_MS` old, so that a produce of
+        many entries for one new topic takes the admin lock and scans the
+        partition table once, not once per entry; LEADER_NOT_AVAILABLE while
+        :data:`_AUTO_CREATE_MAX` other topics are being asked for; None: look
+        (:meth:`_auto_create_replicated`)."""
+        now = time.monotonic_ns() // 1_000_000  # (the wall clock may step back)
+        creating = self.auto_creating
+        while creating:  # (oldest first: drop the answers too old to give)
+            oldest = next(iter(creating))
+            if now - creating[oldest][0] < _AUTO_CREATE_RESEND_MS:
+                break
+            del creating[oldest]
+        found = creating.get(topic)
+        if found is not None:
+            return found[1]
+        if len(creating) >= _AUTO_CREATE_MAX:
+            return ErrorCode.LEADER_NOT_AVAILABLE  # (retriable: asked for in a while)
+        return None
+
     def _auto_create_replicated(self, topic: str) -> ErrorCode:
         """A produce to the unknown ``topic`` with ``default.replication.factor``
-        2 or more: ask ``hb-logdirs`` to create it (again once a second while
-        it is not there) and answer LEADER_NOT_AVAILABLE, which the producer
-        retries; INVALID_REPLICATION_FACTOR while too few log dirs are usable."""
+        2 or more (the caller holds the admin lock and found no such topic):
+        ask ``hb-logdirs`` to create it and answer LEADER_NOT_AVAILABLE, which
+        the producer retries; INVALID_REPLICATION_FACTOR while too few log dirs
+        are usable. The answer is remembered (:meth:`_auto_create_answered`):
+        a topic not there yet is asked for again at most once per
+        :data:`_AUTO_CREATE_RESEND_MS`."""
         rf = self.default_rf
         now = now_ms()
         if self.logdirs_peer is None or rf > len(self._usable_dirs()):
@@ -208,12 +237,8 @@ class LogDirsRequests:
                 print(f"hostbroker: {self.name}: topic {topic} not created: "
                       f"{self._rf_refusal(rf)} (default.replication.factor)",
                       file=sys.stderr, flush=True)
-            return ErrorCode.INVALID_REPLICATION_FACTOR
-        sent = self.auto_creating.get(topic)
-        if sent is None or now - sent >= _AUTO_CREATE_RESEND_MS:
-            if len(self.auto_creating) >= _AUTO_CREATE_MAX:
-                self.auto_creating.clear()
-            self.auto_creating[topic] = now
+            code = ErrorCode.INVALID_REPLICATION_FACTOR
+        else:
             # nobody waits for its answer (no pending under its token): the
             # producer's retries find the topic once it is there
             w = self.logdirs_peer
@@ -221,7 +246,10 @@ class LogDirsRequests:
                 "op": "create", "topic": topic, "partitions": self.config["num.partitions"],
                 "rf": rf, "config": {}}))
             self.dirty_writers.add(w)
-        return ErrorCode.LEADER_NOT_AVAILABLE
+            code = ErrorCode.LEADER_NOT_AVAILABLE
+        self.auto_creating.pop(topic, None)
+        self.auto_creating[topic] = (time.monotonic_ns() // 1_000_000, code)
+        return code
 
     def _delete_replicated(self, p, conn_id, seq, corr, topic: str, answer) -> None:
         """Delete ``topic``, whose replicas are placed on log dirs, through
@@ -281,17 +309,19 @@ class LogDirsRequests:
                                          tuple(topics), tuple(log_dirs))
 
     def _log_dirs_listed(self, ids: list[int], state) -> list:
-        """METADATA v2's log dirs: each configured one with a known id, online
-        or offline, then each id the state file names that no configured dir
+        """METADATA v2's log dirs: each configured one, online or offline
+        (``shm/logdirs.shown_state``: offline while its writer flags it), under
+        its id or -1 for one without (every dir of a one-dir or cluster
+        broker), then each id the state file names that no configured dir
         holds now (``missing``, at the path it was last seen at)."""
         table = self.logdirs_table
         offline = self.table.offline_log_dirs()
         out = []
         for w, dir_id in enumerate(ids):
-            if dir_id <= 0:
-                continue  # (its id is unknown: the state file may name it, below)
-            up = w not in offline and (table is None or table.state(w) == LD_ONLINE)
-            out.append(lproto.MetadataLogDir(dir_id, self.plan.log_dirs[w],
+            held = table.state(w) if table is not None else LD_ONLINE
+            up = shown_state(held, w in offline) == LD_ONLINE
+            out.append(lproto.MetadataLogDir(dir_id if dir_id > 0 else lproto.NO_DIR,
+                                             self.plan.log_dirs[w],
                                              lproto.DIR_ONLINE if up else lproto.DIR_OFFLINE))
         known = set(ids)
         for dir_id, path in _state_dirs(state):

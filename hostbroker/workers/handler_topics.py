@@ -16,7 +16,9 @@ a standalone broker: CREATE_TOPIC v1, or ``default.replication.factor`` for
 auto-creation and v1's -1) is ``hb-logdirs``' to create and delete; the
 handler checks the request, then forwards it (``handler_logdirs.py``). An
 auto-created one is asked for and the produce answered LEADER_NOT_AVAILABLE
-(retriable) until it exists. CREATE_TOPIC v0 creates one replica, as before.
+(retriable) until it exists; that answer is given again for a second without
+the admin lock, so a produce naming the new topic many times looks once.
+CREATE_TOPIC v0 creates one replica, as before.
 """
 
 from __future__ import annotations
@@ -190,10 +192,20 @@ class TopicAdmin:
         return admin_answer(ErrorCode.NONE, None)
 
     def _auto_create(self, topic: str) -> ErrorCode:
+        """Create the unknown ``topic`` a produce names (NONE once it exists),
+        or the error that partition is answered with. With
+        ``default.replication.factor`` 2 or more the topic stays unknown until
+        ``hb-logdirs`` has made it, so every entry of a produce names it again:
+        what the last look answered is given back for a while
+        (:meth:`_auto_create_answered`) without the admin lock or a table scan."""
         try:
             check_topic_name(topic)
         except InvalidTopicError:
             return ErrorCode.INVALID_TOPIC
+        if self.default_rf > 1:
+            answered = self._auto_create_answered(topic)
+            if answered is not None:
+                return answered
         try:
             with self._admin():
                 if not self._topic_exists_locked(topic):

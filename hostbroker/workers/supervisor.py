@@ -39,7 +39,9 @@ older than ``worker.heartbeat.timeout.ms`` (SIGABRT with SIGCONT, so a stopped
 one takes it; SIGKILL a second later), and pings the systemd watchdog. A
 worker that exits with ``EXIT_BOOT_FAILED`` halts the broker instead of being
 respawned forever; a writer that exits ``EXIT_REOPEN`` (told to open its
-offline log dir afresh) is replaced without a word. Workers need no word from
+offline log dir afresh) is replaced without a word. The reaping, the exit
+codes, the replacement and the heartbeat watch are
+:mod:`hostbroker.workers.respawn`'s (mixed in). Workers need no word from
 us if we die: each asked the kernel for SIGTERM on our death right after its
 fork (``die_with_parent``).
 
@@ -79,20 +81,14 @@ from hostbroker.shm.ring import Ring
 from hostbroker.shm.topicnames import ReplicatedNames
 from hostbroker.workers.acceptor import AcceptorWorker
 from hostbroker.workers.coordinator import CoordinatorWorker
-from hostbroker.workers.base import (
-    EXIT_BOOT_FAILED,
-    EXIT_REFUSED,
-    EXIT_REOPEN,
-    child_main,
-    die_with_parent,
-    set_process_name,
-)
+from hostbroker.workers.base import child_main, die_with_parent, set_process_name
 from hostbroker.workers.handler import HandlerWorker
 from hostbroker.workers.logdirs import LogDirsWorker
 from hostbroker.workers.plan import BrokerPlan
 from hostbroker.workers.processor import ProcessorWorker
 from hostbroker.workers.registrar import RegistrarWorker
 from hostbroker.workers.replication import ReplicaWorker
+from hostbroker.workers.respawn import Respawn
 from hostbroker.workers.startup import (StartError, StoppedWhileStarting, bind_listener,
                                        check_log_dir, check_unix_listener_dir,
                                        claim_broker_lock, make_log_dir, resolve_dir_ids)
@@ -108,11 +104,10 @@ KIND_CODES = {"writer": 1, "handler": 2, "processor": 3, "acceptor": 4, "registr
 STOP_ORDER = ("registrar", "acceptor", "processor", "handler", "replica", "logdirs",
               "coordinator", "writer")
 _TICK_S = 0.25
-_ABORT_GRACE_S = 1.0  # SIGABRT (a core or a faulthandler dump) to SIGKILL
 _EXTEND_EVERY_S = 5.0  # while starting or stopping: tell systemd to wait 3 times that
 
 
-class Supervisor:
+class Supervisor(Respawn):
     def __init__(self, config: Config):
         self.config = config
         self.plan = BrokerPlan.from_config(config)
@@ -227,7 +222,7 @@ class Supervisor:
         ReplicatedNames.create(region, capacity)
         region = SharedRegion.create(plan.logdirs_name, LogDirTable.region_size(len(plan.dir_ids)))
         self.regions.append(region)
-        LogDirTable.create(region, plan.dir_ids)
+        self.logdir_table = LogDirTable.create(region, plan.dir_ids)
 
     def _take_cpu_policy(self) -> None:
         """``cpu.realtime.priority``: SCHED_RR for this process, and so for every
@@ -382,115 +377,6 @@ class Supervisor:
                 systemd.notify("WATCHDOG=1")
                 next_ping = time.monotonic() + watchdog
         return self.shutdown()
-
-    def _reap(self) -> None:
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
-            key = self.children.pop(pid, None)
-            self.kill_sent.pop(pid, None)
-            if key is None:
-                continue
-            if self.pids.get(key) == pid:
-                del self.pids[key]
-            code = os.waitstatus_to_exitcode(status)
-            if self.stopping:
-                continue
-            kind, index = key
-            if code == EXIT_REFUSED:
-                running = self.board.broker_state == procs.BROKER_RUNNING
-                self.exit_code = ExitStatus.CRASHED if running else ExitStatus.REFUSED
-                self.refused = True
-                self.stopping = True
-                continue
-            if code == EXIT_BOOT_FAILED:
-                self.halt_reason = f"{kind} {index} failed to start (see above)"
-                # at start this configuration cannot run here; a replacement that
-                # cannot boot later is a crash, which a service manager restarts
-                running = self.board.broker_state == procs.BROKER_RUNNING
-                self.exit_code = ExitStatus.CRASHED if running else ExitStatus.REFUSED
-                self.stopping = True
-                continue
-            if code == EXIT_REOPEN and kind == "writer":  # told to open its dir afresh
-                self._replace(kind, index)
-                continue
-            how = f"signal {-code}" if code < 0 else f"exit code {code}"
-            print(f"hostbroker: {kind} {index} (pid {pid}) died with {how}; replacing it",
-                  file=sys.stderr, flush=True)
-            self._replace(kind, index)
-
-    def _replace(self, kind: str, index: int) -> None:
-        # The dead worker's unread input died with it; its replacement starts clean.
-        # Marked EXITED first: a writer still appending from request-ring bytes a
-        # dead handler held checks this after its write (writer._holder_lives).
-        self.board.set_state(self.plan.board_slot(kind, index), procs.WORKER_EXITED)
-        for rkind, producer, consumer in self.plan.rings_consumed_by(kind, index):
-            Ring.attach(self.plan.ring_name(rkind, producer, consumer)).reset_consumer()
-        if kind in ("writer", "handler"):
-            self._repair_torn_slots(index if kind == "writer" else None)
-        if time.monotonic() - self.started_at.get((kind, index), 0) < 1.0:
-            time.sleep(0.5)  # do not spin on a worker that dies at once
-        self.spawn(kind, index)
-        for bell in self.plan.doorbells.values():
-            bell.ring()  # peers notice the new epoch now, not at their next tick
-
-    def _repair_torn_slots(self, writer: int | None) -> None:
-        """Make readable again the partition slots a dead worker left mid-write.
-
-        A worker killed inside a seqlock write leaves the slot's sequence odd, and
-        every reader (handlers, the replacement writer's start-up scan) would fail
-        on it. Slots of a dead writer are safe to repair at once: nobody else
-        publishes them (its replacement rewrites their offsets from the log). A
-        dead handler wrote slots only under the admin lock; a slot still at the
-        same odd sequence a moment later is not a live writer's write.
-        """
-        table = self.table
-        torn = {}
-        for i in range(table.high_water):  # every slot above it is FREE, never written
-            seq = table.mid_write(i)
-            if seq is not None and (writer is None or table.owner(i) == writer):
-                torn[i] = seq
-        if writer is None and torn:
-            time.sleep(0.05)  # a live write lasts microseconds
-            torn = {i: seq for i, seq in torn.items() if table.mid_write(i) == seq}
-        for i in torn:
-            table.repair(i)
-        if torn:
-            print(f"hostbroker: repaired {len(torn)} partition slot(s) left mid-write",
-                  file=sys.stderr, flush=True)
-
-    def _check_heartbeats(self) -> None:
-        timeout_ns = self.config["worker.heartbeat.timeout.ms"] * 1_000_000
-        now_ns = time.monotonic_ns()
-        for (kind, index), pid in list(self.pids.items()):
-            slot = self.plan.board_slot(kind, index)
-            if self.board.state(slot) != procs.WORKER_READY:
-                continue
-            if now_ns - self.board.heartbeat_ns(slot) <= timeout_ns:
-                continue
-            sent = self.kill_sent.get(pid)
-            if sent is None:
-                silent_ms = (now_ns - self.board.heartbeat_ns(slot)) // 1_000_000
-                print(f"hostbroker: {kind} {index} (pid {pid}) silent for {silent_ms} ms; "
-                      "aborting it", file=sys.stderr, flush=True)
-                # SIGCONT too: a stopped process takes its SIGABRT only once running
-                self._signal(pid, signal.SIGABRT)
-                self._signal(pid, signal.SIGCONT)
-                self.kill_sent[pid] = (signal.SIGABRT, time.monotonic())
-            elif sent[0] == signal.SIGABRT and time.monotonic() - sent[1] > _ABORT_GRACE_S:
-                self._signal(pid, signal.SIGKILL)
-                self.kill_sent[pid] = (signal.SIGKILL, time.monotonic())
-
-    @staticmethod
-    def _signal(pid: int, sig: int) -> None:
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
 
     # -- stop ------------------------------------------------------------------
     def shutdown(self) -> int:

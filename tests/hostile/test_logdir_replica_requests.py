@@ -24,6 +24,7 @@ import pytest
 from hostbroker.errors import ErrorCode
 from hostbroker.protocol import logdirs as lproto
 from hostbroker.protocol import replication as rproto
+from hostbroker.replication import localstate
 from hostbroker.replication.localstate import STATE_FILE
 from hostbroker.shm import partitions as ptable
 from hostbroker.shm.peers import PeersTable
@@ -85,10 +86,33 @@ def test_a_fetch_posing_as_a_follower_moves_nothing(rig, replica_id):
     assert (s.isr_ids, s.high_watermark) == ((7,), 2)
 
 
+def _distinctive_state() -> bytes:
+    """A whole, valid state document that would show if read: t-0 moving to
+    dir 3 alone, and a dir 99 that no configured dir holds (missing)."""
+    return localstate.encode_state(localstate.LocalState(
+        seq=1, online=(7, 3), dirs={7: "/a", 3: "/b", 99: "/elsewhere"},
+        topics={"t": localstate.TopicState({}, {0: localstate.PartitionState(
+            (7, 3), 7, 1, (7,), 1, target=(3,))})}))
+
+
+def test_a_state_file_copy_that_is_a_file_is_read(rig):
+    """The control of the case below: the same document as a file is read."""
+    for d in rig.dirs:
+        with open(os.path.join(d, STATE_FILE), "wb") as f:
+            f.write(_distinctive_state())
+    rig.request(lproto.MetadataRequestV2(("t",)))
+    answer = rig.only_answer(lproto.MetadataResponseV2)
+    (t0,) = answer.topics[0].partitions
+    assert t0.target_dirs == (3,)
+    assert [(d.dir_id, d.state) for d in answer.log_dirs] == [
+        (7, lproto.DIR_ONLINE), (3, lproto.DIR_ONLINE), (99, lproto.DIR_MISSING)]
+
+
 @pytest.mark.parametrize("kind", ["link", "dir", "garbage", "huge_seq"])
 def test_state_file_copies_that_are_not_documents_are_never_followed(rig, tmp_path, kind):
+    # a link's target is a whole document: followed, it would show
     secret = tmp_path / "elsewhere.json"
-    secret.write_text("{}")
+    secret.write_bytes(_distinctive_state())
     for d in rig.dirs:
         path = os.path.join(d, STATE_FILE)
         if kind == "link":

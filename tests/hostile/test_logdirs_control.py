@@ -111,12 +111,43 @@ def test_a_one_dir_broker_reads_no_id_file_and_runs_no_probe(tmp_path):
             client.create_topic("one", 1)
             client.produce("one", 0, encode_message_set([b"a"]), acks=1)
             (d / "log-dir-id").write_bytes(b"7\n")  # another id, as a replaced disk's
-            deadline = time.monotonic() + 0.5  # ten probe intervals
-            while time.monotonic() < deadline:
+            # 40 probe intervals, and the writer busy in at least 20 of them (an
+            # acks=1 produce is a round of its loop): however slow the machine, a
+            # probe would have come due and run
+            deadline = time.monotonic() + 2.0
+            rounds = 0
+            while time.monotonic() < deadline or rounds < 20:
                 client.produce("one", 0, encode_message_set([b"b"]), acks=1)
+                rounds += 1
+                time.sleep(0.05)
             assert client.fetch("one", 0, 0, 1 << 20).error_code == 0
         assert (d / "log-dir-id").read_bytes() == b"7\n"
         log = open(broker.log_path).read()
         assert "offline" not in log and "removed or replaced" not in log
     finally:
         stop_or_kill(broker)
+
+
+def test_an_immutable_mount_point_refuses_the_start_even_as_root(tmp_path):
+    """docs/runbook-disk.md, "A disk not mounted at start": a mount point made
+    immutable (``chattr +i``) while its disk is not mounted keeps the broker
+    from starting on it, run as root too (a root-owned mode 755 dir would not:
+    root may write it)."""
+    if os.geteuid() != 0:
+        pytest.skip("the case is a broker run as root")
+    a, b = tmp_path / "d1", tmp_path / "d2"
+    a.mkdir()
+    b.mkdir()
+    made = subprocess.run(["chattr", "+i", str(b)], capture_output=True, text=True)
+    if made.returncode != 0:
+        pytest.skip(f"chattr +i refused here: {made.stderr.strip()}")
+    try:
+        args = serve_args(tmp_path, {"log.dirs": f"{a},{b}"})
+        args[args.index(f"log.dirs={tmp_path}/logs")] = f"log.dirs={a},{b}"
+        done = subprocess.run([sys.executable, "-m", "hostbroker", *args], capture_output=True,
+                              text=True, timeout=60)
+        assert done.returncode == 78, done.stderr
+        assert f"log.dirs: cannot use {b}: {b} is not writable" in done.stderr
+        assert os.listdir(b) == []
+    finally:
+        subprocess.run(["chattr", "-i", str(b)], check=True)

@@ -53,6 +53,13 @@ def test_create_list_describe_delete(broker):
                                       "--topic", "views", "--json").stdout)
     assert by_option == as_json[1:]
 
+    # METADATA v2 on one log dir: the dir has no id, so no dir is named (spec)
+    with broker.client() as client:
+        (p1,) = [p for p in client.metadata_v2(("views",)).topics[0].partitions
+                 if p.partition == 1]
+    assert (p1.leader_epoch, p1.leader_dir, p1.replica_dirs, p1.isr_dirs, p1.target_dirs) == (
+        -1, -1, (), (), ())
+
     deleted = hostbroker("topics", "delete", "--bootstrap", broker.tcp, "--topic", "clicks")
     assert lines(deleted) == ["deleted topic clicks"]
     assert lines(hostbroker("topics", "list", "--bootstrap", broker.tcp)) == ["views"]
@@ -120,15 +127,8 @@ def test_unreachable_broker_is_one_line_and_status_1(tmp_path):
 # -- replicas across log dirs: one broker with three log dirs ----------------------------
 
 
-def _needs_log_dir_replicas() -> None:
-    # the broker's side: hb-logdirs and the handlers' METADATA v2
-    pytest.importorskip("hostbroker.workers.logdirs.worker")
-    pytest.importorskip("hostbroker.workers.handler_logdirs")
-
-
 @pytest.fixture
 def dirs_broker(make_broker, tmp_path):
-    _needs_log_dir_replicas()
     dirs = [str(tmp_path / f"d{i}") for i in range(3)]
     return make_broker(log_dirs=",".join(dirs)), dirs
 
@@ -250,6 +250,24 @@ def test_reassign_empties_a_log_dir_and_verify_says_done(dirs_broker, tmp_path):
     line = one_line_error(stopped)
     assert line.startswith("hostbroker reassign execute: broker error: INVALID_REQUEST: ")
     assert line.endswith(" (single-0 UNKNOWN_TOPIC_OR_PARTITION)")
+    # (METADATA v2 tells it by its leader epoch: -1, where a dir-placed one has one)
+    with broker.client() as client:
+        answer = client.metadata_v2(("single", "moved"))
+    epochs = {t.topic: {p.leader_epoch for p in t.partitions} for t in answer.topics}
+    assert epochs["single"] == {-1} and min(epochs["moved"]) >= 0
+    # so generate leaves such a partition out, in one line, even off its dir
+    (held,) = {p["log_dir"] for p in _describe(broker, "single")[0]["partitions"]}
+    topics.write_text(json.dumps({"version": 1, "topics": [{"topic": "single"},
+                                                            {"topic": "moved"}]}))
+    others = ",".join(d for d in dirs if d != held)
+    left = hostbroker("reassign", "generate", *b, "--topics-to-move-json-file", str(topics),
+                      "--dir-list", others)
+    assert left.returncode == 0, left.stderr
+    assert left.stderr.decode().splitlines() == [
+        "hostbroker reassign generate: left out single-0: one replica, not placed on log "
+        "dirs (a topic created with a replication factor of 1 stays on its dir)"]
+    out = lines(left)
+    assert "single" not in out[1] and "single" not in out[4]
 
 
 def test_logdirs_online_and_forget_answer_in_one_line_and_top_lists_the_dirs(dirs_broker):

@@ -120,8 +120,12 @@ def test_an_offline_dir_and_a_dir_with_no_id(tmp_path):
     try:
         rig.table.set_log_dir_offline(2)
         answer = _metadata_v2(rig)
+        # the dir with no id is listed as -1, online while its writer flags nothing
         assert [(d.dir_id, d.path, d.state) for d in answer.log_dirs] == [
-            (7, rig.dirs[0], lproto.DIR_ONLINE), (5, rig.dirs[2], lproto.DIR_OFFLINE)]
+            (7, rig.dirs[0], lproto.DIR_ONLINE), (-1, rig.dirs[1], lproto.DIR_ONLINE),
+            (5, rig.dirs[2], lproto.DIR_OFFLINE)]
+        rig.table.set_log_dir_offline(1)
+        assert [d.state for d in _metadata_v2(rig).log_dirs][1] == lproto.DIR_OFFLINE
     finally:
         rig.close()
 
