@@ -147,6 +147,7 @@ class Creations:
                        and s.placement != PLACEMENT_LOG_DIRS for _, s in self.table.scan()):
                     # a handler created a plain topic of that name since the check
                     job.failed = f"topic {job.topic} already exists"
+            made = job.made
             while job.todo and not job.failed:
                 p, d = job.todo.popleft()
                 part = job.parts[p]
@@ -156,6 +157,8 @@ class Creations:
                     job.failed = failed
                 if time.monotonic() >= deadline:
                     break
+            if job.made > made:
+                self.table.bump_generation()  # (slots claimed: whoever reads the table looks)
         if job.todo and not job.failed:
             return None
         del self.creating[job.topic]
