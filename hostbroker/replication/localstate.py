@@ -131,7 +131,7 @@ class TopicState:
 @dataclass(frozen=True)
 class LocalState:
     """The whole document. Build a changed one with :func:`dataclasses.replace`
-    (or :meth:`with_partition`, :meth:`next`); never change one in place."""
+    (or :meth:`next`); never change one in place."""
 
     seq: int = 0
     online: tuple[int, ...] = ()
@@ -145,12 +145,6 @@ class LocalState:
     def partition(self, topic: str, partition: int) -> PartitionState | None:
         t = self.topics.get(topic)
         return None if t is None else t.partitions.get(partition)
-
-    def with_partition(self, topic: str, partition: int, state: PartitionState) -> LocalState:
-        """This document with one partition's state set (its topic must exist)."""
-        t = self.topics[topic]
-        parts = {**t.partitions, partition: state}
-        return replace(self, topics={**self.topics, topic: replace(t, partitions=parts)})
 
     def next(self, online: Iterable[int]) -> LocalState:
         """This document as the next write on ``online``: ``seq`` + 1."""

@@ -19,8 +19,10 @@ looked at again after ``_ISR_RETRY_S``.
 The replicas a standalone broker places on its log dirs take the same steps
 with the log dirs' state file in place of ZooKeeper (``hb-logdirs``,
 :class:`hostbroker.workers.logdirs.isr.LocalIsrCommits`, a subclass that
-overrides :meth:`IsrCommits._ready`, :meth:`IsrCommits._kept` and
-:meth:`IsrCommits._write_state`); this class skips their slots.
+overrides :meth:`IsrCommits._ready`, :meth:`IsrCommits._kept`,
+:meth:`IsrCommits._slots`, :meth:`IsrCommits._write_state` and
+:meth:`IsrCommits._flush`: the changes of one poll are written in one state file
+write); this class skips their slots.
 """
 
 from __future__ import annotations
@@ -75,6 +77,10 @@ class IsrCommits:
         here; the replicas placed on log dirs are hb-logdirs' (``LocalIsrCommits``)."""
         return s.placement != PLACEMENT_LOG_DIRS
 
+    def _slots(self):
+        """``(index, record)`` of the slots to look at: every slot in use."""
+        return self.table.scan()
+
     def poll(self) -> None:
         from hostbroker.shm import partitions as ptable
         from hostbroker.shm.table import TornSlotError
@@ -85,10 +91,11 @@ class IsrCommits:
         if role_leader is None:
             return
         try:
-            slots = self.table.scan()
+            slots = self._slots()
         except TornSlotError:
             return
         now = time.monotonic()
+        written = []
         for index, s in slots:
             if getattr(s, "role", 0) != role_leader or s.isr_wanted == s.isr:
                 continue
@@ -99,19 +106,34 @@ class IsrCommits:
             if self.failed.get(index, 0.0) > now:
                 continue
             try:
-                ok = self._commit(index, s)
+                version = self._write_state(index, s, self._wanted(s))
             except Exception as exc:  # noqa: BLE001 - store trouble: try again later
                 log.debug("isr commit %s-%d: %s", s.name, s.partition, exc)
-                ok = False
-            if not ok:
+                version = None
+            if version is None:
+                self.failed[index] = now + _ISR_RETRY_S
+            else:
+                written.append((index, s, version))
+        if written and not self._flush():
+            for index, _, _ in written:
+                self.failed[index] = now + _ISR_RETRY_S
+            return
+        for index, s, version in written:
+            if not self._finish(index, s, version):
                 self.failed[index] = now + _ISR_RETRY_S
 
-    def _commit(self, index: int, s) -> bool:
-        replicas = slot_replicas(s)
-        isr = [b for i, b in enumerate(replicas) if s.isr_wanted >> i & 1]
-        version = self._write_state(index, s, isr)
-        if version is None:
-            return False
+    @staticmethod
+    def _wanted(s) -> list[int]:
+        """The ISR slot ``s``'s leader wants, as ids."""
+        return [b for i, b in enumerate(slot_replicas(s)) if s.isr_wanted >> i & 1]
+
+    def _flush(self) -> bool:
+        """Make durable the changes one poll's ``_write_state`` calls made; False:
+        none was (each is tried again later). Each ZooKeeper write is already."""
+        return True
+
+    def _finish(self, index: int, s, version: int) -> bool:
+        """Store a written commit and ring its writer."""
         if not self._store(index, s, version):
             return False
         self.done[index] = (s.leader_epoch, s.isr_wanted, s.isr_version)

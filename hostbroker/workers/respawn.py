@@ -81,9 +81,9 @@ class Respawn:
         self.board.set_state(self.plan.board_slot(kind, index), procs.WORKER_EXITED)
         for rkind, producer, consumer in self.plan.rings_consumed_by(kind, index):
             Ring.attach(self.plan.ring_name(rkind, producer, consumer)).reset_consumer()
-        if kind in ("writer", "handler"):
+        if kind in ("writer", "handler", "logdirs"):  # (the last two: under the admin lock)
             self._repair_torn_slots(index if kind == "writer" else None)
-        elif kind == "logdirs":
+        if kind == "logdirs":
             self._repair_torn_log_dirs()
         if time.monotonic() - self.started_at.get((kind, index), 0) < 1.0:
             time.sleep(0.5)  # do not spin on a worker that dies at once

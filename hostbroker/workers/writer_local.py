@@ -48,8 +48,10 @@ gives them their roles. This module owns:
   ``replica.fetch.backoff.ms`` and counts ERRORS; only its own file's
   errors take its dir offline;
 - **the leader's side** (:meth:`LocalFollow._local_positions`): for each
-  dir-placed book it leads whose HW is below its end (all of them at the
-  ISR check), each follower's slot is read, and an ONLINE one cut to this
+  dir-placed book it leads (``local_leading``, kept as roles are taken: a
+  cluster or plain leader costs nothing here) whose HW is below its end
+  (all of them at the ISR check), each follower's slot is read, and an
+  ONLINE one cut to this
   leader's log in this epoch (``fetch_epoch``), owned by the writer of that
   replica's log dir, counts as a fetch at its end; ISR, HW and the acks=-1
   waiters are then ``writer_replicas.py``'s.
@@ -116,6 +118,7 @@ class LocalFollow:
     them has (one built without :meth:`_init_local`, as tests do)."""
 
     local_following: set[int] = frozenset()
+    local_leading: set[int] = frozenset()
     local_sources: dict = {}
     local_epochs: dict = {}
     local_bases: dict = {}
@@ -132,6 +135,7 @@ class LocalFollow:
         """Rings, tables and the probe's marks; after the log dir is opened,
         before the partitions are registered."""
         self.local_following: set[int] = set()  # slots of dir-placed books that follow
+        self.local_leading: set[int] = set()  # slots of dir-placed books that lead
         self.local_sources: dict[int, tuple[int, int, int]] = {}  # slot -> (leader slot, base, fd)
         self.local_epochs: dict[int, tuple[tuple, LeaderEpochCache]] = {}  # slot -> (key, cache)
         self.local_bases: dict[int, tuple[tuple, list[int]]] = {}  # slot -> (key, leader bases)
@@ -258,11 +262,17 @@ class LocalFollow:
         else:
             self.local_following.discard(slot)
             self._close_source(slot)
+        if book.role == ptable.ROLE_LEADER:
+            self.local_leading.add(slot)
+        else:
+            self.local_leading.discard(slot)
 
     def _local_forget(self, slot: int) -> None:
         """A book dropped (its partition deleted or its log closed)."""
         if slot in self.local_following:
             self.local_following.discard(slot)
+        if slot in self.local_leading:
+            self.local_leading.discard(slot)
         self._close_source(slot)
         self.local_epochs.pop(slot, None)
         self.local_bases.pop(slot, None)
@@ -309,7 +319,8 @@ class LocalFollow:
                 self._source_failed(slot, e, now)
                 continue
             except (OSError, StorageError) as e:
-                self._go_offline(e)
+                if not self.offline:  # (a cut or a restart took the dir offline already)
+                    self._go_offline(e)
                 return
             if moved:
                 touched.add(slot)
@@ -502,9 +513,9 @@ class LocalFollow:
         whose end moved (``touched``) are rung."""
         check_all = now >= self.isr_check_ms
         rung = set()
-        for slot in self.leading:
+        for slot in self.local_leading:  # (never a cluster or plain book: no cost for them)
             book = self.books.get(slot)
-            if book is None or not book.dirs_placed or book.tracker is None:
+            if book is None or book.role != ptable.ROLE_LEADER or book.tracker is None:
                 continue
             plog = book.plog
             leo = plog.log_end_offset

@@ -26,28 +26,45 @@ from hostbroker.log.segments import SEGMENT_SUFFIX
 from tests.integration.cli import hostbroker
 from tests.replication.support import poll
 
-__all__ = ["AckedLog", "assert_all_acked", "create", "describe", "described_partitions",
-           "assignment", "dir_of", "dir_states", "moved", "leader_dir", "logdirs", "poll", "read_back", "reassign",
-           "replica_dirs", "replica_files_equal", "replica_slots", "top_json",
-           "wait_leader_moved", "wait_replicas_equal"]
+__all__ = ["MOVE_BUDGET_S", "WAIT_S", "AckedLog", "assert_all_acked", "create", "describe",
+           "described_partitions", "assignment", "dir_of", "dir_states", "moved", "leader_dir",
+           "logdirs", "poll", "read_back", "reassign", "replica_dirs", "replica_files_equal",
+           "replica_slots", "top_json", "wait_leader_moved", "wait_replicas_equal"]
 
 # What every broker of these tests runs with besides its log dirs: few workers (the
 # machine has 2 cores); the failure checks run at their defaults, named here
-# because the tests' time budgets are built on them.
-SETTINGS = {"num.processors": 1, "num.handlers": 2, "replica.lag.time.max.ms": 3000}
+# because the tests' time budgets are built on them. A state file write may take
+# longer than its default 200 ms when three test processes share two cores and one
+# disk; a slow write takes its dir out of the live set and moves leaderships no test
+# failed, so these brokers give it 2 s (a write that fails, as on a full dir, still
+# fails at once).
+SETTINGS = {"num.processors": 1, "num.handlers": 2, "replica.lag.time.max.ms": 3000,
+            "logdirs.state.write.timeout.ms": 2000}
 CHECK_INTERVAL_MS = 200  # log.dir.check.interval.ms's default: a pulled dir is found within it
+# The failure tests prove that leaderships move and that nothing acknowledged is lost,
+# not how fast: the 1 s target is measured alone by tools/bench/logdirs.py
+# (docs/benchmarks.md). Under CI (three pytest workers on two cores) a broker's
+# processes can wait for a CPU for seconds, so the budgets here are wide:
+MOVE_BUDGET_S = 10.0  # a failed dir's leaderships moved, counted from the failure seen
+WAIT_S = 60.0  # anything else waited for: a topic settled, a move done, a catch-up
 
 
 # -- the broker's view, from its shared partition table ---------------------------------
 
 
 def _plan(broker):
+    """The broker's plan, built once per set of its settings that name it (the
+    tests poll the table often, on a machine whose CPUs the broker needs)."""
     from hostbroker.config import Config
     from hostbroker.workers.plan import BrokerPlan
 
-    return BrokerPlan.from_config(Config.build(overrides=[
-        f"{key}={broker.settings[key]}" for key in ("log.dirs", "broker.id")
-        if key in broker.settings]))
+    overrides = [f"{key}={broker.settings[key]}" for key in ("log.dirs", "broker.id")
+                 if key in broker.settings]
+    cached = getattr(broker, "_support_plan", None)
+    if cached is None or cached[0] != overrides:
+        cached = (overrides, BrokerPlan.from_config(Config.build(overrides=overrides)))
+        broker._support_plan = cached
+    return cached[1]
 
 
 def replica_slots(broker, topic: str, partition: int) -> list:
@@ -94,7 +111,7 @@ def replica_dirs(broker, topic: str, partition: int) -> set[str]:
 
 
 def wait_leader_moved(broker, topic: str, partition: int, old_dir: str,
-                      timeout: float = 10.0) -> tuple[str, float]:
+                      timeout: float = WAIT_S) -> tuple[str, float]:
     """Wait until a replica on another dir than ``old_dir`` leads; its dir and
     the monotonic time it was first seen leading."""
     old_dir = os.path.abspath(old_dir)
@@ -107,7 +124,7 @@ def wait_leader_moved(broker, topic: str, partition: int, old_dir: str,
             return True
         return False
 
-    poll(moved, timeout, f"{topic}-{partition}'s leader to leave {old_dir}", every=0.005)
+    poll(moved, timeout, f"{topic}-{partition}'s leader to leave {old_dir}", every=0.02)
     return found[-1], time.monotonic()
 
 
@@ -150,7 +167,7 @@ def replica_files_equal(broker, topic: str, partition: int) -> bool:
     return len(mine) == hw - start and all(c == mine for c in copies.values())
 
 
-def wait_replicas_equal(broker, topic: str, partition: int, timeout: float = 15.0) -> None:
+def wait_replicas_equal(broker, topic: str, partition: int, timeout: float = WAIT_S) -> None:
     poll(lambda: replica_files_equal(broker, topic, partition), timeout,
          f"every replica of {topic}-{partition} equal to its leader below the HW")
 
@@ -170,7 +187,7 @@ def create(broker, topic: str, partitions: int, rf: int, *config: str) -> None:
     _run("topics", "create", "--bootstrap", broker.unix, "--topic", topic,
          "--partitions", partitions, "--replication-factor", rf,
          *[a for c in config for a in ("--config", c)])
-    poll(lambda: all(_settled(broker, topic, p, rf) for p in range(partitions)), 15,
+    poll(lambda: all(_settled(broker, topic, p, rf) for p in range(partitions)), WAIT_S,
          f"{topic}: a leader and a full ISR on every partition")
 
 
@@ -268,7 +285,7 @@ class AckedLog(threading.Thread):
     ``acked`` holds ``(partition, value)`` in acknowledgement order, ``rounds``
     the round of each; ``errors`` the ``(monotonic time, partition, code)`` of
     every error answer the producer saw (it retries them, for up to ~20 s). Stops after
-    ``max_bytes`` acknowledged, or when asked."""
+    ``max_bytes`` acknowledged (:meth:`limit` lowers it), or when asked."""
 
     def __init__(self, broker, topic: str, partitions: int, *, chunk: int = 20,
                  size: int = 100, max_bytes: int = 4 << 20, pause: float = 0.0,
@@ -282,6 +299,7 @@ class AckedLog(threading.Thread):
         self.errors: list[tuple[float, int, int]] = []
         self.acked_at: list[tuple[float, int]] = []  # (monotonic time, partition)
         self.failed = 0
+        self.acked_bytes = 0
         self.fatal: BaseException | None = None
         self.stop_event = threading.Event()
         self._lock = threading.Lock()
@@ -310,8 +328,8 @@ class AckedLog(threading.Thread):
                             request_required_acks=-1, message_send_max_retries=1000,
                             retry_backoff_ms=20, queue_time=5, request_timeout_ms=10000)
         try:
-            n, total = 0, 0
-            while not self.stop_event.is_set() and total < self.max_bytes:
+            n = 0
+            while not self.stop_event.is_set() and self.acked_bytes < self.max_bytes:
                 sent = {p: [self.value(p, n, i) for i in range(self.chunk)]
                         for p in range(self.partitions)}
                 for p, values in sent.items():
@@ -332,7 +350,7 @@ class AckedLog(threading.Thread):
                             if v not in failed:
                                 self.acked.append((p, v))
                                 self.rounds.append(n)
-                                total += len(v)
+                                self.acked_bytes += len(v)
                 n += 1
                 if self.pause:
                     self.stop_event.wait(self.pause)
@@ -348,6 +366,12 @@ class AckedLog(threading.Thread):
         poll(lambda: len(self.acked) >= count or self.fatal is not None, timeout,
              f"{count} acknowledged messages")
         assert self.fatal is None, repr(self.fatal)
+
+    def limit(self, more_bytes: int) -> None:
+        """Stop after about ``more_bytes`` more acknowledged (the round under way ends
+        first): what a test's timing does not decide."""
+        with self._lock:
+            self.max_bytes = min(self.max_bytes, self.acked_bytes + more_bytes)
 
     def first_error(self, code: int) -> float | None:
         with self._lock:
@@ -376,7 +400,7 @@ def _read_partition(client, topic: str, partition: int) -> list[bytes]:
         offset = got[-1].next_offset
 
 
-def read_back(broker, topic: str, timeout: float = 15.0) -> dict[int, list[bytes]]:
+def read_back(broker, topic: str, timeout: float = WAIT_S) -> dict[int, list[bytes]]:
     """Every value a consumer reads from each partition, log start to high watermark.
     Retriable answers (a leader moving) are asked again until ``timeout``."""
     with broker.client() as c:

@@ -5,6 +5,7 @@ when it is certain."""
 
 import json
 import random
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -60,7 +61,9 @@ def test_the_document_is_the_documented_json():
 
 
 def test_helpers_build_the_next_document():
-    nxt = STATE.with_partition("t", 0, PartitionState((1, 2), 2, 4, (2,), 6)).next([2, 1, 2])
+    t = STATE.topics["t"]
+    t = replace(t, partitions={**t.partitions, 0: PartitionState((1, 2), 2, 4, (2,), 6)})
+    nxt = replace(STATE, topics={**STATE.topics, "t": t}).next([2, 1, 2])
     assert (nxt.seq, nxt.online) == (8, (1, 2))
     assert nxt.partition("t", 0).leader == 2 and STATE.partition("t", 0).leader == 1
     assert nxt.partition("t", 5) is None and nxt.partition("x", 0) is None

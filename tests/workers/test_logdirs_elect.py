@@ -53,15 +53,19 @@ def test_an_uncertain_state_keeps_a_partition_leaderless_while_its_isr_names_a_m
 
 
 def test_one_pass_over_the_document_returns_only_what_changes():
-    parts = [(("a", 0), part([1, 2], 1, 0, [1, 2]), {}),
-             (("a", 1), part([2, 1], 2, 0, [2, 1]), {}),
-             (("b", 0), part([1, 2], 1, 0, [1]), {"unclean.leader.election.enable": "true"})]
-    changes = failover(parts, {2})
+    parts = [(("a", 0), part([1, 2], 1, 0, [1, 2]), {}, {2}),
+             (("a", 1), part([2, 1], 2, 0, [2, 1]), {}, {2}),
+             (("b", 0), part([1, 2], 1, 0, [1]), {"unclean.leader.election.enable": "true"},
+              {2})]
+    changes = failover(parts)
     assert set(changes) == {("a", 0), ("a", 1), ("b", 0)}
     assert changes[("a", 0)].leader == 2 and changes[("a", 0)].leader_epoch == 1
     assert changes[("a", 1)].leader == 2 and list(changes[("a", 1)].isr) == [2]
     assert changes[("b", 0)].leader == 2  # the topic's unclean election
-    assert failover(parts[:2], {1, 2}) == {}
+    assert failover([(tp, p, c, {1, 2}) for tp, p, c, _ in parts[:2]]) == {}
+    # each partition its own live dirs (where its replica is online)
+    assert set(failover([(("a", 0), part([1, 2], 1, 0, [1, 2]), {}, {1, 2}),
+                         (("a", 1), part([1, 2], 1, 0, [1, 2]), {}, {2})])) == {("a", 1)}
 
 
 def test_a_reassignment_moves_the_leader_only_once_every_target_is_in_sync():

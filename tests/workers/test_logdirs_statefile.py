@@ -23,7 +23,7 @@ def dirs(tmp_path):
 
 
 def test_every_online_dir_gets_the_same_bytes(dirs):
-    writers = StateWriters(1.0)
+    writers = StateWriters(10.0)  # (three fsynced writes on a busy machine: well within)
     for i, path in dirs.items():
         writers.set_dir(i, path)
     assert writers.write_bytes(b"one", [1, 2, 3]) == {1, 2, 3}
@@ -36,7 +36,7 @@ def test_every_online_dir_gets_the_same_bytes(dirs):
 
 
 def test_a_dir_that_fails_is_left_out_and_the_others_are_written(dirs, tmp_path):
-    writers = StateWriters(1.0)
+    writers = StateWriters(10.0)  # (three fsynced writes on a busy machine: well within)
     for i, path in dirs.items():
         writers.set_dir(i, path)
     # a real failure: dir 2's path is gone
@@ -86,3 +86,52 @@ def test_copies_are_read_hostile(dirs):
     assert copies == {}
     assert missing[1] and missing[2] and missing[3] == ""
     assert localstate.STATE_MAX_BYTES == 64 * 1024 * 1024
+
+
+def test_a_hung_dir_s_copy_is_given_up_after_the_bound(dirs, monkeypatch):
+    release = threading.Event()
+    real = files.read_file
+
+    def read_file(name, *args, **kwargs):
+        if name.startswith(dirs[2]):
+            release.wait(10)  # a disk that hangs cannot be made for real
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(files, "read_file", read_file)
+    started = time.monotonic()
+    try:
+        copies, missing = read_copies(dirs, timeout_s=0.3)
+        assert time.monotonic() - started < 5.0
+        assert copies == {} and missing[1] == missing[3] == ""
+        assert "not read within 0.3 s" in missing[2]
+    finally:
+        release.set()
+
+
+def test_a_restarted_hb_logdirs_with_a_hung_dir_starts(tmp_path, monkeypatch):
+    from hostbroker.workers.logdirs import admin
+    from tests.workers.test_logdirs_worker import Harness, create
+
+    h = Harness(tmp_path)
+    try:
+        create(h, partitions=1, rf=2)
+        h.w.writers.close()
+        release = threading.Event()
+        real = files.read_file
+
+        def read_file(name, *args, **kwargs):
+            if name.startswith(h.paths[2]):
+                release.wait(10)
+            return real(name, *args, **kwargs)
+
+        monkeypatch.setattr(files, "read_file", read_file)
+        monkeypatch.setattr(admin, "ONLINE_LOOK_S", 0.3)
+        monkeypatch.setattr("hostbroker.workers.logdirs.worker.ONLINE_LOOK_S", 0.3,
+                            raising=False)
+        started = time.monotonic()
+        w = h.start()
+        assert time.monotonic() - started < 5.0
+        assert 2 in w.unidentified and 3 in w.blocked  # kept out, as an unreadable copy
+    finally:
+        release.set()
+        h.close()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import shutil
 import threading
 import time
 from types import SimpleNamespace
@@ -634,3 +635,108 @@ def test_placement_never_stats_a_dir_after_the_start(h, monkeypatch):
     assert statted == []
     # distinct devices first: each partition has a replica on dir 3 (device 12)
     assert all(3 in h.w.doc.parts[("u", p)].replicas for p in range(2))
+
+
+def test_what_a_deleted_topic_s_replicas_were_told_is_forgotten(h):
+    for round_ in range(3):  # the same name, slots and dirs each time: told again each time
+        got, _ = create(h, "churn", partitions=2, rf=2)
+        assert len(got) == 4, round_
+        assert {k[0] for k in h.w.sent} == {"churn"}
+        assert h.w._delete("churn")["error"] == ErrorCode.NONE
+        got, _ = h.states()
+        for token, what in list(h.w.pending.items()):
+            if what[0] == "delete":
+                h.w.pending.pop(token)
+                h.w.writer_answered(what, 0, {"error": 0})
+        h.apply(got)
+        for path, p in itertools.product(h.paths, range(2)):  # (as the writers delete)
+            shutil.rmtree(os.path.join(path, f"churn_{p}"), ignore_errors=True)
+        h.w._pass(0.0)  # (a round: the answers, the pass, the admin)
+        h.w.admin_round(0.0)
+        assert "churn" not in h.w.doc.configs
+        assert not h.w.sent and not h.w.refused and not h.w.strays_told and not h.w.lost_tried
+
+
+def test_what_was_told_to_a_replica_whose_slot_was_freed_is_forgotten_at_the_next_pass(h):
+    create(h, "t", partitions=1, rf=2)
+    h.w.refused[("t", 0, 1)] = (("leader",), 0.0)
+    h.w.lost_tried[("x", 0, 1)] = 0
+    h.w.strays_told[(9, "x", 0)] = 0
+    for slot in h.w.slots[("t", 0)].values():
+        h.table.free(slot)
+    h.w._pass(0.0)
+    assert not h.w.sent and not h.w.refused and not h.w.strays_told and not h.w.lost_tried
+
+
+def _want_isr(h, tp, isr):
+    """The leader of ``tp`` wants ``isr`` (as its writer publishes it)."""
+    part = h.w.doc.parts[tp]
+    slot = h.w.slots[tp][part.leader]
+    s = h.table.read(slot)
+    h.table.write(slot, isr_wanted=ptable.isr_bits(s.replicas, isr))
+    return slot
+
+
+def _count_writes(h):
+    writes = []
+    real = h.w.writers.write_bytes
+
+    def counted(data, ids):
+        writes.append(len(data))
+        return real(data, ids)
+
+    h.w.writers.write_bytes = counted
+    return writes
+
+
+def test_the_isr_changes_of_one_poll_are_written_once(h):
+    create(h, partitions=3, rf=3)
+    slots = {}
+    for tp, part in h.w.doc.parts.items():
+        slots[tp] = _want_isr(h, tp, [part.leader])
+    versions = {tp: part.version for tp, part in h.w.doc.parts.items()}
+    writes = _count_writes(h)
+    h.w.isr.poll()
+    assert len(writes) == 1
+    for tp, part in h.w.doc.parts.items():
+        assert part.isr == [part.leader] and part.version == versions[tp] + 1
+        assert h.copy(0).topics["t"].partitions[tp[1]].isr == (part.leader,)
+        assert h.commits.read(slots[tp]).commit_version == versions[tp] + 1
+
+
+def test_the_isr_changes_of_a_poll_not_written_are_all_undone(h):
+    create(h, partitions=2, rf=3)
+    before = {tp: (list(part.isr), part.version) for tp, part in h.w.doc.parts.items()}
+    slots = {tp: _want_isr(h, tp, [part.leader]) for tp, part in h.w.doc.parts.items()}
+    h.w.writers.write_bytes = lambda data, ids: set()  # no dir takes the write
+    h.w.isr.poll()
+    assert {tp: (part.isr, part.version) for tp, part in h.w.doc.parts.items()} == before
+    assert all(h.commits.read(slot).commit_version == 0 for slot in slots.values())
+
+
+def test_a_pass_reads_no_plain_slot(h, monkeypatch):
+    create(h, partitions=2, rf=2)
+    for i in range(20):  # plain partitions, created as a handler does (generation bumped)
+        slot = h.table.find_free()
+        h.table.write(slot, state=ptable.ONLINE, name=f"plain{i}", partition=0, owner=i % 3,
+                      start_offset=0, end_offset=0, flushed_offset=0)
+    h.table.bump_generation()
+    h.w._pass(0.0)  # the whole table, once
+    read, scans = [], []
+    real_read, real_scan = h.table.read, h.table.scan
+    monkeypatch.setattr(h.table, "read", lambda i: read.append(i) or real_read(i))
+    monkeypatch.setattr(h.table, "scan", lambda: scans.append(1) or real_scan())
+    for _ in range(3):
+        h.w._pass(0.0)
+        h.w.isr.poll()
+    assert not scans and set(read) == set(h.w.slot_states) and len(h.w.slot_states) == 4
+    # a dir-placed slot freed (its writer deleted it): seen without a generation bump
+    freed = h.w.slots[("t", 1)][h.w.doc.parts[("t", 1)].replicas[1]]
+    h.table.free(freed)
+    h.w._pass(0.0)
+    assert freed not in h.w.slot_states and len(scans) == 1
+    # the generation moves (a slot claimed): the whole table again, once
+    h.table.bump_generation()
+    h.w._pass(0.0)
+    h.w._pass(0.0)
+    assert len(scans) == 2

@@ -30,6 +30,7 @@ from hostbroker.log.logdir import LogDir
 from hostbroker.log.message import encode_message_set
 from hostbroker.log.partition import PartitionLog
 from hostbroker.shm import partitions as ptable
+from hostbroker.shm import procs
 from hostbroker.shm.adminlock import AdminLock
 from hostbroker.shm.logdirs import LogDirTable
 from hostbroker.shm.partitions import IsrCommitTable, PartitionTable
@@ -123,6 +124,7 @@ def _writer(index, path, dirs, table, commits, logdirs, lock, clock):
     w.max_polls, w.max_response_bytes = 10, 1 << 20
     # what _init_local sets up, with stand-in doorbells
     w.local_following, w.local_sources, w.local_epochs = set(), {}, {}
+    w.local_leading = set()
     w.local_bases, w.local_backoff, w.local_restarts = {}, {}, {}
     w.writer_bells = {0: Bell(), 1: Bell()}
     w.local_recheck_ms = 0
@@ -459,9 +461,11 @@ def test_a_writer_without_hb_logdirs_neither_probes_nor_reads_the_id(pair, clock
     assert not lead.offline
 
 
-def test_a_leader_counts_a_follower_slot_only_if_its_dir_s_writer_owns_it(pair, clock):
+def test_a_leader_counts_a_follower_slot_only_if_its_dir_s_writer_owns_it(pair, clock,
+                                                                         tmp_path):
     """A slot named in replica_slots but owned by another writer (freed
-    and claimed again since) is not that replica's position."""
+    and claimed again since) is not that replica's position: neither one of
+    the leader's own writer, nor one of a third dir's writer."""
     lead, fol = pair
     create(pair)
     state(lead, "leader", 1)
@@ -470,20 +474,55 @@ def test_a_leader_counts_a_follower_slot_only_if_its_dir_s_writer_owns_it(pair, 
     produce(lead, 1, data)
     lead._flush([LEAD])
     run_flush_job(lead)
-    # a slot of this partition's name, owned by the leader's own writer,
-    # looking like a follower cut to this epoch at the leader's end
-    other = lead.table.find_free()
-    lead.table.claim_replica(other, list(IDS), placement=ptable.PLACEMENT_LOG_DIRS,
-                             state=ptable.ONLINE, name="r", partition=0, owner=LEAD,
-                             start_offset=0, end_offset=len(data), flushed_offset=len(data))
-    lead.table.write(other, fetch_epoch=1)
-    lead.books[LEAD].replica_slots = {IDS[0]: LEAD, IDS[1]: other}
-    lead_round(lead, clock)
-    assert lead.table.read(LEAD).high_watermark == 0 and lead.senders[0].results == []
-    lead.books[LEAD].replica_slots = {IDS[0]: LEAD, IDS[1]: FOLLOW}
-    follow(fol)
-    lead_round(lead, clock)
-    assert lead.table.read(LEAD).high_watermark == len(data)
+    # a third log dir (id 3, writer 2) beside the two
+    token = f"l{os.getpid()}n{next(_runs)}"
+    three = LogDirTable.create(region_name(token, "logdirs", 0), [*IDS, 3])
+    lead.logdirs, lead.local_dir_index = three, {}
+    try:
+        for owner in (LEAD, 2):
+            # a slot of this partition's name, owned by another writer than the
+            # follower's dir's, looking like a follower cut to this epoch at the end
+            other = lead.table.find_free()
+            lead.table.claim_replica(other, list(IDS), placement=ptable.PLACEMENT_LOG_DIRS,
+                                     state=ptable.ONLINE, name="r", partition=0, owner=owner,
+                                     start_offset=0, end_offset=len(data),
+                                     flushed_offset=len(data))
+            lead.table.write(other, fetch_epoch=1)
+            lead.books[LEAD].replica_slots = {IDS[0]: LEAD, IDS[1]: other}
+            lead_round(lead, clock)
+            assert lead.table.read(LEAD).high_watermark == 0, owner
+            assert lead.senders[0].results == []
+            lead.table.free(other)
+        lead.books[LEAD].replica_slots = {IDS[0]: LEAD, IDS[1]: FOLLOW}
+        follow(fol)
+        lead_round(lead, clock)
+        assert lead.table.read(LEAD).high_watermark == len(data)
+    finally:
+        three.close()
+        remove_stale(broker_prefix(token))
+
+
+def test_a_leader_of_no_dir_placed_book_reads_no_slot_for_it(pair, clock, monkeypatch):
+    """_local_positions runs every writer cycle: it walks the dir-placed books
+    that lead, never the cluster ones."""
+    lead, fol = pair
+    create(pair)
+    state(lead, "leader", 1)
+    state(fol, "follower", 1)
+    assert lead.local_leading == {LEAD}
+
+    class Untouchable(set):
+        def __iter__(self):
+            raise AssertionError("the leading books walked")
+
+    lead.leading = Untouchable(lead.leading | set(range(100, 2100)))  # cluster leaders
+    lead._local_positions(clock(), set())
+    state(lead, "follower", 2, leader=IDS[1])
+    assert lead.local_leading == set()
+    state(lead, "leader", 3)
+    assert lead.local_leading == {LEAD}
+    lead._drop_book(LEAD)
+    assert lead.local_leading == set()
 
 
 def test_a_follower_behind_copies_again_without_waiting_for_the_recheck(pair, clock):
@@ -498,8 +537,11 @@ def test_a_follower_behind_copies_again_without_waiting_for_the_recheck(pair, cl
     follow(fol)
     assert fol.slots[FOLLOW].log_end_offset < lead.slots[LEAD].log_end_offset
     assert fol._local_timeout_ms() <= clock()  # the loop does not sleep
-    while fol.slots[FOLLOW].log_end_offset < lead.slots[LEAD].log_end_offset:
+    for _ in range(20):  # (900 bytes, 250 a round)
+        if fol.slots[FOLLOW].log_end_offset >= lead.slots[LEAD].log_end_offset:
+            break
         follow(fol)
+    assert fol.slots[FOLLOW].log_end_offset == lead.slots[LEAD].log_end_offset
     follow(fol)  # caught up: back to the recheck
     assert fol._local_timeout_ms() == clock() + writer_local.LOCAL_FOLLOW_RECHECK_MS
 
@@ -530,3 +572,28 @@ def test_exit_reopen_is_defined_once():
     found = [p.relative_to(root).as_posix() for p in root.rglob("*.py")
              if re.search(r"^EXIT_REOPEN\s*=", p.read_text(), re.M)]
     assert found == ["workers/base.py"]
+
+
+def test_a_cut_that_fails_takes_the_dir_offline_once(pair, clock, monkeypatch, capsys):
+    """A follower's own disk failing in the cut: one line, one ERRORS, one
+    offline flag (the cut has taken the dir offline; the round only stops)."""
+    lead, fol = pair
+    create(pair)
+    state(fol, "leader", 1, leader=IDS[1])
+    produce(fol, 1, encode_message_set([b"s" * 60]), acks=1)
+    state(lead, "follower", 1, leader=IDS[1])
+    follow(lead)
+    produce(fol, 2, encode_message_set([b"lost" * 30]), acks=1)  # never copied: cut later
+    state(lead, "leader", 2)
+    produce(lead, 3, encode_message_set([b"new" * 20]), acks=1)
+    state(fol, "follower", 2)
+    capsys.readouterr()
+
+    def broken(offset):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(fol.books[FOLLOW].plog, "truncate_to", broken)
+    follow(fol)
+    assert fol.offline
+    assert capsys.readouterr().err.count("failed") == 1
+    assert len([c for c in fol.counted if c[0] == procs.ERRORS]) == 1

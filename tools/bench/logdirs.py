@@ -22,9 +22,9 @@ with its venv::
   (``reassign --bootstrap``). Then the tmpfs is filled by ``fallocate`` of a file until
   ENOSPC (``--fail fill``, the default; the leader's active segment still appends into
   the space it reserved ahead, ``log.preallocate.bytes``, so messages of
-  ``--failover-size`` bytes, 1000 by default, run through that first), or unmounted with ``umount -l`` (``--fail
-  remove``: only the writers' probe finds that, so its gap adds
-  ``log.dir.check.interval.ms``). For ``fill`` the gap is the time from the first
+  ``--failover-size`` bytes, 1000 by default, run through that first), or unmounted
+  with ``umount -l`` (``--fail remove``: only the writers' probe finds that, so its gap
+  adds ``log.dir.check.interval.ms``). For ``fill`` the gap is the time from the first
   STORAGE_ERROR to the next acknowledgement. For ``remove``, where writes may go on
   succeeding on the lazily unmounted file system until the probe finds it, it is the
   longest wait for an acknowledgement from the unmount to 1 s after the leader moved
@@ -33,7 +33,8 @@ with its venv::
 
 Brokers are ``hostbroker serve`` with default settings but listeners and log dirs, stopped
 by PID at the end; every tmpfs mounted here is unmounted here. The JSON has the shape of
-``replication.py --json``: ``machine``, ``args``, then one object per part.
+``replication.py --json``: ``machine`` (with ``block_devices``, the machine's disks),
+``args``, then one object per part (``produce`` names the device under each dir).
 """
 
 from __future__ import annotations
@@ -62,6 +63,36 @@ PARTITIONS = 3
 STORAGE_ERROR = int(ErrorCode.STORAGE_ERROR)
 PRODUCE_TARGET = 0.6
 FAILOVER_TARGET_S = 1.0
+
+
+def block_device(path: str) -> str:
+    """The block device holding ``path`` (``vda``, ``nvme0n1p2``), or what its file
+    system is when no block device backs it (``no block device (dev 0:45)``: a tmpfs,
+    an overlay)."""
+    dev = os.stat(path).st_dev
+    where = f"{os.major(dev)}:{os.minor(dev)}"
+    sys_path = f"/sys/dev/block/{where}"
+    if os.path.exists(sys_path):
+        return os.path.basename(os.path.realpath(sys_path))
+    return f"no block device (dev {where})"
+
+
+def block_devices() -> dict[str, int]:
+    """The machine's block devices that hold anything, name -> bytes (``/sys/block``;
+    loop and RAM devices, and devices of size 0, left out): one entry says that two
+    dirs cannot be on two disks here."""
+    found = {}
+    for name in sorted(os.listdir("/sys/block")):
+        if name.startswith(("loop", "ram")):
+            continue
+        try:
+            with open(f"/sys/block/{name}/size") as f:
+                size = int(f.read()) * 512
+        except (OSError, ValueError):
+            continue
+        if size:
+            found[name] = size
+    return found
 
 
 def start_broker(workdir: str, dirs: list[str], settings: list[str]) -> harness.Broker:
@@ -172,6 +203,7 @@ def bench_produce(args, workdir: str) -> dict:
     return {"runs": runs, "median_msgs_per_s": median, "pair_ratios": pairs,
             "ratio_to_rf1_acks1": {"2,-1": statistics.median(pairs)},
             "dirs": dirs, "same_device": same_device,
+            "devices": [block_device(d) for d in dirs],
             "target": PRODUCE_TARGET, "met": min(pairs) >= PRODUCE_TARGET}
 
 
@@ -291,7 +323,8 @@ def bench_failover(args, workdir: str) -> dict:
 def run(args) -> dict:
     workdir = tempfile.mkdtemp(prefix="hb-bench-logdirs-")
     try:
-        report = {"machine": harness.machine_info(), "args": vars(args)}
+        report = {"machine": {**harness.machine_info(), "block_devices": block_devices()},
+                  "args": vars(args)}
         for part, fn in (("produce", bench_produce), ("failover", bench_failover)):
             if args.only in (None, part):
                 report[part] = fn(args, workdir)
@@ -301,10 +334,14 @@ def run(args) -> dict:
 
 
 def print_report(report: dict) -> None:
+    disks = report["machine"].get("block_devices", {})
+    print("block devices: " + (", ".join(f"{name} {size / 2**30:.0f} GiB"
+                                         for name, size in disks.items()) or "none found"))
     if "produce" in report:
         p = report["produce"]
-        where = ("two dirs on ONE disk (the default; --dirs names real mounts)"
-                 if p["same_device"] else "two dirs on two devices")
+        devices = p.get("devices") or ["?", "?"]
+        where = (f"two dirs on ONE disk, {devices[0]} (the default; --dirs names real mounts)"
+                 if p["same_device"] else f"two dirs on two devices, {' and '.join(devices)}")
         print(f"produce 100 B, {PARTITIONS} partitions, one async producer, {where}:")
         for key, rate in p["median_msgs_per_s"].items():
             rf, acks = key.split(",")

@@ -18,6 +18,8 @@ Owns:
   ``logdirs.writer.grace.ms``; leadership back when an ISR member returns;
 - the ISR commits of dir-placed leaders (:mod:`.isr`, ``registrar_isr``'s
   protocol with the state file in place of ZooKeeper);
+- where each dir-placed replica's slot is, and the role each is told
+  (:mod:`.replicas`: only those slots are read, not the whole table);
 - topic admin of dir-placed topics forwarded by handlers (OP_LOCAL_ADMIN:
   create, delete, alter, online, forget; :mod:`.admin`, the replicas it
   makes a few per round: :mod:`.creation`);

@@ -62,14 +62,15 @@ def decide(replicas: Sequence[int], leader: int, leader_epoch: int, isr: Sequenc
     return None
 
 
-def failover(partitions: Iterable[tuple[TP, object, dict]], live: set[int],
+def failover(partitions: Iterable[tuple[TP, object, dict, set[int]]],
              blocked: set[int] = frozenset(),
              unclean_default: bool = False) -> dict[TP, PartitionState]:
     """One pass over ``partitions`` ((topic, partition), its entry of the state file
-    with ``replicas``, ``leader``, ``leader_epoch``, ``isr``, the topic's config):
-    the partitions whose state changes, and their new state."""
+    with ``replicas``, ``leader``, ``leader_epoch``, ``isr``, the topic's config,
+    and the live dirs where its replica is online): the partitions whose state
+    changes, and their new state (hb-logdirs' pass)."""
     changes: dict[TP, PartitionState] = {}
-    for tp, part, config in partitions:
+    for tp, part, config, live in partitions:
         unclean = unclean_of(config or {}, unclean_default)
         new = decide(part.replicas, part.leader, part.leader_epoch, part.isr, live, blocked,
                      unclean)

@@ -1,7 +1,7 @@
 """The log dirs' state file: written to every online log dir at once, read at start.
 
 Part of ``hb-logdirs``. :class:`StateWriters` keeps one thread per log dir;
-:meth:`StateWriters.write_all` hands the encoded document to the thread of
+:meth:`StateWriters.write_bytes` hands the encoded document to the thread of
 every dir the document names online, and waits for them together, at most
 ``logdirs.state.write.timeout.ms``. Each thread replaces
 ``<log dir>/log-dirs-state`` with ``files.write_file_atomically`` (a
@@ -14,8 +14,10 @@ a write (a hung disk) is given nothing more until that write returns, so a
 stuck dir costs the loop one timeout, never a thread per write.
 
 :func:`read_copies` reads the copy of each dir as hostile input (no link
-followed, a regular file of at most ``logdirs.state.max.bytes``, decoded by the pure
-``replication/localstate.py``) and says, per dir, why a copy is not there.
+followed, a regular file of at most ``logdirs.state.max.bytes``, decoded by the
+pure ``replication/localstate.py``), each in a thread of its own and all within
+a bound (a hung disk's copy counts as unreadable, its thread left behind), and
+says, per dir, why a copy is not there: hb-logdirs' start.
 """
 
 from __future__ import annotations
@@ -28,8 +30,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 from hostbroker.errors import HostbrokerError
 from hostbroker.log import files
-
-STATE_FILE = "log-dirs-state"  # (replication/localstate.py's STATE_FILE)
+from hostbroker.replication.localstate import STATE_FILE
 
 
 class _Job:
@@ -94,7 +95,7 @@ class _DirWriter:
 
 class StateWriters:
     """One writer thread per log dir (see the module docstring). ``timeout_s`` bounds
-    a whole :meth:`write_all`; ``write`` is ``files.write_file_atomically`` (tests
+    a whole :meth:`write_bytes`; ``write`` is ``files.write_file_atomically`` (tests
     give a slow or failing one: a hung disk cannot be made for real)."""
 
     def __init__(self, timeout_s: float,
@@ -128,13 +129,6 @@ class StateWriters:
         """Why the last write to dir ``dir_id`` failed ("" when it did not)."""
         writer = self._dirs.get(dir_id)
         return writer.last_error if writer is not None else "no such log dir"
-
-    def write_all(self, doc, limits=None) -> set[int]:
-        """Write the ``LocalState`` ``doc`` on every dir of ``doc.online``; the ids
-        written within the timeout (ValueError: it is past ``limits``)."""
-        from hostbroker.replication.localstate import DEFAULT_LIMITS, encode_state
-
-        return self.write_bytes(encode_state(doc, limits or DEFAULT_LIMITS), doc.online)
 
     def write_bytes(self, data: bytes, ids: Iterable[int]) -> set[int]:
         """Write ``data`` as the state file of each dir of ``ids`` in parallel; the
@@ -186,15 +180,32 @@ def read_copy(path: str, limits=None) -> tuple[object | None, str, bool]:
         return None, str(e), True
 
 
-def read_copies(dirs: Mapping[int, str],
-                limits=None) -> tuple[dict[int, object], dict[int, str]]:
+def read_copies(dirs: Mapping[int, str], limits=None, *, timeout_s: float | None = None
+                ) -> tuple[dict[int, object], dict[int, str]]:
     """The state file copy of each dir of ``dirs`` (key -> path), decoded, and
     for each dir without a usable copy one line saying why ("" when the file is
-    absent, which is not damage: a dir that never held one)."""
+    absent, which is not damage: a dir that never held one). Each dir is read by
+    a thread of its own; with ``timeout_s``, one not read by then is given up
+    (a hung disk: its thread stays blocked, a daemon)."""
+    read: dict[int, tuple] = {}
+    threads = []
+    for key, path in dirs.items():
+        def look(key=key, path=path):
+            read[key] = read_copy(path, limits)
+
+        thread = threading.Thread(target=look, name=f"state-read-{key}", daemon=True)
+        thread.start()
+        threads.append(thread)
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    for thread in threads:
+        thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+    read = dict(read)  # (a thread given up on may still store its answer: not seen)
     copies: dict[int, object] = {}
     missing: dict[int, str] = {}
     for key, path in dirs.items():
-        copy, why, _ = read_copy(path, limits)
+        copy, why, _ = read.get(key) or (
+            None, f"{os.path.join(path, STATE_FILE)}: not read within {timeout_s:g} s "
+                  "(a hung disk?)", False)
         if copy is not None:
             copies[key] = copy
         else:

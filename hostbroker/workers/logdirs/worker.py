@@ -24,9 +24,15 @@ Each round: the writers' answers (``dres``), the handlers' admin requests
    (admin lock), so handlers look for the serving slot again. The
    LogDirTable's states and counts are brought up to date.
 
+A pass whose scan of the partition table fails (a slot left mid-write by a
+dead worker, until the supervisor repairs it) decides nothing; until a scan
+has succeeded, no ISR commit or admin round runs either, and a start that read
+no state file copy waits for it to know whether replicas exist (frozen) or not.
+
 An OP_REPLICA_STATE not answered is not waited for: what a writer was sent
 is forgotten when it answers with an error or is replaced, and the next pass
-sends it again.
+sends it again. Reading the dir-placed slots and telling the replicas their
+roles: :mod:`.replicas`.
 """
 
 from __future__ import annotations
@@ -37,20 +43,22 @@ import time
 from hostbroker.errors import ErrorCode
 from hostbroker.shm import partitions as ptable
 from hostbroker.shm import procs
-from hostbroker.shm.table import TornSlotError
 from hostbroker.workers import envelopes as env
 from hostbroker.workers.base import Worker
 from hostbroker.workers.logdirs import elect
-from hostbroker.workers.logdirs.admin import Admin
+from hostbroker.workers.logdirs.admin import ONLINE_LOOK_S, Admin
 from hostbroker.workers.logdirs.model import Document, Part
-from hostbroker.workers.logdirs.statefile import StateWriters, read_copy
+from hostbroker.workers.logdirs.replicas import DirReplicas
+from hostbroker.workers.logdirs.statefile import StateWriters, read_copies
 
 PASS_INTERVAL_S = 0.1
+NO_COPY = ("no log dir holds a readable state file; replicas across log dirs stay "
+           "stopped (see docs/storage.md)")
 RETRY_S = 1.0  # a replica state its writer refused is sent again after this
 TP = tuple[str, int]
 
 
-class LogDirsWorker(Admin, Worker):
+class LogDirsWorker(Admin, DirReplicas, Worker):
     kind = "logdirs"
     process_name = "hb-logdirs"
 
@@ -110,6 +118,9 @@ class LogDirsWorker(Admin, Worker):
         self.next_pass = 0.0
         self.slots: dict[TP, dict[int, int]] = {}  # (t, p) -> {dir id: slot}
         self.slot_states: dict[int, object] = {}  # slot -> its last read
+        self.scanned = False  # a scan of the table has succeeded since the start
+        self.scan_key = None  # (generation, offline flags, dir ids) of the last whole scan
+        self.unsure = False  # no copy was read and the table could not be scanned yet
         self.blocked: set[int] = set()
         # writers whose dir is kept out until `logdirs online`: its id file was bad at
         # start, or its state file copy could not be read while the copies name it online
@@ -129,13 +140,18 @@ class LogDirsWorker(Admin, Worker):
         is missing when no configured dir holds its id (a dead disk, an empty mount
         point) or its copy is absent or could not be read or decoded. A configured
         dir missing that way is kept out (``unidentified``) until ``logdirs online``
-        reads its copy again."""
+        reads its copy again. The dirs are read in parallel, at most
+        ``ONLINE_LOOK_S``: a copy not read by then (a hung disk) is one that could
+        not be read."""
         from hostbroker.replication.localstate import new_history, start_copy
 
         ids = self.dirtable.ids()
-        read = {}
+        # (read by threads, at most ONLINE_LOOK_S: a hung disk's copy is not there)
+        copies, missing = read_copies(dict(enumerate(self.plan.log_dirs)), self.limits,
+                                      timeout_s=ONLINE_LOOK_S)
+        read = {index: (copies.get(index), missing.get(index, ""), True)
+                for index in range(len(self.plan.log_dirs))}
         for index, path in enumerate(self.plan.log_dirs):
-            read[index] = read_copy(path, self.limits)
             if read[index][1]:
                 self.say(f"log dir {path}: state file unusable: {read[index][1]}")
         by_path: dict[str, int] = {}
@@ -164,10 +180,11 @@ class LogDirsWorker(Admin, Worker):
         online = {d: self.plan.log_dirs[i] for i, d in ids.items()
                   if i not in self.table.offline_log_dirs()}
         if state is None:
-            if self.slots:
-                self.frozen = True
-                self.say("no log dir holds a readable state file; replicas across log dirs "
-                         "stay stopped (see docs/storage.md)")
+            # frozen when replicas exist; while the table cannot be read, until it can
+            self.unsure = not self.scanned
+            self.frozen = self.unsure or bool(self.slots)
+            if self.frozen and not self.unsure:
+                self.say(NO_COPY)
             return Document(online=sorted(online), dirs=dict(online), history=new_history())
         doc = Document.from_state(state)
         ids_at = {d: i for i, d in self.dirtable.ids().items()}
@@ -232,8 +249,9 @@ class LogDirsWorker(Admin, Worker):
         now = time.monotonic()
         self._writers_replaced()
         self._pass(now)  # on the doorbell too: a writer rang for a failure or an ISR
-        self.isr.poll()
-        self.admin_round(now)
+        if self.scanned:  # (until the table is read, nothing is known of the replicas)
+            self.isr.poll()
+            self.admin_round(now)
         self._pump()
 
     def _pump(self) -> None:
@@ -345,32 +363,21 @@ class LogDirsWorker(Admin, Worker):
                              f"{answer.get('message') or f'error {error}'}")
                 self.refused[key] = (told, time.monotonic() + RETRY_S)
         else:
+            if kind in ("delete", "stray") and error == ErrorCode.NONE:
+                self.forget_replica(what[2])  # (before a new one can claim the slot)
             self.admin_answered(what, error, answer)
-
-    # -- the table ---------------------------------------------------------------
-    def _scan(self) -> None:
-        """Where every dir-placed replica's slot is."""
-        try:
-            slots = self.table.scan()
-        except TornSlotError:  # a writer died mid-write; the supervisor repairs the slot
-            return
-        ids = self.dirtable.ids()
-        found: dict[TP, dict[int, int]] = {}
-        states = {}
-        for i, s in slots:
-            if s.placement != ptable.PLACEMENT_LOG_DIRS or s.state == ptable.FREE:
-                continue
-            dir_id = ids.get(s.owner)
-            if dir_id is None:
-                continue
-            found.setdefault((s.name, s.partition), {})[dir_id] = i
-            states[i] = s
-        self.slots, self.slot_states = found, states
 
     # -- the pass ----------------------------------------------------------------
     def _pass(self, now: float) -> None:
         self.next_pass = now + PASS_INTERVAL_S
-        self._scan()
+        if not self._scan():
+            return  # no decision on a table not read: the next pass looks again
+        if self.unsure:  # the start's decision, now that the replicas are known
+            self.unsure = False
+            self.frozen = bool(self.slots)
+            if self.frozen:
+                self.say(NO_COPY)
+        self._prune()
         if not self.frozen:
             for _ in range(len(self.plan.log_dirs) + 1):
                 live = self.live_dirs(now)
@@ -400,25 +407,11 @@ class LogDirsWorker(Admin, Worker):
                 self.table.bump_generation()
         self._update_dirtable()
 
-    def replica_live(self, tp: TP, live: set[int]) -> set[int]:
-        """The dirs of ``live`` where partition ``tp``'s replica is online."""
-        slots = self.slots.get(tp, {})
-        return {d for d in live if d in slots
-                and self.slot_states[slots[d]].state == ptable.ONLINE}
-
     def _decide(self, live: set[int]) -> dict:
-        changes = {}
-        default = bool(self.config["unclean.leader.election.enable"])
-        for tp, part in self.doc.parts.items():
-            if tp[0] in self.doc.deleting:
-                continue
-            unclean = elect.unclean_of(self.doc.configs.get(tp[0], {}), default)
-            new = elect.decide(part.replicas, part.leader, part.leader_epoch, part.isr,
-                               self.replica_live(tp, live), self.blocked, unclean)
-            if new is not None and (new.leader, new.leader_epoch, list(new.isr)) != (
-                    part.leader, part.leader_epoch, list(part.isr)):
-                changes[tp] = new
-        return changes
+        return elect.failover(
+            ((tp, part, self.doc.configs.get(tp[0], {}), self.replica_live(tp, live))
+             for tp, part in self.doc.parts.items() if tp[0] not in self.doc.deleting),
+            self.blocked, bool(self.config["unclean.leader.election.enable"]))
 
     def write_doc(self) -> bool:
         """Write the document (seq + 1) on every online dir: True when durable (written
@@ -481,51 +474,6 @@ class LogDirsWorker(Admin, Worker):
     def writers_left(self, live: set[int]) -> bool:
         """Whether a write can still be tried: some dir that is not failing."""
         return any(d not in self.write_failed and d not in self.write_late for d in live)
-
-    def _tell_replicas(self) -> None:
-        """Send every replica on a READY writer what the document gives it, when that
-        is not what it was sent last: leaders first, then followers, then the rest."""
-        orders = []
-        now = time.monotonic()
-        index_of = {d: w for w, d in self.dirtable.ids().items()}
-        offline = self.table.offline_log_dirs()
-        for tp, part in self.doc.parts.items():
-            if tp[0] in self.doc.deleting:
-                continue
-            slots = self.slots.get(tp, {})
-            replica_slots = {str(d): s for d, s in slots.items()}
-            leader_slot = slots.get(part.leader, -1)
-            for d, slot in slots.items():
-                w = index_of.get(d)
-                if w is None or w in offline or not self.writer_ready(w):
-                    continue
-                if d not in part.replicas and d not in part.target:
-                    continue  # a stray: the admin's business
-                role = ("leader" if part.leader == d else
-                        "stopped" if part.leader == -1 or self.frozen
-                        or d in self.blocked or d in self.held else "follower")
-                told = (role, part.leader, part.leader_epoch, leader_slot,
-                        tuple(sorted(slots.items())), tuple(part.replicas),
-                        tuple(part.isr) if role == "leader" else (), part.version
-                        if role == "leader" else 0)
-                key = (tp[0], tp[1], d)
-                if self.sent.get(key) == told:
-                    continue
-                refused = self.refused.get(key)
-                if refused is not None and refused[0] == told and now < refused[1]:
-                    continue
-                state = {"slot": slot, "topic": tp[0], "partition": tp[1], "role": role,
-                         "leader": part.leader, "leader_epoch": part.leader_epoch,
-                         "isr": list(part.isr), "isr_version": part.version,
-                         "replicas": list(part.replicas), "delete": False,
-                         "config": self.doc.configs.get(tp[0], {}), "placement": "log_dirs",
-                         "replica_slots": replica_slots, "leader_slot": leader_slot}
-                rank = {"leader": 0, "follower": 1}.get(role, 2)
-                orders.append((rank, w, key, told, state))
-        for _, w, key, told, state in sorted(orders, key=lambda o: o[0]):
-            self.sent[key] = told
-            token = self.token(("state", key, told))
-            self.to_writers[w].send(*env.encode_replica_state(token, state))
 
     def _update_dirtable(self) -> None:
         from hostbroker.shm.logdirs import LD_OFFLINE, LD_ONLINE, LD_REOPENING
