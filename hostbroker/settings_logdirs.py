@@ -53,6 +53,17 @@ LOGDIRS_SETTINGS: tuple[tuple[str, type, int, str, int, int], ...] = (
      "Most log dir ids the replication state file's online list (and its list of refused "
      "copies) may name; a copy naming more is not read. At least the number of log.dirs, "
      "else the broker refuses to start.", 2, 65536),
+    ("logdirs.create.round.ms", int, 50,
+     "Longest hb-logdirs makes replicas (a topic's creation, a reassignment's new "
+     "replicas, a lost replica given back) in one round of its loop, holding the admin "
+     "lock, before it goes on with failover and ISR commits (one replica at least); the "
+     "rest are made in the next rounds, and a creation is answered once every replica is "
+     "made and the topic written to the state file.", 1, 60000),
+    ("logdirs.online.wait.ms", int, 20000,
+     "Longest `hostbroker logdirs online` waits for the reopened log dir's writer to be "
+     "back (recovered and ready); past it the tool answers that the dir is not back yet "
+     "(it may still come back: `hostbroker logdirs list`). Below the tool's own 30 s "
+     "timeout.", 100, 600000),
     ("logdirs.writer.grace.ms", int, 300,
      "A writer dead or not ready this long counts as not live for replicas across log "
      "dirs: its leaderships move (its dir is not flagged offline; its replicas rejoin as "

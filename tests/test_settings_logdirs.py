@@ -18,7 +18,8 @@ def test_they_are_broker_settings_with_their_defaults():
         "logdirs.state.write.timeout.ms": 200, "logdirs.state.write.fail.ms": 600,
         "logdirs.state.retry.ms": 1000,
         "logdirs.state.max.bytes": 64 << 20, "logdirs.state.max.online": 256,
-        "logdirs.writer.grace.ms": 300}
+        "logdirs.writer.grace.ms": 300, "logdirs.create.round.ms": 50,
+        "logdirs.online.wait.ms": 20000}
     assert all(key in SETTINGS_BY_KEY for key, *_ in LOGDIRS_SETTINGS)
     assert settings_logdirs.MAX_REPLICAS == MAX_REPLICAS
 

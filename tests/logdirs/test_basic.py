@@ -126,13 +126,13 @@ def test_a_follower_writer_killed_while_it_copies_catches_up(broker):
     (follower,) = [s for _, s in replica_slots(broker, "kf", 0) if s.role != ROLE_LEADER]
     name = f"hb-writer-{follower.owner}"
     victim = broker.workers()[name]
-    # stopped, it falls behind by more than one copy (replica.fetch.max.bytes): its
+    # stopped, it falls behind by many copies (replica.fetch.max.bytes, 1 MiB): its
     # next run is a catch-up, and it is killed in the middle of it
     os.kill(victim, signal.SIGSTOP)
     acked = []
     try:
         with broker.client() as c:
-            for i in range(30):
+            for i in range(100):
                 batch = [f"kf-{i}-{j}".encode() * 20 for j in range(500)]  # ~100 KB
                 c.produce("kf", 0, encode_message_set(batch), acks=1)
                 acked += [(0, v) for v in batch]
@@ -141,7 +141,13 @@ def test_a_follower_writer_killed_while_it_copies_catches_up(broker):
         os.kill(victim, signal.SIGCONT)
     poll(lambda: _end(broker, follower.owner) > before, 10, "the follower copying again",
          every=0.001)
-    os.kill(victim, signal.SIGKILL)
+    os.kill(victim, signal.SIGSTOP)  # (stopped, it copies no more: what it holds is read)
+    try:
+        (leader,) = [s for _, s in replica_slots(broker, "kf", 0) if s.role == ROLE_LEADER]
+        behind = leader.end_offset - _end(broker, follower.owner)
+    finally:
+        os.kill(victim, signal.SIGKILL)
+    assert behind > 0, "the follower had caught up before it was killed"
     broker.wait_worker_replaced(name, victim)
     log = AckedLog(broker, "kf", 1, max_bytes=100_000)
     log.start()

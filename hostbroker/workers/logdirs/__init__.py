@@ -21,7 +21,8 @@ Owns:
 - where each dir-placed replica's slot is, and the role each is told
   (:mod:`.replicas`: only those slots are read, not the whole table);
 - topic admin of dir-placed topics forwarded by handlers (OP_LOCAL_ADMIN:
-  create, delete, alter, online, forget; :mod:`.admin`);
+  create, delete, alter, online, forget; :mod:`.admin`, the replicas it
+  makes a few per round: :mod:`.creation`);
 - the LogDirTable (``shm/logdirs.py``): it is its only writer after the
   supervisor filled it.
 

@@ -5,17 +5,17 @@ Mixin of :class:`~hostbroker.workers.logdirs.worker.LogDirsWorker`. Requests
 (json, answered on ``dans`` with the request's token as ``{"error",
 "message", "results"}``):
 
-- ``create``: place the replicas (``replication/dirplacement.place_replicas``
-  over the live dirs), write the document, create each replica
-  (``replica_slots.create_replica``, STOPPED, admin lock held), bump the
-  table generation; the next pass makes the first replica lead (epoch 0,
-  ISR all).
+- ``create``: checked, placed and its replicas made a few per round
+  (:mod:`.creation`); the topic written into the document once they all are,
+  then answered; the next pass makes the first replica lead (epoch 0, ISR
+  all).
 - ``delete``: the topic goes into ``deleting`` (written), each replica's
   writer is sent OP_REPLICA_STATE with ``delete``; once every one sent has
   answered, the topic leaves the document. A replica on an offline dir is
   a stray when its dir returns, and is deleted then.
 - ``alter``: a reassignment (one at a time): ``target`` written, the new
-  replicas created as followers with ``replicas`` = old + new; once every
+  replicas created as followers with ``replicas`` = old + new (as a lost
+  replica is given back, :mod:`.creation`); once every
   target dir is in the committed ISR the leadership moves to the first target
   dir in the ISR if the leader leaves; then ``replicas`` = target, ``target``
   dropped; the replicas left over are strays, deleted.
@@ -27,11 +27,15 @@ Mixin of :class:`~hostbroker.workers.logdirs.worker.LogDirsWorker`. Requests
   the dir *held*, when newer than the copy this broker started from or of
   another history: the document takes a new history and records the refused
   copy, see ``replication/localstate.py``); OP_DIR_REOPEN to its writer, answered once
-  the writer's replacement is READY.
+  the writer's replacement is READY (an error while the dir is still
+  unusable), or after ``logdirs.online.wait.ms``.
 - ``forget``: consent to lose what a missing dir, or one whose copy could not
   be read, may hold: partitions whose ISR names it may elect again; for a
   held dir (its copy refused or of another history), consent to lose its copy:
   its refusal leaves the document and ``online`` takes it back.
+
+Every change is durable before it applies: when the state file write fails,
+the document is put back as it was (a request is answered STORAGE_ERROR).
 
 A stray (a dir-placed replica the document does not assign) is deleted only
 while the document is certain (no dir blocked or held); otherwise it stays
@@ -40,6 +44,7 @@ STOPPED, with one line.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import time
@@ -48,12 +53,10 @@ from hostbroker.errors import ErrorCode, HostbrokerError
 from hostbroker.shm import partitions as ptable
 from hostbroker.workers import envelopes as env
 from hostbroker.workers.logdirs import elect
+from hostbroker.workers.logdirs.creation import Creations
+from hostbroker.workers.logdirs.creation import answer as _answer
 
 TP = tuple[str, int]
-
-
-def _answer(code: int, message: str = "", results=()) -> dict:
-    return {"error": int(code), "message": message, "results": [list(r) for r in results]}
 
 
 ONLINE_LOOK_S = 5.0  # `logdirs online` answers STORAGE_ERROR when the dir takes longer
@@ -103,17 +106,19 @@ class _Look:
             self.finished.set()
 
 
-class Admin:
+class Admin(Creations):
     """Mixin: the OP_LOCAL_ADMIN service (see the module docstring)."""
 
     def init_admin(self) -> None:
         self.defaults = self.config.log_defaults()
         self.deletions: dict[str, set] = {}  # topic -> slots told to delete, not answered yet
-        self.reopening: dict[int, tuple] = {}  # writer -> (handler, token, path, epoch sent)
+        # writer -> (handler, token, path, its epoch when sent, when sent)
+        self.reopening: dict[int, tuple] = {}
         # (slot, topic, p) -> the writer epoch it was told to delete in
         self.strays_told: dict[tuple, int] = {}
-        self.lost_tried: dict[tuple, int] = {}  # (t, p, dir) -> writer epoch of the last try
         self.looking: dict[int, _Look] = {}  # writer -> `logdirs online` reading its dir
+        self.online_wait_s = self.config["logdirs.online.wait.ms"] / 1000
+        self.init_creations()
 
     # -- requests ------------------------------------------------------------
     def _take_requests(self) -> None:
@@ -148,13 +153,13 @@ class Admin:
         self.answers[h].send(*env.encode_json(env.OP_LOCAL_ADMIN, token, answer))
 
     def admin_request(self, h: int, token: int, request: dict) -> dict | None:
-        """The answer, or None when it comes later (``online``)."""
+        """The answer, or None when it comes later (``online``, a long ``create``)."""
         op = request["op"]
         if self.frozen:
             return _answer(ErrorCode.STORAGE_ERROR, "no log dir holds a readable state file")
         if op == "create":
             return self._create(str(request["topic"]), int(request["partitions"]),
-                                int(request["rf"]), dict(request.get("config") or {}))
+                                int(request["rf"]), dict(request.get("config") or {}), h, token)
         if op == "delete":
             return self._delete(str(request["topic"]))
         if op == "alter":
@@ -165,116 +170,6 @@ class Admin:
             return self._forget(int(request["dir_id"]))
         return _answer(ErrorCode.INVALID_REQUEST, f"no admin op {op!r}")
 
-    # -- create ------------------------------------------------------------------
-    def _exists(self, topic: str) -> bool:
-        return topic in self.doc.configs or any(
-            s.name == topic and s.state != ptable.FREE for _, s in self.table.scan())
-
-    def _create(self, topic: str, partitions: int, rf: int, config: dict) -> dict:
-        from hostbroker.log.segments import validate_topic_name
-        from hostbroker.replication.dirplacement import place_replicas
-
-        validate_topic_name(topic)
-        if rf == -1:
-            rf = self.config["default.replication.factor"]
-        if not 1 <= rf <= ptable.MAX_REPLICAS:
-            return _answer(ErrorCode.INVALID_REPLICATION_FACTOR,
-                           f"replication factor {rf} must be 1 to {ptable.MAX_REPLICAS}")
-        limit = self.config["max.partitions.per.topic"]
-        if not 1 <= partitions <= limit:
-            return _answer(ErrorCode.INVALID_REQUEST, f"partitions must be between 1 and {limit}")
-        config = {str(k): str(v) for k, v in config.items()}
-        try:
-            log_config = self.defaults.with_overrides(config)
-        except HostbrokerError as e:
-            return _answer(ErrorCode.INVALID_CONFIG, str(e))
-        if log_config.min_insync_replicas > rf:
-            return _answer(ErrorCode.INVALID_CONFIG,
-                           f"min.insync.replicas {log_config.min_insync_replicas} is more than "
-                           f"the replication factor {rf}")
-        if self._exists(topic):
-            return _answer(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {topic} already exists")
-        live = self.live_dirs(time.monotonic())
-        loads = self._loads(live)
-        try:
-            placed = place_replicas(loads, list(range(partitions)), rf)
-        except ValueError as e:
-            return _answer(ErrorCode.INVALID_REPLICATION_FACTOR, str(e))
-        self.doc.configs[topic] = config
-        for p, replicas in placed.items():
-            self.doc.parts[(topic, p)] = self.new_part(replicas)
-        if not self.write_doc():
-            del self.doc.configs[topic]
-            for p in placed:
-                del self.doc.parts[(topic, p)]
-            answer = self._not_written()
-            if not self.write_problem:  # (a dir that took the write must not keep a copy naming it)
-                self.write_doc()
-            return answer
-        results, failed = self._create_replicas(topic, placed, config)
-        if failed:
-            self.say(f"topic {topic}: {failed}; it is deleted")
-            self._delete(topic)
-            # (no results: a plain topic of that name came first)
-            return _answer(ErrorCode.STORAGE_ERROR if results
-                           else ErrorCode.TOPIC_ALREADY_EXISTS, failed)
-        return _answer(ErrorCode.NONE, "", results)
-
-    def _loads(self, live: set[int]) -> dict:
-        """``DirLoad`` of each configured dir from the partition table (usable: in
-        ``live``)."""
-        from hostbroker.replication.dirplacement import DirLoad
-
-        ids = self.dirtable.ids()
-        every = set(ids.values()) | live
-        replicas = {d: 0 for d in every}
-        leaders = {d: 0 for d in every}
-        size = {d: 0 for d in every}
-        for _, s in self.table.scan():
-            d = ids.get(s.owner)
-            if d not in replicas or s.state == ptable.FREE:
-                continue
-            replicas[d] += 1
-            size[d] += max(0, s.end_offset - s.start_offset)
-            if s.role == ptable.ROLE_LEADER or s.role == ptable.ROLE_PLAIN:
-                leaders[d] += 1
-        return {d: DirLoad(replicas[d], leaders[d], size[d], self.device_of(d), d in live)
-                for d in every}
-
-    def _create_replicas(self, topic: str, placed: dict, config: dict,
-                         only: dict | None = None) -> tuple[list, str]:
-        """Create the replicas of ``placed`` ({p: dirs}; ``only``: {p: the dirs to
-        create}) under the admin lock; (results, the first failure or "")."""
-        from hostbroker.workers.replica_slots import PLACEMENT_LOG_DIRS, create_replica
-
-        results, failed = [], ""
-        with self.lock:
-            if only is None and any(s.name == topic and s.state != ptable.FREE
-                                    and s.placement != PLACEMENT_LOG_DIRS
-                                    for _, s in self.table.scan()):
-                # a handler created a plain topic of that name since the check
-                return [], f"topic {topic} already exists"
-            for p, replicas in sorted(placed.items()):
-                code = ErrorCode.NONE
-                part = self.doc.parts[(topic, p)]
-                for d in (only.get(p, []) if only is not None else replicas):
-                    index = self.dirtable.index_of(d)
-                    try:
-                        if index is None:
-                            raise HostbrokerError(f"log dir id {d} is not configured",
-                                                  ErrorCode.STORAGE_ERROR)
-                        create_replica(self.table, self.commits, self.plan.log_dirs[index], index,
-                                       topic, p, part.replicas, config, self.defaults,
-                                       PLACEMENT_LOG_DIRS, leader=part.leader,
-                                       leader_epoch=part.leader_epoch)
-                    except HostbrokerError as e:
-                        code = e.code
-                        failed = failed or f"{topic}-{p} on log dir id {d}: {e}"
-                results.append((topic, p, code))
-            self.table.bump_generation()
-        self._scan()
-        return results, failed
-
     # -- delete ------------------------------------------------------------------
     def _delete(self, topic: str) -> dict:
         if topic not in self.doc.configs:
@@ -283,6 +178,7 @@ class Admin:
             self.doc.deleting.append(topic)
             if not self.write_doc():
                 self.doc.deleting.remove(topic)
+                self.write_back()
                 return self._not_written()
         self._send_deletes(topic)
         return _answer(ErrorCode.NONE, "", [(topic, p, ErrorCode.NONE)
@@ -316,11 +212,15 @@ class Admin:
         elif kind == "reopen":
             w = what[1]
             waiting = self.reopening.get(w)
-            if waiting is not None and error == ErrorCode.NONE:
-                # answered at all: the writer was not offline (an offline one exits)
-                del self.reopening[w]
+            if waiting is None or (error == ErrorCode.NONE and answer.get("reopening")):
+                return  # it exits: answered once its replacement is READY (_reopen_round)
+            del self.reopening[w]
+            if error == ErrorCode.NONE:  # it was not offline: nothing to reopen
                 self.reply(waiting[0], waiting[1],
                            _answer(ErrorCode.NONE, f"log dir {waiting[2]} is online"))
+            else:
+                self.reply(waiting[0], waiting[1], _answer(
+                    error, f"log dir {waiting[2]}: {answer.get('message') or 'not reopened'}"))
 
     # -- online, forget -------------------------------------------------------
     def _online(self, h: int, token: int, path: str) -> dict | None:
@@ -396,7 +296,7 @@ class Admin:
         self.blocked.discard(found)  # (its copy is not newer: it holds replicas like any other)
         self.unidentified.discard(w)
         self.dirtable.set_state(w, LD_REOPENING)
-        self.reopening[w] = (look.h, look.token, wanted, self.writer_epochs[w])
+        self.reopening[w] = (look.h, look.token, wanted, self.writer_epochs[w], time.monotonic())
         self.to_writers[w].send(*env.encode_dir_reopen(self.token(("reopen", w)), found))
         return None
 
@@ -440,10 +340,13 @@ class Admin:
         if dir_id not in self.blocked and dir_id not in self.doc.known_ids():
             return _answer(ErrorCode.LOG_DIR_NOT_FOUND, f"no log dir id {dir_id} is known")
         refused = self.doc.refused.pop(dir_id, None)
-        self.doc.dirs.pop(dir_id, None)
-        if not self.write_doc():
+        path = self.doc.dirs.pop(dir_id, None)
+        if not self.write_doc():  # not durable: nothing forgotten
             if refused is not None:
                 self.doc.refused[dir_id] = refused
+            if path is not None:
+                self.doc.dirs[dir_id] = path
+            self.write_back()
             return self._not_written()
         self.blocked.discard(dir_id)
         self.held.pop(dir_id, None)  # (`logdirs online` takes it back, its copy overwritten)
@@ -477,59 +380,89 @@ class Admin:
         if any(code for _, _, code in results):
             return _answer(ErrorCode.INVALID_REQUEST, "no partition moved: see each one's error",
                            results)
-        added: dict[TP, list[int]] = {}
+        old = self._entries(moves)
         for tp, dirs in moves.items():
             part = self.doc.parts[tp]
             if dirs == part.replicas:
                 continue
-            added[tp] = [d for d in dirs if d not in part.replicas]
             part.target = dirs
-            part.replicas = part.replicas + added[tp]
+            part.replicas = part.replicas + [d for d in dirs if d not in part.replicas]
             part.version += 1
-        if not self.write_doc():
+        if not self.write_doc():  # not durable: nothing moves
+            self._restore(old)
+            self.write_back()
             return self._not_written()
-        for (topic, p), dirs in added.items():
-            if dirs:
-                _, failed = self._create_replicas(topic, {p: self.doc.parts[(topic, p)].replicas},
-                                                  self.doc.configs.get(topic, {}), {p: dirs})
-                if failed:
-                    self.say(f"reassignment: {failed}")
+        # the new replicas are made as lost ones are given back: a few per round
+        self._give_back(live, time.monotonic() + self.create_round_s)
         return _answer(ErrorCode.NONE, "", results)
 
+    def _entries(self, tps) -> dict:
+        """Copies of the document entries of ``tps``, for :meth:`_restore`."""
+        return {tp: dataclasses.replace(
+            part, replicas=list(part.replicas), isr=list(part.isr), target=list(part.target))
+            for tp, part in ((tp, self.doc.parts[tp]) for tp in tps)}
+
+    def _restore(self, old: dict) -> None:
+        """Put back, in place, the entries :meth:`_entries` copied (a write failed)."""
+        for tp, saved in old.items():
+            part = self.doc.parts[tp]
+            for field in dataclasses.fields(saved):
+                setattr(part, field.name, getattr(saved, field.name))
+
     def _advance_moves(self, live: set[int]) -> None:
-        """Steps 3 and 4 of each reassignment under way."""
-        changed = False
-        for tp, part in self.doc.parts.items():
-            if not part.target:
-                continue
+        """Steps 3 and 4 of each reassignment under way, applied once written."""
+        old = self._entries([tp for tp, part in self.doc.parts.items() if part.target])
+        moved = False
+        for tp in old:
+            part = self.doc.parts[tp]
             new = elect.moved_leader(part.replicas, part.target, part.leader, part.leader_epoch,
                                      part.isr, live)
             if new is not None:
                 part.leader, part.leader_epoch = new.leader, new.leader_epoch
                 part.version += 1
-                self.moved = changed = True
+                moved = True
             elif part.leader in part.target and all(d in part.isr for d in part.target):
                 part.replicas = list(part.target)
                 part.isr = [d for d in part.isr if d in part.target]
                 part.target = []
                 part.version += 1
-                changed = True
-        if changed:
-            self.write_doc()
+        if any(self.doc.parts[tp] != part for tp, part in old.items()):
+            if not self.write_doc():  # tried again next round
+                self._restore(old)
+                self.write_back()
+            elif moved:
+                self.moved = True
 
     # -- each round -------------------------------------------------------------
-    def admin_round(self, now: float) -> None:
-        self._online_round(now)
-        for w, (h, token, path, epoch) in list(self.reopening.items()):
+    def _reopen_round(self, now: float) -> None:
+        """Answer ``logdirs online`` once the reopened dir's writer is back: its
+        replacement READY, the dir usable or not; or, past
+        ``logdirs.online.wait.ms``, that it is not back yet."""
+        for w, (h, token, path, epoch, since) in list(self.reopening.items()):
             if self.writer_epochs[w] != epoch and self.writer_ready(w):
                 del self.reopening[w]
+                self._update_dirtable()  # (the tool reads the dir's state next)
                 if w in self.table.offline_log_dirs():
                     self.reply(h, token, _answer(ErrorCode.STORAGE_ERROR,
-                                                 f"log dir {path} is still unusable"))
+                                                 f"log dir {path} is still unusable (see the "
+                                                 "broker's log)"))
                 else:
                     self.reply(h, token, _answer(ErrorCode.NONE, f"log dir {path} is online"))
+            elif now - since >= self.online_wait_s:
+                del self.reopening[w]
+                self.reply(h, token, _answer(
+                    ErrorCode.REQUEST_TIMED_OUT,
+                    f"log dir {path}: its writer is not back after "
+                    f"{self.online_wait_s * 1000:g} ms (logdirs.online.wait.ms); "
+                    "`hostbroker logdirs list` shows when the dir is online"))
+
+    def admin_round(self, now: float) -> None:
+        self._online_round(now)
+        self._reopen_round(now)
         if self.frozen:
             return
+        deadline = time.monotonic() + self.create_round_s  # (replicas made this round)
+        self._creations_round(deadline)
         live = self.live_dirs(now)
         if self.doc.moving():
             self._advance_moves(live)
@@ -537,23 +470,34 @@ class Admin:
             if not tokens:
                 del self.deletions[topic]
                 self._drop_topic(topic)
-        self._strays_and_lost(live)
+        self._strays(live)
+        self._give_back(live, deadline)
 
     def _drop_topic(self, topic: str) -> None:
-        self.doc.configs.pop(topic, None)
-        for tp in [tp for tp in self.doc.parts if tp[0] == topic]:
-            del self.doc.parts[tp]
+        """The end of a deletion: the topic leaves the document once written."""
+        config = self.doc.configs.pop(topic, None)
+        parts = {tp: self.doc.parts.pop(tp) for tp in [tp for tp in self.doc.parts
+                                                         if tp[0] == topic]}
+        deleting = list(self.doc.deleting)
         if topic in self.doc.deleting:
             self.doc.deleting.remove(topic)
-        self.write_doc()
+        if not self.write_doc():  # not durable: kept, and dropped again next round
+            if config is not None:
+                self.doc.configs[topic] = config
+            self.doc.parts.update(parts)
+            self.doc.deleting = deleting
+            self.deletions[topic] = set()
+            self.write_back()
+            return
         with self.lock:
             self.table.bump_generation()
 
-    def _strays_and_lost(self, live: set[int]) -> None:
-        """Delete the replicas the document does not assign (only while it is certain),
-        and give an empty replica back to an assigned live dir that lost its partition
-        dir, once the ISR no longer names it."""
+    def _strays(self, live: set[int]) -> None:
+        """Delete the replicas the document does not assign (only while it is certain;
+        not those of a topic being created)."""
         for (topic, p), slots in self.slots.items():
+            if topic in self.creating:
+                continue
             part = self.doc.parts.get((topic, p))
             assigned = part is not None and topic not in self.doc.deleting
             for d, slot in slots.items():
@@ -572,19 +516,3 @@ class Admin:
                         self.strays_told[told] = -1
                     continue
                 self._tell_delete(topic, p, d, slot, ("stray", topic, slot))
-        for tp, part in self.doc.parts.items():
-            if tp[0] in self.doc.deleting:
-                continue
-            slots = self.slots.get(tp, {})
-            for d in part.replicas:
-                if d not in live or d in slots or d in part.isr:
-                    continue
-                w = self.dirtable.index_of(d)
-                key = (tp[0], tp[1], d)
-                if w is None or self.lost_tried.get(key) == self.writer_epochs[w]:
-                    continue
-                self.lost_tried[key] = self.writer_epochs[w]
-                _, failed = self._create_replicas(tp[0], {tp[1]: part.replicas},
-                                                  self.doc.configs.get(tp[0], {}), {tp[1]: [d]})
-                if failed:
-                    self.say(f"cannot give back a lost replica: {failed}")

@@ -241,6 +241,8 @@ class LogDirsWorker(Admin, DirReplicas, Worker):
     def _timeout(self) -> float:
         if any(s.pending() for s in self.to_writers) or any(s.pending() for s in self.answers):
             return 0.01
+        if self.creation_due():  # replicas still to make: the next round at once
+            return 0.0
         return max(0.0, min(PASS_INTERVAL_S, self.next_pass - time.monotonic()))
 
     def _cycle(self) -> None:
