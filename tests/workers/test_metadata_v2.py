@@ -424,7 +424,9 @@ def test_a_real_broker_creates_serves_and_deletes_a_topic_across_log_dirs(broker
         parts = md.topics[0].partitions
         if md.topics[0].error_code or len(parts) != 2:
             return None
-        return md if all(p.leader_dir != -1 and p.isr_dirs == p.replica_dirs
+        # (the dir the state names leader is told so in the pass after: until it
+        # serves, METADATA's leader is -1)
+        return md if all(p.leader_dir != -1 and p.leader != -1 and p.isr_dirs == p.replica_dirs
                          for p in parts) else None
 
     md = wait_for(led)
