@@ -365,7 +365,7 @@ class LogDirsRequests:
         seen_key = tuple(seen)
         if seen_key != self._state_seen:
             self._state_seen = seen_key
-            self._state = _read_newest(paths)
+            self._state = _read_newest(paths, localstate.StateLimits.of(self.config))
         return self._state
 
 
@@ -385,9 +385,10 @@ def peek_seq(path: str) -> int:
     return int(found.group(1)) if found else -1
 
 
-def _read_newest(paths: dict[int, str]):
+def _read_newest(paths: dict[int, str], limits: localstate.StateLimits):
     """The state in the newest of the copies (log dir id -> path) that reads
-    and decodes, None if none does: the copies are tried by their ``seq``
+    and decodes under the broker's ``limits``, None if none does: the copies
+    are tried by their ``seq``
     (:func:`peek_seq`), highest first, so one decode serves unless the
     newest copy is damaged."""
     ranked = []
@@ -398,8 +399,8 @@ def _read_newest(paths: dict[int, str]):
             continue  # (gone or damaged: another copy serves)
     for _, _, path in sorted(ranked, reverse=True):
         try:
-            raw = read_file(path, localstate.STATE_MAX_BYTES)
-            return localstate.decode_state(raw, path)  # (refuses one too long)
+            raw = read_file(path, limits.max_bytes)
+            return localstate.decode_state(raw, path, limits)  # (refuses one too long)
         except (OSError, HostbrokerError):
             continue  # (a damaged copy: hb-logdirs says so; another serves)
     return None

@@ -1,4 +1,4 @@
-"""The fixtures of tests/logdirs/ checked on their own: the tmpfs helper fills a
+"""The fixtures of tests/logdirs/ checked on their own: tests/mounts.py fills a
 real filesystem to ENOSPC and unmounts what it mounted; assert_all_acked
 finds a lost or misordered acknowledged value and lets a retried duplicate
 pass; and a dirs_broker with a tmpfs dir serves plain partitions on every dir,
