@@ -154,7 +154,7 @@ def test_only_the_newest_copy_is_decoded(rig, monkeypatch):
     decoded = []
     real = localstate.decode_state
     monkeypatch.setattr(localstate, "decode_state",
-                        lambda raw, path: decoded.append(path) or real(raw, path))
+                        lambda raw, path, limits: decoded.append(path) or real(raw, path, limits))
     (t0,) = _metadata_v2(rig, "t").topics[0].partitions
     assert t0.target_dirs == (5, 3) and decoded == [newest]
     # the newest copy damaged past its head: the next newest serves
