@@ -71,6 +71,20 @@ def test_a_dead_hb_http_is_replaced_on_the_same_socket(served):
         client.metadata()
 
 
+def test_a_stopped_hb_http_is_aborted_and_replaced(served):
+    old = served.workers()["hb-http"]
+    with connect(served.http_port) as held:  # a connection it held goes with it
+        held.sendall(b"GET /nope HTTP/1.1\r\nHost: t\r\n\r\n")
+        assert read_answer(held).status == 404  # accepted by it, kept alive
+        os.kill(old, signal.SIGSTOP)
+        served.wait_worker_replaced("hb-http", old, timeout=3.0 + 10)
+        wait_http(served.http_port)
+        assert request(served.http_port, "GET", "/nope").status == 404
+        held.settimeout(5)
+        assert held.recv(1) == b""
+    assert "silent for" in served.log()
+
+
 def test_the_context_reads_the_tables_and_asks_the_broker(served):
     config = Config.build(overrides=[f"{k}={v}" for k, v in served.settings.items()])
     context = HttpContext(BrokerPlan.from_config(config))
