@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 
@@ -106,6 +107,24 @@ def test_without_http_listeners_there_is_no_hb_http(tmp_path):
     broker.start()
     try:
         assert not [name for name in broker.workers() if name.startswith("hb-http")]
+    finally:
+        stop_or_kill(broker)
+
+
+def test_every_listener_is_served_ipv4_and_ipv6(tmp_path):
+    with socket.socket(socket.AF_INET6) as probe:
+        probe.bind(("::1", 0))
+        v6 = probe.getsockname()[1]
+    broker = http_broker(tmp_path)
+    broker.stop()
+    broker.settings["http.listeners"] += f",http://[::1]:{v6}"
+    broker.start()
+    try:
+        wait_http(broker.http_port)
+        with socket.create_connection(("::1", v6), timeout=10) as sock:
+            sock.sendall(b"GET /nope HTTP/1.1\r\nHost: [::1]\r\n\r\n")
+            assert read_answer(sock).status == 404
+        assert f"HTTP on http://127.0.0.1:{broker.http_port}, http://[::1]:{v6}" in broker.log()
     finally:
         stop_or_kill(broker)
 
