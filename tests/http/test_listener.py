@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -124,7 +125,11 @@ def test_every_listener_is_served_ipv4_and_ipv6(tmp_path):
         with socket.create_connection(("::1", v6), timeout=10) as sock:
             sock.sendall(b"GET /nope HTTP/1.1\r\nHost: [::1]\r\n\r\n")
             assert read_answer(sock).status == 404
-        assert f"HTTP on http://127.0.0.1:{broker.http_port}, http://[::1]:{v6}" in broker.log()
+        line = f"HTTP on http://127.0.0.1:{broker.http_port}, http://[::1]:{v6}"
+        deadline = time.monotonic() + 10  # said once hb-http is ready, maybe after it answered
+        while line not in broker.log() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert line in broker.log()
     finally:
         stop_or_kill(broker)
 
