@@ -1,0 +1,138 @@
+"""What an HTTP handler may use: :class:`HttpContext`, built once in ``hb-http``.
+
+Owns: hb-http's read-only attachments to the broker's shared memory (the
+process board, the partition table, the log dir table, and the per-process
+stats tables of :mod:`hostbroker.shm.stats`), and its one connection to this
+broker (:meth:`HttpContext.broker_client`). Handlers read the tables for
+what the broker already counts and send a request for anything else
+(metadata, groups, offsets, topic changes): that request goes the normal
+route, through the acceptor, a processor and a handler, like any client's.
+There is no second path into the broker and nothing here writes shared
+memory.
+
+Attaching is lazy and forgiving: a table that is not there (the stats of a
+broker built without them, a region whose process has not made it yet) is
+left out and looked for again at the next call, so a page shows what there
+is rather than failing.
+
+Runs in hb-http only, single-threaded: the broker connection is blocking,
+bounded by ``BROKER_TIMEOUT_S``, and shared by every request of the process.
+"""
+
+from __future__ import annotations
+
+import sys
+from hostbroker.config import Config, parse_listener
+from hostbroker.shm.logdirs import LogDirTable
+from hostbroker.shm.partitions import PartitionTable
+from hostbroker.shm.procs import ProcessBoard
+from hostbroker.workers.plan import BrokerPlan
+
+# A request hb-http sends its own broker is answered in milliseconds; a broker
+# that does not answer within this fails the page (502), not the listener.
+BROKER_TIMEOUT_S = 5.0
+CLIENT_ID = "hb-http"
+
+
+def broker_uri(config: Config) -> str:
+    """The listener hb-http talks to: the first ``unix://``, else the first
+    ``tcp://`` (a wildcard host reached on loopback)."""
+    listeners = config.listeners
+    for uri in listeners:
+        if uri.startswith("unix://"):
+            return uri
+    parsed = parse_listener(listeners[0])
+    host = parsed[1]
+    if host in ("", "0.0.0.0"):
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
+    return f"tcp://[{host}]:{parsed[2]}" if ":" in host else f"tcp://{host}:{parsed[2]}"
+
+
+class HttpContext:
+    """The plan and configuration, the shared tables (read-only), and the broker client."""
+
+    def __init__(self, plan: BrokerPlan):
+        self.plan = plan
+        self.config: Config = plan.config
+        self._board: ProcessBoard | None = None
+        self._table: PartitionTable | None = None
+        self._logdirs: LogDirTable | None = None
+        self._client = None
+        self._partition_stats: dict[tuple[str, int], object] = {}
+        self._api_stats: dict[tuple[str, int], object] = {}
+
+    # -- shared memory (read-only) -------------------------------------------------
+    @property
+    def board(self) -> ProcessBoard:
+        if self._board is None:
+            self._board = ProcessBoard.attach(self.plan.board_name, readonly=True)
+        return self._board
+
+    @property
+    def table(self) -> PartitionTable:
+        """The partition table (slot = the index of the stats tables' rows)."""
+        if self._table is None:
+            self._table = PartitionTable.attach(self.plan.table_name, readonly=True)
+        return self._table
+
+    @property
+    def logdirs(self) -> LogDirTable | None:
+        """The log dir table, or None when it cannot be attached."""
+        if self._logdirs is None:
+            try:
+                self._logdirs = LogDirTable.attach(self.plan.logdirs_name, readonly=True)
+            except (OSError, ValueError):
+                return None
+        return self._logdirs
+
+    def partition_stats(self) -> list[tuple[tuple[str, int], object]]:
+        """``((kind, index), PartitionStats)`` of every process that keeps them."""
+        return self._stats("PartitionStats", "stats_name", "stats_workers",
+                           self._partition_stats)
+
+    def api_stats(self) -> list[tuple[tuple[str, int], object]]:
+        """``((kind, index), ApiStats)`` of every process that keeps them."""
+        return self._stats("ApiStats", "api_stats_name", "api_stats_workers", self._api_stats)
+
+    def _stats(self, cls_name: str, name_of: str, workers_of: str, cache: dict) -> list:
+        try:
+            from hostbroker.shm import stats
+        except ImportError:  # a broker built without them
+            return []
+        cls = getattr(stats, cls_name, None)
+        naming = getattr(self.plan, name_of, None)
+        if cls is None or naming is None:
+            return []
+        keepers = getattr(self.plan, workers_of, None)
+        for key in (keepers() if keepers is not None else self.plan.workers()):
+            if key not in cache:
+                try:
+                    cache[key] = cls.attach(naming(*key), readonly=True)
+                except (OSError, ValueError):  # not made (yet) by that process's kind
+                    continue
+        return sorted(cache.items())
+
+    # -- the broker ---------------------------------------------------------------
+    def broker_client(self):
+        """A :class:`hostbroker.client.simple.SimpleClient` to this broker
+        (:func:`broker_uri`), connected on first use. After a failed request
+        call :meth:`drop_client`: the next call opens a fresh connection."""
+        if self._client is None:
+            from hostbroker.client.simple import SimpleClient
+            self._client = SimpleClient(broker_uri(self.config), CLIENT_ID,
+                                        timeout=BROKER_TIMEOUT_S)
+        return self._client
+
+    def drop_client(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            try:
+                client.close()
+            except OSError as e:
+                print(f"hostbroker: hb-http: closing the broker connection: {e}",
+                      file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        self.drop_client()
