@@ -105,6 +105,38 @@ class Recorder:
         stats.clear_row(self._all, slot)
 
 
+class Unrecorded:
+    """Counts nothing: a worker's ``stats`` until its ``init_process``
+    attaches its own :class:`Recorder` (a worker object built without a
+    process, as tests build one, records nowhere)."""
+
+    partitions = words = None
+    rows = 0
+
+    @staticmethod
+    def request(api_key: int, latency_ns: int) -> None:
+        pass
+
+    @staticmethod
+    def error(api_key: int, n: int = 1) -> None:
+        pass
+
+    @staticmethod
+    def appended(slot: int, messages: int, nbytes: int) -> None:
+        pass
+
+    @staticmethod
+    def fetched(parts, reads, piece_at: int = 4) -> bool:
+        return any(part[2] for part in parts)
+
+    @staticmethod
+    def clear_everywhere(slot: int) -> None:
+        pass
+
+
+UNRECORDED = Unrecorded()
+
+
 # -- errors in a response object ----------------------------------------------
 
 _NESTED: dict[type, tuple[str, ...]] = {}
