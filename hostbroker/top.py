@@ -43,7 +43,7 @@ from hostbroker.workers.stats_record import api_name
 from hostbroker.workers.stats_record import attach_stats as attach_stats_regions
 
 KIND_NAMES = {1: "writer", 2: "handler", 3: "processor", 4: "acceptor", 5: "registrar",
-              6: "coordinator", 7: "replica", 8: "logdirs"}
+              6: "coordinator", 7: "replica", 8: "logdirs", 9: "http"}
 
 def attach(config: Config) -> tuple[ProcessBoard, PartitionTable, list[str]]:
     """The running broker's process board and partition table (read-only), and its log dirs."""
