@@ -60,6 +60,15 @@ def cut(text: str, width: int) -> str:
     return text if len(text) <= width else text[:width - 1] + "~"
 
 
+def cut_path(path: str, width: int) -> str:
+    """``path`` in ``width`` characters at most: cut in the middle when too
+    long (``~`` where), so its start and its last part still show."""
+    if len(path) <= width:
+        return path
+    head = width // 3
+    return path[:head] + "~" + path[len(path) - (width - head - 1):]
+
+
 def _rate(now: int, old: int | None, seconds: float) -> float:
     """(now - old) a second; 0 without an earlier value (or time between)."""
     if old is None or seconds <= 0:
@@ -236,7 +245,8 @@ def _log_dir_table(rows: list[dict]) -> list[str]:
     if len(rows) < 2:
         return []
     table = [("log dir", "id", "state", "replicas", "leaders", "under-replicated")]
-    table += [(cut(r["path"] or "-", 50), str(r["id"]) if r["id"] > 0 else "-", r["state"],
+    # (a path of 40, an id of 10, and the rest: 100 columns at most)
+    table += [(cut_path(r["path"] or "-", 40), str(r["id"]) if r["id"] > 0 else "-", r["state"],
                _count(r["replicas"]), _count(r["leaders"]), _count(r["under_replicated"]))
               for r in rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]

@@ -10,7 +10,7 @@ import sys
 from hostbroker.log.message import encode_message_set
 from hostbroker.shm.stats import LATENCY_BOUNDS
 from hostbroker.top import screen
-from hostbroker.top_render import WIDTH, cut, human, human_bytes, render
+from hostbroker.top_render import WIDTH, cut, cut_path, human, human_bytes, render
 
 
 def _worker(name: str, counters: dict, kind="processor", index=0) -> dict:
@@ -39,6 +39,8 @@ def test_human_units():
     assert [human_bytes(x) for x in (0, 512, 1536, 34 * 2**20, 2**30)] == [
         "0B", "512B", "1.5KiB", "34MiB", "1.0GiB"]
     assert cut("a-very-long-topic-name", 8) == "a-very-~" and cut("short", 8) == "short"
+    assert cut_path("/srv/disks/disk-07/hostbroker/logs", 20) == "/srv/d~stbroker/logs"
+    assert len(cut_path("/d" * 100, 40)) == 40 and cut_path("/short", 40) == "/short"
 
 
 def test_every_line_fits_100_columns_at_the_largest_figures():
@@ -56,7 +58,10 @@ def test_every_line_fits_100_columns_at_the_largest_figures():
     parts_now = [{"topic": name, "partition": 9999, "messages_in": 10**18, "bytes_in": 10**18,
                   "bytes_out": 10**18, "fetches": 10**18}]
     reading = _reading(now, api_now, parts_now)
-    reading.update(offline_partitions=[{"topic": name, "partition": 1, "log_dir": "/d" * 80}])
+    reading.update(offline_partitions=[{"topic": name, "partition": 1, "log_dir": "/d" * 80}],
+                   log_dirs=[{"id": 2**31 - 1, "path": "/d" * 80, "state": "reopening",
+                              "replicas": 65536, "leaders": 65536, "under_replicated": 65536,
+                              "offline_replicas": 0}] * 2)
     text = render(reading, _reading(before, api_before, parts_before), 0.001)
     lines = text.splitlines()
     assert len(lines) >= 7
