@@ -58,3 +58,55 @@ def test_top_table_shows_wake_ups_and_ring_wait_per_request():
     assert lines[1].split()[-2:] == ["wake/s", "wait/req"]
     cells = lines[2].split()
     assert cells[-2:] == ["10", "100us"]  # (25 - 5) / 2 s; 2 ms waited over 20 requests
+    assert render(reading(30, 3_000_000, 25), None, 2.0).splitlines()[2].split()[-1] == "0"
+
+
+def test_top_json_says_where_the_time_goes(broker):
+    with broker.client() as c:
+        for _ in range(20):  # acks=-1 PRODUCE goes to the handler (METADATA the processor
+            # answers, a lone acks=1 PRODUCE its writer)
+            c.produce("timed", 0, encode_message_set([b"t" * 100] * 10), acks=-1)
+    args = [sys.executable, "-m", "hostbroker", "top", "--json", "--interval", "0.5",
+            "--iterations", "1", "--set", f"log.dirs={broker.settings['log.dirs']}"]
+
+    def workers():
+        out = subprocess.run(args, capture_output=True, text=True, timeout=30, check=True).stdout
+        return json.loads(out.splitlines()[-1])["workers"]
+
+    deadline = time.monotonic() + 10
+    while True:  # the heartbeat thread publishes the timing counters every ~0.4 s
+        rows = [w for w in workers() if w["kind"] in ("handler", "processor")
+                and w["counters"]["requests"]]
+        if all(w["counters"]["work_ns"] for w in rows) or time.monotonic() > deadline:
+            break
+    busiest = {}  # the processor and the handler of our connection
+    for w in rows:
+        if w["counters"]["requests"] > busiest.get(w["kind"], {"counters": {"requests": 0}})[
+                "counters"]["requests"]:
+            busiest[w["kind"]] = w
+    assert set(busiest) == {"handler", "processor"}
+    for w in busiest.values():
+        c = w["counters"]
+        assert c["requests"] >= 20 and c["wait_ns"] > 0 and c["work_ns"] > 0, w
+        assert c["wakeups"] > 0 and c["spin_hits"] == 0, w  # worker.spin.us is 0 by default
+        # every batch of requests or answers was passed on with a wake-up decision
+        assert c["bells_rung"] + c["bells_skipped"] >= c["requests"], w
+
+
+def test_top_heads_its_table_with_the_cpu_wake_up_latency_target():
+    def first_line(target):
+        return render({"broker_state": "running", "supervisor_pid": 1, "workers": [],
+                       "cpu_wakeup_latency_us": target}, None, 1.0).splitlines()[0]
+    assert first_line(0) == "hostbroker running  supervisor pid 1  CPU wake-up latency 0 µs"
+    assert first_line(2_000_000_000).endswith("  CPU wake-up latency not bounded")
+    assert first_line(None) == "hostbroker running  supervisor pid 1"  # not root: not readable
+
+
+def test_top_heads_its_table_with_a_real_time_policy_only():
+    def first_line(policy):
+        return render({"broker_state": "running", "supervisor_pid": 1, "workers": [],
+                       "cpu_wakeup_latency_us": None, "scheduling": policy},
+                      None, 1.0).splitlines()[0]
+    assert first_line("SCHED_RR 3") == "hostbroker running  supervisor pid 1  SCHED_RR 3"
+    assert first_line("SCHED_OTHER") == "hostbroker running  supervisor pid 1"
+    assert first_line(None) == "hostbroker running  supervisor pid 1"
