@@ -325,6 +325,9 @@ class HandlerWorker(TopicAdmin, Fetching, Replication, LogDirsRequests, Consumer
                 self._offset_fetch(p, conn_id, seq, corr, request)
             elif key in _GROUP_KEYS:
                 self._group_request(p, conn_id, seq, corr, header, request)
+            elif key in (ApiKey.ALTER_TOPIC, ApiKey.LIST_OFFSET_GROUPS):
+                # decoded (protocol/topics_admin.py) but not served yet
+                self._fail(p, conn_id, seq, corr, ErrorCode.UNSUPPORTED_VERSION)
         except HostbrokerError as e:
             # a request we decoded but cannot serve at all: say so and close
             self._forget(conn_id, seq)
