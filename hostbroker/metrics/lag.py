@@ -24,7 +24,8 @@ What a refresh asks, at most once per ``http.metrics.lag.interval.ms``
    where a group has any offset is known from then on; at 10,000
    partitions a group's new topic shows within a few refreshes.
 
-Requests are cut to ``request.max.entries`` partitions each. Every key a
+An OFFSET_FETCH asks at most half ``request.max.entries`` partitions (its
+topics count too). Every key a
 refresh asks counts against ``http.metrics.max.partitions``; the groups
 that do not fit count as omitted. A refresh that fails (the broker does not
 answer in ``BROKER_TIMEOUT_S``, or answers an error) keeps the previous
@@ -66,7 +67,8 @@ class GroupLag:
         self.interval_s = interval_s
         self.max_groups = max_groups
         self.max_keys = max_keys
-        self.max_entries = max(1, max_entries)
+        # an OFFSET_FETCH counts its topics and partitions against request.max.entries
+        self.max_entries = max(1, max_entries // 2)
         self.timeout_s = timeout_s
         self.clock = clock
         self.known: dict[str, set[str]] = {}  # group -> topics it has offsets for
@@ -184,7 +186,8 @@ class GroupLag:
         start = self.cursor % total
         n = 0
         while n < min(total, 4 * self.max_keys + len(names)):
-            group, topic = groups[(start + n) // len(names) % len(groups)], names[(start + n) % len(names)]
+            at = start + n  # pair (group at // len(names), topic at % len(names)), mod total
+            group, topic = groups[at // len(names) % len(groups)], names[at % len(names)]
             size = len(topics[topic])
             if topic not in have[group] and size <= self.max_keys:
                 if size > budget:
