@@ -19,10 +19,10 @@ What a refresh asks, at most once per ``http.metrics.lag.interval.ms``
    it is known to have offsets for, or was assigned; plus, for the topics
    not known yet, a share of a discovery pass: the offsets store has no
    request that lists a group's topics, so the (group, topic) pairs not
-   known are asked in turn, as many partitions a refresh as
-   ``http.metrics.max.partitions`` leaves after the known ones. A topic
-   where a group has any offset is known from then on; at 10,000
-   partitions a group's new topic shows within a few refreshes.
+   known are probed in turn, one partition each (the next one at each
+   pass), as many a refresh as ``http.metrics.max.partitions`` leaves
+   after the known ones. A topic where a group has an offset is known
+   from then on and all its partitions asked.
 
 An OFFSET_FETCH asks at most half ``request.max.entries`` partitions (its
 topics count too). Every key a
@@ -175,27 +175,28 @@ class GroupLag:
 
     def _discover(self, groups: list[str], topics: dict[str, list[int]],
                   asked: dict[str, list[tuple[str, int]]], budget: int) -> None:
-        """Add to ``asked`` the next (group, topic) pairs not asked yet, in
-        turn from where the last refresh stopped, while ``budget`` partitions
-        last. A topic larger than the whole budget is never asked this way."""
+        """Add to ``asked`` one partition of each of the next (group, topic)
+        pairs not asked yet, in turn from where the last refresh stopped,
+        while ``budget`` keys last. Each pass over the pairs probes the next
+        partition of each topic (pass ``k``: partition ``k`` mod its count),
+        so a group with offsets for only some partitions of a topic is found
+        too, if later."""
         names = sorted(topics)
         total = len(groups) * len(names)
         if not total:
             return
         have = {g: {t for t, _ in asked[g]} for g in groups}
-        start = self.cursor % total
-        n = 0
-        while n < min(total, 4 * self.max_keys + len(names)):
-            at = start + n  # pair (group at // len(names), topic at % len(names)), mod total
-            group, topic = groups[at // len(names) % len(groups)], names[at % len(names)]
-            size = len(topics[topic])
-            if topic not in have[group] and size <= self.max_keys:
-                if size > budget:
-                    break
-                asked[group].extend((topic, p) for p in topics[topic])
-                budget -= size
-            n += 1
-        self.cursor = start + n
+        at = self.cursor
+        end = at + total
+        while at < end and budget > 0:
+            place = at % total
+            group, topic = groups[place // len(names)], names[place % len(names)]
+            if topic not in have[group]:
+                partitions = topics[topic]
+                asked[group].append((topic, partitions[at // total % len(partitions)]))
+                budget -= 1
+            at += 1
+        self.cursor = at
 
     def _fetch(self, group: str, keys: list[tuple[str, int]]):
         """((topic, partition), offset) for ``keys``, in requests of at most

@@ -204,3 +204,22 @@ def test_groups_past_the_bound_are_counted(served):
         lag.close()
         for client, _ in members:
             client.close()
+
+
+def test_a_group_with_offsets_for_some_partitions_only_is_found_at_a_later_pass(served):
+    topic, other = new_topic("m"), new_topic("m")
+    group = "0-" + new_topic("g")
+    with served.client() as c:
+        c.create_topic(topic, 2)
+        c.create_topic(other, 1)
+    member, joined = _join(served, group, other)
+    member.commit(group, joined.generation, joined.member_id, [(topic, 1, 11, None)])
+    lag = GroupLag(served.unix, interval_s=0, max_groups=1000, max_keys=20000, max_entries=10000)
+    try:
+        shape = {topic: [0, 1], other: [0]}
+        seen = [lag.reading(shape).offsets.get((group, topic, 1)) for _ in range(3)]
+        # the first pass probes partition 0 of each topic, the second partition 1
+        assert seen == [None, 11, 11]
+    finally:
+        lag.close()
+        member.close()

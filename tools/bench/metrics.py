@@ -15,7 +15,7 @@ refresh). Then two phases of ``--seconds`` each, the broker otherwise idle:
 
 - **quiet**: nothing; the CPU every broker process uses anyway;
 - **scraping**: ``--scrapes`` GETs of ``/metrics`` spread over the phase,
-  one at a time over one keep-alive connection.
+  one at a time over one keep-alive connection (as Prometheus keeps one).
 
 It reports, per scrape: hb-http's CPU (psutil, user + system), the answer's
 bytes and lines and the client's wall time; the rest of the broker's CPU
@@ -107,12 +107,14 @@ def run(args: argparse.Namespace) -> dict:
         first = _scrape(conn)  # hb-http warms up: label strings, the first group refresh
         report["bytes"] = len(first)
         report["lines"] = first.count(b"\n")
+        conn.close()  # idle through the quiet phase, hb-http would close it (http.idle.timeout.ms)
         harness.wait_quiet(30)
         harness.log(f"quiet phase, {args.seconds:.0f} s")
         before = _busy(broker)
         time.sleep(args.seconds)
         quiet = {k: v - before.get(k, 0.0) for k, v in _busy(broker).items()}
         harness.log(f"scraping phase: {args.scrapes} scrapes in {args.seconds:.0f} s")
+        conn = http.client.HTTPConnection("127.0.0.1", http_port, timeout=60)
         before = _busy(broker)
         walls = []
         started = time.monotonic()
