@@ -24,8 +24,10 @@ What a refresh asks, at most once per ``http.metrics.lag.interval.ms``
    after the known ones. A topic where a group has an offset is known
    from then on and all its partitions asked.
 
-An OFFSET_FETCH asks at most half ``request.max.entries`` partitions (its
-topics count too). Every key a
+An OFFSET_FETCH asks at most ``FETCH_MAX_PARTITIONS`` partitions (and half
+``request.max.entries``, as its topics count too), so the handler that
+decodes it and builds its answer is never busy with one for more than a
+few milliseconds: other clients' requests on that handler wait no longer. Every key a
 refresh asks counts against ``http.metrics.max.partitions``; the groups
 that do not fit count as omitted. A refresh that fails (the broker does not
 answer in ``BROKER_TIMEOUT_S``, or answers an error) keeps the previous
@@ -44,6 +46,8 @@ from hostbroker.client.errors import BrokerError
 from hostbroker.errors import ErrorCode, HostbrokerError
 from hostbroker.protocol import api
 from hostbroker.protocol import groups as gp
+
+FETCH_MAX_PARTITIONS = 1000
 
 
 @dataclass
@@ -67,8 +71,9 @@ class GroupLag:
         self.interval_s = interval_s
         self.max_groups = max_groups
         self.max_keys = max_keys
-        # an OFFSET_FETCH counts its topics and partitions against request.max.entries
-        self.max_entries = max(1, max_entries // 2)
+        # an OFFSET_FETCH counts its topics and partitions against request.max.entries;
+        # and one of a few thousand partitions would hold its handler for tens of ms
+        self.max_entries = max(1, min(max_entries // 2, FETCH_MAX_PARTITIONS))
         self.timeout_s = timeout_s
         self.clock = clock
         self.known: dict[str, set[str]] = {}  # group -> topics it has offsets for
