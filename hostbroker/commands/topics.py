@@ -196,9 +196,17 @@ def alter_cluster(topic: str, partitions: int | None = None, configs: Iterable[s
                   delete_configs: Iterable[str] = (), *, zookeeper: str,
                   out: TextIO = sys.stdout) -> int:
     """``alter --zookeeper``: checked here as ``alter`` is, then done through ZooKeeper."""
-    from hostbroker.commands.topics_alter_zk import alter_cluster as on_zookeeper
+    from hostbroker.commands import CommandError
 
     sets, deletes = _alter_args(topic, partitions, configs, delete_configs)
+    try:
+        from hostbroker.commands.topics_alter_zk import alter_cluster as on_zookeeper
+    except ModuleNotFoundError as exc:
+        if exc.name != "hostbroker.commands.topics_alter_zk":
+            raise
+        raise CommandError("changing a cluster's topics through ZooKeeper is not "
+                           "available: alter each broker's plain topic with --bootstrap") \
+            from None
     return on_zookeeper(zookeeper, topic, partitions, sets, deletes, out)
 
 
