@@ -91,6 +91,11 @@ class TopicAlter:
         ``partition.json`` (every partition of a topic has the same: ALTER_TOPIC
         changes them all before it answers)."""
         self.view.refresh()
+        cache = getattr(self, "_configs_read", None)
+        if cache is None or cache[0] != self.view.generation:
+            # read again once a topic is created, deleted or changed (ALTER_TOPIC
+            # bumps the table's generation after its writers have answered)
+            cache = self._configs_read = (self.view.generation, {})
         names = list(dict.fromkeys(topics)) if topics else sorted(self.view.topics)
         out = []
         for topic in names:
@@ -98,13 +103,17 @@ class TopicAlter:
             if slot is None:
                 out.append(ta.TopicConfigs(topic, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
                 continue
-            try:
-                overrides = read_partition_file(self.view.partition_path(self.table.read(slot)))[3]
-            except (OSError, ValueError, HostbrokerError):
-                out.append(ta.TopicConfigs(topic, ErrorCode.STORAGE_ERROR))
-                continue
-            out.append(ta.TopicConfigs(topic, ErrorCode.NONE, tuple(
-                api.TopicConfigEntry(k, str(v)) for k, v in sorted(overrides.items()))))
+            found = cache[1].get(topic)
+            if found is None:
+                try:
+                    overrides = read_partition_file(
+                        self.view.partition_path(self.table.read(slot)))[3]
+                    found = ta.TopicConfigs(topic, ErrorCode.NONE, tuple(
+                        api.TopicConfigEntry(k, str(v)) for k, v in sorted(overrides.items())))
+                    cache[1][topic] = found
+                except (OSError, ValueError, HostbrokerError):
+                    found = ta.TopicConfigs(topic, ErrorCode.STORAGE_ERROR)  # (not kept)
+            out.append(found)
         return ta.DescribeTopicConfigsResponse(tuple(out))
 
     # -- LIST_OFFSET_GROUPS ----------------------------------------------------

@@ -35,7 +35,9 @@ def _poll(check, seconds: float, what: str):
 class _Load:
     """A sync producer sending keyed 100-byte values in a thread until stopped
     (at most ``limit`` messages), its metadata refreshed every 200 ms: where
-    each acknowledged message went, and any failure."""
+    each acknowledged message went, and any failure. It retries for up to 10 s
+    (a new partition of a topic with replicas across log dirs answers
+    LEADER_NOT_AVAILABLE, retriable, until hb-logdirs has made it a leader)."""
 
     def __init__(self, uri: str, topic: str, limit: int = 20000):
         self.uri, self.topic, self.limit = uri, topic, limit
@@ -46,7 +48,8 @@ class _Load:
 
     def _run(self) -> None:
         value = b"v" * 100
-        with Producer(self.uri, topic_metadata_refresh_interval_ms=200) as producer:
+        with Producer(self.uri, topic_metadata_refresh_interval_ms=200,
+                      message_send_max_retries=50, retry_backoff_ms=200) as producer:
             for i in range(self.limit):
                 if self.stop.is_set():
                     return
