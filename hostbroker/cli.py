@@ -88,7 +88,7 @@ def _top(args: argparse.Namespace) -> int:
 
     try:
         return top.run(config, as_json=args.json, interval=args.interval,
-                       iterations=args.iterations)
+                       iterations=args.iterations, once=args.once)
     except KeyboardInterrupt:
         return 0
 
@@ -509,6 +509,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="seconds between readings")
     top.add_argument("--iterations", type=_positive(int), default=None,
                      help="stop after this many readings (default: run until interrupted)")
+    top.add_argument("--once", action="store_true",
+                     help="one screen (its rates over --interval), as plain lines, then stop")
     top.set_defaults(func=_top)
 
     cpu = sub.add_parser(

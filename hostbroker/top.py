@@ -7,13 +7,18 @@ memory, threads). Also attaches read-only to the partition table to list the
 log dirs and partitions that are offline (a failed disk, or files found
 damaged at start; the broker's log says why) and the partitions with
 replicas across log dirs that are under-replicated (an ISR short of a
-replica, or no leader), and to the log dir table (each dir's id, state and
+replica, or no leader), to the log dir table (each dir's id, state and
 counts, kept by hb-logdirs; a dir its writer flags offline shows offline,
 and a slot left mid-write shows ``unknown`` without stopping ``top``), and
-reads the machine's CPU wake-up latency target (``cpu.wakeup.latency.us``;
-root only) and the scheduling policy of each process
-(``cpu.realtime.priority``). Prints a table every interval, or one JSON
-document with ``--json``. Never writes to the broker's shared memory.
+to every worker's per-partition and per-API stats (``shm/stats.py``: the
+APIs' requests, errors and latency histograms, each partition's messages
+and bytes in and out), and reads the machine's CPU wake-up latency target
+(``cpu.wakeup.latency.us``; root only) and the scheduling policy of each
+process (``cpu.realtime.priority``). Reads twice, ``--interval`` apart,
+before it draws (so the first screen has rates), then draws the screen of
+:mod:`hostbroker.top_render` every interval, in place on a terminal (plain
+lines otherwise, and with ``--once``), or prints one JSON document per
+reading with ``--json``. Never writes to the broker's shared memory.
 """
 
 from __future__ import annotations
@@ -29,15 +34,16 @@ from hostbroker.config import Config
 from hostbroker.shm import partitions as ptable
 from hostbroker.shm.logdirs import LD_STATE_NAMES, LogDirTable, shown_state
 from hostbroker.shm.partitions import PartitionTable
-from hostbroker.shm.procs import COUNTER_NAMES, ProcessBoard
+from hostbroker.shm import stats
+from hostbroker.shm.procs import ProcessBoard
 from hostbroker.shm.table import FREE
+from hostbroker.top_render import render  # noqa: F401 (top's screen, re-exported)
 from hostbroker.workers.plan import BrokerPlan
+from hostbroker.workers.stats_record import api_name
+from hostbroker.workers.stats_record import attach_stats as attach_stats_regions
 
 KIND_NAMES = {1: "writer", 2: "handler", 3: "processor", 4: "acceptor", 5: "registrar",
               6: "coordinator", 7: "replica", 8: "logdirs", 9: "http"}
-_COLUMNS = ("requests", "bytes_in", "bytes_out", "messages_in", "errors", "connections",
-            "fetch_parked", "wakeups")
-
 
 def attach(config: Config) -> tuple[ProcessBoard, PartitionTable, list[str]]:
     """The running broker's process board and partition table (read-only), and its log dirs."""
@@ -185,92 +191,94 @@ def _cpu_wakeup_latency() -> int | None:
         return None
 
 
-def render(reading: dict, previous: dict | None, seconds: float) -> str:
-    """The table ``top`` prints; rates are per second since the previous reading."""
-    before = {(r["kind"], r["index"]): r["counters"] for r in (previous or {}).get("workers", [])}
-    target = reading.get("cpu_wakeup_latency_us")
-    held = ("" if target is None else "  CPU wake-up latency " + (
-        "not bounded" if target >= cpulatency.DEFAULT_US else f"{target} µs"))
-    policy = reading.get("scheduling")
-    realtime = f"  {policy}" if policy and policy.split()[0] in (
-        cpusched.POLICY_NAMES.values()) else ""
-    lines = [f"hostbroker {reading['broker_state']}  supervisor pid {reading['supervisor_pid']}"
-             + held + realtime,
-             f"{'process':<14}{'pid':>8}{'cpu%':>7}{'rss MiB':>9}  "
-             + "".join(f"{c + '/s' if c not in ('connections', 'fetch_parked') else c:>15}"
-                       for c in _COLUMNS) + f"{'wait us/req':>13}"]
-    for r in reading["workers"]:
-        name = r["name"] or f"{r['kind']}-{r['index']}"
-        old = before.get((r["kind"], r["index"]))
-        cells = []
-        for c in _COLUMNS:
-            value = r["counters"].get(c, 0)
-            if c not in ("connections", "fetch_parked"):
-                value = (value - old.get(c, 0)) / seconds if old and seconds > 0 else 0
-            cells.append(f"{value:>15,.0f}")
-        cells.append(f"{_wait_per_request(r['counters'], old):>13}")
-        cpu = "" if r["cpu_percent"] is None else f"{r['cpu_percent']:.0f}"
-        rss = "" if r["rss_bytes"] is None else f"{r['rss_bytes'] / 2**20:.0f}"
-        lines.append(f"{name:<14}{r['pid']:>8}{cpu:>7}{rss:>9}  " + "".join(cells))
-    lines.extend(_log_dir_table(reading.get("log_dirs", [])))
-    for t, p in reading.get("under_replicated_partitions", []):
-        lines.append(f"UNDER-REPLICATED partition {t}-{p}")
-    for path in reading.get("offline_log_dirs", []):
-        lines.append(f"OFFLINE log dir {path}")
-    for p in reading.get("offline_partitions", []):
-        if "replica" in p:
-            lines.append(f"OFFLINE replica {p['replica']} in {p['log_dir']}")
-        else:
-            lines.append(f"OFFLINE partition {p['topic']}-{p['partition']} in {p['log_dir']}")
-    return "\n".join(lines)
+def attach_stats(board: ProcessBoard, config: Config, err=None) -> tuple[list, list]:
+    """Read-only handles on the per-partition and per-API stats of every
+    worker the board lists (``shm/stats.py``): ``([], [])`` for a broker
+    that keeps none, and for stats that cannot be read, said in one line on
+    ``err`` (stderr); ``top`` goes on without them."""
+    plan = BrokerPlan.from_config(config)
+    workers = sorted({(KIND_NAMES[row["kind"]], row["index"]) for row in board.snapshot()
+                      if not row.get("torn") and row["kind"] in KIND_NAMES})
+    try:
+        return attach_stats_regions(plan, workers)
+    except (OSError, ValueError) as exc:  # (LayoutError is a ValueError)
+        print(f"hostbroker top: partition and API stats not shown: {exc}",
+              file=err or sys.stderr)
+        return [], []
 
 
-def _log_dir_table(rows: list[dict]) -> list[str]:
-    """The ``log dirs`` table, for a broker with two or more (one dir holds no
-    replicas across dirs)."""
-    if len(rows) < 2:
-        return []
-    table = [("log dir", "id", "state", "replicas", "leaders", "under-replicated")]
-    table += [(r["path"] or "-", str(r["id"]) if r["id"] > 0 else "-", r["state"],
-               _count(r["replicas"]), _count(r["leaders"]), _count(r["under_replicated"]))
-              for r in rows]
-    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
-    return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table]
+def stats_reading(partition_stats: list, api_stats: list,
+                  table: PartitionTable | None) -> dict:
+    """The stats part of a reading: ``api`` (name -> requests, errors,
+    latency_sum_ns, cumulative buckets) and ``partitions`` (topic,
+    partition and the four counts of each partition with any), summed over
+    the processes."""
+    out: dict = {}
+    if api_stats:
+        merged = stats.merge_api(a.snapshot() for a in api_stats)
+        out["api"] = {api_name(key): {"requests": r, "errors": e, "latency_sum_ns": s,
+                                      "buckets": list(b)}
+                      for key, (r, e, s, b) in sorted(merged.items())}
+    if partition_stats and table is not None:
+        slots = [(slot, s.name, s.partition) for slot, s in table.scan()
+                 if s.state in (ptable.ONLINE, ptable.OFFLINE, ptable.CREATING)]
+        rows = max((slot for slot, _, _ in slots), default=-1) + 1
+        totals = stats.partition_totals(partition_stats, rows)
+        width = stats.COLUMN_COUNT
+        summed: dict[tuple[str, int], list[int]] = {}  # (a partition's replicas across dirs)
+        for slot, topic, partition in slots:
+            counts = totals[slot * width:(slot + 1) * width]
+            if any(counts):
+                have = summed.setdefault((topic, partition), [0] * width)
+                have[:] = [a + b for a, b in zip(have, counts)]
+        out["partitions"] = [{"topic": t, "partition": p,
+                              **dict(zip(stats.PARTITION_COLUMNS, counts))}
+                             for (t, p), counts in sorted(summed.items())]
+    return out
 
 
-def _count(value: int | None) -> str:
-    return "-" if value is None else str(value)
+def screen(text: str, tty: bool) -> str:
+    """What one draw writes: on a terminal, the cursor home, each line over
+    the last screen's (cleared to its end), then the rest of the screen
+    cleared, so it refreshes in place without a flash; else plain lines."""
+    if not tty:
+        return text + "\n"
+    return "\x1b[H" + "".join(line + "\x1b[K\n" for line in text.split("\n")) + "\x1b[J"
 
 
-def _wait_per_request(now: dict, old: dict | None) -> str:
-    """Microseconds a request (or answer) waited in this worker's input rings,
-    on average since the previous reading; blank without requests."""
-    requests = now.get("requests", 0) - (old or {}).get("requests", 0)
-    if not old or requests <= 0:
-        return ""
-    return f"{(now.get('wait_ns', 0) - old.get('wait_ns', 0)) / requests / 1000:,.0f}"
-
-
-def run(config: Config, *, as_json: bool, interval: float, iterations: int | None) -> int:
+def run(config: Config, *, as_json: bool, interval: float, iterations: int | None,
+        once: bool = False) -> int:
+    """Sample, wait ``interval``, sample again and draw (so the first screen
+    has rates), and so on: ``iterations`` draws (``once``: one), or until
+    interrupted."""
     board, table, log_dirs = attach(config)
     dirs = attach_log_dirs(config)
+    partition_stats, api_stats = attach_stats(board, config)
     procs: dict[int, psutil.Process] = {}
-    previous = sample(board, procs, table, log_dirs, dirs)
+
+    def read() -> dict:
+        reading = sample(board, procs, table, log_dirs, dirs)
+        reading.update(stats_reading(partition_stats, api_stats, table))
+        return reading
+
+    if once:
+        iterations = 1
+    tty = sys.stdout.isatty() and not once and not as_json
+    previous = read()
     last = time.monotonic()
     count = 0
+    if tty:
+        sys.stdout.write("\x1b[2J")  # once: later draws overwrite in place
     while iterations is None or count < iterations:
         time.sleep(interval)
-        reading = sample(board, procs, table, log_dirs, dirs)
+        reading = read()
         now = time.monotonic()
         if as_json:
             print(json.dumps(reading), flush=True)
         else:
-            if sys.stdout.isatty():
-                print("\x1b[H\x1b[2J", end="")
-            print(render(reading, previous, now - last), flush=True)
+            sys.stdout.write(screen(render(reading, previous, now - last), tty))
+            sys.stdout.flush()
         previous, last = reading, now
         count += 1
     return 0
 
-
-assert set(_COLUMNS) <= set(COUNTER_NAMES)

@@ -80,7 +80,7 @@ from hostbroker.workers.handler_logdirs import LOGDIRS_REQUESTS, LogDirsRequests
 from hostbroker.workers.handler_offsets import ConsumerOffsets
 from hostbroker.workers.handler_replication import REPLICATION_REQUESTS, Replication
 from hostbroker.workers.handler_topics import TopicAdmin
-from hostbroker.workers.stats_record import Recorder, answer_has_error
+from hostbroker.workers.stats_record import UNRECORDED, Recorder, answer_has_error
 from hostbroker.workers.topicview import TopicView
 
 _IDLE_TIMEOUT_S = 1.0
@@ -110,6 +110,8 @@ class HandlerWorker(TopicAdmin, TopicAlter, Fetching, Replication, LogDirsReques
                     ConsumerOffsets, Worker):
     kind = "handler"
     process_name = "hb-handler"
+    stats = UNRECORDED  # (init_process attaches this process's own)
+    answering = -1  # the api key of the request being answered (init_process)
 
     def init_process(self) -> None:
         super().init_process()

@@ -464,7 +464,7 @@ class Replication:
                 pieces.append(head)
         self.count(procs.BYTES_OUT, total)
         slot = self.view.slot
-        error = self.stats.fetched(parts, [None if part[2] else slot(part[0], part[1])
+        error = self.stats.fetched(parts, [(None if part[2] else slot(part[0], part[1]), None)
                                            for part in parts], 6)
         self._respond(p, conn_id, seq, pieces, env.RESP_FETCH_V1, error)
         return False

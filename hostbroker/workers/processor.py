@@ -89,7 +89,7 @@ from hostbroker.workers.processor_fetch import LocalFetching
 from hostbroker.workers.processor_frames import SEQ_MASK, FrameReading
 from hostbroker.workers.processor_groups import GroupPutting
 from hostbroker.workers.sendfiles import FetchV1Head, HeldPiece, SegmentFiles, pin_answer
-from hostbroker.workers.stats_record import Recorder
+from hostbroker.workers.stats_record import UNRECORDED, Recorder
 from hostbroker.workers.topicview import TopicView, log_dir_table
 
 _IDLE_TIMEOUT_S = 1.0
@@ -99,6 +99,7 @@ _FD_SWEEP_S = 5.0
 class ProcessorWorker(Connections, FrameReading, RingClaims, LocalFetching, GroupPutting, Worker):
     kind = "processor"
     process_name = "hb-proc"
+    stats = UNRECORDED  # (init_process attaches this process's own)
 
     def init_process(self) -> None:
         super().init_process()

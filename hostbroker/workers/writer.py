@@ -77,7 +77,7 @@ from hostbroker.shm.partitions import PartitionTable
 from hostbroker.workers import envelopes as env
 from hostbroker.workers.base import Worker, now_ms
 from hostbroker.workers.flusher import Flusher, Waiter
-from hostbroker.workers.stats_record import Recorder
+from hostbroker.workers.stats_record import UNRECORDED, Recorder
 from hostbroker.workers.writer_appends import Appends
 from hostbroker.workers.writer_cleanup import Cleanup
 from hostbroker.workers.writer_follower import Following
@@ -95,6 +95,7 @@ class WriterWorker(Appends, Polls, Replicas, HighWatermarks, Following, LocalFol
                    Cleanup, Worker):
     kind = "writer"
     process_name = "hb-writer"
+    stats = UNRECORDED  # (init_process attaches this process's own)
 
     def init_process(self) -> None:
         super().init_process()

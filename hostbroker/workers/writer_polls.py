@@ -99,7 +99,7 @@ class Polls:
                     woken.add(d.processor)
                     self.count(procs.REQUESTS)
                     self.count(procs.BYTES_OUT, max(0, length))
-                    if self.stats.fetched((part,), (slot,)):
+                    if self.stats.fetched((part,), ((slot, None),)):
                         self.stats.error(ApiKey.FETCH)
                 results[h].append((env.encode_op(op, poll.token),))
             self.polls_held -= len(self.polls[slot]) - len(keep)

@@ -53,7 +53,7 @@ def test_appends_and_fetches_count_per_partition(plan):
              ("t", 1, ErrorCode.NONE, 10, None),
              ("u", 0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, None)]
     assert processor.fetched(parts, [(3, None), (4, None), (None, None)]) is True
-    assert processor.fetched(parts[:2], [3, 4]) is False
+    assert processor.fetched(parts[:2], [(3, None), (4, None)]) is False
     readers, apis = attach_stats(plan, plan.workers())
     try:
         totals = stats.partition_totals(readers, 5)

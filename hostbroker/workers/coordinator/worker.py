@@ -34,7 +34,7 @@ from hostbroker.workers.coordinator.group_puts import GroupPuts
 from hostbroker.workers.coordinator.groups import GroupHost
 from hostbroker.workers.coordinator.offsets import OffsetsHost
 from hostbroker.workers.flusher import Flusher
-from hostbroker.workers.stats_record import Recorder
+from hostbroker.workers.stats_record import UNRECORDED, Recorder
 
 _IDLE_TIMEOUT_S = 1.0
 
@@ -42,6 +42,7 @@ _IDLE_TIMEOUT_S = 1.0
 class CoordinatorWorker(GroupPuts, Worker):
     kind = "coordinator"
     process_name = "hb-coordinator"
+    stats = UNRECORDED  # (init_process attaches this process's own)
 
     @property
     def name(self) -> str:
