@@ -223,3 +223,23 @@ def test_a_group_with_offsets_for_some_partitions_only_is_found_at_a_later_pass(
     finally:
         lag.close()
         member.close()
+
+
+def test_a_group_with_only_committed_offsets_is_reported(served, context):
+    topic, group = new_topic("m"), new_topic("g")
+    with served.client() as c:
+        c.create_topic(topic, 1)
+        c.produce(topic, 0, encode_message_set([b"o" * 500]))
+        end = log_end(c, topic, 0)
+        c.offset_commit(group, [(topic, 0, 3, None)])  # no member ever joined
+    partitions = PartitionCollector(context, 20000)
+    lag = GroupLag(served.unix, interval_s=15, max_groups=1000, max_keys=20000,
+                   max_entries=10000)
+    try:
+        got = Parsed(collected(partitions, GroupCollector(lag, partitions)))
+        assert got.value("hostbroker_group_members", group=group) == 0
+        labels = {"group": group, "topic": topic, "partition": 0}
+        assert got.value("hostbroker_group_committed_offset", **labels) == 3
+        assert got.value("hostbroker_group_lag_bytes", **labels) == end - 3
+    finally:
+        lag.close()
