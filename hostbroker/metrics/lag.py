@@ -46,6 +46,7 @@ from hostbroker.client.errors import BrokerError
 from hostbroker.errors import ErrorCode, HostbrokerError
 from hostbroker.protocol import api
 from hostbroker.protocol import groups as gp
+from hostbroker.protocol.topics_admin import ListOffsetGroupsRequest
 
 FETCH_MAX_PARTITIONS = 1000
 
@@ -121,19 +122,10 @@ class GroupLag:
         if answer.error_code != ErrorCode.NONE:
             raise BrokerError(answer.error_code, "listing groups")
         with_members = set(answer.groups)
-        stored: set[str] = set()
-        try:
-            from hostbroker.protocol.topics_admin import ListOffsetGroupsRequest
-        except ImportError:
-            ListOffsetGroupsRequest = None  # noqa: N806 - a broker without the request
-        if ListOffsetGroupsRequest is not None:
-            try:
-                listed = self._request(ListOffsetGroupsRequest())
-                if listed.error_code == ErrorCode.NONE:
-                    stored = set(listed.groups)
-            except BrokerError as e:
-                if e.code != ErrorCode.UNSUPPORTED_VERSION:
-                    raise
+        listed = self._request(ListOffsetGroupsRequest())
+        if listed.error_code != ErrorCode.NONE:
+            raise BrokerError(listed.error_code, "listing the groups with offsets")
+        stored = set(listed.groups)
         return sorted(with_members | stored), with_members
 
     def refresh(self, topics: dict[str, list[int]]) -> LagReading:
