@@ -5,7 +5,6 @@ groups' committed offsets)."""
 from __future__ import annotations
 
 import os
-import time
 
 import psutil
 import pytest
