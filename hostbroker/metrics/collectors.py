@@ -349,7 +349,7 @@ class ProcessCollector(_Described):
             return None
         p = self._procs.get(pid)
         try:
-            if p is None:
+            if p is None or not p.is_running():  # (a pid taken again by another process)
                 p = self._procs[pid] = psutil.Process(pid)
             with p.oneshot():
                 cpu = p.cpu_times()
