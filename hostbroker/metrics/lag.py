@@ -1,0 +1,213 @@
+"""Consumer group offsets and lag for ``/metrics``, read through the broker.
+
+Owns: :class:`GroupLag`, ``hb-http``'s cache of which groups the broker
+knows, how many members each has, and the offsets each committed; and
+the one connection it asks them on (a :class:`GroupConnection` to the
+broker's first listener, as ``HttpContext.broker_client`` picks it: the
+group requests need its decoding). Every request goes the normal route
+(a processor, a handler, ``hb-coordinator``), like any client's.
+
+What a refresh asks, at most once per ``http.metrics.lag.interval.ms``
+(scrapes in between get the cached reading):
+
+1. LIST_GROUPS (groups with members) and LIST_OFFSET_GROUPS (every group
+   with committed offsets); the union, sorted, is cut to
+   ``http.metrics.max.groups`` (the rest counted as omitted).
+2. DESCRIBE_GROUP of each group with members: its member count, and the
+   topics its members were assigned.
+3. OFFSET_FETCH of the group's offsets for every partition of the topics
+   it is known to have offsets for, or was assigned; plus, for the topics
+   not known yet, a share of a discovery pass: the offsets store has no
+   request that lists a group's topics, so the (group, topic) pairs not
+   known are probed in turn, one partition each (the next one at each
+   pass), as many a refresh as ``http.metrics.max.partitions`` leaves
+   after the known ones. A topic where a group has an offset is known
+   from then on and all its partitions asked.
+
+An OFFSET_FETCH asks at most ``FETCH_MAX_PARTITIONS`` partitions (and half
+``request.max.entries``, as its topics count too), so the handler that
+decodes it and builds its answer is never busy with one for more than a
+few milliseconds: other clients' requests on that handler wait no longer. Every key a
+refresh asks counts against ``http.metrics.max.partitions``; the groups
+that do not fit count as omitted. A refresh that fails (the broker does not
+answer in ``BROKER_TIMEOUT_S``, or answers an error) keeps the previous
+reading, says so once on stderr, and is tried again at the next interval.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from hostbroker.client.coordinator_requests import GroupConnection
+from hostbroker.client.errors import BrokerError
+from hostbroker.errors import ErrorCode, HostbrokerError
+from hostbroker.protocol import api
+from hostbroker.protocol import groups as gp
+from hostbroker.protocol.topics_admin import ListOffsetGroupsRequest
+
+FETCH_MAX_PARTITIONS = 1000
+
+
+@dataclass
+class LagReading:
+    """``members``: group -> member count (0: offsets only); ``offsets``:
+    (group, topic, partition) -> committed offset; ``omitted``: groups left out."""
+
+    members: dict[str, int] = field(default_factory=dict)
+    offsets: dict[tuple[str, str, int], int] = field(default_factory=dict)
+    omitted: int = 0
+
+
+class GroupLag:
+    """The cached group reading (module docstring). ``uri``: the broker's
+    listener; ``clock``: seconds, monotonic (a test's fake)."""
+
+    def __init__(self, uri: str, *, interval_s: float, max_groups: int, max_keys: int,
+                 max_entries: int, timeout_s: float = 5.0,
+                 clock: Callable[[], float] = time.monotonic):
+        self.uri = uri
+        self.interval_s = interval_s
+        self.max_groups = max_groups
+        self.max_keys = max_keys
+        # an OFFSET_FETCH counts its topics and partitions against request.max.entries;
+        # and one of a few thousand partitions would hold its handler for tens of ms
+        self.max_entries = max(1, min(max_entries // 2, FETCH_MAX_PARTITIONS))
+        self.timeout_s = timeout_s
+        self.clock = clock
+        self.known: dict[str, set[str]] = {}  # group -> topics it has offsets for
+        self.cursor = 0  # where the discovery pass goes on
+        self.last = LagReading()
+        self.refreshed_at: float | None = None
+        self.failing = False
+        self.refreshes = 0
+        self._conn: GroupConnection | None = None
+
+    def reading(self, topics: dict[str, list[int]]) -> LagReading:
+        """The reading, refreshed first when older than the interval.
+        ``topics``: topic -> partitions, of this scrape's partition table."""
+        now = self.clock()
+        if self.refreshed_at is not None and now - self.refreshed_at < self.interval_s:
+            return self.last
+        self.refreshed_at = now
+        try:
+            self.last = self.refresh(topics)
+            if self.failing:
+                print("hostbroker: hb-http: group offsets are read again", file=sys.stderr,
+                      flush=True)
+            self.failing = False
+        except (OSError, HostbrokerError) as e:
+            self.close()
+            if not self.failing:
+                print(f"hostbroker: hb-http: group offsets not read ({type(e).__name__}: "
+                      f"{e}); the metrics keep the last reading", file=sys.stderr, flush=True)
+            self.failing = True
+        return self.last
+
+    # -- one refresh ------------------------------------------------------------------
+
+    def _request(self, request):
+        conn = self._conn
+        if conn is None or not conn.connected:
+            conn = self._conn = GroupConnection(self.uri, timeout=self.timeout_s,
+                                                client_id="hb-http-metrics")
+            conn.connect()
+        return conn.request(request)
+
+    def _groups(self) -> tuple[list[str], set[str]]:
+        """(every group, sorted; those with members)."""
+        answer = self._request(gp.ListGroupsRequest())
+        if answer.error_code != ErrorCode.NONE:
+            raise BrokerError(answer.error_code, "listing groups")
+        with_members = set(answer.groups)
+        listed = self._request(ListOffsetGroupsRequest())
+        if listed.error_code != ErrorCode.NONE:
+            raise BrokerError(listed.error_code, "listing the groups with offsets")
+        stored = set(listed.groups)
+        return sorted(with_members | stored), with_members
+
+    def refresh(self, topics: dict[str, list[int]]) -> LagReading:
+        groups, with_members = self._groups()
+        reading = LagReading()
+        kept = groups[:self.max_groups]
+        reading.omitted = len(groups) - len(kept)
+        assigned: dict[str, set[str]] = {}
+        for group in kept:
+            if group in with_members:
+                described = self._request(gp.DescribeGroupRequest(group))
+                reading.members[group] = len(described.members)
+                assigned[group] = {a.topic for m in described.members for a in m.assignment}
+            else:
+                reading.members[group] = 0
+        for group in list(self.known):
+            if group not in reading.members:
+                del self.known[group]  # gone, or omitted: found again if it comes back
+        budget = self.max_keys
+        asked: dict[str, list[tuple[str, int]]] = {}
+        fitted = []
+        for group in kept:
+            wanted = sorted((self.known.get(group, set()) | assigned.get(group, set()))
+                            & topics.keys())
+            keys = [(t, p) for t in wanted for p in topics[t]]
+            if len(keys) > budget:
+                break
+            budget -= len(keys)
+            asked[group] = keys
+            fitted.append(group)
+        for group in kept[len(fitted):]:
+            del reading.members[group]
+        reading.omitted += len(kept) - len(fitted)
+        self._discover(fitted, topics, asked, budget)
+        for group, keys in asked.items():
+            found_topics = set()
+            for (topic, partition), offset in self._fetch(group, keys):
+                if offset >= 0:
+                    reading.offsets[(group, topic, partition)] = offset
+                    found_topics.add(topic)
+            self.known[group] = found_topics
+        self.refreshes += 1
+        return reading
+
+    def _discover(self, groups: list[str], topics: dict[str, list[int]],
+                  asked: dict[str, list[tuple[str, int]]], budget: int) -> None:
+        """Add to ``asked`` one partition of each of the next (group, topic)
+        pairs not asked yet, in turn from where the last refresh stopped,
+        while ``budget`` keys last. Each pass over the pairs probes the next
+        partition of each topic (pass ``k``: partition ``k`` mod its count),
+        so a group with offsets for only some partitions of a topic is found
+        too, if later."""
+        names = sorted(topics)
+        total = len(groups) * len(names)
+        if not total:
+            return
+        have = {g: {t for t, _ in asked[g]} for g in groups}
+        at = self.cursor
+        end = at + total
+        while at < end and budget > 0:
+            place = at % total
+            group, topic = groups[place // len(names)], names[place % len(names)]
+            if topic not in have[group]:
+                partitions = topics[topic]
+                asked[group].append((topic, partitions[at // total % len(partitions)]))
+                budget -= 1
+            at += 1
+        self.cursor = at
+
+    def _fetch(self, group: str, keys: list[tuple[str, int]]):
+        """((topic, partition), offset) for ``keys``, in requests of at most
+        ``max_entries`` partitions."""
+        for at in range(0, len(keys), self.max_entries):
+            chunk = keys[at:at + self.max_entries]
+            request = api.OffsetFetchRequest(
+                group, tuple(api.OffsetFetchPartition(t, p) for t, p in chunk))
+            answer = self._request(request)
+            for r in answer.partitions:
+                if r.error_code == ErrorCode.NONE:
+                    yield (r.topic, r.partition), r.offset
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()

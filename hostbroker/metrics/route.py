@@ -1,0 +1,74 @@
+"""``GET /metrics``: the route function ``hb-http``'s router mounts.
+
+Owns: :func:`metrics_route`, which builds the scrape's
+``CollectorRegistry`` once (only our collectors: no process or platform
+collector of ``prometheus_client``, ours report every process of the
+broker) and returns the handler that answers each scrape with
+:func:`hostbroker.metrics.exposition.render` of it, content type
+``CONTENT_TYPE_LATEST``.
+
+A scrape reads shared memory and psutil, and at most once per
+``http.metrics.lag.interval.ms`` asks the broker for group offsets
+(:mod:`hostbroker.metrics.lag`); it runs in ``hb-http`` and nowhere else.
+The query string is ignored.
+"""
+
+from __future__ import annotations
+
+import time
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
+
+from hostbroker.metrics.collectors import (
+    ApiCollector,
+    BrokerCollector,
+    GroupCollector,
+    PartitionCollector,
+    ProcessCollector,
+    scrape_seconds,
+)
+from hostbroker.metrics.exposition import render
+from hostbroker.metrics.lag import GroupLag
+
+
+class Scrape:
+    """The registry of one broker's collectors and what renders it."""
+
+    def __init__(self, context):
+        config = context.config
+        from hostbroker.workers.http.context import BROKER_TIMEOUT_S, broker_uri
+
+        self.lag = GroupLag(broker_uri(config),
+                            interval_s=config["http.metrics.lag.interval.ms"] / 1000,
+                            max_groups=config["http.metrics.max.groups"],
+                            max_keys=config["http.metrics.max.partitions"],
+                            max_entries=config["request.max.entries"],
+                            timeout_s=BROKER_TIMEOUT_S)
+        self.partitions = PartitionCollector(context, config["http.metrics.max.partitions"])
+        self.registry = CollectorRegistry(auto_describe=False)
+        for collector in (self.partitions, GroupCollector(self.lag, self.partitions),
+                          ApiCollector(context), ProcessCollector(context),
+                          BrokerCollector(context)):
+            self.registry.register(collector)
+
+    def text(self) -> bytes:
+        """One scrape's answer body."""
+        started = time.monotonic()
+        body = render(self.registry.collect())
+        return body + render([scrape_seconds(started)])
+
+    def close(self) -> None:
+        self.lag.close()
+
+
+def metrics_route(context):
+    """The handler of ``GET /metrics`` over ``context`` (an ``HttpContext``)."""
+    from hostbroker.workers.http.router import Response
+
+    scrape = Scrape(context)
+
+    def handler(request) -> Response:
+        return Response(200, CONTENT_TYPE_LATEST, scrape.text())
+
+    handler.scrape = scrape  # for tests and the benchmark
+    return handler
