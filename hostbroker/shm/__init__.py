@@ -12,7 +12,8 @@ and 8-byte atomic aligned stores (see ``ring.py``), and doorbells on eventfd.
 Modules: ``region`` (named segments, stale clean-up), ``ring`` (SPSC byte
 ring), ``channel`` (messages of any size over a ring), ``doorbell``
 (eventfd wake-ups), ``table`` (seqlock slot tables), ``partitions`` (the partition table),
-``adminlock`` (the admin lock), ``procs`` (the process board).
+``adminlock`` (the admin lock), ``procs`` (the process board), ``stats``
+(per-partition and per-API counters, one region per process).
 """
 
 import platform

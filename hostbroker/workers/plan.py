@@ -71,6 +71,10 @@ KINDS = ("writer", "coordinator", "handler", "processor", "acceptor", "registrar
 RING_KINDS = ("req", "resp", "app", "res", "ans", "put", "capp", "cres", "cans", "cput",
               "rapp", "rres", "dctl", "dres", "dreq", "dans")
 ANSWER_KINDS = ("ans", "cans", "rres", "dres", "dans")
+# who keeps counters in shm/stats.py: partition stats where partition data is
+# appended or sent, API stats where requests are answered
+PARTITION_STATS_KINDS = ("writer", "handler", "processor")
+API_STATS_KINDS = ("writer", "coordinator", "handler", "processor", "logdirs")
 ANSWER_RING_BYTES = 1024 * 1024
 PUT_RING_BYTES = 4 * 1024 * 1024
 _CONSUMER_KIND = {"req": "handler", "resp": "processor", "app": "writer", "res": "handler",
@@ -157,6 +161,22 @@ class BrokerPlan:
     def logdirs_name(self) -> str:
         """The state of each log dir, by writer index (``shm/logdirs.py``)."""
         return self.shm_prefix + "logdirs"
+
+    def stats_name(self, kind: str, index: int) -> str:
+        """Worker ``kind`` ``index``'s partition stats (``shm/stats.py``)."""
+        return f"{self.shm_prefix}pstats-{kind}-{index}"
+
+    def api_stats_name(self, kind: str, index: int) -> str:
+        """Worker ``kind`` ``index``'s API stats (``shm/stats.py``)."""
+        return f"{self.shm_prefix}astats-{kind}-{index}"
+
+    def stats_workers(self) -> list[tuple[str, int]]:
+        """(kind, index) of every worker that keeps partition stats."""
+        return [w for w in self.workers() if w[0] in PARTITION_STATS_KINDS]
+
+    def api_stats_workers(self) -> list[tuple[str, int]]:
+        """(kind, index) of every worker that keeps API stats."""
+        return [w for w in self.workers() if w[0] in API_STATS_KINDS]
 
     def ring_pairs(self):
         """Every (kind, producer, consumer) ring of this broker."""

@@ -77,6 +77,7 @@ from hostbroker.shm.procs import ProcessBoard
 from hostbroker.shm.region import (SharedRegion, release_lease, remove_stale, sweep_dead_runs,
                                    take_lease)
 from hostbroker.shm.peers import MAX_PEERS, PeersTable
+from hostbroker.shm.stats import ApiStats, PartitionStats
 from hostbroker.shm.ring import Ring
 from hostbroker.shm.topicnames import ReplicatedNames
 from hostbroker.workers.acceptor import AcceptorWorker
@@ -191,6 +192,7 @@ class Supervisor(Respawn):
         self.regions.append(region)
         self.board = ProcessBoard.create(region, plan.worker_count)
         self.board.set_supervisor(os.getpid())
+        self._make_stats_tables()
         # (standalone too: a standalone broker takes LEADER_AND_ISR by hand, as tests do)
         self._make_replication_tables()
         self.admin_lock = AdminLock.create(plan.token)
@@ -202,6 +204,21 @@ class Supervisor(Respawn):
             a.set_inheritable(True)
             b.set_inheritable(True)
             plan.handoff.append((a, b))
+
+    def _make_stats_tables(self) -> None:
+        """Each recording worker's partition and API counters (``shm/stats.py``),
+        kept across its restarts."""
+        plan = self.plan
+        rows = self.config["max.partitions"]
+        for kind, index in plan.stats_workers():
+            region = SharedRegion.create(plan.stats_name(kind, index),
+                                         PartitionStats.region_size(rows))
+            self.regions.append(region)
+            PartitionStats.create(region, rows)
+        for kind, index in plan.api_stats_workers():
+            region = SharedRegion.create(plan.api_stats_name(kind, index), ApiStats.region_size())
+            self.regions.append(region)
+            ApiStats.create(region)
 
     def _make_replication_tables(self) -> None:
         """In every mode: the peers table (brokers the controller named, and its
