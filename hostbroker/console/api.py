@@ -144,6 +144,19 @@ def page_of(request, page_max: int) -> tuple[int, int, str]:
     return offset, min(limit, page_max), text
 
 
+def topic_name(name) -> str:
+    from hostbroker.errors import InvalidTopicError
+    from hostbroker.log.segments import validate_topic_name
+
+    if not isinstance(name, str):
+        raise HttpError(400, "topic must be a string")
+    try:
+        validate_topic_name(name)
+    except InvalidTopicError as exc:
+        raise HttpError(400, str(exc)[:FILTER_MAX + 80]) from None
+    return name
+
+
 class Console:
     """The console's state in hb-http: the context, the cached METADATA and the rates."""
 
@@ -391,7 +404,7 @@ class Console:
         return topic_overrides(self, topic)
 
     def topic(self, request) -> Response:
-        name = request.params["topic"]
+        name = topic_name(request.params["topic"])
         offset, limit, _ = page_of(request, self.page_max)
         response = self.ask(f"reading topic {name[:FILTER_MAX]}",
                             lambda c: c.metadata([name]))

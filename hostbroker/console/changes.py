@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 
-from hostbroker.console.api import FILTER_MAX, answer, broker_refused
+from hostbroker.console.api import answer, broker_refused, topic_name
 from hostbroker.errors import ErrorCode
 from hostbroker.workers.http.router import HttpError
 
@@ -54,19 +54,6 @@ def document(request) -> dict:
     if not isinstance(found, dict):
         raise HttpError(400, "the body must be a JSON object")
     return found
-
-
-def topic_name(name) -> str:
-    from hostbroker.errors import InvalidTopicError
-    from hostbroker.log.segments import validate_topic_name
-
-    if not isinstance(name, str):
-        raise HttpError(400, "topic must be a string")
-    try:
-        validate_topic_name(name)
-    except InvalidTopicError as exc:
-        raise HttpError(400, str(exc)[:FILTER_MAX + 80]) from None
-    return name
 
 
 def whole(body: dict, key: str, default=None, low: int = 1, high: int = INT32_MAX) -> int:
