@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from hostbroker.errors import ConfigError
+from hostbroker.settings_http import HTTP_SETTINGS, http_listeners_problem
 from hostbroker.settings_logdirs import LOGDIRS_SETTINGS
 
 
@@ -30,6 +31,7 @@ class Setting:
     doc: str
     check: Callable[[Any], str | None] | None = None  # returns a problem or None
     kind: str = "scalar"  # "scalar" or "list" (comma-separated string or TOML array)
+    empty_ok: bool = False  # a list that may name nothing (http.listeners: no HTTP listener)
 
 
 def _at_least(n: int) -> Callable[[Any], str | None]:
@@ -485,6 +487,9 @@ SETTINGS: tuple[Setting, ...] = (
             "work) stops beating and is replaced after worker.heartbeat.timeout.ms more.",
             _at_least(100)),
     *(Setting(k, t, d, doc, _between(lo, hi)) for k, t, d, doc, lo, hi in LOGDIRS_SETTINGS),
+    *(Setting(k, t, d, doc, http_listeners_problem, kind="list", empty_ok=True)
+      if k == "http.listeners" else Setting(k, t, d, doc, bounds and _between(*bounds))
+      for k, t, d, doc, bounds in HTTP_SETTINGS),
 )
 
 SETTINGS_BY_KEY: dict[str, Setting] = {s.key: s for s in SETTINGS}
@@ -599,6 +604,10 @@ class Config:
     def listeners(self) -> list[str]:
         return split_list(self["listeners"])
 
+    @property
+    def http_listeners(self) -> list[str]:
+        return split_list(self["http.listeners"])
+
     def log_defaults(self):
         """The broker-wide defaults of every topic's log config."""
         from hostbroker.log.config import LogConfig
@@ -625,7 +634,7 @@ def checked(setting: Setting, raw: Any) -> Any:
         problem = setting.check(value)
         if problem:
             raise ConfigError(f"{key}: {problem} (got {value!r})")
-    if setting.kind == "list" and not split_list(value):
+    if setting.kind == "list" and not setting.empty_ok and not split_list(value):
         raise ConfigError(f"{key}: must name at least one entry")
     return value
 

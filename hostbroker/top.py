@@ -34,7 +34,7 @@ from hostbroker.shm.table import FREE
 from hostbroker.workers.plan import BrokerPlan
 
 KIND_NAMES = {1: "writer", 2: "handler", 3: "processor", 4: "acceptor", 5: "registrar",
-              6: "coordinator", 7: "replica", 8: "logdirs"}
+              6: "coordinator", 7: "replica", 8: "logdirs", 9: "http"}
 _COLUMNS = ("requests", "bytes_in", "bytes_out", "messages_in", "errors", "connections",
             "fetch_parked", "wakeups")
 

@@ -50,6 +50,12 @@ broker with two or more log dirs (:attr:`BrokerPlan.logdirs`), with the one
 ``hb-logdirs`` (:mod:`hostbroker.workers.logdirs`) at index 0: it keeps the
 replicas that a topic places on several log dirs of this broker.
 
+With ``http.listeners`` set, one ``hb-http`` (:mod:`hostbroker.workers.http`,
+:attr:`BrokerPlan.http`) serves them: it uses no ring (a request it needs
+goes to the broker's own listener like a client's) and inherits the HTTP
+listening sockets bound here (:attr:`BrokerPlan.http_listeners`) and the
+admin token read at start (:attr:`BrokerPlan.http_admin_token`).
+
 The ``ans``, ``cans``, ``rres``, ``dres`` and ``dans`` rings carry only small answers; they are
 ``ANSWER_RING_BYTES`` (or ``ring.bytes`` when that is smaller). The ``put``
 and ``cput`` rings carry one request of a connection at a time; they are
@@ -67,7 +73,7 @@ import socket
 from hostbroker.config import Config
 
 KINDS = ("writer", "coordinator", "handler", "processor", "acceptor", "registrar", "replica",
-         "logdirs")
+         "logdirs", "http")
 RING_KINDS = ("req", "resp", "app", "res", "ans", "put", "capp", "cres", "cans", "cput",
               "rapp", "rres", "dctl", "dres", "dreq", "dans")
 ANSWER_KINDS = ("ans", "cans", "rres", "dres", "dans")
@@ -115,6 +121,11 @@ class BrokerPlan:
     # st_dev per writer index, taken with dir_ids (-1: unknown); hb-logdirs' placement
     # prefers distinct devices and never stats a dir in its loop
     dir_devices: list[int] = dataclasses.field(default_factory=list)
+    http: bool = False  # http.listeners set: one hb-http serves them
+    # the bound HTTP listening sockets (the supervisor's prepare), inherited by hb-http
+    http_listeners: list[tuple[str, socket.socket]] = dataclasses.field(default_factory=list)
+    # the console's admin token (http.admin.token.file, read at start), None when disabled
+    http_admin_token: bytes | None = None
 
     @classmethod
     def from_config(cls, config: Config) -> "BrokerPlan":
@@ -124,7 +135,8 @@ class BrokerPlan:
                    num_handlers=config["num.handlers"],
                    num_processors=config["num.processors"], log_dirs=log_dirs,
                    registrar=cluster, replica=cluster,
-                   logdirs=not cluster and len(log_dirs) >= 2)
+                   logdirs=not cluster and len(log_dirs) >= 2,
+                   http=bool(config.http_listeners))
 
     # -- names -------------------------------------------------------------
     @property
@@ -233,7 +245,7 @@ class BrokerPlan:
     @property
     def worker_count(self) -> int:
         return (self.num_writers + self.num_handlers + self.num_processors + 2 + self.registrar
-                + self.replica + self.logdirs)
+                + self.replica + self.logdirs + self.http)
 
     def board_slot(self, kind: str, index: int) -> int:
         if kind == "writer":
@@ -251,6 +263,9 @@ class BrokerPlan:
         if kind == "logdirs":  # after the registrar's and the replica's (never planned with it)
             return (self.num_writers + self.num_handlers + self.num_processors + 2
                     + self.registrar + self.replica)
+        if kind == "http":  # last
+            return (self.num_writers + self.num_handlers + self.num_processors + 2
+                    + self.registrar + self.replica + self.logdirs)
         return self.num_writers + self.num_handlers + self.num_processors
 
     def workers(self):
@@ -269,6 +284,8 @@ class BrokerPlan:
         yield "acceptor", 0
         if self.registrar:
             yield "registrar", 0
+        if self.http:
+            yield "http", 0
 
     def doorbell(self, kind: str, index: int):
         return self.doorbells[(kind, index)]

@@ -23,6 +23,7 @@ import stat
 import sys
 
 from hostbroker.config import parse_listener
+from hostbroker.settings_http import parse_http_listener
 from hostbroker.log import files
 
 
@@ -52,16 +53,7 @@ def bind_listener(uri: str) -> socket.socket:
     The URI was checked by the configuration; a unix path's directory must exist."""
     parsed = parse_listener(uri)
     if parsed[0] == "tcp":
-        _, host, port = parsed
-        host = host or "0.0.0.0"
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError as e:
-            sock.close()
-            raise StartError(f"listeners: cannot bind {uri}: {e.strerror}") from None
+        sock = _bind_tcp(uri, parsed[1], parsed[2], "listeners")
     else:
         path = os.path.abspath(parsed[1])
         _remove_stale_socket(path, uri)
@@ -75,6 +67,27 @@ def bind_listener(uri: str) -> socket.socket:
         finally:
             os.umask(old)  # the socket was made 0660 by it: no chmod, which follows a link
     sock.set_inheritable(True)
+    return sock
+
+
+def bind_http_listener(uri: str) -> socket.socket:
+    """Bind ``http://HOST:PORT`` (``http.listeners``) for hb-http; start() listens."""
+    host, port = parse_http_listener(uri)
+    sock = _bind_tcp(uri, host, port, "http.listeners")
+    sock.set_inheritable(True)
+    return sock
+
+
+def _bind_tcp(uri: str, host: str, port: int, key: str) -> socket.socket:
+    host = host or "0.0.0.0"
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        raise StartError(f"{key}: cannot bind {uri}: {e.strerror}") from None
     return sock
 
 

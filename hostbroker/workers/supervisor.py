@@ -24,7 +24,10 @@ then the handlers and the processors, and in cluster
 mode (``zookeeper.connect``) the registrar, ready once it has registered the
 broker in ZooKeeper (a ``broker.id`` held by a live broker refuses the start);
 only then listen and fork the acceptor, so a broker that is refused never
-accepts a connection; then tell systemd ``READY=1``. While waiting,
+accepts a connection; then, with ``http.listeners`` set, listen on those and
+fork ``hb-http`` (its admin token was read with the other checks, a bad
+token file refusing the start in one line); then tell systemd ``READY=1``.
+While waiting,
 ``EXTEND_TIMEOUT_USEC`` every 5 s keeps systemd's start timeout from ending a
 long log recovery. A start that cannot succeed here exits
 ``ExitStatus.REFUSED`` (78) with one line (a worker that exits
@@ -45,8 +48,9 @@ codes, the replacement and the heartbeat watch are
 us if we die: each asked the kernel for SIGTERM on our death right after its
 fork (``die_with_parent``).
 
-Stop (SIGTERM/SIGINT): first the registrar (its ZooKeeper session closes, so
-the registrations go before the listeners close), then in data-flow order,
+Stop (SIGTERM/SIGINT): first hb-http (no page is left half-asked), then the
+registrar (its ZooKeeper session closes, so the registrations go before the
+listeners close), then in data-flow order,
 each group finishing its in-flight work first: acceptor, processors (answer
 what they have), handlers, the follower fetcher (nothing it fetched is
 appended after the writers stop), the coordinator (syncs and answers the commits it
@@ -84,25 +88,28 @@ from hostbroker.workers.acceptor import AcceptorWorker
 from hostbroker.workers.coordinator import CoordinatorWorker
 from hostbroker.workers.base import child_main, die_with_parent, set_process_name
 from hostbroker.workers.handler import HandlerWorker
+from hostbroker.workers.http.auth import AdminTokenError, load_admin_token
+from hostbroker.workers.http.worker import HttpWorker
 from hostbroker.workers.logdirs import LogDirsWorker
 from hostbroker.workers.plan import BrokerPlan
 from hostbroker.workers.processor import ProcessorWorker
 from hostbroker.workers.registrar import RegistrarWorker
 from hostbroker.workers.replication import ReplicaWorker
 from hostbroker.workers.respawn import Respawn
-from hostbroker.workers.startup import (StartError, StoppedWhileStarting, bind_listener,
-                                       check_log_dir, check_unix_listener_dir,
+from hostbroker.workers.startup import (StartError, StoppedWhileStarting, bind_http_listener,
+                                       bind_listener, check_log_dir, check_unix_listener_dir,
                                        claim_broker_lock, make_log_dir, resolve_dir_ids)
 from hostbroker.workers.writer import WriterWorker
 
 WORKER_CLASSES = {"writer": WriterWorker, "handler": HandlerWorker,
                   "processor": ProcessorWorker, "acceptor": AcceptorWorker,
                   "registrar": RegistrarWorker, "coordinator": CoordinatorWorker,
-                  "replica": ReplicaWorker, "logdirs": LogDirsWorker}
+                  "replica": ReplicaWorker, "logdirs": LogDirsWorker, "http": HttpWorker}
 KIND_CODES = {"writer": 1, "handler": 2, "processor": 3, "acceptor": 4, "registrar": 5,
-              "coordinator": 6, "replica": 7, "logdirs": 8}
-# the registrar first: the registrations go before the listeners close
-STOP_ORDER = ("registrar", "acceptor", "processor", "handler", "replica", "logdirs",
+              "coordinator": 6, "replica": 7, "logdirs": 8, "http": 9}
+# hb-http first (its pages ask the broker, which must still answer), then the
+# registrar: the registrations go before the listeners close
+STOP_ORDER = ("http", "registrar", "acceptor", "processor", "handler", "replica", "logdirs",
               "coordinator", "writer")
 _TICK_S = 0.25
 _EXTEND_EVERY_S = 5.0  # while starting or stopping: tell systemd to wait 3 times that
@@ -139,6 +146,11 @@ class Supervisor(Respawn):
                 print(f"hostbroker: cpu.wakeup.latency.us: {why}", file=sys.stderr, flush=True)
         # before anything is created, so every worker inherits it (files 0666, dirs 0777 less it)
         os.umask(parse_umask(config["log.umask"]))
+        if plan.http:
+            try:
+                plan.http_admin_token = load_admin_token(config)
+            except AdminTokenError as e:
+                raise StartError(str(e)) from None
         if len(set(plan.log_dirs)) != len(plan.log_dirs):
             raise StartError("log.dirs: a log dir is listed twice")
         for path in plan.log_dirs:
@@ -153,6 +165,8 @@ class Supervisor(Respawn):
         resolve_dir_ids(plan)
         for uri in config.listeners:
             plan.listeners.append((uri, bind_listener(uri)))
+        for uri in config.http_listeners:
+            plan.http_listeners.append((uri, bind_http_listener(uri)))
         # A stop asked for while the shared memory is made comes once it is all
         # listed, so that the stop removes every piece of it (cleanup()).
         held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
@@ -272,10 +286,13 @@ class Supervisor(Respawn):
         self.board.set_broker_state(procs.BROKER_STARTING)
         systemd.notify("STATUS=recovering logs")
         for group in (("writer", "coordinator"), ("replica", "logdirs"), ("handler", "processor"),
-                      ("registrar",), ("acceptor",)):
+                      ("registrar",), ("acceptor",), ("http",)):
             if group == ("acceptor",):  # broker.id is ours: connections may come
                 for _, sock in self.plan.listeners:
                     sock.listen(1024)
+            if group == ("http",):  # its pages may ask the broker, which now answers
+                for _, sock in self.plan.http_listeners:
+                    sock.listen(128)
             for kind, index in self.plan.workers():
                 if kind in group:
                     self.spawn(kind, index)
@@ -284,8 +301,10 @@ class Supervisor(Respawn):
         self.serving_since = time.monotonic()
         systemd.notify("READY=1\nSTATUS=serving")
         held = self.config["cpu.wakeup.latency.us"]
+        http = self.config.http_listeners
         print(f"hostbroker: serving {', '.join(self.config.listeners)}; "
               f"log dirs {', '.join(self.plan.log_dirs)}"
+              + (f"; HTTP on {', '.join(http)}" if http else "")
               + (f"; CPU wake-up latency held at {held} µs" if held >= 0 else "")
               + (f"; real-time {self.realtime[0]} priority {self.realtime[1]}"
                  if self.realtime else ""),
@@ -440,6 +459,9 @@ class Supervisor(Respawn):
                     pass
             sock.close()
         self.plan.listeners.clear()
+        for _, sock in self.plan.http_listeners:
+            sock.close()
+        self.plan.http_listeners.clear()
         for region in self.regions:
             try:
                 region.unlink()

@@ -298,6 +298,7 @@ def test_ctrl_c_while_the_supervisor_prepares_is_one_line(tmp_path, signame):
         logs = tmp_path / f"logs-{attempt}"
         proc = subprocess.Popen([sys.executable, "-m", "hostbroker", "serve",
                                  "--set", f"listeners=unix://{tmp_path}/hb-{attempt}.sock",
+                                 "--set", "http.listeners=",
                                  "--set", f"log.dirs={logs}"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 stdin=subprocess.DEVNULL)

@@ -99,7 +99,8 @@ def test_a_limit_below_the_log_dirs_refuses_the_start(tmp_path):
         os.mkdir(d)
     done = subprocess.run(
         [sys.executable, "-m", "hostbroker", "serve", "--set", f"log.dirs={','.join(dirs)}",
-         "--set", "logdirs.state.max.online=2", "--set", f"listeners=unix://{tmp_path}/s"],
+         "--set", "logdirs.state.max.online=2", "--set", f"listeners=unix://{tmp_path}/s",
+         "--set", "http.listeners="],
         capture_output=True, timeout=60)
     assert done.returncode != 0
     assert "logdirs.state.max.online 2 is below the 3 log.dirs" in done.stderr.decode()

@@ -31,6 +31,7 @@ class Broker:
             "ring.bytes": 4 * 1024 * 1024,
             "max.partitions": 4096,
             "shutdown.timeout.ms": 5000,
+            "http.listeners": "",  # no hb-http unless a test asks (its default port is fixed)
         }
         self.settings.update({k.replace("_", "."): v for k, v in settings.items()})
         # the port picked here may be bound by another test before the broker binds
@@ -197,7 +198,7 @@ def serve_args(tmp_path, settings: dict) -> list[str]:
     """``serve`` and its options for a broker under ``tmp_path`` (a Unix
     listener only) with ``settings``: for a start that is expected to refuse."""
     args = ["serve", "--set", f"log.dirs={tmp_path}/logs",
-            "--set", f"listeners=unix://{tmp_path}/s"]
+            "--set", f"listeners=unix://{tmp_path}/s", "--set", "http.listeners="]
     for key, value in settings.items():
         args += ["--set", f"{key}={value}"]
     return args

@@ -172,7 +172,7 @@ def _assert_refused(result: subprocess.CompletedProcess, *names: str) -> None:
 
 def _usable(tmp_path) -> list[str]:
     return [f"listeners=tcp://127.0.0.1:{free_port()},unix://{tmp_path}/hb.sock",
-            f"log.dirs={tmp_path}/logs"]
+            f"log.dirs={tmp_path}/logs", "http.listeners="]
 
 
 def test_refuses_an_unknown_key(tmp_path):

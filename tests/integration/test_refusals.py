@@ -21,7 +21,7 @@ def _run(tmp_path, *args: str) -> subprocess.CompletedProcess:
 
 
 def _serve(tmp_path, *settings: str) -> subprocess.CompletedProcess:
-    args = ["serve", f"--set=log.dirs={tmp_path}/logs"]
+    args = ["serve", f"--set=log.dirs={tmp_path}/logs", "--set=http.listeners="]
     return _run(tmp_path, *args, *(f"--set={s}" for s in settings))
 
 
@@ -66,7 +66,8 @@ def test_a_unix_socket_in_the_log_dirs_parent_is_made_with_the_log_dir(tmp_path)
     data = tmp_path / "data"
     proc = subprocess.Popen(
         [sys.executable, "-m", "hostbroker", "serve", f"--set=log.dirs={data}/logs",
-         f"--set=listeners=tcp://127.0.0.1:{free_port()},unix://{data}/hb.sock"],
+         f"--set=listeners=tcp://127.0.0.1:{free_port()},unix://{data}/hb.sock",
+         "--set=http.listeners="],
         cwd=tmp_path, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
     try:
         assert "hostbroker: serving" in proc.stderr.readline()
@@ -82,7 +83,7 @@ def test_a_log_dir_that_is_a_file_says_so(tmp_path, layout):
     file.write_text("not a log dir")
     log_dir = file if layout == "file" else file / "logs"
     result = _run(tmp_path, "serve", f"--set=log.dirs={log_dir}",
-                  f"--set=listeners=tcp://127.0.0.1:{free_port()}")
+                  f"--set=listeners=tcp://127.0.0.1:{free_port()}", "--set=http.listeners=")
     _assert_one_line(result, ExitStatus.REFUSED, f"log.dirs: cannot use {log_dir}",
                      f"{'' if layout == 'file' else str(file) + ' '}is a file, not a directory")
     assert file.read_text() == "not a log dir"

@@ -145,6 +145,7 @@ class Broker:
         self.settings = {
             "listeners": f"tcp://127.0.0.1:{self.port},unix://{self.unix_path}",
             "log.dirs": os.path.join(workdir, "logs"),
+            "http.listeners": "",  # no hb-http unless asked (its default port is fixed)
         }
         for item in settings:
             key, sep, value = item.partition("=")

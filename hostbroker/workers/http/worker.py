@@ -1,0 +1,196 @@
+"""The ``hb-http`` process loop: the HTTP listening sockets and their connections.
+
+Owns: ``plan.http_listeners`` in this process (bound by the supervisor before
+the fork; a replaced hb-http listens on the very same sockets), every HTTP
+connection, and its slot on the process board. One selector holds the
+listeners, the connections and the worker's doorbell (rung for a stop);
+each round it heartbeats like every worker, then applies the timeouts.
+
+Reads and writes sockets only; the answers come from the
+:class:`~.server.HttpConnection` of each connection and the
+:class:`~.router.Router` that :func:`~.routes.build_router` made over an
+:class:`~.context.HttpContext`. A connection past ``http.max.connections``
+is answered 503 (one non-blocking write of a short answer) and closed at
+once.
+
+Board counters of this slot: ``REQUESTS`` (answers), ``ERRORS`` (answers
+4xx and 5xx, and connections refused), ``BYTES_IN`` and ``BYTES_OUT``. The
+broker's ``CONNECTIONS`` gauge is left to the Kafka listeners: an HTTP
+connection is not a client of the log.
+"""
+
+from __future__ import annotations
+
+import selectors
+import socket
+import sys
+import time
+import traceback
+
+from hostbroker.shm import procs
+from hostbroker.workers.base import Worker
+from hostbroker.workers.http.context import HttpContext
+from hostbroker.workers.http.router import Request, error_response
+from hostbroker.workers.http.server import HttpConnection, Limits, encode_response
+
+_TICK_S = 0.25  # timeouts are applied this often at least
+_READ_BYTES = 65536
+_ACCEPT_BURST = 64
+
+
+class HttpWorker(Worker):
+    kind = "http"
+    process_name = "hb-http"
+
+    def init_process(self) -> None:
+        super().init_process()
+        from hostbroker.workers.http.routes import build_router
+
+        self.limits = Limits.from_config(self.config)
+        self.max_connections = self.config["http.max.connections"]
+        self.context = HttpContext(self.plan)
+        self.router = build_router(self.context)
+        self.router.on_error = self._page_failed
+        self.conns: dict[int, tuple[socket.socket, HttpConnection]] = {}
+        self.sel = selectors.DefaultSelector()
+        self.sel.register(self.doorbell.fileno(), selectors.EVENT_READ, None)
+        for _, listener in self.plan.http_listeners:
+            listener.setblocking(False)
+            self.sel.register(listener.fileno(), selectors.EVENT_READ, listener)
+        self.board.set_state(self.slot, procs.WORKER_READY)
+
+    def run(self) -> None:
+        while not self.stopping:
+            events = self.sel.select(_TICK_S)
+            start = time.monotonic_ns()
+            if events:
+                self.sleeper.wakeups += 1  # published with the other timings
+            for key, mask in events:
+                data = key.data
+                if data is None:
+                    self.doorbell.drain()
+                elif isinstance(data, socket.socket):
+                    self._accept(data)
+                else:
+                    self._serve(data, mask)
+            self._expire(time.monotonic())
+            self.heartbeat()
+            if events:
+                self.work_ns += time.monotonic_ns() - start
+        for fd in list(self.conns):
+            self._close(fd)
+        for _, listener in self.plan.http_listeners:
+            listener.close()
+        self.context.close()
+
+    # -- connections ----------------------------------------------------------------
+    def _accept(self, listener: socket.socket) -> None:
+        for _ in range(_ACCEPT_BURST):
+            try:
+                sock, address = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                self.count(procs.ERRORS)
+                return
+            if len(self.conns) >= self.max_connections:
+                self._refuse(sock)
+                continue
+            sock.setblocking(False)
+            peer = _peer(address)
+            conn = HttpConnection(self.router, self.limits, peer, time.monotonic())
+            fd = sock.fileno()
+            self.conns[fd] = (sock, conn)
+            self.sel.register(fd, selectors.EVENT_READ, fd)
+
+    def _refuse(self, sock: socket.socket) -> None:
+        self.count(procs.ERRORS)
+        answer = encode_response(error_response(503, "too many HTTP connections "
+                                                     "(http.max.connections)"),
+                                 4096, close=True)
+        try:
+            sock.setblocking(False)
+            sock.send(answer)
+        except OSError:
+            pass
+        sock.close()
+
+    def _serve(self, fd: int, mask: int) -> None:
+        sock, conn = self.conns[fd]
+        now = time.monotonic()
+        if mask & selectors.EVENT_READ:
+            try:
+                data = sock.recv(_READ_BYTES)
+            except (BlockingIOError, InterruptedError):
+                data = None
+            except OSError:
+                self._close(fd)
+                return
+            if data is not None:
+                self.count(procs.BYTES_IN, len(data))
+                conn.received(data, now)
+        if conn.output:
+            self._write(fd, sock, conn, now)
+        else:
+            self._settle(fd, sock, conn)
+
+    def _write(self, fd: int, sock: socket.socket, conn: HttpConnection, now: float) -> None:
+        # answers go out in as many writes as the socket takes; the connection
+        # may owe another (a pipelined request) once one is written
+        while conn.output:
+            try:
+                n = sock.send(conn.output)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:
+                self._close(fd)
+                return
+            self.count(procs.BYTES_OUT, n)
+            conn.sent(n, now)
+        self._settle(fd, sock, conn)
+
+    def _settle(self, fd: int, sock: socket.socket, conn: HttpConnection) -> None:
+        """Count what was answered, then close or wait for what comes next."""
+        for status in conn.statuses:
+            self.count(procs.REQUESTS)
+            if status >= 400:
+                self.count(procs.ERRORS)
+        conn.statuses.clear()
+        if conn.done:
+            self._close(fd)
+            return
+        events = (selectors.EVENT_READ if conn.wants_read else 0) | (
+            selectors.EVENT_WRITE if conn.output else 0)
+        if events == 0:  # nothing to read nor write yet not done: cannot happen; never spin
+            self._close(fd)
+            return
+        if self.sel.get_key(fd).events != events:
+            self.sel.modify(fd, events, fd)
+
+    def _close(self, fd: int) -> None:
+        sock, _ = self.conns.pop(fd)
+        try:
+            self.sel.unregister(fd)
+        except (KeyError, ValueError):
+            pass
+        sock.close()
+
+    def _expire(self, now: float) -> None:
+        for fd, (sock, conn) in list(self.conns.items()):
+            if conn.expired(now):
+                self._close(fd)
+            elif conn.output:
+                self._write(fd, sock, conn, now)  # a 408 to send
+
+    def _page_failed(self, request: Request, error: BaseException) -> None:
+        print(f"hostbroker: hb-http: {request.method} {request.path[:200]} failed:",
+              file=sys.stderr, flush=True)
+        traceback.print_exception(error, file=sys.stderr)
+        sys.stderr.flush()
+
+
+def _peer(address) -> str:
+    if isinstance(address, tuple) and len(address) >= 2:
+        host = address[0]
+        return f"[{host}]:{address[1]}" if ":" in host else f"{host}:{address[1]}"
+    return str(address)
