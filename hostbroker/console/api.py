@@ -34,8 +34,9 @@ Routes (one each, added here):
   the Router's gate (``http.admin.enable``, the token, the cross-site
   checks) answers before any of them runs.
 
-Every answer carries ``Content-Security-Policy: default-src 'self'``: the page
-loads nothing from elsewhere and runs no inline script. A broker that does
+hb-http's server puts ``Content-Security-Policy: default-src 'self'`` on every
+answer: the page loads nothing from elsewhere and runs no inline script, so
+it holds no inline script or style to allow. A broker that does
 not answer is a 502 naming it; hb-http's connection is dropped and opened
 again by the next request.
 
@@ -54,8 +55,6 @@ from hostbroker.console.rates import BrokerRates, PartitionRates
 from hostbroker.errors import ErrorCode, HostbrokerError
 from hostbroker.workers.http.router import HttpError, Response, json_response
 
-CSP = {"Content-Security-Policy": "default-src 'self'", "X-Content-Type-Options": "nosniff",
-       "Cache-Control": "no-cache"}
 # the page's files: path -> (package file, content type); nothing else is served
 STATIC = {
     "/": ("index.html", "text/html; charset=utf-8"),
@@ -87,15 +86,8 @@ def console_routes(router, context) -> None:
 
 
 def answer(obj, status: int = 200) -> Response:
-    """A JSON answer with the console's headers."""
-    return json_response(obj, status, CSP)
-
-
-def setting(config, key: str, default: int) -> int:
-    try:
-        return config[key]
-    except KeyError:  # a broker built without that setting
-        return default
+    """A JSON answer (the server adds the headers every answer carries)."""
+    return json_response(obj, status)
 
 
 def error_name(code) -> str:
@@ -163,8 +155,8 @@ class Console:
     def __init__(self, context, clock=time.monotonic):
         self.context = context
         self.config = context.config
-        self.page_max = setting(self.config, "http.console.page.max", 500)
-        self.cluster = bool(setting(self.config, "zookeeper.connect", ""))
+        self.page_max = self.config["http.console.page.max"]
+        self.cluster = bool(self.config["zookeeper.connect"])
         self._clock = clock
         self._metadata = None
         self._metadata_at = float("-inf")
@@ -239,7 +231,7 @@ class Console:
             .read_bytes()
 
         def serve(request) -> Response:
-            return Response(200, content_type, body, dict(CSP))
+            return Response(200, content_type, body)
 
         return serve
 
@@ -268,7 +260,7 @@ class Console:
             "broker_id": me, "version": hostbroker.__version__,
             "mode": "cluster" if self.cluster else "standalone",
             "state": board.broker_state.name.lower(),
-            "admin": bool(setting(self.config, "http.admin.enable", False)),
+            "admin": bool(self.config["http.admin.enable"]),
             "topics": len(metadata.topics),
             "partitions": sum(len(t.partitions) for t in metadata.topics),
             "controller_id": -1, "brokers": brokers, "processes": processes,
