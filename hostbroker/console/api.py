@@ -124,7 +124,7 @@ def page_of(request, page_max: int) -> tuple[int, int, str]:
         if raw == "":
             values.append(default)
             continue
-        if not raw.isdigit() or len(raw) > 12:
+        if not (raw.isascii() and raw.isdigit()) or len(raw) > 12:
             raise HttpError(400, f"{name} must be a whole number, not {raw[:40]!r}")
         values.append(int(raw))
     offset, limit = values
@@ -305,8 +305,14 @@ class Console:
 
     def _replication(self) -> dict[str, int]:
         """topic -> its replication factor, from the partition table (1 for plain ones)."""
+        from hostbroker.shm.table import TornSlotError
+
         factors: dict[str, int] = {}
-        for _, slot in self.context.table.scan():
+        try:
+            slots = self.context.table.scan()
+        except TornSlotError:  # a slot left mid-write: the factors of this read are 1
+            return factors
+        for _, slot in slots:
             n = len(slot.replicas) or 1
             if n > factors.get(slot.name, 0):
                 factors[slot.name] = n
@@ -476,7 +482,7 @@ class Console:
         if state.error_code != ErrorCode.NONE:
             raise broker_refused(state.error_code, None, f"describing group {name[:FILTER_MAX]}")
         members = list(state.members)
-        metadata = self.metadata()
+        metadata = self.metadata(fresh=True)  # the lag against the log ends of now
         ends = {(t.topic, p.partition): p.log_end_offset
                 for t in metadata.topics for p in t.partitions}
         assigned = {a.topic for m in members for a in m.assignment}

@@ -25,6 +25,7 @@ from collections import deque
 from collections.abc import Callable
 
 from hostbroker.shm import procs
+from hostbroker.shm.table import TornSlotError
 
 SERIES_POINTS = 120  # 10 minutes at the page's 5 s poll
 MIN_INTERVAL_S = 1.0  # two reads closer than this give no rate (noise, not a figure)
@@ -110,8 +111,12 @@ class PartitionRates:
         rows = table.high_water
         totals = stats.partition_totals(tables, rows)
         width = stats.COLUMN_COUNT
+        try:
+            slots = table.scan()
+        except TornSlotError:  # a slot left mid-write: no read this time
+            return None
         out: dict[tuple[str, int], tuple[int, int, int]] = {}
-        for slot, record in table.scan():
+        for slot, record in slots:
             base = slot * width
             if base + width > len(totals):
                 continue
