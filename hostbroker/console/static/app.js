@@ -153,7 +153,8 @@ async function showBroker() {
   const b = await loadBroker();
   fill("broker-table", [["broker id", b.broker_id], ["mode", b.mode], ["state", b.state],
                         ["version", b.version], ["topics", b.topics],
-                        ["partitions", b.partitions], ["controller", b.controller_id],
+                        ["partitions", b.partitions],
+                        ["controller", b.controller_id >= 0 ? b.controller_id : "none"],
                         ["console changes", b.admin ? "enabled" : "disabled"]],
        (row, [k, v]) => { cell(row, k); cell(row, v); });
   fill("brokers", b.brokers || [], (row, x) => {
