@@ -22,8 +22,6 @@ bounded by ``BROKER_TIMEOUT_S``, and shared by every request of the process.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
-
 from hostbroker.config import Config, parse_listener
 from hostbroker.shm.logdirs import LogDirTable
 from hostbroker.shm.partitions import PartitionTable
@@ -91,13 +89,14 @@ class HttpContext:
 
     def partition_stats(self) -> list[tuple[tuple[str, int], object]]:
         """``((kind, index), PartitionStats)`` of every process that keeps them."""
-        return self._stats("PartitionStats", "stats_name", self._partition_stats)
+        return self._stats("PartitionStats", "stats_name", "stats_workers",
+                           self._partition_stats)
 
     def api_stats(self) -> list[tuple[tuple[str, int], object]]:
         """``((kind, index), ApiStats)`` of every process that keeps them."""
-        return self._stats("ApiStats", "api_stats_name", self._api_stats)
+        return self._stats("ApiStats", "api_stats_name", "api_stats_workers", self._api_stats)
 
-    def _stats(self, cls_name: str, name_of: str, cache: dict) -> list:
+    def _stats(self, cls_name: str, name_of: str, workers_of: str, cache: dict) -> list:
         try:
             from hostbroker.shm import stats
         except ImportError:  # a broker built without them
@@ -106,16 +105,14 @@ class HttpContext:
         naming = getattr(self.plan, name_of, None)
         if cls is None or naming is None:
             return []
-        for key in self._worker_keys():
+        keepers = getattr(self.plan, workers_of, None)
+        for key in (keepers() if keepers is not None else self.plan.workers()):
             if key not in cache:
                 try:
                     cache[key] = cls.attach(naming(*key), readonly=True)
                 except (OSError, ValueError):  # not made (yet) by that process's kind
                     continue
         return sorted(cache.items())
-
-    def _worker_keys(self) -> Iterator[tuple[str, int]]:
-        yield from self.plan.workers()
 
     # -- the broker ---------------------------------------------------------------
     def broker_client(self):

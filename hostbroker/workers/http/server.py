@@ -151,7 +151,7 @@ class HttpConnection:
             self.closing = True
             return
         self.last_progress = now
-        if not self._in and self.request_started is None:
+        if not self._in:  # the first byte of a request (empty lines before it count)
             self.request_started = now
         self._in += data
         self._advance(now)

@@ -34,6 +34,7 @@ from hostbroker.workers.http.router import Request, error_response
 from hostbroker.workers.http.server import HttpConnection, Limits, encode_response
 
 _TICK_S = 0.25  # timeouts are applied this often at least
+_IDLE_TICK_S = 1.0  # the loop's round (for the heartbeat) without a connection
 _READ_BYTES = 65536
 _ACCEPT_BURST = 64
 
@@ -41,6 +42,10 @@ _ACCEPT_BURST = 64
 class HttpWorker(Worker):
     kind = "http"
     process_name = "hb-http"
+
+    @property
+    def name(self) -> str:
+        return self.process_name  # one per broker, as the acceptor
 
     def init_process(self) -> None:
         super().init_process()
@@ -61,7 +66,8 @@ class HttpWorker(Worker):
 
     def run(self) -> None:
         while not self.stopping:
-            events = self.sel.select(_TICK_S)
+            # with connections open, their timeouts are applied every tick
+            events = self.sel.select(_TICK_S if self.conns else _IDLE_TICK_S)
             start = time.monotonic_ns()
             if events:
                 self.sleeper.wakeups += 1  # published with the other timings
@@ -116,6 +122,8 @@ class HttpWorker(Worker):
         sock.close()
 
     def _serve(self, fd: int, mask: int) -> None:
+        if fd not in self.conns:  # closed earlier in this round
+            return
         sock, conn = self.conns[fd]
         now = time.monotonic()
         if mask & selectors.EVENT_READ:
@@ -138,6 +146,7 @@ class HttpWorker(Worker):
         # answers go out in as many writes as the socket takes; the connection
         # may owe another (a pipelined request) once one is written
         while conn.output:
+            self._count(conn)  # before the answer leaves: a client that has it sees it counted
             try:
                 n = sock.send(conn.output)
             except (BlockingIOError, InterruptedError):
@@ -149,13 +158,16 @@ class HttpWorker(Worker):
             conn.sent(n, now)
         self._settle(fd, sock, conn)
 
-    def _settle(self, fd: int, sock: socket.socket, conn: HttpConnection) -> None:
-        """Count what was answered, then close or wait for what comes next."""
+    def _count(self, conn: HttpConnection) -> None:
         for status in conn.statuses:
             self.count(procs.REQUESTS)
             if status >= 400:
                 self.count(procs.ERRORS)
         conn.statuses.clear()
+
+    def _settle(self, fd: int, sock: socket.socket, conn: HttpConnection) -> None:
+        """Close, or wait for what comes next."""
+        self._count(conn)
         if conn.done:
             self._close(fd)
             return
