@@ -219,6 +219,9 @@ class TableAnswers:
         self._topics: dict[str, tuple[tuple, bytes]] = {}
         self._topics_generation = -1
         self._topics_bytes = 0
+        # whether the last answer built carries an error code (an unknown topic
+        # or partition): the API stats' errors (workers/stats_record.py)
+        self.error = False
 
     def answer_frame(self, frame, max_entries: int) -> tuple[list, int]:
         """``(pieces, flags)`` answering a METADATA or OFFSETS request frame
@@ -238,8 +241,9 @@ class TableAnswers:
             if key == api.ApiKey.METADATA:
                 answer, failed = self.metadata_frame(corr, request)
             else:
-                answer, failed = api.encode_answer(corr, self.offsets(request),
-                                                   self.max_response_bytes)
+                response = self.offsets(request)
+                self.error = bool(response.error_code)
+                answer, failed = api.encode_answer(corr, response, self.max_response_bytes)
         except HostbrokerError as e:
             return [api.encode_error_frame(corr, e.code)], env.RESP_CLOSE_AFTER
         if failed:
@@ -271,6 +275,7 @@ class TableAnswers:
         (nor kept): keying them costs a good part of packing them, and their
         topics' packed bytes are kept anyway."""
         names, snapshot = self._snapshot(request)
+        self.error = None in snapshot.values()  # (an unknown topic)
         key = None
         if sum(map(len, filter(None, snapshot.values()))) <= _FRAME_CACHE_PARTITIONS:
             key = (names, self.view.generation, tuple(snapshot.values()))

@@ -104,7 +104,7 @@ class Connection:
                  "reading", "writing", "active", "frame_started", "lingering", "linger_until",
                  "linger_left", "pinned", "at_writer", "writer", "writer_seq", "writer_put",
                  "pipelining", "lone", "behind", "claim", "claim_have", "claim_put", "spilled_seq",
-                 "large_next", "watched")
+                 "large_next", "watched", "started")
 
     def __init__(self, sock: socket.socket, conn_id: int, handler: int, now: float):
         self.sock = sock
@@ -145,6 +145,9 @@ class Connection:
         self.linger_until = 0.0  # ...at this time at the latest...
         self.linger_left = 0  # ...or after this many more bytes
         self.pinned = False  # the answer at the head of out has its files open (sendfiles.py)
+        # place -> (api key, monotonic ns its frame came): the processor's API stats
+        # (requests and latency) count each when its answer is handed over
+        self.started: dict[int, tuple[int, int]] = {}
 
     @property
     def outstanding(self) -> int:
@@ -159,6 +162,7 @@ class Connection:
         self.end = 0
         self.queued = 0
         self.ready.clear()
+        self.started.clear()
         release_held(self.out)
         self.out.clear()
         self.pinned = False

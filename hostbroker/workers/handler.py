@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import struct
 import sys
 import time
 import traceback
@@ -76,11 +77,13 @@ from hostbroker.workers.handler_logdirs import LOGDIRS_REQUESTS, LogDirsRequests
 from hostbroker.workers.handler_offsets import ConsumerOffsets
 from hostbroker.workers.handler_replication import REPLICATION_REQUESTS, Replication
 from hostbroker.workers.handler_topics import TopicAdmin
+from hostbroker.workers.stats_record import Recorder, answer_has_error
 from hostbroker.workers.topicview import TopicView
 
 _IDLE_TIMEOUT_S = 1.0
 _GROUP_KEYS = frozenset(gproto.GroupApiKey)
 _MAX_BROKEN = 100_000
+_KEY = struct.Struct(">h")  # a frame's api key, its first field
 
 
 @dataclasses.dataclass(slots=True, eq=False)
@@ -160,6 +163,10 @@ class HandlerWorker(TopicAdmin, Fetching, Replication, LogDirsRequests, Consumer
         self.broken: dict[int, None] = {}  # connections closing after a protocol error
         self._init_replication()
         self._init_topic_names()
+        self.stats = Recorder(plan, self.kind, self.index)
+        # the api key of the request being answered, for the API stats' errors:
+        # set as each request is taken, and before each waiting one is answered
+        self.answering = -1
         self.board.set_state(self.slot, procs.WORKER_READY)
 
     # -- loop --------------------------------------------------------------
@@ -242,7 +249,12 @@ class HandlerWorker(TopicAdmin, Fetching, Replication, LogDirsRequests, Consumer
                 self.dirty_processors.discard(p)
             self.processor_bells[p].wake()
 
-    def _respond(self, processor: int, conn_id: int, seq: int, pieces, flags: int = 0) -> None:
+    def _respond(self, processor: int, conn_id: int, seq: int, pieces, flags: int = 0,
+                 error: bool = False) -> None:
+        """Send an answer; ``error``: it carries an error code (an error frame,
+        ``flags`` closing, counts as one), for the API stats."""
+        if error or flags & (env.RESP_CLOSE_AFTER | env.RESP_CLOSE_NOW):
+            self.stats.error(self.answering)
         self.responses[processor].send(*env.encode_response(conn_id, seq, flags, pieces,
                                                             time.monotonic_ns()))
         self.dirty_processors.add(processor)
@@ -266,6 +278,7 @@ class HandlerWorker(TopicAdmin, Fetching, Replication, LogDirsRequests, Consumer
                 for token, pending in list(self.pending.items()):
                     if w in pending.writers:
                         del self.pending[token]
+                        self.answering = pending.api_key
                         pending.respond(pending, failed=True)
 
     # -- requests ----------------------------------------------------------
@@ -281,6 +294,7 @@ class HandlerWorker(TopicAdmin, Fetching, Replication, LogDirsRequests, Consumer
             return  # pipelined behind a protocol error: the connection is closing, run nothing
         self.count(procs.REQUESTS)
         frame = m[env.REQ_HEADER.size:]
+        self.answering = _KEY.unpack_from(frame)[0] if len(frame) >= _KEY.size else -1
         try:
             header, request = rproto.decode_any_request(frame, self.max_entries)
         except api.HeaderTooShortError:
@@ -312,7 +326,7 @@ class HandlerWorker(TopicAdmin, Fetching, Replication, LogDirsRequests, Consumer
                 if failed:
                     self._fail(p, conn_id, seq, corr, ErrorCode.INVALID_REQUEST)
                 else:
-                    self._respond(p, conn_id, seq, [frame])
+                    self._respond(p, conn_id, seq, [frame], error=self.answers.error)
             elif key == ApiKey.OFFSETS:
                 self._reply(p, conn_id, seq, corr, self.answers.offsets(request))
             elif key == ApiKey.CREATE_TOPIC:
@@ -365,7 +379,7 @@ class HandlerWorker(TopicAdmin, Fetching, Replication, LogDirsRequests, Consumer
         if failed:
             self._fail(p, conn_id, seq, corr, ErrorCode.INVALID_REQUEST)
             return
-        self._respond(p, conn_id, seq, [frame])
+        self._respond(p, conn_id, seq, [frame], error=answer_has_error(response))
 
     def _fail(self, p, conn_id, seq, corr, code: ErrorCode) -> None:
         """Answer with an error frame, then close the connection (in order)."""
@@ -496,6 +510,7 @@ class HandlerWorker(TopicAdmin, Fetching, Replication, LogDirsRequests, Consumer
         if op == env.OP_APPEND_DIRECT or op == env.OP_POLL_DONE:
             del self.pending[token]  # the writer answered the processor itself
             return
+        self.answering = pending.api_key
         if op == env.OP_POLL_BACK:
             del self.pending[token]
             pending.respond(pending)  # answered or parked here after all

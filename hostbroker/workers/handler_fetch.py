@@ -90,10 +90,12 @@ class Fetching:
 
     def _answer_fetch(self, p, conn_id, seq, corr, request, force: bool) -> bool:
         """Answer the fetch if it may be answered now; returns True if it must wait."""
+        self.answering = ApiKey.FETCH  # (a parked one is answered later)
         if isinstance(request, rproto.FetchRequestV1):
             return self._answer_fetch_v1(p, conn_id, seq, corr, request, force)
+        reads: list = []
         total, parts = fetch_parts(self.view, request.partitions,
-                                   self.config["fetch.max.bytes"])
+                                   self.config["fetch.max.bytes"], reads)
         # (nothing to wait for when every partition has an error)
         if not force and request.max_wait_ms > 0 and fetch_must_wait(parts, total,
                                                                      request.min_bytes):
@@ -104,7 +106,7 @@ class Fetching:
             self._fail(p, conn_id, seq, corr, ErrorCode.INVALID_REQUEST)
             return False
         self.count(procs.BYTES_OUT, total)
-        self._respond(p, conn_id, seq, pieces)
+        self._respond(p, conn_id, seq, pieces, error=self.stats.fetched(parts, reads))
         return False
 
     def _parked_due(self) -> bool:

@@ -463,7 +463,10 @@ class Replication:
             if head:
                 pieces.append(head)
         self.count(procs.BYTES_OUT, total)
-        self._respond(p, conn_id, seq, pieces, env.RESP_FETCH_V1)
+        slot = self.view.slot
+        error = self.stats.fetched(parts, [None if part[2] else slot(part[0], part[1])
+                                           for part in parts], 6)
+        self._respond(p, conn_id, seq, pieces, env.RESP_FETCH_V1, error)
         return False
 
     # -- METADATA v1 ------------------------------------------------------------

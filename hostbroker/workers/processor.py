@@ -89,6 +89,7 @@ from hostbroker.workers.processor_fetch import LocalFetching
 from hostbroker.workers.processor_frames import SEQ_MASK, FrameReading
 from hostbroker.workers.processor_groups import GroupPutting
 from hostbroker.workers.sendfiles import FetchV1Head, HeldPiece, SegmentFiles, pin_answer
+from hostbroker.workers.stats_record import Recorder
 from hostbroker.workers.topicview import TopicView, log_dir_table
 
 _IDLE_TIMEOUT_S = 1.0
@@ -150,6 +151,8 @@ class ProcessorWorker(Connections, FrameReading, RingClaims, LocalFetching, Grou
             [(r, r.has_unread, bell) for r, bell in zip(self.responses, self.handler_bells)]
             + [(r, r.has_unread, bell) for r, bell in zip(self.writer_answers, self.writer_bells)])
         self.files = SegmentFiles(config["segment.fd.cache.size"])
+        self.stats = Recorder(plan, self.kind, self.index)
+        self._api_request = self.stats.request
         self.table_answers = None  # METADATA and OFFSETS answered here (processor_frames)
         self.puts = None  # lone PRODUCEs straight to writers (processor_frames)
         self.view = None
@@ -354,9 +357,17 @@ class ProcessorWorker(Connections, FrameReading, RingClaims, LocalFetching, Grou
                 self._write(conn)
                 self._update_reading(conn)
 
+    def _answered(self, conn: Connection, seq: int) -> None:
+        """The answer of place ``seq`` is handed over for writing: count its
+        request and latency (every answer of a connection passes here once)."""
+        begun = conn.started.pop(seq, None)
+        if begun is not None:
+            self._api_request(begun[0], time.monotonic_ns() - begun[1])
+
     def _queue_answer(self, conn: Connection, seq: int, pieces: list, flags: int) -> None:
         if flags & (env.RESP_CLOSE_AFTER | env.RESP_CLOSE_NOW):
             conn.closing = True  # no further frame of it goes to the handler
+        self._answered(conn, seq)
         conn.order(seq, pieces, flags)
         self._write(conn)
         self._update_reading(conn)
@@ -463,6 +474,7 @@ class ProcessorWorker(Connections, FrameReading, RingClaims, LocalFetching, Grou
             self._put_answered(conn)
             corr, unanswered, args = conn.writer_put
             frame, failed = api.encode_answer(corr, unanswered(*args), self.max_response_bytes)
+            self.stats.error(conn.started.get(conn.writer_seq, (-1,))[0])  # UNKNOWN: an error
             if not conn.lingering:
                 self._queue_answer(conn, conn.writer_seq, [frame],
                                    env.RESP_CLOSE_AFTER if failed else 0)

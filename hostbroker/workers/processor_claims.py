@@ -20,6 +20,7 @@ its connections, rings, buffers and counters.
 
 from __future__ import annotations
 
+import struct
 import time
 
 from hostbroker.protocol import api
@@ -36,6 +37,7 @@ from hostbroker.workers.processor_frames import (
     unread_bytes,
 )
 
+_KEY = struct.Struct(">h")  # a frame's api key, its first field
 PUT_HEAD_MAX = 4096  # bytes of a frame's start looked at for where its message set begins
 
 
@@ -118,9 +120,11 @@ class RingClaims:
         conn.claim_have = have = conn.claim_have + n
         if have < len(conn.claim):
             return
+        key = api.ApiKey.PRODUCE if conn.claim_put is not None else _KEY.unpack_from(conn.claim)[0]
         conn.claim = None
         conn.claim_have = 0
         conn.large_next = self.ring_receive
+        conn.started[conn.next_seq] = (key, time.monotonic_ns())  # (its place either way)
         self.count(procs.REQUESTS)
         if conn.claim_put is not None:
             self._commit_put(conn)

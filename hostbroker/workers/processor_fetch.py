@@ -150,6 +150,9 @@ class LocalFetching:
                                                 tuple(partitions), deadline, tuple(reads))
             self.parked_parts += len(parts)
         else:
+            if self.stats.fetched(parts, reads):
+                self.stats.error(api.ApiKey.FETCH)
+            self._answered(conn, seq)
             conn.order(seq, pieces, 0)
             self.answered_here.add(conn)
         return True
@@ -206,16 +209,20 @@ class LocalFetching:
                     pieces = fetch_answer_pieces(x.correlation_id, parts,
                                                  self.max_response_bytes)
                     flags = 0
+                    if self.stats.fetched(parts, reads):
+                        self.stats.error(api.ApiKey.FETCH)
                 except ValueError:  # as the handler answers it: the headers do not fit
                     pieces = [api.encode_error_frame(x.correlation_id,
                                                      ErrorCode.INVALID_REQUEST)]
                     flags = env.RESP_CLOSE_AFTER
+                    self.stats.error(api.ApiKey.FETCH)
             except Exception:  # noqa: BLE001 - one request must never end the processor
                 print(f"hostbroker: {self.name}: a parked FETCH failed unexpectedly; "
                       f"answered UNKNOWN", file=sys.stderr, flush=True)
                 traceback.print_exc()
                 pieces = [api.encode_error_frame(x.correlation_id, ErrorCode.UNKNOWN)]
                 flags = env.RESP_CLOSE_AFTER
+                self.stats.error(api.ApiKey.FETCH)
             del self.parked[conn_id]
             self.parked_parts -= len(x.parts)
             if x.conn.fd in self.by_fd and not x.conn.lingering:

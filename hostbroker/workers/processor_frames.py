@@ -176,6 +176,7 @@ class FrameReading:
         local_fetch = self.local_fetch
         puts = self.puts
         group_keys = self.group_put_keys
+        started = conn.started
         sent = copied = 0
         while self._may_read(conn):
             avail = end - pos
@@ -186,7 +187,9 @@ class FrameReading:
                 if size < 8:
                     self._local_answer(conn, [], env.RESP_CLOSE_NOW)
                 elif avail >= HEAD.size:
-                    correlation_id = HEAD.unpack_from(view, pos)[3]
+                    _, api_key, _, correlation_id = HEAD.unpack_from(view, pos)
+                    started[conn.next_seq] = (api_key, stamp)  # a request, and an error
+                    self.stats.error(api_key)
                     self._local_answer(conn, [api.encode_error_frame(
                         correlation_id, ErrorCode.REQUEST_TOO_LARGE)], env.RESP_CLOSE_AFTER)
                     self.count(procs.ERRORS)
@@ -194,9 +197,12 @@ class FrameReading:
             if avail < 4 + size:
                 break
             # (answered here or put to a writer only with nothing at the handler)
-            key, version = (-1, 0) if conn.at_handler else HEAD.unpack_from(view, pos)[1:3]
+            api_key, version = HEAD.unpack_from(view, pos)[1:3]
+            key = -1 if conn.at_handler else api_key
             frame = view[pos + 4:pos + 4 + size]
             pos += 4 + size
+            # whichever way it takes, its answer has place next_seq (API stats)
+            started[conn.next_seq] = (api_key, stamp)
             # only version 0 of METADATA and FETCH is answered here: every later
             # version (replication's) and every other key goes to the handler
             if (local is not None and not conn.at_handler and key in LOCAL_KEYS
@@ -351,6 +357,9 @@ class FrameReading:
         if flags:
             conn.closing = True  # no further frame of it goes to the handler
             self.count(procs.ERRORS)
+        if flags or local.error:
+            self.stats.error(_KEY_CORR.unpack_from(frame, 0)[0])
+        self._answered(conn, seq)
         conn.order(seq, pieces, flags)
         self.answered_here.add(conn)
 

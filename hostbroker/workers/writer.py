@@ -77,6 +77,7 @@ from hostbroker.shm.partitions import PartitionTable
 from hostbroker.workers import envelopes as env
 from hostbroker.workers.base import Worker, now_ms
 from hostbroker.workers.flusher import Flusher, Waiter
+from hostbroker.workers.stats_record import Recorder
 from hostbroker.workers.writer_appends import Appends
 from hostbroker.workers.writer_cleanup import Cleanup
 from hostbroker.workers.writer_follower import Following
@@ -97,6 +98,7 @@ class WriterWorker(Appends, Polls, Replicas, HighWatermarks, Following, LocalFol
 
     def init_process(self) -> None:
         super().init_process()
+        self.stats = Recorder(self.plan, self.kind, self.index)  # (rows cleared as slots are freed)
         self.path = self.plan.log_dirs[self.index]
         self.defaults = self.config.log_defaults()
         self.table = PartitionTable.attach(self.plan.table_name)

@@ -82,6 +82,7 @@ class Appends:
         touched.add(slot)
         self.appended += a.count  # counted once published (see _cycle)
         self.count(procs.BYTES_IN, len(data))
+        self.stats.appended(slot, a.count, len(data))
         if a.acks == -1:
             self.waiters.append(Waiter(h, token, index, slot, plog, base, end, a.deadline_ms))
         elif a.acks != 0:
@@ -174,6 +175,8 @@ class Appends:
                 if failed:
                     pieces = [api.encode_error_frame(d.correlation_id, ErrorCode.INVALID_REQUEST)]
                     flags = env.RESP_CLOSE_AFTER
+                if code or failed:
+                    self.stats.error(api.ApiKey.PRODUCE)
                 message = env.encode_response(d.conn_id, d.seq, flags, pieces, time.monotonic_ns())
                 ring = self.answer_rings[d.processor]
                 if not ring.try_send(*message):
@@ -187,6 +190,8 @@ class Appends:
                 op = env.OP_APPEND_DIRECT
                 woken.add(d.processor)
                 self.count(procs.REQUESTS)
+                if code:  # (else its handler answers it, and counts it)
+                    self.stats.error(api.ApiKey.PRODUCE)
             results[h].append((env.APPEND_RESULT.pack(op, a.token, a.index, code, base, end),))
         self.direct = []
         for p in woken:

@@ -22,6 +22,7 @@ import time
 from hostbroker.errors import ErrorCode, HostbrokerError
 from hostbroker.log.partition import PartitionLog
 from hostbroker.log.segments import fetch_range
+from hostbroker.protocol.api import ApiKey
 from hostbroker.shm import procs
 from hostbroker.workers import envelopes as env
 from hostbroker.workers.answers import fetch_answer_pieces
@@ -98,6 +99,8 @@ class Polls:
                     woken.add(d.processor)
                     self.count(procs.REQUESTS)
                     self.count(procs.BYTES_OUT, max(0, length))
+                    if self.stats.fetched((part,), (slot,)):
+                        self.stats.error(ApiKey.FETCH)
                 results[h].append((env.encode_op(op, poll.token),))
             self.polls_held -= len(self.polls[slot]) - len(keep)
             if keep:

@@ -93,6 +93,7 @@ class Startup:
                 if s.state == ptable.DELETING:
                     self._delete_slot(i, topic, partition)
                 elif self._adopt(i) is None:
+                    self.stats.clear_everywhere(i)
                     self.table.free(i)
             self.table.bump_generation()
 

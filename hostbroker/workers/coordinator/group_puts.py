@@ -22,9 +22,14 @@ import traceback
 
 from hostbroker.errors import ErrorCode
 from hostbroker.protocol import api
+from hostbroker.protocol import groups as gproto
 from hostbroker.shm import procs
 from hostbroker.workers import envelopes as env
 from hostbroker.workers import group_answers
+from hostbroker.workers.stats_record import answer_has_error
+
+_OP_KEYS = {"commit": api.ApiKey.OFFSET_COMMIT, "fetch": api.ApiKey.OFFSET_FETCH,
+            "heartbeat": gproto.GroupApiKey.HEARTBEAT}  # the API stats' keys
 
 
 class GroupPuts:
@@ -57,10 +62,14 @@ class GroupPuts:
         in its sender (pumped by ``_pump``, in order)."""
         corr = direct.correlation_id
         try:
-            frame, failed = api.encode_answer(corr, group_answers.answer(op, result),
-                                              self.max_response_bytes)
+            response = group_answers.answer(op, result)
+            frame, failed = api.encode_answer(corr, response, self.max_response_bytes)
+            error = failed or answer_has_error(response)
         except Exception:  # noqa: BLE001 - an op no answer is built for
             frame, failed = api.encode_error_frame(corr, ErrorCode.UNKNOWN), True
+            error = True
+        if error:
+            self.stats.error(_OP_KEYS.get(op.get("op"), -1))
         message = env.encode_response(direct.conn_id, direct.seq,
                                       env.RESP_CLOSE_AFTER if failed else 0, [frame],
                                       time.monotonic_ns())

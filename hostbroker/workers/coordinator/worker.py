@@ -34,6 +34,7 @@ from hostbroker.workers.coordinator.group_puts import GroupPuts
 from hostbroker.workers.coordinator.groups import GroupHost
 from hostbroker.workers.coordinator.offsets import OffsetsHost
 from hostbroker.workers.flusher import Flusher
+from hostbroker.workers.stats_record import Recorder
 
 _IDLE_TIMEOUT_S = 1.0
 
@@ -58,6 +59,7 @@ class CoordinatorWorker(GroupPuts, Worker):
         self.answer_rings = [self.sender("cans", 0, p) for p in range(plan.num_processors)]
         self.processor_bells = [self.waker("processor", p) for p in range(plan.num_processors)]
         self.max_response_bytes = config["response.max.bytes"]
+        self.stats = Recorder(plan, self.kind, self.index)  # errors of its GROUP_PUT answers
         self.flusher = Flusher(self.doorbell)
         self.groups = GroupHost(config, self.table, self.path, config["broker.id"],
                                 replacement=self.epoch > 1, name=self.name,

@@ -1,0 +1,153 @@
+"""What the workers record into their shared stats (``shm/stats.py``).
+
+Owns: the rules of counting, so every process counts alike. Each worker
+that records holds a :class:`Recorder` over its own two regions
+(``plan.stats_name`` and ``plan.api_stats_name`` of its kind and index):
+
+- **requests and latency**: the processor alone (it sees every frame's key
+  and every answer, whoever built it), from the frame's arrival to when its
+  answer is handed over for writing (``Connection.started``);
+- **errors**: wherever the answer is built, one per answer that carries a
+  top-level or any partition's error code other than 0, or is an error
+  frame (:func:`answer_has_error` walks a response object);
+- **messages_in, bytes_in** of a partition: its writer, at each append of a
+  produced message set (a follower's copies are not produced);
+- **bytes_out, fetches** of a partition: whoever builds a FETCH answer
+  (processors, handlers, writers' long polls; consumers and followers
+  alike), per partition answered without error: :meth:`Recorder.fetched`.
+
+A partition slot freed by its writer (a topic deleted, a damaged partition
+given up) has its row cleared in every process's region
+(:func:`~hostbroker.shm.stats.clear_row`), so a topic created into it later
+starts from zero.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from hostbroker.protocol.api import ApiKey
+from hostbroker.protocol.groups import GroupApiKey
+from hostbroker.shm import stats
+from hostbroker.shm.stats import ApiStats, PartitionStats
+
+_COLUMNS = stats.COLUMN_COUNT
+_BYTES_OUT = stats.BYTES_OUT
+_FETCHES = stats.FETCHES
+_MESSAGES_IN = stats.MESSAGES_IN
+_BYTES_IN = stats.BYTES_IN
+
+
+_API_NAMES = {int(k): k.name.lower() for enum in (ApiKey, GroupApiKey) for k in enum}
+
+
+def api_name(api_key: int) -> str:
+    """The name an API's stats go by: its key's name, lower-case (``produce``,
+    ``join_group``), or ``api_<key>`` for a key without one."""
+    return _API_NAMES.get(api_key) or f"api_{api_key}"
+
+
+class Recorder:
+    """One worker's handles on its own stats regions (attached in the child)."""
+
+    def __init__(self, plan, kind: str, index: int):
+        self.api = ApiStats.attach(plan.api_stats_name(kind, index))
+        self.partitions = None
+        self.words = None
+        if (kind, index) in plan.stats_workers():
+            self.partitions = PartitionStats.attach(plan.stats_name(kind, index))
+            self.words = self.partitions.words
+        self.rows = self.partitions.row_count if self.partitions is not None else 0
+        self.request = self.api.request  # (api_key, latency_ns): the processor's
+        self._plan = plan
+        self._all = None
+
+    def error(self, api_key: int, n: int = 1) -> None:
+        """An answer of ``api_key`` with an error (see the module docstring)."""
+        self.api.error(api_key, n)
+
+    def appended(self, slot: int, messages: int, nbytes: int) -> None:
+        """A writer appended ``messages`` produced messages, ``nbytes`` bytes, to ``slot``."""
+        if 0 <= slot < self.rows:
+            words, base = self.words, slot * _COLUMNS
+            words[base + _MESSAGES_IN] += messages
+            words[base + _BYTES_IN] += nbytes
+
+    def fetched(self, parts, reads, piece_at: int = 4) -> bool:
+        """Count a FETCH answer of ``parts`` (``answers.fetch_parts``' parts:
+        topic, partition, error, log end, piece) whose slots are ``reads``
+        (``(slot, seen)`` each, as ``fetch_parts`` appends them, or the slot
+        alone; in the same order); a part's piece is at ``piece_at`` (FETCH
+        v1's parts: 6). True when a partition has an error."""
+        words, rows = self.words, self.rows
+        error = False
+        for part, read in zip(parts, reads):
+            if part[2]:
+                error = True
+                continue
+            slot = read[0] if isinstance(read, tuple) else read
+            if slot is None or not 0 <= slot < rows:
+                continue
+            base = slot * _COLUMNS
+            words[base + _FETCHES] += 1
+            piece = part[piece_at]
+            if piece is not None:
+                words[base + _BYTES_OUT] += piece.length
+        return error
+
+    def clear_everywhere(self, slot: int) -> None:
+        """Zero partition slot ``slot``'s row in every process's region (its
+        writer frees the slot)."""
+        if self._all is None:
+            plan = self._plan
+            self._all = [PartitionStats.attach(plan.stats_name(kind, index))
+                         for kind, index in plan.stats_workers()]
+        stats.clear_row(self._all, slot)
+
+
+# -- errors in a response object ----------------------------------------------
+
+_NESTED: dict[type, tuple[str, ...]] = {}
+
+
+def _sequence_fields(cls: type) -> tuple[str, ...]:
+    """The fields of a response dataclass that hold tuples (of results)."""
+    names = _NESTED.get(cls)
+    if names is None:
+        names = tuple(f.name for f in dataclasses.fields(cls)) if dataclasses.is_dataclass(cls) \
+            else ()
+        _NESTED[cls] = names
+    return names
+
+
+def answer_has_error(response, depth: int = 0) -> bool:
+    """Whether a response (a protocol dataclass) carries an error code other
+    than 0, at its top or in any of its results (to three levels down:
+    topics, partitions, replicas)."""
+    if getattr(response, "error_code", 0):
+        return True
+    if depth >= 3:
+        return False
+    for name in _sequence_fields(type(response)):
+        value = getattr(response, name, None)
+        if isinstance(value, (tuple, list)):
+            for item in value:
+                if dataclasses.is_dataclass(item) and answer_has_error(item, depth + 1):
+                    return True
+    return False
+
+
+def attach_stats(plan, workers) -> tuple[list[PartitionStats], list[ApiStats]]:
+    """Read-only handles on the stats regions of ``workers`` (``(kind,
+    index)`` pairs: a reader's, such as ``hostbroker top``): their partition
+    stats and their API stats, each list of those that exist. The caller
+    closes them."""
+    partitions, apis = [], []
+    for kind, index in workers:
+        for cls, name, out in ((PartitionStats, plan.stats_name(kind, index), partitions),
+                               (ApiStats, plan.api_stats_name(kind, index), apis)):
+            try:
+                out.append(cls.attach(name, readonly=True))
+            except FileNotFoundError:
+                continue
+    return partitions, apis

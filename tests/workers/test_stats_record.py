@@ -1,0 +1,86 @@
+"""The counting rules of workers/stats_record.py, on real stats regions."""
+
+from __future__ import annotations
+
+import pytest
+
+from hostbroker.config import Config
+from hostbroker.errors import ErrorCode
+from hostbroker.protocol import api
+from hostbroker.protocol import groups as gproto
+from hostbroker.shm import stats
+from hostbroker.shm.region import remove_stale
+from hostbroker.shm.stats import ApiStats, PartitionStats
+from hostbroker.workers.envelopes import FilePiece
+from hostbroker.workers.plan import BrokerPlan
+from hostbroker.workers.stats_record import Recorder, answer_has_error, api_name, attach_stats
+
+
+@pytest.fixture
+def plan(tmp_path):
+    plan = BrokerPlan.from_config(Config.build(overrides=[
+        f"log.dirs={tmp_path}/a,{tmp_path}/b", "num.processors=2", "num.handlers=1",
+        "max.partitions=16"]))
+    made = []
+    for kind, index in plan.stats_workers():
+        made.append(PartitionStats.create(plan.stats_name(kind, index), 16))
+    for kind, index in plan.api_stats_workers():
+        made.append(ApiStats.create(plan.api_stats_name(kind, index)))
+    yield plan
+    for handle in made:
+        handle.close()
+    remove_stale(plan.shm_prefix)
+
+
+def test_who_keeps_what(plan):
+    assert plan.stats_workers() == [("writer", 0), ("writer", 1), ("handler", 0),
+                                    ("processor", 0), ("processor", 1)]
+    assert [k for k, _ in plan.api_stats_workers()] == [
+        "writer", "writer", "coordinator", "logdirs", "handler", "processor", "processor"]
+    assert len({plan.stats_name(k, i) for k, i in plan.stats_workers()}) == 5
+    assert all(name.startswith(plan.shm_prefix) for name in (
+        plan.stats_name("writer", 0), plan.api_stats_name("coordinator", 0)))
+
+
+def test_appends_and_fetches_count_per_partition(plan):
+    writer = Recorder(plan, "writer", 0)
+    processor = Recorder(plan, "processor", 1)
+    coordinator = Recorder(plan, "coordinator", 0)
+    assert coordinator.partitions is None  # API stats only
+    writer.appended(3, 10, 1000)
+    writer.appended(99, 1, 1)  # past the table: nothing
+    parts = [("t", 0, ErrorCode.NONE, 10, FilePiece("/x", 0, 700)),
+             ("t", 1, ErrorCode.NONE, 10, None),
+             ("u", 0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, None)]
+    assert processor.fetched(parts, [(3, None), (4, None), (None, None)]) is True
+    assert processor.fetched(parts[:2], [3, 4]) is False
+    readers, apis = attach_stats(plan, plan.workers())
+    try:
+        totals = stats.partition_totals(readers, 5)
+        assert totals[3 * 4:4 * 4] == [10, 1000, 1400, 2]
+        assert totals[4 * 4:5 * 4] == [0, 0, 0, 2]  # an empty answer is still a fetch
+        assert len(readers) == 5 and len(apis) == 7
+        writer.clear_everywhere(3)
+        assert stats.partition_totals(readers, 5)[3 * 4:4 * 4] == [0, 0, 0, 0]
+    finally:
+        for handle in readers + apis:
+            handle.close()
+
+
+def test_errors_of_a_response_at_any_level():
+    ok = api.ProduceResponse((api.ProducePartitionResult("t", 0, ErrorCode.NONE, 0, 1),))
+    assert not answer_has_error(ok)
+    assert answer_has_error(api.ProduceResponse((
+        api.ProducePartitionResult("t", 0, ErrorCode.NONE, 0, 1),
+        api.ProducePartitionResult("t", 1, ErrorCode.NOT_LEADER_FOR_PARTITION, -1, -1))))
+    assert answer_has_error(api.OffsetsResponse(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ()))
+    assert not answer_has_error(api.OffsetsResponse(ErrorCode.NONE, (5,)))
+    assert answer_has_error(gproto.HeartbeatResponse(ErrorCode.REBALANCE_IN_PROGRESS))
+    assert not answer_has_error(api.AdminResponse(ErrorCode.NONE, None))
+
+
+def test_api_names():
+    assert api_name(api.ApiKey.PRODUCE) == "produce"
+    assert api_name(gproto.GroupApiKey.JOIN_GROUP) == "join_group"
+    assert api_name(api.ApiKey.LOG_DIR_ADMIN) == "log_dir_admin"
+    assert api_name(31) == "api_31"
