@@ -156,6 +156,33 @@ def test_rates_follow_produce(console):
     assert all(len(points) <= 120 for points in series.values())
 
 
+def _busy_row(console) -> dict:
+    return get(console, "/api/topics?filter=busy")["topics"][0]
+
+
+def test_topic_rates_from_the_partition_stats(console):
+    with console.client() as c:
+        c.create_topic("busy", 2)
+        c.create_topic("idle", 1)
+    _busy_row(console)  # the first read: no rate yet
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        produce(console, "busy", 1, [b"p" * 100] * 40)
+        with console.client() as c:
+            c.fetch("busy", 1, 0, 1 << 20)
+        time.sleep(1.1)
+        row = _busy_row(console)
+        if row["messages_in_per_s"] and row["bytes_out_per_s"]:
+            break
+    assert row["messages_in_per_s"] > 0 and row["bytes_in_per_s"] > 0
+    assert row["bytes_out_per_s"] > 0
+    detail = get(console, "/api/topics/busy")
+    rates = {p["partition"]: p["messages_in_per_s"] for p in detail["partitions"]}
+    assert rates[1] > 0 and rates[0] in (0, None)
+    idle = get(console, "/api/topics?filter=idle")["topics"][0]
+    assert idle["messages_in_per_s"] in (0, None)
+
+
 @pytest.mark.skipif(not TOPICS_ADMIN, reason="no ALTER_TOPIC in this tree")
 def test_add_partitions_and_change_config(console):
     with console.client() as c:
