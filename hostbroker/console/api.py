@@ -7,7 +7,8 @@ the shared tables read-only (process board, partition table, stats tables)
 and one client connection to this broker. Everything the console shows
 that is not a counter comes from a wire request over that connection
 (METADATA, LIST_GROUPS, DESCRIBE_GROUP, OFFSET_FETCH, LIST_OFFSET_GROUPS),
-and every change it makes is the request the CLI sends (CREATE_TOPIC,
+but a cluster's registered brokers, which only ZooKeeper lists
+(:mod:`hostbroker.console.cluster`); and every change it makes is the request the CLI sends (CREATE_TOPIC,
 DELETE_TOPIC, ALTER_TOPIC; :mod:`hostbroker.console.changes`): the
 processors and handlers answer it as any client's. There is no second
 path into the broker.
@@ -16,9 +17,9 @@ Routes (one each, added here):
 
 - ``GET /``, ``/static/app.js``, ``/static/style.css``: the page, from a fixed
   table of package files read once; no part of a request names a file.
-- ``GET /api/broker``: this broker (id, mode, state, processes, log dirs)
-  and the live brokers its METADATA names (every registered broker in
-  cluster mode).
+- ``GET /api/broker``: this broker (id, mode, state, processes, log dirs);
+  in cluster mode every broker registered in ZooKeeper (read then, by
+  :mod:`hostbroker.console.cluster`) and the controller (METADATA v1).
 - ``GET /api/topics?filter=&offset=&limit=``: topics by name, a page at a time
   (``http.console.page.max`` rows at most): partitions, replication factor,
   size (log end - log start: byte offsets), rates, offline partitions.
@@ -254,8 +255,24 @@ class Console:
         metadata = self.metadata()
         me = metadata.broker_id
         brokers = [{"broker_id": b.broker_id, "host": b.host, "port": b.port,
-                    "unix_path": b.unix_path, "state": "live", "self": b.broker_id == me}
-                   for b in sorted(metadata.brokers, key=lambda b: b.broker_id)]
+                    "unix_path": b.unix_path, "state": "live", "self": True}
+                   for b in metadata.brokers if b.broker_id == me]
+        controller, problem = -1, None
+        if self.cluster:  # every broker registered in ZooKeeper
+            from hostbroker.console.cluster import live_brokers
+
+            registered, problem = live_brokers(self.config["zookeeper.connect"])
+            if registered or problem is None:
+                if me not in {b.broker_id for b in registered}:
+                    for b in brokers:
+                        b["state"] = "not registered"
+                else:
+                    brokers = []
+                brokers += [{"broker_id": b.broker_id, "host": b.host, "port": b.port,
+                             "unix_path": b.unix, "state": "live", "self": b.broker_id == me}
+                            for b in registered]
+                brokers.sort(key=lambda b: b["broker_id"])
+            controller = self._controller(metadata)
         document = {
             "broker_id": me, "version": hostbroker.__version__,
             "mode": "cluster" if self.cluster else "standalone",
@@ -263,11 +280,10 @@ class Console:
             "admin": bool(self.config["http.admin.enable"]),
             "topics": len(metadata.topics),
             "partitions": sum(len(t.partitions) for t in metadata.topics),
-            "controller_id": -1, "brokers": brokers, "processes": processes,
+            "controller_id": controller, "brokers": brokers, "zookeeper_problem": problem,
+            "processes": processes,
             "log_dirs": self._log_dirs(),
         }
-        if self.cluster:
-            document["controller_id"] = self._controller(metadata)
         return answer(document)
 
     def _log_dirs(self) -> list[dict]:
@@ -291,7 +307,8 @@ class Console:
         return out
 
     def _controller(self, metadata) -> int:
-        """The controller's id (METADATA version 1, asked about one topic only)."""
+        """The controller's id (METADATA version 1, asked about one topic only); -1
+        where there is none or the broker does not say."""
         from hostbroker.client.errors import BrokerError
 
         one = [t.topic for t in metadata.topics[:1]]

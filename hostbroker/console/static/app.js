@@ -157,7 +157,9 @@ async function showBroker() {
                         ["controller", b.controller_id >= 0 ? b.controller_id : "none"],
                         ["console changes", b.admin ? "enabled" : "disabled"]],
        (row, [k, v]) => { cell(row, k); cell(row, v); });
+  if (b.zookeeper_problem) { say("brokers not read from ZooKeeper: " + b.zookeeper_problem); }
   fill("brokers", b.brokers || [], (row, x) => {
+    if (x.state !== "live") { row.className = "bad"; }
     cell(row, x.broker_id, true); cell(row, x.host); cell(row, x.port, true);
     cell(row, x.unix_path); cell(row, x.state);
   });
