@@ -50,6 +50,8 @@ class ErrorCode(enum.IntEnum):
     # replicas across log dirs (docs/spec/protocol.md, "Replicas across log dirs")
     INVALID_REPLICATION_FACTOR = 30
     LOG_DIR_NOT_FOUND = 31
+    # changing a topic (docs/spec/protocol.md, "ALTER_TOPIC (19)")
+    INVALID_PARTITIONS = 32
 
 
 class HostbrokerError(Exception):

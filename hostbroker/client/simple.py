@@ -21,7 +21,7 @@ from typing import Any
 from hostbroker.client.connection import DEFAULT_CLIENT_ID, DEFAULT_TIMEOUT, BrokerConnection
 from hostbroker.client.errors import BrokerError
 from hostbroker.errors import ErrorCode, ProtocolError
-from hostbroker.protocol import api, logdirs, replication
+from hostbroker.protocol import api, logdirs, replication, topics_admin
 from hostbroker.protocol.primitives import Buffer
 
 DEFAULT_PRODUCE_TIMEOUT_MS = 10_000
@@ -221,6 +221,37 @@ class SimpleClient:
         """LOG_DIR_ADMIN: bring the log dir at ``path`` online (``ACTION_ONLINE``), or
         forget ``dir_id`` (``ACTION_FORGET``); the answer's error is the caller's to read."""
         return self.request(logdirs.LogDirAdminRequest(action, path, dir_id))
+
+    # ALTER_TOPIC / LIST_OFFSET_GROUPS
+
+    def alter_topic(
+        self,
+        topic: str,
+        *,
+        partitions: int | None = None,
+        set_configs: Mapping[str, str] | None = None,
+        delete_configs: Iterable[str] = (),
+        validate_only: bool = False,
+        raise_on_error: bool = True,
+    ) -> api.AdminResponse:
+        """ALTER_TOPIC: grow ``topic`` to ``partitions`` (None: unchanged), set
+        and delete config overrides, all or nothing."""
+        entries = tuple(api.TopicConfigEntry(k, v) for k, v in (set_configs or {}).items())
+        request = topics_admin.AlterTopicRequest(
+            topic, topics_admin.PARTITIONS_UNCHANGED if partitions is None else partitions,
+            entries, tuple(delete_configs), 1 if validate_only else 0)
+        return self._admin(request, raise_on_error)
+
+    def list_offset_groups(self) -> topics_admin.ListOffsetGroupsResponse:
+        """LIST_OFFSET_GROUPS: every group the broker's offsets store holds,
+        sorted; its ``error_code`` and ``truncated`` are the caller's to read."""
+        return self.request(topics_admin.ListOffsetGroupsRequest())
+
+    def describe_topic_configs(self, topics: Iterable[str] = ()
+                               ) -> tuple[topics_admin.TopicConfigs, ...]:
+        """DESCRIBE_TOPIC_CONFIGS: each topic's config overrides (every topic
+        when ``topics`` is empty); each topic's error is the caller's to read."""
+        return self.request(topics_admin.DescribeTopicConfigsRequest(tuple(topics))).topics
 
     def _admin(self, request: api.Request, raise_on_error: bool) -> api.AdminResponse:
         response = self.request(request)

@@ -15,6 +15,8 @@ in, frozen dataclasses come out, and back. Message sets stay opaque bytes
                   OFFSET_FOR_LEADER_EPOCH; ``replication.decode_any_request`` decodes all
 - ``logdirs``     METADATA v2, CREATE_TOPIC v1, ALTER_REPLICA_DIRS, LOG_DIR_ADMIN
                   (replicas across log dirs), routed by ``replication.decode_any_request``
+- ``topics_admin`` ALTER_TOPIC, LIST_OFFSET_GROUPS (changing topics, groups with
+                  stored offsets), routed by ``replication.decode_any_request``
 - ``framing``     FrameReader: a byte stream cut into frames
 - ``errors``      HeaderTooShortError, FrameTooLargeError
 

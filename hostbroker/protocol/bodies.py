@@ -89,6 +89,11 @@ class ApiKey(enum.IntEnum):
     # these keys, METADATA v2 and CREATE_TOPIC v1 are in hostbroker.protocol.logdirs.
     ALTER_REPLICA_DIRS = 17
     LOG_DIR_ADMIN = 18
+    # Changing a topic and listing the groups with stored offsets (docs/spec/
+    # protocol.md): these keys are in hostbroker.protocol.topics_admin.
+    ALTER_TOPIC = 19
+    LIST_OFFSET_GROUPS = 20
+    DESCRIBE_TOPIC_CONFIGS = 21
 
 
 API_VERSION = 0

@@ -21,8 +21,9 @@ keys and versions UNSUPPORTED_VERSION.
 - :func:`decode_request` decodes only the requests of this module;
   :func:`decode_any_request` decodes every request the broker knows (these,
   replicas across log dirs' (:mod:`~hostbroker.protocol.logdirs`: METADATA
-  v2, CREATE_TOPIC v1, ALTER_REPLICA_DIRS, LOG_DIR_ADMIN), the group APIs,
-  version 0).
+  v2, CREATE_TOPIC v1, ALTER_REPLICA_DIRS, LOG_DIR_ADMIN), those of
+  changing topics (:mod:`~hostbroker.protocol.topics_admin`: ALTER_TOPIC,
+  LIST_OFFSET_GROUPS), the group APIs, version 0).
 - :func:`request_version` reads ``(api_key, api_version)`` off a frame
   without decoding it, for the network code's routing.
 - :func:`encode_fetch_v1_response_parts` is the sendfile form of a FETCH v1
@@ -47,7 +48,7 @@ from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
 
 from hostbroker.errors import ErrorCode, ProtocolError
-from hostbroker.protocol import api, groups, logdirs
+from hostbroker.protocol import api, groups, logdirs, topics_admin
 from hostbroker.protocol.bodies import ApiKey, MetadataBroker, TopicConfigEntry
 from hostbroker.protocol.controller_requests import (
     BrokerEndpoint,
@@ -384,12 +385,14 @@ def decode_request(frame: Buffer, max_entries: int | None = None
 
 def decode_any_request(frame: Buffer, max_entries: int | None = None):
     """Header and body of any request the broker knows: this module's, those
-    of :mod:`~hostbroker.protocol.logdirs`, the group APIs, and version 0 (as
-    :func:`hostbroker.protocol.groups.decode_any_request`)."""
+    of :mod:`~hostbroker.protocol.logdirs` and
+    :mod:`~hostbroker.protocol.topics_admin`, the group APIs, and version 0
+    (as :func:`hostbroker.protocol.groups.decode_any_request`)."""
     header = api.decode_request_header(frame)
     version = (header.api_key, header.api_version)
     request_type = (REPLICATION_REQUEST_TYPES.get(version)
-                    or logdirs.LOGDIRS_REQUEST_TYPES.get(version))
+                    or logdirs.LOGDIRS_REQUEST_TYPES.get(version)
+                    or topics_admin.TOPICS_ADMIN_REQUEST_TYPES.get(version))
     if request_type is None:
         return groups.decode_any_request(frame, max_entries)
     request = api.decode_body(request_type, frame, header.body_offset, max_entries)
@@ -428,8 +431,12 @@ def encode_response(correlation_id: int, response) -> bytes:
 def decode_response(frame: Buffer, cls: type) -> tuple[int, ReplicationResponse]:
     """``(correlation_id, body)`` of a response frame (without size prefix)
     decoded as ``cls`` (one of :data:`REPLICATION_RESPONSE_TYPES`, or of
-    :data:`~hostbroker.protocol.logdirs.LOGDIRS_RESPONSE_TYPES`), checked.
+    :data:`~hostbroker.protocol.logdirs.LOGDIRS_RESPONSE_TYPES` or
+    :data:`~hostbroker.protocol.topics_admin.TOPICS_ADMIN_RESPONSE_TYPES`), checked.
     Check :func:`~hostbroker.protocol.api.is_error_frame` first."""
+    if cls in topics_admin.TOPICS_ADMIN_RESPONSE_TYPES.values() \
+            and cls not in logdirs.LOGDIRS_RESPONSE_TYPES.values():
+        return topics_admin.decode_response(frame, cls)
     if cls in logdirs.LOGDIRS_RESPONSE_TYPES.values():
         return logdirs.decode_response(frame, cls)
     if cls not in REPLICATION_RESPONSE_TYPES.values():
