@@ -411,11 +411,8 @@ class Console:
         return out
 
     def _overrides(self, topic: str) -> dict[str, str] | None:
-        """The topic's config overrides, where the broker says them (None: not known)."""
-        try:
-            from hostbroker.console.changes import topic_overrides
-        except ImportError:
-            return None
+        from hostbroker.console.changes import topic_overrides
+
         return topic_overrides(self, topic)
 
     def topic(self, request) -> Response:
@@ -460,14 +457,10 @@ class Console:
     def _offset_groups(self) -> set[str]:
         """Groups with committed offsets (LIST_OFFSET_GROUPS); empty where the broker
         does not answer it."""
-        try:
-            from hostbroker.protocol.topics_admin import ListOffsetGroupsRequest
-        except ImportError:
-            return set()
         from hostbroker.client.errors import BrokerError
 
         try:
-            response = self.context.broker_client().request(ListOffsetGroupsRequest())
+            response = self.context.broker_client().list_offset_groups()
         except (BrokerError, HostbrokerError, OSError):
             self.context.drop_client()
             return set()

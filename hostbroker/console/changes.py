@@ -115,23 +115,16 @@ def delete(console, request):
     return answer({"deleted": name})
 
 
-def _alter(console, what: str, **fields):
-    """ALTER_TOPIC (part of ``topics alter``); 501 where it is not there."""
-    try:
-        from hostbroker.protocol.topics_admin import AlterTopicRequest, TopicConfigEntry
-    except ImportError:
-        raise HttpError(501, f"{what}: this broker cannot change a topic (no ALTER_TOPIC)") \
-            from None
-    if "set_configs" in fields:
-        fields["set_configs"] = tuple(TopicConfigEntry(k, v) for k, v in fields["set_configs"])
-    return _admin(console, what, lambda c: c.request(AlterTopicRequest(**fields)))
+def _alter(console, what: str, topic: str, **fields):
+    """ALTER_TOPIC, as ``topics alter`` sends it."""
+    return _admin(console, what, lambda c: c.alter_topic(topic, raise_on_error=False, **fields))
 
 
 def add_partitions(console, request):
     name = topic_name(request.params["topic"])
     body = document(request)
     partitions = whole(body, "partitions")
-    _alter(console, f"adding partitions to topic {name}", topic=name, partitions=partitions)
+    _alter(console, f"adding partitions to topic {name}", name, partitions=partitions)
     return answer({"topic": name, "partitions": partitions})
 
 
@@ -144,12 +137,24 @@ def alter_config(console, request):
         raise HttpError(400, "delete must be a list of config keys")
     if not settings and not removed:
         raise HttpError(400, "nothing to change: give set or delete")
-    _alter(console, f"changing the config of topic {name}", topic=name,
-           set_configs=settings, delete_configs=tuple(removed))
+    _alter(console, f"changing the config of topic {name}", name,
+           set_configs=dict(settings), delete_configs=tuple(removed))
     return answer({"topic": name, "set": dict(settings), "deleted": removed})
 
 
 def topic_overrides(console, topic: str) -> dict[str, str] | None:
-    """The topic's config overrides as the broker says them; None while it says none."""
-    return None
+    """The topic's config overrides (DESCRIBE_TOPIC_CONFIGS, as ``topics describe``
+    shows them); None where the broker does not say (an older broker, or the
+    topic's config could not be read)."""
+    from hostbroker.client.errors import BrokerError
+    from hostbroker.errors import HostbrokerError
 
+    try:
+        found = console.context.broker_client().describe_topic_configs([topic])
+    except (BrokerError, HostbrokerError, OSError):
+        console.context.drop_client()
+        return None
+    for entry in found:
+        if entry.topic == topic and entry.error_code == ErrorCode.NONE:
+            return {c.key: c.value for c in entry.configs}
+    return None

@@ -64,6 +64,8 @@ def test_create_then_list_and_describe(console):
     one = next(p for p in topic["partitions"] if p["partition"] == 1)
     assert (one["log_start_offset"], one["log_end_offset"], one["size_bytes"]) == (0, end, end)
     assert one["error"] == "NONE"
+    if TOPICS_ADMIN:
+        assert topic["config"] == {"retention.bytes": str(1 << 20)}
 
 
 def test_topics_are_paged_and_filtered_by_the_broker(console):
@@ -196,5 +198,13 @@ def test_add_partitions_and_change_config(console):
     status, _, body = console.post("/api/topics/growing/config",
                                    {"set": {"retention.ms": "3600000"}})
     assert status == 200, body
-    config = get(console, "/api/topics/growing")["config"]
-    assert config is None or config.get("retention.ms") == "3600000"
+    assert get(console, "/api/topics/growing")["config"] == {"retention.ms": "3600000"}
+    status, _, body = console.post("/api/topics/growing/config",
+                                   {"set": {"retention.bytes": 4096}, "delete": ["retention.ms"]})
+    assert status == 200, body
+    assert get(console, "/api/topics/growing")["config"] == {"retention.bytes": "4096"}
+    status, _, body = console.post("/api/topics/growing/config",
+                                   {"set": {"retention.ms": "soon"}})
+    assert status == 400 and "retention.ms" in body["error"], body
+    status, _, body = console.post("/api/topics/nowhere/partitions", {"partitions": 3})
+    assert status == 404, body
