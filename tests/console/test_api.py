@@ -81,6 +81,18 @@ def test_topics_are_paged_and_filtered_by_the_broker(console):
     assert filtered["total"] == 6 and all(t["topic"].startswith("a-") for t in filtered["topics"])
 
 
+def test_a_topics_partitions_are_paged(console):
+    with console.client() as c:
+        c.create_topic("wide", 16)
+    first = get(console, "/api/topics/wide?limit=7")
+    rest = get(console, "/api/topics/wide?offset=7&limit=100")
+    beyond = get(console, "/api/topics/wide?offset=16")
+    assert (first["total"], first["limit"], rest["limit"]) == (16, 7, 7)
+    assert [p["partition"] for p in first["partitions"]] == list(range(7))
+    assert [p["partition"] for p in rest["partitions"]] == list(range(7, 14))
+    assert beyond["partitions"] == [] and beyond["total"] == 16
+
+
 def test_delete(console):
     with console.client() as c:
         c.create_topic("going", 1)

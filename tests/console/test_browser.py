@@ -84,6 +84,13 @@ def test_create_topic_and_add_partitions(console, browser):
     wait_for(lambda: len(table_rows(browser, "partitions")) == 4, "four partitions shown")
     with console.client() as c:
         assert len(c.metadata(["made-in-browser"]).topics[0].partitions) == 4
+    browser.find_element(By.ID, "config-set").send_keys("retention.ms=3600000")
+    browser.find_element(By.ID, "config-submit").click()
+    wait_for(lambda: ["retention.ms", "3600000"] in table_rows(browser, "topic-config"),
+             "the override shown")
+    with console.client() as c:
+        (described,) = c.describe_topic_configs(["made-in-browser"])
+    assert {e.key: e.value for e in described.configs} == {"retention.ms": "3600000"}
 
 
 def test_group_lag_in_the_page(console, browser):
