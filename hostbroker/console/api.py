@@ -6,12 +6,13 @@ the console may use is the :class:`~hostbroker.workers.http.context.HttpContext`
 the shared tables read-only (process board, partition table, stats tables)
 and one client connection to this broker. Everything the console shows
 that is not a counter comes from a wire request over that connection
-(METADATA, LIST_GROUPS, DESCRIBE_GROUP, OFFSET_FETCH, LIST_OFFSET_GROUPS),
-but a cluster's registered brokers, which only ZooKeeper lists
-(:mod:`hostbroker.console.cluster`); and every change it makes is the request the CLI sends (CREATE_TOPIC,
-DELETE_TOPIC, ALTER_TOPIC; :mod:`hostbroker.console.changes`): the
-processors and handlers answer it as any client's. There is no second
-path into the broker.
+(METADATA, LIST_GROUPS, DESCRIBE_GROUP, OFFSET_FETCH, LIST_OFFSET_GROUPS,
+DESCRIBE_TOPIC_CONFIGS), but a cluster's registered brokers, which only
+ZooKeeper lists (:mod:`hostbroker.console.cluster`); and every change it
+makes is the request the CLI sends (CREATE_TOPIC, DELETE_TOPIC,
+ALTER_TOPIC; :mod:`hostbroker.console.changes`): the processors and
+handlers answer it as any client's. There is no second path into the
+broker.
 
 Routes (one each, added here):
 
