@@ -35,6 +35,18 @@ def test_every_registered_broker_is_shown(make_broker, tmp_path, zookeeper, zk):
         topic = get(console, "/api/topics/here")
         assert [(p["partition"], p["log_end_offset"]) for p in topic["partitions"]] == \
             [(0, end), (1, 0)]
+
+        # ZooKeeper gone: the page still answers, promptly, saying so, with this broker
+        zookeeper.stop()
+        try:
+            started = time.monotonic()
+            page = get(console, "/api/broker")
+            assert time.monotonic() - started < 10
+            assert page["zookeeper_problem"]
+            assert [b["broker_id"] for b in page["brokers"]] == [1]
+            assert get(console, "/api/topics/here")["total"] == 2  # the rest reads on
+        finally:
+            zookeeper.start()
     finally:
         try:
             console.stop(timeout=20)
