@@ -8,7 +8,8 @@ const TOKEN_KEY = "hostbroker-admin-token";
 const RATES_EVERY_MS = 5000;
 const PAGE = 100;
 const state = { broker: null, topics: { offset: 0, filter: "" },
-                groups: { offset: 0, filter: "" }, partitions: { offset: 0 } };
+                groups: { offset: 0, filter: "" }, partitions: { offset: 0 },
+                group: { offset: 0 } };
 
 function $(id) { return document.getElementById(id); }
 
@@ -230,7 +231,10 @@ async function showGroups() {
 }
 
 async function showGroup(name) {
-  const g = await getJson("/api/groups/" + encodeURIComponent(name));
+  const page = state.group;
+  if (page.name !== name) { page.name = name; page.offset = 0; }
+  const q = new URLSearchParams({ offset: page.offset, limit: PAGE });
+  const g = await getJson("/api/groups/" + encodeURIComponent(name) + "?" + q);
   $("group-name").textContent = g.group;
   $("group-summary").textContent = (g.members.length
     ? `${g.phase}, generation ${g.generation}, ${g.members.length} member(s)`
@@ -245,6 +249,7 @@ async function showGroup(name) {
     cell(row, p.topic); cell(row, p.partition, true); cell(row, p.owner);
     cell(row, p.committed, true); cell(row, p.log_end, true); cell(row, p.lag, true);
   });
+  pager("group-pager", g, g.total, offset => { page.offset = offset; route(); });
 }
 
 // -- changes -------------------------------------------------------------------
