@@ -43,8 +43,8 @@ HTTP_SETTINGS: tuple[tuple[str, type, object, str, tuple[int, int] | None], ...]
     ("http.admin.token.file", str, "",
      "File holding the console's admin token (at least 16 visible ASCII characters; a "
      "trailing newline is ignored); required when http.admin.enable is true. The start "
-     "is refused in one line when it is missing, unreadable, a symbolic link, readable "
-     "by group or others, or too short.", None),
+     "is refused in one line when it is missing, unreadable, a symbolic link, not a "
+     "regular file, open to group or others in any way (chmod 600), or too short.", None),
     ("http.metrics.max.partitions", int, 20000,
      "Most partitions whose per-partition series one scrape of /metrics reports; the "
      "rest are left out and counted in hostbroker_metrics_partitions_omitted.",

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -71,6 +73,20 @@ def test_a_dead_hb_http_is_replaced_on_the_same_socket(served):
         client.metadata()
 
 
+def test_a_stopped_hb_http_is_aborted_and_replaced(served):
+    old = served.workers()["hb-http"]
+    with connect(served.http_port) as held:  # a connection it held goes with it
+        held.sendall(b"GET /nope HTTP/1.1\r\nHost: t\r\n\r\n")
+        assert read_answer(held).status == 404  # accepted by it, kept alive
+        os.kill(old, signal.SIGSTOP)
+        served.wait_worker_replaced("hb-http", old, timeout=3.0 + 10)
+        wait_http(served.http_port)
+        assert request(served.http_port, "GET", "/nope").status == 404
+        held.settimeout(5)
+        assert held.recv(1) == b""
+    assert "silent for" in served.log()
+
+
 def test_the_context_reads_the_tables_and_asks_the_broker(served):
     config = Config.build(overrides=[f"{k}={v}" for k, v in served.settings.items()])
     context = HttpContext(BrokerPlan.from_config(config))
@@ -92,6 +108,28 @@ def test_without_http_listeners_there_is_no_hb_http(tmp_path):
     broker.start()
     try:
         assert not [name for name in broker.workers() if name.startswith("hb-http")]
+    finally:
+        stop_or_kill(broker)
+
+
+def test_every_listener_is_served_ipv4_and_ipv6(tmp_path):
+    with socket.socket(socket.AF_INET6) as probe:
+        probe.bind(("::1", 0))
+        v6 = probe.getsockname()[1]
+    broker = http_broker(tmp_path)
+    broker.stop()
+    broker.settings["http.listeners"] += f",http://[::1]:{v6}"
+    broker.start()
+    try:
+        wait_http(broker.http_port)
+        with socket.create_connection(("::1", v6), timeout=10) as sock:
+            sock.sendall(b"GET /nope HTTP/1.1\r\nHost: [::1]\r\n\r\n")
+            assert read_answer(sock).status == 404
+        line = f"HTTP on http://127.0.0.1:{broker.http_port}, http://[::1]:{v6}"
+        deadline = time.monotonic() + 10  # said once hb-http is ready, maybe after it answered
+        while line not in broker.log() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert line in broker.log()
     finally:
         stop_or_kill(broker)
 

@@ -69,7 +69,7 @@ def load_admin_token(config) -> bytes | None:
         if not stat.S_ISREG(st.st_mode):
             raise AdminTokenError(f"{key}: {path} is not a regular file")
         if st.st_mode & 0o077:
-            raise AdminTokenError(f"{key}: {path} is readable or writable by group or others "
+            raise AdminTokenError(f"{key}: {path} is open to group or others "
                                   f"(mode {stat.S_IMODE(st.st_mode):04o}; chmod 600 it)")
         if st.st_size > MAX_TOKEN_FILE_BYTES:
             raise AdminTokenError(f"{key}: {path} is longer than {MAX_TOKEN_FILE_BYTES} bytes")
