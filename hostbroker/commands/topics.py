@@ -137,10 +137,13 @@ def create(topic: str, partitions: int, configs: Iterable[str] = (), *,
 
 
 def _alter_args(topic: str, partitions: int | None, configs: Iterable[str],
-                delete_configs: Iterable[str]) -> tuple[dict[str, str], list[str]]:
+                delete_configs: Iterable[str],
+                check_keys: bool = True) -> tuple[dict[str, str], list[str]]:
     """The configs to set and delete of an ``alter``, after checking every
     argument (usage errors): a legal name, a positive partition count, known
-    keys with valid values, something to change."""
+    keys with valid values (unless ``check_keys`` is false: a cluster's
+    replicated topic has keys of its own, checked where they are known),
+    something to change."""
     from hostbroker.commands import check_topic
     from hostbroker.log.config import TOPIC_CONFIG_KEYS, LogConfig
 
@@ -148,10 +151,11 @@ def _alter_args(topic: str, partitions: int | None, configs: Iterable[str],
     if partitions is not None and partitions < 1:
         raise usage_error(f"--partitions must be at least 1, not {partitions}")
     sets = key_values("--config", configs)
-    LogConfig().with_overrides(sets)  # ConfigError: one line naming the key, status 2
+    if check_keys:
+        LogConfig().with_overrides(sets)  # ConfigError: one line naming the key, status 2
     deletes = list(dict.fromkeys(delete_configs or ()))
     for key in deletes:
-        if key not in TOPIC_CONFIG_KEYS:
+        if check_keys and key not in TOPIC_CONFIG_KEYS:
             raise usage_error(f"--delete-config {key}: unknown topic config key (one of "
                               f"{', '.join(TOPIC_CONFIG_KEYS)})")
         if key in sets:
@@ -195,10 +199,19 @@ def alter(topic: str, partitions: int | None = None, configs: Iterable[str] = ()
 def alter_cluster(topic: str, partitions: int | None = None, configs: Iterable[str] = (),
                   delete_configs: Iterable[str] = (), *, zookeeper: str,
                   out: TextIO = sys.stdout) -> int:
-    """``alter --zookeeper``: checked here as ``alter`` is, then done through ZooKeeper."""
-    from hostbroker.commands.topics_alter_zk import alter_cluster as on_zookeeper
+    """``alter --zookeeper``: the arguments parsed here, then checked and done
+    through ZooKeeper (:mod:`hostbroker.commands.topics_alter_zk`)."""
+    from hostbroker.commands import CommandError
 
-    sets, deletes = _alter_args(topic, partitions, configs, delete_configs)
+    sets, deletes = _alter_args(topic, partitions, configs, delete_configs, check_keys=False)
+    try:
+        from hostbroker.commands.topics_alter_zk import alter_cluster as on_zookeeper
+    except ModuleNotFoundError as exc:
+        if exc.name != "hostbroker.commands.topics_alter_zk":
+            raise
+        raise CommandError("changing a cluster's topics through ZooKeeper is not "
+                           "available: alter each broker's plain topic with --bootstrap") \
+            from None
     return on_zookeeper(zookeeper, topic, partitions, sets, deletes, out)
 
 

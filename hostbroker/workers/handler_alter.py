@@ -19,7 +19,8 @@ applies the config to its open log. Once every writer has answered, the
 table's generation is bumped, so that every handler reads the new config
 (its :class:`~hostbroker.workers.topicview.TopicView` caches configs by
 generation), and the client is answered. A topic whose replicas are placed
-on log dirs is ``hb-logdirs``' to change (``handler_logdirs.py``).
+on log dirs is ``hb-logdirs``' to change: the request, checked here as far
+as it can be without the topic, is forwarded (``logdirs/topic_changes.py``).
 
 LIST_OFFSET_GROUPS is ``hb-coordinator``'s: the op ``groups`` on its
 offsets ring, answered with the groups its offsets store holds, cut to what
@@ -242,8 +243,15 @@ class TopicAlter:
         return _Change(topic, wanted if grow else None, sets, deletes, slots)
 
     def _alter_dirs_placed(self, p, conn_id, seq, corr, request) -> None:
-        """ALTER_TOPIC of a topic whose replicas are placed on log dirs."""
-        self._reply(p, conn_id, seq, corr, admin_answer(
-            ErrorCode.INVALID_REQUEST,
-            f"topic {request.topic} has replicas across log dirs: changing it is not "
-            "supported yet"))
+        """ALTER_TOPIC of a topic whose replicas are placed on log dirs: its
+        config and partitions are ``hb-logdirs``' (``logdirs/topic_changes.py``)."""
+        if self.logdirs_peer is None:
+            self._reply(p, conn_id, seq, corr, admin_answer(
+                ErrorCode.INVALID_REQUEST, self._no_logdirs()))
+            return
+        sets = {e.key: e.value for e in request.set_configs}
+        doc = {"op": "alter_topic", "topic": request.topic, "partitions": request.partitions,
+               "set": sets, "delete": list(request.delete_configs),
+               "validate_only": bool(request.validate_only)}
+        self._to_logdirs(p, conn_id, seq, corr, ApiKey.ALTER_TOPIC, doc,
+                         lambda code, message, _results: admin_answer(code, message or None))

@@ -260,6 +260,31 @@ class Replicas:
         return book is None or book.role == ptable.ROLE_LEADER
 
     # -- OP_REPLICA_STATE ----------------------------------------------------
+    def _take_topic_config(self, plog: PartitionLog, config: dict) -> None:
+        """A dir-placed replica's config is its topic's in hb-logdirs' document
+        (ALTER_TOPIC changes it there): what the state's ``topic_config``
+        names, and nothing else, recorded in its partition.json and applied to
+        its log. When it changed, the table's generation is bumped so handlers
+        read it again."""
+        wanted = {str(k): str(v) for k, v in config.items()}
+        try:
+            changed = plog.alter(self.defaults, wanted,
+                                 [k for k in plog.overrides if k not in wanted])
+        except HostbrokerError as e:
+            if isinstance(e, StorageError):
+                self._go_offline(e)
+            raise StateError(e.code, f"cannot take the topic's config: {e}") from e
+        except OSError as e:
+            self._go_offline(e)
+            raise StateError(ErrorCode.STORAGE_ERROR, f"cannot take the topic's config: {e}") \
+                from e
+        if changed:
+            try:
+                with self.lock:
+                    self.table.bump_generation()
+            except TimeoutError:
+                pass  # (handlers read it at the next topic change)
+
     def _replica_state(self, request) -> dict:
         """Take the role LEADER_AND_ISR or STOP_REPLICA gives a replica."""
         try:
@@ -290,6 +315,9 @@ class Replicas:
         replica_fields(replicas)  # ValueError for a bad list
         isr = [r for r in request.get("isr", []) if r in replicas]
         config = request.get("config") or {}
+        topic_config = request.get("topic_config")
+        if request.get("placement") == "log_dirs" and isinstance(topic_config, dict):
+            self._take_topic_config(plog, topic_config)
         min_isr = plog.config.min_insync_replicas
         if "min.insync.replicas" in config:
             min_isr = plog.config.with_overrides(

@@ -286,3 +286,63 @@ def test_list_offset_groups_is_cut_to_one_answer(make_broker):
     assert listed.error_code == ErrorCode.NONE and listed.truncated == 1
     assert 200 < len(listed.groups) < 300
     assert list(listed.groups) == names[:len(listed.groups)]
+
+
+def _replica_files(dirs: list[str], topic: str) -> dict[tuple[str, int], dict]:
+    """(log dir, partition) -> the partition.json of each replica of ``topic``."""
+    out = {}
+    for d in dirs:
+        for name in os.listdir(d):
+            if name.startswith(f"{topic}_") and name[len(topic) + 1:].isdigit():
+                with open(os.path.join(d, name, "partition.json")) as f:
+                    out[(d, int(name[len(topic) + 1:]))] = json.load(f)
+    return out
+
+
+def test_alter_a_topic_with_replicas_across_log_dirs(make_broker, tmp_path):
+    """hb-logdirs changes it: the config in its document, then on every replica;
+    new partitions placed on two dirs each, their replicas in sync."""
+    dirs = [str(tmp_path / f"d{i}") for i in range(3)]
+    broker = make_broker(log_dirs=",".join(dirs), log_retention_check_interval_ms=200)
+    with broker.client() as client:
+        client.create_topic("spread", 2, {"segment.bytes": "1024"}, replication_factor=2)
+    with _Load(broker.unix, "spread") as load:
+        _poll(lambda: len(load.placed) >= 50, 20, "the producer under way")
+        altered = hostbroker("topics", "alter", "--bootstrap", broker.unix, "--topic", "spread",
+                             "--partitions", "3", "--config", "retention.bytes=2048")
+        assert altered.returncode == 0, altered.stderr
+        _poll(lambda: 2 in load.partitions(), 20, "messages in the new partition")
+        with broker.client() as client:
+            _poll(lambda: all(p.log_start_offset > 0 for p in
+                              client.metadata(["spread"]).topics[0].partitions
+                              if p.partition < 2), 20, "retention deleting old segments")
+    assert load.failures == []
+    wanted = {"retention.bytes": "2048", "segment.bytes": "1024"}
+    described = _poll(lambda: (lambda d: d if d["config"] == wanted else None)(
+        _describe(broker, "spread")), 10, "the new config described")
+    assert [p["partition"] for p in described["partitions"]] == [0, 1, 2]
+    _poll(lambda: all(len(p["isr"]) == 2 for p in _describe(broker, "spread")["partitions"]),
+          20, "every replica in sync")
+    files = _replica_files(dirs, "spread")
+    assert sorted(p for _, p in files) == [0, 0, 1, 1, 2, 2]  # two replicas each
+    assert all(meta["config"] == wanted for meta in files.values())
+
+    shrink = hostbroker("topics", "alter", "--bootstrap", broker.unix, "--topic", "spread",
+                        "--partitions", "2")
+    assert shrink.returncode == 1
+    assert "topic spread has 3 partitions; partitions only grow" in one_line_error(shrink)
+    strict = hostbroker("topics", "alter", "--bootstrap", broker.unix, "--topic", "spread",
+                        "--config", "min.insync.replicas=3")
+    assert strict.returncode == 1
+    assert "min.insync.replicas 3 is more than the replication factor 2" in \
+        one_line_error(strict)
+
+    deleted = hostbroker("topics", "alter", "--bootstrap", broker.unix, "--topic", "spread",
+                         "--delete-config", "retention.bytes")
+    assert deleted.returncode == 0, deleted.stderr
+    _poll(lambda: all(m["config"] == {"segment.bytes": "1024"}
+                      for m in _replica_files(dirs, "spread").values()), 10,
+          "every replica back to the default retention")
+    broker.stop()
+    broker.start()
+    assert _describe(broker, "spread")["config"] == {"segment.bytes": "1024"}

@@ -19,6 +19,9 @@ Mixin of :class:`~hostbroker.workers.logdirs.worker.LogDirsWorker`. Requests
   target dir is in the committed ISR the leadership moves to the first target
   dir in the ISR if the leader leaves; then ``replicas`` = target, ``target``
   dropped; the replicas left over are strays, deleted.
+- ``alter_topic``: ALTER_TOPIC of a dir-placed topic (:mod:`.topic_changes`):
+  its config changed in the document (sent to each replica with its state),
+  its new partitions made as a creation's.
 - ``online``: a log dir taken back: its files read by a thread of their own
   (a hung dir answers STORAGE_ERROR after :data:`ONLINE_LOOK_S`, never
   stalling the loop); its id checked (a dir with no id and no partition dir,
@@ -55,6 +58,7 @@ from hostbroker.workers import envelopes as env
 from hostbroker.workers.logdirs import elect
 from hostbroker.workers.logdirs.creation import Creations
 from hostbroker.workers.logdirs.creation import answer as _answer
+from hostbroker.workers.logdirs.topic_changes import TopicChanges
 
 TP = tuple[str, int]
 
@@ -106,7 +110,7 @@ class _Look:
             self.finished.set()
 
 
-class Admin(Creations):
+class Admin(TopicChanges, Creations):
     """Mixin: the OP_LOCAL_ADMIN service (see the module docstring)."""
 
     def init_admin(self) -> None:
@@ -164,6 +168,8 @@ class Admin(Creations):
             return self._delete(str(request["topic"]))
         if op == "alter":
             return self._alter(request["partitions"])
+        if op == "alter_topic":  # ALTER_TOPIC (topic_changes.py)
+            return self._alter_topic(h, token, request)
         if op == "online":
             return self._online(h, token, str(request["path"]))
         if op == "forget":

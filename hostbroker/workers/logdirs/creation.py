@@ -50,6 +50,9 @@ class _Creation:
     made: int = 0  # replicas made (or tried) so far
     checked: bool = False  # no plain topic of that name (looked under the lock)
     failed: str = ""
+    # the topic's config before an ALTER_TOPIC that adds these partitions to it
+    # (topic_changes.py); None: a new topic
+    old_config: dict[str, str] | None = None
 
     def __post_init__(self):
         self.todo.extend((p, d) for p, part in sorted(self.parts.items()) for d in part.replicas)
@@ -125,9 +128,7 @@ class Creations:
         try:
             size = len(doc.encode())
         finally:
-            del doc.configs[job.topic]
-            for p in job.parts:
-                del doc.parts[(job.topic, p)]
+            self._unplace(job)
         return size_problem(size, len(doc.online), len(doc.refused), self.limits)
 
     def _create_step(self, job: _Creation, deadline: float) -> dict | None:
@@ -164,11 +165,24 @@ class Creations:
         del self.creating[job.topic]
         return self._created(job)
 
+    def _unplace(self, job: _Creation) -> None:
+        """The document without ``job``'s partitions, and with the config its
+        topic had before (none for a new topic)."""
+        if job.old_config is None:
+            del self.doc.configs[job.topic]
+        else:
+            self.doc.configs[job.topic] = job.old_config
+        for p in job.parts:
+            del self.doc.parts[(job.topic, p)]
+
     def _created(self, job: _Creation) -> dict:
-        """The end of a creation: the document written (the topic exists), or the
-        replicas made left as strays."""
+        """The end of a creation: the document written (the topic exists, or
+        has its new partitions), or the replicas made left as strays."""
         topic = job.topic
         if job.failed:
+            if job.old_config is not None:
+                self.say(f"topic {topic}: {job.failed}; its partitions are not added")
+                return answer(ErrorCode.STORAGE_ERROR, job.failed)
             self.say(f"topic {topic}: {job.failed}; it is not created")
             # (nothing made: a plain topic of that name came first)
             return answer(ErrorCode.STORAGE_ERROR if job.made
@@ -177,9 +191,7 @@ class Creations:
         for p, part in job.parts.items():
             self.doc.parts[(topic, p)] = part
         if not self.write_doc():
-            del self.doc.configs[topic]
-            for p in job.parts:
-                del self.doc.parts[(topic, p)]
+            self._unplace(job)
             self.write_back()
             return self._not_written()
         with self.lock:

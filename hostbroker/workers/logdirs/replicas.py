@@ -130,10 +130,12 @@ class DirReplicas:
                 role = ("leader" if part.leader == d else
                         "stopped" if part.leader == -1 or self.frozen
                         or d in self.blocked or d in self.held else "follower")
+                # (the topic's config too: an ALTER_TOPIC sends every replica again)
                 told = (role, part.leader, part.leader_epoch, leader_slot,
                         tuple(sorted(slots.items())), tuple(part.replicas),
                         tuple(part.isr) if role == "leader" else (), part.version
-                        if role == "leader" else 0)
+                        if role == "leader" else 0,
+                        tuple(sorted(self.doc.configs.get(tp[0], {}).items())))
                 key = (tp[0], tp[1], d)
                 if self.sent.get(key) == told:
                     continue
@@ -145,6 +147,8 @@ class DirReplicas:
                          "isr": list(part.isr), "isr_version": part.version,
                          "replicas": list(part.replicas), "delete": False,
                          "config": self.doc.configs.get(tp[0], {}), "placement": "log_dirs",
+                         # the topic's whole config, which the replica takes (ALTER_TOPIC)
+                         "topic_config": self.doc.configs.get(tp[0], {}),
                          "replica_slots": replica_slots, "leader_slot": leader_slot}
                 rank = {"leader": 0, "follower": 1}.get(role, 2)
                 orders.append((rank, w, key, told, state))
