@@ -129,6 +129,12 @@ need_zookeeper() {
 }
 ZK_JAVA_DIR=/usr/share/java
 ZK_JARS=(zookeeper.jar zookeeper-jute.jar slf4j-api.jar slf4j-simple.jar)
+# the console's tests (tests/console) drive Debian's chromium through its WebDriver; only
+# the test command installs them (a broker does not need a browser)
+need_chromium() {
+  if [ ! -x /usr/bin/chromium ]; then need chromium "a headless browser for the console's tests"; fi
+  if [ ! -x /usr/bin/chromedriver ]; then need chromium-driver "its WebDriver, for the same tests"; fi
+}
 
 # run_zookeeper [--port N] [--data-dir DIR]: a standalone ZooKeeper in the foreground, as
 # the cluster tests run it (tests/cluster/zkserver.py), on loopback, with a zoo.cfg written
@@ -194,6 +200,8 @@ case "$cmd" in
   setup) ;;
   serve) exec .venv/bin/hostbroker serve "$@" ;;
   test)
+    need_chromium
+    install_apt
     set +e
     if [ $# -gt 0 ]; then
       # pytest's 5 means it collected no test: that is a failure here, not a pass

@@ -1,0 +1,544 @@
+"""The web console: its pages and its JSON API, mounted by :func:`console_routes`.
+
+Runs in hb-http (``hostbroker/workers/http/``), which calls
+``console_routes(router, context)`` once when it builds its Router. What
+the console may use is the :class:`~hostbroker.workers.http.context.HttpContext`:
+the shared tables read-only (process board, partition table, stats tables)
+and one client connection to this broker. Everything the console shows
+that is not a counter comes from a wire request over that connection
+(METADATA, LIST_GROUPS, DESCRIBE_GROUP, OFFSET_FETCH, LIST_OFFSET_GROUPS,
+DESCRIBE_TOPIC_CONFIGS), but a cluster's registered brokers, which only
+ZooKeeper lists (:mod:`hostbroker.console.cluster`); and every change it
+makes is the request the CLI sends (CREATE_TOPIC, DELETE_TOPIC,
+ALTER_TOPIC; :mod:`hostbroker.console.changes`): the processors and
+handlers answer it as any client's. There is no second path into the
+broker.
+
+Routes (one each, added here):
+
+- ``GET /``, ``/static/app.js``, ``/static/style.css``: the page, from a fixed
+  table of package files read once; no part of a request names a file.
+- ``GET /api/broker``: this broker (id, mode, state, processes, log dirs);
+  in cluster mode every broker registered in ZooKeeper (read then, by
+  :mod:`hostbroker.console.cluster`) and the controller (METADATA v1).
+- ``GET /api/topics?filter=&offset=&limit=``: topics by name, a page at a time
+  (``http.console.page.max`` rows at most): partitions, replication factor,
+  size (log end - log start: byte offsets), rates, offline partitions.
+- ``GET /api/topics/{topic}?offset=&limit=``: one topic's partitions, a page
+  at a time: leader, replicas, ISR (log dir paths for replicas across log
+  dirs, broker ids in a cluster), offsets, size, rates, and its overrides.
+- ``GET /api/groups?filter=&offset=&limit=``: groups with members and groups
+  with committed offsets only.
+- ``GET /api/groups/{group}?offset=&limit=``: members, assignments, and per
+  partition the committed offset, log end and lag (log end - committed).
+- ``GET /api/rates``: the broker-wide series of the live charts.
+- ``POST`` changes (:mod:`hostbroker.console.changes`), each ``admin=True``:
+  the Router's gate (``http.admin.enable``, the token, the cross-site
+  checks) answers before any of them runs.
+
+hb-http's server puts ``Content-Security-Policy: default-src 'self'`` on every
+answer: the page loads nothing from elsewhere and runs no inline script, so
+it holds no inline script or style to allow. A broker that does
+not answer is a 502 naming it; hb-http's connection is dropped and opened
+again by the next request.
+
+Cost: a topics page reads METADATA for every topic (kept ``METADATA_TTL_S``,
+so paging and the charts' polls do not ask again) and the stats tables once;
+at 10,000 partitions that is tens of milliseconds of hb-http, none of the
+handlers' beyond answering one METADATA.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import time
+
+from hostbroker.console.rates import BrokerRates, PartitionRates
+from hostbroker.errors import ErrorCode, HostbrokerError
+from hostbroker.workers.http.router import HttpError, Response, json_response
+
+# the page's files: path -> (package file, content type); nothing else is served
+STATIC = {
+    "/": ("index.html", "text/html; charset=utf-8"),
+    "/static/app.js": ("app.js", "text/javascript; charset=utf-8"),
+    "/static/style.css": ("style.css", "text/css; charset=utf-8"),
+}
+DEFAULT_PAGE = 100  # rows a page holds when the request does not say
+METADATA_TTL_S = 2.0  # one METADATA of every topic serves the pages asked within this
+PARTITION_RATES_MAX_AGE_S = 30.0  # the charts' poll keeps a read this fresh to rate against
+OFFSET_FETCH_CHUNK = 1000  # partitions one OFFSET_FETCH asks for
+FILTER_MAX = 249  # a topic name's longest
+CLIENT_ID = "hb-http-console"
+
+
+def console_routes(router, context) -> None:
+    """Add the console's pages and API to ``router`` (module doc)."""
+    console = Console(context)
+    for path, (name, content_type) in STATIC.items():
+        router.add("GET", path, console.static_route(name, content_type))
+    router.add("GET", "/api/broker", console.broker)
+    router.add("GET", "/api/topics", console.topics)
+    router.add("GET", "/api/topics/{topic}", console.topic)
+    router.add("GET", "/api/groups", console.groups)
+    router.add("GET", "/api/groups/{group}", console.group)
+    router.add("GET", "/api/rates", console.rates)
+    from hostbroker.console import changes
+
+    changes.add_routes(router, console)
+
+
+def answer(obj, status: int = 200) -> Response:
+    """A JSON answer (the server adds the headers every answer carries)."""
+    return json_response(obj, status)
+
+
+def error_name(code) -> str:
+    return getattr(code, "name", f"error code {code}")
+
+
+_STATUS = {
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: 404,
+    ErrorCode.TOPIC_ALREADY_EXISTS: 409,
+    ErrorCode.INVALID_TOPIC: 400,
+    ErrorCode.INVALID_REQUEST: 400,
+    ErrorCode.INVALID_CONFIG: 400,
+    ErrorCode.INVALID_REPLICATION_FACTOR: 400,
+    ErrorCode.UNSUPPORTED_VERSION: 501,
+}
+
+
+def broker_refused(code, message: str | None, what: str) -> HttpError:
+    """The HTTP error for a broker's error code answering ``what``."""
+    name = error_name(code)
+    status = _STATUS.get(code, 400 if name.startswith("INVALID_") else 502)
+    if status == 501:
+        return HttpError(501, f"{what}: this broker does not serve it (UNSUPPORTED_VERSION)")
+    return HttpError(status, f"{what}: {name}" + (f": {message}" if message else ""))
+
+
+def page_of(request, page_max: int) -> tuple[int, int, str]:
+    """(offset, limit, filter) of a listing request: offset 0.., limit 1..``page_max``
+    (more is cut to it); 400 naming the parameter otherwise."""
+    query = request.query
+    values = []
+    for name, default in (("offset", 0), ("limit", min(DEFAULT_PAGE, page_max))):
+        raw = query.get(name, "")
+        if raw == "":
+            values.append(default)
+            continue
+        if not (raw.isascii() and raw.isdigit()) or len(raw) > 12:
+            raise HttpError(400, f"{name} must be a whole number, not {raw[:40]!r}")
+        values.append(int(raw))
+    offset, limit = values
+    if limit < 1:
+        raise HttpError(400, "limit must be at least 1")
+    text = query.get("filter", "")
+    if len(text) > FILTER_MAX:
+        raise HttpError(400, f"filter is longer than {FILTER_MAX} characters")
+    return offset, min(limit, page_max), text
+
+
+def topic_name(name) -> str:
+    from hostbroker.errors import InvalidTopicError
+    from hostbroker.log.segments import validate_topic_name
+
+    if not isinstance(name, str):
+        raise HttpError(400, "topic must be a string")
+    try:
+        validate_topic_name(name)
+    except InvalidTopicError as exc:
+        raise HttpError(400, str(exc)[:FILTER_MAX + 80]) from None
+    return name
+
+
+class Console:
+    """The console's state in hb-http: the context, the cached METADATA and the rates."""
+
+    def __init__(self, context, clock=time.monotonic):
+        self.context = context
+        self.config = context.config
+        self.page_max = self.config["http.console.page.max"]
+        self.cluster = bool(self.config["zookeeper.connect"])
+        self._clock = clock
+        self._metadata = None
+        self._metadata_at = float("-inf")
+        self._coordinator = None
+        self.broker_rates = BrokerRates(lambda: context.board, clock)
+        self.partition_rates = PartitionRates(context, clock)
+
+    # -- the broker connection ------------------------------------------------------
+
+    def ask(self, what: str, work):
+        """``work(client)`` over hb-http's broker connection; a broker that cannot be
+        reached is a 502 (the connection is dropped and opened again next time)."""
+        from hostbroker.client.errors import BrokerError
+
+        try:
+            return work(self.context.broker_client())
+        except BrokerError as exc:
+            if exc.topic is None:  # an error frame: the broker closed the connection
+                self.context.drop_client()
+            raise broker_refused(exc.code, None, what) from None
+        except (HostbrokerError, OSError) as exc:
+            self.context.drop_client()
+            raise HttpError(502, f"{what}: the broker did not answer ({exc})") from None
+
+    def coordinator(self):
+        """A group client to this broker (JOIN/SYNC/... answers need their own decoder)."""
+        if self._coordinator is None:
+            from hostbroker.client.coordinator_requests import CoordinatorClient
+            from hostbroker.workers.http.context import BROKER_TIMEOUT_S, broker_uri
+
+            self._coordinator = CoordinatorClient([broker_uri(self.config)],
+                                                  timeout=BROKER_TIMEOUT_S,
+                                                  client_id=CLIENT_ID)
+        return self._coordinator
+
+    def ask_groups(self, what: str, work):
+        from hostbroker.client.errors import BrokerError
+
+        try:
+            return work(self.coordinator())
+        except BrokerError as exc:
+            if exc.code == ErrorCode.UNSUPPORTED_VERSION:
+                self._drop_coordinator()
+                raise HttpError(501, f"{what}: this broker does not serve consumer groups") \
+                    from None
+            raise broker_refused(exc.code, None, what) from None
+        except (HostbrokerError, OSError) as exc:
+            self._drop_coordinator()
+            raise HttpError(502, f"{what}: the broker did not answer ({exc})") from None
+
+    def _drop_coordinator(self) -> None:
+        client, self._coordinator = self._coordinator, None
+        if client is not None:
+            client.close()
+
+    def metadata(self, fresh: bool = False):
+        """METADATA (version 0) of every topic, at most ``METADATA_TTL_S`` old."""
+        now = self._clock()
+        if fresh or self._metadata is None or now - self._metadata_at >= METADATA_TTL_S:
+            self._metadata = self.ask("reading the topics", lambda c: c.metadata())
+            self._metadata_at = now
+        return self._metadata
+
+    def forget_metadata(self) -> None:
+        """After a change: the next page reads the topics again."""
+        self._metadata = None
+
+    # -- the page -----------------------------------------------------------------------
+
+    def static_route(self, name: str, content_type: str):
+        body = importlib.resources.files("hostbroker.console").joinpath("static", name) \
+            .read_bytes()
+
+        def serve(request) -> Response:
+            return Response(200, content_type, body)
+
+        return serve
+
+    # -- GET /api/broker -----------------------------------------------------------------
+
+    def broker(self, request) -> Response:
+        import hostbroker
+        from hostbroker.workers.supervisor import KIND_CODES
+
+        kinds = {code: kind for kind, code in KIND_CODES.items()}
+        board = self.context.board
+        processes = []
+        for row in board.snapshot():
+            if row.get("torn"):
+                continue
+            processes.append({"kind": kinds.get(row["kind"], str(row["kind"])),
+                              "index": row["index"], "pid": row["pid"],
+                              "state": row["state"].name.lower(),
+                              "restarts": max(0, row["epoch"] - 1)})
+        metadata = self.metadata()
+        me = metadata.broker_id
+        brokers = [{"broker_id": b.broker_id, "host": b.host, "port": b.port,
+                    "unix_path": b.unix_path, "state": "live", "self": True}
+                   for b in metadata.brokers if b.broker_id == me]
+        controller, problem = -1, None
+        if self.cluster:  # every broker registered in ZooKeeper
+            from hostbroker.console.cluster import live_brokers
+
+            registered, problem = live_brokers(self.config["zookeeper.connect"])
+            if registered or problem is None:
+                if me not in {b.broker_id for b in registered}:
+                    for b in brokers:
+                        b["state"] = "not registered"
+                else:
+                    brokers = []
+                brokers += [{"broker_id": b.broker_id, "host": b.host, "port": b.port,
+                             "unix_path": b.unix, "state": "live", "self": b.broker_id == me}
+                            for b in registered]
+                brokers.sort(key=lambda b: b["broker_id"])
+            controller = self._controller(metadata)
+        document = {
+            "broker_id": me, "version": hostbroker.__version__,
+            "mode": "cluster" if self.cluster else "standalone",
+            "state": board.broker_state.name.lower(),
+            "admin": bool(self.config["http.admin.enable"]),
+            "topics": len(metadata.topics),
+            "partitions": sum(len(t.partitions) for t in metadata.topics),
+            "controller_id": controller, "brokers": brokers, "zookeeper_problem": problem,
+            "processes": processes,
+            "log_dirs": self._log_dirs(),
+        }
+        return answer(document)
+
+    def _log_dirs(self) -> list[dict]:
+        """Each configured log dir (id, path, state) from the log dir table, a dir
+        its writer flagged offline shown offline; ``unknown`` where the table is
+        not there or the dir's slot is mid-write."""
+        from hostbroker.shm.logdirs import LD_STATE_NAMES, shown_state
+
+        dirs = self.context.logdirs
+        records = dict(dirs.scan()) if dirs is not None else {}
+        flagged = self.context.table.offline_log_dirs()
+        out = []
+        for index, path in enumerate(self.config.log_dirs):
+            record = records.get(index)
+            if record is None:
+                out.append({"dir_id": None, "path": path, "state": "unknown"})
+                continue
+            state = shown_state(record.state, index in flagged)
+            out.append({"dir_id": record.dir_id if record.dir_id >= 0 else None,
+                        "path": path, "state": LD_STATE_NAMES.get(state, str(state))})
+        return out
+
+    def _controller(self, metadata) -> int:
+        """The controller's id (METADATA version 1, asked about one topic only); -1
+        where there is none or the broker does not say."""
+        from hostbroker.client.errors import BrokerError
+
+        one = [t.topic for t in metadata.topics[:1]]
+        try:
+            return self.context.broker_client().metadata_v1(one).controller_id
+        except (BrokerError, HostbrokerError, OSError):
+            self.context.drop_client()
+            return -1
+
+    # -- GET /api/topics -----------------------------------------------------------------
+
+    def _replication(self) -> dict[str, int]:
+        """topic -> its replication factor, from the partition table (1 for plain ones)."""
+        from hostbroker.shm.table import TornSlotError
+
+        factors: dict[str, int] = {}
+        try:
+            slots = self.context.table.scan()
+        except TornSlotError:  # a slot left mid-write: the factors of this read are 1
+            return factors
+        for _, slot in slots:
+            n = len(slot.replicas) or 1
+            if n > factors.get(slot.name, 0):
+                factors[slot.name] = n
+        return factors
+
+    def _rates_of(self, topic: str, partitions) -> tuple:
+        """Summed (messages, bytes in, bytes out) per second of ``partitions``; Nones
+        while the rates are not known yet."""
+        total = [0.0, 0.0, 0.0]
+        seen = False
+        for p in partitions:
+            rates = self.partition_rates.of(topic, p)
+            if rates is None:
+                continue
+            seen = True
+            for i, value in enumerate(rates):
+                total[i] += value
+        return tuple(round(v, 3) for v in total) if seen else (None, None, None)
+
+    def topics(self, request) -> Response:
+        offset, limit, text = page_of(request, self.page_max)
+        metadata = self.metadata()
+        needle = text.lower()
+        found = sorted((t for t in metadata.topics if needle in t.topic.lower()),
+                       key=lambda t: t.topic)
+        shown = found[offset:offset + limit]
+        self.partition_rates.refresh()
+        factors = self._replication() if shown else {}
+        rows = []
+        for t in shown:
+            messages, bytes_in, bytes_out = self._rates_of(
+                t.topic, [p.partition for p in t.partitions])
+            rows.append({
+                "topic": t.topic, "partitions": len(t.partitions),
+                "replication": factors.get(t.topic, 1),
+                "size_bytes": sum(max(0, p.log_end_offset - p.log_start_offset)
+                                  for p in t.partitions),
+                "messages_in_per_s": messages, "bytes_in_per_s": bytes_in,
+                "bytes_out_per_s": bytes_out,
+                "offline": sum(p.error_code != ErrorCode.NONE for p in t.partitions),
+                "error": error_name(t.error_code)})
+        return answer({"total": len(found), "offset": offset, "limit": limit,
+                       "filter": text, "topics": rows})
+
+    # -- GET /api/topics/{topic} ---------------------------------------------------------
+
+    def _replicas(self, topic: str) -> dict[int, dict]:
+        """partition -> leader, replicas, ISR and high watermark: log dir paths for
+        replicas across log dirs (METADATA version 2), broker ids in a cluster
+        (version 1); {} where the broker answers neither (plain partitions)."""
+        from hostbroker.client.errors import BrokerError
+
+        client = self.context.broker_client()
+        try:
+            if self.cluster:
+                response, names = client.metadata_v1([topic]), None
+            else:
+                response = client.metadata_v2([topic])
+                names = {d.dir_id: d.path for d in response.log_dirs}
+        except (BrokerError, HostbrokerError, OSError):
+            self.context.drop_client()
+            return {}
+        out = {}
+        for t in response.topics:
+            for p in t.partitions:
+                if names is not None:
+                    if not p.replica_dirs:
+                        continue
+                    name = lambda i: names.get(i, f"dir {i}")  # noqa: E731
+                    out[p.partition] = {
+                        "leader": name(p.leader_dir) if p.leader_dir >= 0 else None,
+                        "replicas": [name(i) for i in p.replica_dirs],
+                        "isr": [name(i) for i in p.isr_dirs],
+                        "high_watermark": p.high_watermark}
+                elif p.replicas:
+                    out[p.partition] = {"leader": p.leader if p.leader >= 0 else None,
+                                        "replicas": list(p.replicas), "isr": list(p.isr),
+                                        "high_watermark": p.high_watermark}
+        return out
+
+    def _overrides(self, topic: str) -> dict[str, str] | None:
+        from hostbroker.console.changes import topic_overrides
+
+        return topic_overrides(self, topic)
+
+    def topic(self, request) -> Response:
+        name = topic_name(request.params["topic"])
+        offset, limit, _ = page_of(request, self.page_max)
+        response = self.ask(f"reading topic {name[:FILTER_MAX]}",
+                            lambda c: c.metadata([name]))
+        found = [t for t in response.topics if t.topic == name]
+        if not found or found[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+            raise HttpError(404, f"no topic {name[:FILTER_MAX]}")
+        t = found[0]
+        partitions = sorted(t.partitions, key=lambda p: p.partition)
+        shown = partitions[offset:offset + limit]
+        replicas = self._replicas(name) if shown else {}
+        self.partition_rates.refresh()
+        rows = []
+        for p in shown:
+            rates = self.partition_rates.of(name, p.partition) or (None, None, None)
+            plain = {"leader": p.broker_id, "replicas": [p.broker_id], "isr": [p.broker_id],
+                     "high_watermark": p.log_end_offset}
+            if p.log_dir and not self.cluster:
+                plain.update(leader=p.log_dir, replicas=[p.log_dir], isr=[p.log_dir])
+            rows.append({"partition": p.partition, **replicas.get(p.partition, plain),
+                         "log_start_offset": p.log_start_offset,
+                         "log_end_offset": p.log_end_offset,
+                         "size_bytes": max(0, p.log_end_offset - p.log_start_offset),
+                         "log_dir": p.log_dir, "error": error_name(p.error_code),
+                         "messages_in_per_s": rates[0], "bytes_in_per_s": rates[1],
+                         "bytes_out_per_s": rates[2]})
+        factor = max((len(r["replicas"]) for r in replicas.values()), default=1)
+        messages, bytes_in, bytes_out = self._rates_of(name, [p.partition for p in partitions])
+        return answer({
+            "topic": name, "total": len(partitions), "offset": offset, "limit": limit,
+            "replication": factor, "config": self._overrides(name),
+            "size_bytes": sum(max(0, p.log_end_offset - p.log_start_offset)
+                              for p in partitions),
+            "messages_in_per_s": messages, "bytes_in_per_s": bytes_in,
+            "bytes_out_per_s": bytes_out, "partitions": rows})
+
+    # -- GET /api/groups -------------------------------------------------------------------
+
+    def _offset_groups(self) -> set[str]:
+        """Groups with committed offsets (LIST_OFFSET_GROUPS); empty where the broker
+        does not answer it."""
+        from hostbroker.client.errors import BrokerError
+
+        try:
+            response = self.context.broker_client().list_offset_groups()
+        except (BrokerError, HostbrokerError, OSError):
+            self.context.drop_client()
+            return set()
+        if response.error_code != ErrorCode.NONE:
+            return set()
+        return set(response.groups)
+
+    def groups(self, request) -> Response:
+        offset, limit, text = page_of(request, self.page_max)
+        try:
+            live = set(self.ask_groups("listing groups", lambda c: c.list_groups()))
+        except HttpError as exc:
+            if exc.status != 501:
+                raise
+            live = set()  # a broker without groups' coordinator: its stored offsets only
+        everyone = live | self._offset_groups()
+        needle = text.lower()
+        found = sorted(g for g in everyone if needle in g.lower())
+        rows = [{"group": g, "members": g in live} for g in found[offset:offset + limit]]
+        return answer({"total": len(found), "offset": offset, "limit": limit,
+                       "filter": text, "groups": rows})
+
+    # -- GET /api/groups/{group} -------------------------------------------------------------
+
+    def group(self, request) -> Response:
+        from hostbroker.protocol.groups import MAX_GROUP_ID_BYTES
+
+        name = request.params["group"]
+        if len(name.encode()) > MAX_GROUP_ID_BYTES:
+            raise HttpError(400, f"a group id is 1 to {MAX_GROUP_ID_BYTES} bytes")
+        offset, limit, _ = page_of(request, self.page_max)
+        state = self.ask_groups(f"describing group {name[:FILTER_MAX]}",
+                                lambda c: c.describe_group(name))
+        if state.error_code != ErrorCode.NONE:
+            raise broker_refused(state.error_code, None, f"describing group {name[:FILTER_MAX]}")
+        members = list(state.members)
+        metadata = self.metadata(fresh=True)  # the lag against the log ends of now
+        ends = {(t.topic, p.partition): p.log_end_offset
+                for t in metadata.topics for p in t.partitions}
+        assigned = {a.topic for m in members for a in m.assignment}
+        keys = sorted(k for k in ends if not assigned or k[0] in assigned)
+        committed = {}
+        for at in range(0, len(keys), OFFSET_FETCH_CHUNK):
+            chunk = keys[at:at + OFFSET_FETCH_CHUNK]
+            results = self.ask(f"reading the offsets of group {name[:FILTER_MAX]}",
+                               lambda c: c.offset_fetch(name, chunk, raise_on_error=False))
+            committed.update({(r.topic, r.partition): r.offset for r in results
+                              if r.error_code == ErrorCode.NONE and r.offset >= 0})
+        if not members and not committed:
+            raise HttpError(404, f"no group {name[:FILTER_MAX]}: no members and no committed "
+                                 "offsets")
+        owners = {(a.topic, p): f"{m.member_id}-{a.stream}"
+                  for m in members for a in m.assignment for p in a.partitions}
+        shown_keys = sorted(set(committed) | (set(owners) & set(ends)))
+        rows = []
+        total_lag = 0
+        for key in shown_keys:
+            done, end = committed.get(key), ends.get(key)
+            lag = None if done is None or end is None else max(0, end - done)
+            total_lag += lag or 0
+            rows.append({"topic": key[0], "partition": key[1], "owner": owners.get(key),
+                         "committed": done, "log_end": end, "lag": lag})
+        return answer({
+            "group": name, "phase": state.phase if members else None,
+            "generation": state.generation if members else None,
+            "members": [{"member_id": m.member_id, "client_id": m.client_id,
+                         "session_timeout_ms": m.session_timeout_ms,
+                         "assignment": [{"topic": a.topic, "stream": a.stream,
+                                         "partitions": list(a.partitions)}
+                                        for a in m.assignment]} for m in members],
+            "total": len(rows), "offset": offset, "limit": limit, "total_lag": total_lag,
+            "partitions": rows[offset:offset + limit]})
+
+    # -- GET /api/rates ------------------------------------------------------------------------
+
+    def rates(self, request) -> Response:
+        self.broker_rates.sample()
+        # keeps a partition read to rate against when the topics page is asked for
+        self.partition_rates.refresh(older_than=PARTITION_RATES_MAX_AGE_S)
+        return answer(self.broker_rates.document())

@@ -1,0 +1,222 @@
+"""The console's JSON API on a real broker: what it shows is what the broker answers,
+and what it changes is changed (read back over the wire, not through the console)."""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+
+import pytest
+
+from tests.console.web import ConsoleBroker, call, get, produce
+
+# ALTER_TOPIC and LIST_OFFSET_GROUPS (topics alter, groups with offsets only)
+TOPICS_ADMIN = importlib.util.find_spec("hostbroker.protocol.topics_admin") is not None
+
+
+@pytest.fixture
+def console(tmp_path):
+    broker = ConsoleBroker(tmp_path, **{"http.console.page.max": 7}).start()
+    yield broker
+    try:
+        broker.stop(timeout=20)
+    except Exception:  # noqa: BLE001 - already failing; leave nothing behind
+        broker.kill_tree()
+    broker.remove_leftovers()
+
+
+def test_pages_are_served_with_a_strict_policy(console):
+    for path, kind in (("/", "text/html"), ("/static/app.js", "text/javascript"),
+                       ("/static/style.css", "text/css")):
+        status, headers, body = call(console, "GET", path)
+        assert status == 200 and headers["content-type"].startswith(kind), path
+        assert headers["content-security-policy"] == "default-src 'self'"
+        assert b"http://" not in body and b"https://" not in body  # nothing from elsewhere
+    status, headers, _ = call(console, "GET", "/api/topics")
+    assert headers["content-security-policy"] == "default-src 'self'"
+
+
+def test_broker_page(console):
+    b = get(console, "/api/broker")
+    assert b["mode"] == "standalone" and b["state"] == "running" and b["admin"] is True
+    assert b["broker_id"] == 0 and b["brokers"][0]["self"] is True
+    kinds = {p["kind"] for p in b["processes"]}
+    assert {"writer", "handler", "processor"} <= kinds
+    assert all(p["state"] == "ready" for p in b["processes"])
+    assert [d["path"] for d in b["log_dirs"]] == [console.settings["log.dirs"]]
+
+
+def test_create_then_list_and_describe(console):
+    status, _, body = console.post("/api/topics", {"topic": "orders", "partitions": 3,
+                                                   "config": {"retention.bytes": 1 << 20}})
+    assert status == 201, body
+    with console.client() as c:  # the broker has it, as the CLI would see it
+        partitions = c.metadata(["orders"]).topics[0].partitions
+        assert sorted(p.partition for p in partitions) == [0, 1, 2]
+    end = produce(console, "orders", 1, [b"x" * 100] * 10)
+    listed = get(console, "/api/topics")
+    assert listed["total"] == 1
+    row = listed["topics"][0]
+    assert (row["topic"], row["partitions"], row["replication"]) == ("orders", 3, 1)
+    assert row["size_bytes"] == end  # byte offsets: the log end less the (zero) start
+    topic = get(console, "/api/topics/orders")
+    assert topic["total"] == 3
+    one = next(p for p in topic["partitions"] if p["partition"] == 1)
+    assert (one["log_start_offset"], one["log_end_offset"], one["size_bytes"]) == (0, end, end)
+    assert one["error"] == "NONE"
+    if TOPICS_ADMIN:
+        assert topic["config"] == {"retention.bytes": str(1 << 20)}
+
+
+def test_topics_are_paged_and_filtered_by_the_broker(console):
+    with console.client() as c:
+        for i in range(12):
+            c.create_topic(f"{'a' if i % 2 else 'b'}-topic-{i:02d}", 1)
+    first = get(console, "/api/topics?limit=1000")  # more than http.console.page.max: cut
+    assert first["limit"] == 7 and len(first["topics"]) == 7 and first["total"] == 12
+    second = get(console, "/api/topics?offset=7&limit=7")
+    names = [t["topic"] for t in first["topics"] + second["topics"]]
+    assert names == sorted(names) and len(set(names)) == 12
+    filtered = get(console, "/api/topics?filter=A-TOPIC")  # by name, any case
+    assert filtered["total"] == 6 and all(t["topic"].startswith("a-") for t in filtered["topics"])
+
+
+def test_a_topics_partitions_are_paged(console):
+    with console.client() as c:
+        c.create_topic("wide", 16)
+    first = get(console, "/api/topics/wide?limit=7")
+    rest = get(console, "/api/topics/wide?offset=7&limit=100")
+    beyond = get(console, "/api/topics/wide?offset=16")
+    assert (first["total"], first["limit"], rest["limit"]) == (16, 7, 7)
+    assert [p["partition"] for p in first["partitions"]] == list(range(7))
+    assert [p["partition"] for p in rest["partitions"]] == list(range(7, 14))
+    assert beyond["partitions"] == [] and beyond["total"] == 16
+
+
+def test_delete(console):
+    with console.client() as c:
+        c.create_topic("going", 1)
+    status, _, body = console.post("/api/topics/going/delete", {})
+    assert status == 200, body
+    deadline = time.monotonic() + 10
+    while get(console, "/api/topics")["total"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert get(console, "/api/topics")["total"] == 0
+    assert call(console, "GET", "/api/topics/going")[0] == 404
+
+
+def test_broker_refusals_come_back_named(console):
+    with console.client() as c:
+        c.create_topic("there", 1)
+    status, _, body = console.post("/api/topics", {"topic": "there", "partitions": 1})
+    assert status == 409 and "TOPIC_ALREADY_EXISTS" in body["error"]
+    status, _, body = console.post("/api/topics", {"topic": "t2", "partitions": 1,
+                                                   "config": {"no.such.key": "1"}})
+    assert status == 400 and "no.such.key" in body["error"], body
+    status, _, body = console.post("/api/topics/absent/delete", {})
+    assert status == 404, body
+
+
+def test_group_lag(console):
+    with console.client() as c:
+        c.create_topic("events", 2)
+        ends = [produce(console, "events", p, [b"e" * 50] * (p + 3)) for p in (0, 1)]
+        committed = ends[0] // 3
+        c.offset_commit("readers", [("events", 0, committed, None)])
+    if TOPICS_ADMIN:  # a group with committed offsets only is listed
+        assert {"group": "readers", "members": False} in get(console, "/api/groups")["groups"]
+    g = get(console, "/api/groups/readers")
+    assert g["members"] == [] and g["total"] == 1
+    row = g["partitions"][0]
+    assert (row["topic"], row["partition"], row["committed"], row["log_end"], row["lag"]) == \
+        ("events", 0, committed, ends[0], ends[0] - committed)
+    assert g["total_lag"] == ends[0] - committed
+    assert call(console, "GET", "/api/groups/nobody")[0] == 404
+
+
+def test_group_with_members_shows_them(console):
+    from hostbroker.client.coordinator_requests import CoordinatorClient
+
+    with console.client() as c:
+        c.create_topic("stream", 2)
+    member = CoordinatorClient([console.unix], timeout=10, client_id="reader-1")
+    try:
+        joined = member.join_group("live", "", {"stream": 1}, session_timeout_ms=30000,
+                                   rebalance_timeout_ms=5000)
+        member.sync_group("live", joined.generation, joined.member_id)
+        listed = get(console, "/api/groups")
+        assert {"group": "live", "members": True} in listed["groups"]
+        g = get(console, "/api/groups/live")
+        assert [m["client_id"] for m in g["members"]] == ["reader-1"]
+        owned = sorted(p for a in g["members"][0]["assignment"] for p in a["partitions"])
+        assert owned == [0, 1]
+        assert {r["partition"] for r in g["partitions"] if r["owner"]} == {0, 1}
+    finally:
+        member.close()
+
+
+def test_rates_follow_produce(console):
+    with console.client() as c:
+        c.create_topic("busy", 1)
+    get(console, "/api/rates")
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        produce(console, "busy", 0, [b"r" * 200] * 50)
+        time.sleep(1.1)
+        series = get(console, "/api/rates")["series"]
+        if series["messages_in"] and series["messages_in"][-1][1] > 0:
+            break
+    assert series["messages_in"][-1][1] > 0 and series["bytes_in"][-1][1] > 0
+    assert all(len(points) <= 120 for points in series.values())
+
+
+def _busy_row(console) -> dict:
+    return get(console, "/api/topics?filter=busy")["topics"][0]
+
+
+def test_topic_rates_from_the_partition_stats(console):
+    with console.client() as c:
+        c.create_topic("busy", 2)
+        c.create_topic("idle", 1)
+    _busy_row(console)  # the first read: no rate yet
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        produce(console, "busy", 1, [b"p" * 100] * 40)
+        with console.client() as c:
+            c.fetch("busy", 1, 0, 1 << 20)
+        time.sleep(1.1)
+        row = _busy_row(console)
+        if row["messages_in_per_s"] and row["bytes_out_per_s"]:
+            break
+    assert row["messages_in_per_s"] > 0 and row["bytes_in_per_s"] > 0
+    assert row["bytes_out_per_s"] > 0
+    detail = get(console, "/api/topics/busy")
+    rates = {p["partition"]: p["messages_in_per_s"] for p in detail["partitions"]}
+    assert rates[1] > 0 and rates[0] in (0, None)
+    idle = get(console, "/api/topics?filter=idle")["topics"][0]
+    assert idle["messages_in_per_s"] in (0, None)
+
+
+@pytest.mark.skipif(not TOPICS_ADMIN, reason="no ALTER_TOPIC in this tree")
+def test_add_partitions_and_change_config(console):
+    with console.client() as c:
+        c.create_topic("growing", 2)
+    status, _, body = console.post("/api/topics/growing/partitions", {"partitions": 5})
+    assert status == 200, body
+    with console.client() as c:
+        assert len(c.metadata(["growing"]).topics[0].partitions) == 5
+    status, _, body = console.post("/api/topics/growing/partitions", {"partitions": 3})
+    assert status == 400, body  # partitions only grow
+    status, _, body = console.post("/api/topics/growing/config",
+                                   {"set": {"retention.ms": "3600000"}})
+    assert status == 200, body
+    assert get(console, "/api/topics/growing")["config"] == {"retention.ms": "3600000"}
+    status, _, body = console.post("/api/topics/growing/config",
+                                   {"set": {"retention.bytes": 4096}, "delete": ["retention.ms"]})
+    assert status == 200, body
+    assert get(console, "/api/topics/growing")["config"] == {"retention.bytes": "4096"}
+    status, _, body = console.post("/api/topics/growing/config",
+                                   {"set": {"retention.ms": "soon"}})
+    assert status == 400 and "retention.ms" in body["error"], body
+    status, _, body = console.post("/api/topics/nowhere/partitions", {"partitions": 3})
+    assert status == 404, body
