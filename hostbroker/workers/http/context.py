@@ -97,16 +97,11 @@ class HttpContext:
         return self._stats("ApiStats", "api_stats_name", "api_stats_workers", self._api_stats)
 
     def _stats(self, cls_name: str, name_of: str, workers_of: str, cache: dict) -> list:
-        try:
-            from hostbroker.shm import stats
-        except ImportError:  # a broker built without them
-            return []
-        cls = getattr(stats, cls_name, None)
-        naming = getattr(self.plan, name_of, None)
-        if cls is None or naming is None:
-            return []
-        keepers = getattr(self.plan, workers_of, None)
-        for key in (keepers() if keepers is not None else self.plan.workers()):
+        from hostbroker.shm import stats
+
+        cls = getattr(stats, cls_name)
+        naming = getattr(self.plan, name_of)
+        for key in getattr(self.plan, workers_of)():
             if key not in cache:
                 try:
                     cache[key] = cls.attach(naming(*key), readonly=True)
