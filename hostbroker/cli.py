@@ -137,13 +137,14 @@ def _add_groups(sub) -> None:
                     "coordinator holds it, with the offsets the broker keeps.")
     actions = groups.add_subparsers(dest="action", required=True)
     listing = actions.add_parser(
-        "list", help="the groups in ZooKeeper (--zookeeper) or with members on the broker "
-                     "(--bootstrap)")
+        "list", help="the groups in ZooKeeper (--zookeeper), or on the broker (--bootstrap): "
+                     "with members, or with committed offsets only (marked)")
     describe = actions.add_parser(
         "describe", help="members, then owner, committed offset, log end and lag per partition",
         description="With --zookeeper: the members and every partition of the group's topics "
                     "(or of the --topic ones). With --bootstrap: the topics its members "
-                    "subscribe to (or the --topic ones, needed for a group without members). "
+                    "subscribe to and those it has committed offsets on (or the --topic "
+                    "ones). "
                     "Exit status 1 for a group the broker or ZooKeeper does not know, or if "
                     "a broker cannot be asked.")
     reset = actions.add_parser(

@@ -44,6 +44,11 @@ def _topics_describe(args: argparse.Namespace) -> int:
     return _topics_run("describe", args, [*args.topics, *(args.topic or ())], as_json=args.json)
 
 
+def _topics_alter(args: argparse.Namespace) -> int:
+    return _topics_run("alter", args, args.topic, args.partitions, args.config or (),
+                       args.delete_config or ())
+
+
 def _topics_delete(args: argparse.Namespace) -> int:
     return _topics_run("delete", args, args.topic)
 
@@ -67,7 +72,7 @@ def target(args: argparse.Namespace) -> dict:
 
 
 def add_topics(sub) -> None:
-    topics = sub.add_parser("topics", help="create, list, describe and delete topics")
+    topics = sub.add_parser("topics", help="create, list, describe, alter and delete topics")
     actions = topics.add_subparsers(dest="action", required=True)
     create = actions.add_parser(
         "create", help="create a topic",
@@ -103,6 +108,24 @@ def add_topics(sub) -> None:
     describe.add_argument("--json", action="store_true", help="one JSON document")
     listing.add_argument("--json", action="store_true", help="one JSON document")
     describe.set_defaults(func=_topics_describe)
+    alter = actions.add_parser(
+        "alter", help="add partitions to a topic, set or delete its configs",
+        description="Change a topic on the running broker, all or nothing: grow it to "
+                    "--partitions N (partitions only grow; fewer is refused), set topic "
+                    "configs (--config KEY=VALUE, the keys of create and "
+                    "min.insync.replicas) or delete them (--delete-config KEY: back to the "
+                    "broker's log.* default). Configs act without a restart. New partitions "
+                    "are seen by producers at their next metadata refresh. With --zookeeper: "
+                    "the cluster's topic, through ZooKeeper.")
+    add_client_target(alter)
+    alter.add_argument("--topic", required=True)
+    alter.add_argument("--partitions", type=int, metavar="N",
+                       help="the new partition count (not fewer than now)")
+    alter.add_argument("--config", metavar="KEY=VALUE", action="append",
+                       help="a topic config to set (repeatable)")
+    alter.add_argument("--delete-config", metavar="KEY", action="append",
+                       help="a topic config to delete (repeatable)")
+    alter.set_defaults(func=_topics_alter)
     delete = actions.add_parser("delete", help="delete a topic and its data")
     add_client_target(delete)
     delete.add_argument("--topic", required=True)

@@ -247,6 +247,12 @@ class SimpleClient:
         sorted; its ``error_code`` and ``truncated`` are the caller's to read."""
         return self.request(topics_admin.ListOffsetGroupsRequest())
 
+    def describe_topic_configs(self, topics: Iterable[str] = ()
+                               ) -> tuple[topics_admin.TopicConfigs, ...]:
+        """DESCRIBE_TOPIC_CONFIGS: each topic's config overrides (every topic
+        when ``topics`` is empty); each topic's error is the caller's to read."""
+        return self.request(topics_admin.DescribeTopicConfigsRequest(tuple(topics))).topics
+
     def _admin(self, request: api.Request, raise_on_error: bool) -> api.AdminResponse:
         response = self.request(request)
         if raise_on_error and response.error_code != ErrorCode.NONE:

@@ -13,12 +13,14 @@ time) and is refused while the group has a registered member.
 
 With ``--bootstrap`` (standalone) the offsets are the ones the broker keeps
 (OFFSET_FETCH / OFFSET_COMMIT); ``list`` prints the groups with members
-(LIST_GROUPS; a group with only committed offsets is not listed: no request
-lists the offsets store); ``reset-offsets`` is given the topic, ``describe``
-the topics or, without them, takes those the members hold streams of (a
-subscribed topic the broker lacks is said and left out, a name no topic can
-have never asked for); a group with neither members nor committed offsets
-is a command error. ``describe`` also
+(LIST_GROUPS) and those with only committed offsets (LIST_OFFSET_GROUPS),
+the latter marked ``(no members)``; ``reset-offsets`` is given the topic,
+``describe`` the topics or, without them, takes those the members hold
+streams of and every topic the group has a committed offset on (OFFSET_FETCH
+of every partition the broker has, in requests of at most
+:data:`FETCH_CHUNK` partitions; a subscribed topic the broker lacks is said
+and left out, a name no topic can have never asked for); a group with
+neither members nor committed offsets is a command error. ``describe`` also
 shows what the broker's group coordinator holds (DESCRIBE_GROUP,
 docs/spec/groups.md) for a group with members: its phase and generation,
 each member (id, client id, session timeout) and, per partition, the
@@ -205,19 +207,63 @@ def _committed(client, group: str, keys: Iterable[tuple[str, int]]) -> dict[tupl
     return {(r.topic, r.partition): r.offset for r in results if r.offset >= 0}
 
 
-def _print_groups(groups: Iterable[str], as_json: bool, out: TextIO) -> None:
+# partitions asked for in one OFFSET_FETCH by describe without --topic
+FETCH_CHUNK = 1000
+_NO_MEMBERS = "(no members)"
+
+
+def _print_groups(groups: Iterable[str], as_json: bool, out: TextIO,
+                  without_members: Iterable[str] = ()) -> None:
+    """One group a line, those ``without_members`` marked; in JSON, every group
+    under ``groups`` and those without members again under ``without_members``."""
+    groups, bare = list(groups), set(without_members)
     if as_json:
-        print(json.dumps({"groups": list(groups)}, indent=2), file=out)
+        print(json.dumps({"groups": groups,
+                          "without_members": [g for g in groups if g in bare]}, indent=2),
+              file=out)
         return
     for group in groups:
-        print(group, file=out)
+        print(f"{group}  {_NO_MEMBERS}" if group in bare else group, file=out)
+
+
+def _offset_groups(bootstrap: str, err: TextIO) -> tuple[list[str], bool]:
+    """The groups the broker's offsets store holds (LIST_OFFSET_GROUPS), and
+    whether the broker could say: an older one, or a coordinator not
+    answering, gives none, with one line on stderr."""
+    from hostbroker.client.errors import BrokerError
+    from hostbroker.commands import describe_error
+    from hostbroker.errors import ErrorCode, HostbrokerError
+
+    try:
+        with _client(bootstrap) as client:
+            answer = client.list_offset_groups()
+    except BrokerError as exc:
+        if exc.code == ErrorCode.UNSUPPORTED_VERSION:
+            return [], False  # a broker that cannot list them: as before
+        print(f"hostbroker groups list: groups with only committed offsets not shown: "
+              f"{describe_error(exc, bootstrap)[0]}", file=err)
+        return [], False
+    except (HostbrokerError, OSError) as exc:
+        print(f"hostbroker groups list: groups with only committed offsets not shown: "
+              f"{describe_error(exc, bootstrap)[0]}", file=err)
+        return [], False
+    if answer.error_code != ErrorCode.NONE:
+        print(f"hostbroker groups list: groups with only committed offsets not shown: "
+              f"broker error: {getattr(answer.error_code, 'name', answer.error_code)}",
+              file=err)
+        return [], False
+    if answer.truncated:
+        print(f"hostbroker groups list: only the first {len(answer.groups)} groups with "
+              "committed offsets fit one answer", file=err)
+    return list(answer.groups), True
 
 
 def list_standalone(*, as_json: bool = False, bootstrap: str = DEFAULT_BOOTSTRAP,
-                    out: TextIO = sys.stdout) -> int:
-    """The groups with members on the broker (LIST_GROUPS), one a line, sorted. A group
-    with committed offsets and no members is not listed: no request lists the offsets
-    store. A broker that does not serve groups is a command error."""
+                    out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+    """Every group of the broker, one a line, sorted: those with members
+    (LIST_GROUPS) and those with only committed offsets (LIST_OFFSET_GROUPS),
+    marked ``(no members)``. A broker that does not serve groups is a command
+    error."""
     from hostbroker.client.coordinator_requests import CoordinatorClient
     from hostbroker.client.errors import BrokerError
     from hostbroker.errors import ErrorCode
@@ -225,7 +271,7 @@ def list_standalone(*, as_json: bool = False, bootstrap: str = DEFAULT_BOOTSTRAP
     client = CoordinatorClient([check_bootstrap(bootstrap)], timeout=10.0,
                                client_id="hostbroker-groups")
     try:
-        groups = client.list_groups()
+        live = client.list_groups()
     except BrokerError as exc:
         if exc.code == ErrorCode.UNSUPPORTED_VERSION:
             raise CommandError(f"the broker at {bootstrap} does not serve consumer groups "
@@ -233,8 +279,20 @@ def list_standalone(*, as_json: bool = False, bootstrap: str = DEFAULT_BOOTSTRAP
         raise
     finally:
         client.close()
-    _print_groups(groups, as_json, out)
+    stored, _ = _offset_groups(bootstrap, err)
+    bare = sorted(set(stored) - set(live))
+    _print_groups(sorted({*live, *stored}), as_json, out, bare)
     return EXIT_OK
+
+
+def _topics_with_offsets(client, group: str) -> list[str]:
+    """Every topic of the broker on which ``group`` has a committed offset,
+    sorted: OFFSET_FETCH of all its partitions, :data:`FETCH_CHUNK` at a time."""
+    keys = [(t.topic, p.partition) for t in client.metadata().topics for p in t.partitions]
+    found: set[str] = set()
+    for at in range(0, len(keys), FETCH_CHUNK):
+        found.update(topic for topic, _ in _committed(client, group, keys[at:at + FETCH_CHUNK]))
+    return sorted(found)
 
 
 def _coordinator_state(bootstrap: str, group: str):
@@ -277,26 +335,28 @@ def describe_standalone(group: str, topics: list[str], *, as_json: bool = False,
                         bootstrap: str = DEFAULT_BOOTSTRAP, out: TextIO = sys.stdout,
                         err: TextIO = sys.stderr) -> int:
     """Committed offset, log end and lag of ``group`` on every partition of ``topics``
-    (without topics, those its members subscribe to), with the members and owners the
-    broker's group coordinator holds. A group the broker knows nothing of (no member,
-    no committed offset of those topics) is a command error."""
+    (without topics, those its members subscribe to and those it has committed
+    offsets on), with the members and owners the broker's group coordinator
+    holds. A group the broker knows nothing of (no member, no committed offset
+    of those topics) is a command error."""
     check_bootstrap(bootstrap)
     topics = [check_topic(t) for t in topics]
     state = _coordinator_state(bootstrap, group)
     members = list(state.members) if state is not None else []
     given = bool(topics)
     if not topics:
-        topics = _subscribed(state)
-        if not topics and members:
-            raise CommandError(f"group {group} is rebalancing ({state.phase}): its members "
-                               "hold no streams yet; try again, or name its topics with --topic")
         if state is None:
             raise usage_error(f"the broker at {bootstrap} does not serve consumer groups: "
                               "name the group's topics with --topic")
+        with _client(bootstrap) as client:
+            stored = _topics_with_offsets(client, group)
+        topics = sorted({*_subscribed(state), *stored})
+        if not topics and members:
+            raise CommandError(f"group {group} is rebalancing ({state.phase}): its members "
+                               "hold no streams yet; try again, or name its topics with --topic")
         if not topics:
-            raise CommandError(f"no group {group} with members on the broker at {bootstrap}; "
-                               "for offsets committed by a group without members, name its "
-                               "topics with --topic")
+            raise CommandError(f"no group {group} on the broker at {bootstrap}: no members "
+                               "and no committed offset")
     missing: list[str] = []
     with _client(bootstrap) as client:
         # a topic a member subscribes to need not exist: said, and left out

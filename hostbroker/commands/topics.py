@@ -1,15 +1,24 @@
-"""``hostbroker topics create|list|describe|delete``: topic admin over the wire.
+"""``hostbroker topics create|list|describe|alter|delete``: topic admin over the wire.
 
 Each subcommand is one request through :class:`SimpleClient` (CREATE_TOPIC,
-METADATA, DELETE_TOPIC). Topic configs given to ``create`` are checked here
-with the broker's own rules (:class:`hostbroker.log.config.LogConfig`) before
-any connection is made, so a typo is a usage error, not a broker error.
+METADATA, ALTER_TOPIC, DELETE_TOPIC). Topic configs given to ``create`` and
+``alter`` are checked here with the broker's own rules
+(:class:`hostbroker.log.config.LogConfig`) before any connection is made, so
+a typo is a usage error, not a broker error.
+
+``alter`` changes a topic on the running broker (ALTER_TOPIC): more
+partitions (never fewer: the broker refuses in one line), configs set
+(``--config``) or deleted (``--delete-config``, back to the broker's
+default), all or nothing; with ``--zookeeper`` it is
+:func:`hostbroker.commands.topics_alter_zk.alter_cluster`'s.
 
 ``describe`` prints, per partition, what METADATA says: the broker serving
 it, the log start and end offsets, the log dir and the partition's error;
 and from METADATA version 2 (where the broker has it) each replica's log dir,
-the ISR and the leader epoch. ``--json`` keeps its list of topics; the
-broker's log dirs are ``hostbroker logdirs list --json``'s.
+the ISR and the leader epoch; and each topic's config overrides
+(DESCRIBE_TOPIC_CONFIGS: a ``config:`` line, the JSON key ``config``).
+``--json`` keeps its list of topics; the broker's log dirs are ``hostbroker
+logdirs list --json``'s.
 
 On a standalone broker, ``create --replication-factor R`` (CREATE_TOPIC
 version 1) asks the broker to place R replicas of each partition on R
@@ -47,6 +56,7 @@ from hostbroker.commands import (
     EXIT_OK,
     check_bootstrap,
     key_values,
+    plural,
     usage_error,
 )
 
@@ -124,6 +134,72 @@ def create(topic: str, partitions: int, configs: Iterable[str] = (), *,
     print(_created(topic, partitions, configs,
                    f", replication factor {replication_factor}"), file=out)
     return EXIT_OK
+
+
+def _alter_args(topic: str, partitions: int | None, configs: Iterable[str],
+                delete_configs: Iterable[str]) -> tuple[dict[str, str], list[str]]:
+    """The configs to set and delete of an ``alter``, after checking every
+    argument (usage errors): a legal name, a positive partition count, known
+    keys with valid values, something to change."""
+    from hostbroker.commands import check_topic
+    from hostbroker.log.config import TOPIC_CONFIG_KEYS, LogConfig
+
+    check_topic(topic)
+    if partitions is not None and partitions < 1:
+        raise usage_error(f"--partitions must be at least 1, not {partitions}")
+    sets = key_values("--config", configs)
+    LogConfig().with_overrides(sets)  # ConfigError: one line naming the key, status 2
+    deletes = list(dict.fromkeys(delete_configs or ()))
+    for key in deletes:
+        if key not in TOPIC_CONFIG_KEYS:
+            raise usage_error(f"--delete-config {key}: unknown topic config key (one of "
+                              f"{', '.join(TOPIC_CONFIG_KEYS)})")
+        if key in sets:
+            raise usage_error(f"{key}: both --config and --delete-config")
+    if partitions is None and not sets and not deletes:
+        raise usage_error("nothing to change: give --partitions, --config or --delete-config")
+    return sets, deletes
+
+
+def _altered(topic: str, partitions: int | None, sets: dict[str, str],
+             deletes: list[str]) -> str:
+    said = [f"{plural(partitions, 'partition')}"] if partitions is not None else []
+    said += [f"{key}={value}" for key, value in sets.items()]
+    said += [f"{key} deleted" for key in deletes]
+    return f"altered topic {topic}: {', '.join(said)}"
+
+
+def alter(topic: str, partitions: int | None = None, configs: Iterable[str] = (),
+          delete_configs: Iterable[str] = (), *, bootstrap: str = DEFAULT_BOOTSTRAP,
+          out: TextIO = sys.stdout) -> int:
+    """Grow ``topic`` to ``partitions`` (None: unchanged), set ``configs``
+    (``KEY=VALUE``) and delete ``delete_configs`` on the running broker (ALTER_TOPIC)."""
+    from hostbroker.client.errors import BrokerError
+    from hostbroker.commands import CommandError
+    from hostbroker.errors import ErrorCode
+
+    sets, deletes = _alter_args(topic, partitions, configs, delete_configs)
+    with _client(bootstrap) as client:
+        try:
+            client.alter_topic(topic, partitions=partitions, set_configs=sets,
+                               delete_configs=deletes)
+        except BrokerError as exc:
+            if exc.code == ErrorCode.UNSUPPORTED_VERSION and exc.topic is None:
+                raise CommandError("the broker cannot change topics (no ALTER_TOPIC)") \
+                    from None
+            raise
+    print(_altered(topic, partitions, sets, deletes), file=out)
+    return EXIT_OK
+
+
+def alter_cluster(topic: str, partitions: int | None = None, configs: Iterable[str] = (),
+                  delete_configs: Iterable[str] = (), *, zookeeper: str,
+                  out: TextIO = sys.stdout) -> int:
+    """``alter --zookeeper``: checked here as ``alter`` is, then done through ZooKeeper."""
+    from hostbroker.commands.topics_alter_zk import alter_cluster as on_zookeeper
+
+    sets, deletes = _alter_args(topic, partitions, configs, delete_configs)
+    return on_zookeeper(zookeeper, topic, partitions, sets, deletes, out)
 
 
 def delete(topic: str, *, bootstrap: str = DEFAULT_BOOTSTRAP, out: TextIO = sys.stdout) -> int:
@@ -258,6 +334,7 @@ def describe(topics: list[str], *, as_json: bool = False, bootstrap: str = DEFAU
             print(f"hostbroker topics describe: replicas not shown: "
                   f"{describe_error(exc, bootstrap)[0]}", file=err)
             replicas = None
+        configs = _topic_configs(client, topics, bootstrap, err)
     status = EXIT_OK
     found = []
     for topic in sorted(response.topics, key=lambda t: t.topic):
@@ -270,6 +347,8 @@ def describe(topics: list[str], *, as_json: bool = False, bootstrap: str = DEFAU
         documents = []
         for topic in found:
             document = _as_json(topic)
+            if configs is not None:
+                document["config"] = configs.get(topic.topic, {})
             for p, row in zip(sorted(topic.partitions, key=lambda p: p.partition),
                               document["partitions"]):
                 if replicas is not None:
@@ -279,8 +358,13 @@ def describe(topics: list[str], *, as_json: bool = False, bootstrap: str = DEFAU
         return status
     for topic in found:
         error = "" if topic.error_code == ErrorCode.NONE else f"  error: {_name(topic.error_code)}"
+        overrides = (configs or {}).get(topic.topic)
+        config = ("  config: " + " ".join(f"{k}={v}" for k, v in overrides.items())
+                  if overrides else "")
         if replicas is None or not replicas.spread(topic):
             print(f"topic: {topic.topic}  partitions: {len(topic.partitions)}{error}", file=out)
+            if config:
+                print(config, file=out)
             _table(_rows(topic), out)
             continue
         rows = _replica_rows(topic, replicas)
@@ -289,8 +373,35 @@ def describe(topics: list[str], *, as_json: bool = False, bootstrap: str = DEFAU
         short = sum(f["under_replicated"] for f in fields)
         print(f"topic: {topic.topic}  partitions: {len(topic.partitions)}  replication factor: "
               f"{factor}" + (f"  under-replicated: {short}" if short else "") + error, file=out)
+        if config:
+            print(config, file=out)
         _table(rows, out, _REPLICA_COLUMNS)
     return status
+
+
+def _topic_configs(client, topics: list[str], bootstrap: str,
+                   err: TextIO) -> dict[str, dict[str, str]] | None:
+    """topic -> its config overrides (DESCRIBE_TOPIC_CONFIGS); None, with one
+    line on stderr, when the broker cannot say (an older one, or an answer
+    too large)."""
+    from hostbroker.client.errors import BrokerError
+    from hostbroker.commands import describe_error
+    from hostbroker.errors import ErrorCode, HostbrokerError
+
+    try:
+        found = client.describe_topic_configs(topics)
+    except BrokerError as exc:
+        if exc.code == ErrorCode.UNSUPPORTED_VERSION:
+            return None  # a broker before topic configs could be read: nothing to say
+        print(f"hostbroker topics describe: configs not shown: "
+              f"{describe_error(exc, bootstrap)[0]}", file=err)
+        return None
+    except (HostbrokerError, OSError) as exc:
+        print(f"hostbroker topics describe: configs not shown: "
+              f"{describe_error(exc, bootstrap)[0]}", file=err)
+        return None
+    return {t.topic: {e.key: e.value for e in t.configs} for t in found
+            if t.error_code == ErrorCode.NONE}
 
 
 # -- cluster mode: every live broker registered in ZooKeeper --------------------

@@ -241,6 +241,10 @@ class OffsetStore:
         value = self._offsets.get((group, topic, partition))
         return (-1, "") if value is None else (value[0], value[1])
 
+    def groups(self) -> list[str]:
+        """Every group with a committed offset, sorted (LIST_OFFSET_GROUPS)."""
+        return sorted({group for group, _, _ in self._offsets})
+
     def compact(self) -> None:
         """Rewrite the file with only the live offsets (see the module doc)."""
         tmp = self.path + COMPACT_SUFFIX

@@ -509,6 +509,33 @@ class PartitionLog(LogCuts, LogCopy):
         self._overrides, self._config = overrides, config
         return True
 
+    def alter(self, defaults: LogConfig, changes: Mapping[str, str], deletes=(),
+              num_partitions: int | None = None) -> bool:
+        """A topic changed on a running broker (ALTER_TOPIC): set the config
+        keys ``changes``, delete the keys ``deletes`` (back to ``defaults``),
+        and record ``num_partitions`` (never fewer than recorded), all in one
+        atomic write of partition.json before anything applies (a count
+        below the one recorded, from an ALTER_TOPIC overtaken by another,
+        keeps the larger). From then on appends, rolls (``segment.bytes``: a
+        larger active segment rolls at its next append), flushes and
+        retention go by the new config. False when nothing changes.
+        ConfigError for a bad key or value (nothing written), StorageError
+        when the disk fails."""
+        overrides = {k: v for k, v in self._overrides.items() if k not in set(deletes)}
+        overrides.update(changes)
+        config = defaults.with_overrides(overrides)
+        overrides = config.overrides_of(overrides)  # each value as the config reads it
+        count = max(self._num_partitions, num_partitions or 0)
+        if overrides == self._overrides and count == self._num_partitions:
+            return False
+        with storage_errors(f"cannot update {os.path.join(self._path, PARTITION_FILE)}"):
+            write_file_atomically(os.path.join(self._path, PARTITION_FILE), format_partition_file(
+                self._topic, self._partition, count, overrides,
+                self._replicated, self._placement))
+        self._overrides, self._config, self._num_partitions = overrides, config, count
+        self._reservation.segment_bytes = config.segment_bytes
+        return True
+
     @property
     def closed(self) -> bool:
         return self._fd is None

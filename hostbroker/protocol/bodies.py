@@ -93,6 +93,7 @@ class ApiKey(enum.IntEnum):
     # protocol.md): these keys are in hostbroker.protocol.topics_admin.
     ALTER_TOPIC = 19
     LIST_OFFSET_GROUPS = 20
+    DESCRIBE_TOPIC_CONFIGS = 21
 
 
 API_VERSION = 0

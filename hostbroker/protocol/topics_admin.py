@@ -1,10 +1,12 @@
-"""Codecs of changing a topic on a running broker and of listing the groups
-whose offsets it stores (docs/spec/protocol.md, "ALTER_TOPIC (19)" and
-"LIST_OFFSET_GROUPS (20)"), both ``api_version`` 0.
+"""Codecs of changing a topic on a running broker, of reading its config
+overrides and of listing the groups whose offsets it stores
+(docs/spec/protocol.md, "Changing topics"): ALTER_TOPIC (19),
+LIST_OFFSET_GROUPS (20) and DESCRIBE_TOPIC_CONFIGS (21), all ``api_version`` 0.
 
 ALTER_TOPIC grows a topic's partition count and sets or deletes its config
 overrides; LIST_OFFSET_GROUPS names every group the offsets store holds
-(LIST_GROUPS names only those with members).
+(LIST_GROUPS names only those with members); DESCRIBE_TOPIC_CONFIGS gives
+topics' config overrides (what ``topics describe`` and the console show).
 
 Pure, like the rest of the package, and below
 :mod:`hostbroker.protocol.replication`, whose ``decode_any_request`` routes
@@ -40,12 +42,16 @@ from hostbroker.protocol.schema import (
 
 __all__ = [
     "ALTER_TOPIC_V0",
+    "DESCRIBE_TOPIC_CONFIGS_V0",
     "LIST_OFFSET_GROUPS_V0",
     "PARTITIONS_UNCHANGED",
     "TOPICS_ADMIN_REQUEST_TYPES",
     "TOPICS_ADMIN_RESPONSE_TYPES",
     "AlterTopicRequest",
     "AlterTopicResponse",
+    "DescribeTopicConfigsRequest",
+    "DescribeTopicConfigsResponse",
+    "TopicConfigs",
     "ListOffsetGroupsRequest",
     "ListOffsetGroupsResponse",
     "TopicConfigEntry",
@@ -55,6 +61,7 @@ __all__ = [
 
 ALTER_TOPIC_V0 = 0
 LIST_OFFSET_GROUPS_V0 = 0
+DESCRIBE_TOPIC_CONFIGS_V0 = 0
 
 # ALTER_TOPIC's ``partitions`` that leaves the count as it is.
 PARTITIONS_UNCHANGED = -1
@@ -120,16 +127,53 @@ class ListOffsetGroupsResponse:
     truncated: Int8 = 0
 
 
-TopicsAdminRequest = AlterTopicRequest | ListOffsetGroupsRequest
-TopicsAdminResponse = AdminResponse | ListOffsetGroupsResponse
+# DESCRIBE_TOPIC_CONFIGS (21)
+
+
+@wire_struct
+@dataclass(frozen=True, slots=True)
+class DescribeTopicConfigsRequest:
+    """The config overrides of ``topics`` (empty: of every topic)."""
+
+    API_KEY: ClassVar[int] = ApiKey.DESCRIBE_TOPIC_CONFIGS
+    API_VERSION: ClassVar[int] = DESCRIBE_TOPIC_CONFIGS_V0
+    topics: Array[String] = ()
+
+    def check(self) -> None:
+        return None
+
+
+@wire_struct
+@dataclass(frozen=True, slots=True)
+class TopicConfigs:
+    """A topic's overrides of the broker's defaults, sorted by key (only
+    the keys set on the topic); ``error_code`` UNKNOWN_TOPIC_OR_PARTITION
+    for a topic the broker does not have, STORAGE_ERROR when its config
+    cannot be read (``configs`` then empty)."""
+
+    topic: String
+    error_code: ErrorCodeField
+    configs: Array[TopicConfigEntry] = ()
+
+
+@wire_struct
+@dataclass(frozen=True, slots=True)
+class DescribeTopicConfigsResponse:
+    topics: Array[TopicConfigs] = ()
+
+
+TopicsAdminRequest = AlterTopicRequest | ListOffsetGroupsRequest | DescribeTopicConfigsRequest
+TopicsAdminResponse = AdminResponse | ListOffsetGroupsResponse | DescribeTopicConfigsResponse
 
 TOPICS_ADMIN_REQUEST_TYPES: dict[tuple[int, int], type] = {
-    (cls.API_KEY, cls.API_VERSION): cls for cls in (AlterTopicRequest, ListOffsetGroupsRequest)
+    (cls.API_KEY, cls.API_VERSION): cls
+    for cls in (AlterTopicRequest, ListOffsetGroupsRequest, DescribeTopicConfigsRequest)
 }
 
 TOPICS_ADMIN_RESPONSE_TYPES: dict[tuple[int, int], type] = {
     (ApiKey.ALTER_TOPIC, ALTER_TOPIC_V0): AlterTopicResponse,
     (ApiKey.LIST_OFFSET_GROUPS, LIST_OFFSET_GROUPS_V0): ListOffsetGroupsResponse,
+    (ApiKey.DESCRIBE_TOPIC_CONFIGS, DESCRIBE_TOPIC_CONFIGS_V0): DescribeTopicConfigsResponse,
 }
 
 

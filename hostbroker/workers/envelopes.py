@@ -29,6 +29,10 @@ Handler -> writer (append ring)::
     op:u8  token:u64  ...   APPEND: slot:u32 index:u32 acks:i16 count:u32 deadline_ms:i64
                                     partition:i32 stamp_ns:u64 name_len:u16 name message_set
                             DELETE / OFFSETS / GROUP: json
+                            ALTER_TOPIC: json {"slot","topic","partition",
+                                  "partitions" (count or null),"set":{k: v},
+                                  "delete":[k]}: one partition of an
+                                  ALTER_TOPIC -> json {"error","message"}
                             REF_SYNC: sent:u64 (token = the writer's index): after a
                                       writer was replaced, every APPEND_REF sent
                                       to it before this mark is done with once
@@ -174,6 +178,7 @@ OP_TRUNCATE = 18
 OP_RESTART_LOG = 19
 OP_DIR_REOPEN = 20  # hb-logdirs -> writer, json {"dir_id"}
 OP_LOCAL_ADMIN = 21  # handler -> hb-logdirs, json
+OP_ALTER_TOPIC = 22  # handler -> writer, json (ALTER_TOPIC of one partition)
 APPEND_OPS = frozenset((OP_APPEND, OP_APPEND_DIRECT, OP_APPEND_REF, OP_APPEND_DIRECT_REF))
 _DIRECT_OPS = frozenset((OP_APPEND_DIRECT, OP_APPEND_DIRECT_REF, OP_PUT))
 _OP = struct.Struct("<BQ")

@@ -36,6 +36,8 @@ Per request:
   (``answers.py``; processors answer them too, for a connection with no
   request at its handler).
 - CREATE_TOPIC / DELETE_TOPIC, OFFSET_COMMIT / OFFSET_FETCH: as above.
+- ALTER_TOPIC, LIST_OFFSET_GROUPS, DESCRIBE_TOPIC_CONFIGS (changing a topic,
+  the groups with stored offsets, topics' config overrides): ``handler_alter.py``.
 - LEADER_AND_ISR, STOP_REPLICA, OFFSET_FOR_LEADER_EPOCH, FETCH v1 and
   METADATA v1 (replication, cluster mode): ``handler_replication.py``; a
   FETCH v1 is parked and rechecked with the v0 ones.
@@ -71,6 +73,7 @@ from hostbroker.shm.partitions import PartitionTable
 from hostbroker.workers import envelopes as env
 from hostbroker.workers.answers import TableAnswers, broker_list
 from hostbroker.workers.base import Worker, now_ms
+from hostbroker.workers.handler_alter import TopicAlter
 from hostbroker.workers.handler_fetch import Fetching
 from hostbroker.workers.handler_logdirs import LOGDIRS_REQUESTS, LogDirsRequests
 from hostbroker.workers.handler_offsets import ConsumerOffsets
@@ -100,7 +103,8 @@ class _Pending:
     token: int = 0
 
 
-class HandlerWorker(TopicAdmin, Fetching, Replication, LogDirsRequests, ConsumerOffsets, Worker):
+class HandlerWorker(TopicAdmin, TopicAlter, Fetching, Replication, LogDirsRequests,
+                    ConsumerOffsets, Worker):
     kind = "handler"
     process_name = "hb-handler"
 
@@ -325,9 +329,9 @@ class HandlerWorker(TopicAdmin, Fetching, Replication, LogDirsRequests, Consumer
                 self._offset_fetch(p, conn_id, seq, corr, request)
             elif key in _GROUP_KEYS:
                 self._group_request(p, conn_id, seq, corr, header, request)
-            elif key in (ApiKey.ALTER_TOPIC, ApiKey.LIST_OFFSET_GROUPS):
-                # decoded (protocol/topics_admin.py) but not served yet
-                self._fail(p, conn_id, seq, corr, ErrorCode.UNSUPPORTED_VERSION)
+            elif key in (ApiKey.ALTER_TOPIC, ApiKey.LIST_OFFSET_GROUPS,
+                         ApiKey.DESCRIBE_TOPIC_CONFIGS):
+                self._topics_admin_request(p, conn_id, seq, corr, key, request)
         except HostbrokerError as e:
             # a request we decoded but cannot serve at all: say so and close
             self._forget(conn_id, seq)

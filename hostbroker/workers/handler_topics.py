@@ -96,9 +96,12 @@ class TopicAdmin:
         finally:
             self.lock.release()
 
-    def _create_topic_locked(self, topic: str, partitions: int, overrides: dict[str, str]) -> None:
-        """Create a topic's partitions, each on the log dir holding the fewest.
-        Caller holds the admin lock and has checked the topic does not exist."""
+    def _create_topic_locked(self, topic: str, partitions: int, overrides: dict[str, str],
+                             first: int = 0) -> None:
+        """Create a topic's partitions ``first`` to ``partitions`` - 1 (of
+        ``partitions``), each on the log dir holding the fewest. Caller holds
+        the admin lock and has checked the topic does not exist (or, with
+        ``first``, has those partitions: ALTER_TOPIC, ``handler_alter.py``)."""
         counts = [0] * self.plan.num_writers
         # a damaged partition is OFFLINE alone; its log dir takes new ones
         offline = self.table.offline_log_dirs()
@@ -109,7 +112,7 @@ class TopicAdmin:
             raise HostbrokerError("every log dir is offline", ErrorCode.STORAGE_ERROR)
         created = []
         try:
-            for partition in range(partitions):
+            for partition in range(first, partitions):
                 w = min(usable, key=lambda i: (counts[i], i))
                 slot = self.table.find_free()
                 if slot is None:

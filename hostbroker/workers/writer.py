@@ -5,7 +5,7 @@ segment files. (The consumer groups and offsets are not here: they are
 ``hb-coordinator``'s, :mod:`hostbroker.workers.coordinator`, so no group
 request delays an append.)
 Reads: append rings from every handler (appends, topic deletions, long
-polls), put rings from every processor (lone PRODUCEs that
+polls, topic changes), put rings from every processor (lone PRODUCEs that
 no handler saw: checked here as a handler would, appended, answered to the
 processor), and the request rings of every processor to every
 handler, for the large message sets a handler names there instead of
@@ -276,6 +276,9 @@ class WriterWorker(Appends, Polls, Replicas, HighWatermarks, Following, LocalFol
                 elif op == env.OP_DELETE:
                     results[h].append(env.encode_json(env.OP_DELETE, token,
                                                       self._delete(env.decode_json(m))))
+                elif op == env.OP_ALTER_TOPIC:
+                    results[h].append(env.encode_json(env.OP_ALTER_TOPIC, token,
+                                                      self._alter(env.decode_json(m))))
                 elif op == env.OP_REF_SYNC:
                     results[h].append((bytes(m),))  # back as it came, after what came before
                 elif op == env.OP_POLL:

@@ -7,14 +7,15 @@ it uses. Owns: deleting segments past a partition's retention, recording
 every partition's flushed offset for crash recovery, and deleting a
 partition (its slot marked DELETING, everything held for it dropped, its dir
 removed, the slot freed), retried at every retention check while the file
-system refuses.
+system refuses; and changing a partition's topic config and partition count
+(one partition of an ALTER_TOPIC, :meth:`Cleanup._alter`).
 """
 
 from __future__ import annotations
 
 import sys
 
-from hostbroker.errors import ErrorCode, HostbrokerError, StorageError
+from hostbroker.errors import ConfigError, ErrorCode, HostbrokerError, StorageError
 from hostbroker.log.partition import SegmentDeleteError
 from hostbroker.shm import partitions as ptable
 from hostbroker.shm import procs
@@ -114,6 +115,34 @@ class Cleanup:
             self.lock.release()
         if error is not None:
             return {"error": int(ErrorCode.STORAGE_ERROR), "message": error}
+        return {"error": 0}
+
+    def _alter(self, request: dict) -> dict:
+        """One partition of an ALTER_TOPIC: its ``partition.json`` takes the
+        new partition count and config (written atomically, then applied to
+        the open log: appends, rolls, flushes and retention go by it from
+        now). A slot that no longer holds the partition is
+        UNKNOWN_TOPIC_OR_PARTITION (deleted meanwhile), an offline one
+        STORAGE_ERROR, a value this partition refuses INVALID_CONFIG."""
+        slot, key = request["slot"], (request["topic"], request["partition"])
+        s = self.table.read(slot)
+        where = f"{key[0]}-{key[1]}"
+        if s.state == ptable.FREE or s.owner != self.index or (s.name, s.partition) != key \
+                or s.state == ptable.DELETING:
+            return {"error": int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+                    "message": f"{where} was deleted"}
+        plog = self.slots.get(slot) or (None if self.offline else self._adopt(slot))
+        if self.offline or plog is None or s.state == ptable.OFFLINE:
+            return {"error": int(ErrorCode.STORAGE_ERROR),
+                    "message": f"{where}: its log dir {self.path} is offline"}
+        try:
+            plog.alter(self.defaults, request.get("set") or {}, request.get("delete") or (),
+                       request.get("partitions"))
+        except ConfigError as e:
+            return {"error": int(ErrorCode.INVALID_CONFIG), "message": f"{where}: {e}"}
+        except (OSError, StorageError) as e:
+            self._go_offline(e)
+            return {"error": int(ErrorCode.STORAGE_ERROR), "message": f"{where}: {e}"}
         return {"error": 0}
 
     def _delete_slot(self, slot: int, topic: str, partition: int, retry: bool = False) -> str | None:

@@ -31,9 +31,10 @@ def test_create_list_describe_delete(broker):
     assert described.returncode == 0, described.stderr
     out = lines(described)
     assert out[0] == "topic: views  partitions: 3"
-    assert out[1].split() == ["partition", "broker", "log", "start", "log", "end", "bytes",
+    assert out[1] == "  config: retention.ms=60000"  # the topic's overrides
+    assert out[2].split() == ["partition", "broker", "log", "start", "log", "end", "bytes",
                               "log", "dir", "error"]
-    rows = [line.split() for line in out[2:]]
+    rows = [line.split() for line in out[3:]]
     log_dir = str(broker.settings["log.dirs"])
     assert rows == [["0", "0", "0", "0", "0", log_dir, "NONE"],
                     ["1", "0", "0", "15", "15", log_dir, "NONE"],
@@ -44,6 +45,7 @@ def test_create_list_describe_delete(broker):
     as_json = json.loads(described.stdout)  # a list of topics, as before replicas across dirs
     assert [t["topic"] for t in as_json] == ["clicks", "views"]
     assert as_json[1]["partitions"][1]["log_end_offset"] == 15
+    assert (as_json[0]["config"], as_json[1]["config"]) == ({}, {"retention.ms": "60000"})
     # a plain partition is one replica, the leader, in its log dir
     one = as_json[1]["partitions"][1]
     assert (one["leader"], one["replicas"], one["isr"]) == (log_dir, [log_dir], [log_dir])

@@ -2,7 +2,9 @@
 
 Owns: the :class:`~hostbroker.log.offsetstore.OffsetStore` of the first log
 dir, the commits written to it and not yet on disk, and the OFFSET_FETCHes
-waiting for them.
+waiting for them; it also names the groups the store holds
+(LIST_OFFSET_GROUPS, op ``groups``: every group with a commit written, synced
+or not).
 
 An OFFSET_COMMIT is fenced (OFFSET_COMMIT v1, by the group coordinator in
 the same process) and its record written in the coordinator's loop; its
@@ -30,6 +32,18 @@ from hostbroker.log.offsetstore import OffsetRecordTooLargeError, OffsetStore, W
 OFFSETS_SLOT = -1
 
 
+def _groups_within(groups: list[str], max_bytes: int) -> dict:
+    """The result of LIST_OFFSET_GROUPS: the first ``groups`` whose names
+    (as strings on the wire) fit ``max_bytes``, and whether any were cut."""
+    kept, size = [], 0
+    for group in groups:
+        size += 2 + len(group.encode("utf-8", "replace"))
+        if size > max_bytes:
+            return {"error": 0, "groups": kept, "truncated": True}
+        kept.append(group)
+    return {"error": 0, "groups": kept, "truncated": False}
+
+
 class OffsetsHost:
     """Commits and fetches of consumer offsets (module docstring). ``flusher``
     is the coordinator's :class:`~hostbroker.workers.flusher.Flusher`;
@@ -52,6 +66,8 @@ class OffsetsHost:
         which gives back ``h`` and ``token`` with it: a handler and its token,
         or for a GROUP_PUT None and where its answer goes."""
         try:
+            if request["op"] == "groups":  # LIST_OFFSET_GROUPS: what the store holds now
+                return _groups_within(self.store.groups(), request["max_bytes"])
             if request["op"] == "commit":
                 fence = request.get("fence")
                 if fence is not None:

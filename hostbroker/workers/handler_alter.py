@@ -1,0 +1,249 @@
+"""Changing a topic on a running broker, reading its config overrides, and
+naming the groups whose offsets it stores (part of ``hb-handler-N``):
+ALTER_TOPIC (19), LIST_OFFSET_GROUPS (20) and DESCRIBE_TOPIC_CONFIGS (21),
+docs/spec/protocol.md "Changing topics".
+
+Mixed into :class:`~hostbroker.workers.handler.HandlerWorker`, after
+:class:`~hostbroker.workers.handler_topics.TopicAdmin`, whose admin lock and
+partition creation it uses.
+
+ALTER_TOPIC of a topic of one replica per partition: the request is checked
+whole first (keys, values, the partition count), then, under the admin
+lock, against the topic (it exists, is not being deleted, is not a cluster's
+replicated topic, does not shrink, its current overrides with the changes
+make a valid config). With ``validate_only`` that is the answer. Else the
+new partitions are created as CREATE_TOPIC creates them, with the new config
+and count, and each existing partition's writer is sent OP_ALTER_TOPIC: it
+writes the partition's ``partition.json`` (count and config, atomically) and
+applies the config to its open log. Once every writer has answered, the
+table's generation is bumped, so that every handler reads the new config
+(its :class:`~hostbroker.workers.topicview.TopicView` caches configs by
+generation), and the client is answered. A topic whose replicas are placed
+on log dirs is ``hb-logdirs``' to change (``handler_logdirs.py``).
+
+LIST_OFFSET_GROUPS is ``hb-coordinator``'s: the op ``groups`` on its
+offsets ring, answered with the groups its offsets store holds, cut to what
+fits an answer.
+"""
+
+from __future__ import annotations
+
+from hostbroker.errors import ConfigError, ErrorCode, HostbrokerError
+from hostbroker.log.config import TOPIC_CONFIG_KEYS
+from hostbroker.log.partition_file import read_partition_file
+from hostbroker.protocol import api
+from hostbroker.protocol import topics_admin as ta
+from hostbroker.protocol.api import ApiKey
+from hostbroker.shm import partitions as ptable
+from hostbroker.workers import envelopes as env
+from hostbroker.workers.handler_topics import admin_answer
+
+# bytes of a LIST_OFFSET_GROUPS answer around its names: size, correlation id,
+# error code, count, truncated
+_GROUPS_OVERHEAD = 4 + 4 + 2 + 4 + 1
+
+
+class _Change:
+    """A checked ALTER_TOPIC: what each existing partition's writer is sent."""
+
+    __slots__ = ("topic", "partitions", "sets", "deletes", "slots")
+
+    def __init__(self, topic: str, partitions: int | None, sets: dict[str, str],
+                 deletes: list[str], slots: list):
+        self.topic, self.partitions, self.sets, self.deletes = topic, partitions, sets, deletes
+        self.slots = slots  # (slot, record) of the partitions that existed before
+
+
+def _changes_checked(request) -> tuple[dict[str, str], list[str]] | api.AdminResponse:
+    """The request's config changes, checked without the topic: ``(set, delete)``,
+    or the answer refusing them."""
+    sets: dict[str, str] = {}
+    for entry in request.set_configs:
+        if entry.key in sets:
+            return admin_answer(ErrorCode.INVALID_CONFIG, f"{entry.key}: set twice")
+        sets[entry.key] = entry.value
+    deletes = list(dict.fromkeys(request.delete_configs))
+    if len(deletes) != len(request.delete_configs):
+        return admin_answer(ErrorCode.INVALID_CONFIG, "a config key is deleted twice")
+    for key in deletes:
+        if key not in TOPIC_CONFIG_KEYS:
+            return admin_answer(ErrorCode.INVALID_CONFIG, f"{key}: unknown topic config key")
+        if key in sets:
+            return admin_answer(ErrorCode.INVALID_CONFIG, f"{key}: both set and deleted")
+    return sets, deletes
+
+
+class TopicAlter:
+    """Mixin of :class:`HandlerWorker`: ALTER_TOPIC and LIST_OFFSET_GROUPS."""
+
+    def _topics_admin_request(self, p, conn_id, seq, corr, key, request) -> None:
+        if key == ApiKey.ALTER_TOPIC:
+            self._alter_topic(p, conn_id, seq, corr, request)
+        elif key == ApiKey.DESCRIBE_TOPIC_CONFIGS:
+            self._reply(p, conn_id, seq, corr, self._topic_configs(request.topics))
+        else:
+            self._list_offset_groups(p, conn_id, seq, corr)
+
+    # -- DESCRIBE_TOPIC_CONFIGS --------------------------------------------------
+    def _topic_configs(self, topics) -> ta.DescribeTopicConfigsResponse:
+        """Each topic's overrides, read from its first partition's
+        ``partition.json`` (every partition of a topic has the same: ALTER_TOPIC
+        changes them all before it answers)."""
+        self.view.refresh()
+        names = list(dict.fromkeys(topics)) if topics else sorted(self.view.topics)
+        out = []
+        for topic in names:
+            slot = self.view.slot(topic, 0)
+            if slot is None:
+                out.append(ta.TopicConfigs(topic, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                continue
+            try:
+                overrides = read_partition_file(self.view.partition_path(self.table.read(slot)))[3]
+            except (OSError, ValueError, HostbrokerError):
+                out.append(ta.TopicConfigs(topic, ErrorCode.STORAGE_ERROR))
+                continue
+            out.append(ta.TopicConfigs(topic, ErrorCode.NONE, tuple(
+                api.TopicConfigEntry(k, str(v)) for k, v in sorted(overrides.items()))))
+        return ta.DescribeTopicConfigsResponse(tuple(out))
+
+    # -- LIST_OFFSET_GROUPS ----------------------------------------------------
+    def _list_offset_groups(self, p, conn_id, seq, corr) -> None:
+        # what an answer may hold, and what one ring message can carry as json
+        # (a name's character takes at most 12 bytes there, 4 on the wire)
+        max_bytes = min(self.max_response_bytes - _GROUPS_OVERHEAD,
+                        self.config["ring.bytes"] // 16)
+
+        def respond(pending, failed: bool = False) -> None:
+            result = None if failed or not pending.results else pending.results[0]
+            if result is None:
+                body = ta.ListOffsetGroupsResponse(ErrorCode.BROKER_NOT_AVAILABLE)
+            else:
+                code = ErrorCode(result.get("error", 0))
+                body = ta.ListOffsetGroupsResponse(code, tuple(result.get("groups") or ()),
+                                                   1 if result.get("truncated") else 0)
+            self._reply(pending.processor, pending.conn_id, pending.seq,
+                        pending.correlation_id, body)
+
+        pending = self._new_pending(p, conn_id, seq, corr, ApiKey.LIST_OFFSET_GROUPS, [],
+                                    respond)
+        self._to_writer(pending, self.coordinator, *env.encode_json(
+            env.OP_OFFSETS, pending.token, {"op": "groups", "max_bytes": max_bytes}))
+
+    # -- ALTER_TOPIC -----------------------------------------------------------
+    def _alter_topic(self, p, conn_id, seq, corr, request) -> None:
+        checked = self._alter_checked(request)
+        if isinstance(checked, api.AdminResponse):
+            self._reply(p, conn_id, seq, corr, checked)
+            return
+        if checked == "logdirs":
+            self._alter_dirs_placed(p, conn_id, seq, corr, request)
+            return
+        change: _Change = checked
+
+        def respond(pending, failed: bool = False) -> None:
+            failures = [r for r in pending.results if r.get("error")]
+            errors = [r.get("message") or "alter failed" for r in failures]
+            if failed:
+                errors.append("a writer restarted while the topic changed")
+            code = (ErrorCode(failures[0]["error"]) if failures
+                    else ErrorCode.STORAGE_ERROR if failed else ErrorCode.NONE)
+            try:
+                with self._admin():
+                    # every handler's view reads the partitions' configs again
+                    self.table.bump_generation()
+            except HostbrokerError as e:
+                if code == ErrorCode.NONE:
+                    code = e.code
+                errors.append(f"changed, but other handlers may check produces against the "
+                              f"old config until the next topic change ({e})")
+            self.view.refresh()
+            self._reply(pending.processor, pending.conn_id, pending.seq,
+                        pending.correlation_id,
+                        admin_answer(code, "; ".join(errors) if errors else None))
+
+        pending = self._new_pending(p, conn_id, seq, corr, ApiKey.ALTER_TOPIC, [], respond)
+        for slot, s in change.slots:
+            self._to_writer(pending, s.owner, *env.encode_json(
+                env.OP_ALTER_TOPIC, pending.token,
+                {"slot": slot, "topic": s.name, "partition": s.partition,
+                 "partitions": change.partitions, "set": change.sets,
+                 "delete": change.deletes}))
+        if pending.remaining == 0:
+            del self.pending[pending.token]
+            respond(pending)
+
+    def _alter_checked(self, request) -> _Change | api.AdminResponse | str:
+        """What the ALTER_TOPIC ``request`` changes (its new partitions made
+        already), the answer refusing it (or a ``validate_only`` one's), or
+        "logdirs" for a topic ``hb-logdirs`` changes."""
+        topic = request.topic
+        if request.changes_nothing():
+            return admin_answer(ErrorCode.INVALID_REQUEST,
+                                f"nothing to change in topic {topic}: give partitions, "
+                                "configs to set or configs to delete")
+        checked = _changes_checked(request)
+        if isinstance(checked, api.AdminResponse):
+            return checked
+        sets, deletes = checked
+        try:
+            self.defaults.with_overrides(sets)
+        except ConfigError as e:
+            return admin_answer(ErrorCode.INVALID_CONFIG, str(e))
+        wanted = request.partitions
+        limit = self.config["max.partitions.per.topic"]
+        if wanted != ta.PARTITIONS_UNCHANGED and not 1 <= wanted <= limit:
+            return admin_answer(ErrorCode.INVALID_PARTITIONS,
+                                f"partitions must be between 1 and {limit} (or -1: unchanged), "
+                                f"not {wanted}")
+        try:
+            with self._admin():
+                return self._alter_locked(request, sets, deletes)
+        except HostbrokerError as e:
+            return admin_answer(e.code, str(e))
+
+    def _alter_locked(self, request, sets: dict[str, str],
+                      deletes: list[str]) -> _Change | api.AdminResponse | str:
+        """The checks against the topic, and its new partitions; caller holds
+        the admin lock."""
+        topic, wanted = request.topic, request.partitions
+        slots = [(i, s) for i, s in self.table.scan()
+                 if s.name == topic and s.state != ptable.FREE]
+        if not slots or any(s.state == ptable.DELETING for _, s in slots):
+            return admin_answer(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {topic}")
+        if any(s.placement == ptable.PLACEMENT_LOG_DIRS for _, s in slots):
+            return "logdirs"
+        if any(s.role != ptable.ROLE_PLAIN for _, s in slots):
+            return admin_answer(ErrorCode.INVALID_REQUEST,
+                                f"topic {topic} is a replicated topic of the cluster: change it "
+                                "with hostbroker topics alter --zookeeper")
+        slots.sort(key=lambda x: x[1].partition)
+        count = slots[-1][1].partition + 1
+        if wanted != ta.PARTITIONS_UNCHANGED and wanted < count:
+            return admin_answer(ErrorCode.INVALID_PARTITIONS,
+                                f"topic {topic} has {count} partitions; partitions only grow "
+                                f"(asked for {wanted})")
+        try:
+            current = read_partition_file(self.view.partition_path(slots[0][1]))[3]
+        except (OSError, ValueError, HostbrokerError) as e:
+            return admin_answer(ErrorCode.STORAGE_ERROR,
+                                f"cannot read the config of {topic}-{slots[0][1].partition}: {e}")
+        overrides = {k: v for k, v in current.items() if k not in deletes}
+        overrides.update(sets)
+        try:
+            self.defaults.with_overrides(overrides)
+        except ConfigError as e:
+            return admin_answer(ErrorCode.INVALID_CONFIG, str(e))
+        if request.validate_only:
+            return admin_answer(ErrorCode.NONE, None)
+        grow = wanted != ta.PARTITIONS_UNCHANGED and wanted > count
+        if grow:
+            # the new partitions take the new config and count from the start
+            self._create_topic_locked(topic, wanted, overrides, first=count)
+        return _Change(topic, wanted if grow else None, sets, deletes, slots)
+
+    def _alter_dirs_placed(self, p, conn_id, seq, corr, request) -> None:
+        """ALTER_TOPIC of a topic whose replicas are placed on log dirs."""
+        self._reply(p, conn_id, seq, corr, admin_answer(
+            ErrorCode.INVALID_REQUEST,
+            f"topic {request.topic} has replicas across log dirs: changing it is not "
+            "supported yet"))
