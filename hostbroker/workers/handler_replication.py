@@ -186,7 +186,8 @@ class Replication:
                     "role": role, "leader": part.leader, "leader_epoch": part.leader_epoch,
                     "isr": list(part.isr), "isr_version": part.zk_version,
                     "replicas": list(part.replicas), "delete": False,
-                    "config": configs.get(part.topic, {})}))
+                    # the topic's whole config; None (not in the request): keep the replica's
+                    "config": configs.get(part.topic)}))
             if counts[0] is not None:
                 self.table.bump_generation()
                 self.view.refresh()
@@ -221,7 +222,7 @@ class Replication:
             if s.state != ptable.ONLINE:
                 return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None
             return ErrorCode.NONE, slot
-        overrides = configs.get(part.topic, {})
+        overrides = configs.get(part.topic) or {}
         try:
             self.defaults.with_overrides(overrides)
         except HostbrokerError:
@@ -270,7 +271,7 @@ class Replication:
                     "role": "stopped", "leader": -1, "leader_epoch": s.leader_epoch,
                     "isr": list(s.isr_ids), "isr_version": s.isr_version,
                     "replicas": list(s.replicas), "delete": bool(request.delete_partitions),
-                    "config": {}}))
+                    "config": None}))
         self._controller_answer(p, conn_id, seq, corr, ApiKey.STOP_REPLICA,
                                 rproto.StopReplicaResponse, results, states)
 

@@ -289,22 +289,26 @@ class Replicas:
         replicas = list(request.get("replicas") or book.replicas)
         replica_fields(replicas)  # ValueError for a bad list
         isr = [r for r in request.get("isr", []) if r in replicas]
-        config = request.get("config") or {}
-        min_isr = plog.config.min_insync_replicas
-        if "min.insync.replicas" in config:
-            min_isr = plog.config.with_overrides(
-                {"min.insync.replicas": config["min.insync.replicas"]}).min_insync_replicas
+        # the topic's whole config (the controller's read of /config/topics, hb-logdirs'
+        # document): a key not in it is removed; None (STOP_REPLICA): the replica keeps its own
+        config = request.get("config")
+        if config is not None and not isinstance(config, dict):
+            raise ValueError("config is not an object")
+        deletes = [] if config is None else [k for k in plog.overrides if k not in config]
+        if config is not None:
+            self.defaults.with_overrides(config)  # ConfigError: refused, nothing changed
         local = self._local_state(book, request)  # dir-placed keys (writer_local), checked
         if role == ptable.ROLE_LEADER and book.me not in replicas:
             raise ValueError(f"replica {book.me} leads but is not among replicas {replicas}")
-        if min_isr != plog.config.min_insync_replicas:
-            # in partition.json: a writer replaced after a crash reads the current value
+        if config is not None:
+            # in partition.json before it applies: a writer replaced after a crash reads it
             try:
-                plog.set_overrides({"min.insync.replicas": str(min_isr)})
+                plog.alter(self.defaults, config, deletes)
             except (OSError, StorageError) as e:
                 self._go_offline(e)
                 raise StateError(ErrorCode.STORAGE_ERROR,
-                                 f"cannot record min.insync.replicas: {e}") from e
+                                 f"cannot record the topic config: {e}") from e
+        min_isr = plog.config.min_insync_replicas
         was_leading = book.role == ptable.ROLE_LEADER
         isr_version = int(request.get("isr_version", book.isr_version))
         if was_leading and role == ptable.ROLE_LEADER and epoch == book.leader_epoch \
