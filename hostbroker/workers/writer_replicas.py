@@ -300,10 +300,11 @@ class Replicas:
         local = self._local_state(book, request)  # dir-placed keys (writer_local), checked
         if role == ptable.ROLE_LEADER and book.me not in replicas:
             raise ValueError(f"replica {book.me} leads but is not among replicas {replicas}")
+        altered = False
         if config is not None:
             # in partition.json before it applies: a writer replaced after a crash reads it
             try:
-                plog.alter(self.defaults, config, deletes)
+                altered = plog.alter(self.defaults, config, deletes)
             except (OSError, StorageError) as e:
                 self._go_offline(e)
                 raise StateError(ErrorCode.STORAGE_ERROR,
@@ -352,7 +353,7 @@ class Replicas:
             self.isr_pending.discard(slot)
             self.leading.discard(slot)
             self._polls_of_replica_back(slot)
-        return {"error": 0}
+        return {"error": 0, "altered": True} if altered else {"error": 0}
 
     def _replica_log(self, slot: int, topic: str, partition: int) -> PartitionLog:
         """The open log of replica ``topic``-``partition`` in ``slot``, its book ready."""

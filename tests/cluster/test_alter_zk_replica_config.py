@@ -97,3 +97,20 @@ def test_a_stop_replica_keeps_the_overrides(uri, served):
         rproto.StopReplicaPartition(topic, 0),)), rproto.StopReplicaResponse)
     assert [p.error_code for p in answer.partitions] == [ErrorCode.NONE]
     assert overrides(served, topic) == {"retention.bytes": "100000"}
+
+
+def test_every_handler_checks_produces_against_the_config_just_taken(uri, served):
+    topic = new_topic("maxbytes")
+    assert told(uri, topic, {}) == ErrorCode.NONE
+    big = encode_message_set([b"x" * 300])
+    with SimpleClient(uri) as client:
+        (part,) = client.request(produce_request(topic, 0, big, acks=1)).partitions
+        assert part.error_code == ErrorCode.NONE
+    assert told(uri, topic, {"max.message.bytes": "100"}) == ErrorCode.NONE
+    with SimpleClient(uri) as client:  # the handler's cached config was dropped
+        (part,) = client.request(produce_request(topic, 0, big, acks=1)).partitions
+        assert part.error_code == ErrorCode.MESSAGE_TOO_LARGE
+    assert told(uri, topic, {}) == ErrorCode.NONE
+    with SimpleClient(uri) as client:
+        (part,) = client.request(produce_request(topic, 0, big, acks=1)).partitions
+        assert part.error_code == ErrorCode.NONE
