@@ -90,6 +90,7 @@ def alter_cluster(zookeeper: str, topic: str, partitions: int | None,
 def _alter_replicated(client, zookeeper: str, topic: str, assignment, partitions,
                       set_configs, delete_configs, out: TextIO, err: TextIO) -> int:
     from hostbroker.cluster import zkread
+    from hostbroker.commands import replicated
     from hostbroker.replication import zknodes
 
     if client.exists(zknodes.delete_topic_path(topic)) is not None:
@@ -106,11 +107,17 @@ def _alter_replicated(client, zookeeper: str, topic: str, assignment, partitions
         if partitions == have and not set_configs and not delete_configs:
             raise CommandError(f"topic {topic} already has {have} partitions")
     factor = max(len(r) for r in assignment.values())
+    growing = partitions is not None and partitions > have
+    if growing:  # checked before anything is written (enough live brokers)
+        from hostbroker.cluster.topic_changes import added_replicas
+
+        try:
+            added_replicas(assignment, replicated.live_ids(client, err, _COMMAND), partitions)
+        except ValueError as exc:
+            raise CommandError(f"cannot add partitions to {topic}: {exc}") from None
     if set_configs or delete_configs:
         _change_config(client, topic, factor, set_configs, delete_configs)
-    grown = None
-    if partitions is not None and partitions > have:
-        grown = (have, _grow(client, topic, partitions, err))
+    grown = (have, _grow(client, topic, partitions, err)) if growing else None
     print(f"altered topic {topic}: {_what(grown, set_configs, delete_configs)}", file=out)
     return EXIT_OK
 

@@ -13,6 +13,9 @@ import io
 import json
 import os
 
+import pytest
+
+from hostbroker.commands import CommandError
 from hostbroker.commands.topics_alter_zk import alter_cluster
 from hostbroker.errors import ErrorCode
 from tests.cluster.test_alter_zk import cluster  # noqa: F401 - fixture
@@ -75,3 +78,36 @@ def test_a_config_acts_on_every_replica_and_a_deleted_one_is_gone_from_every_rep
     assert json.loads(zk.get(f"/config/topics/{topic}")[0])["config"] == {
         "segment.bytes": "1024"}
     assert not [e for e in feeder.errors if e[1] == ErrorCode.NOT_ENOUGH_REPLICAS]
+
+
+def test_a_broker_down_during_a_config_change_takes_it_when_back(
+        cluster, zookeeper, zk):
+    topic = "away"
+    create(zookeeper, topic, 1, 3, "retention.ms=600000")
+    poll(lambda: settled(zk, topic, 1, 3), what="the partition led, three in sync")
+    away = cluster[3]
+    assert away.stop() == 0
+    poll(lambda: "3" not in zk.get_children("/brokers/ids"), what="broker 3 gone")
+    # a partition of replication factor 3 cannot be placed on two live brokers: refused
+    # in one line before anything is written (the config change asked with it too)
+    with pytest.raises(CommandError, match="larger than the 2 available brokers"):
+        alter_cluster(zookeeper.connect, topic, 2, {"flush.ms": "500"}, [],
+                      io.StringIO(), io.StringIO())
+    assert json.loads(zk.get(f"/config/topics/{topic}")[0])["config"] == {
+        "retention.ms": "600000"}
+    out, err = io.StringIO(), io.StringIO()
+    assert alter_cluster(zookeeper.connect, topic, None, {"flush.ms": "500"}, ["retention.ms"],
+                         out, err) == 0, err.getvalue()
+    poll(lambda: all(overrides(b, topic, 0) == {"flush.ms": "500"}
+                     for b in (cluster[1], cluster[2])), timeout=10,
+         what="the live replicas told")
+    assert overrides(away, topic, 0) == {"retention.ms": "600000"}  # it was down
+    away.start()
+    # back: the controller tells it all its partitions, with the topic's config now
+    poll(lambda: overrides(away, topic, 0) == {"flush.ms": "500"}, timeout=20,
+         what="the returning replica taking the config")
+    poll(lambda: settled(zk, topic, 1, 3), timeout=30, what="in sync again")
+    assert alter_cluster(zookeeper.connect, topic, 2, {}, [], io.StringIO(),
+                         io.StringIO()) == 0
+    poll(lambda: settled(zk, topic, 2, 3), timeout=10, what="the new partition in sync")
+    assert all(overrides(b, topic, 1) == {"flush.ms": "500"} for b in cluster.values())
