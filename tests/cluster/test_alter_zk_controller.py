@@ -216,3 +216,22 @@ def test_the_registrars_count_follows_an_added_partition_through_the_watch(clust
         names.close()
         region.close()
         region.unlink()
+
+
+def test_changes_made_while_no_controller_runs_are_taken_at_the_next_take_over(cluster):
+    connect, zk = cluster
+    live(zk, 1, 2)
+    zk.create(zknodes.assignment_path("t"), zknodes.encode_assignment({0: [1, 2]}),
+              makepath=True)
+    first, _, _ = started(zk)
+    alter(connect, "t", partitions=2, set_configs={"retention.ms": "5000"})
+    # the controller's session ends before it acted: its successor's rebuild does it all
+    zk.delete(zknodes.CONTROLLER)
+    successor, _, told = started(zk)
+    assert successor.epoch > first.epoch
+    assert state(zk, "t", 1)["leader"] in (1, 2)
+    assert {n.broker_id for n in told} == {1, 2}
+    for notice in told:
+        assert set(notice.partitions) == {("t", 0), ("t", 1)}
+        assert notice.configs == {"t": {"retention.ms": "5000"}}
+    assert successor.config_changes() == []  # the change node was taken as seen
