@@ -168,6 +168,8 @@ class TopicChanges:
                 continue
             self.configs[topic] = config
             self._refresh_topic(topic)
+            # unclean.leader.election.enable turned on may let an offline partition lead
+            self._reelect([topic])
             self._tell([(topic, p) for p in self.topics[topic]])
             log.info("controller: topic %s config now %s", topic, config)
             told.append(topic)

@@ -235,3 +235,18 @@ def test_changes_made_while_no_controller_runs_are_taken_at_the_next_take_over(c
         assert set(notice.partitions) == {("t", 0), ("t", 1)}
         assert notice.configs == {"t": {"retention.ms": "5000"}}
     assert successor.config_changes() == []  # the change node was taken as seen
+
+
+def test_unclean_election_turned_on_for_a_topic_lets_its_offline_partition_lead(cluster):
+    connect, zk = cluster
+    live(zk, 1, 2)
+    zk.create(zknodes.assignment_path("t"), zknodes.encode_assignment({0: [3, 2]}),
+              makepath=True)
+    # broker 3 led and was alone in sync when it died: offline, broker 2 not in the ISR
+    zk.create(zknodes.state_path("t", 0), zknodes.encode_state(
+        zknodes.PartitionState(-1, 4, (3,), 1)), makepath=True)
+    controller, _, told = started(zk)
+    assert state(zk, "t", 0)["leader"] == -1
+    alter(connect, "t", set_configs={"unclean.leader.election.enable": "true"})
+    assert controller.config_changes() == ["t"]
+    assert state(zk, "t", 0)["leader"] == 2 and state(zk, "t", 0)["isr"] == [2]
