@@ -25,7 +25,9 @@ reported and left alone.
 The decisions themselves are pure functions in
 hostbroker/cluster/controller_decisions.py, tested without ZooKeeper; the
 requests under ``/admin`` (deletion, preferred election, controlled shutdown,
-reassignment) are hostbroker/cluster/controller_admin.py, mixed in.
+reassignment) are hostbroker/cluster/controller_admin.py, and a topic changed
+in place (partitions added, config changed) hostbroker/cluster/controller_topics.py,
+both mixed in.
 
 The epoch a new controller takes is above every epoch it can see: the
 ``/controller_epoch`` node (a missing or garbage one counts as 0) and the
@@ -40,6 +42,7 @@ from collections.abc import Callable, Iterable
 
 from hostbroker.cluster import paths, zkread
 from hostbroker.cluster.controller_admin import AdminRequests
+from hostbroker.cluster.controller_topics import TopicChanges
 from hostbroker.cluster.controller_decisions import (  # noqa: F401 - the controller's API
     LEADER_AND_ISR,
     STOP_REPLICA,
@@ -59,14 +62,15 @@ from hostbroker.replication.zknodes import PartitionState
 log = logging.getLogger("hostbroker.controller")
 
 
-class Controller(AdminRequests):
+class Controller(AdminRequests, TopicChanges):
     """The controller's view of the cluster (rebuilt from ZooKeeper at every take-over)
     and its reactions; see the module docstring. ``tell(notice)`` must not block."""
 
     def __init__(self, client, broker_id: int, tell: Callable[[Notice], None], *,
                  op_timeout_s: float = 5.0, unclean: bool = False,
                  bounds: zkread.Bounds = zkread.DEFAULT, report=None,
-                 beat: Callable[[], None] = lambda: None, deletes_per_pass: int = 100):
+                 beat: Callable[[], None] = lambda: None, deletes_per_pass: int = 100,
+                 on_topic_changed: Callable[[str], None] | None = None):
         self.client = client
         self.broker_id = broker_id
         self.tell = tell
@@ -80,7 +84,10 @@ class Controller(AdminRequests):
         self.live: dict[int, paths.BrokerInfo] = {}
         self.registered: dict[int, int] = {}  # broker id -> czxid of its registration
         self.topics: dict[str, dict[int, Partition]] = {}
-        self.configs: dict[str, dict[str, str]] = {}
+        # None: the topic's config node cannot be taken (replicas keep theirs)
+        self.configs: dict[str, dict[str, str] | None] = {}
+        self.config_seen: dict[str, float] = {}
+        self.on_topic_changed = on_topic_changed  # a watched topic node changed
         self.deleting: dict[str, dict[int, list[TP]]] = {}
         self.delete_requested: set[str] = set()
         self.deletes_per_pass = deletes_per_pass
@@ -90,13 +97,14 @@ class Controller(AdminRequests):
     def _wait(self, async_result):
         return async_result.get(timeout=self.op_timeout_s)
 
-    def _get(self, path: str, remove_too_long: bool = False):
+    def _get(self, path: str, remove_too_long: bool = False, watch=None):
         """(data, stat) of ``path``, or None: absent, or too long to read (reported;
-        removed with ``remove_too_long``)."""
+        removed with ``remove_too_long``). ``watch``: a one-shot kazoo data watch
+        set with the read."""
         from kazoo.exceptions import NoNodeError
 
         try:
-            data, stat = self._wait(self.client.get_async(path))
+            data, stat = self._wait(self.client.get_async(path, watch=watch))
         except NoNodeError:
             return None
         try:
@@ -241,9 +249,11 @@ class Controller(AdminRequests):
 
     def read_assignment(self, topic: str) -> dict[int, list[int]] | None:
         """The replicas of a replicated topic's partitions; None for a 0.7 topic (or
-        a node that does not decode, reported)."""
+        a node that does not decode, reported). Sets the topic node's watch
+        (controller_topics.py) when there is someone to tell."""
         path = zknodes.assignment_path(topic)
-        found = self._get(path)
+        watch = self._assignment_watch if self.on_topic_changed is not None else None
+        found = self._get(path, watch=watch)
         if found is None:
             return None
         try:
@@ -263,17 +273,6 @@ class Controller(AdminRequests):
             self.report(path, f"{exc}; left out")
             return None, found[1].version
 
-    def read_config(self, topic: str) -> dict[str, str]:
-        path = zknodes.topic_config_path(topic)
-        found = self._get(path)
-        if found is None:
-            return {}
-        try:
-            return dict(zknodes.decode_topic_config(found[0], path, self.bounds))
-        except ValueError as exc:
-            self.report(path, f"{exc}; left out")
-            return {}
-
     def _load_topic(self, topic: str) -> bool:
         assignment = self.read_assignment(topic)
         if assignment is None:
@@ -286,7 +285,7 @@ class Controller(AdminRequests):
             if p % 256 == 255:
                 self.beat()
         self.topics[topic] = parts
-        self.configs[topic] = self.read_config(topic)
+        self.configs[topic] = self.read_config(topic)  # (after the view: its replicas)
         return True
 
     def rebuild(self) -> None:
@@ -297,6 +296,7 @@ class Controller(AdminRequests):
         self.topics, self.configs, self.deleting = {}, {}, {}
         # topics marked for deletion stay out of the view (delete_topics resumes them)
         self.delete_requested = set(self._children(zknodes.DELETE_TOPICS))
+        self.seen_config_changes()  # every config is read below
         for topic in self._children(paths.BROKER_TOPICS):
             if zkread.name_ok(topic) and topic not in self.delete_requested:
                 self._load_topic(topic)
@@ -373,7 +373,7 @@ class Controller(AdminRequests):
         changed = {}
         for topic in topics:
             for p, part in sorted(self.topics.get(topic, {}).items()):
-                unclean = unclean_of(self.configs.get(topic, {}), self.unclean)
+                unclean = unclean_of(self.configs.get(topic) or {}, self.unclean)
                 if part.state is None or not (self._due(part.state, live)
                                               or self._due_unclean(part, live, unclean)):
                     continue
@@ -411,8 +411,10 @@ class Controller(AdminRequests):
             if part is None or part.state is None or broker_id not in part.replicas:
                 continue
             notice.partitions[(topic, p)] = (part.state, part.version, list(part.replicas))
-            notice.configs.setdefault(topic, {k: v for k, v in self.configs.get(topic, {}).items()
-                                              if k != UNCLEAN})  # the controller's own
+            config = self.configs.get(topic, {})
+            if config is not None:  # None: not known, the replicas keep theirs
+                notice.configs.setdefault(topic, {k: v for k, v in config.items()
+                                                  if k != UNCLEAN})  # the controller's own
             leader = self.live.get(part.state.leader)
             if leader is not None:
                 notice.leaders[leader.broker_id] = leader

@@ -2,7 +2,8 @@
 
 :class:`ClusterView` reads ``/brokers/ids`` and ``/brokers/topics`` (layout in
 ``paths``) into a :class:`Snapshot`, and keeps it current: kazoo watches on
-those paths (and on every topic's children) only wake a refresher thread,
+those paths (and on every topic's children and value: a replicated topic's
+partitions added show at once) only wake a refresher thread,
 which reads the whole picture again and swaps it in at once, so a reader
 never sees half of a change. The refresher also runs every ``refresh_ms``
 and whenever the session connects again, so a watch lost with a session is
@@ -163,6 +164,7 @@ class ClusterView:
         self._wake = threading.Event()
         self._closed = threading.Event()
         self._topic_watches: set[str] = set()
+        self._value_watches: set[str] = set()  # kept until the node goes (kazoo's DataWatch)
         self._refreshing = threading.Lock()  # one refresh (and watch set-up) at a time
         self.snapshot = read_snapshot(client, self.report, bounds)
         self.version = 0  # refreshes that changed the snapshot
@@ -205,6 +207,22 @@ class ClusterView:
             except NoNodeError:
                 continue
             self._topic_watches.add(topic)
+            if topic not in self._value_watches:
+                self._value_watches.add(topic)
+                self.client.DataWatch(paths.topic_path(topic), self._on_value(topic))
+
+    def _on_value(self, topic: str):
+        """A DataWatch callback for one topic's node: a new assignment wakes the
+        refresher; the node gone ends the watch (watched again if it comes back)."""
+        def on_value(_data, stat) -> bool | None:
+            if self._closed.is_set():
+                return False
+            self._wake.set()
+            if stat is None:
+                self._value_watches.discard(topic)
+                return False
+            return None
+        return on_value
 
     def _run(self) -> None:
         while not self._closed.is_set():

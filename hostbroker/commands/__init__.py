@@ -1,7 +1,7 @@
 """The work of the ``hostbroker`` client commands, one module per command.
 
 - ``topics``   create, list, describe and delete topics (``replicated``: the ZooKeeper
-  side of replicated topics)
+  side of replicated topics; ``topics_alter_zk``: ``topics alter --zookeeper``)
 - ``leaders``  preferred replica election of replicated topics
 - ``reassign`` generate, execute and verify partition reassignments (between brokers,
   or between the log dirs of a standalone broker)

@@ -48,7 +48,9 @@ Replication (docs/storage.md, "Replicas"), handler -> writer (append ring)::
     op:u8  token:u64  ...   REPLICA_STATE: json {"slot","topic","partition","role"
                                   ("leader"|"follower"|"stopped"),"leader","leader_epoch",
                                   "isr":[ids],"isr_version","replicas":[ids],"delete",
-                                  "config":{...}}, answered {"error"} on the result ring
+                                  "config":{...} (the topic's whole config: the
+                                  replica's overrides become it; null: kept)},
+                                  answered {"error"} on the result ring
                             FOLLOWER_POS: slot:u32 partition:i32 replica_id:i32
                                   leader_epoch:i32 offset:i64 name_len:u16 name
                                   (token 0; not answered): a follower fetched at

@@ -127,10 +127,19 @@ class Replication:
                            states: list) -> None:
         """Send each ``(index, slot, owner, state)`` of ``states`` to its writer
         as an OP_REPLICA_STATE; answer ``cls(error, partitions)`` once every
-        writer has (``results[index]`` is a ``[topic, partition, error]``)."""
+        writer has (``results[index]`` is a ``[topic, partition, error]``). A
+        writer that took a changed topic config says so: the table's generation
+        is then bumped, so every handler reads the partitions' configs again."""
         left = [len(states)]
+        altered = [False]
 
         def finish() -> None:
+            if altered[0]:
+                try:
+                    with self._admin():
+                        self.table.bump_generation()
+                except HostbrokerError:
+                    pass  # the admin lock is busy: the next generation bump does it
             self._reply(p, conn_id, seq, corr, cls(ErrorCode.NONE, tuple(
                 rproto.PartitionError(*r) for r in results)))
 
@@ -138,6 +147,7 @@ class Replication:
             def respond(pending, failed: bool = False) -> None:
                 got = pending.results[-1] if pending.results else {}
                 code = got.get("error", ErrorCode.UNKNOWN) if isinstance(got, dict) else None
+                altered[0] = altered[0] or (isinstance(got, dict) and got.get("altered") is True)
                 if failed or not isinstance(code, int) or code not in ErrorCode._value2member_map_:
                     code = ErrorCode.UNKNOWN
                 results[index][2] = code
@@ -186,7 +196,8 @@ class Replication:
                     "role": role, "leader": part.leader, "leader_epoch": part.leader_epoch,
                     "isr": list(part.isr), "isr_version": part.zk_version,
                     "replicas": list(part.replicas), "delete": False,
-                    "config": configs.get(part.topic, {})}))
+                    # the topic's whole config; None (not in the request): keep the replica's
+                    "config": configs.get(part.topic)}))
             if counts[0] is not None:
                 self.table.bump_generation()
                 self.view.refresh()
@@ -221,7 +232,7 @@ class Replication:
             if s.state != ptable.ONLINE:
                 return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None
             return ErrorCode.NONE, slot
-        overrides = configs.get(part.topic, {})
+        overrides = configs.get(part.topic) or {}
         try:
             self.defaults.with_overrides(overrides)
         except HostbrokerError:
@@ -270,7 +281,7 @@ class Replication:
                     "role": "stopped", "leader": -1, "leader_epoch": s.leader_epoch,
                     "isr": list(s.isr_ids), "isr_version": s.isr_version,
                     "replicas": list(s.replicas), "delete": bool(request.delete_partitions),
-                    "config": {}}))
+                    "config": None}))
         self._controller_answer(p, conn_id, seq, corr, ApiKey.STOP_REPLICA,
                                 rproto.StopReplicaResponse, results, states)
 

@@ -6,7 +6,9 @@ session and its loop; nothing here starts a process.
 - :class:`ControllerRole`: every registrar tries to take the ephemeral
   ``/controller``; the one that holds it bumps ``/controller_epoch``,
   rebuilds its view from ZooKeeper (:class:`~hostbroker.cluster.controller.Controller`)
-  and watches ``/brokers/ids``, ``/brokers/topics`` and ``/admin/*``. Kazoo
+  and watches ``/brokers/ids``, ``/brokers/topics``, every replicated topic's
+  node (partitions added), ``/config/changes`` (configs changed) and
+  ``/admin/*``. Kazoo
   watch callbacks only note what changed and ring the doorbell; the loop
   acts (:meth:`ControllerRole.step`), with short, bounded ZooKeeper calls, so
   the heartbeat goes on. A lost session drops the role (its ``/controller``
@@ -46,6 +48,7 @@ import time
 
 from hostbroker.cluster import controller as ctl
 from hostbroker.cluster import paths
+from hostbroker.cluster.topic_changes import CONFIG_CHANGES
 from hostbroker.errors import ErrorCode, ProtocolError
 from hostbroker.replication import zknodes
 
@@ -84,8 +87,10 @@ def request_of(notice: ctl.Notice, controller_id: int):
         rp.LeaderAndIsrPartition(t, p, state.leader, state.leader_epoch, tuple(state.isr),
                                  version, tuple(replicas))
         for (t, p), (state, version, replicas) in sorted(notice.partitions.items()))
+    # a topic with no overrides is sent with none (its replicas drop any they had);
+    # one left out of ``notice.configs`` (its config not known) is not sent at all
     configs = tuple(rp.TopicConfigs(t, tuple(TopicConfigEntry(k, v) for k, v in sorted(c.items())))
-                    for t, c in sorted(notice.configs.items()) if c)
+                    for t, c in sorted(notice.configs.items()) if c is not None)
     brokers = tuple(MetadataBroker(b.broker_id, b.host, b.port or 0, b.unix)
                     for b in sorted(notice.leaders.values(), key=lambda b: b.broker_id))
     return rp.LeaderAndIsrRequest(controller_id, notice.epoch, parts, configs, brokers)
@@ -274,6 +279,7 @@ class ControllerRole:
         self.senders: dict[int, BrokerSender] = {}
         self.resend: set[int] = set()
         self.deleted: list[ctl.Notice] = []  # STOP_REPLICA deletes answered
+        self.grown: set[str] = set()  # topics whose node changed (partitions added?)
         self.token: object | None = None  # the current watches' token
         self.next_poll = 0.0
         self.said_holder: int | None = None
@@ -286,6 +292,15 @@ class ControllerRole:
         with self.lock:
             self.events.update(events)
         self.worker.doorbell.ring()
+
+    def _topic_changed(self, controller: ctl.Controller):
+        def on_topic(topic: str) -> None:
+            if self.controller is not controller or self.worker.stopping:
+                return  # a watch of a controller that resigned
+            with self.lock:
+                self.grown.add(topic)
+            self.worker.doorbell.ring()
+        return on_topic
 
     def _deleted(self, notice: ctl.Notice) -> None:
         with self.lock:
@@ -319,8 +334,9 @@ class ControllerRole:
             events, self.events = self.events, set()
             resend, self.resend = self.resend, set()
             deleted, self.deleted = self.deleted, []
+            grown, self.grown = self.grown, set()
         try:
-            self._step(client, events, resend, deleted)
+            self._step(client, events, resend, deleted, grown)
         except Exception as exc:  # noqa: BLE001 - ZooKeeper trouble: the next round retries
             what = f"{type(exc).__name__}: {exc}"
             if what != self.said_error:  # once per kind of trouble, not once per round
@@ -330,10 +346,11 @@ class ControllerRole:
                 self.events.update(events)
                 self.resend.update(resend)
                 self.deleted[:0] = deleted
+                self.grown.update(grown)
             self.worker._retry_at = time.monotonic() + 0.5
 
     def _step(self, client, events: set[str], resend: set[int],
-              deleted: list[ctl.Notice] = ()) -> None:
+              deleted: list[ctl.Notice] = (), grown: set[str] = frozenset()) -> None:
         if "lost" in events or client is not self.client:
             self.resign()
             self.client = client
@@ -372,7 +389,7 @@ class ControllerRole:
                 self._sync_senders()
         if now >= self.next_poll:
             self.next_poll = now + _POLL_S
-            events |= {"delete", "preferred", "shutdown", "reassign"}
+            events |= {"delete", "preferred", "shutdown", "reassign", "configs"}
         c = self.controller
         if "rewatch" in events:
             self._watch(client)
@@ -382,6 +399,10 @@ class ControllerRole:
             self._sync_senders()
         if "topics" in events:
             c.topics_changed()
+        if "configs" in events:  # before partitions added: they start with the new config
+            c.config_changes()
+        if grown:
+            c.partitions_added(grown)
         if "delete" in events:
             c.delete_topics()
         if "preferred" in events:
@@ -399,6 +420,7 @@ class ControllerRole:
         c = ctl.Controller(client, self.broker_id, self._tell,
                            op_timeout_s=self.worker.connection_ms / 1000, unclean=self.unclean,
                            beat=self.worker.heartbeat, deletes_per_pass=self.deletes_per_pass)
+        c.on_topic_changed = self._topic_changed(c)
         self._watch_controller(client)
         if not c.try_elect():
             holder = c.holder()
@@ -409,7 +431,7 @@ class ControllerRole:
         self.said_holder = self.broker_id
         try:
             for path in (paths.BROKER_IDS, paths.BROKER_TOPICS, zknodes.DELETE_TOPICS,
-                         zknodes.CONTROLLED_SHUTDOWN):
+                         zknodes.CONTROLLED_SHUTDOWN, CONFIG_CHANGES):
                 client.ensure_path(path)
             c.rebuild()
         except Exception:
@@ -498,6 +520,7 @@ class ControllerRole:
                    (client.ChildrenWatch, paths.BROKER_TOPICS, children("topics")),
                    (client.ChildrenWatch, zknodes.DELETE_TOPICS, children("delete")),
                    (client.ChildrenWatch, zknodes.CONTROLLED_SHUTDOWN, children("shutdown")),
+                   (client.ChildrenWatch, CONFIG_CHANGES, children("configs")),
                    (client.DataWatch, zknodes.PREFERRED_REPLICA_ELECTION, data("preferred")),
                    (client.DataWatch, zknodes.REASSIGN_PARTITIONS, data("reassign"))]
 

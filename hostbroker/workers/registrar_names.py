@@ -16,6 +16,10 @@ broker holds replicas of only some of them):
 - on every change of the children (a kazoo ``ChildrenWatch``; the callback
   only notes and rings the doorbell, the registrar's loop reads); a new
   name's node is read once;
+- on every change of a topic's node (a one-shot data watch set with each
+  read of it): that node is read again at once, so partitions added to a
+  replicated topic (``topics alter --partitions``) reach the group
+  coordinator's counts within a moment;
 - every ``POLL_S`` the children again, and every ``_FULL_S`` every node
   again, in case a watch was lost or a node was rewritten (the round is
   ``registrar_watch.py``'s, shared with ``registrar_fence.py``).
@@ -58,6 +62,21 @@ class ReplicatedTopics(WatchedReader):
         # topic -> its partition count (0: replicated, count not known; None: plain)
         self.known: dict[str, int | None] = {}
         self.published: tuple[dict[str, int], bool] | None = None
+        self.changed: set[str] = set()  # topic nodes whose watch fired (kazoo's thread)
+        self._client = None  # the client whose one-shot node watches are ours
+
+    def _node_changed(self, event) -> None:
+        """kazoo's thread: a topic node changed (or went): read it again."""
+        if self.worker.stopping or self._client is not getattr(self.worker, "client", None):
+            return
+        prefix = zknodes.assignment_path("")
+        path = getattr(event, "path", None)
+        if path is None:  # the session expired: kazoo dropped every watch
+            self._client = None  # so the next read is a whole one, watching again
+            self.note()
+        elif path.startswith(prefix):
+            self.changed.add(path[len(prefix):])
+            self.note()
 
     def watch(self, client, on_change) -> None:
         client.ChildrenWatch(BROKER_TOPICS, on_change, send_event=False)
@@ -84,10 +103,14 @@ class ReplicatedTopics(WatchedReader):
                                        f"zookeeper.max.children ({self.bounds.children}); "
                                        "every topic not held here counts as replicated")
         listed = set(names)
-        known = {} if full else {n: r for n, r in self.known.items() if n in listed}
+        if client is not self._client:  # a new session: no watch of ours is set
+            self._client, full = client, True
+        changed = set(self.changed)  # taken off once read (a failed read keeps them)
+        known = {} if full else {n: r for n, r in self.known.items()
+                                 if n in listed and n not in changed}
         todo = [n for n in names if n not in known]
-        reads = [(n, client.get_async(zknodes.assignment_path(n))) for n in todo
-                 if zkread.name_ok(n)]
+        reads = [(n, client.get_async(zknodes.assignment_path(n), watch=self._node_changed))
+                 for n in todo if zkread.name_ok(n)]
         deadline = self.clock() + self.timeout_s
         for name, result in reads:
             try:
@@ -96,6 +119,7 @@ class ReplicatedTopics(WatchedReader):
                 continue  # deleted since it was listed
             known[name] = self.partitions(name, data)
         self.known = known
+        self.changed -= changed
         self.publish({n: count for n, count in known.items() if count is not None}, complete)
 
     def partitions(self, name: str, data: bytes | None) -> int | None:

@@ -260,31 +260,6 @@ class Replicas:
         return book is None or book.role == ptable.ROLE_LEADER
 
     # -- OP_REPLICA_STATE ----------------------------------------------------
-    def _take_topic_config(self, plog: PartitionLog, config: dict) -> None:
-        """A dir-placed replica's config is its topic's in hb-logdirs' document
-        (ALTER_TOPIC changes it there): what the state's ``topic_config``
-        names, and nothing else, recorded in its partition.json and applied to
-        its log. When it changed, the table's generation is bumped so handlers
-        read it again."""
-        wanted = {str(k): str(v) for k, v in config.items()}
-        try:
-            changed = plog.alter(self.defaults, wanted,
-                                 [k for k in plog.overrides if k not in wanted])
-        except HostbrokerError as e:
-            if isinstance(e, StorageError):
-                self._go_offline(e)
-            raise StateError(e.code, f"cannot take the topic's config: {e}") from e
-        except OSError as e:
-            self._go_offline(e)
-            raise StateError(ErrorCode.STORAGE_ERROR, f"cannot take the topic's config: {e}") \
-                from e
-        if changed:
-            try:
-                with self.lock:
-                    self.table.bump_generation()
-            except TimeoutError:
-                pass  # (handlers read it at the next topic change)
-
     def _replica_state(self, request) -> dict:
         """Take the role LEADER_AND_ISR or STOP_REPLICA gives a replica."""
         try:
@@ -314,25 +289,35 @@ class Replicas:
         replicas = list(request.get("replicas") or book.replicas)
         replica_fields(replicas)  # ValueError for a bad list
         isr = [r for r in request.get("isr", []) if r in replicas]
-        config = request.get("config") or {}
-        topic_config = request.get("topic_config")
-        if request.get("placement") == "log_dirs" and isinstance(topic_config, dict):
-            self._take_topic_config(plog, topic_config)
-        min_isr = plog.config.min_insync_replicas
-        if "min.insync.replicas" in config:
-            min_isr = plog.config.with_overrides(
-                {"min.insync.replicas": config["min.insync.replicas"]}).min_insync_replicas
+        # the topic's whole config (the controller's read of /config/topics, hb-logdirs'
+        # document): a key not in it is removed; None (STOP_REPLICA): the replica keeps its own
+        config = request.get("config")
+        if config is not None and not isinstance(config, dict):
+            raise ValueError("config is not an object")
+        deletes = [] if config is None else [k for k in plog.overrides if k not in config]
+        if config is not None:
+            self.defaults.with_overrides(config)  # ConfigError: refused, nothing changed
         local = self._local_state(book, request)  # dir-placed keys (writer_local), checked
         if role == ptable.ROLE_LEADER and book.me not in replicas:
             raise ValueError(f"replica {book.me} leads but is not among replicas {replicas}")
-        if min_isr != plog.config.min_insync_replicas:
-            # in partition.json: a writer replaced after a crash reads the current value
+        altered = False
+        if config is not None:
+            # in partition.json before it applies: a writer replaced after a crash reads it
             try:
-                plog.set_overrides({"min.insync.replicas": str(min_isr)})
+                altered = plog.alter(self.defaults, config, deletes)
             except (OSError, StorageError) as e:
                 self._go_offline(e)
                 raise StateError(ErrorCode.STORAGE_ERROR,
-                                 f"cannot record min.insync.replicas: {e}") from e
+                                 f"cannot record the topic config: {e}") from e
+        if altered and request.get("placement") == "log_dirs":
+            # (hb-logdirs, which takes the answer, bumps the generation only when a
+            # leadership moves: handlers must read the changed config again)
+            try:
+                with self.lock:
+                    self.table.bump_generation()
+            except TimeoutError:
+                pass  # (handlers read it at the next topic change)
+        min_isr = plog.config.min_insync_replicas
         was_leading = book.role == ptable.ROLE_LEADER
         isr_version = int(request.get("isr_version", book.isr_version))
         if was_leading and role == ptable.ROLE_LEADER and epoch == book.leader_epoch \
@@ -376,7 +361,7 @@ class Replicas:
             self.isr_pending.discard(slot)
             self.leading.discard(slot)
             self._polls_of_replica_back(slot)
-        return {"error": 0}
+        return {"error": 0, "altered": True} if altered else {"error": 0}
 
     def _replica_log(self, slot: int, topic: str, partition: int) -> PartitionLog:
         """The open log of replica ``topic``-``partition`` in ``slot``, its book ready."""

@@ -68,7 +68,7 @@ def test_hostile_replication_nodes_are_left_out_and_the_controller_goes_on(zk):
     controller.rebuild()
     assert state(zk, "good", 0) == {"version": 1, "leader": 1, "leader_epoch": 0,
                                     "isr": [1, 2], "controller_epoch": 1}
-    assert controller.configs["good"] == {}  # the bad config is left out
+    assert controller.configs["good"] is None  # the bad config is left out (not sent)
     # the forged state is left alone (not overwritten blindly), and said
     assert json.loads(zk.get(zknodes.state_path("forged", 0))[0])["leader"] == 7
     bad = {path for path, _ in said.lines}

@@ -153,7 +153,7 @@ def state(w, role, epoch, leader=IDS[0], topic="r", isr=IDS, **extra):
     slot = w.index
     request = {"slot": slot, "topic": topic, "partition": 0, "role": role, "leader": leader,
                "leader_epoch": epoch, "isr": list(isr), "isr_version": 0,
-               "replicas": list(IDS), "delete": False, "config": {},
+               "replicas": list(IDS), "delete": False, "config": None,
                "placement": "log_dirs", "replica_slots": {str(i): s for s, i in enumerate(IDS)},
                "leader_slot": ptable.NO_SLOT if role != "follower" else IDS.index(leader),
                **extra}

@@ -127,7 +127,7 @@ def state(w, role, epoch, leader=ME, isr=(ME, OTHER), replicas=(ME, OTHER), topi
           **extra):
     request = {"slot": SLOT, "topic": topic, "partition": 0, "role": role, "leader": leader,
                "leader_epoch": epoch, "isr": list(isr), "isr_version": 0,
-               "replicas": list(replicas), "delete": False, "config": {}, **extra}
+               "replicas": list(replicas), "delete": False, "config": None, **extra}
     return w._replica_state(request)
 
 

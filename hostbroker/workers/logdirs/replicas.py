@@ -146,9 +146,8 @@ class DirReplicas:
                          "leader": part.leader, "leader_epoch": part.leader_epoch,
                          "isr": list(part.isr), "isr_version": part.version,
                          "replicas": list(part.replicas), "delete": False,
-                         "config": self.doc.configs.get(tp[0], {}), "placement": "log_dirs",
                          # the topic's whole config, which the replica takes (ALTER_TOPIC)
-                         "topic_config": self.doc.configs.get(tp[0], {}),
+                         "config": self.doc.configs.get(tp[0], {}), "placement": "log_dirs",
                          "replica_slots": replica_slots, "leader_slot": leader_slot}
                 rank = {"leader": 0, "follower": 1}.get(role, 2)
                 orders.append((rank, w, key, told, state))
