@@ -213,14 +213,16 @@ _NO_MEMBERS = "(no members)"
 
 
 def _print_groups(groups: Iterable[str], as_json: bool, out: TextIO,
-                  without_members: Iterable[str] = ()) -> None:
+                  without_members: Iterable[str] | None = None) -> None:
     """One group a line, those ``without_members`` marked; in JSON, every group
-    under ``groups`` and those without members again under ``without_members``."""
-    groups, bare = list(groups), set(without_members)
+    under ``groups`` and (given ``without_members``: a standalone broker's list)
+    those without members again under ``without_members``."""
+    groups, bare = list(groups), set(without_members or ())
     if as_json:
-        print(json.dumps({"groups": groups,
-                          "without_members": [g for g in groups if g in bare]}, indent=2),
-              file=out)
+        document = {"groups": groups}
+        if without_members is not None:
+            document["without_members"] = [g for g in groups if g in bare]
+        print(json.dumps(document, indent=2), file=out)
         return
     for group in groups:
         print(f"{group}  {_NO_MEMBERS}" if group in bare else group, file=out)

@@ -240,9 +240,10 @@ def test_standalone_describe_and_reset_on_the_brokers_stored_offsets(make_broker
     assert [(r["partition"], r["committed"], r["lag"])
             for r in json.loads(result.stdout)["partitions"]] == [(p, ends[p], 0) for p in (0, 1)]
 
-    # list: the groups with members (LIST_GROUPS); sg has only committed offsets now
+    # list: the groups with members (LIST_GROUPS) and, marked, those with only
+    # committed offsets (LIST_OFFSET_GROUPS): sg has only committed offsets now
     result = hostbroker("groups", "list", "--bootstrap", broker.unix)
-    assert (result.returncode, result.stdout, result.stderr) == (0, b"", b"")
+    assert (result.returncode, lines(result), result.stderr) == (0, ["sg  (no members)"], b"")
     with ConsumerConnector(broker.unix, config={**config, "group.id": "sg"}) as one, \
             ConsumerConnector(broker.unix, config={**config, "group.id": "b-other"}) as two:
         for connector in (one, two):
@@ -252,9 +253,11 @@ def test_standalone_describe_and_reset_on_the_brokers_stored_offsets(make_broker
         assert (result.returncode, lines(result)) == (0, ["b-other", "sg"])
         out = io.StringIO()
         assert list_standalone(as_json=True, bootstrap=broker.tcp, out=out) == 0
-        assert json.loads(out.getvalue()) == {"groups": ["b-other", "sg"]}
+        assert json.loads(out.getvalue()) == {"groups": ["b-other", "sg"],
+                                              "without_members": []}
     result = hostbroker("groups", "list", "--bootstrap", broker.unix)  # both left
-    assert (result.returncode, result.stdout) == (0, b"")
+    assert result.returncode == 0 and "sg  (no members)" in lines(result)
+    assert all(line.endswith("  (no members)") for line in lines(result))
     proxy = NoGroupsProxy(broker)  # a broker that does not serve groups
     try:
         result = hostbroker("groups", "list", "--bootstrap", proxy.uri)
