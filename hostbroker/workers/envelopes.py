@@ -73,9 +73,9 @@ hb-logdirs -> writer (``dctl`` ring, logdirs 0 -> writer w), answered on ``dres`
     op:u8  token:u64  ...   REPLICA_STATE: json, as above, plus "placement": "log_dirs",
                                   "replica_slots": {"<dir id>": slot, ...} (every
                                   replica, its own included), "leader_slot":
-                                  slot | -1 and "topic_config": {k: v} (the
-                                  topic's whole config, taken by the replica);
-                                  ids are log dir ids -> json {"error"}
+                                  slot | -1; "config" is the topic's whole
+                                  config, taken by the replica (as from the
+                                  controller); ids are log dir ids -> json {"error"}
                             DIR_REOPEN: json {"dir_id"}: an offline writer exits
                                   (EXIT_REOPEN) so that its replacement opens the
                                   dir afresh -> json {"error"} (NONE: it was not
