@@ -316,7 +316,8 @@ def test_top_table_shows_log_dirs_then_what_is_short_then_what_is_offline():
 
 class _Client:
     """Stands in for ``topics._client``'s SimpleClient: METADATA v0 answers
-    ``v0``; version 2 answers ``v2``, or raises it."""
+    ``v0``; version 2 answers ``v2``, or raises it; no topic configs (an older
+    broker)."""
 
     def __init__(self, v0, v2):
         self.v0, self.v2 = v0, v2
@@ -334,6 +335,10 @@ class _Client:
         if isinstance(self.v2, BaseException):
             raise self.v2
         return self.v2
+
+    def describe_topic_configs(self, topics):
+        # a broker from before DESCRIBE_TOPIC_CONFIGS: describe says nothing of configs
+        raise BrokerError(ErrorCode.UNSUPPORTED_VERSION, "not served")
 
 
 def _v0() -> api.MetadataResponse:
