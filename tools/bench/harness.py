@@ -326,6 +326,25 @@ def machine_info() -> dict:
             "git": rev, "loadavg_at_start": os.getloadavg()}
 
 
+def send_timed(producer, topic: str, messages: int, size: int) -> float:
+    """Send ``messages`` values of ``size`` bytes (1,000 distinct ones, made
+    before the clock starts) to ``topic`` through ``producer``, flush and close
+    it: messages per second from the first send to the flush's return.
+    BenchError unless every one was acknowledged."""
+    values = [os.urandom(size // 2).hex().encode() for _ in range(1000)]
+    send = producer.send
+    t0 = time.perf_counter()
+    for i in range(messages):
+        send(topic, values[i % 1000])
+    producer.flush()
+    seconds = time.perf_counter() - t0
+    acknowledged = producer.stats["acknowledged"]
+    producer.close()
+    if acknowledged != messages:
+        raise BenchError(f"{topic}: {acknowledged} of {messages} acknowledged")
+    return messages / seconds
+
+
 def warm_up(broker: Broker) -> None:
     """A topic of its own produced to and fetched from once, before anything is timed."""
     from hostbroker.client.simple import SimpleClient

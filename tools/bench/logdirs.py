@@ -148,18 +148,7 @@ def produce_run(broker: harness.Broker, topic: str, acks: int, messages: int) ->
     from hostbroker.client import Producer
 
     producer = Producer(broker.uri("unix"), producer_type="async", request_required_acks=acks)
-    values = [os.urandom(SIZE // 2).hex().encode() for _ in range(1000)]
-    send = producer.send
-    t0 = time.perf_counter()
-    for i in range(messages):
-        send(topic, values[i % 1000])
-    producer.flush()
-    seconds = time.perf_counter() - t0
-    acknowledged = producer.stats["acknowledged"]
-    producer.close()
-    if acknowledged != messages:
-        raise harness.BenchError(f"{topic}: {acknowledged} of {messages} acknowledged")
-    return messages / seconds
+    return harness.send_timed(producer, topic, messages, SIZE)
 
 
 def bench_produce(args, workdir: str) -> dict:
