@@ -35,15 +35,13 @@ from hostbroker.shm import partitions as ptable
 from hostbroker.shm.logdirs import LD_STATE_NAMES, LogDirTable, shown_state
 from hostbroker.shm.partitions import PartitionTable
 from hostbroker.shm import stats
-from hostbroker.shm.procs import ProcessBoard
+from hostbroker.shm.procs import KIND_NAMES, ProcessBoard
 from hostbroker.shm.table import FREE
 from hostbroker.top_render import render  # noqa: F401 (top's screen, re-exported)
 from hostbroker.workers.plan import BrokerPlan
 from hostbroker.workers.stats_record import api_name
 from hostbroker.workers.stats_record import attach_stats as attach_stats_regions
 
-KIND_NAMES = {1: "writer", 2: "handler", 3: "processor", 4: "acceptor", 5: "registrar",
-              6: "coordinator", 7: "replica", 8: "logdirs", 9: "http"}
 
 def attach(config: Config) -> tuple[ProcessBoard, PartitionTable, list[str]]:
     """The running broker's process board and partition table (read-only), and its log dirs."""

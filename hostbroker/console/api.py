@@ -2,7 +2,7 @@
 
 Runs in hb-http (``hostbroker/workers/http/``), which calls
 ``console_routes(router, context)`` once when it builds its Router. What
-the console may use is the :class:`~hostbroker.workers.http.context.HttpContext`:
+the console may use is the ``HttpContext`` (built by hb-http, :mod:`hostbroker.workers.http.context`):
 the shared tables read-only (process board, partition table, stats tables)
 and one client connection to this broker. Everything the console shows
 that is not a counter comes from a wire request over that connection
@@ -55,7 +55,8 @@ import time
 
 from hostbroker.console.rates import BrokerRates, PartitionRates
 from hostbroker.errors import ErrorCode, HostbrokerError
-from hostbroker.workers.http.router import HttpError, Response, json_response
+from hostbroker.shm import procs
+from hostbroker.web.router import HttpError, Response, json_response
 
 # the page's files: path -> (package file, content type); nothing else is served
 STATIC = {
@@ -187,10 +188,8 @@ class Console:
         """A group client to this broker (JOIN/SYNC/... answers need their own decoder)."""
         if self._coordinator is None:
             from hostbroker.client.coordinator_requests import CoordinatorClient
-            from hostbroker.workers.http.context import BROKER_TIMEOUT_S, broker_uri
-
-            self._coordinator = CoordinatorClient([broker_uri(self.config)],
-                                                  timeout=BROKER_TIMEOUT_S,
+            self._coordinator = CoordinatorClient([self.context.broker_uri],
+                                                  timeout=self.context.broker_timeout_s,
                                                   client_id=CLIENT_ID)
         return self._coordinator
 
@@ -241,9 +240,7 @@ class Console:
 
     def broker(self, request) -> Response:
         import hostbroker
-        from hostbroker.workers.supervisor import KIND_CODES
-
-        kinds = {code: kind for kind, code in KIND_CODES.items()}
+        kinds = procs.KIND_NAMES
         board = self.context.board
         processes = []
         for row in board.snapshot():

@@ -1,7 +1,7 @@
 """The console's changes: create and delete a topic, add partitions, change its config.
 
 Each is a ``POST`` route added with ``admin=True``: hb-http's Router asks the
-admin gate (``hostbroker/workers/http/auth.py``: ``http.admin.enable``, the
+admin gate (``hostbroker/web/auth.py``: ``http.admin.enable``, the
 token, the cross-site checks) before the function here runs, so nothing
 here sees a request the gate refused. Each change is the wire request the
 CLI sends for it, over hb-http's broker connection
@@ -29,7 +29,7 @@ import json
 
 from hostbroker.console.api import answer, broker_refused, topic_name
 from hostbroker.errors import ErrorCode
-from hostbroker.workers.http.router import HttpError
+from hostbroker.web.router import HttpError
 
 INT32_MAX = 2**31 - 1
 

@@ -327,9 +327,7 @@ class ApiCollector(_Described):
 
 def kind_names() -> dict[int, str]:
     """Board kind code -> kind name (the supervisor's numbering)."""
-    from hostbroker.workers.supervisor import KIND_CODES
-
-    return {code: kind for kind, code in KIND_CODES.items()}
+    return dict(procs.KIND_NAMES)
 
 
 class ProcessCollector(_Described):

@@ -29,6 +29,7 @@ from hostbroker.metrics.collectors import (
 )
 from hostbroker.metrics.exposition import render
 from hostbroker.metrics.lag import GroupLag
+from hostbroker.web.router import Response
 
 
 class Scrape:
@@ -36,14 +37,12 @@ class Scrape:
 
     def __init__(self, context):
         config = context.config
-        from hostbroker.workers.http.context import BROKER_TIMEOUT_S, broker_uri
-
-        self.lag = GroupLag(broker_uri(config),
+        self.lag = GroupLag(context.broker_uri,
                             interval_s=config["http.metrics.lag.interval.ms"] / 1000,
                             max_groups=config["http.metrics.max.groups"],
                             max_keys=config["http.metrics.max.partitions"],
                             max_entries=config["request.max.entries"],
-                            timeout_s=BROKER_TIMEOUT_S)
+                            timeout_s=context.broker_timeout_s)
         self.partitions = PartitionCollector(context, config["http.metrics.max.partitions"])
         self.registry = CollectorRegistry(auto_describe=False)
         for collector in (self.partitions, GroupCollector(self.lag, self.partitions),
@@ -63,8 +62,6 @@ class Scrape:
 
 def metrics_route(context):
     """The handler of ``GET /metrics`` over ``context`` (an ``HttpContext``)."""
-    from hostbroker.workers.http.router import Response
-
     scrape = Scrape(context)
 
     def handler(request) -> Response:

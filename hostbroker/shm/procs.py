@@ -50,6 +50,11 @@ from collections import namedtuple
 from hostbroker.shm.region import SharedRegion
 from hostbroker.shm.table import SlotLayout, SlotTable, TornSlotError
 
+# The kind of process a board slot holds (its ``kind`` column), by name and back.
+KIND_CODES = {"writer": 1, "handler": 2, "processor": 3, "acceptor": 4, "registrar": 5,
+              "coordinator": 6, "replica": 7, "logdirs": 8, "http": 9}
+KIND_NAMES = {code: kind for kind, code in KIND_CODES.items()}
+
 # Counter indexes. Totals only grow; RING_OCCUPANCY and CONNECTIONS are gauges.
 REQUESTS = 0
 BYTES_IN = 1

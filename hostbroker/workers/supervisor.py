@@ -84,11 +84,11 @@ from hostbroker.shm.peers import MAX_PEERS, PeersTable
 from hostbroker.shm.stats import ApiStats, PartitionStats
 from hostbroker.shm.ring import Ring
 from hostbroker.shm.topicnames import ReplicatedNames
+from hostbroker.web.auth import AdminTokenError, load_admin_token
 from hostbroker.workers.acceptor import AcceptorWorker
 from hostbroker.workers.coordinator import CoordinatorWorker
 from hostbroker.workers.base import child_main, die_with_parent, set_process_name
 from hostbroker.workers.handler import HandlerWorker
-from hostbroker.workers.http.auth import AdminTokenError, load_admin_token
 from hostbroker.workers.http.worker import HttpWorker
 from hostbroker.workers.logdirs import LogDirsWorker
 from hostbroker.workers.plan import BrokerPlan
@@ -105,8 +105,7 @@ WORKER_CLASSES = {"writer": WriterWorker, "handler": HandlerWorker,
                   "processor": ProcessorWorker, "acceptor": AcceptorWorker,
                   "registrar": RegistrarWorker, "coordinator": CoordinatorWorker,
                   "replica": ReplicaWorker, "logdirs": LogDirsWorker, "http": HttpWorker}
-KIND_CODES = {"writer": 1, "handler": 2, "processor": 3, "acceptor": 4, "registrar": 5,
-              "coordinator": 6, "replica": 7, "logdirs": 8, "http": 9}
+KIND_CODES = procs.KIND_CODES
 # hb-http first (its pages ask the broker, which must still answer), then the
 # registrar: the registrations go before the listeners close
 STOP_ORDER = ("http", "registrar", "acceptor", "processor", "handler", "replica", "logdirs",

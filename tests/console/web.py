@@ -44,9 +44,9 @@ class ConsoleBroker(Broker):
     def start(self, timeout: float = 30.0) -> ConsoleBroker:
         super().start(timeout)
         deadline = time.monotonic() + timeout
-        while True:  # hb-http comes up beside the other workers
+        while True:  # hb-http comes up last; the supervisor then calls the broker running
             try:
-                if call(self, "GET", "/api/rates")[0] == 200:
+                if call(self, "GET", "/api/rates")[0] == 200 and self.state() == "running":
                     return self
             except OSError:
                 pass

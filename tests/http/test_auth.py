@@ -10,8 +10,8 @@ import os
 import pytest
 
 from hostbroker.config import Config
-from hostbroker.workers.http.auth import AdminGate, AdminTokenError, load_admin_token
-from hostbroker.workers.http.router import Request
+from hostbroker.web.auth import AdminGate, AdminTokenError, load_admin_token
+from hostbroker.web.router import Request
 
 TOKEN = b"s3cret-token-0123456789"
 GOOD = {"host": "127.0.0.1:9644", "origin": "http://127.0.0.1:9644",

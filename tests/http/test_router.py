@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from hostbroker.workers.http.router import (HttpError, Request, Router, error_response,
+from hostbroker.web.router import (HttpError, Request, Router, error_response,
                                             json_response, split_path, text_response)
 
 

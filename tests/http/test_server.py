@@ -10,8 +10,8 @@ import random
 
 import pytest
 
-from hostbroker.workers.http.router import Router, json_response, text_response
-from hostbroker.workers.http.server import CONTINUE, HttpConnection, Limits
+from hostbroker.web.router import Router, json_response, text_response
+from hostbroker.web.server import CONTINUE, HttpConnection, Limits
 
 LIMITS = Limits(request_max_bytes=2048, request_timeout=10.0, idle_timeout=60.0,
                 response_max_bytes=4096)

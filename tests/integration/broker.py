@@ -118,6 +118,18 @@ class Broker:
             board.close()
             table.close()
 
+    def state(self) -> str:
+        """The broker's state on its process board (``starting``, ``running``, ...)."""
+        from hostbroker.config import Config
+        from hostbroker.top import attach
+
+        board, table, _ = attach(Config.build(overrides=[f"log.dirs={self.settings['log.dirs']}"]))
+        try:
+            return board.broker_state.name.lower()
+        finally:
+            board.close()
+            table.close()
+
     def workers(self) -> dict[str, int]:
         """Process name (hb-writer-0, ...) -> pid of every worker."""
         out = {}

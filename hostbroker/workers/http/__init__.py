@@ -11,9 +11,9 @@ nothing of the broker's; anything that needs a request (metadata, groups,
 offsets, topic changes) is sent as a client's request to the broker's own
 listener, the normal route.
 
-Modules: :mod:`.worker` (the process loop), :mod:`.server` (the HTTP/1.1
-connection machine, which knows nothing of the broker), :mod:`.router` (the
-route table, requests and answers), :mod:`.auth` (the admin gate),
-:mod:`.routes` (the one place the routes are mounted), :mod:`.context` (what
-handlers may use). The worker is imported by the supervisor only.
+Modules: :mod:`.worker` (the process loop), :mod:`.routes` (the one place
+the routes are mounted), :mod:`.context` (what handlers may use). The HTTP
+machine, the route table and the admin gate know nothing of the broker and
+live below, in :mod:`hostbroker.web`. The worker is imported by the
+supervisor only.
 """

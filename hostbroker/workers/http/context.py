@@ -62,6 +62,8 @@ class HttpContext:
         self._client = None
         self._partition_stats: dict[tuple[str, int], object] = {}
         self._api_stats: dict[tuple[str, int], object] = {}
+        self.broker_uri = broker_uri(self.config)  # the listener broker_client() reaches
+        self.broker_timeout_s = BROKER_TIMEOUT_S
 
     # -- shared memory (read-only) -------------------------------------------------
     @property
@@ -116,7 +118,7 @@ class HttpContext:
         call :meth:`drop_client`: the next call opens a fresh connection."""
         if self._client is None:
             from hostbroker.client.simple import SimpleClient
-            self._client = SimpleClient(broker_uri(self.config), CLIENT_ID,
+            self._client = SimpleClient(self.broker_uri, CLIENT_ID,
                                         timeout=BROKER_TIMEOUT_S)
         return self._client
 

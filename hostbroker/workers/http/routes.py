@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from hostbroker.console.api import console_routes
 from hostbroker.metrics.route import metrics_route
-from hostbroker.workers.http.auth import AdminGate
+from hostbroker.web.auth import AdminGate
 from hostbroker.workers.http.context import HttpContext
-from hostbroker.workers.http.router import Router
+from hostbroker.web.router import Router
 
 
 def build_router(context: HttpContext) -> Router:

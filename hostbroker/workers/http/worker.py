@@ -30,8 +30,8 @@ import traceback
 from hostbroker.shm import procs
 from hostbroker.workers.base import Worker
 from hostbroker.workers.http.context import HttpContext
-from hostbroker.workers.http.router import Request, error_response
-from hostbroker.workers.http.server import HttpConnection, Limits, encode_response
+from hostbroker.web.router import Request, error_response
+from hostbroker.web.server import HttpConnection, Limits, encode_response
 
 _TICK_S = 0.25  # timeouts are applied this often at least
 _IDLE_TICK_S = 1.0  # the loop's round (for the heartbeat) without a connection

@@ -5,7 +5,7 @@ and returns), the helpers that build answers, and :class:`Router`, the table
 of ``(method, path) -> handler``. The table is filled once, by
 :func:`hostbroker.workers.http.routes.build_router`; one path has one route,
 and :meth:`Router.add` refuses a second. Nothing here touches a socket or the
-broker: :mod:`hostbroker.workers.http.server` hands it whole requests.
+broker: :mod:`hostbroker.web.server` hands it whole requests.
 
 Paths are matched whole, segment by segment, never by prefix and never
 through the file system:

@@ -52,7 +52,7 @@ import dataclasses
 import http
 import re
 
-from hostbroker.workers.http.router import (Request, Response, Router, error_response,
+from hostbroker.web.router import (Request, Response, Router, error_response,
                                             parse_query)
 
 _TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+\Z")

@@ -38,7 +38,7 @@ import os
 import stat
 import urllib.parse
 
-from hostbroker.workers.http.router import Request, Response, error_response
+from hostbroker.web.router import Request, Response, error_response
 
 MIN_TOKEN_BYTES = 16
 MAX_TOKEN_FILE_BYTES = 4096
