@@ -88,6 +88,21 @@ _BOUNDS_NS = tuple(round(b * 1e9) for b in LATENCY_BOUNDS)
 KEY_WORDS = 16  # 3 + 12 buckets + 1 reserved: a key is two cache lines
 
 
+def _create(cls, region_or_name: SharedRegion | str, size: int, count: int, width: int):
+    """A new ``cls`` over ``size`` zeroed bytes whose header (magic and version
+    first, as every structure's) says ``count`` rows of ``width`` words."""
+    region, opened = cls._open(region_or_name, size)
+    try:
+        region.buf[:size] = bytes(size)
+        _HEADER.pack_into(region.buf, 0, cls.MAGIC, cls.VERSION, count, width)
+        return cls(region, opened)
+    except BaseException:
+        if opened:
+            region.close()
+            region.unlink()
+        raise
+
+
 class PartitionStats(Structure):
     """One process's counts per partition slot (module docstring)."""
 
@@ -113,17 +128,7 @@ class PartitionStats(Structure):
         """Zeroed counts for ``rows`` partition slots (the supervisor's)."""
         if rows <= 0:
             raise ValueError("partition stats need at least one row")
-        region, opened = cls._open(region_or_name, cls.region_size(rows))
-        try:
-            region.buf[:cls.region_size(rows)] = bytes(cls.region_size(rows))
-            cls._stamp(region.buf)
-            _HEADER.pack_into(region.buf, 0, cls.MAGIC, cls.VERSION, rows, COLUMN_COUNT)
-            return cls(region, opened)
-        except BaseException:
-            if opened:
-                region.close()
-                region.unlink()
-            raise
+        return _create(cls, region_or_name, cls.region_size(rows), rows, COLUMN_COUNT)
 
     @classmethod
     def attach(cls, region_or_name: SharedRegion | str, readonly: bool = False) -> PartitionStats:
@@ -206,16 +211,7 @@ class ApiStats(Structure):
 
     @classmethod
     def create(cls, region_or_name: SharedRegion | str) -> ApiStats:
-        region, opened = cls._open(region_or_name, cls.region_size())
-        try:
-            region.buf[:cls.region_size()] = bytes(cls.region_size())
-            _HEADER.pack_into(region.buf, 0, cls.MAGIC, cls.VERSION, API_KEYS, KEY_WORDS)
-            return cls(region, opened)
-        except BaseException:
-            if opened:
-                region.close()
-                region.unlink()
-            raise
+        return _create(cls, region_or_name, cls.region_size(), API_KEYS, KEY_WORDS)
 
     @classmethod
     def attach(cls, region_or_name: SharedRegion | str, readonly: bool = False) -> ApiStats:
