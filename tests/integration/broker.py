@@ -110,7 +110,7 @@ class Broker:
         from hostbroker.config import Config
         from hostbroker.top import KIND_NAMES, attach
 
-        board, table, _ = attach(Config.build(overrides=[f"log.dirs={self.settings['log.dirs']}"]))
+        board, table, _ = attach(Config.build(overrides=self._naming()))
         try:
             return sum(row["counters"][name] for row in board.snapshot()
                        if KIND_NAMES.get(row.get("kind")) == kind)
@@ -118,12 +118,17 @@ class Broker:
             board.close()
             table.close()
 
+    def _naming(self) -> list[str]:
+        """The settings the broker's shared memory is named by."""
+        return [f"{key}={self.settings[key]}" for key in ("log.dirs", "broker.id")
+                if key in self.settings]
+
     def state(self) -> str:
         """The broker's state on its process board (``starting``, ``running``, ...)."""
         from hostbroker.config import Config
         from hostbroker.top import attach
 
-        board, table, _ = attach(Config.build(overrides=[f"log.dirs={self.settings['log.dirs']}"]))
+        board, table, _ = attach(Config.build(overrides=self._naming()))
         try:
             return board.broker_state.name.lower()
         finally:
