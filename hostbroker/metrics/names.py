@@ -99,9 +99,9 @@ _ROWS = (
     ("group_committed_offset", "gauge", _G, "group",
      "The group's committed offset for the partition, as OFFSET_FETCH answers it."),
     ("group_lag_bytes", "gauge", _G, "group",
-     "The partition's high watermark (log end offset when unreplicated) minus the "
-     "group's committed offset; only for partitions this broker leads (or holds "
-     "unreplicated)."),
+     "The partition's high watermark (log end offset when unreplicated: where "
+     "consumers stop) minus the group's committed offset, 0 when the committed offset "
+     "is past it; only for partitions this broker leads (or holds unreplicated)."),
     ("group_members", "gauge", ("group",), "group",
      "Members of the group (0 for a group with committed offsets only)."),
     # the scrape itself
