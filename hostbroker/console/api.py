@@ -47,7 +47,10 @@ again by the next request.
 Cost: a topics page reads METADATA for every topic (kept ``METADATA_TTL_S``,
 so paging and the charts' polls do not ask again) and the stats tables once;
 at 10,000 partitions that is tens of milliseconds of hb-http, none of the
-handlers' beyond answering one METADATA.
+handlers' beyond answering one METADATA. A group's page asks METADATA v1
+(not cached: the lag is against the high watermarks of now) of its members'
+topics, or of every topic for a group with committed offsets only; the
+handler reads those partitions' slots whole for it.
 """
 
 from __future__ import annotations
