@@ -30,7 +30,9 @@ Routes (one each, added here):
 - ``GET /api/groups?filter=&offset=&limit=``: groups with members and groups
   with committed offsets only.
 - ``GET /api/groups/{group}?offset=&limit=``: members, assignments, and per
-  partition the committed offset, log end and lag (log end - committed).
+  partition the committed offset, high watermark and lag (high watermark -
+  committed, at least 0: :func:`hostbroker.metrics.lag.group_lag`, as
+  ``/metrics`` works it out), read with METADATA v1.
 - ``GET /api/rates``: the broker-wide series of the live charts.
 - ``POST`` changes (:mod:`hostbroker.console.changes`), each ``admin=True``:
   the Router's gate (``http.admin.enable``, the token, the cross-site
@@ -45,7 +47,10 @@ again by the next request.
 Cost: a topics page reads METADATA for every topic (kept ``METADATA_TTL_S``,
 so paging and the charts' polls do not ask again) and the stats tables once;
 at 10,000 partitions that is tens of milliseconds of hb-http, none of the
-handlers' beyond answering one METADATA.
+handlers' beyond answering one METADATA. A group's page asks METADATA v1
+(not cached: the lag is against the high watermarks of now) of its members'
+topics, or of every topic for a group with committed offsets only; the
+handler reads those partitions' slots whole for it.
 """
 
 from __future__ import annotations
@@ -55,6 +60,7 @@ import time
 
 from hostbroker.console.rates import BrokerRates, PartitionRates
 from hostbroker.errors import ErrorCode, HostbrokerError
+from hostbroker.metrics.lag import group_lag
 from hostbroker.shm import procs
 from hostbroker.web.router import HttpError, Response, json_response
 
@@ -483,6 +489,15 @@ class Console:
 
     # -- GET /api/groups/{group} -------------------------------------------------------------
 
+    def _high_watermarks(self, topics: list[str]) -> dict[tuple[str, int], int | None]:
+        """(topic, partition) -> where consumers stop, of ``topics`` (every
+        topic when empty), read now with METADATA v1: the high watermark of a
+        replicated partition, the log end of one that is not; None where this
+        broker holds no replica (a cluster's)."""
+        metadata = self.ask("reading the high watermarks", lambda c: c.metadata_v1(topics))
+        return {(t.topic, p.partition): p.high_watermark if p.high_watermark >= 0 else None
+                for t in metadata.topics for p in t.partitions}
+
     def group(self, request) -> Response:
         from hostbroker.protocol.groups import MAX_GROUP_ID_BYTES
 
@@ -495,10 +510,8 @@ class Console:
         if state.error_code != ErrorCode.NONE:
             raise broker_refused(state.error_code, None, f"describing group {name[:FILTER_MAX]}")
         members = list(state.members)
-        metadata = self.metadata(fresh=True)  # the lag against the log ends of now
-        ends = {(t.topic, p.partition): p.log_end_offset
-                for t in metadata.topics for p in t.partitions}
         assigned = {a.topic for m in members for a in m.assignment}
+        ends = self._high_watermarks(sorted(assigned))  # the lag against those of now
         keys = sorted(k for k in ends if not assigned or k[0] in assigned)
         committed = {}
         for at in range(0, len(keys), OFFSET_FETCH_CHUNK):
@@ -517,10 +530,10 @@ class Console:
         total_lag = 0
         for key in shown_keys:
             done, end = committed.get(key), ends.get(key)
-            lag = None if done is None or end is None else max(0, end - done)
+            lag = group_lag(end, done)
             total_lag += lag or 0
             rows.append({"topic": key[0], "partition": key[1], "owner": owners.get(key),
-                         "committed": done, "log_end": end, "lag": lag})
+                         "committed": done, "high_watermark": end, "lag": lag})
         return answer({
             "group": name, "phase": state.phase if members else None,
             "generation": state.generation if members else None,

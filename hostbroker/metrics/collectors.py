@@ -52,6 +52,7 @@ from prometheus_client.metrics_core import (
 
 from hostbroker import __version__
 from hostbroker.metrics.exposition import ColumnFamily, label_string
+from hostbroker.metrics.lag import group_lag
 from hostbroker.metrics.names import LATENCY_BUCKETS, METRICS, api_name, spec
 from hostbroker.shm import partitions as pt
 from hostbroker.shm import procs
@@ -250,8 +251,10 @@ class PartitionCollector(_Described):
             m = spec(name)
             return ColumnFamily(m.name, m.help, m.type, m.labels, keys, labels, values)
 
-        for i, column in enumerate(("messages_in", "bytes_in", "bytes_out", "fetches")):
-            yield family(f"partition_{column}_total", columns[i])
+        # the partition stats' columns, in their order (_stat_columns)
+        for i, name in enumerate(("partition_messages_in_total", "partition_in_bytes_total",
+                                  "partition_out_bytes_total", "partition_fetches_total")):
+            yield family(name, columns[i])
         yield family("partition_log_start_offset", view.start[:n])
         yield family("partition_log_end_offset", view.end[:n])
         yield family("partition_high_watermark", view.readable[:n])
@@ -449,7 +452,10 @@ class BrokerCollector(_Described):
 class GroupCollector(_Described):
     """Committed offsets, lag and members of the groups the broker stores
     offsets for (:class:`~hostbroker.metrics.lag.GroupLag`, cached), the lag
-    against the partitions ``partitions`` read in this scrape."""
+    (:func:`~hostbroker.metrics.lag.group_lag`) against where consumers stop
+    in the partitions ``partitions`` read in this scrape: the high watermark
+    of a replicated partition this broker leads, the log end of an
+    unreplicated one."""
 
     NAMES = ("hostbroker_group_committed_offset", "hostbroker_group_lag_bytes",
              "hostbroker_group_members", "hostbroker_metrics_groups_omitted")
@@ -465,10 +471,7 @@ class GroupCollector(_Described):
         keys = sorted(reading.offsets)
         labels = [label_string(("group", "topic", "partition"), k) for k in keys]
         committed = [reading.offsets[k] for k in keys]
-        lag = []
-        for k, c in zip(keys, committed):
-            end = ends.get(k[1:])
-            lag.append(None if end is None else end - c)
+        lag = [group_lag(ends.get(k[1:]), c) for k, c in zip(keys, committed)]
         m = spec("group_committed_offset")
         yield ColumnFamily(m.name, m.help, m.type, m.labels, keys, labels, committed)
         m = spec("group_lag_bytes")

@@ -32,6 +32,15 @@ refresh asks counts against ``http.metrics.max.partitions``; the groups
 that do not fit count as omitted. A refresh that fails (the broker does not
 answer in ``BROKER_TIMEOUT_S``, or answers an error) keeps the previous
 reading, says so once on stderr, and is tried again at the next interval.
+
+Lag. :func:`group_lag` is the one place a group's lag is worked out, for
+``/metrics`` and the console's group page alike: the partition's high
+watermark (its log end when it is not replicated: where consumers stop)
+minus the committed offset, never the log end of a replicated partition (a
+leader whose followers trail would show lag no consumer can read). A
+committed offset past the high watermark (committed ahead of what was
+read, or kept across a failover that cut the log back) shows lag 0; the
+committed offset itself is shown as it is.
 """
 
 from __future__ import annotations
@@ -49,6 +58,15 @@ from hostbroker.protocol import groups as gp
 from hostbroker.protocol.topics_admin import ListOffsetGroupsRequest
 
 FETCH_MAX_PARTITIONS = 1000
+
+
+def group_lag(high_watermark: int | None, committed: int | None) -> int | None:
+    """A group's lag on one partition, in bytes (module docstring):
+    ``high_watermark`` - ``committed``, at least 0; None when either is not
+    known (None or negative: no committed offset, no replica here)."""
+    if high_watermark is None or committed is None or high_watermark < 0 or committed < 0:
+        return None
+    return max(0, high_watermark - committed)
 
 
 @dataclass

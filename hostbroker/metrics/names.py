@@ -6,7 +6,10 @@ generated from it (``python -m hostbroker.metrics.names``; a test holds the
 page to it), and the example Grafana dashboard may name only what it holds.
 
 Names follow Prometheus' conventions: the prefix ``hostbroker_``, base
-units (``_bytes``, ``_seconds``), ``_total`` on counters. Offsets are the
+units (``_bytes``, ``_seconds``), plural, ending the name or right before
+``_total`` (``hostbroker_partition_in_bytes_total``, as
+``node_network_receive_bytes_total``), ``_total`` on counters and only on
+them, ``_info`` on the one info gauge (always 1), snake_case labels. Offsets are the
 broker's byte offsets, so an offset difference is a size in bytes (a
 partition's size, a group's lag).
 
@@ -31,9 +34,9 @@ _ROWS = (
     # per partition
     ("partition_messages_in_total", "counter", _P, "partition",
      "Messages produced to the partition (a follower's copies are not counted)."),
-    ("partition_bytes_in_total", "counter", _P, "partition",
+    ("partition_in_bytes_total", "counter", _P, "partition",
      "Bytes of message sets produced to the partition."),
-    ("partition_bytes_out_total", "counter", _P, "partition",
+    ("partition_out_bytes_total", "counter", _P, "partition",
      "Bytes of the partition sent in FETCH answers (consumers and followers)."),
     ("partition_fetches_total", "counter", _P, "partition",
      "FETCH answers that carried the partition (consumers and followers)."),
@@ -96,9 +99,9 @@ _ROWS = (
     ("group_committed_offset", "gauge", _G, "group",
      "The group's committed offset for the partition, as OFFSET_FETCH answers it."),
     ("group_lag_bytes", "gauge", _G, "group",
-     "The partition's high watermark (log end offset when unreplicated) minus the "
-     "group's committed offset; only for partitions this broker leads (or holds "
-     "unreplicated)."),
+     "The partition's high watermark (log end offset when unreplicated: where "
+     "consumers stop) minus the group's committed offset, 0 when the committed offset "
+     "is past it; only for partitions this broker leads (or holds unreplicated)."),
     ("group_members", "gauge", ("group",), "group",
      "Members of the group (0 for a group with committed offsets only)."),
     # the scrape itself

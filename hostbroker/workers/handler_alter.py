@@ -25,6 +25,12 @@ as it can be without the topic, is forwarded (``logdirs/topic_changes.py``).
 LIST_OFFSET_GROUPS is ``hb-coordinator``'s: the op ``groups`` on its
 offsets ring, answered with the groups its offsets store holds, cut to what
 fits an answer.
+
+Every answer of the three, whether built here at once, once the writers,
+``hb-logdirs`` or ``hb-coordinator`` answered, or because one of them was
+replaced first, goes out through the handler's ``_reply``, which counts one
+with a top-level or any topic's error code in the API stats
+(``stats_record``; tests/metrics/test_admin_errors.py holds it on a scrape).
 """
 
 from __future__ import annotations

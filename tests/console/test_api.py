@@ -128,7 +128,8 @@ def test_group_lag(console):
     g = get(console, "/api/groups/readers")
     assert g["members"] == [] and g["total"] == 1
     row = g["partitions"][0]
-    assert (row["topic"], row["partition"], row["committed"], row["log_end"], row["lag"]) == \
+    assert (row["topic"], row["partition"], row["committed"], row["high_watermark"],
+            row["lag"]) == \
         ("events", 0, committed, ends[0], ends[0] - committed)
     assert g["total_lag"] == ends[0] - committed
     assert call(console, "GET", "/api/groups/nobody")[0] == 404

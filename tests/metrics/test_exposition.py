@@ -24,7 +24,7 @@ class _Collector:
 def _families(groups=HOSTILE):
     keys = [(t, p) for t in ("orders", "page.views", "x-y_z") for p in range(3)]
     labels = [label_string(("topic", "partition"), k) for k in keys]
-    yield ColumnFamily("hostbroker_partition_bytes_in_total", "Bytes in.", "counter",
+    yield ColumnFamily("hostbroker_partition_in_bytes_total", "Bytes in.", "counter",
                        ("topic", "partition"), keys, labels, [i * 1000 for i in range(9)])
     yield ColumnFamily("hostbroker_partition_log_end_offset", "Log end\\offset\nsecond line.",
                        "gauge", ("topic", "partition"), keys, labels,
@@ -74,7 +74,7 @@ def test_hostile_label_values_read_back_whole():
               for _, labels, value in families["hostbroker_group_lag_bytes"][2]}
     assert groups == {_sanitized(g): float(i) for i, g in enumerate(HOSTILE)}
     # no line of a label value became a family or a sample of its own
-    assert set(families) == {"hostbroker_partition_bytes_in", "hostbroker_partition_log_end_offset",
+    assert set(families) == {"hostbroker_partition_in_bytes", "hostbroker_partition_log_end_offset",
                              "hostbroker_group_lag_bytes", "hostbroker_connections",
                              "hostbroker_request_latency_seconds"}
 

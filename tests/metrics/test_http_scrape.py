@@ -92,8 +92,8 @@ def test_counters_after_a_known_produce_and_fetch(served):
     got = wait_for(counted, timeout=10)
     assert got, "the counts of the produce and fetch did not show"
     labels = {"topic": topic, "partition": 0}
-    assert got.value("hostbroker_partition_bytes_in_total", **labels) == end
-    assert got.value("hostbroker_partition_bytes_out_total", **labels) == end
+    assert got.value("hostbroker_partition_in_bytes_total", **labels) == end
+    assert got.value("hostbroker_partition_out_bytes_total", **labels) == end
     # per request kind: at least the requests this test sent (others' come too)
     assert _api(got, "hostbroker_requests_total", "produce") - _api(
         before, "hostbroker_requests_total", "produce") >= 2

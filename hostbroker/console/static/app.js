@@ -247,7 +247,7 @@ async function showGroup(name) {
   });
   fill("group-partitions", g.partitions, (row, p) => {
     cell(row, p.topic); cell(row, p.partition, true); cell(row, p.owner);
-    cell(row, p.committed, true); cell(row, p.log_end, true); cell(row, p.lag, true);
+    cell(row, p.committed, true); cell(row, p.high_watermark, true); cell(row, p.lag, true);
   });
   pager("group-pager", g, g.total, offset => { page.offset = offset; route(); });
 }
