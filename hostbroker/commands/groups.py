@@ -176,14 +176,15 @@ def _client(bootstrap: str):
 
 def _standalone_partitions(client, topics: list[str], missing: list[str] | None = None
                            ) -> dict[str, list]:
-    """topic -> its MetadataPartitions; a topic the broker does not know is a command error,
-    or, given ``missing``, added to it and left out."""
+    """topic -> its partitions as METADATA version 1 gives them (``high_watermark``:
+    where consumers stop, the log end of an unreplicated partition); a topic the broker
+    does not know is a command error, or, given ``missing``, added to it and left out."""
     from hostbroker.errors import ErrorCode
 
     if not topics:
         raise usage_error("with --bootstrap, name the group's topics with --topic")
     found = {}
-    for topic in client.metadata([check_topic(t) for t in topics]).topics:
+    for topic in client.metadata_v1([check_topic(t) for t in topics]).topics:
         if topic.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
             if missing is None:
                 raise CommandError(f"no topic {topic.topic}")
@@ -374,7 +375,7 @@ def describe_standalone(group: str, topics: list[str], *, as_json: bool = False,
     owners = {(a.topic, p): f"{m.member_id}-{a.stream}"
               for m in members for a in m.assignment for p in a.partitions}
     rows = [Row(t, -1, p.partition, owners.get((t, p.partition)),
-                committed.get((t, p.partition)), p.log_end_offset)
+                committed.get((t, p.partition)), p.high_watermark)
             for t in sorted(held) for p in held[t]]
     if as_json:
         shown = {"group": group}
