@@ -323,7 +323,7 @@ def _parse_head(raw: bytes, length: int) -> _Head:
                   body_length, keep_alive)
 
 
-_PORT = re.compile(r"\d{0,5}\Z")
+_PORT = re.compile(r"[0-9]{0,5}\Z")
 LOCALHOST = "localhost"
 
 
@@ -333,9 +333,9 @@ def host_problem(host: str, allowed: frozenset[str]) -> str | None:
     Answered: an IP address (v4, or v6 in brackets: a page on a rebound name
     names that name, never an address), ``localhost``, or a name of
     ``allowed`` (normalized by :func:`~hostbroker.settings_http.normal_host_name`);
-    any Host when ``allowed`` holds ``*``. The port (digits after the last
-    ``:``, or after ``]``) is not looked at; the name is compared in lower
-    case without one trailing dot."""
+    any Host when ``allowed`` holds ``*``. A port (up to five digits after
+    the one ``:``, or after ``]``) is not looked at, anything else there
+    refuses; the name is compared in lower case without one trailing dot."""
     if ANY_HOST in allowed:
         return None
     refused = ("the Host header names neither an IP address, localhost nor a name of "

@@ -109,7 +109,8 @@ def test_too_many_idle_connections_are_refused_and_the_rest_served(port):
 def test_oversized_headers_are_431_and_the_connection_closed(port):
     with connect(port) as sock:
         try:
-            sock.sendall(b"GET /nope HTTP/1.1\r\nHost: localhost\r\nX-Big: " + b"a" * (MAX_REQUEST * 4))
+            sock.sendall(b"GET /nope HTTP/1.1\r\nHost: localhost\r\nX-Big: "
+                         + b"a" * (MAX_REQUEST * 4))
         except OSError:
             pass
         status, _, body = one_answer_then_closed(sock)
@@ -118,7 +119,8 @@ def test_oversized_headers_are_431_and_the_connection_closed(port):
 
 def test_an_oversized_body_is_413_before_it_is_read(port):
     with connect(port) as sock:
-        sock.sendall(b"POST /api/topics HTTP/1.1\r\nHost: localhost\r\nContent-Length: 1000000000\r\n\r\n")
+        sock.sendall(b"POST /api/topics HTTP/1.1\r\nHost: localhost\r\n"
+                     b"Content-Length: 1000000000\r\n\r\n")
         status, _, body = one_answer_then_closed(sock)
         assert status == 413 and b"http.request.max.bytes" in body
 
