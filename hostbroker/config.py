@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from hostbroker.errors import ConfigError
-from hostbroker.settings_http import HTTP_SETTINGS, http_listeners_problem
+from hostbroker.settings_http import HTTP_LIST_CHECKS, HTTP_SETTINGS
 from hostbroker.settings_logdirs import LOGDIRS_SETTINGS
 
 
@@ -487,8 +487,8 @@ SETTINGS: tuple[Setting, ...] = (
             "work) stops beating and is replaced after worker.heartbeat.timeout.ms more.",
             _at_least(100)),
     *(Setting(k, t, d, doc, _between(lo, hi)) for k, t, d, doc, lo, hi in LOGDIRS_SETTINGS),
-    *(Setting(k, t, d, doc, http_listeners_problem, kind="list", empty_ok=True)
-      if k == "http.listeners" else Setting(k, t, d, doc, bounds and _between(*bounds))
+    *(Setting(k, t, d, doc, HTTP_LIST_CHECKS[k], kind="list", empty_ok=True)
+      if k in HTTP_LIST_CHECKS else Setting(k, t, d, doc, bounds and _between(*bounds))
       for k, t, d, doc, bounds in HTTP_SETTINGS),
 )
 

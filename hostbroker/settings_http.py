@@ -6,13 +6,17 @@ setting.
 
 Each row is ``(key, type, default, meaning, bounds)``: ``bounds`` is
 ``(low, high)`` for an int setting, checked to lie between them, and None
-for the others. ``http.listeners`` is checked by
-:func:`http_listeners_problem`. Plain rows, as in
+for the others. The two list settings are checked by the function
+:data:`HTTP_LIST_CHECKS` names for them: ``http.listeners`` by
+:func:`http_listeners_problem`, ``http.allowed.hosts`` by
+:func:`allowed_hosts_problem` (read by :func:`allowed_hosts`). Plain rows, as in
 :mod:`hostbroker.settings_logdirs`: ``config`` builds its one declaration
 from them at import (this module imports nothing of it at import time).
 """
 
 from __future__ import annotations
+
+import re
 
 DEFAULT_LISTENER = "http://127.0.0.1:9644"
 
@@ -24,6 +28,16 @@ HTTP_SETTINGS: tuple[tuple[str, type, object, str, tuple[int, int] | None], ...]
     ("http.max.connections", int, 64,
      "Most HTTP connections open at once; one more is answered 503 and closed at once.",
      (1, 65536)),
+    ("http.max.connections.per.client", int, 16,
+     "Most HTTP connections open at once from one IP address (an IPv4 peer counts as "
+     "one whether it comes as IPv4 or as IPv4-mapped IPv6); one more is answered 503 and "
+     "closed at once, and a place is free again when one of its connections closes.",
+     (1, 65536)),
+    ("http.allowed.hosts", str, "",
+     "Host names (comma list, no port) that HTTP requests may name in their Host header "
+     "besides IP addresses and localhost; any other Host is answered 421 (a defence "
+     "against DNS rebinding). * allows any Host: only for a trusted network, or behind a "
+     "proxy that checks Host itself.", None),
     ("http.request.max.bytes", int, 65536,
      "Largest HTTP request (request line, headers and body together). Longer headers are "
      "answered 431, a longer body 413, and the connection is closed.", (1024, 16777216)),
@@ -84,6 +98,50 @@ def http_listeners_problem(value: str) -> str | None:
             except ValueError as e:
                 return str(e)
     return None
+
+
+_HOST_NAME = re.compile(r"[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?"
+                        r"(?:\.[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?)*\Z")
+ANY_HOST = "*"
+
+
+def normal_host_name(name: str) -> str | None:
+    """``name`` as a host name is compared: lower case, one trailing dot dropped;
+    None when it is not a DNS name (letters, digits, ``-`` and ``_`` in dot-separated
+    labels, at most 253 characters)."""
+    name = name.lower()
+    if name.endswith("."):
+        name = name[:-1]
+    if not name or len(name) > 253 or not _HOST_NAME.match(name):
+        return None
+    if any(len(label) > 63 for label in name.split(".")):
+        return None
+    return name
+
+
+def allowed_hosts_problem(value: str) -> str | None:
+    for entry in (part.strip() for part in value.split(",")):
+        if entry and entry != ANY_HOST and normal_host_name(entry) is None:
+            return f"{entry[:80]}: not a host name (a name without a port, or *)"
+    return None
+
+
+def allowed_hosts(value: str) -> frozenset[str]:
+    """The names of ``http.allowed.hosts`` (a checked value), normalized as
+    :func:`normal_host_name` does; :data:`ANY_HOST` stays as it is."""
+    names = set()
+    for entry in (part.strip() for part in value.split(",")):
+        if entry == ANY_HOST:
+            names.add(ANY_HOST)
+        elif entry:
+            names.add(normal_host_name(entry))
+    names.discard(None)
+    return frozenset(names)
+
+
+# the checks of the list settings of HTTP_SETTINGS (config declares them as lists)
+HTTP_LIST_CHECKS = {"http.listeners": http_listeners_problem,
+                    "http.allowed.hosts": allowed_hosts_problem}
 
 
 def setting_default(key: str):

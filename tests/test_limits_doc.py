@@ -18,7 +18,7 @@ NOT_LIMITS = {
     "processor.direct.produce.max.bytes", "processor.direct.produce.busy.max.bytes",
     "processor.ring.receive", "cpu.wakeup.latency.us", "cpu.realtime.priority",
     "processor.local.fetch", "log.umask",
-    "http.listeners", "http.admin.enable", "http.admin.token.file",
+    "http.listeners", "http.admin.enable", "http.admin.token.file", "http.allowed.hosts",
 }
 TOPIC_CONFIGS = {"max.message.bytes"}
 

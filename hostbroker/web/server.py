@@ -17,7 +17,14 @@ the connection closed, so nothing after a bad request is guessed at):
   twice among those the gate and the framing read (``Host``,
   ``Content-Length``, ``Authorization``, ``Origin``, ``Referer``,
   ``Content-Type``, ...; others sent twice are joined with ``, ``);
-  ``Host`` is required in HTTP/1.1;
+  ``Host`` is required (in HTTP/1.0 too);
+- a ``Host`` this listener answers to (:func:`host_problem`, the defence
+  against DNS rebinding): an IP address, ``localhost``, or a name of
+  ``http.allowed.hosts`` (``*`` there: any), port and one trailing dot
+  aside, in any case; another is answered 421 before any route is looked
+  at, read-only pages included. An absolute-form target (``GET
+  http://host/ HTTP/1.1``, a proxy's request) is refused (400), so the
+  ``Host`` header is the only host a request names;
 - a body framed by ``Content-Length`` only: ``Transfer-Encoding`` is
   answered 501 (no chunked request bodies; no ambiguity to smuggle through);
   ``Expect: 100-continue`` is honoured, another expectation is 417.
@@ -50,8 +57,10 @@ from __future__ import annotations
 
 import dataclasses
 import http
+import ipaddress
 import re
 
+from hostbroker.settings_http import ANY_HOST, allowed_hosts, normal_host_name
 from hostbroker.web.router import (Request, Response, Router, error_response,
                                             parse_query)
 
@@ -78,11 +87,14 @@ class Limits:
     request_timeout: float = 10.0
     idle_timeout: float = 60.0
     response_max_bytes: int = 64 * 1024 * 1024
+    # http.allowed.hosts, normalized (settings_http.allowed_hosts)
+    allowed_hosts: frozenset[str] = frozenset()
 
     @classmethod
     def from_config(cls, config) -> "Limits":
         return cls(config["http.request.max.bytes"], config["http.request.timeout.ms"] / 1000,
-                   config["http.idle.timeout.ms"] / 1000, config["http.response.max.bytes"])
+                   config["http.idle.timeout.ms"] / 1000, config["http.response.max.bytes"],
+                   allowed_hosts(config["http.allowed.hosts"]))
 
 
 class BadRequest(Exception):
@@ -209,6 +221,9 @@ class HttpConnection:
                 raise BadRequest(431, "the request line and headers are longer than "
                                       "http.request.max.bytes")
             self._head = _parse_head(bytes(self._in[:end]), end + 4)
+            problem = host_problem(self._head.headers["host"], self.limits.allowed_hosts)
+            if problem is not None:
+                raise BadRequest(421, problem)
             if self._head.length + self._head.body_length > self.limits.request_max_bytes:
                 raise BadRequest(413, "the request body is larger than http.request.max.bytes")
         head = self._head
@@ -288,8 +303,8 @@ def _parse_head(raw: bytes, length: int) -> _Head:
             headers[key] += ", " + text
         else:
             headers[key] = text
-    if (major, minor) == (1, 1) and not headers.get("host"):
-        raise BadRequest(400, "an HTTP/1.1 request must name its Host")
+    if not headers.get("host"):
+        raise BadRequest(400, "a request must name its Host (HTTP/1.0 too)")
     if "transfer-encoding" in headers:
         raise BadRequest(501, "Transfer-Encoding is not accepted in requests; send "
                               "Content-Length")
@@ -306,6 +321,51 @@ def _parse_head(raw: bytes, length: int) -> _Head:
     keep_alive = (major, minor) == (1, 1) and "close" not in tokens
     return _Head(method.decode(), target.decode(), (major, minor), headers, length,
                   body_length, keep_alive)
+
+
+_PORT = re.compile(r"[0-9]{0,5}\Z")
+LOCALHOST = "localhost"
+
+
+def host_problem(host: str, allowed: frozenset[str]) -> str | None:
+    """Why a request naming ``host`` in its Host header is not answered, or None.
+
+    Answered: an IP address (v4, or v6 in brackets: a page on a rebound name
+    names that name, never an address), ``localhost``, or a name of
+    ``allowed`` (normalized by :func:`~hostbroker.settings_http.normal_host_name`);
+    any Host when ``allowed`` holds ``*``. A port (up to five digits after
+    the one ``:``, or after ``]``) is not looked at, anything else there
+    refuses; the name is compared in lower case without one trailing dot."""
+    if ANY_HOST in allowed:
+        return None
+    refused = ("the Host header names neither an IP address, localhost nor a name of "
+               "http.allowed.hosts")
+    if host.startswith("["):
+        literal, bracket, port = host[1:].partition("]")
+        if not bracket or (port and not (port[0] == ":" and _PORT.match(port[1:]))):
+            return refused
+        try:
+            ipaddress.IPv6Address(literal)
+        except ValueError:
+            return refused
+        return None
+    name, _, port = host.partition(":")
+    if not _PORT.match(port):  # a second colon, or not a number
+        return refused
+    if name.endswith(".") and _is_ipv4(name[:-1]) or _is_ipv4(name):
+        return None
+    name = normal_host_name(name)
+    if name is None or (name != LOCALHOST and name not in allowed):
+        return refused
+    return None
+
+
+def _is_ipv4(text: str) -> bool:
+    try:
+        ipaddress.IPv4Address(text)
+    except ValueError:
+        return False
+    return True
 
 
 def encode_response(response: Response, max_bytes: int, *, close: bool,

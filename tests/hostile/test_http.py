@@ -78,10 +78,10 @@ def test_slow_senders_on_every_connection_do_not_stop_the_listener_for_long(port
     socks = [connect(port) for _ in range(MAX_CONNECTIONS)]
     try:
         for sock in socks:
-            sock.sendall(b"GET /nope HTTP/1.1\r\nHost: t\r\n")
+            sock.sendall(b"GET /nope HTTP/1.1\r\nHost: localhost\r\n")
         time.sleep(0.2)
         with connect(port) as extra:  # one too many: 503 and closed at once
-            extra.sendall(b"GET /nope HTTP/1.1\r\nHost: t\r\n\r\n")
+            extra.sendall(b"GET /nope HTTP/1.1\r\nHost: localhost\r\n\r\n")
             status, _, body = one_answer_then_closed(extra, 2.0)
             assert status == 503 and b"http.max.connections" in body
         for sock in socks:  # each is cut off by the request timeout
@@ -99,7 +99,7 @@ def test_too_many_idle_connections_are_refused_and_the_rest_served(port):
             with connect(port) as extra:
                 assert one_answer_then_closed(extra, 2.0)[0] == 503
         buf = bytearray()
-        socks[0].sendall(b"GET /nope HTTP/1.1\r\nHost: t\r\n\r\n")
+        socks[0].sendall(b"GET /nope HTTP/1.1\r\nHost: localhost\r\n\r\n")
         assert read_answer(socks[0], buf).status == 404
     finally:
         for sock in socks:
@@ -109,7 +109,8 @@ def test_too_many_idle_connections_are_refused_and_the_rest_served(port):
 def test_oversized_headers_are_431_and_the_connection_closed(port):
     with connect(port) as sock:
         try:
-            sock.sendall(b"GET /nope HTTP/1.1\r\nHost: t\r\nX-Big: " + b"a" * (MAX_REQUEST * 4))
+            sock.sendall(b"GET /nope HTTP/1.1\r\nHost: localhost\r\nX-Big: "
+                         + b"a" * (MAX_REQUEST * 4))
         except OSError:
             pass
         status, _, body = one_answer_then_closed(sock)
@@ -118,7 +119,8 @@ def test_oversized_headers_are_431_and_the_connection_closed(port):
 
 def test_an_oversized_body_is_413_before_it_is_read(port):
     with connect(port) as sock:
-        sock.sendall(b"POST /api/topics HTTP/1.1\r\nHost: t\r\nContent-Length: 1000000000\r\n\r\n")
+        sock.sendall(b"POST /api/topics HTTP/1.1\r\nHost: localhost\r\n"
+                     b"Content-Length: 1000000000\r\n\r\n")
         status, _, body = one_answer_then_closed(sock)
         assert status == 413 and b"http.request.max.bytes" in body
 
@@ -126,7 +128,7 @@ def test_an_oversized_body_is_413_before_it_is_read(port):
 def test_pipelined_requests_are_answered_in_order(port):
     paths = [b"/nope", b"/a/../b", b"/nope", b"/x/%2e%2e/y"] * 10
     with connect(port) as sock:
-        sock.sendall(b"".join(b"GET " + p + b" HTTP/1.1\r\nHost: t\r\n\r\n" for p in paths))
+        sock.sendall(b"".join(b"GET " + p + b" HTTP/1.1\r\nHost: localhost\r\n\r\n" for p in paths))
         buf = bytearray()
         statuses = [read_answer(sock, buf).status for _ in paths]
     assert statuses == [404, 400, 404, 400] * 10
@@ -134,7 +136,7 @@ def test_pipelined_requests_are_answered_in_order(port):
 
 def test_http_1_0_is_answered_then_closed(port):
     with connect(port) as sock:
-        sock.sendall(b"GET /nope HTTP/1.0\r\n\r\nGET /nope HTTP/1.0\r\n\r\n")
+        sock.sendall(b"GET /nope HTTP/1.0\r\nHost: localhost\r\n\r\nGET /nope HTTP/1.0\r\n\r\n")
         status, head, body = one_answer_then_closed(sock)
         assert status == 404 and head.startswith("HTTP/1.1 404")
         assert b"HTTP/1.1" not in body  # the second request was not answered
@@ -143,14 +145,14 @@ def test_http_1_0_is_answered_then_closed(port):
 @pytest.mark.parametrize("raw, status", [
     (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + b"\x00" * 64 + b"\r\n\r\n", 400),  # TLS
     (b"GET\r\n\r\n", 400),
-    (b"GET / HTTP/1.1 junk\r\nHost: t\r\n\r\n", 400),
-    (b"get / HTTP/9.9\r\nHost: t\r\n\r\n", 505),
-    (b"GET / HTTP/1.1\r\nHost: t\r\nBad Header: x\r\n\r\n", 400),
-    (b"GET / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n", 501),
-    (b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nContent-Length: 50\r\n\r\n", 400),
-    (b"GET /\xe2\x80\xa8 HTTP/1.1\r\nHost: t\r\n\r\n", 400),
-    (b"GET / HTTP/1.1\r\nHost: t\r\nX: \xff\xfe\r\n\r\n", 400),
-    (b"GET /caf\xc3\xa9 HTTP/1.1\r\nHost: t\r\n\r\n", 400),
+    (b"GET / HTTP/1.1 junk\r\nHost: localhost\r\n\r\n", 400),
+    (b"get / HTTP/9.9\r\nHost: localhost\r\n\r\n", 505),
+    (b"GET / HTTP/1.1\r\nHost: localhost\r\nBad Header: x\r\n\r\n", 400),
+    (b"GET / HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n", 501),
+    (b"POST / HTTP/1.1\r\nHost: localhost\r\nContent-Length: 5\r\nContent-Length: 50\r\n\r\n", 400),
+    (b"GET /\xe2\x80\xa8 HTTP/1.1\r\nHost: localhost\r\n\r\n", 400),
+    (b"GET / HTTP/1.1\r\nHost: localhost\r\nX: \xff\xfe\r\n\r\n", 400),
+    (b"GET /caf\xc3\xa9 HTTP/1.1\r\nHost: localhost\r\n\r\n", 400),
     (b"\x00\x00\x00\x10\x00\x03\x00\x00" + b"\r\n\r\n", 400),  # a Kafka frame
 ])
 def test_a_malformed_or_non_ascii_request_is_one_line_and_closed(port, raw, status):
@@ -181,7 +183,7 @@ def test_a_client_that_never_reads_holds_bounded_memory_and_is_closed(port, serv
     sock = connect(port)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     sock.setblocking(False)
-    requests = b"GET /nope HTTP/1.1\r\nHost: t\r\n\r\n" * 1000
+    requests = b"GET /nope HTTP/1.1\r\nHost: localhost\r\n\r\n" * 1000
     pushed = 0
     # push for less than the idle timeout: past it the listener closes us (a reset,
     # as what we sent is unread), which is the end of the case, not a failure

@@ -33,7 +33,7 @@ def wait_http(port: int, timeout: float = 20.0) -> None:
     while True:
         try:
             with connect(port, 2.0) as sock:
-                sock.sendall(b"GET /-/ready HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+                sock.sendall(b"GET /-/ready HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
                 if read_answer(sock) is not None:
                     return
         except OSError:

@@ -46,7 +46,7 @@ def test_a_connection_is_kept_alive_between_requests(served):
     with connect(served.http_port) as sock:
         buf = bytearray()
         for _ in range(3):
-            sock.sendall(b"GET /nope HTTP/1.1\r\nHost: t\r\n\r\n")
+            sock.sendall(b"GET /nope HTTP/1.1\r\nHost: localhost\r\n\r\n")
             answer = read_answer(sock, buf)
             assert answer.status == 404 and "connection" not in answer.headers
 
@@ -76,7 +76,7 @@ def test_a_dead_hb_http_is_replaced_on_the_same_socket(served):
 def test_a_stopped_hb_http_is_aborted_and_replaced(served):
     old = served.workers()["hb-http"]
     with connect(served.http_port) as held:  # a connection it held goes with it
-        held.sendall(b"GET /nope HTTP/1.1\r\nHost: t\r\n\r\n")
+        held.sendall(b"GET /nope HTTP/1.1\r\nHost: localhost\r\n\r\n")
         assert read_answer(held).status == 404  # accepted by it, kept alive
         os.kill(old, signal.SIGSTOP)
         served.wait_worker_replaced("hb-http", old, timeout=3.0 + 10)

@@ -14,7 +14,7 @@ from hostbroker.web.router import Router, json_response, text_response
 from hostbroker.web.server import CONTINUE, HttpConnection, Limits
 
 LIMITS = Limits(request_max_bytes=2048, request_timeout=10.0, idle_timeout=60.0,
-                response_max_bytes=4096)
+                response_max_bytes=4096, allowed_hosts=frozenset({"h"}))
 
 
 def make_router() -> Router:
@@ -102,7 +102,7 @@ def test_nothing_more_is_read_while_an_answer_is_owed():
 
 
 def test_http_1_0_and_connection_close_end_the_connection_after_the_answer():
-    for raw in (b"GET /echo HTTP/1.0\r\n\r\n",
+    for raw in (b"GET /echo HTTP/1.0\r\nHost: h\r\n\r\n",
                 b"GET /echo HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n"):
         conn = connection()
         conn.received(raw + GET, 0.0)  # what follows is never answered

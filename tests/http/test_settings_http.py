@@ -55,6 +55,8 @@ def test_bad_listeners_are_one_line_naming_the_key(uri, words):
 
 @pytest.mark.parametrize("item, words", [
     ("http.max.connections=0", "must be between 1 and 65536"),
+    ("http.max.connections.per.client=0", "must be between 1 and 65536"),
+    ("http.allowed.hosts=a.example:80", "not a host name"),
     ("http.request.max.bytes=100", "must be between 1024"),
     ("http.request.timeout.ms=0", "must be between 100"),
     ("http.admin.enable=yes", "expected true or false"),

@@ -9,9 +9,11 @@ each round it heartbeats like every worker, then applies the timeouts.
 Reads and writes sockets only; the answers come from the
 :class:`~.server.HttpConnection` of each connection and the
 :class:`~.router.Router` that :func:`~.routes.build_router` made over an
-:class:`~.context.HttpContext`. A connection past ``http.max.connections``
-is answered 503 (one non-blocking write of a short answer) and closed at
-once.
+:class:`~.context.HttpContext`. A connection past ``http.max.connections``,
+or past ``http.max.connections.per.client`` from its peer's IP address
+(:func:`client_key`: an IPv4 peer is one client whether it comes as IPv4 or
+as IPv4-mapped IPv6), is answered 503 (one non-blocking write of a short
+answer) and closed at once; a connection frees its place when it closes.
 
 Board counters of this slot: ``REQUESTS`` (answers), ``ERRORS`` (answers
 4xx and 5xx, and connections refused), ``BYTES_IN`` and ``BYTES_OUT``. The
@@ -21,6 +23,7 @@ connection is not a client of the log.
 
 from __future__ import annotations
 
+import ipaddress
 import selectors
 import socket
 import sys
@@ -53,6 +56,9 @@ class HttpWorker(Worker):
 
         self.limits = Limits.from_config(self.config)
         self.max_connections = self.config["http.max.connections"]
+        self.max_per_client = self.config["http.max.connections.per.client"]
+        self.per_client: dict[str, int] = {}  # client_key -> connections open
+        self.clients: dict[int, str] = {}  # fd -> client_key of its connection
         self.context = HttpContext(self.plan)
         self.router = build_router(self.context)
         self.router.on_error = self._page_failed
@@ -100,20 +106,25 @@ class HttpWorker(Worker):
                 self.count(procs.ERRORS)
                 return
             if len(self.conns) >= self.max_connections:
-                self._refuse(sock)
+                self._refuse(sock, "too many HTTP connections (http.max.connections)")
+                continue
+            client = client_key(address)
+            if self.per_client.get(client, 0) >= self.max_per_client:
+                self._refuse(sock, "too many HTTP connections from this address "
+                                   "(http.max.connections.per.client)")
                 continue
             sock.setblocking(False)
             peer = _peer(address)
             conn = HttpConnection(self.router, self.limits, peer, time.monotonic())
             fd = sock.fileno()
             self.conns[fd] = (sock, conn)
+            self.clients[fd] = client
+            self.per_client[client] = self.per_client.get(client, 0) + 1
             self.sel.register(fd, selectors.EVENT_READ, fd)
 
-    def _refuse(self, sock: socket.socket) -> None:
+    def _refuse(self, sock: socket.socket, reason: str) -> None:
         self.count(procs.ERRORS)
-        answer = encode_response(error_response(503, "too many HTTP connections "
-                                                     "(http.max.connections)"),
-                                 4096, close=True)
+        answer = encode_response(error_response(503, reason), 4096, close=True)
         try:
             sock.setblocking(False)
             sock.send(answer)
@@ -181,6 +192,10 @@ class HttpWorker(Worker):
 
     def _close(self, fd: int) -> None:
         sock, _ = self.conns.pop(fd)
+        client = self.clients.pop(fd)
+        left = self.per_client.pop(client) - 1
+        if left > 0:
+            self.per_client[client] = left
         try:
             self.sel.unregister(fd)
         except (KeyError, ValueError):
@@ -199,6 +214,21 @@ class HttpWorker(Worker):
               file=sys.stderr, flush=True)
         traceback.print_exception(error, file=sys.stderr)
         sys.stderr.flush()
+
+
+def client_key(address) -> str:
+    """The client a peer ``address`` (as ``accept`` gives it) counts against for
+    ``http.max.connections.per.client``: its IP address in one canonical form,
+    an IPv4-mapped IPv6 address (``::ffff:a.b.c.d``) as the IPv4 address it maps,
+    an IPv6 scope (``%eth0``) left out."""
+    host = address[0] if isinstance(address, tuple) and address else str(address)
+    try:
+        ip = ipaddress.ip_address(str(host).partition("%")[0])
+    except ValueError:
+        return str(host)
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return str(ip)
 
 
 def _peer(address) -> str:
