@@ -33,7 +33,8 @@ _G = ("group", "topic", "partition")
 _ROWS = (
     # per partition
     ("partition_messages_in_total", "counter", _P, "partition",
-     "Messages produced to the partition (a follower's copies are not counted)."),
+     "Message-set entries produced to the partition: a compressed wrapper counts once, "
+     "however many messages it holds (a follower's copies are not counted)."),
     ("partition_in_bytes_total", "counter", _P, "partition",
      "Bytes of message sets produced to the partition."),
     ("partition_out_bytes_total", "counter", _P, "partition",
@@ -57,8 +58,9 @@ _ROWS = (
      "1 while the partition answers STORAGE_ERROR (its log dir failed, or its files "
      "were found damaged at start); 0 otherwise."),
     ("partition_leader", "gauge", _P, "partition",
-     "1 where this broker leads the partition (every unreplicated partition it holds), "
-     "0 where it holds a follower replica."),
+     "1 where this broker leads the partition and it is online (every unreplicated "
+     "partition it holds online), 0 where it holds a follower replica or the partition "
+     "is offline (partition_offline says which)."),
     # per API
     ("requests_total", "counter", ("api",), "api",
      "Requests answered, by request kind (counted by the processor that read them)."),
