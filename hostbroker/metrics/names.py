@@ -13,8 +13,10 @@ them, ``_info`` on the one info gauge (always 1), snake_case labels. Offsets are
 broker's byte offsets, so an offset difference is a size in bytes (a
 partition's size, a group's lag).
 
-:data:`API_NAMES` gives the ``api`` label of each request kind: the api
-key's name in lower case.
+The ``api`` label of a request kind is the name its API stats go by
+(``workers/stats_record.api_name``), and the latency histogram's buckets
+are the API stats' own (``shm/stats.LATENCY_BOUNDS``): the collectors take
+both from there, so neither is declared twice.
 """
 
 from __future__ import annotations
@@ -129,33 +131,10 @@ GROUP_TITLES = {
     "scrape": "The scrape",
 }
 
-# The request latency histogram's bucket upper bounds, seconds (the API stats'
-# twelve buckets, hostbroker.shm.stats; +Inf is every request).
-LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
-
 
 def spec(name: str) -> MetricSpec:
     """The declaration of ``name`` (with or without the prefix); KeyError for none."""
     return METRICS[name if name.startswith(PREFIX) else PREFIX + name]
-
-
-def _api_names() -> dict[int, str]:
-    from hostbroker.protocol.bodies import ApiKey
-    from hostbroker.protocol.groups import GroupApiKey
-
-    names = {}
-    for enum_ in (ApiKey, GroupApiKey):
-        names.update({int(key): key.name.lower() for key in enum_})
-    return names
-
-
-API_NAMES: dict[int, str] = _api_names()
-
-
-def api_name(api_key: int) -> str:
-    """The ``api`` label of ``api_key``: its name in lower case (``api_N`` for
-    a key this version does not name)."""
-    return API_NAMES.get(api_key) or f"api_{api_key}"
 
 
 def exposed_names(metric: MetricSpec) -> tuple[str, ...]:

@@ -188,6 +188,22 @@ class PartitionSlot(namedtuple("PartitionSlot", _SLOT_FIELDS)):
 assert PartitionSlot._fields[15:15 + MAX_REPLICAS] == REPLICA_FIELDS
 
 
+def under_replicated(slots: Sequence[PartitionSlot]) -> bool:
+    """Whether a replicated partition, given the slots this broker holds of
+    it (as read; a partition with replicas across log dirs has one per
+    replica), is short of a replica: none of them is an ONLINE leader, or the
+    committed ISR of its leader (the highest leader epoch among them) lacks
+    one of its replicas. The one definition ``/metrics`` and ``hostbroker
+    top`` use for replicas across log dirs (a cluster broker without the
+    leader leaves the figure to the leader's broker)."""
+    leader = None
+    for s in slots:
+        if s.role == ROLE_LEADER and s.state == ONLINE and (
+                leader is None or s.leader_epoch > leader.leader_epoch):
+            leader = s
+    return leader is None or len(leader.isr_ids) < len(leader.replicas)
+
+
 def replica_fields(replicas: Sequence[int]) -> dict[str, int]:
     """``r0 .. r7`` for a replica list (the rest NO_REPLICA); ValueError for more
     than MAX_REPLICAS, a repeated id or one outside 0..2**31-1."""

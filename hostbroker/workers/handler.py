@@ -55,7 +55,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import struct
 import sys
 import time
 import traceback
@@ -80,13 +79,12 @@ from hostbroker.workers.handler_logdirs import LOGDIRS_REQUESTS, LogDirsRequests
 from hostbroker.workers.handler_offsets import ConsumerOffsets
 from hostbroker.workers.handler_replication import REPLICATION_REQUESTS, Replication
 from hostbroker.workers.handler_topics import TopicAdmin
-from hostbroker.workers.stats_record import UNRECORDED, Recorder, answer_has_error
+from hostbroker.workers.stats_record import FRAME_KEY, UNRECORDED, Recorder, answer_has_error
 from hostbroker.workers.topicview import TopicView
 
 _IDLE_TIMEOUT_S = 1.0
 _GROUP_KEYS = frozenset(gproto.GroupApiKey)
 _MAX_BROKEN = 100_000
-_KEY = struct.Struct(">h")  # a frame's api key, its first field
 
 
 @dataclasses.dataclass(slots=True, eq=False)
@@ -300,7 +298,7 @@ class HandlerWorker(TopicAdmin, TopicAlter, Fetching, Replication, LogDirsReques
             return  # pipelined behind a protocol error: the connection is closing, run nothing
         self.count(procs.REQUESTS)
         frame = m[env.REQ_HEADER.size:]
-        self.answering = _KEY.unpack_from(frame)[0] if len(frame) >= _KEY.size else -1
+        self.answering = FRAME_KEY.unpack_from(frame)[0] if len(frame) >= FRAME_KEY.size else -1
         try:
             header, request = rproto.decode_any_request(frame, self.max_entries)
         except api.HeaderTooShortError:

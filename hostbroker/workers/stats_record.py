@@ -25,6 +25,7 @@ starts from zero.
 from __future__ import annotations
 
 import dataclasses
+import struct
 
 from hostbroker.protocol.api import ApiKey
 from hostbroker.protocol.groups import GroupApiKey
@@ -37,6 +38,10 @@ _FETCHES = stats.FETCHES
 _MESSAGES_IN = stats.MESSAGES_IN
 _BYTES_IN = stats.BYTES_IN
 
+
+# a request frame's api key, its first field: what the processor and the
+# handler read to know which API an answer is counted under
+FRAME_KEY = struct.Struct(">h")
 
 _API_NAMES = {int(k): k.name.lower() for enum in (ApiKey, GroupApiKey) for k in enum}
 

@@ -36,7 +36,7 @@ def test_who_keeps_what(plan):
     assert plan.stats_workers() == [("writer", 0), ("writer", 1), ("handler", 0),
                                     ("processor", 0), ("processor", 1)]
     assert [k for k, _ in plan.api_stats_workers()] == [
-        "writer", "writer", "coordinator", "logdirs", "handler", "processor", "processor"]
+        "writer", "writer", "coordinator", "handler", "processor", "processor"]
     assert len({plan.stats_name(k, i) for k, i in plan.stats_workers()}) == 5
     assert all(name.startswith(plan.shm_prefix) for name in (
         plan.stats_name("writer", 0), plan.api_stats_name("coordinator", 0)))
@@ -59,7 +59,7 @@ def test_appends_and_fetches_count_per_partition(plan):
         totals = stats.partition_totals(readers, 5)
         assert totals[3 * 4:4 * 4] == [10, 1000, 1400, 2]
         assert totals[4 * 4:5 * 4] == [0, 0, 0, 2]  # an empty answer is still a fetch
-        assert len(readers) == 5 and len(apis) == 7
+        assert len(readers) == 5 and len(apis) == 6
         writer.clear_everywhere(3)
         assert stats.partition_totals(readers, 5)[3 * 4:4 * 4] == [0, 0, 0, 0]
     finally:
