@@ -379,14 +379,17 @@ class HandlerWorker(TopicAdmin, TopicAlter, Fetching, Replication, LogDirsReques
         if len(self.broken) > _MAX_BROKEN:
             del self.broken[next(iter(self.broken))]
 
-    def _reply(self, p, conn_id, seq, corr, response) -> None:
+    def _reply(self, p, conn_id, seq, corr, response, error: bool | None = None) -> None:
         """Answer with ``response``; one that cannot be encoded or is over
-        ``response.max.bytes`` becomes an error frame and the connection closes."""
+        ``response.max.bytes`` becomes an error frame and the connection closes.
+        ``error``: whether it carries an error code, when the builder knows
+        (else :func:`answer_has_error` looks)."""
         frame, failed = api.encode_answer(corr, response, self.max_response_bytes)
         if failed:
             self._fail(p, conn_id, seq, corr, ErrorCode.INVALID_REQUEST)
             return
-        self._respond(p, conn_id, seq, [frame], error=answer_has_error(response))
+        self._respond(p, conn_id, seq, [frame],
+                      error=answer_has_error(response) if error is None else error)
 
     def _fail(self, p, conn_id, seq, corr, code: ErrorCode) -> None:
         """Answer with an error frame, then close the connection (in order)."""
@@ -428,7 +431,8 @@ class HandlerWorker(TopicAdmin, TopicAlter, Fetching, Replication, LogDirsReques
             body = api.ProduceResponse(tuple(api.ProducePartitionResult(*r)
                                              for r in pending.results))
             self._reply(pending.processor, pending.conn_id, pending.seq,
-                        pending.correlation_id, body)
+                        pending.correlation_id, body,
+                        error=any(r[2] for r in pending.results))
 
         pending = self._new_pending(p, conn_id, seq, corr, ApiKey.PRODUCE, results, respond)
         acks = request.acks

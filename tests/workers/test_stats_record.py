@@ -6,7 +6,8 @@ import pytest
 
 from hostbroker.config import Config
 from hostbroker.errors import ErrorCode
-from hostbroker.protocol import api
+from hostbroker.protocol import api, bodies, topics_admin
+from hostbroker.protocol import controller_requests as creq
 from hostbroker.protocol import groups as gproto
 from hostbroker.shm import stats
 from hostbroker.shm.region import remove_stale
@@ -67,16 +68,52 @@ def test_appends_and_fetches_count_per_partition(plan):
             handle.close()
 
 
+def _produce(codes):
+    return api.ProduceResponse(tuple(api.ProducePartitionResult("t", i, code, 0, 1)
+                                     for i, code in enumerate(codes)))
+
+
 def test_errors_of_a_response_at_any_level():
-    ok = api.ProduceResponse((api.ProducePartitionResult("t", 0, ErrorCode.NONE, 0, 1),))
+    ok = _produce([ErrorCode.NONE])
     assert not answer_has_error(ok)
-    assert answer_has_error(api.ProduceResponse((
-        api.ProducePartitionResult("t", 0, ErrorCode.NONE, 0, 1),
-        api.ProducePartitionResult("t", 1, ErrorCode.NOT_LEADER_FOR_PARTITION, -1, -1))))
+    assert answer_has_error(_produce([ErrorCode.NONE, ErrorCode.NOT_LEADER_FOR_PARTITION]))
+    # only the last of many partitions: every one is looked at
+    assert answer_has_error(_produce([ErrorCode.NONE] * 999 + [ErrorCode.MESSAGE_TOO_LARGE]))
+    assert not answer_has_error(_produce([ErrorCode.NONE] * 1000))
+    assert not answer_has_error(_produce([]))
+    # a code this version does not name stays a plain int, and still counts
+    assert answer_has_error(_produce([ErrorCode.NONE, 99]))
     assert answer_has_error(api.OffsetsResponse(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ()))
     assert not answer_has_error(api.OffsetsResponse(ErrorCode.NONE, (5,)))
     assert answer_has_error(gproto.HeartbeatResponse(ErrorCode.REBALANCE_IN_PROGRESS))
     assert not answer_has_error(api.AdminResponse(ErrorCode.NONE, None))
+    assert answer_has_error(api.AdminResponse(ErrorCode.INVALID_REQUEST, "no"))
+
+
+def test_errors_two_levels_down_and_beside_a_top_level_code():
+    def metadata(topic_code, partition_codes):
+        return bodies.MetadataResponse(0, (bodies.MetadataBroker(0, "h", 1, None),), (
+            bodies.MetadataTopic("a", ErrorCode.NONE, (
+                bodies.MetadataPartition(0, ErrorCode.NONE, 0, 0, 0, None),)),
+            bodies.MetadataTopic("b", topic_code, tuple(
+                bodies.MetadataPartition(i, code, 0, 0, 0, None)
+                for i, code in enumerate(partition_codes)))))
+
+    assert not answer_has_error(metadata(ErrorCode.NONE, [ErrorCode.NONE] * 3))
+    assert answer_has_error(metadata(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, []))
+    assert answer_has_error(metadata(ErrorCode.NONE, [ErrorCode.NONE, ErrorCode.STORAGE_ERROR]))
+    # a top-level code and the partitions' codes beside it
+    part = creq.PartitionError("t", 0, ErrorCode.NONE)
+    bad = creq.PartitionError("t", 1, ErrorCode.NOT_LEADER_FOR_PARTITION)
+    assert not answer_has_error(creq.LeaderAndIsrResponse(ErrorCode.NONE, (part, part)))
+    assert answer_has_error(creq.LeaderAndIsrResponse(ErrorCode.NONE, (part, bad)))
+    assert answer_has_error(creq.LeaderAndIsrResponse(ErrorCode.STALE_CONTROLLER_EPOCH, ()))
+    # results whose entries hold no code (a topic's config entries) are not looked into
+    configs = topics_admin.TopicConfigs("t", ErrorCode.NONE, (
+        bodies.TopicConfigEntry("retention.ms", "1"),))
+    assert not answer_has_error(topics_admin.DescribeTopicConfigsResponse((configs,)))
+    assert answer_has_error(topics_admin.DescribeTopicConfigsResponse((
+        configs, topics_admin.TopicConfigs("u", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ()))))
 
 
 def test_api_names():
