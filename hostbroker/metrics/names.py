@@ -88,7 +88,8 @@ _ROWS = (
     ("connections", "gauge", (), "broker",
      "Client connections the processors hold."),
     ("fetch_long_polls", "gauge", (), "broker",
-     "FETCH requests parked waiting for data (min_bytes / max_wait_ms)."),
+     "FETCH requests parked waiting for data (min_bytes / max_wait_ms), wherever they "
+     "wait: processors, handlers and the partitions' writers."),
     ("log_dir_online", "gauge", _D, "broker",
      "1 while the log dir is online, 0 while it is offline or reopening. dir_id is -1 "
      "for a dir without an id (one-dir and cluster brokers)."),
