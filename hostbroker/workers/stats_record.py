@@ -17,10 +17,13 @@ that records holds a :class:`Recorder` over its own two regions
   (processors, handlers, writers' long polls; consumers and followers
   alike), per partition answered without error: :meth:`Recorder.fetched`.
 
-A partition slot freed by its writer (a topic deleted, a damaged partition
-given up) has its row cleared in every process's region
-(:func:`~hostbroker.shm.stats.clear_row`), so a topic created into it later
-starts from zero.
+Each process writes its own regions only. A partition slot's row counts
+under the slot's ``claims`` (``shm/partitions.py``, bumped when the slot is
+freed): a process about to count for a slot whose claims moved zeroes its
+own row first, and the writer that frees a slot (a topic deleted, a damaged
+partition given up) does so at once (:meth:`Recorder.freed`), so readers
+leave every other process's old counts out and a topic created into the
+slot later starts from zero (``shm/stats.py``).
 """
 
 from __future__ import annotations
@@ -34,13 +37,15 @@ from collections.abc import Callable
 from hostbroker.protocol.api import ApiKey
 from hostbroker.protocol.groups import GroupApiKey
 from hostbroker.shm import stats
+from hostbroker.shm.partitions import PartitionTable
 from hostbroker.shm.stats import ApiStats, PartitionStats
 
-_COLUMNS = stats.COLUMN_COUNT
-_BYTES_OUT = stats.BYTES_OUT
-_FETCHES = stats.FETCHES
-_MESSAGES_IN = stats.MESSAGES_IN
-_BYTES_IN = stats.BYTES_IN
+_ROW = stats.ROW_WORDS
+# a counter's word in its row: after the row's claim
+_BYTES_OUT = 1 + stats.BYTES_OUT
+_FETCHES = 1 + stats.FETCHES
+_MESSAGES_IN = 1 + stats.MESSAGES_IN
+_BYTES_IN = 1 + stats.BYTES_IN
 
 
 # a request frame's api key, its first field: what the processor and the
@@ -63,13 +68,15 @@ class Recorder:
         self.api = ApiStats.attach(plan.api_stats_name(kind, index))
         self.partitions = None
         self.words = None
+        self.claims = None
+        self.rows = 0
         if (kind, index) in plan.stats_workers():
             self.partitions = PartitionStats.attach(plan.stats_name(kind, index))
             self.words = self.partitions.words
-        self.rows = self.partitions.row_count if self.partitions is not None else 0
+            self._table = PartitionTable.attach(plan.table_name, readonly=True)
+            self.claims = self._table.claims_view()
+            self.rows = min(self.partitions.row_count, len(self.claims))
         self.request = self.api.request  # (api_key, latency_ns): the processor's
-        self._plan = plan
-        self._all = None
 
     def error(self, api_key: int, n: int = 1) -> None:
         """An answer of ``api_key`` with an error (see the module docstring)."""
@@ -78,7 +85,9 @@ class Recorder:
     def appended(self, slot: int, messages: int, nbytes: int) -> None:
         """A writer appended ``messages`` produced messages, ``nbytes`` bytes, to ``slot``."""
         if 0 <= slot < self.rows:
-            words, base = self.words, slot * _COLUMNS
+            words, base, claim = self.words, slot * _ROW, self.claims[slot]
+            if words[base] != claim:
+                self.partitions.restamp(slot, claim)
             words[base + _MESSAGES_IN] += messages
             words[base + _BYTES_IN] += nbytes
 
@@ -90,27 +99,28 @@ class Recorder:
         ``piece_at`` (FETCH v1's parts: 6). True when a partition has an
         error. About 0.3 µs a partition: it runs for every partition of
         every FETCH answer."""
-        words, rows = self.words, self.rows
+        words, rows, claims = self.words, self.rows, self.claims
         error = False
         for part, (slot, _) in zip(parts, reads):
             if part[2]:
                 error = True
             elif slot is not None and slot < rows:
-                base = slot * _COLUMNS
+                base = slot * _ROW
+                claim = claims[slot]
+                if words[base] != claim:
+                    self.partitions.restamp(slot, claim)
                 words[base + _FETCHES] += 1
                 piece = part[piece_at]
                 if piece is not None:
                     words[base + _BYTES_OUT] += piece.length
         return error
 
-    def clear_everywhere(self, slot: int) -> None:
-        """Zero partition slot ``slot``'s row in every process's region (its
-        writer frees the slot)."""
-        if self._all is None:
-            plan = self._plan
-            self._all = [PartitionStats.attach(plan.stats_name(kind, index))
-                         for kind, index in plan.stats_workers()]
-        stats.clear_row(self._all, slot)
+    def freed(self, slot: int) -> None:
+        """This writer freed ``slot`` (after ``PartitionTable.free``): zero
+        its own row under the slot's new claim, so readers leave out every
+        process's counts of the partition that had it."""
+        if 0 <= slot < self.rows:
+            self.partitions.restamp(slot, self.claims[slot])
 
 
 class Unrecorded:
@@ -118,7 +128,7 @@ class Unrecorded:
     attaches its own :class:`Recorder` (a worker object built without a
     process, as tests build one, records nowhere)."""
 
-    partitions = words = None
+    partitions = words = claims = None
     rows = 0
 
     @staticmethod
@@ -138,7 +148,7 @@ class Unrecorded:
         return any(part[2] for part in parts)
 
     @staticmethod
-    def clear_everywhere(slot: int) -> None:
+    def freed(slot: int) -> None:
         pass
 
 

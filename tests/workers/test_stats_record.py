@@ -10,6 +10,7 @@ from hostbroker.protocol import api, bodies, topics_admin
 from hostbroker.protocol import controller_requests as creq
 from hostbroker.protocol import groups as gproto
 from hostbroker.shm import stats
+from hostbroker.shm.partitions import ONLINE, PartitionTable
 from hostbroker.shm.region import remove_stale
 from hostbroker.shm.stats import ApiStats, PartitionStats
 from hostbroker.workers.envelopes import FilePiece
@@ -22,7 +23,7 @@ def plan(tmp_path):
     plan = BrokerPlan.from_config(Config.build(overrides=[
         f"log.dirs={tmp_path}/a,{tmp_path}/b", "num.processors=2", "num.handlers=1",
         "max.partitions=16"]))
-    made = []
+    made = [PartitionTable.create(plan.table_name, 16)]
     for kind, index in plan.stats_workers():
         made.append(PartitionStats.create(plan.stats_name(kind, index), 16))
     for kind, index in plan.api_stats_workers():
@@ -61,10 +62,49 @@ def test_appends_and_fetches_count_per_partition(plan):
         assert totals[3 * 4:4 * 4] == [10, 1000, 1400, 2]
         assert totals[4 * 4:5 * 4] == [0, 0, 0, 2]  # an empty answer is still a fetch
         assert len(readers) == 5 and len(apis) == 6
-        writer.clear_everywhere(3)
-        assert stats.partition_totals(readers, 5)[3 * 4:4 * 4] == [0, 0, 0, 0]
     finally:
         for handle in readers + apis:
+            handle.close()
+
+
+def _fetch(slot: int):
+    """A FETCH answer's part of one partition, 100 bytes, and its read."""
+    return [("t", 0, ErrorCode.NONE, 10, FilePiece("/x", 0, 100))], [(slot, None)]
+
+
+def test_a_freed_slot_starts_from_zero_though_an_add_raced_the_free(plan):
+    """A processor's ``+=`` is a load, an add and a store. One that loaded
+    its count before the slot was freed and stores after it (the race, made
+    by hand: it cannot be timed for real) writes the old count back into its
+    own row; that row is of the slot's old claim, so readers leave it out,
+    and the processor zeroes it before it next counts for the slot."""
+    table = PartitionTable.attach(plan.table_name)
+    writer = Recorder(plan, "writer", 0)
+    processor = Recorder(plan, "processor", 1)
+    readers, apis = attach_stats(plan, plan.workers())
+    try:
+        table.write(3, state=ONLINE, name="old", partition=0, owner=0)
+        writer.appended(3, 10, 1000)
+        for _ in range(5):
+            processor.fetched(*_fetch(3))
+        assert stats.partition_totals(readers, 4)[3 * 4:4 * 4] == [10, 1000, 500, 5]
+
+        at = 3 * stats.ROW_WORDS + 1 + stats.FETCHES
+        loaded = processor.words[at]  # the processor's += has loaded ...
+        others = [bytes(r.region.buf) for r in readers[1:]]
+        table.free(3)  # ... when the writer frees the slot
+        writer.freed(3)
+        assert [bytes(r.region.buf) for r in readers[1:]] == others  # its own row only
+        processor.words[at] = loaded + 1  # ... and stores the old count, plus one
+        assert stats.partition_totals(readers, 4)[3 * 4:4 * 4] == [0, 0, 0, 0]
+
+        table.write(3, state=ONLINE, name="new", partition=0, owner=1)
+        processor.fetched(*_fetch(3))
+        writer.appended(3, 1, 7)  # (another writer of the new topic would alike)
+        assert stats.partition_totals(readers, 4)[3 * 4:4 * 4] == [1, 7, 100, 1]
+        assert processor.partitions.row(3) == (0, 0, 100, 1)
+    finally:
+        for handle in readers + apis + [table]:
             handle.close()
 
 
