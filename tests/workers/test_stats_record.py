@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from hostbroker.config import Config
@@ -154,6 +156,26 @@ def test_errors_two_levels_down_and_beside_a_top_level_code():
     assert not answer_has_error(topics_admin.DescribeTopicConfigsResponse((configs,)))
     assert answer_has_error(topics_admin.DescribeTopicConfigsResponse((
         configs, topics_admin.TopicConfigs("u", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ()))))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Node:
+    """A result that holds results of its own kind (no response does yet)."""
+
+    error_code: int
+    children: tuple[_Node, ...] = ()
+
+
+def test_errors_of_results_nested_in_their_own_kind_at_any_depth():
+    def chain(depth: int, code: int) -> _Node:
+        node = _Node(code)
+        for _ in range(depth):
+            node = _Node(ErrorCode.NONE, (_Node(ErrorCode.NONE), node))
+        return node
+
+    assert not answer_has_error(chain(6, ErrorCode.NONE))
+    assert answer_has_error(chain(6, ErrorCode.UNKNOWN))
+    assert answer_has_error(chain(0, ErrorCode.UNKNOWN))
 
 
 def test_api_names():
