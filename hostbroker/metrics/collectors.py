@@ -53,11 +53,13 @@ from prometheus_client.metrics_core import (
 from hostbroker import __version__
 from hostbroker.metrics.exposition import ColumnFamily, label_string
 from hostbroker.metrics.lag import group_lag
-from hostbroker.metrics.names import LATENCY_BUCKETS, METRICS, api_name, spec
+from hostbroker.metrics.names import METRICS, spec
 from hostbroker.shm import partitions as pt
 from hostbroker.shm import procs
 from hostbroker.shm.logdirs import LD_ONLINE, shown_state
+from hostbroker.shm.stats import LATENCY_BOUNDS
 from hostbroker.shm.table import FREE, TornSlotError
+from hostbroker.workers.stats_record import api_name
 
 _COUNTED_STATES = (pt.ONLINE, pt.OFFLINE)
 
@@ -198,13 +200,8 @@ class PartitionView:
         if rep.role == pt.ROLE_PLAIN:
             return (rep.start_offset, rep.end_offset, rep.readable_end, 1 - offline, offline,
                     None)
-        if leading:
-            under = 1 if len(rep.isr_ids) < len(rep.replicas) else 0
-        else:
-            # replicas across log dirs without an online leader are short of one
-            # (as ``hostbroker top`` says); a cluster follower leaves the figure
-            # to its leader's broker
-            under = 1 if rep.dirs_placed else 0
+        # (a cluster follower leaves the figure to its leader's broker)
+        under = 1 if (leading or rep.dirs_placed) and pt.under_replicated(found) else 0
         return (rep.start_offset, rep.end_offset, rep.readable_end, 1 if leading else 0,
                 offline, under)
 
@@ -314,7 +311,7 @@ class ApiCollector(_Described):
         requests = _family("requests_total")
         errors = _family("request_errors_total")
         latency = _family("request_latency_seconds")
-        bounds = [repr(float(b)) for b in LATENCY_BUCKETS]
+        bounds = [repr(float(b)) for b in LATENCY_BOUNDS]
         for key in sorted(merged):
             count, failed, sum_ns, buckets = merged[key]
             name = api_name(key)

@@ -13,8 +13,10 @@ them, ``_info`` on the one info gauge (always 1), snake_case labels. Offsets are
 broker's byte offsets, so an offset difference is a size in bytes (a
 partition's size, a group's lag).
 
-:data:`API_NAMES` gives the ``api`` label of each request kind: the api
-key's name in lower case.
+The ``api`` label of a request kind is the name its API stats go by
+(``workers/stats_record.api_name``), and the latency histogram's buckets
+are the API stats' own (``shm/stats.LATENCY_BOUNDS``): the collectors take
+both from there, so neither is declared twice.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ _G = ("group", "topic", "partition")
 _ROWS = (
     # per partition
     ("partition_messages_in_total", "counter", _P, "partition",
-     "Messages produced to the partition (a follower's copies are not counted)."),
+     "Message-set entries produced to the partition: a compressed wrapper counts once, "
+     "however many messages it holds (a follower's copies are not counted)."),
     ("partition_in_bytes_total", "counter", _P, "partition",
      "Bytes of message sets produced to the partition."),
     ("partition_out_bytes_total", "counter", _P, "partition",
@@ -57,8 +60,9 @@ _ROWS = (
      "1 while the partition answers STORAGE_ERROR (its log dir failed, or its files "
      "were found damaged at start); 0 otherwise."),
     ("partition_leader", "gauge", _P, "partition",
-     "1 where this broker leads the partition (every unreplicated partition it holds), "
-     "0 where it holds a follower replica."),
+     "1 where this broker leads the partition and it is online (every unreplicated "
+     "partition it holds online), 0 where it holds a follower replica or the partition "
+     "is offline (partition_offline says which)."),
     # per API
     ("requests_total", "counter", ("api",), "api",
      "Requests answered, by request kind (counted by the processor that read them)."),
@@ -84,7 +88,8 @@ _ROWS = (
     ("connections", "gauge", (), "broker",
      "Client connections the processors hold."),
     ("fetch_long_polls", "gauge", (), "broker",
-     "FETCH requests parked waiting for data (min_bytes / max_wait_ms)."),
+     "FETCH requests parked waiting for data (min_bytes / max_wait_ms), wherever they "
+     "wait: processors, handlers and the partitions' writers."),
     ("log_dir_online", "gauge", _D, "broker",
      "1 while the log dir is online, 0 while it is offline or reopening. dir_id is -1 "
      "for a dir without an id (one-dir and cluster brokers)."),
@@ -127,33 +132,10 @@ GROUP_TITLES = {
     "scrape": "The scrape",
 }
 
-# The request latency histogram's bucket upper bounds, seconds (the API stats'
-# twelve buckets, hostbroker.shm.stats; +Inf is every request).
-LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
-
 
 def spec(name: str) -> MetricSpec:
     """The declaration of ``name`` (with or without the prefix); KeyError for none."""
     return METRICS[name if name.startswith(PREFIX) else PREFIX + name]
-
-
-def _api_names() -> dict[int, str]:
-    from hostbroker.protocol.bodies import ApiKey
-    from hostbroker.protocol.groups import GroupApiKey
-
-    names = {}
-    for enum_ in (ApiKey, GroupApiKey):
-        names.update({int(key): key.name.lower() for key in enum_})
-    return names
-
-
-API_NAMES: dict[int, str] = _api_names()
-
-
-def api_name(api_key: int) -> str:
-    """The ``api`` label of ``api_key``: its name in lower case (``api_N`` for
-    a key this version does not name)."""
-    return API_NAMES.get(api_key) or f"api_{api_key}"
 
 
 def exposed_names(metric: MetricSpec) -> tuple[str, ...]:

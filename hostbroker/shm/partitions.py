@@ -39,10 +39,20 @@ Partition slot (``PARTITION_LAYOUT``, 448 bytes)::
                                       leader's (-1: not yet)
     392     4     leader_slot         i32, a dir-placed follower: its leader's slot
                                       (-1: none)
-    396     52    reserved            0
+    396     4     reserved            0
+    400     8     claims              u64, times the slot was freed (:meth:`PartitionTable.free`)
+    408     40    reserved            0
 
 The fields before ``placement`` keep their offsets (:meth:`PartitionTable.figures`
 reads them by position); the log dir fields came after ``name``.
+
+``claims`` is outside the seqlock and the slot's record: the one who frees
+the slot adds 1 after writing it FREE, and anyone loads it alone (one
+aligned u64; :meth:`PartitionTable.claims`). It tells a partition that had
+the slot from the one that has it now without reading the slot: each
+process's partition stats row carries the value it counts under
+(``shm/stats.py``), so a count left from an earlier partition is known to be
+one.
 
 Replication fields. A partition of an unreplicated topic (standalone, or a
 0.7-style cluster topic) is ``ROLE_PLAIN``: the replication fields mean
@@ -188,6 +198,22 @@ class PartitionSlot(namedtuple("PartitionSlot", _SLOT_FIELDS)):
 assert PartitionSlot._fields[15:15 + MAX_REPLICAS] == REPLICA_FIELDS
 
 
+def under_replicated(slots: Sequence[PartitionSlot]) -> bool:
+    """Whether a replicated partition, given the slots this broker holds of
+    it (as read; a partition with replicas across log dirs has one per
+    replica), is short of a replica: none of them is an ONLINE leader, or the
+    committed ISR of its leader (the highest leader epoch among them) lacks
+    one of its replicas. The one definition ``/metrics`` and ``hostbroker
+    top`` use for replicas across log dirs (a cluster broker without the
+    leader leaves the figure to the leader's broker)."""
+    leader = None
+    for s in slots:
+        if s.role == ROLE_LEADER and s.state == ONLINE and (
+                leader is None or s.leader_epoch > leader.leader_epoch):
+            leader = s
+    return leader is None or len(leader.isr_ids) < len(leader.replicas)
+
+
 def replica_fields(replicas: Sequence[int]) -> dict[str, int]:
     """``r0 .. r7`` for a replica list (the rest NO_REPLICA); ValueError for more
     than MAX_REPLICAS, a repeated id or one outside 0..2**31-1."""
@@ -254,6 +280,10 @@ _OFFSETS = struct.Struct("<qqqQ")
 _OFFSETS_AT = PARTITION_LAYOUT._writers["start_offset"][0]
 assert [PARTITION_LAYOUT._writers[n][0] - _OFFSETS_AT for n in (
     "start_offset", "end_offset", "flushed_offset", "segment_generation")] == [0, 8, 16, 24]
+
+# the slot's claims counter (module docstring): past the layout's fields, u64-aligned
+_CLAIMS_AT = 400
+assert PARTITION_LAYOUT.struct.size <= _CLAIMS_AT and _CLAIMS_AT + 8 <= PARTITION_LAYOUT.slot_size
 
 _OFFLINE_DIRS_AT = 32
 MAX_FLAGGED_LOG_DIRS = 256  # the 32 user bytes of the header
@@ -342,8 +372,24 @@ class PartitionTable(SlotTable):
 
     def free(self, i: int) -> None:
         """Mark slot ``i`` FREE, its replication fields reset (a partition
-        created into it later starts PLAIN). Its writer, or the admin, calls it."""
+        created into it later starts PLAIN), and count the release in its
+        ``claims``. Its writer, or the admin, calls it (one at a time, as
+        every write of the slot)."""
         self.write(i, state=FREE, **_NO_REPLICATION)
+        self._u64[(self._offset(i) + _CLAIMS_AT) >> 3] += 1
+
+    def claims(self, i: int) -> int:
+        """How many times slot ``i`` was freed: one aligned load."""
+        return self._u64[(self._offset(i) + _CLAIMS_AT) >> 3]
+
+    def claims_view(self) -> memoryview:
+        """Every slot's ``claims``, indexed by slot: a strided view of the
+        table (no copy), for the stats recorders' hot paths."""
+        first = (TABLE_HEADER_SIZE + _CLAIMS_AT) >> 3
+        step = self.slot_size >> 3
+        view = self._u64[first:first + self.slot_count * step:step]
+        self._views.append(view)  # released on close, as the table's own views
+        return view
 
     def owner(self, i: int) -> int:
         """Slot ``i``'s owner alone: one aligned load (set once, when the slot is claimed)."""

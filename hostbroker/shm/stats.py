@@ -12,6 +12,10 @@ Why one region per process: a counter then has one writer, so an add is a
 plain load and store of one aligned u64 (no lock, no atomic instruction),
 and two processes never write the same cache line. A restarted process
 attaches the region its predecessor used and keeps counting from there.
+Nothing but its own process ever writes a region, not even to clear it: a
+``+=`` of Python is a load, an add and a store, so a clear by anyone else
+could be undone by an add that loaded before it, bringing the whole old
+count back.
 
 Readers load each u64 whole (one aligned load, x86-64) but a row read
 while it is written may mix moments, as the process board's counters
@@ -21,19 +25,32 @@ Partition stats (layout ``b"PSTA"``)::
 
     offset  size  field
     0       4     magic      b"PSTA"
-    4       4     version    1
+    4       4     version    2
     8       4     rows       how many rows (``max.partitions``: one per partition slot)
-    12      4     columns    4
+    12      4     columns    4 (counters a row)
     16      48    reserved
-    64            row 0, row 1, ... each 4 x u64 (32 bytes):
-                  messages_in, bytes_in, bytes_out, fetches
+    64            row 0, row 1, ... each 5 x u64 (40 bytes):
+                  claim, messages_in, bytes_in, bytes_out, fetches
 
-Row ``i`` counts for partition slot ``i`` of the partition table. A slot
-that is freed and taken again would carry its old counts into the new
-partition, so whoever claims a slot clears its row in every process's
-region (:func:`clear_row`); a process adding to the row at that very moment
-may undo the clear of its own column, which costs at most one fetch's
-worth of counts in a counter (readers see a counter reset either way).
+Row ``i`` counts for partition slot ``i`` of the partition table, under
+the slot's ``claims`` (``shm/partitions.py``: how many times the slot was
+freed) written in the row's ``claim`` word. A slot freed and taken again
+must not carry its old counts into the new partition, so:
+
+- a process about to add to a row whose ``claim`` is not the slot's
+  ``claims`` zeroes its counters and then writes the new ``claim``
+  (:meth:`PartitionStats.restamp`); the writer that frees a slot does so at
+  once, so its row carries the slot's newest claim from then on;
+- readers (:func:`partition_totals`) sum, per row, only the rows whose
+  ``claim`` is the highest among the processes' (the slot's current one):
+  the rows of processes that have not counted the slot since it was freed
+  are left out.
+
+``claim`` is the row's first word: a reader (which loads a row in address
+order) that sees a new ``claim`` sees the counters zeroed before it was
+written. A count added for the old partition after the free (a FETCH
+answered as the topic was deleted) goes to the new claim: at most one
+answer's worth, never the old totals.
 
 API stats (layout ``b"ASTA"``)::
 
@@ -69,12 +86,16 @@ HEADER_BYTES = 64
 _HEADER = struct.Struct("<IIII")
 
 # -- partition stats ---------------------------------------------------------
+# the counters' columns (a row's words 1..4, after its claim)
 MESSAGES_IN = 0
 BYTES_IN = 1
 BYTES_OUT = 2
 FETCHES = 3
 PARTITION_COLUMNS = ("messages_in", "bytes_in", "bytes_out", "fetches")
 COLUMN_COUNT = len(PARTITION_COLUMNS)
+CLAIM = 0  # a row's first word: the slot's claims it counts under
+ROW_WORDS = 1 + COLUMN_COUNT
+_ZEROS = (0,) * COLUMN_COUNT
 
 # -- API stats ---------------------------------------------------------------
 API_KEYS = 32
@@ -107,7 +128,7 @@ class PartitionStats(Structure):
     """One process's counts per partition slot (module docstring)."""
 
     MAGIC = tag_magic(b"PSTA")
-    VERSION = 1
+    VERSION = 2  # 2: a row's claim word
 
     def __init__(self, region: SharedRegion, opened: bool):
         super().__init__(region, opened)
@@ -121,7 +142,7 @@ class PartitionStats(Structure):
 
     @staticmethod
     def region_size(rows: int) -> int:
-        return HEADER_BYTES + rows * COLUMN_COUNT * 8
+        return HEADER_BYTES + rows * ROW_WORDS * 8
 
     @classmethod
     def create(cls, region_or_name: SharedRegion | str, rows: int) -> PartitionStats:
@@ -134,61 +155,79 @@ class PartitionStats(Structure):
     def attach(cls, region_or_name: SharedRegion | str, readonly: bool = False) -> PartitionStats:
         return cls._attach(region_or_name, readonly)
 
-    def add(self, slot: int, column: int, n: int = 1) -> None:
-        """Add ``n`` to ``column`` of row ``slot`` (the owning process only).
-        Hot paths may add to :attr:`words` at ``slot * COLUMN_COUNT + column``
-        themselves; this checks the bounds."""
+    def add(self, slot: int, column: int, n: int = 1, claim: int | None = None) -> None:
+        """Add ``n`` to ``column`` of row ``slot`` (the owning process only),
+        under the slot's ``claim`` when given (:meth:`restamp` first if the
+        row counts under another). Hot paths add to :attr:`words` at
+        ``slot * ROW_WORDS + 1 + column`` themselves; this checks the bounds."""
         if not 0 <= slot < self.row_count or not 0 <= column < COLUMN_COUNT:
             raise IndexError(f"partition stats row {slot} column {column} out of range")
-        self.words[slot * COLUMN_COUNT + column] += n
+        base = slot * ROW_WORDS
+        if claim is not None and self.words[base] != claim:
+            self.restamp(slot, claim)
+        self.words[base + 1 + column] += n
 
-    def clear(self, slot: int) -> None:
-        """Zero row ``slot`` (its partition slot was taken afresh)."""
-        base = slot * COLUMN_COUNT
+    def restamp(self, slot: int, claim: int) -> None:
+        """Zero row ``slot``'s counters, then make it count under ``claim``
+        (the owning process only; module docstring)."""
+        base = slot * ROW_WORDS
         words = self.words
-        for column in range(COLUMN_COUNT):
+        for column in range(1, ROW_WORDS):
             words[base + column] = 0
+        words[base + CLAIM] = claim
+
+    def claim(self, slot: int) -> int:
+        """The claim row ``slot`` counts under."""
+        return self.words[slot * ROW_WORDS + CLAIM]
 
     def row(self, slot: int) -> tuple[int, int, int, int]:
         """(messages_in, bytes_in, bytes_out, fetches) of ``slot``."""
         if not 0 <= slot < self.row_count:
             raise IndexError(f"partition stats row {slot} not in 0..{self.row_count - 1}")
-        base = slot * COLUMN_COUNT
-        return tuple(self.words[base:base + COLUMN_COUNT])
+        base = slot * ROW_WORDS
+        return tuple(self.words[base + 1:base + ROW_WORDS])
 
     def flat(self, rows: int | None = None) -> tuple[int, ...]:
         """The first ``rows`` rows (all when None) as one flat tuple,
-        ``COLUMN_COUNT`` values a row: one copy, for readers of many rows."""
+        ``ROW_WORDS`` words a row (its claim first): one copy, for readers
+        of many rows."""
         rows = self.row_count if rows is None else max(0, min(rows, self.row_count))
-        return struct.unpack_from(f"<{rows * COLUMN_COUNT}Q", self.region.buf, HEADER_BYTES)
+        return struct.unpack_from(f"<{rows * ROW_WORDS}Q", self.region.buf, HEADER_BYTES)
 
     def rows(self, rows: int | None = None) -> Iterator[tuple[int, tuple[int, ...]]]:
-        """(slot, row) for every row with a count, among the first ``rows``."""
+        """(slot, counters) for every row with a count, among the first ``rows``."""
         values = self.flat(rows)
-        for slot in range(len(values) // COLUMN_COUNT):
-            row = values[slot * COLUMN_COUNT:(slot + 1) * COLUMN_COUNT]
+        for slot in range(len(values) // ROW_WORDS):
+            row = values[slot * ROW_WORDS + 1:(slot + 1) * ROW_WORDS]
             if any(row):
                 yield slot, row
 
 
 def partition_totals(tables: Iterable[PartitionStats], rows: int) -> list[int]:
     """The first ``rows`` rows summed over ``tables`` (one per process), flat:
-    ``COLUMN_COUNT`` values a row, row ``s`` at ``s * COLUMN_COUNT``."""
+    ``COLUMN_COUNT`` values a row, row ``s`` at ``s * COLUMN_COUNT``. A
+    row counts only where its claim is the highest of the tables' (the
+    slot's current claim, module docstring)."""
     flats = [t.flat(rows) for t in tables]
     if not flats:
         return [0] * (max(0, rows) * COLUMN_COUNT)
-    if len(flats) == 1:
-        return list(flats[0])
-    width = min(len(f) for f in flats)
-    return [sum(column) for column in zip(*(f[:width] for f in flats))]
-
-
-def clear_row(tables: Iterable[PartitionStats], slot: int) -> None:
-    """Zero row ``slot`` in every process's table: whoever claims a partition
-    slot (module docstring)."""
-    for table in tables:
-        if 0 <= slot < table.row_count:
-            table.clear(slot)
+    n = min(len(f) for f in flats) // ROW_WORDS
+    width = n * ROW_WORDS
+    claims = [f[CLAIM:width:ROW_WORDS] for f in flats]
+    current = claims[0] if len(claims) == 1 else tuple(map(max, *claims))
+    kept = []
+    for f, claim in zip(flats, claims):
+        if claim != current:  # a row of an earlier claim counts nothing
+            f = list(f[:width])
+            for slot in [s for s, (a, b) in enumerate(zip(claim, current)) if a != b]:
+                f[slot * ROW_WORDS + 1:(slot + 1) * ROW_WORDS] = _ZEROS
+        kept.append(f)
+    out = [0] * (n * COLUMN_COUNT)
+    for column in range(COLUMN_COUNT):
+        at = 1 + column
+        values = [f[at:width:ROW_WORDS] for f in kept]
+        out[column::COLUMN_COUNT] = values[0] if len(values) == 1 else list(map(sum, zip(*values)))
+    return out
 
 
 class ApiStats(Structure):

@@ -55,7 +55,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import struct
 import sys
 import time
 import traceback
@@ -80,13 +79,12 @@ from hostbroker.workers.handler_logdirs import LOGDIRS_REQUESTS, LogDirsRequests
 from hostbroker.workers.handler_offsets import ConsumerOffsets
 from hostbroker.workers.handler_replication import REPLICATION_REQUESTS, Replication
 from hostbroker.workers.handler_topics import TopicAdmin
-from hostbroker.workers.stats_record import UNRECORDED, Recorder, answer_has_error
+from hostbroker.workers.stats_record import FRAME_KEY, UNRECORDED, Recorder, answer_has_error
 from hostbroker.workers.topicview import TopicView
 
 _IDLE_TIMEOUT_S = 1.0
 _GROUP_KEYS = frozenset(gproto.GroupApiKey)
 _MAX_BROKEN = 100_000
-_KEY = struct.Struct(">h")  # a frame's api key, its first field
 
 
 @dataclasses.dataclass(slots=True, eq=False)
@@ -300,7 +298,7 @@ class HandlerWorker(TopicAdmin, TopicAlter, Fetching, Replication, LogDirsReques
             return  # pipelined behind a protocol error: the connection is closing, run nothing
         self.count(procs.REQUESTS)
         frame = m[env.REQ_HEADER.size:]
-        self.answering = _KEY.unpack_from(frame)[0] if len(frame) >= _KEY.size else -1
+        self.answering = FRAME_KEY.unpack_from(frame)[0] if len(frame) >= FRAME_KEY.size else -1
         try:
             header, request = rproto.decode_any_request(frame, self.max_entries)
         except api.HeaderTooShortError:
@@ -381,14 +379,17 @@ class HandlerWorker(TopicAdmin, TopicAlter, Fetching, Replication, LogDirsReques
         if len(self.broken) > _MAX_BROKEN:
             del self.broken[next(iter(self.broken))]
 
-    def _reply(self, p, conn_id, seq, corr, response) -> None:
+    def _reply(self, p, conn_id, seq, corr, response, error: bool | None = None) -> None:
         """Answer with ``response``; one that cannot be encoded or is over
-        ``response.max.bytes`` becomes an error frame and the connection closes."""
+        ``response.max.bytes`` becomes an error frame and the connection closes.
+        ``error``: whether it carries an error code, when the builder knows
+        (else :func:`answer_has_error` looks)."""
         frame, failed = api.encode_answer(corr, response, self.max_response_bytes)
         if failed:
             self._fail(p, conn_id, seq, corr, ErrorCode.INVALID_REQUEST)
             return
-        self._respond(p, conn_id, seq, [frame], error=answer_has_error(response))
+        self._respond(p, conn_id, seq, [frame],
+                      error=answer_has_error(response) if error is None else error)
 
     def _fail(self, p, conn_id, seq, corr, code: ErrorCode) -> None:
         """Answer with an error frame, then close the connection (in order)."""
@@ -430,7 +431,8 @@ class HandlerWorker(TopicAdmin, TopicAlter, Fetching, Replication, LogDirsReques
             body = api.ProduceResponse(tuple(api.ProducePartitionResult(*r)
                                              for r in pending.results))
             self._reply(pending.processor, pending.conn_id, pending.seq,
-                        pending.correlation_id, body)
+                        pending.correlation_id, body,
+                        error=any(r[2] for r in pending.results))
 
         pending = self._new_pending(p, conn_id, seq, corr, ApiKey.PRODUCE, results, respond)
         acks = request.acks

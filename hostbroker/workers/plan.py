@@ -78,9 +78,10 @@ RING_KINDS = ("req", "resp", "app", "res", "ans", "put", "capp", "cres", "cans",
               "rapp", "rres", "dctl", "dres", "dreq", "dans")
 ANSWER_KINDS = ("ans", "cans", "rres", "dres", "dans")
 # who keeps counters in shm/stats.py: partition stats where partition data is
-# appended or sent, API stats where requests are answered
+# appended or sent, API stats where answers are built (hb-logdirs' answers
+# are relayed, and counted, by the handler that asked)
 PARTITION_STATS_KINDS = ("writer", "handler", "processor")
-API_STATS_KINDS = ("writer", "coordinator", "handler", "processor", "logdirs")
+API_STATS_KINDS = ("writer", "coordinator", "handler", "processor")
 ANSWER_RING_BYTES = 1024 * 1024
 PUT_RING_BYTES = 4 * 1024 * 1024
 _CONSUMER_KIND = {"req": "handler", "resp": "processor", "app": "writer", "res": "handler",

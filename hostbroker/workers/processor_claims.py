@@ -20,7 +20,6 @@ its connections, rings, buffers and counters.
 
 from __future__ import annotations
 
-import struct
 import time
 
 from hostbroker.protocol import api
@@ -36,8 +35,8 @@ from hostbroker.workers.processor_frames import (
     unanswered_produce,
     unread_bytes,
 )
+from hostbroker.workers.stats_record import FRAME_KEY
 
-_KEY = struct.Struct(">h")  # a frame's api key, its first field
 PUT_HEAD_MAX = 4096  # bytes of a frame's start looked at for where its message set begins
 
 
@@ -120,7 +119,8 @@ class RingClaims:
         conn.claim_have = have = conn.claim_have + n
         if have < len(conn.claim):
             return
-        key = api.ApiKey.PRODUCE if conn.claim_put is not None else _KEY.unpack_from(conn.claim)[0]
+        key = (api.ApiKey.PRODUCE if conn.claim_put is not None
+               else FRAME_KEY.unpack_from(conn.claim)[0])
         conn.claim = None
         conn.claim_have = 0
         conn.large_next = self.ring_receive

@@ -173,6 +173,6 @@ class Cleanup:
         if self.undeletable.pop(slot, None) is not None and retry:
             print(f"hostbroker: {self.name}: deleted partition {topic}-{partition} on retry",
                   file=sys.stderr, flush=True)
-        self.stats.clear_everywhere(slot)  # a topic created into it starts from zero
         self.table.free(slot)
+        self.stats.freed(slot)  # a topic created into it starts from zero
         return None

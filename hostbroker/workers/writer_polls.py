@@ -12,7 +12,9 @@ of the partition's segment (``fetch_range``), sent by the processor with
 sendfile. A POLL this writer cannot serve (too many held, the partition gone
 or offline, an answer its ring cannot take now) goes back to its handler
 (POLL_BACK), which answers or parks it as ever; one answered here is told to
-the handler (POLL_DONE) so it forgets it.
+the handler (POLL_DONE) so it forgets it. How many it holds is on the
+process board (FETCH_PARKED, as handlers and processors show theirs), for
+``hostbroker_fetch_long_polls``.
 """
 
 from __future__ import annotations
@@ -57,6 +59,11 @@ class Polls:
         self.polls_held += 1
         self.polls_new.add(poll.slot)  # looked at after this round's publish
         self.polls_deadline = min(self.polls_deadline, poll.deadline_ms)
+        self._show_polls()
+
+    def _show_polls(self) -> None:
+        """Put the number of polls held here on the board (FETCH_PARKED)."""
+        self.board.set(self.slot, procs.FETCH_PARKED, self.polls_held)
 
     def _answer_polls(self, results: list[list], now: int, touched=(),
                       force: bool = False) -> None:
@@ -108,6 +115,7 @@ class Polls:
             else:
                 del self.polls[slot]
         self.polls_new.clear()
+        self._show_polls()
         if expired:
             self.polls_deadline = min((p.deadline_ms for held in self.polls.values()
                                        for _, p in held), default=_NEVER)

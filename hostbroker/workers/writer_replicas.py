@@ -402,6 +402,7 @@ class Replicas:
         if not held:
             return
         self.polls_held -= len(held)
+        self._show_polls()
         for h, poll in held:
             self.senders[h].send(env.encode_op(env.OP_POLL_BACK, poll.token))
 

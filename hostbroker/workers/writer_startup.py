@@ -93,8 +93,8 @@ class Startup:
                 if s.state == ptable.DELETING:
                     self._delete_slot(i, topic, partition)
                 elif self._adopt(i) is None:
-                    self.stats.clear_everywhere(i)
                     self.table.free(i)
+                    self.stats.freed(i)
             self.table.bump_generation()
 
     def _register_offline(self, slot: int | None, topic: str, partition: int) -> None:

@@ -19,15 +19,21 @@ def test_partition_rows_count_per_column(created, names):
     assert table.row(0) == (0, 0, 0, 0)
     assert list(table.rows()) == [(3, (5, 500, 1000, 1)), (7, (0, 0, 0, 2))]
     assert list(table.rows(4)) == [(3, (5, 500, 1000, 1))]
-    assert len(table.flat(2)) == 2 * stats.COLUMN_COUNT
+    assert len(table.flat(2)) == 2 * stats.ROW_WORDS
     with pytest.raises(IndexError):
         table.add(8, stats.FETCHES)
     with pytest.raises(IndexError):
         table.add(0, stats.COLUMN_COUNT)
     with pytest.raises(IndexError):
         table.row(8)
-    table.clear(3)
+    assert table.claim(3) == 0
+    table.restamp(3, 1)
     assert table.row(3) == (0, 0, 0, 0) and table.row(7) == (0, 0, 0, 2)
+    assert table.claim(3) == 1
+    table.add(3, stats.FETCHES, 4, claim=1)  # the row's own claim: added to
+    assert table.row(3) == (0, 0, 0, 4)
+    table.add(3, stats.FETCHES, 1, claim=2)  # a newer one: zeroed first
+    assert table.row(3) == (0, 0, 0, 1) and table.claim(3) == 2
 
 
 def test_a_reader_attaches_read_only_and_sums_processes(created, names):
@@ -54,11 +60,40 @@ def test_a_reader_attaches_read_only_and_sums_processes(created, names):
         assert totals[2 * 4:3 * 4] == [0, 0, 100, 1]
         assert totals[1 * 4:2 * 4] == [9, 0, 0, 0]
         assert stats.partition_totals([], 2) == [0] * 8
-        stats.clear_row([one, two], 2)
-        assert one.row(2) == two.row(2) == (0, 0, 0, 0) and one.row(1) == (9, 0, 0, 0)
-        stats.clear_row([one], 99)  # past the table: nothing
+        assert stats.partition_totals([one], 3)[2 * 4:3 * 4] == [0, 0, 30, 0]
     finally:
         two.close()
+
+
+def test_readers_leave_out_rows_of_an_earlier_claim(created, names):
+    """Slot 2 is freed (its claims move to 1) and taken by another partition:
+    the freeing writer's row says so at once, and the other processes' old
+    counts stop counting, though nobody but their own process writes them."""
+    writer = created(PartitionStats, "pstats", 4)
+    handler = PartitionStats.create(names("pstats", 1), 4)
+    processor = PartitionStats.create(names("pstats", 2), 4)
+    try:
+        writer.add(2, stats.MESSAGES_IN, 10)
+        handler.add(2, stats.FETCHES, 3)
+        processor.add(2, stats.BYTES_OUT, 500)
+        processor.add(1, stats.FETCHES, 1)
+        everyone = [writer, handler, processor]
+        assert stats.partition_totals(everyone, 4)[2 * 4:3 * 4] == [10, 0, 500, 3]
+        before = (bytes(handler.region.buf), bytes(processor.region.buf))
+        writer.restamp(2, 1)  # what the freeing writer does
+        assert (bytes(handler.region.buf), bytes(processor.region.buf)) == before
+        totals = stats.partition_totals(everyone, 4)
+        assert totals[2 * 4:3 * 4] == [0, 0, 0, 0]
+        assert totals[1 * 4:2 * 4] == [0, 0, 0, 1]  # other rows as they were
+        # the partition now in slot 2 counts from zero wherever it is counted
+        handler.add(2, stats.FETCHES, 1, claim=1)
+        assert stats.partition_totals(everyone, 4)[2 * 4:3 * 4] == [0, 0, 0, 1]
+        assert processor.row(2) == (0, 0, 500, 0)  # untouched, and left out
+        # in any order of the tables
+        assert stats.partition_totals(everyone[::-1], 4)[2 * 4:3 * 4] == [0, 0, 0, 1]
+    finally:
+        handler.close()
+        processor.close()
 
 
 def test_attach_refuses_another_layout(created, names):

@@ -84,3 +84,35 @@ def test_isr_commits_are_written_by_one_and_read_by_another(names):
             PartitionTable.attach(names("isr_commits"))
     finally:
         commits.close()
+
+
+def test_under_replicated_replicas_across_log_dirs(table):
+    """The one definition /metrics and hostbroker top share: no ONLINE leader,
+    or the leader of the highest epoch has an ISR short of its replicas."""
+    from hostbroker.shm.partitions import OFFLINE, PLACEMENT_LOG_DIRS, under_replicated
+
+    for slot, owner in ((0, 0), (1, 1), (2, 2)):
+        table.claim_replica(slot, [10, 11, 12], leader=10, leader_epoch=1, state=ONLINE,
+                            name="r", partition=0, owner=owner, placement=PLACEMENT_LOG_DIRS)
+
+    def read():
+        return [table.read(i) for i in range(3)]
+
+    assert under_replicated(read())  # all stopped: no leader
+    everyone = isr_bits([10, 11, 12], [10, 11, 12])
+    table.write(0, role=ROLE_LEADER, isr=everyone)
+    assert not under_replicated(read())
+    table.write(0, isr=isr_bits([10, 11, 12], [10, 12]))
+    assert under_replicated(read())
+    # an older leader left behind does not hide the newer one's short ISR, nor
+    # the other way round
+    table.write(1, role=ROLE_LEADER, leader_epoch=2, isr=everyone)
+    assert not under_replicated(read())
+    table.write(1, isr=isr_bits([10, 11, 12], [11]))
+    table.write(0, isr=everyone)
+    assert under_replicated(read())
+    # a leader whose dir went offline leads nothing
+    table.write(1, isr=everyone, state=OFFLINE)
+    table.write(0, state=OFFLINE)
+    assert under_replicated(read())
+    assert under_replicated([])

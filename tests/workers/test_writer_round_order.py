@@ -45,14 +45,22 @@ class Bell:
 
 
 class Board:
+    """Stands in for the process board: the counters the writer shows."""
+
     broker_state = procs.BROKER_RUNNING
+
+    def __init__(self):
+        self.counters = {}
+
+    def set(self, slot: int, counter: int, value: int) -> None:
+        self.counters[slot, counter] = value
 
 
 def test_a_held_poll_is_answered_before_the_put_that_satisfies_it(writer):
     w = writer
     create(w, "t")
     ring, bell = AnswerRing(), Bell()
-    w.answer_rings, w.processor_bells, w.board = [ring], [bell], Board()
+    w.answer_rings, w.processor_bells, w.board, w.slot = [ring], [bell], Board(), 3
     w.polls, w.polls_held, w.polls_new, w.polls_deadline = {}, 0, set(), _NEVER
     w.max_polls, w.max_response_bytes = 10, 1 << 20
     w.wait_ns = 0
@@ -63,6 +71,7 @@ def test_a_held_poll_is_answered_before_the_put_that_satisfies_it(writer):
     assert out == []  # held
     w._answer_round([[]], set())  # a round without appends: it stays held
     assert ring.answers == [] and w.polls_held == 1
+    assert w.board.counters[w.slot, procs.FETCH_PARKED] == 1  # shown as a long poll
 
     data = encode_message_set([b"m" * 100])
     head, body = env.encode_put(SLOT, "t", 0, FAR, data, 0, env.Direct(0, PRODUCER, 0, 80))
@@ -86,3 +95,4 @@ def test_a_held_poll_is_answered_before_the_put_that_satisfies_it(writer):
     # the handler hears that its poll was answered here
     assert results == [[(env.encode_op(env.OP_POLL_DONE, 5),)]]
     assert bell.woken == 2 and w.polls_held == 0
+    assert w.board.counters[w.slot, procs.FETCH_PARKED] == 0
