@@ -27,8 +27,9 @@ Routes (one each, added here):
   size (log end - log start: byte offsets), rates, offline partitions.
 - ``GET /api/topics/{topic}?offset=&limit=&partition=``: one topic's
   partitions, a page at a time (``partition=N``: the page that starts at
-  partition N, its ``offset`` said in the answer): leader, replicas, ISR (log dir paths for replicas across log
-  dirs, broker ids in a cluster), offsets, size, rates, and its overrides.
+  partition N, its ``offset`` said in the answer): leader, replicas, ISR
+  (log dir paths for replicas across log dirs, broker ids in a cluster),
+  offsets, size, rates, and its overrides.
 - ``GET /api/groups?filter=&offset=&limit=``: groups with members and groups
   with committed offsets only.
 - ``GET /api/group?group=&offset=&limit=``: one group (its id in the query:
@@ -523,7 +524,7 @@ class Console:
         return answer({"total": len(found), "offset": offset, "limit": limit,
                        "filter": text, "groups": rows})
 
-    # -- GET /api/groups/{group} -------------------------------------------------------------
+    # -- GET /api/group?group= ----------------------------------------------------------
 
     def _high_watermarks(self, topics: list[str]) -> dict[tuple[str, int], int | None]:
         """(topic, partition) -> where consumers stop, of ``topics`` (every

@@ -265,3 +265,20 @@ def test_a_topic_page_goes_to_a_partition_with_a_page_size(console, browser):
              "the last partition")
     assert browser.find_element(By.CSS_SELECTOR, "#partitions-pager .next").get_attribute(
         "disabled")
+
+
+def test_markup_in_a_refusal_stays_text(console, browser):
+    """The broker's refusal names the config key it refused: markup there is shown."""
+    By = _by()
+    browser.get(console.origin + "/#/topics")
+    _give_token(browser, console.token)
+    key = "<b>bold</b><script>alert(1)</script>"  # the form's keys hold no =
+    browser.find_element(By.ID, "create-configs").send_keys(key + "=1")
+    _create(browser, "marked", 1)
+    wait_for(lambda: "INVALID_CONFIG" in message(browser), "the refusal")
+    assert key in message(browser)  # the key, as text
+    assert browser.find_elements(By.TAG_NAME, "b") == []
+    assert len(browser.find_elements(By.TAG_NAME, "script")) == 1  # app.js only
+    assert browser.title != "owned"
+    with console.client() as c:
+        assert "marked" not in {t.topic for t in c.metadata().topics}
