@@ -329,7 +329,7 @@ $("partition-goto-form").addEventListener("submit", event => {
     return;
   }
   if (size) { page.limit = Number(size); }
-  page.goto = wanted === "" ? page.offset : Number(wanted);
+  if (wanted !== "") { page.goto = Number(wanted); }  // else the same place, resized
   route();
 });
 
