@@ -19,17 +19,22 @@ Routes (one each, added here):
 - ``GET /``, ``/static/app.js``, ``/static/style.css``: the page, from a fixed
   table of package files read once; no part of a request names a file.
 - ``GET /api/broker``: this broker (id, mode, state, processes, log dirs);
-  in cluster mode every broker registered in ZooKeeper (read then, by
-  :mod:`hostbroker.console.cluster`) and the controller (METADATA v1).
+  in cluster mode every broker registered in ZooKeeper (read by
+  :mod:`hostbroker.console.cluster`, the answer or its failure kept
+  ``BROKERS_TTL_S``) and the controller (METADATA v1).
 - ``GET /api/topics?filter=&offset=&limit=``: topics by name, a page at a time
   (``http.console.page.max`` rows at most): partitions, replication factor,
   size (log end - log start: byte offsets), rates, offline partitions.
-- ``GET /api/topics/{topic}?offset=&limit=``: one topic's partitions, a page
-  at a time: leader, replicas, ISR (log dir paths for replicas across log
-  dirs, broker ids in a cluster), offsets, size, rates, and its overrides.
+- ``GET /api/topics/{topic}?offset=&limit=&partition=``: one topic's
+  partitions, a page at a time (``partition=N``: the page that starts at
+  partition N, its ``offset`` said in the answer): leader, replicas, ISR
+  (log dir paths for replicas across log dirs, broker ids in a cluster),
+  offsets, size, rates, and its overrides.
 - ``GET /api/groups?filter=&offset=&limit=``: groups with members and groups
   with committed offsets only.
-- ``GET /api/groups/{group}?offset=&limit=``: members, assignments, and per
+- ``GET /api/group?group=&offset=&limit=``: one group (its id in the query:
+  a group id is any 1 to 255 bytes, ``/``, ``..`` and control characters
+  included, which a path segment may not hold): members, assignments, and per
   partition the committed offset, high watermark and lag (high watermark -
   committed, at least 0: :func:`hostbroker.metrics.lag.group_lag`, as
   ``/metrics`` works it out), read with METADATA v1.
@@ -55,6 +60,7 @@ handler reads those partitions' slots whole for it.
 
 from __future__ import annotations
 
+import bisect
 import importlib.resources
 import time
 
@@ -72,6 +78,7 @@ STATIC = {
 }
 DEFAULT_PAGE = 100  # rows a page holds when the request does not say
 METADATA_TTL_S = 2.0  # one METADATA of every topic serves the pages asked within this
+BROKERS_TTL_S = 10.0  # cluster mode: ZooKeeper's brokers (or why they were not read) kept this long
 PARTITION_RATES_MAX_AGE_S = 30.0  # the charts' poll keeps a read this fresh to rate against
 OFFSET_FETCH_CHUNK = 1000  # partitions one OFFSET_FETCH asks for
 FILTER_MAX = 249  # a topic name's longest
@@ -87,7 +94,7 @@ def console_routes(router, context) -> None:
     router.add("GET", "/api/topics", console.topics)
     router.add("GET", "/api/topics/{topic}", console.topic)
     router.add("GET", "/api/groups", console.groups)
-    router.add("GET", "/api/groups/{group}", console.group)
+    router.add("GET", "/api/group", console.group)
     router.add("GET", "/api/rates", console.rates)
     from hostbroker.console import changes
 
@@ -123,26 +130,41 @@ def broker_refused(code, message: str | None, what: str) -> HttpError:
     return HttpError(status, f"{what}: {name}" + (f": {message}" if message else ""))
 
 
+def whole_parameter(request, name: str, default: int | None) -> int | None:
+    """The query's ``name`` as a whole number 0..; ``default`` when absent or
+    empty; 400 naming it otherwise."""
+    raw = request.query.get(name, "")
+    if raw == "":
+        return default
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 12:
+        raise HttpError(400, f"{name} must be a whole number, not {raw[:40]!r}")
+    return int(raw)
+
+
 def page_of(request, page_max: int) -> tuple[int, int, str]:
     """(offset, limit, filter) of a listing request: offset 0.., limit 1..``page_max``
     (more is cut to it); 400 naming the parameter otherwise."""
     query = request.query
-    values = []
-    for name, default in (("offset", 0), ("limit", min(DEFAULT_PAGE, page_max))):
-        raw = query.get(name, "")
-        if raw == "":
-            values.append(default)
-            continue
-        if not (raw.isascii() and raw.isdigit()) or len(raw) > 12:
-            raise HttpError(400, f"{name} must be a whole number, not {raw[:40]!r}")
-        values.append(int(raw))
-    offset, limit = values
+    offset = whole_parameter(request, "offset", 0)
+    limit = whole_parameter(request, "limit", min(DEFAULT_PAGE, page_max))
     if limit < 1:
         raise HttpError(400, "limit must be at least 1")
     text = query.get("filter", "")
     if len(text) > FILTER_MAX:
         raise HttpError(400, f"filter is longer than {FILTER_MAX} characters")
     return offset, min(limit, page_max), text
+
+
+def group_parameter(request, most: int) -> str:
+    """The ``group`` of the query: any 1 to ``most`` UTF-8 bytes; 400 otherwise."""
+    name = request.query.get("group", "")
+    try:
+        size = len(name.encode("utf-8"))
+    except UnicodeEncodeError:
+        size = 0
+    if not 1 <= size <= most:
+        raise HttpError(400, f"group must be a group id of 1 to {most} UTF-8 bytes")
+    return name
 
 
 def topic_name(name) -> str:
@@ -170,6 +192,7 @@ class Console:
         self._metadata = None
         self._metadata_at = float("-inf")
         self._coordinator = None
+        self._brokers = None  # (read at, (registered brokers, problem)): cluster mode
         self.broker_rates = BrokerRates(lambda: context.board, clock)
         self.partition_rates = PartitionRates(context, clock)
 
@@ -263,9 +286,7 @@ class Console:
                    for b in metadata.brokers if b.broker_id == me]
         controller, problem = -1, None
         if self.cluster:  # every broker registered in ZooKeeper
-            from hostbroker.console.cluster import live_brokers
-
-            registered, problem = live_brokers(self.config["zookeeper.connect"])
+            registered, problem = self._registered()
             if registered or problem is None:
                 if me not in {b.broker_id for b in registered}:
                     for b in brokers:
@@ -282,6 +303,7 @@ class Console:
             "mode": "cluster" if self.cluster else "standalone",
             "state": board.broker_state.name.lower(),
             "admin": bool(self.config["http.admin.enable"]),
+            "page_max": self.page_max,
             "topics": len(metadata.topics),
             "partitions": sum(len(t.partitions) for t in metadata.topics),
             "controller_id": controller, "brokers": brokers, "zookeeper_problem": problem,
@@ -289,6 +311,18 @@ class Console:
             "log_dirs": self._log_dirs(),
         }
         return answer(document)
+
+    def _registered(self) -> tuple[list, str | None]:
+        """ZooKeeper's registered brokers, or the problem reading them, read at
+        most once per ``BROKERS_TTL_S``: each read is a ZooKeeper session opened
+        and closed (and, ZooKeeper away, up to its connect timeout of hb-http's
+        loop), so however often the page is asked for, ZooKeeper sees one."""
+        from hostbroker.console.cluster import live_brokers
+
+        now = self._clock()
+        if self._brokers is None or now - self._brokers[0] >= BROKERS_TTL_S:
+            self._brokers = (now, live_brokers(self.config["zookeeper.connect"]))
+        return self._brokers[1]
 
     def _log_dirs(self) -> list[dict]:
         """Each configured log dir (id, path, state) from the log dir table, a dir
@@ -422,6 +456,7 @@ class Console:
     def topic(self, request) -> Response:
         name = topic_name(request.params["topic"])
         offset, limit, _ = page_of(request, self.page_max)
+        start = whole_parameter(request, "partition", None)
         response = self.ask(f"reading topic {name[:FILTER_MAX]}",
                             lambda c: c.metadata([name]))
         found = [t for t in response.topics if t.topic == name]
@@ -429,6 +464,8 @@ class Console:
             raise HttpError(404, f"no topic {name[:FILTER_MAX]}")
         t = found[0]
         partitions = sorted(t.partitions, key=lambda p: p.partition)
+        if start is not None:  # the page that starts at that partition (or past the last)
+            offset = bisect.bisect_left([p.partition for p in partitions], start)
         shown = partitions[offset:offset + limit]
         replicas = self._replicas(name) if shown else {}
         self.partition_rates.refresh()
@@ -487,7 +524,7 @@ class Console:
         return answer({"total": len(found), "offset": offset, "limit": limit,
                        "filter": text, "groups": rows})
 
-    # -- GET /api/groups/{group} -------------------------------------------------------------
+    # -- GET /api/group?group= ----------------------------------------------------------
 
     def _high_watermarks(self, topics: list[str]) -> dict[tuple[str, int], int | None]:
         """(topic, partition) -> where consumers stop, of ``topics`` (every
@@ -501,9 +538,7 @@ class Console:
     def group(self, request) -> Response:
         from hostbroker.protocol.groups import MAX_GROUP_ID_BYTES
 
-        name = request.params["group"]
-        if len(name.encode()) > MAX_GROUP_ID_BYTES:
-            raise HttpError(400, f"a group id is 1 to {MAX_GROUP_ID_BYTES} bytes")
+        name = group_parameter(request, MAX_GROUP_ID_BYTES)
         offset, limit, _ = page_of(request, self.page_max)
         state = self.ask_groups(f"describing group {name[:FILTER_MAX]}",
                                 lambda c: c.describe_group(name))

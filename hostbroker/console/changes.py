@@ -16,8 +16,13 @@ CLI sends for it, over hb-http's broker connection
                                         ``delete_configs``
 ======================================  =======================================
 
-Bodies are JSON objects; a field of the wrong type, a bad topic name or a
-number out of range is a 400 naming it, before any request is sent. What
+Bodies are JSON objects of the fields each route names (``FIELDS``); a field
+the route does not take (a typo such as ``partitons``), a field of the wrong
+type, a bad topic name, a number out of range, or a config key or value that
+is not UTF-8 text or is longer than the wire carries (a key at most
+``CONFIG_KEY_MAX`` bytes, a value ``CONFIG_VALUE_MAX``) is a 400 naming it,
+before any request is sent. ``partitions`` of a create is 1 when the body does
+not have it. What
 the broker refuses comes back with its error code's name and message
 (404 for an unknown topic, 409 for one that exists, 400 for what is
 invalid, 501 for a request the broker does not serve).
@@ -32,6 +37,11 @@ from hostbroker.errors import ErrorCode
 from hostbroker.web.router import HttpError
 
 INT32_MAX = 2**31 - 1
+CONFIG_KEY_MAX = 255  # bytes: the broker's own config keys are short
+CONFIG_VALUE_MAX = 2**15 - 1  # bytes: a wire string (int16 length)
+# the fields each change's body may hold
+FIELDS = {"create": ("topic", "partitions", "config", "replication_factor"),
+          "delete": (), "partitions": ("partitions",), "config": ("set", "delete")}
 
 
 def add_routes(router, console) -> None:
@@ -43,8 +53,9 @@ def add_routes(router, console) -> None:
                admin=True)
 
 
-def document(request) -> dict:
-    """The body as a JSON object (an empty body is ``{}``); 400 otherwise."""
+def document(request, kind: str) -> dict:
+    """The body as a JSON object (an empty body is ``{}``) holding only the
+    fields ``FIELDS[kind]`` names; 400 otherwise."""
     if not request.body.strip():
         return {}
     try:
@@ -53,7 +64,28 @@ def document(request) -> dict:
         raise HttpError(400, f"the body is not JSON: {str(exc)[:120]}") from None
     if not isinstance(found, dict):
         raise HttpError(400, "the body must be a JSON object")
+    for field in found:
+        if field not in FIELDS[kind]:
+            raise HttpError(400, f"unknown field {_shown(field)}: this change takes "
+                                 + (", ".join(FIELDS[kind]) or "no fields"))
     return found
+
+
+def _shown(text: str) -> str:
+    """``text`` as an error message may quote it: short, one line."""
+    return ascii(text[:60]) if len(text) <= 60 else ascii(text[:60]) + "..."
+
+
+def config_text(text, what: str, most: int) -> str:
+    """A config key or value: UTF-8 text of 1 (a key) or 0 (a value) to ``most``
+    bytes; 400 naming ``what`` otherwise."""
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise HttpError(400, f"{what} {_shown(text)} is not UTF-8 text") from None
+    if size > most:
+        raise HttpError(400, f"{what} {_shown(text)} is longer than {most} bytes")
+    return text
 
 
 def whole(body: dict, key: str, default=None, low: int = 1, high: int = INT32_MAX) -> int:
@@ -73,10 +105,14 @@ def _config_pairs(value, key: str) -> tuple[tuple[str, str], ...]:
         raise HttpError(400, f"{key} must be an object of config keys and values")
     pairs = []
     for k, v in value.items():
+        if not k:
+            raise HttpError(400, f"{key}: a config key is empty")
+        config_text(k, f"{key}: config key", CONFIG_KEY_MAX)
         if type(v) is int:
             v = str(v)
-        if not isinstance(v, str) or not k:
-            raise HttpError(400, f"{key}: {str(k)[:80]} must have a string or whole-number value")
+        if not isinstance(v, str):
+            raise HttpError(400, f"{key}: {_shown(k)} must have a string or whole-number value")
+        config_text(v, f"{key}: the value of", CONFIG_VALUE_MAX)
         pairs.append((k, v))
     return tuple(pairs)
 
@@ -91,7 +127,7 @@ def _admin(console, what: str, request_or_call):
 
 
 def create(console, request):
-    body = document(request)
+    body = document(request, "create")
     name = topic_name(body.get("topic"))
     partitions = whole(body, "partitions", 1)
     configs = _config_pairs(body.get("config"), "config")
@@ -110,6 +146,7 @@ def create(console, request):
 
 def delete(console, request):
     name = topic_name(request.params["topic"])
+    document(request, "delete")
     _admin(console, f"deleting topic {name}",
            lambda c: c.delete_topic(name, raise_on_error=False))
     return answer({"deleted": name})
@@ -122,7 +159,7 @@ def _alter(console, what: str, topic: str, **fields):
 
 def add_partitions(console, request):
     name = topic_name(request.params["topic"])
-    body = document(request)
+    body = document(request, "partitions")
     partitions = whole(body, "partitions")
     _alter(console, f"adding partitions to topic {name}", name, partitions=partitions)
     return answer({"topic": name, "partitions": partitions})
@@ -130,11 +167,13 @@ def add_partitions(console, request):
 
 def alter_config(console, request):
     name = topic_name(request.params["topic"])
-    body = document(request)
+    body = document(request, "config")
     settings = _config_pairs(body.get("set"), "set")
     removed = body.get("delete") or []
     if not isinstance(removed, list) or not all(isinstance(k, str) and k for k in removed):
         raise HttpError(400, "delete must be a list of config keys")
+    for key in removed:
+        config_text(key, "delete: config key", CONFIG_KEY_MAX)
     if not settings and not removed:
         raise HttpError(400, "nothing to change: give set or delete")
     _alter(console, f"changing the config of topic {name}", name,

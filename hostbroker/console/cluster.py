@@ -1,7 +1,10 @@
 """The live brokers of a cluster as ZooKeeper holds them, for the console's broker page.
 
-Runs in hb-http, only in cluster mode (``zookeeper.connect`` set), only when the
-broker page is asked for: a kazoo client is started, ``/brokers/ids`` and each
+Runs in hb-http, only in cluster mode (``zookeeper.connect`` set), when the
+broker page is asked for and the last read (or its failure) is older than
+``BROKERS_TTL_S`` (:mod:`hostbroker.console.api`), so ZooKeeper sees at most
+one session of hb-http's per that time whatever the page's callers do: a
+kazoo client is started, ``/brokers/ids`` and each
 child's value are read (every value checked and bounded as the broker's own
 discovery reads it: :mod:`hostbroker.cluster.zkread`), and the client is closed
 again. No watch is left and no session outlives the request, so hb-http holds

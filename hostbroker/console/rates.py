@@ -31,8 +31,8 @@ SERIES_POINTS = 120  # 10 minutes at the page's 5 s poll
 MIN_INTERVAL_S = 1.0  # two reads closer than this give no rate (noise, not a figure)
 BROKER_SERIES = ("messages_in", "bytes_in", "bytes_out", "requests")
 
-# process board kinds (hostbroker.workers.plan): whose counters make a broker-wide rate
-_WRITER, _PROCESSOR = 1, 3
+# process board kinds whose counters make a broker-wide rate
+_WRITER, _PROCESSOR = procs.KIND_CODES["writer"], procs.KIND_CODES["processor"]
 _FROM = {"messages_in": (_WRITER, procs.MESSAGES_IN), "bytes_in": (_PROCESSOR, procs.BYTES_IN),
          "bytes_out": (_PROCESSOR, procs.BYTES_OUT), "requests": (_PROCESSOR, procs.REQUESTS)}
 

@@ -1,17 +1,21 @@
 """The console in a real headless chromium against a real broker: create a topic,
-add partitions, read a group's lag, and the admin gate refusing a change without
-the token. What the page did is read back from the broker over the wire."""
+add partitions, change its config and delete it; read a group's lag, a live
+group's members and owners (markup a client sent shown as text); the broker
+view, the live charts, a topic page's go-to and page size, a malformed link;
+and the admin gate refusing a change without the token. What the page did is
+read back from the broker over the wire."""
 
 from __future__ import annotations
 
-import importlib.util
+import time
+from urllib.parse import quote
 
 import pytest
 
 from tests.console.browser import message, start_browser, stop_browser, table_rows, wait_for
-from tests.console.web import ConsoleBroker, produce
+from tests.console.web import ConsoleBroker, get, produce
 
-TOPICS_ADMIN = importlib.util.find_spec("hostbroker.protocol.topics_admin") is not None
+EVIL = '<img src=x onerror="document.title=\'owned\'">'
 
 
 @pytest.fixture
@@ -73,8 +77,6 @@ def test_create_topic_and_add_partitions(console, browser):
     assert row[1] == "2"
     with console.client() as c:
         assert len(c.metadata(["made-in-browser"]).topics[0].partitions) == 2
-    if not TOPICS_ADMIN:
-        return
     browser.find_element(By.LINK_TEXT, "made-in-browser").click()
     wait_for(lambda: len(table_rows(browser, "partitions")) == 2, "the topic's two partitions")
     field = browser.find_element(By.ID, "add-partitions")
@@ -121,3 +123,162 @@ def test_the_gate_refuses_a_change_without_the_token(console, browser):
     with console.client() as c:
         names = {t.topic for t in c.metadata().topics}
     assert not names & {"not-made", "not-made-either"}
+
+
+def test_delete_a_topic_and_read_its_message(console, browser):
+    By = _by()
+    with console.client() as c:
+        c.create_topic("gone", 1)
+        c.create_topic("kept", 1)
+    browser.get(console.origin + "/#/topics/gone")
+    _give_token(browser, console.token)
+    wait_for(lambda: table_rows(browser, "partitions"), "the topic's partitions")
+    browser.find_element(By.ID, "delete-confirm").send_keys("gone")
+    browser.find_element(By.ID, "delete-submit").click()
+    wait_for(lambda: message(browser) == "deleted topic gone", "the deleted message")
+    assert browser.execute_script("return location.hash") == "#/topics"
+    wait_for(lambda: [r[0] for r in table_rows(browser, "topics")] == ["kept"],
+             "the topics without it")
+    time.sleep(1.0)  # the message stays: nothing queued wipes it
+    assert message(browser) == "deleted topic gone"
+    with console.client() as c:
+        assert {t.topic for t in c.metadata().topics} == {"kept"}
+
+
+def test_a_malformed_link_is_said(console, browser):
+    By = _by()
+    with console.client() as c:
+        c.create_topic("fine", 1)
+    browser.get(console.origin + "/#/topics")
+    wait_for(lambda: table_rows(browser, "topics"), "the topics")
+    for bad in ("#/topics/%E0", "#/groups/%", "#/groups/a%2"):
+        browser.execute_script("location.hash = arguments[0]", bad)
+        wait_for(lambda: message(browser).startswith("not a valid link"), f"{bad} refused")
+        browser.get(console.origin + "/#/topics/fine")  # a good link reads on
+        wait_for(lambda: browser.find_element(By.ID, "topic-name").text == "fine",
+                 "the topic after it")
+    assert not [e for e in browser.get_log("browser") if "Uncaught" in e["message"]]
+
+
+def test_a_live_group_with_markup_from_its_client(console, browser):
+    """Members, owners and lag of a group with a member, its client id markup and its
+    id holding a /: all shown, as text."""
+    from hostbroker.client.coordinator_requests import CoordinatorClient
+
+    By = _by()
+    group = "team/orders"
+    with console.client() as c:
+        c.create_topic("orders", 2)
+        end = produce(console, "orders", 1, [b"o" * 30] * 6)
+        c.offset_commit(group, [("orders", 1, end // 2, None)])  # before it has members
+    member = CoordinatorClient([console.unix], timeout=10, client_id=EVIL)
+    try:
+        joined = member.join_group(group, "", {"orders": 1}, session_timeout_ms=120000,
+                                   rebalance_timeout_ms=5000)
+        member.sync_group(group, joined.generation, joined.member_id)
+        browser.get(console.origin + "/#/groups")
+        wait_for(lambda: [group, "yes"] in table_rows(browser, "groups"), "the live group")
+        browser.find_element(By.LINK_TEXT, group).click()
+        members = wait_for(lambda: table_rows(browser, "members"), "the members")
+        assert [(m[0], m[1]) for m in members] == [(joined.member_id, EVIL)]
+        assert members[0][3] == "orders 0: 0,1"
+        rows = wait_for(lambda: table_rows(browser, "group-partitions"), "the partitions")
+        owner = f"{joined.member_id}-0"
+        assert rows == [["orders", "0", owner, "–", "0", "–"],
+                        ["orders", "1", owner, str(end // 2), str(end), str(end - end // 2)]]
+        assert browser.find_element(By.ID, "group-name").text == group
+        assert "generation" in browser.find_element(By.ID, "group-summary").text
+        assert browser.find_elements(By.TAG_NAME, "img") == []
+        assert browser.title != "owned"
+        # the same group by its link, and its id in the hash
+        browser.get(console.origin + "/#/groups/" + quote(group, safe=""))
+        wait_for(lambda: table_rows(browser, "group-partitions") == rows, "the page by link")
+    finally:
+        member.close()
+
+
+def test_the_broker_view(console, browser):
+    By = _by()
+    browser.get(console.origin + "/#/broker")
+    table = dict(tuple(r) for r in wait_for(lambda: table_rows(browser, "broker-table"),
+                                             "the broker table"))
+    assert (table["broker id"], table["mode"], table["state"]) == ("0", "standalone", "running")
+    assert table["console changes"] == "enabled"
+    processes = table_rows(browser, "processes")
+    assert {"writer", "handler", "processor"} <= {p[0] for p in processes}
+    assert all(p[3] == "ready" for p in processes)
+    # one log dir (no dir id: a broker of one dir names none)
+    assert table_rows(browser, "log-dirs") == [["–", console.settings["log.dirs"], "online"]]
+    assert table_rows(browser, "brokers") == [["0", "127.0.0.1", str(console.port),
+                                               console.unix_path, "live"]]
+    assert "broker 0" in browser.find_element(By.ID, "broker-summary").text
+
+
+def _drawn(browser, canvas_id: str) -> int:
+    """How many pixels of the canvas are not blank."""
+    return browser.execute_script(
+        "const c = document.getElementById(arguments[0]);"
+        "const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;"
+        "let n = 0; for (let i = 3; i < d.length; i += 4) { if (d[i]) { n++; } } return n;",
+        canvas_id)
+
+
+def test_the_charts_draw_once_two_reads_exist(console, browser):
+    By = _by()
+    with console.client() as c:
+        c.create_topic("flow", 1)
+    browser.get(console.origin + "/#/topics")
+    wait_for(lambda: table_rows(browser, "topics"), "the topics")
+    assert _drawn(browser, "chart-messages_in") == 0  # one read: nothing to draw yet
+    for _ in range(3):  # reads a second apart, with messages between (the series is the broker's)
+        produce(console, "flow", 0, [b"f" * 100] * 20)
+        time.sleep(1.1)
+        get(console, "/api/rates")
+    # the page's next poll (every 5 s) has two points or more: a line is drawn
+    wait_for(lambda: _drawn(browser, "chart-messages_in") > 0, "the messages chart drawn",
+             timeout=15)
+    assert _drawn(browser, "chart-bytes_in") > 0
+    assert browser.find_element(By.ID, "now-messages_in").text.endswith("/s")
+    assert browser.find_element(By.ID, "now-bytes_in").text.endswith("/s")
+
+
+def test_a_topic_page_goes_to_a_partition_with_a_page_size(console, browser):
+    By = _by()
+    with console.client() as c:
+        c.create_topic("wide", 30)
+    browser.get(console.origin + "/#/topics/wide")
+    wait_for(lambda: len(table_rows(browser, "partitions")) == 30, "all 30 in one page")
+    browser.find_element(By.ID, "partition-page-size").send_keys("5")
+    browser.find_element(By.ID, "partition-goto").send_keys("12")
+    browser.find_element(By.ID, "partition-goto-submit").click()
+    wait_for(lambda: [r[0] for r in table_rows(browser, "partitions")] ==
+             ["12", "13", "14", "15", "16"], "partitions 12 to 16")
+    where = browser.find_element(By.CSS_SELECTOR, "#partitions-pager .where")
+    assert where.text == "13–17 of 30"
+    browser.find_element(By.CSS_SELECTOR, "#partitions-pager .next").click()
+    wait_for(lambda: [r[0] for r in table_rows(browser, "partitions")] ==
+             ["17", "18", "19", "20", "21"], "the next page of 5")
+    browser.find_element(By.ID, "partition-goto").clear()
+    browser.find_element(By.ID, "partition-goto").send_keys("29")
+    browser.find_element(By.ID, "partition-goto-submit").click()
+    wait_for(lambda: [r[0] for r in table_rows(browser, "partitions")] == ["29"],
+             "the last partition")
+    assert browser.find_element(By.CSS_SELECTOR, "#partitions-pager .next").get_attribute(
+        "disabled")
+
+
+def test_markup_in_a_refusal_stays_text(console, browser):
+    """The broker's refusal names the config key it refused: markup there is shown."""
+    By = _by()
+    browser.get(console.origin + "/#/topics")
+    _give_token(browser, console.token)
+    key = "<b>bold</b><script>alert(1)</script>"  # the form's keys hold no =
+    browser.find_element(By.ID, "create-configs").send_keys(key + "=1")
+    _create(browser, "marked", 1)
+    wait_for(lambda: "INVALID_CONFIG" in message(browser), "the refusal")
+    assert key in message(browser)  # the key, as text
+    assert browser.find_elements(By.TAG_NAME, "b") == []
+    assert len(browser.find_elements(By.TAG_NAME, "script")) == 1  # app.js only
+    assert browser.title != "owned"
+    with console.client() as c:
+        assert "marked" not in {t.topic for t in c.metadata().topics}

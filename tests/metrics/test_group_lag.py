@@ -114,12 +114,12 @@ def test_lag_of_a_replicated_partition_whose_follower_trails(two_dirs):
         assert got.value("hostbroker_group_lag_bytes", group=ahead, **labels) == 0
         assert got.value("hostbroker_group_committed_offset", group=ahead, **labels) == leo
 
-        page = get(broker, f"/api/groups/{behind}")
+        page = get(broker, f"/api/group?group={behind}")
         (row,) = page["partitions"]
         assert (row["committed"], row["high_watermark"], row["lag"]) == (
             committed, hw, hw - committed)
         assert page["total_lag"] == hw - committed
-        (row,) = get(broker, f"/api/groups/{ahead}")["partitions"]
+        (row,) = get(broker, f"/api/group?group={ahead}")["partitions"]
         assert (row["committed"], row["high_watermark"], row["lag"]) == (leo, hw, 0)
 
         # a refused change of a topic placed on log dirs is answered by hb-logdirs

@@ -8,7 +8,8 @@ const TOKEN_KEY = "hostbroker-admin-token";
 const RATES_EVERY_MS = 5000;
 const PAGE = 100;
 const state = { broker: null, topics: { offset: 0, filter: "" },
-                groups: { offset: 0, filter: "" }, partitions: { offset: 0 },
+                groups: { offset: 0, filter: "" },
+                partitions: { offset: 0, limit: PAGE, goto: null },
                 group: { offset: 0 } };
 
 function $(id) { return document.getElementById(id); }
@@ -194,9 +195,13 @@ async function showTopics() {
 
 async function showTopic(name) {
   const page = state.partitions;
-  if (page.topic !== name) { page.topic = name; page.offset = 0; }
-  const q = new URLSearchParams({ offset: page.offset, limit: PAGE });
+  if (page.topic !== name) { page.topic = name; page.offset = 0; page.goto = null; }
+  const q = new URLSearchParams({ offset: page.offset, limit: page.limit });
+  if (page.goto !== null) { q.set("partition", page.goto); page.goto = null; }
   const t = await getJson("/api/topics/" + encodeURIComponent(name) + "?" + q);
+  page.offset = t.offset;  // where a go-to landed
+  const most = state.broker ? state.broker.page_max : t.limit;
+  $("partition-page-size").placeholder = `${t.limit} (up to ${most})`;
   $("topic-name").textContent = t.topic;
   $("topic-summary").textContent =
     `${t.total} partitions · replication ${t.replication} · ${bytes(t.size_bytes)}`;
@@ -234,7 +239,8 @@ async function showGroup(name) {
   const page = state.group;
   if (page.name !== name) { page.name = name; page.offset = 0; }
   const q = new URLSearchParams({ offset: page.offset, limit: PAGE });
-  const g = await getJson("/api/groups/" + encodeURIComponent(name) + "?" + q);
+  q.set("group", name);  // in the query: a group id may hold "/" or be ".."
+  const g = await getJson("/api/group?" + q);
   $("group-name").textContent = g.group;
   $("group-summary").textContent = (g.members.length
     ? `${g.phase}, generation ${g.generation}, ${g.members.length} member(s)`
@@ -300,7 +306,9 @@ change("delete-topic-form", async () => {
   if ($("delete-confirm").value !== name) { throw new Error("type the topic's name to delete it"); }
   await postJson(`/api/topics/${encodeURIComponent(name)}/delete`, {});
   $("delete-confirm").value = "";
-  location.hash = "#/topics";
+  // to the topics, without a hashchange (its handler clears the message shown next)
+  history.pushState(null, "", "#/topics");
+  await route();
   return `deleted topic ${name}`;
 });
 
@@ -308,6 +316,20 @@ $("topic-filter-form").addEventListener("submit", event => {
   event.preventDefault();
   state.topics.filter = $("topic-filter").value.trim();
   state.topics.offset = 0;
+  route();
+});
+
+$("partition-goto-form").addEventListener("submit", event => {
+  event.preventDefault();
+  const page = state.partitions;
+  const size = $("partition-page-size").value.trim();
+  const wanted = $("partition-goto").value.trim();
+  if (!/^[0-9]*$/.test(size + wanted) || size === "0") {
+    say("a partition and a page size are whole numbers (a page 1 or more)");
+    return;
+  }
+  if (size) { page.limit = Number(size); }
+  if (wanted !== "") { page.goto = Number(wanted); }  // else the same place, resized
   route();
 });
 
@@ -367,7 +389,13 @@ function show(view) {
 async function route() {
   const parts = location.hash.replace(/^#\/?/, "").split("/");
   const what = parts[0] || "topics";
-  const name = parts.length > 1 ? decodeURIComponent(parts.slice(1).join("/")) : null;
+  let name;
+  try {
+    name = parts.length > 1 ? decodeURIComponent(parts.slice(1).join("/")) : null;
+  } catch (e) {  // a hand-edited or cut link: not percent-encoding
+    say("not a valid link: " + location.hash.slice(0, 80));
+    return;
+  }
   try {
     if (what === "broker") { show("broker"); await showBroker(); }
     else if (what === "groups" && name !== null) { show("group"); await showGroup(name); }
