@@ -244,21 +244,30 @@ def screen(text: str, tty: bool) -> str:
     return "\x1b[H" + "".join(line + "\x1b[K\n" for line in text.split("\n")) + "\x1b[J"
 
 
+class Source:
+    """Everything ``top`` reads from one running broker, attached read-only
+    once (:func:`attach`, :func:`attach_log_dirs`, :func:`attach_stats`):
+    :meth:`read` makes one reading."""
+
+    def __init__(self, config: Config, err=None):
+        self.board, self.table, self.log_dirs = attach(config)
+        self.dirs = attach_log_dirs(config, err)
+        self.partition_stats, self.api_stats = attach_stats(self.board, config, err)
+        self.procs: dict[int, psutil.Process] = {}
+
+    def read(self) -> dict:
+        reading = sample(self.board, self.procs, self.table, self.log_dirs, self.dirs)
+        reading.update(stats_reading(self.partition_stats, self.api_stats, self.table))
+        return reading
+
+
 def run(config: Config, *, as_json: bool, interval: float, iterations: int | None,
         once: bool = False) -> int:
     """Sample, wait ``interval``, sample again and draw (so the first screen
     has rates), and so on: ``iterations`` draws (``once``: one), or until
     interrupted."""
-    board, table, log_dirs = attach(config)
-    dirs = attach_log_dirs(config)
-    partition_stats, api_stats = attach_stats(board, config)
-    procs: dict[int, psutil.Process] = {}
-
-    def read() -> dict:
-        reading = sample(board, procs, table, log_dirs, dirs)
-        reading.update(stats_reading(partition_stats, api_stats, table))
-        return reading
-
+    source = Source(config)
+    read = source.read
     if once:
         iterations = 1
     tty = sys.stdout.isatty() and not once and not as_json
