@@ -24,6 +24,7 @@ reading with ``--json``. Never writes to the broker's shared memory.
 from __future__ import annotations
 
 import json
+import operator
 import sys
 import time
 
@@ -73,12 +74,15 @@ def _dir_ids(dirs: LogDirTable | None) -> dict[int, int]:
     return dirs.ids() if dirs is not None else {}
 
 
-def offline(table: PartitionTable, log_dirs: list[str], dirs: LogDirTable | None = None) -> dict:
+def offline(table: PartitionTable, log_dirs: list[str], dirs: LogDirTable | None = None,
+            slots: list | None = None) -> dict:
     """The log dirs and partitions that are offline (they answer STORAGE_ERROR); a
-    replica across log dirs is also named ``topic-partition@dir id``."""
+    replica across log dirs is also named ``topic-partition@dir id``. ``slots``:
+    the table's :meth:`~hostbroker.shm.table.SlotTable.scan` when already made."""
     ids = _dir_ids(dirs)
     found = sorted((s.name, s.partition, s.owner, s.placement == ptable.PLACEMENT_LOG_DIRS)
-                   for _, s in table.scan() if s.state == ptable.OFFLINE)
+                   for _, s in (table.scan() if slots is None else slots)
+                   if s.state == ptable.OFFLINE)
     partitions = []
     for t, p, o, placed in found:
         if o >= len(log_dirs):
@@ -92,11 +96,12 @@ def offline(table: PartitionTable, log_dirs: list[str], dirs: LogDirTable | None
             "offline_partitions": partitions}
 
 
-def under_replicated(table: PartitionTable) -> list[list]:
+def under_replicated(table: PartitionTable, slots: list | None = None) -> list[list]:
     """``[topic, partition]`` of each partition with replicas across log dirs
-    whose leader's committed ISR lacks a replica, or that has no online leader."""
+    whose leader's committed ISR lacks a replica, or that has no online leader
+    (``slots``: the table's scan when already made)."""
     replicas: dict[tuple[str, int], list] = {}
-    for _, s in table.scan():
+    for _, s in table.scan() if slots is None else slots:
         if s.placement == ptable.PLACEMENT_LOG_DIRS and s.state != ptable.DELETING:
             replicas.setdefault((s.name, s.partition), []).append(s)
     short = []
@@ -140,10 +145,11 @@ def log_dir_rows(dirs: LogDirTable, log_dirs: list[str],
 
 def sample(board: ProcessBoard, procs: dict[int, psutil.Process],
            table: PartitionTable | None = None, log_dirs: list[str] | None = None,
-           dirs: LogDirTable | None = None) -> dict:
+           dirs: LogDirTable | None = None, slots: list | None = None) -> dict:
     """One reading: broker state, a row per worker (counters and psutil figures)
     and, given the partition table, what is offline and under-replicated; given
-    the log dir table, a row per log dir."""
+    the log dir table, a row per log dir. ``slots``: the table's scan when
+    already made (a scan of 10,000 partitions takes tens of ms: one a reading)."""
     rows = []
     for row in board.snapshot():
         if row.get("torn"):
@@ -172,8 +178,10 @@ def sample(board: ProcessBoard, procs: dict[int, psutil.Process],
                "scheduling": cpusched.describe(board.supervisor_pid)
                if board.supervisor_pid else None, "workers": rows}
     if table is not None:
-        reading.update(offline(table, log_dirs or [], dirs))
-        reading["under_replicated_partitions"] = under_replicated(table)
+        if slots is None:
+            slots = table.scan()
+        reading.update(offline(table, log_dirs or [], dirs, slots))
+        reading["under_replicated_partitions"] = under_replicated(table, slots)
     if dirs is not None:
         flagged = table.offline_log_dirs() if table is not None else frozenset()
         reading["log_dirs"] = log_dir_rows(dirs, log_dirs or [], flagged)
@@ -206,11 +214,11 @@ def attach_stats(board: ProcessBoard, config: Config, err=None) -> tuple[list, l
 
 
 def stats_reading(partition_stats: list, api_stats: list,
-                  table: PartitionTable | None) -> dict:
+                  table: PartitionTable | None, slots: list | None = None) -> dict:
     """The stats part of a reading: ``api`` (name -> requests, errors,
     latency_sum_ns, cumulative buckets) and ``partitions`` (topic,
     partition and the four counts of each partition with any), summed over
-    the processes."""
+    the processes (``slots``: the table's scan when already made)."""
     out: dict = {}
     if api_stats:
         merged = stats.merge_api(a.snapshot() for a in api_stats)
@@ -218,17 +226,20 @@ def stats_reading(partition_stats: list, api_stats: list,
                                       "buckets": list(b)}
                       for key, (r, e, s, b) in sorted(merged.items())}
     if partition_stats and table is not None:
-        slots = [(slot, s.name, s.partition) for slot, s in table.scan()
-                 if s.state in (ptable.ONLINE, ptable.OFFLINE, ptable.CREATING)]
-        rows = max((slot for slot, _, _ in slots), default=-1) + 1
+        kept = [(slot, s.name, s.partition)
+                for slot, s in (table.scan() if slots is None else slots)
+                if s.state in (ptable.ONLINE, ptable.OFFLINE, ptable.CREATING)]
+        rows = max((slot for slot, _, _ in kept), default=-1) + 1
         totals = stats.partition_totals(partition_stats, rows)
         width = stats.COLUMN_COUNT
-        summed: dict[tuple[str, int], list[int]] = {}  # (a partition's replicas across dirs)
-        for slot, topic, partition in slots:
-            counts = totals[slot * width:(slot + 1) * width]
+        columns = [totals[c::width] for c in range(width)]  # a list per count, by slot
+        summed: dict[tuple[str, int], tuple] = {}  # (a partition's replicas across dirs)
+        for slot, topic, partition in kept:
+            counts = tuple(column[slot] for column in columns)
             if any(counts):
-                have = summed.setdefault((topic, partition), [0] * width)
-                have[:] = [a + b for a, b in zip(have, counts)]
+                have = summed.get((topic, partition))
+                summed[(topic, partition)] = (counts if have is None
+                                              else tuple(map(operator.add, have, counts)))
         out["partitions"] = [{"topic": t, "partition": p,
                               **dict(zip(stats.PARTITION_COLUMNS, counts))}
                              for (t, p), counts in sorted(summed.items())]
@@ -256,8 +267,9 @@ class Source:
         self.procs: dict[int, psutil.Process] = {}
 
     def read(self) -> dict:
-        reading = sample(self.board, self.procs, self.table, self.log_dirs, self.dirs)
-        reading.update(stats_reading(self.partition_stats, self.api_stats, self.table))
+        slots = self.table.scan()  # once a reading: what is offline, under-replicated, named
+        reading = sample(self.board, self.procs, self.table, self.log_dirs, self.dirs, slots)
+        reading.update(stats_reading(self.partition_stats, self.api_stats, self.table, slots))
         return reading
 
 
