@@ -213,6 +213,10 @@ def attach_stats(board: ProcessBoard, config: Config, err=None) -> tuple[list, l
         return [], []
 
 
+_COUNTED = frozenset(int(s) for s in (ptable.ONLINE, ptable.OFFLINE, ptable.CREATING))
+assert stats.PARTITION_COLUMNS == ("messages_in", "bytes_in", "bytes_out", "fetches")
+
+
 def stats_reading(partition_stats: list, api_stats: list,
                   table: PartitionTable | None, slots: list | None = None) -> dict:
     """The stats part of a reading: ``api`` (name -> requests, errors,
@@ -228,7 +232,7 @@ def stats_reading(partition_stats: list, api_stats: list,
     if partition_stats and table is not None:
         kept = [(slot, s.name, s.partition)
                 for slot, s in (table.scan() if slots is None else slots)
-                if s.state in (ptable.ONLINE, ptable.OFFLINE, ptable.CREATING)]
+                if s.state in _COUNTED]
         rows = max((slot for slot, _, _ in kept), default=-1) + 1
         totals = stats.partition_totals(partition_stats, rows)
         width = stats.COLUMN_COUNT
@@ -240,9 +244,9 @@ def stats_reading(partition_stats: list, api_stats: list,
                 have = summed.get((topic, partition))
                 summed[(topic, partition)] = (counts if have is None
                                               else tuple(map(operator.add, have, counts)))
-        out["partitions"] = [{"topic": t, "partition": p,
-                              **dict(zip(stats.PARTITION_COLUMNS, counts))}
-                             for (t, p), counts in sorted(summed.items())]
+        out["partitions"] = [{"topic": t, "partition": p, "messages_in": m, "bytes_in": i,
+                              "bytes_out": o, "fetches": f}
+                             for (t, p), (m, i, o, f) in sorted(summed.items())]
     return out
 
 
@@ -255,6 +259,37 @@ def screen(text: str, tty: bool) -> str:
     return "\x1b[H" + "".join(line + "\x1b[K\n" for line in text.split("\n")) + "\x1b[J"
 
 
+class Slots:
+    """The partition table's slots as a reading needs them, without reading
+    every slot every time: the table is scanned again only when slots were
+    added or freed (its generation moved); otherwise a slot is read again
+    only when its state changed (one aligned load each) or it is a replica
+    across log dirs (its role and ISR change in place). A topic's name,
+    partition, log dir and placement stay while its slot is taken."""
+
+    def __init__(self, table: PartitionTable):
+        self.table = table
+        self._generation: int | None = None
+        self._records: dict[int, tuple] = {}
+
+    def scan(self) -> list[tuple[int, tuple]]:
+        """``(index, record)`` of every slot in use, as :meth:`SlotTable.scan`."""
+        table = self.table
+        generation = table.generation  # before the scan: a change during it shows next time
+        if generation != self._generation:
+            found = table.scan()
+            self._records, self._generation = dict(found), generation
+            return found
+        records, state = self._records, table.state
+        found = []
+        for i, record in records.items():
+            if state(i) != record.state or record.placement == ptable.PLACEMENT_LOG_DIRS:
+                record = records[i] = table.read(i)
+            if record.state != FREE:  # (freed, its generation not yet bumped)
+                found.append((i, record))
+        return found
+
+
 class Source:
     """Everything ``top`` reads from one running broker, attached read-only
     once (:func:`attach`, :func:`attach_log_dirs`, :func:`attach_stats`):
@@ -265,9 +300,10 @@ class Source:
         self.dirs = attach_log_dirs(config, err)
         self.partition_stats, self.api_stats = attach_stats(self.board, config, err)
         self.procs: dict[int, psutil.Process] = {}
+        self.slots = Slots(self.table)
 
     def read(self) -> dict:
-        slots = self.table.scan()  # once a reading: what is offline, under-replicated, named
+        slots = self.slots.scan()  # once a reading: what is offline, under-replicated, named
         reading = sample(self.board, self.procs, self.table, self.log_dirs, self.dirs, slots)
         reading.update(stats_reading(self.partition_stats, self.api_stats, self.table, slots))
         return reading

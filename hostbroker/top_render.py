@@ -225,6 +225,8 @@ def _partition_table(partitions: list | None, old: list | None, seconds: float) 
     for order, p in enumerate(partitions):
         key = (p["topic"], p["partition"])
         was = before.get(key)
+        if was == p:
+            continue  # (most of 10,000: nothing since the previous reading)
         deltas = tuple(p[c] - (was[c] if was is not None and was[c] <= p[c] else 0)
                        for c in _PARTITION_DELTAS)
         if any(deltas[1:]):  # bytes in, bytes out or fetches
