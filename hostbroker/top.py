@@ -236,11 +236,12 @@ def stats_reading(partition_stats: list, api_stats: list,
         rows = max((slot for slot, _, _ in kept), default=-1) + 1
         totals = stats.partition_totals(partition_stats, rows)
         width = stats.COLUMN_COUNT
-        columns = [totals[c::width] for c in range(width)]  # a list per count, by slot
+        msgs, ins, outs, fetches = (totals[c::width] for c in range(width))  # by slot
+        none = (0, 0, 0, 0)
         summed: dict[tuple[str, int], tuple] = {}  # (a partition's replicas across dirs)
         for slot, topic, partition in kept:
-            counts = tuple(column[slot] for column in columns)
-            if any(counts):
+            counts = (msgs[slot], ins[slot], outs[slot], fetches[slot])
+            if counts != none:
                 have = summed.get((topic, partition))
                 summed[(topic, partition)] = (counts if have is None
                                               else tuple(map(operator.add, have, counts)))
