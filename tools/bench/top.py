@@ -42,8 +42,13 @@ import harness  # noqa: E402
 import metrics  # noqa: E402
 
 
-def _broker_cpu(broker: harness.Broker) -> float:
-    return sum(harness.cpu_seconds(broker.workers()).values())
+def _broker_cpu(broker: harness.Broker) -> dict[str, float]:
+    return harness.cpu_seconds(broker.workers())
+
+
+def _since(before: dict[str, float], now: dict[str, float], scale: float = 1.0) -> dict:
+    """CPU ms of each broker process between two :func:`_broker_cpu` (times ``scale``)."""
+    return {k: round((v - before.get(k, 0.0)) * scale * 1000, 1) for k, v in sorted(now.items())}
 
 
 def _refreshes(source, render, count: int, interval: float, between=None) -> dict:
@@ -101,14 +106,14 @@ def run(args: argparse.Namespace) -> dict:
         harness.log(f"quiet phase, {seconds:.0f} s")
         before = _broker_cpu(broker)
         time.sleep(seconds)
-        quiet = _broker_cpu(broker) - before
+        quiet = _since(before, _broker_cpu(broker))
         harness.log(f"idle phase: {args.refreshes} refreshes")
         before = _broker_cpu(broker)
         t0 = time.monotonic()
         idle = _refreshes(source, render, args.refreshes, args.interval)
         time.sleep(max(0.0, t0 + seconds + args.interval - time.monotonic()))
         # (the idle phase lasts one interval more: its first reading, untimed)
-        refreshing = (_broker_cpu(broker) - before) * seconds / (time.monotonic() - t0)
+        refreshing = _since(before, _broker_cpu(broker), seconds / (time.monotonic() - t0))
         harness.log(f"busy phase: {args.refreshes} refreshes, {args.busy} partitions taking data")
         step = max(1, total // max(1, args.busy))
         busy = [(f"bench-{(i * step) // args.partitions:04d}", (i * step) % args.partitions)
@@ -121,8 +126,9 @@ def run(args: argparse.Namespace) -> dict:
         broker.stop()
     report.update({
         "idle": idle, "busy": taking,
-        "broker_cpu_ms_quiet": round(quiet * 1000, 1),
-        "broker_cpu_ms_refreshing": round(refreshing * 1000, 1),
+        "broker_cpu_ms_quiet": round(sum(quiet.values()), 1),
+        "broker_cpu_ms_refreshing": round(sum(refreshing.values()), 1),
+        "per_process_cpu_ms_quiet": quiet, "per_process_cpu_ms_refreshing": refreshing,
     })
     return report
 
@@ -138,6 +144,10 @@ def print_report(r: dict) -> None:
               f"draw {f['draw_ms_median']:.1f} ms")
     print(f"broker CPU: {r['broker_cpu_ms_refreshing']:.1f} ms refreshing, "
           f"{r['broker_cpu_ms_quiet']:.1f} ms quiet (same length)")
+    for name, ms in r["per_process_cpu_ms_refreshing"].items():
+        if ms or r["per_process_cpu_ms_quiet"].get(name):
+            print(f"  {name:16} {ms:8.1f} ms refreshing, "
+                  f"{r['per_process_cpu_ms_quiet'].get(name, 0.0):.1f} ms quiet")
     print(f"the last busy screen ({len(r['busy']['screen'])} lines):")
     print("\n".join(r["busy"]["screen"]))
 
