@@ -6,8 +6,9 @@ units (``1.2k``, ``3.4M`` a second; ``512B``, ``1.2KiB``, ``3.4MiB`` a
 second), names cut to their column, and the sections in order: the broker
 line, a row per process, the APIs (requests and errors a second, mean and
 p99 latency from the histogram's buckets), the partitions taking the most
-bytes in, then the log dirs and what is under-replicated or offline. Pure:
-no shared memory, no clock, no terminal.
+bytes in (and one line summing the others that moved), then the log dirs
+and what is under-replicated or offline. Pure: no shared memory, no clock,
+no terminal.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from hostbroker.shm.stats import LATENCY_BOUNDS
 
 WIDTH = 100
 TOP_PARTITIONS = 10
+LISTED = 10  # under-replicated and offline partitions named one a line
 # (header, width, counter, how shown): a rate of a counter, or a gauge as it is
 _PROCESS_COLUMNS = (
     ("req/s", 7, "requests", "rate"),
@@ -92,17 +94,29 @@ def render(reading: dict, previous: dict | None, seconds: float) -> str:
     lines.extend(_partition_table(reading.get("partitions"), (previous or {}).get("partitions"),
                                   seconds))
     lines.extend(_log_dir_table(reading.get("log_dirs", [])))
-    for t, p in reading.get("under_replicated_partitions", []):
+    short = reading.get("under_replicated_partitions", [])
+    for t, p in short[:LISTED]:
         lines.append(cut(f"UNDER-REPLICATED partition {t}-{p}", WIDTH))
+    lines.extend(_more("UNDER-REPLICATED", short))
     for path in reading.get("offline_log_dirs", []):
         lines.append(cut(f"OFFLINE log dir {path}", WIDTH))
-    for p in reading.get("offline_partitions", []):
+    offline = reading.get("offline_partitions", [])
+    for p in offline[:LISTED]:
         if "replica" in p:
             lines.append(cut(f"OFFLINE replica {p['replica']} in {p['log_dir']}", WIDTH))
         else:
             lines.append(cut(f"OFFLINE partition {p['topic']}-{p['partition']} in "
                              f"{p['log_dir']}", WIDTH))
+    lines.extend(_more("OFFLINE", offline))
     return "\n".join(lines)
+
+
+def _more(what: str, listed: list) -> list[str]:
+    """One line counting what is past the first ``LISTED`` (a failed disk of
+    5,000 partitions is not 5,000 lines; ``--json`` lists them all)."""
+    if len(listed) <= LISTED:
+        return []
+    return [f"{what} {len(listed) - LISTED:,} more partitions (top --json lists them all)"]
 
 
 def _broker_line(reading: dict) -> str:

@@ -177,3 +177,21 @@ def test_ten_thousand_partitions_show_the_busiest_and_the_rest_summed():
     assert rest == ["15", "more", "partitions", "2.2k", "212KiB", "0B", "0"]
     assert len(lines) == part_at + 2 + TOP_PARTITIONS
     assert max(map(len, lines)) <= WIDTH
+
+
+def test_thousands_offline_or_under_replicated_are_counted_past_the_first():
+    from hostbroker.top_render import LISTED
+
+    reading = _reading([])
+    reading.update(
+        under_replicated_partitions=[["r", p] for p in range(LISTED)],
+        offline_log_dirs=["/d1"],
+        offline_partitions=[{"topic": "t", "partition": p, "log_dir": "/d1"}
+                            for p in range(5000)])
+    lines = render(reading, None, 1.0).split("\n")
+    assert [line for line in lines if line.startswith("UNDER-REPLICATED")] == [
+        f"UNDER-REPLICATED partition r-{p}" for p in range(LISTED)]  # all of them: no count
+    offline = [line for line in lines if line.startswith("OFFLINE")]
+    assert offline == (["OFFLINE log dir /d1"]
+                       + [f"OFFLINE partition t-{p} in /d1" for p in range(LISTED)]
+                       + [f"OFFLINE {5000 - LISTED:,} more partitions (top --json lists them all)"])
