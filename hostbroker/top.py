@@ -14,7 +14,10 @@ to every worker's per-partition and per-API stats (``shm/stats.py``: the
 APIs' requests, errors and latency histograms, each partition's messages
 and bytes in and out), and reads the machine's CPU wake-up latency target
 (``cpu.wakeup.latency.us``; root only) and the scheduling policy of each
-process (``cpu.realtime.priority``). Reads twice, ``--interval`` apart,
+process (``cpu.realtime.priority``). A reading (:class:`Source`) scans the
+partition table once, and again only when its generation moves
+(:class:`Slots`), so a refresh of 10,000 partitions stays near 50 ms of CPU
+(docs/benchmarks.md). Reads twice, ``--interval`` apart,
 before it draws (so the first screen has rates), then draws the screen of
 :mod:`hostbroker.top_render` every interval, in place on a terminal (plain
 lines otherwise, and with ``--once``), or prints one JSON document per
@@ -24,6 +27,7 @@ reading with ``--json``. Never writes to the broker's shared memory.
 from __future__ import annotations
 
 import json
+import operator
 import sys
 import time
 
@@ -73,12 +77,15 @@ def _dir_ids(dirs: LogDirTable | None) -> dict[int, int]:
     return dirs.ids() if dirs is not None else {}
 
 
-def offline(table: PartitionTable, log_dirs: list[str], dirs: LogDirTable | None = None) -> dict:
+def offline(table: PartitionTable, log_dirs: list[str], dirs: LogDirTable | None = None,
+            slots: list | None = None) -> dict:
     """The log dirs and partitions that are offline (they answer STORAGE_ERROR); a
-    replica across log dirs is also named ``topic-partition@dir id``."""
+    replica across log dirs is also named ``topic-partition@dir id``. ``slots``:
+    the table's :meth:`~hostbroker.shm.table.SlotTable.scan` when already made."""
     ids = _dir_ids(dirs)
     found = sorted((s.name, s.partition, s.owner, s.placement == ptable.PLACEMENT_LOG_DIRS)
-                   for _, s in table.scan() if s.state == ptable.OFFLINE)
+                   for _, s in (table.scan() if slots is None else slots)
+                   if s.state == ptable.OFFLINE)
     partitions = []
     for t, p, o, placed in found:
         if o >= len(log_dirs):
@@ -92,11 +99,12 @@ def offline(table: PartitionTable, log_dirs: list[str], dirs: LogDirTable | None
             "offline_partitions": partitions}
 
 
-def under_replicated(table: PartitionTable) -> list[list]:
+def under_replicated(table: PartitionTable, slots: list | None = None) -> list[list]:
     """``[topic, partition]`` of each partition with replicas across log dirs
-    whose leader's committed ISR lacks a replica, or that has no online leader."""
+    whose leader's committed ISR lacks a replica, or that has no online leader
+    (``slots``: the table's scan when already made)."""
     replicas: dict[tuple[str, int], list] = {}
-    for _, s in table.scan():
+    for _, s in table.scan() if slots is None else slots:
         if s.placement == ptable.PLACEMENT_LOG_DIRS and s.state != ptable.DELETING:
             replicas.setdefault((s.name, s.partition), []).append(s)
     short = []
@@ -140,10 +148,11 @@ def log_dir_rows(dirs: LogDirTable, log_dirs: list[str],
 
 def sample(board: ProcessBoard, procs: dict[int, psutil.Process],
            table: PartitionTable | None = None, log_dirs: list[str] | None = None,
-           dirs: LogDirTable | None = None) -> dict:
+           dirs: LogDirTable | None = None, slots: list | None = None) -> dict:
     """One reading: broker state, a row per worker (counters and psutil figures)
     and, given the partition table, what is offline and under-replicated; given
-    the log dir table, a row per log dir."""
+    the log dir table, a row per log dir. ``slots``: the table's scan when
+    already made (a scan of 10,000 partitions takes tens of ms: one a reading)."""
     rows = []
     for row in board.snapshot():
         if row.get("torn"):
@@ -172,8 +181,10 @@ def sample(board: ProcessBoard, procs: dict[int, psutil.Process],
                "scheduling": cpusched.describe(board.supervisor_pid)
                if board.supervisor_pid else None, "workers": rows}
     if table is not None:
-        reading.update(offline(table, log_dirs or [], dirs))
-        reading["under_replicated_partitions"] = under_replicated(table)
+        if slots is None:
+            slots = table.scan()
+        reading.update(offline(table, log_dirs or [], dirs, slots))
+        reading["under_replicated_partitions"] = under_replicated(table, slots)
     if dirs is not None:
         flagged = table.offline_log_dirs() if table is not None else frozenset()
         reading["log_dirs"] = log_dir_rows(dirs, log_dirs or [], flagged)
@@ -205,12 +216,16 @@ def attach_stats(board: ProcessBoard, config: Config, err=None) -> tuple[list, l
         return [], []
 
 
+_COUNTED = frozenset(int(s) for s in (ptable.ONLINE, ptable.OFFLINE, ptable.CREATING))
+assert stats.PARTITION_COLUMNS == ("messages_in", "bytes_in", "bytes_out", "fetches")
+
+
 def stats_reading(partition_stats: list, api_stats: list,
-                  table: PartitionTable | None) -> dict:
+                  table: PartitionTable | None, slots: list | None = None) -> dict:
     """The stats part of a reading: ``api`` (name -> requests, errors,
     latency_sum_ns, cumulative buckets) and ``partitions`` (topic,
     partition and the four counts of each partition with any), summed over
-    the processes."""
+    the processes (``slots``: the table's scan when already made)."""
     out: dict = {}
     if api_stats:
         merged = stats.merge_api(a.snapshot() for a in api_stats)
@@ -218,20 +233,24 @@ def stats_reading(partition_stats: list, api_stats: list,
                                       "buckets": list(b)}
                       for key, (r, e, s, b) in sorted(merged.items())}
     if partition_stats and table is not None:
-        slots = [(slot, s.name, s.partition) for slot, s in table.scan()
-                 if s.state in (ptable.ONLINE, ptable.OFFLINE, ptable.CREATING)]
-        rows = max((slot for slot, _, _ in slots), default=-1) + 1
+        kept = [(slot, s.name, s.partition)
+                for slot, s in (table.scan() if slots is None else slots)
+                if s.state in _COUNTED]
+        rows = max((slot for slot, _, _ in kept), default=-1) + 1
         totals = stats.partition_totals(partition_stats, rows)
         width = stats.COLUMN_COUNT
-        summed: dict[tuple[str, int], list[int]] = {}  # (a partition's replicas across dirs)
-        for slot, topic, partition in slots:
-            counts = totals[slot * width:(slot + 1) * width]
-            if any(counts):
-                have = summed.setdefault((topic, partition), [0] * width)
-                have[:] = [a + b for a, b in zip(have, counts)]
-        out["partitions"] = [{"topic": t, "partition": p,
-                              **dict(zip(stats.PARTITION_COLUMNS, counts))}
-                             for (t, p), counts in sorted(summed.items())]
+        msgs, ins, outs, fetches = (totals[c::width] for c in range(width))  # by slot
+        none = (0, 0, 0, 0)
+        summed: dict[tuple[str, int], tuple] = {}  # (a partition's replicas across dirs)
+        for slot, topic, partition in kept:
+            counts = (msgs[slot], ins[slot], outs[slot], fetches[slot])
+            if counts != none:
+                have = summed.get((topic, partition))
+                summed[(topic, partition)] = (counts if have is None
+                                              else tuple(map(operator.add, have, counts)))
+        out["partitions"] = [{"topic": t, "partition": p, "messages_in": m, "bytes_in": i,
+                              "bytes_out": o, "fetches": f}
+                             for (t, p), (m, i, o, f) in sorted(summed.items())]
     return out
 
 
@@ -244,21 +263,63 @@ def screen(text: str, tty: bool) -> str:
     return "\x1b[H" + "".join(line + "\x1b[K\n" for line in text.split("\n")) + "\x1b[J"
 
 
+class Slots:
+    """The partition table's slots as a reading needs them, without reading
+    every slot every time: the table is scanned again only when slots were
+    added or freed (its generation moved); otherwise a slot is read again
+    only when its state changed (one aligned load each) or it is a replica
+    across log dirs (its role and ISR change in place). A topic's name,
+    partition, log dir and placement stay while its slot is taken."""
+
+    def __init__(self, table: PartitionTable):
+        self.table = table
+        self._generation: int | None = None
+        self._records: dict[int, tuple] = {}
+
+    def scan(self) -> list[tuple[int, tuple]]:
+        """``(index, record)`` of every slot in use, as :meth:`SlotTable.scan`."""
+        table = self.table
+        generation = table.generation  # before the scan: a change during it shows next time
+        if generation != self._generation:
+            found = table.scan()
+            self._records, self._generation = dict(found), generation
+            return found
+        records, state = self._records, table.state
+        found = []
+        for i, record in records.items():
+            if state(i) != record.state or record.placement == ptable.PLACEMENT_LOG_DIRS:
+                record = records[i] = table.read(i)
+            if record.state != FREE:  # (freed, its generation not yet bumped)
+                found.append((i, record))
+        return found
+
+
+class Source:
+    """Everything ``top`` reads from one running broker, attached read-only
+    once (:func:`attach`, :func:`attach_log_dirs`, :func:`attach_stats`):
+    :meth:`read` makes one reading."""
+
+    def __init__(self, config: Config, err=None):
+        self.board, self.table, self.log_dirs = attach(config)
+        self.dirs = attach_log_dirs(config, err)
+        self.partition_stats, self.api_stats = attach_stats(self.board, config, err)
+        self.procs: dict[int, psutil.Process] = {}
+        self.slots = Slots(self.table)
+
+    def read(self) -> dict:
+        slots = self.slots.scan()  # once a reading: what is offline, under-replicated, named
+        reading = sample(self.board, self.procs, self.table, self.log_dirs, self.dirs, slots)
+        reading.update(stats_reading(self.partition_stats, self.api_stats, self.table, slots))
+        return reading
+
+
 def run(config: Config, *, as_json: bool, interval: float, iterations: int | None,
         once: bool = False) -> int:
     """Sample, wait ``interval``, sample again and draw (so the first screen
     has rates), and so on: ``iterations`` draws (``once``: one), or until
     interrupted."""
-    board, table, log_dirs = attach(config)
-    dirs = attach_log_dirs(config)
-    partition_stats, api_stats = attach_stats(board, config)
-    procs: dict[int, psutil.Process] = {}
-
-    def read() -> dict:
-        reading = sample(board, procs, table, log_dirs, dirs)
-        reading.update(stats_reading(partition_stats, api_stats, table))
-        return reading
-
+    source = Source(config)
+    read = source.read
     if once:
         iterations = 1
     tty = sys.stdout.isatty() and not once and not as_json

@@ -6,11 +6,14 @@ units (``1.2k``, ``3.4M`` a second; ``512B``, ``1.2KiB``, ``3.4MiB`` a
 second), names cut to their column, and the sections in order: the broker
 line, a row per process, the APIs (requests and errors a second, mean and
 p99 latency from the histogram's buckets), the partitions taking the most
-bytes in, then the log dirs and what is under-replicated or offline. Pure:
-no shared memory, no clock, no terminal.
+bytes in (and one line summing the others that moved), then the log dirs
+and what is under-replicated or offline. Pure: no shared memory, no clock,
+no terminal.
 """
 
 from __future__ import annotations
+
+import heapq
 
 from hostbroker import cpulatency, cpusched
 from hostbroker.shm.procs import COUNTER_NAMES
@@ -18,6 +21,7 @@ from hostbroker.shm.stats import LATENCY_BOUNDS
 
 WIDTH = 100
 TOP_PARTITIONS = 10
+LISTED = 10  # under-replicated and offline partitions named one a line
 # (header, width, counter, how shown): a rate of a counter, or a gauge as it is
 _PROCESS_COLUMNS = (
     ("req/s", 7, "requests", "rate"),
@@ -90,17 +94,29 @@ def render(reading: dict, previous: dict | None, seconds: float) -> str:
     lines.extend(_partition_table(reading.get("partitions"), (previous or {}).get("partitions"),
                                   seconds))
     lines.extend(_log_dir_table(reading.get("log_dirs", [])))
-    for t, p in reading.get("under_replicated_partitions", []):
+    short = reading.get("under_replicated_partitions", [])
+    for t, p in short[:LISTED]:
         lines.append(cut(f"UNDER-REPLICATED partition {t}-{p}", WIDTH))
+    lines.extend(_more("UNDER-REPLICATED", short))
     for path in reading.get("offline_log_dirs", []):
         lines.append(cut(f"OFFLINE log dir {path}", WIDTH))
-    for p in reading.get("offline_partitions", []):
+    offline = reading.get("offline_partitions", [])
+    for p in offline[:LISTED]:
         if "replica" in p:
             lines.append(cut(f"OFFLINE replica {p['replica']} in {p['log_dir']}", WIDTH))
         else:
             lines.append(cut(f"OFFLINE partition {p['topic']}-{p['partition']} in "
                              f"{p['log_dir']}", WIDTH))
+    lines.extend(_more("OFFLINE", offline))
     return "\n".join(lines)
+
+
+def _more(what: str, listed: list) -> list[str]:
+    """One line counting what is past the first ``LISTED`` (a failed disk of
+    5,000 partitions is not 5,000 lines; ``--json`` lists them all)."""
+    if len(listed) <= LISTED:
+        return []
+    return [f"{what} {len(listed) - LISTED:,} more partitions (top --json lists them all)"]
 
 
 def _broker_line(reading: dict) -> str:
@@ -211,32 +227,50 @@ def _quantile(q: float, buckets: list[int], requests: int) -> str:
 
 def _partition_table(partitions: list | None, old: list | None, seconds: float) -> list[str]:
     """The ``TOP_PARTITIONS`` partitions taking the most bytes in since the
-    previous reading (on the first, in all), then most bytes out."""
+    previous reading (on the first, in all), then most bytes out; past them,
+    one line sums the rest that took or gave anything (at 10,000 partitions
+    the screen stays this size). The four deltas of each partition are taken
+    once and the first rows picked by ``heapq.nlargest`` (no sort of them all)."""
     if not partitions:
         return []
     before = {(p["topic"], p["partition"]): p for p in old or ()}
-
-    def delta(p: dict, key: str) -> int:
-        was = before.get((p["topic"], p["partition"]))
-        return p[key] - (was[key] if was is not None and was[key] <= p[key] else 0)
-
-    rows = sorted(partitions, key=lambda p: (delta(p, "bytes_in"), delta(p, "bytes_out")),
-                  reverse=True)[:TOP_PARTITIONS]
-    rows = [p for p in rows if delta(p, "bytes_in") or delta(p, "bytes_out")
-            or delta(p, "fetches")]
-    if not rows:
+    per = seconds if seconds > 0 else 0
+    moved = []  # (bytes in, bytes out, order, partition, its four deltas, a rate or not)
+    for order, p in enumerate(partitions):
+        key = (p["topic"], p["partition"])
+        was = before.get(key)
+        if was == p:
+            continue  # (most of 10,000: nothing since the previous reading)
+        deltas = tuple(p[c] - (was[c] if was is not None and was[c] <= p[c] else 0)
+                       for c in _PARTITION_DELTAS)
+        if any(deltas[1:]):  # bytes in, bytes out or fetches
+            moved.append((deltas[1], deltas[2], -order, key, deltas,
+                          bool(per) and was is not None))
+    if not moved:
         return []
+    rows = heapq.nlargest(TOP_PARTITIONS, moved)
     lines = [f"{'partition (most bytes in)':<52}{'msg/s':>12}{'in/s':>12}{'out/s':>12}"
              f"{'fetch/s':>12}"]
-    per = seconds if seconds > 0 else 0
-    for p in rows:
-        name = cut(f"{p['topic']}-{p['partition']}", 51)
-        rate = (lambda key: delta(p, key) / per if per and (p["topic"], p["partition"]) in before
-                else 0.0)
-        lines.append(f"{name:<52}{human(rate('messages_in')):>12}"
-                     f"{human_bytes(rate('bytes_in')):>12}{human_bytes(rate('bytes_out')):>12}"
-                     f"{human(rate('fetches')):>12}")
+    for *_, (topic, partition), deltas, rated in rows:
+        lines.append(_partition_line(cut(f"{topic}-{partition}", 51),
+                                     [d / per if rated else 0.0 for d in deltas]))
+    if len(moved) > len(rows):
+        shown = {row[3] for row in rows}
+        rest = [0.0] * len(_PARTITION_DELTAS)
+        for *_, key, deltas, rated in moved:
+            if rated and key not in shown:
+                rest = [r + d / per for r, d in zip(rest, deltas)]
+        lines.append(_partition_line(f"{len(moved) - len(rows):,} more partitions", rest))
     return lines
+
+
+_PARTITION_DELTAS = ("messages_in", "bytes_in", "bytes_out", "fetches")
+
+
+def _partition_line(name: str, rates: list[float]) -> str:
+    messages, bytes_in, bytes_out, fetches = rates
+    return (f"{name:<52}{human(messages):>12}{human_bytes(bytes_in):>12}"
+            f"{human_bytes(bytes_out):>12}{human(fetches):>12}")
 
 
 def _log_dir_table(rows: list[dict]) -> list[str]:

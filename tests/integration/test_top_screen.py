@@ -153,3 +153,45 @@ def test_the_first_screen_of_a_busy_broker_has_rates(broker):
     assert by_partition[("busy", 1)]["messages_in"] == 200
     assert by_partition[("busy", 1)]["bytes_in"] == 20 * len(
         encode_message_set([b"m" * 200] * 10))
+
+
+def test_ten_thousand_partitions_show_the_busiest_and_the_rest_summed():
+    """At 10,000 partitions the screen keeps its size: the ``TOP_PARTITIONS``
+    taking the most bytes in first, then one line summing the others that
+    moved; the ones that did not move are not counted."""
+    from hostbroker.top_render import TOP_PARTITIONS
+
+    def parts(moving: dict) -> list:
+        return [{"topic": f"t{t:03d}", "partition": p, "messages_in": moving.get((t, p), 0),
+                 "bytes_in": 100 * moving.get((t, p), 0), "bytes_out": 0, "fetches": 0}
+                for t in range(100) for p in range(100)]
+
+    before = parts({})
+    moving = {(t, 7): 10 * (t + 1) for t in range(0, 100, 4)}  # 25 of them, t096 the most
+    lines = render(_reading([], None, parts(moving)), _reading([], None, before), 2.0).split("\n")
+    part_at = next(i for i, line in enumerate(lines) if line.startswith("partition"))
+    shown = [line.split()[0] for line in lines[part_at + 1:part_at + 1 + TOP_PARTITIONS]]
+    assert shown == [f"t{t:03d}-7" for t in range(96, 59, -4)]
+    rest = lines[part_at + 1 + TOP_PARTITIONS].split()
+    # the 15 others: 10 * (1 + 5 + ... + 57) = 4,350 messages in 2 s
+    assert rest == ["15", "more", "partitions", "2.2k", "212KiB", "0B", "0"]
+    assert len(lines) == part_at + 2 + TOP_PARTITIONS
+    assert max(map(len, lines)) <= WIDTH
+
+
+def test_thousands_offline_or_under_replicated_are_counted_past_the_first():
+    from hostbroker.top_render import LISTED
+
+    reading = _reading([])
+    reading.update(
+        under_replicated_partitions=[["r", p] for p in range(LISTED)],
+        offline_log_dirs=["/d1"],
+        offline_partitions=[{"topic": "t", "partition": p, "log_dir": "/d1"}
+                            for p in range(5000)])
+    lines = render(reading, None, 1.0).split("\n")
+    assert [line for line in lines if line.startswith("UNDER-REPLICATED")] == [
+        f"UNDER-REPLICATED partition r-{p}" for p in range(LISTED)]  # all of them: no count
+    offline = [line for line in lines if line.startswith("OFFLINE")]
+    assert offline == (["OFFLINE log dir /d1"]
+                       + [f"OFFLINE partition t-{p} in /d1" for p in range(LISTED)]
+                       + [f"OFFLINE {5000 - LISTED:,} more partitions (top --json lists them all)"])
