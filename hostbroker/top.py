@@ -107,16 +107,8 @@ def under_replicated(table: PartitionTable, slots: list | None = None) -> list[l
     for _, s in table.scan() if slots is None else slots:
         if s.placement == ptable.PLACEMENT_LOG_DIRS and s.state != ptable.DELETING:
             replicas.setdefault((s.name, s.partition), []).append(s)
-    short = []
-    for key, slots in sorted(replicas.items()):
-        leaders = [s for s in slots if s.role == ptable.ROLE_LEADER and s.state == ptable.ONLINE]
-        if not leaders:
-            short.append(list(key))
-            continue
-        leader = max(leaders, key=lambda s: s.leader_epoch)
-        if len(leader.isr_ids) < len(leader.replicas):
-            short.append(list(key))
-    return short
+    return [list(key) for key, group in sorted(replicas.items())
+            if ptable.under_replicated(group)]
 
 
 def log_dir_rows(dirs: LogDirTable, log_dirs: list[str],
