@@ -258,7 +258,7 @@ def _offset_groups(bootstrap: str, err: TextIO) -> tuple[list[str], bool]:
     if answer.truncated:
         print(f"hostbroker groups list: only the first {len(answer.groups)} groups with "
               "committed offsets fit one answer", file=err)
-    return list(answer.groups), True
+    return [g.group for g in answer.groups], True
 
 
 def list_standalone(*, as_json: bool = False, bootstrap: str = DEFAULT_BOOTSTRAP,

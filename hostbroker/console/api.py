@@ -470,7 +470,7 @@ class Console:
             return set()
         if response.error_code != ErrorCode.NONE:
             return set()
-        return set(response.groups)
+        return {g.group for g in response.groups}
 
     def groups(self, request) -> Response:
         offset, limit, text = page_of(request, self.page_max)
