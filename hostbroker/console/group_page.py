@@ -34,7 +34,9 @@ SORTS = ("", "lag")
 
 class _Deadline:
     """The page's deadline: each request over the console's broker connection
-    waits at most what is left of it; a request past it is a 504."""
+    waits at most what is left of it; a request past it is a 504. (DESCRIBE_GROUP,
+    the page's first request, goes over the group connection, which waits
+    ``BROKER_TIMEOUT_S`` at most: no more than the whole deadline.)"""
 
     def __init__(self, console, seconds: float):
         self.console = console
@@ -47,19 +49,24 @@ class _Deadline:
             raise HttpError(504, f"{what}: the page took longer than {self.seconds:g} s")
         return left
 
-    def ask(self, what: str, work):
+    def run(self, what: str, read):
+        """``read()``, its broker connection's waits cut to what is left."""
         left = self.left(what)
         connection = self.console.context.broker_client().connection
         saved = connection.timeout
         connection.timeout = min(saved, left)
         try:
-            return self.console.ask(what, work)
+            return read()
         except HttpError as exc:
             if exc.status == 502:
                 self.left(what)  # a wait cut short by the deadline is the deadline's
             raise
         finally:
             connection.timeout = saved
+
+    def ask(self, what: str, work):
+        """``work(client)`` as :meth:`Console.ask` runs it, within the deadline."""
+        return self.run(what, lambda: self.console.ask(what, work))
 
 
 def _query(request) -> tuple[str, str | None]:
@@ -137,7 +144,8 @@ def group_page(console, request):
     if only is not None:
         topics &= {only}
     partitions = {t.topic: sorted(p.partition for p in t.partitions)
-                  for t in console.metadata().topics if t.topic in topics}
+                  for t in deadline.run("reading the topics", console.metadata).topics
+                  if t.topic in topics}
     keys = [(t, p) for t in sorted(stored & partitions.keys()) for p in partitions[t]]
     committed = _committed(deadline, name, keys)
     known = {(t, p) for t, ps in partitions.items() for p in ps}

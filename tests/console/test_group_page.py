@@ -48,7 +48,7 @@ def test_a_page_within_its_deadline_is_answered(committed):
 
 def test_a_page_past_its_deadline_is_504_and_the_connection_keeps_its_timeout(committed):
     # the clock moves 40 % of the deadline at each reading: the page runs out
-    # before its OFFSET_FETCH (after DESCRIBE_GROUP, LIST_OFFSET_GROUPS, METADATA)
+    # after DESCRIBE_GROUP and LIST_OFFSET_GROUPS, before it reads the topics
     console = Console(committed, clock=_Clock(PAGE_DEADLINE_S * 0.4))
     with pytest.raises(HttpError) as info:
         _page(console, "g")
