@@ -125,8 +125,8 @@ class TopicAlter:
     # -- LIST_OFFSET_GROUPS ----------------------------------------------------
     def _list_offset_groups(self, p, conn_id, seq, corr, request) -> None:
         # what an answer may hold, and what one ring message can carry as json
-        # (a name's character takes at most 12 bytes there, 4 on the wire;
-        # a name's brackets, quotes and commas fewer than its length and count)
+        # (a name's character takes at most 12 bytes there, 4 on the wire, and
+        # its quotes, brackets and commas at most twice its length fields' bytes)
         max_bytes = min(self.max_response_bytes - _GROUPS_OVERHEAD,
                         self.config["ring.bytes"] // 16)
 
