@@ -242,9 +242,12 @@ def describe_standalone(group: str, topics: list[str], *, as_json: bool = False,
         held = _standalone_partitions(client, topics, None if given else missing)
         keys = [(t, p.partition) for t in sorted(held) for p in held[t]]
         committed = _committed(client, group, keys)
-    if missing:
-        print(f"hostbroker groups describe: no topic {', '.join(missing)} on the broker "
-              f"(subscribed to or committed on by group {group})", file=err)
+    subscribed = set(_subscribed(state))
+    for how, names in (("subscribed to", [t for t in missing if t in subscribed]),
+                       ("committed on", [t for t in missing if t not in subscribed])):
+        if names:
+            print(f"hostbroker groups describe: no topic {', '.join(names)} on the broker "
+                  f"({how} by group {group})", file=err)
     if not members and not committed:
         raise CommandError(f"no group {group} on the broker at {bootstrap}: no members, and no "
                            f"offset committed on {', '.join(sorted(held))}")
