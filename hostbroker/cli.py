@@ -119,13 +119,13 @@ def _microseconds(text: str) -> int:
 def _groups_run(action: str, args: argparse.Namespace, *work_args, **kwargs) -> int:
     """``groups ACTION`` on a standalone broker's stored offsets (--bootstrap), or on the
     group in ZooKeeper (--zookeeper): the ``*_cluster`` function of the same action."""
-    from hostbroker.commands import groups
+    from hostbroker.commands import groups, groups_standalone
 
     name = action.split("-")[0]  # reset-offsets: reset_cluster, reset_standalone
     if args.zookeeper is not None:
         return commands.run(f"groups {action}", getattr(groups, f"{name}_cluster"),
                             *work_args, zookeeper=args.zookeeper, **kwargs)
-    return commands.run(f"groups {action}", getattr(groups, f"{name}_standalone"),
+    return commands.run(f"groups {action}", getattr(groups_standalone, f"{name}_standalone"),
                         *work_args, bootstrap=args.bootstrap or DEFAULT_BOOTSTRAP, **kwargs)
 
 

@@ -242,10 +242,13 @@ class SimpleClient:
             entries, tuple(delete_configs), 1 if validate_only else 0)
         return self._admin(request, raise_on_error)
 
-    def list_offset_groups(self) -> topics_admin.ListOffsetGroupsResponse:
-        """LIST_OFFSET_GROUPS: every group the broker's offsets store holds,
-        sorted; its ``error_code`` and ``truncated`` are the caller's to read."""
-        return self.request(topics_admin.ListOffsetGroupsRequest())
+    def list_offset_groups(self, groups: Iterable[str] = ()
+                           ) -> topics_admin.ListOffsetGroupsResponse:
+        """LIST_OFFSET_GROUPS: the groups of ``groups`` (empty: every group)
+        the broker's offsets store holds, sorted, each with the topics it has
+        committed offsets on; its ``error_code`` and ``truncated`` are the
+        caller's to read."""
+        return self.request(topics_admin.ListOffsetGroupsRequest(tuple(groups)))
 
     def describe_topic_configs(self, topics: Iterable[str] = ()
                                ) -> tuple[topics_admin.TopicConfigs, ...]:

@@ -32,12 +32,14 @@ Routes (one each, added here):
   offsets, size, rates, and its overrides.
 - ``GET /api/groups?filter=&offset=&limit=``: groups with members and groups
   with committed offsets only.
-- ``GET /api/group?group=&offset=&limit=``: one group (its id in the query:
-  a group id is any 1 to 255 bytes, ``/``, ``..`` and control characters
-  included, which a path segment may not hold): members, assignments, and per
-  partition the committed offset, high watermark and lag (high watermark -
-  committed, at least 0: :func:`hostbroker.metrics.lag.group_lag`, as
-  ``/metrics`` works it out), read with METADATA v1.
+- ``GET /api/group?group=&offset=&limit=&sort=&topic=``: one group (its id
+  in the query: a group id is any 1 to 255 bytes, ``/``, ``..`` and control
+  characters included, which a path segment may not hold): members,
+  assignments, and per partition the committed offset, high watermark and
+  lag (high watermark - committed, at least 0:
+  :func:`hostbroker.metrics.lag.group_lag`, as ``/metrics`` works it out),
+  read with METADATA v1; sorted by lag with ``sort=lag``, of one topic with
+  ``topic=`` (:mod:`hostbroker.console.group_page`).
 - ``GET /api/rates``: the broker-wide series of the live charts.
 - ``POST`` changes (:mod:`hostbroker.console.changes`), each ``admin=True``:
   the Router's gate (``http.admin.enable``, the token, the cross-site
@@ -52,10 +54,10 @@ again by the next request.
 Cost: a topics page reads METADATA for every topic (kept ``METADATA_TTL_S``,
 so paging and the charts' polls do not ask again) and the stats tables once;
 at 10,000 partitions that is tens of milliseconds of hb-http, none of the
-handlers' beyond answering one METADATA. A group's page asks METADATA v1
-(not cached: the lag is against the high watermarks of now) of its members'
-topics, or of every topic for a group with committed offsets only; the
-handler reads those partitions' slots whole for it.
+handlers' beyond answering one METADATA. A group's page asks the group's
+own topics only (LIST_OFFSET_GROUPS of it, then OFFSET_FETCH and METADATA
+v1 of those topics), within a deadline of a few seconds for the whole page
+(:mod:`hostbroker.console.group_page`).
 """
 
 from __future__ import annotations
@@ -66,7 +68,6 @@ import time
 
 from hostbroker.console.rates import BrokerRates, PartitionRates
 from hostbroker.errors import ErrorCode, HostbrokerError
-from hostbroker.metrics.lag import group_lag
 from hostbroker.shm import procs
 from hostbroker.web.router import HttpError, Response, json_response
 
@@ -80,7 +81,6 @@ DEFAULT_PAGE = 100  # rows a page holds when the request does not say
 METADATA_TTL_S = 2.0  # one METADATA of every topic serves the pages asked within this
 BROKERS_TTL_S = 10.0  # cluster mode: ZooKeeper's brokers (or why they were not read) kept this long
 PARTITION_RATES_MAX_AGE_S = 30.0  # the charts' poll keeps a read this fresh to rate against
-OFFSET_FETCH_CHUNK = 1000  # partitions one OFFSET_FETCH asks for
 FILTER_MAX = 249  # a topic name's longest
 CLIENT_ID = "hb-http-console"
 
@@ -507,7 +507,7 @@ class Console:
             return set()
         if response.error_code != ErrorCode.NONE:
             return set()
-        return set(response.groups)
+        return {g.group for g in response.groups}
 
     def groups(self, request) -> Response:
         offset, limit, text = page_of(request, self.page_max)
@@ -526,59 +526,10 @@ class Console:
 
     # -- GET /api/group?group= ----------------------------------------------------------
 
-    def _high_watermarks(self, topics: list[str]) -> dict[tuple[str, int], int | None]:
-        """(topic, partition) -> where consumers stop, of ``topics`` (every
-        topic when empty), read now with METADATA v1: the high watermark of a
-        replicated partition, the log end of one that is not; None where this
-        broker holds no replica (a cluster's)."""
-        metadata = self.ask("reading the high watermarks", lambda c: c.metadata_v1(topics))
-        return {(t.topic, p.partition): p.high_watermark if p.high_watermark >= 0 else None
-                for t in metadata.topics for p in t.partitions}
-
     def group(self, request) -> Response:
-        from hostbroker.protocol.groups import MAX_GROUP_ID_BYTES
+        from hostbroker.console.group_page import group_page
 
-        name = group_parameter(request, MAX_GROUP_ID_BYTES)
-        offset, limit, _ = page_of(request, self.page_max)
-        state = self.ask_groups(f"describing group {name[:FILTER_MAX]}",
-                                lambda c: c.describe_group(name))
-        if state.error_code != ErrorCode.NONE:
-            raise broker_refused(state.error_code, None, f"describing group {name[:FILTER_MAX]}")
-        members = list(state.members)
-        assigned = {a.topic for m in members for a in m.assignment}
-        ends = self._high_watermarks(sorted(assigned))  # the lag against those of now
-        keys = sorted(k for k in ends if not assigned or k[0] in assigned)
-        committed = {}
-        for at in range(0, len(keys), OFFSET_FETCH_CHUNK):
-            chunk = keys[at:at + OFFSET_FETCH_CHUNK]
-            results = self.ask(f"reading the offsets of group {name[:FILTER_MAX]}",
-                               lambda c: c.offset_fetch(name, chunk, raise_on_error=False))
-            committed.update({(r.topic, r.partition): r.offset for r in results
-                              if r.error_code == ErrorCode.NONE and r.offset >= 0})
-        if not members and not committed:
-            raise HttpError(404, f"no group {name[:FILTER_MAX]}: no members and no committed "
-                                 "offsets")
-        owners = {(a.topic, p): f"{m.member_id}-{a.stream}"
-                  for m in members for a in m.assignment for p in a.partitions}
-        shown_keys = sorted(set(committed) | (set(owners) & set(ends)))
-        rows = []
-        total_lag = 0
-        for key in shown_keys:
-            done, end = committed.get(key), ends.get(key)
-            lag = group_lag(end, done)
-            total_lag += lag or 0
-            rows.append({"topic": key[0], "partition": key[1], "owner": owners.get(key),
-                         "committed": done, "high_watermark": end, "lag": lag})
-        return answer({
-            "group": name, "phase": state.phase if members else None,
-            "generation": state.generation if members else None,
-            "members": [{"member_id": m.member_id, "client_id": m.client_id,
-                         "session_timeout_ms": m.session_timeout_ms,
-                         "assignment": [{"topic": a.topic, "stream": a.stream,
-                                         "partitions": list(a.partitions)}
-                                        for a in m.assignment]} for m in members],
-            "total": len(rows), "offset": offset, "limit": limit, "total_lag": total_lag,
-            "partitions": rows[offset:offset + limit]})
+        return group_page(self, request)
 
     # -- GET /api/rates ------------------------------------------------------------------------
 

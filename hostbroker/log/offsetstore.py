@@ -132,6 +132,11 @@ class OffsetStore:
         self._fd = fd
         self._offsets = offsets  # key -> (offset, metadata, bytes of its encoded entry)
         self._live_bytes = sum(n + 1 for _, _, n in offsets.values())
+        # group -> the topics it has a committed offset on (LIST_OFFSET_GROUPS);
+        # offsets are never removed, so a topic once here stays
+        self._topics: dict[str, set[str]] = {}
+        for group, topic, _ in offsets:
+            self._topics.setdefault(group, set()).add(topic)
         self.size = size
         self.record_max_bytes = min(record_max_bytes, REPLAY_MAX_BYTES)
         self.compact_min_bytes = compact_min_bytes
@@ -216,6 +221,8 @@ class OffsetStore:
             old = self._offsets.get(key)
             if old is not None:
                 self._live_bytes -= old[2] + 1
+            else:
+                self._topics.setdefault(key[0], set()).add(key[1])
             self._offsets[key] = (offset, metadata, len(raw))
             self._live_bytes += len(raw) + 1
 
@@ -243,7 +250,11 @@ class OffsetStore:
 
     def groups(self) -> list[str]:
         """Every group with a committed offset, sorted (LIST_OFFSET_GROUPS)."""
-        return sorted({group for group, _, _ in self._offsets})
+        return sorted(self._topics)
+
+    def topics(self, group: str) -> list[str]:
+        """The topics ``group`` has a committed offset on, sorted (none: no such group)."""
+        return sorted(self._topics.get(group, ()))
 
     def compact(self) -> None:
         """Rewrite the file with only the live offsets (see the module doc)."""

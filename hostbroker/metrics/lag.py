@@ -11,18 +11,15 @@ What a refresh asks, at most once per ``http.metrics.lag.interval.ms``
 (scrapes in between get the cached reading):
 
 1. LIST_GROUPS (groups with members) and LIST_OFFSET_GROUPS (every group
-   with committed offsets); the union, sorted, is cut to
-   ``http.metrics.max.groups`` (the rest counted as omitted).
+   with committed offsets, each with the topics it has them on); the
+   union, sorted, is cut to ``http.metrics.max.groups`` (the rest counted
+   as omitted, and at least one more when LIST_OFFSET_GROUPS' answer was
+   ``truncated``: the groups past its cut are not known).
 2. DESCRIBE_GROUP of each group with members: its member count, and the
    topics its members were assigned.
 3. OFFSET_FETCH of the group's offsets for every partition of the topics
-   it is known to have offsets for, or was assigned; plus, for the topics
-   not known yet, a share of a discovery pass: the offsets store has no
-   request that lists a group's topics, so the (group, topic) pairs not
-   known are probed in turn, one partition each (the next one at each
-   pass), as many a refresh as ``http.metrics.max.partitions`` leaves
-   after the known ones. A topic where a group has an offset is known
-   from then on and all its partitions asked.
+   it has committed offsets on or was assigned, as this scrape's partition
+   table has them: a partition a group committed shows at the next refresh.
 
 An OFFSET_FETCH asks at most ``FETCH_MAX_PARTITIONS`` partitions (and half
 ``request.max.entries``, as its topics count too), so the handler that
@@ -95,8 +92,6 @@ class GroupLag:
         self.max_entries = max(1, min(max_entries // 2, FETCH_MAX_PARTITIONS))
         self.timeout_s = timeout_s
         self.clock = clock
-        self.known: dict[str, set[str]] = {}  # group -> topics it has offsets for
-        self.cursor = 0  # where the discovery pass goes on
         self.last = LagReading()
         self.refreshed_at: float | None = None
         self.failing = False
@@ -134,8 +129,9 @@ class GroupLag:
             conn.connect()
         return conn.request(request)
 
-    def _groups(self) -> tuple[list[str], set[str]]:
-        """(every group, sorted; those with members)."""
+    def _groups(self) -> tuple[list[str], set[str], dict[str, tuple[str, ...]], bool]:
+        """(every group, sorted; those with members; group -> the topics it has
+        committed offsets on; whether the latter's answer was cut)."""
         answer = self._request(gp.ListGroupsRequest())
         if answer.error_code != ErrorCode.NONE:
             raise BrokerError(answer.error_code, "listing groups")
@@ -143,14 +139,16 @@ class GroupLag:
         listed = self._request(ListOffsetGroupsRequest())
         if listed.error_code != ErrorCode.NONE:
             raise BrokerError(listed.error_code, "listing the groups with offsets")
-        stored = set(listed.groups)
-        return sorted(with_members | stored), with_members
+        stored = {g.group: g.topics for g in listed.groups}
+        return (sorted(with_members | stored.keys()), with_members, stored,
+                bool(listed.truncated))
 
     def refresh(self, topics: dict[str, list[int]]) -> LagReading:
-        groups, with_members = self._groups()
+        groups, with_members, stored, truncated = self._groups()
         reading = LagReading()
         kept = groups[:self.max_groups]
-        reading.omitted = len(groups) - len(kept)
+        # the groups past a truncated answer's cut are not known: at least one
+        reading.omitted = len(groups) - len(kept) + (1 if truncated else 0)
         assigned: dict[str, set[str]] = {}
         for group in kept:
             if group in with_members:
@@ -159,59 +157,25 @@ class GroupLag:
                 assigned[group] = {a.topic for m in described.members for a in m.assignment}
             else:
                 reading.members[group] = 0
-        for group in list(self.known):
-            if group not in reading.members:
-                del self.known[group]  # gone, or omitted: found again if it comes back
         budget = self.max_keys
         asked: dict[str, list[tuple[str, int]]] = {}
-        fitted = []
         for group in kept:
-            wanted = sorted((self.known.get(group, set()) | assigned.get(group, set()))
+            wanted = sorted((set(stored.get(group, ())) | assigned.get(group, set()))
                             & topics.keys())
             keys = [(t, p) for t in wanted for p in topics[t]]
             if len(keys) > budget:
                 break
             budget -= len(keys)
             asked[group] = keys
-            fitted.append(group)
-        for group in kept[len(fitted):]:
+        for group in kept[len(asked):]:
             del reading.members[group]
-        reading.omitted += len(kept) - len(fitted)
-        self._discover(fitted, topics, asked, budget)
+        reading.omitted += len(kept) - len(asked)
         for group, keys in asked.items():
-            found_topics = set()
             for (topic, partition), offset in self._fetch(group, keys):
                 if offset >= 0:
                     reading.offsets[(group, topic, partition)] = offset
-                    found_topics.add(topic)
-            self.known[group] = found_topics
         self.refreshes += 1
         return reading
-
-    def _discover(self, groups: list[str], topics: dict[str, list[int]],
-                  asked: dict[str, list[tuple[str, int]]], budget: int) -> None:
-        """Add to ``asked`` one partition of each of the next (group, topic)
-        pairs not asked yet, in turn from where the last refresh stopped,
-        while ``budget`` keys last. Each pass over the pairs probes the next
-        partition of each topic (pass ``k``: partition ``k`` mod its count),
-        so a group with offsets for only some partitions of a topic is found
-        too, if later."""
-        names = sorted(topics)
-        total = len(groups) * len(names)
-        if not total:
-            return
-        have = {g: {t for t, _ in asked[g]} for g in groups}
-        at = self.cursor
-        end = at + total
-        while at < end and budget > 0:
-            place = at % total
-            group, topic = groups[place // len(names)], names[place % len(names)]
-            if topic not in have[group]:
-                partitions = topics[topic]
-                asked[group].append((topic, partitions[at // total % len(partitions)]))
-                budget -= 1
-            at += 1
-        self.cursor = at
 
     def _fetch(self, group: str, keys: list[tuple[str, int]]):
         """((topic, partition), offset) for ``keys``, in requests of at most

@@ -4,8 +4,9 @@ overrides and of listing the groups whose offsets it stores
 LIST_OFFSET_GROUPS (20) and DESCRIBE_TOPIC_CONFIGS (21), all ``api_version`` 0.
 
 ALTER_TOPIC grows a topic's partition count and sets or deletes its config
-overrides; LIST_OFFSET_GROUPS names every group the offsets store holds
-(LIST_GROUPS names only those with members); DESCRIBE_TOPIC_CONFIGS gives
+overrides; LIST_OFFSET_GROUPS names the groups the offsets store holds
+(LIST_GROUPS names only those with members), each with the topics it has
+committed offsets on, all of them or those asked; DESCRIBE_TOPIC_CONFIGS gives
 topics' config overrides (what ``topics describe`` and the console show).
 
 Pure, like the rest of the package, and below
@@ -54,6 +55,7 @@ __all__ = [
     "TopicConfigs",
     "ListOffsetGroupsRequest",
     "ListOffsetGroupsResponse",
+    "OffsetGroup",
     "TopicConfigEntry",
     "decode_request",
     "decode_response",
@@ -106,8 +108,12 @@ AlterTopicResponse = AdminResponse
 @wire_struct
 @dataclass(frozen=True, slots=True)
 class ListOffsetGroupsRequest:
+    """The groups of ``groups`` the offsets store holds (empty: every group
+    it holds), each with its topics."""
+
     API_KEY: ClassVar[int] = ApiKey.LIST_OFFSET_GROUPS
     API_VERSION: ClassVar[int] = LIST_OFFSET_GROUPS_V0
+    groups: Array[String] = ()
 
     def check(self) -> None:
         return None
@@ -115,16 +121,34 @@ class ListOffsetGroupsRequest:
 
 @wire_struct
 @dataclass(frozen=True, slots=True)
+class OffsetGroup:
+    """A group with committed offsets, and the topics it has them on, sorted."""
+
+    group: String
+    topics: Array[String] = ()
+
+
+@wire_struct
+@dataclass(frozen=True, slots=True)
 class ListOffsetGroupsResponse:
-    """Every group with committed offsets in the broker's offsets store,
-    sorted, members or not (as LIST_GROUPS' answer: ``error_code`` is
-    BROKER_NOT_AVAILABLE while the store cannot be read). A list that would
-    not fit ``response.max.bytes`` is cut to its first groups and
-    ``truncated`` is 1."""
+    """The groups with committed offsets in the broker's offsets store (those
+    asked for that it holds, or every one), sorted, members or not, each
+    with the topics it has committed offsets on (as LIST_GROUPS' answer:
+    ``error_code`` is BROKER_NOT_AVAILABLE while the store cannot be read).
+    An answer that would not fit its bound (``response.max.bytes``, and
+    ``ring.bytes`` / 16) is cut to its first groups, the last of them
+    perhaps to its first topics, and ``truncated`` is 1."""
 
     error_code: ErrorCodeField
-    groups: Array[String] = ()
+    groups: Array[OffsetGroup] = ()
     truncated: Int8 = 0
+
+    def topics_of(self, group: str) -> tuple[str, ...]:
+        """The topics the answer lists for ``group`` (none when not listed)."""
+        for entry in self.groups:
+            if entry.group == group:
+                return entry.topics
+        return ()
 
 
 # DESCRIBE_TOPIC_CONFIGS (21)

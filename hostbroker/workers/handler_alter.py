@@ -23,8 +23,8 @@ on log dirs is ``hb-logdirs``' to change: the request, checked here as far
 as it can be without the topic, is forwarded (``logdirs/topic_changes.py``).
 
 LIST_OFFSET_GROUPS is ``hb-coordinator``'s: the op ``groups`` on its
-offsets ring, answered with the groups its offsets store holds, cut to what
-fits an answer.
+offsets ring, with the groups asked for (none: all), answered with those its
+offsets store holds and each one's topics, cut to what fits an answer.
 
 Every answer of the three, whether built here at once, once the writers,
 ``hb-logdirs`` or ``hb-coordinator`` answered, or because one of them was
@@ -89,7 +89,7 @@ class TopicAlter:
         elif key == ApiKey.DESCRIBE_TOPIC_CONFIGS:
             self._reply(p, conn_id, seq, corr, self._topic_configs(request.topics))
         else:
-            self._list_offset_groups(p, conn_id, seq, corr)
+            self._list_offset_groups(p, conn_id, seq, corr, request)
 
     # -- DESCRIBE_TOPIC_CONFIGS --------------------------------------------------
     def _topic_configs(self, topics) -> ta.DescribeTopicConfigsResponse:
@@ -123,9 +123,10 @@ class TopicAlter:
         return ta.DescribeTopicConfigsResponse(tuple(out))
 
     # -- LIST_OFFSET_GROUPS ----------------------------------------------------
-    def _list_offset_groups(self, p, conn_id, seq, corr) -> None:
+    def _list_offset_groups(self, p, conn_id, seq, corr, request) -> None:
         # what an answer may hold, and what one ring message can carry as json
-        # (a name's character takes at most 12 bytes there, 4 on the wire)
+        # (a name's character takes at most 12 bytes there, 4 on the wire, and
+        # its quotes, brackets and commas at most twice its length fields' bytes)
         max_bytes = min(self.max_response_bytes - _GROUPS_OVERHEAD,
                         self.config["ring.bytes"] // 16)
 
@@ -135,7 +136,9 @@ class TopicAlter:
                 body = ta.ListOffsetGroupsResponse(ErrorCode.BROKER_NOT_AVAILABLE)
             else:
                 code = ErrorCode(result.get("error", 0))
-                body = ta.ListOffsetGroupsResponse(code, tuple(result.get("groups") or ()),
+                groups = tuple(ta.OffsetGroup(str(g), tuple(map(str, topics)))
+                               for g, topics in result.get("groups") or ())
+                body = ta.ListOffsetGroupsResponse(code, groups,
                                                    1 if result.get("truncated") else 0)
             self._reply(pending.processor, pending.conn_id, pending.seq,
                         pending.correlation_id, body)
@@ -143,7 +146,9 @@ class TopicAlter:
         pending = self._new_pending(p, conn_id, seq, corr, ApiKey.LIST_OFFSET_GROUPS, [],
                                     respond)
         self._to_writer(pending, self.coordinator, *env.encode_json(
-            env.OP_OFFSETS, pending.token, {"op": "groups", "max_bytes": max_bytes}))
+            env.OP_OFFSETS, pending.token,
+            {"op": "groups", "groups": list(dict.fromkeys(request.groups)),
+             "max_bytes": max_bytes}))
 
     # -- ALTER_TOPIC -----------------------------------------------------------
     def _alter_topic(self, p, conn_id, seq, corr, request) -> None:

@@ -10,7 +10,8 @@ import time
 
 from hostbroker.client import ConsumerConnector
 from hostbroker.cluster import paths
-from hostbroker.commands.groups import list_cluster, list_standalone
+from hostbroker.commands.groups import list_cluster
+from hostbroker.commands.groups_standalone import list_standalone
 from hostbroker.log.message import encode_message_set
 from tests.cluster.test_broker_registration import cluster_broker
 from tests.cluster.test_discovery import wait_until

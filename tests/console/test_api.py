@@ -148,6 +148,71 @@ def test_group_lag(console):
     assert call(console, "GET", "/api/group?group=nobody")[0] == 404
 
 
+def _offset_fetches(console) -> float:
+    """OFFSET_FETCH answers the broker has counted, read from its shared memory
+    (not through /metrics, whose group lag refresh sends OFFSET_FETCHes)."""
+    from hostbroker.metrics.collectors import ApiCollector
+    from tests.metrics.scrape import Parsed, collected, context_of
+
+    context = context_of(console)
+    try:
+        found = Parsed(collected(ApiCollector(context))).series(
+            "hostbroker_requests_total", api="offset_fetch")
+    finally:
+        context.close()
+    return found[0].value if found else 0.0
+
+
+def test_an_unknown_group_is_404_without_reading_any_offset(console):
+    with console.client() as c:
+        c.create_topic("wide", 50)
+        c.offset_commit("someone", [("wide", 7, 0, None)])
+    before = _offset_fetches(console)
+    status, _, body = call(console, "GET", "/api/group?group=nobody")
+    assert status == 404 and "no group nobody" in body["error"], body
+    time.sleep(0.5)  # (a processor counts an answer as it hands it over)
+    assert _offset_fetches(console) == before
+    # a group that exists is read with OFFSET_FETCH: the count can move
+    assert get(console, "/api/group?group=someone")["total"] == 1
+    assert wait_until(lambda: _offset_fetches(console) > before)
+
+
+def wait_until(check, seconds: float = 5.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def test_group_rows_sorted_by_lag_and_of_one_topic(console):
+    with console.client() as c:
+        c.create_topic("left", 3)
+        c.create_topic("right", 2)
+        ends = {("left", p): produce(console, "left", p, [b"l" * 40] * (p + 2)) for p in range(3)}
+        ends.update({("right", p): produce(console, "right", p, [b"r" * 90] * 3)
+                     for p in range(2)})
+        committed = {("left", 0): 0, ("left", 1): ends[("left", 1)], ("left", 2): 10,
+                     ("right", 1): 5}
+        c.offset_commit("sorter", [(t, p, o, None) for (t, p), o in committed.items()])
+    lags = {k: ends[k] - o for k, o in committed.items()}
+    by_name = get(console, "/api/group?group=sorter")
+    assert [(r["topic"], r["partition"]) for r in by_name["partitions"]] == sorted(committed)
+    by_lag = get(console, "/api/group?group=sorter&sort=lag")
+    assert [r["lag"] for r in by_lag["partitions"]] == sorted(lags.values(), reverse=True)
+    assert by_lag["partitions"][0]["topic"] == "right"  # the most behind
+    first = get(console, "/api/group?group=sorter&sort=lag&limit=2&offset=1")["partitions"]
+    assert [r["lag"] for r in first] == sorted(lags.values(), reverse=True)[1:3]
+    one = get(console, "/api/group?group=sorter&topic=left&sort=lag")
+    assert {r["topic"] for r in one["partitions"]} == {"left"} and one["total"] == 3
+    assert one["total_lag"] == sum(v for k, v in lags.items() if k[0] == "left")
+    assert get(console, "/api/group?group=sorter&topic=absent")["total"] == 0
+    for query, word in (("sort=size", "sort"), ("topic=a/b", "")):
+        status, _, body = call(console, "GET", f"/api/group?group=sorter&{query}")
+        assert status == 400 and word in body["error"], (query, body)
+
+
 def test_group_with_members_shows_them(console):
     from hostbroker.client.coordinator_requests import CoordinatorClient
 

@@ -254,8 +254,9 @@ def test_groups_with_only_committed_offsets(make_broker):
         client.offset_commit("quiet", [("g", 0, 20, None), ("h", 0, 0, None)])
         client.offset_commit("other", [("g", 1, 0, None)])
         listed = client.list_offset_groups()
-    assert (listed.error_code, listed.groups, listed.truncated) == (ErrorCode.NONE,
-                                                                    ("other", "quiet"), 0)
+    assert (listed.error_code, listed.truncated) == (ErrorCode.NONE, 0)
+    assert [(g.group, g.topics) for g in listed.groups] == [("other", ("g",)),
+                                                             ("quiet", ("g", "h"))]
     result = hostbroker("groups", "list", "--bootstrap", broker.unix)
     assert result.returncode == 0, result.stderr
     assert lines(result) == ["other  (no members)", "quiet  (no members)"]
@@ -288,7 +289,7 @@ def test_list_offset_groups_is_cut_to_one_answer(make_broker):
         listed = client.list_offset_groups()
     assert listed.error_code == ErrorCode.NONE and listed.truncated == 1
     assert 200 < len(listed.groups) < 300
-    assert list(listed.groups) == names[:len(listed.groups)]
+    assert [g.group for g in listed.groups] == names[:len(listed.groups)]
 
 
 def _replica_files(dirs: list[str], topic: str) -> dict[tuple[str, int], dict]:

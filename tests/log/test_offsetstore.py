@@ -123,3 +123,25 @@ def test_a_torn_last_record_is_cut_and_earlier_ones_kept(tmp_path):
     store.commit([("g", "t", 0, 3, "c")])
     store.close()
     assert reopen(tmp_path).fetch("g", "t", 0) == (3, "c")
+
+
+def test_each_group_s_topics_are_known_once_synced_and_after_replay_and_compaction(tmp_path):
+    store = reopen(tmp_path)
+    store.commit([("g", "b", 0, 1, None), ("g", "a", 3, 1, None), ("h", "a", 0, 1, None)])
+    written = store.write([("k", "c", 0, 5, None), ("g", "c", 1, 5, None)])
+    # written, not yet synced: not what fetch reads, nor what the groups list holds
+    assert store.groups() == ["g", "h"] and store.topics("g") == ["a", "b"]
+    store.apply(written)
+    assert store.groups() == ["g", "h", "k"]
+    assert store.topics("g") == ["a", "b", "c"] and store.topics("k") == ["c"]
+    assert store.topics("nobody") == []
+    store.commit([("g", "a", 3, 2, None)])  # a key committed again adds nothing
+    assert store.topics("g") == ["a", "b", "c"]
+    store.close()
+    store = reopen(tmp_path)
+    assert (store.groups(), store.topics("g")) == (["g", "h", "k"], ["a", "b", "c"])
+    store.compact()
+    store.close()
+    store = reopen(tmp_path)
+    assert (store.groups(), store.topics("g"), store.topics("h")) == \
+        (["g", "h", "k"], ["a", "b", "c"], ["a"])

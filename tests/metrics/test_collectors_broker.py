@@ -20,6 +20,7 @@ from hostbroker.metrics.collectors import (
     ProcessCollector,
 )
 from hostbroker.metrics.lag import GroupLag
+from tests.integration.conftest import make_broker  # noqa: F401 - fixture
 from tests.integration.wire_helpers import log_end, module_broker, new_topic, wait_for
 from tests.metrics.scrape import Parsed, collected, context_of
 
@@ -169,22 +170,29 @@ def test_group_offsets_are_read_at_most_once_an_interval(served):
         member.close()
 
 
-def test_a_groups_other_topics_are_found_in_turn_within_the_key_budget(served):
+def test_a_groups_other_topics_are_read_at_the_first_refresh_within_the_key_budget(served):
     base = new_topic("m")
     topics = [f"{base}-{letter}" for letter in "abcd"]  # in this order when sorted
-    group = "0-" + new_topic("g")  # before the other tests' groups: its pairs come first
+    group = "0-" + new_topic("g")
     with served.client() as c:
         for t in topics:
             c.create_topic(t, 1)
     # a member assigned topics[0] that commits only for topics[2]
     member, joined = _join(served, group, topics[0])
     member.commit(group, joined.generation, joined.member_id, [(topics[2], 0, 7, None)])
-    lag = GroupLag(served.unix, interval_s=0, max_groups=1000, max_keys=2, max_entries=10000)
+    shape = {t: [0] for t in topics}
+    lag = GroupLag(served.unix, interval_s=0, max_groups=1000, max_keys=20000,
+                   max_entries=10000)
     try:
-        shape = {t: [0] for t in topics}
-        seen = [(group, topics[2], 0) in lag.reading(shape).offsets for _ in range(4)]
-        # the assigned topic and one more a refresh: topics[1], then topics[2], found for good
-        assert seen == [False, True, True, True]
+        # the groups before this one (other tests') may take keys too: read it alone
+        lag.max_groups = 1
+        reading = lag.reading(shape)
+        assert reading.offsets == {(group, topics[2], 0): 7}
+        assert reading.members == {group: 1}
+        lag.max_keys = 1  # its two topics' partitions no longer fit: the group is left out
+        reading = lag.reading(shape)
+        assert reading.offsets == {} and reading.members == {}
+        assert reading.omitted >= 1
     finally:
         lag.close()
         member.close()
@@ -205,23 +213,48 @@ def test_groups_past_the_bound_are_counted(served):
             client.close()
 
 
-def test_a_group_with_offsets_for_some_partitions_only_is_found_at_a_later_pass(served):
-    topic, other = new_topic("m"), new_topic("m")
-    group = "0-" + new_topic("g")
+def test_a_member_less_group_s_one_partition_of_100_shows_at_the_first_refresh(served, context):
+    """The group committed only partition 57 (say, its last owner's) and has no
+    members: LIST_OFFSET_GROUPS names the topic, so the first refresh reads it."""
+    topic, group = new_topic("m"), new_topic("g")
     with served.client() as c:
-        c.create_topic(topic, 2)
-        c.create_topic(other, 1)
-    member, joined = _join(served, group, other)
-    member.commit(group, joined.generation, joined.member_id, [(topic, 1, 11, None)])
-    lag = GroupLag(served.unix, interval_s=0, max_groups=1000, max_keys=20000, max_entries=10000)
+        c.create_topic(topic, 100)
+        c.produce(topic, 57, encode_message_set([b"q" * 300]))
+        end = log_end(c, topic, 57)
+        c.offset_commit(group, [(topic, 57, 10, None)])
+    partitions = PartitionCollector(context, 20000)
+    lag = GroupLag(served.unix, interval_s=15, max_groups=1000, max_keys=20000,
+                   max_entries=10000)
     try:
-        shape = {topic: [0, 1], other: [0]}
-        seen = [lag.reading(shape).offsets.get((group, topic, 1)) for _ in range(3)]
-        # the first pass probes partition 0 of each topic, the second partition 1
-        assert seen == [None, 11, 11]
+        got = Parsed(collected(partitions, GroupCollector(lag, partitions)))
+        assert lag.refreshes == 1
+        labels = {"group": group, "topic": topic, "partition": 57}
+        assert got.value("hostbroker_group_members", group=group) == 0
+        assert got.value("hostbroker_group_committed_offset", **labels) == 10
+        assert got.value("hostbroker_group_lag_bytes", **labels) == end - 10
+        assert got.value("hostbroker_metrics_groups_omitted") == 0
     finally:
         lag.close()
-        member.close()
+
+
+def test_a_truncated_list_of_groups_counts_as_omitted(make_broker):
+    """Past LIST_OFFSET_GROUPS' cut the groups are not known: at least one omitted."""
+    broker = make_broker(response_max_bytes=65536)
+    names = [f"{i:03d}" + "g" * 247 for i in range(300)]  # 300 names of 250 bytes
+    with broker.client() as c:
+        c.create_topic("t", 1)
+        for name in names:
+            c.offset_commit(name, [("t", 0, 0, None)])
+        assert c.list_offset_groups().truncated == 1
+    lag = GroupLag(broker.unix, interval_s=15, max_groups=1000, max_keys=20000,
+                   max_entries=10000)
+    try:
+        reading = lag.reading({"t": [0]})
+        assert 200 < len(reading.members) < 300
+        assert reading.omitted >= 1
+        assert set(reading.members) == set(names[:len(reading.members)])
+    finally:
+        lag.close()
 
 
 def test_a_group_with_only_committed_offsets_is_reported(served, context):

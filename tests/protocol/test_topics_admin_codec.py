@@ -31,7 +31,8 @@ REQUEST_BODIES = [
      + array(string("flush.ms")) + i8(0)),
     (ta.AlterTopicRequest("t", validate_only=1, delete_configs=("a", "b")), 19, 0,
      string("t") + i32(-1) + array() + array(string("a"), string("b")) + i8(1)),
-    (ta.ListOffsetGroupsRequest(), 20, 0, b""),
+    (ta.ListOffsetGroupsRequest(), 20, 0, array()),
+    (ta.ListOffsetGroupsRequest(("g", "h")), 20, 0, array(string("g"), string("h"))),
     (ta.DescribeTopicConfigsRequest(("t", "u")), 21, 0, array(string("t"), string("u"))),
     (ta.DescribeTopicConfigsRequest(), 21, 0, array()),
 ]
@@ -40,10 +41,13 @@ RESPONSE_BODIES = [
     (AdminResponse(ErrorCode.INVALID_PARTITIONS, "topic t has 4 partitions; they only grow"),
      i16(32) + string("topic t has 4 partitions; they only grow")),
     (AdminResponse(ErrorCode.NONE, None), i16(0) + string(None)),
-    (ta.ListOffsetGroupsResponse(ErrorCode.NONE, ("a", "b")), i16(0) + array(string("a"),
-                                                                            string("b")) + i8(0)),
+    (ta.ListOffsetGroupsResponse(ErrorCode.NONE, (ta.OffsetGroup("a", ("t", "u")),
+                                                  ta.OffsetGroup("b"))),
+     i16(0) + array(string("a") + array(string("t"), string("u")), string("b") + array())
+     + i8(0)),
     (ta.ListOffsetGroupsResponse(ErrorCode.BROKER_NOT_AVAILABLE), i16(13) + array() + i8(0)),
-    (ta.ListOffsetGroupsResponse(ErrorCode.NONE, ("a",), 1), i16(0) + array(string("a")) + i8(1)),
+    (ta.ListOffsetGroupsResponse(ErrorCode.NONE, (ta.OffsetGroup("a", ("t",)),), 1),
+     i16(0) + array(string("a") + array(string("t"))) + i8(1)),
     (ta.DescribeTopicConfigsResponse((
         ta.TopicConfigs("t", ErrorCode.NONE, (TopicConfigEntry("retention.ms", "60000"),)),
         ta.TopicConfigs("u", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))),
@@ -124,6 +128,14 @@ def test_a_request_that_changes_nothing_decodes_and_says_so():
     assert request.changes_nothing()
     assert not ta.AlterTopicRequest("t", 2).changes_nothing()
     assert not ta.AlterTopicRequest("t", delete_configs=("flush.ms",)).changes_nothing()
+
+
+def test_an_answer_names_a_group_s_topics():
+    answer = ta.ListOffsetGroupsResponse(ErrorCode.NONE, (ta.OffsetGroup("a", ("t", "u")),
+                                                          ta.OffsetGroup("b", ("v",))))
+    assert answer.topics_of("a") == ("t", "u")
+    assert answer.topics_of("b") == ("v",)
+    assert answer.topics_of("c") == ()
 
 
 def test_the_client_connection_knows_the_answers():

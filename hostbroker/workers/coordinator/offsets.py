@@ -3,8 +3,8 @@
 Owns: the :class:`~hostbroker.log.offsetstore.OffsetStore` of the first log
 dir, the commits written to it and not yet on disk, and the OFFSET_FETCHes
 waiting for them; it also names the groups the store holds
-(LIST_OFFSET_GROUPS, op ``groups``: every group with a commit written, synced
-or not).
+(LIST_OFFSET_GROUPS, op ``groups``: every group with a commit synced, or
+those asked for, each with the topics it has committed offsets on).
 
 An OFFSET_COMMIT is fenced (OFFSET_COMMIT v1, by the group coordinator in
 the same process) and its record written in the coordinator's loop; its
@@ -32,15 +32,25 @@ from hostbroker.log.offsetstore import OffsetRecordTooLargeError, OffsetStore, W
 OFFSETS_SLOT = -1
 
 
-def _groups_within(groups: list[str], max_bytes: int) -> dict:
-    """The result of LIST_OFFSET_GROUPS: the first ``groups`` whose names
-    (as strings on the wire) fit ``max_bytes``, and whether any were cut."""
+def _groups_within(store: OffsetStore, asked: list[str], max_bytes: int) -> dict:
+    """The result of LIST_OFFSET_GROUPS: the groups of ``asked`` the store holds
+    (every group when empty), sorted, each as ``[group, [topic, ...]]``, as
+    many as fit ``max_bytes`` as they go on the wire (the last perhaps cut to
+    its first topics), and whether any were cut."""
+    names = store.groups() if not asked else sorted(
+        {g for g in asked if store.topics(g)})
     kept, size = [], 0
-    for group in groups:
-        size += 2 + len(group.encode("utf-8", "replace"))
+    for group in names:
+        size += 2 + len(group.encode("utf-8", "replace")) + 4
         if size > max_bytes:
             return {"error": 0, "groups": kept, "truncated": True}
-        kept.append(group)
+        topics = []
+        kept.append([group, topics])
+        for topic in store.topics(group):
+            size += 2 + len(topic.encode("utf-8", "replace"))
+            if size > max_bytes:
+                return {"error": 0, "groups": kept, "truncated": True}
+            topics.append(topic)
     return {"error": 0, "groups": kept, "truncated": False}
 
 
@@ -67,7 +77,8 @@ class OffsetsHost:
         or for a GROUP_PUT None and where its answer goes."""
         try:
             if request["op"] == "groups":  # LIST_OFFSET_GROUPS: what the store holds now
-                return _groups_within(self.store.groups(), request["max_bytes"])
+                return _groups_within(self.store, request.get("groups") or [],
+                                      request["max_bytes"])
             if request["op"] == "commit":
                 fence = request.get("fence")
                 if fence is not None:
