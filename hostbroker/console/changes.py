@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import json
 
-from hostbroker.console.api import answer, broker_refused, topic_name
+from hostbroker.console.answers import answer, broker_refused, topic_name
 from hostbroker.errors import ErrorCode
 from hostbroker.web.router import HttpError
 

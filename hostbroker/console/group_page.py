@@ -22,7 +22,7 @@ largest first (rows without a lag last), then paged.
 
 from __future__ import annotations
 
-from hostbroker.console.api import (FILTER_MAX, answer, broker_refused, group_parameter, page_of,
+from hostbroker.console.answers import (FILTER_MAX, answer, broker_refused, group_parameter, page_of,
                                     topic_name)
 from hostbroker.errors import ErrorCode
 from hostbroker.metrics.lag import group_lag
