@@ -282,3 +282,25 @@ def test_markup_in_a_refusal_stays_text(console, browser):
     assert browser.title != "owned"
     with console.client() as c:
         assert "marked" not in {t.topic for t in c.metadata().topics}
+
+
+def test_a_group_page_sorts_by_lag_and_keeps_one_topic(console, browser):
+    By = _by()
+    with console.client() as c:
+        c.create_topic("left", 2)
+        c.create_topic("right", 1)
+        ends = {("left", p): produce(console, "left", p, [b"l" * 50] * (2 + p)) for p in range(2)}
+        ends[("right", 0)] = produce(console, "right", 0, [b"r" * 90] * 4)
+        c.offset_commit("sorted", [(t, p, 0, None) for t, p in ends])
+    browser.get(console.origin + "/#/groups/sorted")
+    by_name = wait_for(lambda: table_rows(browser, "group-partitions"), "the group's rows")
+    assert [(r[0], r[1]) for r in by_name] == [("left", "0"), ("left", "1"), ("right", "0")]
+    browser.find_element(By.ID, "group-sort-lag").click()
+    browser.find_element(By.ID, "group-rows-submit").click()
+    most_first = sorted(ends.items(), key=lambda kv: -kv[1])
+    wait_for(lambda: [(r[0], r[1]) for r in table_rows(browser, "group-partitions")] ==
+             [(t, str(p)) for (t, p), _ in most_first], "the rows by lag, most first")
+    browser.find_element(By.ID, "group-topic").send_keys("left")
+    browser.find_element(By.ID, "group-rows-submit").click()
+    wait_for(lambda: [(r[0], r[1]) for r in table_rows(browser, "group-partitions")] ==
+             [("left", "1"), ("left", "0")], "topic left's rows only, by lag")

@@ -10,7 +10,7 @@ const PAGE = 100;
 const state = { broker: null, topics: { offset: 0, filter: "" },
                 groups: { offset: 0, filter: "" },
                 partitions: { offset: 0, limit: PAGE, goto: null },
-                group: { offset: 0 } };
+                group: { offset: 0, topic: "", sortLag: false } };
 
 function $(id) { return document.getElementById(id); }
 
@@ -237,9 +237,14 @@ async function showGroups() {
 
 async function showGroup(name) {
   const page = state.group;
-  if (page.name !== name) { page.name = name; page.offset = 0; }
+  if (page.name !== name) {
+    page.name = name; page.offset = 0; page.topic = ""; page.sortLag = false;
+    $("group-topic").value = ""; $("group-sort-lag").checked = false;
+  }
   const q = new URLSearchParams({ offset: page.offset, limit: PAGE });
   q.set("group", name);  // in the query: a group id may hold "/" or be ".."
+  if (page.topic) { q.set("topic", page.topic); }
+  if (page.sortLag) { q.set("sort", "lag"); }
   const g = await getJson("/api/group?" + q);
   $("group-name").textContent = g.group;
   $("group-summary").textContent = (g.members.length
@@ -330,6 +335,14 @@ $("partition-goto-form").addEventListener("submit", event => {
   }
   if (size) { page.limit = Number(size); }
   if (wanted !== "") { page.goto = Number(wanted); }  // else the same place, resized
+  route();
+});
+
+$("group-rows-form").addEventListener("submit", event => {
+  event.preventDefault();
+  state.group.topic = $("group-topic").value.trim();
+  state.group.sortLag = $("group-sort-lag").checked;
+  state.group.offset = 0;
   route();
 });
 
