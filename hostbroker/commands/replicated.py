@@ -236,10 +236,12 @@ def describe(client, topics: dict[str, dict[int, list[int]]], *, as_json: bool, 
                               "partitions": [v.as_json() for v in views]})
             continue
         under = sum(v.under_replicated for v in views)
-        suffix = "".join(f" {k}={v}" for k, v in sorted(config.items()))
         print(f"topic: {topic}  partitions: {len(views)}  replication factor: {factor}"
-              + (f"  under-replicated: {under}" if under else "") + suffix
+              + (f"  under-replicated: {under}" if under else "")
               + ("  (marked for deletion)" if deleting else ""), file=out)
+        if config:  # as standalone describe shows a topic's overrides
+            print("  config: " + " ".join(f"{k}={v}" for k, v in sorted(config.items())),
+                  file=out)
         rows = [("partition", "leader", "epoch", "replicas", "isr", "")]
         for v in views:
             rows.append((str(v.partition), str(v.leader) if v.leader >= 0 else "none",
