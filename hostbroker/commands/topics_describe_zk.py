@@ -18,7 +18,9 @@ altered alone, or was down during an alter) gets one line per broker
 (``  config on broker N: ...``; ``"config": null`` and every broker's under
 ``broker_configs`` in ``--json``). Everything read is hostile: a config node
 that does not decode, or a broker that cannot say, is one line on stderr
-naming it; the other topics are still described.
+naming it (that topic's overrides are not shown: ``"config": null``), a
+value that would break its line is shown escaped, and the other topics are
+still described; the status is what the partitions' answers give.
 """
 
 from __future__ import annotations
@@ -30,10 +32,6 @@ from typing import TextIO
 from hostbroker.commands import EXIT_BROKER, EXIT_OK
 
 _COMMAND = "topics describe"
-
-
-def _overrides(config: dict[str, str]) -> str:
-    return " ".join(f"{k}={v}" for k, v in sorted(config.items())) or "none"
 
 
 def _broker_configs(client, broker_id: int, topics: list[str],
@@ -71,6 +69,7 @@ def describe_cluster(topics: list[str], *, as_json: bool = False, zookeeper: str
     cluster; see the module docstring. A named topic that no live broker holds
     is named on stderr and makes the exit status 1."""
     from hostbroker.commands import replicated
+    from hostbroker.commands.replicated import overrides_text
     from hostbroker.commands.topics import _as_json, _name, _rows, _table, each_broker, \
         live_brokers
     from hostbroker.errors import ErrorCode
@@ -142,9 +141,9 @@ def describe_cluster(topics: list[str], *, as_json: bool = False, zookeeper: str
         common, said = _plain_config(name, holders[name], configs)
         if common is not None:
             if common:
-                print(f"  config: {_overrides(common)}", file=out)
+                print(f"  config: {overrides_text(common)}", file=out)
         else:
             for b, config in sorted(said.items()):
-                print(f"  config on broker {b}: {_overrides(config)}", file=out)
+                print(f"  config on broker {b}: {overrides_text(config)}", file=out)
         _table([row for t in parts for row in _rows(t)], out)
     return status
