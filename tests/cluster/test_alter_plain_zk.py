@@ -9,7 +9,8 @@ broker altered before is left as it is: running it again brings the others
 in step). Configs act at once on each broker changed (``max.message.bytes``
 refuses a produce over it); ``topics describe --zookeeper`` shows each
 broker's overrides when they differ, one line when they agree; nothing
-produced before is lost.
+produced before is lost. A replicated topic is the cluster's: ``--bootstrap`` to
+one of its brokers refuses it in one line, naming ``--zookeeper``.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ from hostbroker.cluster import paths
 from hostbroker.errors import ErrorCode
 from hostbroker.log.message import encode_message_set
 from tests.cluster.test_alter_zk_cli import pair  # noqa: F401 - fixture
-from tests.integration.cli import hostbroker
+from tests.integration.cli import hostbroker, one_line_error
 from tests.integration.wire_helpers import log_end, produce_request
-from tests.replication.support import poll
+from tests.replication.support import assignment, create, poll, settled
 
 TOPIC = "plain"
 
@@ -130,3 +131,16 @@ def test_bootstrap_alters_one_broker_and_zookeeper_every_broker_holding_the_topi
         assert done.returncode == 1, done.stderr.decode()
         assert "partitions only grow" in done.stderr.decode()
     assert all(partitions_of(broker) == [0, 1, 2] for broker in pair.values())
+
+
+def test_bootstrap_refuses_a_replicated_topic_in_one_line(pair, zookeeper, zk):
+    create(zookeeper, "rep", 2, 2)
+    poll(lambda: settled(zk, "rep", 2, 2), what="the topic led")
+    for broker in pair.values():
+        done = hostbroker("topics", "alter", "--bootstrap", broker.unix, "--topic", "rep",
+                          "--partitions", 3, "--config", "retention.ms=60000")
+        assert done.returncode == 1
+        assert "change it with hostbroker topics alter --zookeeper" in one_line_error(done)
+    assert sorted(assignment(zk, "rep")) == [0, 1]  # nothing changed
+    assert zk.exists("/config/topics/rep") is None or \
+        b"60000" not in zk.get("/config/topics/rep")[0]
