@@ -10,7 +10,11 @@ broker is SIGKILLed around that write, at two moments:
   before the command runs, so the change is written while no controller can
   act on it, and killed right after: nothing of it was applied;
 - ``racing``: the controller runs, and is killed the moment the command
-  returns, while its watches are firing: some of it may be applied, some not.
+  returns, while its watches are firing: some of it may be applied, some not;
+- ``applying``: the controller runs, and is killed the moment the state node
+  of the first new partition appears in ZooKeeper (a watch on it): the
+  controller has begun applying the change (its leaders decided, maybe
+  naming the dying broker) and has told the replicas little or nothing.
 
 Either way the next controller finishes it from ZooKeeper at its take-over:
 the new partitions get leaders among the live replicas, every live replica of
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 
 import pytest
 
@@ -91,7 +96,20 @@ def stop_all(broker) -> None:
         p.send_signal(signal.SIGSTOP)
 
 
-@pytest.mark.parametrize("moment", ["frozen", "racing"])
+def when_started(zk, topic: str, partition: int) -> threading.Event:
+    """Set the moment the partition's state node exists (a ZooKeeper watch)."""
+    started = threading.Event()
+    path = f"/brokers/topics/{topic}/partitions/{partition}/state"
+
+    def watch(event=None) -> None:
+        if zk.exists(path, watch=watch) is not None:
+            started.set()
+
+    watch()
+    return started
+
+
+@pytest.mark.parametrize("moment", ["frozen", "racing", "applying"])
 def test_an_alter_the_controller_dies_under_is_finished_by_the_next(cluster, zookeeper, zk,
                                                                    moment):
     create(zookeeper, TOPIC, 2, 2, "retention.ms=600000")
@@ -107,7 +125,10 @@ def test_an_alter_the_controller_dies_under_is_finished_by_the_next(cluster, zoo
     assert victim in cluster
     if moment == "frozen":
         stop_all(cluster[victim])  # the change is written while it cannot act
+    started = when_started(zk, TOPIC, 2) if moment == "applying" else None
     said = alter(zookeeper, TOPIC, 4, {"max.message.bytes": str(LIMIT)})
+    if started is not None:
+        assert started.wait(10), "the controller never began on the new partitions"
     kill_hard(cluster[victim])
     assert said.strip() == (f"altered topic {TOPIC}: partitions 2 -> 4, "
                             f"max.message.bytes={LIMIT}")
