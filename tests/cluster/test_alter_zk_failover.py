@@ -28,8 +28,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import threading
 
+import psutil
 import pytest
 
 from hostbroker.errors import ErrorCode
@@ -87,10 +89,8 @@ def controller_of(zk) -> int | None:
 
 
 def stop_all(broker) -> None:
-    import signal
-
-    import psutil
-
+    """SIGSTOP every process of ``broker``: its ZooKeeper session lives on until
+    it times out, but nothing of it acts."""
     root = psutil.Process(broker.proc.pid)
     for p in [root, *root.children(recursive=True)]:
         p.send_signal(signal.SIGSTOP)
