@@ -21,7 +21,8 @@ the new partitions get leaders among the live replicas, every live replica of
 every partition (old and new) takes the new config (``partition.json``, and a
 produce over the new ``max.message.bytes`` is refused by every leader), a
 produce to the new partitions is acknowledged, and every message acknowledged
-before is still there.
+before is still there. When the dead broker returns, its replicas (of the new
+partitions too) are created with the new config and rejoin the ISR.
 """
 
 from __future__ import annotations
@@ -132,7 +133,8 @@ def test_an_alter_the_controller_dies_under_is_finished_by_the_next(cluster, zoo
     kill_hard(cluster[victim])
     assert said.strip() == (f"altered topic {TOPIC}: partitions 2 -> 4, "
                             f"max.message.bytes={LIMIT}")
-    cluster.pop(victim).kill_tree()  # (the fixture removes what it left behind)
+    dead = cluster.pop(victim)
+    dead.kill_tree()
     poll(lambda: controller_of(zk) not in (None, victim),
          timeout=BROKER_SESSION_MS / 1000 + 20, what="another controller")
     grown = assignment(zk, TOPIC)
@@ -166,3 +168,15 @@ def test_an_alter_the_controller_dies_under_is_finished_by_the_next(cluster, zoo
         got = serves(cluster, zk, TOPIC, p)
         wanted = {o: v for q, o, v in acked if q == p}
         assert {o: got.get(o) for o in wanted} == wanted, f"{TOPIC}-{p}"
+
+    # the dead broker returns: its replicas, new partitions included, are created
+    # with the config and catch up into the ISR
+    dead.start()  # the same broker.id, listeners and log dir
+    cluster[victim] = dead
+    mine = [p for p, rs in grown.items() if victim in rs]
+    assert mine
+    poll(lambda: all(victim in state(zk, TOPIC, p)["isr"] for p in mine), timeout=30,
+         what="the returned broker back in every ISR")
+    poll(lambda: all(overrides(dead, TOPIC, p) == {"retention.ms": "600000",
+                                                   "max.message.bytes": str(LIMIT)}
+                     for p in mine), timeout=20, what="the config on the returned broker")
