@@ -58,7 +58,7 @@ def _broker_configs(client, broker_id: int, topics: list[str],
 def _plain_config(name: str, holders: list[int], configs: dict[int, dict | None]):
     """(the overrides every holder of ``name`` agrees on, or None when they differ
     or none could say; each holder's that could say, by broker id)."""
-    said = {b: configs[b].get(name, {}) for b in holders if configs.get(b) is not None}
+    said = {b: configs[b][name] for b in holders if name in (configs.get(b) or {})}
     distinct = {json.dumps(c, sort_keys=True) for c in said.values()}
     return (next(iter(said.values())) if len(distinct) == 1 else None), said
 
