@@ -144,7 +144,9 @@ def partitions(client, topic: str, parts: dict[int, list[int]], err: TextIO,
     return views
 
 
-def topic_config(client, topic: str, err: TextIO, command: str) -> dict[str, str]:
+def topic_config(client, topic: str, err: TextIO, command: str) -> dict[str, str] | None:
+    """A replicated topic's overrides ({} without a node); None for a node that
+    does not decode (named in one line on stderr)."""
     from hostbroker.replication import zknodes
 
     path = zknodes.topic_config_path(topic)
@@ -154,8 +156,17 @@ def topic_config(client, topic: str, err: TextIO, command: str) -> dict[str, str
     try:
         return dict(zknodes.decode_topic_config(found[0], path))
     except ValueError as exc:
-        print(f"hostbroker {command}: {exc}", file=err)
-        return {}
+        print(f"hostbroker {command}: {exc}; overrides not shown", file=err)
+        return None
+
+
+def overrides_text(config: dict[str, str]) -> str:
+    """``KEY=VALUE ...`` (sorted) for one line: a value read from outside that
+    would break the line (a newline, a control character) is shown escaped."""
+    def shown(text: str) -> str:
+        return text if text.isprintable() else repr(text)[1:-1]
+
+    return " ".join(f"{shown(k)}={shown(v)}" for k, v in sorted(config.items())) or "none"
 
 
 # -- topics create / describe / delete ----------------------------------------------
@@ -236,10 +247,11 @@ def describe(client, topics: dict[str, dict[int, list[int]]], *, as_json: bool, 
                               "partitions": [v.as_json() for v in views]})
             continue
         under = sum(v.under_replicated for v in views)
-        suffix = "".join(f" {k}={v}" for k, v in sorted(config.items()))
         print(f"topic: {topic}  partitions: {len(views)}  replication factor: {factor}"
-              + (f"  under-replicated: {under}" if under else "") + suffix
+              + (f"  under-replicated: {under}" if under else "")
               + ("  (marked for deletion)" if deleting else ""), file=out)
+        if config:  # as standalone describe shows a topic's overrides
+            print(f"  config: {overrides_text(config)}", file=out)
         rows = [("partition", "leader", "epoch", "replicas", "isr", "")]
         for v in views:
             rows.append((str(v.partition), str(v.leader) if v.leader >= 0 else "none",

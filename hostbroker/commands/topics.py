@@ -31,7 +31,8 @@ read from ZooKeeper (``/brokers/ids``) and every command goes to each of
 them through its registered listeners: ``create`` makes the topic's N
 partitions on every live broker (per-broker partition counts, as in the
 original design), ``delete`` removes it from each broker holding it, and
-``list`` / ``describe`` show the whole cluster from each broker's METADATA.
+``list`` / ``describe`` show the whole cluster from each broker's METADATA
+(``describe`` with each topic's overrides: hostbroker/commands/topics_describe_zk.py).
 A broker that cannot be reached or refuses is named on stderr and makes the
 exit status 1; the others are still served.
 
@@ -549,59 +550,8 @@ def list_cluster(*, zookeeper: str, out: TextIO = sys.stdout, err: TextIO = sys.
 def describe_cluster(topics: list[str], *, as_json: bool = False, zookeeper: str,
                      out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
     """The live brokers, then ``topics`` (every topic when empty) over the whole
-    cluster, partition by partition, sorted by (broker, partition). A named topic
-    that no live broker holds is named on stderr and makes the exit status 1.
-    Replicated topics come from ZooKeeper: leader, replicas and ISR of each
-    partition, under-replicated ones marked."""
-    from hostbroker.commands import replicated
-    from hostbroker.errors import ErrorCode
+    cluster, both kinds with their config overrides
+    (:mod:`hostbroker.commands.topics_describe_zk`)."""
+    from hostbroker.commands.topics_describe_zk import describe_cluster as on_cluster
 
-    with replicated.zookeeper_client(zookeeper) as client:
-        copies = replicated.replicated_topics(client, err, "topics describe")
-        if topics:
-            copies = {t: a for t, a in copies.items() if t in topics}
-        documents = replicated.describe(client, copies, as_json=True, out=out, err=err) \
-            if as_json else None
-        brokers = live_brokers(zookeeper)
-        if not as_json:
-            for b in brokers:
-                print(f"broker {b.broker_id}: {' '.join(b.uris())}", file=out)
-            replicated.describe(client, copies, as_json=False, out=out, err=err)
-    rest = [t for t in topics if t not in copies]
-    if topics and not rest:
-        if as_json:
-            print(json.dumps({"brokers": [{"broker": b.broker_id, "uris": b.uris()}
-                                          for b in brokers], "topics": documents}, indent=2),
-                  file=out)
-        return EXIT_OK
-    answers, status = _metadata("describe", brokers, rest, err)
-    held: dict[str, list] = {}
-    for broker_id in sorted(answers):
-        for topic in answers[broker_id].topics:
-            if topic.topic in copies:
-                continue
-            held.setdefault(topic.topic, [])
-            if topic.error_code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
-                held[topic.topic].append(topic)
-    for name in sorted(held):
-        if not held[name]:
-            print(f"hostbroker topics describe: no topic {name}", file=err)
-            status = EXIT_BROKER
-            del held[name]
-    if as_json:
-        document = {
-            "brokers": [{"broker": b.broker_id, "uris": b.uris()} for b in brokers],
-            "topics": sorted([{"topic": name, "partitions": [
-                p for part in held[name] for p in _as_json(part)["partitions"]]}
-                for name in sorted(held)] + documents, key=lambda t: t["topic"]),
-        }
-        print(json.dumps(document, indent=2), file=out)
-        return status
-    for name in sorted(held):
-        parts = held[name]
-        errors = sorted({_name(t.error_code) for t in parts if t.error_code != ErrorCode.NONE})
-        count = sum(len(t.partitions) for t in parts)
-        print(f"topic: {name}  brokers: {len(parts)}  partitions: {count}"
-              + (f"  error: {', '.join(errors)}" if errors else ""), file=out)
-        _table([row for t in parts for row in _rows(t)], out)
-    return status
+    return on_cluster(topics, as_json=as_json, zookeeper=zookeeper, out=out, err=err)

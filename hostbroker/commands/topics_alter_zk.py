@@ -20,6 +20,10 @@ changed on each live broker that holds it, with the ALTER_TOPIC request
 ``--bootstrap`` sends to one broker (``--partitions N``: N partitions on
 each of them, as ``topics create --zookeeper`` made them). A broker that
 cannot be reached or refuses is named on stderr and makes the status 1.
+Such a topic's partitions and configs are each broker's, as in Kafka 0.7:
+``--bootstrap`` (:func:`hostbroker.commands.topics.alter`) changes the one
+broker it reaches; a broker already at the count or config asked is left as
+it is here, so running this again brings every broker in step.
 
 Everything is checked before anything is written: the keys and values with
 the brokers' own rules (:class:`hostbroker.log.config.LogConfig`), the

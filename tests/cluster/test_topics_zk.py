@@ -51,11 +51,12 @@ def test_topics_over_the_whole_cluster(make_broker, tmp_path, zookeeper, zk):
     out = lines(result)
     assert out[:3] == [f"broker {i}: {b.unix} {b.tcp}" for i, b in brokers.items()]
     assert out[3] == "topic: clicks  brokers: 3  partitions: 6"
-    rows = [line.split()[:5] for line in out[5:11]]
+    assert out[4] == "  config: retention.bytes=1000000"  # every broker holds the same
+    rows = [line.split()[:5] for line in out[6:12]]
     assert rows == [["0", "1", "0", "0", "0"], ["1", "1", "0", "0", "0"],
                     ["0", "2", "0", "0", "0"], ["1", "2", "0", "33", "33"],
                     ["0", "3", "0", "11", "11"], ["1", "3", "0", "0", "0"]]
-    assert out[11] == "topic: local  brokers: 1  partitions: 1"
+    assert out[12] == "topic: local  brokers: 1  partitions: 1"
 
     result = hostbroker("topics", "describe", "--zookeeper", zookeeper.connect, "nope")
     assert one_line_error(result) == "hostbroker topics describe: no topic nope"
