@@ -20,12 +20,7 @@ def clustered(tmp_path, zkserver):  # noqa: F811 - the imported fixture
                                  "zookeeper.connect": zkserver.connect,
                                  "log.dirs": ",".join(dirs)})
     yield broker, dirs
-    if broker.proc is not None:
-        try:
-            broker.stop(timeout=20)
-        except Exception:  # noqa: BLE001 - already failing; leave nothing behind
-            broker.kill_tree()
-    broker.remove_leftovers()
+    broker.finish()
 
 
 def test_a_cluster_brokers_dirs_show_online_and_a_failed_one_offline(clustered):

@@ -26,7 +26,6 @@ from hostbroker.log.segments import partition_dirname
 from hostbroker.protocol import replication as rproto
 from hostbroker.protocol.bodies import MetadataBroker, TopicConfigEntry
 from tests.cluster.controller_by_hand import be_the_controller
-from tests.cluster.zkfixtures import stop_broker
 from tests.cluster.zkserver import ZooKeeperServer
 from tests.integration.broker import Broker
 from tests.integration.wire_helpers import RawSocket, new_topic
@@ -52,7 +51,7 @@ def pair(tmp_path_factory):
         yield brokers
     finally:
         for broker in brokers.values():
-            stop_broker(broker)
+            broker.finish()
         stack.close()
         zk.stop()
 

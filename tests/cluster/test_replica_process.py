@@ -28,12 +28,7 @@ def clustered(tmp_path, zkserver):  # noqa: F811 - the imported fixture
                                  "broker.id": 7, "log.dirs": f"{tmp_path}/a,{tmp_path}/b"})
     broker.start()
     yield broker
-    if broker.proc is not None:
-        try:
-            broker.stop(timeout=20)
-        except Exception:  # noqa: BLE001 - already failing; leave nothing behind
-            broker.kill_tree()
-    broker.remove_leftovers()
+    broker.finish()
 
 
 def _plan(broker) -> BrokerPlan:

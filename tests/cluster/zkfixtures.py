@@ -65,12 +65,3 @@ class Said:
     def __call__(self, path: str, problem: str) -> None:
         self.lines.append((path, problem))
 
-
-def stop_broker(broker) -> None:
-    """Stop ``broker`` (killed with its children when it does not stop) and
-    remove what it left behind."""
-    try:
-        broker.stop(timeout=20)
-    except Exception:  # noqa: BLE001 - already failing; leave nothing behind
-        broker.kill_tree()
-    broker.remove_leftovers()

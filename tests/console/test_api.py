@@ -15,11 +15,7 @@ from tests.console.web import ConsoleBroker, call, get, produce
 def console(tmp_path):
     broker = ConsoleBroker(tmp_path, **{"http.console.page.max": 7}).start()
     yield broker
-    try:
-        broker.stop(timeout=20)
-    except Exception:  # noqa: BLE001 - already failing; leave nothing behind
-        broker.kill_tree()
-    broker.remove_leftovers()
+    broker.finish()
 
 
 def test_pages_are_served_with_a_strict_policy(console):

@@ -24,11 +24,7 @@ def console(tmp_path):
     root.mkdir()
     broker = ConsoleBroker(root).start()
     yield broker
-    try:
-        broker.stop(timeout=20)
-    except Exception:  # noqa: BLE001 - already failing; leave nothing behind
-        broker.kill_tree()
-    broker.remove_leftovers()
+    broker.finish()
 
 
 @pytest.fixture

@@ -69,11 +69,7 @@ def test_every_registered_broker_is_shown(make_broker, tmp_path, zookeeper, zk):
         finally:
             zookeeper.start()
     finally:
-        try:
-            console.stop(timeout=20)
-        except Exception:  # noqa: BLE001 - already failing; leave nothing behind
-            console.kill_tree()
-        console.remove_leftovers()
+        console.finish()
 
 
 def _zxid(zookeeper) -> int:

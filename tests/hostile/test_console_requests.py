@@ -20,19 +20,11 @@ from tests.console.web import ConsoleBroker, call, get
 PRECIOUS = b"[build-system]"  # pyproject.toml's first line: a file outside the package
 
 
-def _stop(broker):
-    try:
-        broker.stop(timeout=20)
-    except Exception:  # noqa: BLE001 - already failing; leave nothing behind
-        broker.kill_tree()
-    broker.remove_leftovers()
-
-
 @pytest.fixture
 def console(tmp_path):
     broker = ConsoleBroker(tmp_path).start()
     yield broker
-    _stop(broker)
+    broker.finish()
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +32,7 @@ def shared(tmp_path_factory):
     """One broker for the requests that must change nothing (each test checks it)."""
     broker = ConsoleBroker(tmp_path_factory.mktemp("console")).start()
     yield broker
-    _stop(broker)
+    broker.finish()
 
 
 def _topics(broker) -> set[str]:
@@ -109,7 +101,7 @@ def test_changes_are_off_unless_enabled(tmp_path):
         assert get(broker, "/api/broker")["admin"] is False
         assert get(broker, "/api/topics")["total"] == 0  # reading stays open
     finally:
-        _stop(broker)
+        broker.finish()
 
 
 @pytest.mark.parametrize("body", [

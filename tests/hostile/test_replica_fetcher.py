@@ -30,7 +30,6 @@ from hostbroker.log.segments import partition_dirname
 from hostbroker.protocol import replication as rproto
 from hostbroker.protocol.bodies import MetadataBroker
 from tests.cluster.controller_by_hand import be_the_controller
-from tests.cluster.zkfixtures import stop_broker
 from tests.cluster.zkserver import ZooKeeperServer
 from tests.integration.broker import Broker
 from tests.integration.wire_helpers import RawSocket, new_topic
@@ -55,7 +54,7 @@ def follower(tmp_path_factory):
         yield broker
     finally:
         if broker is not None:
-            stop_broker(broker)
+            broker.finish()
         stack.close()
         zk.stop()
 

@@ -168,6 +168,16 @@ class Broker:
         self.proc = None
         return code
 
+    def finish(self, timeout: float = 20.0) -> None:
+        """After a test: stop it (killed with its children when it does not
+        stop, or was already killed) and remove what it left behind."""
+        if self.proc is not None:
+            try:
+                self.stop(timeout=timeout)
+            except Exception:  # noqa: BLE001 - already failing; leave nothing behind
+                self.kill_tree()
+        self.remove_leftovers()
+
     def remove_leftovers(self) -> None:
         """What a broker that was killed leaves behind for its next start on
         these log dirs to remove (its shared memory and its admin lock), removed

@@ -15,12 +15,7 @@ def make_broker(tmp_path):
 
     yield make
     for b in started:
-        if b.proc is not None:
-            try:
-                b.stop(timeout=20)
-            except Exception:  # noqa: BLE001 - already failing; make sure nothing is left
-                b.kill_tree()
-        b.remove_leftovers()  # of a broker the test killed: nothing starts it again
+        b.finish()  # a broker the test killed: nothing starts it again, its leftovers go
 
 
 @pytest.fixture

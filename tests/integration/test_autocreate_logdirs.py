@@ -41,12 +41,7 @@ def two_dirs(tmp_path):
         yield broker
     finally:
         try:
-            if broker.proc is not None:
-                try:
-                    broker.stop(timeout=20)
-                except Exception:  # noqa: BLE001 - already failing; leave nothing behind
-                    broker.kill_tree()
-            broker.remove_leftovers()
+            broker.finish()
         finally:
             for _ in range(3):  # (a tmpfs mounted again over a pulled one)
                 unmount(dirs[1])

@@ -57,11 +57,7 @@ def two_dirs(tmp_path_factory):
     broker.dirs = dirs
     broker.start()
     yield broker
-    try:
-        broker.stop(timeout=20)
-    except Exception:  # noqa: BLE001 - already failing; leave nothing behind
-        broker.kill_tree()
-    broker.remove_leftovers()
+    broker.finish()
 
 
 def _slots(broker, topic):
