@@ -25,11 +25,10 @@ invalid, 501 for a request the broker does not serve).
 
 from __future__ import annotations
 
-import json
 
 from hostbroker.console.api import answer, broker_refused, topic_name
 from hostbroker.errors import ErrorCode
-from hostbroker.web.router import HttpError
+from hostbroker.web.router import HttpError, document
 
 INT32_MAX = 2**31 - 1
 
@@ -41,19 +40,6 @@ def add_routes(router, console) -> None:
                lambda r: add_partitions(console, r), admin=True)
     router.add("POST", "/api/topics/{topic}/config", lambda r: alter_config(console, r),
                admin=True)
-
-
-def document(request) -> dict:
-    """The body as a JSON object (an empty body is ``{}``); 400 otherwise."""
-    if not request.body.strip():
-        return {}
-    try:
-        found = json.loads(request.body.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise HttpError(400, f"the body is not JSON: {str(exc)[:120]}") from None
-    if not isinstance(found, dict):
-        raise HttpError(400, "the body must be a JSON object")
-    return found
 
 
 def whole(body: dict, key: str, default=None, low: int = 1, high: int = INT32_MAX) -> int:

@@ -12,7 +12,8 @@ What it accepts (anything else is answered with a one-line JSON error and
 the connection closed, so nothing after a bad request is guessed at):
 
 - a request line ``METHOD SP /path[?query] SP HTTP/1.1`` (or ``HTTP/1.0``;
-  another version: 505), in ASCII; leading empty lines are skipped;
+  another version: 505), in ASCII; leading empty lines are skipped and are
+  no progress (the idle timeout closes a connection that sends only them);
 - header lines ``name: value``, ASCII, no line folding, no header sent
   twice among those the gate and the framing read (``Host``,
   ``Content-Length``, ``Authorization``, ``Origin``, ``Referer``,
@@ -27,7 +28,9 @@ the connection closed, so nothing after a bad request is guessed at):
   ``Host`` header is the only host a request names;
 - a body framed by ``Content-Length`` only: ``Transfer-Encoding`` is
   answered 501 (no chunked request bodies; no ambiguity to smuggle through);
-  ``Expect: 100-continue`` is honoured, another expectation is 417.
+  ``Expect: 100-continue`` is honoured in HTTP/1.1 (ignored in HTTP/1.0,
+  whose client would take the 100 for the answer), another expectation is
+  417.
 
 Bounds (settings ``http.*``, given as :class:`Limits`):
 
@@ -162,9 +165,14 @@ class HttpConnection:
             self._advance(now)
             self.closing = True
             return
+        if not self._in:
+            # empty lines between requests are no progress: a client sending
+            # CRLFs holds its connection no longer than the idle timeout
+            data = data.lstrip(b"\r\n")
+            if not data:
+                return
+            self.request_started = now  # the first byte of a request
         self.last_progress = now
-        if not self._in:  # the first byte of a request (empty lines before it count)
-            self.request_started = now
         self._in += data
         self._advance(now)
 
@@ -229,7 +237,8 @@ class HttpConnection:
         head = self._head
         if len(self._in) < head.length + head.body_length:
             expect = head.headers.get("expect")
-            if expect is not None and not self._continued:
+            # RFC 9110 10.1.1: the expectation of an HTTP/1.0 request is ignored
+            if expect is not None and not self._continued and head.version == (1, 1):
                 self._continued = True
                 self._out += CONTINUE
             return None

@@ -256,6 +256,39 @@ def test_an_idle_connection_and_an_unread_answer_expire():
     assert unread.expired(90.0)
 
 
+def test_empty_lines_between_requests_are_no_progress():
+    conn = connection()
+    conn.received(GET, 0.0)
+    drain(conn, 0.0)
+    t = 0.0
+    for _ in range(100):  # a CRLF every 59 s does not keep the connection
+        t += 59.0
+        if conn.expired(t):
+            break
+        conn.received(b"\r\n", t)
+    assert t == 118.0 and conn.expired(t)  # closed a minute after the last answer
+    # a CR and an LF apart are no progress either; a request after them is served
+    late = connection()
+    late.received(b"\r", 30.0)
+    late.received(b"\n\r\n", 50.0)
+    assert late.expired(60.0)
+    fresh = connection()
+    fresh.received(b"\r\n", 30.0)
+    fresh.received(b"\r\n" + GET, 40.0)
+    assert answers(drain(fresh, 40.0))[0][0] == 200
+    assert not fresh.expired(99.0) and fresh.expired(100.0)
+
+
+def test_an_http_1_0_request_gets_no_100_continue():
+    conn = connection()
+    conn.received(b"POST /echo HTTP/1.0\r\nHost: h\r\nExpect: 100-continue\r\n"
+                  b"Content-Length: 2\r\n\r\n", 0.0)
+    assert bytes(conn.output) == b""  # it waits for the body, no interim answer
+    conn.received(b"ok", 0.0)
+    [(status, _, body)] = answers(drain(conn))
+    assert status == 200 and json.loads(body) == {"body": "ok"}
+
+
 def test_end_of_input_answers_what_is_whole_then_closes():
     conn = connection()
     conn.received(GET + b"GET /ec", 0.0)
