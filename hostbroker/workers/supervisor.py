@@ -97,8 +97,9 @@ from hostbroker.workers.registrar import RegistrarWorker
 from hostbroker.workers.replication import ReplicaWorker
 from hostbroker.workers.respawn import Respawn
 from hostbroker.workers.startup import (StartError, StoppedWhileStarting, bind_http_listener,
-                                       bind_listener, check_log_dir, check_unix_listener_dir,
-                                       claim_broker_lock, make_log_dir, resolve_dir_ids)
+                                       bind_listener, check_log_dir, check_overlap,
+                                       check_unix_listener_dir, claim_broker_lock,
+                                       listen_http, make_log_dir, resolve_dir_ids)
 from hostbroker.workers.writer import WriterWorker
 
 WORKER_CLASSES = {"writer": WriterWorker, "handler": HandlerWorker,
@@ -166,6 +167,10 @@ class Supervisor(Respawn):
             plan.listeners.append((uri, bind_listener(uri)))
         for uri in config.http_listeners:
             plan.http_listeners.append((uri, bind_http_listener(uri)))
+        check_overlap([("listeners", uri, sock) for uri, sock in plan.listeners]
+                      + [("http.listeners", uri, sock) for uri, sock in plan.http_listeners])
+        for uri, sock in plan.http_listeners:
+            listen_http(uri, sock)
         # A stop asked for while the shared memory is made comes once it is all
         # listed, so that the stop removes every piece of it (cleanup()).
         held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
@@ -287,11 +292,12 @@ class Supervisor(Respawn):
         for group in (("writer", "coordinator"), ("replica", "logdirs"), ("handler", "processor"),
                       ("registrar",), ("acceptor",), ("http",)):
             if group == ("acceptor",):  # broker.id is ours: connections may come
-                for _, sock in self.plan.listeners:
-                    sock.listen(1024)
-            if group == ("http",):  # its pages may ask the broker, which now answers
-                for _, sock in self.plan.http_listeners:
-                    sock.listen(128)
+                for uri, sock in self.plan.listeners:
+                    try:
+                        sock.listen(1024)
+                    except OSError as e:
+                        raise StartError(f"listeners: cannot listen on {uri}: "
+                                         f"{e.strerror}") from None
             for kind, index in self.plan.workers():
                 if kind in group:
                     self.spawn(kind, index)

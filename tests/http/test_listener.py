@@ -22,7 +22,7 @@ from hostbroker.workers.plan import BrokerPlan
 from tests.http.support import connect, http_broker, read_answer, request, wait_http
 from tests.integration.broker import Broker, serve_args
 from tests.integration.wire_helpers import stop_or_kill
-from tests.ports import taken_port
+from tests.ports import free_port, taken_port
 
 
 @pytest.fixture(scope="module")
@@ -162,6 +162,30 @@ def test_an_http_listener_that_cannot_be_bound_refuses_the_start_in_one_line(tmp
     lines = result.stderr.strip().splitlines()
     assert lines == [f"hostbroker: http.listeners: cannot bind http://127.0.0.1:{port}: "
                      "Address already in use"], result.stderr
+
+
+@pytest.mark.parametrize("case", ["http twice", "http wildcard", "kafka wildcard",
+                                  "kafka and http", "http v6 wildcard"])
+def test_listeners_on_overlapping_addresses_refuse_the_start_in_one_line(tmp_path, case):
+    port = free_port()
+    settings = {
+        "http twice": {"http.listeners": f"http://127.0.0.1:{port},http://127.0.0.1:{port}"},
+        "http wildcard": {"http.listeners": f"http://0.0.0.0:{port},http://127.0.0.1:{port}"},
+        "kafka wildcard": {"listeners": f"tcp://127.0.0.1:{port},tcp://0.0.0.0:{port}"},
+        "kafka and http": {"listeners": f"tcp://127.0.0.1:{port}",
+                           "http.listeners": f"http://127.0.0.1:{port}"},
+        "http v6 wildcard": {"http.listeners": f"http://[::]:{port},http://127.0.0.1:{port}"},
+    }[case]
+    started = time.monotonic()
+    result = _serve(tmp_path, settings)
+    assert result.returncode == ExitStatus.REFUSED, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].endswith(
+        f":{port} take one port on overlapping addresses"), lines
+    assert lines[0].startswith("hostbroker: listeners and http.listeners:" if case ==
+                               "kafka and http" else "hostbroker: http.listeners:" if "http" in
+                               case else "hostbroker: listeners:"), lines
+    assert time.monotonic() - started < 30
 
 
 @pytest.mark.parametrize("case", ["missing", "group readable", "unset"])
