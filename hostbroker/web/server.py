@@ -43,7 +43,10 @@ Bounds (settings ``http.*``, given as :class:`Limits`):
   replaces it).
 
 Memory is bounded per connection: requests are answered one at a time, in
-order (pipelining works, it is not run ahead); while an answer is owed,
+order (pipelining works, it is not run ahead: the next request is answered
+only when the worker calls :meth:`HttpConnection.advance`, once a round of
+its loop, so one connection's pipelined requests never keep the others, its
+heartbeat or the timeouts waiting); while an answer is owed,
 nothing more is read (:attr:`HttpConnection.wants_read`), so a client that
 never reads its answers holds one answer and at most one request's bytes.
 
@@ -176,15 +179,26 @@ class HttpConnection:
         self._in += data
         self._advance(now)
 
+    @property
+    def ready(self) -> bool:
+        """No answer is owed and bytes of a next request wait: :meth:`advance`
+        may answer it (the worker calls it once a round at most)."""
+        return not self.closing and self._sent >= len(self._out) and bool(self._in)
+
     def sent(self, n: int, now: float) -> None:
-        """``n`` bytes of :attr:`output` were written."""
+        """``n`` bytes of :attr:`output` were written. A pipelined request
+        waiting is not answered here but by the next :meth:`advance`, so one
+        connection's requests never hold the worker's loop."""
         if n:
             self.last_progress = now
         self._sent += n
         if self._sent >= len(self._out):
             self._out.clear()
             self._sent = 0
-            self._advance(now)
+
+    def advance(self, now: float) -> None:
+        """Answer the next request if it is whole and no answer is owed."""
+        self._advance(now)
 
     def expired(self, now: float) -> bool:
         """Apply the timeouts at ``now``; True when the connection should be closed
@@ -202,7 +216,8 @@ class HttpConnection:
 
     # -- the machine ------------------------------------------------------------------
     def _advance(self, now: float) -> None:
-        """Answer whole requests while no answer is owed."""
+        """Answer the next whole request, if no answer is owed (one at most:
+        an answer is never empty, so the loop ends once one is queued)."""
         while not self.closing and self._sent >= len(self._out) and self._in:
             try:
                 request = self._parse()

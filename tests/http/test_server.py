@@ -34,8 +34,11 @@ def connection(limits: Limits = LIMITS) -> HttpConnection:
 
 
 def drain(conn: HttpConnection, now: float = 0.0) -> bytes:
+    """What is owed, written; then the next request answered, as the worker's
+    next round does."""
     out = bytes(conn.output)
     conn.sent(len(out), now)
+    conn.advance(now)
     return out
 
 
@@ -88,6 +91,17 @@ def test_pipelined_requests_are_answered_in_order_one_at_a_time():
     assert json.loads(answers(drain(conn))[0][2]) == {"body": "hello"}
     assert json.loads(answers(drain(conn))[0][2])["query"] == {"a": "2"}
     assert not conn.output
+
+
+def test_a_written_answer_does_not_answer_the_next_request_until_advanced():
+    conn = connection()
+    conn.received(GET + GET, 0.0)
+    conn.sent(len(conn.output), 0.0)
+    assert not conn.output and conn.ready  # the worker's next round answers it
+    conn.advance(0.0)
+    assert answers(bytes(conn.output))[0][0] == 200 and not conn.ready
+    conn.sent(len(conn.output), 0.0)
+    assert not conn.ready and conn.wants_read
 
 
 def test_nothing_more_is_read_while_an_answer_is_owed():

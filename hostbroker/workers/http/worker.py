@@ -63,6 +63,10 @@ class HttpWorker(Worker):
         self.router = build_router(self.context)
         self.router.on_error = self._page_failed
         self.conns: dict[int, tuple[socket.socket, HttpConnection]] = {}
+        # connections whose answer went out while their next request waits:
+        # each is advanced once in the next round (one request per connection
+        # per round, so a pipeliner never holds the loop)
+        self.ready: set[int] = set()
         self.sel = selectors.DefaultSelector()
         self.sel.register(self.doorbell.fileno(), selectors.EVENT_READ, None)
         for _, listener in self.plan.http_listeners:
@@ -72,8 +76,11 @@ class HttpWorker(Worker):
 
     def run(self) -> None:
         while not self.stopping:
-            # with connections open, their timeouts are applied every tick
-            events = self.sel.select(_TICK_S if self.conns else _IDLE_TICK_S)
+            # with connections open, their timeouts are applied every tick; with
+            # a pipelined request waiting, the round does not wait at all
+            events = self.sel.select(0 if self.ready else
+                                     _TICK_S if self.conns else _IDLE_TICK_S)
+            due, self.ready = self.ready, set()  # those of the rounds before: advanced now
             start = time.monotonic_ns()
             if events:
                 self.sleeper.wakeups += 1  # published with the other timings
@@ -85,6 +92,7 @@ class HttpWorker(Worker):
                     self._accept(data)
                 else:
                     self._serve(data, mask)
+            self._advance_ready(due)
             self._expire(time.monotonic())
             self.heartbeat()
             if events:
@@ -137,7 +145,7 @@ class HttpWorker(Worker):
             return
         sock, conn = self.conns[fd]
         now = time.monotonic()
-        if mask & selectors.EVENT_READ:
+        if mask & selectors.EVENT_READ and conn.wants_read:
             try:
                 data = sock.recv(_READ_BYTES)
             except (BlockingIOError, InterruptedError):
@@ -153,9 +161,23 @@ class HttpWorker(Worker):
         else:
             self._settle(fd, sock, conn)
 
+    def _advance_ready(self, due: set[int]) -> None:
+        """One request of each connection whose answer went out in an earlier
+        round while its next request waited."""
+        for fd in due:
+            if fd not in self.conns:
+                continue
+            sock, conn = self.conns[fd]
+            now = time.monotonic()
+            conn.advance(now)
+            if conn.output:
+                self._write(fd, sock, conn, now)
+            else:
+                self._settle(fd, sock, conn)
+
     def _write(self, fd: int, sock: socket.socket, conn: HttpConnection, now: float) -> None:
-        # answers go out in as many writes as the socket takes; the connection
-        # may owe another (a pipelined request) once one is written
+        # one answer goes out in as many writes as the socket takes; a pipelined
+        # request after it waits for the next round (_advance_ready)
         while conn.output:
             self._count(conn)  # before the answer leaves: a client that has it sees it counted
             try:
@@ -182,16 +204,21 @@ class HttpWorker(Worker):
         if conn.done:
             self._close(fd)
             return
+        if conn.ready:
+            self.ready.add(fd)
         events = (selectors.EVENT_READ if conn.wants_read else 0) | (
             selectors.EVENT_WRITE if conn.output else 0)
-        if events == 0:  # nothing to read nor write yet not done: cannot happen; never spin
-            self._close(fd)
+        if events == 0:
+            if conn.ready:  # a whole input waits for its round; left as registered
+                return
+            self._close(fd)  # nothing to read nor write yet not done: cannot happen
             return
         if self.sel.get_key(fd).events != events:
             self.sel.modify(fd, events, fd)
 
     def _close(self, fd: int) -> None:
         sock, _ = self.conns.pop(fd)
+        self.ready.discard(fd)
         client = self.clients.pop(fd)
         left = self.per_client.pop(client) - 1
         if left > 0:
