@@ -10,7 +10,8 @@ broker) and returns the handler that answers each scrape with
 A scrape reads shared memory and psutil, and at most once per
 ``http.metrics.lag.interval.ms`` asks the broker for group offsets
 (:mod:`hostbroker.metrics.lag`); it runs in ``hb-http`` and nowhere else.
-The query string is ignored.
+The query string is ignored. Scrapes less than a second apart share one
+rendered body (:data:`SHARED_S`).
 """
 
 from __future__ import annotations
@@ -60,12 +61,22 @@ class Scrape:
         self.lag.close()
 
 
-def metrics_route(context):
-    """The handler of ``GET /metrics`` over ``context`` (an ``HttpContext``)."""
+SHARED_S = 1.0  # scrapes this close to the last one get its body
+
+
+def metrics_route(context, clock=time.monotonic):
+    """The handler of ``GET /metrics`` over ``context`` (an ``HttpContext``).
+    Scrapes within :data:`SHARED_S` of the last rendered one are answered with
+    its very body (one object, not a copy), so many scrapes at once cost one
+    rendering and one body's memory."""
     scrape = Scrape(context)
+    last: list = [None, b""]  # when the body was rendered, the body
 
     def handler(request) -> Response:
-        return Response(200, CONTENT_TYPE_LATEST, scrape.text())
+        now = clock()
+        if last[0] is None or not 0 <= now - last[0] < SHARED_S:
+            last[:] = [now, scrape.text()]
+        return Response(200, CONTENT_TYPE_LATEST, last[1])
 
     handler.scrape = scrape  # for tests and the benchmark
     return handler

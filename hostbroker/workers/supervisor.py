@@ -122,6 +122,10 @@ class Supervisor(Respawn):
         self.children: dict[int, tuple[str, int]] = {}  # pid -> (kind, index)
         self.pids: dict[tuple[str, int], int] = {}
         self.started_at: dict[tuple[str, int], float] = {}
+        # a replacement hb-http that could not boot: its failures in a row, and
+        # (index, when) it is tried again (respawn._http_boot_failed)
+        self.http_boot_failures = 0
+        self.http_retry_at: tuple[int, float] | None = None
         self.epochs: dict[tuple[str, int], int] = {}
         self.kill_sent: dict[int, tuple[int, float]] = {}
         self.regions: list[SharedRegion] = []
@@ -414,6 +418,7 @@ class Supervisor(Respawn):
             if self.stopping:
                 break
             self._check_heartbeats()
+            self._retry_http()  # a replacement hb-http that could not boot
             if watchdog and time.monotonic() >= next_ping:
                 systemd.notify("WATCHDOG=1")
                 next_ping = time.monotonic() + watchdog

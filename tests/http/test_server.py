@@ -36,9 +36,18 @@ def connection(limits: Limits = LIMITS) -> HttpConnection:
 def drain(conn: HttpConnection, now: float = 0.0) -> bytes:
     """What is owed, written; then the next request answered, as the worker's
     next round does."""
-    out = bytes(conn.output)
-    conn.sent(len(out), now)
+    out = written(conn, now)
     conn.advance(now)
+    return out
+
+
+def written(conn: HttpConnection, now: float = 0.0) -> bytes:
+    """Everything owed, written as the worker does (one piece at a time)."""
+    out = b""
+    while conn.output:
+        piece = bytes(conn.output)
+        out += piece
+        conn.sent(len(piece), now)
     return out
 
 
@@ -96,11 +105,10 @@ def test_pipelined_requests_are_answered_in_order_one_at_a_time():
 def test_a_written_answer_does_not_answer_the_next_request_until_advanced():
     conn = connection()
     conn.received(GET + GET, 0.0)
-    conn.sent(len(conn.output), 0.0)
+    written(conn)
     assert not conn.output and conn.ready  # the worker's next round answers it
     conn.advance(0.0)
-    assert answers(bytes(conn.output))[0][0] == 200 and not conn.ready
-    conn.sent(len(conn.output), 0.0)
+    assert answers(written(conn))[0][0] == 200 and not conn.ready
     assert not conn.ready and conn.wants_read
 
 

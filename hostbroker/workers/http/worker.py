@@ -14,6 +14,10 @@ or past ``http.max.connections.per.client`` from its peer's IP address
 (:func:`client_key`: an IPv4 peer is one client whether it comes as IPv4 or
 as IPv4-mapped IPv6), is answered 503 (one non-blocking write of a short
 answer) and closed at once; a connection frees its place when it closes.
+While the answers held for all connections (not yet taken by their clients)
+pass ``http.output.max.bytes``, a new request is answered 503 instead of its
+page (:meth:`HttpWorker.owed_bytes`), so clients that do not read bound
+hb-http's memory together, not only one by one.
 
 Board counters of this slot: ``REQUESTS`` (answers), ``ERRORS`` (answers
 4xx and 5xx, and connections refused), ``BYTES_IN`` and ``BYTES_OUT``. The
@@ -57,6 +61,7 @@ class HttpWorker(Worker):
         self.limits = Limits.from_config(self.config)
         self.max_connections = self.config["http.max.connections"]
         self.max_per_client = self.config["http.max.connections.per.client"]
+        self.max_owed = self.config["http.output.max.bytes"]
         self.per_client: dict[str, int] = {}  # client_key -> connections open
         self.clients: dict[int, str] = {}  # fd -> client_key of its connection
         self.context = HttpContext(self.plan)
@@ -123,7 +128,8 @@ class HttpWorker(Worker):
                 continue
             sock.setblocking(False)
             peer = _peer(address)
-            conn = HttpConnection(self.router, self.limits, peer, time.monotonic())
+            conn = HttpConnection(self.router, self.limits, peer, time.monotonic(),
+                                  overloaded=self._overloaded)
             fd = sock.fileno()
             self.conns[fd] = (sock, conn)
             self.clients[fd] = client
@@ -235,6 +241,21 @@ class HttpWorker(Worker):
                 self._close(fd)
             elif conn.output:
                 self._write(fd, sock, conn, now)  # a 408 to send
+
+    def owed_bytes(self) -> int:
+        """The bytes of answers held for all connections (a body several answers
+        share, as concurrent scrapes do, counted once)."""
+        objects = {}
+        for _, conn in self.conns.values():
+            for obj in conn.owed_objects():
+                objects[id(obj)] = obj
+        return sum(memoryview(obj).nbytes for obj in objects.values())
+
+    def _overloaded(self) -> str | None:
+        if self.owed_bytes() < self.max_owed:
+            return None
+        return ("hb-http holds more answers not yet read than http.output.max.bytes; "
+                "try again")
 
     def _page_failed(self, request: Request, error: BaseException) -> None:
         print(f"hostbroker: hb-http: {request.method} {request.path[:200]} failed:",
