@@ -64,19 +64,29 @@ class Scrape:
 SHARED_S = 1.0  # scrapes this close to the last one get its body
 
 
-def metrics_route(context, clock=time.monotonic):
-    """The handler of ``GET /metrics`` over ``context`` (an ``HttpContext``).
-    Scrapes within :data:`SHARED_S` of the last rendered one are answered with
-    its very body (one object, not a copy), so many scrapes at once cost one
-    rendering and one body's memory."""
-    scrape = Scrape(context)
+def shared(render, clock=time.monotonic):
+    """``render`` (which returns a body) made to return the last body it
+    rendered when called again within :data:`SHARED_S`: the very object, not a
+    copy, so many scrapes at once cost one rendering and one body's memory."""
     last: list = [None, b""]  # when the body was rendered, the body
 
-    def handler(request) -> Response:
+    def body() -> bytes:
         now = clock()
         if last[0] is None or not 0 <= now - last[0] < SHARED_S:
-            last[:] = [now, scrape.text()]
-        return Response(200, CONTENT_TYPE_LATEST, last[1])
+            last[:] = [now, render()]
+        return last[1]
+
+    return body
+
+
+def metrics_route(context):
+    """The handler of ``GET /metrics`` over ``context`` (an ``HttpContext``);
+    scrapes less than :data:`SHARED_S` apart share one body (:func:`shared`)."""
+    scrape = Scrape(context)
+    body = shared(scrape.text)
+
+    def handler(request) -> Response:
+        return Response(200, CONTENT_TYPE_LATEST, body())
 
     handler.scrape = scrape  # for tests and the benchmark
     return handler

@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from hostbroker.web.router import Router, json_response, text_response
+from hostbroker.web.router import Response, Router, json_response, text_response
 from hostbroker.web.server import CONTINUE, HttpConnection, Limits
 
 LIMITS = Limits(request_max_bytes=2048, request_timeout=10.0, idle_timeout=60.0,
@@ -341,3 +341,32 @@ def test_fuzz_never_raises_and_never_holds_more_than_its_bounds():
             conn.expired(now)
             assert len(conn._in) <= LIMITS.request_max_bytes + 64 * 5 * 40
             assert len(conn._out) <= LIMITS.response_max_bytes + 4096
+
+
+def test_a_request_while_overloaded_is_503_without_running_its_page():
+    calls = []
+    router = Router()
+    router.add("GET", "/echo", lambda req: calls.append(req) or json_response({}))
+    reason = ["hb-http holds more than http.output.max.bytes"]
+    conn = HttpConnection(router, LIMITS, "127.0.0.1:5000", 0.0,
+                          overloaded=lambda: reason[0])
+    conn.received(GET, 0.0)
+    [(status, headers, body)] = answers(drain(conn))
+    assert status == 503 and headers["retry-after"] == "1" and not calls
+    assert "http.output.max.bytes" in json.loads(body)["error"]
+    assert not conn.closing  # the connection goes on
+    reason[0] = None
+    conn.received(GET, 0.0)
+    assert answers(drain(conn))[0][0] == 200 and len(calls) == 1
+
+
+def test_an_answer_s_body_is_owed_as_the_page_s_own_object():
+    body = b"x" * 3000
+    router = Router()
+    router.add("GET", "/echo", lambda req: Response(200, "text/plain", body))
+    conn = HttpConnection(router, LIMITS, "127.0.0.1:5000", 0.0)
+    conn.received(GET, 0.0)
+    assert any(obj is body for obj in conn.owed_objects())  # not a copy
+    owed = conn.owed
+    assert owed == len(written(conn)) > len(body) and conn.owed == 0
+
