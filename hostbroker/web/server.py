@@ -144,6 +144,7 @@ class HttpConnection:
         # what is owed, in order: views of the answers' heads and bodies as the
         # pages made them (no copy joins them); the first is cut as it is written
         self._out: collections.deque[memoryview] = collections.deque()
+        self._waiting = False  # an answer went out while input waited: see ready
         self._head: _Head | None = None  # the head of the request whose body is awaited
         self._continued = False  # 100 Continue sent for the current request
         self.closing = False  # no request is read any more; done once output is written
@@ -204,7 +205,7 @@ class HttpConnection:
     def ready(self) -> bool:
         """No answer is owed and bytes of a next request wait: :meth:`advance`
         may answer it (the worker calls it once a round at most)."""
-        return not self.closing and not self._out and bool(self._in)
+        return not self.closing and not self._out and self._waiting
 
     def sent(self, n: int, now: float) -> None:
         """``n`` bytes of :attr:`output` were written. A pipelined request
@@ -219,6 +220,9 @@ class HttpConnection:
                 return
             n -= len(first)
             self._out.popleft()
+        # the input may hold a whole request, left for advance() (a part of one
+        # is not worth a round: received() answers it once whole)
+        self._waiting = not self._out and bool(self._in)
 
     def advance(self, now: float) -> None:
         """Answer the next request if it is whole and no answer is owed."""
@@ -242,6 +246,7 @@ class HttpConnection:
     def _advance(self, now: float) -> None:
         """Answer the next whole request, if no answer is owed (one at most:
         an answer is never empty, so the loop ends once one is queued)."""
+        self._waiting = False
         while not self.closing and not self._out and self._in:
             try:
                 request = self._parse()

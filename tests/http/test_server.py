@@ -112,6 +112,17 @@ def test_a_written_answer_does_not_answer_the_next_request_until_advanced():
     assert not conn.ready and conn.wants_read
 
 
+def test_a_part_of_a_request_after_an_answer_is_not_ready_until_whole():
+    conn = connection()
+    conn.received(GET + b"GET /ec", 0.0)
+    written(conn)
+    assert conn.ready  # it may be whole: the worker's next round looks
+    conn.advance(0.0)
+    assert not conn.output and not conn.ready  # a part: no round until more comes
+    conn.received(b"ho HTTP/1.1\r\nHost: h\r\n\r\n", 1.0)
+    assert answers(written(conn))[0][0] == 200
+
+
 def test_nothing_more_is_read_while_an_answer_is_owed():
     conn = connection()
     conn.received(GET + GET, 0.0)
