@@ -65,6 +65,7 @@ class HttpWorker(Worker):
         self.per_client: dict[str, int] = {}  # client_key -> connections open
         self.clients: dict[int, str] = {}  # fd -> client_key of its connection
         self.context = HttpContext(self.plan)
+        self.context.answer_held = self._held
         self.router = build_router(self.context)
         self.router.on_error = self._page_failed
         self.conns: dict[int, tuple[socket.socket, HttpConnection]] = {}
@@ -250,6 +251,10 @@ class HttpWorker(Worker):
             for obj in conn.owed_objects():
                 objects[id(obj)] = obj
         return sum(memoryview(obj).nbytes for obj in objects.values())
+
+    def _held(self, obj: object) -> bool:
+        return any(owed is obj for _, conn in self.conns.values()
+                   for owed in conn.owed_objects())
 
     def _overloaded(self) -> str | None:
         if self.owed_bytes() < self.max_owed:
