@@ -27,6 +27,8 @@ def _wait_log(broker, text: str, count: int, timeout: float) -> None:
 
 def test_an_hb_http_that_cannot_boot_is_retried_and_the_broker_serves_on(tmp_path):
     broker = http_broker(tmp_path)
+    # running (said once hb-http is ready): a failure before is a failed start
+    _wait_log(broker, f"HTTP on http://127.0.0.1:{broker.http_port}", 1, timeout=30)
     supervisor = broker.proc.pid
     limits = resource.prlimit(supervisor, resource.RLIMIT_NOFILE)
     try:
