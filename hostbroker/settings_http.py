@@ -51,6 +51,11 @@ HTTP_SETTINGS: tuple[tuple[str, type, object, str, tuple[int, int] | None], ...]
     ("http.response.max.bytes", int, 67108864,
      "Largest HTTP answer; a larger one is replaced by a 500 naming this limit.",
      (4096, 1073741824)),
+    ("http.output.max.bytes", int, 268435456,
+     "Most bytes of answers hb-http holds for all its connections at once (answers "
+     "written but not yet taken by slow or idle clients; a body shared by several "
+     "answers counts once). Past it a new request is answered 503 with Retry-After: 1 "
+     "until the answers owed drain.", (65536, 17179869184)),
     ("http.admin.enable", bool, False,
      "Allow changes through the console (its POST requests: create and delete topics, "
      "add partitions, change configs); off, they are answered 403.", None),
@@ -58,7 +63,8 @@ HTTP_SETTINGS: tuple[tuple[str, type, object, str, tuple[int, int] | None], ...]
      "File holding the console's admin token (at least 16 visible ASCII characters; a "
      "trailing newline is ignored); required when http.admin.enable is true. The start "
      "is refused in one line when it is missing, unreadable, a symbolic link, not a "
-     "regular file, open to group or others in any way (chmod 600), or too short.", None),
+     "regular file, owned by another user than the broker's (or root), open to group or "
+     "others in any way (chmod 600), or too short.", None),
     ("http.metrics.max.partitions", int, 20000,
      "Most partitions whose per-partition series one scrape of /metrics reports; the "
      "rest are left out and counted in hostbroker_metrics_partitions_omitted.",

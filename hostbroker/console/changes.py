@@ -30,11 +30,9 @@ invalid, 501 for a request the broker does not serve).
 
 from __future__ import annotations
 
-import json
-
 from hostbroker.console.answers import answer, broker_refused, topic_name
 from hostbroker.errors import ErrorCode
-from hostbroker.web.router import HttpError
+from hostbroker.web.router import HttpError, document
 
 INT32_MAX = 2**31 - 1
 CONFIG_KEY_MAX = 255  # bytes: the broker's own config keys are short
@@ -53,17 +51,10 @@ def add_routes(router, console) -> None:
                admin=True)
 
 
-def document(request, kind: str) -> dict:
-    """The body as a JSON object (an empty body is ``{}``) holding only the
-    fields ``FIELDS[kind]`` names; 400 otherwise."""
-    if not request.body.strip():
-        return {}
-    try:
-        found = json.loads(request.body.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise HttpError(400, f"the body is not JSON: {str(exc)[:120]}") from None
-    if not isinstance(found, dict):
-        raise HttpError(400, "the body must be a JSON object")
+def body_of(request, kind: str) -> dict:
+    """The body as a JSON object (the router's one parser: an empty body is
+    ``{}``) holding only the fields ``FIELDS[kind]`` names; 400 otherwise."""
+    found = document(request)
     for field in found:
         if field not in FIELDS[kind]:
             raise HttpError(400, f"unknown field {_shown(field)}: this change takes "
@@ -127,7 +118,7 @@ def _admin(console, what: str, request_or_call):
 
 
 def create(console, request):
-    body = document(request, "create")
+    body = body_of(request, "create")
     name = topic_name(body.get("topic"))
     partitions = whole(body, "partitions", 1)
     configs = _config_pairs(body.get("config"), "config")
@@ -146,7 +137,7 @@ def create(console, request):
 
 def delete(console, request):
     name = topic_name(request.params["topic"])
-    document(request, "delete")
+    body_of(request, "delete")
     _admin(console, f"deleting topic {name}",
            lambda c: c.delete_topic(name, raise_on_error=False))
     return answer({"deleted": name})
@@ -159,7 +150,7 @@ def _alter(console, what: str, topic: str, **fields):
 
 def add_partitions(console, request):
     name = topic_name(request.params["topic"])
-    body = document(request, "partitions")
+    body = body_of(request, "partitions")
     partitions = whole(body, "partitions")
     _alter(console, f"adding partitions to topic {name}", name, partitions=partitions)
     return answer({"topic": name, "partitions": partitions})
@@ -167,7 +158,7 @@ def add_partitions(console, request):
 
 def alter_config(console, request):
     name = topic_name(request.params["topic"])
-    body = document(request, "config")
+    body = body_of(request, "config")
     settings = _config_pairs(body.get("set"), "set")
     removed = body.get("delete") or []
     if not isinstance(removed, list) or not all(isinstance(k, str) and k for k in removed):

@@ -10,7 +10,8 @@ broker) and returns the handler that answers each scrape with
 A scrape reads shared memory and psutil, and at most once per
 ``http.metrics.lag.interval.ms`` asks the broker for group offsets
 (:mod:`hostbroker.metrics.lag`); it runs in ``hb-http`` and nowhere else.
-The query string is ignored.
+The query string is ignored. A scrape less than a second after another
+whose answer is still being sent shares its rendered body (:data:`SHARED_S`).
 """
 
 from __future__ import annotations
@@ -60,12 +61,36 @@ class Scrape:
         self.lag.close()
 
 
+SHARED_S = 1.0  # a scrape this close to the last one, while that one is in flight, gets its body
+
+
+def shared(render, held=lambda body: False, clock=time.monotonic):
+    """``render`` (which returns a body) made to return the last body it
+    rendered when called again within :data:`SHARED_S` while ``held(body)``
+    (the body is still owed to a client): the very object, not a copy, so many
+    scrapes at once cost one rendering and one body's memory. A scrape after
+    the last one was taken is rendered afresh."""
+    last: list = [None, b""]  # when the body was rendered, the body
+
+    def body() -> bytes:
+        now = clock()
+        if last[0] is None or not 0 <= now - last[0] < SHARED_S or not held(last[1]):
+            last[:] = [None, b""]  # not kept past its use
+            last[:] = [now, render()]
+        return last[1]
+
+    return body
+
+
 def metrics_route(context):
-    """The handler of ``GET /metrics`` over ``context`` (an ``HttpContext``)."""
+    """The handler of ``GET /metrics`` over ``context`` (an ``HttpContext``);
+    concurrent scrapes less than :data:`SHARED_S` apart share one body
+    (:func:`shared`)."""
     scrape = Scrape(context)
+    body = shared(scrape.text, getattr(context, "answer_held", lambda b: False))
 
     def handler(request) -> Response:
-        return Response(200, CONTENT_TYPE_LATEST, scrape.text())
+        return Response(200, CONTENT_TYPE_LATEST, body())
 
     handler.scrape = scrape  # for tests and the benchmark
     return handler

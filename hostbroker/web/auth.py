@@ -22,8 +22,9 @@ The gate answers, in this order:
    listener answers no preflight).
 
 The token file: when the admin is enabled, ``http.admin.token.file`` must
-name a regular file (opened without following a symbolic link), readable by
-its owner only (no group or other permission bits), at most
+name a regular file (opened without following a symbolic link), owned by
+the broker's user or by root (another user could rewrite the token before a
+restart), readable by its owner only (no group or other permission bits), at most
 :data:`MAX_TOKEN_FILE_BYTES`, holding at least :data:`MIN_TOKEN_BYTES`
 visible ASCII characters (one trailing newline, or CRLF, is not part of
 the token). Anything else refuses the start with one line naming the
@@ -68,6 +69,10 @@ def load_admin_token(config) -> bytes | None:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise AdminTokenError(f"{key}: {path} is not a regular file")
+        if st.st_uid not in (os.geteuid(), 0):
+            # another user could rewrite the token before a restart
+            raise AdminTokenError(f"{key}: {path} is owned by uid {st.st_uid}, not by the "
+                                  f"broker's user (uid {os.geteuid()}) or root")
         if st.st_mode & 0o077:
             raise AdminTokenError(f"{key}: {path} is open to group or others "
                                   f"(mode {stat.S_IMODE(st.st_mode):04o}; chmod 600 it)")

@@ -54,12 +54,24 @@ class Request:
     peer: str
     params: dict[str, str] = dataclasses.field(default_factory=dict)
 
-    def json(self) -> Any:
-        """The body decoded as JSON; :class:`HttpError` 400 when it is not."""
-        try:
-            return json.loads(self.body.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as e:
-            raise HttpError(400, f"the body is not JSON: {e}") from None
+    def json(self) -> dict:
+        """The body as a JSON object (see :func:`document`)."""
+        return document(self)
+
+
+def document(request: Request) -> dict:
+    """The body of ``request`` as a JSON object, the one parser of request
+    bodies: an empty (or blank) body is ``{}``; a body that is not UTF-8 JSON,
+    nests too deep to decode, or is not an object is :class:`HttpError` 400."""
+    if not request.body.strip():
+        return {}
+    try:
+        found = json.loads(request.body.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise HttpError(400, f"the body is not JSON: {str(exc)[:120]}") from None
+    if not isinstance(found, dict):
+        raise HttpError(400, "the body must be a JSON object")
+    return found
 
 
 @dataclasses.dataclass(frozen=True)

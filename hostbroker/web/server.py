@@ -12,7 +12,8 @@ What it accepts (anything else is answered with a one-line JSON error and
 the connection closed, so nothing after a bad request is guessed at):
 
 - a request line ``METHOD SP /path[?query] SP HTTP/1.1`` (or ``HTTP/1.0``;
-  another version: 505), in ASCII; leading empty lines are skipped;
+  another version: 505), in ASCII; leading empty lines are skipped and are
+  no progress (the idle timeout closes a connection that sends only them);
 - header lines ``name: value``, ASCII, no line folding, no header sent
   twice among those the gate and the framing read (``Host``,
   ``Content-Length``, ``Authorization``, ``Origin``, ``Referer``,
@@ -27,7 +28,9 @@ the connection closed, so nothing after a bad request is guessed at):
   ``Host`` header is the only host a request names;
 - a body framed by ``Content-Length`` only: ``Transfer-Encoding`` is
   answered 501 (no chunked request bodies; no ambiguity to smuggle through);
-  ``Expect: 100-continue`` is honoured, another expectation is 417.
+  ``Expect: 100-continue`` is honoured in HTTP/1.1 (ignored in HTTP/1.0,
+  whose client would take the 100 for the answer), another expectation is
+  417.
 
 Bounds (settings ``http.*``, given as :class:`Limits`):
 
@@ -37,10 +40,16 @@ Bounds (settings ``http.*``, given as :class:`Limits`):
 - ``idle_timeout`` without a byte moving either way closes the connection:
   idle between requests, or an answer the client does not read;
 - an answer is at most ``response_max_bytes`` (else a 500 naming the limit
-  replaces it).
+  replaces it);
+- a request arriving while the connection's ``overloaded`` (the worker's
+  bound on the bytes owed to all its connections) gives a reason is
+  answered 503 with ``Retry-After: 1``, the page not run.
 
 Memory is bounded per connection: requests are answered one at a time, in
-order (pipelining works, it is not run ahead); while an answer is owed,
+order (pipelining works, it is not run ahead: the next request is answered
+only when the worker calls :meth:`HttpConnection.advance`, once a round of
+its loop, so one connection's pipelined requests never keep the others, its
+heartbeat or the timeouts waiting); while an answer is owed,
 nothing more is read (:attr:`HttpConnection.wants_read`), so a client that
 never reads its answers holds one answer and at most one request's bytes.
 
@@ -55,10 +64,12 @@ framing).
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import http
 import ipaddress
 import re
+from collections.abc import Callable
 
 from hostbroker.settings_http import ANY_HOST, allowed_hosts, normal_host_name
 from hostbroker.web.router import (Request, Response, Router, error_response,
@@ -79,6 +90,7 @@ DEFAULT_HEADERS = {
 }
 _FRAMING = frozenset(("content-length", "transfer-encoding", "connection", "content-type"))
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+_NOTHING = memoryview(b"")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,13 +132,19 @@ class HttpConnection:
     """One connection's state (see the module doc). ``now`` is a monotonic time
     in seconds, always given by the caller (tests drive the clock)."""
 
-    def __init__(self, router: Router, limits: Limits, peer: str, now: float):
+    def __init__(self, router: Router, limits: Limits, peer: str, now: float,
+                 overloaded: Callable[[], str | None] | None = None):
         self.router = router
+        # asked before each request is answered: a reason (one line) to answer
+        # 503 instead of the page, or None (the worker's bound on answers owed)
+        self.overloaded = overloaded
         self.limits = limits
         self.peer = peer
         self._in = bytearray()
-        self._out = bytearray()
-        self._sent = 0  # bytes of _out already written
+        # what is owed, in order: views of the answers' heads and bodies as the
+        # pages made them (no copy joins them); the first is cut as it is written
+        self._out: collections.deque[memoryview] = collections.deque()
+        self._waiting = False  # an answer went out while input waited: see ready
         self._head: _Head | None = None  # the head of the request whose body is awaited
         self._continued = False  # 100 Continue sent for the current request
         self.closing = False  # no request is read any more; done once output is written
@@ -139,18 +157,28 @@ class HttpConnection:
     @property
     def output(self) -> memoryview:
         """Bytes to write now (may be empty)."""
-        return memoryview(self._out)[self._sent:]
+        return self._out[0] if self._out else _NOTHING
+
+    @property
+    def owed(self) -> int:
+        """Bytes owed that are not written yet."""
+        return sum(len(view) for view in self._out)
+
+    def owed_objects(self):
+        """The objects whose bytes are owed (a body shared by several answers
+        is the same object in each), for the worker's memory bound."""
+        return (view.obj for view in self._out)
 
     @property
     def wants_read(self) -> bool:
         """Read more only when no answer is owed and no whole request waits."""
-        return (not self.closing and self._sent >= len(self._out)
+        return (not self.closing and not self._out
                 and len(self._in) < self.limits.request_max_bytes)
 
     @property
     def done(self) -> bool:
         """The socket can be closed: closing, and everything owed is written."""
-        return self.closing and self._sent >= len(self._out)
+        return self.closing and not self._out
 
     # -- events ---------------------------------------------------------------------
     def received(self, data: bytes, now: float) -> None:
@@ -162,26 +190,48 @@ class HttpConnection:
             self._advance(now)
             self.closing = True
             return
+        if not self._in:
+            # empty lines between requests are no progress: a client sending
+            # CRLFs holds its connection no longer than the idle timeout
+            data = data.lstrip(b"\r\n")
+            if not data:
+                return
+            self.request_started = now  # the first byte of a request
         self.last_progress = now
-        if not self._in:  # the first byte of a request (empty lines before it count)
-            self.request_started = now
         self._in += data
         self._advance(now)
 
+    @property
+    def ready(self) -> bool:
+        """No answer is owed and bytes of a next request wait: :meth:`advance`
+        may answer it (the worker calls it once a round at most)."""
+        return not self.closing and not self._out and self._waiting
+
     def sent(self, n: int, now: float) -> None:
-        """``n`` bytes of :attr:`output` were written."""
+        """``n`` bytes of :attr:`output` were written. A pipelined request
+        waiting is not answered here but by the next :meth:`advance`, so one
+        connection's requests never hold the worker's loop."""
         if n:
             self.last_progress = now
-        self._sent += n
-        if self._sent >= len(self._out):
-            self._out.clear()
-            self._sent = 0
-            self._advance(now)
+        while n and self._out:
+            first = self._out[0]
+            if n < len(first):
+                self._out[0] = first[n:]
+                return
+            n -= len(first)
+            self._out.popleft()
+        # the input may hold a whole request, left for advance() (a part of one
+        # is not worth a round: received() answers it once whole)
+        self._waiting = not self._out and bool(self._in)
+
+    def advance(self, now: float) -> None:
+        """Answer the next request if it is whole and no answer is owed."""
+        self._advance(now)
 
     def expired(self, now: float) -> bool:
         """Apply the timeouts at ``now``; True when the connection should be closed
         without more ado (a 408 to send makes it ``closing`` instead)."""
-        if self._sent < len(self._out) or not self._in:
+        if self._out or not self._in:
             # an answer not taken, or nothing asked: idle
             return now - self.last_progress >= self.limits.idle_timeout
         if self.closing:
@@ -194,8 +244,10 @@ class HttpConnection:
 
     # -- the machine ------------------------------------------------------------------
     def _advance(self, now: float) -> None:
-        """Answer whole requests while no answer is owed."""
-        while not self.closing and self._sent >= len(self._out) and self._in:
+        """Answer the next whole request, if no answer is owed (one at most:
+        an answer is never empty, so the loop ends once one is queued)."""
+        self._waiting = False
+        while not self.closing and not self._out and self._in:
             try:
                 request = self._parse()
             except BadRequest as e:
@@ -229,9 +281,10 @@ class HttpConnection:
         head = self._head
         if len(self._in) < head.length + head.body_length:
             expect = head.headers.get("expect")
-            if expect is not None and not self._continued:
+            # RFC 9110 10.1.1: the expectation of an HTTP/1.0 request is ignored
+            if expect is not None and not self._continued and head.version == (1, 1):
                 self._continued = True
-                self._out += CONTINUE
+                self._out.append(memoryview(CONTINUE))
             return None
         body = bytes(self._in[head.length:head.length + head.body_length])
         del self._in[:head.length + head.body_length]
@@ -247,22 +300,29 @@ class HttpConnection:
         return Request(head.method, path, params, head.headers, body, self.peer)
 
     def _answer(self, request: Request) -> None:
-        self._queue(self.router.dispatch(request), request.method == "HEAD")
+        reason = self.overloaded() if self.overloaded is not None else None
+        if reason is not None:
+            response = error_response(503, reason, {"Retry-After": "1"})
+        else:
+            response = self.router.dispatch(request)
+        self._queue(response, request.method == "HEAD")
 
     def _fail(self, error: BadRequest) -> None:
         """Answer ``error`` and close: nothing after a bad request can be trusted."""
         self._in.clear()
         self._head = None
         self.closing = True
-        if self._sent < len(self._out) and self._out[self._sent:] != CONTINUE:
+        if self._out and not (len(self._out) == 1 and self._out[0].obj is CONTINUE
+                              and len(self._out[0]) == len(CONTINUE)):
             return  # an answer is still being written; just close after it
         self._out.clear()
-        self._sent = 0
         self._queue(error_response(error.status, str(error)), False)
 
     def _queue(self, response: Response, head_only: bool) -> None:
-        self._out += encode_response(response, self.limits.response_max_bytes,
-                                     close=self.closing, head_only=head_only)
+        for part in response_parts(response, self.limits.response_max_bytes,
+                                   close=self.closing, head_only=head_only):
+            if part:
+                self._out.append(memoryview(part))
         self.answered += 1
         self.statuses.append(response.status if response.status >= 100 else 500)
 
@@ -370,8 +430,15 @@ def _is_ipv4(text: str) -> bool:
 
 def encode_response(response: Response, max_bytes: int, *, close: bool,
                     head_only: bool = False) -> bytes:
-    """The bytes of ``response`` (status line, headers, body). One too large, or
-    one whose status or headers cannot be sent, becomes a 500 saying so."""
+    """The bytes of ``response`` (status line, headers, body), as :func:`response_parts`."""
+    return b"".join(response_parts(response, max_bytes, close=close, head_only=head_only))
+
+
+def response_parts(response: Response, max_bytes: int, *, close: bool,
+                   head_only: bool = False) -> tuple[bytes, bytes]:
+    """The head (status line, headers) and the body of ``response``, the body
+    the page's own object (not copied). One too large, or one whose status or
+    headers cannot be sent, becomes a 500 saying so."""
     problem = None
     if not 200 <= response.status <= 599:
         problem = f"the page answered status {response.status}"
@@ -403,7 +470,7 @@ def encode_response(response: Response, max_bytes: int, *, close: bool,
     if close:
         lines.append("Connection: close")
     head = ("\r\n".join(lines) + "\r\n\r\n").encode("ascii")
-    return head if head_only else head + response.body
+    return head, b"" if head_only else response.body
 
 
 def _canonical(name: str, existing: dict[str, str]) -> str:

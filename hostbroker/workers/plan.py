@@ -125,8 +125,9 @@ class BrokerPlan:
     http: bool = False  # http.listeners set: one hb-http serves them
     # the bound HTTP listening sockets (the supervisor's prepare), inherited by hb-http
     http_listeners: list[tuple[str, socket.socket]] = dataclasses.field(default_factory=list)
-    # the console's admin token (http.admin.token.file, read at start), None when disabled
-    http_admin_token: bytes | None = None
+    # the console's admin token (http.admin.token.file, read at start), None when
+    # disabled; never in the plan's repr, so no log of the plan shows it
+    http_admin_token: bytes | None = dataclasses.field(default=None, repr=False)
 
     @classmethod
     def from_config(cls, config: Config) -> "BrokerPlan":

@@ -2,7 +2,9 @@
 ``hb-supervisor``, :mod:`hostbroker.workers.supervisor`).
 
 Owns: the reaping of dead workers and the meaning of their exit codes
-(``EXIT_REFUSED`` and ``EXIT_BOOT_FAILED`` stop the broker, ``EXIT_REOPEN``
+(``EXIT_REFUSED`` and ``EXIT_BOOT_FAILED`` stop the broker, except a
+replacement hb-http that cannot boot while the broker runs: logged and tried
+again with backoff, HTTP down meanwhile, never a halt; ``EXIT_REOPEN``
 from a writer is a replacement without a word, anything else a crash,
 replaced with one line); their replacement (the rings they consumed reset,
 the slots they left mid-write repaired: a dead writer's or handler's
@@ -28,6 +30,8 @@ from hostbroker.shm.ring import Ring
 from hostbroker.workers.base import EXIT_BOOT_FAILED, EXIT_REFUSED, EXIT_REOPEN
 
 _ABORT_GRACE_S = 1.0  # SIGABRT (a core or a faulthandler dump) to SIGKILL
+_HTTP_RETRY_FIRST_S = 1.0  # a replacement hb-http that could not boot: tried again after
+_HTTP_RETRY_MAX_S = 60.0  # ... doubling up to this
 
 
 class Respawn:
@@ -58,6 +62,10 @@ class Respawn:
                 self.refused = True
                 self.stopping = True
                 continue
+            if code == EXIT_BOOT_FAILED and kind == "http" and \
+                    self.board.broker_state == procs.BROKER_RUNNING:
+                self._http_boot_failed(index)
+                continue
             if code == EXIT_BOOT_FAILED:
                 self.halt_reason = f"{kind} {index} failed to start (see above)"
                 # at start this configuration cannot run here; a replacement that
@@ -73,6 +81,30 @@ class Respawn:
             print(f"hostbroker: {kind} {index} (pid {pid}) died with {how}; replacing it",
                   file=sys.stderr, flush=True)
             self._replace(kind, index)
+
+    def _http_boot_failed(self, index: int) -> None:
+        """A replacement hb-http that cannot boot (EMFILE, a package file gone
+        after an upgrade in place, ...) while the broker runs: HTTP is down
+        until a later try boots, the log broker serves on. Tried again after
+        :data:`_HTTP_RETRY_FIRST_S`, doubling up to :data:`_HTTP_RETRY_MAX_S`."""
+        self.http_boot_failures += 1
+        failures = self.http_boot_failures
+        delay = min(_HTTP_RETRY_FIRST_S * 2 ** (failures - 1), _HTTP_RETRY_MAX_S)
+        self.board.set_state(self.plan.board_slot("http", index), procs.WORKER_EXITED)
+        self.http_retry_at = (index, time.monotonic() + delay)
+        print(f"hostbroker: http {index} failed to start (see above); HTTP is down, "
+              f"trying again in {delay:g} s", file=sys.stderr, flush=True)
+
+    def _retry_http(self) -> None:
+        """Start hb-http again once its retry is due; forget the failures once
+        one started (is ready)."""
+        due = self.http_retry_at
+        if due is not None and time.monotonic() >= due[1]:
+            self.http_retry_at = None
+            self._replace("http", due[0])
+        elif due is None and self.http_boot_failures and ("http", 0) in self.pids and \
+                self.board.state(self.plan.board_slot("http", 0)) == procs.WORKER_READY:
+            self.http_boot_failures = 0
 
     def _replace(self, kind: str, index: int) -> None:
         # The dead worker's unread input died with it; its replacement starts clean.

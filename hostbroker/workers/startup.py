@@ -6,8 +6,12 @@ Owns nothing for long: it checks the log dirs (as root, none that others may
 write: docs/storage.md) and the unix listeners' directories without changing
 anything, makes the log dirs, takes the broker lock (``<first log dir>/.broker.lock``,
 held for the broker's life), gives each log dir its id (:func:`resolve_dir_ids`) and binds
-the listeners (not listening yet: the
-supervisor listens once ``broker.id`` is the broker's own). Each refusal is a
+the listeners (the Kafka ones not listening yet: the supervisor listens once
+``broker.id`` is the broker's own; the HTTP ones listen at once, an HTTP
+connection queued before hb-http runs just waits), refusing first listeners that
+overlap (:func:`check_overlap`: one port on the same address, or on a
+wildcard address and another, which ``SO_REUSEADDR`` lets bind twice until
+the second ``listen()``). Each refusal is a
 :class:`StartError` whose message is the one line to print. First of all,
 :func:`take_stop_signals` makes SIGINT and SIGTERM the broker's own, whatever
 its parent left it.
@@ -71,11 +75,57 @@ def bind_listener(uri: str) -> socket.socket:
 
 
 def bind_http_listener(uri: str) -> socket.socket:
-    """Bind ``http://HOST:PORT`` (``http.listeners``) for hb-http; start() listens."""
+    """Bind ``http://HOST:PORT`` (``http.listeners``) for hb-http;
+    :func:`listen_http` listens once :func:`check_overlap` passed."""
     host, port = parse_http_listener(uri)
     sock = _bind_tcp(uri, host, port, "http.listeners")
     sock.set_inheritable(True)
     return sock
+
+
+def listen_http(uri: str, sock: socket.socket) -> None:
+    """Listen on a bound HTTP listener, before any fork (a connection queued
+    before hb-http runs just waits); a failure is the one-line refusal."""
+    try:
+        sock.listen(HTTP_BACKLOG)
+    except OSError as e:
+        raise StartError(f"http.listeners: cannot listen on {uri}: {e.strerror}") from None
+
+
+HTTP_BACKLOG = 128
+
+
+def check_overlap(bound: list[tuple[str, str, socket.socket]]) -> None:
+    """Refuse listeners (``(setting, uri, bound socket)``, Kafka and HTTP alike)
+    two of which take one TCP port on overlapping addresses: the same address,
+    or a wildcard (``0.0.0.0``, ``::``) and any address of a family it covers.
+    Compared as bound (``getsockname``), so names that resolve alike and port 0
+    are judged by what was bound."""
+    seen: list[tuple[str, str, tuple[int, str, bool], int]] = []
+    for key, uri, sock in bound:
+        if sock.family not in (socket.AF_INET, socket.AF_INET6):
+            continue
+        host, port = sock.getsockname()[:2]
+        v6only = bool(sock.family == socket.AF_INET6
+                      and sock.getsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY))
+        address = (sock.family, host, v6only)
+        for other_key, other_uri, other, other_port in seen:
+            if port == other_port and _overlap(address, other):
+                where = key if key == other_key else f"{other_key} and {key}"
+                raise StartError(f"{where}: {other_uri} and {uri} take one port on "
+                                 "overlapping addresses")
+        seen.append((key, uri, address, port))
+
+
+def _overlap(a: tuple, b: tuple) -> bool:
+    """Whether two bound addresses ``(family, host, v6only)`` on one port overlap."""
+    wild = {socket.AF_INET: "0.0.0.0", socket.AF_INET6: "::"}
+    if a[0] == b[0]:
+        return a[1] == b[1] or wild[a[0]] in (a[1], b[1])
+    six, four = (a, b) if a[0] == socket.AF_INET6 else (b, a)
+    # an IPv6 wildcard without IPV6_V6ONLY takes the port on every IPv4 address too
+    return (six[1] == "::" and not six[2]) or (
+        four[1] == "0.0.0.0" and six[1].startswith("::ffff:"))
 
 
 def _bind_tcp(uri: str, host: str, port: int, key: str) -> socket.socket:

@@ -97,8 +97,9 @@ from hostbroker.workers.registrar import RegistrarWorker
 from hostbroker.workers.replication import ReplicaWorker
 from hostbroker.workers.respawn import Respawn
 from hostbroker.workers.startup import (StartError, StoppedWhileStarting, bind_http_listener,
-                                       bind_listener, check_log_dir, check_unix_listener_dir,
-                                       claim_broker_lock, make_log_dir, resolve_dir_ids)
+                                       bind_listener, check_log_dir, check_overlap,
+                                       check_unix_listener_dir, claim_broker_lock,
+                                       listen_http, make_log_dir, resolve_dir_ids)
 from hostbroker.workers.writer import WriterWorker
 
 WORKER_CLASSES = {"writer": WriterWorker, "handler": HandlerWorker,
@@ -121,6 +122,10 @@ class Supervisor(Respawn):
         self.children: dict[int, tuple[str, int]] = {}  # pid -> (kind, index)
         self.pids: dict[tuple[str, int], int] = {}
         self.started_at: dict[tuple[str, int], float] = {}
+        # a replacement hb-http that could not boot: its failures in a row, and
+        # (index, when) it is tried again (respawn._http_boot_failed)
+        self.http_boot_failures = 0
+        self.http_retry_at: tuple[int, float] | None = None
         self.epochs: dict[tuple[str, int], int] = {}
         self.kill_sent: dict[int, tuple[int, float]] = {}
         self.regions: list[SharedRegion] = []
@@ -166,6 +171,10 @@ class Supervisor(Respawn):
             plan.listeners.append((uri, bind_listener(uri)))
         for uri in config.http_listeners:
             plan.http_listeners.append((uri, bind_http_listener(uri)))
+        check_overlap([("listeners", uri, sock) for uri, sock in plan.listeners]
+                      + [("http.listeners", uri, sock) for uri, sock in plan.http_listeners])
+        for uri, sock in plan.http_listeners:
+            listen_http(uri, sock)
         # A stop asked for while the shared memory is made comes once it is all
         # listed, so that the stop removes every piece of it (cleanup()).
         held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
@@ -287,11 +296,12 @@ class Supervisor(Respawn):
         for group in (("writer", "coordinator"), ("replica", "logdirs"), ("handler", "processor"),
                       ("registrar",), ("acceptor",), ("http",)):
             if group == ("acceptor",):  # broker.id is ours: connections may come
-                for _, sock in self.plan.listeners:
-                    sock.listen(1024)
-            if group == ("http",):  # its pages may ask the broker, which now answers
-                for _, sock in self.plan.http_listeners:
-                    sock.listen(128)
+                for uri, sock in self.plan.listeners:
+                    try:
+                        sock.listen(1024)
+                    except OSError as e:
+                        raise StartError(f"listeners: cannot listen on {uri}: "
+                                         f"{e.strerror}") from None
             for kind, index in self.plan.workers():
                 if kind in group:
                     self.spawn(kind, index)
@@ -408,6 +418,7 @@ class Supervisor(Respawn):
             if self.stopping:
                 break
             self._check_heartbeats()
+            self._retry_http()  # a replacement hb-http that could not boot
             if watchdog and time.monotonic() >= next_ping:
                 systemd.notify("WATCHDOG=1")
                 next_ping = time.monotonic() + watchdog

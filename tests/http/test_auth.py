@@ -148,3 +148,15 @@ def test_a_token_file_that_cannot_be_used_refuses_in_one_line(tmp_path, case, wo
     message = str(e.value)
     assert message.startswith("http.admin.token.file") and words in message, message
     assert "\n" not in message
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can give a file to another user")
+def test_a_token_file_owned_by_another_user_refuses_in_one_line(tmp_path):
+    path = token_file(tmp_path)
+    assert load_admin_token(config(path)) == TOKEN  # root's own file: used
+    os.chown(path, 4321, -1)
+    with pytest.raises(AdminTokenError) as e:
+        load_admin_token(config(path))
+    message = str(e.value)
+    assert message.startswith("http.admin.token.file") and "owned by uid 4321" in message
+    assert "\n" not in message

@@ -95,8 +95,11 @@ def machine(allowed=NONE):
 
 
 def answer(conn: HttpConnection) -> tuple[int, bytes, dict]:
-    raw = bytes(conn.output)
-    conn.sent(len(raw), 0.0)
+    raw = b""
+    while conn.output:
+        piece = bytes(conn.output)
+        raw += piece
+        conn.sent(len(piece), 0.0)
     head, _, body = raw.partition(b"\r\n\r\n")
     return int(head.split(b" ")[1]), head, json.loads(body)
 

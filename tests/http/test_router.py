@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from hostbroker.web.router import (HttpError, Request, Router, error_response,
+from hostbroker.web.router import (HttpError, Request, Router, document, error_response,
                                             json_response, split_path, text_response)
 
 
@@ -128,3 +128,22 @@ def test_request_json_refuses_what_is_not_json():
     with pytest.raises(HttpError) as e:
         Request("POST", "/", {}, {}, b"\xff{", "p").json()
     assert e.value.status == 400
+
+
+@pytest.mark.parametrize("body, words", [
+    (b"[" * 100000 + b"]" * 100000, "not JSON"),  # too deep to decode: 400, not a 500
+    (b'[1, 2]', "must be a JSON object"),
+    (b'"text"', "must be a JSON object"),
+    (b'{"a": ', "not JSON"),
+])
+def test_one_body_parser_refuses_with_400_what_is_not_an_object(body, words):
+    with pytest.raises(HttpError) as e:
+        document(Request("POST", "/", {}, {}, body, "p"))
+    assert e.value.status == 400 and words in e.value.message
+    assert document(Request("POST", "/", {}, {}, b" \r\n", "p")) == {}
+
+
+def test_the_console_s_changes_parse_bodies_with_the_router_s_parser():
+    from hostbroker.console import changes
+
+    assert changes.document is document

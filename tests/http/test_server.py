@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from hostbroker.web.router import Router, json_response, text_response
+from hostbroker.web.router import Response, Router, json_response, text_response
 from hostbroker.web.server import CONTINUE, HttpConnection, Limits
 
 LIMITS = Limits(request_max_bytes=2048, request_timeout=10.0, idle_timeout=60.0,
@@ -34,8 +34,20 @@ def connection(limits: Limits = LIMITS) -> HttpConnection:
 
 
 def drain(conn: HttpConnection, now: float = 0.0) -> bytes:
-    out = bytes(conn.output)
-    conn.sent(len(out), now)
+    """What is owed, written; then the next request answered, as the worker's
+    next round does."""
+    out = written(conn, now)
+    conn.advance(now)
+    return out
+
+
+def written(conn: HttpConnection, now: float = 0.0) -> bytes:
+    """Everything owed, written as the worker does (one piece at a time)."""
+    out = b""
+    while conn.output:
+        piece = bytes(conn.output)
+        out += piece
+        conn.sent(len(piece), now)
     return out
 
 
@@ -88,6 +100,27 @@ def test_pipelined_requests_are_answered_in_order_one_at_a_time():
     assert json.loads(answers(drain(conn))[0][2]) == {"body": "hello"}
     assert json.loads(answers(drain(conn))[0][2])["query"] == {"a": "2"}
     assert not conn.output
+
+
+def test_a_written_answer_does_not_answer_the_next_request_until_advanced():
+    conn = connection()
+    conn.received(GET + GET, 0.0)
+    written(conn)
+    assert not conn.output and conn.ready  # the worker's next round answers it
+    conn.advance(0.0)
+    assert answers(written(conn))[0][0] == 200 and not conn.ready
+    assert not conn.ready and conn.wants_read
+
+
+def test_a_part_of_a_request_after_an_answer_is_not_ready_until_whole():
+    conn = connection()
+    conn.received(GET + b"GET /ec", 0.0)
+    written(conn)
+    assert conn.ready  # it may be whole: the worker's next round looks
+    conn.advance(0.0)
+    assert not conn.output and not conn.ready  # a part: no round until more comes
+    conn.received(b"ho HTTP/1.1\r\nHost: h\r\n\r\n", 1.0)
+    assert answers(written(conn))[0][0] == 200
 
 
 def test_nothing_more_is_read_while_an_answer_is_owed():
@@ -256,6 +289,39 @@ def test_an_idle_connection_and_an_unread_answer_expire():
     assert unread.expired(90.0)
 
 
+def test_empty_lines_between_requests_are_no_progress():
+    conn = connection()
+    conn.received(GET, 0.0)
+    drain(conn, 0.0)
+    t = 0.0
+    for _ in range(100):  # a CRLF every 59 s does not keep the connection
+        t += 59.0
+        if conn.expired(t):
+            break
+        conn.received(b"\r\n", t)
+    assert t == 118.0 and conn.expired(t)  # closed a minute after the last answer
+    # a CR and an LF apart are no progress either; a request after them is served
+    late = connection()
+    late.received(b"\r", 30.0)
+    late.received(b"\n\r\n", 50.0)
+    assert late.expired(60.0)
+    fresh = connection()
+    fresh.received(b"\r\n", 30.0)
+    fresh.received(b"\r\n" + GET, 40.0)
+    assert answers(drain(fresh, 40.0))[0][0] == 200
+    assert not fresh.expired(99.0) and fresh.expired(100.0)
+
+
+def test_an_http_1_0_request_gets_no_100_continue():
+    conn = connection()
+    conn.received(b"POST /echo HTTP/1.0\r\nHost: h\r\nExpect: 100-continue\r\n"
+                  b"Content-Length: 2\r\n\r\n", 0.0)
+    assert bytes(conn.output) == b""  # it waits for the body, no interim answer
+    conn.received(b"ok", 0.0)
+    [(status, _, body)] = answers(drain(conn))
+    assert status == 200 and json.loads(body) == {"body": "ok"}
+
+
 def test_end_of_input_answers_what_is_whole_then_closes():
     conn = connection()
     conn.received(GET + b"GET /ec", 0.0)
@@ -286,3 +352,32 @@ def test_fuzz_never_raises_and_never_holds_more_than_its_bounds():
             conn.expired(now)
             assert len(conn._in) <= LIMITS.request_max_bytes + 64 * 5 * 40
             assert len(conn._out) <= LIMITS.response_max_bytes + 4096
+
+
+def test_a_request_while_overloaded_is_503_without_running_its_page():
+    calls = []
+    router = Router()
+    router.add("GET", "/echo", lambda req: calls.append(req) or json_response({}))
+    reason = ["hb-http holds more than http.output.max.bytes"]
+    conn = HttpConnection(router, LIMITS, "127.0.0.1:5000", 0.0,
+                          overloaded=lambda: reason[0])
+    conn.received(GET, 0.0)
+    [(status, headers, body)] = answers(drain(conn))
+    assert status == 503 and headers["retry-after"] == "1" and not calls
+    assert "http.output.max.bytes" in json.loads(body)["error"]
+    assert not conn.closing  # the connection goes on
+    reason[0] = None
+    conn.received(GET, 0.0)
+    assert answers(drain(conn))[0][0] == 200 and len(calls) == 1
+
+
+def test_an_answer_s_body_is_owed_as_the_page_s_own_object():
+    body = b"x" * 3000
+    router = Router()
+    router.add("GET", "/echo", lambda req: Response(200, "text/plain", body))
+    conn = HttpConnection(router, LIMITS, "127.0.0.1:5000", 0.0)
+    conn.received(GET, 0.0)
+    assert any(obj is body for obj in conn.owed_objects())  # not a copy
+    owed = conn.owed
+    assert owed == len(written(conn)) > len(body) and conn.owed == 0
+

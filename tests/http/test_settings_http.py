@@ -65,3 +65,9 @@ def test_bad_listeners_are_one_line_naming_the_key(uri, words):
 def test_bounds(item, words):
     with pytest.raises(ConfigError, match=words):
         Config.build(overrides=[item])
+
+
+def test_the_admin_token_is_not_in_the_plan_s_repr():
+    plan = BrokerPlan.from_config(Config.build(overrides=["http.listeners="]))
+    plan.http_admin_token = b"0123456789abcdef-secret"
+    assert "secret" not in repr(plan) and plan.http_admin_token.endswith(b"secret")

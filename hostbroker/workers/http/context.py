@@ -22,6 +22,8 @@ bounded by ``BROKER_TIMEOUT_S``, and shared by every request of the process.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+
 from hostbroker.config import Config, parse_listener
 from hostbroker.shm.logdirs import LogDirTable
 from hostbroker.shm.partitions import PartitionTable
@@ -56,6 +58,9 @@ class HttpContext:
     def __init__(self, plan: BrokerPlan):
         self.plan = plan
         self.config: Config = plan.config
+        # whether an answer still owed to some connection holds this object (set
+        # by the worker): close scrapes share a body only while one is in flight
+        self.answer_held: Callable[[object], bool] = lambda obj: False
         self._board: ProcessBoard | None = None
         self._table: PartitionTable | None = None
         self._logdirs: LogDirTable | None = None

@@ -14,6 +14,10 @@ or past ``http.max.connections.per.client`` from its peer's IP address
 (:func:`client_key`: an IPv4 peer is one client whether it comes as IPv4 or
 as IPv4-mapped IPv6), is answered 503 (one non-blocking write of a short
 answer) and closed at once; a connection frees its place when it closes.
+While the answers held for all connections (not yet taken by their clients)
+pass ``http.output.max.bytes``, a new request is answered 503 instead of its
+page (:meth:`HttpWorker.owed_bytes`), so clients that do not read bound
+hb-http's memory together, not only one by one.
 
 Board counters of this slot: ``REQUESTS`` (answers), ``ERRORS`` (answers
 4xx and 5xx, and connections refused), ``BYTES_IN`` and ``BYTES_OUT``. The
@@ -57,12 +61,18 @@ class HttpWorker(Worker):
         self.limits = Limits.from_config(self.config)
         self.max_connections = self.config["http.max.connections"]
         self.max_per_client = self.config["http.max.connections.per.client"]
+        self.max_owed = self.config["http.output.max.bytes"]
         self.per_client: dict[str, int] = {}  # client_key -> connections open
         self.clients: dict[int, str] = {}  # fd -> client_key of its connection
         self.context = HttpContext(self.plan)
+        self.context.answer_held = self._held
         self.router = build_router(self.context)
         self.router.on_error = self._page_failed
         self.conns: dict[int, tuple[socket.socket, HttpConnection]] = {}
+        # connections whose answer went out while their next request waits:
+        # each is advanced once in the next round (one request per connection
+        # per round, so a pipeliner never holds the loop)
+        self.ready: set[int] = set()
         self.sel = selectors.DefaultSelector()
         self.sel.register(self.doorbell.fileno(), selectors.EVENT_READ, None)
         for _, listener in self.plan.http_listeners:
@@ -72,8 +82,11 @@ class HttpWorker(Worker):
 
     def run(self) -> None:
         while not self.stopping:
-            # with connections open, their timeouts are applied every tick
-            events = self.sel.select(_TICK_S if self.conns else _IDLE_TICK_S)
+            # with connections open, their timeouts are applied every tick; with
+            # a pipelined request waiting, the round does not wait at all
+            events = self.sel.select(0 if self.ready else
+                                     _TICK_S if self.conns else _IDLE_TICK_S)
+            due, self.ready = self.ready, set()  # those of the rounds before: advanced now
             start = time.monotonic_ns()
             if events:
                 self.sleeper.wakeups += 1  # published with the other timings
@@ -85,6 +98,7 @@ class HttpWorker(Worker):
                     self._accept(data)
                 else:
                     self._serve(data, mask)
+            self._advance_ready(due)
             self._expire(time.monotonic())
             self.heartbeat()
             if events:
@@ -115,7 +129,8 @@ class HttpWorker(Worker):
                 continue
             sock.setblocking(False)
             peer = _peer(address)
-            conn = HttpConnection(self.router, self.limits, peer, time.monotonic())
+            conn = HttpConnection(self.router, self.limits, peer, time.monotonic(),
+                                  overloaded=self._overloaded)
             fd = sock.fileno()
             self.conns[fd] = (sock, conn)
             self.clients[fd] = client
@@ -137,7 +152,7 @@ class HttpWorker(Worker):
             return
         sock, conn = self.conns[fd]
         now = time.monotonic()
-        if mask & selectors.EVENT_READ:
+        if mask & selectors.EVENT_READ and conn.wants_read:
             try:
                 data = sock.recv(_READ_BYTES)
             except (BlockingIOError, InterruptedError):
@@ -153,9 +168,23 @@ class HttpWorker(Worker):
         else:
             self._settle(fd, sock, conn)
 
+    def _advance_ready(self, due: set[int]) -> None:
+        """One request of each connection whose answer went out in an earlier
+        round while its next request waited."""
+        for fd in due:
+            if fd not in self.conns:
+                continue
+            sock, conn = self.conns[fd]
+            now = time.monotonic()
+            conn.advance(now)
+            if conn.output:
+                self._write(fd, sock, conn, now)
+            else:
+                self._settle(fd, sock, conn)
+
     def _write(self, fd: int, sock: socket.socket, conn: HttpConnection, now: float) -> None:
-        # answers go out in as many writes as the socket takes; the connection
-        # may owe another (a pipelined request) once one is written
+        # one answer goes out in as many writes as the socket takes; a pipelined
+        # request after it waits for the next round (_advance_ready)
         while conn.output:
             self._count(conn)  # before the answer leaves: a client that has it sees it counted
             try:
@@ -182,16 +211,21 @@ class HttpWorker(Worker):
         if conn.done:
             self._close(fd)
             return
+        if conn.ready:
+            self.ready.add(fd)
         events = (selectors.EVENT_READ if conn.wants_read else 0) | (
             selectors.EVENT_WRITE if conn.output else 0)
-        if events == 0:  # nothing to read nor write yet not done: cannot happen; never spin
-            self._close(fd)
+        if events == 0:
+            if conn.ready:  # a whole input waits for its round; left as registered
+                return
+            self._close(fd)  # nothing to read nor write yet not done: cannot happen
             return
         if self.sel.get_key(fd).events != events:
             self.sel.modify(fd, events, fd)
 
     def _close(self, fd: int) -> None:
         sock, _ = self.conns.pop(fd)
+        self.ready.discard(fd)
         client = self.clients.pop(fd)
         left = self.per_client.pop(client) - 1
         if left > 0:
@@ -208,6 +242,25 @@ class HttpWorker(Worker):
                 self._close(fd)
             elif conn.output:
                 self._write(fd, sock, conn, now)  # a 408 to send
+
+    def owed_bytes(self) -> int:
+        """The bytes of answers held for all connections (a body several answers
+        share, as concurrent scrapes do, counted once)."""
+        objects = {}
+        for _, conn in self.conns.values():
+            for obj in conn.owed_objects():
+                objects[id(obj)] = obj
+        return sum(memoryview(obj).nbytes for obj in objects.values())
+
+    def _held(self, obj: object) -> bool:
+        return any(owed is obj for _, conn in self.conns.values()
+                   for owed in conn.owed_objects())
+
+    def _overloaded(self) -> str | None:
+        if self.owed_bytes() < self.max_owed:
+            return None
+        return ("hb-http holds more answers not yet read than http.output.max.bytes; "
+                "try again")
 
     def _page_failed(self, request: Request, error: BaseException) -> None:
         print(f"hostbroker: hb-http: {request.method} {request.path[:200]} failed:",
