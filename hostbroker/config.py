@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from hostbroker.errors import ConfigError
+from hostbroker.listeners import parse_listener
 from hostbroker.settings_http import HTTP_LIST_CHECKS, HTTP_SETTINGS
 from hostbroker.settings_logdirs import LOGDIRS_SETTINGS
 
@@ -49,36 +50,6 @@ def _minus_one_or_at_least(n: int) -> Callable[[Any], str | None]:
 def _power_of_two_at_least(n: int) -> Callable[[Any], str | None]:
     return lambda v: (None if v >= n and v & (v - 1) == 0
                       else f"must be a power of two, at least {n}")
-
-
-UNIX_PATH_MAX = 107  # sun_path holds 108 bytes, the last one a NUL
-
-
-def parse_listener(uri: str) -> tuple[str, str, int] | tuple[str, str]:
-    """``("tcp", host, port)`` or ``("unix", path)`` of a listener URI, or
-    ValueError saying what is wrong with it. Pure: nothing is looked up or bound."""
-    scheme, sep, rest = uri.partition("://")
-    if scheme == "tcp" and sep:
-        host, colon, port = rest.rpartition(":")
-        if not colon or not port.isascii() or not port.isdigit():
-            raise ValueError(f"{uri}: expected tcp://HOST:PORT")
-        if int(port) > 65535:
-            raise ValueError(f"{uri}: port {int(port)} is not between 0 and 65535")
-        if host.startswith("[") != host.endswith("]") or (":" in host and not host.startswith("[")):
-            raise ValueError(f"{uri}: an IPv6 host goes in brackets: tcp://[::1]:PORT")
-        host = host[1:-1] if host.startswith("[") else host
-        if any(c.isspace() or c in "/[]" for c in host):
-            raise ValueError(f"{uri}: {host!r} is not a host name or address")
-        return "tcp", host, int(port)
-    if scheme == "unix" and sep:
-        if not rest:
-            raise ValueError(f"{uri}: expected unix://PATH")
-        if "\0" in rest:
-            raise ValueError(f"{uri}: the path holds a NUL byte")
-        if len(rest.encode(errors="surrogateescape")) > UNIX_PATH_MAX:
-            raise ValueError(f"{uri}: the path is longer than {UNIX_PATH_MAX} bytes")
-        return "unix", rest
-    raise ValueError(f"{uri}: expected tcp://HOST:PORT or unix://PATH")
 
 
 def _listeners_problem(value: str) -> str | None:

@@ -11,12 +11,15 @@ for the others. The two list settings are checked by the function
 :func:`http_listeners_problem`, ``http.allowed.hosts`` by
 :func:`allowed_hosts_problem` (read by :func:`allowed_hosts`). Plain rows, as in
 :mod:`hostbroker.settings_logdirs`: ``config`` builds its one declaration
-from them at import (this module imports nothing of it at import time).
+from them at import (this module imports nothing of it; a listener URI is
+read by :mod:`hostbroker.listeners`, below both).
 """
 
 from __future__ import annotations
 
 import re
+
+from hostbroker.listeners import parse_listener
 
 DEFAULT_LISTENER = "http://127.0.0.1:9644"
 
@@ -83,7 +86,6 @@ HTTP_SETTINGS: tuple[tuple[str, type, object, str, tuple[int, int] | None], ...]
 def parse_http_listener(uri: str) -> tuple[str, int]:
     """``(host, port)`` of ``http://HOST:PORT`` (an IPv6 host unbracketed), or
     ValueError saying what is wrong with it. Pure: nothing is looked up or bound."""
-    from hostbroker.config import parse_listener
 
     scheme, sep, rest = uri.partition("://")
     if scheme != "http" or not sep or rest.endswith("/"):
