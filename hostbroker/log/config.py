@@ -103,8 +103,9 @@ class LogConfig:
     def with_overrides(self, overrides: Mapping[str, str]) -> LogConfig:
         """Return a copy with topic keys (``"segment.bytes"``...) set from strings.
 
-        Raises ConfigError naming the key for an unknown key, a value that is
-        not a decimal integer, or a value out of bounds.
+        Raises ConfigError naming the key for an unknown key, a value longer
+        than ``MAX_VALUE_CHARS``, one that is not a decimal integer (spaces
+        around it allowed), or a value out of bounds.
         """
         changes: dict[str, int] = {}
         for key, raw in overrides.items():
