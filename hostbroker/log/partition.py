@@ -150,7 +150,7 @@ class PartitionLog(LogCuts, LogCopy):
         config = defaults.with_overrides(config_overrides)
         overrides = config.overrides_of(config_overrides)
         meta = format_partition_file(topic, partition, num_partitions, overrides, replicated,
-                                     placement, stamp, config.max_message_bytes)
+                                     placement, stamp)
         path = os.path.join(log_dir, name)
         with storage_errors(f"cannot create partition dir {path}"):
             try:
@@ -510,7 +510,10 @@ class PartitionLog(LogCuts, LogCopy):
         recovery and a follower's copies check entries against."""
         return self._max_seen
 
-    def _record(self, overrides: Mapping[str, str], count: int, stamp: int, seen: int) -> None:
+    def _record(self, overrides: Mapping[str, str], count: int, stamp: int, seen: int,
+                config: LogConfig) -> None:
+        # the largest limit is written only while it is above the current one
+        seen = seen if seen > config.max_message_bytes else 0
         with storage_errors(f"cannot update {os.path.join(self._path, PARTITION_FILE)}"):
             write_file_atomically(os.path.join(self._path, PARTITION_FILE), format_partition_file(
                 self._topic, self._partition, count, overrides,
@@ -526,7 +529,7 @@ class PartitionLog(LogCuts, LogCopy):
         if overrides == self._overrides:
             return False
         seen = max(self._max_seen, config.max_message_bytes)
-        self._record(overrides, self._num_partitions, self._stamp, seen)
+        self._record(overrides, self._num_partitions, self._stamp, seen, config)
         self._overrides, self._config, self._max_seen = overrides, config, seen
         return True
 
@@ -556,7 +559,7 @@ class PartitionLog(LogCuts, LogCopy):
         if (new, count, new_stamp, seen) == (self._overrides, self._num_partitions,
                                              self._stamp, self._max_seen):
             return False
-        self._record(new, count, new_stamp, seen)
+        self._record(new, count, new_stamp, seen, config)
         changed = new != self._overrides or count != self._num_partitions
         self._overrides, self._config, self._num_partitions = new, config, count
         self._stamp, self._max_seen = new_stamp, seen

@@ -108,6 +108,7 @@ def test_a_lowered_max_message_bytes_cuts_nothing_at_recovery(tmp_path, clock):
         log.append(encode_message_set([b"x" * 5000]), 1)
     log.append(encode_message_set([b"y" * 100]), 1)
     end = log.log_end_offset
+    assert "max_message_bytes_seen" not in meta(log)  # (written only while above the limit)
     log.alter(defaults, {"max.message.bytes": "1000"})
     assert meta(log)["max_message_bytes_seen"] == defaults.max_message_bytes
     log.close(flush=False)
