@@ -10,17 +10,28 @@ partition creation it uses.
 ALTER_TOPIC of a topic of one replica per partition: the request is checked
 whole first (keys, values, the partition count), then, under the admin
 lock, against the topic (it exists, is not being deleted, is not a cluster's
-replicated topic, does not shrink, its current overrides with the changes
-make a valid config). With ``validate_only`` that is the answer. Else the
-new partitions are created as CREATE_TOPIC creates them, with the new config
-and count, and each existing partition's writer is sent OP_ALTER_TOPIC: it
-writes the partition's ``partition.json`` (count and config, atomically) and
-applies the config to its open log. Once every writer has answered, the
-table's generation is bumped, so that every handler reads the new config
-(its :class:`~hostbroker.workers.topicview.TopicView` caches configs by
+replicated topic, every partition is online, does not shrink, a grow fits
+the table's free slots, its overrides with the changes make a valid
+config). With ``validate_only`` that is the answer. Else, still under the
+lock, the topic's whole new override map (normalised) is decided on the
+last one decided (the :data:`CHANGE_FILE` in partition 0's dir) with a
+stamp newer than it, and recorded there; new partitions are created as
+CREATE_TOPIC creates them, with the count and the config they had so far;
+then every partition's writer is sent OP_ALTER_TOPIC with the map and the
+stamp: it writes the partition's ``partition.json`` (count, config, stamp,
+atomically) and applies the config to its open log, unless it holds a newer
+stamp. So concurrent changes of a topic leave every partition with the last
+one decided, and a change its handler never sent leaves them alike (the
+same change run again completes it). Once every writer has answered, the
+table's generation is bumped (or, the lock busy, owed and retried at every
+loop turn), so that every handler reads the new config (its
+:class:`~hostbroker.workers.topicview.TopicView` caches configs by
 generation), and the client is answered. A topic whose replicas are placed
 on log dirs is ``hb-logdirs``' to change: the request, checked here as far
 as it can be without the topic, is forwarded (``logdirs/topic_changes.py``).
+
+DESCRIBE_TOPIC_CONFIGS reads the lowest partition held of each topic,
+kept per generation, at most :data:`MAX_CONFIG_READS` files a request.
 
 LIST_OFFSET_GROUPS is ``hb-coordinator``'s: the op ``groups`` on its
 offsets ring, answered with the groups its offsets store holds, cut to what
