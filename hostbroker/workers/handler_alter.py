@@ -95,9 +95,7 @@ def read_change(path: str) -> tuple[int, dict[str, str]] | None:
     when there is none or it is not one (hostile input: bounded, no link)."""
     try:
         doc = json.loads(read_file(os.path.join(path, CHANGE_FILE), _MAX_CHANGE_FILE_BYTES))
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, RecursionError):
+    except (OSError, ValueError, RecursionError):  # (none yet, or not one)
         return None
     if not isinstance(doc, dict):
         return None
