@@ -122,8 +122,8 @@ class Cleanup:
         new partition count and the topic's whole new config, unless it holds
         a newer change's (the request's ``stamp``, ``PartitionLog.alter``),
         written atomically, then applied to the open log: appends, rolls,
-        flushes and retention go by it from now. A slot that no longer holds the partition is
-        UNKNOWN_TOPIC_OR_PARTITION (deleted meanwhile), an offline one
+        flushes and retention go by it from now. A slot that no longer holds
+        the partition is UNKNOWN_TOPIC_OR_PARTITION (deleted meanwhile), an offline one
         STORAGE_ERROR, a value this partition refuses INVALID_CONFIG."""
         slot, key = request["slot"], (request["topic"], request["partition"])
         s = self.table.read(slot)
