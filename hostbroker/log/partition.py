@@ -180,8 +180,8 @@ class PartitionLog(LogCuts, LogCopy):
         longer than the largest ``max.message.bytes`` the partition ever had
         (``max_message_bytes_seen`` in partition.json) counts as invalid
         (docs/spec/log-format.md): lowering the setting limits what produces
-        add, never what recovery keeps. The scan runs at roughly 100 MB/s for 100-byte entries, bound
-        by the CRC; what it scanned and kept is fdatasync'ed.
+        add, never what recovery keeps. The scan runs at roughly 100 MB/s
+        for 100-byte entries, bound by the CRC; what it scanned and kept is fdatasync'ed.
         :attr:`recovery_stats` says what was scanned.
 
         Without ``recover`` (after a clean shutdown) ``recovery_point`` is the

@@ -10,10 +10,11 @@ absent for a cluster replica. Two optional counters, absent when 0:
 ``"stamp"``, the change stamp of the ALTER_TOPIC whose config the file holds
 (a change with a stamp not newer is not applied over it), and
 ``"max_message_bytes_seen"``, the largest ``max.message.bytes`` the
-partition ever had, which crash recovery checks entries against (a lowered
-limit never cuts what an earlier one accepted). :class:`~hostbroker.log.partition.PartitionLog` writes it
-atomically at creation (before any segment) and when a replica's
-``min.insync.replicas`` changes, and reads it at open; a log dir and the
+partition ever had, written only while above the current one, which crash
+recovery checks entries against (a lowered limit never cuts what an earlier
+one accepted). :class:`~hostbroker.log.partition.PartitionLog` writes it
+atomically at creation (before any segment), when a topic changes
+(ALTER_TOPIC, a replica's new config), and reads it at open; a log dir and the
 handlers' topic views read it too. Anything wrong with it is a StorageError
 naming the file and the problem (the log dir takes only that partition
 offline).
