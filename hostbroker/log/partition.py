@@ -9,8 +9,13 @@ log end offset stays in place until retention deletes its whole segment.
 Files, under ``<log dir>/<topic>_<partition>/``:
 
 - ``partition.json``: topic, partition, partition count and the topic config
-  overrides, written atomically at creation before any segment and read
-  back at open (its format and checks: ``partition_file.py``).
+  overrides (with the change stamp of the ALTER_TOPIC they come from, and
+  the largest ``max.message.bytes`` ever set, which recovery checks against),
+  written atomically at creation before any segment and at each change, and
+  read back at open (its format and checks: ``partition_file.py``).
+- ``topic-change.json`` in partition 0's dir: the topic's last change
+  decided, written by the handler that decided it (``handler_alter.py``);
+  the log never reads it.
 - ``<20-digit base offset>.kafka``: segments. Only the last (active) one is
   appended to; a segment with base ``b`` holds the entry at offset ``o`` at file
   position ``o - b`` (docs/spec/log-format.md).
