@@ -110,7 +110,9 @@ def add_topics(sub) -> None:
     describe.set_defaults(func=_topics_describe)
     alter = actions.add_parser(
         "alter", help="add partitions to a topic, set or delete its configs",
-        description="Change a topic on the running broker, all or nothing: grow it to "
+        description="Change a topic on the running broker, checked whole before anything "
+                    "changes (a failure part-way is reported; running the same command "
+                    "again completes it): grow it to "
                     "--partitions N (partitions only grow; fewer is refused), set topic "
                     "configs (--config KEY=VALUE, the keys of create and "
                     "min.insync.replicas) or delete them (--delete-config KEY: back to the "

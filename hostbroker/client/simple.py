@@ -235,7 +235,10 @@ class SimpleClient:
         raise_on_error: bool = True,
     ) -> api.AdminResponse:
         """ALTER_TOPIC: grow ``topic`` to ``partitions`` (None: unchanged), set
-        and delete config overrides, all or nothing."""
+        and delete config overrides. The broker checks the request whole
+        before anything changes (``validate_only``: those checks alone); a
+        failure part-way is answered naming the partitions that missed the
+        change, and sending the same change again completes it."""
         entries = tuple(api.TopicConfigEntry(k, v) for k, v in (set_configs or {}).items())
         request = topics_admin.AlterTopicRequest(
             topic, topics_admin.PARTITIONS_UNCHANGED if partitions is None else partitions,

@@ -9,7 +9,8 @@ a typo is a usage error, not a broker error.
 ``alter`` changes a topic on the running broker (ALTER_TOPIC): more
 partitions (never fewer: the broker refuses in one line), configs set
 (``--config``) or deleted (``--delete-config``, back to the broker's
-default), all or nothing; with ``--zookeeper`` it is
+default), checked whole first (the same change again completes one that
+failed part-way); with ``--zookeeper`` it is
 :func:`hostbroker.commands.topics_alter_zk.alter_cluster`'s.
 
 ``describe`` prints, per partition, what METADATA says: the broker serving

@@ -65,6 +65,9 @@ _BOUNDS: dict[str, tuple[int, int, bool]] = {
 
 # more digits cannot be in range (and int() refuses over 4300 of them)
 _INTEGER = re.compile(r"-?[0-9]{1,19}")
+# the longest value string a topic key takes, surrounding spaces included
+# (docs/spec/protocol.md "CREATE_TOPIC"): nothing longer is kept or passed on
+MAX_VALUE_CHARS = 64
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,8 +103,9 @@ class LogConfig:
     def with_overrides(self, overrides: Mapping[str, str]) -> LogConfig:
         """Return a copy with topic keys (``"segment.bytes"``...) set from strings.
 
-        Raises ConfigError naming the key for an unknown key, a value that is
-        not a decimal integer, or a value out of bounds.
+        Raises ConfigError naming the key for an unknown key, a value longer
+        than ``MAX_VALUE_CHARS``, one that is not a decimal integer (spaces
+        around it allowed), or a value out of bounds.
         """
         changes: dict[str, int] = {}
         for key, raw in overrides.items():
@@ -110,6 +114,9 @@ class LogConfig:
                 raise ConfigError(f"{key}: unknown topic config key")
             if isinstance(raw, int) and not isinstance(raw, bool):
                 raw = str(raw)
+            if isinstance(raw, str) and len(raw) > MAX_VALUE_CHARS:
+                raise ConfigError(f"{key}: a value of {len(raw)} characters (at most "
+                                  f"{MAX_VALUE_CHARS})")
             if not isinstance(raw, str) or not _INTEGER.fullmatch(raw.strip()):
                 raise ConfigError(f"{key}: expected an integer, got {raw!r}")
             changes[field] = int(raw)

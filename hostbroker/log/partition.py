@@ -9,8 +9,13 @@ log end offset stays in place until retention deletes its whole segment.
 Files, under ``<log dir>/<topic>_<partition>/``:
 
 - ``partition.json``: topic, partition, partition count and the topic config
-  overrides, written atomically at creation before any segment and read
-  back at open (its format and checks: ``partition_file.py``).
+  overrides (with the change stamp of the ALTER_TOPIC they come from, and
+  the largest ``max.message.bytes`` ever set, which recovery checks against),
+  written atomically at creation before any segment and at each change, and
+  read back at open (its format and checks: ``partition_file.py``).
+- ``topic-change.json`` in partition 0's dir: the topic's last change
+  decided, written by the handler that decided it (``handler_alter.py``);
+  the log never reads it.
 - ``<20-digit base offset>.kafka``: segments. Only the last (active) one is
   appended to; a segment with base ``b`` holds the entry at offset ``o`` at file
   position ``o - b`` (docs/spec/log-format.md).
@@ -69,7 +74,7 @@ from hostbroker.log.files import (fsync_dir, kind_of, move_to_trash, open_file, 
 from hostbroker.log.partition_copy import CopySourceError, LogCopy  # noqa: F401 (re-exported)
 from hostbroker.log.partition_cuts import APPEND_FLAGS, LogCuts
 from hostbroker.log.partition_file import (PARTITION_FILE, format_partition_file,
-                                           read_partition_meta, read_partition_record)
+                                           read_partition_counters, read_partition_meta)
 from hostbroker.log.recovery import RecoveryStats
 from hostbroker.log.segments import (parse_segment_filename, partition_dirname,
                                      segment_filename)
@@ -101,8 +106,11 @@ class PartitionLog(LogCuts, LogCopy):
                  overrides: Mapping[str, str], config: LogConfig, clock: Clock,
                  bases: list[int], log_end_offset: int, active_fd: int,
                  recovery_stats: RecoveryStats = RecoveryStats(), replicated: bool = False,
-                 placement: str | None = None):
+                 placement: str | None = None, stamp: int = 0, max_message_bytes_seen: int = 0):
         self._path = path
+        self._stamp = stamp  # the ALTER_TOPIC change whose config this is (0: none)
+        # recovery's limit: never below any max.message.bytes the partition had
+        self._max_seen = max(max_message_bytes_seen, config.max_message_bytes)
         self._replicated = replicated
         self._placement = placement
         self._copy: tuple[int, int, int] | None = None  # (active fd, its base, copy fd)
@@ -129,12 +137,13 @@ class PartitionLog(LogCuts, LogCopy):
     def create(cls, log_dir: str, topic: str, partition: int, num_partitions: int,
                config_overrides: Mapping[str, str], defaults: LogConfig,
                clock: Clock = wall_clock_ms, replicated: bool = False,
-               placement: str | None = None) -> PartitionLog:
+               placement: str | None = None, stamp: int = 0) -> PartitionLog:
         """Create ``<log_dir>/<topic>_<partition>/`` with partition.json and an empty segment.
 
         ``replicated``: a replica of a replicated topic (recorded in
         partition.json); ``placement`` "log_dirs": one placed on a log dir of
-        this broker (docs/storage.md, "Replicas across log dirs").
+        this broker (docs/storage.md, "Replicas across log dirs"); ``stamp``:
+        the ALTER_TOPIC change whose config it starts with (see :meth:`alter`).
 
         Raises InvalidTopicError, ConfigError (bad overrides; nothing is written),
         a HostbrokerError with TOPIC_ALREADY_EXISTS if the directory exists, and
@@ -146,7 +155,7 @@ class PartitionLog(LogCuts, LogCopy):
         config = defaults.with_overrides(config_overrides)
         overrides = config.overrides_of(config_overrides)
         meta = format_partition_file(topic, partition, num_partitions, overrides, replicated,
-                                     placement)
+                                     placement, stamp)
         path = os.path.join(log_dir, name)
         with storage_errors(f"cannot create partition dir {path}"):
             try:
@@ -160,7 +169,7 @@ class PartitionLog(LogCuts, LogCopy):
             fsync_dir(path)
             fsync_dir(log_dir)
         return cls(path, topic, partition, num_partitions, overrides, config, clock, [0], 0, fd,
-                   replicated=replicated, placement=placement)
+                   replicated=replicated, placement=placement, stamp=stamp)
 
     @classmethod
     def open(cls, path: str, defaults: LogConfig, clock: Clock = wall_clock_ms,
@@ -173,11 +182,11 @@ class PartitionLog(LogCuts, LogCopy):
         there, later segments removed); the segments before are trusted, as
         everything below ``recovery_point`` must have been flushed. None or 0
         scans them all, and so does a point past the log end on disk. An entry
-        longer than the topic's ``max.message.bytes`` counts as invalid
-        (docs/spec/log-format.md), so lowering that setting below the size of
-        entries already stored cuts them at the next recovery, if they are
-        scanned. The scan runs at roughly 100 MB/s for 100-byte entries, bound
-        by the CRC; what it scanned and kept is fdatasync'ed.
+        longer than the largest ``max.message.bytes`` the partition ever had
+        (``max_message_bytes_seen`` in partition.json) counts as invalid
+        (docs/spec/log-format.md): lowering the setting limits what produces
+        add, never what recovery keeps. The scan runs at roughly 100 MB/s
+        for 100-byte entries, bound by the CRC; what it scanned and kept is fdatasync'ed.
         :attr:`recovery_stats` says what was scanned.
 
         Without ``recover`` (after a clean shutdown) ``recovery_point`` is the
@@ -193,14 +202,16 @@ class PartitionLog(LogCuts, LogCopy):
         """
         if recovery_point is not None and recovery_point < 0:
             raise ValueError(f"negative recovery point {recovery_point}")
-        topic, partition, num_partitions, overrides, replicated, placement = \
-            read_partition_record(path)
+        topic, partition, num_partitions, overrides, replicated, placement, stamp, seen = \
+            read_partition_counters(path)
         try:
             config = defaults.with_overrides(overrides)
         except ConfigError as exc:
             raise StorageError(f"{os.path.join(path, PARTITION_FILE)} is not a valid partition "
                                f"file: config {exc}") from None
         stats = RecoveryStats()
+        # a lowered max.message.bytes limits produces, not what is stored already
+        limit = max(seen, config.max_message_bytes)
         with storage_errors(f"cannot open partition {path}"):
             bases, sizes = cls._list_segments(path)
             contiguous = all(bases[i] + sizes[i] == bases[i + 1] for i in range(len(bases) - 1))
@@ -211,15 +222,15 @@ class PartitionLog(LogCuts, LogCopy):
                 first = recovery.first_to_scan(path, bases, sizes,
                                                (recovery_point or 0) if contiguous else 0)
                 bases, sizes, stats = recovery.recover(path, bases, sizes,
-                                                       config.max_message_bytes, first)
+                                                       limit, first)
             else:
                 bases, sizes = recovery.verify_tail(path, bases, sizes,
-                                                    config.max_message_bytes, recovery_point)
+                                                    limit, recovery_point)
         active = os.path.join(path, segment_filename(bases[-1]))
         with storage_errors(f"cannot open {active} for appending"):
             fd = open_file(active, APPEND_FLAGS)
         return cls(path, topic, partition, num_partitions, overrides, config, clock,
-                   bases, bases[-1] + sizes[-1], fd, stats, replicated, placement)
+                   bases, bases[-1] + sizes[-1], fd, stats, replicated, placement, stamp, seen)
 
     @staticmethod
     def _list_segments(path: str) -> tuple[list[int], list[int]]:
@@ -493,6 +504,26 @@ class PartitionLog(LogCuts, LogCopy):
 
     # ------------------------------------------------------------------ close
 
+    @property
+    def stamp(self) -> int:
+        """The ALTER_TOPIC change whose config the partition holds (0: none yet)."""
+        return self._stamp
+
+    @property
+    def max_message_bytes_seen(self) -> int:
+        """The largest ``max.message.bytes`` the partition ever had: what
+        recovery and a follower's copies check entries against."""
+        return self._max_seen
+
+    def _record(self, overrides: Mapping[str, str], count: int, stamp: int, seen: int,
+                config: LogConfig) -> None:
+        # the largest limit is written only while it is above the current one
+        seen = seen if seen > config.max_message_bytes else 0
+        with storage_errors(f"cannot update {os.path.join(self._path, PARTITION_FILE)}"):
+            write_file_atomically(os.path.join(self._path, PARTITION_FILE), format_partition_file(
+                self._topic, self._partition, count, overrides,
+                self._replicated, self._placement, stamp, seen))
+
     def set_overrides(self, changes: Mapping[str, str]) -> bool:
         """Set topic config keys (the current ``min.insync.replicas`` of a
         replica, say), recorded in partition.json before they apply. False
@@ -502,39 +533,43 @@ class PartitionLog(LogCuts, LogCopy):
         overrides = {**self._overrides, **config.overrides_of(changes)}
         if overrides == self._overrides:
             return False
-        with storage_errors(f"cannot update {os.path.join(self._path, PARTITION_FILE)}"):
-            write_file_atomically(os.path.join(self._path, PARTITION_FILE), format_partition_file(
-                self._topic, self._partition, self._num_partitions, overrides,
-                self._replicated, self._placement))
-        self._overrides, self._config = overrides, config
+        seen = max(self._max_seen, config.max_message_bytes)
+        self._record(overrides, self._num_partitions, self._stamp, seen, config)
+        self._overrides, self._config, self._max_seen = overrides, config, seen
         return True
 
-    def alter(self, defaults: LogConfig, changes: Mapping[str, str], deletes=(),
-              num_partitions: int | None = None) -> bool:
-        """A topic changed on a running broker (ALTER_TOPIC): set the config
-        keys ``changes``, delete the keys ``deletes`` (back to ``defaults``),
-        and record ``num_partitions`` (never fewer than recorded), all in one
-        atomic write of partition.json before anything applies (a count
-        below the one recorded, from an ALTER_TOPIC overtaken by another,
-        keeps the larger). From then on appends, rolls (``segment.bytes``: a
-        larger active segment rolls at its next append), flushes and
-        retention go by the new config. False when nothing changes.
-        ConfigError for a bad key or value (nothing written), StorageError
-        when the disk fails."""
-        overrides = {k: v for k, v in self._overrides.items() if k not in set(deletes)}
-        overrides.update(changes)
-        config = defaults.with_overrides(overrides)
-        overrides = config.overrides_of(overrides)  # each value as the config reads it
+    def alter(self, defaults: LogConfig, overrides: Mapping[str, str] | None,
+              num_partitions: int | None = None, stamp: int = 0) -> bool:
+        """A topic changed on a running broker (ALTER_TOPIC, or a replica's
+        new config): ``overrides`` is the topic's whole new override map (None:
+        the config stays), ``num_partitions`` its count (never fewer than
+        recorded: a count below, from a change overtaken by another, keeps the
+        larger). With a ``stamp``, the map applies only when the stamp is newer
+        than the one the partition holds, so changes that reach partitions in
+        different orders leave them all with the newest. Everything goes into
+        partition.json in one atomic write before it applies; from then on
+        appends, rolls (``segment.bytes``: a larger active segment rolls at
+        its next append), flushes and retention go by the new config, and
+        ``max_message_bytes_seen`` keeps the largest limit ever set. False
+        when nothing changes. ConfigError for a bad key or value (nothing
+        written), StorageError when the disk fails."""
+        config, new_stamp = self._config, self._stamp
+        new = self._overrides
+        if overrides is not None and (not stamp or stamp > self._stamp):
+            config = defaults.with_overrides(overrides)
+            new = config.overrides_of(overrides)  # each value as the config reads it
+            new_stamp = max(stamp, self._stamp)
         count = max(self._num_partitions, num_partitions or 0)
-        if overrides == self._overrides and count == self._num_partitions:
+        seen = max(self._max_seen, config.max_message_bytes)
+        if (new, count, new_stamp, seen) == (self._overrides, self._num_partitions,
+                                             self._stamp, self._max_seen):
             return False
-        with storage_errors(f"cannot update {os.path.join(self._path, PARTITION_FILE)}"):
-            write_file_atomically(os.path.join(self._path, PARTITION_FILE), format_partition_file(
-                self._topic, self._partition, count, overrides,
-                self._replicated, self._placement))
-        self._overrides, self._config, self._num_partitions = overrides, config, count
+        self._record(new, count, new_stamp, seen, config)
+        changed = new != self._overrides or count != self._num_partitions
+        self._overrides, self._config, self._num_partitions = new, config, count
+        self._stamp, self._max_seen = new_stamp, seen
         self._reservation.segment_bytes = config.segment_bytes
-        return True
+        return changed
 
     @property
     def closed(self) -> bool:

@@ -77,7 +77,8 @@ PARTITIONS_UNCHANGED = -1
 class AlterTopicRequest:
     """Grow ``topic`` to ``partitions`` (-1: unchanged; never fewer than now),
     set ``set_configs`` and delete ``delete_configs`` (back to the broker's
-    default), all or nothing. With ``validate_only`` 1 the broker checks
+    default), checked whole before anything changes (a failure part-way is
+    reported; the same change again completes it). With ``validate_only`` 1 the broker checks
     and answers as it would, changing nothing. A request that changes
     nothing is INVALID_REQUEST."""
 

@@ -208,6 +208,7 @@ class HandlerWorker(TopicAdmin, TopicAlter, Fetching, Replication, LogDirsReques
     def _cycle(self) -> None:
         self.appended_seen = self._appended()  # before any fetch of this round looks at the log
         self._check_writer_epochs()
+        self._retry_owed_bump()  # a config change's generation bump the lock refused
         if not self.draining and self.board.broker_state == procs.BROKER_DRAINING:
             # the broker is stopping: no more waiting, answer long polls with what is there
             self.draining = True

@@ -10,17 +10,28 @@ partition creation it uses.
 ALTER_TOPIC of a topic of one replica per partition: the request is checked
 whole first (keys, values, the partition count), then, under the admin
 lock, against the topic (it exists, is not being deleted, is not a cluster's
-replicated topic, does not shrink, its current overrides with the changes
-make a valid config). With ``validate_only`` that is the answer. Else the
-new partitions are created as CREATE_TOPIC creates them, with the new config
-and count, and each existing partition's writer is sent OP_ALTER_TOPIC: it
-writes the partition's ``partition.json`` (count and config, atomically) and
-applies the config to its open log. Once every writer has answered, the
-table's generation is bumped, so that every handler reads the new config
-(its :class:`~hostbroker.workers.topicview.TopicView` caches configs by
+replicated topic, every partition is online, does not shrink, a grow fits
+the table's free slots, its overrides with the changes make a valid
+config). With ``validate_only`` that is the answer. Else, still under the
+lock, the topic's whole new override map (normalised) is decided on the
+last one decided (the :data:`CHANGE_FILE` in partition 0's dir) with a
+stamp newer than it, and recorded there; new partitions are created as
+CREATE_TOPIC creates them, with the count and the config they had so far;
+then every partition's writer is sent OP_ALTER_TOPIC with the map and the
+stamp: it writes the partition's ``partition.json`` (count, config, stamp,
+atomically) and applies the config to its open log, unless it holds a newer
+stamp. So concurrent changes of a topic leave every partition with the last
+one decided, and a change its handler never sent leaves them alike (the
+same change run again completes it). Once every writer has answered, the
+table's generation is bumped (or, the lock busy, owed and retried at every
+loop turn), so that every handler reads the new config (its
+:class:`~hostbroker.workers.topicview.TopicView` caches configs by
 generation), and the client is answered. A topic whose replicas are placed
 on log dirs is ``hb-logdirs``' to change: the request, checked here as far
 as it can be without the topic, is forwarded (``logdirs/topic_changes.py``).
+
+DESCRIBE_TOPIC_CONFIGS reads the lowest partition held of each topic,
+kept per generation, at most :data:`MAX_CONFIG_READS` files a request.
 
 LIST_OFFSET_GROUPS is ``hb-coordinator``'s: the op ``groups`` on its
 offsets ring, with the groups asked for (none: all), answered with those its
@@ -35,30 +46,64 @@ with a top-level or any topic's error code in the API stats
 
 from __future__ import annotations
 
+import json
+import os
+
 from hostbroker.errors import ConfigError, ErrorCode, HostbrokerError
 from hostbroker.log.config import TOPIC_CONFIG_KEYS
-from hostbroker.log.partition_file import read_partition_file
+from hostbroker.log.files import read_file, write_file_atomically
+from hostbroker.log.partition_file import read_partition_counters
 from hostbroker.protocol import api
 from hostbroker.protocol import topics_admin as ta
 from hostbroker.protocol.api import ApiKey
 from hostbroker.shm import partitions as ptable
 from hostbroker.workers import envelopes as env
+from hostbroker.workers.base import now_ms
 from hostbroker.workers.handler_topics import admin_answer
 
 # bytes of a LIST_OFFSET_GROUPS answer around its names: size, correlation id,
 # error code, count, truncated
 _GROUPS_OVERHEAD = 4 + 4 + 2 + 4 + 1
 
+# The topic's last change decided under the admin lock, in its partition 0's
+# dir: {"stamp", "config", "partitions"}. Written by the handler that decided
+# it (under the lock), read by the next ALTER_TOPIC of the topic as its base,
+# so a change decided while another's writers are still applying builds on it.
+CHANGE_FILE = "topic-change.json"
+_MAX_CHANGE_FILE_BYTES = 4096  # seven keys of short normalised values
+
+# DESCRIBE_TOPIC_CONFIGS: partition files one request may read that the
+# handler has not read since the table's generation last moved; the topics
+# past it are answered BROKER_NOT_AVAILABLE (retriable), docs/spec/protocol.md
+MAX_CONFIG_READS = 500
+
 
 class _Change:
-    """A checked ALTER_TOPIC: what each existing partition's writer is sent."""
+    """A checked ALTER_TOPIC: what every partition's writer is sent."""
 
-    __slots__ = ("topic", "partitions", "sets", "deletes", "slots")
+    __slots__ = ("topic", "partitions", "overrides", "stamp", "slots")
 
-    def __init__(self, topic: str, partitions: int | None, sets: dict[str, str],
-                 deletes: list[str], slots: list):
-        self.topic, self.partitions, self.sets, self.deletes = topic, partitions, sets, deletes
-        self.slots = slots  # (slot, record) of the partitions that existed before
+    def __init__(self, topic: str, partitions: int | None, overrides: dict[str, str],
+                 stamp: int, slots: list):
+        self.topic, self.partitions = topic, partitions
+        self.overrides, self.stamp = overrides, stamp  # the whole new map, normalised
+        self.slots = slots  # (slot, record) of every partition, new ones included
+
+
+def read_change(path: str) -> tuple[int, dict[str, str]] | None:
+    """The ``(stamp, config)`` of a partition dir's :data:`CHANGE_FILE`, None
+    when there is none or it is not one (hostile input: bounded, no link)."""
+    try:
+        doc = json.loads(read_file(os.path.join(path, CHANGE_FILE), _MAX_CHANGE_FILE_BYTES))
+    except (OSError, ValueError, RecursionError):  # (none yet, or not one)
+        return None
+    if not isinstance(doc, dict):
+        return None
+    stamp, config = doc.get("stamp"), doc.get("config")
+    if type(stamp) is not int or not 0 < stamp < 2**63 or not isinstance(config, dict) \
+            or not all(isinstance(k, str) and isinstance(v, str) for k, v in config.items()):
+        return None
+    return stamp, config
 
 
 def _changes_checked(request) -> tuple[dict[str, str], list[str]] | api.AdminResponse:
@@ -93,9 +138,12 @@ class TopicAlter:
 
     # -- DESCRIBE_TOPIC_CONFIGS --------------------------------------------------
     def _topic_configs(self, topics) -> ta.DescribeTopicConfigsResponse:
-        """Each topic's overrides, read from its first partition's
-        ``partition.json`` (every partition of a topic has the same: ALTER_TOPIC
-        changes them all before it answers)."""
+        """Each topic's overrides, read from the ``partition.json`` of the
+        lowest partition of it this broker holds (every partition of a topic
+        ends with the same: each ALTER_TOPIC sends every one its whole map).
+        What was read is kept until the table's generation moves; one request
+        reads at most :data:`MAX_CONFIG_READS` files, the topics past that are
+        BROKER_NOT_AVAILABLE (asked again, they are read)."""
         self.view.refresh()
         cache = getattr(self, "_configs_read", None)
         if cache is None or cache[0] != self.view.generation:
@@ -104,15 +152,21 @@ class TopicAlter:
             cache = self._configs_read = (self.view.generation, {})
         names = list(dict.fromkeys(topics)) if topics else sorted(self.view.topics)
         out = []
+        reads = 0
         for topic in names:
-            slot = self.view.slot(topic, 0)
+            # the lowest partition held (a cluster broker may hold no partition 0)
+            slot = next((x for x in (self.view.slot(topic, i) for i in range(
+                len(self.view.topics.get(topic) or ()))) if x is not None), None)
             if slot is None:
                 out.append(ta.TopicConfigs(topic, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
                 continue
             found = cache[1].get(topic)
-            if found is None:
+            if found is None and reads >= MAX_CONFIG_READS:
+                found = ta.TopicConfigs(topic, ErrorCode.BROKER_NOT_AVAILABLE)  # (not kept)
+            elif found is None:
+                reads += 1
                 try:
-                    overrides = read_partition_file(
+                    overrides = read_partition_counters(
                         self.view.partition_path(self.table.read(slot)))[3]
                     found = ta.TopicConfigs(topic, ErrorCode.NONE, tuple(
                         api.TopicConfigEntry(k, str(v)) for k, v in sorted(overrides.items())))
@@ -168,15 +222,15 @@ class TopicAlter:
                 errors.append("a writer restarted while the topic changed")
             code = (ErrorCode(failures[0]["error"]) if failures
                     else ErrorCode.STORAGE_ERROR if failed else ErrorCode.NONE)
+            if code != ErrorCode.NONE:
+                errors.append("the partitions named missed the change: run the same "
+                              "change again to complete it")
             try:
                 with self._admin():
                     # every handler's view reads the partitions' configs again
                     self.table.bump_generation()
-            except HostbrokerError as e:
-                if code == ErrorCode.NONE:
-                    code = e.code
-                errors.append(f"changed, but other handlers may check produces against the "
-                              f"old config until the next topic change ({e})")
+            except HostbrokerError:
+                self.bump_owed = True  # retried at every loop turn (_retry_owed_bump)
             self.view.refresh()
             self._reply(pending.processor, pending.conn_id, pending.seq,
                         pending.correlation_id,
@@ -187,11 +241,27 @@ class TopicAlter:
             self._to_writer(pending, s.owner, *env.encode_json(
                 env.OP_ALTER_TOPIC, pending.token,
                 {"slot": slot, "topic": s.name, "partition": s.partition,
-                 "partitions": change.partitions, "set": change.sets,
-                 "delete": change.deletes}))
+                 "partitions": change.partitions, "config": change.overrides,
+                 "stamp": change.stamp}))
         if pending.remaining == 0:
             del self.pending[pending.token]
             respond(pending)
+
+    def _retry_owed_bump(self) -> None:
+        """Bump the table's generation if a config change could not (the admin
+        lock was busy then): tried once a loop turn, never waiting, until it
+        succeeds, so that every handler reads the changed config soon."""
+        if not getattr(self, "bump_owed", False):
+            return
+        try:
+            self.lock.acquire(timeout=0)
+        except TimeoutError:
+            return
+        try:
+            self.table.bump_generation()
+            self.bump_owed = False
+        finally:
+            self.lock.release()
 
     def _alter_checked(self, request) -> _Change | api.AdminResponse | str:
         """What the ALTER_TOPIC ``request`` changes (its new partitions made
@@ -207,7 +277,8 @@ class TopicAlter:
             return checked
         sets, deletes = checked
         try:
-            self.defaults.with_overrides(sets)
+            # the values as the config reads them (short), never as sent
+            sets = self.defaults.with_overrides(sets).overrides_of(sets)
         except ConfigError as e:
             return admin_answer(ErrorCode.INVALID_CONFIG, str(e))
         wanted = request.partitions
@@ -225,7 +296,13 @@ class TopicAlter:
     def _alter_locked(self, request, sets: dict[str, str],
                       deletes: list[str]) -> _Change | api.AdminResponse | str:
         """The checks against the topic, and its new partitions; caller holds
-        the admin lock."""
+        the admin lock. Everything that could stop the change part-way (a
+        partition on an offline log dir, too few free slots) is refused
+        before anything changes, ``validate_only`` or not. The topic's whole
+        new override map is decided here, on the last one decided (the
+        :data:`CHANGE_FILE`), with a stamp newer than it: every partition is
+        sent both and keeps the newest stamp's map, whatever order changes
+        reach it in."""
         topic, wanted = request.topic, request.partitions
         slots = [(i, s) for i, s in self.table.scan()
                  if s.name == topic and s.state != ptable.FREE]
@@ -238,29 +315,62 @@ class TopicAlter:
                                 f"topic {topic} is a replicated topic of the cluster: change it "
                                 "with hostbroker topics alter --zookeeper")
         slots.sort(key=lambda x: x[1].partition)
+        offline = self.table.offline_log_dirs()
+        down = [s for _, s in slots if s.state == ptable.OFFLINE or s.owner in offline]
+        if down:
+            return admin_answer(ErrorCode.STORAGE_ERROR,
+                                f"partition {topic}-{down[0].partition} is offline (log dir "
+                                f"{self.plan.log_dirs[down[0].owner]}); nothing changed")
         count = slots[-1][1].partition + 1
         if wanted != ta.PARTITIONS_UNCHANGED and wanted < count:
             return admin_answer(ErrorCode.INVALID_PARTITIONS,
                                 f"topic {topic} has {count} partitions; partitions only grow "
                                 f"(asked for {wanted})")
+        first = self.view.partition_path(slots[0][1])
         try:
-            current = read_partition_file(self.view.partition_path(slots[0][1]))[3]
+            current, stamp = [read_partition_counters(first)[i] for i in (3, 6)]
         except (OSError, ValueError, HostbrokerError) as e:
             return admin_answer(ErrorCode.STORAGE_ERROR,
                                 f"cannot read the config of {topic}-{slots[0][1].partition}: {e}")
+        decided = read_change(first)
+        if decided is not None and decided[0] >= stamp:
+            stamp, current = decided  # (its writers may not all have it yet)
         overrides = {k: v for k, v in current.items() if k not in deletes}
         overrides.update(sets)
         try:
-            self.defaults.with_overrides(overrides)
+            overrides = self.defaults.with_overrides(overrides).overrides_of(overrides)
         except ConfigError as e:
             return admin_answer(ErrorCode.INVALID_CONFIG, str(e))
-        if request.validate_only:
-            return admin_answer(ErrorCode.NONE, None)
         grow = wanted != ta.PARTITIONS_UNCHANGED and wanted > count
         if grow:
-            # the new partitions take the new config and count from the start
-            self._create_topic_locked(topic, wanted, overrides, first=count)
-        return _Change(topic, wanted if grow else None, sets, deletes, slots)
+            free = self.table.slot_count - len(self.table.scan())
+            if free < wanted - count:
+                return admin_answer(ErrorCode.INVALID_REQUEST,
+                                    f"partition table full: {wanted - count} partitions to "
+                                    f"make, {free} slots free (raise max.partitions); "
+                                    "nothing changed")
+            if len(offline) >= self.plan.num_writers:
+                return admin_answer(ErrorCode.STORAGE_ERROR,
+                                    "every log dir is offline; nothing changed")
+        if request.validate_only:
+            return admin_answer(ErrorCode.NONE, None)
+        new_stamp = max(now_ms(), stamp + 1)
+        try:
+            write_file_atomically(os.path.join(first, CHANGE_FILE), json.dumps(
+                {"stamp": new_stamp, "config": overrides,
+                 "partitions": wanted if grow else count}, sort_keys=True).encode())
+        except OSError as e:
+            return admin_answer(ErrorCode.STORAGE_ERROR,
+                                f"cannot record the change of {topic}: {e}; nothing changed")
+        if grow:
+            # made as the partitions are now (the last change decided): the change
+            # itself reaches them as it reaches the others, so a handler gone
+            # before sending it leaves every partition alike
+            self._create_topic_locked(topic, wanted, current, first=count, stamp=stamp)
+            slots = sorted(((i, s) for i, s in self.table.scan()
+                            if s.name == topic and s.state != ptable.FREE),
+                           key=lambda x: x[1].partition)
+        return _Change(topic, wanted if grow else None, overrides, new_stamp, slots)
 
     def _alter_dirs_placed(self, p, conn_id, seq, corr, request) -> None:
         """ALTER_TOPIC of a topic whose replicas are placed on log dirs: its

@@ -139,7 +139,7 @@ class Replication:
                     with self._admin():
                         self.table.bump_generation()
                 except HostbrokerError:
-                    pass  # the admin lock is busy: the next generation bump does it
+                    self.bump_owed = True  # the admin lock is busy: retried every loop turn
             self._reply(p, conn_id, seq, corr, cls(ErrorCode.NONE, tuple(
                 rproto.PartitionError(*r) for r in results)))
 

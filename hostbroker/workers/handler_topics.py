@@ -97,11 +97,13 @@ class TopicAdmin:
             self.lock.release()
 
     def _create_topic_locked(self, topic: str, partitions: int, overrides: dict[str, str],
-                             first: int = 0) -> None:
+                             first: int = 0, stamp: int = 0) -> None:
         """Create a topic's partitions ``first`` to ``partitions`` - 1 (of
         ``partitions``), each on the log dir holding the fewest. Caller holds
         the admin lock and has checked the topic does not exist (or, with
-        ``first``, has those partitions: ALTER_TOPIC, ``handler_alter.py``)."""
+        ``first``, has those partitions, and ``stamp`` is the change their
+        config is: ALTER_TOPIC, ``handler_alter.py``). A failure part-way
+        (a disk, the table full) takes back the partitions it made."""
         counts = [0] * self.plan.num_writers
         # a damaged partition is OFFLINE alone; its log dir takes new ones
         offline = self.table.offline_log_dirs()
@@ -119,7 +121,7 @@ class TopicAdmin:
                     raise HostbrokerError("partition table full: raise max.partitions",
                                           ErrorCode.INVALID_REQUEST)
                 plog = PartitionLog.create(self.plan.log_dirs[w], topic, partition, partitions,
-                                           overrides, self.defaults, now_ms)
+                                           overrides, self.defaults, now_ms, stamp=stamp)
                 plog.close()
                 self.table.write(slot, state=ptable.ONLINE, name=topic, partition=partition,
                                  owner=w, start_offset=0, end_offset=0, flushed_offset=0,
@@ -130,6 +132,10 @@ class TopicAdmin:
             for slot in created:
                 self.table.write(slot, state=ptable.DELETING)
             raise HostbrokerError(f"cannot create partition: {e}", ErrorCode.STORAGE_ERROR) from e
+        except HostbrokerError:
+            for slot in created:
+                self.table.write(slot, state=ptable.DELETING)
+            raise
         finally:
             self.table.bump_generation()
             self.view.refresh()

@@ -119,10 +119,11 @@ class Cleanup:
 
     def _alter(self, request: dict) -> dict:
         """One partition of an ALTER_TOPIC: its ``partition.json`` takes the
-        new partition count and config (written atomically, then applied to
-        the open log: appends, rolls, flushes and retention go by it from
-        now). A slot that no longer holds the partition is
-        UNKNOWN_TOPIC_OR_PARTITION (deleted meanwhile), an offline one
+        new partition count and the topic's whole new config, unless it holds
+        a newer change's (the request's ``stamp``, ``PartitionLog.alter``),
+        written atomically, then applied to the open log: appends, rolls,
+        flushes and retention go by it from now. A slot that no longer holds
+        the partition is UNKNOWN_TOPIC_OR_PARTITION (deleted meanwhile), an offline one
         STORAGE_ERROR, a value this partition refuses INVALID_CONFIG."""
         slot, key = request["slot"], (request["topic"], request["partition"])
         s = self.table.read(slot)
@@ -136,8 +137,12 @@ class Cleanup:
             return {"error": int(ErrorCode.STORAGE_ERROR),
                     "message": f"{where}: its log dir {self.path} is offline"}
         try:
-            plog.alter(self.defaults, request.get("set") or {}, request.get("delete") or (),
-                       request.get("partitions"))
+            config = request.get("config")
+            if not isinstance(config, dict):
+                raise ConfigError("no config map")
+            stamp = request.get("stamp")
+            plog.alter(self.defaults, config, request.get("partitions"),
+                       stamp if type(stamp) is int and stamp > 0 else 0)
         except ConfigError as e:
             return {"error": int(ErrorCode.INVALID_CONFIG), "message": f"{where}: {e}"}
         except (OSError, StorageError) as e:

@@ -33,6 +33,11 @@ from hostbroker.shm import procs
 from hostbroker.workers import envelopes as env
 from hostbroker.workers.writer_replicas import FENCED_LEADER_EPOCH, NOT_LEADER, StateError
 
+# A copy's entries are checked whole (format, CRC) but only against the int32
+# bound of an entry's length: the leader took each under its produce limit of
+# the time, which an ALTER_TOPIC may have lowered since
+COPY_MAX_ENTRY_BYTES = 2**31 - 1
+
 
 class Following:
     """Mixin of :class:`WriterWorker`: a follower's appends, truncations and
@@ -77,7 +82,9 @@ class Following:
         if a.base_offset != end:
             return env.encode_replica_append_result(a.token, ErrorCode.OFFSET_OUT_OF_RANGE, end)
         try:
-            count = logmsg.validate_message_set(a.message_set, plog.config.max_message_bytes)
+            # the leader's data, each entry as its produce limit then took it: a
+            # limit lowered since (here or there) must not refuse the older entries
+            count = logmsg.validate_message_set(a.message_set, COPY_MAX_ENTRY_BYTES)
         except HostbrokerError as e:
             self.count(procs.ERRORS)
             return env.encode_replica_append_result(a.token, e.code, end)

@@ -294,7 +294,6 @@ class Replicas:
         config = request.get("config")
         if config is not None and not isinstance(config, dict):
             raise ValueError("config is not an object")
-        deletes = [] if config is None else [k for k in plog.overrides if k not in config]
         if config is not None:
             self.defaults.with_overrides(config)  # ConfigError: refused, nothing changed
         local = self._local_state(book, request)  # dir-placed keys (writer_local), checked
@@ -304,19 +303,13 @@ class Replicas:
         if config is not None:
             # in partition.json before it applies: a writer replaced after a crash reads it
             try:
-                altered = plog.alter(self.defaults, config, deletes)
+                altered = plog.alter(self.defaults, config)
             except (OSError, StorageError) as e:
                 self._go_offline(e)
                 raise StateError(ErrorCode.STORAGE_ERROR,
                                  f"cannot record the topic config: {e}") from e
-        if altered and request.get("placement") == "log_dirs":
-            # (hb-logdirs, which takes the answer, bumps the generation only when a
-            # leadership moves: handlers must read the changed config again)
-            try:
-                with self.lock:
-                    self.table.bump_generation()
-            except TimeoutError:
-                pass  # (handlers read it at the next topic change)
+        # (whoever sent the state bumps the table's generation once it has the
+        # answers, "altered" among them: no admin lock in this loop for it)
         min_isr = plog.config.min_insync_replicas
         was_leading = book.role == ptable.ROLE_LEADER
         isr_version = int(request.get("isr_version", book.isr_version))

@@ -17,7 +17,7 @@ import pytest
 from hostbroker.client.errors import BrokerError
 from hostbroker.client.producer import Producer
 from hostbroker.errors import ErrorCode
-from hostbroker.log.message import encode_message_set
+from hostbroker.log.message import encode_message_set, iter_messages
 from tests.integration.cli import hostbroker, lines, one_line_error
 
 
@@ -42,22 +42,24 @@ class _Load:
     def __init__(self, uri: str, topic: str, limit: int = 20000):
         self.uri, self.topic, self.limit = uri, topic, limit
         self.placed: list[tuple[int, int]] = []  # (partition, offset)
+        self.values: list[bytes] = []  # what was sent to each of placed
         self.failures: list[BaseException] = []
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
-        value = b"v" * 100
         with Producer(self.uri, topic_metadata_refresh_interval_ms=200,
                       message_send_max_retries=50, retry_backoff_ms=200) as producer:
             for i in range(self.limit):
                 if self.stop.is_set():
                     return
+                value = f"value-{i}-".encode().ljust(100, b"v")
                 try:
                     md = producer.send(self.topic, value, key=f"key-{i}")
                 except Exception as e:  # noqa: BLE001 - kept for the test to show
                     self.failures.append(e)
                     return
+                self.values.append(value)
                 self.placed.append((md.partition, md.offset))
                 time.sleep(0.002)
 
@@ -78,6 +80,24 @@ def _describe(broker, topic: str) -> dict:
     result = hostbroker("topics", "describe", "--bootstrap", broker.unix, "--json", topic)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)[0]
+
+
+def _stored(broker, topic: str) -> dict[int, tuple[int, dict[int, bytes]]]:
+    """Each partition's log start and ``{offset: payload}`` of what it holds."""
+    out = {}
+    with broker.client() as client:
+        for p in client.metadata([topic]).topics[0].partitions:
+            start = offset = p.log_start_offset
+            held: dict[int, bytes] = {}
+            while offset < p.log_end_offset:
+                got = client.fetch(topic, p.partition, offset, 1 << 16)
+                messages = list(iter_messages(got.message_set, offset))
+                assert messages, f"nothing read at {topic}-{p.partition} offset {offset}"
+                for m in messages:
+                    held[m.offset] = m.payload
+                offset = messages[-1].next_offset
+            out[p.partition] = (start, held)
+    return out
 
 
 def _partition_files(broker, topic: str) -> dict[int, dict]:
@@ -121,11 +141,16 @@ def test_alter_under_a_producers_load(make_broker):
         assert meta["partitions"] == 4
         assert meta["config"] == {"retention.bytes": "2048", "segment.bytes": "1024"}
 
-    # every message acknowledged is in the partition the producer was told
-    with broker.client() as client:
-        ends = {p.partition: p.log_end_offset
-                for p in client.metadata(["load"]).topics[0].partitions}
-    assert all(offset < ends[p] for p, offset in load.placed)
+    # every message acknowledged is in the partition the producer was told, at
+    # the offset it was told, unless retention has deleted it since
+    stored = _stored(broker, "load")
+    kept = 0
+    for (p, offset), value in zip(load.placed, load.values):
+        start, held = stored[p]
+        if offset >= start:
+            assert held.get(offset) == value, f"load-{p} offset {offset}"
+            kept += 1
+    assert kept >= 4  # (the newest of each partition at least)
 
     # a config deleted goes back to the broker's default, on every partition
     deleted = hostbroker("topics", "alter", "--bootstrap", broker.unix, "--topic", "load",

@@ -61,15 +61,17 @@ class TopicChanges:
                    f"(asked for {wanted})" if wanted < count else
                    f"partitions must be between 1 and {limit} (or -1: unchanged), not {wanted}")
             return answer(ErrorCode.INVALID_PARTITIONS, why)
-        if request.get("validate_only"):
-            return answer(ErrorCode.NONE)
         if wanted > count:
+            # placed before a validate_only answer: it runs the checks the change runs
             rf = len(parts[0][1].replicas)
             live = self.live_dirs(time.monotonic())
             try:
                 placed = place_replicas(self._loads(live), list(range(count, wanted)), rf)
             except ValueError as e:
                 return answer(ErrorCode.INVALID_REPLICATION_FACTOR, str(e))
+        if request.get("validate_only"):
+            return answer(ErrorCode.NONE)
+        if wanted > count:
             job = _Creation(topic, config, {p: self.new_part(r) for p, r in placed.items()},
                             h, token, old_config=old)
             job.checked = True  # (the topic is dir-placed: no plain one can share its name)

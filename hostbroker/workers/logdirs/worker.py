@@ -356,8 +356,10 @@ class LogDirsWorker(Admin, DirReplicas, Worker):
         kind = what[0]
         if kind == "state":
             _, key, told = what
-            if error == ErrorCode.NONE and told[0] == "leader":
-                self.moved = True  # it leads now: handlers look for the serving slot again
+            if error == ErrorCode.NONE and (told[0] == "leader" or answer.get("altered") is True):
+                # it leads now, or took a changed config: handlers look again (one
+                # generation bump a pass, however many replicas answered)
+                self.moved = True
             if error != ErrorCode.NONE and self.sent.get(key) == told:
                 del self.sent[key]  # sent again after RETRY_S
                 if self.refused.get(key, (None,))[0] != told:
