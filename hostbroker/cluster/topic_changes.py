@@ -34,9 +34,6 @@ from hostbroker.replication.assignment import assign_replicas, replication_facto
 
 CONFIG_CHANGES = "/config/changes"
 CHANGE_PREFIX = "config_change_"
-# change nodes are removed by the controller this long after it first saw them
-# (Kafka 0.8.1 keeps them 15 minutes): a new controller reads every config anyway
-CHANGE_EXPIRATION_S = 15 * 60.0
 
 
 def change_path_prefix() -> str:
