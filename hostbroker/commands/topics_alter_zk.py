@@ -138,9 +138,9 @@ def _alter_replicated(client, zookeeper: str, topic: str, assignment, partitions
     factor = max(len(r) for r in assignment.values())
     growing = partitions is not None and partitions > have
     for _ in range(_RETRIES):
-        grown = _grown(client, topic, partitions, err) if growing else None
         config = (_config(client, topic, factor, set_configs, delete_configs, err)
-                  if set_configs or delete_configs else None)
+                  if set_configs or delete_configs else None)  # a usage error first
+        grown = _grown(client, topic, partitions, err) if growing else None
         if (grown is None and config is None) or commit(client, topic, grown, config):
             break
     else:
