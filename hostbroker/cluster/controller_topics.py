@@ -21,9 +21,11 @@ calls and the version-checked state writes these use. What it reads
   whole config: a key no longer there is removed by the writers). A config
   that is not one a writer can take (an unknown key, a value out of bounds,
   a node that does not decode) is reported and not sent: the replicas keep
-  what they have. Change nodes are removed ``CHANGE_EXPIRATION_S`` after
-  this controller first saw them; a new controller reads every config at its
-  rebuild and takes the nodes there as seen.
+  what they have. Each look reads the newest ``zookeeper.max.children``
+  change nodes and removes every one it has read once their topics are told
+  (a flood of change nodes costs one bounded look each and never hides a
+  later change); a new controller reads every config at its rebuild and
+  removes the nodes there unread.
 """
 
 from __future__ import annotations
@@ -32,11 +34,7 @@ import logging
 import time
 
 from hostbroker.cluster.controller_decisions import TP, UNCLEAN, Partition
-from hostbroker.cluster.topic_changes import (
-    CHANGE_EXPIRATION_S,
-    CONFIG_CHANGES,
-    decode_change,
-)
+from hostbroker.cluster.topic_changes import CONFIG_CHANGES, decode_change
 from hostbroker.replication import zknodes
 
 log = logging.getLogger("hostbroker.controller")
@@ -71,7 +69,7 @@ class TopicChanges:
 
     topics: dict[str, dict[int, Partition]]
     configs: dict[str, dict[str, str] | None]
-    config_seen: dict[str, float]  # change node name -> when this controller first saw it
+    config_seen: dict[str, float]  # change node name -> when this controller saw it
 
     # -- partitions added ----------------------------------------------------------
     def _assignment_watch(self, event) -> None:
@@ -133,17 +131,35 @@ class TopicChanges:
             return None
         return config
 
+    def _change_nodes(self) -> list[str]:
+        """The newest ``zookeeper.max.children`` change nodes, oldest first (sequence
+        numbers sort as text): a flood of older ones never hides a new change. The
+        rest are reported, and read at a later look once these are removed."""
+        from kazoo.exceptions import NoNodeError
+
+        try:
+            names = sorted(self._wait(self.client.get_children_async(CONFIG_CHANGES)))
+        except NoNodeError:
+            return []
+        bound = self.bounds.children
+        if len(names) > bound:
+            self.report(CONFIG_CHANGES, f"{CONFIG_CHANGES}: {len(names)} children are over "
+                                        f"zookeeper.max.children ({bound}); the newest "
+                                        f"{bound} are read now, the rest later")
+            del names[:-bound]
+        return names
+
     def seen_config_changes(self) -> None:
         """Every change node there now taken as seen (a rebuild has just read every
-        config)."""
-        now = time.monotonic()
-        self.config_seen = {name: now for name in self._children(CONFIG_CHANGES)}
+        config): the next look removes them unread."""
+        self.config_seen = {name: time.monotonic() for name in self._change_nodes()}
 
     def config_changes(self, now: float | None = None) -> list[str]:
         """The change nodes not seen yet: their topics' configs read again and every
-        live replica told; expired change nodes removed. Returns the topics told."""
+        live replica told; then every change node seen is removed (at most
+        ``zookeeper.max.children`` a look). Returns the topics told."""
         now = time.monotonic() if now is None else now
-        names = self._children(CONFIG_CHANGES)
+        names = self._change_nodes()
         seen = {n: t for n, t in self.config_seen.items() if n in names}
         topics = set()
         for name in names:
@@ -173,10 +189,13 @@ class TopicChanges:
             self._tell([(topic, p) for p in self.topics[topic]])
             log.info("controller: topic %s config now %s", topic, config)
             told.append(topic)
-        for name, first in sorted(self.config_seen.items()):
-            if now - first >= CHANGE_EXPIRATION_S:
-                self._delete(f"{CONFIG_CHANGES}/{name}")
-                del self.config_seen[name]
+        # applied (or reported): removed now, so a flood of them costs one look each
+        # and never stands in front of a later change
+        for i, name in enumerate(sorted(self.config_seen)):
+            self._delete(f"{CONFIG_CHANGES}/{name}")
+            del self.config_seen[name]
+            if i % 256 == 255:
+                self.beat()
         return told
 
     def _refresh_topic(self, topic: str) -> None:

@@ -7,8 +7,10 @@ The ZooKeeper side of ``topics alter --zookeeper`` (docs/cluster.md,
     /config/changes/config_change_NNNNNNNNNN   "topic" (a JSON string)            persistent sequential
     /brokers/topics/[topic]                {"version":1,"partitions":{...}}       persistent
 
-A config change writes the topic's whole config node (version-checked), then
-a sequential change node naming the topic: the controller watches
+A config change writes the topic's whole config node (version-checked) and a
+sequential change node naming the topic, in one transaction with the grown
+assignment when partitions are added too (:func:`commit`: all or nothing).
+The controller watches
 ``/config/changes`` (hostbroker/cluster/controller_topics.py), reads the
 topic's config again and tells every replica in a LEADER_AND_ISR, whose
 writers replace the partition's overrides with it (a key left out is
@@ -16,8 +18,8 @@ removed). Adding partitions rewrites the assignment node with the old
 partitions as they are and replicas for the new ones only; the controller,
 which watches each topic node, gives them states and tells their brokers.
 
-Pure but for :func:`write_config`, :func:`notify_config_change` and
-:func:`grow`, which take a kazoo client (the command's). Values read back are
+Pure but for :func:`commit` and :func:`notify_config_change`, which take a
+kazoo client (the command's). Values read back are
 hostile: :func:`decode_change` bounds and checks a change node as
 ``replication/zknodes.py`` does the others.
 """
@@ -34,9 +36,6 @@ from hostbroker.replication.assignment import assign_replicas, replication_facto
 
 CONFIG_CHANGES = "/config/changes"
 CHANGE_PREFIX = "config_change_"
-# change nodes are removed by the controller this long after it first saw them
-# (Kafka 0.8.1 keeps them 15 minutes): a new controller reads every config anyway
-CHANGE_EXPIRATION_S = 15 * 60.0
 
 
 def change_path_prefix() -> str:
@@ -101,31 +100,47 @@ def added_replicas(assignment: Mapping[int, Sequence[int]], brokers: Sequence[in
                            rng=rng)
 
 
-def write_config(client, topic: str, config: Mapping[str, str], version: int) -> None:
-    """``/config/topics/[topic]`` set to ``config`` (created when ``version`` is -1,
-    else only over that version: kazoo's BadVersionError / NodeExistsError when
-    another writer came first)."""
-    path = zknodes.topic_config_path(topic)
-    data = zknodes.encode_topic_config(config)
-    if version < 0:
-        client.create(path, data, makepath=True)
-    else:
-        client.set(path, data, version=version)
+def commit(client, topic: str, grown: tuple[Mapping[int, Sequence[int]],
+                                             Mapping[int, Sequence[int]], int] | None,
+           config: tuple[Mapping[str, str], int] | None) -> bool:
+    """One ZooKeeper transaction (all of it or none of it): the assignment node
+    rewritten with ``added`` partitions after the old ones, when ``grown`` is
+    ``(assignment, added, version)``; ``/config/topics/[topic]`` set to the whole
+    config and a sequential change node naming the topic, when ``config`` is
+    ``(config, version)`` (version -1: the node is created). Every write is
+    version-checked against the read it was built from. False when another
+    writer came first (or the topic went): nothing was written, read again."""
+    from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+    txn = client.transaction()
+    if grown is not None:
+        assignment, added, version = grown
+        whole = {p: list(r) for p, r in assignment.items()}
+        for p, replicas in added.items():
+            if p in whole or len(replicas) > MAX_REPLICAS:
+                raise ValueError(f"partition {p} cannot be added")
+            whole[p] = list(replicas)
+        txn.set_data(zknodes.assignment_path(topic), zknodes.encode_assignment(whole),
+                     version=version)
+    if config is not None:
+        values, version = config
+        path, data = zknodes.topic_config_path(topic), zknodes.encode_topic_config(values)
+        client.ensure_path(CONFIG_CHANGES)
+        if version < 0:
+            client.ensure_path(path.rsplit("/", 1)[0])
+            txn.create(path, data)
+        else:
+            txn.set_data(path, data, version=version)
+        txn.create(change_path_prefix(), encode_change(topic), sequence=True)
+    failed = [r for r in txn.commit() if isinstance(r, Exception)]
+    if any(isinstance(r, (BadVersionError, NodeExistsError, NoNodeError)) for r in failed):
+        return False
+    if failed:
+        raise failed[0]
+    return True
 
 
 def notify_config_change(client, topic: str) -> str:
     """The sequential change node naming ``topic``; returns its path."""
     return client.create(change_path_prefix(), encode_change(topic), sequence=True,
                          makepath=True)
-
-
-def grow(client, topic: str, assignment: Mapping[int, Sequence[int]],
-         added: Mapping[int, Sequence[int]], version: int) -> None:
-    """The assignment node rewritten with ``added`` partitions after the old ones
-    (version-checked against ``version``: BadVersionError when it moved)."""
-    whole = {p: list(r) for p, r in assignment.items()}
-    for p, replicas in added.items():
-        if p in whole or len(replicas) > MAX_REPLICAS:
-            raise ValueError(f"partition {p} cannot be added")
-        whole[p] = list(replicas)
-    client.set(zknodes.assignment_path(topic), zknodes.encode_assignment(whole), version=version)

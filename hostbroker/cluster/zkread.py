@@ -232,3 +232,15 @@ def value(client, path: str, bounds: Bounds, report: Callable[[str, str], None])
         report(path, f"{exc}; left out")
         return None
     return data, stat
+
+
+def unchecked(client, path: str):
+    """(data, stat) of ``path``, None when it does not exist; the value's size is not
+    checked, so a caller tells a value too long (:func:`check_size`) apart from an
+    absent node, which :func:`value` takes alike."""
+    from kazoo.exceptions import NoNodeError
+
+    try:
+        return client.get(path)
+    except NoNodeError:
+        return None

@@ -5,8 +5,9 @@ changed in ZooKeeper only, as Kafka 0.8.1's tools do; nothing is sent to a
 broker:
 
 - ``--config K=V`` / ``--delete-config K``: ``/config/topics/[topic]``
-  rewritten whole (version-checked against the read it was built from), then
-  a sequential ``/config/changes/config_change_N`` naming the topic; the
+  rewritten whole (version-checked against the read it was built from; one
+  too long or garbage is replaced whole, said on stderr) and a sequential
+  ``/config/changes/config_change_N`` naming the topic; the
   controller reads the config again and tells every replica, whose writers
   take it without a restart (a key deleted is removed on every replica).
 - ``--partitions N``: the assignment node rewritten with the old partitions
@@ -14,6 +15,10 @@ broker:
   from the broker of partition 0, the topic's replication factor); the
   controller watches the node and gives the new partitions leaders at once.
   Fewer partitions than now is refused in one line.
+
+Both are one ZooKeeper transaction (``topic_changes.commit``), written after
+everything is read and checked: a grow that fails (the topic gone, too few
+live brokers, a race lost five times) leaves the config unchanged too.
 
 A 0.7-style topic (per-broker partitions, docs/cluster.md "Brokers") is
 changed on each live broker that holds it, with the ALTER_TOPIC request
@@ -81,6 +86,7 @@ def alter_cluster(zookeeper: str, topic: str, partitions: int | None,
     set_configs, delete_configs = dict(set_configs), list(dict.fromkeys(delete_configs))
     _check_args(topic, partitions, set_configs, delete_configs)
     with replicated.zookeeper_client(zookeeper) as client:
+        _readable_assignment(client, topic)
         assignment = replicated.assignment(client, topic, err, _COMMAND)
         if assignment is not None:
             return _alter_replicated(client, zookeeper, topic, assignment, partitions,
@@ -91,10 +97,29 @@ def alter_cluster(zookeeper: str, topic: str, partitions: int | None,
 # -- a replicated topic: ZooKeeper only ---------------------------------------------
 
 
+def _readable_assignment(client, topic: str) -> None:
+    """A topic node too long to read is said as such (one line), not taken for a
+    topic that is not replicated."""
+    from hostbroker.cluster import zkread
+    from hostbroker.replication import zknodes
+
+    if not zkread.name_ok(topic) or topic in (".", ".."):
+        return
+    path = zknodes.assignment_path(topic)
+    found = zkread.unchecked(client, path)
+    if found is not None:
+        try:
+            zkread.check_size(found[0], path, zkread.DEFAULT)
+        except ValueError as exc:
+            raise CommandError(f"{exc}; nothing changed") from None
+
+
 def _alter_replicated(client, zookeeper: str, topic: str, assignment, partitions,
                       set_configs, delete_configs, out: TextIO, err: TextIO) -> int:
+    """Everything read and checked, then written in one ZooKeeper transaction: a
+    failure (or a race lost ``_RETRIES`` times) changes nothing."""
     from hostbroker.cluster import zkread
-    from hostbroker.commands import replicated
+    from hostbroker.cluster.topic_changes import commit
     from hostbroker.replication import zknodes
 
     if client.exists(zknodes.delete_topic_path(topic)) is not None:
@@ -112,96 +137,80 @@ def _alter_replicated(client, zookeeper: str, topic: str, assignment, partitions
             raise CommandError(f"topic {topic} already has {have} partitions")
     factor = max(len(r) for r in assignment.values())
     growing = partitions is not None and partitions > have
-    if growing:  # checked before anything is written (enough live brokers)
-        from hostbroker.cluster.topic_changes import added_replicas
-
-        try:
-            added_replicas(assignment, replicated.live_ids(client, err, _COMMAND), partitions)
-        except ValueError as exc:
-            raise CommandError(f"cannot add partitions to {topic}: {exc}") from None
-    if set_configs or delete_configs:
-        _change_config(client, topic, factor, set_configs, delete_configs)
-    grown = (have, _grow(client, topic, partitions, err)) if growing else None
-    print(f"altered topic {topic}: {_what(grown, set_configs, delete_configs)}", file=out)
+    for _ in range(_RETRIES):
+        config = (_config(client, topic, factor, set_configs, delete_configs, err)
+                  if set_configs or delete_configs else None)  # a usage error first
+        grown = _grown(client, topic, partitions, err) if growing else None
+        if (grown is None and config is None) or commit(client, topic, grown, config):
+            break
+    else:
+        raise CommandError(f"topic {topic}'s nodes keep changing; try again (nothing was "
+                           "changed)")
+    done = (have, partitions) if growing else None
+    print(f"altered topic {topic}: {_what(done, set_configs, delete_configs)}", file=out)
     return EXIT_OK
 
 
-def _change_config(client, topic: str, factor: int, set_configs: dict[str, str],
-                   delete_configs: list[str]) -> None:
-    """``/config/topics/[topic]`` rewritten, then the change node (see the module
-    docstring)."""
-    from kazoo.exceptions import BadVersionError, NodeExistsError
-
+def _config(client, topic: str, factor: int, set_configs: dict[str, str],
+            delete_configs: list[str], err: TextIO) -> tuple[dict[str, str], int]:
+    """The topic's whole config after the change, and the version of the config node
+    it was built from (-1: none). A node that cannot be read (too long, garbage) is
+    replaced whole by what is asked (said on ``err``), checked against its version."""
     from hostbroker.cluster import zkread
     from hostbroker.cluster.controller_topics import checked_config
-    from hostbroker.cluster.topic_changes import (
-        changed_config,
-        notify_config_change,
-        write_config,
-    )
+    from hostbroker.cluster.topic_changes import changed_config
     from hostbroker.replication import zknodes
 
     path = zknodes.topic_config_path(topic)
-    for _ in range(_RETRIES):
-        found = zkread.value(client, path, zkread.DEFAULT, lambda p, problem: None)
-        current, version = {}, -1
-        if found is not None:
-            version = found[1].version
-            try:
-                current = zknodes.decode_topic_config(found[0], path)
-            except ValueError:
-                current = {}  # unreadable: replaced whole by what is asked
+    found = zkread.unchecked(client, path)
+    current, version = {}, -1
+    if found is not None:
+        version = found[1].version
         try:
-            config = changed_config(current, set_configs, delete_configs)
+            zkread.check_size(found[0], path, zkread.DEFAULT)
+            current = zknodes.decode_topic_config(found[0], path)
         except ValueError as exc:
-            raise CommandError(f"topic {topic}: {exc}") from None
-        problem = checked_config(config, factor)
-        if problem is not None:
-            raise usage_error(f"--config {problem}")
-        if len(config) > zknodes.MAX_TOPIC_CONFIGS:
-            raise usage_error(f"more than {zknodes.MAX_TOPIC_CONFIGS} config overrides")
-        try:
-            write_config(client, topic, config, version)
-        except (BadVersionError, NodeExistsError):
-            continue  # changed meanwhile: built again from the new value
-        notify_config_change(client, topic)
-        return
-    raise CommandError(f"{path} keeps changing; try again")
+            print(f"hostbroker {_COMMAND}: {exc}; replaced whole by the config asked",
+                  file=err)
+    try:
+        config = changed_config(current, set_configs, delete_configs)
+    except ValueError as exc:
+        raise CommandError(f"topic {topic}: {exc}") from None
+    problem = checked_config(config, factor)
+    if problem is not None:
+        raise usage_error(f"--config {problem}")
+    if len(config) > zknodes.MAX_TOPIC_CONFIGS:
+        raise usage_error(f"more than {zknodes.MAX_TOPIC_CONFIGS} config overrides")
+    return config, version
 
 
-def _grow(client, topic: str, partitions: int, err: TextIO) -> int:
-    """The assignment grown to ``partitions`` (returned: the count now)."""
-    from kazoo.exceptions import BadVersionError
-
+def _grown(client, topic: str, partitions: int, err: TextIO):
+    """(assignment, added, version) for the assignment grown to ``partitions``;
+    None when it already has them (grown meanwhile by another)."""
     from hostbroker.cluster import zkread
-    from hostbroker.cluster.topic_changes import added_replicas, grow
+    from hostbroker.cluster.topic_changes import added_replicas
     from hostbroker.commands import replicated
     from hostbroker.replication import zknodes
 
     path = zknodes.assignment_path(topic)
-    for _ in range(_RETRIES):
-        found = zkread.value(client, path, zkread.DEFAULT, lambda p, problem: None)
-        if found is None:
-            raise CommandError(f"topic {topic} is gone")
-        try:
-            assignment = zknodes.decode_assignment(found[0], path)
-        except ValueError as exc:
-            raise CommandError(str(exc)) from None
-        if assignment is None:
-            raise CommandError(f"topic {topic} is no longer a replicated topic")
-        if partitions <= len(assignment):
-            return partitions  # grown meanwhile by another (the count asked is there)
-        live = replicated.live_ids(client, err, _COMMAND)
-        try:
-            added = added_replicas(assignment, live, partitions)
-        except ValueError as exc:
-            raise CommandError(f"cannot add partitions to {topic}: {exc}") from None
-        try:
-            grow(client, topic, assignment, added, found[1].version)
-        except BadVersionError:
-            continue
-        return partitions
-    raise CommandError(f"{path} keeps changing; try again")
+    found = zkread.unchecked(client, path)
+    if found is None:
+        raise CommandError(f"topic {topic} is gone")
+    try:
+        zkread.check_size(found[0], path, zkread.DEFAULT)
+        assignment = zknodes.decode_assignment(found[0], path)
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
+    if assignment is None:
+        raise CommandError(f"topic {topic} is no longer a replicated topic")
+    if partitions <= len(assignment):
+        return None
+    live = replicated.live_ids(client, err, _COMMAND)
+    try:
+        added = added_replicas(assignment, live, partitions)
+    except ValueError as exc:
+        raise CommandError(f"cannot add partitions to {topic}: {exc}") from None
+    return assignment, added, found[1].version
 
 
 # -- a 0.7-style topic: each broker that holds it ---------------------------------------

@@ -307,6 +307,12 @@ class TopicAlter:
         slots = [(i, s) for i, s in self.table.scan()
                  if s.name == topic and s.state != ptable.FREE]
         if not slots or any(s.state == ptable.DELETING for _, s in slots):
+            names = getattr(self, "replicated_names", None)
+            if not slots and names is not None and names.replicated(topic):
+                return admin_answer(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                    f"this broker holds no replica of topic {topic}, a "
+                                    "replicated topic of the cluster: change it with "
+                                    "hostbroker topics alter --zookeeper")
             return admin_answer(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {topic}")
         if any(s.placement == ptable.PLACEMENT_LOG_DIRS for _, s in slots):
             return "logdirs"

@@ -142,5 +142,20 @@ def test_bootstrap_refuses_a_replicated_topic_in_one_line(pair, zookeeper, zk):
         assert done.returncode == 1
         assert "change it with hostbroker topics alter --zookeeper" in one_line_error(done)
     assert sorted(assignment(zk, "rep")) == [0, 1]  # nothing changed
+    # a broker that holds no replica of the topic names --zookeeper too, not "no topic"
+    create(zookeeper, "rep1", 1, 1)
+    poll(lambda: settled(zk, "rep1", 1, 1), what="the topic led")
+    (holder,) = assignment(zk, "rep1")[0]
+    (other,) = [b for b in pair if b != holder]
+
+    def refused():
+        done = hostbroker("topics", "alter", "--bootstrap", pair[other].unix, "--topic", "rep1",
+                          "--partitions", 2)
+        assert done.returncode == 1
+        return one_line_error(done)
+    poll(lambda: "--zookeeper" in refused(), what="the registrar's names read", every=0.5)
+    line = refused()
+    assert "holds no replica of topic rep1" in line and "no topic rep1" not in line
+    assert sorted(assignment(zk, "rep1")) == [0]
     assert zk.exists("/config/topics/rep") is None or \
         b"60000" not in zk.get("/config/topics/rep")[0]

@@ -176,7 +176,7 @@ def test_a_bad_config_is_refused_by_the_command_before_anything_is_written(clust
     assert zk.exists(CONFIG_CHANGES) is None or zk.get_children(CONFIG_CHANGES) == []
 
 
-def test_a_new_controller_takes_the_change_nodes_there_as_seen_and_they_expire(cluster):
+def test_a_new_controller_removes_the_change_nodes_there_and_each_one_it_applies(cluster):
     _, zk = cluster
     live(zk, 1)
     zk.create(zknodes.assignment_path("t"), zknodes.encode_assignment({0: [1]}),
@@ -184,12 +184,11 @@ def test_a_new_controller_takes_the_change_nodes_there_as_seen_and_they_expire(c
     notify_config_change(zk, "t")
     controller, _, told = started(zk)
     assert controller.config_changes() == []  # its rebuild read every config
-    notify_config_change(zk, "t")
-    now = time.monotonic()
-    assert controller.config_changes(now) == ["t"]
-    assert len(zk.get_children(CONFIG_CHANGES)) == 2
-    controller.config_changes(now + 15 * 60 + 1)
     assert zk.get_children(CONFIG_CHANGES) == []
+    notify_config_change(zk, "t")
+    assert controller.config_changes() == ["t"]
+    assert zk.get_children(CONFIG_CHANGES) == []  # applied: removed at once
+    assert controller.config_seen == {}
 
 
 def test_the_registrars_count_follows_an_added_partition_through_the_watch(cluster):

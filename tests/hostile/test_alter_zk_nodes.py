@@ -7,7 +7,9 @@ hostile: a change node that is not a topic's name, a config the writers cannot
 take, an assignment that lost partitions or names too many replicas, a flood of
 change nodes. Each is left out with one line; the controller goes on with the
 rest, never shrinks a topic, and never sends a config it could not read (the
-replicas keep theirs rather than lose every override). Real ZooKeeper; the
+replicas keep theirs rather than lose every override). A flood of change nodes
+costs bounded looks, each reading the newest and removing what it read, so a
+real change is never queued behind it. Real ZooKeeper; the
 controller's own class on a kazoo client.
 """
 
@@ -125,14 +127,29 @@ def test_change_nodes_past_the_children_bound_cost_bounded_work(cluster):
     live(zk, 1)
     zk.create(zknodes.assignment_path("t"), zknodes.encode_assignment({0: [1]}),
               makepath=True)
+    zk.create(zknodes.topic_config_path("t"), zknodes.encode_topic_config({"flush.ms": "5"}),
+              makepath=True)
     bounds = zkread.Bounds.of({"zookeeper.max.children": 5})
     controller, said, told = started(zk, bounds=bounds)
+    # a flood of change nodes before a real change: the real one (the newest) is read
+    # at the first look, not after the flood has been worked through
     for _ in range(12):
-        notify_config_change(zk, "t")
+        notify_config_change(zk, "nowhere")
+    notify_config_change(zk, "t")
     assert controller.config_changes() == ["t"]
-    assert len(controller.config_seen) == 5  # the first five, in order
+    assert len(told) == 1 and controller.configs["t"] == {"flush.ms": "5"}
     assert any("zookeeper.max.children" in problem for _, problem in said.lines)
-    assert len(told) == 1  # one notice for the topic, not one per change node
+    # the five read are removed at once, the older ones are read (five a look) and
+    # removed at the next looks; nothing is held in memory for them
+    assert len(zk.get_children(CONFIG_CHANGES)) == 8
+    assert controller.config_changes() == [] and len(zk.get_children(CONFIG_CHANGES)) == 3
+    assert controller.config_changes() == [] and zk.get_children(CONFIG_CHANGES) == []
+    assert controller.config_seen == {} and len(told) == 1
+    assert one_liners(said)
+    # many changes of one topic in one look: one notice for the topic, not one a node
+    for _ in range(4):
+        notify_config_change(zk, "t")
+    assert controller.config_changes() == ["t"] and len(told) == 2
 
 
 def test_a_change_naming_a_topic_that_is_not_replicated_is_ignored(cluster):
