@@ -1,7 +1,10 @@
 """The work of the ``hostbroker`` client commands, one module per command.
 
-- ``topics``   create, list, describe and delete topics (``replicated``: the ZooKeeper
-  side of replicated topics; ``topics_alter_zk``: ``topics alter --zookeeper``)
+- ``topics``   create, list, describe, alter and delete topics (``replicated``: the
+  ZooKeeper side of replicated topics; ``topics_alter_zk``: ``topics alter --zookeeper``;
+  ``topics_describe_zk``: ``topics describe --zookeeper``; ``topics_shown``: how a topic
+  is shown)
+- ``brokers``  reaching every live broker of a cluster (used by the cluster commands)
 - ``leaders``  preferred replica election of replicated topics
 - ``reassign`` generate, execute and verify partition reassignments (between brokers,
   or between the log dirs of a standalone broker)

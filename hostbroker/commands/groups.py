@@ -255,8 +255,8 @@ def _members(zk, group: str) -> dict[str, dict[str, int] | None]:
 
 def _each_broker(name: str, brokers, work, err: TextIO):
     """``work(client)`` on each of ``brokers`` (id -> BrokerInfo), in id order; as
-    ``topics.each_broker``: (answers by id, status), a failing broker named on stderr."""
-    from hostbroker.commands.topics import each_broker
+    ``brokers.each_broker``: (answers by id, status), a failing broker named on stderr."""
+    from hostbroker.commands.brokers import each_broker
 
     return each_broker(name, [info for _, info in sorted(brokers.items())],
                        lambda _info, client: work(client), err, command="groups")

@@ -261,7 +261,7 @@ class ClusterDestination(_Cluster):
 
     def _create(self, topic: str, source_count: int, err: TextIO) -> None:
         from hostbroker.client import BrokerError
-        from hostbroker.commands.topics import each_broker
+        from hostbroker.commands.brokers import each_broker
         from hostbroker.errors import ErrorCode
 
         brokers = [self.view.snapshot.brokers[b] for b in sorted(self.view.snapshot.brokers)]

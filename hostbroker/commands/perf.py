@@ -416,7 +416,7 @@ def _pairs(topic: str, bootstrap: str, zookeeper: str | None,
             return [(bootstrap, p) for p in topic_partitions(consumer, topic)]
     from hostbroker.client.leaders import ZooKeeperLeaders
     from hostbroker.cluster.discovery import read_snapshot
-    from hostbroker.commands.topics import broker_uri
+    from hostbroker.commands.brokers import broker_uri
 
     with zookeeper_session(check_zookeeper(zookeeper)) as client:
         snapshot = read_snapshot(client)

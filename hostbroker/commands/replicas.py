@@ -39,7 +39,7 @@ class _Wire:
     one request at a time."""
 
     def __init__(self, info, timeout: float = 10.0):
-        from hostbroker.commands.topics import broker_uri
+        from hostbroker.commands.brokers import broker_uri
 
         uri = broker_uri(info)
         if uri.startswith("unix://"):
@@ -127,7 +127,7 @@ def verify(topics: Iterable[str] = (), *, zookeeper: str, out: TextIO = sys.stdo
            err: TextIO = sys.stderr) -> int:
     """Compare the replicas of ``topics`` (every replicated topic when empty)."""
     from hostbroker.commands import replicated
-    from hostbroker.commands.topics import live_brokers
+    from hostbroker.commands.brokers import live_brokers
 
     named = list(dict.fromkeys(topics))
     status = EXIT_OK

@@ -61,14 +61,8 @@ from hostbroker.commands import (
     plural,
     usage_error,
 )
-
-_COLUMNS = ("partition", "broker", "log start", "log end", "bytes", "log dir", "error")
-
-
-def _name(code) -> str:
-    """An error code's name; a code this client does not know, as a number."""
-    return getattr(code, "name", f"error code {code}")
-
+from hostbroker.commands.brokers import each_broker, live_brokers, on_brokers
+from hostbroker.commands import topics_shown as shown
 
 def _client(bootstrap: str):
     from hostbroker.client.simple import SimpleClient
@@ -234,36 +228,6 @@ def list_topics(*, bootstrap: str = DEFAULT_BOOTSTRAP, out: TextIO = sys.stdout)
     return EXIT_OK
 
 
-def _rows(topic) -> list[tuple[str, ...]]:
-    return [
-        (str(p.partition), str(p.broker_id), str(p.log_start_offset), str(p.log_end_offset),
-         str(p.log_end_offset - p.log_start_offset), p.log_dir or "-", _name(p.error_code))
-        for p in sorted(topic.partitions, key=lambda p: p.partition)
-    ]
-
-
-def _table(rows: Iterable[tuple[str, ...]], out: TextIO,
-           columns: tuple[str, ...] = _COLUMNS) -> None:
-    rows = [columns, *rows]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(columns))]
-    for row in rows:
-        print("  " + "  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip(),
-              file=out)
-
-
-def _as_json(topic) -> dict:
-    return {
-        "topic": topic.topic,
-        "error": _name(topic.error_code),
-        "partitions": [
-            {"partition": p.partition, "broker": p.broker_id,
-             "log_start_offset": p.log_start_offset, "log_end_offset": p.log_end_offset,
-             "log_dir": p.log_dir, "error": _name(p.error_code)}
-            for p in sorted(topic.partitions, key=lambda p: p.partition)
-        ],
-    }
-
-
 class _Replicas:
     """Each partition's replicas by log dir (METADATA v2), named by path; a
     broker that does not answer version 2 (or a partition its answer lacks)
@@ -303,12 +267,12 @@ class _Replicas:
 
 
 # a topic with replicas on several log dirs: the leader's dir, then every replica's
-_REPLICA_COLUMNS = (*_COLUMNS[:5], "leader", "replicas", "isr", "error", "")
+_REPLICA_COLUMNS = (*shown.COLUMNS[:5], "leader", "replicas", "isr", "error", "")
 
 
 def _replica_rows(topic, replicas: _Replicas) -> list[tuple[str, ...]]:
     rows = []
-    for row, p in zip(_rows(topic), sorted(topic.partitions, key=lambda p: p.partition)):
+    for row, p in zip(shown.rows(topic), sorted(topic.partitions, key=lambda p: p.partition)):
         fields = replicas.of(topic.topic, p)
         mark = "under-replicated" if fields["under_replicated"] else ""
         if "target" in fields:
@@ -361,7 +325,7 @@ def describe(topics: list[str], *, as_json: bool = False, bootstrap: str = DEFAU
     if as_json:
         documents = []
         for topic in found:
-            document = _as_json(topic)
+            document = shown.as_json(topic)
             if configs is not None:
                 document["config"] = configs.get(topic.topic, {})
             for p, row in zip(sorted(topic.partitions, key=lambda p: p.partition),
@@ -372,7 +336,8 @@ def describe(topics: list[str], *, as_json: bool = False, bootstrap: str = DEFAU
         print(json.dumps(documents, indent=2), file=out)
         return status
     for topic in found:
-        error = "" if topic.error_code == ErrorCode.NONE else f"  error: {_name(topic.error_code)}"
+        error = ("" if topic.error_code == ErrorCode.NONE
+                 else f"  error: {shown.error_name(topic.error_code)}")
         overrides = (configs or {}).get(topic.topic)
         config = ("  config: " + " ".join(f"{k}={v}" for k, v in overrides.items())
                   if overrides else "")
@@ -380,7 +345,7 @@ def describe(topics: list[str], *, as_json: bool = False, bootstrap: str = DEFAU
             print(f"topic: {topic.topic}  partitions: {len(topic.partitions)}{error}", file=out)
             if config:
                 print(config, file=out)
-            _table(_rows(topic), out)
+            shown.table(shown.rows(topic), out)
             continue
         rows = _replica_rows(topic, replicas)
         fields = [replicas.of(topic.topic, p) for p in topic.partitions]
@@ -390,7 +355,7 @@ def describe(topics: list[str], *, as_json: bool = False, bootstrap: str = DEFAU
               f"{factor}" + (f"  under-replicated: {short}" if short else "") + error, file=out)
         if config:
             print(config, file=out)
-        _table(rows, out, _REPLICA_COLUMNS)
+        shown.table(rows, out, _REPLICA_COLUMNS)
     return status
 
 
@@ -422,68 +387,6 @@ def _topic_configs(client, topics: list[str], bootstrap: str,
 # -- cluster mode: every live broker registered in ZooKeeper --------------------
 
 
-def live_brokers(zookeeper: str) -> list:
-    """The live brokers registered under ``zookeeper`` (BrokerInfo, by id), or a
-    command error: usage for a bad connect string, 1 when ZooKeeper does not
-    answer or no broker is registered."""
-    import logging
-
-    from hostbroker.cluster.discovery import read_snapshot
-    from hostbroker.cluster.zk import ZooKeeperUnavailable, make_client
-    from hostbroker.commands import CommandError
-
-    logging.getLogger("kazoo").setLevel(logging.ERROR)
-    try:
-        client = make_client(zookeeper, 10000, 6000, key="--zookeeper")
-    except ZooKeeperUnavailable as exc:
-        raise CommandError(str(exc)) from None
-    try:
-        brokers = read_snapshot(client).brokers
-    finally:
-        client.stop()
-        client.close()
-    if not brokers:
-        raise CommandError(f"no live broker is registered in ZooKeeper at {zookeeper}")
-    return [brokers[b] for b in sorted(brokers)]
-
-
-def broker_uri(info) -> str:
-    """The listener to reach a registered broker by: its Unix socket when that exists
-    on this host, else its TCP one."""
-    import os
-
-    uris = info.uris()
-    if info.unix and not os.path.exists(info.unix) and len(uris) > 1:
-        return uris[1]
-    return uris[0]
-
-
-def each_broker(name: str, brokers, work, err: TextIO, command: str = "topics"):
-    """``work(info, client)`` for every broker; (results by broker id, status). A
-    broker that fails is named on stderr (``hostbroker COMMAND NAME: broker N: ...``)
-    with its one line; the others go on."""
-    from hostbroker.client.simple import SimpleClient
-    from hostbroker.commands import describe_error
-    from hostbroker.errors import HostbrokerError
-
-    results, status = {}, EXIT_OK
-    for info in brokers:
-        uri = broker_uri(info)
-        try:
-            with SimpleClient(uri, client_id=f"hostbroker-{command}") as client:
-                results[info.broker_id] = work(info, client)
-        except (HostbrokerError, OSError) as exc:
-            message, _ = describe_error(exc, uri)
-            print(f"hostbroker {command} {name}: broker {info.broker_id}: {message}", file=err)
-            status = EXIT_BROKER
-    return results, status
-
-
-def _ids(ids) -> str:
-    ids = sorted(ids)
-    return f" on broker{'s' if len(ids) != 1 else ''} {', '.join(map(str, ids))}"
-
-
 def create_cluster(topic: str, partitions: int, configs: Iterable[str] = (), *,
                    zookeeper: str, replication_factor: int | None = None,
                    out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
@@ -499,7 +402,7 @@ def create_cluster(topic: str, partitions: int, configs: Iterable[str] = (), *,
     done, status = each_broker(
         "create", brokers, lambda info, c: c.create_topic(topic, partitions, configs), err)
     if done:
-        print(_created(topic, partitions, configs, _ids(done)), file=out)
+        print(_created(topic, partitions, configs, on_brokers(done)), file=out)
     return status
 
 
@@ -525,7 +428,7 @@ def delete_cluster(topic: str, *, zookeeper: str, out: TextIO = sys.stdout,
     results, status = each_broker("delete", live_brokers(zookeeper), work, err)
     deleted = [b for b, held in results.items() if held]
     if deleted:
-        print(f"deleted topic {topic}{_ids(deleted)}", file=out)
+        print(f"deleted topic {topic}{on_brokers(deleted)}", file=out)
     elif status == EXIT_OK:
         raise CommandError(f"no live broker holds topic {topic}")
     return status

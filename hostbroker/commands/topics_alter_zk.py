@@ -219,7 +219,7 @@ def _grown(client, topic: str, partitions: int, err: TextIO):
 def _alter_plain(zookeeper: str, topic: str, partitions, set_configs, delete_configs,
                  out: TextIO, err: TextIO) -> int:
     from hostbroker.client.errors import BrokerError
-    from hostbroker.commands.topics import _ids, each_broker, live_brokers
+    from hostbroker.commands.brokers import each_broker, live_brokers, on_brokers
     from hostbroker.errors import ErrorCode
 
     def work(info, client):
@@ -237,7 +237,7 @@ def _alter_plain(zookeeper: str, topic: str, partitions, set_configs, delete_con
         what = _what(None, set_configs, delete_configs)
         if partitions is not None:
             what = ", ".join(x for x in (f"{partitions} partitions on each", what) if x)
-        print(f"altered topic {topic}{_ids(altered)}: {what}", file=out)
+        print(f"altered topic {topic}{on_brokers(altered)}: {what}", file=out)
     elif status == EXIT_OK:
         raise CommandError(f"no topic {topic}")
     return status

@@ -70,8 +70,8 @@ def describe_cluster(topics: list[str], *, as_json: bool = False, zookeeper: str
     is named on stderr and makes the exit status 1."""
     from hostbroker.commands import replicated
     from hostbroker.commands.replicated import overrides_text
-    from hostbroker.commands.topics import _as_json, _name, _rows, _table, each_broker, \
-        live_brokers
+    from hostbroker.commands import topics_shown as shown
+    from hostbroker.commands.brokers import each_broker, live_brokers
     from hostbroker.errors import ErrorCode
 
     with replicated.zookeeper_client(zookeeper) as client:
@@ -125,7 +125,7 @@ def describe_cluster(topics: list[str], *, as_json: bool = False, zookeeper: str
                           "broker_configs": [{"broker": b, "config": c}
                                              for b, c in sorted(said.items())],
                           "partitions": [p for part in held[name]
-                                         for p in _as_json(part)["partitions"]]})
+                                         for p in shown.as_json(part)["partitions"]]})
         document = {
             "brokers": [{"broker": b.broker_id, "uris": b.uris()} for b in brokers],
             "topics": sorted(plain + documents, key=lambda t: t["topic"]),
@@ -134,7 +134,7 @@ def describe_cluster(topics: list[str], *, as_json: bool = False, zookeeper: str
         return status
     for name in sorted(held):
         parts = held[name]
-        errors = sorted({_name(t.error_code) for t in parts if t.error_code != ErrorCode.NONE})
+        errors = sorted({shown.error_name(t.error_code) for t in parts if t.error_code != ErrorCode.NONE})
         count = sum(len(t.partitions) for t in parts)
         print(f"topic: {name}  brokers: {len(parts)}  partitions: {count}"
               + (f"  error: {', '.join(errors)}" if errors else ""), file=out)
@@ -145,5 +145,5 @@ def describe_cluster(topics: list[str], *, as_json: bool = False, zookeeper: str
         else:
             for b, config in sorted(said.items()):
                 print(f"  config on broker {b}: {overrides_text(config)}", file=out)
-        _table([row for t in parts for row in _rows(t)], out)
+        shown.table([row for t in parts for row in shown.rows(t)], out)
     return status
