@@ -12,29 +12,18 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from hostbroker.commands import EXIT_BROKER, EXIT_OK
+from hostbroker.commands import EXIT_BROKER, EXIT_OK, CommandError
 
 
 def live_brokers(zookeeper: str) -> list:
     """The live brokers registered under ``zookeeper`` (BrokerInfo, by id), or a
     command error: usage for a bad connect string, 1 when ZooKeeper does not
     answer or no broker is registered."""
-    import logging
-
     from hostbroker.cluster.discovery import read_snapshot
-    from hostbroker.cluster.zk import ZooKeeperUnavailable, make_client
-    from hostbroker.commands import CommandError
+    from hostbroker.commands.replicated import zookeeper_client
 
-    logging.getLogger("kazoo").setLevel(logging.ERROR)
-    try:
-        client = make_client(zookeeper, 10000, 6000, key="--zookeeper")
-    except ZooKeeperUnavailable as exc:
-        raise CommandError(str(exc)) from None
-    try:
+    with zookeeper_client(zookeeper) as client:
         brokers = read_snapshot(client).brokers
-    finally:
-        client.stop()
-        client.close()
     if not brokers:
         raise CommandError(f"no live broker is registered in ZooKeeper at {zookeeper}")
     return [brokers[b] for b in sorted(brokers)]
