@@ -12,15 +12,13 @@ that many and counts the rest. Real broker, real hb-http, real sockets.
 
 from __future__ import annotations
 
-import http.client
-
 import pytest
 
 from hostbroker.client.coordinator_requests import CoordinatorClient
 from hostbroker.errors import ErrorCode
 from tests.integration.broker import Broker
 from tests.integration.wire_helpers import new_topic, stop_or_kill
-from tests.metrics.scrape import Parsed
+from tests.metrics.scrape import Parsed, scraped
 from tests.ports import free_port
 
 MAX_PARTITIONS = 6
@@ -47,16 +45,7 @@ def served(tmp_path_factory):
 
 
 def scrape(broker) -> Parsed:
-    host, port = broker.settings["http.listeners"].removeprefix("http://").rsplit(":", 1)
-    conn = http.client.HTTPConnection(host, int(port), timeout=30)
-    try:
-        conn.request("GET", "/metrics")
-        answer = conn.getresponse()
-        body = answer.read()
-        assert answer.status == 200, body
-        return Parsed(body)
-    finally:
-        conn.close()
+    return scraped(broker)
 
 
 def _member(broker, group: str, topic: str):

@@ -3,6 +3,8 @@ and a scrape's text parsed by ``prometheus_client``'s own parser."""
 
 from __future__ import annotations
 
+import http.client
+
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -56,3 +58,17 @@ class Parsed:
 
     def has(self, name: str, **labels) -> bool:
         return bool(self.series(name, **labels))
+
+
+def scraped(broker) -> Parsed:
+    """One ``GET /metrics`` of ``broker``'s HTTP listener, parsed (200 asserted)."""
+    host, port = broker.settings["http.listeners"].removeprefix("http://").rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        conn.request("GET", "/metrics")
+        answer = conn.getresponse()
+        body = answer.read()
+        assert answer.status == 200, body
+        return Parsed(body)
+    finally:
+        conn.close()

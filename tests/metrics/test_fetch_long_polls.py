@@ -6,8 +6,6 @@ from there to the partition's writer (``fetch.writer.polls``), which holds it
 
 from __future__ import annotations
 
-import http.client
-
 import pytest
 
 from hostbroker.log.message import encode_message_set
@@ -21,7 +19,7 @@ from tests.integration.wire_helpers import (
     wait_for,
     waiting,
 )
-from tests.metrics.scrape import Parsed
+from tests.metrics.scrape import scraped
 from tests.ports import free_port
 
 
@@ -36,16 +34,7 @@ def served(tmp_path_factory):
 
 
 def long_polls(broker) -> float:
-    host, port = broker.settings["http.listeners"].removeprefix("http://").rsplit(":", 1)
-    conn = http.client.HTTPConnection(host, int(port), timeout=30)
-    try:
-        conn.request("GET", "/metrics")
-        answer = conn.getresponse()
-        body = answer.read()
-        assert answer.status == 200, body
-    finally:
-        conn.close()
-    return Parsed(body).value("hostbroker_fetch_long_polls")
+    return scraped(broker).value("hostbroker_fetch_long_polls")
 
 
 def test_a_long_poll_held_by_the_writer_shows_in_a_scrape(served):
