@@ -17,6 +17,7 @@ import pytest
 from hostbroker.client.coordinator_requests import CoordinatorClient
 from hostbroker.commands.topics_alter_zk import alter_cluster
 from hostbroker.errors import ErrorCode
+from tests.replication.conftest import cluster  # noqa: F401 - fixture
 from tests.replication.support import (
     Feeder,
     Wire,
@@ -26,23 +27,6 @@ from tests.replication.support import (
     settled,
     state,
 )
-
-
-@pytest.fixture
-def cluster(make_broker, tmp_path, zookeeper, zk):
-    """Brokers 1, 2, 3 registered in the test's ZooKeeper, one of them the controller."""
-    from tests.replication.support import SETTINGS
-
-    brokers = {}
-    for broker_id in (1, 2, 3):
-        root = tmp_path / f"b{broker_id}"
-        root.mkdir()
-        brokers[broker_id] = make_broker(root=root, **{
-            **SETTINGS, "zookeeper.connect": zookeeper.connect, "broker.id": broker_id})
-    poll(lambda: sorted(zk.get_children("/brokers/ids")) == ["1", "2", "3"],
-         what="three brokers registered")
-    poll(lambda: zk.exists("/controller") is not None, what="a controller")
-    return brokers
 
 
 def alter(zookeeper, topic, partitions=None, set_configs=None, delete_configs=()) -> str:

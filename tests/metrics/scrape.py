@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import http.client
 
+import pytest
+
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -72,3 +74,11 @@ def scraped(broker) -> Parsed:
         return Parsed(body)
     finally:
         conn.close()
+
+
+@pytest.fixture(scope="module")
+def context(served):
+    """An ``HttpContext`` over the module's broker ``served`` (import it as a fixture)."""
+    ctx = context_of(served)
+    yield ctx
+    ctx.close()

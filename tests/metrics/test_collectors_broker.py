@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 
 import psutil
-import pytest
 
 from hostbroker.client.coordinator_requests import CoordinatorClient
 from hostbroker.errors import ErrorCode
@@ -22,16 +21,9 @@ from hostbroker.metrics.collectors import (
 from hostbroker.metrics.lag import GroupLag
 from tests.integration.conftest import make_broker  # noqa: F401 - fixture
 from tests.integration.wire_helpers import log_end, module_broker, new_topic, wait_for
-from tests.metrics.scrape import Parsed, collected, context_of
+from tests.metrics.scrape import Parsed, collected, context  # noqa: F401 - fixture
 
 served = module_broker()
-
-
-@pytest.fixture(scope="module")
-def context(served):
-    ctx = context_of(served)
-    yield ctx
-    ctx.close()
 
 
 def test_partition_offsets_are_what_the_broker_answers(served, context):

@@ -7,21 +7,12 @@ from __future__ import annotations
 import os
 import signal
 
-import pytest
-
 from hostbroker.log.message import encode_message_set
 from hostbroker.metrics.collectors import PartitionCollector, ProcessCollector
 from tests.integration.wire_helpers import module_broker, new_topic, wait_for
-from tests.metrics.scrape import Parsed, collected, context_of
+from tests.metrics.scrape import Parsed, collected, context  # noqa: F401 - fixture
 
 served = module_broker()
-
-
-@pytest.fixture(scope="module")
-def context(served):
-    ctx = context_of(served)
-    yield ctx
-    ctx.close()
 
 
 def test_a_replaced_worker_counts_a_restart_and_keeps_its_counts(served, context):
