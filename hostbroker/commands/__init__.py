@@ -31,8 +31,9 @@ configuration error, 1 for a broker that refused or could not be reached,
 3 for a log file that is not valid all the way (``dump-log``), 130 for
 Ctrl-C. A closed stdout (``| head``) ends a command quietly with status 0.
 The long-running commands (``produce``, ``consume``, ``mirror``) take SIGTERM
-as Ctrl-C (:func:`stop_on_sigterm`) and stop the normal way: producer
-flushed, offsets committed, status 0.
+as Ctrl-C (:func:`stop_on_sigterm`; ``mirror`` through :class:`StopRequests`,
+which never cuts a commit short) and stop the normal way: producer flushed,
+offsets committed, status 0.
 """
 
 from __future__ import annotations
@@ -72,6 +73,45 @@ def stop_on_sigterm() -> None:
         raise Stopped
 
     signal.signal(signal.SIGTERM, handler)
+
+
+class StopRequests:
+    """SIGTERM and Ctrl-C for a command whose main thread talks to brokers between
+    its waits (``mirror``): a stop is raised as :class:`Stopped` only while the main
+    thread is inside :meth:`waiting`; one that comes elsewhere (in the middle of a
+    commit, whose connection it would leave half-read) is remembered and raised when
+    the thread next enters :meth:`waiting`. Only the first one counts."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._waiting = False
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, self._handler)
+
+    def _handler(self, signum, frame) -> None:
+        if self.requested:
+            return
+        self.requested = True
+        if self._waiting:
+            self._waiting = False
+            raise Stopped
+
+    def waiting(self):
+        """A context in which a stop is raised at once (and at entry, if one came)."""
+        return _Waiting(self)
+
+
+class _Waiting:
+    def __init__(self, requests: StopRequests) -> None:
+        self.requests = requests
+
+    def __enter__(self) -> None:
+        if self.requests.requested:
+            raise Stopped
+        self.requests._waiting = True
+
+    def __exit__(self, *exc) -> None:
+        self.requests._waiting = False
 
 
 def usage_error(message: str) -> CommandError:

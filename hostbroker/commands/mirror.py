@@ -59,7 +59,7 @@ from hostbroker.commands import (
     describe_error,
     key_values,
     plural,
-    stop_on_sigterm,
+    StopRequests,
     usage_error,
 )
 from hostbroker.commands.console import check_zookeeper
@@ -269,8 +269,8 @@ def mirror(*, source: str | None = None, destination: str | None = None, topics_
     threads: list[threading.Thread] = []
     try:
         state.producer = dst.producer(producer_settings)
+        stops = StopRequests()
         state.connector = src.connector(consumer_config, state)
-        stop_on_sigterm()
         streams = state.connector.create_message_streams_by_filter(Whitelist(topics_regex),
                                                              num_streams)
         threads = [threading.Thread(target=state.run_stream, args=(stream,),
@@ -279,8 +279,11 @@ def mirror(*, source: str | None = None, destination: str | None = None, topics_
         for thread in threads:
             thread.start()
         try:
-            while not state.stop.wait(commit_interval_ms / 1000):
-                state.commit()
+            while True:
+                with stops.waiting():
+                    if state.stop.wait(commit_interval_ms / 1000):
+                        break
+                state.commit()  # not cut short by a stop: that waits for the next wait
         except (KeyboardInterrupt, Stopped):
             pass
         state.stop.set()

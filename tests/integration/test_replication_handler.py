@@ -193,15 +193,16 @@ def test_acks_all_waits_for_the_follower_and_min_insync_refuses(uri, served):
 
     def produce() -> None:
         with SimpleClient(uri) as client:
+            # (a long timeout: on a loaded machine the steps below may take seconds)
             result["answer"] = client.request(produce_request(topic, 0, data, acks=-1,
-                                                              timeout_ms=10000))
+                                                              timeout_ms=60000))
 
     thread = threading.Thread(target=produce)
     thread.start()
-    wait_for(lambda: replica_fetch(uri, topic, 0).log_end_offset == len(data))
+    assert wait_for(lambda: replica_fetch(uri, topic, 0).log_end_offset == len(data), 30)
     assert "answer" not in result  # held until the follower has it
     replica_fetch(uri, topic, len(data))
-    thread.join(15)
+    thread.join(60)
     [part] = result["answer"].partitions
     assert (part.error_code, part.base_offset) == (ErrorCode.NONE, 0)
     strict = new_topic("strict")
