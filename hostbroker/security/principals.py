@@ -1,0 +1,161 @@
+"""Who is on the other end of a connection: principals and identities.
+
+Owns: :class:`Principal` (``User:alice``, ``Group:ops``: a type and a name,
+as Kafka writes them), :class:`Identity` (the principal of one connection,
+the groups it belongs to and the host it comes from), and the three ways a
+connection gets one:
+
+- **a Unix socket**: the kernel's peer credentials (``SO_PEERCRED``, read by
+  the processor that holds the socket): :func:`from_peer_credentials` maps
+  the uid to ``User:<login name>`` and the uid's groups (its primary gid and
+  its supplementary groups, as ``/etc/group`` lists them) to
+  ``Group:<group name>``; a uid or gid without a name is ``User:uid=1234``
+  or ``Group:gid=1234``. The host is :data:`UNIX_HOST`.
+- **TLS**: the client certificate the handshake verified:
+  :func:`from_certificate` takes its subject's common name, ``User:<CN>``.
+- **plain TCP**: :data:`ANONYMOUS`, ``User:ANONYMOUS``, from the peer's
+  address.
+
+Pure: no sockets. The name lookups (``pwd``, ``grp``, ``os.getgrouplist``)
+are cached per process (:data:`LOOKUP_CACHE`), as a connection's identity is
+taken once, when its processor takes it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import grp
+import os
+import pwd
+
+MAX_NAME_BYTES = 255  # a principal's name, in UTF-8
+MAX_TYPE_BYTES = 32
+LOOKUP_CACHE = 4096  # uids and gids whose names a process remembers
+UNIX_HOST = "localhost"  # the host of every Unix socket connection
+
+
+@dataclasses.dataclass(frozen=True, slots=True, order=True)
+class Principal:
+    """``type:name``; both non-empty, the type letters only, the name
+    without control characters. ``User:*`` in an ACL stands for every
+    principal."""
+
+    type: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.type}:{self.name}"
+
+    @classmethod
+    def parse(cls, text: str) -> Principal:
+        """``Type:name``, or ValueError naming what is wrong."""
+        kind, colon, name = text.partition(":")
+        if not colon:
+            raise ValueError(f"principal {text[:80]!r}: expected TYPE:NAME, e.g. User:alice")
+        return cls.checked(kind, name)
+
+    @classmethod
+    def checked(cls, kind: str, name: str) -> Principal:
+        if not kind or not kind.isascii() or not kind.isalpha() \
+                or len(kind) > MAX_TYPE_BYTES:
+            raise ValueError(f"principal type {kind[:40]!r}: letters only, 1 to "
+                             f"{MAX_TYPE_BYTES} of them (User, Group)")
+        if not name:
+            raise ValueError(f"principal {kind}: the name is empty")
+        if len(name.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
+            raise ValueError(f"principal {kind}:{name[:40]}...: longer than "
+                             f"{MAX_NAME_BYTES} bytes")
+        if any(ord(c) < 0x20 or ord(c) == 0x7F or 0xD800 <= ord(c) <= 0xDFFF for c in name):
+            raise ValueError(f"principal {kind}:{name[:40]!r}: holds a control character")
+        return cls(kind, name)
+
+
+ANONYMOUS = Principal("User", "ANONYMOUS")
+EVERYONE = Principal("User", "*")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Identity:
+    """One connection's principal, the groups it is in, and where it comes from."""
+
+    principal: Principal
+    groups: tuple[Principal, ...] = ()
+    host: str = UNIX_HOST
+
+    def principals(self) -> tuple[Principal, ...]:
+        """The principal then its groups: what an ACL's principal may name."""
+        return (self.principal, *self.groups)
+
+
+@functools.lru_cache(maxsize=LOOKUP_CACHE)
+def user_name(uid: int) -> str | None:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return None
+
+
+@functools.lru_cache(maxsize=LOOKUP_CACHE)
+def group_name(gid: int) -> str | None:
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return None
+
+
+@functools.lru_cache(maxsize=LOOKUP_CACHE)
+def _group_ids(uid: int, gid: int) -> tuple[int, ...]:
+    name = user_name(uid)
+    ids = {gid}
+    if name is not None:
+        try:
+            ids.update(os.getgrouplist(name, gid))
+        except OSError:  # a user database that cannot list them: the primary group only
+            pass
+    return tuple(sorted(ids))
+
+
+def user_principal(uid: int) -> Principal:
+    name = user_name(uid)
+    return Principal("User", name if name is not None else f"uid={uid}")
+
+
+def group_principal(gid: int) -> Principal:
+    name = group_name(gid)
+    return Principal("Group", name if name is not None else f"gid={gid}")
+
+
+def from_peer_credentials(uid: int, gid: int) -> Identity:
+    """The identity of a Unix socket peer whose credentials are ``uid`` and ``gid``."""
+    return Identity(user_principal(uid), tuple(group_principal(g) for g in _group_ids(uid, gid)),
+                    UNIX_HOST)
+
+
+def common_name(certificate: dict) -> str | None:
+    """The subject's common name of a certificate as ``ssl.SSLSocket.getpeercert()``
+    gives it (the last CN when there are several, as a DN is read most specific
+    last), or None."""
+    found = None
+    for rdn in certificate.get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName":
+                found = value
+    return found
+
+
+def from_certificate(certificate: dict | None, host: str) -> Identity:
+    """The identity of a TLS peer: ``User:<CN>`` of its verified certificate;
+    :data:`ANONYMOUS` when it sent none (``ssl.client.auth=requested``).
+    ValueError when the certificate's CN is missing or not a principal's name."""
+    if not certificate:
+        return Identity(ANONYMOUS, (), host)
+    cn = common_name(certificate)
+    if cn is None:
+        raise ValueError("the client certificate has no common name (CN) to be its principal")
+    return Identity(Principal.checked("User", cn), (), host)
+
+
+def from_address(host: str) -> Identity:
+    """The identity of a plain TCP peer."""
+    return Identity(ANONYMOUS, (), host)
