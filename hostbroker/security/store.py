@@ -1,0 +1,142 @@
+"""The standalone broker's access control files: ``acls.json`` and ``quotas.json``.
+
+Owns: their bytes and their place (the first log dir, beside the offsets
+store), reading them bounded and writing them so a crash leaves the old or
+the new file (``hostbroker.log.files``: no symbolic link followed, a
+temporary file created exclusively, fsync, rename, fsync of the dir).
+
+``acls.json``::
+
+    {"version": 1, "acls": [{"resourceType": "Topic", "name": "orders",
+      "patternType": "Literal", "principal": "User:alice", "host": "*",
+      "operation": "Read", "permissionType": "Allow"}, ...]}
+
+sorted, one binding once. ``quotas.json``::
+
+    {"version": 1, "quotas": [{"entity": "User:alice", "producer_byte_rate": 1048576},
+      {"entity": "<default>", "request_rate": 1000}, ...]}
+
+A file that is missing is an empty set. One that cannot be read or does not
+decode (too large, not JSON, a bad entry, a symbolic link) is
+:class:`AccessFileError` naming the file and the problem in one line; the
+broker then denies everyone but ``super.users`` (ACLs) or bounds nobody
+(quotas), says so, and keeps serving (docs/security.md).
+
+Runs in the supervisor (at start) and the handler that answers an ACL or
+quota change (under the admin lock, which makes it the only writer).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from hostbroker.log.files import read_file, write_file_atomically
+from hostbroker.security.acl import AclBinding, binding_from_json, binding_to_json
+from hostbroker.security.principals import Principal
+from hostbroker.security.quota import DEFAULT_ENTITY, Quota, QuotaSet
+
+ACL_FILE = "acls.json"
+QUOTA_FILE = "quotas.json"
+BYTES_PER_BINDING = 512  # a file may hold this much per binding it may hold
+
+
+class AccessFileError(ValueError):
+    """An access control file that cannot be taken; its text is one line."""
+
+
+def _versioned(data: bytes, key: str) -> dict:
+    try:
+        document = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise ValueError("not JSON in UTF-8") from None
+    if not isinstance(document, dict) or document.get("version") != 1 \
+            or not isinstance(document.get(key), list):
+        raise ValueError(f'expected {{"version": 1, "{key}": [...]}}')
+    return document
+
+
+def encode_acls(bindings) -> bytes:
+    entries = [binding_to_json(b) for b in sorted(set(bindings))]
+    return json.dumps({"version": 1, "acls": entries}, indent=1, sort_keys=True).encode() + b"\n"
+
+
+def decode_acls(data: bytes, max_bindings: int) -> list[AclBinding]:
+    """The bindings ``data`` holds; ValueError naming what is wrong."""
+    document = _versioned(data, "acls")
+    entries = document["acls"]
+    if len(entries) > max_bindings:
+        raise ValueError(f"{len(entries)} ACLs, more than acl.max.bindings ({max_bindings})")
+    bindings = []
+    for i, entry in enumerate(entries):
+        try:
+            bindings.append(binding_from_json(entry))
+        except ValueError as exc:
+            raise ValueError(f"ACL {i}: {exc}") from None
+    return sorted(set(bindings))
+
+
+def encode_quotas(quotas: QuotaSet) -> bytes:
+    document = {"version": 1, "quotas": [{"entity": e, **q.as_dict()}
+                                         for e, q in sorted(quotas.entities.items())]}
+    return json.dumps(document, indent=1, sort_keys=True).encode() + b"\n"
+
+
+def decode_quotas(data: bytes, max_entities: int) -> QuotaSet:
+    """The set ``data`` holds; ValueError naming what is wrong."""
+    entries = _versioned(data, "quotas")["quotas"]
+    if len(entries) > max_entities:
+        raise ValueError(f"{len(entries)} quota entities, more than {max_entities}")
+    entities = {}
+    for entry in entries:
+        if not isinstance(entry, dict) or not isinstance(entry.get("entity"), str):
+            raise ValueError("a quota entry is not an object with an 'entity'")
+        entity = entry["entity"]
+        if entity != DEFAULT_ENTITY:
+            entity = str(Principal.parse(entity))
+        if entity in entities:
+            raise ValueError(f"quota entity {entity[:60]} is named twice")
+        entities[entity] = Quota().merged({k: v for k, v in entry.items() if k != "entity"})
+    return QuotaSet(entities)
+
+
+def _read(log_dir: str, name: str, limit: int) -> bytes | None:
+    path = os.path.join(log_dir, name)
+    try:
+        data = read_file(path, limit)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise AccessFileError(f"{path}: {exc.strerror or exc}") from None
+    if len(data) > limit:
+        raise AccessFileError(f"{path}: longer than {limit} bytes")
+    return data
+
+
+def read_acls(log_dir: str, max_bindings: int) -> list[AclBinding]:
+    """The ACLs of a broker whose first log dir is ``log_dir`` ([] without the file)."""
+    data = _read(log_dir, ACL_FILE, max_bindings * BYTES_PER_BINDING + 1024)
+    if data is None:
+        return []
+    try:
+        return decode_acls(data, max_bindings)
+    except ValueError as exc:
+        raise AccessFileError(f"{os.path.join(log_dir, ACL_FILE)}: {exc}") from None
+
+
+def write_acls(log_dir: str, bindings) -> None:
+    write_file_atomically(os.path.join(log_dir, ACL_FILE), encode_acls(bindings))
+
+
+def read_quotas(log_dir: str, max_entities: int) -> QuotaSet:
+    data = _read(log_dir, QUOTA_FILE, max_entities * BYTES_PER_BINDING + 1024)
+    if data is None:
+        return QuotaSet()
+    try:
+        return decode_quotas(data, max_entities)
+    except ValueError as exc:
+        raise AccessFileError(f"{os.path.join(log_dir, QUOTA_FILE)}: {exc}") from None
+
+
+def write_quotas(log_dir: str, quotas: QuotaSet) -> None:
+    write_file_atomically(os.path.join(log_dir, QUOTA_FILE), encode_quotas(quotas))
