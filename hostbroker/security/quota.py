@@ -26,22 +26,22 @@ import math
 
 QUOTA_KEYS = ("producer_byte_rate", "consumer_byte_rate", "request_rate")
 DEFAULT_ENTITY = "<default>"  # the entity of the bounds every principal without its own has
-MAX_RATE = 2**53  # a bound past this is refused (a float holds every integer below it)
+MAX_RATE = 2**53  # a bound past this is refused (a rate is worked out in floats)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Quota:
-    producer_byte_rate: float | None = None
-    consumer_byte_rate: float | None = None
-    request_rate: float | None = None
+    producer_byte_rate: int | None = None
+    consumer_byte_rate: int | None = None
+    request_rate: int | None = None
 
-    def merged(self, changes: dict[str, float | None]) -> Quota:
+    def merged(self, changes: dict[str, int | None]) -> Quota:
         """This quota with ``changes`` applied (a None value removes that bound)."""
         for key, value in changes.items():
             check_bound(key, value)
         return dataclasses.replace(self, **changes)
 
-    def as_dict(self) -> dict[str, float]:
+    def as_dict(self) -> dict[str, int]:
         return {k: getattr(self, k) for k in QUOTA_KEYS if getattr(self, k) is not None}
 
     @property
@@ -54,9 +54,8 @@ def check_bound(key: str, value) -> None:
         raise ValueError(f"quota {key[:40]!r}: expected one of {', '.join(QUOTA_KEYS)}")
     if value is None:
         return
-    if isinstance(value, bool) or not isinstance(value, (int, float)) \
-            or not math.isfinite(value) or not 0 < value <= MAX_RATE:
-        raise ValueError(f"quota {key} {value!r}: expected a number above 0, at most {MAX_RATE}")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_RATE:
+        raise ValueError(f"quota {key} {value!r}: expected a whole number from 1 to {MAX_RATE}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,7 +67,7 @@ class QuotaSet:
     def of(self, principal: str) -> Quota:
         return self.entities.get(principal) or self.entities.get(DEFAULT_ENTITY) or Quota()
 
-    def changed(self, entity: str, changes: dict[str, float | None]) -> QuotaSet:
+    def changed(self, entity: str, changes: dict[str, int | None]) -> QuotaSet:
         quota = self.entities.get(entity, Quota()).merged(changes)
         entities = dict(self.entities)
         if quota.empty:

@@ -10,7 +10,7 @@ def test_bounds_are_checked_and_changed_by_key():
     q = Quota().merged({"producer_byte_rate": 1000})
     assert q.as_dict() == {"producer_byte_rate": 1000}
     assert q.merged({"producer_byte_rate": None}).empty
-    for bad in (0, -1, float("inf"), float("nan"), True, "10", 2**54):
+    for bad in (0, -1, 1.5, float("inf"), float("nan"), True, "10", 2**54):
         with pytest.raises(ValueError, match="producer_byte_rate"):
             Quota().merged({"producer_byte_rate": bad})
     with pytest.raises(ValueError, match="expected one of"):
