@@ -52,6 +52,10 @@ class ErrorCode(enum.IntEnum):
     LOG_DIR_NOT_FOUND = 31
     # changing a topic (docs/spec/protocol.md, "ALTER_TOPIC (19)")
     INVALID_PARTITIONS = 32
+    # access control (docs/spec/protocol.md, "Access control")
+    TOPIC_AUTHORIZATION_FAILED = 33
+    GROUP_AUTHORIZATION_FAILED = 34
+    CLUSTER_AUTHORIZATION_FAILED = 35
 
 
 class HostbrokerError(Exception):
