@@ -63,8 +63,10 @@ def encode_acls(bindings) -> bytes:
 
 def decode_acls(data: bytes, max_bindings: int) -> list[AclBinding]:
     """The bindings ``data`` holds; ValueError naming what is wrong."""
-    document = _versioned(data, "acls")
-    entries = document["acls"]
+    return _bindings(_versioned(data, "acls")["acls"], max_bindings)
+
+
+def _bindings(entries: list, max_bindings: int) -> list[AclBinding]:
     if len(entries) > max_bindings:
         raise ValueError(f"{len(entries)} ACLs, more than acl.max.bindings ({max_bindings})")
     bindings = []
@@ -84,7 +86,10 @@ def encode_quotas(quotas: QuotaSet) -> bytes:
 
 def decode_quotas(data: bytes, max_entities: int) -> QuotaSet:
     """The set ``data`` holds; ValueError naming what is wrong."""
-    entries = _versioned(data, "quotas")["quotas"]
+    return _quota_set(_versioned(data, "quotas")["quotas"], max_entities)
+
+
+def _quota_set(entries: list, max_entities: int) -> QuotaSet:
     if len(entries) > max_entities:
         raise ValueError(f"{len(entries)} quota entities, more than {max_entities}")
     entities = {}
@@ -98,6 +103,25 @@ def decode_quotas(data: bytes, max_entities: int) -> QuotaSet:
             raise ValueError(f"quota entity {entity[:60]} is named twice")
         entities[entity] = Quota().merged({k: v for k, v in entry.items() if k != "entity"})
     return QuotaSet(entities)
+
+
+def encode_published(bindings, quotas: QuotaSet) -> bytes:
+    """The one document every process reads (``shm/published.py``): the ACLs
+    and the quotas together, compact JSON."""
+    document = {"version": 1, "acls": [binding_to_json(b) for b in sorted(set(bindings))],
+                "quotas": [{"entity": e, **q.as_dict()}
+                           for e, q in sorted(quotas.entities.items())]}
+    return json.dumps(document, separators=(",", ":"), sort_keys=True).encode()
+
+
+def decode_published(data: bytes, max_bindings: int,
+                     max_entities: int) -> tuple[list[AclBinding], QuotaSet]:
+    """What :func:`encode_published` wrote; ValueError naming what is wrong."""
+    document = _versioned(data, "acls")
+    if not isinstance(document.get("quotas"), list):
+        raise ValueError('expected "quotas": [...]')
+    return (_bindings(document["acls"], max_bindings),
+            _quota_set(document["quotas"], max_entities))
 
 
 def _read(log_dir: str, name: str, limit: int) -> bytes | None:

@@ -71,3 +71,15 @@ def test_a_bad_quota_file_is_one_line(tmp_path):
         b'{"version": 1, "quotas": [{"entity": "User:a", "request_rate": -1}]}')
     with pytest.raises(AccessFileError, match="request_rate"):
         read_quotas(str(tmp_path), 10)
+
+
+def test_the_published_document_holds_both_and_is_checked():
+    from hostbroker.security.store import decode_published, encode_published
+
+    quotas = QuotaSet().changed("User:alice", {"consumer_byte_rate": 99})
+    data = encode_published([binding(2), binding(1)], quotas)
+    assert decode_published(data, 10, 10) == ([binding(1), binding(2)], quotas)
+    with pytest.raises(ValueError, match="acl.max.bindings"):
+        decode_published(data, 1, 10)
+    with pytest.raises(ValueError, match="quotas"):
+        decode_published(b'{"version": 1, "acls": []}', 10, 10)

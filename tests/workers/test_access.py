@@ -1,0 +1,49 @@
+"""A process's view of the published ACLs and quotas, over real shared memory."""
+
+from hostbroker.security.acl import AclBinding, Operation, PatternType, Permission, ResourceType
+from hostbroker.security.principals import Identity, Principal
+from hostbroker.security.quota import QuotaSet
+from hostbroker.security.store import encode_published
+from hostbroker.shm.published import PublishedDocument
+from hostbroker.workers.access import AccessView
+from tests.shm.conftest import created, names  # noqa: F401 (fixtures)
+
+ALICE = Identity(Principal("User", "alice"))
+ROOT = Identity(Principal("User", "root"))
+T = ResourceType.TOPIC
+
+
+def read_orders():
+    return AclBinding.checked(T, "orders", PatternType.LITERAL, ALICE.principal, "*",
+                              Operation.READ, Permission.ALLOW)
+
+
+def test_the_view_follows_the_generation_and_survives_a_bad_document(created):
+    said = []
+    doc = created(PublishedDocument, "pdoc", 1 << 16, encode_published([], QuotaSet()))
+    view = AccessView(doc, enabled=True, super_users=[ROOT.principal], say=said.append)
+    first = view.authorizer()
+    assert not first.authorize(ALICE, Operation.READ, T, "orders")
+    assert view.authorizer() is first  # same generation: nothing rebuilt
+    quotas = QuotaSet().changed("User:alice", {"request_rate": 5})
+    doc.publish(encode_published([read_orders()], quotas))
+    assert view.authorizer().authorize(ALICE, Operation.READ, T, "orders")
+    assert view.quotas() == quotas
+    doc.publish(b"{not json")
+    bad = view.authorizer()
+    assert not bad.authorize(ALICE, Operation.READ, T, "orders")
+    assert bad.authorize(ROOT, Operation.DELETE, T, "orders")  # super users still may
+    assert view.quotas() == QuotaSet() and len(said) == 1 and "cannot be read" in said[0]
+    doc.publish(b"{also not json")
+    view.authorizer()
+    assert len(said) == 1  # said once
+    doc.publish(encode_published([read_orders()], quotas))
+    assert view.authorizer().authorize(ALICE, Operation.READ, T, "orders")
+    assert "read again" in said[-1]
+
+
+def test_with_the_authorizer_off_there_is_none_but_quotas_are_read(created):
+    quotas = QuotaSet().changed("<default>", {"producer_byte_rate": 1000})
+    doc = created(PublishedDocument, "pdoc", 4096, encode_published([], quotas))
+    view = AccessView(doc, enabled=False)
+    assert view.authorizer() is None and view.quotas() == quotas
