@@ -22,6 +22,7 @@ from hostbroker.errors import ConfigError
 from hostbroker.listeners import parse_listener
 from hostbroker.settings_http import HTTP_LIST_CHECKS, HTTP_SETTINGS
 from hostbroker.settings_logdirs import LOGDIRS_SETTINGS
+from hostbroker.settings_security import SECURITY_CHECKS, SECURITY_SETTINGS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -461,6 +462,8 @@ SETTINGS: tuple[Setting, ...] = (
     *(Setting(k, t, d, doc, HTTP_LIST_CHECKS[k], kind="list", empty_ok=True)
       if k in HTTP_LIST_CHECKS else Setting(k, t, d, doc, bounds and _between(*bounds))
       for k, t, d, doc, bounds in HTTP_SETTINGS),
+    *(Setting(k, t, d, doc, SECURITY_CHECKS.get(k) or (bounds and _between(*bounds)))
+      for k, t, d, doc, bounds in SECURITY_SETTINGS),
 )
 
 SETTINGS_BY_KEY: dict[str, Setting] = {s.key: s for s in SETTINGS}

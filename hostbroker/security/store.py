@@ -105,23 +105,49 @@ def _quota_set(entries: list, max_entities: int) -> QuotaSet:
     return QuotaSet(entities)
 
 
-def encode_published(bindings, quotas: QuotaSet) -> bytes:
+def encode_published(bindings, quotas: QuotaSet, refused: str | None = None) -> bytes:
     """The one document every process reads (``shm/published.py``): the ACLs
-    and the quotas together, compact JSON."""
+    and the quotas together, compact JSON. ``refused`` (one line) says the
+    ACLs could not be read where they are kept: every process then allows
+    the super users only, quietly (whoever published it said why)."""
     document = {"version": 1, "acls": [binding_to_json(b) for b in sorted(set(bindings))],
                 "quotas": [{"entity": e, **q.as_dict()}
                            for e, q in sorted(quotas.entities.items())]}
+    if refused is not None:
+        document["aclsRefused"] = refused
     return json.dumps(document, separators=(",", ":"), sort_keys=True).encode()
 
 
 def decode_published(data: bytes, max_bindings: int,
-                     max_entities: int) -> tuple[list[AclBinding], QuotaSet]:
-    """What :func:`encode_published` wrote; ValueError naming what is wrong."""
+                     max_entities: int) -> tuple[list[AclBinding] | None, QuotaSet]:
+    """What :func:`encode_published` wrote: the bindings (None when refused)
+    and the quotas; ValueError naming what is wrong."""
     document = _versioned(data, "acls")
     if not isinstance(document.get("quotas"), list):
         raise ValueError('expected "quotas": [...]')
-    return (_bindings(document["acls"], max_bindings),
-            _quota_set(document["quotas"], max_entities))
+    quotas = _quota_set(document["quotas"], max_entities)
+    if "aclsRefused" in document:
+        return None, quotas
+    return _bindings(document["acls"], max_bindings), quotas
+
+
+def load_published(log_dir: str, max_bindings: int, max_entities: int,
+                   say) -> bytes:
+    """The document a standalone broker publishes at start, from its files: a
+    file that cannot be taken is said in one line (``say``) and, for the
+    ACLs, refuses everyone but the super users until it is mended."""
+    refused = None
+    try:
+        bindings = read_acls(log_dir, max_bindings)
+    except AccessFileError as exc:
+        bindings, refused = [], str(exc)
+        say(f"{exc}; denying all but super.users until it is mended")
+    try:
+        quotas = read_quotas(log_dir, max_entities)
+    except AccessFileError as exc:
+        quotas = QuotaSet()
+        say(f"{exc}; no quotas until it is mended")
+    return encode_published(bindings, quotas, refused)
 
 
 def _read(log_dir: str, name: str, limit: int) -> bytes | None:

@@ -70,8 +70,9 @@ class PublishedDocument(Structure):
             raise ValueError(f"a document of {len(document)} bytes in {capacity}")
         region, opened = cls._open(region_or_name, cls.region_size(capacity))
         try:
-            size = cls.region_size(capacity)
-            region.buf[:size] = bytes(size)
+            # (only the header: what lies past the document's length is never read,
+            # and a region of acl.max.bytes is not all touched at start)
+            region.buf[:_HEADER] = bytes(_HEADER)
             cls._stamp(region.buf)
             _CAPACITY_LENGTH.pack_into(region.buf, _AT_CAPACITY, capacity, len(document))
             region.buf[_HEADER:_HEADER + len(document)] = document

@@ -12,19 +12,33 @@ super users only, said once in the broker log; the next good document ends
 it. With the authorizer off (``authorizer.enable`` false) there is none:
 everything is allowed, and only the quotas are read.
 
-Used by the processors and handlers (one view each); nothing here writes.
+The broker's own user over the Unix socket (the uid this process runs as,
+at :data:`~hostbroker.security.principals.UNIX_HOST`) is a super user
+whatever ``super.users`` says: it can read the broker's files anyway, and
+hb-http and the tools run as it reach the broker that way
+(:meth:`AccessView.allows`, the one check every route makes).
+
+Also owns the document's start: :func:`publish_at_start` (the supervisor,
+before any fork: the standalone files, or in cluster mode nothing but the
+super users until hb-registrar has read ZooKeeper) and :func:`open_access`
+(a worker's view, from the plan and the settings).
+
+Used by the processors and handlers (one view each).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Iterable
 
-from hostbroker.security.authorizer import Authorizer
-from hostbroker.security.principals import Principal
+from hostbroker.security.acl import Operation, ResourceType
+from hostbroker.security.authorizer import Authorizer, parse_super_users
+from hostbroker.security.principals import UNIX_HOST, Identity, Principal, user_principal
 from hostbroker.security.quota import QuotaSet
-from hostbroker.security.store import decode_published
+from hostbroker.security.store import decode_published, encode_published, load_published
 from hostbroker.shm.published import PublishedDocument, TornDocumentError
+from hostbroker.shm.region import SharedRegion
 
 
 def _say(line: str) -> None:
@@ -45,6 +59,7 @@ class AccessView:
         self.max_bindings, self.max_entities = max_bindings, max_entities
         self.cache_entries = cache_entries
         self.say = say
+        self.own = user_principal(os.geteuid())
         self._generation = -1
         self._authorizer: Authorizer | None = None
         self._quotas = QuotaSet()
@@ -69,6 +84,8 @@ class AccessView:
                 self.say("the published ACLs and quotas are read again")
             self._failed = False
             allow_if_no_acl = self.allow_if_no_acl
+            if bindings is None:  # refused where they are kept (said there)
+                bindings, allow_if_no_acl = [], False
         self._generation = generation
         self._quotas = quotas
         self._authorizer = Authorizer(bindings, super_users=self.super_users,
@@ -85,3 +102,51 @@ class AccessView:
     def quotas(self) -> QuotaSet:
         self._refresh()
         return self._quotas
+
+    def allows(self, identity: Identity, operation: Operation, resource_type: ResourceType,
+               name: str) -> bool:
+        """May ``identity`` do ``operation`` on the resource: everything with the
+        authorizer off, and for the broker's own user over the Unix socket."""
+        if not self.enabled:
+            return True
+        if identity.host == UNIX_HOST and identity.principal == self.own:
+            return True
+        return self.authorizer().authorize(identity, operation, resource_type, name)
+
+
+def publish_at_start(name: str, log_dir: str, config,
+                     say: Callable[[str], None] = _say) -> SharedRegion:
+    """Create the region ``name`` of ``acl.max.bytes`` and publish the first
+    document: a standalone broker's ``acls.json`` and ``quotas.json`` (from its
+    first log dir; one that cannot be taken is said once, and a bad ACL file
+    allows the super users only), a cluster member's nothing but the super
+    users until hb-registrar has read ZooKeeper's."""
+    capacity = config["acl.max.bytes"]
+    if config["zookeeper.connect"].strip():
+        data = encode_published([], QuotaSet(), refused="not read from ZooKeeper yet")
+    else:
+        data = load_published(log_dir, config["acl.max.bindings"],
+                              config["quota.max.principals"], say)
+        if len(data) > capacity:
+            say(f"the ACLs and quotas take {len(data)} bytes, more than acl.max.bytes "
+                f"({capacity}); denying all but super.users until it is raised")
+            data = encode_published([], QuotaSet(), refused="longer than acl.max.bytes")
+    region = SharedRegion.create(name, PublishedDocument.region_size(capacity))
+    try:
+        PublishedDocument.create(region, capacity, data)
+    except BaseException:
+        region.close()
+        region.unlink()
+        raise
+    return region
+
+
+def open_access(plan, config, readonly: bool = True) -> AccessView:
+    """A worker's view of the broker's ACLs and quotas (``plan.access_name``)."""
+    document = PublishedDocument.attach(plan.access_name, readonly)
+    return AccessView(document, enabled=config["authorizer.enable"],
+                      super_users=parse_super_users(config["super.users"]),
+                      allow_if_no_acl=config["allow.everyone.if.no.acl.found"],
+                      max_bindings=config["acl.max.bindings"],
+                      max_entities=config["quota.max.principals"],
+                      cache_entries=config["acl.cache.entries"])

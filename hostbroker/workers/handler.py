@@ -71,6 +71,7 @@ from hostbroker.shm import procs
 from hostbroker.shm.adminlock import AdminLock
 from hostbroker.shm.partitions import PartitionTable
 from hostbroker.workers import envelopes as env
+from hostbroker.workers.access import open_access
 from hostbroker.workers.answers import TableAnswers, broker_list
 from hostbroker.workers.base import Worker, now_ms
 from hostbroker.workers.handler_alter import TopicAlter
@@ -119,6 +120,7 @@ class HandlerWorker(TopicAdmin, TopicAlter, Fetching, Replication, LogDirsReques
         self.lock = AdminLock.attach(plan.admin_lock_key,
                                      self.config["admin.lock.timeout.ms"] / 1000)
         self.view = TopicView(self.table, plan.log_dirs, self.defaults)
+        self.access = open_access(plan, self.config)  # ACLs and quotas (docs/security.md)
         self.requests = [self.receiver("req", p, self.index) for p in range(plan.num_processors)]
         # the writers' rings, bells and epochs, then the coordinator's (plan.coordinator_peer)
         self.coordinator = plan.coordinator_peer

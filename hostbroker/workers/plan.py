@@ -172,6 +172,11 @@ class BrokerPlan:
         return self.shm_prefix + "replnames"
 
     @property
+    def access_name(self) -> str:
+        """The ACLs and quotas every process reads (``shm/published.py``)."""
+        return self.shm_prefix + "access"
+
+    @property
     def logdirs_name(self) -> str:
         """The state of each log dir, by writer index (``shm/logdirs.py``)."""
         return self.shm_prefix + "logdirs"

@@ -74,6 +74,7 @@ from hostbroker.protocol import api
 from hostbroker.shm import procs
 from hostbroker.shm.partitions import PartitionTable
 from hostbroker.workers import envelopes as env
+from hostbroker.workers.access import open_access
 from hostbroker.workers.answers import TableAnswers, broker_list
 from hostbroker.workers.base import Worker
 from hostbroker.workers.connection import CLOSE, END, RECV_CHUNK, Buffers, Connection
@@ -152,6 +153,7 @@ class ProcessorWorker(Connections, FrameReading, RingClaims, LocalFetching, Grou
             [(r, r.has_unread, bell) for r, bell in zip(self.responses, self.handler_bells)]
             + [(r, r.has_unread, bell) for r, bell in zip(self.writer_answers, self.writer_bells)])
         self.files = SegmentFiles(config["segment.fd.cache.size"])
+        self.access = open_access(plan, self.config)  # ACLs and quotas (docs/security.md)
         self.stats = Recorder(plan, self.kind, self.index)
         self._api_request = self.stats.request
         self.table_answers = None  # METADATA and OFFSETS answered here (processor_frames)

@@ -85,6 +85,7 @@ from hostbroker.shm.stats import ApiStats, PartitionStats
 from hostbroker.shm.ring import Ring
 from hostbroker.shm.topicnames import ReplicatedNames
 from hostbroker.web.auth import AdminTokenError, load_admin_token
+from hostbroker.workers.access import publish_at_start
 from hostbroker.workers.acceptor import AcceptorWorker
 from hostbroker.workers.coordinator import CoordinatorWorker
 from hostbroker.workers.base import child_main, die_with_parent, set_process_name
@@ -217,6 +218,7 @@ class Supervisor(Respawn):
         self._make_stats_tables()
         # (standalone too: a standalone broker takes LEADER_AND_ISR by hand, as tests do)
         self._make_replication_tables()
+        self.regions.append(publish_at_start(plan.access_name, plan.log_dirs[0], config))
         self.admin_lock = AdminLock.create(plan.token)
         plan.admin_lock_key = self.admin_lock.key
         for kind, index in plan.workers():

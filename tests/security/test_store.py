@@ -83,3 +83,23 @@ def test_the_published_document_holds_both_and_is_checked():
         decode_published(data, 1, 10)
     with pytest.raises(ValueError, match="quotas"):
         decode_published(b'{"version": 1, "acls": []}', 10, 10)
+
+
+def test_what_a_broker_publishes_at_start_from_its_files(tmp_path):
+    from hostbroker.security.store import decode_published, load_published
+
+    said = []
+    quotas = QuotaSet().changed("User:alice", {"request_rate": 7})
+    write_acls(str(tmp_path), [binding(1)])
+    write_quotas(str(tmp_path), quotas)
+    data = load_published(str(tmp_path), 10, 10, said.append)
+    assert decode_published(data, 10, 10) == ([binding(1)], quotas) and said == []
+    (tmp_path / ACL_FILE).write_bytes(b"{broken")
+    data = load_published(str(tmp_path), 10, 10, said.append)
+    assert decode_published(data, 10, 10) == (None, quotas)  # refused: super users only
+    assert len(said) == 1 and ACL_FILE in said[0] and "super.users" in said[0]
+    write_acls(str(tmp_path), [binding(1)])
+    (tmp_path / QUOTA_FILE).write_bytes(b"[]")
+    data = load_published(str(tmp_path), 10, 10, said.append)
+    assert decode_published(data, 10, 10) == ([binding(1)], QuotaSet())
+    assert len(said) == 2 and QUOTA_FILE in said[1] and "no quotas" in said[1]

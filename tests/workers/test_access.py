@@ -47,3 +47,15 @@ def test_with_the_authorizer_off_there_is_none_but_quotas_are_read(created):
     doc = created(PublishedDocument, "pdoc", 4096, encode_published([], quotas))
     view = AccessView(doc, enabled=False)
     assert view.authorizer() is None and view.quotas() == quotas
+
+
+def test_a_refused_document_allows_the_super_users_only_and_says_nothing(created):
+    said = []
+    doc = created(PublishedDocument, "pdoc", 4096,
+                  encode_published([read_orders()], QuotaSet(), refused="acls.json: bad"))
+    view = AccessView(doc, enabled=True, super_users=[ROOT.principal], allow_if_no_acl=True,
+                      say=said.append)
+    authorizer = view.authorizer()
+    assert not authorizer.authorize(ALICE, Operation.READ, T, "orders")
+    assert not authorizer.authorize(ALICE, Operation.READ, T, "unnamed")  # no allow-if-no-acl
+    assert authorizer.authorize(ROOT, Operation.READ, T, "orders") and said == []
