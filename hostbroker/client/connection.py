@@ -52,7 +52,7 @@ from typing import Any, NamedTuple
 
 from hostbroker.client.errors import BrokerError, ConnectionClosedError
 from hostbroker.errors import ProtocolError
-from hostbroker.protocol import api, logdirs, replication, topics_admin
+from hostbroker.protocol import acls, api, logdirs, replication, topics_admin
 from hostbroker.protocol.primitives import Buffer
 
 DEFAULT_TIMEOUT = 30.0
@@ -73,10 +73,12 @@ _FETCH_PARTITION_OVERHEAD = 2 + 32767 + 4 + 2 + 8 + 4 + 8
 
 _REPLICATION_REQUESTS = frozenset(replication.REPLICATION_REQUEST_TYPES.values()) \
     | frozenset(logdirs.LOGDIRS_REQUEST_TYPES.values()) \
-    | frozenset(topics_admin.TOPICS_ADMIN_REQUEST_TYPES.values())
+    | frozenset(topics_admin.TOPICS_ADMIN_REQUEST_TYPES.values()) \
+    | frozenset(acls.ACLS_REQUEST_TYPES.values())
 _REPLICATION_RESPONSES = {**replication.REPLICATION_RESPONSE_TYPES,
                           **logdirs.LOGDIRS_RESPONSE_TYPES,
-                          **topics_admin.TOPICS_ADMIN_RESPONSE_TYPES}
+                          **topics_admin.TOPICS_ADMIN_RESPONSE_TYPES,
+                          **acls.ACLS_RESPONSE_TYPES}
 
 
 class NotABrokerError(ProtocolError):

@@ -94,6 +94,13 @@ class ApiKey(enum.IntEnum):
     ALTER_TOPIC = 19
     LIST_OFFSET_GROUPS = 20
     DESCRIBE_TOPIC_CONFIGS = 21
+    # Access control (docs/spec/protocol.md, "Access control"): these keys are in
+    # hostbroker.protocol.acls.
+    CREATE_ACLS = 22
+    DELETE_ACLS = 23
+    DESCRIBE_ACLS = 24
+    ALTER_QUOTAS = 25
+    DESCRIBE_QUOTAS = 26
 
 
 API_VERSION = 0

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
 
 from hostbroker.errors import ErrorCode, ProtocolError
-from hostbroker.protocol import api, groups, logdirs, topics_admin
+from hostbroker.protocol import acls, api, groups, logdirs, topics_admin
 from hostbroker.protocol.bodies import ApiKey, MetadataBroker, TopicConfigEntry
 from hostbroker.protocol.controller_requests import (
     BrokerEndpoint,
@@ -385,14 +385,17 @@ def decode_request(frame: Buffer, max_entries: int | None = None
 
 def decode_any_request(frame: Buffer, max_entries: int | None = None):
     """Header and body of any request the broker knows: this module's, those
-    of :mod:`~hostbroker.protocol.logdirs` and
-    :mod:`~hostbroker.protocol.topics_admin`, the group APIs, and version 0
+    of :mod:`~hostbroker.protocol.logdirs`,
+    :mod:`~hostbroker.protocol.topics_admin` and :mod:`~hostbroker.protocol.acls`
+    (keys 22-26), the group APIs, and version 0
     (as :func:`hostbroker.protocol.groups.decode_any_request`)."""
     header = api.decode_request_header(frame)
     version = (header.api_key, header.api_version)
     request_type = (REPLICATION_REQUEST_TYPES.get(version)
                     or logdirs.LOGDIRS_REQUEST_TYPES.get(version)
-                    or topics_admin.TOPICS_ADMIN_REQUEST_TYPES.get(version))
+                    or topics_admin.TOPICS_ADMIN_REQUEST_TYPES.get(version)
+                    or (acls.ACLS_REQUEST_TYPES.get(version)  # keys 22-26 (WHOAMI: its own)
+                        if header.api_key != acls.WHOAMI else None))
     if request_type is None:
         return groups.decode_any_request(frame, max_entries)
     request = api.decode_body(request_type, frame, header.body_offset, max_entries)
@@ -439,6 +442,8 @@ def decode_response(frame: Buffer, cls: type) -> tuple[int, ReplicationResponse]
         return topics_admin.decode_response(frame, cls)
     if cls in logdirs.LOGDIRS_RESPONSE_TYPES.values():
         return logdirs.decode_response(frame, cls)
+    if cls in acls.ACLS_RESPONSE_TYPES.values():
+        return acls.decode_response(frame, cls)
     if cls not in REPLICATION_RESPONSE_TYPES.values():
         raise ValueError(f"{cls!r} is not a replication response")
     correlation_id, response = api.decode_response_as(cls, frame)

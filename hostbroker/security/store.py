@@ -90,8 +90,10 @@ def decode_quotas(data: bytes, max_entities: int) -> QuotaSet:
 
 
 def _quota_set(entries: list, max_entities: int) -> QuotaSet:
-    if len(entries) > max_entities:
-        raise ValueError(f"{len(entries)} quota entities, more than {max_entities}")
+    # max_entities principals of their own, and the default besides
+    if len(entries) > max_entities + 1:
+        raise ValueError(f"{len(entries)} quota entities, more than quota.max.principals "
+                         f"({max_entities}) and the default")
     entities = {}
     for entry in entries:
         if not isinstance(entry, dict) or not isinstance(entry.get("entity"), str):
@@ -102,6 +104,10 @@ def _quota_set(entries: list, max_entities: int) -> QuotaSet:
         if entity in entities:
             raise ValueError(f"quota entity {entity[:60]} is named twice")
         entities[entity] = Quota().merged({k: v for k, v in entry.items() if k != "entity"})
+    named = len(entities) - (DEFAULT_ENTITY in entities)
+    if named > max_entities:
+        raise ValueError(f"{named} principals with quotas, more than quota.max.principals "
+                         f"({max_entities})")
     return QuotaSet(entities)
 
 
@@ -122,13 +128,22 @@ def decode_published(data: bytes, max_bindings: int,
                      max_entities: int) -> tuple[list[AclBinding] | None, QuotaSet]:
     """What :func:`encode_published` wrote: the bindings (None when refused)
     and the quotas; ValueError naming what is wrong."""
+    bindings, quotas, _ = decode_published_document(data, max_bindings, max_entities)
+    return bindings, quotas
+
+
+def decode_published_document(data: bytes, max_bindings: int, max_entities: int
+                              ) -> tuple[list[AclBinding] | None, QuotaSet, str | None]:
+    """As :func:`decode_published`, and the line saying why the ACLs were
+    refused (None when they were not)."""
     document = _versioned(data, "acls")
     if not isinstance(document.get("quotas"), list):
         raise ValueError('expected "quotas": [...]')
     quotas = _quota_set(document["quotas"], max_entities)
     if "aclsRefused" in document:
-        return None, quotas
-    return _bindings(document["acls"], max_bindings), quotas
+        refused = document["aclsRefused"]
+        return None, quotas, refused if isinstance(refused, str) else "refused"
+    return _bindings(document["acls"], max_bindings), quotas, None
 
 
 def load_published(log_dir: str, max_bindings: int, max_entities: int,
@@ -163,9 +178,19 @@ def _read(log_dir: str, name: str, limit: int) -> bytes | None:
     return data
 
 
+def acl_file_bytes(max_bindings: int) -> int:
+    """The longest ``acls.json`` read (a longer one is refused, not read)."""
+    return max_bindings * BYTES_PER_BINDING + 1024
+
+
+def quota_file_bytes(max_entities: int) -> int:
+    """The longest ``quotas.json`` read (the default's entry besides the principals')."""
+    return (max_entities + 1) * BYTES_PER_BINDING + 1024
+
+
 def read_acls(log_dir: str, max_bindings: int) -> list[AclBinding]:
     """The ACLs of a broker whose first log dir is ``log_dir`` ([] without the file)."""
-    data = _read(log_dir, ACL_FILE, max_bindings * BYTES_PER_BINDING + 1024)
+    data = _read(log_dir, ACL_FILE, acl_file_bytes(max_bindings))
     if data is None:
         return []
     try:
@@ -174,12 +199,30 @@ def read_acls(log_dir: str, max_bindings: int) -> list[AclBinding]:
         raise AccessFileError(f"{os.path.join(log_dir, ACL_FILE)}: {exc}") from None
 
 
-def write_acls(log_dir: str, bindings) -> None:
-    write_file_atomically(os.path.join(log_dir, ACL_FILE), encode_acls(bindings))
+def write_acls(log_dir: str, bindings, max_bindings: int | None = None) -> None:
+    """Replace ``acls.json``; with ``max_bindings``, AccessFileError (nothing
+    written) for a set the next read would refuse: more bindings, or more bytes."""
+    data = encode_acls(bindings)
+    if max_bindings is not None:
+        _check_writable(log_dir, ACL_FILE, data, len(set(bindings)), max_bindings,
+                        acl_file_bytes(max_bindings), "acl.max.bindings")
+    write_file_atomically(os.path.join(log_dir, ACL_FILE), data)
+
+
+def _check_writable(log_dir: str, name: str, data: bytes, count: int, max_count: int,
+                    max_bytes: int, setting: str) -> None:
+    path = os.path.join(log_dir, name)
+    if count > max_count:
+        raise AccessFileError(f"{path}: {count} entries would be more than {setting} "
+                              f"({max_count})")
+    if len(data) > max_bytes:
+        raise AccessFileError(f"{path}: {len(data)} bytes would be more than the "
+                              f"{max_bytes} a start reads ({BYTES_PER_BINDING} per entry "
+                              f"{setting} allows)")
 
 
 def read_quotas(log_dir: str, max_entities: int) -> QuotaSet:
-    data = _read(log_dir, QUOTA_FILE, max_entities * BYTES_PER_BINDING + 1024)
+    data = _read(log_dir, QUOTA_FILE, quota_file_bytes(max_entities))
     if data is None:
         return QuotaSet()
     try:
@@ -188,5 +231,12 @@ def read_quotas(log_dir: str, max_entities: int) -> QuotaSet:
         raise AccessFileError(f"{os.path.join(log_dir, QUOTA_FILE)}: {exc}") from None
 
 
-def write_quotas(log_dir: str, quotas: QuotaSet) -> None:
-    write_file_atomically(os.path.join(log_dir, QUOTA_FILE), encode_quotas(quotas))
+def write_quotas(log_dir: str, quotas: QuotaSet, max_entities: int | None = None) -> None:
+    """Replace ``quotas.json``; with ``max_entities``, AccessFileError (nothing
+    written) for a set the next read would refuse."""
+    data = encode_quotas(quotas)
+    if max_entities is not None:
+        named = len(quotas.entities) - (DEFAULT_ENTITY in quotas.entities)
+        _check_writable(log_dir, QUOTA_FILE, data, named, max_entities,
+                        quota_file_bytes(max_entities), "quota.max.principals")
+    write_file_atomically(os.path.join(log_dir, QUOTA_FILE), data)

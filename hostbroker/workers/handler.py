@@ -43,6 +43,8 @@ Per request:
   FETCH v1 is parked and rechecked with the v0 ones.
 - METADATA v2, ALTER_REPLICA_DIRS, LOG_DIR_ADMIN (replicas across log dirs, with
   ``hb-logdirs`` as one more peer after the coordinator): ``handler_logdirs.py``.
+- CREATE_ACLS, DELETE_ACLS, DESCRIBE_ACLS, ALTER_QUOTAS, DESCRIBE_QUOTAS (access
+  control admin, under the admin lock): ``handler_access.py``.
 - JOIN_GROUP, SYNC_GROUP, HEARTBEAT, LEAVE_GROUP, DESCRIBE_GROUP, LIST_GROUPS
   (docs/spec/groups.md): forwarded to ``hb-coordinator``, which holds the
   group state; a join waits there for its rebalance while the connection's
@@ -74,6 +76,7 @@ from hostbroker.workers import envelopes as env
 from hostbroker.workers.access import open_access
 from hostbroker.workers.answers import TableAnswers, broker_list
 from hostbroker.workers.base import Worker, now_ms
+from hostbroker.workers.handler_access import ACCESS_ADMIN_KEYS, AccessAdmin
 from hostbroker.workers.handler_alter import TopicAlter
 from hostbroker.workers.handler_fetch import Fetching
 from hostbroker.workers.handler_logdirs import LOGDIRS_REQUESTS, LogDirsRequests
@@ -106,7 +109,7 @@ class _Pending:
 
 
 class HandlerWorker(TopicAdmin, TopicAlter, Fetching, Replication, LogDirsRequests,
-                    ConsumerOffsets, Worker):
+                    ConsumerOffsets, AccessAdmin, Worker):
     kind = "handler"
     process_name = "hb-handler"
     stats = UNRECORDED  # (init_process attaches this process's own)
@@ -349,6 +352,8 @@ class HandlerWorker(TopicAdmin, TopicAlter, Fetching, Replication, LogDirsReques
             elif key in (ApiKey.ALTER_TOPIC, ApiKey.LIST_OFFSET_GROUPS,
                          ApiKey.DESCRIBE_TOPIC_CONFIGS):
                 self._topics_admin_request(p, conn_id, seq, corr, key, request)
+            elif key in ACCESS_ADMIN_KEYS:  # keys 22-26 (handler_access.py)
+                self._access_request(p, conn_id, seq, corr, key, request)
         except HostbrokerError as e:
             # a request we decoded but cannot serve at all: say so and close
             self._forget(conn_id, seq)
