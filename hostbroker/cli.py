@@ -15,6 +15,7 @@ import argparse
 import sys
 
 from hostbroker import __version__, commands
+from hostbroker.cli_access import add_acls, add_quotas
 from hostbroker.cli_admin import (
     add_client_target,
     add_leaders,
@@ -527,6 +528,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_reassign(sub)
     add_replicas(sub)
     add_logdirs(sub)
+    add_acls(sub)
+    add_quotas(sub)
     _add_groups(sub)
     _add_produce(sub)
     _add_consume(sub)

@@ -48,17 +48,9 @@ from collections.abc import Callable, Iterable
 
 from hostbroker.errors import ErrorCode
 from hostbroker.protocol import acls as wire
-from hostbroker.security.acl import (
-    WILDCARD,
-    AclBinding,
-    AclFilter,
-    Operation,
-    PatternType,
-    Permission,
-    ResourceType,
-    check_host,
-)
-from hostbroker.security.principals import Principal
+from hostbroker.security.acl import WILDCARD, AclBinding, AclFilter, PatternType
+from hostbroker.security.admin_wire import (binding_of, entity_named, entry_bytes, entry_of,
+                                           filter_of)
 from hostbroker.security.quota import DEFAULT_ENTITY, QUOTA_KEYS, QuotaSet, check_bound
 from hostbroker.security.store import (
     AccessFileError,
@@ -85,43 +77,6 @@ class _Refused(Exception):
     def __init__(self, code: ErrorCode, message: str):
         super().__init__(message)
         self.code = code
-
-
-# -- the wire and the model --------------------------------------------------
-
-def binding_of(entry: wire.AclEntry) -> AclBinding:
-    """The binding a CREATE_ACLS entry asks for; ValueError naming what is wrong."""
-    return AclBinding.checked(ResourceType(entry.resource_type), entry.resource_name,
-                              PatternType(entry.pattern_type), Principal.parse(entry.principal),
-                              entry.host, Operation(entry.operation),
-                              Permission(entry.permission_type))
-
-
-def entry_of(b: AclBinding) -> wire.AclEntry:
-    return wire.AclEntry(int(b.resource_type), b.name, int(b.pattern), str(b.principal),
-                         b.host, int(b.operation), int(b.permission))
-
-
-def filter_of(entry: wire.AclFilterEntry) -> AclFilter:
-    """The filter a wire filter is; ValueError naming what is wrong."""
-    pattern = PatternType(entry.pattern_type)
-    name = entry.resource_name
-    if name is not None and (not name or len(name.encode("utf-8", "surrogatepass")) > 255):
-        raise ValueError(f"resource name {name[:40]!r}: 1 to 255 bytes")
-    return AclFilter(
-        resource_type=(None if entry.resource_type == wire.ANY
-                       else ResourceType(entry.resource_type)),
-        name=name, pattern=pattern,
-        principal=None if entry.principal is None else Principal.parse(entry.principal),
-        host=None if entry.host is None else check_host(entry.host),
-        operation=Operation(entry.operation), permission=Permission(entry.permission_type))
-
-
-def entry_bytes(entry: wire.AclEntry) -> int:
-    """The bytes ``entry`` takes in an answer."""
-    return (10 + len(entry.resource_name.encode("utf-8", "surrogatepass"))
-            + len(entry.principal.encode("utf-8", "surrogatepass"))
-            + len(entry.host.encode("utf-8", "surrogatepass")))
 
 
 class BindingIndex:
@@ -451,14 +406,4 @@ class AccessAdmin:
                 return wire.DescribeQuotasResponse(ErrorCode.NONE, tuple(entities), 1)
             entities.append(wire.QuotaEntity(name, values))
         return wire.DescribeQuotasResponse(ErrorCode.NONE, tuple(entities))
-
-
-def entity_named(text: str) -> str:
-    """A quota entity: ``<default>`` or a principal (``User:alice``); ValueError."""
-    if text == DEFAULT_ENTITY:
-        return text
-    try:
-        return str(Principal.parse(text))
-    except ValueError as e:
-        raise ValueError(f"quota entity: {e} (or {DEFAULT_ENTITY})") from None
 
