@@ -1,0 +1,1 @@
+from tests.integration.conftest import broker, make_broker  # noqa: F401 - fixtures
