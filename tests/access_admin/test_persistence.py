@@ -1,0 +1,103 @@
+"""What a standalone broker keeps of its ACLs and quotas: the files in its
+first log dir are the truth, published to every process at start; a file that
+cannot be read refuses every change of it, naming it, until it is mended or
+removed; a file is never written through a symbolic link."""
+
+from __future__ import annotations
+
+import os
+
+from hostbroker.errors import ErrorCode
+from hostbroker.security.acl import binding_from_json
+from hostbroker.security.store import write_acls
+from tests.access_admin.support import (
+    acl_file, alter, create, describe, described, entry, file_acls, published_now, quota_file,
+    quotas_of)
+
+OK = (ErrorCode.NONE, None)
+
+
+def test_acls_and_quotas_outlive_a_restart(make_broker):
+    broker = make_broker()
+    with broker.client() as c:
+        assert create(c, entry("orders"), entry("logs", "User:bob")) == [OK, OK]
+        assert alter(c, ("User:bob", {"consumer_byte_rate": 77})) == [OK]
+    written = file_acls(broker)
+    broker.stop()
+    broker.start()
+    _, bindings, quotas = published_now(broker)
+    assert sorted(b.name for b in bindings) == ["logs", "orders"]
+    assert quotas.of("User:bob").consumer_byte_rate == 77
+    with broker.client(broker.tcp) as c:
+        assert described(c) == {entry("orders"), entry("logs", "User:bob")}
+        assert quotas_of(c) == {"User:bob": {"consumer_byte_rate": 77}}
+    assert file_acls(broker) == written
+
+
+def test_a_file_written_but_not_published_is_published_at_the_next_start(make_broker):
+    # what a crash between the file's write and the publish leaves: the file
+    broker = make_broker(start=False)
+    os.makedirs(broker.settings["log.dirs"], exist_ok=True)
+    binding = binding_from_json({"resourceType": "Topic", "name": "t", "patternType": "Literal",
+                                 "principal": "User:alice", "host": "*", "operation": "Read",
+                                 "permissionType": "Allow"})
+    write_acls(broker.settings["log.dirs"], [binding])
+    broker.start()
+    assert published_now(broker)[1] == [binding]
+    with broker.client() as c:
+        assert described(c) == {entry("t")}
+
+
+def test_a_bad_acl_file_refuses_acl_changes_until_mended(make_broker):
+    broker = make_broker(start=False)
+    os.makedirs(broker.settings["log.dirs"], exist_ok=True)
+    with open(acl_file(broker), "w") as f:
+        f.write('{"version": 1, "acls": [{"resourceType": "Topic"}]}')
+    broker.start()
+    assert "denying all but super.users" in broker.log()
+    assert published_now(broker)[1] is None  # super users only
+    with broker.client() as c:
+        (code, message), = create(c, entry("t"))
+        assert code == ErrorCode.STORAGE_ERROR
+        assert acl_file(broker) in message and "mended or removed" in message
+        answer = describe(c)
+        assert answer.error_code == ErrorCode.STORAGE_ERROR and acl_file(broker) in \
+            answer.error_message
+        # the quotas' changes go on, and keep the ACLs refused
+        assert alter(c, ("User:a", {"request_rate": 5})) == [OK]
+        _, bindings, quotas = published_now(broker)
+        assert bindings is None and quotas.of("User:a").request_rate == 5
+        with open(acl_file(broker), "rb") as f:
+            assert b'"resourceType": "Topic"}' in f.read()  # untouched
+        os.unlink(acl_file(broker))  # an operator removes it
+        assert create(c, entry("t")) == [OK]
+        assert described(c) == {entry("t")}
+        assert [b.name for b in published_now(broker)[1]] == ["t"]
+
+
+def test_a_bad_quota_file_refuses_quota_changes_only(make_broker):
+    broker = make_broker(start=False)
+    os.makedirs(broker.settings["log.dirs"], exist_ok=True)
+    with open(quota_file(broker), "w") as f:
+        f.write("not json")
+    broker.start()
+    with broker.client() as c:
+        (code, message), = alter(c, ("User:a", {"request_rate": 5}))
+        assert code == ErrorCode.STORAGE_ERROR and quota_file(broker) in message
+        assert create(c, entry("t")) == [OK]
+        assert described(c) == {entry("t")}
+        assert quotas_of(c) == {}
+
+
+def test_no_change_is_written_through_a_symbolic_link(make_broker, tmp_path):
+    broker = make_broker(start=False)
+    os.makedirs(broker.settings["log.dirs"], exist_ok=True)
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_text('{"version": 1, "acls": []}')
+    os.symlink(elsewhere, acl_file(broker))
+    broker.start()
+    with broker.client() as c:
+        (code, message), = create(c, entry("t"))
+        assert code == ErrorCode.STORAGE_ERROR and acl_file(broker) in message
+    assert elsewhere.read_text() == '{"version": 1, "acls": []}'
+    assert os.path.islink(acl_file(broker))
