@@ -6,7 +6,8 @@ holds the machine's CPU wake-up latency request. The client commands
 ``load``, ``groups``) do their work in ``hostbroker.commands``, one module
 each, imported only when the command runs. This module only parses
 arguments and dispatches; the admin subcommands (``topics``, ``leaders``,
-``reassign``, ``replicas``, ``logdirs``) are parsed in :mod:`hostbroker.cli_admin`.
+``reassign``, ``replicas``, ``logdirs``) are parsed in :mod:`hostbroker.cli_admin`,
+the access control ones (``acls``, ``quotas``) in :mod:`hostbroker.cli_access`.
 """
 
 from __future__ import annotations

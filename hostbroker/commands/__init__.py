@@ -11,6 +11,8 @@
 - ``logdirs``  a standalone broker's log dirs: list, bring one back online, forget one
 - ``replicas`` verify that replicas equal their leader below the high watermark
 - ``groups``   consumer groups: list, describe (owners, offsets, lag), reset offsets
+- ``acls``     a standalone broker's ACLs: add, remove, list (Kafka's kafka-acls.sh shape)
+- ``quotas``   a standalone broker's quotas per principal: set, remove, list
 - ``console``  ``produce`` (stdin lines to a topic) and ``consume`` (a topic to stdout)
 - ``dumplog``  read segment files entry by entry and say where they stop being valid
 - ``mirror``   copy topics from one broker or cluster to another
