@@ -51,6 +51,7 @@ from hostbroker.protocol import acls as wire
 from hostbroker.security.acl import WILDCARD, AclBinding, AclFilter, PatternType
 from hostbroker.security.admin_wire import (binding_of, entity_named, entry_bytes, entry_of,
                                            filter_of)
+from hostbroker.security.principals import Principal
 from hostbroker.security.quota import DEFAULT_ENTITY, QUOTA_KEYS, QuotaSet, check_bound
 from hostbroker.security.store import (
     AccessFileError,
