@@ -43,6 +43,7 @@ is the generic authorization check's, not this module's.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 
@@ -54,6 +55,8 @@ from hostbroker.security.admin_wire import (binding_of, entity_named, entry_byte
 from hostbroker.security.principals import Principal
 from hostbroker.security.quota import DEFAULT_ENTITY, QUOTA_KEYS, QuotaSet, check_bound
 from hostbroker.security.store import (
+    ACL_FILE,
+    QUOTA_FILE,
     AccessFileError,
     decode_published_document,
     encode_published,
@@ -125,6 +128,7 @@ class AccessAdmin:
     """Mixin of :class:`HandlerWorker`: keys 22-26 (module docstring)."""
 
     _access_writable: PublishedDocument | None = None
+    _access_kept: dict | None = None  # file name -> (its stamp, what it holds)
 
     def _access_request(self, p, conn_id, seq, corr, key, request) -> None:
         if self.config["zookeeper.connect"].strip():
@@ -183,11 +187,13 @@ class AccessAdmin:
         with self._access_locked():
             acls_error = quotas_error = None
             try:
-                bindings = set(read_acls(directory, max_bindings))
+                bindings = set(self._access_read(
+                    ACL_FILE, lambda: frozenset(read_acls(directory, max_bindings))))
             except AccessFileError as e:
                 bindings, acls_error = set(), str(e)
             try:
-                quotas = read_quotas(directory, max_entities)
+                quotas = self._access_read(QUOTA_FILE,
+                                           lambda: read_quotas(directory, max_entities))
             except AccessFileError as e:
                 quotas, quotas_error = QuotaSet(), str(e)
             mine = acls_error if change_acls is not None else quotas_error
@@ -220,8 +226,10 @@ class AccessAdmin:
             try:
                 if change_acls is not None:
                     write_acls(directory, changed_bindings, max_bindings)
+                    self._access_wrote(ACL_FILE, frozenset(changed_bindings))
                 else:
                     write_quotas(directory, changed_quotas, max_entities)
+                    self._access_wrote(QUOTA_FILE, changed_quotas)
             except AccessFileError as e:
                 raise _Refused(ErrorCode.INVALID_REQUEST, f"{e}; nothing changed") from None
             except OSError as e:
@@ -229,6 +237,38 @@ class AccessAdmin:
                                f"{directory}: {e.strerror or e}; nothing changed") from None
             # the file is the truth from here: a crash now is mended by the next start
             self._access_publish(document)
+
+    def _access_stamp(self, name: str):
+        """What tells one ``name`` file from another: its device, inode (a
+        change writes a new file), time and size; None without one."""
+        try:
+            st = os.stat(os.path.join(self._access_dir, name), follow_symlinks=False)
+        except OSError:
+            return None
+        return st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size
+
+    def _access_read(self, name: str, read: Callable):
+        """``read()`` of the file ``name``, kept from this handler's last read
+        or write of it while the file is the same one: a file changed since (by
+        another handler, or an operator) is read again. At 100,000 ACLs a read
+        takes seconds; a handler making change after change reads none."""
+        if self._access_kept is None:
+            self._access_kept = {}
+        stamp = self._access_stamp(name)
+        kept = self._access_kept.get(name)
+        if stamp is not None and kept is not None and kept[0] == stamp:
+            return kept[1]
+        value = read()
+        if stamp is not None:
+            self._access_kept[name] = (stamp, value)
+        return value
+
+    def _access_wrote(self, name: str, value) -> None:
+        if self._access_kept is None:
+            self._access_kept = {}
+        stamp = self._access_stamp(name)
+        if stamp is not None:
+            self._access_kept[name] = (stamp, value)
 
     def _access_publish(self, document: bytes) -> None:
         if self._access_writable is None:

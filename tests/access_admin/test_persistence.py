@@ -101,3 +101,18 @@ def test_no_change_is_written_through_a_symbolic_link(make_broker, tmp_path):
         assert code == ErrorCode.STORAGE_ERROR and acl_file(broker) in message
     assert elsewhere.read_text() == '{"version": 1, "acls": []}'
     assert os.path.islink(acl_file(broker))
+
+
+def test_a_file_an_operator_changed_is_the_base_of_the_next_change(make_broker):
+    broker = make_broker(num_handlers=1)  # the handler that last wrote the file
+    with broker.client() as c:
+        assert create(c, entry("a")) == [OK]
+        assert create(c, entry("b")) == [OK]
+        # an operator puts another file in place while the broker runs
+        binding = binding_from_json({"resourceType": "Topic", "name": "op",
+                                     "patternType": "Literal", "principal": "User:alice",
+                                     "host": "*", "operation": "Read",
+                                     "permissionType": "Allow"})
+        write_acls(broker.settings["log.dirs"], [binding])
+        assert create(c, entry("c")) == [OK]
+        assert described(c) == {entry("op"), entry("c")}
