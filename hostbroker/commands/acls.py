@@ -47,7 +47,6 @@ from hostbroker.security.acl import (
 )
 from hostbroker.security.principals import Principal
 
-ACTIONS = ("add", "remove", "list")
 
 
 @dataclasses.dataclass(frozen=True)

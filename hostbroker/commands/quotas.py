@@ -24,7 +24,6 @@ from collections.abc import Sequence
 from hostbroker.commands import EXIT_OK, CommandError, check_bootstrap, usage_error
 from hostbroker.security.quota import DEFAULT_ENTITY, MAX_RATE, QUOTA_KEYS, Quota, check_bound
 
-ACTIONS = ("set", "remove", "list")
 
 
 def entities(principals: Sequence[str], default: bool, action: str) -> list[str]:
