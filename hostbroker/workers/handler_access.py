@@ -53,7 +53,7 @@ from hostbroker.security.acl import WILDCARD, AclBinding, AclFilter, PatternType
 from hostbroker.security.admin_wire import (binding_of, entity_named, entry_bytes, entry_of,
                                            filter_of)
 from hostbroker.security.principals import Principal
-from hostbroker.security.quota import DEFAULT_ENTITY, QUOTA_KEYS, QuotaSet, check_bound
+from hostbroker.security.quota import DEFAULT_ENTITY, QUOTA_KEYS, Quota, QuotaSet, check_bound
 from hostbroker.security.store import (
     ACL_FILE,
     QUOTA_FILE,
@@ -411,9 +411,15 @@ class AccessAdmin:
             wanted.append((i, name, changes))
 
         def change(quotas: QuotaSet) -> QuotaSet:
+            # (as QuotaSet.changed, one entity after another, in one copy of the set)
+            entities = dict(quotas.entities)
             for _, name, changes in wanted:
-                quotas = quotas.changed(name, changes)
-            return quotas
+                quota = entities.get(name, Quota()).merged(changes)
+                if quota.empty:
+                    entities.pop(name, None)
+                else:
+                    entities[name] = quota
+            return QuotaSet(entities)
 
         if wanted:
             outcome = wire.EntryResult(ErrorCode.NONE)

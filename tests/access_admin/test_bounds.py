@@ -109,3 +109,17 @@ def test_response_max_bytes_cuts_a_description_and_refuses_a_wide_deletion(make_
         results = create(c, *[entry("x", "bad principal " + "y" * 200)] * 2000)
         assert {code for code, _ in results} == {ErrorCode.INVALID_REQUEST}
         assert results[0][1] is not None and results[-1][1] is None
+
+
+def test_thousands_of_quota_entities_in_one_request(make_broker):
+    broker = make_broker(quota_max_principals=1000)
+    with broker.client() as c:
+        results = alter(c, *[(f"User:u{i}", {"request_rate": i + 1}) for i in range(1001)])
+        assert {code for code, _ in results} == {ErrorCode.INVALID_REQUEST}
+        assert "1001 principals with quotas would be more than quota.max.principals (1000)" \
+            in results[0][1]
+        assert quotas_of(c) == {}
+        assert alter(c, *[(f"User:u{i}", {"request_rate": i + 1}) for i in range(1000)]) \
+            == [OK] * 1000
+        assert len(quotas_of(c)) == 1000
+        assert len(published_now(broker)[2].entities) == 1000
