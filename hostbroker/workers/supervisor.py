@@ -97,6 +97,7 @@ from hostbroker.workers.processor import ProcessorWorker
 from hostbroker.workers.registrar import RegistrarWorker
 from hostbroker.workers.replication import ReplicaWorker
 from hostbroker.workers.respawn import Respawn
+from hostbroker.workers import tls
 from hostbroker.workers.startup import (StartError, StoppedWhileStarting, bind_http_listener,
                                        bind_listener, check_log_dir, check_overlap,
                                        check_unix_listener_dir, claim_broker_lock,
@@ -155,6 +156,11 @@ class Supervisor(Respawn):
             try:
                 plan.http_admin_token = load_admin_token(config)
             except AdminTokenError as e:
+                raise StartError(str(e)) from None
+        if any(uri.startswith("ssl://") for uri in config.listeners):
+            try:
+                plan.tls = tls.server_context(config)  # a bad certificate or key: one line
+            except tls.TlsConfigError as e:
                 raise StartError(str(e)) from None
         if len(set(plan.log_dirs)) != len(plan.log_dirs):
             raise StartError("log.dirs: a log dir is listed twice")
