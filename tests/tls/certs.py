@@ -46,6 +46,8 @@ class Certs:
                       "extendedKeyUsage=serverAuth\n")
         client_ext = "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n"
         _leaf(d, "server", "/CN=localhost", "ca", server_ext)
+        _leaf(d, "elsewhere", "/CN=elsewhere.test", "ca",
+              server_ext.replace("IP:127.0.0.1,DNS:localhost", "DNS:elsewhere.test"))
         _leaf(d, "alice", "/CN=alice", "ca", client_ext)
         _leaf(d, "nocn", "/O=nobody in particular", "ca", client_ext)
         _leaf(d, "expired", "/CN=old", "ca", client_ext, days="-1")
