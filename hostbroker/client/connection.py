@@ -121,10 +121,12 @@ def set_tls_defaults(values: Mapping[str, str]) -> None:
 
 
 def tls_settings(values: Mapping[str, Any] | None) -> dict[str, str]:
-    """The ``ssl.*`` client settings among ``values``, over the process's defaults."""
+    """The ``ssl.*`` client settings among ``values`` over the process's defaults:
+    a value of ``values`` wins where it is not the built-in default (a client's
+    settings hold every key, most at their defaults)."""
     found = dict(_tls_defaults)
-    for key in TLS_DEFAULTS:
-        if values is not None and key in values and values[key] is not None:
+    for key, default in TLS_DEFAULTS.items():
+        if values is not None and values.get(key) not in (None, default):
             found[key] = str(values[key])
     return found
 
