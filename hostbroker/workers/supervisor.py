@@ -12,7 +12,8 @@ the workers themselves.
 
 Start: take the real-time policy and the CPU wake-up latency request if asked
 to (refusing to spin under a real-time policy), set the umask (``log.umask``),
-check the log dirs (as root: none that others may write) and the unix
+build the TLS server context of ``ssl://`` listeners (``workers/tls.py``: a bad
+certificate or key refuses the start in one line), check the log dirs (as root: none that others may write) and the unix
 listeners' directories (changing nothing), create the log dirs, take the
 broker lock, give each log dir its id, bind the listeners (not listening yet: a connection is
 refused), take this run's shared-memory lease and remove what dead runs left
@@ -85,6 +86,7 @@ from hostbroker.shm.stats import ApiStats, PartitionStats
 from hostbroker.shm.ring import Ring
 from hostbroker.shm.topicnames import ReplicatedNames
 from hostbroker.web.auth import AdminTokenError, load_admin_token
+from hostbroker.workers import tls
 from hostbroker.workers.access import publish_at_start
 from hostbroker.workers.acceptor import AcceptorWorker
 from hostbroker.workers.coordinator import CoordinatorWorker
@@ -97,7 +99,6 @@ from hostbroker.workers.processor import ProcessorWorker
 from hostbroker.workers.registrar import RegistrarWorker
 from hostbroker.workers.replication import ReplicaWorker
 from hostbroker.workers.respawn import Respawn
-from hostbroker.workers import tls
 from hostbroker.workers.startup import (StartError, StoppedWhileStarting, bind_http_listener,
                                        bind_listener, check_log_dir, check_overlap,
                                        check_unix_listener_dir, claim_broker_lock,
