@@ -227,3 +227,21 @@ def test_bytes_left_inside_tls_are_read_without_a_socket_event(tls_broker, certs
         rest = first[4 + int.from_bytes(first[:4], "big"):]
         second = rest if len(rest) >= 8 else _read_frame(tls)
         assert int.from_bytes(second[4:8], "big") == 2
+
+
+def test_error_frame_then_close_over_tls(tls_broker, certs):
+    """A frame over socket.request.max.bytes: REQUEST_TOO_LARGE through TLS,
+    then the end of the stream (the linger's shutdown goes through TLS too)."""
+    with _raw_tls(tls_broker, certs) as tls:
+        tls.sendall((200 << 20).to_bytes(4, "big") + b"\x00\x00\x00\x00\x00\x00\x00\x07")
+        tls.settimeout(10)
+        frame = _read_frame(tls)
+        assert frame[:4] == (6).to_bytes(4, "big")
+        assert int.from_bytes(frame[4:8], "big") == 7
+        assert int.from_bytes(frame[8:10], "big", signed=True) != 0  # REQUEST_TOO_LARGE
+        try:
+            assert tls.recv(100) == b""
+        except (ssl.SSLError, ConnectionResetError):
+            pass  # (the end of the stream without a close_notify is one too)
+    with SimpleClient(tls_broker.ssl, tls=certs.client("alice")) as client:
+        client.metadata()
