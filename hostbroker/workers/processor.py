@@ -247,7 +247,7 @@ class ProcessorWorker(Connections, FrameReading, RingClaims, LocalFetching, Grou
                     self._accept_handoffs()
             if self.lingering:
                 self._end_lingers()
-            if self.tls_waiting or self.tls_pending:
+            if self.tls_waiting or self.tls_pending or self.tls_hurry:
                 self._tls_round()
             self.heartbeat()
             self._check_handler_epochs()
