@@ -23,6 +23,11 @@ that arrive early wait for the ones before them. A PRODUCE with acks=0 gets
 an empty answer from its handler, which gives its place back without
 sending a byte, so an error frame for it still comes in order.
 
+A connection of an ``ssl://`` listener makes its TLS handshake in this loop
+first, and its bytes are read and written through TLS (``tls.py``: the
+handshake's deadline and slots, plaintext left inside the TLS object, file
+pieces by ``pread``).
+
 Protocol rules enforced here, before anything is decoded: a size over
 ``socket.request.max.bytes`` is answered with a REQUEST_TOO_LARGE error frame
 and the connection closes; a size too small to hold a correlation id (or
