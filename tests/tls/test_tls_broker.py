@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import socket
 import ssl
+import threading
 import time
+import warnings
 
 import pytest
 
@@ -120,15 +122,19 @@ def test_tls_1_1_refused(tls_broker, certs):
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ctx.load_verify_locations(certs.ca)
     ctx.load_cert_chain(certs.keystore("alice"))
-    try:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # (TLS 1.1 is, on purpose)
         ctx.minimum_version = ssl.TLSVersion.TLSv1_1
         ctx.maximum_version = ssl.TLSVersion.TLSv1_1
-    except ValueError:
-        pytest.skip("this OpenSSL cannot even offer TLS 1.1")
     ctx.set_ciphers("ALL:@SECLEVEL=0")
     with socket.create_connection(("127.0.0.1", tls_broker.ssl_port), timeout=10) as raw:
         with pytest.raises((ssl.SSLError, ConnectionError)):
             ctx.wrap_socket(raw, server_hostname="127.0.0.1")
+    # refused by the broker (its ClientHello went out), not by this side's OpenSSL
+    deadline = time.monotonic() + 10
+    while "unsupported protocol" not in tls_broker.log() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert "TLS handshake with 127.0.0.1 failed: unsupported protocol" in tls_broker.log()
     # and TLS 1.2 alone works
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ctx.load_verify_locations(certs.ca)
@@ -162,16 +168,35 @@ def test_slow_handshake_cut_at_its_deadline(make_tls_broker, certs):
 
 
 def test_many_handshakes_beyond_the_slots_wait_and_succeed(make_tls_broker, certs):
-    broker = make_tls_broker(**{"ssl.max.handshakes": 1})
-    clients = [BrokerConnection(broker.ssl, tls=certs.client("alice")) for _ in range(12)]
+    """One handshake slot per processor, held by a silent client: the clients
+    behind it wait (they are not refused), and are served once it goes."""
+    broker = make_tls_broker(**{"ssl.max.handshakes": 1, "ssl.handshake.timeout.ms": 8000,
+                                "num.processors": 1})
+    silent = socket.create_connection(("127.0.0.1", broker.ssl_port), timeout=10)
+    results: list = []
+
+    def client() -> None:
+        try:
+            with BrokerConnection(broker.ssl, tls=certs.client("alice"), timeout=20) as c:
+                results.append((c.request(api.MetadataRequest(())).broker_id, time.monotonic()))
+        except Exception as e:  # noqa: BLE001 - counted below
+            results.append((e, 0))
+
     try:
-        for c in clients:
-            c.connect()
-        for c in clients:
-            assert c.request(api.MetadataRequest(())).broker_id == 0
+        time.sleep(0.2)  # the silent one has the slot
+        threads = [threading.Thread(target=client) for _ in range(8)]
+        for t in threads:
+            t.start()
+        time.sleep(1.0)
+        assert results == []  # all waiting behind the silent one
+        released = time.monotonic()
+        silent.close()  # its handshake fails: the slot is free
+        for t in threads:
+            t.join(30)
     finally:
-        for c in clients:
-            c.close()
+        silent.close()
+    assert [r for r, _ in results] == [0] * 8
+    assert all(at >= released for _, at in results)
 
 
 def test_hostname_is_checked_by_default(make_tls_broker, tls_broker, certs):
