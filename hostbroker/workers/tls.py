@@ -43,6 +43,7 @@ import sys
 import time
 
 from hostbroker.security.principals import from_certificate
+from hostbroker.shm import procs
 from hostbroker.settings_tls import protocol_list
 from hostbroker.workers.peers import UNKNOWN_HOST, peer_host
 
@@ -386,6 +387,9 @@ class TlsConnections:
         conn.active = self.now
 
     def _tls_refused(self, conn, reason: str) -> None:
+        """Close ``conn`` whose handshake failed: counted in the processor's
+        errors, and said in the log at a bounded rate."""
+        self.count(procs.ERRORS)
         try:
             host = peer_host(conn.sock)
         except OSError:
