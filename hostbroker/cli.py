@@ -19,6 +19,7 @@ from hostbroker import __version__, commands
 from hostbroker.cli_access import add_acls, add_quotas
 from hostbroker.cli_admin import (
     add_client_target,
+    add_command_config,
     add_leaders,
     add_logdirs,
     add_reassign,
@@ -58,6 +59,20 @@ def _positive(kind: type):
 def _config(args: argparse.Namespace) -> Config:
     try:
         return Config.load(args.config, args.set or ())
+    except ConfigError as e:
+        print(f"hostbroker: {e}", file=sys.stderr)
+        raise _BadConfig from None
+
+
+def _use_command_config(args: argparse.Namespace) -> None:
+    """A command's --command-config: its TLS settings for every ssl:// connection it makes."""
+    path = getattr(args, "command_config", None)
+    if path is None:
+        return
+    from hostbroker.client.settings import use_command_config
+
+    try:
+        use_command_config(path)
     except ConfigError as e:
         print(f"hostbroker: {e}", file=sys.stderr)
         raise _BadConfig from None
@@ -345,8 +360,9 @@ def _add_perf(sub) -> None:
                     "requests/s full load reached). Prints requests/s and p50/p99/p99.9/max "
                     "latency in ms per API and load. Writes messages to --topic.")
     latency.add_argument("--bootstrap", metavar="URI",
-                         help=f"broker: tcp://HOST:PORT or unix:///PATH "
+                         help=f"broker: tcp://HOST:PORT, ssl://HOST:PORT or unix:///PATH "
                               f"(default {DEFAULT_BOOTSTRAP})")
+    add_command_config(latency)
     latency.add_argument("--topic", required=True)
     latency.add_argument("--api", metavar="LIST",
                          help="comma-separated: metadata,produce,fetch,offsets,offset_commit,"
@@ -547,6 +563,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
+        _use_command_config(args)
         return args.func(args)
     except _BadConfig:
         return 2

@@ -57,11 +57,21 @@ def add_client_target(parser: argparse.ArgumentParser) -> None:
     """--bootstrap URI, or --zookeeper for cluster mode; both together: one line, status 2."""
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--bootstrap", metavar="URI",
-                       help=f"broker: tcp://HOST:PORT or unix:///PATH "
+                       help=f"broker: tcp://HOST:PORT, ssl://HOST:PORT or unix:///PATH "
                             f"(default {DEFAULT_BOOTSTRAP})")
     group.add_argument("--zookeeper", metavar="HOST:PORT[,...][/CHROOT]",
                        help="cluster mode: the brokers registered in this ZooKeeper "
                             "(instead of --bootstrap)")
+    add_command_config(parser)
+
+
+def add_command_config(parser: argparse.ArgumentParser) -> None:
+    """--command-config FILE: the TLS settings of ssl:// brokers (cli.main reads it)."""
+    parser.add_argument("--command-config", metavar="FILE",
+                        help="key=value lines of the client's ssl.* settings "
+                             "(ssl.truststore.location, ssl.keystore.location, "
+                             "ssl.key.password, ssl.endpoint.identification.algorithm) "
+                             "for ssl:// brokers")
 
 
 def target(args: argparse.Namespace) -> dict:
@@ -232,6 +242,7 @@ def add_reassign(sub) -> None:
                         help="cluster mode: move replicas between brokers")
     target.add_argument("--bootstrap", metavar="URI",
                         help="a standalone broker: move replicas between its log dirs")
+    add_command_config(reassign)
     reassign.add_argument("--topics-to-move-json-file", metavar="FILE")
     reassign.add_argument("--broker-list", metavar="ID,ID,...")
     reassign.add_argument("--dir-list", metavar="PATH,PATH,...",
@@ -281,6 +292,7 @@ def add_logdirs(sub) -> None:
                         help="the dir's id, as logdirs list shows it")
     for action in (listing, online, forget):
         action.add_argument("--bootstrap", metavar="URI",
-                            help=f"the broker: tcp://HOST:PORT or unix:///PATH "
-                                 f"(default {DEFAULT_BOOTSTRAP})")
+                            help=f"the broker: tcp://HOST:PORT, ssl://HOST:PORT or "
+                                 f"unix:///PATH (default {DEFAULT_BOOTSTRAP})")
+        add_command_config(action)
         action.set_defaults(func=_logdirs)

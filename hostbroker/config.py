@@ -23,6 +23,7 @@ from hostbroker.listeners import parse_listener
 from hostbroker.settings_http import HTTP_LIST_CHECKS, HTTP_SETTINGS
 from hostbroker.settings_logdirs import LOGDIRS_SETTINGS
 from hostbroker.settings_security import SECURITY_CHECKS, SECURITY_SETTINGS
+from hostbroker.settings_tls import TLS_SETTINGS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,7 +101,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("broker.id", int, 0, "This broker's id, unique in a cluster.", _between(0, 2**31 - 1)),
     Setting("listeners", str, "tcp://127.0.0.1:9092,unix://./data/hostbroker.sock",
             "TCP and/or Unix sockets to serve: tcp://HOST:PORT (port 0-65535, IPv6 host in "
-            "brackets), unix://PATH (its directory must exist).",
+            "brackets), ssl://HOST:PORT (TCP with TLS: the ssl.* settings), unix://PATH (its "
+            "directory must exist).",
             _listeners_problem, kind="list"),
     Setting("log.dirs", str, "./data/logs",
             "Log dirs, normally one per disk; one writer process each.", kind="list"),
@@ -464,6 +466,7 @@ SETTINGS: tuple[Setting, ...] = (
       for k, t, d, doc, bounds in HTTP_SETTINGS),
     *(Setting(k, t, d, doc, SECURITY_CHECKS.get(k) or (bounds and _between(*bounds)))
       for k, t, d, doc, bounds in SECURITY_SETTINGS),
+    *(Setting(k, t, d, doc, check) for k, t, d, doc, check in TLS_SETTINGS),
 )
 
 SETTINGS_BY_KEY: dict[str, Setting] = {s.key: s for s in SETTINGS}

@@ -102,8 +102,8 @@ def test_listeners_parse(uri, parsed):
     ("tcp://127.0.0.1:９０", "expected tcp://HOST:PORT"),  # digits, but not ASCII ones
     ("tcp://fe80::1:80", "an IPv6 host goes in brackets"),
     ("tcp://h/x:80", "is not a host name or address"),
-    ("udp://127.0.0.1:9092", "expected tcp://HOST:PORT or unix://PATH"),
-    ("unix:/x.sock", "expected tcp://HOST:PORT or unix://PATH"),
+    ("udp://127.0.0.1:9092", "expected tcp://HOST:PORT, ssl://HOST:PORT or unix://PATH"),
+    ("unix:/x.sock", "expected tcp://HOST:PORT, ssl://HOST:PORT or unix://PATH"),
     ("unix://a\0b", "the path holds a NUL byte"),
     ("unix:///" + "d/" * 54, "longer than 107 bytes"),
 ])

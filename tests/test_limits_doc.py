@@ -20,6 +20,7 @@ NOT_LIMITS = {
     "processor.local.fetch", "log.umask",
     "http.listeners", "http.admin.enable", "http.admin.token.file", "http.allowed.hosts",
     "authorizer.enable", "super.users", "allow.everyone.if.no.acl.found",
+    "ssl.key.password", "ssl.cipher.suites",
 }
 TOPIC_CONFIGS = {"max.message.bytes"}
 

@@ -35,8 +35,8 @@ the producer's sending thread, or under its lock.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
-from typing import NamedTuple
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, NamedTuple
 
 from hostbroker.client.leaders import LeaderMap, MetadataLeaders, TopicLeaders
 from hostbroker.client.simple import SimpleClient
@@ -93,11 +93,13 @@ class Cluster:
         clock: Callable[[], float] = time.monotonic,
         retry_backoff_ms: int = 100,
         max_retries: int = 3,
+        tls: Mapping[str, Any] | None = None,
     ):
         if not broker_list:
             raise ValueError("the broker list is empty")
         self.broker_list = tuple(broker_list)
-        self._clients = {uri: SimpleClient(uri, client_id, timeout=timeout) for uri in broker_list}
+        self._clients = {uri: SimpleClient(uri, client_id, timeout=timeout, tls=tls)
+                         for uri in broker_list}
         self._refresh_interval = refresh_interval_ms / 1000
         self._clock = clock
         self._topics: dict[str, TopicPartitions] = {}

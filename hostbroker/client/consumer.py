@@ -59,7 +59,7 @@ from hostbroker.client.connection import DEFAULT_CLIENT_ID, BrokerConnection, pa
 from hostbroker.client.consumer_leaders import LeaderRouting, _Connector, _leader_trouble
 from hostbroker.client.errors import (BrokerError, DecompressedTooLargeError, InvalidEntryError,
                                       MessageSizeTooLargeError, OffsetOutOfRangeError)
-from hostbroker.client.settings import Settings, broker_uris, resolve
+from hostbroker.client.settings import TLS_SETTINGS, Settings, broker_uris, resolve
 from hostbroker.config import Setting, at_least, between, one_of, split_list
 from hostbroker.errors import ErrorCode, InvalidMessageError, MessageTooLargeError, ProtocolError
 from hostbroker.log.message import (DEFAULT_MAX_MESSAGE_BYTES, LENGTH_SIZE, MIN_LENGTH_V0,
@@ -126,7 +126,7 @@ FETCH_SETTINGS: tuple[Setting, ...] = (
             "Replicated topics: times in a row a partition's leader is looked for again "
             "before its error is raised (with the backoff: how long a failover is waited "
             "for).", between(0, 100000)),
-)
+) + TLS_SETTINGS
 
 CONSUMER_SETTINGS: tuple[Setting, ...] = FETCH_SETTINGS + (
     Setting("auto.offset.reset", str, "none",

@@ -53,6 +53,7 @@ class _Connector:
         self.timeout = settings["socket.timeout.ms"] / 1000
         self.setup_timeout = settings["socket.connection.setup.timeout.ms"] / 1000
         self.client_id = settings["client.id"]
+        self.tls = settings  # (its ssl.* settings, for ssl:// URIs)
         self.connection: BrokerConnection | None = None
 
     @property
@@ -66,7 +67,7 @@ class _Connector:
         # Sets are copied out of each answer before the next is read.
         self.connection = connect_first(self.uris, lambda uri: BrokerConnection(
             uri, timeout=self.timeout, client_id=self.client_id, reuse_buffer=True,
-            setup_timeout=self.setup_timeout))
+            setup_timeout=self.setup_timeout, tls=self.tls))
         return self.connection
 
     def request(self, request: api.Request) -> Any:
@@ -114,7 +115,8 @@ class LeaderRouting:
 
         with BrokerConnection(uri, timeout=self._connector.timeout,
                               setup_timeout=self._connector.setup_timeout,
-                              client_id=self._connector.client_id) as connection:
+                              client_id=self._connector.client_id,
+                              tls=self._connector.tls) as connection:
             return connection.request(MetadataRequestV1(topics))
 
     def _connector_for(self, topic: str, partition: int) -> _Connector:

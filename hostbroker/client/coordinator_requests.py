@@ -97,8 +97,9 @@ class CoordinatorClient:
     """
 
     def __init__(self, uris: Sequence[str], *, timeout: float, client_id: str,
-                 setup_timeout: float | None = None):
+                 setup_timeout: float | None = None, tls: Mapping[str, Any] | None = None):
         self.uris = list(uris)
+        self.tls = tls  # the ssl.* settings of ssl:// URIs
         self.timeout = timeout
         self.setup_timeout = timeout if setup_timeout is None else setup_timeout
         self.client_id = client_id
@@ -110,7 +111,7 @@ class CoordinatorClient:
             return connection
         self._connection = connect_first(self.uris, lambda uri: GroupConnection(
             uri, timeout=self.timeout, client_id=self.client_id,
-            setup_timeout=self.setup_timeout))
+            setup_timeout=self.setup_timeout, tls=self.tls))
         return self._connection
 
     def _call(self, request: Any, broker_wait: float = 0.0) -> Any:

@@ -187,7 +187,7 @@ class CoordinatedMember:
         return CoordinatorClient(self.side.connector._uris,
                                  timeout=s["socket.timeout.ms"] / 1000,
                                  setup_timeout=s["socket.connection.setup.timeout.ms"] / 1000,
-                                 client_id=s["client.id"])
+                                 client_id=s["client.id"], tls=s)
 
     # Threads.
 

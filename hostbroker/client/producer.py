@@ -170,7 +170,7 @@ class Producer(AsyncQueue):
                               timeout=settings["request.timeout.ms"] / 1000,
                               refresh_interval_ms=settings["topic.metadata.refresh.interval.ms"],
                               retry_backoff_ms=settings["retry.backoff.ms"],
-                              max_retries=settings["message.send.max.retries"])
+                              max_retries=settings["message.send.max.retries"], tls=settings)
         self._dispatcher = Dispatcher(settings, cluster, partitioner or DefaultPartitioner(),
                                        self._callbacks, self._stats, self._set_done)
         self._topics: set[str] = set()  # names checked

@@ -209,6 +209,7 @@ class Dispatcher:
         self.backoff = settings["retry.backoff.ms"] / 1000
         self.max_in_flight = settings["max.in.flight.requests.per.connection"]
         self.client_id = settings["client.id"]
+        self.tls = settings  # (its ssl.* settings, for ssl:// URIs)
         self.request_overhead = REQUEST_OVERHEAD + len(self.client_id.encode())
         self.connections: dict[str, BrokerConnection] = {}
         self.in_flight: dict[str, collections.deque] = {}
@@ -445,7 +446,7 @@ class Dispatcher:
         connection = self.connections.get(uri)
         if connection is None:
             connection = self.connections[uri] = BrokerConnection(
-                uri, timeout=self.timeout_ms / 1000, client_id=self.client_id)
+                uri, timeout=self.timeout_ms / 1000, client_id=self.client_id, tls=self.tls)
             self.in_flight[uri] = collections.deque()
         if not connection.connected:
             connection.connect()

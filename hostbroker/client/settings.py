@@ -18,9 +18,31 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from hostbroker.client.connection import parse_uri
+from hostbroker.client.connection import TLS_DEFAULTS, parse_uri, set_tls_defaults
 from hostbroker.config import Setting, checked, split_list
 from hostbroker.errors import ConfigError
+
+
+def _endpoint_problem(value: str) -> str | None:
+    return None if value in ("https", "") else "must be https or empty"
+
+
+# The TLS settings of every client (ssl:// broker URIs), Kafka's names; each
+# client's declaration includes them, and its connections are made with them.
+TLS_SETTINGS: tuple[Setting, ...] = (
+    Setting("ssl.truststore.location", str, TLS_DEFAULTS["ssl.truststore.location"],
+            "PEM file of the CA certificates a broker's certificate must chain to (ssl:// "
+            "URIs); empty: the system's CAs."),
+    Setting("ssl.keystore.location", str, TLS_DEFAULTS["ssl.keystore.location"],
+            "PEM file of this client's certificate chain, then its key, shown to a broker "
+            "that asks (its CN is the client's principal); empty: none."),
+    Setting("ssl.key.password", str, TLS_DEFAULTS["ssl.key.password"],
+            "Password of the key in ssl.keystore.location when it is encrypted."),
+    Setting("ssl.endpoint.identification.algorithm", str,
+            TLS_DEFAULTS["ssl.endpoint.identification.algorithm"],
+            "https: a broker's certificate must name the host of its URI; empty: not checked.",
+            _endpoint_problem),
+)
 
 
 class Settings(Mapping[str, Any]):
@@ -73,6 +95,46 @@ def resolve(
             raise ConfigError(f"{name}: unknown client option")
         values[key] = checked(by_key[key], raw)
     return Settings(values)
+
+
+def read_command_config(path: str) -> dict[str, str]:
+    """A ``--command-config`` file: ``key=value`` lines (``#`` and ``!`` lines
+    and blank ones skipped, as a properties file), of the TLS settings.
+    ConfigError names the file, the line and the problem."""
+    declared = {s.key: s for s in TLS_SETTINGS}
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read(1024 * 1024 + 1)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"--command-config: {path}: "
+                          f"{getattr(exc, 'strerror', None) or exc}") from None
+    if len(text) > 1024 * 1024:
+        raise ConfigError(f"--command-config: {path}: larger than 1 MiB")
+    values: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith(("#", "!")):
+            continue
+        key, sep, value = line.partition("=")
+        key = key.strip()
+        where = f"--command-config: {path}: line {number}"
+        if not sep or not key:
+            raise ConfigError(f"{where}: expected KEY=VALUE")
+        if key not in declared:
+            raise ConfigError(f"{where}: {key}: not a setting of this command "
+                              f"(one of {', '.join(declared)})")
+        try:
+            values[key] = checked(declared[key], value.strip())
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+    return values
+
+
+def use_command_config(path: str | None) -> None:
+    """Make a ``--command-config`` file's TLS settings those of every ``ssl://``
+    connection of this process."""
+    if path is not None:
+        set_tls_defaults(read_command_config(path))
 
 
 def broker_uris(

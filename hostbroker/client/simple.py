@@ -43,8 +43,10 @@ class SimpleClient:
         client_id: str = DEFAULT_CLIENT_ID,
         *,
         timeout: float = DEFAULT_TIMEOUT,
+        tls: Mapping[str, Any] | None = None,
     ):
-        self.connection = BrokerConnection(uri, timeout=timeout, client_id=client_id)
+        # tls: the ssl.* client settings of an ssl:// uri (BrokerConnection)
+        self.connection = BrokerConnection(uri, timeout=timeout, client_id=client_id, tls=tls)
 
     def __repr__(self) -> str:
         return f"<SimpleClient {self.connection!r}>"

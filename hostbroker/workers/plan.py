@@ -128,6 +128,9 @@ class BrokerPlan:
     # the console's admin token (http.admin.token.file, read at start), None when
     # disabled; never in the plan's repr, so no log of the plan shows it
     http_admin_token: bytes | None = dataclasses.field(default=None, repr=False)
+    # the server SSLContext of the ssl:// listeners (workers/tls.py), built by the
+    # supervisor's prepare before any fork; None without such a listener
+    tls: object | None = dataclasses.field(default=None, repr=False)
 
     @classmethod
     def from_config(cls, config: Config) -> "BrokerPlan":

@@ -23,6 +23,11 @@ that arrive early wait for the ones before them. A PRODUCE with acks=0 gets
 an empty answer from its handler, which gives its place back without
 sending a byte, so an error frame for it still comes in order.
 
+A connection of an ``ssl://`` listener makes its TLS handshake in this loop
+first, and its bytes are read and written through TLS (``tls.py``: the
+handshake's deadline and slots, plaintext left inside the TLS object, file
+pieces by ``pread``).
+
 Protocol rules enforced here, before anything is decoded: a size over
 ``socket.request.max.bytes`` is answered with a REQUEST_TOO_LARGE error frame
 and the connection closes; a size too small to hold a correlation id (or
@@ -91,13 +96,15 @@ from hostbroker.workers.processor_frames import SEQ_MASK, FrameReading
 from hostbroker.workers.processor_groups import GroupPutting
 from hostbroker.workers.sendfiles import FetchV1Head, HeldPiece, SegmentFiles, pin_answer
 from hostbroker.workers.stats_record import UNRECORDED, Recorder
+from hostbroker.workers.tls import TlsConnections, send_file_piece
 from hostbroker.workers.topicview import TopicView, log_dir_table
 
 _IDLE_TIMEOUT_S = 1.0
 _FD_SWEEP_S = 5.0
 
 
-class ProcessorWorker(Connections, FrameReading, RingClaims, LocalFetching, GroupPutting, Worker):
+class ProcessorWorker(Connections, FrameReading, RingClaims, LocalFetching, GroupPutting,
+                      TlsConnections, Worker):
     kind = "processor"
     process_name = "hb-proc"
     stats = UNRECORDED  # (init_process attaches this process's own)
@@ -110,6 +117,7 @@ class ProcessorWorker(Connections, FrameReading, RingClaims, LocalFetching, Grou
             acceptor_end.close()
             if i != self.index:
                 processor_end.close()
+        self._init_tls(plan, self.config)  # (which listeners are ssl://, before they close)
         for _, listener in plan.listeners:
             listener.close()
         self.handoff = plan.handoff[self.index][1]
@@ -215,6 +223,8 @@ class ProcessorWorker(Connections, FrameReading, RingClaims, LocalFetching, Grou
                 timeout = self._fetch_timeout(timeout)
             if self.lingering:
                 timeout = max(0.0, min(timeout, self.lingering[0].linger_until - self.now))
+            if self.tls_hurry:
+                timeout = 0.0  # plaintext waits inside a TLS object (workers/tls.py)
             events = None
             if worked and spin:
                 events = self._spin()
@@ -242,6 +252,8 @@ class ProcessorWorker(Connections, FrameReading, RingClaims, LocalFetching, Grou
                     self._accept_handoffs()
             if self.lingering:
                 self._end_lingers()
+            if self.tls_waiting or self.tls_pending or self.tls_hurry:
+                self._tls_round()
             self.heartbeat()
             self._check_handler_epochs()
             self._take_answers()
@@ -378,6 +390,9 @@ class ProcessorWorker(Connections, FrameReading, RingClaims, LocalFetching, Grou
     def _write(self, conn: Connection) -> None:
         if conn.lingering:
             return
+        if conn.tls is not None and conn.tls.handshaking:
+            self._handshake(conn)
+            return
         sock = conn.sock
         out = conn.out
         try:
@@ -398,7 +413,10 @@ class ProcessorWorker(Connections, FrameReading, RingClaims, LocalFetching, Grou
                     piece = out[0]
                 if isinstance(piece, HeldPiece):
                     left = piece.length - conn.out_pos
-                    n = os.sendfile(conn.fd, piece.fd, piece.position + conn.out_pos, left)
+                    if conn.tls is None:
+                        n = os.sendfile(conn.fd, piece.fd, piece.position + conn.out_pos, left)
+                    else:  # no sendfile through TLS
+                        n = send_file_piece(sock, piece.fd, piece.position + conn.out_pos, left)
                     if n == 0:
                         raise OSError(errno.EIO, "a segment is shorter than its answer says")
                     done = n == left

@@ -102,6 +102,7 @@ class Connections:
         self.epoll.register(conn.fd, select.EPOLLIN)
         conn.watched = WATCH_READ
         self.board.set(self.slot, procs.CONNECTIONS, len(self.conns))
+        self._adopt_tls(conn)  # an ssl:// one: its handshake (workers/tls.py)
 
     def _close(self, conn: Connection) -> None:
         if self.by_fd.pop(conn.fd, None) is None:
@@ -114,6 +115,8 @@ class Connections:
                 pass
             conn.watched = 0
         conn.sock.close()
+        if conn.tls is not None:
+            self._tls_closed(conn)
         self._drop_claim(conn)
         self._unpark(conn.conn_id)  # a FETCH waiting here (processor_fetch)
         if conn.at_writer:  # its PUT's answer, if it comes, finds no connection
@@ -131,6 +134,8 @@ class Connections:
         for conn in list(self.conns.values()):
             if conn.lingering:
                 continue  # _end_lingers
+            if conn.tls is not None and self._tls_expired(conn):
+                continue  # handshaking: its own deadline
             if (conn.reading and (conn.end or conn.claim is not None)
                     and now - conn.frame_started > self.read_timeout):
                 self.count(procs.ERRORS)

@@ -79,6 +79,9 @@ class FrameReading:
         if conn.lingering:
             self._drop_input(conn)
             return
+        if conn.tls is not None and conn.tls.handshaking:
+            self._handshake(conn)  # (workers/tls.py)
+            return
         if not conn.reading:
             self._apply_interest(conn, lazy=False)  # readable but may not read: stop watching
             return
@@ -150,6 +153,8 @@ class FrameReading:
             return 0
         conn.active = self.now
         self.count(procs.BYTES_IN, n)
+        if conn.tls is not None:
+            self._tls_read_more(conn)  # plaintext left inside the TLS object
         return n
 
     def _frames_buffered(self, conn: Connection) -> None:

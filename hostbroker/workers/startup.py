@@ -53,10 +53,11 @@ class StoppedWhileStarting(StartError):
 
 
 def bind_listener(uri: str) -> socket.socket:
-    """Bind ``tcp://HOST:PORT`` or ``unix://PATH`` (mode 0660); start() listens.
-    The URI was checked by the configuration; a unix path's directory must exist."""
+    """Bind ``tcp://HOST:PORT``, ``ssl://HOST:PORT`` (TLS is the processors')
+    or ``unix://PATH`` (mode 0660); start() listens. The URI was checked by the
+    configuration; a unix path's directory must exist."""
     parsed = parse_listener(uri)
-    if parsed[0] == "tcp":
+    if parsed[0] in ("tcp", "ssl"):
         sock = _bind_tcp(uri, parsed[1], parsed[2], "listeners")
     else:
         path = os.path.abspath(parsed[1])

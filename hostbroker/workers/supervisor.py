@@ -12,7 +12,8 @@ the workers themselves.
 
 Start: take the real-time policy and the CPU wake-up latency request if asked
 to (refusing to spin under a real-time policy), set the umask (``log.umask``),
-check the log dirs (as root: none that others may write) and the unix
+build the TLS server context of ``ssl://`` listeners (``workers/tls.py``: a bad
+certificate or key refuses the start in one line), check the log dirs (as root: none that others may write) and the unix
 listeners' directories (changing nothing), create the log dirs, take the
 broker lock, give each log dir its id, bind the listeners (not listening yet: a connection is
 refused), take this run's shared-memory lease and remove what dead runs left
@@ -85,6 +86,7 @@ from hostbroker.shm.stats import ApiStats, PartitionStats
 from hostbroker.shm.ring import Ring
 from hostbroker.shm.topicnames import ReplicatedNames
 from hostbroker.web.auth import AdminTokenError, load_admin_token
+from hostbroker.workers import tls
 from hostbroker.workers.access import publish_at_start
 from hostbroker.workers.acceptor import AcceptorWorker
 from hostbroker.workers.coordinator import CoordinatorWorker
@@ -155,6 +157,11 @@ class Supervisor(Respawn):
             try:
                 plan.http_admin_token = load_admin_token(config)
             except AdminTokenError as e:
+                raise StartError(str(e)) from None
+        if any(uri.startswith("ssl://") for uri in config.listeners):
+            try:
+                plan.tls = tls.server_context(config)  # a bad certificate or key: one line
+            except tls.TlsConfigError as e:
                 raise StartError(str(e)) from None
         if len(set(plan.log_dirs)) != len(plan.log_dirs):
             raise StartError("log.dirs: a log dir is listed twice")

@@ -41,8 +41,8 @@ def _assert_one_line(result: subprocess.CompletedProcess, code: int, *words: str
     ("tcp://::1:9092", "an IPv6 host goes in brackets"),
     ("tcp://[::1:9092", "an IPv6 host goes in brackets"),
     ("tcp://a b:9092", "is not a host name or address"),
-    ("http://127.0.0.1:9092", "expected tcp://HOST:PORT or unix://PATH"),
-    ("127.0.0.1:9092", "expected tcp://HOST:PORT or unix://PATH"),
+    ("http://127.0.0.1:9092", "expected tcp://HOST:PORT, ssl://HOST:PORT or unix://PATH"),
+    ("127.0.0.1:9092", "expected tcp://HOST:PORT, ssl://HOST:PORT or unix://PATH"),
     ("unix://", "expected unix://PATH"),
     ("unix:///tmp/" + "x" * 120, "longer than 107 bytes"),
 ])

@@ -43,13 +43,15 @@ def broker_uri(config: Config) -> str:
     for uri in listeners:
         if uri.startswith("unix://"):
             return uri
-    parsed = parse_listener(listeners[0])
+    tcp = [uri for uri in listeners if uri.startswith("tcp://")]
+    parsed = parse_listener((tcp or listeners)[0])  # (an ssl:// one only when no other)
     host = parsed[1]
     if host in ("", "0.0.0.0"):
         host = "127.0.0.1"
     elif host == "::":
         host = "::1"
-    return f"tcp://[{host}]:{parsed[2]}" if ":" in host else f"tcp://{host}:{parsed[2]}"
+    scheme = parsed[0]
+    return f"{scheme}://[{host}]:{parsed[2]}" if ":" in host else f"{scheme}://{host}:{parsed[2]}"
 
 
 class HttpContext:

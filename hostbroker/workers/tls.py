@@ -1,0 +1,441 @@
+"""TLS on ``ssl://`` listeners: the server context, and a processor's TLS connections.
+
+Owns:
+
+- :func:`server_context`: the one ``SSLContext`` of a broker, built by the
+  supervisor from the ``ssl.*`` settings before any fork (so a missing,
+  unreadable, symlinked or bad certificate or key refuses the start in one
+  line) and inherited by every processor. The keystore is opened without
+  following a link and read through its descriptor.
+- :class:`TlsSocket`: an accepted socket after the TLS wrap, with the calls
+  the processor makes of a plain one (``recv_into``, ``send``, ``shutdown``,
+  ``close``, ``fileno``), a TLS "want read/write" as ``BlockingIOError``.
+  ``recv_into`` reads record after record until its target is full or the
+  socket has no more; what is left decrypted inside the TLS object
+  (:meth:`TlsSocket.pending`) is not seen by epoll, so the processor keeps
+  such connections in ``tls_pending`` and reads them without waiting.
+- :func:`send_file_piece`: a file piece of an answer (``os.sendfile`` on a
+  plain socket) read with ``os.pread`` and written through TLS, in bounded
+  chunks (the same chunk again after a "want write", as TLS requires).
+- :class:`TlsConnections`, a mixin of
+  :class:`~hostbroker.workers.processor.ProcessorWorker`: which hand-offs are
+  TLS (the local address they were accepted on), the non-blocking handshake
+  in the epoll loop with its deadline (``ssl.handshake.timeout.ms``, counted
+  from the hand-off), at most ``ssl.max.handshakes`` running per processor
+  (more wait, unread and unwatched, their deadline running), the
+  connection's identity once the handshake is done
+  (:func:`hostbroker.security.principals.from_certificate`), and the failures
+  said in the broker log at a bounded rate.
+
+Large frames are never received straight into their ring records under TLS
+(the socket's FIONREAD counts encrypted bytes): they are gathered in the
+connection's buffer (``processor_claims``).
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import socket
+import ssl
+import stat
+import sys
+import time
+
+from hostbroker.security.principals import from_certificate
+from hostbroker.shm import procs
+from hostbroker.settings_tls import protocol_list
+from hostbroker.workers.peers import UNKNOWN_HOST, peer_host
+
+SEND_CHUNK = 256 * 1024  # the most written through TLS in one call
+MAX_PEM_BYTES = 1024 * 1024  # keystore and truststore files
+LOG_LINES_PER_MINUTE = 10  # handshake failures said in the broker log
+_VERSIONS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
+_CLIENT_AUTH = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL,
+                "required": ssl.CERT_REQUIRED}
+_WANT = (ssl.SSLWantReadError, ssl.SSLWantWriteError)
+
+
+class TlsConfigError(Exception):
+    """The ``ssl.*`` settings cannot make a server context: one line says why."""
+
+
+# -- the server context ----------------------------------------------------------
+def open_pem(key: str, path: str) -> int:
+    """A descriptor of the regular file ``path`` (``key`` names the setting in
+    the error), opened without following a link; TlsConfigError otherwise."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NOCTTY)
+    except OSError as e:
+        reason = "is a symbolic link" if e.errno == 40 else (e.strerror or str(e))
+        raise TlsConfigError(f"{key}: {path}: {reason}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise TlsConfigError(f"{key}: {path}: not a regular file")
+        if info.st_size > MAX_PEM_BYTES:
+            raise TlsConfigError(f"{key}: {path}: larger than {MAX_PEM_BYTES} bytes")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_pem(key: str, path: str) -> str:
+    fd = open_pem(key, path)
+    try:
+        data = os.pread(fd, MAX_PEM_BYTES + 1, 0)
+    finally:
+        os.close(fd)
+    try:
+        return data.decode("ascii")
+    except UnicodeDecodeError:
+        raise TlsConfigError(f"{key}: {path}: not a PEM file") from None
+
+
+def _ssl_reason(e: Exception) -> str:
+    if isinstance(e, ssl.SSLError):
+        return (e.reason or e.strerror or str(e)).replace("_", " ").lower()
+    return getattr(e, "strerror", None) or str(e)
+
+
+def server_context(config) -> ssl.SSLContext:
+    """The context of every ``ssl://`` listener, from the ``ssl.*`` settings;
+    TlsConfigError names the setting and the problem in one line."""
+    keystore = config["ssl.keystore.location"]
+    if not keystore:
+        raise TlsConfigError("ssl.keystore.location: an ssl:// listener needs the "
+                             "broker's certificate and key (a PEM file)")
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    versions = sorted(_VERSIONS[name] for name in protocol_list(config["ssl.enabled.protocols"]))
+    ctx.minimum_version, ctx.maximum_version = versions[0], versions[-1]
+    ctx.options |= ssl.OP_NO_COMPRESSION | getattr(ssl, "OP_NO_RENEGOTIATION", 0)
+    if config["ssl.cipher.suites"]:
+        try:
+            ctx.set_ciphers(config["ssl.cipher.suites"])
+        except ssl.SSLError:
+            raise TlsConfigError(f"ssl.cipher.suites: {config['ssl.cipher.suites']!r} names "
+                                 "no cipher OpenSSL has") from None
+    password = config["ssl.key.password"].encode()
+    fd = open_pem("ssl.keystore.location", keystore)
+    try:
+        # through the descriptor opened above: the file checked is the file read
+        ctx.load_cert_chain(f"/proc/self/fd/{fd}", password=lambda: password)
+    except (ssl.SSLError, OSError, ValueError) as e:
+        raise TlsConfigError(
+            f"ssl.keystore.location: {keystore}: not a usable certificate chain and key "
+            f"({_ssl_reason(e)}; a PEM file of the certificate chain, then the key"
+            f"{', with ssl.key.password' if not password else ''})") from None
+    finally:
+        os.close(fd)
+    auth = config["ssl.client.auth"]
+    ctx.verify_mode = _CLIENT_AUTH[auth]
+    truststore = config["ssl.truststore.location"]
+    if truststore:
+        cadata = read_pem("ssl.truststore.location", truststore)
+        try:
+            ctx.load_verify_locations(cadata=cadata)
+        except (ssl.SSLError, ValueError) as e:
+            raise TlsConfigError(f"ssl.truststore.location: {truststore}: no CA certificate "
+                                 f"in it ({_ssl_reason(e)})") from None
+    elif auth != "none":
+        ctx.load_default_certs(ssl.Purpose.CLIENT_AUTH)
+    return ctx
+
+
+def tls_listener_addresses(listeners) -> list[tuple[int, str, int]]:
+    """``(family, host, port)`` as bound of the ``ssl://`` ones of ``listeners``
+    (``[(uri, bound socket)]``): what a hand-off is matched against."""
+    found = []
+    for uri, sock in listeners:
+        if uri.startswith("ssl://"):
+            host, port = sock.getsockname()[:2]
+            found.append((sock.family, host, port))
+    return found
+
+
+def accepted_on(addresses, sock: socket.socket) -> bool:
+    """Whether ``sock`` was accepted on one of the listener ``addresses``."""
+    if sock.family not in (socket.AF_INET, socket.AF_INET6) or not addresses:
+        return False
+    try:
+        host, port = sock.getsockname()[:2]
+    except OSError:
+        return False
+    for family, bound_host, bound_port in addresses:
+        if port == bound_port and (bound_host in ("0.0.0.0", "::") or bound_host == host
+                                   or (family == socket.AF_INET
+                                       and host == "::ffff:" + bound_host)):
+            return True
+    return False
+
+
+# -- one TLS connection -----------------------------------------------------------
+class TlsSocket:
+    """An accepted, non-blocking socket wrapped for TLS; see the module doc."""
+
+    __slots__ = ("ssl", "fd", "family")
+
+    def __init__(self, wrapped: ssl.SSLSocket):
+        self.ssl = wrapped
+        self.fd = wrapped.fileno()
+        self.family = wrapped.family
+
+    def fileno(self) -> int:
+        return self.fd
+
+    def getpeername(self):
+        return self.ssl.getpeername()
+
+    def getsockname(self):
+        return self.ssl.getsockname()
+
+    def getsockopt(self, *args):
+        return self.ssl.getsockopt(*args)
+
+    def do_handshake(self) -> None:
+        self.ssl.do_handshake()
+
+    def getpeercert(self):
+        return self.ssl.getpeercert()
+
+    def version(self) -> str | None:
+        return self.ssl.version()
+
+    def pending(self) -> int:
+        try:
+            return self.ssl.pending()
+        except (ValueError, OSError):
+            return 0
+
+    def recv_into(self, target, nbytes: int = 0) -> int:
+        """Plaintext into ``target`` (its first ``nbytes``), record after record
+        until it is full or nothing more is there; 0 at the end of the
+        stream; BlockingIOError when nothing came."""
+        view = memoryview(target)
+        if nbytes:
+            view = view[:nbytes]
+        total, size = 0, len(view)
+        try:
+            while total < size:
+                try:
+                    n = self.ssl.recv_into(view[total:])
+                except _WANT:
+                    if total:
+                        break
+                    raise BlockingIOError from None
+                except BlockingIOError:  # after shutdown: the plain socket's reads
+                    if total:
+                        break
+                    raise
+                if not n:
+                    break
+                total += n
+        finally:
+            view.release()
+        return total
+
+    def send(self, data, flags: int = 0) -> int:
+        """Up to :data:`SEND_CHUNK` bytes of ``data`` through TLS (``flags``
+        such as MSG_MORE have no meaning there); BlockingIOError when the
+        socket takes none now (the same bytes must come again)."""
+        try:
+            return self.ssl.send(data[:SEND_CHUNK])
+        except _WANT:
+            raise BlockingIOError from None
+
+    def shutdown(self, how: int) -> None:
+        """Say close_notify when the socket takes it, then shut the socket;
+        what comes after is read (and dropped) as plain bytes."""
+        try:
+            self.ssl.unwrap()
+        except (ssl.SSLError, OSError, ValueError):
+            pass
+        socket.socket.shutdown(self.ssl, how)
+
+    def close(self) -> None:
+        self.ssl.close()
+
+
+def send_file_piece(sock: TlsSocket, fd: int, position: int, left: int) -> int:
+    """Write the next bytes of a file piece (``left`` of them from ``position``
+    of ``fd``) through TLS: the bytes written (0: the file ended early)."""
+    data = os.pread(fd, min(left, SEND_CHUNK), position)
+    if not data:
+        return 0
+    return sock.send(data)
+
+
+class TlsState:
+    """A TLS connection's handshake: its deadline, and whether it has a slot."""
+
+    __slots__ = ("deadline", "handshaking", "started")
+
+    def __init__(self, deadline: float):
+        self.deadline = deadline
+        self.handshaking = True
+        self.started = False  # holds one of the processor's ssl.max.handshakes
+
+
+class LogLimit:
+    """At most ``per_minute`` lines a minute; the lines held back are counted
+    and said with the next one that goes."""
+
+    def __init__(self, per_minute: int = LOG_LINES_PER_MINUTE, clock=time.monotonic):
+        self.per_minute = per_minute
+        self.clock = clock
+        self.window = 0.0
+        self.said = 0
+        self.held = 0
+
+    def line(self, text: str) -> str | None:
+        now = self.clock()
+        if now - self.window >= 60.0:
+            self.window, self.said = now, 0
+        if self.said >= self.per_minute:
+            self.held += 1
+            return None
+        self.said += 1
+        if self.held:
+            text += f" ({self.held} more not shown)"
+            self.held = 0
+        return text
+
+
+# -- the processor's part ---------------------------------------------------------
+class TlsConnections:
+    """TLS handshakes and reads of a processor; see the module doc."""
+
+    def _init_tls(self, plan, config) -> None:
+        """Before the listeners close: which of them are TLS."""
+        self.tls_context = getattr(plan, "tls", None)
+        self.tls_addresses = tls_listener_addresses(plan.listeners) if self.tls_context else []
+        self.tls_timeout = config["ssl.handshake.timeout.ms"] / 1000
+        self.tls_max = config["ssl.max.handshakes"]
+        self.tls_running = 0  # handshakes holding a slot
+        self.tls_waiting: collections.deque = collections.deque()  # (adopted, no slot yet)
+        self.tls_pending: set = set()  # connections with plaintext inside their TLS object
+        self.tls_hurry = False  # one of them may read now: do not sleep
+        self.tls_log = LogLimit()
+
+    def _adopt_tls(self, conn) -> None:
+        """A connection just adopted: wrapped for TLS when it came to an ``ssl://``
+        listener, its handshake started, or waiting for a slot (unwatched)."""
+        if not self.tls_addresses or not accepted_on(self.tls_addresses, conn.sock):
+            return
+        try:
+            wrapped = self.tls_context.wrap_socket(conn.sock, server_side=True,
+                                                   do_handshake_on_connect=False)
+        except (ssl.SSLError, OSError, ValueError):
+            self._close(conn)
+            return
+        conn.sock = TlsSocket(wrapped)
+        conn.tls = TlsState(self.now + self.tls_timeout)
+        if self.tls_running >= self.tls_max:
+            conn.reading = False
+            self._apply_interest(conn, lazy=False)  # unwatched until a slot is free
+            self.tls_waiting.append(conn)
+            return
+        self._start_handshake(conn)
+
+    def _start_handshake(self, conn) -> None:
+        conn.tls.started = True
+        self.tls_running += 1
+        conn.reading = True
+        self._apply_interest(conn, lazy=False)
+        self._handshake(conn)  # (its ClientHello may be there already)
+
+    def _handshake(self, conn) -> None:
+        """One step of ``conn``'s handshake (epoll said it may move)."""
+        state = conn.tls
+        if not state.started:  # watched by a pause's end: still waiting for a slot
+            conn.reading = conn.writing = False
+            self._apply_interest(conn, lazy=False)
+            return
+        try:
+            conn.sock.do_handshake()
+        except ssl.SSLWantReadError:
+            self._handshake_wants(conn, write=False)
+            return
+        except ssl.SSLWantWriteError:
+            self._handshake_wants(conn, write=True)
+            return
+        except (ssl.SSLError, OSError, ValueError) as e:
+            self._tls_refused(conn, _ssl_reason(e))
+            return
+        try:
+            host = peer_host(conn.sock)
+        except OSError:
+            host = UNKNOWN_HOST
+        try:
+            conn.identity = from_certificate(conn.sock.getpeercert(), host)
+        except ValueError as e:
+            self._tls_refused(conn, str(e))
+            return
+        state.handshaking = False
+        state.started = False
+        self.tls_running -= 1
+        conn.active = self.now
+        conn.reading, conn.writing = True, False
+        self._apply_interest(conn, lazy=False)
+        if conn.sock.pending():
+            self.tls_pending.add(conn)
+
+    def _handshake_wants(self, conn, write: bool) -> None:
+        conn.reading, conn.writing = not write, write
+        self._apply_interest(conn, lazy=False)
+        conn.active = self.now
+
+    def _tls_refused(self, conn, reason: str) -> None:
+        """Close ``conn`` whose handshake failed: counted in the processor's
+        errors, and said in the log at a bounded rate."""
+        self.count(procs.ERRORS)
+        try:
+            host = peer_host(conn.sock)
+        except OSError:
+            host = UNKNOWN_HOST
+        line = self.tls_log.line(f"hostbroker: {self.name}: TLS handshake with {host} "
+                                 f"failed: {reason}; connection closed")
+        if line is not None:
+            print(line, file=sys.stderr, flush=True)
+        self._close(conn)
+
+    def _tls_closed(self, conn) -> None:
+        """``conn`` (a TLS connection) is closed: its slot and reads go."""
+        if conn.tls.handshaking and conn.tls.started:
+            conn.tls.started = False
+            self.tls_running -= 1
+        self.tls_pending.discard(conn)
+
+    def _tls_expired(self, conn) -> bool:
+        """Close ``conn`` if its handshake is past its deadline; whether it is
+        still handshaking (the idle and read deadlines do not apply then)."""
+        if not conn.tls.handshaking:
+            return False
+        if self.now > conn.tls.deadline:
+            self._tls_refused(conn, "not done within ssl.handshake.timeout.ms")
+        return True
+
+    def _tls_round(self) -> None:
+        """Each loop round: start waiting handshakes while slots are free, and
+        read the connections whose TLS object holds plaintext epoll cannot see."""
+        waiting = self.tls_waiting
+        while waiting and self.tls_running < self.tls_max:
+            conn = waiting.popleft()
+            if self.conns.get(conn.conn_id) is conn and conn.tls.handshaking:
+                self._start_handshake(conn)
+        if not self.tls_pending:
+            self.tls_hurry = False
+            return
+        for conn in list(self.tls_pending):
+            if self.by_fd.get(conn.fd) is not conn or not conn.sock.pending():
+                self.tls_pending.discard(conn)
+            elif conn.reading and not conn.lingering:
+                self.tls_pending.discard(conn)
+                self._read(conn)  # (adds it again if it still holds some)
+        self.tls_hurry = any(c.reading for c in self.tls_pending)
+
+    def _tls_read_more(self, conn) -> None:
+        """After a read of ``conn``: remember it if its TLS object holds more."""
+        if conn.sock.pending():
+            self.tls_pending.add(conn)

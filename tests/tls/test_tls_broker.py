@@ -1,0 +1,272 @@
+"""A real broker with an ``ssl://`` listener: requests over TLS, refusals, deadlines."""
+
+from __future__ import annotations
+
+import os
+import socket
+import ssl
+import threading
+import time
+import warnings
+
+import pytest
+
+from hostbroker.client.connection import BrokerConnection
+from hostbroker.client.simple import SimpleClient
+from hostbroker.log.message import encode_message_set, iter_messages
+from hostbroker.protocol import api
+
+
+@pytest.fixture
+def tls_broker(make_tls_broker):
+    return make_tls_broker()
+
+
+def test_produce_fetch_metadata_offsets_over_tls(tls_broker, certs):
+    with SimpleClient(tls_broker.ssl, tls=certs.client("alice")) as client:
+        client.create_topic("t", 2)
+        meta = client.metadata(["t"])
+        assert [t.topic for t in meta.topics] == ["t"]
+        assert len(meta.topics[0].partitions) == 2
+        for i in range(20):
+            client.produce("t", i % 2, encode_message_set([f"m{i}".encode()]))
+        result = client.fetch("t", 0, 0, 1 << 20)
+        got = [m.payload for m in iter_messages(result.message_set, 0)]
+        assert got == [f"m{i}".encode() for i in range(0, 20, 2)]
+        assert client.offsets("t", 1)[0] > 0  # (offsets are byte positions)
+    # what went in over TLS is what a plain client reads
+    with SimpleClient(tls_broker.unix) as plain:
+        result = plain.fetch("t", 1, 0, 1 << 20)
+        assert [m.payload for m in iter_messages(result.message_set, 0)] == [
+            f"m{i}".encode() for i in range(1, 20, 2)]
+
+
+def test_large_fetch_is_a_file_piece_written_through_tls(tls_broker, certs):
+    """A fetch answer far past processor.fetch.copy.max.bytes is sent from the
+    segment file (pread + TLS writes), and a large produce frame is gathered."""
+    big = [bytes([i % 251]) * 50_000 for i in range(60)]  # 3 MB in all
+    with SimpleClient(tls_broker.ssl, tls=certs.client("alice")) as client:
+        client.create_topic("big", 1)
+        for i in range(0, 60, 20):
+            client.produce("big", 0, encode_message_set(big[i:i + 20]))  # 1 MB frames
+        result = client.fetch("big", 0, 0, 8 << 20)
+        assert [m.payload for m in iter_messages(result.message_set, 0)] == big
+
+
+def test_pipelined_requests_over_tls(tls_broker, certs):
+    conn = BrokerConnection(tls_broker.ssl, tls=certs.client("alice")).connect()
+    try:
+        SimpleClient(tls_broker.unix).create_topic("pipe", 1)
+        for i in range(50):
+            conn.send(api.ProduceRequest(1, 5000, (api.ProducePartition(
+                "pipe", 0, encode_message_set([b"x" * (i * 100)])),)))
+        answers = [conn.receive() for _ in range(50)]
+        offsets = [a.partitions[0].base_offset for a in answers]
+        assert offsets == sorted(offsets) and len(set(offsets)) == 50
+        assert all(a.partitions[0].error_code == 0 for a in answers)
+    finally:
+        conn.close()
+
+
+def test_plain_tcp_client_at_the_tls_port_is_closed_without_harm(tls_broker, certs):
+    with SimpleClient(tls_broker.ssl, tls=certs.client("alice")) as good:
+        good.metadata()
+        raw = socket.create_connection(("127.0.0.1", tls_broker.ssl_port), timeout=10)
+        try:
+            raw.sendall(api.encode_request(api.MetadataRequest(()), 1, "plain"))
+            data = b""
+            try:
+                while True:  # no broker answer comes, then the broker closes
+                    chunk = raw.recv(4096)
+                    if not chunk:
+                        break
+                    data += chunk
+            except ConnectionResetError:  # (closed with the request unread)
+                pass
+            assert not data.startswith(b"\x00\x00")  # no answer frame (a TLS alert at most)
+        finally:
+            raw.close()
+        good.metadata()  # the TLS client before it goes on
+    assert "TLS handshake with 127.0.0.1 failed" in tls_broker.log()
+
+
+def test_client_certificates_refused(tls_broker, certs):
+    for name in ("mallory", "expired"):
+        with pytest.raises(OSError):
+            with SimpleClient(tls_broker.ssl, tls=certs.client(name), timeout=10) as client:
+                client.metadata()  # (under TLS 1.3 the refusal comes after the handshake)
+    with pytest.raises(OSError):
+        with SimpleClient(tls_broker.ssl, tls=certs.client(None), timeout=10) as client:
+            client.metadata()
+    # a certificate without a CN is not a principal: refused, said in the log
+    with pytest.raises(OSError):
+        with SimpleClient(tls_broker.ssl, tls=certs.client("nocn"), timeout=10) as client:
+            client.metadata()
+    with SimpleClient(tls_broker.ssl, tls=certs.client("alice")) as client:
+        client.metadata()
+    log = tls_broker.log()
+    assert "certificate has expired" in log or "certificate verify failed" in log
+    assert "no common name" in log
+
+
+def test_requested_client_auth_lets_a_client_without_certificate_in(make_tls_broker, certs):
+    broker = make_tls_broker(**{"ssl.client.auth": "requested"})
+    with SimpleClient(broker.ssl, tls=certs.client(None)) as client:
+        client.metadata()
+    with pytest.raises(OSError):  # one it shows is still checked
+        with SimpleClient(broker.ssl, tls=certs.client("mallory"), timeout=10) as client:
+            client.metadata()
+
+
+def test_tls_1_1_refused(tls_broker, certs):
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.load_verify_locations(certs.ca)
+    ctx.load_cert_chain(certs.keystore("alice"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # (TLS 1.1 is, on purpose)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_1
+        ctx.maximum_version = ssl.TLSVersion.TLSv1_1
+    ctx.set_ciphers("ALL:@SECLEVEL=0")
+    with socket.create_connection(("127.0.0.1", tls_broker.ssl_port), timeout=10) as raw:
+        with pytest.raises((ssl.SSLError, ConnectionError)):
+            ctx.wrap_socket(raw, server_hostname="127.0.0.1")
+    # refused by the broker (its ClientHello went out), not by this side's OpenSSL
+    deadline = time.monotonic() + 10
+    while "unsupported protocol" not in tls_broker.log() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert "TLS handshake with 127.0.0.1 failed: unsupported protocol" in tls_broker.log()
+    # and TLS 1.2 alone works
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.load_verify_locations(certs.ca)
+    ctx.load_cert_chain(certs.keystore("alice"))
+    ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+    with socket.create_connection(("127.0.0.1", tls_broker.ssl_port), timeout=10) as raw:
+        with ctx.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+            assert tls.version() == "TLSv1.2"
+
+
+def test_slow_handshake_cut_at_its_deadline(make_tls_broker, certs):
+    broker = make_tls_broker(**{"ssl.handshake.timeout.ms": 500, "ssl.max.handshakes": 2})
+    # more silent clients than handshake slots: every one is cut at its deadline
+    silent = [socket.create_connection(("127.0.0.1", broker.ssl_port), timeout=10)
+              for _ in range(5)]
+    try:
+        # half a ClientHello from one of them
+        silent[0].sendall(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03")
+        started = time.monotonic()
+        for raw in silent:
+            raw.settimeout(10)
+            assert raw.recv(100) == b""  # closed by the broker
+        assert time.monotonic() - started < 5
+        # while a client that does its handshake is served
+        with SimpleClient(broker.ssl, tls=certs.client("alice")) as client:
+            client.metadata()
+    finally:
+        for raw in silent:
+            raw.close()
+    assert "not done within ssl.handshake.timeout.ms" in broker.log()
+
+
+def test_many_handshakes_beyond_the_slots_wait_and_succeed(make_tls_broker, certs):
+    """One handshake slot per processor, held by a silent client: the clients
+    behind it wait (they are not refused), and are served once it goes."""
+    broker = make_tls_broker(**{"ssl.max.handshakes": 1, "ssl.handshake.timeout.ms": 8000,
+                                "num.processors": 1})
+    silent = socket.create_connection(("127.0.0.1", broker.ssl_port), timeout=10)
+    results: list = []
+
+    def client() -> None:
+        try:
+            with BrokerConnection(broker.ssl, tls=certs.client("alice"), timeout=20) as c:
+                results.append((c.request(api.MetadataRequest(())).broker_id, time.monotonic()))
+        except Exception as e:  # noqa: BLE001 - counted below
+            results.append((e, 0))
+
+    try:
+        time.sleep(0.2)  # the silent one has the slot
+        threads = [threading.Thread(target=client) for _ in range(8)]
+        for t in threads:
+            t.start()
+        time.sleep(1.0)
+        assert results == []  # all waiting behind the silent one
+        released = time.monotonic()
+        silent.close()  # its handshake fails: the slot is free
+        for t in threads:
+            t.join(30)
+    finally:
+        silent.close()
+    assert [r for r, _ in results] == [0] * 8
+    assert all(at >= released for _, at in results)
+
+
+def test_hostname_is_checked_by_default(make_tls_broker, tls_broker, certs):
+    with SimpleClient(f"ssl://localhost:{tls_broker.ssl_port}", tls=certs.client("alice")) as c:
+        c.metadata()  # localhost is in the certificate
+    # a broker whose certificate names another host: refused unless identification is off
+    root = os.path.join(tls_broker.root, "elsewhere")
+    os.makedirs(root)
+    elsewhere = make_tls_broker(root=root, **{
+        "ssl.keystore.location": certs.keystore("elsewhere")})
+    with pytest.raises(OSError, match="certificate"):
+        with SimpleClient(elsewhere.ssl, tls=certs.client("alice"), timeout=10) as client:
+            client.metadata()
+    with SimpleClient(elsewhere.ssl, tls=certs.client(
+            "alice", **{"ssl.endpoint.identification.algorithm": ""})) as client:
+        client.metadata()
+
+
+def _raw_tls(broker, certs) -> ssl.SSLSocket:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.load_verify_locations(certs.ca)
+    ctx.load_cert_chain(certs.keystore("alice"))
+    raw = socket.create_connection(("127.0.0.1", broker.ssl_port), timeout=10)
+    return ctx.wrap_socket(raw, server_hostname="127.0.0.1")
+
+
+def _read_frame(sock) -> bytes:
+    data = b""
+    while len(data) < 4 or len(data) < 4 + int.from_bytes(data[:4], "big"):
+        chunk = sock.recv(65536)
+        assert chunk, "the broker closed the connection"
+        data += chunk
+    return data
+
+
+def test_bytes_left_inside_tls_are_read_without_a_socket_event(tls_broker, certs):
+    """The end of a large frame and a small one in one TLS record: the large
+    frame's rest is read to its end only, so the small one stays decrypted
+    inside the TLS object, where epoll does not see it, and nothing more comes
+    on the socket: it must still be read and answered."""
+    with SimpleClient(tls_broker.unix) as plain:
+        plain.create_topic("mixed", 1)
+    large = api.encode_request(api.ProduceRequest(1, 5000, (api.ProducePartition(
+        "mixed", 0, encode_message_set([b"L" * 100_000])),)), 1, "raw")
+    small = api.encode_request(api.MetadataRequest(("mixed",)), 2, "raw")
+    with _raw_tls(tls_broker, certs) as tls:
+        tls.sendall(large[:70_000])
+        time.sleep(0.3)  # read by the processor: the rest is read to the frame's end
+        tls.sendall(large[70_000:] + small)  # (one buffer: its last record holds both)
+        tls.settimeout(10)
+        first = _read_frame(tls)
+        assert int.from_bytes(first[4:8], "big") == 1
+        rest = first[4 + int.from_bytes(first[:4], "big"):]
+        second = rest if len(rest) >= 8 else _read_frame(tls)
+        assert int.from_bytes(second[4:8], "big") == 2
+
+
+def test_error_frame_then_close_over_tls(tls_broker, certs):
+    """A frame over socket.request.max.bytes: REQUEST_TOO_LARGE through TLS,
+    then the end of the stream (the linger's shutdown goes through TLS too)."""
+    with _raw_tls(tls_broker, certs) as tls:
+        tls.sendall((200 << 20).to_bytes(4, "big") + b"\x00\x00\x00\x00\x00\x00\x00\x07")
+        tls.settimeout(10)
+        frame = _read_frame(tls)
+        assert frame[:4] == (6).to_bytes(4, "big")
+        assert int.from_bytes(frame[4:8], "big") == 7
+        assert int.from_bytes(frame[8:10], "big", signed=True) != 0  # REQUEST_TOO_LARGE
+        try:
+            assert tls.recv(100) == b""
+        except (ssl.SSLError, ConnectionResetError):
+            pass  # (the end of the stream without a close_notify is one too)
+    with SimpleClient(tls_broker.ssl, tls=certs.client("alice")) as client:
+        client.metadata()

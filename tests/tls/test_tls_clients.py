@@ -1,0 +1,108 @@
+"""The clients over TLS: the producer, consumers, a group and the commands'
+``--command-config``."""
+
+from __future__ import annotations
+
+import pytest
+
+from hostbroker.client import EARLIEST, ConsumerConnector, Producer, SimpleConsumer
+from hostbroker.client.settings import read_command_config
+from hostbroker.errors import ConfigError
+from hostbroker.log.message import encode_message_set
+from tests.integration.cli import hostbroker, lines, one_line_error
+
+
+@pytest.fixture
+def tls_broker(make_tls_broker):
+    return make_tls_broker()
+
+
+def _command_config(tmp_path, certs, name="alice", **more) -> str:
+    path = tmp_path / f"{name}.properties"
+    settings = {**certs.client(name), **more}
+    path.write_text("# the client's TLS\n" + "".join(f"{k}={v}\n" for k, v in settings.items()))
+    return str(path)
+
+
+def test_produce_and_consume_commands_with_command_config(tls_broker, certs, tmp_path):
+    config = _command_config(tmp_path, certs)
+    b = ("--bootstrap", tls_broker.ssl, "--command-config", config, "--topic", "cli")
+    with tls_broker.client() as client:
+        client.create_topic("cli", 1)
+    produced = hostbroker("produce", *b, "--sync", input=b"one\ntwo\nthree\n")
+    assert produced.returncode == 0, produced.stderr
+    consumed = hostbroker("consume", *b, "--from-beginning", "--max-messages", "3")
+    assert consumed.returncode == 0, consumed.stderr
+    assert lines(consumed) == ["one", "two", "three"]
+    grouped = hostbroker("consume", *b, "--group", "g", "--from-beginning",
+                         "--max-messages", "3")
+    assert lines(grouped) == ["one", "two", "three"]
+    listed = hostbroker("topics", "list", "--bootstrap", tls_broker.ssl,
+                        "--command-config", config)
+    assert listed.returncode == 0 and "cli" in lines(listed), listed.stderr
+
+
+def test_commands_without_a_usable_certificate_fail_in_one_line(tls_broker, certs, tmp_path):
+    b = ("--bootstrap", tls_broker.ssl, "--topic", "cli")
+    # no --command-config: the broker's CA is not the system's
+    refused = hostbroker("consume", *b, "--from-beginning", "--timeout-ms", "300")
+    assert "certificate" in one_line_error(refused)
+    bad = tmp_path / "bad.properties"
+    bad.write_text("ssl.truststore.location=/x\nthis line has no equals sign\n")
+    said = one_line_error(hostbroker("consume", *b, "--command-config", str(bad)))
+    assert "line 2: expected KEY=VALUE" in said
+    bad.write_text("batch.size=3\n")
+    said = one_line_error(hostbroker("produce", *b, "--command-config", str(bad), input=b""))
+    assert "line 1: batch.size: not a setting of this command" in said
+    bad.write_text("ssl.endpoint.identification.algorithm=sha1\n")
+    assert "must be https or empty" in one_line_error(
+        hostbroker("produce", *b, "--command-config", str(bad), input=b""))
+    missing = one_line_error(hostbroker("produce", *b, "--command-config",
+                                        str(tmp_path / "none"), input=b""))
+    assert "--command-config" in missing and "No such file" in missing
+
+
+def test_read_command_config_skips_comments(tmp_path):
+    path = tmp_path / "c.properties"
+    path.write_text("# comment\n! also\n\n ssl.key.password = pw \n")
+    assert read_command_config(str(path)) == {"ssl.key.password": "pw"}
+    path.write_text("ssl.keystore.location\n")
+    with pytest.raises(ConfigError, match="line 1"):
+        read_command_config(str(path))
+
+
+def test_producer_consumers_and_group_take_the_ssl_settings(tls_broker, certs):
+    tls = certs.client("alice")
+    with tls_broker.client() as client:
+        client.create_topic("lib", 2)
+    with Producer(tls_broker.ssl, tls) as producer:
+        for i in range(10):
+            producer.send("lib", f"v{i}".encode(), key=str(i).encode())
+    with SimpleConsumer(tls_broker.ssl, tls) as consumer:
+        got = [value for p in range(2) for _, _, value in consumer.messages(
+            "lib", p, consumer.offsets_before("lib", p, EARLIEST)[0], stop_at_end=True)]
+    assert sorted(got) == sorted(f"v{i}".encode() for i in range(10))
+    config = {**tls, "auto.offset.reset": "earliest", "consumer.timeout.ms": 15000,
+              "fetch.wait.max.ms": 50}
+    with ConsumerConnector(tls_broker.ssl, config, group_id="lib-group") as connector:
+        (stream,) = connector.create_message_streams({"lib": 1})["lib"]
+        values = [next(stream).value for _ in range(10)]
+    assert sorted(values) == sorted(f"v{i}".encode() for i in range(10))
+    # without the client's settings the same code is refused
+    with pytest.raises(OSError):
+        with SimpleConsumer(tls_broker.ssl, {"socket.connection.setup.timeout.ms": 3000}) as c:
+            c.offsets_before("lib", 0, EARLIEST)
+
+
+def test_producer_refuses_a_bad_ssl_setting_before_connecting():
+    with pytest.raises(ConfigError, match="ssl.endpoint.identification.algorithm"):
+        Producer("ssl://127.0.0.1:1", {"ssl.endpoint.identification.algorithm": "md5"})
+
+
+def test_plain_and_tls_clients_side_by_side(tls_broker, certs):
+    with tls_broker.client(tls_broker.tcp) as plain:
+        plain.create_topic("both", 1)
+        plain.produce("both", 0, encode_message_set([b"plain"]))
+    with tls_broker.client(tls_broker.ssl, tls=certs.client("alice")) as secure:
+        secure.produce("both", 0, encode_message_set([b"secure"]))
+        assert secure.offsets("both", 0)[0] > 0
