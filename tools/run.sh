@@ -135,6 +135,11 @@ need_chromium() {
   if [ ! -x /usr/bin/chromium ]; then need chromium "a headless browser for the console's tests"; fi
   if [ ! -x /usr/bin/chromedriver ]; then need chromium-driver "its WebDriver, for the same tests"; fi
 }
+# the access control tests (tests/tls, tests/access) make certificates with openssl and
+# users with useradd / run clients as them with setpriv (passwd and util-linux: always there)
+need_test_tools() {
+  if ! command -v openssl >/dev/null; then need openssl "certificates for the TLS tests"; fi
+}
 
 # run_zookeeper [--port N] [--data-dir DIR]: a standalone ZooKeeper in the foreground, as
 # the cluster tests run it (tests/cluster/zkserver.py), on loopback, with a zoo.cfg written
@@ -201,6 +206,7 @@ case "$cmd" in
   serve) exec .venv/bin/hostbroker serve "$@" ;;
   test)
     need_chromium
+    need_test_tools
     install_apt
     set +e
     if [ $# -gt 0 ]; then
