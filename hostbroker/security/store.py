@@ -32,7 +32,8 @@ import json
 import os
 
 from hostbroker.log.files import read_file, write_file_atomically
-from hostbroker.security.acl import AclBinding, binding_from_json, binding_to_json
+from hostbroker.security.acl import (AclBinding, Operation, PatternType, Permission,
+                                     ResourceType, binding_from_json, binding_to_json)
 from hostbroker.security.principals import Principal
 from hostbroker.security.quota import DEFAULT_ENTITY, Quota, QuotaSet
 
@@ -113,15 +114,31 @@ def _quota_set(entries: list, max_entities: int) -> QuotaSet:
 
 def encode_published(bindings, quotas: QuotaSet, refused: str | None = None) -> bytes:
     """The one document every process reads (``shm/published.py``): the ACLs
-    and the quotas together, compact JSON. ``refused`` (one line) says the
-    ACLs could not be read where they are kept: every process then allows
-    the super users only, quietly (whoever published it said why)."""
-    document = {"version": 1, "acls": [binding_to_json(b) for b in sorted(set(bindings))],
+    and the quotas together, in a compact form of its own, since every process
+    decodes it whole on each change: each binding a row of seven numbers (its
+    enums' values, and indexes into one table of the names, principals and
+    hosts it holds), the quotas as in ``quotas.json``. ``refused`` (one line)
+    says the ACLs could not be read where they are kept: every process then
+    allows the super users only, quietly (whoever published it said why)."""
+    strings: dict[str, int] = {}
+
+    def at(text: str) -> int:
+        index = strings.get(text)
+        if index is None:
+            index = strings[text] = len(strings)
+        return index
+
+    rows = sorted({(b.resource_type.value, b.name, b.pattern.value, b.principal.type,
+                    b.principal.name, b.host, b.operation.value, b.permission.value)
+                   for b in bindings})  # (tuples: the order of AclBinding, sorted in C)
+    rows = [[rt, at(name), pattern, at(f"{kind}:{who}"), at(host), operation, permission]
+            for rt, name, pattern, kind, who, host, operation, permission in rows]
+    document = {"version": 2, "strings": list(strings), "acls": rows,
                 "quotas": [{"entity": e, **q.as_dict()}
                            for e, q in sorted(quotas.entities.items())]}
     if refused is not None:
         document["aclsRefused"] = refused
-    return json.dumps(document, separators=(",", ":"), sort_keys=True).encode()
+    return json.dumps(document, separators=(",", ":")).encode()
 
 
 def decode_published(data: bytes, max_bindings: int,
@@ -132,18 +149,49 @@ def decode_published(data: bytes, max_bindings: int,
     return bindings, quotas
 
 
+_ENUMS = tuple({member.value: member for member in kind}
+               for kind in (ResourceType, PatternType, Operation, Permission))
+
+
 def decode_published_document(data: bytes, max_bindings: int, max_entities: int
                               ) -> tuple[list[AclBinding] | None, QuotaSet, str | None]:
     """As :func:`decode_published`, and the line saying why the ACLs were
-    refused (None when they were not)."""
-    document = _versioned(data, "acls")
-    if not isinstance(document.get("quotas"), list):
-        raise ValueError('expected "quotas": [...]')
-    quotas = _quota_set(document["quotas"], max_entities)
+    refused (None when they were not). Only broker processes write the
+    document, from bindings they checked, so a row is taken as it is: its
+    shape, its enums and its indexes are checked, its names not again."""
+    try:
+        document = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise ValueError("not JSON in UTF-8") from None
+    if not isinstance(document, dict) or document.get("version") != 2:
+        raise ValueError('expected {"version": 2, ...}')
+    strings, rows, entries = (document.get(k) for k in ("strings", "acls", "quotas"))
+    if not (isinstance(strings, list) and isinstance(rows, list) and isinstance(entries, list)):
+        raise ValueError('expected "strings", "acls" and "quotas": [...]')
+    quotas = _quota_set(entries, max_entities)
     if "aclsRefused" in document:
         refused = document["aclsRefused"]
         return None, quotas, refused if isinstance(refused, str) else "refused"
-    return _bindings(document["acls"], max_bindings), quotas, None
+    if len(rows) > max_bindings:
+        raise ValueError(f"{len(rows)} ACLs, more than acl.max.bindings ({max_bindings})")
+    if not all(isinstance(t, str) for t in strings):
+        raise ValueError("a published string is not a string")
+    principals: dict[int, Principal] = {}
+    types, patterns, operations, permissions = _ENUMS
+    bindings = []
+    try:
+        for rt, name, pattern, who, host, operation, permission in rows:
+            if name < 0 or who < 0 or host < 0:
+                raise IndexError(name)
+            principal = principals.get(who)
+            if principal is None:
+                principal = principals[who] = Principal.parse(strings[who])
+            bindings.append(AclBinding(types[rt], strings[name], patterns[pattern], principal,
+                                       strings[host], operations[operation],
+                                       permissions[permission]))
+    except (TypeError, ValueError, KeyError, IndexError):
+        raise ValueError(f"published ACL {len(bindings)} is malformed") from None
+    return bindings, quotas, None
 
 
 def load_published(log_dir: str, max_bindings: int, max_entities: int,

@@ -78,7 +78,7 @@ def test_acl_max_bytes_refuses_a_change_whole(make_broker):
     broker = make_broker(acl_max_bytes=4096)
     with broker.client() as c:
         assert create(c, entry("small")) == [OK]
-        big = [entry("n" * 250 + str(i), "User:" + "p" * 200) for i in range(10)]
+        big = [entry("n" * 250 + str(i), "User:" + "p" * 200 + str(i)) for i in range(10)]
         results = create(c, *big)
         assert {code for code, _ in results} == {ErrorCode.INVALID_REQUEST}
         assert "more than acl.max.bytes (4096)" in results[0][1]

@@ -1,5 +1,6 @@
 """The standalone access control files: round trips, bounds, and hostile files."""
 
+import json
 import os
 
 import pytest
@@ -82,7 +83,18 @@ def test_the_published_document_holds_both_and_is_checked():
     with pytest.raises(ValueError, match="acl.max.bindings"):
         decode_published(data, 1, 10)
     with pytest.raises(ValueError, match="quotas"):
-        decode_published(b'{"version": 1, "acls": []}', 10, 10)
+        decode_published(b'{"version": 2, "strings": [], "acls": []}', 10, 10)
+    with pytest.raises(ValueError, match="version"):
+        decode_published(b'{"version": 1, "acls": [], "quotas": []}', 10, 10)
+    document = json.loads(data)
+    assert len(document["strings"]) == len(set(document["strings"]))  # each string once
+    good = document["acls"][0]
+    for row in ([*good[:6]], [9, *good[1:]], [*good[:1], -1, *good[2:]],
+                [*good[:1], 99, *good[2:]], [*good[:3], "x", *good[4:]],
+                [*good[:5], 99, good[6]]):
+        document["acls"] = [good, row]
+        with pytest.raises(ValueError, match="published ACL 1 is malformed"):
+            decode_published(json.dumps(document).encode(), 10, 10)
 
 
 def test_what_a_broker_publishes_at_start_from_its_files(tmp_path):
