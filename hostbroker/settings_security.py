@@ -39,6 +39,10 @@ SECURITY_SETTINGS: tuple[tuple[str, type, object, str, tuple[int, int] | None], 
     ("acl.cache.entries", int, 100_000,
      "Most authorization decisions each process remembers (cleared when the ACLs "
      "change); past it the oldest are forgotten.", (16, 10_000_000)),
+    ("acl.connection.cache.entries", int, 256,
+     "Most authorization decisions a processor keeps per connection for the requests it "
+     "answers or sends on itself (forgotten when the ACLs change; past it all at once).",
+     (1, 65_536)),
     ("quota.max.principals", int, 4096,
      "Most principals that may have quotas of their own (besides the default).",
      (1, 1_000_000)),

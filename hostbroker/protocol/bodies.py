@@ -94,6 +94,8 @@ class ApiKey(enum.IntEnum):
     ALTER_TOPIC = 19
     LIST_OFFSET_GROUPS = 20
     DESCRIBE_TOPIC_CONFIGS = 21
+    # Access control (docs/spec/protocol.md): in hostbroker.protocol.acls.
+    WHOAMI = 27
 
 
 API_VERSION = 0

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
 
 from hostbroker.errors import ErrorCode, ProtocolError
-from hostbroker.protocol import api, groups, logdirs, topics_admin
+from hostbroker.protocol import acls, api, groups, logdirs, topics_admin
 from hostbroker.protocol.bodies import ApiKey, MetadataBroker, TopicConfigEntry
 from hostbroker.protocol.controller_requests import (
     BrokerEndpoint,
@@ -392,7 +392,8 @@ def decode_any_request(frame: Buffer, max_entries: int | None = None):
     version = (header.api_key, header.api_version)
     request_type = (REPLICATION_REQUEST_TYPES.get(version)
                     or logdirs.LOGDIRS_REQUEST_TYPES.get(version)
-                    or topics_admin.TOPICS_ADMIN_REQUEST_TYPES.get(version))
+                    or topics_admin.TOPICS_ADMIN_REQUEST_TYPES.get(version)
+                    or (acls.WhoamiRequest if version == (acls.WHOAMI, acls.VERSION) else None))
     if request_type is None:
         return groups.decode_any_request(frame, max_entries)
     request = api.decode_body(request_type, frame, header.body_offset, max_entries)

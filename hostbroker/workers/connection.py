@@ -104,10 +104,12 @@ class Connection:
                  "reading", "writing", "active", "frame_started", "lingering", "linger_until",
                  "linger_left", "pinned", "at_writer", "writer", "writer_seq", "writer_put",
                  "pipelining", "lone", "behind", "claim", "claim_have", "claim_put", "spilled_seq",
-                 "large_next", "watched", "started")
+                 "large_next", "watched", "started", "identity", "allowed", "allowed_generation",
+                 "told")
 
     def __init__(self, sock: socket.socket, conn_id: int, handler: int, now: float):
         self.sock = sock
+        self.identity = None
         self.fd = sock.fileno()
         self.conn_id = conn_id
         self.handler = handler
@@ -148,6 +150,11 @@ class Connection:
         # place -> (api key, monotonic ns its frame came): the processor's API stats
         # (requests and latency) count each when its answer is handed over
         self.started: dict[int, tuple[int, int]] = {}
+        # who it is (None until known: not read till then; processor_access.py),
+        # and the authorizer's decisions for it at one ACL generation
+        self.allowed: dict[tuple, bool] = {}
+        self.allowed_generation = -1
+        self.told = False  # its handler has its identity (REQ_PRINCIPAL)
 
     @property
     def outstanding(self) -> int:

@@ -78,6 +78,7 @@ from hostbroker.workers.access import open_access
 from hostbroker.workers.answers import TableAnswers, broker_list
 from hostbroker.workers.base import Worker
 from hostbroker.workers.connection import CLOSE, END, RECV_CHUNK, Buffers, Connection
+from hostbroker.workers.processor_access import ConnectionAccess
 from hostbroker.workers.processor_claims import RingClaims
 from hostbroker.workers.processor_conns import (
     READABLE,
@@ -97,7 +98,8 @@ _IDLE_TIMEOUT_S = 1.0
 _FD_SWEEP_S = 5.0
 
 
-class ProcessorWorker(Connections, FrameReading, RingClaims, LocalFetching, GroupPutting, Worker):
+class ProcessorWorker(Connections, FrameReading, RingClaims, LocalFetching, GroupPutting,
+                      ConnectionAccess, Worker):
     kind = "processor"
     process_name = "hb-proc"
     stats = UNRECORDED  # (init_process attaches this process's own)
@@ -154,6 +156,7 @@ class ProcessorWorker(Connections, FrameReading, RingClaims, LocalFetching, Grou
             + [(r, r.has_unread, bell) for r, bell in zip(self.writer_answers, self.writer_bells)])
         self.files = SegmentFiles(config["segment.fd.cache.size"])
         self.access = open_access(plan, self.config)  # ACLs and quotas (docs/security.md)
+        self._init_access(config)  # identities and decisions (processor_access)
         self.stats = Recorder(plan, self.kind, self.index)
         self._api_request = self.stats.request
         self.table_answers = None  # METADATA and OFFSETS answered here (processor_frames)
@@ -462,6 +465,7 @@ class ProcessorWorker(Connections, FrameReading, RingClaims, LocalFetching, Grou
                 for conn in list(self.conns.values()):
                     if conn.handler == i and conn.at_handler and not conn.lingering:
                         self._close(conn)
+                self._retell(i)  # (processor_access)
             else:
                 self._fail_puts(i - handlers)
 
