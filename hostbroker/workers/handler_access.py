@@ -75,6 +75,10 @@ class Known:
 class HandlerAccess:
     """A handler's identities and decisions; see the module doc."""
 
+    enforcing = False  # (until _init_access: authorizer.enable)
+    refused = NOTHING
+    known: Known | None = None
+
     def _init_access(self) -> None:
         self.enforcing = self.access.enabled
         self.conn_cache_entries = self.config["acl.connection.cache.entries"]

@@ -37,6 +37,8 @@ _TOPIC = ResourceType.TOPIC
 class ConnectionAccess:
     """A processor's identities and decisions; see the module doc."""
 
+    enforcing = False  # (until _init_access: authorizer.enable)
+
     def _init_access(self, config) -> None:
         self.enforcing = self.access.enabled
         self.conn_cache_entries = config["acl.connection.cache.entries"]
