@@ -23,10 +23,10 @@ leaves: the coordinator trusts its senders):
   OFFSET_COMMIT answer a refused topic in its place
   (TOPIC_AUTHORIZATION_FAILED) and serve the others; any other request
   naming a refused topic is refused whole;
-- ``listed``: METADATA (version 0) leaves out the topics the principal
-  may not DESCRIBE, LIST_GROUPS the groups; the other listings (every
-  topic's configs, every group with offsets, METADATA v1/v2 of every topic)
-  need DESCRIBE on the cluster;
+- ``listed``: METADATA (version 0) and DESCRIBE_TOPIC_CONFIGS leave out
+  the topics the principal may not DESCRIBE, LIST_GROUPS and
+  LIST_OFFSET_GROUPS the groups (all of them with DESCRIBE on the cluster);
+  METADATA versions 1 and 2 of every topic need DESCRIBE on the cluster;
 - ``create`` (CREATE_TOPIC, and a PRODUCE's auto-create): CREATE on the
   cluster or on the topic.
 
@@ -46,6 +46,7 @@ from hostbroker.errors import ErrorCode
 from hostbroker.protocol import acls as acls_proto
 from hostbroker.protocol import api, bodies
 from hostbroker.protocol import groups as gproto
+from hostbroker.protocol import topics_admin
 from hostbroker.security.acl import CLUSTER_NAME, Operation, ResourceType
 from hostbroker.security.principals import Identity
 from hostbroker.security.requests import needs, refusal_code
@@ -59,7 +60,8 @@ _EPOCH_BITS = 0xFFFFFF << 32  # a connection id's processor epoch (processor_con
 # the requests whose route answers a refused topic in its place, or filters a listing
 _PER_TOPIC = (bodies.ProduceRequest, bodies.FetchRequest, bodies.MetadataRequest,
               bodies.OffsetCommitRequest, gproto.OffsetCommitRequestV1)
-_FILTERED = (bodies.MetadataRequest, gproto.ListGroupsRequest)
+_FILTERED = (bodies.MetadataRequest, gproto.ListGroupsRequest,
+             topics_admin.ListOffsetGroupsRequest, topics_admin.DescribeTopicConfigsRequest)
 
 
 @dataclasses.dataclass(slots=True, eq=False)

@@ -117,6 +117,11 @@ def act(client: SimpleClient, uri: str, a: dict):
         return _group(uri, groups.HeartbeatRequest(a["group"], 1, "nobody-1"))
     if op == "list_groups":
         return _group(uri, groups.ListGroupsRequest())
+    if op == "configs":
+        return sorted(t.topic for t in client.describe_topic_configs(()))
+    if op == "offset_groups":
+        answer = client.list_offset_groups(())
+        return [_name(answer.error_code), sorted(g.group for g in answer.groups)]
     if op == "leader_and_isr":
         answer = client.request(controller_requests.LeaderAndIsrRequest(1, 1, ()))
         return _name(answer.error_code)

@@ -116,6 +116,7 @@ def test_offsets_and_metadata_are_filtered(acl_broker):
     assert alice[2] == {"orders": OK, "open": TOPIC_NO, "nothere": TOPIC_NO}
     bob = run_as("hbbob", u, [{"op": "offsets", "topic": "orders"}, {"op": "metadata"}])
     assert bob == [TOPIC_NO, {"secret": OK}]  # User:* reads it, and READ describes
+    assert run_as("hbbob", u, [{"op": "configs"}]) == [["secret"]]
 
 
 def test_create_delete_alter_topics(acl_broker):
@@ -142,18 +143,23 @@ def test_group_requests(acl_broker):
         {"op": "offset_fetch", "group": "g-alice", "parts": [["orders", 0]]},
         {"op": "join", "group": "g-alice", "topic": "orders"},
         {"op": "heartbeat", "group": "g-alice"},
-        {"op": "list_groups"}])
+        {"op": "list_groups"},
+        {"op": "offset_groups"}])
     assert alice[0] == [OK, TOPIC_NO]
     assert alice[1:3] == [[OK], [OK]]
     assert alice[3] == OK
     assert alice[4] not in (GROUP_NO, "frame:GROUP_AUTHORIZATION_FAILED")
+    assert alice[5] == [OK, ["g-alice"]] and alice[6] == [OK, ["g-alice"]]
     bob = run_as("hbbob", u, [
         {"op": "commit", "group": "g-alice", "parts": [["orders", 0]]},
         {"op": "offset_fetch", "group": "g-alice", "parts": [["orders", 0]]},
         {"op": "join", "group": "g-alice", "topic": "orders"},
         {"op": "heartbeat", "group": "g-alice"},
-        {"op": "list_groups"}])
-    assert bob == [[GROUP_NO], [GROUP_NO], GROUP_NO, GROUP_NO, [OK, []]]
+        {"op": "list_groups"},
+        {"op": "offset_groups"}])
+    assert bob == [[GROUP_NO], [GROUP_NO], GROUP_NO, GROUP_NO, [OK, []], [OK, []]]
+    # the broker's own user sees every group
+    assert "g-alice" in run_as(None, u, [{"op": "offset_groups"}])[0][1]
 
 
 def test_cluster_requests(acl_broker):
