@@ -18,6 +18,11 @@ Answers may come early; :meth:`Connection.order` moves them to ``out`` in
 order, each followed by :data:`END`, and :data:`CLOSE` where the connection
 is to close. An answer counts as outstanding until its END is written.
 
+Who: ``identity`` (None until known, and not read until then), the
+authorizer's decisions kept for it at one ACL generation (``allowed``), and
+whether its handler was told who it is (``told``); the processor's
+``processor_access.py`` keeps them.
+
 Ending: when the processor reaches CLOSE it does not close at once; the
 connection *lingers* (``linger_until``, ``linger_left``): EOF sent, nothing
 held, its further bytes read and dropped until the client closes or a bound

@@ -18,6 +18,9 @@ flight or behind it, its writer asleep or the frame small) goes past the
 handler, straight to the writer's ``put`` ring (a PUT), and the writer
 answers it; nothing more of that connection is read until it has, and a
 writer that dies first has it answered UNKNOWN here (``_fail_puts``).
+Who each connection is (its identity, taken when the processor takes it and
+told to its handler before its frames) and what it may do on the routes
+taken here, with ``authorizer.enable``: ``processor_access.py``.
 Every request gets a sequence number, its place in that order; answers
 that arrive early wait for the ones before them. A PRODUCE with acks=0 gets
 an empty answer from its handler, which gives its place back without
