@@ -19,9 +19,8 @@ order, each followed by :data:`END`, and :data:`CLOSE` where the connection
 is to close. An answer counts as outstanding until its END is written.
 
 Who: ``identity`` (None until known, and not read until then), the
-authorizer's decisions kept for it at one ACL generation (``allowed``), and
-whether its handler was told who it is (``told``); the processor's
-``processor_access.py`` keeps them.
+authorizer's decisions kept for it at one ACL generation (``allowed``);
+the processor's ``processor_access.py`` keeps them.
 
 Ending: when the processor reaches CLOSE it does not close at once; the
 connection *lingers* (``linger_until``, ``linger_left``): EOF sent, nothing
@@ -109,8 +108,7 @@ class Connection:
                  "reading", "writing", "active", "frame_started", "lingering", "linger_until",
                  "linger_left", "pinned", "at_writer", "writer", "writer_seq", "writer_put",
                  "pipelining", "lone", "behind", "claim", "claim_have", "claim_put", "spilled_seq",
-                 "large_next", "watched", "started", "identity", "allowed", "allowed_generation",
-                 "told")
+                 "large_next", "watched", "started", "identity", "allowed", "allowed_generation")
 
     def __init__(self, sock: socket.socket, conn_id: int, handler: int, now: float):
         self.sock = sock
@@ -159,7 +157,6 @@ class Connection:
         # and the authorizer's decisions for it at one ACL generation
         self.allowed: dict[tuple, bool] = {}
         self.allowed_generation = -1
-        self.told = False  # its handler has its identity (REQ_PRINCIPAL)
 
     @property
     def outstanding(self) -> int:

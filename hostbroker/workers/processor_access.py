@@ -52,7 +52,6 @@ class ConnectionAccess:
     def _tell(self, conn: Connection) -> None:
         self.requests[conn.handler].send(env.encode_principal(conn.conn_id, conn.identity))
         self.dirty_handlers.add(conn.handler)
-        conn.told = True
 
     def _identify_peer(self, conn: Connection) -> None:
         """A Unix or plain TCP connection just taken: its peer's identity."""
