@@ -146,6 +146,23 @@ def _groups_run(action: str, args: argparse.Namespace, *work_args, **kwargs) -> 
                         *work_args, bootstrap=args.bootstrap or DEFAULT_BOOTSTRAP, **kwargs)
 
 
+def _add_whoami(sub) -> None:
+    who = sub.add_parser("whoami", help="the principal, groups and host a broker sees for "
+                                        "this connection (docs/security.md)")
+    who.add_argument("--bootstrap", metavar="URI",
+                     help=f"broker: tcp://HOST:PORT or unix:///PATH (default {DEFAULT_BOOTSTRAP})")
+    who.add_argument("--json", action="store_true", help="one JSON object")
+    who.set_defaults(func=lambda args: commands.run(
+        "whoami", _whoami_work(), as_json=args.json,
+        bootstrap=args.bootstrap or DEFAULT_BOOTSTRAP))
+
+
+def _whoami_work():
+    from hostbroker.commands.whoami import whoami
+
+    return whoami
+
+
 def _add_groups(sub) -> None:
     groups = sub.add_parser(
         "groups", help="consumer groups: list, describe (owners, offsets, lag), reset offsets",
@@ -548,6 +565,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_acls(sub)
     add_quotas(sub)
     _add_groups(sub)
+    _add_whoami(sub)
     _add_produce(sub)
     _add_consume(sub)
     _add_dump_log(sub)

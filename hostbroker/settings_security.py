@@ -39,6 +39,14 @@ SECURITY_SETTINGS: tuple[tuple[str, type, object, str, tuple[int, int] | None], 
     ("acl.cache.entries", int, 100_000,
      "Most authorization decisions each process remembers (cleared when the ACLs "
      "change); past it the oldest are forgotten.", (16, 10_000_000)),
+    ("acl.connection.cache.entries", int, 256,
+     "Most authorization decisions a processor keeps per connection for the requests it "
+     "answers or sends on itself (forgotten when the ACLs change; past it all at once).",
+     (1, 65_536)),
+    ("http.admin.principal", str, "User:admin",
+     "The principal a console change made with the admin token is authorized as (with "
+     "the authorizer on): hb-http checks the change against the ACLs for it before it "
+     "sends it, and answers 403 if it may not.", None),
     ("quota.max.principals", int, 4096,
      "Most principals that may have quotas of their own (besides the default).",
      (1, 1_000_000)),
@@ -54,4 +62,15 @@ def super_users_problem(value: str) -> str | None:
     return None
 
 
-SECURITY_CHECKS = {"super.users": super_users_problem}
+def principal_problem(value: str) -> str | None:
+    """What is wrong with a principal setting (``http.admin.principal``), or None."""
+    from hostbroker.security.principals import Principal
+
+    try:
+        Principal.parse(value)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+SECURITY_CHECKS = {"super.users": super_users_problem, "http.admin.principal": principal_problem}

@@ -19,7 +19,7 @@ NOT_LIMITS = {
     "processor.ring.receive", "cpu.wakeup.latency.us", "cpu.realtime.priority",
     "processor.local.fetch", "log.umask",
     "http.listeners", "http.admin.enable", "http.admin.token.file", "http.allowed.hosts",
-    "authorizer.enable", "super.users", "allow.everyone.if.no.acl.found",
+    "authorizer.enable", "super.users", "allow.everyone.if.no.acl.found", "http.admin.principal",
     "ssl.key.password", "ssl.cipher.suites",
 }
 TOPIC_CONFIGS = {"max.message.bytes"}

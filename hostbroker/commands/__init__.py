@@ -21,6 +21,7 @@
 - ``load``     topics into Parquet/ORC/JSON files on Spark, exactly once
   (the Spark side is ``hostbroker.spark.loader``)
 - ``cpulatency``  ``cpu-latency``: the CPU wake-up latency target, or a request held
+- ``whoami``   the principal, groups and host a broker sees for this connection
 
 ``hostbroker.cli`` parses the arguments and calls one function here with
 plain values; nothing in this package parses a command line. Importing a

@@ -108,6 +108,19 @@ def _config_pairs(value, key: str) -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
+def _authorized(console, request, what: str, *checks) -> None:
+    """403 unless ``http.admin.principal`` may make the change: one of
+    ``checks`` (operation, resource type, name) allows it (docs/security.md)."""
+    from hostbroker.security.acl import Operation, ResourceType
+
+    context = console.context
+    if not any(context.admin_may(Operation[op], ResourceType[rtype], name, request.peer)
+               for op, rtype, name in checks):
+        op, rtype, name = checks[-1]
+        raise HttpError(403, f"{what}: {console.config['http.admin.principal']} may not "
+                             f"({op.title()} on {rtype.title()} {name})")
+
+
 def _admin(console, what: str, request_or_call):
     """Send a change; its refusal as the HTTP error; the metadata read again after."""
     response = console.ask(what, request_or_call)
@@ -130,6 +143,8 @@ def create(console, request):
             factor = whole(body, "replication_factor", None, 1, MAX_REPLICAS)
         elif type(factor) is not int:
             raise HttpError(400, "replication_factor must be a whole number")
+    _authorized(console, request, f"creating topic {name}",
+                ("CREATE", "CLUSTER", "kafka-cluster"), ("CREATE", "TOPIC", name))
     _admin(console, f"creating topic {name}", lambda c: c.create_topic(
         name, partitions, configs, replication_factor=factor, raise_on_error=False))
     return answer({"created": name, "partitions": partitions, "config": dict(configs)}, 201)
@@ -138,6 +153,7 @@ def create(console, request):
 def delete(console, request):
     name = topic_name(request.params["topic"])
     body_of(request, "delete")
+    _authorized(console, request, f"deleting topic {name}", ("DELETE", "TOPIC", name))
     _admin(console, f"deleting topic {name}",
            lambda c: c.delete_topic(name, raise_on_error=False))
     return answer({"deleted": name})
@@ -152,6 +168,7 @@ def add_partitions(console, request):
     name = topic_name(request.params["topic"])
     body = body_of(request, "partitions")
     partitions = whole(body, "partitions")
+    _authorized(console, request, f"adding partitions to topic {name}", ("ALTER", "TOPIC", name))
     _alter(console, f"adding partitions to topic {name}", name, partitions=partitions)
     return answer({"topic": name, "partitions": partitions})
 
@@ -167,6 +184,8 @@ def alter_config(console, request):
         config_text(key, "delete: config key", CONFIG_KEY_MAX)
     if not settings and not removed:
         raise HttpError(400, "nothing to change: give set or delete")
+    _authorized(console, request, f"changing the config of topic {name}",
+                ("ALTER", "TOPIC", name))
     _alter(console, f"changing the config of topic {name}", name,
            set_configs=dict(settings), delete_configs=tuple(removed))
     return answer({"topic": name, "set": dict(settings), "deleted": removed})

@@ -101,6 +101,7 @@ class ApiKey(enum.IntEnum):
     DESCRIBE_ACLS = 24
     ALTER_QUOTAS = 25
     DESCRIBE_QUOTAS = 26
+    WHOAMI = 27
 
 
 API_VERSION = 0

@@ -387,15 +387,14 @@ def decode_any_request(frame: Buffer, max_entries: int | None = None):
     """Header and body of any request the broker knows: this module's, those
     of :mod:`~hostbroker.protocol.logdirs`,
     :mod:`~hostbroker.protocol.topics_admin` and :mod:`~hostbroker.protocol.acls`
-    (keys 22-26), the group APIs, and version 0
+    (keys 22-27), the group APIs, and version 0
     (as :func:`hostbroker.protocol.groups.decode_any_request`)."""
     header = api.decode_request_header(frame)
     version = (header.api_key, header.api_version)
     request_type = (REPLICATION_REQUEST_TYPES.get(version)
                     or logdirs.LOGDIRS_REQUEST_TYPES.get(version)
                     or topics_admin.TOPICS_ADMIN_REQUEST_TYPES.get(version)
-                    or (acls.ACLS_REQUEST_TYPES.get(version)  # keys 22-26 (WHOAMI: its own)
-                        if header.api_key != acls.WHOAMI else None))
+                    or acls.ACLS_REQUEST_TYPES.get(version))
     if request_type is None:
         return groups.decode_any_request(frame, max_entries)
     request = api.decode_body(request_type, frame, header.body_offset, max_entries)

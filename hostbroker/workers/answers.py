@@ -17,6 +17,12 @@ METADATA frame is packed straight from the table's figures
 (:meth:`TableAnswers._encode_metadata`), in the bytes the schema codec would
 give: an answer for every topic of a large table holds up the processor's
 (or handler's) other connections for that long.
+
+With the authorizer on, a METADATA or OFFSETS answer is built for one
+connection's principal (``describe``, whether it may DESCRIBE a topic): a
+list of every topic leaves out those it may not describe, and a topic it
+names and may not describe is answered TOPIC_AUTHORIZATION_FAILED
+(:data:`REFUSED` in the snapshot), whether or not it exists.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from hostbroker.workers.base import now_ms
 from hostbroker.workers.topicview import TopicView
 
 LOCAL_KEYS = frozenset((api.ApiKey.METADATA, api.ApiKey.OFFSETS))
+REFUSED = "refused"  # a METADATA snapshot's topic the principal may not describe
 
 _CORR = struct.Struct(">i")
 # Requests seen again are not decoded again (clients repeat the same few), and
@@ -85,7 +92,7 @@ def fetch_answer_pieces(correlation_id: int, parts, max_header_bytes: int) -> li
 
 
 def fetch_parts(view: TopicView, partitions, budget: int,
-                reads: list | None = None) -> tuple[int, list]:
+                reads: list | None = None, refused=frozenset()) -> tuple[int, list]:
     """What a FETCH of ``partitions`` (each with ``topic``, ``partition``,
     ``offset`` and ``max_bytes``) gets from the log as the partition table
     publishes it: ``(bytes of data, [(topic, partition, error, log end,
@@ -97,12 +104,18 @@ def fetch_parts(view: TopicView, partitions, budget: int,
     it left (in request order), and once nothing is left the rest get empty
     sets (their errors are still checked). With ``reads``, each partition's
     ``(slot, what the table said of it)`` is appended to it, as
-    :func:`fetch_part` gives them."""
+    :func:`fetch_part` gives them. A partition of a topic in ``refused``
+    (the principal may not READ it) is answered TOPIC_AUTHORIZATION_FAILED
+    and not looked up."""
     view.refresh()
     out = []
     total = 0
     for part in partitions:
-        found, slot, seen = fetch_part(view, part, budget - total)
+        if refused and part.topic in refused:
+            found, slot, seen = ((part.topic, part.partition,
+                                  ErrorCode.TOPIC_AUTHORIZATION_FAILED, -1, None), None, None)
+        else:
+            found, slot, seen = fetch_part(view, part, budget - total)
         piece = found[4]
         if piece is not None:
             total += piece.length
@@ -223,7 +236,7 @@ class TableAnswers:
         # or partition): the API stats' errors (workers/stats_record.py)
         self.error = False
 
-    def answer_frame(self, frame, max_entries: int) -> tuple[list, int]:
+    def answer_frame(self, frame, max_entries: int, describe=None) -> tuple[list, int]:
         """``(pieces, flags)`` answering a METADATA or OFFSETS request frame
         (no size prefix) as a handler would: the answer and 0; an error frame
         and ``RESP_CLOSE_AFTER`` for a request that does not decode, that
@@ -239,9 +252,9 @@ class TableAnswers:
             return [api.encode_error_frame(corr or 0, e.code)], env.RESP_CLOSE_AFTER
         try:
             if key == api.ApiKey.METADATA:
-                answer, failed = self.metadata_frame(corr, request)
+                answer, failed = self.metadata_frame(corr, request, describe)
             else:
-                response = self.offsets(request)
+                response = self.offsets(request, describe)
                 self.error = bool(response.error_code)
                 answer, failed = api.encode_answer(corr, response, self.max_response_bytes)
         except HostbrokerError as e:
@@ -265,7 +278,7 @@ class TableAnswers:
             self._decoded[key] = (header.api_key, request)
         return header.api_key, header.correlation_id, request
 
-    def metadata_frame(self, corr: int, request) -> tuple[bytes, bool]:
+    def metadata_frame(self, corr: int, request, describe=None) -> tuple[bytes, bool]:
         """The METADATA answer frame, as ``api.encode_answer`` gives it; the
         one built last for the same topics, read the same from the table, with
         this correlation id; ``(frame, True)`` with an error frame for one over
@@ -274,8 +287,9 @@ class TableAnswers:
         :meth:`metadata` does. Answers of many partitions are not looked up
         (nor kept): keying them costs a good part of packing them, and their
         topics' packed bytes are kept anyway."""
-        names, snapshot = self._snapshot(request)
-        self.error = None in snapshot.values()  # (an unknown topic)
+        names, snapshot = self._snapshot(request, describe)
+        # (an unknown topic, or one refused)
+        self.error = None in snapshot.values() or REFUSED in snapshot.values()
         key = None
         if sum(map(len, filter(None, snapshot.values()))) <= _FRAME_CACHE_PARTITIONS:
             key = (names, self.view.generation, tuple(snapshot.values()))
@@ -332,8 +346,10 @@ class TableAnswers:
                     return None
                 if len(raw) > _STRING_MAX:
                     return None
-                if parts_read is None:
-                    tail = _TOPIC_TAIL.pack(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, 0)
+                if parts_read is None or parts_read is REFUSED:
+                    tail = _TOPIC_TAIL.pack(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                                            if parts_read is None
+                                            else ErrorCode.TOPIC_AUTHORIZATION_FAILED, 0)
                     topic = _STRING_HEAD.pack(len(raw)) + raw + tail
                 else:
                     try:
@@ -361,7 +377,9 @@ class TableAnswers:
         body = b"".join([self._head, _COUNT.pack(len(pieces)), *pieces])
         return _FRAME_HEAD.pack(len(body) + _CORR.size, corr) + body
 
-    def offsets(self, request) -> api.OffsetsResponse:
+    def offsets(self, request, describe=None) -> api.OffsetsResponse:
+        if describe is not None and not describe(request.topic):
+            return api.OffsetsResponse(ErrorCode.TOPIC_AUTHORIZATION_FAILED, ())
         view = self.view
         view.refresh()
         slot = view.slot(request.topic, request.partition)
@@ -401,20 +419,25 @@ class TableAnswers:
                                  request.max_offsets)
         return api.OffsetsResponse(ErrorCode.NONE, tuple(offsets))
 
-    def metadata(self, request) -> api.MetadataResponse:
+    def metadata(self, request, describe=None) -> api.MetadataResponse:
         """Raises INVALID_REQUEST (an error frame) as soon as the answer grows
         past ``response.max.bytes``, before building the rest: a topic of many
         partitions named many times would otherwise amplify a small request."""
-        return self._build(*self._snapshot(request))
+        return self._build(*self._snapshot(request, describe))
 
-    def _snapshot(self, request) -> tuple[tuple, dict]:
+    def _snapshot(self, request, describe=None) -> tuple[tuple, dict]:
         """The topic names a METADATA request asks about (all, for none), and
         what the answer takes from the table for each name, once: None for an
-        unknown topic, else per partition (state, log start, log end, log
-        dir index) or None for a partition number with no slot."""
+        unknown topic, :data:`REFUSED` for one ``describe`` refuses, else per
+        partition (state, log start, log end, log dir index) or None for a
+        partition number with no slot. Every topic, with ``describe``: those
+        it allows."""
         view = self.view
         view.refresh()
-        names = tuple(request.topics) or tuple(sorted(view.topics))
+        names = tuple(request.topics)
+        if not names:
+            names = tuple(sorted(view.topics) if describe is None
+                          else filter(describe, sorted(view.topics)))
         snapshot: dict[str, tuple | None] = {}
         read = self.table.read
         replicated = view.replicated
@@ -448,6 +471,9 @@ class TableAnswers:
         for name in names:
             if name in snapshot:
                 continue
+            if describe is not None and not describe(name):
+                snapshot[name] = REFUSED
+                continue
             slots = view.topics.get(name)
             if slots is None:
                 snapshot[name] = None
@@ -477,6 +503,8 @@ class TableAnswers:
         size = 2 + len(name.encode("utf-8", "replace")) + 2 + 4
         if parts_read is None:
             return api.MetadataTopic(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ()), size
+        if parts_read is REFUSED:
+            return api.MetadataTopic(name, ErrorCode.TOPIC_AUTHORIZATION_FAILED, ()), size
         parts = []
         for partition, read in enumerate(parts_read):
             if read is None:

@@ -18,6 +18,10 @@ Answers may come early; :meth:`Connection.order` moves them to ``out`` in
 order, each followed by :data:`END`, and :data:`CLOSE` where the connection
 is to close. An answer counts as outstanding until its END is written.
 
+Who: ``identity`` (None until known, and not read until then), the
+authorizer's decisions kept for it at one ACL generation (``allowed``);
+the processor's ``processor_access.py`` keeps them.
+
 Ending: when the processor reaches CLOSE it does not close at once; the
 connection *lingers* (``linger_until``, ``linger_left``): EOF sent, nothing
 held, its further bytes read and dropped until the client closes or a bound
@@ -104,10 +108,12 @@ class Connection:
                  "reading", "writing", "active", "frame_started", "lingering", "linger_until",
                  "linger_left", "pinned", "at_writer", "writer", "writer_seq", "writer_put",
                  "pipelining", "lone", "behind", "claim", "claim_have", "claim_put", "spilled_seq",
-                 "large_next", "watched", "started", "tls", "identity")
+                 "large_next", "watched", "started", "tls", "identity", "allowed",
+                 "allowed_generation")
 
     def __init__(self, sock: socket.socket, conn_id: int, handler: int, now: float):
         self.sock = sock
+        self.identity = None
         self.fd = sock.fileno()
         self.conn_id = conn_id
         self.handler = handler
@@ -150,6 +156,10 @@ class Connection:
         self.started: dict[int, tuple[int, int]] = {}
         self.tls = None  # an ssl:// connection's handshake state (workers/tls.py), else None
         self.identity = None
+        # who it is (None until known: not read till then; processor_access.py),
+        # and the authorizer's decisions for it at one ACL generation
+        self.allowed: dict[tuple, bool] = {}
+        self.allowed_generation = -1
 
     @property
     def outstanding(self) -> int:

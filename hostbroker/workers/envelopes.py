@@ -13,6 +13,11 @@ Processor -> handler (request ring)::
 when it queued the message, one clock for every process of the host: the
 receiver adds the time the message waited to its ``wait_ns`` counter.
 ``REQ_CLOSED`` (no frame) tells the handler a connection is gone.
+``REQ_PRINCIPAL`` (sent when the processor takes the connection, before
+any of its frames, and again after the handler is replaced) carries, in
+place of a frame, the connection's identity
+(:func:`encode_principal`: its principal, groups and host, at most
+:data:`MAX_IDENTITY_BYTES`), which the handler keeps until ``REQ_CLOSED``.
 
 Handler -> processor (response ring)::
 
@@ -147,8 +152,13 @@ import struct
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+from hostbroker.security.principals import Identity, Principal
+
 REQ_HEADER = struct.Struct("<QIIQ")
 REQ_CLOSED = 2
+REQ_PRINCIPAL = 4
+MAX_IDENTITY_GROUPS = 256  # groups a REQ_PRINCIPAL carries; more: the identity is refused
+MAX_IDENTITY_BYTES = 96 * 1024
 
 RESP_HEADER = struct.Struct("<QIIIQ")
 RESP_CLOSE_AFTER = 1
@@ -483,3 +493,42 @@ def encode_local_admin(token: int, request: dict) -> tuple[bytes, bytes]:
     """An OP_LOCAL_ADMIN (handler -> hb-logdirs): a create, delete, alter,
     online or forget of replicas across log dirs."""
     return encode_json(OP_LOCAL_ADMIN, token, request)
+
+
+# -- identities (processor -> handler) ---------------------------------------
+
+
+def encode_principal(conn_id: int, identity: Identity, stamp_ns: int = 0) -> bytes:
+    """The REQ_PRINCIPAL of ``conn_id``: its identity as json ``[principal,
+    [group, ...], host]``. An identity of more than
+    :data:`MAX_IDENTITY_GROUPS` groups (or past :data:`MAX_IDENTITY_BYTES`)
+    is sent as ``null``: the handler then knows no identity for the
+    connection and refuses its requests (dropping groups could skip a DENY)."""
+    groups = identity.groups
+    doc = None
+    if len(groups) <= MAX_IDENTITY_GROUPS:
+        doc = [str(identity.principal), [str(g) for g in groups], identity.host]
+    data = json.dumps(doc, separators=(",", ":")).encode()
+    if len(data) > MAX_IDENTITY_BYTES:
+        data = b"null"
+    return REQ_HEADER.pack(conn_id, 0, REQ_PRINCIPAL, stamp_ns) + data
+
+
+def decode_principal(buf) -> Identity | None:
+    """The identity of a REQ_PRINCIPAL message, or None (refused by its
+    sender, or not an identity: then nobody)."""
+    data = bytes(buf[REQ_HEADER.size:REQ_HEADER.size + MAX_IDENTITY_BYTES + 1])
+    if len(data) > MAX_IDENTITY_BYTES:
+        return None
+    try:
+        doc = json.loads(data)
+        if doc is None:
+            return None
+        principal, groups, host = doc
+        if not (isinstance(groups, list) and len(groups) <= MAX_IDENTITY_GROUPS
+                and isinstance(host, str) and len(host) <= 255):
+            return None
+        return Identity(Principal.parse(principal), tuple(Principal.parse(g) for g in groups),
+                        host)
+    except (ValueError, TypeError, AttributeError):
+        return None

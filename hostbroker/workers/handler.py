@@ -44,7 +44,10 @@ Per request:
 - METADATA v2, ALTER_REPLICA_DIRS, LOG_DIR_ADMIN (replicas across log dirs, with
   ``hb-logdirs`` as one more peer after the coordinator): ``handler_logdirs.py``.
 - CREATE_ACLS, DELETE_ACLS, DESCRIBE_ACLS, ALTER_QUOTAS, DESCRIBE_QUOTAS (access
-  control admin, under the admin lock): ``handler_access.py``.
+  control admin, under the admin lock): ``handler_acls.py``.
+- WHOAMI: the identity the connection's processor told (``REQ_PRINCIPAL``);
+  with ``authorizer.enable``, every request is checked before its route
+  (``handler_access.py``).
 - JOIN_GROUP, SYNC_GROUP, HEARTBEAT, LEAVE_GROUP, DESCRIBE_GROUP, LIST_GROUPS
   (docs/spec/groups.md): forwarded to ``hb-coordinator``, which holds the
   group state; a join waits there for its rebalance while the connection's
@@ -76,7 +79,8 @@ from hostbroker.workers import envelopes as env
 from hostbroker.workers.access import open_access
 from hostbroker.workers.answers import TableAnswers, broker_list
 from hostbroker.workers.base import Worker, now_ms
-from hostbroker.workers.handler_access import ACCESS_ADMIN_KEYS, AccessAdmin
+from hostbroker.workers.handler_access import NOTHING, HandlerAccess
+from hostbroker.workers.handler_acls import ACCESS_ADMIN_KEYS, AccessAdmin
 from hostbroker.workers.handler_alter import TopicAlter
 from hostbroker.workers.handler_fetch import Fetching
 from hostbroker.workers.handler_logdirs import LOGDIRS_REQUESTS, LogDirsRequests
@@ -109,7 +113,7 @@ class _Pending:
 
 
 class HandlerWorker(TopicAdmin, TopicAlter, Fetching, Replication, LogDirsRequests,
-                    ConsumerOffsets, AccessAdmin, Worker):
+                    ConsumerOffsets, AccessAdmin, HandlerAccess, Worker):
     kind = "handler"
     process_name = "hb-handler"
     stats = UNRECORDED  # (init_process attaches this process's own)
@@ -124,6 +128,8 @@ class HandlerWorker(TopicAdmin, TopicAlter, Fetching, Replication, LogDirsReques
                                      self.config["admin.lock.timeout.ms"] / 1000)
         self.view = TopicView(self.table, plan.log_dirs, self.defaults)
         self.access = open_access(plan, self.config)  # ACLs and quotas (docs/security.md)
+        self._init_access()  # identities and decisions (handler_access.py)
+        self.refused = NOTHING  # topics the request being answered may not touch
         self.requests = [self.receiver("req", p, self.index) for p in range(plan.num_processors)]
         # the writers' rings, bells and epochs, then the coordinator's (plan.coordinator_peer)
         self.coordinator = plan.coordinator_peer
@@ -295,7 +301,11 @@ class HandlerWorker(TopicAdmin, TopicAlter, Fetching, Replication, LogDirsReques
     def _on_request(self, p: int, m) -> None:
         conn_id, seq, flags, stamp_ns = env.REQ_HEADER.unpack_from(m, 0)
         self.wait_ns += time.monotonic_ns() - stamp_ns
+        if flags & env.REQ_PRINCIPAL:
+            self._on_principal(p, conn_id, m)
+            return
         if flags & env.REQ_CLOSED:
+            self._forget_principal(p, conn_id)
             self.parked = [x for x in self.parked if x.conn_id != conn_id]
             self.broken.pop(conn_id, None)
             self._drop_joins(conn_id)
@@ -320,6 +330,11 @@ class HandlerWorker(TopicAdmin, TopicAlter, Fetching, Replication, LogDirsReques
         corr = header.correlation_id
         try:
             key = header.api_key
+            if self.enforcing:  # (handler_access.py)
+                refused = self._authorize(p, conn_id, seq, corr, request)
+                if refused is None:
+                    return  # refused, and answered
+                self.refused = refused
             if (key, header.api_version) in LOGDIRS_REQUESTS:
                 # METADATA v2, ALTER_REPLICA_DIRS, LOG_DIR_ADMIN (handler_logdirs.py)
                 self._logdirs_request(p, conn_id, seq, corr, header, request)
@@ -332,13 +347,15 @@ class HandlerWorker(TopicAdmin, TopicAlter, Fetching, Replication, LogDirsReques
             elif key == ApiKey.FETCH:
                 self._fetch(p, conn_id, seq, corr, request)
             elif key == ApiKey.METADATA:
-                frame, failed = self.answers.metadata_frame(corr, request)
+                frame, failed = self.answers.metadata_frame(corr, request,
+                                                            self._describes(p, conn_id))
                 if failed:
                     self._fail(p, conn_id, seq, corr, ErrorCode.INVALID_REQUEST)
                 else:
                     self._respond(p, conn_id, seq, [frame], error=self.answers.error)
             elif key == ApiKey.OFFSETS:
-                self._reply(p, conn_id, seq, corr, self.answers.offsets(request))
+                self._reply(p, conn_id, seq, corr,
+                            self.answers.offsets(request, self._describes(p, conn_id)))
             elif key == ApiKey.CREATE_TOPIC:
                 self._create_topic(p, conn_id, seq, corr, request)
             elif key == ApiKey.DELETE_TOPIC:
@@ -352,8 +369,10 @@ class HandlerWorker(TopicAdmin, TopicAlter, Fetching, Replication, LogDirsReques
             elif key in (ApiKey.ALTER_TOPIC, ApiKey.LIST_OFFSET_GROUPS,
                          ApiKey.DESCRIBE_TOPIC_CONFIGS):
                 self._topics_admin_request(p, conn_id, seq, corr, key, request)
-            elif key in ACCESS_ADMIN_KEYS:  # keys 22-26 (handler_access.py)
+            elif key in ACCESS_ADMIN_KEYS:  # keys 22-26 (handler_acls.py)
                 self._access_request(p, conn_id, seq, corr, key, request)
+            elif key == ApiKey.WHOAMI:
+                self._whoami(p, conn_id, seq, corr)
         except HostbrokerError as e:
             # a request we decoded but cannot serve at all: say so and close
             self._forget(conn_id, seq)
@@ -452,7 +471,11 @@ class HandlerWorker(TopicAdmin, TopicAlter, Fetching, Replication, LogDirsReques
             # one partition, acks=1: its writer answers the processor itself
             direct = (env.Direct(p, conn_id, seq, corr) if self.direct_answers and acks == 1
                       and len(request.partitions) == 1 else None)
+            refused = self.refused  # topics the principal may not WRITE (handler_access.py)
             for index, part in enumerate(request.partitions):
+                if refused and part.topic in refused:
+                    results[index][2] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                    continue
                 code = self._route_append(pending, index, part, acks, deadline, direct)
                 if code:
                     results[index][2] = code
@@ -472,6 +495,8 @@ class HandlerWorker(TopicAdmin, TopicAlter, Fetching, Replication, LogDirsReques
         if topic not in self.view.topics:
             if not self.auto_create:
                 return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            if not self._may_create(topic):  # CREATE on the cluster or the topic
+                return ErrorCode.TOPIC_AUTHORIZATION_FAILED
             code = self._auto_create(topic)
             if code:
                 return code

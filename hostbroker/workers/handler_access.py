@@ -1,456 +1,227 @@
-"""The handler's answers to the access control admin requests of a
-standalone broker: CREATE_ACLS (22), DELETE_ACLS (23), DESCRIBE_ACLS (24),
-ALTER_QUOTAS (25) and DESCRIBE_QUOTAS (26) (docs/spec/protocol.md, "Access
-control"; docs/security.md).
+"""Who sent a request, and whether it may (a part of
+:mod:`hostbroker.workers.handler`; docs/security.md, "Where the checks run").
 
-Owns: turning the wire's entries into the model's
-(:mod:`hostbroker.security.acl`, :mod:`hostbroker.security.quota`) and back,
-and the one way a change is made. A change (CREATE_ACLS, DELETE_ACLS,
-ALTER_QUOTAS) runs under the admin lock, which makes this handler the only
-writer of the files and of the published document while it holds it:
+Owns: the identities of the connections a handler serves, per processor and
+connection id, as their processor tells them (``REQ_PRINCIPAL``, before any
+frame of the connection): forgotten when the connection closes
+(``REQ_CLOSED``) and, all of one processor's, when that processor was
+replaced (a REQ_PRINCIPAL of a newer processor epoch, which its connection
+ids carry). A request whose identity the handler does not know is refused
+(NOT_AUTHORIZED, and the connection closes), never answered as anyone.
 
-1. read the file it changes (``acls.json`` or ``quotas.json`` in the first log
-   dir, :mod:`hostbroker.security.store`) and the other one;
-2. apply the change; check it whole against ``acl.max.bindings`` (or
-   ``quota.max.principals``), the bytes a start reads back, and the published
-   document against ``acl.max.bytes``: past any of them every entry of the
-   change is refused (INVALID_REQUEST naming the setting) and nothing of it is
-   kept;
-3. write the file atomically, then publish the document every process reads
-   (:func:`~hostbroker.security.store.encode_published`, the same one a start
-   publishes from the same files), then answer.
+Also owns the one decision per request (:meth:`HandlerAccess._authorize`),
+from :func:`hostbroker.security.requests.needs`, made before the request
+takes its route (so a request sent on to hb-coordinator is checked before it
+leaves: the coordinator trusts its senders):
 
-A crash between 3's write and its publish leaves the file as the truth: the
-next start publishes it. A stored file that cannot be read refuses every
-change of it (STORAGE_ERROR, naming the file) until an operator mends or
-removes it; the other file's changes go on (they publish what a start would:
-no ACLs but for the super users, or no quotas).
+- a ``whole`` check refused: the request's own answer with the refusal
+  (:func:`~hostbroker.security.requests.refusal_code`) where its answer
+  has an error code (OFFSETS, the group requests, OFFSET_COMMIT and
+  OFFSET_FETCH: every entry), else an error frame with the refusal, and
+  the connection closes (as for any request the broker will not serve);
+- ``each``: PRODUCE, FETCH (consumer, version 0), METADATA (version 0) and
+  OFFSET_COMMIT answer a refused topic in its place
+  (TOPIC_AUTHORIZATION_FAILED) and serve the others; any other request
+  naming a refused topic is refused whole;
+- ``listed``: METADATA (version 0) and DESCRIBE_TOPIC_CONFIGS leave out
+  the topics the principal may not DESCRIBE, LIST_GROUPS and
+  LIST_OFFSET_GROUPS the groups (all of them with DESCRIBE on the cluster);
+  METADATA versions 1 and 2 of every topic need DESCRIBE on the cluster;
+- ``create`` (CREATE_TOPIC, and a PRODUCE's auto-create): CREATE on the
+  cluster or on the topic.
 
-The descriptions (DESCRIBE_ACLS, DESCRIBE_QUOTAS) read the published document:
-what every process enforces now. They are cut to ``response.max.bytes``
-(``truncated`` 1); a change whose answer would not fit is refused (DELETE_ACLS)
-or loses its messages past the bound (CREATE_ACLS, ALTER_QUOTAS), never made
-unanswerable. DELETE_ACLS examines at most :data:`SCANS_PER_MAX_BINDING` x
-``acl.max.bindings`` bindings for one request, however many filters it holds
-(filters naming a resource or a principal look only at theirs, by index).
+A decision is kept per connection and (operation, resource) at one ACL
+generation (``acl.connection.cache.entries``), as the processor keeps its
+own. With ``authorizer.enable`` false nothing of this runs but the
+identities (WHOAMI answers them).
 
-In cluster mode the ACLs and quotas are ZooKeeper's: every one of these
-requests is refused with a line pointing at ``hostbroker acls --zookeeper``.
-Whether a principal may make them at all (ALTER or DESCRIBE on the cluster)
-is the generic authorization check's, not this module's.
+:class:`HandlerAccess` is a mixin of :class:`~hostbroker.workers.handler.HandlerWorker`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-from collections import defaultdict
-from collections.abc import Callable, Iterable
+import dataclasses
 
 from hostbroker.errors import ErrorCode
-from hostbroker.protocol import acls as wire
-from hostbroker.security.acl import WILDCARD, AclBinding, AclFilter, PatternType
-from hostbroker.security.admin_wire import (binding_of, entity_named, entry_bytes, entry_of,
-                                           filter_of)
-from hostbroker.security.principals import Principal
-from hostbroker.security.quota import DEFAULT_ENTITY, QUOTA_KEYS, Quota, QuotaSet, check_bound
-from hostbroker.security.store import (
-    ACL_FILE,
-    QUOTA_FILE,
-    AccessFileError,
-    decode_published_document,
-    encode_published,
-    read_acls,
-    read_quotas,
-    write_acls,
-    write_quotas,
-)
-from hostbroker.shm.published import PublishedDocument, TornDocumentError
+from hostbroker.protocol import acls as acls_proto
+from hostbroker.protocol import api, bodies
+from hostbroker.protocol import groups as gproto
+from hostbroker.protocol import topics_admin
+from hostbroker.security.acl import CLUSTER_NAME, Operation, ResourceType
+from hostbroker.security.principals import Identity
+from hostbroker.security.requests import needs, refusal_code
+from hostbroker.workers import envelopes as env
+from hostbroker.workers import group_answers
+from hostbroker.workers.handler_offsets import group_error_answer
 
-ACCESS_ADMIN_KEYS = frozenset({wire.CREATE_ACLS, wire.DELETE_ACLS, wire.DESCRIBE_ACLS,
-                               wire.ALTER_QUOTAS, wire.DESCRIBE_QUOTAS})
-SCANS_PER_MAX_BINDING = 10  # DELETE_ACLS: bindings examined per request, x acl.max.bindings
-_CLUSTER_REFUSAL = ("cluster mode: the ACLs and quotas are kept in ZooKeeper; change them "
-                    "with hostbroker acls|quotas --zookeeper")
-_ANSWER_SLACK = 1024  # bytes of an answer besides its entries (header, counts, message)
+TOPIC, GROUP, CLUSTER = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
+NOTHING: frozenset = frozenset()
+_EPOCH_BITS = 0xFFFFFF << 32  # a connection id's processor epoch (processor_conns)
+# the requests whose route answers a refused topic in its place, or filters a listing
+_PER_TOPIC = (bodies.ProduceRequest, bodies.FetchRequest, bodies.MetadataRequest,
+              bodies.OffsetCommitRequest, gproto.OffsetCommitRequestV1)
+_FILTERED = (bodies.MetadataRequest, gproto.ListGroupsRequest,
+             topics_admin.ListOffsetGroupsRequest, topics_admin.DescribeTopicConfigsRequest)
 
 
-class _Refused(Exception):
-    """A change refused whole: its code and one line."""
+@dataclasses.dataclass(slots=True, eq=False)
+class Known:
+    """One connection's identity, and the decisions made for it at one ACL
+    generation."""
 
-    def __init__(self, code: ErrorCode, message: str):
-        super().__init__(message)
-        self.code = code
-
-
-class BindingIndex:
-    """The bindings by resource name and by principal, so a filter naming one
-    looks at those only (a MATCH filter at its name, ``*`` and each of its
-    prefixes)."""
-
-    def __init__(self, bindings: Iterable[AclBinding]):
-        self.bindings = sorted(bindings)
-        self.by_name: dict[str, list[AclBinding]] = defaultdict(list)
-        self.by_principal: dict[Principal, list[AclBinding]] = defaultdict(list)
-        for b in self.bindings:
-            self.by_name[b.name].append(b)
-            self.by_principal[b.principal].append(b)
-
-    def candidates(self, f: AclFilter) -> list[AclBinding]:
-        if f.name is not None:
-            if f.pattern is PatternType.MATCH:
-                names = {f.name[:i] for i in range(1, len(f.name) + 1)} | {WILDCARD}
-                return [b for n in sorted(names) for b in self.by_name.get(n, ())]
-            return self.by_name.get(f.name, [])
-        if f.principal is not None:
-            return self.by_principal.get(f.principal, [])
-        return self.bindings
+    identity: Identity
+    allowed: dict = dataclasses.field(default_factory=dict)
+    generation: int = -1
 
 
-def fit_messages(results: list[wire.EntryResult], budget: int) -> list[wire.EntryResult]:
-    """``results`` whose messages past ``budget`` bytes are dropped (the codes stay),
-    so an answer of many refusals is never too large to send."""
-    used = 4 * len(results)
-    fitted = []
-    for r in results:
-        size = len(r.error_message.encode("utf-8", "surrogatepass")) if r.error_message else 0
-        if r.error_message and used + size > budget:
-            r = wire.EntryResult(r.error_code, None)
+class HandlerAccess:
+    """A handler's identities and decisions; see the module doc."""
+
+    enforcing = False  # (until _init_access: authorizer.enable)
+    refused = NOTHING
+    known: Known | None = None
+
+    def _init_access(self) -> None:
+        self.enforcing = self.access.enabled
+        self.conn_cache_entries = self.config["acl.connection.cache.entries"]
+        processors = self.plan.num_processors
+        self.identities: list[dict[int, Known]] = [{} for _ in range(processors)]
+        self.identity_epochs = [-1] * processors
+        self.known: Known | None = None  # the identity of the request being answered
+
+    def _on_principal(self, p: int, conn_id: int, m) -> None:
+        epoch = conn_id & _EPOCH_BITS
+        known = self.identities[p]
+        if epoch != self.identity_epochs[p]:
+            known.clear()  # its processor was replaced: its connections are gone
+            self.identity_epochs[p] = epoch
+        identity = env.decode_principal(m)
+        if identity is None:
+            known.pop(conn_id, None)
         else:
-            used += size
-        fitted.append(r)
-    return fitted
+            known[conn_id] = Known(identity)
 
+    def _forget_principal(self, p: int, conn_id: int) -> None:
+        self.identities[p].pop(conn_id, None)
 
-# -- the mixin -------------------------------------------------------------
+    # -- decisions ----------------------------------------------------------
+    def _allows(self, known: Known, operation: Operation, resource_type: ResourceType,
+                name: str = CLUSTER_NAME) -> bool:
+        generation = self.access.document.generation
+        allowed = known.allowed
+        if known.generation != generation:
+            allowed.clear()
+            known.generation = generation
+        key = (operation, resource_type, name)
+        decision = allowed.get(key)
+        if decision is None:
+            if len(allowed) >= self.conn_cache_entries:
+                allowed.clear()
+            decision = allowed[key] = self.access.allows(known.identity, operation,
+                                                         resource_type, name)
+        return decision
 
-class AccessAdmin:
-    """Mixin of :class:`HandlerWorker`: keys 22-26 (module docstring)."""
+    def _may_create(self, topic: str) -> bool:
+        """May the request being answered create ``topic`` (CREATE on the
+        cluster, or on the topic)? Always, with the authorizer off."""
+        known = self.known
+        if not self.enforcing:
+            return True
+        return known is not None and (self._allows(known, Operation.CREATE, CLUSTER)
+                                      or self._allows(known, Operation.CREATE, TOPIC, topic))
 
-    _access_writable: PublishedDocument | None = None
-    _access_kept: dict | None = None  # file name -> (its stamp, what it holds)
-
-    def _access_request(self, p, conn_id, seq, corr, key, request) -> None:
-        if self.config["zookeeper.connect"].strip():
-            response = self._access_cluster_refusal(key, request)
-        elif key == wire.CREATE_ACLS:
-            response = self._create_acls(request)
-        elif key == wire.DELETE_ACLS:
-            response = self._delete_acls(request)
-        elif key == wire.DESCRIBE_ACLS:
-            response = self._describe_acls(request)
-        elif key == wire.ALTER_QUOTAS:
-            response = self._alter_quotas(request)
-        else:
-            response = self._describe_quotas(request)
-        self._reply(p, conn_id, seq, corr, response)
-
-    @staticmethod
-    def _access_cluster_refusal(key, request):
-        code = ErrorCode.INVALID_REQUEST
-        result = wire.EntryResult(code, _CLUSTER_REFUSAL)
-        if key == wire.CREATE_ACLS:
-            return wire.CreateAclsResponse(tuple(result for _ in request.creations))
-        if key == wire.DELETE_ACLS:
-            return wire.DeleteAclsResponse(tuple(wire.DeleteAclsFilterResult(code, _CLUSTER_REFUSAL)
-                                                 for _ in request.filters))
-        if key == wire.DESCRIBE_ACLS:
-            return wire.DescribeAclsResponse(code, _CLUSTER_REFUSAL)
-        if key == wire.ALTER_QUOTAS:
-            return wire.AlterQuotasResponse(tuple(result for _ in request.entities))
-        return wire.DescribeQuotasResponse(code)
-
-    # -- the one way a change is made --------------------------------------
-    @property
-    def _access_dir(self) -> str:
-        return self.plan.log_dirs[0]
-
-    @contextlib.contextmanager
-    def _access_locked(self):
-        try:
-            self.lock.acquire()
-        except TimeoutError as e:
-            raise _Refused(ErrorCode.BROKER_NOT_AVAILABLE,
-                           f"access control admin busy: {e}; try again") from e
-        try:
-            yield
-        finally:
-            self.lock.release()
-
-    def _change(self, change_acls: Callable[[set], set] | None = None,
-                change_quotas: Callable[[QuotaSet], QuotaSet] | None = None) -> None:
-        """Make one change (of the ACLs or of the quotas) as the module
-        docstring says; :class:`_Refused` when it is not made."""
-        max_bindings = self.config["acl.max.bindings"]
-        max_entities = self.config["quota.max.principals"]
-        directory = self._access_dir
-        with self._access_locked():
-            acls_error = quotas_error = None
-            try:
-                bindings = set(self._access_read(
-                    ACL_FILE, lambda: frozenset(read_acls(directory, max_bindings))))
-            except AccessFileError as e:
-                bindings, acls_error = set(), str(e)
-            try:
-                quotas = self._access_read(QUOTA_FILE,
-                                           lambda: read_quotas(directory, max_entities))
-            except AccessFileError as e:
-                quotas, quotas_error = QuotaSet(), str(e)
-            mine = acls_error if change_acls is not None else quotas_error
-            if mine is not None:
-                raise _Refused(ErrorCode.STORAGE_ERROR,
-                               f"{mine}; no change until it is mended or removed")
-            if change_acls is not None:
-                changed_bindings, changed_quotas = change_acls(set(bindings)), quotas
-                if changed_bindings == bindings:
-                    return
-                if len(changed_bindings) > max_bindings:
-                    raise _Refused(ErrorCode.INVALID_REQUEST,
-                                   f"{len(changed_bindings)} ACLs would be more than "
-                                   f"acl.max.bindings ({max_bindings}); nothing changed")
-            else:
-                changed_bindings, changed_quotas = bindings, change_quotas(quotas)
-                if changed_quotas == quotas:
-                    return
-                named = len(changed_quotas.entities) - (DEFAULT_ENTITY in changed_quotas.entities)
-                if named > max_entities:
-                    raise _Refused(ErrorCode.INVALID_REQUEST,
-                                   f"{named} principals with quotas would be more than "
-                                   f"quota.max.principals ({max_entities}); nothing changed")
-            document = encode_published(changed_bindings, changed_quotas, acls_error)
-            capacity = self.config["acl.max.bytes"]
-            if len(document) > capacity:
-                raise _Refused(ErrorCode.INVALID_REQUEST,
-                               f"the ACLs and quotas would take {len(document)} bytes, more "
-                               f"than acl.max.bytes ({capacity}); nothing changed")
-            try:
-                if change_acls is not None:
-                    write_acls(directory, changed_bindings, max_bindings)
-                    self._access_wrote(ACL_FILE, frozenset(changed_bindings))
-                else:
-                    write_quotas(directory, changed_quotas, max_entities)
-                    self._access_wrote(QUOTA_FILE, changed_quotas)
-            except AccessFileError as e:
-                raise _Refused(ErrorCode.INVALID_REQUEST, f"{e}; nothing changed") from None
-            except OSError as e:
-                raise _Refused(ErrorCode.STORAGE_ERROR,
-                               f"{directory}: {e.strerror or e}; nothing changed") from None
-            # the file is the truth from here: a crash now is mended by the next start
-            self._access_publish(document)
-
-    def _access_stamp(self, name: str):
-        """What tells one ``name`` file from another: its device, inode (a
-        change writes a new file), time and size; None without one."""
-        try:
-            st = os.stat(os.path.join(self._access_dir, name), follow_symlinks=False)
-        except OSError:
+    def _describes(self, p: int, conn_id: int):
+        """Whether the connection may DESCRIBE a topic, as a callable of its
+        name (METADATA's and LIST_GROUPS' filters); None with the authorizer off."""
+        if not self.enforcing:
             return None
-        return st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size
+        known = self.identities[p].get(conn_id)
+        if known is None:
+            return lambda name: False
+        return lambda name, rtype=TOPIC: self._allows(known, Operation.DESCRIBE, rtype, name)
 
-    def _access_read(self, name: str, read: Callable):
-        """``read()`` of the file ``name``, kept from this handler's last read
-        or write of it while the file is the same one: a file changed since (by
-        another handler, or an operator) is read again. At 100,000 ACLs a read
-        takes seconds; a handler making change after change reads none."""
-        if self._access_kept is None:
-            self._access_kept = {}
-        stamp = self._access_stamp(name)
-        kept = self._access_kept.get(name)
-        if stamp is not None and kept is not None and kept[0] == stamp:
-            return kept[1]
-        value = read()
-        if stamp is not None:
-            self._access_kept[name] = (stamp, value)
-        return value
+    def _groups_shown(self, p: int, conn_id: int):
+        """LIST_GROUPS' filter: None (every group) with the authorizer off or
+        DESCRIBE on the cluster, else whether the principal may DESCRIBE a group."""
+        if not self.enforcing:
+            return None
+        known = self.identities[p].get(conn_id)
+        if known is None:
+            return lambda group: False
+        if self._allows(known, Operation.DESCRIBE, CLUSTER):
+            return None
+        return lambda group: self._allows(known, Operation.DESCRIBE, GROUP, group)
 
-    def _access_wrote(self, name: str, value) -> None:
-        if self._access_kept is None:
-            self._access_kept = {}
-        stamp = self._access_stamp(name)
-        if stamp is not None:
-            self._access_kept[name] = (stamp, value)
+    def _refused_topics(self, p: int, conn_id: int, operation: Operation, topics) -> frozenset:
+        """The topics of ``topics`` the connection may not ``operation`` (all of
+        them for a connection not known); none with the authorizer off."""
+        if not self.enforcing:
+            return NOTHING
+        known = self.identities[p].get(conn_id)
+        if known is None:
+            return frozenset(topics)
+        return frozenset(t for t in topics if not self._allows(known, operation, TOPIC, t))
 
-    def _access_publish(self, document: bytes) -> None:
-        if self._access_writable is None:
-            self._access_writable = PublishedDocument.attach(self.plan.access_name,
-                                                             readonly=False)
-        self._access_writable.publish(document)
+    def _authorize(self, p, conn_id, seq, corr, request) -> frozenset | None:
+        """Check ``request`` (the authorizer on): None when it was refused and
+        answered here; else the topics its route answers refused in their
+        place (module doc)."""
+        known = self.identities[p].get(conn_id)
+        self.known = known
+        if known is None:
+            self._fail(p, conn_id, seq, corr, ErrorCode.NOT_AUTHORIZED)
+            return None
+        n = needs(request)
+        allows = self._allows
+        for c in n.whole:
+            if not allows(known, c.operation, c.resource_type, c.name):
+                self._refuse(p, conn_id, seq, corr, request, refusal_code(c.resource_type))
+                return None
+        if n.create is not None and not self._may_create(n.create):
+            self._refuse(p, conn_id, seq, corr, request, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+            return None
+        if n.listed is not None and not isinstance(request, _FILTERED) \
+                and not allows(known, Operation.DESCRIBE, CLUSTER):
+            self._refuse(p, conn_id, seq, corr, request, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+            return None
+        refused = [c for c in n.each if not allows(known, c.operation, c.resource_type, c.name)]
+        if not refused:
+            return NOTHING
+        if not isinstance(request, _PER_TOPIC):
+            self._refuse(p, conn_id, seq, corr, request, refusal_code(refused[0].resource_type))
+            return None
+        return frozenset(c.name for c in refused)
 
-    def _access_published(self):
-        """``(bindings or None, quotas, refusal)`` of the published document;
-        :class:`_Refused` when it cannot be read."""
-        try:
-            _, data = self.access.document.read()
-            return decode_published_document(data, self.config["acl.max.bindings"],
-                                             self.config["quota.max.principals"])
-        except (ValueError, TornDocumentError) as e:
-            raise _Refused(ErrorCode.STORAGE_ERROR,
-                           f"the published ACLs and quotas cannot be read: {e}") from None
+    def _refuse(self, p, conn_id, seq, corr, request, code: ErrorCode) -> None:
+        """Answer ``request`` refused with ``code``: in its own answer where it
+        has a place for it, else an error frame (and the connection closes)."""
+        answer = None
+        if isinstance(request, bodies.OffsetsRequest):
+            answer = api.OffsetsResponse(code, ())
+        elif isinstance(request, (bodies.OffsetCommitRequest, gproto.OffsetCommitRequestV1)):
+            answer = group_answers.answer(
+                {"op": "commit", "parts": [[q.topic, q.partition, 0]
+                                           for q in request.partitions]}, {"error": int(code)})
+        elif isinstance(request, bodies.OffsetFetchRequest):
+            answer = group_answers.answer(group_answers.fetch_op(request), {"error": int(code)})
+        elif isinstance(request, gproto.HeartbeatRequest):
+            answer = gproto.HeartbeatResponse(code)
+        elif isinstance(request, (gproto.JoinGroupRequest, gproto.SyncGroupRequest,
+                                  gproto.LeaveGroupRequest, gproto.DescribeGroupRequest,
+                                  gproto.ListGroupsRequest)):
+            answer = group_error_answer(request, code)
+        if answer is None:
+            self._fail(p, conn_id, seq, corr, code)
+        else:
+            self._reply(p, conn_id, seq, corr, answer, error=True)
 
-    @property
-    def _answer_budget(self) -> int:
-        return self.max_response_bytes - _ANSWER_SLACK
-
-    # -- CREATE_ACLS -------------------------------------------------------
-    def _create_acls(self, request: wire.CreateAclsRequest) -> wire.CreateAclsResponse:
-        results: list = [None] * len(request.creations)
-        wanted: list[tuple[int, AclBinding]] = []
-        for i, entry in enumerate(request.creations):
-            try:
-                wanted.append((i, binding_of(entry)))
-            except ValueError as e:
-                results[i] = wire.EntryResult(ErrorCode.INVALID_REQUEST, str(e))
-        if wanted:
-            outcome = wire.EntryResult(ErrorCode.NONE)
-            try:
-                self._change(change_acls=lambda held: held | {b for _, b in wanted})
-            except _Refused as e:
-                outcome = wire.EntryResult(e.code, str(e))
-            for i, _ in wanted:
-                results[i] = outcome
-        return wire.CreateAclsResponse(tuple(fit_messages(results, self._answer_budget)))
-
-    # -- DELETE_ACLS -------------------------------------------------------
-    def _delete_acls(self, request: wire.DeleteAclsRequest) -> wire.DeleteAclsResponse:
-        filters: list = []
-        for entry in request.filters:
-            try:
-                filters.append(filter_of(entry))
-            except ValueError as e:
-                filters.append(str(e))
-        deleted: list = [None] * len(filters)
-
-        def change(held: set) -> set:
-            index = BindingIndex(held)
-            budget = SCANS_PER_MAX_BINDING * self.config["acl.max.bindings"]
-            answer_bytes, gone = 4 * len(filters), set()
-            for i, f in enumerate(filters):
-                if isinstance(f, str):
-                    answer_bytes += 8 + len(f)
-                    continue
-                candidates = index.candidates(f)
-                budget -= len(candidates)
-                if budget < 0:
-                    raise _Refused(ErrorCode.INVALID_REQUEST,
-                                   f"these {len(filters)} filters examine more than "
-                                   f"{SCANS_PER_MAX_BINDING} x acl.max.bindings bindings; "
-                                   "send fewer or narrower filters; nothing deleted")
-                deleted[i] = [b for b in candidates if f.matches(b)]
-                answer_bytes += 8 + sum(entry_bytes(entry_of(b)) for b in deleted[i])
-                gone.update(deleted[i])
-            if answer_bytes > self._answer_budget:
-                raise _Refused(ErrorCode.INVALID_REQUEST,
-                               f"the {len(gone)} ACLs these filters delete do not fit one "
-                               "answer (response.max.bytes); delete fewer at once; "
-                               "nothing deleted")
-            return held - gone
-
-        refusal = None
-        if any(not isinstance(f, str) for f in filters):
-            try:
-                self._change(change_acls=change)
-            except _Refused as e:
-                refusal = e
-        results = []
-        for i, f in enumerate(filters):
-            if isinstance(f, str):
-                results.append(wire.DeleteAclsFilterResult(ErrorCode.INVALID_REQUEST, f))
-            elif refusal is not None:
-                results.append(wire.DeleteAclsFilterResult(refusal.code, str(refusal)))
-            else:
-                results.append(wire.DeleteAclsFilterResult(
-                    ErrorCode.NONE, None, tuple(entry_of(b) for b in deleted[i] or ())))
-        return wire.DeleteAclsResponse(tuple(results))
-
-    # -- DESCRIBE_ACLS -----------------------------------------------------
-    def _describe_acls(self, request: wire.DescribeAclsRequest) -> wire.DescribeAclsResponse:
-        try:
-            f = filter_of(request.filter)
-        except ValueError as e:
-            return wire.DescribeAclsResponse(ErrorCode.INVALID_REQUEST, str(e))
-        try:
-            bindings, _, refused = self._access_published()
-        except _Refused as e:
-            return wire.DescribeAclsResponse(e.code, str(e))
-        if bindings is None:
-            return wire.DescribeAclsResponse(ErrorCode.STORAGE_ERROR,
-                                             f"the ACLs are refused: {refused}")
-        matched = [b for b in BindingIndex(bindings).candidates(f) if f.matches(b)]
-        entries, used = [], 0
-        budget = self._answer_budget
-        for b in sorted(matched):
-            entry = entry_of(b)
-            used += entry_bytes(entry)
-            if used > budget:
-                return wire.DescribeAclsResponse(
-                    ErrorCode.NONE, f"cut to {len(entries)} of the {len(matched)} ACLs "
-                    "matched (response.max.bytes); narrow the filter", tuple(entries), 1)
-            entries.append(entry)
-        return wire.DescribeAclsResponse(ErrorCode.NONE, None, tuple(entries))
-
-    # -- ALTER_QUOTAS ------------------------------------------------------
-    def _alter_quotas(self, request: wire.AlterQuotasRequest) -> wire.AlterQuotasResponse:
-        results: list = [None] * len(request.entities)
-        wanted: list[tuple[int, str, dict]] = []
-        for i, entity in enumerate(request.entities):
-            try:
-                name = entity_named(entity.entity)
-                changes: dict[str, int | None] = {}
-                for q in entity.quotas:
-                    value = None if q.value == wire.REMOVE else q.value
-                    check_bound(q.key, value)
-                    if q.key in changes:
-                        raise ValueError(f"quota {q.key} given twice for {name}")
-                    changes[q.key] = value
-                if not changes:
-                    raise ValueError(f"no quota given for {name}: expected any of "
-                                     f"{', '.join(QUOTA_KEYS)}")
-            except ValueError as e:
-                results[i] = wire.EntryResult(ErrorCode.INVALID_REQUEST, str(e))
-                continue
-            wanted.append((i, name, changes))
-
-        def change(quotas: QuotaSet) -> QuotaSet:
-            # (as QuotaSet.changed, one entity after another, in one copy of the set)
-            entities = dict(quotas.entities)
-            for _, name, changes in wanted:
-                quota = entities.get(name, Quota()).merged(changes)
-                if quota.empty:
-                    entities.pop(name, None)
-                else:
-                    entities[name] = quota
-            return QuotaSet(entities)
-
-        if wanted:
-            outcome = wire.EntryResult(ErrorCode.NONE)
-            try:
-                self._change(change_quotas=change)
-            except _Refused as e:
-                outcome = wire.EntryResult(e.code, str(e))
-            for i, _, _ in wanted:
-                results[i] = outcome
-        return wire.AlterQuotasResponse(tuple(fit_messages(results, self._answer_budget)))
-
-    # -- DESCRIBE_QUOTAS ---------------------------------------------------
-    def _describe_quotas(self, request: wire.DescribeQuotasRequest
-                         ) -> wire.DescribeQuotasResponse:
-        try:
-            names = [entity_named(e) for e in request.entities]
-            _, quotas, _ = self._access_published()
-        except ValueError:
-            return wire.DescribeQuotasResponse(ErrorCode.INVALID_REQUEST)
-        except _Refused as e:
-            return wire.DescribeQuotasResponse(e.code)
-        shown = sorted(quotas.entities) if not names else list(dict.fromkeys(names))
-        entities, used = [], 0
-        for name in shown:
-            quota = quotas.entities.get(name)
-            values = tuple(wire.QuotaValue(k, v) for k, v in (quota.as_dict() if quota else {}
-                                                               ).items())
-            used += 4 + len(name.encode("utf-8", "surrogatepass")) \
-                + sum(10 + len(v.key) for v in values)
-            if used > self._answer_budget:
-                return wire.DescribeQuotasResponse(ErrorCode.NONE, tuple(entities), 1)
-            entities.append(wire.QuotaEntity(name, values))
-        return wire.DescribeQuotasResponse(ErrorCode.NONE, tuple(entities))
-
+    # -- WHOAMI ---------------------------------------------------------------
+    def _whoami(self, p, conn_id, seq, corr) -> None:
+        known = self.identities[p].get(conn_id)
+        if known is None:
+            self._fail(p, conn_id, seq, corr, ErrorCode.NOT_AUTHORIZED)
+            return
+        identity = known.identity
+        self._reply(p, conn_id, seq, corr, acls_proto.WhoamiResponse(
+            str(identity.principal), tuple(str(g) for g in identity.groups), identity.host,
+            1 if self.enforcing else 0), error=False)

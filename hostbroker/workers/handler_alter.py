@@ -46,6 +46,7 @@ with a top-level or any topic's error code in the API stats
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -132,7 +133,12 @@ class TopicAlter:
         if key == ApiKey.ALTER_TOPIC:
             self._alter_topic(p, conn_id, seq, corr, request)
         elif key == ApiKey.DESCRIBE_TOPIC_CONFIGS:
-            self._reply(p, conn_id, seq, corr, self._topic_configs(request.topics))
+            answer = self._topic_configs(request.topics)
+            describe = None if request.topics else self._describes(p, conn_id)
+            if describe is not None:  # of every topic: those it may describe (handler_access)
+                answer = dataclasses.replace(answer, topics=tuple(
+                    t for t in answer.topics if describe(t.topic)))
+            self._reply(p, conn_id, seq, corr, answer)
         else:
             self._list_offset_groups(p, conn_id, seq, corr, request)
 
@@ -183,6 +189,8 @@ class TopicAlter:
         # its quotes, brackets and commas at most twice its length fields' bytes)
         max_bytes = min(self.max_response_bytes - _GROUPS_OVERHEAD,
                         self.config["ring.bytes"] // 16)
+        # of every group: those it may describe (handler_access.py)
+        shown = None if request.groups else self._groups_shown(p, conn_id)
 
         def respond(pending, failed: bool = False) -> None:
             result = None if failed or not pending.results else pending.results[0]
@@ -191,7 +199,8 @@ class TopicAlter:
             else:
                 code = ErrorCode(result.get("error", 0))
                 groups = tuple(ta.OffsetGroup(str(g), tuple(map(str, topics)))
-                               for g, topics in result.get("groups") or ())
+                               for g, topics in result.get("groups") or ()
+                               if shown is None or shown(str(g)))
                 body = ta.ListOffsetGroupsResponse(code, groups,
                                                    1 if result.get("truncated") else 0)
             self._reply(pending.processor, pending.conn_id, pending.seq,

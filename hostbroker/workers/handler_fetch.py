@@ -18,6 +18,7 @@ import dataclasses
 from hostbroker.errors import ErrorCode
 from hostbroker.protocol import replication as rproto
 from hostbroker.protocol.api import ApiKey
+from hostbroker.security.acl import Operation
 from hostbroker.shm import partitions as ptable
 from hostbroker.shm import procs
 from hostbroker.workers import envelopes as env
@@ -94,8 +95,12 @@ class Fetching:
         if isinstance(request, rproto.FetchRequestV1):
             return self._answer_fetch_v1(p, conn_id, seq, corr, request, force)
         reads: list = []
+        # (topics the principal may not READ, asked again for a parked fetch)
+        refused = self._refused_topics(p, conn_id, Operation.READ,
+                                       {q.topic for q in request.partitions}) \
+            if self.enforcing else frozenset()
         total, parts = fetch_parts(self.view, request.partitions,
-                                   self.config["fetch.max.bytes"], reads)
+                                   self.config["fetch.max.bytes"], reads, refused)
         # (nothing to wait for when every partition has an error)
         if not force and request.max_wait_ms > 0 and fetch_must_wait(parts, total,
                                                                      request.min_bytes):

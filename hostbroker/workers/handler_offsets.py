@@ -39,9 +39,16 @@ class ConsumerOffsets:
     def _offset_commit(self, p, conn_id, seq, corr, request) -> None:
         """Store the entries of existing partitions with metadata within
         ``offset.metadata.max.bytes``; the others are answered with their error
-        and not stored (:func:`~hostbroker.workers.group_answers.commit_op`)."""
+        and not stored (:func:`~hostbroker.workers.group_answers.commit_op`),
+        those of a topic the committer may not READ with
+        TOPIC_AUTHORIZATION_FAILED (``self.refused``, handler_access.py)."""
         self.view.refresh()
         op = group_answers.commit_op(request, self.view, self.config["offset.metadata.max.bytes"])
+        refused = self.refused
+        if refused:
+            op["entries"] = [e for e in op["entries"] if e[1] not in refused]
+            op["parts"] = [[t, q, int(ErrorCode.TOPIC_AUTHORIZATION_FAILED) if t in refused
+                            else code] for t, q, code in op["parts"]]
         self._coordinator_op(p, conn_id, seq, corr, ApiKey.OFFSET_COMMIT, env.OP_OFFSETS, op)
 
     def _offset_fetch(self, p, conn_id, seq, corr, request) -> None:
@@ -84,11 +91,15 @@ class ConsumerOffsets:
             payload = {"op": "describe", "group": request.group}
         else:
             payload = {"op": "list"}
+        shown = self._groups_shown(p, conn_id) if key == gproto.GroupApiKey.LIST_GROUPS else None
 
         def respond(pending, failed: bool = False) -> None:
             self.parked_joins.discard(pending.token)
             result = ({"error": int(ErrorCode.BROKER_NOT_AVAILABLE)} if failed
                       else pending.results[0])
+            if shown is not None and result.get("groups"):
+                # only the groups the principal may DESCRIBE (handler_access.py)
+                result = {**result, "groups": [g for g in result["groups"] if shown(g)]}
             self._reply(pending.processor, pending.conn_id, pending.seq, pending.correlation_id,
                         _group_answer(key, request, result))
 
@@ -116,6 +127,12 @@ class ConsumerOffsets:
 def _streams(entries) -> tuple:
     return tuple(gproto.StreamAssignment(topic, stream, tuple(parts))
                  for topic, stream, parts in entries)
+
+
+def group_error_answer(request, code: ErrorCode):
+    """The answer of a group request (JOIN, SYNC, LEAVE, DESCRIBE, LIST)
+    refused with ``code``."""
+    return _group_answer(request.API_KEY, request, {"error": int(code)})
 
 
 def _group_answer(key: int, request, result: dict):

@@ -18,6 +18,9 @@ flight or behind it, its writer asleep or the frame small) goes past the
 handler, straight to the writer's ``put`` ring (a PUT), and the writer
 answers it; nothing more of that connection is read until it has, and a
 writer that dies first has it answered UNKNOWN here (``_fail_puts``).
+Who each connection is (its identity, taken when the processor takes it and
+told to its handler before its frames) and what it may do on the routes
+taken here, with ``authorizer.enable``: ``processor_access.py``.
 Every request gets a sequence number, its place in that order; answers
 that arrive early wait for the ones before them. A PRODUCE with acks=0 gets
 an empty answer from its handler, which gives its place back without
@@ -83,6 +86,7 @@ from hostbroker.workers.access import open_access
 from hostbroker.workers.answers import TableAnswers, broker_list
 from hostbroker.workers.base import Worker
 from hostbroker.workers.connection import CLOSE, END, RECV_CHUNK, Buffers, Connection
+from hostbroker.workers.processor_access import ConnectionAccess
 from hostbroker.workers.processor_claims import RingClaims
 from hostbroker.workers.processor_conns import (
     READABLE,
@@ -104,7 +108,7 @@ _FD_SWEEP_S = 5.0
 
 
 class ProcessorWorker(Connections, FrameReading, RingClaims, LocalFetching, GroupPutting,
-                      TlsConnections, Worker):
+                      TlsConnections, ConnectionAccess, Worker):
     kind = "processor"
     process_name = "hb-proc"
     stats = UNRECORDED  # (init_process attaches this process's own)
@@ -162,6 +166,7 @@ class ProcessorWorker(Connections, FrameReading, RingClaims, LocalFetching, Grou
             + [(r, r.has_unread, bell) for r, bell in zip(self.writer_answers, self.writer_bells)])
         self.files = SegmentFiles(config["segment.fd.cache.size"])
         self.access = open_access(plan, self.config)  # ACLs and quotas (docs/security.md)
+        self._init_access(config)  # identities and decisions (processor_access)
         self.stats = Recorder(plan, self.kind, self.index)
         self._api_request = self.stats.request
         self.table_answers = None  # METADATA and OFFSETS answered here (processor_frames)
@@ -480,6 +485,7 @@ class ProcessorWorker(Connections, FrameReading, RingClaims, LocalFetching, Grou
                 for conn in list(self.conns.values()):
                     if conn.handler == i and conn.at_handler and not conn.lingering:
                         self._close(conn)
+                self._retell(i)  # (processor_access)
             else:
                 self._fail_puts(i - handlers)
 

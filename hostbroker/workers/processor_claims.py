@@ -25,6 +25,7 @@ import time
 from hostbroker.protocol import api
 from hostbroker.protocol.primitives import Reader
 from hostbroker.shm import procs
+from hostbroker.security.acl import Operation, ResourceType
 from hostbroker.workers import envelopes as env
 from hostbroker.workers.base import now_ms
 from hostbroker.workers.connection import DIRECT_AT, Connection
@@ -38,6 +39,9 @@ from hostbroker.workers.processor_frames import (
 from hostbroker.workers.stats_record import FRAME_KEY
 
 PUT_HEAD_MAX = 4096  # bytes of a frame's start looked at for where its message set begins
+
+
+WRITE, TOPIC = Operation.WRITE, ResourceType.TOPIC
 
 
 class RingClaims:
@@ -162,6 +166,8 @@ class RingClaims:
             set_start = reader.position
             if acks != 1 or count != 1 or topic is None or set_start + set_size != need:
                 return False
+            if self.enforcing and not self._conn_allows(conn, WRITE, TOPIC, topic):
+                return False  # the handler answers the refusal (processor_access)
             target = self._put_target(topic, partition)
         except Exception:  # noqa: BLE001 - gathered whole and decided then, as ever
             return False

@@ -101,6 +101,7 @@ class Connections:
         self.by_fd[conn.fd] = conn
         self.epoll.register(conn.fd, select.EPOLLIN)
         conn.watched = WATCH_READ
+        self._identify_peer(conn)  # (processor_access)
         self.board.set(self.slot, procs.CONNECTIONS, len(self.conns))
         self._adopt_tls(conn)  # an ssl:// one: its handshake (workers/tls.py)
 

@@ -46,6 +46,7 @@ import traceback
 from typing import NamedTuple
 
 from hostbroker.errors import ErrorCode
+from hostbroker.security.acl import Operation
 from hostbroker.protocol import api
 from hostbroker.protocol.lone import fetch_partition_count, peek_lone_fetch
 from hostbroker.shm import procs
@@ -128,6 +129,9 @@ class LocalFetching:
             if found is None:
                 return False
             correlation_id, max_wait_ms, min_bytes, partitions = found
+            if self.enforcing and not self._conn_may_topics(
+                    conn, Operation.READ, (p.topic for p in partitions)):
+                return False  # the handler answers the refusal (processor_access)
             reads: list = []
             total, parts = fetch_parts(self.view, partitions, self.fetch_max_bytes, reads)
             wait = (max_wait_ms > 0 and not self.stopping

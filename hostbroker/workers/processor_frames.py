@@ -29,6 +29,7 @@ import traceback
 from hostbroker.errors import ErrorCode
 from hostbroker.protocol import api
 from hostbroker.protocol.lone import peek_lone_produce
+from hostbroker.security.acl import Operation, ResourceType
 from hostbroker.shm import partitions as ptable
 from hostbroker.shm import procs
 from hostbroker.workers import envelopes as env
@@ -40,6 +41,7 @@ SIZE = struct.Struct(">i")
 HEAD = struct.Struct(">ihhi")  # size, api_key, api_version, correlation_id
 _KEY_CORR = struct.Struct(">hhi")  # the same, of a frame without its size
 SEQ_MASK = 0xFFFFFFFF
+WRITE, TOPIC = Operation.WRITE, ResourceType.TOPIC
 _INT = struct.Struct("i")
 LARGE_HEAD = 512  # bytes read of the frame after a large one, before its ring record is claimed
 
@@ -61,7 +63,9 @@ class FrameReading:
     def _may_read(self, conn: Connection) -> bool:
         # nothing more while a PUT is at its writer: a later PRODUCE through the
         # handler could reach the writer first
-        return (not conn.closing and not conn.at_writer and conn.outstanding < self.max_in_flight
+        # (and nothing before the connection's identity is known: processor_access)
+        return (not conn.closing and not conn.at_writer and conn.identity is not None
+                and conn.outstanding < self.max_in_flight
                 and conn.at_handler < self.max_at_handler and conn.queued < self.max_queued)
 
     def _put_candidate(self, conn: Connection, need: int, head) -> bool:
@@ -262,6 +266,8 @@ class FrameReading:
             request = peek_lone_produce(frame, self.max_entries)
             if request is None or request.acks != 1:
                 return False
+            if self.enforcing and not self._conn_allows(conn, WRITE, TOPIC, request.topic):
+                return False  # the handler answers the refusal (processor_access)
             target = self._put_target(request.topic, request.partition, len(frame))
         except Exception:  # noqa: BLE001 - the handler answers (and closes) as it always has
             return False
@@ -352,7 +358,7 @@ class FrameReading:
         conn.next_seq += 1
         self.count(procs.REQUESTS)
         try:
-            pieces, flags = local.answer_frame(frame, self.max_entries)
+            pieces, flags = local.answer_frame(frame, self.max_entries, self._describer(conn))
         except Exception:  # noqa: BLE001 - one request must never end the processor
             key, _, corr = _KEY_CORR.unpack_from(frame, 0)
             pieces, flags = [api.encode_error_frame(corr, ErrorCode.UNKNOWN)], env.RESP_CLOSE_AFTER

@@ -54,6 +54,8 @@ class GroupPutting:
             # the count, and the handler decodes it all)
             header, request = gproto.decode_any_request(frame, self.group_put_max_entries)
             key = header.api_key
+            if self.enforcing and not self._conn_may(conn, request):
+                return False  # the handler answers the refusal (processor_access)
             if key == api.ApiKey.OFFSET_COMMIT:
                 view = self.view
                 view.refresh()

@@ -71,6 +71,7 @@ class HttpContext:
         self._api_stats: dict[tuple[str, int], object] = {}
         self.broker_uri = broker_uri(self.config)  # the listener broker_client() reaches
         self.broker_timeout_s = BROKER_TIMEOUT_S
+        self._access = None  # the ACLs' view, opened on the first change (admin_may)
 
     # -- shared memory (read-only) -------------------------------------------------
     @property
@@ -128,6 +129,25 @@ class HttpContext:
             self._client = SimpleClient(self.broker_uri, CLIENT_ID,
                                         timeout=BROKER_TIMEOUT_S)
         return self._client
+
+    # -- access control (docs/security.md) -------------------------------------------
+    def admin_may(self, operation, resource_type, name: str, peer: str) -> bool:
+        """May a console change made with the admin token do ``operation`` on the
+        resource: as ``http.admin.principal`` from the HTTP client's address
+        (``peer``, ``host:port``), with the broker's ACLs (always, with the
+        authorizer off). hb-http sends the change as the broker's own user,
+        whom the broker allows everything: this is the check that counts."""
+        if not self.config["authorizer.enable"]:
+            return True
+        if self._access is None:
+            from hostbroker.workers.access import open_access
+            self._access = open_access(self.plan, self.config)
+        from hostbroker.security.principals import Identity, Principal
+
+        host = peer.rsplit(":", 1)[0].strip("[]") if ":" in peer else peer
+        identity = Identity(Principal.parse(self.config["http.admin.principal"]), (), host)
+        # (the authorizer itself: never the broker's own user's pass over its socket)
+        return self._access.authorizer().authorize(identity, operation, resource_type, name)
 
     def drop_client(self) -> None:
         client, self._client = self._client, None

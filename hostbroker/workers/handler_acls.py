@@ -1,0 +1,456 @@
+"""The handler's answers to the access control admin requests of a
+standalone broker: CREATE_ACLS (22), DELETE_ACLS (23), DESCRIBE_ACLS (24),
+ALTER_QUOTAS (25) and DESCRIBE_QUOTAS (26) (docs/spec/protocol.md, "Access
+control"; docs/security.md).
+
+Owns: turning the wire's entries into the model's
+(:mod:`hostbroker.security.acl`, :mod:`hostbroker.security.quota`) and back,
+and the one way a change is made. A change (CREATE_ACLS, DELETE_ACLS,
+ALTER_QUOTAS) runs under the admin lock, which makes this handler the only
+writer of the files and of the published document while it holds it:
+
+1. read the file it changes (``acls.json`` or ``quotas.json`` in the first log
+   dir, :mod:`hostbroker.security.store`) and the other one;
+2. apply the change; check it whole against ``acl.max.bindings`` (or
+   ``quota.max.principals``), the bytes a start reads back, and the published
+   document against ``acl.max.bytes``: past any of them every entry of the
+   change is refused (INVALID_REQUEST naming the setting) and nothing of it is
+   kept;
+3. write the file atomically, then publish the document every process reads
+   (:func:`~hostbroker.security.store.encode_published`, the same one a start
+   publishes from the same files), then answer.
+
+A crash between 3's write and its publish leaves the file as the truth: the
+next start publishes it. A stored file that cannot be read refuses every
+change of it (STORAGE_ERROR, naming the file) until an operator mends or
+removes it; the other file's changes go on (they publish what a start would:
+no ACLs but for the super users, or no quotas).
+
+The descriptions (DESCRIBE_ACLS, DESCRIBE_QUOTAS) read the published document:
+what every process enforces now. They are cut to ``response.max.bytes``
+(``truncated`` 1); a change whose answer would not fit is refused (DELETE_ACLS)
+or loses its messages past the bound (CREATE_ACLS, ALTER_QUOTAS), never made
+unanswerable. DELETE_ACLS examines at most :data:`SCANS_PER_MAX_BINDING` x
+``acl.max.bindings`` bindings for one request, however many filters it holds
+(filters naming a resource or a principal look only at theirs, by index).
+
+In cluster mode the ACLs and quotas are ZooKeeper's: every one of these
+requests is refused with a line pointing at ``hostbroker acls --zookeeper``.
+Whether a principal may make them at all (ALTER or DESCRIBE on the cluster)
+is the generic authorization check's, not this module's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+
+from hostbroker.errors import ErrorCode
+from hostbroker.protocol import acls as wire
+from hostbroker.security.acl import WILDCARD, AclBinding, AclFilter, PatternType
+from hostbroker.security.admin_wire import (binding_of, entity_named, entry_bytes, entry_of,
+                                           filter_of)
+from hostbroker.security.principals import Principal
+from hostbroker.security.quota import DEFAULT_ENTITY, QUOTA_KEYS, Quota, QuotaSet, check_bound
+from hostbroker.security.store import (
+    ACL_FILE,
+    QUOTA_FILE,
+    AccessFileError,
+    decode_published_document,
+    encode_published,
+    read_acls,
+    read_quotas,
+    write_acls,
+    write_quotas,
+)
+from hostbroker.shm.published import PublishedDocument, TornDocumentError
+
+ACCESS_ADMIN_KEYS = frozenset({wire.CREATE_ACLS, wire.DELETE_ACLS, wire.DESCRIBE_ACLS,
+                               wire.ALTER_QUOTAS, wire.DESCRIBE_QUOTAS})
+SCANS_PER_MAX_BINDING = 10  # DELETE_ACLS: bindings examined per request, x acl.max.bindings
+_CLUSTER_REFUSAL = ("cluster mode: the ACLs and quotas are kept in ZooKeeper; change them "
+                    "with hostbroker acls|quotas --zookeeper")
+_ANSWER_SLACK = 1024  # bytes of an answer besides its entries (header, counts, message)
+
+
+class _Refused(Exception):
+    """A change refused whole: its code and one line."""
+
+    def __init__(self, code: ErrorCode, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+class BindingIndex:
+    """The bindings by resource name and by principal, so a filter naming one
+    looks at those only (a MATCH filter at its name, ``*`` and each of its
+    prefixes)."""
+
+    def __init__(self, bindings: Iterable[AclBinding]):
+        self.bindings = sorted(bindings)
+        self.by_name: dict[str, list[AclBinding]] = defaultdict(list)
+        self.by_principal: dict[Principal, list[AclBinding]] = defaultdict(list)
+        for b in self.bindings:
+            self.by_name[b.name].append(b)
+            self.by_principal[b.principal].append(b)
+
+    def candidates(self, f: AclFilter) -> list[AclBinding]:
+        if f.name is not None:
+            if f.pattern is PatternType.MATCH:
+                names = {f.name[:i] for i in range(1, len(f.name) + 1)} | {WILDCARD}
+                return [b for n in sorted(names) for b in self.by_name.get(n, ())]
+            return self.by_name.get(f.name, [])
+        if f.principal is not None:
+            return self.by_principal.get(f.principal, [])
+        return self.bindings
+
+
+def fit_messages(results: list[wire.EntryResult], budget: int) -> list[wire.EntryResult]:
+    """``results`` whose messages past ``budget`` bytes are dropped (the codes stay),
+    so an answer of many refusals is never too large to send."""
+    used = 4 * len(results)
+    fitted = []
+    for r in results:
+        size = len(r.error_message.encode("utf-8", "surrogatepass")) if r.error_message else 0
+        if r.error_message and used + size > budget:
+            r = wire.EntryResult(r.error_code, None)
+        else:
+            used += size
+        fitted.append(r)
+    return fitted
+
+
+# -- the mixin -------------------------------------------------------------
+
+class AccessAdmin:
+    """Mixin of :class:`HandlerWorker`: keys 22-26 (module docstring)."""
+
+    _access_writable: PublishedDocument | None = None
+    _access_kept: dict | None = None  # file name -> (its stamp, what it holds)
+
+    def _access_request(self, p, conn_id, seq, corr, key, request) -> None:
+        if self.config["zookeeper.connect"].strip():
+            response = self._access_cluster_refusal(key, request)
+        elif key == wire.CREATE_ACLS:
+            response = self._create_acls(request)
+        elif key == wire.DELETE_ACLS:
+            response = self._delete_acls(request)
+        elif key == wire.DESCRIBE_ACLS:
+            response = self._describe_acls(request)
+        elif key == wire.ALTER_QUOTAS:
+            response = self._alter_quotas(request)
+        else:
+            response = self._describe_quotas(request)
+        self._reply(p, conn_id, seq, corr, response)
+
+    @staticmethod
+    def _access_cluster_refusal(key, request):
+        code = ErrorCode.INVALID_REQUEST
+        result = wire.EntryResult(code, _CLUSTER_REFUSAL)
+        if key == wire.CREATE_ACLS:
+            return wire.CreateAclsResponse(tuple(result for _ in request.creations))
+        if key == wire.DELETE_ACLS:
+            return wire.DeleteAclsResponse(tuple(wire.DeleteAclsFilterResult(code, _CLUSTER_REFUSAL)
+                                                 for _ in request.filters))
+        if key == wire.DESCRIBE_ACLS:
+            return wire.DescribeAclsResponse(code, _CLUSTER_REFUSAL)
+        if key == wire.ALTER_QUOTAS:
+            return wire.AlterQuotasResponse(tuple(result for _ in request.entities))
+        return wire.DescribeQuotasResponse(code)
+
+    # -- the one way a change is made --------------------------------------
+    @property
+    def _access_dir(self) -> str:
+        return self.plan.log_dirs[0]
+
+    @contextlib.contextmanager
+    def _access_locked(self):
+        try:
+            self.lock.acquire()
+        except TimeoutError as e:
+            raise _Refused(ErrorCode.BROKER_NOT_AVAILABLE,
+                           f"access control admin busy: {e}; try again") from e
+        try:
+            yield
+        finally:
+            self.lock.release()
+
+    def _change(self, change_acls: Callable[[set], set] | None = None,
+                change_quotas: Callable[[QuotaSet], QuotaSet] | None = None) -> None:
+        """Make one change (of the ACLs or of the quotas) as the module
+        docstring says; :class:`_Refused` when it is not made."""
+        max_bindings = self.config["acl.max.bindings"]
+        max_entities = self.config["quota.max.principals"]
+        directory = self._access_dir
+        with self._access_locked():
+            acls_error = quotas_error = None
+            try:
+                bindings = set(self._access_read(
+                    ACL_FILE, lambda: frozenset(read_acls(directory, max_bindings))))
+            except AccessFileError as e:
+                bindings, acls_error = set(), str(e)
+            try:
+                quotas = self._access_read(QUOTA_FILE,
+                                           lambda: read_quotas(directory, max_entities))
+            except AccessFileError as e:
+                quotas, quotas_error = QuotaSet(), str(e)
+            mine = acls_error if change_acls is not None else quotas_error
+            if mine is not None:
+                raise _Refused(ErrorCode.STORAGE_ERROR,
+                               f"{mine}; no change until it is mended or removed")
+            if change_acls is not None:
+                changed_bindings, changed_quotas = change_acls(set(bindings)), quotas
+                if changed_bindings == bindings:
+                    return
+                if len(changed_bindings) > max_bindings:
+                    raise _Refused(ErrorCode.INVALID_REQUEST,
+                                   f"{len(changed_bindings)} ACLs would be more than "
+                                   f"acl.max.bindings ({max_bindings}); nothing changed")
+            else:
+                changed_bindings, changed_quotas = bindings, change_quotas(quotas)
+                if changed_quotas == quotas:
+                    return
+                named = len(changed_quotas.entities) - (DEFAULT_ENTITY in changed_quotas.entities)
+                if named > max_entities:
+                    raise _Refused(ErrorCode.INVALID_REQUEST,
+                                   f"{named} principals with quotas would be more than "
+                                   f"quota.max.principals ({max_entities}); nothing changed")
+            document = encode_published(changed_bindings, changed_quotas, acls_error)
+            capacity = self.config["acl.max.bytes"]
+            if len(document) > capacity:
+                raise _Refused(ErrorCode.INVALID_REQUEST,
+                               f"the ACLs and quotas would take {len(document)} bytes, more "
+                               f"than acl.max.bytes ({capacity}); nothing changed")
+            try:
+                if change_acls is not None:
+                    write_acls(directory, changed_bindings, max_bindings)
+                    self._access_wrote(ACL_FILE, frozenset(changed_bindings))
+                else:
+                    write_quotas(directory, changed_quotas, max_entities)
+                    self._access_wrote(QUOTA_FILE, changed_quotas)
+            except AccessFileError as e:
+                raise _Refused(ErrorCode.INVALID_REQUEST, f"{e}; nothing changed") from None
+            except OSError as e:
+                raise _Refused(ErrorCode.STORAGE_ERROR,
+                               f"{directory}: {e.strerror or e}; nothing changed") from None
+            # the file is the truth from here: a crash now is mended by the next start
+            self._access_publish(document)
+
+    def _access_stamp(self, name: str):
+        """What tells one ``name`` file from another: its device, inode (a
+        change writes a new file), time and size; None without one."""
+        try:
+            st = os.stat(os.path.join(self._access_dir, name), follow_symlinks=False)
+        except OSError:
+            return None
+        return st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size
+
+    def _access_read(self, name: str, read: Callable):
+        """``read()`` of the file ``name``, kept from this handler's last read
+        or write of it while the file is the same one: a file changed since (by
+        another handler, or an operator) is read again. At 100,000 ACLs a read
+        takes seconds; a handler making change after change reads none."""
+        if self._access_kept is None:
+            self._access_kept = {}
+        stamp = self._access_stamp(name)
+        kept = self._access_kept.get(name)
+        if stamp is not None and kept is not None and kept[0] == stamp:
+            return kept[1]
+        value = read()
+        if stamp is not None:
+            self._access_kept[name] = (stamp, value)
+        return value
+
+    def _access_wrote(self, name: str, value) -> None:
+        if self._access_kept is None:
+            self._access_kept = {}
+        stamp = self._access_stamp(name)
+        if stamp is not None:
+            self._access_kept[name] = (stamp, value)
+
+    def _access_publish(self, document: bytes) -> None:
+        if self._access_writable is None:
+            self._access_writable = PublishedDocument.attach(self.plan.access_name,
+                                                             readonly=False)
+        self._access_writable.publish(document)
+
+    def _access_published(self):
+        """``(bindings or None, quotas, refusal)`` of the published document;
+        :class:`_Refused` when it cannot be read."""
+        try:
+            _, data = self.access.document.read()
+            return decode_published_document(data, self.config["acl.max.bindings"],
+                                             self.config["quota.max.principals"])
+        except (ValueError, TornDocumentError) as e:
+            raise _Refused(ErrorCode.STORAGE_ERROR,
+                           f"the published ACLs and quotas cannot be read: {e}") from None
+
+    @property
+    def _answer_budget(self) -> int:
+        return self.max_response_bytes - _ANSWER_SLACK
+
+    # -- CREATE_ACLS -------------------------------------------------------
+    def _create_acls(self, request: wire.CreateAclsRequest) -> wire.CreateAclsResponse:
+        results: list = [None] * len(request.creations)
+        wanted: list[tuple[int, AclBinding]] = []
+        for i, entry in enumerate(request.creations):
+            try:
+                wanted.append((i, binding_of(entry)))
+            except ValueError as e:
+                results[i] = wire.EntryResult(ErrorCode.INVALID_REQUEST, str(e))
+        if wanted:
+            outcome = wire.EntryResult(ErrorCode.NONE)
+            try:
+                self._change(change_acls=lambda held: held | {b for _, b in wanted})
+            except _Refused as e:
+                outcome = wire.EntryResult(e.code, str(e))
+            for i, _ in wanted:
+                results[i] = outcome
+        return wire.CreateAclsResponse(tuple(fit_messages(results, self._answer_budget)))
+
+    # -- DELETE_ACLS -------------------------------------------------------
+    def _delete_acls(self, request: wire.DeleteAclsRequest) -> wire.DeleteAclsResponse:
+        filters: list = []
+        for entry in request.filters:
+            try:
+                filters.append(filter_of(entry))
+            except ValueError as e:
+                filters.append(str(e))
+        deleted: list = [None] * len(filters)
+
+        def change(held: set) -> set:
+            index = BindingIndex(held)
+            budget = SCANS_PER_MAX_BINDING * self.config["acl.max.bindings"]
+            answer_bytes, gone = 4 * len(filters), set()
+            for i, f in enumerate(filters):
+                if isinstance(f, str):
+                    answer_bytes += 8 + len(f)
+                    continue
+                candidates = index.candidates(f)
+                budget -= len(candidates)
+                if budget < 0:
+                    raise _Refused(ErrorCode.INVALID_REQUEST,
+                                   f"these {len(filters)} filters examine more than "
+                                   f"{SCANS_PER_MAX_BINDING} x acl.max.bindings bindings; "
+                                   "send fewer or narrower filters; nothing deleted")
+                deleted[i] = [b for b in candidates if f.matches(b)]
+                answer_bytes += 8 + sum(entry_bytes(entry_of(b)) for b in deleted[i])
+                gone.update(deleted[i])
+            if answer_bytes > self._answer_budget:
+                raise _Refused(ErrorCode.INVALID_REQUEST,
+                               f"the {len(gone)} ACLs these filters delete do not fit one "
+                               "answer (response.max.bytes); delete fewer at once; "
+                               "nothing deleted")
+            return held - gone
+
+        refusal = None
+        if any(not isinstance(f, str) for f in filters):
+            try:
+                self._change(change_acls=change)
+            except _Refused as e:
+                refusal = e
+        results = []
+        for i, f in enumerate(filters):
+            if isinstance(f, str):
+                results.append(wire.DeleteAclsFilterResult(ErrorCode.INVALID_REQUEST, f))
+            elif refusal is not None:
+                results.append(wire.DeleteAclsFilterResult(refusal.code, str(refusal)))
+            else:
+                results.append(wire.DeleteAclsFilterResult(
+                    ErrorCode.NONE, None, tuple(entry_of(b) for b in deleted[i] or ())))
+        return wire.DeleteAclsResponse(tuple(results))
+
+    # -- DESCRIBE_ACLS -----------------------------------------------------
+    def _describe_acls(self, request: wire.DescribeAclsRequest) -> wire.DescribeAclsResponse:
+        try:
+            f = filter_of(request.filter)
+        except ValueError as e:
+            return wire.DescribeAclsResponse(ErrorCode.INVALID_REQUEST, str(e))
+        try:
+            bindings, _, refused = self._access_published()
+        except _Refused as e:
+            return wire.DescribeAclsResponse(e.code, str(e))
+        if bindings is None:
+            return wire.DescribeAclsResponse(ErrorCode.STORAGE_ERROR,
+                                             f"the ACLs are refused: {refused}")
+        matched = [b for b in BindingIndex(bindings).candidates(f) if f.matches(b)]
+        entries, used = [], 0
+        budget = self._answer_budget
+        for b in sorted(matched):
+            entry = entry_of(b)
+            used += entry_bytes(entry)
+            if used > budget:
+                return wire.DescribeAclsResponse(
+                    ErrorCode.NONE, f"cut to {len(entries)} of the {len(matched)} ACLs "
+                    "matched (response.max.bytes); narrow the filter", tuple(entries), 1)
+            entries.append(entry)
+        return wire.DescribeAclsResponse(ErrorCode.NONE, None, tuple(entries))
+
+    # -- ALTER_QUOTAS ------------------------------------------------------
+    def _alter_quotas(self, request: wire.AlterQuotasRequest) -> wire.AlterQuotasResponse:
+        results: list = [None] * len(request.entities)
+        wanted: list[tuple[int, str, dict]] = []
+        for i, entity in enumerate(request.entities):
+            try:
+                name = entity_named(entity.entity)
+                changes: dict[str, int | None] = {}
+                for q in entity.quotas:
+                    value = None if q.value == wire.REMOVE else q.value
+                    check_bound(q.key, value)
+                    if q.key in changes:
+                        raise ValueError(f"quota {q.key} given twice for {name}")
+                    changes[q.key] = value
+                if not changes:
+                    raise ValueError(f"no quota given for {name}: expected any of "
+                                     f"{', '.join(QUOTA_KEYS)}")
+            except ValueError as e:
+                results[i] = wire.EntryResult(ErrorCode.INVALID_REQUEST, str(e))
+                continue
+            wanted.append((i, name, changes))
+
+        def change(quotas: QuotaSet) -> QuotaSet:
+            # (as QuotaSet.changed, one entity after another, in one copy of the set)
+            entities = dict(quotas.entities)
+            for _, name, changes in wanted:
+                quota = entities.get(name, Quota()).merged(changes)
+                if quota.empty:
+                    entities.pop(name, None)
+                else:
+                    entities[name] = quota
+            return QuotaSet(entities)
+
+        if wanted:
+            outcome = wire.EntryResult(ErrorCode.NONE)
+            try:
+                self._change(change_quotas=change)
+            except _Refused as e:
+                outcome = wire.EntryResult(e.code, str(e))
+            for i, _, _ in wanted:
+                results[i] = outcome
+        return wire.AlterQuotasResponse(tuple(fit_messages(results, self._answer_budget)))
+
+    # -- DESCRIBE_QUOTAS ---------------------------------------------------
+    def _describe_quotas(self, request: wire.DescribeQuotasRequest
+                         ) -> wire.DescribeQuotasResponse:
+        try:
+            names = [entity_named(e) for e in request.entities]
+            _, quotas, _ = self._access_published()
+        except ValueError:
+            return wire.DescribeQuotasResponse(ErrorCode.INVALID_REQUEST)
+        except _Refused as e:
+            return wire.DescribeQuotasResponse(e.code)
+        shown = sorted(quotas.entities) if not names else list(dict.fromkeys(names))
+        entities, used = [], 0
+        for name in shown:
+            quota = quotas.entities.get(name)
+            values = tuple(wire.QuotaValue(k, v) for k, v in (quota.as_dict() if quota else {}
+                                                               ).items())
+            used += 4 + len(name.encode("utf-8", "surrogatepass")) \
+                + sum(10 + len(v.key) for v in values)
+            if used > self._answer_budget:
+                return wire.DescribeQuotasResponse(ErrorCode.NONE, tuple(entities), 1)
+            entities.append(wire.QuotaEntity(name, values))
+        return wire.DescribeQuotasResponse(ErrorCode.NONE, tuple(entities))
+

@@ -1,0 +1,105 @@
+"""Who each connection of a processor is, and what it may do on the routes the
+processor takes itself (a part of :mod:`hostbroker.workers.processor`;
+docs/security.md, "Where the checks run").
+
+Owns: giving a connection its identity when the processor takes it (Unix:
+the kernel's peer credentials; plain TCP: ``User:ANONYMOUS`` from its
+address; :func:`~hostbroker.workers.peers.peer_identity`) and telling its
+handler (``REQ_PRINCIPAL``, before any frame of it; again when that handler
+was replaced); and the decisions of the processor's own routes (METADATA and
+OFFSETS answered here, direct FETCHes, lone PRODUCE PUTs, GROUP_PUTs). A
+decision is asked of the authorizer once per connection and (operation,
+resource), and kept on the connection (``Connection.allowed``, at most
+``acl.connection.cache.entries``, forgotten when the ACL generation moves):
+the data path pays a dict lookup per request, not an authorizer call. A
+route that is refused is not taken: the request goes to the handler, which
+answers the refusal as it answers every other (so the answer and its order
+are the handler's).
+
+With ``authorizer.enable`` false (``enforcing`` False) no route asks
+anything: the decision is not even looked up.
+
+:class:`ConnectionAccess` is a mixin of
+:class:`~hostbroker.workers.processor.ProcessorWorker`.
+"""
+
+from __future__ import annotations
+
+from hostbroker.security.acl import Operation, ResourceType
+from hostbroker.security.requests import needs
+from hostbroker.workers import envelopes as env
+from hostbroker.workers.connection import Connection
+from hostbroker.workers.peers import peer_identity
+
+_TOPIC = ResourceType.TOPIC
+
+
+class ConnectionAccess:
+    """A processor's identities and decisions; see the module doc."""
+
+    enforcing = False  # (until _init_access: authorizer.enable)
+
+    def _init_access(self, config) -> None:
+        self.enforcing = self.access.enabled
+        self.conn_cache_entries = config["acl.connection.cache.entries"]
+
+    def _identify(self, conn: Connection, identity) -> None:
+        """``conn`` is ``identity`` from now on: its handler is told before any
+        of its frames (the ring keeps their order), and it may be read."""
+        conn.identity = identity
+        self._tell(conn)
+
+    def _tell(self, conn: Connection) -> None:
+        self.requests[conn.handler].send(env.encode_principal(conn.conn_id, conn.identity))
+        self.dirty_handlers.add(conn.handler)
+
+    def _identify_peer(self, conn: Connection) -> None:
+        """A Unix or plain TCP connection just taken: its peer's identity."""
+        self._identify(conn, peer_identity(conn.sock))
+
+    def _retell(self, handler: int) -> None:
+        """Handler ``handler`` was replaced: its successor learns the identities
+        of the connections it serves before their next frames."""
+        for conn in self.conns.values():
+            if conn.handler == handler and conn.identity is not None and not conn.lingering:
+                self._tell(conn)
+
+    # -- decisions of the processor's own routes --------------------------------
+    def _conn_allows(self, conn: Connection, operation: Operation, resource_type: ResourceType,
+                     name: str) -> bool:
+        generation = self.access.document.generation
+        allowed = conn.allowed
+        if conn.allowed_generation != generation:
+            allowed.clear()
+            conn.allowed_generation = generation
+        key = (operation, resource_type, name)
+        decision = allowed.get(key)
+        if decision is None:
+            if len(allowed) >= self.conn_cache_entries:
+                allowed.clear()
+            decision = allowed[key] = self.access.allows(conn.identity, operation,
+                                                         resource_type, name)
+        return decision
+
+    def _conn_may(self, conn: Connection, request) -> bool:
+        """Whether every check ``request`` takes (:func:`needs`) allows ``conn``:
+        only then does a processor route take it (a listing or a create
+        goes to the handler)."""
+        n = needs(request)
+        if n.listed is not None or n.create is not None:
+            return False
+        allows = self._conn_allows
+        return all(allows(conn, c.operation, c.resource_type, c.name) for c in n.whole) and \
+            all(allows(conn, c.operation, c.resource_type, c.name) for c in n.each)
+
+    def _conn_may_topics(self, conn: Connection, operation: Operation, topics) -> bool:
+        allows = self._conn_allows
+        return all(allows(conn, operation, _TOPIC, t) for t in topics)
+
+    def _describer(self, conn: Connection):
+        """Whether ``conn`` may DESCRIBE a topic, as a callable of its name
+        (METADATA's filter); None with the authorizer off."""
+        if not self.enforcing:
+            return None
+        allows = self._conn_allows
+        return lambda name: allows(conn, Operation.DESCRIBE, _TOPIC, name)
