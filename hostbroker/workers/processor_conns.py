@@ -101,9 +101,10 @@ class Connections:
         self.by_fd[conn.fd] = conn
         self.epoll.register(conn.fd, select.EPOLLIN)
         conn.watched = WATCH_READ
-        self._identify_peer(conn)  # (processor_access)
         self.board.set(self.slot, procs.CONNECTIONS, len(self.conns))
         self._adopt_tls(conn)  # an ssl:// one: its handshake (workers/tls.py)
+        if conn.tls is None and conn.conn_id in self.conns:
+            self._identify_peer(conn)  # (processor_access; TLS: after its handshake)
 
     def _close(self, conn: Connection) -> None:
         if self.by_fd.pop(conn.fd, None) is None:

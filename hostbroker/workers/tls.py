@@ -368,10 +368,11 @@ class TlsConnections:
         except OSError:
             host = UNKNOWN_HOST
         try:
-            conn.identity = from_certificate(conn.sock.getpeercert(), host)
+            identity = from_certificate(conn.sock.getpeercert(), host)
         except ValueError as e:
             self._tls_refused(conn, str(e))
             return
+        self._identify(conn, identity)  # its handler is told first (processor_access)
         state.handshaking = False
         state.started = False
         self.tls_running -= 1
