@@ -7,10 +7,20 @@ Owns: :class:`AccessView`, over the published document of ACLs and quotas
 gives the :class:`~hostbroker.security.authorizer.Authorizer` built from the
 document of the current generation: one aligned load while the generation
 holds, a rebuild (and a fresh decision cache) when it moves. A document that
-does not decode, or does not hold still, gives an authorizer that allows the
-super users only, said once in the broker log; the next good document ends
-it. With the authorizer off (``authorizer.enable`` false) there is none:
-everything is allowed, and only the quotas are read.
+does not decode gives an authorizer that allows the super users only, said
+once in the broker log; the next good document ends it. A document that does
+not hold still (its writer slow, or killed mid-write) is not taken as the
+generation's: the view keeps what it had and tries again at most every
+:data:`TORN_RETRY_S`, and allows the super users only (said once) when no
+read has succeeded for :data:`TORN_GRACE_S`, or when it had nothing yet; the
+next read that succeeds ends it (a killed writer's document is mended by the
+next publish). With the authorizer off (``authorizer.enable`` false) there is
+none: everything is allowed, and only the quotas are read.
+
+:meth:`AccessView.snapshot` gives what was decoded for the current generation
+(bindings, quotas, the line saying why the ACLs are refused), so the admin
+requests' descriptions decode nothing of their own: one decode per
+generation per process.
 
 The broker's own user over the Unix socket (the uid this process runs as,
 at :data:`~hostbroker.security.principals.UNIX_HOST`) is a super user
@@ -28,17 +38,38 @@ Used by the processors and handlers (one view each).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
+import time
 from collections.abc import Callable, Iterable
 
 from hostbroker.security.acl import Operation, ResourceType
 from hostbroker.security.authorizer import Authorizer, parse_super_users
 from hostbroker.security.principals import UNIX_HOST, Identity, Principal, user_principal
 from hostbroker.security.quota import QuotaSet
-from hostbroker.security.store import decode_published, encode_published, load_published
+from hostbroker.security.store import (decode_published_document, encode_published,
+                                       load_published)
 from hostbroker.shm.published import PublishedDocument, TornDocumentError
 from hostbroker.shm.region import SharedRegion
+
+
+TORN_RETRY_S = 0.1  # a document that did not hold still: read again no sooner
+TORN_GRACE_S = 2.0  # ... and keep the last one read at most this long
+
+
+@dataclasses.dataclass(frozen=True)
+class Snapshot:
+    """What one generation of the document holds, decoded once. ``bindings``
+    is None when the ACLs were refused where they are kept (``refused`` says
+    why) or the document cannot be read (``failure`` says why); then
+    ``quotas`` is empty."""
+
+    generation: int
+    bindings: tuple | None
+    quotas: QuotaSet
+    refused: str | None = None
+    failure: str | None = None
 
 
 def _say(line: str) -> None:
@@ -51,7 +82,8 @@ class AccessView:
     def __init__(self, document: PublishedDocument, *, enabled: bool,
                  super_users: Iterable[Principal] = (), allow_if_no_acl: bool = False,
                  max_bindings: int = 100_000, max_entities: int = 4096,
-                 cache_entries: int = 100_000, say: Callable[[str], None] = _say):
+                 cache_entries: int = 100_000, say: Callable[[str], None] = _say,
+                 clock: Callable[[], float] = time.monotonic):
         self.document = document
         self.enabled = enabled
         self.super_users = frozenset(super_users)
@@ -64,33 +96,73 @@ class AccessView:
         self._authorizer: Authorizer | None = None
         self._quotas = QuotaSet()
         self._failed = False
+        self._snapshot = Snapshot(-1, None, QuotaSet(), failure="not read yet")
+        self.clock = clock
+        self._torn_since: float | None = None  # when reads began not to hold still
+        self._retry_at = 0.0
 
     def _refresh(self) -> None:
         generation = self.document.generation
         if generation == self._generation:
             return
+        now = self.clock()
+        if self._torn_since is not None and now < self._retry_at:
+            return
         try:
             generation, data = self.document.read()
-            bindings, quotas = decode_published(data, self.max_bindings, self.max_entities)
-        except (ValueError, TornDocumentError) as exc:
-            if not self._failed:
-                self.say(f"the published ACLs and quotas cannot be read ({exc}); allowing "
-                         "the super users only, and no quotas, until they can")
-            self._failed = True
-            bindings, quotas = [], QuotaSet()
-            allow_if_no_acl = False
-        else:
-            if self._failed:
-                self.say("the published ACLs and quotas are read again")
-            self._failed = False
-            allow_if_no_acl = self.allow_if_no_acl
-            if bindings is None:  # refused where they are kept (said there)
-                bindings, allow_if_no_acl = [], False
+        except TornDocumentError as exc:
+            self._torn(now, exc)
+            return
+        self._torn_since = None
+        try:
+            bindings, quotas, refused = decode_published_document(data, self.max_bindings,
+                                                                  self.max_entities)
+        except ValueError as exc:
+            self._fail_closed(generation, exc)
+            return
+        if self._failed:
+            self.say("the published ACLs and quotas are read again")
+        self._failed = False
+        allow_if_no_acl = self.allow_if_no_acl
+        self._snapshot = Snapshot(generation, None if bindings is None else tuple(bindings),
+                                  quotas, refused)
+        if bindings is None:  # refused where they are kept (said there)
+            bindings, allow_if_no_acl = [], False
         self._generation = generation
         self._quotas = quotas
         self._authorizer = Authorizer(bindings, super_users=self.super_users,
                                       allow_if_no_acl=allow_if_no_acl,
                                       cache_entries=self.cache_entries)
+
+    def _torn(self, now: float, exc: Exception) -> None:
+        """A read that did not hold still: keep what was read before (its
+        generation is not taken), try again after :data:`TORN_RETRY_S`, and
+        fail closed once none has held still for :data:`TORN_GRACE_S`."""
+        if self._torn_since is None:
+            self._torn_since = now
+        self._retry_at = now + TORN_RETRY_S
+        if self._authorizer is None or now - self._torn_since >= TORN_GRACE_S:
+            self._fail_closed(None, exc)
+
+    def _fail_closed(self, generation: int | None, exc: Exception) -> None:
+        """The super users only, and no quotas; the generation taken only when
+        given (a document that decodes badly stays bad until the next one)."""
+        if not self._failed:
+            self.say(f"the published ACLs and quotas cannot be read ({exc}); allowing "
+                     "the super users only, and no quotas, until they can")
+        self._failed = True
+        if generation is not None:
+            self._generation = generation
+        self._snapshot = Snapshot(self._generation if generation is None else generation,
+                                  None, QuotaSet(), failure=str(exc))
+        self._quotas = QuotaSet()
+        self._authorizer = Authorizer([], super_users=self.super_users, allow_if_no_acl=False,
+                                      cache_entries=self.cache_entries)
+
+    def snapshot(self) -> Snapshot:
+        """What the current generation holds (module docstring)."""
+        self._refresh()
+        return self._snapshot
 
     def authorizer(self) -> Authorizer | None:
         """The authorizer of now; None with the authorizer off."""

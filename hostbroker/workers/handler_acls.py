@@ -58,7 +58,6 @@ from hostbroker.security.store import (
     ACL_FILE,
     QUOTA_FILE,
     AccessFileError,
-    decode_published_document,
     encode_published,
     read_acls,
     read_quotas,
@@ -185,90 +184,168 @@ class AccessAdmin:
         max_entities = self.config["quota.max.principals"]
         directory = self._access_dir
         with self._access_locked():
-            acls_error = quotas_error = None
-            try:
-                bindings = set(self._access_read(
-                    ACL_FILE, lambda: frozenset(read_acls(directory, max_bindings))))
-            except AccessFileError as e:
-                bindings, acls_error = set(), str(e)
-            try:
-                quotas = self._access_read(QUOTA_FILE,
-                                           lambda: read_quotas(directory, max_entities))
-            except AccessFileError as e:
-                quotas, quotas_error = QuotaSet(), str(e)
-            mine = acls_error if change_acls is not None else quotas_error
-            if mine is not None:
-                raise _Refused(ErrorCode.STORAGE_ERROR,
-                               f"{mine}; no change until it is mended or removed")
+            bindings, acls_refused, quotas = self._access_base(change_acls is not None)
             if change_acls is not None:
                 changed_bindings, changed_quotas = change_acls(set(bindings)), quotas
-                if changed_bindings == bindings:
-                    return
+                file_changed = changed_bindings != bindings
                 if len(changed_bindings) > max_bindings:
                     raise _Refused(ErrorCode.INVALID_REQUEST,
                                    f"{len(changed_bindings)} ACLs would be more than "
                                    f"acl.max.bindings ({max_bindings}); nothing changed")
             else:
                 changed_bindings, changed_quotas = bindings, change_quotas(quotas)
-                if changed_quotas == quotas:
-                    return
+                file_changed = changed_quotas != quotas
                 named = len(changed_quotas.entities) - (DEFAULT_ENTITY in changed_quotas.entities)
                 if named > max_entities:
                     raise _Refused(ErrorCode.INVALID_REQUEST,
                                    f"{named} principals with quotas would be more than "
                                    f"quota.max.principals ({max_entities}); nothing changed")
-            document = encode_published(changed_bindings, changed_quotas, acls_error)
+            document = encode_published(changed_bindings, changed_quotas, acls_refused)
+            if not file_changed and self._access_is_published(document):
+                return  # a no-op, and what the file holds is what every process reads
             capacity = self.config["acl.max.bytes"]
             if len(document) > capacity:
                 raise _Refused(ErrorCode.INVALID_REQUEST,
                                f"the ACLs and quotas would take {len(document)} bytes, more "
                                f"than acl.max.bytes ({capacity}); nothing changed")
+            name = ACL_FILE if change_acls is not None else QUOTA_FILE
+            if file_changed:
+                self._access_write(name, changed_bindings, changed_quotas)
+            # the file is the truth from here: a crash now is mended by the next
+            # start, or by the next change (even a no-op: the document differs)
             try:
-                if change_acls is not None:
-                    write_acls(directory, changed_bindings, max_bindings)
-                    self._access_wrote(ACL_FILE, frozenset(changed_bindings))
-                else:
-                    write_quotas(directory, changed_quotas, max_entities)
-                    self._access_wrote(QUOTA_FILE, changed_quotas)
-            except AccessFileError as e:
-                raise _Refused(ErrorCode.INVALID_REQUEST, f"{e}; nothing changed") from None
-            except OSError as e:
+                self._access_publish(document)
+            except (OSError, ValueError) as e:
+                raise _Refused(ErrorCode.STORAGE_ERROR,
+                               f"written to {os.path.join(directory, name)}, not published: "
+                               f"{e}; retry") from None
+
+    def _access_base(self, acls: bool) -> tuple[set, str | None, QuotaSet]:
+        """``(bindings, why the ACLs are refused or None, quotas)`` a change of
+        the ACLs (``acls``) or of the quotas starts from: the file it changes,
+        read (refused whole when it cannot be), and the other part as it is
+        published now, so a change of one file never judges the other again
+        (an operator's edit of the other file waits for its own change or the
+        next start). Only when the document cannot be read is the other file
+        read instead, as a start would; what that drops is said in the log."""
+        max_bindings = self.config["acl.max.bindings"]
+        max_entities = self.config["quota.max.principals"]
+        directory = self._access_dir
+        try:
+            if acls:
+                mine = set(self._access_read(
+                    ACL_FILE, lambda: frozenset(read_acls(directory, max_bindings))))
+            else:
+                mine = self._access_read(QUOTA_FILE,
+                                         lambda: read_quotas(directory, max_entities))
+        except AccessFileError as e:
+            raise _Refused(ErrorCode.STORAGE_ERROR,
+                           f"{e}; no change until it is mended or removed") from None
+        snapshot = self.access.snapshot()
+        if snapshot.failure is None:
+            if acls:
+                return mine, None, snapshot.quotas
+            return set(snapshot.bindings or ()), snapshot.refused, mine
+        try:
+            if acls:
+                return mine, None, self._access_read(
+                    QUOTA_FILE, lambda: read_quotas(directory, max_entities))
+            return set(self._access_read(
+                ACL_FILE, lambda: frozenset(read_acls(directory, max_bindings)))), None, mine
+        except AccessFileError as e:
+            if acls:
+                self._access_say(f"{e}; publishing no quotas until it is mended")
+                return mine, None, QuotaSet()
+            self._access_say(f"{e}; publishing: denying all but super.users until it is "
+                             "mended")
+            return set(), str(e), mine
+
+    def _access_say(self, line: str) -> None:
+        self.access.say(line)
+
+    def _access_is_published(self, document: bytes) -> bool:
+        """Is ``document`` the one published now (False when that cannot be read)?"""
+        try:
+            return self.access.document.read()[1] == document
+        except TornDocumentError:
+            return False
+
+    def _access_write(self, name: str, bindings: set, quotas: QuotaSet) -> None:
+        max_bindings = self.config["acl.max.bindings"]
+        max_entities = self.config["quota.max.principals"]
+        directory = self._access_dir
+        try:
+            if name == ACL_FILE:
+                write_acls(directory, bindings, max_bindings)
+                self._access_wrote(ACL_FILE, frozenset(bindings))
+            else:
+                write_quotas(directory, quotas, max_entities)
+                self._access_wrote(QUOTA_FILE, quotas)
+        except AccessFileError as e:
+            raise _Refused(ErrorCode.INVALID_REQUEST, f"{e}; nothing changed") from None
+        except OSError as e:
+            # a failure after the rename (the directory's fsync) leaves the file
+            # changed: then it is published like any other change
+            (self._access_kept or {}).pop(name, None)
+            if not self._access_holds(name, bindings, quotas):
                 raise _Refused(ErrorCode.STORAGE_ERROR,
                                f"{directory}: {e.strerror or e}; nothing changed") from None
-            # the file is the truth from here: a crash now is mended by the next start
-            self._access_publish(document)
+
+    def _access_holds(self, name: str, bindings: set, quotas: QuotaSet) -> bool:
+        """Does the file ``name`` hold ``bindings`` (or ``quotas``) now?"""
+        directory = self._access_dir
+        try:
+            if name == ACL_FILE:
+                return set(read_acls(directory, self.config["acl.max.bindings"])) == bindings
+            return read_quotas(directory, self.config["quota.max.principals"]) == quotas
+        except AccessFileError:
+            return False
 
     def _access_stamp(self, name: str):
         """What tells one ``name`` file from another: its device, inode (a
-        change writes a new file), time and size; None without one."""
+        change writes a new file), time, size and the generation published
+        now (every change publishes under the lock, so two files of one stamp
+        are one file); None without one."""
         try:
             st = os.stat(os.path.join(self._access_dir, name), follow_symlinks=False)
         except OSError:
             return None
-        return st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size
+        return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size,
+                self.access.document.generation)
 
     def _access_read(self, name: str, read: Callable):
         """``read()`` of the file ``name``, kept from this handler's last read
         or write of it while the file is the same one: a file changed since (by
         another handler, or an operator) is read again. At 100,000 ACLs a read
-        takes seconds; a handler making change after change reads none."""
+        takes seconds; a handler making change after change reads none. A
+        file that could not be read is kept as such under its stamp too (a
+        bad file of tens of megabytes is not decoded again at every change)."""
         if self._access_kept is None:
             self._access_kept = {}
         stamp = self._access_stamp(name)
         kept = self._access_kept.get(name)
         if stamp is not None and kept is not None and kept[0] == stamp:
+            if isinstance(kept[1], AccessFileError):
+                raise kept[1]
             return kept[1]
-        value = read()
+        try:
+            value = read()
+        except AccessFileError as e:
+            if stamp is not None:
+                self._access_kept[name] = (stamp, e)
+            raise
         if stamp is not None:
             self._access_kept[name] = (stamp, value)
         return value
 
     def _access_wrote(self, name: str, value) -> None:
+        """Kept as read: stamped with the generation the publish that follows
+        will make (a stamp that misses it only costs a read)."""
         if self._access_kept is None:
             self._access_kept = {}
         stamp = self._access_stamp(name)
         if stamp is not None:
-            self._access_kept[name] = (stamp, value)
+            self._access_kept[name] = (stamp[:-1] + (stamp[-1] + 1,), value)
 
     def _access_publish(self, document: bytes) -> None:
         if self._access_writable is None:
@@ -277,15 +354,20 @@ class AccessAdmin:
         self._access_writable.publish(document)
 
     def _access_published(self):
-        """``(bindings or None, quotas, refusal)`` of the published document;
-        :class:`_Refused` when it cannot be read."""
-        try:
-            _, data = self.access.document.read()
-            return decode_published_document(data, self.config["acl.max.bindings"],
-                                             self.config["quota.max.principals"])
-        except (ValueError, TornDocumentError) as e:
+        """The snapshot of the published document (decoded once per generation
+        by the handler's view); :class:`_Refused` when it cannot be read."""
+        snapshot = self.access.snapshot()
+        if snapshot.failure is not None:
             raise _Refused(ErrorCode.STORAGE_ERROR,
-                           f"the published ACLs and quotas cannot be read: {e}") from None
+                           f"the published ACLs and quotas cannot be read: {snapshot.failure}")
+        return snapshot
+
+    def _acl_index(self, snapshot) -> BindingIndex:
+        """The :class:`BindingIndex` of ``snapshot``'s bindings, built once per generation."""
+        kept = getattr(self, "_access_index", None)
+        if kept is None or kept[0] != snapshot.generation:
+            kept = self._access_index = (snapshot.generation, BindingIndex(snapshot.bindings))
+        return kept[1]
 
     @property
     def _answer_budget(self) -> int:
@@ -369,13 +451,13 @@ class AccessAdmin:
         except ValueError as e:
             return wire.DescribeAclsResponse(ErrorCode.INVALID_REQUEST, str(e))
         try:
-            bindings, _, refused = self._access_published()
+            snapshot = self._access_published()
         except _Refused as e:
             return wire.DescribeAclsResponse(e.code, str(e))
-        if bindings is None:
+        if snapshot.bindings is None:
             return wire.DescribeAclsResponse(ErrorCode.STORAGE_ERROR,
-                                             f"the ACLs are refused: {refused}")
-        matched = [b for b in BindingIndex(bindings).candidates(f) if f.matches(b)]
+                                             f"the ACLs are refused: {snapshot.refused}")
+        matched = [b for b in self._acl_index(snapshot).candidates(f) if f.matches(b)]
         entries, used = [], 0
         budget = self._answer_budget
         for b in sorted(matched):
@@ -436,7 +518,7 @@ class AccessAdmin:
                          ) -> wire.DescribeQuotasResponse:
         try:
             names = [entity_named(e) for e in request.entities]
-            _, quotas, _ = self._access_published()
+            quotas = self._access_published().quotas
         except ValueError:
             return wire.DescribeQuotasResponse(ErrorCode.INVALID_REQUEST)
         except _Refused as e:

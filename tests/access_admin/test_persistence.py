@@ -10,9 +10,10 @@ import os
 from hostbroker.errors import ErrorCode
 from hostbroker.security.acl import binding_from_json
 from hostbroker.security.store import write_acls
+from hostbroker.shm.published import PublishedDocument
 from tests.access_admin.support import (
-    acl_file, alter, create, describe, described, entry, file_acls, published_now, quota_file,
-    quotas_of)
+    acl_file, alter, create, describe, described, entry, file_acls, published, published_now,
+    quota_file, quotas_of)
 
 OK = (ErrorCode.NONE, None)
 
@@ -116,3 +117,68 @@ def test_a_file_an_operator_changed_is_the_base_of_the_next_change(make_broker):
         write_acls(broker.settings["log.dirs"], [binding])
         assert create(c, entry("c")) == [OK]
         assert described(c) == {entry("op"), entry("c")}
+
+
+def _binding(name: str):
+    return binding_from_json({"resourceType": "Topic", "name": name, "patternType": "Literal",
+                              "principal": "User:alice", "host": "*", "operation": "Read",
+                              "permissionType": "Allow"})
+
+
+def test_a_file_written_but_not_published_while_running_is_published_by_the_retry(make_broker):
+    # what a handler killed between the file's write and the publish leaves; the
+    # client's retry finds its change in the file already, and publishes it
+    broker = make_broker()
+    with broker.client() as c:
+        assert create(c, entry("a")) == [OK]
+        write_acls(broker.settings["log.dirs"], [_binding("a"), _binding("b")])
+        assert [b.name for b in published_now(broker)[1]] == ["a"]
+        assert create(c, entry("b")) == [OK]
+        assert sorted(b.name for b in published_now(broker)[1]) == ["a", "b"]
+        assert described(c) == {entry("a"), entry("b")}
+        generation = published_now(broker)[0]
+        assert create(c, entry("b")) == [OK]  # a true no-op publishes nothing
+        assert published_now(broker)[0] == generation
+
+
+def test_a_publisher_killed_mid_write_is_mended_by_the_next_change(make_broker):
+    from hostbroker.shm.published import _SEQ
+    broker = make_broker()
+    with broker.client() as c:
+        assert create(c, entry("a")) == [OK]
+        with published(broker) as document:
+            writable = PublishedDocument.attach(document.region.name, readonly=False)
+        try:
+            writable._words[_SEQ] += 1  # odd: what a writer killed mid-write leaves
+            assert create(c, entry("a")) == [OK]  # the retry of that change
+            assert writable._words[_SEQ] % 2 == 0
+        finally:
+            writable.close()
+        assert [b.name for b in published_now(broker)[1]] == ["a"]
+        assert described(c) == {entry("a")}
+
+
+def test_a_quota_change_keeps_the_published_acls_when_their_file_went_bad(make_broker):
+    broker = make_broker()
+    with broker.client() as c:
+        assert create(c, entry("a")) == [OK]
+        with open(acl_file(broker), "w") as f:  # an operator's typo while it runs
+            f.write('{"version": 1, "acls": [{"resourceType": "Topic"}]}')
+        assert alter(c, ("User:x", {"request_rate": 5})) == [OK]
+        _, bindings, quotas = published_now(broker)
+        assert [b.name for b in bindings] == ["a"] and quotas.of("User:x").request_rate == 5
+        assert described(c) == {entry("a")}
+        (code, message), = create(c, entry("b"))  # its own change still says it
+        assert code == ErrorCode.STORAGE_ERROR and acl_file(broker) in message
+
+
+def test_an_acl_change_keeps_the_published_quotas_when_their_file_went_bad(make_broker):
+    broker = make_broker()
+    with broker.client() as c:
+        assert alter(c, ("User:x", {"request_rate": 5})) == [OK]
+        with open(quota_file(broker), "w") as f:
+            f.write("not json")
+        assert create(c, entry("a")) == [OK]
+        _, bindings, quotas = published_now(broker)
+        assert [b.name for b in bindings] == ["a"] and quotas.of("User:x").request_rate == 5
+        assert quotas_of(c) == {"User:x": {"request_rate": 5}}

@@ -59,3 +59,49 @@ def test_a_refused_document_allows_the_super_users_only_and_says_nothing(created
     assert not authorizer.authorize(ALICE, Operation.READ, T, "orders")
     assert not authorizer.authorize(ALICE, Operation.READ, T, "unnamed")  # no allow-if-no-acl
     assert authorizer.authorize(ROOT, Operation.READ, T, "orders") and said == []
+
+
+def test_a_torn_read_keeps_what_was_read_and_is_tried_again_bounded(created):
+    from hostbroker.shm.published import _SEQ
+    from hostbroker.workers.access import TORN_GRACE_S, TORN_RETRY_S
+    said, now = [], [100.0]
+    doc = created(PublishedDocument, "pdoc", 1 << 16, encode_published([read_orders()],
+                                                                       QuotaSet()))
+    view = AccessView(doc, enabled=True, super_users=[ROOT.principal], say=said.append,
+                      clock=lambda: now[0])
+    assert view.authorizer().authorize(ALICE, Operation.READ, T, "orders")
+    # a writer stopped mid-write: seq odd, the generation already moved
+    doc._words[_SEQ] += 1
+    doc._words[3] += 1
+    assert view.authorizer().authorize(ALICE, Operation.READ, T, "orders")  # kept
+    assert view.snapshot().failure is None and said == []
+    # the writer finishes: the next check after TORN_RETRY_S reads the new document
+    doc._words[_SEQ] -= 1
+    doc.publish(encode_published([], QuotaSet()))
+    now[0] += TORN_RETRY_S
+    assert not view.authorizer().authorize(ALICE, Operation.READ, T, "orders")
+    assert said == []
+    # a writer that never finishes: closed once no read held still for the grace
+    doc._words[_SEQ] += 1
+    doc._words[3] += 1
+    view.authorizer()
+    now[0] += TORN_GRACE_S
+    closed = view.authorizer()
+    assert closed.authorize(ROOT, Operation.READ, T, "orders")
+    assert view.snapshot().failure and len(said) == 1 and "cannot be read" in said[0]
+    doc.publish(encode_published([read_orders()], QuotaSet()))  # the next publish mends it
+    now[0] += TORN_RETRY_S
+    assert view.authorizer().authorize(ALICE, Operation.READ, T, "orders")
+    assert "read again" in said[-1]
+
+
+def test_the_snapshot_is_decoded_once_per_generation(created):
+    doc = created(PublishedDocument, "pdoc", 1 << 16, encode_published([read_orders()],
+                                                                       QuotaSet()))
+    view = AccessView(doc, enabled=False)
+    first = view.snapshot()
+    assert first.bindings == (read_orders(),) and view.snapshot() is first
+    doc.publish(encode_published([], QuotaSet(), refused="acls.json: bad"))
+    second = view.snapshot()
+    assert second.bindings is None and second.refused == "acls.json: bad"
+    assert second.generation == first.generation + 1
