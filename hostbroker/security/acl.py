@@ -24,7 +24,7 @@ import dataclasses
 import enum
 import ipaddress
 
-from hostbroker.security.principals import UNIX_HOST, Principal
+from hostbroker.security.principals import UNIX_HOST, Principal, has_control
 
 CLUSTER_NAME = "kafka-cluster"  # the one Cluster resource, named as Kafka names it
 WILDCARD = "*"  # a literal resource name, principal name or host matching every one
@@ -121,15 +121,37 @@ def pattern_named(text: str, *, filtering: bool = False) -> PatternType:
     return _by_title(PatternType, text, "pattern type", allowed)
 
 
+MAX_HOST_CHARS = 64  # longer than any address's text; a host past it is refused unread
+
+
+def normal_host(address: str, *, peer: bool = False) -> str:
+    """The one form of an IP address that ACL hosts and connections' hosts
+    share, so a binding matches the connection it names: compressed, an
+    IPv4-mapped IPv6 address as its IPv4 form (``::ffff:10.0.0.5`` is
+    ``10.0.0.5``). A scope id (``fe80::1%eth0``) is dropped for a ``peer``
+    and refused otherwise (no connection's host holds one). ValueError when
+    it is not an address."""
+    if len(address) > MAX_HOST_CHARS:
+        raise ValueError(f"longer than {MAX_HOST_CHARS} characters")
+    if "%" in address:
+        if not peer:
+            raise ValueError("a scope id (%...) never matches a connection")
+        address = address.split("%", 1)[0]
+    parsed = ipaddress.ip_address(address)
+    if isinstance(parsed, ipaddress.IPv6Address) and parsed.ipv4_mapped is not None:
+        return str(parsed.ipv4_mapped)
+    return str(parsed)
+
+
 def check_host(host: str) -> str:
-    """``*``, ``localhost`` or an IP address (returned in its compressed form)."""
+    """``*``, ``localhost`` or an IP address (returned in :func:`normal_host`'s form)."""
     if host in (WILDCARD, UNIX_HOST):
         return host
     try:
-        return str(ipaddress.ip_address(host))
-    except ValueError:
+        return normal_host(host)
+    except ValueError as e:
         raise ValueError(f"host {host[:60]!r}: expected *, {UNIX_HOST} (Unix sockets) "
-                         "or an IP address") from None
+                         f"or an IP address ({e})") from None
 
 
 def check_resource_name(resource_type: ResourceType, name: str, pattern: PatternType) -> str:
@@ -142,7 +164,7 @@ def check_resource_name(resource_type: ResourceType, name: str, pattern: Pattern
     if len(name.encode("utf-8", "surrogatepass")) > MAX_RESOURCE_BYTES:
         raise ValueError(f"{resource_type.title} {name[:40]}...: longer than "
                          f"{MAX_RESOURCE_BYTES} bytes")
-    if any(ord(c) < 0x20 or ord(c) == 0x7F or 0xD800 <= ord(c) <= 0xDFFF for c in name):
+    if has_control(name):
         raise ValueError(f"{resource_type.title} {name[:40]!r}: holds a control character")
     if pattern is PatternType.PREFIXED and name == WILDCARD:
         raise ValueError(f"a prefix of {WILDCARD!r}: use the literal {WILDCARD!r} for every "

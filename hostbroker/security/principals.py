@@ -35,6 +35,19 @@ LOOKUP_CACHE = 4096  # uids and gids whose names a process remembers
 UNIX_HOST = "localhost"  # the host of every Unix socket connection
 
 
+def _control(c: str) -> bool:
+    o = ord(c)
+    return (o < 0x20 or 0x7F <= o <= 0x9F or 0xD800 <= o <= 0xDFFF
+            or 0x202A <= o <= 0x202E or 0x2066 <= o <= 0x2069)
+
+
+def has_control(text: str) -> bool:
+    """Does ``text`` hold what a name may not: a C0 or C1 control, DEL, a lone
+    surrogate, or a bidirectional override or isolate (which make a line
+    shown to an operator read otherwise than it is)?"""
+    return any(map(_control, text))
+
+
 @dataclasses.dataclass(frozen=True, slots=True, order=True)
 class Principal:
     """``type:name``; both non-empty, the type letters only, the name
@@ -66,7 +79,7 @@ class Principal:
         if len(name.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
             raise ValueError(f"principal {kind}:{name[:40]}...: longer than "
                              f"{MAX_NAME_BYTES} bytes")
-        if any(ord(c) < 0x20 or ord(c) == 0x7F or 0xD800 <= ord(c) <= 0xDFFF for c in name):
+        if has_control(name):
             raise ValueError(f"principal {kind}:{name[:40]!r}: holds a control character")
         return cls(kind, name)
 

@@ -13,10 +13,10 @@ its handshake is done, not here). A socket whose peer cannot be told
 
 from __future__ import annotations
 
-import ipaddress
 import socket
 import struct
 
+from hostbroker.security.acl import normal_host
 from hostbroker.security.principals import (ANONYMOUS, Identity, from_address,
                                             from_peer_credentials)
 
@@ -30,15 +30,14 @@ def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
 
 
 def peer_host(sock: socket.socket) -> str:
-    """The peer's address, an IPv4-mapped IPv6 one as its IPv4 form."""
+    """The peer's address in the form ACL hosts are kept in
+    (:func:`hostbroker.security.acl.normal_host`: an IPv4-mapped IPv6 one as
+    its IPv4 form, no scope id)."""
     host = sock.getpeername()[0]
     try:
-        address = ipaddress.ip_address(host.split("%", 1)[0])
+        return normal_host(host, peer=True)
     except ValueError:
         return host
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return str(address.ipv4_mapped)
-    return str(address)
 
 
 def peer_identity(sock: socket.socket) -> Identity:
