@@ -740,3 +740,18 @@ def test_a_pass_reads_no_plain_slot(h, monkeypatch):
     h.w._pass(0.0)
     h.w._pass(0.0)
     assert len(scans) == 2
+
+
+def test_a_failover_with_the_admin_lock_busy_bumps_at_a_later_pass(h):
+    create(h, partitions=3, rf=2)
+    gen = h.table.generation
+    h.lock.timeout = 0.05
+    h.lock.acquire()  # held past admin.lock.timeout.ms (e.g. by a long ACL change)
+    try:
+        h.table.set_log_dir_offline(0)
+        h.w._pass(0.0)  # decides, and cannot bump: no crash
+        assert h.table.generation == gen and h.w.moved
+    finally:
+        h.lock.release()
+    h.w._pass(1.0)
+    assert h.table.generation > gen and not h.w.moved

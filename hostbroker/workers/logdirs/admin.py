@@ -495,8 +495,7 @@ class Admin(TopicChanges, Creations):
             self.deletions[topic] = set()
             self.write_back()
             return
-        with self.lock:
-            self.table.bump_generation()
+        self.bump_generation_soon()
 
     def _strays(self, live: set[int]) -> None:
         """Delete the replicas the document does not assign (only while it is certain;

@@ -194,8 +194,7 @@ class Creations:
             self._unplace(job)
             self.write_back()
             return self._not_written()
-        with self.lock:
-            self.table.bump_generation()
+        self.bump_generation_soon()
         return answer(ErrorCode.NONE, "", [(topic, p, ErrorCode.NONE) for p in sorted(job.parts)])
 
     def _loads(self, live: set[int]) -> dict:

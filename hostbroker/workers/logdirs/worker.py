@@ -408,9 +408,17 @@ class LogDirsWorker(Admin, DirReplicas, Worker):
             self._tell_replicas()
         if self.moved:
             self.moved = False
+            self.bump_generation_soon()
+        self._update_dirtable()
+
+    def bump_generation_soon(self) -> None:
+        """Bump the table's generation now, or at the next pass when the admin
+        lock stays busy past ``admin.lock.timeout.ms`` (never a crash)."""
+        try:
             with self.lock:
                 self.table.bump_generation()
-        self._update_dirtable()
+        except TimeoutError:
+            self.moved = True
 
     def _decide(self, live: set[int]) -> dict:
         return elect.failover(
