@@ -61,6 +61,13 @@ def entry_bytes(entry: wire.AclEntry) -> int:
             + len(entry.host.encode("utf-8", "surrogatepass")))
 
 
+def quota_entity_bytes(entity: wire.QuotaEntity) -> int:
+    """The bytes ``entity`` takes in an answer: its name (2 + n), its count
+    of values (4), each value's key (2 + n) and number (8)."""
+    return (6 + len(entity.entity.encode("utf-8", "surrogatepass"))
+            + sum(10 + len(q.key.encode("utf-8", "surrogatepass")) for q in entity.quotas))
+
+
 def entity_named(text: str) -> str:
     """A quota entity: ``<default>`` or a principal (``User:alice``); ValueError."""
     if text == DEFAULT_ENTITY:

@@ -43,6 +43,7 @@ is the generic authorization check's, not this module's.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from collections import defaultdict
 from collections.abc import Callable, Iterable
@@ -51,7 +52,7 @@ from hostbroker.errors import ErrorCode
 from hostbroker.protocol import acls as wire
 from hostbroker.security.acl import WILDCARD, AclBinding, AclFilter, PatternType
 from hostbroker.security.admin_wire import (binding_of, entity_named, entry_bytes, entry_of,
-                                           filter_of)
+                                           filter_of, quota_entity_bytes)
 from hostbroker.security.principals import Principal
 from hostbroker.security.quota import DEFAULT_ENTITY, QUOTA_KEYS, Quota, QuotaSet, check_bound
 from hostbroker.security.store import (
@@ -106,15 +107,16 @@ class BindingIndex:
         return self.bindings
 
 
-def fit_messages(results: list[wire.EntryResult], budget: int) -> list[wire.EntryResult]:
-    """``results`` whose messages past ``budget`` bytes are dropped (the codes stay),
-    so an answer of many refusals is never too large to send."""
-    used = 4 * len(results)
+def fit_messages(results: list, budget: int, fixed: int = 4) -> list:
+    """``results`` (each with ``error_message``; ``fixed`` bytes each besides
+    it) whose messages past ``budget`` bytes are dropped (the codes stay), so
+    an answer of many refusals is never too large to send."""
+    used = fixed * len(results)
     fitted = []
     for r in results:
         size = len(r.error_message.encode("utf-8", "surrogatepass")) if r.error_message else 0
         if r.error_message and used + size > budget:
-            r = wire.EntryResult(r.error_code, None)
+            r = dataclasses.replace(r, error_message=None)
         else:
             used += size
         fitted.append(r)
@@ -146,17 +148,22 @@ class AccessAdmin:
 
     @staticmethod
     def _access_cluster_refusal(key, request):
+        """Every entry refused; the line given once (the first entry's), so the
+        answer stays small however many entries the request holds."""
         code = ErrorCode.INVALID_REQUEST
-        result = wire.EntryResult(code, _CLUSTER_REFUSAL)
+
+        def once(kind, count: int) -> tuple:
+            return tuple(kind(code, _CLUSTER_REFUSAL if i == 0 else None) for i in range(count))
+
         if key == wire.CREATE_ACLS:
-            return wire.CreateAclsResponse(tuple(result for _ in request.creations))
+            return wire.CreateAclsResponse(once(wire.EntryResult, len(request.creations)))
         if key == wire.DELETE_ACLS:
-            return wire.DeleteAclsResponse(tuple(wire.DeleteAclsFilterResult(code, _CLUSTER_REFUSAL)
-                                                 for _ in request.filters))
+            return wire.DeleteAclsResponse(once(wire.DeleteAclsFilterResult,
+                                                len(request.filters)))
         if key == wire.DESCRIBE_ACLS:
             return wire.DescribeAclsResponse(code, _CLUSTER_REFUSAL)
         if key == wire.ALTER_QUOTAS:
-            return wire.AlterQuotasResponse(tuple(result for _ in request.entities))
+            return wire.AlterQuotasResponse(once(wire.EntryResult, len(request.entities)))
         return wire.DescribeQuotasResponse(code)
 
     # -- the one way a change is made --------------------------------------
@@ -408,7 +415,7 @@ class AccessAdmin:
             answer_bytes, gone = 4 * len(filters), set()
             for i, f in enumerate(filters):
                 if isinstance(f, str):
-                    answer_bytes += 8 + len(f)
+                    answer_bytes += 8  # (its message is dropped past the bound)
                     continue
                 candidates = index.candidates(f)
                 budget -= len(candidates)
@@ -433,16 +440,21 @@ class AccessAdmin:
                 self._change(change_acls=change)
             except _Refused as e:
                 refusal = e
-        results = []
+        results, said, listed = [], False, 0
         for i, f in enumerate(filters):
             if isinstance(f, str):
                 results.append(wire.DeleteAclsFilterResult(ErrorCode.INVALID_REQUEST, f))
-            elif refusal is not None:
-                results.append(wire.DeleteAclsFilterResult(refusal.code, str(refusal)))
-            else:
+            elif refusal is not None:  # the line once: the first refused filter's
                 results.append(wire.DeleteAclsFilterResult(
-                    ErrorCode.NONE, None, tuple(entry_of(b) for b in deleted[i] or ())))
-        return wire.DeleteAclsResponse(tuple(results))
+                    refusal.code, None if said else str(refusal)))
+                said = True
+            else:
+                entries = tuple(entry_of(b) for b in deleted[i] or ())
+                listed += sum(entry_bytes(e) for e in entries)
+                results.append(wire.DeleteAclsFilterResult(ErrorCode.NONE, None, entries))
+        # (code 2, message 2, count 4 each; the deleted entries fit, checked under the lock)
+        return wire.DeleteAclsResponse(tuple(fit_messages(
+            results, self._answer_budget - listed, fixed=8)))
 
     # -- DESCRIBE_ACLS -----------------------------------------------------
     def _describe_acls(self, request: wire.DescribeAclsRequest) -> wire.DescribeAclsResponse:
@@ -529,10 +541,10 @@ class AccessAdmin:
             quota = quotas.entities.get(name)
             values = tuple(wire.QuotaValue(k, v) for k, v in (quota.as_dict() if quota else {}
                                                                ).items())
-            used += 4 + len(name.encode("utf-8", "surrogatepass")) \
-                + sum(10 + len(v.key) for v in values)
+            entity = wire.QuotaEntity(name, values)
+            used += quota_entity_bytes(entity)
             if used > self._answer_budget:
                 return wire.DescribeQuotasResponse(ErrorCode.NONE, tuple(entities), 1)
-            entities.append(wire.QuotaEntity(name, values))
+            entities.append(entity)
         return wire.DescribeQuotasResponse(ErrorCode.NONE, tuple(entities))
 

@@ -123,3 +123,32 @@ def test_thousands_of_quota_entities_in_one_request(make_broker):
             == [OK] * 1000
         assert len(quotas_of(c)) == 1000
         assert len(published_now(broker)[2].entities) == 1000
+
+
+@pytest.fixture
+def tight(make_broker):
+    return make_broker(response_max_bytes=65536)  # the setting's least; 10,000 entries a request
+
+
+def test_no_answer_passes_response_max_bytes_however_many_entries(tight):
+    from tests.access_admin.support import acl_file
+    with tight.client() as c:
+        # DELETE_ACLS: 2,000 bad filters, each refused with a line of its own
+        answer = delete(c, *[w.AclFilterEntry(host="x" * 60)] * 2000)
+        assert [r.error_code for r in answer.results] == [ErrorCode.INVALID_REQUEST] * 2000
+        assert answer.results[0].error_message and answer.results[-1].error_message is None
+        # DESCRIBE_QUOTAS: 1,000 long names, cut and said so
+        names = tuple(f"User:{i:0100d}" for i in range(1000))
+        cut = c.request(w.DescribeQuotasRequest(names))
+        assert cut.error_code == ErrorCode.NONE and cut.truncated == 1
+        assert 500 < len(cut.entities) < 1000
+        # CREATE_ACLS: 10,000 refusals of bad principals
+        results = create(c, *[entry(principal="nobody")] * 10_000)
+        assert {code for code, _ in results} == {ErrorCode.INVALID_REQUEST}
+        # DELETE_ACLS refused whole (a bad file): its line once, not per filter
+        with open(acl_file(tight), "w") as f:
+            f.write("not json")
+        answer = delete(c, *[w.AclFilterEntry(resource_name=f"t{i}") for i in range(5000)])
+        assert {r.error_code for r in answer.results} == {ErrorCode.STORAGE_ERROR}
+        assert answer.results[0].error_message and answer.results[1].error_message is None
+        assert described(c) == set()  # the connection is still served

@@ -33,3 +33,17 @@ def test_cluster_mode_refuses_the_admin_requests(make_broker, zookeeper):  # noq
     assert done.returncode == 1
     line = done.stderr.decode()
     assert line.count("\n") == 1 and "--zookeeper" in line
+
+
+def test_a_cluster_refusal_of_many_entries_fits_the_least_answer(make_broker,
+                                                                 zookeeper):  # noqa: F811
+    broker = make_broker(**{"zookeeper.connect": zookeeper.connect, "broker.id": 1,
+                            "response.max.bytes": 65536})
+    with broker.client() as c:
+        results = create(c, *[entry("t")] * 10_000)
+        assert {code for code, _ in results} == {ErrorCode.INVALID_REQUEST}
+        assert "--zookeeper" in results[0][1] and results[1][1] is None
+        # (8 bytes a filter at least: 8,000 filters is what 65,536 bytes can answer)
+        answer = delete(c, *[w.AclFilterEntry()] * 7_000)
+        assert len(answer.results) == 7_000
+        assert answer.results[0].error_message and answer.results[-1].error_message is None
