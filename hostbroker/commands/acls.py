@@ -143,11 +143,13 @@ def bindings_of(s: AclSpec) -> list[AclBinding]:
     return list(dict.fromkeys(made))
 
 
-def filters_of(s: AclSpec) -> list[AclFilter]:
-    """The filters ``remove`` and ``list`` send: resources x (principal, host,
-    permission) x operations, each left open where nothing is given."""
+def filters_of(s: AclSpec, default_host: str | None = None) -> list[AclFilter]:
+    """The filters ``remove`` and ``list`` select with: resources x (principal,
+    host, permission) x operations, each left open where nothing is given; an
+    ``--allow-principal``/``--deny-principal`` without hosts of its permission
+    is from ``default_host`` (``remove``: ``*``, what ``add`` made)."""
     resources = s.resources or ((None, None),)
-    grants = list(_grants(s, None)) or [(None, None, Permission.ANY)]
+    grants = list(_grants(s, default_host)) or [(None, None, Permission.ANY)]
     operations = s.operations or (Operation.ANY,)
     filters = []
     for rtype, name in resources:
@@ -178,6 +180,7 @@ class BrokerAcls:
 
         answer = self.client.request(wire.CreateAclsRequest(tuple(entry_of(b)
                                                                   for b in bindings)))
+        _check_count(answer.results, bindings, "ACLs")
         return [refusal_line(r.error_code, r.error_message) for r in answer.results]
 
     def delete(self, filters: Sequence[AclFilter]) -> list[tuple[str | None, list[AclBinding]]]:
@@ -186,6 +189,7 @@ class BrokerAcls:
 
         answer = self.client.request(wire.DeleteAclsRequest(tuple(_wire_filter(f)
                                                                   for f in filters)))
+        _check_count(answer.results, filters, "filters")
         return [(refusal_line(r.error_code, r.error_message), [_from_wire(e) for e in r.deleted])
                 for r in answer.results]
 
@@ -204,6 +208,13 @@ class BrokerAcls:
 def backend(*, bootstrap: str | None = None):
     """Where the ACLs are changed: a broker (--bootstrap)."""
     return BrokerAcls(bootstrap)
+
+
+def _check_count(results, sent, what: str) -> None:
+    """One result per entry sent, or CommandError (nothing taken for granted)."""
+    if len(results) != len(sent):
+        raise CommandError(f"the broker answered {len(results)} results for "
+                           f"{len(sent)} {what}")
 
 
 def refusal_line(code, message) -> str | None:
@@ -267,7 +278,7 @@ def remove(s: AclSpec, *, as_json: bool = False, out=None, **where) -> int:
     out = out or sys.stdout
     store = backend(**where)
     try:
-        results = store.delete(filters_of(s))
+        results = store.delete(filters_of(s, "*"))
     finally:
         store.close()
     removed = {b for _, deleted in results for b in deleted}
@@ -282,10 +293,14 @@ def list_acls(s: AclSpec, *, as_json: bool = False, out=None, **where) -> int:
     out = out or sys.stdout
     store = backend(**where)
     found, notes = set(), []
+    wanted = filters_of(s)
+    # one request per resource; principals, hosts and operations picked here
+    per_resource = dict.fromkeys(AclFilter(f.resource_type, f.name, f.pattern)
+                                 for f in wanted)
     try:
-        for f in filters_of(s):
+        for f in per_resource:
             bindings, note = store.describe(f)
-            found.update(bindings)
+            found.update(b for b in bindings if any(w.matches(b) for w in wanted))
             if note:
                 notes.append(note)
     finally:

@@ -86,6 +86,9 @@ class BrokerQuotas:
                        for k, v in changes.items())
         answer = self.client.request(wire.AlterQuotasRequest(
             tuple(wire.QuotaEntity(n, values) for n in names)))
+        if len(answer.results) != len(names):
+            raise CommandError(f"the broker answered {len(answer.results)} results for "
+                               f"{len(names)} entities")
         return [refusal_line(r.error_code, r.error_message) for r in answer.results]
 
     def describe(self, names: Sequence[str]) -> tuple[dict[str, Quota], bool]:

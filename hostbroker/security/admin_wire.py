@@ -69,10 +69,15 @@ def quota_entity_bytes(entity: wire.QuotaEntity) -> int:
 
 
 def entity_named(text: str) -> str:
-    """A quota entity: ``<default>`` or a principal (``User:alice``); ValueError."""
+    """A quota entity: ``<default>`` or a user principal (``User:alice``; a
+    connection's quotas are its principal's, never its groups'); ValueError."""
     if text == DEFAULT_ENTITY:
         return text
     try:
-        return str(Principal.parse(text))
+        principal = Principal.parse(text)
     except ValueError as e:
         raise ValueError(f"quota entity: {e} (or {DEFAULT_ENTITY})") from None
+    if principal.type != "User":
+        raise ValueError(f"quota entity {text[:80]!r}: quotas are a User's (or "
+                         f"{DEFAULT_ENTITY}); a {principal.type}'s would never apply")
+    return str(principal)

@@ -65,7 +65,11 @@ class QuotaSet:
     entities: dict[str, Quota] = dataclasses.field(default_factory=dict)
 
     def of(self, principal: str) -> Quota:
-        return self.entities.get(principal) or self.entities.get(DEFAULT_ENTITY) or Quota()
+        """``principal``'s bounds, each rate on its own (as Kafka resolves them):
+        its own where it has one, the default's where it has not."""
+        default = self.entities.get(DEFAULT_ENTITY) or Quota()
+        own = self.entities.get(principal)
+        return dataclasses.replace(default, **own.as_dict()) if own else default
 
     def changed(self, entity: str, changes: dict[str, int | None]) -> QuotaSet:
         quota = self.entities.get(entity, Quota()).merged(changes)

@@ -137,3 +137,21 @@ def test_a_broker_refusal_is_one_line_and_status_1(make_broker):
     assert done.stdout == b""
     done = hostbroker("acls", "list", "--bootstrap", UNREACHABLE)
     assert done.returncode == 1 and "cannot reach the broker" in one_line_error(done)
+
+
+def test_acls_remove_of_a_principal_removes_what_add_made_only(broker):
+    ok("acls", "add", "--bootstrap", broker.unix, "--allow-principal", "User:a",
+       "--operation", "Read", "--topic", "t")
+    ok("acls", "add", "--bootstrap", broker.unix, "--allow-principal", "User:a",
+       "--allow-host", "10.0.0.5", "--operation", "Read", "--topic", "t")
+    removed = ok("acls", "remove", "--bootstrap", broker.unix, "--allow-principal", "User:a",
+                 "--operation", "Read", "--topic", "t")
+    assert removed == "removed: Allow User:a from * Read Topic:t (literal)\n"
+    assert ok("acls", "list", "--bootstrap", broker.unix, "--topic", "t") == \
+        "Allow User:a from 10.0.0.5 Read Topic:t (literal)\n"
+
+
+def test_quotas_of_a_group_are_refused(broker):
+    done = hostbroker("quotas", "set", "--bootstrap", broker.unix, "--principal", "Group:ops",
+                      "--request-rate", "5")
+    assert done.returncode == 2 and "User" in one_line_error(done)

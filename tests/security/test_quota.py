@@ -20,8 +20,11 @@ def test_bounds_are_checked_and_changed_by_key():
 def test_a_principal_without_its_own_bounds_has_the_default():
     quotas = QuotaSet().changed(DEFAULT_ENTITY, {"request_rate": 100}) \
         .changed("User:alice", {"consumer_byte_rate": 5})
-    assert quotas.of("User:alice") == Quota(consumer_byte_rate=5)
+    # each rate on its own: alice's own consumer rate, the default's request rate
+    assert quotas.of("User:alice") == Quota(consumer_byte_rate=5, request_rate=100)
     assert quotas.of("User:bob") == Quota(request_rate=100)
+    assert quotas.changed("User:alice", {"request_rate": 7}).of("User:alice") == \
+        Quota(consumer_byte_rate=5, request_rate=7)
     assert QuotaSet().of("User:bob").empty
     assert "User:alice" not in quotas.changed("User:alice", {"consumer_byte_rate": None}).entities
 
