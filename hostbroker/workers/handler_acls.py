@@ -85,22 +85,33 @@ class _Refused(Exception):
 
 class BindingIndex:
     """The bindings by resource name and by principal, so a filter naming one
-    looks at those only (a MATCH filter at its name, ``*`` and each of its
-    prefixes)."""
+    looks at those only (a MATCH filter at its name, ``*`` and those of its
+    prefixes as long as a PREFIXED binding's name)."""
 
     def __init__(self, bindings: Iterable[AclBinding]):
         self.bindings = sorted(bindings)
         self.by_name: dict[str, list[AclBinding]] = defaultdict(list)
         self.by_principal: dict[Principal, list[AclBinding]] = defaultdict(list)
+        lengths = set()
         for b in self.bindings:
             self.by_name[b.name].append(b)
             self.by_principal[b.principal].append(b)
+            if b.pattern is PatternType.PREFIXED:
+                lengths.add(len(b.name))
+        self.prefix_lengths = sorted(lengths)
+
+    def names(self, f: AclFilter) -> list[str]:
+        """The names a filter naming one looks at (at most one more than the
+        distinct lengths of the PREFIXED bindings' names, and ``*``)."""
+        if f.pattern is not PatternType.MATCH:
+            return [f.name]
+        names = {f.name[:n] for n in self.prefix_lengths if n < len(f.name)}
+        return sorted(names | {f.name, WILDCARD})
 
     def candidates(self, f: AclFilter) -> list[AclBinding]:
         if f.name is not None:
             if f.pattern is PatternType.MATCH:
-                names = {f.name[:i] for i in range(1, len(f.name) + 1)} | {WILDCARD}
-                return [b for n in sorted(names) for b in self.by_name.get(n, ())]
+                return [b for n in self.names(f) for b in self.by_name.get(n, ())]
             return self.by_name.get(f.name, [])
         if f.principal is not None:
             return self.by_principal.get(f.principal, [])
@@ -369,6 +380,16 @@ class AccessAdmin:
                            f"the published ACLs and quotas cannot be read: {snapshot.failure}")
         return snapshot
 
+    def _acl_index_of(self, held: set) -> BindingIndex:
+        """The index of ``held``: the published generation's, built once, when
+        ``held`` is what it holds (the usual case: the file is what was
+        published), or one of its own."""
+        snapshot = self.access.snapshot()
+        if snapshot.bindings is not None and len(snapshot.bindings) == len(held) \
+                and held.issuperset(snapshot.bindings):
+            return self._acl_index(snapshot)
+        return BindingIndex(held)
+
     def _acl_index(self, snapshot) -> BindingIndex:
         """The :class:`BindingIndex` of ``snapshot``'s bindings, built once per generation."""
         kept = getattr(self, "_access_index", None)
@@ -410,7 +431,7 @@ class AccessAdmin:
         deleted: list = [None] * len(filters)
 
         def change(held: set) -> set:
-            index = BindingIndex(held)
+            index = self._acl_index_of(held)
             budget = SCANS_PER_MAX_BINDING * self.config["acl.max.bindings"]
             answer_bytes, gone = 4 * len(filters), set()
             for i, f in enumerate(filters):
@@ -418,7 +439,7 @@ class AccessAdmin:
                     answer_bytes += 8  # (its message is dropped past the bound)
                     continue
                 candidates = index.candidates(f)
-                budget -= len(candidates)
+                budget -= len(candidates) + 1  # (a filter costs one look at least)
                 if budget < 0:
                     raise _Refused(ErrorCode.INVALID_REQUEST,
                                    f"these {len(filters)} filters examine more than "

@@ -128,3 +128,16 @@ def test_a_published_refusal_says_why():
                                                        "acls.json: not JSON in UTF-8")
     assert decode_published_document(encode_published([_binding("a")], QuotaSet()), 10, 10) \
         == ([_binding("a")], QuotaSet(), None)
+
+
+def test_a_match_filter_looks_at_the_prefix_lengths_held_only():
+    def binding(name, pattern=PatternType.LITERAL):
+        return AclBinding.checked(ResourceType.TOPIC, name, pattern, Principal("User", "a"), "*",
+                                  Operation.READ, Permission.ALLOW)
+    long = "x" * 255
+    held = {binding(long), binding("xx", PatternType.PREFIXED), binding("x" * 9)}
+    index = BindingIndex(held)
+    f = AclFilter(ResourceType.TOPIC, long, PatternType.MATCH)
+    assert index.names(f) == ["*", "xx", long]  # not 255 prefixes
+    assert set(index.candidates(f)) == {binding(long), binding("xx", PatternType.PREFIXED)}
+    assert BindingIndex(set()).names(f) == ["*", long]
