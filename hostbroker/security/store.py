@@ -195,29 +195,39 @@ def decode_published_document(data: bytes, max_bindings: int, max_entities: int
 
 
 def load_published(log_dir: str, max_bindings: int, max_entities: int,
-                   say) -> bytes:
+                   say, others=()) -> bytes:
     """The document a standalone broker publishes at start, from its files: a
     file that cannot be taken is said in one line (``say``) and, for the
     ACLs, refuses everyone but the super users until it is mended."""
     refused = None
     try:
-        bindings = read_acls(log_dir, max_bindings)
+        bindings = read_acls(log_dir, max_bindings, others)
     except AccessFileError as exc:
         bindings, refused = [], str(exc)
         say(f"{exc}; denying all but super.users until it is mended")
     try:
-        quotas = read_quotas(log_dir, max_entities)
+        quotas = read_quotas(log_dir, max_entities, others)
     except AccessFileError as exc:
         quotas = QuotaSet()
         say(f"{exc}; no quotas until it is mended")
     return encode_published(bindings, quotas, refused)
 
 
-def _read(log_dir: str, name: str, limit: int) -> bytes | None:
+def _read(log_dir: str, name: str, limit: int, others=()) -> bytes | None:
+    """The file's bytes; None when it is in no log dir. One found in another
+    log dir (``others``) but not in the first is refused: it is where a
+    reorder of ``log.dirs`` (or a new first disk) left it, and taking "no
+    file" then would drop every ACL without a word."""
     path = os.path.join(log_dir, name)
     try:
         data = read_file(path, limit)
     except FileNotFoundError:
+        for other in others:
+            if os.path.lexists(os.path.join(other, name)):
+                raise AccessFileError(
+                    f"{path}: missing, but {os.path.join(other, name)} is there: the "
+                    "ACLs and quotas are kept in the first log dir; move it there or put "
+                    "log.dirs back in order") from None
         return None
     except OSError as exc:
         raise AccessFileError(f"{path}: {exc.strerror or exc}") from None
@@ -236,9 +246,10 @@ def quota_file_bytes(max_entities: int) -> int:
     return (max_entities + 1) * BYTES_PER_BINDING + 1024
 
 
-def read_acls(log_dir: str, max_bindings: int) -> list[AclBinding]:
-    """The ACLs of a broker whose first log dir is ``log_dir`` ([] without the file)."""
-    data = _read(log_dir, ACL_FILE, acl_file_bytes(max_bindings))
+def read_acls(log_dir: str, max_bindings: int, others=()) -> list[AclBinding]:
+    """The ACLs of a broker whose first log dir is ``log_dir`` ([] without the
+    file; ``others``: its other log dirs, see :func:`_read`)."""
+    data = _read(log_dir, ACL_FILE, acl_file_bytes(max_bindings), others)
     if data is None:
         return []
     try:
@@ -269,8 +280,8 @@ def _check_writable(log_dir: str, name: str, data: bytes, count: int, max_count:
                               f"{setting} allows)")
 
 
-def read_quotas(log_dir: str, max_entities: int) -> QuotaSet:
-    data = _read(log_dir, QUOTA_FILE, quota_file_bytes(max_entities))
+def read_quotas(log_dir: str, max_entities: int, others=()) -> QuotaSet:
+    data = _read(log_dir, QUOTA_FILE, quota_file_bytes(max_entities), others)
     if data is None:
         return QuotaSet()
     try:

@@ -197,8 +197,10 @@ def publish_at_start(name: str, log_dir: str, config,
     if config["zookeeper.connect"].strip():
         data = encode_published([], QuotaSet(), refused="not read from ZooKeeper yet")
     else:
+        first = os.path.abspath(log_dir)
+        others = [d for d in map(os.path.abspath, config.log_dirs) if d != first]
         data = load_published(log_dir, config["acl.max.bindings"],
-                              config["quota.max.principals"], say)
+                              config["quota.max.principals"], say, others)
         if len(data) > capacity:
             say(f"the ACLs and quotas take {len(data)} bytes, more than acl.max.bytes "
                 f"({capacity}); denying all but super.users until it is raised")

@@ -182,6 +182,10 @@ class AccessAdmin:
     def _access_dir(self) -> str:
         return self.plan.log_dirs[0]
 
+    @property
+    def _access_others(self) -> list[str]:
+        return self.plan.log_dirs[1:]
+
     @contextlib.contextmanager
     def _access_locked(self):
         try:
@@ -248,14 +252,18 @@ class AccessAdmin:
         read instead, as a start would; what that drops is said in the log."""
         max_bindings = self.config["acl.max.bindings"]
         max_entities = self.config["quota.max.principals"]
-        directory = self._access_dir
+        directory, others = self._access_dir, self._access_others
+
+        def the_acls() -> set:
+            return set(self._access_read(
+                ACL_FILE, lambda: frozenset(read_acls(directory, max_bindings, others))))
+
+        def the_quotas() -> QuotaSet:
+            return self._access_read(
+                QUOTA_FILE, lambda: read_quotas(directory, max_entities, others))
+
         try:
-            if acls:
-                mine = set(self._access_read(
-                    ACL_FILE, lambda: frozenset(read_acls(directory, max_bindings))))
-            else:
-                mine = self._access_read(QUOTA_FILE,
-                                         lambda: read_quotas(directory, max_entities))
+            mine = the_acls() if acls else the_quotas()
         except AccessFileError as e:
             raise _Refused(ErrorCode.STORAGE_ERROR,
                            f"{e}; no change until it is mended or removed") from None
@@ -266,10 +274,8 @@ class AccessAdmin:
             return set(snapshot.bindings or ()), snapshot.refused, mine
         try:
             if acls:
-                return mine, None, self._access_read(
-                    QUOTA_FILE, lambda: read_quotas(directory, max_entities))
-            return set(self._access_read(
-                ACL_FILE, lambda: frozenset(read_acls(directory, max_bindings)))), None, mine
+                return mine, None, the_quotas()
+            return the_acls(), None, mine
         except AccessFileError as e:
             if acls:
                 self._access_say(f"{e}; publishing no quotas until it is mended")

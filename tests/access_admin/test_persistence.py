@@ -182,3 +182,23 @@ def test_an_acl_change_keeps_the_published_quotas_when_their_file_went_bad(make_
         _, bindings, quotas = published_now(broker)
         assert [b.name for b in bindings] == ["a"] and quotas.of("User:x").request_rate == 5
         assert quotas_of(c) == {"User:x": {"request_rate": 5}}
+
+
+def test_acls_left_in_another_log_dir_are_refused_not_taken_for_none(make_broker, tmp_path):
+    # log.dirs reordered (or a new disk put first): the file is in the second dir now
+    first, second = str(tmp_path / "new"), str(tmp_path / "old")
+    broker = make_broker(start=False, log_dirs=f"{first},{second}")
+    os.makedirs(first)
+    os.makedirs(second)
+    write_acls(second, [_binding("a")])
+    broker.start()
+    assert "is there: the ACLs and quotas are kept in the first log dir" in broker.log()
+    assert published_now(broker)[1] is None  # the super users only, said
+    with broker.client() as c:
+        (code, message), = create(c, entry("t"))
+        assert code == ErrorCode.STORAGE_ERROR and os.path.join(second, "acls.json") in message
+    assert not os.path.exists(os.path.join(first, "acls.json"))
+    os.rename(os.path.join(second, "acls.json"), os.path.join(first, "acls.json"))
+    with broker.client() as c:
+        assert create(c, entry("t")) == [OK]
+        assert described(c) == {entry("a"), entry("t")}
