@@ -13,11 +13,10 @@ from __future__ import annotations
 import argparse
 
 from hostbroker import commands
-from hostbroker.commands import DEFAULT_BOOTSTRAP
 
 
 def _where(args: argparse.Namespace) -> dict:
-    return {"bootstrap": args.bootstrap or DEFAULT_BOOTSTRAP}
+    return {"bootstrap": args.bootstrap}  # (no default: commands.acls.admin_bootstrap)
 
 
 def _acls(args: argparse.Namespace) -> int:
@@ -61,8 +60,8 @@ def _rate(text: str) -> int:
 
 def _bootstrap(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bootstrap", metavar="URI",
-                        help=f"broker: tcp://HOST:PORT or unix:///PATH "
-                             f"(default {DEFAULT_BOOTSTRAP})")
+                        help="the broker, needed: unix:///PATH (its own user there is a "
+                             "super user), tcp://HOST:PORT or ssl://HOST:PORT")
 
 
 def add_acls(sub) -> None:

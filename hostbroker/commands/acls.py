@@ -168,7 +168,7 @@ class BrokerAcls:
     def __init__(self, bootstrap: str):
         from hostbroker.client.simple import SimpleClient
 
-        self.client = SimpleClient(check_bootstrap(bootstrap))
+        self.client = SimpleClient(admin_bootstrap(bootstrap))
 
     def close(self) -> None:
         self.client.close()
@@ -203,6 +203,18 @@ class BrokerAcls:
             raise CommandError(refusal)
         return [_from_wire(e) for e in answer.acls], \
             (answer.error_message or "cut") if answer.truncated else None
+
+
+def admin_bootstrap(bootstrap: str | None) -> str:
+    """The broker ``--bootstrap`` names, which these commands need said: a
+    plain-TCP default would be ``User:ANONYMOUS``, refused once the
+    authorizer is on (and granting it Alter would give every plain-TCP
+    client the ACLs)."""
+    if bootstrap is None:
+        raise usage_error("give --bootstrap: unix:///path/of/its.sock (the broker's own "
+                          "user there is a super user), or tcp:// or ssl:// as a principal "
+                          "allowed Alter on the cluster")
+    return check_bootstrap(bootstrap)
 
 
 def backend(*, bootstrap: str | None = None):

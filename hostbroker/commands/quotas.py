@@ -21,7 +21,7 @@ import json
 import sys
 from collections.abc import Sequence
 
-from hostbroker.commands import EXIT_OK, CommandError, check_bootstrap, usage_error
+from hostbroker.commands import EXIT_OK, CommandError, usage_error
 from hostbroker.security.quota import DEFAULT_ENTITY, MAX_RATE, QUOTA_KEYS, Quota, check_bound
 
 
@@ -72,7 +72,9 @@ class BrokerQuotas:
     def __init__(self, bootstrap: str):
         from hostbroker.client.simple import SimpleClient
 
-        self.client = SimpleClient(check_bootstrap(bootstrap))
+        from hostbroker.commands.acls import admin_bootstrap
+
+        self.client = SimpleClient(admin_bootstrap(bootstrap))
 
     def close(self) -> None:
         self.client.close()

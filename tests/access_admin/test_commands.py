@@ -155,3 +155,11 @@ def test_quotas_of_a_group_are_refused(broker):
     done = hostbroker("quotas", "set", "--bootstrap", broker.unix, "--principal", "Group:ops",
                       "--request-rate", "5")
     assert done.returncode == 2 and "User" in one_line_error(done)
+
+
+@pytest.mark.parametrize("args", [
+    ("acls", "list"), ("quotas", "list"),
+    ("acls", "add", "--allow-principal", "User:a", "--operation", "Read", "--topic", "t")])
+def test_the_commands_need_a_bootstrap_said(args):
+    done = hostbroker(*args)
+    assert done.returncode == 2 and "give --bootstrap: unix://" in one_line_error(done)
