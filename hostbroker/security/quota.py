@@ -72,12 +72,19 @@ class QuotaSet:
         return dataclasses.replace(default, **own.as_dict()) if own else default
 
     def changed(self, entity: str, changes: dict[str, int | None]) -> QuotaSet:
-        quota = self.entities.get(entity, Quota()).merged(changes)
+        return self.changed_many([(entity, changes)])
+
+    def changed_many(self, changes) -> QuotaSet:
+        """The set with each ``(entity, {key: value or None})`` applied in
+        turn (None removes that bound; an entity left with none goes), in one
+        copy of the set."""
         entities = dict(self.entities)
-        if quota.empty:
-            entities.pop(entity, None)
-        else:
-            entities[entity] = quota
+        for entity, values in changes:
+            quota = entities.get(entity, Quota()).merged(values)
+            if quota.empty:
+                entities.pop(entity, None)
+            else:
+                entities[entity] = quota
         return QuotaSet(entities)
 
 

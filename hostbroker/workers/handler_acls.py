@@ -10,21 +10,28 @@ ALTER_QUOTAS) runs under the admin lock, which makes this handler the only
 writer of the files and of the published document while it holds it:
 
 1. read the file it changes (``acls.json`` or ``quotas.json`` in the first log
-   dir, :mod:`hostbroker.security.store`) and the other one;
+   dir, :mod:`hostbroker.security.store`); take the other part (the quotas,
+   or the ACLs and whether they are refused) from the document published
+   now, so a change of one file never judges the other again;
 2. apply the change; check it whole against ``acl.max.bindings`` (or
    ``quota.max.principals``), the bytes a start reads back, and the published
    document against ``acl.max.bytes``: past any of them every entry of the
    change is refused (INVALID_REQUEST naming the setting) and nothing of it is
    kept;
-3. write the file atomically, then publish the document every process reads
+3. write the file atomically when the change changes it, then publish the
+   document every process reads
    (:func:`~hostbroker.security.store.encode_published`, the same one a start
-   publishes from the same files), then answer.
+   publishes from the same files) unless it is the one published already,
+   then answer.
 
 A crash between 3's write and its publish leaves the file as the truth: the
-next start publishes it. A stored file that cannot be read refuses every
-change of it (STORAGE_ERROR, naming the file) until an operator mends or
-removes it; the other file's changes go on (they publish what a start would:
-no ACLs but for the super users, or no quotas).
+next start publishes it, and so does the retry of the change (it finds
+nothing to change in the file, and a published document that differs). A
+stored file that cannot be read refuses every change of it (STORAGE_ERROR,
+naming the file) until an operator mends or removes it; the other file's
+changes go on, keeping its part as published (only when the document itself
+cannot be read is the other file read, as a start would, and what that
+drops said in the log).
 
 The descriptions (DESCRIBE_ACLS, DESCRIBE_QUOTAS) read the published document:
 what every process enforces now. They are cut to ``response.max.bytes``
@@ -54,7 +61,7 @@ from hostbroker.security.acl import WILDCARD, AclBinding, AclFilter, PatternType
 from hostbroker.security.admin_wire import (binding_of, entity_named, entry_bytes, entry_of,
                                            filter_of, quota_entity_bytes)
 from hostbroker.security.principals import Principal
-from hostbroker.security.quota import DEFAULT_ENTITY, QUOTA_KEYS, Quota, QuotaSet, check_bound
+from hostbroker.security.quota import DEFAULT_ENTITY, QUOTA_KEYS, QuotaSet, check_bound
 from hostbroker.security.store import (
     ACL_FILE,
     QUOTA_FILE,
@@ -532,15 +539,7 @@ class AccessAdmin:
             wanted.append((i, name, changes))
 
         def change(quotas: QuotaSet) -> QuotaSet:
-            # (as QuotaSet.changed, one entity after another, in one copy of the set)
-            entities = dict(quotas.entities)
-            for _, name, changes in wanted:
-                quota = entities.get(name, Quota()).merged(changes)
-                if quota.empty:
-                    entities.pop(name, None)
-                else:
-                    entities[name] = quota
-            return QuotaSet(entities)
+            return quotas.changed_many((name, changes) for _, name, changes in wanted)
 
         if wanted:
             outcome = wire.EntryResult(ErrorCode.NONE)

@@ -48,3 +48,12 @@ def test_windows_measure_over_what_they_keep():
     assert w.rate(20.0) == 0
     with pytest.raises(ValueError):
         RateWindows(1, 1.0)
+
+
+def test_many_changes_apply_in_turn_in_one_copy():
+    before = QuotaSet().changed("User:a", {"request_rate": 1})
+    after = before.changed_many([("User:a", {"request_rate": None}),
+                                 ("User:b", {"producer_byte_rate": 9}),
+                                 ("User:b", {"request_rate": 3})])
+    assert after.entities == {"User:b": Quota(producer_byte_rate=9, request_rate=3)}
+    assert before.entities == {"User:a": Quota(request_rate=1)}  # unchanged
