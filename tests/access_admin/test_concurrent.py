@@ -14,14 +14,31 @@ CLIENTS = 4
 EACH = 25
 
 
+def handler_requests(broker) -> list[int]:
+    """Each handler's ``requests`` counter, as ``hostbroker top`` reads it."""
+    from hostbroker.config import Config
+    from hostbroker.top import KIND_NAMES, attach
+
+    board, table, _ = attach(Config.build(overrides=broker._naming()))
+    try:
+        return [row["counters"]["requests"] for row in board.snapshot()
+                if KIND_NAMES.get(row.get("kind")) == "handler"]
+    finally:
+        board.close()
+        table.close()
+
+
 def test_changes_at_once_lose_nothing(broker):
     failures: list = []
+    before = handler_requests(broker)
+    assert len(before) == 2
 
     def work(n: int) -> None:
         try:
             uri = broker.tcp if n % 2 else broker.unix
-            with broker.client(uri) as c:
-                for i in range(EACH):
+            for i in range(EACH):
+                # a connection each: connections are spread over the handlers
+                with broker.client(uri) as c:
                     results = create(c, entry(f"c{n}-{i}", f"User:u{n}"))
                     if results != [(ErrorCode.NONE, None)]:
                         failures.append(results)
@@ -41,6 +58,9 @@ def test_changes_at_once_lose_nothing(broker):
     for t in threads:
         t.join(timeout=120)
     assert not failures
+    # the changes went through both handlers: the lock was contended between processes
+    now = handler_requests(broker)
+    assert all(after - was >= 10 for after, was in zip(now, before)), (before, now)
     deleted = {f"c{n}-{i - 1}" for n in range(CLIENTS) for i in range(EACH) if i % 5 == 4}
     wanted = {entry(f"c{n}-{i}", f"User:u{n}") for n in range(CLIENTS) for i in range(EACH)
               if f"c{n}-{i}" not in deleted}
