@@ -255,8 +255,10 @@ class AccessAdmin:
         read (refused whole when it cannot be), and the other part as it is
         published now, so a change of one file never judges the other again
         (an operator's edit of the other file waits for its own change or the
-        next start). Only when the document cannot be read is the other file
-        read instead, as a start would; what that drops is said in the log."""
+        next start). Only when the document cannot be read (or the view has
+        not read its generation: a publisher killed mid-write) is the other
+        file read instead, as a start would; what that drops is said in the
+        log."""
         max_bindings = self.config["acl.max.bindings"]
         max_entities = self.config["quota.max.principals"]
         directory, others = self._access_dir, self._access_others
@@ -275,7 +277,7 @@ class AccessAdmin:
             raise _Refused(ErrorCode.STORAGE_ERROR,
                            f"{e}; no change until it is mended or removed") from None
         snapshot = self.access.snapshot()
-        if snapshot.failure is None:
+        if snapshot.failure is None and self._access_settled(snapshot.generation):
             if acls:
                 return mine, None, snapshot.quotas
             return set(snapshot.bindings or ()), snapshot.refused, mine
@@ -290,6 +292,16 @@ class AccessAdmin:
             self._access_say(f"{e}; publishing: denying all but super.users until it is "
                              "mended")
             return set(), str(e), mine
+
+    def _access_settled(self, generation: int) -> bool:
+        """Is the document published now readable, and of ``generation``?
+        Under the lock nobody publishes: a document that does not hold still
+        is one whose publisher was killed mid-write (its file may hold more
+        than the view read before)."""
+        try:
+            return self.access.document.read()[0] == generation
+        except TornDocumentError:
+            return False
 
     def _access_say(self, line: str) -> None:
         self.access.say(line)

@@ -202,3 +202,22 @@ def test_acls_left_in_another_log_dir_are_refused_not_taken_for_none(make_broker
     with broker.client() as c:
         assert create(c, entry("t")) == [OK]
         assert described(c) == {entry("a"), entry("t")}
+
+
+def test_a_quota_change_after_a_publisher_killed_mid_write_keeps_its_file(make_broker):
+    from hostbroker.shm.published import _SEQ
+    broker = make_broker()
+    with broker.client() as c:
+        assert create(c, entry("a")) == [OK]
+        # the killed publisher had written {a, b} to the file, and died publishing it
+        write_acls(broker.settings["log.dirs"], [_binding("a"), _binding("b")])
+        with published(broker) as document:
+            writable = PublishedDocument.attach(document.region.name, readonly=False)
+        try:
+            writable._words[_SEQ] += 1
+            assert alter(c, ("User:x", {"request_rate": 5})) == [OK]
+        finally:
+            writable.close()
+        _, bindings, quotas = published_now(broker)
+        assert sorted(b.name for b in bindings) == ["a", "b"]  # the file, not the old document
+        assert quotas.of("User:x").request_rate == 5
