@@ -4,7 +4,9 @@ Owns: the resource types (Topic, Group, Cluster), pattern types (a literal
 name, ``*`` among them, or a prefix), operations, permissions,
 :class:`AclBinding` (one rule: *principal* from *host* is allowed or denied
 *operation* on *resource*), :class:`AclFilter` (what DESCRIBE_ACLS and
-DELETE_ACLS select) and the JSON form of a binding that the standalone file
+DELETE_ACLS select), :class:`BindingIndex` (the bindings a filter can
+match, found by name or principal), :func:`normal_host` (the one form of an
+address that bindings and connections share) and the JSON form of a binding that the standalone file
 and the ZooKeeper nodes share (Kafka's field names and spellings:
 ``{"principal": "User:alice", "permissionType": "Allow", "operation":
 "Read", "host": "*"}``).
@@ -23,6 +25,8 @@ from __future__ import annotations
 import dataclasses
 import enum
 import ipaddress
+from collections import defaultdict
+from collections.abc import Iterable
 
 from hostbroker.security.principals import UNIX_HOST, Principal, has_control
 
@@ -269,3 +273,38 @@ class AclFilter:
         if self.pattern is not PatternType.ANY and b.pattern is not self.pattern:
             return False
         return self.name is None or b.name == self.name
+
+
+class BindingIndex:
+    """The bindings by resource name and by principal, so a filter naming one
+    looks at those only (a MATCH filter at its name, ``*`` and those of its
+    prefixes as long as a PREFIXED binding's name)."""
+
+    def __init__(self, bindings: Iterable[AclBinding]):
+        self.bindings = sorted(bindings)
+        self.by_name: dict[str, list[AclBinding]] = defaultdict(list)
+        self.by_principal: dict[Principal, list[AclBinding]] = defaultdict(list)
+        lengths = set()
+        for b in self.bindings:
+            self.by_name[b.name].append(b)
+            self.by_principal[b.principal].append(b)
+            if b.pattern is PatternType.PREFIXED:
+                lengths.add(len(b.name))
+        self.prefix_lengths = sorted(lengths)
+
+    def names(self, f: AclFilter) -> list[str]:
+        """The names a filter naming one looks at (at most one more than the
+        distinct lengths of the PREFIXED bindings' names, and ``*``)."""
+        if f.pattern is not PatternType.MATCH:
+            return [f.name]
+        names = {f.name[:n] for n in self.prefix_lengths if n < len(f.name)}
+        return sorted(names | {f.name, WILDCARD})
+
+    def candidates(self, f: AclFilter) -> list[AclBinding]:
+        if f.name is not None:
+            if f.pattern is PatternType.MATCH:
+                return [b for n in self.names(f) for b in self.by_name.get(n, ())]
+            return self.by_name.get(f.name, [])
+        if f.principal is not None:
+            return self.by_principal.get(f.principal, [])
+        return self.bindings

@@ -1,7 +1,8 @@
 """The access control admin requests' entries between the wire
 (:mod:`hostbroker.protocol.acls`) and the model (:mod:`.acl`, :mod:`.quota`):
 a CREATE_ACLS entry as a checked binding, a filter as an :class:`AclFilter`,
-a quota entity's name, and the bytes an entry takes in an answer. Used by the
+a quota entity's name, the bytes an entry takes in an answer, and an
+answer's messages fitted to its bound (:func:`fit_messages`). Used by the
 handler that answers them and by the ``acls`` and ``quotas`` commands, which
 check what a broker sends as any input.
 
@@ -9,6 +10,8 @@ Pure: no I/O.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 from hostbroker.protocol import acls as wire
 from hostbroker.security.acl import (
@@ -81,3 +84,19 @@ def entity_named(text: str) -> str:
         raise ValueError(f"quota entity {text[:80]!r}: quotas are a User's (or "
                          f"{DEFAULT_ENTITY}); a {principal.type}'s would never apply")
     return str(principal)
+
+
+def fit_messages(results: list, budget: int, fixed: int = 4) -> list:
+    """``results`` (each with ``error_message``; ``fixed`` bytes each besides
+    it) whose messages past ``budget`` bytes are dropped (the codes stay), so
+    an answer of many refusals is never too large to send."""
+    used = fixed * len(results)
+    fitted = []
+    for r in results:
+        size = len(r.error_message.encode("utf-8", "surrogatepass")) if r.error_message else 0
+        if r.error_message and used + size > budget:
+            r = dataclasses.replace(r, error_message=None)
+        else:
+            used += size
+        fitted.append(r)
+    return fitted

@@ -50,17 +50,14 @@ is the generic authorization check's, not this module's.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
-from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 from hostbroker.errors import ErrorCode
 from hostbroker.protocol import acls as wire
-from hostbroker.security.acl import WILDCARD, AclBinding, AclFilter, PatternType
+from hostbroker.security.acl import AclBinding, BindingIndex
 from hostbroker.security.admin_wire import (binding_of, entity_named, entry_bytes, entry_of,
-                                           filter_of, quota_entity_bytes)
-from hostbroker.security.principals import Principal
+                                           filter_of, fit_messages, quota_entity_bytes)
 from hostbroker.security.quota import DEFAULT_ENTITY, QUOTA_KEYS, QuotaSet, check_bound
 from hostbroker.security.store import (
     ACL_FILE,
@@ -88,57 +85,6 @@ class _Refused(Exception):
     def __init__(self, code: ErrorCode, message: str):
         super().__init__(message)
         self.code = code
-
-
-class BindingIndex:
-    """The bindings by resource name and by principal, so a filter naming one
-    looks at those only (a MATCH filter at its name, ``*`` and those of its
-    prefixes as long as a PREFIXED binding's name)."""
-
-    def __init__(self, bindings: Iterable[AclBinding]):
-        self.bindings = sorted(bindings)
-        self.by_name: dict[str, list[AclBinding]] = defaultdict(list)
-        self.by_principal: dict[Principal, list[AclBinding]] = defaultdict(list)
-        lengths = set()
-        for b in self.bindings:
-            self.by_name[b.name].append(b)
-            self.by_principal[b.principal].append(b)
-            if b.pattern is PatternType.PREFIXED:
-                lengths.add(len(b.name))
-        self.prefix_lengths = sorted(lengths)
-
-    def names(self, f: AclFilter) -> list[str]:
-        """The names a filter naming one looks at (at most one more than the
-        distinct lengths of the PREFIXED bindings' names, and ``*``)."""
-        if f.pattern is not PatternType.MATCH:
-            return [f.name]
-        names = {f.name[:n] for n in self.prefix_lengths if n < len(f.name)}
-        return sorted(names | {f.name, WILDCARD})
-
-    def candidates(self, f: AclFilter) -> list[AclBinding]:
-        if f.name is not None:
-            if f.pattern is PatternType.MATCH:
-                return [b for n in self.names(f) for b in self.by_name.get(n, ())]
-            return self.by_name.get(f.name, [])
-        if f.principal is not None:
-            return self.by_principal.get(f.principal, [])
-        return self.bindings
-
-
-def fit_messages(results: list, budget: int, fixed: int = 4) -> list:
-    """``results`` (each with ``error_message``; ``fixed`` bytes each besides
-    it) whose messages past ``budget`` bytes are dropped (the codes stay), so
-    an answer of many refusals is never too large to send."""
-    used = fixed * len(results)
-    fitted = []
-    for r in results:
-        size = len(r.error_message.encode("utf-8", "surrogatepass")) if r.error_message else 0
-        if r.error_message and used + size > budget:
-            r = dataclasses.replace(r, error_message=None)
-        else:
-            used += size
-        fitted.append(r)
-    return fitted
 
 
 # -- the mixin -------------------------------------------------------------

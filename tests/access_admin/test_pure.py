@@ -22,7 +22,8 @@ from hostbroker.security.quota import QuotaSet
 from hostbroker.security.store import (
     ACL_FILE, QUOTA_FILE, AccessFileError, decode_published_document, decode_quotas,
     encode_published, encode_quotas, read_quotas, write_acls, write_quotas)
-from hostbroker.workers.handler_acls import BindingIndex, fit_messages
+from hostbroker.security.acl import BindingIndex
+from hostbroker.security.admin_wire import fit_messages
 
 NAMES = ["a", "ab", "abc", "b", "*", "orders", "ord"]
 PRINCIPALS = [Principal("User", n) for n in ("alice", "bob", "*")]
