@@ -34,7 +34,8 @@ SECURITY_SETTINGS: tuple[tuple[str, type, object, str, tuple[int, int] | None], 
      (1, 10_000_000)),
     ("acl.max.bytes", int, 16 * 1024 * 1024,
      "Largest document of ACLs and quotas published to every process (shared memory "
-     "reserved once at start); a change that would make it longer is refused.",
+     "reserved once at start, twice over: a writer fills the idle half); a change "
+     "that would make it longer is refused.",
      (4096, 1024 * 1024 * 1024)),
     ("acl.cache.entries", int, 100_000,
      "Most authorization decisions each process remembers (cleared when the ACLs "

@@ -9,12 +9,11 @@ document of the current generation: one aligned load while the generation
 holds, a rebuild (and a fresh decision cache) when it moves. A document that
 does not decode gives an authorizer that allows the super users only, said
 once in the broker log; the next good document ends it. A document that does
-not hold still (its writer slow, or killed mid-write) is not taken as the
-generation's: the view keeps what it had and tries again at most every
+not hold still (a writer publishing without pause; one killed mid-write
+leaves the current document whole) is not taken as the generation's: the view keeps what it had and tries again at most every
 :data:`TORN_RETRY_S`, and allows the super users only (said once) when no
 read has succeeded for :data:`TORN_GRACE_S`, or when it had nothing yet; the
-next read that succeeds ends it (a killed writer's document is mended by the
-next publish). With the authorizer off (``authorizer.enable`` false) there is
+next read that succeeds ends it. With the authorizer off (``authorizer.enable`` false) there is
 none: everything is allowed, and only the quotas are read.
 
 :meth:`AccessView.snapshot` gives what was decoded for the current generation

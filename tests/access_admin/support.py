@@ -88,3 +88,18 @@ def quota_file(broker) -> str:
 def file_acls(broker) -> list[dict]:
     with open(acl_file(broker)) as f:
         return json.load(f)["acls"]
+
+
+def kill_a_publisher(broker, document: bytes = b"half written") -> None:
+    """What a publisher killed mid-write leaves: the idle half of the
+    document filled (and its length), the flip never made."""
+    from hostbroker.shm.published import _LENGTH, _STATE
+    with published(broker) as attached:
+        writable = PublishedDocument.attach(attached.region.name, readonly=False)
+    try:
+        idle = 1 - (writable._words[_STATE] & 1)
+        start = writable._half(idle)
+        writable.region.buf[start:start + len(document)] = document
+        writable._words[_LENGTH + idle] = len(document)
+    finally:
+        writable.close()

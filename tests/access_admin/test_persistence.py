@@ -10,10 +10,9 @@ import os
 from hostbroker.errors import ErrorCode
 from hostbroker.security.acl import binding_from_json
 from hostbroker.security.store import write_acls
-from hostbroker.shm.published import PublishedDocument
 from tests.access_admin.support import (
-    acl_file, alter, create, describe, described, entry, file_acls, published, published_now,
-    quota_file, quotas_of)
+    acl_file, alter, create, describe, described, entry, file_acls, kill_a_publisher,
+    published_now, quota_file, quotas_of)
 
 OK = (ErrorCode.NONE, None)
 
@@ -141,21 +140,19 @@ def test_a_file_written_but_not_published_while_running_is_published_by_the_retr
         assert published_now(broker)[0] == generation
 
 
-def test_a_publisher_killed_mid_write_is_mended_by_the_next_change(make_broker):
-    from hostbroker.shm.published import _SEQ
+def test_a_publisher_killed_mid_write_leaves_the_document_and_its_retry_publishes(
+        make_broker):
     broker = make_broker()
     with broker.client() as c:
         assert create(c, entry("a")) == [OK]
-        with published(broker) as document:
-            writable = PublishedDocument.attach(document.region.name, readonly=False)
-        try:
-            writable._words[_SEQ] += 1  # odd: what a writer killed mid-write leaves
-            assert create(c, entry("a")) == [OK]  # the retry of that change
-            assert writable._words[_SEQ] % 2 == 0
-        finally:
-            writable.close()
-        assert [b.name for b in published_now(broker)[1]] == ["a"]
+        # killed having written {a, b} to the file, and half of its publish
+        write_acls(broker.settings["log.dirs"], [_binding("a"), _binding("b")])
+        kill_a_publisher(broker)
+        assert [b.name for b in published_now(broker)[1]] == ["a"]  # whole, readable
         assert described(c) == {entry("a")}
+        assert create(c, entry("b")) == [OK]  # the retry of that change
+        assert sorted(b.name for b in published_now(broker)[1]) == ["a", "b"]
+        assert described(c) == {entry("a"), entry("b")}
 
 
 def test_a_quota_change_keeps_the_published_acls_when_their_file_went_bad(make_broker):
@@ -202,22 +199,3 @@ def test_acls_left_in_another_log_dir_are_refused_not_taken_for_none(make_broker
     with broker.client() as c:
         assert create(c, entry("t")) == [OK]
         assert described(c) == {entry("a"), entry("t")}
-
-
-def test_a_quota_change_after_a_publisher_killed_mid_write_keeps_its_file(make_broker):
-    from hostbroker.shm.published import _SEQ
-    broker = make_broker()
-    with broker.client() as c:
-        assert create(c, entry("a")) == [OK]
-        # the killed publisher had written {a, b} to the file, and died publishing it
-        write_acls(broker.settings["log.dirs"], [_binding("a"), _binding("b")])
-        with published(broker) as document:
-            writable = PublishedDocument.attach(document.region.name, readonly=False)
-        try:
-            writable._words[_SEQ] += 1
-            assert alter(c, ("User:x", {"request_rate": 5})) == [OK]
-        finally:
-            writable.close()
-        _, bindings, quotas = published_now(broker)
-        assert sorted(b.name for b in bindings) == ["a", "b"]  # the file, not the old document
-        assert quotas.of("User:x").request_rate == 5

@@ -23,9 +23,24 @@ def test_published_documents_move_the_generation(created, names):
         reader.close()
 
 
-def test_a_writer_that_died_mid_write_is_ended_by_the_next(created):
+def test_a_writer_that_died_mid_write_leaves_the_document_whole(created):
+    from hostbroker.shm.published import _LENGTH, _STATE
     doc = created(PublishedDocument, "pdoc", 16, b"ok")
-    doc._words[2] += 1  # seq odd: as a writer killed between its two stores leaves it
+    # killed after filling the idle half and its length, before the flip
+    idle = 1 - (doc._words[_STATE] & 1)
+    start = doc._half(idle)
+    doc.region.buf[start:start + 7] = b"garbage"
+    doc._words[_LENGTH + idle] = 7
+    assert doc.read() == (1, b"ok") and doc.generation == 1
+    assert doc.publish(b"new") == 2  # the next writer writes that half again
+    assert doc.read() == (2, b"new")
+    assert doc.publish(b"newer") == 3 and doc.read() == (3, b"newer")
+
+
+def test_a_document_that_never_holds_still_is_said(created):
+    from hostbroker.shm.published import _LENGTH, _STATE
+    doc = created(PublishedDocument, "pdoc", 16, b"ok")
+    doc._words[_LENGTH + (doc._words[_STATE] & 1)] = 17  # no length it can hold
     with pytest.raises(TornDocumentError):
         doc.read()
     doc.publish(b"new")

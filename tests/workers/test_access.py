@@ -62,28 +62,29 @@ def test_a_refused_document_allows_the_super_users_only_and_says_nothing(created
 
 
 def test_a_torn_read_keeps_what_was_read_and_is_tried_again_bounded(created):
-    from hostbroker.shm.published import _SEQ
+    from hostbroker.shm.published import _LENGTH, _STATE
     from hostbroker.workers.access import TORN_GRACE_S, TORN_RETRY_S
+
+    def tear():  # a document that never holds still, of the next generation
+        doc._words[_LENGTH + (doc._words[_STATE] & 1)] = doc.capacity + 1
+        doc._words[_STATE] += 2
+
     said, now = [], [100.0]
     doc = created(PublishedDocument, "pdoc", 1 << 16, encode_published([read_orders()],
                                                                        QuotaSet()))
     view = AccessView(doc, enabled=True, super_users=[ROOT.principal], say=said.append,
                       clock=lambda: now[0])
     assert view.authorizer().authorize(ALICE, Operation.READ, T, "orders")
-    # a writer stopped mid-write: seq odd, the generation already moved
-    doc._words[_SEQ] += 1
-    doc._words[3] += 1
+    tear()
     assert view.authorizer().authorize(ALICE, Operation.READ, T, "orders")  # kept
     assert view.snapshot().failure is None and said == []
-    # the writer finishes: the next check after TORN_RETRY_S reads the new document
-    doc._words[_SEQ] -= 1
+    # a document that holds again: the next check after TORN_RETRY_S reads it
     doc.publish(encode_published([], QuotaSet()))
     now[0] += TORN_RETRY_S
     assert not view.authorizer().authorize(ALICE, Operation.READ, T, "orders")
     assert said == []
-    # a writer that never finishes: closed once no read held still for the grace
-    doc._words[_SEQ] += 1
-    doc._words[3] += 1
+    # one that never holds still: closed once no read held still for the grace
+    tear()
     view.authorizer()
     now[0] += TORN_GRACE_S
     closed = view.authorizer()
