@@ -306,8 +306,9 @@ def list_acls(s: AclSpec, *, as_json: bool = False, out=None, **where) -> int:
     store = backend(**where)
     found, notes = set(), []
     wanted = filters_of(s)
-    # one request per resource; principals, hosts and operations picked here
-    per_resource = dict.fromkeys(AclFilter(f.resource_type, f.name, f.pattern)
+    # one request per resource and principal; hosts, permissions and operations
+    # picked here (the broker narrows by name and principal, by index)
+    per_resource = dict.fromkeys(AclFilter(f.resource_type, f.name, f.pattern, f.principal)
                                  for f in wanted)
     try:
         for f in per_resource:
