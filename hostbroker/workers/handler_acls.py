@@ -201,10 +201,9 @@ class AccessAdmin:
         read (refused whole when it cannot be), and the other part as it is
         published now, so a change of one file never judges the other again
         (an operator's edit of the other file waits for its own change or the
-        next start). Only when the document cannot be read (or the view has
-        not read its generation: a publisher killed mid-write) is the other
-        file read instead, as a start would; what that drops is said in the
-        log."""
+        next start). Only when the document cannot be read (or is not the
+        generation the view read) is the other file read instead, as a start
+        would; what that drops is said in the log."""
         max_bindings = self.config["acl.max.bindings"]
         max_entities = self.config["quota.max.principals"]
         directory, others = self._access_dir, self._access_others
@@ -240,10 +239,9 @@ class AccessAdmin:
             return set(), str(e), mine
 
     def _access_settled(self, generation: int) -> bool:
-        """Is the document published now readable, and of ``generation``?
-        Under the lock nobody publishes: a document that does not hold still
-        is one whose publisher was killed mid-write (its file may hold more
-        than the view read before)."""
+        """Is the document published now readable, and of ``generation``
+        (the view may have kept an older one over a read that did not hold
+        still)? Under the lock nobody else publishes."""
         try:
             return self.access.document.read()[0] == generation
         except TornDocumentError:
