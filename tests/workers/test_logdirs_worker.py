@@ -755,3 +755,18 @@ def test_a_failover_with_the_admin_lock_busy_bumps_at_a_later_pass(h):
         h.lock.release()
     h.w._pass(1.0)
     assert h.table.generation > gen and not h.w.moved
+
+
+def test_a_creation_with_the_admin_lock_busy_goes_on_at_a_later_round(h):
+    h.lock.timeout = 0.05
+    h.lock.acquire()  # held past admin.lock.timeout.ms
+    try:
+        assert h.w._create("t", 2, 2, {}) is None  # no crash: not made yet
+        h.w._creations_round(time.monotonic() + 1.0)
+        assert h.w.creating
+    finally:
+        h.lock.release()
+    while h.w.creating:
+        h.w._creations_round(time.monotonic() + 1.0)
+    ((_, _, answer),) = h.answers.take()
+    assert answer["error"] == ErrorCode.NONE, answer

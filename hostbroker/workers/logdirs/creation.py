@@ -141,7 +141,9 @@ class Creations:
         strays, deleted, and the answer says why."""
         from hostbroker.workers.replica_slots import PLACEMENT_LOG_DIRS
 
-        with self.lock:
+        if not self.take_lock():
+            return None  # the admin lock busy: the next round goes on
+        with self.taken_lock():
             if not job.checked:
                 job.checked = True
                 if any(s.name == job.topic and s.state != ptable.FREE
@@ -274,7 +276,10 @@ class Creations:
         self.missing_left = False
         if not lost:
             return
-        with self.lock:
+        if not self.take_lock():
+            self.missing_left = True  # the admin lock busy: the next round
+            return
+        with self.taken_lock():
             for i, (tp, part, d, w) in enumerate(lost):
                 if i and time.monotonic() >= deadline:
                     self.missing_left = True

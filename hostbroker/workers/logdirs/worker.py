@@ -37,6 +37,8 @@ roles: :mod:`.replicas`.
 
 from __future__ import annotations
 
+import contextlib
+
 import sys
 import time
 
@@ -410,6 +412,24 @@ class LogDirsWorker(Admin, DirReplicas, Worker):
             self.moved = False
             self.bump_generation_soon()
         self._update_dirtable()
+
+    def take_lock(self) -> bool:
+        """Take the admin lock (release it with :meth:`taken_lock`): False, and
+        nothing held, when it stays busy past ``admin.lock.timeout.ms`` (the
+        work waits for a later round; never a crash)."""
+        try:
+            self.lock.acquire()
+        except TimeoutError:
+            return False
+        return True
+
+    @contextlib.contextmanager
+    def taken_lock(self):
+        """The admin lock :meth:`take_lock` took, released at the end."""
+        try:
+            yield
+        finally:
+            self.lock.release()
 
     def bump_generation_soon(self) -> None:
         """Bump the table's generation now, or at the next pass when the admin
