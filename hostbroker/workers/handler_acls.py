@@ -338,7 +338,12 @@ class AccessAdmin:
         if self._access_writable is None:
             self._access_writable = PublishedDocument.attach(self.plan.access_name,
                                                              readonly=False)
-        self._access_writable.publish(document)
+        generation = self._access_writable.publish(document)
+        # what this handler kept of the files as they were at the generation it
+        # published over is still theirs (nobody else writes under the lock)
+        for name, (stamp, value) in list((self._access_kept or {}).items()):
+            if stamp[-1] == generation - 1:
+                self._access_kept[name] = (stamp[:-1] + (generation,), value)
 
     def _access_published(self):
         """The snapshot of the published document (decoded once per generation
