@@ -28,6 +28,7 @@ quota change (under the admin lock, which makes it the only writer).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 
@@ -122,7 +123,8 @@ def _quota_set(entries: list, max_entities: int) -> QuotaSet:
     return QuotaSet(entities)
 
 
-def encode_published(bindings, quotas: QuotaSet, refused: str | None = None) -> bytes:
+def encode_published(bindings, quotas: QuotaSet, refused: str | None = None,
+                     acls_digest: str | None = None) -> bytes:
     """The one document every process reads (``shm/published.py``): the ACLs
     and the quotas together, in a compact form of its own, since every process
     decodes it whole on each change: each binding a row of seven numbers (its
@@ -148,6 +150,8 @@ def encode_published(bindings, quotas: QuotaSet, refused: str | None = None) -> 
                            for e, q in sorted(quotas.entities.items())]}
     if refused is not None:
         document["aclsRefused"] = refused
+    if acls_digest is not None:  # (the file's, see file_digest)
+        document["aclsDigest"] = acls_digest
     return json.dumps(document, separators=(",", ":")).encode()
 
 
@@ -166,7 +170,13 @@ _ENUMS = tuple({member.value: member for member in kind}
 def decode_published_document(data: bytes, max_bindings: int, max_entities: int
                               ) -> tuple[list[AclBinding] | None, QuotaSet, str | None]:
     """As :func:`decode_published`, and the line saying why the ACLs were
-    refused (None when they were not). Only broker processes write the
+    refused (None when they were not)."""
+    return decode_published_snapshot(data, max_bindings, max_entities)[:3]
+
+
+def decode_published_snapshot(data: bytes, max_bindings: int, max_entities: int) -> tuple:
+    """As :func:`decode_published_document`, and the digest of the ACL file
+    the bindings were read from (None when not said). Only broker processes write the
     document, from bindings they checked, so a row is taken as it is: its
     shape, its enums and its indexes are checked, its names not again."""
     try:
@@ -179,9 +189,11 @@ def decode_published_document(data: bytes, max_bindings: int, max_entities: int
     if not (isinstance(strings, list) and isinstance(rows, list) and isinstance(entries, list)):
         raise ValueError('expected "strings", "acls" and "quotas": [...]')
     quotas = _quota_set(entries, max_entities)
+    digest = document.get("aclsDigest")
+    digest = digest if isinstance(digest, str) else None
     if "aclsRefused" in document:
         refused = document["aclsRefused"]
-        return None, quotas, refused if isinstance(refused, str) else "refused"
+        return None, quotas, refused if isinstance(refused, str) else "refused", digest
     if len(rows) > max_bindings:
         raise ValueError(f"{len(rows)} ACLs, more than acl.max.bindings ({max_bindings})")
     if not all(isinstance(t, str) for t in strings):
@@ -201,7 +213,7 @@ def decode_published_document(data: bytes, max_bindings: int, max_entities: int
                                        permissions[permission]))
     except (TypeError, ValueError, KeyError, IndexError):
         raise ValueError(f"published ACL {len(bindings)} is malformed") from None
-    return bindings, quotas, None
+    return bindings, quotas, None, digest
 
 
 def load_published(log_dir: str, max_bindings: int, max_entities: int,
@@ -209,9 +221,11 @@ def load_published(log_dir: str, max_bindings: int, max_entities: int,
     """The document a standalone broker publishes at start, from its files: a
     file that cannot be taken is said in one line (``say``) and, for the
     ACLs, refuses everyone but the super users until it is mended."""
-    refused = None
+    refused = digest = None
     try:
-        bindings = read_acls(log_dir, max_bindings, others)
+        data = read_acl_bytes(log_dir, max_bindings, others)
+        bindings = acls_of_file(log_dir, data, max_bindings)
+        digest = file_digest(data)
     except AccessFileError as exc:
         bindings, refused = [], str(exc)
         say(f"{exc}; denying all but super.users until it is mended")
@@ -220,7 +234,7 @@ def load_published(log_dir: str, max_bindings: int, max_entities: int,
     except AccessFileError as exc:
         quotas = QuotaSet()
         say(f"{exc}; no quotas until it is mended")
-    return encode_published(bindings, quotas, refused)
+    return encode_published(bindings, quotas, refused, digest)
 
 
 def _read(log_dir: str, name: str, limit: int, others=()) -> bytes | None:
@@ -259,7 +273,16 @@ def quota_file_bytes(max_entities: int) -> int:
 def read_acls(log_dir: str, max_bindings: int, others=()) -> list[AclBinding]:
     """The ACLs of a broker whose first log dir is ``log_dir`` ([] without the
     file; ``others``: its other log dirs, see :func:`_read`)."""
-    data = _read(log_dir, ACL_FILE, acl_file_bytes(max_bindings), others)
+    return acls_of_file(log_dir, read_acl_bytes(log_dir, max_bindings, others), max_bindings)
+
+
+def read_acl_bytes(log_dir: str, max_bindings: int, others=()) -> bytes | None:
+    """``acls.json``'s bytes, not decoded (None without it); AccessFileError."""
+    return _read(log_dir, ACL_FILE, acl_file_bytes(max_bindings), others)
+
+
+def acls_of_file(log_dir: str, data: bytes | None, max_bindings: int) -> list[AclBinding]:
+    """The ACLs ``acls.json``'s bytes hold; AccessFileError naming the file."""
     if data is None:
         return []
     try:
@@ -268,14 +291,26 @@ def read_acls(log_dir: str, max_bindings: int, others=()) -> list[AclBinding]:
         raise AccessFileError(f"{os.path.join(log_dir, ACL_FILE)}: {exc}") from None
 
 
-def write_acls(log_dir: str, bindings, max_bindings: int | None = None) -> None:
-    """Replace ``acls.json``; with ``max_bindings``, AccessFileError (nothing
-    written) for a set the next read would refuse: more bindings, or more bytes."""
-    data = encode_acls(bindings)
+def file_digest(data: bytes | None) -> str:
+    """What tells one content of a file from another (``-`` for no file): kept
+    in the published document, so a change finds the ACLs of a file that is
+    the one published without decoding it again."""
+    return "-" if data is None else hashlib.sha256(data).hexdigest()
+
+
+def write_acls(log_dir: str, bindings, max_bindings: int | None = None,
+               data: bytes | None = None) -> bytes:
+    """Replace ``acls.json`` (the bytes written: ``data`` when the caller
+    encoded ``bindings`` already); with ``max_bindings``, AccessFileError
+    (nothing written) for a set the next read would refuse: more bindings, or
+    more bytes."""
+    if data is None:
+        data = encode_acls(bindings)
     if max_bindings is not None:
         _check_writable(log_dir, ACL_FILE, data, len(set(bindings)), max_bindings,
                         acl_file_bytes(max_bindings), "acl.max.bindings")
     write_file_atomically(os.path.join(log_dir, ACL_FILE), data)
+    return data
 
 
 def _check_writable(log_dir: str, name: str, data: bytes, count: int, max_count: int,

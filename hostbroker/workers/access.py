@@ -47,7 +47,7 @@ from hostbroker.security.acl import Operation, ResourceType
 from hostbroker.security.authorizer import Authorizer, parse_super_users
 from hostbroker.security.principals import UNIX_HOST, Identity, Principal, user_principal
 from hostbroker.security.quota import QuotaSet
-from hostbroker.security.store import (decode_published_document, encode_published,
+from hostbroker.security.store import (decode_published_snapshot, encode_published,
                                        load_published)
 from hostbroker.shm.published import PublishedDocument, TornDocumentError
 from hostbroker.shm.region import SharedRegion
@@ -69,6 +69,7 @@ class Snapshot:
     quotas: QuotaSet
     refused: str | None = None
     failure: str | None = None
+    acls_digest: str | None = None  # the ACL file's it was published from
 
 
 def _say(line: str) -> None:
@@ -114,8 +115,8 @@ class AccessView:
             return
         self._torn_since = None
         try:
-            bindings, quotas, refused = decode_published_document(data, self.max_bindings,
-                                                                  self.max_entities)
+            bindings, quotas, refused, digest = decode_published_snapshot(
+                data, self.max_bindings, self.max_entities)
         except ValueError as exc:
             self._fail_closed(generation, exc)
             return
@@ -124,7 +125,7 @@ class AccessView:
         self._failed = False
         allow_if_no_acl = self.allow_if_no_acl
         self._snapshot = Snapshot(generation, None if bindings is None else tuple(bindings),
-                                  quotas, refused)
+                                  quotas, refused, acls_digest=digest)
         if bindings is None:  # refused where they are kept (said there)
             bindings, allow_if_no_acl = [], False
         self._generation = generation

@@ -63,7 +63,11 @@ from hostbroker.security.store import (
     ACL_FILE,
     QUOTA_FILE,
     AccessFileError,
+    acls_of_file,
+    encode_acls,
     encode_published,
+    file_digest,
+    read_acl_bytes,
     read_acls,
     read_quotas,
     write_acls,
@@ -159,7 +163,8 @@ class AccessAdmin:
         max_entities = self.config["quota.max.principals"]
         directory = self._access_dir
         with self._access_locked():
-            bindings, acls_refused, quotas = self._access_base(change_acls is not None)
+            bindings, acls_refused, quotas, digest = self._access_base(change_acls is not None)
+            acl_bytes = None
             if change_acls is not None:
                 changed_bindings, changed_quotas = change_acls(set(bindings)), quotas
                 file_changed = changed_bindings != bindings
@@ -175,7 +180,10 @@ class AccessAdmin:
                     raise _Refused(ErrorCode.INVALID_REQUEST,
                                    f"{named} principals with quotas would be more than "
                                    f"quota.max.principals ({max_entities}); nothing changed")
-            document = encode_published(changed_bindings, changed_quotas, acls_refused)
+            if file_changed and change_acls is not None:
+                acl_bytes = encode_acls(changed_bindings)  # (written below, as it is)
+                digest = file_digest(acl_bytes)
+            document = encode_published(changed_bindings, changed_quotas, acls_refused, digest)
             if not file_changed and self._access_is_published(document):
                 return  # a no-op, and what the file holds is what every process reads
             capacity = self.config["acl.max.bytes"]
@@ -185,7 +193,7 @@ class AccessAdmin:
                                f"than acl.max.bytes ({capacity}); nothing changed")
             name = ACL_FILE if change_acls is not None else QUOTA_FILE
             if file_changed:
-                self._access_write(name, changed_bindings, changed_quotas)
+                self._access_write(name, changed_bindings, changed_quotas, acl_bytes)
             # the file is the truth from here: a crash now is mended by the next
             # start, or by the next change (even a no-op: the document differs)
             try:
@@ -195,8 +203,9 @@ class AccessAdmin:
                                f"written to {os.path.join(directory, name)}, not published: "
                                f"{e}; retry") from None
 
-    def _access_base(self, acls: bool) -> tuple[set, str | None, QuotaSet]:
-        """``(bindings, why the ACLs are refused or None, quotas)`` a change of
+    def _access_base(self, acls: bool) -> tuple[set, str | None, QuotaSet, str | None]:
+        """``(bindings, why the ACLs are refused or None, quotas, the digest of
+        the ACL file they are)`` a change of
         the ACLs (``acls``) or of the quotas starts from: the file it changes,
         read (refused whole when it cannot be), and the other part as it is
         published now, so a change of one file never judges the other again
@@ -207,10 +216,31 @@ class AccessAdmin:
         max_bindings = self.config["acl.max.bindings"]
         max_entities = self.config["quota.max.principals"]
         directory, others = self._access_dir, self._access_others
+        read_digest = None
 
         def the_acls() -> set:
-            return set(self._access_read(
-                ACL_FILE, lambda: frozenset(read_acls(directory, max_bindings, others))))
+            nonlocal read_digest
+            # the file's bytes (cheap); decoded only when they are neither those
+            # this handler kept nor those the published document was made from
+            data = read_acl_bytes(directory, max_bindings, others)
+            digest = read_digest = file_digest(data)
+            kept = (self._access_kept or {}).get(ACL_FILE)
+            if kept is not None and kept[0] == digest:
+                if isinstance(kept[1], AccessFileError):
+                    raise kept[1]  # (a bad file is not decoded again at every change)
+                return set(kept[1])
+            snapshot = self.access.snapshot()
+            if snapshot.acls_digest == digest and snapshot.bindings is not None \
+                    and self._access_settled(snapshot.generation):
+                value = frozenset(snapshot.bindings)
+            else:
+                try:
+                    value = frozenset(acls_of_file(directory, data, max_bindings))
+                except AccessFileError as e:
+                    self._access_keep(ACL_FILE, digest, e)
+                    raise
+            self._access_keep(ACL_FILE, digest, value)
+            return set(value)
 
         def the_quotas() -> QuotaSet:
             return self._access_read(
@@ -224,19 +254,20 @@ class AccessAdmin:
         snapshot = self.access.snapshot()
         if snapshot.failure is None and self._access_settled(snapshot.generation):
             if acls:
-                return mine, None, snapshot.quotas
-            return set(snapshot.bindings or ()), snapshot.refused, mine
+                return mine, None, snapshot.quotas, read_digest
+            return (set(snapshot.bindings or ()), snapshot.refused, mine,
+                    snapshot.acls_digest)
         try:
             if acls:
-                return mine, None, the_quotas()
-            return the_acls(), None, mine
+                return mine, None, the_quotas(), read_digest
+            return the_acls(), None, mine, read_digest
         except AccessFileError as e:
             if acls:
                 self._access_say(f"{e}; publishing no quotas until it is mended")
-                return mine, None, QuotaSet()
+                return mine, None, QuotaSet(), read_digest
             self._access_say(f"{e}; publishing: denying all but super.users until it is "
                              "mended")
-            return set(), str(e), mine
+            return set(), str(e), mine, None
 
     def _access_settled(self, generation: int) -> bool:
         """Is the document published now readable, and of ``generation``
@@ -257,14 +288,15 @@ class AccessAdmin:
         except TornDocumentError:
             return False
 
-    def _access_write(self, name: str, bindings: set, quotas: QuotaSet) -> None:
+    def _access_write(self, name: str, bindings: set, quotas: QuotaSet,
+                      acl_bytes: bytes | None) -> None:
         max_bindings = self.config["acl.max.bindings"]
         max_entities = self.config["quota.max.principals"]
         directory = self._access_dir
         try:
             if name == ACL_FILE:
-                write_acls(directory, bindings, max_bindings)
-                self._access_wrote(ACL_FILE, frozenset(bindings))
+                write_acls(directory, bindings, max_bindings, acl_bytes)
+                self._access_keep(ACL_FILE, file_digest(acl_bytes), frozenset(bindings))
             else:
                 write_quotas(directory, quotas, max_entities)
                 self._access_wrote(QUOTA_FILE, quotas)
@@ -325,6 +357,12 @@ class AccessAdmin:
             self._access_kept[name] = (stamp, value)
         return value
 
+    def _access_keep(self, name: str, digest: str, value) -> None:
+        """Keep ``value`` as what the file of content ``digest`` holds."""
+        if self._access_kept is None:
+            self._access_kept = {}
+        self._access_kept[name] = (digest, value)
+
     def _access_wrote(self, name: str, value) -> None:
         """Kept as read: stamped with the generation the publish that follows
         will make (a stamp that misses it only costs a read)."""
@@ -342,7 +380,7 @@ class AccessAdmin:
         # what this handler kept of the files as they were at the generation it
         # published over is still theirs (nobody else writes under the lock)
         for name, (stamp, value) in list((self._access_kept or {}).items()):
-            if stamp[-1] == generation - 1:
+            if isinstance(stamp, tuple) and stamp[-1] == generation - 1:
                 self._access_kept[name] = (stamp[:-1] + (generation,), value)
 
     def _access_published(self):
