@@ -1,0 +1,264 @@
+"""The cluster's ACLs and quotas reaching every process of every broker
+(hostbroker/workers/registrar_acls.py): the registrar's reader on its own over a
+real shared memory document, then real brokers in cluster mode, the document
+read from the test as a processor reads it (AccessView). A real ZooKeeper."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from hostbroker.cluster import acls_zk_store as store
+from hostbroker.config import Config
+from hostbroker.security.acl import AclBinding, AclFilter, Operation, PatternType, Permission
+from hostbroker.security.acl import ResourceType
+from hostbroker.security.principals import Identity, Principal
+from hostbroker.security.quota import Quota, QuotaSet
+from hostbroker.security.store import decode_published, encode_published
+from hostbroker.shm.published import PublishedDocument
+from hostbroker.shm.region import SharedRegion
+from hostbroker.workers.access import AccessView
+from hostbroker.workers.plan import BrokerPlan
+from hostbroker.workers.registrar_acls import ClusterAccess
+from tests.cluster.test_broker_registration import cluster_broker
+from tests.cluster.test_discovery import wait_until
+from tests.cluster.zkfixtures import kazoo
+
+ALICE = Identity(Principal("User", "alice"), host="127.0.0.1")
+ADMIN = Identity(Principal("User", "admin"), host="127.0.0.1")
+T = ResourceType.TOPIC
+NOT_READ = encode_published([], QuotaSet(), refused="not read from ZooKeeper yet")
+_names = itertools.count()
+
+
+def read_orders(who: str = "User:alice") -> AclBinding:
+    return AclBinding.checked(T, "orders", PatternType.LITERAL, Principal.parse(who), "*",
+                              Operation.READ, Permission.ALLOW)
+
+
+@pytest.fixture
+def document():
+    name = f"/hbtest-access-{os.getpid()}-{next(_names)}"
+    region = SharedRegion.create(name, PublishedDocument.region_size(1 << 16))
+    doc = PublishedDocument.create(region, 1 << 16, NOT_READ)
+    yield doc
+    region.close()
+    region.unlink()
+
+
+class FrozenClock:
+    """The reader's clock, held still: ``POLL_S`` never passes, so only a watch
+    (a notice) makes it read."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def reader(client, document, clock=None, **kw):
+    worker = SimpleNamespace(client=client, doorbell=SimpleNamespace(ring=lambda: None),
+                             connection_ms=5000, stopping=False)
+    said = []
+    made = ClusterAccess(worker, document, max_bindings=kw.pop("max_bindings", 1000),
+                         max_entities=100, clock=clock or time.monotonic, say=said.append)
+    return made, said
+
+
+def view(document) -> AccessView:
+    return AccessView(document, enabled=True, super_users=[ADMIN.principal],
+                      say=lambda line: None)
+
+
+def poll_until(access, condition, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        access.poll()
+        time.sleep(0.02)
+
+
+def test_super_users_only_until_zookeeper_is_read_then_each_notice_is_read(zk, document):
+    access, said = reader(None, document, FrozenClock())
+    access.poll()  # no session yet: nothing read, nothing published
+    seen = view(document)
+    assert document.generation == 1
+    assert not seen.allows(ALICE, Operation.READ, T, "orders")
+    assert seen.allows(ADMIN, Operation.DELETE, T, "orders")
+    store.add_acls(zk, [read_orders()])
+    access.worker.client = zk
+    access.poll()  # the first read, at once
+    assert seen.allows(ALICE, Operation.READ, T, "orders")
+    assert access.reads == 1 and said == []
+    # the clock stands still: only the notice's watch can make it read again
+    store.add_acls(zk, [read_orders("User:bob")])
+    poll_until(access, lambda: seen.allows(Identity(Principal("User", "bob")), Operation.READ,
+                                           T, "orders"))
+    generation = document.generation
+    access.due = True  # read again with nothing changed: the same document is not published
+    access.poll()
+    assert access.reads == 3 and document.generation == generation
+    store.remove_acls(zk, [AclFilter(principal=Principal.parse("User:alice"))])
+    poll_until(access, lambda: not seen.allows(ALICE, Operation.READ, T, "orders"))
+
+
+def test_quotas_are_published_and_a_quota_notice_is_read(zk, document):
+    access, _ = reader(zk, document, FrozenClock())
+    access.poll()
+    seen = view(document)
+    assert seen.quotas() == QuotaSet()
+    store.set_quota(zk, "User:alice", {"producer_byte_rate": 1000})
+    poll_until(access, lambda: seen.quotas().of("User:alice") == Quota(producer_byte_rate=1000))
+    zk.create("/config/users/bob", b"{bad")  # no notice: read at the next whole read
+    access.clock.now += 60
+    store.set_quota(zk, "<default>", {"request_rate": 9})
+    poll_until(access, lambda: seen.quotas().of("User:carol") == Quota(request_rate=9))
+    assert seen.quotas().of("User:alice") == Quota(producer_byte_rate=1000)
+    assert access.report.reported >= 1  # the bad node, left out
+
+
+def test_a_notice_missed_is_found_by_the_poll(zk, document):
+    clock = FrozenClock()
+    access, _ = reader(zk, document, clock)
+    access.poll()
+    time.sleep(0.5)  # the watches set (on a thread of their own)
+    access._watched = "lost"  # the watches stop at their next event...
+    for root in ("/kafka-acl-changes", "/kafka-acl-extended-changes", "/config/changes"):
+        zk.create(f"{root}/other", b"")
+    time.sleep(0.5)
+    access._watched = zk  # ...and are not set again: a notice goes unnoticed
+    clock.now += access.POLL_S
+    access.poll()  # (the notices above, found by the poll)
+    access.due = False
+    store.add_acls(zk, [read_orders()])
+    time.sleep(0.3)
+    access.poll()
+    seen = view(document)
+    assert not access.due and not seen.allows(ALICE, Operation.READ, T, "orders")
+    clock.now += access.POLL_S
+    access.poll()
+    assert seen.allows(ALICE, Operation.READ, T, "orders")
+
+
+def test_a_bad_acl_node_allows_the_super_users_only_said_once_until_mended(zk, document):
+    access, said = reader(zk, document)
+    store.add_acls(zk, [read_orders()])
+    access.poll()
+    seen = view(document)
+    assert seen.allows(ALICE, Operation.READ, T, "orders")
+    zk.create("/kafka-acl/Topic/evil", b'{"version":1,"acls":[{"principal":"nobody"}]}')
+    store.add_acls(zk, [read_orders("User:bob")])  # a notice
+    poll_until(access, lambda: not seen.allows(ALICE, Operation.READ, T, "orders"))
+    assert seen.allows(ADMIN, Operation.READ, T, "orders")
+    bindings, _ = decode_published(document.read()[1], 100, 100)
+    assert bindings is None  # refused
+    for _ in range(3):
+        access.due = True
+        access.poll()
+    assert len(said) == 1 and said[0].startswith("hb-registrar: /kafka-acl/Topic/evil: ")
+    assert "super users only" in said[0]
+    zk.delete("/kafka-acl/Topic/evil")
+    store.add_acls(zk, [read_orders("User:carol")])
+    poll_until(access, lambda: seen.allows(ALICE, Operation.READ, T, "orders"))
+    assert len(said) == 2 and "read again" in said[1]
+
+
+def test_a_layout_longer_than_the_document_allows_the_super_users_only(zk):
+    region = SharedRegion.create(f"/hbtest-access-{os.getpid()}-{next(_names)}",
+                                 PublishedDocument.region_size(4096))
+    try:
+        doc = PublishedDocument.create(region, 4096, NOT_READ)
+        access, said = reader(zk, doc)
+        store.add_acls(zk, [read_orders(f"User:user{i}") for i in range(40)])
+        access.poll()
+        assert decode_published(doc.read()[1], 100, 100)[0] is None
+        assert "acl.max.bytes" in said[0]
+    finally:
+        region.close()
+        region.unlink()
+
+
+def test_zookeeper_errors_publish_nothing(zookeeper, zk, document):
+    access, _ = reader(zk, document)
+    store.add_acls(zk, [read_orders()])
+    access.poll()
+    generation = document.generation
+    zookeeper.suspend()  # requests go unanswered
+    try:
+        access.timeout_s = 0.5
+        access.due = True
+        with pytest.raises(Exception):  # noqa: B017 - a timeout of kazoo's or ours
+            access.read_and_publish(zk)
+    finally:
+        zookeeper.resume()
+    assert document.generation == generation  # the last document read stays
+    assert view(document).allows(ALICE, Operation.READ, T, "orders")
+
+
+# -- real brokers ---------------------------------------------------------------------
+
+def broker_view(broker) -> AccessView:
+    plan = BrokerPlan.from_config(Config.build(overrides=broker._naming()))
+    return AccessView(PublishedDocument.attach(plan.access_name, readonly=True), enabled=True,
+                      super_users=[ADMIN.principal], say=lambda line: None)
+
+
+def test_every_broker_of_a_cluster_sees_a_change_within_two_seconds(
+        make_broker, tmp_path, zookeeper, zk):
+    settings = {"authorizer.enable": "true", "super.users": "User:admin"}
+    brokers = [cluster_broker(make_broker, tmp_path, zookeeper, zk, i, **settings)
+               for i in (1, 2)]
+    views = [broker_view(b) for b in brokers]
+    for v in views:  # read before the listeners opened: not the "not read yet" document
+        assert decode_published(v.document.read()[1], 100, 100)[0] == []
+    store.add_acls(zk, [read_orders()])
+    start = time.monotonic()
+    wait_until(lambda: all(v.allows(ALICE, Operation.READ, T, "orders") for v in views), 5)
+    assert time.monotonic() - start < 2.5
+    # a bad node: every broker allows its super users only, and says so once
+    zk.create("/kafka-acl/Group/evil", b"not json", makepath=True)
+    store.add_acls(zk, [read_orders("User:bob")])
+    wait_until(lambda: not any(v.allows(ALICE, Operation.READ, T, "orders") for v in views), 5)
+    assert all(v.allows(ADMIN, Operation.READ, T, "orders") for v in views)
+    zk.delete("/kafka-acl/Group/evil")
+    store.add_acls(zk, [read_orders("User:carol")])
+    wait_until(lambda: all(v.allows(ALICE, Operation.READ, T, "orders") for v in views), 5)
+    for b in brokers:
+        log = b.log()
+        assert log.count("/kafka-acl/Group/evil: not JSON") == 1, log
+        assert log.count("the ACLs in ZooKeeper are read again") == 1, log
+    # a registrar that dies is replaced, and its replacement reads on
+    old = brokers[0].workers()["hb-registrar"]
+    os.kill(old, signal.SIGKILL)
+    brokers[0].wait_worker_replaced("hb-registrar", old)
+    store.remove_acls(zk, [AclFilter(principal=Principal.parse("User:alice"))])
+    wait_until(lambda: not any(v.allows(ALICE, Operation.READ, T, "orders") for v in views), 10)
+
+
+def test_a_registrar_replaced_while_zookeeper_is_away_keeps_the_last_document(
+        make_broker, tmp_path, zookeeper, zk):
+    """A registrar replaced while ZooKeeper is down keeps the last document read;
+    a change made when ZooKeeper is back reaches the broker."""
+    b = cluster_broker(make_broker, tmp_path, zookeeper, zk, 1,
+                       **{"authorizer.enable": "true", "zookeeper.session.timeout.ms": 4000})
+    v = broker_view(b)
+    store.add_acls(zk, [read_orders()])
+    wait_until(lambda: v.allows(ALICE, Operation.READ, T, "orders"), 5)
+    zookeeper.stop()
+    try:
+        old = b.workers()["hb-registrar"]
+        os.kill(old, signal.SIGKILL)
+        b.wait_worker_replaced("hb-registrar", old)
+        time.sleep(1.0)
+        assert v.allows(ALICE, Operation.READ, T, "orders")  # the last document read stays
+    finally:
+        zookeeper.start()
+    with kazoo(zookeeper.connect) as again:
+        store.remove_acls(again, [AclFilter()])
+    wait_until(lambda: not v.allows(ALICE, Operation.READ, T, "orders"), 20)
