@@ -221,6 +221,10 @@ def test_every_broker_of_a_cluster_sees_a_change_within_two_seconds(
     start = time.monotonic()
     wait_until(lambda: all(v.allows(ALICE, Operation.READ, T, "orders") for v in views), 5)
     assert time.monotonic() - start < 2.5
+    # a user's quotas too; the controller passes over their notice without a word
+    store.set_quota(zk, "User:alice", {"producer_byte_rate": 4096})
+    wait_until(lambda: all(v.quotas().of("User:alice") == Quota(producer_byte_rate=4096)
+                           for v in views), 5)
     # a bad node: every broker allows its super users only, and says so once
     zk.create("/kafka-acl/Group/evil", b"not json", makepath=True)
     store.add_acls(zk, [read_orders("User:bob")])
@@ -233,6 +237,7 @@ def test_every_broker_of_a_cluster_sees_a_change_within_two_seconds(
         log = b.log()
         assert log.count("/kafka-acl/Group/evil: not JSON") == 1, log
         assert log.count("the ACLs in ZooKeeper are read again") == 1, log
+        assert "config_change_" not in log, log
     # a registrar that dies is replaced, and its replacement reads on
     old = brokers[0].workers()["hb-registrar"]
     os.kill(old, signal.SIGKILL)
