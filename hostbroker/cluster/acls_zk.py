@@ -5,7 +5,7 @@ Kafka's layout (docs/spec/zookeeper.md, "Access control")::
     /kafka-acl/[Topic|Group|Cluster]/[name]                    {"version":1,"acls":[...]}
     /kafka-acl-extended/prefixed/[Topic|Group|Cluster]/[name]  {"version":1,"acls":[...]}
     /kafka-acl-changes/acl_changes_NNNNNNNNNN                  "Topic:orders"
-    /kafka-acl-extended-changes/acl_changes_NNNNNNNNNN         {"version":1,"resourceType":..}
+    /kafka-acl-extended-changes/acl_changes_NNNNNNNNNN         {"version":1,"resourceType":...}
     /config/users/[sanitized user name | <default>]            {"version":1,"config":{...}}
     /config/changes/config_change_NNNNNNNNNN                   {"version":2,"entity_path":..}
 
@@ -30,13 +30,14 @@ from __future__ import annotations
 import json
 import urllib.parse
 
-from hostbroker.cluster.zkread import DEFAULT, Bounds, json_object
+from hostbroker.cluster.zkread import DEFAULT, Bounds, check_size, json_object
 from hostbroker.security.acl import (
     AclBinding,
     PatternType,
     ResourceType,
     check_resource_name,
     operation_named,
+    pattern_named,
     permission_named,
     resource_type_named,
 )
@@ -88,6 +89,11 @@ def resource_path(resource_type: ResourceType, name: str, pattern: PatternType) 
 def type_root(pattern: PatternType, resource_type: ResourceType) -> str:
     """The node whose children are the resources of one type and pattern."""
     return f"{ROOTS[pattern]}/{resource_type.title}"
+
+
+def type_roots() -> list[tuple[str, PatternType, ResourceType]]:
+    """The six nodes whose children are ACL nodes, with what their children are."""
+    return [(type_root(p, t), p, t) for p in ROOTS for t in ResourceType]
 
 
 def resource_of(pattern: PatternType, type_title: str,
@@ -142,13 +148,37 @@ def decode_acl_node(data: bytes, path: str, resource: tuple[ResourceType, str, P
 
 
 def encode_acl_change(resource_type: ResourceType, name: str, pattern: PatternType) -> bytes:
-    """A change notice's value: Kafka's, ``Topic:orders`` for a literal name, a
-    JSON object for a prefix. Readers here do not rely on it: a notice only
-    says that the layout changed."""
+    """A change notice's value, Kafka's: ``Topic:orders`` for a literal name,
+    ``{"version":1,"resourceType":"TOPIC","name":"app-","patternType":"PREFIXED"}``
+    for a prefix."""
     if pattern is PatternType.LITERAL:
         return f"{resource_type.title}:{name}".encode()
-    return json.dumps({"version": 1, "resourceType": resource_type.title, "name": name,
-                       "patternType": pattern.title}, separators=(",", ":")).encode()
+    return json.dumps({"version": 1, "resourceType": resource_type.name, "name": name,
+                       "patternType": pattern.name}, separators=(",", ":")).encode()
+
+
+def decode_acl_change(data: bytes, path: str, bounds: Bounds = DEFAULT) -> str:
+    """The ACL node a change notice names (hostile: it only says which node to
+    read again); ValueError (one line naming ``path``) when it names none."""
+    try:
+        if data[:1] == b"{":
+            document = json_object(data, path, bounds, "an ACL change notice")
+            fields = [document.get(k) for k in ("resourceType", "name", "patternType")]
+            if document.get("version") != 1 or not all(isinstance(f, str) for f in fields):
+                raise ValueError("expected version 1, resourceType, name and patternType")
+            kind, name, pattern = fields[0], fields[1], pattern_named(fields[2])
+        else:
+            check_size(data, path, bounds)
+            kind, colon, name = data.decode().partition(":")
+            if not colon:
+                raise ValueError("expected Type:name")
+            pattern = PatternType.LITERAL
+        return resource_path(resource_type_named(kind), name, pattern)
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not UTF-8 text") from None
+    except ValueError as exc:
+        text = str(exc)
+        raise ValueError(text if text.startswith(path) else f"{path}: {text[:200]}") from None
 
 
 # -- quota nodes -----------------------------------------------------------------------
@@ -227,4 +257,21 @@ def encode_quota_change(entity: str) -> bytes:
     """A ``/config/changes`` notice of a user's quotas (Kafka's version 2)."""
     return json.dumps({"version": 2, "entity_path": f"users/{quota_node_name(entity)}"},
                       separators=(",", ":")).encode()
+
+
+def decode_quota_change(data: bytes, path: str, bounds: Bounds = DEFAULT) -> str | None:
+    """The ``/config/users`` node a ``/config/changes`` notice names; None for a
+    notice of anything else (a topic's config) or one that cannot be read
+    (hostile: it only says which node to read again)."""
+    try:
+        document = json_object(data, path, bounds, "a config change notice")
+    except ValueError:
+        return None
+    entity_path = document.get("entity_path")
+    if document.get("version") != 2 or not isinstance(entity_path, str):
+        return None
+    kind, slash, node = entity_path.partition("/")
+    if kind != "users" or not slash or not node or _zookeeper_unfit(node):
+        return None
+    return node
 

@@ -6,14 +6,17 @@ read of both that every broker's registrar makes:
 - :func:`read_acls` reads every ACL node, bounded: at most
   ``acl.max.bindings`` nodes under each of the six type nodes and bindings
   in all, each node at most ``zookeeper.max.node.bytes``, the whole read
-  within ``timeout_s``. ``strict`` (the registrar): any node that is not an
+  within ``timeout_s`` and ``PER_NODE_S`` a node (:func:`list_acl_nodes`
+  and :func:`read_acl_nodes` are its two halves, which the registrar uses
+  to read some nodes at a time). ``strict`` (the registrar): any node that is not an
   ACL node is :class:`AclLayoutError`, one line naming it, and the broker
   allows its super users only until it is mended (a rule left out could be a
   Deny). Otherwise (the commands) bad nodes are reported and left out, so
   they can still be listed and removed around.
-- :func:`read_quotas` reads ``/config/users``: at most
-  ``quota.max.principals`` users and the default; a bad node is reported
-  and left out (that user is unbounded, as without a node).
+- :func:`read_quotas` reads ``/config/users`` (:func:`list_quota_nodes`,
+  :func:`read_quota_nodes`): at most ``quota.max.principals`` users and the
+  default; a bad node is reported and left out (that user is unbounded, as
+  without a node).
 - :func:`add_acls`, :func:`remove_acls`, :func:`set_quota`: each node
   changed is read, changed and set with the version read (created, or
   deleted when empty, likewise checked); a writer that came first makes us
@@ -42,6 +45,7 @@ NOTICE_KEEP_S = 15 * 60  # notices older than this are removed by the next write
 NOTICE_KEEP_COUNT = 1000  # and those past the newest this many
 _PRUNE_MAX = 1000  # most notices one writer removes at once
 _TIMEOUT_S = 10.0
+PER_NODE_S = 0.001  # a read of many nodes may take this much longer per node
 
 
 class AclLayoutError(ValueError):
@@ -75,84 +79,125 @@ def _left(deadline: float) -> float:
     return left
 
 
+def deadline_of(timeout_s: float, nodes: int) -> float:
+    """When a read of ``nodes`` nodes sent at once must be done: ``timeout_s``
+    and ``PER_NODE_S`` a node (a read of many nodes takes longer, a stuck
+    ZooKeeper no longer than that)."""
+    return time.monotonic() + timeout_s + nodes * PER_NODE_S
+
+
+def read_acl_nodes(client, nodes: dict[str, tuple], *, bounds: Bounds = DEFAULT,
+                   max_bindings: int = 100_000,
+                   timeout_s: float = _TIMEOUT_S) -> dict[str, list[AclBinding] | str]:
+    """path -> the bindings of each ACL node of ``nodes`` (path -> its resource),
+    or the one line that says why it is not an ACL node; a node gone since it
+    was listed holds none. ZooKeeper errors and timeouts are raised."""
+    from kazoo.exceptions import NoNodeError
+
+    pending = [(path, resource, client.get_async(path)) for path, resource in nodes.items()]
+    deadline = deadline_of(timeout_s, len(pending))
+    found: dict[str, list[AclBinding] | str] = {}
+    for path, resource, result in pending:
+        try:
+            data, _stat = result.get(timeout=_left(deadline))
+        except NoNodeError:
+            found[path] = []
+            continue
+        try:
+            found[path] = layout.decode_acl_node(data or b"", path, resource, bounds,
+                                                 max_bindings)
+        except ValueError as exc:
+            found[path] = str(exc)
+    return found
+
+
+def list_acl_nodes(root: str, pattern: PatternType, resource_type: ResourceType,
+                   names: list[str], max_bindings: int) -> tuple[dict[str, tuple], list[str]]:
+    """The ACL nodes among ``names`` (the children of ``root``), path -> resource,
+    and the lines of what is wrong with the others (too many: the first
+    ``max_bindings`` taken; a name that is no resource: left out)."""
+    problems = []
+    if len(names) > max_bindings:
+        problems.append(f"{root}: {len(names)} resources, more than acl.max.bindings "
+                        f"({max_bindings})")
+        names = names[:max_bindings]
+    nodes = {}
+    for name in names:
+        path = f"{root}/{name}"
+        try:
+            nodes[path] = layout.resource_of(pattern, resource_type.title, name)
+        except ValueError as exc:
+            problems.append(f"{path[:200]}: {exc}")
+    return nodes, problems
+
+
 def read_acls(client, *, bounds: Bounds = DEFAULT, max_bindings: int = 100_000,
               strict: bool = True, report: Report = _ignore,
               timeout_s: float = _TIMEOUT_S) -> list[AclBinding]:
     """Every binding kept (module docstring); AclLayoutError when ``strict`` and a
     node is bad. ZooKeeper errors and timeouts are raised as they are."""
-    from kazoo.exceptions import NoNodeError
-
     deadline = time.monotonic() + timeout_s
-    pending = []
-    for pattern in (PatternType.LITERAL, PatternType.PREFIXED):
-        for resource_type in ResourceType:
-            root = layout.type_root(pattern, resource_type)
-            names = _children(client, root, deadline)
-            if len(names) > max_bindings:
-                problem = (f"{root}: {len(names)} resources, more than acl.max.bindings "
-                           f"({max_bindings})")
-                if strict:
-                    raise AclLayoutError(problem)
-                report(root, f"{problem}; the first {max_bindings} read")
-                del names[max_bindings:]
-            for name in names:
-                path = f"{root}/{name}"
-                try:
-                    resource = layout.resource_of(pattern, resource_type.title, name)
-                except ValueError as exc:
-                    if strict:
-                        raise AclLayoutError(f"{path[:200]}: {exc}") from None
-                    report(path, f"{path[:200]}: {exc}; left out")
-                    continue
-                pending.append((path, resource, client.get_async(path)))
+    nodes: dict[str, tuple] = {}
+    for root, pattern, resource_type in layout.type_roots():
+        found, problems = list_acl_nodes(root, pattern, resource_type,
+                                         _children(client, root, deadline), max_bindings)
+        if problems and strict:
+            raise AclLayoutError(problems[0])
+        for problem in problems:
+            report(problem.split(":", 1)[0], f"{problem}; left out")
+        nodes.update(found)
     bindings: set[AclBinding] = set()
-    for path, resource, result in pending:
-        try:
-            data, _stat = result.get(timeout=_left(deadline))
-        except NoNodeError:
-            continue  # removed since it was listed
-        try:
-            found = layout.decode_acl_node(data or b"", path, resource, bounds, max_bindings)
-        except ValueError as exc:
+    for path, found in sorted(read_acl_nodes(client, nodes, bounds=bounds,
+                                             max_bindings=max_bindings,
+                                             timeout_s=timeout_s).items()):
+        if isinstance(found, str):
             if strict:
-                raise AclLayoutError(str(exc)) from None
-            report(path, f"{exc}; left out")
+                raise AclLayoutError(found)
+            report(path, f"{found}; left out")
             continue
         bindings.update(found)
-        if len(bindings) > max_bindings:
-            problem = f"more than acl.max.bindings ({max_bindings}) ACLs"
-            if strict:
-                raise AclLayoutError(f"{layout.LITERAL_ROOT}: {problem}")
-            report(layout.LITERAL_ROOT, f"{problem}; the rest left out")
-            break
+    if len(bindings) > max_bindings:
+        problem = f"{len(bindings)} ACLs, more than acl.max.bindings ({max_bindings})"
+        if strict:
+            raise AclLayoutError(f"{layout.LITERAL_ROOT}: {problem}")
+        report(layout.LITERAL_ROOT, f"{layout.LITERAL_ROOT}: {problem}; the first ones used")
+        return sorted(bindings)[:max_bindings]
     return sorted(bindings)
 
 
-def read_quotas(client, *, bounds: Bounds = DEFAULT, max_entities: int = 4096,
-                report: Report = _ignore, timeout_s: float = _TIMEOUT_S) -> QuotaSet:
-    """The quotas kept (module docstring): bad nodes reported and left out."""
-    from kazoo.exceptions import NoNodeError
-
-    deadline = time.monotonic() + timeout_s
-    names = _children(client, layout.USERS_ROOT, deadline)
+def list_quota_nodes(names: list[str], max_entities: int,
+                     report: Report = _ignore) -> dict[str, str]:
+    """The quota nodes among ``names`` (the children of ``/config/users``), node
+    -> entity: the default and the first ``max_entities`` users; the others
+    reported and left out."""
     if len(names) > max_entities + 1:
-        keep = [n for n in names if n == DEFAULT_ENTITY] + \
-            [n for n in names if n != DEFAULT_ENTITY][:max_entities]
         report(layout.USERS_ROOT, f"{layout.USERS_ROOT}: {len(names)} users, more than "
                                   f"quota.max.principals ({max_entities}); the first "
                                   f"{max_entities} read")
-        names = keep
-    pending = []
+        names = [n for n in names if n == DEFAULT_ENTITY] + \
+            [n for n in names if n != DEFAULT_ENTITY][:max_entities]
+    nodes = {}
     for name in names:
-        path = f"{layout.USERS_ROOT}/{name}"
         try:
-            entity = layout.entity_of(name)
+            nodes[name] = layout.entity_of(name)
         except ValueError as exc:
-            report(path, f"{exc}; left out")
-            continue
-        pending.append((path, entity, client.get_async(path)))
-    entities = {}
-    for path, entity, result in pending:
+            report(f"{layout.USERS_ROOT}/{name}", f"{exc}; left out")
+    return nodes
+
+
+def read_quota_nodes(client, nodes: Iterable[str], *, bounds: Bounds = DEFAULT,
+                     report: Report = _ignore,
+                     timeout_s: float = _TIMEOUT_S) -> dict[str, Quota | None]:
+    """node -> the quota of each node of ``/config/users`` named (None: gone, no
+    value, or bad: reported and left out, that user unbounded)."""
+    from kazoo.exceptions import NoNodeError
+
+    pending = [(node, client.get_async(f"{layout.USERS_ROOT}/{node}")) for node in nodes]
+    deadline = deadline_of(timeout_s, len(pending))
+    found: dict[str, Quota | None] = {}
+    for node, result in pending:
+        path = f"{layout.USERS_ROOT}/{node}"
+        found[node] = None
         try:
             data, _stat = result.get(timeout=_left(deadline))
         except NoNodeError:
@@ -167,9 +212,17 @@ def read_quotas(client, *, bounds: Bounds = DEFAULT, max_entities: int = 4096,
         if other:
             report(path, f"{path}: {', '.join(k[:40] for k in other[:5])} not kept here; "
                          "left out (the rest of the node is used)")
-        if not quota.empty:
-            entities[entity] = quota
-    return QuotaSet(entities)
+        found[node] = None if quota.empty else quota
+    return found
+
+
+def read_quotas(client, *, bounds: Bounds = DEFAULT, max_entities: int = 4096,
+                report: Report = _ignore, timeout_s: float = _TIMEOUT_S) -> QuotaSet:
+    """The quotas kept (module docstring): bad nodes reported and left out."""
+    names = _children(client, layout.USERS_ROOT, time.monotonic() + timeout_s)
+    nodes = list_quota_nodes(names, max_entities, report)
+    found = read_quota_nodes(client, nodes, bounds=bounds, report=report, timeout_s=timeout_s)
+    return QuotaSet({nodes[n]: q for n, q in found.items() if q is not None})
 
 
 # -- changing -------------------------------------------------------------------------

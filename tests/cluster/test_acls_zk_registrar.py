@@ -95,15 +95,15 @@ def test_super_users_only_until_zookeeper_is_read_then_each_notice_is_read(zk, d
     access.worker.client = zk
     access.poll()  # the first read, at once
     assert seen.allows(ALICE, Operation.READ, T, "orders")
-    assert access.reads == 1 and said == []
+    assert access.nodes_read == 1 and said == []
     # the clock stands still: only the notice's watch can make it read again
     store.add_acls(zk, [read_orders("User:bob")])
     poll_until(access, lambda: seen.allows(Identity(Principal("User", "bob")), Operation.READ,
                                            T, "orders"))
     generation = document.generation
-    access.due = True  # read again with nothing changed: the same document is not published
-    access.poll()
-    assert access.reads == 3 and document.generation == generation
+    access.next_full, access.due = 0, True  # every node read again, nothing changed:
+    access.poll()  # nothing published
+    assert access.nodes_read == 3 and document.generation == generation
     store.remove_acls(zk, [AclFilter(principal=Principal.parse("User:alice"))])
     poll_until(access, lambda: not seen.allows(ALICE, Operation.READ, T, "orders"))
 
@@ -115,8 +115,7 @@ def test_quotas_are_published_and_a_quota_notice_is_read(zk, document):
     assert seen.quotas() == QuotaSet()
     store.set_quota(zk, "User:alice", {"producer_byte_rate": 1000})
     poll_until(access, lambda: seen.quotas().of("User:alice") == Quota(producer_byte_rate=1000))
-    zk.create("/config/users/bob", b"{bad")  # no notice: read at the next whole read
-    access.clock.now += 60
+    zk.create("/config/users/bob", b"{bad")  # no notice: read when next listed
     store.set_quota(zk, "<default>", {"request_rate": 9})
     poll_until(access, lambda: seen.quotas().of("User:carol") == Quota(request_rate=9))
     assert seen.quotas().of("User:alice") == Quota(producer_byte_rate=1000)
@@ -144,6 +143,76 @@ def test_a_notice_missed_is_found_by_the_poll(zk, document):
     clock.now += access.POLL_S
     access.poll()
     assert seen.allows(ALICE, Operation.READ, T, "orders")
+
+
+def test_a_notice_has_its_node_read_again_and_only_it(zk, document):
+    access, _ = reader(zk, document, FrozenClock())
+    store.add_acls(zk, [read_orders(f"User:u{i}") for i in range(3)] +
+                   [AclBinding.checked(T, f"t{i}", PatternType.LITERAL,
+                                       Principal.parse("User:x"), "*", Operation.READ,
+                                       Permission.ALLOW) for i in range(20)])
+    access.poll()
+    assert access.nodes_read == 21
+    seen = view(document)
+    store.add_acls(zk, [read_orders()])
+    poll_until(access, lambda: seen.allows(ALICE, Operation.READ, T, "orders"))
+    assert access.nodes_read == 22  # the one node the notice named
+
+
+def test_notices_come_and_gone_unseen_have_every_node_read_again_a_chunk_a_round(
+        zk, document, monkeypatch):
+    from hostbroker.workers import registrar_acls
+
+    monkeypatch.setattr(registrar_acls, "CHUNK", 8)
+    access, _ = reader(zk, document, FrozenClock())
+    store.add_acls(zk, [AclBinding.checked(T, f"t{i}", PatternType.LITERAL,
+                                           Principal.parse("User:x"), "*", Operation.READ,
+                                           Permission.ALLOW) for i in range(20)])
+    access.poll()
+    assert access.nodes_read == 20  # the first read: every node at once
+    # a node rewritten by hand, its notice removed before the registrar saw it
+    zk.set("/kafka-acl/Topic/t3", layout_node(read_orders().principal, "t3"))
+    zk.create("/kafka-acl-changes/acl_changes_", b"Topic:t3", sequence=True)
+    for name in zk.get_children("/kafka-acl-changes"):
+        zk.delete(f"/kafka-acl-changes/{name}")
+    seen = view(document)
+    rounds = 0
+    while not seen.allows(ALICE, Operation.READ, T, "t3"):
+        assert rounds < 10, "not read again"
+        before = access.nodes_read
+        access.poll()
+        assert access.nodes_read - before <= 8
+        rounds += 1
+        time.sleep(0.05)
+    assert rounds >= 2  # a chunk a round
+
+
+def test_a_node_written_without_a_notice_is_read_at_the_next_full_read(zk, document):
+    clock = FrozenClock()
+    access, _ = reader(zk, document, clock)
+    store.add_acls(zk, [read_orders("User:bob")])
+    access.poll()
+    zk.set("/kafka-acl/Topic/orders", layout_node(ALICE.principal, "orders"))
+    clock.now += access.POLL_S
+    access.poll()
+    seen = view(document)
+    assert not seen.allows(ALICE, Operation.READ, T, "orders")
+    clock.now += registrar_acls_full_s()
+    access.poll()
+    assert seen.allows(ALICE, Operation.READ, T, "orders")
+
+
+def layout_node(principal, name) -> bytes:
+    from hostbroker.cluster.acls_zk import encode_acl_node
+
+    return encode_acl_node([AclBinding.checked(T, name, PatternType.LITERAL, principal, "*",
+                                               Operation.READ, Permission.ALLOW)])
+
+
+def registrar_acls_full_s() -> float:
+    from hostbroker.workers.registrar_acls import FULL_S
+
+    return FULL_S
 
 
 def test_a_bad_acl_node_allows_the_super_users_only_said_once_until_mended(zk, document):
@@ -192,9 +261,9 @@ def test_zookeeper_errors_publish_nothing(zookeeper, zk, document):
     zookeeper.suspend()  # requests go unanswered
     try:
         access.timeout_s = 0.5
-        access.due = True
+        access.next_full = 0
         with pytest.raises(Exception):  # noqa: B017 - a timeout of kazoo's or ours
-            access.read_and_publish(zk)
+            access.read(zk, time.monotonic())
     finally:
         zookeeper.resume()
     assert document.generation == generation  # the last document read stays
