@@ -237,8 +237,11 @@ class ClusterAccess(WatchedReader):
                 self.urgent.add(node)
 
     def again_all_acls(self) -> None:
+        """Every ACL node read again: those a pass under way has yet to read first,
+        then the others (a flood of reasons to start again never stops the pass)."""
+        pending = set(self.later)
         listed = sorted(p for nodes in self.listed.values() for p in nodes)
-        self.later = [p for p in listed if p not in self.urgent]
+        self.later += [p for p in listed if p not in pending and p not in self.urgent]
 
     def _quota_notices(self, client, seen) -> None:
         new = self._new_notices(layout.CONFIG_CHANGES, seen)
