@@ -318,6 +318,34 @@ def test_every_broker_of_a_cluster_sees_a_change_within_two_seconds(
     brokers[0].wait_worker_replaced("hb-registrar", old)
     store.remove_acls(zk, [AclFilter(principal=Principal.parse("User:alice"))])
     wait_until(lambda: not any(v.allows(ALICE, Operation.READ, T, "orders") for v in views), 10)
+    # a broker started again has read them before it opens its listeners
+    brokers[1].stop()
+    brokers[1].start()
+    bindings, quotas = decode_published(broker_view(brokers[1]).document.read()[1], 100, 100)
+    assert bindings == sorted([read_orders("User:bob"), read_orders("User:carol")])
+    assert quotas.of("User:alice") == Quota(producer_byte_rate=4096)
+
+
+def test_a_layout_past_its_bounds_allows_the_super_users_only(zk, document):
+    access, said = reader(zk, document, max_bindings=3)
+    store.add_acls(zk, [AclBinding.checked(T, f"t{i}", PatternType.LITERAL,
+                                           Principal.parse("User:x"), "*", Operation.READ,
+                                           Permission.ALLOW) for i in range(3)])
+    access.poll()
+    assert decode_published(document.read()[1], 100, 100)[0] is not None
+    zk.create("/kafka-acl/Topic/t3", layout_node(ALICE.principal, "t3"))  # 4 resources
+    access.due = True
+    access.poll()
+    assert decode_published(document.read()[1], 100, 100)[0] is None
+    assert said[-1].startswith("hb-registrar: /kafka-acl/Topic: 4 resources, more than "
+                               "acl.max.bindings (3)")
+    zk.delete("/kafka-acl/Topic/t3")
+    zk.set("/kafka-acl/Topic/t2", layout_node(ALICE.principal, "t2")[:-2] +
+           b',{"principal":"User:y","permissionType":"Allow","operation":"Read","host":"*"}]}')
+    access.due = True
+    access.next_full = 0  # (no notice: the next full read)
+    access.poll()
+    assert "4 ACLs, more than acl.max.bindings (3)" in said[-1]
 
 
 def test_a_registrar_replaced_while_zookeeper_is_away_keeps_the_last_document(
