@@ -8,6 +8,8 @@ import json
 import threading
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hostbroker.cluster import acls_zk as layout
 from hostbroker.cluster import acls_zk_store as store
@@ -131,6 +133,39 @@ def test_the_controller_passes_over_a_users_quota_notice():
     with pytest.raises(OtherEntityChange):
         decode_change(layout.encode_quota_change("User:alice"), "/config/changes/c")
     assert decode_change(b'"orders"', "/config/changes/c") == "orders"
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
+        st.sampled_from(["version", "acls", "config", "principal", "permissionType",
+                         "operation", "host", "request_rate", "entity_path", "resourceType",
+                         "name", "patternType", "x"]), inner, max_size=6),
+    max_leaves=20)
+
+
+def _kafka_like(draw_json) -> bytes:
+    return json.dumps(draw_json).encode()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.binary(max_size=200), _json.map(_kafka_like),
+                 st.text(max_size=60).map(str.encode)))
+def test_every_decoder_decodes_or_names_the_problem_never_anything_else(data):
+    """Whatever a node holds: a value, or ValueError naming the path."""
+    resource = (G, "g", LIT)
+    for decode in (lambda: layout.decode_acl_node(data, "/n", resource),
+                   lambda: layout.decode_quota_node(data, "/n"),
+                   lambda: layout.decode_acl_change(data, "/n")):
+        try:
+            decode()
+        except ValueError as exc:
+            assert str(exc).startswith("/n") and "\n" not in str(exc)
+    layout.decode_quota_change(data, "/n")  # None or a node name, never raises
+    try:
+        layout.entity_of(data.decode(errors="replace"))
+    except ValueError:
+        pass
 
 
 # -- on a real ZooKeeper -----------------------------------------------------------------
