@@ -132,6 +132,7 @@ class ClusterAccess(WatchedReader):
         self.next_look = 0.0
         self.next_full = clock() + FULL_S
         self.nodes_read = 0  # ACL nodes read (for tests and counters)
+        self.dirty = True  # the copy changed since it was last published
 
     # -- kazoo's threads -------------------------------------------------------------
     def watch(self, client, on_change) -> None:
@@ -151,7 +152,12 @@ class ClusterAccess(WatchedReader):
             self.notices = {root: NoticeRoot() for root in NOTICE_ROOTS}
             self.by_notice = True
         if self.by_notice or now >= self.next_look:
-            self.look(client)
+            try:
+                self.look(client)
+            except Exception:
+                # notices taken as seen may not have been read: read every node again
+                self.notices = {root: NoticeRoot() for root in NOTICE_ROOTS}
+                raise
             self.by_notice = False
             self.next_look = now + self.POLL_S
         if now >= self.next_full:
@@ -189,13 +195,17 @@ class ClusterAccess(WatchedReader):
             for path in before.keys() - nodes.keys():
                 self.values.pop(path, None)
                 self.urgent.discard(path)
+                self.dirty = True
             self.urgent |= nodes.keys() - before.keys()
+            if problems != self.list_problems.get(root, []):
+                self.dirty = True
             self.listed[root], self.list_problems[root] = nodes, problems
         user_nodes = list_quota_nodes(sorted(self._get(users, deadline, [])), self.max_entities,
                                       self.report)
         for node in self.users.keys() - user_nodes.keys():
             self.quotas.pop(node, None)
             self.users_due.discard(node)
+            self.dirty = True
         self.users_due |= user_nodes.keys() - self.users.keys()
         self.users = user_nodes
         self._acl_notices(client, seen)
@@ -270,20 +280,29 @@ class ClusterAccess(WatchedReader):
         if batch:
             found = read_acl_nodes(client, {p: listed[p] for p in batch}, bounds=self.bounds,
                                    max_bindings=self.max_bindings, timeout_s=self.timeout_s)
-            self.values.update(found)
+            for path, value in found.items():
+                if self.values.get(path) != value:
+                    self.values[path] = value
+                    self.dirty = True
             self.nodes_read += len(found)
             self.urgent -= found.keys()
             self.later = [p for p in self.later if p not in found]
         if self.users_due:
             due = sorted(self.users_due)
-            self.quotas.update(read_quota_nodes(client, due, bounds=self.bounds,
-                                                report=self.report, timeout_s=self.timeout_s))
+            found = read_quota_nodes(client, due, bounds=self.bounds, report=self.report,
+                                     timeout_s=self.timeout_s)
+            for node, quota in found.items():
+                if node not in self.quotas or self.quotas[node] != quota:
+                    self.quotas[node] = quota
+                    self.dirty = True
             self.users_due -= set(due)
 
     def publish(self) -> bytes | None:
-        """Publish the copy when it is whole and differs from the last; the document."""
+        """Publish the copy when it is whole and changed; the document published."""
         if self.urgent or self.users_due:
             return None
+        if not self.dirty:
+            return self.published
         problems = sorted(p for ps in self.list_problems.values() for p in ps)
         problems += sorted(v for v in self.values.values() if isinstance(v, str))
         bindings: set[AclBinding] = set()
@@ -304,7 +323,7 @@ class ClusterAccess(WatchedReader):
                        f"acl.max.bytes ({self.document.capacity})")
             data = encode_published([], QuotaSet(), refused)
         self._tell(refused)
-        self.ready = True
+        self.ready, self.dirty = True, False
         if data != self.published:
             self.document.publish(data)
             self.published = data
