@@ -8,11 +8,11 @@ read of both that every broker's registrar makes:
   in all, each node at most ``zookeeper.max.node.bytes``, the whole read
   within ``timeout_s`` and ``PER_NODE_S`` a node (:func:`list_acl_nodes`
   and :func:`read_acl_nodes` are its two halves, which the registrar uses
-  to read some nodes at a time). ``strict`` (the registrar): any node that is not an
-  ACL node is :class:`AclLayoutError`, one line naming it, and the broker
-  allows its super users only until it is mended (a rule left out could be a
+  to read some nodes at a time). ``strict``: any node that is not an ACL
+  node is :class:`AclLayoutError`, one line naming it (as a broker takes
+  it: super users only until it is mended, for a rule left out could be a
   Deny). Otherwise (the commands) bad nodes are reported and left out, so
-  they can still be listed and removed around.
+  the others can still be listed and removed.
 - :func:`read_quotas` reads ``/config/users`` (:func:`list_quota_nodes`,
   :func:`read_quota_nodes`): at most ``quota.max.principals`` users and the
   default; a bad node is reported and left out (that user is unbounded, as
@@ -21,7 +21,7 @@ read of both that every broker's registrar makes:
   changed is read, changed and set with the version read (created, or
   deleted when empty, likewise checked); a writer that came first makes us
   read again, at most ``TRIES`` times. Then one change notice per node
-  changed, and notices older than ``NOTICE_KEEP_S`` or past the newest
+  changed (those changed before a failure too), and notices older than ``NOTICE_KEEP_S`` or past the newest
   ``NOTICE_KEEP_COUNT`` are removed (Kafka's rule), so two writers at once
   lose nothing and every broker hears of both.
 - :func:`list_acls`, :func:`list_quotas`: what is kept now.
@@ -257,7 +257,7 @@ def _update(client, path: str, decode, encode, change, empty) -> tuple[object, o
         except (BadVersionError, NodeExistsError, NoNodeError):
             time.sleep(random.uniform(0, 0.01 * (attempt + 1)))  # another writer: read again
     raise ConflictError(f"{path}: changed by other writers {TRIES} times in a row; "
-                        "nothing changed, try again")
+                        "not changed, try again")
 
 
 def _notify(client, root: str, prefix: str, values: Iterable[bytes]) -> None:
@@ -306,7 +306,7 @@ def _acl_node_codec(resource, bounds: Bounds, max_bindings: int):
         if len(data) > bounds.node_bytes:
             raise ValueError(f"{resource[0].title} {resource[1][:60]}: its ACLs would take "
                              f"{len(data)} bytes, more than zookeeper.max.node.bytes "
-                             f"({bounds.node_bytes}); nothing changed")
+                             f"({bounds.node_bytes}); not changed")
         return data
     return decode, encode
 
@@ -318,19 +318,21 @@ def _change_acls(client, changes: dict, bounds: Bounds, max_bindings: int,
     removed (what differs)."""
     differ: set[AclBinding] = set()
     notices: dict[PatternType, list[bytes]] = {p: [] for p in layout.ROOTS}
-    for resource in sorted(changes):
-        path = layout.resource_path(*resource)
-        decode, encode = _acl_node_codec(resource, bounds, max_bindings)
-        before, after = _update(client, path, decode, encode,
-                                lambda current, r=resource: step(r, current or frozenset()),
-                                lambda value: not value)
-        before, after = before or frozenset(), after or frozenset()
-        if before != after:
-            differ.update(before ^ after)
-            notices[resource[2]].append(layout.encode_acl_change(*resource))
-    for pattern, values in notices.items():
-        if values:
-            _notify(client, layout.CHANGES[pattern], layout.ACL_CHANGE_PREFIX, values)
+    try:
+        for resource in sorted(changes):
+            path = layout.resource_path(*resource)
+            decode, encode = _acl_node_codec(resource, bounds, max_bindings)
+            before, after = _update(client, path, decode, encode,
+                                    lambda current, r=resource: step(r, current or frozenset()),
+                                    lambda value: not value)
+            before, after = before or frozenset(), after or frozenset()
+            if before != after:
+                differ.update(before ^ after)
+                notices[resource[2]].append(layout.encode_acl_change(*resource))
+    finally:  # what was changed is told, whatever stopped the rest
+        for pattern, values in notices.items():
+            if values:
+                _notify(client, layout.CHANGES[pattern], layout.ACL_CHANGE_PREFIX, values)
     return sorted(differ)
 
 
@@ -339,7 +341,8 @@ def add_acls(client, bindings: Iterable[AclBinding], *, bounds: Bounds = DEFAULT
     """Keep ``bindings`` (those kept already are no change); the ones added.
     ValueError (one line, nothing changed) when a name cannot be a node, a node
     would pass ``zookeeper.max.node.bytes``, or the cluster would keep more than
-    ``acl.max.bindings``; ConflictError when other writers kept a node busy."""
+    ``acl.max.bindings``; ConflictError when other writers kept a node busy
+    (the nodes before it changed, and told)."""
     by_resource: dict[tuple, set[AclBinding]] = {}
     for binding in bindings:
         layout.resource_path(*_resource(binding))  # a name ZooKeeper cannot hold: refused now
@@ -351,6 +354,15 @@ def add_acls(client, bindings: Iterable[AclBinding], *, bounds: Bounds = DEFAULT
     if len(kept) + len(new) > max_bindings:
         raise ValueError(f"{len(kept)} ACLs kept and {len(new)} more would pass "
                          f"acl.max.bindings ({max_bindings}); nothing changed")
+    kept_by: dict[tuple, set[AclBinding]] = {}
+    for binding in kept:
+        kept_by.setdefault(_resource(binding), set()).add(binding)
+    for resource, adding in by_resource.items():  # each node's size, before any is written
+        whole = layout.encode_acl_node(kept_by.get(resource, set()) | adding)
+        if len(whole) > bounds.node_bytes:
+            raise ValueError(f"{resource[0].title} {resource[1][:60]}: its ACLs would take "
+                             f"{len(whole)} bytes, more than zookeeper.max.node.bytes "
+                             f"({bounds.node_bytes}); nothing changed")
     return _change_acls(client, by_resource, bounds, max_bindings,
                         lambda resource, current: current | by_resource[resource])
 
