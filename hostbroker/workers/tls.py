@@ -435,6 +435,14 @@ class TlsConnections:
                 self._read(conn)  # (adds it again if it still holds some)
         self.tls_hurry = any(c.reading for c in self.tls_pending)
 
+    def _tls_reading_on(self, conn) -> None:
+        """``conn`` may read again: plaintext its TLS object already holds is
+        read in this round's ``_tls_round`` or the next without a sleep (epoll
+        will not wake the loop for it: the socket may be empty)."""
+        if not conn.tls.handshaking and conn.sock.pending():
+            self.tls_pending.add(conn)
+            self.tls_hurry = True
+
     def _tls_read_more(self, conn) -> None:
         """After a read of ``conn``: remember it if its TLS object holds more."""
         if conn.sock.pending():

@@ -270,3 +270,36 @@ def test_error_frame_then_close_over_tls(tls_broker, certs):
             pass  # (the end of the stream without a close_notify is one too)
     with SimpleClient(tls_broker.ssl, tls=certs.client("alice")) as client:
         client.metadata()
+
+
+def test_plaintext_inside_tls_is_read_as_soon_as_reading_resumes(tls_broker, certs):
+    """A PRODUCE (acks=1, at its writer: the connection may not read) and a
+    METADATA sharing its last TLS record: the METADATA, decrypted and left
+    inside the TLS object while reading is off, is read when reading turns on
+    again, not a whole idle round (up to a second) later."""
+    with SimpleClient(tls_broker.unix) as plain:
+        plain.create_topic("stall", 1)
+    gaps = []
+    with _raw_tls(tls_broker, certs) as tls:
+        tls.settimeout(10)
+        for i in range(20):
+            large = api.encode_request(api.ProduceRequest(1, 5000, (api.ProducePartition(
+                "stall", 0, encode_message_set([b"L" * 100_000])),)), 2 * i, "raw")
+            small = api.encode_request(api.MetadataRequest(("stall",)), 2 * i + 1, "raw")
+            sent = time.monotonic()
+            tls.sendall(large + small)
+            data = b""
+            ids = []
+            while len(ids) < 2:
+                while len(data) < 4 or len(data) < 4 + int.from_bytes(data[:4], "big"):
+                    chunk = tls.recv(65536)
+                    assert chunk, "the broker closed the connection"
+                    data += chunk
+                size = int.from_bytes(data[:4], "big")
+                ids.append(int.from_bytes(data[4:8], "big"))
+                data = data[4 + size:]
+            assert ids == [2 * i, 2 * i + 1]
+            gaps.append(time.monotonic() - sent)
+    gaps.sort()
+    assert gaps[len(gaps) // 2] < 0.3, gaps
+    assert sum(g > 0.9 for g in gaps) <= 1, gaps  # (one for a loaded machine)
