@@ -21,8 +21,12 @@ Owns:
   :class:`~hostbroker.workers.processor.ProcessorWorker`: which hand-offs are
   TLS (the local address they were accepted on), the non-blocking handshake
   in the epoll loop with its deadline (``ssl.handshake.timeout.ms``, counted
-  from the hand-off), at most ``ssl.max.handshakes`` running per processor
-  (more wait, unread and unwatched, their deadline running), the
+  from the hand-off), at most ``ssl.max.handshakes`` handshake steps per round
+  of the processor's loop (a step is one ``do_handshake`` on input that came:
+  the CPU of the handshake's keys; a connection whose step waits for the
+  next round stays watched, so epoll reports it again at once, and the
+  loop does not sleep meanwhile; a connection that sends nothing costs no
+  step and holds nothing another needs), the
   connection's identity once the handshake is done
   (:func:`hostbroker.security.principals.from_certificate`), and the failures
   said in the broker log at a bounded rate.
@@ -34,7 +38,6 @@ connection's buffer (``processor_claims``).
 
 from __future__ import annotations
 
-import collections
 import os
 import socket
 import ssl
@@ -129,8 +132,11 @@ def server_context(config) -> ssl.SSLContext:
     finally:
         os.close(fd)
     auth = config["ssl.client.auth"]
-    ctx.verify_mode = _CLIENT_AUTH[auth]
     truststore = config["ssl.truststore.location"]
+    if auth != "none" and not truststore:
+        raise TlsConfigError(f"ssl.truststore.location: the CAs of client certificates must "
+                             f"be named when ssl.client.auth is {auth}")
+    ctx.verify_mode = _CLIENT_AUTH[auth]
     if truststore:
         cadata = read_pem("ssl.truststore.location", truststore)
         try:
@@ -138,8 +144,6 @@ def server_context(config) -> ssl.SSLContext:
         except (ssl.SSLError, ValueError) as e:
             raise TlsConfigError(f"ssl.truststore.location: {truststore}: no CA certificate "
                                  f"in it ({_ssl_reason(e)})") from None
-    elif auth != "none":
-        ctx.load_default_certs(ssl.Purpose.CLIENT_AUTH)
     return ctx
 
 
@@ -267,14 +271,13 @@ def send_file_piece(sock: TlsSocket, fd: int, position: int, left: int) -> int:
 
 
 class TlsState:
-    """A TLS connection's handshake: its deadline, and whether it has a slot."""
+    """A TLS connection's handshake: its deadline, and whether it is done."""
 
-    __slots__ = ("deadline", "handshaking", "started")
+    __slots__ = ("deadline", "handshaking")
 
     def __init__(self, deadline: float):
         self.deadline = deadline
         self.handshaking = True
-        self.started = False  # holds one of the processor's ssl.max.handshakes
 
 
 class LogLimit:
@@ -311,16 +314,17 @@ class TlsConnections:
         self.tls_context = getattr(plan, "tls", None)
         self.tls_addresses = tls_listener_addresses(plan.listeners) if self.tls_context else []
         self.tls_timeout = config["ssl.handshake.timeout.ms"] / 1000
-        self.tls_max = config["ssl.max.handshakes"]
-        self.tls_running = 0  # handshakes holding a slot
-        self.tls_waiting: collections.deque = collections.deque()  # (adopted, no slot yet)
+        self.tls_max = config["ssl.max.handshakes"]  # handshake steps a loop round
+        self.tls_steps = 0  # taken this round (the loop sets it to 0 each round)
+        self.tls_owed = False  # a step waits for the next round: do not sleep
         self.tls_pending: set = set()  # connections with plaintext inside their TLS object
         self.tls_hurry = False  # one of them may read now: do not sleep
         self.tls_log = LogLimit()
 
     def _adopt_tls(self, conn) -> None:
         """A connection just adopted: wrapped for TLS when it came to an ``ssl://``
-        listener, its handshake started, or waiting for a slot (unwatched)."""
+        listener, and its handshake started (its ClientHello may be there
+        already; watched for it otherwise)."""
         if not self.tls_addresses or not accepted_on(self.tls_addresses, conn.sock):
             return
         try:
@@ -331,27 +335,17 @@ class TlsConnections:
             return
         conn.sock = TlsSocket(wrapped)
         conn.tls = TlsState(self.now + self.tls_timeout)
-        if self.tls_running >= self.tls_max:
-            conn.reading = False
-            self._apply_interest(conn, lazy=False)  # unwatched until a slot is free
-            self.tls_waiting.append(conn)
-            return
-        self._start_handshake(conn)
-
-    def _start_handshake(self, conn) -> None:
-        conn.tls.started = True
-        self.tls_running += 1
-        conn.reading = True
-        self._apply_interest(conn, lazy=False)
-        self._handshake(conn)  # (its ClientHello may be there already)
+        self._handshake(conn)
 
     def _handshake(self, conn) -> None:
-        """One step of ``conn``'s handshake (epoll said it may move)."""
+        """One step of ``conn``'s handshake (epoll said it may move), unless
+        this round has taken its ``ssl.max.handshakes`` steps: then it stays
+        watched, and epoll (level-triggered) reports it again next round."""
         state = conn.tls
-        if not state.started:  # watched by a pause's end: still waiting for a slot
-            conn.reading = conn.writing = False
-            self._apply_interest(conn, lazy=False)
+        if self.tls_steps >= self.tls_max:
+            self.tls_owed = True  # do not sleep: the step is owed
             return
+        self.tls_steps += 1
         try:
             conn.sock.do_handshake()
         except ssl.SSLWantReadError:
@@ -373,8 +367,6 @@ class TlsConnections:
             self._tls_refused(conn, str(e))
             return
         state.handshaking = False
-        state.started = False
-        self.tls_running -= 1
         conn.active = self.now
         conn.reading, conn.writing = True, False
         self._apply_interest(conn, lazy=False)
@@ -401,10 +393,7 @@ class TlsConnections:
         self._close(conn)
 
     def _tls_closed(self, conn) -> None:
-        """``conn`` (a TLS connection) is closed: its slot and reads go."""
-        if conn.tls.handshaking and conn.tls.started:
-            conn.tls.started = False
-            self.tls_running -= 1
+        """``conn`` (a TLS connection) is closed: its reads go."""
         self.tls_pending.discard(conn)
 
     def _tls_expired(self, conn) -> bool:
@@ -417,13 +406,8 @@ class TlsConnections:
         return True
 
     def _tls_round(self) -> None:
-        """Each loop round: start waiting handshakes while slots are free, and
-        read the connections whose TLS object holds plaintext epoll cannot see."""
-        waiting = self.tls_waiting
-        while waiting and self.tls_running < self.tls_max:
-            conn = waiting.popleft()
-            if self.conns.get(conn.conn_id) is conn and conn.tls.handshaking:
-                self._start_handshake(conn)
+        """Each loop round: read the connections whose TLS object holds
+        plaintext epoll cannot see."""
         if not self.tls_pending:
             self.tls_hurry = False
             return

@@ -82,6 +82,15 @@ def test_server_context_refuses_bad_files(tmp_path, certs):
     with pytest.raises(TlsConfigError, match="ssl.truststore.location: .*no CA certificate"):
         server_context(_config(**{"ssl.keystore.location": certs.keystore("server"),
                                   "ssl.truststore.location": certs.path("alice.csr")}))
+    # the system's public CAs are never the CAs of client certificates
+    for auth in ("required", "requested"):
+        with pytest.raises(TlsConfigError, match=f"ssl.truststore.location: the CAs of "
+                                                 f"client certificates must be named when "
+                                                 f"ssl.client.auth is {auth}"):
+            server_context(_config(**{"ssl.keystore.location": certs.keystore("server"),
+                                      "ssl.client.auth": auth}))
+    assert server_context(_config(**{"ssl.keystore.location": certs.keystore("server"),
+                                     "ssl.client.auth": "none"})).verify_mode == ssl.CERT_NONE
     with pytest.raises(TlsConfigError, match="ssl.cipher.suites"):
         server_context(_config(**base, **{"ssl.keystore.location": certs.keystore("server"),
                                           "ssl.cipher.suites": "NO-SUCH-CIPHER"}))
