@@ -41,17 +41,16 @@ from __future__ import annotations
 import os
 import socket
 import ssl
-import stat
 import sys
 import time
 
+from hostbroker import pemfile
 from hostbroker.security.principals import from_certificate
 from hostbroker.shm import procs
 from hostbroker.settings_tls import protocol_list
 from hostbroker.workers.peers import UNKNOWN_HOST, peer_host
 
 SEND_CHUNK = 256 * 1024  # the most written through TLS in one call
-MAX_PEM_BYTES = 1024 * 1024  # keystore and truststore files
 LOG_LINES_PER_MINUTE = 10  # handshake failures said in the broker log
 _VERSIONS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
 _CLIENT_AUTH = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL,
@@ -65,35 +64,19 @@ class TlsConfigError(Exception):
 
 # -- the server context ----------------------------------------------------------
 def open_pem(key: str, path: str) -> int:
-    """A descriptor of the regular file ``path`` (``key`` names the setting in
-    the error), opened without following a link; TlsConfigError otherwise."""
+    """:func:`hostbroker.pemfile.open_pem`, its refusal a TlsConfigError."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NOCTTY)
-    except OSError as e:
-        reason = "is a symbolic link" if e.errno == 40 else (e.strerror or str(e))
-        raise TlsConfigError(f"{key}: {path}: {reason}") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise TlsConfigError(f"{key}: {path}: not a regular file")
-        if info.st_size > MAX_PEM_BYTES:
-            raise TlsConfigError(f"{key}: {path}: larger than {MAX_PEM_BYTES} bytes")
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+        return pemfile.open_pem(key, path)
+    except pemfile.PemFileError as e:
+        raise TlsConfigError(str(e)) from None
 
 
 def read_pem(key: str, path: str) -> str:
-    fd = open_pem(key, path)
+    """:func:`hostbroker.pemfile.read_pem`, its refusal a TlsConfigError."""
     try:
-        data = os.pread(fd, MAX_PEM_BYTES + 1, 0)
-    finally:
-        os.close(fd)
-    try:
-        return data.decode("ascii")
-    except UnicodeDecodeError:
-        raise TlsConfigError(f"{key}: {path}: not a PEM file") from None
+        return pemfile.read_pem(key, path)
+    except pemfile.PemFileError as e:
+        raise TlsConfigError(str(e)) from None
 
 
 def _ssl_reason(e: Exception) -> str:

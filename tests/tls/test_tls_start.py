@@ -96,6 +96,20 @@ def test_server_context_refuses_bad_files(tmp_path, certs):
                                           "ssl.cipher.suites": "NO-SUCH-CIPHER"}))
 
 
+def test_server_pem_files_that_are_not_regular_files_refused_at_once(tmp_path, certs):
+    """A FIFO or a device as keystore or truststore: refused in one line, not waited on."""
+    fifo = tmp_path / "fifo.pem"
+    os.mkfifo(fifo)
+    for bad in (str(fifo), "/dev/zero"):
+        with pytest.raises(TlsConfigError, match="ssl.keystore.location: .*not a regular file"):
+            server_context(_config(**{"ssl.keystore.location": bad,
+                                      "ssl.truststore.location": certs.ca}))
+        with pytest.raises(TlsConfigError,
+                           match="ssl.truststore.location: .*not a regular file"):
+            server_context(_config(**{"ssl.keystore.location": certs.keystore("server"),
+                                      "ssl.truststore.location": bad}))
+
+
 def test_settings_refuse_old_protocols_and_unknown_auth():
     with pytest.raises(ConfigError, match="ssl.enabled.protocols.*nothing older than TLSv1.2"):
         _config(**{"ssl.enabled.protocols": "TLSv1.1,TLSv1.2"})
