@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import argparse
 import os
+import pathlib
 import socket
 import threading
 import time
@@ -202,3 +204,38 @@ def test_client_handshake_is_bounded_as_a_whole(certs):
         stop.set()
         server.close()
         thread.join(5)
+
+
+def test_the_command_config_example_of_the_docs_parses(tmp_path):
+    """docs/tools.md's --command-config example, copied as written."""
+    page = (pathlib.Path(__file__).parent.parent.parent / "docs" / "tools.md").read_text()
+    block = page.split("```\n# alice.properties", 1)[1].split("```", 1)[0]
+    path = tmp_path / "alice.properties"
+    path.write_text("# alice.properties" + block)
+    assert read_command_config(str(path)) == {
+        "ssl.truststore.location": "/etc/hostbroker/ca.pem",
+        "ssl.keystore.location": "/home/alice/alice.pem",
+        "ssl.key.password": "",
+        "ssl.endpoint.identification.algorithm": "https"}
+
+
+def _subparsers(parser: argparse.ArgumentParser, path=()):
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _subparsers(sub, (*path, name))
+
+
+def test_every_command_with_bootstrap_takes_command_config():
+    """The next command that reaches a broker cannot miss --command-config."""
+    from hostbroker.cli import build_parser
+
+    checked, missing = 0, []
+    for path, parser in _subparsers(build_parser()):
+        options = {o for a in parser._actions for o in a.option_strings}
+        if "--bootstrap" in options:
+            checked += 1
+            if "--command-config" not in options:
+                missing.append(" ".join(path))
+    assert checked > 10 and missing == []
