@@ -150,9 +150,11 @@ def accepted_on(addresses, sock: socket.socket) -> bool:
     except OSError:
         return False
     for family, bound_host, bound_port in addresses:
-        if port == bound_port and (bound_host in ("0.0.0.0", "::") or bound_host == host
-                                   or (family == socket.AF_INET
-                                       and host == "::ffff:" + bound_host)):
+        if port != bound_port:
+            continue
+        # (a listener takes sockets of its own family only: an IPv4 client of
+        # a dual-stack [::] one is an IPv6 socket from ::ffff:a.b.c.d)
+        if family == sock.family and bound_host in ("0.0.0.0", "::", host):
             return True
     return False
 

@@ -313,3 +313,67 @@ def test_plaintext_inside_tls_is_read_as_soon_as_reading_resumes(tls_broker, cer
     gaps.sort()
     assert gaps[len(gaps) // 2] < 0.3, gaps
     assert sum(g > 0.9 for g in gaps) <= 1, gaps  # (one for a loaded machine)
+
+
+def test_ssl_listener_on_ipv6_loopback_beside_plain_ipv4_on_the_same_port(make_tls_broker,
+                                                                           certs):
+    """ssl://[::1]:P and tcp://127.0.0.1:P: each hand-off is told by its own
+    listener (its family counts), TLS on one, plain Kafka on the other."""
+    broker = make_tls_broker(start=False)
+    port = broker.ssl_port
+    broker.settings["listeners"] = (f"unix://{broker.unix_path},ssl://[::1]:{port},"
+                                    f"tcp://127.0.0.1:{port}")
+    broker.port = port  # (the tcp:// listener the start waits for)
+    broker._may_move = False
+    broker.start()
+    tls = certs.client("alice", **{"ssl.endpoint.identification.algorithm": ""})
+    with SimpleClient(f"ssl://[::1]:{port}", tls=tls) as secure:
+        secure.create_topic("v6", 1)
+        secure.produce("v6", 0, encode_message_set([b"over ::1"]))
+    with SimpleClient(f"tcp://127.0.0.1:{port}") as plain:
+        got = plain.fetch("v6", 0, 0, 1 << 20)
+        assert [m.payload for m in iter_messages(got.message_set, 0)] == [b"over ::1"]
+
+
+def test_tls_1_3_only_refuses_a_tls_1_2_client(make_tls_broker, certs):
+    broker = make_tls_broker(**{"ssl.enabled.protocols": "TLSv1.3"})
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.load_verify_locations(certs.ca)
+    ctx.load_cert_chain(certs.keystore("alice"))
+    ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+    with socket.create_connection(("127.0.0.1", broker.ssl_port), timeout=10) as raw:
+        with pytest.raises((ssl.SSLError, ConnectionResetError)):
+            ctx.wrap_socket(raw, server_hostname="127.0.0.1")
+    ctx.maximum_version = ssl.TLSVersion.TLSv1_3
+    with socket.create_connection(("127.0.0.1", broker.ssl_port), timeout=10) as raw:
+        with ctx.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+            assert tls.version() == "TLSv1.3"
+
+
+def test_client_auth_none_serves_clients_without_certificates(make_tls_broker, certs):
+    """ssl.client.auth none (no truststore needed): a client without a
+    certificate is served; one that shows a certificate is not asked for it."""
+    broker = make_tls_broker(**{"ssl.client.auth": "none", "ssl.truststore.location": ""})
+    with SimpleClient(broker.ssl, tls=certs.client(None)) as client:
+        assert client.metadata().brokers
+    with SimpleClient(broker.ssl, tls=certs.client("mallory")) as client:
+        assert client.metadata().brokers
+
+
+def test_handshake_failures_reach_the_log_at_a_bounded_rate(make_tls_broker, certs):
+    """30 plain clients at the TLS port of one processor: at most 10 lines
+    of it in the broker log this minute."""
+    broker = make_tls_broker(**{"num.processors": 1})
+    for _ in range(30):
+        with socket.create_connection(("127.0.0.1", broker.ssl_port), timeout=10) as raw:
+            raw.sendall(api.encode_request(api.MetadataRequest(()), 1, "plain"))
+            raw.settimeout(10)
+            try:
+                while raw.recv(4096):
+                    pass
+            except OSError:
+                pass
+    with SimpleClient(broker.ssl, tls=certs.client("alice")) as client:
+        client.metadata()
+    said = [line for line in broker.log().splitlines() if "TLS handshake with" in line]
+    assert 1 <= len(said) <= 10, said

@@ -173,4 +173,17 @@ def test_a_hand_off_is_tls_by_the_address_it_came_to():
                 assert not accepted_on([(socket.AF_INET, "127.0.0.1", port + 1)], accepted)
                 assert not accepted_on([(socket.AF_INET, "127.0.0.2", port)], accepted)
                 assert not accepted_on([], accepted)
+                # a wildcard of the other family is another listener
+                assert not accepted_on([(socket.AF_INET6, "::", port)], accepted)
+            del client
+    with socket.socket(socket.AF_INET6) as listener:
+        listener.bind(("::1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        with socket.create_connection(("::1", port)) as client:
+            accepted, _ = listener.accept()
+            with accepted:
+                assert accepted_on([(socket.AF_INET6, "::1", port)], accepted)
+                assert accepted_on([(socket.AF_INET6, "::", port)], accepted)
+                assert not accepted_on([(socket.AF_INET, "0.0.0.0", port)], accepted)
             del client
