@@ -31,9 +31,12 @@ Owns:
   (:func:`hostbroker.security.principals.from_certificate`), and the failures
   said in the broker log at a bounded rate.
 
-Large frames are never received straight into their ring records under TLS
-(the socket's FIONREAD counts encrypted bytes): they are gathered in the
-connection's buffer (``processor_claims``).
+A large frame is received straight into its ring record under TLS as over
+plain TCP when ``processor.ring.receive`` is on (the record is filled through
+:meth:`TlsSocket.recv_into`); only without it (where the whole rest must be
+in the socket, by FIONREAD, which counts encrypted bytes) is it gathered in
+the connection's buffer (``processor_claims``). PEM files are read by
+:mod:`hostbroker.pemfile`.
 """
 
 from __future__ import annotations

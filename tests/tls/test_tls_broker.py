@@ -377,3 +377,22 @@ def test_handshake_failures_reach_the_log_at_a_bounded_rate(make_tls_broker, cer
         client.metadata()
     said = [line for line in broker.log().splitlines() if "TLS handshake with" in line]
     assert 1 <= len(said) <= 10, said
+
+
+def test_large_frames_over_tls_go_straight_into_their_ring_records(tls_broker, certs):
+    """With processor.ring.receive (the default) a large PRODUCE over TLS is
+    received in its ring record as over TCP, not copied through a buffer of
+    the processor: most of its bytes are never counted as copied."""
+    with SimpleClient(tls_broker.unix) as plain:
+        plain.create_topic("direct", 2)
+    payload = [bytes([i]) * 100_000 for i in range(10)]  # ~1 MB frames
+    with SimpleClient(tls_broker.ssl, tls=certs.client("alice")) as client:
+        client.metadata()
+        before = tls_broker.counter("processor", "bytes_copied")
+        for p in (0, 1):
+            client.produce("direct", p, encode_message_set(payload))
+        copied = tls_broker.counter("processor", "bytes_copied") - before
+        for p in (0, 1):
+            got = client.fetch("direct", p, 0, 4 << 20)
+            assert [m.payload for m in iter_messages(got.message_set, 0)] == payload
+    assert copied < 500_000, copied  # of 2 MB sent
