@@ -63,11 +63,13 @@ TLS_SETTINGS: tuple[tuple[str, type, object, str, Callable | None], ...] = (
     ("ssl.keystore.location", str, "",
      "PEM file of the broker's TLS certificate chain (its own certificate first) followed "
      "by its private key, read once at start (an unreadable, missing, symlinked or bad file, "
-     "or a key that does not match, refuses the start in one line). Required when a "
-     "listener is ssl://.", _path_problem),
+     "or a key that does not match, refuses the start in one line, as does a key not "
+     "encrypted in a file group or others may read). Required when a listener is ssl://.",
+     _path_problem),
     ("ssl.key.password", str, "",
      "Password of the private key in ssl.keystore.location when it is encrypted (empty: "
-     "the key is not encrypted). Never printed.", None),
+     "the key is not encrypted). Never printed; give it in the --config file (mode 0600), "
+     "not with --set, which every local user sees in the process list.", None),
     ("ssl.truststore.location", str, "",
      "PEM file of the CA certificates a client certificate must chain to (ssl:// "
      "listeners), read once at start, as the keystore. Must be named when "

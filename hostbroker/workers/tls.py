@@ -88,6 +88,19 @@ def _ssl_reason(e: Exception) -> str:
     return getattr(e, "strerror", None) or str(e)
 
 
+def _key_kept_private(fd: int, path: str) -> None:
+    """Refuse a keystore whose private key is not encrypted while group or
+    others may read the file (as ssh refuses such a key)."""
+    mode = os.fstat(fd).st_mode & 0o777
+    if not mode & 0o077:
+        return
+    text = os.pread(fd, pemfile.MAX_PEM_BYTES, 0)
+    if b"PRIVATE KEY-----" in text and b"ENCRYPTED" not in text:
+        raise TlsConfigError(f"ssl.keystore.location: {path}: its private key is not "
+                             f"encrypted and group or others may read the file (mode "
+                             f"{mode:04o}): make it 0600 or 0400")
+
+
 def server_context(config) -> ssl.SSLContext:
     """The context of every ``ssl://`` listener, from the ``ssl.*`` settings;
     TlsConfigError names the setting and the problem in one line."""
@@ -108,6 +121,7 @@ def server_context(config) -> ssl.SSLContext:
     password = config["ssl.key.password"].encode()
     fd = open_pem("ssl.keystore.location", keystore)
     try:
+        _key_kept_private(fd, keystore)
         # through the descriptor opened above: the file checked is the file read
         ctx.load_cert_chain(f"/proc/self/fd/{fd}", password=lambda: password)
     except (ssl.SSLError, OSError, ValueError) as e:

@@ -82,6 +82,19 @@ def test_server_context_refuses_bad_files(tmp_path, certs):
     with pytest.raises(TlsConfigError, match="ssl.truststore.location: .*no CA certificate"):
         server_context(_config(**{"ssl.keystore.location": certs.keystore("server"),
                                   "ssl.truststore.location": certs.path("alice.csr")}))
+    # a key not encrypted in a file group or others may read: refused
+    open_key = tmp_path / "open.keystore.pem"
+    open_key.write_bytes(open(certs.keystore("server"), "rb").read())
+    open_key.chmod(0o644)
+    with pytest.raises(TlsConfigError, match="not encrypted and group or others may read"):
+        server_context(_config(**base, **{"ssl.keystore.location": open_key}))
+    open_key.chmod(0o600)
+    server_context(_config(**base, **{"ssl.keystore.location": open_key}))
+    sealed = tmp_path / "sealed.keystore.pem"  # encrypted: its mode does not matter
+    sealed.write_bytes(open(certs.keystore("server.enc"), "rb").read())
+    sealed.chmod(0o644)
+    server_context(_config(**base, **{"ssl.keystore.location": sealed,
+                                      "ssl.key.password": PASSWORD}))
     # the system's public CAs are never the CAs of client certificates
     for auth in ("required", "requested"):
         with pytest.raises(TlsConfigError, match=f"ssl.truststore.location: the CAs of "
