@@ -41,11 +41,17 @@ def test_produce_fetch_metadata_offsets_over_tls(tls_broker, certs):
             f"m{i}".encode() for i in range(1, 20, 2)]
 
 
-def test_large_fetch_is_a_file_piece_written_through_tls(tls_broker, certs):
-    """A fetch answer far past processor.fetch.copy.max.bytes is sent from the
-    segment file (pread + TLS writes), and a large produce frame is gathered."""
+def test_large_fetch_is_a_file_piece_written_through_tls(make_tls_broker, certs):
+    """With processor.fetch.copy.max.bytes 0 every fetch answer's data is a
+    file piece (never copied into memory): sent from the segment file (pread
+    + TLS writes), a small one and one of 3 MB (many 256 KiB chunks)."""
+    tls_broker = make_tls_broker(**{"processor.fetch.copy.max.bytes": 0})
     big = [bytes([i % 251]) * 50_000 for i in range(60)]  # 3 MB in all
     with SimpleClient(tls_broker.ssl, tls=certs.client("alice")) as client:
+        client.create_topic("small", 1)
+        client.produce("small", 0, encode_message_set([b"tiny"]))
+        result = client.fetch("small", 0, 0, 1 << 20)
+        assert [m.payload for m in iter_messages(result.message_set, 0)] == [b"tiny"]
         client.create_topic("big", 1)
         for i in range(0, 60, 20):
             client.produce("big", 0, encode_message_set(big[i:i + 20]))  # 1 MB frames
