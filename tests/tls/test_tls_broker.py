@@ -153,7 +153,7 @@ def test_tls_1_1_refused(tls_broker, certs):
 
 def test_slow_handshake_cut_at_its_deadline(make_tls_broker, certs):
     broker = make_tls_broker(**{"ssl.handshake.timeout.ms": 500, "ssl.max.handshakes": 2})
-    # more silent clients than handshake slots: every one is cut at its deadline
+    # more silent clients than handshake steps a round: every one is cut at its deadline
     silent = [socket.create_connection(("127.0.0.1", broker.ssl_port), timeout=10)
               for _ in range(5)]
     try:
