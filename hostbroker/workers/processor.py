@@ -228,8 +228,8 @@ class ProcessorWorker(Connections, FrameReading, RingClaims, LocalFetching, Grou
                 timeout = self._fetch_timeout(timeout)
             if self.lingering:
                 timeout = max(0.0, min(timeout, self.lingering[0].linger_until - self.now))
-            if self.tls_hurry:
-                timeout = 0.0  # plaintext waits inside a TLS object (workers/tls.py)
+            if self.tls_hurry or self.tls_owed:
+                timeout = 0.0  # plaintext inside a TLS object, or a handshake step (tls.py)
             events = None
             if worked and spin:
                 events = self._spin()
@@ -243,6 +243,7 @@ class ProcessorWorker(Connections, FrameReading, RingClaims, LocalFetching, Grou
                 self.fetch_looked = 0  # partitions looked up for FETCHes this round
             worked = bool(events) or self._has_input()
             self.now = time.monotonic()
+            self.tls_steps, self.tls_owed = 0, False  # handshake steps this round (tls.py)
             for fd, mask in events:
                 conn = by_fd.get(fd)
                 if conn is not None:
@@ -257,7 +258,7 @@ class ProcessorWorker(Connections, FrameReading, RingClaims, LocalFetching, Grou
                     self._accept_handoffs()
             if self.lingering:
                 self._end_lingers()
-            if self.tls_waiting or self.tls_pending or self.tls_hurry:
+            if self.tls_pending or self.tls_hurry:
                 self._tls_round()
             self.heartbeat()
             self._check_handler_epochs()

@@ -329,9 +329,12 @@ class FrameReading:
 
     @staticmethod
     def _unread(conn: Connection) -> int:
-        """Bytes waiting in ``conn``'s socket (1 if it cannot tell)."""
+        """Bytes waiting in ``conn``'s socket (1 if it cannot tell); under TLS
+        the plaintext inside its TLS object too (an estimate: the socket's
+        are encrypted bytes, but never 0 while plaintext waits)."""
         try:
-            return unread_bytes(conn.sock)
+            held = conn.sock.pending() if conn.tls is not None else 0
+            return held + unread_bytes(conn.sock)
         except OSError:
             return 1
 
