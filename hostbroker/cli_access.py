@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 
 from hostbroker import commands
+from hostbroker.cli_tls import add_command_config
 from hostbroker.commands import DEFAULT_BOOTSTRAP
 
 
@@ -61,8 +62,9 @@ def _rate(text: str) -> int:
 
 def _bootstrap(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bootstrap", metavar="URI",
-                        help=f"broker: tcp://HOST:PORT or unix:///PATH "
+                        help=f"broker: tcp://HOST:PORT, ssl://HOST:PORT or unix:///PATH "
                              f"(default {DEFAULT_BOOTSTRAP})")
+    add_command_config(parser)
 
 
 def add_acls(sub) -> None:
