@@ -104,7 +104,7 @@ class Connection:
                  "reading", "writing", "active", "frame_started", "lingering", "linger_until",
                  "linger_left", "pinned", "at_writer", "writer", "writer_seq", "writer_put",
                  "pipelining", "lone", "behind", "claim", "claim_have", "claim_put", "spilled_seq",
-                 "large_next", "watched", "started")
+                 "large_next", "watched", "started", "identity", "quota")
 
     def __init__(self, sock: socket.socket, conn_id: int, handler: int, now: float):
         self.sock = sock
@@ -148,6 +148,8 @@ class Connection:
         # place -> (api key, monotonic ns its frame came): the processor's API stats
         # (requests and latency) count each when its answer is handed over
         self.started: dict[int, tuple[int, int]] = {}
+        self.identity = None
+        self.quota = None  # a throttle.Metered while a quota applies to its principal
 
     @property
     def outstanding(self) -> int:

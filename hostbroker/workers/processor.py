@@ -91,13 +91,15 @@ from hostbroker.workers.processor_frames import SEQ_MASK, FrameReading
 from hostbroker.workers.processor_groups import GroupPutting
 from hostbroker.workers.sendfiles import FetchV1Head, HeldPiece, SegmentFiles, pin_answer
 from hostbroker.workers.stats_record import UNRECORDED, Recorder
+from hostbroker.workers.throttle import Throttling
 from hostbroker.workers.topicview import TopicView, log_dir_table
 
 _IDLE_TIMEOUT_S = 1.0
 _FD_SWEEP_S = 5.0
 
 
-class ProcessorWorker(Connections, FrameReading, RingClaims, LocalFetching, GroupPutting, Worker):
+class ProcessorWorker(Connections, FrameReading, RingClaims, LocalFetching, GroupPutting,
+                      Throttling, Worker):
     kind = "processor"
     process_name = "hb-proc"
     stats = UNRECORDED  # (init_process attaches this process's own)
@@ -154,6 +156,7 @@ class ProcessorWorker(Connections, FrameReading, RingClaims, LocalFetching, Grou
             + [(r, r.has_unread, bell) for r, bell in zip(self.writer_answers, self.writer_bells)])
         self.files = SegmentFiles(config["segment.fd.cache.size"])
         self.access = open_access(plan, self.config)  # ACLs and quotas (docs/security.md)
+        self._init_throttle(plan, config)  # quotas: counting, holding answers (throttle.py)
         self.stats = Recorder(plan, self.kind, self.index)
         self._api_request = self.stats.request
         self.table_answers = None  # METADATA and OFFSETS answered here (processor_frames)
@@ -215,6 +218,8 @@ class ProcessorWorker(Connections, FrameReading, RingClaims, LocalFetching, Grou
                 timeout = self._fetch_timeout(timeout)
             if self.lingering:
                 timeout = max(0.0, min(timeout, self.lingering[0].linger_until - self.now))
+            if self.held_heap:  # answers held for a quota (throttle.py)
+                timeout = max(0.0, min(timeout, self.held_heap[0][0] - self.now))
             events = None
             if worked and spin:
                 events = self._spin()
@@ -242,6 +247,8 @@ class ProcessorWorker(Connections, FrameReading, RingClaims, LocalFetching, Grou
                     self._accept_handoffs()
             if self.lingering:
                 self._end_lingers()
+            if self.now >= self.quota_next or (self.stopping and self.held_heap):
+                self._throttle_round()
             self.heartbeat()
             self._check_handler_epochs()
             self._take_answers()
@@ -371,7 +378,10 @@ class ProcessorWorker(Connections, FrameReading, RingClaims, LocalFetching, Grou
         if flags & (env.RESP_CLOSE_AFTER | env.RESP_CLOSE_NOW):
             conn.closing = True  # no further frame of it goes to the handler
         self._answered(conn, seq)
-        conn.order(seq, pieces, flags)
+        if conn.quota is None:
+            conn.order(seq, pieces, flags)
+        else:
+            self._order_metered(conn, seq, pieces, flags)  # held past a quota (throttle.py)
         self._write(conn)
         self._update_reading(conn)
 

@@ -25,6 +25,7 @@ import time
 from hostbroker.shm import procs
 from hostbroker.workers import envelopes as env
 from hostbroker.workers.connection import RECV_CHUNK, Connection
+from hostbroker.workers.peers import peer_identity
 
 _ACK = struct.Struct("<I")  # hand-offs taken, processor -> acceptor
 # what a connection is watched for (Connection.watched), and the epoll masks of it
@@ -97,6 +98,8 @@ class Connections:
         self.counter = (self.counter + 1) & 0xFFFFFFFF
         conn_id = (self.index << 56) | ((self.epoch & 0xFFFFFF) << 32) | self.counter
         conn = Connection(sock, conn_id, self.plan.handler_for(conn_id), time.monotonic())
+        conn.identity = peer_identity(sock)
+        self._quota_adopt(conn)  # metered if its principal has a quota (throttle.py)
         self.conns[conn_id] = conn
         self.by_fd[conn.fd] = conn
         self.epoll.register(conn.fd, select.EPOLLIN)
