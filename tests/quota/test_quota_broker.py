@@ -23,7 +23,8 @@ from hostbroker.config import Config
 from hostbroker.log.message import encode_message_set
 from hostbroker.security.principals import user_principal
 from hostbroker.security.quota import DEFAULT_ENTITY, Quota, QuotaSet
-from hostbroker.security.store import write_quotas
+from hostbroker.security.store import encode_published, write_quotas
+from hostbroker.shm.published import PublishedDocument
 from hostbroker.shm.quotas import QuotaCounters
 from hostbroker.workers.plan import BrokerPlan
 from tests.quota.greedy import SET
@@ -183,3 +184,31 @@ def test_a_produce_over_the_quota_with_version_0_is_held_silently(quota_broker):
         assert c.throttle_time_ms is None  # version 0 carries none
     # (40 KB over the first second against 20 KB/s: about a second)
     assert held >= 0.5, held
+
+
+def test_quotas_published_while_running_reach_open_connections(quota_broker):
+    """A change of the published quotas (what ALTER_QUOTAS will publish; here
+    written into the broker's shared document as its handler would) meters an
+    open connection, and removing the quota frees it again."""
+    broker = quota_broker(None)
+    plan = BrokerPlan.from_config(Config.build(overrides=broker._naming()))
+    document = PublishedDocument.attach(plan.access_name)
+    try:
+        with broker.client(broker.tcp) as c:
+            c.produce("greedy", 0, SET, version=1)
+            assert c.throttle_time_ms == 0 and used_rows(broker) == 0
+            document.publish(encode_published(
+                [], QuotaSet({"User:ANONYMOUS": Quota(producer_byte_rate=10_000)})))
+            time.sleep(1.5)  # (looked at within a second)
+            throttles = []
+            for _ in range(3):
+                c.produce("greedy", 0, SET, version=1)
+                throttles.append(c.throttle_time_ms)
+            assert max(throttles) > 0 and used_rows(broker) == 1
+            document.publish(encode_published([], QuotaSet()))
+            time.sleep(1.5)
+            c.produce("greedy", 0, SET, version=1)  # (the last one held may still be out)
+            c.produce("greedy", 0, SET, version=1)
+            assert c.throttle_time_ms == 0
+    finally:
+        document.close()
