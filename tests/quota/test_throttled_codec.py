@@ -5,6 +5,8 @@ patch of that field in an answer's pieces."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from hostbroker.errors import ErrorCode
 from hostbroker.protocol import api, replication, throttled
@@ -83,3 +85,28 @@ def test_fetch_v2_pieces_when_the_answer_ends_with_a_file_piece():
     assert throttled.set_throttle_time(v2, 9)
     _, decoded = replication.decode_response(_joined(v2, files)[4:], throttled.FetchResponseV2)
     assert decoded.throttle_time_ms == 9 and decoded.partitions[0].message_set == b"x" * 32
+
+
+FUZZ = settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+
+
+@FUZZ
+@given(st.sampled_from([throttled.ProduceResponseV1, throttled.FetchResponseV2]),
+       st.binary(max_size=120))
+def test_random_bytes_as_a_throttled_answer_decode_or_raise_a_protocol_error(cls, frame):
+    try:
+        throttled.decode_response(frame, cls)
+    except api.ProtocolError:
+        pass
+
+
+@FUZZ
+@given(st.lists(st.one_of(st.binary(max_size=40), st.builds(FilePiece, st.just("/f"),
+                                                            st.integers(0, 9),
+                                                            st.integers(0, 9))),
+                max_size=5),
+       st.integers(-10, 2**40))
+def test_the_throttle_time_patch_never_raises_and_keeps_the_lengths(pieces, ms):
+    before = [len(p) if isinstance(p, bytes) else p for p in pieces]
+    throttled.set_throttle_time(pieces, ms)
+    assert [len(p) if isinstance(p, bytes) else p for p in pieces] == before
