@@ -6,7 +6,8 @@ throttle times the broker said (PRODUCE v1 / FETCH v2) and, after each
 answer, the time, bytes and requests so far.
 
 KIND: ``produce`` (20 KB message sets), ``fetch`` (50 KB at a time of a
-topic of such sets, from the start again at the log's end), ``metadata`` (a request flood)."""
+topic of such sets, from the start again at the log's end; ``fetch0`` the
+same with version 0), ``metadata`` (a request flood)."""
 
 from __future__ import annotations
 
@@ -35,10 +36,11 @@ def main(uri: str, kind: str, seconds: float, topic: str = "greedy") -> dict:
                 client.produce(topic, 0, SET, version=1)
                 moved += len(SET)
                 throttles.append(client.throttle_time_ms)
-            elif kind == "fetch":
-                result = client.fetch(topic, 0, offset, FETCH_BYTES, version=2)
+            elif kind in ("fetch", "fetch0"):  # (version 0: answered by the processor)
+                result = client.fetch(topic, 0, offset, FETCH_BYTES,
+                                      version=0 if kind == "fetch0" else 2)
                 moved += len(result.message_set)
-                throttles.append(client.throttle_time_ms)
+                throttles.append(client.throttle_time_ms or 0)
                 whole = len(result.message_set) // len(SET) * len(SET)
                 offset = offset + whole if whole else 0  # (at the end: from the start again)
             else:

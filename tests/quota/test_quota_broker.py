@@ -25,7 +25,7 @@ from hostbroker.security.principals import user_principal
 from hostbroker.security.quota import DEFAULT_ENTITY, Quota, QuotaSet
 from hostbroker.security.store import encode_published, write_quotas
 from hostbroker.shm.published import PublishedDocument
-from hostbroker.shm.quotas import QuotaCounters
+from hostbroker.shm.quotas import QuotaCounters, principal_key
 from hostbroker.workers.plan import BrokerPlan
 from tests.quota.greedy import SET
 
@@ -123,16 +123,20 @@ def test_a_greedy_producer_is_held_to_its_rate_and_another_principal_is_not_slow
     assert during <= 2 * max(alone, 0.002), (alone, during)
 
 
-def test_a_greedy_consumer_is_held_to_its_rate(quota_broker):
+@pytest.mark.parametrize("kind", ["fetch", "fetch0"])
+def test_a_greedy_consumer_is_held_to_its_rate(quota_broker, kind):
+    """FETCH v2 (through the handler) says how long; v0 (answered by the
+    processor itself) is held as long, silently."""
     bound = 400_000
     broker = quota_broker({"User:ANONYMOUS": Quota(consumer_byte_rate=bound)})
     with broker.client() as c:  # (no quota for this principal: filled at once)
         for _ in range(60):
             c.produce("greedy", 0, SET)
-    result = outcome(greedy(broker, "fetch"))
+    result = outcome(greedy(broker, kind))
     assert result["rate"] <= bound * TOLERANCE, result["rate"]
     assert result["rate"] >= bound * 0.5, result["rate"]
-    assert result["throttles"][0] == 0 and max(result["throttles"]) > 0
+    if kind == "fetch":
+        assert result["throttles"][0] == 0 and max(result["throttles"]) > 0
 
 
 def test_a_request_flood_is_held_to_its_request_rate(quota_broker):
@@ -212,3 +216,29 @@ def test_quotas_published_while_running_reach_open_connections(quota_broker):
             assert c.throttle_time_ms == 0
     finally:
         document.close()
+
+
+@pytest.mark.parametrize("version", [0, 1])
+def test_large_produce_frames_received_into_their_ring_record_are_counted(quota_broker,
+                                                                          version):
+    """A frame of 64 KiB or more is received straight into its ring record (or
+    a writer's put ring, version 0): counted as any other."""
+    bound = 100_000
+    broker = quota_broker({"User:ANONYMOUS": Quota(producer_byte_rate=bound)})
+    large = encode_message_set([b"L" * 20_000] * 10)  # about 200 KB
+    with broker.client(broker.tcp) as c:
+        c.produce("greedy", 0, large, version=version)
+        start = time.monotonic()
+        c.produce("greedy", 0, large, version=version)
+        held = time.monotonic() - start
+        if version:
+            assert c.throttle_time_ms >= 1000
+    # (400 KB over the first second against 100 KB/s: about three seconds)
+    assert held >= 1.0, held
+    table = counters(broker)
+    try:
+        produce, _, requests, span = table.rates(principal_key("User:ANONYMOUS"),
+                                                 time.monotonic())
+    finally:
+        table.close()
+    assert produce * span >= 2 * len(large) and requests * span >= 2
