@@ -227,6 +227,23 @@ class QuotaCounters(Structure):
         span = max(self.window_s, now - first * self.window_s)
         return totals[0] / span, totals[1] / span, totals[2] / span, span
 
+    def counted(self, part: int, key: int, now: float) -> tuple[int, int, int]:
+        """``(produce bytes, fetch bytes, requests)`` of principal ``key`` in
+        the windows kept of one part (one processor's share)."""
+        row = self._find(part, key)
+        if row is None:
+            return 0, 0, 0
+        words = self._row_struct.unpack_from(self.region.buf,
+                                             HEADER_BYTES + self._base(part, row) * 8)
+        now_index = int(now // self.window_s)
+        totals = [0, 0, 0]
+        for w in range(self.windows):
+            at = 1 + w * _WINDOW_WORDS
+            if words[0] == key and now_index - self.windows < words[at] - 1 <= now_index:
+                for c in range(3):
+                    totals[c] += words[at + 1 + c]
+        return totals[0], totals[1], totals[2]
+
     def used_rows(self, part: int) -> int:
         """Rows of ``part`` ever used (for tests and the curious)."""
         return sum(1 for row in range(self.rows) if self.words[self._base(part, row)])

@@ -38,6 +38,10 @@ def test_a_principal_rate_is_the_sum_over_processors(table):
     assert reader.rates(alice, now) == (4000.0, 500.0, 4.0, 1.0)
     assert reader.rates(bob, now)[0] == 7.0
     assert reader.rates(principal_key("User:carol"), now) == (0.0, 0.0, 0.0, 1.0)
+    assert reader.counted(0, alice, now) == (3000, 0, 3)
+    assert reader.counted(1, alice, now) == (1000, 500, 1)
+    assert reader.counted(0, bob, now) == (0, 0, 0)
+    assert reader.counted(1, alice, now + 11) == (0, 0, 0)  # out of the windows kept
 
 
 def test_the_span_grows_with_the_history_and_old_windows_age_out(table):
