@@ -55,8 +55,9 @@ Backpressure and fairness: a connection is not read while it has
 (an answer counts until its last byte is written), while
 ``connection.max.handler.requests`` of its requests are at the handler
 (in the ring or being served: one connection's burst cannot fill the ring
-ahead of the others), or while ``connection.max.queued.bytes`` of answers wait
-to be written. While a request ring is full no socket is read at all. When a
+ahead of the others), while ``connection.max.queued.bytes`` of answers wait
+to be written, or while an answer of it is held because its principal went
+past a quota (``throttle.py``). While a request ring is full no socket is read at all. When a
 handler is replaced, the connections waiting on it are closed (their requests
 died with it).
 """

@@ -185,16 +185,14 @@ class Throttling:
             conn.order(seq, pieces, flags)
             return
         if not metered.held:
-            self._mute(conn)
+            self._set_reading(conn, False)  # muted until they go
         metered.held.append((seq, pieces, flags))
         release_at = now + wait / 1000
+        conn.active = max(conn.active, release_at)  # (not idle while held)
         if release_at > metered.release_at:
             metered.release_at = release_at
             heapq.heappush(self.held_heap, (release_at, next(self._held_order), conn))
             self.quota_next = min(self.quota_next, release_at)
-
-    def _mute(self, conn: Connection) -> None:
-        self._set_reading(conn, False)
 
     def _release(self, conn: Connection, now: float) -> None:
         """Send ``conn``'s held answers if their time is up (or the broker stops)."""
