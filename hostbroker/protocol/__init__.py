@@ -17,6 +17,8 @@ in, frozen dataclasses come out, and back. Message sets stay opaque bytes
                   (replicas across log dirs), routed by ``replication.decode_any_request``
 - ``topics_admin`` ALTER_TOPIC, LIST_OFFSET_GROUPS (changing topics, groups with
                   stored offsets), routed by ``replication.decode_any_request``
+- ``throttled``   PRODUCE v1, FETCH v2 (answers with the time a quota held them),
+                  routed by ``replication.decode_any_request``
 - ``framing``     FrameReader: a byte stream cut into frames
 - ``errors``      HeaderTooShortError, FrameTooLargeError
 
