@@ -98,7 +98,7 @@ def test_request_too_large_after_pipelined_requests(uri):
     (8, 1), (9, 1), (10, 1), (11, 1), (12, 1), (13, 1),  # the group APIs are version 0 only
     (14, 1), (15, 1), (16, 1), (17, 1), (18, 1),  # replication's new APIs too
     (19, 1), (20, 1), (21, 1),  # and changing topics
-    (api.ApiKey.PRODUCE, 1), (api.ApiKey.METADATA, 3), (api.ApiKey.FETCH, 2),
+    (api.ApiKey.PRODUCE, 2), (api.ApiKey.METADATA, 3), (api.ApiKey.FETCH, 3),
     (api.ApiKey.CREATE_TOPIC, 2),
     (api.ApiKey.FETCH, -1),
     (api.ApiKey.OFFSET_FETCH, 7), (api.ApiKey.OFFSET_COMMIT, 2),
