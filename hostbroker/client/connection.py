@@ -61,7 +61,7 @@ from typing import Any, NamedTuple
 from hostbroker.client.errors import BrokerError, ConnectionClosedError
 from hostbroker.client.tls import handshake, tls_context
 from hostbroker.errors import ProtocolError
-from hostbroker.protocol import acls, api, logdirs, replication, topics_admin
+from hostbroker.protocol import acls, api, logdirs, replication, throttled, topics_admin
 from hostbroker.protocol.primitives import Buffer
 
 DEFAULT_TIMEOUT = 30.0
@@ -83,11 +83,15 @@ _FETCH_PARTITION_OVERHEAD = 2 + 32767 + 4 + 2 + 8 + 4 + 8
 _REPLICATION_REQUESTS = frozenset(replication.REPLICATION_REQUEST_TYPES.values()) \
     | frozenset(logdirs.LOGDIRS_REQUEST_TYPES.values()) \
     | frozenset(topics_admin.TOPICS_ADMIN_REQUEST_TYPES.values()) \
-    | frozenset(acls.ACLS_REQUEST_TYPES.values())
+    | frozenset(acls.ACLS_REQUEST_TYPES.values()) \
+    | frozenset(throttled.THROTTLED_REQUEST_TYPES.values())
 _REPLICATION_RESPONSES = {**replication.REPLICATION_RESPONSE_TYPES,
                           **logdirs.LOGDIRS_RESPONSE_TYPES,
                           **topics_admin.TOPICS_ADMIN_RESPONSE_TYPES,
-                          **acls.ACLS_RESPONSE_TYPES}
+                          **acls.ACLS_RESPONSE_TYPES,
+                          **throttled.THROTTLED_RESPONSE_TYPES}
+_FETCHES = (api.FetchRequest, replication.FetchRequestV1, throttled.FetchRequestV2)
+_PRODUCES = (api.ProduceRequest, throttled.ProduceRequestV1)
 
 
 class NotABrokerError(ProtocolError):
@@ -137,16 +141,16 @@ class _Pending(NamedTuple):
 
 
 def _max_answer(request: api.Request) -> int | None:
-    if isinstance(request, (api.FetchRequest, replication.FetchRequestV1)):
+    if isinstance(request, _FETCHES):
         return (_FETCH_ANSWER_OVERHEAD + sum(_FETCH_PARTITION_OVERHEAD + max(p.max_bytes, 0)
                                              for p in request.partitions))
     return None
 
 
 def _broker_wait(request: api.Request) -> float:
-    if isinstance(request, (api.FetchRequest, replication.FetchRequestV1)):
+    if isinstance(request, _FETCHES):
         return max(request.max_wait_ms, 0) / 1000
-    if isinstance(request, api.ProduceRequest):
+    if isinstance(request, _PRODUCES):
         return _produce_wait(request.acks, request.timeout_ms)
     return 0.0
 
@@ -296,7 +300,7 @@ class BrokerConnection:
         if type(request) in _REPLICATION_REQUESTS:  # METADATA v1 and v2, FETCH v1, ...
             response_cls = _REPLICATION_RESPONSES[(request.API_KEY, request.API_VERSION)]
         self._write([api.encode_request(request, correlation_id, self.client_id)])
-        if not (isinstance(request, api.ProduceRequest) and request.acks == 0):
+        if not (isinstance(request, _PRODUCES) and request.acks == 0):
             self._pending.append(_Pending(correlation_id, request.API_KEY, _broker_wait(request),
                                           _max_answer(request), response_cls))
         return correlation_id
@@ -399,7 +403,7 @@ class BrokerConnection:
         if self._pending:
             raise RuntimeError(f"request() with {len(self._pending)} answers pending")
         self.send(request)
-        if isinstance(request, api.ProduceRequest) and request.acks == 0:
+        if isinstance(request, _PRODUCES) and request.acks == 0:
             return None
         return self.receive()
 

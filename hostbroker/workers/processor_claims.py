@@ -127,6 +127,8 @@ class RingClaims:
             return
         key = (api.ApiKey.PRODUCE if conn.claim_put is not None
                else FRAME_KEY.unpack_from(conn.claim)[0])
+        if conn.quota is not None:  # its principal has a quota (throttle.py)
+            self._quota_claimed(conn, key)
         conn.claim = None
         conn.claim_have = 0
         conn.large_next = self.ring_receive
