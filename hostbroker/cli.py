@@ -19,7 +19,6 @@ from hostbroker import __version__, commands
 from hostbroker.cli_access import add_acls, add_quotas
 from hostbroker.cli_admin import (
     add_client_target,
-    add_command_config,
     add_leaders,
     add_logdirs,
     add_reassign,
@@ -27,6 +26,7 @@ from hostbroker.cli_admin import (
     add_topics,
     target,
 )
+from hostbroker.cli_tls import add_command_config, apply_command_config
 from hostbroker.commands import DEFAULT_BOOTSTRAP
 from hostbroker.config import Config, help_text
 from hostbroker.errors import ConfigError
@@ -66,13 +66,8 @@ def _config(args: argparse.Namespace) -> Config:
 
 def _use_command_config(args: argparse.Namespace) -> None:
     """A command's --command-config: its TLS settings for every ssl:// connection it makes."""
-    path = getattr(args, "command_config", None)
-    if path is None:
-        return
-    from hostbroker.client.settings import use_command_config
-
     try:
-        use_command_config(path)
+        apply_command_config(args)
     except ConfigError as e:
         print(f"hostbroker: {e}", file=sys.stderr)
         raise _BadConfig from None
@@ -150,7 +145,9 @@ def _add_whoami(sub) -> None:
     who = sub.add_parser("whoami", help="the principal, groups and host a broker sees for "
                                         "this connection (docs/security.md)")
     who.add_argument("--bootstrap", metavar="URI",
-                     help=f"broker: tcp://HOST:PORT or unix:///PATH (default {DEFAULT_BOOTSTRAP})")
+                     help=f"broker: tcp://HOST:PORT, ssl://HOST:PORT or unix:///PATH "
+                          f"(default {DEFAULT_BOOTSTRAP})")
+    add_command_config(who)
     who.add_argument("--json", action="store_true", help="one JSON object")
     who.set_defaults(func=lambda args: commands.run(
         "whoami", _whoami_work(), as_json=args.json,

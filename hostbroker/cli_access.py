@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 
 from hostbroker import commands
+from hostbroker.cli_tls import add_command_config
 
 
 def _where(args: argparse.Namespace) -> dict:
@@ -62,6 +63,7 @@ def _bootstrap(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bootstrap", metavar="URI",
                         help="the broker, needed: unix:///PATH (its own user there is a "
                              "super user), tcp://HOST:PORT or ssl://HOST:PORT")
+    add_command_config(parser)
 
 
 def add_acls(sub) -> None:

@@ -13,6 +13,7 @@ import argparse
 import sys
 
 from hostbroker import commands
+from hostbroker.cli_tls import add_command_config
 from hostbroker.commands import DEFAULT_BOOTSTRAP
 
 
@@ -63,15 +64,6 @@ def add_client_target(parser: argparse.ArgumentParser) -> None:
                        help="cluster mode: the brokers registered in this ZooKeeper "
                             "(instead of --bootstrap)")
     add_command_config(parser)
-
-
-def add_command_config(parser: argparse.ArgumentParser) -> None:
-    """--command-config FILE: the TLS settings of ssl:// brokers (cli.main reads it)."""
-    parser.add_argument("--command-config", metavar="FILE",
-                        help="key=value lines of the client's ssl.* settings "
-                             "(ssl.truststore.location, ssl.keystore.location, "
-                             "ssl.key.password, ssl.endpoint.identification.algorithm) "
-                             "for ssl:// brokers")
 
 
 def target(args: argparse.Namespace) -> dict:

@@ -49,8 +49,20 @@ SECURITY_SETTINGS: tuple[tuple[str, type, object, str, tuple[int, int] | None], 
      "the authorizer on): hb-http checks the change against the ACLs for it before it "
      "sends it, and answers 403 if it may not.", None),
     ("quota.max.principals", int, 4096,
-     "Most principals that may have quotas of their own (besides the default).",
+     "Most principals that may have quotas of their own (besides the default), and most "
+     "principals with a quota each processor counts at once (past it, a new one is not "
+     "throttled on that processor until one has been idle for a whole span).",
      (1, 1_000_000)),
+    ("quota.window.num", int, 11,
+     "Windows a principal's rate is measured over (Kafka's quota.window.num): what it did "
+     "in them over the time they span.", (2, 100)),
+    ("quota.window.size.seconds", int, 1,
+     "Length of one quota window, in seconds (Kafka's quota.window.size.seconds).",
+     (1, 3600)),
+    ("quota.max.throttle.ms", int, 30_000,
+     "Longest an answer is held (and its connection not read) for a principal over its "
+     "quota; the throttle time a PRODUCE v1 or FETCH v2 answer carries is at most this.",
+     (1, 3_600_000)),
 )
 
 

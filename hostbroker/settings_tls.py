@@ -63,14 +63,18 @@ TLS_SETTINGS: tuple[tuple[str, type, object, str, Callable | None], ...] = (
     ("ssl.keystore.location", str, "",
      "PEM file of the broker's TLS certificate chain (its own certificate first) followed "
      "by its private key, read once at start (an unreadable, missing, symlinked or bad file, "
-     "or a key that does not match, refuses the start in one line). Required when a "
-     "listener is ssl://.", _path_problem),
+     "or a key that does not match, refuses the start in one line, as does a key not "
+     "encrypted in a file group or others may read). Required when a listener is ssl://.",
+     _path_problem),
     ("ssl.key.password", str, "",
      "Password of the private key in ssl.keystore.location when it is encrypted (empty: "
-     "the key is not encrypted). Never printed.", None),
+     "the key is not encrypted). Never printed; give it in the --config file (mode 0600), "
+     "not with --set, which every local user sees in the process list.", None),
     ("ssl.truststore.location", str, "",
      "PEM file of the CA certificates a client certificate must chain to (ssl:// "
-     "listeners). Empty: the system's default CAs. Read once at start, as the keystore.",
+     "listeners), read once at start, as the keystore. Must be named when "
+     "ssl.client.auth is required or requested (the system's public CAs are never taken "
+     "for client certificates); empty only with ssl.client.auth none.",
      _path_problem),
     ("ssl.client.auth", str, "required",
      "Whether an ssl:// client must show a certificate: required (a client without a valid "
@@ -84,12 +88,13 @@ TLS_SETTINGS: tuple[tuple[str, type, object, str, Callable | None], ...] = (
      "OpenSSL cipher list for TLS 1.2 on ssl:// listeners (empty: Python's default, which "
      "leaves out weak ciphers); TLS 1.3 suites are OpenSSL's defaults.", _ciphers_problem),
     ("ssl.handshake.timeout.ms", int, 10000,
-     "Longest a TLS handshake may take, from the connection's hand-off to its processor "
-     "(waiting for a handshake slot included): a client that has not finished by then is "
-     "closed and holds nothing more.", _between(100, 600000)),
-    ("ssl.max.handshakes", int, 64,
-     "TLS handshakes one processor runs at a time. Further new ssl:// connections of that "
-     "processor wait, unread, for a slot (their ssl.handshake.timeout.ms running), so a "
-     "flood of handshakes costs at most this many at once per processor.",
+     "Longest a TLS handshake may take, from the connection's hand-off to its processor: "
+     "a client that has not finished by then is closed and holds nothing more.",
+     _between(100, 600000)),
+    ("ssl.max.handshakes", int, 8,
+     "TLS handshake steps (a do_handshake on input that came: the key computations, about "
+     "1-5 ms of CPU each) one processor runs in one round of its loop; further ones wait "
+     "for the next round, so the other connections of a processor wait at most this many "
+     "steps between two of their turns. A connection that sends nothing takes no step.",
      _between(1, 65536)),
 )

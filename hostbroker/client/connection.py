@@ -40,10 +40,10 @@ it), are bounded by ``setup_timeout`` instead of ``timeout``: a peer that
 does not accept, or accepts and never answers, fails within seconds.
 
 An ``ssl://HOST:PORT`` URI connects over TCP, then makes a TLS handshake
-within the connect's timeout, with the TLS settings given (``tls``: the
-``ssl.*`` client settings, see :func:`tls_context`) or else the process's
-defaults (:func:`set_tls_defaults`: what a command's ``--command-config``
-gives); by default the broker's certificate must chain to the system's CAs
+within the connect's timeout (for the whole handshake), with the TLS
+settings given (``tls``: the ``ssl.*`` client settings) over the process's
+defaults (what a command's ``--command-config`` gives; see
+:mod:`hostbroker.client.tls`); by default the broker's certificate must chain to the system's CAs
 and name the host of the URI. A failed handshake is an OSError of one line.
 
 The connection is not thread safe; give each thread its own.
@@ -52,8 +52,6 @@ The connection is not thread safe; give each thread its own.
 from __future__ import annotations
 
 import collections
-import functools
-import os
 import socket
 import ssl
 import struct
@@ -61,8 +59,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from hostbroker.client.errors import BrokerError, ConnectionClosedError
+from hostbroker.client.tls import handshake, tls_context
 from hostbroker.errors import ProtocolError
-from hostbroker.protocol import acls, api, logdirs, replication, topics_admin
+from hostbroker.protocol import acls, api, logdirs, replication, throttled, topics_admin
 from hostbroker.protocol.primitives import Buffer
 
 DEFAULT_TIMEOUT = 30.0
@@ -84,11 +83,15 @@ _FETCH_PARTITION_OVERHEAD = 2 + 32767 + 4 + 2 + 8 + 4 + 8
 _REPLICATION_REQUESTS = frozenset(replication.REPLICATION_REQUEST_TYPES.values()) \
     | frozenset(logdirs.LOGDIRS_REQUEST_TYPES.values()) \
     | frozenset(topics_admin.TOPICS_ADMIN_REQUEST_TYPES.values()) \
-    | frozenset(acls.ACLS_REQUEST_TYPES.values())
+    | frozenset(acls.ACLS_REQUEST_TYPES.values()) \
+    | frozenset(throttled.THROTTLED_REQUEST_TYPES.values())
 _REPLICATION_RESPONSES = {**replication.REPLICATION_RESPONSE_TYPES,
                           **logdirs.LOGDIRS_RESPONSE_TYPES,
                           **topics_admin.TOPICS_ADMIN_RESPONSE_TYPES,
-                          **acls.ACLS_RESPONSE_TYPES}
+                          **acls.ACLS_RESPONSE_TYPES,
+                          **throttled.THROTTLED_RESPONSE_TYPES}
+_FETCHES = (api.FetchRequest, replication.FetchRequestV1, throttled.FetchRequestV2)
+_PRODUCES = (api.ProduceRequest, throttled.ProduceRequestV1)
 
 
 class NotABrokerError(ProtocolError):
@@ -102,93 +105,6 @@ _INPUT_BUFFER_BYTES = 64 * 1024
 _IOV_MAX = 1024
 
 _URI_FORMS = "tcp://HOST:PORT, ssl://HOST:PORT, unix:///ABS/PATH or unix://./REL/PATH"
-
-# The client's TLS settings (Kafka's names) and their defaults.
-TLS_DEFAULTS: dict[str, str] = {
-    "ssl.truststore.location": "",
-    "ssl.keystore.location": "",
-    "ssl.key.password": "",
-    "ssl.endpoint.identification.algorithm": "https",
-}
-_tls_defaults: dict[str, str] = dict(TLS_DEFAULTS)
-_MAX_PEM_BYTES = 1024 * 1024
-
-
-def set_tls_defaults(values: Mapping[str, str]) -> None:
-    """The TLS settings of every ``ssl://`` connection of this process made
-    without its own (a command's ``--command-config``)."""
-    _tls_defaults.clear()
-    _tls_defaults.update(TLS_DEFAULTS)
-    _tls_defaults.update({k: v for k, v in values.items() if k in TLS_DEFAULTS})
-
-
-def tls_settings(values: Mapping[str, Any] | None) -> dict[str, str]:
-    """The ``ssl.*`` client settings among ``values`` over the process's defaults:
-    a value of ``values`` wins where it is not the built-in default (a client's
-    settings hold every key, most at their defaults)."""
-    found = dict(_tls_defaults)
-    for key, default in TLS_DEFAULTS.items():
-        if values is not None and values.get(key) not in (None, default):
-            found[key] = str(values[key])
-    return found
-
-
-def _read_pem(key: str, path: str) -> str:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError as e:
-        raise ValueError(f"{key}: {path}: {e.strerror or e}") from None
-    try:
-        data = os.read(fd, _MAX_PEM_BYTES + 1)
-    finally:
-        os.close(fd)
-    if len(data) > _MAX_PEM_BYTES:
-        raise ValueError(f"{key}: {path}: larger than {_MAX_PEM_BYTES} bytes")
-    return data.decode("ascii", "replace")
-
-
-@functools.lru_cache(maxsize=16)
-def _context(truststore: str, keystore: str, password: str, algorithm: str) -> ssl.SSLContext:
-    if algorithm not in ("https", ""):
-        raise ValueError(f"ssl.endpoint.identification.algorithm: {algorithm!r}: "
-                         "expected https or empty")
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    ctx.check_hostname = algorithm == "https"
-    if truststore:
-        try:
-            ctx.load_verify_locations(cadata=_read_pem("ssl.truststore.location", truststore))
-        except ssl.SSLError as e:
-            raise ValueError(f"ssl.truststore.location: {truststore}: no CA certificate "
-                             f"in it ({e.reason or e})") from None
-    else:
-        ctx.load_default_certs(ssl.Purpose.SERVER_AUTH)
-    if keystore:
-        try:
-            fd = os.open(keystore, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError as e:
-            raise ValueError(f"ssl.keystore.location: {keystore}: {e.strerror or e}") from None
-        try:
-            ctx.load_cert_chain(f"/proc/self/fd/{fd}", password=lambda: password.encode())
-        except (ssl.SSLError, OSError) as e:
-            raise ValueError(f"ssl.keystore.location: {keystore}: not a usable certificate "
-                             f"chain and key ({getattr(e, 'reason', None) or e})") from None
-        finally:
-            os.close(fd)
-    return ctx
-
-
-def tls_context(values: Mapping[str, Any] | None = None) -> ssl.SSLContext:
-    """The client SSLContext of the ``ssl.*`` settings in ``values`` (over the
-    process's defaults): ``ssl.truststore.location`` (PEM CAs; empty: the
-    system's), ``ssl.keystore.location`` (PEM: this client's certificate
-    chain, then its key), ``ssl.key.password``,
-    ``ssl.endpoint.identification.algorithm`` (``https``: the certificate must
-    name the host; empty: not checked). ValueError names a bad one."""
-    found = tls_settings(values)
-    return _context(found["ssl.truststore.location"], found["ssl.keystore.location"],
-                    found["ssl.key.password"], found["ssl.endpoint.identification.algorithm"])
-
 
 def parse_uri(uri: str) -> tuple[socket.AddressFamily, str | tuple[str, int]]:
     """``(family, address)`` for a broker URI, ready for ``socket.connect``.
@@ -225,16 +141,16 @@ class _Pending(NamedTuple):
 
 
 def _max_answer(request: api.Request) -> int | None:
-    if isinstance(request, (api.FetchRequest, replication.FetchRequestV1)):
+    if isinstance(request, _FETCHES):
         return (_FETCH_ANSWER_OVERHEAD + sum(_FETCH_PARTITION_OVERHEAD + max(p.max_bytes, 0)
                                              for p in request.partitions))
     return None
 
 
 def _broker_wait(request: api.Request) -> float:
-    if isinstance(request, (api.FetchRequest, replication.FetchRequestV1)):
+    if isinstance(request, _FETCHES):
         return max(request.max_wait_ms, 0) / 1000
-    if isinstance(request, api.ProduceRequest):
+    if isinstance(request, _PRODUCES):
         return _produce_wait(request.acks, request.timeout_ms)
     return 0.0
 
@@ -329,15 +245,15 @@ class BrokerConnection:
         return self
 
     def _handshake(self, sock: socket.socket, timeout: float) -> ssl.SSLSocket:
-        """The TLS handshake of a connected socket, within what is left of the
-        connect's ``timeout`` (the socket's); an OSError of one line if it fails."""
+        """The TLS handshake of a connected socket, within ``timeout`` in all;
+        an OSError of one line if it fails."""
         try:
             context = tls_context(self.tls)
         except ValueError as exc:
             sock.close()
             raise OSError(f"cannot reach {self.uri}: {exc}") from None
         try:
-            return context.wrap_socket(sock, server_hostname=self.address[0])
+            return handshake(context, sock, self.address[0], timeout)
         except ssl.SSLCertVerificationError as exc:
             sock.close()
             raise OSError(f"cannot reach {self.uri}: the broker's certificate is refused: "
@@ -384,7 +300,7 @@ class BrokerConnection:
         if type(request) in _REPLICATION_REQUESTS:  # METADATA v1 and v2, FETCH v1, ...
             response_cls = _REPLICATION_RESPONSES[(request.API_KEY, request.API_VERSION)]
         self._write([api.encode_request(request, correlation_id, self.client_id)])
-        if not (isinstance(request, api.ProduceRequest) and request.acks == 0):
+        if not (isinstance(request, _PRODUCES) and request.acks == 0):
             self._pending.append(_Pending(correlation_id, request.API_KEY, _broker_wait(request),
                                           _max_answer(request), response_cls))
         return correlation_id
@@ -487,7 +403,7 @@ class BrokerConnection:
         if self._pending:
             raise RuntimeError(f"request() with {len(self._pending)} answers pending")
         self.send(request)
-        if isinstance(request, api.ProduceRequest) and request.acks == 0:
+        if isinstance(request, _PRODUCES) and request.acks == 0:
             return None
         return self.receive()
 

@@ -18,7 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from hostbroker.client.connection import TLS_DEFAULTS, parse_uri, set_tls_defaults
+from hostbroker.client.connection import parse_uri
+from hostbroker.client.tls import TLS_DEFAULTS, set_tls_defaults, tls_defaults
 from hostbroker.config import Setting, checked, split_list
 from hostbroker.errors import ConfigError
 
@@ -80,10 +81,13 @@ def resolve(
     config: Mapping[str, Any] | None = None,
     options: Mapping[str, Any] | None = None,
 ) -> Settings:
-    """Defaults, then ``config`` (dotted keys), then ``options`` (``_`` for ``.``)."""
+    """Defaults (for ``ssl.*`` the process's, :mod:`hostbroker.client.tls`),
+    then ``config`` (dotted keys), then ``options`` (``_`` for ``.``)."""
     by_key = {s.key: s for s in declared}
     by_name = {key.replace(".", "_"): key for key in by_key}
     values = {key: s.default for key, s in by_key.items()}
+    # ssl.*: the process's (a --command-config file's) under what is given here
+    values.update({k: v for k, v in tls_defaults().items() if k in values})
     for key, raw in (config or {}).items():
         setting = by_key.get(key)
         if setting is None:

@@ -21,7 +21,7 @@ from typing import Any
 from hostbroker.client.connection import DEFAULT_CLIENT_ID, DEFAULT_TIMEOUT, BrokerConnection
 from hostbroker.client.errors import BrokerError
 from hostbroker.errors import ErrorCode, ProtocolError
-from hostbroker.protocol import api, logdirs, replication, topics_admin
+from hostbroker.protocol import api, logdirs, replication, throttled, topics_admin
 from hostbroker.protocol.primitives import Buffer
 
 DEFAULT_PRODUCE_TIMEOUT_MS = 10_000
@@ -47,6 +47,9 @@ class SimpleClient:
     ):
         # tls: the ssl.* client settings of an ssl:// uri (BrokerConnection)
         self.connection = BrokerConnection(uri, timeout=timeout, client_id=client_id, tls=tls)
+        # how long the broker held the last PRODUCE v1 or FETCH v2 answer for a
+        # quota (ms; None until one came)
+        self.throttle_time_ms: int | None = None
 
     def __repr__(self) -> str:
         return f"<SimpleClient {self.connection!r}>"
@@ -68,7 +71,10 @@ class SimpleClient:
 
     def _partition_results(self, request: api.Request, raise_on_error: bool) -> tuple[Any, ...]:
         """The per-partition results of an answer, raising for the first error if asked."""
-        results = self.request(request).partitions
+        response = self.request(request)
+        results = response.partitions
+        if hasattr(response, "throttle_time_ms"):
+            self.throttle_time_ms = response.throttle_time_ms
         if raise_on_error:
             for result in results:
                 if result.error_code != ErrorCode.NONE:
@@ -88,10 +94,12 @@ class SimpleClient:
         timeout_ms: int = DEFAULT_PRODUCE_TIMEOUT_MS,
         *,
         raise_on_error: bool = True,
+        version: int = 0,
     ) -> api.ProducePartitionResult | None:
         """Append ``message_set`` to one partition; None for acks=0 (no answer)."""
         results = self.produce_many(
-            [(topic, partition, message_set)], acks, timeout_ms, raise_on_error=raise_on_error
+            [(topic, partition, message_set)], acks, timeout_ms, raise_on_error=raise_on_error,
+            version=version,
         )
         return None if results is None else _only(results, topic, partition)
 
@@ -102,9 +110,12 @@ class SimpleClient:
         timeout_ms: int = DEFAULT_PRODUCE_TIMEOUT_MS,
         *,
         raise_on_error: bool = True,
+        version: int = 0,
     ) -> tuple[api.ProducePartitionResult, ...] | None:
-        """Append to several partitions in one request: ``(topic, partition, message_set)``s."""
-        request = api.ProduceRequest(
+        """Append to several partitions in one request: ``(topic, partition, message_set)``s.
+        ``version`` 1: the answer says how long a quota held it (:attr:`throttle_time_ms`)."""
+        request = (throttled.ProduceRequestV1 if version == throttled.PRODUCE_V1
+                   else api.ProduceRequest)(
             acks, timeout_ms, tuple(api.ProducePartition(*p) for p in partitions)
         )
         if acks == 0:
@@ -124,11 +135,12 @@ class SimpleClient:
         min_bytes: int = 0,
         *,
         raise_on_error: bool = True,
+        version: int = 0,
     ) -> api.FetchPartitionResult:
         """Up to ``max_bytes`` of the log from ``offset``; the set may end with a partial entry."""
         results = self.fetch_many(
             [(topic, partition, offset, max_bytes)], max_wait_ms, min_bytes,
-            raise_on_error=raise_on_error,
+            raise_on_error=raise_on_error, version=version,
         )
         return _only(results, topic, partition)
 
@@ -139,9 +151,12 @@ class SimpleClient:
         min_bytes: int = 0,
         *,
         raise_on_error: bool = True,
+        version: int = 0,
     ) -> tuple[api.FetchPartitionResult, ...]:
-        """Fetch ``(topic, partition, offset, max_bytes)``s in one (possibly long-poll) request."""
-        request = api.FetchRequest(
+        """Fetch ``(topic, partition, offset, max_bytes)``s in one (possibly long-poll) request.
+        ``version`` 2: the answer says how long a quota held it (:attr:`throttle_time_ms`)."""
+        request = (throttled.FetchRequestV2 if version == throttled.FETCH_V2
+                   else api.FetchRequest)(
             max_wait_ms, min_bytes, tuple(api.FetchPartition(*p) for p in partitions)
         )
         return self._partition_results(request, raise_on_error)

@@ -34,7 +34,7 @@ import logging
 import time
 
 from hostbroker.cluster.controller_decisions import TP, UNCLEAN, Partition
-from hostbroker.cluster.topic_changes import CONFIG_CHANGES, decode_change
+from hostbroker.cluster.topic_changes import CONFIG_CHANGES, OtherEntityChange, decode_change
 from hostbroker.replication import zknodes
 
 log = logging.getLogger("hostbroker.controller")
@@ -172,6 +172,8 @@ class TopicChanges:
                 continue
             try:
                 topics.add(decode_change(found[0], path, self.bounds))
+            except OtherEntityChange:
+                continue  # a user's quotas: every registrar reads them (registrar_acls.py)
             except ValueError as exc:
                 self.report(path, f"{exc}; left out")
         self.config_seen = seen

@@ -48,6 +48,11 @@ def encode_change(topic: str) -> bytes:
     return json.dumps(topic).encode()
 
 
+class OtherEntityChange(ValueError):
+    """A change node of another entity than a topic (a user's quotas, Kafka's
+    ``{"version":2,"entity_path":"users/..."}``: hostbroker/cluster/acls_zk.py)."""
+
+
 def decode_change(data: bytes, path: str, bounds: Bounds = DEFAULT) -> str:
     """The topic a change node names; ValueError (one line naming ``path``) for a
     value too long, not a JSON string, or not a topic name."""
@@ -56,6 +61,8 @@ def decode_change(data: bytes, path: str, bounds: Bounds = DEFAULT) -> str:
         text = data.decode()
     except UnicodeDecodeError:
         raise ValueError(f"{path}: not UTF-8 text") from None
+    if text.startswith('{"version":2,"entity_path":"users/') and not nested_deeper(text, 1):
+        raise OtherEntityChange(f"{path}: a user's quotas changed")
     if nested_deeper(text, 0):  # a string holds no bracket outside itself
         raise ValueError(f"{path}: not a topic name")
     try:

@@ -68,6 +68,7 @@ from hostbroker.commands import (
     key_values,
     usage_error,
 )
+from hostbroker.client.tls import set_tls_defaults, tls_defaults
 from hostbroker.cluster.zk import ZooKeeperUnavailable
 from hostbroker.errors import HostbrokerError
 
@@ -190,9 +191,10 @@ _START_TIMEOUT = 60  # seconds for every worker process to reach the start line
 _inherited: tuple = ()
 
 
-def _inherit(*shared) -> None:
+def _inherit(tls: dict, *shared) -> None:
     global _inherited
     _inherited = shared
+    set_tls_defaults(tls)  # the parent's --command-config (client/tls.py)
 
 
 def _with_inherited(target, args: tuple) -> WorkerResult:
@@ -226,7 +228,8 @@ def _run_workers(target, jobs: list[tuple], with_count: bool = False) -> list[Wo
         return [target(*jobs[0], *(([0],) if with_count else ()), None)]
     context = multiprocessing.get_context("spawn")
     shared = ((context.Value("q", 0),) if with_count else ()) + (context.Barrier(len(jobs)),)
-    with context.Pool(len(jobs), initializer=_inherit, initargs=shared) as pool:
+    with context.Pool(len(jobs), initializer=_inherit,
+                      initargs=(tls_defaults(), *shared)) as pool:
         return pool.starmap(_with_inherited, [(target, job) for job in jobs])
 
 

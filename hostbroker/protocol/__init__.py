@@ -19,6 +19,8 @@ in, frozen dataclasses come out, and back. Message sets stay opaque bytes
                   stored offsets), routed by ``replication.decode_any_request``
 - ``acls``        CREATE_ACLS, DELETE_ACLS, DESCRIBE_ACLS, ALTER_QUOTAS, DESCRIBE_QUOTAS
                   (access control), routed by ``replication.decode_any_request``; WHOAMI
+- ``throttled``   PRODUCE v1, FETCH v2 (answers with the time a quota held them),
+                  routed by ``replication.decode_any_request``
 - ``framing``     FrameReader: a byte stream cut into frames
 - ``errors``      HeaderTooShortError, FrameTooLargeError
 

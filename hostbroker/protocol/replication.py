@@ -23,7 +23,8 @@ keys and versions UNSUPPORTED_VERSION.
   replicas across log dirs' (:mod:`~hostbroker.protocol.logdirs`: METADATA
   v2, CREATE_TOPIC v1, ALTER_REPLICA_DIRS, LOG_DIR_ADMIN), those of
   changing topics (:mod:`~hostbroker.protocol.topics_admin`: ALTER_TOPIC,
-  LIST_OFFSET_GROUPS), the group APIs, version 0).
+  LIST_OFFSET_GROUPS), the throttled versions (:mod:`~hostbroker.protocol.throttled`:
+  PRODUCE v1, FETCH v2), the group APIs, version 0).
 - :func:`request_version` reads ``(api_key, api_version)`` off a frame
   without decoding it, for the network code's routing.
 - :func:`encode_fetch_v1_response_parts` is the sendfile form of a FETCH v1
@@ -48,7 +49,7 @@ from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
 
 from hostbroker.errors import ErrorCode, ProtocolError
-from hostbroker.protocol import acls, api, groups, logdirs, topics_admin
+from hostbroker.protocol import acls, api, groups, logdirs, throttled, topics_admin
 from hostbroker.protocol.bodies import ApiKey, MetadataBroker, TopicConfigEntry
 from hostbroker.protocol.controller_requests import (
     BrokerEndpoint,
@@ -394,7 +395,8 @@ def decode_any_request(frame: Buffer, max_entries: int | None = None):
     request_type = (REPLICATION_REQUEST_TYPES.get(version)
                     or logdirs.LOGDIRS_REQUEST_TYPES.get(version)
                     or topics_admin.TOPICS_ADMIN_REQUEST_TYPES.get(version)
-                    or acls.ACLS_REQUEST_TYPES.get(version))
+                    or acls.ACLS_REQUEST_TYPES.get(version)
+                    or throttled.THROTTLED_REQUEST_TYPES.get(version))
     if request_type is None:
         return groups.decode_any_request(frame, max_entries)
     request = api.decode_body(request_type, frame, header.body_offset, max_entries)
@@ -443,6 +445,8 @@ def decode_response(frame: Buffer, cls: type) -> tuple[int, ReplicationResponse]
         return logdirs.decode_response(frame, cls)
     if cls in acls.ACLS_RESPONSE_TYPES.values():
         return acls.decode_response(frame, cls)
+    if cls in throttled.THROTTLED_RESPONSE_TYPES.values():
+        return throttled.decode_response(frame, cls)
     if cls not in REPLICATION_RESPONSE_TYPES.values():
         raise ValueError(f"{cls!r} is not a replication response")
     correlation_id, response = api.decode_response_as(cls, frame)

@@ -25,7 +25,7 @@ import dataclasses
 
 from hostbroker.errors import ErrorCode
 from hostbroker.protocol import acls, bodies, controller_requests, groups, logdirs, replication
-from hostbroker.protocol import topics_admin
+from hostbroker.protocol import throttled, topics_admin
 from hostbroker.security.acl import CLUSTER_NAME, Operation, ResourceType
 
 TOPIC, GROUP, CLUSTER = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
@@ -85,6 +85,8 @@ _TABLE = {
     bodies.ProduceRequest: lambda r: Needs(each=_topics(WRITE, (p.topic for p in r.partitions))),
     bodies.FetchRequest: lambda r: Needs(each=_topics(READ, (p.topic for p in r.partitions))),
     replication.FetchRequestV1: _fetch_v1,
+    throttled.ProduceRequestV1: lambda r: _TABLE[bodies.ProduceRequest](r),
+    throttled.FetchRequestV2: lambda r: _TABLE[bodies.FetchRequest](r),
     bodies.OffsetsRequest: lambda r: Needs(each=_topics(DESCRIBE, (r.topic,))),
     bodies.MetadataRequest: _metadata,
     replication.MetadataRequestV1: _metadata,

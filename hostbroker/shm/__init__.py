@@ -13,7 +13,8 @@ Modules: ``region`` (named segments, stale clean-up), ``ring`` (SPSC byte
 ring), ``channel`` (messages of any size over a ring), ``doorbell``
 (eventfd wake-ups), ``table`` (seqlock slot tables), ``partitions`` (the partition table),
 ``adminlock`` (the admin lock), ``procs`` (the process board), ``stats``
-(per-partition and per-API counters, one region per process).
+(per-partition and per-API counters, one region per process), ``quotas``
+(rate counters per principal, a part per processor).
 """
 
 import platform

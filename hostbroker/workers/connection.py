@@ -109,7 +109,7 @@ class Connection:
                  "linger_left", "pinned", "at_writer", "writer", "writer_seq", "writer_put",
                  "pipelining", "lone", "behind", "claim", "claim_have", "claim_put", "spilled_seq",
                  "large_next", "watched", "started", "tls", "identity", "allowed",
-                 "allowed_generation")
+                 "allowed_generation", "quota")
 
     def __init__(self, sock: socket.socket, conn_id: int, handler: int, now: float):
         self.sock = sock
@@ -160,6 +160,7 @@ class Connection:
         # and the authorizer's decisions for it at one ACL generation
         self.allowed: dict[tuple, bool] = {}
         self.allowed_generation = -1
+        self.quota = None  # a throttle.Metered while a quota applies to its principal
 
     @property
     def outstanding(self) -> int:

@@ -70,6 +70,7 @@ from hostbroker.log import message as logmsg
 from hostbroker.protocol import api
 from hostbroker.protocol import groups as gproto
 from hostbroker.protocol import replication as rproto
+from hostbroker.protocol import throttled
 from hostbroker.protocol.api import ApiKey
 from hostbroker.shm import partitions as ptable
 from hostbroker.shm import procs
@@ -455,12 +456,15 @@ class HandlerWorker(TopicAdmin, TopicAlter, Fetching, Replication, LogDirsReques
             for r in pending.results:
                 if failed and r[2] == ErrorCode.NONE and r[3] == -1:
                     r[2] = ErrorCode.UNKNOWN
-            body = api.ProduceResponse(tuple(api.ProducePartitionResult(*r)
-                                             for r in pending.results))
+            body = answer_type(tuple(api.ProducePartitionResult(*r)
+                                     for r in pending.results))
             self._reply(pending.processor, pending.conn_id, pending.seq,
                         pending.correlation_id, body,
                         error=any(r[2] for r in pending.results))
 
+        # version 1 carries the throttle time its processor writes in (protocol/throttled.py)
+        v1 = type(request) is throttled.ProduceRequestV1
+        answer_type = throttled.ProduceResponseV1 if v1 else api.ProduceResponse
         pending = self._new_pending(p, conn_id, seq, corr, ApiKey.PRODUCE, results, respond)
         acks = request.acks
         if acks not in (-1, 0, 1):
@@ -470,7 +474,7 @@ class HandlerWorker(TopicAdmin, TopicAlter, Fetching, Replication, LogDirsReques
             deadline = now_ms() + max(0, request.timeout_ms)
             # one partition, acks=1: its writer answers the processor itself
             direct = (env.Direct(p, conn_id, seq, corr) if self.direct_answers and acks == 1
-                      and len(request.partitions) == 1 else None)
+                      and len(request.partitions) == 1 and not v1 else None)
             refused = self.refused  # topics the principal may not WRITE (handler_access.py)
             for index, part in enumerate(request.partitions):
                 if refused and part.topic in refused:

@@ -17,6 +17,7 @@ import dataclasses
 
 from hostbroker.errors import ErrorCode
 from hostbroker.protocol import replication as rproto
+from hostbroker.protocol import throttled
 from hostbroker.protocol.api import ApiKey
 from hostbroker.security.acl import Operation
 from hostbroker.shm import partitions as ptable
@@ -49,7 +50,8 @@ class Fetching:
             return
         max_wait = min(max(0, request.max_wait_ms), self.config["fetch.max.wait.ms"])
         deadline = now_ms() + max_wait
-        if not (self.writer_polls and not isinstance(request, rproto.FetchRequestV1)
+        if not (self.writer_polls and type(request) is not rproto.FetchRequestV1
+                and type(request) is not throttled.FetchRequestV2  # (writers answer v0)
                 and self._poll_at_writer(p, conn_id, seq, corr, request, deadline)):
             self._park(p, conn_id, seq, corr, request, deadline)
 
@@ -107,6 +109,8 @@ class Fetching:
             return True
         try:
             pieces = fetch_answer_pieces(corr, parts, self.max_response_bytes)
+            if type(request) is throttled.FetchRequestV2:
+                pieces = throttled.fetch_v2_parts(pieces)
         except ValueError:
             self._fail(p, conn_id, seq, corr, ErrorCode.INVALID_REQUEST)
             return False

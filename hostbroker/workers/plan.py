@@ -180,6 +180,11 @@ class BrokerPlan:
         return self.shm_prefix + "access"
 
     @property
+    def quotas_name(self) -> str:
+        """What each principal with a quota did lately, per processor (``shm/quotas.py``)."""
+        return self.shm_prefix + "quotas"
+
+    @property
     def logdirs_name(self) -> str:
         """The state of each log dir, by writer index (``shm/logdirs.py``)."""
         return self.shm_prefix + "logdirs"

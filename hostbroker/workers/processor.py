@@ -63,8 +63,9 @@ Backpressure and fairness: a connection is not read while it has
 (an answer counts until its last byte is written), while
 ``connection.max.handler.requests`` of its requests are at the handler
 (in the ring or being served: one connection's burst cannot fill the ring
-ahead of the others), or while ``connection.max.queued.bytes`` of answers wait
-to be written. While a request ring is full no socket is read at all. When a
+ahead of the others), while ``connection.max.queued.bytes`` of answers wait
+to be written, or while an answer of it is held because its principal went
+past a quota (``throttle.py``). While a request ring is full no socket is read at all. When a
 handler is replaced, the connections waiting on it are closed (their requests
 died with it).
 """
@@ -100,6 +101,7 @@ from hostbroker.workers.processor_frames import SEQ_MASK, FrameReading
 from hostbroker.workers.processor_groups import GroupPutting
 from hostbroker.workers.sendfiles import FetchV1Head, HeldPiece, SegmentFiles, pin_answer
 from hostbroker.workers.stats_record import UNRECORDED, Recorder
+from hostbroker.workers.throttle import Throttling
 from hostbroker.workers.tls import TlsConnections, send_file_piece
 from hostbroker.workers.topicview import TopicView, log_dir_table
 
@@ -108,7 +110,7 @@ _FD_SWEEP_S = 5.0
 
 
 class ProcessorWorker(Connections, FrameReading, RingClaims, LocalFetching, GroupPutting,
-                      TlsConnections, ConnectionAccess, Worker):
+                      TlsConnections, ConnectionAccess, Throttling, Worker):
     kind = "processor"
     process_name = "hb-proc"
     stats = UNRECORDED  # (init_process attaches this process's own)
@@ -167,6 +169,7 @@ class ProcessorWorker(Connections, FrameReading, RingClaims, LocalFetching, Grou
         self.files = SegmentFiles(config["segment.fd.cache.size"])
         self.access = open_access(plan, self.config)  # ACLs and quotas (docs/security.md)
         self._init_access(config)  # identities and decisions (processor_access)
+        self._init_throttle(plan, config)  # quotas: counting, holding answers (throttle.py)
         self.stats = Recorder(plan, self.kind, self.index)
         self._api_request = self.stats.request
         self.table_answers = None  # METADATA and OFFSETS answered here (processor_frames)
@@ -228,8 +231,10 @@ class ProcessorWorker(Connections, FrameReading, RingClaims, LocalFetching, Grou
                 timeout = self._fetch_timeout(timeout)
             if self.lingering:
                 timeout = max(0.0, min(timeout, self.lingering[0].linger_until - self.now))
-            if self.tls_hurry:
-                timeout = 0.0  # plaintext waits inside a TLS object (workers/tls.py)
+            if self.held_heap:  # answers held for a quota (throttle.py)
+                timeout = max(0.0, min(timeout, self.held_heap[0][0] - self.now))
+            if self.tls_hurry or self.tls_owed:
+                timeout = 0.0  # plaintext inside a TLS object, or a handshake step (tls.py)
             events = None
             if worked and spin:
                 events = self._spin()
@@ -243,6 +248,7 @@ class ProcessorWorker(Connections, FrameReading, RingClaims, LocalFetching, Grou
                 self.fetch_looked = 0  # partitions looked up for FETCHes this round
             worked = bool(events) or self._has_input()
             self.now = time.monotonic()
+            self.tls_steps, self.tls_owed = 0, False  # handshake steps this round (tls.py)
             for fd, mask in events:
                 conn = by_fd.get(fd)
                 if conn is not None:
@@ -257,8 +263,10 @@ class ProcessorWorker(Connections, FrameReading, RingClaims, LocalFetching, Grou
                     self._accept_handoffs()
             if self.lingering:
                 self._end_lingers()
-            if self.tls_waiting or self.tls_pending or self.tls_hurry:
+            if self.tls_pending or self.tls_hurry:
                 self._tls_round()
+            if self.now >= self.quota_next or (self.stopping and self.held_heap):
+                self._throttle_round()
             self.heartbeat()
             self._check_handler_epochs()
             self._take_answers()
@@ -388,7 +396,10 @@ class ProcessorWorker(Connections, FrameReading, RingClaims, LocalFetching, Grou
         if flags & (env.RESP_CLOSE_AFTER | env.RESP_CLOSE_NOW):
             conn.closing = True  # no further frame of it goes to the handler
         self._answered(conn, seq)
-        conn.order(seq, pieces, flags)
+        if conn.quota is None:
+            conn.order(seq, pieces, flags)
+        else:
+            self._order_metered(conn, seq, pieces, flags)  # held past a quota (throttle.py)
         self._write(conn)
         self._update_reading(conn)
 

@@ -48,6 +48,7 @@ class ConnectionAccess:
         of its frames (the ring keeps their order), and it may be read."""
         conn.identity = identity
         self._tell(conn)
+        self._quota_adopt(conn)  # metered if its principal has a quota (throttle.py)
 
     def _tell(self, conn: Connection) -> None:
         self.requests[conn.handler].send(env.encode_principal(conn.conn_id, conn.identity))

@@ -71,8 +71,10 @@ class RingClaims:
         and a socket that gave less than it said it held, into ``conn.buf``);
         False, nothing changed, when the ring has no room, something is queued
         for it, another frame holds it, or the frame needs fragments."""
-        if not self._may_read(conn) or conn.spilled_seq == conn.next_seq or conn.tls is not None:
-            return False  # (under TLS, FIONREAD counts encrypted bytes: gathered instead)
+        if not self._may_read(conn) or conn.spilled_seq == conn.next_seq:
+            return False
+        if conn.tls is not None and not self.ring_receive:
+            return False  # (FIONREAD counts encrypted bytes under TLS: gathered instead)
         sender = self.requests[conn.handler]
         if sender.claim_open:
             return False  # another connection's frame is coming in there
@@ -125,6 +127,8 @@ class RingClaims:
             return
         key = (api.ApiKey.PRODUCE if conn.claim_put is not None
                else FRAME_KEY.unpack_from(conn.claim)[0])
+        if conn.quota is not None:  # its principal has a quota (throttle.py)
+            self._quota_claimed(conn, key)
         conn.claim = None
         conn.claim_have = 0
         conn.large_next = self.ring_receive
@@ -151,7 +155,7 @@ class RingClaims:
         acks=1, ONLINE, its writer asleep: the checks of :meth:`_put`); True if
         it went. Whatever else (no room, a head that does not decode) is
         gathered in the connection's buffer and decided once whole."""
-        if (not self.ring_receive or not self._may_read(conn) or conn.tls is not None
+        if (not self.ring_receive or not self._may_read(conn)
                 or conn.spilled_seq == conn.next_seq):
             return False
         head = bytes(memoryview(conn.buf)[:min(conn.end, PUT_HEAD_MAX)]) if start is None \

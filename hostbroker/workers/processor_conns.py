@@ -200,6 +200,8 @@ class Connections:
             if reading and (conn.end or conn.claim is not None):
                 conn.frame_started = self.now  # the deadline runs while we read
             self._apply_interest(conn)
+            if reading and conn.tls is not None:
+                self._tls_reading_on(conn)  # plaintext epoll cannot see (workers/tls.py)
 
     def _apply_interest(self, conn: Connection, lazy: bool = True) -> None:
         """Have epoll watch ``conn`` for what it reads and writes now.

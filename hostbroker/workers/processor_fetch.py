@@ -157,7 +157,10 @@ class LocalFetching:
             if self.stats.fetched(parts, reads):
                 self.stats.error(api.ApiKey.FETCH)
             self._answered(conn, seq)
-            conn.order(seq, pieces, 0)
+            if conn.quota is None:
+                conn.order(seq, pieces, 0)
+            else:
+                self._order_metered(conn, seq, pieces, 0)  # (throttle.py)
             self.answered_here.add(conn)
         return True
 

@@ -66,7 +66,8 @@ class FrameReading:
         # (and nothing before the connection's identity is known: processor_access)
         return (not conn.closing and not conn.at_writer and conn.identity is not None
                 and conn.outstanding < self.max_in_flight
-                and conn.at_handler < self.max_at_handler and conn.queued < self.max_queued)
+                and conn.at_handler < self.max_at_handler and conn.queued < self.max_queued
+                and (conn.quota is None or not conn.quota.held))  # (muted: throttle.py)
 
     def _put_candidate(self, conn: Connection, need: int, head) -> bool:
         """Whether the large frame ``head`` begins (its first bytes, ``need`` in
@@ -212,6 +213,8 @@ class FrameReading:
             pos += 4 + size
             # whichever way it takes, its answer has place next_seq (API stats)
             started[conn.next_seq] = (api_key, stamp)
+            if conn.quota is not None:  # its principal has a quota (throttle.py)
+                self._quota_request(conn, api_key, version, 4 + size)
             # only version 0 of METADATA and FETCH is answered here: every later
             # version (replication's) and every other key goes to the handler
             if (local is not None and not conn.at_handler and key in LOCAL_KEYS
@@ -329,9 +332,12 @@ class FrameReading:
 
     @staticmethod
     def _unread(conn: Connection) -> int:
-        """Bytes waiting in ``conn``'s socket (1 if it cannot tell)."""
+        """Bytes waiting in ``conn``'s socket (1 if it cannot tell); under TLS
+        the plaintext inside its TLS object too (an estimate: the socket's
+        are encrypted bytes, but never 0 while plaintext waits)."""
         try:
-            return unread_bytes(conn.sock)
+            held = conn.sock.pending() if conn.tls is not None else 0
+            return held + unread_bytes(conn.sock)
         except OSError:
             return 1
 
@@ -371,7 +377,10 @@ class FrameReading:
         if flags or local.error:
             self.stats.error(_KEY_CORR.unpack_from(frame, 0)[0])
         self._answered(conn, seq)
-        conn.order(seq, pieces, flags)
+        if conn.quota is None:
+            conn.order(seq, pieces, flags)
+        else:
+            self._order_metered(conn, seq, pieces, flags)  # (throttle.py)
         self.answered_here.add(conn)
 
     def _local_answer(self, conn: Connection, pieces: list, flags: int) -> None:

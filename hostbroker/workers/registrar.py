@@ -48,7 +48,8 @@ move this broker's leaderships away (``controlled.shutdown.enable``); it
 publishes which controller and epoch ZooKeeper names, the only ones this
 broker's handlers take requests from (registrar_fence.py), and which topics
 are replicated, so a handler never auto-creates a plain one of such a name
-(registrar_names.py).
+(registrar_names.py); and the cluster's ACLs and quotas, published to every
+process of the broker (registrar_acls.py).
 Partitions of replicated topics (slot ``role`` other than ROLE_PLAIN) are
 never registered as 0.7 child nodes.
 """
@@ -66,9 +67,11 @@ from hostbroker.shm import partitions as ptable
 from hostbroker.shm import procs
 from hostbroker.shm.partitions import PartitionTable
 from hostbroker.shm.peers import PeersTable
+from hostbroker.shm.published import PublishedDocument
 from hostbroker.shm.table import TornSlotError
 from hostbroker.shm.topicnames import ReplicatedNames
 from hostbroker.workers.base import EXIT_BOOT_FAILED, EXIT_OK, EXIT_REFUSED, Worker
+from hostbroker.workers.registrar_acls import ClusterAccess
 from hostbroker.workers.registrar_controller import ControllerRole
 from hostbroker.workers.registrar_fence import ControllerFence
 from hostbroker.workers.registrar_isr import IsrCommits
@@ -150,6 +153,9 @@ class RegistrarWorker(Worker):
         self.fence = ControllerFence(self, PeersTable.attach(self.plan.peers_name))
         self.topic_names = ReplicatedTopics(self, ReplicatedNames.attach(
             self.plan.replicated_names_name))
+        self.access = ClusterAccess(self, PublishedDocument.attach(self.plan.access_name),
+                                    max_bindings=config["acl.max.bindings"],
+                                    max_entities=config["quota.max.principals"])
         self._refresh_topics()
         if self.epoch == 1:
             self._first_registration()
@@ -157,6 +163,7 @@ class RegistrarWorker(Worker):
             self._try_connect()
         self.fence.poll()  # the controller ZooKeeper names, known before the listeners open
         self.topic_names.poll()  # so are the replicated topics (handlers' auto-create)
+        self.access.poll()  # and the cluster's ACLs and quotas (registrar_acls.py)
         self.board.set_state(self.slot, procs.WORKER_READY)
 
     # -- ZooKeeper session ------------------------------------------------------
@@ -406,6 +413,7 @@ class RegistrarWorker(Worker):
             self.role.step()
             self.fence.poll()
             self.topic_names.poll()
+            self.access.poll()
             self.isr_commits.poll()
         sel.close()
         if self.config["controlled.shutdown.enable"] and holds_replicas(self.table):

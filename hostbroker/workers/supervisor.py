@@ -88,6 +88,7 @@ from hostbroker.shm.topicnames import ReplicatedNames
 from hostbroker.web.auth import AdminTokenError, load_admin_token
 from hostbroker.workers import tls
 from hostbroker.workers.access import publish_at_start
+from hostbroker.workers.throttle import make_quota_counters
 from hostbroker.workers.acceptor import AcceptorWorker
 from hostbroker.workers.coordinator import CoordinatorWorker
 from hostbroker.workers.base import child_main, die_with_parent, set_process_name
@@ -226,6 +227,7 @@ class Supervisor(Respawn):
         # (standalone too: a standalone broker takes LEADER_AND_ISR by hand, as tests do)
         self._make_replication_tables()
         self.regions.append(publish_at_start(plan.access_name, plan.log_dirs[0], config))
+        self.regions.append(make_quota_counters(plan, config))
         self.admin_lock = AdminLock.create(plan.token)
         plan.admin_lock_key = self.admin_lock.key
         for kind, index in plan.workers():

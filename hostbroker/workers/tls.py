@@ -21,34 +21,39 @@ Owns:
   :class:`~hostbroker.workers.processor.ProcessorWorker`: which hand-offs are
   TLS (the local address they were accepted on), the non-blocking handshake
   in the epoll loop with its deadline (``ssl.handshake.timeout.ms``, counted
-  from the hand-off), at most ``ssl.max.handshakes`` running per processor
-  (more wait, unread and unwatched, their deadline running), the
+  from the hand-off), at most ``ssl.max.handshakes`` handshake steps per round
+  of the processor's loop (a step is one ``do_handshake`` on input that came:
+  the CPU of the handshake's keys; a connection whose step waits for the
+  next round stays watched, so epoll reports it again at once, and the
+  loop does not sleep meanwhile; a connection that sends nothing costs no
+  step and holds nothing another needs), the
   connection's identity once the handshake is done
   (:func:`hostbroker.security.principals.from_certificate`), and the failures
   said in the broker log at a bounded rate.
 
-Large frames are never received straight into their ring records under TLS
-(the socket's FIONREAD counts encrypted bytes): they are gathered in the
-connection's buffer (``processor_claims``).
+A large frame is received straight into its ring record under TLS as over
+plain TCP when ``processor.ring.receive`` is on (the record is filled through
+:meth:`TlsSocket.recv_into`); only without it (where the whole rest must be
+in the socket, by FIONREAD, which counts encrypted bytes) is it gathered in
+the connection's buffer (``processor_claims``). PEM files are read by
+:mod:`hostbroker.pemfile`.
 """
 
 from __future__ import annotations
 
-import collections
 import os
 import socket
 import ssl
-import stat
 import sys
 import time
 
+from hostbroker import pemfile
 from hostbroker.security.principals import from_certificate
 from hostbroker.shm import procs
 from hostbroker.settings_tls import protocol_list
 from hostbroker.workers.peers import UNKNOWN_HOST, peer_host
 
 SEND_CHUNK = 256 * 1024  # the most written through TLS in one call
-MAX_PEM_BYTES = 1024 * 1024  # keystore and truststore files
 LOG_LINES_PER_MINUTE = 10  # handshake failures said in the broker log
 _VERSIONS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
 _CLIENT_AUTH = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL,
@@ -62,41 +67,38 @@ class TlsConfigError(Exception):
 
 # -- the server context ----------------------------------------------------------
 def open_pem(key: str, path: str) -> int:
-    """A descriptor of the regular file ``path`` (``key`` names the setting in
-    the error), opened without following a link; TlsConfigError otherwise."""
+    """:func:`hostbroker.pemfile.open_pem`, its refusal a TlsConfigError."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NOCTTY)
-    except OSError as e:
-        reason = "is a symbolic link" if e.errno == 40 else (e.strerror or str(e))
-        raise TlsConfigError(f"{key}: {path}: {reason}") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise TlsConfigError(f"{key}: {path}: not a regular file")
-        if info.st_size > MAX_PEM_BYTES:
-            raise TlsConfigError(f"{key}: {path}: larger than {MAX_PEM_BYTES} bytes")
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+        return pemfile.open_pem(key, path)
+    except pemfile.PemFileError as e:
+        raise TlsConfigError(str(e)) from None
 
 
 def read_pem(key: str, path: str) -> str:
-    fd = open_pem(key, path)
+    """:func:`hostbroker.pemfile.read_pem`, its refusal a TlsConfigError."""
     try:
-        data = os.pread(fd, MAX_PEM_BYTES + 1, 0)
-    finally:
-        os.close(fd)
-    try:
-        return data.decode("ascii")
-    except UnicodeDecodeError:
-        raise TlsConfigError(f"{key}: {path}: not a PEM file") from None
+        return pemfile.read_pem(key, path)
+    except pemfile.PemFileError as e:
+        raise TlsConfigError(str(e)) from None
 
 
 def _ssl_reason(e: Exception) -> str:
     if isinstance(e, ssl.SSLError):
         return (e.reason or e.strerror or str(e)).replace("_", " ").lower()
     return getattr(e, "strerror", None) or str(e)
+
+
+def _key_kept_private(fd: int, path: str) -> None:
+    """Refuse a keystore whose private key is not encrypted while group or
+    others may read the file (as ssh refuses such a key)."""
+    mode = os.fstat(fd).st_mode & 0o777
+    if not mode & 0o077:
+        return
+    text = os.pread(fd, pemfile.MAX_PEM_BYTES, 0)
+    if b"PRIVATE KEY-----" in text and b"ENCRYPTED" not in text:
+        raise TlsConfigError(f"ssl.keystore.location: {path}: its private key is not "
+                             f"encrypted and group or others may read the file (mode "
+                             f"{mode:04o}): make it 0600 or 0400")
 
 
 def server_context(config) -> ssl.SSLContext:
@@ -119,6 +121,7 @@ def server_context(config) -> ssl.SSLContext:
     password = config["ssl.key.password"].encode()
     fd = open_pem("ssl.keystore.location", keystore)
     try:
+        _key_kept_private(fd, keystore)
         # through the descriptor opened above: the file checked is the file read
         ctx.load_cert_chain(f"/proc/self/fd/{fd}", password=lambda: password)
     except (ssl.SSLError, OSError, ValueError) as e:
@@ -129,8 +132,11 @@ def server_context(config) -> ssl.SSLContext:
     finally:
         os.close(fd)
     auth = config["ssl.client.auth"]
-    ctx.verify_mode = _CLIENT_AUTH[auth]
     truststore = config["ssl.truststore.location"]
+    if auth != "none" and not truststore:
+        raise TlsConfigError(f"ssl.truststore.location: the CAs of client certificates must "
+                             f"be named when ssl.client.auth is {auth}")
+    ctx.verify_mode = _CLIENT_AUTH[auth]
     if truststore:
         cadata = read_pem("ssl.truststore.location", truststore)
         try:
@@ -138,8 +144,6 @@ def server_context(config) -> ssl.SSLContext:
         except (ssl.SSLError, ValueError) as e:
             raise TlsConfigError(f"ssl.truststore.location: {truststore}: no CA certificate "
                                  f"in it ({_ssl_reason(e)})") from None
-    elif auth != "none":
-        ctx.load_default_certs(ssl.Purpose.CLIENT_AUTH)
     return ctx
 
 
@@ -163,9 +167,11 @@ def accepted_on(addresses, sock: socket.socket) -> bool:
     except OSError:
         return False
     for family, bound_host, bound_port in addresses:
-        if port == bound_port and (bound_host in ("0.0.0.0", "::") or bound_host == host
-                                   or (family == socket.AF_INET
-                                       and host == "::ffff:" + bound_host)):
+        if port != bound_port:
+            continue
+        # (a listener takes sockets of its own family only: an IPv4 client of
+        # a dual-stack [::] one is an IPv6 socket from ::ffff:a.b.c.d)
+        if family == sock.family and bound_host in ("0.0.0.0", "::", host):
             return True
     return False
 
@@ -267,14 +273,13 @@ def send_file_piece(sock: TlsSocket, fd: int, position: int, left: int) -> int:
 
 
 class TlsState:
-    """A TLS connection's handshake: its deadline, and whether it has a slot."""
+    """A TLS connection's handshake: its deadline, and whether it is done."""
 
-    __slots__ = ("deadline", "handshaking", "started")
+    __slots__ = ("deadline", "handshaking")
 
     def __init__(self, deadline: float):
         self.deadline = deadline
         self.handshaking = True
-        self.started = False  # holds one of the processor's ssl.max.handshakes
 
 
 class LogLimit:
@@ -311,16 +316,17 @@ class TlsConnections:
         self.tls_context = getattr(plan, "tls", None)
         self.tls_addresses = tls_listener_addresses(plan.listeners) if self.tls_context else []
         self.tls_timeout = config["ssl.handshake.timeout.ms"] / 1000
-        self.tls_max = config["ssl.max.handshakes"]
-        self.tls_running = 0  # handshakes holding a slot
-        self.tls_waiting: collections.deque = collections.deque()  # (adopted, no slot yet)
+        self.tls_max = config["ssl.max.handshakes"]  # handshake steps a loop round
+        self.tls_steps = 0  # taken this round (the loop sets it to 0 each round)
+        self.tls_owed = False  # a step waits for the next round: do not sleep
         self.tls_pending: set = set()  # connections with plaintext inside their TLS object
         self.tls_hurry = False  # one of them may read now: do not sleep
         self.tls_log = LogLimit()
 
     def _adopt_tls(self, conn) -> None:
         """A connection just adopted: wrapped for TLS when it came to an ``ssl://``
-        listener, its handshake started, or waiting for a slot (unwatched)."""
+        listener, and its handshake started (its ClientHello may be there
+        already; watched for it otherwise)."""
         if not self.tls_addresses or not accepted_on(self.tls_addresses, conn.sock):
             return
         try:
@@ -331,27 +337,17 @@ class TlsConnections:
             return
         conn.sock = TlsSocket(wrapped)
         conn.tls = TlsState(self.now + self.tls_timeout)
-        if self.tls_running >= self.tls_max:
-            conn.reading = False
-            self._apply_interest(conn, lazy=False)  # unwatched until a slot is free
-            self.tls_waiting.append(conn)
-            return
-        self._start_handshake(conn)
-
-    def _start_handshake(self, conn) -> None:
-        conn.tls.started = True
-        self.tls_running += 1
-        conn.reading = True
-        self._apply_interest(conn, lazy=False)
-        self._handshake(conn)  # (its ClientHello may be there already)
+        self._handshake(conn)
 
     def _handshake(self, conn) -> None:
-        """One step of ``conn``'s handshake (epoll said it may move)."""
+        """One step of ``conn``'s handshake (epoll said it may move), unless
+        this round has taken its ``ssl.max.handshakes`` steps: then it stays
+        watched, and epoll (level-triggered) reports it again next round."""
         state = conn.tls
-        if not state.started:  # watched by a pause's end: still waiting for a slot
-            conn.reading = conn.writing = False
-            self._apply_interest(conn, lazy=False)
+        if self.tls_steps >= self.tls_max:
+            self.tls_owed = True  # do not sleep: the step is owed
             return
+        self.tls_steps += 1
         try:
             conn.sock.do_handshake()
         except ssl.SSLWantReadError:
@@ -374,8 +370,6 @@ class TlsConnections:
             return
         self._identify(conn, identity)  # its handler is told first (processor_access)
         state.handshaking = False
-        state.started = False
-        self.tls_running -= 1
         conn.active = self.now
         conn.reading, conn.writing = True, False
         self._apply_interest(conn, lazy=False)
@@ -402,10 +396,7 @@ class TlsConnections:
         self._close(conn)
 
     def _tls_closed(self, conn) -> None:
-        """``conn`` (a TLS connection) is closed: its slot and reads go."""
-        if conn.tls.handshaking and conn.tls.started:
-            conn.tls.started = False
-            self.tls_running -= 1
+        """``conn`` (a TLS connection) is closed: its reads go."""
         self.tls_pending.discard(conn)
 
     def _tls_expired(self, conn) -> bool:
@@ -418,13 +409,8 @@ class TlsConnections:
         return True
 
     def _tls_round(self) -> None:
-        """Each loop round: start waiting handshakes while slots are free, and
-        read the connections whose TLS object holds plaintext epoll cannot see."""
-        waiting = self.tls_waiting
-        while waiting and self.tls_running < self.tls_max:
-            conn = waiting.popleft()
-            if self.conns.get(conn.conn_id) is conn and conn.tls.handshaking:
-                self._start_handshake(conn)
+        """Each loop round: read the connections whose TLS object holds
+        plaintext epoll cannot see."""
         if not self.tls_pending:
             self.tls_hurry = False
             return
@@ -435,6 +421,14 @@ class TlsConnections:
                 self.tls_pending.discard(conn)
                 self._read(conn)  # (adds it again if it still holds some)
         self.tls_hurry = any(c.reading for c in self.tls_pending)
+
+    def _tls_reading_on(self, conn) -> None:
+        """``conn`` may read again: plaintext its TLS object already holds is
+        read in this round's ``_tls_round`` or the next without a sleep (epoll
+        will not wake the loop for it: the socket may be empty)."""
+        if not conn.tls.handshaking and conn.sock.pending():
+            self.tls_pending.add(conn)
+            self.tls_hurry = True
 
     def _tls_read_more(self, conn) -> None:
         """After a read of ``conn``: remember it if its TLS object holds more."""

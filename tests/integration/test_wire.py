@@ -99,7 +99,7 @@ def test_request_too_large_after_pipelined_requests(uri):
     (14, 1), (15, 1), (16, 1), (17, 1), (18, 1),  # replication's new APIs too
     (19, 1), (20, 1), (21, 1),  # and changing topics
     (22, 1), (23, 1), (24, 1), (25, 1), (26, 1),  # and access control
-    (api.ApiKey.PRODUCE, 1), (api.ApiKey.METADATA, 3), (api.ApiKey.FETCH, 2),
+    (api.ApiKey.PRODUCE, 2), (api.ApiKey.METADATA, 3), (api.ApiKey.FETCH, 3),
     (api.ApiKey.CREATE_TOPIC, 2),
     (api.ApiKey.FETCH, -1),
     (api.ApiKey.OFFSET_FETCH, 7), (api.ApiKey.OFFSET_COMMIT, 2),

@@ -31,7 +31,8 @@ def _leaf(d: str, name: str, subject: str, ca: str, ext: str, days: str = "3") -
     _run("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.pem", "-CAkey", f"{ca}.key",
          "-CAcreateserial", "-out", f"{name}.pem", "-days", days, "-extfile", f"{name}.ext",
          cwd=d)
-    with open(os.path.join(d, f"{name}.keystore.pem"), "w") as out:
+    with open(os.open(os.path.join(d, f"{name}.keystore.pem"),
+                         os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as out:
         for part in (f"{name}.pem", f"{name}.key"):
             with open(os.path.join(d, part)) as f:
                 out.write(f.read())
@@ -55,7 +56,8 @@ class Certs:
         # the server key under a password, in a keystore of its own
         _run("pkey", "-in", "server.key", "-aes256", "-passout", f"pass:{PASSWORD}",
              "-out", "server.enc.key", cwd=d)
-        with open(self.path("server.enc.keystore.pem"), "w") as out:
+        with open(os.open(self.path("server.enc.keystore.pem"),
+                         os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as out:
             for part in ("server.pem", "server.enc.key"):
                 with open(self.path(part)) as f:
                     out.write(f.read())

@@ -3,9 +3,17 @@
 
 from __future__ import annotations
 
+import argparse
+import os
+import pathlib
+import socket
+import threading
+import time
+
 import pytest
 
 from hostbroker.client import EARLIEST, ConsumerConnector, Producer, SimpleConsumer
+from hostbroker.client.connection import BrokerConnection
 from hostbroker.client.settings import read_command_config
 from hostbroker.errors import ConfigError
 from hostbroker.log.message import encode_message_set
@@ -106,3 +114,128 @@ def test_plain_and_tls_clients_side_by_side(tls_broker, certs):
     with tls_broker.client(tls_broker.ssl, tls=certs.client("alice")) as secure:
         secure.produce("both", 0, encode_message_set([b"secure"]))
         assert secure.offsets("both", 0)[0] > 0
+
+
+def test_perf_processes_take_the_command_config(tls_broker, certs, tmp_path):
+    """perf's worker processes (spawned) connect with the file's settings too."""
+    config = _command_config(tmp_path, certs)
+    with tls_broker.client() as client:
+        client.create_topic("perf", 2)
+    done = hostbroker("perf", "produce", "--bootstrap", tls_broker.ssl, "--command-config",
+                      config, "--topic", "perf", "--messages", "200", "--size", "100",
+                      "--processes", "2", timeout=120)
+    assert done.returncode == 0, done.stderr
+
+
+def test_property_wins_over_the_command_config(make_tls_broker, tls_broker, certs, tmp_path):
+    """A --property ssl.* value wins over the file's, even when it is the
+    built-in default (https over a file that turned host checks off)."""
+    root = tmp_path / "elsewhere"
+    root.mkdir()
+    elsewhere = make_tls_broker(root=str(root), **{
+        "ssl.keystore.location": certs.keystore("elsewhere")})
+    with elsewhere.client() as client:
+        client.create_topic("t", 1)
+    config = _command_config(tmp_path, certs, **{"ssl.endpoint.identification.algorithm": ""})
+    b = ("--bootstrap", elsewhere.ssl, "--command-config", config, "--topic", "t", "--sync")
+    taken = hostbroker("produce", *b, input=b"x\n")  # (the file: the host is not checked)
+    assert taken.returncode == 0, taken.stderr
+    refused = hostbroker("produce", *b, "--property",
+                         "ssl.endpoint.identification.algorithm=https", input=b"x\n")
+    assert "the broker's certificate is refused" in one_line_error(refused)
+
+
+def test_resolve_puts_the_given_ssl_settings_over_the_process_defaults():
+    from hostbroker.client.settings import TLS_SETTINGS, resolve
+    from hostbroker.client.tls import set_tls_defaults, tls_settings
+
+    set_tls_defaults({"ssl.endpoint.identification.algorithm": "",
+                      "ssl.truststore.location": "/etc/x.pem"})
+    try:
+        assert tls_settings(resolve(TLS_SETTINGS))["ssl.truststore.location"] == "/etc/x.pem"
+        given = resolve(TLS_SETTINGS, {"ssl.endpoint.identification.algorithm": "https",
+                                       "ssl.truststore.location": ""})
+        found = tls_settings(given)
+        assert found["ssl.endpoint.identification.algorithm"] == "https"
+        assert found["ssl.truststore.location"] == ""
+    finally:
+        set_tls_defaults({})
+
+
+def test_pem_files_that_are_not_regular_files_are_refused_at_once(tmp_path, certs):
+    """A FIFO or a device as keystore or truststore: one line, no wait (client side)."""
+    from hostbroker.client.tls import tls_context
+
+    fifo = tmp_path / "fifo.pem"
+    os.mkfifo(fifo)
+    for bad in (str(fifo), "/dev/zero"):
+        for key in ("ssl.truststore.location", "ssl.keystore.location"):
+            with pytest.raises(ValueError, match=f"{key}: .*not a regular file"):
+                tls_context({**certs.client("alice"), key: bad})
+
+
+def test_client_handshake_is_bounded_as_a_whole(certs):
+    """A peer that trickles its handshake (a byte at a time, each well within
+    the timeout) fails the connect within its timeout, not per read."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    stop = threading.Event()
+
+    def trickle() -> None:
+        peer, _ = server.accept()
+        with peer:
+            peer.sendall(b"\x16\x03\x03\x40\x00")  # a record header of 16 KiB to come
+            while not stop.wait(0.2):
+                try:
+                    peer.sendall(b"\x00")
+                except OSError:
+                    return
+
+    thread = threading.Thread(target=trickle, daemon=True)
+    thread.start()
+    uri = f"ssl://127.0.0.1:{server.getsockname()[1]}"
+    started = time.monotonic()
+    try:
+        with pytest.raises(TimeoutError, match="no TLS handshake within"):
+            BrokerConnection(uri, tls=certs.client("alice"), timeout=1.0).connect()
+        assert time.monotonic() - started < 3
+    finally:
+        stop.set()
+        server.close()
+        thread.join(5)
+
+
+def test_the_command_config_example_of_the_docs_parses(tmp_path):
+    """docs/tools.md's --command-config example, copied as written."""
+    page = (pathlib.Path(__file__).parent.parent.parent / "docs" / "tools.md").read_text()
+    block = page.split("```\n# alice.properties", 1)[1].split("```", 1)[0]
+    path = tmp_path / "alice.properties"
+    path.write_text("# alice.properties" + block)
+    assert read_command_config(str(path)) == {
+        "ssl.truststore.location": "/etc/hostbroker/ca.pem",
+        "ssl.keystore.location": "/home/alice/alice.pem",
+        "ssl.key.password": "",
+        "ssl.endpoint.identification.algorithm": "https"}
+
+
+def _subparsers(parser: argparse.ArgumentParser, path=()):
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _subparsers(sub, (*path, name))
+
+
+def test_every_command_with_bootstrap_takes_command_config():
+    """The next command that reaches a broker cannot miss --command-config."""
+    from hostbroker.cli import build_parser
+
+    checked, missing = 0, []
+    for path, parser in _subparsers(build_parser()):
+        options = {o for a in parser._actions for o in a.option_strings}
+        if "--bootstrap" in options:
+            checked += 1
+            if "--command-config" not in options:
+                missing.append(" ".join(path))
+    assert checked > 10 and missing == []

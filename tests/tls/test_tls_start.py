@@ -82,9 +82,45 @@ def test_server_context_refuses_bad_files(tmp_path, certs):
     with pytest.raises(TlsConfigError, match="ssl.truststore.location: .*no CA certificate"):
         server_context(_config(**{"ssl.keystore.location": certs.keystore("server"),
                                   "ssl.truststore.location": certs.path("alice.csr")}))
+    # a key not encrypted in a file group or others may read: refused
+    open_key = tmp_path / "open.keystore.pem"
+    open_key.write_bytes(open(certs.keystore("server"), "rb").read())
+    open_key.chmod(0o644)
+    with pytest.raises(TlsConfigError, match="not encrypted and group or others may read"):
+        server_context(_config(**base, **{"ssl.keystore.location": open_key}))
+    open_key.chmod(0o600)
+    server_context(_config(**base, **{"ssl.keystore.location": open_key}))
+    sealed = tmp_path / "sealed.keystore.pem"  # encrypted: its mode does not matter
+    sealed.write_bytes(open(certs.keystore("server.enc"), "rb").read())
+    sealed.chmod(0o644)
+    server_context(_config(**base, **{"ssl.keystore.location": sealed,
+                                      "ssl.key.password": PASSWORD}))
+    # the system's public CAs are never the CAs of client certificates
+    for auth in ("required", "requested"):
+        with pytest.raises(TlsConfigError, match=f"ssl.truststore.location: the CAs of "
+                                                 f"client certificates must be named when "
+                                                 f"ssl.client.auth is {auth}"):
+            server_context(_config(**{"ssl.keystore.location": certs.keystore("server"),
+                                      "ssl.client.auth": auth}))
+    assert server_context(_config(**{"ssl.keystore.location": certs.keystore("server"),
+                                     "ssl.client.auth": "none"})).verify_mode == ssl.CERT_NONE
     with pytest.raises(TlsConfigError, match="ssl.cipher.suites"):
         server_context(_config(**base, **{"ssl.keystore.location": certs.keystore("server"),
                                           "ssl.cipher.suites": "NO-SUCH-CIPHER"}))
+
+
+def test_server_pem_files_that_are_not_regular_files_refused_at_once(tmp_path, certs):
+    """A FIFO or a device as keystore or truststore: refused in one line, not waited on."""
+    fifo = tmp_path / "fifo.pem"
+    os.mkfifo(fifo)
+    for bad in (str(fifo), "/dev/zero"):
+        with pytest.raises(TlsConfigError, match="ssl.keystore.location: .*not a regular file"):
+            server_context(_config(**{"ssl.keystore.location": bad,
+                                      "ssl.truststore.location": certs.ca}))
+        with pytest.raises(TlsConfigError,
+                           match="ssl.truststore.location: .*not a regular file"):
+            server_context(_config(**{"ssl.keystore.location": certs.keystore("server"),
+                                      "ssl.truststore.location": bad}))
 
 
 def test_settings_refuse_old_protocols_and_unknown_auth():
@@ -150,4 +186,17 @@ def test_a_hand_off_is_tls_by_the_address_it_came_to():
                 assert not accepted_on([(socket.AF_INET, "127.0.0.1", port + 1)], accepted)
                 assert not accepted_on([(socket.AF_INET, "127.0.0.2", port)], accepted)
                 assert not accepted_on([], accepted)
+                # a wildcard of the other family is another listener
+                assert not accepted_on([(socket.AF_INET6, "::", port)], accepted)
+            del client
+    with socket.socket(socket.AF_INET6) as listener:
+        listener.bind(("::1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        with socket.create_connection(("::1", port)) as client:
+            accepted, _ = listener.accept()
+            with accepted:
+                assert accepted_on([(socket.AF_INET6, "::1", port)], accepted)
+                assert accepted_on([(socket.AF_INET6, "::", port)], accepted)
+                assert not accepted_on([(socket.AF_INET, "0.0.0.0", port)], accepted)
             del client

@@ -66,7 +66,8 @@ def make_certs(d: str) -> dict:
             f.write(ext)
         run("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
             "-CAcreateserial", "-out", f"{name}.pem", "-days", "2", "-extfile", f"{name}.ext")
-        with open(os.path.join(d, f"{name}.keystore.pem"), "w") as out:
+        with open(os.open(os.path.join(d, f"{name}.keystore.pem"),
+                         os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as out:
             for part in (f"{name}.pem", f"{name}.key"):
                 with open(os.path.join(d, part)) as f:
                     out.write(f.read())
