@@ -25,6 +25,8 @@ anything: the decision is not even looked up.
 
 from __future__ import annotations
 
+import time
+
 from hostbroker.security.acl import Operation, ResourceType
 from hostbroker.security.requests import needs
 from hostbroker.workers import envelopes as env
@@ -50,7 +52,8 @@ class ConnectionAccess:
         self._tell(conn)
 
     def _tell(self, conn: Connection) -> None:
-        self.requests[conn.handler].send(env.encode_principal(conn.conn_id, conn.identity))
+        self.requests[conn.handler].send(env.encode_principal(conn.conn_id, conn.identity,
+                                                                time.monotonic_ns()))
         self.dirty_handlers.add(conn.handler)
 
     def _identify_peer(self, conn: Connection) -> None:
