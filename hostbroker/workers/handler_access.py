@@ -45,6 +45,8 @@ import dataclasses
 from hostbroker.errors import ErrorCode
 from hostbroker.protocol import acls as acls_proto
 from hostbroker.protocol import api, bodies
+from hostbroker.protocol import logdirs as logdirs_proto
+from hostbroker.protocol import replication as replication_proto
 from hostbroker.protocol import groups as gproto
 from hostbroker.protocol import topics_admin
 from hostbroker.security.acl import CLUSTER_NAME, Operation, ResourceType
@@ -58,9 +60,12 @@ TOPIC, GROUP, CLUSTER = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLU
 NOTHING: frozenset = frozenset()
 _EPOCH_BITS = 0xFFFFFF << 32  # a connection id's processor epoch (processor_conns)
 # the requests whose route answers a refused topic in its place, or filters a listing
-_PER_TOPIC = (bodies.ProduceRequest, bodies.FetchRequest, bodies.MetadataRequest,
+# (METADATA of every version: a refused named topic is answered 33, a listing filtered)
+_METADATA = (bodies.MetadataRequest, replication_proto.MetadataRequestV1,
+             logdirs_proto.MetadataRequestV2)
+_PER_TOPIC = (bodies.ProduceRequest, bodies.FetchRequest, *_METADATA,
               bodies.OffsetCommitRequest, gproto.OffsetCommitRequestV1)
-_FILTERED = (bodies.MetadataRequest, gproto.ListGroupsRequest,
+_FILTERED = (*_METADATA, gproto.ListGroupsRequest,
              topics_admin.ListOffsetGroupsRequest, topics_admin.DescribeTopicConfigsRequest)
 
 
