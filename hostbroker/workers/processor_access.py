@@ -3,8 +3,11 @@ processor takes itself (a part of :mod:`hostbroker.workers.processor`;
 docs/security.md, "Where the checks run").
 
 Owns: giving a connection its identity when the processor takes it (Unix:
-the kernel's peer credentials; plain TCP: ``User:ANONYMOUS`` from its
-address; :func:`~hostbroker.workers.peers.peer_identity`) and telling its
+the kernel's peer credentials and, where the kernel gives them
+(``SO_PEERGROUPS``, Linux 4.13 on), the peer's own supplementary groups
+rather than the user database's list for its login name; plain TCP:
+``User:ANONYMOUS`` from its address;
+:func:`~hostbroker.workers.peers.peer_identity`) and telling its
 handler (``REQ_PRINCIPAL``, before any frame of it; again when that handler
 was replaced); and the decisions of the processor's own routes (METADATA and
 OFFSETS answered here, direct FETCHes, lone PRODUCE PUTs, GROUP_PUTs). A
@@ -25,15 +28,34 @@ anything: the decision is not even looked up.
 
 from __future__ import annotations
 
+import socket
+import struct
 import time
 
 from hostbroker.security.acl import Operation, ResourceType
+from hostbroker.security.principals import from_peer_credentials
 from hostbroker.security.requests import needs
 from hostbroker.workers import envelopes as env
 from hostbroker.workers.connection import Connection
-from hostbroker.workers.peers import peer_identity
+from hostbroker.workers.peers import peer_credentials, peer_identity
 
 _TOPIC = ResourceType.TOPIC
+_SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)  # (Linux's number; Python may lack it)
+# the groups read (gid_t, 4 bytes; 1024 bytes is the most Python's getsockopt
+# reads): a peer in more is told by the user database, and is then past
+# envelopes.MAX_IDENTITY_GROUPS anyway
+_GROUPS_ROOM = 256
+
+
+def peer_group_ids(sock: socket.socket) -> tuple[int, ...] | None:
+    """The supplementary groups a Unix socket's peer had when it connected, as
+    the kernel recorded them (``SO_PEERGROUPS``); None where the kernel
+    cannot say (before Linux 4.13, or the option refused)."""
+    try:
+        data = sock.getsockopt(socket.SOL_SOCKET, _SO_PEERGROUPS, _GROUPS_ROOM * 4)
+    except OSError:  # (ERANGE: more groups than that; ENOPROTOOPT: an older kernel)
+        return None
+    return struct.unpack(f"{len(data) // 4}I", data[:len(data) // 4 * 4])
 
 
 class ConnectionAccess:
@@ -57,8 +79,20 @@ class ConnectionAccess:
         self.dirty_handlers.add(conn.handler)
 
     def _identify_peer(self, conn: Connection) -> None:
-        """A Unix or plain TCP connection just taken: its peer's identity."""
-        self._identify(conn, peer_identity(conn.sock))
+        """A Unix or plain TCP connection just taken: its peer's identity (a
+        Unix peer's groups the kernel's, where it gives them)."""
+        sock = conn.sock
+        if sock.family == socket.AF_UNIX:
+            group_ids = peer_group_ids(sock)
+            if group_ids is not None:
+                try:
+                    _, uid, gid = peer_credentials(sock)
+                except OSError:
+                    pass  # (the peer gone: peer_identity says so)
+                else:
+                    self._identify(conn, from_peer_credentials(uid, gid, group_ids))
+                    return
+        self._identify(conn, peer_identity(sock))
 
     def _retell(self, handler: int) -> None:
         """Handler ``handler`` was replaced: its successor learns the identities
