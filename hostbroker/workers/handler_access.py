@@ -6,8 +6,13 @@ connection id, as their processor tells them (``REQ_PRINCIPAL``, before any
 frame of the connection): forgotten when the connection closes
 (``REQ_CLOSED``) and, all of one processor's, when that processor was
 replaced (a REQ_PRINCIPAL of a newer processor epoch, which its connection
-ids carry). A request whose identity the handler does not know is refused
-(NOT_AUTHORIZED, and the connection closes), never answered as anyone.
+ids carry). A request is never answered as anyone but its connection's
+identity: one whose identity its processor could not tell (``null``: more
+than 256 groups) is refused NOT_AUTHORIZED (an error frame, and the
+connection closes); one of a connection the handler was never told of (a
+handler replaced, whose successor got a frame before the processor told it
+the identities again) is closed with no answer, as after a handler crash,
+so the client reconnects rather than reading a refusal it cannot retry.
 
 Also owns the one decision per request (:meth:`HandlerAccess._authorize`),
 from :func:`hostbroker.security.requests.needs`, made before the request
@@ -19,14 +24,14 @@ leaves: the coordinator trusts its senders):
   has an error code (OFFSETS, the group requests, OFFSET_COMMIT and
   OFFSET_FETCH: every entry), else an error frame with the refusal, and
   the connection closes (as for any request the broker will not serve);
-- ``each``: PRODUCE, FETCH (consumer, version 0), METADATA (version 0) and
-  OFFSET_COMMIT answer a refused topic in its place
+- ``each``: PRODUCE, FETCH (consumer, version 0), METADATA (every version)
+  and OFFSET_COMMIT answer a refused topic in its place
   (TOPIC_AUTHORIZATION_FAILED) and serve the others; any other request
   naming a refused topic is refused whole;
-- ``listed``: METADATA (version 0) and DESCRIBE_TOPIC_CONFIGS leave out
-  the topics the principal may not DESCRIBE, LIST_GROUPS and
-  LIST_OFFSET_GROUPS the groups (all of them with DESCRIBE on the cluster);
-  METADATA versions 1 and 2 of every topic need DESCRIBE on the cluster;
+- ``listed``: METADATA (every version) and DESCRIBE_TOPIC_CONFIGS leave
+  out the topics the principal may not DESCRIBE, LIST_GROUPS and
+  LIST_OFFSET_GROUPS the groups (all of them with DESCRIBE on the cluster;
+  LIST_OFFSET_GROUPS also each group's topics it may not DESCRIBE);
 - ``create`` (CREATE_TOPIC, and a PRODUCE's auto-create): CREATE on the
   cluster or on the topic.
 
@@ -92,6 +97,8 @@ class HandlerAccess:
         processors = self.plan.num_processors
         self.identities: list[dict[int, Known]] = [{} for _ in range(processors)]
         self.identity_epochs = [-1] * processors
+        # the connections told as null (an identity too large to send): refused
+        self.untold: list[set[int]] = [set() for _ in range(processors)]
         self.known: Known | None = None  # the identity of the request being answered
 
     def _on_principal(self, p: int, conn_id: int, m) -> None:
@@ -99,15 +106,26 @@ class HandlerAccess:
         known = self.identities[p]
         if epoch != self.identity_epochs[p]:
             known.clear()  # its processor was replaced: its connections are gone
+            self.untold[p].clear()
             self.identity_epochs[p] = epoch
         identity = env.decode_principal(m)
         if identity is None:
             known.pop(conn_id, None)
+            self.untold[p].add(conn_id)
         else:
             known[conn_id] = Known(identity)
+            self.untold[p].discard(conn_id)
 
     def _forget_principal(self, p: int, conn_id: int) -> None:
         self.identities[p].pop(conn_id, None)
+        self.untold[p].discard(conn_id)
+
+    def _nobody(self, p, conn_id, seq, corr) -> None:
+        """Answer a request of a connection with no identity here (module doc)."""
+        if conn_id in self.untold[p]:
+            self._fail(p, conn_id, seq, corr, ErrorCode.NOT_AUTHORIZED)
+        else:  # never told: closed unanswered, as a crashed handler's connections
+            self._respond(p, conn_id, seq, [], env.RESP_CLOSE_NOW)
 
     # -- decisions ----------------------------------------------------------
     def _allows(self, known: Known, operation: Operation, resource_type: ResourceType,
@@ -174,7 +192,7 @@ class HandlerAccess:
         known = self.identities[p].get(conn_id)
         self.known = known
         if known is None:
-            self._fail(p, conn_id, seq, corr, ErrorCode.NOT_AUTHORIZED)
+            self._nobody(p, conn_id, seq, corr)
             return None
         n = needs(request)
         allows = self._allows
@@ -224,7 +242,7 @@ class HandlerAccess:
     def _whoami(self, p, conn_id, seq, corr) -> None:
         known = self.identities[p].get(conn_id)
         if known is None:
-            self._fail(p, conn_id, seq, corr, ErrorCode.NOT_AUTHORIZED)
+            self._nobody(p, conn_id, seq, corr)
             return
         identity = known.identity
         self._reply(p, conn_id, seq, corr, acls_proto.WhoamiResponse(

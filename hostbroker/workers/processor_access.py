@@ -28,6 +28,7 @@ anything: the decision is not even looked up.
 
 from __future__ import annotations
 
+import errno
 import socket
 import struct
 import time
@@ -42,19 +43,20 @@ from hostbroker.workers.peers import peer_credentials, peer_identity
 _TOPIC = ResourceType.TOPIC
 _SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)  # (Linux's number; Python may lack it)
 # the groups read (gid_t, 4 bytes; 1024 bytes is the most Python's getsockopt
-# reads): a peer in more is told by the user database, and is then past
-# envelopes.MAX_IDENTITY_GROUPS anyway
+# reads): a peer in more is past envelopes.MAX_IDENTITY_GROUPS, refused
 _GROUPS_ROOM = 256
+TOO_MANY_GROUPS = "too many groups"  # peer_group_ids: more than _GROUPS_ROOM
 
 
-def peer_group_ids(sock: socket.socket) -> tuple[int, ...] | None:
+def peer_group_ids(sock: socket.socket) -> tuple[int, ...] | str | None:
     """The supplementary groups a Unix socket's peer had when it connected, as
-    the kernel recorded them (``SO_PEERGROUPS``); None where the kernel
-    cannot say (before Linux 4.13, or the option refused)."""
+    the kernel recorded them (``SO_PEERGROUPS``); :data:`TOO_MANY_GROUPS`
+    past 256 of them; None where the kernel cannot say (before Linux 4.13,
+    or the option refused)."""
     try:
         data = sock.getsockopt(socket.SOL_SOCKET, _SO_PEERGROUPS, _GROUPS_ROOM * 4)
-    except OSError:  # (ERANGE: more groups than that; ENOPROTOOPT: an older kernel)
-        return None
+    except OSError as e:  # (ENOPROTOOPT: an older kernel)
+        return TOO_MANY_GROUPS if e.errno == errno.ERANGE else None
     return struct.unpack(f"{len(data) // 4}I", data[:len(data) // 4 * 4])
 
 
@@ -67,14 +69,21 @@ class ConnectionAccess:
         self.enforcing = self.access.enabled
         self.conn_cache_entries = config["acl.connection.cache.entries"]
 
-    def _identify(self, conn: Connection, identity) -> None:
+    def _identify(self, conn: Connection, identity, refused: bool = False) -> None:
         """``conn`` is ``identity`` from now on: its handler is told before any
-        of its frames (the ring keeps their order), and it may be read."""
+        of its frames (the ring keeps their order), and it may be read.
+        ``refused``: an identity known to be incomplete (its groups past what
+        can be read), refused everything as one too large to tell."""
         conn.identity = identity
+        if refused or not env.tellable(identity):
+            # its handler refuses it (more than 256 groups): so do the
+            # processor's routes, which then take none of its requests
+            conn.allowed_generation = None
         self._tell(conn)
 
     def _tell(self, conn: Connection) -> None:
-        self.requests[conn.handler].send(env.encode_principal(conn.conn_id, conn.identity,
+        told = None if conn.allowed_generation is None else conn.identity
+        self.requests[conn.handler].send(env.encode_principal(conn.conn_id, told,
                                                                 time.monotonic_ns()))
         self.dirty_handlers.add(conn.handler)
 
@@ -90,7 +99,9 @@ class ConnectionAccess:
                 except OSError:
                     pass  # (the peer gone: peer_identity says so)
                 else:
-                    self._identify(conn, from_peer_credentials(uid, gid, group_ids))
+                    many = group_ids is TOO_MANY_GROUPS
+                    self._identify(conn, from_peer_credentials(uid, gid, () if many
+                                                               else group_ids), refused=many)
                     return
         self._identify(conn, peer_identity(sock))
 
@@ -104,6 +115,8 @@ class ConnectionAccess:
     # -- decisions of the processor's own routes --------------------------------
     def _conn_allows(self, conn: Connection, operation: Operation, resource_type: ResourceType,
                      name: str) -> bool:
+        if conn.allowed_generation is None:
+            return False  # an identity its handler was not told: refused (_identify)
         generation = self.access.document.generation
         allowed = conn.allowed
         if conn.allowed_generation != generation:
@@ -132,6 +145,11 @@ class ConnectionAccess:
     def _conn_may_topics(self, conn: Connection, operation: Operation, topics) -> bool:
         allows = self._conn_allows
         return all(allows(conn, operation, _TOPIC, t) for t in topics)
+
+    def _answers_here(self, conn: Connection) -> bool:
+        """Whether METADATA and OFFSETS of ``conn`` may be answered here: not
+        for an identity its handler refuses (which then answers them)."""
+        return not self.enforcing or conn.allowed_generation is not None
 
     def _describer(self, conn: Connection):
         """Whether ``conn`` may DESCRIBE a topic, as a callable of its name
