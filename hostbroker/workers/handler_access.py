@@ -129,7 +129,11 @@ class HandlerAccess:
 
     # -- decisions ----------------------------------------------------------
     def _allows(self, known: Known, operation: Operation, resource_type: ResourceType,
-                name: str = CLUSTER_NAME) -> bool:
+                name: str = CLUSTER_NAME, keep: bool = True) -> bool:
+        """The decision, kept for the connection: past
+        ``acl.connection.cache.entries`` the oldest kept one is forgotten for
+        it, or (``keep`` False: a listing's checks, which must not push out
+        the decisions of the data path) it is not kept."""
         generation = self.access.document.generation
         allowed = known.allowed
         if known.generation != generation:
@@ -138,10 +142,12 @@ class HandlerAccess:
         key = (operation, resource_type, name)
         decision = allowed.get(key)
         if decision is None:
-            if len(allowed) >= self.conn_cache_entries:
-                allowed.clear()
-            decision = allowed[key] = self.access.allows(known.identity, operation,
-                                                         resource_type, name)
+            decision = self.access.allows(known.identity, operation, resource_type, name)
+            if len(allowed) < self.conn_cache_entries:
+                allowed[key] = decision
+            elif keep:
+                del allowed[next(iter(allowed))]
+                allowed[key] = decision
         return decision
 
     def _may_create(self, topic: str) -> bool:
@@ -161,7 +167,8 @@ class HandlerAccess:
         known = self.identities[p].get(conn_id)
         if known is None:
             return lambda name: False
-        return lambda name, rtype=TOPIC: self._allows(known, Operation.DESCRIBE, rtype, name)
+        return lambda name, rtype=TOPIC: self._allows(known, Operation.DESCRIBE, rtype, name,
+                                                      keep=False)
 
     def _groups_shown(self, p: int, conn_id: int):
         """LIST_GROUPS' filter: None (every group) with the authorizer off or

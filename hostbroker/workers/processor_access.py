@@ -114,7 +114,12 @@ class ConnectionAccess:
 
     # -- decisions of the processor's own routes --------------------------------
     def _conn_allows(self, conn: Connection, operation: Operation, resource_type: ResourceType,
-                     name: str) -> bool:
+                     name: str, keep: bool = True) -> bool:
+        """The decision, kept on the connection: past
+        ``acl.connection.cache.entries`` the oldest kept one is forgotten, or
+        (``keep`` False: METADATA's checks, a listing of every topic among
+        them) it is not kept, so a listing does not push out the decisions
+        of the data path."""
         if conn.allowed_generation is None:
             return False  # an identity its handler was not told: refused (_identify)
         generation = self.access.document.generation
@@ -125,10 +130,12 @@ class ConnectionAccess:
         key = (operation, resource_type, name)
         decision = allowed.get(key)
         if decision is None:
-            if len(allowed) >= self.conn_cache_entries:
-                allowed.clear()
-            decision = allowed[key] = self.access.allows(conn.identity, operation,
-                                                         resource_type, name)
+            decision = self.access.allows(conn.identity, operation, resource_type, name)
+            if len(allowed) < self.conn_cache_entries:
+                allowed[key] = decision
+            elif keep:
+                del allowed[next(iter(allowed))]
+                allowed[key] = decision
         return decision
 
     def _conn_may(self, conn: Connection, request) -> bool:
@@ -157,4 +164,4 @@ class ConnectionAccess:
         if not self.enforcing:
             return None
         allows = self._conn_allows
-        return lambda name: allows(conn, Operation.DESCRIBE, _TOPIC, name)
+        return lambda name: allows(conn, Operation.DESCRIBE, _TOPIC, name, False)

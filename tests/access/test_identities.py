@@ -167,3 +167,22 @@ def test_the_default_path_never_asks_what_a_request_needs(tmp_path, monkeypatch)
         assert answer.error_code == ErrorCode.NONE
     finally:
         rig.close()
+
+
+def test_a_full_connection_cache_forgets_one_and_listings_push_nothing_out(created):
+    doc = created(PublishedDocument, "pdoc", 1 << 16,
+                  encode_published([write_orders()], QuotaSet()))
+    h = _Handler(doc)  # (4 decisions kept per connection)
+    conn = _conn(1, 1)
+    h._on_principal(0, conn, env.encode_principal(conn, ALICE))
+    known = h.identities[0][conn]
+    for i in range(4):
+        h._allows(known, Operation.WRITE, T, f"t{i}")
+    # a METADATA of every topic: its checks are not kept once the cache is full
+    describe = h._describes(0, conn)
+    assert [describe(f"m{i}") for i in range(50)] == [False] * 50
+    assert set(known.allowed) == {(Operation.WRITE, T, f"t{i}") for i in range(4)}
+    # a fifth data decision forgets the oldest one only
+    h._allows(known, Operation.WRITE, T, "orders")
+    assert set(known.allowed) == {(Operation.WRITE, T, f"t{i}") for i in (1, 2, 3)} | \
+        {(Operation.WRITE, T, "orders")}
