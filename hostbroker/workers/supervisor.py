@@ -83,6 +83,7 @@ from hostbroker.shm.region import (SharedRegion, release_lease, remove_stale, sw
                                    take_lease)
 from hostbroker.shm.peers import MAX_PEERS, PeersTable
 from hostbroker.shm.stats import ApiStats, PartitionStats
+from hostbroker.security.requests import start_warnings
 from hostbroker.shm.ring import Ring
 from hostbroker.shm.topicnames import ReplicatedNames
 from hostbroker.web.auth import AdminTokenError, load_admin_token
@@ -293,6 +294,8 @@ class Supervisor(Respawn):
             except cpusched.CpuSchedError as e:
                 raise StartError(f"cpu.realtime.priority: {e}") from None
         self.realtime = cpusched.realtime_policy()
+        for line in start_warnings(config):  # (access control as configured)
+            print(f"hostbroker: warning: {line}", file=sys.stderr, flush=True)
         if self.realtime is not None and not cpusched.throttled():
             print(f"hostbroker: warning: {self.realtime[0]} with kernel.sched_rt_runtime_us=-1:"
                   " nothing keeps a busy worker from holding a CPU", file=sys.stderr, flush=True)
