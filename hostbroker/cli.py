@@ -150,8 +150,10 @@ def _add_whoami(sub) -> None:
     who = sub.add_parser("whoami", help="the principal, groups and host a broker sees for "
                                         "this connection (docs/security.md)")
     who.add_argument("--bootstrap", metavar="URI",
-                     help=f"broker: tcp://HOST:PORT or unix:///PATH (default {DEFAULT_BOOTSTRAP})")
+                     help="broker: tcp://HOST:PORT, ssl://HOST:PORT or unix:///PATH "
+                          f"(default {DEFAULT_BOOTSTRAP})")
     who.add_argument("--json", action="store_true", help="one JSON object")
+    add_command_config(who)
     who.set_defaults(func=lambda args: commands.run(
         "whoami", _whoami_work(), as_json=args.json,
         bootstrap=args.bootstrap or DEFAULT_BOOTSTRAP))
