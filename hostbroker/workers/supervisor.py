@@ -73,6 +73,7 @@ from hostbroker import cpulatency, cpusched, systemd
 from hostbroker.cluster import zkread
 from hostbroker.config import Config, parse_umask
 from hostbroker.errors import ConfigError, ExitStatus
+from hostbroker.security.requests import start_warnings
 from hostbroker.shm import procs
 from hostbroker.shm.adminlock import AdminLock
 from hostbroker.shm.logdirs import LogDirTable
@@ -83,7 +84,6 @@ from hostbroker.shm.region import (SharedRegion, release_lease, remove_stale, sw
                                    take_lease)
 from hostbroker.shm.peers import MAX_PEERS, PeersTable
 from hostbroker.shm.stats import ApiStats, PartitionStats
-from hostbroker.security.requests import start_warnings
 from hostbroker.shm.ring import Ring
 from hostbroker.shm.topicnames import ReplicatedNames
 from hostbroker.web.auth import AdminTokenError, load_admin_token

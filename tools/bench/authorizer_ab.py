@@ -16,9 +16,9 @@ allows ``User:ANONYMOUS`` everything on the topics ``ab*`` the loads use.
 With ``--shared`` the 999 others are all on the loads' own prefix ``ab``
 (other users' bindings: a prefix shared by many users on one host), so
 every decision finds 1,000 bindings on its resources. (Over the Unix socket
-the clients would be the broker's own user, whom no ACL is asked about.) Every other option is ``ab_settings.py``'s; at the end
-the ratio A/B of the medians (of rates; B/A of p50 latencies) is printed:
-1.0 is no cost.
+the clients would be the broker's own user, whom no ACL is asked about.)
+Every other option is ``ab_settings.py``'s; at the end the ratio A/B of the
+medians (of rates; B/A of p50 latencies) is printed: 1.0 is no cost.
 """
 
 from __future__ import annotations
