@@ -42,7 +42,8 @@ SECURITY_SETTINGS: tuple[tuple[str, type, object, str, tuple[int, int] | None], 
      "change); past it the oldest are forgotten.", (16, 10_000_000)),
     ("acl.connection.cache.entries", int, 256,
      "Most authorization decisions a processor keeps per connection for the requests it "
-     "answers or sends on itself (forgotten when the ACLs change; past it all at once).",
+     "answers or sends on itself (forgotten when the ACLs change; past it the oldest one, and "
+     "a METADATA's checks are kept only while there is room).",
      (1, 65_536)),
     ("http.admin.principal", str, "User:admin",
      "The principal a console change made with the admin token is authorized as (with "

@@ -2,57 +2,43 @@
 this client's connection, and whether its authorizer is on (WHOAMI, key 27;
 docs/tools.md).
 
-One request on one connection of its own: a Unix socket's principal is the
-user the command runs as (the kernel's peer credentials), a plain TCP
-connection's ``User:ANONYMOUS``.
+One request on one connection of its own, through the client's
+:class:`~hostbroker.client.connection.BrokerConnection` (its framing,
+timeouts and TLS): a Unix socket's principal is the user the command runs
+as (the kernel's peer credentials), a plain TCP connection's
+``User:ANONYMOUS``, an ``ssl://`` one's the common name of the certificate
+``--command-config`` gives it.
 """
 
 from __future__ import annotations
 
 import json
-import socket
-import struct
 import sys
 
 from hostbroker.commands import EXIT_OK, CommandError
 
-_SIZE = struct.Struct(">i")
-_MAX_ANSWER = 1 << 20
-
-
-def _recv_exactly(sock: socket.socket, n: int) -> bytes:
-    data = bytearray()
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            raise CommandError("the broker closed the connection before answering")
-        data += chunk
-    return bytes(data)
-
 
 def whoami(*, bootstrap: str, timeout: float = 10.0, as_json: bool = False,
            out=None) -> int:
-    from hostbroker.client.connection import parse_uri
-    from hostbroker.protocol import acls, api
+    from hostbroker.client.connection import BrokerConnection
+    from hostbroker.client.errors import BrokerError
+    from hostbroker.errors import HostbrokerError
+    from hostbroker.protocol import acls
 
     out = out or sys.stdout
     try:
-        family, address = parse_uri(bootstrap)
+        connection = BrokerConnection(bootstrap, timeout=timeout, setup_timeout=timeout,
+                                      client_id="hostbroker-whoami")
     except ValueError as exc:
         raise CommandError(str(exc), 2) from None
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
-        sock.settimeout(timeout)
-        sock.connect(address)
-        sock.sendall(api.encode_request(acls.WhoamiRequest(), 1, "hostbroker-whoami"))
-        size = _SIZE.unpack(_recv_exactly(sock, _SIZE.size))[0]
-        if not 0 < size <= _MAX_ANSWER:
-            raise CommandError(f"the broker's answer claims {size} bytes: not a broker")
-        frame = _recv_exactly(sock, size)
-    if api.is_error_frame(frame):
-        _, code = api.decode_error_frame(frame)
-        name = getattr(code, "name", str(code))
-        raise CommandError(f"the broker refused WHOAMI: {name}")
-    _, answer = acls.decode_response(frame, acls.WhoamiResponse)
+    try:
+        with connection:
+            answer = connection.request(acls.WhoamiRequest())
+    except BrokerError as exc:
+        name = getattr(exc.code, "name", str(exc.code))
+        raise CommandError(f"the broker refused WHOAMI: {name}") from None
+    except (HostbrokerError, OSError) as exc:
+        raise CommandError(f"no answer from {bootstrap}: {exc}") from None
     if as_json:
         print(json.dumps({"principal": answer.principal, "groups": list(answer.groups),
                           "host": answer.host, "authorizer": bool(answer.authorizer)}),

@@ -15,11 +15,14 @@ holds at one ACL generation), the super users and
    or of an operation that implies it (Read, Write, Delete and Alter imply
    Describe) permits; otherwise refused.
 
-Cost: building indexes the set by resource type and name (literal names in a
-dict, prefixes in a dict looked up at each prefix length of the asked name),
-so a decision reads the bindings of one resource, whatever the size of the
-set; decisions are also remembered (``cache_entries`` of them, forgotten all
-at once past that). An Authorizer never changes: a new ACL generation
+Cost: building indexes the set by resource type, name and principal
+(literal names in a dict, prefixes in a dict looked up at each distinct
+prefix length held; within each, the bindings by principal), so a decision
+reads only the bindings of the identity's principals (its user, its groups,
+``User:*``) on the names that apply: a few dict reads per prefix length and
+principal, whatever the size of the set or how many other principals share
+the name. Decisions are also remembered (``cache_entries`` of them,
+forgotten all at once past that). An Authorizer never changes: a new ACL generation
 builds a new one.
 
 Pure: no I/O.
@@ -43,28 +46,56 @@ def parse_super_users(text: str) -> frozenset[Principal]:
 
 
 class _Bindings:
-    """The bindings of one resource type, by literal name and by prefix."""
+    """The bindings of one resource type: by literal name and by prefix, and
+    within each name or prefix by principal (so a decision reads only the
+    bindings of the asking identity's principals, however many other
+    principals share the name)."""
 
     def __init__(self):
-        self.literal: dict[str, list[AclBinding]] = defaultdict(list)
-        self.prefixed: dict[str, list[AclBinding]] = defaultdict(list)
-        self.longest_prefix = 0
+        self.literal: dict[str, dict[Principal, list[AclBinding]]] = defaultdict(
+            lambda: defaultdict(list))
+        self.prefixed: dict[str, dict[Principal, list[AclBinding]]] = defaultdict(
+            lambda: defaultdict(list))
+        self.prefix_lengths: tuple[int, ...] = ()  # the lengths of the prefixes held
 
     def add(self, binding: AclBinding) -> None:
         if binding.pattern is PatternType.PREFIXED:
-            self.prefixed[binding.name].append(binding)
-            self.longest_prefix = max(self.longest_prefix, len(binding.name))
+            self.prefixed[binding.name][binding.principal].append(binding)
+            if len(binding.name) not in self.prefix_lengths:
+                self.prefix_lengths = tuple(sorted({*self.prefix_lengths, len(binding.name)}))
         else:
-            self.literal[binding.name].append(binding)
+            self.literal[binding.name][binding.principal].append(binding)
 
-    def applying_to(self, name: str) -> list[AclBinding]:
-        found = list(self.literal.get(name, ()))
+    def applying_to(self, name: str, whom: frozenset[Principal] | set[Principal]
+                    ) -> tuple[bool, list[AclBinding]]:
+        """Whether any binding applies to ``name`` (its literal name, the
+        literal ``*``, a prefix of it), and those of them whose principal is
+        in ``whom``. Cost: a few dict reads per distinct prefix length held
+        and per principal of ``whom`` (or of the name, when fewer)."""
+        keyed = [self.literal.get(name)]
         if name != WILDCARD:
-            found += self.literal.get(WILDCARD, ())
+            keyed.append(self.literal.get(WILDCARD))
         if self.prefixed:
-            for end in range(1, min(len(name), self.longest_prefix) + 1):
-                found += self.prefixed.get(name[:end], ())
-        return found
+            for length in self.prefix_lengths:
+                if length > len(name):
+                    break
+                keyed.append(self.prefixed.get(name[:length]))
+        found = False
+        mine: list[AclBinding] = []
+        for by_principal in keyed:
+            if not by_principal:
+                continue
+            found = True
+            if len(by_principal) < len(whom):
+                for principal, bindings in by_principal.items():
+                    if principal in whom:
+                        mine += bindings
+            else:
+                for principal in whom:
+                    bindings = by_principal.get(principal)
+                    if bindings:
+                        mine += bindings
+        return found, mine
 
 
 class Authorizer:
@@ -100,12 +131,12 @@ class Authorizer:
                 name: str) -> bool:
         if self.is_super_user(identity):
             return True
-        bindings = self._types[resource_type].applying_to(name)
-        if not bindings:
-            return self.allow_if_no_acl
         whom = {*identity.principals(), EVERYONE}
+        found, bindings = self._types[resource_type].applying_to(name, whom)
+        if not found:
+            return self.allow_if_no_acl
         hosts = (WILDCARD, identity.host)
-        mine = [b for b in bindings if b.principal in whom and b.host in hosts]
+        mine = [b for b in bindings if b.host in hosts]
         if any(b.permission is Permission.DENY and b.operation in (operation, Operation.ALL)
                for b in mine):
             return False

@@ -5,33 +5,41 @@ as Kafka writes them), :class:`Identity` (the principal of one connection,
 the groups it belongs to and the host it comes from), and the three ways a
 connection gets one:
 
-- **a Unix socket**: the kernel's peer credentials (``SO_PEERCRED``, read by
-  the processor that holds the socket): :func:`from_peer_credentials` maps
-  the uid to ``User:<login name>`` and the uid's groups (its primary gid and
-  its supplementary groups, as ``/etc/group`` lists them) to
-  ``Group:<group name>``; a uid or gid without a name is ``User:uid=1234``
-  or ``Group:gid=1234``. The host is :data:`UNIX_HOST`.
+- **a Unix socket**: the kernel's peer credentials (``SO_PEERCRED`` and
+  ``SO_PEERGROUPS``, read by the processor that holds the socket):
+  :func:`from_peer_credentials` maps the uid to ``User:<login name>`` and
+  the peer's groups (its gid and the supplementary groups the kernel says
+  the peer had when it connected; where the kernel cannot say, those the
+  user database lists for the login name) to ``Group:<group name>``; a uid
+  or gid without a name is ``User:uid=1234`` or ``Group:gid=1234``. The
+  host is :data:`UNIX_HOST`.
 - **TLS**: the client certificate the handshake verified:
   :func:`from_certificate` takes its subject's common name, ``User:<CN>``.
 - **plain TCP**: :data:`ANONYMOUS`, ``User:ANONYMOUS``, from the peer's
   address.
 
-Pure: no sockets. The name lookups (``pwd``, ``grp``, ``os.getgrouplist``)
-are cached per process (:data:`LOOKUP_CACHE`), as a connection's identity is
-taken once, when its processor takes it.
+No sockets. The name lookups (``pwd``, ``grp``, ``os.getgrouplist``) are
+remembered per process for :data:`LOOKUP_SECONDS` (at most
+:data:`LOOKUP_CACHE` of them), so a renamed or removed account, or a group
+change where the kernel cannot give the groups, is seen within that time;
+they are made where a connection is taken, in its processor's loop (from
+the local files a few microseconds; a slow directory service stalls that
+processor once per uid and gid a minute).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import grp
 import os
 import pwd
+import time
+from collections.abc import Iterable
 
 MAX_NAME_BYTES = 255  # a principal's name, in UTF-8
 MAX_TYPE_BYTES = 32
 LOOKUP_CACHE = 4096  # uids and gids whose names a process remembers
+LOOKUP_SECONDS = 60.0  # how long it remembers one (a change is seen within this)
 UNIX_HOST = "localhost"  # the host of every Unix socket connection
 
 
@@ -101,24 +109,46 @@ class Identity:
         return (self.principal, *self.groups)
 
 
-@functools.lru_cache(maxsize=LOOKUP_CACHE)
-def user_name(uid: int) -> str | None:
+class _Remembered:
+    """Name lookups remembered for :data:`LOOKUP_SECONDS` at most (so a
+    renamed or reused uid, or a changed group, is seen within that time), and
+    for at most :data:`LOOKUP_CACHE` keys (forgetting the oldest past that)."""
+
+    def __init__(self, look):
+        self.look = look
+        self.kept: dict = {}  # key -> (looked up at, answer), oldest first
+
+    def __call__(self, *key):
+        now = time.monotonic()
+        held = self.kept.get(key)
+        if held is not None and now - held[0] < LOOKUP_SECONDS:
+            return held[1]
+        answer = self.look(*key)
+        self.kept.pop(key, None)
+        if len(self.kept) >= LOOKUP_CACHE:
+            del self.kept[next(iter(self.kept))]
+        self.kept[key] = (now, answer)
+        return answer
+
+    def clear(self) -> None:
+        self.kept.clear()
+
+
+def _user_name(uid: int) -> str | None:
     try:
         return pwd.getpwuid(uid).pw_name
     except KeyError:
         return None
 
 
-@functools.lru_cache(maxsize=LOOKUP_CACHE)
-def group_name(gid: int) -> str | None:
+def _group_name(gid: int) -> str | None:
     try:
         return grp.getgrgid(gid).gr_name
     except KeyError:
         return None
 
 
-@functools.lru_cache(maxsize=LOOKUP_CACHE)
-def _group_ids(uid: int, gid: int) -> tuple[int, ...]:
+def _listed_group_ids(uid: int, gid: int) -> tuple[int, ...]:
     name = user_name(uid)
     ids = {gid}
     if name is not None:
@@ -127,6 +157,11 @@ def _group_ids(uid: int, gid: int) -> tuple[int, ...]:
         except OSError:  # a user database that cannot list them: the primary group only
             pass
     return tuple(sorted(ids))
+
+
+user_name = _Remembered(_user_name)
+group_name = _Remembered(_group_name)
+_group_ids = _Remembered(_listed_group_ids)
 
 
 def user_principal(uid: int) -> Principal:
@@ -139,10 +174,15 @@ def group_principal(gid: int) -> Principal:
     return Principal("Group", name if name is not None else f"gid={gid}")
 
 
-def from_peer_credentials(uid: int, gid: int) -> Identity:
-    """The identity of a Unix socket peer whose credentials are ``uid`` and ``gid``."""
-    return Identity(user_principal(uid), tuple(group_principal(g) for g in _group_ids(uid, gid)),
-                    UNIX_HOST)
+def from_peer_credentials(uid: int, gid: int, group_ids: Iterable[int] | None = None
+                          ) -> Identity:
+    """The identity of a Unix socket peer whose credentials are ``uid`` and
+    ``gid``; ``group_ids``: its supplementary groups as the kernel gives them
+    (``SO_PEERGROUPS``), else (None) those the user database lists for the
+    uid's login name."""
+    ids = (tuple(sorted({gid, *group_ids})) if group_ids is not None
+           else _group_ids(uid, gid))
+    return Identity(user_principal(uid), tuple(group_principal(g) for g in ids), UNIX_HOST)
 
 
 def common_name(certificate: dict) -> str | None:

@@ -135,3 +135,27 @@ def needs(request) -> Needs:
 
 def request_classes() -> frozenset[type]:
     return frozenset(_TABLE)
+
+
+def start_warnings(config) -> list[str]:
+    """The lines a broker says once at start about what its access control
+    cannot do as configured (docs/security.md, "Threat model"): none with
+    ``authorizer.enable`` off. ``config``: a :class:`hostbroker.config.Config`."""
+    if not config["authorizer.enable"]:
+        return []
+    lines = []
+    if config["zookeeper.connect"]:
+        lines.append(
+            "authorizer.enable in cluster mode: the other brokers reach this one over "
+            "tcp:// as User:ANONYMOUS from their address, and their follower FETCHes, "
+            "LEADER_AND_ISR and STOP_REPLICA need ClusterAction on the cluster: grant it to "
+            "User:ANONYMOUS with --allow-host of each broker (then any user of those hosts "
+            "connecting over TCP has it too; docs/security.md), or replication stops")
+    if config.http_listeners and not any(uri.startswith("unix://")
+                                         for uri in config.listeners):
+        lines.append(
+            "authorizer.enable with hb-http and no unix:// listener: hb-http reaches the "
+            "broker over TCP as User:ANONYMOUS, so its pages show and its console may change "
+            "only what the ACLs grant User:ANONYMOUS; add a unix:// listener for it to act "
+            "as the broker's own user")
+    return lines

@@ -53,6 +53,7 @@ EXIT_REOPEN = 6  # an offline writer told to open its log dir afresh (OP_DIR_REO
 _PR_SET_PDEATHSIG = 1
 _PR_SET_NAME = 15
 _libc = None
+_U64 = (1 << 64) - 1  # the board's counters wrap here
 
 
 def _prctl(option: int, arg) -> None:
@@ -140,8 +141,9 @@ class Worker:
         it, off the main loop's path."""
         board, slot, sleeper = self.board, self.slot, self.sleeper
         board.set(slot, procs.RING_OCCUPANCY, sum(ring.pending_bytes() for ring in self._inputs))
-        board.set(slot, procs.WAIT_NS, self.wait_ns)
-        board.set(slot, procs.WORK_NS, self.work_ns)
+        # (the board's counters are u64: wrap as a counter does, never raise here)
+        board.set(slot, procs.WAIT_NS, self.wait_ns & _U64)
+        board.set(slot, procs.WORK_NS, self.work_ns & _U64)
         if sleeper is not None:
             board.set(slot, procs.WAKEUPS, sleeper.wakeups)
             board.set(slot, procs.SPIN_HITS, sleeper.spin_hits)

@@ -113,7 +113,6 @@ class Connection:
 
     def __init__(self, sock: socket.socket, conn_id: int, handler: int, now: float):
         self.sock = sock
-        self.identity = None
         self.fd = sock.fileno()
         self.conn_id = conn_id
         self.handler = handler

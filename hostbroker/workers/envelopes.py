@@ -498,15 +498,21 @@ def encode_local_admin(token: int, request: dict) -> tuple[bytes, bytes]:
 # -- identities (processor -> handler) ---------------------------------------
 
 
-def encode_principal(conn_id: int, identity: Identity, stamp_ns: int = 0) -> bytes:
+def tellable(identity: Identity) -> bool:
+    """Whether ``identity`` crosses to a handler (:func:`encode_principal`)
+    as itself rather than as ``null``."""
+    return json.loads(encode_principal(0, identity)[REQ_HEADER.size:]) is not None
+
+
+def encode_principal(conn_id: int, identity: Identity | None, stamp_ns: int = 0) -> bytes:
     """The REQ_PRINCIPAL of ``conn_id``: its identity as json ``[principal,
     [group, ...], host]``. An identity of more than
-    :data:`MAX_IDENTITY_GROUPS` groups (or past :data:`MAX_IDENTITY_BYTES`)
-    is sent as ``null``: the handler then knows no identity for the
-    connection and refuses its requests (dropping groups could skip a DENY)."""
-    groups = identity.groups
+    :data:`MAX_IDENTITY_GROUPS` groups (or past :data:`MAX_IDENTITY_BYTES`),
+    or None (one its processor refuses), is sent as ``null``: the handler
+    then refuses the connection's requests (dropping groups could skip a DENY)."""
+    groups = identity.groups if identity is not None else ()
     doc = None
-    if len(groups) <= MAX_IDENTITY_GROUPS:
+    if identity is not None and len(groups) <= MAX_IDENTITY_GROUPS:
         doc = [str(identity.principal), [str(g) for g in groups], identity.host]
     data = json.dumps(doc, separators=(",", ":")).encode()
     if len(data) > MAX_IDENTITY_BYTES:

@@ -301,10 +301,12 @@ class HandlerWorker(TopicAdmin, TopicAlter, Fetching, Replication, LogDirsReques
     # -- requests ----------------------------------------------------------
     def _on_request(self, p: int, m) -> None:
         conn_id, seq, flags, stamp_ns = env.REQ_HEADER.unpack_from(m, 0)
-        self.wait_ns += time.monotonic_ns() - stamp_ns
         if flags & env.REQ_PRINCIPAL:
+            # (not a request: its time in the ring is not the requests' wait)
             self._on_principal(p, conn_id, m)
             return
+        if stamp_ns:
+            self.wait_ns += time.monotonic_ns() - stamp_ns
         if flags & env.REQ_CLOSED:
             self._forget_principal(p, conn_id)
             self.parked = [x for x in self.parked if x.conn_id != conn_id]

@@ -6,8 +6,13 @@ connection id, as their processor tells them (``REQ_PRINCIPAL``, before any
 frame of the connection): forgotten when the connection closes
 (``REQ_CLOSED``) and, all of one processor's, when that processor was
 replaced (a REQ_PRINCIPAL of a newer processor epoch, which its connection
-ids carry). A request whose identity the handler does not know is refused
-(NOT_AUTHORIZED, and the connection closes), never answered as anyone.
+ids carry). A request is never answered as anyone but its connection's
+identity: one whose identity its processor could not tell (``null``: more
+than 256 groups) is refused NOT_AUTHORIZED (an error frame, and the
+connection closes); one of a connection the handler was never told of (a
+handler replaced, whose successor got a frame before the processor told it
+the identities again) is closed with no answer, as after a handler crash,
+so the client reconnects rather than reading a refusal it cannot retry.
 
 Also owns the one decision per request (:meth:`HandlerAccess._authorize`),
 from :func:`hostbroker.security.requests.needs`, made before the request
@@ -19,14 +24,14 @@ leaves: the coordinator trusts its senders):
   has an error code (OFFSETS, the group requests, OFFSET_COMMIT and
   OFFSET_FETCH: every entry), else an error frame with the refusal, and
   the connection closes (as for any request the broker will not serve);
-- ``each``: PRODUCE, FETCH (consumer, version 0), METADATA (version 0) and
-  OFFSET_COMMIT answer a refused topic in its place
+- ``each``: PRODUCE, FETCH (consumer, version 0), METADATA (every version)
+  and OFFSET_COMMIT answer a refused topic in its place
   (TOPIC_AUTHORIZATION_FAILED) and serve the others; any other request
   naming a refused topic is refused whole;
-- ``listed``: METADATA (version 0) and DESCRIBE_TOPIC_CONFIGS leave out
-  the topics the principal may not DESCRIBE, LIST_GROUPS and
-  LIST_OFFSET_GROUPS the groups (all of them with DESCRIBE on the cluster);
-  METADATA versions 1 and 2 of every topic need DESCRIBE on the cluster;
+- ``listed``: METADATA (every version) and DESCRIBE_TOPIC_CONFIGS leave
+  out the topics the principal may not DESCRIBE, LIST_GROUPS and
+  LIST_OFFSET_GROUPS the groups (all of them with DESCRIBE on the cluster;
+  LIST_OFFSET_GROUPS also each group's topics it may not DESCRIBE);
 - ``create`` (CREATE_TOPIC, and a PRODUCE's auto-create): CREATE on the
   cluster or on the topic.
 
@@ -45,6 +50,8 @@ import dataclasses
 from hostbroker.errors import ErrorCode
 from hostbroker.protocol import acls as acls_proto
 from hostbroker.protocol import api, bodies
+from hostbroker.protocol import logdirs as logdirs_proto
+from hostbroker.protocol import replication as replication_proto
 from hostbroker.protocol import groups as gproto
 from hostbroker.protocol import topics_admin
 from hostbroker.security.acl import CLUSTER_NAME, Operation, ResourceType
@@ -58,9 +65,12 @@ TOPIC, GROUP, CLUSTER = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLU
 NOTHING: frozenset = frozenset()
 _EPOCH_BITS = 0xFFFFFF << 32  # a connection id's processor epoch (processor_conns)
 # the requests whose route answers a refused topic in its place, or filters a listing
-_PER_TOPIC = (bodies.ProduceRequest, bodies.FetchRequest, bodies.MetadataRequest,
+# (METADATA of every version: a refused named topic is answered 33, a listing filtered)
+_METADATA = (bodies.MetadataRequest, replication_proto.MetadataRequestV1,
+             logdirs_proto.MetadataRequestV2)
+_PER_TOPIC = (bodies.ProduceRequest, bodies.FetchRequest, *_METADATA,
               bodies.OffsetCommitRequest, gproto.OffsetCommitRequestV1)
-_FILTERED = (bodies.MetadataRequest, gproto.ListGroupsRequest,
+_FILTERED = (*_METADATA, gproto.ListGroupsRequest,
              topics_admin.ListOffsetGroupsRequest, topics_admin.DescribeTopicConfigsRequest)
 
 
@@ -87,6 +97,8 @@ class HandlerAccess:
         processors = self.plan.num_processors
         self.identities: list[dict[int, Known]] = [{} for _ in range(processors)]
         self.identity_epochs = [-1] * processors
+        # the connections told as null (an identity too large to send): refused
+        self.untold: list[set[int]] = [set() for _ in range(processors)]
         self.known: Known | None = None  # the identity of the request being answered
 
     def _on_principal(self, p: int, conn_id: int, m) -> None:
@@ -94,19 +106,34 @@ class HandlerAccess:
         known = self.identities[p]
         if epoch != self.identity_epochs[p]:
             known.clear()  # its processor was replaced: its connections are gone
+            self.untold[p].clear()
             self.identity_epochs[p] = epoch
         identity = env.decode_principal(m)
         if identity is None:
             known.pop(conn_id, None)
+            self.untold[p].add(conn_id)
         else:
             known[conn_id] = Known(identity)
+            self.untold[p].discard(conn_id)
 
     def _forget_principal(self, p: int, conn_id: int) -> None:
         self.identities[p].pop(conn_id, None)
+        self.untold[p].discard(conn_id)
+
+    def _nobody(self, p, conn_id, seq, corr) -> None:
+        """Answer a request of a connection with no identity here (module doc)."""
+        if conn_id in self.untold[p]:
+            self._fail(p, conn_id, seq, corr, ErrorCode.NOT_AUTHORIZED)
+        else:  # never told: closed unanswered, as a crashed handler's connections
+            self._respond(p, conn_id, seq, [], env.RESP_CLOSE_NOW)
 
     # -- decisions ----------------------------------------------------------
     def _allows(self, known: Known, operation: Operation, resource_type: ResourceType,
-                name: str = CLUSTER_NAME) -> bool:
+                name: str = CLUSTER_NAME, keep: bool = True) -> bool:
+        """The decision, kept for the connection: past
+        ``acl.connection.cache.entries`` the oldest kept one is forgotten for
+        it, or (``keep`` False: a listing's checks, which must not push out
+        the decisions of the data path) it is not kept."""
         generation = self.access.document.generation
         allowed = known.allowed
         if known.generation != generation:
@@ -115,10 +142,12 @@ class HandlerAccess:
         key = (operation, resource_type, name)
         decision = allowed.get(key)
         if decision is None:
-            if len(allowed) >= self.conn_cache_entries:
-                allowed.clear()
-            decision = allowed[key] = self.access.allows(known.identity, operation,
-                                                         resource_type, name)
+            decision = self.access.allows(known.identity, operation, resource_type, name)
+            if len(allowed) < self.conn_cache_entries:
+                allowed[key] = decision
+            elif keep:
+                del allowed[next(iter(allowed))]
+                allowed[key] = decision
         return decision
 
     def _may_create(self, topic: str) -> bool:
@@ -138,7 +167,8 @@ class HandlerAccess:
         known = self.identities[p].get(conn_id)
         if known is None:
             return lambda name: False
-        return lambda name, rtype=TOPIC: self._allows(known, Operation.DESCRIBE, rtype, name)
+        return lambda name, rtype=TOPIC: self._allows(known, Operation.DESCRIBE, rtype, name,
+                                                      keep=False)
 
     def _groups_shown(self, p: int, conn_id: int):
         """LIST_GROUPS' filter: None (every group) with the authorizer off or
@@ -169,7 +199,7 @@ class HandlerAccess:
         known = self.identities[p].get(conn_id)
         self.known = known
         if known is None:
-            self._fail(p, conn_id, seq, corr, ErrorCode.NOT_AUTHORIZED)
+            self._nobody(p, conn_id, seq, corr)
             return None
         n = needs(request)
         allows = self._allows
@@ -219,7 +249,7 @@ class HandlerAccess:
     def _whoami(self, p, conn_id, seq, corr) -> None:
         known = self.identities[p].get(conn_id)
         if known is None:
-            self._fail(p, conn_id, seq, corr, ErrorCode.NOT_AUTHORIZED)
+            self._nobody(p, conn_id, seq, corr)
             return
         identity = known.identity
         self._reply(p, conn_id, seq, corr, acls_proto.WhoamiResponse(

@@ -126,6 +126,25 @@ def _changes_checked(request) -> tuple[dict[str, str], list[str]] | api.AdminRes
     return sets, deletes
 
 
+def _within(groups: list, max_bytes: int) -> tuple[list, bool]:
+    """As many of ``groups`` (``(group, [topic, ...])``) as fit ``max_bytes``
+    on the wire (the last perhaps cut to its first topics), as the
+    coordinator cuts them, and whether any were cut."""
+    kept, size = [], 0
+    for group, topics in groups:
+        size += 2 + len(group.encode("utf-8", "replace")) + 4
+        if size > max_bytes:
+            return kept, True
+        shown = []
+        kept.append((group, shown))
+        for topic in topics:
+            size += 2 + len(topic.encode("utf-8", "replace"))
+            if size > max_bytes:
+                return kept, True
+            shown.append(topic)
+    return kept, False
+
+
 class TopicAlter:
     """Mixin of :class:`HandlerWorker`: ALTER_TOPIC and LIST_OFFSET_GROUPS."""
 
@@ -133,17 +152,15 @@ class TopicAlter:
         if key == ApiKey.ALTER_TOPIC:
             self._alter_topic(p, conn_id, seq, corr, request)
         elif key == ApiKey.DESCRIBE_TOPIC_CONFIGS:
-            answer = self._topic_configs(request.topics)
+            # of every topic: those it may describe (handler_access), chosen
+            # before any file is read
             describe = None if request.topics else self._describes(p, conn_id)
-            if describe is not None:  # of every topic: those it may describe (handler_access)
-                answer = dataclasses.replace(answer, topics=tuple(
-                    t for t in answer.topics if describe(t.topic)))
-            self._reply(p, conn_id, seq, corr, answer)
+            self._reply(p, conn_id, seq, corr, self._topic_configs(request.topics, describe))
         else:
             self._list_offset_groups(p, conn_id, seq, corr, request)
 
     # -- DESCRIBE_TOPIC_CONFIGS --------------------------------------------------
-    def _topic_configs(self, topics) -> ta.DescribeTopicConfigsResponse:
+    def _topic_configs(self, topics, describe=None) -> ta.DescribeTopicConfigsResponse:
         """Each topic's overrides, read from the ``partition.json`` of the
         lowest partition of it this broker holds (every partition of a topic
         ends with the same: each ALTER_TOPIC sends every one its whole map).
@@ -157,6 +174,8 @@ class TopicAlter:
             # bumps the table's generation after its writers have answered)
             cache = self._configs_read = (self.view.generation, {})
         names = list(dict.fromkeys(topics)) if topics else sorted(self.view.topics)
+        if describe is not None:
+            names = [n for n in names if describe(n)]
         out = []
         reads = 0
         for topic in names:
@@ -187,10 +206,15 @@ class TopicAlter:
         # what an answer may hold, and what one ring message can carry as json
         # (a name's character takes at most 12 bytes there, 4 on the wire, and
         # its quotes, brackets and commas at most twice its length fields' bytes)
-        max_bytes = min(self.max_response_bytes - _GROUPS_OVERHEAD,
-                        self.config["ring.bytes"] // 16)
-        # of every group: those it may describe (handler_access.py)
+        carried = self.config["ring.bytes"] // 16
+        max_bytes = min(self.max_response_bytes - _GROUPS_OVERHEAD, carried)
+        # of every group: those it may describe; of each group's topics, those
+        # it may describe (handler_access.py). Filtered, the coordinator is
+        # asked for as much as a ring message carries and the cut is made here,
+        # after the filter, so it is over what the principal may see.
         shown = None if request.groups else self._groups_shown(p, conn_id)
+        describe = self._describes(p, conn_id)
+        filtering = shown is not None or describe is not None
 
         def respond(pending, failed: bool = False) -> None:
             result = None if failed or not pending.results else pending.results[0]
@@ -198,11 +222,15 @@ class TopicAlter:
                 body = ta.ListOffsetGroupsResponse(ErrorCode.BROKER_NOT_AVAILABLE)
             else:
                 code = ErrorCode(result.get("error", 0))
-                groups = tuple(ta.OffsetGroup(str(g), tuple(map(str, topics)))
-                               for g, topics in result.get("groups") or ()
-                               if shown is None or shown(str(g)))
-                body = ta.ListOffsetGroupsResponse(code, groups,
-                                                   1 if result.get("truncated") else 0)
+                groups = [(str(g), [str(t) for t in topics])
+                          for g, topics in result.get("groups") or ()
+                          if shown is None or shown(str(g))]
+                if describe is not None:
+                    groups = [(g, [t for t in topics if describe(t)]) for g, topics in groups]
+                groups, cut = _within(groups, max_bytes)
+                body = ta.ListOffsetGroupsResponse(
+                    code, tuple(ta.OffsetGroup(g, tuple(topics)) for g, topics in groups),
+                    1 if cut or result.get("truncated") else 0)
             self._reply(pending.processor, pending.conn_id, pending.seq,
                         pending.correlation_id, body)
 
@@ -211,7 +239,7 @@ class TopicAlter:
         self._to_writer(pending, self.coordinator, *env.encode_json(
             env.OP_OFFSETS, pending.token,
             {"op": "groups", "groups": list(dict.fromkeys(request.groups)),
-             "max_bytes": max_bytes}))
+             "max_bytes": carried if filtering else max_bytes}))
 
     # -- ALTER_TOPIC -----------------------------------------------------------
     def _alter_topic(self, p, conn_id, seq, corr, request) -> None:

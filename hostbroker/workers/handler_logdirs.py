@@ -115,7 +115,8 @@ class LogDirsRequests:
     def _logdirs_request(self, p, conn_id, seq, corr, header, request) -> None:
         key = header.api_key
         if key == ApiKey.METADATA:
-            self._reply(p, conn_id, seq, corr, self._metadata_v2(request))
+            self._reply(p, conn_id, seq, corr,
+                        self._metadata_v2(request, self._describes(p, conn_id)))
         elif key == ApiKey.ALTER_REPLICA_DIRS:
             self._alter_replica_dirs(p, conn_id, seq, corr, request)
         elif key == ApiKey.LOG_DIR_ADMIN:
@@ -272,10 +273,10 @@ class LogDirsRequests:
         ids = list(getattr(self.plan, "dir_ids", None) or ())
         return (ids + [-1] * self.plan.num_writers)[:self.plan.num_writers]
 
-    def _metadata_v2(self, request) -> lproto.MetadataResponseV2:
+    def _metadata_v2(self, request, describe=None) -> lproto.MetadataResponseV2:
         """Raises INVALID_REQUEST as soon as the answer grows past
         ``response.max.bytes`` (as versions 0 and 1 do)."""
-        v1 = self._metadata_v1(request)
+        v1 = self._metadata_v1(request, describe)  # (its topics filtered as v1's)
         view = self.view
         ids = self._dir_ids()
         state = self._replication_state()

@@ -89,7 +89,8 @@ class Replication:
                 self._report_positions(request)
             self._fetch(p, conn_id, seq, corr, request)  # (handler_fetch answers by version)
         elif key == ApiKey.METADATA:
-            self._reply(p, conn_id, seq, corr, self._metadata_v1(request))
+            self._reply(p, conn_id, seq, corr,
+                        self._metadata_v1(request, self._describes(p, conn_id)))
 
     # -- the controller's requests ----------------------------------------------
     def _take_controller_epoch(self, controller_id: int, controller_epoch: int) -> ErrorCode:
@@ -481,9 +482,12 @@ class Replication:
         return False
 
     # -- METADATA v1 ------------------------------------------------------------
-    def _metadata_v1(self, request) -> rproto.MetadataResponseV1:
+    def _metadata_v1(self, request, describe=None) -> rproto.MetadataResponseV1:
         """Raises INVALID_REQUEST as soon as the answer grows past
-        ``response.max.bytes`` (as version 0 does)."""
+        ``response.max.bytes`` (as version 0 does). ``describe`` (the
+        authorizer on): whether the principal may describe a topic; a named
+        topic it may not is answered TOPIC_AUTHORIZATION_FAILED with no
+        partitions, a listing of every topic leaves it out (as version 0)."""
         view = self.view
         view.refresh()
         answers = self.answers
@@ -492,12 +496,19 @@ class Replication:
         brokers = [me] + [MetadataBroker(x.broker_id, x.host or None, x.port, x.unix or None)
                           for x in peers if x.broker_id != self.broker_id]
         controller = self.peers.controller_id if self.peers is not None else -1
-        names = tuple(dict.fromkeys(request.topics)) or tuple(sorted(view.topics))
+        names = tuple(dict.fromkeys(request.topics))
+        if not names:
+            names = tuple(filter(describe, sorted(view.topics)) if describe is not None
+                          else sorted(view.topics))
         size = 0
         topics = []
         for name in names:
             slots = view.topics.get(name)
             size += 2 + len(name.encode("utf-8", "replace")) + 6
+            if describe is not None and not describe(name):
+                topics.append(rproto.MetadataTopicV1(
+                    name, ErrorCode.TOPIC_AUTHORIZATION_FAILED, ()))
+                continue
             if slots is None:
                 topics.append(rproto.MetadataTopicV1(
                     name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ()))

@@ -29,8 +29,11 @@ the log was last looked at: one table read per partition waited on, so
 append costs. A partition unknown when the fetch came is not waited on.
 Past that bound (or with one of its connection waiting already) a fetch
 that must wait goes to the handler, which leaves a fetch of one partition
-at the writer; one whose data is there is still answered here. A parked
-fetch does not stop its connection: later requests go on as ever (to the
+at the writer; one whose data is there is still answered here. Each look
+at a parked fetch asks again whether its connection may READ each topic (a
+kept decision, decided anew once the ACLs changed): a topic revoked while
+the fetch waits is answered TOPIC_AUTHORIZATION_FAILED. A parked fetch
+does not stop its connection: later requests go on as ever (to the
 handler, or a PUT), their answers queued behind it, and the connection is
 not idle meanwhile.
 
@@ -46,7 +49,7 @@ import traceback
 from typing import NamedTuple
 
 from hostbroker.errors import ErrorCode
-from hostbroker.security.acl import Operation
+from hostbroker.security.acl import Operation, ResourceType
 from hostbroker.protocol import api
 from hostbroker.protocol.lone import fetch_partition_count, peek_lone_fetch
 from hostbroker.shm import procs
@@ -207,8 +210,15 @@ class LocalFetching:
                             break
                     else:
                         continue
+                # asked again (kept decisions: a dict read each, decided anew
+                # once the ACLs changed): a topic revoked meanwhile is answered
+                # TOPIC_AUTHORIZATION_FAILED, never with data
+                refused = frozenset(
+                    p.topic for p in x.parts if not self._conn_allows(
+                        x.conn, Operation.READ, ResourceType.TOPIC, p.topic)
+                ) if self.enforcing else frozenset()
                 reads: list = []
-                total, parts = fetch_parts(view, x.parts, self.fetch_max_bytes, reads)
+                total, parts = fetch_parts(view, x.parts, self.fetch_max_bytes, reads, refused)
                 if not due and fetch_must_wait(parts, total, x.min_bytes):
                     self.parked[conn_id] = x._replace(reads=tuple(reads))
                     continue

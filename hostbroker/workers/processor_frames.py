@@ -218,7 +218,7 @@ class FrameReading:
             # only version 0 of METADATA and FETCH is answered here: every later
             # version (replication's) and every other key goes to the handler
             if (local is not None and not conn.at_handler and key in LOCAL_KEYS
-                    and version == api.API_VERSION):
+                    and version == api.API_VERSION and self._answers_here(conn)):
                 self._answer_here(conn, local, frame)
                 continue
             if (key == api.ApiKey.FETCH and version == api.API_VERSION and local_fetch

@@ -73,6 +73,7 @@ from hostbroker import cpulatency, cpusched, systemd
 from hostbroker.cluster import zkread
 from hostbroker.config import Config, parse_umask
 from hostbroker.errors import ConfigError, ExitStatus
+from hostbroker.security.requests import start_warnings
 from hostbroker.shm import procs
 from hostbroker.shm.adminlock import AdminLock
 from hostbroker.shm.logdirs import LogDirTable
@@ -295,6 +296,8 @@ class Supervisor(Respawn):
             except cpusched.CpuSchedError as e:
                 raise StartError(f"cpu.realtime.priority: {e}") from None
         self.realtime = cpusched.realtime_policy()
+        for line in start_warnings(config):  # (access control as configured)
+            print(f"hostbroker: warning: {line}", file=sys.stderr, flush=True)
         if self.realtime is not None and not cpusched.throttled():
             print(f"hostbroker: warning: {self.realtime[0]} with kernel.sched_rt_runtime_us=-1:"
                   " nothing keeps a busy worker from holding a CPU", file=sys.stderr, flush=True)

@@ -7,6 +7,8 @@ requests take the handler's way)."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from hostbroker.security.acl import AclBinding, Operation, PatternType, Permission, ResourceType
@@ -53,6 +55,7 @@ def acl_broker(request, users, tmp_path_factory):
     routes = DIRECT if request.param == "direct" else VIA_HANDLER
     b = AccessBroker(tmp_path_factory.mktemp("acl"), BINDINGS, super_users="User:hbsuper",
                      **{k.replace(".", "_"): v for k, v in routes.items()})
+    b.route = request.param
     b.start()
     try:
         # the broker's own user over the Unix socket may do everything
@@ -75,6 +78,23 @@ def test_whoami_tells_each_kind_of_peer(acl_broker):
     done = whoami_as("hbbob", acl_broker.unix)
     assert done.returncode == 0, done.stderr
     assert '"principal": "User:hbbob"' in done.stdout and '"authorizer": true' in done.stdout
+
+
+def _handler_requests(broker) -> int:
+    time.sleep(1.0)  # the heartbeat threads publish the counters every ~0.4 s
+    return broker.broker.counter("handler", "requests")
+
+
+def test_allowed_requests_take_the_processor_s_routes(acl_broker):
+    """Allowed, a lone PRODUCE, a FETCH and a METADATA never reach a handler
+    on the direct broker (a processor that sent everything to its handler
+    would pass every other test); on the other broker all three do."""
+    before = _handler_requests(acl_broker)
+    assert run_as("hbalice", acl_broker.unix, [
+        {"op": "produce", "topic": "orders"}, {"op": "fetch", "topic": "orders"},
+        {"op": "metadata", "topics": ["orders"]}]) == [[OK], [OK], {"orders": OK}]
+    taken = _handler_requests(acl_broker) - before
+    assert taken == (0 if acl_broker.route == "direct" else 3), taken
 
 
 def test_produce_allowed_and_denied_per_partition(acl_broker):
@@ -169,14 +189,17 @@ def test_cluster_requests(acl_broker):
     assert bob == [CLUSTER_NO] * 3
     carol = run_as("hbcarol", u, [{"op": "follower_fetch", "topic": "orders"},
                                   {"op": "leader_and_isr"}, {"op": "log_dir_admin"}])
-    assert CLUSTER_NO not in carol and "frame:NOT_AUTHORIZED" not in carol, carol
+    # allowed, so each reaches its route and gets that route's answer: a
+    # standalone broker leads no replicated partition, its controller's
+    # (empty) LEADER_AND_ISR is taken, and dir 99 is no log dir of it
+    assert carol == [["NOT_LEADER_FOR_PARTITION"], OK, "INVALID_REQUEST"], carol
 
 
 def test_super_users_and_the_broker_s_own_user(acl_broker):
     for user in ("hbsuper", None):
         assert run_as(user, acl_broker.unix, [{"op": "produce", "topic": "open"},
                                               {"op": "fetch", "topic": "open"},
-                                              {"op": "leader_and_isr"}])[:2] == [[OK], [OK]]
+                                              {"op": "leader_and_isr"}]) == [[OK], [OK], OK]
     # the broker's own user over TCP is nobody in particular: User:ANONYMOUS
     assert run_as(None, acl_broker.tcp, [{"op": "produce", "topic": "open"}]) == [[TOPIC_NO]]
 

@@ -60,6 +60,9 @@ class _Handler(HandlerAccess):
     def _reply(self, p, conn_id, seq, corr, answer, error=None):
         self.answers.append(("reply", conn_id, answer))
 
+    def _respond(self, p, conn_id, seq, pieces, flags=0):
+        self.answers.append(("pieces", conn_id, tuple(pieces), flags))
+
 
 def _conn(epoch: int, n: int, processor: int = 0) -> int:
     return (processor << 56) | (epoch << 32) | n
@@ -70,8 +73,16 @@ def test_a_handler_refuses_a_connection_it_does_not_know(created):
                   encode_published([write_orders()], QuotaSet()))
     h = _Handler(doc)
     produce = bodies.ProduceRequest(1, 100, (bodies.ProducePartition("orders", 0, b""),))
+    # never told (a replaced handler before its processor told it again): closed
+    # with no answer, so the client reconnects as after a handler crash
     assert h._authorize(0, _conn(1, 1), 0, 9, produce) is None
-    assert h.answers[-1] == ("frame", _conn(1, 1), ErrorCode.NOT_AUTHORIZED)
+    assert h.answers[-1] == ("pieces", _conn(1, 1), (), env.RESP_CLOSE_NOW)
+    # told as null (too many groups to send): refused
+    crowd = Identity(ALICE.principal, tuple(Principal("Group", f"g{i}")
+                                            for i in range(env.MAX_IDENTITY_GROUPS + 1)))
+    h._on_principal(0, _conn(1, 2), env.encode_principal(_conn(1, 2), crowd))
+    assert h._authorize(0, _conn(1, 2), 0, 9, produce) is None
+    assert h.answers[-1] == ("frame", _conn(1, 2), ErrorCode.NOT_AUTHORIZED)
     h._on_principal(0, _conn(1, 1), env.encode_principal(_conn(1, 1), ALICE))
     assert h._authorize(0, _conn(1, 1), 1, 9, produce) == frozenset()
     # closed: forgotten
@@ -156,3 +167,22 @@ def test_the_default_path_never_asks_what_a_request_needs(tmp_path, monkeypatch)
         assert answer.error_code == ErrorCode.NONE
     finally:
         rig.close()
+
+
+def test_a_full_connection_cache_forgets_one_and_listings_push_nothing_out(created):
+    doc = created(PublishedDocument, "pdoc", 1 << 16,
+                  encode_published([write_orders()], QuotaSet()))
+    h = _Handler(doc)  # (4 decisions kept per connection)
+    conn = _conn(1, 1)
+    h._on_principal(0, conn, env.encode_principal(conn, ALICE))
+    known = h.identities[0][conn]
+    for i in range(4):
+        h._allows(known, Operation.WRITE, T, f"t{i}")
+    # a METADATA of every topic: its checks are not kept once the cache is full
+    describe = h._describes(0, conn)
+    assert [describe(f"m{i}") for i in range(50)] == [False] * 50
+    assert set(known.allowed) == {(Operation.WRITE, T, f"t{i}") for i in range(4)}
+    # a fifth data decision forgets the oldest one only
+    h._allows(known, Operation.WRITE, T, "orders")
+    assert set(known.allowed) == {(Operation.WRITE, T, f"t{i}") for i in (1, 2, 3)} | \
+        {(Operation.WRITE, T, "orders")}

@@ -7,6 +7,7 @@ import pwd
 
 import pytest
 
+from hostbroker.security import principals
 from hostbroker.security.principals import (ANONYMOUS, UNIX_HOST, Principal, common_name,
                                             from_address, from_certificate,
                                             from_peer_credentials)
@@ -61,3 +62,31 @@ def test_a_certificate_subject_gives_its_common_name():
 
 def test_plain_tcp_is_anonymous():
     assert from_address("10.1.2.3").principal == ANONYMOUS
+
+
+def test_names_are_remembered_for_a_bounded_time(monkeypatch):
+    """A uid given a name after it was first seen is named within
+    LOOKUP_SECONDS (the clock faked; the user database real)."""
+    uid = 3_999_999_923
+    now = [1000.0]
+    monkeypatch.setattr(principals.time, "monotonic", lambda: now[0])
+    names = {uid: None}
+    remembered = principals._Remembered(lambda u: names[u])
+    assert remembered(uid) is None
+    names[uid] = "late"
+    now[0] += principals.LOOKUP_SECONDS / 2
+    assert remembered(uid) is None  # still remembered
+    now[0] += principals.LOOKUP_SECONDS
+    assert remembered(uid) == "late"
+    # the real lookups are such remembered ones
+    assert isinstance(principals.user_name, principals._Remembered)
+    assert isinstance(principals.group_name, principals._Remembered)
+
+
+def test_the_kernels_groups_are_taken_when_given():
+    # root's groups as the kernel gave them, not as the user database lists them
+    other = grp.getgrgid(1).gr_name
+    assert "root" not in grp.getgrgid(1).gr_mem
+    assert set(from_peer_credentials(0, 0, (1,)).groups) == \
+        {Principal("Group", "root"), Principal("Group", other)}
+    assert from_peer_credentials(0, 0, ()).groups == (Principal("Group", "root"),)

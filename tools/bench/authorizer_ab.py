@@ -7,15 +7,18 @@ Run by hand (not a test), from the repository with its venv::
 
     .venv/bin/python tools/bench/authorizer_ab.py sync1 --rounds 4
     .venv/bin/python tools/bench/authorizer_ab.py fetch-parts --partitions 1 --rounds 4
+    .venv/bin/python tools/bench/authorizer_ab.py --shared sync1 --rounds 4
 
 The clients connect over TCP, so they are ``User:ANONYMOUS``: A's
 ``acls.json`` (written into a log dir made for it before A starts) holds 999
 bindings of other users on other topics, literal and prefixed, and one that
 allows ``User:ANONYMOUS`` everything on the topics ``ab*`` the loads use.
-(Over the Unix socket the clients would be the broker's own user, whom no
-ACL is asked about.) Every other option is ``ab_settings.py``'s; at the end
-the ratio A/B of the medians (of rates; B/A of p50 latencies) is printed:
-1.0 is no cost.
+With ``--shared`` the 999 others are all on the loads' own prefix ``ab``
+(other users' bindings: a prefix shared by many users on one host), so
+every decision finds 1,000 bindings on its resources. (Over the Unix socket
+the clients would be the broker's own user, whom no ACL is asked about.)
+Every other option is ``ab_settings.py``'s; at the end the ratio A/B of the
+medians (of rates; B/A of p50 latencies) is printed: 1.0 is no cost.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ import ab_settings  # noqa: E402
 ACLS = 1000
 
 
-def bindings(count: int = ACLS) -> list:
+def bindings(count: int = ACLS, shared: bool = False) -> list:
     from hostbroker.security.acl import (AclBinding, Operation, PatternType, Permission,
                                          ResourceType)
     from hostbroker.security.principals import Principal
@@ -46,9 +49,10 @@ def bindings(count: int = ACLS) -> list:
                               Permission.ALLOW)]
     for i in range(count - 1):
         out.append(AclBinding.checked(
-            ResourceType.TOPIC, f"team{i}-" if i % 2 else f"topic-{i}",
-            PatternType.PREFIXED if i % 2 else PatternType.LITERAL,
-            Principal("User", f"user{i % 97}"), "*",
+            ResourceType.TOPIC,
+            "ab" if shared else f"team{i}-" if i % 2 else f"topic-{i}",
+            PatternType.PREFIXED if shared or i % 2 else PatternType.LITERAL,
+            Principal("User", f"user{i}" if shared else f"user{i % 97}"), "*",
             (Operation.READ, Operation.WRITE, Operation.DESCRIBE)[i % 3], Permission.ALLOW))
     return out
 
@@ -72,11 +76,14 @@ def main(argv=None) -> int:
     from hostbroker.security.store import write_acls
 
     argv = list(sys.argv[1:] if argv is None else argv)
+    shared = "--shared" in argv
+    if shared:
+        argv.remove("--shared")
     root = tempfile.mkdtemp(prefix="hb-authz-")
     try:
         log_dir = os.path.join(root, "logs")
         os.makedirs(log_dir)
-        write_acls(log_dir, bindings())
+        write_acls(log_dir, bindings(shared=shared))
         argv += ["--a", "authorizer.enable=true", "--a", f"log.dirs={log_dir}",
                  "--b", "authorizer.enable=false"]
         shown = _Tee(sys.stdout)

@@ -21,6 +21,7 @@ bounded by ``BROKER_TIMEOUT_S``, and shared by every request of the process.
 
 from __future__ import annotations
 
+import ipaddress
 import sys
 from collections.abc import Callable
 
@@ -52,6 +53,22 @@ def broker_uri(config: Config) -> str:
         host = "::1"
     scheme = parsed[0]
     return f"{scheme}://[{host}]:{parsed[2]}" if ":" in host else f"{scheme}://{host}:{parsed[2]}"
+
+
+def admin_host(peer: str) -> str:
+    """The host an HTTP client's ``host:port`` address is to the ACLs, as the
+    Kafka listeners tell it (workers/peers.py): the port and brackets gone,
+    an IPv4-mapped IPv6 address (an IPv4 client of a dual-stack ``[::]``
+    listener) as its IPv4 form, an address in its canonical text."""
+    host = peer.rsplit(":", 1)[0] if ":" in peer else peer
+    host = host.strip("[]")
+    try:
+        address = ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return host
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return str(address.ipv4_mapped)
+    return str(address)
 
 
 class HttpContext:
@@ -144,7 +161,7 @@ class HttpContext:
             self._access = open_access(self.plan, self.config)
         from hostbroker.security.principals import Identity, Principal
 
-        host = peer.rsplit(":", 1)[0].strip("[]") if ":" in peer else peer
+        host = admin_host(peer)
         identity = Identity(Principal.parse(self.config["http.admin.principal"]), (), host)
         # (the authorizer itself: never the broker's own user's pass over its socket)
         return self._access.authorizer().authorize(identity, operation, resource_type, name)
