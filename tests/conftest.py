@@ -7,6 +7,8 @@ worker and its module, package and session fixtures are set up once there:
 
 - a test module is a group of its own (as ``--dist loadfile`` would make it);
 - ``tests/hostile/`` is one group, as its fuzz broker is a package fixture;
+- ``tests/access/`` is one group: its session fixture makes and removes the
+  system users its clients run as, which two workers would do over each other;
 - the Spark modules that start a SparkSession are two groups
   (:data:`SPARK_GROUPS`, and ``test_loader.py`` alone): the session is per
   worker (a JVM of up to 1 GiB, about 20 s to start and warm), so two workers
@@ -25,7 +27,7 @@ import signal
 import pytest
 
 # Whole-package groups: one worker each.
-PACKAGE_GROUPS = ("tests/hostile/",)
+PACKAGE_GROUPS = ("tests/hostile/", "tests/access/")
 
 # The modules that use the SparkSession: these four are one group; test_loader.py, about
 # as long alone (a `hostbroker load` JVM per run), is the other.

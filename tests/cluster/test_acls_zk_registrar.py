@@ -249,7 +249,7 @@ def test_a_layout_longer_than_the_document_allows_the_super_users_only(zk):
     try:
         doc = PublishedDocument.create(region, 4096, NOT_READ)
         access, said = reader(zk, doc)
-        store.add_acls(zk, [read_orders(f"User:user{i}") for i in range(40)])
+        store.add_acls(zk, [read_orders(f"User:user{i}") for i in range(400)])
         access.poll()
         assert decode_published(doc.read()[1], 100, 100)[0] is None
         assert "acl.max.bytes" in said[0]
