@@ -4,8 +4,8 @@
 As :mod:`hostbroker.cli_admin`, this module only parses arguments and
 dispatches (:mod:`hostbroker.commands.acls`, :mod:`hostbroker.commands.quotas`,
 imported when a command runs). Where the ACLs and quotas are changed is the
-command's ``backend``: ``--bootstrap`` (a standalone broker) here; another
-target is one more option and keyword.
+command's ``backend``: ``--bootstrap`` (a standalone broker) or
+``--zookeeper`` (a cluster: Kafka's layout in ZooKeeper).
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from hostbroker.cli_tls import add_command_config
 
 
 def _where(args: argparse.Namespace) -> dict:
-    return {"bootstrap": args.bootstrap}  # (no default: commands.acls.admin_bootstrap)
+    # (no default: commands.acls.admin_bootstrap)
+    return {"bootstrap": args.bootstrap, "zookeeper": args.zookeeper}
 
 
 def _acls(args: argparse.Namespace) -> int:
@@ -60,9 +61,13 @@ def _rate(text: str) -> int:
 
 
 def _bootstrap(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--bootstrap", metavar="URI",
-                        help="the broker, needed: unix:///PATH (its own user there is a "
-                             "super user), tcp://HOST:PORT or ssl://HOST:PORT")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--bootstrap", metavar="URI",
+                       help="a standalone broker: unix:///PATH (its own user there is a "
+                            "super user), tcp://HOST:PORT or ssl://HOST:PORT")
+    where.add_argument("--zookeeper", metavar="HOST:PORT[,...][/CHROOT]",
+                       help="a cluster: its ZooKeeper, where every broker reads the ACLs "
+                            "and quotas (docs/security.md, \"In a cluster\")")
     add_command_config(parser)
 
 

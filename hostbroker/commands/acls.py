@@ -213,12 +213,17 @@ def admin_bootstrap(bootstrap: str | None) -> str:
     if bootstrap is None:
         raise usage_error("give --bootstrap: unix:///path/of/its.sock (the broker's own "
                           "user there is a super user), or tcp:// or ssl:// as a principal "
-                          "allowed Alter on the cluster")
+                          "allowed Alter on the cluster; or --zookeeper for a cluster")
     return check_bootstrap(bootstrap)
 
 
-def backend(*, bootstrap: str | None = None):
-    """Where the ACLs are changed: a broker (--bootstrap)."""
+def backend(*, bootstrap: str | None = None, zookeeper: str | None = None):
+    """Where the ACLs are changed: a standalone broker (--bootstrap) or a
+    cluster's ZooKeeper (--zookeeper; :mod:`hostbroker.commands.access_zk`)."""
+    if zookeeper is not None:
+        from hostbroker.commands.access_zk import ZooKeeperAcls
+
+        return ZooKeeperAcls(zookeeper)
     return BrokerAcls(bootstrap)
 
 

@@ -113,8 +113,13 @@ class BrokerQuotas:
         return shown, bool(answer.truncated)
 
 
-def backend(*, bootstrap: str | None = None):
-    """Where the quotas are changed: a broker (--bootstrap)."""
+def backend(*, bootstrap: str | None = None, zookeeper: str | None = None):
+    """Where the quotas are changed: a standalone broker (--bootstrap) or a
+    cluster's ZooKeeper (--zookeeper; :mod:`hostbroker.commands.access_zk`)."""
+    if zookeeper is not None:
+        from hostbroker.commands.access_zk import ZooKeeperQuotas
+
+        return ZooKeeperQuotas(zookeeper)
     return BrokerQuotas(bootstrap)
 
 
