@@ -46,7 +46,6 @@ with a top-level or any topic's error code in the API stats
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 

@@ -11,8 +11,7 @@ from hostbroker.client.errors import BrokerError
 from hostbroker.errors import ErrorCode
 from hostbroker.protocol import acls as w
 from tests.access_admin.support import (
-    ALL, ALLOW, ANY, CLUSTER, CREATE, DENY, DESCRIBE, GROUP, LITERAL, MATCH, PREFIXED, READ,
-    TOPIC, WRITE, alter, create, delete, described, entry, file_acls, published_now, quotas_of)
+    ALL, ANY, CLUSTER, CREATE, DENY, GROUP, LITERAL, MATCH, PREFIXED, TOPIC, WRITE, alter, create, delete, described, entry, file_acls, published_now, quotas_of)
 
 OK = (ErrorCode.NONE, None)
 
