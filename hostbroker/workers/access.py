@@ -186,6 +186,38 @@ class AccessView:
         return self.authorizer().authorize(identity, operation, resource_type, name)
 
 
+class KeptDecisions:
+    """The decisions made for one connection at one ACL generation (its
+    processor's and its handler's each keep one): a dict lookup per request
+    and resource, the authorizer asked once. Past ``limit`` the oldest kept
+    decision is forgotten, or (``keep`` False: a listing's checks, which must
+    not push out the decisions of the data path) the new one is not kept."""
+
+    __slots__ = ("allowed", "generation")
+
+    def __init__(self) -> None:
+        self.allowed: dict[tuple, bool] = {}
+        self.generation = -1
+
+    def decide(self, access: AccessView, identity: Identity, operation: Operation,
+               resource_type: ResourceType, name: str, limit: int, keep: bool = True) -> bool:
+        generation = access.document.generation
+        allowed = self.allowed
+        if self.generation != generation:
+            allowed.clear()
+            self.generation = generation
+        key = (operation, resource_type, name)
+        decision = allowed.get(key)
+        if decision is None:
+            decision = access.allows(identity, operation, resource_type, name)
+            if len(allowed) < limit:
+                allowed[key] = decision
+            elif keep:
+                del allowed[next(iter(allowed))]
+                allowed[key] = decision
+        return decision
+
+
 def publish_at_start(name: str, log_dir: str, config,
                      say: Callable[[str], None] = _say) -> SharedRegion:
     """Create the region ``name`` of ``acl.max.bytes`` and publish the first

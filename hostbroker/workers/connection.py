@@ -36,6 +36,7 @@ import socket
 import struct
 
 from hostbroker.workers import envelopes as env
+from hostbroker.workers.access import KeptDecisions
 from hostbroker.workers.sendfiles import release_held
 
 RECV_CHUNK = 256 * 1024  # the processor's receive buffer
@@ -108,8 +109,8 @@ class Connection:
                  "reading", "writing", "active", "frame_started", "lingering", "linger_until",
                  "linger_left", "pinned", "at_writer", "writer", "writer_seq", "writer_put",
                  "pipelining", "lone", "behind", "claim", "claim_have", "claim_put", "spilled_seq",
-                 "large_next", "watched", "started", "tls", "identity", "allowed",
-                 "allowed_generation", "quota")
+                 "large_next", "watched", "started", "tls", "identity", "decisions",
+                 "quota")
 
     def __init__(self, sock: socket.socket, conn_id: int, handler: int, now: float):
         self.sock = sock
@@ -157,8 +158,7 @@ class Connection:
         self.identity = None
         # who it is (None until known: not read till then; processor_access.py),
         # and the authorizer's decisions for it at one ACL generation
-        self.allowed: dict[tuple, bool] = {}
-        self.allowed_generation = -1
+        self.decisions = KeptDecisions()  # (None: an identity refused everything)
         self.quota = None  # a throttle.Metered while a quota applies to its principal
 
     @property

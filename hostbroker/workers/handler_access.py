@@ -59,6 +59,7 @@ from hostbroker.security.principals import Identity
 from hostbroker.security.requests import needs, refusal_code
 from hostbroker.workers import envelopes as env
 from hostbroker.workers import group_answers
+from hostbroker.workers.access import KeptDecisions
 from hostbroker.workers.handler_offsets import group_error_answer
 
 TOPIC, GROUP, CLUSTER = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
@@ -80,8 +81,7 @@ class Known:
     generation."""
 
     identity: Identity
-    allowed: dict = dataclasses.field(default_factory=dict)
-    generation: int = -1
+    decisions: KeptDecisions = dataclasses.field(default_factory=KeptDecisions)
 
 
 class HandlerAccess:
@@ -130,25 +130,10 @@ class HandlerAccess:
     # -- decisions ----------------------------------------------------------
     def _allows(self, known: Known, operation: Operation, resource_type: ResourceType,
                 name: str = CLUSTER_NAME, keep: bool = True) -> bool:
-        """The decision, kept for the connection: past
-        ``acl.connection.cache.entries`` the oldest kept one is forgotten for
-        it, or (``keep`` False: a listing's checks, which must not push out
-        the decisions of the data path) it is not kept."""
-        generation = self.access.document.generation
-        allowed = known.allowed
-        if known.generation != generation:
-            allowed.clear()
-            known.generation = generation
-        key = (operation, resource_type, name)
-        decision = allowed.get(key)
-        if decision is None:
-            decision = self.access.allows(known.identity, operation, resource_type, name)
-            if len(allowed) < self.conn_cache_entries:
-                allowed[key] = decision
-            elif keep:
-                del allowed[next(iter(allowed))]
-                allowed[key] = decision
-        return decision
+        """The decision, kept for the connection (``acl.connection.cache.entries``;
+        ``keep`` False: a listing's checks, not kept past the bound)."""
+        return known.decisions.decide(self.access, known.identity, operation, resource_type,
+                                      name, self.conn_cache_entries, keep)
 
     def _may_create(self, topic: str) -> bool:
         """May the request being answered create ``topic`` (CREATE on the

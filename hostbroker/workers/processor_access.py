@@ -12,7 +12,7 @@ handler (``REQ_PRINCIPAL``, before any frame of it; again when that handler
 was replaced); and the decisions of the processor's own routes (METADATA and
 OFFSETS answered here, direct FETCHes, lone PRODUCE PUTs, GROUP_PUTs). A
 decision is asked of the authorizer once per connection and (operation,
-resource), and kept on the connection (``Connection.allowed``, at most
+resource), and kept on the connection (``Connection.decisions``, at most
 ``acl.connection.cache.entries``, forgotten when the ACL generation moves):
 the data path pays a dict lookup per request, not an authorizer call. A
 route that is refused is not taken: the request goes to the handler, which
@@ -78,12 +78,12 @@ class ConnectionAccess:
         if refused or not env.tellable(identity):
             # its handler refuses it (more than 256 groups): so do the
             # processor's routes, which then take none of its requests
-            conn.allowed_generation = None
+            conn.decisions = None
         self._tell(conn)
         self._quota_adopt(conn)  # metered if its principal has a quota (throttle.py)
 
     def _tell(self, conn: Connection) -> None:
-        told = None if conn.allowed_generation is None else conn.identity
+        told = None if conn.decisions is None else conn.identity
         self.requests[conn.handler].send(env.encode_principal(conn.conn_id, told,
                                                                 time.monotonic_ns()))
         self.dirty_handlers.add(conn.handler)
@@ -121,23 +121,10 @@ class ConnectionAccess:
         (``keep`` False: METADATA's checks, a listing of every topic among
         them) it is not kept, so a listing does not push out the decisions
         of the data path."""
-        if conn.allowed_generation is None:
+        if conn.decisions is None:
             return False  # an identity its handler was not told: refused (_identify)
-        generation = self.access.document.generation
-        allowed = conn.allowed
-        if conn.allowed_generation != generation:
-            allowed.clear()
-            conn.allowed_generation = generation
-        key = (operation, resource_type, name)
-        decision = allowed.get(key)
-        if decision is None:
-            decision = self.access.allows(conn.identity, operation, resource_type, name)
-            if len(allowed) < self.conn_cache_entries:
-                allowed[key] = decision
-            elif keep:
-                del allowed[next(iter(allowed))]
-                allowed[key] = decision
-        return decision
+        return conn.decisions.decide(self.access, conn.identity, operation, resource_type,
+                                     name, self.conn_cache_entries, keep)
 
     def _conn_may(self, conn: Connection, request) -> bool:
         """Whether every check ``request`` takes (:func:`needs`) allows ``conn``:
@@ -157,7 +144,7 @@ class ConnectionAccess:
     def _answers_here(self, conn: Connection) -> bool:
         """Whether METADATA and OFFSETS of ``conn`` may be answered here: not
         for an identity its handler refuses (which then answers them)."""
-        return not self.enforcing or conn.allowed_generation is not None
+        return not self.enforcing or conn.decisions is not None
 
     def _describer(self, conn: Connection):
         """Whether ``conn`` may DESCRIBE a topic, as a callable of its name

@@ -111,13 +111,13 @@ def test_decisions_are_kept_until_the_acls_change_and_bounded(created):
     known = h.identities[0][_conn(1, 1)]
     assert h._allows(known, Operation.WRITE, T, "orders")
     assert not h._allows(known, Operation.READ, T, "orders")
-    assert len(known.allowed) == 2
+    assert len(known.decisions.allowed) == 2
     doc.publish(encode_published([write_orders("User:bob")], QuotaSet()))
     assert not h._allows(known, Operation.WRITE, T, "orders")  # the new generation decides
-    assert len(known.allowed) == 1
+    assert len(known.decisions.allowed) == 1
     for i in range(10):
         h._allows(known, Operation.WRITE, T, f"t{i}")
-    assert len(known.allowed) <= 4
+    assert len(known.decisions.allowed) <= 4
 
 
 def test_per_topic_refusals_and_whole_ones(created):
@@ -181,8 +181,8 @@ def test_a_full_connection_cache_forgets_one_and_listings_push_nothing_out(creat
     # a METADATA of every topic: its checks are not kept once the cache is full
     describe = h._describes(0, conn)
     assert [describe(f"m{i}") for i in range(50)] == [False] * 50
-    assert set(known.allowed) == {(Operation.WRITE, T, f"t{i}") for i in range(4)}
+    assert set(known.decisions.allowed) == {(Operation.WRITE, T, f"t{i}") for i in range(4)}
     # a fifth data decision forgets the oldest one only
     h._allows(known, Operation.WRITE, T, "orders")
-    assert set(known.allowed) == {(Operation.WRITE, T, f"t{i}") for i in (1, 2, 3)} | \
+    assert set(known.decisions.allowed) == {(Operation.WRITE, T, f"t{i}") for i in (1, 2, 3)} | \
         {(Operation.WRITE, T, "orders")}
