@@ -343,15 +343,16 @@ class SlotTable(Structure):
         """``(index, record)`` of every slot that is not FREE.
 
         Only the slots below the high water are looked at, and the ones in
-        use are picked out of the strided view of their states by
-        ``itertools.compress`` (FREE is 0): about 1.2 ms for all 65,536
-        slots of the default ``max.partitions``, against ~14 ms for a loop
-        of :meth:`state`, and next to nothing for the few hundred slots a
-        broker has usually taken. Every worker scans on each topic created
+        use are picked out of their states, copied out of the strided view
+        as one list, by ``itertools.compress`` (FREE is 0): about 1.6 ms for
+        all 65,536 slots of the default ``max.partitions`` (2.3 ms on Python
+        3.13, whose iteration of the strided view itself takes 7 ms),
+        against ~14 ms for a loop of :meth:`state`, and next to nothing for
+        the few hundred slots a broker has usually taken. Every worker scans on each topic created
         or deleted, and handlers while holding the admin lock, so this
         bounds what a topic's creation costs the broker.
         """
-        states = self._states()
+        states = self._states().tolist()
         return [(i, self.read(i)) for i in compress(range(len(states)), states)]
 
     @property
