@@ -308,7 +308,10 @@ class HttpConnection:
         self._queue(response, request.method == "HEAD")
 
     def _fail(self, error: BadRequest) -> None:
-        """Answer ``error`` and close: nothing after a bad request can be trusted."""
+        """Answer ``error`` and close: nothing after a bad request can be trusted.
+        A HEAD request refused after its head was read gets the head of the
+        answer only, as any answer to HEAD (RFC 9110 9.3.2)."""
+        head_only = self._head is not None and self._head.method == "HEAD"
         self._in.clear()
         self._head = None
         self.closing = True
@@ -316,7 +319,7 @@ class HttpConnection:
                               and len(self._out[0]) == len(CONTINUE)):
             return  # an answer is still being written; just close after it
         self._out.clear()
-        self._queue(error_response(error.status, str(error)), False)
+        self._queue(error_response(error.status, str(error)), head_only)
 
     def _queue(self, response: Response, head_only: bool) -> None:
         for part in response_parts(response, self.limits.response_max_bytes,

@@ -94,13 +94,17 @@ def machine(allowed=NONE):
     return HttpConnection(router, limits, "127.0.0.1:5000", now=0.0), calls
 
 
-def answer(conn: HttpConnection) -> tuple[int, bytes, dict]:
+def drain_raw(conn: HttpConnection) -> bytes:
     raw = b""
     while conn.output:
         piece = bytes(conn.output)
         raw += piece
         conn.sent(len(piece), 0.0)
-    head, _, body = raw.partition(b"\r\n\r\n")
+    return raw
+
+
+def answer(conn: HttpConnection) -> tuple[int, bytes, dict]:
+    head, _, body = drain_raw(conn).partition(b"\r\n\r\n")
     return int(head.split(b" ")[1]), head, json.loads(body)
 
 
@@ -115,9 +119,14 @@ def answer(conn: HttpConnection) -> tuple[int, bytes, dict]:
 def test_a_foreign_host_is_421_before_any_route_and_the_connection_closed(raw):
     conn, calls = machine()
     conn.received(raw + b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", 0.0)
-    status, head, body = answer(conn)
-    assert status == 421 and b"Connection: close" in head
-    assert "http.allowed.hosts" in body["error"]
+    if raw.startswith(b"HEAD "):  # the head of the answer only: no body follows
+        written = drain_raw(conn)
+        assert written.startswith(b"HTTP/1.1 421 ") and written.endswith(b"\r\n\r\n")
+        assert b"Connection: close" in written and b"Content-Length: " in written
+    else:
+        status, head, body = answer(conn)
+        assert status == 421 and b"Connection: close" in head
+        assert "http.allowed.hosts" in body["error"]
     assert conn.done and calls == []  # nor the request after it
 
 

@@ -223,6 +223,14 @@ def test_headers_past_the_bound_are_431_without_waiting_for_their_end():
     assert status == 431 and headers["connection"] == "close" and conn.done
 
 
+def test_a_head_refused_after_its_head_is_answered_without_a_body():
+    conn = connection()
+    conn.received(b"HEAD /echo HTTP/1.1\r\nHost: h\r\nContent-Length: 999999999999\r\n\r\n",
+                  0.0)
+    raw = drain(conn)
+    assert raw.startswith(b"HTTP/1.1 413 ") and raw.endswith(b"\r\n\r\n") and conn.done
+
+
 def test_a_body_past_the_bound_is_413_before_it_is_read():
     conn = connection()
     conn.received(b"POST /echo HTTP/1.1\r\nHost: h\r\nContent-Length: 999999999999\r\n\r\n",
