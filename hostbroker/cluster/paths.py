@@ -2,7 +2,8 @@
 
 Pure: strings in, strings and values out. Every value is UTF-8 text::
 
-    /brokers/ids/[broker_id]                 {"version":1,"host":h,"port":p,"unix":path}
+    /brokers/ids/[broker_id]                 {"version":1,"host":h,"port":p,"unix":path,
+                                              "endpoints":["PLAINTEXT://h:p","SSL://h:p"]}
     /brokers/topics/[topic]/[broker_id]      number of partitions (decimal)
     /consumers/[group]/ids/[consumer_id]     {"topic": number_of_streams, ...}
     /consumers/[group]/offsets/[topic]/[broker_id-partition]   offset (decimal)
@@ -39,6 +40,10 @@ from hostbroker.cluster.zkread import (
 )
 
 BROKER_IDS = "/brokers/ids"
+# The most entries a registration's ``endpoints`` list may hold, and the
+# protocols it may name (Kafka's; the SASL ones are read and left aside).
+MAX_ENDPOINTS = 4
+_ENDPOINT_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 BROKER_TOPICS = "/brokers/topics"
 CONSUMERS = "/consumers"
 
@@ -109,26 +114,77 @@ def parse_partition_name(name: str) -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class BrokerInfo:
-    """A live broker as ``/brokers/ids/[id]`` describes it; host/port or unix may be None."""
+    """A live broker as ``/brokers/ids/[id]`` describes it: its TCP host/port,
+    Unix path and TLS (``ssl://``) host/port, each pair None where it has none."""
 
     broker_id: int
     host: str | None
     port: int | None
     unix: str | None
+    ssl_host: str | None = None
+    ssl_port: int | None = None
 
     def uris(self) -> list[str]:
-        """Its listeners as client URIs, Unix first (the cheaper one on the same host)."""
+        """Its listeners as client URIs, Unix first (the cheaper one on the same
+        host), TLS last (a client that can speak plain Kafka need not pay for it)."""
         out = []
         if self.unix:
             out.append(f"unix://{self.unix}")
         if self.host and self.port:
             out.append(f"tcp://{self.host}:{self.port}")
+        if self.ssl_host and self.ssl_port:
+            out.append(f"ssl://{self.ssl_host}:{self.ssl_port}")
+        return out
+
+    def endpoints(self) -> list[str]:
+        """Kafka's ``endpoints`` list of the registration: ``PLAINTEXT://h:p``,
+        ``SSL://h:p`` (``[h]`` for an IPv6 address)."""
+        out = []
+        if self.host and self.port:
+            out.append(f"PLAINTEXT://{_bracketed(self.host)}:{self.port}")
+        if self.ssl_host and self.ssl_port:
+            out.append(f"SSL://{_bracketed(self.ssl_host)}:{self.ssl_port}")
         return out
 
 
+def _bracketed(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
 def encode_broker(info: BrokerInfo) -> bytes:
-    return json.dumps({"version": 1, "host": info.host, "port": info.port,
-                       "unix": info.unix}, separators=(",", ":")).encode()
+    value = {"version": 1, "host": info.host, "port": info.port, "unix": info.unix}
+    endpoints = info.endpoints()
+    if endpoints:
+        value["endpoints"] = endpoints
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
+def _host_problem(host) -> bool:
+    return (not isinstance(host, str) or not 0 < len(host) <= MAX_NAME_BYTES
+            or not host.isprintable() or "/" in host or " " in host)
+
+
+def _port_problem(port) -> bool:
+    return type(port) is not int or not 0 < port < 65536
+
+
+def _endpoint(where: str, text) -> tuple[str, str, int]:
+    """``(protocol, host, port)`` of one ``PROTOCOL://host:port`` entry."""
+    if not isinstance(text, str) or len(text) > MAX_NAME_BYTES + 32:
+        raise ValueError(f"{where}: endpoint {str(text)[:80]!r} is not PROTOCOL://host:port")
+    protocol, sep, rest = text.partition("://")
+    host, colon, port = rest.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if (not sep or protocol not in _ENDPOINT_PROTOCOLS or not colon
+            or not port.isascii() or not port.isdigit() or len(port) > 5):
+        raise ValueError(f"{where}: endpoint {text[:80]!r} is not PROTOCOL://host:port "
+                         f"with PROTOCOL one of {', '.join(_ENDPOINT_PROTOCOLS)}")
+    if _host_problem(host):
+        raise ValueError(f"{where}: endpoint {text[:80]!r}: {host[:80]!r} is not a host name")
+    if _port_problem(int(port)):
+        raise ValueError(f"{where}: endpoint {text[:80]!r}: {port} is not a port number")
+    return protocol, host, int(port)
 
 
 def decode_broker(broker_id: int, data: bytes, path: str = "",
@@ -143,18 +199,29 @@ def decode_broker(broker_id: int, data: bytes, path: str = "",
     if value.get("version") != 1:
         raise ValueError(f"{where}: not a version 1 broker registration")
     host, port, unix = value.get("host"), value.get("port"), value.get("unix")
-    if host is not None and (not isinstance(host, str) or not 0 < len(host) <= MAX_NAME_BYTES
-                             or not host.isprintable() or "/" in host or " " in host):
+    if host is not None and _host_problem(host):
         raise ValueError(f"{where}: host {str(host)[:80]!r} is not a host name")
-    if port is not None and (type(port) is not int or not 0 < port < 65536):
+    if port is not None and _port_problem(port):
         raise ValueError(f"{where}: port {str(port)[:40]!r} is not a port number")
     if unix is not None and (not isinstance(unix, str) or not unix
                              or len(unix.encode(errors="replace")) > MAX_UNIX_PATH_BYTES
                              or "\0" in unix):
         raise ValueError(f"{where}: unix {str(unix)[:80]!r} is not a socket path")
-    if not ((host and port) or unix):
+    ssl_host = ssl_port = None
+    endpoints = value.get("endpoints")
+    if endpoints is not None:
+        if not isinstance(endpoints, list) or len(endpoints) > MAX_ENDPOINTS:
+            raise ValueError(f"{where}: endpoints is not a list of at most {MAX_ENDPOINTS} "
+                             "PROTOCOL://host:port entries")
+        for text in endpoints:
+            protocol, e_host, e_port = _endpoint(where, text)
+            if protocol == "SSL" and ssl_host is None:
+                ssl_host, ssl_port = e_host, e_port
+            elif protocol == "PLAINTEXT" and host is None and port is None:
+                host, port = e_host, e_port  # (a node that names it only there)
+    if not ((host and port) or unix or ssl_host):
         raise ValueError(f"{where}: names no listener")
-    return BrokerInfo(broker_id, host, port, unix)
+    return BrokerInfo(broker_id, host, port, unix, ssl_host, ssl_port)
 
 
 def encode_count(count: int) -> bytes:

@@ -3,7 +3,8 @@
 Owns the ephemeral nodes of one broker (layout in ``paths``,
 docs/spec/zookeeper.md)::
 
-    /brokers/ids/[broker_id]              {"version":1,"host":h,"port":p,"unix":path}
+    /brokers/ids/[broker_id]              {"version":1,"host":h,"port":p,"unix":path,
+                                           "endpoints":["PLAINTEXT://h:p","SSL://h:p"]}
     /brokers/topics/[topic]/[broker_id]   number of partitions (decimal)
 
 :class:`Registration` brings ZooKeeper in step with what the broker holds
@@ -51,28 +52,28 @@ class BrokerIdTaken(Exception):
 
 def advertised_info(broker_id: int, advertised: str,
                     bound: list[tuple[str, socket.socket]]) -> paths.BrokerInfo:
-    """What ``/brokers/ids/[broker_id]`` says: the first tcp:// and the first unix://
+    """What ``/brokers/ids/[broker_id]`` says: the first tcp://, ssl:// and unix://
     listener of ``advertised`` (a listeners list), or, when it is empty, of the bound
     listeners, whose wildcard host becomes this host's name and port 0 the port bound."""
-    host = port = unix = None
+    found: dict[str, tuple] = {}
     if advertised.strip():
         for uri in split_list(advertised):
             parsed = parse_listener(uri)
-            if parsed[0] == "tcp" and host is None:
-                host, port = parsed[1], parsed[2]
-            elif parsed[0] == "unix" and unix is None:
-                unix = os.path.abspath(parsed[1])
-        return paths.BrokerInfo(broker_id, host, port, unix)
-    for uri, sock in bound:
-        parsed = parse_listener(uri)
-        if parsed[0] == "tcp" and host is None:
-            host = parsed[1]
-            if host in _WILDCARDS:
-                host = socket.getfqdn()
-            port = sock.getsockname()[1]
-        elif parsed[0] == "unix" and unix is None:
-            unix = os.path.abspath(parsed[1])
-    return paths.BrokerInfo(broker_id, host, port, unix)
+            found.setdefault(parsed[0], parsed[1:])
+    else:
+        for uri, sock in bound:
+            parsed = parse_listener(uri)
+            if parsed[0] in found:
+                continue
+            if parsed[0] == "unix":
+                found["unix"] = parsed[1:]
+            else:
+                host = socket.getfqdn() if parsed[1] in _WILDCARDS else parsed[1]
+                found[parsed[0]] = (host, sock.getsockname()[1])
+    host, port = found.get("tcp", (None, None))
+    ssl_host, ssl_port = found.get("ssl", (None, None))
+    unix = os.path.abspath(found["unix"][0]) if "unix" in found else None
+    return paths.BrokerInfo(broker_id, host, port, unix, ssl_host, ssl_port)
 
 
 class Registration:
