@@ -18,6 +18,7 @@ from collections.abc import Callable
 # The protocol versions a listener may offer, by the names Kafka uses; nothing
 # older than TLS 1.2 is accepted.
 PROTOCOLS = ("TLSv1.2", "TLSv1.3")
+INTER_BROKER = ("PLAINTEXT", "SSL")
 CLIENT_AUTH = ("none", "requested", "required")
 MAX_PATH_BYTES = 4096
 
@@ -91,6 +92,18 @@ TLS_SETTINGS: tuple[tuple[str, type, object, str, Callable | None], ...] = (
      "Longest a TLS handshake may take, from the connection's hand-off to its processor: "
      "a client that has not finished by then is closed and holds nothing more.",
      _between(100, 600000)),
+    ("security.inter.broker.protocol", str, "PLAINTEXT",
+     "How the brokers of a cluster reach each other (replica fetchers, the controller's "
+     "requests): PLAINTEXT (their tcp:// listener, or the Unix socket on the same host, as "
+     "User:ANONYMOUS) or SSL (their ssl:// listener, showing this broker's certificate of "
+     "ssl.keystore.location and verifying theirs against ssl.truststore.location: each "
+     "broker is User:<CN of its certificate> to the others). SSL needs an ssl:// listener, "
+     "the keystore and the truststore, or the start is refused. Every broker of a cluster "
+     "takes the same value.", _one_of(*INTER_BROKER)),
+    ("ssl.endpoint.identification.algorithm", str, "https",
+     "With security.inter.broker.protocol SSL: https, another broker's certificate must "
+     "name the host it registered for its ssl:// listener; empty, only its chain to "
+     "ssl.truststore.location is checked.", _one_of("https", "")),
     ("ssl.max.handshakes", int, 8,
      "TLS handshake steps (a do_handshake on input that came: the key computations, about "
      "1-5 ms of CPU each) one processor runs in one round of its loop; further ones wait "

@@ -13,6 +13,8 @@ and a handshake bounded by a deadline.
   mapping holds, the process's defaults for the keys it lacks.
 - :func:`tls_context`: the client ``SSLContext`` of those values (cached by
   value); the PEM files are read through :mod:`hostbroker.pemfile`.
+- :func:`load_truststore`: the CAs of ``ssl.truststore.location`` into a
+  context (a client's, or a broker's listener's: one way to read them).
 - :func:`handshake`: the TLS handshake of a connected socket within a
   deadline for the whole handshake, not for each of its reads.
 """
@@ -62,6 +64,19 @@ def tls_settings(values: Mapping[str, Any] | None) -> dict[str, str]:
     return found
 
 
+def load_truststore(ctx: ssl.SSLContext, truststore: str) -> None:
+    """The CA certificates of the PEM file ``truststore`` into ``ctx`` (a
+    client's or a listener's); ValueError (a PemFileError for the file) names
+    the problem in one line."""
+    cadata = read_pem("ssl.truststore.location", truststore)
+    try:
+        ctx.load_verify_locations(cadata=cadata)
+    except (ssl.SSLError, ValueError) as e:
+        reason = (getattr(e, "reason", None) or str(e)).replace("_", " ").lower()
+        raise ValueError(f"ssl.truststore.location: {truststore}: no CA certificate "
+                         f"in it ({reason})") from None
+
+
 @functools.lru_cache(maxsize=16)
 def _context(truststore: str, keystore: str, password: str, algorithm: str) -> ssl.SSLContext:
     if algorithm not in ("https", ""):
@@ -71,12 +86,7 @@ def _context(truststore: str, keystore: str, password: str, algorithm: str) -> s
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     ctx.check_hostname = algorithm == "https"
     if truststore:
-        cadata = read_pem("ssl.truststore.location", truststore)
-        try:
-            ctx.load_verify_locations(cadata=cadata)
-        except (ssl.SSLError, ValueError) as e:
-            raise ValueError(f"ssl.truststore.location: {truststore}: no CA certificate "
-                             f"in it ({getattr(e, 'reason', None) or e})") from None
+        load_truststore(ctx, truststore)
     else:
         ctx.load_default_certs(ssl.Purpose.SERVER_AUTH)
     if keystore:
@@ -128,5 +138,6 @@ def handshake(context: ssl.SSLContext, sock: socket.socket, host: str,
     return wrapped
 
 
-__all__ = ["TLS_DEFAULTS", "PemFileError", "handshake", "set_tls_defaults", "tls_context",
+__all__ = ["TLS_DEFAULTS", "PemFileError", "handshake", "load_truststore", "set_tls_defaults",
+           "tls_context",
            "tls_defaults", "tls_settings"]

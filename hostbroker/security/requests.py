@@ -137,25 +137,44 @@ def request_classes() -> frozenset[type]:
     return frozenset(_TABLE)
 
 
-def start_warnings(config) -> list[str]:
+def start_warnings(config, broker_principal: str | None = None) -> list[str]:
     """The lines a broker says once at start about what its access control
     cannot do as configured (docs/security.md, "Threat model"): none with
-    ``authorizer.enable`` off. ``config``: a :class:`hostbroker.config.Config`."""
+    ``authorizer.enable`` off. ``config``: a :class:`hostbroker.config.Config`;
+    ``broker_principal``: who the other brokers see this one as over TLS
+    (``security.inter.broker.protocol`` SSL: ``User:<CN>`` of its
+    certificate), None over plain TCP."""
     if not config["authorizer.enable"]:
         return []
     lines = []
-    if config["zookeeper.connect"]:
+    if config["zookeeper.connect"] and broker_principal is None:
         lines.append(
             "authorizer.enable in cluster mode: the other brokers reach this one over "
             "tcp:// as User:ANONYMOUS from their address, and their follower FETCHes, "
             "LEADER_AND_ISR and STOP_REPLICA need ClusterAction on the cluster: grant it to "
             "User:ANONYMOUS with --allow-host of each broker (then any user of those hosts "
-            "connecting over TCP has it too; docs/security.md), or replication stops")
+            "connecting over TCP has it too; docs/security.md), or set "
+            "security.inter.broker.protocol SSL, or replication stops")
+    elif config["zookeeper.connect"]:
+        from hostbroker.security.authorizer import parse_super_users
+        from hostbroker.security.principals import Principal
+
+        if Principal.parse(broker_principal) not in parse_super_users(config["super.users"]):
+            lines.append(
+                f"authorizer.enable in cluster mode: the other brokers reach this one over "
+                f"ssl:// as {broker_principal} (the CN of ssl.keystore.location's "
+                f"certificate, if theirs are named alike), which is not in super.users: "
+                f"their follower FETCHes, LEADER_AND_ISR and STOP_REPLICA need ClusterAction "
+                f"on the cluster (and Describe on the replicated topics) granted to each "
+                f"broker's principal, or replication stops")
     if config.http_listeners and not any(uri.startswith("unix://")
                                          for uri in config.listeners):
-        lines.append(
-            "authorizer.enable with hb-http and no unix:// listener: hb-http reaches the "
-            "broker over TCP as User:ANONYMOUS, so its pages show and its console may change "
-            "only what the ACLs grant User:ANONYMOUS; add a unix:// listener for it to act "
-            "as the broker's own user")
+        # (with ssl:// listeners alone it shows the broker's certificate, and says
+        # at start whom it acts as: hostbroker.workers.http.context)
+        if any(uri.startswith("tcp://") for uri in config.listeners):
+            lines.append(
+                "authorizer.enable with hb-http and no unix:// listener: hb-http reaches the "
+                "broker over TCP as User:ANONYMOUS, so its pages show and its console may "
+                "change only what the ACLs grant User:ANONYMOUS; add a unix:// listener for "
+                "it to act as the broker's own user")
     return lines

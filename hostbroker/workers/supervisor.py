@@ -165,6 +165,10 @@ class Supervisor(Respawn):
                 plan.tls = tls.server_context(config)  # a bad certificate or key: one line
             except tls.TlsConfigError as e:
                 raise StartError(str(e)) from None
+        try:  # TLS between brokers: what it needs, and who the others see this one as
+            self.inter_broker_principal = tls.check_inter_broker(config)
+        except tls.TlsConfigError as e:
+            raise StartError(str(e)) from None
         if len(set(plan.log_dirs)) != len(plan.log_dirs):
             raise StartError("log.dirs: a log dir is listed twice")
         for path in plan.log_dirs:
@@ -296,7 +300,7 @@ class Supervisor(Respawn):
             except cpusched.CpuSchedError as e:
                 raise StartError(f"cpu.realtime.priority: {e}") from None
         self.realtime = cpusched.realtime_policy()
-        for line in start_warnings(config):  # (access control as configured)
+        for line in start_warnings(config, getattr(self, "inter_broker_principal", None)):
             print(f"hostbroker: warning: {line}", file=sys.stderr, flush=True)
         if self.realtime is not None and not cpusched.throttled():
             print(f"hostbroker: warning: {self.realtime[0]} with kernel.sched_rt_runtime_us=-1:"

@@ -7,6 +7,12 @@ Owns:
   unreadable, symlinked or bad certificate or key refuses the start in one
   line) and inherited by every processor. The keystore is opened without
   following a link and read through its descriptor.
+- :func:`check_inter_broker`, :func:`inter_broker_context`: TLS between brokers
+  (``security.inter.broker.protocol`` SSL): the settings it needs, checked
+  by the supervisor before any fork, with the principal the other brokers
+  will see this one as; and the one client context of this broker's
+  connections to brokers (replica fetchers, the controller's senders,
+  hb-http over ``ssl://``), built from :mod:`hostbroker.client.tls`.
 - :class:`TlsSocket`: an accepted socket after the TLS wrap, with the calls
   the processor makes of a plain one (``recv_into``, ``send``, ``shutdown``,
   ``close``, ``fileno``), a TLS "want read/write" as ``BlockingIOError``.
@@ -138,13 +144,117 @@ def server_context(config) -> ssl.SSLContext:
                              f"be named when ssl.client.auth is {auth}")
     ctx.verify_mode = _CLIENT_AUTH[auth]
     if truststore:
-        cadata = read_pem("ssl.truststore.location", truststore)
         try:
-            ctx.load_verify_locations(cadata=cadata)
-        except (ssl.SSLError, ValueError) as e:
-            raise TlsConfigError(f"ssl.truststore.location: {truststore}: no CA certificate "
-                                 f"in it ({_ssl_reason(e)})") from None
+            _load_truststore(ctx, truststore)
+        except ValueError as e:
+            raise TlsConfigError(str(e)) from None
     return ctx
+
+
+def _load_truststore(ctx: ssl.SSLContext, truststore: str) -> None:
+    from hostbroker.client.tls import load_truststore  # (not in every worker's imports)
+
+    load_truststore(ctx, truststore)
+
+
+# -- between brokers --------------------------------------------------------------
+def inter_broker_ssl(config) -> bool:
+    """Whether this broker reaches the others over their ``ssl://`` listeners."""
+    return config["security.inter.broker.protocol"] == "SSL"
+
+
+def inter_broker_tls(config, check_host: bool = True) -> dict[str, str]:
+    """The ``ssl.*`` client settings (:func:`hostbroker.client.tls.tls_context`'s)
+    of this broker's own connections to a broker: its certificate and key, the
+    truststore, and whether the other's certificate must name its host
+    (``check_host`` false: hb-http reaching its own broker on loopback)."""
+    return {"ssl.truststore.location": config["ssl.truststore.location"],
+            "ssl.keystore.location": config["ssl.keystore.location"],
+            "ssl.key.password": config["ssl.key.password"],
+            "ssl.endpoint.identification.algorithm":
+                config["ssl.endpoint.identification.algorithm"] if check_host else ""}
+
+
+def inter_broker_context(config, check_host: bool = True) -> ssl.SSLContext:
+    """The one client context of this broker's connections to brokers (replica
+    fetchers, the controller, hb-http over ``ssl://``): TlsConfigError in one line
+    when the files cannot make it."""
+    from hostbroker.client.tls import tls_context  # (not in every worker's imports)
+
+    try:
+        return tls_context(inter_broker_tls(config, check_host))
+    except ValueError as e:
+        raise TlsConfigError(str(e)) from None
+
+
+def check_inter_broker(config) -> str | None:
+    """With ``security.inter.broker.protocol`` SSL, the principal the other
+    brokers see this one as (``User:<CN>`` of its certificate), None with
+    PLAINTEXT. TlsConfigError in one line when a setting it needs is missing
+    (an ``ssl://`` listener, the keystore, the truststore) or its own
+    certificate would not be taken by a broker of the same truststore (tried
+    here, a handshake in memory, before anything starts)."""
+    if not inter_broker_ssl(config):
+        return None
+    for key in ("ssl.keystore.location", "ssl.truststore.location"):
+        if not config[key]:
+            raise TlsConfigError(f"security.inter.broker.protocol SSL: {key} must be named "
+                                 "(this broker's certificate and key; the CAs of the other "
+                                 "brokers' certificates)")
+    if not any(uri.startswith("ssl://") for uri in config.listeners):
+        raise TlsConfigError("security.inter.broker.protocol SSL: listeners has no ssl:// "
+                             "listener for the other brokers to reach")
+    client = inter_broker_context(config, check_host=False)
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    password = config["ssl.key.password"].encode()
+    fd = open_pem("ssl.keystore.location", config["ssl.keystore.location"])
+    try:
+        server.load_cert_chain(f"/proc/self/fd/{fd}", password=lambda: password)
+    except (ssl.SSLError, OSError, ValueError) as e:
+        raise TlsConfigError(f"ssl.keystore.location: not a usable certificate chain and "
+                             f"key ({_ssl_reason(e)})") from None
+    finally:
+        os.close(fd)
+    server.verify_mode = ssl.CERT_REQUIRED
+    try:
+        _load_truststore(server, config["ssl.truststore.location"])
+    except ValueError as e:
+        raise TlsConfigError(str(e)) from None
+    try:
+        certificate = _handshake_in_memory(client, server)
+        return str(from_certificate(certificate, UNKNOWN_HOST).principal)
+    except (ssl.SSLError, ValueError) as e:
+        raise TlsConfigError(f"security.inter.broker.protocol SSL: the certificate of "
+                             f"ssl.keystore.location is not one the brokers take "
+                             f"({_ssl_reason(e)}): it must chain to ssl.truststore.location, "
+                             f"be meant for clients and servers alike, and have a CN"
+                             ) from None
+
+
+def _handshake_in_memory(client: ssl.SSLContext, server: ssl.SSLContext) -> dict:
+    """The client certificate ``server`` verified in a handshake with ``client``,
+    run through memory buffers (no socket)."""
+    c_in, c_out, s_in, s_out = (ssl.MemoryBIO() for _ in range(4))
+    c = client.wrap_bio(c_in, c_out, server_hostname=None)
+    s = server.wrap_bio(s_in, s_out, server_side=True)
+    done = [False, False]
+    for _ in range(16):
+        for i, (end, out, into) in enumerate(((c, c_out, s_in), (s, s_out, c_in))):
+            if not done[i]:
+                try:
+                    end.do_handshake()
+                    done[i] = True
+                except _WANT:
+                    pass
+            into.write(out.read())
+        if all(done):
+            break
+    if not all(done):
+        raise ValueError("the handshake did not end")
+    certificate = s.getpeercert()
+    if not certificate:
+        raise ValueError("no certificate was shown")
+    return certificate
 
 
 def tls_listener_addresses(listeners) -> list[tuple[int, str, int]]:

@@ -80,3 +80,15 @@ class Certs:
             settings["ssl.keystore.location"] = self.keystore(name)
         settings.update(more)
         return settings
+
+
+def broker_certificate(certs: Certs, name: str) -> str:
+    """The keystore of a broker's certificate ``CN=name`` (for 127.0.0.1 and
+    localhost, meant for servers and clients alike, as a broker is both to
+    the others), signed by ``certs``' CA; made once."""
+    keystore = certs.keystore(name)
+    if not os.path.exists(keystore):
+        _leaf(certs.dir, name, f"/CN={name}", "ca",
+              "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n"
+              "extendedKeyUsage=serverAuth,clientAuth\n")
+    return keystore

@@ -1,0 +1,77 @@
+"""security.inter.broker.protocol: the settings SSL needs, refused in one line
+(exit 78), the principal the other brokers see, and the start-time warning."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from hostbroker.config import Config
+from hostbroker.errors import ExitStatus
+from hostbroker.security.requests import start_warnings
+from hostbroker.workers.tls import TlsConfigError, check_inter_broker
+from tests.ports import free_port
+from tests.tls.certs import broker_certificate
+
+
+def _config(**settings) -> Config:
+    return Config.build(overrides=[f"{k}={v}" for k, v in settings.items()])
+
+
+def _ssl(certs, **more) -> dict:
+    return {"log.dirs": "/nonexistent", "security.inter.broker.protocol": "SSL",
+            "listeners": "tcp://127.0.0.1:0,ssl://127.0.0.1:0",
+            "ssl.keystore.location": broker_certificate(certs, "broker1"),
+            "ssl.truststore.location": certs.ca, **more}
+
+
+def test_plaintext_needs_nothing_and_a_bad_value_is_refused(certs):
+    assert check_inter_broker(_config(**{"log.dirs": "/x"})) is None
+    with pytest.raises(Exception, match="security.inter.broker.protocol.*PLAINTEXT, SSL"):
+        _config(**{"log.dirs": "/x", "security.inter.broker.protocol": "SASL_SSL"})
+
+
+def test_ssl_gives_the_principal_of_the_certificate(certs):
+    assert check_inter_broker(_config(**_ssl(certs))) == "User:broker1"
+
+
+@pytest.mark.parametrize("change, said", [
+    ({"ssl.keystore.location": ""}, "ssl.keystore.location must be named"),
+    ({"ssl.truststore.location": ""}, "ssl.truststore.location must be named"),
+    ({"listeners": "tcp://127.0.0.1:0"}, "no ssl:// listener"),
+    # a certificate meant for servers only: the other brokers refuse it as a client's
+    ({"ssl.keystore.location": "server"}, "not one the brokers take"),
+    ({"ssl.truststore.location": "otherca.pem"}, "not one the brokers take"),
+])
+def test_ssl_without_what_it_needs_is_refused(certs, change, said):
+    change = {k: (certs.keystore(v) if v == "server" else certs.path(v) if v.endswith(".pem")
+                  else v) for k, v in change.items()}
+    with pytest.raises(TlsConfigError, match=said) as e:
+        check_inter_broker(_config(**_ssl(certs, **change)))
+    assert "\n" not in str(e.value)
+
+
+def test_a_broker_refuses_to_start_in_one_line(tmp_path, certs):
+    args = [sys.executable, "-m", "hostbroker", "serve", "--set", f"log.dirs={tmp_path}/logs",
+            "--set", f"listeners=tcp://127.0.0.1:{free_port()}", "--set", "http.listeners=",
+            "--set", "security.inter.broker.protocol=SSL",
+            "--set", f"ssl.keystore.location={broker_certificate(certs, 'broker1')}",
+            "--set", f"ssl.truststore.location={certs.ca}"]
+    done = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == ExitStatus.REFUSED, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no ssl:// listener" in lines[0], done.stderr
+
+
+def test_the_warning_names_the_principal_only_when_it_is_not_a_super_user(certs):
+    cluster = {"authorizer.enable": "true", "zookeeper.connect": "127.0.0.1:2181",
+               "listeners": "unix:///tmp/x.sock,ssl://127.0.0.1:0"}
+    (line,) = start_warnings(_config(**_ssl(certs, **cluster)), "User:broker1")
+    assert "User:broker1" in line and "super.users" in line and "ANONYMOUS" not in line
+    assert start_warnings(_config(**_ssl(certs, **cluster, **{
+        "super.users": "User:root;User:broker1"})), "User:broker1") == []
+    (plain,) = start_warnings(_config(**{**_ssl(certs, **cluster),
+                                         "security.inter.broker.protocol": "PLAINTEXT"}))
+    assert "User:ANONYMOUS" in plain
