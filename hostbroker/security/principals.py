@@ -98,11 +98,14 @@ EVERYONE = Principal("User", "*")
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Identity:
-    """One connection's principal, the groups it is in, and where it comes from."""
+    """One connection's principal, the groups it is in, and where it comes from
+    (``tls``: over an ``ssl://`` listener, whose clients METADATA sends to the
+    brokers' ``ssl://`` listeners)."""
 
     principal: Principal
     groups: tuple[Principal, ...] = ()
     host: str = UNIX_HOST
+    tls: bool = False
 
     def principals(self) -> tuple[Principal, ...]:
         """The principal then its groups: what an ACL's principal may name."""
@@ -202,11 +205,11 @@ def from_certificate(certificate: dict | None, host: str) -> Identity:
     :data:`ANONYMOUS` when it sent none (``ssl.client.auth=requested``).
     ValueError when the certificate's CN is missing or not a principal's name."""
     if not certificate:
-        return Identity(ANONYMOUS, (), host)
+        return Identity(ANONYMOUS, (), host, tls=True)
     cn = common_name(certificate)
     if cn is None:
         raise ValueError("the client certificate has no common name (CN) to be its principal")
-    return Identity(Principal.checked("User", cn), (), host)
+    return Identity(Principal.checked("User", cn), (), host, tls=True)
 
 
 def from_address(host: str) -> Identity:

@@ -196,15 +196,21 @@ def consumer_end(s, any_replica: bool = False) -> tuple[int, int]:
     return ErrorCode.NONE, s.readable_end
 
 
-def broker_list(plan, broker_id: int) -> tuple:
+def broker_list(plan, broker_id: int, tls: bool = False) -> tuple | None:
     """This broker as METADATA names it: (id, TCP host, TCP port, Unix path),
-    from the first listener of each kind (-1 / "" where there is none)."""
+    from the first listener of each kind (-1 / "" where there is none); with
+    ``tls`` (the answer to a client of an ``ssl://`` listener) the host and
+    port of the first ``ssl://`` listener and no Unix path, None when it has
+    no such listener."""
+    scheme = "ssl://" if tls else "tcp://"
     host, port, unix = "", -1, ""
     for uri, sock in plan.listeners:
-        if uri.startswith("tcp://") and port == -1:
+        if uri.startswith(scheme) and port == -1:
             host, port = sock.getsockname()[:2]
-        elif uri.startswith("unix://") and not unix:
+        elif uri.startswith("unix://") and not unix and not tls:
             unix = sock.getsockname()
+    if tls and port == -1:
+        return None
     return ((broker_id, host, port, unix),)
 
 

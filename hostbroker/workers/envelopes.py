@@ -16,7 +16,8 @@ receiver adds the time the message waited to its ``wait_ns`` counter.
 ``REQ_PRINCIPAL`` (sent when the processor takes the connection, before
 any of its frames, and again after the handler is replaced) carries, in
 place of a frame, the connection's identity
-(:func:`encode_principal`: its principal, groups and host, at most
+(:func:`encode_principal`: its principal, groups, host and whether it came
+over TLS, at most
 :data:`MAX_IDENTITY_BYTES`), which the handler keeps until ``REQ_CLOSED``.
 
 Handler -> processor (response ring)::
@@ -514,6 +515,8 @@ def encode_principal(conn_id: int, identity: Identity | None, stamp_ns: int = 0)
     doc = None
     if identity is not None and len(groups) <= MAX_IDENTITY_GROUPS:
         doc = [str(identity.principal), [str(g) for g in groups], identity.host]
+        if identity.tls:
+            doc.append(True)  # (over an ssl:// listener: METADATA names ssl endpoints)
     data = json.dumps(doc, separators=(",", ":")).encode()
     if len(data) > MAX_IDENTITY_BYTES:
         data = b"null"
@@ -530,11 +533,11 @@ def decode_principal(buf) -> Identity | None:
         doc = json.loads(data)
         if doc is None:
             return None
-        principal, groups, host = doc
+        principal, groups, host, *tls = doc
         if not (isinstance(groups, list) and len(groups) <= MAX_IDENTITY_GROUPS
-                and isinstance(host, str) and len(host) <= 255):
+                and isinstance(host, str) and len(host) <= 255 and tls in ([], [True])):
             return None
         return Identity(Principal.parse(principal), tuple(Principal.parse(g) for g in groups),
-                        host)
+                        host, bool(tls))
     except (ValueError, TypeError, AttributeError):
         return None

@@ -162,6 +162,10 @@ class HandlerWorker(TopicAdmin, TopicAlter, Fetching, Replication, LogDirsReques
         self.answers = TableAnswers(self.view, plan.log_dirs, self.config["broker.id"],
                                     broker_list(plan, self.config["broker.id"]),
                                     self.config["response.max.bytes"])
+        tls_brokers = broker_list(plan, self.config["broker.id"], tls=True)
+        self.tls_answers = None if tls_brokers is None else TableAnswers(
+            self.view, plan.log_dirs, self.config["broker.id"], tls_brokers,
+            self.config["response.max.bytes"])  # (METADATA of ssl:// clients)
         self.auto_create = self.config["auto.create.topics.enable"]
         self.max_entries = self.config["request.max.entries"]
         self.max_response_bytes = self.config["response.max.bytes"]
@@ -350,12 +354,13 @@ class HandlerWorker(TopicAdmin, TopicAlter, Fetching, Replication, LogDirsReques
             elif key == ApiKey.FETCH:
                 self._fetch(p, conn_id, seq, corr, request)
             elif key == ApiKey.METADATA:
-                frame, failed = self.answers.metadata_frame(corr, request,
-                                                            self._describes(p, conn_id))
+                answers = self._metadata_answers(p, conn_id)
+                frame, failed = answers.metadata_frame(corr, request,
+                                                       self._describes(p, conn_id))
                 if failed:
                     self._fail(p, conn_id, seq, corr, ErrorCode.INVALID_REQUEST)
                 else:
-                    self._respond(p, conn_id, seq, [frame], error=self.answers.error)
+                    self._respond(p, conn_id, seq, [frame], error=answers.error)
             elif key == ApiKey.OFFSETS:
                 self._reply(p, conn_id, seq, corr,
                             self.answers.offsets(request, self._describes(p, conn_id)))

@@ -116,7 +116,8 @@ class LogDirsRequests:
         key = header.api_key
         if key == ApiKey.METADATA:
             self._reply(p, conn_id, seq, corr,
-                        self._metadata_v2(request, self._describes(p, conn_id)))
+                        self._metadata_v2(request, self._describes(p, conn_id),
+                                          self._over_tls(p, conn_id)))
         elif key == ApiKey.ALTER_REPLICA_DIRS:
             self._alter_replica_dirs(p, conn_id, seq, corr, request)
         elif key == ApiKey.LOG_DIR_ADMIN:
@@ -273,10 +274,10 @@ class LogDirsRequests:
         ids = list(getattr(self.plan, "dir_ids", None) or ())
         return (ids + [-1] * self.plan.num_writers)[:self.plan.num_writers]
 
-    def _metadata_v2(self, request, describe=None) -> lproto.MetadataResponseV2:
+    def _metadata_v2(self, request, describe=None, tls: bool = False) -> lproto.MetadataResponseV2:
         """Raises INVALID_REQUEST as soon as the answer grows past
         ``response.max.bytes`` (as versions 0 and 1 do)."""
-        v1 = self._metadata_v1(request, describe)  # (its topics filtered as v1's)
+        v1 = self._metadata_v1(request, describe, tls)  # (its topics filtered as v1's)
         view = self.view
         ids = self._dir_ids()
         state = self._replication_state()

@@ -72,6 +72,8 @@ class Replication:
         self.isr_commits = ptable.IsrCommitTable.attach(name) if name else None
         self.broker_id = self.config["broker.id"]
         self.cluster_mode = bool(self.config["zookeeper.connect"].strip())
+        # whether the peers' listeners LEADER_AND_ISR names are their ssl:// ones
+        self.peers_tls = self.config["security.inter.broker.protocol"] == "SSL"
         # slot -> ((topic, partition, epoch_start, leader_epoch), cache): a partition's
         # leader-epoch-checkpoint as last loaded
         self.epoch_caches: dict[int, tuple] = {}
@@ -90,7 +92,8 @@ class Replication:
             self._fetch(p, conn_id, seq, corr, request)  # (handler_fetch answers by version)
         elif key == ApiKey.METADATA:
             self._reply(p, conn_id, seq, corr,
-                        self._metadata_v1(request, self._describes(p, conn_id)))
+                        self._metadata_v1(request, self._describes(p, conn_id),
+                                          self._over_tls(p, conn_id)))
 
     # -- the controller's requests ----------------------------------------------
     def _take_controller_epoch(self, controller_id: int, controller_epoch: int) -> ErrorCode:
@@ -481,20 +484,46 @@ class Replication:
         self._respond(p, conn_id, seq, pieces, env.RESP_FETCH_V1, error)
         return False
 
-    # -- METADATA v1 ------------------------------------------------------------
-    def _metadata_v1(self, request, describe=None) -> rproto.MetadataResponseV1:
+    # -- METADATA ---------------------------------------------------------------
+    def _over_tls(self, p: int, conn_id: int) -> bool:
+        """Whether the connection came to an ``ssl://`` listener."""
+        known = self.identities[p].get(conn_id)
+        return known is not None and known.identity.tls
+
+    def _metadata_answers(self, p: int, conn_id: int):
+        """The METADATA v0 answers for the connection's listener: its ``ssl://``
+        clients are sent to this broker's ``ssl://`` listener, the others to
+        its tcp:// and unix:// ones (docs/spec/protocol.md)."""
+        if self.tls_answers is not None and self._over_tls(p, conn_id):
+            return self.tls_answers
+        return self.answers
+
+    def _metadata_v1(self, request, describe=None, tls: bool = False
+                     ) -> rproto.MetadataResponseV1:
         """Raises INVALID_REQUEST as soon as the answer grows past
         ``response.max.bytes`` (as version 0 does). ``describe`` (the
         authorizer on): whether the principal may describe a topic; a named
         topic it may not is answered TOPIC_AUTHORIZATION_FAILED with no
-        partitions, a listing of every topic leaves it out (as version 0)."""
+        partitions, a listing of every topic leaves it out (as version 0).
+        ``tls``: a client of an ``ssl://`` listener, given the brokers'
+        ``ssl://`` host and port. The other brokers' listeners are those a
+        LEADER_AND_ISR named, of ``security.inter.broker.protocol``'s kind
+        (their ssl:// ones under SSL): a client of the other kind is not
+        given them, and a partition one of them leads is answered
+        LEADER_NOT_AVAILABLE with leader -1 for it (as Kafka answers a broker
+        without a listener of the client's)."""
         view = self.view
         view.refresh()
-        answers = self.answers
+        answers = self.tls_answers if tls and self.tls_answers is not None else self.answers
         peers = self.peers.all() if self.peers is not None else []
         me = answers.brokers[0]
-        brokers = [me] + [MetadataBroker(x.broker_id, x.host or None, x.port, x.unix or None)
-                          for x in peers if x.broker_id != self.broker_id]
+        if tls == self.peers_tls:
+            brokers = [me] + [MetadataBroker(x.broker_id, x.host or None, x.port,
+                                             x.unix or None)
+                              for x in peers if x.broker_id != self.broker_id]
+        else:
+            brokers = [me]
+        shown = {b.broker_id for b in brokers}
         controller = self.peers.controller_id if self.peers is not None else -1
         names = tuple(dict.fromkeys(request.topics))
         if not names:
@@ -531,8 +560,11 @@ class Replication:
                         (self.broker_id,), (self.broker_id,), s.start_offset, s.readable_end,
                         log_dir)
                 else:
+                    leader = s.leader
+                    if leader >= 0 and leader not in shown and code == ErrorCode.NONE:
+                        leader, code = -1, ErrorCode.LEADER_NOT_AVAILABLE
                     part = rproto.MetadataPartitionV1(
-                        partition, code, s.leader, s.leader_epoch, s.replicas, s.isr_ids,
+                        partition, code, leader, s.leader_epoch, s.replicas, s.isr_ids,
                         s.start_offset, s.readable_end, log_dir)
                 parts.append(part)
                 size += 46 + 4 * (len(part.replicas) + len(part.isr)) + len(log_dir.encode())

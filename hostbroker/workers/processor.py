@@ -119,6 +119,7 @@ class ProcessorWorker(Connections, FrameReading, RingClaims, LocalFetching, Grou
         super().init_process()
         plan = self.plan
         brokers = broker_list(plan, self.config["broker.id"])  # before the listeners close
+        tls_brokers = broker_list(plan, self.config["broker.id"], tls=True)
         for i, (acceptor_end, processor_end) in enumerate(plan.handoff):
             acceptor_end.close()
             if i != self.index:
@@ -173,6 +174,7 @@ class ProcessorWorker(Connections, FrameReading, RingClaims, LocalFetching, Grou
         self.stats = Recorder(plan, self.kind, self.index)
         self._api_request = self.stats.request
         self.table_answers = None  # METADATA and OFFSETS answered here (processor_frames)
+        self.tls_answers = None  # the same for the clients of ssl:// listeners
         self.puts = None  # lone PRODUCEs straight to writers (processor_frames)
         self.view = None
         if (config["processor.local.requests"] or config["processor.direct.produce"]
@@ -183,6 +185,9 @@ class ProcessorWorker(Connections, FrameReading, RingClaims, LocalFetching, Grou
             self.table_answers = TableAnswers(self.view, plan.log_dirs, config["broker.id"],
                                               brokers,
                                               config["response.max.bytes"])
+            if tls_brokers is not None:  # (its ssl:// clients are sent to ssl:// listeners)
+                self.tls_answers = TableAnswers(self.view, plan.log_dirs, config["broker.id"],
+                                                tls_brokers, config["response.max.bytes"])
         self._init_group_puts(config)  # processor_groups
         if config["processor.direct.produce"]:
             self.puts = [self.sender("put", self.index, w) for w in range(plan.num_writers)]

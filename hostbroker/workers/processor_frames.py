@@ -182,7 +182,7 @@ class FrameReading:
         stamp = time.monotonic_ns()
         handler = conn.handler
         sender = self.requests[handler]
-        local = self.table_answers
+        local = self.table_answers if conn.tls is None else self.tls_answers
         local_fetch = self.local_fetch
         puts = self.puts
         group_keys = self.group_put_keys

@@ -15,8 +15,13 @@ session and its loop; nothing here starts a process.
   is gone with it); a registrar that sees ``/controller`` deleted tries again.
 - :class:`BrokerSender`: one thread per live broker (``hb-ctrl-send-N``)
   delivering LEADER_AND_ISR / STOP_REPLICA over the broker's registered
-  listener (its Unix socket when that exists on this host, else TCP), each
-  call bounded by ``controller.socket.timeout.ms``. A failed send is sent
+  listener (its Unix socket when that exists on this host, else TCP; with
+  ``security.inter.broker.protocol`` SSL always its ``ssl://`` listener, this
+  broker's certificate shown, the handshake bounded by
+  ``ssl.handshake.timeout.ms``), each call bounded by
+  ``controller.socket.timeout.ms``. A LEADER_AND_ISR names the leaders'
+  listeners of that protocol (their ``ssl://`` ones under SSL), which the
+  followers connect to. A failed send is sent
   again after reconnecting; a full queue (``_QUEUE``) is emptied and the
   broker is sent everything again. A broker answering STALE_CONTROLLER_EPOCH
   means another controller exists: the loop re-checks ``/controller``; the
@@ -42,6 +47,7 @@ import logging
 import os
 import queue
 import socket
+import ssl
 import struct
 import threading
 import time
@@ -51,6 +57,7 @@ from hostbroker.cluster import paths
 from hostbroker.cluster.topic_changes import CONFIG_CHANGES
 from hostbroker.errors import ErrorCode, ProtocolError
 from hostbroker.replication import zknodes
+from hostbroker.workers.tls import inter_broker_context, inter_broker_ssl
 
 log = logging.getLogger("hostbroker.controller")
 
@@ -74,8 +81,9 @@ def _say(line: str) -> None:
     print(f"hostbroker: {line}", file=sys.stderr, flush=True)
 
 
-def request_of(notice: ctl.Notice, controller_id: int):
-    """The wire request body of ``notice``."""
+def request_of(notice: ctl.Notice, controller_id: int, tls: bool = False):
+    """The wire request body of ``notice``; ``tls`` (``security.inter.broker.protocol``
+    SSL): the leaders named by their ``ssl://`` listener, never a Unix socket."""
     from hostbroker.protocol import replication as rp
     from hostbroker.protocol.bodies import MetadataBroker, TopicConfigEntry
 
@@ -91,8 +99,13 @@ def request_of(notice: ctl.Notice, controller_id: int):
     # one left out of ``notice.configs`` (its config not known) is not sent at all
     configs = tuple(rp.TopicConfigs(t, tuple(TopicConfigEntry(k, v) for k, v in sorted(c.items())))
                     for t, c in sorted(notice.configs.items()) if c is not None)
-    brokers = tuple(MetadataBroker(b.broker_id, b.host, b.port or 0, b.unix)
-                    for b in sorted(notice.leaders.values(), key=lambda b: b.broker_id))
+    leaders = sorted(notice.leaders.values(), key=lambda b: b.broker_id)
+    if tls:
+        brokers = tuple(MetadataBroker(b.broker_id, b.ssl_host, b.ssl_port or 0, None)
+                        for b in leaders)
+    else:
+        brokers = tuple(MetadataBroker(b.broker_id, b.host, b.port or 0, b.unix)
+                        for b in leaders)
     return rp.LeaderAndIsrRequest(controller_id, notice.epoch, parts, configs, brokers)
 
 
@@ -102,8 +115,11 @@ class BrokerSender:
     ``on_unconfirmed()`` are called from the thread; they must only note and ring."""
 
     def __init__(self, info: paths.BrokerInfo, controller_id: int, timeout_s: float,
-                 on_stale, on_overflow, on_unconfirmed=None, on_deleted=None):
+                 on_stale, on_overflow, on_unconfirmed=None, on_deleted=None,
+                 tls: ssl.SSLContext | None = None, handshake_s: float = 10.0):
         self.info = info
+        self.tls = tls  # security.inter.broker.protocol SSL: the broker's client context
+        self.handshake_s = handshake_s
         self.on_deleted = on_deleted or (lambda notice: None)
         self.on_unconfirmed = on_unconfirmed or (lambda: None)
         self.controller_id = controller_id
@@ -149,6 +165,8 @@ class BrokerSender:
 
     def _connect(self) -> socket.socket:
         info = self.info
+        if self.tls is not None:
+            return self._connect_tls()
         if info.unix and os.path.exists(info.unix):
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             address = info.unix
@@ -165,6 +183,23 @@ class BrokerSender:
             sock.close()
             raise
         return sock
+
+    def _connect_tls(self) -> socket.socket:
+        """The broker's ``ssl://`` listener, this broker's certificate shown and
+        its own verified, the handshake within ``ssl.handshake.timeout.ms``."""
+        from hostbroker.client.tls import handshake
+
+        info = self.info
+        if not (info.ssl_host and info.ssl_port):
+            raise OSError(f"broker {info.broker_id} registered no ssl:// listener")
+        sock = socket.create_connection((info.ssl_host, info.ssl_port), self.timeout_s)
+        try:
+            wrapped = handshake(self.tls, sock, info.ssl_host, self.handshake_s)
+        except (OSError, ValueError):
+            sock.close()
+            raise
+        wrapped.settimeout(self.timeout_s)
+        return wrapped
 
     def _recv(self, n: int) -> bytes:
         chunks, left = [], n
@@ -184,7 +219,8 @@ class BrokerSender:
         if self.sock is None:
             self.sock = self._connect()
         self.correlation = (self.correlation + 1) & 0x7FFFFFFF
-        frame = rp.encode_request(request_of(notice, self.controller_id), self.correlation,
+        frame = rp.encode_request(request_of(notice, self.controller_id, self.tls is not None),
+                                  self.correlation,
                                   f"controller-{self.controller_id}")
         self.sock.sendall(frame)
         (size,) = struct.unpack(">i", self._recv(4))
@@ -270,6 +306,10 @@ class ControllerRole:
         config = worker.config
         self.broker_id = config["broker.id"]
         self.timeout_s = config["controller.socket.timeout.ms"] / 1000
+        self.handshake_s = config["ssl.handshake.timeout.ms"] / 1000
+        # security.inter.broker.protocol SSL: the senders' client context (the
+        # files were checked by the supervisor before any fork)
+        self.tls = inter_broker_context(config) if inter_broker_ssl(config) else None
         self.unclean = config["unclean.leader.election.enable"]
         self.deletes_per_pass = config["controller.deletions.per.pass"]
         self.controller: ctl.Controller | None = None
@@ -455,7 +495,8 @@ class ControllerRole:
         if sender is None:
             sender = self.senders[notice.broker_id] = BrokerSender(
                 info, self.broker_id, self.timeout_s, lambda: self.note("stale"),
-                self._overflow, lambda: self.note("unconfirmed"), self._deleted).start()
+                self._overflow, lambda: self.note("unconfirmed"), self._deleted, self.tls,
+                self.handshake_s).start()
         sender.put(notice)
 
     def _sync_senders(self) -> None:

@@ -1,7 +1,13 @@
 """One follower's connection to one leader broker, in ``hb-replica``.
 
 A :class:`LeaderLink` owns a non-blocking socket to the leader (its Unix
-socket when the path the controller gave exists on this host, else TCP), the
+socket when the path the controller gave exists on this host, else TCP; with
+``security.inter.broker.protocol`` SSL always TLS to the ``ssl://`` listener
+the controller named, this broker's certificate shown and the leader's
+verified against ``ssl.truststore.location``: the handshake runs in the
+selector loop as the socket becomes ready, within ``ssl.handshake.timeout.ms``
+from the connection, and a failed one is said in the log as a failed
+connection), the
 frames read off it and the one request it has at the leader at a time:
 OFFSET_FOR_LEADER_EPOCH for the partitions about to be cut
 (:mod:`.truncation`), else OFFSETS (earliest) for a partition whose log ends
@@ -42,6 +48,7 @@ import errno
 import os
 import selectors
 import socket
+import ssl
 import stat
 import struct
 from collections.abc import Callable
@@ -53,6 +60,7 @@ from hostbroker.protocol import api
 from hostbroker.protocol import replication as proto
 from hostbroker.workers.replication import resolver as names
 from hostbroker.workers.replication.follows import AT_LEADER, Follow, Stage
+from hostbroker.workers.tls import inter_broker_context, inter_broker_ssl
 
 _ANSWER_SLACK = 64  # size prefix, correlation id, array counts
 _PART_SLACK = 48  # a partition's fixed fields in an answer, besides its topic name
@@ -60,6 +68,8 @@ _LENGTH = struct.Struct(">i")
 _RESOLVING_S = 0.02  # how often a link whose leader's name is being resolved looks again
 MIN_SHARE = 4096  # the least a partition asks for when the response budget is shared out
 MAX_OFFSET = 2**63 - 1
+TLS_CHUNK = 256 * 1024  # the most written through TLS in one call (the same again after a want)
+_TLS_WANT = (ssl.SSLWantReadError, ssl.SSLWantWriteError)
 
 FETCH = "fetch"
 EPOCHS = "epochs"
@@ -88,13 +98,23 @@ class Settings:
         self.timeout_s = config["replica.socket.timeout.ms"] / 1000
         self.backoff_s = config["replica.fetch.backoff.ms"] / 1000
         self.largest_fetch = config["socket.request.max.bytes"]
+        self.handshake_s = config["ssl.handshake.timeout.ms"] / 1000
+        # security.inter.broker.protocol SSL: the broker's one client context
+        # (its files checked by the supervisor before any fork), else None
+        self.tls: ssl.SSLContext | None = None
+        if inter_broker_ssl(config):
+            self.tls = inter_broker_context(config)
 
 
-def endpoint(peer) -> tuple | None:
+def endpoint(peer, tls: bool = False) -> tuple | None:
     """``("unix", path)`` when the peer's Unix socket is on this host, else
-    ``("tcp", host, port)``; None when the peer gave neither."""
+    ``("tcp", host, port)``; with ``tls`` always ``("ssl", host, port)`` (the
+    point of TLS is the certificate: never the Unix socket); None when the peer
+    gave none of those."""
     if peer is None:
         return None
+    if tls:
+        return ("ssl", peer.host, peer.port) if peer.host and 0 < peer.port <= 65535 else None
     unix = peer.unix or ""
     if unix:
         try:
@@ -120,6 +140,9 @@ class LeaderLink:
         self.follows: dict[tuple[str, int], Follow] = {}
         self.sock: socket.socket | None = None
         self.connecting = False
+        self.tls = settings.tls  # the client context under SSL, else None
+        self.handshaking = False  # a TLS handshake under way (after the connect)
+        self.wants_write = False  # what the handshake waits for
         self.out = bytearray()
         self.head = bytearray(4)  # the size prefix of the answer being read
         self.body: bytearray | None = None  # the answer being read, once its size is known
@@ -144,6 +167,8 @@ class LeaderLink:
             return 0
         if self.connecting:
             return selectors.EVENT_WRITE
+        if self.handshaking:
+            return selectors.EVENT_WRITE if self.wants_write else selectors.EVENT_READ
         return selectors.EVENT_READ | (selectors.EVENT_WRITE if self.out else 0)
 
     def sync(self) -> None:
@@ -162,10 +187,11 @@ class LeaderLink:
             peer = self.find_peer(self.leader)
         except Exception:  # noqa: BLE001 - a slot being repaired: as if unknown for now
             peer = None
-        where = endpoint(peer)
+        where = endpoint(peer, self.tls is not None)
         if where is None:
             self.retry_at = now + self.settings.backoff_s
-            self.sink.link_failed(self, f"no endpoint known for broker {self.leader}")
+            self.sink.link_failed(self, f"no {'ssl:// ' if self.tls else ''}endpoint known "
+                                        f"for broker {self.leader}")
             return
         if where[0] == "unix":
             family, address = socket.AF_UNIX, where[1]
@@ -182,6 +208,9 @@ class LeaderLink:
         sock = socket.socket(family, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         sock.setblocking(False)
         try:
+            if self.tls is not None:  # (the handshake waits for the connection)
+                sock = self.tls.wrap_socket(sock, server_hostname=where[1],
+                                            do_handshake_on_connect=False)
             code = sock.connect_ex(address)
         except (OSError, ValueError) as e:  # a bad path, an address refused at once
             sock.close()
@@ -198,7 +227,10 @@ class LeaderLink:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.sock = sock
         self.connecting = code != 0
-        self.deadline = now + self.settings.timeout_s
+        self.handshaking = self.tls is not None
+        self.wants_write = True
+        self.deadline = now + (self.settings.timeout_s if self.connecting
+                               else self.settings.handshake_s)
         self.body, self.got = None, 0
         self.out.clear()
 
@@ -211,7 +243,7 @@ class LeaderLink:
                 self.registered = 0
             self.sock.close()
             self.sock = None
-        self.connecting = False
+        self.connecting = self.handshaking = False
         self.out.clear()
         inflight, self.inflight = self.inflight, None
         if why is not None:
@@ -232,15 +264,43 @@ class LeaderLink:
                 self.close(now, f"cannot connect to broker {self.leader}: {os.strerror(code)}")
                 return
             self.connecting = False
+            if self.handshaking:
+                self.deadline = now + self.settings.handshake_s
+        if self.handshaking:
+            self._handshake(now)
+            return
         if events & selectors.EVENT_WRITE and self.out:
             self._write(now)
         if self.sock is not None and events & selectors.EVENT_READ:
             self._read(now)
 
-    def _write(self, now: float) -> None:
+    def _handshake(self, now: float) -> None:
+        """One step of the TLS handshake, as the socket became ready for it."""
         try:
-            sent = self.sock.send(self.out)
-        except (BlockingIOError, InterruptedError):
+            self.sock.do_handshake()
+        except ssl.SSLWantReadError:
+            self.wants_write = False
+            return
+        except ssl.SSLWantWriteError:
+            self.wants_write = True
+            return
+        except (ssl.SSLError, OSError, ValueError) as e:
+            reason = getattr(e, "verify_message", None) or getattr(e, "reason", None) or e
+            self.close(now, f"TLS handshake with broker {self.leader} failed: {reason}")
+            return
+        self.handshaking = False
+        if self.out:  # (a request queued meanwhile)
+            self._write(now)
+
+    def _write(self, now: float) -> None:
+        if self.handshaking or self.connecting:
+            return  # (sent once the connection is up)
+        try:
+            if self.tls is not None:
+                sent = self.sock.send(self.out[:TLS_CHUNK])
+            else:
+                sent = self.sock.send(self.out)
+        except (BlockingIOError, InterruptedError, *_TLS_WANT):
             return
         except OSError as e:
             self.close(now, f"broker {self.leader}: {e.strerror or e}")
@@ -258,7 +318,7 @@ class LeaderLink:
                 view = memoryview(body)[self.got:]
             try:
                 n = self.sock.recv_into(view)
-            except (BlockingIOError, InterruptedError):
+            except (BlockingIOError, InterruptedError, *_TLS_WANT):
                 return
             except OSError as e:
                 self.close(now, f"broker {self.leader}: {e.strerror or e}")
@@ -268,8 +328,8 @@ class LeaderLink:
                 return
             self.bytes_in += n
             self.got += n
-            if n < len(view):
-                return  # the socket has no more for now
+            if n < len(view) and self.tls is None:
+                return  # the socket has no more for now (TLS: read until it wants more)
             try:
                 if body is None:
                     (size,) = _LENGTH.unpack(self.head)
@@ -306,6 +366,11 @@ class LeaderLink:
             if now > self.deadline:
                 self.close(now, f"broker {self.leader} did not accept the connection within "
                                 "replica.socket.timeout.ms")
+            return
+        if self.handshaking:
+            if now > self.deadline:
+                self.close(now, f"TLS handshake with broker {self.leader} not done within "
+                                "ssl.handshake.timeout.ms")
             return
         if self.inflight is not None:
             if now > self.inflight[3]:
@@ -414,7 +479,7 @@ class LeaderLink:
         correlation, kind, asked, _ = self.inflight
         if api.is_error_frame(frame):
             _, code = api.decode_error_frame(frame)
-            raise ProtocolError(f"error frame {code}")
+            raise ProtocolError(f"an error frame, {_name(code)} ({code})")
         cls = proto.FetchResponseV1 if kind == FETCH else proto.OffsetForLeaderEpochResponse
         try:
             if kind == START:
