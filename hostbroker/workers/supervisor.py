@@ -144,7 +144,11 @@ class Supervisor(Respawn):
         """Everything that can fail with a one-line reason, before any fork."""
         plan = self.plan
         config = self.config
-        self._take_cpu_policy()
+        try:  # TLS between brokers: what it needs, and who the others see this one as
+            self.inter_broker_principal = tls.check_inter_broker(config)
+        except tls.TlsConfigError as e:
+            raise StartError(str(e)) from None
+        self._take_cpu_policy()  # (says the start warnings)
         if config["cpu.wakeup.latency.us"] >= 0:
             try:
                 self.cpu_latency_fd = cpulatency.hold(config["cpu.wakeup.latency.us"])
@@ -165,10 +169,6 @@ class Supervisor(Respawn):
                 plan.tls = tls.server_context(config)  # a bad certificate or key: one line
             except tls.TlsConfigError as e:
                 raise StartError(str(e)) from None
-        try:  # TLS between brokers: what it needs, and who the others see this one as
-            self.inter_broker_principal = tls.check_inter_broker(config)
-        except tls.TlsConfigError as e:
-            raise StartError(str(e)) from None
         if len(set(plan.log_dirs)) != len(plan.log_dirs):
             raise StartError("log.dirs: a log dir is listed twice")
         for path in plan.log_dirs:
@@ -300,7 +300,7 @@ class Supervisor(Respawn):
             except cpusched.CpuSchedError as e:
                 raise StartError(f"cpu.realtime.priority: {e}") from None
         self.realtime = cpusched.realtime_policy()
-        for line in start_warnings(config, getattr(self, "inter_broker_principal", None)):
+        for line in start_warnings(config, self.inter_broker_principal):
             print(f"hostbroker: warning: {line}", file=sys.stderr, flush=True)
         if self.realtime is not None and not cpusched.throttled():
             print(f"hostbroker: warning: {self.realtime[0]} with kernel.sched_rt_runtime_us=-1:"

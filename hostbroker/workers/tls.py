@@ -204,6 +204,13 @@ def check_inter_broker(config) -> str | None:
     if not any(uri.startswith("ssl://") for uri in config.listeners):
         raise TlsConfigError("security.inter.broker.protocol SSL: listeners has no ssl:// "
                              "listener for the other brokers to reach")
+    return own_principal(config)
+
+
+def own_principal(config) -> str:
+    """``User:<CN>`` of this broker's certificate as a broker of the same
+    truststore sees it when this one connects (a handshake in memory);
+    TlsConfigError in one line when it would not be taken."""
     client = inter_broker_context(config, check_host=False)
     server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     password = config["ssl.key.password"].encode()
@@ -224,8 +231,8 @@ def check_inter_broker(config) -> str | None:
         certificate = _handshake_in_memory(client, server)
         return str(from_certificate(certificate, UNKNOWN_HOST).principal)
     except (ssl.SSLError, ValueError) as e:
-        raise TlsConfigError(f"security.inter.broker.protocol SSL: the certificate of "
-                             f"ssl.keystore.location is not one the brokers take "
+        raise TlsConfigError(f"the certificate of ssl.keystore.location is not one the "
+                             f"brokers take as a client's "
                              f"({_ssl_reason(e)}): it must chain to ssl.truststore.location, "
                              f"be meant for clients and servers alike, and have a CN"
                              ) from None

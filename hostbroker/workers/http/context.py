@@ -39,7 +39,8 @@ CLIENT_ID = "hb-http"
 
 def broker_uri(config: Config) -> str:
     """The listener hb-http talks to: the first ``unix://``, else the first
-    ``tcp://`` (a wildcard host reached on loopback)."""
+    ``tcp://``, else the first ``ssl://`` (a wildcard host reached on loopback),
+    where it shows the broker's own certificate (:meth:`HttpContext.broker_client`)."""
     listeners = config.listeners
     for uri in listeners:
         if uri.startswith("unix://"):
@@ -87,6 +88,13 @@ class HttpContext:
         self._partition_stats: dict[tuple[str, int], object] = {}
         self._api_stats: dict[tuple[str, int], object] = {}
         self.broker_uri = broker_uri(self.config)  # the listener broker_client() reaches
+        # over ssl://: the broker's own certificate and truststore, its host not checked
+        # (this broker's own listener, on loopback); None over unix:// and tcp://
+        self.broker_tls = None
+        if self.broker_uri.startswith("ssl://"):
+            from hostbroker.workers.tls import inter_broker_tls
+
+            self.broker_tls = inter_broker_tls(self.config, check_host=False)
         self.broker_timeout_s = BROKER_TIMEOUT_S
         self._access = None  # the ACLs' view, opened on the first change (admin_may)
 
@@ -144,7 +152,7 @@ class HttpContext:
         if self._client is None:
             from hostbroker.client.simple import SimpleClient
             self._client = SimpleClient(self.broker_uri, CLIENT_ID,
-                                        timeout=BROKER_TIMEOUT_S)
+                                        timeout=BROKER_TIMEOUT_S, tls=self.broker_tls)
         return self._client
 
     # -- access control (docs/security.md) -------------------------------------------
@@ -165,6 +173,24 @@ class HttpContext:
         identity = Identity(Principal.parse(self.config["http.admin.principal"]), (), host)
         # (the authorizer itself: never the broker's own user's pass over its socket)
         return self._access.authorizer().authorize(identity, operation, resource_type, name)
+
+    def acting_as(self) -> str | None:
+        """The line hb-http says at start about whom the broker sees it as,
+        when that is not the broker's own user (its Unix socket): over TCP
+        ``User:ANONYMOUS``, over TLS the CN of the broker's certificate."""
+        uri = self.broker_uri
+        if uri.startswith("unix://"):
+            return None
+        if uri.startswith("tcp://"):
+            return f"hb-http reaches the broker at {uri} as User:ANONYMOUS"
+        from hostbroker.workers.tls import TlsConfigError, own_principal
+
+        try:
+            who = own_principal(self.config)
+        except TlsConfigError as e:
+            return f"hb-http reaches the broker at {uri}, which will refuse it: {e}"
+        return (f"hb-http reaches the broker at {uri} as {who} (the broker's certificate, "
+                f"ssl.keystore.location)")
 
     def drop_client(self) -> None:
         client, self._client = self._client, None

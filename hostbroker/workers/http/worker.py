@@ -65,6 +65,9 @@ class HttpWorker(Worker):
         self.per_client: dict[str, int] = {}  # client_key -> connections open
         self.clients: dict[int, str] = {}  # fd -> client_key of its connection
         self.context = HttpContext(self.plan)
+        acting = self.context.acting_as()  # (when not the broker's own user)
+        if acting is not None:
+            print(f"hostbroker: {acting}", file=sys.stderr, flush=True)
         self.context.answer_held = self._held
         self.router = build_router(self.context)
         self.router.on_error = self._page_failed
