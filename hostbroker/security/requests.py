@@ -161,12 +161,12 @@ def start_warnings(config, broker_principal: str | None = None) -> list[str]:
 
         if Principal.parse(broker_principal) not in parse_super_users(config["super.users"]):
             lines.append(
-                f"authorizer.enable in cluster mode: the other brokers reach this one over "
-                f"ssl:// as {broker_principal} (the CN of ssl.keystore.location's "
-                f"certificate, if theirs are named alike), which is not in super.users: "
-                f"their follower FETCHes, LEADER_AND_ISR and STOP_REPLICA need ClusterAction "
-                f"on the cluster (and Describe on the replicated topics) granted to each "
-                f"broker's principal, or replication stops")
+                f"authorizer.enable in cluster mode: this broker reaches the others over "
+                f"ssl:// as {broker_principal} (the CN of its certificate), which is not in "
+                f"super.users: a broker's follower FETCHes, LEADER_AND_ISR and STOP_REPLICA "
+                f"need ClusterAction on the cluster (and Describe on the replicated topics), "
+                f"so name every broker's principal in super.users or grant it that, or "
+                f"replication stops")
     if config.http_listeners and not any(uri.startswith("unix://")
                                          for uri in config.listeners):
         # (with ssl:// listeners alone it shows the broker's certificate, and says

@@ -42,8 +42,8 @@ def test_ssl_gives_the_principal_of_the_certificate(certs):
     ({"ssl.truststore.location": ""}, "ssl.truststore.location must be named"),
     ({"listeners": "tcp://127.0.0.1:0"}, "no ssl:// listener"),
     # a certificate meant for servers only: the other brokers refuse it as a client's
-    ({"ssl.keystore.location": "server"}, "not one the brokers take as a client),
-    ({"ssl.truststore.location": "otherca.pem"}, "not one the brokers take as a client),
+    ({"ssl.keystore.location": "server"}, "not one the brokers take as a client"),
+    ({"ssl.truststore.location": "otherca.pem"}, "not one the brokers take as a client"),
 ])
 def test_ssl_without_what_it_needs_is_refused(certs, change, said):
     change = {k: (certs.keystore(v) if v == "server" else certs.path(v) if v.endswith(".pem")

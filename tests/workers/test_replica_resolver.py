@@ -42,7 +42,8 @@ class Failures:
 SETTINGS = {"broker.id": 2, "replica.fetch.max.bytes": 1 << 20,
             "replica.fetch.response.max.bytes": 10 << 20, "replica.fetch.wait.max.ms": 500,
             "replica.fetch.min.bytes": 1, "replica.socket.timeout.ms": 30000,
-            "replica.fetch.backoff.ms": 1000, "socket.request.max.bytes": 100 << 20}
+            "replica.fetch.backoff.ms": 1000, "socket.request.max.bytes": 100 << 20,
+            "ssl.handshake.timeout.ms": 10000, "security.inter.broker.protocol": "PLAINTEXT"}
 
 
 def test_a_numeric_address_is_answered_at_once_and_a_name_never_blocks():

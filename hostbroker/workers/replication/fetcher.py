@@ -76,6 +76,10 @@ EPOCHS = "epochs"
 START = "start"  # OFFSETS (earliest) of one partition
 
 
+class Refused(ProtocolError):
+    """The leader answered an error frame: it will not serve the request."""
+
+
 class Sink(Protocol):
     """What the worker does with a partition's answer."""
 
@@ -341,6 +345,9 @@ class LeaderLink:
                         continue
                 frame, self.body, self.got = self.body, None, 0
                 self._answer(frame, now)
+            except Refused as e:  # (e.g. CLUSTER_AUTHORIZATION_FAILED: not a broker to it)
+                self.close(now, f"broker {self.leader} refused the request: {e}")
+                return
             except ProtocolError as e:
                 self.close(now, f"broker {self.leader} sent what is not an answer: {e}")
                 return
@@ -479,7 +486,7 @@ class LeaderLink:
         correlation, kind, asked, _ = self.inflight
         if api.is_error_frame(frame):
             _, code = api.decode_error_frame(frame)
-            raise ProtocolError(f"an error frame, {_name(code)} ({code})")
+            raise Refused(f"{_name(code)} ({code})")
         cls = proto.FetchResponseV1 if kind == FETCH else proto.OffsetForLeaderEpochResponse
         try:
             if kind == START:
