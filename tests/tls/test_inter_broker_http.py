@@ -1,0 +1,93 @@
+"""hb-http of a broker whose only Kafka listener is ssl://: it reaches the
+broker with the broker's own certificate, says so at start, and serves the
+console's changes and /metrics."""
+
+from __future__ import annotations
+
+import http.client
+import subprocess
+import time
+
+from hostbroker.client.simple import SimpleClient
+from tests.console.web import ConsoleBroker, call
+from tests.ports import free_port
+from tests.tls.certs import broker_certificate
+
+
+class SslOnlyConsoleBroker(ConsoleBroker):
+    """A console broker listening on ``ssl://`` alone."""
+
+    def __init__(self, root, certs, **settings):
+        self.ssl_port = free_port()
+        self.certs = certs
+        super().__init__(root, **{"ssl.keystore.location": broker_certificate(certs, "broker1"),
+                                  "ssl.truststore.location": certs.ca, **settings})
+        self.settings["listeners"] = f"ssl://127.0.0.1:{self.ssl_port}"
+        self._may_move = False
+
+    @property
+    def ssl(self) -> str:
+        return f"ssl://127.0.0.1:{self.ssl_port}"
+
+    def client(self, uri=None, **kw) -> SimpleClient:
+        return SimpleClient(uri or self.ssl, tls=self.certs.client("broker1"), **kw)
+
+    def _start(self, timeout: float) -> None:
+        self._log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(self.args(), cwd=self.root, stdout=self._log,
+                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                with self.client() as c:
+                    c.metadata()
+                return
+            except OSError:
+                time.sleep(0.05)
+        self.kill_tree()
+        self.proc = None
+        raise RuntimeError(f"broker did not come up in {timeout}s:\n{self.log()}")
+
+
+def test_hb_http_over_an_ssl_listener(tmp_path, certs):
+    broker = SslOnlyConsoleBroker(tmp_path, certs, **{"authorizer.enable": "true",
+                                                      "super.users": "User:broker1;User:admin"})
+    try:
+        broker.start()
+        log = broker.log()
+        assert (f"hostbroker: hb-http reaches the broker at {broker.ssl} as User:broker1"
+                in log), log
+        assert "User:ANONYMOUS" not in log
+        status, _, body = broker.post("/api/topics", {"topic": "made", "partitions": 2})
+        assert status == 201, body
+        with broker.client() as c:
+            (topic,) = c.metadata(["made"]).topics
+            assert sorted(p.partition for p in topic.partitions) == [0, 1]
+        status, _, topics = call(broker, "GET", "/api/topics")
+        assert status == 200 and "made" in str(topics)
+        connection = http.client.HTTPConnection("127.0.0.1", broker.http_port, timeout=20)
+        try:
+            connection.request("GET", "/metrics")
+            response = connection.getresponse()
+            text = response.read().decode()
+        finally:
+            connection.close()
+        assert response.status == 200 and "hostbroker_" in text
+    finally:
+        broker.finish()
+
+
+def test_hb_http_with_a_certificate_the_broker_refuses_says_so(tmp_path, certs):
+    # the server-only certificate: the broker refuses it as a client's
+    broker = SslOnlyConsoleBroker(tmp_path, certs, **{
+        "ssl.keystore.location": certs.keystore("server")})
+    try:
+        broker.start()
+        assert "hb-http reaches the broker at ssl://" in broker.log()
+        assert "which will refuse it" in broker.log()
+        status, _, _ = broker.post("/api/topics", {"topic": "never", "partitions": 1})
+        assert status >= 500
+    finally:
+        broker.finish()
