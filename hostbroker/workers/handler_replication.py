@@ -63,6 +63,9 @@ _EPOCH_CACHES_MAX = 4096
 class Replication:
     """Mixin of :class:`HandlerWorker`: the replication requests."""
 
+    tls_answers = None  # METADATA v0 of ssl:// clients (handler.py), None without such a listener
+    peers_tls = False  # (until _init_replication: security.inter.broker.protocol SSL)
+
     def _init_replication(self) -> None:
         name = getattr(self.plan, "peers_name", None)
         self.peers: PeersTable | None = None
@@ -487,6 +490,8 @@ class Replication:
     # -- METADATA ---------------------------------------------------------------
     def _over_tls(self, p: int, conn_id: int) -> bool:
         """Whether the connection came to an ``ssl://`` listener."""
+        if self.tls_answers is None:
+            return False  # (this broker has none)
         known = self.identities[p].get(conn_id)
         return known is not None and known.identity.tls
 
@@ -494,7 +499,7 @@ class Replication:
         """The METADATA v0 answers for the connection's listener: its ``ssl://``
         clients are sent to this broker's ``ssl://`` listener, the others to
         its tcp:// and unix:// ones (docs/spec/protocol.md)."""
-        if self.tls_answers is not None and self._over_tls(p, conn_id):
+        if self._over_tls(p, conn_id):
             return self.tls_answers
         return self.answers
 

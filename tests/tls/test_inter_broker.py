@@ -88,10 +88,14 @@ def test_replication_over_tls_as_the_brokers_certificates(start_broker, certs, z
     poll(lambda: settled(zk, TOPIC, 2, 2), what="leaders and full ISRs")
     leader = state(zk, TOPIC, 0)["leader"]
     follower = 3 - leader
+    # small messages, then larger ones (each FETCH answer then spans many TLS records)
+    values = [b"m%d" % i for i in range(5)] + [b"%d" % i * 50_000 for i in range(5, 25)]
     wire = Wire(brokers[leader].unix_path)
-    try:
-        for i in range(5):
-            assert wire.produce(TOPIC, 0, [b"m%d" % i], acks=-1)[0] == ErrorCode.NONE
+    try:  # (the first once the leader has taken the controller's word)
+        poll(lambda: wire.produce(TOPIC, 0, values[:1], acks=-1)[0] == ErrorCode.NONE,
+             every=0.2, what="a first produce acknowledged by both replicas")
+        for value in values[1:]:
+            assert wire.produce(TOPIC, 0, [value], acks=-1)[0] == ErrorCode.NONE
     finally:
         wire.close()
     assert "User:ANONYMOUS" not in "".join(b.log() for b in brokers.values())
@@ -140,7 +144,7 @@ def test_replication_over_tls_as_the_brokers_certificates(start_broker, certs, z
     poll(lambda: state(zk, TOPIC, 0)["leader"] == follower, what="the follower leads")
     wire = Wire(brokers[follower].unix_path)
     try:
-        poll(lambda: [v for _, v in fetch_all(wire, TOPIC, 0)] == [b"m%d" % i for i in range(5)],
+        poll(lambda: [v for _, v in fetch_all(wire, TOPIC, 0)] == values,
              what="the acknowledged messages at the new leader")
     finally:
         wire.close()
@@ -161,8 +165,9 @@ def test_a_broker_whose_principal_is_not_a_super_user_is_refused(start_broker, c
     theirs = 1 - mine
     for broker, partition, value in ((trusted, mine, b"kept"), (outsider, theirs, b"shared")):
         wire = Wire(broker.unix_path)
-        try:
-            assert wire.produce(TOPIC, partition, [value], acks=1)[0] == ErrorCode.NONE
+        try:  # (once the leader has taken the controller's word)
+            poll(lambda: wire.produce(TOPIC, partition, [value], acks=1)[0] == ErrorCode.NONE,
+                 every=0.2, what=f"a produce to the leader of partition {partition}")
         finally:
             wire.close()
     # broker 1, a super user at the outsider, follows it over TLS...

@@ -332,8 +332,10 @@ class LeaderLink:
                 return
             self.bytes_in += n
             self.got += n
-            if n < len(view) and self.tls is None:
-                return  # the socket has no more for now (TLS: read until it wants more)
+            if n < len(view):
+                if self.tls is None:
+                    return  # the socket has no more for now
+                continue  # TLS gives a record at a time: read on until it wants more
             try:
                 if body is None:
                     (size,) = _LENGTH.unpack(self.head)
