@@ -38,7 +38,8 @@ def cluster_broker(make_broker, tmp_path, zookeeper, zk, broker_id: int, start=T
 
 
 def registered(broker, broker_id: int) -> dict:
-    return {"version": 1, "host": "127.0.0.1", "port": broker.port, "unix": broker.unix_path}
+    return {"version": 1, "host": "127.0.0.1", "port": broker.port, "unix": broker.unix_path,
+            "endpoints": [f"PLAINTEXT://127.0.0.1:{broker.port}"]}
 
 
 def node(zk, path: str):

@@ -300,7 +300,8 @@ def test_a_broker_registered_again_with_other_listeners_is_fetched_at_them(
         broker.start()
         poll(lambda: cluster.registered() == [1, 2, 3], what="broker 2 to register again")
         assert json.loads(zk.get(paths.broker_path(2))[0]) == {
-            "version": 1, "host": "127.0.0.1", "port": broker.port, "unix": broker.unix_path}
+            "version": 1, "host": "127.0.0.1", "port": broker.port, "unix": broker.unix_path,
+            "endpoints": [f"PLAINTEXT://127.0.0.1:{broker.port}"]}
         assert zk.get(paths.broker_path(2))[0] != before
     finally:
         consumer.resume()
