@@ -522,13 +522,10 @@ class Replication:
         answers = self.tls_answers if tls and self.tls_answers is not None else self.answers
         peers = self.peers.all() if self.peers is not None else []
         me = answers.brokers[0]
-        if tls == self.peers_tls:
-            brokers = [me] + [MetadataBroker(x.broker_id, x.host or None, x.port,
-                                             x.unix or None)
-                              for x in peers if x.broker_id != self.broker_id]
-        else:
-            brokers = [me]
-        shown = {b.broker_id for b in brokers}
+        hidden = tls != self.peers_tls  # (the others' listeners of this kind are not known)
+        brokers = [me] if hidden else [me] + [
+            MetadataBroker(x.broker_id, x.host or None, x.port, x.unix or None)
+            for x in peers if x.broker_id != self.broker_id]
         controller = self.peers.controller_id if self.peers is not None else -1
         names = tuple(dict.fromkeys(request.topics))
         if not names:
@@ -566,7 +563,7 @@ class Replication:
                         log_dir)
                 else:
                     leader = s.leader
-                    if leader >= 0 and leader not in shown and code == ErrorCode.NONE:
+                    if hidden and leader not in (-1, self.broker_id) and code == ErrorCode.NONE:
                         leader, code = -1, ErrorCode.LEADER_NOT_AVAILABLE
                     part = rproto.MetadataPartitionV1(
                         partition, code, leader, s.leader_epoch, s.replicas, s.isr_ids,

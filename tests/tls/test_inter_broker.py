@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from hostbroker.client.leaders import merge_metadata
 from hostbroker.client.tls import handshake, tls_context
 from hostbroker.errors import ErrorCode
 from hostbroker.protocol import api
@@ -107,6 +108,11 @@ def test_replication_over_tls_as_the_brokers_certificates(start_broker, certs, z
     assert {(b.broker_id, b.port) for b in ssl_answer.brokers} == {
         (1, brokers[1].ssl_port), (2, brokers[2].ssl_port)}
     assert not any(b.unix_path for b in ssl_answer.brokers)
+    # and a client bootstrapped there is sent to each leader's ssl:// listener
+    leaders = merge_metadata(TOPIC, [(brokers[leader].ssl, ssl_answer)])
+    for p in (0, 1):
+        at = state(zk, TOPIC, p)["leader"]
+        assert leaders.leader_uri(p) == (at, brokers[at].ssl)
     # (the other broker's plain listeners are not known under SSL, whose
     # LEADER_AND_ISR names the ssl:// ones: a client of a tcp:// or unix://
     # listener is told of this broker alone, and the partitions the other
