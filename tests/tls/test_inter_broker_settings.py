@@ -75,3 +75,21 @@ def test_the_warning_names_the_principal_only_when_it_is_not_a_super_user(certs)
     (plain,) = start_warnings(_config(**{**_ssl(certs, **cluster),
                                          "security.inter.broker.protocol": "PLAINTEXT"}))
     assert "User:ANONYMOUS" in plain
+
+
+def test_leader_and_isr_names_the_leaders_listeners_of_the_inter_broker_protocol():
+    from hostbroker.cluster import controller as ctl
+    from hostbroker.cluster import paths
+    from hostbroker.workers.registrar_controller import request_of
+
+    leader = paths.BrokerInfo(1, "h1", 9092, "/run/1.sock", "h1", 9093)
+    plain_only = paths.BrokerInfo(2, "h2", 9092, None)
+    notice = ctl.Notice(ctl.LEADER_AND_ISR, 3, 7, leaders={1: leader, 2: plain_only})
+    assert [(b.broker_id, b.host, b.port, b.unix_path)
+            for b in request_of(notice, 1).brokers] == [
+        (1, "h1", 9092, "/run/1.sock"), (2, "h2", 9092, None)]
+    # under SSL: the ssl:// listener, never the Unix socket; a leader without one
+    # is named with no listener (its followers say they know no ssl:// endpoint)
+    assert [(b.broker_id, b.host, b.port, b.unix_path)
+            for b in request_of(notice, 1, tls=True).brokers] == [
+        (1, "h1", 9093, None), (2, None, 0, None)]
