@@ -5,6 +5,7 @@ the kind the client came on."""
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 
@@ -80,8 +81,6 @@ def test_replication_over_tls_as_the_brokers_certificates(start_broker, certs, z
     brokers = {1: start_broker(1, "broker1", supers), 2: start_broker(2, "broker2", supers)}
     poll(lambda: sorted(zk.get_children("/brokers/ids")) == ["1", "2"], what="registered")
     # the registration names the ssl:// listener in Kafka's endpoints list
-    import json
-
     node = json.loads(zk.get("/brokers/ids/2")[0])
     assert node["endpoints"] == [f"PLAINTEXT://127.0.0.1:{brokers[2].port}",
                                  f"SSL://127.0.0.1:{brokers[2].ssl_port}"]
