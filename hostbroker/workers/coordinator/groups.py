@@ -23,11 +23,17 @@ partition count of its assignment in ZooKeeper, as the registrar publishes
 it (:class:`~hostbroker.shm.topicnames.ReplicatedNames`, read whenever its
 ``seq`` moves): this broker holds replicas of only some of its partitions,
 and a group deals out all of them. Any other topic, and a replicated one
-whose count is not known (its node could not be read, or did not fit the
-published list): one more than the highest partition of this broker's
-partition table (read whenever its generation moves). A count over
-``max.partitions`` is cut there (said once). While the registrar is writing
-(or died writing) the counts read before stand.
+whose count is not known (its node could not be read, or the published list
+is INCOMPLETE, or none was published yet): one more than the highest
+partition of this broker's partition table (read whenever its generation
+moves). A replicated topic missing from a whole published list (one the
+registrar has not read yet: just created, its replicas claimed here first)
+has no count until the registrar publishes it: the replicas this broker
+holds are a part of the topic, and a rebalance on that part would deal out
+fewer partitions than the topic has (a topic grown from 2 to 5 partitions
+dealt as 4). A count over ``max.partitions`` is cut there (said once).
+While the registrar is writing (or died writing) the counts read before
+stand.
 
 Time is ``time.monotonic()`` in milliseconds, one clock for every process of
 the host. A coordinator started with the broker empties ``__groups.log``
@@ -47,7 +53,7 @@ from hostbroker.coordinator.state import GroupPhase
 from hostbroker.coordinator.store import FILENAME, GroupStore
 from hostbroker.errors import ErrorCode
 from hostbroker.shm import partitions as ptable
-from hostbroker.shm.topicnames import ReplicatedNames
+from hostbroker.shm.topicnames import COMPLETE, ReplicatedNames, name_hash
 
 STATE_FILE = FILENAME
 _LIVE = (ptable.ONLINE, ptable.OFFLINE, ptable.CREATING)
@@ -90,6 +96,8 @@ class GroupHost:
         self.waiting: dict[tuple[str, str], list[tuple[int, int]]] = {}  # -> (handler, token)
         self.seen: tuple[int, int] | None = None  # (table generation, names seq) counted
         self.replicated: dict[str, int] = {}  # the last replicated counts read
+        # the name hashes of the last whole list of replicated topics read (None: none)
+        self.listed: frozenset[int] | None = None
         self.said_over: set[str] = set()  # topics said to be over max.partitions
         self.touched = False  # something may have changed the groups since the last save
         if replacement:
@@ -179,15 +187,24 @@ class GroupHost:
             return
         self.seen = seen
         counts: dict[str, int] = {}
+        replicas: dict[str, int] = {}  # topics of ZooKeeper whose replicas are held here
         for _, s in self.table.scan():
             if s.state in _LIVE:
-                counts[s.name] = max(counts.get(s.name, 0), s.partition + 1)
+                into = replicas if s.replicated and not s.dirs_placed else counts
+                into[s.name] = max(into.get(s.name, 0), s.partition + 1)
         # an odd seq: the registrar is writing (or died writing): the counts read
         # before stand until the seq moves again, with no wait here
         if self.names is not None and seen[1] & 1 == 0:
             replicated = self.names.partition_counts()
             if replicated is not None:
+                state, hashes = self.names.snapshot()
+                self.listed = hashes if state == COMPLETE else None
                 self.replicated = self._bounded(replicated)
+        for topic, count in replicas.items():
+            # this broker's part of the topic counts only when the registrar's
+            # list cannot give the whole (see the module docstring)
+            if self.listed is None or name_hash(topic) in self.listed:
+                counts[topic] = max(counts.get(topic, 0), count)
         counts.update(self.replicated)
         known = self.state.partitions
         self.touched = True
