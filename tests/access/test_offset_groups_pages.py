@@ -1,0 +1,73 @@
+"""LIST_OFFSET_GROUPS filtered by the authorizer is cut after the filter, not before.
+
+The store's list of groups passes what one message from hb-coordinator carries
+(``ring.bytes`` / 16, 4 KiB here); a principal allowed to describe only the few
+groups that sort last still gets every one of them, each with the topics it
+may describe, and ``truncated`` 0. The broker's own user (DESCRIBE on the
+cluster, no filter) gets the store's list cut to one message, ``truncated`` 1,
+as before. Clients over TCP are ``User:ANONYMOUS``. A real broker.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from hostbroker.errors import ErrorCode
+from hostbroker.log.message import encode_message_set
+from hostbroker.security.acl import AclBinding, Operation, PatternType, Permission, ResourceType
+from hostbroker.security.principals import Principal
+from tests.access.conftest import AccessBroker
+
+ANON = Principal.parse("User:ANONYMOUS")
+BINDINGS = [
+    AclBinding.checked(ResourceType.GROUP, "zz-", PatternType.PREFIXED, ANON, "*",
+                       Operation.DESCRIBE, Permission.ALLOW),
+    AclBinding.checked(ResourceType.GROUP, "zz-2", PatternType.LITERAL, ANON, "*",
+                       Operation.DESCRIBE, Permission.DENY),
+    AclBinding.checked(ResourceType.TOPIC, "pub", PatternType.LITERAL, ANON, "*",
+                       Operation.DESCRIBE, Permission.ALLOW),
+]
+# 150 groups of about 80 bytes on the wire: about three messages of 4 KiB
+HIDDEN = [f"group-{i:03d}-" + "x" * 60 for i in range(150)]
+ALLOWED = ["zz-1", "zz-3", "zz-4"]
+
+
+@pytest.fixture(scope="module")
+def broker(users, tmp_path_factory):
+    b = AccessBroker(tmp_path_factory.mktemp("offset-groups-pages"), BINDINGS,
+                     ring_bytes=65536)
+    b.start()
+    try:
+        with b.broker.client(b.unix) as own:
+            for topic in ("pub", "secret"):
+                own.create_topic(topic, 1)
+                assert own.produce(topic, 0, encode_message_set([b"x"])).error_code == 0
+            for group in [*HIDDEN, "zz-1", "zz-2", "zz-3", "zz-4"]:
+                own.offset_commit(group, [("pub", 0, 1, None), ("secret", 0, 1, None)])
+        yield b
+    finally:
+        b.finish()
+
+
+def test_the_few_groups_allowed_that_sort_last_are_all_answered(broker):
+    with broker.broker.client(broker.tcp) as anon:
+        answer = anon.list_offset_groups(())
+    assert answer.error_code == ErrorCode.NONE
+    assert [(g.group, g.topics) for g in answer.groups] == [(g, ("pub",)) for g in ALLOWED]
+    assert answer.truncated == 0
+
+
+def test_groups_named_are_filtered_by_topic_after_every_page(broker):
+    with broker.broker.client(broker.tcp) as anon:
+        answer = anon.list_offset_groups(["zz-4", "zz-1"])
+    assert [(g.group, g.topics) for g in answer.groups] == [("zz-1", ("pub",)),
+                                                            ("zz-4", ("pub",))]
+    assert answer.truncated == 0
+
+
+def test_unfiltered_the_list_is_cut_to_one_message(broker):
+    with broker.broker.client(broker.unix) as own:
+        answer = own.list_offset_groups(())
+    assert answer.error_code == ErrorCode.NONE and answer.truncated == 1
+    names = [g.group for g in answer.groups]
+    assert names == HIDDEN[:len(names)] and 20 < len(names) < 60
