@@ -340,20 +340,12 @@ def _change_acls(client, changes: dict, bounds: Bounds, max_bindings: int,
     return sorted(differ)
 
 
-def _listed(client, max_bindings: int, report: Report = _ignore,
-            timeout_s: float = _TIMEOUT_S) -> dict[str, tuple]:
-    """Every ACL node the six type nodes list, path -> resource, no node read
-    (a name that is no resource, or past ``max_bindings`` of a type: reported
-    and left out)."""
+def _type_children(client, timeout_s: float = _TIMEOUT_S) -> list[tuple]:
+    """``(root, pattern, resource type, its children)`` of the six type nodes:
+    the names of every ACL node, none of them read (nor checked yet)."""
     deadline = time.monotonic() + timeout_s
-    nodes: dict[str, tuple] = {}
-    for root, pattern, resource_type in layout.type_roots():
-        found, problems = list_acl_nodes(root, pattern, resource_type,
-                                         _children(client, root, deadline), max_bindings)
-        for problem in problems:
-            report(problem.split(":", 1)[0], f"{problem}; left out")
-        nodes.update(found)
-    return nodes
+    return [(root, pattern, resource_type, _children(client, root, deadline))
+            for root, pattern, resource_type in layout.type_roots()]
 
 
 def _may_hold(f: AclFilter, resource: tuple[ResourceType, str, PatternType]) -> bool:
@@ -374,13 +366,37 @@ def _may_hold(f: AclFilter, resource: tuple[ResourceType, str, PatternType]) -> 
     return name == f.name
 
 
+def _named(f: AclFilter, pattern: PatternType) -> list[str]:
+    """The node names a filter naming a resource may match among the nodes of
+    ``pattern`` (its name; with MATCH the literal ``*``, or every prefix)."""
+    if f.pattern is PatternType.MATCH:
+        if pattern is PatternType.LITERAL:
+            return [f.name, WILDCARD]
+        return [f.name[:i] for i in range(1, len(f.name) + 1)]
+    return [f.name]
+
+
 def _read_matching(client, filters: list[AclFilter], *, bounds: Bounds, max_bindings: int,
                    report: Report) -> list[AclBinding]:
     """The bindings of the nodes some filter may match (module docstring: a
-    filter naming a resource reads its nodes only), bad nodes reported and
-    left out."""
-    listed = _listed(client, max_bindings, report)
-    nodes = {path: r for path, r in listed.items() if any(_may_hold(f, r) for f in filters)}
+    filter naming a resource reads its nodes only, and looks at no other
+    name), bad nodes reported and left out."""
+    nodes: dict[str, tuple] = {}
+    for root, pattern, resource_type, children in _type_children(client):
+        # (each filter asked of its own name: whether it looks at this type node at all)
+        concerned = [f for f in filters if _may_hold(f, (resource_type, f.name or "", pattern))]
+        if not concerned:
+            continue
+        if any(f.name is None for f in concerned):
+            names = children
+        else:
+            held = set(children)
+            names = sorted({n for f in concerned for n in _named(f, pattern) if n in held})
+        found, problems = list_acl_nodes(root, pattern, resource_type, names, max_bindings)
+        for problem in problems:
+            report(problem.split(":", 1)[0], f"{problem}; left out")
+        nodes.update((path, r) for path, r in found.items()
+                     if any(_may_hold(f, r) for f in concerned))
     bindings: set[AclBinding] = set()
     for path, found in sorted(read_acl_nodes(client, nodes, bounds=bounds,
                                              max_bindings=max_bindings).items()):
@@ -408,7 +424,7 @@ def add_acls(client, bindings: Iterable[AclBinding], *, bounds: Bounds = DEFAULT
         by_resource.setdefault(_resource(binding), set()).add(binding)
     if not by_resource:
         return []
-    listed = _listed(client, max_bindings)
+    children = _type_children(client)
     paths = {layout.resource_path(*r): r for r in by_resource}
     current = read_acl_nodes(client, paths, bounds=bounds, max_bindings=max_bindings)
     after = 0
@@ -423,7 +439,10 @@ def add_acls(client, bindings: Iterable[AclBinding], *, bounds: Bounds = DEFAULT
                              f"{len(data)} bytes, more than zookeeper.max.node.bytes "
                              f"({bounds.node_bytes}); nothing changed")
         after += len(whole)
-    others = len(listed.keys() - paths.keys())
+    listed = {root: set(names) for root, _, _, names in children}
+    changed = sum(1 for r in by_resource
+                  if r[1] in listed[layout.type_root(r[2], r[0])])  # (nodes there now)
+    others = sum(len(names) for names in listed.values()) - changed
     if others + after > max_bindings:
         raise ValueError(f"{others + after} ACLs at least would be kept ({others} other "
                          f"resources, {after} on those changed), more than acl.max.bindings "
