@@ -28,6 +28,7 @@ quota change (under the admin lock, which makes it the only writer).
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 import os
@@ -153,6 +154,100 @@ def encode_published(bindings, quotas: QuotaSet, refused: str | None = None,
     if acls_digest is not None:  # (the file's, see file_digest)
         document["aclsDigest"] = acls_digest
     return json.dumps(document, separators=(",", ":")).encode()
+
+
+class AclEncoding:
+    """One set of bindings encoded both ways a change writes them, kept by the
+    handler that makes changes so the next change costs what it changes: the
+    entries of ``acls.json`` (the bytes :func:`encode_acls` writes, one entry
+    a binding in its order) and the rows of the published document (a table
+    of strings that only grows, and rows of indexes into it: what
+    :func:`decode_published_snapshot` reads, not the bytes
+    :func:`encode_published` writes). :meth:`update` to another set encodes
+    the bindings added and drops those removed; the whole is joined in C.
+    Strings no binding uses any more stay in the table until they are as many
+    as those in use (then the table is made again). ``digest`` is the caller's:
+    the :func:`file_digest` of the ``acls.json`` that holds this set."""
+
+    def __init__(self, bindings=()):
+        self.digest: str | None = None
+        self._build(set(bindings))
+
+    def _build(self, bindings: set) -> None:
+        self.bindings = frozenset(bindings)
+        self.strings: dict[str, int] = {}  # string -> its index in the table
+        self.table: list[bytes] = []  # each string as JSON, by index
+        self.refs: list[int] = []  # bindings using each string
+        self.live = 0  # strings some binding uses
+        self.keys = sorted((_order(b), b) for b in self.bindings)
+        self.entries = [self._entry(b) for _, b in self.keys]
+        self.rows = [self._row(b) for _, b in self.keys]
+
+    @staticmethod
+    def _entry(b: AclBinding) -> bytes:
+        return json.dumps(binding_to_json(b), separators=(",\n", ": "),
+                          sort_keys=True).encode()
+
+    def _at(self, text: str) -> int:
+        index = self.strings.get(text)
+        if index is None:
+            index = self.strings[text] = len(self.table)
+            self.table.append(json.dumps(text).encode())
+            self.refs.append(0)
+        if self.refs[index] == 0:
+            self.live += 1
+        self.refs[index] += 1
+        return index
+
+    def _drop(self, text: str) -> None:
+        index = self.strings[text]
+        self.refs[index] -= 1
+        if self.refs[index] == 0:
+            self.live -= 1
+
+    def _row(self, b: AclBinding) -> bytes:
+        return (f"[{b.resource_type.value},{self._at(b.name)},{b.pattern.value},"
+                f"{self._at(str(b.principal))},{self._at(b.host)},{b.operation.value},"
+                f"{b.permission.value}]").encode()
+
+    def update(self, bindings: set) -> None:
+        """Become the encoding of ``bindings``: the work of the difference."""
+        added, removed = bindings - self.bindings, self.bindings - bindings
+        if not added and not removed:
+            return
+        self.digest = None
+        keys, entries, rows = self.keys, self.entries, self.rows
+        for b in removed:
+            i = bisect.bisect_left(keys, (_order(b), b))
+            del keys[i], entries[i], rows[i]
+            for text in (b.name, str(b.principal), b.host):
+                self._drop(text)
+        for b in added:
+            key = (_order(b), b)
+            i = bisect.bisect_left(keys, key)
+            keys.insert(i, key)
+            entries.insert(i, self._entry(b))
+            rows.insert(i, self._row(b))
+        self.bindings = frozenset(bindings)
+        if len(self.table) - self.live > self.live + 1024:
+            self._build(set(self.bindings))  # the strings no binding uses: dropped
+
+    def file_bytes(self) -> bytes:
+        """``acls.json`` of these bindings (as :func:`encode_acls` writes it)."""
+        return b'{"acls": [' + b",\n".join(self.entries) + b'],\n"version": 1}\n'
+
+    def published(self, quotas: QuotaSet, refused: str | None = None,
+                  acls_digest: str | None = None) -> bytes:
+        """The document :func:`encode_published` describes, of these bindings."""
+        tail = [b'],"quotas":', json.dumps([{"entity": e, **q.as_dict()} for e, q
+                                            in sorted(quotas.entities.items())],
+                                           separators=(",", ":")).encode()]
+        if refused is not None:
+            tail += [b',"aclsRefused":', json.dumps(refused).encode()]
+        if acls_digest is not None:
+            tail += [b',"aclsDigest":', json.dumps(acls_digest).encode()]
+        return b"".join([b'{"version":2,"strings":[', b",".join(self.table), b'],"acls":[',
+                         b",".join(self.rows), *tail, b"}"])
 
 
 def decode_published(data: bytes, max_bindings: int,

@@ -19,10 +19,18 @@ writer of the files and of the published document while it holds it:
    change is refused (INVALID_REQUEST naming the setting) and nothing of it is
    kept;
 3. write the file atomically when the change changes it, then publish the
-   document every process reads
-   (:func:`~hostbroker.security.store.encode_published`, the same one a start
-   publishes from the same files) unless it is the one published already,
+   document every process reads (what a start publishes from the same
+   files, :func:`~hostbroker.security.store.encode_published`) unless the
+   one published is already of that ACL file (its digest) and those quotas,
    then answer.
+
+The work under the lock is the change's where it can be: the handler keeps
+the set it last wrote or published encoded both ways
+(:class:`~hostbroker.security.store.AclEncoding`), so a change encodes the
+bindings it adds and drops those it removes, and joins the rest in C; the
+file is still read and hashed at every change (it is the truth), and the
+encoding is made again whole only when the file is not the one it was made
+for (another handler's change, an operator's edit).
 
 A crash between 3's write and its publish leaves the file as the truth: the
 next start publishes it, and so does the retry of the change (it finds
@@ -63,9 +71,8 @@ from hostbroker.security.store import (
     ACL_FILE,
     QUOTA_FILE,
     AccessFileError,
+    AclEncoding,
     acls_of_file,
-    encode_acls,
-    encode_published,
     file_digest,
     read_acl_bytes,
     read_acls,
@@ -98,6 +105,7 @@ class AccessAdmin:
 
     _access_writable: PublishedDocument | None = None
     _access_kept: dict | None = None  # file name -> (its stamp, what it holds)
+    _access_encoding: AclEncoding | None = None  # of the bindings of the last change
 
     def _access_request(self, p, conn_id, seq, corr, key, request) -> None:
         if self.config["zookeeper.connect"].strip():
@@ -180,12 +188,17 @@ class AccessAdmin:
                     raise _Refused(ErrorCode.INVALID_REQUEST,
                                    f"{named} principals with quotas would be more than "
                                    f"quota.max.principals ({max_entities}); nothing changed")
-            if file_changed and change_acls is not None:
-                acl_bytes = encode_acls(changed_bindings)  # (written below, as it is)
-                digest = file_digest(acl_bytes)
-            document = encode_published(changed_bindings, changed_quotas, acls_refused, digest)
-            if not file_changed and self._access_is_published(document):
+            if not file_changed and self._access_is_published(digest, changed_quotas,
+                                                               acls_refused):
                 return  # a no-op, and what the file holds is what every process reads
+            # the encoding kept from the last change, when it is of these bindings:
+            # the work under the lock is the change's, not the whole set's
+            encoding = self._acl_encoding(bindings, digest)
+            if file_changed and change_acls is not None:
+                encoding.update(changed_bindings)
+                acl_bytes = encoding.file_bytes()  # (written below, as it is)
+                digest = encoding.digest = file_digest(acl_bytes)
+            document = encoding.published(changed_quotas, acls_refused, digest)
             capacity = self.config["acl.max.bytes"]
             if len(document) > capacity:
                 raise _Refused(ErrorCode.INVALID_REQUEST,
@@ -193,7 +206,7 @@ class AccessAdmin:
                                f"than acl.max.bytes ({capacity}); nothing changed")
             name = ACL_FILE if change_acls is not None else QUOTA_FILE
             if file_changed:
-                self._access_write(name, changed_bindings, changed_quotas, acl_bytes)
+                self._access_write(name, changed_bindings, changed_quotas, acl_bytes, digest)
             # the file is the truth from here: a crash now is mended by the next
             # start, or by the next change (even a no-op: the document differs)
             try:
@@ -281,22 +294,37 @@ class AccessAdmin:
     def _access_say(self, line: str) -> None:
         self.access.say(line)
 
-    def _access_is_published(self, document: bytes) -> bool:
-        """Is ``document`` the one published now (False when that cannot be read)?"""
-        try:
-            return self.access.document.read()[1] == document
-        except TornDocumentError:
-            return False
+    def _access_is_published(self, digest: str | None, quotas: QuotaSet,
+                             refused: str | None) -> bool:
+        """Is what a change would publish the document published now: the ACLs
+        of the file of ``digest`` (the document names the digest of the file
+        it was made from), ``quotas`` and ``refused``? False when it cannot be
+        read."""
+        snapshot = self.access.snapshot()
+        return (snapshot.failure is None and snapshot.acls_digest == digest
+                and snapshot.refused == refused and snapshot.quotas == quotas
+                and self._access_settled(snapshot.generation))
+
+    def _acl_encoding(self, bindings: set, digest: str | None) -> AclEncoding:
+        """The :class:`~hostbroker.security.store.AclEncoding` of ``bindings``
+        (those of the ACL file of ``digest``): the one kept, when it is of that
+        file, else one made now (and kept)."""
+        kept = self._access_encoding
+        if kept is None or digest is None or kept.digest != digest:
+            kept = self._access_encoding = AclEncoding(bindings)
+            kept.digest = digest
+        return kept
 
     def _access_write(self, name: str, bindings: set, quotas: QuotaSet,
-                      acl_bytes: bytes | None) -> None:
+                      acl_bytes: bytes | None, digest: str | None = None) -> None:
         max_bindings = self.config["acl.max.bindings"]
         max_entities = self.config["quota.max.principals"]
         directory = self._access_dir
         try:
             if name == ACL_FILE:
                 write_acls(directory, bindings, max_bindings, acl_bytes)
-                self._access_keep(ACL_FILE, file_digest(acl_bytes), frozenset(bindings))
+                self._access_keep(ACL_FILE, digest or file_digest(acl_bytes),
+                                  frozenset(bindings))
             else:
                 write_quotas(directory, quotas, max_entities)
                 self._access_wrote(QUOTA_FILE, quotas)
