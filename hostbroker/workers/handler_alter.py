@@ -219,9 +219,10 @@ class TopicAlter:
         filtering = shown is not None or describe is not None
         asked = list(dict.fromkeys(request.groups))
         found: list = []  # the filtered groups of the pages so far
-        partial = []  # a page's only group was cut within its topics
+        partial = False  # a page's only group was cut within its topics
 
         def respond(pending, failed: bool = False) -> None:
+            nonlocal partial
             result = None if failed or not pending.results else pending.results[0]
             if result is None:
                 body = ta.ListOffsetGroupsResponse(ErrorCode.BROKER_NOT_AVAILABLE)
@@ -231,7 +232,7 @@ class TopicAlter:
                         result.get("groups") or ()]
                 found.extend((g, [t for t in topics if describe is None or describe(t)])
                              for g, topics in page if shown is None or shown(g))
-                partial.extend([True] if result.get("partial") else [])
+                partial = partial or bool(result.get("partial"))
                 groups, cut = _within(found, max_bytes)
                 if filtering and code == ErrorCode.NONE and result.get("truncated") \
                         and page and not cut:
