@@ -28,9 +28,11 @@ The work under the lock is the change's where it can be: the handler keeps
 the set it last wrote or published encoded both ways
 (:class:`~hostbroker.security.store.AclEncoding`), so a change encodes the
 bindings it adds and drops those it removes, and joins the rest in C; the
-file is still read and hashed at every change (it is the truth), and the
-encoding is made again whole only when the file is not the one it was made
-for (another handler's change, an operator's edit).
+file is still read and hashed at every change (it is the truth). The
+encoding of the bindings published now is made before the lock is taken
+when the one kept is not of them (a handler's first change, one after
+another handler's): under the lock it is made whole only when the file is
+not the published one (an operator's edit).
 
 A crash between 3's write and its publish leaves the file as the truth: the
 next start publishes it, and so does the retry of the change (it finds
@@ -170,6 +172,7 @@ class AccessAdmin:
         max_bindings = self.config["acl.max.bindings"]
         max_entities = self.config["quota.max.principals"]
         directory = self._access_dir
+        self._acl_encoding_ahead()
         with self._access_locked():
             bindings, acls_refused, quotas, digest = self._access_base(change_acls is not None)
             acl_bytes = None
@@ -304,6 +307,18 @@ class AccessAdmin:
         return (snapshot.failure is None and snapshot.acls_digest == digest
                 and snapshot.refused == refused and snapshot.quotas == quotas
                 and self._access_settled(snapshot.generation))
+
+    def _acl_encoding_ahead(self) -> None:
+        """Before the lock: the encoding of the bindings published now, when the
+        one kept is not of them (this handler's first change, or one after
+        another's), so the change under the lock finds it made (the file is
+        the published one, the usual case) and costs what it changes."""
+        snapshot = self.access.snapshot()
+        kept = self._access_encoding
+        if snapshot.bindings is not None and snapshot.acls_digest is not None \
+                and (kept is None or kept.digest != snapshot.acls_digest):
+            kept = self._access_encoding = AclEncoding(snapshot.bindings)
+            kept.digest = snapshot.acls_digest
 
     def _acl_encoding(self, bindings: set, digest: str | None) -> AclEncoding:
         """The :class:`~hostbroker.security.store.AclEncoding` of ``bindings``
