@@ -24,9 +24,10 @@ read of both that every broker's registrar makes:
   changed (those changed before a failure too), and notices older than ``NOTICE_KEEP_S`` or past the newest
   ``NOTICE_KEEP_COUNT`` are removed (Kafka's rule), so two writers at once
   lose nothing and every broker hears of both. A change reads the six type
-  nodes' children and the nodes it may change, never the whole layout: an
-  add the nodes of its resources (``acl.max.bindings`` counted with each
-  other node as one binding), a removal the nodes its filters may match.
+  nodes' children and the nodes it may change: a removal the nodes its
+  filters may match only (it cannot pass a bound); an add reads every ACL
+  node, as the brokers' read does, so its count against
+  ``acl.max.bindings`` is exact.
 - :func:`list_acls`, :func:`list_quotas`: what is kept now (a filter naming
   a resource reads the nodes it may match only).
 
@@ -410,43 +411,35 @@ def _read_matching(client, filters: list[AclFilter], *, bounds: Bounds, max_bind
 def add_acls(client, bindings: Iterable[AclBinding], *, bounds: Bounds = DEFAULT,
              max_bindings: int = 100_000) -> list[AclBinding]:
     """Keep ``bindings`` (those kept already are no change); the ones added.
-    Reads the type nodes' children and the nodes it changes only, not the
-    whole layout. ValueError (one line, nothing changed) when a name cannot
-    be a node, a node changed is not an ACL node or would pass
-    ``zookeeper.max.node.bytes``, or the cluster would keep more than
-    ``acl.max.bindings``, counting each node it does not change as one
-    binding (the least it holds: the exact count would read every node;
-    the brokers' read counts them all); ConflictError when other writers
-    kept a node busy (the nodes before it changed, and told)."""
+    Reads every ACL node (as the brokers' read does), so the count against
+    ``acl.max.bindings`` is exact: an add accepted never leaves more
+    bindings than the brokers take. ValueError (one line, nothing changed)
+    when a name cannot be a node, a node changed is not an ACL node or would
+    pass ``zookeeper.max.node.bytes``, or the cluster would keep more than
+    ``acl.max.bindings``; ConflictError when other writers kept a node busy
+    (the nodes before it changed, and told)."""
     by_resource: dict[tuple, set[AclBinding]] = {}
     for binding in bindings:
         layout.resource_path(*_resource(binding))  # a name ZooKeeper cannot hold: refused now
         by_resource.setdefault(_resource(binding), set()).add(binding)
     if not by_resource:
         return []
-    children = _type_children(client)
+    kept = set(read_acls(client, bounds=bounds, max_bindings=max_bindings, strict=False))
     paths = {layout.resource_path(*r): r for r in by_resource}
     current = read_acl_nodes(client, paths, bounds=bounds, max_bindings=max_bindings)
-    after = 0
     for path, resource in paths.items():  # each node whole, before any is written
-        kept = current.get(path, [])
-        if isinstance(kept, str):
-            raise ValueError(f"{kept}; nothing changed")
-        whole = set(kept) | by_resource[resource]
-        data = layout.encode_acl_node(whole)
+        found = current.get(path, [])
+        if isinstance(found, str):
+            raise ValueError(f"{found}; nothing changed")
+        data = layout.encode_acl_node(set(found) | by_resource[resource])
         if len(data) > bounds.node_bytes:
             raise ValueError(f"{resource[0].title} {resource[1][:60]}: its ACLs would take "
                              f"{len(data)} bytes, more than zookeeper.max.node.bytes "
                              f"({bounds.node_bytes}); nothing changed")
-        after += len(whole)
-    listed = {root: set(names) for root, _, _, names in children}
-    changed = sum(1 for r in by_resource
-                  if r[1] in listed[layout.type_root(r[2], r[0])])  # (nodes there now)
-    others = sum(len(names) for names in listed.values()) - changed
-    if others + after > max_bindings:
-        raise ValueError(f"{others + after} ACLs at least would be kept ({others} other "
-                         f"resources, {after} on those changed), more than acl.max.bindings "
-                         f"({max_bindings}); nothing changed")
+    new = {b for group in by_resource.values() for b in group} - kept
+    if len(kept) + len(new) > max_bindings:
+        raise ValueError(f"{len(kept)} ACLs kept and {len(new)} more would pass "
+                         f"acl.max.bindings ({max_bindings}); nothing changed")
     return _change_acls(client, by_resource, bounds, max_bindings,
                         lambda resource, current: current | by_resource[resource])
 

@@ -70,13 +70,17 @@ def test_a_removal_reads_the_nodes_its_filters_may_match(layout_with_a_bad_node)
         [kept[0]]
 
 
-def test_the_bound_counts_every_other_node_as_one_binding(cluster):
+def test_an_accepted_add_never_leaves_a_layout_the_brokers_refuse(cluster):
     _, zk = cluster
-    store.add_acls(zk, [acl(f"t{i}") for i in range(3)])  # three nodes, one binding each
-    with pytest.raises(ValueError, match=r"5 ACLs at least .*acl.max.bindings \(4\)"):
-        store.add_acls(zk, [acl("new"), acl("new", who="User:bob")], max_bindings=4)
-    assert store.add_acls(zk, [acl("new")], max_bindings=4) == [acl("new")]
-    # on a node it changes, every binding counts
-    with pytest.raises(ValueError, match=r"5 ACLs at least"):
-        store.add_acls(zk, [acl("t0", who="User:bob")], max_bindings=4)
-    assert len(store.list_acls(zk)) == 4
+    store.add_acls(zk, [acl(f"t{i}", who=f"User:u{j}") for i in range(3) for j in range(3)],
+                   max_bindings=10)  # nine bindings on three nodes
+    with pytest.raises(ValueError, match=r"9 ACLs kept and 2 more .*acl.max.bindings \(10\)"):
+        store.add_acls(zk, [acl("new"), acl("new", who="User:bob")], max_bindings=10)
+    assert zk.exists("/kafka-acl/Topic/new") is None  # nothing of it written
+    assert len(store.read_acls(zk, max_bindings=10)) == 9  # the brokers' read takes it
+    assert store.add_acls(zk, [acl("new")], max_bindings=10) == [acl("new")]
+    assert len(store.read_acls(zk, max_bindings=10)) == 10  # strict: at the bound, taken
+    with pytest.raises(ValueError, match=r"10 ACLs kept and 1 more"):
+        store.add_acls(zk, [acl("t0", who="User:bob")], max_bindings=10)
+    assert store.add_acls(zk, [acl("t0", who="User:u0")], max_bindings=10) == []  # kept: no change
+    assert len(store.read_acls(zk, max_bindings=10)) == 10

@@ -13,7 +13,9 @@ of them prefixed), written straight to the nodes. Then, alternately each round:
 - ``whole``: the change as made by reading the whole layout first (every
   node, each decoded and checked: :func:`read_acls`), then the node changed;
 - ``node``: the change as the store makes it now (:func:`add_acls`,
-  :func:`remove_acls`): the children lists and the one node changed;
+  :func:`remove_acls`): a removal the children lists and the one node
+  changed; an add every node (its count against ``acl.max.bindings`` is
+  exact), so its ratio is about 1;
 
 each an add of one binding and its removal, and a ``list`` of one literal
 resource (``whole`` reads everything and filters). Prints each timing and the
