@@ -174,7 +174,8 @@ class HandlerAccess:
             return lambda group: False
         if self._allows(known, Operation.DESCRIBE, CLUSTER):
             return None
-        return lambda group: self._allows(known, Operation.DESCRIBE, GROUP, group)
+        # (a listing's checks are not kept: they would push out the data path's)
+        return lambda group: self._allows(known, Operation.DESCRIBE, GROUP, group, keep=False)
 
     def _refused_topics(self, p: int, conn_id: int, operation: Operation, topics) -> frozenset:
         """The topics of ``topics`` the connection may not ``operation`` (all of

@@ -219,7 +219,9 @@ class TopicAlter:
         filtering = shown is not None or describe is not None
         asked = list(dict.fromkeys(request.groups))
         found: list = []  # the filtered groups of the pages so far
-        partial = False  # a page's only group was cut within its topics
+        partial = False  # a page's only group was cut, or one passed over whole
+        pages = 0  # asked of the coordinator so far (at most offsets.list.max.pages)
+        max_pages = self.config["offsets.list.max.pages"]
 
         def respond(pending, failed: bool = False) -> None:
             nonlocal partial
@@ -232,19 +234,26 @@ class TopicAlter:
                         result.get("groups") or ()]
                 found.extend((g, [t for t in topics if describe is None or describe(t)])
                              for g, topics in page if shown is None or shown(g))
-                partial = partial or bool(result.get("partial"))
+                # a group whose name alone passes a page is passed over (said in the flag)
+                skip = result.get("skip")
+                partial = partial or bool(result.get("partial")) or skip is not None
                 groups, cut = _within(found, max_bytes)
-                if filtering and code == ErrorCode.NONE and result.get("truncated") \
-                        and page and not cut:
-                    ask(page[-1][0])  # the next page
+                truncated = bool(result.get("truncated"))
+                after = page[-1][0] if page else skip
+                if filtering and code == ErrorCode.NONE and truncated and not cut \
+                        and after is not None and pages < max_pages:
+                    ask(after)  # the next page
                     return
+                # (filtered and truncated, the pages left unasked may hold more)
                 body = ta.ListOffsetGroupsResponse(
                     code, tuple(ta.OffsetGroup(g, tuple(topics)) for g, topics in groups),
-                    1 if cut or partial or (result.get("truncated") and not filtering) else 0)
+                    1 if cut or partial or truncated else 0)
             self._reply(pending.processor, pending.conn_id, pending.seq,
                         pending.correlation_id, body)
 
         def ask(after: str | None) -> None:
+            nonlocal pages
+            pages += 1
             pending = self._new_pending(p, conn_id, seq, corr, ApiKey.LIST_OFFSET_GROUPS, [],
                                         respond)
             op = {"op": "groups", "groups": asked, "max_bytes": max_bytes}

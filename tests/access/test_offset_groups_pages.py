@@ -71,3 +71,28 @@ def test_unfiltered_the_list_is_cut_to_one_message(broker):
     assert answer.error_code == ErrorCode.NONE and answer.truncated == 1
     names = [g.group for g in answer.groups]
     assert names == HIDDEN[:len(names)] and 20 < len(names) < 60
+
+
+def test_one_listing_walks_at_most_offsets_list_max_pages(users, tmp_path):
+    # the same store, two pages a request at most: the groups allowed, on the
+    # fourth page, are not reached, and the answer says it is not whole
+    b = AccessBroker(tmp_path, BINDINGS, ring_bytes=65536, offsets_list_max_pages=2)
+    b.start()
+    try:
+        with b.broker.client(b.unix) as own:
+            own.create_topic("pub", 1)
+            assert own.produce("pub", 0, encode_message_set([b"x"])).error_code == 0
+            for group in [*HIDDEN, *ALLOWED]:
+                own.offset_commit(group, [("pub", 0, 1, None)])
+            # a group name past the group requests' 255 bytes is refused, never stored
+            long = "!" + "a" * 5000
+            refused = own.offset_commit(long, [("pub", 0, 1, None)], raise_on_error=False)
+            assert [p.error_code for p in refused] == [ErrorCode.INVALID_REQUEST]
+            own.offset_commit("!" + "a" * 254, [("pub", 0, 1, None)])  # 255 bytes: taken
+            assert long not in [g.group for g in own.list_offset_groups([long]).groups]
+        with b.broker.client(b.tcp) as anon:
+            answer = anon.list_offset_groups(())
+        assert answer.error_code == ErrorCode.NONE
+        assert answer.groups == () and answer.truncated == 1
+    finally:
+        b.finish()

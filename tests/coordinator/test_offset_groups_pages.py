@@ -43,3 +43,32 @@ def test_a_page_of_named_groups_starts_after_the_one_named(store):
     page = _groups_within(store, ["g05", "g01", "g09", "nobody"], 1 << 20, paged=True,
                           after="g01")
     assert [g for g, _ in page["groups"]] == ["g05", "g09"] and not page["truncated"]
+
+
+def test_a_group_whose_name_passes_a_page_is_skipped_not_the_end(tmp_path):
+    s = OffsetStore.open(str(tmp_path))
+    try:
+        s.commit([("!" + "a" * 5000, "t", 0, 0, None)])
+        s.commit([(f"zz-{i}", "t", 0, 0, None) for i in range(5)])
+        page = _groups_within(s, [], 4096, paged=True)
+        assert page == {"error": 0, "groups": [], "truncated": True, "skip": "!" + "a" * 5000}
+        page = _groups_within(s, [], 4096, paged=True, after=page["skip"])
+        assert [g for g, _ in page["groups"]] == [f"zz-{i}" for i in range(5)]
+        assert not page["truncated"]
+    finally:
+        s.close()
+
+
+def test_the_names_stay_sorted_as_groups_are_added(tmp_path):
+    s = OffsetStore.open(str(tmp_path))
+    try:
+        for name in ("m", "c", "x", "a", "n", "c"):
+            s.commit([(name, "t", 0, 0, None)])
+        assert s.groups() == ["a", "c", "m", "n", "x"]
+        assert list(s.groups_after("c")) == ["m", "n", "x"]
+        assert list(s.groups_after("b")) == ["c", "m", "n", "x"]
+        s.close()
+        s = OffsetStore.open(str(tmp_path))  # replayed: sorted as well
+        assert list(s.groups_after(None)) == ["a", "c", "m", "n", "x"]
+    finally:
+        s.close()

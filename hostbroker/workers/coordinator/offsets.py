@@ -45,15 +45,20 @@ def _groups_within(store: OffsetStore, asked: list[str], max_bytes: int,
     only the groups sorted after ``after`` (None: from the first), and the
     page ends at a whole group: a group cut within its topics is left for
     the next page, unless it is the page's first (then it is cut, and
-    ``partial`` says so)."""
-    names = store.groups() if not asked else sorted(
-        {g for g in asked if store.topics(g)})
-    if after is not None:
-        names = names[bisect.bisect_right(names, after):]
+    ``partial`` says so). A first group whose name alone passes the page is
+    left out, named as ``skip`` for the next page to start after it."""
+    if not asked:
+        names = store.groups_after(after) if paged else iter(store.groups())
+    else:
+        names = sorted({g for g in asked if store.topics(g)})
+        if after is not None:
+            names = names[bisect.bisect_right(names, after):]
     kept, size = [], 0
     for group in names:
         size += 2 + len(group.encode("utf-8", "replace")) + 4
         if size > max_bytes:
+            if paged and not kept:
+                return {"error": 0, "groups": [], "truncated": True, "skip": group}
             return {"error": 0, "groups": kept, "truncated": True}
         topics = []
         kept.append([group, topics])
