@@ -344,24 +344,24 @@ class Poll(NamedTuple):
     min_bytes: int
     deadline_ms: int
     direct: Direct
-    acl_generation: int = -1  # the ACLs' the handler decided READ at (-1: not asked)
+    acl_stamp: int = -1  # the ACLs' stamp the handler decided READ at (-1: not asked)
 
 
 def encode_poll(poll: Poll) -> bytes:
     name = poll.topic.encode()
     return (_POLL.pack(OP_POLL, poll.token, poll.slot, poll.partition, poll.offset,
-                       poll.max_bytes, poll.min_bytes, poll.deadline_ms, poll.acl_generation,
+                       poll.max_bytes, poll.min_bytes, poll.deadline_ms, poll.acl_stamp,
                        len(name))
             + name + _DIRECT.pack(*poll.direct))
 
 
 def decode_poll(buf) -> Poll:
-    _, token, slot, partition, offset, max_bytes, min_bytes, deadline, generation, \
+    _, token, slot, partition, offset, max_bytes, min_bytes, deadline, stamp, \
         name_len = _POLL.unpack_from(buf, 0)
     end = _POLL.size + name_len
     topic = bytes(buf[_POLL.size:end]).decode()
     return Poll(token, slot, topic, partition, offset, max_bytes, min_bytes, deadline,
-                Direct(*_DIRECT.unpack_from(buf, end)), generation)
+                Direct(*_DIRECT.unpack_from(buf, end)), stamp)
 
 
 def encode_op(op: int, token: int) -> bytes:

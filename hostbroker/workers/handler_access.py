@@ -145,13 +145,14 @@ class HandlerAccess:
                                       or self._allows(known, Operation.CREATE, TOPIC, topic))
 
     def _decided_at(self, p: int, conn_id: int) -> int:
-        """The ACL generation of the decisions kept for the connection (-1 with
-        the authorizer off): a fetch left at its writer carries it, and the
-        writer gives it back once the generation is another (writer_polls.py)."""
+        """The ACLs' stamp of the authorizer that made the decisions kept for
+        the connection (-1 with the authorizer off): a fetch left at its writer
+        carries it, and the writer gives it back once the ACLs published have
+        another (writer_polls.py)."""
         if not self.enforcing:
             return -1
         known = self.identities[p].get(conn_id)
-        return -1 if known is None else known.decisions.generation
+        return -1 if known is None else known.decisions.stamp
 
     def _describes(self, p: int, conn_id: int):
         """Whether the connection may DESCRIBE a topic, as a callable of its

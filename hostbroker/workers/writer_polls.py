@@ -16,13 +16,16 @@ the handler (POLL_DONE) so it forgets it. How many it holds is on the
 process board (FETCH_PARKED, as handlers and processors show theirs), for
 ``hostbroker_fetch_long_polls``.
 
-With the authorizer on, a POLL carries the ACL generation its handler
-decided READ at. Once the published generation is another (an ACL removed
-or added since), the poll is not answered here: it goes back to its
-handler (POLL_BACK), which decides again and answers the refusal
-(TOPIC_AUTHORIZATION_FAILED, none of the data) or keeps the fetch itself.
-The writer looks at the generation whenever it looks at its polls, and at
-least every ``_ACL_RECHECK_MS`` while it holds any, so a revoked fetch is
+With the authorizer on, a POLL carries the ACLs' stamp of the authorizer
+its handler decided READ with (workers/access.py: a hash of the published
+bindings and ``refused``, not of the quotas). Once the ACLs published have
+another stamp (an ACL removed or added since), the poll is not answered
+here: it goes back to its handler (POLL_BACK), which decides again and
+answers the refusal (TOPIC_AUTHORIZATION_FAILED, none of the data) or keeps
+the fetch itself; a change of the quotas alone leaves the polls here. The
+writer looks at the document's generation (one load) whenever it looks at
+its polls, and at least every ``_ACL_RECHECK_MS`` while it holds any, and
+reads the stamp again only when the generation moved, so a revoked fetch is
 answered within a moment, not at its deadline.
 """
 
@@ -37,6 +40,7 @@ from hostbroker.protocol.api import ApiKey
 from hostbroker.shm import procs
 from hostbroker.shm.published import PublishedDocument
 from hostbroker.workers import envelopes as env
+from hostbroker.workers.access import AclsStamps
 from hostbroker.workers.answers import fetch_answer_pieces
 from hostbroker.workers.base import now_ms
 
@@ -52,8 +56,8 @@ class Polls:
     number), ``polls_new`` (slots given a POLL this round) and
     ``polls_deadline`` (the soonest deadline, or later)."""
 
-    acl_document: PublishedDocument | None = None  # (the authorizer on: _init_polls)
-    acl_seen = -1  # the ACL generation the held polls were last looked at in
+    acl_stamps: AclsStamps | None = None  # (the authorizer on: _init_polls)
+    acl_seen = -1  # the ACLs' stamp the held polls were last looked at in
 
     def _init_polls(self) -> None:
         self.polls: dict[int, list[tuple[int, env.Poll]]] = {}
@@ -61,9 +65,10 @@ class Polls:
         self.polls_new: set[int] = set()
         self.polls_deadline = _NEVER
         self.max_polls = self.config["fetch.max.parked"]
-        # the published ACLs, whose generation alone is read (the authorizer on)
-        self.acl_document = (PublishedDocument.attach(self.plan.access_name, readonly=True)
-                             if self.config["authorizer.enable"] else None)
+        # the published ACLs' stamp, read again when their generation moves
+        self.acl_stamps = (AclsStamps(PublishedDocument.attach(self.plan.access_name,
+                                                               readonly=True))
+                           if self.config["authorizer.enable"] else None)
 
     def _take_poll(self, h: int, m, out: list) -> None:
         poll = env.decode_poll(m)
@@ -93,7 +98,7 @@ class Polls:
             return
         force = force or self.board.broker_state == procs.BROKER_DRAINING
         expired = now >= self.polls_deadline
-        acls = -1 if self.acl_document is None else self.acl_document.generation
+        acls = -1 if self.acl_stamps is None else self.acl_stamps.current()
         acls_moved = acls != self.acl_seen
         self.acl_seen = acls
         woken: set[int] = set()
@@ -106,7 +111,7 @@ class Polls:
             for h, poll in self.polls[slot]:
                 if plog is None or (plog.topic, plog.partition) != (poll.topic, poll.partition) \
                         or not self._serves_consumers(slot, plog) \
-                        or 0 <= poll.acl_generation != acls:
+                        or 0 <= poll.acl_stamp != acls:
                     # deleted or offline (or no longer led) since, or the ACLs
                     # changed since its READ was decided: the handler answers
                     # what became of it
@@ -170,6 +175,6 @@ class Polls:
     def _polls_timeout_ms(self) -> int | None:
         if not self.polls:
             return None
-        if self.acl_document is not None:  # (a revocation moves no ring)
+        if self.acl_stamps is not None:  # (a revocation moves no ring)
             return min(self.polls_deadline, now_ms() + _ACL_RECHECK_MS)
         return self.polls_deadline

@@ -2,8 +2,9 @@
 answered with data once its READ is revoked: the writer gives the poll back to
 its handler when the ACL generation moves, and the handler answers the refusal
 (TOPIC_AUTHORIZATION_FAILED, no data) within a moment, not at the fetch's 20 s
-deadline. A fetch whose READ still holds after an ACL change is answered with
-its data as ever. A real broker; clients over TCP are ``User:ANONYMOUS``."""
+deadline. A fetch whose READ still holds after an ACL change is given back too
+and answered with its data as ever; a change of the quotas alone leaves the
+poll at its writer. A real broker; clients over TCP are ``User:ANONYMOUS``."""
 
 from __future__ import annotations
 
@@ -86,14 +87,37 @@ def test_a_fetch_still_allowed_after_an_acl_change_gets_its_data(broker):
         own.create_topic("u", 1)
         assert own.produce("u", 0, encode_message_set([b"before"])).error_code == 0
         end = own.offsets("u", 0, -1, 1)[0]
+        before = broker.counter("writer", "fetch_parked")
         waiting, answers = parked(broker, anon, "u", end)
         deleted = own.request(w.DeleteAclsRequest((w.AclFilterEntry(
             resource_type=ResourceType.TOPIC, resource_name="t",
-            principal="User:ANONYMOUS"),)))  # another topic's: the generation moves
+            principal="User:ANONYMOUS"),)))  # another topic's: the ACLs' stamp moves
         assert deleted.results[0].error_code == 0 and len(deleted.results[0].deleted) == 1
-        time.sleep(0.5)  # given back to the handler, which keeps it
+        deadline = time.monotonic() + 10  # given back to the handler, which keeps it
+        while broker.counter("writer", "fetch_parked") > before:
+            assert time.monotonic() < deadline, "the writer kept the poll after an ACL change"
+            time.sleep(0.05)
         assert own.produce("u", 0, encode_message_set([b"after"])).error_code == 0
         waiting.join(15)
         (answer, _), = answers
         assert answer.error_code == ErrorCode.NONE
         assert b"after" in bytes(answer.message_set)
+
+
+def test_a_change_of_the_quotas_alone_leaves_the_fetch_at_its_writer(broker):
+    with broker.client(broker.unix) as own, broker.client(broker.tcp) as anon:
+        own.create_topic("u", 1)
+        assert own.produce("u", 0, encode_message_set([b"before"])).error_code == 0
+        end = own.offsets("u", 0, -1, 1)[0]
+        waiting, answers = parked(broker, anon, "u", end)
+        held = broker.counter("writer", "fetch_parked")
+        changed = own.request(w.AlterQuotasRequest((w.QuotaEntity("User:someone-else", (
+            w.QuotaValue("request_rate", 1000),)),)))
+        assert changed.results[0].error_code == 0
+        time.sleep(1.0)  # ten of the writer's looks at the ACLs
+        assert broker.counter("writer", "fetch_parked") == held  # still at the writer
+        assert own.produce("u", 0, encode_message_set([b"after"])).error_code == 0
+        waiting.join(15)
+        (answer, _), = answers
+        assert answer.error_code == ErrorCode.NONE and b"after" in bytes(answer.message_set)
+        assert broker.counter("writer", "fetch_parked") < held  # answered
