@@ -26,7 +26,8 @@ writer of the files and of the published document while it holds it:
 
 The work under the lock is the change's where it can be: the handler keeps
 the set it last wrote or published encoded both ways
-(:class:`~hostbroker.security.store.AclEncoding`), so a change encodes the
+(:class:`~hostbroker.security.store.AclEncoding`,
+:mod:`hostbroker.workers.acl_changes`), so a change encodes the
 bindings it adds and drops those it removes, and joins the rest in C; the
 file is still read and hashed at every change (it is the truth). The
 encoding of the bindings published now is made before the lock is taken
@@ -73,7 +74,6 @@ from hostbroker.security.store import (
     ACL_FILE,
     QUOTA_FILE,
     AccessFileError,
-    AclEncoding,
     acls_of_file,
     file_digest,
     read_acl_bytes,
@@ -83,6 +83,7 @@ from hostbroker.security.store import (
     write_quotas,
 )
 from hostbroker.shm.published import PublishedDocument, TornDocumentError
+from hostbroker.workers.acl_changes import AclChanges, _Refused
 
 ACCESS_ADMIN_KEYS = frozenset({wire.CREATE_ACLS, wire.DELETE_ACLS, wire.DESCRIBE_ACLS,
                                wire.ALTER_QUOTAS, wire.DESCRIBE_QUOTAS})
@@ -92,22 +93,13 @@ _CLUSTER_REFUSAL = ("cluster mode: the ACLs and quotas are kept in ZooKeeper; ch
 _ANSWER_SLACK = 1024  # bytes of an answer besides its entries (header, counts, message)
 
 
-class _Refused(Exception):
-    """A change refused whole: its code and one line."""
-
-    def __init__(self, code: ErrorCode, message: str):
-        super().__init__(message)
-        self.code = code
-
-
 # -- the mixin -------------------------------------------------------------
 
-class AccessAdmin:
+class AccessAdmin(AclChanges):
     """Mixin of :class:`HandlerWorker`: keys 22-26 (module docstring)."""
 
     _access_writable: PublishedDocument | None = None
     _access_kept: dict | None = None  # file name -> (its stamp, what it holds)
-    _access_encoding: AclEncoding | None = None  # of the bindings of the last change
 
     def _access_request(self, p, conn_id, seq, corr, key, request) -> None:
         if self.config["zookeeper.connect"].strip():
@@ -201,12 +193,7 @@ class AccessAdmin:
                 encoding.update(changed_bindings)
                 acl_bytes = encoding.file_bytes()  # (written below, as it is)
                 digest = encoding.digest = file_digest(acl_bytes)
-            document = encoding.published(changed_quotas, acls_refused, digest)
-            capacity = self.config["acl.max.bytes"]
-            if len(document) > capacity:
-                raise _Refused(ErrorCode.INVALID_REQUEST,
-                               f"the ACLs and quotas would take {len(document)} bytes, more "
-                               f"than acl.max.bytes ({capacity}); nothing changed")
+            document = self._acl_document(encoding, changed_quotas, acls_refused, digest)
             name = ACL_FILE if change_acls is not None else QUOTA_FILE
             if file_changed:
                 self._access_write(name, changed_bindings, changed_quotas, acl_bytes, digest)
@@ -296,39 +283,6 @@ class AccessAdmin:
 
     def _access_say(self, line: str) -> None:
         self.access.say(line)
-
-    def _access_is_published(self, digest: str | None, quotas: QuotaSet,
-                             refused: str | None) -> bool:
-        """Is what a change would publish the document published now: the ACLs
-        of the file of ``digest`` (the document names the digest of the file
-        it was made from), ``quotas`` and ``refused``? False when it cannot be
-        read."""
-        snapshot = self.access.snapshot()
-        return (snapshot.failure is None and snapshot.acls_digest == digest
-                and snapshot.refused == refused and snapshot.quotas == quotas
-                and self._access_settled(snapshot.generation))
-
-    def _acl_encoding_ahead(self) -> None:
-        """Before the lock: the encoding of the bindings published now, when the
-        one kept is not of them (this handler's first change, or one after
-        another's), so the change under the lock finds it made (the file is
-        the published one, the usual case) and costs what it changes."""
-        snapshot = self.access.snapshot()
-        kept = self._access_encoding
-        if snapshot.bindings is not None and snapshot.acls_digest is not None \
-                and (kept is None or kept.digest != snapshot.acls_digest):
-            kept = self._access_encoding = AclEncoding(snapshot.bindings)
-            kept.digest = snapshot.acls_digest
-
-    def _acl_encoding(self, bindings: set, digest: str | None) -> AclEncoding:
-        """The :class:`~hostbroker.security.store.AclEncoding` of ``bindings``
-        (those of the ACL file of ``digest``): the one kept, when it is of that
-        file, else one made now (and kept)."""
-        kept = self._access_encoding
-        if kept is None or digest is None or kept.digest != digest:
-            kept = self._access_encoding = AclEncoding(bindings)
-            kept.digest = digest
-        return kept
 
     def _access_write(self, name: str, bindings: set, quotas: QuotaSet,
                       acl_bytes: bytes | None, digest: str | None = None) -> None:

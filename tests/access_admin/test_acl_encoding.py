@@ -2,7 +2,8 @@
 ``AclEncoding``): after any run of changes it writes the very bytes
 ``encode_acls`` writes for the set, and a document that decodes to the set, its
 quotas, its refusal and its digest; strings no binding uses any more are dropped
-once they are as many as those in use."""
+once they pass a quarter of those in use or STALE_MAX_BYTES, and then the
+document is the very bytes ``encode_published`` makes of the set."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from hypothesis import strategies as st
 from hostbroker.security.acl import AclBinding, Operation, PatternType, Permission, ResourceType
 from hostbroker.security.principals import Principal
 from hostbroker.security.quota import Quota, QuotaSet
-from hostbroker.security.store import AclEncoding, decode_published_snapshot, encode_acls
+from hostbroker.security.store import (AclEncoding, decode_published_snapshot, encode_acls,
+                                       encode_published)
 
 
 def binding(i: int) -> AclBinding:
@@ -66,3 +68,45 @@ def test_a_change_costs_its_own_strings_and_unused_ones_are_dropped_in_time():
     assert len(encoding.table) == 104 and encoding.live == 104
     assert decoded(encoding)[0] == kept | {binding(3)}
     assert encoding.file_bytes() == encode_acls(kept | {binding(3)})
+
+
+def long_named(i: int) -> AclBinding:
+    return AclBinding.checked(ResourceType.TOPIC, f"{i:06d}-" + "x" * 240, PatternType.LITERAL,
+                              Principal.parse("User:a"), "*", Operation.READ, Permission.ALLOW)
+
+
+def test_one_layout_a_fresh_encoding_is_the_bytes_encode_published_makes():
+    quotas = QuotaSet({"User:a": Quota(request_rate=5)})
+    for wanted in ({binding(i) for i in range(40)}, set()):
+        for refused, digest in ((None, None), ("acls.json: bad", None), (None, "abc")):
+            assert AclEncoding(wanted).published(quotas, refused, digest) == \
+                encode_published(wanted, quotas, refused, digest)
+
+
+def test_after_churn_the_document_is_no_longer_than_a_fresh_one_by_much():
+    encoding = AclEncoding({long_named(i) for i in range(3000)})
+    rng = random.Random(7)
+    names = list(range(3000))
+    for round_ in range(40):  # each round: 75 bindings of new long names for 75 others
+        gone = set(rng.sample(names, 75))
+        names = [n for n in names if n not in gone] + list(range(3000 + 75 * round_,
+                                                               3075 + 75 * round_))
+        wanted = {long_named(i) for i in names}
+        encoding.update(wanted)
+        fresh = encode_published(wanted, QuotaSet())
+        assert encoding.stale <= encoding.live // 4  # (else compacted)
+        assert len(encoding.published(QuotaSet())) <= len(fresh) * 5 // 4 + 1024
+    encoding.compact()
+    assert encoding.published(QuotaSet()) == encode_published(wanted, QuotaSet())
+
+
+def test_stale_strings_are_bounded_in_bytes_too():
+    few = {long_named(i) for i in range(200)}
+    encoding = AclEncoding(few)
+    encoding.STALE_MAX_BYTES = 4096  # (an instance's own, for the test)
+    encoding.update(set(sorted(few)[20:]))  # 20 names of about 250 bytes: under a quarter
+    assert encoding.stale == 0 and encoding.stale_bytes == 0  # but past the bytes: compacted
+    encoding.update(set(sorted(few)[30:]))
+    assert encoding.stale == 10 and 2400 < encoding.stale_bytes < 4096  # kept, for now
+    encoding.update(set(sorted(few)[25:]))  # five used again
+    assert encoding.stale == 5 and encoding.stale_bytes < 1500
