@@ -128,3 +128,22 @@ def test_own_replicas_count_when_the_list_cannot_give_the_count(groups, table, n
     replica(table, 1, "dirs", 4, placement=PLACEMENT_LOG_DIRS)
     groups.tick()
     assert groups.state.partitions == {"other": 1, "dirs": 5}
+
+
+def test_a_topic_waiting_long_for_the_registrars_list_is_said_once(groups, table, names,
+                                                                   capsys):
+    from hostbroker.workers.coordinator.groups import UNLISTED_SAY_MS
+
+    names.publish({"other": 3})  # a whole list; the registrar then publishes nothing more
+    replica(table, 0, "stuck", 0)
+    groups._partition_counts(1000.0)
+    groups._partition_counts(1000.0 + UNLISTED_SAY_MS - 1)
+    assert "stuck" not in capsys.readouterr().err  # not yet
+    groups._partition_counts(1000.0 + UNLISTED_SAY_MS)
+    said = capsys.readouterr().err
+    assert "replicated topic 'stuck' held here is not in the registrar's list" in said
+    groups._partition_counts(1000.0 + 3 * UNLISTED_SAY_MS)
+    assert capsys.readouterr().err == ""  # once
+    names.publish({"other": 3, "stuck": 1})
+    groups._partition_counts(1000.0 + 4 * UNLISTED_SAY_MS)
+    assert groups.state.partitions["stuck"] == 1 and groups.unlisted == {}

@@ -31,7 +31,10 @@ registrar has not read yet: just created, its replicas claimed here first)
 has no count until the registrar publishes it: the replicas this broker
 holds are a part of the topic, and a rebalance on that part would deal out
 fewer partitions than the topic has (a topic grown from 2 to 5 partitions
-dealt as 4). A count over ``max.partitions`` is cut there (said once).
+dealt as 4). That wait has no end of its own (a registrar that cannot read
+ZooKeeper publishes nothing): a topic held here that waits longer than
+:data:`UNLISTED_SAY_MS` is said once in the log. A count over
+``max.partitions`` is cut there (said once).
 While the registrar is writing (or died writing) the counts read before
 stand.
 
@@ -57,6 +60,7 @@ from hostbroker.shm.topicnames import COMPLETE, ReplicatedNames, name_hash
 
 STATE_FILE = FILENAME
 _LIVE = (ptable.ONLINE, ptable.OFFLINE, ptable.CREATING)
+UNLISTED_SAY_MS = 30_000  # a replicated topic held here, not in the whole list: said after
 
 
 def limits_of(config) -> Limits:
@@ -99,6 +103,9 @@ class GroupHost:
         # the name hashes of the last whole list of replicated topics read (None: none)
         self.listed: frozenset[int] | None = None
         self.said_over: set[str] = set()  # topics said to be over max.partitions
+        # replicated topics held here that wait for the registrar's list -> since (ms)
+        self.unlisted: dict[str, float] = {}
+        self.said_unlisted: set[str] = set()
         self.touched = False  # something may have changed the groups since the last save
         if replacement:
             self.store = GroupStore.take_over(log_dir, self.state, _clock(), self._log)
@@ -182,6 +189,7 @@ class GroupHost:
         return None if deadline is None else max(0.0, (deadline - _clock()) / 1000)
 
     def _partition_counts(self, now: float) -> None:
+        self._say_unlisted(now)
         seen = (self.table.generation, -1 if self.names is None else self.names.seq)
         if seen == self.seen:
             return
@@ -206,6 +214,7 @@ class GroupHost:
             if self.listed is None or name_hash(topic) in self.listed:
                 counts[topic] = max(counts.get(topic, 0), count)
         counts.update(self.replicated)
+        self._unlisted(now, replicas.keys() - counts.keys())
         known = self.state.partitions
         self.touched = True
         for topic in known.keys() - counts.keys():
@@ -213,6 +222,21 @@ class GroupHost:
         for topic, count in counts.items():
             if known.get(topic) != count:
                 self.state.partitions_changed(now, topic, count)
+
+    def _unlisted(self, now: float, waiting) -> None:
+        """The replicated topics held here that have no count now (module
+        docstring): since when each waits (a topic counted since, and said,
+        is said again should it wait again)."""
+        self.unlisted = {t: self.unlisted.get(t, now) for t in waiting}
+        self.said_unlisted &= self.unlisted.keys()
+
+    def _say_unlisted(self, now: float) -> None:
+        for topic, since in self.unlisted.items():
+            if now - since >= UNLISTED_SAY_MS and topic not in self.said_unlisted:
+                self.said_unlisted.add(topic)
+                self._log(f"replicated topic {topic[:80]!r} held here is not in the "
+                          f"registrar's list after {(now - since) / 1000:.0f} s; its "
+                          "partitions are not dealt out to group members until it is")
 
     def _bounded(self, replicated: dict[str, int]) -> dict[str, int]:
         """The replicated topics' counts the state takes: known ones (0 is not),
