@@ -90,9 +90,11 @@ def test_one_listing_walks_at_most_offsets_list_max_pages(users, tmp_path):
             assert [p.error_code for p in refused] == [ErrorCode.INVALID_REQUEST]
             own.offset_commit("!" + "a" * 254, [("pub", 0, 1, None)])  # 255 bytes: taken
             assert long not in [g.group for g in own.list_offset_groups([long]).groups]
+        asked = b.broker.counter("coordinator", "requests")
         with b.broker.client(b.tcp) as anon:
             answer = anon.list_offset_groups(())
         assert answer.error_code == ErrorCode.NONE
         assert answer.groups == () and answer.truncated == 1
+        assert b.broker.counter("coordinator", "requests") - asked == 2  # two pages asked
     finally:
         b.finish()
