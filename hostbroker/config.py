@@ -401,6 +401,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("offsets.compact.ratio", int, 4,
             "Compact the consumer offsets store when its file is this many times the size "
             "of its live offsets (and over offsets.compact.min.bytes).", _at_least(2)),
+    Setting("offsets.list.max.pages", int, 16,
+            "Pages of hb-coordinator's group list (one ring message each) one "
+            "LIST_OFFSET_GROUPS filtered by the authorizer walks at most; past them the "
+            "answer holds what the pages walked showed, truncated 1.", _between(1, 1000000)),
     # Consumer group coordinator (hb-coordinator; docs/spec/groups.md).
     Setting("group.max.members", int, 1000,
             "Members of one group; a JOIN_GROUP of one more is answered GROUP_TOO_LARGE.",

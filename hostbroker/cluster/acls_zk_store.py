@@ -23,8 +23,13 @@ read of both that every broker's registrar makes:
   read again, at most ``TRIES`` times. Then one change notice per node
   changed (those changed before a failure too), and notices older than ``NOTICE_KEEP_S`` or past the newest
   ``NOTICE_KEEP_COUNT`` are removed (Kafka's rule), so two writers at once
-  lose nothing and every broker hears of both.
-- :func:`list_acls`, :func:`list_quotas`: what is kept now.
+  lose nothing and every broker hears of both. A change reads the six type
+  nodes' children and the nodes it may change: a removal the nodes its
+  filters may match only (it cannot pass a bound); an add reads every ACL
+  node, as the brokers' read does, so its count against
+  ``acl.max.bindings`` is exact.
+- :func:`list_acls`, :func:`list_quotas`: what is kept now (a filter naming
+  a resource reads the nodes it may match only).
 
 Takes a started kazoo client (a command's, or the registrar's).
 """
@@ -37,7 +42,7 @@ from collections.abc import Callable, Iterable
 
 from hostbroker.cluster import acls_zk as layout
 from hostbroker.cluster.zkread import DEFAULT, Bounds
-from hostbroker.security.acl import AclBinding, AclFilter, PatternType, ResourceType
+from hostbroker.security.acl import WILDCARD, AclBinding, AclFilter, PatternType, ResourceType
 from hostbroker.security.quota import DEFAULT_ENTITY, Quota, QuotaSet
 
 TRIES = 20  # a node changed by other writers this many times in a row: give up, say so
@@ -336,11 +341,81 @@ def _change_acls(client, changes: dict, bounds: Bounds, max_bindings: int,
     return sorted(differ)
 
 
+def _type_children(client, timeout_s: float = _TIMEOUT_S) -> list[tuple]:
+    """``(root, pattern, resource type, its children)`` of the six type nodes:
+    the names of every ACL node, none of them read (nor checked yet)."""
+    deadline = time.monotonic() + timeout_s
+    return [(root, pattern, resource_type, _children(client, root, deadline))
+            for root, pattern, resource_type in layout.type_roots()]
+
+
+def _may_hold(f: AclFilter, resource: tuple[ResourceType, str, PatternType]) -> bool:
+    """Whether the node of ``resource`` may hold a binding ``f`` matches (its
+    resource fields alone: a filter naming a literal resource looks at that
+    node, and a MATCH filter at ``*`` and the prefixes of its name too)."""
+    resource_type, name, pattern = resource
+    if f.resource_type is not None and resource_type is not f.resource_type:
+        return False
+    if f.name is None:
+        return f.pattern in (PatternType.ANY, PatternType.MATCH, pattern)
+    if f.pattern is PatternType.MATCH:
+        if pattern is PatternType.LITERAL:
+            return name in (f.name, WILDCARD)
+        return f.name.startswith(name)
+    if f.pattern is not PatternType.ANY and pattern is not f.pattern:
+        return False
+    return name == f.name
+
+
+def _named(f: AclFilter, pattern: PatternType) -> list[str]:
+    """The node names a filter naming a resource may match among the nodes of
+    ``pattern`` (its name; with MATCH the literal ``*``, or every prefix)."""
+    if f.pattern is PatternType.MATCH:
+        if pattern is PatternType.LITERAL:
+            return [f.name, WILDCARD]
+        return [f.name[:i] for i in range(1, len(f.name) + 1)]
+    return [f.name]
+
+
+def _read_matching(client, filters: list[AclFilter], *, bounds: Bounds, max_bindings: int,
+                   report: Report) -> list[AclBinding]:
+    """The bindings of the nodes some filter may match (module docstring: a
+    filter naming a resource reads its nodes only, and looks at no other
+    name), bad nodes reported and left out."""
+    nodes: dict[str, tuple] = {}
+    for root, pattern, resource_type, children in _type_children(client):
+        # (each filter asked of its own name: whether it looks at this type node at all)
+        concerned = [f for f in filters if _may_hold(f, (resource_type, f.name or "", pattern))]
+        if not concerned:
+            continue
+        if any(f.name is None for f in concerned):
+            names = children
+        else:
+            held = set(children)
+            names = sorted({n for f in concerned for n in _named(f, pattern) if n in held})
+        found, problems = list_acl_nodes(root, pattern, resource_type, names, max_bindings)
+        for problem in problems:
+            report(problem.split(":", 1)[0], f"{problem}; left out")
+        nodes.update((path, r) for path, r in found.items()
+                     if any(_may_hold(f, r) for f in concerned))
+    bindings: set[AclBinding] = set()
+    for path, found in sorted(read_acl_nodes(client, nodes, bounds=bounds,
+                                             max_bindings=max_bindings).items()):
+        if isinstance(found, str):
+            report(path, f"{found}; left out")
+            continue
+        bindings.update(found)
+    return sorted(bindings)
+
+
 def add_acls(client, bindings: Iterable[AclBinding], *, bounds: Bounds = DEFAULT,
              max_bindings: int = 100_000) -> list[AclBinding]:
     """Keep ``bindings`` (those kept already are no change); the ones added.
-    ValueError (one line, nothing changed) when a name cannot be a node, a node
-    would pass ``zookeeper.max.node.bytes``, or the cluster would keep more than
+    Reads every ACL node (as the brokers' read does), so the count against
+    ``acl.max.bindings`` is exact: an add accepted never leaves more
+    bindings than the brokers take. ValueError (one line, nothing changed)
+    when a name cannot be a node, a node changed is not an ACL node or would
+    pass ``zookeeper.max.node.bytes``, or the cluster would keep more than
     ``acl.max.bindings``; ConflictError when other writers kept a node busy
     (the nodes before it changed, and told)."""
     by_resource: dict[tuple, set[AclBinding]] = {}
@@ -349,20 +424,22 @@ def add_acls(client, bindings: Iterable[AclBinding], *, bounds: Bounds = DEFAULT
         by_resource.setdefault(_resource(binding), set()).add(binding)
     if not by_resource:
         return []
-    kept = read_acls(client, bounds=bounds, max_bindings=max_bindings, strict=False)
-    new = {b for group in by_resource.values() for b in group} - set(kept)
+    kept = set(read_acls(client, bounds=bounds, max_bindings=max_bindings, strict=False))
+    paths = {layout.resource_path(*r): r for r in by_resource}
+    current = read_acl_nodes(client, paths, bounds=bounds, max_bindings=max_bindings)
+    for path, resource in paths.items():  # each node whole, before any is written
+        found = current.get(path, [])
+        if isinstance(found, str):
+            raise ValueError(f"{found}; nothing changed")
+        data = layout.encode_acl_node(set(found) | by_resource[resource])
+        if len(data) > bounds.node_bytes:
+            raise ValueError(f"{resource[0].title} {resource[1][:60]}: its ACLs would take "
+                             f"{len(data)} bytes, more than zookeeper.max.node.bytes "
+                             f"({bounds.node_bytes}); nothing changed")
+    new = {b for group in by_resource.values() for b in group} - kept
     if len(kept) + len(new) > max_bindings:
         raise ValueError(f"{len(kept)} ACLs kept and {len(new)} more would pass "
                          f"acl.max.bindings ({max_bindings}); nothing changed")
-    kept_by: dict[tuple, set[AclBinding]] = {}
-    for binding in kept:
-        kept_by.setdefault(_resource(binding), set()).add(binding)
-    for resource, adding in by_resource.items():  # each node's size, before any is written
-        whole = layout.encode_acl_node(kept_by.get(resource, set()) | adding)
-        if len(whole) > bounds.node_bytes:
-            raise ValueError(f"{resource[0].title} {resource[1][:60]}: its ACLs would take "
-                             f"{len(whole)} bytes, more than zookeeper.max.node.bytes "
-                             f"({bounds.node_bytes}); nothing changed")
     return _change_acls(client, by_resource, bounds, max_bindings,
                         lambda resource, current: current | by_resource[resource])
 
@@ -370,10 +447,10 @@ def add_acls(client, bindings: Iterable[AclBinding], *, bounds: Bounds = DEFAULT
 def remove_acls(client, filters: Iterable[AclFilter], *, bounds: Bounds = DEFAULT,
                 max_bindings: int = 100_000, report: Report = _ignore) -> list[AclBinding]:
     """Remove every binding some filter matches; the ones removed (a node left
-    empty is deleted)."""
+    empty is deleted). Reads the nodes the filters may match only."""
     filters = list(filters)
-    kept = read_acls(client, bounds=bounds, max_bindings=max_bindings, strict=False,
-                     report=report)
+    kept = _read_matching(client, filters, bounds=bounds, max_bindings=max_bindings,
+                          report=report)
     doomed = {_resource(b) for b in kept if any(f.matches(b) for f in filters)}
     return _change_acls(
         client, {r: None for r in doomed}, bounds, max_bindings,
@@ -383,10 +460,18 @@ def remove_acls(client, filters: Iterable[AclFilter], *, bounds: Bounds = DEFAUL
 
 def list_acls(client, acl_filter: AclFilter | None = None, *, bounds: Bounds = DEFAULT,
               max_bindings: int = 100_000, report: Report = _ignore) -> list[AclBinding]:
-    """The bindings kept that ``acl_filter`` matches (all without one), sorted."""
-    kept = read_acls(client, bounds=bounds, max_bindings=max_bindings, strict=False,
-                     report=report)
-    return [b for b in kept if acl_filter is None or acl_filter.matches(b)]
+    """The bindings kept that ``acl_filter`` matches (all without one), sorted:
+    the nodes it may match read only (one naming a literal resource: that
+    node, and with ``match`` the literal ``*`` and the prefixes of its name).
+    More than ``acl.max.bindings``: the first ones, reported."""
+    f = AclFilter() if acl_filter is None else acl_filter
+    found = [b for b in _read_matching(client, [f], bounds=bounds, max_bindings=max_bindings,
+                                       report=report) if f.matches(b)]
+    if len(found) > max_bindings:
+        report(layout.LITERAL_ROOT, f"{layout.LITERAL_ROOT}: {len(found)} ACLs, more than "
+                                    f"acl.max.bindings ({max_bindings}); the first ones used")
+        return found[:max_bindings]
+    return found
 
 
 def set_quota(client, entity: str, values: dict[str, int | None], *,

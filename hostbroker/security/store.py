@@ -28,6 +28,7 @@ quota change (under the admin lock, which makes it the only writer).
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 import os
@@ -131,7 +132,9 @@ def encode_published(bindings, quotas: QuotaSet, refused: str | None = None,
     enums' values, and indexes into one table of the names, principals and
     hosts it holds), the quotas as in ``quotas.json``. ``refused`` (one line)
     says the ACLs could not be read where they are kept: every process then
-    allows the super users only, quietly (whoever published it said why)."""
+    allows the super users only, quietly (whoever published it said why).
+    The same bytes as :meth:`AclEncoding.published` of a fresh encoding of
+    the set (:func:`_published_document` lays out both)."""
     strings: dict[str, int] = {}
 
     def at(text: str) -> int:
@@ -145,14 +148,129 @@ def encode_published(bindings, quotas: QuotaSet, refused: str | None = None,
                    for b in bindings})  # (tuples: the order of AclBinding, sorted in C)
     rows = [[rt, at(name), pattern, at(f"{kind}:{who}"), at(host), operation, permission]
             for rt, name, pattern, kind, who, host, operation, permission in rows]
-    document = {"version": 2, "strings": list(strings), "acls": rows,
-                "quotas": [{"entity": e, **q.as_dict()}
-                           for e, q in sorted(quotas.entities.items())]}
+    return _published_document(json.dumps(list(strings), separators=(",", ":")).encode(),
+                               json.dumps(rows, separators=(",", ":")).encode(),
+                               quotas, refused, acls_digest)
+
+
+def _published_document(strings: bytes, rows: bytes, quotas: QuotaSet, refused: str | None,
+                        acls_digest: str | None) -> bytes:
+    """The layout of the published document, given its table of strings and
+    its rows already as JSON arrays: version 2, ``strings``, ``acls``,
+    ``quotas``, then ``aclsRefused`` and ``aclsDigest`` when there are (in
+    that order: the ACLs' stamp, workers/access.py, hashes all but the
+    quotas). ``acls_digest`` is the ACL file's (:func:`file_digest`)."""
+    parts = [b'{"version":2,"strings":', strings, b',"acls":', rows, b',"quotas":',
+             json.dumps([{"entity": e, **q.as_dict()} for e, q in sorted(quotas.entities.items())],
+                        separators=(",", ":")).encode()]
     if refused is not None:
-        document["aclsRefused"] = refused
-    if acls_digest is not None:  # (the file's, see file_digest)
-        document["aclsDigest"] = acls_digest
-    return json.dumps(document, separators=(",", ":")).encode()
+        parts += [b',"aclsRefused":', json.dumps(refused).encode()]
+    if acls_digest is not None:
+        parts += [b',"aclsDigest":', json.dumps(acls_digest).encode()]
+    parts.append(b"}")
+    return b"".join(parts)
+
+
+class AclEncoding:
+    """One set of bindings encoded both ways a change writes them, kept by the
+    handler that makes changes so the next change costs what it changes: the
+    entries of ``acls.json`` (the bytes :func:`encode_acls` writes, one entry
+    a binding in its order) and the rows of the published document (a table
+    of strings, and rows of indexes into it: what
+    :func:`decode_published_snapshot` reads). :meth:`update` to another set
+    encodes the bindings added and drops those removed; the whole is joined
+    in C. Strings no binding uses any more stay in the table until they pass
+    a quarter of those in use or :data:`STALE_MAX_BYTES` (then the table and
+    the rows are made again, :meth:`compact`: the document is then the very
+    bytes :func:`encode_published` makes of the set). ``digest`` is the
+    caller's: the :func:`file_digest` of the ``acls.json`` that holds this set."""
+
+    STALE_MAX_BYTES = 1 << 20  # strings no binding uses, kept at most (and a quarter)
+
+    def __init__(self, bindings=()):
+        self.digest: str | None = None
+        self.bindings = frozenset(bindings)
+        self.keys = sorted((_order(b), b) for b in self.bindings)
+        self.entries = [self._entry(b) for _, b in self.keys]
+        self.compact()
+
+    def compact(self) -> None:
+        """Make the table of strings and the rows again from the bindings: no
+        string is left that no binding uses (the entries stay)."""
+        self.strings: dict[str, int] = {}  # string -> its index in the table
+        self.table: list[bytes] = []  # each string as JSON, by index
+        self.refs: list[int] = []  # bindings using each string
+        self.live = 0  # strings some binding uses
+        self.stale_bytes = 0  # bytes of the table's strings no binding uses
+        self.rows = [self._row(b) for _, b in self.keys]
+
+    @property
+    def stale(self) -> int:
+        """Strings of the table no binding uses."""
+        return len(self.table) - self.live
+
+    @staticmethod
+    def _entry(b: AclBinding) -> bytes:
+        return json.dumps(binding_to_json(b), separators=(",\n", ": "),
+                          sort_keys=True).encode()
+
+    def _at(self, text: str) -> int:
+        index = self.strings.get(text)
+        if index is None:
+            index = self.strings[text] = len(self.table)
+            self.table.append(json.dumps(text).encode())
+            self.refs.append(0)
+        elif self.refs[index] == 0:  # used again
+            self.stale_bytes -= len(self.table[index])
+        if self.refs[index] == 0:
+            self.live += 1
+        self.refs[index] += 1
+        return index
+
+    def _drop(self, text: str) -> None:
+        index = self.strings[text]
+        self.refs[index] -= 1
+        if self.refs[index] == 0:
+            self.live -= 1
+            self.stale_bytes += len(self.table[index])
+
+    def _row(self, b: AclBinding) -> bytes:
+        return (f"[{b.resource_type.value},{self._at(b.name)},{b.pattern.value},"
+                f"{self._at(str(b.principal))},{self._at(b.host)},{b.operation.value},"
+                f"{b.permission.value}]").encode()
+
+    def update(self, bindings: set) -> None:
+        """Become the encoding of ``bindings``: the work of the difference."""
+        added, removed = bindings - self.bindings, self.bindings - bindings
+        if not added and not removed:
+            return
+        self.digest = None
+        keys, entries, rows = self.keys, self.entries, self.rows
+        for b in removed:
+            i = bisect.bisect_left(keys, (_order(b), b))
+            del keys[i], entries[i], rows[i]
+            for text in (b.name, str(b.principal), b.host):
+                self._drop(text)
+        for b in added:
+            key = (_order(b), b)
+            i = bisect.bisect_left(keys, key)
+            keys.insert(i, key)
+            entries.insert(i, self._entry(b))
+            rows.insert(i, self._row(b))
+        self.bindings = frozenset(bindings)
+        if self.stale > self.live // 4 or self.stale_bytes > self.STALE_MAX_BYTES:
+            self.compact()  # the strings no binding uses: dropped
+
+    def file_bytes(self) -> bytes:
+        """``acls.json`` of these bindings (as :func:`encode_acls` writes it)."""
+        return b'{"acls": [' + b",\n".join(self.entries) + b'],\n"version": 1}\n'
+
+    def published(self, quotas: QuotaSet, refused: str | None = None,
+                  acls_digest: str | None = None) -> bytes:
+        """The document :func:`encode_published` describes, of these bindings."""
+        return _published_document(b"[" + b",".join(self.table) + b"]",
+                                   b"[" + b",".join(self.rows) + b"]",
+                                   quotas, refused, acls_digest)
 
 
 def decode_published(data: bytes, max_bindings: int,

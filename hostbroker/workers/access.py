@@ -6,7 +6,13 @@ Owns: :class:`AccessView`, over the published document of ACLs and quotas
 :func:`hostbroker.security.store.encode_published`). :meth:`AccessView.authorizer`
 gives the :class:`~hostbroker.security.authorizer.Authorizer` built from the
 document of the current generation: one aligned load while the generation
-holds, a rebuild (and a fresh decision cache) when it moves. A document that
+holds; when it moves, the document is read again, and the authorizer is
+rebuilt (with a fresh decision cache) only when the ACLs' stamp moved
+(:func:`acls_stamp_of`: the bindings or ``refused``; a change of the quotas
+alone keeps it). :meth:`AccessView.acls_stamp` is the stamp of the
+authorizer in use (what :class:`KeptDecisions` and a fetch left at its writer
+carry), and :class:`AclsStamps` the stamp of the document now for a process
+without an authorizer (a writer). A document that
 does not decode gives an authorizer that allows the super users only, said
 once in the broker log; the next good document ends it. A document that does
 not hold still (a writer publishing without pause; one killed mid-write
@@ -38,6 +44,7 @@ Used by the processors and handlers (one view each).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import sys
 import time
@@ -55,6 +62,56 @@ from hostbroker.shm.region import SharedRegion
 
 TORN_RETRY_S = 0.1  # a document that did not hold still: read again no sooner
 TORN_GRACE_S = 2.0  # ... and keep the last one read at most this long
+FAILED_STAMP = -2  # the ACLs' stamp while no read has held still for TORN_GRACE_S
+
+
+def acls_stamp_of(document: bytes) -> int:
+    """The ACLs' stamp of a published document (0 to 2**63 - 1): a hash of its
+    bytes but the quotas' (the strings and rows before ``"quotas"``, and the
+    ``aclsRefused`` and ``aclsDigest`` after them; JSON escapes every quote
+    inside a string, so neither key is found within one). The same bytes
+    give the same stamp in every process; a change of the quotas alone leaves
+    it, a change of the bindings or of ``refused`` moves it."""
+    cut = document.find(b'],"quotas":')
+    digest = hashlib.blake2b(digest_size=8)
+    if cut < 0:
+        digest.update(document)
+    else:
+        digest.update(document[:cut])
+        tails = [i for i in (document.find(b',"aclsRefused":', cut),
+                             document.find(b',"aclsDigest":', cut)) if i >= 0]
+        if tails:
+            digest.update(b"\0")
+            digest.update(document[min(tails):])
+    return int.from_bytes(digest.digest(), "little") >> 1
+
+
+class AclsStamps:
+    """The ACLs' stamp (:func:`acls_stamp_of`) of the document published now,
+    for a process that holds no authorizer (a writer's polls): read again
+    when the generation moves; a read that does not hold still keeps the
+    stamp before and is tried again after :data:`TORN_RETRY_S`."""
+
+    def __init__(self, document: PublishedDocument,
+                 clock: Callable[[], float] = time.monotonic):
+        self.document = document
+        self.clock = clock
+        self._generation = -1
+        self._stamp = -1
+        self._retry_at = 0.0
+
+    def current(self) -> int:
+        generation = self.document.generation
+        if generation != self._generation:
+            now = self.clock()
+            if now >= self._retry_at:
+                try:
+                    generation, data = self.document.read()
+                except TornDocumentError:
+                    self._retry_at = now + TORN_RETRY_S
+                    return self._stamp
+                self._generation, self._stamp = generation, acls_stamp_of(data)
+        return self._stamp
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,6 +150,7 @@ class AccessView:
         self.say = say
         self.own = user_principal(os.geteuid())
         self._generation = -1
+        self._stamp = -1  # the ACLs' stamp of the document the authorizer was built from
         self._authorizer: Authorizer | None = None
         self._quotas = QuotaSet()
         self._failed = False
@@ -114,12 +172,15 @@ class AccessView:
             self._torn(now, exc)
             return
         self._torn_since = None
+        stamp = acls_stamp_of(data)
         try:
             bindings, quotas, refused, digest = decode_published_snapshot(
                 data, self.max_bindings, self.max_entities)
         except ValueError as exc:
-            self._fail_closed(generation, exc)
+            self._fail_closed(generation, exc, stamp)
             return
+        same_acls = (stamp == self._stamp and not self._failed
+                     and self._authorizer is not None)
         if self._failed:
             self.say("the published ACLs and quotas are read again")
         self._failed = False
@@ -130,6 +191,9 @@ class AccessView:
             bindings, allow_if_no_acl = [], False
         self._generation = generation
         self._quotas = quotas
+        if same_acls:  # the quotas alone moved: the authorizer (and its cache) stays
+            return
+        self._stamp = stamp
         self._authorizer = Authorizer(bindings, super_users=self.super_users,
                                       allow_if_no_acl=allow_if_no_acl,
                                       cache_entries=self.cache_entries)
@@ -142,11 +206,12 @@ class AccessView:
             self._torn_since = now
         self._retry_at = now + TORN_RETRY_S
         if self._authorizer is None or now - self._torn_since >= TORN_GRACE_S:
-            self._fail_closed(None, exc)
+            self._fail_closed(None, exc, FAILED_STAMP)
 
-    def _fail_closed(self, generation: int | None, exc: Exception) -> None:
+    def _fail_closed(self, generation: int | None, exc: Exception, stamp: int) -> None:
         """The super users only, and no quotas; the generation taken only when
-        given (a document that decodes badly stays bad until the next one)."""
+        given (a document that decodes badly stays bad until the next one),
+        ``stamp`` the ACLs' stamp of the authorizer made."""
         if not self._failed:
             self.say(f"the published ACLs and quotas cannot be read ({exc}); allowing "
                      "the super users only, and no quotas, until they can")
@@ -156,6 +221,7 @@ class AccessView:
         self._snapshot = Snapshot(self._generation if generation is None else generation,
                                   None, QuotaSet(), failure=str(exc))
         self._quotas = QuotaSet()
+        self._stamp = stamp
         self._authorizer = Authorizer([], super_users=self.super_users, allow_if_no_acl=False,
                                       cache_entries=self.cache_entries)
 
@@ -175,6 +241,14 @@ class AccessView:
         self._refresh()
         return self._quotas
 
+    def acls_stamp(self) -> int:
+        """The ACLs' stamp (:func:`acls_stamp_of`) of the document the current
+        authorizer was built from, not the document's now: a read that did not
+        hold still keeps the authorizer before, and its stamp with it
+        (:data:`FAILED_STAMP` once it fails closed)."""
+        self._refresh()
+        return self._stamp
+
     def allows(self, identity: Identity, operation: Operation, resource_type: ResourceType,
                name: str) -> bool:
         """May ``identity`` do ``operation`` on the resource: everything with the
@@ -187,25 +261,27 @@ class AccessView:
 
 
 class KeptDecisions:
-    """The decisions made for one connection at one ACL generation (its
-    processor's and its handler's each keep one): a dict lookup per request
-    and resource, the authorizer asked once. Past ``limit`` the oldest kept
-    decision is forgotten, or (``keep`` False: a listing's checks, which must
-    not push out the decisions of the data path) the new one is not kept."""
+    """The decisions made for one connection by the authorizer of one ACLs'
+    stamp (its processor's and its handler's each keep one): a dict lookup
+    per request and resource, the authorizer asked once; ``stamp`` is
+    :meth:`AccessView.acls_stamp` of the authorizer that made them (a quota
+    change keeps them). Past ``limit`` the oldest kept decision is forgotten,
+    or (``keep`` False: a listing's checks, which must not push out the
+    decisions of the data path) the new one is not kept."""
 
-    __slots__ = ("allowed", "generation")
+    __slots__ = ("allowed", "stamp")
 
     def __init__(self) -> None:
         self.allowed: dict[tuple, bool] = {}
-        self.generation = -1
+        self.stamp = -1
 
     def decide(self, access: AccessView, identity: Identity, operation: Operation,
                resource_type: ResourceType, name: str, limit: int, keep: bool = True) -> bool:
-        generation = access.document.generation
+        stamp = access.acls_stamp()
         allowed = self.allowed
-        if self.generation != generation:
+        if self.stamp != stamp:
             allowed.clear()
-            self.generation = generation
+            self.stamp = stamp
         key = (operation, resource_type, name)
         decision = allowed.get(key)
         if decision is None:

@@ -203,7 +203,7 @@ REF_DONE = struct.Struct("<BQI")  # op, token, index
 REF_SYNC = struct.Struct("<BQQ")  # op, writer, APPEND_REFs the handler had sent it
 _DIRECT = struct.Struct("<HQIi")  # processor, conn_id, seq, correlation_id
 _REF = struct.Struct("<HIIQ")  # processor, offset, length, handler_epoch
-_POLL = struct.Struct("<BQIiqiiqH")
+_POLL = struct.Struct("<BQIiqiiqqH")
 FOLLOWER_POS = struct.Struct("<BQIiiiqH")
 REPLICA_APPEND_HEAD = struct.Struct("<BQIiiiqqH")
 REPLICA_APPEND_RESULT = struct.Struct("<BQhq")  # op, token, error, log_end
@@ -345,22 +345,24 @@ class Poll(NamedTuple):
     min_bytes: int
     deadline_ms: int
     direct: Direct
+    acl_stamp: int = -1  # the ACLs' stamp the handler decided READ at (-1: not asked)
 
 
 def encode_poll(poll: Poll) -> bytes:
     name = poll.topic.encode()
     return (_POLL.pack(OP_POLL, poll.token, poll.slot, poll.partition, poll.offset,
-                       poll.max_bytes, poll.min_bytes, poll.deadline_ms, len(name))
+                       poll.max_bytes, poll.min_bytes, poll.deadline_ms, poll.acl_stamp,
+                       len(name))
             + name + _DIRECT.pack(*poll.direct))
 
 
 def decode_poll(buf) -> Poll:
-    _, token, slot, partition, offset, max_bytes, min_bytes, deadline, name_len = \
-        _POLL.unpack_from(buf, 0)
+    _, token, slot, partition, offset, max_bytes, min_bytes, deadline, stamp, \
+        name_len = _POLL.unpack_from(buf, 0)
     end = _POLL.size + name_len
     topic = bytes(buf[_POLL.size:end]).decode()
     return Poll(token, slot, topic, partition, offset, max_bytes, min_bytes, deadline,
-                Direct(*_DIRECT.unpack_from(buf, end)))
+                Direct(*_DIRECT.unpack_from(buf, end)), stamp)
 
 
 def encode_op(op: int, token: int) -> bytes:

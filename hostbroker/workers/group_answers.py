@@ -42,8 +42,13 @@ def commit_op(request, view, max_metadata_bytes: int) -> dict[str, Any]:
     """The op of an OFFSET_COMMIT (v0 or v1): the entries of existing partitions
     with metadata within ``max_metadata_bytes`` are stored, the others
     answered with their error. It goes to the coordinator even with nothing to
-    store: the fence decides every entry's answer."""
-    codes = [commit_error(view, max_metadata_bytes, part) for part in request.partitions]
+    store: the fence decides every entry's answer. A group name longer than
+    the group requests take (``MAX_GROUP_ID_BYTES``: OFFSET_COMMIT v0 has no
+    check of its own) has every entry refused INVALID_REQUEST."""
+    if len(request.group.encode("utf-8", "surrogatepass")) > gproto.MAX_GROUP_ID_BYTES:
+        codes = [ErrorCode.INVALID_REQUEST] * len(request.partitions)
+    else:
+        codes = [commit_error(view, max_metadata_bytes, part) for part in request.partitions]
     return {"op": "commit", "group": request.group,
             "fence": [getattr(request, "generation", gproto.NO_GENERATION),
                       getattr(request, "member_id", "")],

@@ -144,6 +144,16 @@ class HandlerAccess:
         return known is not None and (self._allows(known, Operation.CREATE, CLUSTER)
                                       or self._allows(known, Operation.CREATE, TOPIC, topic))
 
+    def _decided_at(self, p: int, conn_id: int) -> int:
+        """The ACLs' stamp of the authorizer that made the decisions kept for
+        the connection (-1 with the authorizer off): a fetch left at its writer
+        carries it, and the writer gives it back once the ACLs published have
+        another (writer_polls.py)."""
+        if not self.enforcing:
+            return -1
+        known = self.identities[p].get(conn_id)
+        return -1 if known is None else known.decisions.stamp
+
     def _describes(self, p: int, conn_id: int):
         """Whether the connection may DESCRIBE a topic, as a callable of its
         name (METADATA's and LIST_GROUPS' filters); None with the authorizer off."""
@@ -165,7 +175,8 @@ class HandlerAccess:
             return lambda group: False
         if self._allows(known, Operation.DESCRIBE, CLUSTER):
             return None
-        return lambda group: self._allows(known, Operation.DESCRIBE, GROUP, group)
+        # (a listing's checks are not kept: they would push out the data path's)
+        return lambda group: self._allows(known, Operation.DESCRIBE, GROUP, group, keep=False)
 
     def _refused_topics(self, p: int, conn_id: int, operation: Operation, topics) -> frozenset:
         """The topics of ``topics`` the connection may not ``operation`` (all of

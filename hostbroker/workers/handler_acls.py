@@ -19,10 +19,21 @@ writer of the files and of the published document while it holds it:
    change is refused (INVALID_REQUEST naming the setting) and nothing of it is
    kept;
 3. write the file atomically when the change changes it, then publish the
-   document every process reads
-   (:func:`~hostbroker.security.store.encode_published`, the same one a start
-   publishes from the same files) unless it is the one published already,
+   document every process reads (what a start publishes from the same
+   files, :func:`~hostbroker.security.store.encode_published`) unless the
+   one published is already of that ACL file (its digest) and those quotas,
    then answer.
+
+The work under the lock is the change's where it can be: the handler keeps
+the set it last wrote or published encoded both ways
+(:class:`~hostbroker.security.store.AclEncoding`,
+:mod:`hostbroker.workers.acl_changes`), so a change encodes the
+bindings it adds and drops those it removes, and joins the rest in C; the
+file is still read and hashed at every change (it is the truth). The
+encoding of the bindings published now is made before the lock is taken
+when the one kept is not of them (a handler's first change, one after
+another handler's): under the lock it is made whole only when the file is
+not the published one (an operator's edit).
 
 A crash between 3's write and its publish leaves the file as the truth: the
 next start publishes it, and so does the retry of the change (it finds
@@ -64,8 +75,6 @@ from hostbroker.security.store import (
     QUOTA_FILE,
     AccessFileError,
     acls_of_file,
-    encode_acls,
-    encode_published,
     file_digest,
     read_acl_bytes,
     read_acls,
@@ -74,6 +83,7 @@ from hostbroker.security.store import (
     write_quotas,
 )
 from hostbroker.shm.published import PublishedDocument, TornDocumentError
+from hostbroker.workers.acl_changes import AclChanges, _Refused
 
 ACCESS_ADMIN_KEYS = frozenset({wire.CREATE_ACLS, wire.DELETE_ACLS, wire.DESCRIBE_ACLS,
                                wire.ALTER_QUOTAS, wire.DESCRIBE_QUOTAS})
@@ -83,17 +93,9 @@ _CLUSTER_REFUSAL = ("cluster mode: the ACLs and quotas are kept in ZooKeeper; ch
 _ANSWER_SLACK = 1024  # bytes of an answer besides its entries (header, counts, message)
 
 
-class _Refused(Exception):
-    """A change refused whole: its code and one line."""
-
-    def __init__(self, code: ErrorCode, message: str):
-        super().__init__(message)
-        self.code = code
-
-
 # -- the mixin -------------------------------------------------------------
 
-class AccessAdmin:
+class AccessAdmin(AclChanges):
     """Mixin of :class:`HandlerWorker`: keys 22-26 (module docstring)."""
 
     _access_writable: PublishedDocument | None = None
@@ -162,6 +164,7 @@ class AccessAdmin:
         max_bindings = self.config["acl.max.bindings"]
         max_entities = self.config["quota.max.principals"]
         directory = self._access_dir
+        self._acl_encoding_ahead()
         with self._access_locked():
             bindings, acls_refused, quotas, digest = self._access_base(change_acls is not None)
             acl_bytes = None
@@ -180,20 +183,20 @@ class AccessAdmin:
                     raise _Refused(ErrorCode.INVALID_REQUEST,
                                    f"{named} principals with quotas would be more than "
                                    f"quota.max.principals ({max_entities}); nothing changed")
-            if file_changed and change_acls is not None:
-                acl_bytes = encode_acls(changed_bindings)  # (written below, as it is)
-                digest = file_digest(acl_bytes)
-            document = encode_published(changed_bindings, changed_quotas, acls_refused, digest)
-            if not file_changed and self._access_is_published(document):
+            if not file_changed and self._access_is_published(digest, changed_quotas,
+                                                               acls_refused):
                 return  # a no-op, and what the file holds is what every process reads
-            capacity = self.config["acl.max.bytes"]
-            if len(document) > capacity:
-                raise _Refused(ErrorCode.INVALID_REQUEST,
-                               f"the ACLs and quotas would take {len(document)} bytes, more "
-                               f"than acl.max.bytes ({capacity}); nothing changed")
+            # the encoding kept from the last change, when it is of these bindings:
+            # the work under the lock is the change's, not the whole set's
+            encoding = self._acl_encoding(bindings, digest)
+            if file_changed and change_acls is not None:
+                encoding.update(changed_bindings)
+                acl_bytes = encoding.file_bytes()  # (written below, as it is)
+                digest = encoding.digest = file_digest(acl_bytes)
+            document = self._acl_document(encoding, changed_quotas, acls_refused, digest)
             name = ACL_FILE if change_acls is not None else QUOTA_FILE
             if file_changed:
-                self._access_write(name, changed_bindings, changed_quotas, acl_bytes)
+                self._access_write(name, changed_bindings, changed_quotas, acl_bytes, digest)
             # the file is the truth from here: a crash now is mended by the next
             # start, or by the next change (even a no-op: the document differs)
             try:
@@ -281,22 +284,16 @@ class AccessAdmin:
     def _access_say(self, line: str) -> None:
         self.access.say(line)
 
-    def _access_is_published(self, document: bytes) -> bool:
-        """Is ``document`` the one published now (False when that cannot be read)?"""
-        try:
-            return self.access.document.read()[1] == document
-        except TornDocumentError:
-            return False
-
     def _access_write(self, name: str, bindings: set, quotas: QuotaSet,
-                      acl_bytes: bytes | None) -> None:
+                      acl_bytes: bytes | None, digest: str | None = None) -> None:
         max_bindings = self.config["acl.max.bindings"]
         max_entities = self.config["quota.max.principals"]
         directory = self._access_dir
         try:
             if name == ACL_FILE:
                 write_acls(directory, bindings, max_bindings, acl_bytes)
-                self._access_keep(ACL_FILE, file_digest(acl_bytes), frozenset(bindings))
+                self._access_keep(ACL_FILE, digest or file_digest(acl_bytes),
+                                  frozenset(bindings))
             else:
                 write_quotas(directory, quotas, max_entities)
                 self._access_wrote(QUOTA_FILE, quotas)

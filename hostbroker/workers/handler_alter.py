@@ -35,7 +35,8 @@ kept per generation, at most :data:`MAX_CONFIG_READS` files a request.
 
 LIST_OFFSET_GROUPS is ``hb-coordinator``'s: the op ``groups`` on its
 offsets ring, with the groups asked for (none: all), answered with those its
-offsets store holds and each one's topics, cut to what fits an answer.
+offsets store holds and each one's topics, cut to what fits an answer; with
+the authorizer filtering it, asked in pages and cut after the filter.
 
 Every answer of the three, whether built here at once, once the writers,
 ``hb-logdirs`` or ``hb-coordinator`` answered, or because one of them was
@@ -209,36 +210,59 @@ class TopicAlter:
         max_bytes = min(self.max_response_bytes - _GROUPS_OVERHEAD, carried)
         # of every group: those it may describe; of each group's topics, those
         # it may describe (handler_access.py). Filtered, the coordinator is
-        # asked for as much as a ring message carries and the cut is made here,
-        # after the filter, so it is over what the principal may see.
+        # asked in pages of what a ring message carries, each after the last
+        # group of the one before, until the filtered groups fill the answer
+        # or the store has no more: the cut is made here, after the filter,
+        # so it is over what the principal may see.
         shown = None if request.groups else self._groups_shown(p, conn_id)
         describe = self._describes(p, conn_id)
         filtering = shown is not None or describe is not None
+        asked = list(dict.fromkeys(request.groups))
+        found: list = []  # the filtered groups of the pages so far
+        partial = False  # a page's only group was cut, or one passed over whole
+        pages = 0  # asked of the coordinator so far (at most offsets.list.max.pages)
+        max_pages = self.config["offsets.list.max.pages"]
 
         def respond(pending, failed: bool = False) -> None:
+            nonlocal partial
             result = None if failed or not pending.results else pending.results[0]
             if result is None:
                 body = ta.ListOffsetGroupsResponse(ErrorCode.BROKER_NOT_AVAILABLE)
             else:
                 code = ErrorCode(result.get("error", 0))
-                groups = [(str(g), [str(t) for t in topics])
-                          for g, topics in result.get("groups") or ()
-                          if shown is None or shown(str(g))]
-                if describe is not None:
-                    groups = [(g, [t for t in topics if describe(t)]) for g, topics in groups]
-                groups, cut = _within(groups, max_bytes)
+                page = [(str(g), [str(t) for t in topics]) for g, topics in
+                        result.get("groups") or ()]
+                found.extend((g, [t for t in topics if describe is None or describe(t)])
+                             for g, topics in page if shown is None or shown(g))
+                # a group whose name alone passes a page is passed over (said in the flag)
+                skip = result.get("skip")
+                partial = partial or bool(result.get("partial")) or skip is not None
+                groups, cut = _within(found, max_bytes)
+                truncated = bool(result.get("truncated"))
+                after = page[-1][0] if page else skip
+                if filtering and code == ErrorCode.NONE and truncated and not cut \
+                        and after is not None and pages < max_pages:
+                    ask(after)  # the next page
+                    return
+                # (filtered and truncated, the pages left unasked may hold more)
                 body = ta.ListOffsetGroupsResponse(
                     code, tuple(ta.OffsetGroup(g, tuple(topics)) for g, topics in groups),
-                    1 if cut or result.get("truncated") else 0)
+                    1 if cut or partial or truncated else 0)
             self._reply(pending.processor, pending.conn_id, pending.seq,
                         pending.correlation_id, body)
 
-        pending = self._new_pending(p, conn_id, seq, corr, ApiKey.LIST_OFFSET_GROUPS, [],
-                                    respond)
-        self._to_writer(pending, self.coordinator, *env.encode_json(
-            env.OP_OFFSETS, pending.token,
-            {"op": "groups", "groups": list(dict.fromkeys(request.groups)),
-             "max_bytes": carried if filtering else max_bytes}))
+        def ask(after: str | None) -> None:
+            nonlocal pages
+            pages += 1
+            pending = self._new_pending(p, conn_id, seq, corr, ApiKey.LIST_OFFSET_GROUPS, [],
+                                        respond)
+            op = {"op": "groups", "groups": asked, "max_bytes": max_bytes}
+            if filtering:
+                op.update(max_bytes=carried, after=after)
+            self._to_writer(pending, self.coordinator,
+                            *env.encode_json(env.OP_OFFSETS, pending.token, op))
+
+        ask(None)
 
     # -- ALTER_TOPIC -----------------------------------------------------------
     def _alter_topic(self, p, conn_id, seq, corr, request) -> None:

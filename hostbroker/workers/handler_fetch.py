@@ -87,7 +87,7 @@ class Fetching:
         self.appends[s.owner].send(env.encode_poll(env.Poll(
             pending.token, slot, s.name, s.partition, part.offset,
             min(part.max_bytes, self.config["fetch.max.bytes"]), request.min_bytes, deadline,
-            env.Direct(p, conn_id, seq, corr))))
+            env.Direct(p, conn_id, seq, corr), self._decided_at(p, conn_id))))
         self.dirty_writers.add(s.owner)
         return True
 

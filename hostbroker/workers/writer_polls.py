@@ -15,6 +15,18 @@ or offline, an answer its ring cannot take now) goes back to its handler
 the handler (POLL_DONE) so it forgets it. How many it holds is on the
 process board (FETCH_PARKED, as handlers and processors show theirs), for
 ``hostbroker_fetch_long_polls``.
+
+With the authorizer on, a POLL carries the ACLs' stamp of the authorizer
+its handler decided READ with (workers/access.py: a hash of the published
+bindings and ``refused``, not of the quotas). Once the ACLs published have
+another stamp (an ACL removed or added since), the poll is not answered
+here: it goes back to its handler (POLL_BACK), which decides again and
+answers the refusal (TOPIC_AUTHORIZATION_FAILED, none of the data) or keeps
+the fetch itself; a change of the quotas alone leaves the polls here. The
+writer looks at the document's generation (one load) whenever it looks at
+its polls, and at least every ``_ACL_RECHECK_MS`` while it holds any, and
+reads the stamp again only when the generation moved, so a revoked fetch is
+answered within a moment, not at its deadline.
 """
 
 from __future__ import annotations
@@ -26,11 +38,15 @@ from hostbroker.log.partition import PartitionLog
 from hostbroker.log.segments import fetch_range
 from hostbroker.protocol.api import ApiKey
 from hostbroker.shm import procs
+from hostbroker.shm.published import PublishedDocument
 from hostbroker.workers import envelopes as env
+from hostbroker.workers.access import AclsStamps
 from hostbroker.workers.answers import fetch_answer_pieces
+from hostbroker.workers.base import now_ms
 
 
 _NEVER = 1 << 62
+_ACL_RECHECK_MS = 100  # polls held: the ACL generation looked at at least this often
 
 
 class Polls:
@@ -40,12 +56,19 @@ class Polls:
     number), ``polls_new`` (slots given a POLL this round) and
     ``polls_deadline`` (the soonest deadline, or later)."""
 
+    acl_stamps: AclsStamps | None = None  # (the authorizer on: _init_polls)
+    acl_seen = -1  # the ACLs' stamp the held polls were last looked at in
+
     def _init_polls(self) -> None:
         self.polls: dict[int, list[tuple[int, env.Poll]]] = {}
         self.polls_held = 0
         self.polls_new: set[int] = set()
         self.polls_deadline = _NEVER
         self.max_polls = self.config["fetch.max.parked"]
+        # the published ACLs' stamp, read again when their generation moves
+        self.acl_stamps = (AclsStamps(PublishedDocument.attach(self.plan.access_name,
+                                                               readonly=True))
+                           if self.config["authorizer.enable"] else None)
 
     def _take_poll(self, h: int, m, out: list) -> None:
         poll = env.decode_poll(m)
@@ -75,17 +98,22 @@ class Polls:
             return
         force = force or self.board.broker_state == procs.BROKER_DRAINING
         expired = now >= self.polls_deadline
+        acls = -1 if self.acl_stamps is None else self.acl_stamps.current()
+        acls_moved = acls != self.acl_seen
+        self.acl_seen = acls
         woken: set[int] = set()
         for slot in list(self.polls):
             plog = None if self.offline else self.slots.get(slot)
-            if not (force or expired or plog is None or slot in touched
+            if not (force or expired or acls_moved or plog is None or slot in touched
                     or slot in self.polls_new):
                 continue
             keep = []
             for h, poll in self.polls[slot]:
                 if plog is None or (plog.topic, plog.partition) != (poll.topic, poll.partition) \
-                        or not self._serves_consumers(slot, plog):
-                    # deleted or offline (or no longer led) since: the handler answers
+                        or not self._serves_consumers(slot, plog) \
+                        or 0 <= poll.acl_stamp != acls:
+                    # deleted or offline (or no longer led) since, or the ACLs
+                    # changed since its READ was decided: the handler answers
                     # what became of it
                     results[h].append((env.encode_op(env.OP_POLL_BACK, poll.token),))
                     continue
@@ -145,4 +173,8 @@ class Polls:
         return (poll.topic, poll.partition, code, end, piece), length
 
     def _polls_timeout_ms(self) -> int | None:
-        return self.polls_deadline if self.polls else None
+        if not self.polls:
+            return None
+        if self.acl_stamps is not None:  # (a revocation moves no ring)
+            return min(self.polls_deadline, now_ms() + _ACL_RECHECK_MS)
+        return self.polls_deadline

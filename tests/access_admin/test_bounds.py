@@ -153,3 +153,34 @@ def test_no_answer_passes_response_max_bytes_however_many_entries(tight):
         assert {r.error_code for r in answer.results} == {ErrorCode.STORAGE_ERROR}
         assert answer.results[0].error_message and answer.results[1].error_message is None
         assert described(c) == set()  # the connection is still served
+
+
+def test_a_change_that_fits_freshly_encoded_is_not_refused_for_stale_strings(make_broker):
+    # the handler keeps its encoding between changes, with the strings of
+    # bindings removed until they pass a quarter of those in use; a change
+    # whose set fits acl.max.bytes freshly encoded (as a start publishes it) is
+    # made even when the kept encoding, stale strings and all, would not fit
+    from hostbroker.security.quota import QuotaSet
+    from hostbroker.security.store import AclEncoding, encode_published
+    from hostbroker.security.admin_wire import binding_of
+
+    def named(i):
+        return entry(f"{i:02d}-" + "n" * 245, f"User:{i:02d}-" + "p" * 210)
+
+    broker = make_broker(acl_max_bytes=4096, num_handlers=1)  # (one handler: one encoding)
+    first, removed, added = [named(i) for i in range(8)], [named(0)], [named(8)]
+    after = {binding_of(e) for e in first[1:] + added}
+    kept = AclEncoding({binding_of(e) for e in first})
+    kept.update({binding_of(e) for e in first[1:]})
+    kept.update(after)
+    assert kept.stale == 2  # (the premise: kept, it would not fit; fresh, it does)
+    assert len(kept.published(QuotaSet())) > 4096 >= len(encode_published(after, QuotaSet()))
+    with broker.client() as c:
+        assert create(c, *first) == [OK] * 8
+        for gone in removed:
+            answer = delete(c, w.AclFilterEntry(resource_type=2, resource_name=gone.resource_name))
+            assert answer.results[0].error_code == 0
+        assert create(c, *added) == [OK]
+        assert described(c) == set(first[1:] + added)
+        _, bindings, _ = published_now(broker)
+        assert set(bindings) == after

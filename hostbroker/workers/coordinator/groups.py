@@ -23,11 +23,20 @@ partition count of its assignment in ZooKeeper, as the registrar publishes
 it (:class:`~hostbroker.shm.topicnames.ReplicatedNames`, read whenever its
 ``seq`` moves): this broker holds replicas of only some of its partitions,
 and a group deals out all of them. Any other topic, and a replicated one
-whose count is not known (its node could not be read, or did not fit the
-published list): one more than the highest partition of this broker's
-partition table (read whenever its generation moves). A count over
-``max.partitions`` is cut there (said once). While the registrar is writing
-(or died writing) the counts read before stand.
+whose count is not known (its node could not be read, or the published list
+is INCOMPLETE, or none was published yet): one more than the highest
+partition of this broker's partition table (read whenever its generation
+moves). A replicated topic missing from a whole published list (one the
+registrar has not read yet: just created, its replicas claimed here first)
+has no count until the registrar publishes it: the replicas this broker
+holds are a part of the topic, and a rebalance on that part would deal out
+fewer partitions than the topic has (a topic grown from 2 to 5 partitions
+dealt as 4). That wait has no end of its own (a registrar that cannot read
+ZooKeeper publishes nothing): a topic held here that waits longer than
+:data:`UNLISTED_SAY_MS` is said once in the log. A count over
+``max.partitions`` is cut there (said once).
+While the registrar is writing (or died writing) the counts read before
+stand.
 
 Time is ``time.monotonic()`` in milliseconds, one clock for every process of
 the host. A coordinator started with the broker empties ``__groups.log``
@@ -47,10 +56,11 @@ from hostbroker.coordinator.state import GroupPhase
 from hostbroker.coordinator.store import FILENAME, GroupStore
 from hostbroker.errors import ErrorCode
 from hostbroker.shm import partitions as ptable
-from hostbroker.shm.topicnames import ReplicatedNames
+from hostbroker.shm.topicnames import COMPLETE, ReplicatedNames, name_hash
 
 STATE_FILE = FILENAME
 _LIVE = (ptable.ONLINE, ptable.OFFLINE, ptable.CREATING)
+UNLISTED_SAY_MS = 30_000  # a replicated topic held here, not in the whole list: said after
 
 
 def limits_of(config) -> Limits:
@@ -90,7 +100,12 @@ class GroupHost:
         self.waiting: dict[tuple[str, str], list[tuple[int, int]]] = {}  # -> (handler, token)
         self.seen: tuple[int, int] | None = None  # (table generation, names seq) counted
         self.replicated: dict[str, int] = {}  # the last replicated counts read
+        # the name hashes of the last whole list of replicated topics read (None: none)
+        self.listed: frozenset[int] | None = None
         self.said_over: set[str] = set()  # topics said to be over max.partitions
+        # replicated topics held here that wait for the registrar's list -> since (ms)
+        self.unlisted: dict[str, float] = {}
+        self.said_unlisted: set[str] = set()
         self.touched = False  # something may have changed the groups since the last save
         if replacement:
             self.store = GroupStore.take_over(log_dir, self.state, _clock(), self._log)
@@ -174,21 +189,32 @@ class GroupHost:
         return None if deadline is None else max(0.0, (deadline - _clock()) / 1000)
 
     def _partition_counts(self, now: float) -> None:
+        self._say_unlisted(now)
         seen = (self.table.generation, -1 if self.names is None else self.names.seq)
         if seen == self.seen:
             return
         self.seen = seen
         counts: dict[str, int] = {}
+        replicas: dict[str, int] = {}  # topics of ZooKeeper whose replicas are held here
         for _, s in self.table.scan():
             if s.state in _LIVE:
-                counts[s.name] = max(counts.get(s.name, 0), s.partition + 1)
+                into = replicas if s.replicated and not s.dirs_placed else counts
+                into[s.name] = max(into.get(s.name, 0), s.partition + 1)
         # an odd seq: the registrar is writing (or died writing): the counts read
         # before stand until the seq moves again, with no wait here
         if self.names is not None and seen[1] & 1 == 0:
             replicated = self.names.partition_counts()
             if replicated is not None:
+                state, hashes = self.names.snapshot()
+                self.listed = hashes if state == COMPLETE else None
                 self.replicated = self._bounded(replicated)
+        for topic, count in replicas.items():
+            # this broker's part of the topic counts only when the registrar's
+            # list cannot give the whole (see the module docstring)
+            if self.listed is None or name_hash(topic) in self.listed:
+                counts[topic] = max(counts.get(topic, 0), count)
         counts.update(self.replicated)
+        self._unlisted(now, replicas.keys() - counts.keys())
         known = self.state.partitions
         self.touched = True
         for topic in known.keys() - counts.keys():
@@ -196,6 +222,21 @@ class GroupHost:
         for topic, count in counts.items():
             if known.get(topic) != count:
                 self.state.partitions_changed(now, topic, count)
+
+    def _unlisted(self, now: float, waiting) -> None:
+        """The replicated topics held here that have no count now (module
+        docstring): since when each waits (a topic counted since, and said,
+        is said again should it wait again)."""
+        self.unlisted = {t: self.unlisted.get(t, now) for t in waiting}
+        self.said_unlisted &= self.unlisted.keys()
+
+    def _say_unlisted(self, now: float) -> None:
+        for topic, since in self.unlisted.items():
+            if now - since >= UNLISTED_SAY_MS and topic not in self.said_unlisted:
+                self.said_unlisted.add(topic)
+                self._log(f"replicated topic {topic[:80]!r} held here is not in the "
+                          f"registrar's list after {(now - since) / 1000:.0f} s; its "
+                          "partitions are not dealt out to group members until it is")
 
     def _bounded(self, replicated: dict[str, int]) -> dict[str, int]:
         """The replicated topics' counts the state takes: known ones (0 is not),

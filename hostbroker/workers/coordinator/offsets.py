@@ -4,7 +4,8 @@ Owns: the :class:`~hostbroker.log.offsetstore.OffsetStore` of the first log
 dir, the commits written to it and not yet on disk, and the OFFSET_FETCHes
 waiting for them; it also names the groups the store holds
 (LIST_OFFSET_GROUPS, op ``groups``: every group with a commit synced, or
-those asked for, each with the topics it has committed offsets on).
+those asked for, each with the topics it has committed offsets on; in pages
+for an answer the handler filters).
 
 An OFFSET_COMMIT is fenced (OFFSET_COMMIT v1, by the group coordinator in
 the same process) and its record written in the coordinator's loop; its
@@ -23,6 +24,7 @@ shutdown the coordinator syncs what is left in its own thread (:meth:`settle`).
 
 from __future__ import annotations
 
+import bisect
 import os
 
 from hostbroker.errors import ErrorCode
@@ -32,24 +34,43 @@ from hostbroker.log.offsetstore import OffsetRecordTooLargeError, OffsetStore, W
 OFFSETS_SLOT = -1
 
 
-def _groups_within(store: OffsetStore, asked: list[str], max_bytes: int) -> dict:
+def _groups_within(store: OffsetStore, asked: list[str], max_bytes: int,
+                   paged: bool = False, after: str | None = None) -> dict:
     """The result of LIST_OFFSET_GROUPS: the groups of ``asked`` the store holds
     (every group when empty), sorted, each as ``[group, [topic, ...]]``, as
     many as fit ``max_bytes`` as they go on the wire (the last perhaps cut to
-    its first topics), and whether any were cut."""
-    names = store.groups() if not asked else sorted(
-        {g for g in asked if store.topics(g)})
+    its first topics), and whether any were cut.
+
+    ``paged`` (a page of an answer the handler filters, handler_alter.py):
+    only the groups sorted after ``after`` (None: from the first), and the
+    page ends at a whole group: a group cut within its topics is left for
+    the next page, unless it is the page's first (then it is cut, and
+    ``partial`` says so). A first group whose name alone passes the page is
+    left out, named as ``skip`` for the next page to start after it."""
+    if not asked:
+        names = store.groups_after(after) if paged else iter(store.groups())
+    else:
+        names = sorted({g for g in asked if store.topics(g)})
+        if after is not None:
+            names = names[bisect.bisect_right(names, after):]
     kept, size = [], 0
     for group in names:
         size += 2 + len(group.encode("utf-8", "replace")) + 4
         if size > max_bytes:
+            if paged and not kept:
+                return {"error": 0, "groups": [], "truncated": True, "skip": group}
             return {"error": 0, "groups": kept, "truncated": True}
         topics = []
         kept.append([group, topics])
         for topic in store.topics(group):
             size += 2 + len(topic.encode("utf-8", "replace"))
             if size > max_bytes:
-                return {"error": 0, "groups": kept, "truncated": True}
+                if not paged:
+                    return {"error": 0, "groups": kept, "truncated": True}
+                if len(kept) > 1:
+                    kept.pop()  # whole on the next page
+                    return {"error": 0, "groups": kept, "truncated": True}
+                return {"error": 0, "groups": kept, "truncated": True, "partial": True}
             topics.append(topic)
     return {"error": 0, "groups": kept, "truncated": False}
 
@@ -78,7 +99,8 @@ class OffsetsHost:
         try:
             if request["op"] == "groups":  # LIST_OFFSET_GROUPS: what the store holds now
                 return _groups_within(self.store, request.get("groups") or [],
-                                      request["max_bytes"])
+                                      request["max_bytes"], "after" in request,
+                                      request.get("after"))
             if request["op"] == "commit":
                 fence = request.get("fence")
                 if fence is not None:
