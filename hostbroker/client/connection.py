@@ -335,20 +335,23 @@ class BrokerConnection:
         acks: int,
         timeout_ms: int,
         partitions: Sequence[tuple[str, int, Sequence[Buffer]]],
+        version: int = 0,
     ) -> int:
         """Send a PRODUCE of ``(topic, partition, message sets)`` and return its correlation id.
 
         The same request as ``send(ProduceRequest(...))`` with each partition's
         sets joined, but the sets are handed to the kernel as they are
         (``sendmsg`` with the small headers between them): no copy of the
-        data is made.
+        data is made. ``version`` 1: PRODUCE v1, answered with a throttle time.
         """
         correlation_id = self._next_id()
         self._write(api.encode_produce_request_parts(acks, timeout_ms, partitions,
-                                                     correlation_id, self.client_id))
+                                                     correlation_id, self.client_id, version))
         if acks != 0:
-            self._pending.append(
-                _Pending(correlation_id, api.ApiKey.PRODUCE, _produce_wait(acks, timeout_ms)))
+            response_cls = (throttled.ProduceResponseV1 if version == throttled.PRODUCE_V1
+                            else None)
+            self._pending.append(_Pending(correlation_id, api.ApiKey.PRODUCE,
+                                          _produce_wait(acks, timeout_ms), None, response_cls))
         return correlation_id
 
     def receive(self, api_key: int | None = None) -> api.Response:
