@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 
 import pytest
@@ -21,12 +22,14 @@ from hostbroker.client import ConsumerConnector, DeliveryError, Producer, Simple
 from hostbroker.errors import ErrorCode
 from hostbroker.log.message import encode_message_set
 from hostbroker.protocol import api
+from hostbroker.security.principals import user_principal
 from hostbroker.security.quota import Quota, QuotaSet
 from hostbroker.security.store import write_quotas
 from tests.client.fake_broker import FakeBroker
 from tests.integration.cli import hostbroker
-from tests.quota.test_quota_broker import OWN, TOLERANCE
 
+OWN = str(user_principal(os.geteuid()))  # this test's principal over the Unix socket
+TOLERANCE = 1.25  # as tests/quota/test_quota_broker.py
 RUN_S = 4.0
 SETTLED_S = 1.5
 VALUE = b"v" * 20_000
@@ -38,11 +41,12 @@ def own_quota_broker(make_broker, tmp_path):
     """``start(quota)``: a broker whose quota for this test's principal is ``quota``,
     with a topic ``t`` of one partition."""
 
-    def start(quota: Quota):
-        logs = tmp_path / "logs"
-        logs.mkdir(exist_ok=True)
+    def start(quota: Quota, name: str = "broker"):
+        root = tmp_path / name
+        logs = root / "logs"
+        logs.mkdir(parents=True)
         write_quotas(str(logs), QuotaSet({OWN: quota}))
-        broker = make_broker()
+        broker = make_broker(root)
         with broker.client() as c:
             c.create_topic("t", 1)
         return broker
@@ -163,15 +167,35 @@ def test_a_broker_refusing_the_versions_is_a_clear_error():
 
 
 def test_perf_reports_the_throttle_time(own_quota_broker):
-    """``perf produce`` and ``perf consume`` print what their clients were held."""
-    broker = own_quota_broker(Quota(producer_byte_rate=BOUND, consumer_byte_rate=BOUND))
+    """``perf produce`` and ``perf consume`` print what their clients were held
+    (each against a broker of its own: a principal's rate is measured from the
+    oldest window that counted any of its traffic, so a consume right after a
+    bounded produce could pass under its bound)."""
+    broker = own_quota_broker(Quota(producer_byte_rate=BOUND))
     produced = hostbroker("perf", "produce", "--bootstrap", broker.unix, "--topic", "t",
                           "--messages", "30", "--size", str(len(VALUE)), "--batch-size", "2",
                           "--json")
     assert produced.returncode == 0, produced.stderr
     held = json.loads(produced.stdout)["throttle_time_ms"]
     assert held["max"] > 0 and 0 < held["avg"] <= held["max"], held
+    broker = own_quota_broker(Quota(consumer_byte_rate=BOUND), "consumed")
+    _fill(broker, 30)
     consumed = hostbroker("perf", "consume", "--bootstrap", broker.unix, "--topic", "t",
                           "--messages", "30", "--fetch-size", "50000")
     assert consumed.returncode == 0, consumed.stderr
     assert "fetch throttle time ms (held by the broker for a quota): avg" in consumed.stdout.decode()
+
+
+def test_throttle_stats_average_every_answer_and_say_the_first_hold_once(caplog):
+    from hostbroker.client.throttle_stats import ThrottleStats
+
+    stats = ThrottleStats("fetch", logging.getLogger("hostbroker.client.consumer"))
+    assert stats.stats() == {"fetch-throttle-time-avg": 0.0, "fetch-throttle-time-max": 0}
+    caplog.set_level(logging.INFO, logger="hostbroker.client.consumer")
+    for held in (0, 100, 50, 0):
+        stats.record(held, "unix:///b.sock")
+    assert stats.stats() == {"fetch-throttle-time-avg": 37.5, "fetch-throttle-time-max": 100}
+    assert stats.answers == 4
+    assert [r.getMessage() for r in caplog.records] == [
+        "the broker at unix:///b.sock held a FETCH answer 100 ms for this client's quota "
+        "(fetch-throttle-time-avg and -max in the client's stats)"]
