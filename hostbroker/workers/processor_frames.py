@@ -7,8 +7,8 @@ of the connection is at its handler (``processor.local.requests``, built by
 :mod:`~hostbroker.workers.answers`) and FETCHes of one partition
 (:mod:`~hostbroker.workers.processor_fetch`), lone PRODUCEs put straight to
 a writer (PUTs), which version of a request may go those ways
-(:meth:`FrameReading._fast_version`), and the ways any other frame reaches its record in the request
-ring: small frames through the processor's receive buffer (many per read);
+(:meth:`FrameReading._fast_version`), and the ways any other frame reaches
+its record in the request ring: small frames through the processor's receive buffer (many per read);
 a large frame (64 KiB or more) received straight into its ring record as
 its bytes come (:mod:`~hostbroker.workers.processor_claims`); and a large
 frame that could not have a record gathered in the connection's own buffer
