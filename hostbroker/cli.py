@@ -420,7 +420,7 @@ def _add_mirror(sub) -> None:
                     "without a message, or on Ctrl-C/SIGTERM (status 0).")
     source = mirror.add_mutually_exclusive_group(required=True)
     source.add_argument("--from", dest="source", metavar="URI",
-                        help="source broker: tcp://HOST:PORT or unix:///PATH")
+                        help="source broker: tcp://HOST:PORT, ssl://HOST:PORT or unix:///PATH")
     source.add_argument("--from-zookeeper", metavar="HOST:PORT[,...][/CHROOT]",
                         help="source cluster: the brokers registered in this ZooKeeper")
     destination = mirror.add_mutually_exclusive_group(required=True)
@@ -444,6 +444,8 @@ def _add_mirror(sub) -> None:
                         help="a source consumer setting (repeatable)")
     mirror.add_argument("--producer-property", metavar="KEY=VALUE", action="append", default=[],
                         help="a destination producer setting (repeatable)")
+    # both ends' ssl:// brokers; an end's own ssl.* --consumer/--producer-property wins
+    add_command_config(mirror)
     mirror.set_defaults(func=_mirror)
 
 

@@ -45,6 +45,13 @@ settings given (``tls``: the ``ssl.*`` client settings) over the process's
 defaults (what a command's ``--command-config`` gives; see
 :mod:`hostbroker.client.tls`); by default the broker's certificate must chain to the system's CAs
 and name the host of the URI. A failed handshake is an OSError of one line.
+Under TLS 1.3 the client's side of the handshake ends before the broker has
+checked the client's certificate: a broker that refuses it (or wanted one)
+says so with an alert, or closes, after the client sent its first request,
+and the client learns it at its first read. That too is an OSError of one
+line, ``cannot reach URI: ...`` (as a failed handshake), naming the alert or
+saying the broker closed; a TLS error after the first answer is one of
+``connection to URI lost: ...``.
 
 The connection is not thread safe; give each thread its own.
 """
@@ -325,6 +332,9 @@ class BrokerConnection:
         except ConnectionError as exc:
             self.close()
             raise ConnectionClosedError(f"connection to {self.uri} lost: {exc}") from exc
+        except ssl.SSLError as exc:
+            self.close()
+            raise self._tls_failure(exc) from None
         except OSError:
             # Part of the frame may be out: the stream is unusable.
             self.close()
@@ -335,20 +345,23 @@ class BrokerConnection:
         acks: int,
         timeout_ms: int,
         partitions: Sequence[tuple[str, int, Sequence[Buffer]]],
+        version: int = 0,
     ) -> int:
         """Send a PRODUCE of ``(topic, partition, message sets)`` and return its correlation id.
 
         The same request as ``send(ProduceRequest(...))`` with each partition's
         sets joined, but the sets are handed to the kernel as they are
         (``sendmsg`` with the small headers between them): no copy of the
-        data is made.
+        data is made. ``version`` 1: PRODUCE v1, answered with a throttle time.
         """
         correlation_id = self._next_id()
         self._write(api.encode_produce_request_parts(acks, timeout_ms, partitions,
-                                                     correlation_id, self.client_id))
+                                                     correlation_id, self.client_id, version))
         if acks != 0:
-            self._pending.append(
-                _Pending(correlation_id, api.ApiKey.PRODUCE, _produce_wait(acks, timeout_ms)))
+            response_cls = (throttled.ProduceResponseV1 if version == throttled.PRODUCE_V1
+                            else None)
+            self._pending.append(_Pending(correlation_id, api.ApiKey.PRODUCE,
+                                          _produce_wait(acks, timeout_ms), None, response_cls))
         return correlation_id
 
     def receive(self, api_key: int | None = None) -> api.Response:
@@ -475,9 +488,28 @@ class BrokerConnection:
             received = sock.recv_into(view)
         except ConnectionError as exc:
             raise ConnectionClosedError(f"connection to {self.uri} lost: {exc}") from exc
+        except ssl.SSLError as exc:
+            raise self._tls_failure(exc) from None
         if not received:
             raise ConnectionClosedError(f"connection to {self.uri} closed by the broker")
         return received
+
+    def _tls_failure(self, exc: ssl.SSLError) -> OSError:
+        """``exc`` (a TLS error reading or writing, the handshake done) as an
+        OSError of one line naming the broker: before the connection's first
+        answer the broker refused it (TLS 1.3 tells a refused or missing
+        client certificate only now), after it the connection was lost."""
+        if isinstance(exc, ssl.SSLEOFError):
+            reason = "the broker closed the TLS connection"
+            if not self._answered:
+                reason += (" before its first answer (as a broker that requires a client "
+                           "certificate does when given none, or one it does not trust)")
+        else:
+            alert = exc.reason or str(exc)
+            reason = f"the broker's TLS alert: {alert.lower().replace('_', ' ')}"
+        if self._answered:
+            return OSError(f"connection to {self.uri} lost: {reason}")
+        return OSError(f"cannot reach {self.uri}: {reason}")
 
 
 def _sendmsg_all(sock: socket.socket, parts: Sequence[Buffer]) -> None:

@@ -60,11 +60,12 @@ from hostbroker.client.consumer_leaders import LeaderRouting, _Connector, _leade
 from hostbroker.client.errors import (BrokerError, DecompressedTooLargeError, InvalidEntryError,
                                       MessageSizeTooLargeError, OffsetOutOfRangeError)
 from hostbroker.client.settings import TLS_SETTINGS, Settings, broker_uris, resolve
+from hostbroker.client.throttle_stats import ThrottleStats, version_refused
 from hostbroker.config import Setting, at_least, between, one_of, split_list
 from hostbroker.errors import ErrorCode, InvalidMessageError, MessageTooLargeError, ProtocolError
 from hostbroker.log.message import (DEFAULT_MAX_MESSAGE_BYTES, LENGTH_SIZE, MIN_LENGTH_V0,
                                     Message, count_entries, iter_messages)
-from hostbroker.protocol import api
+from hostbroker.protocol import api, throttled
 
 log = logging.getLogger(__name__)
 
@@ -300,6 +301,9 @@ class SimpleConsumer(LeaderRouting):
     ``bootstrap`` (a broker URI, or a list of them) overrides ``broker.list``;
     ``config`` holds dotted keys, ``options`` the same with ``_`` for ``.``
     (CONSUMER_SETTINGS). Bad settings raise ConfigError before any I/O.
+    Its FETCHes are version 2, whose answers say how long a quota held them
+    (:attr:`stats`); ``throttle_stats`` gathers them with other consumers'
+    (the high-level consumer's fetchers share one).
     """
 
     settings_declared = CONSUMER_SETTINGS
@@ -308,8 +312,11 @@ class SimpleConsumer(LeaderRouting):
         self,
         bootstrap: str | Sequence[str] | None = None,
         config: Mapping[str, Any] | None = None,
+        *,
+        throttle_stats: ThrottleStats | None = None,
         **options: Any,
     ):
+        self.throttle = throttle_stats or ThrottleStats("fetch", log)
         self.settings = resolve(self.settings_declared, config, options)
         self._init_routing(broker_uris(bootstrap, self.settings), self.settings)
         self.fetch_size: int = self.settings["fetch.size"]
@@ -332,6 +339,13 @@ class SimpleConsumer(LeaderRouting):
     def close(self) -> None:
         """Close the connections; safe to call twice (a later call opens new ones)."""
         self._close_connections()
+
+    @property
+    def stats(self) -> dict[str, float]:
+        """Kafka's ``fetch-throttle-time-avg`` and ``fetch-throttle-time-max``: how long
+        the brokers held this consumer's FETCH answers for a quota, in ms (the
+        average over every answer)."""
+        return self.throttle.stats()
 
     @property
     def connection(self) -> BrokerConnection:
@@ -398,7 +412,7 @@ class SimpleConsumer(LeaderRouting):
         on ``connector`` (default: the broker list's connection, or for one partition
         of a replicated topic the connection to its leader, once it was looked up)."""
         (connector or self._default_for(parts)).get().send(
-            api.FetchRequest(self.max_wait_ms, self.min_bytes, tuple(parts)))
+            throttled.FetchRequestV2(self.max_wait_ms, self.min_bytes, tuple(parts)))
 
     def receive_fetch(self, parts: Sequence[api.FetchPartition], *,
                       raise_on_error: bool = True, connector: _Connector | None = None
@@ -410,7 +424,12 @@ class SimpleConsumer(LeaderRouting):
         MessageSizeTooLargeError) instead of raised.
         """
         connector = connector or self._default_for(parts)
-        response = connector.get().receive(api.ApiKey.FETCH)
+        connection = connector.get()
+        try:
+            response = connection.receive(api.ApiKey.FETCH)
+        except BrokerError as exc:
+            raise version_refused(exc, connection.uri, "FETCH version 2") from None
+        self.throttle.record(response.throttle_time_ms, connection.uri)
         results = response.partitions
         if len(results) != len(parts):
             raise ProtocolError(f"FETCH of {len(parts)} partitions answered with {len(results)}")
@@ -490,7 +509,12 @@ class SimpleConsumer(LeaderRouting):
     def _fetch_one(self, part: api.FetchPartition,
                    connector: _Connector | None = None) -> api.FetchPartitionResult:
         # No long poll: the log is known to hold data at this offset.
-        response = (connector or self._connector).request(api.FetchRequest(0, 0, (part,)))
+        connector = connector or self._connector
+        try:
+            response = connector.request(throttled.FetchRequestV2(0, 0, (part,)))
+        except BrokerError as exc:  # (an answer came: the connector has its connection)
+            raise version_refused(exc, connector.connection.uri, "FETCH version 2") from None
+        self.throttle.record(response.throttle_time_ms, connector.connection.uri)
         if len(response.partitions) != 1:
             raise ProtocolError(f"FETCH of one partition answered with {len(response.partitions)}")
         return response.partitions[0]

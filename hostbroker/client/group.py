@@ -74,6 +74,7 @@ from hostbroker.client.consumer import EARLIEST, FETCH_SETTINGS, LATEST, SimpleC
 from hostbroker.client.errors import BrokerError
 from hostbroker.client.settings import broker_uris, resolve
 from hostbroker.client.streams import Fetcher, KafkaStream, MessageAndMetadata, TopicPartition
+from hostbroker.client.throttle_stats import ThrottleStats
 from hostbroker.cluster.zkread import SETTINGS as ZK_READ_SETTINGS
 from hostbroker.config import Setting, between, one_of
 from hostbroker.errors import ConfigError, ErrorCode
@@ -300,6 +301,7 @@ class ConsumerConnector:
         **options: Any,
     ):
         self.settings = resolve(GROUP_SETTINGS, config, options)
+        self._throttle = ThrottleStats("fetch", log)  # of every fetcher's FETCH v2 answers
         self.group: str = self.settings["group.id"]
         if not self.group:
             raise ConfigError("group.id: required by the high-level consumer")
@@ -368,7 +370,15 @@ class ConsumerConnector:
         return {s.key: self.settings[s.key] for s in FETCH_SETTINGS}
 
     def _new_consumer(self, uris: list[str] | None = None) -> SimpleConsumer:
-        return SimpleConsumer(uris or self._uris, self._fetch_config(), auto_offset_reset="none")
+        return SimpleConsumer(uris or self._uris, self._fetch_config(), auto_offset_reset="none",
+                              throttle_stats=self._throttle)
+
+    @property
+    def stats(self) -> dict[str, float]:
+        """Kafka's ``fetch-throttle-time-avg`` and ``fetch-throttle-time-max``: how long
+        the brokers held the FETCH answers of this connector's fetchers for a
+        quota, in ms (the average over every answer)."""
+        return self._throttle.stats()
 
     # Subscriptions.
 

@@ -224,13 +224,16 @@ class Producer(AsyncQueue):
             pass  # the exception already propagating says more; failures went to on_failed
 
     @property
-    def stats(self) -> dict[str, int]:
-        """Counters in messages (``requests`` and ``retries``: requests sent, sets retried)
-        and ``queued``, the messages waiting in the async queue."""
-        stats = dict(self._stats)
+    def stats(self) -> dict[str, float]:
+        """Counters in messages (``requests`` and ``retries``: requests sent, sets retried),
+        ``queued``, the messages waiting in the async queue, and Kafka's
+        ``produce-throttle-time-avg`` and ``produce-throttle-time-max``: how long the
+        brokers held the answers for a quota, in ms (the average over every answer)."""
+        stats: dict[str, float] = dict(self._stats)
         if self.is_async:
             stats["enqueued"] = self._taken + self._queued
         stats["queued"] = self._queued if self.is_async else 0
+        stats.update(self._dispatcher.throttle.stats())
         return stats
 
     def partitions_for(self, topic: str) -> tuple[tuple[int, int], ...] | None:

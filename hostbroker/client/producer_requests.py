@@ -20,6 +20,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import itertools
+import logging
 import time
 
 from hostbroker.client.cluster import Cluster, PartitionRef, TopicPartitions
@@ -44,9 +45,12 @@ from hostbroker.client.producer_batches import (
     split_by_size,
 )
 from hostbroker.client.producer_settings import CODECS
+from hostbroker.client.throttle_stats import ThrottleStats, version_refused
 from hostbroker.errors import ErrorCode, ProtocolError
 from hostbroker.log.message import CODEC_NONE
-from hostbroker.protocol import api
+from hostbroker.protocol import api, throttled
+
+log = logging.getLogger("hostbroker.client.producer")
 
 # A PRODUCE request without its partitions and client id: size, api key,
 # version, correlation id, client id length, acks, timeout, partition count.
@@ -215,6 +219,8 @@ class Dispatcher:
         self.in_flight: dict[str, collections.deque] = {}
         self.retries: list[PendingSet] = []
         self._seq = itertools.count()
+        # PRODUCE v1: each answer says how long a quota held it
+        self.throttle = ThrottleStats("produce", log)
 
     # -- state ---------------------------------------------------------------
 
@@ -461,7 +467,7 @@ class Dispatcher:
             # The sets go to the socket as they are: no join, no copy into a frame.
             correlation_id = connection.send_produce(self.acks, self.timeout_ms, [
                 (topic, partition, [s.data for s in group])
-                for (topic, partition), group in parts.items()])
+                for (topic, partition), group in parts.items()], throttled.PRODUCE_V1)
         except (OSError, ProtocolError) as exc:
             self._lose_connection(uri, exc, [s for group in groups for s in group])
             return
@@ -498,6 +504,7 @@ class Dispatcher:
             response = self.connections[uri].receive(api.ApiKey.PRODUCE)
         except BrokerError as exc:  # an error frame: this request refused, the connection gone
             queue.popleft()
+            exc = version_refused(exc, uri, "PRODUCE version 1")
             for group in groups:
                 for s in group:
                     self._attempt_failed(s, exc)
@@ -507,6 +514,7 @@ class Dispatcher:
             self._lose_connection(uri, exc, [])
             return
         queue.popleft()
+        self.throttle.record(response.throttle_time_ms, uri)
         acknowledged = dataclasses.replace(sent, acked_at=time.monotonic())
         results = {(r.topic, r.partition): r for r in response.partitions}
         ok = 0

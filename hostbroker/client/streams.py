@@ -394,15 +394,23 @@ class Fetcher:
                 self.consumer.close()
                 self._retry_after(exc)
             except BrokerError as exc:  # an error frame, or a reset that could not be done
+                if exc.code == ErrorCode.UNSUPPORTED_VERSION:  # (FETCH v2) no retry cures it
+                    log.error("consumer fetcher %d stopped: %s", self.index, exc)
+                    self._stop_on(exc)
+                    break
                 self._retry_after(exc)
             except Exception as exc:
                 # Nothing a retry cures: stop, and have the readers raise it
                 # rather than wait for ever.
                 log.exception("consumer fetcher %d stopped", self.index)
-                for stream in set(self.streams.values()):
-                    stream.fail(exc)
+                self._stop_on(exc)
                 break
         self.consumer.close()
+
+    def _stop_on(self, exc: BaseException) -> None:
+        """Have the readers of every stream this fetcher feeds raise ``exc``."""
+        for stream in set(self.streams.values()):
+            stream.fail(exc)
 
     def _retry_after(self, exc: BaseException) -> None:
         """Log the failure and sleep the next back-off (cut short only by shutdown)."""

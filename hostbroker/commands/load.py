@@ -54,6 +54,14 @@ def as_flags(line: str) -> str:
     return f"{_FLAGS.get(name, name)}: {problem}"
 
 
+def _command_tls() -> dict[str, str]:
+    """The ``ssl.*`` settings ``--command-config`` gave (those not at their defaults):
+    options of the Spark source, so that its tasks reach ``ssl://`` brokers with them."""
+    from hostbroker.client.tls import TLS_DEFAULTS, tls_defaults
+
+    return {k: v for k, v in tls_defaults().items() if v != TLS_DEFAULTS[k]}
+
+
 def _job(bootstrap, topics_regex, path, fmt, master, from_time, fail_on_data_loss,
          max_bytes_per_trigger, properties, zookeeper=None):
     from hostbroker.spark.loader import FORMATS, LoadJob, parse_time
@@ -84,7 +92,8 @@ def _job(bootstrap, topics_regex, path, fmt, master, from_time, fail_on_data_los
     job = LoadJob(bootstrap=bootstrap, topics=topics_regex, path=path, fmt=fmt, master=master,
                   from_time=millis, fail_on_data_loss=fail_on_data_loss,
                   max_bytes_per_trigger=max_bytes_per_trigger,
-                  properties=key_values("--property", properties), zookeeper=zookeeper)
+                  properties=key_values("--property", properties), zookeeper=zookeeper,
+                  tls=_command_tls())
     try:
         read_options(job.source_options(), streaming=True)
     except OptionError as exc:

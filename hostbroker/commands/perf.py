@@ -129,6 +129,20 @@ class WorkerResult:
     latencies: list[float] = field(default_factory=list)
     failed: int = 0
     error: str | None = None
+    # how long the broker held the answers for a quota (the clients' stats, ms):
+    # the average over ``answers`` answers, and the longest
+    throttle_avg_ms: float = 0.0
+    throttle_max_ms: int = 0
+    answers: int = 0
+
+    def held(self, stats: dict, kind: str, answers: int) -> None:
+        """Take a client's ``KIND-throttle-time-avg``/``-max`` over its ``answers``."""
+        if answers:
+            total = (self.throttle_avg_ms * self.answers
+                     + stats[f"{kind}-throttle-time-avg"] * answers)
+            self.answers += answers
+            self.throttle_avg_ms = total / self.answers
+        self.throttle_max_ms = max(self.throttle_max_ms, stats[f"{kind}-throttle-time-max"])
 
 
 def summarize(kind: str, results: Iterable[WorkerResult], **settings) -> dict:
@@ -150,6 +164,7 @@ def summarize(kind: str, results: Iterable[WorkerResult], **settings) -> dict:
         "requests": len(latencies),
         "latency_ms": None,
         "failed": sum(r.failed for r in results),
+        "throttle_time_ms": _throttle(results),
     }
     if latencies:
         report["latency_ms"] = {
@@ -160,6 +175,15 @@ def summarize(kind: str, results: Iterable[WorkerResult], **settings) -> dict:
     if errors:
         report["error"] = errors[0]
     return report
+
+
+def _throttle(results: list[WorkerResult]) -> dict:
+    """The processes' throttle times as one: the average over all their answers,
+    and the longest."""
+    answers = sum(r.answers for r in results)
+    total = sum(r.throttle_avg_ms * r.answers for r in results)
+    return {"avg": round(total / answers, 3) if answers else 0.0,
+            "max": max((r.throttle_max_ms for r in results), default=0)}
 
 
 def format_report(report: dict) -> str:
@@ -179,6 +203,10 @@ def format_report(report: dict) -> str:
         acks_zero = str(report.get("settings", {}).get("request.required.acks")) == "0"
         why = "acks=0: the broker does not answer" if acks_zero else "no request was answered"
         lines.append(f"{what} latency: none measured ({why})")
+    held = report.get("throttle_time_ms")
+    if held and held["max"]:
+        lines.append(f"{what} throttle time ms (held by the broker for a quota): "
+                     f"avg {held['avg']:.3f}  max {held['max']}")
     if report["failed"]:
         lines.append(f"failed: {report['failed']:,} messages")
     return "\n".join(lines)
@@ -298,6 +326,7 @@ def produce_worker(result: WorkerResult, bootstrap: str, topic: str, count: int,
             result.error = result.error or first_failure(exc)
     finally:
         result.ended = time.monotonic()
+        result.held(producer.stats, "produce", len(latencies))
     result.messages = count - result.failed
     result.payload_bytes = result.messages * size
     return result
@@ -403,6 +432,8 @@ def consume_worker(result: WorkerResult, where: str, sources: list[tuple[str, li
             if now - last_data > timeout_ms / 1000:
                 break
         result.ended = time.monotonic()
+        for consumer in consumers:
+            result.held(consumer.stats, "fetch", consumer.throttle.answers)
     return result
 
 

@@ -176,8 +176,10 @@ def encode_produce_request_parts(
     partitions: Sequence[tuple[str, int, Sequence[Buffer]]],
     correlation_id: int,
     client_id: str | None = "",
+    api_version: int = API_VERSION,
 ) -> list[Buffer]:
-    """A PRODUCE request's frame as buffers whose concatenation is the frame.
+    """A PRODUCE request's frame as buffers whose concatenation is the frame
+    (``api_version`` 1: PRODUCE v1, the same body, its answer carrying a throttle time).
 
     Each partition is ``(topic, partition, message sets)``; its sets go on
     the wire back to back as that partition's one message set, and appear in
@@ -192,7 +194,7 @@ def encode_produce_request_parts(
     writer.int32(0)  # the size, patched below
     try:
         writer.int16(ApiKey.PRODUCE)
-        writer.int16(API_VERSION)
+        writer.int16(api_version)
         writer.int32(correlation_id)
         writer.string(client_id)
         writer.int16(acks)

@@ -49,15 +49,16 @@ class LoneProduce(NamedTuple):
     message_set: memoryview  # a slice of the frame
 
 
-def _head(frame, key: int, body_size: int) -> tuple[int, int, int] | None:
+def _head(frame, key: int, body_size: int,
+          version: int = api.API_VERSION) -> tuple[int, int, int] | None:
     """``(correlation_id, the client id's length, where the body starts)`` of
-    a request frame of ``key`` (API_VERSION) with at least ``body_size``
+    a request frame of ``key`` and ``version`` with at least ``body_size``
     bytes of body; None for any other frame."""
     size = len(frame)
     if size < _HEAD.size + body_size:
         return None
-    key_read, version, correlation_id, client_id_length = _HEAD.unpack_from(frame, 0)
-    if key_read != key or version != api.API_VERSION or client_id_length < -1:
+    key_read, version_read, correlation_id, client_id_length = _HEAD.unpack_from(frame, 0)
+    if key_read != key or version_read != version or client_id_length < -1:
         return None
     body = _HEAD.size + max(client_id_length, 0)
     if body + body_size > size:
@@ -66,7 +67,7 @@ def _head(frame, key: int, body_size: int) -> tuple[int, int, int] | None:
 
 
 def _body(frame, key: int, body_struct: struct.Struct, part_struct: struct.Struct,
-          max_entries: int | None):
+          max_entries: int | None, version: int = api.API_VERSION):
     """Where a request of ``key`` with one partition has its fields:
     ``(correlation_id, body fields, topic, part fields, part end)``, the body
     fields being ``body_struct``'s before the partitions' count and the
@@ -76,7 +77,7 @@ def _body(frame, key: int, body_struct: struct.Struct, part_struct: struct.Struc
     caller checks what follows the part)."""
     if max_entries is not None and max_entries < 1:
         return None
-    head = _head(frame, key, body_struct.size)
+    head = _head(frame, key, body_struct.size, version)
     if head is None:
         return None
     correlation_id, client_id_length, body = head
@@ -97,11 +98,13 @@ def _body(frame, key: int, body_struct: struct.Struct, part_struct: struct.Struc
     return correlation_id, fields, topic, part_struct.unpack_from(frame, part_at), part_end
 
 
-def peek_lone_produce(frame, max_entries: int | None = None) -> LoneProduce | None:
-    """The fields of a PRODUCE v0 request frame (without its size prefix) of
-    exactly one partition, or None: for any other request, and for any frame
-    that ``decode_request(frame, max_entries)`` would refuse."""
-    found = _body(frame, api.ApiKey.PRODUCE, _BODY, _PART, max_entries)
+def peek_lone_produce(frame, max_entries: int | None = None,
+                      version: int = api.API_VERSION) -> LoneProduce | None:
+    """The fields of a PRODUCE request frame (without its size prefix) of
+    ``version`` (0, or 1: the same body) and exactly one partition, or None:
+    for any other request, and for any frame whose body ``decode_request(frame,
+    max_entries)`` would refuse (read as version 0's)."""
+    found = _body(frame, api.ApiKey.PRODUCE, _BODY, _PART, max_entries, version)
     if found is None:
         return None
     correlation_id, (acks, timeout_ms), topic, (partition, set_length), set_at = found
@@ -121,11 +124,13 @@ class LoneFetch(NamedTuple):
     max_bytes: int
 
 
-def peek_lone_fetch(frame, max_entries: int | None = None) -> LoneFetch | None:
-    """The fields of a FETCH v0 request frame (without its size prefix) of
-    exactly one partition, or None: for any other request, and for any frame
-    that ``decode_request(frame, max_entries)`` would refuse."""
-    found = _body(frame, api.ApiKey.FETCH, _FETCH_BODY, _FETCH_PART, max_entries)
+def peek_lone_fetch(frame, max_entries: int | None = None,
+                    version: int = api.API_VERSION) -> LoneFetch | None:
+    """The fields of a FETCH request frame (without its size prefix) of
+    ``version`` (0, or 2: the same body) and exactly one partition, or None:
+    for any other request, and for any frame whose body ``decode_request(frame,
+    max_entries)`` would refuse (read as version 0's)."""
+    found = _body(frame, api.ApiKey.FETCH, _FETCH_BODY, _FETCH_PART, max_entries, version)
     if found is None:
         return None
     correlation_id, (max_wait_ms, min_bytes), topic, part, end = found
@@ -134,12 +139,12 @@ def peek_lone_fetch(frame, max_entries: int | None = None) -> LoneFetch | None:
     return LoneFetch(correlation_id, max_wait_ms, min_bytes, topic, *part)
 
 
-def fetch_partition_count(frame) -> int | None:
-    """The partitions' count a FETCH v0 request frame (without its size
-    prefix) gives, None for any other frame and for one too short to give
+def fetch_partition_count(frame, version: int = api.API_VERSION) -> int | None:
+    """The partitions' count a FETCH request frame of ``version`` (without
+    its size prefix) gives, None for any other frame and for one too short to give
     it. Nothing past the count is read or checked: a caller that takes the
     request decodes it (:func:`hostbroker.protocol.api.decode_request`)."""
-    head = _head(frame, api.ApiKey.FETCH, _FETCH_COUNT.size)
+    head = _head(frame, api.ApiKey.FETCH, _FETCH_COUNT.size, version)
     return None if head is None else _FETCH_COUNT.unpack_from(frame, head[2])[2]
 
 

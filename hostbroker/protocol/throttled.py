@@ -15,7 +15,11 @@ it was); :func:`hostbroker.protocol.replication.decode_any_request` decodes
 them. The broker encodes these answers with a throttle time of 0 and the
 processor that holds one writes the time into its last four bytes
 (:func:`set_throttle_time`), as only it knows the principal's rate.
-:func:`fetch_v2_parts` is the sendfile form of a FETCH v2 answer.
+:func:`fetch_v2_parts` is the sendfile form of a FETCH v2 answer,
+:func:`produce_v1_frame` a PRODUCE v1 answer made of version 0's (how the
+processor and the writer answer these versions on the routes that pass the
+handler, with a throttle time of 0: they take them only from connections
+without a quota).
 
 Pure, like the rest of the package.
 """
@@ -48,6 +52,7 @@ __all__ = [
     "ProduceResponseV1",
     "decode_response",
     "fetch_v2_parts",
+    "produce_v1_frame",
     "read_throttle_time",
     "set_throttle_time",
     "throttled_answer",
@@ -133,7 +138,9 @@ def fetch_v2_parts(pieces: list) -> list:
     """A FETCH v0 answer's pieces (:func:`~hostbroker.protocol.api.encode_fetch_response_parts`
     with its message sets between them, the first piece holding the size
     prefix) turned into version 2's: four bytes more,
-    ``throttle_time_ms`` = 0 at the end."""
+    ``throttle_time_ms`` = 0 at the end (in a piece of bytes: a message set
+    sent from its file stays whole). ValueError when the frame would pass
+    the largest frame."""
     first = bytearray(pieces[0])
     (size,) = _SIZE.unpack_from(first, 0)
     if size > api.MAX_FRAME_SIZE - _INT32.size:
@@ -146,6 +153,16 @@ def fetch_v2_parts(pieces: list) -> list:
     else:
         out.append(_INT32.pack(0))  # (after a message set sent from its file)
     return out
+
+
+def produce_v1_frame(frame: bytes) -> bytes:
+    """A PRODUCE v0 answer frame (size prefix included) as version 1's:
+    ``throttle_time_ms`` = 0 appended. An error frame stays as it is (errors
+    are alike in every version)."""
+    (size,) = _SIZE.unpack_from(frame, 0)
+    if size == api.ERROR_FRAME_SIZE:
+        return frame
+    return fetch_v2_parts([frame])[0]
 
 
 def set_throttle_time(pieces: list, throttle_ms: int) -> bool:

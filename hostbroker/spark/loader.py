@@ -42,6 +42,7 @@ from datetime import datetime, timezone
 from typing import Any, TextIO
 
 from hostbroker.commands import EXIT_BROKER, EXIT_USAGE, CommandError, plural, usage_error
+from hostbroker.spark.options import TLS_OPTIONS
 
 FORMATS = ("parquet", "orc", "json")
 CHECKPOINT = "_checkpoint"
@@ -66,6 +67,8 @@ class LoadJob:
     max_bytes_per_trigger: int | None = None
     properties: Mapping[str, str] = field(default_factory=dict)  # consumer settings
     zookeeper: str | None = None  # cluster mode: the brokers registered there, not bootstrap
+    # the ssl.* client settings of ssl:// brokers (--command-config), under properties
+    tls: Mapping[str, str] = field(default_factory=dict)
 
     def source_options(self) -> dict[str, str]:
         """The options of the ``hostbroker`` stream reader, in their documented spelling."""
@@ -79,8 +82,10 @@ class LoadJob:
             options["startingTimestamp"] = str(self.from_time)
         if self.max_bytes_per_trigger is not None:
             options["maxBytesPerTrigger"] = str(self.max_bytes_per_trigger)
+        options.update(self.tls)
         for key, value in self.properties.items():
-            options[f"hostbroker.{key}"] = value
+            # (the ssl.* settings are options of their own, for the tasks too)
+            options[key if key in TLS_OPTIONS else f"hostbroker.{key}"] = value
         return options
 
 

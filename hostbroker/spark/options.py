@@ -19,6 +19,16 @@ source passes ``kafka.*`` to its consumer): ``hostbroker.fetch.size`` sets the
 consumer's ``fetch.size`` for a read, ``hostbroker.batch.size`` the
 producer's for a write. They are checked against the client's declared
 settings here too.
+
+TLS (``ssl://`` broker URIs): the client's settings ``ssl.truststore.location``,
+``ssl.keystore.location``, ``ssl.key.password`` and
+``ssl.endpoint.identification.algorithm`` are options of their own, under
+the names of the clients and of a command's ``--command-config``. Checked
+here, their files included (read once on the driver: a file that is missing,
+a symbolic link, not PEM, a key that does not match or does not decrypt is
+one line naming the option), and then carried with the other client
+settings (``client``) to every consumer and producer of the job, on the
+driver and in every task.
 """
 
 from __future__ import annotations
@@ -31,9 +41,11 @@ from typing import Any
 
 from hostbroker.client.consumer import CONSUMER_SETTINGS
 from hostbroker.client.producer_settings import PRODUCER_SETTINGS
-from hostbroker.client.settings import broker_uris, resolve
+from hostbroker.client.settings import TLS_SETTINGS, broker_uris, resolve
+from hostbroker.client.tls import tls_context
 from hostbroker.cluster.paths import REPLICATED
 from hostbroker.cluster.zk import parse_connect
+from hostbroker.config import checked
 from hostbroker.errors import ConfigError
 from hostbroker.log.message import CODEC_NAMES
 
@@ -47,13 +59,18 @@ _WRITE_OWNED = {"broker.list", "compression.codec", "request.required.acks", "pr
                 "zookeeper.connect", "zookeeper.connection.timeout.ms"}
 ZK_TIMEOUT_MS = 6000  # zookeeper.connection.timeout.ms unless given
 
+# The client's TLS settings, options of their own (of reads and writes alike).
+TLS_OPTIONS = tuple(s.key for s in TLS_SETTINGS)
+_READ_OWNED |= set(TLS_OPTIONS)
+_WRITE_OWNED |= set(TLS_OPTIONS)
+
 # Every option, in its documented spelling; Spark lower-cases the keys it passes.
 READ_OPTIONS = ("bootstrap", "zookeeper.connect", "zookeeper.connection.timeout.ms",
                 "subscribe", "subscribePattern", "assign",
                 "startingOffsets", "endingOffsets", "startingTimestamp", "endingTimestamp",
-                "failOnDataLoss", "maxBytesPerPartition", "maxBytesPerTrigger")
+                "failOnDataLoss", "maxBytesPerPartition", "maxBytesPerTrigger") + TLS_OPTIONS
 WRITE_OPTIONS = ("bootstrap", "zookeeper.connect", "zookeeper.connection.timeout.ms", "topic",
-                 "compression", "acks")
+                 "compression", "acks") + TLS_OPTIONS
 ALL_OPTIONS = tuple(dict.fromkeys(READ_OPTIONS + WRITE_OPTIONS))
 _SPELLING = {name.lower(): name for name in ALL_OPTIONS}
 # Options Spark itself sets on a streaming sink or source; they are Spark's, not ours.
@@ -200,11 +217,35 @@ def _client(spelled: Mapping[str, str], declared, owned: set[str], kind: str) ->
 
 
 def _owner(key: str) -> str:
+    if key in TLS_OPTIONS:
+        return f"use the option {key}"
     return {"broker.list": "use bootstrap", "auto.offset.reset": "use failOnDataLoss",
             "compression.codec": "use compression", "request.required.acks": "use acks",
             "producer.type": "each task runs its own producer and flushes it",
             "zookeeper.connect": "use zookeeper.connect",
             "zookeeper.connection.timeout.ms": "use zookeeper.connection.timeout.ms"}[key]
+
+
+def _tls(spelled: Mapping[str, str]) -> dict[str, str]:
+    """The ``ssl.*`` options given, checked as the client checks them, and the
+    context they make built once (its files read) so that a bad one fails here."""
+    declared = {s.key: s for s in TLS_SETTINGS}
+    given: dict[str, str] = {}
+    for name in TLS_OPTIONS:
+        if name in spelled:
+            try:
+                given[name] = checked(declared[name], spelled[name].strip())
+            except ConfigError as exc:
+                raise _fail(name, str(exc).split(": ", 1)[-1]) from None
+    if given:
+        try:
+            tls_context(given)
+        except ValueError as exc:  # (a PemFileError too) "KEY: FILE: problem"
+            text = str(exc)
+            key, sep, rest = text.partition(": ")
+            raise _fail(key if sep and key in TLS_OPTIONS else "ssl.*",
+                        rest if sep and key in TLS_OPTIONS else text) from None
+    return given
 
 
 def _brokers(spelled: Mapping[str, str]) -> dict[str, Any]:
@@ -412,7 +453,8 @@ def read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
     values["fail_on_data_loss"] = _boolean(spelled, "failOnDataLoss", True)
     values["max_bytes_per_partition"] = _positive(spelled, "maxBytesPerPartition")
     values["max_bytes_per_trigger"] = _positive(spelled, "maxBytesPerTrigger")
-    values["client"] = _client(spelled, CONSUMER_SETTINGS, _READ_OWNED, "consumer")
+    values["client"] = {**_client(spelled, CONSUMER_SETTINGS, _READ_OWNED, "consumer"),
+                        **_tls(spelled)}
     opts = ReadOptions(**values)
     _check_offsets_topics(opts, "startingOffsets", opts.starting)
     _check_offsets_topics(opts, "endingOffsets", opts.ending)
@@ -439,7 +481,8 @@ def write_options(options: Mapping[str, str], *, streaming: bool) -> WriteOption
         if acks is None:
             raise _fail("acks", f"{raw!r} must be 0, 1, -1 or all")
         values["acks"] = acks
-    values["client"] = _client(spelled, PRODUCER_SETTINGS, _WRITE_OWNED, "producer")
+    values["client"] = {**_client(spelled, PRODUCER_SETTINGS, _WRITE_OWNED, "producer"),
+                        **_tls(spelled)}
     return WriteOptions(**values)
 
 

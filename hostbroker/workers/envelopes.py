@@ -313,10 +313,12 @@ def encode_append(token: int, slot: int, topic: str, partition: int, index: int,
 
 
 def encode_put(slot: int, topic: str, partition: int, deadline_ms: int, message_set,
-               stamp_ns: int, direct: Direct) -> tuple[bytes, Any]:
-    """A PUT (processor -> writer) of ``message_set``, answered to ``direct``."""
+               stamp_ns: int, direct: Direct, version: int = 0) -> tuple[bytes, Any]:
+    """A PUT (processor -> writer) of ``message_set``, answered to ``direct``
+    in the layout of PRODUCE ``version`` (carried as the append's ``index``)."""
     name = topic.encode()
-    head = APPEND_HEAD.pack(OP_PUT, 0, slot, 0, 1, 0, deadline_ms, partition, stamp_ns, len(name))
+    head = APPEND_HEAD.pack(OP_PUT, 0, slot, version, 1, 0, deadline_ms, partition, stamp_ns,
+                            len(name))
     return head + name + _DIRECT.pack(*direct), message_set
 
 

@@ -4,7 +4,9 @@ record as its bytes come (a part of :mod:`hostbroker.workers.processor`).
 Owns: claiming a record for a frame of 64 KiB or more once its size is
 known (``processor.ring.receive``) in the connection's handler's request
 ring, or, for a lone PRODUCE whose first bytes show it may go past the
-handler, in its writer's ``put`` ring (the message set alone, behind a PUT
+handler (version 0, or as
+:meth:`~hostbroker.workers.processor_frames.FrameReading._fast_version`
+says), in its writer's ``put`` ring (the message set alone, behind a PUT
 envelope); filling the claim over as many reads as the sender takes;
 publishing it when whole; and giving it back when anything else must go
 into that ring first (:class:`~hostbroker.shm.channel.Sender` calls
@@ -34,6 +36,7 @@ from hostbroker.workers.processor_frames import (
     SEQ_MASK,
     SIZE,
     unanswered_produce,
+    unanswered_produce_v1,
     unread_bytes,
 )
 from hostbroker.workers.stats_record import FRAME_KEY
@@ -162,7 +165,9 @@ class RingClaims:
             else start[:PUT_HEAD_MAX]
         try:
             header = api.decode_request_header(head[SIZE.size:])
-            if header.api_key != api.ApiKey.PRODUCE or header.api_version != api.API_VERSION:
+            version = header.api_version
+            if header.api_key != api.ApiKey.PRODUCE or not self._fast_version(
+                    conn, header.api_key, version):
                 return False
             reader = Reader(head, SIZE.size + header.body_offset)
             acks, timeout_ms, count = reader.int16(), reader.int32(), reader.int32()
@@ -184,25 +189,26 @@ class RingClaims:
             return False
         direct = env.Direct(self.index, conn.conn_id, conn.next_seq & SEQ_MASK,
                             header.correlation_id)
-        envelope, _ = env.encode_put(slot, s.name, s.partition, 0, b"", 0, direct)
+        envelope, _ = env.encode_put(slot, s.name, s.partition, 0, b"", 0, direct, version)
         record = sender.claim(envelope, set_size, lambda: self._give_back(conn))
         if record is None:
             return False
         prefix = bytes(head[SIZE.size:set_start])
         conn.claim, conn.claim_have = record, self._take_start(conn, record, start, set_start)
-        conn.claim_put = (w, prefix, slot, s.name, s.partition, timeout_ms, direct)
+        conn.claim_put = (w, prefix, slot, s.name, s.partition, timeout_ms, direct, version)
         record = start = None
         self._fill_claim(conn)
         return True
 
     def _commit_put(self, conn: Connection) -> None:
         """The message set of a PUT claim is whole: publish it to its writer."""
-        w, _, slot, name, partition, timeout_ms, direct = conn.claim_put
+        w, _, slot, name, partition, timeout_ms, direct, version = conn.claim_put
         conn.claim_put = None
         envelope, _ = env.encode_put(slot, name, partition, now_ms() + max(0, timeout_ms), b"",
-                                     time.monotonic_ns(), direct)
+                                     time.monotonic_ns(), direct, version)
         self.puts[w].commit(envelope)
-        self._put_sent(conn, w, direct, unanswered_produce, name, partition)
+        self._put_sent(conn, w, direct, unanswered_produce if version == api.API_VERSION
+                       else unanswered_produce_v1, name, partition)
 
     def _give_back(self, conn: Connection) -> None:
         """Something else goes to the ring that ``conn``'s frame is being

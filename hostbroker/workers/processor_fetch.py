@@ -2,7 +2,9 @@
 :mod:`hostbroker.workers.processor`).
 
 Owns: the FETCHes of at most ``processor.fetch.max.partitions`` partitions
-from connections with nothing at their handler, answered here from the
+from connections with nothing at their handler (version 0, and version 2
+from a connection without a quota, answered in its layout with a throttle
+time of 0), answered here from the
 partition table and the segment listings as a handler answers them
 (:func:`~hostbroker.workers.answers.fetch_parts`: the same answer, sent as
 any answer is, :mod:`~hostbroker.workers.sendfiles`), and those that must
@@ -50,7 +52,7 @@ from typing import NamedTuple
 
 from hostbroker.errors import ErrorCode
 from hostbroker.security.acl import Operation, ResourceType
-from hostbroker.protocol import api
+from hostbroker.protocol import api, throttled
 from hostbroker.protocol.lone import fetch_partition_count, peek_lone_fetch
 from hostbroker.shm import procs
 from hostbroker.workers import envelopes as env
@@ -70,6 +72,15 @@ class _Parked(NamedTuple):
     parts: tuple  # what is fetched: topic, partition, offset, max_bytes each
     deadline_ms: int
     reads: tuple  # each partition's (slot, the slot as read before its log was looked at)
+    version: int  # of the FETCH: its answer's layout (0, or 2 with a throttle time of 0)
+
+
+def _answer_pieces(correlation_id: int, parts, max_header_bytes: int, version: int) -> list:
+    """:func:`~hostbroker.workers.answers.fetch_answer_pieces` in the layout
+    of FETCH ``version``: version 2's ends with a throttle time of 0, in its
+    last piece of bytes (the message sets stay file ranges for sendfile)."""
+    pieces = fetch_answer_pieces(correlation_id, parts, max_header_bytes)
+    return pieces if version == api.API_VERSION else throttled.fetch_v2_parts(pieces)
 
 
 class LocalFetching:
@@ -103,17 +114,18 @@ class LocalFetching:
         board = self.board
         return sum(board.get(slot, c) for slot in self.writer_slots for c in procs.LOG_MOVES)
 
-    def _fetch_request(self, frame) -> tuple | None:
+    def _fetch_request(self, frame, version: int) -> tuple | None:
         """``(correlation_id, max_wait_ms, min_bytes, partitions)`` of a FETCH
-        frame this processor may take (of 1 to ``processor.fetch.max.partitions``
-        partitions, while this round has looked up fewer than
-        ``_ROUND_FETCHES`` times that many), None for any other; raises for a
-        frame that does not decode (the handler answers it)."""
-        lone = peek_lone_fetch(frame, self.max_entries)
+        frame of ``version`` (0, or 2: the same body) this processor may take
+        (of 1 to ``processor.fetch.max.partitions`` partitions, while this
+        round has looked up fewer than ``_ROUND_FETCHES`` times that many),
+        None for any other; raises for a frame that does not decode (the
+        handler answers it)."""
+        lone = peek_lone_fetch(frame, self.max_entries, version)
         if lone is not None:
             count = 1
         else:
-            count = fetch_partition_count(frame)
+            count = fetch_partition_count(frame, version)
             if count is None or not 2 <= count <= self.fetch_max_partitions:
                 return None
         if self.fetch_looked + count > self.fetch_round_max:
@@ -121,14 +133,17 @@ class LocalFetching:
         self.fetch_looked += count
         if lone is not None:
             return lone.correlation_id, lone.max_wait_ms, lone.min_bytes, (lone,)
-        header, request = api.decode_request(frame, self.max_entries)
+        header = api.decode_request_header(frame)
+        request = api.decode_body(api.REQUEST_TYPES[api.ApiKey.FETCH], frame, header.body_offset,
+                                  self.max_entries)  # (version 2's body is version 0's)
         return header.correlation_id, request.max_wait_ms, request.min_bytes, request.partitions
 
-    def _fetch_here(self, conn: Connection, frame) -> bool:
-        """Answer a FETCH of ``conn`` here, or park it; False (nothing done)
-        for any other frame, or when it should go to the handler."""
+    def _fetch_here(self, conn: Connection, frame, version: int) -> bool:
+        """Answer a FETCH of ``conn`` (of ``version``, answered in its layout)
+        here, or park it; False (nothing done) for any other frame, or when it
+        should go to the handler."""
         try:
-            found = self._fetch_request(frame)
+            found = self._fetch_request(frame, version)
             if found is None:
                 return False
             correlation_id, max_wait_ms, min_bytes, partitions = found
@@ -142,8 +157,8 @@ class LocalFetching:
             if wait and (conn.conn_id in self.parked
                          or self.parked_parts + len(parts) > self.max_parked):
                 return False  # the handler's way: one waiting here per connection, and the bound
-            pieces = None if wait else fetch_answer_pieces(correlation_id, parts,
-                                                           self.max_response_bytes)
+            pieces = None if wait else _answer_pieces(correlation_id, parts,
+                                                      self.max_response_bytes, version)
         except Exception:  # noqa: BLE001 - the handler answers (and says what went wrong)
             return False
         seq = conn.next_seq
@@ -154,7 +169,8 @@ class LocalFetching:
             self.parked_soonest = (min(self.parked_soonest, deadline) if self.parked
                                    else deadline)
             self.parked[conn.conn_id] = _Parked(conn, seq, correlation_id, min_bytes,
-                                                tuple(partitions), deadline, tuple(reads))
+                                                tuple(partitions), deadline, tuple(reads),
+                                                version)
             self.parked_parts += len(parts)
         else:
             if self.stats.fetched(parts, reads):
@@ -223,8 +239,8 @@ class LocalFetching:
                     self.parked[conn_id] = x._replace(reads=tuple(reads))
                     continue
                 try:
-                    pieces = fetch_answer_pieces(x.correlation_id, parts,
-                                                 self.max_response_bytes)
+                    pieces = _answer_pieces(x.correlation_id, parts,
+                                            self.max_response_bytes, x.version)
                     flags = 0
                     if self.stats.fetched(parts, reads):
                         self.stats.error(api.ApiKey.FETCH)

@@ -6,8 +6,9 @@ before anything is decoded, answering METADATA and OFFSETS (version 0) here when
 of the connection is at its handler (``processor.local.requests``, built by
 :mod:`~hostbroker.workers.answers`) and FETCHes of one partition
 (:mod:`~hostbroker.workers.processor_fetch`), lone PRODUCEs put straight to
-a writer (PUTs), and the ways any other frame reaches its record in the request
-ring: small frames through the processor's receive buffer (many per read);
+a writer (PUTs), which version of a request may go those ways
+(:meth:`FrameReading._fast_version`), and the ways any other frame reaches
+its record in the request ring: small frames through the processor's receive buffer (many per read);
 a large frame (64 KiB or more) received straight into its ring record as
 its bytes come (:mod:`~hostbroker.workers.processor_claims`); and a large
 frame that could not have a record gathered in the connection's own buffer
@@ -27,7 +28,7 @@ import time
 import traceback
 
 from hostbroker.errors import ErrorCode
-from hostbroker.protocol import api
+from hostbroker.protocol import api, throttled
 from hostbroker.protocol.lone import peek_lone_produce
 from hostbroker.security.acl import Operation, ResourceType
 from hostbroker.shm import partitions as ptable
@@ -52,6 +53,11 @@ def unanswered_produce(topic: str, partition: int) -> api.ProduceResponse:
                                                            -1, -1),))
 
 
+def unanswered_produce_v1(topic: str, partition: int) -> throttled.ProduceResponseV1:
+    """The same, of a PRODUCE v1."""
+    return throttled.ProduceResponseV1(unanswered_produce(topic, partition).partitions)
+
+
 def unread_bytes(sock) -> int:
     """Bytes waiting in the socket's receive buffer (FIONREAD)."""
     return _INT.unpack(fcntl.ioctl(sock.fileno(), termios.FIONREAD, bytes(_INT.size)))[0]
@@ -68,6 +74,17 @@ class FrameReading:
                 and conn.outstanding < self.max_in_flight
                 and conn.at_handler < self.max_at_handler and conn.queued < self.max_queued
                 and (conn.quota is None or not conn.quota.held))  # (muted: throttle.py)
+
+    @staticmethod
+    def _fast_version(conn: Connection, api_key: int, version: int) -> bool:
+        """Whether a request of ``api_key`` and ``version`` may take the ways
+        past the handler that its key takes (answered here, a PUT): version 0;
+        and PRODUCE v1 and FETCH v2 (version 0's bodies) from a connection
+        without a quota, answered in their own layout with a throttle time of
+        0. A metered connection's go to the handler, and their throttle time
+        is written in as they are held (throttle.py)."""
+        return version == api.API_VERSION or (
+            conn.quota is None and throttled.throttled_answer(api_key, version))
 
     def _put_candidate(self, conn: Connection, need: int, head) -> bool:
         """Whether the large frame ``head`` begins (its first bytes, ``need`` in
@@ -215,19 +232,21 @@ class FrameReading:
             started[conn.next_seq] = (api_key, stamp)
             if conn.quota is not None:  # its principal has a quota (throttle.py)
                 self._quota_request(conn, api_key, version, 4 + size)
-            # only version 0 of METADATA and FETCH is answered here: every later
+            # only version 0 of METADATA and OFFSETS, and FETCH v0/v2 and PRODUCE
+            # v0/v1 as _fast_version says, are answered here or PUT: every other
             # version (replication's) and every other key goes to the handler
+            fast = self._fast_version(conn, api_key, version)
             if (local is not None and not conn.at_handler and key in LOCAL_KEYS
-                    and version == api.API_VERSION and self._answers_here(conn)):
+                    and fast and self._answers_here(conn)):
                 self._answer_here(conn, local, frame)
                 continue
-            if (key == api.ApiKey.FETCH and version == api.API_VERSION and local_fetch
-                    and self._fetch_here(conn, frame)):
+            if (key == api.ApiKey.FETCH and fast and local_fetch
+                    and self._fetch_here(conn, frame, version)):
                 continue
             # the last frame there, with nothing of the connection in flight
-            if (puts is not None and key == api.ApiKey.PRODUCE and pos == end
+            if (puts is not None and key == api.ApiKey.PRODUCE and fast and pos == end
                     and not conn.at_handler and not conn.pipelining and size <= self.put_max
-                    and self._put(conn, frame, stamp)):
+                    and self._put(conn, frame, stamp, version)):
                 continue
             if (key in group_keys and pos == end and not conn.at_handler
                     and not conn.pipelining and self._group_put(conn, frame)):
@@ -256,7 +275,7 @@ class FrameReading:
                 self._pause(True)
         return pos
 
-    def _put(self, conn: Connection, frame, stamp: int) -> bool:
+    def _put(self, conn: Connection, frame, stamp: int, version: int) -> bool:
         """Send a lone PRODUCE straight to its partition's writer (a PUT), which
         checks and answers it; True if it went. It goes only when it is of one
         partition, acks=1, that partition ONLINE, and its writer asleep or the
@@ -264,9 +283,9 @@ class FrameReading:
         writer leaves the CRC checks of larger sets to the handlers, which run
         side by side); anything else, a frame that does not decode or a table
         that cannot be read included, goes to the handler, which answers it as
-        ever."""
+        ever. The writer answers in the layout of ``version``."""
         try:
-            request = peek_lone_produce(frame, self.max_entries)
+            request = peek_lone_produce(frame, self.max_entries, version)
             if request is None or request.acks != 1:
                 return False
             if self.enforcing and not self._conn_allows(conn, WRITE, TOPIC, request.topic):
@@ -281,11 +300,12 @@ class FrameReading:
                             request.correlation_id)
         if not self.puts[s.owner].try_send(*env.encode_put(
                 slot, s.name, s.partition, now_ms() + max(0, request.timeout_ms),
-                request.message_set, stamp, direct)):
+                request.message_set, stamp, direct, version)):
             return False
         self.count(procs.REQUESTS)
         self.count(procs.BYTES_COPIED, len(frame))
-        self._put_sent(conn, s.owner, direct, unanswered_produce, s.name, s.partition)
+        self._put_sent(conn, s.owner, direct, unanswered_produce if version == api.API_VERSION
+                       else unanswered_produce_v1, s.name, s.partition)
         return True
 
     def _put_target(self, topic: str, partition: int, size: int | None = None):

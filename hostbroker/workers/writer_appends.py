@@ -9,7 +9,9 @@ log dir offline), the message sets appended straight from a request ring
 it died during the write), the lone PRODUCEs processors send past the
 handlers (PUTs: their sets checked here as a handler would), and the acks=1
 results: to the handler, or (APPEND_DIRECT, PUT) answered to the client's
-processor once the round's log ends are published.
+processor once the round's log ends are published (a PUT of PRODUCE v1 in
+version 1's layout, its throttle time 0: the processor sends only
+connections without a quota this way).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import time
 from hostbroker.errors import ErrorCode, HostbrokerError, StorageError
 from hostbroker.log import message as logmsg
 from hostbroker.log.partition import PartitionLog
-from hostbroker.protocol import api
+from hostbroker.protocol import api, throttled
 from hostbroker.protocol.lone import encode_lone_produce_answer
 from hostbroker.shm import partitions as ptable
 from hostbroker.shm import procs
@@ -170,7 +172,11 @@ class Appends:
                                                        code, base, end, self.max_response_bytes)
             if h is None:
                 # a PUT: no handler to fall back on; what the ring cannot take
-                # now waits in its sender (pumped by _pump, in order)
+                # now waits in its sender (pumped by _pump, in order). Its
+                # PRODUCE's version is the append's index.
+                if a.index == throttled.PRODUCE_V1 and not failed:
+                    frame = throttled.produce_v1_frame(frame)
+                    failed = len(frame) > self.max_response_bytes
                 pieces, flags = [frame], 0
                 if failed:
                     pieces = [api.encode_error_frame(d.correlation_id, ErrorCode.INVALID_REQUEST)]

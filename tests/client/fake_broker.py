@@ -2,18 +2,30 @@
 
 It accepts connections one after another, cuts what it reads into frames with
 the protocol's FrameReader, and hands each decoded request to ``answer``,
-which returns the bytes to send back (or b"" for none) or ``CLOSE``.
+which returns the bytes to send back (or b"" for none) or ``CLOSE``. The
+answer to a PRODUCE v1 or FETCH v2 (the clients' versions) may be written as
+version 0's: the fake appends its throttle time, 0.
 """
 
 from __future__ import annotations
 
 import socket
+import struct
 import threading
 from collections.abc import Callable
 
-from hostbroker.protocol import FrameReader, decode_request
+from hostbroker.protocol import FrameReader, api, throttled
+from hostbroker.protocol.replication import decode_any_request
 
 CLOSE = object()
+
+
+def with_throttle_time(reply: bytes, throttle_ms: int = 0) -> bytes:
+    """A version 0 PRODUCE or FETCH answer frame as version 1's or 2's."""
+    (size,) = struct.unpack_from(">i", reply)
+    if size + 4 != len(reply):
+        return reply  # not one whole answer: sent as the test wrote it
+    return struct.pack(">i", size + 4) + reply[4:] + struct.pack(">i", throttle_ms)
 
 
 class FakeBroker:
@@ -57,11 +69,14 @@ class FakeBroker:
                 return
             reader.feed(data)
             while (frame := reader.next_frame()) is not None:
-                header, request = decode_request(frame)
+                header, request = decode_any_request(frame)
                 self.requests.append((header, request))
                 reply = self.answer(header, request)
                 if reply is CLOSE:
                     return
+                if (throttled.throttled_answer(header.api_key, header.api_version)
+                        and len(reply) > 4 + api.ERROR_FRAME_SIZE):
+                    reply = with_throttle_time(reply)
                 conn.settimeout(5)
                 conn.sendall(reply)
                 conn.settimeout(0.05)

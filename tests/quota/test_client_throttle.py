@@ -1,0 +1,201 @@
+"""The high-level clients under a quota (docs/security.md, "Quotas"): the
+producer sends PRODUCE v1 and the consumers FETCH v2, and their ``stats``
+say how long the broker held the answers (Kafka's
+``produce-throttle-time-avg/max``, ``fetch-throttle-time-avg/max``).
+
+A real broker whose ``quotas.json`` bounds this test's own principal (its uid
+over the Unix socket); each client runs a few seconds, one connection, in
+this process. The rate held is measured after :data:`SETTLED_S`, past the
+burst a principal's first window lets through (tests/quota/test_quota_broker.py).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+
+import pytest
+
+from hostbroker.client import ConsumerConnector, DeliveryError, Producer, SimpleConsumer
+from hostbroker.errors import ErrorCode
+from hostbroker.log.message import encode_message_set
+from hostbroker.protocol import api
+from hostbroker.security.principals import user_principal
+from hostbroker.security.quota import Quota, QuotaSet
+from hostbroker.security.store import write_quotas
+from tests.client.fake_broker import FakeBroker
+from tests.integration.cli import hostbroker
+
+OWN = str(user_principal(os.geteuid()))  # this test's principal over the Unix socket
+TOLERANCE = 1.25  # as tests/quota/test_quota_broker.py
+RUN_S = 4.0
+SETTLED_S = 1.5
+VALUE = b"v" * 20_000
+BOUND = 200_000
+
+
+@pytest.fixture
+def own_quota_broker(make_broker, tmp_path):
+    """``start(quota)``: a broker whose quota for this test's principal is ``quota``,
+    with a topic ``t`` of one partition."""
+
+    def start(quota: Quota, name: str = "broker"):
+        root = tmp_path / name
+        logs = root / "logs"
+        logs.mkdir(parents=True)
+        write_quotas(str(logs), QuotaSet({OWN: quota}))
+        broker = make_broker(root)
+        with broker.client() as c:
+            c.create_topic("t", 1)
+        return broker
+
+    return start
+
+
+def settled_rate(marks: list[tuple[float, int]]) -> float:
+    """Bytes a second from the first mark at or after SETTLED_S to the last."""
+    settled = next(m for m in marks if m[0] >= SETTLED_S)
+    last = marks[-1]
+    return (last[1] - settled[1]) / (last[0] - settled[0])
+
+
+def test_the_producer_reads_its_throttle_time_and_keeps_near_its_quota(own_quota_broker,
+                                                                        caplog):
+    broker = own_quota_broker(Quota(producer_byte_rate=BOUND))
+    marks: list[tuple[float, int]] = []
+    caplog.set_level(logging.INFO, logger="hostbroker.client.producer")
+    with Producer(broker.unix, producer_type="sync") as producer:
+        assert producer.stats["produce-throttle-time-max"] == 0
+        start = time.monotonic()
+        sent = 0
+        while time.monotonic() - start < RUN_S:
+            producer.send("t", VALUE)
+            sent += len(VALUE)
+            marks.append((time.monotonic() - start, sent))
+        stats = producer.stats
+    assert stats["produce-throttle-time-max"] > 0, stats
+    assert 0 < stats["produce-throttle-time-avg"] <= stats["produce-throttle-time-max"]
+    rate = settled_rate(marks)
+    assert BOUND * 0.5 <= rate <= BOUND * TOLERANCE, rate
+    held = [r for r in caplog.records if "for this client's quota" in r.getMessage()]
+    assert len(held) == 1 and held[0].levelno == logging.INFO  # said once
+    assert broker.unix in held[0].getMessage()
+
+
+def test_a_producer_without_a_quota_is_never_held(make_broker):
+    broker = make_broker()
+    with Producer(broker.unix, producer_type="sync") as producer:
+        for _ in range(20):
+            producer.send("free", VALUE)
+        stats = producer.stats
+    assert stats["acknowledged"] == 20
+    assert stats["produce-throttle-time-avg"] == stats["produce-throttle-time-max"] == 0
+
+
+def _fill(broker, sets: int) -> None:
+    """``sets`` sets of one VALUE in ``t`` (the producer's quota is not bounded)."""
+    with broker.client() as c:
+        for _ in range(sets):
+            c.produce("t", 0, encode_message_set([VALUE]))
+
+
+def test_the_simple_consumer_reads_its_throttle_time_and_keeps_near_its_quota(
+        own_quota_broker):
+    broker = own_quota_broker(Quota(consumer_byte_rate=BOUND))
+    _fill(broker, 60)  # 1.2 MB: past what the quota lets through in RUN_S, from the start
+    marks: list[tuple[float, int]] = []
+    with SimpleConsumer(broker.unix, fetch_size=50_000, fetch_wait_max_ms=0) as consumer:
+        start = time.monotonic()
+        got = offset = 0
+        while time.monotonic() - start < RUN_S:
+            fetched = consumer.fetch("t", 0, offset)
+            got += len(fetched.message_set)
+            offset = fetched.next_offset if not fetched.at_end else 0
+            marks.append((time.monotonic() - start, got))
+        stats = consumer.stats
+    assert stats["fetch-throttle-time-max"] > 0, stats
+    assert 0 < stats["fetch-throttle-time-avg"] <= stats["fetch-throttle-time-max"]
+    rate = settled_rate(marks)
+    assert BOUND * 0.5 <= rate <= BOUND * TOLERANCE, rate
+
+
+def test_the_high_level_consumer_reads_its_throttle_time(own_quota_broker):
+    broker = own_quota_broker(Quota(consumer_byte_rate=BOUND))
+    _fill(broker, 40)  # 0.8 MB: about three seconds at the bound, past the first burst
+    connector = ConsumerConnector(broker.unix, group_id="g", auto_offset_reset="earliest",
+                                  consumer_timeout_ms=2000, fetch_size=50_000)
+    try:
+        (stream,) = connector.create_message_streams({"t": 1})["t"]
+        start = time.monotonic()
+        got = 0
+        for message in stream:
+            got += len(message.value)
+            if got >= 40 * len(VALUE) or time.monotonic() - start > 15:
+                break
+        elapsed = time.monotonic() - start
+        stats = connector.stats
+    finally:
+        connector.shutdown()
+    assert got == 40 * len(VALUE)
+    assert stats["fetch-throttle-time-max"] > 0, stats
+    assert got / elapsed <= BOUND * 2.5  # held: without the quota it takes well under 0.1 s
+
+
+def test_a_broker_refusing_the_versions_is_a_clear_error():
+    """A broker that answers PRODUCE v1 and FETCH v2 with an error frame of
+    UNSUPPORTED_VERSION (not one of ours: all of ours take them)."""
+    def answer(header, request):
+        if isinstance(request, api.MetadataRequest):  # topic t of one partition
+            return api.encode_response(header.correlation_id, api.MetadataResponse(0, (), (
+                api.MetadataTopic("t", 0, (api.MetadataPartition(0, 0, 0, 0, 0, None),)),)))
+        return api.encode_error_frame(header.correlation_id, ErrorCode.UNSUPPORTED_VERSION)
+
+    broker = FakeBroker(answer)
+    try:
+        with pytest.raises(DeliveryError) as caught:
+            with Producer(broker.uri, producer_type="sync",
+                          message_send_max_retries=0) as producer:
+                producer.send("t", b"x")
+        assert "does not take PRODUCE version 1" in str(caught.value.failures[0].error)
+        with SimpleConsumer(broker.uri) as consumer:
+            with pytest.raises(Exception, match="does not take FETCH version 2"):
+                consumer.fetch("t", 0, 0)
+    finally:
+        broker.close()
+
+
+def test_perf_reports_the_throttle_time(own_quota_broker):
+    """``perf produce`` and ``perf consume`` print what their clients were held
+    (each against a broker of its own: a principal's rate is measured from the
+    oldest window that counted any of its traffic, so a consume right after a
+    bounded produce could pass under its bound)."""
+    broker = own_quota_broker(Quota(producer_byte_rate=BOUND))
+    produced = hostbroker("perf", "produce", "--bootstrap", broker.unix, "--topic", "t",
+                          "--messages", "30", "--size", str(len(VALUE)), "--batch-size", "2",
+                          "--json")
+    assert produced.returncode == 0, produced.stderr
+    held = json.loads(produced.stdout)["throttle_time_ms"]
+    assert held["max"] > 0 and 0 < held["avg"] <= held["max"], held
+    broker = own_quota_broker(Quota(consumer_byte_rate=BOUND), "consumed")
+    _fill(broker, 30)
+    consumed = hostbroker("perf", "consume", "--bootstrap", broker.unix, "--topic", "t",
+                          "--messages", "30", "--fetch-size", "50000")
+    assert consumed.returncode == 0, consumed.stderr
+    assert "fetch throttle time ms (held by the broker for a quota): avg" in consumed.stdout.decode()
+
+
+def test_throttle_stats_average_every_answer_and_say_the_first_hold_once(caplog):
+    from hostbroker.client.throttle_stats import ThrottleStats
+
+    stats = ThrottleStats("fetch", logging.getLogger("hostbroker.client.consumer"))
+    assert stats.stats() == {"fetch-throttle-time-avg": 0.0, "fetch-throttle-time-max": 0}
+    caplog.set_level(logging.INFO, logger="hostbroker.client.consumer")
+    for held in (0, 100, 50, 0):
+        stats.record(held, "unix:///b.sock")
+    assert stats.stats() == {"fetch-throttle-time-avg": 37.5, "fetch-throttle-time-max": 100}
+    assert stats.answers == 4
+    assert [r.getMessage() for r in caplog.records] == [
+        "the broker at unix:///b.sock held a FETCH answer 100 ms for this client's quota "
+        "(fetch-throttle-time-avg and -max in the client's stats)"]
