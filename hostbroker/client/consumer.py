@@ -59,7 +59,7 @@ from hostbroker.client.connection import DEFAULT_CLIENT_ID, BrokerConnection, pa
 from hostbroker.client.consumer_leaders import LeaderRouting, _Connector, _leader_trouble
 from hostbroker.client.errors import (BrokerError, DecompressedTooLargeError, InvalidEntryError,
                                       MessageSizeTooLargeError, OffsetOutOfRangeError)
-from hostbroker.client.settings import TLS_SETTINGS, Settings, broker_uris, resolve
+from hostbroker.client.settings import QUOTA_HOLD_SETTING, TLS_SETTINGS, Settings, broker_uris, resolve
 from hostbroker.client.throttle_stats import ThrottleStats, version_refused
 from hostbroker.config import Setting, at_least, between, one_of, split_list
 from hostbroker.errors import ErrorCode, InvalidMessageError, MessageTooLargeError, ProtocolError
@@ -127,6 +127,7 @@ FETCH_SETTINGS: tuple[Setting, ...] = (
             "Replicated topics: times in a row a partition's leader is looked for again "
             "before its error is raised (with the backoff: how long a failover is waited "
             "for).", between(0, 100000)),
+    QUOTA_HOLD_SETTING,
 ) + TLS_SETTINGS
 
 CONSUMER_SETTINGS: tuple[Setting, ...] = FETCH_SETTINGS + (

@@ -45,7 +45,7 @@ from hostbroker.client.producer_batches import (
     split_by_size,
 )
 from hostbroker.client.producer_settings import CODECS
-from hostbroker.client.throttle_stats import ThrottleStats, version_refused
+from hostbroker.client.throttle_stats import AnswerShapeError, ThrottleStats, version_refused
 from hostbroker.errors import ErrorCode, ProtocolError
 from hostbroker.log.message import CODEC_NONE
 from hostbroker.protocol import api, throttled
@@ -88,7 +88,10 @@ _REFRESH_CODES = frozenset({
 
 def retriable(error: BaseException) -> bool:
     """True for errors a retry may overcome: a lost or refused connection, a
-    timeout, an answer that did not decode, a wire code in RETRIABLE_CODES."""
+    timeout, an answer that did not decode (but not a PRODUCE v1 answer of
+    another shape: the broker wrote the sets), a wire code in RETRIABLE_CODES."""
+    if isinstance(error, AnswerShapeError):
+        return False
     if isinstance(error, BrokerError):
         return error.code in RETRIABLE_CODES
     return isinstance(error, (OSError, ProtocolError))
@@ -214,6 +217,7 @@ class Dispatcher:
         self.max_in_flight = settings["max.in.flight.requests.per.connection"]
         self.client_id = settings["client.id"]
         self.tls = settings  # (its ssl.* settings, for ssl:// URIs)
+        self.quota_hold = settings["quota.max.throttle.ms"] / 1000
         self.request_overhead = REQUEST_OVERHEAD + len(self.client_id.encode())
         self.connections: dict[str, BrokerConnection] = {}
         self.in_flight: dict[str, collections.deque] = {}
@@ -452,7 +456,8 @@ class Dispatcher:
         connection = self.connections.get(uri)
         if connection is None:
             connection = self.connections[uri] = BrokerConnection(
-                uri, timeout=self.timeout_ms / 1000, client_id=self.client_id, tls=self.tls)
+                uri, timeout=self.timeout_ms / 1000, client_id=self.client_id, tls=self.tls,
+                quota_hold=self.quota_hold)
             self.in_flight[uri] = collections.deque()
         if not connection.connected:
             connection.connect()

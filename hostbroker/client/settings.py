@@ -20,7 +20,7 @@ from typing import Any
 
 from hostbroker.client.connection import parse_uri
 from hostbroker.client.tls import TLS_DEFAULTS, set_tls_defaults, tls_defaults
-from hostbroker.config import Setting, checked, split_list
+from hostbroker.config import Setting, between, checked, split_list
 from hostbroker.errors import ConfigError
 
 
@@ -44,6 +44,15 @@ TLS_SETTINGS: tuple[Setting, ...] = (
             "https: a broker's certificate must name the host of its URI; empty: not checked.",
             _endpoint_problem),
 )
+
+# The longest a broker holds an answer for a quota (the broker's own setting of
+# this name, same default): a PRODUCE v1 or FETCH v2 answer is waited for this
+# much longer, so that a held answer is not taken for a lost one (and a produce
+# sent again).
+QUOTA_HOLD_SETTING = Setting(
+    "quota.max.throttle.ms", int, 30000,
+    "How much longer than its timeout an answer is waited for, as a broker may hold it "
+    "that long for a quota (the brokers' quota.max.throttle.ms).", between(0, 3_600_000))
 
 
 class Settings(Mapping[str, Any]):
