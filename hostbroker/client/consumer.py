@@ -426,11 +426,7 @@ class SimpleConsumer(LeaderRouting):
         """
         connector = connector or self._default_for(parts)
         connection = connector.get()
-        try:
-            response = connection.receive(api.ApiKey.FETCH)
-        except BrokerError as exc:
-            raise version_refused(exc, connection.uri, "FETCH version 2") from None
-        self.throttle.record(response.throttle_time_ms, connection.uri)
+        response = self._fetch_answer(connector, lambda: connection.receive(api.ApiKey.FETCH))
         results = response.partitions
         if len(results) != len(parts):
             raise ProtocolError(f"FETCH of {len(parts)} partitions answered with {len(results)}")
@@ -511,14 +507,22 @@ class SimpleConsumer(LeaderRouting):
                    connector: _Connector | None = None) -> api.FetchPartitionResult:
         # No long poll: the log is known to hold data at this offset.
         connector = connector or self._connector
-        try:
-            response = connector.request(throttled.FetchRequestV2(0, 0, (part,)))
-        except BrokerError as exc:  # (an answer came: the connector has its connection)
-            raise version_refused(exc, connector.connection.uri, "FETCH version 2") from None
-        self.throttle.record(response.throttle_time_ms, connector.connection.uri)
+        response = self._fetch_answer(
+            connector, lambda: connector.request(throttled.FetchRequestV2(0, 0, (part,))))
         if len(response.partitions) != 1:
             raise ProtocolError(f"FETCH of one partition answered with {len(response.partitions)}")
         return response.partitions[0]
+
+    def _fetch_answer(self, connector: _Connector, wait: Callable[[], Any]) -> Any:
+        """The FETCH v2 answer ``wait()`` brings on ``connector``'s connection, its
+        throttle time recorded; an error frame of UNSUPPORTED_VERSION raised as
+        VersionRefusedError."""
+        try:
+            response = wait()
+        except BrokerError as exc:  # (an answer came: the connector has its connection)
+            raise version_refused(exc, connector.connection.uri, "FETCH version 2") from None
+        self.throttle.record(response.throttle_time_ms, connector.connection.uri)
+        return response
 
     def sets(self, topic: str, partition: int, offset: int, *,
              max_bytes: int | None = None, stop_at_end: bool = False) -> Iterator[FetchedSet]:
