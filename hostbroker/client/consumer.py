@@ -344,8 +344,8 @@ class SimpleConsumer(LeaderRouting):
     @property
     def stats(self) -> dict[str, float]:
         """Kafka's ``fetch-throttle-time-avg`` and ``fetch-throttle-time-max``: how long
-        the brokers held this consumer's FETCH answers for a quota, in ms (the
-        average over every answer)."""
+        the brokers held this consumer's FETCH answers for a quota, in ms (over
+        the last minute at most, as Kafka's; :attr:`throttle` has the totals)."""
         return self.throttle.stats()
 
     @property

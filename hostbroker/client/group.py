@@ -377,7 +377,7 @@ class ConsumerConnector:
     def stats(self) -> dict[str, float]:
         """Kafka's ``fetch-throttle-time-avg`` and ``fetch-throttle-time-max``: how long
         the brokers held the FETCH answers of this connector's fetchers for a
-        quota, in ms (the average over every answer)."""
+        quota, in ms (over the last minute at most, as Kafka's)."""
         return self._throttle.stats()
 
     # Subscriptions.
