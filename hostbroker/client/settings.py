@@ -71,7 +71,13 @@ class Settings(Mapping[str, Any]):
         return len(self._values)
 
     def __repr__(self) -> str:
-        return f"Settings({self._values!r})"
+        return f"Settings({redacted(self._values)!r})"
+
+
+def redacted(values: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` with the value of every ``*password`` key given shown as
+    ``***``: what a repr or a log line may show of settings."""
+    return {k: "***" if str(k).endswith("password") and v else v for k, v in values.items()}
 
 
 def parse_properties(items: Iterable[str]) -> dict[str, str]:
