@@ -412,7 +412,6 @@ class Fetcher:
         """Have the readers of every stream this fetcher feeds raise ``exc``. Its
         housekeeping (commits, new partitions) passes to a fetcher still running;
         with none left, every stream of the connector raises ``exc``."""
-        self.stopped = True
         streams = set(self.streams.values())
         if self.housekeeping:
             self.housekeeping = False
