@@ -270,3 +270,33 @@ def test_throttle_stats_are_over_two_samples_of_30_s_as_kafkas():
     now[0] = 200.0
     assert stats.stats()["produce-throttle-time-max"] == 0
     assert stats.totals() == (3, 1020, 1000)  # the lifetime, for a report over a run
+
+
+def test_a_stopping_housekeeping_fetcher_hands_its_housekeeping_on(make_broker):
+    """Of two fetchers, the first (the housekeeping one) stops on a refused
+    version: the second takes the housekeeping; the streams of the first raise."""
+    from hostbroker.client.group import RoundRobinAssignor
+    from hostbroker.client.throttle_stats import VersionRefusedError
+
+    broker = make_broker()
+    with broker.client() as c:
+        c.create_topic("t", 2)
+    connector = ConsumerConnector(broker.unix, group_id="g", assignor=RoundRobinAssignor(),
+                                  num_consumer_fetchers=2, consumer_timeout_ms=3000,
+                                  auto_offset_reset="earliest")
+    try:
+        streams = connector.create_message_streams({"t": 2})["t"]
+        first, second = connector._fetchers
+        assert first.housekeeping and not second.housekeeping
+        deadline = time.monotonic() + 5
+        while not first.streams and time.monotonic() < deadline:  # (its thread takes them)
+            time.sleep(0.01)
+        refused = VersionRefusedError(ErrorCode.UNSUPPORTED_VERSION, "refused")
+        first._stop_on(refused)
+        first.stop()
+        assert second.housekeeping and not first.housekeeping
+        failed = [s for s in streams if set(s.partitions) & set(first.streams)]
+        with pytest.raises(VersionRefusedError):
+            next(iter(failed[0]))
+    finally:
+        connector.shutdown()
