@@ -174,6 +174,7 @@ def add_replicas(sub) -> None:
                     "one differs or cannot be read.")
     verify.add_argument("--zookeeper", metavar="HOST:PORT[,...][/CHROOT]", required=True)
     verify.add_argument("--topic", action="append", help="a topic (repeatable; default: all)")
+    add_command_config(verify)  # (the brokers' registered listeners may be ssl://)
     verify.set_defaults(func=_replicas_verify)
 
 

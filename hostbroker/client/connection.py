@@ -66,6 +66,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from hostbroker.client.errors import BrokerError, ConnectionClosedError
+from hostbroker.client.throttle_stats import decode_throttled
 from hostbroker.client.tls import handshake, tls_context
 from hostbroker.errors import ProtocolError
 from hostbroker.protocol import acls, api, logdirs, replication, throttled, topics_admin
@@ -76,6 +77,9 @@ DEFAULT_TIMEOUT = 30.0
 # socket.connection.setup.timeout.ms default).
 DEFAULT_SETUP_TIMEOUT = 10.0
 DEFAULT_CLIENT_ID = "hostbroker-python"
+# The longest a broker holds a PRODUCE v1 or FETCH v2 answer for a quota (its
+# quota.max.throttle.ms default): waited for on top of the answer's timeout.
+DEFAULT_QUOTA_HOLD = 30.0
 # Larger than any fetch answer a sane max_bytes gives; guards the allocation
 # against a corrupt size.
 DEFAULT_MAX_RESPONSE_BYTES = 1 << 30
@@ -97,6 +101,7 @@ _REPLICATION_RESPONSES = {**replication.REPLICATION_RESPONSE_TYPES,
                           **topics_admin.TOPICS_ADMIN_RESPONSE_TYPES,
                           **acls.ACLS_RESPONSE_TYPES,
                           **throttled.THROTTLED_RESPONSE_TYPES}
+_THROTTLED_RESPONSES = frozenset(throttled.THROTTLED_RESPONSE_TYPES.values())
 _FETCHES = (api.FetchRequest, replication.FetchRequestV1, throttled.FetchRequestV2)
 _PRODUCES = (api.ProduceRequest, throttled.ProduceRequestV1)
 
@@ -154,18 +159,23 @@ def _max_answer(request: api.Request) -> int | None:
     return None
 
 
-def _broker_wait(request: api.Request) -> float:
+def _broker_wait(request: api.Request, quota_hold: float) -> float:
+    # A FETCH v2's answer may be held for a quota after its long poll.
     if isinstance(request, _FETCHES):
-        return max(request.max_wait_ms, 0) / 1000
+        hold = quota_hold if isinstance(request, throttled.FetchRequestV2) else 0.0
+        return max(request.max_wait_ms, 0) / 1000 + hold
     if isinstance(request, _PRODUCES):
-        return _produce_wait(request.acks, request.timeout_ms)
+        return _produce_wait(request.acks, request.timeout_ms, getattr(request, "API_VERSION", 0),
+                             quota_hold)
     return 0.0
 
 
-def _produce_wait(acks: int, timeout_ms: int) -> float:
-    # Only acks=-1 waits at the broker (for the flush); other answers are due
-    # at once, so the socket keeps one timeout for sends and receives.
-    return max(timeout_ms, 0) / 1000 if acks == -1 else 0.0
+def _produce_wait(acks: int, timeout_ms: int, version: int, quota_hold: float) -> float:
+    # acks=-1 waits at the broker (for the flush), and a PRODUCE v1's answer
+    # may be held for a quota; other answers are due at once, so the socket
+    # keeps one timeout for sends and receives.
+    flush = max(timeout_ms, 0) / 1000 if acks == -1 else 0.0
+    return flush + (quota_hold if version == throttled.PRODUCE_V1 else 0.0)
 
 
 class BrokerConnection:
@@ -174,6 +184,8 @@ class BrokerConnection:
     ``timeout`` bounds each connect, send and wait for an answer (plus the
     time a request lets the broker hold its answer); ``setup_timeout``, when
     shorter, bounds the wait for the first answer of each connection.
+    ``quota_hold`` is added to the wait for a PRODUCE v1 or FETCH v2 answer,
+    which a broker may hold that long for a quota (the first answer too).
     ``max_response_bytes`` bounds any answer. Usable as a context manager,
     which connects if needed and closes on exit.
     """
@@ -188,8 +200,10 @@ class BrokerConnection:
         reuse_buffer: bool = False,
         setup_timeout: float = DEFAULT_SETUP_TIMEOUT,
         tls: Mapping[str, Any] | None = None,
+        quota_hold: float = DEFAULT_QUOTA_HOLD,
     ):
         self.uri = uri
+        self.quota_hold = quota_hold
         self.family, self.address = parse_uri(uri)
         # ssl://: the ssl.* settings (None: the process's defaults), read at connect
         self.tls = (tls or {}) if uri.startswith("ssl://") else None
@@ -308,7 +322,8 @@ class BrokerConnection:
             response_cls = _REPLICATION_RESPONSES[(request.API_KEY, request.API_VERSION)]
         self._write([api.encode_request(request, correlation_id, self.client_id)])
         if not (isinstance(request, _PRODUCES) and request.acks == 0):
-            self._pending.append(_Pending(correlation_id, request.API_KEY, _broker_wait(request),
+            self._pending.append(_Pending(correlation_id, request.API_KEY,
+                                          _broker_wait(request, self.quota_hold),
                                           _max_answer(request), response_cls))
         return correlation_id
 
@@ -361,7 +376,9 @@ class BrokerConnection:
             response_cls = (throttled.ProduceResponseV1 if version == throttled.PRODUCE_V1
                             else None)
             self._pending.append(_Pending(correlation_id, api.ApiKey.PRODUCE,
-                                          _produce_wait(acks, timeout_ms), None, response_cls))
+                                          _produce_wait(acks, timeout_ms, version,
+                                                        self.quota_hold),
+                                          None, response_cls))
         return correlation_id
 
     def receive(self, api_key: int | None = None) -> api.Response:
@@ -394,6 +411,9 @@ class BrokerConnection:
                 )
             if expected.response_cls is None:
                 correlation_id, response = api.decode_response(expected.api_key, frame)
+            elif expected.response_cls in _THROTTLED_RESPONSES:
+                correlation_id, response = decode_throttled(frame, expected.response_cls,
+                                                            self.uri)
             else:
                 correlation_id, response = replication.decode_response(frame,
                                                                        expected.response_cls)

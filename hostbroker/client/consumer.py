@@ -59,7 +59,7 @@ from hostbroker.client.connection import DEFAULT_CLIENT_ID, BrokerConnection, pa
 from hostbroker.client.consumer_leaders import LeaderRouting, _Connector, _leader_trouble
 from hostbroker.client.errors import (BrokerError, DecompressedTooLargeError, InvalidEntryError,
                                       MessageSizeTooLargeError, OffsetOutOfRangeError)
-from hostbroker.client.settings import TLS_SETTINGS, Settings, broker_uris, resolve
+from hostbroker.client.settings import QUOTA_HOLD_SETTING, TLS_SETTINGS, Settings, broker_uris, resolve
 from hostbroker.client.throttle_stats import ThrottleStats, version_refused
 from hostbroker.config import Setting, at_least, between, one_of, split_list
 from hostbroker.errors import ErrorCode, InvalidMessageError, MessageTooLargeError, ProtocolError
@@ -127,6 +127,7 @@ FETCH_SETTINGS: tuple[Setting, ...] = (
             "Replicated topics: times in a row a partition's leader is looked for again "
             "before its error is raised (with the backoff: how long a failover is waited "
             "for).", between(0, 100000)),
+    QUOTA_HOLD_SETTING,
 ) + TLS_SETTINGS
 
 CONSUMER_SETTINGS: tuple[Setting, ...] = FETCH_SETTINGS + (
@@ -343,8 +344,8 @@ class SimpleConsumer(LeaderRouting):
     @property
     def stats(self) -> dict[str, float]:
         """Kafka's ``fetch-throttle-time-avg`` and ``fetch-throttle-time-max``: how long
-        the brokers held this consumer's FETCH answers for a quota, in ms (the
-        average over every answer)."""
+        the brokers held this consumer's FETCH answers for a quota, in ms (over
+        the last minute at most, as Kafka's; :attr:`throttle` has the totals)."""
         return self.throttle.stats()
 
     @property
@@ -425,11 +426,7 @@ class SimpleConsumer(LeaderRouting):
         """
         connector = connector or self._default_for(parts)
         connection = connector.get()
-        try:
-            response = connection.receive(api.ApiKey.FETCH)
-        except BrokerError as exc:
-            raise version_refused(exc, connection.uri, "FETCH version 2") from None
-        self.throttle.record(response.throttle_time_ms, connection.uri)
+        response = self._fetch_answer(connector, lambda: connection.receive(api.ApiKey.FETCH))
         results = response.partitions
         if len(results) != len(parts):
             raise ProtocolError(f"FETCH of {len(parts)} partitions answered with {len(results)}")
@@ -510,14 +507,22 @@ class SimpleConsumer(LeaderRouting):
                    connector: _Connector | None = None) -> api.FetchPartitionResult:
         # No long poll: the log is known to hold data at this offset.
         connector = connector or self._connector
-        try:
-            response = connector.request(throttled.FetchRequestV2(0, 0, (part,)))
-        except BrokerError as exc:  # (an answer came: the connector has its connection)
-            raise version_refused(exc, connector.connection.uri, "FETCH version 2") from None
-        self.throttle.record(response.throttle_time_ms, connector.connection.uri)
+        response = self._fetch_answer(
+            connector, lambda: connector.request(throttled.FetchRequestV2(0, 0, (part,))))
         if len(response.partitions) != 1:
             raise ProtocolError(f"FETCH of one partition answered with {len(response.partitions)}")
         return response.partitions[0]
+
+    def _fetch_answer(self, connector: _Connector, wait: Callable[[], Any]) -> Any:
+        """The FETCH v2 answer ``wait()`` brings on ``connector``'s connection, its
+        throttle time recorded; an error frame of UNSUPPORTED_VERSION raised as
+        VersionRefusedError."""
+        try:
+            response = wait()
+        except BrokerError as exc:  # (an answer came: the connector has its connection)
+            raise version_refused(exc, connector.connection.uri, "FETCH version 2") from None
+        self.throttle.record(response.throttle_time_ms, connector.connection.uri)
+        return response
 
     def sets(self, topic: str, partition: int, offset: int, *,
              max_bytes: int | None = None, stop_at_end: bool = False) -> Iterator[FetchedSet]:

@@ -54,6 +54,7 @@ class _Connector:
         self.setup_timeout = settings["socket.connection.setup.timeout.ms"] / 1000
         self.client_id = settings["client.id"]
         self.tls = settings  # (its ssl.* settings, for ssl:// URIs)
+        self.quota_hold = settings["quota.max.throttle.ms"] / 1000
         self.connection: BrokerConnection | None = None
 
     @property
@@ -67,7 +68,7 @@ class _Connector:
         # Sets are copied out of each answer before the next is read.
         self.connection = connect_first(self.uris, lambda uri: BrokerConnection(
             uri, timeout=self.timeout, client_id=self.client_id, reuse_buffer=True,
-            setup_timeout=self.setup_timeout, tls=self.tls))
+            setup_timeout=self.setup_timeout, tls=self.tls, quota_hold=self.quota_hold))
         return self.connection
 
     def request(self, request: api.Request) -> Any:

@@ -81,6 +81,7 @@ from hostbroker.client.producer_requests import (
 )
 from hostbroker.client.producer_settings import PRODUCER_SETTINGS
 from hostbroker.client.settings import broker_uris, resolve
+from hostbroker.client.throttle_stats import ThrottleStats
 from hostbroker.client.zkcluster import ZkCluster
 from hostbroker.cluster.zk import parse_connect
 from hostbroker.cluster.zkread import Bounds
@@ -228,13 +229,19 @@ class Producer(AsyncQueue):
         """Counters in messages (``requests`` and ``retries``: requests sent, sets retried),
         ``queued``, the messages waiting in the async queue, and Kafka's
         ``produce-throttle-time-avg`` and ``produce-throttle-time-max``: how long the
-        brokers held the answers for a quota, in ms (the average over every answer)."""
+        brokers held the answers for a quota, in ms (over the last minute at most, as
+        Kafka's; :attr:`throttle` has the totals since the producer was made)."""
         stats: dict[str, float] = dict(self._stats)
         if self.is_async:
             stats["enqueued"] = self._taken + self._queued
         stats["queued"] = self._queued if self.is_async else 0
         stats.update(self._dispatcher.throttle.stats())
         return stats
+
+    @property
+    def throttle(self) -> ThrottleStats:
+        """How long the brokers held this producer's answers for a quota."""
+        return self._dispatcher.throttle
 
     def partitions_for(self, topic: str) -> tuple[tuple[int, int], ...] | None:
         """Cluster mode: ``topic``'s sorted ``(broker_id, partition)`` pairs in the

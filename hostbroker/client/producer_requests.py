@@ -8,7 +8,8 @@ per broker (at most ``max.request.bytes``, at most
 the answers in order and ends every set: acknowledged, retried after
 ``retry.backoff.ms`` (metadata refreshed first when the error calls for it),
 or failed. :class:`SentRequest` and :class:`ProducerCallbacks` are what it
-reports through.
+reports through, and :func:`retriable` what it retries
+(:mod:`hostbroker.client.producer_outcomes`).
 
 Owned by one thread at a time: the async producer's sending thread, or the
 caller under the producer's lock in sync mode. It owns the broker
@@ -32,10 +33,8 @@ from hostbroker.client.errors import (
     DeliveryFailure,
     ProducerError,
 )
-from hostbroker.client.leaders import LEADER_CODES
 from hostbroker.client.partitioner import Partitioner
 from hostbroker.client.producer_batches import (
-    ENTRY_OVERHEAD,
     Encoded,
     add_piece,
     as_pieces,
@@ -43,6 +42,14 @@ from hostbroker.client.producer_batches import (
     encode_batch,
     flatten_pieces,
     split_by_size,
+)
+from hostbroker.client.producer_outcomes import (  # (the first four re-exported)
+    RETRIABLE_CODES,
+    PendingSet,
+    ProducerCallbacks,
+    SentRequest,
+    calls_for_refresh,
+    retriable,
 )
 from hostbroker.client.producer_settings import CODECS
 from hostbroker.client.throttle_stats import ThrottleStats, version_refused
@@ -58,136 +65,6 @@ REQUEST_OVERHEAD = 4 + 2 + 2 + 4 + 2 + 2 + 4 + 4
 # One partition of it without the topic's bytes and the set.
 PARTITION_OVERHEAD = 2 + 4 + 4
 MAX_TOPIC_BYTES = 249
-
-# Wire errors worth another try: the broker or the partition may come back,
-# metadata may have changed. Anything else (INVALID_MESSAGE, MESSAGE_TOO_LARGE,
-# INVALID_REQUEST, INVALID_TOPIC, NOT_AUTHORIZED, REQUEST_TOO_LARGE, ...) says
-# the same bytes will be refused again.
-RETRIABLE_CODES = frozenset({
-    ErrorCode.UNKNOWN,
-    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-    ErrorCode.REQUEST_TIMED_OUT,
-    ErrorCode.STORAGE_ERROR,
-    ErrorCode.BROKER_NOT_AVAILABLE,
-    # replicated topics: the leader moved or is being elected, or the ISR is
-    # (for now) smaller than min.insync.replicas
-    ErrorCode.NOT_LEADER_FOR_PARTITION,
-    ErrorCode.LEADER_NOT_AVAILABLE,
-    ErrorCode.FENCED_LEADER_EPOCH,
-    ErrorCode.REPLICA_NOT_AVAILABLE,
-    ErrorCode.NOT_ENOUGH_REPLICAS,
-    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-})
-# Errors after which the partition may live elsewhere: ask the brokers again.
-_REFRESH_CODES = frozenset({
-    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-    ErrorCode.STORAGE_ERROR,
-    ErrorCode.BROKER_NOT_AVAILABLE,
-}) | LEADER_CODES
-
-
-def retriable(error: BaseException) -> bool:
-    """True for errors a retry may overcome: a lost or refused connection, a
-    timeout, an answer that did not decode, a wire code in RETRIABLE_CODES."""
-    if isinstance(error, BrokerError):
-        return error.code in RETRIABLE_CODES
-    return isinstance(error, (OSError, ProtocolError))
-
-
-def _needs_refresh(error: BaseException) -> bool:
-    if isinstance(error, BrokerError):
-        return error.code in _REFRESH_CODES
-    return isinstance(error, (OSError, ProtocolError))
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class SentRequest:
-    """One PRODUCE request as sent; ``partitions`` holds
-    ``(topic, partition, message_count, byte_count)`` per partition."""
-
-    correlation_id: int
-    broker: str
-    partitions: tuple[tuple[str, int, int, int], ...]
-    message_count: int
-    byte_count: int
-    acks: int
-    sent_at: float
-    acked_at: float | None = None
-
-
-class ProducerCallbacks:
-    """Hooks at each stage of the pipeline; subclass and override what you need.
-
-    ``on_enqueued`` runs in the thread that called ``send`` (``partition`` is
-    the one given, or None when the partitioner chooses later); the others
-    run in the sending thread (the caller's in sync mode). An exception raised
-    by a hook in the async sending thread stops the producer: what is
-    outstanding is failed, and later calls raise ProducerError.
-    """
-
-    def on_enqueued(self, topic: str, partition: int | None, value: bytes) -> None:
-        pass
-
-    def on_sent(self, request: SentRequest) -> None:
-        pass
-
-    def on_acknowledged(self, request: SentRequest, results) -> None:
-        """The broker answered ``request``; ``results`` are its ProducePartitionResults
-        (a partition with a non-zero error code is also reported to on_failed or retried)."""
-
-    def on_failed(self, request: SentRequest | None, error: Exception) -> None:
-        """Messages failed for good; ``error`` is a DeliveryError with one DeliveryFailure,
-        caused by the wire or connection error. ``request`` is the last request that
-        carried them, None when they were never sent."""
-
-
-class PendingSet:
-    """Messages for one partition, encoded once, sent until acknowledged or failed.
-
-    ``slot`` is the logical partition (None while the topic's partitions are
-    unknown: then ``items`` keeps the queued items to partition later).
-    ``pinned`` sets (a key or an explicit partition) keep their slot on retry
-    while the topic's partition list is the one they were ``placed`` with;
-    after it changed they are placed again from their ``origins`` (per value,
-    the ``(key, partition)`` it was sent with): a key is hashed into the new
-    list, an explicit partition follows the ``(broker, partition)`` pair it
-    was sent to.
-    """
-
-    __slots__ = ("topic", "slot", "pinned", "values", "data", "wrappers", "items", "seq",
-                 "attempts", "retry_at", "ref", "request", "base_offset", "error", "origins",
-                 "placed")
-
-    def __init__(self, topic, slot, pinned, values, data, wrappers, seq, attempts=0, items=None,
-                 origins=None):
-        self.topic = topic
-        self.slot = slot
-        self.pinned = pinned
-        self.values = values
-        self.data = data
-        self.wrappers = wrappers
-        self.items = items
-        self.seq = seq
-        self.attempts = attempts
-        self.retry_at = 0.0
-        self.ref: PartitionRef | None = None
-        self.request: SentRequest | None = None
-        self.base_offset = -1
-        self.error: BaseException | None = None
-        self.origins: list[tuple[bytes | None, int | None]] | None = origins
-        self.placed: tuple[PartitionRef, ...] | None = None
-
-    def offsets(self) -> list[int]:
-        base = self.base_offset
-        if self.wrappers is None:
-            sizes = [len(v) + ENTRY_OVERHEAD for v in self.values]
-            return list(itertools.accumulate(sizes[:-1], initial=base))
-        offsets = []
-        for count, size in self.wrappers:
-            offsets += [base] * count
-            base += size
-        return offsets
-
 
 class Dispatcher:
     """Turns queued items into requests and answers into outcomes.
@@ -214,6 +91,7 @@ class Dispatcher:
         self.max_in_flight = settings["max.in.flight.requests.per.connection"]
         self.client_id = settings["client.id"]
         self.tls = settings  # (its ssl.* settings, for ssl:// URIs)
+        self.quota_hold = settings["quota.max.throttle.ms"] / 1000
         self.request_overhead = REQUEST_OVERHEAD + len(self.client_id.encode())
         self.connections: dict[str, BrokerConnection] = {}
         self.in_flight: dict[str, collections.deque] = {}
@@ -452,7 +330,8 @@ class Dispatcher:
         connection = self.connections.get(uri)
         if connection is None:
             connection = self.connections[uri] = BrokerConnection(
-                uri, timeout=self.timeout_ms / 1000, client_id=self.client_id, tls=self.tls)
+                uri, timeout=self.timeout_ms / 1000, client_id=self.client_id, tls=self.tls,
+                quota_hold=self.quota_hold)
             self.in_flight[uri] = collections.deque()
         if not connection.connected:
             connection.connect()
@@ -564,7 +443,7 @@ class Dispatcher:
         if retriable(error) and s.attempts <= self.max_retries:
             self.stats["retries"] += 1
             s.retry_at = time.monotonic() + self.backoff
-            if _needs_refresh(error):
+            if calls_for_refresh(error):
                 self.cluster.invalidate(s.topic)
             self.retries.append(s)
         else:

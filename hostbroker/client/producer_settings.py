@@ -12,7 +12,7 @@ are made by the Producer's constructor, which knows a request's framing.
 from __future__ import annotations
 
 from hostbroker.client.connection import DEFAULT_CLIENT_ID
-from hostbroker.client.settings import TLS_SETTINGS
+from hostbroker.client.settings import QUOTA_HOLD_SETTING, TLS_SETTINGS
 from hostbroker.cluster.zkread import SETTINGS as ZK_READ_SETTINGS
 from hostbroker.config import Setting, at_least, one_of
 from hostbroker.log.message import CODEC_GZIP, CODEC_NONE, CODEC_SNAPPY, MIN_LENGTH_V1
@@ -85,6 +85,7 @@ PRODUCER_SETTINGS: tuple[Setting, ...] = (
             "With zookeeper.connect: how long the constructor waits for a ZooKeeper "
             "server, and at most how long a new topic's registration is waited for "
             "after the produce that created it.", at_least(1)),
+    QUOTA_HOLD_SETTING,
 ) + ZK_READ_SETTINGS + TLS_SETTINGS  # (zookeeper.connect: the bounds of what is read there)
 
 CODECS = {"none": CODEC_NONE, "gzip": CODEC_GZIP, "snappy": CODEC_SNAPPY}

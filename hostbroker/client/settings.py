@@ -20,7 +20,7 @@ from typing import Any
 
 from hostbroker.client.connection import parse_uri
 from hostbroker.client.tls import TLS_DEFAULTS, set_tls_defaults, tls_defaults
-from hostbroker.config import Setting, checked, split_list
+from hostbroker.config import Setting, between, checked, split_list
 from hostbroker.errors import ConfigError
 
 
@@ -45,6 +45,15 @@ TLS_SETTINGS: tuple[Setting, ...] = (
             _endpoint_problem),
 )
 
+# The longest a broker holds an answer for a quota (the broker's own setting of
+# this name, same default): a PRODUCE v1 or FETCH v2 answer is waited for this
+# much longer, so that a held answer is not taken for a lost one (and a produce
+# sent again).
+QUOTA_HOLD_SETTING = Setting(
+    "quota.max.throttle.ms", int, 30000,
+    "How much longer than its timeout an answer is waited for, as a broker may hold it "
+    "that long for a quota (the brokers' quota.max.throttle.ms).", between(0, 3_600_000))
+
 
 class Settings(Mapping[str, Any]):
     """Validated client settings, read as ``settings["batch.size"]``."""
@@ -62,7 +71,13 @@ class Settings(Mapping[str, Any]):
         return len(self._values)
 
     def __repr__(self) -> str:
-        return f"Settings({self._values!r})"
+        return f"Settings({redacted(self._values)!r})"
+
+
+def redacted(values: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` with the value of every ``*password`` key given shown as
+    ``***``: what a repr or a log line may show of settings."""
+    return {k: "***" if str(k).endswith("password") and v else v for k, v in values.items()}
 
 
 def parse_properties(items: Iterable[str]) -> dict[str, str]:

@@ -47,6 +47,7 @@ from hostbroker.client.connection import ConnectionClosedError
 from hostbroker.client.consumer import FetchedSet
 from hostbroker.client.errors import (BrokerError, ConsumerTimeoutError, InvalidEntryError,
                                       OffsetOutOfRangeError)
+from hostbroker.client.throttle_stats import AnswerShapeError, VersionRefusedError
 from hostbroker.errors import ErrorCode, HostbrokerError, ProtocolError
 from hostbroker.log.message import Message
 from hostbroker.protocol import api
@@ -390,14 +391,14 @@ class Fetcher:
                     connector._housekeeping(self)
                 self._round()
                 self.backoff.reset()
+            except (VersionRefusedError, AnswerShapeError) as exc:  # no retry cures these
+                log.error("consumer fetcher %d stopped: %s", self.index, exc)
+                self._stop_on(exc)
+                break
             except (OSError, ConnectionClosedError, ProtocolError) as exc:
                 self.consumer.close()
                 self._retry_after(exc)
             except BrokerError as exc:  # an error frame, or a reset that could not be done
-                if exc.code == ErrorCode.UNSUPPORTED_VERSION:  # (FETCH v2) no retry cures it
-                    log.error("consumer fetcher %d stopped: %s", self.index, exc)
-                    self._stop_on(exc)
-                    break
                 self._retry_after(exc)
             except Exception as exc:
                 # Nothing a retry cures: stop, and have the readers raise it
@@ -408,8 +409,20 @@ class Fetcher:
         self.consumer.close()
 
     def _stop_on(self, exc: BaseException) -> None:
-        """Have the readers of every stream this fetcher feeds raise ``exc``."""
-        for stream in set(self.streams.values()):
+        """Have the readers of every stream this fetcher feeds raise ``exc``. Its
+        housekeeping (commits, new partitions) passes to a fetcher still running;
+        with none left, every stream of the connector raises ``exc``."""
+        streams = set(self.streams.values())
+        if self.housekeeping:
+            self.housekeeping = False
+            heir = next((f for f in self.connector._fetchers
+                         if f is not self and not f.stopped and f.thread.is_alive()), None)
+            if heir is not None:
+                heir.housekeeping = True
+                heir.wake.set()
+            else:
+                streams.update(self.connector._streams)
+        for stream in streams:
             stream.fail(exc)
 
     def _retry_after(self, exc: BaseException) -> None:

@@ -12,7 +12,10 @@ and a handshake bounded by a deadline.
 - :func:`tls_settings`: the ``ssl.*`` values a connection uses: those a
   mapping holds, the process's defaults for the keys it lacks.
 - :func:`tls_context`: the client ``SSLContext`` of those values (cached by
-  value); the PEM files are read through :mod:`hostbroker.pemfile`.
+  value and by the files' inode, mtime and size, so a rotated certificate is
+  read again); the PEM files are read through :mod:`hostbroker.pemfile`. A
+  keystore that others may read, or not owned by this process's user, is
+  warned of once per path.
 - :func:`load_truststore`: the CAs of ``ssl.truststore.location`` into a
   context (a client's, or a broker's listener's: one way to read them).
 - :func:`handshake`: the TLS handshake of a connected socket within a
@@ -22,6 +25,7 @@ and a handshake bounded by a deadline.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import select
 import socket
@@ -39,6 +43,8 @@ TLS_DEFAULTS: dict[str, str] = {
     "ssl.endpoint.identification.algorithm": "https",
 }
 _tls_defaults: dict[str, str] = dict(TLS_DEFAULTS)
+_log = logging.getLogger(__name__)
+_warned: set[str] = set()  # keystores said to be readable by others
 
 
 def set_tls_defaults(values: Mapping[str, str]) -> None:
@@ -77,8 +83,18 @@ def load_truststore(ctx: ssl.SSLContext, truststore: str) -> None:
                          f"in it ({reason})") from None
 
 
+def _stamp(path: str) -> tuple[int, int, int] | None:
+    """What tells a file's new content from its old: (inode, mtime, size)."""
+    try:
+        info = os.stat(path, follow_symlinks=False)
+    except (OSError, ValueError):
+        return None
+    return info.st_ino, info.st_mtime_ns, info.st_size
+
+
 @functools.lru_cache(maxsize=16)
-def _context(truststore: str, keystore: str, password: str, algorithm: str) -> ssl.SSLContext:
+def _context(truststore: str, keystore: str, password: str, algorithm: str,
+             *stamps: Any) -> ssl.SSLContext:
     if algorithm not in ("https", ""):
         raise ValueError(f"ssl.endpoint.identification.algorithm: {algorithm!r}: "
                          "expected https or empty")
@@ -91,6 +107,12 @@ def _context(truststore: str, keystore: str, password: str, algorithm: str) -> s
         ctx.load_default_certs(ssl.Purpose.SERVER_AUTH)
     if keystore:
         fd = open_pem("ssl.keystore.location", keystore)
+        info = os.fstat(fd)
+        if (info.st_mode & 0o077 or info.st_uid != os.geteuid()) and keystore not in _warned:
+            _warned.add(keystore)
+            _log.warning("ssl.keystore.location: %s: readable by others (mode %o) or not "
+                         "owned by this user: its key should be mode 0600",
+                         keystore, info.st_mode & 0o777)
         try:
             # through the descriptor opened above: the file checked is the file read
             ctx.load_cert_chain(f"/proc/self/fd/{fd}", password=lambda: password.encode())
@@ -111,7 +133,9 @@ def tls_context(values: Mapping[str, Any] | None = None) -> ssl.SSLContext:
     ValueError (a PemFileError for a file) names a bad one in one line."""
     found = tls_settings(values)
     return _context(found["ssl.truststore.location"], found["ssl.keystore.location"],
-                    found["ssl.key.password"], found["ssl.endpoint.identification.algorithm"])
+                    found["ssl.key.password"], found["ssl.endpoint.identification.algorithm"],
+                    _stamp(found["ssl.truststore.location"]),
+                    _stamp(found["ssl.keystore.location"]))
 
 
 def handshake(context: ssl.SSLContext, sock: socket.socket, host: str,

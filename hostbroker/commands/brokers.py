@@ -40,10 +40,11 @@ def broker_uri(info) -> str:
     return uris[0]
 
 
-def each_broker(name: str, brokers, work, err: TextIO, command: str = "topics"):
+def each_broker(name: str, brokers, work, err: TextIO, command: str = "topics",
+                tls: dict | None = None):
     """``work(info, client)`` for every broker; (results by broker id, status). A
     broker that fails is named on stderr (``hostbroker COMMAND NAME: broker N: ...``)
-    with its one line; the others go on."""
+    with its one line; the others go on. ``tls``: ssl.* settings over the process's."""
     from hostbroker.client.simple import SimpleClient
     from hostbroker.commands import describe_error
     from hostbroker.errors import HostbrokerError
@@ -52,7 +53,7 @@ def each_broker(name: str, brokers, work, err: TextIO, command: str = "topics"):
     for info in brokers:
         uri = broker_uri(info)
         try:
-            with SimpleClient(uri, client_id=f"hostbroker-{command}") as client:
+            with SimpleClient(uri, client_id=f"hostbroker-{command}", tls=tls) as client:
                 results[info.broker_id] = work(info, client)
         except (HostbrokerError, OSError) as exc:
             message, _ = describe_error(exc, uri)

@@ -214,6 +214,12 @@ def _one_of(uri: str | None, zookeeper: str | None, end: str) -> None:
                           "HOST:PORT[,...][/CHROOT]")
 
 
+def _tls_of(properties: dict) -> dict:
+    """An end's own ssl.* properties: they win over --command-config's for that
+    end's every connection (its admin one too)."""
+    return {k: v for k, v in properties.items() if k.startswith("ssl.")}
+
+
 def _ends(source, source_zookeeper, destination, destination_zookeeper, consumer_config,
           producer_settings):
     """The source and destination ends (mirror_target), or a command error; nothing is
@@ -230,10 +236,11 @@ def _ends(source, source_zookeeper, destination, destination_zookeeper, consumer
     if destination_zookeeper is not None:
         check_zookeeper(destination_zookeeper, "--to-zookeeper")
     src = (ClusterSource(source_zookeeper, consumer_config) if source is None
-           else BrokerSource(source))
+           else BrokerSource(source, _tls_of(consumer_config)))
     try:
         dst = (ClusterDestination(destination_zookeeper, producer_settings)
-               if destination is None else BrokerDestination(destination))
+               if destination is None else BrokerDestination(destination,
+                                                             _tls_of(producer_settings)))
     except BaseException:
         src.close()
         raise

@@ -100,14 +100,15 @@ class _Cluster:
 
 
 class BrokerSource:
-    """One broker: a message's index is its partition number."""
+    """One broker: a message's index is its partition number. ``tls``: the
+    end's own ssl.* settings (over the process's), for its admin connection."""
 
-    def __init__(self, uri: str):
+    def __init__(self, uri: str, tls: dict | None = None):
         from hostbroker.client import SimpleClient
         from hostbroker.commands import check_bootstrap
 
         self.name = check_bootstrap(uri, "--from")
-        self._admin = SimpleClient(uri, _CLIENT_ID)
+        self._admin = SimpleClient(uri, _CLIENT_ID, tls=tls)
 
     def connector(self, config: dict, listener):
         from hostbroker.client import ConsumerConnector
@@ -190,14 +191,15 @@ class ClusterSource(_Cluster):
 
 
 class BrokerDestination:
-    """One broker: index i is partition i."""
+    """One broker: index i is partition i. ``tls``: the end's own ssl.*
+    settings (over the process's), for its admin connection."""
 
-    def __init__(self, uri: str):
+    def __init__(self, uri: str, tls: dict | None = None):
         from hostbroker.client import SimpleClient
         from hostbroker.commands import check_bootstrap
 
         self.name = check_bootstrap(uri, "--to")
-        self._admin = SimpleClient(uri, _CLIENT_ID)
+        self._admin = SimpleClient(uri, _CLIENT_ID, tls=tls)
         self._counts: dict[str, int] = {}
 
     def producer(self, settings: dict):
@@ -238,6 +240,8 @@ class ClusterDestination(_Cluster):
         from hostbroker.client.settings import resolve
 
         super().__init__(connect, "--to-zookeeper", resolve(PRODUCER_SETTINGS, producer_settings))
+        # the end's own ssl.* settings, for the connections that create topics
+        self.tls = {k: v for k, v in producer_settings.items() if k.startswith("ssl.")}
 
     def producer(self, settings: dict):
         from hostbroker.client import Producer
@@ -277,7 +281,7 @@ class ClusterDestination(_Cluster):
                 if exc.code != ErrorCode.TOPIC_ALREADY_EXISTS:
                     raise
 
-        done, _ = each_broker("create", brokers, create, err, command="mirror")
+        done, _ = each_broker("create", brokers, create, err, command="mirror", tls=self.tls)
         if not done:
             raise CommandError(f"topic {topic} could not be created on any destination broker")
         if not _wait_for(lambda: {b for b, _ in self.view.refresh().partitions(topic)}

@@ -68,6 +68,7 @@ from hostbroker.commands import (
     key_values,
     usage_error,
 )
+from hostbroker.client.throttle_stats import ThrottleStats
 from hostbroker.client.tls import set_tls_defaults, tls_defaults
 from hostbroker.cluster.zk import ZooKeeperUnavailable
 from hostbroker.errors import HostbrokerError
@@ -129,20 +130,18 @@ class WorkerResult:
     latencies: list[float] = field(default_factory=list)
     failed: int = 0
     error: str | None = None
-    # how long the broker held the answers for a quota (the clients' stats, ms):
-    # the average over ``answers`` answers, and the longest
-    throttle_avg_ms: float = 0.0
-    throttle_max_ms: int = 0
+    # how long the broker held the answers for a quota (ms): the sum over
+    # ``answers`` answers, and the longest
     answers: int = 0
+    throttle_total_ms: int = 0
+    throttle_max_ms: int = 0
 
-    def held(self, stats: dict, kind: str, answers: int) -> None:
-        """Take a client's ``KIND-throttle-time-avg``/``-max`` over its ``answers``."""
-        if answers:
-            total = (self.throttle_avg_ms * self.answers
-                     + stats[f"{kind}-throttle-time-avg"] * answers)
-            self.answers += answers
-            self.throttle_avg_ms = total / self.answers
-        self.throttle_max_ms = max(self.throttle_max_ms, stats[f"{kind}-throttle-time-max"])
+    def held(self, throttle: ThrottleStats) -> None:
+        """Add a client's throttle times over its whole run."""
+        answers, total_ms, max_ms = throttle.totals()
+        self.answers += answers
+        self.throttle_total_ms += total_ms
+        self.throttle_max_ms = max(self.throttle_max_ms, max_ms)
 
 
 def summarize(kind: str, results: Iterable[WorkerResult], **settings) -> dict:
@@ -181,7 +180,7 @@ def _throttle(results: list[WorkerResult]) -> dict:
     """The processes' throttle times as one: the average over all their answers,
     and the longest."""
     answers = sum(r.answers for r in results)
-    total = sum(r.throttle_avg_ms * r.answers for r in results)
+    total = sum(r.throttle_total_ms for r in results)
     return {"avg": round(total / answers, 3) if answers else 0.0,
             "max": max((r.throttle_max_ms for r in results), default=0)}
 
@@ -326,7 +325,7 @@ def produce_worker(result: WorkerResult, bootstrap: str, topic: str, count: int,
             result.error = result.error or first_failure(exc)
     finally:
         result.ended = time.monotonic()
-        result.held(producer.stats, "produce", len(latencies))
+        result.held(producer.throttle)
     result.messages = count - result.failed
     result.payload_bytes = result.messages * size
     return result
@@ -433,7 +432,7 @@ def consume_worker(result: WorkerResult, where: str, sources: list[tuple[str, li
                 break
         result.ended = time.monotonic()
         for consumer in consumers:
-            result.held(consumer.stats, "fetch", consumer.throttle.answers)
+            result.held(consumer.throttle)
     return result
 
 

@@ -19,8 +19,6 @@ differs; status 1 when a copy differs or cannot be read.
 from __future__ import annotations
 
 import hashlib
-import socket
-import struct
 import sys
 from collections.abc import Iterable
 from typing import TextIO
@@ -35,53 +33,32 @@ _CLIENT_ID = "hostbroker-replicas"
 
 
 class _Wire:
-    """One connection to a registered broker (its Unix socket when on this host),
-    one request at a time."""
+    """One connection to a registered broker (its Unix socket when on this host;
+    over TLS, with the process's ssl.* settings, to an ``ssl://`` listener), one
+    request at a time."""
 
     def __init__(self, info, timeout: float = 10.0):
+        from hostbroker.client.connection import BrokerConnection
         from hostbroker.commands.brokers import broker_uri
 
-        uri = broker_uri(info)
-        if uri.startswith("unix://"):
-            self.sock = socket.socket(socket.AF_UNIX)
-            address = uri[len("unix://"):]
-        else:
-            host, _, port = uri[len("tcp://"):].rpartition(":")
-            self.sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
-            address = (host.strip("[]"), int(port))
-        self.corr = 0
-        try:
-            self.sock.settimeout(timeout)
-            self.sock.connect(address)
-        except BaseException:
-            self.sock.close()
-            raise
+        self.connection = BrokerConnection(broker_uri(info), timeout=timeout,
+                                           client_id=_CLIENT_ID,
+                                           max_response_bytes=_MAX_ANSWER_BYTES).connect()
 
     def close(self) -> None:
-        self.sock.close()
+        self.connection.close()
 
     def ask(self, body, cls):
-        """``body``'s answer decoded as ``cls``; OSError for an error frame, a closed
-        connection or an answer out of bounds (ValueError: one that does not decode)."""
-        from hostbroker.protocol import api
-        from hostbroker.protocol import replication as rp
+        """``body``'s answer (of class ``cls``); OSError for an error frame, a closed
+        connection or an answer out of bounds (ProtocolError: one that does not decode)."""
+        from hostbroker.client.errors import BrokerError
 
-        self.corr += 1
-        self.sock.sendall(rp.encode_request(body, self.corr, _CLIENT_ID))
-        head = self.sock.recv(4, socket.MSG_WAITALL)
-        if len(head) != 4:
-            raise OSError("connection closed by the broker")
-        (size,) = struct.unpack(">i", head)
-        if not 4 <= size <= _MAX_ANSWER_BYTES:
-            raise OSError(f"answer of {size} bytes")
-        frame = self.sock.recv(size, socket.MSG_WAITALL)
-        if len(frame) != size:
-            raise OSError("connection closed by the broker")
-        if api.is_error_frame(frame):
-            raise OSError(f"broker error {api.decode_error_frame(frame)[1]}")
-        corr, answer = rp.decode_response(frame, cls)
-        if corr != self.corr:
-            raise OSError(f"answer to request {corr}, not {self.corr}")
+        try:
+            answer = self.connection.request(body)
+        except BrokerError as exc:
+            raise OSError(f"broker error {exc.code}") from None
+        if not isinstance(answer, cls):
+            raise OSError(f"answered {type(answer).__name__}, not {cls.__name__}")
         return answer
 
 

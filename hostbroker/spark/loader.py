@@ -42,7 +42,7 @@ from datetime import datetime, timezone
 from typing import Any, TextIO
 
 from hostbroker.commands import EXIT_BROKER, EXIT_USAGE, CommandError, plural, usage_error
-from hostbroker.spark.options import TLS_OPTIONS
+from hostbroker.spark.options import TLS_OPTIONS, redacted_repr
 
 FORMATS = ("parquet", "orc", "json")
 CHECKPOINT = "_checkpoint"
@@ -69,6 +69,9 @@ class LoadJob:
     zookeeper: str | None = None  # cluster mode: the brokers registered there, not bootstrap
     # the ssl.* client settings of ssl:// brokers (--command-config), under properties
     tls: Mapping[str, str] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        return redacted_repr(self)
 
     def source_options(self) -> dict[str, str]:
         """The options of the ``hostbroker`` stream reader, in their documented spelling."""

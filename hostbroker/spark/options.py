@@ -34,14 +34,15 @@ driver and in every task.
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from hostbroker.client.consumer import CONSUMER_SETTINGS
 from hostbroker.client.producer_settings import PRODUCER_SETTINGS
-from hostbroker.client.settings import TLS_SETTINGS, broker_uris, resolve
+from hostbroker.client.settings import TLS_SETTINGS, broker_uris, redacted, resolve
 from hostbroker.client.tls import tls_context
 from hostbroker.cluster.paths import REPLICATED
 from hostbroker.cluster.zk import parse_connect
@@ -125,6 +126,14 @@ def _part_problem(topic: str, key: Any, cluster: bool) -> str:
     return f"topic {topic!r}: {key!r} is not a partition number{hint}"
 
 
+def redacted_repr(options: Any) -> str:
+    """A dataclass's repr with the ``*password`` values of its mappings shown as
+    ``***`` (these objects travel in every task and may be shown in a traceback)."""
+    shown = (f"{f.name}={redacted(v) if isinstance(v, Mapping) else v!r}"
+             for f in fields(options) for v in (getattr(options, f.name),))
+    return f"{type(options).__name__}({', '.join(shown)})"
+
+
 @dataclass(frozen=True)
 class ReadOptions:
     """What a read (batch or stream) was asked for.
@@ -156,6 +165,9 @@ class ReadOptions:
     def cluster(self) -> bool:
         return self.zookeeper is not None
 
+    def __repr__(self) -> str:
+        return redacted_repr(self)
+
     def wants(self, topic: str) -> bool:
         """Whether ``topic`` is one this read subscribes to (by name, pattern or assign)."""
         if self.subscribe is not None:
@@ -182,6 +194,9 @@ class WriteOptions:
     @property
     def cluster(self) -> bool:
         return self.zookeeper is not None
+
+    def __repr__(self) -> str:
+        return redacted_repr(self)
 
 
 def _spelled(options: Mapping[str, str]) -> dict[str, str]:
@@ -228,13 +243,19 @@ def _owner(key: str) -> str:
 
 def _tls(spelled: Mapping[str, str]) -> dict[str, str]:
     """The ``ssl.*`` options given, checked as the client checks them, and the
-    context they make built once (its files read) so that a bad one fails here."""
+    context they make built once (its files read) so that a bad one fails here.
+    A file's location must be absolute: the executors read it too, from
+    another working directory. The key's password is taken as given, spaces included."""
     declared = {s.key: s for s in TLS_SETTINGS}
     given: dict[str, str] = {}
     for name in TLS_OPTIONS:
         if name in spelled:
+            value = spelled[name] if name == "ssl.key.password" else spelled[name].strip()
+            if name.endswith(".location") and value and not os.path.isabs(value):
+                raise _fail(name, f"{value!r} must be an absolute path (the executors "
+                                  "read it too, from their own working directory)")
             try:
-                given[name] = checked(declared[name], spelled[name].strip())
+                given[name] = checked(declared[name], value)
             except ConfigError as exc:
                 raise _fail(name, str(exc).split(": ", 1)[-1]) from None
     if given:

@@ -4,7 +4,9 @@ It accepts connections one after another, cuts what it reads into frames with
 the protocol's FrameReader, and hands each decoded request to ``answer``,
 which returns the bytes to send back (or b"" for none) or ``CLOSE``. The
 answer to a PRODUCE v1 or FETCH v2 (the clients' versions) may be written as
-version 0's: the fake appends its throttle time, 0.
+version 0's: the fake appends its throttle time (``throttle_ms``, 0 by
+default), unless ``throttle_field=False`` (a broker answering in version 0's
+shape).
 """
 
 from __future__ import annotations
@@ -29,8 +31,11 @@ def with_throttle_time(reply: bytes, throttle_ms: int = 0) -> bytes:
 
 
 class FakeBroker:
-    def __init__(self, answer: Callable, *, unix_path: str | None = None):
+    def __init__(self, answer: Callable, *, unix_path: str | None = None,
+                 throttle_field: bool = True, throttle_ms: int = 0):
         self.answer = answer
+        self.throttle_field = throttle_field
+        self.throttle_ms = throttle_ms
         self.requests: list = []  # (header, request) in arrival order
         if unix_path is None:
             self._listener = socket.create_server(("127.0.0.1", 0))
@@ -74,9 +79,10 @@ class FakeBroker:
                 reply = self.answer(header, request)
                 if reply is CLOSE:
                     return
-                if (throttled.throttled_answer(header.api_key, header.api_version)
+                if (self.throttle_field
+                        and throttled.throttled_answer(header.api_key, header.api_version)
                         and len(reply) > 4 + api.ERROR_FRAME_SIZE):
-                    reply = with_throttle_time(reply)
+                    reply = with_throttle_time(reply, self.throttle_ms)
                 conn.settimeout(5)
                 conn.sendall(reply)
                 conn.settimeout(0.05)

@@ -63,6 +63,23 @@ def test_summary_merges_processes_on_one_clock():
     assert "request latency ms over 200 requests: p50 2.000  p99 2.000  p99.9 20.000" in text
 
 
+def test_summary_averages_the_throttle_times_over_every_answer_of_every_process():
+    import logging
+
+    from hostbroker.client.throttle_stats import ThrottleStats
+
+    a, b = WorkerResult(started=1.0, ended=2.0), WorkerResult(started=1.0, ended=2.0)
+    for result, held in ((a, (0, 300)), (b, (0, 0, 0, 100))):
+        stats = ThrottleStats("fetch", logging.getLogger("test"))
+        for ms in held:
+            stats.record(ms, "u")
+        result.held(stats)
+    report = summarize("consume", [a, b])
+    assert report["throttle_time_ms"] == {"avg": round(400 / 6, 3), "max": 300}
+    assert "fetch throttle time ms (held by the broker for a quota): avg 66.667  max 300" \
+        in format_report(report)
+
+
 def test_no_acknowledgements_means_no_latency_and_errors_are_kept():
     report = summarize("produce", [WorkerResult(messages=5, started=1.0, ended=2.0),
                                    WorkerResult(started=1.0, ended=2.0, failed=3, error="boom")])

@@ -41,12 +41,12 @@ def own_quota_broker(make_broker, tmp_path):
     """``start(quota)``: a broker whose quota for this test's principal is ``quota``,
     with a topic ``t`` of one partition."""
 
-    def start(quota: Quota, name: str = "broker"):
+    def start(quota: Quota, name: str = "broker", **settings):
         root = tmp_path / name
         logs = root / "logs"
         logs.mkdir(parents=True)
         write_quotas(str(logs), QuotaSet({OWN: quota}))
-        broker = make_broker(root)
+        broker = make_broker(root, **settings)
         with broker.client() as c:
             c.create_topic("t", 1)
         return broker
@@ -121,9 +121,11 @@ def test_the_simple_consumer_reads_its_throttle_time_and_keeps_near_its_quota(
     assert BOUND * 0.5 <= rate <= BOUND * TOLERANCE, rate
 
 
-def test_the_high_level_consumer_reads_its_throttle_time(own_quota_broker):
+def test_the_high_level_consumer_reads_its_throttle_time_and_keeps_near_its_quota(
+        own_quota_broker):
     broker = own_quota_broker(Quota(consumer_byte_rate=BOUND))
-    _fill(broker, 40)  # 0.8 MB: about three seconds at the bound, past the first burst
+    _fill(broker, 70)  # 1.4 MB: past what the quota lets through in RUN_S, from the start
+    marks: list[tuple[float, int]] = []
     connector = ConsumerConnector(broker.unix, group_id="g", auto_offset_reset="earliest",
                                   consumer_timeout_ms=2000, fetch_size=50_000)
     try:
@@ -132,15 +134,62 @@ def test_the_high_level_consumer_reads_its_throttle_time(own_quota_broker):
         got = 0
         for message in stream:
             got += len(message.value)
-            if got >= 40 * len(VALUE) or time.monotonic() - start > 15:
+            marks.append((time.monotonic() - start, got))
+            if marks[-1][0] >= RUN_S:
                 break
-        elapsed = time.monotonic() - start
         stats = connector.stats
     finally:
         connector.shutdown()
-    assert got == 40 * len(VALUE)
+    assert got < 70 * len(VALUE)  # held: without the quota all of it comes in well under RUN_S
     assert stats["fetch-throttle-time-max"] > 0, stats
-    assert got / elapsed <= BOUND * 2.5  # held: without the quota it takes well under 0.1 s
+    rate = settled_rate(marks)
+    assert BOUND * 0.5 <= rate <= BOUND * TOLERANCE, rate
+
+
+# A hold longer than the clients' socket timeouts (scaled down from the
+# defaults: a 30 s cap, 10 s timeouts) but within the broker's cap.
+HOLD_CAP_MS = 6000
+SMALL_BOUND = 20_000
+
+
+def test_a_produce_held_past_the_request_timeout_is_written_once(own_quota_broker):
+    """300 kB under 20 kB/s: the answer is held the broker's cap, longer than
+    request.timeout.ms; the producer waits for it instead of sending the
+    message again (each copy held again, the log holding it four times)."""
+    broker = own_quota_broker(Quota(producer_byte_rate=SMALL_BOUND),
+                              quota_max_throttle_ms=HOLD_CAP_MS)
+    start = time.monotonic()
+    with Producer(broker.unix, producer_type="sync", request_timeout_ms=2000,
+                  quota_max_throttle_ms=HOLD_CAP_MS) as producer:
+        producer.send("t", b"v" * 300_000)
+        stats = producer.stats
+    assert time.monotonic() - start < 20
+    assert stats["retries"] == 0 and stats["requests"] == 1, stats
+    assert stats["produce-throttle-time-max"] > 2000, stats
+    with broker.client() as c:
+        log_end = c.fetch("t", 0, 0, 1).log_end_offset
+    assert log_end == 300_000 + 10  # one entry (its 10 bytes of header), not one per attempt
+
+
+def test_a_new_consumers_held_first_fetch_is_answered(own_quota_broker):
+    """A consumer quota far below fetch.size / the hold: the first answer on a
+    new connection comes after the setup timeout, and is still taken."""
+    broker = own_quota_broker(Quota(consumer_byte_rate=SMALL_BOUND),
+                              quota_max_throttle_ms=HOLD_CAP_MS)
+    with broker.client() as c:
+        for _ in range(10):
+            c.produce("t", 0, encode_message_set([b"v" * 100_000]))
+    options = dict(fetch_size=1_100_000, fetch_wait_max_ms=0, socket_timeout_ms=2000,
+                   socket_connection_setup_timeout_ms=2000, quota_max_throttle_ms=HOLD_CAP_MS)
+    with SimpleConsumer(broker.unix, **options) as first:
+        first.fetch("t", 0, 0)  # (the principal's burst: the next is held)
+    start = time.monotonic()
+    with SimpleConsumer(broker.unix, **options) as second:
+        fetched = second.fetch("t", 0, 0)
+        stats = second.stats
+    assert time.monotonic() - start < 20
+    assert len(fetched.message_set) > 0
+    assert stats["fetch-throttle-time-max"] > 2000, stats
 
 
 def test_a_broker_refusing_the_versions_is_a_clear_error():
@@ -192,10 +241,62 @@ def test_throttle_stats_average_every_answer_and_say_the_first_hold_once(caplog)
     stats = ThrottleStats("fetch", logging.getLogger("hostbroker.client.consumer"))
     assert stats.stats() == {"fetch-throttle-time-avg": 0.0, "fetch-throttle-time-max": 0}
     caplog.set_level(logging.INFO, logger="hostbroker.client.consumer")
-    for held in (0, 100, 50, 0):
+    for held in (0, 100, 50, 0, -7):  # (a negative one: 0)
         stats.record(held, "unix:///b.sock")
-    assert stats.stats() == {"fetch-throttle-time-avg": 37.5, "fetch-throttle-time-max": 100}
-    assert stats.answers == 4
+    assert stats.stats() == {"fetch-throttle-time-avg": 30.0, "fetch-throttle-time-max": 100}
+    assert stats.answers == 5 and stats.totals() == (5, 150, 100)
     assert [r.getMessage() for r in caplog.records] == [
         "the broker at unix:///b.sock held a FETCH answer 100 ms for this client's quota "
         "(fetch-throttle-time-avg and -max in the client's stats)"]
+
+
+def test_throttle_stats_are_over_two_samples_of_30_s_as_kafkas():
+    from hostbroker.client.throttle_stats import ThrottleStats
+
+    now = [0.0]
+    stats = ThrottleStats("produce", logging.getLogger("test"), clock=lambda: now[0])
+    stats.record(1000, "u")   # sample 1 begins at 0
+    now[0] = 31.0
+    stats.record(0, "u")      # sample 2 begins at 31
+    assert stats.stats() == {"produce-throttle-time-avg": 500.0,
+                             "produce-throttle-time-max": 1000}
+    now[0] = 59.0             # sample 1 began 59 s ago: still counted
+    assert stats.stats()["produce-throttle-time-max"] == 1000
+    now[0] = 60.0             # ... and now dropped: the episode is over
+    assert stats.stats() == {"produce-throttle-time-avg": 0.0, "produce-throttle-time-max": 0}
+    now[0] = 62.0
+    stats.record(20, "u")     # sample 3 begins, sample 2 still counted
+    assert stats.stats() == {"produce-throttle-time-avg": 10.0, "produce-throttle-time-max": 20}
+    now[0] = 200.0
+    assert stats.stats()["produce-throttle-time-max"] == 0
+    assert stats.totals() == (3, 1020, 1000)  # the lifetime, for a report over a run
+
+
+def test_a_stopping_housekeeping_fetcher_hands_its_housekeeping_on(make_broker):
+    """Of two fetchers, the first (the housekeeping one) stops on a refused
+    version: the second takes the housekeeping; the streams of the first raise."""
+    from hostbroker.client.group import RoundRobinAssignor
+    from hostbroker.client.throttle_stats import VersionRefusedError
+
+    broker = make_broker()
+    with broker.client() as c:
+        c.create_topic("t", 2)
+    connector = ConsumerConnector(broker.unix, group_id="g", assignor=RoundRobinAssignor(),
+                                  num_consumer_fetchers=2, consumer_timeout_ms=3000,
+                                  auto_offset_reset="earliest")
+    try:
+        streams = connector.create_message_streams({"t": 2})["t"]
+        first, second = connector._fetchers
+        assert first.housekeeping and not second.housekeeping
+        deadline = time.monotonic() + 5
+        while not first.streams and time.monotonic() < deadline:  # (its thread takes them)
+            time.sleep(0.01)
+        refused = VersionRefusedError(ErrorCode.UNSUPPORTED_VERSION, "refused")
+        first._stop_on(refused)
+        first.stop()
+        assert second.housekeeping and not first.housekeeping
+        failed = [s for s in streams if set(s.partitions) & set(first.streams)]
+        with pytest.raises(VersionRefusedError):
+            next(iter(failed[0]))
+    finally:
+        connector.shutdown()

@@ -82,3 +82,35 @@ def test_ssl_options_are_checked_on_the_driver_in_one_line(certs, tmp_path):
     with pytest.raises(OptionError, match="use the option ssl.truststore.location"):
         read_options({**base, "hostbroker.ssl.truststore.location": certs.ca},
                      streaming=False)
+
+
+def test_ssl_locations_must_be_absolute_paths(certs, monkeypatch):
+    """The executors read the files too, from their own working directory."""
+    monkeypatch.chdir(certs.dir)
+    for key, name in (("ssl.truststore.location", "ca.pem"),
+                      ("ssl.keystore.location", "alice.keystore.pem")):
+        with pytest.raises(OptionError) as caught:
+            read_options({"bootstrap": "ssl://127.0.0.1:9093", "subscribe": "t", key: name},
+                         streaming=False)
+        assert str(caught.value) == (f"hostbroker data source: option {key}: {name!r} must "
+                                     "be an absolute path (the executors read it too, from "
+                                     "their own working directory)")
+
+
+def test_the_key_password_is_taken_as_given_and_never_shown(certs):
+    from hostbroker.spark.loader import LoadJob
+    from tests.tls.certs import PASSWORD
+
+    base = {"bootstrap": "ssl://127.0.0.1:9093", "topic": "t",
+            "ssl.keystore.location": certs.path("server.enc.keystore.pem")}
+    with pytest.raises(OptionError, match="option ssl.keystore.location: "):
+        write_options({**base, "ssl.key.password": f" {PASSWORD} "}, streaming=False)
+    written = write_options({**base, "ssl.key.password": PASSWORD}, streaming=False)
+    read = read_options({"bootstrap": base["bootstrap"], "subscribe": "t",
+                         "ssl.keystore.location": base["ssl.keystore.location"],
+                         "ssl.key.password": PASSWORD}, streaming=True)
+    assert written.client["ssl.key.password"] == PASSWORD
+    job = LoadJob("ssl://127.0.0.1:9093", "t", "/out", tls={"ssl.key.password": PASSWORD},
+                  properties={"ssl.key.password": PASSWORD})
+    for shown in (repr(written), repr(read), repr(job), str(read)):
+        assert PASSWORD not in shown and "'ssl.key.password': '***'" in shown, shown

@@ -101,33 +101,100 @@ def test_every_connecting_command_reaches_an_ssl_only_broker_with_its_command_co
         meta = client.metadata(["tls-tools"])
     assert meta.topics[0].error_code == 0 and any(
         p.log_end_offset > 0 for p in meta.topics[0].partitions)
-    missed = {c for c in _connecting_commands() - {"load"}
-              if not any(r.startswith(c + " ") for r in ran)}
+    # (load: below, without a JVM; replicas verify: below, on its connection alone)
+    missed = {c for c in CONNECTING - {"load", "replicas verify"}
+              if not any(r.startswith(c + " ") or r == c for r in ran)}
     assert not missed, missed
 
 
-def _connecting_commands() -> set[str]:
-    """Every command of the parser with --command-config (those that reach a broker)."""
-    found = set()
+# Every command, classified by hand: whether it opens a connection to a broker.
+# A new command fails the test below until it is put in one of the two.
+CONNECTING = frozenset({
+    "topics create", "topics list", "topics describe", "topics alter", "topics delete",
+    "reassign", "replicas verify", "logdirs list", "logdirs online", "logdirs forget",
+    "acls add", "acls remove", "acls list", "quotas set", "quotas remove", "quotas list",
+    "groups list", "groups describe", "groups reset-offsets", "whoami", "produce", "consume",
+    "mirror", "perf produce", "perf consume", "perf latency", "load",
+})
+# serve, top, cpu-latency, dump-log: local files and memory; leaders elect: ZooKeeper only
+NOT_CONNECTING = frozenset({"serve", "top", "cpu-latency", "dump-log", "leaders elect"})
+
+
+def _commands_of_the_parser() -> dict[str, bool]:
+    """Each command of the parser (its path of subcommands): whether it takes --command-config."""
+    found = {}
 
     def walk(parser: argparse.ArgumentParser, path: tuple) -> None:
-        for action in parser._actions:
-            if isinstance(action, argparse._SubParsersAction):
-                for name, sub in action.choices.items():
-                    walk(sub, (*path, name))
-        if "--command-config" in {o for a in parser._actions for o in a.option_strings}:
-            found.add(" ".join(path))
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        for action in subs:
+            for name, sub in action.choices.items():
+                walk(sub, (*path, name))
+        if not subs:
+            found[" ".join(path)] = "--command-config" in {
+                o for a in parser._actions for o in a.option_strings}
 
     walk(build_parser(), ())
     return found
 
 
-def test_the_commands_that_reach_a_broker_without_bootstrap_take_command_config():
-    """mirror reaches its --from and --to brokers; the others of the parser
-    without --command-config reach none (serve, top, cpu-latency, dump-log:
-    local files and memory; leaders elect, replicas verify: ZooKeeper and the
-    brokers' registered listeners)."""
-    assert "mirror" in _connecting_commands()
+def test_every_command_that_connects_to_a_broker_takes_command_config():
+    commands = _commands_of_the_parser()
+    assert set(commands) == CONNECTING | NOT_CONNECTING, \
+        set(commands) ^ (CONNECTING | NOT_CONNECTING)
+    assert not CONNECTING & NOT_CONNECTING
+    assert {c for c in CONNECTING if not commands[c]} == set()
+
+
+def test_replicas_verify_reaches_an_ssl_listener_with_the_process_certificate(brokers, certs):
+    """Its connection to a registered broker, whose listener is ssl://."""
+    from hostbroker.client.tls import set_tls_defaults
+    from hostbroker.commands.replicas import _Wire
+    from hostbroker.protocol import replication as rp
+
+    class Registered:  # a broker registered with its ssl:// listener only
+        unix = None
+
+        def uris(self):
+            return [brokers[0].ssl]
+
+    set_tls_defaults(certs.client("alice"))
+    try:
+        wire = _Wire(Registered())
+        try:
+            answer = wire.ask(rp.MetadataRequestV1(()), rp.MetadataResponseV1)
+        finally:
+            wire.close()
+    finally:
+        set_tls_defaults({})
+    assert isinstance(answer, rp.MetadataResponseV1)
+    set_tls_defaults(certs.client(None))  # no certificate: the broker refuses the handshake
+    try:
+        with pytest.raises(OSError):
+            _Wire(Registered()).ask(rp.MetadataRequestV1(()), rp.MetadataResponseV1)
+    finally:
+        set_tls_defaults({})
+
+
+def test_mirror_reaches_each_end_with_that_ends_own_ssl_properties(brokers, certs,
+                                                                   make_tls_broker, tmp_path):
+    """No --command-config: the ssl-only destination is reached, its admin
+    connection included, with the --producer-property ssl.* alone."""
+    from hostbroker.log.message import encode_message_set
+
+    source = make_tls_broker()  # (reached over its Unix socket)
+    with source.client() as client:
+        client.create_topic("per-end", 1)
+        client.produce("per-end", 0, encode_message_set([b"a", b"b", b"c"]))
+    destination = brokers[1]
+    properties = [a for k, v in certs.client("alice").items()
+                  for a in ("--producer-property", f"{k}={v}")]
+    done = hostbroker("mirror", "--from", source.unix, "--to", destination.ssl,
+                      "--topics", "per-end", "--max-messages", "3", "--timeout-ms", "5000",
+                      *properties)
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
+    with destination.client() as client:
+        fetched = client.fetch("per-end", 0, 0, 100_000)
+    assert fetched.log_end_offset > 0
 
 
 def test_load_hands_its_command_config_to_the_spark_source(certs, tmp_path):
