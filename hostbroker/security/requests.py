@@ -114,6 +114,7 @@ _TABLE = {
         lambda r: Needs(each=tuple(Check(DESCRIBE, GROUP, g) for g in r.groups))
         if r.groups else Needs(listed=GROUP),
     controller_requests.LeaderAndIsrRequest: lambda r: _cluster(CLUSTER_ACTION),
+    controller_requests.LeaderAndIsrRequestV1: lambda r: _cluster(CLUSTER_ACTION),
     controller_requests.StopReplicaRequest: lambda r: _cluster(CLUSTER_ACTION),
     replication.OffsetForLeaderEpochRequest: lambda r: _cluster(CLUSTER_ACTION),
     logdirs.AlterReplicaDirsRequest: lambda r: _cluster(ALTER),

@@ -81,11 +81,12 @@ def _say(line: str) -> None:
     print(f"hostbroker: {line}", file=sys.stderr, flush=True)
 
 
-def request_of(notice: ctl.Notice, controller_id: int, tls: bool = False):
-    """The wire request body of ``notice``; ``tls`` (``security.inter.broker.protocol``
-    SSL): the leaders named by their ``ssl://`` listener, never a Unix socket."""
+def request_of(notice: ctl.Notice, controller_id: int):
+    """The wire request body of ``notice``: a LEADER_AND_ISR (version 1) names
+    every kind of listener each leader registered, whatever protocol the
+    brokers speak to one another (each broker takes the kind it needs)."""
     from hostbroker.protocol import replication as rp
-    from hostbroker.protocol.bodies import MetadataBroker, TopicConfigEntry
+    from hostbroker.protocol.bodies import TopicConfigEntry
 
     if notice.kind == ctl.STOP_REPLICA:
         return rp.StopReplicaRequest(
@@ -100,13 +101,10 @@ def request_of(notice: ctl.Notice, controller_id: int, tls: bool = False):
     configs = tuple(rp.TopicConfigs(t, tuple(TopicConfigEntry(k, v) for k, v in sorted(c.items())))
                     for t, c in sorted(notice.configs.items()) if c is not None)
     leaders = sorted(notice.leaders.values(), key=lambda b: b.broker_id)
-    if tls:
-        brokers = tuple(MetadataBroker(b.broker_id, b.ssl_host, b.ssl_port or 0, None)
-                        for b in leaders)
-    else:
-        brokers = tuple(MetadataBroker(b.broker_id, b.host, b.port or 0, b.unix)
-                        for b in leaders)
-    return rp.LeaderAndIsrRequest(controller_id, notice.epoch, parts, configs, brokers)
+    brokers = tuple(rp.BrokerEndpoints(b.broker_id, b.host, b.port or 0, b.unix,
+                                       b.ssl_host, b.ssl_port or -1)
+                    for b in leaders)
+    return rp.LeaderAndIsrRequestV1(controller_id, notice.epoch, parts, configs, brokers)
 
 
 class BrokerSender:
@@ -219,7 +217,7 @@ class BrokerSender:
         if self.sock is None:
             self.sock = self._connect()
         self.correlation = (self.correlation + 1) & 0x7FFFFFFF
-        frame = rp.encode_request(request_of(notice, self.controller_id, self.tls is not None),
+        frame = rp.encode_request(request_of(notice, self.controller_id),
                                   self.correlation,
                                   f"controller-{self.controller_id}")
         self.sock.sendall(frame)

@@ -77,19 +77,24 @@ def test_the_warning_names_the_principal_only_when_it_is_not_a_super_user(certs)
     assert "User:ANONYMOUS" in plain
 
 
-def test_leader_and_isr_names_the_leaders_listeners_of_the_inter_broker_protocol():
+def test_leader_and_isr_names_every_listener_of_the_leaders():
     from hostbroker.cluster import controller as ctl
     from hostbroker.cluster import paths
+    from hostbroker.protocol import replication as rp
     from hostbroker.workers.registrar_controller import request_of
 
-    leader = paths.BrokerInfo(1, "h1", 9092, "/run/1.sock", "h1", 9093)
+    leader = paths.BrokerInfo(1, "h1", 9092, "/run/1.sock", "h1s", 9093)
     plain_only = paths.BrokerInfo(2, "h2", 9092, None)
     notice = ctl.Notice(ctl.LEADER_AND_ISR, 3, 7, leaders={1: leader, 2: plain_only})
-    assert [(b.broker_id, b.host, b.port, b.unix_path)
-            for b in request_of(notice, 1).brokers] == [
-        (1, "h1", 9092, "/run/1.sock"), (2, "h2", 9092, None)]
-    # under SSL: the ssl:// listener, never the Unix socket; a leader without one
-    # is named with no listener (its followers say they know no ssl:// endpoint)
-    assert [(b.broker_id, b.host, b.port, b.unix_path)
-            for b in request_of(notice, 1, tls=True).brokers] == [
-        (1, "h1", 9093, None), (2, None, 0, None)]
+    request = request_of(notice, 1)
+    assert request.API_VERSION == 1
+    expected = [(1, "h1", 9092, "/run/1.sock", "h1s", 9093), (2, "h2", 9092, None, None, -1)]
+    assert [(b.broker_id, b.host, b.port, b.unix_path, b.ssl_host, b.ssl_port)
+            for b in request.brokers] == expected
+    # the wire round trip, bounded and checked as it is read
+    _, back = rp.decode_request(rp.encode_request(request, 5, "c")[4:])
+    assert [(b.broker_id, b.host, b.port, b.unix_path, b.ssl_host, b.ssl_port)
+            for b in back.brokers] == expected
+    bad = rp.LeaderAndIsrRequestV1(1, 3, (), (), (rp.BrokerEndpoints(2, "h", 1, None, "s", 70000),))
+    with pytest.raises(Exception, match="ssl port 70000"):
+        rp.decode_request(rp.encode_request(bad, 5, "c")[4:])

@@ -118,7 +118,8 @@ def endpoint(peer, tls: bool = False) -> tuple | None:
     if peer is None:
         return None
     if tls:
-        return ("ssl", peer.host, peer.port) if peer.host and 0 < peer.port <= 65535 else None
+        host, port = peer.ssl_host, peer.ssl_port
+        return ("ssl", host, port) if host and 0 < port <= 65535 else None
     unix = peer.unix or ""
     if unix:
         try:
