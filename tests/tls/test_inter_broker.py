@@ -232,3 +232,18 @@ def test_an_ssl_client_of_a_plaintext_cluster_reaches_the_other_leader_at_its_ss
         wire.close()
     assert sorted((b.broker_id, b.port, b.unix_path) for b in plain.brokers) == [
         (n, brokers[n].port, brokers[n].unix_path) for n in (1, 2)]
+
+
+def test_a_broker_names_itself_as_it_registers(make_tls_broker, certs):
+    """METADATA names the answering broker by its advertised listeners (what
+    its registration says), not by the address it bound."""
+    broker = make_tls_broker(start=False)
+    broker.settings["advertised.listeners"] = (
+        f"tcp://localhost:{broker.port},ssl://localhost:{broker.ssl_port}")
+    broker.start()
+    ssl_v0 = api.decode_response(api.ApiKey.METADATA, _ssl_call(
+        broker, certs, api.encode_request(api.MetadataRequest(topics=[]), 2)))
+    assert [(b.host, b.port) for b in ssl_v0[1].brokers] == [("localhost", broker.ssl_port)]
+    tcp_v0 = api.decode_response(api.ApiKey.METADATA, _tcp_call(
+        broker, api.encode_request(api.MetadataRequest(topics=[]), 2)))
+    assert [(b.host, b.port) for b in tcp_v0[1].brokers] == [("localhost", broker.port)]
