@@ -90,16 +90,19 @@ TLS_SETTINGS: tuple[tuple[str, type, object, str, Callable | None], ...] = (
      "leaves out weak ciphers); TLS 1.3 suites are OpenSSL's defaults.", _ciphers_problem),
     ("ssl.handshake.timeout.ms", int, 10000,
      "Longest a TLS handshake may take, from the connection's hand-off to its processor: "
-     "a client that has not finished by then is closed and holds nothing more.",
+     "a client that has not finished by then is closed and holds nothing more; and this "
+     "broker's own handshakes to other brokers (security.inter.broker.protocol SSL: "
+     "replica fetchers, the controller's requests), after which it tries again later.",
      _between(100, 600000)),
     ("security.inter.broker.protocol", str, "PLAINTEXT",
-     "How the brokers of a cluster reach each other (replica fetchers, the controller's "
+     "How this broker reaches the others of its cluster (replica fetchers, the controller's "
      "requests): PLAINTEXT (their tcp:// listener, or the Unix socket on the same host, as "
      "User:ANONYMOUS) or SSL (their ssl:// listener, showing this broker's certificate of "
      "ssl.keystore.location and verifying theirs against ssl.truststore.location: each "
-     "broker is User:<CN of its certificate> to the others). SSL needs an ssl:// listener, "
-     "the keystore and the truststore, or the start is refused. Every broker of a cluster "
-     "takes the same value.", _one_of(*INTER_BROKER)),
+     "broker is User:<CN of its certificate> to the others). SSL needs an ssl:// listener "
+     "(in advertised.listeners too when that is set), the keystore, the truststore and "
+     "ssl.client.auth other than none, or the start is refused. Brokers may differ while a "
+     "cluster switches one broker at a time (docs/cluster.md).", _one_of(*INTER_BROKER)),
     ("ssl.endpoint.identification.algorithm", str, "https",
      "With security.inter.broker.protocol SSL: https, another broker's certificate must "
      "name the host it registered for its ssl:// listener; empty, only its chain to "

@@ -38,7 +38,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from hostbroker.client.leaders import LeaderMap, MetadataLeaders, TopicLeaders
+from hostbroker.client.leaders import LeaderMap, MetadataLeaders, TopicLeaders, broker_uri
 from hostbroker.client.simple import SimpleClient
 from hostbroker.errors import ErrorCode
 from hostbroker.protocol import api
@@ -72,15 +72,6 @@ def leader_refs(leaders: TopicLeaders, now: float) -> TopicPartitions:
         found = leaders.leader_uri(part.partition)
         refs.append(PartitionRef(*(found or (-1, "")), part.partition))
     return TopicPartitions(leaders.topic, tuple(refs), True, now, True)
-
-
-def _broker_uri(broker: api.MetadataBroker, prefer_unix: bool, asked: str = "") -> str | None:
-    """A broker of a METADATA answer as a URI; an ``ssl://`` listener (``asked``)
-    answers with the brokers' ``ssl://`` host and port."""
-    scheme = "ssl" if asked.startswith("ssl://") else "tcp"
-    tcp = f"{scheme}://{broker.host}:{broker.port}" if broker.host else None
-    unix = f"unix://{broker.unix_path}" if broker.unix_path else None
-    return (unix or tcp) if prefer_unix else (tcp or unix)
 
 
 class Cluster:
@@ -199,7 +190,7 @@ class Cluster:
                 for part in entry.partitions:
                     where = uri_of.get(part.broker_id)
                     if where is None and part.broker_id in others:
-                        where = _broker_uri(others[part.broker_id], prefer_unix, uri)
+                        where = broker_uri(others[part.broker_id], prefer_unix, uri)
                     if where is not None:
                         refs.setdefault((part.broker_id, part.partition),
                                         PartitionRef(part.broker_id, where, part.partition))

@@ -269,7 +269,8 @@ class BrokerConnection:
         """The TLS handshake of a connected socket, within ``timeout`` in all;
         an OSError of one line if it fails."""
         try:
-            context = tls_context(self.tls)
+            # (a broker's own connection gives its context ready made)
+            context = self.tls if isinstance(self.tls, ssl.SSLContext) else tls_context(self.tls)
         except ValueError as exc:
             sock.close()
             raise OSError(f"cannot reach {self.uri}: {exc}") from None

@@ -253,7 +253,7 @@ class MetadataLeaders:
             for uri, answer in answers:
                 unix = uri.startswith("unix:") if self.prefer_unix is None else self.prefer_unix
                 for broker in answer.brokers:
-                    where = _uri_of(broker, unix, uri)
+                    where = broker_uri(broker, unix, uri)
                     if where is not None and broker.broker_id not in asked:
                         others.setdefault(broker.broker_id, where)
             for uri in list(others.values())[:MAX_DISCOVERED]:
@@ -269,11 +269,16 @@ def _held(topic: str, answers) -> bool:
                for _, answer in answers for entry in answer.topics)
 
 
-def _uri_of(broker, prefer_unix: bool, asked: str = "") -> str | None:
-    """A broker of a METADATA answer as a URI; an ``ssl://`` listener (``asked``)
-    answers with the brokers' ``ssl://`` host and port."""
+def broker_uri(broker, prefer_unix: bool, asked: str = "") -> str | None:
+    """A broker of a METADATA answer as a URI (the one place clients make it):
+    its Unix path or its host and port (an IPv6 address in brackets), the
+    latter ``ssl://`` when the answer came from an ``ssl://`` listener
+    (``asked``), which names the brokers' ``ssl://`` listeners; None when it
+    names neither (or a port out of range)."""
     host, port, unix = broker.host, broker.port, broker.unix_path
     scheme = "ssl" if asked.startswith("ssl://") else "tcp"
+    if host and ":" in host and not host.startswith("["):
+        host = f"[{host}]"
     tcp = f"{scheme}://{host}:{port}" if host and 0 < port < 65536 else None
     unix_uri = f"unix://{unix}" if unix else None
     return (unix_uri or tcp) if prefer_unix else (tcp or unix_uri)
@@ -294,7 +299,7 @@ def merge_metadata(topic: str, answers, prefer_unix: bool | None = None,
     for uri, answer in answers:
         unix = uri.startswith("unix:") if prefer_unix is None else prefer_unix
         for broker in answer.brokers:
-            where = _uri_of(broker, unix, uri)
+            where = broker_uri(broker, unix, uri)
             if where is not None and 0 <= broker.broker_id <= zkread.MAX_BROKER_ID:
                 uris.setdefault(broker.broker_id, where)
         for entry in answer.topics:

@@ -23,7 +23,9 @@ it): sizes, JSON depth and numbers are checked before anything is built.
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import re
 from dataclasses import dataclass
 
 from hostbroker.cluster.zkread import (
@@ -131,9 +133,9 @@ class BrokerInfo:
         if self.unix:
             out.append(f"unix://{self.unix}")
         if self.host and self.port:
-            out.append(f"tcp://{self.host}:{self.port}")
+            out.append(f"tcp://{_bracketed(self.host)}:{self.port}")
         if self.ssl_host and self.ssl_port:
-            out.append(f"ssl://{self.ssl_host}:{self.ssl_port}")
+            out.append(f"ssl://{_bracketed(self.ssl_host)}:{self.ssl_port}")
         return out
 
     def endpoints(self) -> list[str]:
@@ -168,21 +170,50 @@ def _port_problem(port) -> bool:
     return type(port) is not int or not 0 < port < 65536
 
 
+_LABEL = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\Z")
+
+
+def _endpoint_host_problem(host: str, bracketed: bool) -> str | None:
+    """Why ``host`` of an ``endpoints`` entry is not an IP literal or an LDH
+    name (an IPv6 address in brackets only), None when it is one."""
+    if bracketed:
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            return "in brackets but not an IPv6 address"
+        return None
+    if ":" in host:
+        return "an IPv6 address goes in brackets"
+    try:
+        ipaddress.IPv4Address(host)
+        return None
+    except ValueError:
+        pass
+    if not 0 < len(host) <= 253 or not all(_LABEL.match(label) for label in host.split(".")):
+        return "not an IP address or a host name of letters, digits and hyphens"
+    return None
+
+
 def _endpoint(where: str, text) -> tuple[str, str, int]:
-    """``(protocol, host, port)`` of one ``PROTOCOL://host:port`` entry."""
+    """``(protocol, host, port)`` of one ``PROTOCOL://host:port`` entry: host an
+    IPv4 address, an IPv6 one in brackets, or an LDH name; port 1-65535
+    without leading zeros."""
     if not isinstance(text, str) or len(text) > MAX_NAME_BYTES + 32:
         raise ValueError(f"{where}: endpoint {str(text)[:80]!r} is not PROTOCOL://host:port")
     protocol, sep, rest = text.partition("://")
     host, colon, port = rest.rpartition(":")
-    if host.startswith("[") and host.endswith("]"):
+    bracketed = host.startswith("[") and host.endswith("]")
+    if bracketed:
         host = host[1:-1]
     if (not sep or protocol not in _ENDPOINT_PROTOCOLS or not colon
             or not port.isascii() or not port.isdigit() or len(port) > 5):
         raise ValueError(f"{where}: endpoint {text[:80]!r} is not PROTOCOL://host:port "
                          f"with PROTOCOL one of {', '.join(_ENDPOINT_PROTOCOLS)}")
-    if _host_problem(host):
-        raise ValueError(f"{where}: endpoint {text[:80]!r}: {host[:80]!r} is not a host name")
-    if _port_problem(int(port)):
+    problem = "" if _host_problem(host) else _endpoint_host_problem(host, bracketed)
+    if problem is not None:
+        raise ValueError(f"{where}: endpoint {text[:80]!r}: {host[:80]!r} is not a host name"
+                         f"{': ' + problem if problem else ''}")
+    if _port_problem(int(port)) or port.startswith("0"):
         raise ValueError(f"{where}: endpoint {text[:80]!r}: {port} is not a port number")
     return protocol, host, int(port)
 
@@ -213,9 +244,13 @@ def decode_broker(broker_id: int, data: bytes, path: str = "",
         if not isinstance(endpoints, list) or len(endpoints) > MAX_ENDPOINTS:
             raise ValueError(f"{where}: endpoints is not a list of at most {MAX_ENDPOINTS} "
                              "PROTOCOL://host:port entries")
+        seen: set = set()
         for text in endpoints:
             protocol, e_host, e_port = _endpoint(where, text)
-            if protocol == "SSL" and ssl_host is None:
+            if protocol in seen:
+                raise ValueError(f"{where}: endpoints names {protocol} twice")
+            seen.add(protocol)
+            if protocol == "SSL":
                 ssl_host, ssl_port = e_host, e_port
             elif protocol == "PLAINTEXT" and host is None and port is None:
                 host, port = e_host, e_port  # (a node that names it only there)

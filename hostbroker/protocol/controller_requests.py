@@ -24,12 +24,22 @@ from hostbroker.protocol.replica_fields import (
     check_replica_set,
     refuse,
 )
-from hostbroker.protocol.schema import Array, ErrorCodeField, Int8, Int32, String, wire_struct
+from hostbroker.protocol.schema import (
+    Array,
+    ErrorCodeField,
+    Int8,
+    Int32,
+    NullableString,
+    String,
+    wire_struct,
+)
 
 __all__ = [
     "BrokerEndpoint",
+    "BrokerEndpoints",
     "LeaderAndIsrPartition",
     "LeaderAndIsrRequest",
+    "LeaderAndIsrRequestV1",
     "LeaderAndIsrResponse",
     "PartitionError",
     "StopReplicaPartition",
@@ -40,8 +50,23 @@ __all__ = [
 
 # LEADER_AND_ISR (14)
 
-# A broker's listeners in LEADER_AND_ISR: the layout of METADATA's live brokers.
+# A broker's listeners in LEADER_AND_ISR version 0: the layout of METADATA's live brokers.
 BrokerEndpoint = MetadataBroker
+
+
+@wire_struct
+@dataclass(frozen=True, slots=True)
+class BrokerEndpoints:
+    """A broker's listeners in LEADER_AND_ISR version 1: every kind it
+    registered, its ``ssl://`` one too (``ssl_host`` None, ``ssl_port`` -1
+    where it has none)."""
+
+    broker_id: Int32
+    host: NullableString
+    port: Int32
+    unix_path: NullableString
+    ssl_host: NullableString = None
+    ssl_port: Int32 = -1
 
 
 @wire_struct
@@ -99,14 +124,40 @@ class LeaderAndIsrRequest:
             keys = [config.key for config in entry.configs]
             if len(set(keys)) != len(keys):
                 refuse(f"a config key of topic {entry.topic[:80]!r} given twice")
-        ids: set = set()
-        for broker in self.brokers:
-            check_broker_id(broker.broker_id, "broker id")
-            if broker.broker_id in ids:
-                refuse(f"broker {broker.broker_id} listed twice")
-            ids.add(broker.broker_id)
-            if not 0 <= broker.port <= 65535:
-                refuse(f"port {broker.port} of broker {broker.broker_id} is out of range")
+        _check_brokers(self.brokers)
+
+
+def _check_brokers(brokers) -> None:
+    ids: set = set()
+    for broker in brokers:
+        check_broker_id(broker.broker_id, "broker id")
+        if broker.broker_id in ids:
+            refuse(f"broker {broker.broker_id} listed twice")
+        ids.add(broker.broker_id)
+        if not 0 <= broker.port <= 65535:
+            refuse(f"port {broker.port} of broker {broker.broker_id} is out of range")
+        ssl_port = getattr(broker, "ssl_port", -1)
+        if not -1 <= ssl_port <= 65535:
+            refuse(f"ssl port {ssl_port} of broker {broker.broker_id} is out of range")
+
+
+@wire_struct
+@dataclass(frozen=True, slots=True)
+class LeaderAndIsrRequestV1:
+    """Version 1: as version 0, each broker named with every kind of listener
+    it registered (:class:`BrokerEndpoints`), whatever protocol the brokers
+    speak to one another."""
+
+    API_KEY: ClassVar[int] = ApiKey.LEADER_AND_ISR
+    API_VERSION: ClassVar[int] = 1
+    controller_id: Int32
+    controller_epoch: Int32
+    partitions: Array[LeaderAndIsrPartition]
+    topic_configs: Array[TopicConfigs] = ()
+    brokers: Array[BrokerEndpoints] = ()
+
+    def check(self) -> None:
+        LeaderAndIsrRequest.check(self)
 
 
 @wire_struct

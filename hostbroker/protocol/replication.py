@@ -53,8 +53,10 @@ from hostbroker.protocol import acls, api, groups, logdirs, throttled, topics_ad
 from hostbroker.protocol.bodies import ApiKey, MetadataBroker, TopicConfigEntry
 from hostbroker.protocol.controller_requests import (
     BrokerEndpoint,
+    BrokerEndpoints,
     LeaderAndIsrPartition,
     LeaderAndIsrRequest,
+    LeaderAndIsrRequestV1,
     LeaderAndIsrResponse,
     PartitionError,
     StopReplicaPartition,
@@ -88,6 +90,7 @@ from hostbroker.protocol.schema import (
 
 __all__ = [
     "BrokerEndpoint",
+    "BrokerEndpoints",
     "FETCH_V1",
     "MAX_REPLICAS",
     "METADATA_V1",
@@ -105,6 +108,7 @@ __all__ = [
     "LeaderAndIsrPartition",
     "MetadataBroker",
     "LeaderAndIsrRequest",
+    "LeaderAndIsrRequestV1",
     "LeaderAndIsrResponse",
     "MetadataPartitionV1",
     "MetadataRequestV1",
@@ -325,6 +329,7 @@ ReplicationRequest = (
     MetadataRequestV1
     | FetchRequestV1
     | LeaderAndIsrRequest
+    | LeaderAndIsrRequestV1
     | StopReplicaRequest
     | OffsetForLeaderEpochRequest
 )
@@ -343,6 +348,7 @@ REPLICATION_REQUEST_TYPES: dict[tuple[int, int], type] = {
         MetadataRequestV1,
         FetchRequestV1,
         LeaderAndIsrRequest,
+        LeaderAndIsrRequestV1,
         StopReplicaRequest,
         OffsetForLeaderEpochRequest,
     )
@@ -352,6 +358,7 @@ REPLICATION_RESPONSE_TYPES: dict[tuple[int, int], type] = {
     (ApiKey.METADATA, METADATA_V1): MetadataResponseV1,
     (ApiKey.FETCH, FETCH_V1): FetchResponseV1,
     (ApiKey.LEADER_AND_ISR, 0): LeaderAndIsrResponse,
+    (ApiKey.LEADER_AND_ISR, 1): LeaderAndIsrResponse,
     (ApiKey.STOP_REPLICA, 0): StopReplicaResponse,
     (ApiKey.OFFSET_FOR_LEADER_EPOCH, 0): OffsetForLeaderEpochResponse,
 }

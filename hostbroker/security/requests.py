@@ -114,6 +114,7 @@ _TABLE = {
         lambda r: Needs(each=tuple(Check(DESCRIBE, GROUP, g) for g in r.groups))
         if r.groups else Needs(listed=GROUP),
     controller_requests.LeaderAndIsrRequest: lambda r: _cluster(CLUSTER_ACTION),
+    controller_requests.LeaderAndIsrRequestV1: lambda r: _cluster(CLUSTER_ACTION),
     controller_requests.StopReplicaRequest: lambda r: _cluster(CLUSTER_ACTION),
     replication.OffsetForLeaderEpochRequest: lambda r: _cluster(CLUSTER_ACTION),
     logdirs.AlterReplicaDirsRequest: lambda r: _cluster(ALTER),
@@ -163,10 +164,10 @@ def start_warnings(config, broker_principal: str | None = None) -> list[str]:
             lines.append(
                 f"authorizer.enable in cluster mode: this broker reaches the others over "
                 f"ssl:// as {broker_principal} (the CN of its certificate), which is not in "
-                f"super.users: a broker's follower FETCHes, LEADER_AND_ISR and STOP_REPLICA "
-                f"need ClusterAction on the cluster (and Describe on the replicated topics), "
-                f"so name every broker's principal in super.users or grant it that, or "
-                f"replication stops")
+                f"super.users: unless the ACLs grant it ClusterAction on the cluster (and "
+                f"Describe on the replicated topics; not looked at here), the others refuse "
+                f"its follower FETCHes, LEADER_AND_ISR and STOP_REPLICA and replication "
+                f"stops: name every broker's principal in super.users or grant it that")
     if config.http_listeners and not any(uri.startswith("unix://")
                                          for uri in config.listeners):
         # (with ssl:// listeners alone it shows the broker's certificate, and says

@@ -34,14 +34,21 @@ published ``zk_controller`` epoch, and, at that epoch, from the published
 id (else CONTROLLER_NOT_CONFIRMED): a client cannot raise the epoch past
 the real controller's.
 
-Peer slot (256 bytes)::
+Peer slot (768 bytes: two 255-byte host names and a Unix path fit)::
 
     offset  size  field
     0       8     seq
     8       4     state      FREE 0, KNOWN 1
     12      4     broker_id  i32
     16      4     info_len   bytes of info used
-    20      232   info       JSON {"host": .., "port": .., "unix": ..}
+    20      748   info       JSON {"host": .., "port": .., "unix": ..,
+                             "ssl_host": .., "ssl_port": ..}
+
+A slot holds every kind of listener the broker registered, whatever
+``security.inter.broker.protocol`` says: METADATA gives a client the kind of
+the listener it came on, and ``hb-replica`` takes the kind of its own
+protocol (a LEADER_AND_ISR of version 0 names no ``ssl://`` listener: none
+is stored).
 
 Everything stored came from a request: it is checked here (broker id range,
 the info's size) and read back with the same checks, so a reader never
@@ -59,11 +66,11 @@ from hostbroker.shm.table import FREE, SlotLayout, SlotTable
 
 MAX_PEERS = 1024
 KNOWN = 1
-INFO_MAX = 232
+INFO_MAX = 748
 BROKER_ID_MAX = 2**31 - 1
 
 PeerSlot = namedtuple("PeerSlot", "state broker_id info")
-Peer = namedtuple("Peer", "broker_id host port unix")
+Peer = namedtuple("Peer", "broker_id host port unix ssl_host ssl_port", defaults=("", -1))
 
 PEER_LAYOUT = SlotLayout(
     b"PEER",
@@ -74,7 +81,7 @@ PEER_LAYOUT = SlotLayout(
         ("info_len", "I"),
         ("info", f"{INFO_MAX}s"),
     ],
-    slot_size=256,
+    slot_size=768,
 )
 
 _CONTROLLER_EPOCH_AT = 32
@@ -86,13 +93,19 @@ _U32 = struct.Struct("<I")
 _I32 = struct.Struct("<i")
 
 
-def _info(host: str, port: int, unix: str) -> str:
+def _port_ok(port) -> bool:
+    return isinstance(port, int) and not isinstance(port, bool) and -1 <= port <= 65535
+
+
+def _info(host: str, port: int, unix: str, ssl_host: str = "", ssl_port: int = -1) -> str:
     """The stored form of an endpoint; ValueError naming what does not fit."""
-    if not isinstance(host, str) or not isinstance(unix, str):
-        raise ValueError("a peer's host and unix path are strings")
-    if not isinstance(port, int) or not -1 <= port <= 65535:
-        raise ValueError(f"peer port {port!r} not in -1..65535")
-    info = json.dumps({"host": host, "port": port, "unix": unix}, separators=(",", ":"))
+    if not all(isinstance(x, str) for x in (host, unix, ssl_host)):
+        raise ValueError("a peer's hosts and unix path are strings")
+    for value in (port, ssl_port):
+        if not _port_ok(value):
+            raise ValueError(f"peer port {value!r} not in -1..65535")
+    info = json.dumps({"host": host, "port": port, "unix": unix, "ssl_host": ssl_host,
+                       "ssl_port": ssl_port}, separators=(",", ":"))
     if len(info.encode()) > INFO_MAX:
         raise ValueError(f"peer endpoint over {INFO_MAX} bytes")
     return info
@@ -103,12 +116,13 @@ def _peer(broker_id: int, info: str) -> Peer | None:
     try:
         d = json.loads(info)
         host, port, unix = d["host"], d["port"], d["unix"]
+        ssl_host, ssl_port = d["ssl_host"], d["ssl_port"]
     except (ValueError, KeyError, TypeError):
         return None
-    if not (isinstance(host, str) and isinstance(unix, str) and isinstance(port, int)
-            and not isinstance(port, bool) and -1 <= port <= 65535):
+    if not (all(isinstance(x, str) for x in (host, unix, ssl_host))
+            and _port_ok(port) and _port_ok(ssl_port)):
         return None
-    return Peer(broker_id, host, port, unix)
+    return Peer(broker_id, host, port, unix, ssl_host, ssl_port)
 
 
 class PeersTable(SlotTable):
@@ -200,21 +214,23 @@ class PeersTable(SlotTable):
                 return i
         return None
 
-    def put(self, broker_id: int, host: str, port: int, unix: str) -> None:
-        """Store (or replace) a broker's endpoint (hold the admin lock).
+    def put(self, broker_id: int, host: str, port: int, unix: str, ssl_host: str = "",
+            ssl_port: int = -1) -> None:
+        """Store (or replace) a broker's endpoints (hold the admin lock).
         ValueError for an id or endpoint out of range, or a full table."""
-        self._put(self._where(), broker_id, host, port, unix)
+        self._put(self._where(), broker_id, host, port, unix, ssl_host, ssl_port)
 
     def put_all(self, peers) -> int:
-        """:meth:`put` each ``(broker_id, host, port, unix)`` of ``peers``, the
+        """:meth:`put` each ``(broker_id, host, port, unix, ssl_host, ssl_port)``
+        of ``peers``, the
         table scanned once for all of them (a LEADER_AND_ISR may name 10,000
         brokers; a scan of a full table costs about a millisecond). Returns
         how many were refused (out of range, or no room left)."""
         where = self._where()
         refused = 0
-        for broker_id, host, port, unix in peers:
+        for peer in peers:
             try:
-                self._put(where, broker_id, host, port, unix)
+                self._put(where, *peer)
             except ValueError:
                 refused += 1
         return refused
@@ -224,10 +240,10 @@ class PeersTable(SlotTable):
         return {s.broker_id: i for i, s in self.scan()}
 
     def _put(self, where: dict[int, int], broker_id: int, host: str, port: int,
-             unix: str) -> None:
+             unix: str, ssl_host: str = "", ssl_port: int = -1) -> None:
         if not 0 <= broker_id <= BROKER_ID_MAX:
             raise ValueError(f"broker id {broker_id} not in 0..{BROKER_ID_MAX}")
-        info = _info(host, port, unix)
+        info = _info(host, port, unix, ssl_host, ssl_port)
         i = where.get(broker_id)
         if i is None:
             i = self.find_free() if len(where) < self.slot_count else None

@@ -196,22 +196,23 @@ def consumer_end(s, any_replica: bool = False) -> tuple[int, int]:
     return ErrorCode.NONE, s.readable_end
 
 
-def broker_list(plan, broker_id: int, tls: bool = False) -> tuple | None:
+def broker_list(plan, broker_id: int, tls: bool = False, advertised: str = "") -> tuple | None:
     """This broker as METADATA names it: (id, TCP host, TCP port, Unix path),
-    from the first listener of each kind (-1 / "" where there is none); with
-    ``tls`` (the answer to a client of an ``ssl://`` listener) the host and
-    port of the first ``ssl://`` listener and no Unix path, None when it has
-    no such listener."""
-    scheme = "ssl://" if tls else "tcp://"
-    host, port, unix = "", -1, ""
-    for uri, sock in plan.listeners:
-        if uri.startswith(scheme) and port == -1:
-            host, port = sock.getsockname()[:2]
-        elif uri.startswith("unix://") and not unix and not tls:
-            unix = sock.getsockname()
-    if tls and port == -1:
-        return None
-    return ((broker_id, host, port, unix),)
+    as its registration names it (``registry.advertised_info``: the first
+    listener of each kind of ``advertised.listeners``, else of the bound ones,
+    a wildcard host this host's name), -1 / "" where there is none; with
+    ``tls`` (the answer to a client of an ``ssl://`` listener) its ``ssl://``
+    host and port and no Unix path, None when it has no such listener. So a
+    client is given the same address for this broker by every broker."""
+    from hostbroker.cluster.registry import advertised_info
+
+    info = advertised_info(broker_id, advertised, plan.listeners)
+    if tls:
+        if not (info.ssl_host and info.ssl_port):
+            return None
+        return ((broker_id, info.ssl_host, info.ssl_port, ""),)
+    host, port = (info.host, info.port) if info.host and info.port else ("", -1)
+    return ((broker_id, host, port, info.unix or ""),)
 
 
 class TableAnswers:

@@ -160,9 +160,11 @@ class HandlerWorker(TopicAdmin, TopicAlter, Fetching, Replication, LogDirsReques
         self.parked: list = []  # handler_fetch._ParkedFetch
         self.writer_epochs = [self.board.epoch(slot) for slot in self.peer_slots]
         self.answers = TableAnswers(self.view, plan.log_dirs, self.config["broker.id"],
-                                    broker_list(plan, self.config["broker.id"]),
+                                    broker_list(plan, self.config["broker.id"],
+                                                advertised=self.config["advertised.listeners"]),
                                     self.config["response.max.bytes"])
-        tls_brokers = broker_list(plan, self.config["broker.id"], tls=True)
+        tls_brokers = broker_list(plan, self.config["broker.id"], tls=True,
+                                  advertised=self.config["advertised.listeners"])
         self.tls_answers = None if tls_brokers is None else TableAnswers(
             self.view, plan.log_dirs, self.config["broker.id"], tls_brokers,
             self.config["response.max.bytes"])  # (METADATA of ssl:// clients)

@@ -64,7 +64,6 @@ class Replication:
     """Mixin of :class:`HandlerWorker`: the replication requests."""
 
     tls_answers = None  # METADATA v0 of ssl:// clients (handler.py), None without such a listener
-    peers_tls = False  # (until _init_replication: security.inter.broker.protocol SSL)
 
     def _init_replication(self) -> None:
         name = getattr(self.plan, "peers_name", None)
@@ -75,8 +74,6 @@ class Replication:
         self.isr_commits = ptable.IsrCommitTable.attach(name) if name else None
         self.broker_id = self.config["broker.id"]
         self.cluster_mode = bool(self.config["zookeeper.connect"].strip())
-        # whether the peers' listeners LEADER_AND_ISR names are their ssl:// ones
-        self.peers_tls = self.config["security.inter.broker.protocol"] == "SSL"
         # slot -> ((topic, partition, epoch_start, leader_epoch), cache): a partition's
         # leader-epoch-checkpoint as last loaded
         self.epoch_caches: dict[int, tuple] = {}
@@ -183,7 +180,9 @@ class Replication:
                     code, self._refused(code, results)))
                 return
             refused = self.peers.put_all(
-                (b.broker_id, b.host or "", b.port, b.unix_path or "") for b in request.brokers)
+                (b.broker_id, b.host or "", b.port, b.unix_path or "",
+                 getattr(b, "ssl_host", None) or "", getattr(b, "ssl_port", -1))
+                for b in request.brokers)
             if refused:
                 self.count(procs.ERRORS, refused)  # (a full table: those brokers stay unknown)
             self.view.refresh()
@@ -510,22 +509,31 @@ class Replication:
         authorizer on): whether the principal may describe a topic; a named
         topic it may not is answered TOPIC_AUTHORIZATION_FAILED with no
         partitions, a listing of every topic leaves it out (as version 0).
-        ``tls``: a client of an ``ssl://`` listener, given the brokers'
-        ``ssl://`` host and port. The other brokers' listeners are those a
-        LEADER_AND_ISR named, of ``security.inter.broker.protocol``'s kind
-        (their ssl:// ones under SSL): a client of the other kind is not
-        given them, and a partition one of them leads is answered
-        LEADER_NOT_AVAILABLE with leader -1 for it (as Kafka answers a broker
-        without a listener of the client's)."""
+        ``tls``: a client of an ``ssl://`` listener, given every broker's
+        ``ssl://`` host and port; any other client their tcp:// host and port
+        and Unix path. The peers table holds every kind a broker registered
+        (a LEADER_AND_ISR of version 1 names them all): a broker known without
+        a listener of the client's kind is left out, and a partition it leads
+        is answered LEADER_NOT_AVAILABLE with leader -1 (as Kafka answers)."""
         view = self.view
         view.refresh()
         answers = self.tls_answers if tls and self.tls_answers is not None else self.answers
         peers = self.peers.all() if self.peers is not None else []
         me = answers.brokers[0]
-        hidden = tls != self.peers_tls  # (the others' listeners of this kind are not known)
-        brokers = [me] if hidden else [me] + [
-            MetadataBroker(x.broker_id, x.host or None, x.port, x.unix or None)
-            for x in peers if x.broker_id != self.broker_id]
+        brokers, unreachable = [me], set()
+        for x in peers:
+            if x.broker_id == self.broker_id:
+                continue
+            if tls:
+                broker = (MetadataBroker(x.broker_id, x.ssl_host, x.ssl_port, None)
+                          if x.ssl_host and 0 < x.ssl_port else None)
+            else:
+                broker = (MetadataBroker(x.broker_id, x.host or None, x.port, x.unix or None)
+                          if (x.host and 0 < x.port) or x.unix else None)
+            if broker is None:
+                unreachable.add(x.broker_id)
+            else:
+                brokers.append(broker)
         controller = self.peers.controller_id if self.peers is not None else -1
         names = tuple(dict.fromkeys(request.topics))
         if not names:
@@ -563,7 +571,7 @@ class Replication:
                         log_dir)
                 else:
                     leader = s.leader
-                    if hidden and leader not in (-1, self.broker_id) and code == ErrorCode.NONE:
+                    if leader in unreachable and code == ErrorCode.NONE:
                         leader, code = -1, ErrorCode.LEADER_NOT_AVAILABLE
                     part = rproto.MetadataPartitionV1(
                         partition, code, leader, s.leader_epoch, s.replicas, s.isr_ids,

@@ -118,8 +118,10 @@ class ProcessorWorker(Connections, FrameReading, RingClaims, LocalFetching, Grou
     def init_process(self) -> None:
         super().init_process()
         plan = self.plan
-        brokers = broker_list(plan, self.config["broker.id"])  # before the listeners close
-        tls_brokers = broker_list(plan, self.config["broker.id"], tls=True)
+        advertised = self.config["advertised.listeners"]
+        brokers = broker_list(plan, self.config["broker.id"],
+                              advertised=advertised)  # before the listeners close
+        tls_brokers = broker_list(plan, self.config["broker.id"], tls=True, advertised=advertised)
         for i, (acceptor_end, processor_end) in enumerate(plan.handoff):
             acceptor_end.close()
             if i != self.index:

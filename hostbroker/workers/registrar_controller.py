@@ -13,28 +13,8 @@ session and its loop; nothing here starts a process.
   acts (:meth:`ControllerRole.step`), with short, bounded ZooKeeper calls, so
   the heartbeat goes on. A lost session drops the role (its ``/controller``
   is gone with it); a registrar that sees ``/controller`` deleted tries again.
-- :class:`BrokerSender`: one thread per live broker (``hb-ctrl-send-N``)
-  delivering LEADER_AND_ISR / STOP_REPLICA over the broker's registered
-  listener (its Unix socket when that exists on this host, else TCP; with
-  ``security.inter.broker.protocol`` SSL always its ``ssl://`` listener, this
-  broker's certificate shown, the handshake bounded by
-  ``ssl.handshake.timeout.ms``), each call bounded by
-  ``controller.socket.timeout.ms``. A LEADER_AND_ISR names the leaders'
-  listeners of that protocol (their ``ssl://`` ones under SSL), which the
-  followers connect to. A failed send is sent
-  again after reconnecting; a full queue (``_QUEUE``) is emptied and the
-  broker is sent everything again. A broker answering STALE_CONTROLLER_EPOCH
-  means another controller exists: the loop re-checks ``/controller``; the
-  broker's highest epoch, which that answer carries (its partition of topic
-  ""), is kept (``seen_epoch``) so that a new epoch goes past it at once. A
-  request answered CONTROLLER_NOT_CONFIRMED (the broker's registrar has not
-  read this controller's epoch from ZooKeeper yet), BROKER_NOT_AVAILABLE or
-  REQUEST_TIMED_OUT is sent again after the backoff; refused that way for
-  ``_STALE_EVERY_S``, the loop checks that ``/controller`` is still ours. A
-  STOP_REPLICA with delete answered without error is handed back to the loop
-  with the partitions the broker deleted (a topic deletion stays pending until
-  every replica has; one whose delete failed there, a disk error, is sent
-  again when the broker returns).
+- The senders, one thread per live broker delivering LEADER_AND_ISR /
+  STOP_REPLICA: hostbroker/workers/registrar_senders.py.
 
 The ISR commits every broker's registrar makes are in
 hostbroker/workers/registrar_isr.py.
@@ -42,259 +22,25 @@ hostbroker/workers/registrar_isr.py.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-import os
-import queue
-import socket
-import ssl
-import struct
 import threading
 import time
 
 from hostbroker.cluster import controller as ctl
 from hostbroker.cluster import paths
 from hostbroker.cluster.topic_changes import CONFIG_CHANGES
-from hostbroker.errors import ErrorCode, ProtocolError
 from hostbroker.replication import zknodes
+from hostbroker.workers.registrar_senders import (  # noqa: F401 - request_of: its tests
+    STALE_EVERY_S,
+    BrokerSender,
+    request_of,
+    say,
+)
 from hostbroker.workers.tls import inter_broker_context, inter_broker_ssl
 
 log = logging.getLogger("hostbroker.controller")
 
-_QUEUE = 64  # requests waiting for one broker; past it they are replaced by one full resend
-_BACKOFF_MIN_S = 0.1
-_BACKOFF_MAX_S = 2.0
-_MAX_ANSWER_BYTES = 16 << 20  # a controller request's answer is a short list of error codes
 _POLL_S = 2.0  # admin nodes are looked at this often even without a watch event
-_STALE_CONTROLLER_EPOCH = ErrorCode.STALE_CONTROLLER_EPOCH
-_STALE_EVERY_S = 5.0  # at most one new epoch this often on STALE_CONTROLLER_EPOCH answers
-# answers after which the same request is sent again (after the backoff): the
-# broker has not confirmed this controller in ZooKeeper yet, or could not
-# take it now; any other code ends the request
-_RETRIED = frozenset({ErrorCode.CONTROLLER_NOT_CONFIRMED, ErrorCode.BROKER_NOT_AVAILABLE,
-                      ErrorCode.REQUEST_TIMED_OUT})
-
-
-def _say(line: str) -> None:
-    import sys
-
-    print(f"hostbroker: {line}", file=sys.stderr, flush=True)
-
-
-def request_of(notice: ctl.Notice, controller_id: int, tls: bool = False):
-    """The wire request body of ``notice``; ``tls`` (``security.inter.broker.protocol``
-    SSL): the leaders named by their ``ssl://`` listener, never a Unix socket."""
-    from hostbroker.protocol import replication as rp
-    from hostbroker.protocol.bodies import MetadataBroker, TopicConfigEntry
-
-    if notice.kind == ctl.STOP_REPLICA:
-        return rp.StopReplicaRequest(
-            controller_id, notice.epoch, int(notice.delete),
-            tuple(rp.StopReplicaPartition(t, p) for t, p in notice.stop))
-    parts = tuple(
-        rp.LeaderAndIsrPartition(t, p, state.leader, state.leader_epoch, tuple(state.isr),
-                                 version, tuple(replicas))
-        for (t, p), (state, version, replicas) in sorted(notice.partitions.items()))
-    # a topic with no overrides is sent with none (its replicas drop any they had);
-    # one left out of ``notice.configs`` (its config not known) is not sent at all
-    configs = tuple(rp.TopicConfigs(t, tuple(TopicConfigEntry(k, v) for k, v in sorted(c.items())))
-                    for t, c in sorted(notice.configs.items()) if c is not None)
-    leaders = sorted(notice.leaders.values(), key=lambda b: b.broker_id)
-    if tls:
-        brokers = tuple(MetadataBroker(b.broker_id, b.ssl_host, b.ssl_port or 0, None)
-                        for b in leaders)
-    else:
-        brokers = tuple(MetadataBroker(b.broker_id, b.host, b.port or 0, b.unix)
-                        for b in leaders)
-    return rp.LeaderAndIsrRequest(controller_id, notice.epoch, parts, configs, brokers)
-
-
-class BrokerSender:
-    """One broker's queue of controller requests and the thread that sends them
-    (see the module docstring). ``on_stale()``, ``on_overflow(broker_id)`` and
-    ``on_unconfirmed()`` are called from the thread; they must only note and ring."""
-
-    def __init__(self, info: paths.BrokerInfo, controller_id: int, timeout_s: float,
-                 on_stale, on_overflow, on_unconfirmed=None, on_deleted=None,
-                 tls: ssl.SSLContext | None = None, handshake_s: float = 10.0):
-        self.info = info
-        self.tls = tls  # security.inter.broker.protocol SSL: the broker's client context
-        self.handshake_s = handshake_s
-        self.on_deleted = on_deleted or (lambda notice: None)
-        self.on_unconfirmed = on_unconfirmed or (lambda: None)
-        self.controller_id = controller_id
-        self.timeout_s = timeout_s
-        self.on_stale = on_stale
-        self.on_overflow = on_overflow
-        self.queue: queue.Queue = queue.Queue(_QUEUE)
-        self.stopped = threading.Event()
-        self.sock: socket.socket | None = None
-        self.sent = 0
-        self.seen_epoch = 0  # the highest controller epoch a stale answer named
-        self.not_done: set = set()  # partitions the last answer named with an error
-        self.correlation = 0
-        self.thread = threading.Thread(target=self._run, name=f"hb-ctrl-send-{info.broker_id}",
-                                       daemon=True)
-
-    def start(self) -> BrokerSender:
-        self.thread.start()
-        return self
-
-    def put(self, notice: ctl.Notice) -> None:
-        try:
-            self.queue.put_nowait(notice)
-        except queue.Full:
-            while True:
-                try:
-                    self.queue.get_nowait()
-                except queue.Empty:
-                    break
-            self.on_overflow(self.info.broker_id)
-
-    def stop(self) -> None:
-        self.stopped.set()
-        try:
-            self.queue.put_nowait(None)
-        except queue.Full:
-            pass
-
-    def idle(self) -> bool:
-        return self.queue.empty() and not self._busy
-
-    _busy = False
-
-    def _connect(self) -> socket.socket:
-        info = self.info
-        if self.tls is not None:
-            return self._connect_tls()
-        if info.unix and os.path.exists(info.unix):
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            address = info.unix
-        elif info.host and info.port:
-            sock = socket.socket(socket.AF_INET6 if ":" in info.host else socket.AF_INET,
-                                 socket.SOCK_STREAM)
-            address = (info.host, info.port)
-        else:
-            raise OSError(f"broker {info.broker_id} has no listener reachable from here")
-        sock.settimeout(self.timeout_s)
-        try:
-            sock.connect(address)
-        except OSError:
-            sock.close()
-            raise
-        return sock
-
-    def _connect_tls(self) -> socket.socket:
-        """The broker's ``ssl://`` listener, this broker's certificate shown and
-        its own verified, the handshake within ``ssl.handshake.timeout.ms``."""
-        from hostbroker.client.tls import handshake
-
-        info = self.info
-        if not (info.ssl_host and info.ssl_port):
-            raise OSError(f"broker {info.broker_id} registered no ssl:// listener")
-        sock = socket.create_connection((info.ssl_host, info.ssl_port), self.timeout_s)
-        try:
-            wrapped = handshake(self.tls, sock, info.ssl_host, self.handshake_s)
-        except (OSError, ValueError):
-            sock.close()
-            raise
-        wrapped.settimeout(self.timeout_s)
-        return wrapped
-
-    def _recv(self, n: int) -> bytes:
-        chunks, left = [], n
-        while left:
-            chunk = self.sock.recv(min(left, 1 << 20))
-            if not chunk:
-                raise OSError("connection closed by the broker")
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
-
-    def _send(self, notice: ctl.Notice) -> int:
-        """Send one request and read its answer; returns its top-level error code."""
-        from hostbroker.protocol import api
-        from hostbroker.protocol import replication as rp
-
-        if self.sock is None:
-            self.sock = self._connect()
-        self.correlation = (self.correlation + 1) & 0x7FFFFFFF
-        frame = rp.encode_request(request_of(notice, self.controller_id, self.tls is not None),
-                                  self.correlation,
-                                  f"controller-{self.controller_id}")
-        self.sock.sendall(frame)
-        (size,) = struct.unpack(">i", self._recv(4))
-        if not 4 <= size <= _MAX_ANSWER_BYTES:
-            raise OSError(f"answer of {size} bytes")
-        answer = self._recv(size)
-        if api.is_error_frame(answer):
-            return int(api.decode_error_frame(answer)[1])
-        cls = (rp.StopReplicaResponse if notice.kind == ctl.STOP_REPLICA
-               else rp.LeaderAndIsrResponse)
-        try:
-            correlation, response = rp.decode_response(answer, cls)
-        except (ProtocolError, ValueError) as exc:
-            raise OSError(f"not an answer: {exc}") from None
-        if correlation != self.correlation:
-            raise OSError("answer to another request")
-        # INVALID_REQUEST: not a replica there (a plain topic of that name), nothing to do
-        self.not_done = {(p.topic, p.partition) for p in response.partitions
-                         if p.error_code not in (ErrorCode.NONE, ErrorCode.INVALID_REQUEST)}
-        if response.error_code == _STALE_CONTROLLER_EPOCH:
-            for part in response.partitions[-1:]:
-                if part.topic == "" and 0 <= part.partition <= zknodes.MAX_EPOCH:
-                    self.seen_epoch = max(self.seen_epoch, part.partition)
-        return int(response.error_code)
-
-    def _close(self) -> None:
-        if self.sock is not None:
-            self.sock.close()
-            self.sock = None
-
-    def _run(self) -> None:
-        backoff = _BACKOFF_MIN_S
-        while not self.stopped.is_set():
-            notice = self.queue.get()
-            if notice is None or self.stopped.is_set():
-                break
-            self._busy = True
-            refused_since = 0.0
-            while not self.stopped.is_set():
-                try:
-                    code = self._send(notice)
-                except Exception as exc:  # noqa: BLE001 - a hostile or gone broker: reconnect
-                    log.debug("controller: send to broker %d: %s", self.info.broker_id, exc)
-                    self._close()
-                    self.stopped.wait(backoff)
-                    backoff = min(backoff * 2, _BACKOFF_MAX_S)
-                    continue
-                if code in _RETRIED:
-                    # not taken yet: this broker's registrar has not read our
-                    # epoch from ZooKeeper, or its handler was busy; the same
-                    # request again (later ones wait behind it, in order)
-                    now = time.monotonic()
-                    refused_since = refused_since or now
-                    if now - refused_since >= _STALE_EVERY_S:
-                        refused_since = now
-                        self.on_unconfirmed()  # still the controller ZooKeeper names?
-                    self.stopped.wait(backoff)
-                    backoff = min(backoff * 2, _BACKOFF_MAX_S)
-                    continue
-                backoff = _BACKOFF_MIN_S
-                self.sent += 1
-                if code == _STALE_CONTROLLER_EPOCH:
-                    self.on_stale()
-                elif code == 0 and notice.kind == ctl.STOP_REPLICA and notice.delete:
-                    done = [tp for tp in notice.stop if tp not in self.not_done]
-                    if done:
-                        self.on_deleted(dataclasses.replace(notice, stop=done))
-                elif code:
-                    log.debug("controller: broker %d refused a request: %s",
-                              self.info.broker_id, ErrorCode(code).name
-                              if code in ErrorCode._value2member_map_ else code)
-                break
-            self._busy = False
-        self._close()
 
 
 class ControllerRole:
@@ -381,7 +127,7 @@ class ControllerRole:
             what = f"{type(exc).__name__}: {exc}"
             if what != self.said_error:  # once per kind of trouble, not once per round
                 self.said_error = what
-                _say(f"hb-registrar: controller: {what}; trying again")
+                say(f"hb-registrar: controller: {what}; trying again")
             with self.lock:
                 self.events.update(events)
                 self.resend.update(resend)
@@ -406,23 +152,23 @@ class ControllerRole:
         now = time.monotonic()
         if "unconfirmed" in events and "stale" not in events \
                 and not self.controller.still_controller():
-            _say(f"hb-registrar: broker {self.broker_id} is no longer the controller")
+            say(f"hb-registrar: broker {self.broker_id} is no longer the controller")
             self.resign()
             self._try_take_over(client)
             return
         if "stale" in events:
             if not self.controller.still_controller():
-                _say(f"hb-registrar: broker {self.broker_id} is no longer the controller")
+                say(f"hb-registrar: broker {self.broker_id} is no longer the controller")
                 self.resign()
                 self._try_take_over(client)
                 return
             if now >= self.stale_after:  # a broker saw a newer epoch, yet /controller is ours
-                self.stale_after = now + _STALE_EVERY_S
+                self.stale_after = now + STALE_EVERY_S
                 refused = self.controller.epoch
                 # past the highest epoch the brokers said they saw
                 self.controller.bump_epoch(max((s.seen_epoch for s in self.senders.values()),
                                                default=0))
-                _say(f"hb-registrar: a broker refused controller epoch "
+                say(f"hb-registrar: a broker refused controller epoch "
                      f"{refused}; broker {self.broker_id} goes on as the "
                      f"controller in epoch {self.controller.epoch}")
                 self.controller.rebuild()
@@ -481,7 +227,7 @@ class ControllerRole:
             raise
         self._sync_senders()
         self._watch(client)
-        _say(f"hb-registrar: broker {self.broker_id} is the controller "
+        say(f"hb-registrar: broker {self.broker_id} is the controller "
              f"(controller epoch {c.epoch})")
 
     def _tell(self, notice: ctl.Notice) -> None:
@@ -613,18 +359,18 @@ class ControllerRole:
         except NodeExistsError:
             pass
         except Exception as exc:  # noqa: BLE001 - no ZooKeeper: stop without it
-            _say(f"hb-registrar: controlled shutdown not asked for ({exc or type(exc).__name__})")
+            say(f"hb-registrar: controlled shutdown not asked for ({exc or type(exc).__name__})")
             return False
         while time.monotonic() < deadline:
             worker.heartbeat()
             try:
                 if client.exists(path) is None:
-                    _say(f"hb-registrar: controlled shutdown: the controller moved broker "
+                    say(f"hb-registrar: controlled shutdown: the controller moved broker "
                          f"{self.broker_id}'s leaderships")
                     return True
             except Exception:  # noqa: BLE001
                 return False
             time.sleep(0.05)
-        _say(f"hb-registrar: controlled shutdown: no answer from the controller within "
+        say(f"hb-registrar: controlled shutdown: no answer from the controller within "
              f"{timeout_s:g} s; stopping anyway")
         return False

@@ -300,7 +300,8 @@ class Supervisor(Respawn):
             except cpusched.CpuSchedError as e:
                 raise StartError(f"cpu.realtime.priority: {e}") from None
         self.realtime = cpusched.realtime_policy()
-        for line in start_warnings(config, self.inter_broker_principal):
+        for line in start_warnings(config, self.inter_broker_principal) + \
+                tls.inter_broker_warnings(config, self.inter_broker_principal):
             print(f"hostbroker: warning: {line}", file=sys.stderr, flush=True)
         if self.realtime is not None and not cpusched.throttled():
             print(f"hostbroker: warning: {self.realtime[0]} with kernel.sched_rt_runtime_us=-1:"

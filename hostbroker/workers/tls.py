@@ -48,6 +48,8 @@ the connection's buffer (``processor_claims``). PEM files are read by
 from __future__ import annotations
 
 import os
+import pwd
+import re
 import socket
 import ssl
 import sys
@@ -65,6 +67,8 @@ _VERSIONS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_
 _CLIENT_AUTH = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL,
                 "required": ssl.CERT_REQUIRED}
 _WANT = (ssl.SSLWantReadError, ssl.SSLWantWriteError)
+_CERTIFICATE = re.compile(r"-----BEGIN CERTIFICATE-----.+?-----END CERTIFICATE-----\n?", re.S)
+ANONYMOUS = "User:ANONYMOUS"
 
 
 class TlsConfigError(Exception):
@@ -107,14 +111,10 @@ def _key_kept_private(fd: int, path: str) -> None:
                              f"{mode:04o}): make it 0600 or 0400")
 
 
-def server_context(config) -> ssl.SSLContext:
-    """The context of every ``ssl://`` listener, from the ``ssl.*`` settings;
-    TlsConfigError names the setting and the problem in one line."""
-    keystore = config["ssl.keystore.location"]
-    if not keystore:
-        raise TlsConfigError("ssl.keystore.location: an ssl:// listener needs the "
-                             "broker's certificate and key (a PEM file)")
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+def apply_policy(ctx: ssl.SSLContext, config) -> None:
+    """The broker's TLS policy onto ``ctx`` (its listeners' and its own client
+    context to brokers alike): the versions of ``ssl.enabled.protocols``, the
+    ciphers of ``ssl.cipher.suites``, no compression, no renegotiation."""
     versions = sorted(_VERSIONS[name] for name in protocol_list(config["ssl.enabled.protocols"]))
     ctx.minimum_version, ctx.maximum_version = versions[0], versions[-1]
     ctx.options |= ssl.OP_NO_COMPRESSION | getattr(ssl, "OP_NO_RENEGOTIATION", 0)
@@ -124,10 +124,19 @@ def server_context(config) -> ssl.SSLContext:
         except ssl.SSLError:
             raise TlsConfigError(f"ssl.cipher.suites: {config['ssl.cipher.suites']!r} names "
                                  "no cipher OpenSSL has") from None
+
+
+def load_keystore(ctx: ssl.SSLContext, config, private: bool = False) -> None:
+    """The broker's certificate chain and key (``ssl.keystore.location``,
+    ``ssl.key.password``) into ``ctx``, read through a descriptor opened
+    without following a link; ``private``: refuse an unencrypted key others
+    may read. TlsConfigError in one line."""
+    keystore = config["ssl.keystore.location"]
     password = config["ssl.key.password"].encode()
     fd = open_pem("ssl.keystore.location", keystore)
     try:
-        _key_kept_private(fd, keystore)
+        if private:
+            _key_kept_private(fd, keystore)
         # through the descriptor opened above: the file checked is the file read
         ctx.load_cert_chain(f"/proc/self/fd/{fd}", password=lambda: password)
     except (ssl.SSLError, OSError, ValueError) as e:
@@ -137,6 +146,17 @@ def server_context(config) -> ssl.SSLContext:
             f"{', with ssl.key.password' if not password else ''})") from None
     finally:
         os.close(fd)
+
+
+def server_context(config) -> ssl.SSLContext:
+    """The context of every ``ssl://`` listener, from the ``ssl.*`` settings;
+    TlsConfigError names the setting and the problem in one line."""
+    if not config["ssl.keystore.location"]:
+        raise TlsConfigError("ssl.keystore.location: an ssl:// listener needs the "
+                             "broker's certificate and key (a PEM file)")
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    apply_policy(ctx, config)
+    load_keystore(ctx, config, private=True)
     auth = config["ssl.client.auth"]
     truststore = config["ssl.truststore.location"]
     if auth != "none" and not truststore:
@@ -163,37 +183,42 @@ def inter_broker_ssl(config) -> bool:
     return config["security.inter.broker.protocol"] == "SSL"
 
 
-def inter_broker_tls(config, check_host: bool = True) -> dict[str, str]:
-    """The ``ssl.*`` client settings (:func:`hostbroker.client.tls.tls_context`'s)
-    of this broker's own connections to a broker: its certificate and key, the
-    truststore, and whether the other's certificate must name its host
-    (``check_host`` false: hb-http reaching its own broker on loopback)."""
-    return {"ssl.truststore.location": config["ssl.truststore.location"],
-            "ssl.keystore.location": config["ssl.keystore.location"],
-            "ssl.key.password": config["ssl.key.password"],
-            "ssl.endpoint.identification.algorithm":
-                config["ssl.endpoint.identification.algorithm"] if check_host else ""}
-
-
 def inter_broker_context(config, check_host: bool = True) -> ssl.SSLContext:
     """The one client context of this broker's connections to brokers (replica
-    fetchers, the controller, hb-http over ``ssl://``): TlsConfigError in one line
-    when the files cannot make it."""
-    from hostbroker.client.tls import tls_context  # (not in every worker's imports)
-
+    fetchers, the controller, hb-http over ``ssl://``): this broker's
+    certificate shown, the other's verified against ``ssl.truststore.location``
+    (without one, hb-http reaching its own broker trusts that broker's own
+    certificate chain), its host checked by
+    ``ssl.endpoint.identification.algorithm`` unless ``check_host`` is false
+    (hb-http on loopback), the broker's policy applied (:func:`apply_policy`).
+    TlsConfigError in one line when the files cannot make it."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    apply_policy(ctx, config)
+    ctx.check_hostname = check_host and config["ssl.endpoint.identification.algorithm"] == "https"
+    truststore = config["ssl.truststore.location"]
     try:
-        return tls_context(inter_broker_tls(config, check_host))
-    except ValueError as e:
+        if truststore:
+            _load_truststore(ctx, truststore)
+        else:
+            chain = "".join(_CERTIFICATE.findall(read_pem("ssl.keystore.location",
+                                                          config["ssl.keystore.location"])))
+            ctx.load_verify_locations(cadata=chain)
+            ctx.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN  # (its own leaf trusted)
+    except (ssl.SSLError, ValueError) as e:
         raise TlsConfigError(str(e)) from None
+    load_keystore(ctx, config)
+    return ctx
 
 
 def check_inter_broker(config) -> str | None:
     """With ``security.inter.broker.protocol`` SSL, the principal the other
     brokers see this one as (``User:<CN>`` of its certificate), None with
     PLAINTEXT. TlsConfigError in one line when a setting it needs is missing
-    (an ``ssl://`` listener, the keystore, the truststore) or its own
-    certificate would not be taken by a broker of the same truststore (tried
-    here, a handshake in memory, before anything starts)."""
+    (an ``ssl://`` listener, an ``ssl://`` entry in ``advertised.listeners``
+    when that is set, the keystore, the truststore, ``ssl.client.auth`` other
+    than none) or its own certificate would not be taken by a broker of the
+    same settings (tried here, a handshake in memory with this broker's own
+    listener context, before anything starts)."""
     if not inter_broker_ssl(config):
         return None
     for key in ("ssl.keystore.location", "ssl.truststore.location"):
@@ -201,48 +226,105 @@ def check_inter_broker(config) -> str | None:
             raise TlsConfigError(f"security.inter.broker.protocol SSL: {key} must be named "
                                  "(this broker's certificate and key; the CAs of the other "
                                  "brokers' certificates)")
+    if config["ssl.client.auth"] == "none":
+        raise TlsConfigError("security.inter.broker.protocol SSL: ssl.client.auth is none, so "
+                             "no broker asks another for its certificate and each is "
+                             "User:ANONYMOUS to the others: set it to required (or requested)")
     if not any(uri.startswith("ssl://") for uri in config.listeners):
         raise TlsConfigError("security.inter.broker.protocol SSL: listeners has no ssl:// "
+                             "listener for the other brokers to reach")
+    advertised = config["advertised.listeners"]
+    if advertised.strip() and not any(uri.strip().startswith("ssl://")
+                                      for uri in advertised.split(",")):
+        raise TlsConfigError("security.inter.broker.protocol SSL: advertised.listeners has "
+                             "no ssl:// entry, so this broker would register no ssl:// "
                              "listener for the other brokers to reach")
     return own_principal(config)
 
 
-def own_principal(config) -> str:
+def own_principal(config, server_hostname: str | None = None) -> str:
     """``User:<CN>`` of this broker's certificate as a broker of the same
-    truststore sees it when this one connects (a handshake in memory);
-    TlsConfigError in one line when it would not be taken."""
-    client = inter_broker_context(config, check_host=False)
-    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    password = config["ssl.key.password"].encode()
-    fd = open_pem("ssl.keystore.location", config["ssl.keystore.location"])
+    settings sees it when this one connects (a handshake in memory with the
+    context of its own ``ssl://`` listeners, :func:`server_context`); with
+    ``server_hostname``, the certificate must name that host too.
+    TlsConfigError in one line when it would not be taken; ``User:ANONYMOUS``
+    when the listener asks for no certificate (``ssl.client.auth`` none)."""
+    server = server_context(config)
+    if server.verify_mode == ssl.CERT_NONE:
+        return ANONYMOUS
+    client = inter_broker_context(config, check_host=server_hostname is not None)
+    if server_hostname is not None:
+        client.check_hostname = True
     try:
-        server.load_cert_chain(f"/proc/self/fd/{fd}", password=lambda: password)
-    except (ssl.SSLError, OSError, ValueError) as e:
-        raise TlsConfigError(f"ssl.keystore.location: not a usable certificate chain and "
-                             f"key ({_ssl_reason(e)})") from None
-    finally:
-        os.close(fd)
-    server.verify_mode = ssl.CERT_REQUIRED
-    try:
-        _load_truststore(server, config["ssl.truststore.location"])
-    except ValueError as e:
-        raise TlsConfigError(str(e)) from None
-    try:
-        certificate = _handshake_in_memory(client, server)
+        certificate = _handshake_in_memory(client, server, server_hostname)
         return str(from_certificate(certificate, UNKNOWN_HOST).principal)
+    except ssl.SSLCertVerificationError as e:
+        if server_hostname is not None and "match" in str(e.verify_message):
+            raise TlsConfigError(f"the certificate of ssl.keystore.location does not name "
+                                 f"{server_hostname}, the host this broker registers for "
+                                 f"its ssl:// listener") from None
+        raise TlsConfigError(_not_taken(e)) from None
     except (ssl.SSLError, ValueError) as e:
-        raise TlsConfigError(f"the certificate of ssl.keystore.location is not one the "
-                             f"brokers take as a client's "
-                             f"({_ssl_reason(e)}): it must chain to ssl.truststore.location, "
-                             f"be meant for clients and servers alike, and have a CN"
-                             ) from None
+        raise TlsConfigError(_not_taken(e)) from None
 
 
-def _handshake_in_memory(client: ssl.SSLContext, server: ssl.SSLContext) -> dict:
+def _not_taken(e: Exception) -> str:
+    return (f"the certificate of ssl.keystore.location is not one the brokers take as a "
+            f"client's ({_ssl_reason(e)}): it must chain to ssl.truststore.location, be "
+            f"meant for clients and servers alike, and have a CN")
+
+
+def inter_broker_warnings(config, principal: str | None) -> list[str]:
+    """The lines a broker of ``security.inter.broker.protocol`` SSL says at
+    start (``principal``: :func:`check_inter_broker`'s): its certificate does
+    not name the ssl:// host it registers (with
+    ``ssl.endpoint.identification.algorithm`` https, the other brokers will
+    refuse it), or its CN is also a login name on this host (a local user of
+    that name connecting over the Unix socket is the same principal)."""
+    if principal is None:
+        return []
+    lines = []
+    host = registered_ssl_host(config)
+    if host and config["ssl.endpoint.identification.algorithm"] == "https":
+        try:
+            own_principal(config, host)
+        except TlsConfigError as e:
+            lines.append(f"{e}: the other brokers will refuse it (name the host in the "
+                         f"certificate, or set advertised.listeners)")
+    name = principal.partition(":")[2]
+    try:
+        pwd.getpwnam(name)
+    except (KeyError, ValueError):
+        pass
+    else:
+        lines.append(f"this broker's principal {principal} is also a login name on this "
+                     f"host: a local user {name} reaching a unix:// listener is the same "
+                     f"principal (and a super user, if {principal} is one); give the brokers "
+                     f"certificates whose CN cannot be a login name (e.g. "
+                     f"{name}.brokers.example)")
+    return lines
+
+
+def registered_ssl_host(config) -> str | None:
+    """The host this broker registers for its ``ssl://`` listener: that of
+    ``advertised.listeners``, else of the first bound one (a wildcard: this
+    host's name, as ``registry.advertised_info`` says)."""
+    from hostbroker.config import parse_listener, split_list
+
+    for setting in (config["advertised.listeners"], ",".join(config.listeners)):
+        for uri in split_list(setting):
+            if uri.startswith("ssl://"):
+                host = parse_listener(uri)[1]
+                return socket.getfqdn() if host in ("", "0.0.0.0", "::") else host
+    return None
+
+
+def _handshake_in_memory(client: ssl.SSLContext, server: ssl.SSLContext,
+                         server_hostname: str | None = None) -> dict:
     """The client certificate ``server`` verified in a handshake with ``client``,
     run through memory buffers (no socket)."""
     c_in, c_out, s_in, s_out = (ssl.MemoryBIO() for _ in range(4))
-    c = client.wrap_bio(c_in, c_out, server_hostname=None)
+    c = client.wrap_bio(c_in, c_out, server_hostname=server_hostname)
     s = server.wrap_bio(s_in, s_out, server_side=True)
     done = [False, False]
     for _ in range(16):

@@ -33,7 +33,28 @@ def test_an_ssl_only_broker_and_an_ipv6_one():
     data = paths.encode_broker(info)
     assert json.loads(data)["endpoints"] == ["SSL://[::1]:9093"]
     assert paths.decode_broker(1, data) == info
-    assert info.uris() == ["ssl://::1:9093"]
+    assert info.uris() == ["ssl://[::1]:9093"]
+    assert paths.BrokerInfo(1, "::1", 9092, None).uris() == ["tcp://[::1]:9092"]
+
+
+def test_an_ipv6_uri_of_a_registration_and_of_a_metadata_broker_connects():
+    from hostbroker.client.connection import parse_uri
+    from hostbroker.client.leaders import broker_uri
+    from hostbroker.protocol.bodies import MetadataBroker
+
+    try:
+        server = socket.create_server(("::1", 0), family=socket.AF_INET6)
+    except OSError:
+        pytest.skip("no IPv6 loopback on this host")
+    with server:
+        port = server.getsockname()[1]
+        for uri in (paths.BrokerInfo(1, "::1", port, None).uris()[0],
+                    broker_uri(MetadataBroker(1, "::1", port, None), False),
+                    broker_uri(MetadataBroker(1, "::1", port, None), False, "ssl://[::1]:1")):
+            family, address = parse_uri(uri)
+            with socket.socket(family) as sock:
+                sock.settimeout(5)
+                sock.connect(address)  # (refused or unreachable: the test fails)
 
 
 def test_an_old_node_without_endpoints_reads_as_before():
@@ -42,6 +63,15 @@ def test_an_old_node_without_endpoints_reads_as_before():
     # a broker without TLS keeps host/port/unix and adds its PLAINTEXT endpoint
     assert paths.encode_broker(paths.BrokerInfo(2, "h", 9092, None)) == \
         b'{"version":1,"host":"h","port":9092,"unix":null,"endpoints":["PLAINTEXT://h:9092"]}'
+
+
+def test_ip_literals_and_ldh_names_are_taken():
+    node = _node(endpoints=["PLAINTEXT://10.0.0.1:9092", "SSL://[fe80::1]:9093"])
+    assert paths.decode_broker(4, node) == paths.BrokerInfo(4, "10.0.0.1", 9092, None,
+                                                             "fe80::1", 9093)
+    name = ".".join(["a" * 63] * 3) + ".b-1"
+    node = _node(endpoints=[f"SSL://{name}:9093"])
+    assert paths.decode_broker(4, node).ssl_host == name
 
 
 def test_kafka_style_node_naming_plaintext_only_in_endpoints():
@@ -65,6 +95,16 @@ def test_kafka_style_node_naming_plaintext_only_in_endpoints():
     (["SSL://:1"], "'' is not a host name"),
     (["SSL://" + "h" * 300 + ":1"], "is not PROTOCOL://host:port"),
     (["SSL://\u0007:1"], "is not a host name"),
+    (["SSL://a..b:9093"], "not an IP address or a host name"),
+    (["SSL://a:b:9093"], "an IPv6 address goes in brackets"),
+    (["SSL://::1:9093"], "an IPv6 address goes in brackets"),
+    (["SSL://[h]:9093"], "in brackets but not an IPv6 address"),
+    (["SSL://h@evil:1"], "not an IP address or a host name"),
+    (["SSL://" + "a" * 64 + ".example:1"], "not an IP address or a host name"),
+    (["SSL://-a.example:1"], "not an IP address or a host name"),
+    (["SSL://h:09093"], "09093 is not a port number"),
+    (["SSL://h:1", "SSL://h:1"], "endpoints names SSL twice"),
+    (["PLAINTEXT://h:1", "SSL://h:2", "PLAINTEXT://i:1"], "endpoints names PLAINTEXT twice"),
 ])
 def test_hostile_endpoints_are_refused_in_one_line(endpoints, what):
     with pytest.raises(ValueError, match="/brokers/ids/5: .*" + re.escape(what)) as e:

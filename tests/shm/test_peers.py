@@ -35,13 +35,23 @@ def test_peers_are_stored_replaced_and_read_by_another_handle(peers, names):
     assert [p.broker_id for p in peers.all()] == [2]
 
 
+def test_a_peer_holds_its_plain_and_its_ssl_listeners(peers):
+    # a 253-byte name of each kind and a Unix path fit in one slot
+    peers.put(3, "t" * 253, 9092, "/run/" + "u" * 100, "s" * 253, 9093)
+    assert peers.get(3) == Peer(3, "t" * 253, 9092, "/run/" + "u" * 100, "s" * 253, 9093)
+    peers.put(3, "h", 9092, "")  # (a LEADER_AND_ISR of version 0: no ssl:// listener)
+    assert (peers.get(3).ssl_host, peers.get(3).ssl_port) == ("", -1)
+
+
 def test_out_of_range_values_are_refused_in_one_line(peers):
     with pytest.raises(ValueError, match="broker id"):
         peers.put(-1, "h", 1, "")
     with pytest.raises(ValueError, match="port"):
         peers.put(1, "h", 70000, "")
-    with pytest.raises(ValueError, match="over 232 bytes"):
-        peers.put(1, "h" * 300, 1, "")
+    with pytest.raises(ValueError, match="port"):
+        peers.put(1, "h", 1, "", "s", 70000)
+    with pytest.raises(ValueError, match="over 748 bytes"):
+        peers.put(1, "h" * 300, 1, "", "s" * 500, 9093)
     with pytest.raises(ValueError, match="controller epoch"):
         peers.set_controller_epoch(-1)
     for b in range(4):

@@ -11,18 +11,39 @@ import time
 
 import pytest
 
+from hostbroker.client import Producer
 from hostbroker.client.leaders import merge_metadata
 from hostbroker.client.tls import handshake, tls_context
 from hostbroker.errors import ErrorCode
 from hostbroker.protocol import api
 from hostbroker.protocol import replication as rp
+from hostbroker.replication import zknodes
 from tests.cluster.conftest import zk, zookeeper  # noqa: F401 - fixtures
-from tests.replication.support import (SETTINGS, Wire, create, fetch_all, poll,
+from tests.replication.support import (SETTINGS, Wire, fetch_all, poll,
                                        segment_bytes, settled, state)
 from tests.tls.certs import broker_certificate
 from tests.tls.conftest import TlsBroker
 
 TOPIC = "secured"
+
+
+@pytest.fixture
+def start_plain(tmp_path, certs, zookeeper):
+    """Brokers of a cluster with the default PLAINTEXT between them, each with
+    an ssl:// listener too."""
+    started: list[TlsBroker] = []
+
+    def start(broker_id: int) -> TlsBroker:
+        root = tmp_path / f"p{broker_id}"
+        root.mkdir()
+        broker = TlsBroker(root, certs, **{**SETTINGS, "zookeeper.connect": zookeeper.connect,
+                                           "broker.id": broker_id})
+        started.append(broker)
+        return broker.start()
+
+    yield start
+    for broker in started:
+        broker.finish()
 
 
 @pytest.fixture
@@ -43,6 +64,15 @@ def start_broker(tmp_path, certs, zookeeper):
     yield start
     for broker in started:
         broker.finish()
+
+
+def place(zk, topic: str, replicas: dict[int, list[int]]) -> None:
+    """A replicated topic whose replicas are placed as ``replicas`` says (the
+    first of each its preferred leader), written as ``topics create`` writes it."""
+    zk.create(zknodes.topic_config_path(topic), zknodes.encode_topic_config({}),
+              makepath=True)
+    zk.create(zknodes.assignment_path(topic), zknodes.encode_assignment(replicas),
+              makepath=True)
 
 
 def _ssl_call(broker: TlsBroker, certs, frame: bytes) -> bytes:
@@ -84,7 +114,7 @@ def test_replication_over_tls_as_the_brokers_certificates(start_broker, certs, z
     node = json.loads(zk.get("/brokers/ids/2")[0])
     assert node["endpoints"] == [f"PLAINTEXT://127.0.0.1:{brokers[2].port}",
                                  f"SSL://127.0.0.1:{brokers[2].ssl_port}"]
-    create(zookeeper, TOPIC, 2, 2)
+    place(zk, TOPIC, {0: [1, 2], 1: [2, 1]})  # (each broker leads one: each knows the other)
     poll(lambda: settled(zk, TOPIC, 2, 2), what="leaders and full ISRs")
     leader = state(zk, TOPIC, 0)["leader"]
     follower = 3 - leader
@@ -112,29 +142,21 @@ def test_replication_over_tls_as_the_brokers_certificates(start_broker, certs, z
     for p in (0, 1):
         at = state(zk, TOPIC, p)["leader"]
         assert leaders.leader_uri(p) == (at, brokers[at].ssl)
-    # (the other broker's plain listeners are not known under SSL, whose
-    # LEADER_AND_ISR names the ssl:// ones: a client of a tcp:// or unix://
-    # listener is told of this broker alone, and the partitions the other
-    # leads have no leader for it, as Kafka answers; a tcp:// client here is
-    # User:ANONYMOUS, who may describe nothing: asked over the Unix socket)
-    others = 0
+    # a client of a tcp:// or unix:// listener is given every broker's plain
+    # listeners (the LEADER_AND_ISR named every kind), each partition's leader
+    # (a tcp:// client here is User:ANONYMOUS, who may describe nothing: asked
+    # over the Unix socket)
     for asked in (1, 2):
         wire = Wire(brokers[asked].unix_path)
         try:
             plain_answer = wire.metadata([TOPIC])
         finally:
             wire.close()
-        assert [(b.broker_id, b.port, b.unix_path) for b in plain_answer.brokers] == [
-            (asked, brokers[asked].port, brokers[asked].unix_path)]
+        assert sorted((b.broker_id, b.port, b.unix_path) for b in plain_answer.brokers) == [
+            (n, brokers[n].port, brokers[n].unix_path) for n in (1, 2)]
         (topic,) = plain_answer.topics
-        assert len(topic.partitions) == 2
-        for p in topic.partitions:
-            if state(zk, TOPIC, p.partition)["leader"] == asked:
-                assert (p.leader, p.error_code) == (asked, ErrorCode.NONE)
-            else:
-                assert (p.leader, p.error_code) == (-1, ErrorCode.LEADER_NOT_AVAILABLE)
-                others += 1
-    assert others
+        assert sorted((p.partition, p.leader, p.error_code) for p in topic.partitions) == [
+            (n, state(zk, TOPIC, n)["leader"], ErrorCode.NONE) for n in (0, 1)]
     tcp_v0 = api.decode_response(api.ApiKey.METADATA, _tcp_call(
         brokers[leader], api.encode_request(api.MetadataRequest(topics=[TOPIC]), 2)))
     assert [(b.host, b.port) for b in tcp_v0[1].brokers] == [("127.0.0.1", brokers[leader].port)]
@@ -161,13 +183,10 @@ def test_a_broker_whose_principal_is_not_a_super_user_is_refused(start_broker, c
     poll(lambda: zk.exists("/controller") is not None, what="broker 1 controls")
     outsider = start_broker(3, "outsider", "User:broker1")
     assert "User:outsider" in outsider.log() and "not in super.users" in outsider.log()
-    create(zookeeper, TOPIC, 2, 2)
+    place(zk, TOPIC, {0: [1, 3], 1: [3, 1]})  # (each broker leads one partition)
     poll(lambda: all(state(zk, TOPIC, p)["leader"] >= 0 for p in (0, 1)), what="leaders")
-    led = {p: state(zk, TOPIC, p)["leader"] for p in (0, 1)}
-    if sorted(led.values()) != [1, 3]:
-        pytest.skip(f"the controller placed both leaders on one broker: {led}")
-    mine = next(p for p, b in led.items() if b == 1)
-    theirs = 1 - mine
+    assert {p: state(zk, TOPIC, p)["leader"] for p in (0, 1)} == {0: 1, 1: 3}
+    mine, theirs = 0, 1
     for broker, partition, value in ((trusted, mine, b"kept"), (outsider, theirs, b"shared")):
         wire = Wire(broker.unix_path)
         try:  # (once the leader has taken the controller's word)
@@ -182,3 +201,49 @@ def test_a_broker_whose_principal_is_not_a_super_user_is_refused(start_broker, c
          what="the outsider's follower refused, said in its log")
     time.sleep(1)  # (long enough for a fetch that would have gone through)
     assert b"kept" not in segment_bytes(outsider, TOPIC, mine)
+
+
+def test_an_ssl_client_of_a_plaintext_cluster_reaches_the_other_leader_at_its_ssl_port(
+        start_plain, certs, zk):
+    """PLAINTEXT between brokers: a client bootstrapped at one broker's ssl://
+    listener is sent to the other broker's ssl:// listener for the partition it
+    leads, and produces there."""
+    brokers = {1: start_plain(1), 2: start_plain(2)}
+    poll(lambda: sorted(zk.get_children("/brokers/ids")) == ["1", "2"], what="registered")
+    place(zk, TOPIC, {0: [2, 1]})  # broker 2 leads, broker 1 follows
+    poll(lambda: settled(zk, TOPIC, 1, 2), what="a leader and a full ISR")
+    answer = _metadata_v1(lambda f: _ssl_call(brokers[1], certs, f))
+    assert sorted((b.broker_id, b.host, b.port, b.unix_path or None) for b in answer.brokers) == [
+        (n, "127.0.0.1", brokers[n].ssl_port, None) for n in (1, 2)]
+    ((part,),) = [t.partitions for t in answer.topics]
+    assert (part.leader, part.error_code) == (2, ErrorCode.NONE)
+    assert merge_metadata(TOPIC, [(brokers[1].ssl, answer)]).leader_uri(0) == (
+        2, brokers[2].ssl)
+    with Producer(brokers[1].ssl, {**certs.client("alice"), "request.required.acks": "-1"}
+                  ) as producer:
+        producer.send(TOPIC, b"over-tls")
+    poll(lambda: b"over-tls" in segment_bytes(brokers[2], TOPIC, 0), what="at the leader")
+    poll(lambda: b"over-tls" in segment_bytes(brokers[1], TOPIC, 0), what="at the follower")
+    # a plain client of the same broker is given the plain listeners
+    wire = Wire(brokers[1].unix_path)
+    try:
+        plain = wire.metadata([TOPIC])
+    finally:
+        wire.close()
+    assert sorted((b.broker_id, b.port, b.unix_path) for b in plain.brokers) == [
+        (n, brokers[n].port, brokers[n].unix_path) for n in (1, 2)]
+
+
+def test_a_broker_names_itself_as_it_registers(make_tls_broker, certs):
+    """METADATA names the answering broker by its advertised listeners (what
+    its registration says), not by the address it bound."""
+    broker = make_tls_broker(start=False)
+    broker.settings["advertised.listeners"] = (
+        f"tcp://localhost:{broker.port},ssl://localhost:{broker.ssl_port}")
+    broker.start()
+    ssl_v0 = api.decode_response(api.ApiKey.METADATA, _ssl_call(
+        broker, certs, api.encode_request(api.MetadataRequest(topics=[]), 2)))
+    assert [(b.host, b.port) for b in ssl_v0[1].brokers] == [("localhost", broker.ssl_port)]
+    tcp_v0 = api.decode_response(api.ApiKey.METADATA, _tcp_call(
+        broker, api.encode_request(api.MetadataRequest(topics=[]), 2)))
+    assert [(b.host, b.port) for b in tcp_v0[1].brokers] == [("localhost", broker.port)]

@@ -91,3 +91,20 @@ def test_hb_http_with_a_certificate_the_broker_refuses_says_so(tmp_path, certs):
         assert status >= 500
     finally:
         broker.finish()
+
+
+def test_hb_http_without_a_truststore_trusts_its_own_brokers_certificate(tmp_path, certs):
+    # ssl.client.auth none and no truststore: hb-http is User:ANONYMOUS, says so,
+    # and reaches its broker by trusting the broker's own certificate chain
+    broker = SslOnlyConsoleBroker(tmp_path, certs, **{
+        "ssl.truststore.location": "", "ssl.client.auth": "none"})
+    try:
+        broker.start()
+        log = broker.log()
+        assert f"hb-http reaches the broker at {broker.ssl} as User:ANONYMOUS" in log, log
+        status, _, _ = broker.post("/api/topics", {"topic": "made", "partitions": 1})
+        assert status == 201
+        status, _, topics = call(broker, "GET", "/api/topics")
+        assert status == 200 and "made" in str(topics)
+    finally:
+        broker.finish()

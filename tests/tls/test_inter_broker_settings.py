@@ -41,6 +41,10 @@ def test_ssl_gives_the_principal_of_the_certificate(certs):
     ({"ssl.keystore.location": ""}, "ssl.keystore.location must be named"),
     ({"ssl.truststore.location": ""}, "ssl.truststore.location must be named"),
     ({"listeners": "tcp://127.0.0.1:0"}, "no ssl:// listener"),
+    # no broker would ask for the certificate: each would be User:ANONYMOUS
+    ({"ssl.client.auth": "none"}, "ssl.client.auth is none"),
+    # registered without an ssl:// listener: no broker could reach this one
+    ({"advertised.listeners": "tcp://h1:9092"}, "advertised.listeners has no ssl://"),
     # a certificate meant for servers only: the other brokers refuse it as a client's
     ({"ssl.keystore.location": "server"}, "not one the brokers take as a client"),
     ({"ssl.truststore.location": "otherca.pem"}, "not one the brokers take as a client"),
@@ -51,6 +55,47 @@ def test_ssl_without_what_it_needs_is_refused(certs, change, said):
     with pytest.raises(TlsConfigError, match=said) as e:
         check_inter_broker(_config(**_ssl(certs, **change)))
     assert "\n" not in str(e.value)
+
+
+def test_the_check_shakes_hands_with_the_listeners_own_context(certs):
+    # TLSv1.3 only, with a certificate good for both ends: taken
+    assert check_inter_broker(_config(**_ssl(certs, **{
+        "ssl.enabled.protocols": "TLSv1.3"}))) == "User:broker1"
+    # requested (not required) is enough: the certificate is still asked for
+    assert check_inter_broker(_config(**_ssl(certs, **{
+        "ssl.client.auth": "requested"}))) == "User:broker1"
+
+
+def test_the_brokers_client_context_follows_its_tls_policy(certs):
+    import ssl
+
+    from hostbroker.workers.tls import inter_broker_context
+
+    ctx = inter_broker_context(_config(**_ssl(certs, **{"ssl.enabled.protocols": "TLSv1.3"})))
+    assert ctx.minimum_version == ssl.TLSVersion.TLSv1_3
+    assert ctx.options & ssl.OP_NO_RENEGOTIATION and ctx.options & ssl.OP_NO_COMPRESSION
+    ctx = inter_broker_context(_config(**_ssl(certs, **{
+        "ssl.enabled.protocols": "TLSv1.2", "ssl.cipher.suites": "ECDHE-RSA-AES128-GCM-SHA256"})))
+    assert ctx.maximum_version == ssl.TLSVersion.TLSv1_2
+    assert [c["name"] for c in ctx.get_ciphers() if c["protocol"] == "TLSv1.2"] == [
+        "ECDHE-RSA-AES128-GCM-SHA256"]
+
+
+def test_start_warns_of_a_certificate_without_the_registered_host_and_a_login_cn(certs):
+    import getpass
+
+    from hostbroker.workers.tls import inter_broker_warnings
+
+    config = _config(**_ssl(certs, **{"advertised.listeners": "ssl://not-this.example:9093"}))
+    (line,) = inter_broker_warnings(config, check_inter_broker(config))
+    assert "does not name not-this.example" in line and "\n" not in line
+    assert inter_broker_warnings(_config(**_ssl(certs)), None) == []
+    # a CN that is a login name here: said at start
+    login = getpass.getuser()
+    config = _config(**_ssl(certs, **{"ssl.keystore.location": broker_certificate(certs, login),
+                                      "ssl.endpoint.identification.algorithm": ""}))
+    (line,) = inter_broker_warnings(config, check_inter_broker(config))
+    assert f"User:{login} is also a login name" in line
 
 
 def test_a_broker_refuses_to_start_in_one_line(tmp_path, certs):
@@ -77,19 +122,24 @@ def test_the_warning_names_the_principal_only_when_it_is_not_a_super_user(certs)
     assert "User:ANONYMOUS" in plain
 
 
-def test_leader_and_isr_names_the_leaders_listeners_of_the_inter_broker_protocol():
+def test_leader_and_isr_names_every_listener_of_the_leaders():
     from hostbroker.cluster import controller as ctl
     from hostbroker.cluster import paths
+    from hostbroker.protocol import replication as rp
     from hostbroker.workers.registrar_controller import request_of
 
-    leader = paths.BrokerInfo(1, "h1", 9092, "/run/1.sock", "h1", 9093)
+    leader = paths.BrokerInfo(1, "h1", 9092, "/run/1.sock", "h1s", 9093)
     plain_only = paths.BrokerInfo(2, "h2", 9092, None)
     notice = ctl.Notice(ctl.LEADER_AND_ISR, 3, 7, leaders={1: leader, 2: plain_only})
-    assert [(b.broker_id, b.host, b.port, b.unix_path)
-            for b in request_of(notice, 1).brokers] == [
-        (1, "h1", 9092, "/run/1.sock"), (2, "h2", 9092, None)]
-    # under SSL: the ssl:// listener, never the Unix socket; a leader without one
-    # is named with no listener (its followers say they know no ssl:// endpoint)
-    assert [(b.broker_id, b.host, b.port, b.unix_path)
-            for b in request_of(notice, 1, tls=True).brokers] == [
-        (1, "h1", 9093, None), (2, None, 0, None)]
+    request = request_of(notice, 1)
+    assert request.API_VERSION == 1
+    expected = [(1, "h1", 9092, "/run/1.sock", "h1s", 9093), (2, "h2", 9092, None, None, -1)]
+    assert [(b.broker_id, b.host, b.port, b.unix_path, b.ssl_host, b.ssl_port)
+            for b in request.brokers] == expected
+    # the wire round trip, bounded and checked as it is read
+    _, back = rp.decode_request(rp.encode_request(request, 5, "c")[4:])
+    assert [(b.broker_id, b.host, b.port, b.unix_path, b.ssl_host, b.ssl_port)
+            for b in back.brokers] == expected
+    bad = rp.LeaderAndIsrRequestV1(1, 3, (), (), (rp.BrokerEndpoints(2, "h", 1, None, "s", 70000),))
+    with pytest.raises(Exception, match="ssl port 70000"):
+        rp.decode_request(rp.encode_request(bad, 5, "c")[4:])

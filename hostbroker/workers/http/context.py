@@ -88,13 +88,14 @@ class HttpContext:
         self._partition_stats: dict[tuple[str, int], object] = {}
         self._api_stats: dict[tuple[str, int], object] = {}
         self.broker_uri = broker_uri(self.config)  # the listener broker_client() reaches
-        # over ssl://: the broker's own certificate and truststore, its host not checked
-        # (this broker's own listener, on loopback); None over unix:// and tcp://
+        # over ssl://: the broker's own client context (its certificate shown, its
+        # host not checked: this broker's own listener, on loopback); None over
+        # unix:// and tcp://
         self.broker_tls = None
         if self.broker_uri.startswith("ssl://"):
-            from hostbroker.workers.tls import inter_broker_tls
+            from hostbroker.workers.tls import inter_broker_context
 
-            self.broker_tls = inter_broker_tls(self.config, check_host=False)
+            self.broker_tls = inter_broker_context(self.config, check_host=False)
         self.broker_timeout_s = BROKER_TIMEOUT_S
         self._access = None  # the ACLs' view, opened on the first change (admin_may)
 
@@ -183,12 +184,15 @@ class HttpContext:
             return None
         if uri.startswith("tcp://"):
             return f"hb-http reaches the broker at {uri} as User:ANONYMOUS"
-        from hostbroker.workers.tls import TlsConfigError, own_principal
+        from hostbroker.workers.tls import ANONYMOUS, TlsConfigError, own_principal
 
         try:
             who = own_principal(self.config)
         except TlsConfigError as e:
             return f"hb-http reaches the broker at {uri}, which will refuse it: {e}"
+        if who == ANONYMOUS:
+            return (f"hb-http reaches the broker at {uri} as User:ANONYMOUS (ssl.client.auth "
+                    f"none: its certificate is not asked for)")
         return (f"hb-http reaches the broker at {uri} as {who} (the broker's certificate, "
                 f"ssl.keystore.location)")
 

@@ -118,7 +118,8 @@ def endpoint(peer, tls: bool = False) -> tuple | None:
     if peer is None:
         return None
     if tls:
-        return ("ssl", peer.host, peer.port) if peer.host and 0 < peer.port <= 65535 else None
+        host, port = peer.ssl_host, peer.ssl_port
+        return ("ssl", host, port) if host and 0 < port <= 65535 else None
     unix = peer.unix or ""
     if unix:
         try:
@@ -147,6 +148,7 @@ class LeaderLink:
         self.tls = settings.tls  # the client context under SSL, else None
         self.handshaking = False  # a TLS handshake under way (after the connect)
         self.wants_write = False  # what the handshake waits for
+        self.write_wants_read = False  # a TLS write waits for the peer's next record
         self.out = bytearray()
         self.head = bytearray(4)  # the size prefix of the answer being read
         self.body: bytearray | None = None  # the answer being read, once its size is known
@@ -173,7 +175,18 @@ class LeaderLink:
             return selectors.EVENT_WRITE
         if self.handshaking:
             return selectors.EVENT_WRITE if self.wants_write else selectors.EVENT_READ
-        return selectors.EVENT_READ | (selectors.EVENT_WRITE if self.out else 0)
+        # (a TLS write that wants a read first waits for one: writable says nothing)
+        wants = self.out and not self.write_wants_read
+        return selectors.EVENT_READ | (selectors.EVENT_WRITE if wants else 0)
+
+    def wake_at(self) -> float | None:
+        """When the loop must step this link though its socket says nothing:
+        its retry, its connect's or handshake's deadline, its request's."""
+        if self.sock is None:
+            return self.retry_at if self.follows else None
+        if self.connecting or self.handshaking:
+            return self.deadline
+        return self.inflight[3] if self.inflight is not None else None
 
     def sync(self) -> None:
         """Register the socket for what it waits for now (after each step)."""
@@ -247,7 +260,7 @@ class LeaderLink:
                 self.registered = 0
             self.sock.close()
             self.sock = None
-        self.connecting = self.handshaking = False
+        self.connecting = self.handshaking = self.write_wants_read = False
         self.out.clear()
         inflight, self.inflight = self.inflight, None
         if why is not None:
@@ -277,6 +290,9 @@ class LeaderLink:
             self._write(now)
         if self.sock is not None and events & selectors.EVENT_READ:
             self._read(now)
+            if self.write_wants_read and self.sock is not None:
+                self.write_wants_read = False
+                self._write(now)
 
     def _handshake(self, now: float) -> None:
         """One step of the TLS handshake, as the socket became ready for it."""
@@ -304,7 +320,10 @@ class LeaderLink:
                 sent = self.sock.send(self.out[:TLS_CHUNK])
             else:
                 sent = self.sock.send(self.out)
-        except (BlockingIOError, InterruptedError, *_TLS_WANT):
+        except ssl.SSLWantReadError:
+            self.write_wants_read = True  # (until a read: mask() drops EVENT_WRITE)
+            return
+        except (BlockingIOError, InterruptedError, ssl.SSLWantWriteError):
             return
         except OSError as e:
             self.close(now, f"broker {self.leader}: {e.strerror or e}")

@@ -106,12 +106,9 @@ class ReplicaWorker(Worker):
         now = time.monotonic()
         wake = self.next_scan
         for link in self.links.values():
-            if link.sock is None and link.follows:
-                wake = min(wake, link.retry_at)
-            elif link.inflight is not None:
-                wake = min(wake, link.inflight[3])
-            elif link.connecting:
-                wake = min(wake, link.deadline)
+            at = link.wake_at()  # (a retry, a connect's or handshake's deadline, a request's)
+            if at is not None:
+                wake = min(wake, at)
         for follow in self.follows.values():
             if follow.stage is Stage.BACKOFF:
                 wake = min(wake, follow.retry_at)
