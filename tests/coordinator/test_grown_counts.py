@@ -14,39 +14,13 @@ state (its ``__groups.log`` in a temporary directory).
 
 from __future__ import annotations
 
-import itertools
-import os
-
 import pytest
 
 from hostbroker.config import Config
 from hostbroker.coordinator.state import GroupPhase
-from hostbroker.shm.partitions import ONLINE, PLACEMENT_LOG_DIRS, PartitionTable
-from hostbroker.shm.region import SharedRegion
-from hostbroker.shm.topicnames import ReplicatedNames
+from hostbroker.shm.partitions import ONLINE, PLACEMENT_LOG_DIRS
 from hostbroker.workers.coordinator.groups import GroupHost
-
-_roots = itertools.count()
-
-
-def _shared(cls, capacity: int):
-    region = SharedRegion.create(f"/hbtest-grown-{os.getpid()}-{next(_roots)}",
-                                 cls.region_size(capacity))
-    structure = cls.create(region, capacity)
-    yield structure
-    structure.close()
-    region.close()
-    region.unlink()
-
-
-@pytest.fixture
-def names():
-    yield from _shared(ReplicatedNames, 8)
-
-
-@pytest.fixture
-def table():
-    yield from _shared(PartitionTable, 16)
+from tests.hostile.test_replicated_counts import names, table  # noqa: F401 - fixtures
 
 
 @pytest.fixture

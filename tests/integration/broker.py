@@ -84,10 +84,7 @@ class Broker:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.log()}")
             try:
-                with SimpleClient(self.unix) as c:
-                    c.metadata()
-                with SimpleClient(self.tcp) as c:
-                    c.metadata()
+                self._answers()
                 return
             except OSError:
                 time.sleep(0.05)
@@ -95,6 +92,13 @@ class Broker:
         self.kill_tree()  # a fixture that fails here never reaches its teardown
         self.proc = None
         raise RuntimeError(f"broker did not come up in {timeout}s:\n{log}")
+
+    def _answers(self) -> None:
+        """A METADATA answered on each listener (OSError while it is not up yet)."""
+        with SimpleClient(self.unix) as c:
+            c.metadata()
+        with SimpleClient(self.tcp) as c:
+            c.metadata()
 
     def log(self) -> str:
         with open(self.log_path, "rb") as f:
