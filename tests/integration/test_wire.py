@@ -96,7 +96,7 @@ def test_request_too_large_after_pipelined_requests(uri):
 @pytest.mark.parametrize("api_key,api_version", [
     (99, 0), (28, 0), (-1, 0), (32767, 0),
     (8, 1), (9, 1), (10, 1), (11, 1), (12, 1), (13, 1),  # the group APIs are version 0 only
-    (14, 1), (15, 1), (16, 1), (17, 1), (18, 1),  # replication's new APIs too
+    (14, 2), (15, 1), (16, 1), (17, 1), (18, 1),  # replication's new APIs too (LEADER_AND_ISR: 0 and 1)
     (19, 1), (20, 1), (21, 1),  # and changing topics
     (22, 1), (23, 1), (24, 1), (25, 1), (26, 1),  # and access control
     (api.ApiKey.PRODUCE, 2), (api.ApiKey.METADATA, 3), (api.ApiKey.FETCH, 3),
