@@ -270,13 +270,14 @@ def test_the_bound_counts_the_partitions_waited_on(make_broker):
 def test_a_waiting_fetch_whose_answer_does_not_fit_is_refused_alike(make_broker, where):
     """Its headers past response.max.bytes (one long-named partition named
     300 times): INVALID_REQUEST at its deadline, and the connection closes,
-    wherever it waited."""
+    wherever it waited. (It waits 2 s: long enough to be seen parked on a
+    loaded machine.)"""
     broker = make_broker(**{"response.max.bytes": 65536, "processor.fetch.max.partitions": 300,
                             "processor.fetch.max.parked": 300,
                             **({} if where == "processor" else {"processor.local.fetch": "false"})})
     topic = created_topic(broker.tcp, prefix="t" * 200)
     with RawSocket(broker.tcp) as sock:
-        sock.send(fetch_of(topic, [0] * 300, 5, max_wait_ms=300, min_bytes=1 << 20))
+        sock.send(fetch_of(topic, [0] * 300, 5, max_wait_ms=2000, min_bytes=1 << 20))
         assert parked(broker, where, 1)
         sock.assert_error_frame(5, ErrorCode.INVALID_REQUEST)
 
