@@ -45,6 +45,7 @@ from tests.replication.support import (
     fetch_all,
     kill_hard,
     poll,
+    segment_bytes,
     settled,
     state,
 )
@@ -163,11 +164,17 @@ def test_an_alter_the_controller_dies_under_is_finished_by_the_next(cluster, zoo
         assert code == ErrorCode.NONE, f"produce to new partition {p}: {code}"
         acked.append((p, offset, value))
     for p in range(4):
-        poll(lambda: serves(cluster, zk, TOPIC, p) is not None, timeout=20,
-             what=f"partition {p} served by its leader")
-        got = serves(cluster, zk, TOPIC, p)
         wanted = {o: v for q, o, v in acked if q == p}
-        assert {o: got.get(o) for o in wanted} == wanted, f"{TOPIC}-{p}"
+        # (a leader just elected serves below its HW, which reaches its log end at
+        # its first round: what it serves is read until it holds every acknowledged
+        # message; a loss shows with the state and where each replica's log ends)
+        try:
+            poll(lambda: {o: serves(cluster, zk, TOPIC, p).get(o) for o in wanted} == wanted,
+                 timeout=20, what=f"every acknowledged message of {TOPIC}-{p} served")
+        except AssertionError as e:
+            ends = {b: len(segment_bytes(cluster[b], TOPIC, p)) for b in grown[p] if b in cluster}
+            raise AssertionError(f"{e}: state {state(zk, TOPIC, p)}, replica log bytes {ends}, "
+                                 f"served offsets {sorted(serves(cluster, zk, TOPIC, p))}") from e
 
     # the dead broker returns: its replicas, new partitions included, are created
     # with the config and catch up into the ISR
