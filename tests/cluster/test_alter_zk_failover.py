@@ -73,6 +73,22 @@ def produce(cluster, zk, topic: str, partition: int, value: bytes) -> tuple[int,
         wire.close()
 
 
+def produce_acked(cluster, zk, topic: str, partition: int, value: bytes) -> int:
+    """The offset of ``value`` produced with acks=-1 to the partition's leader,
+    asking again while the broker ZooKeeper names has not been told it leads
+    (NOT_LEADER_FOR_PARTITION, refused before any append: nothing doubled)."""
+    answers = []
+
+    def acked() -> bool:
+        answers.append(produce(cluster, zk, topic, partition, value))
+        return answers[-1][0] != ErrorCode.NOT_LEADER_FOR_PARTITION
+
+    poll(acked, timeout=20, what=f"{topic}-{partition}'s leader taking a produce")
+    code, offset = answers[-1]
+    assert code == ErrorCode.NONE, f"produce to {topic}-{partition}: {code}"
+    return offset
+
+
 def serves(cluster, zk, topic: str, partition: int) -> dict[int, bytes]:
     """offset -> value of every message below the high watermark, from the leader
     ZooKeeper names (an error, such as a leader not told yet, raises)."""
@@ -120,9 +136,7 @@ def test_an_alter_the_controller_dies_under_is_finished_by_the_next(cluster, zoo
     for n in range(40):
         p = n % 2
         value = f"before-{n}".encode()
-        code, offset = produce(cluster, zk, TOPIC, p, value)
-        assert code == ErrorCode.NONE
-        acked.append((p, offset, value))
+        acked.append((p, produce_acked(cluster, zk, TOPIC, p, value), value))
     victim = controller_of(zk)
     assert victim in cluster
     if moment == "frozen":
@@ -160,9 +174,7 @@ def test_an_alter_the_controller_dies_under_is_finished_by_the_next(cluster, zoo
              what=f"partition {p}'s leader refusing a message over the new limit")
     for p in (2, 3):
         value = f"after-{p}".encode()
-        code, offset = produce(cluster, zk, TOPIC, p, value)
-        assert code == ErrorCode.NONE, f"produce to new partition {p}: {code}"
-        acked.append((p, offset, value))
+        acked.append((p, produce_acked(cluster, zk, TOPIC, p, value), value))
     for p in range(4):
         wanted = {o: v for q, o, v in acked if q == p}
         # (a leader just elected serves below its HW, which reaches its log end at
