@@ -148,6 +148,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("zookeeper.connection.timeout.ms", int, 6000,
             "How long the broker waits at start for a ZooKeeper server to answer; none "
             "answering refuses the start.", _between(1, 600000)),
+    Setting("zookeeper.topics.recheck.ms", int, 20,
+            "Shortest time between two reads of /brokers/topics that produces auto-creating "
+            "an unknown topic ask of hb-registrar (a plain topic is made only after a read "
+            "that began once the produce came, so never under a replicated topic's name).",
+            _between(0, 60000)),
     Setting("advertised.listeners", str, "",
             "Listeners registered in ZooKeeper for clients (the first tcp:// and the first "
             "unix:// one); empty = the bound listeners (a tcp wildcard host advertises this "

@@ -1,12 +1,19 @@
 """The names of the cluster's replicated topics and their partition counts, as
 ZooKeeper last told this broker's registrar (cluster mode).
 
-Owns: one shared structure (``plan.replicated_names_name``), written only by
-``hb-registrar`` (hostbroker/workers/registrar_names.py) and read lock-free by
+Owns: one shared structure (``plan.replicated_names_name``), written by
+``hb-registrar`` (hostbroker/workers/registrar_names.py) but for one word
+the handlers write (``wanted``), and read lock-free by
 
 - the handlers, whose auto-create and CREATE_TOPIC refuse a name in it: a
   broker holding no replica of a replicated topic never makes a plain topic
-  of that name (hostbroker/workers/handler_topics.py; :meth:`replicated`);
+  of that name (hostbroker/workers/handler_topics.py; :meth:`replicated`).
+  An auto-create goes by a view read from ZooKeeper *after* the produce
+  first asked for the name (``as_of``): a client that learnt of a
+  replicated topic (its state node, another broker's METADATA) may reach
+  this broker before the watch of ``/brokers/topics`` has; the handler
+  asks for a read (:meth:`want_fresh`) and answers the produce
+  LEADER_NOT_AVAILABLE (retriable) until one is published;
 - the group coordinator, which deals out a replicated topic's partitions by
   the count of its assignment in ZooKeeper, not by the replicas this broker
   happens to hold (hostbroker/workers/coordinator/groups.py;
@@ -27,7 +34,11 @@ Layout::
                              topics than were read, or more than fit: every
                              name not held here counts as replicated)
     28      4     count      hashes stored
-    32      8 × capacity     64-bit hashes of the names (:func:`name_hash`), sorted
+    32      8     as_of      CLOCK_MONOTONIC ns when the read of ZooKeeper behind
+                             the published view began (written after the view)
+    40      8     wanted     CLOCK_MONOTONIC ns a handler wants a view read
+                             since (the handlers' one word; the largest asked)
+    48      8 × capacity     64-bit hashes of the names (:func:`name_hash`), sorted
     ...     264 × capacity   the topic list, by name: per topic ``partitions``
                              u32 (the assignment's partition count; 0 when its
                              node could not be read), ``name_len`` u32, the name
@@ -60,8 +71,10 @@ UNPUBLISHED = 0
 COMPLETE = 1
 INCOMPLETE = 2
 
-_HEADER = 32
+_HEADER = 48
 _SEQ = 2  # u64 index of seq
+_AS_OF = 4  # u64 index of as_of
+_WANTED = 5  # u64 index of wanted
 _STATE_COUNT = struct.Struct("<II")
 _STATE_AT = 24
 _CAPACITY = struct.Struct("<I")
@@ -82,7 +95,7 @@ class ReplicatedNames(Structure):
     """The replicated topic names (see the module docstring)."""
 
     MAGIC = tag_magic(b"RNAM")
-    VERSION = 2  # 2: the topic list and its partition counts
+    VERSION = 3  # 2: the topic list and its partition counts; 3: as_of and wanted
 
     def __init__(self, region: SharedRegion, opened: bool):
         super().__init__(region, opened)
@@ -146,6 +159,21 @@ class ReplicatedNames(Structure):
                                len(hashes))
         u64[_SEQ] = start + 1  # even: stable, and never a value read before
 
+    def mark_read(self, began_ns: int) -> None:
+        """The view now published reflects ZooKeeper as of a read that began at
+        ``began_ns`` (``time.monotonic_ns()``); after :meth:`publish`, so a
+        reader that sees the stamp sees that view or a newer one."""
+        if began_ns > self._u64[_AS_OF]:
+            self._u64[_AS_OF] = began_ns
+
+    @property
+    def as_of_ns(self) -> int:
+        return self._u64[_AS_OF]
+
+    @property
+    def wanted_ns(self) -> int:
+        return self._u64[_WANTED]
+
     # -- the coordinator -------------------------------------------------------------
     @property
     def seq(self) -> int:
@@ -200,6 +228,14 @@ class ReplicatedNames(Structure):
             if attempt > 10:
                 time.sleep(0.0001)
         return UNPUBLISHED, frozenset()  # the registrar never finished a write: as not read
+
+    def want_fresh(self, since_ns: int) -> None:
+        """A handler wants a view read from ZooKeeper at or after ``since_ns``
+        (the registrar reads when ``wanted`` is past ``as_of``). Handlers race
+        on this one word: a smaller value written over a larger one only delays
+        the larger one's read until it is asked again."""
+        if since_ns > self._u64[_WANTED]:
+            self._u64[_WANTED] = since_ns
 
     def replicated(self, topic: str) -> bool | None:
         """Whether ``topic`` counts as replicated (it is, or the view is

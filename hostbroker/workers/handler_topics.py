@@ -5,7 +5,10 @@ CREATE_TOPIC, DELETE_TOPIC and auto-creation on produce, mixed into
 topic is never made under the name of one of the cluster's replicated topics
 (the names ``hb-registrar`` publishes in ``shm/topicnames.py``): one place,
 :meth:`TopicAdmin._plain_refused`, decides for both; until the registrar has
-published its first view, both are refused retriably. Under the admin lock it
+published its first view, both are refused retriably, and an auto-create
+waits (LEADER_NOT_AVAILABLE) for a view read after it was first asked for
+(so a produce from a client that knows of a replicated topic before this
+broker does never makes a plain one of its name). Under the admin lock it
 creates partition directories (via the log package) and their table slots, or
 finds a topic's slots and asks their writers to delete them. A slot in use has
 one writer only (its owning writer process, see ``shm/partitions.py``): the handler
@@ -24,6 +27,7 @@ CREATE_TOPIC v0 creates one replica, as before.
 from __future__ import annotations
 
 import contextlib
+import time
 
 from hostbroker.errors import ConfigError, ErrorCode, HostbrokerError, InvalidTopicError
 from hostbroker.log.partition import PartitionLog
@@ -38,6 +42,8 @@ from hostbroker.workers.base import now_ms
 
 
 RESERVED_PREFIX = "__"
+# auto-creates waiting for a read of ZooKeeper's topics, remembered per handler
+_FRESH_ASKS_MAX = 4096
 
 
 def check_topic_name(topic: str) -> None:
@@ -61,18 +67,28 @@ class TopicAdmin:
     def _init_topic_names(self) -> None:
         """The replicated topic names the registrar publishes (cluster mode only)."""
         self.replicated_names: ReplicatedNames | None = None
+        self.registrar_bell = None
+        # topic -> when an auto-create of it was first asked here (monotonic ns)
+        self.fresh_asks: dict[str, int] = {}
         if self.config["zookeeper.connect"].strip():
-            self.replicated_names = ReplicatedNames.attach(self.plan.replicated_names_name,
-                                                           readonly=True)
+            # (writable for its one word the handlers write: ``want_fresh``)
+            self.replicated_names = ReplicatedNames.attach(self.plan.replicated_names_name)
+            self.registrar_bell = self.plan.doorbell("registrar", 0)
 
-    def _plain_refused(self, topic: str) -> tuple[ErrorCode, str] | None:
+    def _plain_refused(self, topic: str, fresh: bool = False) -> tuple[ErrorCode, str] | None:
         """Why a plain topic named ``topic`` may not be created here (None: it
         may): in cluster mode, a name the cluster holds as a replicated topic
         (a broker without a replica of it never makes a plain one), or any name
-        before the registrar has read ZooKeeper's topics (retriable)."""
+        before the registrar has read ZooKeeper's topics (retriable). With
+        ``fresh`` (an auto-create), the view must also have been read from
+        ZooKeeper after the name was first asked for here (LEADER_NOT_AVAILABLE
+        until then, the registrar asked to read): a client that learnt of a
+        replicated topic from its state node or another broker may come before
+        this broker's watch of ``/brokers/topics`` has fired."""
         names = self.replicated_names
         if names is None:
             return None
+        as_of = names.as_of_ns  # before the view: the view is that read's or newer
         replicated = names.replicated(topic)
         if replicated is None:
             return (ErrorCode.BROKER_NOT_AVAILABLE,
@@ -82,6 +98,20 @@ class TopicAdmin:
             return (ErrorCode.TOPIC_ALREADY_EXISTS,
                     f"topic {topic} is a replicated topic of the cluster (or the broker "
                     "cannot tell it is not); this broker holds no replica of it")
+        if fresh:
+            asks = self.fresh_asks
+            asked = asks.get(topic)
+            if asked is None:
+                if len(asks) >= _FRESH_ASKS_MAX:
+                    asks.clear()  # (an ask forgotten only costs its client one more try)
+                asked = asks[topic] = time.monotonic_ns()
+            if as_of < asked:
+                names.want_fresh(asked)
+                self.registrar_bell.ring()
+                return (ErrorCode.LEADER_NOT_AVAILABLE,
+                        f"the broker is reading the cluster's topics from ZooKeeper before "
+                        f"it creates topic {topic}; try again")
+            del asks[topic]
         return None
 
     @contextlib.contextmanager
@@ -218,9 +248,13 @@ class TopicAdmin:
         try:
             with self._admin():
                 if not self._topic_exists_locked(topic):
-                    if self._plain_refused(topic):
-                        # a client with stale metadata: it asks again and finds the leader
-                        return ErrorCode.NOT_LEADER_FOR_PARTITION
+                    refused = self._plain_refused(topic, fresh=True)
+                    if refused:
+                        # a client with stale metadata: it asks again and finds the
+                        # leader; or (LEADER_NOT_AVAILABLE) ZooKeeper is being read
+                        return (ErrorCode.LEADER_NOT_AVAILABLE
+                                if refused[0] == ErrorCode.LEADER_NOT_AVAILABLE
+                                else ErrorCode.NOT_LEADER_FOR_PARTITION)
                     if self.default_rf > 1:
                         return self._auto_create_replicated(topic)
                     self._create_topic_locked(topic, self.config["num.partitions"], {})

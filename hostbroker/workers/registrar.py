@@ -151,8 +151,9 @@ class RegistrarWorker(Worker):
         self.role = ControllerRole(self)
         self.isr_commits = IsrCommits(self, self.table)
         self.fence = ControllerFence(self, PeersTable.attach(self.plan.peers_name))
-        self.topic_names = ReplicatedTopics(self, ReplicatedNames.attach(
-            self.plan.replicated_names_name))
+        self.topic_names = ReplicatedTopics(
+            self, ReplicatedNames.attach(self.plan.replicated_names_name),
+            recheck_s=config["zookeeper.topics.recheck.ms"] / 1000)
         self.access = ClusterAccess(self, PublishedDocument.attach(self.plan.access_name),
                                     max_bindings=config["acl.max.bindings"],
                                     max_entities=config["quota.max.principals"])
@@ -410,9 +411,11 @@ class RegistrarWorker(Worker):
                     self._lost_said = None
             if self.suspects and not self.dirty:
                 self._repair()
+            # (the names before the controller's work: its own broker knows a new
+            # topic is replicated before the states it writes name a leader)
+            self.topic_names.poll()
             self.role.step()
             self.fence.poll()
-            self.topic_names.poll()
             self.access.poll()
             self.isr_commits.poll()
         sel.close()

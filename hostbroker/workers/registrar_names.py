@@ -22,7 +22,12 @@ broker holds replicas of only some of them):
   coordinator's counts within a moment;
 - every ``POLL_S`` the children again, and every ``_FULL_S`` every node
   again, in case a watch was lost or a node was rewritten (the round is
-  ``registrar_watch.py``'s, shared with ``registrar_fence.py``).
+  ``registrar_watch.py``'s, shared with ``registrar_fence.py``);
+- when a handler asks for a view read after a moment (``wanted`` past
+  ``as_of`` in ``shm/topicnames.py``: an auto-create waiting), at once
+  after a ``sync`` (the server caught up with the ensemble), but at most once
+  per ``zookeeper.topics.recheck.ms``; every read that publishes stamps the
+  view with when it began (``as_of``).
 
 Failing closed: a topic node too long or not a valid assignment counts as
 replicated, with no partition count (one reported line); more children than ``zookeeper.max.children``
@@ -54,10 +59,12 @@ class ReplicatedTopics(WatchedReader):
     WHAT = "the replicated topics"
 
     def __init__(self, worker, names: ReplicatedNames, bounds: zkread.Bounds = zkread.DEFAULT,
-                 clock=time.monotonic):
+                 clock=time.monotonic, recheck_s: float = 0.02):
         super().__init__(worker, bounds, min(max(worker.connection_ms / 1000, 1.0), _READ_MAX_S),
                          clock)
         self.names = names
+        self.recheck_s = recheck_s
+        self.next_recheck = 0.0
         self.next_full = 0.0
         # topic -> its partition count (0: replicated, count not known; None: plain)
         self.known: dict[str, int | None] = {}
@@ -81,9 +88,22 @@ class ReplicatedTopics(WatchedReader):
     def watch(self, client, on_change) -> None:
         client.ChildrenWatch(BROKER_TOPICS, on_change, send_event=False)
 
+    def asked(self) -> bool:
+        """A handler waits for a view read after the one published."""
+        return self.names.wanted_ns > self.names.as_of_ns
+
+    def wanted(self, now: float) -> bool:
+        return super().wanted(now) or (self.asked() and now >= self.next_recheck)
+
     def read(self, client, now: float) -> None:
+        began = time.monotonic_ns()
+        if self.asked():
+            self.next_recheck = now + self.recheck_s
+            # what the client that asked may have seen on any server is on ours too
+            client.sync_async(BROKER_TOPICS).get(timeout=self.timeout_s)
         full = now >= self.next_full
         self.read_and_publish(client, full)
+        self.names.mark_read(began)
         if full:
             self.next_full = now + _FULL_S
 
