@@ -124,6 +124,10 @@ class Cluster:
         self._stale.add(topic)
         self.leaders.invalidate(topic)
 
+    def created(self, topic: str) -> None:
+        """A produce that auto-created ``topic`` was acknowledged: learn its partitions."""
+        self.invalidate(topic)
+
     def needs_refresh(self, topic: str) -> bool:
         known = self._topics.get(topic)
         return (known is None or not known.known or topic in self._stale

@@ -457,7 +457,7 @@ class Dispatcher:
             failure.__cause__ = error
             self.callbacks.on_failed(s.request, failure)
         elif s.ref is not None and not self.cluster.cached(s.topic).known:
-            self.cluster.invalidate(s.topic)  # auto-created by this produce: learn its partitions
+            self.cluster.created(s.topic)  # auto-created by this produce: learn its partitions
         self.done(s)
 
     def send_due_retries(self, now: float) -> None:

@@ -21,7 +21,7 @@ asking brokers:
 - A topic no live broker registered is *provisional*: partition 0 of one
   live broker chosen at random (kept while it stays live), where the
   produce auto-creates it. Once that produce is acknowledged (the
-  Dispatcher invalidates the topic), the next look waits up to
+  Dispatcher says so, :meth:`ZkCluster.created`), the next look waits up to
   ``registration_wait_ms`` for the broker's registration of the topic,
   once per topic; until it appears the provisional partition is used.
 - A replicated topic (its ``/brokers/topics/[topic]`` node holds an
@@ -90,6 +90,7 @@ class ZkCluster:
         self._stale: set[str] = set()
         self._provisional: dict[str, int] = {}  # topic -> broker id it is auto-created on
         self._waited: set[str] = set()  # topics whose registration was waited for once
+        self._created: set[str] = set()  # provisional topics a produce was acknowledged to
         self.leaders = LeaderMap(
             ZooKeeperLeaders(self._client, lambda: self._snapshot.brokers, bounds=bounds,
                              timeout_s=connection_timeout_ms / 1000),
@@ -125,6 +126,14 @@ class ZkCluster:
     def invalidate(self, topic: str) -> None:
         self._stale.add(topic)
         self.leaders.invalidate(topic)
+
+    def created(self, topic: str) -> None:
+        """A produce to ``topic``'s provisional partition was acknowledged: the
+        broker made it, and registers it next (a produce refused, such as one
+        answered LEADER_NOT_AVAILABLE while the broker reads ZooKeeper's topics,
+        made nothing to wait for)."""
+        self._created.add(topic)
+        self.invalidate(topic)
 
     def needs_refresh(self, topic: str) -> bool:
         entry = self._topics.get(topic)
@@ -169,11 +178,12 @@ class ZkCluster:
                 built = built._replace(fetched_at=previous[1].fetched_at)
             return version, built
         with self._changed:
-            if (topic in self._provisional and topic in self._stale
+            if (topic in self._provisional and topic in self._created
                     and topic not in self._waited and not self._registered(topic)):
                 # The produce that auto-creates it was acknowledged: its
                 # broker registers it next.
                 self._waited.add(topic)
+                self._created.discard(topic)
                 self._changed.wait_for(lambda: self._registered(topic), self._wait)
             snapshot, version = self._snapshot, self._version
         previous = self._topics.get(topic)

@@ -79,7 +79,10 @@ def test_three_brokers_register_their_listeners_and_topics(make_broker, tmp_path
         c.create_topic("events", 3)
     with brokers[2].client() as c:
         c.create_topic("events", 2)
-        c.produce("auto", 0, encode_message_set([b"x"]))  # auto-created: num.partitions 1
+        # auto-created (num.partitions 1) once the broker has read ZooKeeper's topics
+        # after the first ask (LEADER_NOT_AVAILABLE until then, at once here)
+        wait_until(lambda: c.produce("auto", 0, encode_message_set([b"x"]),
+                                     raise_on_error=False).error_code == 0)
     # each registrar writes its topics one node at a time, in no set order
     for topic, broker_id in (("auto", 2), ("events", 1), ("events", 2)):
         wait_until(lambda: zk.exists(paths.topic_broker_path(topic, broker_id)) is not None)
