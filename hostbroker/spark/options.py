@@ -45,10 +45,10 @@ from hostbroker.client.producer_settings import PRODUCER_SETTINGS
 from hostbroker.client.settings import TLS_SETTINGS, broker_uris, redacted, resolve
 from hostbroker.client.tls import tls_context
 from hostbroker.cluster.paths import REPLICATED
-from hostbroker.cluster.zk import parse_connect
 from hostbroker.config import checked
 from hostbroker.errors import ConfigError
 from hostbroker.log.message import CODEC_NAMES
+from hostbroker.zkconnect import parse_connect
 
 EARLIEST = -2  # in an offsets JSON, as in Spark's Kafka source
 LATEST = -1
