@@ -42,7 +42,7 @@ from datetime import datetime, timezone
 from typing import Any, TextIO
 
 from hostbroker.exits import EXIT_BROKER, EXIT_USAGE, CommandError, plural, usage_error
-from hostbroker.spark.options import TLS_OPTIONS, redacted_repr
+from hostbroker.spark.options import FORMAT, TLS_OPTIONS, redacted_repr
 
 FORMATS = ("parquet", "orc", "json")
 CHECKPOINT = "_checkpoint"
@@ -389,8 +389,6 @@ def _session(master: str) -> Any:
 
 
 def _start_query(spark: Any, job: LoadJob) -> Any:
-    from hostbroker.spark import FORMAT
-
     path = output_dir(job.path)
     frame = spark.readStream.format(FORMAT).options(**job.source_options()).load()
     return (frame.writeStream.format(job.fmt).partitionBy("topic")

@@ -50,6 +50,7 @@ from hostbroker.errors import ConfigError
 from hostbroker.log.message import CODEC_NAMES
 from hostbroker.zkconnect import parse_connect
 
+FORMAT = "hostbroker"  # the name Spark knows the data source by
 EARLIEST = -2  # in an offsets JSON, as in Spark's Kafka source
 LATEST = -1
 CLIENT_PREFIX = "hostbroker."
