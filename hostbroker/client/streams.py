@@ -46,9 +46,9 @@ from itertools import islice, repeat
 from typing import Any, NamedTuple, Protocol
 
 from hostbroker.client.connection import ConnectionClosedError
-from hostbroker.client.consumer import FetchedSet
 from hostbroker.client.errors import (BrokerError, ConsumerTimeoutError, InvalidEntryError,
                                       OffsetOutOfRangeError)
+from hostbroker.client.fetched import FetchedSet
 from hostbroker.client.throttle_stats import AnswerShapeError, VersionRefusedError
 from hostbroker.errors import ErrorCode, HostbrokerError, ProtocolError
 from hostbroker.log.message import Message
