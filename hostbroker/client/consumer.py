@@ -2,9 +2,10 @@
 
 The caller owns the offsets. :meth:`SimpleConsumer.fetch` asks one partition
 for up to ``max_bytes`` of its log and returns a
-:class:`~hostbroker.client.fetched.FetchedSet`, whose messages unpack as ``(offset, next_offset, value)``: inner messages of a
-compressed wrapper included, a trailing partial entry (a fetch cut at
-``max_bytes``) left for the next fetch, which starts at the set's
+:class:`~hostbroker.client.fetched.FetchedSet`, whose messages unpack as
+``(offset, next_offset, value)``: inner messages of a compressed wrapper
+included, a trailing partial entry (a fetch cut at ``max_bytes``) left for
+the next fetch, which starts at the set's
 ``next_offset``. :meth:`SimpleConsumer.multifetch` asks several partitions in
 one FETCH request, :meth:`SimpleConsumer.offsets_before` asks where a log
 starts, ends, or stood at a time, and :meth:`SimpleConsumer.sets` /

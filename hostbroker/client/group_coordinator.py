@@ -4,7 +4,8 @@ group coordinator (docs/spec/groups.md).
 Without ``zookeeper.connect`` (and without an ``assignor`` of the caller's) a
 :class:`~hostbroker.client.group.ConsumerConnector` is a member of its group on the
 broker (it hands itself in as a
-:class:`~hostbroker.client.group_assignments.GroupConnector`). :class:`CoordinatorSide` is what the connector does there; its
+:class:`~hostbroker.client.group_assignments.GroupConnector`).
+:class:`CoordinatorSide` is what the connector does there; its
 :class:`CoordinatedMember` runs the member's life cycle:
 
 - **join, sync, fetch**: JOIN_GROUP with the subscription (``{topic: streams}``; a
