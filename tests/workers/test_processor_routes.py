@@ -109,4 +109,9 @@ def test_group_requests_are_put_to_the_coordinator(conn, key):
                                  gproto.GroupApiKey.SYNC_GROUP, 9999])
 def test_every_other_request_goes_to_the_handler(conn, key):
     assert route(conn, key) == "handler"
-    assert HANDLER == 0  # (the processor's loop tests the route for truth first)
+    assert route(conn, key, version=1) == "handler"
+
+
+def test_the_handler_is_the_only_false_route():
+    # the processor's frame loop tests the route for truth before comparing it
+    assert [bool(r) for r in (HANDLER, ANSWER, FETCH, PUT, GROUP_PUT)] == [False] + [True] * 4
