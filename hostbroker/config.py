@@ -24,6 +24,7 @@ from hostbroker.settings_http import HTTP_LIST_CHECKS, HTTP_SETTINGS
 from hostbroker.settings_logdirs import LOGDIRS_SETTINGS
 from hostbroker.settings_security import SECURITY_CHECKS, SECURITY_SETTINGS
 from hostbroker.settings_tls import TLS_SETTINGS
+from hostbroker.zkconnect import parse_connect
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,8 +67,6 @@ def _listeners_problem(value: str) -> str | None:
 def _zookeeper_connect_problem(value: str) -> str | None:
     if not value.strip():
         return None
-    from hostbroker.cluster.zk import parse_connect
-
     try:
         parse_connect(value)
     except ConfigError as e:

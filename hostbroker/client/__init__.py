@@ -7,9 +7,12 @@
                   ConnectionClosedError, and the producers' and consumers' errors
 - ``consumer``    SimpleConsumer: fetch partitions at offsets the caller keeps;
                   ``consumer_leaders``, its connections, one per leader of a
-                  replicated partition
+                  replicated partition; ``fetched``, FetchedSet: one
+                  partition's fetched message set, read entry by entry
 - ``group``       ConsumerConnector: a group's partitions as streams, offsets
-                  committed to the broker
+                  committed to the broker; its parts know it only as a
+                  protocol (``group_assignments``, ``group_coordinator``,
+                  ``group_cluster``, ``group_plugins``)
 - ``streams``     KafkaStream and the fetcher threads that feed streams (every
                   partition read, fairly)
 - ``producer``    Producer (sync or async with a bounded queue), RecordMetadata,
@@ -32,11 +35,11 @@ from hostbroker.client.connection import BrokerConnection, NotABrokerError, conn
 from hostbroker.client.errors import BrokerError, ConnectionClosedError
 from hostbroker.client.simple import SimpleClient
 
-from hostbroker.client.consumer import (CONSUMER_SETTINGS, EARLIEST, LATEST, FetchedSet,
-                                        SimpleConsumer)
+from hostbroker.client.consumer import CONSUMER_SETTINGS, EARLIEST, LATEST, SimpleConsumer
 from hostbroker.client.errors import (ConsumerTimeoutError, DecompressedTooLargeError,
                                       InvalidEntryError, MessageSizeTooLargeError,
                                       OffsetOutOfRangeError)
+from hostbroker.client.fetched import FetchedSet
 from hostbroker.client.group import (GROUP_SETTINGS, Blacklist, BrokerOffsetStorage,
                                      ConsumerConnector, KafkaStream, MessageAndMetadata,
                                      OffsetStorage, PartitionAssignor, RoundRobinAssignor,

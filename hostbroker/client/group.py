@@ -66,9 +66,12 @@ import logging
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from hostbroker.client.consumer import EARLIEST, FETCH_SETTINGS, LATEST, SimpleConsumer
+from hostbroker.client.group_assignments import Assignments, Progress
+from hostbroker.client.group_cluster import ClusterSide
+from hostbroker.client.group_coordinator import CoordinatorSide
 from hostbroker.client.group_plugins import (Blacklist, BrokerOffsetStorage, OffsetStorage,
                                              PartitionAssignor, RoundRobinAssignor,
                                              TopicFilter, Whitelist)
@@ -78,10 +81,6 @@ from hostbroker.client.throttle_stats import ThrottleStats
 from hostbroker.cluster.zkread import SETTINGS as ZK_READ_SETTINGS
 from hostbroker.config import Setting, between, one_of
 from hostbroker.errors import ConfigError, ErrorCode
-
-if TYPE_CHECKING:
-    from hostbroker.client.group_cluster import ClusterSide
-    from hostbroker.client.group_coordinator import CoordinatorSide
 
 __all__ = ["GROUP_SETTINGS", "Blacklist", "BrokerOffsetStorage", "ConsumerConnector",
            "KafkaStream", "MessageAndMetadata", "OffsetStorage", "PartitionAssignor",
@@ -195,7 +194,6 @@ class ConsumerConnector:
             if bootstrap is not None or "broker.list" in (config or {}) or "broker_list" in options:
                 raise ConfigError("zookeeper.connect: not together with a bootstrap or "
                                   "broker.list (the brokers come from ZooKeeper)")
-            from hostbroker.client.group_cluster import ClusterSide
             from hostbroker.cluster.zk import make_client
 
             client = make_client(self.settings["zookeeper.connect"],
@@ -207,8 +205,6 @@ class ConsumerConnector:
         elif assignor is None:
             # A member of the group on the broker (group_coordinator); an assignor of
             # the caller's keeps the old way: this connector reads every partition.
-            from hostbroker.client.group_coordinator import CoordinatorSide
-
             self.cluster = CoordinatorSide(self)
             self._coordinated = True
         self._own_storage = offset_storage is None
@@ -228,8 +224,6 @@ class ConsumerConnector:
         self._owned: dict[TopicPartition, KafkaStream] = {}
         self._done: dict[TopicPartition, int] = {}  # moved past: safe for the interval commit
         if self.cluster is not None:
-            from hostbroker.client.group_assignments import Assignments, Progress
-
             self._owned = Assignments()
             self._done = Progress(self._owned)
         self._committed: dict[TopicPartition, int] = {}

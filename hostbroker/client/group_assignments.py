@@ -6,7 +6,10 @@ coordinator, :mod:`hostbroker.client.group_coordinator`).
   when a group decides its partitions, so that nothing fetched or read during an earlier
   assignment of a partition is handed out or committed in a later one;
 - :func:`give_up`: the steps of giving partitions up (stop handing them out, tell the
-  rebalance listener, commit what was handed out of them).
+  rebalance listener, commit what was handed out of them);
+- :class:`GroupConnector`: what the group's two sides use of the connector they serve.
+  The connector (``hostbroker.client.group``) makes a side and hands itself in; the
+  sides know it only through this protocol, so nothing here or in them imports it.
 
 A partition's key is whatever the mode names it by: ``(topic, partition)`` with the
 coordinator, a ``PartitionKey`` (which also names the broker) with ZooKeeper.
@@ -15,14 +18,37 @@ coordinator, a ``PartitionKey`` (which also names the broker) with ZooKeeper.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Hashable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Collection, Hashable, Mapping
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from hostbroker.client.group import ConsumerConnector
-    from hostbroker.client.streams import KafkaStream
+from hostbroker.client.group_plugins import OffsetStorage, TopicFilter
+from hostbroker.client.streams import KafkaStream, StreamsOwner
 
 log = logging.getLogger(__name__)
+
+
+class GroupConnector(StreamsOwner, Protocol):
+    """What the group's sides (and :func:`give_up`) use of the connector, beyond what
+    its streams and fetchers use: its group, subscription (``_topic_streams``: per
+    topic its streams; or ``_filter``), offsets (``offset_storage``, ``_committed``,
+    ``positions``, ``_commit``, ``_auto_commit``) and rebalance listener (``_notify``).
+    """
+
+    group: str
+    offset_storage: OffsetStorage
+    _uris: list[str]
+    _topic_streams: dict[str, list[KafkaStream]]
+    _filter: TopicFilter | None
+    _committed: dict
+    _own_storage: bool
+    _coordinated: bool
+    _next_commit: float
+
+    def _fetch_config(self) -> dict[str, Any]: ...
+    def _notify(self, method: str, partitions: list) -> None: ...
+    def _auto_commit(self, now: float) -> None: ...
+    def positions(self) -> dict: ...
+    def _commit(self, offsets: Mapping, owned_only: bool = True) -> None: ...
 
 
 class Assignments(dict):
@@ -75,7 +101,7 @@ class Progress(dict):
             super().__setitem__(key, offset)
 
 
-def give_up(connector: ConsumerConnector, keys: Collection[Hashable], commit: bool) -> None:
+def give_up(connector: GroupConnector, keys: Collection[Hashable], commit: bool) -> None:
     """``keys`` are not the connector's any more (their fetchers were told to stop):
     the streams drop what is queued of them, the rebalance listener hears
     ``on_partitions_revoked``, then (with ``commit`` and ``auto.commit.enable``) what

@@ -1,6 +1,7 @@
 """The high-level consumer in cluster mode: partitions given by the group's rebalance.
 
 With ``zookeeper.connect`` a :class:`~hostbroker.client.group.ConsumerConnector`
+(handed in as a :class:`~hostbroker.client.group_assignments.GroupConnector`)
 does not deal out partitions itself: a
 :class:`~hostbroker.cluster.membership.GroupMember` registers it in its
 group and runs the range rebalance, and :class:`ClusterSide` carries out
@@ -52,17 +53,15 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from hostbroker.client.consumer import SimpleConsumer
-from hostbroker.client.group_assignments import give_up
+from hostbroker.client.group_assignments import GroupConnector, give_up
+from hostbroker.client.group_plugins import BrokerOffsetStorage
 from hostbroker.client.streams import Fetcher, KafkaStream
 from hostbroker.cluster import paths, zkread
 from hostbroker.cluster.discovery import Snapshot
 from hostbroker.cluster.membership import GroupMember, PartitionKey, ZooKeeperOffsets, spec_order
-
-if TYPE_CHECKING:
-    from hostbroker.client.group import BrokerOffsetStorage, ConsumerConnector
 
 log = logging.getLogger(__name__)
 
@@ -79,8 +78,6 @@ class PerBrokerOffsets:
         self._lock = threading.Lock()  # used from the rebalance and the callers' threads
 
     def _storage(self, broker_id: int) -> BrokerOffsetStorage:
-        from hostbroker.client.group import BrokerOffsetStorage
-
         with self._lock:
             storage = self._storages.get(broker_id)
             if storage is None:
@@ -123,7 +120,7 @@ class PerBrokerOffsets:
 class ClusterSide:
     """What a connector does in cluster mode (see the module docstring)."""
 
-    def __init__(self, connector: ConsumerConnector, client):
+    def __init__(self, connector: GroupConnector, client):
         self.connector = connector
         self.client = client
         self.fetchers: dict[int, Fetcher] = {}

@@ -3,7 +3,9 @@ group coordinator (docs/spec/groups.md).
 
 Without ``zookeeper.connect`` (and without an ``assignor`` of the caller's) a
 :class:`~hostbroker.client.group.ConsumerConnector` is a member of its group on the
-broker. :class:`CoordinatorSide` is what the connector does there; its
+broker (it hands itself in as a
+:class:`~hostbroker.client.group_assignments.GroupConnector`).
+:class:`CoordinatorSide` is what the connector does there; its
 :class:`CoordinatedMember` runs the member's life cycle:
 
 - **join, sync, fetch**: JOIN_GROUP with the subscription (``{topic: streams}``; a
@@ -43,17 +45,15 @@ import logging
 import threading
 import time
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from hostbroker.client.coordinator_requests import CoordinatorClient
 from hostbroker.client.errors import BrokerError
-from hostbroker.client.group_assignments import give_up
+from hostbroker.client.consumer import SimpleConsumer
+from hostbroker.client.group_assignments import GroupConnector, give_up
+from hostbroker.client.group_plugins import BrokerOffsetStorage
 from hostbroker.client.streams import Backoff, Fetcher, TopicPartition
 from hostbroker.errors import ErrorCode
-
-if TYPE_CHECKING:
-    from hostbroker.client.consumer import SimpleConsumer
-    from hostbroker.client.group import ConsumerConnector
 
 log = logging.getLogger(__name__)
 
@@ -69,12 +69,6 @@ class GroupsNotServed(Exception):
     """The broker answered JOIN_GROUP UNSUPPORTED_VERSION: it does not serve groups."""
 
 
-def _broker_offsets():
-    from hostbroker.client.group import BrokerOffsetStorage
-
-    return BrokerOffsetStorage
-
-
 class FencedOffsets:
     """The group's offsets on the broker: read with OFFSET_FETCH, stored with
     OFFSET_COMMIT v1 as the member's current ``(generation, member_id)``. A commit
@@ -82,7 +76,7 @@ class FencedOffsets:
 
     def __init__(self, member: CoordinatedMember, uris: list[str], config: Mapping[str, Any]):
         self.member = member
-        self._reads = _broker_offsets()(uris, config)
+        self._reads = BrokerOffsetStorage(uris, config)
         self._client = member.new_client()
         self._lock = threading.Lock()
         self.refused = 0  # commits refused by the fence (for tools and tests)
@@ -349,7 +343,7 @@ class CoordinatedMember:
 class CoordinatorSide:
     """What a connector does as a member of a group on the broker (module docstring)."""
 
-    def __init__(self, connector: ConsumerConnector):
+    def __init__(self, connector: GroupConnector):
         self.connector = connector
         self.member = CoordinatedMember(self)
         self._lookup: SimpleConsumer | None = None  # offsets and metadata, member thread
@@ -438,7 +432,7 @@ class CoordinatorSide:
         c._done = {}
         if c._own_storage:
             c.offset_storage.close()
-            c.offset_storage = _broker_offsets()(c._uris, c._fetch_config())
+            c.offset_storage = BrokerOffsetStorage(c._uris, c._fetch_config())
 
     def assign(self, assignment: Mapping[str, Mapping[int, Iterable[int]]]) -> None:
         """Read the partitions of this generation's assignment from the group's offsets."""

@@ -83,11 +83,11 @@ from hostbroker.client.producer_settings import PRODUCER_SETTINGS
 from hostbroker.client.settings import broker_uris, resolve
 from hostbroker.client.throttle_stats import ThrottleStats
 from hostbroker.client.zkcluster import ZkCluster
-from hostbroker.cluster.zk import parse_connect
 from hostbroker.cluster.zkread import Bounds
 from hostbroker.errors import ConfigError
 from hostbroker.log.message import MIN_LENGTH_V1
 from hostbroker.log.segments import validate_topic_name
+from hostbroker.zkconnect import parse_connect
 
 __all__ = [
     "PRODUCER_SETTINGS",

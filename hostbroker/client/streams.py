@@ -3,8 +3,10 @@
 A :class:`KafkaStream` is an iterator of :class:`MessageAndMetadata` over
 the chunks (non-empty :class:`FetchedSet`\\ s) on its queue. A
 :class:`Fetcher` is one thread and one connection fetching its partitions
-into their streams' queues (the :class:`~hostbroker.client.group.ConsumerConnector`
-deals the partitions out and owns the offsets).
+into their streams' queues. The connector that owns them (``ConsumerConnector``,
+above this module) deals the partitions out and owns the offsets; the streams
+and fetchers reach it only through :class:`StreamsOwner`, the few members
+they use, so this module imports nothing of the connector or of its group.
 
 Every partition is read, fairly. A round's FETCH asks for every partition
 of the fetcher whose stream has room (at least one free chunk) and is not
@@ -41,23 +43,48 @@ import time
 from collections import deque
 from collections.abc import Collection, Iterator
 from itertools import islice, repeat
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from hostbroker.client.connection import ConnectionClosedError
-from hostbroker.client.consumer import FetchedSet
 from hostbroker.client.errors import (BrokerError, ConsumerTimeoutError, InvalidEntryError,
                                       OffsetOutOfRangeError)
+from hostbroker.client.fetched import FetchedSet
 from hostbroker.client.throttle_stats import AnswerShapeError, VersionRefusedError
 from hostbroker.errors import ErrorCode, HostbrokerError, ProtocolError
 from hostbroker.log.message import Message
 from hostbroker.protocol import api
 
-if TYPE_CHECKING:
-    from hostbroker.client.group import ConsumerConnector
-
 log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
+
+
+class StreamsOwner(Protocol):
+    """What the streams and fetchers use of the connector that owns them.
+
+    ``_owned`` maps a partition's key to its stream (in a group, only for the
+    key object of the partition's current assignment), ``_done`` the position a
+    stream moved past per partition; ``cluster`` is the group's side, or None
+    when the connector deals every partition itself. The fetcher that does the
+    housekeeping calls ``_housekeeping`` and waits ``_idle_wait()`` between
+    rounds; a partition the broker no longer has is ``_forget``-ten; a stream
+    that made room in its queue calls ``_room_made``.
+    """
+
+    settings: Any
+    closed: bool
+    cluster: Any
+    _owned: dict
+    _done: dict
+    _streams: list
+    _fetchers: list
+
+    def _new_consumer(self, uris: list[str] | None = None) -> Any: ...
+    def _reset_offset(self, consumer: Any, tp: TopicPartition) -> int: ...
+    def _housekeeping(self, fetcher: Fetcher) -> None: ...
+    def _idle_wait(self) -> float: ...
+    def _forget(self, tp: TopicPartition) -> None: ...
+    def _room_made(self) -> None: ...
 
 # Partitions in one FETCH request (brokers refuse requests of more than their
 # request.max.entries, 10,000 by default); the rest wait for the next round.
@@ -142,7 +169,7 @@ class KafkaStream:
     ``fetch.message.max.bytes``) is skipped with a warning under
     ``skip.bad.messages``; otherwise it stops the stream: this and every later
     ``next()`` raise it, and the offsets committed stay before it. Ends
-    (StopIteration) after :meth:`ConsumerConnector.shutdown`. Read one stream
+    (StopIteration) after the connector's ``shutdown()``. Read one stream
     from one thread.
 
     Hand-off. A chunk taken from the queue is decoded a batch (:data:`BATCH`
@@ -158,7 +185,7 @@ class KafkaStream:
     leaves is exact.
     """
 
-    def __init__(self, connector: ConsumerConnector, index: int, chunks: int, timeout_ms: int):
+    def __init__(self, connector: StreamsOwner, index: int, chunks: int, timeout_ms: int):
         self.index = index
         self.partitions: list[TopicPartition] = []
         self._connector = connector
@@ -346,7 +373,7 @@ class KafkaStream:
 class Fetcher:
     """One thread and connection fetching its partitions into their streams' queues."""
 
-    def __init__(self, connector: ConsumerConnector, index: int, uris: list[str] | None = None,
+    def __init__(self, connector: StreamsOwner, index: int, uris: list[str] | None = None,
                  housekeeping: bool | None = None):
         self.connector = connector
         self.index = index

@@ -1,8 +1,7 @@
-"""``zookeeper.connect`` strings, and kazoo clients made from them.
+"""Kazoo clients made from ``zookeeper.connect`` strings.
 
-:func:`parse_connect` checks ``host:port[,host:port...][/chroot]`` and raises
-:class:`~hostbroker.errors.ConfigError` with one line naming what is wrong.
-:func:`make_client` returns a started :class:`kazoo.client.KazooClient`
+The string is read by :func:`hostbroker.zkconnect.parse_connect` (pure, below
+the settings). :func:`make_client` returns a started :class:`kazoo.client.KazooClient`
 with the session timeout asked for, rooted at the chroot (which it creates
 when missing), or raises :class:`ZooKeeperUnavailable` with one line when no
 server answered within the connection timeout.
@@ -12,34 +11,13 @@ from __future__ import annotations
 
 import logging
 
-from hostbroker.errors import ConfigError
+from hostbroker.zkconnect import parse_connect
 
 log = logging.getLogger(__name__)
 
 
 class ZooKeeperUnavailable(RuntimeError):
     """No ZooKeeper server of a connect string answered in time."""
-
-
-def parse_connect(value: str, key: str = "zookeeper.connect") -> tuple[list[tuple[str, int]], str]:
-    """([(host, port), ...], chroot) of a connect string; chroot is "" or "/a/b"."""
-    text = value.strip()
-    if not text:
-        raise ConfigError(f"{key}: empty (expected host:port[,host:port...][/chroot])")
-    hosts_part, slash, chroot = text.partition("/")
-    chroot = slash + chroot if slash else ""
-    if chroot:
-        parts = chroot.split("/")[1:]
-        if chroot.endswith("/") or any(not p or p in (".", "..") for p in parts):
-            raise ConfigError(f"{key}: chroot {chroot!r} is not a ZooKeeper path")
-    hosts = []
-    for item in hosts_part.split(","):
-        item = item.strip()
-        host, sep, port = item.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ConfigError(f"{key}: {item!r} is not host:port")
-        hosts.append((host.strip("[]"), int(port)))
-    return hosts, chroot
 
 
 def make_client(connect: str, session_timeout_ms: int, connection_timeout_ms: int,

@@ -29,10 +29,9 @@ module here has no side effect and pulls in no client code: each command
 imports what it needs when it runs, so ``hostbroker --help`` stays fast.
 
 Every command ends through :func:`run`, which turns what went wrong into one
-line on stderr and an exit status (docs/spec/operations.md): 2 for a usage or
-configuration error, 1 for a broker that refused or could not be reached,
-3 for a log file that is not valid all the way (``dump-log``), 130 for
-Ctrl-C. A closed stdout (``| head``) ends a command quietly with status 0.
+line on stderr and an exit status (``hostbroker.exits`` holds the statuses and
+:class:`CommandError`). A closed stdout (``| head``) ends a command quietly
+with status 0.
 The long-running commands (``produce``, ``consume``, ``mirror``) take SIGTERM
 as Ctrl-C (:func:`stop_on_sigterm`; ``mirror`` through :class:`StopRequests`,
 which never cuts a commit short) and stop the normal way: producer flushed,
@@ -47,23 +46,11 @@ import sys
 from collections.abc import Callable, Iterable
 
 from hostbroker.errors import ConfigError, HostbrokerError
+from hostbroker.exits import (
+    EXIT_BROKER, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, CommandError, usage_error,
+)
 
 DEFAULT_BOOTSTRAP = "tcp://127.0.0.1:9092"
-
-EXIT_OK = 0
-EXIT_BROKER = 1
-EXIT_USAGE = 2
-EXIT_INVALID_LOG = 3
-EXIT_INTERRUPTED = 130
-
-
-class CommandError(Exception):
-    """A command cannot go on: one line for stderr, and the exit status."""
-
-    def __init__(self, message: str, status: int = EXIT_BROKER):
-        super().__init__(message)
-        self.status = status
-
 
 class Stopped(Exception):
     """SIGTERM asked a long-running command to stop, as Ctrl-C would."""
@@ -117,10 +104,6 @@ class _Waiting:
         self.requests._waiting = False
 
 
-def usage_error(message: str) -> CommandError:
-    return CommandError(message, EXIT_USAGE)
-
-
 def check_bootstrap(uri: str, option: str = "--bootstrap") -> str:
     """``uri`` if it names a broker (see ``parse_uri``), else a usage error naming ``option``."""
     from hostbroker.client.connection import parse_uri
@@ -142,12 +125,6 @@ def check_topic(topic: str) -> str:
     except InvalidTopicError as exc:
         raise usage_error(str(exc)) from None
     return topic
-
-
-def plural(count: int, noun: str, nouns: str | None = None) -> str:
-    """``"1 message"``, ``"2 messages"``; ``nouns`` for a plural that is not noun + s
-    (``plural(n, "valid entry", "valid entries")``)."""
-    return f"{count:,} {noun if count == 1 else nouns or noun + 's'}"
 
 
 def key_values(option: str, items: Iterable[str] | None) -> dict[str, str]:

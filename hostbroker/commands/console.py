@@ -76,10 +76,10 @@ from hostbroker.commands import (
     check_bootstrap,
     check_topic,
     key_values,
-    plural,
     stop_on_sigterm,
     usage_error,
 )
+from hostbroker.exits import plural
 
 # Typed lines should not wait the producer's default 5 s for a batch to fill.
 CONSOLE_PRODUCER_DEFAULTS = {"producer.type": "async", "queue.time": 1000,
@@ -97,8 +97,8 @@ def check_zookeeper(connect: str, option: str = "--zookeeper") -> str:
     """
     import logging
 
-    from hostbroker.cluster.zk import parse_connect
     from hostbroker.errors import ConfigError
+    from hostbroker.zkconnect import parse_connect
 
     logging.getLogger("kazoo").setLevel(logging.CRITICAL)
     try:

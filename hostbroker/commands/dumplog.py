@@ -36,7 +36,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TextIO
 
-from hostbroker.commands import EXIT_INVALID_LOG, EXIT_OK, plural, usage_error
+from hostbroker.exits import EXIT_INVALID_LOG, EXIT_OK, plural, usage_error
 from hostbroker.log.message import (
     CODEC_GZIP,
     CODEC_NAMES,

@@ -31,9 +31,9 @@ from hostbroker.commands import (
     EXIT_OK,
     CommandError,
     check_topic,
-    plural,
     usage_error,
 )
+from hostbroker.exits import plural
 
 _COLUMNS = ("topic", "partition", "owner", "committed", "log end", "lag")
 

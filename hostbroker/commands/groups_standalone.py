@@ -35,11 +35,11 @@ from hostbroker.commands import (
     CommandError,
     check_bootstrap,
     check_topic,
-    plural,
     usage_error,
 )
 from hostbroker.commands.groups import Row, offset_at, parse_to, print_groups, print_table, \
     say_reset
+from hostbroker.exits import plural
 
 
 def _client(bootstrap: str):

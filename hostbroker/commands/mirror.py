@@ -53,17 +53,16 @@ from typing import TextIO
 from hostbroker.commands import (
     EXIT_BROKER,
     EXIT_OK,
-    CommandError,
     Stopped,
     check_bootstrap,
     describe_error,
     key_values,
-    plural,
     StopRequests,
     usage_error,
 )
 from hostbroker.commands.console import check_zookeeper
 from hostbroker.errors import ErrorCode
+from hostbroker.exits import plural
 
 DEFAULT_GROUP = "hostbroker-mirror"
 MAX_STREAMS = 64

@@ -58,11 +58,11 @@ from hostbroker.commands import (
     EXIT_OK,
     check_bootstrap,
     key_values,
-    plural,
     usage_error,
 )
 from hostbroker.commands.brokers import each_broker, live_brokers, on_brokers
 from hostbroker.commands import topics_shown as shown
+from hostbroker.exits import plural
 
 def _client(bootstrap: str):
     from hostbroker.client.simple import SimpleClient

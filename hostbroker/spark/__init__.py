@@ -10,6 +10,7 @@ take it (docs/spark.md). The package's parts:
 - ``cluster``   cluster mode (``zookeeper.connect``): planning over every live
                 broker's (broker, partition) pairs, read from ZooKeeper on the driver
 - ``arrow``     one range read into Arrow record batches
+- ``reading``   one planned range as a Spark task's input, and its read
 - ``source``    the DataSource and its batch reader
 - ``stream``    the streaming reader (read limits, Trigger.AvailableNow)
 - ``writer``    batch and streaming writers (Arrow in, the client's producer out)
@@ -17,15 +18,13 @@ take it (docs/spark.md). The package's parts:
 - ``session``   a SparkSession set up for this host (local IP, worker Python)
 - ``loader``    ``hostbroker load``: topics to files, exactly once
 
-Only ``source``, ``stream``, ``writer`` and ``session`` import pyspark; the
-rest runs without it.
+Only ``reading``, ``source``, ``stream``, ``writer`` and ``session`` import
+pyspark; the rest runs without it.
 """
 
 from __future__ import annotations
 
 from typing import Any
-
-FORMAT = "hostbroker"
 
 
 def register(spark: Any) -> None:

@@ -32,7 +32,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from hostbroker.client.consumer import EARLIEST, FetchedSet, SimpleConsumer
+from hostbroker.client.consumer import EARLIEST, SimpleConsumer
+from hostbroker.client.fetched import FetchedSet
 from hostbroker.client.errors import BrokerError, OffsetOutOfRangeError
 from hostbroker.errors import InvalidMessageError, MessageTooLargeError
 from hostbroker.log.columns import Columns, decode_into

@@ -24,7 +24,7 @@ kept with the checkpoint, and resuming a load in the other mode is refused.
 output, a load to resume or something to refuse; :func:`run` builds the
 query, reports progress (one line on stderr per second in which batches
 ended) and returns a :class:`Summary`. A failure of the query becomes a
-:class:`~hostbroker.commands.CommandError` with one line (:func:`one_line`),
+:class:`~hostbroker.exits.CommandError` with one line (:func:`one_line`),
 status 2 for an option the source refused, else 1; never a Java trace.
 """
 
@@ -41,8 +41,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, TextIO
 
-from hostbroker.commands import EXIT_BROKER, EXIT_USAGE, CommandError, plural, usage_error
-from hostbroker.spark.options import TLS_OPTIONS, redacted_repr
+from hostbroker.exits import EXIT_BROKER, EXIT_USAGE, CommandError, plural, usage_error
+from hostbroker.spark.options import FORMAT, TLS_OPTIONS, redacted_repr
 
 FORMATS = ("parquet", "orc", "json")
 CHECKPOINT = "_checkpoint"
@@ -389,8 +389,6 @@ def _session(master: str) -> Any:
 
 
 def _start_query(spark: Any, job: LoadJob) -> Any:
-    from hostbroker.spark import FORMAT
-
     path = output_dir(job.path)
     frame = spark.readStream.format(FORMAT).options(**job.source_options()).load()
     return (frame.writeStream.format(job.fmt).partitionBy("topic")

@@ -45,11 +45,12 @@ from hostbroker.client.producer_settings import PRODUCER_SETTINGS
 from hostbroker.client.settings import TLS_SETTINGS, broker_uris, redacted, resolve
 from hostbroker.client.tls import tls_context
 from hostbroker.cluster.paths import REPLICATED
-from hostbroker.cluster.zk import parse_connect
 from hostbroker.config import checked
 from hostbroker.errors import ConfigError
 from hostbroker.log.message import CODEC_NAMES
+from hostbroker.zkconnect import parse_connect
 
+FORMAT = "hostbroker"  # the name Spark knows the data source by
 EARLIEST = -2  # in an offsets JSON, as in Spark's Kafka source
 LATEST = -1
 CLIENT_PREFIX = "hostbroker."

@@ -5,8 +5,9 @@ asks it for a reader or writer, pickles that to its Python workers and calls
 ``read`` / ``write`` there. Options are checked when the reader or writer is
 made, on the driver, so a bad one fails the query before any job starts.
 Planning (which partitions, which byte ranges) talks to the brokers on the
-driver; each input partition is one byte range of one partition, read into
-Arrow record batches by ``hostbroker.spark.arrow``. In cluster mode
+driver; each input partition is one byte range of one partition
+(``hostbroker.spark.reading``), read into Arrow record batches by
+``hostbroker.spark.arrow``. The streaming reader is ``hostbroker.spark.stream``'s. In cluster mode
 (``zookeeper.connect``) the schema has a ``broker`` column after ``topic``
 and an input partition is a range of one (broker, partition) pair
 (``hostbroker.spark.cluster``).
@@ -21,12 +22,12 @@ from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStre
                                     DataSourceStreamWriter, DataSourceWriter, InputPartition)
 from pyspark.sql.types import StructType
 
-from hostbroker.spark import FORMAT
-from hostbroker.spark.arrow import read_range
 from hostbroker.spark.cluster import make_planner
 from hostbroker.spark.errors import shallow, shallow_iter
-from hostbroker.spark.options import ReadOptions, check_known, read_options, write_options
-from hostbroker.spark.planning import Range
+from hostbroker.spark.options import (FORMAT, ReadOptions, check_known, read_options,
+                                      write_options)
+from hostbroker.spark.reading import RangePartition, read_partition
+from hostbroker.spark.stream import StreamReader
 
 SCHEMA = "topic string, partition int, offset long, next_offset long, value binary"
 CLUSTER_SCHEMA = ("topic string, broker int, partition int, offset long, next_offset long, "
@@ -57,8 +58,6 @@ class HostbrokerDataSource(DataSource):
 
     @shallow
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        from hostbroker.spark.stream import StreamReader
-
         return StreamReader(read_options(self.options, streaming=True))
 
     @shallow
@@ -72,23 +71,6 @@ class HostbrokerDataSource(DataSource):
         from hostbroker.spark.writer import StreamWriter
 
         return StreamWriter(write_options(self.options, streaming=True), schema, overwrite)
-
-
-class RangePartition(InputPartition):
-    """One Spark task's input: a planned :class:`~hostbroker.spark.planning.Range`."""
-
-    def __init__(self, rng: Range):
-        super().__init__(rng)
-        self.range = rng
-
-    def __repr__(self) -> str:
-        r = self.range
-        return f"RangePartition({r.name} [{r.start}, {r.end}))"
-
-
-def read_partition(partition: InputPartition, opts: ReadOptions) -> Iterator[Any]:
-    """The record batches of one planned range (runs in a Spark task)."""
-    return read_range(partition.range, opts.client, opts.fail_on_data_loss)
 
 
 class BatchReader(DataSourceReader):

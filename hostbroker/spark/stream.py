@@ -49,7 +49,7 @@ from hostbroker.spark.errors import shallow, shallow_iter
 from hostbroker.spark.options import ReadOptions, parse_part, part_name
 from hostbroker.spark.planning import (DataLossError, Key, PartitionState, Planner, key_name,
                                        part_of)
-from hostbroker.spark.source import RangePartition, read_partition
+from hostbroker.spark.reading import RangePartition, read_partition
 
 log = logging.getLogger(__name__)
 

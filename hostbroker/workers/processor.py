@@ -18,6 +18,7 @@ flight or behind it, its writer asleep or the frame small) goes past the
 handler, straight to the writer's ``put`` ring (a PUT), and the writer
 answers it; nothing more of that connection is read until it has, and a
 writer that dies first has it answered UNKNOWN here (``_fail_puts``).
+Which of these ways a frame takes is decided once, in ``processor_routes.py``.
 Who each connection is (its identity, taken when the processor takes it and
 told to its handler before its frames) and what it may do on the routes
 taken here, with ``authorizer.enable``: ``processor_access.py``.
@@ -99,6 +100,7 @@ from hostbroker.workers.processor_conns import (
 from hostbroker.workers.processor_fetch import LocalFetching
 from hostbroker.workers.processor_frames import SEQ_MASK, FrameReading
 from hostbroker.workers.processor_groups import GroupPutting
+from hostbroker.workers.processor_routes import Routes
 from hostbroker.workers.sendfiles import FetchV1Head, HeldPiece, SegmentFiles, pin_answer
 from hostbroker.workers.stats_record import UNRECORDED, Recorder
 from hostbroker.workers.throttle import Throttling
@@ -204,6 +206,13 @@ class ProcessorWorker(Connections, FrameReading, RingClaims, LocalFetching, Grou
         self.max_response_bytes = config["response.max.bytes"]
         self.answered_here: set[Connection] = set()  # to write once the round's reads are done
         self._init_local_fetch()  # FETCHes answered and parked here (processor_fetch)
+        # each frame's way from here: one decision (processor_routes)
+        self.routes = Routes(answers=self.table_answers is not None,
+                             tls_answers=self.tls_answers is not None,
+                             fetch=self.local_fetch,
+                             put_max=self.put_max if self.puts is not None else -1,
+                             group_puts=self.group_puts is not None,
+                             enforcing=self.enforcing)
         self.conns: dict[int, Connection] = {}
         self.by_fd: dict[int, Connection] = {}
         self.counter = 0

@@ -141,11 +141,6 @@ class ConnectionAccess:
         allows = self._conn_allows
         return all(allows(conn, operation, _TOPIC, t) for t in topics)
 
-    def _answers_here(self, conn: Connection) -> bool:
-        """Whether METADATA and OFFSETS of ``conn`` may be answered here: not
-        for an identity its handler refuses (which then answers them)."""
-        return not self.enforcing or conn.decisions is not None
-
     def _describer(self, conn: Connection):
         """Whether ``conn`` may DESCRIBE a topic, as a callable of its name
         (METADATA's filter); None with the authorizer off."""

@@ -4,9 +4,8 @@ record as its bytes come (a part of :mod:`hostbroker.workers.processor`).
 Owns: claiming a record for a frame of 64 KiB or more once its size is
 known (``processor.ring.receive``) in the connection's handler's request
 ring, or, for a lone PRODUCE whose first bytes show it may go past the
-handler (version 0, or as
-:meth:`~hostbroker.workers.processor_frames.FrameReading._fast_version`
-says), in its writer's ``put`` ring (the message set alone, behind a PUT
+handler (its route a PUT, :mod:`~hostbroker.workers.processor_routes`),
+in its writer's ``put`` ring (the message set alone, behind a PUT
 envelope); filling the claim over as many reads as the sender takes;
 publishing it when whole; and giving it back when anything else must go
 into that ring first (:class:`~hostbroker.shm.channel.Sender` calls
@@ -154,7 +153,8 @@ class RingClaims:
     def _claim_put(self, conn: Connection, need: int, start=None) -> bool:
         """Receive the message set of the large lone PRODUCE that ``start``
         begins (as :meth:`_claim`) straight into a PUT record in its writer's
-        put ring, when its first bytes say it may go as a PUT (one partition,
+        put ring, when its first bytes say it may go as a PUT (its route, as
+        :meth:`_put_candidate` told it before this is called; one partition,
         acks=1, ONLINE, its writer asleep: the checks of :meth:`_put`); True if
         it went. Whatever else (no room, a head that does not decode) is
         gathered in the connection's buffer and decided once whole."""
@@ -166,9 +166,6 @@ class RingClaims:
         try:
             header = api.decode_request_header(head[SIZE.size:])
             version = header.api_version
-            if header.api_key != api.ApiKey.PRODUCE or not self._fast_version(
-                    conn, header.api_key, version):
-                return False
             reader = Reader(head, SIZE.size + header.body_offset)
             acks, timeout_ms, count = reader.int16(), reader.int32(), reader.int32()
             topic, partition, set_size = reader.string(), reader.int32(), reader.int32()

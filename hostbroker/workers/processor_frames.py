@@ -2,14 +2,14 @@
 connection's handler (a part of :mod:`hostbroker.workers.processor`).
 
 Owns: cutting the bytes of a connection into frames, the size checks made
-before anything is decoded, answering METADATA and OFFSETS (version 0) here when nothing
-of the connection is at its handler (``processor.local.requests``, built by
-:mod:`~hostbroker.workers.answers`) and FETCHes of one partition
+before anything is decoded, sending each whole frame the way its route says
+(:mod:`~hostbroker.workers.processor_routes` decides it, once per frame):
+answering METADATA and OFFSETS here (``processor.local.requests``, built by
+:mod:`~hostbroker.workers.answers`), FETCHes answered or parked here
 (:mod:`~hostbroker.workers.processor_fetch`), lone PRODUCEs put straight to
-a writer (PUTs), which version of a request may go those ways
-(:meth:`FrameReading._fast_version`), and the ways any other frame reaches
-its record in the request ring: small frames through the processor's receive buffer (many per read);
-a large frame (64 KiB or more) received straight into its ring record as
+a writer (PUTs), GROUP_PUTs (:mod:`~hostbroker.workers.processor_groups`);
+and the ways any other frame reaches its record in the request ring: small
+frames through the processor's receive buffer (many per read); a large frame (64 KiB or more) received straight into its ring record as
 its bytes come (:mod:`~hostbroker.workers.processor_claims`); and a large
 frame that could not have a record gathered in the connection's own buffer
 first (or, larger than a ring record, sent in fragments).
@@ -34,9 +34,9 @@ from hostbroker.security.acl import Operation, ResourceType
 from hostbroker.shm import partitions as ptable
 from hostbroker.shm import procs
 from hostbroker.workers import envelopes as env
-from hostbroker.workers.answers import LOCAL_KEYS
 from hostbroker.workers.base import now_ms
 from hostbroker.workers.connection import DIRECT_AT, RECV_CHUNK, Connection
+from hostbroker.workers.processor_routes import ANSWER, FETCH, GROUP_PUT, PUT
 
 SIZE = struct.Struct(">i")
 HEAD = struct.Struct(">ihhi")  # size, api_key, api_version, correlation_id
@@ -75,27 +75,17 @@ class FrameReading:
                 and conn.at_handler < self.max_at_handler and conn.queued < self.max_queued
                 and (conn.quota is None or not conn.quota.held))  # (muted: throttle.py)
 
-    @staticmethod
-    def _fast_version(conn: Connection, api_key: int, version: int) -> bool:
-        """Whether a request of ``api_key`` and ``version`` may take the ways
-        past the handler that its key takes (answered here, a PUT): version 0;
-        and PRODUCE v1 and FETCH v2 (version 0's bodies) from a connection
-        without a quota, answered in their own layout with a throttle time of
-        0. A metered connection's go to the handler, and their throttle time
-        is written in as they are held (throttle.py)."""
-        return version == api.API_VERSION or (
-            conn.quota is None and throttled.throttled_answer(api_key, version))
-
     def _put_candidate(self, conn: Connection, need: int, head) -> bool:
         """Whether the large frame ``head`` begins (its first bytes, ``need`` in
         all) may go past the handler as a PUT: received into a put ring
         record when its first bytes say it may (:meth:`_claim_put`), else,
         up to ``processor.direct.produce.max.bytes``, gathered here and
-        decided when whole."""
-        return (self.puts is not None and not conn.at_handler and not conn.pipelining
-                and need - SIZE.size <= self.put_max
-                and len(head) >= HEAD.size
-                and HEAD.unpack_from(head, 0)[1] == api.ApiKey.PRODUCE)
+        decided when whole. Its route, told from its head as if it were whole
+        and the last frame read."""
+        if len(head) < HEAD.size:
+            return False
+        api_key, version = HEAD.unpack_from(head, 0)[1:3]
+        return self.routes.route(conn, api_key, version, need - SIZE.size, True) == PUT
 
     def _read(self, conn: Connection) -> None:
         if conn.lingering:
@@ -200,9 +190,7 @@ class FrameReading:
         handler = conn.handler
         sender = self.requests[handler]
         local = self.table_answers if conn.tls is None else self.tls_answers
-        local_fetch = self.local_fetch
-        puts = self.puts
-        group_keys = self.group_put_keys
+        route_of = self.routes.route
         started = conn.started
         sent = copied = 0
         while self._may_read(conn):
@@ -223,34 +211,28 @@ class FrameReading:
                 break
             if avail < 4 + size:
                 break
-            # (answered here or put to a writer only with nothing at the handler)
             api_key, version = HEAD.unpack_from(view, pos)[1:3]
-            key = -1 if conn.at_handler else api_key
             frame = view[pos + 4:pos + 4 + size]
             pos += 4 + size
             # whichever way it takes, its answer has place next_seq (API stats)
             started[conn.next_seq] = (api_key, stamp)
             if conn.quota is not None:  # its principal has a quota (throttle.py)
                 self._quota_request(conn, api_key, version, 4 + size)
-            # only version 0 of METADATA and OFFSETS, and FETCH v0/v2 and PRODUCE
-            # v0/v1 as _fast_version says, are answered here or PUT: every other
-            # version (replication's) and every other key goes to the handler
-            fast = self._fast_version(conn, api_key, version)
-            if (local is not None and not conn.at_handler and key in LOCAL_KEYS
-                    and fast and self._answers_here(conn)):
-                self._answer_here(conn, local, frame)
-                continue
-            if (key == api.ApiKey.FETCH and fast and local_fetch
-                    and self._fetch_here(conn, frame, version)):
-                continue
-            # the last frame there, with nothing of the connection in flight
-            if (puts is not None and key == api.ApiKey.PRODUCE and fast and pos == end
-                    and not conn.at_handler and not conn.pipelining and size <= self.put_max
-                    and self._put(conn, frame, stamp, version)):
-                continue
-            if (key in group_keys and pos == end and not conn.at_handler
-                    and not conn.pipelining and self._group_put(conn, frame)):
-                continue
+            # its route (processor_routes); a way past the handler that declines
+            # once it has looked into the frame leaves it to the handler
+            route = route_of(conn, api_key, version, size, pos == end)
+            if route:
+                if route == ANSWER:
+                    self._answer_here(conn, local, frame)
+                    continue
+                if route == FETCH:
+                    if self._fetch_here(conn, frame, version):
+                        continue
+                elif route == PUT:
+                    if self._put(conn, frame, stamp, version):
+                        continue
+                elif route == GROUP_PUT and self._group_put(conn, frame):
+                    continue
             if conn.pipelining:
                 self._pipelining_still(conn, pos == end and not conn.at_handler)
             conn.at_handler += 1

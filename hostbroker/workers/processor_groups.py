@@ -31,16 +31,11 @@ from hostbroker.workers import group_answers
 from hostbroker.workers.connection import Connection
 from hostbroker.workers.processor_frames import SEQ_MASK
 
-GROUP_PUT_KEYS = frozenset((api.ApiKey.OFFSET_COMMIT, api.ApiKey.OFFSET_FETCH,
-                            gproto.GroupApiKey.HEARTBEAT))
-
-
 class GroupPutting:
     """Sending GROUP_PUTs; see the module doc."""
 
     def _init_group_puts(self, config) -> None:
-        on = config["processor.direct.groups"]
-        self.group_put_keys = GROUP_PUT_KEYS if on else frozenset()
+        on = config["processor.direct.groups"]  # (the route: processor_routes)
         self.group_puts = self.sender("cput", self.index, 0) if on else None
         self.max_metadata_bytes = config["offset.metadata.max.bytes"]
         self.group_put_max_entries = min(config["processor.direct.groups.max.partitions"],

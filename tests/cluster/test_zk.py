@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from hostbroker.cluster import paths
-from hostbroker.cluster.zk import ZooKeeperUnavailable, make_client, parse_connect
+from hostbroker.cluster.zk import ZooKeeperUnavailable, make_client
 from hostbroker.errors import ConfigError
+from hostbroker.zkconnect import parse_connect
 from tests.cluster.zkserver import free_port
 
 

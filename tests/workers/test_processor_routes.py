@@ -1,0 +1,117 @@
+"""The route a processor gives a request frame: every row of docs/architecture.md's
+table ("A request's route"), each with the condition that turns it to the handler."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from hostbroker.protocol import api
+from hostbroker.protocol import groups as gproto
+from hostbroker.workers.connection import Connection
+from hostbroker.workers.processor_routes import (ANSWER, FETCH, GROUP_PUT, HANDLER, NAMES, PUT,
+                                                 Routes)
+
+K = api.ApiKey
+ALL_ON = dict(answers=True, tls_answers=True, fetch=True, put_max=1 << 20, group_puts=True)
+TLS = object()  # a connection's TLS state: only whether it has one counts
+METERED = object()  # a connection's quota: likewise
+
+
+@pytest.fixture
+def conn():
+    a, b = socket.socketpair()
+    c = Connection(a, 1, 0, 0.0)
+    yield c
+    a.close()
+    b.close()
+
+
+def route(conn, key, version=0, size=100, last=True, **settings):
+    return NAMES[Routes(**{**ALL_ON, **settings}).route(conn, key, version, size, last)]
+
+
+@pytest.mark.parametrize("key", [K.METADATA, K.OFFSETS])
+def test_metadata_and_offsets_are_answered_here(conn, key):
+    assert route(conn, key) == NAMES[ANSWER]
+    assert route(conn, key, last=False) == NAMES[ANSWER]  # pipelined too
+    conn.pipelining = True
+    assert route(conn, key) == NAMES[ANSWER]
+
+
+@pytest.mark.parametrize("key", [K.METADATA, K.OFFSETS])
+def test_metadata_and_offsets_go_to_the_handler(conn, key):
+    assert route(conn, key, answers=False) == "handler"  # processor.local.requests off
+    assert route(conn, key, version=1) == "handler"  # replication's versions
+    conn.tls = TLS
+    assert route(conn, key, tls_answers=False) == "handler"  # no ssl:// answers here
+    assert route(conn, key) == NAMES[ANSWER]
+    conn.decisions = None  # an identity its handler refuses, with the authorizer on
+    assert route(conn, key) == NAMES[ANSWER]
+    assert route(conn, key, enforcing=True) == "handler"
+    conn.decisions, conn.at_handler = object(), 1
+    assert route(conn, key) == "handler"
+
+
+def test_fetch_is_answered_or_parked_here(conn):
+    assert route(conn, K.FETCH) == NAMES[FETCH]
+    assert route(conn, K.FETCH, version=2) == NAMES[FETCH]  # v2, with a throttle time of 0
+    assert route(conn, K.FETCH, last=False) == NAMES[FETCH]
+    conn.pipelining = True
+    assert route(conn, K.FETCH) == NAMES[FETCH]
+
+
+def test_fetch_goes_to_the_handler(conn):
+    assert route(conn, K.FETCH, fetch=False) == "handler"  # processor.local.fetch off
+    assert route(conn, K.FETCH, version=1) == "handler"
+    assert route(conn, K.FETCH, version=3) == "handler"
+    conn.quota = METERED  # v2 of a metered connection: its throttle time is written in
+    assert route(conn, K.FETCH, version=2) == "handler"
+    assert route(conn, K.FETCH) == NAMES[FETCH]
+    conn.quota, conn.at_handler = None, 2
+    assert route(conn, K.FETCH) == "handler"
+
+
+def test_a_lone_produce_is_put_to_its_writer(conn):
+    assert route(conn, K.PRODUCE) == NAMES[PUT]
+    assert route(conn, K.PRODUCE, version=1) == NAMES[PUT]
+    assert route(conn, K.PRODUCE, size=1 << 20) == NAMES[PUT]  # as large as a record takes
+
+
+def test_a_produce_goes_to_the_handler(conn):
+    assert route(conn, K.PRODUCE, put_max=-1) == "handler"  # processor.direct.produce off
+    assert route(conn, K.PRODUCE, size=(1 << 20) + 1) == "handler"  # past a put record
+    assert route(conn, K.PRODUCE, last=False) == "handler"  # more read behind it
+    assert route(conn, K.PRODUCE, version=2) == "handler"
+    conn.quota = METERED
+    assert route(conn, K.PRODUCE, version=1) == "handler"
+    assert route(conn, K.PRODUCE) == NAMES[PUT]
+    conn.quota, conn.pipelining = None, True
+    assert route(conn, K.PRODUCE) == "handler"
+    conn.pipelining, conn.at_handler = False, 1
+    assert route(conn, K.PRODUCE) == "handler"
+
+
+@pytest.mark.parametrize("key", [K.OFFSET_COMMIT, K.OFFSET_FETCH, gproto.GroupApiKey.HEARTBEAT])
+def test_group_requests_are_put_to_the_coordinator(conn, key):
+    assert route(conn, key) == NAMES[GROUP_PUT]
+    assert route(conn, key, version=1) == NAMES[GROUP_PUT]  # (it decodes every version)
+    assert route(conn, key, group_puts=False) == "handler"  # processor.direct.groups off
+    assert route(conn, key, last=False) == "handler"
+    conn.pipelining = True
+    assert route(conn, key) == "handler"
+    conn.pipelining, conn.at_handler = False, 1
+    assert route(conn, key) == "handler"
+
+
+@pytest.mark.parametrize("key", [K.LEADER_AND_ISR, gproto.GroupApiKey.JOIN_GROUP,
+                                 gproto.GroupApiKey.SYNC_GROUP, 9999])
+def test_every_other_request_goes_to_the_handler(conn, key):
+    assert route(conn, key) == "handler"
+    assert route(conn, key, version=1) == "handler"
+
+
+def test_the_handler_is_the_only_false_route():
+    # the processor's frame loop tests the route for truth before comparing it
+    assert [bool(r) for r in (HANDLER, ANSWER, FETCH, PUT, GROUP_PUT)] == [False] + [True] * 4
