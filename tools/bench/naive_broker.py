@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A naive one-process broker speaking hostbroker's wire protocol: the latency baseline.
+"""What would a naive broker do? One process speaking hostbroker's wire protocol: the baseline.
 
 What a new user would write in an afternoon from docs/spec/protocol.md, and
 what ``tools/bench/latency.py`` measures hostbroker against: one process, one

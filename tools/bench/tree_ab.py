@@ -1,6 +1,7 @@
-"""Running one benchmark on this tree's broker and on a baseline tree's, in turn.
+"""Running one benchmark on this tree's broker and on a baseline tree's, in turn (not a
+benchmark itself: ``ab_settings.py`` uses it).
 
-Owns what ``topic_churn.py`` and ``metadata_scale.py`` share: their common
+Owns what a benchmark of two trees needs (``ab_settings.py --baseline``): the common
 arguments (``--baseline TREE``, ``--rounds``, ``--seconds``, ``--socket``,
 ``--set``), a ``hostbroker serve`` started from a given source tree (its
 ``PYTHONPATH`` names the tree; the benchmark keeps its own code) in a
