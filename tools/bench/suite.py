@@ -106,7 +106,7 @@ class Run:
         if args.seconds:
             self.mode["seconds"] = args.seconds
         self.workdir = tempfile.mkdtemp(prefix="hb-suite-", dir=args.workdir)
-        self.sampler = suite_roles.Sampler()
+        self.sampler = suite_roles.Sampler(0.25 if args.mode == "smoke" else 0.5)
         self.t0 = time.monotonic()
         self.report: dict = {
             "suite": {"mode": args.mode, "command": " ".join(["tools/bench/suite.py",
@@ -524,6 +524,14 @@ def print_table(report: dict) -> None:
         print(f"skipped: {line}")
 
 
+def write_json(report: dict, path: str) -> None:
+    """The report, indented, with the sampler's series on one line (thousands of points)."""
+    body = json.dumps({k: v for k, v in report.items() if k != "series"}, indent=1)
+    series = json.dumps(report.get("series", {}), separators=(",", ":"))
+    with open(path, "w") as f:
+        f.write(body[:-2] + ',\n "series": ' + series + "\n}\n")
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -559,8 +567,7 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGTERM, on_term)
     report = run_suite(args)
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "suite.json"), "w") as f:
-        json.dump(report, f, indent=1)
+    write_json(report, os.path.join(args.out, "suite.json"))
     if not args.no_plots:
         import suite_plots
 

@@ -33,7 +33,8 @@ def _series(report: dict, variable: str) -> list[dict]:
     kind = "consume" if variable == "consumers" else "produce"
     out = []
     for c in report["table"]:
-        if c["kind"] != kind:
+        # the replication cells come from the three brokers, the others from one
+        if c["kind"] != kind or (c["broker"] == "standalone") == (variable == "rf"):
             continue
         others = [k for k in BASE_KEYS if k != variable and k != "partitions"]
         if kind == "produce" and c["partitions"] != base["partitions"] and variable != "partitions":
@@ -52,12 +53,13 @@ def throughput(report: dict, path: str) -> None:
         top, bottom = axes[0][col], axes[1][col]
         if cells:
             xs = [c[variable] for c in cells]
-            top.plot(xs, [c["msgs_per_s"] for c in cells], "o-", label="hostbroker")
-            bottom.plot(xs, [c["mb_per_s"] for c in cells], "o-", label="hostbroker")
+            name = "hostbroker, 3 brokers" if variable == "rf" else "hostbroker"
+            top.plot(xs, [c["msgs_per_s"] for c in cells], "o-", label=name)
+            bottom.plot(xs, [c["mb_per_s"] for c in cells], "o-", label=name)
             if variable == "size":
                 top.set_xscale("log")
                 bottom.set_xscale("log")
-            for what, r in naive.items():
+            for what, r in (naive.items() if variable != "rf" else ()):
                 kind, size = what.split()[0], int(what.split()[1])
                 if (variable == "consumers") == (kind == "consume") and (
                         variable == "size" or size == report["suite"]["base"]["size"]):
