@@ -85,8 +85,9 @@ ROLES = {"produce": role_produce, "consume": role_consume}
 
 
 class Sampler:
-    """Every ``interval`` s: the CPU seconds and the memory of the process trees
-    under the root PIDs of each named target (a broker: its supervisor's tree).
+    """Every ``interval`` s: the CPU seconds (every thread's, from schedstat) and the
+    memory of the process trees under the root PIDs of each named target (a
+    broker: its supervisor's tree).
 
     Memory is the sum of each process's PSS (shared pages, such as the rings,
     divided among the processes that map them), or of RSS where PSS cannot
@@ -135,6 +136,7 @@ class Sampler:
 
     def sample(self) -> dict:
         import psutil
+        from cost_model import cpu_seconds  # all threads, in ns: psutil counts 10 ms ticks
 
         with self._lock:
             roots = dict(self.roots)
@@ -143,8 +145,7 @@ class Sampler:
             cpu = mem = 0.0
             for proc in (p for pid in pids for p in self._tree(pid)):
                 try:
-                    t = proc.cpu_times()
-                    cpu += t.user + t.system + t.children_user + t.children_system
+                    cpu += cpu_seconds({"p": proc.pid}).get("p", 0.0)
                     try:
                         mem += proc.memory_full_info().pss
                     except (psutil.AccessDenied, AttributeError):
