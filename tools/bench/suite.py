@@ -22,7 +22,9 @@ bounded in count and in time. The sections, in this order:
    on one ZooKeeper, each its own log dir) and consumers (reading a topic of
    3 partitions written before). Each cell: messages/s, MB/s (10^6 payload
    bytes), and the broker's CPU (cores busy) and memory (PSS of its process
-   tree, mean and peak) sampled over the cell. Clients: ``Producer`` (async,
+   tree, mean and peak) sampled over the cell; each cell is run ``repeats``
+   times in turns and its best repeat kept (other work on a shared machine
+   only slows a cell down), every repeat's figure beside it. Clients: ``Producer`` (async,
    default settings, ``send_many`` of one ``batch.size`` at a time) and
    ``SimpleConsumer`` (default settings, every CRC checked), each in its own
    process (:mod:`suite_roles`).
@@ -67,6 +69,7 @@ sys.path[:0] = [HERE, ROOT]
 
 import harness  # noqa: E402
 import suite_roles  # noqa: E402
+import suite_tables  # noqa: E402
 
 SCRIPT = os.path.abspath(__file__)
 MB = 1_000_000
@@ -79,14 +82,14 @@ PEERS = ("redis", "nats", "rabbitmq")
 # messages a producer sends at most (by size), repeats, and the other sections
 MODES = {
     "full": {"producers": (1, 2, 3), "size": (10, 100, 1000, 10000), "partitions": (1, 3, 9),
-             "rf": (1, 2, 3), "consumers": (1, 2, 3), "seconds": 8.0, "repeats": 2,
+             "rf": (1, 2, 3), "consumers": (1, 2, 3), "seconds": 8.0, "repeats": 3,
              "counts": {10: 2_000_000, 100: 1_000_000, 1000: 300_000, 10000: 40_000},
              "dd_mib": 512, "sendfile_mib": 512, "raw_messages": 60_000,
-             "latency_seconds": 6.0, "e2e_rate": 1000, "limit_repeats": 2, "peers": True, "peer_seconds": 3.0,
-             "peer_messages": 200_000, "peer_big_messages": 20_000},
+             "latency_seconds": 6.0, "e2e_rate": 1000, "limit_repeats": 2, "peers": True,
+             "peer_seconds": 3.0, "peer_messages": 200_000, "peer_big_messages": 20_000},
     "quick": {"producers": (1, 3), "size": (10, 100, 10000), "partitions": (1, 9),
               "rf": (1, 3), "consumers": (1, 3), "seconds": 2.5, "repeats": 1,
-              "counts": {10: 500_000, 100: 300_000, 1000: 100_000, 10000: 10_000},
+              "counts": {10: 2_000_000, 100: 1_000_000, 1000: 300_000, 10000: 40_000},
               "dd_mib": 128, "sendfile_mib": 128, "raw_messages": 10_000,
               "latency_seconds": 2.0, "e2e_rate": 500, "limit_repeats": 2, "peers": False},
     "smoke": {"producers": (1,), "size": (100,), "partitions": (1,), "rf": (),
@@ -215,10 +218,10 @@ def create(uri: str, topic: str, partitions: int) -> None:
         client.create_topic(topic, partitions)
 
 
-def median_cell(cells: list[dict]) -> dict:
-    """The repeat with the median messages/s (its CPU and memory come with it)."""
-    ordered = sorted(cells, key=lambda c: c["msgs_per_s"])
-    out = dict(ordered[(len(ordered) - 1) // 2])
+def best_cell(cells: list[dict]) -> dict:
+    """The repeat with the most messages/s (its CPU and memory come with it): on a
+    shared machine other work only slows a cell down. Every repeat's figure is kept."""
+    out = dict(max(cells, key=lambda c: c["msgs_per_s"]))
     out["repeats_msgs_per_s"] = [c["msgs_per_s"] for c in cells]
     return out
 
@@ -260,7 +263,7 @@ def seed_table(run: Run, broker: harness.Broker) -> None:
                              []).append(cell)
     for (kind, producers, size, partitions, rf, consumers), reps in cells.items():
         run.report["table"].append(dict(
-            median_cell(reps), kind=kind, broker="standalone", producers=producers, size=size,
+            best_cell(reps), kind=kind, broker="standalone", producers=producers, size=size,
             partitions=partitions, rf=rf, consumers=consumers))
 
 
@@ -291,7 +294,7 @@ def replication_table(run: Run) -> None:
                 cells.setdefault(rf, []).append(cell)
         for rf, reps in cells.items():
             run.report["table"].append(dict(
-                median_cell(reps), kind="produce", broker="3 brokers, ZooKeeper", rf=rf,
+                best_cell(reps), kind="produce", broker="3 brokers, ZooKeeper", rf=rf,
                 producers=1, size=BASE["size"], partitions=BASE["partitions"], consumers=1))
     finally:
         run.sampler.forget("cluster")
@@ -317,7 +320,7 @@ def naive_section(run: Run, hb: harness.Broker, naive) -> None:
             cell = consume_cell(run, name, uri, topic, 1, CONSUME_PARTITIONS, written["messages"])
             out.setdefault(f"consume {BASE['size']} B", {}).setdefault(name, []).append(cell)
     for what, by in out.items():
-        hbc, nc = median_cell(by["hostbroker"]), median_cell(by["naive"])
+        hbc, nc = best_cell(by["hostbroker"]), best_cell(by["naive"])
         run.report["naive"][what] = {"hostbroker": hbc, "naive": nc,
                                      "ratio": round(hbc["msgs_per_s"] / nc["msgs_per_s"], 2)}
         harness.log(f"  {what}: hostbroker {hbc['msgs_per_s']:,.0f}, naive "
@@ -351,7 +354,8 @@ def raw_section(run: Run, hb: harness.Broker, naive) -> None:
             "produce_mb_per_s": round(p["mb_per_s"], 1), "fetch_mb_per_s": round(f["mb_per_s"], 1),
             "produce_vs_pagecache": round(p["mb_per_s"] / page, 3) if page else None,
             "fetch_vs_sendfile": round(f["mb_per_s"] / send, 3) if send else None,
-            "produce_msgs_per_s": round(p["msgs_per_s"]), "fetch_msgs_per_s": round(f["msgs_per_s"])}
+            "produce_msgs_per_s": round(p["msgs_per_s"]),
+            "fetch_msgs_per_s": round(f["msgs_per_s"])}
         harness.log(f"  raw 10 KiB {name}: produce {p['mb_per_s']:.0f} MB/s, "
                     f"fetch {f['mb_per_s']:.0f} MB/s")
 
@@ -377,7 +381,8 @@ def latency_section(run: Run, hb: harness.Broker, naive) -> None:
             produce = pl.summary(pl.time_requests(uri, lambda: request, seconds))
             e2e = latency_loads.run_e2e(uri, "suite-lat-e2e", seconds, rate)
             out.setdefault("produce acks=1", {}).setdefault(name, []).append(produce)
-            out.setdefault(f"produce to consume, {rate} msgs/s", {}).setdefault(name, []).append(e2e)
+            e2e_label = f"produce to consume, {rate} msgs/s"
+            out.setdefault(e2e_label, {}).setdefault(name, []).append(e2e)
     for what, by in out.items():
         run.report["latency"][what] = {}
         for name, results in by.items():
@@ -404,8 +409,9 @@ def peers_section(run: Run) -> None:
                      "(pip install -e '.[bench]')")
         elif not binary or not os.access(binary, os.X_OK) or (
                 peer == "rabbitmq" and not shutil.which("epmd")):
+            package = "rabbitmq-server" if peer == "rabbitmq" else server.binary
             run.skip(f"{compare.LABELS[peer]}: its server is not installed "
-                     f"(apt-get install {'rabbitmq-server' if peer == 'rabbitmq' else server.binary})")
+                     f"(apt-get install {package})")
         else:
             names.append(peer)
     if len(names) == 1:
@@ -494,36 +500,6 @@ def run_suite(args: argparse.Namespace) -> dict:
     return run.report
 
 
-def print_table(report: dict) -> None:
-    s, mach = report["suite"], report["machine"]
-    print(f"hostbroker {mach['git']} on {mach['nproc']} CPUs ({mach['cpu_model']}), "
-          f"{mach['ram_gib']} GiB; {s['mode']} run, {s['seconds']:.0f} s")
-    pc, sf = report["limits"]["pagecache"], report["limits"]["sendfile"]
-    print(f"machine: page cache {pc['fresh_file_mb_s']:.0f} MB/s, disk "
-          f"{pc['fdatasync_fresh_file_mb_s'] or 0:.0f} MB/s, sendfile unix "
-          f"{sf['unix_mb_s']:.0f} MB/s")
-    print(f"{'cell':40} {'msgs/s':>11} {'MB/s':>8} {'cores':>6} {'MB mem':>7}")
-    for c in report["table"]:
-        label = (f"{c['kind']} p={c['producers']} size={c['size']} parts={c['partitions']} "
-                 f"rf={c['rf']} c={c['consumers']}")
-        print(f"{label:40} {c['msgs_per_s']:>11,.0f} {c['mb_per_s']:>8.1f} "
-              f"{c['cpu_cores']:>6.2f} {c['mem_mb_peak']:>7.0f}")
-    for what, r in report["naive"].items():
-        print(f"{what}: hostbroker / naive = {r['ratio']:.2f}")
-    for name, r in report["raw"].items():
-        print(f"raw 10 KiB {name}: produce {r['produce_mb_per_s']:.0f} MB/s "
-              f"({r['produce_vs_pagecache']} of page cache), fetch {r['fetch_mb_per_s']:.0f} "
-              f"MB/s ({r['fetch_vs_sendfile']} of sendfile)")
-    for what, by in report["latency"].items():
-        for name, v in by.items():
-            print(f"{what} {name}: p50 {v['p50']:.3f} p99 {v['p99']:.3f} "
-                  f"p99.9 {v['p99.9']:.3f} ms")
-    for r in report["peers"].get("ratios", []):
-        print(f"{r['phase']} {r['size']} B: hostbroker / {r['peer']} = {r['ratio']:.2f}")
-    for line in report["skipped"]:
-        print(f"skipped: {line}")
-
-
 def write_json(report: dict, path: str) -> None:
     """The report, indented, with the sampler's series on one line (thousands of points)."""
     body = json.dumps({k: v for k, v in report.items() if k != "series"}, indent=1)
@@ -547,6 +523,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--no-peers", action="store_true", help="skip the peers in a full run")
     ap.add_argument("--no-plots", action="store_true", help="write the JSON only")
     ap.add_argument("--workdir", help="where the scratch directory goes (default: /tmp)")
+    ap.add_argument("--tables", metavar="JSON",
+                    help="run nothing: print a run's suite.json as the Markdown tables of "
+                         "docs/benchmarks.md")
     ap.add_argument("--role", help=argparse.SUPPRESS)
     ap.add_argument("params", nargs="?", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -560,6 +539,10 @@ def main(argv=None) -> int:
     if args.role:
         suite_roles.ROLES[args.role](json.loads(args.params))
         return 0
+    if args.tables:
+        with open(args.tables) as f:
+            print(suite_tables.markdown(json.load(f)), end="")
+        return 0
 
     def on_term(signum, frame):
         raise SystemExit(f"suite stopped by signal {signum}")
@@ -572,7 +555,7 @@ def main(argv=None) -> int:
         import suite_plots
 
         report["plots"] = suite_plots.write_all(report, args.out)
-    print_table(report)
+    print(suite_tables.short(report))
     return 0
 
 

@@ -85,9 +85,8 @@ ROLES = {"produce": role_produce, "consume": role_consume}
 
 
 class Sampler:
-    """Every ``interval`` s: the CPU seconds (every thread's, from schedstat) and the
-    memory of the process trees under the root PIDs of each named target (a
-    broker: its supervisor's tree).
+    """Every ``interval`` s: the CPU seconds and the memory of the process trees
+    under the root PIDs of each named target (a broker: its supervisor's tree).
 
     Memory is the sum of each process's PSS (shared pages, such as the rings,
     divided among the processes that map them), or of RSS where PSS cannot
@@ -145,7 +144,11 @@ class Sampler:
             cpu = mem = 0.0
             for proc in (p for pid in pids for p in self._tree(pid)):
                 try:
-                    cpu += cpu_seconds({"p": proc.pid}).get("p", 0.0)
+                    # schedstat counts ns but only live threads; the process's
+                    # own times (10 ms ticks) keep the threads that ended too
+                    # (the naive broker's, one a connection): the larger of the two
+                    t = proc.cpu_times()
+                    cpu += max(cpu_seconds({"p": proc.pid}).get("p", 0.0), t.user + t.system)
                     try:
                         mem += proc.memory_full_info().pss
                     except (psutil.AccessDenied, AttributeError):
