@@ -83,7 +83,7 @@ PEERS = ("redis", "nats", "rabbitmq")
 MODES = {
     "full": {"producers": (1, 2, 3), "size": (10, 100, 1000, 10000), "partitions": (1, 3, 9),
              "rf": (1, 2, 3), "consumers": (1, 2, 3), "seconds": 8.0, "repeats": 3,
-             "counts": {10: 2_000_000, 100: 1_000_000, 1000: 300_000, 10000: 40_000},
+             "counts": {10: 6_000_000, 100: 4_000_000, 1000: 1_200_000, 10000: 120_000},
              "dd_mib": 512, "sendfile_mib": 512, "raw_messages": 60_000,
              "latency_seconds": 6.0, "e2e_rate": 1000, "limit_repeats": 2, "peers": True,
              "peer_seconds": 3.0, "peer_messages": 200_000, "peer_big_messages": 20_000},

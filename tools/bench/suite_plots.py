@@ -27,6 +27,12 @@ def _plt():
     return plt
 
 
+def _save(plt, fig, path: str) -> None:
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
 def _series(report: dict, variable: str) -> list[dict]:
     """The cells that vary ``variable`` from the base point, in its order."""
     base = report["suite"]["base"]
@@ -78,9 +84,7 @@ def throughput(report: dict, path: str) -> None:
             top.legend(unique.values(), unique.keys(), fontsize=7)
     axes[0][0].set_ylabel("messages/s")
     axes[1][0].set_ylabel("MB/s (10^6 payload bytes)")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    _save(plt, fig, path)
 
 
 def resources(report: dict, path: str) -> None:
@@ -99,9 +103,7 @@ def resources(report: dict, path: str) -> None:
     cpu.legend(fontsize=7, loc="upper right")
     cpu.set_ylim(bottom=0)
     mem.set_ylim(bottom=0)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    _save(plt, fig, path)
 
 
 def latency(report: dict, path: str) -> None:
@@ -120,9 +122,7 @@ def latency(report: dict, path: str) -> None:
         ax.set_ylabel("ms")
         ax.set_title(what)
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    _save(plt, fig, path)
 
 
 def peers(report: dict, path: str) -> None:
@@ -140,9 +140,7 @@ def peers(report: dict, path: str) -> None:
                       rotation=30)
         ax.set_title(f"{phase} {size} B, best setting")
         ax.set_ylabel("messages/s")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    _save(plt, fig, path)
 
 
 def write_all(report: dict, out: str) -> list[str]:
