@@ -99,7 +99,8 @@ def resources(report: dict, path: str) -> None:
     cpu.axhline(report["machine"]["nproc"], color="gray", ls=":", lw=0.8)
     cpu.set_ylabel("CPU (cores busy)")
     mem.set_ylabel("memory (MB, PSS of the tree)")
-    mem.set_xlabel("seconds into the run (shaded: the cells of the table)")
+    mem.set_xlabel("seconds into the run (shaded: the kept repeat of each cell of the table; "
+                   "the peers' part, at the end, is not sampled)")
     cpu.legend(fontsize=7, loc="upper right")
     cpu.set_ylim(bottom=0)
     mem.set_ylim(bottom=0)
