@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What one setting is worth: two brokers that differ in it, measured alternately.
+"""What is one setting worth? Two brokers that differ in it, measured alternately.
 
 Run by hand (not a test), from the repository with its venv::
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Throughput of a real ``hostbroker serve``, next to this machine's own limits.
+"""How close does the wire protocol itself come to the machine's limits? Throughput of a
+real ``hostbroker serve``, next to page-cache writes and ``sendfile``.
 
 Run by hand (not a test), from the repository with its venv::
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""One workload against hostbroker and the peers a user would pick instead, each at its best.
+"""How does hostbroker compare with the peers a user would pick instead, each at its best?
 
 Run by hand (not a test), from the repository with its venv, as root::
 
@@ -373,7 +373,7 @@ def _sizes(value: str) -> list[int]:
 
 
 def add_common_options(ap: argparse.ArgumentParser, quiet_default: float = 10) -> None:
-    """Options every benchmark here takes (also producer_api.py), and the hidden --role."""
+    """Options every benchmark here takes , and the hidden --role."""
     ap.add_argument("--wait-quiet", type=float, default=quiet_default, metavar="SECONDS",
                     help="before each run wait up to this long for a mostly idle machine "
                          f"(default {quiet_default:g}; 0: do not wait)")

@@ -1,4 +1,5 @@
-"""The client roles and servers of hostbroker, Redis Streams and NATS JetStream for compare.py.
+"""The client roles and servers of hostbroker, Redis Streams and NATS JetStream for compare.py
+(not a benchmark itself).
 
 Each role runs in its own process (``compare.py --role NAME PARAMS``): it
 connects, prints READY, waits for GO, does its work with the swept setting

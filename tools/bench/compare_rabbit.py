@@ -1,4 +1,5 @@
-"""RabbitMQ Streams for compare.py: its server and its producer and consumer roles.
+"""RabbitMQ Streams for compare.py: its server and its producer and consumer roles (not a
+benchmark itself).
 
 The server is Debian's ``rabbitmq-server`` with only the ``rabbitmq_stream``
 plugin enabled, run as its own node (``bench-<pid>@localhost``) with its

@@ -1,4 +1,4 @@
-"""The settings ``compare.py`` sweeps for each system, and choosing the best of a sweep.
+"""Which setting is each system's best? The grids ``compare.py`` sweeps and the choice of the best.
 
 Pure functions only (no processes, no servers): the grids of batch and
 pipeline sizes tried for every system, direction and message size, and the

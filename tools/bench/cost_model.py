@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""CPU cost per message of each broker process kind, and what it predicts.
+"""What does a message cost each broker process kind, and what does that predict for a large host?
 
 Run by hand (not a test), from the repository with its venv::
 

@@ -1,4 +1,5 @@
-"""The broker's cost model: measured CPU per message -> predicted throughput and settings.
+"""What does a large host reach? The cost model: measured CPU per message -> predicted throughput
+and settings.
 
 Pure functions, no I/O; used by ``tools/bench/cost_model.py`` (which measures
 the costs) and tested in ``tests/test_bench_cost_model.py``.

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The end-to-end load under a scheduler trace: what the slowest messages ran into.
+"""What did the slowest messages run into? The end-to-end load under a scheduler trace.
 
 Run by hand as root (not a test), from the repository with its venv::
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Latency and one-client throughput of hostbroker against a naive broker, in one run.
+"""Where does a request's time go? Latency and one-client throughput of hostbroker against a
+naive broker in one run, with the broker's per-stage counters.
 
 Run by hand (not a test), from the repository with its venv::
 

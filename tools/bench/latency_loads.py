@@ -1,4 +1,5 @@
-"""The loads of ``latency.py`` and the naive broker it runs them on.
+"""The loads of ``latency.py`` and ``suite.py`` and the naive broker they run them on (not a
+benchmark itself).
 
 Owns: :class:`NaiveBroker` (``naive_broker.py`` in a subprocess), putting a
 broker's processes at a nice value or a real-time priority, the busy
@@ -6,7 +7,7 @@ neighbour, warming free memory before a page-cache write, the topics every
 phase uses, and one function per measurement (``run_rtt``, ``run_e2e``,
 ``run_api``, ``run_pipelined``, ``run_fetch``), each taking a broker URI and
 returning one run's figures. ``latency.py`` repeats and reports them;
-``ab_settings.py``, ``cpu_latency_ab.py`` and ``request_cpu.py`` reuse them.
+``ab_settings.py``, ``e2e_trace.py`` and ``suite.py`` reuse them.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Where a running hostbroker's request time goes: its per-process stage counters.
+"""Where does a running hostbroker's request time go? Its per-process stage counters.
 
 Used by ``tools/bench/latency.py``. Reads the broker's process board the way
 ``hostbroker top --json`` does (``hostbroker.top.attach`` and ``sample``,

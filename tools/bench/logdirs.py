@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""What replicas across log dirs cost and how fast a failed dir's leaderships move, on one
-standalone broker.
+"""What do replicas across log dirs cost, and how fast do a failed dir's leaderships move,
+on one standalone broker?
 
 Run by hand (not a test), as root (the failover part mounts a tmpfs), from the repository
 with its venv::

@@ -1,4 +1,4 @@
-"""The machine's own limits, that the broker's figures are put beside.
+"""How fast can this machine write the page cache and the disk, and ``sendfile`` to a socket?
 
 Owns: page-cache and disk write speed with ``dd`` (:func:`measure_pagecache`)
 and ``os.sendfile`` from a page-cached file to a loopback TCP or Unix socket,

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What a ``/metrics`` scrape costs a broker of many partitions.
+"""What does a ``/metrics`` scrape cost a broker of many partitions?
 
 Run by hand (not a test), from the repository with its venv::
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A naive one-process broker speaking hostbroker's wire protocol: the latency baseline.
+"""What would a naive broker do? One process speaking hostbroker's wire protocol: the baseline.
 
 What a new user would write in an afternoon from docs/spec/protocol.md, and
 what ``tools/bench/latency.py`` measures hostbroker against: one process, one
@@ -40,7 +40,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
 
 from hostbroker.errors import ErrorCode, HostbrokerError, ProtocolError  # noqa: E402
 from hostbroker.log.message import validate_message_set  # noqa: E402
-from hostbroker.protocol import FrameReader, api  # noqa: E402
+from hostbroker.protocol import FrameReader, api, throttled  # noqa: E402
 from hostbroker.protocol.errors import HeaderTooShortError  # noqa: E402
 
 MAX_MESSAGE_BYTES = 1_000_000
@@ -229,7 +229,7 @@ class Broker:
     def answer(self, sock: socket.socket, frame: bytes) -> bool:
         """Answer one request; False when the connection is to close."""
         try:
-            header, request = api.decode_request(frame)
+            header, request, v1 = self.decode(frame)
         except HeaderTooShortError:
             return False
         except ProtocolError as exc:
@@ -242,7 +242,7 @@ class Broker:
             parts = [chunks[0]]
             for data, chunk in zip(datas, chunks[1:]):
                 parts += [data, chunk]
-            _sendmsg_all(sock, parts)
+            _sendmsg_all(sock, throttled.fetch_v2_parts(parts) if v1 else parts)
             return True
         if isinstance(request, api.ProduceRequest):
             response = self.produce(request)
@@ -257,8 +257,23 @@ class Broker:
         else:
             sock.sendall(api.encode_error_frame(cid, ErrorCode.UNSUPPORTED_VERSION))
             return False
-        sock.sendall(api.encode_response(cid, response))
+        out = api.encode_response(cid, response)
+        sock.sendall(throttled.produce_v1_frame(out) if v1 else out)
         return True
+
+    @staticmethod
+    def decode(frame: bytes):
+        """Header, body and whether the answer carries a throttle time: PRODUCE v1
+        and FETCH v2 (what the client sends by default) are version 0's bodies,
+        answered as version 0's with a throttle time of 0 appended."""
+        header = api.decode_request_header(frame)
+        kind = throttled.THROTTLED_REQUEST_TYPES.get((header.api_key, header.api_version))
+        if kind is None:
+            return (*api.decode_request(frame), False)
+        body = api.decode_body(kind, frame, header.body_offset)
+        if kind is throttled.ProduceRequestV1:
+            return header, api.ProduceRequest(body.acks, body.timeout_ms, body.partitions), True
+        return header, api.FetchRequest(body.max_wait_ms, body.min_bytes, body.partitions), True
 
 
 def _sendmsg_all(sock: socket.socket, parts: list) -> None:

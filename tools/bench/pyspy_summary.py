@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Summarise the py-spy profiles that ``broker_throughput.py --profile DIR`` records.
+"""Where do a profiled run's processes spend their busy time? Summarises the py-spy profiles
+that ``broker_throughput.py --profile DIR`` records.
 
 Each ``DIR/<phase>.<process>.txt`` is py-spy's ``--format raw`` output
 (collapsed stacks, ``frame;frame;... count``) recorded with ``--idle``, so

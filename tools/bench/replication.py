@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""What replication costs and how fast it recovers: produce rate by replication factor and
-acks, the failover gap, a controlled shutdown's errors, and a follower's catch-up rate.
+"""What does replication cost and how fast does it recover? Produce rate by replication factor
+and acks, the failover gap, a controlled shutdown's errors, and a follower's catch-up rate.
 
 Run by hand (not a test), from the repository with its venv::
 

@@ -1,4 +1,4 @@
-"""Ring throughput between two processes (not collected by pytest).
+"""How much does one shared-memory ring move between two processes? (not collected by pytest)
 
 Run ``.venv/bin/python tools/bench/ring_throughput.py``. The producer is a forked
 child, the consumer the parent; both spin instead of sleeping, so the figures

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Batch reads through the ``hostbroker`` data source against Spark's own text reader.
+"""How fast does Spark read through the ``hostbroker`` data source, against its own text reader?
 
 Run by hand (not a test), from the repository with its venv::
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What ``df.write.format("hostbroker")`` keeps of the client producer's throughput.
+"""How much of the client producer's throughput does ``df.write.format("hostbroker")`` keep?
 
 Run by hand (not a test), from the repository with its venv::
 

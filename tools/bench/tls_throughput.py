@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Produce throughput over TLS against plain TCP, one broker, one run: the ratio.
+"""What does TLS cost a producer? Produce throughput over TLS against plain TCP, one run.
 
 Run by hand (not a test), from the repository with its venv::
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What one refresh of ``hostbroker top`` costs at many partitions.
+"""What does one refresh of ``hostbroker top`` cost at many partitions?
 
 Run by hand (not a test), from the repository with its venv::
 
