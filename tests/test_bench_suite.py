@@ -76,7 +76,6 @@ def test_the_smoke_run_writes_every_section_with_positive_figures(smoke):
 
 
 def test_the_plots_draw_from_the_report(smoke):
-    pytest.importorskip("matplotlib")
     sys.path.insert(0, str(_BENCH))
     import suite_plots
 

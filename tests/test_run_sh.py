@@ -36,8 +36,8 @@ def test_setup_says_each_step_in_one_line(tmp_path):
     assert result.returncode != 0
     assert [line.split(":")[1].split()[0] for line in said] == ["making", "pip", "pip"], said
     assert said[0].startswith("tools/run.sh: making the venv .venv (")
-    assert said[1].startswith("tools/run.sh: pip: installing hostbroker[test,spark]")
-    assert said[2].startswith("tools/run.sh: pip could not install hostbroker[test,spark]")
+    assert said[1].startswith("tools/run.sh: pip: installing hostbroker[test,spark,bench]")
+    assert said[2].startswith("tools/run.sh: pip could not install hostbroker[test,spark,bench]")
     assert "Traceback" not in result.stderr.decode()
     assert result.stdout == b""  # nothing for CI's log but the steps
 

@@ -77,6 +77,7 @@ make_venv() {
     fi
     "$venv/bin/python" -c 'import hostbroker, posix_ipc, sysv_ipc, psutil, snappy, pytest, hypothesis, xdist'
     if [[ $extras == *spark* ]]; then "$venv/bin/python" -c 'import pyspark, pyarrow'; fi
+    if [[ $extras == *bench* ]]; then "$venv/bin/python" -c 'import matplotlib'; fi
     echo "$want" > "$stamp"
   fi
 }
@@ -197,7 +198,7 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   PY=$(find_python 3.11 || command -v python3)
 fi
 "$PY" -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "hostbroker needs Python 3.11, found " + sys.version.split()[0])'
-make_venv "$PY" .venv test,spark
+make_venv "$PY" .venv test,spark,bench
 
 cmd=${1:-serve}
 shift || true
