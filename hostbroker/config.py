@@ -232,7 +232,7 @@ SETTINGS: tuple[Setting, ...] = (
             "After a loop round that had work, a processor, handler or writer keeps looking "
             "for more this many microseconds before it sleeps on its doorbell: no wake-up "
             "when work follows quickly, at the cost of a busy core meanwhile. 0 never spins, "
-            "the right choice when workers outnumber the cores (see docs/benchmarks.md).",
+            "the right choice when workers outnumber the cores (see docs/benchmarks-history.md).",
             _between(0, 100000)),
     Setting("processor.put.spin.us", int, 0,
             "A processor with a lone PRODUCE at a writer (processor.direct.produce), whose "
@@ -244,7 +244,7 @@ SETTINGS: tuple[Setting, ...] = (
             "crosses several processes, and each crossing that finds an idle CPU waits for "
             "it to wake. 0 keeps idle CPUs polling (the fastest wake-ups; idle cores stay "
             "busy). -1 leaves the machine as it is. Machine-wide; needs root (the broker "
-            "refuses to start without it); docs/benchmarks.md measures it. It works through "
+            "refuses to start without it); docs/benchmarks-history.md measures it. It works through "
             "the kernel's `cpuidle` driver: on a machine without one "
             "(`/sys/devices/system/cpu/cpuidle/current_driver` says `none`, as on some VMs) "
             "idle CPUs halt whatever the request says, and only the kernel's own options "
@@ -258,7 +258,7 @@ SETTINGS: tuple[Setting, ...] = (
             "on a machine that other work keeps busy. 0 leaves the scheduling as started (a "
             "unit's CPUSchedulingPolicy= or chrt may set it). Needs root, CAP_SYS_NICE or a "
             "real-time priority limit (the broker refuses to start without it); under any "
-            "real-time policy the spin settings must be 0. docs/benchmarks.md measures it.",
+            "real-time policy the spin settings must be 0. docs/benchmarks-history.md measures it.",
             _between(0, 99)),
     Setting("processor.local.requests", bool, True,
             "Processors answer METADATA and OFFSETS themselves, from the partition table, "
@@ -297,7 +297,7 @@ SETTINGS: tuple[Setting, ...] = (
             "(processor.direct.produce) even while that writer is busy: checking so small a "
             "set costs the writer less than the handler's crossing costs the request, and "
             "that detour is where a busy moment sends a message's latency up "
-            "(docs/benchmarks.md). A larger one meets a busy writer through the handlers, "
+            "(docs/benchmarks-history.md). A larger one meets a busy writer through the handlers, "
             "which check large sets side by side. 0: only to an idle writer.",
             _between(0, 1 << 20)),
     Setting("processor.direct.produce.max.bytes", int, 256 * 1024,
@@ -307,7 +307,7 @@ SETTINGS: tuple[Setting, ...] = (
             "gathered in the processor and decided when whole if at most this large; a larger "
             "one takes the handler's way, received into the request ring as it arrives: "
             "gathering and copying it would cost more than the process crossing a PUT saves "
-            "(docs/benchmarks.md).", _at_least(0)),
+            "(docs/benchmarks-history.md).", _at_least(0)),
     Setting("processor.local.fetch", bool, True,
             "A FETCH of at most processor.fetch.max.partitions partitions from a connection "
             "with no request at its handler is answered by its processor, from the partition "
@@ -318,7 +318,7 @@ SETTINGS: tuple[Setting, ...] = (
             "Most partitions a FETCH may name to be answered by its processor "
             "(processor.local.fetch); one naming more goes to the handler. A processor "
             "holds its other connections while it looks a FETCH's partitions up "
-            "(docs/benchmarks.md measures it per partition). 1: only one-partition FETCHes.",
+            "(docs/benchmarks-history.md measures it per partition). 1: only one-partition FETCHes.",
             _at_least(1)),
     Setting("processor.fetch.copy.max.bytes", int, 32768,
             "A FETCH answer whose data is at most this many bytes, all its partitions "

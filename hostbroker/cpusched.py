@@ -6,7 +6,7 @@ start and for ``hostbroker top``). On a machine
 where other work keeps the CPUs busy (a build, a test suite, a batch job),
 an ordinary process that wakes up waits its turn behind them, and a request
 crosses several of the broker's processes, each of which may wait so: the
-tail of latency is then set by the scheduler (docs/benchmarks.md, "Sixth
+tail of latency is then set by the scheduler (docs/benchmarks-history.md, "Sixth
 round"). A real-time process that wakes takes a CPU from any ordinary one at
 once.
 

@@ -17,7 +17,7 @@ and bytes in and out), and reads the machine's CPU wake-up latency target
 process (``cpu.realtime.priority``). A reading (:class:`Source`) scans the
 partition table once, and again only when its generation moves
 (:class:`Slots`), so a refresh of 10,000 partitions stays near 50 ms of CPU
-(docs/benchmarks.md). Reads twice, ``--interval`` apart,
+(docs/benchmarks-history.md). Reads twice, ``--interval`` apart,
 before it draws (so the first screen has rates), then draws the screen of
 :mod:`hostbroker.top_render` every interval, in place on a terminal (plain
 lines otherwise, and with ``--once``), or prints one JSON document per

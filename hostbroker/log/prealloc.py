@@ -10,7 +10,7 @@ Why: an ``os.write`` past the end of a file makes the file system find and
 account blocks for every new page, inside the append. Reserved ahead in one
 call, that work leaves the append path: appending 512 MiB in 1 MiB writes to
 a fresh file here ran at 1.1-3.0x the speed of plain appends (ext4, the
-2-vCPU development VM, ``docs/benchmarks.md``), and the reservation itself
+2-vCPU development VM, ``docs/benchmarks-history.md``), and the reservation itself
 took about 1 ms for 512 MiB.
 
 How much: a segment reserves ahead as much as it already holds, doubling,

@@ -56,7 +56,7 @@ BATCH_ROWS = 65536
 BATCH_BYTES = 16 * 1024 * 1024
 # Bytes per fetch unless hostbroker.fetch.size says otherwise: four times the
 # consumer's default. Fewer answers to parse and longer runs: a read of 100-byte
-# messages went from 0.67 to 0.85 of the Arrow-only floor (docs/benchmarks.md).
+# messages went from 0.67 to 0.85 of the Arrow-only floor (docs/benchmarks-history.md).
 FETCH_SIZE = 4 * 1024 * 1024
 
 

@@ -7,7 +7,7 @@ the pinning of an answer's files before its first byte is written
 is read into memory then and sent with its headers in one buffer. A
 ``sendfile`` per partition and a send per header cost a consumer that
 waits for each message, or fetches a few small partitions, more in system
-calls than copying their bytes does (docs/benchmarks.md, thirteenth round).
+calls than copying their bytes does (docs/benchmarks-history.md, thirteenth round).
 
 Why pin: a handler builds a FETCH answer as header bytes and ``(segment path,
 position, length)`` pieces; the processor sends it later, after the answers

@@ -163,7 +163,7 @@ UNRECORDED = Unrecorded()
 # fields are tuples of results worth looking into. A list of flat results
 # (a PRODUCE answer's partitions) is then ``any(map(attrgetter("error_code"),
 # ...))`` at C speed: about 0.4 ms for 10,000 partitions, where walking every
-# result's fields generically cost 8 to 14 ms (docs/benchmarks.md).
+# result's fields generically cost 8 to 14 ms (docs/benchmarks-history.md).
 
 _CHECKS: dict[type, Callable[[object], bool]] = {}
 _BUILDING: set[type] = set()  # classes whose check is being built (a class nested in itself)
