@@ -103,7 +103,8 @@ class TopicAdmin:
             asked = asks.get(topic)
             if asked is None:
                 if len(asks) >= _FRESH_ASKS_MAX:
-                    asks.clear()  # (an ask forgotten only costs its client one more try)
+                    # the oldest ask goes (forgotten, it costs its client one more try)
+                    del asks[next(iter(asks))]
                 asked = asks[topic] = time.monotonic_ns()
             if as_of < asked:
                 names.want_fresh(asked)
