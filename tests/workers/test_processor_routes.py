@@ -10,6 +10,7 @@ import pytest
 from hostbroker.protocol import api
 from hostbroker.protocol import groups as gproto
 from hostbroker.workers.connection import Connection
+from hostbroker.workers.processor_frames import HEAD, FrameReading
 from hostbroker.workers.processor_routes import (ANSWER, FETCH, GROUP_PUT, HANDLER, NAMES, PUT,
                                                  Routes)
 
@@ -110,6 +111,30 @@ def test_group_requests_are_put_to_the_coordinator(conn, key):
 def test_every_other_request_goes_to_the_handler(conn, key):
     assert route(conn, key) == "handler"
     assert route(conn, key, version=1) == "handler"
+
+
+def put_candidate(conn, key, version, need=300_000, head_bytes=HEAD.size, **settings):
+    """Whether a large frame whose first ``head_bytes`` have come may be
+    received into a put ring record: the decision told from its head."""
+    head = HEAD.pack(need - 4, key, version, 7)[:head_bytes]
+    processor = FrameReading.__new__(FrameReading)  # only its route decision is asked
+    processor.routes = Routes(**{**ALL_ON, **settings})
+    return processor._put_candidate(conn, need, head)
+
+
+def test_a_large_produce_is_told_a_put_from_its_head(conn):
+    assert put_candidate(conn, K.PRODUCE, 0)
+    assert put_candidate(conn, K.PRODUCE, 1)
+    assert not put_candidate(conn, K.PRODUCE, 2)
+    assert not put_candidate(conn, K.PRODUCE, 0, head_bytes=HEAD.size - 1)  # head not all here
+    assert not put_candidate(conn, K.PRODUCE, 0, need=(1 << 20) + 5)  # past a put record
+    assert not put_candidate(conn, K.FETCH, 0)
+    assert not put_candidate(conn, K.OFFSET_COMMIT, 0)
+    conn.quota = METERED  # a metered connection's v1 is the handler's: into its ring record
+    assert not put_candidate(conn, K.PRODUCE, 1)
+    assert put_candidate(conn, K.PRODUCE, 0)
+    conn.quota, conn.pipelining = None, True
+    assert not put_candidate(conn, K.PRODUCE, 0)
 
 
 def test_the_handler_is_the_only_false_route():
