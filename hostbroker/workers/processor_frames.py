@@ -9,10 +9,11 @@ answering METADATA and OFFSETS here (``processor.local.requests``, built by
 (:mod:`~hostbroker.workers.processor_fetch`), lone PRODUCEs put straight to
 a writer (PUTs), GROUP_PUTs (:mod:`~hostbroker.workers.processor_groups`);
 and the ways any other frame reaches its record in the request ring: small
-frames through the processor's receive buffer (many per read); a large frame (64 KiB or more) received straight into its ring record as
-its bytes come (:mod:`~hostbroker.workers.processor_claims`); and a large
-frame that could not have a record gathered in the connection's own buffer
-first (or, larger than a ring record, sent in fragments).
+frames through the processor's receive buffer (many per read); a large
+frame (64 KiB or more) received straight into its ring record as its bytes
+come (:mod:`~hostbroker.workers.processor_claims`); and a large frame that
+could not have a record gathered in the connection's own buffer first (or,
+larger than a ring record, sent in fragments).
 
 :class:`FrameReading` is a mixin of :class:`~hostbroker.workers.processor.ProcessorWorker`
 and uses its connections, rings, buffers and counters.

@@ -27,10 +27,12 @@ starts. The rules:
 
 - nothing passes a request of its connection still at the handler (its
   answer could overtake that one's);
-- the ways past the handler take version 0, and PRODUCE v1 and FETCH v2
-  (version 0's bodies) from a connection without a quota, answered in their
-  own layout with a throttle time of 0; a metered connection's go to the
-  handler, which writes their throttle time in as they are held;
+- the ways past the handler but the GROUP_PUT take version 0, and PRODUCE
+  v1 and FETCH v2 (version 0's bodies) from a connection without a quota,
+  answered in their own layout with a throttle time of 0; a metered
+  connection's go to the handler, which writes their throttle time in as
+  they are held; a GROUP_PUT takes every version (hb-coordinator answers in
+  the version asked);
 - METADATA and OFFSETS are answered here only for a connection whose
   identity the handler does not refuse (with the authorizer on);
 - a PUT and a GROUP_PUT stop the reading of their connection until they are
@@ -42,9 +44,10 @@ A route past the handler may still decline once it has looked into the
 frame (a PRODUCE of two partitions or acks=0, a partition not ONLINE, a
 FETCH that must wait past ``processor.fetch.max.parked``, a ring with no
 room, a frame that does not decode): the frame then goes to the handler,
-which answers it as ever. A FETCH the handler takes and that must wait is
-left at its partition's writer (the fifth place a request waits; decided by
-the handler). The same decision says whether a large PRODUCE whose first
+which answers it as ever. A FETCH the handler takes and that must wait
+waits at its partition's writer (a POLL) if it asks for one ONLINE
+partition and ``fetch.writer.polls`` is on; any other waits at the handler
+(decided by the handler). The same decision says whether a large PRODUCE whose first
 bytes have come may be received straight into a ``put`` ring record
 (:mod:`~hostbroker.workers.processor_claims`).
 """
