@@ -154,11 +154,12 @@ class LocalFetching:
                     conn, Operation.READ, (p.topic for p in partitions))
                 reads: list = []
                 total, parts = fetch_parts(self.view, partitions, self.fetch_max_bytes, reads)
-                peek = Peek(allowed=allowed,
-                            wait=(max_wait_ms > 0 and not self.stopping
-                                  and fetch_must_wait(parts, total, min_bytes)),
-                            parked_here=conn.conn_id in self.parked,
-                            parked_parts=self.parked_parts + len(parts))
+                wait = (max_wait_ms > 0 and not self.stopping
+                        and fetch_must_wait(parts, total, min_bytes))
+                # (positional, in Peek's order: decoded, allowed, the PUT's
+                # fields, then the FETCH's; half the cost of keywords)
+                peek = Peek(True, allowed, 1, 1, True, -1, True, wait,
+                            conn.conn_id in self.parked, self.parked_parts + len(parts))
             route = self.routes.confirm(FETCH, peek)
             if route == HANDLER:
                 return False

@@ -190,3 +190,9 @@ def test_the_handler_is_the_only_false_route():
     # the processor's frame loop tests the route for truth before comparing it
     assert [bool(r) for r in (HANDLER, ANSWER, FETCH, PUT, GROUP_PUT, PARKED)] == \
         [False] + [True] * 5
+
+
+def test_peek_keeps_the_order_its_hot_paths_fill_positionally():
+    # _put_peek and _fetch_here build a Peek positionally (the cost of keywords)
+    assert Peek._fields == ("decoded", "allowed", "acks", "partitions", "online", "size",
+                            "asleep", "wait", "parked_here", "parked_parts")
