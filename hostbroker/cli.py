@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from hostbroker import __version__, commands
+from hostbroker import __version__, commands, exits
 from hostbroker.cli_access import add_acls, add_quotas
 from hostbroker.cli_admin import (
     add_client_target,
@@ -585,7 +585,7 @@ def main(argv: list[str] | None = None) -> int:
     except _BadConfig:
         return 2
     except KeyboardInterrupt:
-        return commands.EXIT_INTERRUPTED
+        return exits.EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from hostbroker import commands
+from hostbroker import commands, exits
 from hostbroker.cli_tls import add_command_config
 from hostbroker.commands import DEFAULT_BOOTSTRAP
 
@@ -186,19 +186,19 @@ def _reassign(args: argparse.Namespace) -> int:
     if on_dirs and args.bootstrap is None:
         print(f"hostbroker {name}: needs --zookeeper (brokers) or --bootstrap (the log dirs "
               "of a standalone broker)", file=sys.stderr)
-        return commands.EXIT_USAGE
+        return exits.EXIT_USAGE
     wrong = "--broker-list" if on_dirs and args.broker_list else \
         "--dir-list" if not on_dirs and args.dir_list else None
     if wrong:
         print(f"hostbroker {name}: {wrong} does not go with "
               f"{'--bootstrap' if on_dirs else '--zookeeper'}", file=sys.stderr)
-        return commands.EXIT_USAGE
+        return exits.EXIT_USAGE
     if args.action == "generate":
         listed = args.dir_list if on_dirs else args.broker_list
         if not args.topics_to_move_json_file or not listed:
             print(f"hostbroker {name}: needs --topics-to-move-json-file and "
                   f"{'--dir-list' if on_dirs else '--broker-list'}", file=sys.stderr)
-            return commands.EXIT_USAGE
+            return exits.EXIT_USAGE
         if on_dirs:
             return commands.run(name, reassign.generate_on_dirs, args.topics_to_move_json_file,
                                 listed, bootstrap=args.bootstrap,
@@ -208,10 +208,10 @@ def _reassign(args: argparse.Namespace) -> int:
     if args.replication_factor is not None:
         print(f"hostbroker {name}: --replication-factor is for generate (the "
               "file's replica lists say it)", file=sys.stderr)
-        return commands.EXIT_USAGE
+        return exits.EXIT_USAGE
     if not args.reassignment_json_file:
         print(f"hostbroker {name}: needs --reassignment-json-file", file=sys.stderr)
-        return commands.EXIT_USAGE
+        return exits.EXIT_USAGE
     if on_dirs:
         return commands.run(name, getattr(reassign, f"{args.action}_on_dirs"),
                             args.reassignment_json_file, bootstrap=args.bootstrap)

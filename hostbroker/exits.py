@@ -1,4 +1,4 @@
-"""How a ``hostbroker`` client command ends: its exit statuses and the error that carries one.
+"""How a ``hostbroker`` client command ends: exit statuses, the error carrying one, count wording.
 
 A command that cannot go on raises :class:`CommandError` with one line for
 stderr and the status to exit with (docs/spec/operations.md): 2 for a usage or

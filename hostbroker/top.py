@@ -43,7 +43,7 @@ from hostbroker.shm.procs import KIND_NAMES, ProcessBoard
 from hostbroker.shm.table import FREE
 from hostbroker.top_render import render  # noqa: F401 (top's screen, re-exported)
 from hostbroker.workers.plan import BrokerPlan
-from hostbroker.workers.stats_record import api_name
+from hostbroker.protocol.names import api_name
 from hostbroker.workers.stats_record import attach_stats as attach_stats_regions
 
 

@@ -27,7 +27,9 @@ def parse_connect(value: str, key: str = "zookeeper.connect") -> tuple[list[tupl
     for item in hosts_part.split(","):
         item = item.strip()
         host, sep, port = item.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        # ASCII digits only: str.isdigit() also takes '²' and '٢', which int() refuses or reads.
+        if (not sep or not host or any(c.isspace() for c in host)
+                or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536):
             raise ConfigError(f"{key}: {item!r} is not host:port")
         hosts.append((host.strip("[]"), int(port)))
     return hosts, chroot

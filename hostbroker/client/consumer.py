@@ -72,7 +72,6 @@ LATEST = api.LATEST_TIME
 EARLIEST = api.EARLIEST_TIME
 
 DEFAULT_BROKER = "tcp://127.0.0.1:9092"
-# The largest entry a broker takes by default, with its length field.
 _INT32_MAX = 2**31 - 1
 
 

@@ -27,6 +27,7 @@ from hostbroker.log.message import (DEFAULT_MAX_MESSAGE_BYTES, LENGTH_SIZE, Mess
 
 log = logging.getLogger(__name__)
 
+# The largest entry a broker takes by default, with its length field.
 DEFAULT_FETCH_MESSAGE_MAX_BYTES = DEFAULT_MAX_MESSAGE_BYTES + LENGTH_SIZE
 
 # One C call turns a Message (offset, next_offset, payload, codec, magic)

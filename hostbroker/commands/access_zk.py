@@ -16,7 +16,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from hostbroker.commands import CommandError
+from hostbroker.exits import CommandError
 from hostbroker.commands.console import check_zookeeper, zookeeper_client, zookeeper_errors
 from hostbroker.security.acl import AclBinding, AclFilter
 from hostbroker.security.quota import Quota

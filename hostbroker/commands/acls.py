@@ -30,7 +30,8 @@ import json
 import sys
 from collections.abc import Iterable, Sequence
 
-from hostbroker.commands import EXIT_OK, CommandError, check_bootstrap, usage_error
+from hostbroker.commands import check_bootstrap
+from hostbroker.exits import EXIT_OK, CommandError, usage_error
 from hostbroker.security.acl import (
     CLUSTER_NAME,
     AclBinding,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from hostbroker.commands import EXIT_BROKER, EXIT_OK, CommandError
+from hostbroker.exits import EXIT_BROKER, EXIT_OK, CommandError
 
 
 def live_brokers(zookeeper: str) -> list:

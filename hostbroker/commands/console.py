@@ -69,17 +69,13 @@ from typing import BinaryIO, TextIO
 
 from hostbroker.commands import (
     DEFAULT_BOOTSTRAP,
-    EXIT_BROKER,
-    EXIT_OK,
-    CommandError,
     Stopped,
     check_bootstrap,
     check_topic,
     key_values,
     stop_on_sigterm,
-    usage_error,
 )
-from hostbroker.exits import plural
+from hostbroker.exits import EXIT_BROKER, EXIT_OK, CommandError, plural, usage_error
 
 # Typed lines should not wait the producer's default 5 s for a batch to fill.
 CONSOLE_PRODUCER_DEFAULTS = {"producer.type": "async", "queue.time": 1000,

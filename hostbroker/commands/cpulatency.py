@@ -18,7 +18,7 @@ import signal
 import sys
 
 from hostbroker import cpulatency, systemd
-from hostbroker.commands import CommandError
+from hostbroker.exits import CommandError
 from hostbroker.errors import ExitStatus
 
 

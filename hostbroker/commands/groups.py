@@ -27,13 +27,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TextIO
 
-from hostbroker.commands import (
-    EXIT_OK,
-    CommandError,
-    check_topic,
-    usage_error,
-)
-from hostbroker.exits import plural
+from hostbroker.commands import check_topic
+from hostbroker.exits import EXIT_BROKER, EXIT_OK, CommandError, plural, usage_error
 
 _COLUMNS = ("topic", "partition", "owner", "committed", "log end", "lag")
 
@@ -114,7 +109,7 @@ def _replicated_offsets(brokers, wanted: Iterable[tuple[str, int]], time: int, n
     follows it; a leader answers below its high watermark), and the status: a partition
     that cannot be asked is named on stderr (status 1) and left out."""
     from hostbroker.client.consumer import SimpleConsumer
-    from hostbroker.commands import EXIT_BROKER, describe_error
+    from hostbroker.commands import describe_error
     from hostbroker.errors import HostbrokerError
     from hostbroker.protocol.api import EARLIEST_TIME
 

@@ -29,17 +29,10 @@ import sys
 from collections.abc import Iterable
 from typing import TextIO
 
-from hostbroker.commands import (
-    DEFAULT_BOOTSTRAP,
-    EXIT_OK,
-    CommandError,
-    check_bootstrap,
-    check_topic,
-    usage_error,
-)
+from hostbroker.commands import DEFAULT_BOOTSTRAP, check_bootstrap, check_topic
+from hostbroker.exits import EXIT_OK, CommandError, plural, usage_error
 from hostbroker.commands.groups import Row, offset_at, parse_to, print_groups, print_table, \
     say_reset
-from hostbroker.exits import plural
 
 
 def _client(bootstrap: str):

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Iterable
 from typing import TextIO
 
-from hostbroker.commands import EXIT_BROKER, EXIT_OK
+from hostbroker.exits import EXIT_BROKER, EXIT_OK
 
 
 def elect(topics: Iterable[str] = (), *, zookeeper: str, out: TextIO = sys.stdout,

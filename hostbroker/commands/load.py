@@ -24,14 +24,8 @@ import sys
 from collections.abc import Iterable
 from typing import TextIO
 
-from hostbroker.commands import (
-    EXIT_OK,
-    CommandError,
-    check_bootstrap,
-    key_values,
-    stop_on_sigterm,
-    usage_error,
-)
+from hostbroker.commands import check_bootstrap, key_values, stop_on_sigterm
+from hostbroker.exits import EXIT_OK, CommandError, usage_error
 
 # The source's option names as the command's flags, for its one-line errors.
 _FLAGS = {"bootstrap": "--bootstrap", "zookeeper.connect": "--zookeeper",

@@ -34,13 +34,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TextIO
 
-from hostbroker.commands import (
-    DEFAULT_BOOTSTRAP,
-    EXIT_OK,
-    CommandError,
-    check_bootstrap,
-    usage_error,
-)
+from hostbroker.commands import DEFAULT_BOOTSTRAP, check_bootstrap
+from hostbroker.exits import EXIT_OK, CommandError, usage_error
 
 # METADATA v2's state of a log dir (hostbroker.protocol.logdirs: DIR_ONLINE,
 # DIR_OFFLINE, DIR_MISSING), as the tools print it

@@ -50,19 +50,10 @@ import time
 from collections.abc import Iterable
 from typing import TextIO
 
-from hostbroker.commands import (
-    EXIT_BROKER,
-    EXIT_OK,
-    Stopped,
-    check_bootstrap,
-    describe_error,
-    key_values,
-    StopRequests,
-    usage_error,
-)
+from hostbroker.commands import Stopped, check_bootstrap, describe_error, key_values, StopRequests
+from hostbroker.exits import EXIT_BROKER, EXIT_OK, plural, usage_error
 from hostbroker.commands.console import check_zookeeper
 from hostbroker.errors import ErrorCode
-from hostbroker.exits import plural
 
 DEFAULT_GROUP = "hostbroker-mirror"
 MAX_STREAMS = 64

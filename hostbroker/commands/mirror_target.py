@@ -42,7 +42,7 @@ import threading
 import time
 from typing import TextIO
 
-from hostbroker.commands import CommandError
+from hostbroker.exits import CommandError
 
 # How long a topic created on a destination cluster may take to be registered
 # by all its brokers (and seen by the producer).

@@ -59,15 +59,12 @@ from typing import TextIO
 
 from hostbroker.commands import (
     DEFAULT_BOOTSTRAP,
-    EXIT_BROKER,
-    EXIT_OK,
-    CommandError,
     check_bootstrap,
     check_topic,
     describe_error,
     key_values,
-    usage_error,
 )
+from hostbroker.exits import EXIT_BROKER, EXIT_OK, CommandError, usage_error
 from hostbroker.client.throttle_stats import ThrottleStats
 from hostbroker.client.tls import set_tls_defaults, tls_defaults
 from hostbroker.cluster.zk import ZooKeeperUnavailable

@@ -46,14 +46,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from hostbroker.commands import (
-    DEFAULT_BOOTSTRAP,
-    EXIT_OK,
-    check_bootstrap,
-    check_topic,
-    describe_error,
-    usage_error,
-)
+from hostbroker.commands import DEFAULT_BOOTSTRAP, check_bootstrap, check_topic, describe_error
+from hostbroker.exits import EXIT_OK, usage_error
 from hostbroker.commands.perf import PERCENTILES, percentile
 from hostbroker.errors import HostbrokerError
 

@@ -21,7 +21,7 @@ import json
 import sys
 from collections.abc import Sequence
 
-from hostbroker.commands import EXIT_OK, CommandError, usage_error
+from hostbroker.exits import EXIT_OK, CommandError, usage_error
 from hostbroker.security.quota import DEFAULT_ENTITY, MAX_RATE, QUOTA_KEYS, Quota, check_bound
 
 

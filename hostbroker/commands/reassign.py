@@ -51,7 +51,7 @@ import json
 import sys
 from typing import TextIO
 
-from hostbroker.commands import EXIT_BROKER, EXIT_OK, CommandError, usage_error
+from hostbroker.exits import EXIT_BROKER, EXIT_OK, CommandError, usage_error
 
 _MAX_ENTRIES = 100000
 

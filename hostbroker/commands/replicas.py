@@ -23,7 +23,7 @@ import sys
 from collections.abc import Iterable
 from typing import TextIO
 
-from hostbroker.commands import EXIT_BROKER, EXIT_OK
+from hostbroker.exits import EXIT_BROKER, EXIT_OK
 from hostbroker.errors import ProtocolError
 
 # Bytes asked of a copy per FETCH; an answer past _MAX_ANSWER_BYTES is refused.

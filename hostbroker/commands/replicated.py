@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from hostbroker.cluster.controller_decisions import UNCLEAN
-from hostbroker.commands import EXIT_BROKER, EXIT_OK, CommandError, usage_error
+from hostbroker.exits import EXIT_BROKER, EXIT_OK, CommandError, usage_error
 
 MIN_INSYNC = "min.insync.replicas"
 

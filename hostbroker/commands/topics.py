@@ -52,17 +52,10 @@ import sys
 from collections.abc import Iterable
 from typing import TextIO
 
-from hostbroker.commands import (
-    DEFAULT_BOOTSTRAP,
-    EXIT_BROKER,
-    EXIT_OK,
-    check_bootstrap,
-    key_values,
-    usage_error,
-)
+from hostbroker.commands import DEFAULT_BOOTSTRAP, check_bootstrap, key_values
 from hostbroker.commands.brokers import each_broker, live_brokers, on_brokers
 from hostbroker.commands import topics_shown as shown
-from hostbroker.exits import plural
+from hostbroker.exits import EXIT_BROKER, EXIT_OK, CommandError, plural, usage_error
 
 def _client(bootstrap: str):
     from hostbroker.client.simple import SimpleClient
@@ -111,7 +104,6 @@ def create(topic: str, partitions: int, configs: Iterable[str] = (), *,
         print(_created(topic, partitions, configs), file=out)
         return EXIT_OK
     from hostbroker.client.errors import BrokerError
-    from hostbroker.commands import CommandError
     from hostbroker.errors import ErrorCode
     from hostbroker.replication import MAX_REPLICAS
 
@@ -175,7 +167,6 @@ def alter(topic: str, partitions: int | None = None, configs: Iterable[str] = ()
     """Grow ``topic`` to ``partitions`` (None: unchanged), set ``configs``
     (``KEY=VALUE``) and delete ``delete_configs`` on the running broker (ALTER_TOPIC)."""
     from hostbroker.client.errors import BrokerError
-    from hostbroker.commands import CommandError
     from hostbroker.errors import ErrorCode
 
     sets, deletes = _alter_args(topic, partitions, configs, delete_configs)
@@ -197,7 +188,6 @@ def alter_cluster(topic: str, partitions: int | None = None, configs: Iterable[s
                   out: TextIO = sys.stdout) -> int:
     """``alter --zookeeper``: the arguments parsed here, then checked and done
     through ZooKeeper (:mod:`hostbroker.commands.topics_alter_zk`)."""
-    from hostbroker.commands import CommandError
 
     sets, deletes = _alter_args(topic, partitions, configs, delete_configs, check_keys=False)
     try:
@@ -410,7 +400,7 @@ def delete_cluster(topic: str, *, zookeeper: str, out: TextIO = sys.stdout,
                    err: TextIO = sys.stderr) -> int:
     """Delete ``topic`` from every live broker that holds it."""
     from hostbroker.client.errors import BrokerError
-    from hostbroker.commands import CommandError, replicated
+    from hostbroker.commands import replicated
     from hostbroker.errors import ErrorCode
 
     marked = replicated.delete(topic, zookeeper=zookeeper, out=out, err=err)

@@ -41,7 +41,7 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
-from hostbroker.commands import EXIT_OK, CommandError, usage_error
+from hostbroker.exits import EXIT_OK, CommandError, usage_error
 
 _COMMAND = "topics alter"
 _RETRIES = 5  # version-checked writes that lost a race, read and built again

@@ -29,7 +29,7 @@ import json
 import sys
 from typing import TextIO
 
-from hostbroker.commands import EXIT_BROKER, EXIT_OK
+from hostbroker.exits import EXIT_BROKER, EXIT_OK
 
 _COMMAND = "topics describe"
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import sys
 
-from hostbroker.commands import EXIT_OK, CommandError
+from hostbroker.exits import EXIT_OK, CommandError
 
 
 def whoami(*, bootstrap: str, timeout: float = 10.0, as_json: bool = False,

@@ -59,7 +59,7 @@ from hostbroker.shm import procs
 from hostbroker.shm.logdirs import LD_ONLINE, shown_state
 from hostbroker.shm.stats import LATENCY_BOUNDS
 from hostbroker.shm.table import FREE, TornSlotError
-from hostbroker.workers.stats_record import api_name
+from hostbroker.protocol.names import api_name
 
 _COUNTED_STATES = (pt.ONLINE, pt.OFFLINE)
 

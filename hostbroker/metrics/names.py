@@ -14,7 +14,7 @@ broker's byte offsets, so an offset difference is a size in bytes (a
 partition's size, a group's lag).
 
 The ``api`` label of a request kind is the name its API stats go by
-(``workers/stats_record.api_name``), and the latency histogram's buckets
+(``protocol/names.api_name``), and the latency histogram's buckets
 are the API stats' own (``shm/stats.LATENCY_BOUNDS``): the collectors take
 both from there, so neither is declared twice.
 """

@@ -25,6 +25,7 @@ from hostbroker.shm import procs
 from hostbroker.workers import envelopes as env
 from hostbroker.workers.answers import fetch_answer_pieces, fetch_must_wait, fetch_parts
 from hostbroker.workers.base import now_ms
+from hostbroker.workers.processor_routes import polls_at_writer
 
 _RECHECK_MS = 100
 
@@ -50,9 +51,7 @@ class Fetching:
             return
         max_wait = min(max(0, request.max_wait_ms), self.config["fetch.max.wait.ms"])
         deadline = now_ms() + max_wait
-        if not (self.writer_polls and type(request) is not rproto.FetchRequestV1
-                and type(request) is not throttled.FetchRequestV2  # (writers answer v0)
-                and self._poll_at_writer(p, conn_id, seq, corr, request, deadline)):
+        if not self._poll_at_writer(p, conn_id, seq, corr, request, deadline):
             self._park(p, conn_id, seq, corr, request, deadline)
 
     def _park(self, p, conn_id, seq, corr, request, deadline: int) -> None:
@@ -65,16 +64,23 @@ class Fetching:
         """Leave a fetch of one ONLINE partition that must wait to its writer
         (a POLL); True if sent. The writer answers the processor and says so
         (POLL_DONE), or gives it back (POLL_BACK); given back, or if the writer
-        dies first, it is answered or parked here as any other."""
-        if len(request.partitions) != 1:
+        dies first, it is answered or parked here as any other. Which way it
+        waits is :func:`~hostbroker.workers.processor_routes.polls_at_writer`'s
+        answer."""
+        lone = len(request.partitions) == 1
+        slot = s = None
+        if lone:
+            part = request.partitions[0]
+            slot = self.view.slot(part.topic, part.partition)
+            if slot is not None:
+                s = self.table.read(slot)
+        if not polls_at_writer(self.writer_polls,
+                               type(request) not in (rproto.FetchRequestV1,
+                                                     throttled.FetchRequestV2),
+                               len(request.partitions),
+                               s is not None and s.state == ptable.ONLINE,
+                               slot in self.view.replicated):
             return False
-        part = request.partitions[0]
-        slot = self.view.slot(part.topic, part.partition)
-        if slot is None:
-            return False
-        s = self.table.read(slot)
-        if s.state != ptable.ONLINE or slot in self.view.replicated:
-            return False  # (a replicated partition's fetch is read below its high watermark here)
 
         def respond(pending, failed: bool = False) -> None:
             if self._answer_fetch(p, conn_id, seq, corr, request,

@@ -212,7 +212,9 @@ class ProcessorWorker(Connections, FrameReading, RingClaims, LocalFetching, Grou
                              fetch=self.local_fetch,
                              put_max=self.put_max if self.puts is not None else -1,
                              group_puts=self.group_puts is not None,
-                             enforcing=self.enforcing)
+                             enforcing=self.enforcing,
+                             busy_max=self.put_busy_max if self.puts is not None else -1,
+                             max_parked=config["processor.fetch.max.parked"])
         self.conns: dict[int, Connection] = {}
         self.by_fd: dict[int, Connection] = {}
         self.counter = 0

@@ -26,7 +26,6 @@ import time
 from hostbroker.protocol import api
 from hostbroker.protocol.primitives import Reader
 from hostbroker.shm import procs
-from hostbroker.security.acl import Operation, ResourceType
 from hostbroker.workers import envelopes as env
 from hostbroker.workers.base import now_ms
 from hostbroker.workers.connection import DIRECT_AT, Connection
@@ -38,12 +37,10 @@ from hostbroker.workers.processor_frames import (
     unanswered_produce_v1,
     unread_bytes,
 )
+from hostbroker.workers.processor_routes import NOT_DECODED, PUT
 from hostbroker.workers.stats_record import FRAME_KEY
 
 PUT_HEAD_MAX = 4096  # bytes of a frame's start looked at for where its message set begins
-
-
-WRITE, TOPIC = Operation.WRITE, ResourceType.TOPIC
 
 
 class RingClaims:
@@ -156,8 +153,9 @@ class RingClaims:
         put ring, when its first bytes say it may go as a PUT (its route, as
         :meth:`_put_candidate` told it before this is called; one partition,
         acks=1, ONLINE, its writer asleep: the checks of :meth:`_put`); True if
-        it went. Whatever else (no room, a head that does not decode) is
-        gathered in the connection's buffer and decided once whole."""
+        it went; what it reads of the head is judged by :meth:`Routes.confirm`,
+        as :meth:`_put`'s is. Whatever else (no room, a head that does not
+        decode) is gathered in the connection's buffer and decided once whole."""
         if (not self.ring_receive or not self._may_read(conn)
                 or conn.spilled_seq == conn.next_seq):
             return False
@@ -170,16 +168,14 @@ class RingClaims:
             acks, timeout_ms, count = reader.int16(), reader.int32(), reader.int32()
             topic, partition, set_size = reader.string(), reader.int32(), reader.int32()
             set_start = reader.position
-            if acks != 1 or count != 1 or topic is None or set_start + set_size != need:
-                return False
-            if self.enforcing and not self._conn_allows(conn, WRITE, TOPIC, topic):
-                return False  # the handler answers the refusal (processor_access)
-            target = self._put_target(topic, partition)
+            if topic is None or set_start + set_size != need:
+                peek, slot, s = NOT_DECODED, None, None
+            else:
+                peek, slot, s = self._put_peek(conn, topic, partition, acks, count)
         except Exception:  # noqa: BLE001 - gathered whole and decided then, as ever
             return False
-        if target is None:
+        if self.routes.confirm(PUT, peek) != PUT:
             return False
-        slot, s = target
         w = s.owner
         sender = self.puts[w]
         if sender.claim_open:

@@ -59,6 +59,7 @@ from hostbroker.workers import envelopes as env
 from hostbroker.workers.answers import fetch_answer_pieces, fetch_must_wait, fetch_parts
 from hostbroker.workers.base import now_ms
 from hostbroker.workers.connection import Connection
+from hostbroker.workers.processor_routes import FETCH, HANDLER, NOT_DECODED, PARKED, Peek
 
 _RECHECK_MS = 100
 _ROUND_FETCHES = 4  # processor.fetch.max.partitions x this: the partitions one round looks up
@@ -97,7 +98,6 @@ class LocalFetching:
         # the processor's others no longer than this
         self.fetch_round_max = _ROUND_FETCHES * self.fetch_max_partitions
         self.fetch_looked = 0
-        self.max_parked = config["processor.fetch.max.parked"]
         self.parked: dict[int, _Parked] = {}  # by connection id: one each at most
         self.parked_parts = 0  # the partitions they wait on, together
         self.parked_soonest = 0  # no later than the soonest deadline among them (ms)
@@ -140,23 +140,30 @@ class LocalFetching:
 
     def _fetch_here(self, conn: Connection, frame, version: int) -> bool:
         """Answer a FETCH of ``conn`` (of ``version``, answered in its layout)
-        here, or park it; False (nothing done) for any other frame, or when it
-        should go to the handler."""
+        here, or park it, as :meth:`Routes.confirm` says (FETCH or PARKED);
+        False (nothing done) when it says HANDLER (an ACL refusal among them:
+        the handler answers it, processor_access), or the frame does not
+        decode."""
         try:
             found = self._fetch_request(frame, version)
             if found is None:
+                peek = NOT_DECODED
+            else:
+                correlation_id, max_wait_ms, min_bytes, partitions = found
+                allowed = not self.enforcing or self._conn_may_topics(
+                    conn, Operation.READ, (p.topic for p in partitions))
+                reads: list = []
+                total, parts = fetch_parts(self.view, partitions, self.fetch_max_bytes, reads)
+                wait = (max_wait_ms > 0 and not self.stopping
+                        and fetch_must_wait(parts, total, min_bytes))
+                # (positional, in Peek's order: decoded, allowed, the PUT's
+                # fields, then the FETCH's; half the cost of keywords)
+                peek = Peek(True, allowed, 1, 1, True, -1, True, wait,
+                            conn.conn_id in self.parked, self.parked_parts + len(parts))
+            route = self.routes.confirm(FETCH, peek)
+            if route == HANDLER:
                 return False
-            correlation_id, max_wait_ms, min_bytes, partitions = found
-            if self.enforcing and not self._conn_may_topics(
-                    conn, Operation.READ, (p.topic for p in partitions)):
-                return False  # the handler answers the refusal (processor_access)
-            reads: list = []
-            total, parts = fetch_parts(self.view, partitions, self.fetch_max_bytes, reads)
-            wait = (max_wait_ms > 0 and not self.stopping
-                    and fetch_must_wait(parts, total, min_bytes))
-            if wait and (conn.conn_id in self.parked
-                         or self.parked_parts + len(parts) > self.max_parked):
-                return False  # the handler's way: one waiting here per connection, and the bound
+            wait = route == PARKED
             pieces = None if wait else _answer_pieces(correlation_id, parts,
                                                       self.max_response_bytes, version)
         except Exception:  # noqa: BLE001 - the handler answers (and says what went wrong)

@@ -9,10 +9,11 @@ answering METADATA and OFFSETS here (``processor.local.requests``, built by
 (:mod:`~hostbroker.workers.processor_fetch`), lone PRODUCEs put straight to
 a writer (PUTs), GROUP_PUTs (:mod:`~hostbroker.workers.processor_groups`);
 and the ways any other frame reaches its record in the request ring: small
-frames through the processor's receive buffer (many per read); a large frame (64 KiB or more) received straight into its ring record as
-its bytes come (:mod:`~hostbroker.workers.processor_claims`); and a large
-frame that could not have a record gathered in the connection's own buffer
-first (or, larger than a ring record, sent in fragments).
+frames through the processor's receive buffer (many per read); a large
+frame (64 KiB or more) received straight into its ring record as its bytes
+come (:mod:`~hostbroker.workers.processor_claims`); and a large frame that
+could not have a record gathered in the connection's own buffer first (or,
+larger than a ring record, sent in fragments).
 
 :class:`FrameReading` is a mixin of :class:`~hostbroker.workers.processor.ProcessorWorker`
 and uses its connections, rings, buffers and counters.
@@ -36,7 +37,8 @@ from hostbroker.shm import procs
 from hostbroker.workers import envelopes as env
 from hostbroker.workers.base import now_ms
 from hostbroker.workers.connection import DIRECT_AT, RECV_CHUNK, Connection
-from hostbroker.workers.processor_routes import ANSWER, FETCH, GROUP_PUT, PUT
+from hostbroker.workers.processor_routes import (ANSWER, FETCH, GROUP_PUT, NOT_DECODED, PUT,
+                                                 Peek)
 
 SIZE = struct.Struct(">i")
 HEAD = struct.Struct(">ihhi")  # size, api_key, api_version, correlation_id
@@ -259,25 +261,25 @@ class FrameReading:
 
     def _put(self, conn: Connection, frame, stamp: int, version: int) -> bool:
         """Send a lone PRODUCE straight to its partition's writer (a PUT), which
-        checks and answers it; True if it went. It goes only when it is of one
-        partition, acks=1, that partition ONLINE, and its writer asleep or the
-        frame small (``processor.direct.produce.busy.max.bytes``: a busy
-        writer leaves the CRC checks of larger sets to the handlers, which run
-        side by side); anything else, a frame that does not decode or a table
-        that cannot be read included, goes to the handler, which answers it as
-        ever. The writer answers in the layout of ``version``."""
+        checks and answers it; True if it went. Whether it goes is
+        :meth:`Routes.confirm`'s answer (one partition, acks=1, WRITE allowed,
+        that partition ONLINE, its writer asleep or the frame at most
+        ``processor.direct.produce.busy.max.bytes``: a busy writer leaves the
+        CRC checks of larger sets to the handlers, which run side by side);
+        anything else, a frame that does not decode or a table that cannot be
+        read included, goes to the handler, which answers it as ever. The
+        writer answers in the layout of ``version``."""
         try:
             request = peek_lone_produce(frame, self.max_entries, version)
-            if request is None or request.acks != 1:
-                return False
-            if self.enforcing and not self._conn_allows(conn, WRITE, TOPIC, request.topic):
-                return False  # the handler answers the refusal (processor_access)
-            target = self._put_target(request.topic, request.partition, len(frame))
+            if request is None:  # not one partition, or does not decode
+                peek, slot, s = NOT_DECODED, None, None
+            else:
+                peek, slot, s = self._put_peek(conn, request.topic, request.partition,
+                                               request.acks, 1, len(frame))
         except Exception:  # noqa: BLE001 - the handler answers (and closes) as it always has
             return False
-        if target is None:
-            return False
-        slot, s = target
+        if self.routes.confirm(PUT, peek) != PUT:
+            return False  # (an ACL refusal: the handler answers it, processor_access)
         direct = env.Direct(self.index, conn.conn_id, conn.next_seq & SEQ_MASK,
                             request.correlation_id)
         if not self.puts[s.owner].try_send(*env.encode_put(
@@ -290,25 +292,23 @@ class FrameReading:
                        else unanswered_produce_v1, s.name, s.partition)
         return True
 
-    def _put_target(self, topic: str, partition: int, size: int | None = None):
-        """``(slot, slot state)`` of the partition a PUT may go to now (ONLINE,
-        its writer asleep, or awake for a whole frame of ``size`` bytes up to
-        ``processor.direct.produce.busy.max.bytes``), or None. May raise if
-        the table cannot be read."""
+    def _put_peek(self, conn: Connection, topic: str, partition: int, acks: int,
+                  partitions: int, size: int = -1) -> tuple:
+        """``(peek, slot, slot state)`` of a PUT to ``topic``/``partition``:
+        what :meth:`Routes.confirm` needs (``size``: the whole frame's bytes,
+        -1 while only its first bytes are here), and where it would go. May
+        raise if the table cannot be read."""
+        allowed = not self.enforcing or self._conn_allows(conn, WRITE, TOPIC, topic)
         view = self.view
         view.refresh()
         slot = view.slot(topic, partition)
-        if slot is None:
-            return None
-        s = view.table.read(slot)
-        if s.state != ptable.ONLINE or (s.name, s.partition) != (topic, partition):
-            return None
-        w = s.owner
-        if not (0 <= w < len(self.puts) and (
-                (size is not None and size <= self.put_busy_max)
-                or self.writer_bells[w].asleep())):
-            return None
-        return slot, s
+        s = None if slot is None else view.table.read(slot)
+        online = (s is not None and s.state == ptable.ONLINE
+                  and (s.name, s.partition) == (topic, partition)
+                  and 0 <= s.owner < len(self.puts))
+        # (positional, in Peek's order: half the cost of keywords, on every PUT)
+        return Peek(True, allowed, acks, partitions, online, size,
+                    online and self.writer_bells[s.owner].asleep()), slot, s
 
     def _put_sent(self, conn: Connection, w: int, direct, unanswered, *args) -> None:
         """A PUT or GROUP_PUT of ``conn`` (its place ``direct.seq``) is in writer

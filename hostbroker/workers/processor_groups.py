@@ -30,6 +30,7 @@ from hostbroker.workers import envelopes as env
 from hostbroker.workers import group_answers
 from hostbroker.workers.connection import Connection
 from hostbroker.workers.processor_frames import SEQ_MASK
+from hostbroker.workers.processor_routes import GROUP_PUT, Peek
 
 class GroupPutting:
     """Sending GROUP_PUTs; see the module doc."""
@@ -43,14 +44,16 @@ class GroupPutting:
 
     def _group_put(self, conn: Connection, frame) -> bool:
         """Send the request ``frame`` of ``conn`` (not pipelining: as for PUTs, its
-        pipeline would stop at each one) to the coordinator; True if it went."""
+        pipeline would stop at each one) to the coordinator, as :meth:`Routes.confirm`
+        says; True if it went."""
         try:
             # (more partitions than processor.direct.groups.max.partitions: refused at
             # the count, and the handler decodes it all)
             header, request = gproto.decode_any_request(frame, self.group_put_max_entries)
             key = header.api_key
-            if self.enforcing and not self._conn_may(conn, request):
-                return False  # the handler answers the refusal (processor_access)
+            peek = Peek(allowed=not self.enforcing or self._conn_may(conn, request))
+            if self.routes.confirm(GROUP_PUT, peek) != GROUP_PUT:
+                return False  # (an ACL refusal: the handler answers it, processor_access)
             if key == api.ApiKey.OFFSET_COMMIT:
                 view = self.view
                 view.refresh()

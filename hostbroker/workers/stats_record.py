@@ -34,8 +34,6 @@ import struct
 import typing
 from collections.abc import Callable
 
-from hostbroker.protocol.api import ApiKey
-from hostbroker.protocol.groups import GroupApiKey
 from hostbroker.shm import stats
 from hostbroker.shm.partitions import PartitionTable
 from hostbroker.shm.stats import ApiStats, PartitionStats
@@ -51,15 +49,6 @@ _BYTES_IN = 1 + stats.BYTES_IN
 # a request frame's api key, its first field: what the processor and the
 # handler read to know which API an answer is counted under
 FRAME_KEY = struct.Struct(">h")
-
-_API_NAMES = {int(k): k.name.lower() for enum in (ApiKey, GroupApiKey) for k in enum}
-
-
-def api_name(api_key: int) -> str:
-    """The name an API's stats go by: its key's name, lower-case (``produce``,
-    ``join_group``), or ``api_<key>`` for a key without one."""
-    return _API_NAMES.get(api_key) or f"api_{api_key}"
-
 
 class Recorder:
     """One worker's handles on its own stats regions (attached in the child)."""

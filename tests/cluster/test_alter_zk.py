@@ -96,7 +96,7 @@ def test_partitions_grow_under_load_receive_and_are_dealt_out(cluster, zookeeper
         member, generation, dealt = members_partitions(group, "g", topic, member, generation)
         assert dealt == (0, 1, 2, 3, 4)
         # shrinking is refused in one line, and nothing changes
-        from hostbroker.commands import CommandError
+        from hostbroker.exits import CommandError
 
         with pytest.raises(CommandError, match="partitions only grow"):
             alter_cluster(zookeeper.connect, topic, 3, {}, [], io.StringIO(), io.StringIO())

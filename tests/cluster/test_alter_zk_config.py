@@ -15,7 +15,7 @@ import os
 
 import pytest
 
-from hostbroker.commands import CommandError
+from hostbroker.exits import CommandError
 from hostbroker.commands.topics_alter_zk import alter_cluster
 from hostbroker.errors import ErrorCode
 from tests.cluster.test_alter_zk import cluster  # noqa: F401 - fixture

@@ -26,7 +26,7 @@ import pytest
 from hostbroker.cluster import paths
 from hostbroker.cluster.controller import LEADER_AND_ISR, Controller
 from hostbroker.cluster.topic_changes import CONFIG_CHANGES, notify_config_change
-from hostbroker.commands import EXIT_USAGE, CommandError
+from hostbroker.exits import EXIT_USAGE, CommandError
 from hostbroker.commands.topics_alter_zk import alter_cluster
 from hostbroker.replication import zknodes
 from hostbroker.shm.region import SharedRegion

@@ -24,7 +24,7 @@ import pytest
 
 from hostbroker.cluster import paths, zkread
 from hostbroker.cluster.topic_changes import CONFIG_CHANGES
-from hostbroker.commands import CommandError
+from hostbroker.exits import CommandError
 from hostbroker.commands.topics_alter_zk import _alter_replicated, alter_cluster
 from hostbroker.replication import zknodes
 from tests.cluster.zkfixtures import cluster, zkserver  # noqa: F401 - fixtures

@@ -6,19 +6,7 @@ import pytest
 
 from hostbroker.cluster import paths
 from hostbroker.cluster.zk import ZooKeeperUnavailable, make_client
-from hostbroker.errors import ConfigError
-from hostbroker.zkconnect import parse_connect
 from tests.cluster.zkserver import free_port
-
-
-def test_connect_strings():
-    assert parse_connect("a:1,b:2/x/y") == ([("a", 1), ("b", 2)], "/x/y")
-    assert parse_connect(" 127.0.0.1:2181 ") == ([("127.0.0.1", 2181)], "")
-    for bad, what in [("", "empty"), ("a", "'a' is not host:port"), ("a:0", "'a:0'"),
-                      ("a:1,,b:2", "'' is not host:port"), ("a:1/x/", "chroot '/x/'"),
-                      ("a:1/x//y", "chroot"), ("a:x", "'a:x'")]:
-        with pytest.raises(ConfigError, match=what):
-            parse_connect(bad)
 
 
 def test_values_round_trip_and_bad_ones_name_their_path():

@@ -10,7 +10,7 @@ import zlib
 
 import pytest
 
-from hostbroker.commands import CommandError
+from hostbroker.exits import CommandError
 from hostbroker.commands.dumplog import dump, walk
 from hostbroker.log.message import (
     CODEC_GZIP,

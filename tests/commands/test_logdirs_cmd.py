@@ -17,7 +17,7 @@ import pytest
 
 from hostbroker import top
 from hostbroker.client.errors import BrokerError, ConnectionClosedError
-from hostbroker.commands import EXIT_USAGE, CommandError
+from hostbroker.exits import EXIT_USAGE, CommandError
 from hostbroker.commands.logdirs import DirNames, LogDir, dir_counts, partition_is_short
 from hostbroker.commands.reassign import _reassignment_file, _replace
 from hostbroker.commands.topics import _Replicas

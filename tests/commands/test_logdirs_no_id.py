@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from hostbroker.commands import CommandError
+from hostbroker.exits import CommandError
 from hostbroker.commands.logdirs import DirNames, dir_counts
 from hostbroker.errors import ErrorCode, ProtocolError
 from hostbroker.protocol import api

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from hostbroker.commands import CommandError
+from hostbroker.exits import EXIT_USAGE, CommandError
 from hostbroker.commands.perf import (
     WorkerResult,
     check_limits,
@@ -111,7 +111,6 @@ def test_acks_zero_is_named_as_the_reason_for_no_latency(acks):
 
 
 def test_a_size_over_message_max_bytes_is_refused_before_any_work():
-    from hostbroker.commands import CommandError, EXIT_USAGE
     from hostbroker.commands.perf import produce
 
     # No broker listens there: the refusal must come before any connection.

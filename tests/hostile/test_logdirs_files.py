@@ -15,7 +15,7 @@ import random
 
 import pytest
 
-from hostbroker.commands import EXIT_USAGE, CommandError
+from hostbroker.exits import EXIT_USAGE, CommandError
 from hostbroker.commands.logdirs import dir_path
 from hostbroker.commands.reassign import _reassignment_file
 from tests.integration.cli import hostbroker, one_line_error

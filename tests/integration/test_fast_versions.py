@@ -221,3 +221,33 @@ def test_a_connection_with_a_quota_sends_the_throttled_versions_to_the_handler(
             sock.send(fetch_frame(0, topic, [0], 100 + i))
             assert fetched(sock, 0)[0] == 100 + i
         assert broker.counter("handler", "requests") - before == 0
+
+
+def test_a_metered_connections_large_produce_v1_is_received_into_its_handlers_ring_record(
+        make_broker, tmp_path):
+    """A metered connection's PRODUCE v1 is no PUT, which its first bytes
+    tell: a large one trickling in is received straight into the record of
+    its handler's request ring, not gathered in the connection's buffer
+    (up to ``processor.direct.produce.max.bytes``) and copied."""
+    logs = tmp_path / "logs"
+    logs.mkdir(exist_ok=True)
+    write_quotas(str(logs), QuotaSet({"User:ANONYMOUS": Quota(producer_byte_rate=10**9,
+                                                              consumer_byte_rate=10**9)}))
+    broker = make_broker(**{"processor.direct.produce.max.bytes": 1 << 20})
+    topic = created_topic(broker.tcp)
+    sets = [encode_message_set([bytes([i]) * 10_000] * 30) for i in range(3)]
+    before = broker.counter("handler", "requests")
+    copied = broker.counter("processor", "bytes_copied")
+    sent = 0
+    with RawSocket(broker.tcp) as sock:  # over TCP: User:ANONYMOUS
+        for i, data in enumerate(sets):
+            f = produce_frame(1, topic, data, i)
+            for at in range(0, len(f), 32 * 1024):
+                sock.send(f[at:at + 32 * 1024])
+                time.sleep(0.002)
+            sent += len(f)
+            base = sum(map(len, sets[:i]))
+            assert produced(sock, 1) == (i, 0, base, base + len(data), 0)
+    assert broker.counter("handler", "requests") - before == 3
+    # gathered here first, each byte would be copied once more into the ring
+    assert broker.counter("processor", "bytes_copied") - copied <= 0.4 * sent

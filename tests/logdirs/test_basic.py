@@ -14,7 +14,7 @@ import signal
 
 import pytest
 
-from hostbroker.commands import EXIT_USAGE
+from hostbroker.exits import EXIT_USAGE
 from hostbroker.log.message import encode_message_set
 from hostbroker.shm.partitions import ROLE_LEADER
 from tests.integration.cli import hostbroker, one_line_error

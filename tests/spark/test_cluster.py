@@ -292,7 +292,7 @@ def test_write_with_zookeeper_lands_every_row(spark, cluster):
 
 
 def test_a_checkpoint_or_load_of_the_other_mode_is_refused(tmp_path):
-    from hostbroker.commands import CommandError
+    from hostbroker.exits import CommandError
     from hostbroker.spark.loader import check_output
     from hostbroker.spark.stream import CheckpointError, from_offsets, to_offsets
 

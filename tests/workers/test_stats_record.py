@@ -11,13 +11,14 @@ from hostbroker.errors import ErrorCode
 from hostbroker.protocol import api, bodies, topics_admin
 from hostbroker.protocol import controller_requests as creq
 from hostbroker.protocol import groups as gproto
+from hostbroker.protocol.names import api_name
 from hostbroker.shm import stats
 from hostbroker.shm.partitions import ONLINE, PartitionTable
 from hostbroker.shm.region import remove_stale
 from hostbroker.shm.stats import ApiStats, PartitionStats
 from hostbroker.workers.envelopes import FilePiece
 from hostbroker.workers.plan import BrokerPlan
-from hostbroker.workers.stats_record import Recorder, answer_has_error, api_name, attach_stats
+from hostbroker.workers.stats_record import Recorder, answer_has_error, attach_stats
 
 
 @pytest.fixture
