@@ -6,13 +6,16 @@ Every test gets an ``xdist_group`` mark, so that a group runs whole on one
 worker and its module, package and session fixtures are set up once there:
 
 - a test module is a group of its own (as ``--dist loadfile`` would make it);
-- ``tests/hostile/`` is one group, as its fuzz broker is a package fixture;
+- the modules of ``tests/hostile/`` whose tests take the package's fuzz broker
+  (the ``fuzz_session`` fixture) are one group (:data:`FUZZ_GROUP`), so one
+  worker starts that broker; the package's other modules are groups of their own;
 - ``tests/access/`` is one group: its session fixture makes and removes the
   system users its clients run as, which two workers would do over each other;
-- the Spark modules that start a SparkSession are two groups
-  (:data:`SPARK_GROUPS`, and ``test_loader.py`` alone): the session is per
-  worker (a JVM of up to 1 GiB, about 20 s to start and warm), so two workers
-  start one, not every worker.
+- the Spark modules that start a SparkSession are three groups
+  (:data:`SPARK_GROUPS`, ``test_cluster.py`` alone and ``test_loader.py`` alone):
+  the session is per worker (a JVM of up to 1 GiB, about 20 s to start and
+  warm), so with three workers each starts one at most, and no Spark group is
+  so long that it alone keeps the run going.
 
 The groups are also sent out longest first (:data:`LONG_GROUPS`, from the
 durations of a full run), so that no long group starts last and keeps one
@@ -27,44 +30,52 @@ import signal
 import pytest
 
 # Whole-package groups: one worker each.
-PACKAGE_GROUPS = ("tests/hostile/", "tests/access/")
+PACKAGE_GROUPS = ("tests/access/",)
 
-# The modules that use the SparkSession: these four are one group; test_loader.py, about
-# as long alone (a `hostbroker load` JVM per run), is the other.
+# The modules of tests/hostile/ that take its package-wide fuzz broker.
+FUZZ_GROUP = "tests/hostile/+fuzz"
+FUZZ_FIXTURE = "fuzz_session"
+
+# The modules that use the SparkSession besides test_cluster.py and test_loader.py (each
+# about as long as these four together, a group of its own): one group.
 SPARK_GROUPS = {
-    "tests/spark/test_cluster.py": "tests/spark/+cluster+read+stream+write",
-    "tests/spark/test_read.py": "tests/spark/+cluster+read+stream+write",
-    "tests/spark/test_stream.py": "tests/spark/+cluster+read+stream+write",
-    "tests/spark/test_write.py": "tests/spark/+cluster+read+stream+write",
+    "tests/spark/test_read.py": "tests/spark/+read+ssl+stream+write",
+    "tests/spark/test_ssl.py": "tests/spark/+read+ssl+stream+write",
+    "tests/spark/test_stream.py": "tests/spark/+read+ssl+stream+write",
+    "tests/spark/test_write.py": "tests/spark/+read+ssl+stream+write",
 }
 
-# The longest groups of a full run, longest first; the rest follow in collection order.
+# The longest groups of a full run (at 21669bd), longest first; the rest follow in
+# collection order.
 LONG_GROUPS = (
+    "tests/spark/test_cluster.py",
+    "tests/spark/+read+ssl+stream+write",
     "tests/spark/test_loader.py",
-    "tests/spark/+cluster+read+stream+write",
-    "tests/hostile/",
-    "tests/cluster/test_mirror_zk.py",
+    "tests/access/",
+    "tests/hostile/+fuzz",
+    "tests/hostile/test_http_output.py",
+    "tests/integration/test_storage_faults.py",
     "tests/cluster/test_e2e_zk.py",
     "tests/integration/test_local_fetch.py",
     "tests/cluster/test_controller.py",
-    "tests/cluster/test_broker_registration.py",
-    "tests/integration/test_processor.py",
-    "tests/replication/test_random_faults.py",
-    "tests/cluster/test_group_zk.py",
-    "tests/replication/test_failover.py",
-    "tests/integration/test_storage_faults.py",
-    "tests/integration/test_faults.py",
     "tests/replication/test_clients.py",
-    "tests/replication/test_zk_group.py",
+    "tests/cluster/test_mirror_zk.py",
+    "tests/console/test_browser.py",
+    "tests/replication/test_failover.py",
+    "tests/integration/test_producer.py",
+    "tests/quota/test_quota_broker.py",
+    "tests/replication/test_random_faults.py",
 )
 
 
-def group_of(nodeid: str) -> str:
-    """The xdist group of a test: its package for PACKAGE_GROUPS, its Spark group for
-    SPARK_GROUPS, else its module file."""
+def group_of(nodeid: str, fuzz_modules: frozenset[str] = frozenset()) -> str:
+    """The xdist group of a test: its package for PACKAGE_GROUPS, FUZZ_GROUP for the
+    modules in ``fuzz_modules``, its Spark group for SPARK_GROUPS, else its module file."""
     path = nodeid.split("::", 1)[0]
     if path in SPARK_GROUPS:
         return SPARK_GROUPS[path]
+    if path in fuzz_modules:
+        return FUZZ_GROUP
     for package in PACKAGE_GROUPS:
         if path.startswith(package):
             return package
@@ -86,10 +97,15 @@ def pytest_configure(config):
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     # tryfirst: xdist reads the marks in its own hook of the same name, after this one.
+    # A module is in the fuzz group whole when any of its tests takes the fuzz broker.
+    fuzz = frozenset(item.nodeid.split("::", 1)[0] for item in items
+                     if item.nodeid.startswith("tests/hostile/")
+                     and FUZZ_FIXTURE in getattr(item, "fixturenames", ()))
+    groups = {item.nodeid: group_of(item.nodeid, fuzz) for item in items}
     for item in items:
-        item.add_marker(pytest.mark.xdist_group(group_of(item.nodeid)))
+        item.add_marker(pytest.mark.xdist_group(groups[item.nodeid]))
     # sort is stable: within a rank, groups and tests keep their collection order
-    items.sort(key=lambda item: _rank(group_of(item.nodeid)))
+    items.sort(key=lambda item: _rank(groups[item.nodeid]))
 
 
 @pytest.fixture(scope="module")

@@ -210,6 +210,12 @@ case "$cmd" in
     need_test_tools
     install_apt
     set +e
+    # Every broker, tool and Spark run a test starts is a fresh interpreter importing the
+    # tree: without compiled files (PYTHONDONTWRITEBYTECODE, as some shells set) each one
+    # compiles it again, about 0.4 s of CPU a start and a fifth of the suite's. They are
+    # kept outside the tree, under the venv, whatever the environment says.
+    export PYTHONPYCACHEPREFIX="$PWD/.venv/pycache"
+    unset PYTHONDONTWRITEBYTECODE
     if [ $# -gt 0 ]; then
       # pytest's 5 means it collected no test: that is a failure here, not a pass
       .venv/bin/python -m pytest -q -p no:cacheprovider "$@"

@@ -22,6 +22,10 @@ from tests.ports import free_port, start_moving
 
 JARS = ("zookeeper.jar", "zookeeper-jute.jar", "slf4j-api.jar", "slf4j-simple.jar")
 JAVA_DIR = "/usr/share/java"
+# A test's ZooKeeper holds a few hundred small nodes for a minute or two: the client
+# compiler alone and the serial collector start it with less CPU than the server
+# defaults (C2's compiler threads, G1's), which the tests beside it need more.
+JVM_OPTIONS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
 
 
 def four_letters(port: int, word: str = "srvr", timeout: float = 1.0) -> str:
@@ -92,7 +96,7 @@ class ZooKeeperServer:
         log = open(self.log_path, "ab")
         try:
             self.proc = subprocess.Popen(
-                ["java", "-Xmx256m", "-cp", classpath,
+                ["java", "-Xmx256m", *JVM_OPTIONS, "-cp", classpath,
                  "org.apache.zookeeper.server.ZooKeeperServerMain", self.config],
                 cwd=self.root, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         finally:

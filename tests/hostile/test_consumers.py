@@ -6,10 +6,10 @@ on past the bad entry."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import tempfile
-import time
 import zlib
 
 import pytest
@@ -45,27 +45,35 @@ def served(tmp_path_factory):
     stop_or_kill(broker)
 
 
+# A child's ru_maxrss counts the memory of the process it was forked from (the kernel
+# keeps the larger of the two across exec): started from this test process, which may
+# hold a Spark gateway or large answers by now, it would measure that. This small
+# interpreter starts the consumer, reaps it with wait4 and writes its peak RSS (KiB).
+_MEASURE = ("import os, subprocess, sys\n"
+            "proc = subprocess.Popen(sys.argv[2:])\n"
+            "_, status, usage = os.wait4(proc.pid, 0)\n"
+            "open(sys.argv[1], 'w').write(str(usage.ru_maxrss))\n"
+            "sys.exit(os.waitstatus_to_exitcode(status) % 256)\n")
+
+
 def consume(broker: Broker, topic: str, *extra: str) -> tuple[int, str, str, int]:
     """Run ``hostbroker consume``: status, stdout, stderr and its peak RSS in bytes."""
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
+            tempfile.NamedTemporaryFile("r") as peak:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "hostbroker", "consume", "--bootstrap", broker.unix,
+            [sys.executable, "-c", _MEASURE, peak.name,
+             sys.executable, "-m", "hostbroker", "consume", "--bootstrap", broker.unix,
              "--topic", topic, "--from-beginning", "--timeout-ms", "2000", *extra],
-            stdout=out, stderr=err, stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + 60
-        pid = 0
-        while pid == 0 and time.monotonic() < deadline:
-            # wait4 reaps the child and gives its own peak RSS (ru_maxrss, KiB).
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-            time.sleep(0.02)
-        if pid == 0:
-            proc.kill()
-            os.waitpid(proc.pid, 0)
+            stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
             raise AssertionError(f"hostbroker consume --topic {topic} did not end in 60s")
-        proc.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
-        return proc.returncode, out.read().decode(), err.read().decode(), usage.ru_maxrss * 1024
+        return proc.returncode, out.read().decode(), err.read().decode(), int(peak.read()) * 1024
 
 
 @pytest.mark.parametrize("topic", ["bomb", "broken"])

@@ -94,8 +94,10 @@ class Harness:
         self.dirtable = LogDirTable.create(region_name(self.token, "logdirs", 0), dir_ids)
         self.lock = AdminLock.create(timeout=2.0)
         self.board = Board(len(dir_ids))
+        # a state file write here is an fsync on tmp: on a loaded machine one can take
+        # longer than the default 200 ms, which would fail the dir (no test here is of that)
         overrides = {"log.dirs": ",".join(self.paths), "logdirs.writer.grace.ms": 0,
-                     **settings}
+                     "logdirs.state.write.timeout.ms": 5000, **settings}
         self.config = Config.build(overrides=[f"{k}={v}" for k, v in overrides.items()])
         self.rings = [Ring() for _ in dir_ids]
         self.answers = Ring()
