@@ -180,16 +180,22 @@ def test_the_follower_carries_on_after_its_replica_process_or_writer_is_killed(p
 
 
 def log_from(broker, topic: str) -> tuple[int, bytes]:
-    """(log start, every byte from there) of a replica, from its segment files."""
+    """(log start, every byte from there) of a replica, from its segment files
+    (listed again when retention deleted one between the listing and its read)."""
     [path] = [os.path.join(d, partition_dirname(topic, 0))
               for d in broker.settings["log.dirs"].split(",")
               if os.path.isdir(os.path.join(d, partition_dirname(topic, 0)))]
-    names = sorted(n for n in os.listdir(path) if n.endswith(".kafka"))
-    data = b""
-    for name in names:
-        with open(os.path.join(path, name), "rb") as f:
-            data += f.read()
-    return int(names[0].split(".")[0]), data
+    for _ in range(100):
+        names = sorted(n for n in os.listdir(path) if n.endswith(".kafka"))
+        try:
+            data = b""
+            for name in names:
+                with open(os.path.join(path, name), "rb") as f:
+                    data += f.read()
+        except FileNotFoundError:
+            continue
+        return int(names[0].split(".")[0]), data
+    raise AssertionError(f"{path}: segments deleted under every read")
 
 
 def test_a_follower_behind_the_leaders_log_start_restarts_its_log_there(pair):
