@@ -53,7 +53,7 @@ from hostbroker.client.errors import BrokerError
 from hostbroker.cluster import paths, zkread
 from hostbroker.errors import ErrorCode, ProtocolError
 from hostbroker.protocol.replica_fields import MAX_REPLICAS
-from hostbroker.replication import zknodes
+from hostbroker.cluster import replica_nodes
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +107,7 @@ class TopicLeaders:
         return None if uri is None else (leader, uri)
 
 
-# -- what ZooKeeper holds (decoded by hostbroker.replication.zknodes) ----------------------
+# -- what ZooKeeper holds (decoded by hostbroker.cluster.replica_nodes) ----------------------
 
 
 def _broker_ids(value, where: str, what: str, *, empty_ok: bool) -> tuple[int, ...]:
@@ -122,10 +122,10 @@ def _broker_ids(value, where: str, what: str, *, empty_ok: bool) -> tuple[int, .
 
 def decode_state(data: bytes, path: str, replicas: tuple[int, ...],
                  bounds: zkread.Bounds = zkread.DEFAULT) -> tuple[int, int, tuple[int, ...]]:
-    """``(leader, leader_epoch, isr)`` of a partition's state node (zknodes' checks),
+    """``(leader, leader_epoch, isr)`` of a partition's state node (replica_nodes' checks),
     and its leader and ISR within ``replicas`` (ValueError otherwise)."""
-    state = zknodes.decode_state(data, path, bounds)
-    if state.leader != zknodes.NO_LEADER and state.leader not in replicas:
+    state = replica_nodes.decode_state(data, path, bounds)
+    if state.leader != replica_nodes.NO_LEADER and state.leader not in replicas:
         raise ValueError(f"{path}: leader {state.leader} is not one of the replicas "
                          f"{list(replicas)}")
     if not set(state.isr) <= set(replicas):
@@ -186,13 +186,13 @@ class ZooKeeperLeaders:
         """``topic``'s leaders; None when it is not a replicated topic (or does not exist)."""
         from kazoo.exceptions import NoNodeError
 
-        path = zknodes.assignment_path(topic)
+        path = replica_nodes.assignment_path(topic)
         try:
             data, _ = self.reader.get(path)
         except NoNodeError:
             return None
         try:  # a value past zookeeper.max.node.bytes is refused before it is parsed
-            assignment = zknodes.decode_assignment(data, path, self.bounds)
+            assignment = replica_nodes.decode_assignment(data, path, self.bounds)
         except ValueError as exc:
             self.report(path, f"{exc}; the topic has no leaders")
             return TopicLeaders(topic, (), {}, BrokerError(
@@ -202,7 +202,7 @@ class ZooKeeperLeaders:
             return None
         partitions = []
         for p, replicas in sorted(assignment.items()):
-            where = zknodes.state_path(topic, p)
+            where = replica_nodes.state_path(topic, p)
             leader, epoch, isr = -1, -1, ()
             state = zkread.value(self.reader, where, self.bounds, self.report)
             if state is not None:

@@ -4,6 +4,9 @@ Everything here follows docs/spec/zookeeper.md (paths, values, the range
 rebalance); without ``zookeeper.connect`` nothing in this package runs. Parts:
 
 - ``paths``  the ZooKeeper layout and the values stored there (pure)
+- ``replica_nodes``  the replication nodes (assignments, partition states, the
+  controller's and the admin nodes): paths, encoders, and decoders that read every
+  value as hostile (through ``zkread``'s bounds); pure
 - ``zk``     ``zookeeper.connect`` strings checked, and kazoo clients made from them
 - ``discovery``  ClusterView: live brokers and topic partitions, kept current by watches
 - ``rebalance``  the range assignment of partitions to a group's streams (pure)

@@ -19,7 +19,7 @@ Every state node is written with a version check against a fresh read: a
 write that loses a race (the leader's registrar committing an ISR change)
 reads again and decides again. Everything it reads is hostile and goes
 through :mod:`hostbroker.cluster.zkread` bounds (via
-:mod:`hostbroker.replication.zknodes`); a node that does not decode is
+:mod:`hostbroker.cluster.replica_nodes`); a node that does not decode is
 reported and left alone.
 
 The decisions themselves are pure functions in
@@ -56,8 +56,8 @@ from hostbroker.cluster.controller_decisions import (  # noqa: F401 - the contro
     unclean_of,
     without,
 )
-from hostbroker.replication import zknodes
-from hostbroker.replication.zknodes import PartitionState
+from hostbroker.cluster import replica_nodes
+from hostbroker.cluster.replica_nodes import PartitionState
 
 log = logging.getLogger("hostbroker.controller")
 
@@ -170,10 +170,10 @@ class Controller(AdminRequests, TopicChanges):
 
         try:
             self._wait(self.client.create_async(
-                zknodes.CONTROLLER, zknodes.encode_controller(self.broker_id), ephemeral=True,
+                replica_nodes.CONTROLLER, replica_nodes.encode_controller(self.broker_id), ephemeral=True,
                 makepath=True))
         except NodeExistsError:
-            found = self._get(zknodes.CONTROLLER)
+            found = self._get(replica_nodes.CONTROLLER)
             if found is None or found[1].ephemeralOwner != self.session():
                 return False
         self.bump_epoch()
@@ -181,17 +181,17 @@ class Controller(AdminRequests, TopicChanges):
 
     def holder(self) -> int | None:
         """The broker id in ``/controller`` (None: free, or unreadable)."""
-        found = self._get(zknodes.CONTROLLER)
+        found = self._get(replica_nodes.CONTROLLER)
         if found is None:
             return None
         try:
-            return zknodes.decode_controller(found[0], zknodes.CONTROLLER, self.bounds)
+            return replica_nodes.decode_controller(found[0], replica_nodes.CONTROLLER, self.bounds)
         except ValueError as exc:
-            self.report(zknodes.CONTROLLER, f"{exc}; left out")
+            self.report(replica_nodes.CONTROLLER, f"{exc}; left out")
             return None
 
     def still_controller(self) -> bool:
-        found = self._get(zknodes.CONTROLLER)
+        found = self._get(replica_nodes.CONTROLLER)
         return found is not None and found[1].ephemeralOwner == self.session()
 
     def bump_epoch(self, floor: int = 0) -> None:
@@ -200,32 +200,32 @@ class Controller(AdminRequests, TopicChanges):
         from kazoo.exceptions import BadVersionError, NodeExistsError
 
         for _ in range(10):
-            found = self._get(zknodes.CONTROLLER_EPOCH)
+            found = self._get(replica_nodes.CONTROLLER_EPOCH)
             if found is None:
-                epoch = min(floor + 1, zknodes.MAX_EPOCH)
+                epoch = min(floor + 1, replica_nodes.MAX_EPOCH)
                 try:
                     stat = self._wait(self.client.create_async(
-                        zknodes.CONTROLLER_EPOCH, str(epoch).encode(), makepath=True))
+                        replica_nodes.CONTROLLER_EPOCH, str(epoch).encode(), makepath=True))
                 except NodeExistsError:
                     continue
                 self.epoch, self.epoch_version = epoch, 0
                 return
             data, stat = found
             try:
-                current = zknodes.decode_controller_epoch(data, zknodes.CONTROLLER_EPOCH,
+                current = replica_nodes.decode_controller_epoch(data, replica_nodes.CONTROLLER_EPOCH,
                                                           self.bounds)
             except ValueError as exc:
-                self.report(zknodes.CONTROLLER_EPOCH, f"{exc}; starting over from it")
+                self.report(replica_nodes.CONTROLLER_EPOCH, f"{exc}; starting over from it")
                 current = 0
-            epoch = min(max(current, floor) + 1, zknodes.MAX_EPOCH)
+            epoch = min(max(current, floor) + 1, replica_nodes.MAX_EPOCH)
             try:
                 stat = self._wait(self.client.set_async(
-                    zknodes.CONTROLLER_EPOCH, str(epoch).encode(), version=stat.version))
+                    replica_nodes.CONTROLLER_EPOCH, str(epoch).encode(), version=stat.version))
             except BadVersionError:
                 continue
             self.epoch, self.epoch_version = epoch, stat.version
             return
-        raise RuntimeError(f"{zknodes.CONTROLLER_EPOCH} keeps changing")
+        raise RuntimeError(f"{replica_nodes.CONTROLLER_EPOCH} keeps changing")
 
     # -- reading ZooKeeper -------------------------------------------------------
     def read_live(self) -> dict[int, paths.BrokerInfo]:
@@ -251,24 +251,24 @@ class Controller(AdminRequests, TopicChanges):
         """The replicas of a replicated topic's partitions; None for a 0.7 topic (or
         a node that does not decode, reported). Sets the topic node's watch
         (controller_topics.py) when there is someone to tell."""
-        path = zknodes.assignment_path(topic)
+        path = replica_nodes.assignment_path(topic)
         watch = self._assignment_watch if self.on_topic_changed is not None else None
         found = self._get(path, watch=watch)
         if found is None:
             return None
         try:
-            return zknodes.decode_assignment(found[0], path, self.bounds)
+            return replica_nodes.decode_assignment(found[0], path, self.bounds)
         except ValueError as exc:
             self.report(path, f"{exc}; left out")
             return None
 
     def read_state(self, topic: str, partition: int) -> tuple[PartitionState | None, int]:
-        path = zknodes.state_path(topic, partition)
+        path = replica_nodes.state_path(topic, partition)
         found = self._get(path)
         if found is None:
             return None, -1
         try:
-            return zknodes.decode_state(found[0], path, self.bounds), found[1].version
+            return replica_nodes.decode_state(found[0], path, self.bounds), found[1].version
         except ValueError as exc:
             self.report(path, f"{exc}; left out")
             return None, found[1].version
@@ -295,7 +295,7 @@ class Controller(AdminRequests, TopicChanges):
         self.live = self.read_live()
         self.topics, self.configs, self.deleting = {}, {}, {}
         # topics marked for deletion stay out of the view (delete_topics resumes them)
-        self.delete_requested = set(self._children(zknodes.DELETE_TOPICS))
+        self.delete_requested = set(self._children(replica_nodes.DELETE_TOPICS))
         self.seen_config_changes()  # every config is read below
         for topic in self._children(paths.BROKER_TOPICS):
             if zkread.name_ok(topic) and topic not in self.delete_requested:
@@ -303,8 +303,8 @@ class Controller(AdminRequests, TopicChanges):
         seen = max((part.state.controller_epoch for parts in self.topics.values()
                     for part in parts.values() if part.state is not None), default=0)
         if seen >= self.epoch:  # /controller_epoch was behind (lost, or garbage)
-            self.report(zknodes.CONTROLLER_EPOCH,
-                        f"{zknodes.CONTROLLER_EPOCH}: epoch {self.epoch} is not above "
+            self.report(replica_nodes.CONTROLLER_EPOCH,
+                        f"{replica_nodes.CONTROLLER_EPOCH}: epoch {self.epoch} is not above "
                         f"controller epoch {seen} of a partition state; taking a higher one")
             self.bump_epoch(seen)
         self._start_new(list(self.topics))
@@ -329,8 +329,8 @@ class Controller(AdminRequests, TopicChanges):
             if new is None:
                 return False
             new = PartitionState(new.leader, new.leader_epoch, tuple(new.isr), self.epoch)
-            path = zknodes.state_path(topic, p)
-            data = zknodes.encode_state(new)
+            path = replica_nodes.state_path(topic, p)
+            data = replica_nodes.encode_state(new)
             try:
                 if part.version < 0:
                     self._wait(self.client.create_async(path, data, makepath=True))

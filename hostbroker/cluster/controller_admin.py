@@ -38,9 +38,10 @@ from hostbroker.cluster.controller_decisions import (
     preferred,
     without,
 )
-from hostbroker.replication import MAX_REPLICAS, zknodes
+from hostbroker.cluster import replica_nodes
+from hostbroker.replication import MAX_REPLICAS
 from hostbroker.replication.election import elect_leader
-from hostbroker.replication.zknodes import PartitionState
+from hostbroker.cluster.replica_nodes import PartitionState
 
 log = logging.getLogger("hostbroker.controller")
 
@@ -62,7 +63,7 @@ class AdminRequests:
         """One pass over ``/admin/delete_topics``: at most ``deletes_per_pass``
         deletions started (each live replica told STOP_REPLICA with delete), and
         every deletion whose replicas have all answered finished."""
-        names = self._children(zknodes.DELETE_TOPICS)
+        names = self._children(replica_nodes.DELETE_TOPICS)
         self.delete_requested = set(names)
         started = 0
         begun: list[str] = []
@@ -78,7 +79,7 @@ class AdminRequests:
                 assigned = ({p: part.replicas for p, part in parts.items()}
                             if parts is not None else self.read_assignment(topic))
             if assigned is None:  # not a replicated topic (or no more)
-                self._delete(zknodes.delete_topic_path(topic))
+                self._delete(replica_nodes.delete_topic_path(topic))
                 continue
             self.configs.pop(topic, None)
             waiting: dict[int, list[TP]] = {}
@@ -136,9 +137,9 @@ class AdminRequests:
 
     def _finish_deletions(self) -> None:
         for topic in sorted(t for t, waiting in self.deleting.items() if not waiting):
-            self._delete(zknodes.assignment_path(topic), recursive=True)
-            self._delete(zknodes.topic_config_path(topic))
-            self._delete(zknodes.delete_topic_path(topic))
+            self._delete(replica_nodes.assignment_path(topic), recursive=True)
+            self._delete(replica_nodes.topic_config_path(topic))
+            self._delete(replica_nodes.delete_topic_path(topic))
             del self.deleting[topic]
             self.delete_requested.discard(topic)
             log.info("controller: deleted replicated topic %s", topic)
@@ -147,9 +148,9 @@ class AdminRequests:
         """Leadership moved back to each partition's preferred replica where it can
         (the partitions of ``/admin/preferred_replica_election``, or ``only``);
         the admin node removed. Returns the partitions moved."""
-        path = zknodes.PREFERRED_REPLICA_ELECTION
+        path = replica_nodes.PREFERRED_REPLICA_ELECTION
         if only is None:
-            found = self._request(path, zknodes.decode_preferred_election)
+            found = self._request(path, replica_nodes.decode_preferred_election)
             if found is None:
                 return []
             only = found[0]
@@ -170,10 +171,10 @@ class AdminRequests:
         ISR members, it left the ISRs, everyone concerned told; then the node
         removed. Returns the brokers done."""
         done = []
-        for name in self._children(zknodes.CONTROLLED_SHUTDOWN):
-            path = f"{zknodes.CONTROLLED_SHUTDOWN}/{name}"
+        for name in self._children(replica_nodes.CONTROLLED_SHUTDOWN):
+            path = f"{replica_nodes.CONTROLLED_SHUTDOWN}/{name}"
             try:
-                broker_id = zknodes.decode_broker_id_name(name, path)
+                broker_id = replica_nodes.decode_broker_id_name(name, path)
             except ValueError as exc:
                 self.report(path, f"{exc}; removed")
                 self._delete(path)
@@ -208,8 +209,8 @@ class AdminRequests:
         leave the admin node; the node goes with the last. Returns those finished."""
         from kazoo.exceptions import BadVersionError, NoNodeError
 
-        path = zknodes.REASSIGN_PARTITIONS
-        found = self._request(path, zknodes.decode_reassignment)
+        path = replica_nodes.REASSIGN_PARTITIONS
+        found = self._request(path, replica_nodes.decode_reassignment)
         if found is None:
             return []
         wanted = found[0]
@@ -222,7 +223,7 @@ class AdminRequests:
         remaining = {tp: r for tp, r in wanted.items() if tp not in done}
         try:
             if remaining:
-                self._wait(self.client.set_async(path, zknodes.encode_reassignment(remaining),
+                self._wait(self.client.set_async(path, replica_nodes.encode_reassignment(remaining),
                                                  version=found[1].version))
             else:
                 self._wait(self.client.delete_async(path, version=found[1].version))
@@ -243,7 +244,7 @@ class AdminRequests:
         """One step of moving ``topic``-``p`` to ``target``; True once finished (or
         dropped as impossible, reported)."""
         part = self.topics.get(topic, {}).get(p)
-        where = f"{zknodes.REASSIGN_PARTITIONS}: {topic}-{p}"
+        where = f"{replica_nodes.REASSIGN_PARTITIONS}: {topic}-{p}"
         if part is None:
             self.report(where, f"{where}: no such replicated partition; dropped")
             return True
@@ -306,15 +307,15 @@ class AdminRequests:
         read-modify-write)."""
         from kazoo.exceptions import BadVersionError
 
-        path = zknodes.assignment_path(topic)
+        path = replica_nodes.assignment_path(topic)
         for _ in range(5):
             found = self._get(path)
             if found is None:
                 raise RuntimeError(f"{path} is gone")
-            assignment = zknodes.decode_assignment(found[0], path, self.bounds)
+            assignment = replica_nodes.decode_assignment(found[0], path, self.bounds)
             assignment[p] = list(replicas)
             try:
-                self._wait(self.client.set_async(path, zknodes.encode_assignment(assignment),
+                self._wait(self.client.set_async(path, replica_nodes.encode_assignment(assignment),
                                                  version=found[1].version))
                 return
             except BadVersionError:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from hostbroker.cluster import paths
 from hostbroker.replication.election import elect_leader
-from hostbroker.replication.zknodes import PartitionState
+from hostbroker.cluster.replica_nodes import PartitionState
 
 TP = tuple[str, int]
 

@@ -35,7 +35,7 @@ import time
 
 from hostbroker.cluster.controller_decisions import TP, UNCLEAN, Partition
 from hostbroker.cluster.topic_changes import CONFIG_CHANGES, OtherEntityChange, decode_change
-from hostbroker.replication import zknodes
+from hostbroker.cluster import replica_nodes
 
 log = logging.getLogger("hostbroker.controller")
 
@@ -76,7 +76,7 @@ class TopicChanges:
         """kazoo's thread: a topic node changed (or went)."""
         callback = getattr(self, "on_topic_changed", None)
         path = getattr(event, "path", "") or ""
-        prefix = zknodes.assignment_path("")
+        prefix = replica_nodes.assignment_path("")
         if callback is not None and path.startswith(prefix):
             callback(path[len(prefix):])
 
@@ -94,7 +94,7 @@ class TopicChanges:
                 continue
             missing = sorted(p for p in parts if p not in assignment)
             if missing:
-                path = zknodes.assignment_path(topic)
+                path = replica_nodes.assignment_path(topic)
                 self.report(path, f"{path}: partitions {missing[:5]} are no longer in the "
                                   "assignment; partitions only grow, they are kept")
             new = sorted(p for p in assignment if p not in parts)
@@ -114,12 +114,12 @@ class TopicChanges:
     def read_config(self, topic: str) -> dict[str, str] | None:
         """A replicated topic's config overrides ({} without a node); None when the
         node cannot be taken (reported): the replicas keep what they have."""
-        path = zknodes.topic_config_path(topic)
+        path = replica_nodes.topic_config_path(topic)
         found = self._get(path)
         if found is None:
             return {}
         try:
-            config = dict(zknodes.decode_topic_config(found[0], path, self.bounds))
+            config = dict(replica_nodes.decode_topic_config(found[0], path, self.bounds))
         except ValueError as exc:
             self.report(path, f"{exc}; not applied")
             return None

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from hostbroker.cluster import paths, zkread
-from hostbroker.replication import zknodes
+from hostbroker.cluster import replica_nodes
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +144,7 @@ def _replicated_count(client, topic: str, bounds: zkread.Bounds, bad) -> int | N
     if found is None or not found[0]:
         return None
     try:
-        assignment = zknodes.decode_assignment(found[0], path, bounds)
+        assignment = replica_nodes.decode_assignment(found[0], path, bounds)
     except ValueError as exc:
         bad(path, str(exc))
         return 0

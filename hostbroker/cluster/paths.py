@@ -10,7 +10,7 @@ Pure: strings in, strings and values out. Every value is UTF-8 text::
     /consumers/[group]/owners/[topic]/[broker_id-partition]    consumer_id-stream_index
 
 A partition of a replicated topic (its ``/brokers/topics/[topic]`` holds an
-assignment, :mod:`hostbroker.replication.zknodes`) has a number global to
+assignment, :mod:`hostbroker.cluster.replica_nodes`) has a number global to
 the topic and no broker of its own: it is named by its number alone
 (``/consumers/[group]/offsets/[topic]/[partition]``, Kafka 0.8's layout),
 and its pair carries the broker id :data:`REPLICATED`.

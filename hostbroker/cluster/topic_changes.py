@@ -21,7 +21,7 @@ which watches each topic node, gives them states and tells their brokers.
 Pure but for :func:`commit` and :func:`notify_config_change`, which take a
 kazoo client (the command's). Values read back are
 hostile: :func:`decode_change` bounds and checks a change node as
-``replication/zknodes.py`` does the others.
+``replication/replica_nodes.py`` does the others.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ import random
 from collections.abc import Mapping, Sequence
 
 from hostbroker.cluster.zkread import DEFAULT, Bounds, check_size, name_ok, nested_deeper
-from hostbroker.replication import MAX_REPLICAS, zknodes
+from hostbroker.cluster import replica_nodes
+from hostbroker.replication import MAX_REPLICAS
 from hostbroker.replication.assignment import assign_replicas, replication_factor_of
 
 CONFIG_CHANGES = "/config/changes"
@@ -127,11 +128,11 @@ def commit(client, topic: str, grown: tuple[Mapping[int, Sequence[int]],
             if p in whole or len(replicas) > MAX_REPLICAS:
                 raise ValueError(f"partition {p} cannot be added")
             whole[p] = list(replicas)
-        txn.set_data(zknodes.assignment_path(topic), zknodes.encode_assignment(whole),
+        txn.set_data(replica_nodes.assignment_path(topic), replica_nodes.encode_assignment(whole),
                      version=version)
     if config is not None:
         values, version = config
-        path, data = zknodes.topic_config_path(topic), zknodes.encode_topic_config(values)
+        path, data = replica_nodes.topic_config_path(topic), replica_nodes.encode_topic_config(values)
         client.ensure_path(CONFIG_CHANGES)
         if version < 0:
             client.ensure_path(path.rsplit("/", 1)[0])

@@ -23,7 +23,7 @@ def elect(topics: Iterable[str] = (), *, zookeeper: str, out: TextIO = sys.stdou
     """Start a preferred replica election of ``topics`` (every replicated topic when
     empty). A named topic that is not replicated makes the exit status 1."""
     from hostbroker.commands import replicated
-    from hostbroker.replication import zknodes
+    from hostbroker.cluster import replica_nodes
 
     named = list(dict.fromkeys(topics))
     status = EXIT_OK
@@ -43,8 +43,8 @@ def elect(topics: Iterable[str] = (), *, zookeeper: str, out: TextIO = sys.stdou
             print("every partition is led by its preferred replica", file=out)
             return status
         replicated.create_request(
-            client, zknodes.encode_preferred_election(moves), zknodes.decode_preferred_election,
-            zknodes.PREFERRED_REPLICA_ELECTION, "name fewer topics with --topic",
+            client, replica_nodes.encode_preferred_election(moves), replica_nodes.decode_preferred_election,
+            replica_nodes.PREFERRED_REPLICA_ELECTION, "name fewer topics with --topic",
             "a preferred replica election")
     print(f"preferred replica election started for {len(moves)} partition"
           f"{'s' if len(moves) != 1 else ''}", file=out)

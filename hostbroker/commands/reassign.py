@@ -207,7 +207,8 @@ def execute(reassignment_file: str, *, zookeeper: str, out: TextIO = sys.stdout,
             err: TextIO = sys.stderr) -> int:
     """Start the reassignment of ``reassignment_file``."""
     from hostbroker.commands import replicated
-    from hostbroker.replication import MAX_REPLICAS, zknodes
+    from hostbroker.cluster import replica_nodes
+    from hostbroker.replication import MAX_REPLICAS
 
     wanted = _reassignment_file(reassignment_file)
     with replicated.zookeeper_client(zookeeper) as client:
@@ -224,8 +225,8 @@ def execute(reassignment_file: str, *, zookeeper: str, out: TextIO = sys.stdout,
                 raise CommandError(f"{topic}-{p}: broker{'s' if len(gone) > 1 else ''} "
                                    f"{', '.join(map(str, gone))} not live")
         replicated.create_request(
-            client, zknodes.encode_reassignment(wanted), zknodes.decode_reassignment,
-            zknodes.REASSIGN_PARTITIONS, "split the file into smaller reassignments",
+            client, replica_nodes.encode_reassignment(wanted), replica_nodes.decode_reassignment,
+            replica_nodes.REASSIGN_PARTITIONS, "split the file into smaller reassignments",
             "a reassignment")
     moved = {t: {p: current[t][p] for (tt, p) in wanted if tt == t} for t in current}
     print("Current partition replica assignment (keep it to roll back)", file=out)
@@ -239,17 +240,17 @@ def verify(reassignment_file: str, *, zookeeper: str, out: TextIO = sys.stdout,
            err: TextIO = sys.stderr) -> int:
     """Say of each partition of ``reassignment_file`` whether its move is done."""
     from hostbroker.commands import replicated
-    from hostbroker.replication import zknodes
+    from hostbroker.cluster import replica_nodes
 
     wanted = _reassignment_file(reassignment_file)
     with replicated.zookeeper_client(zookeeper) as client:
         current = _current(client, wanted, err, "reassign verify")
-        found = client.exists(zknodes.REASSIGN_PARTITIONS)
+        found = client.exists(replica_nodes.REASSIGN_PARTITIONS)
         pending: dict = {}
         if found is not None:
-            data, _ = client.get(zknodes.REASSIGN_PARTITIONS)
+            data, _ = client.get(replica_nodes.REASSIGN_PARTITIONS)
             try:
-                pending = zknodes.decode_reassignment(data, zknodes.REASSIGN_PARTITIONS)
+                pending = replica_nodes.decode_reassignment(data, replica_nodes.REASSIGN_PARTITIONS)
             except ValueError as exc:
                 print(f"hostbroker reassign verify: {exc}", file=err)
     status = EXIT_OK

@@ -6,7 +6,7 @@ replicated topics (docs/cluster.md, "Replicated topics"), and what
 replicated topic is created by writing its assignment (the controller gives
 it leaders and tells the brokers), deleted by writing
 ``/admin/delete_topics/[topic]``, and described from its state nodes.
-Every node is read through :mod:`hostbroker.replication.zknodes` (bounded,
+Every node is read through :mod:`hostbroker.cluster.replica_nodes` (bounded,
 hostile); a node that does not decode is named on stderr and left out.
 """
 
@@ -77,16 +77,16 @@ def assignment(client, topic: str, err: TextIO, command: str) -> dict[int, list[
     """The replicas of each partition of a replicated topic; None for a topic that is
     not replicated (a 0.7 topic, or none, or a name no ZooKeeper node can have)."""
     from hostbroker.cluster.zkread import name_ok
-    from hostbroker.replication import zknodes
+    from hostbroker.cluster import replica_nodes
 
     if not name_ok(topic) or topic in (".", ".."):
         return None
-    path = zknodes.assignment_path(topic)
+    path = replica_nodes.assignment_path(topic)
     found = _get(client, path, err, command)
     if found is None:
         return None
     try:
-        return zknodes.decode_assignment(found[0], path)
+        return replica_nodes.decode_assignment(found[0], path)
     except ValueError as exc:
         print(f"hostbroker {command}: {exc}", file=err)
         return None
@@ -127,16 +127,16 @@ class PartitionView:
 def partitions(client, topic: str, parts: dict[int, list[int]], err: TextIO,
                command: str) -> list[PartitionView]:
     """What the state nodes say of each partition (no state yet: leader -1, ISR empty)."""
-    from hostbroker.replication import zknodes
+    from hostbroker.cluster import replica_nodes
 
     views = []
     for p, replicas in sorted(parts.items()):
-        path = zknodes.state_path(topic, p)
+        path = replica_nodes.state_path(topic, p)
         found = _get(client, path, err, command)
         leader, epoch, isr = -1, -1, []
         if found is not None:
             try:
-                state = zknodes.decode_state(found[0], path)
+                state = replica_nodes.decode_state(found[0], path)
                 leader, epoch, isr = state.leader, state.leader_epoch, list(state.isr)
             except ValueError as exc:
                 print(f"hostbroker {command}: {exc}", file=err)
@@ -147,14 +147,14 @@ def partitions(client, topic: str, parts: dict[int, list[int]], err: TextIO,
 def topic_config(client, topic: str, err: TextIO, command: str) -> dict[str, str] | None:
     """A replicated topic's overrides ({} without a node); None for a node that
     does not decode (named in one line on stderr)."""
-    from hostbroker.replication import zknodes
+    from hostbroker.cluster import replica_nodes
 
-    path = zknodes.topic_config_path(topic)
+    path = replica_nodes.topic_config_path(topic)
     found = _get(client, path, err, command)
     if found is None:
         return {}
     try:
-        return dict(zknodes.decode_topic_config(found[0], path))
+        return dict(replica_nodes.decode_topic_config(found[0], path))
     except ValueError as exc:
         print(f"hostbroker {command}: {exc}; overrides not shown", file=err)
         return None
@@ -187,7 +187,7 @@ def create(topic: str, partitions_count: int, replication_factor: int,
     (Kafka's round-robin over the live brokers); the controller does the rest."""
     from kazoo.exceptions import NodeExistsError
 
-    from hostbroker.replication import zknodes
+    from hostbroker.cluster import replica_nodes
     from hostbroker.replication.assignment import assign_replicas
 
     if replication_factor < 1:
@@ -196,10 +196,10 @@ def create(topic: str, partitions_count: int, replication_factor: int,
     if UNCLEAN in configs and configs[UNCLEAN].strip().lower() not in ("true", "false"):
         raise usage_error(f"--config {UNCLEAN}={configs[UNCLEAN]}: must be true or false")
     with zookeeper_client(zookeeper) as client:
-        if client.exists(zknodes.delete_topic_path(topic)) is not None:
+        if client.exists(replica_nodes.delete_topic_path(topic)) is not None:
             raise CommandError(f"topic {topic} is marked for deletion; create it again once "
                                "the controller has deleted every replica")
-        if client.exists(zknodes.assignment_path(topic)) is not None:
+        if client.exists(replica_nodes.assignment_path(topic)) is not None:
             raise CommandError(f"topic {topic} already exists in ZooKeeper")
         brokers = live_ids(client, err, "topics create")
         if not brokers:
@@ -208,8 +208,8 @@ def create(topic: str, partitions_count: int, replication_factor: int,
             replicas = assign_replicas(brokers, partitions_count, replication_factor)
         except ValueError as exc:
             raise CommandError(f"cannot place topic {topic}: {exc}") from None
-        config_path = zknodes.topic_config_path(topic)
-        data = zknodes.encode_topic_config(configs)
+        config_path = replica_nodes.topic_config_path(topic)
+        data = replica_nodes.encode_topic_config(configs)
         if client.exists(config_path) is None:
             try:
                 client.create(config_path, data, makepath=True)
@@ -218,7 +218,7 @@ def create(topic: str, partitions_count: int, replication_factor: int,
         else:
             client.set(config_path, data)
         try:
-            client.create(zknodes.assignment_path(topic), zknodes.encode_assignment(replicas),
+            client.create(replica_nodes.assignment_path(topic), replica_nodes.encode_assignment(replicas),
                           makepath=True)
         except NodeExistsError:
             raise CommandError(f"topic {topic} already exists in ZooKeeper") from None
@@ -233,14 +233,14 @@ def describe(client, topics: dict[str, dict[int, list[int]]], *, as_json: bool, 
              err: TextIO) -> list[dict]:
     """Print the replicated ``topics`` (table), or return their JSON documents; a
     topic whose deletion is pending is marked so."""
-    from hostbroker.replication import zknodes
+    from hostbroker.cluster import replica_nodes
 
     documents = []
     for topic in sorted(topics):
         views = partitions(client, topic, topics[topic], err, "topics describe")
         config = topic_config(client, topic, err, "topics describe")
         factor = max((len(v.replicas) for v in views), default=0)
-        deleting = client.exists(zknodes.delete_topic_path(topic)) is not None
+        deleting = client.exists(replica_nodes.delete_topic_path(topic)) is not None
         if as_json:
             documents.append({"topic": topic, "replication_factor": factor, "config": config,
                               "marked_for_deletion": deleting,
@@ -269,13 +269,13 @@ def delete(topic: str, *, zookeeper: str, out: TextIO, err: TextIO) -> int | Non
     replicated topic (the caller deletes it the 0.7 way)."""
     from kazoo.exceptions import NodeExistsError
 
-    from hostbroker.replication import zknodes
+    from hostbroker.cluster import replica_nodes
 
     with zookeeper_client(zookeeper) as client:
         if assignment(client, topic, err, "topics delete") is None:
             return None
         try:
-            client.create(f"{zknodes.DELETE_TOPICS}/{topic}", b"", makepath=True)
+            client.create(f"{replica_nodes.DELETE_TOPICS}/{topic}", b"", makepath=True)
         except NodeExistsError:
             pass
     print(f"topic {topic} marked for deletion (the controller removes its replicas)", file=out)

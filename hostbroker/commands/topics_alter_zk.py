@@ -101,11 +101,11 @@ def _readable_assignment(client, topic: str) -> None:
     """A topic node too long to read is said as such (one line), not taken for a
     topic that is not replicated."""
     from hostbroker.cluster import zkread
-    from hostbroker.replication import zknodes
+    from hostbroker.cluster import replica_nodes
 
     if not zkread.name_ok(topic) or topic in (".", ".."):
         return
-    path = zknodes.assignment_path(topic)
+    path = replica_nodes.assignment_path(topic)
     found = zkread.unchecked(client, path)
     if found is not None:
         try:
@@ -120,9 +120,9 @@ def _alter_replicated(client, zookeeper: str, topic: str, assignment, partitions
     failure (or a race lost ``_RETRIES`` times) changes nothing."""
     from hostbroker.cluster import zkread
     from hostbroker.cluster.topic_changes import commit
-    from hostbroker.replication import zknodes
+    from hostbroker.cluster import replica_nodes
 
-    if client.exists(zknodes.delete_topic_path(topic)) is not None:
+    if client.exists(replica_nodes.delete_topic_path(topic)) is not None:
         raise CommandError(f"topic {topic} is marked for deletion")
     have = len(assignment)
     if partitions is not None:
@@ -159,16 +159,16 @@ def _config(client, topic: str, factor: int, set_configs: dict[str, str],
     from hostbroker.cluster import zkread
     from hostbroker.cluster.controller_topics import checked_config
     from hostbroker.cluster.topic_changes import changed_config
-    from hostbroker.replication import zknodes
+    from hostbroker.cluster import replica_nodes
 
-    path = zknodes.topic_config_path(topic)
+    path = replica_nodes.topic_config_path(topic)
     found = zkread.unchecked(client, path)
     current, version = {}, -1
     if found is not None:
         version = found[1].version
         try:
             zkread.check_size(found[0], path, zkread.DEFAULT)
-            current = zknodes.decode_topic_config(found[0], path)
+            current = replica_nodes.decode_topic_config(found[0], path)
         except ValueError as exc:
             print(f"hostbroker {_COMMAND}: {exc}; replaced whole by the config asked",
                   file=err)
@@ -179,8 +179,8 @@ def _config(client, topic: str, factor: int, set_configs: dict[str, str],
     problem = checked_config(config, factor)
     if problem is not None:
         raise usage_error(f"--config {problem}")
-    if len(config) > zknodes.MAX_TOPIC_CONFIGS:
-        raise usage_error(f"more than {zknodes.MAX_TOPIC_CONFIGS} config overrides")
+    if len(config) > replica_nodes.MAX_TOPIC_CONFIGS:
+        raise usage_error(f"more than {replica_nodes.MAX_TOPIC_CONFIGS} config overrides")
     return config, version
 
 
@@ -190,15 +190,15 @@ def _grown(client, topic: str, partitions: int, err: TextIO):
     from hostbroker.cluster import zkread
     from hostbroker.cluster.topic_changes import added_replicas
     from hostbroker.commands import replicated
-    from hostbroker.replication import zknodes
+    from hostbroker.cluster import replica_nodes
 
-    path = zknodes.assignment_path(topic)
+    path = replica_nodes.assignment_path(topic)
     found = zkread.unchecked(client, path)
     if found is None:
         raise CommandError(f"topic {topic} is gone")
     try:
         zkread.check_size(found[0], path, zkread.DEFAULT)
-        assignment = zknodes.decode_assignment(found[0], path)
+        assignment = replica_nodes.decode_assignment(found[0], path)
     except ValueError as exc:
         raise CommandError(str(exc)) from None
     if assignment is None:

@@ -5,14 +5,12 @@ Kafka 0.8's replicas, ISR, high watermark and controller, with leader epochs
 processes that act on these decisions live elsewhere: the controller in the
 registrar (``cluster/controller.py``), the leader's view of its followers in
 the writer, the follower's fetching in hb-replica. They all decide through
-this package, so every decision can be tested in memory.
+this package, so every decision can be tested in memory. How the replication
+state is kept in ZooKeeper is ``cluster/replica_nodes.py``'s.
 
 - ``assignment``  which brokers hold each partition's replicas (Kafka's
                   round-robin with a random start and shifted followers), and
                   the plan of ``reassign generate``
-- ``zknodes``     the replication nodes of ZooKeeper: paths, encoders, and
-                  decoders that read every value as hostile (through
-                  ``cluster/zkread.py``'s bounds)
 - ``election``    who may lead a partition (the controller's decisions,
                   ``cluster/controller_decisions.py``, elect through it)
 - ``isr``         the leader's view of its followers: who is caught up, the

@@ -29,7 +29,7 @@ import time
 from hostbroker.cluster import controller as ctl
 from hostbroker.cluster import paths
 from hostbroker.cluster.topic_changes import CONFIG_CHANGES
-from hostbroker.replication import zknodes
+from hostbroker.cluster import replica_nodes
 from hostbroker.workers.registrar_senders import (  # noqa: F401 - request_of: its tests
     STALE_EVERY_S,
     BrokerSender,
@@ -216,8 +216,8 @@ class ControllerRole:
         self.controller = c
         self.said_holder = self.broker_id
         try:
-            for path in (paths.BROKER_IDS, paths.BROKER_TOPICS, zknodes.DELETE_TOPICS,
-                         zknodes.CONTROLLED_SHUTDOWN, CONFIG_CHANGES):
+            for path in (paths.BROKER_IDS, paths.BROKER_TOPICS, replica_nodes.DELETE_TOPICS,
+                         replica_nodes.CONTROLLED_SHUTDOWN, CONFIG_CHANGES):
                 client.ensure_path(path)
             c.rebuild()
         except Exception:
@@ -278,7 +278,7 @@ class ControllerRole:
             return None
 
         def arm() -> None:
-            if not self._quiet(client.DataWatch, zknodes.CONTROLLER, on_controller):
+            if not self._quiet(client.DataWatch, replica_nodes.CONTROLLER, on_controller):
                 self._controller_watched = None  # armed again at the next try
                 self.note("elect")
 
@@ -305,11 +305,11 @@ class ControllerRole:
 
         watches = [(client.ChildrenWatch, paths.BROKER_IDS, children("brokers")),
                    (client.ChildrenWatch, paths.BROKER_TOPICS, children("topics")),
-                   (client.ChildrenWatch, zknodes.DELETE_TOPICS, children("delete")),
-                   (client.ChildrenWatch, zknodes.CONTROLLED_SHUTDOWN, children("shutdown")),
+                   (client.ChildrenWatch, replica_nodes.DELETE_TOPICS, children("delete")),
+                   (client.ChildrenWatch, replica_nodes.CONTROLLED_SHUTDOWN, children("shutdown")),
                    (client.ChildrenWatch, CONFIG_CHANGES, children("configs")),
-                   (client.DataWatch, zknodes.PREFERRED_REPLICA_ELECTION, data("preferred")),
-                   (client.DataWatch, zknodes.REASSIGN_PARTITIONS, data("reassign"))]
+                   (client.DataWatch, replica_nodes.PREFERRED_REPLICA_ELECTION, data("preferred")),
+                   (client.DataWatch, replica_nodes.REASSIGN_PARTITIONS, data("reassign"))]
 
         def arm() -> None:
             for kind, path, callback in watches:
@@ -343,7 +343,7 @@ class ControllerRole:
         if client is None or client.state != KazooState.CONNECTED:
             return False
         deadline = time.monotonic() + timeout_s
-        path = f"{zknodes.CONTROLLED_SHUTDOWN}/{self.broker_id}"
+        path = f"{replica_nodes.CONTROLLED_SHUTDOWN}/{self.broker_id}"
         if self.controller is not None:
             try:
                 self.controller.shut_down(self.broker_id)

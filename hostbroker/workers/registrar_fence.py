@@ -6,7 +6,7 @@ ZooKeeper names, in the epoch ZooKeeper holds
 (hostbroker/workers/handler_replication.py): otherwise any client could send
 one with a huge epoch and every later request of the real controller would
 be refused STALE_CONTROLLER_EPOCH. :class:`ControllerFence` reads
-``/controller`` and ``/controller_epoch`` (through ``replication/zknodes.py``,
+``/controller`` and ``/controller_epoch`` (through ``replication/replica_nodes.py``,
 bounded, hostile) and writes the pair into the peers table's header
 (``PeersTable.set_zk_controller``, ``shm/peers.py``):
 
@@ -33,7 +33,7 @@ from __future__ import annotations
 import time
 
 from hostbroker.cluster import zkread
-from hostbroker.replication import zknodes
+from hostbroker.cluster import replica_nodes
 from hostbroker.shm.peers import PeersTable
 from hostbroker.workers.registrar_watch import WatchedReader
 
@@ -58,7 +58,7 @@ class ControllerFence(WatchedReader):
         peers.set_zk_controller(None, None)
 
     def watch(self, client, on_change) -> None:
-        for path in (zknodes.CONTROLLER, zknodes.CONTROLLER_EPOCH):
+        for path in (replica_nodes.CONTROLLER, replica_nodes.CONTROLLER_EPOCH):
             client.DataWatch(path, on_change)
 
     def wanted(self, now: float) -> bool:
@@ -92,9 +92,9 @@ class ControllerFence(WatchedReader):
     def read_and_publish(self, client) -> bool:
         """Read the pair and publish it (or none); False when ``/controller``
         changed while it was read (nothing published then)."""
-        controller = self._get(client, zknodes.CONTROLLER)
-        epoch_node = self._get(client, zknodes.CONTROLLER_EPOCH)
-        again = self._get(client, zknodes.CONTROLLER)
+        controller = self._get(client, replica_nodes.CONTROLLER)
+        epoch_node = self._get(client, replica_nodes.CONTROLLER_EPOCH)
+        again = self._get(client, replica_nodes.CONTROLLER)
         if (controller is None) != (again is None) or (
                 controller is not None and controller[1].czxid != again[1].czxid):
             return False
@@ -106,11 +106,11 @@ class ControllerFence(WatchedReader):
         if controller is None or epoch_node is None:
             return None
         try:
-            broker_id = zknodes.decode_controller(controller[0], zknodes.CONTROLLER, self.bounds)
-            epoch = zknodes.decode_controller_epoch(epoch_node[0], zknodes.CONTROLLER_EPOCH,
+            broker_id = replica_nodes.decode_controller(controller[0], replica_nodes.CONTROLLER, self.bounds)
+            epoch = replica_nodes.decode_controller_epoch(epoch_node[0], replica_nodes.CONTROLLER_EPOCH,
                                                     self.bounds)
         except ValueError as exc:
-            self.report(zknodes.CONTROLLER, f"{exc}; no controller confirmed")
+            self.report(replica_nodes.CONTROLLER, f"{exc}; no controller confirmed")
             return None
         if epoch_node[1].mzxid < controller[1].czxid:
             return None  # the new controller has not taken its epoch yet

@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 import time
 
-from hostbroker.replication import zknodes
+from hostbroker.cluster import replica_nodes
 from hostbroker.shm.partitions import PLACEMENT_LOG_DIRS
 
 log = logging.getLogger("hostbroker.controller")
@@ -149,18 +149,18 @@ class IsrCommits:
         controller moved on, a broker joining is not registered, a lost race)."""
         from kazoo.exceptions import BadVersionError, NoNodeError
 
-        from hostbroker.replication.zknodes import PartitionState
+        from hostbroker.cluster.replica_nodes import PartitionState
 
         client = self.worker.client
         if self.worker.info.broker_id not in isr:
             return None
-        path = zknodes.state_path(s.name, s.partition)
+        path = replica_nodes.state_path(s.name, s.partition)
         timeout = self.worker.connection_ms / 1000
         try:
             data, stat = client.get_async(path).get(timeout=timeout)
         except NoNodeError:
             return None
-        state = zknodes.decode_state(data, path)
+        state = replica_nodes.decode_state(data, path)
         if state.leader != s.leader or state.leader_epoch != s.leader_epoch:
             return None  # the controller moved on; the next LEADER_AND_ISR says so
         added = set(isr) - set(state.isr)
@@ -172,7 +172,7 @@ class IsrCommits:
                 return None
         new = PartitionState(s.leader, s.leader_epoch, tuple(isr), state.controller_epoch)
         try:
-            stat = client.set_async(path, zknodes.encode_state(new),
+            stat = client.set_async(path, replica_nodes.encode_state(new),
                                     version=stat.version).get(timeout=timeout)
         except BadVersionError:
             return None

@@ -7,7 +7,7 @@ replica of it (a client with stale metadata, an old leader after a
 reassignment) would make a plain local topic of that name and acknowledge
 writes that land outside the replicated topic. :class:`ReplicatedTopics`
 reads the children of ``/brokers/topics`` and each topic's node (through
-``zkread`` and ``replication/zknodes.py``, bounded, hostile) and publishes
+``zkread`` and ``replication/replica_nodes.py``, bounded, hostile) and publishes
 the names of the replicated ones (those whose node holds an assignment), each
 with its assignment's partition count, in ``shm/topicnames.py``. The group
 coordinator deals out a replicated topic's partitions by that count (a
@@ -43,7 +43,7 @@ import time
 
 from hostbroker.cluster import zkread
 from hostbroker.cluster.paths import BROKER_TOPICS
-from hostbroker.replication import zknodes
+from hostbroker.cluster import replica_nodes
 from hostbroker.shm.topicnames import ReplicatedNames
 from hostbroker.workers.registrar_watch import WatchedReader
 
@@ -76,7 +76,7 @@ class ReplicatedTopics(WatchedReader):
         """kazoo's thread: a topic node changed (or went): read it again."""
         if self.worker.stopping or self._client is not getattr(self.worker, "client", None):
             return
-        prefix = zknodes.assignment_path("")
+        prefix = replica_nodes.assignment_path("")
         path = getattr(event, "path", None)
         if path is None:  # the session expired: kazoo dropped every watch
             self._client = None  # so the next read is a whole one, watching again
@@ -129,7 +129,7 @@ class ReplicatedTopics(WatchedReader):
         known = {} if full else {n: r for n, r in self.known.items()
                                  if n in listed and n not in changed}
         todo = [n for n in names if n not in known]
-        reads = [(n, client.get_async(zknodes.assignment_path(n), watch=self._node_changed))
+        reads = [(n, client.get_async(replica_nodes.assignment_path(n), watch=self._node_changed))
                  for n in todo if zkread.name_ok(n)]
         deadline = self.clock() + self.timeout_s
         for name, result in reads:
@@ -146,10 +146,10 @@ class ReplicatedTopics(WatchedReader):
         """The partition count of a replicated topic's assignment, None for a
         topic node that holds none (a 0.7-style topic). One that cannot be read
         counts as replicated with no count known, 0 (reported)."""
-        path = zknodes.assignment_path(name)
+        path = replica_nodes.assignment_path(name)
         try:
             zkread.check_size(data or b"", path, self.bounds)
-            assignment = zknodes.decode_assignment(data or b"", path, self.bounds)
+            assignment = replica_nodes.decode_assignment(data or b"", path, self.bounds)
         except ValueError as exc:
             self.report(path, f"{exc}; counted as a replicated topic")
             return 0

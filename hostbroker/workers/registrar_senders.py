@@ -46,7 +46,7 @@ import time
 from hostbroker.cluster import controller as ctl
 from hostbroker.cluster import paths
 from hostbroker.errors import ErrorCode, ProtocolError
-from hostbroker.replication import zknodes
+from hostbroker.cluster import replica_nodes
 
 _KIND = {ctl.LEADER_AND_ISR: "LEADER_AND_ISR", ctl.STOP_REPLICA: "STOP_REPLICA"}
 _QUEUE = 64  # requests waiting for one broker; past it they are replaced by one full resend
@@ -238,7 +238,7 @@ class BrokerSender:
                          if p.error_code not in (ErrorCode.NONE, ErrorCode.INVALID_REQUEST)}
         if response.error_code == _STALE_CONTROLLER_EPOCH:
             for part in response.partitions[-1:]:
-                if part.topic == "" and 0 <= part.partition <= zknodes.MAX_EPOCH:
+                if part.topic == "" and 0 <= part.partition <= replica_nodes.MAX_EPOCH:
                     self.seen_epoch = max(self.seen_epoch, part.partition)
         return int(response.error_code)
 

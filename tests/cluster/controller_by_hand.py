@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-from hostbroker.replication import zknodes
+from hostbroker.cluster import replica_nodes
 
 
 @contextmanager
@@ -22,13 +22,13 @@ def be_the_controller(connect: str, broker_id: int, epoch: int = 1):
     client = KazooClient(hosts=connect, timeout=10.0)
     client.start(timeout=15)
     try:
-        client.create(zknodes.CONTROLLER, zknodes.encode_controller(broker_id),
+        client.create(replica_nodes.CONTROLLER, replica_nodes.encode_controller(broker_id),
                       ephemeral=True, makepath=True)
-        value = zknodes.encode_controller_epoch(epoch)
-        if client.exists(zknodes.CONTROLLER_EPOCH) is None:
-            client.create(zknodes.CONTROLLER_EPOCH, value, makepath=True)
+        value = replica_nodes.encode_controller_epoch(epoch)
+        if client.exists(replica_nodes.CONTROLLER_EPOCH) is None:
+            client.create(replica_nodes.CONTROLLER_EPOCH, value, makepath=True)
         else:
-            client.set(zknodes.CONTROLLER_EPOCH, value)
+            client.set(replica_nodes.CONTROLLER_EPOCH, value)
         yield client
     finally:
         client.stop()

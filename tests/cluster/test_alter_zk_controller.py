@@ -28,7 +28,7 @@ from hostbroker.cluster.controller import LEADER_AND_ISR, Controller
 from hostbroker.cluster.topic_changes import CONFIG_CHANGES, notify_config_change
 from hostbroker.exits import EXIT_USAGE, CommandError
 from hostbroker.commands.topics_alter_zk import alter_cluster
-from hostbroker.replication import zknodes
+from hostbroker.cluster import replica_nodes
 from hostbroker.shm.region import SharedRegion
 from hostbroker.shm.topicnames import ReplicatedNames
 from hostbroker.workers.registrar_controller import request_of
@@ -43,7 +43,7 @@ def live(zk, *ids):
 
 
 def state(zk, topic, p):
-    return json.loads(zk.get(zknodes.state_path(topic, p))[0])
+    return json.loads(zk.get(replica_nodes.state_path(topic, p))[0])
 
 
 def wait(condition, timeout=10.0):
@@ -71,7 +71,7 @@ def alter(connect, topic, partitions=None, set_configs=None, delete_configs=()):
 def test_partitions_added_are_started_at_once_and_the_old_ones_kept(cluster):
     connect, zk = cluster
     live(zk, 1, 2, 3)
-    zk.create(zknodes.assignment_path("t"), zknodes.encode_assignment({0: [1, 2], 1: [2, 3]}),
+    zk.create(replica_nodes.assignment_path("t"), replica_nodes.encode_assignment({0: [1, 2], 1: [2, 3]}),
               makepath=True)
     controller, fired, told = started(zk)
     before = {p: state(zk, "t", p) for p in (0, 1)}
@@ -81,7 +81,7 @@ def test_partitions_added_are_started_at_once_and_the_old_ones_kept(cluster):
     assert said.strip() == "altered topic t: partitions 2 -> 4"
     wait(lambda: fired == ["t"])  # the watch, not a poll
     assert controller.partitions_added(fired) == [("t", 2), ("t", 3)]
-    assignment = zknodes.decode_assignment(zk.get(zknodes.assignment_path("t"))[0], "t")
+    assignment = replica_nodes.decode_assignment(zk.get(replica_nodes.assignment_path("t"))[0], "t")
     assert assignment[0] == (1, 2) and assignment[1] == (2, 3)  # untouched
     assert all(len(assignment[p]) == 2 for p in (2, 3))
     for p in (2, 3):
@@ -106,25 +106,25 @@ def test_partitions_added_are_started_at_once_and_the_old_ones_kept(cluster):
 def test_shrinking_and_bad_counts_are_refused_in_one_line(cluster):
     connect, zk = cluster
     live(zk, 1, 2)
-    zk.create(zknodes.assignment_path("t"), zknodes.encode_assignment({0: [1, 2], 1: [2, 1]}),
+    zk.create(replica_nodes.assignment_path("t"), replica_nodes.encode_assignment({0: [1, 2], 1: [2, 1]}),
               makepath=True)
     for partitions, said in ((1, "partitions only grow"), (2, "already has 2 partitions"),
                              (20_000, "zookeeper.max.partitions.per.registration")):
         with pytest.raises(CommandError) as caught:
             alter_cluster(connect, "t", partitions, {}, [], io.StringIO(), io.StringIO())
         assert said in str(caught.value) and len(str(caught.value).splitlines()) == 1
-    zk.create(f"{zknodes.DELETE_TOPICS}/t", b"", makepath=True)
+    zk.create(f"{replica_nodes.DELETE_TOPICS}/t", b"", makepath=True)
     with pytest.raises(CommandError, match="marked for deletion"):
         alter_cluster(connect, "t", 3, {}, [], io.StringIO(), io.StringIO())
-    assert len(json.loads(zk.get(zknodes.assignment_path("t"))[0])["partitions"]) == 2
+    assert len(json.loads(zk.get(replica_nodes.assignment_path("t"))[0])["partitions"]) == 2
 
 
 def test_a_config_change_is_told_to_every_replica_whole(cluster):
     connect, zk = cluster
     live(zk, 1, 2, 3)
-    zk.create(zknodes.topic_config_path("t"), zknodes.encode_topic_config(
+    zk.create(replica_nodes.topic_config_path("t"), replica_nodes.encode_topic_config(
         {"retention.ms": "60000"}), makepath=True)
-    zk.create(zknodes.assignment_path("t"), zknodes.encode_assignment({0: [1, 2], 1: [2, 3]}),
+    zk.create(replica_nodes.assignment_path("t"), replica_nodes.encode_assignment({0: [1, 2], 1: [2, 3]}),
               makepath=True)
     controller, _, told = started(zk)
     assert controller.configs["t"] == {"retention.ms": "60000"}
@@ -132,7 +132,7 @@ def test_a_config_change_is_told_to_every_replica_whole(cluster):
 
     alter(connect, "t", set_configs={"retention.bytes": "4096", "unclean.leader.election.enable":
                                      "true"})
-    assert json.loads(zk.get(zknodes.topic_config_path("t"))[0])["config"] == {
+    assert json.loads(zk.get(replica_nodes.topic_config_path("t"))[0])["config"] == {
         "retention.ms": "60000", "retention.bytes": "4096",
         "unclean.leader.election.enable": "true"}
     (change,) = zk.get_children(CONFIG_CHANGES)
@@ -163,7 +163,7 @@ def test_a_config_change_is_told_to_every_replica_whole(cluster):
 def test_a_bad_config_is_refused_by_the_command_before_anything_is_written(cluster):
     connect, zk = cluster
     live(zk, 1, 2)
-    zk.create(zknodes.assignment_path("t"), zknodes.encode_assignment({0: [1, 2]}),
+    zk.create(replica_nodes.assignment_path("t"), replica_nodes.encode_assignment({0: [1, 2]}),
               makepath=True)
     for config, said in (({"retention.ms": "soon"}, "retention.ms"),
                          ({"no.such": "1"}, "no.such"),
@@ -172,14 +172,14 @@ def test_a_bad_config_is_refused_by_the_command_before_anything_is_written(clust
             alter_cluster(connect, "t", None, config, [], io.StringIO(), io.StringIO())
         assert caught.value.status == EXIT_USAGE
         assert said in str(caught.value) and len(str(caught.value).splitlines()) == 1
-    assert zk.exists(zknodes.topic_config_path("t")) is None
+    assert zk.exists(replica_nodes.topic_config_path("t")) is None
     assert zk.exists(CONFIG_CHANGES) is None or zk.get_children(CONFIG_CHANGES) == []
 
 
 def test_a_new_controller_removes_the_change_nodes_there_and_each_one_it_applies(cluster):
     _, zk = cluster
     live(zk, 1)
-    zk.create(zknodes.assignment_path("t"), zknodes.encode_assignment({0: [1]}),
+    zk.create(replica_nodes.assignment_path("t"), replica_nodes.encode_assignment({0: [1]}),
               makepath=True)
     notify_config_change(zk, "t")
     controller, _, told = started(zk)
@@ -193,7 +193,7 @@ def test_a_new_controller_removes_the_change_nodes_there_and_each_one_it_applies
 
 def test_the_registrars_count_follows_an_added_partition_through_the_watch(cluster):
     _, zk = cluster
-    zk.create(zknodes.assignment_path("t"), zknodes.encode_assignment({0: [1], 1: [1]}),
+    zk.create(replica_nodes.assignment_path("t"), replica_nodes.encode_assignment({0: [1], 1: [1]}),
               makepath=True)
     region = SharedRegion.create(f"/hbtest-alterzk-{os.getpid()}", ReplicatedNames.region_size(8))
     names = ReplicatedNames.create(region, 8)
@@ -204,8 +204,8 @@ def test_the_registrars_count_follows_an_added_partition_through_the_watch(clust
         reader = ReplicatedTopics(worker, names)
         reader.read_and_publish(zk, full=True)
         assert names.partition_counts() == {"t": 2}
-        data, stat = zk.get(zknodes.assignment_path("t"))
-        zk.set(zknodes.assignment_path("t"), zknodes.encode_assignment(
+        data, stat = zk.get(replica_nodes.assignment_path("t"))
+        zk.set(replica_nodes.assignment_path("t"), replica_nodes.encode_assignment(
             {0: [1], 1: [1], 2: [1]}), version=stat.version)
         wait(lambda: reader.changed == {"t"} and rung)
         reader.read_and_publish(zk, full=False)  # only the changed node is read
@@ -220,12 +220,12 @@ def test_the_registrars_count_follows_an_added_partition_through_the_watch(clust
 def test_changes_made_while_no_controller_runs_are_taken_at_the_next_take_over(cluster):
     connect, zk = cluster
     live(zk, 1, 2)
-    zk.create(zknodes.assignment_path("t"), zknodes.encode_assignment({0: [1, 2]}),
+    zk.create(replica_nodes.assignment_path("t"), replica_nodes.encode_assignment({0: [1, 2]}),
               makepath=True)
     first, _, _ = started(zk)
     alter(connect, "t", partitions=2, set_configs={"retention.ms": "5000"})
     # the controller's session ends before it acted: its successor's rebuild does it all
-    zk.delete(zknodes.CONTROLLER)
+    zk.delete(replica_nodes.CONTROLLER)
     successor, _, told = started(zk)
     assert successor.epoch > first.epoch
     assert state(zk, "t", 1)["leader"] in (1, 2)
@@ -239,11 +239,11 @@ def test_changes_made_while_no_controller_runs_are_taken_at_the_next_take_over(c
 def test_unclean_election_turned_on_for_a_topic_lets_its_offline_partition_lead(cluster):
     connect, zk = cluster
     live(zk, 1, 2)
-    zk.create(zknodes.assignment_path("t"), zknodes.encode_assignment({0: [3, 2]}),
+    zk.create(replica_nodes.assignment_path("t"), replica_nodes.encode_assignment({0: [3, 2]}),
               makepath=True)
     # broker 3 led and was alone in sync when it died: offline, broker 2 not in the ISR
-    zk.create(zknodes.state_path("t", 0), zknodes.encode_state(
-        zknodes.PartitionState(-1, 4, (3,), 1)), makepath=True)
+    zk.create(replica_nodes.state_path("t", 0), replica_nodes.encode_state(
+        replica_nodes.PartitionState(-1, 4, (3,), 1)), makepath=True)
     controller, _, told = started(zk)
     assert state(zk, "t", 0)["leader"] == -1
     alter(connect, "t", set_configs={"unclean.leader.election.enable": "true"})

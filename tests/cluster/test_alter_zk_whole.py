@@ -26,10 +26,10 @@ from hostbroker.cluster import paths, zkread
 from hostbroker.cluster.topic_changes import CONFIG_CHANGES
 from hostbroker.exits import CommandError
 from hostbroker.commands.topics_alter_zk import _alter_replicated, alter_cluster
-from hostbroker.replication import zknodes
+from hostbroker.cluster import replica_nodes
 from tests.cluster.zkfixtures import cluster, zkserver  # noqa: F401 - fixtures
 
-TOPIC_NODE = zknodes.assignment_path("t")
+TOPIC_NODE = replica_nodes.assignment_path("t")
 
 
 def live(zk, *ids):
@@ -85,43 +85,43 @@ class Overtaken:
 def test_a_grow_that_cannot_be_written_writes_no_config_and_a_rerun_does_both(cluster):
     connect, zk = cluster
     live(zk, 1, 2)
-    zk.create(TOPIC_NODE, zknodes.encode_assignment({0: [1, 2], 1: [2, 1]}), makepath=True)
-    assignment = zknodes.decode_assignment(zk.get(TOPIC_NODE)[0], TOPIC_NODE)
+    zk.create(TOPIC_NODE, replica_nodes.encode_assignment({0: [1, 2], 1: [2, 1]}), makepath=True)
+    assignment = replica_nodes.decode_assignment(zk.get(TOPIC_NODE)[0], TOPIC_NODE)
     out, err = io.StringIO(), io.StringIO()
     with pytest.raises(CommandError, match="try again") as caught:
         _alter_replicated(Overtaken(zk, 100), connect, "t", assignment, 4,
                           {"retention.ms": "5000"}, [], out, err)
     assert len(str(caught.value).splitlines()) == 1
     assert count(zk) == 2
-    assert zk.exists(zknodes.topic_config_path("t")) is None  # the config not written
+    assert zk.exists(replica_nodes.topic_config_path("t")) is None  # the config not written
     assert changes(zk) == []  # and no controller told of a change
     # the same command again, not overtaken: both
     out = io.StringIO()
     assert alter_cluster(connect, "t", 4, {"retention.ms": "5000"}, [], out, err) == 0
     assert out.getvalue().strip() == "altered topic t: partitions 2 -> 4, retention.ms=5000"
     assert count(zk) == 4
-    assert json.loads(zk.get(zknodes.topic_config_path("t"))[0])["config"] == {
+    assert json.loads(zk.get(replica_nodes.topic_config_path("t"))[0])["config"] == {
         "retention.ms": "5000"}
     assert len(changes(zk)) == 1
     # overtaken a few times only: read again and written (the race lost, not the change)
     assert _alter_replicated(Overtaken(zk, 2), connect, "t",
-                             zknodes.decode_assignment(zk.get(TOPIC_NODE)[0], TOPIC_NODE), 5,
+                             replica_nodes.decode_assignment(zk.get(TOPIC_NODE)[0], TOPIC_NODE), 5,
                              {"flush.ms": "10"}, [], io.StringIO(), err) == 0
     assert count(zk) == 5 and len(changes(zk)) == 2
-    assert json.loads(zk.get(zknodes.topic_config_path("t"))[0])["config"] == {
+    assert json.loads(zk.get(replica_nodes.topic_config_path("t"))[0])["config"] == {
         "retention.ms": "5000", "flush.ms": "10"}
 
 
 def test_a_config_node_too_long_to_read_is_replaced_whole(cluster):
     connect, zk = cluster
     live(zk, 1, 2)
-    zk.create(TOPIC_NODE, zknodes.encode_assignment({0: [1, 2]}), makepath=True)
+    zk.create(TOPIC_NODE, replica_nodes.encode_assignment({0: [1, 2]}), makepath=True)
     too_long = b'{"version":1,"config":{"flush.ms":"' + b"9" * zkread.DEFAULT.node_bytes + \
         b'"}}'
-    zk.create(zknodes.topic_config_path("t"), too_long, makepath=True)
+    zk.create(replica_nodes.topic_config_path("t"), too_long, makepath=True)
     out, err = io.StringIO(), io.StringIO()
     assert alter_cluster(connect, "t", None, {"retention.ms": "60000"}, [], out, err) == 0
-    assert json.loads(zk.get(zknodes.topic_config_path("t"))[0])["config"] == {
+    assert json.loads(zk.get(replica_nodes.topic_config_path("t"))[0])["config"] == {
         "retention.ms": "60000"}
     assert len(changes(zk)) == 1
     (line,) = err.getvalue().splitlines()
@@ -140,4 +140,4 @@ def test_a_topic_node_too_long_to_read_is_said_and_nothing_is_written(cluster):
         assert "zookeeper.max.node.bytes" in said and TOPIC_NODE in said
         assert "gone" not in said and "no topic" not in said
         assert len(said.splitlines()) == 1 and len(said) < 300
-    assert zk.exists(zknodes.topic_config_path("t")) is None and changes(zk) == []
+    assert zk.exists(replica_nodes.topic_config_path("t")) is None and changes(zk) == []

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from hostbroker.replication import zknodes
+from hostbroker.cluster import replica_nodes
 from tests.cluster.test_broker_registration import kill_hard
 from tests.cluster.test_discovery import wait_until
 from tests.cluster.zkfixtures import cluster, zkserver  # noqa: F401 - fixtures
@@ -45,8 +45,8 @@ def controller(zk) -> tuple[int, int] | None:
     from kazoo.exceptions import NoNodeError
 
     try:
-        holder = json.loads(zk.get(zknodes.CONTROLLER)[0])["brokerid"]
-        return holder, int(zk.get(zknodes.CONTROLLER_EPOCH)[0])
+        holder = json.loads(zk.get(replica_nodes.CONTROLLER)[0])["brokerid"]
+        return holder, int(zk.get(replica_nodes.CONTROLLER_EPOCH)[0])
     except (NoNodeError, ValueError):
         return None
 
@@ -55,7 +55,7 @@ def state(zk, topic, p) -> dict | None:
     from kazoo.exceptions import NoNodeError
 
     try:
-        return json.loads(zk.get(zknodes.state_path(topic, p))[0])
+        return json.loads(zk.get(replica_nodes.state_path(topic, p))[0])
     except NoNodeError:
         return None
 
@@ -79,16 +79,16 @@ def test_one_controller_new_topics_get_states_and_leaders_move_off_a_killed_brok
         "created topic three with 3 partitions, replication factor 3 min.insync.replicas=2"]
     result = create(connect, "two", 4, 2)
     assert result.returncode == 0, result.stderr
-    assignment = json.loads(zk.get(zknodes.assignment_path("two"))[0])["partitions"]
+    assignment = json.loads(zk.get(replica_nodes.assignment_path("two"))[0])["partitions"]
     assert sorted(assignment) == ["0", "1", "2", "3"]
     assert all(len(set(r)) == 2 and set(r) <= {1, 2, 3} for r in assignment.values())
     # the round robin spreads the preferred leaders over every broker
     assert {r[0] for r in assignment.values()} == {1, 2, 3}
-    assert json.loads(zk.get(zknodes.topic_config_path("three"))[0])["config"] == {
+    assert json.loads(zk.get(replica_nodes.topic_config_path("three"))[0])["config"] == {
         "min.insync.replicas": "2"}
 
     for topic, count in (("three", 3), ("two", 4)):
-        replicas = json.loads(zk.get(zknodes.assignment_path(topic))[0])["partitions"]
+        replicas = json.loads(zk.get(replica_nodes.assignment_path(topic))[0])["partitions"]
         for p in range(count):
             wait_until(lambda: state(zk, topic, p) is not None)
             s = state(zk, topic, p)
@@ -107,7 +107,7 @@ def test_one_controller_new_topics_get_states_and_leaders_move_off_a_killed_brok
     victim = next(i for i in brokers if i != holder)
     kill_hard(brokers[victim])
     brokers[victim].kill_tree()
-    replicas = json.loads(zk.get(zknodes.assignment_path("three"))[0])["partitions"]
+    replicas = json.loads(zk.get(replica_nodes.assignment_path("three"))[0])["partitions"]
 
     def moved() -> bool:
         return all(victim not in state(zk, "three", p)["isr"] for p in range(3))
@@ -130,7 +130,7 @@ def test_one_controller_new_topics_get_states_and_leaders_move_off_a_killed_brok
     # the controller itself dies, and /controller_epoch is garbage by then: another
     # takes over within the session timeout, in an epoch above every state node's
     # (not 1, which the last broker, having seen this epoch, would refuse)
-    zk.set(zknodes.CONTROLLER_EPOCH, b"garbage")
+    zk.set(replica_nodes.CONTROLLER_EPOCH, b"garbage")
     kill_hard(brokers[holder])
     brokers[holder].kill_tree()
     (last,) = set(brokers) - {victim, holder}
@@ -169,7 +169,7 @@ def test_tools_refuse_bad_arguments_in_one_line(make_broker, tmp_path, cluster):
         2, "hostbroker topics create: --replication-factor must be 1 to 8")
     result = create(connect, "t", 1, 1, "--config", "unclean.leader.election.enable=true")
     assert result.returncode == 0, result.stderr
-    assert json.loads(zk.get(zknodes.topic_config_path("t"))[0])["config"] == {
+    assert json.loads(zk.get(replica_nodes.topic_config_path("t"))[0])["config"] == {
         "unclean.leader.election.enable": "true"}
     result = create(connect, "t", 1, 1)
     assert one_line_error(result) == "hostbroker topics create: topic t already exists in ZooKeeper"
@@ -200,19 +200,19 @@ def test_delete_preferred_election_and_reassignment_through_admin_nodes(
     for i in (1, 2, 3):
         start(make_broker, tmp_path, connect, zk, i)
     wait_until(lambda: controller(zk) is not None)
-    zk.create(zknodes.assignment_path("moving"),
+    zk.create(replica_nodes.assignment_path("moving"),
               b'{"version":1,"partitions":{"0":[1,2],"1":[2,3]}}', makepath=True)
     wait_until(lambda: state(zk, "moving", 1) is not None)
 
     # preferred election: partition 1 led by 3 (as after a failover), 2 back in sync
-    data, stat = zk.get(zknodes.state_path("moving", 1))
+    data, stat = zk.get(replica_nodes.state_path("moving", 1))
     s = json.loads(data)
-    zk.set(zknodes.state_path("moving", 1), json.dumps(
+    zk.set(replica_nodes.state_path("moving", 1), json.dumps(
         {**s, "leader": 3, "leader_epoch": 4, "isr": [3, 2]}).encode(), version=stat.version)
     result = hostbroker("leaders", "elect", "--zookeeper", connect, "--topic", "moving")
     assert (result.returncode, lines(result)) == (
         0, ["preferred replica election started for 1 partition"]), result.stderr
-    wait_until(lambda: zk.exists(zknodes.PREFERRED_REPLICA_ELECTION) is None)
+    wait_until(lambda: zk.exists(replica_nodes.PREFERRED_REPLICA_ELECTION) is None)
     s = state(zk, "moving", 1)
     assert (s["leader"], s["leader_epoch"], s["isr"]) == (2, 5, [3, 2])
     result = hostbroker("leaders", "elect", "--zookeeper", connect)
@@ -231,8 +231,8 @@ def test_delete_preferred_election_and_reassignment_through_admin_nodes(
     result = hostbroker("reassign", "verify", "--zookeeper", connect,
                         "--reassignment-json-file", plan)
     assert lines(result) in (["moving-0: in progress"], ["moving-0: done"])
-    wait_until(lambda: zk.exists(zknodes.REASSIGN_PARTITIONS) is None, timeout=20)
-    assert json.loads(zk.get(zknodes.assignment_path("moving"))[0])["partitions"]["0"] == [3, 2]
+    wait_until(lambda: zk.exists(replica_nodes.REASSIGN_PARTITIONS) is None, timeout=20)
+    assert json.loads(zk.get(replica_nodes.assignment_path("moving"))[0])["partitions"]["0"] == [3, 2]
     s = state(zk, "moving", 0)
     assert (s["leader"], s["leader_epoch"], sorted(s["isr"])) == (3, 1, [2, 3])
     # the old replica is removed from broker 1 (STOP_REPLICA with delete)
@@ -250,8 +250,8 @@ def test_delete_preferred_election_and_reassignment_through_admin_nodes(
     result = hostbroker("reassign", "execute", "--zookeeper", connect,
                         "--reassignment-json-file", plan)
     assert result.returncode == 0, result.stderr
-    wait_until(lambda: zk.exists(zknodes.REASSIGN_PARTITIONS) is None, timeout=20)
-    assert json.loads(zk.get(zknodes.assignment_path("moving"))[0])["partitions"] == {
+    wait_until(lambda: zk.exists(replica_nodes.REASSIGN_PARTITIONS) is None, timeout=20)
+    assert json.loads(zk.get(replica_nodes.assignment_path("moving"))[0])["partitions"] == {
         "0": [3], "1": [2, 3, 1]}
     s0, s1 = state(zk, "moving", 0), state(zk, "moving", 1)
     assert (s0["leader"], s0["isr"]) == (3, [3])
@@ -269,8 +269,8 @@ def test_delete_preferred_election_and_reassignment_through_admin_nodes(
     result = hostbroker("topics", "delete", "--zookeeper", connect, "--topic", "moving")
     assert lines(result) == ["topic moving marked for deletion (the controller removes its "
                              "replicas)"]
-    wait_until(lambda: zk.exists(zknodes.assignment_path("moving")) is None)
-    wait_until(lambda: zk.get_children(zknodes.DELETE_TOPICS) == [])
+    wait_until(lambda: zk.exists(replica_nodes.assignment_path("moving")) is None)
+    wait_until(lambda: zk.get_children(replica_nodes.DELETE_TOPICS) == [])
     # and every replica is gone from the brokers (STOP_REPLICA with delete)
     wait_until(lambda: not any(d.name.startswith("moving_")
                                for i in (1, 2, 3) for d in (tmp_path / f"b{i}" / "logs").iterdir()))
@@ -306,13 +306,13 @@ def test_a_broker_that_saw_a_newer_epoch_makes_the_controller_take_a_new_one(
     # replaced meanwhile), and a request of that epoch reached the other broker: our
     # epoch is stale there now (a client's epoch past ZooKeeper's is never taken)
     assert leader_and_isr(brokers[other], holder, epoch + 5) == 29  # not confirmed
-    zk.set(zknodes.CONTROLLER_EPOCH, str(epoch + 5).encode())
+    zk.set(replica_nodes.CONTROLLER_EPOCH, str(epoch + 5).encode())
     wait_until(lambda: leader_and_isr(brokers[other], holder, epoch + 5) == 0)
     assert leader_and_isr(brokers[other], holder, epoch) == 25  # STALE_CONTROLLER_EPOCH
     # and /controller_epoch is garbage now, no state node has seen epoch + 5: the
     # broker's stale answer says its highest, and the controller goes past it at once
     # (not one epoch every 5 s from 1)
-    zk.set(zknodes.CONTROLLER_EPOCH, b"garbage")
+    zk.set(replica_nodes.CONTROLLER_EPOCH, b"garbage")
     assert create(connect, "after", 1, 2).returncode == 0
     wait_until(lambda: controller(zk) == (holder, epoch + 6), timeout=10)
     assert f"a broker refused controller epoch {epoch}" in brokers[holder].log()
@@ -325,7 +325,7 @@ def test_a_broker_stopped_with_sigterm_hands_its_leaderships_over_first(
     connect, zk = cluster
     brokers = three_brokers(make_broker, tmp_path, connect, zk)
     holder, _ = controller(zk)
-    zk.create(zknodes.assignment_path("calm"),
+    zk.create(replica_nodes.assignment_path("calm"),
               b'{"version":1,"partitions":{"0":[1,2,3],"1":[2,3,1],"2":[3,1,2]}}',
               makepath=True)
     wait_until(lambda: all(state(zk, "calm", p) is not None for p in range(3)))
@@ -354,7 +354,7 @@ def test_a_broker_stopped_with_sigterm_hands_its_leaderships_over_first(
 
         zk.ChildrenWatch("/brokers/ids", on_ids)
         for p in led:
-            zk.DataWatch(zknodes.state_path("calm", p), on_state(p))
+            zk.DataWatch(replica_nodes.state_path("calm", p), on_state(p))
         assert brokers[stopping].stop(timeout=30) == 0
         wait_until(lambda: "gone" in events)
         watching[0] = False
@@ -401,8 +401,8 @@ def test_a_broker_back_after_a_crash_is_told_its_partitions_and_deletions_it_mis
     wait_until(lambda: not any((tmp_path / f"b{i}" / "logs" / f"doomed_{p}").exists()
                                for i in brokers if i != victim for p in range(2)))
     time.sleep(0.5)  # the answers are in; nothing more happens while the victim is down
-    assert zk.exists(zknodes.delete_topic_path("doomed")) is not None
-    assert zk.exists(zknodes.assignment_path("doomed")) is not None
+    assert zk.exists(replica_nodes.delete_topic_path("doomed")) is not None
+    assert zk.exists(replica_nodes.assignment_path("doomed")) is not None
     result = hostbroker("topics", "describe", "--zookeeper", connect, "doomed")
     assert any(line.startswith("topic: doomed ") and line.endswith("(marked for deletion)")
                for line in lines(result)), lines(result)
@@ -424,8 +424,8 @@ def test_a_broker_back_after_a_crash_is_told_its_partitions_and_deletions_it_mis
     # and told to delete what it missed: its copies go, then the topic's nodes
     wait_until(lambda: not any((tmp_path / f"b{victim}" / "logs" / f"doomed_{p}").exists()
                                for p in range(2)))
-    wait_until(lambda: zk.exists(zknodes.delete_topic_path("doomed")) is None)
-    assert zk.exists(zknodes.assignment_path("doomed")) is None
+    wait_until(lambda: zk.exists(replica_nodes.delete_topic_path("doomed")) is None)
+    assert zk.exists(replica_nodes.assignment_path("doomed")) is None
     assert create(connect, "doomed", 1, 1).returncode == 0
 
 
@@ -537,17 +537,17 @@ def test_a_broker_gone_leaves_the_isr_a_leader_committed_behind_the_controllers_
     for i in (1, 2, 3):
         zk.create(paths.broker_path(i), paths.encode_broker(
             paths.BrokerInfo(i, "127.0.0.1", 9000 + i, None)), makepath=True)
-    zk.create(zknodes.assignment_path("grown"), zknodes.encode_assignment({0: [1, 2, 3]}),
+    zk.create(replica_nodes.assignment_path("grown"), replica_nodes.encode_assignment({0: [1, 2, 3]}),
               makepath=True)
-    zk.create(zknodes.state_path("grown", 0),
+    zk.create(replica_nodes.state_path("grown", 0),
               b'{"version":1,"leader":1,"leader_epoch":0,"isr":[1,2],"controller_epoch":0}',
               makepath=True)
     told = []
     c = Controller(zk, 1, told.append)
     assert c.try_elect()
     c.rebuild()
-    data, stat = zk.get(zknodes.state_path("grown", 0))
-    zk.set(zknodes.state_path("grown", 0), data.replace(b"[1,2]", b"[1,2,3]"),
+    data, stat = zk.get(replica_nodes.state_path("grown", 0))
+    zk.set(replica_nodes.state_path("grown", 0), data.replace(b"[1,2]", b"[1,2,3]"),
            version=stat.version)  # the leader's ISR commit
     zk.delete(paths.broker_path(3))
     c.brokers_changed()
@@ -590,25 +590,25 @@ def test_a_reassignment_does_not_finish_when_a_new_replica_leaves_the_isr_meanwh
     for i in (1, 3):
         zk.create(paths.broker_path(i), paths.encode_broker(
             paths.BrokerInfo(i, "127.0.0.1", 9000 + i, None)), makepath=True)
-    zk.create(zknodes.assignment_path("moving"), zknodes.encode_assignment({0: [1]}),
+    zk.create(replica_nodes.assignment_path("moving"), replica_nodes.encode_assignment({0: [1]}),
               makepath=True)
-    zk.create(zknodes.state_path("moving", 0),
+    zk.create(replica_nodes.state_path("moving", 0),
               b'{"version":1,"leader":1,"leader_epoch":0,"isr":[1,3],"controller_epoch":0}',
               makepath=True)
     told = []
-    racing = _IsrShrinksAfterRead(zk, zknodes.state_path("moving", 0), b"[1]")
+    racing = _IsrShrinksAfterRead(zk, replica_nodes.state_path("moving", 0), b"[1]")
     c = Controller(racing, 1, told.append)
     assert c.try_elect()
     c.rebuild()
-    zk.create(zknodes.REASSIGN_PARTITIONS,
-              zknodes.encode_reassignment({("moving", 0): [3]}), makepath=True)
+    zk.create(replica_nodes.REASSIGN_PARTITIONS,
+              replica_nodes.encode_reassignment({("moving", 0): [3]}), makepath=True)
     assert c.reassign() == []  # the new replica added: told to follow
     racing.armed = True
     assert c.reassign() == []
     assert not racing.armed
-    assert zknodes.decode_assignment(zk.get(zknodes.assignment_path("moving"))[0],
+    assert replica_nodes.decode_assignment(zk.get(replica_nodes.assignment_path("moving"))[0],
                                      "moving") == {0: (1,)}
-    assert zk.exists(zknodes.REASSIGN_PARTITIONS) is not None
+    assert zk.exists(replica_nodes.REASSIGN_PARTITIONS) is not None
     assert not [n for n in told if n.kind == STOP_REPLICA]
     s = state(zk, "moving", 0)
     assert (s["leader"], s["isr"]) == (1, [1])
@@ -624,7 +624,7 @@ def test_reassign_generate_proposes_a_plan_that_execute_takes(cluster, tmp_path)
     for i in (1, 2, 3, 4):
         zk.create(paths.broker_path(i), paths.encode_broker(
             paths.BrokerInfo(i, "127.0.0.1", 9000 + i, None)), makepath=True)
-    zk.create(zknodes.assignment_path("g"), zknodes.encode_assignment({0: [1, 2], 1: [2, 1]}),
+    zk.create(replica_nodes.assignment_path("g"), replica_nodes.encode_assignment({0: [1, 2], 1: [2, 1]}),
               makepath=True)
     topics = tmp_path / "topics.json"
     topics.write_text('{"version":1,"topics":[{"topic":"g"}]}')
@@ -645,7 +645,7 @@ def test_reassign_generate_proposes_a_plan_that_execute_takes(cluster, tmp_path)
     result = hostbroker("reassign", "execute", "--zookeeper", connect,
                         "--reassignment-json-file", plan)
     assert result.returncode == 0, result.stderr
-    assert zknodes.decode_reassignment(zk.get(zknodes.REASSIGN_PARTITIONS)[0]) == {
+    assert replica_nodes.decode_reassignment(zk.get(replica_nodes.REASSIGN_PARTITIONS)[0]) == {
         ("g", e["partition"]): tuple(e["replicas"]) for e in proposed["partitions"]}
 
     result = hostbroker("reassign", "generate", "--zookeeper", connect,
@@ -674,7 +674,7 @@ def test_reassign_generate_proposes_a_plan_that_execute_takes(cluster, tmp_path)
     for i in range(5, 11):
         zk.create(paths.broker_path(i), paths.encode_broker(
             paths.BrokerInfo(i, "127.0.0.1", 9000 + i, None)), makepath=True)
-    zk.delete(zknodes.REASSIGN_PARTITIONS)
+    zk.delete(replica_nodes.REASSIGN_PARTITIONS)
     plan.write_text('{"version":1,"partitions":[{"topic":"g","partition":0,'
                     '"replicas":[3,4,5,6,7,8,9,10]}]}')
     result = hostbroker("reassign", "execute", "--zookeeper", connect,
@@ -682,7 +682,7 @@ def test_reassign_generate_proposes_a_plan_that_execute_takes(cluster, tmp_path)
     assert (result.returncode, one_line_error(result)) == (
         1, "hostbroker reassign execute: g-0: old and new replicas together are 10 brokers, "
            "over the most a partition may have (8); move it in smaller steps")
-    assert zk.exists(zknodes.REASSIGN_PARTITIONS) is None
+    assert zk.exists(replica_nodes.REASSIGN_PARTITIONS) is None
 
 
 def _register(zk, *ids: int) -> None:
@@ -717,7 +717,7 @@ def test_the_rebuild_reads_each_state_node_once(cluster):  # noqa: F811
 
     _, zk = cluster
     _register(zk, 1, 2, 3)
-    zk.create(zknodes.assignment_path("wide"), zknodes.encode_assignment(
+    zk.create(replica_nodes.assignment_path("wide"), replica_nodes.encode_assignment(
         {p: [1 + p % 3, 1 + (p + 1) % 3, 1 + (p + 2) % 3] for p in range(8)}), makepath=True)
     Controller(zk, 1, lambda notice: None).try_elect()
     first = Controller(zk, 1, lambda notice: None)
@@ -745,10 +745,10 @@ def test_unclean_election_also_when_a_replica_broker_returns(cluster):  # noqa: 
     _register(zk, 3)
     offline = b'{"version":1,"leader":-1,"leader_epoch":4,"isr":[1],"controller_epoch":0}'
     for topic in ("lost", "willing"):
-        zk.create(zknodes.assignment_path(topic), zknodes.encode_assignment({0: [1, 2]}),
+        zk.create(replica_nodes.assignment_path(topic), replica_nodes.encode_assignment({0: [1, 2]}),
                   makepath=True)
-        zk.create(zknodes.state_path(topic, 0), offline, makepath=True)
-    zk.create(zknodes.topic_config_path("willing"), zknodes.encode_topic_config(
+        zk.create(replica_nodes.state_path(topic, 0), offline, makepath=True)
+    zk.create(replica_nodes.topic_config_path("willing"), replica_nodes.encode_topic_config(
         {"unclean.leader.election.enable": "true", "min.insync.replicas": "1"}), makepath=True)
     told = []
     clean = Controller(zk, 3, told.append)
@@ -774,8 +774,8 @@ def test_unclean_election_also_when_a_replica_broker_returns(cluster):  # noqa: 
     c.brokers_changed()
     s = state(zk, "lost", 0)
     assert (s["leader"], s["isr"]) == (-1, [2])
-    data, stat = zk.get(zknodes.state_path("lost", 0))
-    zk.set(zknodes.state_path("lost", 0), offline, version=stat.version)
+    data, stat = zk.get(replica_nodes.state_path("lost", 0))
+    zk.set(replica_nodes.state_path("lost", 0), offline, version=stat.version)
     _register(zk, 2)
     c.brokers_changed()
     s = state(zk, "lost", 0)
@@ -793,15 +793,15 @@ def test_a_pending_deletion_is_resumed_by_a_new_controller(cluster):  # noqa: F8
 
     connect, zk = cluster
     _register(zk, 1, 2)
-    zk.create(zknodes.assignment_path("doomed"),
-              zknodes.encode_assignment({0: [1, 2, 3], 1: [2, 3, 1]}), makepath=True)
-    zk.create(zknodes.topic_config_path("doomed"), zknodes.encode_topic_config({}),
+    zk.create(replica_nodes.assignment_path("doomed"),
+              replica_nodes.encode_assignment({0: [1, 2, 3], 1: [2, 3, 1]}), makepath=True)
+    zk.create(replica_nodes.topic_config_path("doomed"), replica_nodes.encode_topic_config({}),
               makepath=True)
     told = []
     c = Controller(zk, 1, told.append)
     assert c.try_elect()
     c.rebuild()
-    zk.create(zknodes.delete_topic_path("doomed"), b"", makepath=True)
+    zk.create(replica_nodes.delete_topic_path("doomed"), b"", makepath=True)
     told.clear()
     c.delete_topics()
     stops = {n.broker_id: n for n in told if n.kind == STOP_REPLICA}
@@ -810,8 +810,8 @@ def test_a_pending_deletion_is_resumed_by_a_new_controller(cluster):  # noqa: F8
     for n in stops.values():
         c.replicas_deleted(n)
     c.delete_topics()
-    for path in (zknodes.delete_topic_path("doomed"), zknodes.assignment_path("doomed"),
-                 zknodes.state_path("doomed", 0), zknodes.topic_config_path("doomed")):
+    for path in (replica_nodes.delete_topic_path("doomed"), replica_nodes.assignment_path("doomed"),
+                 replica_nodes.state_path("doomed", 0), replica_nodes.topic_config_path("doomed")):
         assert zk.exists(path) is not None, path
 
     told.clear()
@@ -823,7 +823,7 @@ def test_a_pending_deletion_is_resumed_by_a_new_controller(cluster):  # noqa: F8
     assert sorted(n.broker_id for n in told if n.kind == STOP_REPLICA) == [1, 2]
     for n in told:
         again.replicas_deleted(n)
-    assert zk.exists(zknodes.delete_topic_path("doomed")) is not None
+    assert zk.exists(replica_nodes.delete_topic_path("doomed")) is not None
     told.clear()
     _register(zk, 3)
     again.brokers_changed()
@@ -832,8 +832,8 @@ def test_a_pending_deletion_is_resumed_by_a_new_controller(cluster):  # noqa: F8
     assert back.broker_id == 3 and sorted(back.stop) == [("doomed", 0), ("doomed", 1)]
     assert not [n for n in told if n.kind == LEADER_AND_ISR]
     again.replicas_deleted(back)
-    for path in (zknodes.delete_topic_path("doomed"), zknodes.assignment_path("doomed"),
-                 zknodes.topic_config_path("doomed")):
+    for path in (replica_nodes.delete_topic_path("doomed"), replica_nodes.assignment_path("doomed"),
+                 replica_nodes.topic_config_path("doomed")):
         assert zk.exists(path) is None, path
     assert "doomed" not in again.deleting
 
@@ -849,12 +849,12 @@ def test_a_copy_moved_away_from_a_broker_that_is_down_is_deleted_when_it_returns
 
     _, zk = cluster
     _register(zk, 1, 3)
-    zk.create(zknodes.assignment_path("m"), zknodes.encode_assignment({0: [1, 2], 1: [1, 2]}),
+    zk.create(replica_nodes.assignment_path("m"), replica_nodes.encode_assignment({0: [1, 2], 1: [1, 2]}),
               makepath=True)
-    zk.create(zknodes.state_path("m", 0),
+    zk.create(replica_nodes.state_path("m", 0),
               b'{"version":1,"leader":1,"leader_epoch":0,"isr":[1],"controller_epoch":0}',
               makepath=True)
-    zk.create(zknodes.state_path("m", 1),
+    zk.create(replica_nodes.state_path("m", 1),
               b'{"version":1,"leader":1,"leader_epoch":0,"isr":[1],"controller_epoch":0}',
               makepath=True)
     told = []
@@ -863,11 +863,11 @@ def test_a_copy_moved_away_from_a_broker_that_is_down_is_deleted_when_it_returns
     c.rebuild()
 
     def moved(p: int, target: list[int]) -> None:
-        zk.create(zknodes.REASSIGN_PARTITIONS,
-                  zknodes.encode_reassignment({("m", p): target}), makepath=True)
+        zk.create(replica_nodes.REASSIGN_PARTITIONS,
+                  replica_nodes.encode_reassignment({("m", p): target}), makepath=True)
         assert c.reassign() == []  # the new replicas told to follow
-        data, stat = zk.get(zknodes.state_path("m", p))  # they caught up (leader's commit)
-        zk.set(zknodes.state_path("m", p), data.replace(b'"isr":[1]', b'"isr":[1,3]'),
+        data, stat = zk.get(replica_nodes.state_path("m", p))  # they caught up (leader's commit)
+        zk.set(replica_nodes.state_path("m", p), data.replace(b'"isr":[1]', b'"isr":[1,3]'),
                version=stat.version)
         assert c.reassign() == [("m", p)]
 
@@ -875,8 +875,8 @@ def test_a_copy_moved_away_from_a_broker_that_is_down_is_deleted_when_it_returns
     moved(1, [1, 3])
     assert not [n for n in told if n.kind == STOP_REPLICA]  # broker 2 is down
     # partition 1 goes back to broker 2 before it returns: that copy is wanted again
-    zk.create(zknodes.REASSIGN_PARTITIONS,
-              zknodes.encode_reassignment({("m", 1): [1, 2]}), makepath=True)
+    zk.create(replica_nodes.REASSIGN_PARTITIONS,
+              replica_nodes.encode_reassignment({("m", 1): [1, 2]}), makepath=True)
     assert c.reassign() == []
     told.clear()
     _register(zk, 2)

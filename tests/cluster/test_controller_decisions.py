@@ -4,7 +4,7 @@ return, a preferred election and a controlled shutdown."""
 from __future__ import annotations
 
 from hostbroker.cluster.controller import after_failure, after_return, preferred, without
-from hostbroker.replication.zknodes import PartitionState
+from hostbroker.cluster.replica_nodes import PartitionState
 
 
 def state(leader, epoch, isr):

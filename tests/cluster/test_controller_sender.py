@@ -16,7 +16,7 @@ from hostbroker.cluster import paths
 from hostbroker.cluster.controller import LEADER_AND_ISR, Notice
 from hostbroker.errors import ErrorCode
 from hostbroker.protocol import replication as rproto
-from hostbroker.replication.zknodes import PartitionState
+from hostbroker.cluster.replica_nodes import PartitionState
 from hostbroker.workers.registrar_controller import BrokerSender
 
 

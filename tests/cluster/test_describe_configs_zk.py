@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 
-from hostbroker.replication import zknodes
+from hostbroker.cluster import replica_nodes
 from tests.cluster.test_alter_zk_cli import pair  # noqa: F401 - fixture
 from tests.integration.cli import hostbroker
 from tests.replication.support import create, poll, settled
@@ -48,8 +48,8 @@ def test_describe_shows_every_topics_overrides_and_names_a_bad_config_node(
     assert done.stderr == b""
 
     # garbage in one config node, a line-breaking value in another
-    zk.set(zknodes.topic_config_path("broken"), b'{"version":1,"config":[1,2')
-    zk.set(zknodes.topic_config_path("rep"), zknodes.encode_topic_config(
+    zk.set(replica_nodes.topic_config_path("broken"), b'{"version":1,"config":[1,2')
+    zk.set(replica_nodes.topic_config_path("rep"), replica_nodes.encode_topic_config(
         {"retention.ms": "600000\ntopic: forged  partitions: 9"}))
     done = hostbroker("topics", "describe", "--zookeeper", zookeeper.connect)
     assert done.returncode == 0, done.stderr.decode()

@@ -22,7 +22,7 @@ from hostbroker.cluster import paths
 from hostbroker.cluster.discovery import read_snapshot
 from hostbroker.errors import ErrorCode
 from hostbroker.log.message import iter_messages
-from hostbroker.replication.zknodes import assignment_path, state_path
+from hostbroker.cluster.replica_nodes import assignment_path, state_path
 from tests.cluster.zkserver import ZooKeeperServer
 from tests.integration.broker import Broker
 from tests.integration.wire_helpers import log_end, new_topic, read_log, stop_or_kill

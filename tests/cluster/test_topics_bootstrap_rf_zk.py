@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 
 from hostbroker.cluster import paths
-from hostbroker.replication import zknodes
+from hostbroker.cluster import replica_nodes
 from tests.cluster.test_broker_registration import cluster_broker
 from tests.integration.cli import hostbroker, lines, one_line_error
 
@@ -36,9 +36,9 @@ def test_a_cluster_broker_refuses_local_replicas_in_one_line(make_broker, tmp_pa
     # nothing made: no topic on the broker, no partition dir, nothing in ZooKeeper
     assert "wide" not in lines(hostbroker("topics", "list", *b))
     assert not [n for d in dirs for n in os.listdir(d) if n.startswith("wide")]
-    assert zk.exists(zknodes.assignment_path("wide")) is None
+    assert zk.exists(replica_nodes.assignment_path("wide")) is None
     assert zk.exists(paths.topic_path("wide")) is None
-    assert zk.exists(zknodes.topic_config_path("wide")) is None
+    assert zk.exists(replica_nodes.topic_config_path("wide")) is None
 
     # the plain topic of that broker is still what R = 1 makes
     plain = hostbroker("topics", "create", *b, "--topic", "wide", "--replication-factor", "1")

@@ -20,7 +20,7 @@ import json
 from hostbroker.cluster import paths, zkread
 from hostbroker.cluster.controller import Controller
 from hostbroker.cluster.topic_changes import CONFIG_CHANGES, notify_config_change
-from hostbroker.replication import zknodes
+from hostbroker.cluster import replica_nodes
 from hostbroker.workers.registrar_controller import request_of
 from tests.cluster.zkfixtures import Said, cluster, zkserver  # noqa: F401 - fixtures
 
@@ -49,7 +49,7 @@ def started(zk, **kw):
 def test_hostile_change_nodes_are_left_out_and_a_good_one_still_acts(cluster):
     _, zk = cluster
     live(zk, 1, 2)
-    zk.create(zknodes.assignment_path("t"), zknodes.encode_assignment({0: [1, 2]}),
+    zk.create(replica_nodes.assignment_path("t"), replica_nodes.encode_assignment({0: [1, 2]}),
               makepath=True)
     controller, said, told = started(zk)
     prefix = f"{CONFIG_CHANGES}/config_change_"
@@ -57,7 +57,7 @@ def test_hostile_change_nodes_are_left_out_and_a_good_one_still_acts(cluster):
                   b'"' + b"x" * 300 + b'"', b"t", b'"' + b"y" * 300_000 + b'"', b""):
         zk.create(prefix, value, sequence=True, makepath=True)
     zk.create(f"{CONFIG_CHANGES}/not-a-sequence-name", b'"nope"')  # a topic that is none
-    zk.create(zknodes.topic_config_path("t"), zknodes.encode_topic_config({"flush.ms": "5"}),
+    zk.create(replica_nodes.topic_config_path("t"), replica_nodes.encode_topic_config({"flush.ms": "5"}),
               makepath=True)
     notify_config_change(zk, "t")
     assert controller.config_changes() == ["t"]
@@ -73,16 +73,16 @@ def test_hostile_change_nodes_are_left_out_and_a_good_one_still_acts(cluster):
 def test_a_config_the_writers_cannot_take_is_not_sent_and_the_last_good_one_stands(cluster):
     _, zk = cluster
     live(zk, 1, 2)
-    zk.create(zknodes.topic_config_path("t"), zknodes.encode_topic_config(
+    zk.create(replica_nodes.topic_config_path("t"), replica_nodes.encode_topic_config(
         {"retention.ms": "1000"}), makepath=True)
-    zk.create(zknodes.assignment_path("t"), zknodes.encode_assignment({0: [1, 2]}),
+    zk.create(replica_nodes.assignment_path("t"), replica_nodes.encode_assignment({0: [1, 2]}),
               makepath=True)
     controller, said, told = started(zk)
     for bad in (b"not json", b'{"version":1,"config":{"retention.ms":["x"]}}',
-                zknodes.encode_topic_config({"retention.ms": "soon"}),
-                zknodes.encode_topic_config({"min.insync.replicas": "3"}),  # RF is 2
-                zknodes.encode_topic_config({"unknown.key": "1"})):
-        zk.set(zknodes.topic_config_path("t"), bad)
+                replica_nodes.encode_topic_config({"retention.ms": "soon"}),
+                replica_nodes.encode_topic_config({"min.insync.replicas": "3"}),  # RF is 2
+                replica_nodes.encode_topic_config({"unknown.key": "1"})):
+        zk.set(replica_nodes.topic_config_path("t"), bad)
         notify_config_change(zk, "t")
         assert controller.config_changes() == []
         assert controller.configs["t"] == {"retention.ms": "1000"}
@@ -101,11 +101,11 @@ def test_a_config_the_writers_cannot_take_is_not_sent_and_the_last_good_one_stan
 def test_an_assignment_that_loses_partitions_or_turns_bad_changes_nothing(cluster):
     _, zk = cluster
     live(zk, 1, 2)
-    zk.create(zknodes.assignment_path("t"), zknodes.encode_assignment(
+    zk.create(replica_nodes.assignment_path("t"), replica_nodes.encode_assignment(
         {0: [1, 2], 1: [2, 1], 2: [1, 2]}), makepath=True)
     controller, said, told = started(zk)
-    path = zknodes.assignment_path("t")
-    for value in (zknodes.encode_assignment({0: [1, 2]}),  # shrunk
+    path = replica_nodes.assignment_path("t")
+    for value in (replica_nodes.encode_assignment({0: [1, 2]}),  # shrunk
                   json.dumps({"version": 1, "partitions": {
                       **{str(p): [1, 2] for p in range(3)}, "3": list(range(9))}}).encode(),
                   json.dumps({"version": 1, "partitions": {
@@ -118,16 +118,16 @@ def test_an_assignment_that_loses_partitions_or_turns_bad_changes_nothing(cluste
     assert one_liners(said)
     assert {p for p, _ in said.lines} == {path}
     # a good growth after all that is taken
-    zk.set(path, zknodes.encode_assignment({0: [1, 2], 1: [2, 1], 2: [1, 2], 3: [2, 1]}))
+    zk.set(path, replica_nodes.encode_assignment({0: [1, 2], 1: [2, 1], 2: [1, 2], 3: [2, 1]}))
     assert controller.partitions_added(["t"]) == [("t", 3)]
 
 
 def test_change_nodes_past_the_children_bound_cost_bounded_work(cluster):
     _, zk = cluster
     live(zk, 1)
-    zk.create(zknodes.assignment_path("t"), zknodes.encode_assignment({0: [1]}),
+    zk.create(replica_nodes.assignment_path("t"), replica_nodes.encode_assignment({0: [1]}),
               makepath=True)
-    zk.create(zknodes.topic_config_path("t"), zknodes.encode_topic_config({"flush.ms": "5"}),
+    zk.create(replica_nodes.topic_config_path("t"), replica_nodes.encode_topic_config({"flush.ms": "5"}),
               makepath=True)
     bounds = zkread.Bounds.of({"zookeeper.max.children": 5})
     controller, said, told = started(zk, bounds=bounds)
@@ -156,7 +156,7 @@ def test_a_change_naming_a_topic_that_is_not_replicated_is_ignored(cluster):
     _, zk = cluster
     live(zk, 1)
     zk.create(paths.topic_path("plain"), b"", makepath=True)  # a 0.7-style topic
-    zk.create(zknodes.topic_config_path("plain"), zknodes.encode_topic_config(
+    zk.create(replica_nodes.topic_config_path("plain"), replica_nodes.encode_topic_config(
         {"retention.ms": "1"}), makepath=True)
     controller, said, told = started(zk)
     notify_config_change(zk, "plain")

@@ -26,7 +26,7 @@ from hostbroker.cluster import paths
 from hostbroker.errors import ErrorCode, ProtocolError
 from hostbroker.protocol import api
 from hostbroker.protocol.primitives import Writer
-from hostbroker.replication.zknodes import assignment_path, state_path
+from hostbroker.cluster.replica_nodes import assignment_path, state_path
 from tests.cluster.zkfixtures import Said, kazoo, zkserver  # noqa: F401 - fixture
 from tests.integration.wire_helpers import new_topic
 

@@ -16,7 +16,7 @@ import pytest
 
 from hostbroker.cluster import paths, zkread
 from hostbroker.cluster.controller import Controller
-from hostbroker.replication import zknodes
+from hostbroker.cluster import replica_nodes
 from tests.cluster.zkfixtures import Said, chrooted, zkserver  # noqa: F401 - fixture
 from tests.integration.cli import hostbroker, one_line_error
 
@@ -28,8 +28,8 @@ def zk(zkserver, request):  # noqa: F811 - the imported fixture
 
 
 def _topic(zk, name: str, partitions: int) -> None:
-    zk.create(zknodes.assignment_path(name),
-              zknodes.encode_assignment({p: [1] for p in range(partitions)}), makepath=True)
+    zk.create(replica_nodes.assignment_path(name),
+              replica_nodes.encode_assignment({p: [1] for p in range(partitions)}), makepath=True)
 
 
 def test_the_controller_removes_admin_requests_too_long_to_read(zk):
@@ -44,11 +44,11 @@ def test_the_controller_removes_admin_requests_too_long_to_read(zk):
     padding = [{"topic": "t", "partition": 0, "pad": "x" * 1000}] * 300
     too_long = json.dumps({"version": 1, "partitions": padding}).encode()
     assert len(too_long) > zkread.DEFAULT.node_bytes
-    zk.create(zknodes.PREFERRED_REPLICA_ELECTION, too_long, makepath=True)
-    zk.create(zknodes.REASSIGN_PARTITIONS, too_long, makepath=True)
+    zk.create(replica_nodes.PREFERRED_REPLICA_ELECTION, too_long, makepath=True)
+    zk.create(replica_nodes.REASSIGN_PARTITIONS, too_long, makepath=True)
     assert controller.preferred_election() == []
     assert controller.reassign() == []
-    for path in (zknodes.PREFERRED_REPLICA_ELECTION, zknodes.REASSIGN_PARTITIONS):
+    for path in (replica_nodes.PREFERRED_REPLICA_ELECTION, replica_nodes.REASSIGN_PARTITIONS):
         assert zk.exists(path) is None, path
         assert any(p == path and "zookeeper.max.node.bytes" in line for p, line in said.lines)
 
@@ -66,12 +66,12 @@ def test_the_tools_do_not_write_a_request_the_controller_cannot_read(zk, tmp_pat
                         "--reassignment-json-file", str(plan))
     line = one_line_error(result)
     assert line.startswith("hostbroker reassign execute: ") and "bytes" in line, line
-    assert zk.exists(zknodes.REASSIGN_PARTITIONS) is None
+    assert zk.exists(replica_nodes.REASSIGN_PARTITIONS) is None
     # every partition led by no one: each of them would be in the election
     result = hostbroker("leaders", "elect", "--zookeeper", connect)
     line = one_line_error(result)
     assert line.startswith("hostbroker leaders elect: ") and "--topic" in line, line
-    assert zk.exists(zknodes.PREFERRED_REPLICA_ELECTION) is None
+    assert zk.exists(replica_nodes.PREFERRED_REPLICA_ELECTION) is None
 
 
 def test_a_zookeeper_refusal_is_one_line_not_a_traceback(zk, tmp_path):
@@ -81,7 +81,7 @@ def test_a_zookeeper_refusal_is_one_line_not_a_traceback(zk, tmp_path):
 
     zk, connect = zk
     _topic(zk, "t", 1)
-    zk.create(zknodes.ADMIN, b"", acl=[make_acl("world", "anyone", read=True)])
+    zk.create(replica_nodes.ADMIN, b"", acl=[make_acl("world", "anyone", read=True)])
     result = hostbroker("leaders", "elect", "--zookeeper", connect)
     assert one_line_error(result) == (
         f"hostbroker leaders elect: ZooKeeper at {connect}: NoAuthError")

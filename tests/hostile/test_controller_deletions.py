@@ -20,7 +20,7 @@ import pytest
 
 from hostbroker.cluster import paths
 from hostbroker.cluster.controller import STOP_REPLICA, Controller
-from hostbroker.replication import zknodes
+from hostbroker.cluster import replica_nodes
 from tests.cluster.zkfixtures import Said, chrooted, zkserver  # noqa: F401 - fixture
 
 
@@ -52,14 +52,14 @@ def _broker(zk, broker_id: int) -> None:
 
 def test_many_deletion_requests_cost_bounded_work_per_pass(zk):
     _broker(zk, 1)
-    zk.create(zknodes.assignment_path("real"), zknodes.encode_assignment({0: [1]}),
+    zk.create(replica_nodes.assignment_path("real"), replica_nodes.encode_assignment({0: [1]}),
               makepath=True)
-    zk.ensure_path(zknodes.DELETE_TOPICS)
+    zk.ensure_path(replica_nodes.DELETE_TOPICS)
     transaction = zk.transaction()
     for i in range(400):
-        transaction.create(zknodes.delete_topic_path(f"nope{i:04d}"), b"")
+        transaction.create(replica_nodes.delete_topic_path(f"nope{i:04d}"), b"")
     assert not any(isinstance(r, Exception) for r in transaction.commit())
-    zk.create(zknodes.delete_topic_path("real"), b"")
+    zk.create(replica_nodes.delete_topic_path("real"), b"")
     counting, told = _Counting(zk), []
     c = Controller(counting, 1, told.append, deletes_per_pass=100)
     assert c.try_elect()
@@ -68,13 +68,13 @@ def test_many_deletion_requests_cost_bounded_work_per_pass(zk):
         before = counting.reads
         c.delete_topics()
         assert counting.reads - before <= 100
-    assert zk.get_children(zknodes.DELETE_TOPICS) == ["real"]
+    assert zk.get_children(replica_nodes.DELETE_TOPICS) == ["real"]
     c.delete_topics()  # "real" (sorted last): its replica told to delete it
     (stop,) = [n for n in told if n.kind == STOP_REPLICA]
     assert stop.stop == [("real", 0)] and stop.delete
     c.replicas_deleted(stop)
-    assert zk.get_children(zknodes.DELETE_TOPICS) == []
-    assert zk.exists(zknodes.assignment_path("real")) is None
+    assert zk.get_children(replica_nodes.DELETE_TOPICS) == []
+    assert zk.exists(replica_nodes.assignment_path("real")) is None
 
 
 def test_a_reassignment_whose_old_and_new_replicas_are_over_8_is_dropped(zk):
@@ -82,41 +82,41 @@ def test_a_reassignment_whose_old_and_new_replicas_are_over_8_is_dropped(zk):
     LEADER_AND_ISR, which no request can carry, wedging that broker's sender."""
     for i in range(1, 11):
         _broker(zk, i)
-    zk.create(zknodes.assignment_path("m"), zknodes.encode_assignment({0: [1, 2]}),
+    zk.create(replica_nodes.assignment_path("m"), replica_nodes.encode_assignment({0: [1, 2]}),
               makepath=True)
     said, told = Said(), []
     c = Controller(zk, 1, told.append, report=said)
     assert c.try_elect()
     c.rebuild()
-    zk.create(zknodes.REASSIGN_PARTITIONS,
-              zknodes.encode_reassignment({("m", 0): list(range(3, 11))}), makepath=True)
+    zk.create(replica_nodes.REASSIGN_PARTITIONS,
+              replica_nodes.encode_reassignment({("m", 0): list(range(3, 11))}), makepath=True)
     told.clear()
     assert c.reassign() == [("m", 0)]
     assert told == []
-    assert zk.exists(zknodes.REASSIGN_PARTITIONS) is None
+    assert zk.exists(replica_nodes.REASSIGN_PARTITIONS) is None
     assert any("over the most a partition may have (8)" in line for _, line in said.lines)
-    assert zknodes.decode_assignment(zk.get(zknodes.assignment_path("m"))[0], "m") == {
+    assert replica_nodes.decode_assignment(zk.get(replica_nodes.assignment_path("m"))[0], "m") == {
         0: (1, 2)}
 
 
 @pytest.mark.parametrize("epoch_node", [b"garbage", b"-5", None])
 def test_a_damaged_controller_epoch_does_not_send_the_epoch_back(zk, epoch_node):
     _broker(zk, 1)
-    zk.create(zknodes.assignment_path("t"), zknodes.encode_assignment({0: [1], 1: [1]}),
+    zk.create(replica_nodes.assignment_path("t"), replica_nodes.encode_assignment({0: [1], 1: [1]}),
               makepath=True)
-    zk.create(zknodes.state_path("t", 0), zknodes.encode_state(
-        zknodes.PartitionState(1, 3, (1,), 41)), makepath=True)
-    zk.create(zknodes.state_path("t", 1), zknodes.encode_state(
-        zknodes.PartitionState(1, 0, (1,), 17)), makepath=True)
+    zk.create(replica_nodes.state_path("t", 0), replica_nodes.encode_state(
+        replica_nodes.PartitionState(1, 3, (1,), 41)), makepath=True)
+    zk.create(replica_nodes.state_path("t", 1), replica_nodes.encode_state(
+        replica_nodes.PartitionState(1, 0, (1,), 17)), makepath=True)
     if epoch_node is not None:
-        zk.create(zknodes.CONTROLLER_EPOCH, epoch_node, makepath=True)
+        zk.create(replica_nodes.CONTROLLER_EPOCH, epoch_node, makepath=True)
     said = Said()
     c = Controller(zk, 1, lambda notice: None, report=said)
     assert c.try_elect()
     c.rebuild()
     assert c.epoch == 42
-    assert zk.get(zknodes.CONTROLLER_EPOCH)[0] == b"42"
-    assert any(path == zknodes.CONTROLLER_EPOCH for path, _ in said.lines)
+    assert zk.get(replica_nodes.CONTROLLER_EPOCH)[0] == b"42"
+    assert any(path == replica_nodes.CONTROLLER_EPOCH for path, _ in said.lines)
 
 
 def test_many_topics_deleted_at_once_are_one_request_per_broker(zk):
@@ -127,7 +127,7 @@ def test_many_topics_deleted_at_once_are_one_request_per_broker(zk):
         _broker(zk, i)
     topics = [f"gone{i:03d}" for i in range(80)]
     for topic in topics:
-        zk.create(zknodes.assignment_path(topic), zknodes.encode_assignment({0: [1, 3],
+        zk.create(replica_nodes.assignment_path(topic), replica_nodes.encode_assignment({0: [1, 3],
                                                                                1: [2, 3]}),
                   makepath=True)
     told = []
@@ -135,7 +135,7 @@ def test_many_topics_deleted_at_once_are_one_request_per_broker(zk):
     assert c.try_elect()
     c.rebuild()
     for topic in topics:
-        zk.create(zknodes.delete_topic_path(topic), b"", makepath=True)
+        zk.create(replica_nodes.delete_topic_path(topic), b"", makepath=True)
     told.clear()
     c.delete_topics()
     stops = [n for n in told if n.kind == STOP_REPLICA]
@@ -143,11 +143,11 @@ def test_many_topics_deleted_at_once_are_one_request_per_broker(zk):
     for n in stops:
         assert n.delete and sorted(n.stop) == [(t, n.broker_id - 1) for t in topics]
         c.replicas_deleted(n)
-    assert len(zk.get_children(zknodes.DELETE_TOPICS)) == 80  # broker 3 has not answered
+    assert len(zk.get_children(replica_nodes.DELETE_TOPICS)) == 80  # broker 3 has not answered
     told.clear()
     _broker(zk, 3)
     c.brokers_changed()
     (back,) = [n for n in told if n.kind == STOP_REPLICA]
     assert back.broker_id == 3 and len(back.stop) == 160
     c.replicas_deleted(back)
-    assert zk.get_children(zknodes.DELETE_TOPICS) == []
+    assert zk.get_children(replica_nodes.DELETE_TOPICS) == []

@@ -25,7 +25,7 @@ import pytest
 
 from hostbroker.errors import ErrorCode
 from hostbroker.protocol import replication as rproto
-from hostbroker.replication import zknodes
+from hostbroker.cluster import replica_nodes
 from hostbroker.shm.peers import PeersTable
 from hostbroker.shm.region import broker_prefix, region_name, remove_stale
 from hostbroker.workers.registrar_fence import ControllerFence
@@ -60,8 +60,8 @@ def controller(zk) -> tuple[int, int] | None:
     from kazoo.exceptions import NoNodeError
 
     try:
-        holder = json.loads(zk.get(zknodes.CONTROLLER)[0])["brokerid"]
-        return holder, int(zk.get(zknodes.CONTROLLER_EPOCH)[0])
+        holder = json.loads(zk.get(replica_nodes.CONTROLLER)[0])["brokerid"]
+        return holder, int(zk.get(replica_nodes.CONTROLLER_EPOCH)[0])
     except NoNodeError:
         return None
 
@@ -155,24 +155,24 @@ def test_hostile_controller_nodes_confirm_no_controller(cluster, peers):  # noqa
     assert fence.read_and_publish(zk) and peers.zk_controller is None  # no nodes yet
 
     # an epoch written before the /controller node: the previous controller's
-    zk.create(zknodes.CONTROLLER_EPOCH, b"4")
-    zk.create(zknodes.CONTROLLER, zknodes.encode_controller(3), ephemeral=True)
+    zk.create(replica_nodes.CONTROLLER_EPOCH, b"4")
+    zk.create(replica_nodes.CONTROLLER, replica_nodes.encode_controller(3), ephemeral=True)
     assert fence.read_and_publish(zk) and peers.zk_controller is None
-    zk.set(zknodes.CONTROLLER_EPOCH, b"5")  # the new controller takes its epoch
+    zk.set(replica_nodes.CONTROLLER_EPOCH, b"5")  # the new controller takes its epoch
     assert fence.read_and_publish(zk) and peers.zk_controller == (5, 3)
 
     for bad in (b"99999999999", b"-1", b"5x", b"\xff", b"9" * 300_000, b""):
         try:
-            zk.set(zknodes.CONTROLLER_EPOCH, bad)
+            zk.set(replica_nodes.CONTROLLER_EPOCH, bad)
         except Exception:  # noqa: BLE001 - over ZooKeeper's own node size: not storable
             continue
         assert fence.read_and_publish(zk) and peers.zk_controller is None, bad
-        zk.set(zknodes.CONTROLLER_EPOCH, b"6")
+        zk.set(replica_nodes.CONTROLLER_EPOCH, b"6")
         assert fence.read_and_publish(zk) and peers.zk_controller == (6, 3)
     for bad in (b"{", b'{"version":1,"brokerid":-4,"timestamp":"1"}',
                 b'{"version":1,"brokerid":"3","timestamp":"1"}', b"[" * 50_000):
-        zk.set(zknodes.CONTROLLER, bad)
-        zk.set(zknodes.CONTROLLER_EPOCH, b"7")
+        zk.set(replica_nodes.CONTROLLER, bad)
+        zk.set(replica_nodes.CONTROLLER_EPOCH, b"7")
         assert fence.read_and_publish(zk) and peers.zk_controller is None, bad
-    zk.delete(zknodes.CONTROLLER)
+    zk.delete(replica_nodes.CONTROLLER)
     assert fence.read_and_publish(zk) and peers.zk_controller is None

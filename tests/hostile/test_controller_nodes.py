@@ -16,7 +16,7 @@ import pytest
 
 from hostbroker.cluster import paths
 from hostbroker.cluster.controller import Controller
-from hostbroker.replication import zknodes
+from hostbroker.cluster import replica_nodes
 from tests.cluster.zkfixtures import Said, chrooted, zkserver  # noqa: F401 - fixture
 from tests.integration.cli import hostbroker, one_line_error
 
@@ -34,32 +34,32 @@ def live(zk, *ids):
 
 
 def state(zk, topic, p):
-    return json.loads(zk.get(zknodes.state_path(topic, p))[0])
+    return json.loads(zk.get(replica_nodes.state_path(topic, p))[0])
 
 
 def test_hostile_replication_nodes_are_left_out_and_the_controller_goes_on(zk):
     live(zk, 1, 2)
-    zk.create(zknodes.assignment_path("good"), zknodes.encode_assignment({0: [1, 2]}),
+    zk.create(replica_nodes.assignment_path("good"), replica_nodes.encode_assignment({0: [1, 2]}),
               makepath=True)
     hostile = {
-        zknodes.assignment_path("deep"): b"[" * 20_000 + b"]" * 20_000,
-        zknodes.assignment_path("huge"): json.dumps(
+        replica_nodes.assignment_path("deep"): b"[" * 20_000 + b"]" * 20_000,
+        replica_nodes.assignment_path("huge"): json.dumps(
             {"version": 1, "partitions": {str(p): [1] for p in range(20_000)}}).encode(),
-        zknodes.assignment_path("nine"): json.dumps(
+        replica_nodes.assignment_path("nine"): json.dumps(
             {"version": 1, "partitions": {"0": list(range(9))}}).encode(),
-        zknodes.assignment_path("twice"): b'{"version":1,"partitions":{"0":[1,1]}}',
-        zknodes.assignment_path("binary"): b"\xff\xfe{",
-        zknodes.topic_config_path("good"): b'{"version":1,"config":{"k":["not a string"]}}',
+        replica_nodes.assignment_path("twice"): b'{"version":1,"partitions":{"0":[1,1]}}',
+        replica_nodes.assignment_path("binary"): b"\xff\xfe{",
+        replica_nodes.topic_config_path("good"): b'{"version":1,"config":{"k":["not a string"]}}',
     }
     for path, value in hostile.items():
         zk.create(path, value, makepath=True)
     # a state node of a good topic, forged: a leader outside its ISR
-    zk.create(zknodes.assignment_path("forged"), zknodes.encode_assignment({0: [1, 2]}),
+    zk.create(replica_nodes.assignment_path("forged"), replica_nodes.encode_assignment({0: [1, 2]}),
               makepath=True)
-    zk.create(zknodes.state_path("forged", 0),
+    zk.create(replica_nodes.state_path("forged", 0),
               b'{"version":1,"leader":7,"leader_epoch":0,"isr":[1],"controller_epoch":0}',
               makepath=True)
-    zk.create(zknodes.CONTROLLER_EPOCH, b"not a number", makepath=True)
+    zk.create(replica_nodes.CONTROLLER_EPOCH, b"not a number", makepath=True)
     said = Said()
     told = []
     controller = Controller(zk, 1, told.append, report=said)
@@ -70,9 +70,9 @@ def test_hostile_replication_nodes_are_left_out_and_the_controller_goes_on(zk):
                                     "isr": [1, 2], "controller_epoch": 1}
     assert controller.configs["good"] is None  # the bad config is left out (not sent)
     # the forged state is left alone (not overwritten blindly), and said
-    assert json.loads(zk.get(zknodes.state_path("forged", 0))[0])["leader"] == 7
+    assert json.loads(zk.get(replica_nodes.state_path("forged", 0))[0])["leader"] == 7
     bad = {path for path, _ in said.lines}
-    assert set(hostile) | {zknodes.state_path("forged", 0), zknodes.CONTROLLER_EPOCH} <= bad
+    assert set(hostile) | {replica_nodes.state_path("forged", 0), replica_nodes.CONTROLLER_EPOCH} <= bad
     assert sorted(controller.topics) == ["forged", "good"]
     assert {n.broker_id for n in told} == {1, 2}
     assert all(len(problem.splitlines()) == 1 and len(problem) < 400
@@ -80,21 +80,21 @@ def test_hostile_replication_nodes_are_left_out_and_the_controller_goes_on(zk):
 
     # admin requests that do not decode are removed; a reassignment that cannot be
     # done is dropped; a shutdown request of a broker id that is none is removed
-    zk.create(zknodes.PREFERRED_REPLICA_ELECTION, b'{"version":1,"partitions":"all"}',
+    zk.create(replica_nodes.PREFERRED_REPLICA_ELECTION, b'{"version":1,"partitions":"all"}',
               makepath=True)
-    zk.create(zknodes.REASSIGN_PARTITIONS, zknodes.encode_reassignment(
+    zk.create(replica_nodes.REASSIGN_PARTITIONS, replica_nodes.encode_reassignment(
         {("good", 5): [1, 2], ("nope", 0): [1, 2]}), makepath=True)
-    zk.create(f"{zknodes.CONTROLLED_SHUTDOWN}/abc", b"", makepath=True)
-    zk.create(f"{zknodes.DELETE_TOPICS}/not-a-topic", b"", makepath=True)
+    zk.create(f"{replica_nodes.CONTROLLED_SHUTDOWN}/abc", b"", makepath=True)
+    zk.create(f"{replica_nodes.DELETE_TOPICS}/not-a-topic", b"", makepath=True)
     assert controller.preferred_election() == []
     assert controller.reassign() == [("good", 5), ("nope", 0)]
     assert controller.controlled_shutdown() == []
     controller.delete_topics()
-    for path in (zknodes.PREFERRED_REPLICA_ELECTION, zknodes.REASSIGN_PARTITIONS,
-                 f"{zknodes.CONTROLLED_SHUTDOWN}/abc"):
+    for path in (replica_nodes.PREFERRED_REPLICA_ELECTION, replica_nodes.REASSIGN_PARTITIONS,
+                 f"{replica_nodes.CONTROLLED_SHUTDOWN}/abc"):
         assert zk.exists(path) is None, path
-    assert zk.get_children(zknodes.DELETE_TOPICS) == []
-    assert json.loads(zk.get(zknodes.assignment_path("good"))[0])["partitions"] == {"0": [1, 2]}
+    assert zk.get_children(replica_nodes.DELETE_TOPICS) == []
+    assert json.loads(zk.get(replica_nodes.assignment_path("good"))[0])["partitions"] == {"0": [1, 2]}
     assert state(zk, "good", 0)["leader"] == 1
 
 
@@ -102,8 +102,8 @@ def test_a_controller_whose_node_was_taken_does_not_act(zk):
     live(zk, 1, 2)
     first = Controller(zk, 1, lambda notice: None)
     assert first.try_elect()
-    zk.delete(zknodes.CONTROLLER)
-    zk.create(zknodes.CONTROLLER, zknodes.encode_controller(2))  # forged: no session's
+    zk.delete(replica_nodes.CONTROLLER)
+    zk.create(replica_nodes.CONTROLLER, replica_nodes.encode_controller(2))  # forged: no session's
     assert not first.still_controller()
     assert not Controller(zk, 1, lambda notice: None).try_elect()
 
@@ -150,7 +150,7 @@ def test_a_registered_broker_answering_garbage_costs_the_controller_one_thread(t
     import time
 
     from hostbroker.cluster.controller import LEADER_AND_ISR, Notice
-    from hostbroker.replication.zknodes import PartitionState
+    from hostbroker.cluster.replica_nodes import PartitionState
     from hostbroker.workers.registrar_controller import BrokerSender
 
     answers = [b"\x7f\xff\xff\xff", b"\x00\x00\x00\x08garbage!", b"\x00\x00\x00\x02",

@@ -29,7 +29,7 @@ import os
 import pytest
 
 from hostbroker.config import Config
-from hostbroker.replication import zknodes
+from hostbroker.cluster import replica_nodes
 from hostbroker.shm.partitions import ONLINE, PartitionTable
 from hostbroker.shm.region import SharedRegion
 from hostbroker.shm.topicnames import INCOMPLETE, ReplicatedNames
@@ -71,10 +71,10 @@ def hold(table, slot: int, topic: str, partition: int) -> None:
 
 
 def test_hostile_assignments_publish_no_count(client, names):
-    client.create(zknodes.assignment_path("good"),
-                  zknodes.encode_assignment({p: [1, 2] for p in range(7)}), makepath=True)
-    client.create(zknodes.assignment_path("wide"),
-                  zknodes.encode_assignment({p: [1] for p in range(50)}))
+    client.create(replica_nodes.assignment_path("good"),
+                  replica_nodes.encode_assignment({p: [1, 2] for p in range(7)}), makepath=True)
+    client.create(replica_nodes.assignment_path("wide"),
+                  replica_nodes.encode_assignment({p: [1] for p in range(50)}))
     client.create("/brokers/topics/garbage", b"{not json")
     client.create("/brokers/topics/huge", b"x" * 5000)
     client.create("/brokers/topics/gap", b'{"version":1,"partitions":{"0":[1],"9":[1]}}')

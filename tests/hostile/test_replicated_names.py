@@ -24,7 +24,7 @@ from types import SimpleNamespace
 import pytest
 
 from hostbroker.cluster import zkread
-from hostbroker.replication import zknodes
+from hostbroker.cluster import replica_nodes
 from hostbroker.shm.region import SharedRegion
 from hostbroker.shm.topicnames import ReplicatedNames, name_hash
 from hostbroker.workers.registrar_names import ReplicatedTopics
@@ -76,7 +76,7 @@ def reader(client, names, **bounds):
 
 
 def test_hostile_topic_nodes_count_as_replicated_and_old_topics_stay_plain(client, names):
-    client.create(zknodes.assignment_path("good"), zknodes.encode_assignment({0: [1, 2]}),
+    client.create(replica_nodes.assignment_path("good"), replica_nodes.encode_assignment({0: [1, 2]}),
                   makepath=True)
     client.create("/brokers/topics/old07", b"")  # a 0.7-style topic: no value
     client.create("/brokers/topics/old07/1", b"1")
@@ -125,7 +125,7 @@ def test_more_replicated_names_than_fit_refuse_every_name(names):
 
 
 def test_a_deleted_replicated_topic_is_free_again(client, names):
-    client.create(zknodes.assignment_path("gone"), zknodes.encode_assignment({0: [3]}),
+    client.create(replica_nodes.assignment_path("gone"), replica_nodes.encode_assignment({0: [3]}),
                   makepath=True)
     r = reader(client, names)
     r.read_and_publish(client)

@@ -22,7 +22,7 @@ from hostbroker.cluster import zkread
 from hostbroker.errors import ErrorCode, ProtocolError, StorageError
 from hostbroker.log import epochs
 from hostbroker.protocol import replication as rp
-from hostbroker.replication import zknodes as z
+from hostbroker.cluster import replica_nodes as z
 from tests.cluster.zkfixtures import Said, kazoo, zkserver  # noqa: F401 - fixture
 from tests.protocol.wire import array, i32, i64, request_frame, string
 

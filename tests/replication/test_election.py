@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from hostbroker.cluster.controller_decisions import after_failure, after_return
 from hostbroker.replication.election import elect_leader
-from hostbroker.replication.zknodes import PartitionState
+from hostbroker.cluster.replica_nodes import PartitionState
 
 
 def test_elect_leader_takes_the_first_live_isr_member_in_replica_order():

@@ -13,7 +13,7 @@ import psutil
 
 from hostbroker.errors import ErrorCode
 from hostbroker.protocol import api
-from hostbroker.replication import zknodes
+from hostbroker.cluster import replica_nodes
 from tests.replication.support import SETTINGS, Wire, poll
 
 
@@ -33,7 +33,7 @@ def _create(wire: Wire, topic: str) -> api.AdminResponse:
 
 
 def _replicated(zk, topic: str, replicas=(7,)) -> None:
-    zk.create(zknodes.assignment_path(topic), zknodes.encode_assignment({0: list(replicas)}),
+    zk.create(replica_nodes.assignment_path(topic), replica_nodes.encode_assignment({0: list(replicas)}),
               makepath=True)
 
 

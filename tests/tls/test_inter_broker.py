@@ -17,7 +17,7 @@ from hostbroker.client.tls import handshake, tls_context
 from hostbroker.errors import ErrorCode
 from hostbroker.protocol import api
 from hostbroker.protocol import replication as rp
-from hostbroker.replication import zknodes
+from hostbroker.cluster import replica_nodes
 from tests.cluster.conftest import zk, zookeeper  # noqa: F401 - fixtures
 from tests.replication.support import (SETTINGS, Wire, fetch_all, poll,
                                        segment_bytes, settled, state)
@@ -69,9 +69,9 @@ def start_broker(tmp_path, certs, zookeeper):
 def place(zk, topic: str, replicas: dict[int, list[int]]) -> None:
     """A replicated topic whose replicas are placed as ``replicas`` says (the
     first of each its preferred leader), written as ``topics create`` writes it."""
-    zk.create(zknodes.topic_config_path(topic), zknodes.encode_topic_config({}),
+    zk.create(replica_nodes.topic_config_path(topic), replica_nodes.encode_topic_config({}),
               makepath=True)
-    zk.create(zknodes.assignment_path(topic), zknodes.encode_assignment(replicas),
+    zk.create(replica_nodes.assignment_path(topic), replica_nodes.encode_assignment(replicas),
               makepath=True)
 
 

@@ -25,7 +25,7 @@ from hostbroker.cluster.controller_decisions import (
     unclean_of,
     without,
 )
-from hostbroker.replication.zknodes import PartitionState
+from hostbroker.cluster.replica_nodes import PartitionState
 
 TP = tuple[str, int]
 

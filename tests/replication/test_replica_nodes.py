@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hostbroker.cluster.zkread import Bounds
-from hostbroker.replication import zknodes as z
-from hostbroker.replication.zknodes import PartitionState
+from hostbroker.cluster import replica_nodes as z
+from hostbroker.cluster.replica_nodes import PartitionState
 
 
 def test_paths():
