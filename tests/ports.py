@@ -1,9 +1,15 @@
-"""Loopback ports for the test servers (brokers, ZooKeeper), picked from the kernel.
+"""Loopback ports for the test servers (brokers, ZooKeeper).
 
-A port is picked by binding port 0 and closing the socket, so another test
-may bind it before the server does. :func:`start_moving` starts a server
-again on a new port when its start failed for that reason alone;
-:func:`taken_port` plays the other test.
+Each test process picks from a range of its own (:func:`free_port`): the ports
+below the kernel's ephemeral range (32768 and up, where client sockets and
+port 0 binds land) are cut into :data:`SLICES` slices, one per pytest-xdist
+worker, and a process walks its slice in turn, taking the next port that binds.
+So no other worker is handed a port a test of this one uses, and a broker or
+ZooKeeper a test stops and starts again finds its port free: its own worker
+comes back to it only after every other port of the slice. A port picked may
+still be bound by something else before the server binds it (another test run,
+another program): :func:`start_moving` starts a server again on a new port when
+its first start failed for that reason alone; :func:`taken_port` plays the other.
 """
 
 from __future__ import annotations
@@ -14,10 +20,34 @@ import socket
 from collections.abc import Callable, Iterator
 
 
+LOW, HIGH = 10000, 32000  # below the kernel's ephemeral ports (32768-60999 here)
+SLICES = 16  # gw0 to gw14 (their number modulo 15), and the one process without workers
+
+
+def _slice() -> range:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    index = int(worker[2:]) % (SLICES - 1) if worker[2:].isdigit() else SLICES - 1
+    size = (HIGH - LOW) // SLICES
+    return range(LOW + index * size, LOW + (index + 1) * size)
+
+
+_ports = _slice()
+_next = os.getpid() % len(_ports)  # where this process starts its walk
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """The next port of this process's slice that binds on 127.0.0.1 now."""
+    global _next
+    for _ in range(len(_ports)):
+        port = _ports[_next]
+        _next = (_next + 1) % len(_ports)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {_ports.start}-{_ports.stop - 1}")
 
 
 @contextlib.contextmanager
