@@ -49,6 +49,28 @@ def test_a_first_start_that_finds_its_port_taken_moves_and_a_restart_keeps_it(tm
             server.stop()
 
 
+def test_a_first_start_whose_port_another_zookeeper_took_moves(tmp_path):
+    """The other server answers on the port too: the start waits for its own JVM to
+    listen, not for any answer, so it is not taken for this one."""
+    (tmp_path / "other").mkdir()
+    (tmp_path / "mine").mkdir()
+    other = ZooKeeperServer(tmp_path / "other").start()
+    server = ZooKeeperServer(tmp_path / "mine")
+    server.port = other.port  # as if the kernel had picked it for both
+    try:
+        server.start()
+        assert server.port != other.port and server.proc.poll() is None
+        server.suspend()  # this one stopped: the other still answers on its port
+        try:
+            assert "Mode: standalone" in four_letters(other.port)
+            assert four_letters(server.port, timeout=0.5) == ""
+        finally:
+            server.resume()
+    finally:
+        server.stop()
+        other.stop()
+
+
 def test_a_given_port_that_is_taken_is_an_error(tmp_path):
     with taken_port() as port:
         server = ZooKeeperServer(tmp_path, port=port)

@@ -18,6 +18,8 @@ import socket
 import subprocess
 import time
 
+import psutil
+
 from tests.ports import free_port, start_moving
 
 JARS = ("zookeeper.jar", "zookeeper-jute.jar", "slf4j-api.jar", "slf4j-simple.jar")
@@ -102,7 +104,9 @@ class ZooKeeperServer:
         finally:
             log.close()
         deadline = time.monotonic() + timeout
-        while "Zookeeper version" not in four_letters(self.port):
+        # answered, and by this server: another worker's ZooKeeper may have bound the
+        # port first, and would answer while this one fails to bind and exits
+        while not (self._listens() and "Zookeeper version" in four_letters(self.port)):
             if self.proc.poll() is not None:
                 raise RuntimeError(f"ZooKeeper exited with {self.proc.returncode}: "
                                    f"{self.log_tail()}")
@@ -110,6 +114,15 @@ class ZooKeeperServer:
                 self.stop()
                 raise RuntimeError(f"ZooKeeper did not answer in {timeout} s: {self.log_tail()}")
             time.sleep(0.05)
+
+    def _listens(self) -> bool:
+        """This server's own process listens on its port."""
+        try:
+            conns = psutil.Process(self.proc.pid).net_connections(kind="tcp")
+        except psutil.Error:
+            return False
+        return any(c.status == psutil.CONN_LISTEN and c.laddr.port == self.port
+                   for c in conns)
 
     def log_tail(self, lines: int = 20) -> str:
         try:
