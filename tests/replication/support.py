@@ -18,6 +18,7 @@ import time
 
 import psutil
 
+from hostbroker.errors import ErrorCode
 from hostbroker.log.message import encode_message_set
 from hostbroker.protocol import api
 from hostbroker.protocol import replication as rp
@@ -135,6 +136,19 @@ class Wire:
         _, body = api.decode_response(api.ApiKey.PRODUCE, answer)
         (result,) = body.partitions
         return int(result.error_code), result.base_offset
+
+    def produce_led(self, topic: str, partition: int, values: list[bytes], acks: int = -1,
+                    timeout_ms: int = 5000, wait_s: float = 20.0) -> tuple[int, int]:
+        """As :meth:`produce`, asking again for up to ``wait_s`` while this broker has
+        not been told it leads the partition: ZooKeeper's state node names a leader
+        before the controller's LEADER_AND_ISR reaches it, and until then it answers
+        NOT_LEADER_FOR_PARTITION (refused before any append: nothing is doubled)."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            code, offset = self.produce(topic, partition, values, acks, timeout_ms)
+            if code != ErrorCode.NOT_LEADER_FOR_PARTITION or time.monotonic() > deadline:
+                return code, offset
+            time.sleep(0.05)
 
 
 class Feeder:

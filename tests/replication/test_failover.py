@@ -114,7 +114,7 @@ def test_stopped_follower_leaves_isr_and_min_insync_refuses(cluster, zookeeper, 
     (follower,) = [b for b in s["isr"] if b != leader]
     wire = Wire(cluster[leader].unix_path)
     try:
-        assert wire.produce(TOPIC, 0, [b"before"])[0] == 0
+        assert wire.produce_led(TOPIC, 0, [b"before"])[0] == 0
         # only the follower's fetcher stops: its broker stays registered, so it is the
         # leader that finds it lagging and shrinks the ISR
         tree = [p for p in psutil.Process(cluster[follower].proc.pid).children()
@@ -166,7 +166,7 @@ def test_a_restarted_follower_keeps_what_truncating_to_its_high_watermark_would_
     try:
         for n in range(300):
             value = f"m{n}".encode()
-            code, offset = wire.produce(TOPIC, 0, [value])
+            code, offset = wire.produce_led(TOPIC, 0, [value])
             assert code == 0, code
             acked.append((offset, value))
     finally:

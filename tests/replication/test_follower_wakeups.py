@@ -52,6 +52,8 @@ def test_partition_back_from_a_slow_writer_is_not_held_by_the_long_poll(pair, zo
     writer = psutil.Process(pair[follower].workers()["hb-writer-0"])
     wire = Wire(pair[leader].unix_path, timeout=30)
     try:
+        # the leader ZooKeeper names takes produces once the controller told it
+        assert wire.produce_led(TOPIC, 0, [b"first"], acks=-1, timeout_ms=20000)[0] == 0
         for n in range(5):  # flowing: the follower's fetch is parked at the leader
             started = time.monotonic()
             assert wire.produce(TOPIC, 0, [f"warm{n}".encode()], acks=-1,
