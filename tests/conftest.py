@@ -25,7 +25,11 @@ nothing but the order of the groups.
 
 from __future__ import annotations
 
+import os
+import resource
 import signal
+import sys
+import time
 
 import pytest
 
@@ -45,26 +49,28 @@ SPARK_GROUPS = {
     "tests/spark/test_write.py": "tests/spark/+read+ssl+stream+write",
 }
 
-# The longest groups of a full run (at 21669bd), longest first; the rest follow in
-# collection order.
+# The longest groups of a full run (at 1aa0a2e, six workers), longest first; the rest
+# follow in collection order.
 LONG_GROUPS = (
-    "tests/spark/test_cluster.py",
-    "tests/spark/+read+ssl+stream+write",
     "tests/spark/test_loader.py",
-    "tests/access/",
+    "tests/spark/test_cluster.py",
     "tests/hostile/+fuzz",
-    "tests/hostile/test_http_output.py",
-    "tests/integration/test_storage_faults.py",
-    "tests/cluster/test_e2e_zk.py",
-    "tests/integration/test_local_fetch.py",
-    "tests/cluster/test_controller.py",
-    "tests/replication/test_clients.py",
-    "tests/cluster/test_mirror_zk.py",
-    "tests/console/test_browser.py",
-    "tests/replication/test_failover.py",
-    "tests/integration/test_producer.py",
+    "tests/spark/+read+ssl+stream+write",
     "tests/quota/test_quota_broker.py",
+    "tests/cluster/test_mirror_zk.py",
+    "tests/cluster/test_controller.py",
+    "tests/cluster/test_e2e_zk.py",
+    "tests/access/",
     "tests/replication/test_random_faults.py",
+    "tests/replication/test_clients.py",
+    "tests/console/test_browser.py",
+    "tests/cluster/test_broker_registration.py",
+    "tests/quota/test_client_throttle.py",
+    "tests/integration/test_storage_faults.py",
+    "tests/cluster/test_group_zk.py",
+    "tests/integration/test_local_fetch.py",
+    "tests/hostile/test_http_output.py",
+    "tests/integration/test_faults.py",
 )
 
 
@@ -123,6 +129,42 @@ def zookeeper_of_module(tmp_path_factory):
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
+# HB_TEST_CPU=PREFIX: each test process appends a line for every test (the set-up and
+# tear-down of its fixtures of any scope included) to PREFIX.<python version>.<worker>
+# (gw0, ..., or main): "nodeid<TAB>wall s<TAB>CPU s<TAB>brokers started", the CPU
+# counting every process the test started (docs/testing.md, "Where the time goes").
+_CPU_REPORT = os.environ.get("HB_TEST_CPU", "")
+
+
+def _cpu_seconds() -> float:
+    """CPU used so far by this process and every process it started: its reaped
+    children, and its live descendants with the children they reaped."""
+    import psutil
+    total = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        usage = resource.getrusage(who)
+        total += usage.ru_utime + usage.ru_stime
+    for child in psutil.Process().children(recursive=True):
+        try:
+            times = child.cpu_times()
+        except psutil.Error:
+            continue
+        total += times.user + times.system + times.children_user + times.children_system
+    return total
+
+
+def _broker_starts() -> int:
+    broker = sys.modules.get("tests.integration.broker")
+    return broker.Broker.starts if broker else 0
+
+
+def _report_cpu(nodeid: str, began: float, cpu: float, starts: int) -> None:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    version = "%d.%d" % sys.version_info[:2]
+    with open(f"{_CPU_REPORT}.{version}.{worker}", "a") as out:
+        out.write(f"{nodeid}\t{time.monotonic() - began:.3f}\t{_cpu_seconds() - cpu:.3f}"
+                  f"\t{_broker_starts() - starts}\n")
+
 
 def _inherited_stops() -> list[str]:
     """What a process started from here now would inherit of SIGINT and SIGTERM
@@ -161,9 +203,12 @@ def pytest_runtest_protocol(item, nextitem):
     starts from this process, whose Ctrl-C would then be lost. They are put back;
     an ignore or a block, which a child inherits, is also named in a warning."""
     before = {sig: signal.getsignal(sig) for sig in _STOP_SIGNALS}
+    measure = _CPU_REPORT and (time.monotonic(), _cpu_seconds(), _broker_starts())
     try:
         return (yield)
     finally:
+        if measure:
+            _report_cpu(item.nodeid, *measure)
         left = _inherited_stops()
         _put_back_stops(before)
         if left:

@@ -3,10 +3,10 @@
 #   tools/run.sh serve [serve options]   the broker on its standalone default (data under ./data)
 #   tools/run.sh test                    the whole suite on Python 3.11 (.venv), then a quick
 #                                        pass on each other supported Python found (.venv-3.X),
-#                                        each on HB_TEST_JOBS pytest-xdist workers (default 3;
-#                                        0 runs in one process)
+#                                        side by side; the suite on HB_TEST_JOBS pytest-xdist
+#                                        workers (default 6; 0 runs in one process)
 #   tools/run.sh test [pytest options]   only those tests, only on 3.11, in one process
-#                                        (add -n 3 for workers)
+#                                        (add -n 6 for workers)
 #   tools/run.sh setup                   only the set-up
 #   tools/run.sh zookeeper [--port N] [--data-dir DIR]
 #                                        a standalone ZooKeeper for cluster mode, in the
@@ -30,8 +30,11 @@ QUICK_TESTS=(tests/protocol tests/log tests/shm tests/test_config.py
              tests/integration/test_api.py tests/integration/test_refusals.py
              tests/integration/test_systemd.py tests/spark/test_options.py)
 # Most tests wait (brokers, ZooKeeper, Spark) more than they compute, so test files run
-# side by side even on two cores; tests/conftest.py groups them for the workers.
-PARALLEL=(-n "${HB_TEST_JOBS:-3}" --dist loadgroup)
+# side by side, six at once even on two cores (docs/testing.md, "Where the time goes");
+# tests/conftest.py groups them for the workers.
+JOBS=${HB_TEST_JOBS:-6}
+# The quick passes run side by side after the whole suite, each on this many workers
+QUICK_JOBS=2
 # These assert answers, heartbeats, retries or two processes overlapping within tight
 # times under their own load (workers SIGSTOPped and replaced, produces timed beside the
 # largest joins, a producer's retries while its broker leaves, a 70 MB commit and a 2 GiB
@@ -82,23 +85,34 @@ make_venv() {
   fi
 }
 
-# run_tests VENV [PATH...]: the paths (default the whole suite) on the workers, but for
-# RUN_ALONE, whose given paths then run in one process.
-run_tests() {
-  local venv=$1 rc=0 path given ignore=() alone=()
-  shift
+# alone_of PATH...: the RUN_ALONE modules among the paths (default the whole suite)
+alone_of() {
+  local path given
   for path in "${RUN_ALONE[@]}"; do
-    ignore+=("--ignore=$path")
     for given in "${@:-tests}"; do
-      if [ "$path" = "$given" ] || [[ $path == "${given%/}"/* ]]; then alone+=("$path"); break; fi
+      if [ "$path" = "$given" ] || [[ $path == "${given%/}"/* ]]; then echo "$path"; break; fi
     done
   done
-  "$venv/bin/python" -m pytest -q -p no:cacheprovider "${PARALLEL[@]}" "${ignore[@]}" "$@" || rc=1
-  if [ ${#alone[@]} -gt 0 ]; then
-    echo "tools/run.sh: run alone: ${alone[*]}"
-    "$venv/bin/python" -m pytest -q -p no:cacheprovider "${alone[@]}" || rc=1
-  fi
-  return $rc
+}
+
+# run_workers VENV JOBS [PATH...]: the paths (default the whole suite) but RUN_ALONE, on
+# JOBS pytest-xdist workers (0: in one process)
+run_workers() {
+  local venv=$1 jobs=$2 path ignore=()
+  shift 2
+  for path in "${RUN_ALONE[@]}"; do ignore+=("--ignore=$path"); done
+  "$venv/bin/python" -m pytest -q -p no:cacheprovider -n "$jobs" --dist loadgroup \
+    "${ignore[@]}" "$@"
+}
+
+# run_alone VENV [PATH...]: the RUN_ALONE modules among the paths, in one process
+run_alone() {
+  local venv=$1 alone
+  shift
+  mapfile -t alone < <(alone_of "$@")
+  if [ ${#alone[@]} -eq 0 ]; then return 0; fi
+  echo "tools/run.sh: run alone on $("$venv/bin/python" -c 'import sys; print("Python %d.%d" % sys.version_info[:2])'): ${alone[*]}"
+  "$venv/bin/python" -m pytest -q -p no:cacheprovider "${alone[@]}"
 }
 
 # need PACKAGE WHY: one Debian package to install, and what it is for (said when installing)
@@ -221,19 +235,38 @@ case "$cmd" in
       .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
       exit $?
     fi
-    run_tests .venv
-    rc=$?
+    # The whole suite on 3.11; then the quick passes on the other Pythons, side by side (their
+    # venvs made first: a pip install, once); then, with nothing else running, every pass's
+    # RUN_ALONE modules, 3.11's first.
+    rc=0
+    run_workers .venv "$JOBS" || rc=1
+    quick=()
     for v in "${EXTRA_VERSIONS[@]}"; do
       if ! py=$(find_python "$v"); then
         echo "tools/run.sh: Python $v not found on this machine; its quick pass is skipped"
         continue
       fi
-      echo "tools/run.sh: quick pass on Python $v ($py)"
       if ! (set -e; make_venv "$py" ".venv-$v"); then
         echo "tools/run.sh: cannot install hostbroker on Python $v" >&2
         rc=1; continue
       fi
-      run_tests ".venv-$v" "${QUICK_TESTS[@]}" || rc=1
+      quick+=("$v")
+    done
+    beside=$(mktemp -d)
+    trap 'rm -rf "$beside"' EXIT
+    pids=()
+    for v in "${quick[@]}"; do
+      run_workers ".venv-$v" "$QUICK_JOBS" "${QUICK_TESTS[@]}" > "$beside/$v.log" 2>&1 &
+      pids+=($!)
+    done
+    for i in "${!quick[@]}"; do
+      wait "${pids[$i]}" || rc=1
+      echo "tools/run.sh: quick pass on Python ${quick[$i]} (.venv-${quick[$i]}):"
+      cat "$beside/${quick[$i]}.log"
+    done
+    run_alone .venv || rc=1
+    for v in "${quick[@]}"; do
+      run_alone ".venv-$v" "${QUICK_TESTS[@]}" || rc=1
     done
     exit $rc ;;
   *) echo "usage: tools/run.sh serve|test|setup|zookeeper [options]" >&2; exit 2 ;;

@@ -19,6 +19,8 @@ from tests.ports import free_port, start_moving
 
 
 class Broker:
+    starts = 0  # every start of any Broker in this process (HB_TEST_CPU reports them per test)
+
     def __init__(self, root, **settings):
         self.root = str(root)
         self.port = free_port()
@@ -74,6 +76,7 @@ class Broker:
         return self
 
     def _start(self, timeout: float) -> None:
+        Broker.starts += 1
         self._log = open(self.log_path, "ab")
         env = {**os.environ, **self.env} if self.env else None
         self.proc = subprocess.Popen(self.args(), cwd=self.root, stdout=self._log,
