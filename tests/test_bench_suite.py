@@ -85,3 +85,24 @@ def test_the_plots_draw_from_the_report(smoke):
     for name in names:
         data = (out / name).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and 5_000 < len(data) < 400_000, name
+
+
+def test_the_replication_cells_are_told_apart_by_their_acks():
+    sys.path.insert(0, str(_BENCH))
+    import suite_plots
+    import suite_tables
+
+    base = {"producers": 1, "size": 100, "partitions": 1, "rf": 1, "consumers": 1}
+
+    def cell(rf, acks):
+        return dict(base, kind="produce", broker="3 brokers, ZooKeeper", rf=rf, acks=acks,
+                    msgs_per_s=1000.0 * rf - acks)
+
+    report = {"suite": {"base": base}, "table": [cell(3, -1), cell(1, 1), cell(3, 1),
+                                                 cell(1, -1)]}
+    assert [label for label, _ in suite_tables._cells(report)] == [
+        "replication factor 1 (3 brokers), acks=1", "replication factor 3 (3 brokers), acks=1",
+        "replication factor 1 (3 brokers), acks=-1", "replication factor 3 (3 brokers), acks=-1"]
+    assert [(c["rf"], c["acks"]) for c in suite_plots._series(report, "rf")] == [(1, 1), (3, 1)]
+    assert [(c["rf"], c["acks"]) for c in suite_plots._series(report, "rf", acks=-1)] == [
+        (1, -1), (3, -1)]

@@ -82,17 +82,19 @@ PEERS = ("redis", "nats", "rabbitmq")
 # messages a producer sends at most (by size), repeats, and the other sections
 MODES = {
     "full": {"producers": (1, 2, 3), "size": (10, 100, 1000, 10000), "partitions": (1, 3, 9),
-             "rf": (1, 2, 3), "consumers": (1, 2, 3), "seconds": 8.0, "repeats": 3,
+             "rf": (1, 2, 3), "acks": (1, -1), "consumers": (1, 2, 3), "seconds": 8.0,
+             "repeats": 3,
              "counts": {10: 6_000_000, 100: 4_000_000, 1000: 1_200_000, 10000: 120_000},
              "dd_mib": 512, "sendfile_mib": 512, "raw_messages": 60_000,
              "latency_seconds": 6.0, "e2e_rate": 1000, "limit_repeats": 2, "peers": True,
              "peer_seconds": 3.0, "peer_messages": 200_000, "peer_big_messages": 20_000},
     "quick": {"producers": (1, 3), "size": (10, 100, 10000), "partitions": (1, 9),
-              "rf": (1, 3), "consumers": (1, 3), "seconds": 2.5, "repeats": 1,
+              "rf": (1, 3), "acks": (1, -1), "consumers": (1, 3), "seconds": 2.5,
+              "repeats": 1,
               "counts": {10: 2_000_000, 100: 1_000_000, 1000: 300_000, 10000: 40_000},
               "dd_mib": 128, "sendfile_mib": 128, "raw_messages": 10_000,
               "latency_seconds": 2.0, "e2e_rate": 500, "limit_repeats": 2, "peers": False},
-    "smoke": {"producers": (1,), "size": (100,), "partitions": (1,), "rf": (),
+    "smoke": {"producers": (1,), "size": (100,), "partitions": (1,), "rf": (), "acks": (1,),
               "consumers": (1,), "seconds": 0.5, "repeats": 1, "counts": {100: 5_000},
               "dd_mib": 8, "sendfile_mib": 8, "raw_messages": 200,
               "latency_seconds": 0.3, "e2e_rate": 200, "limit_repeats": 1, "peers": False,
@@ -191,10 +193,11 @@ def run_clients(run: Run, role: str, params: list[dict], target: str,
 
 
 def produce_cell(run: Run, target: str, where: dict, topic: str, producers: int, size: int,
-                 count: int | None = None, seconds: float | None = None) -> dict:
+                 count: int | None = None, seconds: float | None = None,
+                 acks: int = 1) -> dict:
     seconds = seconds or run.mode["seconds"]
     count = count or run.mode["counts"].get(size, 100_000)
-    params = [dict(where, topic=topic, size=size, count=count, max_seconds=seconds)
+    params = [dict(where, topic=topic, size=size, count=count, max_seconds=seconds, acks=acks)
               for _ in range(producers)]
     return run_clients(run, "produce", params, target, seconds)
 
@@ -268,7 +271,8 @@ def seed_table(run: Run, broker: harness.Broker) -> None:
 
 
 def replication_table(run: Run) -> None:
-    """Replication factor 1..3: three brokers on one ZooKeeper, a topic of 1 partition."""
+    """Replication factor 1..3: three brokers on one ZooKeeper, a topic of 1 partition,
+    produced with acks=1 (the leader's append) and acks=-1 (every in-sync replica's)."""
     import replication
 
     if not run.mode["rf"]:
@@ -283,19 +287,21 @@ def replication_table(run: Run) -> None:
     try:
         run.sampler.watch("cluster", [b.proc.pid for b in cluster.brokers.values()])
         where = {"zookeeper": cluster.server.connect}
-        cells: dict[int, list[dict]] = {}
+        cells: dict[tuple[int, int], list[dict]] = {}
+        order = [(rf, acks) for rf in run.mode["rf"] for acks in run.mode["acks"]]
         for rep in range(run.mode["repeats"]):
-            for rf in (run.mode["rf"] if rep % 2 == 0 else run.mode["rf"][::-1]):
+            for rf, acks in (order if rep % 2 == 0 else order[::-1]):
                 topic = run.topic(f"rf{rf}")
                 cluster.create(topic, BASE["partitions"], rf)
-                cell = produce_cell(run, "cluster", where, topic, 1, BASE["size"])
-                harness.log(f"  produce RF {rf}: {cell['msgs_per_s']:,.0f} msgs/s, "
-                            f"brokers {cell['cpu_cores']:.2f} cores")
-                cells.setdefault(rf, []).append(cell)
-        for rf, reps in cells.items():
+                cell = produce_cell(run, "cluster", where, topic, 1, BASE["size"], acks=acks)
+                harness.log(f"  produce RF {rf} acks={acks}: {cell['msgs_per_s']:,.0f} "
+                            f"msgs/s, brokers {cell['cpu_cores']:.2f} cores")
+                cells.setdefault((rf, acks), []).append(cell)
+        for (rf, acks), reps in cells.items():
             run.report["table"].append(dict(
                 best_cell(reps), kind="produce", broker="3 brokers, ZooKeeper", rf=rf,
-                producers=1, size=BASE["size"], partitions=BASE["partitions"], consumers=1))
+                acks=acks, producers=1, size=BASE["size"], partitions=BASE["partitions"],
+                consumers=1))
     finally:
         run.sampler.forget("cluster")
         cluster.close()

@@ -33,14 +33,17 @@ def _save(plt, fig, path: str) -> None:
     plt.close(fig)
 
 
-def _series(report: dict, variable: str) -> list[dict]:
-    """The cells that vary ``variable`` from the base point, in its order."""
+def _series(report: dict, variable: str, acks: int = 1) -> list[dict]:
+    """The cells that vary ``variable`` from the base point, in its order (the
+    replication cells of ``acks``)."""
     base = report["suite"]["base"]
     kind = "consume" if variable == "consumers" else "produce"
     out = []
     for c in report["table"]:
         # the replication cells come from the three brokers, the others from one
         if c["kind"] != kind or (c["broker"] == "standalone") == (variable == "rf"):
+            continue
+        if c.get("acks", 1) != acks:
             continue
         others = [k for k in BASE_KEYS if k != variable and k != "partitions"]
         if kind == "produce" and c["partitions"] != base["partitions"] and variable != "partitions":
@@ -62,6 +65,12 @@ def throughput(report: dict, path: str) -> None:
             name = "hostbroker, 3 brokers" if variable == "rf" else "hostbroker"
             top.plot(xs, [c["msgs_per_s"] for c in cells], "o-", label=name)
             bottom.plot(xs, [c["mb_per_s"] for c in cells], "o-", label=name)
+            every = _series(report, variable, acks=-1) if variable == "rf" else []
+            if every:
+                xs = [c[variable] for c in every]
+                top.plot(xs, [c["msgs_per_s"] for c in every], "^--", label=name + ", acks=-1")
+                bottom.plot(xs, [c["mb_per_s"] for c in every], "^--",
+                            label=name + ", acks=-1")
             if variable == "size":
                 top.set_xscale("log")
                 bottom.set_xscale("log")

@@ -24,8 +24,8 @@ def _cells(report: dict) -> list[tuple[str, dict]]:
                         key=lambda c: c[variable]):
             out.append((label.format(c[variable]), c))
     for c in sorted((c for c in report["table"] if c["broker"] != "standalone"),
-                    key=lambda c: c["rf"]):
-        out.append((f"replication factor {c['rf']} (3 brokers)", c))
+                    key=lambda c: (-c.get("acks", 1), c["rf"])):
+        out.append((f"replication factor {c['rf']} (3 brokers), acks={c.get('acks', 1)}", c))
     for c in sorted((c for c in standalone if c["kind"] == "consume"),
                     key=lambda c: c["consumers"]):
         out.append((f"consumers {c['consumers']} ({c['partitions']} partitions)", c))
