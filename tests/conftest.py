@@ -11,10 +11,10 @@ worker and its module, package and session fixtures are set up once there:
   worker starts that broker; the package's other modules are groups of their own;
 - ``tests/access/`` is one group: its session fixture makes and removes the
   system users its clients run as, which two workers would do over each other;
-- the Spark modules that start a SparkSession are two groups
-  (:data:`SPARK_GROUPS`, and ``test_loader.py`` alone): the session is per worker
-  (a JVM of up to 1 GiB, about 20 s of CPU to start and warm), so two workers
-  start one, and neither group is so long that it alone keeps the run going.
+- the Spark modules that start a SparkSession are three groups
+  (:data:`SPARK_GROUPS`, ``test_cluster.py`` alone and ``test_loader.py`` alone):
+  the session is per worker (a JVM of up to 1 GiB, about 20 s of CPU to start and
+  warm), and no Spark group is so long that it alone keeps the run going.
 
 The groups are also sent out longest first (:data:`LONG_GROUPS`, from the
 durations of a full run), so that no long group starts last and keeps one
@@ -39,18 +39,23 @@ PACKAGE_GROUPS = ("tests/access/",)
 FUZZ_GROUP = "tests/hostile/+fuzz"
 FUZZ_FIXTURE = "fuzz_session"
 
-# The modules that use the SparkSession besides test_loader.py (about as long as the
-# rest together with six workers, a group of its own): one group, one session.
-SPARK = "tests/spark/+cluster+read+ssl+stream+write"
-SPARK_GROUPS = {f"tests/spark/test_{name}.py": SPARK
-                for name in ("cluster", "read", "ssl", "stream", "write")}
+# The modules that use the SparkSession besides test_cluster.py and test_loader.py (each
+# about as long as these four together, a group of its own): one group. (One group of
+# all five, with one session fewer, took more CPU than the two.)
+SPARK_GROUPS = {
+    "tests/spark/test_read.py": "tests/spark/+read+ssl+stream+write",
+    "tests/spark/test_ssl.py": "tests/spark/+read+ssl+stream+write",
+    "tests/spark/test_stream.py": "tests/spark/+read+ssl+stream+write",
+    "tests/spark/test_write.py": "tests/spark/+read+ssl+stream+write",
+}
 
 # The longest groups of a full run (at 1aa0a2e, six workers), longest first; the rest
 # follow in collection order.
 LONG_GROUPS = (
-    SPARK,
     "tests/spark/test_loader.py",
+    "tests/spark/test_cluster.py",
     "tests/hostile/+fuzz",
+    "tests/spark/+read+ssl+stream+write",
     "tests/quota/test_quota_broker.py",
     "tests/cluster/test_mirror_zk.py",
     "tests/cluster/test_controller.py",

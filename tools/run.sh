@@ -2,9 +2,9 @@
 # Set up everything hostbroker needs on Debian 12, then run it.
 #   tools/run.sh serve [serve options]   the broker on its standalone default (data under ./data)
 #   tools/run.sh test                    the whole suite on Python 3.11 (.venv), then a quick
-#                                        pass on each other supported Python found (.venv-3.X),
-#                                        side by side; the suite on HB_TEST_JOBS pytest-xdist
-#                                        workers (default 6; 0 runs in one process)
+#                                        pass on each other supported Python found (.venv-3.X);
+#                                        the suite on HB_TEST_JOBS pytest-xdist workers
+#                                        (default 6; 0 runs in one process)
 #   tools/run.sh test [pytest options]   only those tests, only on 3.11, in one process
 #                                        (add -n 6 for workers)
 #   tools/run.sh setup                   only the set-up
@@ -33,7 +33,8 @@ QUICK_TESTS=(tests/protocol tests/log tests/shm tests/test_config.py
 # side by side, six at once even on two cores (docs/testing.md, "Where the time goes");
 # tests/conftest.py groups them for the workers.
 JOBS=${HB_TEST_JOBS:-6}
-# The quick passes run side by side after the whole suite, each on this many workers
+# The quick passes run side by side after the whole suite, each on this many workers, at
+# the niceness QUICK_NICE (below)
 QUICK_JOBS=2
 # These assert answers, heartbeats, retries or two processes overlapping within tight
 # times under their own load (workers SIGSTOPped and replaced, produces timed beside the
@@ -49,6 +50,12 @@ RUN_ALONE=(tests/integration/test_supervision.py tests/hostile/test_supervision.
            tests/hostile/test_files.py tests/shm/test_leases.py tests/cluster/test_producer_zk.py
            tests/shm/test_table.py tests/shm/test_waker.py tests/integration/test_wire.py
            tests/integration/test_cpu_latency.py)
+# Of those, the ones no other test process may run beside at all: the quick passes'
+# brokers would sweep their dead broker runs, or hold the CPU latency request. The
+# others run beside the quick passes' workers, which get the lowest priority.
+RUN_QUIET=(tests/hostile/test_files.py tests/shm/test_leases.py
+           tests/integration/test_cpu_latency.py)
+QUICK_NICE=19
 
 # A working interpreter of version $1 (pyenv shims exist for versions not selected: run it).
 find_python() {
@@ -95,6 +102,14 @@ alone_of() {
   done
 }
 
+is_quiet() {
+  local quiet
+  for quiet in "${RUN_QUIET[@]}"; do
+    if [ "$quiet" = "$1" ]; then echo yes; return; fi
+  done
+  echo no
+}
+
 # run_workers VENV JOBS [PATH...]: the paths (default the whole suite) but RUN_ALONE, on
 # JOBS pytest-xdist workers (0: in one process)
 run_workers() {
@@ -105,11 +120,16 @@ run_workers() {
     "${ignore[@]}" "$@"
 }
 
-# run_alone VENV [PATH...]: the RUN_ALONE modules among the paths, in one process
+# run_alone VENV all|loud|quiet [PATH...]: the RUN_ALONE modules among the paths (all,
+# those but RUN_QUIET, or those of RUN_QUIET), in one process
 run_alone() {
-  local venv=$1 alone
-  shift
-  mapfile -t alone < <(alone_of "$@")
+  local venv=$1 which=$2 alone=() path
+  shift 2
+  for path in $(alone_of "$@"); do
+    case "$which:$(is_quiet "$path")" in
+      all:*|loud:no|quiet:yes) alone+=("$path") ;;
+    esac
+  done
   if [ ${#alone[@]} -eq 0 ]; then return 0; fi
   echo "tools/run.sh: run alone on $("$venv/bin/python" -c 'import sys; print("Python %d.%d" % sys.version_info[:2])'): ${alone[*]}"
   "$venv/bin/python" -m pytest -q -p no:cacheprovider "${alone[@]}"
@@ -235,9 +255,11 @@ case "$cmd" in
       .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
       exit $?
     fi
-    # The whole suite on 3.11; then the quick passes on the other Pythons, side by side (their
-    # venvs made first: a pip install, once); then, with nothing else running, every pass's
-    # RUN_ALONE modules, 3.11's first.
+    # The whole suite on 3.11. Then the quick passes on the other Pythons (their venvs made
+    # first: a pip install, once), their workers' part side by side and at the lowest
+    # priority, beside 3.11's RUN_ALONE modules but RUN_QUIET: those leave a core idle much
+    # of the time, and take it back at once when they want it. Then, with nothing else
+    # running, RUN_QUIET, and each quick pass's RUN_ALONE modules.
     rc=0
     run_workers .venv "$JOBS" || rc=1
     quick=()
@@ -256,17 +278,19 @@ case "$cmd" in
     trap 'rm -rf "$beside"' EXIT
     pids=()
     for v in "${quick[@]}"; do
-      run_workers ".venv-$v" "$QUICK_JOBS" "${QUICK_TESTS[@]}" > "$beside/$v.log" 2>&1 &
+      (renice -n "$QUICK_NICE" "$BASHPID" >/dev/null
+       run_workers ".venv-$v" "$QUICK_JOBS" "${QUICK_TESTS[@]}") > "$beside/$v.log" 2>&1 &
       pids+=($!)
     done
+    run_alone .venv loud || rc=1
     for i in "${!quick[@]}"; do
       wait "${pids[$i]}" || rc=1
       echo "tools/run.sh: quick pass on Python ${quick[$i]} (.venv-${quick[$i]}):"
       cat "$beside/${quick[$i]}.log"
     done
-    run_alone .venv || rc=1
+    run_alone .venv quiet || rc=1
     for v in "${quick[@]}"; do
-      run_alone ".venv-$v" "${QUICK_TESTS[@]}" || rc=1
+      run_alone ".venv-$v" all "${QUICK_TESTS[@]}" || rc=1
     done
     exit $rc ;;
   *) echo "usage: tools/run.sh serve|test|setup|zookeeper [options]" >&2; exit 2 ;;
