@@ -1,6 +1,6 @@
 """How the suite is split between pytest-xdist workers (``-n N --dist loadgroup``),
-and what every test process shares: one ZooKeeper for cluster mode's
-``zookeeper`` fixture, and SIGINT and SIGTERM as a test found them.
+and what every test process shares: one ZooKeeper per test module for cluster
+mode's ``zookeeper`` fixture, and SIGINT and SIGTERM as a test found them.
 
 Every test gets an ``xdist_group`` mark, so that a group runs whole on one
 worker and its module, package and session fixtures are set up once there:
@@ -114,14 +114,13 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: _rank(groups[item.nodeid]))
 
 
-@pytest.fixture(scope="session")
-def zookeeper_of_worker(tmp_path_factory):
-    """One real ZooKeeper for this test process (stopped by PID at its end): the server
+@pytest.fixture(scope="module")
+def zookeeper_of_module(tmp_path_factory):
+    """One real ZooKeeper for a test module (stopped by PID after it): the server
     behind ``tests/cluster/conftest.py``'s ``zookeeper``, which gives each test a
     chroot of its own on it; here, so that every package that imports that fixture
-    sees it. A worker runs its tests one after another, so a test may stop it for an
-    outage; the next test's ``zookeeper`` starts it again. One ZooKeeper JVM per
-    worker, not per module (each start about a second of CPU)."""
+    sees it. One ZooKeeper JVM per module, not per test. (One per worker, kept for
+    the whole run, was tried: the runs with it took a minute longer.)"""
     from tests.cluster.zkserver import ZooKeeperServer
 
     server = ZooKeeperServer(tmp_path_factory.mktemp("zk")).start()

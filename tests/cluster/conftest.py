@@ -1,4 +1,4 @@
-"""Fixtures of cluster mode: a real ZooKeeper per test process, each test in a chroot
+"""Fixtures of cluster mode: a real ZooKeeper per test module, each test in a chroot
 of its own on it, a kazoo client on that chroot, real brokers."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ _chroots = itertools.count()
 
 
 class ChrootedZooKeeper:
-    """The test process's ZooKeeper as one test sees it: ``connect`` names the test's
-    own chroot (brokers, clients and ``zk`` see only the test's nodes); ``stop``,
-    ``start``, ``port`` and the rest are the server's (a process runs its tests one
+    """The module's ZooKeeper as one test sees it: ``connect`` names the test's own
+    chroot (brokers, clients and ``zk`` see only the test's nodes); ``stop``,
+    ``start``, ``port`` and the rest are the server's (a module's tests run one
     after another, so a test may stop it for an outage and start it again)."""
 
     def __init__(self, server, chroot: str):
@@ -32,10 +32,10 @@ class ChrootedZooKeeper:
 
 
 @pytest.fixture
-def zookeeper(zookeeper_of_worker):
-    """A ZooKeeper of this test's own: a chroot of its own on the process's server
+def zookeeper(zookeeper_of_module):
+    """A ZooKeeper of this test's own: a chroot of its own on the module's server
     (started again first if a test before stopped it and did not start it)."""
-    server = zookeeper_of_worker
+    server = zookeeper_of_module
     if server.proc is None or server.proc.poll() is not None:
         server.proc = None
         server.start()

@@ -269,6 +269,9 @@ def test_zookeeper_errors_publish_nothing(zookeeper, zk, document):
     zookeeper.suspend()  # requests go unanswered
     try:
         access.timeout_s = 0.5
+        # a look (as after a notice: every root listed) and a full read (every node)
+        # are both due, so ZooKeeper is certainly asked
+        access.by_notice = True
         access.next_full = 0
         with pytest.raises(Exception):  # noqa: B017 - a timeout of kazoo's or ours
             access.read(zk, time.monotonic())

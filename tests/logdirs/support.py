@@ -43,7 +43,7 @@ SETTINGS = {"num.processors": 1, "num.handlers": 2, "replica.lag.time.max.ms": 3
 CHECK_INTERVAL_MS = 200  # log.dir.check.interval.ms's default: a pulled dir is found within it
 # The failure tests prove that leaderships move and that nothing acknowledged is lost,
 # not how fast: the 1 s target is measured alone by tools/bench/logdirs.py
-# (docs/benchmarks.md). Under CI (three pytest workers on two cores) a broker's
+# (docs/benchmarks.md). Under CI (six pytest workers on two cores) a broker's
 # processes can wait for a CPU for seconds, so the budgets here are wide:
 MOVE_BUDGET_S = 10.0  # a failed dir's leaderships moved, counted from the failure seen
 WAIT_S = 60.0  # anything else waited for: a topic settled, a move done, a catch-up
