@@ -170,8 +170,8 @@ class Controller(AdminRequests, TopicChanges):
 
         try:
             self._wait(self.client.create_async(
-                replica_nodes.CONTROLLER, replica_nodes.encode_controller(self.broker_id), ephemeral=True,
-                makepath=True))
+                replica_nodes.CONTROLLER, replica_nodes.encode_controller(self.broker_id),
+                ephemeral=True, makepath=True))
         except NodeExistsError:
             found = self._get(replica_nodes.CONTROLLER)
             if found is None or found[1].ephemeralOwner != self.session():
@@ -212,8 +212,8 @@ class Controller(AdminRequests, TopicChanges):
                 return
             data, stat = found
             try:
-                current = replica_nodes.decode_controller_epoch(data, replica_nodes.CONTROLLER_EPOCH,
-                                                          self.bounds)
+                current = replica_nodes.decode_controller_epoch(
+                    data, replica_nodes.CONTROLLER_EPOCH, self.bounds)
             except ValueError as exc:
                 self.report(replica_nodes.CONTROLLER_EPOCH, f"{exc}; starting over from it")
                 current = 0

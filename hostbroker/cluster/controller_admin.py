@@ -223,8 +223,9 @@ class AdminRequests:
         remaining = {tp: r for tp, r in wanted.items() if tp not in done}
         try:
             if remaining:
-                self._wait(self.client.set_async(path, replica_nodes.encode_reassignment(remaining),
-                                                 version=found[1].version))
+                self._wait(self.client.set_async(
+                    path, replica_nodes.encode_reassignment(remaining),
+                    version=found[1].version))
             else:
                 self._wait(self.client.delete_async(path, version=found[1].version))
         except (BadVersionError, NoNodeError):

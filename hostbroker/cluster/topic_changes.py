@@ -21,7 +21,7 @@ which watches each topic node, gives them states and tells their brokers.
 Pure but for :func:`commit` and :func:`notify_config_change`, which take a
 kazoo client (the command's). Values read back are
 hostile: :func:`decode_change` bounds and checks a change node as
-``replication/replica_nodes.py`` does the others.
+``cluster/replica_nodes.py`` does the others.
 """
 
 from __future__ import annotations
@@ -132,7 +132,8 @@ def commit(client, topic: str, grown: tuple[Mapping[int, Sequence[int]],
                      version=version)
     if config is not None:
         values, version = config
-        path, data = replica_nodes.topic_config_path(topic), replica_nodes.encode_topic_config(values)
+        path = replica_nodes.topic_config_path(topic)
+        data = replica_nodes.encode_topic_config(values)
         client.ensure_path(CONFIG_CHANGES)
         if version < 0:
             client.ensure_path(path.rsplit("/", 1)[0])

@@ -43,9 +43,9 @@ def elect(topics: Iterable[str] = (), *, zookeeper: str, out: TextIO = sys.stdou
             print("every partition is led by its preferred replica", file=out)
             return status
         replicated.create_request(
-            client, replica_nodes.encode_preferred_election(moves), replica_nodes.decode_preferred_election,
-            replica_nodes.PREFERRED_REPLICA_ELECTION, "name fewer topics with --topic",
-            "a preferred replica election")
+            client, replica_nodes.encode_preferred_election(moves),
+            replica_nodes.decode_preferred_election, replica_nodes.PREFERRED_REPLICA_ELECTION,
+            "name fewer topics with --topic", "a preferred replica election")
     print(f"preferred replica election started for {len(moves)} partition"
           f"{'s' if len(moves) != 1 else ''}", file=out)
     return status

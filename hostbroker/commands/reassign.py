@@ -250,7 +250,8 @@ def verify(reassignment_file: str, *, zookeeper: str, out: TextIO = sys.stdout,
         if found is not None:
             data, _ = client.get(replica_nodes.REASSIGN_PARTITIONS)
             try:
-                pending = replica_nodes.decode_reassignment(data, replica_nodes.REASSIGN_PARTITIONS)
+                pending = replica_nodes.decode_reassignment(
+                    data, replica_nodes.REASSIGN_PARTITIONS)
             except ValueError as exc:
                 print(f"hostbroker reassign verify: {exc}", file=err)
     status = EXIT_OK

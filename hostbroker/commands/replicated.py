@@ -218,7 +218,8 @@ def create(topic: str, partitions_count: int, replication_factor: int,
         else:
             client.set(config_path, data)
         try:
-            client.create(replica_nodes.assignment_path(topic), replica_nodes.encode_assignment(replicas),
+            client.create(replica_nodes.assignment_path(topic),
+                          replica_nodes.encode_assignment(replicas),
                           makepath=True)
         except NodeExistsError:
             raise CommandError(f"topic {topic} already exists in ZooKeeper") from None

@@ -23,7 +23,8 @@ from hostbroker.protocol.replica_fields import MAX_REPLICAS
 
 __all__ = ["MAX_PARTITIONS", "assign_replicas", "reassignment_plan", "replication_factor_of"]
 
-MAX_PARTITIONS = 1 << 20  # a bound of the computation; replica_nodes bounds what ZooKeeper may hold
+# a bound of the computation; cluster/replica_nodes.py bounds what ZooKeeper may hold
+MAX_PARTITIONS = 1 << 20
 
 
 def _check(brokers: Sequence[int], partitions: int, rf: int) -> list[int]:

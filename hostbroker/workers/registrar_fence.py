@@ -6,7 +6,7 @@ ZooKeeper names, in the epoch ZooKeeper holds
 (hostbroker/workers/handler_replication.py): otherwise any client could send
 one with a huge epoch and every later request of the real controller would
 be refused STALE_CONTROLLER_EPOCH. :class:`ControllerFence` reads
-``/controller`` and ``/controller_epoch`` (through ``replication/replica_nodes.py``,
+``/controller`` and ``/controller_epoch`` (through ``cluster/replica_nodes.py``,
 bounded, hostile) and writes the pair into the peers table's header
 (``PeersTable.set_zk_controller``, ``shm/peers.py``):
 
@@ -106,9 +106,10 @@ class ControllerFence(WatchedReader):
         if controller is None or epoch_node is None:
             return None
         try:
-            broker_id = replica_nodes.decode_controller(controller[0], replica_nodes.CONTROLLER, self.bounds)
-            epoch = replica_nodes.decode_controller_epoch(epoch_node[0], replica_nodes.CONTROLLER_EPOCH,
-                                                    self.bounds)
+            broker_id = replica_nodes.decode_controller(controller[0], replica_nodes.CONTROLLER,
+                                                        self.bounds)
+            epoch = replica_nodes.decode_controller_epoch(
+                epoch_node[0], replica_nodes.CONTROLLER_EPOCH, self.bounds)
         except ValueError as exc:
             self.report(replica_nodes.CONTROLLER, f"{exc}; no controller confirmed")
             return None

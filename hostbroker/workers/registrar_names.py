@@ -7,7 +7,7 @@ replica of it (a client with stale metadata, an old leader after a
 reassignment) would make a plain local topic of that name and acknowledge
 writes that land outside the replicated topic. :class:`ReplicatedTopics`
 reads the children of ``/brokers/topics`` and each topic's node (through
-``zkread`` and ``replication/replica_nodes.py``, bounded, hostile) and publishes
+``zkread`` and ``cluster/replica_nodes.py``, bounded, hostile) and publishes
 the names of the replicated ones (those whose node holds an assignment), each
 with its assignment's partition count, in ``shm/topicnames.py``. The group
 coordinator deals out a replicated topic's partitions by that count (a

@@ -71,7 +71,8 @@ def alter(connect, topic, partitions=None, set_configs=None, delete_configs=()):
 def test_partitions_added_are_started_at_once_and_the_old_ones_kept(cluster):
     connect, zk = cluster
     live(zk, 1, 2, 3)
-    zk.create(replica_nodes.assignment_path("t"), replica_nodes.encode_assignment({0: [1, 2], 1: [2, 3]}),
+    zk.create(replica_nodes.assignment_path("t"),
+              replica_nodes.encode_assignment({0: [1, 2], 1: [2, 3]}),
               makepath=True)
     controller, fired, told = started(zk)
     before = {p: state(zk, "t", p) for p in (0, 1)}
@@ -81,7 +82,8 @@ def test_partitions_added_are_started_at_once_and_the_old_ones_kept(cluster):
     assert said.strip() == "altered topic t: partitions 2 -> 4"
     wait(lambda: fired == ["t"])  # the watch, not a poll
     assert controller.partitions_added(fired) == [("t", 2), ("t", 3)]
-    assignment = replica_nodes.decode_assignment(zk.get(replica_nodes.assignment_path("t"))[0], "t")
+    assignment = replica_nodes.decode_assignment(
+        zk.get(replica_nodes.assignment_path("t"))[0], "t")
     assert assignment[0] == (1, 2) and assignment[1] == (2, 3)  # untouched
     assert all(len(assignment[p]) == 2 for p in (2, 3))
     for p in (2, 3):
@@ -106,7 +108,8 @@ def test_partitions_added_are_started_at_once_and_the_old_ones_kept(cluster):
 def test_shrinking_and_bad_counts_are_refused_in_one_line(cluster):
     connect, zk = cluster
     live(zk, 1, 2)
-    zk.create(replica_nodes.assignment_path("t"), replica_nodes.encode_assignment({0: [1, 2], 1: [2, 1]}),
+    zk.create(replica_nodes.assignment_path("t"),
+              replica_nodes.encode_assignment({0: [1, 2], 1: [2, 1]}),
               makepath=True)
     for partitions, said in ((1, "partitions only grow"), (2, "already has 2 partitions"),
                              (20_000, "zookeeper.max.partitions.per.registration")):
@@ -124,7 +127,8 @@ def test_a_config_change_is_told_to_every_replica_whole(cluster):
     live(zk, 1, 2, 3)
     zk.create(replica_nodes.topic_config_path("t"), replica_nodes.encode_topic_config(
         {"retention.ms": "60000"}), makepath=True)
-    zk.create(replica_nodes.assignment_path("t"), replica_nodes.encode_assignment({0: [1, 2], 1: [2, 3]}),
+    zk.create(replica_nodes.assignment_path("t"),
+              replica_nodes.encode_assignment({0: [1, 2], 1: [2, 3]}),
               makepath=True)
     controller, _, told = started(zk)
     assert controller.configs["t"] == {"retention.ms": "60000"}
@@ -193,7 +197,8 @@ def test_a_new_controller_removes_the_change_nodes_there_and_each_one_it_applies
 
 def test_the_registrars_count_follows_an_added_partition_through_the_watch(cluster):
     _, zk = cluster
-    zk.create(replica_nodes.assignment_path("t"), replica_nodes.encode_assignment({0: [1], 1: [1]}),
+    zk.create(replica_nodes.assignment_path("t"),
+              replica_nodes.encode_assignment({0: [1], 1: [1]}),
               makepath=True)
     region = SharedRegion.create(f"/hbtest-alterzk-{os.getpid()}", ReplicatedNames.region_size(8))
     names = ReplicatedNames.create(region, 8)

@@ -232,7 +232,8 @@ def test_delete_preferred_election_and_reassignment_through_admin_nodes(
                         "--reassignment-json-file", plan)
     assert lines(result) in (["moving-0: in progress"], ["moving-0: done"])
     wait_until(lambda: zk.exists(replica_nodes.REASSIGN_PARTITIONS) is None, timeout=20)
-    assert json.loads(zk.get(replica_nodes.assignment_path("moving"))[0])["partitions"]["0"] == [3, 2]
+    moved = json.loads(zk.get(replica_nodes.assignment_path("moving"))[0])
+    assert moved["partitions"]["0"] == [3, 2]
     s = state(zk, "moving", 0)
     assert (s["leader"], s["leader_epoch"], sorted(s["isr"])) == (3, 1, [2, 3])
     # the old replica is removed from broker 1 (STOP_REPLICA with delete)
@@ -537,7 +538,8 @@ def test_a_broker_gone_leaves_the_isr_a_leader_committed_behind_the_controllers_
     for i in (1, 2, 3):
         zk.create(paths.broker_path(i), paths.encode_broker(
             paths.BrokerInfo(i, "127.0.0.1", 9000 + i, None)), makepath=True)
-    zk.create(replica_nodes.assignment_path("grown"), replica_nodes.encode_assignment({0: [1, 2, 3]}),
+    zk.create(replica_nodes.assignment_path("grown"),
+              replica_nodes.encode_assignment({0: [1, 2, 3]}),
               makepath=True)
     zk.create(replica_nodes.state_path("grown", 0),
               b'{"version":1,"leader":1,"leader_epoch":0,"isr":[1,2],"controller_epoch":0}',
@@ -607,7 +609,7 @@ def test_a_reassignment_does_not_finish_when_a_new_replica_leaves_the_isr_meanwh
     assert c.reassign() == []
     assert not racing.armed
     assert replica_nodes.decode_assignment(zk.get(replica_nodes.assignment_path("moving"))[0],
-                                     "moving") == {0: (1,)}
+                                           "moving") == {0: (1,)}
     assert zk.exists(replica_nodes.REASSIGN_PARTITIONS) is not None
     assert not [n for n in told if n.kind == STOP_REPLICA]
     s = state(zk, "moving", 0)
@@ -624,7 +626,8 @@ def test_reassign_generate_proposes_a_plan_that_execute_takes(cluster, tmp_path)
     for i in (1, 2, 3, 4):
         zk.create(paths.broker_path(i), paths.encode_broker(
             paths.BrokerInfo(i, "127.0.0.1", 9000 + i, None)), makepath=True)
-    zk.create(replica_nodes.assignment_path("g"), replica_nodes.encode_assignment({0: [1, 2], 1: [2, 1]}),
+    zk.create(replica_nodes.assignment_path("g"),
+              replica_nodes.encode_assignment({0: [1, 2], 1: [2, 1]}),
               makepath=True)
     topics = tmp_path / "topics.json"
     topics.write_text('{"version":1,"topics":[{"topic":"g"}]}')
@@ -745,7 +748,8 @@ def test_unclean_election_also_when_a_replica_broker_returns(cluster):  # noqa: 
     _register(zk, 3)
     offline = b'{"version":1,"leader":-1,"leader_epoch":4,"isr":[1],"controller_epoch":0}'
     for topic in ("lost", "willing"):
-        zk.create(replica_nodes.assignment_path(topic), replica_nodes.encode_assignment({0: [1, 2]}),
+        zk.create(replica_nodes.assignment_path(topic),
+                  replica_nodes.encode_assignment({0: [1, 2]}),
                   makepath=True)
         zk.create(replica_nodes.state_path(topic, 0), offline, makepath=True)
     zk.create(replica_nodes.topic_config_path("willing"), replica_nodes.encode_topic_config(
@@ -810,8 +814,9 @@ def test_a_pending_deletion_is_resumed_by_a_new_controller(cluster):  # noqa: F8
     for n in stops.values():
         c.replicas_deleted(n)
     c.delete_topics()
-    for path in (replica_nodes.delete_topic_path("doomed"), replica_nodes.assignment_path("doomed"),
-                 replica_nodes.state_path("doomed", 0), replica_nodes.topic_config_path("doomed")):
+    for path in (replica_nodes.delete_topic_path("doomed"),
+                 replica_nodes.assignment_path("doomed"), replica_nodes.state_path("doomed", 0),
+                 replica_nodes.topic_config_path("doomed")):
         assert zk.exists(path) is not None, path
 
     told.clear()
@@ -832,7 +837,8 @@ def test_a_pending_deletion_is_resumed_by_a_new_controller(cluster):  # noqa: F8
     assert back.broker_id == 3 and sorted(back.stop) == [("doomed", 0), ("doomed", 1)]
     assert not [n for n in told if n.kind == LEADER_AND_ISR]
     again.replicas_deleted(back)
-    for path in (replica_nodes.delete_topic_path("doomed"), replica_nodes.assignment_path("doomed"),
+    for path in (replica_nodes.delete_topic_path("doomed"),
+                 replica_nodes.assignment_path("doomed"),
                  replica_nodes.topic_config_path("doomed")):
         assert zk.exists(path) is None, path
     assert "doomed" not in again.deleting
@@ -849,7 +855,8 @@ def test_a_copy_moved_away_from_a_broker_that_is_down_is_deleted_when_it_returns
 
     _, zk = cluster
     _register(zk, 1, 3)
-    zk.create(replica_nodes.assignment_path("m"), replica_nodes.encode_assignment({0: [1, 2], 1: [1, 2]}),
+    zk.create(replica_nodes.assignment_path("m"),
+              replica_nodes.encode_assignment({0: [1, 2], 1: [1, 2]}),
               makepath=True)
     zk.create(replica_nodes.state_path("m", 0),
               b'{"version":1,"leader":1,"leader_epoch":0,"isr":[1],"controller_epoch":0}',

@@ -57,7 +57,8 @@ def test_hostile_change_nodes_are_left_out_and_a_good_one_still_acts(cluster):
                   b'"' + b"x" * 300 + b'"', b"t", b'"' + b"y" * 300_000 + b'"', b""):
         zk.create(prefix, value, sequence=True, makepath=True)
     zk.create(f"{CONFIG_CHANGES}/not-a-sequence-name", b'"nope"')  # a topic that is none
-    zk.create(replica_nodes.topic_config_path("t"), replica_nodes.encode_topic_config({"flush.ms": "5"}),
+    zk.create(replica_nodes.topic_config_path("t"),
+              replica_nodes.encode_topic_config({"flush.ms": "5"}),
               makepath=True)
     notify_config_change(zk, "t")
     assert controller.config_changes() == ["t"]
@@ -127,7 +128,8 @@ def test_change_nodes_past_the_children_bound_cost_bounded_work(cluster):
     live(zk, 1)
     zk.create(replica_nodes.assignment_path("t"), replica_nodes.encode_assignment({0: [1]}),
               makepath=True)
-    zk.create(replica_nodes.topic_config_path("t"), replica_nodes.encode_topic_config({"flush.ms": "5"}),
+    zk.create(replica_nodes.topic_config_path("t"),
+              replica_nodes.encode_topic_config({"flush.ms": "5"}),
               makepath=True)
     bounds = zkread.Bounds.of({"zookeeper.max.children": 5})
     controller, said, told = started(zk, bounds=bounds)

@@ -102,7 +102,8 @@ def test_a_reassignment_whose_old_and_new_replicas_are_over_8_is_dropped(zk):
 @pytest.mark.parametrize("epoch_node", [b"garbage", b"-5", None])
 def test_a_damaged_controller_epoch_does_not_send_the_epoch_back(zk, epoch_node):
     _broker(zk, 1)
-    zk.create(replica_nodes.assignment_path("t"), replica_nodes.encode_assignment({0: [1], 1: [1]}),
+    zk.create(replica_nodes.assignment_path("t"),
+              replica_nodes.encode_assignment({0: [1], 1: [1]}),
               makepath=True)
     zk.create(replica_nodes.state_path("t", 0), replica_nodes.encode_state(
         replica_nodes.PartitionState(1, 3, (1,), 41)), makepath=True)
@@ -127,8 +128,8 @@ def test_many_topics_deleted_at_once_are_one_request_per_broker(zk):
         _broker(zk, i)
     topics = [f"gone{i:03d}" for i in range(80)]
     for topic in topics:
-        zk.create(replica_nodes.assignment_path(topic), replica_nodes.encode_assignment({0: [1, 3],
-                                                                               1: [2, 3]}),
+        zk.create(replica_nodes.assignment_path(topic),
+                  replica_nodes.encode_assignment({0: [1, 3], 1: [2, 3]}),
                   makepath=True)
     told = []
     c = Controller(zk, 1, told.append)

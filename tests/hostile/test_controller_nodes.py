@@ -54,7 +54,8 @@ def test_hostile_replication_nodes_are_left_out_and_the_controller_goes_on(zk):
     for path, value in hostile.items():
         zk.create(path, value, makepath=True)
     # a state node of a good topic, forged: a leader outside its ISR
-    zk.create(replica_nodes.assignment_path("forged"), replica_nodes.encode_assignment({0: [1, 2]}),
+    zk.create(replica_nodes.assignment_path("forged"),
+              replica_nodes.encode_assignment({0: [1, 2]}),
               makepath=True)
     zk.create(replica_nodes.state_path("forged", 0),
               b'{"version":1,"leader":7,"leader_epoch":0,"isr":[1],"controller_epoch":0}',
@@ -72,7 +73,8 @@ def test_hostile_replication_nodes_are_left_out_and_the_controller_goes_on(zk):
     # the forged state is left alone (not overwritten blindly), and said
     assert json.loads(zk.get(replica_nodes.state_path("forged", 0))[0])["leader"] == 7
     bad = {path for path, _ in said.lines}
-    assert set(hostile) | {replica_nodes.state_path("forged", 0), replica_nodes.CONTROLLER_EPOCH} <= bad
+    assert set(hostile) | {replica_nodes.state_path("forged", 0),
+                           replica_nodes.CONTROLLER_EPOCH} <= bad
     assert sorted(controller.topics) == ["forged", "good"]
     assert {n.broker_id for n in told} == {1, 2}
     assert all(len(problem.splitlines()) == 1 and len(problem) < 400
@@ -94,7 +96,8 @@ def test_hostile_replication_nodes_are_left_out_and_the_controller_goes_on(zk):
                  f"{replica_nodes.CONTROLLED_SHUTDOWN}/abc"):
         assert zk.exists(path) is None, path
     assert zk.get_children(replica_nodes.DELETE_TOPICS) == []
-    assert json.loads(zk.get(replica_nodes.assignment_path("good"))[0])["partitions"] == {"0": [1, 2]}
+    good = json.loads(zk.get(replica_nodes.assignment_path("good"))[0])
+    assert good["partitions"] == {"0": [1, 2]}
     assert state(zk, "good", 0)["leader"] == 1
 
 

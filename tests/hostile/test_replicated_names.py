@@ -76,7 +76,8 @@ def reader(client, names, **bounds):
 
 
 def test_hostile_topic_nodes_count_as_replicated_and_old_topics_stay_plain(client, names):
-    client.create(replica_nodes.assignment_path("good"), replica_nodes.encode_assignment({0: [1, 2]}),
+    client.create(replica_nodes.assignment_path("good"),
+                  replica_nodes.encode_assignment({0: [1, 2]}),
                   makepath=True)
     client.create("/brokers/topics/old07", b"")  # a 0.7-style topic: no value
     client.create("/brokers/topics/old07/1", b"1")

@@ -121,7 +121,8 @@ def test_a_partition_moves_under_acks_all_and_the_move_finishes(make_broker, zoo
 
 def test_a_broker_without_a_replica_does_not_make_a_plain_topic_of_a_replicated_one(
         make_broker, zookeeper, zk, tmp_path):
-    zk.create(replica_nodes.assignment_path("elsewhere"), replica_nodes.encode_assignment({0: [7]}),
+    zk.create(replica_nodes.assignment_path("elsewhere"),
+              replica_nodes.encode_assignment({0: [7]}),
               makepath=True)
     broker = _brokers(make_broker, tmp_path, zookeeper, zk, (1,))[1]
     wire = Wire(broker.unix_path)

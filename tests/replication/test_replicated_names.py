@@ -33,7 +33,8 @@ def _create(wire: Wire, topic: str) -> api.AdminResponse:
 
 
 def _replicated(zk, topic: str, replicas=(7,)) -> None:
-    zk.create(replica_nodes.assignment_path(topic), replica_nodes.encode_assignment({0: list(replicas)}),
+    zk.create(replica_nodes.assignment_path(topic),
+              replica_nodes.encode_assignment({0: list(replicas)}),
               makepath=True)
 
 
