@@ -38,7 +38,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from hostbroker.cluster.paths import BROKER_TOPICS
+from hostbroker.cluster.paths import BROKER_TOPICS, topic_path
 from hostbroker.cluster.zkread import (
     DEFAULT,
     MAX_BROKER_ID,
@@ -106,7 +106,8 @@ _COMPACT = (",", ":")
 
 
 def assignment_path(topic: str) -> str:
-    return f"{BROKER_TOPICS}/{topic}"
+    """The topic's own node, which holds a replicated topic's assignment."""
+    return topic_path(topic)
 
 
 def partitions_path(topic: str) -> str:
