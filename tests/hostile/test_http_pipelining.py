@@ -26,7 +26,8 @@ def served(tmp_path_factory):
     broker = http_broker(tmp_path_factory.mktemp("http-pipelining"),
                          **{"max.partitions": 4000})
     try:
-        with broker.client() as client:
+        with broker.client(timeout=60) as client:
+            client.metadata()  # (a connection's first answer is bounded by its setup timeout)
             for i in range(2):
                 client.create_topic(f"wide-{i}", 1000)
         yield broker

@@ -114,12 +114,12 @@ def hostile_frames():
 
 def test_hostile_replication_requests_are_refused_whole_and_quickly():
     for what, frame in hostile_frames():
-        started = time.monotonic()
+        started = time.thread_time()  # the decode's own CPU, whatever else runs
         with pytest.raises(ProtocolError) as info:
             rp.decode_any_request(frame, max_entries=100_000)
         assert info.value.code == ErrorCode.INVALID_REQUEST, what
         assert "\n" not in str(info.value) and len(str(info.value)) < 300, what
-        assert time.monotonic() - started < 1, what
+        assert time.thread_time() - started < 1, what
 
 
 def test_a_hostile_epoch_file_takes_only_its_partition_offline(tmp_path):

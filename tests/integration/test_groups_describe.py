@@ -38,6 +38,7 @@ def _settled(broker) -> float:
 def test_describe_reads_the_group_s_topics_only(make_broker):
     broker = make_broker()
     with broker.client(timeout=60) as c:
+        c.metadata()  # (a connection's first answer is bounded by its setup timeout)
         c.create_topic("big", 1200)  # the old way asked all of it: two OFFSET_FETCHes
         c.create_topic("small", 2)
         c.produce("small", 1, encode_message_set([b"s" * 30]))

@@ -238,6 +238,7 @@ def test_a_longest_name_with_four_digit_partitions_is_deleted(broker):
     topic = "d" * 249
     writer = broker.workers()["hb-writer-0"]
     with broker.client(timeout=120) as c:
+        c.metadata()  # (a connection's first answer is bounded by its setup timeout)
         c.create_topic(topic, 1001)  # "<topic>_1000" is 254 bytes
         assert os.path.isdir(partition_dir(broker, topic, 1000))
         c.produce(topic, 1000, encode_message_set([b"last"]))
