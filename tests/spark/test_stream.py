@@ -156,10 +156,13 @@ def test_available_now_stops_at_the_log_end_it_started_with(spark, broker, tmp_p
     stop = threading.Event()
 
     def keep_producing():
+        # slowly, so that what came before the query fixed its end stays a few batches
+        # however long Spark takes to start it (at 2,000 a second, a loaded machine's
+        # slow start made a backlog of hundreds of batches)
         with Producer(broker.tcp) as producer:
             while not stop.is_set():
-                producer.send_many("busy", [b"late" * 10] * 20, partition=0)
-                time.sleep(0.01)
+                producer.send_many("busy", [b"late" * 10] * 2, partition=0)
+                time.sleep(0.1)
     thread = threading.Thread(target=keep_producing)
     thread.start()
     try:
