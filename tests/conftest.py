@@ -164,7 +164,7 @@ def _report_cpu(nodeid: str, began: float, cpu: float, starts: int) -> None:
     version = "%d.%d" % sys.version_info[:2]
     with open(f"{_CPU_REPORT}.{version}.{worker}", "a") as out:
         out.write(f"{nodeid}\t{time.monotonic() - began:.3f}\t{_cpu_seconds() - cpu:.3f}"
-                  f"\t{_broker_starts() - starts}\n")
+                  f"\t{_broker_starts() - starts}\t{began:.3f}\n")
 
 
 def _inherited_stops() -> list[str]:
