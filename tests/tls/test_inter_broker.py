@@ -106,6 +106,22 @@ def _metadata_v1(call) -> rp.MetadataResponseV1:
     return rp.decode_response(answer, rp.MetadataResponseV1)[1]
 
 
+def _metadata_v1_once_led(call, timeout: float = 30.0) -> rp.MetadataResponseV1:
+    """The first METADATA v1 answer about TOPIC that names a leader of
+    partition 0: the broker asked has taken the controller's LEADER_AND_ISR
+    (which stores the leader's listeners before the partition's leader), as a
+    client that asks again until it is told a leader sees it."""
+    answers = []
+
+    def led() -> bool:
+        answers.append(_metadata_v1(call))
+        (topic,) = answers[-1].topics
+        return any(p.partition == 0 and p.leader >= 0 for p in topic.partitions)
+
+    poll(led, timeout=timeout, every=0.1, what="a METADATA answer naming a leader")
+    return answers[-1]
+
+
 def test_replication_over_tls_as_the_brokers_certificates(start_broker, certs, zk, zookeeper):
     supers = "User:broker1;User:broker2"
     brokers = {1: start_broker(1, "broker1", supers), 2: start_broker(2, "broker2", supers)}
@@ -212,7 +228,11 @@ def test_an_ssl_client_of_a_plaintext_cluster_reaches_the_other_leader_at_its_ss
     poll(lambda: sorted(zk.get_children("/brokers/ids")) == ["1", "2"], what="registered")
     place(zk, TOPIC, {0: [2, 1]})  # broker 2 leads, broker 1 follows
     poll(lambda: settled(zk, TOPIC, 1, 2), what="a leader and a full ISR")
-    answer = _metadata_v1(lambda f: _ssl_call(brokers[1], certs, f))
+    # ZooKeeper's state node is written by the controller before it sends its
+    # LEADER_AND_ISR, and broker 1 learns broker 2's listeners (its peers table)
+    # only from that request: a client asks again until broker 1 names a
+    # leader, as this does; then broker 2 must be listed, at its ssl:// port
+    answer = _metadata_v1_once_led(lambda f: _ssl_call(brokers[1], certs, f))
     assert sorted((b.broker_id, b.host, b.port, b.unix_path or None) for b in answer.brokers) == [
         (n, "127.0.0.1", brokers[n].ssl_port, None) for n in (1, 2)]
     ((part,),) = [t.partitions for t in answer.topics]
