@@ -132,8 +132,9 @@ _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 # HB_TEST_CPU=PREFIX: each test process appends a line for every test (the set-up and
 # tear-down of its fixtures of any scope included) to PREFIX.<python version>.<worker>
-# (gw0, ..., or main): "nodeid<TAB>wall s<TAB>CPU s<TAB>brokers started", the CPU
-# counting every process the test started (docs/testing.md, "Where the time goes").
+# (gw0, ..., or main): "nodeid<TAB>wall s<TAB>CPU s<TAB>brokers started<TAB>began", the
+# CPU counting every process the test started, "began" on the monotonic clock
+# (docs/testing.md, "Where the time goes").
 _CPU_REPORT = os.environ.get("HB_TEST_CPU", "")
 
 
