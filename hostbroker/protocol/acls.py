@@ -22,14 +22,13 @@ broker's to answer per entry with INVALID_REQUEST and a message, through
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import ClassVar
 
 from hostbroker.errors import ErrorCode, ProtocolError
 from hostbroker.protocol import api
 from hostbroker.protocol.primitives import Buffer
 from hostbroker.protocol.schema import (Array, ErrorCodeField, Int8, Int64, NullableString,
-                                        String, wire_struct)
+                                        String, wire_record)
 
 CREATE_ACLS = 22
 DELETE_ACLS = 23
@@ -56,8 +55,7 @@ def _check_enums(entry, ranges: dict, what: str) -> None:
             raise ProtocolError(f"{what} {field} {value} is not one of {low}..{high}")
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class AclEntry:
     """One binding, as created and as described."""
 
@@ -70,8 +68,7 @@ class AclEntry:
     permission_type: Int8
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class AclFilterEntry:
     resource_type: Int8 = ANY
     resource_name: NullableString = None
@@ -82,8 +79,7 @@ class AclFilterEntry:
     permission_type: Int8 = ANY
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class EntryResult:
     error_code: ErrorCodeField
     error_message: NullableString = None
@@ -91,8 +87,7 @@ class EntryResult:
 
 # CREATE_ACLS (22)
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class CreateAclsRequest:
     """Add ``creations`` (one answer each, in order; a binding already held is NONE)."""
 
@@ -105,16 +100,14 @@ class CreateAclsRequest:
             _check_enums(entry, _BINDING_RANGES, "CREATE_ACLS")
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class CreateAclsResponse:
     results: Array[EntryResult]
 
 
 # DELETE_ACLS (23)
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class DeleteAclsRequest:
     """Remove every binding each filter matches (an AclFilterEntry of all ANY and
     nulls matches every binding)."""
@@ -128,24 +121,21 @@ class DeleteAclsRequest:
             _check_enums(entry, _FILTER_RANGES, "DELETE_ACLS")
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class DeleteAclsFilterResult:
     error_code: ErrorCodeField
     error_message: NullableString = None
     deleted: Array[AclEntry] = ()
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class DeleteAclsResponse:
     results: Array[DeleteAclsFilterResult]
 
 
 # DESCRIBE_ACLS (24)
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class DescribeAclsRequest:
     API_KEY: ClassVar[int] = DESCRIBE_ACLS
     API_VERSION: ClassVar[int] = VERSION
@@ -155,8 +145,7 @@ class DescribeAclsRequest:
         _check_enums(self.filter, _FILTER_RANGES, "DESCRIBE_ACLS")
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class DescribeAclsResponse:
     """The bindings the filter matches, sorted; cut to what fits the answer
     bound with ``truncated`` 1."""
@@ -169,22 +158,19 @@ class DescribeAclsResponse:
 
 # ALTER_QUOTAS (25)
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class QuotaValue:
     key: String
     value: Int64
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class QuotaEntity:
     entity: String
     quotas: Array[QuotaValue] = ()
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class AlterQuotasRequest:
     """Set or (``value`` :data:`REMOVE`) drop bounds of each entity; one answer
     per entity, in order."""
@@ -197,16 +183,14 @@ class AlterQuotasRequest:
         return None
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class AlterQuotasResponse:
     results: Array[EntryResult]
 
 
 # DESCRIBE_QUOTAS (26)
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class DescribeQuotasRequest:
     """The bounds of ``entities`` (empty: of every entity that has any)."""
 
@@ -218,8 +202,7 @@ class DescribeQuotasRequest:
         return None
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class DescribeQuotasResponse:
     error_code: ErrorCodeField
     entities: Array[QuotaEntity] = ()
@@ -228,8 +211,7 @@ class DescribeQuotasResponse:
 
 # WHOAMI (27)
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class WhoamiRequest:
     API_KEY: ClassVar[int] = WHOAMI
     API_VERSION: ClassVar[int] = VERSION
@@ -238,8 +220,7 @@ class WhoamiRequest:
         return None
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class WhoamiResponse:
     """The principal, groups and host the broker sees on this connection,
     and whether the authorizer is on."""

@@ -12,7 +12,6 @@ zero-copy ``memoryview`` slices of the frame when decoded).
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
 from typing import ClassVar
 
 from hostbroker.protocol.schema import (
@@ -24,7 +23,7 @@ from hostbroker.protocol.schema import (
     MessageSet,
     NullableString,
     String,
-    wire_struct,
+    wire_record,
 )
 
 
@@ -114,16 +113,14 @@ EARLIEST_TIME = -2
 # PRODUCE (0)
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class ProducePartition:
     topic: String
     partition: Int32
     message_set: MessageSet
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class ProduceRequest:
     API_KEY: ClassVar[ApiKey] = ApiKey.PRODUCE
     acks: Int16
@@ -131,8 +128,7 @@ class ProduceRequest:
     partitions: Array[ProducePartition]
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class ProducePartitionResult:
     """``base_offset`` and ``log_end_offset`` are -1 when ``error_code`` is set."""
 
@@ -143,8 +139,7 @@ class ProducePartitionResult:
     log_end_offset: Int64
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class ProduceResponse:
     partitions: Array[ProducePartitionResult]
 
@@ -152,8 +147,7 @@ class ProduceResponse:
 # FETCH (1)
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class FetchPartition:
     topic: String
     partition: Int32
@@ -161,8 +155,7 @@ class FetchPartition:
     max_bytes: Int32
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class FetchRequest:
     API_KEY: ClassVar[ApiKey] = ApiKey.FETCH
     max_wait_ms: Int32
@@ -170,8 +163,7 @@ class FetchRequest:
     partitions: Array[FetchPartition]
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class FetchPartitionResult:
     """``message_set`` may end with a partial entry (the fetch is cut at max_bytes)."""
 
@@ -182,8 +174,7 @@ class FetchPartitionResult:
     message_set: MessageSet
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class FetchResponse:
     partitions: Array[FetchPartitionResult]
 
@@ -191,8 +182,7 @@ class FetchResponse:
 # OFFSETS (2)
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class OffsetsRequest:
     """``time`` is ms since the epoch, or LATEST_TIME / EARLIEST_TIME."""
 
@@ -203,8 +193,7 @@ class OffsetsRequest:
     max_offsets: Int32
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class OffsetsResponse:
     error_code: ErrorCodeField
     offsets: Array[Int64]
@@ -213,8 +202,7 @@ class OffsetsResponse:
 # METADATA (3)
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class MetadataRequest:
     """An empty ``topics`` asks for every topic."""
 
@@ -222,8 +210,7 @@ class MetadataRequest:
     topics: Array[String] = ()
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class MetadataBroker:
     """A live broker; ``host`` or ``unix_path`` is None when it has no such listener."""
 
@@ -233,8 +220,7 @@ class MetadataBroker:
     unix_path: NullableString
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class MetadataPartition:
     partition: Int32
     error_code: ErrorCodeField
@@ -244,16 +230,14 @@ class MetadataPartition:
     log_dir: NullableString
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class MetadataTopic:
     topic: String
     error_code: ErrorCodeField
     partitions: Array[MetadataPartition]
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class MetadataResponse:
     broker_id: Int32
     brokers: Array[MetadataBroker]
@@ -263,15 +247,13 @@ class MetadataResponse:
 # CREATE_TOPIC (4) / DELETE_TOPIC (5)
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class TopicConfigEntry:
     key: String
     value: String
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class CreateTopicRequest:
     API_KEY: ClassVar[ApiKey] = ApiKey.CREATE_TOPIC
     topic: String
@@ -279,15 +261,13 @@ class CreateTopicRequest:
     configs: Array[TopicConfigEntry] = ()
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class DeleteTopicRequest:
     API_KEY: ClassVar[ApiKey] = ApiKey.DELETE_TOPIC
     topic: String
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class AdminResponse:
     """The answer to CREATE_TOPIC and DELETE_TOPIC."""
 
@@ -298,8 +278,7 @@ class AdminResponse:
 # OFFSET_COMMIT (6)
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class OffsetCommitPartition:
     topic: String
     partition: Int32
@@ -307,24 +286,21 @@ class OffsetCommitPartition:
     metadata: NullableString = None
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class OffsetCommitRequest:
     API_KEY: ClassVar[ApiKey] = ApiKey.OFFSET_COMMIT
     group: String
     partitions: Array[OffsetCommitPartition]
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class OffsetCommitPartitionResult:
     topic: String
     partition: Int32
     error_code: ErrorCodeField
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class OffsetCommitResponse:
     partitions: Array[OffsetCommitPartitionResult]
 
@@ -332,23 +308,20 @@ class OffsetCommitResponse:
 # OFFSET_FETCH (7)
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class OffsetFetchPartition:
     topic: String
     partition: Int32
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class OffsetFetchRequest:
     API_KEY: ClassVar[ApiKey] = ApiKey.OFFSET_FETCH
     group: String
     partitions: Array[OffsetFetchPartition]
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class OffsetFetchPartitionResult:
     """``offset`` is -1 for a partition the group never committed."""
 
@@ -359,8 +332,7 @@ class OffsetFetchPartitionResult:
     error_code: ErrorCodeField
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class OffsetFetchResponse:
     partitions: Array[OffsetFetchPartitionResult]
 

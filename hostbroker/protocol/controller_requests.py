@@ -12,7 +12,6 @@ given twice are INVALID_REQUEST (:mod:`hostbroker.protocol.replica_fields`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import ClassVar
 
 from hostbroker.protocol.bodies import ApiKey, MetadataBroker, TopicConfigEntry
@@ -31,7 +30,7 @@ from hostbroker.protocol.schema import (
     Int32,
     NullableString,
     String,
-    wire_struct,
+    wire_record,
 )
 
 __all__ = [
@@ -54,8 +53,7 @@ __all__ = [
 BrokerEndpoint = MetadataBroker
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class BrokerEndpoints:
     """A broker's listeners in LEADER_AND_ISR version 1: every kind it
     registered, its ``ssl://`` one too (``ssl_host`` None, ``ssl_port`` -1
@@ -69,8 +67,7 @@ class BrokerEndpoints:
     ssl_port: Int32 = -1
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class LeaderAndIsrPartition:
     """What the controller decided for one partition; ``zk_version`` is the
     version of its state node that holds this ISR."""
@@ -84,8 +81,7 @@ class LeaderAndIsrPartition:
     replicas: ReplicaIds
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class TopicConfigs:
     """A topic's config overrides (``/config/topics/[topic]``), e.g. min.insync.replicas."""
 
@@ -93,8 +89,7 @@ class TopicConfigs:
     configs: Array[TopicConfigEntry] = ()
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class LeaderAndIsrRequest:
     """``brokers``: the listeners of the leaders named (a follower connects to them)."""
 
@@ -141,8 +136,7 @@ def _check_brokers(brokers) -> None:
             refuse(f"ssl port {ssl_port} of broker {broker.broker_id} is out of range")
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class LeaderAndIsrRequestV1:
     """Version 1: as version 0, each broker named with every kind of listener
     it registered (:class:`BrokerEndpoints`), whatever protocol the brokers
@@ -160,16 +154,14 @@ class LeaderAndIsrRequestV1:
         LeaderAndIsrRequest.check(self)
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class PartitionError:
     topic: String
     partition: Int32
     error_code: ErrorCodeField
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class LeaderAndIsrResponse:
     """``error_code`` is the request's (STALE_CONTROLLER_EPOCH); ``partitions``
     each partition's own."""
@@ -184,15 +176,13 @@ class LeaderAndIsrResponse:
 # STOP_REPLICA (15)
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class StopReplicaPartition:
     topic: String
     partition: Int32
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class StopReplicaRequest:
     """``delete_partitions`` 1: remove the replicas' logs too (topic deletion,
     a replica moved away by a reassignment); 0: stop being leader or follower."""
@@ -214,8 +204,7 @@ class StopReplicaRequest:
             check_partition(p.topic, p.partition, seen, "a STOP_REPLICA")
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class StopReplicaResponse:
     error_code: ErrorCodeField
     partitions: Array[PartitionError] = ()

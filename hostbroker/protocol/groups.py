@@ -24,7 +24,6 @@ per member) are not the codec's: the group state answers them.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
 from typing import ClassVar
 
 from hostbroker.errors import ErrorCode, ProtocolError
@@ -41,7 +40,8 @@ from hostbroker.protocol.schema import (
     ErrorCodeField,
     Int32,
     String,
-    wire_struct,
+    record,
+    wire_record,
 )
 
 __all__ = [
@@ -131,15 +131,13 @@ def _check_generation(generation: int) -> None:
 # JOIN_GROUP (8)
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class SubscribedTopic:
     topic: String
     streams: Int32
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class JoinGroupRequest:
     """``member_id`` is "" for a consumer not yet a member (the broker names it)."""
 
@@ -175,8 +173,7 @@ class JoinGroupRequest:
         return {entry.topic: entry.streams for entry in self.topics}
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class JoinGroupResponse:
     """``generation`` is -1 and ``members`` empty when ``error_code`` is set;
     ``members`` are the member ids of the generation, sorted."""
@@ -190,7 +187,7 @@ class JoinGroupResponse:
 # SYNC_GROUP (9)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class _MemberOfGeneration:
     """The body of SYNC_GROUP and HEARTBEAT: who asks, in which generation."""
 
@@ -204,15 +201,13 @@ class _MemberOfGeneration:
         _check_member(self.member_id)
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class SyncGroupRequest(_MemberOfGeneration):
     API_KEY: ClassVar[int] = GroupApiKey.SYNC_GROUP
     API_VERSION: ClassVar[int] = 0
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class StreamAssignment:
     """The partitions one stream of the member owns in the generation (maybe none)."""
 
@@ -221,8 +216,7 @@ class StreamAssignment:
     partitions: Array[Int32]
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class SyncGroupResponse:
     """Every stream of the member, by topic then stream index; empty on an error."""
 
@@ -233,15 +227,13 @@ class SyncGroupResponse:
 # HEARTBEAT (10)
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class HeartbeatRequest(_MemberOfGeneration):
     API_KEY: ClassVar[int] = GroupApiKey.HEARTBEAT
     API_VERSION: ClassVar[int] = 0
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class HeartbeatResponse:
     error_code: ErrorCodeField
 
@@ -249,8 +241,7 @@ class HeartbeatResponse:
 # LEAVE_GROUP (11)
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class LeaveGroupRequest:
     API_KEY: ClassVar[int] = GroupApiKey.LEAVE_GROUP
     API_VERSION: ClassVar[int] = 0
@@ -262,8 +253,7 @@ class LeaveGroupRequest:
         _check_member(self.member_id)
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class LeaveGroupResponse:
     error_code: ErrorCodeField
 
@@ -271,8 +261,7 @@ class LeaveGroupResponse:
 # DESCRIBE_GROUP (12)
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class DescribeGroupRequest:
     API_KEY: ClassVar[int] = GroupApiKey.DESCRIBE_GROUP
     API_VERSION: ClassVar[int] = 0
@@ -282,8 +271,7 @@ class DescribeGroupRequest:
         _check_group(self.group)
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class DescribedMember:
     """One member of the group and its streams in the current generation."""
 
@@ -293,8 +281,7 @@ class DescribedMember:
     assignment: Array[StreamAssignment] = ()
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class DescribeGroupResponse:
     """``phase`` is EMPTY, PREPARING_REBALANCE or STABLE; a group without
     members is EMPTY with generation 0 and no members."""
@@ -308,8 +295,7 @@ class DescribeGroupResponse:
 # LIST_GROUPS (13)
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class ListGroupsRequest:
     API_KEY: ClassVar[int] = GroupApiKey.LIST_GROUPS
     API_VERSION: ClassVar[int] = 0
@@ -318,8 +304,7 @@ class ListGroupsRequest:
         return None
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class ListGroupsResponse:
     """The groups that have members, sorted."""
 
@@ -330,8 +315,7 @@ class ListGroupsResponse:
 # OFFSET_COMMIT (6) version 1
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class OffsetCommitRequestV1:
     """A commit fenced by ``(generation, member_id)``; ``(NO_GENERATION, "")``
     is a commit from outside any generation, as version 0. Answered with

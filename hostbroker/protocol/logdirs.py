@@ -27,7 +27,6 @@ with an error code, not here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import ClassVar
 
 from hostbroker.errors import ErrorCode, ProtocolError
@@ -51,7 +50,7 @@ from hostbroker.protocol.schema import (
     Int64,
     NullableString,
     String,
-    wire_struct,
+    wire_record,
 )
 
 __all__ = [
@@ -127,8 +126,7 @@ def _check_distinct(ids: tuple[int, ...], what: str) -> None:
 # METADATA (3) version 2
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class MetadataRequestV2:
     """An empty ``topics`` asks for every topic (the body of versions 0 and 1)."""
 
@@ -140,8 +138,7 @@ class MetadataRequestV2:
         return None
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class MetadataPartitionV2:
     """Version 1's partition, then the replicas by log dir id: ``leader_dir``
     (-1: no leader), ``replica_dirs``, ``isr_dirs`` and ``target_dirs`` (empty
@@ -163,16 +160,14 @@ class MetadataPartitionV2:
     target_dirs: ReplicaIds
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class MetadataTopicV2:
     topic: String
     error_code: ErrorCodeField
     partitions: Array[MetadataPartitionV2]
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class MetadataLogDir:
     """One log dir of the answering broker; ``path`` may be null for a dir
     that is ``DIR_MISSING`` (known only by its id), and ``dir_id`` -1 for a
@@ -183,8 +178,7 @@ class MetadataLogDir:
     state: Int8
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class MetadataResponseV2:
     """Version 1's answer, each partition with its dirs, then this broker's log dirs."""
 
@@ -224,8 +218,7 @@ class MetadataResponseV2:
 # CREATE_TOPIC (4) version 1
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class CreateTopicRequestV1:
     """Version 0's fields, then ``replication_factor``: 1 to 8 replicas, each
     on its own log dir of this broker, or -1 for ``default.replication.factor``.
@@ -248,8 +241,7 @@ class CreateTopicRequestV1:
 # ALTER_REPLICA_DIRS (17)
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class AlterReplicaDirsPartition:
     """The dirs a partition's replicas are to be on; the first is the preferred leader."""
 
@@ -258,8 +250,7 @@ class AlterReplicaDirsPartition:
     dir_ids: ReplicaIds
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class AlterReplicaDirsRequest:
     API_KEY: ClassVar[int] = ApiKey.ALTER_REPLICA_DIRS
     API_VERSION: ClassVar[int] = ALTER_REPLICA_DIRS_V0
@@ -277,8 +268,7 @@ class AlterReplicaDirsRequest:
             _check_distinct(p.dir_ids, f"the dirs of {where}")
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class AlterReplicaDirsResponse:
     """``error_code`` is the request's (a reassignment already in progress:
     INVALID_REQUEST, nothing changed); ``partitions`` each partition's own."""
@@ -294,8 +284,7 @@ class AlterReplicaDirsResponse:
 # LOG_DIR_ADMIN (18)
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class LogDirAdminRequest:
     """``ACTION_ONLINE``: the configured log dir at ``path`` is to come back
     (``dir_id`` -1); ``ACTION_FORGET``: the dir ``dir_id`` is gone for good

@@ -99,7 +99,7 @@ class Reader:
 
     def fixed(self, codec: struct.Struct, what: str) -> tuple:
         """The next ``codec.size`` bytes unpacked by ``codec``: several
-        fixed-size fields in one call (see ``schema.wire_struct``)."""
+        fixed-size fields in one call (see ``schema.wire_record``)."""
         position = self._pos
         if position + codec.size > self._end:
             raise self._truncated(codec.size, what)

@@ -45,7 +45,6 @@ from __future__ import annotations
 import dataclasses
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
 
 from hostbroker.errors import ErrorCode, ProtocolError
@@ -85,7 +84,7 @@ from hostbroker.protocol.schema import (
     MessageSet,
     NullableString,
     String,
-    wire_struct,
+    wire_record,
 )
 
 __all__ = [
@@ -141,8 +140,7 @@ FETCH_V1 = 1
 # METADATA (3) version 1
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class MetadataRequestV1:
     """An empty ``topics`` asks for every topic (the body of version 0)."""
 
@@ -154,8 +152,7 @@ class MetadataRequestV1:
         return None
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class MetadataPartitionV1:
     """``leader`` is -1 when the partition has none; offsets are -1 when the
     answering broker has no replica of the partition; ``high_watermark`` equals
@@ -172,16 +169,14 @@ class MetadataPartitionV1:
     log_dir: NullableString
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class MetadataTopicV1:
     topic: String
     error_code: ErrorCodeField
     partitions: Array[MetadataPartitionV1]
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class MetadataResponseV1:
     """``controller_id`` is -1 when the broker knows of no controller."""
 
@@ -200,8 +195,7 @@ class MetadataResponseV1:
 # FETCH (1) version 1
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class FetchPartitionV1:
     """``leader_epoch`` -1: not checked; else the epoch the fetcher believes current."""
 
@@ -212,8 +206,7 @@ class FetchPartitionV1:
     max_bytes: Int32
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class FetchRequestV1:
     """``replica_id`` -1: a consumer (reads below the high watermark); -2: a
     debugging consumer (any replica, below its own high watermark); a broker
@@ -239,8 +232,7 @@ class FetchRequestV1:
         return self.replica_id >= 0
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class FetchPartitionResultV1:
     """``data_epoch``: the leader epoch that wrote every entry of ``message_set``
     (-1 when it is empty or the fetch came from a consumer)."""
@@ -254,8 +246,7 @@ class FetchPartitionResultV1:
     message_set: MessageSet
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class FetchResponseV1:
     partitions: Array[FetchPartitionResultV1]
 
@@ -278,16 +269,14 @@ class FetchV1PartitionHeader(NamedTuple):
 # OFFSET_FOR_LEADER_EPOCH (16)
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class OffsetForLeaderEpochPartition:
     topic: String
     partition: Int32
     leader_epoch: Int32
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class OffsetForLeaderEpochRequest:
     API_KEY: ClassVar[int] = ApiKey.OFFSET_FOR_LEADER_EPOCH
     API_VERSION: ClassVar[int] = 0
@@ -303,8 +292,7 @@ class OffsetForLeaderEpochRequest:
                          allow_none=True)
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class OffsetForLeaderEpochResult:
     """``leader_epoch``: the largest epoch <= the one asked; ``end_offset``: the
     start of the next epoch after it, or the log end (both -1 when none)."""
@@ -316,8 +304,7 @@ class OffsetForLeaderEpochResult:
     end_offset: Int64
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class OffsetForLeaderEpochResponse:
     partitions: Array[OffsetForLeaderEpochResult]
 

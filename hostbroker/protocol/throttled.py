@@ -27,7 +27,6 @@ Pure, like the rest of the package.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
 from typing import ClassVar
 
 from hostbroker.protocol import api
@@ -39,7 +38,7 @@ from hostbroker.protocol.bodies import (
     ProducePartitionResult,
 )
 from hostbroker.protocol.primitives import Buffer
-from hostbroker.protocol.schema import Array, Int16, Int32, wire_struct
+from hostbroker.protocol.schema import Array, Int16, Int32, wire_record
 
 __all__ = [
     "FETCH_V2",
@@ -65,8 +64,7 @@ _INT32 = struct.Struct(">i")
 _SIZE = struct.Struct(">i")
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class ProduceRequestV1:
     """The body of version 0; its answer carries the throttle time."""
 
@@ -80,8 +78,7 @@ class ProduceRequestV1:
         return None
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class ProduceResponseV1:
     partitions: Array[ProducePartitionResult]
     throttle_time_ms: Int32 = 0
@@ -91,8 +88,7 @@ class ProduceResponseV1:
             raise api.ProtocolError(f"negative throttle time {self.throttle_time_ms}")
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class FetchRequestV2:
     """The body of version 0 (a consumer's); its answer carries the throttle time."""
 
@@ -106,8 +102,7 @@ class FetchRequestV2:
         return None
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class FetchResponseV2:
     partitions: Array[FetchPartitionResult]
     throttle_time_ms: Int32 = 0

@@ -25,7 +25,6 @@ broker's to answer with an error code and a message.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import ClassVar
 
 from hostbroker.errors import ErrorCode, ProtocolError
@@ -38,7 +37,7 @@ from hostbroker.protocol.schema import (
     Int8,
     Int32,
     String,
-    wire_struct,
+    wire_record,
 )
 
 __all__ = [
@@ -72,8 +71,7 @@ PARTITIONS_UNCHANGED = -1
 # ALTER_TOPIC (19)
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class AlterTopicRequest:
     """Grow ``topic`` to ``partitions`` (-1: unchanged; never fewer than now),
     set ``set_configs`` and delete ``delete_configs`` (back to the broker's
@@ -106,8 +104,7 @@ AlterTopicResponse = AdminResponse
 # LIST_OFFSET_GROUPS (20)
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class ListOffsetGroupsRequest:
     """The groups of ``groups`` the offsets store holds (empty: every group
     it holds), each with its topics."""
@@ -120,8 +117,7 @@ class ListOffsetGroupsRequest:
         return None
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class OffsetGroup:
     """A group with committed offsets, and the topics it has them on, sorted."""
 
@@ -129,8 +125,7 @@ class OffsetGroup:
     topics: Array[String] = ()
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class ListOffsetGroupsResponse:
     """The groups with committed offsets in the broker's offsets store (those
     asked for that it holds, or every one), sorted, members or not, each
@@ -155,8 +150,7 @@ class ListOffsetGroupsResponse:
 # DESCRIBE_TOPIC_CONFIGS (21)
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class DescribeTopicConfigsRequest:
     """The config overrides of ``topics`` (empty: of every topic)."""
 
@@ -168,8 +162,7 @@ class DescribeTopicConfigsRequest:
         return None
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class TopicConfigs:
     """A topic's overrides of the broker's defaults, sorted by key (only
     the keys set on the topic); ``error_code`` UNKNOWN_TOPIC_OR_PARTITION
@@ -181,8 +174,7 @@ class TopicConfigs:
     configs: Array[TopicConfigEntry] = ()
 
 
-@wire_struct
-@dataclass(frozen=True, slots=True)
+@wire_record
 class DescribeTopicConfigsResponse:
     topics: Array[TopicConfigs] = ()
 
