@@ -521,11 +521,7 @@ def _add_dump_log(sub) -> None:
     dump.set_defaults(func=_dump_log)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog="hostbroker", description="A persistent, partitioned, replayable log broker.")
-    parser.add_argument("--version", action="version", version=f"hostbroker {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+def _add_serve(sub) -> None:
     serve = sub.add_parser(
         "serve", help="run the broker in the foreground",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -535,6 +531,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_options(serve)
     serve.set_defaults(func=_serve)
 
+
+def _add_top(sub) -> None:
     top = sub.add_parser("top", help="live view of a running broker's processes and counters",
                          description="Find the broker by the same configuration serve takes.")
     _add_config_options(top)
@@ -547,6 +545,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="one screen (its rates over --interval), as plain lines, then stop")
     top.set_defaults(func=_top)
 
+
+def _add_cpu_latency(sub) -> None:
     cpu = sub.add_parser(
         "cpu-latency", help="the CPU wake-up latency target in force, or hold one (root)",
         description="Print the kernel's CPU wake-up latency target (PM QoS, "
@@ -556,21 +556,30 @@ def build_parser() -> argparse.ArgumentParser:
                      help="hold a request of US microseconds (0: idle CPUs poll)")
     cpu.set_defaults(func=_cpu_latency)
 
-    add_topics(sub)
-    add_leaders(sub)
-    add_reassign(sub)
-    add_replicas(sub)
-    add_logdirs(sub)
-    add_acls(sub)
-    add_quotas(sub)
-    _add_groups(sub)
-    _add_whoami(sub)
-    _add_produce(sub)
-    _add_consume(sub)
-    _add_dump_log(sub)
-    _add_mirror(sub)
-    _add_perf(sub)
-    _add_load(sub)
+
+# Each command and what adds its parser, in the order --help lists them.
+_COMMANDS = (
+    ("serve", _add_serve), ("top", _add_top), ("cpu-latency", _add_cpu_latency),
+    ("topics", add_topics), ("leaders", add_leaders), ("reassign", add_reassign),
+    ("replicas", add_replicas), ("logdirs", add_logdirs), ("acls", add_acls),
+    ("quotas", add_quotas), ("groups", _add_groups), ("whoami", _add_whoami),
+    ("produce", _add_produce), ("consume", _add_consume), ("dump-log", _add_dump_log),
+    ("mirror", _add_mirror), ("perf", _add_perf), ("load", _add_load),
+)
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The command line's parser: every command's, or with ``command`` (one of
+    them) only that one's, as :func:`main` parses a command line: a tenth of the
+    work (argparse looks up a translation for each of its messages) for the
+    same result, since a command's options and help do not depend on the others."""
+    parser = _Parser(
+        prog="hostbroker", description="A persistent, partitioned, replayable log broker.")
+    parser.add_argument("--version", action="version", version=f"hostbroker {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    adders = [add for name, add in _COMMANDS if name == command]
+    for add in adders or [add for _, add in _COMMANDS]:
+        add(sub)
     return parser
 
 
@@ -578,8 +587,9 @@ def main(argv: list[str] | None = None) -> int:
     """Run one command; its exit status. Ctrl-C that no command took is status 130,
     without a traceback."""
     try:
-        parser = build_parser()
-        args = parser.parse_args(argv)
+        words = sys.argv[1:] if argv is None else argv
+        parser = build_parser(words[0] if words else None)
+        args = parser.parse_args(words)
         _use_command_config(args)
         return args.func(args)
     except _BadConfig:
