@@ -1,5 +1,10 @@
-"""ConsumerConnector against a real broker: streams, committed offsets, filters, shutdown."""
+"""ConsumerConnector against a real broker: streams, committed offsets, filters, shutdown.
 
+Most tests share one module broker (``served``), each with its own topics and groups
+(``new_topic()``); the three that stop and start the broker keep their own (``broker``).
+"""
+
+import re
 import threading
 
 import pytest
@@ -8,9 +13,12 @@ from hostbroker.client import (Blacklist, ConsumerConnector, ConsumerTimeoutErro
                                MessageAndMetadata, SimpleClient, Whitelist)
 from hostbroker.errors import ErrorCode
 from hostbroker.log.message import CODEC_GZIP, encode_message_set
+from tests.integration.wire_helpers import module_broker, new_topic
 
 FAST = {"topic.refresh.interval.ms": 100, "consumer.timeout.ms": 15000,
         "fetch.wait.max.ms": 50, "auto.offset.reset": "earliest"}
+
+served = module_broker()
 
 
 def values(prefix, n):
@@ -21,13 +29,14 @@ def take(stream, n):
     return [next(stream) for _ in range(n)]
 
 
-def test_streams_are_fed_by_their_own_partitions(broker):
-    with broker.client() as client:
-        client.create_topic("four", 4)
+def test_streams_are_fed_by_their_own_partitions(served):
+    four = new_topic("four")
+    with served.client() as client:
+        client.create_topic(four, 4)
         for p in range(4):
-            client.produce("four", p, encode_message_set(values(f"p{p}", 5)))
-    with ConsumerConnector(broker.unix, FAST, group_id="g") as connector:
-        streams = connector.create_message_streams({"four": 2})["four"]
+            client.produce(four, p, encode_message_set(values(f"p{p}", 5)))
+    with ConsumerConnector(served.unix, FAST, group_id=four) as connector:
+        streams = connector.create_message_streams({four: 2})[four]
         assert len(streams) == 2
         got = [take(stream, 10) for stream in streams]
     for stream, messages in zip(streams, got):
@@ -38,10 +47,11 @@ def test_streams_are_fed_by_their_own_partitions(broker):
             mine = [m for m in messages if m.partition == p]
             assert [m.value for m in mine] == values(f"p{p}", 5)
             assert all(a.next_offset == b.offset for a, b in zip(mine, mine[1:]))
-    assert {tp for s in streams for tp in s.partitions} == {("four", p) for p in range(4)}
+    assert {tp for s in streams for tp in s.partitions} == {(four, p) for p in range(4)}
 
 
 def test_resume_from_committed_offsets_across_a_broker_restart(broker):
+    # Its own broker: it restarts it.
     with broker.client() as client:
         client.produce("log", 0, encode_message_set(values("a", 6)))
         client.produce("log", 0, encode_message_set(values("z", 4), codec=CODEC_GZIP))
@@ -71,55 +81,63 @@ def test_resume_from_committed_offsets_across_a_broker_restart(broker):
     assert stored.offset == rest[-1].next_offset
 
 
-def test_auto_commit_on_shutdown_and_latest_for_a_new_group(broker):
-    with broker.client() as client:
-        client.produce("auto", 0, encode_message_set(values("old", 3)))
-    with ConsumerConnector(broker.unix, {**FAST, "auto.offset.reset": "latest"},
-                           group_id="late") as connector:
-        (stream,) = connector.create_message_streams({"auto": 1})["auto"]
-        with broker.client() as client:
-            client.produce("auto", 0, encode_message_set(values("new", 2)))
+def test_auto_commit_on_shutdown_and_latest_for_a_new_group(served):
+    auto, late = new_topic("auto"), new_topic("late")
+    with served.client() as client:
+        client.produce(auto, 0, encode_message_set(values("old", 3)))
+    with ConsumerConnector(served.unix, {**FAST, "auto.offset.reset": "latest"},
+                           group_id=late) as connector:
+        (stream,) = connector.create_message_streams({auto: 1})[auto]
+        with served.client() as client:
+            client.produce(auto, 0, encode_message_set(values("new", 2)))
         assert [m.value for m in take(stream, 2)] == values("new", 2)
     # Shutdown committed what was handed out: nothing is read twice.
-    with ConsumerConnector(broker.unix, {**FAST, "consumer.timeout.ms": 300},
-                           group_id="late") as connector:
-        (stream,) = connector.create_message_streams({"auto": 1})["auto"]
+    with ConsumerConnector(served.unix, {**FAST, "consumer.timeout.ms": 300},
+                           group_id=late) as connector:
+        (stream,) = connector.create_message_streams({auto: 1})[auto]
         with pytest.raises(ConsumerTimeoutError, match="consumer.timeout.ms = 300"):
             next(stream)
-        with broker.client() as client:
-            client.produce("auto", 0, encode_message_set([b"after"]))
+        with served.client() as client:
+            client.produce(auto, 0, encode_message_set([b"after"]))
         # A timeout leaves the stream usable.
         assert next(stream).value == b"after"
 
 
-def test_filter_picks_up_a_topic_created_later(broker):
-    with broker.client() as client:
-        client.produce("feed.a", 0, encode_message_set([b"a0"]))
-        client.produce("other", 0, encode_message_set([b"x"]))
+def test_filter_picks_up_a_topic_created_later(served):
+    # The shared broker holds other tests' topics: the blacklist must list those as
+    # well (the partitions listed at the start, plus this test's "other").
+    feed, other = new_topic("feed"), new_topic("other")
+    feeds = re.escape(feed) + r"\..*"
+    with served.client() as client:
+        before = {(t.topic, p.partition) for t in client.metadata().topics
+                  for p in t.partitions}
+        client.produce(f"{feed}.a", 0, encode_message_set([b"a0"]))
+        client.produce(other, 0, encode_message_set([b"x"]))
         # "__" names are the broker's: refused, so no filter ever sees one (the
         # filters' own exclusion of them is in tests/client/test_consumer_pure.py)
         refused = client.produce("__internal", 0, encode_message_set([b"i"]), raise_on_error=False)
         assert refused.error_code == ErrorCode.INVALID_TOPIC
-    with ConsumerConnector(broker.unix, FAST, group_id="filter") as connector:
-        (stream,) = connector.create_message_streams_by_filter(Whitelist(r"feed\..*"), 1)
+    with ConsumerConnector(served.unix, FAST, group_id=f"{feed}.filter") as connector:
+        (stream,) = connector.create_message_streams_by_filter(Whitelist(feeds), 1)
         assert next(stream).value == b"a0"
-        with broker.client() as client:
-            client.create_topic("feed.b", 2)
-            client.produce("feed.b", 1, encode_message_set([b"b1"]))
+        with served.client() as client:
+            client.create_topic(f"{feed}.b", 2)
+            client.produce(f"{feed}.b", 1, encode_message_set([b"b1"]))
         m = next(stream)
-        assert (m.topic, m.partition, m.value) == ("feed.b", 1, b"b1")
-        assert sorted(stream.partitions) == [("feed.a", 0), ("feed.b", 0), ("feed.b", 1)]
-    with ConsumerConnector(broker.unix, FAST, group_id="black") as connector:
-        streams = connector.create_message_streams_by_filter(Blacklist(r"feed\..*"), 2)
-        assert sorted(tp for s in streams for tp in s.partitions) == [("other", 0)]
+        assert (m.topic, m.partition, m.value) == (f"{feed}.b", 1, b"b1")
+        assert sorted(stream.partitions) == [(f"{feed}.a", 0), (f"{feed}.b", 0), (f"{feed}.b", 1)]
+    with ConsumerConnector(served.unix, FAST, group_id=f"{feed}.black") as connector:
+        streams = connector.create_message_streams_by_filter(Blacklist(feeds), 2)
+        assert sorted(tp for s in streams for tp in s.partitions) == sorted(before | {(other, 0)})
 
 
-def test_shutdown_ends_a_stream_waiting_forever(broker):
-    with broker.client() as client:
-        client.create_topic("quiet", 1)
-    connector = ConsumerConnector(broker.unix, {**FAST, "consumer.timeout.ms": -1},
-                                  group_id="quiet")
-    (stream,) = connector.create_message_streams({"quiet": 1})["quiet"]
+def test_shutdown_ends_a_stream_waiting_forever(served):
+    quiet = new_topic("quiet")
+    with served.client() as client:
+        client.create_topic(quiet, 1)
+    connector = ConsumerConnector(served.unix, {**FAST, "consumer.timeout.ms": -1},
+                                  group_id=quiet)
+    (stream,) = connector.create_message_streams({quiet: 1})[quiet]
     seen = []
     reader = threading.Thread(target=lambda: seen.extend(stream))
     reader.start()
@@ -128,16 +146,17 @@ def test_shutdown_ends_a_stream_waiting_forever(broker):
     assert not reader.is_alive() and seen == []
     connector.shutdown()  # twice is fine
     with pytest.raises(RuntimeError, match="shut down"):
-        connector.create_message_streams({"quiet": 1})
+        connector.create_message_streams({quiet: 1})
 
 
-def test_queues_stay_bounded_when_nobody_reads(broker):
-    with broker.client() as client:
+def test_queues_stay_bounded_when_nobody_reads(served):
+    big = new_topic("big")
+    with served.client() as client:
         for i in range(20):
-            client.produce("big", 0, encode_message_set(values(f"b{i}", 50)))
+            client.produce(big, 0, encode_message_set(values(f"b{i}", 50)))
     config = {**FAST, "queued.max.message.chunks": 2, "fetch.size": 512}
-    with ConsumerConnector(broker.unix, config, group_id="bounded") as connector:
-        (stream,) = connector.create_message_streams({"big": 1})["big"]
+    with ConsumerConnector(served.unix, config, group_id=big) as connector:
+        (stream,) = connector.create_message_streams({big: 1})[big]
         pause = threading.Event()
         for _ in range(200):  # until the fetcher has filled the queue
             if stream.room() == 0:
@@ -174,47 +193,55 @@ class DictOffsetStorage(OffsetStorage):
             self.stored.update({(group, tp): o for tp, o in offsets.items()})
 
 
-def test_stored_offsets_out_of_range_reset_and_storage_plugs_in(broker):
-    with broker.client() as client:
-        client.create_topic("pair", 2)
+def test_stored_offsets_out_of_range_reset_and_storage_plugs_in(served):
+    pair, g = new_topic("pair"), new_topic("g")
+    with served.client() as client:
+        client.create_topic(pair, 2)
         for p in range(2):
-            client.produce("pair", p, encode_message_set(values(f"p{p}", 3)))
-    storage = DictOffsetStorage({("g", ("pair", 0)): 10**9, ("g", ("pair", 1)): 0})
+            client.produce(pair, p, encode_message_set(values(f"p{p}", 3)))
+    storage = DictOffsetStorage({(g, (pair, 0)): 10**9, (g, (pair, 1)): 0})
     config = {**FAST, "num.consumer.fetchers": 2, "auto.offset.reset": "earliest"}
-    with ConsumerConnector(broker.unix, config, group_id="g", offset_storage=storage) as connector:
-        (stream,) = connector.create_message_streams({"pair": 1})["pair"]
+    with ConsumerConnector(served.unix, config, group_id=g, offset_storage=storage) as connector:
+        (stream,) = connector.create_message_streams({pair: 1})[pair]
         got = take(stream, 6)
         assert sorted(m.value for m in got) == sorted(values("p0", 3) + values("p1", 3))
         assert [len(f.positions) for f in connector._fetchers] == [1, 1]
     # shutdown committed through the storage given, not the broker.
     ends = {m.partition: m.next_offset for m in got}
-    assert storage.stored == {("g", ("pair", p)): ends[p] for p in range(2)}
-    with SimpleClient(broker.unix) as client:
-        assert [r.offset for r in client.offset_fetch("g", [("pair", 0), ("pair", 1)])] == [-1, -1]
+    assert storage.stored == {(g, (pair, p)): ends[p] for p in range(2)}
+    with SimpleClient(served.unix) as client:
+        assert [r.offset for r in client.offset_fetch(g, [(pair, 0), (pair, 1)])] == [-1, -1]
 
 
 class RefusingOffsetStorage(DictOffsetStorage):
+    def __init__(self, stored, refused):
+        super().__init__(stored)
+        self.refused = refused
+
     def fetch(self, group, partitions):
         partitions = list(partitions)
-        if any(topic == "w.refused" for topic, _ in partitions):
-            raise LookupError("no offsets for w.refused")
+        if any(topic == self.refused for topic, _ in partitions):
+            raise LookupError(f"no offsets for {self.refused}")
         return super().fetch(group, partitions)
 
 
-def test_a_fetcher_that_cannot_go_on_makes_its_streams_raise(broker):
-    with broker.client() as client:
-        client.produce("w.ok", 0, encode_message_set([b"ok"]))
-    storage = RefusingOffsetStorage({})
-    with ConsumerConnector(broker.unix, FAST, group_id="g", offset_storage=storage) as connector:
-        (stream,) = connector.create_message_streams_by_filter(Whitelist(r"w\..*"))
+def test_a_fetcher_that_cannot_go_on_makes_its_streams_raise(served):
+    w = new_topic("w")
+    refused = f"{w}.refused"
+    with served.client() as client:
+        client.produce(f"{w}.ok", 0, encode_message_set([b"ok"]))
+    storage = RefusingOffsetStorage({}, refused)
+    with ConsumerConnector(served.unix, FAST, group_id=w, offset_storage=storage) as connector:
+        (stream,) = connector.create_message_streams_by_filter(Whitelist(re.escape(w) + r"\..*"))
         assert next(stream).value == b"ok"
-        with broker.client() as client:
-            client.produce("w.refused", 0, encode_message_set([b"never"]))
-        with pytest.raises(LookupError, match="no offsets for w.refused"):
+        with served.client() as client:
+            client.produce(refused, 0, encode_message_set([b"never"]))
+        with pytest.raises(LookupError, match=re.escape(f"no offsets for {refused}")):
             next(stream)
 
 
 def test_fetching_resumes_after_the_broker_restarts(broker):
+    # Its own broker: it restarts it.
     with broker.client() as client:
         client.produce("r", 0, encode_message_set([b"before"]))
     config = {**FAST, "retry.backoff.ms": 50, "consumer.timeout.ms": 60000}
@@ -229,7 +256,7 @@ def test_fetching_resumes_after_the_broker_restarts(broker):
 
 
 def test_retries_while_the_broker_is_down_back_off_exponentially(broker, caplog):
-    import re
+    # Its own broker: it stops it and starts it again.
     import time
 
     with broker.client() as client:
@@ -252,56 +279,59 @@ def test_retries_while_the_broker_is_down_back_off_exponentially(broker, caplog)
     assert set(delays[4:]) <= {0.4}, delays
 
 
-def test_the_interval_commit_stores_only_what_a_stream_moved_past(broker):
-    with broker.client() as client:
-        client.produce("tick", 0, encode_message_set(values("t", 5)))
+def test_the_interval_commit_stores_only_what_a_stream_moved_past(served):
+    tick = new_topic("tick")
+    with served.client() as client:
+        client.produce(tick, 0, encode_message_set(values("t", 5)))
     config = {**FAST, "auto.commit.interval.ms": 50}
-    connector = ConsumerConnector(broker.unix, config, group_id="tick")
+    connector = ConsumerConnector(served.unix, config, group_id=tick)
     try:
-        (stream,) = connector.create_message_streams({"tick": 1})["tick"]
+        (stream,) = connector.create_message_streams({tick: 1})[tick]
         got = take(stream, 3)  # the third is in our hands, not moved past
         pause = threading.Event()
-        with broker.client() as client:
+        with served.client() as client:
             for _ in range(200):
-                (stored,) = client.offset_fetch("tick", [("tick", 0)])
+                (stored,) = client.offset_fetch(tick, [(tick, 0)])
                 if stored.offset != -1:
                     break
                 pause.wait(0.05)
             pause.wait(0.2)  # later interval commits store the same
-            (stored,) = client.offset_fetch("tick", [("tick", 0)])
+            (stored,) = client.offset_fetch(tick, [(tick, 0)])
         assert stored.offset == got[1].next_offset
-        assert connector.positions() == {("tick", 0): got[2].next_offset}
+        assert connector.positions() == {(tick, 0): got[2].next_offset}
     finally:
         connector.shutdown()
-    with SimpleClient(broker.unix) as client:
-        assert client.offset_fetch("tick", [("tick", 0)])[0].offset == got[2].next_offset
+    with SimpleClient(served.unix) as client:
+        assert client.offset_fetch(tick, [(tick, 0)])[0].offset == got[2].next_offset
 
 
-def test_two_fetchers_feeding_one_stream_neither_fail_nor_starve(broker):
+def test_two_fetchers_feeding_one_stream_neither_fail_nor_starve(served):
     # Both fetchers feed the one stream, and every chunk taken wakes both: both
     # may fill its one free place at once, which must not stop either of them;
     # one partition reaching its end (long polls) must not starve the other.
-    with broker.client() as client:
-        client.create_topic("shared", 2)
+    shared = new_topic("shared")
+    with served.client() as client:
+        client.create_topic(shared, 2)
         for p in range(2):
             for i in range(30):
-                client.produce("shared", p, encode_message_set(values(f"p{p}-{i}", 2)))
+                client.produce(shared, p, encode_message_set(values(f"p{p}-{i}", 2)))
     config = {**FAST, "num.consumer.fetchers": 2, "queued.max.message.chunks": 1,
               "fetch.size": 64}
-    with ConsumerConnector(broker.unix, config, group_id="shared") as connector:
-        (stream,) = connector.create_message_streams({"shared": 1})["shared"]
+    with ConsumerConnector(served.unix, config, group_id=shared) as connector:
+        (stream,) = connector.create_message_streams({shared: 1})[shared]
         got = take(stream, 120)
     for p in range(2):
         mine = [m.value for m in got if m.partition == p]
         assert mine == [v for i in range(30) for v in values(f"p{p}-{i}", 2)]
 
 
-def test_a_subscription_refused_at_the_start_leaves_no_connection_open(broker):
-    with broker.client() as client:
-        client.produce("w.refused", 0, encode_message_set([b"never"]))
-    connector = ConsumerConnector(broker.unix, FAST, group_id="g",
-                                  offset_storage=RefusingOffsetStorage({}))
-    with pytest.raises(LookupError, match="no offsets for w.refused"):
-        connector.create_message_streams({"w.refused": 1})
+def test_a_subscription_refused_at_the_start_leaves_no_connection_open(served):
+    refused = new_topic("w") + ".refused"
+    with served.client() as client:
+        client.produce(refused, 0, encode_message_set([b"never"]))
+    connector = ConsumerConnector(served.unix, FAST, group_id=refused,
+                                  offset_storage=RefusingOffsetStorage({}, refused))
+    with pytest.raises(LookupError, match=re.escape(f"no offsets for {refused}")):
+        connector.create_message_streams({refused: 1})
     connector.shutdown()
     assert not any(f.consumer._connector.connected for f in connector._fetchers)
