@@ -3,7 +3,10 @@
 change whole (nothing of it kept, in the file or the published document);
 ``response.max.bytes`` cuts a description (and says so) and refuses a deletion
 whose answer would not fit; ``request.max.entries`` bounds the entries of one
-request; DELETE_ACLS examines at most 10 x ``acl.max.bindings`` bindings."""
+request; DELETE_ACLS examines at most 10 x ``acl.max.bindings`` bindings.
+
+Every test keeps its own broker (``make_broker``): each changes the broker's
+ACLs or quotas (or corrupts its ACL file) and asserts the whole set of them."""
 
 from __future__ import annotations
 

@@ -1,7 +1,10 @@
 """Entries consumers cannot read, produced to a real broker (which never decompresses, so it
 takes them): a gzip bomb and a wrapper whose CRC is right over a payload that is not
 compressed data. Every consumer stops with an error naming topic, partition and offset, or
-skips the entry with a warning when told to; inflating never passes fetch.message.max.bytes."""
+skips the entry with a warning when told to; inflating never passes fetch.message.max.bytes.
+
+The tests share one broker (``served``; the mirror's source): each produces to topics and
+commits to groups of its own, and none changes or stops the broker."""
 
 from __future__ import annotations
 
@@ -15,9 +18,18 @@ from hostbroker.client import (ConsumerConnector, DecompressedTooLargeError, Inv
                                SimpleClient, SimpleConsumer)
 from hostbroker.log.message import CODEC_GZIP, CODEC_SNAPPY, encode_message, encode_message_set
 from tests.integration.cli import hostbroker, lines, one_line_error, running
+from tests.integration.wire_helpers import module_broker
 
 MIB = 1 << 20
 LIMIT = {"fetch.message.max.bytes": MIB}
+
+served = module_broker()
+
+
+@pytest.fixture
+def broker(served):
+    """The module's shared broker (topic and group names differ from test to test)."""
+    return served
 
 
 def gzip_bomb(inflated: int = 64 * MIB) -> bytes:
@@ -153,11 +165,9 @@ def test_consume_offset_inside_an_entry_is_refused(broker):
         f"hostbroker consume: offset {start + 1} is not the start of an entry in long/0 (")
 
 
-def test_mirror_stops_at_a_bad_wrapper_or_skips_it(make_broker, tmp_path):
-    (tmp_path / "src").mkdir()
-    (tmp_path / "dst").mkdir()
-    source = make_broker(root=tmp_path / "src")
-    destination = make_broker(root=tmp_path / "dst")
+def test_mirror_stops_at_a_bad_wrapper_or_skips_it(served, make_broker):
+    source = served  # only "mb" and the mirror's group are read and committed there
+    destination = make_broker()  # its own: the mirror creates and fills "mb" there
     offsets = produce(source.unix, "mb", good(b"m1"), garbage(), gzip_bomb(8 * MIB), good(b"m2"))
     args = ("mirror", "--from", source.unix, "--to", destination.unix, "--topics", "mb",
             "--consumer-property", f"fetch.message.max.bytes={MIB}", "--timeout-ms", "20000")

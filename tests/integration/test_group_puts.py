@@ -4,7 +4,10 @@ way, that the coordinator answers them exactly as through a handler (refused
 entries, fenced commits, unknown members, answers too large), that no writer
 serves any of them, that a request sent right behind one waits for it, and
 that a coordinator that dies with one in hand has it answered as a handler
-would answer it."""
+would answer it.
+
+Every test keeps its own broker (``make_broker``): each either stops or kills
+the coordinator or runs with settings no other test of the module uses."""
 
 from __future__ import annotations
 

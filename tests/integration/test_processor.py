@@ -1,7 +1,12 @@
 """The network processor under pipelined load: frames that straddle its
 receive buffer, written to the socket faster than the broker reads them;
 its memory under stalled, large, many and unread connections; fairness
-between connections of one handler."""
+between connections of one handler.
+
+The two straddling tests share a broker (``served``; a topic each, nothing
+broker-wide asserted); every other test keeps its own (``make_broker``): it
+has settings of its own, or measures the processor's RSS or connection count,
+which another test's leftovers would shift, or asserts the exact topic list."""
 
 import socket
 import struct
@@ -14,11 +19,14 @@ from hostbroker.client.connection import BrokerConnection
 from hostbroker.log.message import encode_message_set, iter_messages
 from hostbroker.protocol import api
 from tests.integration.connection_helpers import MiB, open_connections, processor_rss
-from tests.integration.wire_helpers import RawSocket, wait_for
+from tests.integration.wire_helpers import RawSocket, module_broker, wait_for
+
+served = module_broker()
 
 
 @pytest.mark.parametrize("kind", ["tcp", "unix"])
-def test_pipelined_large_produces_straddling_the_receive_buffer(broker, kind):
+def test_pipelined_large_produces_straddling_the_receive_buffer(served, kind):
+    broker = served
     uri = getattr(broker, kind)
     topic = f"straddle-{kind}"
     with broker.client(uri) as c:

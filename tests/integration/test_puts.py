@@ -2,7 +2,12 @@
 (PUTs, ``processor.direct.produce``): which go that way, that the writer
 answers them exactly as a handler would (bad entries, too large, empty, no
 such partition), that a connection's later requests cannot overtake one,
-and that a writer that dies with one in hand answers it UNKNOWN."""
+and that a writer that dies with one in hand answers it UNKNOWN.
+
+Tests that only send to their own topic and read process-board counters as
+deltas from their own start share a module broker per settings (``served``,
+``puts_on``, ``puts_off``); a test that stops or kills a writer, or whose
+settings no other test uses, keeps its own (``make_broker``)."""
 
 from __future__ import annotations
 
@@ -16,7 +21,13 @@ import pytest
 from hostbroker.errors import ErrorCode
 from hostbroker.log.message import encode_message_set
 from hostbroker.protocol import api
-from tests.integration.wire_helpers import RawSocket, created_topic, produce_request, read_log
+from tests.integration.wire_helpers import (RawSocket, created_topic, module_broker,
+                                            produce_request, read_log)
+
+# Shared: each test its own topic, counters read as deltas over the test.
+served = module_broker()
+puts_on = module_broker(**{"processor.direct.produce": "true"})
+puts_off = module_broker(**{"processor.direct.produce": "false"})
 
 
 def frame(topic: str, data: bytes, correlation_id: int, partition: int = 0) -> bytes:
@@ -35,11 +46,12 @@ def corrupt(data: bytes) -> bytes:
 
 
 @pytest.mark.parametrize("puts, busy_max", [(True, None), (True, 0), (False, None)])
-def test_who_takes_a_lone_produce(make_broker, puts, busy_max):
-    settings = {"processor.direct.produce": str(puts).lower()}
-    if busy_max is not None:
-        settings["processor.direct.produce.busy.max.bytes"] = str(busy_max)
-    broker = make_broker(**settings)
+def test_who_takes_a_lone_produce(request, make_broker, puts, busy_max):
+    if busy_max is None:  # shared with test_a_writer_answers_a_put_as_a_handler_would
+        broker = request.getfixturevalue("puts_on" if puts else "puts_off")
+    else:  # settings of its own
+        broker = make_broker(**{"processor.direct.produce": str(puts).lower(),
+                                "processor.direct.produce.busy.max.bytes": str(busy_max)})
     topic = created_topic(broker.tcp)
     data = encode_message_set([b"p" * 50] * 3)
     handler_before = broker.counter("handler", "requests")
@@ -62,11 +74,11 @@ def test_who_takes_a_lone_produce(make_broker, puts, busy_max):
         assert handler <= 8, handler
 
 
-def test_small_lone_produces_from_many_clients_all_go_past_the_handler(make_broker):
+def test_small_lone_produces_from_many_clients_all_go_past_the_handler(served):
     """Four clients producing small sets one at a time, side by side, keep the
     writer busy; under processor.direct.produce.busy.max.bytes each set still
     goes straight to it, and every answer is right."""
-    broker = make_broker()
+    broker = served
     topic = created_topic(broker.tcp)
     data = encode_message_set([b"m" * 100] * 5)
     assert len(frame(topic, data, 0)) <= 4096
@@ -98,10 +110,10 @@ def test_small_lone_produces_from_many_clients_all_go_past_the_handler(make_brok
         assert read_log(client, topic, 0, 0, 400 * len(data), max_bytes=1 << 16) == data * 400
 
 
-def test_large_lone_sets_go_past_the_handler_received_into_the_put_ring(make_broker):
+def test_large_lone_sets_go_past_the_handler_received_into_the_put_ring(served):
     """Sets of ~300 KiB, one at a time, trickling in: each told a PUT from its
     first bytes, its message set received straight into a put ring record."""
-    broker = make_broker()
+    broker = served
     topic = created_topic(broker.tcp)
     sets = [encode_message_set([bytes([i]) * 10_000] * 30) for i in range(6)]
     before = broker.counter("handler", "requests")
@@ -166,13 +178,16 @@ def test_a_put_record_half_received_gives_way_to_another_put(make_broker):
 
 
 @pytest.mark.parametrize("gather_max", [None, 1024 * 1024])
-def test_lone_sets_not_told_early_are_gathered_up_to_the_limit(make_broker, gather_max):
+def test_lone_sets_not_told_early_are_gathered_up_to_the_limit(request, make_broker,
+                                                               gather_max):
     """A frame whose first 4 KiB do not show where its message set begins (a
     long client id) is gathered and decided whole up to
     ``processor.direct.produce.max.bytes`` (256 KiB by default): a PUT; over
     it, it takes the handler's way."""
-    settings = {} if gather_max is None else {"processor.direct.produce.max.bytes": gather_max}
-    broker = make_broker(**settings)
+    if gather_max is None:  # the default settings: shared
+        broker = request.getfixturevalue("served")
+    else:  # settings of its own
+        broker = make_broker(**{"processor.direct.produce.max.bytes": gather_max})
     topic = created_topic(broker.tcp)
     sets = [encode_message_set([bytes([i]) * 10_000] * 30) for i in range(6)]
     before = broker.counter("handler", "requests")
@@ -191,8 +206,8 @@ def test_lone_sets_not_told_early_are_gathered_up_to_the_limit(make_broker, gath
                         max_bytes=4 << 20) == b"".join(sets)
 
 
-def test_pipelined_produces_go_through_the_handler(make_broker):
-    broker = make_broker()
+def test_pipelined_produces_go_through_the_handler(served):
+    broker = served
     topic = created_topic(broker.tcp)
     data = encode_message_set([b"q" * 50])
     before = broker.counter("handler", "requests")
@@ -203,14 +218,11 @@ def test_pipelined_produces_go_through_the_handler(make_broker):
     assert broker.counter("handler", "requests") - before >= 9
 
 
-def test_a_writer_answers_a_put_as_a_handler_would(make_broker, tmp_path):
+def test_a_writer_answers_a_put_as_a_handler_would(puts_on, puts_off):
     """The same requests, one at a time, to a broker with PUTs and to one
     without: the same answers, and the connection stays open after errors."""
     got = {}
-    for puts in (True, False):
-        root = tmp_path / str(puts)
-        root.mkdir()
-        broker = make_broker(root=root, **{"processor.direct.produce": str(puts).lower()})
+    for puts, broker in ((True, puts_on), (False, puts_off)):
         topic = created_topic(broker.tcp, partitions=2, configs={"max.message.bytes": "1000"})
         good = encode_message_set([b"g" * 100, b"h" * 200])
         big = encode_message_set([b"b" * 2000])
