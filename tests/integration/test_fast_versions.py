@@ -5,7 +5,13 @@ straight to its writer (small, and large received into the put ring), a
 FETCH answered or parked in the processor. Their answers are in their own
 version's layout with a throttle time of 0. A connection with a quota sends
 them to the handler, which is how they get their real throttle time
-(tests/quota holds those times)."""
+(tests/quota holds those times).
+
+The tests of the default settings share one broker (``served``), those of
+``processor.fetch.max.partitions`` 3 another (``served_3``): each works on a
+topic of its own and reads the counters relative to its start. The test that
+SIGSTOPs and kills a writer, and the two with a quota on ``User:ANONYMOUS``
+(every TCP client's principal), keep their own broker."""
 
 from __future__ import annotations
 
@@ -23,6 +29,7 @@ from hostbroker.security.store import write_quotas
 from tests.integration.wire_helpers import (
     RawSocket,
     created_topic,
+    module_broker,
     produce_request,
     read_log,
     wait_for,
@@ -31,6 +38,9 @@ from tests.integration.wire_helpers import (
 
 PRODUCES = {0: api.ProduceRequest, 1: throttled.ProduceRequestV1}
 FETCHES = {0: api.FetchRequest, 2: throttled.FetchRequestV2}
+
+served = module_broker()  # the default settings, for the tests that neither stop nor meter it
+served_3 = module_broker(**{"processor.fetch.max.partitions": 3})
 
 
 def produce_frame(version: int, topic: str, data: bytes, correlation_id: int,
@@ -79,8 +89,8 @@ def no_throttle(version: int):
 
 
 @pytest.mark.parametrize("version", [0, 1])
-def test_a_lone_produce_goes_to_its_writer_past_the_handler(make_broker, version):
-    broker = make_broker()
+def test_a_lone_produce_goes_to_its_writer_past_the_handler(served, version):
+    broker = served
     topic = created_topic(broker.tcp)
     data = encode_message_set([b"p" * 100] * 3)
     handler_before = broker.counter("handler", "requests")
@@ -97,11 +107,11 @@ def test_a_lone_produce_goes_to_its_writer_past_the_handler(make_broker, version
 
 
 @pytest.mark.parametrize("version", [0, 1])
-def test_a_large_lone_produce_is_received_into_the_put_ring(make_broker, version):
+def test_a_large_lone_produce_is_received_into_the_put_ring(served, version):
     """Sets of ~300 KiB trickling in: told a PUT from their first bytes (a
     frame whose first bytes found its writer awake on a busy machine goes to
     the handler: one of four allowed)."""
-    broker = make_broker()
+    broker = served
     topic = created_topic(broker.tcp)
     sets = [encode_message_set([bytes([i]) * 10_000] * 30) for i in range(4)]
     before = broker.counter("handler", "requests")
@@ -139,10 +149,10 @@ def test_a_put_of_version_1_its_writer_never_answered_is_answered_unknown_as_ver
 
 
 @pytest.mark.parametrize("version", [0, 2])
-def test_a_fetch_is_answered_in_the_processor(make_broker, version):
+def test_a_fetch_is_answered_in_the_processor(served_3, version):
     """Of one partition and of several (up to processor.fetch.max.partitions),
     the data sent from its file as version 0's is."""
-    broker = make_broker(**{"processor.fetch.max.partitions": 3})
+    broker = served_3
     topic = created_topic(broker.tcp, partitions=3)
     data = encode_message_set([b"one", b"two"])
     with broker.client(broker.tcp) as client:
@@ -161,15 +171,17 @@ def test_a_fetch_is_answered_in_the_processor(make_broker, version):
 
 
 @pytest.mark.parametrize("version", [0, 2])
-def test_a_long_poll_waits_in_the_processor_and_gets_the_data(make_broker, version):
-    broker = make_broker()
+def test_a_long_poll_waits_in_the_processor_and_gets_the_data(served, version):
+    broker = served
     topic = created_topic(broker.tcp)
     data = encode_message_set([b"late"])
     with broker.client(broker.tcp) as client:
         handler_before = broker.counter("handler", "requests")
+        parked_before = broker.counter("processor", "fetch_parked")  # (a gauge)
         with RawSocket(broker.tcp) as sock:
             sock.send(fetch_frame(version, topic, [0], 7, max_wait_ms=10_000))
-            assert wait_for(lambda: broker.counter("processor", "fetch_parked") == 1)
+            assert wait_for(
+                lambda: broker.counter("processor", "fetch_parked") == parked_before + 1)
             assert waiting(sock)
             assert broker.counter("handler", "requests") == handler_before
             client.produce(topic, 0, data)
@@ -182,8 +194,8 @@ def test_a_long_poll_waits_in_the_processor_and_gets_the_data(make_broker, versi
 
 
 @pytest.mark.parametrize("version", [0, 2])
-def test_an_unknown_partition_is_answered_in_its_layout(make_broker, version):
-    broker = make_broker()
+def test_an_unknown_partition_is_answered_in_its_layout(served, version):
+    broker = served
     topic = created_topic(broker.tcp)
     handler_before = broker.counter("handler", "requests")
     with RawSocket(broker.tcp) as sock:

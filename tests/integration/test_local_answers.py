@@ -1,14 +1,21 @@
 """METADATA and OFFSETS answered by the processor itself
 (``processor.local.requests``): the same answers the handler gives, never
 one that misses what the same connection did just before, and the same
-error frames for bad requests."""
+error frames for bad requests.
+
+The tests of the default settings share one broker (``served``), each on
+topics of its own, its counters read relative to its start; those of
+``processor.local.requests`` false or of a small ``response.max.bytes`` (one
+test each, and the latter lists every topic) keep their own."""
 
 import pytest
 
 from hostbroker.errors import ErrorCode
 from hostbroker.log.message import encode_message_set
 from hostbroker.protocol import api
-from tests.integration.wire_helpers import FAR_FUTURE_MS, RawSocket
+from tests.integration.wire_helpers import FAR_FUTURE_MS, RawSocket, module_broker, new_topic
+
+served = module_broker()  # the default settings: processor.local.requests true
 
 
 def _answers(broker, topic: str, sets: list[bytes]):
@@ -28,13 +35,16 @@ def _answers(broker, topic: str, sets: list[bytes]):
 
 
 @pytest.mark.parametrize("local", [True, False])
-def test_answers_are_the_same_whoever_builds_them(make_broker, local):
-    broker = make_broker(**{"processor.local.requests": str(local).lower()})
+def test_answers_are_the_same_whoever_builds_them(request, make_broker, local):
+    # on (the default): the shared broker; off: one of its own
+    broker = (request.getfixturevalue("served") if local
+              else make_broker(**{"processor.local.requests": "false"}))
     sets = [encode_message_set([b"x" * 100] * 10), encode_message_set([b"y" * 50] * 3)]
-    metadata, offsets, counted = _answers(broker, "same", sets)
+    name = new_topic("same")
+    metadata, offsets, counted = _answers(broker, name, sets)
     end = sum(len(s) for s in sets)
     (topic,) = metadata.topics
-    assert (topic.topic, topic.error_code) == ("same", ErrorCode.NONE)
+    assert (topic.topic, topic.error_code) == (name, ErrorCode.NONE)
     assert [(p.partition, p.error_code, p.log_start_offset, p.log_end_offset)
             for p in topic.partitions] == [(0, 0, 0, end), (1, 0, 0, 0)]
     assert all(p.log_dir == broker.settings["log.dirs"] for p in topic.partitions)
@@ -47,15 +57,16 @@ def test_answers_are_the_same_whoever_builds_them(make_broker, local):
     assert counted["handler"] == (0 if local else 80)
 
 
-def test_metadata_behind_a_produce_on_the_same_connection_sees_its_topic(broker):
+def test_metadata_behind_a_produce_on_the_same_connection_sees_its_topic(served):
     """A PRODUCE that creates its topic, with METADATA and OFFSETS for that topic
     in the same write: they wait their turn at the handler, after the topic
     was made, so they never answer that it is unknown. (Its log end they may
     see before or after the append: the handler answers them while the writer
     appends, as it always has.)"""
+    broker = served
     with RawSocket(broker.tcp) as raw:
         for i in range(20):
-            topic = f"fresh-{i}"
+            topic = new_topic("fresh")
             data = encode_message_set([b"z" * 20] * (i + 1))
             raw.send(api.encode_request(api.ProduceRequest(
                 1, 10000, (api.ProducePartition(topic, 0, data),)), 3 * i)
@@ -74,17 +85,19 @@ def test_metadata_behind_a_produce_on_the_same_connection_sees_its_topic(broker)
             assert offsets.offsets in ((0,), (len(data),))
 
 
-def test_pipelined_metadata_answers_keep_their_order(broker):
+def test_pipelined_metadata_answers_keep_their_order(served):
     """Answers built in the processor and by the handler leave in request order."""
+    broker = served
+    topic = new_topic("order")
     with broker.client(broker.unix) as c:
-        c.create_topic("order", 1)
+        c.create_topic(topic, 1)
     requests = []
     for i in range(60):
         if i % 3 == 0:
             requests.append((api.ApiKey.PRODUCE, api.ProduceRequest(
-                1, 10000, (api.ProducePartition("order", 0, encode_message_set([b"o"])),))))
+                1, 10000, (api.ProducePartition(topic, 0, encode_message_set([b"o"])),))))
         else:
-            requests.append((api.ApiKey.METADATA, api.MetadataRequest(("order",))))
+            requests.append((api.ApiKey.METADATA, api.MetadataRequest((topic,))))
     with RawSocket(broker.unix) as raw:
         raw.send(b"".join(api.encode_request(r, i) for i, (_, r) in enumerate(requests)))
         for i, (key, _) in enumerate(requests):
@@ -98,7 +111,8 @@ def test_pipelined_metadata_answers_keep_their_order(broker):
     (api.encode_request(api.MetadataRequest(("a",)), 7)[:4] + b"\x00\x03\x00\x09"
      + api.encode_request(api.MetadataRequest(("a",)), 7)[8:], ErrorCode.UNSUPPORTED_VERSION),
 ])
-def test_a_bad_request_answered_here_gets_its_error_frame_and_the_close(broker, frame, code):
+def test_a_bad_request_answered_here_gets_its_error_frame_and_the_close(served, frame, code):
+    broker = served
     with RawSocket(broker.tcp) as raw:
         raw.send(frame + api.encode_request(api.MetadataRequest(()), 8))
         corr, error = api.decode_error_frame(raw.read_frame())

@@ -6,7 +6,14 @@ soon as its partitions are appended to (min_bytes over all of them), that it
 is bounded, and that a connection closed meanwhile leaves nothing behind.
 And, wherever a fetch waits (processor, writer or handler): min_bytes and
 the deadline, its topic deleted, its writer dying, later requests of its
-connection not held back, and the broker stopping answer it."""
+connection not held back, and the broker stopping answer it.
+
+Tests of one combination of settings that several use share one broker
+(``shared``, one of WAITS_AT at a time, pytest running the tests of each
+together; ``parked_2``; ``one_processor``): each on a topic of its own,
+starting once nothing waits in it (:func:`idle`), its counters read from
+there. A test whose settings are its own, that kills a writer or stops the
+broker keeps its own."""
 
 from __future__ import annotations
 
@@ -19,12 +26,15 @@ import pytest
 from hostbroker.errors import ErrorCode
 from hostbroker.log.message import encode_message_set
 from hostbroker.protocol import api
+from tests.integration.broker import Broker
 from tests.integration.wire_helpers import (
     RawSocket,
     created_topic,
     fetch_frame,
     fetched,
+    module_broker,
     produce_request,
+    stop_or_kill,
     wait_for,
     waiting,
 )
@@ -36,6 +46,40 @@ WAITS_AT = {
     "handler": {"processor.local.fetch": "false", "fetch.writer.polls": "false"},
 }
 waits_at = pytest.mark.parametrize("where", list(WAITS_AT))
+
+# waits_at, on the shared broker of each ``where``. (pytest runs the tests of
+# a module-scoped parameter together by its index: each WAITS_AT key has the
+# same index, its place in WAITS_AT, in every parametrize of ``shared``.)
+shared_waits_at = pytest.mark.parametrize("where, shared", [(w, w) for w in WAITS_AT],
+                                          indirect=["shared"], ids=list(WAITS_AT),
+                                          scope="module")
+
+
+@pytest.fixture(scope="module")
+def shared(request, tmp_path_factory):
+    """A broker of the settings WAITS_AT[param] for the tests that wait there
+    and neither stop it nor kill its workers (one of them at a time)."""
+    broker = Broker(tmp_path_factory.mktemp("hb"), **WAITS_AT[request.param]).start()
+    yield broker
+    stop_or_kill(broker)
+
+
+# The two tests of each of these bounds share a broker.
+parked_2 = module_broker(**{"processor.fetch.max.parked": 2, "num.processors": 1})
+one_processor = module_broker(**{"num.processors": 1})
+
+
+def idle(broker):
+    """``broker`` once nothing waits in it: the fetches of the test before
+    (its connections closed) gone, each count this test reads starts at 0."""
+    assert parked(broker, "processor", 0) and parked(broker, "handler", 0)
+    return broker
+
+
+@pytest.fixture
+def served(shared):
+    """The shared broker of the test's WAITS_AT, idle."""
+    return idle(shared)
 
 
 def produce(broker, topic: str, data: bytes) -> None:
@@ -154,8 +198,9 @@ def test_answers_are_the_handlers(make_broker, tmp_path):
         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
 
 
-def test_a_long_poll_waits_at_the_processor_and_gets_the_data(make_broker):
-    broker = make_broker()
+@pytest.mark.parametrize("shared", ["processor"], indirect=True)
+def test_a_long_poll_waits_at_the_processor_and_gets_the_data(served):
+    broker = served
     topic = created_topic(broker.tcp)
     data = encode_message_set([b"first"])
     handler_before = broker.counter("handler", "requests")
@@ -173,11 +218,13 @@ def test_a_long_poll_waits_at_the_processor_and_gets_the_data(make_broker):
     assert broker.counter("handler", "requests") == handler_before
 
 
-@pytest.mark.parametrize("where", ["processor", "handler"])
-def test_a_fetch_of_several_partitions_waits_for_min_bytes_over_all(make_broker, where):
+# at the handler: processor.local.fetch off, the settings of WAITS_AT["writer"]
+@pytest.mark.parametrize("where, shared", [("processor", "processor"), ("handler", "writer")],
+                         indirect=["shared"], ids=["processor", "handler"], scope="module")
+def test_a_fetch_of_several_partitions_waits_for_min_bytes_over_all(served, where):
     """In the processor, or (with the setting off) at the handler: appends
     to its partitions add up to min_bytes; with none, its deadline answers."""
-    broker = make_broker(**({} if where == "processor" else {"processor.local.fetch": "false"}))
+    broker = served
     topic = created_topic(broker.tcp, partitions=3)
     one = encode_message_set([b"x" * 100])
     handler_before = broker.counter("handler", "requests")
@@ -282,8 +329,8 @@ def test_a_waiting_fetch_whose_answer_does_not_fit_is_refused_alike(make_broker,
         sock.assert_error_frame(5, ErrorCode.INVALID_REQUEST)
 
 
-def test_a_closed_connection_gives_its_partitions_back(make_broker):
-    broker = make_broker(**{"processor.fetch.max.parked": 2, "num.processors": 1})
+def test_a_closed_connection_gives_its_partitions_back(parked_2):
+    broker = idle(parked_2)
     topic = created_topic(broker.tcp, partitions=2)
     for i in range(3):
         with RawSocket(broker.tcp) as sock:
@@ -293,9 +340,9 @@ def test_a_closed_connection_gives_its_partitions_back(make_broker):
     assert broker.counter("handler", "fetch_parked") == 0
 
 
-@waits_at
-def test_min_bytes_and_the_deadline(make_broker, where):
-    broker = make_broker(**WAITS_AT[where])
+@shared_waits_at
+def test_min_bytes_and_the_deadline(served, where):
+    broker = served
     topic = created_topic(broker.tcp)
     one = encode_message_set([b"x" * 100])
     with RawSocket(broker.tcp) as sock:
@@ -321,9 +368,9 @@ def test_the_wait_is_capped_by_fetch_max_wait(make_broker, where):
         assert 0.2 < time.monotonic() - started < 3
 
 
-@waits_at
-def test_a_waiting_fetch_whose_topic_is_deleted_is_answered(make_broker, where):
-    broker = make_broker(**WAITS_AT[where])
+@shared_waits_at
+def test_a_waiting_fetch_whose_topic_is_deleted_is_answered(served, where):
+    broker = served
     topic = created_topic(broker.tcp)
     with RawSocket(broker.tcp) as sock:
         sock.send(fetch_frame(topic, 0, 3, max_wait_ms=20_000))
@@ -333,11 +380,11 @@ def test_a_waiting_fetch_whose_topic_is_deleted_is_answered(make_broker, where):
         assert fetched(sock) == (3, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, b"")
 
 
-@waits_at
-def test_a_waiting_fetch_holds_back_no_later_request(make_broker, where):
+@shared_waits_at
+def test_a_waiting_fetch_holds_back_no_later_request(served, where):
     """A PRODUCE sent behind a waiting FETCH on the same connection is taken,
     and brings the data the fetch waits for; the answers come in order."""
-    broker = make_broker(**WAITS_AT[where])
+    broker = served
     topic = created_topic(broker.tcp)
     data = encode_message_set([b"self-served"])
     with RawSocket(broker.tcp) as sock:
@@ -354,8 +401,8 @@ def test_a_waiting_fetch_holds_back_no_later_request(make_broker, where):
         assert time.monotonic() - started < 2
 
 
-def test_fetches_over_the_bound_wait_at_the_handler(make_broker):
-    broker = make_broker(**{"processor.fetch.max.parked": 2, "num.processors": 1})
+def test_fetches_over_the_bound_wait_at_the_handler(parked_2):
+    broker = idle(parked_2)
     topic = created_topic(broker.tcp)
     data = encode_message_set([b"all"])
     socks = [RawSocket(broker.tcp).__enter__() for _ in range(4)]
@@ -389,10 +436,10 @@ def test_at_the_bound_a_fetch_with_data_is_still_answered_here(make_broker):
         assert waiting(waiter, 0.1)
 
 
-def test_each_waiting_fetch_is_answered_by_its_own_partitions_appends(make_broker):
+def test_each_waiting_fetch_is_answered_by_its_own_partitions_appends(one_processor):
     """Fetches waiting on different partitions (and twice on one): an append
     answers those of its partition and leaves the others waiting."""
-    broker = make_broker(**{"num.processors": 1})
+    broker = idle(one_processor)
     topic = created_topic(broker.tcp, partitions=3)
     socks = [RawSocket(broker.tcp).__enter__() for _ in range(4)]
     try:
@@ -414,8 +461,8 @@ def test_each_waiting_fetch_is_answered_by_its_own_partitions_appends(make_broke
             sock.__exit__(None, None, None)
 
 
-def test_a_closed_connection_leaves_nothing_waiting(make_broker):
-    broker = make_broker(**{"num.processors": 1})
+def test_a_closed_connection_leaves_nothing_waiting(one_processor):
+    broker = idle(one_processor)
     topic = created_topic(broker.tcp)
     with RawSocket(broker.tcp) as sock:
         sock.send(fetch_frame(topic, 0, 1, max_wait_ms=60_000))
@@ -429,7 +476,7 @@ def test_a_closed_connection_leaves_nothing_waiting(make_broker):
 
 
 @waits_at
-def test_a_waiting_fetch_outlives_its_writer(make_broker, where):
+def test_a_waiting_fetch_outlives_its_writer(make_broker, where):  # (kills a writer: its own)
     """Killed with the fetch held (at the writer, given back to the handler),
     or not (elsewhere): the next append answers it."""
     broker = make_broker(**WAITS_AT[where])
@@ -446,7 +493,7 @@ def test_a_waiting_fetch_outlives_its_writer(make_broker, where):
 
 
 @waits_at
-def test_a_stopping_broker_answers_waiting_fetches(make_broker, where):
+def test_a_stopping_broker_answers_waiting_fetches(make_broker, where):  # (stops it: its own)
     broker = make_broker(**WAITS_AT[where])
     topic = created_topic(broker.tcp)
     with RawSocket(broker.tcp, timeout=30) as sock:

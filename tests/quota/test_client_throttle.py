@@ -7,6 +7,11 @@ A real broker whose ``quotas.json`` bounds this test's own principal (its uid
 over the Unix socket); each client runs a few seconds, one connection, in
 this process. The rate held is measured after :data:`SETTLED_S`, past the
 burst a principal's first window lets through (tests/quota/test_quota_broker.py).
+
+The tests with a quota each keep their own broker: the quota is on this
+process's uid, which every test of the module is, and a principal's rate
+spans windows another test's traffic would fill. The two tests without a
+quota share one plain broker (``served``), each on topics and a group of its own.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from hostbroker.security.quota import Quota, QuotaSet
 from hostbroker.security.store import write_quotas
 from tests.client.fake_broker import FakeBroker
 from tests.integration.cli import hostbroker
+from tests.integration.wire_helpers import module_broker, new_topic
 
 OWN = str(user_principal(os.geteuid()))  # this test's principal over the Unix socket
 TOLERANCE = 1.25  # as tests/quota/test_quota_broker.py
@@ -34,6 +40,9 @@ RUN_S = 4.0
 SETTLED_S = 1.5
 VALUE = b"v" * 20_000
 BOUND = 200_000
+
+# No quotas.json: no principal has a quota (the tests without one share it).
+served = module_broker()
 
 
 @pytest.fixture
@@ -84,11 +93,12 @@ def test_the_producer_reads_its_throttle_time_and_keeps_near_its_quota(own_quota
     assert broker.unix in held[0].getMessage()
 
 
-def test_a_producer_without_a_quota_is_never_held(make_broker):
-    broker = make_broker()
+def test_a_producer_without_a_quota_is_never_held(served):
+    broker = served
+    topic = new_topic("free")
     with Producer(broker.unix, producer_type="sync") as producer:
         for _ in range(20):
-            producer.send("free", VALUE)
+            producer.send(topic, VALUE)
         stats = producer.stats
     assert stats["acknowledged"] == 20
     assert stats["produce-throttle-time-avg"] == stats["produce-throttle-time-max"] == 0
@@ -272,20 +282,22 @@ def test_throttle_stats_are_over_two_samples_of_30_s_as_kafkas():
     assert stats.totals() == (3, 1020, 1000)  # the lifetime, for a report over a run
 
 
-def test_a_stopping_housekeeping_fetcher_hands_its_housekeeping_on(make_broker):
+def test_a_stopping_housekeeping_fetcher_hands_its_housekeeping_on(served):
     """Of two fetchers, the first (the housekeeping one) stops on a refused
     version: the second takes the housekeeping; the streams of the first raise."""
     from hostbroker.client.group import RoundRobinAssignor
     from hostbroker.client.throttle_stats import VersionRefusedError
 
-    broker = make_broker()
+    broker = served
+    topic = new_topic("housekeeping")
     with broker.client() as c:
-        c.create_topic("t", 2)
-    connector = ConsumerConnector(broker.unix, group_id="g", assignor=RoundRobinAssignor(),
+        c.create_topic(topic, 2)
+    connector = ConsumerConnector(broker.unix, group_id=new_topic("housekeeping-g"),
+                                  assignor=RoundRobinAssignor(),
                                   num_consumer_fetchers=2, consumer_timeout_ms=3000,
                                   auto_offset_reset="earliest")
     try:
-        streams = connector.create_message_streams({"t": 2})["t"]
+        streams = connector.create_message_streams({topic: 2})[topic]
         first, second = connector._fetchers
         assert first.housekeeping and not second.housekeeping
         deadline = time.monotonic() + 5

@@ -7,7 +7,12 @@ Each greedy run is bounded (a few seconds, one connection). The rate held
 is measured after :data:`SETTLED_S`: a principal's first window lets a
 burst through (its rate is measured from the start of the window of its
 first request, which may be a second earlier), as in Kafka; from then on
-what it gets is its bound, within :data:`TOLERANCE`."""
+what it gets is its bound, within :data:`TOLERANCE`.
+
+Every test keeps its own broker: each bounds ``User:ANONYMOUS`` (every TCP
+client of the broker), the default, this process's uid or the published
+quotas, all broker-wide, each its own way and from its first window, and some
+count every principal's rows (``used_rows``)."""
 
 from __future__ import annotations
 
