@@ -1,7 +1,11 @@
 """CREATE_ACLS, DELETE_ACLS, DESCRIBE_ACLS, ALTER_QUOTAS and DESCRIBE_QUOTAS
 against a real ``hostbroker serve``, over TCP and the Unix socket: what each
 answers, per entry, and what the broker then holds (its file and the document
-every process reads)."""
+every process reads).
+
+ACLs and quotas are broker-wide, so every test that creates or alters them keeps its
+own broker; the tests whose requests are all refused share one module broker
+(``served``) and compare what the broker holds with a reading taken at their start."""
 
 from __future__ import annotations
 
@@ -12,13 +16,25 @@ from hostbroker.errors import ErrorCode
 from hostbroker.protocol import acls as w
 from tests.access_admin.support import (
     ALL, ANY, CLUSTER, CREATE, DENY, GROUP, LITERAL, MATCH, PREFIXED, TOPIC, WRITE, alter, create, delete, described, entry, file_acls, published_now, quotas_of)
+from tests.integration.wire_helpers import module_broker
 
 OK = (ErrorCode.NONE, None)
+
+# Shared by the tests whose requests change nothing the broker holds.
+served = module_broker()
 
 
 @pytest.fixture(params=["tcp", "unix"])
 def client(request, broker):
+    """A client of the test's own broker: the test creates or alters ACLs or quotas."""
     with broker.client(getattr(broker, request.param)) as c:
+        yield c
+
+
+@pytest.fixture(params=["tcp", "unix"])
+def shared_client(request, served):
+    """A client of the module broker: the test's requests are refused and change nothing."""
+    with served.client(getattr(served, request.param)) as c:
         yield c
 
 
@@ -104,7 +120,10 @@ def test_each_bad_creation_is_refused_in_its_place(client):
     assert described(client) == {good}
 
 
-def test_bad_enums_and_huge_strings_close_the_connection(broker):
+def test_bad_enums_and_huge_strings_close_the_connection(served):
+    broker = served
+    with broker.client(broker.unix) as c:
+        acls_before = described(c)
     for bad in (entry(op=1), entry(perm=1), entry(pattern=MATCH), entry(rtype=9),
                 entry(op=ALL + 20)):
         with broker.client(broker.tcp) as c:
@@ -115,7 +134,7 @@ def test_bad_enums_and_huge_strings_close_the_connection(broker):
         # a name of 30,000 bytes decodes, and is refused in its place
         (code, message), = create(c, entry("n" * 30_000))
         assert code == ErrorCode.INVALID_REQUEST and "longer than 255" in message
-        assert described(c) == set()
+        assert described(c) == acls_before
 
 
 def test_many_filters_in_one_request_cost_a_bounded_answer(client):
@@ -163,14 +182,17 @@ def test_each_bad_quota_is_refused_in_its_place(client):
     assert quotas_of(client) == {"User:ok": {"request_rate": 9}}
 
 
-def test_a_key_named_twice_for_one_entity_is_refused(client):
+def test_a_key_named_twice_for_one_entity_is_refused(shared_client):
+    client = shared_client
+    quotas_before = quotas_of(client)
     answer = client.request(w.AlterQuotasRequest((w.QuotaEntity("User:a", (
         w.QuotaValue("request_rate", 1), w.QuotaValue("request_rate", 2))),)))
     (result,) = answer.results
     assert result.error_code == ErrorCode.INVALID_REQUEST and "twice" in result.error_message
-    assert quotas_of(client) == {}
+    assert quotas_of(client) == quotas_before
+    assert quotas_of(client, "User:a") == {"User:a": {}}
 
 
-def test_a_bad_quota_entity_to_describe_is_invalid(client):
-    answer = client.request(w.DescribeQuotasRequest(("not a principal",)))
+def test_a_bad_quota_entity_to_describe_is_invalid(shared_client):
+    answer = shared_client.request(w.DescribeQuotasRequest(("not a principal",)))
     assert answer.error_code == ErrorCode.INVALID_REQUEST

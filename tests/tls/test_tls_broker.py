@@ -1,8 +1,14 @@
-"""A real broker with an ``ssl://`` listener: requests over TLS, refusals, deadlines."""
+"""A real broker with an ``ssl://`` listener: requests over TLS, refusals, deadlines.
+
+The tests on the default settings share one module broker (``tls_broker``), with topic
+names of their own and log lines looked for only in what the log gained during the test
+(its handshake failures, 6 in all, stay under the 10 a minute a processor says); the two
+with ``ssl.max.handshakes`` 1 on one processor share another (``one_handshake_broker``).
+The tests of other settings, of a start of their own, or that count the whole log's
+lines keep their own broker (``make_tls_broker``)."""
 
 from __future__ import annotations
 
-import os
 import socket
 import ssl
 import threading
@@ -15,28 +21,54 @@ from hostbroker.client.connection import BrokerConnection
 from hostbroker.client.simple import SimpleClient
 from hostbroker.log.message import encode_message_set, iter_messages
 from hostbroker.protocol import api
+from tests.integration.wire_helpers import new_topic
+from tests.tls.conftest import TlsBroker
 
 
-@pytest.fixture
-def tls_broker(make_tls_broker):
-    return make_tls_broker()
+@pytest.fixture(scope="module")
+def tls_broker(tmp_path_factory, certs):
+    """The module's broker on the default settings: its tests change nothing broker-wide."""
+    broker = TlsBroker(tmp_path_factory.mktemp("tls"), certs).start()
+    yield broker
+    broker.finish()
+
+
+@pytest.fixture(scope="module")
+def one_handshake_broker(tmp_path_factory, certs):
+    """One handshake step a loop round on one processor, for the two tests of it."""
+    broker = TlsBroker(tmp_path_factory.mktemp("tls1"), certs,
+                       **{"ssl.max.handshakes": 1, "num.processors": 1}).start()
+    yield broker
+    broker.finish()
+
+
+class LogSince:
+    """What a shared broker's log gained since this was made."""
+
+    def __init__(self, broker):
+        self.broker = broker
+        self.start = len(broker.log())
+
+    def __call__(self) -> str:
+        return self.broker.log()[self.start:]
 
 
 def test_produce_fetch_metadata_offsets_over_tls(tls_broker, certs):
+    t = new_topic("t")
     with SimpleClient(tls_broker.ssl, tls=certs.client("alice")) as client:
-        client.create_topic("t", 2)
-        meta = client.metadata(["t"])
-        assert [t.topic for t in meta.topics] == ["t"]
+        client.create_topic(t, 2)
+        meta = client.metadata([t])
+        assert [x.topic for x in meta.topics] == [t]
         assert len(meta.topics[0].partitions) == 2
         for i in range(20):
-            client.produce("t", i % 2, encode_message_set([f"m{i}".encode()]))
-        result = client.fetch("t", 0, 0, 1 << 20)
+            client.produce(t, i % 2, encode_message_set([f"m{i}".encode()]))
+        result = client.fetch(t, 0, 0, 1 << 20)
         got = [m.payload for m in iter_messages(result.message_set, 0)]
         assert got == [f"m{i}".encode() for i in range(0, 20, 2)]
-        assert client.offsets("t", 1)[0] > 0  # (offsets are byte positions)
+        assert client.offsets(t, 1)[0] > 0  # (offsets are byte positions)
     # what went in over TLS is what a plain client reads
     with SimpleClient(tls_broker.unix) as plain:
-        result = plain.fetch("t", 1, 0, 1 << 20)
+        result = plain.fetch(t, 1, 0, 1 << 20)
         assert [m.payload for m in iter_messages(result.message_set, 0)] == [
             f"m{i}".encode() for i in range(1, 20, 2)]
 
@@ -60,12 +92,13 @@ def test_large_fetch_is_a_file_piece_written_through_tls(make_tls_broker, certs)
 
 
 def test_pipelined_requests_over_tls(tls_broker, certs):
+    pipe = new_topic("pipe")
     conn = BrokerConnection(tls_broker.ssl, tls=certs.client("alice")).connect()
     try:
-        SimpleClient(tls_broker.unix).create_topic("pipe", 1)
+        SimpleClient(tls_broker.unix).create_topic(pipe, 1)
         for i in range(50):
             conn.send(api.ProduceRequest(1, 5000, (api.ProducePartition(
-                "pipe", 0, encode_message_set([b"x" * (i * 100)])),)))
+                pipe, 0, encode_message_set([b"x" * (i * 100)])),)))
         answers = [conn.receive() for _ in range(50)]
         offsets = [a.partitions[0].base_offset for a in answers]
         assert offsets == sorted(offsets) and len(set(offsets)) == 50
@@ -75,6 +108,7 @@ def test_pipelined_requests_over_tls(tls_broker, certs):
 
 
 def test_plain_tcp_client_at_the_tls_port_is_closed_without_harm(tls_broker, certs):
+    log = LogSince(tls_broker)
     with SimpleClient(tls_broker.ssl, tls=certs.client("alice")) as good:
         good.metadata()
         raw = socket.create_connection(("127.0.0.1", tls_broker.ssl_port), timeout=10)
@@ -93,10 +127,11 @@ def test_plain_tcp_client_at_the_tls_port_is_closed_without_harm(tls_broker, cer
         finally:
             raw.close()
         good.metadata()  # the TLS client before it goes on
-    assert "TLS handshake with 127.0.0.1 failed" in tls_broker.log()
+    assert "TLS handshake with 127.0.0.1 failed" in log()
 
 
 def test_client_certificates_refused(tls_broker, certs):
+    since = LogSince(tls_broker)
     for name in ("mallory", "expired"):
         with pytest.raises(OSError):
             with SimpleClient(tls_broker.ssl, tls=certs.client(name), timeout=10) as client:
@@ -110,7 +145,7 @@ def test_client_certificates_refused(tls_broker, certs):
             client.metadata()
     with SimpleClient(tls_broker.ssl, tls=certs.client("alice")) as client:
         client.metadata()
-    log = tls_broker.log()
+    log = since()
     assert "certificate has expired" in log or "certificate verify failed" in log
     assert "no common name" in log
 
@@ -125,6 +160,7 @@ def test_requested_client_auth_lets_a_client_without_certificate_in(make_tls_bro
 
 
 def test_tls_1_1_refused(tls_broker, certs):
+    log = LogSince(tls_broker)
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ctx.load_verify_locations(certs.ca)
     ctx.load_cert_chain(certs.keystore("alice"))
@@ -138,9 +174,9 @@ def test_tls_1_1_refused(tls_broker, certs):
             ctx.wrap_socket(raw, server_hostname="127.0.0.1")
     # refused by the broker (its ClientHello went out), not by this side's OpenSSL
     deadline = time.monotonic() + 10
-    while "unsupported protocol" not in tls_broker.log() and time.monotonic() < deadline:
+    while "unsupported protocol" not in log() and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert "TLS handshake with 127.0.0.1 failed: unsupported protocol" in tls_broker.log()
+    assert "TLS handshake with 127.0.0.1 failed: unsupported protocol" in log()
     # and TLS 1.2 alone works
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ctx.load_verify_locations(certs.ca)
@@ -173,11 +209,11 @@ def test_slow_handshake_cut_at_its_deadline(make_tls_broker, certs):
     assert "not done within ssl.handshake.timeout.ms" in broker.log()
 
 
-def test_silent_connections_hold_no_handshake_turn(make_tls_broker, certs):
+def test_silent_connections_hold_no_handshake_turn(one_handshake_broker, certs):
     """Connections to the TLS port that send nothing (more of them than
     ssl.max.handshakes) cost no handshake step: a real client is served at
     once beside them."""
-    broker = make_tls_broker(**{"ssl.max.handshakes": 1, "num.processors": 1})
+    broker = one_handshake_broker
     silent = [socket.create_connection(("127.0.0.1", broker.ssl_port), timeout=10)
               for _ in range(20)]
     try:
@@ -194,10 +230,10 @@ def test_silent_connections_hold_no_handshake_turn(make_tls_broker, certs):
             raw.close()
 
 
-def test_handshakes_beyond_a_rounds_steps_are_served_next_rounds(make_tls_broker, certs):
+def test_handshakes_beyond_a_rounds_steps_are_served_next_rounds(one_handshake_broker, certs):
     """ssl.max.handshakes 1: one handshake step a loop round; many clients
     handshaking at once are all served (the steps owed wait a round each)."""
-    broker = make_tls_broker(**{"ssl.max.handshakes": 1, "num.processors": 1})
+    broker = one_handshake_broker
     results: list = []
 
     def client() -> None:
@@ -219,10 +255,8 @@ def test_hostname_is_checked_by_default(make_tls_broker, tls_broker, certs):
     with SimpleClient(f"ssl://localhost:{tls_broker.ssl_port}", tls=certs.client("alice")) as c:
         c.metadata()  # localhost is in the certificate
     # a broker whose certificate names another host: refused unless identification is off
-    root = os.path.join(tls_broker.root, "elsewhere")
-    os.makedirs(root)
-    elsewhere = make_tls_broker(root=root, **{
-        "ssl.keystore.location": certs.keystore("elsewhere")})
+    # (its own broker, in the test's own directory: the module broker has another)
+    elsewhere = make_tls_broker(**{"ssl.keystore.location": certs.keystore("elsewhere")})
     with pytest.raises(OSError, match="certificate"):
         with SimpleClient(elsewhere.ssl, tls=certs.client("alice"), timeout=10) as client:
             client.metadata()
@@ -253,11 +287,12 @@ def test_bytes_left_inside_tls_are_read_without_a_socket_event(tls_broker, certs
     frame's rest is read to its end only, so the small one stays decrypted
     inside the TLS object, where epoll does not see it, and nothing more comes
     on the socket: it must still be read and answered."""
+    mixed = new_topic("mixed")
     with SimpleClient(tls_broker.unix) as plain:
-        plain.create_topic("mixed", 1)
+        plain.create_topic(mixed, 1)
     large = api.encode_request(api.ProduceRequest(1, 5000, (api.ProducePartition(
-        "mixed", 0, encode_message_set([b"L" * 100_000])),)), 1, "raw")
-    small = api.encode_request(api.MetadataRequest(("mixed",)), 2, "raw")
+        mixed, 0, encode_message_set([b"L" * 100_000])),)), 1, "raw")
+    small = api.encode_request(api.MetadataRequest((mixed,)), 2, "raw")
     with _raw_tls(tls_broker, certs) as tls:
         tls.sendall(large[:70_000])
         time.sleep(0.3)  # read by the processor: the rest is read to the frame's end
@@ -293,15 +328,16 @@ def test_plaintext_inside_tls_is_read_as_soon_as_reading_resumes(tls_broker, cer
     METADATA sharing its last TLS record: the METADATA, decrypted and left
     inside the TLS object while reading is off, is read when reading turns on
     again, not a whole idle round (up to a second) later."""
+    stall = new_topic("stall")
     with SimpleClient(tls_broker.unix) as plain:
-        plain.create_topic("stall", 1)
+        plain.create_topic(stall, 1)
     gaps = []
     with _raw_tls(tls_broker, certs) as tls:
         tls.settimeout(10)
         for i in range(20):
             large = api.encode_request(api.ProduceRequest(1, 5000, (api.ProducePartition(
-                "stall", 0, encode_message_set([b"L" * 100_000])),)), 2 * i, "raw")
-            small = api.encode_request(api.MetadataRequest(("stall",)), 2 * i + 1, "raw")
+                stall, 0, encode_message_set([b"L" * 100_000])),)), 2 * i, "raw")
+            small = api.encode_request(api.MetadataRequest((stall,)), 2 * i + 1, "raw")
             sent = time.monotonic()
             tls.sendall(large + small)
             data = b""
@@ -368,7 +404,7 @@ def test_client_auth_none_serves_clients_without_certificates(make_tls_broker, c
 
 def test_handshake_failures_reach_the_log_at_a_bounded_rate(make_tls_broker, certs):
     """30 plain clients at the TLS port of one processor: at most 10 lines
-    of it in the broker log this minute."""
+    of it in the broker log this minute. (Its own broker: it counts the whole log.)"""
     broker = make_tls_broker(**{"num.processors": 1})
     for _ in range(30):
         with socket.create_connection(("127.0.0.1", broker.ssl_port), timeout=10) as raw:
@@ -389,16 +425,17 @@ def test_large_frames_over_tls_go_straight_into_their_ring_records(tls_broker, c
     """With processor.ring.receive (the default) a large PRODUCE over TLS is
     received in its ring record as over TCP, not copied through a buffer of
     the processor: most of its bytes are never counted as copied."""
+    direct = new_topic("direct")
     with SimpleClient(tls_broker.unix) as plain:
-        plain.create_topic("direct", 2)
+        plain.create_topic(direct, 2)
     payload = [bytes([i]) * 100_000 for i in range(10)]  # ~1 MB frames
     with SimpleClient(tls_broker.ssl, tls=certs.client("alice")) as client:
         client.metadata()
         before = tls_broker.counter("processor", "bytes_copied")
         for p in (0, 1):
-            client.produce("direct", p, encode_message_set(payload))
+            client.produce(direct, p, encode_message_set(payload))
         copied = tls_broker.counter("processor", "bytes_copied") - before
         for p in (0, 1):
-            got = client.fetch("direct", p, 0, 4 << 20)
+            got = client.fetch(direct, p, 0, 4 << 20)
             assert [m.payload for m in iter_messages(got.message_set, 0)] == payload
     assert copied < 500_000, copied  # of 2 MB sent

@@ -1,5 +1,9 @@
 """The clients over TLS: the producer, consumers, a group and the commands'
-``--command-config``."""
+``--command-config``.
+
+The tests that need a broker on the default settings share one (``tls_broker``, module
+scoped), each with topic and group names of its own; the one whose broker's certificate
+names another host keeps its own (``make_tls_broker``)."""
 
 from __future__ import annotations
 
@@ -18,11 +22,16 @@ from hostbroker.client.settings import read_command_config
 from hostbroker.errors import ConfigError
 from hostbroker.log.message import encode_message_set
 from tests.integration.cli import hostbroker, lines, one_line_error
+from tests.integration.wire_helpers import new_topic
+from tests.tls.conftest import TlsBroker
 
 
-@pytest.fixture
-def tls_broker(make_tls_broker):
-    return make_tls_broker()
+@pytest.fixture(scope="module")
+def tls_broker(tmp_path_factory, certs):
+    """The module's broker: its tests change nothing broker-wide but their own topics."""
+    broker = TlsBroker(tmp_path_factory.mktemp("tls"), certs).start()
+    yield broker
+    broker.finish()
 
 
 def _command_config(tmp_path, certs, name="alice", **more) -> str:
@@ -34,24 +43,25 @@ def _command_config(tmp_path, certs, name="alice", **more) -> str:
 
 def test_produce_and_consume_commands_with_command_config(tls_broker, certs, tmp_path):
     config = _command_config(tmp_path, certs)
-    b = ("--bootstrap", tls_broker.ssl, "--command-config", config, "--topic", "cli")
+    cli, group = new_topic("cli"), new_topic("g")
+    b = ("--bootstrap", tls_broker.ssl, "--command-config", config, "--topic", cli)
     with tls_broker.client() as client:
-        client.create_topic("cli", 1)
+        client.create_topic(cli, 1)
     produced = hostbroker("produce", *b, "--sync", input=b"one\ntwo\nthree\n")
     assert produced.returncode == 0, produced.stderr
     consumed = hostbroker("consume", *b, "--from-beginning", "--max-messages", "3")
     assert consumed.returncode == 0, consumed.stderr
     assert lines(consumed) == ["one", "two", "three"]
-    grouped = hostbroker("consume", *b, "--group", "g", "--from-beginning",
+    grouped = hostbroker("consume", *b, "--group", group, "--from-beginning",
                          "--max-messages", "3")
     assert lines(grouped) == ["one", "two", "three"]
     listed = hostbroker("topics", "list", "--bootstrap", tls_broker.ssl,
                         "--command-config", config)
-    assert listed.returncode == 0 and "cli" in lines(listed), listed.stderr
+    assert listed.returncode == 0 and cli in lines(listed), listed.stderr
 
 
 def test_commands_without_a_usable_certificate_fail_in_one_line(tls_broker, certs, tmp_path):
-    b = ("--bootstrap", tls_broker.ssl, "--topic", "cli")
+    b = ("--bootstrap", tls_broker.ssl, "--topic", new_topic("refused"))
     # no --command-config: the broker's CA is not the system's
     refused = hostbroker("consume", *b, "--from-beginning", "--timeout-ms", "300")
     assert "certificate" in one_line_error(refused)
@@ -81,25 +91,26 @@ def test_read_command_config_skips_comments(tmp_path):
 
 def test_producer_consumers_and_group_take_the_ssl_settings(tls_broker, certs):
     tls = certs.client("alice")
+    lib = new_topic("lib")
     with tls_broker.client() as client:
-        client.create_topic("lib", 2)
+        client.create_topic(lib, 2)
     with Producer(tls_broker.ssl, tls) as producer:
         for i in range(10):
-            producer.send("lib", f"v{i}".encode(), key=str(i).encode())
+            producer.send(lib, f"v{i}".encode(), key=str(i).encode())
     with SimpleConsumer(tls_broker.ssl, tls) as consumer:
         got = [value for p in range(2) for _, _, value in consumer.messages(
-            "lib", p, consumer.offsets_before("lib", p, EARLIEST)[0], stop_at_end=True)]
+            lib, p, consumer.offsets_before(lib, p, EARLIEST)[0], stop_at_end=True)]
     assert sorted(got) == sorted(f"v{i}".encode() for i in range(10))
     config = {**tls, "auto.offset.reset": "earliest", "consumer.timeout.ms": 15000,
               "fetch.wait.max.ms": 50}
-    with ConsumerConnector(tls_broker.ssl, config, group_id="lib-group") as connector:
-        (stream,) = connector.create_message_streams({"lib": 1})["lib"]
+    with ConsumerConnector(tls_broker.ssl, config, group_id=f"{lib}-group") as connector:
+        (stream,) = connector.create_message_streams({lib: 1})[lib]
         values = [next(stream).value for _ in range(10)]
     assert sorted(values) == sorted(f"v{i}".encode() for i in range(10))
     # without the client's settings the same code is refused
     with pytest.raises(OSError):
         with SimpleConsumer(tls_broker.ssl, {"socket.connection.setup.timeout.ms": 3000}) as c:
-            c.offsets_before("lib", 0, EARLIEST)
+            c.offsets_before(lib, 0, EARLIEST)
 
 
 def test_producer_refuses_a_bad_ssl_setting_before_connecting():
@@ -108,28 +119,31 @@ def test_producer_refuses_a_bad_ssl_setting_before_connecting():
 
 
 def test_plain_and_tls_clients_side_by_side(tls_broker, certs):
+    both = new_topic("both")
     with tls_broker.client(tls_broker.tcp) as plain:
-        plain.create_topic("both", 1)
-        plain.produce("both", 0, encode_message_set([b"plain"]))
+        plain.create_topic(both, 1)
+        plain.produce(both, 0, encode_message_set([b"plain"]))
     with tls_broker.client(tls_broker.ssl, tls=certs.client("alice")) as secure:
-        secure.produce("both", 0, encode_message_set([b"secure"]))
-        assert secure.offsets("both", 0)[0] > 0
+        secure.produce(both, 0, encode_message_set([b"secure"]))
+        assert secure.offsets(both, 0)[0] > 0
 
 
 def test_perf_processes_take_the_command_config(tls_broker, certs, tmp_path):
     """perf's worker processes (spawned) connect with the file's settings too."""
     config = _command_config(tmp_path, certs)
+    perf = new_topic("perf")
     with tls_broker.client() as client:
-        client.create_topic("perf", 2)
+        client.create_topic(perf, 2)
     done = hostbroker("perf", "produce", "--bootstrap", tls_broker.ssl, "--command-config",
-                      config, "--topic", "perf", "--messages", "200", "--size", "100",
+                      config, "--topic", perf, "--messages", "200", "--size", "100",
                       "--processes", "2", timeout=120)
     assert done.returncode == 0, done.stderr
 
 
-def test_property_wins_over_the_command_config(make_tls_broker, tls_broker, certs, tmp_path):
+def test_property_wins_over_the_command_config(make_tls_broker, certs, tmp_path):
     """A --property ssl.* value wins over the file's, even when it is the
-    built-in default (https over a file that turned host checks off)."""
+    built-in default (https over a file that turned host checks off).
+    (Its own broker: its certificate names another host.)"""
     root = tmp_path / "elsewhere"
     root.mkdir()
     elsewhere = make_tls_broker(root=str(root), **{
