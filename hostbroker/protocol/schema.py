@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import operator
+import re
 import struct
 import sys
 from collections.abc import Callable
@@ -211,16 +212,21 @@ def _reader_lines(cls: type, field_types: tuple[WireType, ...],
 
 
 def _make_record(cls: type, wire: bool) -> type:
-    if cls.__doc__ is None:  # (dataclass would work one out with inspect, slowly)
-        cls.__doc__ = f"{cls.__name__}({', '.join(getattr(cls, '__annotations__', {}))})"
+    undocumented = cls.__doc__ is None
+    if undocumented:
+        cls.__doc__ = ""  # (dataclass would work one out with inspect, slowly)
     cls = dataclasses.dataclass(cls, init=False, repr=False, eq=False, slots=True)
     fields = dataclasses.fields(cls)
     names = tuple(f.name for f in fields)
+    if undocumented:
+        cls.__doc__ = f"{cls.__name__}({', '.join(names)})"
     env: dict[str, Any] = {"cls": cls, "new": object.__new__}
     params = []
     for j, f in enumerate(fields):
         if f.default_factory is not dataclasses.MISSING:
             raise TypeError(f"{cls.__name__}.{f.name}: a record takes no default_factory")
+        if re.fullmatch(r"self|cls|new|[fd]\d+", f.name):
+            raise TypeError(f"{cls.__name__}.{f.name}: a name the generated __init__ uses")
         env[f"f{j}"] = _setter(cls, f.name)
         if f.default is dataclasses.MISSING:
             params.append(f.name)

@@ -127,3 +127,14 @@ def test_the_protocol_s_bodies_are_records():
     assert request == groups.HeartbeatRequest("g", 1, "m")
     frame = api.encode_request(api.MetadataRequest(("a", "b")), 5, "c")
     assert api.decode_request(frame[4:])[1] == api.MetadataRequest(("a", "b"))
+
+
+def test_an_undocumented_record_is_documented_by_its_fields_and_bad_fields_are_refused():
+    assert Part.__doc__ == "Part(topic, partition)"
+    assert Body.__doc__ == "A body with defaults and an array of records."
+
+    class Named:
+        f0: Int32
+
+    with pytest.raises(TypeError, match="Named.f0"):
+        record(Named)
