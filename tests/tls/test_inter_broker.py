@@ -1,7 +1,10 @@
 """Brokers of a cluster reach each other over TLS (security.inter.broker.protocol
 SSL), each as the CN of its certificate: real brokers, a real ZooKeeper, the
 authorizer on and no ACL for User:ANONYMOUS. METADATA names the listener of
-the kind the client came on."""
+the kind the client came on.
+
+Every test keeps its own brokers: no two use the same settings (super users, certificates,
+inter-broker protocol, advertised listeners), and the first stops its leader."""
 
 from __future__ import annotations
 
