@@ -3,6 +3,10 @@
 A misspelt topic (``consume --group`` waits for nothing, ``produce`` creates it), an
 unknown group, ``groups describe`` without ``--topic``, a broker that is not there,
 and counts said in the right number.
+
+Brokers: the misspelt-topic and groups tests, and the mirror's source, share one
+module-scoped broker (each test with its own topic and group names); the mirror's
+destination and the serve tests keep their own (those stop, kill or signal it).
 """
 
 from __future__ import annotations
@@ -25,9 +29,10 @@ from tests.integration.cli import hostbroker, lines, one_line_error, running
 from tests.integration.wire_helpers import stop_or_kill
 
 
-@pytest.fixture
-def broker(tmp_path):
-    started = Broker(tmp_path).start()
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    """One broker for the tests that only add their own topics and groups to it."""
+    started = Broker(tmp_path_factory.mktemp("hb")).start()
     yield started
     stop_or_kill(started)
 
@@ -54,37 +59,37 @@ def _poll(check, seconds: float, what: str) -> None:
 
 def test_consume_group_of_a_missing_topic_says_it_waits(broker):
     # Before: it joined the group and waited for the topic without a word.
-    result = hostbroker("consume", "--bootstrap", broker.unix, "--topic", "page_veiws",
-                        "--group", "reports", "--timeout-ms", "1000", timeout=60)
+    result = hostbroker("consume", "--bootstrap", broker.unix, "--topic", "c_page_veiws",
+                        "--group", "c_reports", "--timeout-ms", "1000", timeout=60)
     assert result.returncode == 0 and result.stdout == b""
-    assert result.stderr.decode() == ("hostbroker consume: no topic page_veiws yet; waiting for "
+    assert result.stderr.decode() == ("hostbroker consume: no topic c_page_veiws yet; waiting for "
                                       "it (Ctrl-C stops; --timeout-ms gives up)\n")
     with broker.client() as client:
-        (found,) = client.metadata(["page_veiws"]).topics
+        (found,) = client.metadata(["c_page_veiws"]).topics
     assert found.partitions == ()  # looking did not create it
     # Waiting is what a pipeline that starts its consumers first relies on.
-    with running("consume", "--bootstrap", broker.unix, "--topic", "later", "--group", "g",
+    with running("consume", "--bootstrap", broker.unix, "--topic", "c_later", "--group", "c_g",
                  "--from-beginning", "--max-messages", "1") as waiting:
-        assert waiting.stderr.readline().startswith(b"hostbroker consume: no topic later yet")
+        assert waiting.stderr.readline().startswith(b"hostbroker consume: no topic c_later yet")
         with broker.client() as client:
-            client.create_topic("later", 1)
-            client.produce("later", 0, encode_message_set([b"first"]))
+            client.create_topic("c_later", 1)
+            client.produce("c_later", 0, encode_message_set([b"first"]))
         out, _ = waiting.communicate(timeout=60)
     assert (waiting.returncode, out) == (0, b"first\n")
 
 
 def test_produce_to_a_new_topic_says_so_once(broker):
     with broker.client() as client:
-        client.create_topic("page_views", 2)
-    first = hostbroker("produce", "--bootstrap", broker.unix, "--topic", "page_veiws",
+        client.create_topic("p_page_views", 2)
+    first = hostbroker("produce", "--bootstrap", broker.unix, "--topic", "p_page_veiws",
                        input=b"a\nb\nc\n")
     assert first.returncode == 0, first.stderr
     said = first.stderr.decode().splitlines()
     assert len(said) == 1 and said[0].startswith(
-        "hostbroker produce: topic page_veiws does not exist; the first message creates it")
-    again = hostbroker("produce", "--bootstrap", broker.unix, "--topic", "page_veiws",
+        "hostbroker produce: topic p_page_veiws does not exist; the first message creates it")
+    again = hostbroker("produce", "--bootstrap", broker.unix, "--topic", "p_page_veiws",
                        input=b"d\n")
-    known = hostbroker("produce", "--bootstrap", broker.unix, "--topic", "page_views",
+    known = hostbroker("produce", "--bootstrap", broker.unix, "--topic", "p_page_views",
                        input=b"e\n")
     assert (again.returncode, again.stderr, known.returncode, known.stderr) == (0, b"", 0, b"")
 
@@ -94,36 +99,36 @@ def test_produce_to_a_new_topic_says_so_once(broker):
 
 def test_groups_describe_of_an_unknown_group_is_an_error(broker):
     with broker.client() as client:
-        client.create_topic("page_views", 2)
-    named = hostbroker("groups", "describe", "--bootstrap", broker.unix, "--group", "nobody",
-                       "--topic", "page_views")
+        client.create_topic("u_page_views", 2)
+    named = hostbroker("groups", "describe", "--bootstrap", broker.unix, "--group", "u_nobody",
+                       "--topic", "u_page_views")
     assert one_line_error(named) == (
-        f"hostbroker groups describe: no group nobody on the broker at {broker.unix}: "
-        "no members, and no offset committed on page_views")
+        f"hostbroker groups describe: no group u_nobody on the broker at {broker.unix}: "
+        "no members, and no offset committed on u_page_views")
     assert named.returncode == 1
-    bare = hostbroker("groups", "describe", "--bootstrap", broker.unix, "--group", "nobody")
+    bare = hostbroker("groups", "describe", "--bootstrap", broker.unix, "--group", "u_nobody")
     assert one_line_error(bare) == (
-        f"hostbroker groups describe: no group nobody on the broker at {broker.unix}: "
+        f"hostbroker groups describe: no group u_nobody on the broker at {broker.unix}: "
         "no members and no committed offset")
     assert bare.returncode == 1
-    as_json = hostbroker("groups", "describe", "--bootstrap", broker.unix, "--group", "nobody",
-                         "--topic", "page_views", "--json")
+    as_json = hostbroker("groups", "describe", "--bootstrap", broker.unix, "--group", "u_nobody",
+                         "--topic", "u_page_views", "--json")
     assert as_json.returncode == 1 and as_json.stdout == b""
 
 
 def test_groups_describe_without_topic_shows_what_the_members_subscribe_to(broker):
     with broker.client() as client:
-        client.create_topic("page_views", 2)
-        client.produce("page_views", 0, encode_message_set([b"x", b"y"]))
-    with running("consume", "--bootstrap", broker.unix, "--topic", "page_views",
-                 "--group", "reports", "--from-beginning"):
-        _poll(lambda: _stable(broker.unix, "reports"), 30, "the consumer holds its streams")
+        client.create_topic("m_page_views", 2)
+        client.produce("m_page_views", 0, encode_message_set([b"x", b"y"]))
+    with running("consume", "--bootstrap", broker.unix, "--topic", "m_page_views",
+                 "--group", "m_reports", "--from-beginning"):
+        _poll(lambda: _stable(broker.unix, "m_reports"), 30, "the consumer holds its streams")
         result = hostbroker("groups", "describe", "--bootstrap", broker.unix,
-                            "--group", "reports")
+                            "--group", "m_reports")
     assert result.returncode == 0, result.stderr
     shown = lines(result)
-    assert shown[0].startswith("group: reports  generation ")
-    rows = [line.split() for line in shown if line.startswith("page_views")]
+    assert shown[0].startswith("group: m_reports  generation ")
+    rows = [line.split() for line in shown if line.startswith("m_page_views")]
     assert [row[1] for row in rows] == ["0", "1"]
 
 
@@ -165,16 +170,15 @@ def test_dump_log_says_one_entry_and_one_message(tmp_path):
     assert "partial length field (1 byte left); 1 valid entry (" in out.getvalue().splitlines()[-1]
 
 
-def test_mirror_of_nothing_names_no_topic(tmp_path):
-    (tmp_path / "src").mkdir()
+def test_mirror_of_nothing_names_no_topic(broker, tmp_path):
+    source = broker  # the shared one: no test of the module has a topic orders.*
     (tmp_path / "dst").mkdir()
-    source = Broker(tmp_path / "src").start()
     destination = Broker(tmp_path / "dst").start()
     try:
         result = hostbroker("mirror", "--from", source.unix, "--to", destination.unix,
-                            "--topics", "orders.*", "--group", "copier", "--timeout-ms", "300")
+                            "--topics", "orders.*", "--group", "mirror_copier",
+                            "--timeout-ms", "300")
     finally:
-        source.stop(timeout=20)
         destination.stop(timeout=20)
     assert result.returncode == 0, result.stderr
     # Before: "mirrored 0 messages of no topic from ..."

@@ -1,7 +1,15 @@
 """``hostbroker topics ...`` as a subprocess against a real broker; and, on a
 broker with three log dirs, the tools of replicas across log dirs: ``topics
 create --replication-factor``, ``describe`` by dir path, ``logdirs list`` and
-``reassign --bootstrap``."""
+``reassign --bootstrap``.
+
+Brokers: the first two tests share one default broker (``served``), each with
+its own topic names and the topic lists read relative to the test's start; the
+dir refusals and the reassignment share one three-dir broker (``shared_dirs``).
+Kept on their own broker: the version-0 describe (its own response_max_bytes),
+the balanced placement (placement counts every dir's load, so it needs an empty
+broker) and the logdirs/top test (asserts the broker-wide under-replicated list
+is empty)."""
 
 from __future__ import annotations
 
@@ -12,10 +20,18 @@ import time
 import pytest
 
 from hostbroker.log.message import encode_message_set
+from tests.integration.broker import Broker
 from tests.integration.cli import hostbroker, lines, one_line_error
+from tests.integration.wire_helpers import module_broker, stop_or_kill
+
+served = module_broker()  # the default broker of the first two tests
 
 
-def test_create_list_describe_delete(broker):
+def test_create_list_describe_delete(served):
+    broker = served
+    # the topics other tests of the module made: the lists below are read relative to it
+    before = lines(hostbroker("topics", "list", "--bootstrap", broker.tcp))
+    assert not {"views", "clicks"} & set(before)
     created = hostbroker("topics", "create", "--bootstrap", broker.tcp, "--topic", "views",
                          "--partitions", "3", "--config", "retention.ms=60000")
     assert created.returncode == 0, created.stderr
@@ -23,7 +39,7 @@ def test_create_list_describe_delete(broker):
     assert hostbroker("topics", "create", "--bootstrap", broker.unix, "--topic", "clicks").returncode == 0
 
     listed = hostbroker("topics", "list", "--bootstrap", broker.unix)
-    assert lines(listed) == ["clicks", "views"]
+    assert lines(listed) == sorted(before + ["clicks", "views"])
 
     with broker.client() as client:
         client.produce("views", 1, encode_message_set([b"first"]))
@@ -43,17 +59,19 @@ def test_create_list_describe_delete(broker):
     described = hostbroker("topics", "describe", "--bootstrap", broker.tcp, "--json")
     assert described.returncode == 0 and described.stderr == b"", described.stderr
     as_json = json.loads(described.stdout)  # a list of topics, as before replicas across dirs
-    assert [t["topic"] for t in as_json] == ["clicks", "views"]
-    assert as_json[1]["partitions"][1]["log_end_offset"] == 15
-    assert (as_json[0]["config"], as_json[1]["config"]) == ({}, {"retention.ms": "60000"})
+    assert [t["topic"] for t in as_json] == sorted(before + ["clicks", "views"])
+    by_name = {t["topic"]: t for t in as_json}
+    views, clicks = by_name["views"], by_name["clicks"]
+    assert views["partitions"][1]["log_end_offset"] == 15
+    assert (clicks["config"], views["config"]) == ({}, {"retention.ms": "60000"})
     # a plain partition is one replica, the leader, in its log dir
-    one = as_json[1]["partitions"][1]
+    one = views["partitions"][1]
     assert (one["leader"], one["replicas"], one["isr"]) == (log_dir, [log_dir], [log_dir])
     assert one["under_replicated"] is False
     # --topic names a topic as the other topic commands do.
     by_option = json.loads(hostbroker("topics", "describe", "--bootstrap", broker.tcp,
                                       "--topic", "views", "--json").stdout)
-    assert by_option == as_json[1:]
+    assert by_option == [views]
 
     # METADATA v2 on one log dir: the dir has no id, so no dir is named (spec)
     with broker.client() as client:
@@ -64,10 +82,12 @@ def test_create_list_describe_delete(broker):
 
     deleted = hostbroker("topics", "delete", "--bootstrap", broker.tcp, "--topic", "clicks")
     assert lines(deleted) == ["deleted topic clicks"]
-    assert lines(hostbroker("topics", "list", "--bootstrap", broker.tcp)) == ["views"]
+    assert lines(hostbroker("topics", "list", "--bootstrap", broker.tcp)) == sorted(
+        before + ["views"])
 
 
-def test_refusals_are_one_line_with_the_right_status(broker):
+def test_refusals_are_one_line_with_the_right_status(served):
+    broker = served
     b = ("--bootstrap", broker.tcp)
     assert hostbroker("topics", "create", *b, "--topic", "t").returncode == 0
 
@@ -131,8 +151,20 @@ def test_unreachable_broker_is_one_line_and_status_1(tmp_path):
 
 @pytest.fixture
 def dirs_broker(make_broker, tmp_path):
+    """A three-dir broker of the test's own (placement and top read every dir's load)."""
     dirs = [str(tmp_path / f"d{i}") for i in range(3)]
     return make_broker(log_dirs=",".join(dirs)), dirs
+
+
+@pytest.fixture(scope="module")
+def shared_dirs(tmp_path_factory):
+    """One three-dir broker for the tests that touch only their own topics and
+    assert nothing about the other dirs' load."""
+    root = tmp_path_factory.mktemp("hb-dirs")
+    dirs = [str(root / f"d{i}") for i in range(3)]
+    broker = Broker(root, log_dirs=",".join(dirs)).start()
+    yield broker, dirs
+    stop_or_kill(broker)
 
 
 def _describe(broker, topic: str) -> list:
@@ -181,8 +213,8 @@ def test_replicated_topic_on_log_dirs_is_placed_balanced_and_described_by_path(d
         (d, 2, 1, 0) for d in dirs]
 
 
-def test_replicated_topic_refusals_are_one_line(dirs_broker):
-    broker, _ = dirs_broker
+def test_replicated_topic_refusals_are_one_line(shared_dirs):
+    broker, _ = shared_dirs
     b = ("--bootstrap", broker.tcp)
     too_many = hostbroker("topics", "create", *b, "--topic", "wide", "--replication-factor", "4")
     assert too_many.returncode == 1
@@ -198,8 +230,8 @@ def test_replicated_topic_refusals_are_one_line(dirs_broker):
     assert "wide" not in lines(hostbroker("topics", "list", *b))
 
 
-def test_reassign_empties_a_log_dir_and_verify_says_done(dirs_broker, tmp_path):
-    broker, dirs = dirs_broker
+def test_reassign_empties_a_log_dir_and_verify_says_done(shared_dirs, tmp_path):
+    broker, dirs = shared_dirs
     b = ("--bootstrap", broker.tcp)
     assert hostbroker("topics", "create", *b, "--topic", "moved", "--partitions", "3",
                       "--replication-factor", "2").returncode == 0

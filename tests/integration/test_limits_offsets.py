@@ -3,6 +3,8 @@ store stays bounded (issue 7, item 5).
 
 Each test starts its own broker on a root of its own, restarts it on the same
 root and reads back over the sockets what it was told was stored.
+No broker is shared: three tests kill or stop theirs, and the one that does not
+(missing topics) has no other test on a broker it could share.
 """
 
 from __future__ import annotations

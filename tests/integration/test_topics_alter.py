@@ -3,7 +3,12 @@ ALTER_TOPIC; docs/spec/protocol.md "Changing topics"), under a producer's
 load: new partitions receive, configs act without a restart, every
 ``partition.json`` records the change, refusals are one line; and the
 groups a broker holds only offsets of (LIST_OFFSET_GROUPS, ``groups list``,
-``groups describe`` without ``--topic``)."""
+``groups describe`` without ``--topic``).
+
+Brokers: max.message.bytes and the offsets-only groups share one default
+broker (``served``): own topics and groups, the group lists read relative to
+the test's start. The others keep their own: two restart their broker, two
+need settings no other test uses (max.partitions.per.topic, response.max.bytes)."""
 
 from __future__ import annotations
 
@@ -19,6 +24,9 @@ from hostbroker.client.producer import Producer
 from hostbroker.errors import ErrorCode
 from hostbroker.log.message import encode_message_set, iter_messages
 from tests.integration.cli import hostbroker, lines, one_line_error
+from tests.integration.wire_helpers import module_broker
+
+served = module_broker()  # the default broker the shareable tests use
 
 
 def _poll(check, seconds: float, what: str):
@@ -178,10 +186,10 @@ def test_alter_under_a_producers_load(make_broker):
     assert described["config"] == {"segment.bytes": "1024"}
 
 
-def test_max_message_bytes_acts_on_every_route(make_broker):
+def test_max_message_bytes_acts_on_every_route(served):
     """The handler's check (many partitions in one produce), the writer's
     (a lone produce of one partition) and a new partition's all take it at once."""
-    broker = make_broker()
+    broker = served
     big = encode_message_set([b"x" * 300])
     with broker.client() as client:
         client.create_topic("m", 1)
@@ -268,9 +276,13 @@ def test_refusals_name_the_problem_and_change_nothing(make_broker):
     assert "UNKNOWN_TOPIC_OR_PARTITION: no topic nope" in one_line_error(unknown)
 
 
-def test_groups_with_only_committed_offsets(make_broker):
-    broker = make_broker()
+def test_groups_with_only_committed_offsets(served):
+    broker = served
     with broker.client() as client:
+        already = client.list_offset_groups()  # other tests' groups
+        assert already.truncated == 0
+        before = [g.group for g in already.groups]
+        assert not {"other", "quiet", "nobody"} & set(before)
         client.create_topic("g", 2)
         client.create_topic("h", 1)
         for p in (0, 1):
@@ -280,13 +292,18 @@ def test_groups_with_only_committed_offsets(make_broker):
         client.offset_commit("other", [("g", 1, 0, None)])
         listed = client.list_offset_groups()
     assert (listed.error_code, listed.truncated) == (ErrorCode.NONE, 0)
-    assert [(g.group, g.topics) for g in listed.groups] == [("other", ("g",)),
-                                                             ("quiet", ("g", "h"))]
+    assert [g.group for g in listed.groups] == sorted(before + ["other", "quiet"])
+    assert [(g.group, g.topics) for g in listed.groups if g.group not in before] == [
+        ("other", ("g",)), ("quiet", ("g", "h"))]
     result = hostbroker("groups", "list", "--bootstrap", broker.unix)
     assert result.returncode == 0, result.stderr
-    assert lines(result) == ["other  (no members)", "quiet  (no members)"]
+    assert len(lines(result)) == len(before) + 2
+    assert [line for line in lines(result) if line.split()[0] not in before] == [
+        "other  (no members)", "quiet  (no members)"]
     as_json = json.loads(hostbroker("groups", "list", "--json", "--bootstrap", broker.unix).stdout)
-    assert as_json == {"groups": ["other", "quiet"], "without_members": ["other", "quiet"]}
+    assert sorted(as_json) == ["groups", "without_members"]
+    assert as_json["groups"] == sorted(before + ["other", "quiet"])
+    assert [g for g in as_json["without_members"] if g not in before] == ["other", "quiet"]
 
     # describe without --topic: every topic the group has offsets on, with lag
     described = json.loads(hostbroker("groups", "describe", "--bootstrap", broker.unix,
