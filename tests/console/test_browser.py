@@ -3,7 +3,16 @@ add partitions, change its config and delete it; read a group's lag, a live
 group's members and owners (markup a client sent shown as text); the broker
 view, the live charts, a topic page's go-to and page size, a malformed link;
 and the admin gate refusing a change without the token. What the page did is
-read back from the broker over the wire."""
+read back from the broker over the wire.
+
+One broker serves the module (``console``): each test uses its own topic and
+group names and reads only those; the charts test keeps its own
+(``own_console``) since the rate series it starts from empty is broker-wide.
+A test that makes topics over the wire waits until the console's METADATA
+(kept 2 s, maybe read by an earlier test's page) names them.
+One chromium serves the module (its start is the dearest part of a test):
+each test has a fresh tab, and the tab's storage and cookies and the browser's
+log are cleared before the next test."""
 
 from __future__ import annotations
 
@@ -18,8 +27,17 @@ from tests.console.web import ConsoleBroker, get, produce
 EVIL = '<img src=x onerror="document.title=\'owned\'">'
 
 
+@pytest.fixture(scope="module")
+def console(tmp_path_factory):
+    """Shared: its tests change only their own topics and groups and read only those."""
+    broker = ConsoleBroker(tmp_path_factory.mktemp("broker")).start()
+    yield broker
+    broker.finish()
+
+
 @pytest.fixture
-def console(tmp_path):
+def own_console(tmp_path):
+    """A broker of the test's own: its broker-wide rate series starts empty."""
     root = tmp_path / "broker"
     root.mkdir()
     broker = ConsoleBroker(root).start()
@@ -27,12 +45,56 @@ def console(tmp_path):
     broker.finish()
 
 
+class _Chromium:
+    """The module's one chromium; started again when a tab could not be cleaned."""
+
+    def __init__(self, profile):
+        self.profile = profile
+        self.driver = start_browser(profile)
+
+    def restart(self) -> None:
+        stop_browser(self.driver, self.profile)
+        self.driver = start_browser(self.profile)
+
+
+@pytest.fixture(scope="module")
+def chromium(tmp_path_factory):
+    """Shared: each test runs in a fresh tab of it (``browser``)."""
+    shared = _Chromium(tmp_path_factory.mktemp("profile"))
+    yield shared
+    stop_browser(shared.driver, shared.profile)
+
+
+def _forget(driver, first: str) -> None:
+    """Close the test's tab and clear what its pages kept: local storage, cookies
+    (the session storage goes with the tab); back to the first, blank tab."""
+    from selenium.common.exceptions import NoAlertPresentException
+
+    try:
+        driver.switch_to.alert.dismiss()
+    except NoAlertPresentException:
+        pass
+    origin = driver.execute_script("return location.origin")
+    if origin and origin.startswith("http"):
+        driver.execute_cdp_cmd("Storage.clearDataForOrigin",
+                               {"origin": origin, "storageTypes": "all"})
+    driver.execute_cdp_cmd("Network.clearBrowserCookies", {})
+    driver.close()
+    driver.switch_to.window(first)
+
+
 @pytest.fixture
-def browser(tmp_path):
-    profile = tmp_path / "profile"
-    driver = start_browser(profile)
+def browser(chromium):
+    """A fresh tab of the module's chromium, with nothing in the browser's log."""
+    driver = chromium.driver
+    first = driver.current_window_handle
+    driver.get_log("browser")  # drained: an earlier test's pages logged it
+    driver.switch_to.new_window("tab")
     yield driver
-    stop_browser(driver, profile)
+    try:
+        _forget(driver, first)
+    except Exception:  # noqa: BLE001 - a tab not cleaned: a new browser, nothing kept
+        chromium.restart()
 
 
 def _by():
@@ -60,6 +122,16 @@ def _create(browser, name: str, partitions: int) -> None:
     count.clear()
     count.send_keys(str(partitions))
     browser.find_element(By.ID, "create-submit").click()
+
+
+def _known_to_console(console, *topics: str) -> None:
+    """Wait until the console's METADATA (kept METADATA_TTL_S) names ``topics``: on
+    the shared broker an earlier test's page may have read it just before they were made."""
+    def known():
+        return all(t in [row["topic"] for row in
+                         get(console, "/api/topics?filter=" + quote(t))["topics"]]
+                   for t in topics)
+    wait_for(known, f"{topics} in the console's metadata")
 
 
 def test_create_topic_and_add_partitions(console, browser):
@@ -96,6 +168,7 @@ def test_group_lag_in_the_page(console, browser):
         c.create_topic("clicks", 1)
         end = produce(console, "clicks", 0, [b"c" * 80] * 20)
         c.offset_commit("dashboard", [("clicks", 0, end // 4, None)])
+    _known_to_console(console, "clicks")
     browser.get(console.origin + "/#/groups/dashboard")
     rows = wait_for(lambda: table_rows(browser, "group-partitions"), "the group's partitions")
     assert rows == [["clicks", "0", "–", str(end // 4), str(end), str(end - end // 4)]]
@@ -124,8 +197,10 @@ def test_the_gate_refuses_a_change_without_the_token(console, browser):
 def test_delete_a_topic_and_read_its_message(console, browser):
     By = _by()
     with console.client() as c:
+        before = {t.topic for t in c.metadata().topics}  # the other tests' (shared broker)
         c.create_topic("gone", 1)
         c.create_topic("kept", 1)
+    _known_to_console(console, "gone", "kept")
     browser.get(console.origin + "/#/topics/gone")
     _give_token(browser, console.token)
     wait_for(lambda: table_rows(browser, "partitions"), "the topic's partitions")
@@ -133,18 +208,19 @@ def test_delete_a_topic_and_read_its_message(console, browser):
     browser.find_element(By.ID, "delete-submit").click()
     wait_for(lambda: message(browser) == "deleted topic gone", "the deleted message")
     assert browser.execute_script("return location.hash") == "#/topics"
-    wait_for(lambda: [r[0] for r in table_rows(browser, "topics")] == ["kept"],
+    wait_for(lambda: [r[0] for r in table_rows(browser, "topics")] == sorted(before | {"kept"}),
              "the topics without it")
     time.sleep(1.0)  # the message stays: nothing queued wipes it
     assert message(browser) == "deleted topic gone"
     with console.client() as c:
-        assert {t.topic for t in c.metadata().topics} == {"kept"}
+        assert {t.topic for t in c.metadata().topics} == before | {"kept"}
 
 
 def test_a_malformed_link_is_said(console, browser):
     By = _by()
     with console.client() as c:
         c.create_topic("fine", 1)
+    _known_to_console(console, "fine")
     browser.get(console.origin + "/#/topics")
     wait_for(lambda: table_rows(browser, "topics"), "the topics")
     for bad in ("#/topics/%E0", "#/groups/%", "#/groups/a%2"):
@@ -167,6 +243,7 @@ def test_a_live_group_with_markup_from_its_client(console, browser):
         c.create_topic("orders", 2)
         end = produce(console, "orders", 1, [b"o" * 30] * 6)
         c.offset_commit(group, [("orders", 1, end // 2, None)])  # before it has members
+    _known_to_console(console, "orders")
     member = CoordinatorClient([console.unix], timeout=10, client_id=EVIL)
     try:
         joined = member.join_group(group, "", {"orders": 1}, session_timeout_ms=120000,
@@ -219,17 +296,17 @@ def _drawn(browser, canvas_id: str) -> int:
         canvas_id)
 
 
-def test_the_charts_draw_once_two_reads_exist(console, browser):
+def test_the_charts_draw_once_two_reads_exist(own_console, browser):
     By = _by()
-    with console.client() as c:
+    with own_console.client() as c:
         c.create_topic("flow", 1)
-    browser.get(console.origin + "/#/topics")
+    browser.get(own_console.origin + "/#/topics")
     wait_for(lambda: table_rows(browser, "topics"), "the topics")
     assert _drawn(browser, "chart-messages_in") == 0  # one read: nothing to draw yet
     for _ in range(3):  # reads a second apart, with messages between (the series is the broker's)
-        produce(console, "flow", 0, [b"f" * 100] * 20)
+        produce(own_console, "flow", 0, [b"f" * 100] * 20)
         time.sleep(1.1)
-        get(console, "/api/rates")
+        get(own_console, "/api/rates")
     # the page's next poll (every 5 s) has two points or more: a line is drawn
     wait_for(lambda: _drawn(browser, "chart-messages_in") > 0, "the messages chart drawn",
              timeout=15)
@@ -242,6 +319,7 @@ def test_a_topic_page_goes_to_a_partition_with_a_page_size(console, browser):
     By = _by()
     with console.client() as c:
         c.create_topic("wide", 30)
+    _known_to_console(console, "wide")
     browser.get(console.origin + "/#/topics/wide")
     wait_for(lambda: len(table_rows(browser, "partitions")) == 30, "all 30 in one page")
     browser.find_element(By.ID, "partition-page-size").send_keys("5")
@@ -288,6 +366,7 @@ def test_a_group_page_sorts_by_lag_and_keeps_one_topic(console, browser):
         ends = {("left", p): produce(console, "left", p, [b"l" * 50] * (2 + p)) for p in range(2)}
         ends[("right", 0)] = produce(console, "right", 0, [b"r" * 90] * 4)
         c.offset_commit("sorted", [(t, p, 0, None) for t, p in ends])
+    _known_to_console(console, "left", "right")
     browser.get(console.origin + "/#/groups/sorted")
     by_name = wait_for(lambda: table_rows(browser, "group-partitions"), "the group's rows")
     assert [(r[0], r[1]) for r in by_name] == [("left", "0"), ("left", "1"), ("right", "0")]
