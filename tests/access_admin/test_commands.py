@@ -1,7 +1,12 @@
 """``hostbroker acls`` and ``hostbroker quotas`` run as a user runs them
 (``python -m hostbroker ...``) against a real broker: what they print, what
 the broker then holds, and their refusals: a bad argument is one line and
-status 2 before anything is sent, a broker's refusal one line and status 1."""
+status 2 before anything is sent, a broker's refusal one line and status 1.
+
+ACLs and quotas are broker-wide: the tests that list the whole set of ACLs or
+of quotas (or set the default quota) and the one with its own acl.max.bindings
+keep their own broker; the others share one module broker (``served``), on
+topic names of their own."""
 
 from __future__ import annotations
 
@@ -11,6 +16,10 @@ import pytest
 
 from tests.access_admin.support import described, entry
 from tests.integration.cli import hostbroker, one_line_error
+from tests.integration.wire_helpers import module_broker
+
+# one broker for the tests that assert no broker-wide set (see the module docstring)
+served = module_broker()
 
 READ, DESCRIBE, WRITE = 3, 8, 4
 UNREACHABLE = "tcp://127.0.0.1:1"
@@ -22,6 +31,7 @@ def ok(*args) -> str:
     return done.stdout.decode()
 
 
+# its own broker: it lists every ACL the broker holds
 def test_acls_add_list_remove(broker):
     out = ok("acls", "add", "--bootstrap", broker.unix, "--allow-principal", "User:alice",
              "--allow-principal", "User:bob", "--operation", "Read", "--operation", "Describe",
@@ -72,6 +82,7 @@ def test_acls_add_list_remove(broker):
             described(c)
 
 
+# its own broker: it sets the default quota and lists every quota the broker holds
 def test_quotas_set_list_remove(broker):
     assert ok("quotas", "set", "--bootstrap", broker.unix, "--principal", "User:alice",
               "--producer-byte-rate", "1048576", "--request-rate", "100") == \
@@ -129,6 +140,7 @@ def test_a_bad_bootstrap_is_status_2():
     assert done.returncode == 2 and "--bootstrap" in one_line_error(done)
 
 
+# its own broker: acl.max.bindings=1
 def test_a_broker_refusal_is_one_line_and_status_1(make_broker):
     broker = make_broker(acl_max_bindings=1)
     done = hostbroker("acls", "add", "--bootstrap", broker.unix, "--allow-principal",
@@ -139,19 +151,21 @@ def test_a_broker_refusal_is_one_line_and_status_1(make_broker):
     assert done.returncode == 1 and "cannot reach the broker" in one_line_error(done)
 
 
-def test_acls_remove_of_a_principal_removes_what_add_made_only(broker):
+def test_acls_remove_of_a_principal_removes_what_add_made_only(served):
+    broker, t = served, "remove-only"  # a topic name no other test of the module uses
     ok("acls", "add", "--bootstrap", broker.unix, "--allow-principal", "User:a",
-       "--operation", "Read", "--topic", "t")
+       "--operation", "Read", "--topic", t)
     ok("acls", "add", "--bootstrap", broker.unix, "--allow-principal", "User:a",
-       "--allow-host", "10.0.0.5", "--operation", "Read", "--topic", "t")
+       "--allow-host", "10.0.0.5", "--operation", "Read", "--topic", t)
     removed = ok("acls", "remove", "--bootstrap", broker.unix, "--allow-principal", "User:a",
-                 "--operation", "Read", "--topic", "t")
-    assert removed == "removed: Allow User:a from * Read Topic:t (literal)\n"
-    assert ok("acls", "list", "--bootstrap", broker.unix, "--topic", "t") == \
-        "Allow User:a from 10.0.0.5 Read Topic:t (literal)\n"
+                 "--operation", "Read", "--topic", t)
+    assert removed == f"removed: Allow User:a from * Read Topic:{t} (literal)\n"
+    assert ok("acls", "list", "--bootstrap", broker.unix, "--topic", t) == \
+        f"Allow User:a from 10.0.0.5 Read Topic:{t} (literal)\n"
 
 
-def test_quotas_of_a_group_are_refused(broker):
+def test_quotas_of_a_group_are_refused(served):
+    broker = served
     done = hostbroker("quotas", "set", "--bootstrap", broker.unix, "--principal", "Group:ops",
                       "--request-rate", "5")
     assert done.returncode == 2 and "User" in one_line_error(done)

@@ -1,7 +1,12 @@
 """PRODUCE answers a writer sends straight to the processor
 (``produce.direct.answers``): a one-partition acks=1 PRODUCE is answered by
 its writer once the data is in the log, every other one by the handler; in
-the connection's order either way, and exactly once when the writer dies."""
+the connection's order either way, and exactly once when the writer dies.
+
+The two tests on a default broker that neither stop nor kill anything share one
+module broker (``served``), with topics of their own and the writers' answer count
+read relative to the test's start; the who-answers cases (settings of their own)
+and the writer-killing test keep their own broker."""
 
 import os
 import signal
@@ -14,7 +19,10 @@ from hostbroker.client.simple import SimpleClient
 from hostbroker.errors import ErrorCode
 from hostbroker.log.message import encode_message_set, iter_messages
 from hostbroker.protocol import api
-from tests.integration.wire_helpers import RawSocket
+from tests.integration.wire_helpers import RawSocket, module_broker, new_topic
+
+# one default broker for the tests that share one (see the module docstring)
+served = module_broker()
 
 
 def _direct_answers(broker) -> int:
@@ -24,6 +32,7 @@ def _direct_answers(broker) -> int:
 
 @pytest.mark.parametrize("direct", [True, False])
 def test_who_answers_a_produce(make_broker, direct):
+    # its own broker: each case has settings no other test uses
     # through the handler (PUTs past it: test_puts.py)
     broker = make_broker(**{"produce.direct.answers": str(direct).lower(),
                             "processor.direct.produce": "false"})
@@ -50,38 +59,43 @@ def test_who_answers_a_produce(make_broker, direct):
         assert _direct_answers(broker) == (25 if direct else 0)
 
 
-def test_an_answered_produce_is_in_the_log(broker):
+def test_an_answered_produce_is_in_the_log(served):
     """The writer answers after it published the log end: a fetch right after
     the answer, on another connection, finds the data."""
+    broker = served
+    seen = new_topic("seen")
+    answered = _direct_answers(broker)  # the shared broker's writers answered these before
     with broker.client(broker.unix) as producer, broker.client(broker.tcp) as reader:
-        producer.create_topic("seen", 1)
+        producer.create_topic(seen, 1)
         for i in range(200):
             data = encode_message_set([str(i).encode()])
-            answer = producer.produce("seen", 0, data)
-            fetched = reader.fetch("seen", 0, answer.base_offset, 1024)
+            answer = producer.produce(seen, 0, data)
+            fetched = reader.fetch(seen, 0, answer.base_offset, 1024)
             assert bytes(fetched.message_set) == data, i
-        assert _direct_answers(broker) == 200
+        assert _direct_answers(broker) - answered == 200
 
 
-def test_pipelined_answers_from_writer_handler_and_processor_keep_their_order(broker):
+def test_pipelined_answers_from_writer_handler_and_processor_keep_their_order(served):
+    broker = served
+    mix = new_topic("mix")
     with broker.client() as c:
-        c.create_topic("mix", 2)
+        c.create_topic(mix, 2)
     one = encode_message_set([b"m"])
     kinds = []
     frames = []
     for i in range(150):
         kind = ("direct", "two", "metadata", "fetch", "quiet")[i % 5]
         if kind == "direct":
-            req = api.ProduceRequest(1, 10000, (api.ProducePartition("mix", 0, one),))
+            req = api.ProduceRequest(1, 10000, (api.ProducePartition(mix, 0, one),))
         elif kind == "two":
-            req = api.ProduceRequest(1, 10000, (api.ProducePartition("mix", 0, one),
-                                                api.ProducePartition("mix", 1, one)))
+            req = api.ProduceRequest(1, 10000, (api.ProducePartition(mix, 0, one),
+                                                api.ProducePartition(mix, 1, one)))
         elif kind == "metadata":
-            req = api.MetadataRequest(("mix",))
+            req = api.MetadataRequest((mix,))
         elif kind == "fetch":
-            req = api.FetchRequest(0, 0, (api.FetchPartition("mix", 0, 0, 1 << 20),))
+            req = api.FetchRequest(0, 0, (api.FetchPartition(mix, 0, 0, 1 << 20),))
         else:
-            req = api.ProduceRequest(0, 10000, (api.ProducePartition("mix", 1, one),))
+            req = api.ProduceRequest(0, 10000, (api.ProducePartition(mix, 1, one),))
         frames.append(api.encode_request(req, i))
         kinds.append(kind)
     with RawSocket(broker.tcp) as raw:
@@ -101,9 +115,10 @@ def test_pipelined_answers_from_writer_handler_and_processor_keep_their_order(br
         entry = len(one)
         assert ends == [entry * (n + 1) for n in range(len(ends))]
     with broker.client() as c:
-        assert len(list(iter_messages(c.fetch("mix", 0, 0, 1 << 20).message_set, 0))) == len(ends)
+        assert len(list(iter_messages(c.fetch(mix, 0, 0, 1 << 20).message_set, 0))) == len(ends)
 
 
+# its own broker: it SIGKILLs a writer
 def test_a_writer_killed_under_direct_produce_answers_every_request_once(broker):
     """Clients produce one-partition acks=1 sets while the writer is SIGKILLed
     and replaced. Every request gets one answer, in order on its connection

@@ -7,7 +7,12 @@ connections trickling frames side by side both get through, and that a
 sender that stops or goes away mid-frame leaves the ring to the others.
 
 One processor and one handler, so every connection shares one request ring;
-no PUTs, so every PRODUCE takes that ring."""
+no PUTs, so every PRODUCE takes that ring.
+
+Tests with the plain shared-ring settings share one module broker (``served``):
+each uses its own topics, and measures counters as differences across its own
+work. The ``receive=False`` case and the read-timeout test need other settings,
+so each keeps its own broker."""
 
 from __future__ import annotations
 
@@ -24,10 +29,15 @@ from tests.integration.wire_helpers import (
     created_topic,
     log_end,
     produce_request,
+    module_broker,
     read_log,
 )
 
 SHARED_RING = {"num.processors": 1, "num.handlers": 1, "processor.direct.produce": "false"}
+RECEIVING = {**SHARED_RING, "processor.ring.receive": "true"}
+
+# one broker for the tests with the shared-ring settings (ring.receive on, the default)
+served = module_broker(**RECEIVING)
 
 
 def message_set(tag: int, count: int = 30, size: int = 10 * 1024) -> bytes:
@@ -56,8 +66,10 @@ def whole_log(uri: str, topic: str) -> bytes:
 
 
 @pytest.mark.parametrize("receive", [True, False])
-def test_trickling_frames_reach_the_log_intact_copied_once_or_not_at_all(make_broker, receive):
-    broker = make_broker(**SHARED_RING, **{"processor.ring.receive": str(receive).lower()})
+def test_trickling_frames_reach_the_log_intact_copied_once_or_not_at_all(request, receive):
+    # ring.receive on: the module broker; off: a broker of its own
+    broker = (request.getfixturevalue("served") if receive else request.getfixturevalue(
+        "make_broker")(**SHARED_RING, **{"processor.ring.receive": "false"}))
     topic = created_topic(broker.tcp)
     sets = [message_set(tag) for tag in range(6)]  # ~300 KiB frames, 19 pieces each
     frames = [frame(topic, data, i) for i, data in enumerate(sets)]
@@ -79,8 +91,8 @@ def test_trickling_frames_reach_the_log_intact_copied_once_or_not_at_all(make_br
         assert copied >= 0.9 * sent, (copied, sent)
 
 
-def test_a_frame_stalled_halfway_holds_up_no_other_connection(make_broker):
-    broker = make_broker(**SHARED_RING)
+def test_a_frame_stalled_halfway_holds_up_no_other_connection(served):
+    broker = served
     topic = created_topic(broker.tcp)
     big = message_set(1)
     small = encode_message_set([b"small"])
@@ -101,8 +113,8 @@ def test_a_frame_stalled_halfway_holds_up_no_other_connection(make_broker):
     assert whole_log(broker.tcp, topic) == small + big
 
 
-def test_two_connections_trickling_side_by_side(make_broker):
-    broker = make_broker(**SHARED_RING)
+def test_two_connections_trickling_side_by_side(served):
+    broker = served
     topics = [created_topic(broker.tcp), created_topic(broker.tcp)]
     sets = [[message_set(10 * c + i, count=25) for i in range(4)] for c in range(2)]
     errors: list[BaseException] = []
@@ -130,6 +142,7 @@ def test_two_connections_trickling_side_by_side(make_broker):
 
 
 def test_senders_that_stop_or_vanish_mid_frame_leave_the_ring_to_the_others(make_broker):
+    # its own broker: a read timeout of its own, and an exact count of processor errors
     broker = make_broker(**SHARED_RING, **{"socket.request.read.timeout.ms": 500})
     topic = created_topic(broker.tcp)
     big = message_set(3)
