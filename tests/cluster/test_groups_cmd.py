@@ -1,12 +1,20 @@
 """``hostbroker groups list|describe|reset-offsets``, run as a user would: against a real
 ZooKeeper with brokers that register themselves and real consumers of a group, and
-against a standalone broker's stored offsets."""
+against a standalone broker's stored offsets.
+
+Shared broker: the two tests of one broker 1 (an unknown group or topic, a registered
+broker that cannot be asked) share it in a chroot of their own (``shared``), the group
+nodes written there deleted after each; the whole-group test keeps its two brokers (it
+lists every group and describes every broker holding ``t``), the standalone test its
+standalone broker."""
 
 from __future__ import annotations
 
 import io
 import json
 import time
+
+import pytest
 
 from hostbroker.client import ConsumerConnector
 from hostbroker.cluster import paths
@@ -43,6 +51,46 @@ def zk_offsets(zk, group, topic):
     path = paths.offsets_path(group, topic)
     return {paths.parse_partition_name(n): int(zk.get(f"{path}/{n}")[0])
             for n in zk.get_children(path)}
+
+
+@pytest.fixture(scope="module")
+def shared_cluster(zookeeper_of_module, tmp_path_factory):
+    """Broker 1, registered in a chroot of its own, for the tests that need one."""
+    from tests.cluster.conftest import ChrootedZooKeeper
+    from tests.cluster.zkfixtures import kazoo
+    from tests.integration.broker import Broker
+    from tests.integration.wire_helpers import stop_or_kill
+
+    chroot = "/shared-groups"
+    with kazoo(zookeeper_of_module.connect) as root:
+        root.ensure_path(chroot)
+    zookeeper = ChrootedZooKeeper(zookeeper_of_module, chroot)
+    broker = Broker(tmp_path_factory.mktemp("groups"), **{
+        "num.processors": 1, "num.handlers": 1, "zookeeper.connect": zookeeper.connect,
+        "broker.id": 1}).start()
+    try:
+        with kazoo(zookeeper.connect) as zk:
+            wait_until(lambda: zk.exists(paths.broker_path(1)) is not None)
+    except BaseException:
+        stop_or_kill(broker)
+        raise
+    yield broker, zookeeper
+    stop_or_kill(broker)
+
+
+@pytest.fixture
+def shared(shared_cluster):
+    """(the shared broker 1, its ZooKeeper, a kazoo client on it); the groups a test
+    leaves there are deleted after it, its ephemeral nodes go with its client."""
+    from tests.cluster.zkfixtures import kazoo
+
+    broker, zookeeper = shared_cluster
+    with kazoo(zookeeper.connect) as zk:
+        try:
+            yield broker, zookeeper, zk
+        finally:
+            if zk.exists(paths.CONSUMERS):
+                zk.delete(paths.CONSUMERS, recursive=True)
 
 
 def test_describe_list_and_reset_a_group_in_zookeeper(make_broker, tmp_path, zookeeper, zk):
@@ -132,8 +180,8 @@ def test_describe_list_and_reset_a_group_in_zookeeper(make_broker, tmp_path, zoo
     assert [line.split()[-1] for line in lines(result)[2:]] == ["0"] * 4
 
 
-def test_unknown_group_and_topic_in_zookeeper(make_broker, tmp_path, zookeeper, zk):
-    cluster_broker(make_broker, tmp_path, zookeeper, zk, 1)
+def test_unknown_group_and_topic_in_zookeeper(shared):
+    _, zookeeper, _ = shared
     result = hostbroker("groups", "describe", "--zookeeper", zookeeper.connect, "--group", "nope")
     assert one_line_error(result) == "hostbroker groups describe: no group nope in ZooKeeper"
     assert result.returncode == 1
@@ -145,8 +193,8 @@ def test_unknown_group_and_topic_in_zookeeper(make_broker, tmp_path, zookeeper, 
     assert (result.returncode, lines(result)) == (0, [])
 
 
-def test_a_registered_broker_that_cannot_be_asked_is_named(make_broker, tmp_path, zookeeper, zk):
-    broker = cluster_broker(make_broker, tmp_path, zookeeper, zk, 1)
+def test_a_registered_broker_that_cannot_be_asked_is_named(shared):
+    broker, zookeeper, zk = shared
     with broker.client() as client:
         client.create_topic("t", 1)
         client.produce("t", 0, encode_message_set([b"x", b"y"]))  # 11 bytes each

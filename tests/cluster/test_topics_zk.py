@@ -1,5 +1,8 @@
 """``hostbroker topics create|list|describe|delete --zookeeper``, run as a user would, on
-three real brokers registered in a real ZooKeeper."""
+three real brokers registered in a real ZooKeeper.
+
+Every test keeps its own brokers: each asserts the whole cluster (every topic listed,
+every live broker named by create and describe), and the chroot test stops its broker."""
 
 from __future__ import annotations
 

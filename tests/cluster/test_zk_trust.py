@@ -2,7 +2,14 @@
 rewritten or forged by another session are put back by its registrar with one
 line; phantom numbers in ZooKeeper are left out by every client that reads it,
 with one line, while memory stays bounded; a second broker with a live broker's
-``broker.id`` never accepts a connection and exits non-zero with one line."""
+``broker.id`` never accepts a connection and exits non-zero with one line.
+
+Shared broker: the tests that only read the cluster with clients (the producer, the
+group consumer, the Spark snapshot and planner, the client bounds) share one broker 1
+in a chroot of their own (``shared``), the phantom nodes, groups and topics other than
+``t`` they make removed after each (the planner plans every topic); the registrar tests
+keep their own broker (they delete, rewrite and forge its registration and count its
+lines of repair, which the registrar says at most once a while per node and backs off)."""
 
 from __future__ import annotations
 
@@ -21,6 +28,7 @@ from hostbroker.cluster.discovery import read_snapshot
 from hostbroker.log.message import encode_message_set
 from tests.cluster.test_broker_registration import LEAN, cluster_broker, node, registered
 from tests.cluster.test_discovery import wait_until
+from tests.integration.wire_helpers import new_topic
 
 REPAIR_S = 5  # "within a few seconds"
 
@@ -61,6 +69,57 @@ def live(make_broker, tmp_path, zookeeper, zk):
         c.create_topic("t", 2)
     wait_until(lambda: zk.exists(paths.topic_broker_path("t", 1)) is not None)
     return broker
+
+
+@pytest.fixture(scope="module")
+def shared_cluster(zookeeper_of_module, tmp_path_factory):
+    """Broker 1 with topic ``t`` of 2 partitions, in a chroot of its own, for the
+    tests that only read the cluster (see the module's docstring)."""
+    from tests.cluster.conftest import ChrootedZooKeeper
+    from tests.cluster.zkfixtures import kazoo
+    from tests.integration.broker import Broker
+    from tests.integration.wire_helpers import stop_or_kill
+
+    chroot = "/shared-trust"
+    with kazoo(zookeeper_of_module.connect) as root:
+        root.ensure_path(chroot)
+    zookeeper = ChrootedZooKeeper(zookeeper_of_module, chroot)
+    with kazoo(zookeeper.connect) as zk:
+        broker = Broker(tmp_path_factory.mktemp("trust"), **{
+            **LEAN, "zookeeper.connect": zookeeper.connect, "broker.id": 1}).start()
+        try:
+            wait_until(lambda: zk.exists(paths.broker_path(1)) is not None)
+            with broker.client() as c:
+                c.create_topic("t", 2)
+            wait_until(lambda: zk.exists(paths.topic_broker_path("t", 1)) is not None)
+        except BaseException:
+            stop_or_kill(broker)
+            raise
+    yield broker, zookeeper
+    stop_or_kill(broker)
+
+
+@pytest.fixture
+def shared(shared_cluster):
+    """(the shared broker 1, its ZooKeeper, a kazoo client on it); the nodes a test
+    forges there (phantom, wide, /brokers/ids/77), its groups and the topics it
+    creates on the broker are deleted after it."""
+    from tests.cluster.zkfixtures import kazoo
+
+    broker, zookeeper = shared_cluster
+    with kazoo(zookeeper.connect) as zk:
+        try:
+            yield broker, zookeeper, zk
+        finally:
+            for path in (paths.topic_path("phantom"), paths.topic_path("wide"),
+                         f"{paths.BROKER_IDS}/77", paths.CONSUMERS):
+                if zk.exists(path):
+                    zk.delete(path, recursive=True)
+            for topic in zk.get_children(paths.BROKER_TOPICS):
+                if topic != "t":
+                    with broker.client() as c:
+                        c.delete_topic(topic)
+                    wait_until(lambda: zk.exists(paths.topic_path(topic)) is None)  # noqa: B023
 
 
 # -- the registrar puts its nodes back --------------------------------------------------
@@ -152,8 +211,8 @@ def warnings_of_cluster():
 PHANTOM = 1_000_000
 
 
-def test_a_phantom_partition_count_is_left_out_by_the_producer(live, zookeeper, zk,
-                                                                 warnings_of_cluster):
+def test_a_phantom_partition_count_is_left_out_by_the_producer(shared, warnings_of_cluster):
+    live, zookeeper, zk = shared
     phantom = paths.topic_broker_path("phantom", 1)
     zk.create(phantom, str(PHANTOM).encode(), makepath=True)
     before = rss()
@@ -171,23 +230,27 @@ def test_a_phantom_partition_count_is_left_out_by_the_producer(live, zookeeper, 
         assert sum(c.offsets("t", p, -1, 1)[0] for p in range(2)) >= 20
 
 
-def test_phantom_numbers_are_left_out_by_the_group_consumer(live, zookeeper, zk,
-                                                             warnings_of_cluster):
+def test_phantom_numbers_are_left_out_by_the_group_consumer(shared, warnings_of_cluster):
+    live, zookeeper, zk = shared
+    t = new_topic()  # its own: the other tests write to ``t``
+    with live.client() as c:
+        c.create_topic(t, 2)
+    wait_until(lambda: zk.exists(paths.topic_broker_path(t, 1)) is not None)
     zk.create(paths.topic_broker_path("phantom", 1), str(PHANTOM).encode(), makepath=True)
     huge = paths.consumer_path("g", "evil")
-    zk.create(huge, json.dumps({"t": 2_000_000}).encode(), makepath=True)
+    zk.create(huge, json.dumps({t: 2_000_000}).encode(), makepath=True)
     deep = paths.consumer_path("g", "deep")
     zk.create(deep, b"[" * 5000 + b"]" * 5000, makepath=True)
     with live.client() as c:
-        c.produce("t", 0, encode_message_set([b"a", b"b"]))
-        c.produce("t", 1, encode_message_set([b"c"]))
+        c.produce(t, 0, encode_message_set([b"a", b"b"]))
+        c.produce(t, 1, encode_message_set([b"c"]))
     before = rss()
     config = {"zookeeper.connect": zookeeper.connect, "group.id": "g",
               "auto.offset.reset": "earliest", "consumer.timeout.ms": 3000,
               "rebalance.backoff.ms": 200}
     got = []
     with ConsumerConnector(config=config) as connector:
-        (stream,) = connector.create_message_streams({"t": 1})["t"]
+        (stream,) = connector.create_message_streams({t: 1})[t]
         try:
             for message in stream:
                 got.append(message.value)
@@ -204,8 +267,9 @@ def test_phantom_numbers_are_left_out_by_the_group_consumer(live, zookeeper, zk,
         assert bound in said[0]
 
 
-def test_the_spark_planners_snapshot_leaves_phantoms_out(live, zk):
+def test_the_spark_planners_snapshot_leaves_phantoms_out(shared):
     """read_snapshot is what the Spark planner and the commands read the cluster with."""
+    live, _, zk = shared
     zk.create(paths.topic_broker_path("phantom", 1), b"10000000", makepath=True)
     zk.create(paths.topic_broker_path("wide", 1), b"9000", makepath=True)
     zk.create(f"{paths.BROKER_IDS}/77", b"{" * 5000, makepath=True)
@@ -222,9 +286,10 @@ def test_the_spark_planners_snapshot_leaves_phantoms_out(live, zk):
         f"{paths.BROKER_IDS}/77"])
 
 
-def test_the_spark_planner_plans_around_a_phantom(live, zookeeper, zk, warnings_of_cluster):
+def test_the_spark_planner_plans_around_a_phantom(shared, warnings_of_cluster):
     """The Spark data source's (and ``load``'s) driver-side planner, without a Spark
     session: it reads ZooKeeper on the driver only."""
+    live, zookeeper, zk = shared
     from hostbroker.spark.cluster import ClusterPlanner
     from hostbroker.spark.options import read_options
 
@@ -313,7 +378,8 @@ def test_a_starting_brokers_unix_socket_is_not_taken_for_stale(make_broker, tmp_
         assert proc.wait(30) == 0
 
 
-def test_the_bounds_are_client_settings(live, zookeeper, zk, warnings_of_cluster):
+def test_the_bounds_are_client_settings(shared, warnings_of_cluster):
+    _, zookeeper, _ = shared
     from hostbroker.client.group import GROUP_SETTINGS
     from hostbroker.client.producer_settings import PRODUCER_SETTINGS
     from hostbroker.client.settings import resolve
