@@ -242,7 +242,9 @@ def test_coordinator_killed_during_a_rebalance(make_broker):
     with GroupWire(broker.unix, "a") as a, GroupWire(broker.unix, "b") as b:
         ja = a.join(group, {topic: 1}, session_ms=10000, rebalance_ms=10000)
         assert a.commit(group, [(topic, 0, 7)], 1, ja.member_id) == [E.NONE]
-        b.send_join(group, {topic: 1}, session_ms=1000, rebalance_ms=10000)
+        # b's session outlasts a loaded machine's replacement of the coordinator: the
+        # rebalance it began is over once it expires, and a's generation 1 stable again
+        b.send_join(group, {topic: 1}, session_ms=6000, rebalance_ms=10000)
         assert poll(lambda: a.heartbeat(group, 1, ja.member_id) == E.REBALANCE_IN_PROGRESS)
         coordinator = broker.workers()["hb-coordinator"]
         os.kill(coordinator, signal.SIGKILL)
