@@ -4,6 +4,8 @@ of its own on it, a kazoo client on that chroot, real brokers."""
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -29,6 +31,29 @@ class ChrootedZooKeeper:
 
     def __getattr__(self, name):
         return getattr(self.server, name)
+
+
+@contextmanager
+def broker_in_chroot(server, root, chroot: str, **settings) -> Iterator[tuple]:
+    """Broker 1 with ``settings``, registered in ``chroot`` (made if missing) of the
+    module's ``server``: ``(broker, its ChrootedZooKeeper)``, stopped at the end. For
+    a module fixture shared by the tests that only read the cluster."""
+    from hostbroker.cluster import paths
+    from tests.cluster.test_discovery import wait_until
+    from tests.integration.broker import Broker
+    from tests.integration.wire_helpers import stop_or_kill
+
+    with kazoo(server.connect) as top:
+        top.ensure_path(chroot)
+    zookeeper = ChrootedZooKeeper(server, chroot)
+    started = Broker(root, **{**settings, "zookeeper.connect": zookeeper.connect,
+                              "broker.id": 1}).start()
+    try:
+        with kazoo(zookeeper.connect) as zk:
+            wait_until(lambda: zk.exists(paths.broker_path(1)) is not None)
+        yield started, zookeeper
+    finally:
+        stop_or_kill(started)
 
 
 @pytest.fixture

@@ -56,26 +56,12 @@ def zk_offsets(zk, group, topic):
 @pytest.fixture(scope="module")
 def shared_cluster(zookeeper_of_module, tmp_path_factory):
     """Broker 1, registered in a chroot of its own, for the tests that need one."""
-    from tests.cluster.conftest import ChrootedZooKeeper
-    from tests.cluster.zkfixtures import kazoo
-    from tests.integration.broker import Broker
-    from tests.integration.wire_helpers import stop_or_kill
+    from tests.cluster.conftest import broker_in_chroot
 
-    chroot = "/shared-groups"
-    with kazoo(zookeeper_of_module.connect) as root:
-        root.ensure_path(chroot)
-    zookeeper = ChrootedZooKeeper(zookeeper_of_module, chroot)
-    broker = Broker(tmp_path_factory.mktemp("groups"), **{
-        "num.processors": 1, "num.handlers": 1, "zookeeper.connect": zookeeper.connect,
-        "broker.id": 1}).start()
-    try:
-        with kazoo(zookeeper.connect) as zk:
-            wait_until(lambda: zk.exists(paths.broker_path(1)) is not None)
-    except BaseException:
-        stop_or_kill(broker)
-        raise
-    yield broker, zookeeper
-    stop_or_kill(broker)
+    with broker_in_chroot(zookeeper_of_module, tmp_path_factory.mktemp("groups"),
+                          "/shared-groups", **{"num.processors": 1,
+                                               "num.handlers": 1}) as shared:
+        yield shared
 
 
 @pytest.fixture

@@ -75,28 +75,16 @@ def live(make_broker, tmp_path, zookeeper, zk):
 def shared_cluster(zookeeper_of_module, tmp_path_factory):
     """Broker 1 with topic ``t`` of 2 partitions, in a chroot of its own, for the
     tests that only read the cluster (see the module's docstring)."""
-    from tests.cluster.conftest import ChrootedZooKeeper
+    from tests.cluster.conftest import broker_in_chroot
     from tests.cluster.zkfixtures import kazoo
-    from tests.integration.broker import Broker
-    from tests.integration.wire_helpers import stop_or_kill
 
-    chroot = "/shared-trust"
-    with kazoo(zookeeper_of_module.connect) as root:
-        root.ensure_path(chroot)
-    zookeeper = ChrootedZooKeeper(zookeeper_of_module, chroot)
-    with kazoo(zookeeper.connect) as zk:
-        broker = Broker(tmp_path_factory.mktemp("trust"), **{
-            **LEAN, "zookeeper.connect": zookeeper.connect, "broker.id": 1}).start()
-        try:
-            wait_until(lambda: zk.exists(paths.broker_path(1)) is not None)
-            with broker.client() as c:
-                c.create_topic("t", 2)
+    with broker_in_chroot(zookeeper_of_module, tmp_path_factory.mktemp("trust"),
+                          "/shared-trust", **LEAN) as (broker, zookeeper):
+        with broker.client() as c:
+            c.create_topic("t", 2)
+        with kazoo(zookeeper.connect) as zk:
             wait_until(lambda: zk.exists(paths.topic_broker_path("t", 1)) is not None)
-        except BaseException:
-            stop_or_kill(broker)
-            raise
-    yield broker, zookeeper
-    stop_or_kill(broker)
+        yield broker, zookeeper
 
 
 @pytest.fixture
