@@ -26,15 +26,11 @@ from hostbroker.log.segments import segment_filename
 from hostbroker.workers.plan import shm_token
 from tests.integration.broker import Broker
 from tests.integration.cli import hostbroker, lines, one_line_error, running
-from tests.integration.wire_helpers import stop_or_kill
+from tests.integration.wire_helpers import module_broker, stop_or_kill
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory):
-    """One broker for the tests that only add their own topics and groups to it."""
-    started = Broker(tmp_path_factory.mktemp("hb")).start()
-    yield started
-    stop_or_kill(started)
+# one broker for the tests that only add their own topics and groups to it
+broker = module_broker()
 
 
 def _stable(uri: str, group: str) -> bool:

@@ -14,7 +14,7 @@ from urllib.parse import quote
 
 import pytest
 
-from tests.console.web import ConsoleBroker, call, get, produce
+from tests.console.web import ConsoleBroker, call, get, produce, wait_listed
 from tests.integration.wire_helpers import new_topic
 
 SETTINGS = {"http.console.page.max": 7}
@@ -34,17 +34,6 @@ def own_console(tmp_path):
     broker = ConsoleBroker(tmp_path, **SETTINGS).start()
     yield broker
     broker.finish()
-
-
-def known(console, *topics: str, seconds: float = 10.0) -> None:
-    """Wait until the console's cached METADATA (the topic list, the group page) has
-    ``topics``, created over the wire after an earlier test's page filled the cache."""
-    deadline = time.monotonic() + seconds
-    for topic in topics:
-        while topic not in {t["topic"] for t in get(
-                console, "/api/topics?filter=" + quote(topic, safe=""))["topics"]}:
-            assert time.monotonic() < deadline, f"the console never listed {topic}"
-            time.sleep(0.1)
 
 
 def test_pages_are_served_with_a_strict_policy(console):
@@ -173,7 +162,7 @@ def test_group_lag(console):
         ends = [produce(console, events, p, [b"e" * 50] * (p + 3)) for p in (0, 1)]
         committed = ends[0] // 3
         c.offset_commit(readers, [(events, 0, committed, None)])
-    known(console, events)
+    wait_listed(console, events)
     # a group with committed offsets only is listed
     assert {"group": readers, "members": False} in \
         get(console, "/api/groups?filter=" + readers)["groups"]
@@ -207,7 +196,7 @@ def test_an_unknown_group_is_404_without_reading_any_offset(console):
     with console.client() as c:
         c.create_topic(wide, 50)
         c.offset_commit(someone, [(wide, 7, 0, None)])
-    known(console, wide)
+    wait_listed(console, wide)
     # (a count read now, relative: the module's broker has answered others' OFFSET_FETCHes)
     before = _offset_fetches(console)
     status, _, body = call(console, "GET", "/api/group?group=" + nobody)
@@ -240,7 +229,7 @@ def test_group_rows_sorted_by_lag_and_of_one_topic(console):
         committed = {(left, 0): 0, (left, 1): ends[(left, 1)], (left, 2): 10,
                      (right, 1): 5}
         c.offset_commit(sorter, [(t, p, o, None) for (t, p), o in committed.items()])
-    known(console, left, right)
+    wait_listed(console, left, right)
     lags = {k: ends[k] - o for k, o in committed.items()}
     by_name = get(console, f"/api/group?group={sorter}")
     assert [(r["topic"], r["partition"]) for r in by_name["partitions"]] == sorted(committed)
@@ -264,7 +253,7 @@ def test_group_with_members_shows_them(console):
     stream, live = new_topic("stream"), new_topic("live")
     with console.client() as c:
         c.create_topic(stream, 2)
-    known(console, stream)
+    wait_listed(console, stream)
     member = CoordinatorClient([console.unix], timeout=10, client_id="reader-1")
     try:
         joined = member.join_group(live, "", {stream: 1}, session_timeout_ms=30000,
@@ -293,7 +282,7 @@ def test_a_group_of_any_id_opens(console):
         end = produce(console, odd, 0, [b"o" * 20] * 4)
         for n, group in enumerate(ODD_GROUP_IDS):
             c.offset_commit(group, [(odd, 0, n, None)])
-    known(console, odd)
+    wait_listed(console, odd)
     total = get(console, "/api/groups")["total"]  # the module's other tests' groups too
     assert total >= len(ODD_GROUP_IDS)
     listed = {g["group"] for at in range(0, total, 7)  # pages of http.console.page.max (7)
@@ -338,7 +327,7 @@ def test_topic_rates_from_the_partition_stats(console):
     with console.client() as c:
         c.create_topic(busy, 2)
         c.create_topic(idle, 1)
-    known(console, busy, idle)  # the first read: no rate yet
+    wait_listed(console, busy, idle)  # the first read: no rate yet
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         produce(console, busy, 1, [b"p" * 100] * 40)

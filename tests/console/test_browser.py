@@ -22,7 +22,7 @@ from urllib.parse import quote
 import pytest
 
 from tests.console.browser import message, start_browser, stop_browser, table_rows, wait_for
-from tests.console.web import ConsoleBroker, get, produce
+from tests.console.web import ConsoleBroker, get, produce, wait_listed
 
 EVIL = '<img src=x onerror="document.title=\'owned\'">'
 
@@ -124,16 +124,6 @@ def _create(browser, name: str, partitions: int) -> None:
     browser.find_element(By.ID, "create-submit").click()
 
 
-def _known_to_console(console, *topics: str) -> None:
-    """Wait until the console's METADATA (kept METADATA_TTL_S) names ``topics``: on
-    the shared broker an earlier test's page may have read it just before they were made."""
-    def known():
-        return all(t in [row["topic"] for row in
-                         get(console, "/api/topics?filter=" + quote(t))["topics"]]
-                   for t in topics)
-    wait_for(known, f"{topics} in the console's metadata")
-
-
 def test_create_topic_and_add_partitions(console, browser):
     By = _by()
     browser.get(console.origin + "/#/topics")
@@ -168,7 +158,7 @@ def test_group_lag_in_the_page(console, browser):
         c.create_topic("clicks", 1)
         end = produce(console, "clicks", 0, [b"c" * 80] * 20)
         c.offset_commit("dashboard", [("clicks", 0, end // 4, None)])
-    _known_to_console(console, "clicks")
+    wait_listed(console, "clicks")
     browser.get(console.origin + "/#/groups/dashboard")
     rows = wait_for(lambda: table_rows(browser, "group-partitions"), "the group's partitions")
     assert rows == [["clicks", "0", "–", str(end // 4), str(end), str(end - end // 4)]]
@@ -200,7 +190,7 @@ def test_delete_a_topic_and_read_its_message(console, browser):
         before = {t.topic for t in c.metadata().topics}  # the other tests' (shared broker)
         c.create_topic("gone", 1)
         c.create_topic("kept", 1)
-    _known_to_console(console, "gone", "kept")
+    wait_listed(console, "gone", "kept")
     browser.get(console.origin + "/#/topics/gone")
     _give_token(browser, console.token)
     wait_for(lambda: table_rows(browser, "partitions"), "the topic's partitions")
@@ -220,7 +210,7 @@ def test_a_malformed_link_is_said(console, browser):
     By = _by()
     with console.client() as c:
         c.create_topic("fine", 1)
-    _known_to_console(console, "fine")
+    wait_listed(console, "fine")
     browser.get(console.origin + "/#/topics")
     wait_for(lambda: table_rows(browser, "topics"), "the topics")
     for bad in ("#/topics/%E0", "#/groups/%", "#/groups/a%2"):
@@ -243,7 +233,7 @@ def test_a_live_group_with_markup_from_its_client(console, browser):
         c.create_topic("orders", 2)
         end = produce(console, "orders", 1, [b"o" * 30] * 6)
         c.offset_commit(group, [("orders", 1, end // 2, None)])  # before it has members
-    _known_to_console(console, "orders")
+    wait_listed(console, "orders")
     member = CoordinatorClient([console.unix], timeout=10, client_id=EVIL)
     try:
         joined = member.join_group(group, "", {"orders": 1}, session_timeout_ms=120000,
@@ -319,7 +309,7 @@ def test_a_topic_page_goes_to_a_partition_with_a_page_size(console, browser):
     By = _by()
     with console.client() as c:
         c.create_topic("wide", 30)
-    _known_to_console(console, "wide")
+    wait_listed(console, "wide")
     browser.get(console.origin + "/#/topics/wide")
     wait_for(lambda: len(table_rows(browser, "partitions")) == 30, "all 30 in one page")
     browser.find_element(By.ID, "partition-page-size").send_keys("5")
@@ -366,7 +356,7 @@ def test_a_group_page_sorts_by_lag_and_keeps_one_topic(console, browser):
         ends = {("left", p): produce(console, "left", p, [b"l" * 50] * (2 + p)) for p in range(2)}
         ends[("right", 0)] = produce(console, "right", 0, [b"r" * 90] * 4)
         c.offset_commit("sorted", [(t, p, 0, None) for t, p in ends])
-    _known_to_console(console, "left", "right")
+    wait_listed(console, "left", "right")
     browser.get(console.origin + "/#/groups/sorted")
     by_name = wait_for(lambda: table_rows(browser, "group-partitions"), "the group's rows")
     assert [(r[0], r[1]) for r in by_name] == [("left", "0"), ("left", "1"), ("right", "0")]

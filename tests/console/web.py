@@ -89,6 +89,20 @@ def get(broker: ConsoleBroker, path: str):
     return body
 
 
+def wait_listed(broker: ConsoleBroker, *topics: str, seconds: float = 10.0) -> None:
+    """Wait until the console's topic list names ``topics``: its METADATA is kept up to
+    METADATA_TTL_S, so on a broker tests share, a topic made over the wire may be
+    missing from what an earlier test's request read just before."""
+    from urllib.parse import quote
+
+    deadline = time.monotonic() + seconds
+    for topic in topics:
+        while topic not in {row["topic"] for row in get(
+                broker, "/api/topics?filter=" + quote(topic, safe=""))["topics"]}:
+            assert time.monotonic() < deadline, f"the console never listed {topic}"
+            time.sleep(0.1)
+
+
 def produce(broker: Broker, topic: str, partition: int, payloads: list[bytes]) -> int:
     """Append ``payloads`` (acks=1); the partition's log end offset after."""
     from hostbroker.log.message import encode_message_set
