@@ -38,3 +38,16 @@ def make_tls_broker(tmp_path, certs):
     yield make
     for b in started:
         b.finish()
+
+
+def module_tls_broker(**settings):
+    """A module-scoped fixture: one TLS broker with ``settings`` for the tests of
+    the module that change nothing broker-wide but their own topics."""
+
+    @pytest.fixture(scope="module")
+    def served(tmp_path_factory, certs):
+        broker = TlsBroker(tmp_path_factory.mktemp("tls"), certs, **settings).start()
+        yield broker
+        broker.finish()
+
+    return served

@@ -22,24 +22,13 @@ from hostbroker.client.simple import SimpleClient
 from hostbroker.log.message import encode_message_set, iter_messages
 from hostbroker.protocol import api
 from tests.integration.wire_helpers import new_topic
-from tests.tls.conftest import TlsBroker
+from tests.tls.conftest import module_tls_broker
 
 
-@pytest.fixture(scope="module")
-def tls_broker(tmp_path_factory, certs):
-    """The module's broker on the default settings: its tests change nothing broker-wide."""
-    broker = TlsBroker(tmp_path_factory.mktemp("tls"), certs).start()
-    yield broker
-    broker.finish()
-
-
-@pytest.fixture(scope="module")
-def one_handshake_broker(tmp_path_factory, certs):
-    """One handshake step a loop round on one processor, for the two tests of it."""
-    broker = TlsBroker(tmp_path_factory.mktemp("tls1"), certs,
-                       **{"ssl.max.handshakes": 1, "num.processors": 1}).start()
-    yield broker
-    broker.finish()
+# the module's broker on the default settings: its tests change nothing broker-wide
+tls_broker = module_tls_broker()
+# one handshake step a loop round on one processor, for the two tests of it
+one_handshake_broker = module_tls_broker(**{"ssl.max.handshakes": 1, "num.processors": 1})
 
 
 class LogSince:

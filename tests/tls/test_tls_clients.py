@@ -23,15 +23,11 @@ from hostbroker.errors import ConfigError
 from hostbroker.log.message import encode_message_set
 from tests.integration.cli import hostbroker, lines, one_line_error
 from tests.integration.wire_helpers import new_topic
-from tests.tls.conftest import TlsBroker
+from tests.tls.conftest import module_tls_broker
 
 
-@pytest.fixture(scope="module")
-def tls_broker(tmp_path_factory, certs):
-    """The module's broker: its tests change nothing broker-wide but their own topics."""
-    broker = TlsBroker(tmp_path_factory.mktemp("tls"), certs).start()
-    yield broker
-    broker.finish()
+# the module's broker: its tests change nothing broker-wide but their own topics
+tls_broker = module_tls_broker()
 
 
 def _command_config(tmp_path, certs, name="alice", **more) -> str:
